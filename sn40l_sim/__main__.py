@@ -1,0 +1,6 @@
+"""``python -m sn40l_sim``: see :mod:`sn40l_sim.cli`."""
+import sys
+
+from sn40l_sim.cli import main
+
+sys.exit(main())

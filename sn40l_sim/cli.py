@@ -1,0 +1,47 @@
+"""Command-line interface: ``python -m sn40l_sim COMMAND ...``.
+
+Each command lives in its own module under :mod:`sn40l_sim.commands` with ``add_arguments(parser)``
+and ``run(args) -> int``; this file only dispatches. An :class:`~sn40l_sim.errors.InputError`
+becomes one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sn40l_sim.errors import InputError
+
+#: command name -> (module under sn40l_sim.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "describe": ("describe", "print the derived figures of a hardware or model file"),
+    "check": ("check", "validate hardware, model or experiment files"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sn40l_sim",
+        description="SN40L dataflow-accelerator simulator for LLM serving, with SnapStream KV compression.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(f"sn40l_sim.commands.{module_name}")
+        command_parser = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 failed checks, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._module.run(args) or 0)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

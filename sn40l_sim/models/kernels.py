@@ -1,0 +1,144 @@
+"""The fused-kernel graph: what the graph builder produces and the mapper consumes.
+
+All quantities are for **one socket's shard** of the kernel (the busiest socket when the split is
+uneven), so the mapper never has to know the parallel plan. Field names are a contract: add, never
+rename.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import networkx as nx
+
+OpKind = Literal[
+    "gemm",          # C[M,N] = A[M,K] @ B[K,N] (``count`` independent GEMMs of that shape)
+    "softmax",       # exp in the tail stage + row reductions
+    "elementwise",   # SIMD lanes (norms, activations, RoPE, masking, casts)
+    "reduction",     # cross-lane tree (sums, max, pooling)
+    "topk",          # selection (router top-k, SnapKV top-K)
+    "gather",        # indexed reads (embedding lookup, KV gathers)
+    "scatter",       # indexed writes (ring-buffer slot write)
+]
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator inside a fused kernel, per socket shard.
+
+    ``flops`` is exact: for a GEMM it is ``2 * m * n * k * count``. Byte fields count traffic to
+    and from off-chip memory (weights, KV) or between kernels (activations).
+    """
+
+    name: str
+    kind: OpKind
+    flops: int = 0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    count: int = 1
+    #: element operations for SIMD kinds (softmax, elementwise, reduction, topk, gather, scatter)
+    elements: int = 0
+    transcendentals: int = 0
+    weight_bytes: int = 0
+    act_in_bytes: int = 0
+    act_out_bytes: int = 0
+    kv_read_bytes: int = 0
+    kv_write_bytes: int = 0
+    dtype: str = "bf16"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective a kernel needs among ``group`` sockets.
+
+    ``bytes`` is the size of the full tensor being reduced or gathered (what each socket holds
+    at the end of an all-reduce / all-gather; what it holds at the start of a reduce-scatter;
+    what it sends in total in an all-to-all).
+    """
+
+    kind: CollectiveKind
+    bytes: int
+    group: int
+    #: may start after the kernel's first tile and overlap its compute (P2P in the fused MoE)
+    overlapped: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    """One fused kernel on one socket: a static pipeline of operators, plus its collectives."""
+
+    name: str
+    kind: str
+    phase: Phase
+    operators: tuple[Operator, ...]
+    collectives: tuple[Collective, ...] = ()
+    layer: int | None = None
+    #: sockets running this kernel at once (16 for TP16)
+    shards: int = 1
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops for op in self.operators)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(op.weight_bytes for op in self.operators)
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(op.kv_read_bytes + op.kv_write_bytes for op in self.operators)
+
+    def signature(self) -> "FusedKernel":
+        """The kernel without its name and layer: equal signatures map and cost the same."""
+        return replace(self, name="", layer=None)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The shape a graph is built for."""
+
+    phase: Phase
+    batch: int
+    prompt_len: int
+    #: tokens of cache each sequence's attention reads in decode (after any compression)
+    kv_len: int = 0
+
+
+@dataclass
+class KernelGraph:
+    """A DAG of fused kernels (node attribute ``kernel``) in execution order."""
+
+    model: str
+    shape: Shape
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+
+    def add(self, kernel: FusedKernel, after: FusedKernel | None = None, bytes_: int = 0) -> None:
+        # insertion order breaks ties in the topological order, so it follows the model's layers
+        self.graph.add_node(kernel.name, kernel=kernel, seq=self.graph.number_of_nodes())
+        if after is not None:
+            self.graph.add_edge(after.name, kernel.name, bytes=bytes_)
+
+    def kernels(self) -> list[FusedKernel]:
+        """Kernels in a deterministic topological order."""
+        order = nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["seq"])
+        return [self.graph.nodes[n]["kernel"] for n in order]
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How one phase is split over the sockets of a node.
+
+    ``tp`` shards weights (projections, experts) over sockets; ``attention_dp`` splits the batch's
+    sequences over sockets for the attention itself (each socket holds its own sequences' KV).
+    """
+
+    tp: int = 1
+    attention_dp: int = 1
+
+    @property
+    def sockets(self) -> int:
+        return max(self.tp, self.attention_dp)

@@ -1,0 +1,72 @@
+"""Validated, immutable model specs (the schema of ``graphs/<model>.yaml``).
+
+Field names are a contract read by the graph builder and the KV policies: add, never rename.
+Parameter counts and KV bytes per token are computed from these fields (``models/params.py``),
+never stored.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel
+
+WeightDType = Literal["fp8", "bf16"]
+
+
+class GQAAttentionSpec(StrictModel):
+    """Grouped-query attention (Llama): ``kv_heads`` K/V heads shared by ``heads`` query heads."""
+
+    kind: Literal["gqa"]
+    heads: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+
+
+class MLAAttentionSpec(StrictModel):
+    """Multi-head latent attention (DeepSeek): one cached latent + RoPE key per token and layer."""
+
+    kind: Literal["mla"]
+    heads: PositiveInt
+    q_lora_rank: PositiveInt
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class MoESpec(StrictModel):
+    """Mixture of experts in every layer after the first ``dense_layers``."""
+
+    routed_experts: PositiveInt
+    shared_experts: NonNegativeInt
+    experts_per_token: PositiveInt
+    expert_ffn: PositiveInt
+    groups: PositiveInt = 1
+    topk_groups: PositiveInt = 1
+    scoring: Literal["softmax", "sigmoid"] = "softmax"
+
+
+class MTPSpec(StrictModel):
+    """Multi-token-prediction modules (each one extra transformer block + a projection)."""
+
+    modules: PositiveInt
+
+
+class ModelSpec(StrictModel):
+    """A decoder-only transformer."""
+
+    kind: Literal["model"]
+    name: str
+    layers: PositiveInt
+    dense_layers: NonNegativeInt = 0
+    hidden: PositiveInt
+    dense_ffn: PositiveInt
+    vocab: PositiveInt
+    attention: MLAAttentionSpec | GQAAttentionSpec
+    moe: MoESpec | None = None
+    mtp: MTPSpec | None = None
+    weight_dtype: WeightDType
+    #: tensors kept in BF16 even when ``weight_dtype`` is FP8 (embedding, LM head, norms, router)
+    bf16_tensors: tuple[Literal["embedding", "lm_head", "router", "norms"], ...] = ()
+    kv_dtype: Literal["bf16", "fp8"] = "bf16"
+    tie_embeddings: bool = False

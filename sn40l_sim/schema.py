@@ -1,0 +1,105 @@
+"""Shared pieces of the pydantic schemas: a strict frozen base model, quantity field types, and
+:func:`validate` which turns a pydantic error into one :class:`~sn40l_sim.errors.InputError`
+that names the file, the field path and the line.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.units import parse_quantity
+from sn40l_sim.yamlio import Document, FieldPath
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """Immutable spec object: unknown keys are errors, no silent coercion of strings to numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True)
+
+
+def _positive(value: float) -> float:
+    if not value > 0:
+        raise ValueError(f"expected a positive value, got {value:g}")
+    return value
+
+
+def _non_negative(value: float) -> float:
+    if value < 0:
+        raise ValueError(f"expected a value >= 0, got {value:g}")
+    return value
+
+
+def _quantity(kind: str):
+    return BeforeValidator(lambda v: parse_quantity(v, kind))
+
+
+#: sizes in bytes, from ``"64 GiB"`` or a number
+Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_positive)]
+BytesOrZero = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative)]
+#: bandwidth in bytes/s, from ``"1.6 TB/s"``
+BytesPerSecond = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive)]
+#: frequency in Hz, from ``"1.6 GHz"``
+Hertz = Annotated[float, _quantity("frequency"), AfterValidator(_positive)]
+#: time in seconds, from ``"150 ns"``
+Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative)]
+#: FLOP/s, from ``"638 TFLOPS"``
+FlopsPerSecond = Annotated[float, _quantity("flops"), AfterValidator(_positive)]
+
+
+def _strict_int(value: Any) -> Any:
+    # YAML gives bools and floats for typos like "yes" or "4.5"; a count must be an integer
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+PositiveInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(_positive)]
+NonNegativeInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(_non_negative)]
+
+
+def _fraction(value: float) -> float:
+    if not 0 < value <= 1:
+        raise ValueError(f"expected a fraction in (0, 1], got {value:g}")
+    return value
+
+
+Fraction = Annotated[float, AfterValidator(_fraction)]
+
+
+def validate(model: type[M], doc: Document, at: FieldPath = ()) -> M:
+    """Validate ``doc.data`` (or the subtree at ``at``) against ``model``.
+
+    Raises
+    ------
+    InputError
+        For the first problem pydantic finds, located at its field path and YAML line.
+    """
+    data: Any = doc.data
+    for part in at:
+        data = data[part]
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(at) + tuple(first["loc"])
+        message = _explain(first)
+        if len(exc.errors()) > 1:
+            message += f" (and {len(exc.errors()) - 1} more problem(s) in this file)"
+        raise doc.error(loc, message) from None
+
+
+def _explain(error: dict) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; see the schema in docs/architecture.md)"
+    if kind == "missing":
+        return "required field is missing"
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    return f"{message} (got {error['input']!r})" if "input" in error and kind != "value_error" else message

@@ -1,0 +1,176 @@
+"""YAML documents that remember where each value came from.
+
+Every loader in the project goes through :func:`load_document`, so every error can name the file,
+the field path and the line. A document may start from another with ``base: other.yaml`` (a path
+relative to the file): the base is loaded first and this file's mappings are merged over it key by
+key, which is how overlays (SN10 over SN40L) change only what differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sn40l_sim.errors import InputError
+
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass
+class Document:
+    """Plain data from YAML plus, for every field path, the (file, line) it came from.
+
+    Attributes
+    ----------
+    data : Any
+        Dicts, lists and scalars, after any ``base:`` merge.
+    path : Path
+        The file that was asked for (not its bases).
+    origins : dict
+        Field path tuple -> (file, 1-based line).
+    """
+
+    data: Any
+    path: Path
+    origins: dict[FieldPath, tuple[str, int]] = field(default_factory=dict)
+
+    def where(self, field_path: FieldPath) -> tuple[str, int | None]:
+        """The file and line of ``field_path``, or of its nearest ancestor that has one."""
+        probe = tuple(field_path)
+        while True:
+            if probe in self.origins:
+                return self.origins[probe]
+            if not probe:
+                return str(self.path), None
+            probe = probe[:-1]
+
+    def error(self, field_path: FieldPath, message: str) -> InputError:
+        """An :class:`InputError` located at ``field_path``."""
+        file, line = self.where(field_path)
+        return InputError(message, file=file, field=dotted(field_path) or None, line=line)
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in this document, relative to the document's folder."""
+        return (self.path.parent / relative).resolve()
+
+
+def dotted(field_path: FieldPath) -> str:
+    """``("socket", "hbm", 0, "capacity")`` -> ``"socket.hbm[0].capacity"``.
+
+    >>> dotted(("socket", "hbm", 0, "capacity"))
+    'socket.hbm[0].capacity'
+    """
+    out = ""
+    for part in field_path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (YAML silently keeps the last one otherwise)."""
+
+
+# one loader reused to turn scalar nodes into Python values with YAML's own typing rules
+_CONSTRUCTOR = _UniqueKeyLoader("")
+
+
+def _walk(node: yaml.Node, file: str, prefix: FieldPath, origins: dict) -> Any:
+    origins[prefix] = (file, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else _CONSTRUCTOR.construct_object(key_node)
+            if not isinstance(key, str):
+                raise InputError(f"mapping keys must be strings, got {key!r}", file=file,
+                                 field=dotted(prefix) or None, line=key_node.start_mark.line + 1)
+            if key in out:
+                raise InputError(f"duplicate key {key!r}", file=file, field=dotted(prefix + (key,)),
+                                 line=key_node.start_mark.line + 1)
+            out[key] = _walk(value_node, file, prefix + (key,), origins)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_walk(item, file, prefix + (i,), origins) for i, item in enumerate(node.value)]
+    return _CONSTRUCTOR.construct_object(node)
+
+
+def _parse_file(path: Path) -> tuple[Any, dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read file: {exc}", file=path) from None
+    try:
+        root = yaml.compose(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise InputError(f"YAML syntax error: {exc.problem or exc}", file=path, line=line) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML syntax error: {exc}", file=path) from None
+    origins: dict = {}
+    if root is None:
+        raise InputError("the file is empty; expected a YAML mapping", file=path)
+    try:
+        data = _walk(root, str(path), (), origins)
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML error: {exc}", file=path) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected a YAML mapping at the top level, got {type(data).__name__}",
+                         file=path, line=1)
+    return data, origins
+
+
+def _merge(base: Any, over: Any, base_origins: dict, over_origins: dict, prefix: FieldPath) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        merged = dict(base)
+        for key, value in over.items():
+            if key in base:
+                merged[key] = _merge(base[key], value, base_origins, over_origins, prefix + (key,))
+            else:
+                merged[key] = value
+        return merged
+    # a replaced subtree: drop the base's origins below it so lines point at the overlay
+    for key in [k for k in base_origins if k[: len(prefix)] == prefix and len(k) > len(prefix)]:
+        del base_origins[key]
+    return over
+
+
+def load_document(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Document:
+    """Load a YAML file, following ``base:`` overlays, keeping the origin of every value.
+
+    Raises
+    ------
+    InputError
+        For a missing file, a syntax error, a duplicate key, a non-mapping top level or a
+        ``base:`` cycle, naming the file and line.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.yaml").write_text("x: 1\\ny: {p: 2, q: 3}\\n")
+    >>> _ = (folder / "b.yaml").write_text("base: a.yaml\\ny: {q: 30}\\n")
+    >>> doc = load_document(folder / "b.yaml")
+    >>> doc.data
+    {'x': 1, 'y': {'p': 2, 'q': 30}}
+    >>> doc.where(("y", "q"))[1], doc.where(("y", "p"))[1]
+    (2, 2)
+    """
+    path = Path(path).resolve()
+    if path in _seen:
+        raise InputError("'base:' files refer to each other in a cycle", file=path, field="base")
+    data, origins = _parse_file(path)
+    base_rel = data.pop("base", None)
+    if base_rel is None:
+        return Document(data, path, origins)
+    if not isinstance(base_rel, str):
+        file, line = origins.get(("base",), (str(path), None))
+        raise InputError("expected a relative path to another YAML file", file=file, field="base", line=line)
+    base_doc = load_document(path.parent / base_rel, _seen=_seen + (path,))
+    base_origins = dict(base_doc.origins)
+    merged = _merge(base_doc.data, data, base_origins, origins, ())
+    base_origins.update({k: v for k, v in origins.items() if k != ("base",)})
+    return Document(merged, path, base_origins)
