@@ -19,15 +19,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; only ``command``'s module is imported (others stay unloaded so that a
+    quick ``check`` does not pay for matplotlib or SimPy)."""
     parser = argparse.ArgumentParser(
         prog="python -m sn40l_sim",
         description="SN40L dataflow-accelerator simulator for LLM serving, with SnapStream KV compression.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_text)
+            continue
         module = importlib.import_module(f"sn40l_sim.commands.{module_name}")
-        command_parser = sub.add_parser(name, help=help_text, description=module.__doc__)
+        command_parser = sub.add_parser(name, help=help_text, description=module.__doc__,
+                                        formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command_parser)
         command_parser.set_defaults(_module=module)
     return parser
@@ -35,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failed checks, 2 bad input)."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
         return int(args._module.run(args) or 0)
     except InputError as exc:
