@@ -79,6 +79,9 @@ class FusedKernel:
     layer: int | None = None
     #: sockets running this kernel at once (16 for TP16)
     shards: int = 1
+    #: figures worth printing that are not costs, e.g. ``("experts_touched", 12.4)``; identical
+    #: for identical layers, so they do not break :meth:`signature` equality
+    notes: tuple[tuple[str, float], ...] = ()
 
     @property
     def flops(self) -> int:

@@ -70,3 +70,8 @@ class ModelSpec(StrictModel):
     bf16_tensors: tuple[Literal["embedding", "lm_head", "router", "norms"], ...] = ()
     kv_dtype: Literal["bf16", "fp8"] = "bf16"
     tie_embeddings: bool = False
+    #: side of the square blocks that share one FP32 scale in FP8 weights (128 x 128 in DeepSeek-V3)
+    fp8_block: PositiveInt = 128
+    #: fused-kernel template file (absolute path, resolved by the loader from the path written
+    #: relative to the model file); ``None`` means the default template of the attention kind
+    kernels: str | None = None
