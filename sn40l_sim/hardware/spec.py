@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from sn40l_sim.schema import (Bytes, BytesOrZero, BytesPerSecond, Fraction, Hertz, NonNegativeInt,
-                              PositiveInt, Seconds, StrictModel)
+from sn40l_sim.schema import (Bytes, BytesOrZero, BytesPerSecond, FlopsPerSecond, Fraction, Hertz,
+                              NonNegativeInt, PositiveInt, Seconds, StrictModel)
 
 DataType = Literal["bf16", "fp16", "fp32", "int32", "int8", "fp8"]
 
@@ -116,6 +116,8 @@ class StatedTotals(StrictModel):
     pmus: PositiveInt | None = None
     sram_bytes: Bytes | None = None
     hbm_bytes: Bytes | None = None
+    #: peak BF16 FLOP/s; checked within 0.5% (published figures are rounded)
+    bf16_flops: FlopsPerSecond | None = None
 
 
 class CalibratedSpec(StrictModel):

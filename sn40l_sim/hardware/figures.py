@@ -1,0 +1,227 @@
+"""Derived hardware figures, computed from the spec (and the topology graph), never stored.
+
+Everything here is arithmetic on :class:`~sn40l_sim.hardware.spec.SocketSpec` /
+:class:`~sn40l_sim.hardware.spec.NodeSpec` fields: the YAML holds per-unit values, these functions
+give the totals (peak FLOP/s, on-chip SRAM, HBM and DDR capacity and bandwidth, per socket and per
+node) and the conversions between seconds and integer RDU cycles. Raw peaks only: the calibrated
+efficiencies are applied by the mapper and the engine, not here.
+
+Examples
+--------
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> node = load_hardware("hw_configs/sn40l.yaml")
+>>> round(peak_flops(node.socket) / 1e12, 2)
+638.98
+>>> pcus(node.socket), pmus(node.socket), sram_bytes(node.socket) / 2**20
+(1040, 1040, 520.0)
+>>> hbm_bytes(node.socket) / 2**30, hbm_bytes_per_s(node.socket) / 1e9
+(64.0, 1638.4)
+>>> cycles(2e-6, node.socket), seconds(3200, node.socket)
+(3200, 2e-06)
+"""
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.spec import MemoryTierSpec, NodeSpec, SocketSpec
+
+#: float noise tolerated when rounding seconds up to whole cycles (in cycles)
+_CYCLE_SLACK = 1e-6
+
+
+def tiles(socket: SocketSpec) -> int:
+    """Compute tiles per socket (dies x tiles per die)."""
+    return socket.dies * socket.tiles_per_die
+
+
+def pcus(socket: SocketSpec) -> int:
+    """PCUs per socket."""
+    return tiles(socket) * socket.tile.pcus
+
+
+def pmus(socket: SocketSpec) -> int:
+    """PMUs per socket."""
+    return tiles(socket) * socket.tile.pmus
+
+
+def agcus(socket: SocketSpec) -> int:
+    """AGCUs per socket."""
+    return tiles(socket) * socket.tile.agcus
+
+
+def macs_per_pcu_cycle(socket: SocketSpec, dtype: str = "bf16") -> float:
+    """MACs one PCU completes per cycle in ``dtype`` (lanes x stages x rate).
+
+    Raises
+    ------
+    InputError
+        If the hardware description gives no rate for ``dtype``.
+    """
+    rates = socket.pcu.macs_per_lane_stage_per_cycle
+    if dtype not in rates:
+        raise InputError(f"socket {socket.name!r} gives no MAC rate for datatype {dtype!r} "
+                         f"(it has {sorted(rates)})", field="pcu.macs_per_lane_stage_per_cycle")
+    return socket.pcu.lanes * socket.pcu.stages * rates[dtype]
+
+
+def peak_flops(socket: SocketSpec, dtype: str = "bf16") -> float:
+    """Peak FLOP/s of one socket in ``dtype`` (2 FLOPs per MAC, every PCU busy every cycle)."""
+    return 2.0 * macs_per_pcu_cycle(socket, dtype) * pcus(socket) * socket.clock_hz
+
+
+def sram_bytes(socket: SocketSpec) -> float:
+    """On-chip SRAM of one socket (all PMUs)."""
+    return pmus(socket) * socket.pmu.capacity_bytes
+
+
+def _tier_units(socket: SocketSpec, tier: MemoryTierSpec | None) -> int:
+    return 0 if tier is None else tier.units_per_die * socket.dies
+
+
+def hbm_units(socket: SocketSpec) -> int:
+    """HBM modules per socket (0 for parts without HBM, e.g. SN10)."""
+    return _tier_units(socket, socket.hbm)
+
+
+def ddr_units(socket: SocketSpec) -> int:
+    """DDR channels per socket."""
+    return _tier_units(socket, socket.ddr)
+
+
+def hbm_bytes(socket: SocketSpec) -> float:
+    """HBM capacity of one socket (0 without HBM)."""
+    return 0.0 if socket.hbm is None else hbm_units(socket) * socket.hbm.capacity_bytes_per_unit
+
+
+def hbm_bytes_per_s(socket: SocketSpec) -> float:
+    """Peak HBM bandwidth of one socket (0 without HBM)."""
+    return 0.0 if socket.hbm is None else hbm_units(socket) * socket.hbm.bytes_per_s_per_unit
+
+
+def ddr_bytes(socket: SocketSpec) -> float:
+    """DDR capacity of one socket."""
+    return ddr_units(socket) * socket.ddr.capacity_bytes_per_unit
+
+
+def ddr_bytes_per_s(socket: SocketSpec) -> float:
+    """Peak DDR bandwidth of one socket."""
+    return ddr_units(socket) * socket.ddr.bytes_per_s_per_unit
+
+
+def usable_hbm_bytes(socket: SocketSpec) -> float:
+    """HBM capacity left after the runtime's reservation."""
+    return hbm_bytes(socket) - socket.reserved.hbm_bytes
+
+
+def usable_ddr_bytes(socket: SocketSpec) -> float:
+    """DDR capacity left after the runtime's reservation."""
+    return ddr_bytes(socket) - socket.reserved.ddr_bytes
+
+
+def node_peak_flops(node: NodeSpec, dtype: str = "bf16") -> float:
+    """Peak FLOP/s of the whole node."""
+    return node.sockets * peak_flops(node.socket, dtype)
+
+
+def node_sram_bytes(node: NodeSpec) -> float:
+    """On-chip SRAM of the whole node."""
+    return node.sockets * sram_bytes(node.socket)
+
+
+def node_hbm_bytes(node: NodeSpec) -> float:
+    """HBM capacity of the whole node."""
+    return node.sockets * hbm_bytes(node.socket)
+
+
+def node_hbm_bytes_per_s(node: NodeSpec) -> float:
+    """Peak HBM bandwidth of the whole node."""
+    return node.sockets * hbm_bytes_per_s(node.socket)
+
+
+def node_ddr_bytes(node: NodeSpec) -> float:
+    """DDR capacity of the whole node."""
+    return node.sockets * ddr_bytes(node.socket)
+
+
+def node_ddr_bytes_per_s(node: NodeSpec) -> float:
+    """Peak DDR bandwidth of the whole node."""
+    return node.sockets * ddr_bytes_per_s(node.socket)
+
+
+def cycles(seconds_: float, socket: SocketSpec) -> int:
+    """Whole RDU cycles covering ``seconds_`` (rounded up, ignoring float noise).
+
+    >>> from types import SimpleNamespace
+    >>> cycles(150e-9, SimpleNamespace(clock_hz=1.6e9)), cycles(1e-9, SimpleNamespace(clock_hz=1.6e9))
+    (240, 2)
+    """
+    return max(0, math.ceil(seconds_ * socket.clock_hz - _CYCLE_SLACK))
+
+
+def seconds(cycles_: int | float, socket: SocketSpec) -> float:
+    """Seconds taken by ``cycles_`` RDU cycles."""
+    return cycles_ / socket.clock_hz
+
+
+#: descriptive aliases
+cycles_from_seconds = cycles
+seconds_from_cycles = seconds
+
+
+def bytes_per_cycle(bytes_per_s: float, socket: SocketSpec) -> float:
+    """A bandwidth in bytes per RDU cycle."""
+    return bytes_per_s / socket.clock_hz
+
+
+def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
+    """Bandwidth of one switch-to-switch hop of a tile network, per direction."""
+    spec = getattr(socket.tile, f"{network}_network")
+    return spec.link_bytes_per_cycle * spec.links_per_direction * socket.clock_hz
+
+
+def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
+    """Switch hops across a tile's mesh, corner to corner, from the tile graph.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> tile_mesh_diameter_hops(load_hardware("hw_configs/sn40l.yaml").socket)
+    46
+    """
+    from sn40l_sim.hardware.topology import tile_switch_graph
+
+    graph = tile_switch_graph(socket)
+    # double sweep: exact on grids, and the mesh is a grid
+    start = next(iter(graph))
+    far = max(nx.single_source_shortest_path_length(graph, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
+    return max(nx.single_source_shortest_path_length(graph, far).values())
+
+
+def p2p_diameter_hops(node: NodeSpec) -> int:
+    """Socket-to-socket hops between the farthest two sockets of the node (0 for one socket)."""
+    from sn40l_sim.hardware.topology import p2p_graph
+
+    graph = p2p_graph(node)
+    return nx.diameter(graph) if graph.number_of_nodes() > 1 else 0
+
+
+def p2p_bisection_bytes_per_s(node: NodeSpec) -> float:
+    """P2P bisection bandwidth of the node (one direction), from the socket graph.
+
+    Exact (minimum over all balanced halvings) up to 20 sockets; beyond that the best cut
+    networkx's Kernighan-Lin heuristic finds, i.e. an upper bound.
+    """
+    from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph
+
+    return bisection_bytes_per_s(p2p_graph(node))
+
+
+def p2p_bytes_per_s_per_socket(node: NodeSpec) -> float:
+    """Peak P2P bandwidth one socket can drive over its connected links (one direction)."""
+    from sn40l_sim.hardware.topology import p2p_graph
+
+    graph = p2p_graph(node)
+    if graph.number_of_edges() == 0:
+        return 0.0
+    return max(sum(d["bytes_per_s"] for _, _, d in graph.edges(n, data=True)) for n in graph)

@@ -1,0 +1,266 @@
+"""Hardware YAML -> validated, immutable :class:`~sn40l_sim.hardware.spec.NodeSpec`.
+
+Two kinds of file:
+
+- ``kind: socket`` describes one socket (every field of :class:`SocketSpec`); loading it gives a
+  one-socket node.
+- ``kind: node`` names its socket file by relative path (``socket: sn40l.yaml``) instead of copying
+  it, and adds ``sockets:``, ``topology:``, optionally ``host_link:`` and ``socket_overrides:``
+  (a mapping merged over the socket file, e.g. to try another HBM bandwidth).
+
+Either kind may start from another file with ``base:`` (an overlay, see :mod:`sn40l_sim.yamlio`).
+After the schema, :func:`check_socket` and :func:`check_node` test what a schema cannot: the
+published totals against the per-unit values, the tile grid against its units, the P2P ports
+against the topology, the calibrated values against their physical bounds.
+
+Examples
+--------
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> node.sockets, node.topology.kind, node.socket.name
+(16, 'full_mesh', 'SN40L')
+>>> faster = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "800 GB/s"})
+>>> faster.socket.hbm.bytes_per_s_per_unit, node.socket.hbm.bytes_per_s_per_unit
+(800000000000.0, 409600000000.0)
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import CalibratedSpec, NodeSpec, SocketSpec, TopologySpec
+from sn40l_sim.hardware.topology import ports_needed
+from sn40l_sim.schema import validate
+from sn40l_sim.yamlio import Document, FieldPath, load_document
+
+HARDWARE_KINDS = ("socket", "node")
+#: published totals are rounded; the stated peak FLOP/s must agree within this fraction
+_STATED_FLOPS_TOLERANCE = 0.005
+_STATED_EXACT_TOLERANCE = 1e-9
+
+
+def document_kind(doc: Document, expected: tuple[str, ...] | None = None) -> str:
+    """Pop and return the top-level ``kind:`` of a document, checking it is one of ``expected``."""
+    kind = doc.data.pop("kind", None)
+    if kind is None:
+        raise doc.error(("kind",), f"required field is missing: expected 'kind: <{' | '.join(expected or HARDWARE_KINDS)}>' "
+                                   "at the top of the file")
+    if expected is not None and kind not in expected:
+        raise doc.error(("kind",), f"expected one of {list(expected)}, got {kind!r}")
+    return kind
+
+
+def load_hardware(path: str | Path) -> NodeSpec:
+    """Load a socket or node file into a validated :class:`NodeSpec`.
+
+    Raises
+    ------
+    InputError
+        Naming the file, the field path and the line, for any syntax, schema or consistency error.
+    """
+    doc = load_document(path)
+    kind = document_kind(doc, HARDWARE_KINDS)
+    if kind == "socket":
+        socket = load_socket_document(doc)
+        return NodeSpec(name=socket.name, socket=socket, sockets=1, topology=TopologySpec(kind="full_mesh"))
+    return _load_node(doc)
+
+
+def load_socket_document(doc: Document) -> SocketSpec:
+    """Validate and check a socket document (``kind`` already popped)."""
+    socket = validate(SocketSpec, doc)
+    check_socket(socket, doc, stated=True)
+    return socket
+
+
+def _load_node(doc: Document) -> NodeSpec:
+    data = doc.data
+    socket_ref = data.get("socket")
+    if socket_ref is None:
+        raise doc.error(("socket",), "required field is missing: the relative path of the socket file")
+    if not isinstance(socket_ref, str):
+        raise doc.error(("socket",), f"expected the relative path of a socket file, got {type(socket_ref).__name__}")
+    socket_path = doc.resolve(socket_ref)
+    if not socket_path.is_file():
+        raise doc.error(("socket",), f"socket file {socket_ref!r} not found (looked for {socket_path})")
+    socket_doc = load_document(socket_path)
+    document_kind(socket_doc, ("socket",))
+    overrides = data.get("socket_overrides", {})
+    if not isinstance(overrides, dict):
+        raise doc.error(("socket_overrides",), "expected a mapping of socket fields to new values")
+    _merge_into(socket_doc, overrides, doc, ("socket_overrides",), ())
+    try:
+        socket = load_socket_document(socket_doc)
+    except InputError as exc:
+        if exc.file == str(doc.path) and exc.field:  # the bad value came from socket_overrides
+            exc.field = f"socket_overrides.{exc.field}"
+        raise
+    node_data = {k: v for k, v in data.items() if k != "socket_overrides"}
+    node_data["socket"] = socket
+    node = validate(NodeSpec, Document(node_data, doc.path, doc.origins))
+    check_node(node, doc)
+    return node
+
+
+def _merge_into(target: Document, over: dict, source: Document, source_at: FieldPath, at: FieldPath) -> None:
+    """Merge ``over`` into ``target.data`` at ``at``, recording where each merged value came from."""
+    node = target.data
+    for part in at:
+        node = node[part]
+    for key, value in over.items():
+        here = at + (key,)
+        if isinstance(value, dict) and isinstance(node.get(key), dict):
+            _merge_into(target, value, source, source_at + (key,), here)
+            continue
+        node[key] = value
+        for k in [k for k in target.origins if k[: len(here)] == here]:
+            del target.origins[k]
+        for k, origin in source.origins.items():
+            if k[: len(source_at) + 1] == source_at + (key,):
+                target.origins[here + k[len(source_at) + 1:]] = origin
+
+
+def _fail(doc: Document, at: FieldPath, message: str) -> InputError:
+    return doc.error(at, message)
+
+
+def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, prefix: FieldPath = ()) -> None:
+    """Consistency checks a schema cannot express; ``stated=False`` skips the published totals.
+
+    Raises
+    ------
+    InputError
+        At the field (``prefix`` + path, located in ``doc``) that disagrees.
+    """
+    def at(*path: str | int) -> FieldPath:
+        return prefix + path
+
+    if "bf16" not in socket.pcu.macs_per_lane_stage_per_cycle:
+        raise _fail(doc, at("pcu", "macs_per_lane_stage_per_cycle"), "a rate for bf16 is required")
+    for dtype, rate in socket.pcu.macs_per_lane_stage_per_cycle.items():
+        if not rate > 0:
+            raise _fail(doc, at("pcu", "macs_per_lane_stage_per_cycle", dtype), f"expected a positive rate, got {rate:g}")
+    if not socket.pcu.modes or len(set(socket.pcu.modes)) != len(socket.pcu.modes):
+        raise _fail(doc, at("pcu", "modes"), f"expected distinct modes from ['systolic', 'simd'], got {list(socket.pcu.modes)}")
+
+    tile = socket.tile
+    cells = tile.grid_rows * tile.grid_cols
+    if tile.pcus + tile.pmus > cells or max(tile.pcus, tile.pmus) > math.ceil(cells / 2):
+        raise _fail(doc, at("tile", "grid_rows"),
+                    f"a {tile.grid_rows} x {tile.grid_cols} checkerboard has {cells} cells, at most "
+                    f"{math.ceil(cells / 2)} of each unit kind; it cannot hold {tile.pcus} PCUs and {tile.pmus} PMUs")
+    if tile.agcus > 2 * (tile.grid_cols + 1):
+        raise _fail(doc, at("tile", "agcus"), f"{tile.agcus} AGCUs do not fit on the top and bottom edges of a "
+                                              f"{tile.grid_cols + 1}-switch-wide mesh (at most {2 * (tile.grid_cols + 1)})")
+    if socket.dies > 1 and socket.die_to_die is None:
+        raise _fail(doc, at("die_to_die"), f"a socket of {socket.dies} dies needs a die_to_die link")
+
+    for tier, total in (("hbm", figures.hbm_bytes(socket)), ("ddr", figures.ddr_bytes(socket))):
+        reserved = getattr(socket.reserved, f"{tier}_bytes")
+        if reserved and reserved >= total:
+            raise _fail(doc, at("reserved", f"{tier}_bytes"),
+                        f"reserves {reserved:.4g} B but the socket has only {total:.4g} B of {tier.upper()}")
+
+    for name, info in CalibratedSpec.model_fields.items():
+        low, high = (info.json_schema_extra or {}).get("bounds", (-math.inf, math.inf))
+        value = getattr(socket.calibrated, name)
+        if not low <= value <= high:
+            raise _fail(doc, at("calibrated", name), f"{value:g} is outside the physical bounds [{low:g}, {high:g}]")
+    if stated:
+        _check_stated(socket, doc, at)
+
+
+def _check_stated(socket: SocketSpec, doc: Document, at) -> None:
+    s = socket.stated
+    n_tiles = figures.tiles(socket)
+    derived = {
+        "pcus": (figures.pcus(socket), f"{n_tiles} tiles x {socket.tile.pcus} PCUs", ("tile", "pcus")),
+        "pmus": (figures.pmus(socket), f"{n_tiles} tiles x {socket.tile.pmus} PMUs", ("tile", "pmus")),
+        "sram_bytes": (figures.sram_bytes(socket), f"{figures.pmus(socket)} PMUs x {socket.pmu.capacity_bytes:.0f} B",
+                       ("pmu", "capacity_bytes")),
+        "hbm_bytes": (figures.hbm_bytes(socket), f"{figures.hbm_units(socket)} HBM modules x "
+                      f"{socket.hbm.capacity_bytes_per_unit if socket.hbm else 0:.0f} B", ("hbm",)),
+        "bf16_flops": (figures.peak_flops(socket), f"{figures.pcus(socket)} PCUs x "
+                       f"{2 * figures.macs_per_pcu_cycle(socket):g} FLOP/cycle x {socket.clock_hz:g} Hz", ("clock_hz",)),
+    }
+    for name, (value, how, cause) in derived.items():
+        claim = getattr(s, name)
+        if claim is None:
+            continue
+        tolerance = _STATED_FLOPS_TOLERANCE if name == "bf16_flops" else _STATED_EXACT_TOLERANCE
+        if abs(value - claim) > tolerance * claim:
+            file, line = doc.where(at(*cause))
+            raise _fail(doc, at("stated", name),
+                        f"stated {claim:.6g} but {how} = {value:.6g} (set at {Path(file).name}:{line} "
+                        f"field {'.'.join(map(str, cause))}); fix one of them")
+
+
+def check_node(node: NodeSpec, doc: Document) -> None:
+    """Node-level checks: the topology must be buildable with the socket's P2P ports."""
+    kind, n, per_pair = node.topology.kind, node.sockets, node.topology.links_per_pair
+    try:
+        needed = ports_needed(n, kind, per_pair)
+    except InputError as exc:
+        raise _fail(doc, ("topology", "kind"), exc.message) from None
+    if needed > node.socket.p2p.ports:
+        raise _fail(doc, ("topology", "kind"),
+                    f"a {kind} of {n} sockets with {per_pair} link(s) per pair needs {needed} P2P ports per "
+                    f"socket, but socket.p2p.ports is {node.socket.p2p.ports}")
+
+
+def _set_dotted(data: dict, dotted_path: str, value: Any) -> None:
+    parts = dotted_path.split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            what = "has no value (set the whole section instead)" if isinstance(node, dict) and part in node \
+                else "is not a section of the hardware description"
+            raise InputError(f"cannot override {dotted_path!r}: {where!r} {what}", file="<overrides>", field=dotted_path)
+        node = child
+    node[parts[-1]] = value.model_dump() if isinstance(value, BaseModel) else copy.deepcopy(value)
+
+
+def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
+    """A new validated node with dotted-path fields replaced, for sweeps and calibration.
+
+    Values may be readable quantities (``"800 GB/s"``). The structural checks run again; the
+    published totals under ``stated`` are not re-checked, because an overridden part is a
+    hypothetical one.
+
+    Parameters
+    ----------
+    node : NodeSpec
+        The starting point (left unchanged).
+    overrides : dict
+        Dotted path under the node (``"socket.hbm.bytes_per_s_per_unit"``, ``"sockets"``) -> value.
+
+    Raises
+    ------
+    InputError
+        Located at ``<overrides>`` and the dotted path, for unknown fields or bad values.
+
+    Examples
+    --------
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> with_overrides(node, {"sockets": 8}).sockets
+    8
+    >>> with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "fast"})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: <overrides>: socket.hbm.bytes_per_s_per_unit: expected a bandwidth quantity such as '1.6 TB/s', got 'fast'
+    """
+    data = node.model_dump()
+    for dotted_path in sorted(overrides):
+        _set_dotted(data, dotted_path, overrides[dotted_path])
+    doc = Document(data, Path("<overrides>"), {})
+    new = validate(NodeSpec, doc)
+    check_socket(new.socket, doc, stated=False, prefix=("socket",))
+    check_node(new, doc)
+    return new
