@@ -1,0 +1,212 @@
+"""Cycle models of one pattern compute unit (PCU): systolic GEMM tiles, SIMD work, reductions.
+
+Every parameter comes from the :class:`~sn40l_sim.hardware.spec.PCUSpec`; nothing here knows
+SN40L numbers. The examples use the small specs of :mod:`._examples` (32 lanes x 6 stages).
+
+Systolic mapping of a GEMM ``C[M,N] = A[M,K] @ B[K,N]`` (weight-stationary)
+--------------------------------------------------------------------------
+* **N -> lanes.** Each lane owns one output column; a *block* covers ``lanes`` columns, so N is
+  padded to a multiple of ``lanes`` (``n_blocks = ceil(N / lanes)``).
+* **K -> stages.** Each stage holds the weights of ``r`` consecutive k values for every lane
+  (``r = floor(rate)`` MACs per lane per stage for packed narrow types with ``rate >= 1``), and
+  adds its products to the partial sum flowing down the chain. One block covers
+  ``k_per_block = stages * r`` values of K, so K is padded to a multiple of that.
+  Datatypes slower than one MAC per cycle (``rate < 1``) keep ``k_per_block = stages`` and hold
+  each row for ``ceil(1 / rate)`` cycles.
+* **M -> time.** Rows of A stream through the block, one per ``row_cycles``; each row's
+  partial-sum vector for the previous K block is read back from the output buffer and enters the
+  first stage with it (chained accumulation), so C is complete after the last K block.
+* **Weights** of the next block are shifted into shadow registers while the current block
+  streams, one lanes-wide vector per stage through the PCU's vector input: ``stages`` cycles.
+* **Accumulation hazard.** With more than one K block, row ``m`` of block ``j + 1`` needs the
+  partial sum of row ``m`` of block ``j``, which leaves the pipeline ``pipeline_latency_cycles``
+  after entering. So a block takes ``max(M * row_cycles, stages, pipeline_latency_cycles)``
+  cycles (the last two only bind for small M).
+* **Fill and drain.** The first block's weights load before any row enters (``stages``
+  cycles) and the last row needs ``pipeline_latency_cycles`` to leave.
+
+The calibrated ``systolic_efficiency`` (stalls the model does not see) divides the steady state.
+"""
+from __future__ import annotations
+
+import math
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.spec import PCUSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles, ceil_div
+from sn40l_sim.hardware.units._examples import example_pcu  # noqa: F401  (docstring examples)
+
+
+def mac_rate(pcu: PCUSpec, dtype: str) -> float:
+    """MACs per lane per stage per cycle for ``dtype``.
+
+    Raises
+    ------
+    InputError
+        If the PCU spec gives no rate for ``dtype``.
+
+    Examples
+    --------
+    >>> mac_rate(example_pcu(), "bf16")
+    1.0
+    """
+    rates = pcu.macs_per_lane_stage_per_cycle
+    if dtype not in rates:
+        raise InputError(f"no MAC rate for datatype {dtype!r}; the PCU defines {sorted(rates)}",
+                         field="pcu.macs_per_lane_stage_per_cycle")
+    return float(rates[dtype])
+
+
+def gemm_geometry(pcu: PCUSpec, dtype: str = "bf16") -> tuple[int, int]:
+    """``(k_per_block, row_cycles)`` of the systolic mapping for ``dtype`` (see module docstring).
+
+    Examples
+    --------
+    >>> gemm_geometry(example_pcu(), "bf16"), gemm_geometry(example_pcu(), "int8")
+    ((6, 1), (12, 1))
+    >>> gemm_geometry(example_pcu(), "fp32")
+    (6, 2)
+    """
+    rate = mac_rate(pcu, dtype)
+    if rate >= 1:
+        return pcu.stages * int(math.floor(rate)), 1
+    return pcu.stages, int(math.ceil(1.0 / rate - 1e-9))
+
+
+def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
+                efficiency: float = 1.0) -> int:
+    """Cycles for ONE PCU in systolic mode to compute an ``m x k x n`` GEMM tile.
+
+    Parameters
+    ----------
+    pcu : PCUSpec
+        The PCU (lanes, stages, MAC rates, pipeline latency).
+    m, k, n : int
+        Tile dimensions: ``C[m, n] = A[m, k] @ B[k, n]``.
+    dtype : str
+        Operand datatype, a key of ``pcu.macs_per_lane_stage_per_cycle``.
+    efficiency : float
+        Achieved fraction of the modelled steady state (calibrated ``systolic_efficiency``).
+
+    Returns
+    -------
+    int
+        Cycles from the first weight load to the last output leaving the pipeline.
+
+    Examples
+    --------
+    A 64 x 64 x 64 tile on 32 lanes x 6 stages: 2 column blocks x 11 K blocks (K padded to 66),
+    64 rows each, plus 6 cycles of first weight load and a 10-cycle pipeline drain:
+
+    >>> pcu = example_pcu()
+    >>> gemm_cycles(pcu, 64, 64, 64)
+    1424
+    >>> 2 * 11 * 64 + 6 + 10
+    1424
+    >>> gemm_cycles(pcu, 64, 64, 128)   # N doubled: twice the column blocks
+    2832
+    """
+    if min(m, k, n) < 0:
+        raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    if m == 0 or k == 0 or n == 0:
+        return 0
+    k_per_block, row_cycles = gemm_geometry(pcu, dtype)
+    n_blocks = ceil_div(n, pcu.lanes)
+    k_blocks = ceil_div(k, k_per_block)
+    block = max(m * row_cycles, pcu.stages)
+    if k_blocks > 1:
+        block = max(block, pcu.pipeline_latency_cycles)
+    steady = n_blocks * k_blocks * block
+    return pcu.stages + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
+
+
+def gemm_padding_waste(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16") -> float:
+    """Fraction of the systolic array's MAC slots wasted on padding for an ``m x k x n`` tile.
+
+    Counts only the N and K padding of the mapping (M streams, so it pads nothing).
+
+    Examples
+    --------
+    >>> pcu = example_pcu()
+    >>> gemm_padding_waste(pcu, 64, 66, 64)
+    0.0
+    >>> gemm_padding_waste(pcu, 64, 64, 33)   # 33 columns use 2 blocks of 32, K 64 -> 66
+    0.5
+    """
+    if min(m, k, n) <= 0:
+        return 0.0
+    k_per_block, _ = gemm_geometry(pcu, dtype)
+    padded = ceil_div(n, pcu.lanes) * pcu.lanes * ceil_div(k, k_per_block) * k_per_block
+    return 1.0 - (n * k) / padded
+
+
+def simd_cycles(pcu: PCUSpec, elements: int, ops_per_element: int = 1,
+                transcendentals: int = 0) -> int:
+    """Cycles for ONE PCU in SIMD mode to apply ``ops_per_element`` ops to ``elements`` values.
+
+    Elements enter ``lanes`` at a time, one vector per cycle; each stage applies one op, so a
+    vector needs ``ceil(ops_per_element / stages)`` passes through the pipeline (the array
+    delivers ``lanes x stages`` ops/cycle only when every stage has work). Transcendentals
+    (exp, rsqrt, ...) run in the tail stage at ``tail_stage.transcendentals_per_lane_per_cycle x
+    lanes`` per cycle, concurrently with the ALU stages; the slower of the two sets the pace.
+    One pipeline latency is paid for fill and drain.
+
+    Examples
+    --------
+    >>> pcu = example_pcu()
+    >>> simd_cycles(pcu, 1024)                      # 32 vectors + 10-cycle pipeline
+    42
+    >>> simd_cycles(pcu, 1024, ops_per_element=12)  # two passes per vector
+    74
+    >>> simd_cycles(pcu, 1024, transcendentals=1024)   # tail stage at 0.5 per lane per cycle
+    74
+    """
+    if elements < 0 or ops_per_element < 0 or transcendentals < 0:
+        raise ValueError("elements, ops_per_element and transcendentals must be >= 0")
+    vectors = ceil_div(elements, pcu.lanes)
+    alu = vectors * max(1, ceil_div(ops_per_element, pcu.stages)) if elements else 0
+    tail_rate = pcu.tail_stage.transcendentals_per_lane_per_cycle * pcu.lanes
+    tail = ceil_cycles(transcendentals / tail_rate)
+    steady = max(alu, tail)
+    return steady + pcu.pipeline_latency_cycles if steady else 0
+
+
+def reduction_cycles(pcu: PCUSpec, elements: int, reduce_len: int) -> int:
+    """Cycles to reduce ``elements`` values in rows of ``reduce_len`` through the cross-lane tree.
+
+    One lanes-wide vector enters the tree per cycle. A row longer than ``lanes`` takes
+    ``ceil(reduce_len / lanes)`` vectors whose tree outputs accumulate in a stage; shorter rows
+    are packed ``floor(lanes / reduce_len)`` to a vector (segmented tree). One pass of the tree
+    (``reduction_tree_latency_cycles``) is paid for fill and drain.
+
+    Examples
+    --------
+    >>> pcu = example_pcu()
+    >>> reduction_cycles(pcu, 64 * 128, 128)   # 64 rows x 4 vectors + 5-cycle tree
+    261
+    >>> reduction_cycles(pcu, 64 * 8, 8)       # 4 rows per vector: 16 vectors
+    21
+    """
+    if elements < 0 or reduce_len <= 0:
+        raise ValueError(f"need elements >= 0 and reduce_len > 0, got {elements}, {reduce_len}")
+    if elements == 0:
+        return 0
+    rows = ceil_div(elements, reduce_len)
+    if reduce_len >= pcu.lanes:
+        vectors = rows * ceil_div(reduce_len, pcu.lanes)
+    else:
+        vectors = ceil_div(rows, pcu.lanes // reduce_len)
+    return vectors + pcu.reduction_tree_latency_cycles
+
+
+def pcu_peak_flops_per_cycle(pcu: PCUSpec, dtype: str = "bf16") -> float:
+    """Peak FLOP per cycle of one PCU: 2 (multiply + add) x lanes x stages x MAC rate.
+
+    Examples
+    --------
+    >>> pcu_peak_flops_per_cycle(example_pcu(), "bf16")
+    384.0
+    """
+    return 2.0 * pcu.lanes * pcu.stages * mac_rate(pcu, dtype)

@@ -1,0 +1,57 @@
+"""PMU unit model: port bandwidth, concurrent read/write, address generation, capacity."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sn40l_sim.hardware.units import pmu_cycles, pmu_port_bytes_per_cycle, pmus_for_buffer
+from units_reference_socket import reference_socket
+
+PMU = reference_socket().pmu
+
+
+def test_port_width_is_banks_times_bank_width():
+    assert pmu_port_bytes_per_cycle(PMU) == PMU.banks * PMU.bank_width_bytes
+
+
+@settings(max_examples=300, deadline=None)
+@given(r=st.integers(0, 10**7), w=st.integers(0, 10**7), a=st.integers(0, 10**6))
+def test_never_beats_port_or_address_rates(r, w, a):
+    cycles = pmu_cycles(PMU, r, w, a)
+    port = pmu_port_bytes_per_cycle(PMU)
+    assert r <= cycles * port * PMU.read_ports
+    assert w <= cycles * port * PMU.write_ports
+    assert a <= cycles * PMU.addresses_per_cycle
+
+
+def test_reads_and_writes_overlap():
+    r, w = 1 << 20, 3 << 18
+    assert pmu_cycles(PMU, r, w) == max(pmu_cycles(PMU, r, 0), pmu_cycles(PMU, 0, w))
+
+
+def test_streaming_rate_is_exact_for_whole_rows():
+    port = pmu_port_bytes_per_cycle(PMU)
+    assert pmu_cycles(PMU, 1000 * port * PMU.read_ports, 0) == 1000
+
+
+def test_gather_limited_by_address_generation():
+    # one BF16 element per address: the address generators, not the banks, set the pace
+    n = 4096
+    assert pmu_cycles(PMU, 2 * n, 0, addresses=n) == math.ceil(n / PMU.addresses_per_cycle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 10**9), db=st.booleans())
+def test_buffers_fit_in_the_pmus_given(size, db):
+    n = pmus_for_buffer(PMU, size, db)
+    need = size * (2 if db else 1)
+    assert n * PMU.capacity_bytes >= need
+    assert (n - 1) * PMU.capacity_bytes < need or n == 0
+
+
+def test_negative_sizes_rejected():
+    with pytest.raises(ValueError):
+        pmu_cycles(PMU, -1, 0)
