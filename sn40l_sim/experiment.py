@@ -1,19 +1,72 @@
 """Experiment files (``experiments/*.yaml``): hardware + model + KV policies + parallel plan +
-workload (+ sweep axes), expanded into simulation points.
+workload + serving set-up (+ sweep axes), expanded into simulation points.
 
-This is the top of the data flow (docs/architecture.md): it loads the hardware, the model and the
-KV policies and hands them, as spec objects, to the mapper and the engine.
+This is the top of the data flow (docs/architecture.md): it validates the experiment and expands
+it into :class:`Point` objects; the ``run`` command loads the hardware, the model and the KV
+policy of each point and hands them, as spec objects, to the mapper and the engine.
+
+Sections added for serving (issue 5):
+
+``prompt_lens``
+    Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
+``policies[i].prompt_fraction`` / ``policies[i].per_prompt``
+    Policy parameters that depend on the prompt: ``prompt_fraction: {budget: 0.25}`` sets
+    ``budget = round(0.25 * prompt_len)``; ``per_prompt: [{prompt_len: 65536, params: {...}}]``
+    overrides parameters at one length.
+``workload``
+    ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
+    ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
+    (a CSV or JSONL file of ``arrival_s, prompt_len, output_len``). ``count: batch`` means as many
+    requests as the decode batch has slots (times ``rounds``).
+``serving``
+    ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
+    compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
+    graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
+    (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+``sweep``
+    Reserved for sweeps (issue 7): accepted by the schema, refused by ``run`` until implemented.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "e.yaml").write_text('''
+... kind: experiment
+... name: demo
+... hardware: hw.yaml
+... model: m.yaml
+... policies:
+...   - {name: full, policy: full}
+...   - {name: snap, policy: snapstream, params: {sink: 4}, prompt_fraction: {budget: 0.25}}
+... shape: {prompt_len: 1024}
+... prompt_lens: [1024, 2048]
+... workload: {kind: fixed, count: batch, output_len: 16}
+... serving: {max_new_tokens: 16}
+... ''')
+>>> exp = load_experiment(folder / "e.yaml")
+>>> [(p.name, p.prompt_len, p.params) for p in points(exp)]
+[('full@1K', 1024, {}), ('full@2K', 2048, {}), ('snap@1K', 1024, {'budget': 256, 'sink': 4}), ('snap@2K', 2048, {'budget': 512, 'sink': 4})]
+>>> exp.max_new_tokens, exp.spec.serving.batch, exp.prefill_node_count
+(16, 'max', 1)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, ValidationError
 
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
-from sn40l_sim.yamlio import Document, load_document
+from sn40l_sim.errors import InputError
+from sn40l_sim.schema import NonNegativeInt, PositiveInt, Seconds, StrictModel, _explain
+from sn40l_sim.yamlio import Document, FieldPath, load_document
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sn40l_sim.kvcache.base import KVPolicy
+
+#: default compiled sizes of static graphs: powers of two (an assumption, documented in the README)
+POWERS_OF_TWO_BATCH = tuple(2**i for i in range(13))            # 1 .. 4096
+POWERS_OF_TWO_PREFILL = tuple(2**i for i in range(21))          # 1 .. 1 Mi tokens
 
 
 class PhasePlan(StrictModel):
@@ -28,12 +81,22 @@ class ParallelSection(StrictModel):
     decode: PhasePlan = PhasePlan()
 
 
+class PromptParams(StrictModel):
+    """Policy parameters that apply at one prompt length only."""
+
+    prompt_len: PositiveInt
+    params: dict[str, Any]
+
+
 class PolicyEntry(StrictModel):
     """One KV policy to simulate, with its parameters (see ``sn40l_sim/kvcache``)."""
 
     name: str
     policy: str
     params: dict[str, Any] = Field(default_factory=dict)
+    #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
+    prompt_fraction: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    per_prompt: tuple[PromptParams, ...] = ()
 
 
 class ShapeSection(StrictModel):
@@ -44,9 +107,110 @@ class ShapeSection(StrictModel):
     max_new_tokens: NonNegativeInt = 0
 
 
+# ---- workload -------------------------------------------------------------------------------
+
+def _int_is_constant(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"dist": "constant", "value": value}
+    return value
+
+
+class ConstantLength(StrictModel):
+    """Every request has ``value`` tokens."""
+
+    dist: Literal["constant"]
+    value: PositiveInt
+
+
+class UniformLength(StrictModel):
+    """Integers uniform in ``[low, high]`` (both included)."""
+
+    dist: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt
+
+
+class LognormalLength(StrictModel):
+    """Lognormal with the given ``median`` and log-space ``sigma``, rounded and clipped to
+    ``[low, high]`` (``high`` defaults to the point's prompt length / ``max_new_tokens``)."""
+
+    dist: Literal["lognormal"]
+    median: Annotated[float, Field(gt=0)]
+    sigma: Annotated[float, Field(gt=0)]
+    low: PositiveInt = 1
+    high: PositiveInt | None = None
+
+
+#: a length distribution; a bare integer means a constant
+LengthDist = Annotated[Union[ConstantLength, UniformLength, LognormalLength],
+                       Field(discriminator="dist"), BeforeValidator(_int_is_constant)]
+
+
+class RequestEntry(StrictModel):
+    """One request of a fixed list (``prompt_len`` defaults to the point's prompt length)."""
+
+    arrival_s: Seconds = 0.0
+    prompt_len: PositiveInt | None = None
+    output_len: PositiveInt
+
+
+class FixedWorkload(StrictModel):
+    """``count`` identical requests ``interval_s`` apart from ``arrival_s``, or a ``requests`` list."""
+
+    kind: Literal["fixed"]
+    count: PositiveInt | Literal["batch"] | None = None
+    rounds: PositiveInt = 1
+    prompt_len: PositiveInt | None = None
+    output_len: PositiveInt | None = None
+    arrival_s: Seconds = 0.0
+    interval_s: Seconds = 0.0
+    requests: tuple[RequestEntry, ...] | None = None
+
+
+class PoissonWorkload(StrictModel):
+    """``count`` requests with exponential inter-arrival times of mean ``1 / rate_per_s``."""
+
+    kind: Literal["poisson"]
+    rate_per_s: Annotated[float, Field(gt=0)]
+    count: PositiveInt | Literal["batch"] = "batch"
+    rounds: PositiveInt = 1
+    #: default: every prompt has the point's prompt length
+    prompt_len: LengthDist | None = None
+    output_len: LengthDist
+
+
+class TraceWorkload(StrictModel):
+    """Requests read from a CSV (header ``arrival_s,prompt_len,output_len``) or JSONL file."""
+
+    kind: Literal["trace"]
+    path: str
+
+
+Workload = Annotated[Union[FixedWorkload, PoissonWorkload, TraceWorkload], Field(discriminator="kind")]
+
+
+class ServingSection(StrictModel):
+    """How requests are served (see :mod:`sn40l_sim.engine.serving`)."""
+
+    mode: Literal["disaggregated", "colocated"] = "disaggregated"
+    #: nodes that only prefill (disaggregated; default 1). Must be absent or 0 when co-located.
+    prefill_nodes: NonNegativeInt | None = None
+    #: nodes that decode (co-located: nodes that do both)
+    decode_nodes: PositiveInt = 1
+    #: decode slots per node: ``max`` (largest compiled size that fits) or a number
+    batch: PositiveInt | Literal["max"] = "max"
+    batch_sizes: tuple[PositiveInt, ...] = POWERS_OF_TWO_BATCH
+    prefill_lens: tuple[PositiveInt, ...] = POWERS_OF_TWO_PREFILL
+    #: the static decode graph's maximum generated length (default: ``shape.max_new_tokens``)
+    max_new_tokens: PositiveInt | None = None
+    tokens_per_forward: Annotated[float, Field(ge=1)] = 1.0
+    #: link carrying the KV cache from a prefill node to a decode node
+    kv_transfer: Literal["host_link", "p2p"] = "host_link"
+    seed: NonNegativeInt = 0
+
+
 class ExperimentSpec(StrictModel):
-    """The validated experiment file. Later sections (workload, serving, sweep) are added by the
-    engine and the sweep code; unknown keys are errors."""
+    """The validated experiment file; unknown keys are errors."""
 
     kind: Literal["experiment"]
     name: str
@@ -56,6 +220,13 @@ class ExperimentSpec(StrictModel):
     parallel: ParallelSection = ParallelSection()
     policies: tuple[PolicyEntry, ...]
     shape: ShapeSection
+    prompt_lens: tuple[PositiveInt, ...] | None = None
+    workload: Workload | None = None
+    serving: ServingSection = ServingSection()
+    #: options passed through to the graph builder (``build_graph(**graph_options)``)
+    graph_options: dict[str, Any] = Field(default_factory=dict)
+    #: reserved for issue 7 (sweeps); ``run`` refuses an experiment that has one
+    sweep: dict[str, Any] | None = None
 
 
 @dataclass
@@ -72,8 +243,213 @@ class Experiment:
     def resolve(self, relative: str) -> Path:
         return self.doc.resolve(relative)
 
+    def error(self, field_path: FieldPath, message: str) -> InputError:
+        """An :class:`InputError` located at ``field_path`` of this file."""
+        return self.doc.error(field_path, message)
+
+    @property
+    def prompt_lens(self) -> tuple[int, ...]:
+        """The prompt lengths to simulate, in file order."""
+        return self.spec.prompt_lens or (self.spec.shape.prompt_len,)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The static decode graph's maximum generated length (serving, else shape)."""
+        value = self.spec.serving.max_new_tokens or self.spec.shape.max_new_tokens
+        if not value:
+            raise self.error(("serving", "max_new_tokens"), "required: the static decode graph's maximum "
+                             "number of generated tokens (or set shape.max_new_tokens)")
+        return value
+
+    @property
+    def prefill_node_count(self) -> int:
+        """Prefill-only nodes: 0 when co-located, else ``serving.prefill_nodes`` (default 1)."""
+        serving = self.spec.serving
+        if serving.mode == "colocated":
+            return 0
+        return 1 if serving.prefill_nodes is None else serving.prefill_nodes
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation point: a KV policy (with its resolved parameters) at one prompt length.
+
+    Attributes
+    ----------
+    name : str
+        Unique within the experiment: the policy entry's name, plus ``@<prompt>`` when the
+        experiment has several prompt lengths.
+    entry : str
+        The policy entry's name.
+    policy : str
+        Registry name of the policy (``full``, ``snapstream``, ...).
+    params : dict
+        Parameters for :func:`sn40l_sim.kvcache.make_policy`, keys sorted.
+    prompt_len : int
+        Prompt length (the prefill length and the decode graph's compiled prompt length).
+    policy_index : int
+        Index of the entry in ``policies`` (for error locations).
+    """
+
+    name: str
+    entry: str
+    policy: str
+    params: dict[str, Any]
+    prompt_len: int
+    policy_index: int
+
+
+def length_label(tokens: int) -> str:
+    """``131072`` -> ``'128K'``; lengths that are not whole KiB stay as they are.
+
+    >>> length_label(131072), length_label(1000)
+    ('128K', '1000')
+    """
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
+
+
+def points(exp: Experiment) -> list[Point]:
+    """Expand policies x prompt lengths into named points (policy order, then prompt order)."""
+    several = len(exp.prompt_lens) > 1
+    out = []
+    for index, entry in enumerate(exp.spec.policies):
+        overrides = {pp.prompt_len: pp.params for pp in entry.per_prompt}
+        for prompt_len in exp.prompt_lens:
+            params = dict(entry.params)
+            params.update({k: max(1, round(f * prompt_len)) for k, f in entry.prompt_fraction.items()})
+            params.update(overrides.get(prompt_len, {}))
+            name = f"{entry.name}@{length_label(prompt_len)}" if several else entry.name
+            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index))
+    return out
+
+
+def make_point_policy(exp: Experiment, point: Point) -> "KVPolicy":
+    """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
+    :class:`InputError` located at the policy entry."""
+    from sn40l_sim.kvcache import make_policy
+
+    try:
+        return make_policy(point.policy, dict(point.params))
+    except InputError as exc:
+        if exc.file:
+            raise
+        at = ("policies", point.policy_index, "policy" if point.policy not in _registry() else "params")
+        file, line = exp.doc.where(at)
+        raise exc.__class__(f"{exc} (point {point.name}, prompt_len {point.prompt_len})", file=file,
+                            field=f"policies[{point.policy_index}].{at[-1]}", line=line) from None
+
+
+def _registry() -> dict:
+    from sn40l_sim.kvcache.base import POLICIES
+
+    return POLICIES
+
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Load and validate an experiment file (hardware and model files are loaded by the caller)."""
+    """Load and validate an experiment file (hardware and model files are loaded by the caller).
+
+    Raises
+    ------
+    InputError
+        For the first bad field, naming the file, the field path and the line.
+    """
     doc = load_document(path)
-    return Experiment(validate(ExperimentSpec, doc), doc)
+    exp = Experiment(_validate(doc), doc)
+    _check(exp)
+    return exp
+
+
+def _validate(doc: Document) -> ExperimentSpec:
+    """Like :func:`sn40l_sim.schema.validate`, but drops the union tags pydantic puts in error
+    locations (``workload.poisson.rate_per_s`` -> ``workload.rate_per_s``) so the path and the line
+    are the file's own."""
+    try:
+        return ExperimentSpec.model_validate(doc.data)
+    except ValidationError as exc:
+        errors = [(_file_loc(doc.data, err["loc"]), err) for err in exc.errors()]
+        loc = errors[0][0]
+        same = [err for where, err in errors if where == loc]
+        messages = list(dict.fromkeys(_message(err) for err in same))
+        message = " or ".join(messages)
+        if len(errors) > len(same):
+            message += f" (and {len(errors) - len(same)} more problem(s) in this file)"
+        raise doc.error(loc, message) from None
+
+
+_TAGS = {"dist": "an integer, or a mapping with dist: constant | uniform | lognormal",
+         "kind": "a mapping with kind: fixed | poisson | trace"}
+
+
+def _message(err: dict) -> str:
+    if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
+        key = err.get("ctx", {}).get("discriminator", "").strip("'")
+        return f"expected {_TAGS.get(key, 'a known kind')} (got {err.get('input')!r})"
+    return _explain(err)
+
+
+def _file_loc(data: Any, pydantic_loc: tuple) -> FieldPath:
+    """The part of a pydantic error location that names keys of the file: union tags and
+    validator labels are dropped, a missing key at the end is kept."""
+    loc: list = []
+    parts = list(pydantic_loc)
+    for i, part in enumerate(parts):
+        if isinstance(data, dict):
+            if part in data:
+                loc.append(part)
+                data = data[part]
+            elif i == len(parts) - 1 and isinstance(part, str) and not part.startswith(("function-", "literal[")):
+                loc.append(part)  # a missing key
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            loc.append(part)
+            data = data[part]
+    return tuple(loc)
+
+
+def _check(exp: Experiment) -> None:
+    """Cross-field rules pydantic cannot express field by field."""
+    spec = exp.spec
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(spec.policies):
+        if entry.name in seen:
+            raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
+                            f"(also policies[{seen[entry.name]}])")
+        seen[entry.name] = i
+        for j, pp in enumerate(entry.per_prompt):
+            if pp.prompt_len not in exp.prompt_lens:
+                raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
+                                f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
+    if not spec.policies:
+        raise exp.error(("policies",), "expected at least one policy")
+    if len(set(exp.prompt_lens)) != len(exp.prompt_lens):
+        raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
+    serving = spec.serving
+    if serving.mode == "colocated" and serving.prefill_nodes:
+        raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "
+                        "prefill_nodes out (or 0) when mode is colocated")
+    if serving.mode == "disaggregated" and serving.prefill_nodes == 0:
+        raise exp.error(("serving", "prefill_nodes"), "disaggregated serving needs at least 1 prefill node")
+    for key in ("batch_sizes", "prefill_lens"):
+        values = getattr(serving, key)
+        if not values:
+            raise exp.error(("serving", key), "expected at least one compiled size")
+    _check_workload(exp)
+
+
+def _check_workload(exp: Experiment) -> None:
+    workload = exp.spec.workload
+    at: FieldPath = ("workload",)
+    if isinstance(workload, FixedWorkload):
+        shorthand = [k for k in ("count", "prompt_len", "output_len") if getattr(workload, k) is not None]
+        if workload.requests is not None and shorthand:
+            raise exp.error(at + (shorthand[0],), "give either a 'requests' list or count/output_len, not both")
+        if workload.requests is None and (workload.count is None or workload.output_len is None):
+            missing = "count" if workload.count is None else "output_len"
+            raise exp.error(at + (missing,), "required for a fixed workload without a 'requests' list")
+        if workload.requests is not None and not workload.requests:
+            raise exp.error(at + ("requests",), "expected at least one request")
+    for key in ("prompt_len", "output_len"):
+        dist = getattr(workload, key, None)
+        if isinstance(dist, UniformLength) and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
+        if isinstance(dist, LognormalLength) and dist.high is not None and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
