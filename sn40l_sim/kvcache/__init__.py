@@ -1,0 +1,12 @@
+"""KV-cache policies: cache lengths, bytes and the extra prefill kernels of each policy.
+
+Use :func:`make_policy` (registry in :data:`sn40l_sim.kvcache.base.POLICIES`); the functional
+numpy reference of SnapStream is :mod:`sn40l_sim.kvcache.reference`.
+"""
+from sn40l_sim.kvcache.base import POLICIES, KVPolicy, register
+from sn40l_sim.kvcache.factory import make_policy
+from sn40l_sim.kvcache.policies import Full, SnapKV, SnapStream, StreamingLLM
+from sn40l_sim.kvcache.sizing import kv_bytes_per_token, kv_bytes_per_token_layer, kv_width
+
+__all__ = ["POLICIES", "KVPolicy", "register", "make_policy", "Full", "SnapStream", "StreamingLLM",
+           "SnapKV", "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_width"]

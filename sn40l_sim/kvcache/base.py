@@ -6,9 +6,12 @@ extra kernels prefill runs, and what decode reads and writes. Policies are looke
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
+from sn40l_sim.errors import InputError
+from sn40l_sim.kvcache.sizing import kv_bytes_per_token
 from sn40l_sim.models.kernels import FusedKernel
 from sn40l_sim.models.spec import ModelSpec
 
@@ -31,6 +34,50 @@ class KVPolicy(ABC):
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         """Extra kernels per layer that prefill runs for this policy (empty for ``full``)."""
 
+    # -- additions to the contract: everything below derives from the three methods above --
+
+    def decode_read_tokens(self, prompt_len: int, generated: int, max_new_tokens: int) -> int:
+        """Cache slots per layer that one decode step's attention reads for one sequence.
+
+        SN40L decode runs a static graph: attention streams the whole static slot every step and
+        masks what is padding, so this is :meth:`static_cache_len` whatever ``generated`` is.
+        It is what :class:`~sn40l_sim.models.kernels.Shape` calls ``kv_len``.
+        """
+        return self.static_cache_len(prompt_len, max_new_tokens)
+
+    def decode_write_tokens(self) -> int:
+        """Tokens of KV one decode step writes per layer and sequence (the new token's row)."""
+        return 1
+
+    def bytes_per_sequence(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> int:
+        """KV bytes reserved for one sequence over all layers (its static slot)."""
+        return self.static_cache_len(prompt_len, max_new_tokens) * kv_bytes_per_token(model)
+
+    def decode_read_bytes(self, model: ModelSpec, prompt_len: int, generated: int,
+                          max_new_tokens: int) -> int:
+        """KV bytes one decode step reads for one sequence over all layers."""
+        return self.decode_read_tokens(prompt_len, generated, max_new_tokens) * kv_bytes_per_token(model)
+
+    def decode_write_bytes(self, model: ModelSpec) -> int:
+        """KV bytes one decode step writes for one sequence over all layers."""
+        return self.decode_write_tokens() * kv_bytes_per_token(model)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "KVPolicy":
+        """Build the policy from an experiment file's ``params`` mapping.
+
+        Raises
+        ------
+        InputError
+            Naming the parameter (as ``field``) for an unknown key or a bad value.
+        """
+        known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        for key in params:
+            if key not in known:
+                raise InputError(f"unknown parameter of KV policy {cls.name!r}; expected one of "
+                                 f"{', '.join(known) or '(none)'}", field=str(key))
+        return cls(**params)
+
 
 POLICIES: dict[str, type[KVPolicy]] = {}
 
@@ -42,3 +89,23 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
 
 
 PolicyFactory = Callable[..., KVPolicy]
+
+
+def check_int(policy: str, param: str, value: Any, minimum: int) -> None:
+    """Raise :class:`InputError` naming ``param`` unless ``value`` is an integer >= ``minimum``.
+
+    Examples
+    --------
+    >>> check_int("snapstream", "sink", 4, 0)
+    >>> check_int("snapstream", "sink", -1, 0)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: sink: KV policy 'snapstream': expected an integer >= 0, got -1
+    """
+    # bool is an int subclass, and a YAML "yes" must not pass for a token count
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"KV policy {policy!r}: expected an integer >= {minimum}, got {value!r}",
+                         field=param)
+    if value < minimum:
+        raise InputError(f"KV policy {policy!r}: expected an integer >= {minimum}, got {value}",
+                         field=param)

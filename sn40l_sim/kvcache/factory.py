@@ -1,0 +1,59 @@
+"""``make_policy``: a KV policy from its registry name and an experiment file's parameters.
+
+Examples
+--------
+>>> make_policy("snapstream", {"budget": 32768}).static_cache_len(131072, 0)
+32768
+>>> make_policy("snapstream", {"sink": -1})
+Traceback (most recent call last):
+...
+sn40l_sim.errors.InputError: params.sink: KV policy 'snapstream': expected an integer >= 0, got -1
+>>> make_policy("h2o", {})
+Traceback (most recent call last):
+...
+sn40l_sim.errors.InputError: policy: unknown KV policy 'h2o'; expected one of full, snapkv, snapstream, streamingllm
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.kvcache import policies as _policies  # noqa: F401  (registers the policies)
+from sn40l_sim.kvcache.base import POLICIES, KVPolicy
+
+
+def make_policy(name: str, params: Mapping[str, Any] | None = None, *,
+                file: str | Path | None = None, at: str = "") -> KVPolicy:
+    """Build the registered policy ``name`` with ``params``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`sn40l_sim.kvcache.base.POLICIES`.
+    params : mapping, optional
+        The policy's parameters (see each policy class); unknown keys are errors.
+    file : str or Path, optional
+        The experiment file, copied into the error for the user.
+    at : str, optional
+        Dotted field path of the policy entry in that file (e.g. ``policies.1``); errors name
+        ``<at>.policy`` or ``<at>.params.<parameter>``.
+
+    Raises
+    ------
+    InputError
+        Unknown policy name, unknown parameter, or a parameter of the wrong type or range.
+    """
+    prefix = f"{at}." if at else ""
+    if not isinstance(name, str) or name not in POLICIES:
+        raise InputError(f"unknown KV policy {name!r}; expected one of {', '.join(sorted(POLICIES))}",
+                         file=file, field=f"{prefix}policy")
+    params = {} if params is None else params
+    if not isinstance(params, Mapping):
+        raise InputError(f"expected a mapping of parameters, got {params!r}", file=file,
+                         field=f"{prefix}params")
+    try:
+        return POLICIES[name].from_params(params)
+    except InputError as exc:
+        raise InputError(exc.message, file=file,
+                         field=f"{prefix}params.{exc.field}" if exc.field else f"{prefix}params") from None

@@ -1,0 +1,119 @@
+"""What one cached token costs, and how the cache of one layer splits over tensor-parallel sockets.
+
+The cache of a layer holds, per token, one row per *cached tensor*:
+
+* MLA (DeepSeek): the ``kv_lora_rank``-wide latent and the ``qk_rope_head_dim``-wide RoPE key,
+  shared by every query head (one "KV head");
+* GQA (Llama): the keys and the values, ``kv_heads x head_dim`` each.
+
+Examples
+--------
+>>> from sn40l_sim.models.spec import ModelSpec
+>>> r1 = ModelSpec.model_validate(dict(
+...     kind="model", name="r1", layers=61, hidden=7168, dense_ffn=18432, vocab=129280,
+...     weight_dtype="fp8", attention=dict(kind="mla", heads=128, q_lora_rank=1536,
+...     kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)))
+>>> kv_width(r1), kv_bytes_per_token_layer(r1), kv_bytes_per_token(r1)
+(576, 1152, 70272)
+>>> [(t.name, t.width) for t in cached_tensors(r1)]
+[('latent', 512), ('rope_key', 64)]
+>>> kv_sharding(r1, tp=16)
+KVSharding(query_heads=8, kv_heads=1, row_shards=16)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+
+#: bytes of one element of each KV / weight datatype a model file may name
+DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class CachedTensor:
+    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token."""
+
+    name: str
+    width: int
+    heads: int
+
+
+def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
+    """The tensors one layer caches per token (MLA: latent + RoPE key; GQA: K + V)."""
+    att = model.attention
+    if isinstance(att, MLAAttentionSpec):
+        # one latent row shared by all heads: the cache has a single "KV head"
+        return (CachedTensor("latent", att.kv_lora_rank, 1),
+                CachedTensor("rope_key", att.qk_rope_head_dim, 1))
+    return (CachedTensor("keys", att.head_dim, att.kv_heads),
+            CachedTensor("values", att.head_dim, att.kv_heads))
+
+
+def kv_width(model: ModelSpec) -> int:
+    """Elements cached per token and layer (576 for DeepSeek MLA; ``2 kv_heads head_dim`` for GQA)."""
+    return sum(t.width * t.heads for t in cached_tensors(model))
+
+
+def kv_dtype_bytes(model: ModelSpec) -> int:
+    """Bytes of one cached element."""
+    return DTYPE_BYTES[model.kv_dtype]
+
+
+def weight_dtype_bytes(model: ModelSpec) -> int:
+    """Bytes of one weight element in the model's native datatype."""
+    return DTYPE_BYTES[model.weight_dtype]
+
+
+def kv_bytes_per_token_layer(model: ModelSpec) -> int:
+    """Bytes cached per token in one layer."""
+    return kv_width(model) * kv_dtype_bytes(model)
+
+
+def kv_bytes_per_token(model: ModelSpec) -> int:
+    """Bytes cached per token over all ``model.layers`` layers.
+
+    The multi-token-prediction module's own cache is not counted: it is one extra block that
+    serving sizes separately (REFERENCE §2 quotes 70,272 B over the 61 main layers).
+    """
+    return model.layers * kv_bytes_per_token_layer(model)
+
+
+def kv_heads(model: ModelSpec) -> int:
+    """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA."""
+    return cached_tensors(model)[0].heads
+
+
+def query_head_dim(model: ModelSpec) -> int:
+    """Width of one query head as the QKV kernel writes it (MLA: ``qk_nope + qk_rope`` = 192)."""
+    att = model.attention
+    if isinstance(att, MLAAttentionSpec):
+        return att.qk_nope_head_dim + att.qk_rope_head_dim
+    return att.head_dim
+
+
+@dataclass(frozen=True)
+class KVSharding:
+    """How one layer's attention cache work splits over ``tp`` sockets (busiest socket).
+
+    ``query_heads`` and ``kv_heads`` are the heads one socket owns. When there are fewer KV heads
+    than sockets (always for MLA), ``row_shards`` sockets share a KV head: they split its query
+    heads, reduce their partial SnapKV scores among themselves, and each builds
+    ``1/row_shards`` of the compressed cache's rows.
+    """
+
+    query_heads: int
+    kv_heads: int
+    row_shards: int
+
+
+def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
+    """Heads per socket and sockets per KV head under tensor parallelism ``tp``."""
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    heads = model.attention.heads
+    groups = kv_heads(model)
+    return KVSharding(query_heads=math.ceil(heads / tp),
+                      kv_heads=math.ceil(groups / tp),
+                      row_shards=max(1, tp // groups))
