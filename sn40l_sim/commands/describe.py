@@ -1,0 +1,165 @@
+"""Print the derived figures of a hardware, model or experiment file.
+
+Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak FLOP/s per datatype,
+SRAM, HBM and DDR capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
+socket and for the whole node. Model files (kind: model) are described by sn40l_sim.models.describe;
+experiment files (kind: experiment) list the files they reference.
+
+example:
+  python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sn40l_sim.units import format_bytes
+from sn40l_sim.yamlio import load_document
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``describe``'s arguments."""
+    parser.add_argument("file", help="a hardware (hw_configs/), model (graphs/) or experiment file")
+
+
+def si(value: float, unit: str, digits: int = 5) -> str:
+    """A decimal-prefixed quantity for tables.
+
+    >>> si(1638.4e9, "B/s"), si(638.976e12, "FLOPS"), si(93.75e-9 * 1e9, "ns")
+    ('1.6384 TB/s', '638.98 TFLOPS', '93.75 ns')
+    """
+    for scale, prefix in _SI:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def seconds_text(value: float) -> str:
+    """A time in the most readable of s, ms, us, ns.
+
+    >>> seconds_text(93.75e-9), seconds_text(2e-6)
+    ('93.75 ns', '2 us')
+    """
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if value >= scale:
+            return f"{value / scale:.4g} {unit}"
+    return f"{value / 1e-9:.4g} ns"
+
+
+def file_kind(path: str | Path) -> str:
+    """The ``kind:`` a YAML file declares (after ``base:`` overlays)."""
+    doc = load_document(path)
+    kind = doc.data.get("kind")
+    if not isinstance(kind, str):
+        raise doc.error(("kind",), "expected 'kind: socket | node | model | experiment' at the top of the file")
+    return kind
+
+
+def describe_hardware(path: str | Path) -> str:
+    """The figures table of a socket or node file.
+
+    Examples
+    --------
+    >>> text = describe_hardware("hw_configs/sn40l.yaml")
+    >>> "1040" in text and "638.98 TFLOPS" in text and "64.0 GiB" in text
+    True
+    """
+    from sn40l_sim.hardware import figures as f
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.hardware.topology import p2p_links
+
+    node = load_hardware(path)
+    s, n = node.socket, node.sockets
+    rows: list[tuple[str, str, str]] = [
+        ("sockets", "1", str(n)),
+        ("dies / tiles", f"{s.dies} / {f.tiles(s)}", f"{n * s.dies} / {n * f.tiles(s)}"),
+        ("PCUs", str(f.pcus(s)), str(n * f.pcus(s))),
+        ("PMUs", str(f.pmus(s)), str(n * f.pmus(s))),
+        ("AGCUs", str(f.agcus(s)), str(n * f.agcus(s))),
+        ("clock", si(s.clock_hz, "Hz"), ""),
+    ]
+    for dtype in sorted(s.pcu.macs_per_lane_stage_per_cycle, key=lambda d: (d != "bf16", d)):
+        rows.append((f"peak {dtype.upper()}", si(f.peak_flops(s, dtype), "FLOPS"), si(f.node_peak_flops(node, dtype), "FLOPS")))
+    rows += [
+        ("on-chip SRAM", format_bytes(f.sram_bytes(s)), format_bytes(f.node_sram_bytes(node))),
+        ("HBM capacity", _opt_bytes(f.hbm_bytes(s)), _opt_bytes(f.node_hbm_bytes(node))),
+        ("HBM bandwidth", _opt_rate(f.hbm_bytes_per_s(s)), _opt_rate(f.node_hbm_bytes_per_s(node))),
+        ("DDR capacity", format_bytes(f.ddr_bytes(s)), format_bytes(f.node_ddr_bytes(node))),
+        ("DDR bandwidth", si(f.ddr_bytes_per_s(s), "B/s"), si(f.node_ddr_bytes_per_s(node), "B/s")),
+        ("reserved HBM / DDR", f"{_opt_bytes(s.reserved.hbm_bytes)} / {format_bytes(s.reserved.ddr_bytes)}", ""),
+        ("P2P ports", f"{s.p2p.ports} x {si(s.p2p.bytes_per_s_per_port, 'B/s')}, {seconds_text(s.p2p.latency_s)}", ""),
+    ]
+    links = p2p_links(node)
+    if n > 1:
+        rows += [
+            ("P2P topology", "", f"{node.topology.kind}, {node.topology.links_per_pair} link(s)/pair, {len(links)} pairs"),
+            ("P2P per socket", si(f.p2p_bytes_per_s_per_socket(node), "B/s"), ""),
+            ("P2P bisection", "", si(f.p2p_bisection_bytes_per_s(node), "B/s")),
+            ("P2P diameter", "", f"{f.p2p_diameter_hops(node)} hop(s)"),
+        ]
+    vec = s.tile.vector_network
+    rows += [
+        ("tile grid", f"{s.tile.grid_rows} x {s.tile.grid_cols} units, "
+                      f"{s.tile.grid_rows + 1} x {s.tile.grid_cols + 1} switches", ""),
+        ("tile mesh diameter", f"{f.tile_mesh_diameter_hops(s)} hops x {vec.hop_latency_cycles} cycles", ""),
+        ("mesh link (vector)", si(f.network_bytes_per_s(s, 'vector'), "B/s"), ""),
+        ("TLN port / die-to-die", f"{si(s.tln.bytes_per_s, 'B/s')} / "
+                                  f"{si(s.die_to_die.bytes_per_s, 'B/s') if s.die_to_die else 'none'}", ""),
+    ]
+    if node.host_link is not None:
+        rows.append(("host link", "", f"{si(node.host_link.bytes_per_s, 'B/s')}, {seconds_text(node.host_link.latency_s)}"))
+    title = f"{node.name}: {n} x {s.name} ({path})"
+    return title + "\n" + _table(("", "per socket", f"node ({n} socket{'s' if n > 1 else ''})"), rows)
+
+
+def _opt_bytes(value: float) -> str:
+    return format_bytes(value) if value else "none"
+
+
+def _opt_rate(value: float) -> str:
+    return si(value, "B/s") if value else "none"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def describe_experiment(path: str | Path) -> str:
+    """The files an experiment references, and whether they exist."""
+    from sn40l_sim.experiment import load_experiment
+
+    experiment = load_experiment(path)
+    spec = experiment.spec
+    lines = [f"experiment {spec.name} ({path})"]
+    for label, rel in (("hardware", spec.hardware), ("model", spec.model)):
+        target = experiment.resolve(rel)
+        lines.append(f"  {label:9s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
+    lines.append(f"  policies  {', '.join(p.name + ' (' + p.policy + ')' for p in spec.policies)}")
+    lines.append(f"  describe them with: python -m sn40l_sim describe {experiment.resolve(spec.hardware)}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
+    kind = file_kind(args.file)
+    if kind in ("socket", "node"):
+        print(describe_hardware(args.file))
+    elif kind == "model":
+        try:
+            from sn40l_sim.models.describe import describe_model
+        except ImportError as exc:
+            print(f"cannot describe model files yet: sn40l_sim.models.describe is not available ({exc})")
+            return 1
+        print(describe_model(args.file))
+    elif kind == "experiment":
+        print(describe_experiment(args.file))
+    else:
+        doc = load_document(args.file)
+        raise doc.error(("kind",), f"expected one of ['socket', 'node', 'model', 'experiment'], got {kind!r}")
+    return 0
+
