@@ -1,0 +1,211 @@
+"""Shared bandwidth as a fluid: concurrent transfers split each channel's bytes per cycle.
+
+A :class:`FluidNetwork` holds channels (an HBM or DDR tier of a socket, one direction of a P2P
+link, ...) and the transfers (flows) currently crossing them. Every flow follows a path of one or
+more channels and may carry its own rate cap (e.g. the AGCU limit of the stage that issues it).
+Rates are max-min fair (progressive filling): each flow gets an equal share of its bottleneck
+channel, shares a capped or otherwise-bottlenecked flow cannot use go to the others. Rates are
+recomputed only when a flow starts or ends, so a transfer costs two SimPy events however large it
+is. Time is in integer cycles: a flow finishing at a fractional time completes at the next whole
+cycle.
+
+Examples
+--------
+Two transfers of 1000 bytes over one 10 bytes/cycle channel, the second starting at cycle 20:
+the first runs alone for 20 cycles (200 bytes), then both share 5 bytes/cycle each.
+
+>>> import simpy
+>>> env = simpy.Environment()
+>>> net = FluidNetwork(env)
+>>> hbm = net.channel("hbm", 10.0)
+>>> done = {}
+>>> def user(name, delay):
+...     yield env.timeout(delay)
+...     yield net.transfer((hbm,), 1000)
+...     done[name] = env.now
+>>> _ = env.process(user("a", 0)); _ = env.process(user("b", 20))
+>>> env.run()
+>>> done
+{'a': 180, 'b': 200}
+>>> hbm.bytes_moved, hbm.busy_cycles
+(2000, 200)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import simpy
+
+#: a flow whose remaining bytes fall below this fraction of its size (plus a hair) is complete;
+#: it only absorbs float noise, since flows are woken at or after their exact finishing time
+_DONE_REL = 1e-9
+_DONE_ABS = 1e-6
+
+
+@dataclass(eq=False)
+class Channel:
+    """One shared bandwidth resource.
+
+    Attributes
+    ----------
+    name : str
+        Label, e.g. ``"s0.hbm"`` or ``"p2p 3->7"``.
+    bytes_per_cycle : float
+        Capacity shared by all flows crossing the channel.
+    busy_cycles : int
+        Cycles during which at least one flow crossed the channel.
+    bytes_moved : int
+        Bytes of all completed flows that crossed the channel.
+    """
+
+    name: str
+    bytes_per_cycle: float
+    busy_cycles: int = 0
+    bytes_moved: int = 0
+    active: int = 0
+
+
+@dataclass(eq=False)
+class _Flow:
+    path: tuple[Channel, ...]
+    n_bytes: int
+    remaining: float
+    cap: float
+    done: simpy.Event
+    rate: float = 0.0
+    seq: int = 0
+
+
+@dataclass(eq=False)
+class FluidNetwork:
+    """Channels and the transfers crossing them, inside one SimPy environment.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+        The environment whose clock counts RDU cycles.
+    """
+
+    env: simpy.Environment
+    channels: dict[str, Channel] = field(default_factory=dict)
+    _flows: list[_Flow] = field(default_factory=list)
+    _last: int = 0
+    _generation: int = 0
+    _seq: int = 0
+
+    def channel(self, name: str, bytes_per_cycle: float) -> Channel:
+        """Add (or return the existing) channel ``name`` with capacity ``bytes_per_cycle``."""
+        if name in self.channels:
+            return self.channels[name]
+        if not bytes_per_cycle > 0:
+            raise ValueError(f"channel {name!r} needs a positive capacity, got {bytes_per_cycle!r}")
+        self.channels[name] = Channel(name, float(bytes_per_cycle))
+        return self.channels[name]
+
+    def transfer(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf) -> simpy.Event:
+        """Start moving ``n_bytes`` across every channel of ``path``; the event fires when done.
+
+        Parameters
+        ----------
+        path : tuple of Channel
+            Channels the bytes cross at once (a route of links, or a single memory tier).
+        n_bytes : int
+            Bytes to move (0 completes at once).
+        cap : float
+            Most bytes per cycle this flow can use whatever the channels offer.
+        """
+        if n_bytes < 0:
+            raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
+        if not cap > 0:
+            raise ValueError(f"cap must be positive, got {cap!r}")
+        done = self.env.event()
+        if n_bytes == 0 or not path:
+            done.succeed()
+            return done
+        self._advance()
+        self._seq += 1
+        flow = _Flow(tuple(path), int(n_bytes), float(n_bytes), float(cap), done, seq=self._seq)
+        for ch in flow.path:
+            ch.active += 1
+        self._flows.append(flow)
+        self._reallocate()
+        self._schedule()
+        return done
+
+    @property
+    def active_flows(self) -> int:
+        """Number of transfers in progress."""
+        return len(self._flows)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self._last
+        self._last = now
+        if dt <= 0 or not self._flows:
+            return
+        busy = set()
+        for flow in self._flows:
+            flow.remaining -= flow.rate * dt
+            busy.update(flow.path)
+        for ch in busy:
+            ch.busy_cycles += dt
+
+    def _reallocate(self) -> None:
+        """Max-min fair rates with per-flow caps (progressive filling)."""
+        flows = self._flows
+        if len(flows) == 1:
+            only = flows[0]
+            only.rate = min(only.cap, min(ch.bytes_per_cycle for ch in only.path))
+            return
+        residual = {}
+        for flow in flows:
+            flow.rate = 0.0
+            for ch in flow.path:
+                residual[ch] = ch.bytes_per_cycle
+        unfrozen = list(flows)
+        while unfrozen:
+            users: dict[Channel, int] = {}
+            for flow in unfrozen:
+                for ch in flow.path:
+                    users[ch] = users.get(ch, 0) + 1
+            step = min(residual[ch] / n for ch, n in users.items())
+            step = min(step, min(f.cap - f.rate for f in unfrozen))
+            step = max(step, 0.0)
+            for flow in unfrozen:
+                flow.rate += step
+                for ch in flow.path:
+                    residual[ch] -= step
+            saturated = {ch for ch in users if residual[ch] <= 1e-12 * ch.bytes_per_cycle}
+            still = [f for f in unfrozen
+                     if f.rate < f.cap * (1 - 1e-12) and not saturated.intersection(f.path)]
+            if len(still) == len(unfrozen):  # float corner: nothing froze, stop rather than spin
+                break
+            unfrozen = still
+
+    def _schedule(self) -> None:
+        if not self._flows:
+            return
+        soonest = min(f.remaining / f.rate for f in self._flows)
+        delay = max(1, math.ceil(soonest - 1e-9))
+        self._generation += 1
+        generation = self._generation
+        wake = self.env.timeout(delay)
+        wake.callbacks.append(lambda _event: self._wake(generation))
+
+    def _wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # superseded by a later start or finish
+        self._advance()
+        finished = [f for f in self._flows if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS]
+        if finished:
+            self._flows = [f for f in self._flows if f not in finished]
+            for flow in finished:
+                for ch in flow.path:
+                    ch.active -= 1
+                    ch.bytes_moved += flow.n_bytes
+                flow.done.succeed()
+            self._reallocate()
+        self._schedule()

@@ -1,0 +1,137 @@
+"""The node's socket-to-socket links as directed bandwidth channels, with routes between sockets.
+
+Each undirected P2P connection of the node topology (from
+:func:`sn40l_sim.hardware.topology.p2p_links`) becomes two directed links, one per direction, each
+a :class:`~sn40l_sim.engine.fluid.Channel` of ``bytes_per_s x p2p_efficiency / clock_hz`` bytes
+per cycle (all parallel ports of a pair striped together). Sockets that are not neighbours talk
+over the shortest path in hops; ties break towards lower socket numbers, so routes are
+deterministic.
+
+Examples
+--------
+A 4-socket ring of 50 GB/s links at 1.6 GHz and 80% efficiency:
+
+>>> links = LinkTable(4, [(0, 1, 50e9, 1e-7), (1, 2, 50e9, 1e-7), (2, 3, 50e9, 1e-7),
+...                       (0, 3, 50e9, 1e-7)], clock_hz=1.6e9, efficiency=0.8)
+>>> links.bytes_per_cycle[(0, 1)], links.route(0, 2), links.latency_s(0, 2)
+(25.0, ((0, 1), (1, 2)), 2e-07)
+>>> links.ring_order(range(4))
+[0, 1, 2, 3]
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+
+import networkx as nx
+
+from sn40l_sim.errors import InfeasibleError
+
+Link = tuple[int, int]
+
+
+class LinkTable:
+    """Directed P2P links of a node and the routes over them.
+
+    Parameters
+    ----------
+    sockets : int
+        Sockets in the node (numbered 0 .. sockets-1).
+    links : iterable of (a, b, bytes_per_s, latency_s)
+        Undirected connections; ``bytes_per_s`` is per direction.
+    clock_hz : float
+        RDU clock, to express bandwidths in bytes per cycle.
+    efficiency : float
+        Achievable fraction of each link's bandwidth (calibrated ``p2p_efficiency``).
+    """
+
+    def __init__(self, sockets: int, links: Iterable[tuple[int, int, float, float]],
+                 clock_hz: float, efficiency: float = 1.0) -> None:
+        self.sockets = sockets
+        self.clock_hz = clock_hz
+        self.bytes_per_cycle: dict[Link, float] = {}
+        self._latency_s: dict[Link, float] = {}
+        graph = nx.Graph()
+        graph.add_nodes_from(range(sockets))
+        for a, b, bytes_per_s, latency_s in sorted(links):
+            for u, v in ((a, b), (b, a)):
+                self.bytes_per_cycle[(u, v)] = bytes_per_s * efficiency / clock_hz
+                self._latency_s[(u, v)] = latency_s
+            graph.add_edge(a, b)
+        # adjacency in sorted order makes breadth-first routes deterministic
+        self._graph = nx.Graph()
+        self._graph.add_nodes_from(sorted(graph.nodes))
+        self._graph.add_edges_from(sorted(tuple(sorted(e)) for e in graph.edges))
+        self.route = lru_cache(maxsize=None)(self._route)
+
+    @classmethod
+    def from_node(cls, node) -> "LinkTable":
+        """The links of a :class:`~sn40l_sim.hardware.spec.NodeSpec` (via the hardware topology)."""
+        from sn40l_sim.hardware.topology import p2p_links
+
+        return cls(node.sockets, p2p_links(node), node.socket.clock_hz,
+                   node.socket.calibrated.p2p_efficiency)
+
+    def _route(self, a: int, b: int) -> tuple[Link, ...]:
+        """Directed links from socket ``a`` to socket ``b`` (empty for ``a == b``)."""
+        if a == b:
+            return ()
+        try:
+            hops = nx.shortest_path(self._graph, a, b)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            raise InfeasibleError(f"no P2P path from socket {a} to socket {b} in the node topology",
+                                  field="topology") from None
+        return tuple(zip(hops[:-1], hops[1:]))
+
+    def latency_s(self, a: int, b: int) -> float:
+        """Sum of link latencies along the route from ``a`` to ``b``."""
+        return sum(self._latency_s[link] for link in self.route(a, b))
+
+    def ring_order(self, members: Iterable[int]) -> list[int]:
+        """An order of ``members`` for ring algorithms, following physical links where it can.
+
+        A depth-first search (lowest socket first, bounded effort) for a cycle through all members
+        over direct links; if none is found, a greedy walk that jumps to the nearest unvisited
+        member (in hops) when no neighbour is left. On a full mesh or a ring this is
+        ``0, 1, 2, ...``; on a hypercube a Gray code.
+        """
+        todo = sorted(set(members))
+        if len(todo) <= 2:
+            return todo
+        cycle = self._hamiltonian_cycle(todo)
+        if cycle is not None:
+            return cycle
+        order = [todo.pop(0)]
+        while todo:
+            here = order[-1]
+            near = [m for m in todo if self._graph.has_edge(here, m)]
+            nxt = near[0] if near else min(todo, key=lambda m: (len(self.route(here, m)), m))
+            order.append(nxt)
+            todo.remove(nxt)
+        return order
+
+    def _hamiltonian_cycle(self, members: list[int], budget: int = 20_000) -> list[int] | None:
+        wanted = set(members)
+        start = members[0]
+        path, seen = [start], {start}
+        steps = 0
+
+        def extend() -> bool:
+            nonlocal steps
+            steps += 1
+            if steps > budget:
+                return False
+            here = path[-1]
+            if len(path) == len(members):
+                return self._graph.has_edge(here, start)
+            for nxt in sorted(self._graph.neighbors(here)):
+                if nxt in wanted and nxt not in seen:
+                    path.append(nxt)
+                    seen.add(nxt)
+                    if extend():
+                        return True
+                    path.pop()
+                    seen.discard(nxt)
+            return False
+
+        return list(path) if extend() else None
