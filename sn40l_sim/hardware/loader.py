@@ -89,7 +89,11 @@ def _load_node(doc: Document) -> NodeSpec:
     if not socket_path.is_file():
         raise doc.error(("socket",), f"socket file {socket_ref!r} not found (looked for {socket_path})")
     socket_doc = load_document(socket_path)
-    document_kind(socket_doc, ("socket",))
+    try:
+        document_kind(socket_doc, ("socket",))
+    except InputError as exc:
+        exc.message += f" (this file is named as 'socket:' in {doc.path.name}, which needs a socket file)"
+        raise
     overrides = data.get("socket_overrides", {})
     if not isinstance(overrides, dict):
         raise doc.error(("socket_overrides",), "expected a mapping of socket fields to new values")
@@ -184,7 +188,8 @@ def _check_stated(socket: SocketSpec, doc: Document, at) -> None:
         "sram_bytes": (figures.sram_bytes(socket), f"{figures.pmus(socket)} PMUs x {socket.pmu.capacity_bytes:.0f} B",
                        ("pmu", "capacity_bytes")),
         "hbm_bytes": (figures.hbm_bytes(socket), f"{figures.hbm_units(socket)} HBM modules x "
-                      f"{socket.hbm.capacity_bytes_per_unit if socket.hbm else 0:.0f} B", ("hbm",)),
+                      f"{socket.hbm.capacity_bytes_per_unit if socket.hbm else 0:.0f} B",
+                      ("hbm", "capacity_bytes_per_unit") if socket.hbm else ("hbm",)),
         "bf16_flops": (figures.peak_flops(socket), f"{figures.pcus(socket)} PCUs x "
                        f"{2 * figures.macs_per_pcu_cycle(socket):g} FLOP/cycle x {socket.clock_hz:g} Hz", ("clock_hz",)),
     }

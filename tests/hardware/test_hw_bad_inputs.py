@@ -1,0 +1,196 @@
+"""Bad hardware files: each gives exit status 2 and one line naming the file, the field and the line.
+
+Every bad file is made in ``tmp_path`` from the shipped ones by one edit, so each case tests one
+mistake.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim import cli
+
+from hw_test_helpers import HW, copy_configs, delete_key, set_value
+
+SOCKET = (HW / "sn40l.yaml").read_text()
+
+
+def _edit(key, value, occurrence=0):
+    return lambda: set_value(SOCKET, key, value, occurrence)
+
+
+def _with_line(text):
+    return lambda: (text, None)
+
+
+def _drop_block(key):
+    """Set a top-level section to null, dropping its indented lines."""
+    lines = SOCKET.splitlines()
+    i = next(i for i, t in enumerate(lines) if t.startswith(key + ":"))
+    j = i + 1
+    while j < len(lines) and lines[j].startswith(" "):
+        j += 1
+    return "\n".join(lines[:i] + [f"{key}: null"] + lines[j:]) + "\n"
+
+
+def _add_line(after_key, line):
+    """Insert ``line`` just below the first ``after_key:`` line; the line number is the inserted one."""
+    def make():
+        lines = SOCKET.splitlines()
+        i = next(i for i, t in enumerate(lines) if t.lstrip().startswith(after_key + ":"))
+        return "\n".join(lines[: i + 1] + [line] + lines[i + 1:]) + "\n", i + 2
+    return make
+
+
+# name -> (make (text, expected line or None), expected field or None, words in the message)
+SOCKET_CASES = {
+    "yaml_syntax": (lambda: (set_value(SOCKET, "dies", "[2")[0], None), None, "YAML syntax error"),
+    "unknown_key": (_add_line("lanes", "  lanez: 32"), "pcu.lanez", "unknown key"),
+    "negative_count": (_edit("dies", "-2"), "dies", "positive"),
+    "zero_size": (_edit("capacity_bytes", "0 KiB"), "pmu.capacity_bytes", "positive"),
+    "wrong_unit": (_edit("bytes_per_s_per_unit", "409.6 GB"), "hbm.bytes_per_s_per_unit", "bandwidth"),
+    "wrong_unit_kind": (_edit("clock_hz", "1.6 GB"), "clock_hz", "frequency"),
+    "wrong_type": (_edit("lanes", "many"), "pcu.lanes", "integer"),
+    "fractional_count": (_edit("tiles_per_die", "2.5"), "tiles_per_die", "integer"),
+    "boolean_count": (_edit("dies", "yes"), "dies", "integer"),
+    "missing_field": (lambda: (delete_key(SOCKET, "clock_hz"), None), "clock_hz", "required field is missing"),
+    "missing_bf16_rate": (lambda: (delete_key(SOCKET, "bf16"), None), "pcu.macs_per_lane_stage_per_cycle", "bf16"),
+    "duplicate_key": (_add_line("dies", "dies: 2"), "dies", "duplicate key"),
+    "fraction_out_of_range": (_edit("hbm_efficiency", "1.5"), "calibrated.hbm_efficiency", "fraction"),
+    "calibrated_out_of_bounds": (_edit("hbm_efficiency", "0.1"), "calibrated.hbm_efficiency", "bounds"),
+    "inconsistent_pcu_total": (_edit("pcus", "1000", occurrence=1), "stated.pcus", "4 tiles x 260 PCUs"),
+    "inconsistent_pmu_count": (_edit("pmus", "250"), "stated.pmus", "4 tiles x 250 PMUs"),
+    "inconsistent_sram_total": (_edit("capacity_bytes", "256 KiB"), "stated.sram_bytes", "1040 PMUs"),
+    "inconsistent_hbm_total": (_edit("capacity_bytes_per_unit", "8 GiB"), "stated.hbm_bytes", "4 HBM modules"),
+    "stated_flops_off": (_edit("bf16_flops", "700 TFLOPS"), "stated.bf16_flops", "stated 7e+14"),
+    "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows", "checkerboard"),
+    "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
+    "reserve_exceeds_hbm": (_edit("hbm_bytes", "100 GiB"), "reserved.hbm_bytes", "only"),
+    "missing_kind": (lambda: (delete_key(SOCKET, "kind"), None), "kind", "kind: socket | node"),
+    "wrong_kind": (_edit("kind", "sockets"), "kind", "expected one of"),
+    "empty_file": (_with_line("# nothing here\n"), None, "empty"),
+}
+
+
+def _check(path: Path, capsys) -> tuple[int, str]:
+    status = cli.main(["check", str(path)])
+    err = capsys.readouterr().err
+    return status, err
+
+
+def _assert_one_clean_line(status, err, file_name, field, words, line=None):
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    assert "Traceback" not in err
+    assert file_name in err
+    if field is not None:
+        assert f": {field}: " in err, err
+    if line is not None:  # the bad line itself, or (totals) the line given as the other side of the disagreement
+        assert f"{file_name}:{line}" in err, err
+    assert words in err, err
+
+
+@pytest.mark.parametrize("case", sorted(SOCKET_CASES))
+def test_bad_socket_file(case, tmp_path, capsys):
+    make, field, words = SOCKET_CASES[case]
+    text, line = make()
+    path = tmp_path / f"bad_{case}.yaml"
+    path.write_text(text)
+    status, err = _check(path, capsys)
+    _assert_one_clean_line(status, err, path.name, field, words, line)
+
+
+def test_syntax_error_names_its_line(tmp_path, capsys):
+    text, line = set_value(SOCKET, "dies", "[2")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    _, err = _check(path, capsys)
+    assert f"bad.yaml:{line}" in err or f"bad.yaml:{line + 1}" in err  # the parser notices at or after it
+
+
+def _node_case(tmp_path, text: str) -> Path:
+    folder = copy_configs(tmp_path)
+    path = folder / "bad_node.yaml"
+    path.write_text(text)
+    return path
+
+
+NODE16 = (HW / "sn40l_node16.yaml").read_text()
+
+NODE_CASES = {
+    "missing_socket_file": (set_value(NODE16, "socket", "nowhere.yaml")[0], "socket", "not found"),
+    "socket_not_a_path": (set_value(NODE16, "socket", "{dies: 2}")[0], "socket", "relative path"),
+    "too_few_ports": (set_value(NODE16, "sockets", "32")[0], "topology.kind", "needs 31 P2P ports per socket"),
+    "too_many_links_per_pair": (set_value(NODE16, "links_per_pair", "2")[0], "topology.kind", "needs 30 P2P ports"),
+    "hypercube_not_power_of_two": (set_value(set_value(NODE16, "kind", "hypercube", 1)[0], "sockets", "12")[0],
+                                   "topology.kind", "power-of-two"),
+    "unknown_topology": (set_value(NODE16, "kind", "star", 1)[0], "topology.kind", "full_mesh"),
+    "zero_sockets": (set_value(NODE16, "sockets", "0")[0], "sockets", "positive"),
+    "bad_override": (NODE16 + "socket_overrides:\n  hbm: {bytes_per_s_per_unit: fast}\n",
+                     "socket_overrides.hbm.bytes_per_s_per_unit", "bandwidth"),
+    "socket_file_is_a_node": (set_value(NODE16, "socket", "sn40l_node8.yaml")[0], "kind", "expected one of ['socket']"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NODE_CASES))
+def test_bad_node_file(case, tmp_path, capsys):
+    text, field, words = NODE_CASES[case]
+    path = _node_case(tmp_path, text)
+    status, err = _check(path, capsys)
+    # a node file named as the socket: the error names the file whose kind is wrong (node8 is an overlay of
+    # node16, where its kind line stands) and the node file that referenced it
+    expected_file = "sn40l_node16.yaml" if case == "socket_file_is_a_node" else path.name
+    _assert_one_clean_line(status, err, expected_file, field, words)
+    assert path.name in err
+
+
+def test_error_inside_the_referenced_socket_file_names_that_file(tmp_path, capsys):
+    folder = copy_configs(tmp_path)
+    text, line = set_value(SOCKET, "lanes", "-32")
+    (folder / "sn40l.yaml").write_text(text)
+    status, err = _check(folder / "sn40l_node16.yaml", capsys)
+    # the field path is the one inside the file that holds the bad value
+    _assert_one_clean_line(status, err, "sn40l.yaml", "pcu.lanes", "positive", line)
+
+
+def test_base_cycle(tmp_path, capsys):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nkind: socket\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nname: x\n")
+    status, err = _check(tmp_path / "a.yaml", capsys)
+    _assert_one_clean_line(status, err, "a.yaml", "base", "cycle")
+
+
+def test_missing_base_file(tmp_path, capsys):
+    (tmp_path / "over.yaml").write_text("base: nowhere.yaml\nname: x\n")
+    status, err = _check(tmp_path / "over.yaml", capsys)
+    _assert_one_clean_line(status, err, "nowhere.yaml", None, "file not found")
+
+
+def test_overlay_error_points_at_the_overlay_line(tmp_path, capsys):
+    folder = copy_configs(tmp_path)
+    (folder / "sn10_bad.yaml").write_text("base: sn10.yaml\nname: bad\nstated:\n  pcus: 600\n")
+    status, err = _check(folder / "sn10_bad.yaml", capsys)
+    _assert_one_clean_line(status, err, "sn10_bad.yaml", "stated.pcus", "4 tiles x 160 PCUs", line=4)
+    assert "sn10.yaml:" in err  # where tile.pcus is set, in the base file
+
+
+def test_check_reports_every_file_and_fails_if_any_is_bad(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(set_value(SOCKET, "dies", "-1")[0])
+    status = cli.main(["check", str(HW / "sn40l.yaml"), str(bad), str(HW / "sn10.yaml")])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert out.count("ok: ") == 2 and err.count("error: ") == 1
+
+
+@pytest.mark.parametrize("edit", [("dies", "[2"), ("dies", "-2")])
+def test_real_process_exit_status(edit, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(set_value(SOCKET, *edit)[0])
+    done = subprocess.run([sys.executable, "-m", "sn40l_sim", "check", str(path)], capture_output=True, text=True,
+                          cwd=HW.parent)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "bad.yaml" in done.stderr

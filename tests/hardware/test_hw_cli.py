@@ -1,0 +1,75 @@
+"""``describe`` and ``check`` from the command line."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sn40l_sim import cli
+
+from hw_test_helpers import HW
+
+
+def _describe(name, capsys):
+    assert cli.main(["describe", str(HW / name)]) == 0
+    return capsys.readouterr().out
+
+
+def _row(text, label):
+    line = next(line for line in text.splitlines() if line.startswith(label))
+    return re.split(r"\s{2,}", line.strip())[1:]
+
+
+def test_describe_socket_must_show(capsys):
+    out = _describe("sn40l.yaml", capsys)
+    assert _row(out, "PCUs") == ["1040", "1040"] and _row(out, "PMUs") == ["1040", "1040"]
+    assert _row(out, "peak BF16")[0] == "638.98 TFLOPS"
+    assert _row(out, "on-chip SRAM")[0] == "520.0 MiB"
+    assert _row(out, "HBM capacity")[0] == "64.0 GiB"
+    assert _row(out, "HBM bandwidth")[0] == "1.6384 TB/s"
+
+
+def test_describe_node16_must_show(capsys):
+    out = _describe("sn40l_node16.yaml", capsys)
+    assert _row(out, "sockets") == ["1", "16"]
+    assert _row(out, "peak BF16")[1] == "10.224 PFLOPS"
+    assert _row(out, "HBM capacity")[1] == "1.0 TiB"
+    assert _row(out, "P2P bisection") == ["3.2 TB/s"]
+    assert "full_mesh, 1 link(s)/pair, 120 pairs" in out
+
+
+def test_describe_sn10_has_no_hbm(capsys):
+    out = _describe("sn10.yaml", capsys)
+    assert _row(out, "PCUs")[0] == "640" and _row(out, "HBM capacity")[0] == "none"
+    assert float(_row(out, "peak BF16")[0].split()[0]) > 320
+
+
+def test_describe_experiment_lists_its_files(tmp_path, capsys):
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"kind: experiment\nname: e\nhardware: {HW / 'sn40l_node16.yaml'}\nmodel: nowhere.yaml\n"
+                    "policies: [{name: full, policy: full}]\nshape: {prompt_len: 8}\n")
+    assert cli.main(["describe", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "sn40l_node16.yaml" in out and "(MISSING)" in out
+
+
+def test_describe_unknown_kind_is_a_clean_error(tmp_path, capsys):
+    path = tmp_path / "x.yaml"
+    path.write_text("kind: spaceship\n")
+    assert cli.main(["describe", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "x.yaml:1: kind:" in err
+
+
+@pytest.mark.parametrize("command", ["describe", "check"])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_check_all_shipped_hardware(capsys):
+    files = sorted(str(p) for p in HW.glob("*.yaml"))
+    assert cli.main(["check", *files]) == 0
+    assert capsys.readouterr().out.count("ok: ") == len(files)

@@ -1,0 +1,127 @@
+"""The networkx topology: what is in it, how it is wired, and how fast it builds."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import networkx as nx
+import pytest
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.topology import (bisection_bytes_per_s, build_topology, p2p_graph, p2p_links, ports_needed,
+                                         socket_pairs, torus_dims)
+
+from hw_test_helpers import HW
+
+
+@pytest.fixture(scope="module")
+def node16():
+    return load_hardware(HW / "sn40l_node16.yaml")
+
+
+@pytest.fixture(scope="module")
+def graph16(node16):
+    return build_topology(node16)
+
+
+def test_node16_builds_well_under_a_second(node16):
+    best = min(_timed(build_topology, node16) for _ in range(3))
+    assert best < 1.0, f"build_topology took {best:.2f} s"  # typically ~0.25 s on one core
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def test_node16_contents(graph16, node16):
+    kinds = Counter(kind for _, kind in graph16.nodes(data="kind"))
+    assert kinds["pcu"] == kinds["pmu"] == 16 * 1040
+    assert kinds["switch"] == 16 * 4 * 21 * 27
+    assert kinds["agcu"] == 16 * 4 * 16
+    assert kinds["hbm"] == 16 * 4 and kinds["ddr"] == 16 * 6
+    assert (kinds["socket"], kinds["die"], kinds["tile"], kinds["tln"], kinds["p2p"]) == (16, 32, 64, 32, 16)
+    assert kinds["host"] == kinds["node"] == 1
+    links = Counter(kind for _, _, kind in graph16.edges(data="kind"))
+    assert links["p2p"] == 120 and links["die_to_die"] == 16 and links["host"] == 16
+    # every edge is a physical link with a bandwidth and a latency
+    assert all(d["bytes_per_s"] > 0 and d["latency_s"] >= 0 for _, _, d in graph16.edges(data=True))
+
+
+def test_every_unit_reaches_memory_and_other_sockets(graph16):
+    physical = graph16.subgraph(n for n, k in graph16.nodes(data="kind") if k not in ("node", "socket", "die", "tile"))
+    assert nx.is_connected(physical)
+    # a PCU reaches its die's HBM through its tile mesh, an AGCU and the TLN
+    path = nx.shortest_path(physical, "s0.t0.pcu.10.10", "s0.d0.hbm0")
+    kinds = [graph16.nodes[n]["kind"] for n in path]
+    assert kinds[0] == "pcu" and "agcu" in kinds and kinds[-2:] == ["tln", "hbm"]
+    # the fastest route between sockets is the P2P link, not the (slower) host link
+    route = nx.shortest_path(physical, "s0.t0.agcu0", "s9.t3.agcu0", weight="latency_s")
+    assert "s0.p2p" in route and "s9.p2p" in route and "host" not in route
+
+
+def test_checkerboard_and_mesh_edges(graph16, node16):
+    pcu = graph16.nodes["s3.t2.pcu.0.0"]
+    assert (pcu["kind"], pcu["socket"], pcu["tile"], pcu["die"]) == ("pcu", 3, 2, 1)
+    assert graph16.nodes["s3.t2.pmu.0.1"]["kind"] == "pmu"
+    assert sorted(graph16["s3.t2.pcu.0.0"]) == ["s3.t2.sw.0.0", "s3.t2.sw.0.1", "s3.t2.sw.1.0", "s3.t2.sw.1.1"]
+    mesh = graph16.edges["s3.t2.sw.4.4", "s3.t2.sw.4.5"]
+    vec = node16.socket.tile.vector_network
+    assert mesh["bytes_per_s"] == pytest.approx(vec.link_bytes_per_cycle * vec.links_per_direction * 1.6e9)
+    assert mesh["latency_s"] == pytest.approx(vec.hop_latency_cycles / 1.6e9)
+    assert graph16.edges["s3.d0.hbm1", "s3.d0.tln"]["bytes_per_s"] == pytest.approx(409.6e9)
+
+
+def test_stamped_tiles_do_not_share_edge_data(graph16):
+    graph16.edges["s0.t0.sw.0.0", "s0.t0.sw.0.1"]["tag"] = 1
+    assert "tag" not in graph16.edges["s1.t0.sw.0.0", "s1.t0.sw.0.1"]
+    assert "tag" not in graph16.edges["s0.t0.sw.1.0", "s0.t0.sw.1.1"]
+
+
+def test_sn10_has_no_hbm_and_one_die():
+    graph = build_topology(load_hardware(HW / "sn10.yaml"))
+    kinds = Counter(kind for _, kind in graph.nodes(data="kind"))
+    assert kinds["hbm"] == 0 and kinds["ddr"] == 6 and kinds["die"] == 1 and kinds["pcu"] == 640
+    assert not any(k == "die_to_die" for _, _, k in graph.edges(data="kind"))
+
+
+def test_p2p_links_and_graph(node16):
+    links = p2p_links(node16)
+    assert len(links) == 16 * 15 // 2
+    assert all(a < b and bw == 50e9 and lat == pytest.approx(93.75e-9) for a, b, bw, lat in links)
+    doubled = with_overrides(node16, {"topology.links_per_pair": 2, "sockets": 8})
+    assert {bw for _, _, bw, _ in p2p_links(doubled)} == {100e9}
+    g = p2p_graph(doubled)
+    assert g.number_of_nodes() == 8 and all(d["links"] == 2 for _, _, d in g.edges(data=True))
+
+
+@pytest.mark.parametrize("n, kind, degree", [(16, "full_mesh", 15), (16, "ring", 2), (2, "ring", 1), (16, "torus2d", 4),
+                                             (8, "torus2d", 3), (16, "hypercube", 4), (1, "full_mesh", 0)])
+def test_ports_needed(n, kind, degree):
+    assert ports_needed(n, kind, 1) == degree
+    assert ports_needed(n, kind, 3) == 3 * degree
+
+
+def test_socket_pairs_are_symmetric_topologies():
+    assert torus_dims(12) == (3, 4)
+    for kind in ("ring", "torus2d", "hypercube"):
+        g = nx.Graph(socket_pairs(16, kind))
+        assert len({d for _, d in g.degree}) == 1  # vertex-transitive: every socket alike
+    with pytest.raises(InputError, match="power-of-two"):
+        socket_pairs(12, "hypercube")
+
+
+def test_bisection_matches_brute_force_on_odd_and_weighted_graphs():
+    g = nx.path_graph(5)  # halves of 2 and 3: one edge cut
+    assert bisection_bytes_per_s(g) == 1.0
+    g = nx.complete_graph(5)
+    assert bisection_bytes_per_s(g) == 6.0  # 2 x 3
+    g = nx.Graph()
+    g.add_edge(0, 1, bytes_per_s=10.0)
+    g.add_edge(2, 3, bytes_per_s=10.0)
+    g.add_edge(1, 2, bytes_per_s=1.0)
+    assert bisection_bytes_per_s(g) == 1.0
+    big = nx.cycle_graph(24)  # above the exact limit: the heuristic still finds a 2-edge cut
+    assert bisection_bytes_per_s(big) >= 2.0
