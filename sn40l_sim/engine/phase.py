@@ -1,0 +1,173 @@
+"""The result of one simulated phase (a prefill, or one decode step): :class:`PhaseTiming`.
+
+Built from a :class:`~sn40l_sim.engine.run_graph.GraphRun` by :func:`phase_timing`; immutable,
+and equal for equal inputs (the engine is deterministic), so memoised steps can be shared.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sn40l_sim.engine.kernels import KernelRecord
+from sn40l_sim.engine.run_graph import GraphRun
+from sn40l_sim.engine.trace import TraceEvent
+from sn40l_sim.models.kernels import FusedKernel, Operator
+
+#: operators that belong to the attention itself (not its projections): they read the KV cache,
+#: or are its softmax
+ATTENTION_OP_KINDS = frozenset({"softmax"})
+
+
+def is_attention_op(op: Operator) -> bool:
+    """Whether ``op`` is part of the attention proper (scores, softmax, weighted sum of values).
+
+    >>> is_attention_op(Operator("scores", "gemm", kv_read_bytes=10)), is_attention_op(Operator("q_a", "gemm"))
+    (True, False)
+    """
+    return op.kv_read_bytes > 0 or op.kind in ATTENTION_OP_KINDS
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """One kernel of the phase on the simulated socket (cycles from the start of the phase)."""
+
+    name: str
+    kind: str
+    layer: int | None
+    start_cycle: int
+    end_cycle: int
+    #: kernel-call overhead plus reconfigurations between sections
+    overhead_cycles: int
+    fill_cycles: int
+    #: cycles the compute stages worked
+    compute_busy_cycles: int
+    #: streaming time bounded by memory / by compute (they add up to the streaming time)
+    memory_bound_cycles: int
+    compute_bound_cycles: int
+    #: time after the compute finished spent waiting for collectives
+    collective_exposed_cycles: int
+    #: sum of the kernel's collectives' durations (overlapped or not)
+    collective_cycles: int
+    hbm_bytes: int
+    ddr_bytes: int
+    #: the graph's byte and FLOP counts of the kernel, by use (from its operators)
+    weight_bytes: int
+    kv_bytes: int
+    activation_bytes: int
+    flops: int
+    attention_flops: int
+
+    @property
+    def cycles(self) -> int:
+        """Cycles from the kernel's call to its end (collectives included)."""
+        return self.end_cycle - self.start_cycle
+
+
+@dataclass(frozen=True)
+class PhaseTiming:
+    """Time and resource use of one prefill or one decode step on the simulated socket.
+
+    Attributes
+    ----------
+    phase, batch, prompt_len, kv_len
+        What was simulated.
+    cycles, seconds : int, float
+        Length of the phase.
+    kernel_cycles : dict
+        Cycles per kernel kind (``qkv``, ``mha``, ``moe_ffn``, ...), summed over the graph.
+    kernel_cycles_by_name : dict
+        Cycles per kernel.
+    layer : int or None
+        The representative MoE layer (the first layer with a MoE kernel; else the first layer).
+    layer_cycles : dict
+        Cycles per kernel kind within :attr:`layer` (Table 4 compares these shares).
+    resource_busy_cycles : dict
+        ``compute`` (compute stages working), ``hbm``, ``ddr``, ``tln`` (at least one stream on the
+        channel), ``p2p`` (a collective on the socket's links), ``overhead`` (kernel calls and
+        reconfigurations), ``fill`` (pipeline fills).
+    tier_bytes : dict
+        Bytes moved per memory tier (``hbm``, ``ddr``).
+    link_bytes : dict
+        ``p2p`` (summed over every link the collectives crossed, all sockets), ``p2p_sent`` (what the
+        simulated socket sent), ``tln``, ``mesh`` (the mapper's on-tile mesh bytes).
+    events : tuple of TraceEvent
+        Intervals for Chrome traces.
+    kernels : tuple of KernelTiming
+        Per-kernel detail, in execution order.
+    """
+
+    phase: str
+    batch: int
+    prompt_len: int
+    kv_len: int
+    cycles: int
+    seconds: float
+    kernel_cycles: dict[str, int]
+    kernel_cycles_by_name: dict[str, int]
+    layer: int | None
+    layer_cycles: dict[str, int]
+    resource_busy_cycles: dict[str, int]
+    tier_bytes: dict[str, int]
+    link_bytes: dict[str, int]
+    events: tuple[TraceEvent, ...]
+    kernels: tuple[KernelTiming, ...]
+
+    def layer_shares(self) -> dict[str, float]:
+        """Fraction of the representative layer's time per kernel kind."""
+        total = sum(self.layer_cycles.values())
+        return {k: v / total for k, v in self.layer_cycles.items()} if total else {}
+
+
+def kernel_timing(record: KernelRecord) -> KernelTiming:
+    """The immutable summary of one simulated kernel."""
+    kernel: FusedKernel = record.placed.kernel
+    ops = kernel.operators
+    return KernelTiming(
+        name=record.name, kind=record.kind, layer=record.layer,
+        start_cycle=record.start, end_cycle=record.end,
+        overhead_cycles=record.overhead_cycles + record.reconfig_cycles,
+        fill_cycles=record.fill_cycles, compute_busy_cycles=record.compute_busy,
+        memory_bound_cycles=record.memory_bound_cycles,
+        compute_bound_cycles=record.compute_bound_cycles,
+        collective_exposed_cycles=max(0, record.end - record.stream_end),
+        collective_cycles=sum(run.end - run.start for run in record.collectives),
+        hbm_bytes=record.hbm_bytes, ddr_bytes=record.ddr_bytes,
+        weight_bytes=sum(op.weight_bytes for op in ops),
+        kv_bytes=sum(op.kv_read_bytes + op.kv_write_bytes for op in ops),
+        activation_bytes=sum(op.act_in_bytes + op.act_out_bytes for op in ops),
+        flops=sum(op.flops for op in ops),
+        attention_flops=sum(op.flops for op in ops if is_attention_op(op)),
+    )
+
+
+def representative_layer(kernels: tuple[KernelTiming, ...]) -> int | None:
+    """The first layer that has a MoE kernel (kind containing ``moe``); else the first layer."""
+    layers = sorted({k.layer for k in kernels if k.layer is not None})
+    moe = sorted({k.layer for k in kernels if k.layer is not None and "moe" in k.kind})
+    if moe:
+        return moe[0]
+    return layers[0] if layers else None
+
+
+def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_len: int,
+                 clock_hz: float) -> PhaseTiming:
+    """Summarise a graph run as a :class:`PhaseTiming`."""
+    kernels = tuple(kernel_timing(r) for r in run.records)
+    by_kind: dict[str, int] = defaultdict(int)
+    by_name: dict[str, int] = {}
+    for k in kernels:
+        by_kind[k.kind] += k.cycles
+        by_name[k.name] = by_name.get(k.name, 0) + k.cycles
+    layer = representative_layer(kernels)
+    in_layer: dict[str, int] = defaultdict(int)
+    for k in kernels:
+        if layer is not None and k.layer == layer:
+            in_layer[k.kind] += k.cycles
+    return PhaseTiming(
+        phase=phase, batch=batch, prompt_len=prompt_len, kv_len=kv_len,
+        cycles=run.cycles, seconds=run.cycles / clock_hz,
+        kernel_cycles=dict(by_kind), kernel_cycles_by_name=by_name,
+        layer=layer, layer_cycles=dict(in_layer),
+        resource_busy_cycles=dict(run.busy_cycles), tier_bytes=dict(run.tier_bytes),
+        link_bytes=dict(run.link_bytes), events=run.events, kernels=kernels,
+    )

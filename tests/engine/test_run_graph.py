@@ -1,0 +1,157 @@
+"""Kernel execution in SimPy on hand-made placed kernels: agreement with the tile-level formula,
+lower bounds, busy time within elapsed time, byte conservation, overlap of collectives."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from engine_doubles import chain, ddr_bytes_per_cycle, hbm_bytes_per_cycle, node16, placed_kernel
+
+from sn40l_sim.engine.breakdown import step_breakdown_cycles
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.phase import phase_timing
+from sn40l_sim.engine.run_graph import EngineOptions, run_graph
+from sn40l_sim.hardware import figures
+from sn40l_sim.models.kernels import Collective
+
+NODE = node16()
+OVERHEAD = figures.cycles(NODE.socket.calibrated.kernel_call_overhead_s, NODE.socket)
+NO_OVERHEAD = EngineOptions(add_call_overhead=False)
+
+
+def run(kernels, options=NO_OVERHEAD):
+    return run_graph(NODE, chain(kernels), options)
+
+
+@pytest.mark.parametrize("n_tiles,cpt,hbm,ddr", [
+    (64, 100, 0, 0),                 # compute only
+    (64, 100, 10**7, 0),             # memory-bound
+    (1000, 30, 10**6, 0),            # compute-bound with memory
+    (333, 57, 4 * 10**6, 3 * 10**5),  # both tiers
+    (1, 5000, 10**5, 0),             # a single tile
+])
+def test_lone_kernel_matches_the_tile_level_formula(n_tiles, cpt, hbm, ddr):
+    pk = placed_kernel(NODE, "k", n_tiles=n_tiles, compute_cycles_per_tile=cpt, hbm_bytes=hbm, ddr_bytes=ddr)
+    result = run([pk])
+    # the formula rounds each tile's memory time up to whole cycles; the fluid engine rounds
+    # once per chunk, so it may be faster by up to a cycle per tile, never slower than a cycle per chunk
+    assert pk.cycles - n_tiles <= result.cycles <= pk.cycles + 8
+
+
+def test_call_overhead_is_added_once_per_kernel():
+    pks = [placed_kernel(NODE, f"k{i}", layer=i) for i in range(3)]
+    with_overhead = run(pks, EngineOptions()).cycles
+    assert with_overhead - run(pks).cycles == 3 * OVERHEAD
+
+
+def test_sections_pay_reconfiguration_between_them():
+    pk = placed_kernel(NODE, "k", n_tiles=10, compute_cycles_per_tile=100, sections=3, reconfig_cycles=2000)
+    result = run([pk])
+    assert result.cycles == pk.cycles == 3 * (200 + 1000) + 2 * 2000
+    assert result.busy_cycles["overhead"] == 4000 and result.busy_cycles["fill"] == 600
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 8, 64])
+def test_lower_bounds_busy_time_and_bytes(chunks):
+    pks = [placed_kernel(NODE, "a", n_tiles=64, compute_cycles_per_tile=100, hbm_bytes=10**7),
+           placed_kernel(NODE, "b", layer=1, n_tiles=999, compute_cycles_per_tile=31, hbm_bytes=2 * 10**6,
+                         ddr_bytes=10**5,
+                         collectives=(Collective("all_reduce", 2**20, 16, overlapped=True),)),
+           placed_kernel(NODE, "c", layer=2, collectives=(Collective("all_gather", 2**22, 16),))]
+    result = run(pks, EngineOptions(chunks_per_section=chunks))
+    # lower bounds: compute at peak, bytes over achievable bandwidth, kernel by kernel
+    for rec in result.records:
+        pk = rec.placed
+        assert rec.cycles >= pk.compute_cycles
+        assert rec.cycles >= pk.hbm_bytes / hbm_bytes_per_cycle(NODE)
+        assert rec.cycles >= pk.ddr_bytes / ddr_bytes_per_cycle(NODE)
+    assert result.cycles >= sum(pk.compute_cycles for pk in pks)
+    assert result.cycles >= sum(pk.hbm_bytes for pk in pks) / hbm_bytes_per_cycle(NODE)
+    for name, busy in result.busy_cycles.items():
+        assert 0 <= busy <= result.cycles, name
+    # the channels never exceeded their capacity
+    assert result.tier_bytes["hbm"] / hbm_bytes_per_cycle(NODE) <= result.busy_cycles["hbm"] + chunks * 3
+    # bytes conserved: what the engine moved is what the placed graph says
+    assert result.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in pks), "ddr": sum(pk.ddr_bytes for pk in pks)}
+    assert result.link_bytes["tln"] == result.tier_bytes["hbm"] + result.tier_bytes["ddr"]
+    model = CollectiveModel.from_node(NODE)
+    assert result.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in pks for c in pk.kernel.collectives)
+
+
+def test_chunking_does_not_change_the_totals_much():
+    pk = placed_kernel(NODE, "a", n_tiles=4096, compute_cycles_per_tile=40, hbm_bytes=3 * 10**8)
+    times = [run([pk], EngineOptions(add_call_overhead=False, chunks_per_section=c)).cycles for c in (1, 4, 16, 256)]
+    assert max(times) - min(times) <= 256
+
+
+def test_overlapped_collective_runs_beside_the_compute():
+    small = Collective("all_reduce", 2**16, 16, overlapped=True)
+    big = Collective("all_reduce", 2**26, 16, overlapped=True)
+    model = CollectiveModel.from_node(NODE)
+    for coll in (small, big):
+        pk = placed_kernel(NODE, "moe", n_tiles=500, compute_cycles_per_tile=200, collectives=(coll,))
+        rec = run([pk]).records[0]
+        coll_run = rec.collectives[0]
+        # starts after the first tile, not before
+        assert coll_run.start == rec.stream_start + 200
+        # the kernel ends no earlier than its compute nor than its collective
+        assert rec.end >= rec.stream_end and rec.end - coll_run.start >= model.run(coll).cycles
+        assert rec.end == max(rec.stream_end, coll_run.start + model.run(coll).cycles)
+    assert model.run(small).cycles < 500 * 200 < model.run(big).cycles
+
+
+def test_plain_collective_follows_the_compute():
+    coll = Collective("all_reduce", 2**20, 16)
+    pk = placed_kernel(NODE, "o_proj", n_tiles=50, compute_cycles_per_tile=100, collectives=(coll,))
+    rec = run([pk]).records[0]
+    assert rec.collectives[0].start == rec.stream_end
+    assert rec.end == rec.stream_end + CollectiveModel.from_node(NODE).run(coll).cycles
+
+
+def test_two_collectives_of_a_kernel_take_turns_on_the_links():
+    colls = (Collective("all_gather", 2**24, 16, overlapped=True), Collective("all_reduce", 2**24, 16, overlapped=True))
+    rec = run([placed_kernel(NODE, "k", n_tiles=2, compute_cycles_per_tile=10, collectives=colls)]).records[0]
+    a, b = rec.collectives
+    assert a.end <= b.start or b.end <= a.start
+
+
+def test_memory_stage_cap_limits_the_stream():
+    pk = placed_kernel(NODE, "k", n_tiles=100, compute_cycles_per_tile=1, hbm_bytes=10**7)
+    slow_stage = tuple(s if s.bound != "hbm" else type(s)(**{**s.__dict__, "cycles_per_tile": 4 * s.cycles_per_tile})
+                       for s in pk.stages)
+    slow = type(pk)(**{**pk.__dict__, "stages": slow_stage})
+    fast_t, slow_t = run([pk]).cycles, run([slow]).cycles
+    assert slow_t - 200 == pytest.approx(4 * (fast_t - 200), rel=0.01)
+
+
+def test_independent_kernels_share_the_socket_one_at_a_time():
+    from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
+    from sn40l_sim.models.kernels import KernelGraph, Shape
+    a, b, c = (placed_kernel(NODE, n, n_tiles=10, compute_cycles_per_tile=100) for n in "abc")
+    graph = KernelGraph("t", Shape("decode", 1, 1, 1))
+    graph.add(a.kernel)
+    graph.add(b.kernel, after=a.kernel)
+    graph.add(c.kernel, after=a.kernel)
+    result = run_graph(NODE, PlacedGraph(graph, (a, b, c), MemoryPlacement({}, {}, 0, 0)), NO_OVERHEAD)
+    assert result.cycles == 3 * a.cycles
+    assert result.busy_cycles["compute"] == 3 * 1000
+
+
+def test_deterministic_and_breakdown_adds_up():
+    pks = [placed_kernel(NODE, "mla", "mla", n_tiles=64, compute_cycles_per_tile=50, hbm_bytes=5 * 10**6,
+                         kv_read_bytes=3 * 10**6,
+                         collectives=(Collective("all_reduce", 2**18, 16),)),
+           placed_kernel(NODE, "ffn", "moe_ffn", layer=0, n_tiles=256, compute_cycles_per_tile=80,
+                         hbm_bytes=2 * 10**6,
+                         collectives=(Collective("all_reduce", 2**18, 16, overlapped=True),))]
+    first, second = run(pks, EngineOptions()), run(pks, EngineOptions())
+    assert first == second
+    timing = phase_timing(first, phase="decode", batch=1, prompt_len=1, kv_len=1, clock_hz=1.6e9)
+    parts = step_breakdown_cycles(timing)
+    assert sum(parts.values()) == pytest.approx(timing.cycles, abs=1e-6)
+    assert all(v >= -1e-9 for v in parts.values())
+    assert parts["kv_reads"] > 0 and parts["weights_streaming"] > 0 and parts["collectives"] > 0
+    assert parts["overheads"] == 2 * OVERHEAD
+    assert timing.layer == 0 and set(timing.layer_cycles) == {"mla", "moe_ffn"}
+    assert sum(timing.layer_cycles.values()) == timing.cycles
+    assert math.isclose(sum(timing.layer_shares().values()), 1.0)
