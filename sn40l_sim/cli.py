@@ -16,6 +16,7 @@ from sn40l_sim.errors import InputError
 COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("describe", "print the derived figures of a hardware or model file"),
     "check": ("check", "validate hardware, model or experiment files"),
+    "run": ("run", "simulate an experiment's points and write results.json/csv and a plot"),
 }
 
 

@@ -333,16 +333,12 @@ def make_point_policy(exp: Experiment, point: Point) -> "KVPolicy":
     except InputError as exc:
         if exc.file:
             raise
-        at = ("policies", point.policy_index, "policy" if point.policy not in _registry() else "params")
+        # make_policy names the field inside the entry ("policy" or "params.<name>")
+        inner = tuple((exc.field or "params").split("."))
+        at = ("policies", point.policy_index) + inner
         file, line = exp.doc.where(at)
-        raise exc.__class__(f"{exc} (point {point.name}, prompt_len {point.prompt_len})", file=file,
-                            field=f"policies[{point.policy_index}].{at[-1]}", line=line) from None
-
-
-def _registry() -> dict:
-    from sn40l_sim.kvcache.base import POLICIES
-
-    return POLICIES
+        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
+                            field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -408,6 +404,10 @@ def _file_loc(data: Any, pydantic_loc: tuple) -> FieldPath:
 def _check(exp: Experiment) -> None:
     """Cross-field rules pydantic cannot express field by field."""
     spec = exp.spec
+    if not spec.policies:
+        raise exp.error(("policies",), "expected at least one policy")
+    if len(set(exp.prompt_lens)) != len(exp.prompt_lens):
+        raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
     seen: dict[str, int] = {}
     for i, entry in enumerate(spec.policies):
         if entry.name in seen:
@@ -418,10 +418,6 @@ def _check(exp: Experiment) -> None:
             if pp.prompt_len not in exp.prompt_lens:
                 raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
                                 f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
-    if not spec.policies:
-        raise exp.error(("policies",), "expected at least one policy")
-    if len(set(exp.prompt_lens)) != len(exp.prompt_lens):
-        raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
     serving = spec.serving
     if serving.mode == "colocated" and serving.prefill_nodes:
         raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "

@@ -1,0 +1,105 @@
+"""Serving metrics from a :class:`~sn40l_sim.engine.serving.ServingLog` (no simulation here).
+
+All outputs are in seconds (cycles divided by the clock) or plain fractions:
+
+* TTFT: arrival to the first token (the end of its prefill);
+* TPOT: per request, (last token - first token) / (output_len - 1), for requests with >1 token;
+* inter-token latency (ITL): every gap between consecutive tokens of a request;
+* throughput: requests and output tokens per second of the whole run (first arrival to last
+  token), and decode tokens per second of decode-step time;
+* utilisation: busy fraction of each prefill node, decode node and KV link over the run, and of
+  each hardware resource within one prefill and one decode step;
+* KV occupancy: bytes of cache held by a decode node's sequences after each step, against the
+  bytes reserved for its slots.
+
+Examples
+--------
+>>> {k: round(v, 6) for k, v in summary([1.0, 2.0, 3.0, 4.0]).items()}
+{'count': 4, 'max': 4.0, 'mean': 2.5, 'p50': 2.5, 'p90': 3.7, 'p99': 3.97}
+>>> summary([])
+{'count': 0, 'max': None, 'mean': None, 'p50': None, 'p90': None, 'p99': None}
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from sn40l_sim.engine.serving import ServingLog
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Count, mean, p50, p90, p99 and max (linear interpolation between order statistics)."""
+    if len(values) == 0:
+        return {"count": 0, "max": None, "mean": None, "p50": None, "p90": None, "p99": None}
+    data = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    return {"count": int(data.size), "max": float(data.max()), "mean": float(data.mean()),
+            "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
+    """TTFT, TPOT and inter-token latency summaries, in seconds."""
+    ttft, tpot, itl = [], [], []
+    for r in log.requests:
+        ttft.append((r.first_token - r.request.arrival_cycle) / clock_hz)
+        tokens = np.asarray(r.token_cycles, dtype=np.int64)
+        if tokens.size > 1:
+            tpot.append(float(tokens[-1] - tokens[0]) / (tokens.size - 1) / clock_hz)
+            itl.extend((np.diff(tokens) / clock_hz).tolist())
+    return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl)}
+
+
+def throughput(log: ServingLog, clock_hz: float) -> dict[str, float]:
+    """Request and token rates of the run, and decode tokens per second of decode-step time."""
+    start = min(r.request.arrival_cycle for r in log.requests)
+    span_s = (log.end_cycle - start) / clock_hz
+    tokens = sum(r.generated for r in log.requests)
+    decode_tokens = sum(step.active for step in log.steps)
+    decode_s = sum(step.end - step.start for step in log.steps) / clock_hz
+    return {
+        "makespan_s": span_s,
+        "requests": len(log.requests),
+        "output_tokens": tokens,
+        "requests_per_s": len(log.requests) / span_s if span_s > 0 else 0.0,
+        "output_tokens_per_s": tokens / span_s if span_s > 0 else 0.0,
+        "decode_steps": len(log.steps),
+        # what the decode nodes achieved with the slots actually filled (raw tokens)
+        "decode_tokens_per_s_observed": decode_tokens / decode_s if decode_s > 0 else 0.0,
+        "mean_active_slots": decode_tokens / len(log.steps) if log.steps else 0.0,
+    }
+
+
+def node_utilisation(log: ServingLog) -> dict[str, list[float]]:
+    """Busy fraction of every node (and link) by role over the run (first arrival to the end)."""
+    start = min(r.request.arrival_cycle for r in log.requests)
+    span = max(1, log.end_cycle - start)
+    return {role: [b / span for b in busy] for role, busy in sorted(log.busy.items())}
+
+
+def resource_utilisation(timing: Any) -> dict[str, float]:
+    """Busy cycles of each hardware resource in one step, as a fraction of the step's cycles."""
+    cycles = max(1, int(timing.cycles))
+    return {name: busy / cycles for name, busy in sorted(timing.resource_busy_cycles.items())}
+
+
+def kv_occupancy(log: ServingLog, clock_hz: float, max_points: int = 100) -> dict[str, Any]:
+    """Peak and mean KV occupancy of the decode nodes, and a series of at most ``max_points``
+    samples per node (every k-th step, always including the peak step)."""
+    capacity = log.setup.kv_capacity_bytes
+    out: dict[str, Any] = {"capacity_bytes_per_node": capacity, "peak_bytes": 0, "peak_fraction": 0.0,
+                           "mean_fraction": 0.0, "series": []}
+    if not log.steps:
+        return out
+    peak = max(step.kv_bytes for step in log.steps)
+    weights = [step.end - step.start for step in log.steps]
+    mean = sum(w * step.kv_bytes for w, step in zip(weights, log.steps)) / sum(weights)
+    out.update(peak_bytes=peak, peak_fraction=peak / capacity, mean_fraction=mean / capacity)
+    for node in sorted({step.node for step in log.steps}):
+        steps = [step for step in log.steps if step.node == node]
+        stride = max(1, -(-len(steps) // max_points))
+        peak_index = max(range(len(steps)), key=lambda i: (steps[i].kv_bytes, -i))
+        keep = sorted(set(range(0, len(steps), stride)) | {peak_index, len(steps) - 1})
+        out["series"].extend({"node": node, "t_s": steps[i].end / clock_hz, "kv_bytes": steps[i].kv_bytes,
+                              "slots_in_use": steps[i].slots_in_use} for i in keep)
+    return out

@@ -1,0 +1,118 @@
+"""One results record per simulated point (DESIGN.md §5), from a
+:class:`~sn40l_sim.engine.serving_point.PointResult`.
+
+Headline fields:
+
+``ttft_s``, ``tpot_s``
+    Means over the served requests (queueing included); percentiles are under ``latency``.
+``decode_step_s``
+    One step of the static decode graph at the point's batch and static cache length.
+``decode_tokens_per_s``
+    Raw: ``batch / decode_step_s`` (one token per sequence per step, every slot full).
+``decode_tokens_per_s_reported``
+    ``decode_tokens_per_s * tokens_per_forward`` (multi-token prediction, as the paper reports).
+``prefill_kernel_share``
+    Kernel kind -> fraction of one MoE layer's prefill time (the engine's representative layer:
+    the first with a MoE kernel, else the first layer).
+``prefill_policy_overhead``
+    Cycles of the kernels the KV policy adds to prefill over the cycles of the rest (SnapStream's
+    prefill overhead; 0 for ``full``).
+``memory``
+    Bytes per socket of a decode node by tier and use, with ``free`` and ``capacity``.
+
+Examples
+--------
+>>> policy_overhead({"mha": 900, "moe_ffn": 100, "snapkv": 25, "ring": 5}, ["snapkv", "ring"])
+0.03
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.engine.serving_point import PointResult
+from sn40l_sim.report import metrics
+
+#: the fields DESIGN.md §5 promises, in the order tables and CSV files show them
+DESIGN_FIELDS = ("name", "model", "hardware", "kv_policy", "prefill_len", "kv_len", "batch", "max_batch",
+                 "ttft_s", "tpot_s", "decode_step_s", "decode_tokens_per_s", "decode_tokens_per_s_reported",
+                 "prefill_kernel_share", "memory")
+
+
+def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) -> float:
+    """Cycles of the policy's kernels over the cycles of all other kernels."""
+    extra = sum(kernel_cycles.get(kind, 0) for kind in policy_kinds)
+    rest = sum(kernel_cycles.values()) - extra
+    return extra / rest if rest > 0 else 0.0
+
+
+def memory_table(placement: Any) -> dict[str, dict[str, int]] | None:
+    """Per socket, per tier: bytes by use plus ``free`` and ``capacity`` (weights, kv and
+    activations always present)."""
+    if placement is None:
+        return None
+    out = {}
+    for tier, uses, capacity in (("hbm", placement.hbm, placement.hbm_capacity),
+                                 ("ddr", placement.ddr, placement.ddr_capacity)):
+        row = {"weights": 0, "kv": 0, "activations": 0}
+        row.update({use: int(n) for use, n in uses.items()})
+        row["capacity"] = int(capacity)
+        row["free"] = int(capacity) - sum(v for k, v in row.items() if k != "capacity")
+        out[tier] = dict(sorted(row.items()))
+    return out
+
+
+def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any]) -> dict[str, Any]:
+    """The results record of one point (plain JSON types; seconds, bytes, fractions)."""
+    s, clock = result.setup, result.clock_hz
+    log = result.log
+    lat = metrics.latencies(log, clock)
+    step_s = result.decode.cycles / clock
+    raw = result.batch / step_s
+    kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
+    return {
+        "experiment": experiment,
+        "name": s.name,
+        "model": s.model.name,
+        "hardware": s.node.name,
+        "kv_policy": s.policy.name,
+        "kv_policy_params": dict(sorted(policy_params.items())),
+        "prefill_len": s.prompt_len,
+        "prefill_len_compiled": result.prefill_len_compiled,
+        "kv_len": result.static_cache_len,
+        "max_new_tokens": s.max_new_tokens,
+        "batch": result.batch,
+        "max_batch": result.max_batch,
+        "max_batch_limit": result.next_failure,
+        "mode": s.mode,
+        "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,
+        "decode_nodes": s.decode_nodes,
+        "ttft_s": lat["ttft_s"]["mean"],
+        "tpot_s": lat["tpot_s"]["mean"],
+        "latency": lat,
+        "prefill_s": result.prefill.cycles / clock,
+        "prefill_cycles": int(result.prefill.cycles),
+        "prefill_kernel_cycles": kernel_cycles,
+        "prefill_kernel_share": dict(sorted(result.prefill.layer_shares().items())),
+        "prefill_kernel_share_layer": result.prefill.layer,
+        "prefill_policy_overhead": policy_overhead(kernel_cycles, result.policy_kernel_kinds),
+        "decode_step_s": step_s,
+        "decode_step_cycles": int(result.decode.cycles),
+        "decode_kernel_cycles": {k: int(v) for k, v in sorted(result.decode.kernel_cycles.items())},
+        "decode_step_breakdown_s": dict(sorted(decode_step_breakdown(result.decode).items())),
+        "decode_tokens_per_s": raw,
+        "tokens_per_forward": s.tokens_per_forward,
+        "decode_tokens_per_s_reported": raw * s.tokens_per_forward,
+        "kv_bytes_per_token": result.kv_bytes_per_token,
+        "kv_transfer_bytes": result.transfer_bytes,
+        "kv_transfer_s": result.transfer_cycles / clock,
+        "memory": memory_table(result.memory),
+        "memory_prefill_node": memory_table(result.prefill_memory),
+        "throughput": metrics.throughput(log, clock),
+        "utilisation": {
+            "nodes": metrics.node_utilisation(log),
+            "prefill_step": metrics.resource_utilisation(result.prefill),
+            "decode_step": metrics.resource_utilisation(result.decode),
+        },
+        "kv_occupancy": metrics.kv_occupancy(log, clock),
+    }

@@ -1,0 +1,80 @@
+"""``results.json`` and ``results.csv``: one record per simulated point, byte-for-byte reproducible.
+
+JSON: a list of records, keys sorted, floats rounded to 9 significant digits (so that the last
+bits of a float sum never show), no timestamps or paths of the machine. CSV: one row per record,
+nested fields flattened to dotted column names (``memory.hbm.kv``), lists left out (they stay in
+the JSON); the DESIGN.md §5 fields come first, the rest in sorted order.
+
+Examples
+--------
+>>> rounded({"a": 0.1 + 0.2, "b": [1, 2.000000000001], "c": None})
+{'a': 0.3, 'b': [1, 2.0], 'c': None}
+>>> flatten({"name": "x", "memory": {"hbm": {"kv": 5}}, "series": [1, 2]})
+{'name': 'x', 'memory.hbm.kv': 5}
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from sn40l_sim.report.records import DESIGN_FIELDS
+
+SIGNIFICANT_DIGITS = 9
+
+
+def rounded(value: Any) -> Any:
+    """``value`` with every float rounded to :data:`SIGNIFICANT_DIGITS` significant digits."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def to_json(records: Sequence[dict[str, Any]]) -> str:
+    """The text of ``results.json``."""
+    return json.dumps(rounded(list(records)), sort_keys=True, indent=2) + "\n"
+
+
+def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalars of a nested record under dotted keys (lists dropped)."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif not isinstance(value, (list, tuple)):
+            out[name] = value
+    return out
+
+
+def to_csv(records: Sequence[dict[str, Any]]) -> str:
+    """The text of ``results.csv``."""
+    rows = [flatten(rounded(r)) for r in records]
+    columns = sorted({key for row in rows for key in row})
+    first = [c for c in DESIGN_FIELDS if c in columns]
+    first += [c for c in columns if c not in first and c.split(".")[0] in DESIGN_FIELDS]
+    header = first + [c for c in columns if c not in first]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", extrasaction="raise")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: ("" if row.get(c) is None else row.get(c)) for c in header})
+    return buffer.getvalue()
+
+
+def write_results(records: Sequence[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if missing)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
+    json_path.write_text(to_json(records), encoding="utf-8")
+    csv_path.write_text(to_csv(records), encoding="utf-8")
+    return json_path, csv_path
