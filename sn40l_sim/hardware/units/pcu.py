@@ -17,13 +17,16 @@ Systolic mapping of a GEMM ``C[M,N] = A[M,K] @ B[K,N]`` (weight-stationary)
   partial-sum vector for the previous K block is read back from the output buffer and enters the
   first stage with it (chained accumulation), so C is complete after the last K block.
 * **Weights** of the next block are shifted into shadow registers while the current block
-  streams, one lanes-wide vector per stage through the PCU's vector input: ``stages`` cycles.
-* **Accumulation hazard.** With more than one K block, row ``m`` of block ``j + 1`` needs the
-  partial sum of row ``m`` of block ``j``, which leaves the pipeline ``pipeline_latency_cycles``
-  after entering. So a block takes ``max(M * row_cycles, stages, pipeline_latency_cycles)``
-  cycles (the last two only bind for small M).
-* **Fill and drain.** The first block's weights load before any row enters (``stages``
-  cycles) and the last row needs ``pipeline_latency_cycles`` to leave.
+  streams, one lanes-wide vector per stage per cycle through the PCU's vector input, so a block
+  lasts at least ``stages`` cycles.
+* **Accumulation hazard.** Row ``m`` of K block ``j + 1`` needs the partial sum of row ``m`` of
+  block ``j``, which re-enters ``pipeline_latency_cycles + accumulate_latency_cycles`` after it
+  entered (the second term: the trip to the output buffer and back, 0 when the sums stay in the
+  PCU). So the first K block of a column block takes ``max(M * row_cycles, stages)`` cycles and
+  each further one ``max(M * row_cycles, stages, pipeline_latency_cycles +
+  accumulate_latency_cycles)``; the last two terms bind only for small M.
+* **Fill and drain.** Weights load stage by stage ahead of the first row's wavefront, so only the
+  first weight vector's cycle is exposed; the last row needs ``pipeline_latency_cycles`` to leave.
 
 The calibrated ``systolic_efficiency`` (stalls the model does not see) divides the steady state.
 """
@@ -74,7 +77,7 @@ def gemm_geometry(pcu: PCUSpec, dtype: str = "bf16") -> tuple[int, int]:
 
 
 def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
-                efficiency: float = 1.0) -> int:
+                efficiency: float = 1.0, accumulate_latency_cycles: int = 0) -> int:
     """Cycles for ONE PCU in systolic mode to compute an ``m x k x n`` GEMM tile.
 
     Parameters
@@ -87,24 +90,35 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
         Operand datatype, a key of ``pcu.macs_per_lane_stage_per_cycle``.
     efficiency : float
         Achieved fraction of the modelled steady state (calibrated ``systolic_efficiency``).
+    accumulate_latency_cycles : int
+        Cycles a partial sum spends outside the PCU pipeline between K blocks (mesh hops to the
+        output PMU and back); 0 when partial sums stay in the PCU.
 
     Returns
     -------
     int
-        Cycles from the first weight load to the last output leaving the pipeline.
+        Cycles from the first weight vector's arrival to the last output leaving the pipeline.
 
     Examples
     --------
     A 64 x 64 x 64 tile on 32 lanes x 6 stages: 2 column blocks x 11 K blocks (K padded to 66),
-    64 rows each, plus 6 cycles of first weight load and a 10-cycle pipeline drain:
+    64 rows each, plus the first weight vector's cycle and a 10-cycle pipeline drain:
 
     >>> pcu = example_pcu()
     >>> gemm_cycles(pcu, 64, 64, 64)
-    1424
-    >>> 2 * 11 * 64 + 6 + 10
-    1424
+    1419
+    >>> 1 + 2 * 11 * 64 + 10
+    1419
     >>> gemm_cycles(pcu, 64, 64, 128)   # N doubled: twice the column blocks
-    2832
+    2827
+
+    With 4 rows the blocks are bound by weight loading (6 cycles) and, after the first K block,
+    by the partial sum's round trip (10 + 4 cycles):
+
+    >>> gemm_cycles(pcu, 4, 64, 32, accumulate_latency_cycles=4)
+    157
+    >>> 1 + (6 + 10 * 14) + 10
+    157
     """
     if min(m, k, n) < 0:
         raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
@@ -115,11 +129,10 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
     k_per_block, row_cycles = gemm_geometry(pcu, dtype)
     n_blocks = ceil_div(n, pcu.lanes)
     k_blocks = ceil_div(k, k_per_block)
-    block = max(m * row_cycles, pcu.stages)
-    if k_blocks > 1:
-        block = max(block, pcu.pipeline_latency_cycles)
-    steady = n_blocks * k_blocks * block
-    return pcu.stages + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
+    first = max(m * row_cycles, pcu.stages)
+    later = max(first, pcu.pipeline_latency_cycles + accumulate_latency_cycles)
+    steady = n_blocks * (first + (k_blocks - 1) * later)
+    return 1 + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
 
 
 def gemm_padding_waste(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16") -> float:

@@ -37,9 +37,17 @@ def test_compute_bound_gemm_doubles_with_n(m, k):
 def test_worked_example_64_cube():
     k_per_block, row_cycles = gemm_geometry(PCU, "bf16")
     blocks = math.ceil(64 / PCU.lanes) * math.ceil(64 / k_per_block)
-    expected = PCU.stages + blocks * max(64 * row_cycles, PCU.stages, PCU.pipeline_latency_cycles) \
-        + PCU.pipeline_latency_cycles
+    # first weight vector + every block streaming its 64 rows + pipeline drain
+    expected = 1 + blocks * 64 * row_cycles + PCU.pipeline_latency_cycles
     assert gemm_cycles(PCU, 64, 64, 64) == expected
+
+
+def test_small_m_blocks_wait_for_weights_and_partial_sums():
+    k_blocks = math.ceil(64 / gemm_geometry(PCU, "bf16")[0])
+    roundtrip = PCU.pipeline_latency_cycles + 7
+    later = max(2, PCU.stages, roundtrip)
+    expected = 1 + max(2, PCU.stages) + (k_blocks - 1) * later + PCU.pipeline_latency_cycles
+    assert gemm_cycles(PCU, 2, 64, PCU.lanes, accumulate_latency_cycles=7) == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -75,7 +83,7 @@ def test_odd_k_pads_to_the_stage_count():
 
 
 def test_efficiency_slows_steady_state_proportionally():
-    fixed = PCU.stages + PCU.pipeline_latency_cycles
+    fixed = 1 + PCU.pipeline_latency_cycles
     full = gemm_cycles(PCU, 1024, 1024, 1024) - fixed
     for eff in (0.9, 0.5, 0.3):
         slowed = gemm_cycles(PCU, 1024, 1024, 1024, efficiency=eff) - fixed
