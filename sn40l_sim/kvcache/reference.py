@@ -56,10 +56,12 @@ class Layout:
 
     @property
     def static_len(self) -> int:
+        """Slots of the fixed cache, ``sink + recent + topk``."""
         return self.sink + self.recent + self.topk
 
     @property
     def topk_start(self) -> int:
+        """First slot of the top-K region (just after the ring)."""
         return self.sink + self.recent
 
     def slot(self, position: int) -> int:

@@ -7,7 +7,7 @@ import pytest
 
 from kv_test_models import deepseek_r1, llama
 from sn40l_sim.errors import InputError
-from sn40l_sim.kvcache import POLICIES, Full, KVPolicy, SnapKV, SnapStream, StreamingLLM, make_policy
+from sn40l_sim.kvcache import POLICIES, KVPolicy, SnapKV, SnapStream, StreamingLLM, make_policy
 
 R1_TOKEN = 70_272          # KV bytes per token of DeepSeek-R1 (REFERENCE §2)
 L128K = 131072
