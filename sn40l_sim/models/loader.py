@@ -1,0 +1,144 @@
+"""Load ``kind: model`` files into a validated :class:`~sn40l_sim.models.spec.ModelSpec`.
+
+Schema errors (unknown keys, wrong types, missing fields) come from :func:`sn40l_sim.schema.validate`;
+this module adds the checks that involve several fields (``dense_layers <= layers``, ``heads``
+divisible by ``kv_heads``, ...) and resolves the optional ``kernels:`` template path. Every error is
+an :class:`~sn40l_sim.errors.InputError` naming the file, the field and the line.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.models.spec import GQAAttentionSpec, MLAAttentionSpec, ModelSpec
+from sn40l_sim.schema import validate
+from sn40l_sim.yamlio import Document, FieldPath, load_document
+
+
+def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+    """Load, validate and cross-check a model file.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``kind: model`` YAML file (``base:`` overlays allowed).
+    overrides : mapping, optional
+        Values replacing the file's, by field name; nested fields by dotted name or nested
+        mapping (``{"weight_dtype": "bf16"}``, ``{"moe.routed_experts": 128}``). They are
+        validated like the file and errors name them as ``<file> (overrides)``.
+
+    Raises
+    ------
+    InputError
+        For any bad value, naming the file, field path and line.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.template import GRAPHS_DIR
+    >>> m = load_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    >>> m.layers, m.weight_dtype, m.moe.routed_experts
+    (61, 'fp8', 256)
+    >>> load_model(GRAPHS_DIR / "deepseek_r1.yaml", overrides={"weight_dtype": "bf16"}).weight_dtype
+    'bf16'
+    """
+    doc = load_document(path)
+    if overrides:
+        _apply_overrides(doc, overrides)
+    if doc.data.get("kind") != "model":
+        raise doc.error(("kind",), f"expected 'kind: model' in a model file, got {doc.data.get('kind')!r}")
+    kernels = doc.data.get("kernels")
+    if kernels is not None:
+        if not isinstance(kernels, str):
+            raise doc.error(("kernels",), "expected a path (relative to this file) to a kind: kernels file")
+        resolved = doc.resolve(kernels)
+        if not resolved.is_file():
+            raise doc.error(("kernels",), f"kernel template file {str(resolved)!r} does not exist")
+        doc.data["kernels"] = str(resolved)
+    model = validate(ModelSpec, doc)
+    check_consistency(model, doc)
+    if kernels is not None:
+        from sn40l_sim.models.template import _load, check_against_model
+
+        template, template_doc = _load(model.kernels)
+        check_against_model(template, template_doc, model)
+    return model
+
+
+def _apply_overrides(doc: Document, overrides: Mapping[str, Any]) -> None:
+    label = f"{doc.path} (overrides)"
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key:
+            raise InputError(f"override keys must be field names, got {key!r}", file=label)
+        path: FieldPath = tuple(key.split("."))
+        if isinstance(value, Mapping):
+            _apply_overrides(doc, {f"{key}.{k}": v for k, v in value.items()})
+            continue
+        node = doc.data
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise InputError(f"cannot override inside {'.'.join(path[:i + 1])!r}: it is not a mapping",
+                                 file=label, field=key)
+            node = child
+        node[path[-1]] = copy.deepcopy(value)
+        for known in [p for p in doc.origins if p[:len(path)] == path]:
+            del doc.origins[known]
+        doc.origins[path] = (label, None)
+
+
+def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
+    """Checks across fields that the schema cannot express.
+
+    Raises
+    ------
+    InputError
+        Located at the offending field when ``doc`` is given.
+
+    Examples
+    --------
+    >>> bad = ModelSpec.model_validate(dict(kind="model", name="x", layers=2, dense_layers=3, hidden=8,
+    ...     dense_ffn=16, vocab=10, weight_dtype="bf16",
+    ...     attention=dict(kind="gqa", heads=4, kv_heads=2, head_dim=2),
+    ...     moe=dict(routed_experts=4, shared_experts=0, experts_per_token=2, expert_ffn=4)))
+    >>> check_consistency(bad)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: dense_layers: dense_layers (3) must be <= layers (2)
+    """
+    def fail(field: FieldPath, message: str) -> InputError:
+        if doc is not None:
+            return doc.error(field, message)
+        return InputError(message, field=".".join(map(str, field)))
+
+    if model.dense_layers > model.layers:
+        raise fail(("dense_layers",), f"dense_layers ({model.dense_layers}) must be <= layers ({model.layers})")
+    if model.moe is None and model.dense_layers not in (0, model.layers):
+        raise fail(("dense_layers",), "dense_layers splits dense from MoE layers, but the model has no "
+                   "moe section (every layer is dense); remove it or add moe")
+    att = model.attention
+    if isinstance(att, GQAAttentionSpec) and att.heads % att.kv_heads:
+        raise fail(("attention", "kv_heads"), f"heads ({att.heads}) must be divisible by kv_heads ({att.kv_heads})")
+    if isinstance(att, MLAAttentionSpec) and att.qk_rope_head_dim % 2:
+        raise fail(("attention", "qk_rope_head_dim"), f"RoPE rotates pairs: qk_rope_head_dim must be even, "
+                   f"got {att.qk_rope_head_dim}")
+    moe = model.moe
+    if moe is not None:
+        if moe.experts_per_token > moe.routed_experts:
+            raise fail(("moe", "experts_per_token"), f"experts_per_token ({moe.experts_per_token}) must be "
+                       f"<= routed_experts ({moe.routed_experts})")
+        if moe.topk_groups > moe.groups:
+            raise fail(("moe", "topk_groups"), f"topk_groups ({moe.topk_groups}) must be <= groups ({moe.groups})")
+        if moe.routed_experts % moe.groups:
+            raise fail(("moe", "groups"), f"routed_experts ({moe.routed_experts}) must split evenly into "
+                       f"groups ({moe.groups})")
+        reachable = moe.topk_groups * (moe.routed_experts // moe.groups)
+        if moe.experts_per_token > reachable:
+            raise fail(("moe", "experts_per_token"), f"experts_per_token ({moe.experts_per_token}) exceeds the "
+                       f"{reachable} experts in the top {moe.topk_groups} groups")
+        if model.dense_layers == model.layers:
+            raise fail(("dense_layers",), "every layer is dense, so the moe section is unused; lower "
+                       "dense_layers or remove moe")
