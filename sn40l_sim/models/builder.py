@@ -1,0 +1,236 @@
+"""Build the fused-kernel graph of one prefill pass or one decode step.
+
+The template (:mod:`sn40l_sim.models.template`) gives the structure, the family modules the
+numbers. The graph is a chain in execution order: the head kernels (embedding), each layer's
+kernels (dense or MoE; plus, in prefill, the KV policy's extra kernels for that layer), the tail
+(final norm + LM head, sampling) and, in decode with multi-token prediction, each MTP module
+(projection, one more transformer block, its own LM head and sampling).
+
+Activation traffic is derived, not written by hand: each operator names the activations it reads
+and writes. Inside a fused kernel an activation produced and consumed there stays on chip; an
+activation a kernel reads that it did not produce is ``act_in_bytes`` of its first reader, and one
+it produces is ``act_out_bytes`` of its last writer when a later kernel reads it or nothing in the
+kernel consumes it. Kernel names are ``L<layer>.<kernel>`` (``MTP<j>.<kernel>`` for MTP modules);
+identical layers give kernels with equal :meth:`~sn40l_sim.models.kernels.FusedKernel.signature`.
+
+Examples
+--------
+>>> from sn40l_sim.models.loader import load_model
+>>> from sn40l_sim.models.template import GRAPHS_DIR
+>>> r1 = load_model(GRAPHS_DIR / "deepseek_r1.yaml")
+>>> g = build_graph(r1, Shape("decode", batch=16, prompt_len=0, kv_len=131072), ParallelPlan(16, 16))
+>>> [k.name for k in g.kernels()][:5]
+['embedding', 'L00.mla', 'L00.ffn', 'L01.mla', 'L01.ffn']
+>>> k = g.graph.nodes["L03.mla"]["kernel"]
+>>> [op.kv_read_bytes for op in k.operators if op.name == "absorbed_qk"]   # 1 sequence x 128K x 576 x 2 B
+[150994944]
+>>> len(g.kernels()), g.kernels()[-1].name
+(130, 'MTP0.sampling')
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.models.context import Ctx, Step
+from sn40l_sim.models.formulas import OPERATORS, SIZES
+from sn40l_sim.models.kernels import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
+from sn40l_sim.models.tensors import dense_layer_count
+
+if TYPE_CHECKING:
+    from sn40l_sim.kvcache.base import KVPolicy
+
+#: options of :func:`build_graph` and their defaults
+OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
+
+
+def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: "KVPolicy | None" = None,
+                **options: Any) -> KernelGraph:
+    """The kernel graph of ``shape`` (one prefill pass or one decode step) under ``plan``.
+
+    Parameters
+    ----------
+    model : ModelSpec
+    shape : Shape
+        ``phase``, ``batch``, ``prompt_len`` (prefill) and ``kv_len`` (tokens each sequence's
+        decode attention reads, after any compression).
+    plan : ParallelPlan
+        ``tp`` sockets share the weights; ``attention_dp`` (a divisor of ``tp``) splits the
+        sequences of attention.
+    policy : KVPolicy, optional
+        Its ``prefill_kernels`` are appended to every layer in prefill.
+    include_mtp : bool, optional
+        Run the MTP module(s) after the main model. Default: in decode when the model has one;
+        never in prefill (the paper's prefill breakdown lists none; filling the MTP layer's cache
+        would add one layer's worth).
+    expert_loading : {"all", "touched"}
+        Expert weights streamed per MoE call (see :mod:`sn40l_sim.models.moe`).
+    routing_skew : float
+        Zipf exponent of expert popularity for the touched-expert expectation (0 = uniform).
+    template : str or Path, optional
+        A kernel template file replacing the model's.
+
+    Raises
+    ------
+    InputError
+        For an unknown option or a shape or plan the graph cannot be built for.
+    """
+    opts = _options(options)
+    _check(model, shape, plan)
+    template = load_templates(opts["template"]) if opts["template"] else template_for(model)
+    ctx = Ctx(model, shape, plan, template, opts["expert_loading"], float(opts["routing_skew"]))
+    phase: PhaseTemplate = getattr(template, shape.phase)
+    include_mtp = opts["include_mtp"]
+    if include_mtp is None:
+        include_mtp = shape.phase == "decode" and model.mtp is not None
+    if include_mtp and model.mtp is None:
+        raise InputError(f"include_mtp: model {model.name!r} has no mtp section")
+
+    plan_ = _sequence(model, phase, include_mtp)
+    built: dict[str, tuple[list[list[Step]], FusedKernel]] = {}
+    parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
+    extra = list(policy.prefill_kernels(model, shape.prompt_len, plan.tp)) if (policy and shape.phase == "prefill") else []
+    for node, layer, kernel_id in plan_:
+        if kernel_id not in built:
+            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id])
+        steps, kernel = built[kernel_id]
+        parts.append((node, layer, steps, kernel))
+        if extra and layer is not None and _last_of_layer(plan_, node, layer):
+            for k in extra:
+                parts.append((f"{_prefix(model, layer)}.{k.name}", layer, [], k))
+
+    graph = KernelGraph(model=model.name, shape=shape)
+    previous: FusedKernel | None = None
+    for kernel in _with_activations(parts):
+        handoff = sum(op.act_out_bytes for op in previous.operators) if previous else 0
+        graph.add(kernel, after=previous, bytes_=handoff)
+        previous = kernel
+    return graph
+
+
+def _options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise InputError(f"unknown graph option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+    opts = {**OPTIONS, **options}
+    if opts["expert_loading"] not in ("all", "touched"):
+        raise InputError(f"expert_loading: expected 'all' or 'touched', got {opts['expert_loading']!r}")
+    skew = opts["routing_skew"]
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0:
+        raise InputError(f"routing_skew: expected a number >= 0 (0 = uniform), got {skew!r}")
+    return opts
+
+
+def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
+    if plan.tp < 1 or plan.attention_dp < 1 or plan.tp % plan.attention_dp:
+        raise InputError(f"parallel plan: attention_dp ({plan.attention_dp}) must divide tp ({plan.tp}), "
+                         "both >= 1")
+    if shape.batch < 1:
+        raise InputError(f"shape: batch must be >= 1, got {shape.batch}")
+    if shape.phase == "prefill" and shape.prompt_len < 1:
+        raise InputError(f"shape: prefill needs prompt_len >= 1, got {shape.prompt_len}")
+    if shape.phase == "decode" and shape.kv_len < 1:
+        raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
+    if shape.phase not in ("prefill", "decode"):
+        raise InputError(f"shape: phase must be 'prefill' or 'decode', got {shape.phase!r}")
+
+
+def _prefix(model: ModelSpec, layer: int) -> str:
+    return f"L{layer:02d}" if layer < model.layers else f"MTP{layer - model.layers}"
+
+
+def _sequence(model: ModelSpec, phase: PhaseTemplate, include_mtp: bool) -> list[tuple[str, int | None, str]]:
+    """(node name, layer, template kernel id) in execution order."""
+    b = phase.blocks
+    out = [(k, None, k) for k in b.head]
+    dense = dense_layer_count(model)
+    block_of = lambda i: b.dense_layer if i < dense else b.moe_layer  # noqa: E731
+    for i in range(model.layers):
+        out += [(f"{_prefix(model, i)}.{_name(phase, k)}", i, k) for k in block_of(i)]
+    out += [(_name(phase, k), None, k) for k in b.tail]
+    if include_mtp:
+        for j in range(model.mtp.modules):
+            layer = model.layers + j
+            body = b.moe_layer if model.moe is not None else b.dense_layer
+            out += [(f"{_prefix(model, layer)}.{_name(phase, k)}", layer, k)
+                    for k in (*b.mtp_head, *body, *b.mtp_tail)]
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise InputError("kernel template gives two kernels of one layer the same name")
+    return out
+
+
+def _name(phase: PhaseTemplate, kernel_id: str) -> str:
+    return phase.kernels[kernel_id].name or kernel_id
+
+
+def _last_of_layer(seq: list, node: str, layer: int) -> bool:
+    names = [n for n, lyr, _ in seq if lyr == layer]
+    return names[-1] == node
+
+
+def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry) -> tuple[list[list[Step]], FusedKernel]:
+    per_op = [OPERATORS[name](ctx) for name in entry.operators]
+    collectives = []
+    for coll in entry.collectives:
+        size = SIZES[coll.size](ctx)
+        if size > 0 and ctx.tp > 1:
+            collectives.append(Collective(kind=coll.kind, bytes=size, group=ctx.tp,
+                                          overlapped=coll.overlapped, name=coll.size))
+    notes = tuple(n for steps in per_op for s in steps for n in s.notes)
+    kernel = FusedKernel(name="", kind=entry.kind or entry.name or kernel_id, phase=ctx.phase, operators=(),
+                         collectives=tuple(collectives), shards=ctx.plan.sockets, notes=notes)
+    return per_op, kernel
+
+
+def _with_activations(parts: list) -> list[FusedKernel]:
+    """Set act_in / act_out bytes from the named activations and name each kernel instance."""
+    flows = [[s for steps in per_op for s in steps] for _, _, per_op, _ in parts]
+    out = []
+    for i, (node, layer, _, kernel) in enumerate(parts):
+        steps = flows[i]
+        if not steps:  # a policy's kernel: its own byte counts stand
+            out.append(replace(kernel, name=node, layer=layer))
+            continue
+        produced: set[str] = set()
+        seen_in: set[str] = set()
+        act_in = [0] * len(steps)
+        for j, s in enumerate(steps):
+            for name, size in s.reads:
+                if name not in produced and name not in seen_in:
+                    seen_in.add(name)
+                    act_in[j] += size
+            produced.update(n for n, _ in s.writes)
+        act_out = [0] * len(steps)
+        for name in produced:
+            last = max(j for j, s in enumerate(steps) if any(n == name for n, _ in s.writes))
+            read_after = any(n == name for s in steps[last + 1:] for n, _ in s.reads)
+            if _read_later(flows, i, name) or not read_after:
+                act_out[last] += dict(steps[last].writes)[name]
+        ops = _unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b)
+                       for s, a, b in zip(steps, act_in, act_out)])
+        out.append(replace(kernel, name=node, layer=layer, operators=tuple(ops)))
+    return out
+
+
+def _read_later(flows: list[list[Step]], i: int, name: str) -> bool:
+    """Does a later kernel read ``name`` before some kernel writes it again?"""
+    for steps in flows[i + 1:]:
+        for s in steps:
+            if any(n == name for n, _ in s.reads):
+                return True
+            if any(n == name for n, _ in s.writes):
+                return False
+    return False
+
+
+def _unique(ops: list[Operator]) -> list[Operator]:
+    seen: dict[str, int] = {}
+    out = []
+    for op in ops:
+        seen[op.name] = seen.get(op.name, 0) + 1
+        out.append(op if seen[op.name] == 1 else replace(op, name=f"{op.name}#{seen[op.name]}"))
+    return out

@@ -1,0 +1,163 @@
+"""What every operator formula needs: the build context and the operator constructors.
+
+The context turns (model, shape, plan, template, options) into the handful of per-socket counts
+the formulas use, so each formula reads like the arithmetic it is:
+
+``tokens``
+    rows through the tensor-parallel layers (prefill: ``batch * prompt_len``; decode: ``batch``);
+    activations in TP layout are replicated, so every socket sees all of them.
+``seqs``
+    sequences whose attention one socket runs: ``ceil(batch / attention_dp)``.
+``head_ways``
+    how many ways attention heads are split for one sequence: ``tp / attention_dp``.
+``proj_heads`` / ``attn_heads``
+    query heads a socket holds in the TP layout (``ceil(heads / tp)``) and in the attention layout
+    (``ceil(heads / head_ways)``); equal when ``attention_dp = 1``.
+
+Activations are BF16 (2 bytes). FP8 weights are widened to BF16 before the systolic array (the
+SN40L PCU has no FP8 datapath: REFERENCE.md section 1), so each GEMM with FP8 weights comes with an
+elementwise ``<name>.dequant`` operator over the weight elements it streams.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from sn40l_sim.models.kernels import Operator, ParallelPlan, Shape
+from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.template import KernelTemplates
+from sn40l_sim.models.tensors import Tensor, inventory
+
+#: bytes of one activation element (BF16)
+ACT = 2
+
+Flow = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """An operator plus the named activations it reads and writes, with their bytes.
+
+    The builder uses the names to decide which activations cross a kernel boundary (and so
+    count as ``act_in_bytes`` / ``act_out_bytes``) and which stay on chip inside a fused kernel.
+    """
+
+    op: Operator
+    reads: Flow = ()
+    writes: Flow = ()
+    notes: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Everything a formula may read. Derived counts are per socket."""
+
+    model: ModelSpec
+    shape: Shape
+    plan: ParallelPlan
+    template: KernelTemplates
+    expert_loading: str = "all"
+    routing_skew: float = 0.0
+
+    @property
+    def phase(self) -> str:
+        return self.shape.phase
+
+    @property
+    def tp(self) -> int:
+        return self.plan.tp
+
+    @property
+    def dp(self) -> int:
+        return self.plan.attention_dp
+
+    @property
+    def tokens(self) -> int:
+        if self.phase == "prefill":
+            return self.shape.batch * self.shape.prompt_len
+        return self.shape.batch
+
+    @property
+    def out_rows(self) -> int:
+        """Rows that reach the LM head: the last token of each sequence."""
+        return self.shape.batch
+
+    @property
+    def seqs(self) -> int:
+        return -(-self.shape.batch // self.dp)
+
+    @property
+    def head_ways(self) -> int:
+        return self.tp // self.dp
+
+    @property
+    def mla(self) -> bool:
+        return isinstance(self.model.attention, MLAAttentionSpec)
+
+    @property
+    def proj_heads(self) -> int:
+        return -(-self.model.attention.heads // self.tp)
+
+    @property
+    def attn_heads(self) -> int:
+        return -(-self.model.attention.heads // self.head_ways)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of one cached element."""
+        return 2 if self.model.kv_dtype == "bf16" else 1
+
+    @cached_property
+    def tensors(self) -> dict[str, Tensor]:
+        return {t.name: t for t in inventory(self.model)}
+
+    def rule(self, tensor: str):
+        return self.template.sharding[tensor]
+
+    def dims(self, tensor: str) -> tuple[int, int]:
+        """``(rows, cols)`` of one copy of ``tensor`` on one socket: the GEMM's K and N."""
+        return self.tensors[tensor].shard_dims(self.rule(tensor), self.tp)
+
+    def weight_bytes(self, tensor: str) -> int:
+        """Bytes of all copies of ``tensor`` one socket holds (FP8 scales included)."""
+        return self.tensors[tensor].shard_bytes(self.model, self.rule(tensor), self.tp)
+
+    def weight_elements(self, tensor: str) -> int:
+        return self.tensors[tensor].shard_elements(self.rule(tensor), self.tp)
+
+    def fp8(self, tensor: str) -> bool:
+        return self.tensors[tensor].is_fp8(self.model)
+
+    def gemm(self, name: str, m: int, tensor: str | None = None, *, n: int = 0, k: int = 0,
+             count: int = 1, share: tuple[int, int] = (1, 1), reads: Flow = (), writes: Flow = (),
+             kv_read: int = 0, kv_write: int = 0) -> list[Step]:
+        """A GEMM ``[m, k] @ [k, n]`` (``count`` of them), weights from ``tensor``'s shard.
+
+        ``n`` and ``k`` default to the shard's columns and rows. ``share = (num, den)`` takes that
+        fraction of the tensor's bytes, for GEMMs that use part of a tensor (the K and V halves of
+        DeepSeek's ``kv_b``, the experts a step actually loads). The FLOPs are exactly
+        ``2 * m * n * k * count``.
+        """
+        weight = elements = 0
+        if tensor is not None:
+            rows, cols = self.dims(tensor)
+            k, n = (k or rows), (n or cols)
+            weight = self.weight_bytes(tensor) * share[0] // share[1]
+            elements = self.weight_elements(tensor) * share[0] // share[1]
+        steps = []
+        if tensor is not None and self.fp8(tensor):
+            steps.append(Step(Operator(name=f"{name}.dequant", kind="elementwise", elements=elements,
+                                       dtype="fp8")))
+        steps.append(Step(Operator(name=name, kind="gemm", flops=2 * m * n * k * count, m=m, n=n, k=k,
+                                   count=count, weight_bytes=weight, kv_read_bytes=kv_read,
+                                   kv_write_bytes=kv_write), reads, writes))
+        return steps
+
+    def simd(self, name: str, kind: str, elements: int, *, transcendentals: int = 0,
+             weight: str | None = None, weight_bytes: int = 0, reads: Flow = (), writes: Flow = (),
+             kv_read: int = 0, kv_write: int = 0, notes: tuple = ()) -> list[Step]:
+        """A non-GEMM operator over ``elements`` elements (weights of ``weight`` if it has any)."""
+        weight_bytes = weight_bytes or (self.weight_bytes(weight) if weight else 0)
+        return [Step(Operator(name=name, kind=kind, elements=elements, transcendentals=transcendentals,
+                              weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write),
+                     reads, writes, notes)]

@@ -1,0 +1,148 @@
+"""Grouped-query attention (Llama-3.1): Q/K/V projections, prefill and decode attention.
+
+``heads`` query heads share ``kv_heads`` K/V heads of ``head_dim``. Tensor parallelism splits heads:
+a socket holds ``ceil(heads / tp)`` query heads and ``ceil(kv_heads / tp)`` KV heads, so with more
+sockets than KV heads each KV head is replicated on ``tp / kv_heads`` sockets (and so is its cache).
+With ``attention_dp > 1`` the sequences are split ``dp`` ways and the heads ``tp / dp`` ways, and
+all-to-alls switch layouts around the attention, as for MLA.
+
+The cache holds K and V: ``kv_len * kv_heads * head_dim * 2 * kv_bytes`` per layer and sequence.
+Prefill attention is causal FlashAttention reading K/V tiles from the cache the QKV kernel wrote
+(once per query tile and KV head); decode attention streams the whole cache once.
+"""
+from __future__ import annotations
+
+from sn40l_sim.models.context import ACT, Ctx, Step
+from sn40l_sim.models.flash import causal_tile_pairs
+
+
+def _d(c: Ctx) -> int:
+    return c.model.attention.head_dim
+
+
+def _kv_heads(c: Ctx, ways: int) -> int:
+    return -(-c.model.attention.kv_heads // ways)
+
+
+def _proj(c: Ctx, name: str, out: str) -> list[Step]:
+    t, (k, n) = c.tokens, c.dims(name)
+    return c.gemm(name, t, name, reads=(("xn", t * k * ACT),), writes=((out, t * n * ACT),))
+
+
+def q_proj(c: Ctx) -> list[Step]:
+    """``[T, hidden] @ [hidden, heads/tp * head_dim]``."""
+    return _proj(c, "q_proj", "q")
+
+
+def k_proj(c: Ctx) -> list[Step]:
+    """``[T, hidden] @ [hidden, kv_heads/tp * head_dim]``."""
+    return _proj(c, "k_proj", "k_new")
+
+
+def v_proj(c: Ctx) -> list[Step]:
+    """``[T, hidden] @ [hidden, kv_heads/tp * head_dim]``."""
+    return _proj(c, "v_proj", "v_new")
+
+
+def gqa_rope(c: Ctx) -> list[Step]:
+    """Rotary embedding of the socket's query and key heads."""
+    t, d, kvh = c.tokens, _d(c), _kv_heads(c, c.tp)
+    return c.simd("rope", "elementwise", t * (c.proj_heads + kvh) * d,
+                  reads=(("q", t * c.proj_heads * d * ACT), ("k_new", t * kvh * d * ACT)),
+                  writes=(("q_rot", t * c.proj_heads * d * ACT),))
+
+
+def kv_cache_write(c: Ctx) -> list[Step]:
+    """Write the new tokens' K and V rows of this socket's KV heads to the cache."""
+    rows = c.seqs * (c.shape.prompt_len if c.phase == "prefill" else 1)
+    kvh, d = _kv_heads(c, c.head_ways), _d(c)
+    size = rows * kvh * d * 2
+    return c.simd("kv_cache_write", "scatter", size,
+                  reads=(("k_new", c.tokens * _kv_heads(c, c.tp) * d * ACT),
+                         ("v_new", c.tokens * _kv_heads(c, c.tp) * d * ACT)),
+                  kv_write=size * c.kv_bytes)
+
+
+def _tiles(c: Ctx):
+    f = c.template.flash
+    return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv)
+
+
+def _kv_stream(c: Ctx) -> int:
+    """Bytes of K (or V) tiles streamed: once per computed tile pair and KV head."""
+    cols = sum(cl * n for _, cl, n in _tiles(c))
+    return c.seqs * _kv_heads(c, c.head_ways) * cols * _d(c) * c.kv_bytes
+
+
+def _flash(c: Ctx, name: str, qk: bool, extra: dict) -> list[Step]:
+    steps: list[Step] = []
+    for i, (rows, cols, pairs) in enumerate(_tiles(c)):
+        m, n, k = (rows, cols, _d(c)) if qk else (rows, _d(c), cols)
+        first = i == 0
+        steps += c.gemm(name if first else f"{name}#{i + 1}", m, n=n, k=k,
+                        count=c.seqs * c.attn_heads * pairs, **(extra if first else {}))
+    return steps
+
+
+def flash_qk(c: Ctx) -> list[Step]:
+    """Prefill scores over computed causal tile pairs; K tiles read from the cache."""
+    q = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
+    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read=_kv_stream(c)))
+
+
+def flash_softmax(c: Ctx) -> list[Step]:
+    """Online softmax: one exp per computed score."""
+    n = c.seqs * c.attn_heads * sum(r * cl * p for r, cl, p in _tiles(c))
+    return c.simd("flash_softmax", "softmax", n, transcendentals=n)
+
+
+def flash_pv(c: Ctx) -> list[Step]:
+    """Prefill ``P V``; V tiles read from the cache."""
+    out = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
+    return _flash(c, "flash_pv", False, dict(kv_read=_kv_stream(c), writes=(("attn_o", out),)))
+
+
+def _group(c: Ctx) -> tuple[int, int]:
+    """(KV heads per socket, query heads per KV head) in the attention layout."""
+    kvh = _kv_heads(c, c.head_ways)
+    return kvh, -(-c.attn_heads // kvh)
+
+
+def gqa_qk(c: Ctx) -> list[Step]:
+    """Decode scores: per sequence and KV head ``[group, d] @ [d, kv_len]``; streams K."""
+    kvh, g = _group(c)
+    kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
+    return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
+                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read=kv)
+
+
+def gqa_softmax(c: Ctx) -> list[Step]:
+    """Softmax over ``kv_len`` scores per query head and sequence."""
+    kvh, g = _group(c)
+    n = c.seqs * kvh * g * c.shape.kv_len
+    return c.simd("gqa_softmax", "softmax", n, transcendentals=n)
+
+
+def gqa_pv(c: Ctx) -> list[Step]:
+    """Decode ``P V``: per sequence and KV head ``[group, kv_len] @ [kv_len, d]``; streams V."""
+    kvh, g = _group(c)
+    kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
+    return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read=kv,
+                  writes=(("attn_o", c.tokens * c.proj_heads * _d(c) * ACT),))
+
+
+OPERATORS = {f.__name__: f for f in (q_proj, k_proj, v_proj, gqa_rope, kv_cache_write, flash_qk,
+                                     flash_softmax, flash_pv, gqa_qk, gqa_softmax, gqa_pv)}
+
+
+def gqa_q_to_dp(c: Ctx) -> int:
+    """All-to-all of the new Q, K, V rows from the TP to the DP layout (what one socket holds)."""
+    return c.tokens * (c.proj_heads + 2 * _kv_heads(c, c.tp)) * _d(c) * ACT if c.dp > 1 else 0
+
+
+def gqa_o_to_tp(c: Ctx) -> int:
+    """All-to-all of the head outputs back to the TP layout: ``[B/dp, heads/(tp/dp), d]``."""
+    return c.seqs * c.attn_heads * _d(c) * ACT if c.dp > 1 else 0
+
+
+SIZES = {f.__name__: f for f in (gqa_q_to_dp, gqa_o_to_tp)}

@@ -1,0 +1,219 @@
+"""Multi-head latent attention (DeepSeek-V3/R1): projections, prefill and decode attention.
+
+Shapes per token (REFERENCE.md section 2): ``q = q_b(norm(q_a(x)))`` gives ``heads x (nope + rope)``
+(128 x 192); ``kv_a(x)`` gives the 512-wide latent plus the 64-wide RoPE key, which is what the
+cache stores (576 elements, shared by all heads); ``kv_b`` expands the latent into per-head
+``k_nope`` (128) and ``v`` (128).
+
+Prefill runs the non-absorbed form, heads split over sockets: each socket expands K and V for its
+``ceil(heads / tp)`` heads, writes Q, K (192 wide, the shared RoPE key broadcast) and V (128) to
+HBM for the attention kernel, and writes its ``1 / tp`` share of the prompt's latent rows to the
+KV cache (the latent is shared by heads, so the sockets split it by tokens for the transfer to the
+decode node). Attention is causal FlashAttention over ``flash.block_q x flash.block_kv`` tiles
+(:mod:`sn40l_sim.models.flash`), K/V tiles streamed from HBM once per query tile.
+
+Decode runs the absorbed form: ``W_UK`` (the K half of ``kv_b``) is folded into the query in the TP
+layout (``q_absorb``: per head ``[B, 128] @ [128, 512]``), an all-to-all moves the 576-wide queries
+to the data-parallel layout, where each socket runs its ``ceil(B / dp)`` sequences with all heads
+against one shared KV head (``[heads, 576] @ [576, kv_len]`` then ``[heads, kv_len] @ [kv_len,
+512]``: ``2 * heads * (576 + 512)`` FLOPs per cached token), and an all-to-all brings the 512-wide
+head outputs back for ``W_UV`` (the V half of ``kv_b``) and the row-parallel output projection.
+In decode a socket's cache holds the whole latent of each of its sequences (replicated over
+``tp / dp`` sockets when heads are split within a sequence).
+"""
+from __future__ import annotations
+
+from sn40l_sim.models.context import ACT, Ctx, Step
+from sn40l_sim.models.flash import causal_tile_pairs
+
+
+def _att(c: Ctx):
+    return c.model.attention
+
+
+def _latent(c: Ctx) -> int:
+    return _att(c).kv_lora_rank + _att(c).qk_rope_head_dim
+
+
+def q_a(c: Ctx) -> list[Step]:
+    """Query down-projection ``[T, hidden] @ [hidden, q_lora_rank]`` (its shard)."""
+    t = c.tokens
+    return c.gemm("q_a", t, "q_a", reads=(("xn", t * c.model.hidden * ACT),),
+                  writes=(("q_lat", t * _att(c).q_lora_rank * ACT),))
+
+
+def kv_a(c: Ctx) -> list[Step]:
+    """KV down-projection ``[T, hidden] @ [hidden, kv_lora_rank + rope]`` (its shard)."""
+    t = c.tokens
+    return c.gemm("kv_a", t, "kv_a", reads=(("xn", t * c.model.hidden * ACT),),
+                  writes=(("kv_lat", t * _latent(c) * ACT),))
+
+
+def q_norm(c: Ctx) -> list[Step]:
+    """RMSNorm of the (all-gathered) query latent."""
+    t, w = c.tokens, _att(c).q_lora_rank
+    return c.simd("q_norm", "elementwise", t * w, transcendentals=t, weight="q_norm",
+                  reads=(("q_lat", t * w * ACT),), writes=(("q_latn", t * w * ACT),))
+
+
+def kv_norm(c: Ctx) -> list[Step]:
+    """RMSNorm of the KV latent (the RoPE key part passes through)."""
+    t = c.tokens
+    return c.simd("kv_norm", "elementwise", t * _att(c).kv_lora_rank, transcendentals=t, weight="kv_norm",
+                  reads=(("kv_lat", t * _latent(c) * ACT),), writes=(("kv_latn", t * _latent(c) * ACT),))
+
+
+def q_b(c: Ctx) -> list[Step]:
+    """Query up-projection, split by heads: ``[T, q_lora] @ [q_lora, heads/tp * 192]``."""
+    t, (k, n) = c.tokens, c.dims("q_b")
+    return c.gemm("q_b", t, "q_b", reads=(("q_latn", t * k * ACT),), writes=(("q", t * n * ACT),))
+
+
+def kv_b(c: Ctx) -> list[Step]:
+    """Prefill: K-nope and V up-projection, split by heads: ``[T, 512] @ [512, heads/tp * 256]``."""
+    t, (k, n) = c.tokens, c.dims("kv_b")
+    return c.gemm("kv_b", t, "kv_b", reads=(("kv_latn", t * _latent(c) * ACT),),
+                  writes=(("kv_up", t * n * ACT),))
+
+
+def mla_rope(c: Ctx) -> list[Step]:
+    """Rotary embedding of each head's 64-wide query part and of the shared 64-wide key."""
+    t, r = c.tokens, _att(c).qk_rope_head_dim
+    return c.simd("rope", "elementwise", t * c.proj_heads * r + t * r,
+                  reads=(("q", t * c.proj_heads * (r + _att(c).qk_nope_head_dim) * ACT),),
+                  writes=(("q_rot", t * c.proj_heads * r * ACT),))
+
+
+def write_qkv(c: Ctx) -> list[Step]:
+    """Prefill: lay out per-head Q (192), K (128 nope + shared 64 rope) and V (128) in HBM."""
+    a, t, hp = _att(c), c.tokens, c.proj_heads
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    return c.simd("write_qkv", "elementwise", t * hp * (2 * qk + a.v_head_dim),
+                  reads=(("q", t * hp * qk * ACT), ("q_rot", t * hp * a.qk_rope_head_dim * ACT),
+                         ("kv_up", t * hp * (a.qk_nope_head_dim + a.v_head_dim) * ACT),
+                         ("kv_latn", t * _latent(c) * ACT)),
+                  writes=(("q_heads", t * hp * qk * ACT), ("k_heads", t * hp * qk * ACT),
+                          ("v_heads", t * hp * a.v_head_dim * ACT)))
+
+
+def write_latent_cache(c: Ctx) -> list[Step]:
+    """Prefill: this socket's ``1 / (tp / dp)`` share of the prompt's 576-wide cache rows."""
+    rows = -(-c.seqs * c.shape.prompt_len // c.head_ways)
+    size = rows * _latent(c)
+    return c.simd("write_latent_cache", "scatter", size, reads=(("kv_latn", size * ACT),),
+                  kv_write=size * c.kv_bytes)
+
+
+def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> list[Step]:
+    """One GEMM per tile shape of causal attention; ``n_dim=None`` means the QK^T product."""
+    steps: list[Step] = []
+    f = c.template.flash
+    for i, (rows, cols, pairs) in enumerate(causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv)):
+        count = c.seqs * c.attn_heads * pairs
+        m, n, k = (rows, cols, k_dim) if n_dim is None else (rows, n_dim, cols)
+        steps += c.gemm(name if i == 0 else f"{name}#{i + 1}", m, n=n, k=k, count=count,
+                        **(extra if i == 0 else {}))
+    return steps
+
+
+def _kv_stream(c: Ctx, width: int) -> int:
+    """Bytes of K or V tiles of ``width`` per head streamed once per computed tile pair."""
+    f = c.template.flash
+    tiles = sum(cols * pairs for _, cols, pairs in causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv))
+    return c.seqs * c.attn_heads * tiles * width * ACT
+
+
+def mha_qk(c: Ctx) -> list[Step]:
+    """Prefill scores ``Q K^T`` over computed tile pairs (head dim 192)."""
+    a = _att(c)
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    rows = c.seqs * c.shape.prompt_len * c.attn_heads
+    return _flash(c, "mha_qk", qk, None, dict(reads=(("q_heads", rows * qk * ACT), ("k_heads", _kv_stream(c, qk)))))
+
+
+def mha_softmax(c: Ctx) -> list[Step]:
+    """Online softmax over the computed scores: one exp per score."""
+    f = c.template.flash
+    scores = c.seqs * c.attn_heads * sum(r * cl * n for r, cl, n in causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv))
+    return c.simd("mha_softmax", "softmax", scores, transcendentals=scores)
+
+
+def mha_pv(c: Ctx) -> list[Step]:
+    """Prefill ``P V`` over computed tile pairs (value dim 128)."""
+    v = _att(c).v_head_dim
+    rows = c.seqs * c.shape.prompt_len * c.attn_heads
+    return _flash(c, "mha_pv", 0, v, dict(reads=(("v_heads", _kv_stream(c, v)),),
+                                           writes=(("attn_o", rows * v * ACT),)))
+
+
+def q_absorb(c: Ctx) -> list[Step]:
+    """Decode: fold ``W_UK`` into the query, per head ``[T, 128] @ [128, 512]`` (K half of kv_b)."""
+    a, t, hp = _att(c), c.tokens, c.proj_heads
+    share = (a.qk_nope_head_dim, a.qk_nope_head_dim + a.v_head_dim)
+    return c.gemm("q_absorb", t, "kv_b", n=a.kv_lora_rank, k=a.qk_nope_head_dim, count=hp, share=share,
+                  reads=(("q", t * hp * (a.qk_nope_head_dim + a.qk_rope_head_dim) * ACT),),
+                  writes=(("q_abs", t * hp * a.kv_lora_rank * ACT),))
+
+
+def cache_write(c: Ctx) -> list[Step]:
+    """Decode: write the new token's 576-wide latent row of each of this socket's sequences."""
+    size = c.seqs * _latent(c)
+    return c.simd("cache_write", "scatter", size, reads=(("kv_latn", c.tokens * _latent(c) * ACT),),
+                  kv_write=size * c.kv_bytes)
+
+
+def absorbed_qk(c: Ctx) -> list[Step]:
+    """Decode scores: per sequence ``[heads, 576] @ [576, kv_len]``; streams the cached latent."""
+    kv_len, lat = c.shape.kv_len, _latent(c)
+    return c.gemm("absorbed_qk", c.attn_heads, n=kv_len, k=lat, count=c.seqs,
+                  reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
+                         ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
+                  kv_read=c.seqs * kv_len * lat * c.kv_bytes)
+
+
+def absorbed_softmax(c: Ctx) -> list[Step]:
+    """Softmax over ``kv_len`` scores per head and sequence."""
+    n = c.seqs * c.attn_heads * c.shape.kv_len
+    return c.simd("absorbed_softmax", "softmax", n, transcendentals=n)
+
+
+def absorbed_pv(c: Ctx) -> list[Step]:
+    """Decode ``P V``: per sequence ``[heads, kv_len] @ [kv_len, 512]`` (V is the latent itself,
+    read once with the scores' tile)."""
+    w = _att(c).kv_lora_rank
+    return c.gemm("absorbed_pv", c.attn_heads, n=w, k=c.shape.kv_len, count=c.seqs,
+                  writes=(("o_lat", c.seqs * c.attn_heads * w * ACT),))
+
+
+def v_unabsorb(c: Ctx) -> list[Step]:
+    """Decode: ``W_UV`` per head ``[T, 512] @ [512, 128]`` (V half of kv_b), back in TP layout."""
+    a, t, hp = _att(c), c.tokens, c.proj_heads
+    share = (a.v_head_dim, a.qk_nope_head_dim + a.v_head_dim)
+    return c.gemm("v_unabsorb", t, "kv_b", n=a.v_head_dim, k=a.kv_lora_rank, count=hp, share=share,
+                  reads=(("o_lat", t * hp * a.kv_lora_rank * ACT),),
+                  writes=(("attn_o", t * hp * a.v_head_dim * ACT),))
+
+
+OPERATORS = {f.__name__: f for f in (q_a, kv_a, q_norm, kv_norm, q_b, kv_b, mla_rope, write_qkv,
+                                     write_latent_cache, mha_qk, mha_softmax, mha_pv, q_absorb,
+                                     cache_write, absorbed_qk, absorbed_softmax, absorbed_pv, v_unabsorb)}
+
+
+def latent(c: Ctx) -> int:
+    """All-gather of the column-split down-projections' outputs ``[T, q_lora + kv_lora + rope]``."""
+    width = sum(c.tensors[t].cols for t in ("q_a", "kv_a") if c.rule(t) == "column")
+    return c.tokens * width * ACT if c.tp > 1 else 0
+
+
+def mla_q_to_dp(c: Ctx) -> int:
+    """All-to-all of the absorbed 576-wide queries from the TP (heads) to the DP (sequences)
+    layout: what one socket holds before it, ``[T, heads/tp, 576]``."""
+    return c.tokens * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
+
+
+def mla_o_to_tp(c: Ctx) -> int:
+    """All-to-all of the 512-wide head outputs back to the TP layout: ``[B/dp, heads, 512]``."""
+    return c.seqs * c.attn_heads * _att(c).kv_lora_rank * ACT if c.dp > 1 else 0
+
+
+SIZES = {f.__name__: f for f in (latent, mla_q_to_dp, mla_o_to_tp)}
