@@ -169,7 +169,12 @@ def load_document(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Document
     if not isinstance(base_rel, str):
         file, line = origins.get(("base",), (str(path), None))
         raise InputError("expected a relative path to another YAML file", file=file, field="base", line=line)
-    base_doc = load_document(path.parent / base_rel, _seen=_seen + (path,))
+    base_path = path.parent / base_rel
+    if not base_path.is_file():
+        file, line = origins.get(("base",), (str(path), None))
+        raise InputError(f"base file {base_rel!r} not found (looked for {base_path})",
+                         file=file, field="base", line=line)
+    base_doc = load_document(base_path, _seen=_seen + (path,))
     base_origins = dict(base_doc.origins)
     merged = _merge(base_doc.data, data, base_origins, origins, ())
     base_origins.update({k: v for k, v in origins.items() if k != ("base",)})
