@@ -166,7 +166,7 @@ def test_base_cycle(tmp_path, capsys):
 def test_missing_base_file(tmp_path, capsys):
     (tmp_path / "over.yaml").write_text("base: nowhere.yaml\nname: x\n")
     status, err = _check(tmp_path / "over.yaml", capsys)
-    _assert_one_clean_line(status, err, "nowhere.yaml", None, "file not found")
+    _assert_one_clean_line(status, err, "over.yaml", "base", "'nowhere.yaml' not found", line=1)
 
 
 def test_overlay_error_points_at_the_overlay_line(tmp_path, capsys):
