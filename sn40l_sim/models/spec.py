@@ -6,7 +6,9 @@ never stored.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel
 
@@ -62,7 +64,8 @@ class ModelSpec(StrictModel):
     hidden: PositiveInt
     dense_ffn: PositiveInt
     vocab: PositiveInt
-    attention: MLAAttentionSpec | GQAAttentionSpec
+    #: tagged by ``kind`` so a bad value gets one error at ``attention.kind``, not one per variant
+    attention: Annotated[MLAAttentionSpec | GQAAttentionSpec, Field(discriminator="kind")]
     moe: MoESpec | None = None
     mtp: MTPSpec | None = None
     weight_dtype: WeightDType

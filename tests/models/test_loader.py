@@ -1,0 +1,125 @@
+"""Bad model files get one clear error naming file, field and line (and exit 2 from the CLI)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.cli import main
+from sn40l_sim.errors import InputError
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.template import GRAPHS_DIR, load_templates
+
+GOOD = (GRAPHS_DIR / "deepseek_r1.yaml").read_text()
+
+
+def _write(tmp_path: Path, text: str, name: str = "model.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    # the kernels: path is relative to the model file
+    (tmp_path / "kernels_deepseek.yaml").write_text((GRAPHS_DIR / "kernels_deepseek.yaml").read_text())
+    return path
+
+
+def _line_of(text: str, pattern: str) -> int:
+    for i, line in enumerate(text.splitlines(), 1):
+        if re.search(pattern, line):
+            return i
+    raise AssertionError(pattern)
+
+
+def test_good_files_load():
+    for name in ("deepseek_r1", "llama3_1_8b", "llama3_1_70b", "llama3_1_405b"):
+        assert load_model(GRAPHS_DIR / f"{name}.yaml").kind == "model"
+
+
+# (replacement applied to the good DeepSeek file, field named in the error, pattern of the line, message part)
+BAD = [
+    ("layers: 61 ", "layers: -61 ", "layers", r"^layers:", "positive"),
+    ("layers: 61 ", "layers: sixty ", "layers", r"^layers:", "integer"),
+    ("hidden: 7168 ", "hidden: 7168.5 ", "hidden", r"^hidden:", "integer"),
+    ("dense_layers: 3 ", "dense_layers: 62 ", "dense_layers", r"^dense_layers:", "<= layers"),
+    ("experts_per_token: 8 ", "experts_per_token: 300 ", "moe.experts_per_token", r"experts_per_token:", "routed_experts"),
+    ("topk_groups: 4 ", "topk_groups: 9 ", "moe.topk_groups", r"topk_groups:", "<= groups"),
+    ("groups: 8 ", "groups: 7 ", "moe.groups", r"^  groups:", "evenly"),
+    ("experts_per_token: 8 ", "experts_per_token: 200 ", "moe.experts_per_token", r"experts_per_token:", "top 4 groups"),
+    ("weight_dtype: fp8 ", "weight_dtype: int4 ", "weight_dtype", r"^weight_dtype:", "fp8"),
+    ("kv_dtype: bf16 ", "kv_dtype: bf16\nkv_dtyp: bf16 ", "kv_dtyp", r"^kv_dtyp:", "unknown key"),
+    ("  heads: 128 ", "  heads: 128\n  heads: 64 ", "attention.heads", r"heads: 64", "duplicate key"),
+    ("  kind: mla ", "  kind: mha ", "attention", r"kind: mha", "does not match any of the expected tags"),
+    ("scoring: sigmoid ", "scoring: relu ", "moe.scoring", r"scoring:", "softmax"),
+    ("bf16_tensors: [embedding, lm_head, router, norms]", "bf16_tensors: [embedding, bias]", "bf16_tensors",
+     r"^bf16_tensors:", ""),
+    ("kernels: kernels_deepseek.yaml", "kernels: nowhere.yaml", "kernels", r"^kernels:", "does not exist"),
+    ("kind: model", "kind: node", "kind", r"^kind:", "kind: model"),
+]
+
+
+@pytest.mark.parametrize("old, new, field, line_pattern, message", BAD, ids=[b[1].split(":")[0].strip() for b in BAD])
+def test_bad_model_file(tmp_path, old, new, field, line_pattern, message):
+    assert old in GOOD
+    text = GOOD.replace(old, new, 1)
+    path = _write(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        load_model(path)
+    err = info.value
+    assert err.file == str(path.resolve())
+    assert err.field is not None and err.field.startswith(field)
+    assert err.line == _line_of(text, line_pattern)
+    assert message in err.message
+    assert "Traceback" not in str(err)
+
+
+def test_gqa_heads_must_divide(tmp_path):
+    text = (GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace("kv_heads: 8 ", "kv_heads: 5 ")
+    path = tmp_path / "llama.yaml"
+    path.write_text(text.replace("kernels: kernels_llama.yaml\n", ""))
+    with pytest.raises(InputError, match="divisible by kv_heads") as info:
+        load_model(path)
+    assert info.value.field == "attention.kv_heads" and info.value.line == _line_of(text, r"kv_heads:")
+
+
+def test_syntax_error_names_the_line(tmp_path):
+    path = _write(tmp_path, GOOD.replace("hidden: 7168 ", "hidden: [7168 "))
+    with pytest.raises(InputError, match="YAML syntax error") as info:
+        load_model(path)
+    assert info.value.line is not None
+
+
+def test_overrides_are_validated_and_named(r1):
+    with pytest.raises(InputError) as info:
+        load_model(GRAPHS_DIR / "deepseek_r1.yaml", overrides={"weight_dtype": "fp4"})
+    assert "(overrides)" in str(info.value) and info.value.field == "weight_dtype"
+    with pytest.raises(InputError, match="<= routed_experts"):
+        load_model(GRAPHS_DIR / "deepseek_r1.yaml", overrides={"moe.experts_per_token": 512})
+    nested = load_model(GRAPHS_DIR / "deepseek_r1.yaml", overrides={"moe": {"routed_experts": 128}})
+    assert nested.moe.routed_experts == 128 and nested.moe.expert_ffn == r1.moe.expert_ffn
+
+
+def test_template_errors_are_located(tmp_path):
+    text = (GRAPHS_DIR / "kernels_deepseek.yaml").read_text().replace("[mha_qk, mha_softmax, mha_pv]",
+                                                                      "[mha_qk, mha_softmaxx, mha_pv]")
+    path = tmp_path / "kernels.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match="unknown operator formula 'mha_softmaxx'") as info:
+        load_templates(path)
+    assert info.value.field == "prefill.kernels.mha.operators[1]"
+    assert info.value.line == _line_of(text, "mha_softmaxx")
+
+
+def test_template_must_shard_every_tensor(tmp_path):
+    text = (GRAPHS_DIR / "kernels_deepseek.yaml").read_text().replace("  router_bias: replicated\n", "")
+    (tmp_path / "kernels_deepseek.yaml").write_text(text)
+    path = tmp_path / "model.yaml"
+    path.write_text(GOOD)
+    with pytest.raises(InputError, match="no sharding rule for tensor.*router_bias") as info:
+        load_model(path)
+    assert info.value.field == "sharding"
+
+
+def test_cli_exits_2_on_a_bad_model_file(tmp_path, capsys):
+    path = _write(tmp_path, GOOD.replace("dense_layers: 3 ", "dense_layers: 99 "))
+    assert main(["describe", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dense_layers" in err[0] and str(path.name) in err[0]
