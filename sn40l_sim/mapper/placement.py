@@ -26,6 +26,15 @@ class StagePlacement:
     coords: tuple[tuple[int, int, int], ...]
     cycles_per_tile: int
     bound: Resource
+    #: mesh coordinates (tile, row, col) of the stage's PMUs, for plots
+    pmu_coords: tuple[tuple[int, int, int], ...] = ()
+    #: section of the kernel the stage belongs to (0 unless the kernel is split)
+    section: int = 0
+    #: on-chip bytes of the stage's buffers per tile in use, double-buffered
+    buffer_bytes_per_tile: int = 0
+    #: for streams (``kind == "stream"``, operator ``"producer->consumer"``): bytes and mesh hops
+    stream_bytes: int = 0
+    hops: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,11 @@ class PlacedKernel:
     pcus_per_tile: tuple[int, ...]
     pmus_per_tile: tuple[int, ...]
     sram_bytes_per_tile: tuple[int, ...]
+    #: the calibrated kernel-call overhead included in ``cycles`` (the engine may add its own
+    #: instead: it reads the parts, not ``cycles``)
+    overhead_cycles: int = 0
+    #: compute tiles of the socket the kernel runs on
+    chip_tiles: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,13 @@ class MemoryPlacement:
     ddr: dict[str, int]
     hbm_capacity: int
     ddr_capacity: int
+
+    def tiers(self):
+        """The fraction of weights and of KV held in DDR, as a
+        :class:`~sn40l_sim.mapper.stages.TierSplit` for the mapper."""
+        from sn40l_sim.mapper.memory import tiers_of
+
+        return tiers_of(self)
 
 
 @dataclass(frozen=True)

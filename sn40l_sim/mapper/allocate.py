@@ -1,0 +1,169 @@
+"""Giving PCUs and PMUs to the stages of a section so that the pipeline is balanced.
+
+The pipeline streams one data tile per ``cycles_per_tile``, set by its slowest stage. For a target
+``C`` every compute stage takes the fewest PCUs that bring its work under ``C`` (work divided over
+its PCUs, at most as many as it can use) and the fewest PMUs that hold its buffers double-buffered
+(:func:`~sn40l_sim.hardware.units.pmu.pmus_for_buffer`) and serve its reads, writes and
+addresses within ``C`` (:func:`~sn40l_sim.hardware.units.pmu.pmu_cycles`). Memory stages take no
+units; their cycles are fixed by their tier. The smallest ``C`` whose allocation fits a tile's
+PCUs and PMUs is found by bisection; stages keep that minimal allocation (spare units stay idle
+and show as unused in the utilisation).
+
+Every stage is spread evenly over the ``chip_tiles`` tiles in use: each tile holds the same number
+of its PCUs and PMUs and processes its share of every data tile, so per-tile counts are what is
+limited.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+>>> from sn40l_sim.mapper.stages import TierSplit, section_stages
+>>> socket = example_socket()
+>>> stages, _ = section_stages(socket, example_decode_kernel().operators, 16, TierSplit(), 4)
+>>> alloc = allocate(socket, stages, 4)
+>>> alloc.bounds[0], alloc.cycles_per_tile == alloc.cycles[0]      # the decode kernel waits on HBM
+('hbm', True)
+>>> sum(alloc.pcus) <= socket.tile.pcus and sum(alloc.pmus) <= socket.tile.pmus
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.pmu import pmu_cycles, pmus_for_buffer
+from sn40l_sim.mapper.stages import StageWork
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """PCUs and PMUs per stage (on each tile in use) and the resulting cycles per data tile."""
+
+    chip_tiles: int
+    pcus: tuple[int, ...]
+    pmus: tuple[int, ...]
+    cycles: tuple[int, ...]
+    bounds: tuple[str, ...]
+
+    @property
+    def cycles_per_tile(self) -> int:
+        """Cycles per data tile of the pipeline: its slowest stage."""
+        return max(self.cycles, default=0)
+
+
+def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int) -> int:
+    return math.ceil(stage.work_cycles / (pcus * chip_tiles) - _EPS) if stage.work_cycles > 0 else 0
+
+
+def _sram_cycles(socket: SocketSpec, stage: StageWork, pmus: int, chip_tiles: int) -> int:
+    if pmus == 0:
+        return 0
+    share = pmus * chip_tiles
+    return pmu_cycles(socket.pmu, math.ceil(stage.sram_read_bytes / share),
+                      math.ceil(stage.sram_write_bytes / share), math.ceil(stage.sram_addresses / share))
+
+
+def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
+    needs = stage.buffer_bytes or stage.sram_read_bytes or stage.sram_write_bytes
+    held = pmus_for_buffer(socket.pmu, math.ceil(stage.buffer_bytes / chip_tiles), double_buffered=True)
+    return max(held, 1 if needs else 0)
+
+
+def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
+    return max(1, min(socket.tile.pcus, math.ceil(stage.parallelism / chip_tiles)))
+
+
+def _stage_units(socket: SocketSpec, stage: StageWork, chip_tiles: int, target: int) -> tuple[int, int] | None:
+    """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, or None."""
+    if stage.work_cycles > 0:
+        if target <= 0:
+            return None
+        q = max(1, math.ceil(stage.work_cycles / (chip_tiles * target) - _EPS))
+        while _compute_cycles(stage, q, chip_tiles) > target:
+            q += 1
+        if q > _max_pcus(socket, stage, chip_tiles):
+            return None
+    else:
+        q = 1
+    r = _min_pmus(socket, stage, chip_tiles)
+    if _sram_cycles(socket, stage, r, chip_tiles) > target:
+        lo, hi = max(r, 1), socket.tile.pmus
+        if _sram_cycles(socket, stage, hi, chip_tiles) > target:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _sram_cycles(socket, stage, mid, chip_tiles) <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        r = lo
+    return q, r
+
+
+def _fits(socket: SocketSpec, stages: list[StageWork], chip_tiles: int, target: int) -> list[tuple[int, int]] | None:
+    units = []
+    for stage in stages:
+        if stage.is_memory:
+            if stage.fixed_cycles > target:
+                return None
+            units.append((0, 0))
+            continue
+        got = _stage_units(socket, stage, chip_tiles, target)
+        if got is None:
+            return None
+        units.append(got)
+    if sum(u[0] for u in units) > socket.tile.pcus or sum(u[1] for u in units) > socket.tile.pmus:
+        return None
+    return units
+
+
+def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Allocation | None:
+    """The balanced allocation of ``stages`` on ``chip_tiles`` tiles, or None if they do not fit.
+
+    Parameters
+    ----------
+    socket : SocketSpec
+    stages : list of StageWork
+        Memory and compute stages of one section (see :func:`~sn40l_sim.mapper.stages.section_stages`).
+    chip_tiles : int
+        Tiles in use; every compute stage gets the same units on each.
+
+    Returns
+    -------
+    Allocation or None
+        None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
+    """
+    compute = [s for s in stages if not s.is_memory]
+    hi = 0
+    for s in stages:
+        if s.is_memory:
+            hi = max(hi, s.fixed_cycles)
+        else:
+            hi = max(hi, _compute_cycles(s, 1, chip_tiles),
+                     _sram_cycles(socket, s, _min_pmus(socket, s, chip_tiles), chip_tiles))
+    if _fits(socket, stages, chip_tiles, hi) is None:
+        return None
+    lo = max([s.fixed_cycles for s in stages if s.is_memory]
+             + [_compute_cycles(s, _max_pcus(socket, s, chip_tiles), chip_tiles) for s in compute] + [0])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _fits(socket, stages, chip_tiles, mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    units = _fits(socket, stages, chip_tiles, lo)
+    assert units is not None
+    cycles, bounds = [], []
+    for stage, (q, r) in zip(stages, units):
+        if stage.is_memory:
+            cycles.append(stage.fixed_cycles)
+            bounds.append(stage.resource)
+            continue
+        c = _compute_cycles(stage, q, chip_tiles)
+        m = _sram_cycles(socket, stage, r, chip_tiles)
+        cycles.append(max(c, m))
+        bounds.append("sram" if m > c else stage.resource)
+    return Allocation(chip_tiles=chip_tiles, pcus=tuple(u[0] for u in units),
+                      pmus=tuple(u[1] for u in units), cycles=tuple(cycles), bounds=tuple(bounds))

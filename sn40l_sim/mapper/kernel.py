@@ -1,0 +1,259 @@
+"""Mapping one fused kernel onto one socket: :func:`map_kernel`.
+
+For each candidate tiling (``n_tiles`` = 1, 2, 4, ... data tiles) and each choice of tiles (all
+of the socket's, or one when the kernel is tiny) the kernel's sections are staged
+(:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.place`); the
+candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles). Per
+section, with ``C`` the slowest stage or stream per data tile::
+
+    fill    = sum of every stage's cycles per tile + memory latency + hop latencies - C
+    section = fill + n_tiles x C
+
+and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
+
+    cycles  = overhead + (sections - 1) x reconfiguration + sections x (fill + n_tiles x C)
+
+with ``fill`` and ``C`` the per-section means (rounded up) when there are several sections.
+Collectives are not costed here; they stay on the kernel for the engine.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+>>> socket = example_socket()
+>>> pk = map_kernel(socket, example_decode_kernel(kv_len=65536))
+>>> pk.bounding_resource, pk.sections, pk.chip_tiles
+('hbm', 1, 4)
+>>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.memory import offchip_cycles
+from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
+from sn40l_sim.mapper.allocate import Allocation, allocate
+from sn40l_sim.mapper.place import (RoutedStream, StageCells, mesh_cycles_per_tile, place_stages,
+                                    route_streams)
+from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
+from sn40l_sim.mapper.sections import output_bytes, split_sections
+from sn40l_sim.mapper.stages import StageWork, TierSplit, section_stages
+from sn40l_sim.mapper.tiling import max_pieces
+from sn40l_sim.models.kernels import FusedKernel
+
+#: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
+MAX_TILES = 2**22
+#: stop trying finer tilings after this many in a row got slower
+_PATIENCE = 3
+
+
+@dataclass(frozen=True)
+class SectionPlan:
+    """One section staged, allocated, placed and routed."""
+
+    stages: list[StageWork]
+    alloc: Allocation
+    cells: list[StageCells]
+    streams: list[RoutedStream]
+    mesh_cycles_per_tile: int
+    cycles_per_tile: int
+    fill_cycles: int
+    bound: str
+
+    def tier_bytes(self, tier: str) -> int:
+        """Bytes this section moves to and from ``tier``."""
+        return sum(s.tier_bytes for s in self.stages if s.resource == tier)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """All sections of a kernel for one tiling and tile choice."""
+
+    n_tiles: int
+    chip_tiles: int
+    sections: list[SectionPlan]
+    fill_cycles: int
+    cycles_per_tile: int
+    cycles: int
+
+
+def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                  spill_in: int, spill_out: int) -> SectionPlan | None:
+    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out)
+    alloc = allocate(socket, stages, chip_tiles)
+    if alloc is None:
+        return None
+    cells = place_stages(socket, stages, alloc)
+    routed = route_streams(socket, stages, cells, streams)
+    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles)
+    slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
+    cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
+    if mesh > cpt:
+        cpt, bound = mesh, "mesh"
+    chain = sum(r.latency_cycles for r in routed
+                if not stages[r.src].is_memory and not stages[r.dst].is_memory)
+    memory = max([s.latency_cycles for s in stages if s.is_memory]
+                 + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
+    fill = max(0, sum(alloc.cycles) + chain + memory - cpt)
+    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound)
+
+
+def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, overhead: int) -> KernelPlan | None:
+    plans = []
+    for i, (start, stop) in enumerate(ranges):
+        spill_in = spills[i - 1] if i > 0 else 0
+        spill_out = spills[i] if i < len(spills) else 0
+        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out)
+        if plan is None:
+            return None
+        plans.append(plan)
+    n = len(plans)
+    fill = math.ceil(sum(p.fill_cycles for p in plans) / n)
+    cpt = math.ceil(sum(p.cycles_per_tile for p in plans) / n)
+    reconfig = socket.reconfiguration_cycles if n > 1 else 0
+    cycles = overhead + (n - 1) * reconfig + n * (fill + n_tiles * cpt)
+    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles)
+
+
+def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
+    finest = max(max_pieces(socket.pcu, op) for op in kernel.operators)
+    top = min(MAX_TILES, 1 << max(0, math.ceil(math.log2(max(1, finest)))))
+    return [1 << i for i in range(top.bit_length())]
+
+
+def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> KernelPlan:
+    """The fastest tiling and tile choice of ``kernel`` (see the module docstring)."""
+    all_tiles = figures.tiles(socket)
+    overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
+    ranges = split_sections(socket, kernel.operators, all_tiles, kernel.name)
+    spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
+    best: KernelPlan | None = None
+    for chip_tiles in sorted({1, all_tiles}):
+        worse = 0
+        local: KernelPlan | None = None
+        for n_tiles in _candidate_tiles(socket, kernel):
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead)
+            if plan is None:
+                continue
+            if local is None or plan.cycles < local.cycles:
+                local, worse = plan, 0
+            else:
+                worse += 1
+                if worse >= _PATIENCE:
+                    break
+        if local is not None and (best is None or local.cycles < best.cycles):
+            best = local
+    if best is None:
+        raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
+    return best
+
+
+def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None) -> PlacedKernel:
+    """Place ``kernel`` on one socket and predict its cycles.
+
+    Parameters
+    ----------
+    socket : SocketSpec
+    kernel : FusedKernel
+        One socket's shard of the kernel.
+    tiers : TierSplit, optional
+        Where its weights and KV live (default: all in HBM).
+
+    Returns
+    -------
+    PlacedKernel
+
+    Raises
+    ------
+    InfeasibleError
+        If an operator cannot be placed even alone at its finest tiling.
+    """
+    tiers = tiers or TierSplit()
+    overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
+    all_tiles = figures.tiles(socket)
+    if not kernel.operators:
+        zeros = (0,) * all_tiles
+        return PlacedKernel(kernel=kernel, stages=(), sections=0, reconfig_cycles=0, n_tiles=0,
+                            cycles_per_tile=0, fill_cycles=0, hbm_bytes=0, ddr_bytes=0, mesh_bytes=0,
+                            compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
+                            cycles=overhead, pcus_per_tile=zeros, pmus_per_tile=zeros,
+                            sram_bytes_per_tile=zeros, overhead_cycles=overhead, chip_tiles=0)
+    plan = best_plan(socket, kernel, tiers)
+    return _placed(socket, kernel, plan, overhead)
+
+
+def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead: int) -> PlacedKernel:
+    t, all_tiles = plan.chip_tiles, figures.tiles(socket)
+    tiles = tuple(range(t))
+    stages: list[StagePlacement] = []
+    pcus = [0] * all_tiles
+    pmus = [0] * all_tiles
+    sram = [0] * all_tiles
+    for index, sec in enumerate(plan.sections):
+        buffers = 0
+        for stage, cells, q, r, cyc, bound in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
+                                                   sec.alloc.cycles, sec.alloc.bounds):
+            per_tile_buffer = 2 * math.ceil(stage.buffer_bytes / t)
+            buffers += per_tile_buffer
+            stages.append(StagePlacement(
+                operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
+                coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pcus), cycles_per_tile=cyc,
+                bound=bound, pmu_coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pmus),
+                section=index, buffer_bytes_per_tile=per_tile_buffer))
+        for s in sec.streams:
+            stages.append(StagePlacement(
+                operator=f"{sec.stages[s.src].name}->{sec.stages[s.dst].name}", kind="stream", pcus=0,
+                pmus=0, tiles=tiles, coords=(), cycles_per_tile=0, bound="mesh",
+                section=index, stream_bytes=s.bytes, hops=s.hops))
+        stages.append(StagePlacement(
+            operator="mesh", kind="mesh", pcus=0, pmus=0, tiles=tiles, coords=(),
+            cycles_per_tile=sec.mesh_cycles_per_tile, bound="mesh", section=index,
+            stream_bytes=sum(s.bytes for s in sec.streams)))
+        for i in tiles:
+            pcus[i] = max(pcus[i], sum(sec.alloc.pcus))
+            pmus[i] = max(pmus[i], sum(sec.alloc.pmus))
+            sram[i] = max(sram[i], buffers)
+    hbm = sum(sec.tier_bytes("hbm") for sec in plan.sections)
+    ddr = sum(sec.tier_bytes("ddr") for sec in plan.sections)
+    mesh = sum(s.bytes for sec in plan.sections for s in sec.streams)
+    n = len(plan.sections)
+    streaming = n * (plan.fill_cycles + plan.n_tiles * plan.cycles_per_tile)
+    fixed = overhead + (n - 1) * (socket.reconfiguration_cycles if n > 1 else 0)
+    heaviest = max(plan.sections, key=lambda s: s.cycles_per_tile)
+    bound = "overhead" if fixed >= streaming else heaviest.bound
+    return PlacedKernel(
+        kernel=kernel, stages=tuple(stages), sections=n,
+        reconfig_cycles=socket.reconfiguration_cycles if n > 1 else 0, n_tiles=plan.n_tiles,
+        cycles_per_tile=plan.cycles_per_tile, fill_cycles=plan.fill_cycles, hbm_bytes=hbm, ddr_bytes=ddr,
+        mesh_bytes=mesh, compute_cycles=compute_bound_cycles(socket, kernel.flops),
+        memory_cycles=memory_bound_cycles(socket, hbm, ddr), bounding_resource=bound, cycles=plan.cycles,
+        pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
+        overhead_cycles=overhead, chip_tiles=t)
+
+
+def compute_bound_cycles(socket: SocketSpec, flops: int) -> int:
+    """Cycles of ``flops`` with every PCU of the socket at its BF16 systolic peak.
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> compute_bound_cycles(example_socket(), 1040 * 384 * 1000)
+    1000
+    """
+    peak = pcu_peak_flops_per_cycle(socket.pcu, "bf16") * figures.pcus(socket)
+    return math.ceil(flops / peak - 1e-9)
+
+
+def memory_bound_cycles(socket: SocketSpec, hbm_bytes: int, ddr_bytes: int) -> int:
+    """Cycles to move the bytes alone over all memory units at the calibrated efficiencies (the
+    two tiers in parallel)."""
+    out = 0
+    agcus = figures.agcus(socket)
+    for spec, n, eff in ((socket.hbm, hbm_bytes, socket.calibrated.hbm_efficiency),
+                         (socket.ddr, ddr_bytes, socket.calibrated.ddr_efficiency)):
+        if spec is not None and n:
+            out = max(out, offchip_cycles(spec, socket.agcu, socket.clock_hz, n, eff,
+                                          units_used=socket.dies * spec.units_per_die, agcus=agcus))
+    return out

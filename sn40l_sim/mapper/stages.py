@@ -1,0 +1,209 @@
+"""The pipeline stages of one section of a fused kernel, and the streams between them.
+
+Every operator becomes one compute stage (systolic for GEMMs, SIMD for the rest). Off-chip
+traffic becomes one *memory stage* per tier (HBM, DDR) that carries every byte of that tier the
+section reads or writes: weights and KV in the tier :class:`TierSplit` assigns them, activations
+in and out of the kernel (kernels hand activations to each other through HBM), and the
+intermediate tensor spilled between sections. One stage per tier, not one per tensor, because the
+tensors share the tier's bandwidth.
+
+Streams (producer -> consumer, bytes over the whole section) connect the memory stage to the
+operators that read weights, KV or input activations, each operator to the next (its output), and
+operators that write KV or output activations back to the memory stage.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+>>> stages, streams = section_stages(example_socket(), example_decode_kernel().operators, 4, TierSplit(), 4)
+>>> [(s.name, s.resource) for s in stages]
+[('hbm', 'hbm'), ('q_proj', 'compute'), ('scores', 'compute'), ('softmax', 'simd'), ('pv', 'compute')]
+>>> streams[0].src, streams[0].dst, streams[0].bytes == 16 * 7168 * 2 + 7168 * 1536   # HBM -> q_proj
+(0, 1, True)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.memory import offchip_cycles
+from sn40l_sim.mapper.tiling import OpTiling, tile_operator
+from sn40l_sim.models.kernels import Operator
+
+Tier = Literal["hbm", "ddr"]
+
+
+@dataclass(frozen=True)
+class TierSplit:
+    """Where a kernel's tensors live: the fraction of weights and of KV held in DDR.
+
+    The memory placement spills the same fraction of every layer (see
+    :func:`sn40l_sim.mapper.memory.place_memory`), so identical layers stay identical.
+    """
+
+    weights_ddr_fraction: float = 0.0
+    kv_ddr_fraction: float = 0.0
+    #: tier of the activations handed between kernels (DDR only on parts without HBM)
+    activations: Tier = "hbm"
+
+    def split(self, op: Operator, spill_bytes: int = 0) -> dict[Tier, int]:
+        """Bytes ``op`` moves to and from each tier (plus ``spill_bytes`` of activations).
+
+        >>> op = Operator("w", "gemm", m=1, k=1, n=1, weight_bytes=1000, kv_read_bytes=10, act_in_bytes=4)
+        >>> TierSplit(weights_ddr_fraction=0.25).split(op)
+        {'hbm': 764, 'ddr': 250}
+        """
+        w_ddr = round(op.weight_bytes * self.weights_ddr_fraction)
+        kv = op.kv_read_bytes + op.kv_write_bytes
+        kv_ddr = round(kv * self.kv_ddr_fraction)
+        act = op.act_in_bytes + op.act_out_bytes + spill_bytes
+        out: dict[Tier, int] = {"hbm": op.weight_bytes - w_ddr + kv - kv_ddr, "ddr": w_ddr + kv_ddr}
+        out[self.activations] += act
+        return out
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """One stage's work per data tile, before PCUs and PMUs are given to it.
+
+    Compute stages have ``work_cycles`` (on one PCU; the allocator divides them over the stage's
+    PCUs); memory stages have ``fixed_cycles`` (their tier's bandwidth, whatever the allocation).
+    SRAM traffic is what the stage's PMUs serve per data tile.
+    """
+
+    name: str
+    kind: str
+    resource: str
+    work_cycles: float = 0.0
+    parallelism: int = 0
+    buffer_bytes: int = 0
+    sram_read_bytes: int = 0
+    sram_write_bytes: int = 0
+    sram_addresses: int = 0
+    fixed_cycles: int = 0
+    #: cycles paid once in the pipeline fill (the tier's access latency)
+    latency_cycles: int = 0
+    #: bytes per tier over the whole section (memory stages only)
+    tier_bytes: int = 0
+    tiling: OpTiling | None = None
+
+    @property
+    def is_memory(self) -> bool:
+        """True for the HBM/DDR stages, which hold no PCUs or PMUs of their own."""
+        return self.resource in ("hbm", "ddr")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Bytes a producer stage sends a consumer stage over the whole section."""
+
+    src: int
+    dst: int
+    bytes: int
+
+
+def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chip_tiles: int) -> StageWork:
+    """The stage moving ``n_bytes`` between ``chip_tiles`` tiles and one memory tier.
+
+    The tier's access latency is paid once (AGCUs keep enough bursts in flight to hide it while
+    streaming); the rest, from :func:`~sn40l_sim.hardware.units.memory.offchip_cycles` at the
+    calibrated efficiency over the memory units of the dies in use, is spread over the data
+    tiles. Tiles are spread over the dies first, so two or more tiles reach every die's units.
+    """
+    spec = socket.hbm if tier == "hbm" else socket.ddr
+    if spec is None:
+        raise ValueError(f"socket {socket.name!r} has no {tier}")
+    eff = socket.calibrated.hbm_efficiency if tier == "hbm" else socket.calibrated.ddr_efficiency
+    units = min(chip_tiles, socket.dies) * spec.units_per_die
+    total = offchip_cycles(spec, socket.agcu, socket.clock_hz, n_bytes, eff, units_used=units,
+                           agcus=chip_tiles * socket.tile.agcus)
+    latency = min(total, figures.cycles(spec.latency_s, socket)) if n_bytes else 0
+    return StageWork(name=tier, kind="memory", resource=tier, fixed_cycles=math.ceil((total - latency) / n_tiles),
+                     latency_cycles=latency, tier_bytes=n_bytes)
+
+
+def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
+    """The stage of one operator: its work and SRAM traffic per data tile.
+
+    A data tile carries ``pieces / n_tiles`` pieces on average; its buffers hold whole pieces.
+    """
+    per_tile = tiling.pieces / n_tiles
+    held = math.ceil(per_tile)
+    writes = tiling.in_bytes + tiling.partial_bytes
+    reads = tiling.in_bytes + tiling.partial_bytes
+    return StageWork(name=tiling.op.name, kind=tiling.op.kind, resource=tiling.resource,
+                     work_cycles=tiling.total_cycles / n_tiles,
+                     parallelism=max(1, math.ceil(tiling.parallelism * per_tile)),
+                     buffer_bytes=held * tiling.buffer_bytes,
+                     sram_read_bytes=math.ceil(reads * per_tile),
+                     sram_write_bytes=math.ceil(writes * per_tile),
+                     sram_addresses=math.ceil(tiling.addresses * per_tile), tiling=tiling)
+
+
+def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], n_tiles: int,
+                   tiers: TierSplit, chip_tiles: int, spill_in_bytes: int = 0,
+                   spill_out_bytes: int = 0) -> tuple[list[StageWork], list[Stream]]:
+    """Stages (memory stages first, then one per operator in order) and streams of a section.
+
+    Parameters
+    ----------
+    socket : SocketSpec
+    ops : sequence of Operator
+        The operators of this section, in pipeline order.
+    n_tiles : int
+        Data tiles the section streams.
+    tiers : TierSplit
+        Tier of weights, KV and activations.
+    chip_tiles : int
+        Compute tiles of the socket the section runs on.
+    spill_in_bytes, spill_out_bytes : int
+        Intermediate tensor read from (written to) memory at the section's start (end) when the
+        kernel is split into sections.
+    """
+    if socket.hbm is None:
+        tiers = TierSplit(1.0, 1.0, "ddr")
+    eff = socket.calibrated.systolic_efficiency
+    tilings = [tile_operator(socket.pcu, op, n_tiles, eff) for op in ops]
+    bytes_by_tier: dict[Tier, list[int]] = {"hbm": [], "ddr": []}
+    for i, op in enumerate(ops):
+        spill = (spill_in_bytes if i == 0 else 0) + (spill_out_bytes if i == len(ops) - 1 else 0)
+        for tier, b in tiers.split(op, spill).items():
+            bytes_by_tier[tier].append(b)
+    stages: list[StageWork] = []
+    index: dict[Tier, int] = {}
+    for tier in ("hbm", "ddr"):
+        total = sum(bytes_by_tier[tier])
+        if total:
+            index[tier] = len(stages)
+            stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
+    first = len(stages)
+    stages += [compute_stage(t, n_tiles) for t in tilings]
+    streams: list[Stream] = []
+    for i, op in enumerate(ops):
+        me = first + i
+        spill_in = spill_in_bytes if i == 0 else 0
+        spill_out = spill_out_bytes if i == len(ops) - 1 else 0
+        reads = _tier_reads(tiers, op, spill_in)
+        writes = _tier_writes(tiers, op, spill_out)
+        for tier in ("hbm", "ddr"):
+            if reads[tier]:
+                streams.append(Stream(index[tier], me, reads[tier]))
+        if i > 0:
+            streams.append(Stream(me - 1, me, tilings[i - 1].out_bytes * tilings[i - 1].pieces))
+        for tier in ("hbm", "ddr"):
+            if writes[tier]:
+                streams.append(Stream(me, index[tier], writes[tier]))
+    return stages, streams
+
+
+def _tier_reads(tiers: TierSplit, op: Operator, spill_in: int) -> dict[Tier, int]:
+    read_op = Operator(op.name, op.kind, weight_bytes=op.weight_bytes, kv_read_bytes=op.kv_read_bytes,
+                       act_in_bytes=op.act_in_bytes)
+    return tiers.split(read_op, spill_in)
+
+
+def _tier_writes(tiers: TierSplit, op: Operator, spill_out: int) -> dict[Tier, int]:
+    write_op = Operator(op.name, op.kind, kv_write_bytes=op.kv_write_bytes, act_out_bytes=op.act_out_bytes)
+    return tiers.split(write_op, spill_out)
