@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("describe", "print the derived figures of a hardware or model file"),
     "check": ("check", "validate hardware, model or experiment files"),
     "run": ("run", "simulate an experiment's points and write results.json/csv and a plot"),
+    "map": ("map", "place one phase's kernels on a socket: PCUs/PMUs, utilisation, bound, cycles"),
 }
 
 

@@ -1,0 +1,140 @@
+"""Map one phase of an experiment onto a socket and print, per kernel, the PCUs and PMUs used per
+tile, the utilisation of compute, SRAM and HBM bandwidth, the bounding resource and the predicted
+cycles (identical layers collapsed into one row "xN"), then a totals line.
+
+The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
+policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
+``--batch`` says otherwise. Weights and KV are placed in HBM, spilling to DDR when they do not fit.
+Collectives are not included (the engine costs them).
+
+examples:
+  python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode
+  python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase prefill --policy snapstream --plot out/map.png
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from sn40l_sim.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``map``'s arguments."""
+    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
+    parser.add_argument("--phase", choices=("prefill", "decode"), required=True, help="which graph to map")
+    parser.add_argument("--policy", metavar="NAME", default=None,
+                        help="name of a policies entry of the experiment (default: the first)")
+    parser.add_argument("--batch", type=int, default=None, metavar="N",
+                        help="sequences in the graph (default: shape.batch for decode, 1 for prefill)")
+    parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                        help="draw the placement of --plot-kernels on the tile meshes")
+    parser.add_argument("--plot-kernels", default=None, metavar="NAME[,NAME...]",
+                        help="kernels to draw (default: the two that take the most time)")
+
+
+def kv_bytes_per_socket(model, plan, batch: int, cache_len: int) -> int:
+    """KV bytes one socket holds: whole caches of its sequences under data-parallel attention,
+    else its share of every sequence's cache (split by KV heads and rows, see kvcache.sizing)."""
+    from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
+    from sn40l_sim.models.params import kv_bytes_per_token
+
+    per_seq = cache_len * kv_bytes_per_token(model)
+    if plan.attention_dp > 1:
+        return math.ceil(batch / plan.attention_dp) * per_seq
+    sharding = kv_sharding(model, plan.tp)
+    shards = max(1, kv_heads(model) // sharding.kv_heads * sharding.row_shards)
+    return math.ceil(batch * per_seq / shards)
+
+
+def _policy_entry(exp, name: str | None):
+    entries = exp.spec.policies
+    if name is None:
+        return 0, entries[0]
+    for i, entry in enumerate(entries):
+        if entry.name == name:
+            return i, entry
+    raise InputError(f"--policy {name!r} is not a policy of the experiment (it has "
+                     f"{[e.name for e in entries]})", file=exp.path, field="policies")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build, place and print; returns 0."""
+    from sn40l_sim.experiment import load_experiment, make_point_policy, points
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.mapper import map_graph
+    from sn40l_sim.mapper.memory import place_memory
+    from sn40l_sim.mapper.summary import collapse, format_table
+    from sn40l_sim.models.builder import build_graph
+    from sn40l_sim.models.kernels import ParallelPlan, Shape
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.units import format_bytes
+
+    started = time.perf_counter()
+    exp = load_experiment(args.experiment)
+    spec = exp.spec
+    index, entry = _policy_entry(exp, args.policy)
+    point = next(p for p in points(exp) if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
+        if any(p.prompt_len == spec.shape.prompt_len for p in points(exp)) else points(exp)[0]
+    policy = make_point_policy(exp, point)
+    node = load_hardware(exp.resolve(spec.hardware))
+    model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
+    phase_plan = getattr(spec.parallel, args.phase)
+    plan = ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
+    prompt_len = spec.shape.prompt_len
+    batch = args.batch if args.batch is not None else (spec.shape.batch if args.phase == "decode" else 1)
+    if batch < 1:
+        raise InputError(f"--batch must be a positive integer, got {batch}")
+    if args.phase == "decode":
+        cache_len = policy.static_cache_len(prompt_len, spec.shape.max_new_tokens)
+        shape = Shape("decode", batch, prompt_len, cache_len)
+    else:
+        cache_len = prompt_len
+        shape = Shape("prefill", batch, prompt_len)
+    graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
+    kernels = graph.kernels()
+    activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
+    memory = place_memory(node, model, plan, kv_bytes_per_socket(model, plan, batch, cache_len), activations)
+    built = time.perf_counter()
+    placed = map_graph(node, graph, memory)
+    mapped = time.perf_counter()
+
+    socket = node.socket
+    print(f"{spec.name}: {model.name} on {node.name} ({node.sockets} x {socket.name}), {args.phase}, "
+          f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
+    print(f"shape: batch {batch}, prompt {prompt_len}" + (f", cache {cache_len} tokens per sequence"
+                                                          if args.phase == "decode" else ""))
+    tiers = ", ".join(f"{use} {format_bytes(memory.hbm.get(use, 0))} HBM + {format_bytes(memory.ddr.get(use, 0))} DDR"
+                      for use in ("weights", "kv", "activations"))
+    print(f"memory per socket: {tiers} (usable HBM {format_bytes(memory.hbm_capacity)})")
+    print(f"per socket, collectives excluded; clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU "
+          f"are per tile in use")
+    print()
+    print(format_table(socket, placed.kernels))
+    print(f"built and placed in {built - started:.2f} s, mapped in {mapped - built:.2f} s "
+          f"({len(collapse(placed.kernels))} distinct kernels)")
+    if args.plot is not None:
+        from sn40l_sim.mapper.plot import plot_placement
+
+        chosen = _plot_choice(placed.kernels, args.plot_kernels)
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        plot_placement(socket, chosen, args.plot)
+        print(f"placement of {', '.join(pk.kernel.name for pk in chosen)} drawn in {args.plot}")
+    return 0
+
+
+def _plot_choice(kernels, names: str | None) -> list:
+    from sn40l_sim.mapper.summary import collapse
+
+    if names:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        by_name = {pk.kernel.name: pk for pk in kernels}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise InputError(f"--plot-kernels: no kernel named {missing} in the graph (kernels are "
+                             f"named like {[pk.kernel.name for pk in kernels[:4]]})")
+        return [by_name[n] for n in wanted]
+    rows = sorted(collapse(kernels), key=lambda r: -r.total_cycles)[:2]
+    return [r.placed for r in rows]

@@ -1,0 +1,115 @@
+"""Utilisation figures of placed kernels and the table the ``map`` command prints.
+
+Utilisations are achieved over the kernel's predicted time, against raw peaks: compute is FLOPs
+over the socket's BF16 systolic peak, HBM is bytes over the socket's HBM bandwidth, SRAM is the
+buffers held over the capacity of the tiles in use.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_gemm_kernel
+>>> from sn40l_sim.mapper.kernel import map_kernel
+>>> socket = example_socket()
+>>> u = utilisation(socket, map_kernel(socket, example_gemm_kernel()))
+>>> 0.8 < u.compute <= 1.0, u.hbm < 0.5
+(True, True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.mapper.placement import PlacedKernel
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """Fractions of peak one placed kernel achieves over its predicted time."""
+
+    compute: float
+    sram: float
+    hbm: float
+    ddr: float
+
+
+def utilisation(socket: SocketSpec, pk: PlacedKernel) -> Utilisation:
+    """Compute, SRAM, HBM and DDR utilisation of ``pk`` (0 for a kernel of no cycles)."""
+    seconds = pk.cycles / socket.clock_hz
+    if seconds <= 0:
+        return Utilisation(0.0, 0.0, 0.0, 0.0)
+    hbm_peak = figures.hbm_bytes_per_s(socket)
+    sram_cap = socket.tile.pmus * socket.pmu.capacity_bytes
+    used_tiles = [b for b in pk.sram_bytes_per_tile if b] or [0]
+    return Utilisation(
+        compute=pk.kernel.flops / seconds / figures.peak_flops(socket, "bf16"),
+        sram=max(used_tiles) / sram_cap,
+        hbm=pk.hbm_bytes / seconds / hbm_peak if hbm_peak else 0.0,
+        ddr=pk.ddr_bytes / seconds / figures.ddr_bytes_per_s(socket))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the ``map`` table: a kernel, or ``count`` consecutive-or-not identical ones."""
+
+    name: str
+    count: int
+    placed: PlacedKernel
+
+    @property
+    def total_cycles(self) -> int:
+        """Cycles of all ``count`` calls."""
+        return self.count * self.placed.cycles
+
+
+def collapse(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[Row]:
+    """One row per distinct kernel signature, in order of first appearance, with its count.
+
+    The row is named after the first kernel, with its layer replaced by ``*`` when it repeats
+    (``L03.ffn`` x58 becomes ``L*.ffn``).
+    """
+    order: list = []
+    rows: dict = {}
+    for pk in kernels:
+        sig = pk.kernel.signature()
+        if sig not in rows:
+            order.append(sig)
+            rows[sig] = [pk, 0]
+        rows[sig][1] += 1
+    out = []
+    for sig in order:
+        pk, count = rows[sig]
+        name = pk.kernel.name
+        if count > 1 and "." in name:
+            name = "*." + name.split(".", 1)[1]
+        out.append(Row(name, count, pk))
+    return out
+
+
+def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> str:
+    """The per-kernel table with a totals line (times in microseconds at the socket's clock)."""
+    head = (f"{'kernel':<22} {'x':>4} {'tiles':>5} {'PCU/tile':>8} {'PMU/tile':>8} {'comp%':>6} "
+            f"{'SRAM%':>6} {'HBM%':>6} {'bound':<8} {'n_tiles':>8} {'cycles':>11} {'us':>10} {'total us':>11}")
+    lines = [head, "-" * len(head)]
+    clock = socket.clock_hz
+    total = flops = hbm = 0
+    by_bound: dict[str, int] = {}
+    for row in collapse(kernels):
+        pk = row.placed
+        u = utilisation(socket, pk)
+        lines.append(
+            f"{row.name:<22.22} {('x' + str(row.count)) if row.count > 1 else '':>4} {pk.chip_tiles:>5} "
+            f"{max(pk.pcus_per_tile, default=0):>8} {max(pk.pmus_per_tile, default=0):>8} "
+            f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {100 * u.hbm:>6.1f} {pk.bounding_resource:<8} "
+            f"{pk.n_tiles:>8} {pk.cycles:>11} {pk.cycles / clock * 1e6:>10.1f} {row.total_cycles / clock * 1e6:>11.1f}")
+        total += row.total_cycles
+        flops += row.count * pk.kernel.flops
+        hbm += row.count * pk.hbm_bytes
+        by_bound[pk.bounding_resource] = by_bound.get(pk.bounding_resource, 0) + row.total_cycles
+    lines.append("-" * len(head))
+    seconds = total / clock
+    comp = flops / seconds / figures.peak_flops(socket, "bf16") if seconds else 0.0
+    hbm_u = hbm / seconds / figures.hbm_bytes_per_s(socket) if seconds and figures.hbm_bytes_per_s(socket) else 0.0
+    shares = ", ".join(f"{b} {100 * c / total:.1f}%" for b, c in sorted(by_bound.items(), key=lambda kv: -kv[1])) if total else ""
+    lines.append(f"{'total':<22} {len(kernels):>4} kernels, {total} cycles = {seconds * 1e6:.1f} us; "
+                 f"compute {100 * comp:.1f}% of peak, HBM {100 * hbm_u:.1f}% of peak; time by bound: {shares}")
+    return "\n".join(lines)
