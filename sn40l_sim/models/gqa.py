@@ -136,13 +136,16 @@ OPERATORS = {f.__name__: f for f in (q_proj, k_proj, v_proj, gqa_rope, kv_cache_
 
 
 def gqa_q_to_dp(c: Ctx) -> int:
-    """All-to-all of the new Q, K, V rows from the TP to the DP layout (what one socket holds)."""
-    return c.tokens * (c.proj_heads + 2 * _kv_heads(c, c.tp)) * _d(c) * ACT if c.dp > 1 else 0
+    """All-to-all of the new Q, K, V rows from the TP to the DP layout. Bytes one socket sends:
+    its heads' rows of the other sockets' sequences."""
+    heads = c.proj_heads + 2 * _kv_heads(c, c.tp)
+    return (c.tokens - c.seqs) * heads * _d(c) * ACT if c.dp > 1 else 0
 
 
 def gqa_o_to_tp(c: Ctx) -> int:
-    """All-to-all of the head outputs back to the TP layout: ``[B/dp, heads/(tp/dp), d]``."""
-    return c.seqs * c.attn_heads * _d(c) * ACT if c.dp > 1 else 0
+    """All-to-all of the head outputs back to the TP layout. Bytes one socket sends: the other
+    sockets' heads of its own sequences."""
+    return c.seqs * (c.attn_heads - c.proj_heads) * _d(c) * ACT if c.dp > 1 else 0
 
 
 SIZES = {f.__name__: f for f in (gqa_q_to_dp, gqa_o_to_tp)}

@@ -207,13 +207,15 @@ def latent(c: Ctx) -> int:
 
 def mla_q_to_dp(c: Ctx) -> int:
     """All-to-all of the absorbed 576-wide queries from the TP (heads) to the DP (sequences)
-    layout: what one socket holds before it, ``[T, heads/tp, 576]``."""
-    return c.tokens * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
+    layout. Bytes one socket sends: its ``heads/tp`` heads of the other sockets' sequences,
+    ``(B - B/dp) * heads/tp * 576`` BF16 (the collective contract counts what a member sends)."""
+    return (c.tokens - c.seqs) * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
 
 
 def mla_o_to_tp(c: Ctx) -> int:
-    """All-to-all of the 512-wide head outputs back to the TP layout: ``[B/dp, heads, 512]``."""
-    return c.seqs * c.attn_heads * _att(c).kv_lora_rank * ACT if c.dp > 1 else 0
+    """All-to-all of the 512-wide head outputs back to the TP layout. Bytes one socket sends:
+    the other sockets' heads of its own sequences, ``B/dp * (heads - heads/tp) * 512`` BF16."""
+    return c.seqs * (c.attn_heads - c.proj_heads) * _att(c).kv_lora_rank * ACT if c.dp > 1 else 0
 
 
 SIZES = {f.__name__: f for f in (latent, mla_q_to_dp, mla_o_to_tp)}

@@ -188,8 +188,10 @@ def test_kernel_structure_follows_the_deployment(r1_graphs):
     dec = layer(r1_graphs["decode"], 3)
     assert list(dec) == ["mla", "ffn"]
     kinds = [(c.kind, c.bytes) for c in dec["mla"].collectives]
-    assert kinds == [("all_gather", 16 * (1536 + 576) * 2), ("all_to_all", 16 * 8 * 576 * 2),
-                     ("all_to_all", 1 * 128 * 512 * 2), ("all_reduce", 16 * 7168 * 2)]
+    # all-to-alls count what one socket sends: 8 heads of the 15 other sequences, then the
+    # 120 other heads of its one sequence
+    assert kinds == [("all_gather", 16 * (1536 + 576) * 2), ("all_to_all", 15 * 8 * 576 * 2),
+                     ("all_to_all", 1 * 120 * 512 * 2), ("all_reduce", 16 * 7168 * 2)]
     assert all(k.shards == 16 for k in r1_graphs["decode"].kernels())
     lm = [k for k in r1_graphs["prefill"].kernels() if k.kind == "lm_head"][0]
     assert ops(lm)["lm_head"].m == 1  # prefill: last token only
@@ -249,3 +251,14 @@ def test_bad_shapes_and_options(r1):
         decode(r1, kv_len=0)
     with pytest.raises(InputError, match="no mtp"):
         decode(load_model(GRAPHS_DIR / "llama3_1_8b.yaml"), plan=ParallelPlan(8), include_mtp=True)
+
+
+def test_llama_attention_data_parallel_holds_whole_sequences(llama8b):
+    g = decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8, attention_dp=8))
+    att = layer(g, 0)["attention"]
+    # 2 sequences per socket, all 8 KV heads of each, K and V
+    assert sum(op.kv_read_bytes for op in att.operators) == 2 * 1000 * 8 * 128 * 2 * 2
+    assert {c.kind for c in att.collectives} == {"all_to_all", "all_reduce"}
+    tp_only = layer(decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8)), 0)["attention"]
+    assert {c.kind for c in tp_only.collectives} == {"all_reduce"}
+    assert att.flops == tp_only.flops  # same work, split by sequences instead of heads
