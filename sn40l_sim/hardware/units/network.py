@@ -21,6 +21,17 @@ def mesh_bytes_per_cycle(net: NetworkSpec) -> int:
     return net.link_bytes_per_cycle * net.links_per_direction
 
 
+def mesh_latency_cycles(net: NetworkSpec, hops: int) -> int:
+    """Cycles for the head of a stream to cross ``hops`` switch hops.
+
+    >>> mesh_latency_cycles(example_network(), 3)
+    6
+    """
+    if hops < 0:
+        raise ValueError(f"hops must be >= 0, got {hops}")
+    return hops * net.hop_latency_cycles
+
+
 def mesh_cycles(net: NetworkSpec, n_bytes: int, hops: int) -> int:
     """Cycles to stream ``n_bytes`` across ``hops`` switch hops of the mesh.
 
@@ -49,7 +60,7 @@ def mesh_cycles(net: NetworkSpec, n_bytes: int, hops: int) -> int:
         raise ValueError(f"n_bytes and hops must be >= 0, got {n_bytes}, {hops}")
     if n_bytes == 0:
         return 0
-    return hops * net.hop_latency_cycles + ceil_div(ceil_cycles(n_bytes), mesh_bytes_per_cycle(net))
+    return mesh_latency_cycles(net, hops) + ceil_div(ceil_cycles(n_bytes), mesh_bytes_per_cycle(net))
 
 
 def link_cycles(bytes_per_s: float, latency_s: float, clock_hz: float, n_bytes: int,

@@ -22,9 +22,10 @@ Systolic mapping of a GEMM ``C[M,N] = A[M,K] @ B[K,N]`` (weight-stationary)
 * **Accumulation hazard.** Row ``m`` of K block ``j + 1`` needs the partial sum of row ``m`` of
   block ``j``, which re-enters ``pipeline_latency_cycles + accumulate_latency_cycles`` after it
   entered (the second term: the trip to the output buffer and back, 0 when the sums stay in the
-  PCU). So the first K block of a column block takes ``max(M * row_cycles, stages)`` cycles and
-  each further one ``max(M * row_cycles, stages, pipeline_latency_cycles +
-  accumulate_latency_cycles)``; the last two terms bind only for small M.
+  PCU). So consecutive blocks start ``max(M * row_cycles, stages)`` cycles apart when a new
+  column block begins and ``max(M * row_cycles, stages, pipeline_latency_cycles +
+  accumulate_latency_cycles)`` apart between K blocks; the last block's rows then stream for
+  ``M * row_cycles``. The latency terms bind only for small M.
 * **Fill and drain.** Weights load stage by stage ahead of the first row's wavefront, so only the
   first weight vector's cycle is exposed; the last row needs ``pipeline_latency_cycles`` to leave.
 
@@ -112,13 +113,12 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
     >>> gemm_cycles(pcu, 64, 64, 128)   # N doubled: twice the column blocks
     2827
 
-    With 4 rows the blocks are bound by weight loading (6 cycles) and, after the first K block,
-    by the partial sum's round trip (10 + 4 cycles):
+    With 4 rows, K blocks start 14 cycles apart (the partial sum's round trip, 10 + 4 cycles):
 
     >>> gemm_cycles(pcu, 4, 64, 32, accumulate_latency_cycles=4)
-    157
-    >>> 1 + (6 + 10 * 14) + 10
-    157
+    155
+    >>> 1 + (10 * 14 + 4) + 10
+    155
     """
     if min(m, k, n) < 0:
         raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
@@ -131,7 +131,7 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
     k_blocks = ceil_div(k, k_per_block)
     first = max(m * row_cycles, pcu.stages)
     later = max(first, pcu.pipeline_latency_cycles + accumulate_latency_cycles)
-    steady = n_blocks * (first + (k_blocks - 1) * later)
+    steady = n_blocks * (k_blocks - 1) * later + (n_blocks - 1) * first + m * row_cycles
     return 1 + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
 
 

@@ -79,3 +79,57 @@ def pmus_for_buffer(pmu: PMUSpec, buffer_bytes: int, double_buffered: bool = Tru
         raise ValueError(f"buffer_bytes must be >= 0, got {buffer_bytes}")
     total = buffer_bytes * (2 if double_buffered else 1)
     return ceil_cycles(total / pmu.capacity_bytes)
+
+
+def pmu_random_access_rate(pmu: PMUSpec, access_bytes: int) -> float:
+    """Expected accesses per cycle when each access goes to a random aligned row (a gather).
+
+    An access of ``access_bytes`` covers ``c = ceil(access_bytes / bank_width_bytes)`` banks; rows
+    aligned to their size make ``G = banks // c`` disjoint bank groups, each equally likely. The
+    address generators issue accesses in order, up to ``S = min(addresses_per_cycle, G, port
+    bytes // access_bytes)`` per cycle, and stop at the first one whose group is already busy
+    that cycle (it goes first in the next). Each cycle thus starts afresh and issues ``j``
+    accesses with probability that the first ``j`` groups differ:
+    ``E = sum_{j=1..S} prod_{i<j} (G - i) / G``.
+
+    Examples
+    --------
+    BF16 elements (one bank each) from 16 banks at 4 addresses per cycle:
+
+    >>> round(pmu_random_access_rate(example_pmu(), 2), 4)
+    3.4243
+    >>> pmu_random_access_rate(example_pmu(), 64)       # a full port row: one per cycle
+    1.0
+    """
+    if access_bytes <= 0:
+        raise ValueError(f"access_bytes must be positive, got {access_bytes}")
+    port = pmu_port_bytes_per_cycle(pmu) * pmu.read_ports
+    covered = max(1, ceil_div(int(access_bytes), pmu.bank_width_bytes))
+    groups = max(1, pmu.banks // covered)
+    slots = max(1, min(pmu.addresses_per_cycle, groups, port // max(1, int(access_bytes))))
+    expected, all_distinct = 0.0, 1.0
+    for j in range(slots):
+        all_distinct *= (groups - j) / groups
+        expected += all_distinct
+    return expected
+
+
+def pmu_gather_cycles(pmu: PMUSpec, rows: int, row_bytes: int) -> int:
+    """Cycles for one PMU to read ``rows`` randomly indexed rows of ``row_bytes`` each.
+
+    A row wider than the read port takes ``ceil(row_bytes / port bytes)`` full-port accesses;
+    narrower rows go at :func:`pmu_random_access_rate`.
+
+    Examples
+    --------
+    >>> pmu_gather_cycles(example_pmu(), 1024, 2)     # 1024 / 3.42 accesses per cycle
+    300
+    >>> pmu_gather_cycles(example_pmu(), 1024, 256)   # 4 port rows each
+    4096
+    """
+    if rows < 0 or row_bytes <= 0:
+        raise ValueError(f"need rows >= 0 and row_bytes > 0, got {rows}, {row_bytes}")
+    port = pmu_port_bytes_per_cycle(pmu) * pmu.read_ports
+    if row_bytes >= port:
+        return rows * ceil_div(int(row_bytes), port)
+    return ceil_cycles(rows / pmu_random_access_rate(pmu, row_bytes))

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles, ceil_div
+from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
+from sn40l_sim.hardware.units.pcu import gemm_cycles, gemm_geometry, reduction_cycles, simd_cycles
+from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_gather_cycles
+
 
 @dataclass(frozen=True)
 class GemmKernel:
@@ -45,3 +51,108 @@ class GatherKernel:
     n_indices: int
     hops: int = 1
     seed: int = 0
+
+
+#: bytes per element of the operands (BF16) and of partial sums and scores (FP32)
+_BF16, _FP32 = 2, 4
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One pipeline stage of a kernel: cycles for its first tile, and per further tile."""
+
+    first: int
+    period: int
+
+
+def tile_level_cycles(kernel: GemmKernel | AttentionKernel | GatherKernel, socket: SocketSpec) -> int:
+    """Cycles of one small kernel on one tile, composed from the unit models only.
+
+    A kernel is a pipeline of stages handing whole tiles over through double-buffered PMUs; it
+    takes the sum of its stages' first-tile times (plus a control token per hand-over) and then
+    one period of its slowest stage per further tile. A stage's period is the busiest of its units
+    (PCU steady state, PMU ports and address generators, mesh links); its first-tile time adds the
+    latencies on its critical path (mesh hops, pipeline fill and drain, reduction tree).
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> tile_level_cycles(GemmKernel(m=64, k=64, n=64, pcus=2), socket)
+    717
+    """
+    if isinstance(kernel, GemmKernel):
+        stage = _gemm_stage(socket, kernel.m, kernel.k, kernel.n, kernel.pcus, kernel.hops, kernel.dtype)
+        return stage.first
+    if isinstance(kernel, AttentionKernel):
+        tiles = kernel.q_len // kernel.q_tile
+        ctrl = mesh_latency_cycles(socket.tile.control_network, kernel.hops)
+        stages = [_gemm_stage(socket, kernel.q_tile, kernel.head_dim, kernel.kv_len, 1, kernel.hops),
+                  _softmax_stage(socket, kernel),
+                  _gemm_stage(socket, kernel.q_tile, kernel.kv_len, kernel.head_dim, 1, kernel.hops)]
+        return (sum(s.first for s in stages) + ctrl * (len(stages) - 1)
+                + (tiles - 1) * max(s.period for s in stages))
+    if isinstance(kernel, GatherKernel):
+        return _gather_cycles(socket, kernel)
+    raise TypeError(f"unknown kernel {kernel!r}")
+
+
+def _gemm_stage(socket: SocketSpec, m: int, k: int, n: int, pcus: int, hops: int,
+                dtype: str = "bf16") -> StageTime:
+    pcu, pmu, net = socket.pcu, socket.pmu, socket.tile.vector_network
+    hop = mesh_latency_cycles(net, hops)
+    k_per_block, _ = gemm_geometry(pcu, dtype)
+    n_blocks_local = ceil_div(ceil_div(n, pcu.lanes), pcus)
+    k_blocks = ceil_div(k, k_per_block)
+    # partial sums go to the output PMU and come back: two trips over the mesh
+    compute = gemm_cycles(pcu, m, k, n_blocks_local * pcu.lanes, dtype, 1.0, 2 * hop)
+    fixed = 1 + pcu.pipeline_latency_cycles
+    psum = pcu.lanes * _FP32
+    rows = n_blocks_local * k_blocks * m
+    busiest = max(
+        compute - fixed,
+        # output PMU: partial sums read back for every K block but the first, written for all
+        pmu_cycles(pmu, (rows - n_blocks_local * m) * psum, rows * psum, 2 * rows - n_blocks_local * m),
+        # A PMU: one row slice per row per block, multicast to every PCU
+        pmu_cycles(pmu, rows * k_per_block * _BF16, 0, rows),
+        # weight PMU: one vector per stage per block
+        pmu_cycles(pmu, n_blocks_local * k_blocks * pcu.stages * pcu.lanes * _BF16, 0,
+                   n_blocks_local * k_blocks * pcu.stages),
+        ceil_cycles(rows * psum / mesh_bytes_per_cycle(net)),
+    )
+    return StageTime(first=hop + fixed + busiest + hop, period=busiest)
+
+
+def _softmax_stage(socket: SocketSpec, kernel: AttentionKernel) -> StageTime:
+    pcu, pmu = socket.pcu, socket.pmu
+    hop = mesh_latency_cycles(socket.tile.vector_network, kernel.hops)
+    scalar_hop = mesh_latency_cycles(socket.tile.scalar_network, kernel.hops)
+    lat, tree = pcu.pipeline_latency_cycles, pcu.reduction_tree_latency_cycles
+    elements = kernel.q_tile * kernel.kv_len
+    per_row = ceil_div(kernel.kv_len, pcu.lanes)
+    vectors = kernel.q_tile * per_row
+    padded = vectors * pcu.lanes
+    # S (FP32) is read twice: once for the row max, once for exp; E written, read, P written
+    s_port = pmu_cycles(pmu, 2 * padded * _FP32, 0, 2 * vectors)
+    p_port = pmu_cycles(pmu, padded * _BF16, 2 * padded * _BF16, 3 * vectors)
+    row_max = reduction_cycles(pcu, padded, per_row * pcu.lanes) - lat - tree
+    exp_sum = max(simd_cycles(pcu, padded, 1, elements) - lat, row_max)
+    normalise = simd_cycles(pcu, padded, 1, elements) - lat
+    period = max(s_port, p_port, row_max, exp_sum, normalise)
+    # exp cannot start a row before its max has crossed the max PCU, its tree and the scalar net
+    first_max = reduction_cycles(pcu, per_row * pcu.lanes, per_row * pcu.lanes) + hop + scalar_hop
+    lead = max(s_port, first_max + max(row_max, exp_sum))
+    # the last row: exp pipeline and tree, its sum to the normaliser, which streams the row out
+    tail = hop + lat + tree + scalar_hop + per_row + lat + hop
+    return StageTime(first=lead + tail, period=period)
+
+
+def _gather_cycles(socket: SocketSpec, kernel: GatherKernel) -> int:
+    pmu, net, lanes = socket.pmu, socket.tile.vector_network, socket.pcu.lanes
+    row_bytes = kernel.row_elems * _BF16
+    total_bytes = kernel.n_indices * row_bytes
+    packets = ceil_div(kernel.n_indices * kernel.row_elems, lanes)
+    read = pmu_gather_cycles(pmu, kernel.n_indices, row_bytes)
+    write = pmu_cycles(pmu, 0, total_bytes, packets)
+    link = ceil_cycles(total_bytes / mesh_bytes_per_cycle(net))
+    return max(read, write, link) + mesh_latency_cycles(net, kernel.hops)

@@ -46,7 +46,8 @@ def test_small_m_blocks_wait_for_weights_and_partial_sums():
     k_blocks = math.ceil(64 / gemm_geometry(PCU, "bf16")[0])
     roundtrip = PCU.pipeline_latency_cycles + 7
     later = max(2, PCU.stages, roundtrip)
-    expected = 1 + max(2, PCU.stages) + (k_blocks - 1) * later + PCU.pipeline_latency_cycles
+    # K blocks start `later` apart; the last one streams its 2 rows
+    expected = 1 + (k_blocks - 1) * later + 2 + PCU.pipeline_latency_cycles
     assert gemm_cycles(PCU, 2, 64, PCU.lanes, accumulate_latency_cycles=7) == expected
 
 
