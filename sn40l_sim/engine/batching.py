@@ -125,7 +125,8 @@ class BatchSearch:
 def find_max_batch(fits: Callable[[int], Any], batch_sizes: Sequence[int]) -> BatchSearch:
     """The largest of ``batch_sizes`` for which ``fits`` does not raise :class:`InfeasibleError`.
 
-    Memory grows with the batch, so the search stops at the first size that does not fit.
+    Memory grows with the batch, so fitting is monotone and a bisection over the sorted sizes
+    finds the boundary with about log2(len(batch_sizes)) + 1 calls of ``fits``.
 
     Raises
     ------
@@ -133,17 +134,29 @@ def find_max_batch(fits: Callable[[int], Any], batch_sizes: Sequence[int]) -> Ba
         When even the smallest compiled size does not fit (the message says why).
     """
     sizes = sorted(set(batch_sizes))
-    best: tuple[int, Any] | None = None
-    for batch in sizes:
+    if not sizes:
+        raise ValueError("batch_sizes must not be empty")
+    results: dict[int, Any] = {}
+
+    def ok(i: int) -> bool:
         try:
-            placement = fits(batch)
+            results[i] = fits(sizes[i])
+            return True
         except InfeasibleError as exc:
-            if best is None:
-                raise InfeasibleError(f"no compiled batch size fits, not even {batch}: {exc}") from None
-            return BatchSearch(best[0], best[1], exc)
-        best = (batch, placement)
-    assert best is not None, "batch_sizes must not be empty"
-    return BatchSearch(best[0], best[1], None)
+            results[i] = exc
+            return False
+
+    if not ok(0):
+        raise InfeasibleError(f"no compiled batch size fits, not even {sizes[0]}: {results[0]}")
+    lo, hi = 0, len(sizes)          # sizes[lo] fits; sizes[hi] (if any) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    failure = results[hi] if hi < len(sizes) else None
+    return BatchSearch(sizes[lo], results[lo], failure)
 
 
 def choose_batch(requested: int | str, search: BatchSearch, fits: Callable[[int], Any]) -> tuple[int, Any]:

@@ -154,9 +154,14 @@ class _Memory:
     def _in_hbm(placement: Any, what: str) -> Any:
         spilled = {use: n for use, n in sorted(placement.ddr.items()) if use in ("weights", "kv") and n > 0}
         if spilled:
-            detail = ", ".join(f"{use} {n / 1e9:.2f} GB" for use, n in spilled.items())
-            raise InfeasibleError(f"{what} does not fit in HBM ({detail} would spill to DDR; the "
-                                  "serving model keeps weights and KV in HBM)")
+            gib = 2**30
+            need = {use: placement.hbm.get(use, 0) + placement.ddr.get(use, 0)
+                    for use in ("weights", "kv", "activations")}
+            detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
+            spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
+            raise InfeasibleError(f"{what} does not fit in HBM per socket: {detail} > "
+                                  f"{placement.hbm_capacity / gib:.2f} GiB usable HBM ({spill} would spill "
+                                  "to DDR; the serving model keeps weights and KV in HBM)")
         return placement
 
 
@@ -212,10 +217,13 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         When no compiled batch fits, an explicit batch does not fit, a prompt does not fit on a
         prefill node, or a request is longer than the compiled graphs.
     """
-    from sn40l_sim.kvcache.sizing import kv_bytes_per_token
+    from sn40l_sim.models.params import kv_bytes_per_token
 
     clock_hz = s.node.socket.clock_hz
-    per_token = kv_bytes_per_token(s.model)
+    # the decode graph runs the MTP module by default when the model has one, and its attention
+    # layer has a cache of its own: reserve it, and send it with the rest
+    include_mtp = s.graph_options.get("include_mtp", s.model.mtp is not None)
+    per_token = kv_bytes_per_token(s.model, include_mtp=bool(include_mtp))
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens)
     memory = _Memory(s, per_token, static_len, place, builder)
     with located("prompt_lens"):
@@ -252,6 +260,11 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
 
     with located("workload"):
         requests = requests_for(batch * s.decode_nodes)
+        for r in requests:  # the decode graph's slots are sized for the point's lengths
+            if r.prompt_len > s.prompt_len or r.output_len > s.max_new_tokens:
+                raise InfeasibleError(f"request {r.id} (prompt {r.prompt_len}, output {r.output_len}) is "
+                                      f"longer than the static graphs (prompt {s.prompt_len}, "
+                                      f"max_new_tokens {s.max_new_tokens})")
     with located("serving.prefill_lens"):
         for r in requests:  # every prompt must have a compiled prefill graph before serving starts
             prefill_for(r.prompt_len)

@@ -46,18 +46,28 @@ def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) 
     return extra / rest if rest > 0 else 0.0
 
 
-def memory_table(placement: Any) -> dict[str, dict[str, int]] | None:
-    """Per socket, per tier: bytes by use plus ``free`` and ``capacity`` (weights, kv and
-    activations always present)."""
+def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> dict[str, dict[str, int]] | None:
+    """Per socket, per tier: bytes by use (weights, kv, activations, and the runtime's
+    ``reserved``), plus ``free`` and the tier's physical ``capacity``.
+
+    >>> from sn40l_sim.mapper.placement import MemoryPlacement
+    >>> mp = MemoryPlacement(hbm={"weights": 40, "kv": 10, "activations": 1}, ddr={}, hbm_capacity=62,
+    ...                      ddr_capacity=100)
+    >>> memory_table(mp, {"hbm": 2, "ddr": 16})["hbm"]
+    {'activations': 1, 'capacity': 64, 'free': 11, 'kv': 10, 'reserved': 2, 'weights': 40}
+    """
     if placement is None:
         return None
+    reserved = reserved or {}
     out = {}
-    for tier, uses, capacity in (("hbm", placement.hbm, placement.hbm_capacity),
-                                 ("ddr", placement.ddr, placement.ddr_capacity)):
+    for tier, uses, usable in (("hbm", placement.hbm, placement.hbm_capacity),
+                               ("ddr", placement.ddr, placement.ddr_capacity)):
         row = {"weights": 0, "kv": 0, "activations": 0}
         row.update({use: int(n) for use, n in uses.items()})
-        row["capacity"] = int(capacity)
-        row["free"] = int(capacity) - sum(v for k, v in row.items() if k != "capacity")
+        row["reserved"] = int(reserved.get(tier, 0))
+        # the placement's capacity is what is left after the reserved memory
+        row["capacity"] = int(usable) + row["reserved"]
+        row["free"] = row["capacity"] - sum(v for k, v in row.items() if k != "capacity")
         out[tier] = dict(sorted(row.items()))
     return out
 
@@ -70,6 +80,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
+    reserved = {"hbm": s.node.socket.reserved.hbm_bytes, "ddr": s.node.socket.reserved.ddr_bytes}
     return {
         "experiment": experiment,
         "name": s.name,
@@ -106,8 +117,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "kv_bytes_per_token": result.kv_bytes_per_token,
         "kv_transfer_bytes": result.transfer_bytes,
         "kv_transfer_s": result.transfer_cycles / clock,
-        "memory": memory_table(result.memory),
-        "memory_prefill_node": memory_table(result.prefill_memory),
+        "memory": memory_table(result.memory, reserved),
+        "memory_prefill_node": memory_table(result.prefill_memory, reserved),
         "throughput": metrics.throughput(log, clock),
         "utilisation": {
             "nodes": metrics.node_utilisation(log),

@@ -58,7 +58,8 @@ ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("HBM/socket reserved (GiB)", "memory.hbm.reserved", _num(".2f", 1 / GIB)),
     ("HBM/socket free (GiB)", "memory.hbm.free", _num(".2f", 1 / GIB)),
     ("DDR/socket used (GiB)", "memory.ddr", lambda tier: format(
-        sum(v for k, v in tier.items() if k not in ("free", "capacity")) / GIB, ".2f")),
+        sum(v for k, v in tier.items() if k not in ("free", "capacity", "reserved")) / GIB, ".2f")),
+    ("DDR/socket reserved (GiB)", "memory.ddr.reserved", _num(".2f", 1 / GIB)),
     ("DDR/socket free (GiB)", "memory.ddr.free", _num(".1f", 1 / GIB)),
 )
 

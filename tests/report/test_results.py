@@ -1,0 +1,111 @@
+"""Records, results.json / results.csv, the table and the plot, from points simulated with doubles
+(tests/engine/serving_doubles.py), so every number here can be checked by hand."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from serving_doubles import DECODE, PREFILL, FakePlacer, FakeTimer, no_graph, r1_model  # noqa: E402
+
+from sn40l_sim.engine.serving_point import PointSetup, simulate_point  # noqa: E402
+from sn40l_sim.engine.workload import Request  # noqa: E402
+from sn40l_sim.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
+from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
+from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.report.plot import throughput_plot  # noqa: E402
+from sn40l_sim.report.records import DESIGN_FIELDS, build_record  # noqa: E402
+from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
+from sn40l_sim.report.table import side_by_side  # noqa: E402
+
+NODE = load_hardware("hw_configs/sn40l_node16.yaml")
+PROMPT = 32768
+
+
+def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0)):
+    policy = make_policy(policy_name, params)
+    s = PointSetup(name=policy_name, node=NODE, model=r1_model(), policy=policy, prompt_len=PROMPT,
+                   prefill_plan=PREFILL, decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH,
+                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, tokens_per_forward=2.4, batch=4)
+    clock = NODE.socket.clock_hz
+
+    def requests(slots):
+        return [Request(i, round(t * clock), PROMPT, 4 + 3 * i) for i, t in enumerate(arrivals)]
+
+    result = simulate_point(s, requests, timer_factory=FakeTimer(), place=FakePlacer(40 * 2**30, 20 * 2**30),
+                            builder=no_graph)
+    return build_record(result, experiment="demo", policy_params=params), result
+
+
+@pytest.fixture(scope="module")
+def records():
+    return [simulate("full", {})[0], simulate("snapstream", {"budget": 8192})[0]]
+
+
+def test_records_have_the_design_fields_with_consistent_values(records):
+    full, snap = records
+    for rec in records:
+        assert set(DESIGN_FIELDS) <= set(rec)
+        assert rec["decode_tokens_per_s"] == pytest.approx(rec["batch"] / rec["decode_step_s"])
+        assert rec["decode_tokens_per_s_reported"] == pytest.approx(2.4 * rec["decode_tokens_per_s"])
+        assert rec["prefill_len"] == PROMPT and rec["batch"] == 4
+        assert rec["ttft_s"] >= rec["prefill_s"]
+        assert rec["latency"]["ttft_s"]["p99"] >= rec["latency"]["ttft_s"]["p50"] >= rec["prefill_s"]
+        assert sum(rec["prefill_kernel_share"].values()) == pytest.approx(1.0)
+        for tier in ("hbm", "ddr"):
+            row = rec["memory"][tier]
+            assert {"weights", "kv", "activations", "reserved", "free", "capacity"} <= set(row)
+            assert row["free"] == row["capacity"] - row["weights"] - row["kv"] - row["activations"] - row["reserved"]
+        assert rec["throughput"]["output_tokens"] == sum(4 + 3 * i for i in range(4))
+    assert (full["kv_len"], snap["kv_len"]) == (PROMPT + 16, 8192)
+    assert full["prefill_policy_overhead"] == 0.0
+    # the fake prefill: mha 700 + moe_ffn 300 cycles per token, each SnapStream kernel 10
+    assert snap["prefill_policy_overhead"] == pytest.approx(20 / 1000)
+    assert snap["memory"]["hbm"]["reserved"] == NODE.socket.reserved.hbm_bytes
+    # the fake decode step reads batch x kv_len tokens at 10 cycles each on top of 40M
+    assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16)
+
+
+def test_json_is_byte_identical_across_runs_and_sorted():
+    a = to_json([simulate("snapstream", {"budget": 8192})[0]])
+    b = to_json([simulate("snapstream", {"budget": 8192})[0]])
+    assert a == b
+    data = json.loads(a)
+    assert list(data[0]) == sorted(data[0])
+    assert "t_s" in json.dumps(data[0]["kv_occupancy"]["series"])  # the series is in the JSON
+
+
+def test_csv_has_one_row_per_point_with_the_design_fields_first(records):
+    text = to_csv(records)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    header = text.splitlines()[0].split(",")
+    assert len(rows) == 2 and [r["name"] for r in rows] == ["full", "snapstream"]
+    assert header[:4] == ["name", "model", "hardware", "kv_policy"]
+    assert "memory.hbm.kv" in header and "prefill_kernel_share.mha" in header
+    assert not any(c.startswith("kv_occupancy.series") for c in header)  # lists stay in the JSON
+    assert float(rows[1]["decode_tokens_per_s_reported"]) == pytest.approx(records[1]["decode_tokens_per_s_reported"])
+
+
+def test_write_results_table_and_plot(tmp_path, records):
+    json_path, csv_path = write_results(records, tmp_path / "out")
+    assert json.loads(json_path.read_text())[1]["name"] == "snapstream" and csv_path.exists()
+    table = side_by_side(records)
+    assert table.splitlines()[0].split() == ["full", "snapstream"]
+    row = next(line for line in table.splitlines() if line.startswith("max batch"))
+    assert row.split()[-2:] == [str(records[0]["max_batch"]), str(records[1]["max_batch"])]
+    plot = throughput_plot(records, tmp_path / "out" / "throughput.png")
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
+    rec, result = simulate("full", {}, arrivals=tuple(0.01 * i for i in range(4)))
+    occ = rec["kv_occupancy"]
+    assert 0 < occ["peak_fraction"] <= 1 and occ["mean_fraction"] <= occ["peak_fraction"]
+    assert max(p["kv_bytes"] for p in occ["series"]) == occ["peak_bytes"]
+    assert occ["peak_bytes"] == max(s.kv_bytes for s in result.log.steps)
+    assert all(p["slots_in_use"] <= rec["batch"] for p in occ["series"])
