@@ -75,7 +75,23 @@ def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
     return max(1, min(socket.tile.pcus, math.ceil(stage.parallelism / chip_tiles)))
 
 
-def _stage_units(socket: SocketSpec, stage: StageWork, chip_tiles: int, target: int) -> tuple[int, int] | None:
+@dataclass(frozen=True)
+class _Limits:
+    """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
+    SRAM cycles at those fewest PMUs."""
+
+    min_pmus: int
+    max_pcus: int
+    sram_at_min: int
+
+
+def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> _Limits:
+    r = _min_pmus(socket, stage, chip_tiles)
+    return _Limits(r, _max_pcus(socket, stage, chip_tiles), _sram_cycles(socket, stage, r, chip_tiles))
+
+
+def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_tiles: int,
+                 target: int) -> tuple[int, int] | None:
     """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, or None."""
     if stage.work_cycles > 0:
         if target <= 0:
@@ -83,12 +99,12 @@ def _stage_units(socket: SocketSpec, stage: StageWork, chip_tiles: int, target: 
         q = max(1, math.ceil(stage.work_cycles / (chip_tiles * target) - _EPS))
         while _compute_cycles(stage, q, chip_tiles) > target:
             q += 1
-        if q > _max_pcus(socket, stage, chip_tiles):
+        if q > limits.max_pcus:
             return None
     else:
         q = 1
-    r = _min_pmus(socket, stage, chip_tiles)
-    if _sram_cycles(socket, stage, r, chip_tiles) > target:
+    r = limits.min_pmus
+    if limits.sram_at_min > target:
         lo, hi = max(r, 1), socket.tile.pmus
         if _sram_cycles(socket, stage, hi, chip_tiles) > target:
             return None
@@ -102,20 +118,24 @@ def _stage_units(socket: SocketSpec, stage: StageWork, chip_tiles: int, target: 
     return q, r
 
 
-def _fits(socket: SocketSpec, stages: list[StageWork], chip_tiles: int, target: int) -> list[tuple[int, int]] | None:
+def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+          target: int) -> list[tuple[int, int]] | None:
     units = []
-    for stage in stages:
-        if stage.is_memory:
+    pcus = pmus = 0
+    for stage, lim in zip(stages, limits):
+        if lim is None:
             if stage.fixed_cycles > target:
                 return None
             units.append((0, 0))
             continue
-        got = _stage_units(socket, stage, chip_tiles, target)
+        got = _stage_units(socket, stage, lim, chip_tiles, target)
         if got is None:
             return None
+        pcus += got[0]
+        pmus += got[1]
+        if pcus > socket.tile.pcus or pmus > socket.tile.pmus:
+            return None
         units.append(got)
-    if sum(u[0] for u in units) > socket.tile.pcus or sum(u[1] for u in units) > socket.tile.pmus:
-        return None
     return units
 
 
@@ -135,25 +155,33 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
     Allocation or None
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
-    compute = [s for s in stages if not s.is_memory]
+    limits = [None if s.is_memory else _limits(socket, s, chip_tiles) for s in stages]
     hi = 0
-    for s in stages:
-        if s.is_memory:
+    for s, lim in zip(stages, limits):
+        if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
-            hi = max(hi, _compute_cycles(s, 1, chip_tiles),
-                     _sram_cycles(socket, s, _min_pmus(socket, s, chip_tiles), chip_tiles))
-    if _fits(socket, stages, chip_tiles, hi) is None:
+            hi = max(hi, _compute_cycles(s, 1, chip_tiles), lim.sram_at_min)
+    if _fits(socket, stages, limits, chip_tiles, hi) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
-             + [_compute_cycles(s, _max_pcus(socket, s, chip_tiles), chip_tiles) for s in compute] + [0])
+             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits) if lim] + [0])
+    # every PCU of the tiles busy is a lower bound too
+    work = sum(s.work_cycles for s in stages if not s.is_memory)
+    lo = min(hi, max(lo, math.floor(work / (chip_tiles * socket.tile.pcus))))
+    # the answer is usually within a few % of the bounds: gallop up from them, then bisect
+    step = max(1, lo // 64)
+    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step)) is None:
+        lo = min(hi, lo + step + 1)
+        step *= 2
+    hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits(socket, stages, chip_tiles, mid) is not None:
+        if _fits(socket, stages, limits, chip_tiles, mid) is not None:
             hi = mid
         else:
             lo = mid + 1
-    units = _fits(socket, stages, chip_tiles, lo)
+    units = _fits(socket, stages, limits, chip_tiles, lo)
     assert units is not None
     cycles, bounds = [], []
     for stage, (q, r) in zip(stages, units):
