@@ -1,0 +1,65 @@
+"""Physical invariants every placed kernel must satisfy (shared by the mapper tests)."""
+from __future__ import annotations
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.mapper.place import pcu_cells, pmu_cells
+from sn40l_sim.mapper.placement import PlacedKernel
+
+RESOURCES = {"compute", "simd", "sram", "hbm", "ddr", "mesh", "p2p", "overhead"}
+
+
+def check_allocation(socket, pk: PlacedKernel) -> None:
+    """Counts per tile, PMU capacity, and cells used once and of the right kind."""
+    tile, cap = socket.tile, socket.pmu.capacity_bytes
+    tiles = figures.tiles(socket)
+    assert len(pk.pcus_per_tile) == len(pk.pmus_per_tile) == len(pk.sram_bytes_per_tile) == tiles
+    for pcus, pmus, sram in zip(pk.pcus_per_tile, pk.pmus_per_tile, pk.sram_bytes_per_tile):
+        assert 0 <= pcus <= tile.pcus
+        assert 0 <= pmus <= tile.pmus
+        assert sram <= pmus * cap, "buffers held exceed the PMUs given"
+    valid_pcu, valid_pmu = set(pcu_cells(socket)), set(pmu_cells(socket))
+    for section in range(pk.sections):
+        stages = [s for s in pk.stages if s.section == section and s.kind not in ("stream", "mesh")]
+        per_tile_pcus = sum(s.pcus // max(1, len(s.tiles)) for s in stages)
+        per_tile_pmus = sum(s.pmus // max(1, len(s.tiles)) for s in stages)
+        assert per_tile_pcus <= tile.pcus and per_tile_pmus <= tile.pmus
+        used_pcu, used_pmu = set(), set()
+        for s in stages:
+            n = max(1, len(s.tiles))
+            assert s.pcus % n == 0 and s.pmus % n == 0, "a stage is spread evenly over its tiles"
+            assert s.buffer_bytes_per_tile <= (s.pmus // n) * cap, f"{s.operator}: buffers over PMU capacity"
+            assert len(s.coords) == s.pcus and len(s.pmu_coords) == s.pmus
+            for t, r, c in s.coords:
+                assert (r, c) in valid_pcu and 0 <= t < tiles
+            for t, r, c in s.pmu_coords:
+                assert (r, c) in valid_pmu and 0 <= t < tiles
+            assert not used_pcu & set(s.coords) and not used_pmu & set(s.pmu_coords), "a unit given twice"
+            used_pcu |= set(s.coords)
+            used_pmu |= set(s.pmu_coords)
+            assert s.bound in RESOURCES
+
+
+def check_peaks(socket, pk: PlacedKernel) -> None:
+    """Achieved FLOP/s and bytes/s never above the peaks; cycles never below the lower bounds."""
+    assert pk.cycles > 0
+    seconds = pk.cycles / socket.clock_hz
+    assert pk.kernel.flops / seconds <= figures.peak_flops(socket, "bf16")
+    assert pk.hbm_bytes / seconds <= figures.hbm_bytes_per_s(socket)
+    assert pk.ddr_bytes / seconds <= figures.ddr_bytes_per_s(socket)
+    assert pk.cycles >= pk.compute_cycles
+    assert pk.cycles >= pk.memory_cycles
+    assert pk.bounding_resource in RESOURCES
+
+
+def check_formula(socket, pk: PlacedKernel) -> None:
+    """cycles = overhead + (sections - 1) reconfiguration + sections (fill + n_tiles x cycles per tile)."""
+    s = pk.sections
+    expected = pk.overhead_cycles + max(0, s - 1) * pk.reconfig_cycles + s * (pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile)
+    assert pk.cycles == expected
+    assert pk.overhead_cycles == figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
+
+
+def check_all(socket, pk: PlacedKernel) -> None:
+    check_allocation(socket, pk)
+    check_peaks(socket, pk)
+    check_formula(socket, pk)

@@ -1,0 +1,85 @@
+"""The ``map`` command on the DeepSeek TP16 experiment, and its bad inputs."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from conftest import ROOT
+from mapper_checks import RESOURCES
+from sn40l_sim.cli import main
+
+EXPERIMENT = str(ROOT / "experiments" / "map_deepseek_tp16.yaml")
+
+
+def _rows(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    rules = [i for i, line in enumerate(lines) if line and set(line) == {"-"}]
+    return [line.split() for line in lines[rules[0] + 1:rules[1]]]
+
+
+def test_decode_map_names_a_bound_for_every_kernel_in_seconds(capsys):
+    from sn40l_sim.mapper.graph import clear_memo
+
+    clear_memo()
+    started = time.perf_counter()
+    assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
+    elapsed = time.perf_counter() - started
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    names = [r[0] for r in rows]
+    assert "*.mla" in names and "*.ffn" in names and "lm_head" in names
+    for row in rows:
+        bound = next(cell for cell in row if cell in RESOURCES)
+        assert bound in RESOURCES
+    counts = sum(int(r[1][1:]) if r[1].startswith("x") else 1 for r in rows)
+    total = re.search(r"^total\s+(\d+) kernels, (\d+) cycles", out, re.M)
+    assert int(total.group(1)) == counts == 130
+    mapped = float(re.search(r"mapped in ([\d.]+) s", out).group(1))
+    assert mapped < 5.0 and elapsed < 30.0
+    assert "cache 131072 tokens" in out
+
+
+def test_snapstream_decode_reads_a_shorter_cache(capsys):
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--policy", "snapstream"]) == 0
+    snap = capsys.readouterr().out
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--policy", "full"]) == 0
+    full = capsys.readouterr().out
+    assert "cache 32768 tokens" in snap
+
+    def total(out):
+        return int(re.search(r"kernels, (\d+) cycles", out).group(1))
+
+    assert total(snap) < total(full)
+
+
+def test_prefill_map_with_plot(tmp_path, capsys):
+    png = tmp_path / "placement.png"
+    assert main(["map", EXPERIMENT, "--phase", "prefill", "--policy", "snapstream", "--plot", str(png),
+                 "--plot-kernels", "L03.moe_ffn,L03.snapkv"]) == 0
+    out = capsys.readouterr().out
+    assert png.stat().st_size > 20000
+    assert "*.snapkv" in out and "*.mha" in out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--policy", "nope"], "--policy 'nope' is not a policy of the experiment"),
+    (["--plot", "x.png", "--plot-kernels", "L99.nothing"], "no kernel named ['L99.nothing']"),
+    (["--batch", "0"], "--batch must be a positive integer"),
+])
+def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path, extra, message):
+    extra = [str(tmp_path / e) if e.endswith(".png") else e for e in extra]
+    assert main(["map", EXPERIMENT, "--phase", "decode"] + extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_missing_hardware_file_exits_2(tmp_path, capsys):
+    bad = tmp_path / "e.yaml"
+    bad.write_text((ROOT / "experiments" / "map_deepseek_tp16.yaml").read_text()
+                   .replace("../hw_configs/sn40l_node16.yaml", "nowhere.yaml")
+                   .replace("../graphs/", str(ROOT / "graphs") + "/"))
+    assert main(["map", str(bad), "--phase", "decode"]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere.yaml" in err and "not found" in err

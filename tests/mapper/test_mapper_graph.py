@@ -1,0 +1,47 @@
+"""map_graph: graph order, names kept, one mapping per distinct kernel, deterministic."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import sn40l_sim.mapper.graph as graph_mod
+from conftest import deepseek_graph, distinct_kernels
+from sn40l_sim.mapper import map_graph, map_kernel
+from sn40l_sim.mapper.graph import clear_memo
+
+
+def test_kernels_in_graph_order_with_their_own_names(node):
+    graph = deepseek_graph("decode")
+    placed = map_graph(node, graph)
+    assert [pk.kernel for pk in placed.kernels] == graph.kernels()
+    assert placed.graph is graph
+
+
+def test_identical_layers_are_mapped_once(node, monkeypatch):
+    graph = deepseek_graph("decode")
+    calls = []
+
+    def counting(socket, kernel, tiers=None):
+        calls.append(kernel)
+        return map_kernel(socket, kernel, tiers)
+
+    clear_memo()
+    monkeypatch.setattr(graph_mod, "map_kernel", counting)
+    placed = map_graph(node, graph)
+    assert len(calls) == len(distinct_kernels(graph)) < len(graph.kernels()) // 5
+    by_sig = {}
+    for pk in placed.kernels:
+        other = by_sig.setdefault(pk.kernel.signature(), pk)
+        assert replace(pk, kernel=other.kernel) == other
+    map_graph(node, graph)
+    assert len(calls) == len(distinct_kernels(graph))      # the memo survives between calls
+
+
+def test_mapping_is_deterministic(node):
+    graph = deepseek_graph("prefill")
+    clear_memo()
+    first = map_graph(node, graph)
+    clear_memo()
+    second = map_graph(node, graph)
+    assert first.kernels == second.kernels
+    for kernel in distinct_kernels(graph)[:4]:
+        assert map_kernel(node.socket, kernel) == map_kernel(node.socket, kernel)
