@@ -85,11 +85,29 @@ def validate(model: type[M], doc: Document, at: FieldPath = ()) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = tuple(at) + tuple(first["loc"])
+        loc = tuple(at) + _data_path(data, first["loc"])
         message = _explain(first)
         if len(exc.errors()) > 1:
             message += f" (and {len(exc.errors()) - 1} more problem(s) in this file)"
         raise doc.error(loc, message) from None
+
+
+def _data_path(data: Any, loc: tuple) -> tuple:
+    """pydantic's error location minus the union tags it inserts (``attention.mla.heads`` ->
+    ``attention.heads``): keep only the parts that exist in the data, plus a missing last key."""
+    path: list = []
+    for i, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        elif i == len(loc) - 1 or not isinstance(data, (dict, list)):
+            path.append(part)  # a missing field (or a scalar's sub-type tag): name it
+            break
+        else:
+            continue  # a union tag or model name pydantic adds: not a field of the file
+        path.append(part)
+    return tuple(path)
 
 
 def _explain(error: dict) -> str:
