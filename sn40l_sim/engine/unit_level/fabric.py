@@ -64,6 +64,19 @@ class CycleBudget:
 
     :meth:`take` spends ``amount`` in the current cycle if it fits, else waits for the next
     cycles; an amount above the per-cycle allowance spans consecutive cycles.
+
+    Examples
+    --------
+    >>> env = simpy.Environment()
+    >>> link = CycleBudget(env, 128)
+    >>> done = []
+    >>> def send(n):
+    ...     yield from link.take(n)
+    ...     done.append((n, env.now))
+    >>> for n in (64, 64, 64, 300):
+    ...     _ = env.process(send(n))
+    >>> env.run(); done
+    [(64, 0), (64, 0), (64, 1), (300, 3)]
     """
 
     def __init__(self, env: simpy.Environment, per_cycle: float) -> None:
@@ -139,14 +152,27 @@ def mesh_path(env: simpy.Environment, net: NetworkSpec, hops: int) -> tuple[Wire
 
 
 def forward(src: Wire, dst: Wire) -> Iterator[simpy.events.Event]:
-    """Process: move everything from ``src`` to ``dst`` as it arrives (a zero-cost connection)."""
+    """Process: move everything from ``src`` to ``dst`` as it arrives (a zero-cost connection).
+
+    >>> env = simpy.Environment()
+    >>> a, b = Wire(env, latency=2), Wire(env)
+    >>> _ = env.process(forward(a, b)); _ = env.process((lambda: (yield a.put("x")))())
+    >>> env.run(); b.store.items
+    [(2, 'x')]
+    """
     while True:
         item = yield from src.get()
         yield dst.put(item)
 
 
 def signal_after(env: simpy.Environment, event: simpy.events.Event, delay: int) -> None:
-    """Succeed ``event`` ``delay`` cycles from now (a control token crossing the control network)."""
+    """Succeed ``event`` ``delay`` cycles from now (a control token crossing the control network).
+
+    >>> env = simpy.Environment()
+    >>> done = env.event()
+    >>> signal_after(env, done, 4); env.run(); env.now, done.triggered
+    (4, True)
+    """
     def _later():
         if delay:
             yield env.timeout(delay)
@@ -169,6 +195,22 @@ class PMU:
     port moves ``banks x bank_width_bytes`` bytes, the generators issue ``addresses_per_cycle``
     addresses over both ports, and two reads (or two writes) in one cycle may not touch the
     same bank: the later one waits for the next cycle.
+
+    Examples
+    --------
+    Three 4-byte reads in one cycle, the third to the bank of the first, on 16 banks x 4 B:
+
+    >>> from sn40l_sim.hardware.units._examples import example_pmu
+    >>> env = simpy.Environment()
+    >>> pmu = PMU(env, example_pmu())
+    >>> issued = []
+    >>> def reads():
+    ...     for address in (0, 4, 64):
+    ...         yield from pmu.access("read", address, 4)
+    ...         issued.append(env.now)
+    >>> _ = env.process(reads()); env.run()
+    >>> issued
+    [0, 0, 1]
     """
 
     def __init__(self, env: simpy.Environment, spec: PMUSpec, name: str = "pmu") -> None:
@@ -185,7 +227,13 @@ class PMU:
         self.bytes_used = 0
 
     def banks_of(self, address: int, nbytes: int) -> set[int]:
-        """Banks touched by an access of ``nbytes`` at byte ``address``."""
+        """Banks touched by an access of ``nbytes`` at byte ``address``.
+
+        >>> from sn40l_sim.hardware.units._examples import example_pmu   # 16 banks x 4 B
+        >>> pmu = PMU(simpy.Environment(), example_pmu())
+        >>> sorted(pmu.banks_of(8, 12)), len(pmu.banks_of(0, 256))
+        ([2, 3, 4], 16)
+        """
         w, n = self.spec.bank_width_bytes, self.spec.banks
         first, last = address // w, (address + max(nbytes, 1) - 1) // w
         if last - first + 1 >= n:
@@ -193,6 +241,7 @@ class PMU:
         return {b % n for b in range(first, last + 1)}
 
     def ready(self, key: Any) -> simpy.events.Event:
+        """The event that fires when ``key`` has been written."""
         if key not in self._ready:
             self._ready[key] = self.env.event()
         return self._ready[key]
@@ -225,11 +274,13 @@ class PMU:
             yield self.env.timeout(1)
 
     def reader(self, requests: Iterable[tuple[Any, int, int, Callable[[Any], Packet]]],
-               outs: Callable[[Packet], list[Wire]] | list[Wire],
-               start: simpy.events.Event | None = None) -> Iterator[simpy.events.Event]:
-        """Process: serve ``(key, address, nbytes, make_packet)`` reads in order into ``outs``.
+               outs: list[Wire], start: simpy.events.Event | None = None
+               ) -> Iterator[simpy.events.Event]:
+        """Process: serve ``(key, address, nbytes, make_packet)`` reads in order into every wire
+        of ``outs`` (a multicast), after ``start`` if given.
 
-        ``key`` None reads nothing from memory (a zero packet made on the fly).
+        Each read waits for its key to be written, then for a cycle with room for it, and hands
+        the stored value to ``make_packet``. ``key`` None reads nothing (a packet made on the fly).
         """
         if start is not None:
             yield start
@@ -242,16 +293,5 @@ class PMU:
                 pkt = make(self.data[key])
             else:
                 pkt = make(None)
-            for wire in (outs(pkt) if callable(outs) else outs):
+            for wire in outs:
                 yield wire.put(pkt)
-
-    def writer(self, inbound: Wire, count: int, place: Callable[[Packet], tuple[Any, int, Any]],
-               on_write: Callable[[Any], None] | None = None) -> Iterator[simpy.events.Event]:
-        """Process: take ``count`` packets from ``inbound`` and store them where ``place`` says."""
-        for _ in range(count):
-            pkt = yield from inbound.get()
-            key, address, value = place(pkt)
-            yield from self.access("write", address, pkt.nbytes)
-            self.store(key, value)
-            if on_write is not None:
-                on_write(key)

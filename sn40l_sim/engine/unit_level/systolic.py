@@ -128,7 +128,9 @@ def systolic_gemm(env: simpy.Environment, socket: SocketSpec, tiles: int, m: int
     """Build the processes of ``tiles`` GEMMs ``[m, k] @ [k, n]`` split over ``pcus`` PCUs by columns.
 
     Every PCU takes ``n_blocks / pcus`` column blocks and sees the same A slices (multicast from
-    the A PMU). Loop order per PCU: tile, column block, K block, row.
+    the A PMU). Loop order per PCU: tile, column block, K block, row. Each PCU has its own weight
+    PMU and output PMU; every connection is a ``hops``-hop mesh path. See
+    :func:`sn40l_sim.engine.unit_level.gemm.simulate_gemm` for a complete run.
     """
     pcu, net = socket.pcu, socket.tile.vector_network
     lanes, stages = pcu.lanes, pcu.stages
@@ -207,7 +209,11 @@ def _weight_packet(rows, r: int, lanes: int, nbytes: int, stored) -> Packet:
 
 
 def psum_address(row: int, j: int, nbl: int, lanes: int) -> int:
-    """Byte address of row ``row``, local column block ``j`` in a PCU's partial-sum buffer."""
+    """Byte address of row ``row``, local column block ``j`` in a PCU's partial-sum buffer.
+
+    >>> psum_address(row=2, j=1, nbl=4, lanes=32)    # (2 * 4 + 1) vectors of 32 FP32
+    1152
+    """
     return (row * nbl + j) * lanes * PSUM_BYTES
 
 

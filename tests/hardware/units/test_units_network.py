@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sn40l_sim.hardware.units import link_cycles, mesh_bytes_per_cycle, mesh_cycles
+from sn40l_sim.hardware.units import (link_cycles, mesh_bytes_per_cycle, mesh_cycles,
+                                      mesh_latency_cycles)
 from units_reference_socket import reference_socket
 
 SOCKET = reference_socket()
@@ -54,3 +55,8 @@ def test_tln_transfer():
     tln = SOCKET.tln
     cycles = link_cycles(tln.bytes_per_s, tln.latency_s, SOCKET.clock_hz, 1 << 20)
     assert cycles == pytest.approx((tln.latency_s + (1 << 20) / tln.bytes_per_s) * SOCKET.clock_hz, abs=2)
+
+
+def test_mesh_latency_is_the_head_of_a_stream():
+    assert mesh_latency_cycles(NET, 4) == 4 * NET.hop_latency_cycles
+    assert mesh_cycles(NET, 1, 4) == mesh_latency_cycles(NET, 4) + 1

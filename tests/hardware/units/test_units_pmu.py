@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sn40l_sim.hardware.units import pmu_cycles, pmu_port_bytes_per_cycle, pmus_for_buffer
+from sn40l_sim.hardware.units import (pmu_cycles, pmu_gather_cycles, pmu_port_bytes_per_cycle,
+                                      pmu_random_access_rate, pmus_for_buffer)
 from units_reference_socket import reference_socket
 
 PMU = reference_socket().pmu
@@ -55,3 +56,31 @@ def test_buffers_fit_in_the_pmus_given(size, db):
 def test_negative_sizes_rejected():
     with pytest.raises(ValueError):
         pmu_cycles(PMU, -1, 0)
+
+
+def test_random_access_rate_limits():
+    port = pmu_port_bytes_per_cycle(PMU) * PMU.read_ports
+    # a full-port row: exactly one access per cycle
+    assert pmu_random_access_rate(PMU, port) == 1.0
+    for size in (1, 2, 4, 8, 16, 32, 64):
+        rate = pmu_random_access_rate(PMU, size)
+        assert 1.0 <= rate <= PMU.addresses_per_cycle
+        assert rate * size <= port
+    # wider accesses cover more banks, so fewer fit in a cycle
+    rates = [pmu_random_access_rate(PMU, size) for size in (4, 8, 16, 32, 64)]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_random_access_rate_closed_form_for_one_bank_accesses():
+    groups, slots = PMU.banks, min(PMU.addresses_per_cycle, PMU.banks)
+    expected = sum(math.prod((groups - i) / groups for i in range(j)) for j in range(1, slots + 1))
+    assert pmu_random_access_rate(PMU, PMU.bank_width_bytes) == pytest.approx(expected)
+    assert expected < PMU.addresses_per_cycle    # bank conflicts cost something
+
+
+def test_gather_cycles():
+    port = pmu_port_bytes_per_cycle(PMU) * PMU.read_ports
+    assert pmu_gather_cycles(PMU, 100, 3 * port) == 300
+    n = 4096
+    assert pmu_gather_cycles(PMU, n, 2) == math.ceil(n / pmu_random_access_rate(PMU, 2))
+    assert pmu_gather_cycles(PMU, n, 2) >= n / PMU.addresses_per_cycle
