@@ -25,7 +25,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# the whole-model count has one definition, in models/ (it also knows about the MTP module)
+from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+
+__all__ = ["DTYPE_BYTES", "CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
+           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
+           "query_head_dim", "weight_dtype_bytes"]
 
 #: bytes of one element of each KV / weight datatype a model file may name
 DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
@@ -69,15 +75,6 @@ def weight_dtype_bytes(model: ModelSpec) -> int:
 def kv_bytes_per_token_layer(model: ModelSpec) -> int:
     """Bytes cached per token in one layer."""
     return kv_width(model) * kv_dtype_bytes(model)
-
-
-def kv_bytes_per_token(model: ModelSpec) -> int:
-    """Bytes cached per token over all ``model.layers`` layers.
-
-    The multi-token-prediction module's own cache is not counted: it is one extra block that
-    serving sizes separately (REFERENCE §2 quotes 70,272 B over the 61 main layers).
-    """
-    return model.layers * kv_bytes_per_token_layer(model)
 
 
 def kv_heads(model: ModelSpec) -> int:

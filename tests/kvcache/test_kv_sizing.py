@@ -40,14 +40,17 @@ def test_sharding_mla_shares_one_kv_head_over_all_sockets():
     assert (s.query_heads, s.kv_heads, s.row_shards) == (8, 2, 1)
 
 
-def test_agrees_with_models_params_when_present():
-    params = pytest.importorskip("sn40l_sim.models.params")
-    for model in (deepseek_r1(), llama("8b"), llama("70b")):
-        assert params.kv_bytes_per_token(model) == kv_bytes_per_token(model)
+def test_per_layer_widths_agree_with_the_models_whole_model_count():
+    # kv_bytes_per_token comes from models.params; the per-layer widths the kernels use are ours
+    for model in (deepseek_r1(), llama("8b"), llama("70b"), llama("405b")):
+        assert model.layers * kv_bytes_per_token_layer(model) == kv_bytes_per_token(model)
 
 
-def test_python_specs_match_graph_files_when_loader_present():
-    loader = pytest.importorskip("sn40l_sim.models.loader")
-    r1 = loader.load_model(ROOT / "graphs" / "deepseek_r1.yaml")
-    assert kv_bytes_per_token(r1) == kv_bytes_per_token(deepseek_r1())
-    assert r1.attention == deepseek_r1().attention
+@pytest.mark.parametrize("path, python_spec", [("deepseek_r1.yaml", deepseek_r1),
+                                               ("llama3_1_8b.yaml", lambda: llama("8b"))])
+def test_python_specs_match_the_graph_files(path, python_spec):
+    from sn40l_sim.models.loader import load_model
+
+    model = load_model(ROOT / "graphs" / path)
+    assert model.attention == python_spec().attention and model.layers == python_spec().layers
+    assert kv_bytes_per_token(model) == kv_bytes_per_token(python_spec())
