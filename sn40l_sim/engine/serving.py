@@ -223,7 +223,7 @@ class _Serving:
         node.active = still
 
     def _kv_bytes(self, node: _DecodeNode) -> int:
-        tokens = sum(self.setup.cache_tokens(log.request.prompt_len, log.generated - 1)
+        tokens = sum(self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1))
                      for log in node.active + node.arrived + node.incoming)
         return tokens * self.setup.kv_bytes_per_token
 
