@@ -8,6 +8,8 @@ import random
 from collections import defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sn40l_sim.engine.serving import ServingSetup, simulate
 from sn40l_sim.engine.workload import Request
@@ -154,3 +156,30 @@ def test_bad_request_lists_are_refused():
         simulate([], setup_for())
     with pytest.raises(ValueError):
         simulate([Request(0, 0, 10, 0)], setup_for())
+
+
+request_lists = st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 200), st.integers(1, 40)),
+                         min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(reqs=request_lists, mode=st.sampled_from(["disaggregated", "colocated"]),
+       prefill_nodes=st.integers(1, 3), decode_nodes=st.integers(1, 3), slots=st.integers(1, 6),
+       step=st.integers(1, 400), transfer=st.integers(0, 900))
+def test_invariants_hold_for_any_workload(reqs, mode, prefill_nodes, decode_nodes, slots, step, transfer):
+    setup = setup_for(mode=mode, prefill_nodes=prefill_nodes, decode_nodes=decode_nodes, slots=slots,
+                      step=step, transfer=transfer)
+    requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(reqs)]
+    log = simulate(requests, setup)
+    assert all(r.generated == r.request.output_len for r in log.requests)
+    assert sum(s.active for s in log.steps) == sum(o - 1 for _, _, o in reqs)
+    assert all(s.kv_bytes <= setup.kv_capacity_bytes and s.slots_in_use <= slots for s in log.steps)
+    for r in log.requests:
+        assert r.first_token - r.request.arrival_cycle >= setup.prefill_cycles(r.request.prompt_len)
+    held = defaultdict(list)
+    for r in log.requests:
+        if r.slot >= 0:
+            held[(r.decode_node, r.slot)].append((r.slot_acquired, r.finish))
+    for intervals in held.values():
+        intervals.sort()
+        assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
