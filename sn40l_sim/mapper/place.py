@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.network import mesh_cycles
+from sn40l_sim.hardware.units.network import mesh_cycles, mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.stages import StageWork, Stream
 
@@ -167,6 +167,6 @@ def route_streams(socket: SocketSpec, stages: list[StageWork], cells: list[Stage
         else:
             a, b = cells[s.src].centroid(), cells[s.dst].centroid()
             hops = round(abs(a[0] - b[0]) + abs(a[1] - b[1]))
-        latency = mesh_cycles(net, 1, hops) - mesh_cycles(net, 1, 0) if s.bytes else 0
+        latency = mesh_latency_cycles(net, hops) if s.bytes else 0
         out.append(RoutedStream(s.src, s.dst, s.bytes, hops, latency))
     return out

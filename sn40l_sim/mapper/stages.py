@@ -131,8 +131,7 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
     """
     per_tile = tiling.pieces / n_tiles
     held = math.ceil(per_tile)
-    writes = tiling.in_bytes + tiling.partial_bytes
-    reads = tiling.in_bytes + tiling.partial_bytes
+    reads, writes = tiling.sram_read_bytes, tiling.sram_write_bytes
     return StageWork(name=tiling.op.name, kind=tiling.op.kind, resource=tiling.resource,
                      work_cycles=tiling.total_cycles / n_tiles,
                      parallelism=max(1, math.ceil(tiling.parallelism * per_tile)),

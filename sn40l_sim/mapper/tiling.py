@@ -13,7 +13,11 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
   ``reduce_len`` (``op.n``, else the PCU lanes) elements each.
 
 Cycles of a piece on ONE PCU come from :mod:`sn40l_sim.hardware.units.pcu`; the allocator divides
-a stage's work over its PCUs. Sizes: GEMM activations are BF16 (2 bytes); the streamed operand B
+a stage's work over its PCUs. The PMU traffic of a GEMM piece follows the systolic mapping of that
+module (N over lanes, K in blocks of ``k_per_block``, rows of A streaming): every row of every
+(column block, K block) reads back its FP32 partial-sum vector from the output PMU (except in the
+first K block) and writes it again, reads a ``k_per_block`` slice of A, and the weights are read
+once; the inputs arriving from the producers are written once. Sizes: GEMM activations are BF16 (2 bytes); the streamed operand B
 takes its bytes from the operator's weight or KV bytes when it has them (FP8 weights are 1 byte);
 SIMD operands use the operator's datatype.
 
@@ -45,6 +49,8 @@ ACT_BYTES = 2
 #: reciprocal sum: 3 ops per element) and two trips through the lane tree (row max, row sum)
 SOFTMAX_ALU_OPS = 3
 SOFTMAX_TREE_PASSES = 2
+#: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
+PSUM_BYTES = DTYPE_BYTES["fp32"]
 #: GEMM dimensions in the order ties are broken when choosing which to halve
 _GEMM_DIMS = ("count", "n", "m", "k")
 
@@ -66,14 +72,15 @@ class OpTiling:
     total_cycles : int
         Cycles of the whole operator on ONE PCU (all pieces, padding included).
     in_bytes, out_bytes : int
-        Bytes entering and leaving the stage per piece (PMU writes of its inputs; the stream to
-        the next stage).
+        Bytes entering and leaving the stage per piece (its inputs written into its PMUs; the
+        stream to the next stage).
     buffer_bytes : int
         On-chip bytes of one piece (inputs and outputs, before double buffering).
-    partial_bytes : int
-        Partial-sum bytes read back and rewritten per piece when ``k`` is split.
+    sram_read_bytes, sram_write_bytes : int
+        Bytes the stage's PMUs read and write per piece.
     addresses : int
-        Addresses generated per piece for indexed access (gather/scatter rows), 0 otherwise.
+        Addresses the PMUs generate per piece (indexed rows of a gather or scatter; partial-sum
+        and operand rows of a GEMM), 0 for plain streams.
     parallelism : int
         PCUs one piece can be spread over usefully.
     resource : str
@@ -91,7 +98,8 @@ class OpTiling:
     in_bytes: int
     out_bytes: int
     buffer_bytes: int
-    partial_bytes: int
+    sram_read_bytes: int
+    sram_write_bytes: int
     addresses: int
     parallelism: int
     resource: str
@@ -188,12 +196,22 @@ def _tile_gemm(pcu: PCUSpec, op: Operator, target: int, efficiency: float) -> Op
     b_piece = math.ceil(c * k * n * b_bytes)
     c_piece = c * m * n * ACT_BYTES
     k_per_block, _ = gemm_geometry(pcu, op.dtype)
-    parallel = c * math.ceil(n / pcu.lanes) * math.ceil(k / k_per_block) * max(1, m // pcu.pipeline_latency_cycles)
+    n_blocks, k_blocks = math.ceil(n / pcu.lanes), math.ceil(k / k_per_block)
+    rows = c * n_blocks * k_blocks * m
+    first = c * n_blocks * m
+    psum = pcu.lanes * PSUM_BYTES
+    # a k split accumulates into the same output: the partial sums of earlier k pieces come back
+    psum_reads = rows - (first if s["k"] == 1 else 0)
+    weights = c * n_blocks * k_blocks * pcu.stages * pcu.lanes * ACT_BYTES
+    reads = psum_reads * psum + rows * k_per_block * ACT_BYTES + weights
+    writes = rows * psum + a_piece + b_piece
+    addresses = psum_reads + rows + rows + c * n_blocks * k_blocks * pcu.stages
+    parallel = c * n_blocks * k_blocks * max(1, m // pcu.pipeline_latency_cycles)
     return OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
                     total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                    buffer_bytes=a_piece + b_piece + c_piece,
-                    partial_bytes=c_piece if s["k"] > 1 else 0, addresses=0,
-                    parallelism=parallel, resource="compute")
+                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=reads,
+                    sram_write_bytes=writes, addresses=addresses, parallelism=parallel,
+                    resource="compute")
 
 
 def _reduce_len(pcu: PCUSpec, op: Operator) -> int:
@@ -240,6 +258,6 @@ def _tile_simd(pcu: PCUSpec, op: Operator, target: int) -> OpTiling:
     addresses = math.ceil(elements / (op.k if op.k > 0 else pcu.lanes)) if indexed else 0
     return OpTiling(op=op, pieces=pieces, count=1, m=rows_per_piece, k=row_len, n=0,
                     elements=elements, total_cycles=pieces * one, in_bytes=in_bytes,
-                    out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, partial_bytes=0,
-                    addresses=addresses, parallelism=max(1, math.ceil(elements / pcu.lanes)),
+                    out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=in_bytes,
+                    sram_write_bytes=in_bytes, addresses=addresses, parallelism=max(1, math.ceil(elements / pcu.lanes)),
                     resource="simd")
