@@ -100,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
     json_path, csv_path = write_results(records, out)
     plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
     first = records[0]
-    print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving, "
-          f"{first['throughput']['requests']} requests per point")
+    print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
     print(side_by_side(records))
     print(f"\nwrote {json_path}, {csv_path}, {plot_path}")
     return 0

@@ -49,6 +49,7 @@ ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("decode tokens/s (raw)", "decode_tokens_per_s", _num(".1f")),
     ("tokens per forward (MTP)", "tokens_per_forward", _num(".2f")),
     ("decode tokens/s (reported)", "decode_tokens_per_s_reported", _num(".1f")),
+    ("requests served", "throughput.requests", str),
     ("served output tokens/s", "throughput.output_tokens_per_s", _num(".1f")),
     ("served requests/s", "throughput.requests_per_s", _num(".4f")),
     ("peak KV occupancy (%)", "kv_occupancy.peak_fraction", _num(".1f", 100)),
