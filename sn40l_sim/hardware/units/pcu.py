@@ -189,18 +189,19 @@ def simd_cycles(pcu: PCUSpec, elements: int, ops_per_element: int = 1,
 def reduction_cycles(pcu: PCUSpec, elements: int, reduce_len: int) -> int:
     """Cycles to reduce ``elements`` values in rows of ``reduce_len`` through the cross-lane tree.
 
-    One lanes-wide vector enters the tree per cycle. A row longer than ``lanes`` takes
-    ``ceil(reduce_len / lanes)`` vectors whose tree outputs accumulate in a stage; shorter rows
-    are packed ``floor(lanes / reduce_len)`` to a vector (segmented tree). One pass of the tree
-    (``reduction_tree_latency_cycles``) is paid for fill and drain.
+    One lanes-wide vector enters the PCU per cycle, crosses its stage pipeline and then the tree,
+    which sits after the last stage. A row longer than ``lanes`` takes
+    ``ceil(reduce_len / lanes)`` vectors whose tree outputs accumulate in a register; shorter
+    rows are packed ``floor(lanes / reduce_len)`` to a vector (segmented tree). Fill and drain:
+    one ``pipeline_latency_cycles`` plus one ``reduction_tree_latency_cycles``.
 
     Examples
     --------
     >>> pcu = example_pcu()
-    >>> reduction_cycles(pcu, 64 * 128, 128)   # 64 rows x 4 vectors + 5-cycle tree
-    261
+    >>> reduction_cycles(pcu, 64 * 128, 128)   # 64 rows x 4 vectors + 10-cycle pipeline + 5-cycle tree
+    271
     >>> reduction_cycles(pcu, 64 * 8, 8)       # 4 rows per vector: 16 vectors
-    21
+    31
     """
     if elements < 0 or reduce_len <= 0:
         raise ValueError(f"need elements >= 0 and reduce_len > 0, got {elements}, {reduce_len}")
@@ -211,7 +212,7 @@ def reduction_cycles(pcu: PCUSpec, elements: int, reduce_len: int) -> int:
         vectors = rows * ceil_div(reduce_len, pcu.lanes)
     else:
         vectors = ceil_div(rows, pcu.lanes // reduce_len)
-    return vectors + pcu.reduction_tree_latency_cycles
+    return vectors + pcu.pipeline_latency_cycles + pcu.reduction_tree_latency_cycles
 
 
 def pcu_peak_flops_per_cycle(pcu: PCUSpec, dtype: str = "bf16") -> float:
