@@ -315,6 +315,11 @@ def _check(exp: Experiment) -> None:
             if pp.prompt_len not in exp.prompt_lens:
                 raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
                                 f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
+    for phase in ("prefill", "decode"):
+        plan = getattr(spec.parallel, phase)
+        if plan.tp % plan.attention_dp:
+            raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
+                            f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
     serving = spec.serving
     if serving.mode == "colocated" and serving.prefill_nodes:
         raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "

@@ -81,3 +81,17 @@ def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}" in err and "prompt_lens" in err and "not even 1" in err
+
+
+def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp_path, capsys):
+    path, text = experiment(tmp_path)
+    bad_option = tmp_path / "options.yaml"
+    bad_option.write_text(text + "graph_options: {expert_loading: some}\n")
+    assert main(["run", str(bad_option), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options: expert_loading" in err
+    too_big = tmp_path / "plan.yaml"
+    too_big.write_text(text.replace("decode: {tp: 8, attention_dp: 8}", "decode: {tp: 16, attention_dp: 16}"))
+    assert main(["run", str(too_big), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.decode: the decode plan needs 16 sockets; SN40L-8 has 8" in err

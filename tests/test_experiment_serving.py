@@ -90,6 +90,8 @@ BAD = [
      "prefill_nodes"),
     ("batch: max", "batch: max\n  kv_transfer: pigeon", "serving.kv_transfer", "'host_link' or 'p2p'",
      "kv_transfer"),
+    ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
+     "must divide tp (16)", "attention_dp: 3"),
     ("batch: max", "batch: max\n  seeds: 3", "serving.seeds", "unknown key", "seeds"),
     ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, 131072]", "prompt_lens", "repeat", "prompt_lens"),
     ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, -1]", "prompt_lens[1]", "positive", "prompt_lens"),

@@ -125,7 +125,9 @@ class _Memory:
             shape = Shape("prefill", 1, self.s.prompt_len)
         else:
             shape = Shape("decode", batch, self.s.prompt_len, self.static_len)
-        return activation_bytes(self.builder(self.s.model, shape, plan, self.s.policy, **self.s.graph_options))
+        with located("graph_options"):
+            graph = self.builder(self.s.model, shape, plan, self.s.policy, **self.s.graph_options)
+        return activation_bytes(graph)
 
     def prefill_kv(self) -> int:
         return math.ceil(self.s.prompt_len * self.kv_per_token / self.prefill_shards)
@@ -225,6 +227,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     include_mtp = s.graph_options.get("include_mtp", s.model.mtp is not None)
     per_token = kv_bytes_per_token(s.model, include_mtp=bool(include_mtp))
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens)
+    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
+        if plan.sockets > s.node.sockets:
+            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
+                             f"{s.node.sockets}", field=f"parallel.{phase}")
     memory = _Memory(s, per_token, static_len, place, builder)
     with located("prompt_lens"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
@@ -236,8 +242,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     timer = timer_factory(s.node, s.model, s.policy, s.prefill_plan, s.decode_plan, **s.graph_options)
     with located("serving.prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
-    prefill = timer.prefill(prefill_len)
-    decode = timer.decode_step(batch, static_len)
+    with located("graph_options"):
+        prefill = timer.prefill(prefill_len)
+        decode = timer.decode_step(batch, static_len)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
     with located("serving.kv_transfer"):
