@@ -11,7 +11,18 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
    :class:`sn40l_sim.engine.timing.StepTimer`, which memoises them;
 3. serves the workload with :func:`sn40l_sim.engine.serving.simulate`.
 
-The step timer and the memory placer can be replaced (tests use doubles for both).
+The step timer, the memory placer and the graph builder can be replaced (tests use doubles).
+
+Examples
+--------
+The KV transfer of a 32K-token SnapStream cache of DeepSeek-R1 (71,424 B per token with the MTP
+layer) over the 16-socket node's host link:
+
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> seconds = transfer_seconds(node, "host_link", 32768 * 71424)
+>>> seconds == node.socket.calibrated.transfer_setup_s + node.host_link.latency_s + 32768 * 71424 / node.host_link.bytes_per_s
+True
 """
 from __future__ import annotations
 
