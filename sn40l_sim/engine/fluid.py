@@ -93,6 +93,7 @@ class FluidNetwork:
     _last: int = 0
     _generation: int = 0
     _seq: int = 0
+    _pending: bool = False
 
     def channel(self, name: str, bytes_per_cycle: float) -> Channel:
         """Add (or return the existing) channel ``name`` with capacity ``bytes_per_cycle``."""
@@ -129,8 +130,14 @@ class FluidNetwork:
         for ch in flow.path:
             ch.active += 1
         self._flows.append(flow)
-        self._reallocate()
-        self._schedule()
+        if not self._pending:
+            # transfers often start together (every member of a collective at once): share out
+            # the rates once for all of them, at the end of this instant's starts
+            self._pending = True
+            self._generation += 1
+            settle = self.env.timeout(0)
+            generation = self._generation
+            settle.callbacks.append(lambda _event: self._settle(generation))
         return done
 
     @property
@@ -153,12 +160,22 @@ class FluidNetwork:
         for ch in busy:
             ch.busy_cycles += dt
 
+    def _settle(self, generation: int) -> None:
+        self._pending = False
+        if generation != self._generation:
+            return
+        self._advance()
+        self._finish()
+        self._reallocate()
+        self._schedule()
+
     def _reallocate(self) -> None:
         """Max-min fair rates with per-flow caps (progressive filling)."""
         flows = self._flows
-        if len(flows) == 1:
-            only = flows[0]
-            only.rate = min(only.cap, min(ch.bytes_per_cycle for ch in only.path))
+        if all(ch.active == 1 for f in flows for ch in f.path):
+            # no channel is shared: every flow runs at its own bottleneck
+            for f in flows:
+                f.rate = min(f.cap, min(ch.bytes_per_cycle for ch in f.path))
             return
         residual = {}
         for flow in flows:
@@ -199,13 +216,18 @@ class FluidNetwork:
         if generation != self._generation:
             return  # superseded by a later start or finish
         self._advance()
+        if self._finish():
+            self._reallocate()
+        self._schedule()
+
+    def _finish(self) -> bool:
+        """Complete the flows whose bytes have all moved; True if any did."""
         finished = [f for f in self._flows if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS]
         if finished:
-            self._flows = [f for f in self._flows if f not in finished]
+            self._flows = [f for f in self._flows if f.remaining > _DONE_REL * f.n_bytes + _DONE_ABS]
             for flow in finished:
                 for ch in flow.path:
                     ch.active -= 1
                     ch.bytes_moved += flow.n_bytes
                 flow.done.succeed()
-            self._reallocate()
-        self._schedule()
+        return bool(finished)

@@ -47,62 +47,93 @@ def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class KernelCosts:
-    """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel shape.
+class SectionCosts:
+    """One section of a kernel: its chunks of tiles, compute per tile, and memory streams.
 
     Examples
     --------
-    >>> costs = KernelCosts(call_overhead_cycles=100, sections=1, reconfig_cycles=0, fill_cycles=50,
-    ...                     chunks=(4, 4), compute_cycles_per_tile=10, hbm_bytes=8000, ddr_bytes=0,
-    ...                     hbm_cap=math.inf, ddr_cap=math.inf)
-    >>> costs.total_tiles, costs.bytes_between("hbm", 0, 4)
+    >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, hbm_bytes=8000, ddr_bytes=0,
+    ...                    hbm_cap=math.inf, ddr_cap=math.inf, fill_cycles=50)
+    >>> sec.tiles, sec.bytes_between("hbm", 0, 4)
     (8, 4000)
     """
 
-    call_overhead_cycles: int
-    sections: int
-    #: cycles of one reconfiguration, paid before every section but the first (whose
-    #: configuration the kernel call loads)
-    reconfig_cycles: int
-    fill_cycles: int
     chunks: tuple[int, ...]
     compute_cycles_per_tile: int
     hbm_bytes: int
     ddr_bytes: int
+    #: most bytes per cycle the section's memory stage of each tier can issue
     hbm_cap: float
     ddr_cap: float
+    fill_cycles: int
 
     @property
-    def total_tiles(self) -> int:
-        """Tiles streamed over all sections."""
-        return self.sections * sum(self.chunks)
+    def tiles(self) -> int:
+        """Data tiles the section streams."""
+        return sum(self.chunks)
 
     def bytes_between(self, tier: str, first_tile: int, end_tile: int) -> int:
-        """Bytes of ``tier`` carried by tiles ``first_tile .. end_tile-1`` (over all sections);
-        integer shares whose sum over all tiles is exactly the kernel's bytes."""
+        """Bytes of ``tier`` carried by tiles ``first_tile .. end_tile-1``; integer shares whose
+        sum over the section is exactly its bytes."""
         total = self.hbm_bytes if tier == "hbm" else self.ddr_bytes
-        n = self.total_tiles
+        n = self.tiles
         return total * end_tile // n - total * first_tile // n
+
+
+@dataclass(frozen=True)
+class KernelCosts:
+    """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel.
+
+    ``reconfig_cycles`` is paid before every section but the first (whose configuration the
+    kernel call loads, inside ``call_overhead_cycles``).
+    """
+
+    call_overhead_cycles: int
+    reconfig_cycles: int
+    sections: tuple[SectionCosts, ...]
 
     @classmethod
     def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int,
                     chunks_per_section: int) -> "KernelCosts":
-        """Costs of ``pk``. Compute is the slowest non-memory stage; each memory tier's stream is
-        capped at (its bytes per tile) / (its slowest stage's cycles per tile)."""
-        tiles_total = max(1, pk.sections * max(1, pk.n_tiles))
-        compute = [st.cycles_per_tile for st in pk.stages if st.bound not in MEMORY_BOUNDS]
+        """Costs of ``pk``, section by section (stages carry their section).
 
-        def cap(tier: str, n_bytes: int) -> float:
-            cycles = [st.cycles_per_tile for st in pk.stages if st.bound == tier]
-            worst = max(cycles, default=0)
-            return n_bytes / tiles_total / worst if worst > 0 and n_bytes > 0 else math.inf
+        Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
+        bound). A section's bytes of a tier are what its streams to and from that tier's memory
+        stage carry; each tier's stream is capped at (bytes per tile) / (its memory stage's
+        cycles per tile), the rate the mapper's unit models allow (AGCUs, memory units in reach).
+        """
+        n = pk.sections
+        sections = []
+        tiers = {"hbm": _section_bytes(pk, "hbm"), "ddr": _section_bytes(pk, "ddr")}
+        for index in range(n):
+            stages = [st for st in pk.stages if st.section == index] or list(pk.stages)
+            compute = [st.cycles_per_tile for st in stages if st.bound not in MEMORY_BOUNDS]
+            tiles = max(1, pk.n_tiles)
+            caps = {}
+            for tier in ("hbm", "ddr"):
+                worst = max((st.cycles_per_tile for st in stages
+                             if st.kind == "memory" and st.operator == tier or st.bound == tier), default=0)
+                caps[tier] = tiers[tier][index] / tiles / worst if worst and tiers[tier][index] else math.inf
+            sections.append(SectionCosts(
+                chunks=chunk_tiles(pk.n_tiles, chunks_per_section),
+                compute_cycles_per_tile=max(compute, default=0),
+                hbm_bytes=tiers["hbm"][index], ddr_bytes=tiers["ddr"][index],
+                hbm_cap=caps["hbm"], ddr_cap=caps["ddr"], fill_cycles=pk.fill_cycles))
+        return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections))
 
-        return cls(call_overhead_cycles=call_overhead_cycles, sections=max(1, pk.sections),
-                   reconfig_cycles=pk.reconfig_cycles, fill_cycles=pk.fill_cycles,
-                   chunks=chunk_tiles(pk.n_tiles, chunks_per_section),
-                   compute_cycles_per_tile=max(compute, default=0),
-                   hbm_bytes=pk.hbm_bytes, ddr_bytes=pk.ddr_bytes,
-                   hbm_cap=cap("hbm", pk.hbm_bytes), ddr_cap=cap("ddr", pk.ddr_bytes))
+
+def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
+    """Bytes of ``tier`` per section: from the streams touching the tier's memory stage when the
+    mapper lists them (they add up to the kernel's bytes), else an equal split."""
+    total = pk.hbm_bytes if tier == "hbm" else pk.ddr_bytes
+    n = max(1, pk.sections)
+    per = [0] * n
+    for st in pk.stages:
+        if st.kind == "stream" and tier in st.operator.split("->") and st.section < n:
+            per[st.section] += st.stream_bytes
+    if sum(per) == total:
+        return per
+    return [total * (i + 1) // n - total * i // n for i in range(n)]
 
 
 @dataclass
@@ -157,22 +188,24 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
             record.overhead_cycles += costs.call_overhead_cycles
         colls = [CollectiveRun(c, collectives.run(c)) for c in record.placed.kernel.collectives]
         side = []
-        tile = 0
-        for section in range(costs.sections):
-            if section and costs.reconfig_cycles:
+        record.stream_start = env.now
+        for index, sec in enumerate(costs.sections):
+            if index and costs.reconfig_cycles:
                 yield env.timeout(costs.reconfig_cycles)
                 record.reconfig_cycles += costs.reconfig_cycles
-            if costs.fill_cycles:
-                yield env.timeout(costs.fill_cycles)
-                record.fill_cycles += costs.fill_cycles
-            if section == 0:
+            if sec.fill_cycles:
+                yield env.timeout(sec.fill_cycles)
+                record.fill_cycles += sec.fill_cycles
+            if index == 0:
                 record.stream_start = env.now
-                first = _first_tile_cycles(costs, res)
-                side = [env.process(_collective(res, run, delay=first))
+                side = [env.process(_collective(res, run, delay=_first_tile_cycles(sec, res)))
                         for run in colls if run.collective.overlapped]
-            for n in costs.chunks:
-                yield from _chunk(res, record, costs, tile, n)
+            tile = 0
+            for n in sec.chunks:
+                yield from _chunk(res, record, sec, tile, n)
                 tile += n
+        if not costs.sections:
+            side = [env.process(_collective(res, run, delay=0)) for run in colls if run.collective.overlapped]
         record.stream_end = env.now
     for run in colls:
         if not run.collective.overlapped:
@@ -183,7 +216,7 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
     record.end = env.now
 
 
-def _first_tile_cycles(costs: KernelCosts, res: SocketResources) -> int:
+def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
     """Cycles until the first tile leaves the pipeline once the fill is done."""
     per_tile = costs.compute_cycles_per_tile
     for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
@@ -194,15 +227,18 @@ def _first_tile_cycles(costs: KernelCosts, res: SocketResources) -> int:
     return per_tile
 
 
-def _chunk(res: SocketResources, record: KernelRecord, costs: KernelCosts, first: int, n: int):
+def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int):
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
     waits = []
+    alone = 0.0   # the memory stage's time without contention
     for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
         n_bytes = costs.bytes_between(tier, first, first + n)
         if n_bytes:
-            waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap))
+            path = res.memory_path(tier)
+            alone = max(alone, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in path)))
+            waits.append(res.net.transfer(path, n_bytes, cap))
             if tier == "hbm":
                 record.hbm_bytes += n_bytes
             else:
@@ -218,7 +254,8 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: KernelCosts, first
     yield env.all_of(waits) if len(waits) > 1 else waits[0]
     took = env.now - start
     record.compute_busy += compute
-    if took > compute:
+    # on a tie the memory stage is the bound, as the mapper counts it
+    if took > compute or alone >= compute:
         record.memory_bound_cycles += took
     else:
         record.compute_bound_cycles += took

@@ -78,7 +78,7 @@ class PhaseTiming:
     kernel_cycles_by_name : dict
         Cycles per kernel.
     layer : int or None
-        The representative MoE layer (the first layer with a MoE kernel; else the first layer).
+        The representative MoE layer (see :func:`representative_layer`).
     layer_cycles : dict
         Cycles per kernel kind within :attr:`layer` (Table 4 compares these shares).
     resource_busy_cycles : dict
@@ -141,12 +141,26 @@ def kernel_timing(record: KernelRecord) -> KernelTiming:
 
 
 def representative_layer(kernels: tuple[KernelTiming, ...]) -> int | None:
-    """The first layer that has a MoE kernel (kind containing ``moe``); else the first layer."""
-    layers = sorted({k.layer for k in kernels if k.layer is not None})
-    moe = sorted({k.layer for k in kernels if k.layer is not None and "moe" in k.kind})
-    if moe:
-        return moe[0]
-    return layers[0] if layers else None
+    """The first layer of the most common kind of layer (for DeepSeek-R1, 58 MoE layers against 3
+    dense ones and the MTP block); among equally common kinds, one with a kernel whose kind
+    names a MoE (``moe_ffn``) first. A layer's kind is the sequence of its kernels' kinds, FLOPs
+    and bytes, so identical layers match and a dense FFN differs from a MoE one.
+    """
+    patterns: dict[int, list] = {}
+    for k in kernels:
+        if k.layer is not None:
+            patterns.setdefault(k.layer, []).append((k.kind, k.flops, k.weight_bytes, k.kv_bytes))
+    if not patterns:
+        return None
+    groups: dict[tuple, list[int]] = {}
+    for layer in sorted(patterns):
+        groups.setdefault(tuple(patterns[layer]), []).append(layer)
+
+    def rank(item):
+        pattern, layers = item
+        return (-len(layers), not any("moe" in kind for kind, *_ in pattern), layers[0])
+
+    return min(groups.items(), key=rank)[1][0]
 
 
 def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_len: int,

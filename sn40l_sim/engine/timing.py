@@ -9,22 +9,20 @@ ones. Collectives are memoised across steps too (same kind, bytes and group on i
 
 Examples
 --------
-With a stand-in builder and mapper (the real ones are the defaults):
+DeepSeek-R1 on the 16-socket node, one decode step at batch 16 with a 128K cache:
 
->>> import sys; sys.path.insert(0, "tests/engine")
->>> from engine_doubles import node16, placed_kernel, chain
->>> node = node16()
->>> def build(model, shape, plan, policy, **options):
-...     return shape
->>> def place(node_, shape):
-...     n = shape.batch * max(shape.kv_len, shape.prompt_len)
-...     return chain([placed_kernel(node_, "k", n_tiles=n, compute_cycles_per_tile=10)])
->>> timer = StepTimer(node, None, None, None, None, graph_builder=build, graph_mapper=place)
->>> step = timer.decode_step(batch=4, kv_len=100)
->>> step.cycles == 3200 + 200 + 4 * 100 * 10    # call overhead + fill + tiles
-True
->>> timer.decode_step(4, 100) is step, timer.stats["decode_hits"]
-(True, 1)
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> from sn40l_sim.kvcache import make_policy
+>>> from sn40l_sim.models.loader import load_model
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> r1 = load_model("graphs/deepseek_r1.yaml")
+>>> timer = StepTimer(node, r1, make_policy("full", {}), ParallelPlan(tp=16),
+...                   ParallelPlan(tp=16, attention_dp=16))
+>>> step = timer.decode_step(batch=16, kv_len=131072)
+>>> {"mla", "ffn"} <= set(step.kernel_cycles), step.cycles == sum(step.kernel_cycles.values())
+(True, True)
+>>> timer.decode_step(16, 131072) is step, timer.stats["decode_runs"], timer.stats["decode_hits"]
+(True, 1, 1)
 """
 from __future__ import annotations
 
@@ -104,7 +102,7 @@ class StepTimer:
         """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
-        return self._timed("decode", batch, kv_len, Shape("decode", batch, kv_len, kv_len),
+        return self._timed("decode", batch, kv_len, Shape("decode", batch, 0, kv_len),
                            self.decode_plan)
 
     def placed(self, shape: Shape) -> PlacedGraph:

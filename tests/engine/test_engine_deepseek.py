@@ -1,0 +1,144 @@
+"""The engine on the real DeepSeek-R1 graphs (builder + mapper) on the 16-socket SN40L node."""
+from __future__ import annotations
+
+import pytest
+
+from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.run_graph import run_graph
+from sn40l_sim.engine.timing import StepTimer
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.kvcache import make_policy
+from sn40l_sim.models.kernels import ParallelPlan, Shape
+from sn40l_sim.models.loader import load_model
+
+PREFILL, DECODE = ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)
+
+
+@pytest.fixture(scope="module")
+def node():
+    return load_hardware("hw_configs/sn40l_node16.yaml")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model("graphs/deepseek_r1.yaml")
+
+
+@pytest.fixture(scope="module")
+def full(node, model):
+    return StepTimer(node, model, make_policy("full", {}), PREFILL, DECODE)
+
+
+@pytest.fixture(scope="module")
+def snap(node, model):
+    return StepTimer(node, model, make_policy("snapstream", {"budget": 32768}), PREFILL, DECODE)
+
+
+CASES = [("full", "decode", 16, 131072), ("snap", "decode", 64, 32768), ("snap", "prefill", 1, 16384)]
+
+
+def _step(timers, which, phase, batch, length):
+    timer = timers[which]
+    if phase == "decode":
+        return timer, timer.decode_step(batch, length), Shape("decode", batch, 0, length)
+    return timer, timer.prefill(length), Shape("prefill", 1, length, 0)
+
+
+@pytest.fixture(scope="module")
+def timers(full, snap):
+    return {"full": full, "snap": snap}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}x{c[3]}" for c in CASES])
+def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
+    timer, step, shape = _step(timers, *case)
+    placed = timer.placed(shape)
+    assert [k.name for k in step.kernels] == [pk.kernel.name for pk in placed.kernels]
+    for k, pk in zip(step.kernels, placed.kernels):
+        # alone on the socket (no contention inside a kernel), the tile stream is the mapper's
+        # tile-level formula exactly; what the engine adds is the exposed collectives
+        assert k.cycles - k.collective_exposed_cycles == pk.cycles, k.name
+        assert k.cycles >= pk.compute_cycles and k.cycles >= pk.memory_cycles, k.name
+    # the step: no faster than all its FLOPs at peak nor all its bytes at achievable bandwidth
+    assert step.cycles >= sum(pk.compute_cycles for pk in placed.kernels)
+    hbm_per_cycle = figures.hbm_bytes_per_s(node.socket) * node.socket.calibrated.hbm_efficiency / node.socket.clock_hz
+    assert step.cycles >= step.tier_bytes["hbm"] / hbm_per_cycle
+    # bytes conserved: what the engine moved is what the placed graph holds
+    assert step.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in placed.kernels),
+                               "ddr": sum(pk.ddr_bytes for pk in placed.kernels)}
+    model = CollectiveModel.from_node(node)
+    assert step.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in placed.kernels
+                                         for c in pk.kernel.collectives)
+    for name, busy in step.resource_busy_cycles.items():
+        assert 0 <= busy <= step.cycles, name
+
+
+def test_collectives_run_where_the_hardware_runs_them(node, timers):
+    timer, step, shape = _step(timers, "snap", "prefill", 1, 16384)
+    placed = {pk.kernel.name: pk for pk in timer.placed(shape).kernels}
+    model = CollectiveModel.from_node(node)
+    overlapped = 0
+    for k in step.kernels:
+        colls = placed[k.name].kernel.collectives
+        stream = next(ev for ev in step.events if ev.name == k.name and ev.category == "stream")
+        mine = [ev for ev in step.events if ev.category == "collective" and k.start_cycle <= ev.start_cycle
+                and ev.end_cycle <= k.end_cycle]
+        assert len(mine) == len(colls), k.name
+        for coll, ev in zip(colls, mine):
+            assert ev.cycles == model.run(coll).cycles
+            if coll.overlapped:
+                overlapped += 1
+                # starts once the first tile is out, runs beside the compute
+                assert stream.start_cycle < ev.start_cycle <= stream.end_cycle
+            else:
+                assert ev.start_cycle >= stream.end_cycle
+        # the kernel ends when its compute and its last collective have
+        assert k.end_cycle == max([stream.end_cycle] + [ev.end_cycle for ev in mine]), k.name
+    assert overlapped > 0
+
+
+def test_decode_step_grows_with_context_and_batch(full):
+    by_kv = [full.decode_step(16, kv).cycles for kv in (4096, 32768, 131072)]
+    assert by_kv == sorted(by_kv) and by_kv[0] < by_kv[-1]
+    by_batch = [full.decode_step(b, 32768).cycles for b in (16, 32, 64)]
+    assert by_batch == sorted(by_batch) and by_batch[0] < by_batch[-1]
+
+
+def test_memoised_and_deterministic(node, model, full):
+    first = full.decode_step(16, 131072)
+    assert full.decode_step(16, 131072) is first
+    fresh = StepTimer(node, model, make_policy("full", {}), PREFILL, DECODE)
+    assert fresh.decode_step(16, 131072) == first
+
+
+def test_decode_breakdown_explains_the_step(full):
+    step = full.decode_step(16, 131072)
+    parts = decode_step_breakdown(step)
+    assert sum(parts.values()) == pytest.approx(step.seconds, rel=1e-9)
+    for cat in ("weights_streaming", "kv_reads", "collectives", "overheads"):
+        assert parts[cat] > 0, cat
+    # time attributed to memory is at least what the memory-bound kernels' bytes need at bandwidth
+    memory = parts["weights_streaming"] + parts["kv_reads"] + parts["activations"]
+    socket = full.node.socket
+    hbm_per_s = figures.hbm_bytes_per_s(socket) * socket.calibrated.hbm_efficiency
+    bound = [k for k in step.kernels if k.memory_bound_cycles and not k.compute_bound_cycles]
+    assert bound
+    assert memory >= sum(k.hbm_bytes for k in bound) / hbm_per_s * (1 - 1e-9)
+
+
+def test_representative_layers(model, full, snap):
+    decode = full.decode_step(16, 131072)
+    assert decode.layer is not None and decode.layer >= model.dense_layers
+    assert set(decode.layer_cycles) == {"mla", "ffn"}
+    prefill = snap.prefill(16384)
+    assert prefill.layer >= model.dense_layers
+    assert {"qkv", "mha", "o_proj", "router", "moe_ffn", "snapkv", "ring_buffer"} <= set(prefill.layer_cycles)
+    assert sum(prefill.layer_shares().values()) == pytest.approx(1.0)
+
+
+def test_one_engine_run_without_the_timer(node, model, full):
+    placed = full.placed(Shape("decode", 16, 0, 4096))
+    run = run_graph(node, placed)
+    assert run.cycles == full.decode_step(16, 4096).cycles
