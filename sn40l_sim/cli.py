@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "validate hardware, model or experiment files"),
     "run": ("run", "simulate an experiment's points and write results.json/csv and a plot"),
     "map": ("map", "place one phase's kernels on a socket: PCUs/PMUs, utilisation, bound, cycles"),
+    "sweep": ("sweep", "run an experiment's sweep: section in parallel processes into one results.csv"),
+    "plot": ("plot", "plot two columns of a results.csv, one line per --hue value"),
+    "validate": ("validate", "print every reference measurement beside the simulated value and the error"),
+    "calibrate": ("calibrate", "fit the hardware YAML's calibrated: parameters to the calibration measurements"),
 }
 
 

@@ -82,7 +82,8 @@ class PointResult:
     transfer_cycles: int
     #: kernel kinds the KV policy adds to prefill (their share is the policy's prefill overhead)
     policy_kernel_kinds: tuple[str, ...]
-    log: ServingLog
+    #: None for a steps-only evaluation (no requests were served)
+    log: ServingLog | None
 
 
 def _default_timer(node, model, policy, prefill_plan, decode_plan, **options):
@@ -290,7 +291,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=static_len)
-    log = simulate(requests, setup)
+    # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
+    log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,

@@ -76,7 +76,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     """The results record of one point (plain JSON types; seconds, bytes, fractions)."""
     s, clock = result.setup, result.clock_hz
     log = result.log
-    lat = metrics.latencies(log, clock)
+    served = log is not None  # False for a steps-only evaluation: no latency or served figures
+    lat = metrics.latencies(log, clock) if served else None
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
@@ -98,8 +99,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "mode": s.mode,
         "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,
         "decode_nodes": s.decode_nodes,
-        "ttft_s": lat["ttft_s"]["mean"],
-        "tpot_s": lat["tpot_s"]["mean"],
+        "ttft_s": lat["ttft_s"]["mean"] if served else None,
+        "tpot_s": lat["tpot_s"]["mean"] if served else None,
         "latency": lat,
         "prefill_s": result.prefill.cycles / clock,
         "prefill_cycles": int(result.prefill.cycles),
@@ -119,11 +120,11 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "kv_transfer_s": result.transfer_cycles / clock,
         "memory": memory_table(result.memory, reserved),
         "memory_prefill_node": memory_table(result.prefill_memory, reserved),
-        "throughput": metrics.throughput(log, clock),
+        "throughput": metrics.throughput(log, clock) if served else None,
         "utilisation": {
-            "nodes": metrics.node_utilisation(log),
+            "nodes": metrics.node_utilisation(log) if served else None,
             "prefill_step": metrics.resource_utilisation(result.prefill),
             "decode_step": metrics.resource_utilisation(result.decode),
         },
-        "kv_occupancy": metrics.kv_occupancy(log, clock),
+        "kv_occupancy": metrics.kv_occupancy(log, clock) if served else None,
     }

@@ -1,0 +1,56 @@
+"""Fit the hardware YAML's calibrated: parameters to the calibration measurements.
+
+Bounded least squares within the physical bounds declared in the schema
+(sn40l_sim/hardware/spec.py, CalibratedSpec), with a weak pull towards the YAML's current values
+(sn40l_sim/calibration.py says why). Prints the fitted values and every residual; rewrites the
+socket YAML's calibrated: block only with --write, with a provenance note. No parameter is
+specific to one experiment: the same block serves every experiment on that hardware.
+
+example:
+  python -m sn40l_sim calibrate                 # fit and print
+  python -m sn40l_sim calibrate --write         # and write the values into hw_configs/sn40l.yaml
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``calibrate``'s arguments."""
+    parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
+                        help="reference files (default: experiments/reference/*.yaml)")
+    parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
+                        help="socket YAML whose calibrated: block is fitted and written (default: %(default)s)")
+    parser.add_argument("--max-evaluations", type=int, default=40,
+                        help="simulation budget of the fit (default: %(default)s)")
+    parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit, print, and optionally write back."""
+    from sn40l_sim.calibration import FIXED, fit, write_back
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.runner import simulate_experiment
+    from sn40l_sim.validation import compare, format_table, load_references
+
+    references = load_references(args.references)
+    start = load_hardware(args.hardware).socket.calibrated.model_dump()
+
+    def evaluate(refs, calibrated):
+        overrides = {f"socket.calibrated.{k}": v for k, v in calibrated.items()}
+        return compare(refs, lambda path: simulate_experiment(path, serve=False, hardware_overrides=overrides)[1])
+
+    result = fit(references, start, evaluate, max_evaluations=args.max_evaluations)
+    print("parameter                  start        fitted")
+    for name, s, f in zip(result.names, result.start, result.fitted):
+        print(f"{name:24s} {s:12.6g} {f:12.6g}")
+    for name, why in FIXED.items():
+        print(f"{name:24s} {start[name]:12.6g} (not fitted: {why})")
+    print()
+    print(format_table(result.comparisons))
+    if args.write:
+        ids = ", ".join(c.reference.measurement.id for c in result.comparisons)
+        write_back(args.hardware, result, f"fitted by `sn40l_sim calibrate` to {ids}")
+        print(f"\nwrote the fitted values into {args.hardware}")
+    return 0

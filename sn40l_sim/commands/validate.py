@@ -1,0 +1,31 @@
+"""Print every reference measurement beside the simulated value and the error.
+
+Measurements come from experiments/reference/*.yaml (or the files given). Calibration points are
+marked as such; entries the paper measured but this project holds back are printed as
+predictions. Exit status 1 when a calibration point is outside its tolerance.
+
+example:
+  python -m sn40l_sim validate
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``validate``'s arguments."""
+    parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
+                        help="reference files (default: experiments/reference/*.yaml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate the referenced points, print the table; 1 if a calibration point misses."""
+    from sn40l_sim.runner import simulate_experiment
+    from sn40l_sim.validation import compare, format_table, load_references
+
+    comparisons = compare(load_references(args.references),
+                          lambda path: simulate_experiment(path, serve=False)[1])
+    print(format_table(comparisons))
+    missed = [c for c in comparisons if c.reference.measurement.calibration and c.ok is False]
+    return 1 if missed else 0

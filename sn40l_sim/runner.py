@@ -1,0 +1,99 @@
+"""Experiment file -> one results record per point: the library behind ``run``, ``validate``,
+``calibrate`` and sweeps.
+
+``serve=False`` skips the serving simulation (requests, queues, continuous batching) and keeps what
+needs no workload: memory and maximum batch, one prefill and one decode step. Calibration evaluates
+hundreds of such points, and the quantities it fits do not depend on the workload.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from sn40l_sim.errors import InputError
+
+
+def _relocate(exp, exc: InputError) -> InputError:
+    """An error from the simulation that names no file belongs to the experiment file."""
+    if exc.file is not None:
+        return exc
+    path = tuple(exc.field.split(".")) if exc.field else ()
+    file, line = exp.doc.where(path)
+    return exc.__class__(exc.message, file=file, field=exc.field, line=line)
+
+
+def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool = True,
+                        hardware_overrides: dict[str, Any] | None = None) -> tuple[object, list[dict]]:
+    """Load the experiment at ``path`` and simulate its points; returns (experiment, records).
+
+    Parameters
+    ----------
+    path : str or Path
+        The experiment file.
+    progress : bool
+        Print one line per point on stderr.
+    serve : bool
+        Simulate the workload through the serving model (False: steps and memory only; the
+        latency and served-throughput fields of the records are then empty).
+    hardware_overrides : dict, optional
+        Dotted hardware fields to change, as for
+        :func:`sn40l_sim.hardware.loader.with_overrides` (calibration uses it).
+
+    Raises
+    ------
+    InputError
+        For a bad experiment, hardware or model file, or an infeasible point.
+    """
+    from sn40l_sim.engine.serving_point import PointSetup, simulate_point
+    from sn40l_sim.engine.workload import build_requests
+    from sn40l_sim.experiment import load_experiment, make_point_policy, points
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.models.kernels import ParallelPlan
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.report.records import build_record
+
+    exp = load_experiment(path)
+    spec = exp.spec
+    if spec.sweep is not None:
+        raise exp.error(("sweep",), "sweeps are not implemented yet (issue 7); remove the section "
+                        "to run the experiment's own points")
+    if spec.workload is None:
+        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+    node = load_hardware(exp.resolve(spec.hardware))
+    if hardware_overrides:
+        from sn40l_sim.hardware.loader import with_overrides
+        node = with_overrides(node, hardware_overrides)
+    model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
+    serving = spec.serving
+    max_new_tokens = exp.max_new_tokens
+    trace_path = exp.resolve(spec.workload.path) if spec.workload.kind == "trace" else None
+    records = []
+    for point in points(exp):
+        if progress:
+            print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
+        policy = make_point_policy(exp, point)
+        setup = PointSetup(
+            name=point.name, node=node, model=model, policy=policy, prompt_len=point.prompt_len,
+            prefill_plan=ParallelPlan(spec.parallel.prefill.tp, spec.parallel.prefill.attention_dp),
+            decode_plan=ParallelPlan(spec.parallel.decode.tp, spec.parallel.decode.attention_dp),
+            mode=serving.mode, prefill_nodes=exp.prefill_node_count, decode_nodes=serving.decode_nodes,
+            batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
+            max_new_tokens=max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
+            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options))
+
+        def requests_for(slots: int, prompt_len: int = point.prompt_len):
+            if not serve:
+                return []
+            return build_requests(spec.workload, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
+                                  slots=slots, seed=serving.seed, clock_hz=node.socket.clock_hz,
+                                  trace_path=trace_path)
+
+        try:
+            result = simulate_point(setup, requests_for)
+        except InputError as exc:
+            raise _relocate(exp, exc) from None
+        records.append(build_record(result, experiment=spec.name, policy_params=point.params))
+    return exp, records
+
+
