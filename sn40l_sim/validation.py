@@ -14,6 +14,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field, model_validator
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.schema import StrictModel, validate
 from sn40l_sim.yamlio import load_document
 
@@ -66,6 +67,8 @@ class Reference:
 
     measurement: Measurement
     experiment_path: Path
+    #: (file, line) of the measurement in its reference file, for errors
+    origin: tuple[str, int | None] = ("", None)
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,24 @@ class Comparison:
         return self.reference.measurement.value
 
     @property
+    def error_kind(self) -> str:
+        """``pp`` for shares with an absolute band, ``count`` for other absolute bands, else ``%``."""
+        t = self.reference.measurement.tolerance
+        if t is not None and t.abs is not None:
+            return "pp" if abs(self.reference.measurement.value or 0) <= 1 else "count"
+        return "%"
+
+    @property
     def error(self) -> float | None:
-        """Signed error: absolute for shares and counts with an ``abs`` tolerance, else relative."""
+        """Signed error in the unit of :attr:`error_kind` (percentage points, a count, or percent)."""
         m = self.reference.measurement
         if m.value is None:
             return None
-        if m.tolerance is not None and m.tolerance.rel is None and m.value != 0 and m.tolerance.range is None:
+        if self.error_kind == "pp":
+            return (self.simulated - m.value) * 100
+        if self.error_kind == "count":
             return self.simulated - m.value
-        return (self.simulated - m.value) / m.value if m.value else self.simulated - m.value
+        return (self.simulated - m.value) / m.value * 100 if m.value else float("inf")
 
     @property
     def ok(self) -> bool | None:
@@ -114,7 +127,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
             exp_path = doc.resolve(m.experiment)
             if not exp_path.is_file():
                 raise doc.error(("measurements", i, "experiment"), f"experiment file not found: {exp_path}")
-            out.append(Reference(m, exp_path))
+            out.append(Reference(m, exp_path, doc.where(("measurements", i, "point"))))
     return out
 
 
@@ -146,36 +159,38 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
         by_name = records[ref.experiment_path]
         m = ref.measurement
         if m.point not in by_name:
-            from sn40l_sim.errors import InputError
             raise InputError(f"measurement {m.id!r} names point {m.point!r}, but {ref.experiment_path.name} "
-                             f"has {sorted(by_name)}", field="point")
+                             f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1],
+                             field="point")
         out.append(Comparison(ref, extract(by_name[m.point], m)))
     return out
 
 
 def format_table(comparisons: list[Comparison]) -> str:
-    """The table ``validate`` prints, with a summary line of mean and worst absolute error."""
+    """The table ``validate`` prints, with summary lines of the mean and worst absolute error per
+    unit (percentage points for shares, percent for rates, counts for batches)."""
     rows = [("id", "quantity", "measured", "simulated", "error", "ok", "role")]
-    errors = []
+    by_kind: dict[str, list[float]] = {}
     for c in comparisons:
         m = c.reference.measurement
         quantity = m.quantity + (f"[{m.key}]" if m.key else "")
         err = c.error
-        relative = m.tolerance is None or m.tolerance.rel is not None or m.tolerance.range is not None
+        text = ""
         if err is not None:
-            errors.append(abs(err) * (100 if relative else 100))
-        rows.append((m.id, quantity, _fmt(c.measured), _fmt(c.simulated),
-                     "" if err is None else (f"{err * 100:+.1f}%" if relative else f"{err * 100:+.2f} pp"),
+            by_kind.setdefault(c.error_kind, []).append(abs(err))
+            text = {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}[c.error_kind]
+        rows.append((m.id, quantity, _fmt(c.measured), _fmt(c.simulated), text,
                      {True: "yes", False: "NO", None: "-"}[c.ok],
                      "calibration" if m.calibration else "prediction"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     measured = [c for c in comparisons if c.ok is not None]
-    passed = sum(bool(c.ok) for c in measured)
-    if errors:
-        lines.append(f"\n{len(measured)} measurements, {passed} within tolerance; "
-                     f"mean |error| {sum(errors) / len(errors):.2f} (pp or %), worst {max(errors):.2f}")
+    lines.append(f"\n{len(measured)} measurements, {sum(bool(c.ok) for c in measured)} within tolerance")
+    unit = {"pp": "pp", "count": "", "%": "%"}
+    for kind, errs in sorted(by_kind.items()):
+        lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):.2f}{unit[kind]}, "
+                     f"worst {max(errs):.2f}{unit[kind]} ({len(errs)} measurements)")
     return "\n".join(lines)
 
 

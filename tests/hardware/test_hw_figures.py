@@ -79,8 +79,12 @@ def test_cycles_and_seconds_round_trip(sn40l):
 
 
 def test_usable_memory_subtracts_the_reservation(sn40l):
-    assert f.usable_hbm_bytes(sn40l) == f.hbm_bytes(sn40l) - 2 * 2**30
-    assert f.usable_ddr_bytes(sn40l) == f.ddr_bytes(sn40l) - 16 * 2**30
+    assert sn40l.reserved.hbm_bytes > 0 and sn40l.reserved.ddr_bytes > 0
+    assert f.usable_hbm_bytes(sn40l) == f.hbm_bytes(sn40l) - sn40l.reserved.hbm_bytes
+    assert f.usable_ddr_bytes(sn40l) == f.ddr_bytes(sn40l) - sn40l.reserved.ddr_bytes
+    # no reservation leaves everything usable
+    bare = sn40l.model_copy(update={"reserved": type(sn40l.reserved)()})
+    assert f.usable_hbm_bytes(bare) == f.hbm_bytes(bare)
 
 
 def test_p2p_figures(node16):
