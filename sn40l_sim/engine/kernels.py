@@ -18,7 +18,10 @@ compute. The fill covers the pipeline's head (the first tile crossing all stages
 
 Collectives with ``overlapped=True`` start once the first tile is out of the pipeline and run
 beside the compute; the others start when the compute is done. The kernel ends when its compute
-and all its collectives have ended.
+and all its collectives have ended. A collective writes what the socket receives to memory and
+(unless overlapped, when tiles go out straight from the PMUs) reads what it sends from memory, at
+the pace of the links and sharing the memory channel with the kernel's streams, so an overlapped
+collective and a memory-hungry kernel slow each other down.
 """
 from __future__ import annotations
 
@@ -91,10 +94,12 @@ class KernelCosts:
     call_overhead_cycles: int
     reconfig_cycles: int
     sections: tuple[SectionCosts, ...]
+    #: collectives read what they send from memory and write what they receive to it
+    stage_collectives: bool = True
 
     @classmethod
-    def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int,
-                    chunks_per_section: int) -> "KernelCosts":
+    def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int, chunks_per_section: int,
+                    stage_collectives: bool = True) -> "KernelCosts":
         """Costs of ``pk``, section by section (stages carry their section).
 
         Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
@@ -119,7 +124,7 @@ class KernelCosts:
                 compute_cycles_per_tile=max(compute, default=0),
                 hbm_bytes=tiers["hbm"][index], ddr_bytes=tiers["ddr"][index],
                 hbm_cap=caps["hbm"], ddr_cap=caps["ddr"], fill_cycles=pk.fill_cycles))
-        return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections))
+        return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections), stage_collectives)
 
 
 def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
@@ -145,6 +150,8 @@ class CollectiveRun:
     ready: int = 0
     start: int = 0
     end: int = 0
+    #: bytes the collective read from and wrote to the socket's memory
+    staged_bytes: int = 0
 
 
 @dataclass
@@ -198,18 +205,19 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
                 record.fill_cycles += sec.fill_cycles
             if index == 0:
                 record.stream_start = env.now
-                side = [env.process(_collective(res, run, delay=_first_tile_cycles(sec, res)))
+                side = [env.process(_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives))
                         for run in colls if run.collective.overlapped]
             tile = 0
             for n in sec.chunks:
                 yield from _chunk(res, record, sec, tile, n)
                 tile += n
         if not costs.sections:
-            side = [env.process(_collective(res, run, delay=0)) for run in colls if run.collective.overlapped]
+            side = [env.process(_collective(res, run, 0, costs.stage_collectives))
+                    for run in colls if run.collective.overlapped]
         record.stream_end = env.now
     for run in colls:
         if not run.collective.overlapped:
-            yield env.process(_collective(res, run, delay=0))
+            yield env.process(_collective(res, run, 0, costs.stage_collectives))
     if side:
         yield env.all_of(side)
     record.collectives = colls
@@ -261,7 +269,12 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
         record.compute_bound_cycles += took
 
 
-def _collective(res: SocketResources, run: CollectiveRun, delay: int):
+def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):
+    """The collective on the socket's links. With ``staged``, the bytes the socket receives are
+    written to memory and, unless the collective is overlapped (then it sends tiles straight from
+    the PMUs as the kernel produces them), the bytes it sends are read from memory; at the links'
+    pace, sharing the memory channel with the kernel's streams (a starved stream slows the
+    collective down). Every member sends as much as it receives in these collectives."""
     env = res.env
     if delay:
         yield env.timeout(delay)
@@ -269,6 +282,14 @@ def _collective(res: SocketResources, run: CollectiveRun, delay: int):
     with res.p2p.request() as links:
         yield links
         run.start = env.now
-        if run.result.cycles:
-            yield env.timeout(run.result.cycles)
+        cycles = run.result.cycles
+        waits = [env.timeout(cycles)] if cycles else []
+        reads = 0 if run.collective.overlapped else run.result.sent_bytes
+        staging = run.result.sent_bytes + reads if staged else 0
+        if staging and cycles:
+            tier = "hbm" if res.hbm is not None else "ddr"
+            waits.append(res.net.transfer(res.memory_path(tier), staging, cap=staging / cycles))
+            run.staged_bytes = staging
+        if waits:
+            yield env.all_of(waits) if len(waits) > 1 else waits[0]
         run.end = env.now

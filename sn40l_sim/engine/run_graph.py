@@ -36,13 +36,18 @@ class EngineOptions:
         Most chunks a kernel section's tiles are grouped into (events per kernel are bounded by
         this, whatever the sequence length; totals do not depend on it).
     add_call_overhead : bool
-        Whether the engine adds ``calibrated.kernel_call_overhead_s`` to every kernel; False when
-        the mapper's placed kernels already include it.
+        Whether the engine charges ``calibrated.kernel_call_overhead_s`` to every kernel call.
+        The mapper's ``PlacedKernel.cycles`` includes the same overhead, but the engine never
+        reads ``cycles``: it rebuilds the kernel's time from its parts, so it is counted once.
+    stage_collectives : bool
+        Whether collectives read what they send from, and write what they receive to, the
+        socket's memory (sharing its bandwidth with the kernels' streams).
     """
 
     collective_algorithm: str = "auto"
     chunks_per_section: int = 8
     add_call_overhead: bool = True
+    stage_collectives: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     for pk in placed.kernels:
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk)
-        costs = KernelCosts.from_placed(pk, overhead, options.chunks_per_section)
+        costs = KernelCosts.from_placed(pk, overhead, options.chunks_per_section, options.stage_collectives)
         preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
         done[kernel.name] = env.process(_after(env, preds, run_kernel(res, record, costs, collectives)))
         records.append(record)
@@ -115,6 +120,7 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
     links = {
         "p2p": sum(run.result.link_bytes for run in runs),
         "p2p_sent": sum(run.result.sent_bytes for run in runs),
+        "p2p_staged": sum(run.staged_bytes for run in runs),
         "tln": res.tln.bytes_moved,
         "mesh": sum(r.placed.mesh_bytes for r in records),
     }

@@ -5,7 +5,7 @@ import pytest
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
 from sn40l_sim.engine.collectives import CollectiveModel
-from sn40l_sim.engine.run_graph import run_graph
+from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.engine.timing import StepTimer
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
@@ -56,17 +56,21 @@ def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
     timer, step, shape = _step(timers, *case)
     placed = timer.placed(shape)
     assert [k.name for k in step.kernels] == [pk.kernel.name for pk in placed.kernels]
+    # without the collectives' memory traffic nothing contends inside a kernel, and its tile
+    # stream is the mapper's tile-level formula exactly; the engine adds the exposed collectives
+    alone = run_graph(node, placed, EngineOptions(stage_collectives=False))
+    for rec, pk in zip(alone.records, placed.kernels):
+        assert rec.stream_end - rec.start == pk.cycles, rec.name
     for k, pk in zip(step.kernels, placed.kernels):
-        # alone on the socket (no contention inside a kernel), the tile stream is the mapper's
-        # tile-level formula exactly; what the engine adds is the exposed collectives
-        assert k.cycles - k.collective_exposed_cycles == pk.cycles, k.name
+        assert k.cycles - k.collective_exposed_cycles >= pk.cycles, k.name
         assert k.cycles >= pk.compute_cycles and k.cycles >= pk.memory_cycles, k.name
+    assert step.cycles >= alone.cycles
     # the step: no faster than all its FLOPs at peak nor all its bytes at achievable bandwidth
     assert step.cycles >= sum(pk.compute_cycles for pk in placed.kernels)
     hbm_per_cycle = figures.hbm_bytes_per_s(node.socket) * node.socket.calibrated.hbm_efficiency / node.socket.clock_hz
     assert step.cycles >= step.tier_bytes["hbm"] / hbm_per_cycle
     # bytes conserved: what the engine moved is what the placed graph holds
-    assert step.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in placed.kernels),
+    assert step.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in placed.kernels) + step.link_bytes["p2p_staged"],
                                "ddr": sum(pk.ddr_bytes for pk in placed.kernels)}
     model = CollectiveModel.from_node(node)
     assert step.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in placed.kernels
@@ -87,7 +91,8 @@ def test_collectives_run_where_the_hardware_runs_them(node, timers):
                 and ev.end_cycle <= k.end_cycle]
         assert len(mine) == len(colls), k.name
         for coll, ev in zip(colls, mine):
-            assert ev.cycles == model.run(coll).cycles
+            # no faster than on idle links (slower when the kernel's streams starve its memory traffic)
+            assert ev.cycles >= model.run(coll).cycles
             if coll.overlapped:
                 overlapped += 1
                 # starts once the first tile is out, runs beside the compute

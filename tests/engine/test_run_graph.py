@@ -16,7 +16,7 @@ from sn40l_sim.models.kernels import Collective
 
 NODE = node16()
 OVERHEAD = figures.cycles(NODE.socket.calibrated.kernel_call_overhead_s, NODE.socket)
-NO_OVERHEAD = EngineOptions(add_call_overhead=False)
+NO_OVERHEAD = EngineOptions(add_call_overhead=False, stage_collectives=False)
 
 
 def run(kernels, options=NO_OVERHEAD):
@@ -59,6 +59,7 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
                          collectives=(Collective("all_reduce", 2**20, 16, overlapped=True),)),
            placed_kernel(NODE, "c", layer=2, collectives=(Collective("all_gather", 2**22, 16),))]
     result = run(pks, EngineOptions(chunks_per_section=chunks))
+    assert result.link_bytes["p2p_staged"] > 0
     # lower bounds: compute at peak, bytes over achievable bandwidth, kernel by kernel
     for rec in result.records:
         pk = rec.placed
@@ -72,7 +73,11 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
     # the channels never exceeded their capacity
     assert result.tier_bytes["hbm"] / hbm_bytes_per_cycle(NODE) <= result.busy_cycles["hbm"] + chunks * 3
     # bytes conserved: what the engine moved is what the placed graph says
-    assert result.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in pks), "ddr": sum(pk.ddr_bytes for pk in pks)}
+    staged = result.link_bytes["p2p_staged"]
+    assert staged == sum(CollectiveModel.from_node(NODE).run(c).sent_bytes * (1 if c.overlapped else 2)
+                         for pk in pks for c in pk.kernel.collectives)
+    assert result.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in pks) + staged,
+                                 "ddr": sum(pk.ddr_bytes for pk in pks)}
     assert result.link_bytes["tln"] == result.tier_bytes["hbm"] + result.tier_bytes["ddr"]
     model = CollectiveModel.from_node(NODE)
     assert result.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in pks for c in pk.kernel.collectives)
@@ -80,7 +85,8 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
 
 def test_chunking_does_not_change_the_totals_much():
     pk = placed_kernel(NODE, "a", n_tiles=4096, compute_cycles_per_tile=40, hbm_bytes=3 * 10**8)
-    times = [run([pk], EngineOptions(add_call_overhead=False, chunks_per_section=c)).cycles for c in (1, 4, 16, 256)]
+    times = [run([pk], EngineOptions(add_call_overhead=False, chunks_per_section=c, stage_collectives=False)).cycles
+             for c in (1, 4, 16, 256)]
     assert max(times) - min(times) <= 256
 
 
@@ -155,3 +161,23 @@ def test_deterministic_and_breakdown_adds_up():
     assert timing.layer == 0 and set(timing.layer_cycles) == {"mla", "moe_ffn"}
     assert sum(timing.layer_cycles.values()) == timing.cycles
     assert math.isclose(sum(timing.layer_shares().values()), 1.0)
+
+
+def test_overlapped_collective_and_memory_bound_kernel_share_hbm():
+    coll = Collective("all_reduce", 2**28, 16, overlapped=True)
+    idle_links = CollectiveModel.from_node(NODE).run(coll)
+    hungry = placed_kernel(NODE, "moe", n_tiles=256, compute_cycles_per_tile=1, hbm_bytes=4 * 10**9,
+                           collectives=(coll,))
+    alone = run([hungry]).records[0]                     # no staging: they do not meet
+    shared = run([hungry], EngineOptions(add_call_overhead=False)).records[0]
+    assert shared.stream_end - shared.stream_start > alone.stream_end - alone.stream_start
+    # max-min fair: the collective asks less than half the channel, so it keeps its links' pace
+    # and the kernel's stream gets the rest
+    assert shared.collectives[0].end - shared.collectives[0].start >= idle_links.cycles
+    # together they never move more than the channel allows
+    total = hungry.hbm_bytes + idle_links.sent_bytes
+    assert shared.end - shared.stream_start >= total / hbm_bytes_per_cycle(NODE)
+    # beside a kernel that leaves HBM idle, the collective runs at the links' pace
+    quiet = placed_kernel(NODE, "moe", n_tiles=256, compute_cycles_per_tile=10**4, collectives=(coll,))
+    rec = run([quiet], EngineOptions(add_call_overhead=False)).records[0]
+    assert rec.collectives[0].end - rec.collectives[0].start == idle_links.cycles
