@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot", "plot two columns of a results.csv, one line per --hue value"),
     "validate": ("validate", "print every reference measurement beside the simulated value and the error"),
     "calibrate": ("calibrate", "fit the hardware YAML's calibrated: parameters to the calibration measurements"),
+    "golden": ("golden", "compare every experiment's key results with tests/golden/ (--update rewrites them)"),
 }
 
 
