@@ -1,0 +1,48 @@
+"""Plot two columns of a results.csv (from run or sweep), one line per value of --hue.
+
+Axis labels carry units (sizes in GiB, bandwidths in GB/s); the title is the experiment's name.
+Rows that share an x within a series are refused rather than averaged: the message names the
+columns that tell them apart, to add to --hue or to select with --where.
+
+examples:
+  python -m sn40l_sim plot out/sweep/results.csv --x batch --y decode_tokens_per_s --hue kv_policy prefill_len
+  python -m sn40l_sim plot out/sweep/results.csv --x prefill_len --y ttft_s --hue kv_policy --where batch=8 --logx
+  python -m sn40l_sim plot out/deepseek_tp16/results.csv --x name --y decode_tokens_per_s_reported --kind bar --out tps.svg
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``plot``'s arguments."""
+    parser.add_argument("csv", type=Path, metavar="RESULTS.csv", help="a results.csv written by run or sweep")
+    parser.add_argument("--x", required=True, metavar="COLUMN", help="column on the x axis")
+    parser.add_argument("--y", required=True, metavar="COLUMN", help="numeric column on the y axis")
+    parser.add_argument("--hue", nargs="+", default=[], metavar="COLUMN",
+                        help="column(s) whose values pick the series (one line each)")
+    parser.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
+                        help="keep only rows where COLUMN equals VALUE; repeatable")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE",
+                        help="output .png, .svg or .pdf (default: <csv folder>/<y>_vs_<x>.png)")
+    parser.add_argument("--logx", action="store_true", help="logarithmic x axis")
+    parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    parser.add_argument("--kind", choices=("line", "bar"), default="line", help="lines (default) or grouped bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw the plot and print its path; 0 on success."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.report.plot_csv import plot_csv
+
+    where = {}
+    for item in args.where:
+        column, sep, value = item.partition("=")
+        if not sep or not column:
+            raise InputError(f"expected COLUMN=VALUE, got {item!r}", field="--where")
+        where[column] = value
+    path = plot_csv(args.csv, x=args.x, y=args.y, hue=args.hue, out=args.out, kind=args.kind, logx=args.logx,
+                    logy=args.logy, where=where)
+    print(f"wrote {path}")
+    return 0

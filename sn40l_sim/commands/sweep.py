@@ -1,0 +1,68 @@
+"""Run an experiment's sweep: every point of its ``sweep:`` section in parallel processes.
+
+The section lists axes (dotted paths into the experiment, or hardware.<field> for the hardware)
+with their values, combined as a grid or zipped (see sn40l_sim/sweep_axes.py). Each sweep point
+runs the experiment's own points (KV policies x prompt lengths); the records of all points go into
+OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. A point that
+fails is reported with its name and error and the others still run (exit status 1). With a
+`plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would.
+
+examples:
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --out out/sweep --jobs 2
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set serving.max_new_tokens=32
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set hardware.socket.hbm.bytes_per_s_per_unit="819.2 GB/s"
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``sweep``'s arguments."""
+    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file with a sweep: section")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="output folder (default: out/<experiment name>)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="worker processes (default: the number of CPUs; 1 runs in this process)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
+                        help="set a field of the experiment (or hardware.<field>) for every point; repeatable")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.sweep import parse_sets
+
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
+    return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets))
+
+
+def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None = None, progress: bool = True,
+               sets: dict | None = None) -> int:
+    """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
+    experiment has a ``sweep:`` section)."""
+    from sn40l_sim.sweep import load_sweep, run_sweep
+
+    sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
+    out = Path(out) if out is not None else Path("out") / sweep.name
+    start = time.perf_counter()
+    records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep)
+    wall = time.perf_counter() - start
+    axes = ", ".join(a.name for a in sweep.axes)
+    print(f"{sweep.name}: {len(sweep.points)} sweep points ({sweep.mode} over {axes}); "
+          f"{len(records)} of {records.total} runs gave a record, in {wall:.1f} s")
+    written = [out / "results.json", out / "results.csv"]
+    if records and sweep.plot is not None:
+        written.append(out / "sweep.png")
+    print("wrote " + ", ".join(str(p) for p in written))
+    if records.skipped:
+        print(f"{len(records.skipped)} run(s) did not fit and were skipped (infeasible: skip; see "
+              f"{out / 'failures.json'})")
+    if records.failures:
+        print(f"{len(records.failures)} run(s) failed (listed above and in {out / 'failures.json'})")
+        return 1
+    return 0

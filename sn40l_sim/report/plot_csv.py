@@ -1,0 +1,310 @@
+"""Plot two columns of a ``results.csv`` against each other (``python -m sn40l_sim plot``).
+
+One line (or bar group) per value of the ``hue`` columns, x sorted, axis labels with units from
+:func:`axis_label` (sizes shown in GiB, bandwidths in GB/s), and the experiment's name as the title.
+Rows can be filtered with ``where`` (column -> value). When several rows of one hue share an x the
+plot refuses to average them silently: the :class:`~sn40l_sim.errors.InputError` names the columns
+that tell them apart, to add to ``hue`` or to ``where``. Matplotlib runs with the Agg backend.
+
+Examples
+--------
+>>> axis_label("decode_tokens_per_s"), axis_label("memory.hbm.kv")
+(('decode tokens/s (raw)', 1.0), ('HBM per socket: kv (GiB)', 9.313225746154785e-10))
+>>> axis_label("sweep.hardware.socket.p2p.bytes_per_s_per_port")[0]
+'P2P bandwidth per port (GB/s)'
+>>> import pathlib, tempfile
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "results.csv").write_text(
+...     "experiment,kv_policy,batch,decode_tokens_per_s\\n"
+...     "demo,full,1,10\\ndemo,full,2,19\\ndemo,snapstream,1,11\\ndemo,snapstream,2,21\\n")
+>>> plot_csv(folder / "results.csv", x="batch", y="decode_tokens_per_s", hue=["kv_policy"]).name
+'decode_tokens_per_s_vs_batch.png'
+>>> plot_csv(folder / "results.csv", x="batch", y="tpot_s")
+Traceback (most recent call last):
+...
+sn40l_sim.errors.InputError: ...results.csv: --y: unknown column 'tpot_s'; the file has: experiment, kv_policy, batch, decode_tokens_per_s
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+from typing import Sequence
+
+from sn40l_sim.errors import InputError
+
+GIB = 2.0**30
+
+#: result field -> axis label (with units); sizes and bandwidths get a scale below
+LABELS: dict[str, str] = {
+    "batch": "decode batch (sequences per node)",
+    "max_batch": "largest decode batch that fits (sequences)",
+    "prefill_len": "prompt length (tokens)",
+    "prompt_len": "prompt length (tokens)",
+    "shape.prompt_len": "prompt length (tokens)",
+    "prefill_len_compiled": "compiled prefill length (tokens)",
+    "kv_len": "KV cache per sequence (tokens)",
+    "max_new_tokens": "max new tokens",
+    "ttft_s": "TTFT (s)",
+    "tpot_s": "TPOT (s)",
+    "prefill_s": "prefill of one prompt (s)",
+    "decode_step_s": "decode step (s)",
+    "decode_tokens_per_s": "decode tokens/s (raw)",
+    "decode_tokens_per_s_reported": "decode tokens/s (reported, x tokens per forward)",
+    "prefill_policy_overhead": "KV-policy prefill overhead (fraction of prefill)",
+    "tokens_per_forward": "tokens per forward pass (MTP)",
+    "kv_bytes_per_token": "KV bytes per token (all layers)",
+    "kv_transfer_s": "KV transfer per request (s)",
+    "kv_transfer_bytes": "KV transfer per request",
+    "kv_policy": "KV policy",
+    "throughput.output_tokens_per_s": "served output tokens/s",
+    "throughput.requests_per_s": "served requests/s",
+    "throughput.decode_tokens_per_s_observed": "decode tokens/s observed (raw)",
+    "kv_occupancy.peak_fraction": "peak KV occupancy (fraction of reserved)",
+    "budget": "KV budget (tokens per sequence)",
+    "sink": "sink tokens",
+    "recent": "recent-ring tokens",
+    "topk": "top-K tokens",
+    "sockets": "sockets per node",
+    "socket.hbm.bytes_per_s_per_unit": "HBM bandwidth per module",
+    "socket.p2p.bytes_per_s_per_port": "P2P bandwidth per port",
+    "socket.ddr.bytes_per_s_per_unit": "DDR bandwidth per channel",
+    "socket.clock_hz": "clock",
+}
+
+#: (suffix of the last name part, unit text, scale)
+_SUFFIX_UNITS = (("bytes_per_s_per_unit", "GB/s", 1e-9), ("bytes_per_s_per_port", "GB/s", 1e-9),
+                 ("bytes_per_s", "GB/s", 1e-9), ("_hz", "GHz", 1e-9), ("bytes", "GiB", 1 / GIB),
+                 ("per_s", "", 1.0), ("_s", "s", 1.0))
+
+
+def axis_label(column: str) -> tuple[str, float]:
+    """``(label with units, factor the values are multiplied by)`` for a CSV column."""
+    name = column
+    for prefix in ("sweep.hardware.", "sweep."):
+        if name.startswith(prefix) and name[len(prefix):]:
+            name = name[len(prefix):]
+            break
+    parts = name.split(".")
+    if parts[0] in ("memory", "memory_prefill_node") and len(parts) == 3:
+        node = "prefill node " if parts[0] == "memory_prefill_node" else ""
+        return f"{parts[1].upper()} per socket{', ' + node.strip() if node else ''}: {parts[2]} (GiB)", 1 / GIB
+    if parts[0] == "prefill_kernel_share" and len(parts) == 2:
+        return f"share of a prefill MoE layer: {parts[1]}", 1.0
+    if parts[0] in ("prefill_kernel_cycles", "decode_kernel_cycles") and len(parts) == 2:
+        return f"{parts[0].split('_')[0]} cycles in {parts[1]} kernels", 1.0
+    if parts[0] == "latency" and len(parts) == 3:
+        return f"{parts[1][:-2].upper()} {parts[2]} (s)", 1.0
+    if parts[0] == "decode_step_breakdown_s" and len(parts) == 2:
+        return f"decode step: {parts[1]} (s)", 1.0
+    base = LABELS.get(name, LABELS.get(parts[-1], name))
+    for suffix, unit, scale in _SUFFIX_UNITS:
+        if parts[-1].endswith(suffix):
+            if not unit or base.endswith(")"):
+                return base, 1.0
+            return f"{base} ({unit})", scale
+    return base, 1.0
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a CSV file.
+
+    Raises
+    ------
+    InputError
+        For a missing, unreadable or empty file.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            columns = list(reader.fieldnames or [])
+    except FileNotFoundError:
+        raise InputError("file not found", file=path) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"cannot read the CSV file: {exc}", file=path) from None
+    if not columns or not rows:
+        raise InputError("expected a header and at least one row (a results.csv)", file=path)
+    return columns, rows
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _check_columns(path: Path, columns: list[str], wanted: dict[str, Sequence[str]]) -> None:
+    for option, names in wanted.items():
+        for name in names:
+            if name not in columns:
+                raise InputError(f"unknown column {name!r}; the file has: {', '.join(columns)}", file=path,
+                                 field=option)
+
+
+def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], columns: list[str]):
+    """``{hue values: [(x, y), ...]}`` with x sorted; refuses several rows at one x."""
+    groups: dict[tuple[str, ...], dict[str, list[dict[str, str]]]] = {}
+    for row in rows:
+        if _float(row[y]) is None:
+            continue
+        groups.setdefault(tuple(row[h] for h in hue), {}).setdefault(row[x], []).append(row)
+    if not groups:
+        raise InputError(f"column {y!r} has no numeric values in the selected rows", file=path, field="--y")
+    numeric_x = all(_float(value) is not None for g in groups.values() for value in g)
+    out = {}
+    for key, by_x in groups.items():
+        for value, same in by_x.items():
+            if len(same) > 1:
+                differ = [c for c in columns if c not in (x, y) and len({r[c] for r in same}) > 1]
+                label = ", ".join(f"{h}={v}" for h, v in zip(hue, key)) or "all rows"
+                raise InputError(f"{len(same)} rows have {x}={value} ({label}); they differ in "
+                                 f"{', '.join(differ[:6]) or 'no column'}: add one to --hue or select rows "
+                                 "with --where COLUMN=VALUE", file=path, field="--x")
+        points = [(value, float(same[0][y])) for value, same in by_x.items()]
+        points.sort(key=lambda p: (_float(p[0]), p[0]) if numeric_x else p[0])
+        out[key] = points
+    return dict(sorted(out.items(), key=lambda kv: tuple((_float(v) is None, _float(v) or 0, v) for v in kv[0]))), numeric_x
+
+
+def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
+             kind: str = "line", logx: bool = False, where: dict[str, str] | None = None,
+             logy: bool = False) -> Path:
+    """Plot ``y`` against ``x`` from a results CSV, one series per ``hue`` value; returns the path.
+
+    Parameters
+    ----------
+    csv_path : str or Path
+        A ``results.csv`` written by ``run`` or ``sweep``.
+    x, y : str
+        Column names (``y`` numeric).
+    hue : list of str, optional
+        Columns whose combined value picks the series.
+    out : str or Path, optional
+        ``.png``, ``.svg`` or ``.pdf``; default ``<csv folder>/<y>_vs_<x>.png``.
+    kind : {"line", "bar"}
+        Lines with markers, or grouped bars (x as categories).
+    logx, logy : bool
+        Logarithmic x axis (line plots) / y axis.
+    where : dict, optional
+        Column -> value: keep only matching rows (numbers compare as numbers).
+
+    Raises
+    ------
+    InputError
+        For an unknown column (naming the available ones), an unsupported output format or kind,
+        or rows that cannot be told apart.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(csv_path)
+    hue = list(hue or [])
+    where = dict(where or {})
+    columns, rows = read_csv(path)
+    _check_columns(path, columns, {"--x": [x], "--y": [y], "--hue": hue, "--where": list(where)})
+    if kind not in ("line", "bar"):
+        raise InputError(f"expected line or bar, got {kind!r}", field="--kind")
+    out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
+    if out_path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise InputError(f"expected a .png, .svg or .pdf file, got {out_path.name!r}", field="--out")
+    for column, value in where.items():
+        rows = [r for r in rows if _matches(r[column], value)]
+    if not rows:
+        raise InputError(f"no row matches {where}", file=path, field="--where")
+    series, numeric_x = _series(path, rows, x, y, hue, columns)
+    x_label, x_scale = axis_label(x)
+    y_label, y_scale = axis_label(y)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), constrained_layout=True)
+    if kind == "bar" or not numeric_x:
+        categories = sorted({p[0] for pts in series.values() for p in pts},
+                            key=lambda v: (_float(v), v) if numeric_x else v)
+        width = 0.8 / max(1, len(series))
+        for i, (key, points) in enumerate(series.items()):
+            ys = dict(points)
+            xs = [j for j, c in enumerate(categories) if c in ys]
+            ax.bar([j - 0.4 + width * (i + 0.5) for j in xs], [ys[categories[j]] * y_scale for j in xs], width,
+                   label=_legend(hue, key))
+        ax.set_xticks(range(len(categories)),
+                      [_tick(c, x_scale) if numeric_x else c for c in categories],
+                      rotation=30 if len(categories) > 6 else 0)
+    else:
+        styles = _styles(list(series))
+        for key, points in series.items():
+            ax.plot([float(p[0]) * x_scale for p in points], [p[1] * y_scale for p in points],
+                    label=_legend(hue, key), **styles[key])
+        if logx:
+            ax.set_xscale("log", base=2 if _powers_of_two(series) else 10)
+        xs = sorted({float(p[0]) * x_scale for pts in series.values() for p in pts})
+        if len(xs) <= 12:
+            ax.set_xticks(xs, [f"{v:g}" for v in xs])
+            ax.minorticks_off()
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.grid(True, alpha=0.3)
+    if hue:
+        ax.legend(title=", ".join(axis_label(h)[0] if h in LABELS else h for h in hue), fontsize=8)
+    experiments = sorted({r.get("experiment", "") for r in rows} - {""})
+    title = ", ".join(experiments) or path.parent.name
+    suffix = ", ".join(f"{k}={v}" for k, v in where.items())
+    ax.set_title(title + (f" ({suffix})" if suffix else ""))
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
+    metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
+    fig.savefig(out_path, dpi=120, metadata=metadata)
+    plt.close(fig)
+    return out_path
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _matches(cell: str, wanted: str) -> bool:
+    a, b = _float(cell), _float(str(wanted))
+    return a == b if a is not None and b is not None else cell == str(wanted)
+
+
+def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
+    """Line styles: the last hue column picks the colour (a sequential map when its values are
+    numbers), the first one (when there are two or more) the dash pattern and marker, so that
+    ``--hue kv_policy prefill_len`` reads as one dash per policy and one colour per length."""
+    import matplotlib
+
+    last = sorted({k[-1] for k in keys if k}, key=lambda v: (_float(v) is None, _float(v) or 0, v))
+    first = sorted({k[0] for k in keys if len(k) > 1})
+    numeric = len(last) > 2 and all(_float(v) is not None for v in last)
+    cmap = matplotlib.colormaps["viridis"]
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    dashes, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D", "v"]
+    out = {}
+    for i, key in enumerate(keys):
+        if not key:
+            out[key] = {"marker": "o"}
+            continue
+        j = last.index(key[-1])
+        colour = cmap(0.9 * j / max(1, len(last) - 1)) if numeric else cycle[j % len(cycle)]
+        k = first.index(key[0]) if len(key) > 1 else 0
+        out[key] = {"color": colour, "linestyle": dashes[k % len(dashes)], "marker": markers[k % len(markers)]}
+    return out
+
+
+def _legend(hue: list[str], key: tuple[str, ...]) -> str:
+    return ", ".join(key) if hue else ""
+
+
+def _tick(value: str, scale: float) -> str:
+    number = float(value) * scale
+    return f"{number:g}"
+
+
+def _powers_of_two(series: dict) -> bool:
+    xs = {float(p[0]) for pts in series.values() for p in pts}
+    return all(v > 0 and math.log2(v).is_integer() for v in xs)

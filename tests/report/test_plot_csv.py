@@ -1,0 +1,131 @@
+"""``python -m sn40l_sim plot``: labels with units, one series per hue value with sorted x, rows that
+cannot be told apart refused, unknown columns reported with the available ones (exit 2)."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+import matplotlib.axes
+import pytest
+
+matplotlib.use("Agg")  # noqa: E305
+
+from sn40l_sim.cli import main  # noqa: E402
+from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.report import plot_csv as plot_module  # noqa: E402
+from sn40l_sim.report.plot_csv import axis_label, plot_csv  # noqa: E402
+
+ROWS = [  # deliberately out of order in x
+    {"experiment": "demo", "kv_policy": "full", "prefill_len": 4096, "batch": 4, "decode_tokens_per_s": 40.0,
+     "memory.hbm.kv": 2 * 2**30},
+    {"experiment": "demo", "kv_policy": "full", "prefill_len": 4096, "batch": 1, "decode_tokens_per_s": 10.0,
+     "memory.hbm.kv": 2**29},
+    {"experiment": "demo", "kv_policy": "snapstream", "prefill_len": 4096, "batch": 1, "decode_tokens_per_s": 11.0,
+     "memory.hbm.kv": 2**28},
+    {"experiment": "demo", "kv_policy": "snapstream", "prefill_len": 4096, "batch": 4, "decode_tokens_per_s": 44.0,
+     "memory.hbm.kv": 2**30},
+    {"experiment": "demo", "kv_policy": "snapstream", "prefill_len": 8192, "batch": 4, "decode_tokens_per_s": 42.0,
+     "memory.hbm.kv": 2**30},
+]
+
+
+def write_csv(tmp_path: Path, rows=ROWS) -> Path:
+    path = tmp_path / "results.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("column, label, scale", [
+    ("decode_tokens_per_s", "decode tokens/s (raw)", 1.0),
+    ("ttft_s", "TTFT (s)", 1.0),
+    ("prefill_len", "prompt length (tokens)", 1.0),
+    ("memory.hbm.weights", "HBM per socket: weights (GiB)", 2.0**-30),
+    ("latency.tpot_s.p99", "TPOT p99 (s)", 1.0),
+    ("sweep.hardware.socket.hbm.bytes_per_s_per_unit", "HBM bandwidth per module (GB/s)", 1e-9),
+    ("sweep.serving.batch", "decode batch (sequences per node)", 1.0),
+    ("throughput.output_tokens_per_s", "served output tokens/s", 1.0),
+    ("prefill_kernel_share.mha", "share of a prefill MoE layer: mha", 1.0),
+    ("some_new_field", "some_new_field", 1.0),
+])
+def test_labels_carry_units(column, label, scale):
+    assert axis_label(column) == (label, pytest.approx(scale))
+
+
+def test_one_sorted_series_per_hue_value(tmp_path, monkeypatch):
+    drawn = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, xs, ys, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(xs), list(ys)))
+        return original(self, xs, ys, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    path = write_csv(tmp_path)
+    out = plot_csv(path, x="batch", y="decode_tokens_per_s", hue=["kv_policy"], where={"prefill_len": "4096"},
+                   out=tmp_path / "p.svg")
+    assert out.stat().st_size > 0 and out.read_text().lstrip().startswith("<?xml")
+    assert drawn == [("full", [1.0, 4.0], [10.0, 40.0]), ("snapstream", [1.0, 4.0], [11.0, 44.0])]
+
+
+def test_sizes_are_plotted_in_gib_and_the_title_is_the_experiment(tmp_path, monkeypatch):
+    titles, ys = [], []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: titles.append(t))
+    original = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, x, y, *a, **k: (ys.append(list(y)), original(self, x, y, *a, **k))[1])
+    plot_csv(write_csv(tmp_path), x="batch", y="memory.hbm.kv", hue=["kv_policy", "prefill_len"])
+    assert titles == ["demo"]
+    assert ys == [[0.5, 2.0], [0.25, 1.0], [1.0]]
+
+
+def test_rows_sharing_an_x_are_refused_with_the_column_that_differs(tmp_path):
+    with pytest.raises(InputError) as info:
+        plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", hue=["kv_policy"])
+    assert info.value.field == "--x"
+    assert "2 rows have batch=4 (kv_policy=snapstream)" in info.value.message
+    assert "prefill_len" in info.value.message
+
+
+def test_bar_plot_and_default_output_name(tmp_path):
+    path = write_csv(tmp_path)
+    out = plot_csv(path, x="kv_policy", y="decode_tokens_per_s", hue=["prefill_len"], where={"batch": "4"},
+                   kind="bar")
+    assert out == tmp_path / "decode_tokens_per_s_vs_kv_policy.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_is_byte_identical_across_runs(tmp_path):
+    path = write_csv(tmp_path)
+    a = plot_csv(path, x="batch", y="decode_tokens_per_s", hue=["kv_policy", "prefill_len"], out=tmp_path / "a.png")
+    b = plot_csv(path, x="batch", y="decode_tokens_per_s", hue=["kv_policy", "prefill_len"], out=tmp_path / "b.png")
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.parametrize("argv, field, words", [
+    (["--x", "batch", "--y", "tpot_s"], "--y", "unknown column 'tpot_s'; the file has: experiment, kv_policy"),
+    (["--x", "bacth", "--y", "decode_tokens_per_s"], "--x", "unknown column 'bacth'"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "policy"], "--hue", "unknown column 'policy'"),
+    (["--x", "batch", "--y", "kv_policy"], "--y", "no numeric values"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--where", "batch=64"],
+     "--where", "no row matches"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--out", "plot.jpg"], "--out", ".png, .svg or .pdf"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path, capsys, argv, field, words):
+    path = write_csv(tmp_path)
+    assert main(["plot", str(path)] + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{field}: " in err[0] and words in err[0], err
+
+
+def test_cli_missing_file_and_success(tmp_path, capsys):
+    assert main(["plot", str(tmp_path / "none.csv"), "--x", "a", "--y", "b"]) == 2
+    assert "file not found" in capsys.readouterr().err
+    path = write_csv(tmp_path)
+    assert main(["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy",
+                 "prefill_len", "--logx", "--logy", "--out", str(tmp_path / "x.png")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'x.png'}"
+    assert plot_module.read_csv(path)[0][:2] == ["experiment", "kv_policy"]
