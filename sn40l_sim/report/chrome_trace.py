@@ -1,0 +1,296 @@
+"""Chrome trace-event files (open in https://ui.perfetto.dev or ``chrome://tracing``) of simulated
+points: the served requests on every node, and the kernel schedule of a prefill and of a decode
+step on every socket.
+
+The JSON object format: ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` with complete events
+(``"ph": "X"``, ``ts`` and ``dur`` in microseconds), counters (``"ph": "C"``) and metadata events
+naming every process and thread. One process (``pid``) per node or per socket:
+
+``<point> · prefill node i``
+    ``prefill`` (one event per request, with its id and prompt length) and ``KV link`` (the
+    transfer of its cache to a decode node, with the bytes).
+``<point> · decode node j``
+    ``decode steps`` (active sequences and KV bytes of each step), a ``KV held`` counter, and one
+    thread per slot with the request occupying it.
+``<point> · prefill|decode · socket s``
+    The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
+    and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR`` = the kernel's memory traffic,
+    ``P2P collectives``), with FLOPs, bytes and bound cycles in ``args``. The detail is placed at
+    the first prefill of node 0 and at the first decode step of decode node 0 (every step of the
+    static graph is the same); without a serving log they follow each other from 0.
+
+The engine simulates one socket (``engine/run_graph.py``: tensor-parallel peers run the same
+kernels at the same time and meet at every collective), so the other sockets of a phase's
+tensor-parallel group are that schedule repeated: their events carry ``"mirrors_socket": 0``.
+``sockets="simulated"`` writes the simulated socket only. Events that would overlap on one thread
+(a kernel's collectives still running when the next kernel starts) go to a second row of it.
+
+Examples
+--------
+>>> from sn40l_sim.engine.trace import TraceEvent
+>>> events = [TraceEvent("L0.qkv", "qkv", 0, 0, 1600), TraceEvent("L0.qkv", "qkv", 0, 160, 1600, category="stream"),
+...           TraceEvent("L0.mha", "mha", 0, 1600, 3200), TraceEvent("L0.ar", "all_reduce", 0, 1500, 2000,
+...           category="collective")]
+>>> trace = {"traceEvents": phase_events(events, clock_hz=1.6e9, title="prefill", sockets=[0, 1], first_pid=1)}
+>>> sorted({(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "X"})
+[(1, 0), (1, 2), (1, 5), (2, 0), (2, 2), (2, 5)]
+>>> [e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
+['prefill · socket 0', 'prefill · socket 1 (mirrors socket 0)']
+>>> [(e["name"], e["ts"], e["dur"]) for e in trace["traceEvents"] if e["ph"] == "X" and (e["pid"], e["tid"]) == (1, 0)]
+[('L0.qkv', 0.0, 1.0), ('L0.mha', 1.0, 1.0)]
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+#: lanes (threads) of a socket's process: category -> (tid, thread name)
+SOCKET_LANES = {"kernel": (0, "kernels"), "setup": (1, "setup (call, reconfig, fill)"),
+                "stream": (2, "tiles (stream)"), "hbm": (3, "HBM traffic"), "ddr": (4, "DDR traffic"),
+                "collective": (5, "P2P collectives")}
+#: a lane's overflow rows use tids ``tid + ROW_STRIDE * row``
+ROW_STRIDE = 100_000
+
+
+def _us(cycles: float, clock_hz: float) -> float:
+    # nanosecond resolution keeps the file small and the text identical run to run
+    return round(cycles / clock_hz * 1e6, 3)
+
+
+def _meta(pid: int, name: str, sort: int, tid: int | None = None) -> list[dict]:
+    if tid is None:
+        return [{"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": name}},
+                {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": sort}}]
+    return [{"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
+            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": sort}}]
+
+
+class _Rows:
+    """Rows of one lane: an event goes to the first row where it does not cross the last event
+    (complete events on one thread must nest, not overlap)."""
+
+    def __init__(self) -> None:
+        self.ends: list[list[tuple[float, float]]] = []
+
+    def row(self, start: float, end: float) -> int:
+        for i, stack in enumerate(self.ends):
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if not stack or (stack[-1][0] <= start and end <= stack[-1][1]):
+                stack.append((start, end))
+                return i
+        self.ends.append([(start, end)])
+        return len(self.ends) - 1
+
+
+def _lay_out(events: list[dict], names: dict[int, str], pid: int) -> list[dict]:
+    """Give each event a row of its lane; returns thread metadata for every row used."""
+    rows: dict[int, _Rows] = {}
+    used: set[int] = set()
+    for ev in sorted(events, key=lambda e: (e["tid"], e["ts"], -e["dur"])):
+        lane = ev["tid"]
+        k = rows.setdefault(lane, _Rows()).row(ev["ts"], ev["ts"] + ev["dur"])
+        ev["tid"] = lane + ROW_STRIDE * k
+        used.add(ev["tid"])
+    meta = []
+    for tid in sorted(used):
+        lane, k = tid % ROW_STRIDE, tid // ROW_STRIDE
+        meta += _meta(pid, names.get(lane, f"lane {lane}") + (f" #{k + 1}" if k else ""), tid, tid)
+    return meta
+
+
+def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets: Sequence[int] = (0,),
+                 first_pid: int = 1, offset_cycles: int = 0, kernels: Iterable[Any] = ()) -> list[dict]:
+    """Trace events of one phase: one process per socket in ``sockets`` (the first is the simulated
+    one, the others repeat its schedule).
+
+    Parameters
+    ----------
+    events : iterable of TraceEvent
+        The phase's events (:attr:`sn40l_sim.engine.phase.PhaseTiming.events`).
+    clock_hz : float
+        RDU clock.
+    title : str
+        Process name prefix (``"full · decode"``).
+    sockets : sequence of int
+        Socket numbers to draw.
+    first_pid : int
+        Process id of the first socket (the others follow).
+    offset_cycles : int
+        Where the phase starts on the trace's clock.
+    kernels : iterable of KernelTiming
+        Per-kernel detail (FLOPs, bytes, bounds) for the ``args`` and the memory lanes.
+    """
+    detail = {(k.name, k.start_cycle): k for k in kernels}
+    base: list[dict] = []
+    for ev in events:
+        lane = SOCKET_LANES.get(ev.category, (6, ev.category))[0]
+        args: dict[str, Any] = {"kind": ev.kind, "layer": ev.layer, "cycles": ev.cycles}
+        k = detail.get((ev.name, ev.start_cycle)) if ev.category == "kernel" else None
+        if k is not None:
+            args.update(flops=k.flops, hbm_bytes=k.hbm_bytes, ddr_bytes=k.ddr_bytes, weight_bytes=k.weight_bytes,
+                        kv_bytes=k.kv_bytes, activation_bytes=k.activation_bytes,
+                        memory_bound_cycles=k.memory_bound_cycles, compute_bound_cycles=k.compute_bound_cycles,
+                        collective_exposed_cycles=k.collective_exposed_cycles)
+        base.append(_x(ev.name, ev.category, lane, ev.start_cycle + offset_cycles, ev.cycles, clock_hz, args))
+        if ev.category == "stream":
+            base += _memory(ev, detail, offset_cycles, clock_hz)
+    names = {tid: name for tid, name in SOCKET_LANES.values()}
+    out: list[dict] = []
+    for i, socket in enumerate(sockets):
+        pid = first_pid + i
+        label = f"{title} · socket {socket}" + (f" (mirrors socket {sockets[0]})" if i else "")
+        copies = [dict(ev, pid=pid, args=dict(ev["args"], mirrors_socket=sockets[0]) if i else ev["args"])
+                  for ev in base]
+        out += _meta(pid, label, pid) + _lay_out(copies, names, pid) + copies
+    return out
+
+
+def _x(name: str, cat: str, tid: int, start_cycle: float, cycles: float, clock_hz: float, args: dict) -> dict:
+    return {"name": name, "cat": cat, "ph": "X", "pid": 0, "tid": tid, "ts": _us(start_cycle, clock_hz),
+            "dur": _us(cycles, clock_hz), "args": args}
+
+
+def _memory(stream: Any, detail: dict, offset: int, clock_hz: float) -> list[dict]:
+    """The kernel's HBM and DDR bytes over its stream interval, with the average rate."""
+    kernel = next((k for (name, start), k in detail.items()
+                   if name == stream.name and k.start_cycle <= stream.start_cycle <= k.end_cycle), None)
+    if kernel is None or stream.cycles <= 0:
+        return []
+    out = []
+    for tier in ("hbm", "ddr"):
+        n_bytes = getattr(kernel, f"{tier}_bytes")
+        if n_bytes > 0:
+            rate = n_bytes / (stream.cycles / clock_hz)
+            out.append(_x(f"{tier.upper()} {stream.name}", tier, SOCKET_LANES[tier][0], stream.start_cycle + offset,
+                          stream.cycles, clock_hz, {"bytes": n_bytes, "GB_per_s": round(rate / 1e9, 3),
+                                                    "layer": stream.layer}))
+    return out
+
+
+def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int, kv_bytes_per_token: int = 0) -> list[dict]:
+    """Trace events of a :class:`~sn40l_sim.engine.serving.ServingLog`: prefill nodes (prefill and
+    KV link lanes) and decode nodes (steps, a KV counter, one lane per slot)."""
+    colocated = log.setup.mode == "colocated"
+    n_prefill = 0 if colocated else log.setup.prefill_nodes
+    out: list[dict] = []
+    events: dict[int, list[dict]] = {}
+    lanes: dict[int, dict[int, str]] = {}
+
+    def add(pid: int, tid: int, lane: str, ev: dict) -> None:
+        ev["pid"] = pid
+        events.setdefault(pid, []).append(ev)
+        lanes.setdefault(pid, {})[tid] = lane
+
+    decode_pid = first_pid + n_prefill
+    for r in log.requests:
+        req = r.request
+        args = {"request": req.id, "prompt_len": req.prompt_len, "output_len": req.output_len}
+        if r.prefill_start >= 0:
+            pid = decode_pid + r.prefill_node if colocated else first_pid + r.prefill_node
+            add(pid, 0, "prefill", _x(f"prefill req {req.id}", "prefill", 0, r.prefill_start,
+                                      r.first_token - r.prefill_start, clock_hz, args))
+        if r.transfer_start >= 0:
+            add(first_pid + r.prefill_node, 1, "KV link", _x(
+                f"KV req {req.id} -> decode {r.decode_node}", "kv_transfer", 1, r.transfer_start,
+                r.transfer_end - r.transfer_start, clock_hz,
+                dict(args, bytes=log.setup.cache_tokens(req.prompt_len, 0) * log.setup.kv_bytes_per_token)))
+        if r.join >= 0:
+            tid = 10 + r.slot
+            end = r.finish if r.finish >= 0 else log.end_cycle
+            add(decode_pid + r.decode_node, tid, f"slot {r.slot}", _x(
+                f"req {req.id}", "sequence", tid, r.join, end - r.join, clock_hz,
+                dict(args, tokens=r.generated, first_token_us=_us(r.first_token, clock_hz))))
+    for step in log.steps:
+        pid = decode_pid + step.node
+        add(pid, 1, "decode steps", _x("decode step", "decode_step", 1, step.start, step.end - step.start, clock_hz,
+                                       {"active": step.active, "slots_in_use": step.slots_in_use,
+                                        "kv_bytes": step.kv_bytes}))
+        events[pid].append({"name": "KV held (GiB)", "ph": "C", "pid": pid, "tid": 0,
+                            "ts": _us(step.end, clock_hz), "args": {"GiB": round(step.kv_bytes / 2**30, 4)}})
+    for i in range(n_prefill):
+        out += _meta(first_pid + i, f"{title} · prefill node {i}", first_pid + i)
+    for j in range(log.setup.decode_nodes):
+        pid = decode_pid + j
+        out += _meta(pid, f"{title} · {'node' if colocated else 'decode node'} {j}", pid)
+    for pid in sorted(events):
+        timed = [e for e in events[pid] if e["ph"] == "X"]
+        out += _lay_out(timed, lanes[pid], pid) + events[pid]
+    return out
+
+
+def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> list[dict]:
+    """All trace events of one :class:`~sn40l_sim.engine.serving_point.PointResult`."""
+    s, clock, log = result.setup, result.clock_hz, result.log
+    out: list[dict] = []
+    pid = first_pid
+    prefill_at, decode_at = 0, int(result.prefill.cycles)
+    if log is not None:
+        out += serving_events(log, clock, title=s.name, first_pid=pid)
+        pid += (0 if s.mode == "colocated" else s.prefill_nodes) + s.decode_nodes
+        node0 = [r.prefill_start for r in log.requests if r.prefill_start >= 0 and r.prefill_node == 0]
+        prefill_at = min(node0, default=0)
+        steps0 = [st.start for st in log.steps if st.node == 0]
+        decode_at = min(steps0, default=decode_at)
+    for phase, timing, plan, at in (("prefill", result.prefill, s.prefill_plan, prefill_at),
+                                    ("decode", result.decode, s.decode_plan, decode_at)):
+        group = list(range(max(1, plan.tp))) if sockets == "group" else [0]
+        out += phase_events(timing.events, clock, title=f"{s.name} · {phase}", sockets=group, first_pid=pid,
+                            offset_cycles=at, kernels=timing.kernels)
+        pid += len(group)
+    return out
+
+
+def build_trace(results: Sequence[Any], *, sockets: str = "group") -> dict:
+    """The trace object of several points (each in its own block of processes).
+
+    Parameters
+    ----------
+    results : sequence of PointResult
+        Simulated points (``run`` collects them).
+    sockets : {"group", "simulated"}
+        Draw every socket of each phase's tensor-parallel group, or the simulated socket only.
+    """
+    if sockets not in ("group", "simulated"):
+        raise ValueError(f"sockets must be 'group' or 'simulated', got {sockets!r}")
+    events: list[dict] = []
+    for result in results:
+        first = 1 + max((e["pid"] for e in events), default=0)
+        events += point_events(result, first_pid=first, sockets=sockets)
+    names = [r.setup.name for r in results]
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "sn40l_sim", "points": names, "time_unit": "us"}}
+
+
+def phase_trace(timing: Any, *, title: str = "phase", sockets: Sequence[int] = (0,)) -> dict:
+    """The trace object of one :class:`~sn40l_sim.engine.phase.PhaseTiming` alone (from 0)."""
+    clock = timing.cycles / timing.seconds if timing.seconds else 1.0
+    events = phase_events(timing.events, clock, title=title, sockets=sockets, kernels=timing.kernels)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_trace(path: str | Path, source: Any, *, sockets: str = "group") -> Path:
+    """Write a trace file and return its path.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.json`` file to write (folders are created).
+    source : PointResult, sequence of PointResult, PhaseTiming, or dict
+        What to draw; a dict is written as it is (a trace object already built).
+    sockets : {"group", "simulated"}
+        See :func:`build_trace`.
+    """
+    if isinstance(source, dict):
+        trace = source
+    elif hasattr(source, "events") and hasattr(source, "kernels"):
+        trace = phase_trace(source, title=source.phase)
+    elif hasattr(source, "setup") and hasattr(source, "prefill"):
+        trace = build_trace([source], sockets=sockets)
+    else:
+        trace = build_trace(list(source), sockets=sockets)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path

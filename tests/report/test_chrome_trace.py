@@ -1,0 +1,134 @@
+"""Chrome traces: the main experiment's trace is valid JSON in the trace-event object format, with
+one process per socket of each phase's tensor-parallel group and per node, named threads, events
+with ts >= 0 and dur >= 0 that nest on every thread, request ids on the serving lanes, and kernel
+lanes that add up to the simulated phase."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.engine.trace import TraceEvent
+from sn40l_sim.report.chrome_trace import build_trace, phase_events, write_trace
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def main_results():
+    from sn40l_sim.experiment import load_experiment
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.sweep_simulate import simulate_points
+
+    exp = load_experiment(REPO / "experiments/deepseek_tp16.yaml")
+    node = load_hardware(exp.resolve(exp.spec.hardware))
+    model = load_model(exp.resolve(exp.spec.model), exp.spec.model_overrides or None)
+    results = []
+    records = simulate_points(exp, node, model, on_result=results.append)
+    assert [r.setup.name for r in results] == [r["name"] for r in records]
+    return results
+
+
+@pytest.fixture(scope="module")
+def main_trace(main_results, tmp_path_factory):
+    path = write_trace(tmp_path_factory.mktemp("trace") / "deepseek_tp16.json", main_results)
+    return json.loads(path.read_text())
+
+
+def process_names(trace):
+    return {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def test_object_format_with_per_socket_processes(main_trace, main_results):
+    assert main_trace["displayTimeUnit"] == "ms" and isinstance(main_trace["traceEvents"], list)
+    names = process_names(main_trace)
+    for result in main_results:
+        for phase, plan in (("prefill", result.setup.prefill_plan), ("decode", result.setup.decode_plan)):
+            sockets = sorted(int(n.split("socket ")[1].split()[0]) for n in names.values()
+                             if n.startswith(f"{result.setup.name} · {phase} · socket"))
+            assert sockets == list(range(plan.tp)) and plan.tp == 16
+        nodes = [n for n in names.values() if n.startswith(f"{result.setup.name} · ") and " node " in n]
+        assert len(nodes) == result.setup.prefill_nodes + result.setup.decode_nodes
+    assert len(set(names)) == len(names) > 32
+
+
+def test_events_are_well_formed_and_threads_named(main_trace):
+    events = main_trace["traceEvents"]
+    threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    rows = defaultdict(list)
+    for e in events:
+        assert e["ph"] in ("X", "C", "M")
+        if e["ph"] == "M":
+            continue
+        assert isinstance(e["ts"], float) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and (e["pid"], e["tid"]) in threads and e["name"]
+            rows[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    assert len(threads) > 100
+    for key, spans in rows.items():  # complete events on one thread nest, they never cross
+        stack: list[float] = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= start + 1e-6:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-6, key
+            stack.append(end)
+
+
+def test_serving_lanes_carry_request_ids(main_trace, main_results):
+    events = [e for e in main_trace["traceEvents"] if e["ph"] == "X"]
+    names = process_names(main_trace)
+    for result in main_results:
+        mine = [e for e in events if names[e["pid"]].startswith(f"{result.setup.name} · ")]
+        ids = sorted(r.request.id for r in result.log.requests)
+        for cat in ("prefill", "kv_transfer", "sequence"):
+            assert sorted(e["args"]["request"] for e in mine if e["cat"] == cat) == ids, cat
+        clock = result.clock_hz
+        joins = {r.request.id: round(r.join / clock * 1e6, 3) for r in result.log.requests}
+        assert all(e["ts"] == joins[e["args"]["request"]] for e in mine if e["cat"] == "sequence")
+        assert sum(e["cat"] == "decode_step" for e in mine) == len(result.log.steps)
+
+
+def test_kernel_lanes_add_up_to_the_phase(main_trace, main_results):
+    events = [e for e in main_trace["traceEvents"] if e["ph"] == "X"]
+    names = process_names(main_trace)
+    result = main_results[0]
+    for phase, timing in (("prefill", result.prefill), ("decode", result.decode)):
+        per_socket = {}
+        for s in range(16):
+            pid = next(p for p, n in names.items() if n.startswith(f"{result.setup.name} · {phase} · socket {s}"))
+            per_socket[s] = [(e["name"], e["ts"], e["dur"]) for e in events if e["pid"] == pid and e["cat"] == "kernel"]
+        # tensor-parallel peers run the simulated socket's schedule
+        assert all(per_socket[s] == per_socket[0] for s in per_socket)
+        kernels = per_socket[0]
+        assert len(kernels) == len(timing.kernels)
+        span_us = max(ts + d for _, ts, d in kernels) - min(ts for _, ts, _ in kernels)
+        assert span_us == pytest.approx(timing.seconds * 1e6, rel=1e-6, abs=0.01)
+        hbm = [e for e in events if e["pid"] == min(p for p, n in names.items()
+                                                    if n.startswith(f"{result.setup.name} · {phase} · socket 0"))
+               and e["cat"] == "hbm"]
+        assert sum(e["args"]["bytes"] for e in hbm) == sum(k.hbm_bytes for k in timing.kernels) > 0
+
+
+def test_simulated_socket_only(main_results):
+    trace = build_trace(main_results[:1], sockets="simulated")
+    sockets = [n for n in process_names(trace).values() if "socket" in n]
+    assert sockets == ["full · prefill · socket 0", "full · decode · socket 0"]
+    with pytest.raises(ValueError):
+        build_trace(main_results[:1], sockets="all")
+
+
+def test_overlapping_events_get_a_second_row_and_a_phase_alone_writes(tmp_path, main_results):
+    events = [TraceEvent("a", "qkv", 0, 0, 100), TraceEvent("b", "mha", 0, 50, 200),  # b starts before a ends
+              TraceEvent("c", "o_proj", 0, 200, 300)]
+    out = phase_events(events, clock_hz=1e6, title="t")
+    rows = {e["name"]: e["tid"] for e in out if e["ph"] == "X"}
+    assert rows["a"] == rows["c"] == 0 and rows["b"] != 0
+    thread_names = {e["tid"]: e["args"]["name"] for e in out if e["name"] == "thread_name"}
+    assert thread_names[rows["b"]] == "kernels #2"
+    path = write_trace(tmp_path / "decode.json", main_results[0].decode)
+    trace = json.loads(path.read_text())
+    assert process_names(trace) == {1: "decode · socket 0"}
+    assert sum(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"]) == len(main_results[0].decode.kernels)
