@@ -8,6 +8,27 @@ member. The busiest socket's compute therefore sets the step time, and simulatin
 exact for the time; the other sockets would only add idle time. Their part in the collectives is
 not skipped: :class:`~sn40l_sim.engine.collectives.CollectiveModel` simulates every member's
 transfers on the node's links.
+
+Examples
+--------
+A decode attention kernel followed by an all-reduce of 1 MiB among the 16 sockets:
+
+>>> from dataclasses import replace
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> from sn40l_sim.mapper import map_graph
+>>> from sn40l_sim.mapper._examples import example_decode_kernel
+>>> from sn40l_sim.models.kernels import Collective, KernelGraph, Shape
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> kernel = replace(example_decode_kernel(), collectives=(Collective("all_reduce", 2**20, 16),))
+>>> graph = KernelGraph("toy", Shape("decode", 1, 0, 4096))
+>>> graph.add(kernel)
+>>> placed = map_graph(node, graph)
+>>> run = run_graph(node, placed)
+>>> coll = CollectiveModel.from_node(node).run(kernel.collectives[0])
+>>> run.cycles == placed.kernels[0].cycles + coll.cycles    # the mapper's formula, then the collective
+True
+>>> run.tier_bytes["hbm"] == placed.kernels[0].hbm_bytes + run.link_bytes["p2p_staged"]
+True
 """
 from __future__ import annotations
 
