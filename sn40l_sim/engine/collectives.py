@@ -37,6 +37,7 @@ True
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -107,7 +108,7 @@ class _Run:
         if src == 0:
             self.sent_by_0 += n_bytes
         head = (self.setup_s + self.table.latency_s(src, dst)) * self.table.clock_hz
-        yield self.env.timeout(max(0, int(-(-head // 1))))
+        yield self.env.timeout(max(0, math.ceil(head - 1e-6)))   # whole cycles, float noise forgiven
         path = tuple(self.channels[link] for link in self.table.route(src, dst))
         yield self.net.transfer(path, n_bytes)
 

@@ -152,7 +152,7 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
             events.append(TraceEvent(r.name, r.kind, socket, r.start, r.stream_start, r.layer, "setup"))
         events.append(TraceEvent(r.name, r.kind, socket, r.stream_start, r.stream_end, r.layer, "stream"))
         for run in r.collectives:
-            label = run.collective.name or f"{r.name}.{run.collective.kind}"
+            label = f"{r.name}.{run.collective.name or run.collective.kind}"
             events.append(TraceEvent(label, run.collective.kind, socket, run.start, run.end, r.layer,
                                      "collective"))
     return GraphRun(cycles, records, busy, tiers, links, tuple(events))
