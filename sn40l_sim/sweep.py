@@ -158,19 +158,22 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         except AxisError as exc:
             raise InputError(str(exc), field=f"--set {dotted}") from None
     axes = _parse_axes(doc, section.get("axes"), mode)
-    checker = _Checker(doc, base, base_hw)
-    for axis in axes:
-        checker.check(axis)
     points = []
     for index, values in enumerate(combinations(axes, mode)):
         data, hw = copy.deepcopy(base), dict(base_hw)
         for axis, value in zip(axes, values):
             if axis.hardware_field:
                 hw[axis.hardware_field] = value
-            else:
+                continue
+            try:
                 set_path(data, axis.path, value)
+            except AxisError as exc:
+                raise doc.error(("sweep", "axes", axis.name), str(exc)) from None
         points.append(SweepPoint(index, point_name(axes, values), {a.name: v for a, v in zip(axes, values)},
                                  data, hw, {a.name: a.hardware_field for a in axes if a.hardware_field}))
+    checker = _Checker(doc, base, base_hw, points)
+    for axis in axes:
+        checker.check(axis)
     plot = _parse_plot(doc, section.get("plot"))
     name = base.get("name") if isinstance(base.get("name"), str) else doc.path.stem
     return Sweep(doc, name, mode, axes, points, plot, infeasible)
@@ -215,11 +218,15 @@ def _parse_plot(doc: Document, spec: Any) -> dict[str, Any] | None:
 
 
 class _Checker:
-    """Checks each value of each axis alone against the base experiment and hardware."""
+    """Checks each value of each axis against the base experiment and hardware. A value that fails
+    alone is still accepted when some sweep point that uses it is valid as a whole (coupled axes,
+    such as ``hardware.sockets`` zipped with ``hardware.socket.p2p.ports``); the points where it
+    is not valid then fail when they run."""
 
-    def __init__(self, doc: Document, base: dict, base_hw: dict) -> None:
-        self.doc, self.base, self.base_hw = doc, base, base_hw
+    def __init__(self, doc: Document, base: dict, base_hw: dict, points: list[SweepPoint]) -> None:
+        self.doc, self.base, self.base_hw, self.points = doc, base, base_hw, points
         self._node = None
+        self._valid: dict[int, bool] = {}
 
     def _fail(self, axis: Axis, index: int | None, message: str) -> InputError:
         at: tuple = ("sweep", "axes", axis.name)
@@ -244,7 +251,7 @@ class _Checker:
         for i, value in enumerate(axis.values):
             try:
                 if axis.hardware_field:
-                    self._hardware(axis.hardware_field, value)
+                    self._hardware({**self.base_hw, axis.hardware_field: value})
                 else:
                     data = copy.deepcopy(self.base)
                     set_path(data, axis.path, value)
@@ -253,16 +260,30 @@ class _Checker:
                 raise self._fail(axis, None, str(exc)) from None
             except InputError as exc:
                 inner = f"{exc.field}: {exc.message}" if exc.field else exc.message
+                if exc.file and exc.file not in (str(self.doc.path), "<overrides>"):
+                    inner = str(exc)  # a problem in another file (the hardware's): name it
                 if exc.message.startswith("unknown key") or "is not a section" in exc.message:
                     raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: {inner}") from None
-                raise self._fail(axis, i, f"value {value!r}: {inner}") from None
+                users = [p for p in self.points if p.values[axis.name] is value]
+                if not any(self._point_valid(p) for p in users):
+                    raise self._fail(axis, i, f"value {value!r}: {inner}") from None
 
-    def _hardware(self, dotted: str, value: Any) -> None:
+    def _point_valid(self, point: SweepPoint) -> bool:
+        if point.index not in self._valid:
+            try:
+                _check_points(experiment_from_data(point.data, self.doc))
+                self._hardware(point.hardware_overrides)
+                self._valid[point.index] = True
+            except InputError:
+                self._valid[point.index] = False
+        return self._valid[point.index]
+
+    def _hardware(self, overrides: dict[str, Any]) -> None:
         from sn40l_sim.hardware.loader import with_overrides
 
         if self._node is None:
-            self._node = load_node(self.doc, self.base, self.base_hw)
-        with_overrides(self._node, {dotted: value})
+            self._node = load_node(self.doc, self.base, {})
+        with_overrides(self._node, overrides)
 
 
 def experiment_from_data(data: dict, doc: Document):

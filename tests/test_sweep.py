@@ -193,3 +193,22 @@ def test_demo_sweep_has_fifty_points():
     assert len(sweep.points) == 50 and [a.label for a in sweep.axes] == ["batch", "prompt_len"]
     assert sweep.axes[0].values == tuple(2**i for i in range(10))
     assert sweep.infeasible == "skip" and sweep.plot["x"] == "batch"
+
+
+def test_coupled_axes_are_checked_together(tmp_path):
+    # 32 sockets in a full mesh need 31 P2P ports: invalid with the socket's 16 alone, valid zipped with 32
+    sweep = load_sweep(write_experiment(tmp_path, """\
+        mode: zip
+        axes:
+          hardware.sockets: [8, 32]
+          hardware.socket.p2p.ports: [16, 32]
+        """))
+    assert sweep.points[1].hardware_overrides == {"sockets": 32, "socket.p2p.ports": 32}
+    path = write_experiment(tmp_path, """\
+        axes:
+          hardware.sockets: [8, 32]
+          hardware.socket.p2p.ports: [16, 20]
+        """)
+    with pytest.raises(InputError) as info:
+        load_sweep(path)  # no point makes 32 sockets valid
+    assert info.value.field == "sweep.axes.hardware.sockets[1]" and "31 P2P ports" in info.value.message
