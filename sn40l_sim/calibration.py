@@ -129,7 +129,8 @@ def write_back(yaml_path: Path, result: FitResult, note: str) -> None:
         pattern = re.compile(rf"^(\s*{name}:\s*)([^#\n]*?)(\s*#.*)?$", re.MULTILINE)
         if not pattern.search(text):
             raise KeyError(f"{name} not found in {yaml_path}")
-        text = pattern.sub(lambda m: f"{m.group(1)}{_format_value(name, value)}  # calibrated: {note}", text, count=1)
+        text = pattern.sub(lambda m: f"{m.group(1)}{_format_value(name, value)}  # calibrated: {note}",
+                           text, count=1)
     yaml_path.write_text(text, encoding="utf-8")
 
 

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(result.comparisons))
     if args.write:
-        ids = ", ".join(c.reference.measurement.id for c in result.comparisons)
-        write_back(args.hardware, result, f"fitted by `sn40l_sim calibrate` to {ids}")
+        write_back(args.hardware, result, "fitted by `python -m sn40l_sim calibrate` to the calibration "
+                   "points of experiments/reference/ (Table 4 shares, prefill overhead, Table 5 row 1); "
+                   "see docs/validation.md")
         print(f"\nwrote the fitted values into {args.hardware}")
     return 0

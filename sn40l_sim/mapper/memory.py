@@ -18,10 +18,13 @@ Examples
 >>> node = example_node()
 >>> GiB = 2**30
 >>> mp = _place(node.socket, weights=40 * GiB, kv=30 * GiB, activations=1 * GiB)
->>> mp.hbm["weights"] / GiB, round(mp.hbm["kv"] / GiB, 2), round(mp.ddr["kv"] / GiB, 2)
-(40.0, 21.0, 9.0)
->>> mp.tiers().weights_ddr_fraction, round(mp.tiers().kv_ddr_fraction, 3)
-(0.0, 0.3)
+>>> usable = 64 * GiB - node.socket.reserved.hbm_bytes    # HBM after the runtime's reservation
+>>> mp.hbm["weights"] == 40 * GiB, mp.hbm["kv"] == usable - 40 * GiB - 1 * GiB   # KV takes the rest
+(True, True)
+>>> mp.ddr["kv"] == 30 * GiB - mp.hbm["kv"]                # and spills what does not fit
+True
+>>> mp.tiers().weights_ddr_fraction, mp.tiers().kv_ddr_fraction == mp.ddr["kv"] / (30 * GiB)
+(0.0, True)
 """
 from __future__ import annotations
 

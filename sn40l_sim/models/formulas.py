@@ -4,8 +4,8 @@ Each family module exports ``OPERATORS`` (name -> ``f(ctx) -> list[Step]``) and 
 (name -> ``f(ctx) -> bytes``); a template may use any of them, and the template loader rejects a
 name that is in neither.
 
->>> sorted(SIZES)[:3]
-['candidates', 'embed_reduce', 'gqa_o_to_tp']
+>>> {'hidden', 'expert_intermediate', 'latent'} <= set(SIZES)
+True
 """
 from __future__ import annotations
 
