@@ -1,0 +1,57 @@
+"""The notebooks in notebooks/ run top to bottom (nbclient, a python3 kernel, working directory
+notebooks/), draw their figures, and are committed without outputs and as make_notebooks.py writes
+them. Each takes seconds to a few tens of seconds on 2 cores."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "validation.ipynb"]
+
+
+def kernel_name() -> str:
+    """``python3``, installing ipykernel's kernel spec for this interpreter if it is missing."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], check=True,
+                       capture_output=True)
+    return "python3"
+
+
+def test_notebooks_are_generated_and_stored_without_outputs():
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
+    result = subprocess.run([sys.executable, str(NOTEBOOKS / "make_notebooks.py"), "--check"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout
+    for name in NAMES:
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(not c.outputs and c.execution_count is None for c in code), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_top_to_bottom(name, monkeypatch):
+    from nbclient import NotebookClient
+
+    # the kernel imports this checkout, whatever is installed
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name=kernel_name(),
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on any cell error
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    figures = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]
+    assert figures, f"{name} drew no figure"
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "deepseek-r1 on SN40L-16" in text
