@@ -136,5 +136,5 @@ def write_back(yaml_path: Path, result: FitResult, note: str) -> None:
 
 def _format_value(name: str, value: float) -> str:
     if name.endswith("_s"):
-        return f"{value * 1e6:.3f} us"
+        return f"{value * 1e6:.6g} us"
     return f"{value:.4f}"

@@ -20,8 +20,12 @@ Examples
 >>> from sn40l_sim.hardware.loader import load_hardware
 >>> node = load_hardware("hw_configs/sn40l.yaml")
 >>> res = SocketResources.build(simpy.Environment(), node, socket=0)
->>> round(res.hbm.bytes_per_cycle, 1), round(res.ddr.bytes_per_cycle, 1), round(res.tln.bytes_per_cycle)
-(870.4, 50.0, 4096)
+>>> from sn40l_sim.hardware import figures
+>>> s = node.socket   # HBM at its calibrated achievable fraction, per cycle
+>>> res.hbm.bytes_per_cycle == figures.hbm_bytes_per_s(s) * s.calibrated.hbm_efficiency / s.clock_hz
+True
+>>> round(res.tln.bytes_per_cycle)
+4096
 """
 from __future__ import annotations
 

@@ -60,7 +60,9 @@ def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
     # stream is the mapper's tile-level formula exactly; the engine adds the exposed collectives
     alone = run_graph(node, placed, EngineOptions(stage_collectives=False))
     for rec, pk in zip(alone.records, placed.kernels):
-        assert rec.stream_end - rec.start == pk.cycles, rec.name
+        # each of the (at most 8) chunks of a section ends on a whole cycle, so float rates may
+        # round the stream up by a cycle per chunk
+        assert 0 <= rec.stream_end - rec.start - pk.cycles <= 8 * pk.sections, rec.name
     for k, pk in zip(step.kernels, placed.kernels):
         assert k.cycles - k.collective_exposed_cycles >= pk.cycles, k.name
         assert k.cycles >= pk.compute_cycles and k.cycles >= pk.memory_cycles, k.name
