@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.sweep_axes import (PLOT_KEYS, SECTION_KEYS, Axis, AxisError, combinations, labels, parse_axis,
+from sn40l_sim.sweep_axes import (SECTION_KEYS, Axis, AxisError, combinations, labels, parse_axis, parse_plot,
                                   point_name, set_path)
 from sn40l_sim.yamlio import Document, load_document
 
@@ -147,16 +147,8 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     if infeasible not in ("fail", "skip"):
         raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {infeasible!r}")
     base = {k: v for k, v in doc.data.items() if k != "sweep"}
-    base_hw: dict[str, Any] = {}
-    for dotted, value in sorted((sets or {}).items()):
-        parts = tuple(dotted.split("."))
-        if parts[0] == "hardware" and len(parts) > 1:
-            base_hw[".".join(parts[1:])] = value
-            continue
-        try:
-            set_path(base, parts, value)
-        except AxisError as exc:
-            raise InputError(str(exc), field=f"--set {dotted}") from None
+    experiment_from_data(base, doc)  # the experiment itself, before any value is written in
+    base, base_hw = _apply_sets(doc, base, sets or {})
     axes = _parse_axes(doc, section.get("axes"), mode)
     points = []
     for index, values in enumerate(combinations(axes, mode)):
@@ -174,9 +166,36 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     checker = _Checker(doc, base, base_hw, points)
     for axis in axes:
         checker.check(axis)
-    plot = _parse_plot(doc, section.get("plot"))
+    try:
+        plot = parse_plot(section.get("plot"))
+    except AxisError as exc:
+        raise doc.error(("sweep", "plot") + exc.where, str(exc)) from None
     name = base.get("name") if isinstance(base.get("name"), str) else doc.path.stem
     return Sweep(doc, name, mode, axes, points, plot, infeasible)
+
+
+def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+    """The experiment data with ``--set`` values written in, and the hardware overrides; each is
+    checked on its own so that an error names the ``--set`` that caused it."""
+    from sn40l_sim.hardware.loader import with_overrides
+
+    base, hardware = copy.deepcopy(base), {}
+    for dotted, value in sorted(sets.items()):
+        parts = tuple(dotted.split("."))
+        try:
+            if parts[0] == "hardware" and len(parts) > 1:
+                with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
+                hardware[".".join(parts[1:])] = value
+                continue
+            trial = copy.deepcopy(base)
+            set_path(trial, parts, value)
+            _check_points(experiment_from_data(trial, doc))
+            base = trial
+        except (AxisError, InputError) as exc:
+            inner = f"{exc.field}: {exc.message}" if isinstance(exc, InputError) and exc.field else \
+                getattr(exc, "message", str(exc))
+            raise InputError(f"{value!r}: {inner}", field=f"--set {dotted}") from None
+    return base, hardware
 
 
 def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
@@ -200,21 +219,6 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
         if paths.count(a.path) > 1:
             raise doc.error(("sweep", "axes", a.name), f"two axes set {'.'.join(a.path)}")
     return axes
-
-
-def _parse_plot(doc: Document, spec: Any) -> dict[str, Any] | None:
-    if spec is None:
-        return None
-    at = ("sweep", "plot")
-    if not isinstance(spec, dict):
-        raise doc.error(at, "expected a mapping {x, y, hue, kind, logx, logy, where}")
-    unknown = sorted(set(spec) - PLOT_KEYS)
-    if unknown:
-        raise doc.error(at + (unknown[0],), f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})")
-    for key in ("x", "y"):
-        if not isinstance(spec.get(key), str):
-            raise doc.error(at + (key,), "required: a column of results.csv")
-    return dict(spec)
 
 
 class _Checker:

@@ -160,6 +160,25 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
     return parts, values
 
 
+def parse_plot(spec: Any) -> dict[str, Any] | None:
+    """The ``plot:`` entry of a sweep section (None when absent); columns are checked after the run.
+
+    >>> parse_plot({"x": "batch", "y": "ttft_s", "hue": "kv_policy"})["hue"]
+    'kv_policy'
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where}")
+    unknown = sorted(set(spec) - PLOT_KEYS)
+    if unknown:
+        raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
+    for key in ("x", "y"):
+        if not isinstance(spec.get(key), str):
+            raise AxisError("required: a column of results.csv", (key,))
+    return dict(spec)
+
+
 def labels(axes: list[tuple[str, tuple[str, ...]]], explicit: set[str]) -> list[str]:
     """Short labels: an axis given with ``path:`` keeps its name; the others use the last path
     part unless another axis ends the same way.

@@ -212,3 +212,15 @@ def test_coupled_axes_are_checked_together(tmp_path):
     with pytest.raises(InputError) as info:
         load_sweep(path)  # no point makes 32 sockets valid
     assert info.value.field == "sweep.axes.hardware.sockets[1]" and "31 P2P ports" in info.value.message
+
+
+@pytest.mark.parametrize("item, words", [
+    ("serving.batchh=8", "serving.batchh: unknown key"),
+    ("serving.batch=-1", "serving.batch:"),
+    ("hardware.socket.hbm.bytes_per_s_per_unit=fast", "bandwidth"),
+])
+def test_bad_sets_name_the_set(tmp_path, capsys, item, words):
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2]\n")
+    assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
