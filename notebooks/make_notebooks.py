@@ -26,7 +26,7 @@ from sn40l_sim.experiment import load_experiment, make_point_policy, points
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.models.kernels import ParallelPlan
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.sweep_simulate import simulate_points
+from sn40l_sim.runner import simulate_points
 
 REPO = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "experiments" / "deepseek_tp16.yaml").is_file())
 exp = load_experiment(REPO / "experiments" / "deepseek_tp16.yaml")

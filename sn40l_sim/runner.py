@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sn40l_sim.errors import InputError
 
@@ -24,7 +24,8 @@ def _relocate(exp, exc: InputError) -> InputError:
 
 
 def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool = True,
-                        hardware_overrides: dict[str, Any] | None = None) -> tuple[object, list[dict]]:
+                        hardware_overrides: dict[str, Any] | None = None,
+                        on_result: Callable[[Any], None] | None = None) -> tuple[object, list[dict]]:
     """Load the experiment at ``path`` and simulate its points; returns (experiment, records).
 
     Parameters
@@ -39,32 +40,78 @@ def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool
     hardware_overrides : dict, optional
         Dotted hardware fields to change, as for
         :func:`sn40l_sim.hardware.loader.with_overrides` (calibration uses it).
+    on_result : callable, optional
+        Called with each point's :class:`~sn40l_sim.engine.serving_point.PointResult` (traces).
 
     Raises
     ------
     InputError
         For a bad experiment, hardware or model file, or an infeasible point.
     """
-    from sn40l_sim.engine.serving_point import PointSetup, simulate_point
-    from sn40l_sim.engine.workload import build_requests
-    from sn40l_sim.experiment import load_experiment, make_point_policy, points
+    from sn40l_sim.experiment import load_experiment
     from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.models.kernels import ParallelPlan
     from sn40l_sim.models.loader import load_model
-    from sn40l_sim.report.records import build_record
 
     exp = load_experiment(path)
     spec = exp.spec
     if spec.sweep is not None:
-        raise exp.error(("sweep",), "sweeps are not implemented yet (issue 7); remove the section "
-                        "to run the experiment's own points")
-    if spec.workload is None:
-        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+        raise exp.error(("sweep",), "this experiment has a sweep: section; run it with "
+                        "`python -m sn40l_sim run` (which delegates to the sweep) or `sweep`")
     node = load_hardware(exp.resolve(spec.hardware))
     if hardware_overrides:
         from sn40l_sim.hardware.loader import with_overrides
         node = with_overrides(node, hardware_overrides)
     model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
+    return exp, simulate_points(exp, node, model, progress=progress, serve=serve, on_result=on_result)
+
+
+def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, serve: bool = True,
+                    on_result: Callable[[Any], None] | None = None) -> list[dict]:
+    """One results record per point of ``exp`` (policies x prompt lengths), simulated on ``node``.
+
+    Parameters
+    ----------
+    exp : Experiment
+        A loaded experiment (its ``sweep`` section, if any, is ignored).
+    node : NodeSpec
+        The hardware (possibly with overrides).
+    model : ModelSpec
+        The model (with the experiment's ``model_overrides`` already applied).
+    progress : bool
+        Print the name of each point on stderr as it starts.
+    serve : bool
+        Serve the workload (False: memory, maximum batch, one prefill and one decode step only;
+        the latency and served-throughput fields are then empty).
+    on_result : callable, optional
+        Called with each point's :class:`~sn40l_sim.engine.serving_point.PointResult` (traces).
+
+    Raises
+    ------
+    InputError
+        For a missing workload or an infeasible point, located in the experiment file.
+
+    Examples
+    --------
+    >>> from sn40l_sim.experiment import load_experiment
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> from sn40l_sim.models.loader import load_model
+    >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
+    >>> node = load_hardware(exp.resolve(exp.spec.hardware))
+    >>> model = load_model(exp.resolve(exp.spec.model))
+    >>> fast = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    >>> base, faster = (simulate_points(exp, n, model, serve=False)[0] for n in (node, fast))
+    >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
+    ('full', None, True)
+    """
+    from sn40l_sim.engine.serving_point import PointSetup, simulate_point
+    from sn40l_sim.engine.workload import build_requests
+    from sn40l_sim.experiment import make_point_policy, points
+    from sn40l_sim.models.kernels import ParallelPlan
+    from sn40l_sim.report.records import build_record
+
+    spec = exp.spec
+    if spec.workload is None:
+        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
     serving = spec.serving
     max_new_tokens = exp.max_new_tokens
     trace_path = exp.resolve(spec.workload.path) if spec.workload.kind == "trace" else None
@@ -93,7 +140,7 @@ def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool
             result = simulate_point(setup, requests_for)
         except InputError as exc:
             raise _relocate(exp, exc) from None
+        if on_result is not None:
+            on_result(result)
         records.append(build_record(result, experiment=spec.name, policy_params=point.params))
-    return exp, records
-
-
+    return records

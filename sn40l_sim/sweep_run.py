@@ -113,7 +113,7 @@ def simulate_run(doc_path: str | Path, run: SweepRun, on_result=None) -> dict:
     """
     from sn40l_sim.hardware.loader import with_overrides
     from sn40l_sim.models.loader import load_model
-    from sn40l_sim.sweep_simulate import simulate_points
+    from sn40l_sim.runner import simulate_points
 
     sp = run.sweep_point
     doc = Document(run.data, Path(doc_path), run.origins)

@@ -23,17 +23,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--quiet", action="store_true", help="do not print per-point progress on stderr")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="worker processes when the experiment has a sweep: section (default: the number of CPUs)")
+    parser.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
+                        help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
+    from sn40l_sim.experiment import load_experiment
     from sn40l_sim.report.plot import throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
-
     from sn40l_sim.runner import simulate_experiment
 
-    exp, records = simulate_experiment(args.experiment, progress=not args.quiet)
+    if load_experiment(args.experiment).spec.sweep is not None:
+        if args.trace:
+            print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
+        from sn40l_sim.commands.sweep import sweep_main
+        return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet)
+    results: list = []
+    exp, records = simulate_experiment(args.experiment, progress=not args.quiet,
+                                       on_result=results.append if args.trace else None)
     out = args.out if args.out is not None else Path("out") / exp.spec.name
     json_path, csv_path = write_results(records, out)
     plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
@@ -41,4 +52,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
     print(side_by_side(records))
     print(f"\nwrote {json_path}, {csv_path}, {plot_path}")
+    if args.trace:
+        from sn40l_sim.report.chrome_trace import write_trace
+        print(f"wrote {write_trace(args.trace, results)}")
     return 0
