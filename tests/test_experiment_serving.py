@@ -145,7 +145,7 @@ def test_max_new_tokens_is_required_for_serving(tmp_path):
 
 
 @pytest.mark.parametrize("text, match", [
-    (BASE.replace("serving:", "sweep: {batch: [1, 2]}\nserving:"), "sweep: sweeps are not implemented yet"),
+    (BASE.replace("serving:", "sweep: {batch: [1, 2]}\nserving:"), "sweep.batch: unknown key"),
     (BASE.replace("workload:\n  kind: fixed\n  count: batch\n  output_len: 64\n", ""),
      "workload: run needs a workload section"),
     (BASE.replace("output_len: 64", "output_len: [64]"), "workload.output_len"),
