@@ -23,6 +23,11 @@ def _relocate(exp, exc: InputError) -> InputError:
     return exc.__class__(exc.message, file=file, field=exc.field, line=line)
 
 
+def _require_workload(exp: Any) -> None:
+    if exp.spec.workload is None:
+        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+
+
 def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool = True,
                         hardware_overrides: dict[str, Any] | None = None,
                         on_result: Callable[[Any], None] | None = None) -> tuple[object, list[dict]]:
@@ -57,6 +62,7 @@ def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool
     if spec.sweep is not None:
         raise exp.error(("sweep",), "this experiment has a sweep: section; run it with "
                         "`python -m sn40l_sim run` (which delegates to the sweep) or `sweep`")
+    _require_workload(exp)  # the experiment's own problems first, before the files it names
     node = load_hardware(exp.resolve(spec.hardware))
     if hardware_overrides:
         from sn40l_sim.hardware.loader import with_overrides
@@ -110,8 +116,7 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
     from sn40l_sim.report.records import build_record
 
     spec = exp.spec
-    if spec.workload is None:
-        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+    _require_workload(exp)
     serving = spec.serving
     max_new_tokens = exp.max_new_tokens
     trace_path = exp.resolve(spec.workload.path) if spec.workload.kind == "trace" else None
