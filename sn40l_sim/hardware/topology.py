@@ -153,7 +153,7 @@ def _unit_cells(socket: SocketSpec) -> list[tuple[str, int, int]]:
     return cells
 
 
-def _agcu_switches(socket: SocketSpec) -> list[tuple[int, int]]:
+def agcu_switches(socket: SocketSpec) -> list[tuple[int, int]]:
     """The edge switch each AGCU attaches to: half along the top row, half along the bottom."""
     tile = socket.tile
     top = (tile.agcus + 1) // 2
@@ -186,7 +186,7 @@ def _tile_template(socket: SocketSpec) -> tuple[list, list]:
         unit = f"{kind}.{r}.{c}"
         nodes.append((unit, {"kind": kind, "row": r, "col": c}))
         edges += [(unit, f"sw.{r + dr}.{c + dc}", port) for dr in (0, 1) for dc in (0, 1)]
-    for i, (r, c) in enumerate(_agcu_switches(socket)):
+    for i, (r, c) in enumerate(agcu_switches(socket)):
         nodes.append((f"agcu{i}", {"kind": "agcu", "row": r, "col": c}))
         edges.append((f"agcu{i}", f"sw.{r}.{c}", agcu_port))
     return nodes, edges

@@ -68,13 +68,12 @@ def pmu_cells(socket: SocketSpec) -> list[Cell]:
 
 
 def agcu_spots(socket: SocketSpec) -> list[Cell]:
-    """Switch ``(row, col)`` of each AGCU: half along the top edge, half along the bottom."""
-    tile = socket.tile
-    top = (tile.agcus + 1) // 2
-    spots = []
-    for count, row in ((top, 0), (tile.agcus - top, tile.grid_rows)):
-        spots += [(row, (2 * i + 1) * (tile.grid_cols + 1) // (2 * count)) for i in range(count)]
-    return spots
+    """Switch ``(row, col)`` of each AGCU: half along the top edge, half along the bottom (the
+    layout rule of :func:`sn40l_sim.hardware.topology.agcu_switches`, so placement and the topology
+    graph agree)."""
+    from sn40l_sim.hardware.topology import agcu_switches
+
+    return agcu_switches(socket)
 
 
 @dataclass(frozen=True)
