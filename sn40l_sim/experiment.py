@@ -55,14 +55,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.experiment_serving import (POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL,  # noqa: F401
                                           ConstantLength, FixedWorkload, LengthDist, LognormalLength,
                                           PoissonWorkload, RequestEntry, ServingSection, TraceWorkload,
                                           UniformLength, Workload)
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, _explain
+from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -247,55 +247,25 @@ def load_experiment(path: str | Path) -> Experiment:
         For the first bad field, naming the file, the field path and the line.
     """
     doc = load_document(path)
-    exp = Experiment(_validate(doc), doc)
-    _check(exp)
-    return exp
+    return experiment_from_document(doc)
 
 
-def _validate(doc: Document) -> ExperimentSpec:
-    """Like :func:`sn40l_sim.schema.validate`, but drops the union tags pydantic puts in error
-    locations (``workload.poisson.rate_per_s`` -> ``workload.rate_per_s``) so the path and the line
-    are the file's own."""
-    try:
-        return ExperimentSpec.model_validate(doc.data)
-    except ValidationError as exc:
-        errors = [(_file_loc(doc.data, err["loc"]), err) for err in exc.errors()]
-        loc = errors[0][0]
-        same = [err for where, err in errors if where == loc]
-        messages = list(dict.fromkeys(_message(err) for err in same))
-        message = " or ".join(messages)
-        if len(errors) > len(same):
-            message += f" (and {len(errors) - len(same)} more problem(s) in this file)"
-        raise doc.error(loc, message) from None
-
-
+#: what the experiment's tagged unions expect, for the message when a tag is missing or unknown
 _TAGS = {"dist": "an integer, or a mapping with dist: constant | uniform | lognormal",
          "kind": "a mapping with kind: fixed | poisson | trace"}
 
 
-def _message(err: dict) -> str:
-    if err["type"] in ("union_tag_not_found", "union_tag_invalid"):
-        key = err.get("ctx", {}).get("discriminator", "").strip("'")
-        return f"expected {_TAGS.get(key, 'a known kind')} (got {err.get('input')!r})"
-    return _explain(err)
+def experiment_from_document(doc: Document) -> Experiment:
+    """Validate and check an experiment already loaded as a document (sweeps build them in memory).
 
-
-def _file_loc(data: Any, pydantic_loc: tuple) -> FieldPath:
-    """The part of a pydantic error location that names keys of the file: union tags and
-    validator labels are dropped, a missing key at the end is kept."""
-    loc: list = []
-    parts = list(pydantic_loc)
-    for i, part in enumerate(parts):
-        if isinstance(data, dict):
-            if part in data:
-                loc.append(part)
-                data = data[part]
-            elif i == len(parts) - 1 and isinstance(part, str) and not part.startswith(("function-", "literal[")):
-                loc.append(part)  # a missing key
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
-            loc.append(part)
-            data = data[part]
-    return tuple(loc)
+    Raises
+    ------
+    InputError
+        For any bad field or cross-field inconsistency, located in the document.
+    """
+    exp = Experiment(validate(ExperimentSpec, doc, tag_hints=_TAGS), doc)
+    _check(exp)
+    return exp
 
 
 def _check(exp: Experiment) -> None:

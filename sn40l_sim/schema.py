@@ -8,7 +8,6 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from sn40l_sim.errors import InputError
 from sn40l_sim.units import parse_quantity
 from sn40l_sim.yamlio import Document, FieldPath
 
@@ -70,13 +69,27 @@ def _fraction(value: float) -> float:
 Fraction = Annotated[float, AfterValidator(_fraction)]
 
 
-def validate(model: type[M], doc: Document, at: FieldPath = ()) -> M:
+def validate(model: type[M], doc: Document, at: FieldPath = (),
+             tag_hints: dict[str, str] | None = None) -> M:
     """Validate ``doc.data`` (or the subtree at ``at``) against ``model``.
+
+    Parameters
+    ----------
+    model : type
+        The pydantic model.
+    doc : Document
+        The loaded YAML, for error locations.
+    at : tuple, optional
+        Field path of the subtree to validate.
+    tag_hints : dict, optional
+        Discriminator key -> what a tagged union expects (e.g. ``{"kind": "a mapping with kind:
+        fixed | poisson"}``), for the message when the tag is missing or unknown.
 
     Raises
     ------
     InputError
-        For the first problem pydantic finds, located at its field path and YAML line.
+        For the first location pydantic complains about, with every distinct message at that
+        location, located at its field path (union tags dropped) and YAML line.
     """
     data: Any = doc.data
     for part in at:
@@ -84,34 +97,40 @@ def validate(model: type[M], doc: Document, at: FieldPath = ()) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(at) + _data_path(data, first["loc"])
-        message = _explain(first)
-        if len(exc.errors()) > 1:
-            message += f" (and {len(exc.errors()) - 1} more problem(s) in this file)"
-        raise doc.error(loc, message) from None
+        errors = [(_data_path(data, err["loc"]), err) for err in exc.errors()]
+        loc = errors[0][0]
+        same = [err for where, err in errors if where == loc]
+        message = " or ".join(dict.fromkeys(_explain(err, tag_hints or {}) for err in same))
+        if len(errors) > len(same):
+            message += f" (and {len(errors) - len(same)} more problem(s) in this file)"
+        raise doc.error(tuple(at) + loc, message) from None
 
 
 def _data_path(data: Any, loc: tuple) -> tuple:
-    """pydantic's error location minus the union tags it inserts (``attention.mla.heads`` ->
-    ``attention.heads``): keep only the parts that exist in the data, plus a missing last key."""
+    """pydantic's error location as keys of the file: the union tags and validator labels it
+    inserts are dropped (``attention.mla.heads`` -> ``attention.heads``); a missing key at the end
+    is kept."""
     path: list = []
     for i, part in enumerate(loc):
         if isinstance(data, dict) and part in data:
             data = data[part]
         elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
             data = data[part]
-        elif i == len(loc) - 1 or not isinstance(data, (dict, list)):
-            path.append(part)  # a missing field (or a scalar's sub-type tag): name it
-            break
+        elif (i == len(loc) - 1 and isinstance(data, dict) and isinstance(part, str)
+              and not part.startswith(("function-", "literal["))):
+            pass  # a missing key: name it
         else:
-            continue  # a union tag or model name pydantic adds: not a field of the file
+            continue  # a union tag or validator label: not a field of the file
         path.append(part)
     return tuple(path)
 
 
-def _explain(error: dict) -> str:
+def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:
     kind = error["type"]
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        key = error.get("ctx", {}).get("discriminator", "").strip("'")
+        if key in (tag_hints or {}):  # else pydantic's message, which lists the expected tags
+            return f"expected {tag_hints[key]} (got {error.get('input')!r})"
     if kind == "extra_forbidden":
         return "unknown key (check the spelling; see the schema in docs/architecture.md)"
     if kind == "missing":

@@ -293,16 +293,9 @@ class _Checker:
 def experiment_from_data(data: dict, doc: Document):
     """An :class:`~sn40l_sim.experiment.Experiment` from plain data, with ``doc``'s file and lines
     for errors and relative paths."""
-    from sn40l_sim import experiment as experiment_module
+    from sn40l_sim.experiment import experiment_from_document
 
-    point_doc = Document(data, doc.path, doc.origins)
-    hook = getattr(experiment_module, "experiment_from_document", None)
-    if hook is not None:
-        return hook(point_doc)
-    # until experiment.py has a public hook: the same two steps as load_experiment
-    exp = experiment_module.Experiment(experiment_module._validate(point_doc), point_doc)
-    experiment_module._check(exp)
-    return exp
+    return experiment_from_document(Document(data, doc.path, doc.origins))
 
 
 def _check_points(exp) -> None:
