@@ -41,7 +41,8 @@ DEFAULT_SINK = 4
 #: the share of a ``budget`` given to the recent ring when only the total is known (assumed:
 #: the paper publishes only the total; one eighth leaves the bulk to the top-K selection)
 DEFAULT_RECENT_FRACTION = 8
-#: SnapKV's published defaults (Li et al. 2024): 32-query observation window, pooling kernel 7
+#: SnapKV's published defaults (Li et al. 2024): 32-token observation (and kept) window, pooling
+#: kernel 7
 DEFAULT_WINDOW = 32
 DEFAULT_POOL_KERNEL = 7
 #: the DeepSeek deployment's cache: 32K tokens for 128K prompts (SnapStream paper, Table 5)
@@ -135,7 +136,11 @@ class SnapStream(_Budgeted):
     topk : int
         ``K``: positions of the evictable middle kept by SnapKV selection.
     observation_window : int
-        Last prompt queries that score the middle (default 32, SnapKV's).
+        Last prompt queries that score the middle. Default: ``recent``. In SnapKV the
+        observation window is the prompt's last tokens, the ones it keeps whole, and the middle
+        it selects from ends where the window starts; SnapStream keeps the last ``recent``
+        tokens in the ring and selects from ``[sink, L - recent)``, so the window is the ring.
+        (Table 4 agrees: see docs/validation.md.)
     pool_kernel : int
         Odd average-pooling kernel along the sequence (default 7, SnapKV's).
 
@@ -147,25 +152,27 @@ class SnapStream(_Budgeted):
     sink: int = DEFAULT_SINK
     recent: int = DEFAULT_BUDGET // DEFAULT_RECENT_FRACTION
     topk: int = DEFAULT_BUDGET - DEFAULT_SINK - DEFAULT_BUDGET // DEFAULT_RECENT_FRACTION
-    observation_window: int = DEFAULT_WINDOW
+    observation_window: int | None = None
     pool_kernel: int = DEFAULT_POOL_KERNEL
 
     def __post_init__(self) -> None:
         check_int(self.name, "sink", self.sink, 0)
         check_int(self.name, "recent", self.recent, 1)
         check_int(self.name, "topk", self.topk, 0)
+        if self.observation_window is None:
+            object.__setattr__(self, "observation_window", self.recent)
         check_int(self.name, "observation_window", self.observation_window, 1)
         _check_pool_kernel(self.name, self.pool_kernel)
 
     @classmethod
     def from_budget(cls, budget: int, *, sink: int = DEFAULT_SINK, recent: int | None = None,
-                    observation_window: int = DEFAULT_WINDOW,
+                    observation_window: int | None = None,
                     pool_kernel: int = DEFAULT_POOL_KERNEL) -> "SnapStream":
         """Split a total ``budget`` = sink + recent + topk: ``sink`` 4 and ``recent`` an eighth of
         the budget unless given; top-K takes the rest.
 
         >>> SnapStream.from_budget(16384)
-        SnapStream(sink=4, recent=2048, topk=14332, observation_window=32, pool_kernel=7)
+        SnapStream(sink=4, recent=2048, topk=14332, observation_window=2048, pool_kernel=7)
         """
         params = cls._split_budget(budget, {"sink": sink, "recent": recent,
                                             "observation_window": observation_window,

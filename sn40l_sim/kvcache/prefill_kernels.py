@@ -5,10 +5,11 @@ Two fused kernels per layer (SnapStream paper, Table 4 rows "SnapKV compression"
 
 ``snapkv`` (:func:`snapkv_kernel`)
     Scores of the evictable middle ``[sink, L - recent)`` against the last ``window`` queries,
-    softmax per query row, sum over the window rows (and over the heads sharing a selection), a
-    reduction of those per-position scores across the sockets sharing a KV head, average pooling
-    along the sequence, top-K, gathers of the K selected rows of every cached tensor and their
-    write into the top-K region of the fixed cache (the concatenation ``[sink | ring | top-K]``).
+    their softmax probabilities, summed over the window rows (and over the heads sharing a
+    selection), a reduction of those per-position scores across the sockets sharing a KV head,
+    average pooling along the sequence, top-K, gathers of the K selected rows of every cached
+    tensor and their write into the top-K region of the fixed cache (the concatenation
+    ``[sink | ring | top-K]``).
 
 ``ring_buffer`` (:func:`ring_buffer_kernel`)
     Two gathers per cached tensor (four in all: MLA caches a latent and a RoPE key, GQA keys and
@@ -17,19 +18,25 @@ Two fused kernels per layer (SnapStream paper, Table 4 rows "SnapKV compression"
 
 Modelling choices (the paper does not publish its kernels):
 
-* **MLA scores use the absorbed form.** The observation queries are first multiplied by the
-  ``W_UK`` slice of each head (``qk_nope -> kv_lora_rank``), then scored against the cached
-  576-wide latent + RoPE key. Each socket so reads the shared latent once, ``E x 576`` elements,
-  instead of ``heads/tp x E x 192`` materialised per-head keys (2.7x less traffic at TP16, for
-  3x the FLOPs of a kernel that is memory-bound either way). One selection per sequence and
-  layer: scores are summed over the window rows and all 128 heads.
+* **Scores use the per-head keys prefill already holds.** Prefill runs attention in the
+  non-absorbed form (REFERENCE §2): the QKV kernel writes per-head queries and keys (192 wide
+  for MLA) to HBM for the MHA kernel, and SnapKV reads the same tensors. The absorbed form
+  would read the shared 576-wide latent instead (less traffic) at 3x the FLOPs per score; with
+  an observation window of thousands of queries the kernel is compute-bound, so the per-head
+  form is the cheaper one.
+* **One pass, normalised with the MHA kernel's row statistics.** The softmax of a window row
+  spans the whole prompt, so the probabilities cannot be formed from a tile of keys alone. The
+  FlashAttention MHA kernel already ends every query row with its log-sum-exp (as its backward
+  pass relies on); SnapKV reads the window rows' LSE (FP32, ``window x heads``) and forms
+  ``exp(s - lse)`` tile by tile, so scores stream through the chip once and never reach HBM.
+  (Without it a window of thousands of rows needs a second pass over the keys, or 17 GB of
+  scores per socket at a 4K window and 128K prompt.) The LSE write inside MHA is a few hundred
+  KB and is not counted there.
 * **Sharding.** Query heads split over the ``tp`` sockets. Sockets sharing a KV head (all ``tp``
   for MLA) all-reduce their partial per-position scores (FP32) and then each gathers and writes
   ``1/row_shards`` of the compressed rows, so the compressed cache is built cooperatively.
   Counts are for the busiest socket (ceilings).
-* **Scores stay on chip** between the GEMM and the window sum (8 heads x 32 x 127K FP32 is
-  ~130 MB at TP16, within a socket's 520 MiB of PMU); a two-pass softmax would double the GEMM.
-* Byte fields count HBM traffic only: Q_obs read, ``W_UK`` read, cached rows read and written.
+* Byte fields count HBM traffic only: Q_obs, LSE and keys read, cached rows read and written.
 
 Examples
 --------
@@ -39,7 +46,7 @@ Examples
 ...     attention=dict(kind="gqa", heads=4, kv_heads=2, head_dim=16)))
 >>> k = snapkv_kernel(tiny, prompt_len=100, tp=1, sink=4, recent=16, topk=8, window=8, pool_kernel=3)
 >>> k.kind, [op.name for op in k.operators][:3]
-('snapkv', ['scores', 'scale_mask', 'softmax'])
+('snapkv', ['scores', 'probs', 'sum_window_heads'])
 >>> k.operators[0].flops == 2 * 8 * 80 * 16 * 4   # 2 m n k count: 8 queries, 80 evictable keys
 True
 >>> r = ring_buffer_kernel(tiny, prompt_len=100, tp=1, sink=4, recent=16)
@@ -51,7 +58,7 @@ from __future__ import annotations
 import math
 
 from sn40l_sim.kvcache.sizing import (DTYPE_BYTES, cached_tensors, kv_dtype_bytes, kv_sharding,
-                                      query_head_dim, weight_dtype_bytes)
+                                      query_head_dim)
 from sn40l_sim.models.kernels import Collective, FusedKernel, Operator
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 
@@ -106,23 +113,20 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     shard = kv_sharding(model, tp)
     qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
     kvb = kv_dtype_bytes(model)
-    q_obs_bytes = obs * qh * query_head_dim(model) * ACT_BYTES
-    att = model.attention
-    ops: list[Operator] = []
-    if isinstance(att, MLAAttentionSpec):
-        width = att.kv_lora_rank + att.qk_rope_head_dim
-        ops.append(_gemm("absorb_q", obs, att.kv_lora_rank, att.qk_nope_head_dim, qh,
-                         weight_bytes=qh * att.qk_nope_head_dim * att.kv_lora_rank
-                         * weight_dtype_bytes(model), act_in_bytes=q_obs_bytes))
-        ops.append(_gemm("scores", obs, evict, width, qh, kv_read_bytes=evict * width * kvb))
+    qk_dim = query_head_dim(model)
+    # per-head queries of the window and their log-sum-exp rows from the MHA kernel
+    q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + SCORE_BYTES)
+    if isinstance(model.attention, MLAAttentionSpec):
+        # every query head has its own key, materialised by the QKV kernel (an activation)
+        keys = dict(act_in_bytes=q_obs_bytes + qh * evict * qk_dim * ACT_BYTES)
     else:
-        ops.append(_gemm("scores", obs, evict, att.head_dim, qh, act_in_bytes=q_obs_bytes,
-                         kv_read_bytes=kvh * evict * att.head_dim * kvb))
+        # GQA: the keys are the cached ones, one per KV head
+        keys = dict(act_in_bytes=q_obs_bytes, kv_read_bytes=kvh * evict * qk_dim * kvb)
+    ops: list[Operator] = [_gemm("scores", obs, evict, qk_dim, qh, **keys)]
     score_elems = qh * obs * evict
     ops += [
-        # 1/sqrt(d) and the causal mask (queries of the window may precede some middle keys)
-        Operator("scale_mask", "elementwise", elements=score_elems, dtype="fp32"),
-        Operator("softmax", "softmax", elements=score_elems, transcendentals=score_elems,
+        # exp(s / sqrt(d) - lse), masked where a window query precedes a middle key
+        Operator("probs", "elementwise", elements=score_elems, transcendentals=score_elems,
                  dtype="fp32"),
         # sum over the window rows and over this socket's heads of each KV head
         Operator("sum_window_heads", "reduction", elements=score_elems, dtype="fp32"),
