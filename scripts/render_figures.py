@@ -11,6 +11,7 @@ moves the numbers (calibration, unit models).
 from __future__ import annotations
 
 import base64
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def figures(nb: nbformat.NotebookNode) -> list[bytes]:
 def render(name: str) -> Path:
     """Execute ``notebooks/<name>.ipynb`` and write its chosen figure to ``docs/figures/<name>.png``."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    # the kernel imports this checkout, whatever is installed (as tests/test_notebooks.py does)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     images = figures(nb)
     if len(images) <= CHOSEN[name]:
