@@ -24,19 +24,22 @@ Modelling choices (the paper does not publish its kernels):
   would read the shared 576-wide latent instead (less traffic) at 3x the FLOPs per score; with
   an observation window of thousands of queries the kernel is compute-bound, so the per-head
   form is the cheaper one.
-* **One pass, normalised with the MHA kernel's row statistics.** The softmax of a window row
-  spans the whole prompt, so the probabilities cannot be formed from a tile of keys alone. The
-  FlashAttention MHA kernel already ends every query row with its log-sum-exp (as its backward
-  pass relies on); SnapKV reads the window rows' LSE (FP32, ``window x heads``) and forms
-  ``exp(s - lse)`` tile by tile, so scores stream through the chip once and never reach HBM.
-  (Without it a window of thousands of rows needs a second pass over the keys, or 17 GB of
-  scores per socket at a 4K window and 128K prompt.) The LSE write inside MHA is a few hundred
-  KB and is not counted there.
+* **One pass, normalised with the MHA kernel's row statistics.** The softmax of a window row is
+  over the whole evictable middle (``W = softmax(Q_obs K_evict^T)``, REFERENCE §3), so its
+  probabilities cannot be formed from a tile of keys alone. The FlashAttention MHA kernel already
+  streams every key past every window row (they sit in its last query tile) keeping each row's
+  running max and denominator; for those rows it also keeps the denominator over the evictable
+  keys alone (a masked second sum of exponentials it computes anyway; not counted there, it is
+  about 2% of MHA's SIMD work, which hides under its GEMMs). SnapKV reads that (max, sum) pair,
+  FP32, ``window x heads``, and forms ``exp(s - max) / sum`` tile by tile, so scores stream
+  through the chip once and never reach HBM. (Without it a window of thousands of rows needs a
+  second pass over the keys, or 17 GB of scores per socket at a 4K window and 128K prompt.)
 * **Sharding.** Query heads split over the ``tp`` sockets. Sockets sharing a KV head (all ``tp``
   for MLA) all-reduce their partial per-position scores (FP32) and then each gathers and writes
   ``1/row_shards`` of the compressed rows, so the compressed cache is built cooperatively.
   Counts are for the busiest socket (ceilings).
-* Byte fields count HBM traffic only: Q_obs, LSE and keys read, cached rows read and written.
+* Byte fields count HBM traffic only: Q_obs, row statistics and keys read, cached rows read
+  and written.
 
 Examples
 --------
@@ -114,8 +117,8 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
     kvb = kv_dtype_bytes(model)
     qk_dim = query_head_dim(model)
-    # per-head queries of the window and their log-sum-exp rows from the MHA kernel
-    q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + SCORE_BYTES)
+    # per-head queries of the window and their (max, evictable sum) rows from the MHA kernel
+    q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + 2 * SCORE_BYTES)
     if isinstance(model.attention, MLAAttentionSpec):
         # every query head has its own key, materialised by the QKV kernel (an activation)
         keys = dict(act_in_bytes=q_obs_bytes + qh * evict * qk_dim * ACT_BYTES)
@@ -125,7 +128,7 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     ops: list[Operator] = [_gemm("scores", obs, evict, qk_dim, qh, **keys)]
     score_elems = qh * obs * evict
     ops += [
-        # exp(s / sqrt(d) - lse), masked where a window query precedes a middle key
+        # exp(s / sqrt(d) - max) / sum, masked where a window query precedes a middle key
         Operator("probs", "elementwise", elements=score_elems, transcendentals=score_elems,
                  dtype="fp32"),
         # sum over the window rows and over this socket's heads of each KV head

@@ -84,8 +84,8 @@ def test_deepseek_snapstream_prefill_kernels_exact_costs_at_128k_tp16():
     # 8 heads per socket; the 4096-query window (= the ring) against the per-head 192-wide keys
     W = 4096
     assert ops["scores"].flops == 2 * W * E * 192 * 8
-    # window queries (BF16) and their log-sum-exp (FP32), then the evictable keys of 8 heads
-    assert ops["scores"].act_in_bytes == W * 8 * (192 * 2 + 4) + 8 * E * 192 * 2
+    # window queries (BF16) and their row max and sum (FP32), then the evictable keys of 8 heads
+    assert ops["scores"].act_in_bytes == W * 8 * (192 * 2 + 8) + 8 * E * 192 * 2
     assert ops["scores"].kv_read_bytes == 0
     assert ops["probs"].transcendentals == 8 * W * E
     assert ops["topk"].elements == E and ops["avg_pool"].elements == E * 7
