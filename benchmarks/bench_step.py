@@ -2,7 +2,7 @@
 
 Every case runs in a fresh Python process (so nothing is memoised from an earlier case: not the
 mapper's kernel memo, not the collectives) and times one call of
-:class:`~sn40l_sim.engine.timing.StepTimer` -- graph building, mapping and the SimPy run -- on one
+:class:`~sn40l_sim.serving.step_costs.StepTimer` -- graph building, mapping and the SimPy run -- on one
 core, imports and file loading excluded. Cases:
 
 - decode steps at (batch 16, 128K cache, full policy) and (batch 64, 32K cache, SnapStream),
@@ -40,10 +40,10 @@ CASES = [
 def run_case(index: int, hardware: str, model_path: str) -> dict:
     """Time case ``index`` in this process (call it in a fresh one)."""
     from sn40l_sim.engine.breakdown import decode_step_breakdown
-    from sn40l_sim.engine.timing import StepTimer
+    from sn40l_sim.serving.step_costs import StepTimer
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.kvcache import make_policy
-    from sn40l_sim.models.kernels import ParallelPlan
+    from sn40l_sim.ir import ParallelPlan
     from sn40l_sim.models.loader import load_model
 
     label, policy, params, phase, batch, length = CASES[index]

@@ -21,12 +21,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from sn40l_sim.engine.timing import StepTimer
-from sn40l_sim.experiment import load_experiment, make_point_policy, points
+from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-from sn40l_sim.models.kernels import ParallelPlan
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.runner import simulate_points
+from sn40l_sim.study.runner import simulate_points
 
 REPO = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "experiments" / "deepseek_tp16.yaml").is_file())
 exp = load_experiment(REPO / "experiments" / "deepseek_tp16.yaml")
@@ -316,8 +316,8 @@ same file in parallel processes; here the points run in this process. The worklo
 import tempfile
 import textwrap
 
-from sn40l_sim.sweep import load_sweep
-from sn40l_sim.sweep_run import run_points
+from sn40l_sim.study.sweep.load import load_sweep
+from sn40l_sim.study.sweep.run import run_points
 
 folder = Path(tempfile.mkdtemp())
 head = f"""\\
@@ -396,7 +396,7 @@ def simulate(path):
 
 
 try:  # the project's validation module, when it is installed
-    from sn40l_sim import validation
+    from sn40l_sim.study import validation
     have_module = all(hasattr(validation, f) for f in ("load_references", "compare", "format_table"))
 except ImportError:
     have_module = False

@@ -8,7 +8,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from sn40l_sim.units import parse_quantity
+from sn40l_sim.quantities import parse_quantity
 from sn40l_sim.yamlio import Document, FieldPath
 
 M = TypeVar("M", bound=BaseModel)

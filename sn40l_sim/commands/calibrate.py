@@ -29,10 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
-    from sn40l_sim.calibration import FIXED, fit, write_back
+    from sn40l_sim.study.calibration import FIXED, fit, write_back
     from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.runner import simulate_experiment
-    from sn40l_sim.validation import compare, format_table, load_references
+    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.validation import compare, format_table, load_references
 
     references = load_references(args.references)
     start = load_hardware(args.hardware).socket.calibrated.model_dump()

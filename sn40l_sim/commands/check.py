@@ -53,7 +53,7 @@ def check_file(path: str | Path) -> str:
     elif kind == "model":
         _load_model(Path(path))
     elif kind == "experiment":
-        from sn40l_sim.experiment import load_experiment
+        from sn40l_sim.study.experiment import load_experiment
         from sn40l_sim.hardware.loader import load_hardware
         experiment = load_experiment(path)
         load_hardware(experiment.resolve(experiment.spec.hardware))

@@ -2,7 +2,7 @@
 
 Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak FLOP/s per datatype,
 SRAM, HBM and DDR capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
-socket and for the whole node. Model files (kind: model) are described by sn40l_sim.models.describe;
+socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 experiment files (kind: experiment) list the files they reference.
 
 example:
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sn40l_sim.units import format_bytes
+from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -131,7 +131,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def describe_experiment(path: str | Path) -> str:
     """The files an experiment references, and whether they exist."""
-    from sn40l_sim.experiment import load_experiment
+    from sn40l_sim.study.experiment import load_experiment
 
     experiment = load_experiment(path)
     spec = experiment.spec
@@ -151,9 +151,9 @@ def run(args: argparse.Namespace) -> int:
         print(describe_hardware(args.file))
     elif kind == "model":
         try:
-            from sn40l_sim.models.describe import describe_model
+            from sn40l_sim.report.describe import describe_model
         except ImportError as exc:
-            print(f"cannot describe model files yet: sn40l_sim.models.describe is not available ({exc})")
+            print(f"cannot describe model files yet: sn40l_sim.report.describe is not available ({exc})")
             return 1
         print(describe_model(args.file))
     elif kind == "experiment":

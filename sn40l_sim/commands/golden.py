@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the differences per experiment; rewrite with --update."""
-    from sn40l_sim import golden
+    from sn40l_sim.study import golden
 
     moved = False
     for experiment in golden.experiments():

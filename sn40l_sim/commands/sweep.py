@@ -1,7 +1,7 @@
 """Run an experiment's sweep: every point of its ``sweep:`` section in parallel processes.
 
 The section lists axes (dotted paths into the experiment, or hardware.<field> for the hardware)
-with their values, combined as a grid or zipped (see sn40l_sim/sweep_axes.py). Each sweep point
+with their values, combined as a grid or zipped (see sn40l_sim/study/sweep/axes.py). Each sweep point
 runs the experiment's own points (KV policies x prompt lengths); the records of all points go into
 OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. A point that
 fails is reported with its name and error and the others still run (exit status 1). With a
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
     from sn40l_sim.errors import InputError
-    from sn40l_sim.sweep import parse_sets
+    from sn40l_sim.study.sweep.load import parse_sets
 
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
@@ -45,7 +45,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
                sets: dict | None = None) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
     experiment has a ``sweep:`` section)."""
-    from sn40l_sim.sweep import load_sweep, run_sweep
+    from sn40l_sim.study.sweep.load import load_sweep, run_sweep
 
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name

@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate the referenced points, print the table; 1 if a calibration point misses."""
-    from sn40l_sim.runner import simulate_experiment
-    from sn40l_sim.validation import compare, format_table, load_references
+    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.validation import compare, format_table, load_references
 
     comparisons = compare(load_references(args.references),
                           lambda path: simulate_experiment(path, serve=False)[1])

@@ -2,7 +2,7 @@
 
 Step timing (tile level):
 
-- :mod:`.timing` -- :class:`~sn40l_sim.engine.timing.StepTimer`: build, map and simulate a prefill
+- :mod:`.timing` -- :class:`~sn40l_sim.serving.step_costs.StepTimer`: build, map and simulate a prefill
   or a decode step, memoised per (phase, batch, length).
 - :mod:`.run_graph` -- one placed graph on the busiest socket; :mod:`.kernels` -- a kernel as a
   process streaming chunks of tiles; :mod:`.resources` -- a socket's tiles, HBM, DDR, TLN, P2P

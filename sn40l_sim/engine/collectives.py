@@ -24,7 +24,7 @@ Examples
 All-reduce of 16 MiB over 16 fully connected sockets, 50 GB/s links at 80%, 1 us set-up, 93.75 ns
 latency (the default SN40L node): the direct algorithm needs 2 rounds, the ring 30.
 
->>> from sn40l_sim.models.kernels import Collective
+>>> from sn40l_sim.ir import Collective
 >>> table = LinkTable(16, [(a, b, 50e9, 93.75e-9) for a in range(16) for b in range(a + 1, 16)],
 ...                   clock_hz=1.6e9, efficiency=0.8)
 >>> model = CollectiveModel(table, setup_s=1e-6)
@@ -46,7 +46,7 @@ import simpy
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.models.kernels import Collective
+from sn40l_sim.ir import Collective
 
 Algorithm = Literal["ring", "direct"]
 ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring")

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sn40l_sim.engine.kernels import KernelRecord
+from sn40l_sim.engine.kernel_process import KernelRecord
 from sn40l_sim.engine.run_graph import GraphRun
 from sn40l_sim.engine.trace import TraceEvent
-from sn40l_sim.models.kernels import FusedKernel, Operator
+from sn40l_sim.ir import FusedKernel, Operator
 
 #: operators that belong to the attention itself (not its projections): they read the KV cache,
 #: or are its softmax

@@ -2,7 +2,7 @@
 the node's links, and the totals (cycles, busy time per resource, bytes per tier and link class).
 
 Which socket is simulated, and why one is enough: the graph builder gives every kernel as the
-shard of the busiest socket (``models/kernels.py``), every socket of a tensor-parallel group runs
+shard of the busiest socket (``ir.py``), every socket of a tensor-parallel group runs
 the same kernel at the same time, and every collective is a barrier that waits for the slowest
 member. The busiest socket's compute therefore sets the step time, and simulating it alone is
 exact for the time; the other sockets would only add idle time. Their part in the collectives is
@@ -17,7 +17,7 @@ A decode attention kernel followed by an all-reduce of 1 MiB among the 16 socket
 >>> from sn40l_sim.hardware.loader import load_hardware
 >>> from sn40l_sim.mapper import map_graph
 >>> from sn40l_sim.mapper._examples import example_decode_kernel
->>> from sn40l_sim.models.kernels import Collective, KernelGraph, Shape
+>>> from sn40l_sim.ir import Collective, KernelGraph, Shape
 >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
 >>> kernel = replace(example_decode_kernel(), collectives=(Collective("all_reduce", 2**20, 16),))
 >>> graph = KernelGraph("toy", Shape("decode", 1, 0, 4096))
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import simpy
 
 from sn40l_sim.engine.collectives import CollectiveModel
-from sn40l_sim.engine.kernels import KernelCosts, KernelRecord, run_kernel
+from sn40l_sim.engine.kernel_process import KernelCosts, KernelRecord, run_kernel
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.hardware import figures

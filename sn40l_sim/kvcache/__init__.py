@@ -1,7 +1,7 @@
 """KV-cache policies: cache lengths, bytes and the extra prefill kernels of each policy.
 
 Use :func:`make_policy` (registry in :data:`sn40l_sim.kvcache.base.POLICIES`); the functional
-numpy reference of SnapStream is :mod:`sn40l_sim.kvcache.reference`.
+numpy reference of SnapStream is :mod:`sn40l_sim.reference.snapstream`.
 """
 from sn40l_sim.kvcache.base import POLICIES, KVPolicy, register
 from sn40l_sim.kvcache.factory import make_policy

@@ -12,7 +12,7 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache.sizing import kv_bytes_per_token
-from sn40l_sim.models.kernels import FusedKernel
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.models.spec import ModelSpec
 
 
@@ -41,7 +41,7 @@ class KVPolicy(ABC):
 
         SN40L decode runs a static graph: attention streams the whole static slot every step and
         masks what is padding, so this is :meth:`static_cache_len` whatever ``generated`` is.
-        It is what :class:`~sn40l_sim.models.kernels.Shape` calls ``kv_len``.
+        It is what :class:`~sn40l_sim.ir.Shape` calls ``kv_len``.
         """
         return self.static_cache_len(prompt_len, max_new_tokens)
 

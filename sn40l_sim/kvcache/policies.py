@@ -9,7 +9,7 @@ Ring policies (``snapstream``, ``streamingllm``) keep a fixed ``[sink | ring | t
 ``recent - 1`` positions ``L - recent + 1 .. L - 1`` and one empty slot, the one position ``L``
 lands in (paper Fig. 4); from the first decode step on it holds the last ``recent`` positions.
 Position ``L - recent`` is thus in neither the ring nor the evictable middle
-``[sink, L - recent)``: the paper's construction drops it. :mod:`sn40l_sim.kvcache.reference`
+``[sink, L - recent)``: the paper's construction drops it. :mod:`sn40l_sim.reference.snapstream`
 implements the same rules on arrays, and the tests check that the two agree.
 
 Examples
@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache.base import KVPolicy, check_int, register
 from sn40l_sim.kvcache.prefill_kernels import ring_buffer_kernel, snapkv_kernel
-from sn40l_sim.models.kernels import FusedKernel
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.models.spec import ModelSpec
 
 #: StreamingLLM keeps 4 attention-sink tokens (Xiao et al. 2023); SnapStream's are unpublished

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
-from sn40l_sim.models.kernels import FusedKernel, Operator
+from sn40l_sim.ir import FusedKernel, Operator
 
 _HW = Path(__file__).resolve().parents[2] / "hw_configs"
 

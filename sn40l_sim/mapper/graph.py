@@ -1,6 +1,6 @@
 """Mapping a whole kernel graph: :func:`map_graph`, memoised on kernel signatures.
 
-Identical layers produce kernels with equal :meth:`~sn40l_sim.models.kernels.FusedKernel.signature`
+Identical layers produce kernels with equal :meth:`~sn40l_sim.ir.FusedKernel.signature`
 (name and layer aside), so each distinct kernel is mapped once and the result is re-labelled for
 every layer. The memo is kept across calls (bounded), keyed on the socket's description, the
 signature and the memory tiers, so an engine timing many decode shapes maps each new shape's
@@ -9,7 +9,7 @@ kernels once.
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_node, example_decode_kernel
->>> from sn40l_sim.models.kernels import KernelGraph, Shape
+>>> from sn40l_sim.ir import KernelGraph, Shape
 >>> from dataclasses import replace
 >>> graph = KernelGraph("toy", Shape("decode", 1, 1, 4096))
 >>> prev = None
@@ -30,7 +30,7 @@ from sn40l_sim.mapper.kernel import map_kernel
 from sn40l_sim.mapper.memory import all_in_hbm
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.stages import TierSplit
-from sn40l_sim.models.kernels import FusedKernel, KernelGraph
+from sn40l_sim.ir import FusedKernel, KernelGraph
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096

@@ -36,13 +36,13 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.mapper.allocate import Allocation, allocate
-from sn40l_sim.mapper.place import (RoutedStream, StageCells, mesh_cycles_per_tile, place_stages,
+from sn40l_sim.mapper.layout import (RoutedStream, StageCells, mesh_cycles_per_tile, place_stages,
                                     route_streams)
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import StageWork, TierSplit, section_stages
 from sn40l_sim.mapper.tiling import max_pieces
-from sn40l_sim.models.kernels import FusedKernel
+from sn40l_sim.ir import FusedKernel
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sn40l_sim.models.kernels import FusedKernel, KernelGraph
+from sn40l_sim.ir import FusedKernel, KernelGraph
 
 Resource = Literal["compute", "simd", "sram", "hbm", "ddr", "mesh", "p2p", "overhead"]
 

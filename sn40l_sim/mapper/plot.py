@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.mapper.place import agcu_spots, pcu_cells, pmu_cells
+from sn40l_sim.mapper.layout import agcu_spots, pcu_cells, pmu_cells
 from sn40l_sim.mapper.placement import PlacedKernel
 
 _UNUSED = "#dddddd"

@@ -24,7 +24,7 @@ SIMD operands use the operator's datatype.
 Examples
 --------
 >>> from sn40l_sim.hardware.units._examples import example_pcu
->>> from sn40l_sim.models.kernels import Operator
+>>> from sn40l_sim.ir import Operator
 >>> op = Operator("up", "gemm", flops=2 * 64 * 1024 * 4096, m=64, k=1024, n=4096, weight_bytes=1024 * 4096)
 >>> t = tile_operator(example_pcu(), op, 8, efficiency=1.0)
 >>> t.pieces, (t.count, t.m, t.k, t.n)
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from sn40l_sim.hardware.spec import PCUSpec
 from sn40l_sim.hardware.units.pcu import gemm_cycles, gemm_geometry, reduction_cycles, simd_cycles
-from sn40l_sim.models.kernels import Operator
+from sn40l_sim.ir import Operator
 
 #: bytes of one element per datatype name used by operators
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8": 1}

@@ -11,7 +11,7 @@ and writes. Inside a fused kernel an activation produced and consumed there stay
 activation a kernel reads that it did not produce is ``act_in_bytes`` of its first reader, and one
 it produces is ``act_out_bytes`` of its last writer when a later kernel reads it or nothing in the
 kernel consumes it. Kernel names are ``L<layer>.<kernel>`` (``MTP<j>.<kernel>`` for MTP modules);
-identical layers give kernels with equal :meth:`~sn40l_sim.models.kernels.FusedKernel.signature`.
+identical layers give kernels with equal :meth:`~sn40l_sim.ir.FusedKernel.signature`.
 
 Examples
 --------
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.formulas import OPERATORS, SIZES
-from sn40l_sim.models.kernels import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from sn40l_sim.models.kernels import Operator, ParallelPlan, Shape
+from sn40l_sim.ir import Operator, ParallelPlan, Shape
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 from sn40l_sim.models.template import KernelTemplates
 from sn40l_sim.models.tensors import Tensor, inventory

@@ -28,7 +28,7 @@ Examples
 from __future__ import annotations
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.models.kernels import ParallelPlan
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.routing import expected_distinct_experts
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 from sn40l_sim.models.tensors import Tensor, holders, inventory

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.models.kernels import CollectiveKind
+from sn40l_sim.ir import CollectiveKind
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 from sn40l_sim.models.tensors import ShardRule, inventory
 from sn40l_sim.schema import PositiveInt, StrictModel, validate

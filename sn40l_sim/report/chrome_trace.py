@@ -170,7 +170,7 @@ def _memory(stream: Any, detail: dict, offset: int, clock_hz: float) -> list[dic
 
 
 def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int, kv_bytes_per_token: int = 0) -> list[dict]:
-    """Trace events of a :class:`~sn40l_sim.engine.serving.ServingLog`: prefill nodes (prefill and
+    """Trace events of a :class:`~sn40l_sim.serving.loop.ServingLog`: prefill nodes (prefill and
     KV link lanes) and decode nodes (steps, a KV counter, one lane per slot)."""
     colocated = log.setup.mode == "colocated"
     n_prefill = 0 if colocated else log.setup.prefill_nodes
@@ -221,7 +221,7 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int, kv_
 
 
 def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> list[dict]:
-    """All trace events of one :class:`~sn40l_sim.engine.serving_point.PointResult`."""
+    """All trace events of one :class:`~sn40l_sim.serving.point.PointResult`."""
     s, clock, log = result.setup, result.clock_hz, result.log
     out: list[dict] = []
     pid = first_pid

@@ -1,4 +1,4 @@
-"""Serving metrics from a :class:`~sn40l_sim.engine.serving.ServingLog` (no simulation here).
+"""Serving metrics from a :class:`~sn40l_sim.serving.loop.ServingLog` (no simulation here).
 
 All outputs are in seconds (cycles divided by the clock) or plain fractions:
 
@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sn40l_sim.engine.serving import ServingLog
+from sn40l_sim.serving.loop import ServingLog
 
 
 def summary(values: Sequence[float]) -> dict[str, Any]:

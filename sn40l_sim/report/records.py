@@ -1,5 +1,5 @@
 """One results record per simulated point (DESIGN.md §5), from a
-:class:`~sn40l_sim.engine.serving_point.PointResult`.
+:class:`~sn40l_sim.serving.point.PointResult`.
 
 Headline fields:
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
-from sn40l_sim.engine.serving_point import PointResult
+from sn40l_sim.serving.point import PointResult
 from sn40l_sim.report import metrics
 
 #: the fields DESIGN.md §5 promises, in the order tables and CSV files show them

@@ -5,7 +5,7 @@ import math
 
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel, StagePlacement
-from sn40l_sim.models.kernels import Collective, FusedKernel, KernelGraph, Operator, Shape
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, Shape
 
 NODE16 = "hw_configs/sn40l_node16.yaml"
 

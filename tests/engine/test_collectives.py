@@ -9,7 +9,7 @@ from sn40l_sim.engine.collectives import CollectiveModel, split_bytes
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.units.network import link_cycles
-from sn40l_sim.models.kernels import Collective
+from sn40l_sim.ir import Collective
 
 CLOCK = 1.6e9
 BW = 50e9

@@ -6,11 +6,11 @@ import pytest
 from sn40l_sim.engine.breakdown import decode_step_breakdown
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
-from sn40l_sim.engine.timing import StepTimer
+from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.models.kernels import ParallelPlan, Shape
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 
 PREFILL, DECODE = ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)

@@ -12,7 +12,7 @@ from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.phase import phase_timing
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.hardware import figures
-from sn40l_sim.models.kernels import Collective
+from sn40l_sim.ir import Collective
 
 NODE = node16()
 OVERHEAD = figures.cycles(NODE.socket.calibrated.kernel_call_overhead_s, NODE.socket)
@@ -132,7 +132,7 @@ def test_memory_stage_cap_limits_the_stream():
 
 def test_independent_kernels_share_the_socket_one_at_a_time():
     from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
-    from sn40l_sim.models.kernels import KernelGraph, Shape
+    from sn40l_sim.ir import KernelGraph, Shape
     a, b, c = (placed_kernel(NODE, n, n_tiles=10, compute_cycles_per_tile=100) for n in "abc")
     graph = KernelGraph("t", Shape("decode", 1, 1, 1))
     graph.add(a.kernel)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sn40l_sim import cli
+from sn40l_sim.commands import cli
 
 from hw_test_helpers import HW, copy_configs, delete_key, set_value
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from sn40l_sim import cli
+from sn40l_sim.commands import cli
 
 from hw_test_helpers import HW
 

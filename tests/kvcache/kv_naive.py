@@ -1,5 +1,5 @@
 """Deliberately plain re-implementations (loops, argsort) that the kvcache tests
-compare the reference against; nothing here shares code with sn40l_sim.kvcache.reference."""
+compare the reference against; nothing here shares code with sn40l_sim.reference.snapstream."""
 import numpy as np
 
 

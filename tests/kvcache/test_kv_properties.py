@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from kv_naive import assert_is_top_k, naive_attention, naive_scores
 from sn40l_sim.kvcache import SnapStream, StreamingLLM
-from sn40l_sim.kvcache.reference import Layout, decode_step, prefill
+from sn40l_sim.reference.snapstream import Layout, decode_step, prefill
 
 DK, DV = 4, 3
 

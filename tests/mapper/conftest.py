@@ -34,7 +34,7 @@ def node16():
 def deepseek_graph(phase: str, kv_len: int = 131072, batch: int = 16):
     """DeepSeek-R1 graphs as the SnapStream deployment runs them (decode DP16 attention, TP16)."""
     from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.models.kernels import ParallelPlan, Shape
+    from sn40l_sim.ir import ParallelPlan, Shape
     from sn40l_sim.models.loader import load_model
 
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")

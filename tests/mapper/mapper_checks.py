@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from sn40l_sim.hardware import figures
-from sn40l_sim.mapper.place import pcu_cells, pmu_cells
+from sn40l_sim.mapper.layout import pcu_cells, pmu_cells
 from sn40l_sim.mapper.placement import PlacedKernel
 
 RESOURCES = {"compute", "simd", "sram", "hbm", "ddr", "mesh", "p2p", "overhead"}

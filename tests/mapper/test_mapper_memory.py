@@ -9,7 +9,7 @@ from conftest import ROOT, deepseek_graph
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware import figures
 from sn40l_sim.mapper import map_graph, place_memory
-from sn40l_sim.models.kernels import ParallelPlan
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.params import weight_bytes_per_socket
 

@@ -10,7 +10,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.flash import causal_tile_pairs
-from sn40l_sim.models.kernels import FusedKernel, Operator, ParallelPlan, Shape
+from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR
 

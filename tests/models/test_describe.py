@@ -1,8 +1,8 @@
 """``describe`` of model files: the headline numbers appear, SnapStream is used when available."""
 from __future__ import annotations
 
-from sn40l_sim.cli import main
-from sn40l_sim.models.describe import describe_model
+from sn40l_sim.commands.cli import main
+from sn40l_sim.report.describe import describe_model
 from sn40l_sim.models.template import GRAPHS_DIR
 
 

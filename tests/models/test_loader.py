@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sn40l_sim.cli import main
+from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR, load_templates

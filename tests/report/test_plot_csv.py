@@ -11,7 +11,7 @@ import pytest
 
 matplotlib.use("Agg")  # noqa: E305
 
-from sn40l_sim.cli import main  # noqa: E402
+from sn40l_sim.commands.cli import main  # noqa: E402
 from sn40l_sim.errors import InputError  # noqa: E402
 from sn40l_sim.report import plot_csv as plot_module  # noqa: E402
 from sn40l_sim.report.plot_csv import axis_label, plot_csv  # noqa: E402

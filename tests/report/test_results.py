@@ -1,5 +1,5 @@
 """Records, results.json / results.csv, the table and the plot, from points simulated with doubles
-(tests/engine/serving_doubles.py), so every number here can be checked by hand."""
+(tests/serving/serving_doubles.py), so every number here can be checked by hand."""
 from __future__ import annotations
 
 import csv
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
 from serving_doubles import DECODE, PREFILL, FakePlacer, FakeTimer, no_graph, r1_model  # noqa: E402
 
-from sn40l_sim.engine.serving_point import PointSetup, simulate_point  # noqa: E402
-from sn40l_sim.engine.workload import Request  # noqa: E402
-from sn40l_sim.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
+from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
+from sn40l_sim.serving.workload import Request  # noqa: E402
+from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402

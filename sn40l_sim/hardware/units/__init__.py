@@ -2,7 +2,7 @@
 
 Pure functions of the spec objects in :mod:`sn40l_sim.hardware.spec`; every hardware number comes
 from the YAML (calibrated efficiencies are passed in by the caller from ``socket.calibrated``).
-The mapper composes them into per-stage cycles; :mod:`sn40l_sim.engine.unit_level` checks them
+The mapper composes them into per-stage cycles; :mod:`sn40l_sim.reference.unit_level` checks them
 against a cycle-by-cycle simulation of small kernels.
 """
 from sn40l_sim.hardware.units.memory import offchip_bytes_per_cycle, offchip_cycles

@@ -1,6 +1,6 @@
 """Small single-tile kernels, and their cycles composed from the tile-level unit models.
 
-These are the kernels the unit-level simulation (:mod:`sn40l_sim.engine.unit_level`) runs cycle
+These are the kernels the unit-level simulation (:mod:`sn40l_sim.reference.unit_level`) runs cycle
 by cycle; :func:`tile_level_cycles` predicts the same kernels from the formulas of
 :mod:`sn40l_sim.hardware.units` alone, and the tests hold the two within 5%.
 """

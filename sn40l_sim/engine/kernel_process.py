@@ -1,0 +1,295 @@
+"""A placed fused kernel as a SimPy process: tiles streamed through its stages, plus collectives.
+
+The mapper gives each kernel a static pipeline of stages, ``sections`` configurations run one
+after the other, each streaming ``n_tiles`` data tiles after a ``fill_cycles`` pipeline fill.
+The engine runs the kernel as:
+
+``call overhead -> per section: [reconfiguration] -> fill -> chunks of tiles``
+
+and, beside it, the kernel's collectives. Tiles are grouped into at most ``chunks_per_section``
+chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
+attention has millions of tiles). Within a chunk the memory stage and the compute stages work on
+different tiles at once (the PMUs double-buffer), exactly the steady state of the tile pipeline:
+the chunk's HBM and DDR bytes stream through the socket's shared channels (each stream capped at
+the rate its memory stage can issue) while its compute takes ``tiles x compute cycles per tile``,
+and the chunk ends when both have. The weight preload of the next expert in the fused MoE kernel
+is this overlap: its bytes are the memory stage of the next tiles, loaded while the current ones
+compute. The fill covers the pipeline's head (the first tile crossing all stages).
+
+Collectives with ``overlapped=True`` start once the first tile is out of the pipeline and run
+beside the compute; the others start when the compute is done. The kernel ends when its compute
+and all its collectives have ended. A collective writes what the socket receives to memory and
+(unless overlapped, when tiles go out straight from the PMUs) reads what it sends from memory, at
+the pace of the links and sharing the memory channel with the kernel's streams, so an overlapped
+collective and a memory-hungry kernel slow each other down.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
+from sn40l_sim.engine.resources import SocketResources
+from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.ir import Collective
+
+#: stage bounds whose time the engine models as transfers on shared channels, not fixed cycles
+MEMORY_BOUNDS = frozenset({"hbm", "ddr", "p2p"})
+
+
+def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
+    """Split ``n_tiles`` into at most ``chunks`` near-equal chunks (larger ones first).
+
+    >>> chunk_tiles(10, 4), chunk_tiles(3, 8), chunk_tiles(0, 8)
+    ((3, 3, 2, 2), (1, 1, 1), (1,))
+    """
+    n_tiles = max(1, n_tiles)
+    count = max(1, min(chunks, n_tiles))
+    base, extra = divmod(n_tiles, count)
+    return tuple(base + 1 if i < extra else base for i in range(count))
+
+
+@dataclass(frozen=True)
+class SectionCosts:
+    """One section of a kernel: its chunks of tiles, compute per tile, and memory streams.
+
+    Examples
+    --------
+    >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, hbm_bytes=8000, ddr_bytes=0,
+    ...                    hbm_cap=math.inf, ddr_cap=math.inf, fill_cycles=50)
+    >>> sec.tiles, sec.bytes_between("hbm", 0, 4)
+    (8, 4000)
+    """
+
+    chunks: tuple[int, ...]
+    compute_cycles_per_tile: int
+    hbm_bytes: int
+    ddr_bytes: int
+    #: most bytes per cycle the section's memory stage of each tier can issue
+    hbm_cap: float
+    ddr_cap: float
+    fill_cycles: int
+
+    @property
+    def tiles(self) -> int:
+        """Data tiles the section streams."""
+        return sum(self.chunks)
+
+    def bytes_between(self, tier: str, first_tile: int, end_tile: int) -> int:
+        """Bytes of ``tier`` carried by tiles ``first_tile .. end_tile-1``; integer shares whose
+        sum over the section is exactly its bytes."""
+        total = self.hbm_bytes if tier == "hbm" else self.ddr_bytes
+        n = self.tiles
+        return total * end_tile // n - total * first_tile // n
+
+
+@dataclass(frozen=True)
+class KernelCosts:
+    """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel.
+
+    ``reconfig_cycles`` is paid before every section but the first (whose configuration the
+    kernel call loads, inside ``call_overhead_cycles``).
+    """
+
+    call_overhead_cycles: int
+    reconfig_cycles: int
+    sections: tuple[SectionCosts, ...]
+    #: collectives read what they send from memory and write what they receive to it
+    stage_collectives: bool = True
+
+    @classmethod
+    def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int, chunks_per_section: int,
+                    stage_collectives: bool = True) -> "KernelCosts":
+        """Costs of ``pk``, section by section (stages carry their section).
+
+        Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
+        bound). A section's bytes of a tier are what its streams to and from that tier's memory
+        stage carry; each tier's stream is capped at (bytes per tile) / (its memory stage's
+        cycles per tile), the rate the mapper's unit models allow (AGCUs, memory units in reach).
+        """
+        n = pk.sections
+        sections = []
+        tiers = {"hbm": _section_bytes(pk, "hbm"), "ddr": _section_bytes(pk, "ddr")}
+        for index in range(n):
+            stages = [st for st in pk.stages if st.section == index] or list(pk.stages)
+            compute = [st.cycles_per_tile for st in stages if st.bound not in MEMORY_BOUNDS]
+            tiles = max(1, pk.n_tiles)
+            caps = {}
+            for tier in ("hbm", "ddr"):
+                worst = max((st.cycles_per_tile for st in stages
+                             if st.kind == "memory" and st.operator == tier or st.bound == tier), default=0)
+                caps[tier] = tiers[tier][index] / tiles / worst if worst and tiers[tier][index] else math.inf
+            sections.append(SectionCosts(
+                chunks=chunk_tiles(pk.n_tiles, chunks_per_section),
+                compute_cycles_per_tile=max(compute, default=0),
+                hbm_bytes=tiers["hbm"][index], ddr_bytes=tiers["ddr"][index],
+                hbm_cap=caps["hbm"], ddr_cap=caps["ddr"], fill_cycles=pk.fill_cycles))
+        return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections), stage_collectives)
+
+
+def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
+    """Bytes of ``tier`` per section: from the streams touching the tier's memory stage when the
+    mapper lists them (they add up to the kernel's bytes), else an equal split."""
+    total = pk.hbm_bytes if tier == "hbm" else pk.ddr_bytes
+    n = max(1, pk.sections)
+    per = [0] * n
+    for st in pk.stages:
+        if st.kind == "stream" and tier in st.operator.split("->") and st.section < n:
+            per[st.section] += st.stream_bytes
+    if sum(per) == total:
+        return per
+    return [total * (i + 1) // n - total * i // n for i in range(n)]
+
+
+@dataclass
+class CollectiveRun:
+    """One collective as it ran: when, and what :class:`CollectiveModel` said it costs."""
+
+    collective: Collective
+    result: CollectiveResult
+    ready: int = 0
+    start: int = 0
+    end: int = 0
+    #: bytes the collective read from and wrote to the socket's memory
+    staged_bytes: int = 0
+
+
+@dataclass
+class KernelRecord:
+    """What happened to one kernel on the simulated socket (cycles are absolute)."""
+
+    name: str
+    kind: str
+    layer: int | None
+    placed: PlacedKernel
+    start: int = 0
+    end: int = 0
+    stream_start: int = 0
+    stream_end: int = 0
+    overhead_cycles: int = 0
+    reconfig_cycles: int = 0
+    fill_cycles: int = 0
+    compute_busy: int = 0
+    #: chunk time where memory finished last (memory-bound) / where compute did
+    memory_bound_cycles: int = 0
+    compute_bound_cycles: int = 0
+    hbm_bytes: int = 0
+    ddr_bytes: int = 0
+    collectives: list[CollectiveRun] = field(default_factory=list)
+
+    @property
+    def cycles(self) -> int:
+        """Cycles from the kernel's call to its last collective's end."""
+        return self.end - self.start
+
+
+def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
+               collectives: CollectiveModel):
+    """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes."""
+    env = res.env
+    with res.compute.request() as tiles:
+        yield tiles
+        record.start = env.now
+        if costs.call_overhead_cycles:
+            yield env.timeout(costs.call_overhead_cycles)
+            record.overhead_cycles += costs.call_overhead_cycles
+        colls = [CollectiveRun(c, collectives.run(c)) for c in record.placed.kernel.collectives]
+        side = []
+        record.stream_start = env.now
+        for index, sec in enumerate(costs.sections):
+            if index and costs.reconfig_cycles:
+                yield env.timeout(costs.reconfig_cycles)
+                record.reconfig_cycles += costs.reconfig_cycles
+            if sec.fill_cycles:
+                yield env.timeout(sec.fill_cycles)
+                record.fill_cycles += sec.fill_cycles
+            if index == 0:
+                record.stream_start = env.now
+                side = [env.process(_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives))
+                        for run in colls if run.collective.overlapped]
+            tile = 0
+            for n in sec.chunks:
+                yield from _chunk(res, record, sec, tile, n)
+                tile += n
+        if not costs.sections:
+            side = [env.process(_collective(res, run, 0, costs.stage_collectives))
+                    for run in colls if run.collective.overlapped]
+        record.stream_end = env.now
+    for run in colls:
+        if not run.collective.overlapped:
+            yield env.process(_collective(res, run, 0, costs.stage_collectives))
+    if side:
+        yield env.all_of(side)
+    record.collectives = colls
+    record.end = env.now
+
+
+def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
+    """Cycles until the first tile leaves the pipeline once the fill is done."""
+    per_tile = costs.compute_cycles_per_tile
+    for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
+        n_bytes = costs.bytes_between(tier, 0, 1)
+        if n_bytes:
+            channel = res.hbm if tier == "hbm" else res.ddr
+            per_tile = max(per_tile, math.ceil(n_bytes / min(cap, channel.bytes_per_cycle)))
+    return per_tile
+
+
+def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int):
+    env = res.env
+    start = env.now
+    compute = n * costs.compute_cycles_per_tile
+    waits = []
+    alone = 0.0   # the memory stage's time without contention
+    for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
+        n_bytes = costs.bytes_between(tier, first, first + n)
+        if n_bytes:
+            path = res.memory_path(tier)
+            alone = max(alone, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in path)))
+            waits.append(res.net.transfer(path, n_bytes, cap))
+            if tier == "hbm":
+                record.hbm_bytes += n_bytes
+            else:
+                record.ddr_bytes += n_bytes
+    if not waits:
+        if compute:
+            yield env.timeout(compute)
+        record.compute_busy += compute
+        record.compute_bound_cycles += compute
+        return
+    if compute:
+        waits.append(env.timeout(compute))
+    yield env.all_of(waits) if len(waits) > 1 else waits[0]
+    took = env.now - start
+    record.compute_busy += compute
+    # on a tie the memory stage is the bound, as the mapper counts it
+    if took > compute or alone >= compute:
+        record.memory_bound_cycles += took
+    else:
+        record.compute_bound_cycles += took
+
+
+def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):
+    """The collective on the socket's links. With ``staged``, the bytes the socket receives are
+    written to memory and, unless the collective is overlapped (then it sends tiles straight from
+    the PMUs as the kernel produces them), the bytes it sends are read from memory; at the links'
+    pace, sharing the memory channel with the kernel's streams (a starved stream slows the
+    collective down). Every member sends as much as it receives in these collectives."""
+    env = res.env
+    if delay:
+        yield env.timeout(delay)
+    run.ready = env.now
+    with res.p2p.request() as links:
+        yield links
+        run.start = env.now
+        cycles = run.result.cycles
+        waits = [env.timeout(cycles)] if cycles else []
+        reads = 0 if run.collective.overlapped else run.result.sent_bytes
+        staging = run.result.sent_bytes + reads if staged else 0
+        if staging and cycles:
+            tier = "hbm" if res.hbm is not None else "ddr"
+            waits.append(res.net.transfer(res.memory_path(tier), staging, cap=staging / cycles))
+            run.staged_bytes = staging
+        if waits:
+            yield env.all_of(waits) if len(waits) > 1 else waits[0]
+        run.end = env.now

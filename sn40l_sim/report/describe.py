@@ -1,0 +1,155 @@
+"""``describe`` for model files: parameters, KV bytes, and per-kernel costs of one prefill layer and
+one decode step, with and without SnapStream.
+
+Plans: DeepSeek (MLA) runs the paper's deployment, prefill TP16 and decode TP16 with attention
+DP16; Llama (GQA) runs TP8 (one socket per KV head) in both phases. Shapes: prefill of a 128K
+(131072-token) prompt at batch 1; decode at batch 16 over a 128K cache (no compression) and at
+batch 64 over a 32K cache (SnapStream's budget for 128K prompts, REFERENCE.md section 3).
+All per-kernel figures are per socket.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.models import params as P
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.ir import FusedKernel, KernelGraph, ParallelPlan, Shape
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+
+PROMPT = 131072
+SNAPSTREAM_BUDGET = 32768
+DECODE_POINTS = ((16, PROMPT, "full cache"), (64, SNAPSTREAM_BUDGET, "SnapStream cache"))
+
+
+def default_plans(model: ModelSpec) -> tuple[ParallelPlan, ParallelPlan]:
+    """(prefill, decode) plans used by :func:`describe_model`."""
+    if isinstance(model.attention, MLAAttentionSpec):
+        return ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)
+    return ParallelPlan(tp=8), ParallelPlan(tp=8)
+
+
+def describe_model(path: str | Path) -> str:
+    """The text ``python -m sn40l_sim describe graphs/<model>.yaml`` prints.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.template import GRAPHS_DIR
+    >>> text = describe_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    >>> "671.03 B" in text and "70,272 B" in text and "L03.mha" in text
+    True
+    """
+    model = load_model(path)
+    prefill_plan, decode_plan = default_plans(model)
+    lines = [f"{model.name}  ({path})", ""]
+    lines += _summary(model, decode_plan)
+    policy, why = _snapstream()
+    layer = model.dense_layers if model.moe is not None else 0
+    kind = "MoE" if model.moe is not None else "dense"
+
+    graph = build_graph(model, Shape("prefill", batch=1, prompt_len=PROMPT), prefill_plan)
+    lines += ["", f"Prefill, one {kind} layer (layer {layer}), prompt {PROMPT:,} tokens, batch 1, "
+              f"TP{prefill_plan.tp}; per socket:"]
+    lines += _table(_layer(graph, layer))
+    if policy is not None:
+        graph = build_graph(model, Shape("prefill", batch=1, prompt_len=PROMPT), prefill_plan, policy=policy)
+        extra = [k for k in _layer(graph, layer) if k.phase == "prefill" and k.kind not in _kinds(model, "prefill")]
+        lines += ["", f"  with SnapStream (budget {SNAPSTREAM_BUDGET:,}), extra kernels of the same layer:"]
+        lines += _table(extra)
+        base = sum(k.flops for k in _layer(build_graph(model, Shape("prefill", 1, PROMPT), prefill_plan), layer))
+        lines.append(f"  SnapStream adds {sum(k.flops for k in extra) / base:.2%} to the layer's FLOPs")
+    else:
+        lines += ["", f"  SnapStream: policy unavailable ({why})"]
+
+    for batch, kv_len, label in DECODE_POINTS:
+        if label.startswith("SnapStream") and policy is None:
+            lines += ["", f"Decode at batch {batch}, {label}: policy unavailable ({why})"]
+            continue
+        if policy is not None and label.startswith("SnapStream"):
+            kv_len = policy.static_cache_len(PROMPT, 0)
+        graph = build_graph(model, Shape("decode", batch=batch, prompt_len=PROMPT, kv_len=kv_len), decode_plan)
+        lines += ["", f"Decode step, batch {batch}, {label} of {kv_len:,} tokens per sequence, TP{decode_plan.tp}"
+                  f" / attention DP{decode_plan.attention_dp}; one {kind} layer (layer {layer}), per socket:"]
+        lines += _table(_layer(graph, layer))
+        lines += _step_totals(graph)
+    return "\n".join(lines)
+
+
+def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
+    total, active = P.total_params(model), P.active_params(model)
+    out = [f"parameters      {total / 1e9:.2f} B total, {active / 1e9:.2f} B active per token"]
+    if model.mtp is not None:
+        out.append(f"                MTP module(s) not included: {P.mtp_params(model) / 1e9:.2f} B of their own "
+                   f"({P.mtp_params(model, with_shared_copies=True) / 1e9:.2f} B with the checkpoint's copies of "
+                   f"embedding and head); total with MTP {P.total_params(model, include_mtp=True) / 1e9:.2f} B")
+    groups = P.weight_bytes_by_group(model)
+    parts = ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in groups.items() if v)
+    mtp = " with the MTP module" if model.mtp is not None else ""
+    out.append(f"weights         {P.weight_bytes(model) / 1e9:.2f} GB stored{mtp} ({model.weight_dtype}; {parts})")
+    out.append(f"                {P.weight_bytes_per_socket(model, plan) / 2**30:.2f} GiB per socket at TP{plan.tp}; "
+               f"replicated: {', '.join(P.replicated_tensors(model))}")
+    per_token = P.kv_bytes_per_token(model)
+    out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
+               f"{P.kv_bytes(model, PROMPT) / 1e9:.2f} GB for {PROMPT:,} tokens, "
+               f"{P.kv_bytes(model, SNAPSTREAM_BUDGET) / 1e9:.2f} GB for {SNAPSTREAM_BUDGET:,}")
+    if model.moe is not None:
+        moe = model.moe
+        touched = ", ".join(f"B={b}: {P.expected_distinct_experts(moe.routed_experts, moe.experts_per_token, b):.1f}"
+                            for b in (1, 16, 64, 256))
+        out.append(f"routing         expected distinct experts of {moe.routed_experts} (uniform top-"
+                   f"{moe.experts_per_token}): {touched}")
+    return out
+
+
+def _snapstream():
+    try:
+        from sn40l_sim.kvcache import make_policy
+    except ImportError as exc:  # the KV box is built in parallel; say so rather than fail
+        return None, str(exc)
+    try:
+        return make_policy("snapstream", {"budget": SNAPSTREAM_BUDGET}), ""
+    except InputError as exc:
+        return None, str(exc)
+
+
+def _kinds(model: ModelSpec, phase: str) -> set[str]:
+    from sn40l_sim.models.template import template_for
+
+    t = getattr(template_for(model), phase)
+    return {e.kind or e.name or k for k, e in t.kernels.items()}
+
+
+def _layer(graph: KernelGraph, layer: int) -> list[FusedKernel]:
+    return [k for k in graph.kernels() if k.layer == layer]
+
+
+def _num(x: float, unit: str = "") -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3f} {prefix}{unit}"
+    return f"{x:.0f} {unit}".rstrip()
+
+
+def _table(kernels: list[FusedKernel]) -> list[str]:
+    head = f"  {'kernel':<18}{'FLOPs':>13}{'weights':>12}{'act in':>12}{'act out':>12}{'KV read':>12}{'KV write':>12}  collectives"
+    rows = [head]
+    for k in kernels:
+        act_in = sum(o.act_in_bytes for o in k.operators)
+        act_out = sum(o.act_out_bytes for o in k.operators)
+        kv_r = sum(o.kv_read_bytes for o in k.operators)
+        kv_w = sum(o.kv_write_bytes for o in k.operators)
+        colls = ", ".join(f"{c.kind} {_num(c.bytes, 'B')}{' (overlapped)' if c.overlapped else ''}" for c in k.collectives)
+        notes = "".join(f"  [{name} {value:g}]" for name, value in k.notes)
+        rows.append(f"  {k.name:<18}{_num(k.flops):>13}{_num(k.weight_bytes, 'B'):>12}{_num(act_in, 'B'):>12}"
+                    f"{_num(act_out, 'B'):>12}{_num(kv_r, 'B'):>12}{_num(kv_w, 'B'):>12}  {colls or '-'}{notes}")
+    return rows
+
+
+def _step_totals(graph: KernelGraph) -> list[str]:
+    ks = graph.kernels()
+    flops = sum(k.flops for k in ks)
+    weights = sum(k.weight_bytes for k in ks)
+    kv = sum(o.kv_read_bytes for k in ks for o in k.operators)
+    return [f"  whole step ({len(ks)} kernels): {_num(flops, 'FLOP')}, weights read {_num(weights, 'B')}, "
+            f"KV read {_num(kv, 'B')} per socket"]

@@ -1,0 +1,299 @@
+"""One simulation point end to end: memory and maximum batch, step timings, then serving.
+
+Given spec objects (node, model, KV policy, parallel plans) and the serving options of a point,
+:func:`simulate_point`
+
+1. finds the largest compiled decode batch whose memory fits on every socket of a decode node
+   (:func:`sn40l_sim.mapper.memory.place_memory`, with weights and KV required to stay in HBM as
+   in the paper's deployment), and checks that one prompt fits on a prefill node;
+2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
+   graph (the compiled batch at the static cache length) with
+   :class:`sn40l_sim.serving.step_costs.StepTimer`, which memoises them;
+3. serves the workload with :func:`sn40l_sim.serving.loop.simulate`.
+
+The step timer, the memory placer and the graph builder can be replaced (tests use doubles).
+
+Examples
+--------
+The KV transfer of a 32K-token SnapStream cache of DeepSeek-R1 (71,424 B per token with the MTP
+layer) over the 16-socket node's host link:
+
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> seconds = transfer_seconds(node, "host_link", 32768 * 71424)
+>>> seconds == node.socket.calibrated.transfer_setup_s + node.host_link.latency_s + 32768 * 71424 / node.host_link.bytes_per_s
+True
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from sn40l_sim.serving.batching import (BatchSearch, choose_batch, compiled_size, find_max_batch,
+                                       kv_bytes_per_socket)
+from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.workload import Request
+from sn40l_sim.errors import InfeasibleError, InputError
+
+
+@dataclass(frozen=True)
+class PointSetup:
+    """The inputs of one point (spec objects and plain numbers; nothing is parsed here)."""
+
+    name: str
+    node: Any                      # NodeSpec
+    model: Any                     # ModelSpec
+    policy: Any                    # KVPolicy
+    prompt_len: int
+    prefill_plan: Any              # ParallelPlan
+    decode_plan: Any               # ParallelPlan
+    mode: Literal["disaggregated", "colocated"] = "disaggregated"
+    prefill_nodes: int = 1
+    decode_nodes: int = 1
+    batch: int | str = "max"
+    batch_sizes: tuple[int, ...] = (1,)
+    prefill_lens: tuple[int, ...] = (1,)
+    max_new_tokens: int = 1
+    tokens_per_forward: float = 1.0
+    kv_transfer: Literal["host_link", "p2p"] = "host_link"
+    graph_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class PointResult:
+    """Everything the report needs about one point (cycles; seconds are the report's job)."""
+
+    setup: PointSetup
+    clock_hz: float
+    kv_bytes_per_token: int
+    static_cache_len: int
+    batch: int
+    max_batch: int
+    #: why the next compiled batch size does not fit (None when all fit)
+    next_failure: str | None
+    memory: Any                    # MemoryPlacement of a decode node at ``batch``
+    prefill_memory: Any            # MemoryPlacement of a prefill node (None when co-located)
+    prefill_len_compiled: int
+    prefill: Any                   # PhaseTiming of one prefill of the point's prompt
+    decode: Any                    # PhaseTiming of one decode step at (batch, static_cache_len)
+    transfer_bytes: int
+    transfer_cycles: int
+    #: kernel kinds the KV policy adds to prefill (their share is the policy's prefill overhead)
+    policy_kernel_kinds: tuple[str, ...]
+    #: None for a steps-only evaluation (no requests were served)
+    log: ServingLog | None
+
+
+def _default_timer(node, model, policy, prefill_plan, decode_plan, **options):
+    from sn40l_sim.serving.step_costs import StepTimer
+
+    return StepTimer(node, model, policy, prefill_plan, decode_plan, **options)
+
+
+def _default_place(node, model, plan, kv_bytes, activation_bytes):
+    from sn40l_sim.mapper.memory import place_memory
+
+    return place_memory(node, model, plan, kv_bytes, activation_bytes)
+
+
+def _default_builder(model, shape, plan, policy, **options):
+    from sn40l_sim.models.builder import build_graph
+
+    return build_graph(model, shape, plan, policy, **options)
+
+
+def activation_bytes(graph: Any) -> int:
+    """Peak activation bytes of a kernel graph on one socket: the largest, over kernels, of what a
+    kernel reads plus what it writes between kernels (both buffers live at once)."""
+    return max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in graph.kernels()),
+               default=0)
+
+
+class _Memory:
+    """Memory checks of one point (memoised per batch)."""
+
+    def __init__(self, s: PointSetup, kv_per_token: int, static_len: int, place: Callable,
+                 builder: Callable) -> None:
+        from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
+
+        self.s, self.kv_per_token, self.static_len = s, kv_per_token, static_len
+        self.place, self.builder = place, builder
+        self._cache: dict[int, Any] = {}
+        # a sequence's cache is whole on one socket under data-parallel attention; under tensor
+        # parallelism it splits by KV heads and rows as the kvcache sizing says
+        plan = s.decode_plan
+        sharding = kv_sharding(s.model, plan.tp)
+        self.decode_shards = 1 if plan.attention_dp > 1 else max(
+            1, kv_heads(s.model) // sharding.kv_heads * sharding.row_shards)
+        # prefill needs the whole uncompressed prompt; heads split, the shared MLA latent does not
+        self.prefill_shards = max(1, kv_heads(s.model) // kv_sharding(s.model, s.prefill_plan.tp).kv_heads)
+
+    def _graph_activations(self, phase: str, batch: int, plan: Any) -> int:
+        from sn40l_sim.ir import Shape
+
+        if phase == "prefill":
+            shape = Shape("prefill", 1, self.s.prompt_len)
+        else:
+            shape = Shape("decode", batch, self.s.prompt_len, self.static_len)
+        with located("graph_options"):
+            graph = self.builder(self.s.model, shape, plan, self.s.policy, **self.s.graph_options)
+        return activation_bytes(graph)
+
+    def prefill_kv(self) -> int:
+        return math.ceil(self.s.prompt_len * self.kv_per_token / self.prefill_shards)
+
+    def prefill_fits(self) -> Any:
+        act = self._graph_activations("prefill", 1, self.s.prefill_plan)
+        return self._in_hbm(self.place(self.s.node, self.s.model, self.s.prefill_plan, self.prefill_kv(), act),
+                            "one prompt on a prefill node")
+
+    def decode_fits(self, batch: int) -> Any:
+        if batch not in self._cache:
+            s = self.s
+            kv = kv_bytes_per_socket(batch, s.decode_plan.attention_dp, self.static_len, self.kv_per_token,
+                                     self.decode_shards)
+            act = self._graph_activations("decode", batch, s.decode_plan)
+            if s.mode == "colocated":
+                # the node also prefills: the prompt's full cache before compression, and the
+                # larger of the two phases' activations
+                kv += max(0, self.prefill_kv() - self.static_len * self.kv_per_token // self.decode_shards)
+                act = max(act, self._graph_activations("prefill", 1, s.prefill_plan))
+            self._cache[batch] = self._in_hbm(self.place(s.node, s.model, s.decode_plan, kv, act),
+                                              f"decode batch {batch}")
+        return self._cache[batch]
+
+    @staticmethod
+    def _in_hbm(placement: Any, what: str) -> Any:
+        spilled = {use: n for use, n in sorted(placement.ddr.items()) if use in ("weights", "kv") and n > 0}
+        if spilled:
+            gib = 2**30
+            need = {use: placement.hbm.get(use, 0) + placement.ddr.get(use, 0)
+                    for use in ("weights", "kv", "activations")}
+            detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
+            spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
+            raise InfeasibleError(f"{what} does not fit in HBM per socket: {detail} > "
+                                  f"{placement.hbm_capacity / gib:.2f} GiB usable HBM ({spill} would spill "
+                                  "to DDR; the serving model keeps weights and KV in HBM)")
+        return placement
+
+
+def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
+    """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node.
+
+    ``host_link``: the node's host link (set-up + latency + bytes / bandwidth). ``p2p``: the P2P
+    ports of the receiving socket at the calibrated P2P efficiency (data-parallel attention puts a
+    sequence's whole cache on one socket). Both add the calibrated ``transfer_setup_s``.
+    """
+    socket = node.socket
+    setup = socket.calibrated.transfer_setup_s
+    if kind == "host_link":
+        if node.host_link is None:
+            raise InputError("the hardware has no host_link to carry the KV cache between nodes "
+                             "(add one, or set serving.kv_transfer: p2p)")
+        return setup + node.host_link.latency_s + n_bytes / node.host_link.bytes_per_s
+    bandwidth = socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
+    return setup + socket.p2p.latency_s + n_bytes / bandwidth
+
+
+@contextmanager
+def located(field_path: str):
+    """Give an :class:`InputError` raised inside, that names no field, the experiment field it
+    belongs to (the ``run`` command then adds the experiment file and line)."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.field is None and exc.file is None:
+            exc.field = field_path
+        raise
+
+
+def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], *,
+                   timer_factory: Callable = _default_timer, place: Callable = _default_place,
+                   builder: Callable = _default_builder) -> PointResult:
+    """Simulate one point.
+
+    Parameters
+    ----------
+    s : PointSetup
+        The point.
+    requests_for : callable
+        ``total decode slots -> requests`` (a workload may ask for as many requests as slots).
+    timer_factory, place, builder : callable, optional
+        Replace :class:`~sn40l_sim.serving.step_costs.StepTimer`,
+        :func:`~sn40l_sim.mapper.memory.place_memory` and
+        :func:`~sn40l_sim.models.builder.build_graph` (tests use doubles).
+
+    Raises
+    ------
+    InfeasibleError
+        When no compiled batch fits, an explicit batch does not fit, a prompt does not fit on a
+        prefill node, or a request is longer than the compiled graphs.
+    """
+    from sn40l_sim.models.params import kv_bytes_per_token
+
+    clock_hz = s.node.socket.clock_hz
+    # the decode graph runs the MTP module by default when the model has one, and its attention
+    # layer has a cache of its own: reserve it, and send it with the rest
+    include_mtp = s.graph_options.get("include_mtp", s.model.mtp is not None)
+    per_token = kv_bytes_per_token(s.model, include_mtp=bool(include_mtp))
+    static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens)
+    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
+        if plan.sockets > s.node.sockets:
+            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
+                             f"{s.node.sockets}", field=f"parallel.{phase}")
+    memory = _Memory(s, per_token, static_len, place, builder)
+    with located("prompt_lens"):
+        search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
+    with located("serving.batch"):
+        batch, placement = choose_batch(s.batch, search, memory.decode_fits)
+    with located("prompt_lens"):
+        prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
+
+    timer = timer_factory(s.node, s.model, s.policy, s.prefill_plan, s.decode_plan, **s.graph_options)
+    with located("serving.prefill_lens"):
+        prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
+    with located("graph_options"):
+        prefill = timer.prefill(prefill_len)
+        decode = timer.decode_step(batch, static_len)
+    transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
+    colocated = s.mode == "colocated"
+    with located("serving.kv_transfer"):
+        transfer_cycles = 0 if colocated else math.ceil(
+            transfer_seconds(s.node, s.kv_transfer, transfer_bytes) * clock_hz)
+
+    prefill_cycles: dict[int, int] = {}
+
+    def prefill_for(prompt_len: int) -> int:
+        size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
+        if size not in prefill_cycles:
+            prefill_cycles[size] = int(timer.prefill(size).cycles)
+        return prefill_cycles[size]
+
+    def transfer_for(prompt_len: int) -> int:
+        if colocated:
+            return 0
+        n_bytes = s.policy.cache_len(prompt_len, 0) * per_token
+        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes) * clock_hz)
+
+    with located("workload"):
+        requests = requests_for(batch * s.decode_nodes)
+        for r in requests:  # the decode graph's slots are sized for the point's lengths
+            if r.prompt_len > s.prompt_len or r.output_len > s.max_new_tokens:
+                raise InfeasibleError(f"request {r.id} (prompt {r.prompt_len}, output {r.output_len}) is "
+                                      f"longer than the static graphs (prompt {s.prompt_len}, "
+                                      f"max_new_tokens {s.max_new_tokens})")
+    with located("serving.prefill_lens"):
+        for r in requests:  # every prompt must have a compiled prefill graph before serving starts
+            prefill_for(r.prompt_len)
+    setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,
+                         decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
+                         transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
+                         kv_bytes_per_token=per_token, slot_cache_tokens=static_len)
+    # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
+    log = simulate(requests, setup) if requests else None
+    kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))
+    return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
+                       str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
+                       prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log)

@@ -1,0 +1,323 @@
+"""Experiment files (``experiments/*.yaml``): hardware + model + KV policies + parallel plan +
+workload + serving set-up (+ sweep axes), expanded into simulation points.
+
+This is the top of the data flow (docs/architecture.md): it validates the experiment and expands
+it into :class:`Point` objects; the ``run`` command loads the hardware, the model and the KV
+policy of each point and hands them, as spec objects, to the mapper and the engine.
+
+Sections added for serving (issue 5):
+
+``prompt_lens``
+    Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
+``policies[i].prompt_fraction`` / ``policies[i].per_prompt``
+    Policy parameters that depend on the prompt: ``prompt_fraction: {budget: 0.25}`` sets
+    ``budget = round(0.25 * prompt_len)``; ``per_prompt: [{prompt_len: 65536, params: {...}}]``
+    overrides parameters at one length.
+``workload``
+    ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
+    ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
+    (a CSV or JSONL file of ``arrival_s, prompt_len, output_len``). ``count: batch`` means as many
+    requests as the decode batch has slots (times ``rounds``).
+``serving``
+    ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
+    compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
+    graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
+    (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+``sweep``
+    Reserved for sweeps (issue 7): accepted by the schema, refused by ``run`` until implemented.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "e.yaml").write_text('''
+... kind: experiment
+... name: demo
+... hardware: hw.yaml
+... model: m.yaml
+... policies:
+...   - {name: full, policy: full}
+...   - {name: snap, policy: snapstream, params: {sink: 4}, prompt_fraction: {budget: 0.25}}
+... shape: {prompt_len: 1024}
+... prompt_lens: [1024, 2048]
+... workload: {kind: fixed, count: batch, output_len: 16}
+... serving: {max_new_tokens: 16}
+... ''')
+>>> exp = load_experiment(folder / "e.yaml")
+>>> [(p.name, p.prompt_len, p.params) for p in points(exp)]
+[('full@1K', 1024, {}), ('full@2K', 2048, {}), ('snap@1K', 1024, {'budget': 256, 'sink': 4}), ('snap@2K', 2048, {'budget': 512, 'sink': 4})]
+>>> exp.max_new_tokens, exp.spec.serving.batch, exp.prefill_node_count
+(16, 'max', 1)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.study.serving_section import (POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL,  # noqa: F401
+                                          ConstantLength, FixedWorkload, LengthDist, LognormalLength,
+                                          PoissonWorkload, RequestEntry, ServingSection, TraceWorkload,
+                                          UniformLength, Workload)
+from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
+from sn40l_sim.yamlio import Document, FieldPath, load_document
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sn40l_sim.kvcache.base import KVPolicy
+
+class PhasePlan(StrictModel):
+    """Parallel plan of one phase (see :class:`sn40l_sim.ir.ParallelPlan`)."""
+
+    tp: PositiveInt = 1
+    attention_dp: PositiveInt = 1
+
+
+class ParallelSection(StrictModel):
+    prefill: PhasePlan = PhasePlan()
+    decode: PhasePlan = PhasePlan()
+
+
+class PromptParams(StrictModel):
+    """Policy parameters that apply at one prompt length only."""
+
+    prompt_len: PositiveInt
+    params: dict[str, Any]
+
+
+class PolicyEntry(StrictModel):
+    """One KV policy to simulate, with its parameters (see ``sn40l_sim/kvcache``)."""
+
+    name: str
+    policy: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
+    prompt_fraction: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    per_prompt: tuple[PromptParams, ...] = ()
+
+
+class ShapeSection(StrictModel):
+    """The shape for ``map`` and for single-step studies."""
+
+    batch: PositiveInt = 1
+    prompt_len: PositiveInt
+    max_new_tokens: NonNegativeInt = 0
+
+
+class ExperimentSpec(StrictModel):
+    """The validated experiment file; unknown keys are errors."""
+
+    kind: Literal["experiment"]
+    name: str
+    hardware: str
+    model: str
+    model_overrides: dict[str, Any] = Field(default_factory=dict)
+    parallel: ParallelSection = ParallelSection()
+    policies: tuple[PolicyEntry, ...]
+    shape: ShapeSection
+    prompt_lens: tuple[PositiveInt, ...] | None = None
+    workload: Workload | None = None
+    serving: ServingSection = ServingSection()
+    #: options passed through to the graph builder (``build_graph(**graph_options)``)
+    graph_options: dict[str, Any] = Field(default_factory=dict)
+    #: reserved for issue 7 (sweeps); ``run`` refuses an experiment that has one
+    sweep: dict[str, Any] | None = None
+
+
+@dataclass
+class Experiment:
+    """A loaded experiment: the validated spec plus the document (for error locations)."""
+
+    spec: ExperimentSpec
+    doc: Document
+
+    @property
+    def path(self) -> Path:
+        return self.doc.path
+
+    def resolve(self, relative: str) -> Path:
+        return self.doc.resolve(relative)
+
+    def error(self, field_path: FieldPath, message: str) -> InputError:
+        """An :class:`InputError` located at ``field_path`` of this file."""
+        return self.doc.error(field_path, message)
+
+    @property
+    def prompt_lens(self) -> tuple[int, ...]:
+        """The prompt lengths to simulate, in file order."""
+        return self.spec.prompt_lens or (self.spec.shape.prompt_len,)
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The static decode graph's maximum generated length (serving, else shape)."""
+        value = self.spec.serving.max_new_tokens or self.spec.shape.max_new_tokens
+        if not value:
+            raise self.error(("serving", "max_new_tokens"), "required: the static decode graph's maximum "
+                             "number of generated tokens (or set shape.max_new_tokens)")
+        return value
+
+    @property
+    def prefill_node_count(self) -> int:
+        """Prefill-only nodes: 0 when co-located, else ``serving.prefill_nodes`` (default 1)."""
+        serving = self.spec.serving
+        if serving.mode == "colocated":
+            return 0
+        return 1 if serving.prefill_nodes is None else serving.prefill_nodes
+
+
+@dataclass(frozen=True)
+class Point:
+    """One simulation point: a KV policy (with its resolved parameters) at one prompt length.
+
+    Attributes
+    ----------
+    name : str
+        Unique within the experiment: the policy entry's name, plus ``@<prompt>`` when the
+        experiment has several prompt lengths.
+    entry : str
+        The policy entry's name.
+    policy : str
+        Registry name of the policy (``full``, ``snapstream``, ...).
+    params : dict
+        Parameters for :func:`sn40l_sim.kvcache.make_policy`, keys sorted.
+    prompt_len : int
+        Prompt length (the prefill length and the decode graph's compiled prompt length).
+    policy_index : int
+        Index of the entry in ``policies`` (for error locations).
+    """
+
+    name: str
+    entry: str
+    policy: str
+    params: dict[str, Any]
+    prompt_len: int
+    policy_index: int
+
+
+def length_label(tokens: int) -> str:
+    """``131072`` -> ``'128K'``; lengths that are not whole KiB stay as they are.
+
+    >>> length_label(131072), length_label(1000)
+    ('128K', '1000')
+    """
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
+
+
+def points(exp: Experiment) -> list[Point]:
+    """Expand policies x prompt lengths into named points (policy order, then prompt order)."""
+    several = len(exp.prompt_lens) > 1
+    out = []
+    for index, entry in enumerate(exp.spec.policies):
+        overrides = {pp.prompt_len: pp.params for pp in entry.per_prompt}
+        for prompt_len in exp.prompt_lens:
+            params = dict(entry.params)
+            params.update({k: max(1, round(f * prompt_len)) for k, f in entry.prompt_fraction.items()})
+            params.update(overrides.get(prompt_len, {}))
+            name = f"{entry.name}@{length_label(prompt_len)}" if several else entry.name
+            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index))
+    return out
+
+
+def make_point_policy(exp: Experiment, point: Point) -> "KVPolicy":
+    """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
+    :class:`InputError` located at the policy entry."""
+    from sn40l_sim.kvcache import make_policy
+
+    try:
+        return make_policy(point.policy, dict(point.params))
+    except InputError as exc:
+        if exc.file:
+            raise
+        # make_policy names the field inside the entry ("policy" or "params.<name>")
+        inner = tuple((exc.field or "params").split("."))
+        at = ("policies", point.policy_index) + inner
+        file, line = exp.doc.where(at)
+        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
+                            field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Load and validate an experiment file (hardware and model files are loaded by the caller).
+
+    Raises
+    ------
+    InputError
+        For the first bad field, naming the file, the field path and the line.
+    """
+    doc = load_document(path)
+    return experiment_from_document(doc)
+
+
+#: what the experiment's tagged unions expect, for the message when a tag is missing or unknown
+_TAGS = {"dist": "an integer, or a mapping with dist: constant | uniform | lognormal",
+         "kind": "a mapping with kind: fixed | poisson | trace"}
+
+
+def experiment_from_document(doc: Document) -> Experiment:
+    """Validate and check an experiment already loaded as a document (sweeps build them in memory).
+
+    Raises
+    ------
+    InputError
+        For any bad field or cross-field inconsistency, located in the document.
+    """
+    exp = Experiment(validate(ExperimentSpec, doc, tag_hints=_TAGS), doc)
+    _check(exp)
+    return exp
+
+
+def _check(exp: Experiment) -> None:
+    """Cross-field rules pydantic cannot express field by field."""
+    spec = exp.spec
+    if not spec.policies:
+        raise exp.error(("policies",), "expected at least one policy")
+    if len(set(exp.prompt_lens)) != len(exp.prompt_lens):
+        raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(spec.policies):
+        if entry.name in seen:
+            raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
+                            f"(also policies[{seen[entry.name]}])")
+        seen[entry.name] = i
+        for j, pp in enumerate(entry.per_prompt):
+            if pp.prompt_len not in exp.prompt_lens:
+                raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
+                                f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
+    for phase in ("prefill", "decode"):
+        plan = getattr(spec.parallel, phase)
+        if plan.tp % plan.attention_dp:
+            raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
+                            f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+    serving = spec.serving
+    if serving.mode == "colocated" and serving.prefill_nodes:
+        raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "
+                        "prefill_nodes out (or 0) when mode is colocated")
+    if serving.mode == "disaggregated" and serving.prefill_nodes == 0:
+        raise exp.error(("serving", "prefill_nodes"), "disaggregated serving needs at least 1 prefill node")
+    for key in ("batch_sizes", "prefill_lens"):
+        values = getattr(serving, key)
+        if not values:
+            raise exp.error(("serving", key), "expected at least one compiled size")
+    _check_workload(exp)
+
+
+def _check_workload(exp: Experiment) -> None:
+    workload = exp.spec.workload
+    at: FieldPath = ("workload",)
+    if isinstance(workload, FixedWorkload):
+        shorthand = [k for k in ("count", "prompt_len", "output_len") if getattr(workload, k) is not None]
+        if workload.requests is not None and shorthand:
+            raise exp.error(at + (shorthand[0],), "give either a 'requests' list or count/output_len, not both")
+        if workload.requests is None and (workload.count is None or workload.output_len is None):
+            missing = "count" if workload.count is None else "output_len"
+            raise exp.error(at + (missing,), "required for a fixed workload without a 'requests' list")
+        if workload.requests is not None and not workload.requests:
+            raise exp.error(at + ("requests",), "expected at least one request")
+    for key in ("prompt_len", "output_len"):
+        dist = getattr(workload, key, None)
+        if isinstance(dist, UniformLength) and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
+        if isinstance(dist, LognormalLength) and dist.high is not None and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")

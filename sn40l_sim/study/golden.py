@@ -1,0 +1,90 @@
+"""Regression goldens: the key simulated results of every experiment in ``experiments/``, kept in
+``tests/golden/<experiment>.json`` and compared with tight tolerances by ``tests/study/test_golden.py``.
+
+When a result moves on purpose (a unit model, a template or a calibrated value changed),
+regenerate with ``python -m sn40l_sim golden --update``: it prints every value that moved, old and
+new, and rewrites the files. Without ``--update`` it only prints the diff (exit 1 if any).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENTS_DIR = REPO / "experiments"
+GOLDEN_DIR = REPO / "tests" / "golden"
+#: relative tolerance for floats; integers (cycles, batches) must match exactly
+REL_TOL = 1e-6
+
+#: per-record fields kept in the goldens (mapping fields are kept whole)
+FIELDS = ("max_batch", "batch", "kv_len", "decode_step_cycles", "decode_tokens_per_s",
+          "decode_tokens_per_s_reported", "prefill_cycles", "prefill_kernel_cycles",
+          "decode_kernel_cycles", "prefill_kernel_share", "ttft_s", "tpot_s", "kv_transfer_bytes")
+
+
+def experiments() -> list[Path]:
+    """Experiment files that ``run`` can simulate (those with a workload and no sweep)."""
+    import yaml
+
+    out = []
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if data.get("kind") == "experiment" and "workload" in data and "sweep" not in data:
+            out.append(path)
+    return out
+
+
+def collect(experiment: Path) -> dict[str, Any]:
+    """The key results of one experiment, point by point."""
+    from sn40l_sim.study.runner import simulate_experiment
+
+    _, records = simulate_experiment(experiment)
+    return {r["name"]: {f: r[f] for f in FIELDS if f in r} for r in records}
+
+
+def golden_path(experiment: Path) -> Path:
+    return GOLDEN_DIR / f"{experiment.stem}.json"
+
+
+def diff(old: Any, new: Any, path: str = "") -> list[str]:
+    """Human-readable differences beyond the tolerances (empty when they agree).
+
+    >>> diff({"a": 1, "b": 2.0}, {"a": 1, "b": 2.0000001})
+    []
+    >>> diff({"a": 1, "b": {"c": 10}}, {"a": 2, "b": {"c": 10, "d": 1}})
+    ['a: 1 -> 2', 'b.d: (absent) -> 1']
+    """
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                out.append(f"{where}: (absent) -> {new[key]!r}")
+            elif key not in new:
+                out.append(f"{where}: {old[key]!r} -> (absent)")
+            else:
+                out.extend(diff(old[key], new[key], where))
+        return out
+    if isinstance(old, bool) or isinstance(new, bool) or not isinstance(old, (int, float)) \
+            or not isinstance(new, (int, float)):
+        return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+    if isinstance(old, int) and isinstance(new, int):
+        return [] if old == new else [f"{path}: {old} -> {new}"]
+    if math.isclose(old, new, rel_tol=REL_TOL, abs_tol=1e-12):
+        return []
+    change = f" ({(new - old) / old:+.4%})" if old else ""
+    return [f"{path}: {old!r} -> {new!r}{change}"]
+
+
+def load(experiment: Path) -> dict[str, Any] | None:
+    path = golden_path(experiment)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write(experiment: Path, results: dict[str, Any]) -> Path:
+    path = golden_path(experiment)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path

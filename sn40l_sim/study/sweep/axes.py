@@ -1,0 +1,269 @@
+"""The ``sweep:`` section of an experiment file: axes, their values, and the points they expand to.
+
+Part of :mod:`sn40l_sim.study.sweep.load` (which runs the points). The section reads::
+
+    sweep:
+      mode: grid                  # grid (every combination, first axis slowest) | zip (i-th with i-th)
+      axes:
+        serving.batch: [1, 2, 4, 8]                                 # a dotted path -> a list of values
+        shape.prompt_len: {start: 4096, stop: 65536, num: 5, scale: log}
+        hbm: {path: hardware.socket.hbm.bytes_per_s_per_unit, values: [409.6 GB/s, 819.2 GB/s]}
+      plot: {x: batch, y: decode_tokens_per_s, hue: [kv_policy, prefill_len]}   # optional
+      infeasible: skip            # optional: fail (default) | skip runs that do not fit
+
+An axis path names a field of the experiment document (``serving.batch``, ``shape.prompt_len``,
+``policies.snapstream.params.budget``: list entries are picked by their ``name`` or by index) or,
+under ``hardware.``, a field of the loaded hardware (``hardware.socket.p2p.bytes_per_s_per_port``,
+``hardware.sockets``), applied with :func:`sn40l_sim.hardware.loader.with_overrides`.
+A range ``{start, stop, num, scale: linear | log}`` gives ``num`` values including both ends; when
+``start`` and ``stop`` are integers the values are rounded to integers. ``infeasible: skip`` treats
+a run that does not fit (an :class:`~sn40l_sim.errors.InfeasibleError`: a batch too large for the
+memory, a tensor-parallel group larger than the node) as an expected outcome of the sweep, listed
+but not counted as a failure; a bad value or an internal error always fails.
+
+Examples
+--------
+>>> axis_values({"start": 1024, "stop": 16384, "num": 5, "scale": "log"})
+[1024, 2048, 4096, 8192, 16384]
+>>> axis_values({"start": 0.5, "stop": 1.0, "num": 3})
+[0.5, 0.75, 1.0]
+>>> value_text("409.6 GB/s"), value_text(0.25), value_text([4096, 8192])
+('409.6GB/s', '0.25', '4096+8192')
+>>> data = {"policies": [{"name": "full"}, {"name": "snap", "params": {}}]}
+>>> set_path(data, ("policies", "snap", "params", "budget"), 8192)
+>>> data["policies"][1]
+{'name': 'snap', 'params': {'budget': 8192}}
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: keys of a range axis, and of an axis with an explicit path
+RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
+PATH_KEYS = frozenset({"path", "values"})
+SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible"})
+PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where"})
+
+
+class AxisError(ValueError):
+    """A bad axis; ``where`` is the field path under the axis (e.g. ``("values", 2)``)."""
+
+    def __init__(self, message: str, where: tuple = ()) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One sweep axis.
+
+    Attributes
+    ----------
+    name : str
+        Its key under ``sweep.axes``.
+    path : tuple of str
+        The dotted path split at the dots; ``("hardware", ...)`` targets the loaded hardware
+        (``("hardware",)`` alone swaps the hardware file).
+    values : tuple
+        The values, in order.
+    label : str
+        Short name used in point names (the last path part, or the full name when two axes share it).
+    """
+
+    name: str
+    path: tuple[str, ...]
+    values: tuple[Any, ...]
+    label: str
+
+    @property
+    def hardware_field(self) -> str | None:
+        """The dotted path under the node for hardware axes, else None."""
+        if self.path[0] == "hardware" and len(self.path) > 1:
+            return ".".join(self.path[1:])
+        return None
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AxisError(f"expected a number, got {value!r}", (key,))
+    return value
+
+
+def axis_values(spec: Any) -> list[Any]:
+    """The values of an axis written as a list or as ``{start, stop, num, scale}``.
+
+    Raises
+    ------
+    AxisError
+        For an empty list, unknown keys, a non-positive ``num``, a log scale through zero, or
+        integer values that repeat after rounding.
+    """
+    if isinstance(spec, list):
+        if not spec:
+            raise AxisError("expected at least one value")
+        return list(spec)
+    if not isinstance(spec, dict):
+        raise AxisError(f"expected a list of values or a mapping {{start, stop, num, scale}}, got {spec!r}")
+    unknown = sorted(set(spec) - RANGE_KEYS)
+    if unknown:
+        raise AxisError(f"unknown key {unknown[0]!r} (expected start, stop, num, scale)", (unknown[0],))
+    missing = [k for k in ("start", "stop", "num") if k not in spec]
+    if missing:
+        raise AxisError("required field is missing", (missing[0],))
+    start, stop = _number(spec["start"], "start"), _number(spec["stop"], "stop")
+    num = spec["num"]
+    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+        raise AxisError(f"expected a positive integer, got {num!r}", ("num",))
+    scale = spec.get("scale", "linear")
+    if scale not in ("linear", "log"):
+        raise AxisError(f"expected linear or log, got {scale!r}", ("scale",))
+    if scale == "log" and (start <= 0 or stop <= 0):
+        raise AxisError(f"a log scale needs start and stop > 0, got {start} and {stop}", ("start",))
+    raw = np.geomspace(start, stop, num) if scale == "log" else np.linspace(start, stop, num)
+    if isinstance(start, int) and isinstance(stop, int):
+        values: list[Any] = [int(round(float(v))) for v in raw]
+        if len(set(values)) < len(values):
+            raise AxisError(f"{num} integer values from {start} to {stop} repeat after rounding: {values}", ("num",))
+        return values
+    return [float(f"{float(v):.12g}") for v in raw]
+
+
+def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
+    """``(path, values)`` of one entry of ``sweep.axes`` (the path checks come later)."""
+    if not isinstance(name, str) or not name:
+        raise AxisError(f"expected an axis name, got {name!r}")
+    path_text = name
+    if isinstance(spec, dict) and "path" in spec:
+        unknown = sorted(set(spec) - PATH_KEYS)
+        if unknown:
+            raise AxisError(f"unknown key {unknown[0]!r} (expected path and values)", (unknown[0],))
+        if "values" not in spec:
+            raise AxisError("required field is missing", ("values",))
+        path_text = spec["path"]
+        if not isinstance(path_text, str) or not path_text:
+            raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}", ("path",))
+        try:
+            values = axis_values(spec["values"])
+        except AxisError as exc:
+            raise AxisError(str(exc), ("values",) + exc.where) from None
+    else:
+        values = axis_values(spec)
+    parts = tuple(path_text.split("."))
+    if any(not p for p in parts):
+        raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}",
+                        ("path",) if path_text != name else ())
+    return parts, values
+
+
+def parse_plot(spec: Any) -> dict[str, Any] | None:
+    """The ``plot:`` entry of a sweep section (None when absent); columns are checked after the run.
+
+    >>> parse_plot({"x": "batch", "y": "ttft_s", "hue": "kv_policy"})["hue"]
+    'kv_policy'
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where}")
+    unknown = sorted(set(spec) - PLOT_KEYS)
+    if unknown:
+        raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
+    for key in ("x", "y"):
+        if not isinstance(spec.get(key), str):
+            raise AxisError("required: a column of results.csv", (key,))
+    return dict(spec)
+
+
+def labels(axes: list[tuple[str, tuple[str, ...]]], explicit: set[str]) -> list[str]:
+    """Short labels: an axis given with ``path:`` keeps its name; the others use the last path
+    part unless another axis ends the same way.
+
+    >>> labels([("serving.batch", ("serving", "batch")), ("shape.prompt_len", ("shape", "prompt_len"))], set())
+    ['batch', 'prompt_len']
+    >>> labels([("a.batch", ("a", "batch")), ("b.batch", ("b", "batch"))], set())
+    ['a.batch', 'b.batch']
+    """
+    last = [name if name in explicit else path[-1] for name, path in axes]
+    return [short if last.count(short) == 1 else name for short, (name, _) in zip(last, axes)]
+
+
+def combinations(axes: list[Axis], mode: str) -> list[tuple[Any, ...]]:
+    """Value tuples of the points: every combination (first axis slowest), or zipped.
+
+    >>> a, b = Axis("a", ("a",), (1, 2), "a"), Axis("b", ("b",), (10, 20), "b")
+    >>> combinations([a, b], "grid"), combinations([a, b], "zip")
+    ([(1, 10), (1, 20), (2, 10), (2, 20)], [(1, 10), (2, 20)])
+    """
+    if mode == "zip":
+        return list(zip(*(axis.values for axis in axes)))
+    return list(itertools.product(*(axis.values for axis in axes)))
+
+
+def value_text(value: Any) -> str:
+    """A value as it appears in a point name (no spaces or commas)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "+".join(value_text(v) for v in value)
+    if isinstance(value, dict):
+        return "+".join(f"{k}:{value_text(v)}" for k, v in value.items())
+    return str(value).replace(" ", "").replace(",", ";")
+
+
+def point_name(axes: list[Axis], values: tuple[Any, ...]) -> str:
+    """``"batch=8,prompt_len=4096"``: the label and value of every axis, in axis order.
+
+    >>> point_name([Axis("serving.batch", ("serving", "batch"), (8,), "batch")], (8,))
+    'batch=8'
+    """
+    return ",".join(f"{axis.label}={value_text(v)}" for axis, v in zip(axes, values))
+
+
+def set_path(data: Any, path: tuple[str, ...], value: Any) -> None:
+    """Set ``path`` in plain YAML data in place: missing mappings are created; list entries are
+    picked by integer index or by their ``name``.
+
+    Raises
+    ------
+    AxisError
+        When a part of the path goes through a scalar, or names no list entry.
+    """
+    node = data
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        where = ".".join(path[: i + 1])
+        if isinstance(node, list):
+            index = _list_index(node, part, ".".join(path[:i]))
+            if last:
+                node[index] = copy.deepcopy(value)
+                return
+            node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = copy.deepcopy(value)
+                return
+            if part not in node or node[part] is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise AxisError(f"unknown axis path {'.'.join(path)!r}: {where[: -len(part) - 1]!r} is a "
+                            f"value ({node!r}), not a section")
+    raise AxisError("empty axis path")  # pragma: no cover - parse_axis refuses empty paths
+
+
+def _list_index(items: list, part: str, where: str) -> int:
+    if part.isdigit():
+        if int(part) < len(items):
+            return int(part)
+        raise AxisError(f"unknown axis path: {where} has {len(items)} entries, no index {part}")
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    if part in names:
+        return names.index(part)
+    raise AxisError(f"unknown axis path: {where} has no entry named {part!r} (entries: {', '.join(map(str, names))})")

@@ -1,0 +1,382 @@
+"""Sweeps: an experiment's ``sweep:`` section expanded into points, run in parallel processes, and
+collected into one ``results.json`` / ``results.csv``.
+
+Each sweep point is the experiment with the axes' values written in (or, for ``hardware.`` axes,
+the hardware with :func:`~sn40l_sim.hardware.loader.with_overrides` applied); it runs the
+experiment's own points (KV policies x prompt lengths) as ``run`` does, so a sweep point gives one
+record per policy. Records carry ``sweep_point`` (the point's name), ``sweep`` (axis -> value;
+hardware axes as the parsed number in the hardware's units) and ``name`` = ``<policy point>[<sweep
+point>]``, in point order whatever order the processes finish in. A point that fails is reported
+with its name and one-line error; the others still run.
+
+The section's format is in :mod:`sn40l_sim.study.sweep.axes`. Every axis is checked before anything
+runs, each value on its own against the base experiment and hardware: a bad path or value is an
+:class:`~sn40l_sim.errors.InputError` at ``sweep.axes.<name>`` and its line.
+
+Examples
+--------
+>>> import pathlib, tempfile, textwrap
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "e.yaml").write_text(textwrap.dedent('''
+...     kind: experiment
+...     name: demo
+...     hardware: ''' + str(pathlib.Path("hw_configs/sn40l_node8.yaml").resolve()) + '''
+...     model: ''' + str(pathlib.Path("graphs/llama3_1_8b.yaml").resolve()) + '''
+...     policies: [{name: full, policy: full}]
+...     shape: {prompt_len: 1024}
+...     sweep:
+...       axes:
+...         serving.batch: [1, 2]
+...         hardware.socket.p2p.bytes_per_s_per_port: [50 GB/s, 100 GB/s]
+...     '''))
+>>> sweep = load_sweep(folder / "e.yaml")
+>>> [p.name for p in sweep.points]
+['batch=1,bytes_per_s_per_port=50GB/s', 'batch=1,bytes_per_s_per_port=100GB/s', 'batch=2,bytes_per_s_per_port=50GB/s', 'batch=2,bytes_per_s_per_port=100GB/s']
+>>> sweep.points[3].data["serving"], sweep.points[3].hardware_overrides
+({'batch': 2}, {'socket.p2p.bytes_per_s_per_port': '100 GB/s'})
+>>> sweep.points[3].hardware_axes
+{'hardware.socket.p2p.bytes_per_s_per_port': 'socket.p2p.bytes_per_s_per_port'}
+"""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.study.sweep.axes import (SECTION_KEYS, Axis, AxisError, combinations, labels, parse_axis, parse_plot,
+                                  point_name, set_path)
+from sn40l_sim.yamlio import Document, load_document
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: the experiment data to simulate and the hardware overrides."""
+
+    index: int
+    name: str
+    #: axis name -> value as written in the sweep section
+    values: dict[str, Any]
+    #: the experiment document's data with the point's values written in (no ``sweep`` key)
+    data: dict[str, Any]
+    #: dotted path under the node -> value, for :func:`~sn40l_sim.hardware.loader.with_overrides`
+    hardware_overrides: dict[str, Any]
+    #: axis name -> dotted path under the node, for the axes that change the hardware
+    hardware_axes: dict[str, str]
+
+
+@dataclass
+class Sweep:
+    """A loaded sweep: the base document, its axes, the expanded points and the plot request."""
+
+    doc: Document
+    name: str
+    mode: str
+    axes: list[Axis]
+    points: list[SweepPoint]
+    plot: dict[str, Any] | None = None
+    #: ``fail`` or ``skip`` runs that raise InfeasibleError
+    infeasible: str = "fail"
+
+
+class SweepRecords(list):
+    """The records of a sweep (a ``list`` of dicts) plus ``failures``: ``(point name, one-line
+    error)`` for every point that did not run."""
+
+    def __init__(self, records=(), failures=(), total: int | None = None) -> None:
+        super().__init__(records)
+        self.failures: list[tuple[str, str]] = list(failures)
+        #: runs that did not fit, with ``infeasible: skip`` (name, one-line reason)
+        self.skipped: list[tuple[str, str]] = []
+        #: runs attempted (records + failures + skipped)
+        self.total = len(self) + len(self.failures) if total is None else total
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """``["serving.batch=8", "hardware.sockets=8"]`` -> ``{"serving.batch": 8, "hardware.sockets": 8}``
+    (values read as YAML scalars).
+
+    >>> parse_sets(["serving.batch=8", "hardware.socket.hbm.bytes_per_s_per_unit=1 TB/s"])
+    {'serving.batch': 8, 'hardware.socket.hbm.bytes_per_s_per_unit': '1 TB/s'}
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        path, sep, text = item.partition("=")
+        if not sep or not path.strip():
+            raise InputError(f"expected path=value, got {item!r}", field="--set")
+        try:
+            out[path.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InputError(f"cannot read the value of {item!r}: {exc}", field="--set") from None
+    return out
+
+
+def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
+    """Load an experiment with a ``sweep:`` section, check every axis, and expand the points.
+
+    Parameters
+    ----------
+    path : str or Path
+        The experiment file.
+    sets : dict, optional
+        Dotted path -> value written into the experiment before expansion (``--set``; paths under
+        ``hardware.`` override the hardware of every point).
+
+    Raises
+    ------
+    InputError
+        For a missing or malformed sweep section, an unknown axis path or a bad value, located at
+        ``sweep.<field>`` of the experiment file.
+    """
+    doc = load_document(path)
+    section = doc.data.get("sweep")
+    if not isinstance(section, dict):
+        raise doc.error(("sweep",), "expected a sweep section: {mode: grid | zip, axes: {path: values}}")
+    unknown = sorted(set(section) - SECTION_KEYS)
+    if unknown:
+        raise doc.error(("sweep", unknown[0]), "unknown key (expected mode, axes, plot, infeasible)")
+    mode = section.get("mode", "grid")
+    if mode not in ("grid", "zip"):
+        raise doc.error(("sweep", "mode"), f"expected grid or zip, got {mode!r}")
+    infeasible = section.get("infeasible", "fail")
+    if infeasible not in ("fail", "skip"):
+        raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {infeasible!r}")
+    base = {k: v for k, v in doc.data.items() if k != "sweep"}
+    experiment_from_data(base, doc)  # the experiment itself, before any value is written in
+    base, base_hw = _apply_sets(doc, base, sets or {})
+    axes = _parse_axes(doc, section.get("axes"), mode)
+    points = []
+    for index, values in enumerate(combinations(axes, mode)):
+        data, hw = copy.deepcopy(base), dict(base_hw)
+        for axis, value in zip(axes, values):
+            if axis.hardware_field:
+                hw[axis.hardware_field] = value
+                continue
+            try:
+                set_path(data, axis.path, value)
+            except AxisError as exc:
+                raise doc.error(("sweep", "axes", axis.name), str(exc)) from None
+        points.append(SweepPoint(index, point_name(axes, values), {a.name: v for a, v in zip(axes, values)},
+                                 data, hw, {a.name: a.hardware_field for a in axes if a.hardware_field}))
+    checker = _Checker(doc, base, base_hw, points)
+    for axis in axes:
+        checker.check(axis)
+    try:
+        plot = parse_plot(section.get("plot"))
+    except AxisError as exc:
+        raise doc.error(("sweep", "plot") + exc.where, str(exc)) from None
+    name = base.get("name") if isinstance(base.get("name"), str) else doc.path.stem
+    return Sweep(doc, name, mode, axes, points, plot, infeasible)
+
+
+def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+    """The experiment data with ``--set`` values written in, and the hardware overrides; each is
+    checked on its own so that an error names the ``--set`` that caused it."""
+    from sn40l_sim.hardware.loader import with_overrides
+
+    base, hardware = copy.deepcopy(base), {}
+    for dotted, value in sorted(sets.items()):
+        parts = tuple(dotted.split("."))
+        try:
+            if parts[0] == "hardware" and len(parts) > 1:
+                with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
+                hardware[".".join(parts[1:])] = value
+                continue
+            trial = copy.deepcopy(base)
+            set_path(trial, parts, value)
+            _check_points(experiment_from_data(trial, doc))
+            base = trial
+        except (AxisError, InputError) as exc:
+            inner = f"{exc.field}: {exc.message}" if isinstance(exc, InputError) and exc.field else \
+                getattr(exc, "message", str(exc))
+            raise InputError(f"{value!r}: {inner}", field=f"--set {dotted}") from None
+    return base, hardware
+
+
+def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
+    if not isinstance(spec, dict) or not spec:
+        raise doc.error(("sweep", "axes"), "expected a mapping of axis (a dotted path) -> values")
+    parsed = []
+    for name, axis_spec in spec.items():
+        try:
+            path, values = parse_axis(name, axis_spec)
+        except AxisError as exc:
+            raise doc.error(("sweep", "axes", name) + exc.where, str(exc)) from None
+        parsed.append((name, path, values))
+    explicit = {name for name, axis_spec in spec.items() if isinstance(axis_spec, dict) and "path" in axis_spec}
+    short = labels([(n, p) for n, p, _ in parsed], explicit)
+    axes = [Axis(n, p, tuple(v), s) for (n, p, v), s in zip(parsed, short)]
+    if mode == "zip" and len({len(a.values) for a in axes}) > 1:
+        counts = ", ".join(f"{a.name}: {len(a.values)}" for a in axes)
+        raise doc.error(("sweep", "axes", axes[-1].name), f"zip needs axes of equal length, got {counts}")
+    paths = [a.path for a in axes]
+    for a in axes:
+        if paths.count(a.path) > 1:
+            raise doc.error(("sweep", "axes", a.name), f"two axes set {'.'.join(a.path)}")
+    return axes
+
+
+class _Checker:
+    """Checks each value of each axis against the base experiment and hardware. A value that fails
+    alone is still accepted when some sweep point that uses it is valid as a whole (coupled axes,
+    such as ``hardware.sockets`` zipped with ``hardware.socket.p2p.ports``); the points where it
+    is not valid then fail when they run."""
+
+    def __init__(self, doc: Document, base: dict, base_hw: dict, points: list[SweepPoint]) -> None:
+        self.doc, self.base, self.base_hw, self.points = doc, base, base_hw, points
+        self._node = None
+        self._valid: dict[int, bool] = {}
+
+    def _fail(self, axis: Axis, index: int | None, message: str) -> InputError:
+        at: tuple = ("sweep", "axes", axis.name)
+        spec = self.doc.data["sweep"]["axes"][axis.name]
+        if index is not None and isinstance(spec, list):
+            at += (index,)
+        elif index is not None and isinstance(spec, dict) and isinstance(spec.get("values"), list):
+            at += ("values", index)
+        return self.doc.error(at, message)
+
+    def check(self, axis: Axis) -> None:
+        from sn40l_sim.study.experiment import ExperimentSpec
+
+        root = axis.path[0]
+        if root not in ExperimentSpec.model_fields or root == "sweep":
+            known = ", ".join(sorted(set(ExperimentSpec.model_fields) - {"sweep"}))
+            raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: expected a field of the "
+                             f"experiment ({known}) or hardware.<field of the hardware>")
+        if root == "shape" and axis.path[1:] == ("prompt_len",) and "prompt_lens" in self.base:
+            raise self._fail(axis, None, "the experiment lists prompt_lens, which replace shape.prompt_len: "
+                             "sweep prompt_lens instead (values such as [[4096], [8192]])")
+        for i, value in enumerate(axis.values):
+            try:
+                if axis.hardware_field:
+                    self._hardware({**self.base_hw, axis.hardware_field: value})
+                else:
+                    data = copy.deepcopy(self.base)
+                    set_path(data, axis.path, value)
+                    _check_points(experiment_from_data(data, self.doc))
+            except AxisError as exc:
+                raise self._fail(axis, None, str(exc)) from None
+            except InputError as exc:
+                inner = f"{exc.field}: {exc.message}" if exc.field else exc.message
+                if exc.file and exc.file not in (str(self.doc.path), "<overrides>"):
+                    inner = str(exc)  # a problem in another file (the hardware's): name it
+                if exc.message.startswith("unknown key") or "is not a section" in exc.message:
+                    raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: {inner}") from None
+                users = [p for p in self.points if p.values[axis.name] is value]
+                if not any(self._point_valid(p) for p in users):
+                    raise self._fail(axis, i, f"value {value!r}: {inner}") from None
+
+    def _point_valid(self, point: SweepPoint) -> bool:
+        if point.index not in self._valid:
+            try:
+                _check_points(experiment_from_data(point.data, self.doc))
+                self._hardware(point.hardware_overrides)
+                self._valid[point.index] = True
+            except InputError:
+                self._valid[point.index] = False
+        return self._valid[point.index]
+
+    def _hardware(self, overrides: dict[str, Any]) -> None:
+        from sn40l_sim.hardware.loader import with_overrides
+
+        if self._node is None:
+            self._node = load_node(self.doc, self.base, {})
+        with_overrides(self._node, overrides)
+
+
+def experiment_from_data(data: dict, doc: Document):
+    """An :class:`~sn40l_sim.study.experiment.Experiment` from plain data, with ``doc``'s file and lines
+    for errors and relative paths."""
+    from sn40l_sim.study.experiment import experiment_from_document
+
+    return experiment_from_document(Document(data, doc.path, doc.origins))
+
+
+def _check_points(exp) -> None:
+    from sn40l_sim.study.experiment import make_point_policy, points
+
+    for point in points(exp):
+        make_point_policy(exp, point)
+
+
+def load_node(doc: Document, data: dict, overrides: dict[str, Any]):
+    """The hardware named by ``data["hardware"]`` (relative to ``doc``) with ``overrides``."""
+    from sn40l_sim.hardware.loader import load_hardware, with_overrides
+
+    hardware = data.get("hardware")
+    if not isinstance(hardware, str):
+        raise doc.error(("hardware",), "required: the relative path of a hardware file")
+    node = load_hardware(doc.resolve(hardware))
+    return with_overrides(node, overrides) if overrides else node
+
+
+def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
+              sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None) -> SweepRecords:
+    """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
+    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record)
+    and, when the section has ``plot:``, ``OUT/sweep.png``. Failures are printed on stderr.
+
+    Parameters
+    ----------
+    experiment_path : str or Path
+        An experiment file with a ``sweep:`` section.
+    out_dir : str or Path
+        Output folder (created).
+    jobs : int, optional
+        Worker processes (default ``os.cpu_count()``; 1 runs in this process).
+    progress : bool
+        Show a tqdm progress bar on stderr.
+    sets : dict, optional
+        Dotted path -> value applied to every point (see :func:`load_sweep`).
+    sweep : Sweep, optional
+        The already loaded sweep of ``experiment_path`` with ``sets`` (saves loading it twice).
+
+    Returns
+    -------
+    SweepRecords
+        The records (a list of dicts, in point order) with ``.failures`` and ``.skipped``.
+
+    Raises
+    ------
+    InputError
+        For a bad experiment or sweep section (before anything runs), or a ``plot:`` naming a
+        column the results do not have (after they are written).
+    """
+    from sn40l_sim.report.results import write_results
+    from sn40l_sim.study.sweep.run import run_points
+
+    sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
+    out_dir = Path(out_dir)
+    records = run_points(sweep, jobs, progress)
+    for name, error in records.failures:
+        print(f"point {name} failed: {error}", file=sys.stderr)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
+    listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
+    (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
+    _, csv_path = write_results(records, out_dir)
+    if records and sweep.plot is not None:
+        _plot(sweep, csv_path, out_dir / "sweep.png")
+    return records
+
+
+def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
+    from sn40l_sim.report.plot_csv import plot_csv
+
+    spec = sweep.plot or {}
+    hue = spec.get("hue")
+    where = spec.get("where") or {}
+    return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
+                    out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
+                    logy=bool(spec.get("logy", False)),
+                    where={str(k): str(v) for k, v in where.items()})
+
+
+__all__ = ["Sweep", "SweepPoint", "SweepRecords", "load_sweep", "run_sweep", "parse_sets", "experiment_from_data",
+           "load_node"]

@@ -1,0 +1,202 @@
+"""Measured vs simulated: the reference measurements of ``experiments/reference/`` as data, and
+their comparison with the simulator (``python -m sn40l_sim validate``).
+
+Each measurement names a results field (``quantity``, with ``key`` for mapping fields such as
+``prefill_kernel_share``), the experiment and point whose record holds it, a tolerance, its source,
+and whether it is a calibration point. Points are simulated once each, whatever the number of
+measurements that read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import Field, model_validator
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.schema import StrictModel, validate
+from sn40l_sim.yamlio import load_document
+
+DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "reference"
+
+
+class Tolerance(StrictModel):
+    """Acceptance band: absolute, relative, or an explicit range of accepted simulated values."""
+
+    abs: float | None = Field(default=None, ge=0)
+    rel: float | None = Field(default=None, ge=0)
+    range: tuple[float, float] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Tolerance":
+        if sum(v is not None for v in (self.abs, self.rel, self.range)) != 1:
+            raise ValueError("give exactly one of abs, rel or range")
+        return self
+
+    def accepts(self, measured: float, simulated: float) -> bool:
+        if self.range is not None:
+            return self.range[0] <= simulated <= self.range[1]
+        if self.abs is not None:
+            return abs(simulated - measured) <= self.abs + 1e-12
+        return abs(simulated - measured) <= self.rel * abs(measured) + 1e-12
+
+
+class Measurement(StrictModel):
+    """One measurement (or held-back prediction when ``value`` is absent)."""
+
+    id: str
+    quantity: str
+    key: str | None = None
+    value: float | None = None
+    tolerance: Tolerance | None = None
+    source: str
+    experiment: str
+    point: str
+    calibration: bool
+
+
+class ReferenceFile(StrictModel):
+    kind: Literal["reference"]
+    measurements: tuple[Measurement, ...]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A measurement with its experiment resolved to an absolute path."""
+
+    measurement: Measurement
+    experiment_path: Path
+    #: (file, line) of the measurement in its reference file, for errors
+    origin: tuple[str, int | None] = ("", None)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A measurement beside its simulated value."""
+
+    reference: Reference
+    simulated: float
+
+    @property
+    def measured(self) -> float | None:
+        return self.reference.measurement.value
+
+    @property
+    def error_kind(self) -> str:
+        """``pp`` for shares with an absolute band, ``count`` for other absolute bands, else ``%``."""
+        t = self.reference.measurement.tolerance
+        if t is not None and t.abs is not None:
+            return "pp" if abs(self.reference.measurement.value or 0) <= 1 else "count"
+        return "%"
+
+    @property
+    def error(self) -> float | None:
+        """Signed error in the unit of :attr:`error_kind` (percentage points, a count, or percent)."""
+        m = self.reference.measurement
+        if m.value is None:
+            return None
+        if self.error_kind == "pp":
+            return (self.simulated - m.value) * 100
+        if self.error_kind == "count":
+            return self.simulated - m.value
+        return (self.simulated - m.value) / m.value * 100 if m.value else float("inf")
+
+    @property
+    def ok(self) -> bool | None:
+        m = self.reference.measurement
+        if m.value is None or m.tolerance is None:
+            return None
+        return m.tolerance.accepts(m.value, self.simulated)
+
+
+def load_references(paths: list[Path] | None = None) -> list[Reference]:
+    """Every measurement in the given reference files (default: all of ``experiments/reference``).
+
+    Raises
+    ------
+    InputError
+        For a malformed reference file, located at the field.
+    """
+    files = paths if paths else sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))
+    out: list[Reference] = []
+    for path in files:
+        doc = load_document(path)
+        spec = validate(ReferenceFile, doc)
+        for i, m in enumerate(spec.measurements):
+            exp_path = doc.resolve(m.experiment)
+            if not exp_path.is_file():
+                raise doc.error(("measurements", i, "experiment"), f"experiment file not found: {exp_path}")
+            out.append(Reference(m, exp_path, doc.where(("measurements", i, "point"))))
+    return out
+
+
+def extract(record: dict[str, Any], measurement: Measurement) -> float:
+    """The simulated value a measurement compares with, read from a results record."""
+    value = record[measurement.quantity]
+    if measurement.key is not None:
+        value = value.get(measurement.key, 0.0)
+    return float(value)
+
+
+#: experiment path -> records (one per point); ``validate`` and ``calibrate`` pass their own
+Simulator = Callable[[Path], list[dict[str, Any]]]
+
+
+def compare(references: list[Reference], simulate: Simulator) -> list[Comparison]:
+    """Simulate each referenced experiment once and compare every measurement.
+
+    Raises
+    ------
+    InputError
+        When a measurement names a point its experiment does not have.
+    """
+    records: dict[Path, dict[str, dict]] = {}
+    out = []
+    for ref in references:
+        if ref.experiment_path not in records:
+            records[ref.experiment_path] = {r["name"]: r for r in simulate(ref.experiment_path)}
+        by_name = records[ref.experiment_path]
+        m = ref.measurement
+        if m.point not in by_name:
+            raise InputError(f"measurement {m.id!r} names point {m.point!r}, but {ref.experiment_path.name} "
+                             f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1],
+                             field="point")
+        out.append(Comparison(ref, extract(by_name[m.point], m)))
+    return out
+
+
+def format_table(comparisons: list[Comparison]) -> str:
+    """The table ``validate`` prints, with summary lines of the mean and worst absolute error per
+    unit (percentage points for shares, percent for rates, counts for batches)."""
+    rows = [("id", "quantity", "measured", "simulated", "error", "ok", "role")]
+    by_kind: dict[str, list[float]] = {}
+    for c in comparisons:
+        m = c.reference.measurement
+        quantity = m.quantity + (f"[{m.key}]" if m.key else "")
+        err = c.error
+        text = ""
+        if err is not None:
+            by_kind.setdefault(c.error_kind, []).append(abs(err))
+            text = {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}[c.error_kind]
+        rows.append((m.id, quantity, _fmt(c.measured), _fmt(c.simulated), text,
+                     {True: "yes", False: "NO", None: "-"}[c.ok],
+                     "calibration" if m.calibration else "prediction"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    measured = [c for c in comparisons if c.ok is not None]
+    lines.append(f"\n{len(measured)} measurements, {sum(bool(c.ok) for c in measured)} within tolerance")
+    unit = {"pp": "pp", "count": "", "%": "%"}
+    for kind, errs in sorted(by_kind.items()):
+        lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):.2f}{unit[kind]}, "
+                     f"worst {max(errs):.2f}{unit[kind]} ({len(errs)} measurements)")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "(held back)"
+    if abs(value) >= 100 or float(value).is_integer():
+        return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+    return f"{value:.4f}"

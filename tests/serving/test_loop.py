@@ -1,0 +1,185 @@
+"""Serving invariants of the SimPy continuous-batching model (serving/loop.py).
+
+The step costs are plain functions here (no kernels): the serving model only sees cycles.
+"""
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.workload import Request
+
+
+def setup_for(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4, step=50, per_token=3,
+              transfer=20, cache=lambda p, g: p + g):
+    return ServingSetup(mode=mode, prefill_nodes=prefill_nodes, decode_nodes=decode_nodes, slots=slots,
+                        decode_step_cycles=step, prefill_cycles=lambda p: per_token * p,
+                        transfer_cycles=lambda p: transfer + p // 10, cache_tokens=cache,
+                        kv_bytes_per_token=7, slot_cache_tokens=200 + 64)
+
+
+def random_requests(seed, n=40, max_prompt=200, max_out=64):
+    rng = random.Random(seed)
+    t = 0
+    out = []
+    for i in range(n):
+        t += rng.choice([0, 0, 10, 300, 2000])
+        out.append(Request(i, t, rng.randint(1, max_prompt), rng.randint(1, max_out)))
+    return out
+
+
+CASES = [
+    dict(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4),
+    dict(mode="disaggregated", prefill_nodes=3, decode_nodes=2, slots=2),
+    dict(mode="disaggregated", prefill_nodes=2, decode_nodes=1, slots=16),
+    dict(mode="colocated", decode_nodes=1, slots=4),
+    dict(mode="colocated", decode_nodes=3, slots=2),
+]
+
+
+@pytest.fixture(params=[(case, seed) for case in range(len(CASES)) for seed in (1, 2, 3)],
+                ids=lambda p: f"case{p[0]}-seed{p[1]}")
+def served(request):
+    case, seed = request.param
+    setup = setup_for(**CASES[case])
+    reqs = random_requests(seed)
+    return setup, reqs, simulate(reqs, setup)
+
+
+def test_every_request_finishes_with_all_its_tokens(served):
+    setup, reqs, log = served
+    assert len(log.requests) == len(reqs)
+    for r in log.requests:
+        assert r.finish >= r.first_token >= r.request.arrival_cycle
+        assert r.generated == r.request.output_len
+        assert r.token_cycles == sorted(r.token_cycles)
+        assert r.finish == r.token_cycles[-1]
+    # tokens are conserved: the first from prefill, one per decode step per active sequence
+    assert sum(r.generated for r in log.requests) == sum(q.output_len for q in reqs)
+    assert sum(s.active for s in log.steps) == sum(q.output_len - 1 for q in reqs)
+    assert log.end_cycle == max(r.finish for r in log.requests)
+
+
+def test_no_slot_ever_holds_two_sequences(served):
+    setup, _, log = served
+    by_slot = defaultdict(list)
+    for r in log.requests:
+        if r.request.output_len > 1 or setup.mode == "colocated":
+            assert 0 <= r.slot < setup.slots
+            by_slot[(r.decode_node, r.slot)].append((r.slot_acquired, r.finish))
+    for intervals in by_slot.values():
+        intervals.sort()
+        for (_, end), (start, _) in zip(intervals, intervals[1:]):
+            assert start >= end
+    for step in log.steps:
+        assert step.active <= step.slots_in_use <= setup.slots
+
+
+def test_kv_occupancy_never_exceeds_the_reserved_slots(served):
+    setup, _, log = served
+    assert log.steps
+    assert max(step.kv_bytes for step in log.steps) <= setup.kv_capacity_bytes
+    assert min(step.kv_bytes for step in log.steps) > 0
+
+
+def test_ttft_is_at_least_the_prefill_and_decode_follows_the_step_time(served):
+    setup, _, log = served
+    for r in log.requests:
+        prefill = setup.prefill_cycles(r.request.prompt_len)
+        assert r.first_token - r.request.arrival_cycle >= prefill
+        assert r.first_token - r.prefill_start == prefill
+        gaps = [b - a for a, b in zip(r.token_cycles, r.token_cycles[1:])]
+        assert all(g >= setup.decode_step_cycles for g in gaps)
+        if len(r.token_cycles) > 2 and setup.mode == "disaggregated":
+            assert set(gaps[1:]) == {setup.decode_step_cycles}  # once in the batch, one per step
+
+
+def test_disaggregated_transfers_precede_the_join_and_share_their_link():
+    setup = setup_for(prefill_nodes=2, decode_nodes=2, slots=2, transfer=500)
+    log = simulate(random_requests(5), setup)
+    per_link = defaultdict(list)
+    for r in log.requests:
+        if r.request.output_len == 1:
+            assert r.transfer_start == -1  # nothing to decode, nothing sent
+            continue
+        assert r.first_token <= r.slot_acquired <= r.transfer_start
+        assert r.transfer_end - r.transfer_start == setup.transfer_cycles(r.request.prompt_len)
+        assert r.join >= r.transfer_end
+        per_link[r.prefill_node].append((r.transfer_start, r.transfer_end))
+    for intervals in per_link.values():
+        intervals.sort()
+        assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
+    assert sum(log.busy["link"]) == sum(e - s for iv in per_link.values() for s, e in iv)
+
+
+def test_colocated_prefill_blocks_decode_on_its_node():
+    setup = setup_for(mode="colocated", decode_nodes=2, slots=3)
+    log = simulate(random_requests(9), setup)
+    for node in range(2):
+        prefills = [(r.prefill_start, r.first_token) for r in log.requests if r.decode_node == node]
+        for step in (s for s in log.steps if s.node == node):
+            assert all(step.end <= a or step.start >= b for a, b in prefills)
+    assert all(r.transfer_start == -1 for r in log.requests)
+
+
+def test_a_full_batch_makes_requests_wait_for_a_free_slot():
+    # 3 requests, 2 slots, no transfer: the third joins when the first finishes
+    setup = setup_for(slots=2, step=10, per_token=1, transfer=0)
+    reqs = [Request(0, 0, 10, 4), Request(1, 0, 10, 6), Request(2, 0, 10, 2)]
+    log = simulate(reqs, setup)
+    r0, r1, r2 = log.requests
+    assert (r0.first_token, r1.first_token, r2.first_token) == (10, 20, 30)
+    assert (r0.transfer_start, r1.transfer_start) == (10, 20)
+    # r0 joins at 11 (transfer 1 cycle), steps 11-21-31-41 give tokens 2..4
+    assert r0.token_cycles == [10, 21, 31, 41]
+    # r2 waits for r0's slot: freed at 41, cache sent 41-42, joins at the step boundary 51
+    assert r2.slot_acquired == 41 and r2.slot == r0.slot
+    assert r2.join == 51 and r2.token_cycles == [30, 61]
+
+
+def test_same_inputs_same_log():
+    setup = setup_for(prefill_nodes=2, decode_nodes=2, slots=3)
+    a = simulate(random_requests(11), setup)
+    b = simulate(random_requests(11), setup)
+    assert [(r.token_cycles, r.slot, r.decode_node) for r in a.requests] == \
+           [(r.token_cycles, r.slot, r.decode_node) for r in b.requests]
+    assert a.steps == b.steps and a.busy == b.busy
+
+
+def test_bad_request_lists_are_refused():
+    with pytest.raises(ValueError):
+        simulate([], setup_for())
+    with pytest.raises(ValueError):
+        simulate([Request(0, 0, 10, 0)], setup_for())
+
+
+request_lists = st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 200), st.integers(1, 40)),
+                         min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(reqs=request_lists, mode=st.sampled_from(["disaggregated", "colocated"]),
+       prefill_nodes=st.integers(1, 3), decode_nodes=st.integers(1, 3), slots=st.integers(1, 6),
+       step=st.integers(1, 400), transfer=st.integers(0, 900))
+def test_invariants_hold_for_any_workload(reqs, mode, prefill_nodes, decode_nodes, slots, step, transfer):
+    setup = setup_for(mode=mode, prefill_nodes=prefill_nodes, decode_nodes=decode_nodes, slots=slots,
+                      step=step, transfer=transfer)
+    requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(reqs)]
+    log = simulate(requests, setup)
+    assert all(r.generated == r.request.output_len for r in log.requests)
+    assert sum(s.active for s in log.steps) == sum(o - 1 for _, _, o in reqs)
+    assert all(s.kv_bytes <= setup.kv_capacity_bytes and s.slots_in_use <= slots for s in log.steps)
+    for r in log.requests:
+        assert r.first_token - r.request.arrival_cycle >= setup.prefill_cycles(r.request.prompt_len)
+    held = defaultdict(list)
+    for r in log.requests:
+        if r.slot >= 0:
+            held[(r.decode_node, r.slot)].append((r.slot_acquired, r.finish))
+    for intervals in held.values():
+        intervals.sort()
+        assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))

@@ -1,0 +1,133 @@
+"""One point end to end with doubles for the step timer, the memory placer and the graph builder:
+maximum batch from memory, infeasible batches and contexts, and what the serving run gets."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, FakeTimer, no_graph, r1_model
+
+from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
+from sn40l_sim.serving.workload import Request
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.kvcache import make_policy
+
+NODE = load_hardware("hw_configs/sn40l_node16.yaml")
+MODEL = r1_model()
+PROMPT, NEW = 131072, 64
+FULL_SLOT = (PROMPT + NEW) * R1_KV_PER_TOKEN
+# free HBM for 1.5 full 128K caches per socket: 1 full sequence, or 6 SnapStream 32K ones
+FREE = int(1.5 * FULL_SLOT)
+
+
+def setup(policy, **kw) -> PointSetup:
+    args = dict(name=policy.name, node=NODE, model=MODEL, policy=policy, prompt_len=PROMPT, prefill_plan=PREFILL,
+                decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH, prefill_lens=POWERS_OF_TWO_PREFILL,
+                max_new_tokens=NEW, tokens_per_forward=2.4)
+    args.update(kw)
+    return PointSetup(**args)
+
+
+def one_per_slot(output_len=8):
+    return lambda slots: [Request(i, 0, PROMPT, output_len) for i in range(slots)]
+
+
+def run(policy, timer=None, placer=None, requests=None, **kw):
+    timer = timer or FakeTimer()
+    placer = placer or FakePlacer(weights=40 * 2**30, free=FREE)
+    result = simulate_point(setup(policy, **kw), requests or one_per_slot(), timer_factory=timer, place=placer,
+                            builder=no_graph)
+    return result, timer, placer
+
+
+FULL = make_policy("full", {})
+SNAP = make_policy("snapstream", {"budget": 32768})
+
+
+def test_max_batch_is_the_largest_compiled_size_whose_kv_fits():
+    full, timer_f, placer_f = run(FULL)
+    snap, timer_s, _ = run(SNAP)
+    # 1.5 full caches per socket: batch 16 (1 per socket) fits, 32 (2 per socket) does not;
+    # 32K caches: 6 fit per socket, so 64 (4 per socket) fits and 128 (8) does not
+    assert (full.max_batch, snap.max_batch) == (16, 64)
+    assert (full.batch, snap.batch) == (16, 64)
+    assert full.memory.hbm["kv"] == FULL_SLOT and snap.memory.hbm["kv"] == 4 * 32768 * R1_KV_PER_TOKEN
+    assert "exceed the free" in full.next_failure
+    # the decode step is timed at the compiled batch and the static cache length
+    assert ("decode", 16, PROMPT + NEW) in timer_f.calls and ("decode", 64, 32768) in timer_s.calls
+    # a prefill node holds one whole uncompressed prompt (MLA's latent is not split by heads)
+    assert placer_f.calls[-1] == (PREFILL, PROMPT * R1_KV_PER_TOKEN, 0)
+
+
+def test_serving_run_fills_every_slot_and_conserves_tokens():
+    # 64 prefills of 131M cycles take as long as ~140 decode steps of 61M: long outputs fill the batch
+    result, _, _ = run(SNAP, requests=one_per_slot(output_len=200), max_new_tokens=200)
+    log = result.log
+    assert len(log.requests) == 64 and all(r.generated == 200 for r in log.requests)
+    assert {r.slot for r in log.requests} == set(range(64))
+    assert max(s.active for s in log.steps) == 64
+    assert log.steps and max(s.kv_bytes for s in log.steps) <= log.setup.kv_capacity_bytes
+    assert result.transfer_bytes == SNAP.cache_len(PROMPT, 0) * R1_KV_PER_TOKEN
+    first = log.requests[0]
+    assert first.first_token == (700 + 300 + 2 * 10) * PROMPT  # mha, moe_ffn, the two SnapStream kernels
+    assert result.policy_kernel_kinds == ("ring_buffer", "snapkv")
+
+
+def test_explicit_batch_within_the_maximum_runs_and_beyond_it_is_infeasible():
+    result, timer, _ = run(SNAP, batch=48)
+    assert result.batch == 48 and result.max_batch == 64
+    assert ("decode", 48, 32768) in timer.calls
+    with pytest.raises(InfeasibleError) as info:
+        run(SNAP, batch=128)
+    message = str(info.value)
+    assert info.value.field == "serving.batch"
+    assert "serving.batch 128 does not fit (largest compiled batch that fits: 64)" in message
+    assert f"exceed the free {FREE} B" in message
+
+
+def test_a_context_that_does_not_fit_even_at_batch_1_is_infeasible():
+    with pytest.raises(InfeasibleError) as info:
+        run(FULL, placer=FakePlacer(weights=40 * 2**30, free=FULL_SLOT // 2))
+    assert info.value.field == "prompt_lens"
+    assert "no compiled batch size fits, not even 1" in str(info.value)
+
+
+def test_requests_longer_than_the_graphs_are_rejected():
+    with pytest.raises(InfeasibleError) as info:
+        run(FULL, requests=lambda slots: [Request(0, 0, PROMPT + 1, 4)])
+    assert info.value.field == "workload" and "longer than the static graphs" in str(info.value)
+    with pytest.raises(InfeasibleError, match="exceeds the largest compiled size"):
+        run(FULL, prefill_lens=(1024, 65536))
+
+
+def test_kv_transfer_time_follows_the_link_spec():
+    n = 2_000_000_000
+    host = transfer_seconds(NODE, "host_link", n)
+    link = NODE.host_link
+    assert host == pytest.approx(NODE.socket.calibrated.transfer_setup_s + link.latency_s + n / link.bytes_per_s)
+    p2p = NODE.socket.p2p
+    assert transfer_seconds(NODE, "p2p", n) == pytest.approx(
+        NODE.socket.calibrated.transfer_setup_s + p2p.latency_s
+        + n / (p2p.ports * p2p.bytes_per_s_per_port * NODE.socket.calibrated.p2p_efficiency))
+    result, _, _ = run(FULL)
+    assert result.transfer_cycles == math.ceil(
+        transfer_seconds(NODE, "host_link", result.transfer_bytes) * NODE.socket.clock_hz)
+
+
+def test_no_host_link_is_a_located_input_error():
+    bare = NODE.model_copy(update={"host_link": None})
+    with pytest.raises(InputError, match="no host_link") as info:
+        run(FULL, node=bare)
+    assert info.value.field == "serving.kv_transfer"
+
+
+def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
+    result, _, placer = run(SNAP, mode="colocated", prefill_nodes=0)
+    assert result.transfer_cycles == 0 and result.prefill_memory is None
+    # each decode-node socket also holds one prompt's uncompressed cache while it prefills
+    scratch = PROMPT * R1_KV_PER_TOKEN - 32768 * R1_KV_PER_TOKEN
+    assert result.memory.hbm["kv"] == 2 * 32768 * R1_KV_PER_TOKEN + scratch
+    assert result.max_batch == 32
+    assert all(r.transfer_start == -1 for r in result.log.requests)

@@ -1,0 +1,77 @@
+"""StepTimer with stand-in builder and mapper: memoisation, determinism, input checks."""
+from __future__ import annotations
+
+import pytest
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from engine_doubles import chain, node16, placed_kernel  # noqa: E402
+from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.errors import InputError
+from sn40l_sim.ir import Collective
+
+NODE = node16()
+
+
+def build(model, shape, plan, policy, **options):
+    return shape, options
+
+
+def place(node, built):
+    shape, options = built
+    weights = options.get("weights", 10**7)
+    kv = 2000 * shape.batch * shape.kv_len
+    n = max(1, shape.batch * max(shape.kv_len, shape.prompt_len) // 64)
+    return chain([
+        placed_kernel(node, "L0.mla", "mla", n_tiles=n, compute_cycles_per_tile=20, hbm_bytes=weights + kv,
+                      kv_read_bytes=kv, collectives=(Collective("all_reduce", 7168 * 2 * shape.batch, 16),)),
+        placed_kernel(node, "L0.ffn", "moe_ffn", n_tiles=64, compute_cycles_per_tile=100, hbm_bytes=weights,
+                      collectives=(Collective("all_reduce", 7168 * 2 * shape.batch, 16, overlapped=True),)),
+    ])
+
+
+def timer(**options):
+    return StepTimer(NODE, None, None, None, None, graph_builder=build, graph_mapper=place, **options)
+
+
+def test_memoised_steps_are_the_same_object():
+    t = timer()
+    first = t.decode_step(8, 4096)
+    assert t.decode_step(8, 4096) is first
+    assert t.decode_step(8, 4097) is not first
+    assert t.prefill(4096) is t.prefill(4096)
+    assert t.stats == {"prefill_runs": 1, "prefill_hits": 1, "decode_runs": 2, "decode_hits": 1}
+
+
+def test_separate_timers_agree_exactly():
+    assert timer().decode_step(16, 2048) == timer().decode_step(16, 2048)
+    assert timer().prefill(1000) == timer().prefill(1000)
+
+
+def test_graph_options_reach_the_builder():
+    assert timer(weights=10**8).decode_step(1, 64).cycles > timer().decode_step(1, 64).cycles
+
+
+def test_phase_fields():
+    step = timer().decode_step(4, 1024)
+    assert step.phase == "decode" and step.batch == 4 and step.kv_len == 1024
+    assert step.seconds == pytest.approx(step.cycles / NODE.socket.clock_hz)
+    assert set(step.kernel_cycles) == {"mla", "moe_ffn"}
+    assert sum(step.kernel_cycles.values()) == step.cycles
+    assert step.kernel_cycles_by_name["L0.mla"] == step.kernel_cycles["mla"]
+    kinds = {ev.category for ev in step.events}
+    assert {"kernel", "stream", "setup", "collective"} <= kinds
+    assert all(0 <= ev.start_cycle <= ev.end_cycle <= step.cycles for ev in step.events)
+    parts = decode_step_breakdown(step)
+    assert sum(parts.values()) == pytest.approx(step.seconds, rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [(0, 10), (4, 0), (-1, 10), (2.5, 10), (True, 10)])
+def test_bad_step_arguments_are_input_errors(args):
+    with pytest.raises(InputError):
+        timer().decode_step(*args)
+    with pytest.raises(InputError):
+        timer().prefill(0)

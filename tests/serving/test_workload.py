@@ -1,0 +1,99 @@
+"""Workloads: fixed lists, seeded Poisson arrivals with length distributions, trace files."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sn40l_sim.serving.workload import build_requests, read_trace, sample_lengths
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.study.experiment import FixedWorkload, LognormalLength, PoissonWorkload, TraceWorkload, UniformLength
+
+CLOCK = 1.6e9
+
+
+def build(spec, **kw):
+    args = dict(prompt_len=4096, max_new_tokens=128, slots=8, seed=0, clock_hz=CLOCK)
+    args.update(kw)
+    return build_requests(spec, **args)
+
+
+def test_fixed_count_batch_fills_every_slot_per_round():
+    spec = FixedWorkload(kind="fixed", count="batch", rounds=3, output_len=16, interval_s=0.5)
+    reqs = build(spec, slots=16)
+    assert len(reqs) == 48
+    assert {r.prompt_len for r in reqs} == {4096} and {r.output_len for r in reqs} == {16}
+    assert [r.arrival_cycle for r in reqs[:3]] == [0, 800_000_000, 1_600_000_000]
+    assert [r.id for r in reqs] == list(range(48))
+
+
+def test_fixed_request_list_is_sorted_by_arrival_with_default_prompt():
+    spec = FixedWorkload(kind="fixed", requests=[{"arrival_s": 2, "output_len": 3},
+                                                 {"arrival_s": 1, "prompt_len": 10, "output_len": 5}])
+    reqs = build(spec)
+    assert [(r.id, r.arrival_cycle, r.prompt_len, r.output_len) for r in reqs] == \
+           [(0, 1_600_000_000, 10, 5), (1, 3_200_000_000, 4096, 3)]
+
+
+def test_poisson_is_seeded_and_has_the_asked_rate():
+    spec = PoissonWorkload(kind="poisson", rate_per_s=4.0, count=4000,
+                           prompt_len={"dist": "uniform", "low": 100, "high": 200},
+                           output_len={"dist": "lognormal", "median": 50, "sigma": 0.5})
+    a, b, c = build(spec, seed=1), build(spec, seed=1), build(spec, seed=2)
+    assert a == b and a != c
+    gaps = np.diff([0] + [r.arrival_cycle for r in a]) / CLOCK
+    assert gaps.mean() == pytest.approx(0.25, rel=0.05)
+    prompts = [r.prompt_len for r in a]
+    assert min(prompts) >= 100 and max(prompts) <= 200 and len(set(prompts)) > 90
+    outputs = np.array([r.output_len for r in a])
+    assert np.median(outputs) == pytest.approx(50, rel=0.05)
+    assert outputs.max() <= 128  # clipped to max_new_tokens
+
+
+def test_lengths_never_exceed_the_compiled_graphs():
+    rng = np.random.Generator(np.random.PCG64(3))
+    assert max(sample_lengths(LognormalLength(dist="lognormal", median=1000, sigma=3), 500, rng, 700)) == 700
+    assert set(sample_lengths(UniformLength(dist="uniform", low=5, high=5), 10, rng, 9)) == {5}
+
+
+def test_a_request_longer_than_the_graphs_is_infeasible():
+    with pytest.raises(InfeasibleError, match="prompt_len 5000 exceeds the point's prompt length 4096"):
+        build(FixedWorkload(kind="fixed", count=2, prompt_len=5000, output_len=1))
+    with pytest.raises(InfeasibleError, match="output_len 200 exceeds serving.max_new_tokens 128"):
+        build(FixedWorkload(kind="fixed", count=2, output_len=200))
+
+
+def test_csv_and_jsonl_traces(tmp_path):
+    csv_file = tmp_path / "t.csv"
+    csv_file.write_text("arrival_s,prompt_len,output_len\n0.25,100,4\n0,4096,8\n")
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"arrival_s": 0.25, "prompt_len": 100, "output_len": 4}\n\n'
+                     '{"arrival_s": 0, "prompt_len": 4096, "output_len": 8}\n')
+    a = build(TraceWorkload(kind="trace", path="t.csv"), trace_path=csv_file)
+    b = build(TraceWorkload(kind="trace", path="t.jsonl"), trace_path=jsonl)
+    assert a == b
+    assert [(r.arrival_cycle, r.prompt_len) for r in a] == [(0, 4096), (400_000_000, 100)]
+
+
+@pytest.mark.parametrize("name, text, line, match", [
+    ("bad.csv", "arrival,prompt_len,output_len\n0,1,1\n", 1, "expected the CSV header"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,1\n0,x,1\n", 3, "prompt_len: expected a number"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n-1,1,1\n", 2, "arrival_s: expected a time >= 0"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1.5,1\n", 2, "prompt_len: expected a number"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,0\n", 2, "output_len: expected an integer >= 1"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,\n", 2, "output_len: missing value"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n", None, "no requests"),
+    ("bad.jsonl", '{"arrival_s": 0, "prompt_len": 1, "output_len": 1}\n{"arrival_s": 0,\n', 2, "invalid JSON"),
+    ("bad.jsonl", '[1, 2, 3]\n', 1, "expected a JSON object"),
+    ("bad.jsonl", '{"arrival_s": 0, "prompt_len": 1, "output_len": 1, "user": 3}\n', 1, "unknown column 'user'"),
+])
+def test_bad_traces_name_the_file_and_line(tmp_path, name, text, line, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError, match=match) as info:
+        read_trace(path)
+    assert info.value.file == str(path) and info.value.line == line
+
+
+def test_missing_trace_file(tmp_path):
+    with pytest.raises(InputError, match="cannot read trace file"):
+        read_trace(tmp_path / "nope.csv")

@@ -1,0 +1,97 @@
+"""``python -m sn40l_sim run`` end to end with the real engine, mapper, graphs and hardware files, on a
+small model so it stays quick: determinism, and infeasible batches or contexts exiting 2."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def experiment(tmp_path, prompt=4096, batch="max", name="e.yaml"):
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: small
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel:
+          prefill: {{tp: 8}}
+          decode: {{tp: 8, attention_dp: 8}}
+        policies:
+          - {{name: full, policy: full}}
+          - {{name: snap, policy: snapstream, prompt_fraction: {{budget: 0.25}}}}
+        shape: {{prompt_len: {prompt}}}
+        workload:
+          kind: poisson
+          rate_per_s: 50
+          count: 12
+          output_len: {{dist: uniform, low: 2, high: 16}}
+        serving:
+          batch: {batch}
+          batch_sizes: [1, 2, 4, 8, 16]
+          max_new_tokens: 16
+          tokens_per_forward: 2.4
+          seed: 3
+        """)
+    path = tmp_path / name
+    path.write_text(text)
+    return path, text
+
+
+def test_two_runs_write_byte_identical_results(tmp_path, capsys):
+    path, _ = experiment(tmp_path)
+    assert main(["run", str(path), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert main(["run", str(path), "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    for name in ("results.json", "results.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert (tmp_path / "a" / "throughput.png").stat().st_size > 0
+    records = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert [r["name"] for r in records] == ["full", "snap"]
+    assert [r["kv_len"] for r in records] == [4096 + 16, 1024]
+    for r in records:
+        assert r["batch"] == r["max_batch"] == 16  # the largest compiled size here; the KV fits easily
+        assert r["throughput"]["requests"] == 12
+        assert r["ttft_s"] >= r["prefill_s"] > 0
+    assert "decode tokens/s (reported)" in out and "snap" in out.splitlines()[1]
+
+
+def line_of(text, needle):
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, capsys):
+    # 8K-token full caches of Llama-3.1-8B are 1.08 GB: 4096 sequences (512 per socket) cannot fit
+    path, text = experiment(tmp_path, prompt=8192, batch=4096)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}:{line_of(text, 'batch: 4096')}: serving.batch: serving.batch 4096 does not fit" in err
+    assert "GiB" in err  # the memory placer's numbers
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
+    # a 1M-token full cache of Llama-3.1-8B is 137 GB, more than a socket's HBM
+    path, text = experiment(tmp_path, prompt=1048576)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}" in err and "prompt_lens" in err and "not even 1" in err
+
+
+def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp_path, capsys):
+    path, text = experiment(tmp_path)
+    bad_option = tmp_path / "options.yaml"
+    bad_option.write_text(text + "graph_options: {expert_loading: some}\n")
+    assert main(["run", str(bad_option), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options: expert_loading" in err
+    too_big = tmp_path / "plan.yaml"
+    too_big.write_text(text.replace("decode: {tp: 8, attention_dp: 8}", "decode: {tp: 16, attention_dp: 16}"))
+    assert main(["run", str(too_big), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.decode: the decode plan needs 16 sockets; SN40L-8 has 8" in err

@@ -1,0 +1,160 @@
+"""Experiment files: the serving sections, point expansion, and located errors (exit 2 via the CLI)."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
+from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
+
+BASE = textwrap.dedent("""\
+    kind: experiment
+    name: demo
+    hardware: hw.yaml
+    model: m.yaml
+    parallel:
+      prefill: {tp: 16}
+      decode: {tp: 16, attention_dp: 16}
+    policies:
+      - {name: full, policy: full}
+      - name: snap
+        policy: snapstream
+        prompt_fraction: {budget: 0.25}
+        per_prompt:
+          - {prompt_len: 32768, params: {sink: 8}}
+    shape: {prompt_len: 131072}
+    prompt_lens: [131072, 32768]
+    workload:
+      kind: fixed
+      count: batch
+      output_len: 64
+    serving:
+      batch: max
+      max_new_tokens: 64
+      tokens_per_forward: 2.4
+    """)
+
+
+def write(tmp_path, text, name="e.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_points_expand_policies_by_prompt_lengths(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE))
+    pts = points(exp)
+    assert [(p.name, p.policy, p.prompt_len, p.params) for p in pts] == [
+        ("full@128K", "full", 131072, {}),
+        ("full@32K", "full", 32768, {}),
+        ("snap@128K", "snapstream", 131072, {"budget": 32768}),
+        ("snap@32K", "snapstream", 32768, {"budget": 8192, "sink": 8}),
+    ]
+    policy = make_point_policy(exp, pts[3])
+    assert policy.static_cache_len(32768, 64) == 8192 and policy.sink == 8
+    assert exp.max_new_tokens == 64 and exp.prefill_node_count == 1
+    assert exp.spec.serving.tokens_per_forward == 2.4
+    assert exp.spec.serving.batch_sizes[:5] == (1, 2, 4, 8, 16)
+
+
+def test_single_prompt_points_keep_the_entry_name(tmp_path):
+    text = BASE.replace("prompt_lens: [131072, 32768]\n", "").replace(
+        "    per_prompt:\n      - {prompt_len: 32768, params: {sink: 8}}\n", "")
+    exp = load_experiment(write(tmp_path, text))
+    assert [(p.name, p.prompt_len) for p in points(exp)] == [("full", 131072), ("snap", 131072)]
+
+
+def line_of(text, needle):
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+BAD = [
+    # (replace this, with this, field, message part, line marker)
+    ("count: batch", "count: many", "workload.count", "Input should be 'batch'", "count: many"),
+    ("output_len: 64", "output_len: -2", "workload.output_len", "expected a positive value", "output_len: -2"),
+    ("kind: fixed", "kind: burst", "workload", "kind: fixed | poisson | trace", "kind: burst"),
+    ("batch: max", "batch: 0", "serving.batch", "expected a positive value", "batch: 0"),
+    ("batch: max", "batch: lots", "serving.batch", "Input should be 'max'", "batch: lots"),
+    ("tokens_per_forward: 2.4", "tokens_per_forward: 0.5", "serving.tokens_per_forward",
+     "greater than or equal to 1", "tokens_per_forward"),
+    ("batch: max", "batch: max\n  mode: hybrid", "serving.mode", "'disaggregated' or 'colocated'", "mode: hybrid"),
+    ("batch: max", "batch: max\n  batch_sizes: [1, 2.5]", "serving.batch_sizes[1]", "expected an integer",
+     "batch_sizes"),
+    ("batch: max", "batch: max\n  batch_sizes: []", "serving.batch_sizes", "at least one compiled size",
+     "batch_sizes"),
+    ("batch: max", "batch: max\n  mode: colocated\n  prefill_nodes: 2", "serving.prefill_nodes",
+     "co-located", "prefill_nodes"),
+    ("batch: max", "batch: max\n  prefill_nodes: 0", "serving.prefill_nodes", "at least 1 prefill node",
+     "prefill_nodes"),
+    ("batch: max", "batch: max\n  kv_transfer: pigeon", "serving.kv_transfer", "'host_link' or 'p2p'",
+     "kv_transfer"),
+    ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
+     "must divide tp (16)", "attention_dp: 3"),
+    ("batch: max", "batch: max\n  seeds: 3", "serving.seeds", "unknown key", "seeds"),
+    ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, 131072]", "prompt_lens", "repeat", "prompt_lens"),
+    ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, -1]", "prompt_lens[1]", "positive", "prompt_lens"),
+    ("{prompt_len: 32768, params", "{prompt_len: 65536, params", "policies[1].per_prompt[0].prompt_len",
+     "not one of the experiment's prompt lengths", "65536"),
+    ("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: -0.25}",
+     "policies[1].prompt_fraction.budget", "greater than 0", "prompt_fraction"),
+    ("- {name: full, policy: full}", "- {name: snap, policy: full}", "policies[1].name", "duplicate policy name",
+     "- name: snap"),
+    ("kind: fixed\n  count: batch\n  output_len: 64",
+     "kind: poisson\n  rate_per_s: 1\n  output_len: {dist: uniform, low: 9, high: 3}",
+     "workload.output_len.low", "must not exceed high", "output_len"),
+    ("kind: fixed\n  count: batch\n  output_len: 64",
+     "kind: poisson\n  output_len: 5", "workload.rate_per_s", "required field is missing", "kind: poisson"),
+    ("kind: fixed\n  count: batch\n  output_len: 64",
+     "kind: poisson\n  rate_per_s: 2\n  output_len: {dist: zipf}", "workload.output_len",
+     "constant | uniform | lognormal", "output_len"),
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3", "workload.output_len",
+     "required for a fixed workload", "kind: fixed"),
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: trace", "workload.path", "required", "kind: trace"),
+]
+
+
+@pytest.mark.parametrize("old, new, field, message, marker", BAD, ids=[b[2] + ":" + b[3][:20] for b in BAD])
+def test_bad_fields_name_file_field_and_line(tmp_path, old, new, field, message, marker):
+    assert old in BASE
+    text = BASE.replace(old, new)
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        load_experiment(path)
+    err = info.value
+    assert err.file == str(path)
+    assert err.field == field
+    assert message in err.message
+    assert err.line == line_of(text, marker)
+
+
+def test_bad_policy_parameters_are_located_at_the_entry(tmp_path):
+    text = BASE.replace("prompt_fraction: {budget: 0.25}", "params: {sink: -1}")
+    exp = load_experiment(write(tmp_path, text))
+    with pytest.raises(InputError) as info:
+        make_point_policy(exp, points(exp)[2])
+    assert info.value.field == "policies[1].params.sink"
+    assert info.value.line == line_of(text, "sink: -1")
+
+
+def test_max_new_tokens_is_required_for_serving(tmp_path):
+    exp = load_experiment(write(tmp_path, BASE.replace("  max_new_tokens: 64\n", "")))
+    with pytest.raises(InputError, match="serving.max_new_tokens: required"):
+        exp.max_new_tokens
+
+
+@pytest.mark.parametrize("text, match", [
+    (BASE.replace("serving:", "sweep: {batch: [1, 2]}\nserving:"), "sweep.batch: unknown key"),
+    (BASE.replace("workload:\n  kind: fixed\n  count: batch\n  output_len: 64\n", ""),
+     "workload: run needs a workload section"),
+    (BASE.replace("output_len: 64", "output_len: [64]"), "workload.output_len"),
+    ("kind: experiment\nname: [unclosed\n", "YAML syntax error"),
+])
+def test_run_exits_2_with_one_line_for_bad_experiments(tmp_path, capsys, text, match):
+    path = write(tmp_path, text)
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and match in err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,67 @@
+"""Regression tests on simulated timings: every experiment's key results (decode step cycles,
+TTFT, tokens/s, per-kernel cycles, max batch) against tests/golden/*.json with tight tolerances.
+
+If a result moved on purpose, regenerate with ``python -m sn40l_sim golden --update`` (it prints
+the diff) and commit the new goldens with the change that moved them.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from sn40l_sim.study import golden
+from sn40l_sim.mapper.graph import clear_memo
+
+EXPERIMENTS = golden.experiments()
+
+
+@pytest.fixture(autouse=True)
+def fresh_mapper_memo():
+    # the mapper memoises placed kernels across calls; a test that perturbs a unit model must not
+    # see (or leave behind) placements made with the other model
+    clear_memo()
+    yield
+    clear_memo()
+
+
+def test_every_runnable_experiment_has_a_golden():
+    assert EXPERIMENTS, "no runnable experiment found"
+    missing = [e.name for e in EXPERIMENTS if golden.load(e) is None]
+    assert not missing, f"no golden for {missing}: run `python -m sn40l_sim golden --update`"
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=[e.stem for e in EXPERIMENTS])
+def test_results_match_golden(experiment):
+    old = golden.load(experiment)
+    assert old is not None
+    moved = golden.diff(old, golden.collect(experiment))
+    assert not moved, ("simulated results moved; if on purpose, run `python -m sn40l_sim golden --update`:\n"
+                       + "\n".join(moved))
+
+
+def _scaled(function, factor):
+    def wrapper(*args, **kwargs):
+        return int(round(function(*args, **kwargs) * factor))
+    return wrapper
+
+
+def test_a_one_percent_change_to_a_unit_model_fails_the_goldens(monkeypatch):
+    # 1% more cycles for every off-chip transfer (the AGCU/HBM unit model), patched wherever the
+    # mapper imported it by name
+    from sn40l_sim.hardware.units import memory
+
+    slower = _scaled(memory.offchip_cycles, 1.01)
+    for name in ("sn40l_sim.mapper.kernel", "sn40l_sim.mapper.stages"):
+        module = importlib.import_module(name)
+        if hasattr(module, "offchip_cycles"):
+            monkeypatch.setattr(module, "offchip_cycles", slower)
+    experiment = golden.EXPERIMENTS_DIR / "llama8b_node8.yaml"
+    moved = golden.diff(golden.load(experiment), golden.collect(experiment))
+    assert any("decode_step_cycles" in line for line in moved), moved
+
+
+def test_diff_tolerances():
+    assert golden.diff({"x": 1.0}, {"x": 1.0 + 1e-9}) == []
+    assert golden.diff({"x": 1.0}, {"x": 1.01}) != []
+    assert golden.diff({"n": 3}, {"n": 4}) == ["n: 3 -> 4"]

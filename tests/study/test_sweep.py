@@ -1,0 +1,226 @@
+"""Sweeps: axis values, point expansion and names, located errors for bad sections, and runs on a
+small model (Llama-3.1 8B on an 8-socket node) that check order, determinism across process
+counts, failures that do not stop the others, and hardware axes that change the results."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
+from sn40l_sim.study.sweep.load import load_sweep, parse_sets, run_sweep
+from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_experiment(tmp_path: Path, sweep: str, *, extra: str = "", name: str = "e.yaml") -> Path:
+    """A small experiment with the given ``sweep:`` body (indented by the caller as YAML)."""
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: small_sweep
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel:
+          prefill: {{tp: 8}}
+          decode: {{tp: 8, attention_dp: 8}}
+        policies:
+          - {{name: full, policy: full}}
+          - {{name: snap, policy: snapstream, prompt_fraction: {{budget: 0.25}}}}
+        shape: {{prompt_len: 4096}}
+        workload: {{kind: fixed, count: batch, output_len: 2}}
+        serving: {{batch: 4, batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048], max_new_tokens: 2}}
+        """) + extra + "sweep:\n" + textwrap.indent(textwrap.dedent(sweep), "  ")
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# -- axis values -------------------------------------------------------------------------------
+
+def test_ranges_include_both_ends_and_round_integers():
+    assert axis_values({"start": 1, "stop": 512, "num": 10, "scale": "log"}) == [2**i for i in range(10)]
+    assert axis_values({"start": 0, "stop": 100, "num": 5}) == [0, 25, 50, 75, 100]
+    assert axis_values({"start": 0.0, "stop": 1.0, "num": 5}) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert axis_values({"start": 2.0, "stop": 8.0, "num": 3, "scale": "log"}) == [2.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize("spec, where", [
+    ([], ()),
+    ({"start": 1, "stop": 4}, ("num",)),
+    ({"start": 1, "stop": 4, "num": 0}, ("num",)),
+    ({"start": 0, "stop": 4, "num": 3, "scale": "log"}, ("start",)),
+    ({"start": 1, "stop": 4, "num": 3, "scale": "cubic"}, ("scale",)),
+    ({"start": 1, "stop": 3, "num": 5}, ("num",)),          # 1, 1.5, 2, 2.5, 3 repeat as integers
+    ({"start": "a", "stop": 4, "num": 3}, ("start",)),
+    ({"start": 1, "stop": 4, "num": 3, "step": 1}, ("step",)),
+])
+def test_bad_ranges_name_the_key(spec, where):
+    with pytest.raises(AxisError) as info:
+        axis_values(spec)
+    assert info.value.where == where
+
+
+def test_grid_is_the_product_and_zip_pairs(tmp_path):
+    grid = load_sweep(write_experiment(tmp_path, """\
+        axes:
+          serving.batch: [1, 2, 4]
+          shape.prompt_len: {start: 2048, stop: 8192, num: 3, scale: log}
+        """))
+    assert len(grid.points) == 9
+    assert [p.name for p in grid.points[:4]] == ["batch=1,prompt_len=2048", "batch=1,prompt_len=4096",
+                                                 "batch=1,prompt_len=8192", "batch=2,prompt_len=2048"]
+    assert grid.points[4].data["serving"]["batch"] == 2 and grid.points[4].data["shape"]["prompt_len"] == 4096
+    assert "sweep" not in grid.points[0].data
+    zipped = load_sweep(write_experiment(tmp_path, """\
+        mode: zip
+        axes:
+          serving.batch: [1, 2]
+          policies.snap.params.sink: [4, 16]
+        """))
+    assert [p.name for p in zipped.points] == ["batch=1,sink=4", "batch=2,sink=16"]
+    assert zipped.points[1].data["policies"][1]["params"] == {"sink": 16}
+    assert zipped.points[1].data["policies"][0] == {"name": "full", "policy": "full"}
+    assert combinations(zipped.axes, "grid") != combinations(zipped.axes, "zip")
+
+
+def test_hardware_axes_and_sets(tmp_path):
+    sweep = load_sweep(write_experiment(tmp_path, """\
+        axes:
+          hardware.socket.p2p.bytes_per_s_per_port: [50 GB/s, 100 GB/s]
+        """), parse_sets(["serving.batch=8", "hardware.socket.hbm.latency_s=200 ns"]))
+    assert [p.name for p in sweep.points] == ["bytes_per_s_per_port=50GB/s", "bytes_per_s_per_port=100GB/s"]
+    assert sweep.points[1].hardware_overrides == {"socket.hbm.latency_s": "200 ns",
+                                                  "socket.p2p.bytes_per_s_per_port": "100 GB/s"}
+    assert all(p.data["serving"]["batch"] == 8 for p in sweep.points)
+
+
+# -- located errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, field, line, words", [
+    ("axes:\n  serving.batchh: [1, 2]\n", "sweep.axes.serving.batchh", 16, "unknown axis path"),
+    ("axes:\n  servng.batch: [1, 2]\n", "sweep.axes.servng.batch", 16, "unknown axis path"),
+    ("axes:\n  serving.batch: [1, -2]\n", "sweep.axes.serving.batch[1]", 16, "value -2"),
+    ("axes:\n  serving.batch: {start: 1, stop: 8, num: 0}\n", "sweep.axes.serving.batch.num", 16, "positive"),
+    ("axes:\n  policies.snapp.params.sink: [4]\n", "sweep.axes.policies.snapp.params.sink", 16, "no entry named 'snapp'"),
+    ("axes:\n  policies.snap.params.sink: [-1]\n", "sweep.axes.policies.snap.params.sink[0]", 16, "sink"),
+    ("axes:\n  hardware.socket.hbm.bytes_per_s_per_unit: [fast]\n",
+     "sweep.axes.hardware.socket.hbm.bytes_per_s_per_unit[0]", 16, "bandwidth"),
+    ("axes:\n  hardware.socket.hbm.nope: [1]\n", "sweep.axes.hardware.socket.hbm.nope", 16, "unknown axis path"),
+    ("axes:\n  hardware.socket.nope.x: [1]\n", "sweep.axes.hardware.socket.nope.x", 16, "unknown axis path"),
+    ("mode: zip\naxes:\n  serving.batch: [1, 2]\n  shape.prompt_len: [1024]\n", "sweep.axes.shape.prompt_len", 18,
+     "equal length"),
+    ("mode: spiral\naxes:\n  serving.batch: [1]\n", "sweep.mode", 15, "grid or zip"),
+    ("axes:\n  serving.batch: [1]\nevery: 2\n", "sweep.every", 17, "unknown key"),
+    ("axes: {}\n", "sweep.axes", 15, "mapping"),
+    ("axes:\n  serving.batch: [1]\nplot: {x: batch}\n", "sweep.plot.y", 17, "column"),
+])
+def test_bad_sections_are_located(tmp_path, body, field, line, words):
+    path = write_experiment(tmp_path, body)
+    with pytest.raises(InputError) as info:
+        load_sweep(path)
+    err = info.value
+    assert (err.file, err.field, err.line) == (str(path), field, line), str(err)
+    assert words in err.message
+
+
+def test_prompt_lens_replace_shape_prompt_len(tmp_path):
+    path = write_experiment(tmp_path, "axes:\n  shape.prompt_len: [1024, 2048]\n", extra="prompt_lens: [4096]\n")
+    with pytest.raises(InputError, match="sweep prompt_lens instead"):
+        load_sweep(path)
+
+
+def test_cli_reports_a_bad_sweep_in_one_line(tmp_path, capsys):
+    path = write_experiment(tmp_path, "axes:\n  serving.batchh: [1, 2]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:16: sweep.axes.serving.batchh:")
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+def test_failing_runs_are_reported_and_the_rest_complete(tmp_path, capsys):
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 2048, 8]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "a"), "--jobs", "2", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    records = json.loads((tmp_path / "a" / "results.json").read_text())
+    failures = json.loads((tmp_path / "a" / "failures.json").read_text())
+    # full at batch 2048 does not fit in HBM; SnapStream's 4:1 cache does
+    assert [f["point"] for f in failures] == ["full[batch=2048]"]
+    assert failures[0]["kind"] == "error" and "does not fit" in failures[0]["error"]
+    assert "point full[batch=2048] failed:" in captured.err
+    assert [r["name"] for r in records] == ["full[batch=2]", "snap[batch=2]", "snap[batch=2048]",
+                                            "full[batch=8]", "snap[batch=8]"]
+    assert [r["batch"] for r in records] == [2, 2, 2048, 8, 8]
+    assert all(r["sweep"] == {"serving.batch": r["batch"]} and r["sweep_point"] == f"batch={r['batch']}"
+               for r in records)
+    # the same sweep in one process writes the same bytes
+    assert main(["sweep", str(path), "--out", str(tmp_path / "b"), "--jobs", "1", "--quiet"]) == 1
+    for name in ("results.json", "results.csv", "failures.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_infeasible_runs_can_be_skipped(tmp_path):
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2048]\ninfeasible: skip\n"
+                            "plot: {x: batch, y: decode_tokens_per_s, hue: kv_policy}\n")
+    records = run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    assert records.failures == [] and [name for name, _ in records.skipped] == ["full[batch=2048]"]
+    assert records.total == 2 and [r["name"] for r in records] == ["snap[batch=2048]"]
+    assert (tmp_path / "out" / "sweep.png").stat().st_size > 0
+
+
+def test_hardware_axis_changes_the_simulation(tmp_path):
+    path = write_experiment(tmp_path, """\
+        axes:
+          hbm: {path: hardware.socket.hbm.bytes_per_s_per_unit, values: [204.8 GB/s, 409.6 GB/s, 819.2 GB/s]}
+        """)
+    records = [r for r in run_sweep(path, tmp_path / "out", jobs=1, progress=False) if r["kv_policy"] == "full"]
+    assert [r["sweep"]["hbm"] for r in records] == [204.8e9, 409.6e9, 819.2e9]
+    steps = [r["decode_step_s"] for r in records]
+    # a decode step streams the weights and the cache from HBM: more bandwidth, strictly shorter step,
+    # but never more than proportionally shorter
+    assert steps[0] > steps[1] > steps[2]
+    assert steps[0] / steps[1] <= 2.0 + 1e-9 and steps[1] / steps[2] <= 2.0 + 1e-9
+    assert "sweep.hbm" in (tmp_path / "out" / "results.csv").read_text().splitlines()[0].split(",")
+
+
+def test_demo_sweep_has_fifty_points():
+    sweep = load_sweep(REPO / "experiments/deepseek_sweep.yaml")
+    assert len(sweep.points) == 50 and [a.label for a in sweep.axes] == ["batch", "prompt_len"]
+    assert sweep.axes[0].values == tuple(2**i for i in range(10))
+    assert sweep.infeasible == "skip" and sweep.plot["x"] == "batch"
+
+
+def test_coupled_axes_are_checked_together(tmp_path):
+    # 32 sockets in a full mesh need 31 P2P ports: invalid with the socket's 16 alone, valid zipped with 32
+    sweep = load_sweep(write_experiment(tmp_path, """\
+        mode: zip
+        axes:
+          hardware.sockets: [8, 32]
+          hardware.socket.p2p.ports: [16, 32]
+        """))
+    assert sweep.points[1].hardware_overrides == {"sockets": 32, "socket.p2p.ports": 32}
+    path = write_experiment(tmp_path, """\
+        axes:
+          hardware.sockets: [8, 32]
+          hardware.socket.p2p.ports: [16, 20]
+        """)
+    with pytest.raises(InputError) as info:
+        load_sweep(path)  # no point makes 32 sockets valid
+    assert info.value.field == "sweep.axes.hardware.sockets[1]" and "31 P2P ports" in info.value.message
+
+
+@pytest.mark.parametrize("item, words", [
+    ("serving.batchh=8", "serving.batchh: unknown key"),
+    ("serving.batch=-1", "serving.batch:"),
+    ("hardware.socket.hbm.bytes_per_s_per_unit=fast", "bandwidth"),
+])
+def test_bad_sets_name_the_set(tmp_path, capsys, item, words):
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2]\n")
+    assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
