@@ -10,11 +10,11 @@ from pathlib import Path
 
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.hardware.topology import build_topology
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.models.builder import build_graph
-from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,11 +40,11 @@ CASES = [
 def run_case(index: int, hardware: str, model_path: str) -> dict:
     """Time case ``index`` in this process (call it in a fresh one)."""
     from sn40l_sim.engine.breakdown import decode_step_breakdown
-    from sn40l_sim.serving.step_costs import StepTimer
     from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.kvcache import make_policy
     from sn40l_sim.ir import ParallelPlan
+    from sn40l_sim.kvcache import make_policy
     from sn40l_sim.models.loader import load_model
+    from sn40l_sim.serving.step_costs import StepTimer
 
     label, policy, params, phase, batch, length = CASES[index]
     node = load_hardware(hardware)

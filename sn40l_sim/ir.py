@@ -95,7 +95,7 @@ class FusedKernel:
     def kv_bytes(self) -> int:
         return sum(op.kv_read_bytes + op.kv_write_bytes for op in self.operators)
 
-    def signature(self) -> "FusedKernel":
+    def signature(self) -> FusedKernel:
         """The kernel without its name and layer: equal signatures map and cost the same."""
         return replace(self, name="", layer=None)
 

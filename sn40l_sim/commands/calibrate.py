@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
-    from sn40l_sim.study.calibration import FIXED, fit, write_back
     from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.study.calibration import FIXED, fit, write_back
     from sn40l_sim.study.runner import simulate_experiment
     from sn40l_sim.study.validation import compare, format_table, load_references
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = fit(references, start, evaluate, max_evaluations=args.max_evaluations)
     print("parameter                  start        fitted")
-    for name, s, f in zip(result.names, result.start, result.fitted):
+    for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
         print(f"{name:24s} {s:12.6g} {f:12.6g}")
     for name, why in FIXED.items():
         print(f"{name:24s} {start[name]:12.6g} (not fitted: {why})")

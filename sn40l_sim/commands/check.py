@@ -53,8 +53,8 @@ def check_file(path: str | Path) -> str:
     elif kind == "model":
         _load_model(Path(path))
     elif kind == "experiment":
-        from sn40l_sim.study.experiment import load_experiment
         from sn40l_sim.hardware.loader import load_hardware
+        from sn40l_sim.study.experiment import load_experiment
         experiment = load_experiment(path)
         load_hardware(experiment.resolve(experiment.spec.hardware))
         _load_model(experiment.resolve(experiment.spec.model), experiment.spec.model_overrides)

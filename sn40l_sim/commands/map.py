@@ -62,15 +62,15 @@ def _policy_entry(exp, name: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
-    from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
     from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.ir import ParallelPlan, Shape
     from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper.memory import place_memory
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.ir import ParallelPlan, Shape
     from sn40l_sim.models.loader import load_model
     from sn40l_sim.quantities import format_bytes
+    from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
 
     started = time.perf_counter()
     exp = load_experiment(args.experiment)

@@ -14,8 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from sn40l_sim.errors import InputError
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``run``'s arguments."""
@@ -31,10 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
-    from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.report.plot import throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
+    from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.runner import simulate_experiment
 
     if load_experiment(args.experiment).spec.sweep is not None:

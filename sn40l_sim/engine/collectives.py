@@ -173,7 +173,7 @@ class CollectiveModel:
         self._memo: dict[tuple, CollectiveResult] = {}
 
     @classmethod
-    def from_node(cls, node, algorithm: str = "auto") -> "CollectiveModel":
+    def from_node(cls, node, algorithm: str = "auto") -> CollectiveModel:
         """The collective model of a :class:`~sn40l_sim.hardware.spec.NodeSpec`."""
         return cls(LinkTable.from_node(node), node.socket.calibrated.transfer_setup_s, algorithm)
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
 from sn40l_sim.engine.resources import SocketResources
-from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.ir import Collective
+from sn40l_sim.mapper.placement import PlacedKernel
 
 #: stage bounds whose time the engine models as transfers on shared channels, not fixed cycles
 MEMORY_BOUNDS = frozenset({"hbm", "ddr", "p2p"})
@@ -99,7 +99,7 @@ class KernelCosts:
 
     @classmethod
     def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int, chunks_per_section: int,
-                    stage_collectives: bool = True) -> "KernelCosts":
+                    stage_collectives: bool = True) -> KernelCosts:
         """Costs of ``pk``, section by section (stages carry their section).
 
         Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh

@@ -65,7 +65,7 @@ class LinkTable:
         self.route = lru_cache(maxsize=None)(self._route)
 
     @classmethod
-    def from_node(cls, node) -> "LinkTable":
+    def from_node(cls, node) -> LinkTable:
         """The links of a :class:`~sn40l_sim.hardware.spec.NodeSpec` (via the hardware topology)."""
         from sn40l_sim.hardware.topology import p2p_links
 
@@ -81,7 +81,7 @@ class LinkTable:
         except (nx.NetworkXNoPath, nx.NodeNotFound):
             raise InfeasibleError(f"no P2P path from socket {a} to socket {b} in the node topology",
                                   field="topology") from None
-        return tuple(zip(hops[:-1], hops[1:]))
+        return tuple(zip(hops[:-1], hops[1:], strict=True))
 
     def latency_s(self, a: int, b: int) -> float:
         """Sum of link latencies along the route from ``a`` to ``b``."""

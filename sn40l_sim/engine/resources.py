@@ -54,7 +54,7 @@ class SocketResources:
 
     @classmethod
     def build(cls, env: simpy.Environment, node: NodeSpec, socket: int = 0,
-              net: FluidNetwork | None = None) -> "SocketResources":
+              net: FluidNetwork | None = None) -> SocketResources:
         """Resources of socket ``socket`` of ``node`` in ``env`` (sharing ``net`` if given)."""
         spec = node.socket
         net = net if net is not None else FluidNetwork(env)

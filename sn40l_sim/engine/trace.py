@@ -10,8 +10,8 @@ Examples
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class TraceEvent:
         """Length of the interval."""
         return self.end_cycle - self.start_cycle
 
-    def shifted(self, cycles: int) -> "TraceEvent":
+    def shifted(self, cycles: int) -> TraceEvent:
         """The same event ``cycles`` later (to lay phases end to end)."""
         return TraceEvent(self.name, self.kind, self.socket, self.start_cycle + cycles,
                           self.end_cycle + cycles, self.layer, self.category)

@@ -11,8 +11,18 @@ from typing import Literal
 
 from pydantic import Field
 
-from sn40l_sim.schema import (Bytes, BytesOrZero, BytesPerSecond, FlopsPerSecond, Fraction, Hertz,
-                              NonNegativeInt, PositiveInt, Seconds, StrictModel)
+from sn40l_sim.schema import (
+    Bytes,
+    BytesOrZero,
+    BytesPerSecond,
+    FlopsPerSecond,
+    Fraction,
+    Hertz,
+    NonNegativeInt,
+    PositiveInt,
+    Seconds,
+    StrictModel,
+)
 
 DataType = Literal["bf16", "fp16", "fp32", "int32", "int8", "fp8"]
 

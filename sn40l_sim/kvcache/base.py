@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.kvcache.sizing import kv_bytes_per_token
 from sn40l_sim.ir import FusedKernel
+from sn40l_sim.kvcache.sizing import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
 
@@ -63,7 +64,7 @@ class KVPolicy(ABC):
         return self.decode_write_tokens() * kv_bytes_per_token(model)
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "KVPolicy":
+    def from_params(cls, params: Mapping[str, Any]) -> KVPolicy:
         """Build the policy from an experiment file's ``params`` mapping.
 
         Raises

@@ -15,8 +15,9 @@ sn40l_sim.errors.InputError: policy: unknown KV policy 'h2o'; expected one of fu
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import policies as _policies  # noqa: F401  (registers the policies)

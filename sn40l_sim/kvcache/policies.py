@@ -27,13 +27,14 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.kvcache.base import KVPolicy, check_int, register
 from sn40l_sim.kvcache.prefill_kernels import ring_buffer_kernel, snapkv_kernel
-from sn40l_sim.ir import FusedKernel
 from sn40l_sim.models.spec import ModelSpec
 
 #: StreamingLLM keeps 4 attention-sink tokens (Xiao et al. 2023); SnapStream's are unpublished
@@ -167,7 +168,7 @@ class SnapStream(_Budgeted):
     @classmethod
     def from_budget(cls, budget: int, *, sink: int = DEFAULT_SINK, recent: int | None = None,
                     observation_window: int | None = None,
-                    pool_kernel: int = DEFAULT_POOL_KERNEL) -> "SnapStream":
+                    pool_kernel: int = DEFAULT_POOL_KERNEL) -> SnapStream:
         """Split a total ``budget`` = sink + recent + topk: ``sink`` 4 and ``recent`` an eighth of
         the budget unless given; top-K takes the rest.
 

@@ -60,9 +60,8 @@ from __future__ import annotations
 
 import math
 
-from sn40l_sim.kvcache.sizing import (DTYPE_BYTES, cached_tensors, kv_dtype_bytes, kv_sharding,
-                                      query_head_dim)
 from sn40l_sim.ir import Collective, FusedKernel, Operator
+from sn40l_sim.kvcache.sizing import DTYPE_BYTES, cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 
 #: per-position SnapKV scores are accumulated and reduced in FP32

@@ -5,7 +5,7 @@ shapes of the kind the graph builder produces (one decode attention, one prefill
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
@@ -14,7 +14,7 @@ from sn40l_sim.ir import FusedKernel, Operator
 _HW = Path(__file__).resolve().parents[2] / "hw_configs"
 
 
-@lru_cache(maxsize=None)
+@cache
 def example_node(name: str = "sn40l_node16.yaml") -> NodeSpec:
     """A node from ``hw_configs/`` (16 SN40L sockets by default).
 

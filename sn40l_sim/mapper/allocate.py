@@ -122,7 +122,7 @@ def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | No
           target: int) -> list[tuple[int, int]] | None:
     units = []
     pcus = pmus = 0
-    for stage, lim in zip(stages, limits):
+    for stage, lim in zip(stages, limits, strict=True):
         if lim is None:
             if stage.fixed_cycles > target:
                 return None
@@ -157,7 +157,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
     """
     limits = [None if s.is_memory else _limits(socket, s, chip_tiles) for s in stages]
     hi = 0
-    for s, lim in zip(stages, limits):
+    for s, lim in zip(stages, limits, strict=True):
         if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
@@ -165,7 +165,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
     if _fits(socket, stages, limits, chip_tiles, hi) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
-             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits) if lim] + [0])
+             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True) if lim] + [0])
     # every PCU of the tiles busy is a lower bound too
     work = sum(s.work_cycles for s in stages if not s.is_memory)
     lo = min(hi, max(lo, math.floor(work / (chip_tiles * socket.tile.pcus))))
@@ -184,7 +184,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
     units = _fits(socket, stages, limits, chip_tiles, lo)
     assert units is not None
     cycles, bounds = [], []
-    for stage, (q, r) in zip(stages, units):
+    for stage, (q, r) in zip(stages, units, strict=True):
         if stage.is_memory:
             cycles.append(stage.fixed_cycles)
             bounds.append(stage.resource)

@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.ir import FusedKernel, KernelGraph
 from sn40l_sim.mapper.kernel import map_kernel
 from sn40l_sim.mapper.memory import all_in_hbm
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.stages import TierSplit
-from sn40l_sim.ir import FusedKernel, KernelGraph
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096

@@ -35,14 +35,13 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
-from sn40l_sim.mapper.layout import (RoutedStream, StageCells, mesh_cycles_per_tile, place_stages,
-                                    route_streams)
+from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import StageWork, TierSplit, section_stages
 from sn40l_sim.mapper.tiling import max_pieces
-from sn40l_sim.ir import FusedKernel
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -196,7 +195,7 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead:
     for index, sec in enumerate(plan.sections):
         buffers = 0
         for stage, cells, q, r, cyc, bound in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
-                                                   sec.alloc.cycles, sec.alloc.bounds):
+                                                   sec.alloc.cycles, sec.alloc.bounds, strict=True):
             per_tile_buffer = 2 * math.ceil(stage.buffer_bytes / t)
             buffers += per_tile_buffer
             stages.append(StagePlacement(

@@ -135,7 +135,7 @@ def place_stages(socket: SocketSpec, stages: list[StageWork], alloc: Allocation)
     pcu_order, pmu_order = pcu_cells(socket), pmu_cells(socket)
     next_pcu = next_pmu = 0
     out = []
-    for stage, q, r in zip(stages, alloc.pcus, alloc.pmus):
+    for stage, q, r in zip(stages, alloc.pcus, alloc.pmus, strict=True):
         if stage.is_memory:
             out.append(StageCells((), ()))
             continue

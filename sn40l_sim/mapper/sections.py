@@ -20,8 +20,8 @@ import math
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
-from sn40l_sim.mapper.tiling import max_pieces, tile_operator
 from sn40l_sim.ir import Operator
+from sn40l_sim.mapper.tiling import max_pieces, tile_operator
 
 
 def min_units(socket: SocketSpec, op: Operator, chip_tiles: int) -> tuple[int, int]:

@@ -29,8 +29,8 @@ from typing import Literal
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
-from sn40l_sim.mapper.tiling import OpTiling, tile_operator
 from sn40l_sim.ir import Operator
+from sn40l_sim.mapper.tiling import OpTiling, tile_operator
 
 Tier = Literal["hbm", "ddr"]
 

@@ -33,9 +33,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.formulas import OPERATORS, SIZES
-from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
 
 
-def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: "KVPolicy | None" = None,
+def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPolicy | None = None,
                 **options: Any) -> KernelGraph:
     """The kernel graph of ``shape`` (one prefill pass or one decode step) under ``plan``.
 
@@ -211,7 +211,7 @@ def _with_activations(parts: list) -> list[FusedKernel]:
             if _read_later(flows, i, name) or not read_after:
                 act_out[last] += dict(steps[last].writes)[name]
         ops = _unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b)
-                       for s, a, b in zip(steps, act_in, act_out)])
+                       for s, a, b in zip(steps, act_in, act_out, strict=True)])
         out.append(replace(kernel, name=node, layer=layer, operators=tuple(ops)))
     return out
 

@@ -103,7 +103,7 @@ def sample(c: Ctx) -> list[Step]:
 
 def mtp_norms(c: Ctx) -> list[Step]:
     """RMSNorms of the next token's embedding and of the main model's last hidden state."""
-    t, h = c.tokens, c.model.hidden
+    t = c.tokens
     return (_norm(c, "mtp_enorm", "mtp_enorm", t, "e_mtp", "en")
             + _norm(c, "mtp_hnorm", "mtp_hnorm", t, "x", "hn_mtp"))
 

@@ -8,8 +8,9 @@ an :class:`~sn40l_sim.errors.InputError` naming the file, the field and the line
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.spec import GQAAttentionSpec, MLAAttentionSpec, ModelSpec

@@ -71,7 +71,7 @@ def q_b(c: Ctx) -> list[Step]:
 
 def kv_b(c: Ctx) -> list[Step]:
     """Prefill: K-nope and V up-projection, split by heads: ``[T, 512] @ [512, heads/tp * 256]``."""
-    t, (k, n) = c.tokens, c.dims("kv_b")
+    t, (_, n) = c.tokens, c.dims("kv_b")
     return c.gemm("kv_b", t, "kv_b", reads=(("kv_latn", t * _latent(c) * ACT),),
                   writes=(("kv_up", t * n * ACT),))
 

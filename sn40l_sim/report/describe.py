@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.ir import FusedKernel, KernelGraph, ParallelPlan, Shape
 from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
-from sn40l_sim.ir import FusedKernel, KernelGraph, ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 

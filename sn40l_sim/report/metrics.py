@@ -21,7 +21,8 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def kv_occupancy(log: ServingLog, clock_hz: float, max_points: int = 100) -> dic
         return out
     peak = max(step.kv_bytes for step in log.steps)
     weights = [step.end - step.start for step in log.steps]
-    mean = sum(w * step.kv_bytes for w, step in zip(weights, log.steps)) / sum(weights)
+    mean = sum(w * step.kv_bytes for w, step in zip(weights, log.steps, strict=True)) / sum(weights)
     out.update(peak_bytes=peak, peak_fraction=peak / capacity, mean_fraction=mean / capacity)
     for node in sorted({step.node for step in log.steps}):
         steps = [step for step in log.steps if step.node == node]

@@ -17,8 +17,9 @@ True
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
@@ -37,7 +38,7 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / forward)", color="#7a9cc6")
     bars = ax_bar.bar([i + width / 2 for i in x], reported, width, color="#1f4e8c",
                       label=f"reported (x {records[0].get('tokens_per_forward', 1):g} tokens / forward)")
-    for bar, r in zip(bars, records):
+    for bar, r in zip(bars, records, strict=True):
         ax_bar.annotate(f"batch {r['batch']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
     ax_bar.set_xticks(list(x), names, rotation=20 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")

@@ -29,8 +29,8 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from sn40l_sim.errors import InputError
 
@@ -160,7 +160,7 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
         for value, same in by_x.items():
             if len(same) > 1:
                 differ = [c for c in columns if c not in (x, y) and len({r[c] for r in same}) > 1]
-                label = ", ".join(f"{h}={v}" for h, v in zip(hue, key)) or "all rows"
+                label = ", ".join(f"{h}={v}" for h, v in zip(hue, key, strict=True)) or "all rows"
                 raise InputError(f"{len(same)} rows have {x}={value} ({label}); they differ in "
                                  f"{', '.join(differ[:6]) or 'no column'}: add one to --hue or select rows "
                                  "with --where COLUMN=VALUE", file=path, field="--x")
@@ -285,7 +285,7 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
     cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     dashes, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D", "v"]
     out = {}
-    for i, key in enumerate(keys):
+    for key in keys:
         if not key:
             out[key] = {"marker": "o"}
             continue

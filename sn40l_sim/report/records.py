@@ -27,11 +27,12 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
-from sn40l_sim.serving.point import PointResult
 from sn40l_sim.report import metrics
+from sn40l_sim.serving.point import PointResult
 
 #: the fields DESIGN.md §5 promises, in the order tables and CSV files show them
 DESIGN_FIELDS = ("name", "model", "hardware", "kv_policy", "prefill_len", "kv_len", "batch", "max_batch",

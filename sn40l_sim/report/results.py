@@ -18,8 +18,9 @@ import csv
 import io
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from sn40l_sim.report.records import DESIGN_FIELDS
 

@@ -12,7 +12,8 @@ Examples
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 GIB = 2**30
 
@@ -72,7 +73,7 @@ def side_by_side(records: Sequence[dict[str, Any]]) -> str:
              for _, path, fmt in ROWS]
     width = max([len(r["name"]) for r in records] + [len(c) for row in cells for c in row]) + 2
     lines = [" " * label_width + "".join(r["name"].rjust(width) for r in records)]
-    for (label, _, _), row in zip(ROWS, cells):
+    for (label, _, _), row in zip(ROWS, cells, strict=True):
         if all(c == "-" for c in row):
             continue
         lines.append(label.ljust(label_width) + "".join(c.rjust(width) for c in row))

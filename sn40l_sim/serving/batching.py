@@ -29,8 +29,9 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sn40l_sim.errors import InfeasibleError
 

@@ -27,15 +27,15 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from sn40l_sim.serving.batching import (BatchSearch, choose_batch, compiled_size, find_max_batch,
-                                       kv_bytes_per_socket)
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch, kv_bytes_per_socket
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.workload import Request
-from sn40l_sim.errors import InfeasibleError, InputError
 
 
 @dataclass(frozen=True)

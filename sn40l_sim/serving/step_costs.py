@@ -26,15 +26,16 @@ DeepSeek-R1 on the 16-socket node, one decode step at batch 16 with a 128K cache
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.phase import PhaseTiming, phase_timing
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
-from sn40l_sim.mapper.placement import PlacedGraph
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
+from sn40l_sim.mapper.placement import PlacedGraph
 
 
 def _default_builder(model, shape, plan, policy, **options) -> KernelGraph:
@@ -76,7 +77,7 @@ class StepTimer:
     """
 
     def __init__(self, node: NodeSpec, model: Any, policy: Any, prefill_plan: ParallelPlan | None,
-                 decode_plan: ParallelPlan | None, *, engine: EngineOptions = EngineOptions(),
+                 decode_plan: ParallelPlan | None, *, engine: EngineOptions | None = None,
                  graph_builder: Callable[..., Any] | None = None,
                  graph_mapper: Callable[..., PlacedGraph] | None = None, **graph_options: Any) -> None:
         self.node = node
@@ -84,13 +85,13 @@ class StepTimer:
         self.policy = policy
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
-        self.engine = engine
+        self.engine = engine if engine is not None else EngineOptions()
         self.graph_builder = graph_builder or _default_builder
         self.graph_mapper = graph_mapper or _default_mapper
         self.graph_options = dict(graph_options)
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0}
         self._memo: dict[tuple[str, int, int], PhaseTiming] = {}
-        self._collectives = CollectiveModel.from_node(node, engine.collective_algorithm)
+        self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
     def prefill(self, prompt_len: int) -> PhaseTiming:
         """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1)."""

@@ -17,14 +17,14 @@ that can inform them are fitted; the rest keep their YAML value (``FIXED`` says 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from sn40l_sim.hardware.spec import CalibratedSpec
-from sn40l_sim.study.validation import Comparison, Reference, compare
+from sn40l_sim.study.validation import Comparison, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
 PRIOR_WEIGHT = 0.3
@@ -104,7 +104,7 @@ def fit(references: list[Reference], start: dict[str, float], evaluate: Evaluato
     def comparisons_at(x: np.ndarray) -> list[Comparison]:
         key = tuple(np.round(x, 12))
         if key not in cache:
-            cache[key] = evaluate(refs, dict(zip(names, map(float, x))))
+            cache[key] = evaluate(refs, dict(zip(names, map(float, x), strict=True)))
         return cache[key]
 
     def residuals(u: np.ndarray) -> np.ndarray:
@@ -125,11 +125,12 @@ def write_back(yaml_path: Path, result: FitResult, note: str) -> None:
     """Rewrite the ``calibrated:`` values in ``yaml_path`` in place, keeping the file's other lines,
     and replace each value's comment with the provenance ``note``."""
     text = yaml_path.read_text(encoding="utf-8")
-    for name, value in zip(result.names, result.fitted):
+    for name, value in zip(result.names, result.fitted, strict=True):
         pattern = re.compile(rf"^(\s*{name}:\s*)([^#\n]*?)(\s*#.*)?$", re.MULTILINE)
         if not pattern.search(text):
             raise KeyError(f"{name} not found in {yaml_path}")
-        text = pattern.sub(lambda m: f"{m.group(1)}{_format_value(name, value)}  # calibrated: {note}",
+        new = f"{_format_value(name, value)}  # calibrated: {note}"
+        text = pattern.sub(lambda m, new=new: f"{m.group(1)}{new}",
                            text, count=1)
     yaml_path.write_text(text, encoding="utf-8")
 

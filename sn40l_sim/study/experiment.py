@@ -58,11 +58,21 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.study.serving_section import (POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL,  # noqa: F401
-                                          ConstantLength, FixedWorkload, LengthDist, LognormalLength,
-                                          PoissonWorkload, RequestEntry, ServingSection, TraceWorkload,
-                                          UniformLength, Workload)
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
+from sn40l_sim.study.serving_section import (  # noqa: F401
+    POWERS_OF_TWO_BATCH,
+    POWERS_OF_TWO_PREFILL,
+    ConstantLength,
+    FixedWorkload,
+    LengthDist,
+    LognormalLength,
+    PoissonWorkload,
+    RequestEntry,
+    ServingSection,
+    TraceWorkload,
+    UniformLength,
+    Workload,
+)
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,7 +230,7 @@ def points(exp: Experiment) -> list[Point]:
     return out
 
 
-def make_point_policy(exp: Experiment, point: Point) -> "KVPolicy":
+def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
     """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
     :class:`InputError` located at the policy entry."""
     from sn40l_sim.kvcache import make_policy

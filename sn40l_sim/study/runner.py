@@ -8,8 +8,9 @@ hundreds of such points, and the quantities it fits do not depend on the workloa
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sn40l_sim.errors import InputError
 
@@ -53,9 +54,9 @@ def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool
     InputError
         For a bad experiment, hardware or model file, or an infeasible point.
     """
-    from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.models.loader import load_model
+    from sn40l_sim.study.experiment import load_experiment
 
     exp = load_experiment(path)
     spec = exp.spec
@@ -109,11 +110,11 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
     >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
     ('full', None, True)
     """
+    from sn40l_sim.ir import ParallelPlan
+    from sn40l_sim.report.records import build_record
     from sn40l_sim.serving.point import PointSetup, simulate_point
     from sn40l_sim.serving.workload import build_requests
     from sn40l_sim.study.experiment import make_point_policy, points
-    from sn40l_sim.ir import ParallelPlan
-    from sn40l_sim.report.records import build_record
 
     spec = exp.spec
     _require_workload(exp)

@@ -10,7 +10,7 @@ ConstantLength(dist='constant', value=64)
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -55,7 +55,7 @@ class LognormalLength(StrictModel):
 
 
 #: a length distribution; a bare integer means a constant
-LengthDist = Annotated[Union[ConstantLength, UniformLength, LognormalLength],
+LengthDist = Annotated[ConstantLength | UniformLength | LognormalLength,
                        Field(discriminator="dist"), BeforeValidator(_int_is_constant)]
 
 
@@ -99,7 +99,7 @@ class TraceWorkload(StrictModel):
     path: str
 
 
-Workload = Annotated[Union[FixedWorkload, PoissonWorkload, TraceWorkload], Field(discriminator="kind")]
+Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
 
 
 class ServingSection(StrictModel):

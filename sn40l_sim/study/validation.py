@@ -8,9 +8,10 @@ measurements that read them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -29,7 +30,7 @@ class Tolerance(StrictModel):
     range: tuple[float, float] | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "Tolerance":
+    def _exactly_one(self) -> Tolerance:
         if sum(v is not None for v in (self.abs, self.rel, self.range)) != 1:
             raise ValueError("give exactly one of abs, rel or range")
         return self
@@ -183,7 +184,7 @@ def format_table(comparisons: list[Comparison]) -> str:
                      {True: "yes", False: "NO", None: "-"}[c.ok],
                      "calibration" if m.calibration else "prediction"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     measured = [c for c in comparisons if c.ok is not None]
     lines.append(f"\n{len(measured)} measurements, {sum(bool(c.ok) for c in measured)} within tolerance")

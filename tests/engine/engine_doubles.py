@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel, StagePlacement
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, Shape
+from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel, StagePlacement
 
 NODE16 = "hw_configs/sn40l_node16.yaml"
 

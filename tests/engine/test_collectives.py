@@ -113,4 +113,4 @@ def test_ring_order_follows_links():
                       CLOCK, EFF)
     order = hyper.ring_order(range(8))
     assert sorted(order) == list(range(8))
-    assert all(len(hyper.route(a, b)) == 1 for a, b in zip(order, order[1:] + order[:1]))
+    assert all(len(hyper.route(a, b)) == 1 for a, b in zip(order, order[1:] + order[:1], strict=True))

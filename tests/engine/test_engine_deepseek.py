@@ -6,12 +6,12 @@ import pytest
 from sn40l_sim.engine.breakdown import decode_step_breakdown
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
-from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.kvcache import make_policy
 from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.loader import load_model
+from sn40l_sim.serving.step_costs import StepTimer
 
 PREFILL, DECODE = ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)
 
@@ -59,11 +59,11 @@ def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
     # without the collectives' memory traffic nothing contends inside a kernel, and its tile
     # stream is the mapper's tile-level formula exactly; the engine adds the exposed collectives
     alone = run_graph(node, placed, EngineOptions(stage_collectives=False))
-    for rec, pk in zip(alone.records, placed.kernels):
+    for rec, pk in zip(alone.records, placed.kernels, strict=True):
         # each of the (at most 8) chunks of a section ends on a whole cycle, so float rates may
         # round the stream up by a cycle per chunk
         assert 0 <= rec.stream_end - rec.start - pk.cycles <= 8 * pk.sections, rec.name
-    for k, pk in zip(step.kernels, placed.kernels):
+    for k, pk in zip(step.kernels, placed.kernels, strict=True):
         assert k.cycles - k.collective_exposed_cycles >= pk.cycles, k.name
         assert k.cycles >= pk.compute_cycles and k.cycles >= pk.memory_cycles, k.name
     assert step.cycles >= alone.cycles
@@ -92,7 +92,7 @@ def test_collectives_run_where_the_hardware_runs_them(node, timers):
         mine = [ev for ev in step.events if ev.category == "collective" and k.start_cycle <= ev.start_cycle
                 and ev.end_cycle <= k.end_cycle]
         assert len(mine) == len(colls), k.name
-        for coll, ev in zip(colls, mine):
+        for coll, ev in zip(colls, mine, strict=True):
             # no faster than on idle links (slower when the kernel's streams starve its memory traffic)
             assert ev.cycles >= model.run(coll).cycles
             if coll.overlapped:

@@ -131,8 +131,8 @@ def test_memory_stage_cap_limits_the_stream():
 
 
 def test_independent_kernels_share_the_socket_one_at_a_time():
-    from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
     from sn40l_sim.ir import KernelGraph, Shape
+    from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
     a, b, c = (placed_kernel(NODE, n, n_tiles=10, compute_cycles_per_tile=100) for n in "abc")
     graph = KernelGraph("t", Shape("decode", 1, 1, 1))
     graph.add(a.kernel)

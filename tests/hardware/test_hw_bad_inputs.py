@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hw_test_helpers import HW, copy_configs, delete_key, set_value
 
 from sn40l_sim.commands import cli
-
-from hw_test_helpers import HW, copy_configs, delete_key, set_value
 
 SOCKET = (HW / "sn40l.yaml").read_text()
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from hw_test_helpers import HW
 
 from sn40l_sim.commands import cli
-
-from hw_test_helpers import HW
 
 
 def _describe(name, capsys):

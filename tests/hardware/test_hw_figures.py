@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from hw_test_helpers import HW
 
 from sn40l_sim.hardware import figures as f
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-
-from hw_test_helpers import HW
 
 
 @pytest.fixture(scope="module")

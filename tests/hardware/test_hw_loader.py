@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import pytest
+from hw_test_helpers import HW, copy_configs, set_value
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
-
-from hw_test_helpers import HW, copy_configs, set_value
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in HW.glob("*.yaml")))

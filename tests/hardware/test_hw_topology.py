@@ -5,13 +5,19 @@ from collections import Counter
 
 import networkx as nx
 import pytest
+from hw_test_helpers import HW
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-from sn40l_sim.hardware.topology import (bisection_bytes_per_s, build_topology, p2p_graph, p2p_links, ports_needed,
-                                         socket_pairs, torus_dims)
-
-from hw_test_helpers import HW
+from sn40l_sim.hardware.topology import (
+    bisection_bytes_per_s,
+    build_topology,
+    p2p_graph,
+    p2p_links,
+    ports_needed,
+    socket_pairs,
+    torus_dims,
+)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,11 @@
 make_policy's errors."""
 import dataclasses
 import math
+from itertools import pairwise
 
 import pytest
-
 from kv_test_models import deepseek_r1, llama
+
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import POLICIES, KVPolicy, SnapKV, SnapStream, StreamingLLM, make_policy
 
@@ -132,7 +133,7 @@ def test_gqa_scores_per_socket_and_score_reduction_between_sockets_sharing_a_kv_
 def test_snapkv_kernel_cost_grows_with_prompt_length():
     r1, snap = deepseek_r1(), make_policy("snapstream", {"budget": 32768})
     costs = [snap.prefill_kernels(r1, L, 16)[0] for L in (40000, 65536, 98304, L128K)]
-    for a, b in zip(costs, costs[1:]):
+    for a, b in pairwise(costs):
         assert b.flops > a.flops > 0
         assert _ops(b)["scores"].act_in_bytes > _ops(a)["scores"].act_in_bytes
         assert _ops(b)["probs"].elements > _ops(a)["probs"].elements

@@ -5,8 +5,8 @@ and size follow the policy's rules."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kv_naive import assert_is_top_k, naive_attention, naive_scores
+
 from sn40l_sim.kvcache import SnapStream, StreamingLLM
 from sn40l_sim.reference.snapstream import Layout, decode_step, prefill
 
@@ -59,7 +59,7 @@ def test_ring_cache_attention_equals_direct_attention_over_the_kept_tokens(c):
             assert sorted(ring_pos[ring_valid].tolist()) == list(
                 range(max(lay.sink, t - lay.recent + 1), t + 1))
             assert all(lay.slot(p) == lay.sink + i
-                       for i, (p, ok) in enumerate(zip(ring_pos, ring_valid)) if ok)
+                       for i, (p, ok) in enumerate(zip(ring_pos, ring_valid, strict=True)) if ok)
             for h in range(g * c["group_size"], (g + 1) * c["group_size"]):
                 want = naive_attention(q[h, t], k[g, keep], v[g, keep], scale)
                 np.testing.assert_allclose(out[h], want, rtol=1e-9, atol=1e-12)

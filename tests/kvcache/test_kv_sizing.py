@@ -2,10 +2,9 @@
 from pathlib import Path
 
 import pytest
-
 from kv_test_models import deepseek_r1, llama
-from sn40l_sim.kvcache.sizing import (kv_bytes_per_token, kv_bytes_per_token_layer, kv_sharding,
-                                      kv_width)
+
+from sn40l_sim.kvcache.sizing import kv_bytes_per_token, kv_bytes_per_token_layer, kv_sharding, kv_width
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ exercised by ``validate`` and the regression goldens.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -23,18 +23,18 @@ PINNED_CALIBRATION = {"socket.calibrated.kernel_call_overhead_s": 0.0, "socket.c
                       "socket.calibrated.transfer_setup_s": 1e-6, "socket.calibrated.systolic_efficiency": 0.9}
 
 
-@lru_cache(maxsize=None)
+@cache
 def node16():
     from sn40l_sim.hardware.loader import with_overrides
 
     return with_overrides(load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml"), PINNED_CALIBRATION)
 
 
-@lru_cache(maxsize=None)
+@cache
 def deepseek_graph(phase: str, kv_len: int = 131072, batch: int = 16):
     """DeepSeek-R1 graphs as the SnapStream deployment runs them (decode DP16 attention, TP16)."""
-    from sn40l_sim.models.builder import build_graph
     from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.models.builder import build_graph
     from sn40l_sim.models.loader import load_model
 
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")

@@ -13,7 +13,7 @@ def check_allocation(socket, pk: PlacedKernel) -> None:
     tile, cap = socket.tile, socket.pmu.capacity_bytes
     tiles = figures.tiles(socket)
     assert len(pk.pcus_per_tile) == len(pk.pmus_per_tile) == len(pk.sram_bytes_per_tile) == tiles
-    for pcus, pmus, sram in zip(pk.pcus_per_tile, pk.pmus_per_tile, pk.sram_bytes_per_tile):
+    for pcus, pmus, sram in zip(pk.pcus_per_tile, pk.pmus_per_tile, pk.sram_bytes_per_tile, strict=True):
         assert 0 <= pcus <= tile.pcus
         assert 0 <= pmus <= tile.pmus
         assert sram <= pmus * cap, "buffers held exceed the PMUs given"

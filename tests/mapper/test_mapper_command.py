@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import ROOT, deepseek_graph
 from mapper_checks import RESOURCES
+
 from sn40l_sim.commands.cli import main
 
 EXPERIMENT = str(ROOT / "experiments" / "map_deepseek_tp16.yaml")

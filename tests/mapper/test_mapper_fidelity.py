@@ -7,8 +7,8 @@ import math
 import pytest
 
 from sn40l_sim.hardware.units.tile_kernels import GemmKernel, tile_level_cycles
-from sn40l_sim.mapper.tiling import tile_operator
 from sn40l_sim.ir import Operator
+from sn40l_sim.mapper.tiling import tile_operator
 
 
 @pytest.mark.parametrize("m,k,n,pcus", [(64, 64, 64, 2), (256, 512, 1024, 4), (128, 576, 4096, 8),

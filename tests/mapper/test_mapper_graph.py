@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import sn40l_sim.mapper.graph as graph_mod
 from conftest import deepseek_graph, distinct_kernels
+
+import sn40l_sim.mapper.graph as graph_mod
 from sn40l_sim.mapper import map_graph, map_kernel
 from sn40l_sim.mapper.graph import clear_memo
 

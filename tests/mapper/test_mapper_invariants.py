@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import deepseek_graph, distinct_kernels, node16
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import deepseek_graph, distinct_kernels, node16
 from mapper_checks import check_all
+
+from sn40l_sim.ir import FusedKernel, Operator
 from sn40l_sim.mapper import map_kernel
 from sn40l_sim.mapper.stages import TierSplit
-from sn40l_sim.ir import FusedKernel, Operator
 
 CASES = [("decode", 131072), ("decode", 32768), ("prefill", 131072)]
 

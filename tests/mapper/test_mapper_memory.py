@@ -4,12 +4,12 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import ROOT, deepseek_graph
+
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware import figures
-from sn40l_sim.mapper import map_graph, place_memory
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.mapper import map_graph, place_memory
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.params import weight_bytes_per_socket
 
@@ -72,7 +72,7 @@ def test_kernels_stream_spilled_weights_from_ddr(node, r1):
     assert 0.5 < fraction < 1
     placed = map_graph(node, graph, mp)
     hbm_only = map_graph(node, graph)
-    for spilled, fast in zip(placed.kernels, hbm_only.kernels):
+    for spilled, fast in zip(placed.kernels, hbm_only.kernels, strict=True):
         weights = spilled.kernel.weight_bytes
         assert spilled.ddr_bytes == pytest.approx(weights * fraction, abs=len(spilled.kernel.operators))
         assert spilled.hbm_bytes + spilled.ddr_bytes == fast.hbm_bytes

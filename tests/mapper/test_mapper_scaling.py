@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import deepseek_graph, distinct_kernels
+
 from sn40l_sim.hardware import figures
 from sn40l_sim.mapper import map_kernel
 from sn40l_sim.mapper._examples import example_gemm_kernel

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import pytest
-
 from mapper_checks import check_all
+
 from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.ir import FusedKernel, Operator
 from sn40l_sim.mapper import map_kernel
 from sn40l_sim.mapper.sections import min_units, output_bytes
-from sn40l_sim.ir import FusedKernel, Operator
 
 
 def _chain(n_ops: int, **op) -> FusedKernel:

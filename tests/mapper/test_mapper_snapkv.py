@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import node16
+
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache.factory import make_policy
 from sn40l_sim.mapper.graph import map_graph
 from sn40l_sim.models.builder import build_graph
-from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 
 ROOT = Path(__file__).resolve().parents[2]

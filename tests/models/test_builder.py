@@ -7,10 +7,10 @@ import networkx as nx
 import pytest
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.flash import causal_tile_pairs
-from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR
 
@@ -220,9 +220,9 @@ def test_policy_kernels_follow_every_layer(r1):
     g = prefill(r1, 1024, policy=_TwoKernelPolicy())
     names = [k.name for k in g.kernels()]
     for i in range(61):
-        last = "L%02d.%s" % (i, "moe_ffn" if i >= 3 else "o_proj_ffn")
+        last = f"L{i:02d}.{'moe_ffn' if i >= 3 else 'o_proj_ffn'}"
         j = names.index(last)
-        assert names[j + 1: j + 3] == ["L%02d.compress" % i, "L%02d.ring" % i]
+        assert names[j + 1: j + 3] == [f"L{i:02d}.compress", f"L{i:02d}.ring"]
     compress = [k for k in g.kernels() if k.kind == "compress"]
     assert len({k.signature() for k in compress}) == 1 and compress[0].operators[0].kv_read_bytes == 1024
     assert len([k for k in decode(r1, policy=_TwoKernelPolicy()).kernels() if k.kind == "compress"]) == 0

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from sn40l_sim.commands.cli import main
-from sn40l_sim.report.describe import describe_model
 from sn40l_sim.models.template import GRAPHS_DIR
+from sn40l_sim.report.describe import describe_model
 
 
 def test_describe_deepseek(capsys):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from sn40l_sim.models import params as P
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.models import params as P
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -28,13 +29,13 @@ def test_uniform_formula_for_deepseek():
 def test_monotone_in_batch_and_within_bounds(skew):
     values = [expected_distinct_experts(256, 8, b, skew) for b in (1, 2, 4, 16, 64, 256, 4096)]
     assert values[0] == pytest.approx(8)
-    assert all(b > a for a, b in zip(values, values[1:]))
+    assert all(b > a for a, b in pairwise(values))
     assert all(8 - 1e-9 <= v <= 256 for v in values)
 
 
 def test_skew_concentrates_traffic():
     at_64 = [expected_distinct_experts(256, 8, 64, s) for s in (0.0, 0.5, 1.0, 2.0)]
-    assert all(b < a for a, b in zip(at_64, at_64[1:]))
+    assert all(b < a for a, b in pairwise(at_64))
 
 
 def test_inclusion_probabilities_are_a_valid_design():

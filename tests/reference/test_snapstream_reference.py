@@ -1,15 +1,23 @@
 """The SnapStream numpy reference on fixed cases: the paper's Figure 4, short prompts, the cache
 layout, valid_topk masking and the MLA shared selection."""
-import numpy as np
-import pytest
-
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kvcache"))
 from kv_naive import assert_is_top_k, naive_scores  # noqa: E402
-from sn40l_sim.reference.snapstream import (Layout, decode_step, observation_scores, pool_scores,
-                                         prefill, ring_gather_positions, select_topk)
+
+from sn40l_sim.reference.snapstream import (
+    Layout,
+    decode_step,
+    observation_scores,
+    pool_scores,
+    prefill,
+    ring_gather_positions,
+    select_topk,
+)
 
 
 def _data(heads, groups, length, dk=8, dv=6, seed=0):

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 import sn40l_sim.hardware.units as units
-from sn40l_sim.reference.unit_level import simulate
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.tile_kernels import (AttentionKernel, GatherKernel, GemmKernel,
-                                                   tile_level_cycles)
+from sn40l_sim.hardware.units.tile_kernels import AttentionKernel, GatherKernel, GemmKernel, tile_level_cycles
+from sn40l_sim.reference.unit_level import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 SOCKET = load_hardware(ROOT / "hw_configs" / "sn40l.yaml").socket

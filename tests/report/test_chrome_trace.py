@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def main_results():
-    from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.models.loader import load_model
+    from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.runner import simulate_points
 
     exp = load_experiment(REPO / "experiments/deepseek_tp16.yaml")

@@ -13,15 +13,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
 from serving_doubles import DECODE, PREFILL, FakePlacer, FakeTimer, no_graph, r1_model  # noqa: E402
 
-from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
-from sn40l_sim.serving.workload import Request  # noqa: E402
-from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402
 from sn40l_sim.report.records import DESIGN_FIELDS, build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
+from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
+from sn40l_sim.serving.workload import Request  # noqa: E402
+from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
 PROMPT = 32768

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from sn40l_sim.engine.phase import PhaseTiming
 from sn40l_sim.errors import InfeasibleError
-from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.spec import ModelSpec
 
 R1 = dict(kind="model", name="r1-test", layers=61, dense_layers=3, hidden=7168, dense_ffn=18432, vocab=129280,

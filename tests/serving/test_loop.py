@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -74,7 +75,7 @@ def test_no_slot_ever_holds_two_sequences(served):
             by_slot[(r.decode_node, r.slot)].append((r.slot_acquired, r.finish))
     for intervals in by_slot.values():
         intervals.sort()
-        for (_, end), (start, _) in zip(intervals, intervals[1:]):
+        for (_, end), (start, _) in pairwise(intervals):
             assert start >= end
     for step in log.steps:
         assert step.active <= step.slots_in_use <= setup.slots
@@ -93,7 +94,7 @@ def test_ttft_is_at_least_the_prefill_and_decode_follows_the_step_time(served):
         prefill = setup.prefill_cycles(r.request.prompt_len)
         assert r.first_token - r.request.arrival_cycle >= prefill
         assert r.first_token - r.prefill_start == prefill
-        gaps = [b - a for a, b in zip(r.token_cycles, r.token_cycles[1:])]
+        gaps = [b - a for a, b in pairwise(r.token_cycles)]
         assert all(g >= setup.decode_step_cycles for g in gaps)
         if len(r.token_cycles) > 2 and setup.mode == "disaggregated":
             assert set(gaps[1:]) == {setup.decode_step_cycles}  # once in the batch, one per step
@@ -113,7 +114,7 @@ def test_disaggregated_transfers_precede_the_join_and_share_their_link():
         per_link[r.prefill_node].append((r.transfer_start, r.transfer_end))
     for intervals in per_link.values():
         intervals.sort()
-        assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
+        assert all(b[0] >= a[1] for a, b in pairwise(intervals))
     assert sum(log.busy["link"]) == sum(e - s for iv in per_link.values() for s, e in iv)
 
 
@@ -182,4 +183,4 @@ def test_invariants_hold_for_any_workload(reqs, mode, prefill_nodes, decode_node
             held[(r.decode_node, r.slot)].append((r.slot_acquired, r.finish))
     for intervals in held.values():
         intervals.sort()
-        assert all(b[0] >= a[1] for a, b in zip(intervals, intervals[1:]))
+        assert all(b[0] >= a[1] for a, b in pairwise(intervals))

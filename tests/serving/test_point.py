@@ -7,12 +7,12 @@ import math
 import pytest
 from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, FakeTimer, no_graph, r1_model
 
-from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
-from sn40l_sim.serving.workload import Request
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
+from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
+from sn40l_sim.serving.workload import Request
+from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
 MODEL = r1_model()

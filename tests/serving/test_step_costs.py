@@ -1,17 +1,18 @@
 """StepTimer with stand-in builder and mapper: memoisation, determinism, input checks."""
 from __future__ import annotations
 
-import pytest
-
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from engine_doubles import chain, node16, placed_kernel  # noqa: E402
+
 from sn40l_sim.engine.breakdown import decode_step_breakdown
-from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import Collective
+from sn40l_sim.serving.step_costs import StepTimer
 
 NODE = node16()
 

@@ -141,7 +141,7 @@ def test_bad_policy_parameters_are_located_at_the_entry(tmp_path):
 def test_max_new_tokens_is_required_for_serving(tmp_path):
     exp = load_experiment(write(tmp_path, BASE.replace("  max_new_tokens: 64\n", "")))
     with pytest.raises(InputError, match="serving.max_new_tokens: required"):
-        exp.max_new_tokens
+        _ = exp.max_new_tokens
 
 
 @pytest.mark.parametrize("text, match", [

@@ -10,8 +10,8 @@ import importlib
 
 import pytest
 
-from sn40l_sim.study import golden
 from sn40l_sim.mapper.graph import clear_memo
+from sn40l_sim.study import golden
 
 EXPERIMENTS = golden.experiments()
 

@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from sn40l_sim.study.calibration import FitResult, bounds, fit, fitted_names, residual, write_back
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.study.validation import (Comparison, Measurement, Reference, Tolerance, compare, extract,
-                                  format_table, load_references)
+from sn40l_sim.study.calibration import FitResult, bounds, fit, fitted_names, residual, write_back
+from sn40l_sim.study.validation import (
+    Comparison,
+    Measurement,
+    Reference,
+    Tolerance,
+    compare,
+    extract,
+    format_table,
+    load_references,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,7 +131,7 @@ def test_fit_recovers_known_parameters_within_bounds():
 
     start = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket.calibrated.model_dump()
     result = fit(refs, start, evaluate, max_evaluations=80)
-    fitted = dict(zip(result.names, result.fitted))
+    fitted = dict(zip(result.names, result.fitted, strict=True))
     assert fitted["hbm_efficiency"] == pytest.approx(0.6, rel=0.02)
     assert fitted["systolic_efficiency"] == pytest.approx(0.8, rel=0.02)
     for name in result.names:
@@ -141,7 +149,7 @@ def test_write_back_changes_only_the_calibrated_values(tmp_path):
     values = tuple(min(max(getattr(before.calibrated, n) * 1.1, bounds(n)[0]), bounds(n)[1]) for n in names)
     write_back(path, FitResult(names, values, values, [], 0.0), "test note")
     after = load_hardware(path).socket
-    for name, value in zip(names, values):
+    for name, value in zip(names, values, strict=True):
         assert getattr(after.calibrated, name) == pytest.approx(value, rel=1e-3)
     assert after.model_copy(update={"calibrated": before.calibrated}) == before
     assert path.read_text().count("# calibrated: test note") == len(names)

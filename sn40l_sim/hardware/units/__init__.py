@@ -6,12 +6,23 @@ The mapper composes them into per-stage cycles; :mod:`sn40l_sim.reference.unit_l
 against a cycle-by-cycle simulation of small kernels.
 """
 from sn40l_sim.hardware.units.memory import offchip_bytes_per_cycle, offchip_cycles
-from sn40l_sim.hardware.units.network import (link_cycles, mesh_bytes_per_cycle, mesh_cycles,
-                                             mesh_latency_cycles)
-from sn40l_sim.hardware.units.pcu import (gemm_cycles, gemm_geometry, gemm_padding_waste, mac_rate,
-                                          pcu_peak_flops_per_cycle, reduction_cycles, simd_cycles)
-from sn40l_sim.hardware.units.pmu import (pmu_cycles, pmu_gather_cycles, pmu_port_bytes_per_cycle,
-                                         pmu_random_access_rate, pmus_for_buffer)
+from sn40l_sim.hardware.units.network import link_cycles, mesh_bytes_per_cycle, mesh_cycles, mesh_latency_cycles
+from sn40l_sim.hardware.units.pcu import (
+                                             gemm_cycles,
+                                             gemm_geometry,
+                                             gemm_padding_waste,
+                                             mac_rate,
+                                             pcu_peak_flops_per_cycle,
+                                             reduction_cycles,
+                                             simd_cycles,
+)
+from sn40l_sim.hardware.units.pmu import (
+                                             pmu_cycles,
+                                             pmu_gather_cycles,
+                                             pmu_port_bytes_per_cycle,
+                                             pmu_random_access_rate,
+                                             pmus_for_buffer,
+)
 
 __all__ = [
     "gemm_cycles", "gemm_geometry", "gemm_padding_waste", "link_cycles", "mac_rate",

@@ -9,11 +9,11 @@ It is slow by design (about 10^5 events per second): keep shapes small.
 """
 from __future__ import annotations
 
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.tile_kernels import AttentionKernel, GatherKernel, GemmKernel
 from sn40l_sim.reference.unit_level.attention import simulate_attention
 from sn40l_sim.reference.unit_level.gather import simulate_gather
 from sn40l_sim.reference.unit_level.gemm import UnitLevelResult, simulate_gemm
-from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.tile_kernels import AttentionKernel, GatherKernel, GemmKernel
 
 
 def simulate(kernel: GemmKernel | AttentionKernel | GatherKernel, socket: SocketSpec) -> UnitLevelResult:

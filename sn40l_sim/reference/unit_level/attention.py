@@ -15,13 +15,18 @@ import math
 import numpy as np
 import simpy
 
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.tile_kernels import AttentionKernel
 from sn40l_sim.reference.unit_level.fabric import PMU, Packet, forward, mesh_path, signal_after
 from sn40l_sim.reference.unit_level.gemm import BF16_BYTES, UnitLevelResult
 from sn40l_sim.reference.unit_level.simd import SimdPCU, SimdProgram
-from sn40l_sim.reference.unit_level.systolic import (PSUM_BYTES, GemmWiring, psum_address,
-                                                  systolic_gemm, systolic_geometry)
-from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.tile_kernels import AttentionKernel
+from sn40l_sim.reference.unit_level.systolic import (
+    PSUM_BYTES,
+    GemmWiring,
+    psum_address,
+    systolic_gemm,
+    systolic_geometry,
+)
 
 
 def simulate_attention(kernel: AttentionKernel, socket: SocketSpec, seed: int = 0) -> UnitLevelResult:

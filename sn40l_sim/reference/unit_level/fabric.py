@@ -6,8 +6,9 @@ tile-level formulas of :mod:`sn40l_sim.hardware.units` is used here.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import simpy
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from sn40l_sim.reference.unit_level.fabric import PMU, Packet, Wire, mesh_path
-from sn40l_sim.reference.unit_level.gemm import BF16_BYTES, UnitLevelResult
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.tile_kernels import GatherKernel
+from sn40l_sim.reference.unit_level.fabric import PMU, Packet, Wire, mesh_path
+from sn40l_sim.reference.unit_level.gemm import BF16_BYTES, UnitLevelResult
 
 
 def simulate_gather(kernel: GatherKernel, socket: SocketSpec) -> UnitLevelResult:

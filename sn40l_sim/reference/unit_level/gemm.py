@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from sn40l_sim.reference.unit_level.fabric import PMU
-from sn40l_sim.reference.unit_level.systolic import GemmWiring, systolic_gemm, systolic_geometry
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.tile_kernels import GemmKernel
+from sn40l_sim.reference.unit_level.fabric import PMU
+from sn40l_sim.reference.unit_level.systolic import GemmWiring, systolic_gemm, systolic_geometry
 
 BF16_BYTES = 2
 

@@ -11,14 +11,14 @@ scalar per row.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import numpy as np
 import simpy
 
-from sn40l_sim.reference.unit_level.fabric import Packet, Wire
 from sn40l_sim.hardware.spec import PCUSpec
+from sn40l_sim.reference.unit_level.fabric import Packet, Wire
 
 #: bytes of one scalar on the scalar network (FP32)
 SCALAR_BYTES = 4
@@ -95,7 +95,7 @@ class SimdPCU:
         env.process(self._drain())
 
     def _feeder(self) -> Iterator[simpy.events.Event]:
-        for row in self.rows:
+        for _ in self.rows:
             scalar = 0.0
             if self.program.needs_scalar:
                 scalar = (yield from self.scalar_in.get()).data

@@ -12,9 +12,9 @@ The values are computed for real (NumPy), so a run also checks the dataflow.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Iterator
 
 import numpy as np
 import simpy

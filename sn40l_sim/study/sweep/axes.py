@@ -189,7 +189,7 @@ def labels(axes: list[tuple[str, tuple[str, ...]]], explicit: set[str]) -> list[
     ['a.batch', 'b.batch']
     """
     last = [name if name in explicit else path[-1] for name, path in axes]
-    return [short if last.count(short) == 1 else name for short, (name, _) in zip(last, axes)]
+    return [short if last.count(short) == 1 else name for short, (name, _) in zip(last, axes, strict=True)]
 
 
 def combinations(axes: list[Axis], mode: str) -> list[tuple[Any, ...]]:
@@ -200,7 +200,7 @@ def combinations(axes: list[Axis], mode: str) -> list[tuple[Any, ...]]:
     ([(1, 10), (1, 20), (2, 10), (2, 20)], [(1, 10), (2, 20)])
     """
     if mode == "zip":
-        return list(zip(*(axis.values for axis in axes)))
+        return list(zip(*(axis.values for axis in axes), strict=True))
     return list(itertools.product(*(axis.values for axis in axes)))
 
 
@@ -223,7 +223,7 @@ def point_name(axes: list[Axis], values: tuple[Any, ...]) -> str:
     >>> point_name([Axis("serving.batch", ("serving", "batch"), (8,), "batch")], (8,))
     'batch=8'
     """
-    return ",".join(f"{axis.label}={value_text(v)}" for axis, v in zip(axes, values))
+    return ",".join(f"{axis.label}={value_text(v)}" for axis, v in zip(axes, values, strict=True))
 
 
 def set_path(data: Any, path: tuple[str, ...], value: Any) -> None:

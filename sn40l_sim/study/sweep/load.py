@@ -47,8 +47,17 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.study.sweep.axes import (SECTION_KEYS, Axis, AxisError, combinations, labels, parse_axis, parse_plot,
-                                  point_name, set_path)
+from sn40l_sim.study.sweep.axes import (
+    SECTION_KEYS,
+    Axis,
+    AxisError,
+    combinations,
+    labels,
+    parse_axis,
+    parse_plot,
+    point_name,
+    set_path,
+)
 from sn40l_sim.yamlio import Document, load_document
 
 
@@ -153,7 +162,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     points = []
     for index, values in enumerate(combinations(axes, mode)):
         data, hw = copy.deepcopy(base), dict(base_hw)
-        for axis, value in zip(axes, values):
+        for axis, value in zip(axes, values, strict=True):
             if axis.hardware_field:
                 hw[axis.hardware_field] = value
                 continue
@@ -161,7 +170,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
                 set_path(data, axis.path, value)
             except AxisError as exc:
                 raise doc.error(("sweep", "axes", axis.name), str(exc)) from None
-        points.append(SweepPoint(index, point_name(axes, values), {a.name: v for a, v in zip(axes, values)},
+        points.append(SweepPoint(index, point_name(axes, values), {a.name: v for a, v in zip(axes, values, strict=True)},
                                  data, hw, {a.name: a.hardware_field for a in axes if a.hardware_field}))
     checker = _Checker(doc, base, base_hw, points)
     for axis in axes:
@@ -210,7 +219,7 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
         parsed.append((name, path, values))
     explicit = {name for name, axis_spec in spec.items() if isinstance(axis_spec, dict) and "path" in axis_spec}
     short = labels([(n, p) for n, p, _ in parsed], explicit)
-    axes = [Axis(n, p, tuple(v), s) for (n, p, v), s in zip(parsed, short)]
+    axes = [Axis(n, p, tuple(v), s) for (n, p, v), s in zip(parsed, short, strict=True)]
     if mode == "zip" and len({len(a.values) for a in axes}) > 1:
         counts = ", ".join(f"{a.name}: {len(a.values)}" for a in axes)
         raise doc.error(("sweep", "axes", axes[-1].name), f"zip needs axes of equal length, got {counts}")

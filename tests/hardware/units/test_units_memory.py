@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from units_reference_socket import reference_socket
 
 from sn40l_sim.hardware.units import offchip_bytes_per_cycle, offchip_cycles
-from units_reference_socket import reference_socket
 
 SOCKET = reference_socket()
 TIERS = [t for t in (SOCKET.hbm, SOCKET.ddr) if t is not None]

@@ -4,10 +4,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sn40l_sim.hardware.units import (link_cycles, mesh_bytes_per_cycle, mesh_cycles,
-                                      mesh_latency_cycles)
 from units_reference_socket import reference_socket
+
+from sn40l_sim.hardware.units import link_cycles, mesh_bytes_per_cycle, mesh_cycles, mesh_latency_cycles
 
 SOCKET = reference_socket()
 NET = SOCKET.tile.vector_network

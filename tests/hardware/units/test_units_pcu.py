@@ -6,11 +6,17 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from units_reference_socket import reference_socket
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.units import (gemm_cycles, gemm_geometry, gemm_padding_waste,
-                                      pcu_peak_flops_per_cycle, reduction_cycles, simd_cycles)
-from units_reference_socket import reference_socket
+from sn40l_sim.hardware.units import (
+    gemm_cycles,
+    gemm_geometry,
+    gemm_padding_waste,
+    pcu_peak_flops_per_cycle,
+    reduction_cycles,
+    simd_cycles,
+)
 
 PCU = reference_socket().pcu
 DTYPES = sorted(PCU.macs_per_lane_stage_per_cycle)

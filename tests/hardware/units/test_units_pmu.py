@@ -6,10 +6,15 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from sn40l_sim.hardware.units import (pmu_cycles, pmu_gather_cycles, pmu_port_bytes_per_cycle,
-                                      pmu_random_access_rate, pmus_for_buffer)
 from units_reference_socket import reference_socket
+
+from sn40l_sim.hardware.units import (
+    pmu_cycles,
+    pmu_gather_cycles,
+    pmu_port_bytes_per_cycle,
+    pmu_random_access_rate,
+    pmus_for_buffer,
+)
 
 PMU = reference_socket().pmu
 

@@ -1,7 +1,7 @@
 """The socket the unit-model tests run on: the project's SN40L description."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from sn40l_sim.hardware.loader import load_hardware
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SN40L_YAML = ROOT / "hw_configs" / "sn40l.yaml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference_socket() -> SocketSpec:
     """The SN40L socket of ``hw_configs/sn40l.yaml``."""
     return load_hardware(SN40L_YAML).socket
