@@ -4,7 +4,9 @@ cycles (identical layers collapsed into one row "xN"), then a totals line.
 
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
 policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
-``--batch`` says otherwise. Weights and KV are placed in HBM, spilling to DDR when they do not fit.
+``--batch`` says otherwise. Activations, weights and KV are placed in the socket's memory tiers in
+the experiment's order (memory.order; default: the socket's, HBM then DDR), spilling to the next
+tier when they do not fit.
 Collectives are not included (the engine costs them).
 
 examples:
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.models.loader import load_model
     from sn40l_sim.quantities import format_bytes
-    from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
+    from sn40l_sim.study.experiment import load_experiment, make_point_policy, memory_order, points
 
     started = time.perf_counter()
     exp = load_experiment(args.experiment)
@@ -96,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
     kernels = graph.kernels()
     activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
-    memory = place_memory(node, model, plan, kv_bytes_per_socket(model, plan, batch, cache_len), activations)
+    memory = place_memory(node, model, plan, kv_bytes_per_socket(model, plan, batch, cache_len), activations,
+                          memory_order(exp, node))
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
     mapped = time.perf_counter()
@@ -106,9 +109,11 @@ def run(args: argparse.Namespace) -> int:
           f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
     print(f"shape: batch {batch}, prompt {prompt_len}" + (f", cache {cache_len} tokens per sequence"
                                                           if args.phase == "decode" else ""))
-    tiers = ", ".join(f"{use} {format_bytes(memory.hbm.get(use, 0))} HBM + {format_bytes(memory.ddr.get(use, 0))} DDR"
+    tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
+                                             for tier in memory.by_tier)
                       for use in ("weights", "kv", "activations"))
-    print(f"memory per socket: {tiers} (usable HBM {format_bytes(memory.hbm_capacity)})")
+    first = memory.first_tier
+    print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
     print(f"per socket, collectives excluded; clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU "
           f"are per tile in use")
     print()

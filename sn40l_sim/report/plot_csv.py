@@ -67,10 +67,18 @@ LABELS: dict[str, str] = {
     "recent": "recent-ring tokens",
     "topk": "top-K tokens",
     "sockets": "sockets per node",
-    "socket.hbm.bytes_per_s_per_unit": "HBM bandwidth per module",
     "socket.p2p.bytes_per_s_per_port": "P2P bandwidth per port",
-    "socket.ddr.bytes_per_s_per_unit": "DDR bandwidth per channel",
     "socket.clock_hz": "clock",
+}
+
+#: field of a memory tier (``socket.memory.<tier>.<field>``) -> label after the tier's name
+TIER_FIELD_LABELS: dict[str, str] = {
+    "bytes_per_s_per_unit": "bandwidth per module/channel",
+    "capacity_bytes_per_unit": "capacity per module/channel",
+    "units_per_die": "modules/channels per die",
+    "latency_s": "latency",
+    "efficiency": "achievable fraction of peak bandwidth",
+    "reserved_bytes": "reserved by the runtime",
 }
 
 #: (suffix of the last name part, unit text, scale)
@@ -98,7 +106,10 @@ def axis_label(column: str) -> tuple[str, float]:
         return f"{parts[1][:-2].upper()} {parts[2]} (s)", 1.0
     if parts[0] == "decode_step_breakdown_s" and len(parts) == 2:
         return f"decode step: {parts[1]} (s)", 1.0
-    base = LABELS.get(name, LABELS.get(parts[-1], name))
+    if parts[:2] == ["socket", "memory"] and len(parts) == 4 and parts[3] in TIER_FIELD_LABELS:
+        base = f"{parts[2].upper()} {TIER_FIELD_LABELS[parts[3]]}"
+    else:
+        base = LABELS.get(name, LABELS.get(parts[-1], name))
     for suffix, unit, scale in _SUFFIX_UNITS:
         if parts[-1].endswith(suffix):
             if not unit or base.endswith(")"):

@@ -4,11 +4,13 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
 :func:`simulate_point`
 
 1. finds the largest compiled decode batch whose memory fits on every socket of a decode node
-   (:func:`sn40l_sim.mapper.memory.place_memory`, with weights and KV required to stay in HBM as
-   in the paper's deployment), and checks that one prompt fits on a prefill node;
+   (:func:`sn40l_sim.mapper.memory.place_memory` in the point's tier order; the uses not in
+   ``may_spill`` must stay in the first tier, by default weights and KV in HBM as in the paper's
+   deployment), and checks that one prompt fits on a prefill node;
 2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
    graph (the compiled batch at the static cache length) with
-   :class:`sn40l_sim.serving.step_costs.StepTimer`, which memoises them;
+   :class:`sn40l_sim.serving.step_costs.StepTimer`, which memoises them, each streaming its
+   tensors from the tiers the memory placement put them in;
 3. serves the workload with :func:`sn40l_sim.serving.loop.simulate`.
 
 The step timer, the memory placer and the graph builder can be replaced (tests use doubles).
@@ -59,6 +61,10 @@ class PointSetup:
     tokens_per_forward: float = 1.0
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     graph_options: dict = field(default_factory=dict)
+    #: memory tiers to fill, first to last (None: the hardware's order)
+    memory_order: tuple[str, ...] | None = None
+    #: uses that may be placed outside the first tier of the order
+    may_spill: tuple[str, ...] = ("activations",)
 
 
 @dataclass
@@ -92,10 +98,10 @@ def _default_timer(node, model, policy, prefill_plan, decode_plan, **options):
     return StepTimer(node, model, policy, prefill_plan, decode_plan, **options)
 
 
-def _default_place(node, model, plan, kv_bytes, activation_bytes):
+def _default_place(node, model, plan, kv_bytes, activation_bytes, order=None):
     from sn40l_sim.mapper.memory import place_memory
 
-    return place_memory(node, model, plan, kv_bytes, activation_bytes)
+    return place_memory(node, model, plan, kv_bytes, activation_bytes, order)
 
 
 def _default_builder(model, shape, plan, policy, **options):
@@ -146,8 +152,8 @@ class _Memory:
 
     def prefill_fits(self) -> Any:
         act = self._graph_activations("prefill", 1, self.s.prefill_plan)
-        return self._in_hbm(self.place(self.s.node, self.s.model, self.s.prefill_plan, self.prefill_kv(), act),
-                            "one prompt on a prefill node")
+        return self._in_first_tier(self.place(self.s.node, self.s.model, self.s.prefill_plan, self.prefill_kv(), act,
+                                              order=self.s.memory_order), "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
@@ -160,23 +166,31 @@ class _Memory:
                 # larger of the two phases' activations
                 kv += max(0, self.prefill_kv() - self.static_len * self.kv_per_token // self.decode_shards)
                 act = max(act, self._graph_activations("prefill", 1, s.prefill_plan))
-            self._cache[batch] = self._in_hbm(self.place(s.node, s.model, s.decode_plan, kv, act),
-                                              f"decode batch {batch}")
+            self._cache[batch] = self._in_first_tier(self.place(s.node, s.model, s.decode_plan, kv, act,
+                                                                order=s.memory_order), f"decode batch {batch}")
         return self._cache[batch]
 
-    @staticmethod
-    def _in_hbm(placement: Any, what: str) -> Any:
-        spilled = {use: n for use, n in sorted(placement.ddr.items()) if use in ("weights", "kv") and n > 0}
+    def _in_first_tier(self, placement: Any, what: str) -> Any:
+        """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order."""
+        first = placement.first_tier
+        kept = [use for use in _USE_NAMES if use not in self.s.may_spill]
+        spilled = {use: n for use, n in sorted(placement.outside(first).items()) if use in kept}
         if spilled:
             gib = 2**30
-            need = {use: placement.hbm.get(use, 0) + placement.ddr.get(use, 0)
-                    for use in ("weights", "kv", "activations")}
+            need = {use: placement.total(use) for use in _USE_NAMES}
             detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
             spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
-            raise InfeasibleError(f"{what} does not fit in HBM per socket: {detail} > "
-                                  f"{placement.hbm_capacity / gib:.2f} GiB usable HBM ({spill} would spill "
-                                  "to DDR; the serving model keeps weights and KV in HBM)")
+            to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
+                              if tier != first and any(uses.get(use, 0) for use in spilled))
+            keeps = " and ".join(_USE_NAMES[use] for use in kept)
+            raise InfeasibleError(f"{what} does not fit in {first.upper()} per socket: {detail} > "
+                                  f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
+                                  f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
         return placement
+
+
+#: the uses of memory, in the order messages list them, and how they read in a sentence
+_USE_NAMES = {"weights": "weights", "kv": "KV", "activations": "activations"}
 
 
 def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
@@ -254,9 +268,11 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     timer = timer_factory(s.node, s.model, s.policy, s.prefill_plan, s.decode_plan, **s.graph_options)
     with located("serving.prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
+    # each phase streams its tensors from where its node's placement put them
+    prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = timer.prefill(prefill_len)
-        decode = timer.decode_step(batch, static_len)
+        prefill = timer.prefill(prefill_len, memory=prefill_node_memory)
+        decode = timer.decode_step(batch, static_len, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
     with located("serving.kv_transfer"):
@@ -268,7 +284,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            prefill_cycles[size] = int(timer.prefill(size).cycles)
+            prefill_cycles[size] = int(timer.prefill(size, memory=prefill_node_memory).cycles)
         return prefill_cycles[size]
 
     def transfer_for(prompt_len: int) -> int:

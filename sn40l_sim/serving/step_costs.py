@@ -35,7 +35,8 @@ from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
-from sn40l_sim.mapper.placement import PlacedGraph
+from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
+from sn40l_sim.mapper.stages import TierSplit
 
 
 def _default_builder(model, shape, plan, policy, **options) -> KernelGraph:
@@ -44,10 +45,10 @@ def _default_builder(model, shape, plan, policy, **options) -> KernelGraph:
     return build_graph(model, shape, plan, policy, **options)
 
 
-def _default_mapper(node, graph) -> PlacedGraph:
+def _default_mapper(node, graph, memory=None) -> PlacedGraph:
     from sn40l_sim.mapper import map_graph
 
-    return map_graph(node, graph)
+    return map_graph(node, graph, memory)
 
 
 class StepTimer:
@@ -90,35 +91,43 @@ class StepTimer:
         self.graph_mapper = graph_mapper or _default_mapper
         self.graph_options = dict(graph_options)
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0}
-        self._memo: dict[tuple[str, int, int], PhaseTiming] = {}
+        self._memo: dict[tuple[str, int, int, TierSplit | None], PhaseTiming] = {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
-    def prefill(self, prompt_len: int) -> PhaseTiming:
-        """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1)."""
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1), its tensors
+        where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("prompt_len", prompt_len)
         return self._timed("prefill", 1, prompt_len, Shape("prefill", 1, prompt_len, 0),
-                           self.prefill_plan)
+                           self.prefill_plan, memory)
 
-    def decode_step(self, batch: int, kv_len: int) -> PhaseTiming:
-        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens."""
+    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens,
+        its tensors where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
         return self._timed("decode", batch, kv_len, Shape("decode", batch, 0, kv_len),
-                           self.decode_plan)
+                           self.decode_plan, memory)
 
-    def placed(self, shape: Shape) -> PlacedGraph:
+    def placed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PlacedGraph:
         """The placed graph of ``shape`` (built and mapped, not simulated), for inspection."""
         plan = self.prefill_plan if shape.phase == "prefill" else self.decode_plan
         graph = self.graph_builder(self.model, shape, plan, self.policy, **self.graph_options)
-        return self.graph_mapper(self.node, graph)
+        if memory is None:
+            return self.graph_mapper(self.node, graph)
+        return self.graph_mapper(self.node, graph, memory)
 
-    def _timed(self, phase: str, batch: int, length: int, shape: Shape, plan) -> PhaseTiming:
-        key = (phase, batch, length)
+    def _timed(self, phase: str, batch: int, length: int, shape: Shape, plan,
+               memory: MemoryPlacement | None = None) -> PhaseTiming:
+        # a placement that keeps everything in the first tier times like no placement at all
+        if memory is not None and memory.tiers() == TierSplit.all_in(next(iter(self.node.socket.memory))):
+            memory = None
+        key = (phase, batch, length, memory.tiers() if memory is not None else None)
         if key in self._memo:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
         self.stats[f"{phase}_runs"] += 1
-        placed = self.placed(shape)
+        placed = self.placed(shape, memory)
         run = run_graph(self.node, placed, self.engine, self._collectives)
         timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
                               kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)

@@ -105,7 +105,7 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
     >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
     >>> node = load_hardware(exp.resolve(exp.spec.hardware))
     >>> model = load_model(exp.resolve(exp.spec.model))
-    >>> fast = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    >>> fast = with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
     >>> base, faster = (simulate_points(exp, n, model, serve=False)[0] for n in (node, fast))
     >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
     ('full', None, True)
@@ -114,10 +114,11 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
     from sn40l_sim.report.records import build_record
     from sn40l_sim.serving.point import PointSetup, simulate_point
     from sn40l_sim.serving.workload import build_requests
-    from sn40l_sim.study.experiment import make_point_policy, points
+    from sn40l_sim.study.experiment import make_point_policy, memory_order, points
 
     spec = exp.spec
     _require_workload(exp)
+    order = memory_order(exp, node)
     serving = spec.serving
     max_new_tokens = exp.max_new_tokens
     trace_path = exp.resolve(spec.workload.path) if spec.workload.kind == "trace" else None
@@ -133,7 +134,8 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
             mode=serving.mode, prefill_nodes=exp.prefill_node_count, decode_nodes=serving.decode_nodes,
             batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
             max_new_tokens=max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
-            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options))
+            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
+            memory_order=order, may_spill=spec.memory.may_spill)
 
         def requests_for(slots: int, prompt_len: int = point.prompt_len):
             if not serve:
