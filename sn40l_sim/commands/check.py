@@ -54,9 +54,9 @@ def check_file(path: str | Path) -> str:
         _load_model(Path(path))
     elif kind == "experiment":
         from sn40l_sim.hardware.loader import load_hardware
-        from sn40l_sim.study.experiment import load_experiment
+        from sn40l_sim.study.experiment import load_experiment, memory_order
         experiment = load_experiment(path)
-        load_hardware(experiment.resolve(experiment.spec.hardware))
+        memory_order(experiment, load_hardware(experiment.resolve(experiment.spec.hardware)))
         _load_model(experiment.resolve(experiment.spec.model), experiment.spec.model_overrides)
     else:
         from sn40l_sim.yamlio import load_document

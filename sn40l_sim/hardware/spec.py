@@ -118,6 +118,8 @@ RESERVED_TIER_NAMES = frozenset({"compute", "simd", "sram", "mesh", "p2p", "over
 
 def _memory_tiers(value: Any) -> Any:
     """Drop tiers set to ``null`` (how an overlay removes a tier of its base) and check names."""
+    if value is None:
+        raise ValueError("expected at least one memory tier (e.g. memory: {ddr: {...}})")
     if not isinstance(value, dict):
         return value
     for name in value:

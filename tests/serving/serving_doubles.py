@@ -48,15 +48,17 @@ class FakeTimer:
         self.policy = policy
         return self
 
-    def prefill(self, prompt_len: int) -> PhaseTiming:
+    def prefill(self, prompt_len: int, memory=None) -> PhaseTiming:
         self.calls.append(("prefill", prompt_len))
+        self.memory = memory
         kinds = {"mha": 700 * prompt_len, "moe_ffn": 300 * prompt_len}
         for k in self.policy.prefill_kernels(r1_model(), prompt_len, 16):
             kinds[k.kind] = 10 * prompt_len
         return timing("prefill", sum(kinds.values()), length=prompt_len, kernel_cycles=kinds)
 
-    def decode_step(self, batch: int, kv_len: int) -> PhaseTiming:
+    def decode_step(self, batch: int, kv_len: int, memory=None) -> PhaseTiming:
         self.calls.append(("decode", batch, kv_len))
+        self.decode_memory = memory
         return timing("decode", self.decode_base + self.decode_per_kv * batch * kv_len, batch=batch, length=kv_len)
 
 
@@ -66,14 +68,14 @@ class FakePlacer:
     def __init__(self, weights: int, free: int) -> None:
         self.weights, self.free, self.calls = weights, free, []
 
-    def __call__(self, node, model, plan, kv_bytes: int, activation_bytes: int) -> MemoryPlacement:
+    def __call__(self, node, model, plan, kv_bytes: int, activation_bytes: int, order=None) -> MemoryPlacement:
         self.calls.append((plan, kv_bytes, activation_bytes))
         need = kv_bytes + activation_bytes
         if need > self.free:
             raise InfeasibleError(f"KV {kv_bytes} B + activations {activation_bytes} B exceed the free "
                                   f"{self.free} B by {need - self.free} B")
-        return MemoryPlacement(hbm={"weights": self.weights, "kv": kv_bytes, "activations": activation_bytes},
-                               ddr={}, hbm_capacity=self.weights + self.free, ddr_capacity=10**12)
+        return MemoryPlacement({"hbm": {"weights": self.weights, "kv": kv_bytes, "activations": activation_bytes},
+                                "ddr": {}}, {"hbm": self.weights + self.free, "ddr": 10**12}, ("hbm", "ddr"))
 
 
 class NoGraph:
