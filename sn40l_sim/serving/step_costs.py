@@ -119,10 +119,11 @@ class StepTimer:
 
     def _timed(self, phase: str, batch: int, length: int, shape: Shape, plan,
                memory: MemoryPlacement | None = None) -> PhaseTiming:
-        # a placement that keeps everything in the first tier times like no placement at all
-        if memory is not None and memory.tiers() == TierSplit.all_in(next(iter(self.node.socket.memory))):
-            memory = None
-        key = (phase, batch, length, memory.tiers() if memory is not None else None)
+        split = memory.tiers() if memory is not None else None
+        # a placement that keeps everything in the socket's first tier times like no placement at all
+        if split == TierSplit.all_in(next(iter(self.node.socket.memory))):
+            memory = split = None
+        key = (phase, batch, length, split)
         if key in self._memo:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
