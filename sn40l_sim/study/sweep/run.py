@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, SweepRecords, experiment_from_data, load_node
 from sn40l_sim.yamlio import Document
 
@@ -98,8 +99,8 @@ def _cached(key: str, load):
 
 def _node_field(node: Any, dotted: str) -> Any:
     out: Any = node
-    for part in dotted.split("."):
-        out = getattr(out, part)
+    for part in upgrade_dotted(dotted).split("."):
+        out = out[part] if isinstance(out, dict) else getattr(out, part)   # memory tiers are a mapping
     return out
 
 
