@@ -51,9 +51,12 @@ class Document:
         file, line = self.where(field_path)
         return InputError(message, file=file, field=dotted(field_path) or None, line=line)
 
-    def resolve(self, relative: str) -> Path:
-        """A path written in this document, relative to the document's folder."""
-        return (self.path.parent / relative).resolve()
+    def resolve(self, relative: str, at: FieldPath = ()) -> Path:
+        """A path written in this document at field ``at``, relative to the folder of the file
+        that wrote it (a ``base:`` file's paths stay relative to the base file)."""
+        file, _ = self.where(at)
+        folder = Path(file).parent if at and file != str(self.path) else self.path.parent
+        return (folder / relative).resolve()
 
 
 def dotted(field_path: FieldPath) -> str:

@@ -62,27 +62,25 @@ def _policy_entry(exp, name: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.ir import Shape
     from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper.memory import place_memory
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.models.loader import load_model
     from sn40l_sim.quantities import format_bytes
-    from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
+    from sn40l_sim.study.assemble import assemble, plan_of
+    from sn40l_sim.study.experiment import load_experiment
 
     started = time.perf_counter()
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)
-    point = next(p for p in points(exp) if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
-        if any(p.prompt_len == spec.shape.prompt_len for p in points(exp)) else points(exp)[0]
-    policy = make_point_policy(exp, point)
-    node = load_hardware(exp.resolve(spec.hardware))
-    model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
-    phase_plan = getattr(spec.parallel, args.phase)
-    plan = ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
+    asm = assemble(exp)
+    node, model = asm.node, asm.model
+    point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
+        if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    policy = asm.policy(point)
+    plan = plan_of(getattr(spec.parallel, args.phase))
     prompt_len = spec.shape.prompt_len
     batch = args.batch if args.batch is not None else (spec.shape.batch if args.phase == "decode" else 1)
     if batch < 1:

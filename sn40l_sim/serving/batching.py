@@ -175,7 +175,7 @@ def choose_batch(requested: int | str, search: BatchSearch, fits: Callable[[int]
     try:
         return batch, fits(batch)
     except InfeasibleError as exc:
-        raise InfeasibleError(f"serving.batch {batch} does not fit (largest compiled batch that fits: "
+        raise InfeasibleError(f"a batch of {batch} does not fit (largest compiled batch that fits: "
                               f"{search.max_batch}): {exc}") from None
 
 

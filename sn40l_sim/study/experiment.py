@@ -1,11 +1,11 @@
 """Experiment files (``experiments/*.yaml``): hardware + model + KV policies + parallel plan +
 workload + serving set-up (+ sweep axes), expanded into simulation points.
 
-This is the top of the data flow (docs/architecture.md): it validates the experiment and expands
-it into :class:`Point` objects; the ``run`` command loads the hardware, the model and the KV
-policy of each point and hands them, as spec objects, to the mapper and the engine.
+It validates the experiment and expands it into :class:`Point` objects;
+:mod:`sn40l_sim.study.assemble` then loads the hardware, the model and the KV policy of each point
+and hands them, as spec objects, to the serving model.
 
-Sections added for serving (issue 5):
+Sections:
 
 ``prompt_lens``
     Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
@@ -24,7 +24,8 @@ Sections added for serving (issue 5):
     graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
     (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
 ``sweep``
-    Reserved for sweeps (issue 7): accepted by the schema, refused by ``run`` until implemented.
+    Axes to sweep (:mod:`sn40l_sim.study.sweep.axes`); ``run`` hands such an experiment to the
+    sweep.
 
 Examples
 --------
@@ -53,11 +54,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -75,8 +77,6 @@ from sn40l_sim.study.serving_section import (  # noqa: F401
 )
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
-if TYPE_CHECKING:  # pragma: no cover
-    from sn40l_sim.kvcache.base import KVPolicy
 
 class PhasePlan(StrictModel):
     """Parallel plan of one phase (see :class:`sn40l_sim.ir.ParallelPlan`)."""
@@ -132,7 +132,7 @@ class ExperimentSpec(StrictModel):
     serving: ServingSection = ServingSection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
-    #: reserved for issue 7 (sweeps); ``run`` refuses an experiment that has one
+    #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`
     sweep: dict[str, Any] | None = None
 
 
@@ -147,8 +147,9 @@ class Experiment:
     def path(self) -> Path:
         return self.doc.path
 
-    def resolve(self, relative: str) -> Path:
-        return self.doc.resolve(relative)
+    def resolve(self, relative: str, at: FieldPath = ()) -> Path:
+        """A path written in the experiment at field ``at``, relative to the file that wrote it."""
+        return self.doc.resolve(relative, at)
 
     def error(self, field_path: FieldPath, message: str) -> InputError:
         """An :class:`InputError` located at ``field_path`` of this file."""
@@ -233,7 +234,6 @@ def points(exp: Experiment) -> list[Point]:
 def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
     """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
     :class:`InputError` located at the policy entry."""
-    from sn40l_sim.kvcache import make_policy
 
     try:
         return make_policy(point.policy, dict(point.params))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
-from serving_doubles import DECODE, PREFILL, FakePlacer, FakeTimer, no_graph, r1_model  # noqa: E402
+from serving_doubles import DECODE, PREFILL, FakePlacer, fixed_costs, r1_model  # noqa: E402
 
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
@@ -37,8 +37,7 @@ def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0)):
     def requests(slots):
         return [Request(i, round(t * clock), PROMPT, 4 + 3 * i) for i, t in enumerate(arrivals)]
 
-    result = simulate_point(s, requests, timer_factory=FakeTimer(), place=FakePlacer(40 * 2**30, 20 * 2**30),
-                            builder=no_graph)
+    result = simulate_point(s, requests, fixed_costs(policy), FakePlacer(40 * 2**30, 20 * 2**30))
     return build_record(result, experiment="demo", policy_params=params), result
 
 

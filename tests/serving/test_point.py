@@ -1,11 +1,11 @@
-"""One point end to end with doubles for the step timer, the memory placer and the graph builder:
+"""One point end to end with fixed step costs and a stand-in memory placer:
 maximum batch from memory, infeasible batches and contexts, and what the serving run gets."""
 from __future__ import annotations
 
 import math
 
 import pytest
-from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, FakeTimer, no_graph, r1_model
+from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
@@ -35,10 +35,9 @@ def one_per_slot(output_len=8):
 
 
 def run(policy, timer=None, placer=None, requests=None, **kw):
-    timer = timer or FakeTimer()
+    timer = timer or fixed_costs(policy)
     placer = placer or FakePlacer(weights=40 * 2**30, free=FREE)
-    result = simulate_point(setup(policy, **kw), requests or one_per_slot(), timer_factory=timer, place=placer,
-                            builder=no_graph)
+    result = simulate_point(setup(policy, **kw), requests or one_per_slot(), timer, placer)
     return result, timer, placer
 
 
@@ -82,22 +81,22 @@ def test_explicit_batch_within_the_maximum_runs_and_beyond_it_is_infeasible():
     with pytest.raises(InfeasibleError) as info:
         run(SNAP, batch=128)
     message = str(info.value)
-    assert info.value.field == "serving.batch"
-    assert "serving.batch 128 does not fit (largest compiled batch that fits: 64)" in message
+    assert info.value.field == "batch"
+    assert "a batch of 128 does not fit (largest compiled batch that fits: 64)" in message
     assert f"exceed the free {FREE} B" in message
 
 
 def test_a_context_that_does_not_fit_even_at_batch_1_is_infeasible():
     with pytest.raises(InfeasibleError) as info:
         run(FULL, placer=FakePlacer(weights=40 * 2**30, free=FULL_SLOT // 2))
-    assert info.value.field == "prompt_lens"
+    assert info.value.field == "prompt_len"
     assert "no compiled batch size fits, not even 1" in str(info.value)
 
 
 def test_requests_longer_than_the_graphs_are_rejected():
     with pytest.raises(InfeasibleError) as info:
         run(FULL, requests=lambda slots: [Request(0, 0, PROMPT + 1, 4)])
-    assert info.value.field == "workload" and "longer than the static graphs" in str(info.value)
+    assert info.value.field == "requests" and "longer than the static graphs" in str(info.value)
     with pytest.raises(InfeasibleError, match="exceeds the largest compiled size"):
         run(FULL, prefill_lens=(1024, 65536))
 
@@ -120,7 +119,7 @@ def test_no_host_link_is_a_located_input_error():
     bare = NODE.model_copy(update={"host_link": None})
     with pytest.raises(InputError, match="no host_link") as info:
         run(FULL, node=bare)
-    assert info.value.field == "serving.kv_transfer"
+    assert info.value.field == "kv_transfer"
 
 
 def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():

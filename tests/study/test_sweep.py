@@ -12,7 +12,8 @@ import pytest
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
-from sn40l_sim.study.sweep.load import load_sweep, parse_sets, run_sweep
+from sn40l_sim.study.sweep.load import load_sweep, parse_sets
+from sn40l_sim.study.sweep.run import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
