@@ -302,8 +302,9 @@ class Fields:
         return found[0].axis_label(found[1]) if found is not None else None
 
     def table_rows(self) -> list[tuple[str, Row | TierRows]]:
-        """``(path, row)`` of every declared table row, in table order."""
-        rows = [(path, f.table) for path, f in self.walk() if f.table is not None]
+        """``(dotted path, row)`` of every declared table row, in table order (a row of a mapping
+        receives the whole mapping)."""
+        rows = [(re.sub(r"\.<\w+>|\[\]", "", path), f.table) for path, f in self.walk() if f.table is not None]
         return sorted(rows, key=lambda item: item[1].at)
 
     def mismatches(self, record: Mapping[str, Any]) -> list[str]:
