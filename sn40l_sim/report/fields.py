@@ -49,8 +49,8 @@ RESULTS = Fields([
     Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
-    Field("kv_policy_params", "", "The policy's parameters as the experiment gives them (token counts).",
-          keys=("param",), axis="KV policy {param}"),
+    Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them (budget, sink, "
+          "recent, ...: token counts).", keys=("param",), axis="KV policy {param}"),
     Field("prefill_len", "tokens", "Prompt length of the point's requests.", csv=5, design=True,
           axis="prompt length", table=Row(20, "prompt (tokens)")),
     Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",

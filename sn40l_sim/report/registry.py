@@ -184,12 +184,20 @@ class Field:
 
     def axis_label(self, keys: Mapping[str, str] | None = None) -> tuple[str, float]:
         """``(axis label with unit, factor for the values)``."""
-        keys = dict(keys or {})
-        text = (self.axis or self.name).format(**keys, **{k.upper(): v.upper() for k, v in keys.items()})
+        values = _Placeholders(keys or {})
+        values.update({k.upper(): v.upper() for k, v in values.items()})
+        text = (self.axis or self.name).format_map(values)
         shown, scale = AXIS_UNITS.get(self.unit, (self.unit, 1.0))
         if self.unit in ("", "1") or text.endswith(")") or _names(text, self.unit) or _names(text, shown):
             return text, 1.0
         return f"{text} ({shown})", scale
+
+
+class _Placeholders(dict):
+    """Key values for an axis text; a key not given shows as ``<key>``."""
+
+    def __missing__(self, key: str) -> str:
+        return f"<{key}>"
 
 
 def _names(text: str, unit: str) -> bool:
