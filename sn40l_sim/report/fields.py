@@ -33,8 +33,8 @@ def _memory(node: str, **options) -> Field:
     """Bytes per socket of one node, by memory tier and use."""
     return Field(
         "memory" if node == "decode" else "memory_prefill_node", "B",
-        f"Bytes per socket of a {node} node by memory tier and use (weights, kv, activations, and the runtime's "
-        "reserved), with the tier's free bytes and physical capacity" + ("." if node == "decode" else
+        f"Bytes per socket of a {node} node by memory tier and use (weights, kv, activations, and what the runtime "
+        "reserves), with the tier's free bytes and physical capacity" + ("." if node == "decode" else
                                                                          "; empty when prefill is co-located."),
         axis="{TIER} per socket: {use}" if node == "decode" else "{TIER} per socket, prefill node: {use}",
         keys=("tier", "use"), **options)
@@ -77,12 +77,12 @@ RESULTS = Fields([
           "((last token - first token) / (tokens - 1)).", csv=10, design=True, golden=True, axis="TPOT",
           table=Row(120, "TPOT mean (ms)", ".2f", 1e3)),
     Field("latency", "", "Latency distributions over the served requests.", parts=(
-        Field("ttft_s", "s", "Time to first token of every served request.",
+        Field("ttft_s", "", "Time to first token of every served request.",
               parts=_summary("TTFT", "times to first token", "requests", Row(110, "TTFT p99 (s)", ".3f"))),
-        Field("tpot_s", "s", "Time per output token of every served request with more than one token.",
+        Field("tpot_s", "", "Time per output token of every served request with more than one token.",
               parts=_summary("TPOT", "times per output token", "requests with more than one token",
                              Row(130, "TPOT p99 (ms)", ".2f", 1e3))),
-        Field("itl_s", "s", "Every gap between consecutive tokens of a request (inter-token latency).",
+        Field("itl_s", "", "Every gap between consecutive tokens of a request (inter-token latency).",
               parts=_summary("ITL", "inter-token gaps", "inter-token gaps")),
     )),
     # prefill
@@ -167,7 +167,7 @@ RESULTS = Fields([
                     table=Row(210, "peak KV occupancy (%)", ".1f", 100)),
               Field("mean_fraction", "1", "Time-weighted mean occupancy over capacity_bytes_per_node.",
                     axis="mean KV occupancy (fraction of reserved)"),
-              Field("series", "1", "Occupancy after every k-th step (at most 100 per node, the peak step "
+              Field("series", "", "Occupancy after every k-th step (at most 100 per node, the peak step "
                     "included).", is_list=True, parts=(
                         Field("node", "1", "Decode node index."),
                         Field("t_s", "s", "End of the step."),
@@ -177,6 +177,6 @@ RESULTS = Fields([
           )),
     # sweeps
     Field("sweep_point", "", "The sweep point's name.", sweep_only=True, axis="sweep point"),
-    Field("sweep", "", "Value of each sweep axis at this run (hardware axes in the node's units: bytes, bytes/s, "
+    Field("sweep", "per axis", "Value of each sweep axis at this run (hardware axes in the node's units: bytes, bytes/s, "
           "Hz, counts).", keys=("axis",), path_key=True, sweep_only=True, axis="{axis}"),
 ])

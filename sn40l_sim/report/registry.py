@@ -68,6 +68,10 @@ class Row:
         """``[(label, cell per record)]``; a cell is None where the record has no value."""
         return [(self.label, [self.cell(value_at(r, path)) for r in records])]
 
+    def describe(self) -> str:
+        """How ``docs/results.md`` names the row."""
+        return self.label
+
     def cell(self, value: Any) -> str | None:
         """The formatted value (None for a missing one)."""
         if value is None:
@@ -80,9 +84,9 @@ class TierRows:
     """Rows of a ``<tier>.<use>`` memory mapping in bytes, shown in GiB, generated from the tiers
     the records hold, in the order the first record holding each lists them.
 
-    Each tier shows one row per use (``uses`` first, then any other in name order) that holds bytes
-    in some record, or a single ``used`` row (their sum) when none does; then one row per entry of
-    ``totals``. A value of 1000 GiB or more is shown with ``wide_fmt`` to keep the column narrow.
+    A tier that holds bytes in some record shows one row per use (``uses`` first, then any other in
+    name order); a tier that holds none, a single ``used`` row. Then one row per entry of ``totals``.
+    A value of 1000 GiB or more is shown with ``wide_fmt`` to keep the column narrow.
     """
 
     at: int
@@ -105,14 +109,20 @@ class TierRows:
         out = []
         for tier in tiers:
             rows = [t.get(tier) or {} for t in tables]
-            held = {use for row in rows for use, n in row.items() if use not in self.not_uses and n}
-            uses = [u for u in self.uses if u in held] + sorted(held - set(self.uses))
-            for use in uses or ["used"]:
+            present = {use for row in rows for use in row if use not in self.not_uses}
+            holds = any(row.get(use) for row in rows for use in present)
+            uses = [u for u in self.uses if u in present] + sorted(present - set(self.uses)) if holds else ["used"]
+            for use in uses:
                 cells = [self._cell(use, self._used(row) if use == "used" else row.get(use)) for row in rows]
                 out.append((self._label(tier, use), cells))
             for total in self.totals:
                 out.append((self._label(tier, total), [self._cell(total, row.get(total)) for row in rows]))
         return out
+
+    def describe(self) -> str:
+        """How ``docs/results.md`` names the rows."""
+        label = self.label.format(tier="<tier>", TIER="<TIER>", use="<use>")
+        return f"{label}, per tier: one row per use (`used` for an empty tier), then {', '.join(self.totals)}"
 
     def _used(self, row: Mapping[str, Any]) -> int | None:
         return sum(n for use, n in row.items() if use not in self.not_uses) if row else None

@@ -4,17 +4,21 @@
 When a result moves on purpose (a unit model, a template or a calibrated value changed),
 regenerate with ``python -m sn40l_sim golden --update``: it prints every value that moved, old and
 new, and rewrites the files. Without ``--update`` it only prints the diff (exit 1 if any).
+
+The fields kept are those declared ``golden`` in :mod:`sn40l_sim.report.fields`.
 """
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.registry import Fields
 from sn40l_sim.study.runner import simulate_experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,8 +27,6 @@ GOLDEN_DIR = REPO / "tests" / "golden"
 #: relative tolerance for floats; integers (cycles, batches) must match exactly
 REL_TOL = 1e-6
 
-#: per-record fields kept in the goldens (those declared ``golden``; mapping fields are kept whole)
-FIELDS = RESULTS.golden
 
 
 def experiments() -> list[Path]:
@@ -40,7 +42,16 @@ def experiments() -> list[Path]:
 def collect(experiment: Path) -> dict[str, Any]:
     """The key results of one experiment, point by point."""
     _, records = simulate_experiment(experiment)
-    return {r["name"]: {f: r[f] for f in FIELDS if f in r} for r in records}
+    return key_results(records)
+
+
+def key_results(records: Sequence[Mapping[str, Any]], fields: Fields = RESULTS) -> dict[str, Any]:
+    """Point name -> the record's fields declared golden.
+
+    >>> key_results([{"name": "full", "batch": 4, "prefill_s": 1.5, "ttft_s": None}])
+    {'full': {'batch': 4, 'ttft_s': None}}
+    """
+    return {r["name"]: {f: r[f] for f in fields.golden if f in r} for r in records}
 
 
 def golden_path(experiment: Path) -> Path:
