@@ -18,7 +18,8 @@ Examples
 """
 from __future__ import annotations
 
-from sn40l_sim.report.registry import Field, Fields, Row, TierRows
+from sn40l_sim.report.registry import Field, Fields
+from sn40l_sim.report.table_rows import Row, TierRows
 
 
 def _summary(what: str, values: str, count: str, p99_row: Row | None = None) -> tuple[Field, ...]:

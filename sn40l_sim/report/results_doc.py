@@ -4,7 +4,8 @@ a test fails while the committed page differs from :func:`render`).
 
 Examples
 --------
->>> from sn40l_sim.report.registry import Field, Fields, Row
+>>> from sn40l_sim.report.registry import Field, Fields
+>>> from sn40l_sim.report.table_rows import Row
 >>> page = render(Fields([Field("decode_step_s", "s", "One decode step.", csv=1, golden=True,
 ...                             table=Row(10, "decode step (ms)", ".2f", 1e3))]))
 >>> [line for line in page.splitlines() if line.startswith("| `")]

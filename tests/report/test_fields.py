@@ -15,10 +15,11 @@ from test_results import simulate  # noqa: E402
 
 from sn40l_sim.report.fields import RESULTS  # noqa: E402
 from sn40l_sim.report.plot_csv import axis_label  # noqa: E402
-from sn40l_sim.report.registry import Field, Row  # noqa: E402
+from sn40l_sim.report.registry import Field  # noqa: E402
 from sn40l_sim.report.results import to_csv  # noqa: E402
 from sn40l_sim.report.results_doc import render  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
+from sn40l_sim.report.table_rows import Row  # noqa: E402
 from sn40l_sim.study.golden import key_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
