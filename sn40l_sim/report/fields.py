@@ -30,17 +30,6 @@ def _summary(what: str, values: str, count: str, p99_row: Row | None = None) -> 
             Field("p99", "s", f"99th percentile of the {values}.", axis=f"{what} p99", table=p99_row))
 
 
-def _memory(node: str, **options) -> Field:
-    """Bytes per socket of one node, by memory tier and use."""
-    return Field(
-        "memory" if node == "decode" else "memory_prefill_node", "B",
-        f"Bytes per socket of a {node} node by memory tier and use (weights, kv, activations, and what the runtime "
-        "reserves), with the tier's free bytes and physical capacity" + ("." if node == "decode" else
-                                                                         "; empty when prefill is co-located."),
-        axis="{TIER} per socket: {use}" if node == "decode" else "{TIER} per socket, prefill node: {use}",
-        keys=("tier", "use"), **options)
-
-
 RESULTS = Fields([
     # what was simulated
     Field("experiment", "", "The experiment's name.", axis="experiment"),
@@ -130,8 +119,11 @@ RESULTS = Fields([
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),
     # memory
-    _memory("decode", csv=14, design=True, table=TierRows(220)),
-    _memory("prefill"),
+    Field("memory", "B", "Bytes per socket of a decode node by memory tier and use (weights, kv, activations, and "
+          "what the runtime reserves), with the tier's free bytes and physical capacity.", keys=("tier", "use"),
+          csv=14, design=True, axis="{TIER} per socket: {use}", table=TierRows(220)),
+    Field("memory_prefill_node", "B", "The same for a prefill node; empty when prefill is co-located.",
+          keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}"),
     # the served run
     Field("throughput", "", "Rates of the served run (first arrival to last token); empty without a workload.",
           parts=(
