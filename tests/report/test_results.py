@@ -15,8 +15,9 @@ from serving_doubles import DECODE, PREFILL, FakePlacer, fixed_costs, r1_model  
 
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.report.fields import RESULTS  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402
-from sn40l_sim.report.records import DESIGN_FIELDS, build_record  # noqa: E402
+from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
 from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
@@ -49,7 +50,7 @@ def records():
 def test_records_have_the_design_fields_with_consistent_values(records):
     full, snap = records
     for rec in records:
-        assert set(DESIGN_FIELDS) <= set(rec)
+        assert set(RESULTS.design) <= set(rec)
         assert rec["decode_tokens_per_s"] == pytest.approx(rec["batch"] / rec["decode_step_s"])
         assert rec["decode_tokens_per_s_reported"] == pytest.approx(2.4 * rec["decode_tokens_per_s"])
         assert rec["prefill_len"] == PROMPT and rec["batch"] == 4
