@@ -60,14 +60,12 @@ from __future__ import annotations
 
 import math
 
-from sn40l_sim.ir import Collective, FusedKernel, Operator
-from sn40l_sim.kvcache.sizing import DTYPE_BYTES, cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Collective, FusedKernel, Operator
+from sn40l_sim.kvcache.sizing import cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 
 #: per-position SnapKV scores are accumulated and reduced in FP32
 SCORE_BYTES = DTYPE_BYTES["fp32"]
-#: activations between kernels (the queries the QKV kernel wrote) are BF16
-ACT_BYTES = DTYPE_BYTES["bf16"]
 
 
 def evictable_len(prompt_len: int, sink: int, recent: int) -> int:

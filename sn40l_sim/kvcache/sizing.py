@@ -25,16 +25,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sn40l_sim.ir import DTYPE_BYTES
+
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 
-__all__ = ["DTYPE_BYTES", "CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
+__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
-           "query_head_dim", "weight_dtype_bytes"]
-
-#: bytes of one element of each KV / weight datatype a model file may name
-DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+           "query_head_dim"]
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,6 @@ def kv_width(model: ModelSpec) -> int:
 def kv_dtype_bytes(model: ModelSpec) -> int:
     """Bytes of one cached element."""
     return DTYPE_BYTES[model.kv_dtype]
-
-
-def weight_dtype_bytes(model: ModelSpec) -> int:
-    """Bytes of one weight element in the model's native datatype."""
-    return DTYPE_BYTES[model.weight_dtype]
 
 
 def kv_bytes_per_token_layer(model: ModelSpec) -> int:

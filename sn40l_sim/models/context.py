@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from sn40l_sim.ir import Operator, ParallelPlan, Shape
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, ParallelPlan, Shape
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 from sn40l_sim.models.template import KernelTemplates
 from sn40l_sim.models.tensors import Tensor, inventory
 
-#: bytes of one activation element (BF16)
-ACT = 2
+#: bytes of one activation element (BF16), under the short name the formulas use
+ACT = ACT_BYTES
 
 Flow = tuple[tuple[str, int], ...]
 
@@ -105,7 +105,7 @@ class Ctx:
     @property
     def kv_bytes(self) -> int:
         """Bytes of one cached element."""
-        return 2 if self.model.kv_dtype == "bf16" else 1
+        return DTYPE_BYTES[self.model.kv_dtype]
 
     @cached_property
     def tensors(self) -> dict[str, Tensor]:

@@ -28,7 +28,7 @@ Examples
 from __future__ import annotations
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan
 from sn40l_sim.models.routing import expected_distinct_experts
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 from sn40l_sim.models.tensors import Tensor, holders, inventory
@@ -94,7 +94,7 @@ def kv_bytes_per_token(model: ModelSpec, include_mtp: bool = False) -> int:
     else:
         width = 2 * att.kv_heads * att.head_dim
     layers = model.layers + (model.mtp.modules if include_mtp and model.mtp else 0)
-    return layers * width * (2 if model.kv_dtype == "bf16" else 1)
+    return layers * width * DTYPE_BYTES[model.kv_dtype]
 
 
 def kv_bytes(model: ModelSpec, tokens: int, include_mtp: bool = False) -> int:
@@ -131,7 +131,7 @@ def weight_bytes_by_group(model: ModelSpec, include_mtp: bool | None = None) -> 
             out["fp8"] += t.params * n
             out["fp8_scales"] += stored - t.params * n
         else:
-            out["fp32" if t.element_size(model) == 4 else "bf16"] += stored
+            out["fp32" if t.element_size(model) == DTYPE_BYTES["fp32"] else "bf16"] += stored
     return out
 
 

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from sn40l_sim.ir import DTYPE_BYTES
 from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
 
 ShardRule = Literal["column", "row", "replicated"]
@@ -42,8 +43,6 @@ ShardRule = Literal["column", "row", "replicated"]
 Where = Literal["layer", "dense", "moe", "model", "mtp"]
 #: dtype group, matching ``ModelSpec.bf16_tensors`` (``linear`` follows ``weight_dtype``)
 Group = Literal["linear", "embedding", "lm_head", "router", "norms"]
-
-DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
 
 
 @dataclass(frozen=True)
