@@ -1,6 +1,7 @@
 """What one cached token costs, and how the cache of one layer splits over tensor-parallel sockets.
 
-The cache of a layer holds, per token, one row per *cached tensor*:
+The cache of a layer holds, per token, one row per *cached tensor*, as the model's attention family
+says (:meth:`~sn40l_sim.models.families.AttentionSpec.cached_tensors`):
 
 * MLA (DeepSeek): the ``kv_lora_rank``-wide latent and the ``qk_rope_head_dim``-wide RoPE key,
   shared by every query head (one "KV head");
@@ -26,39 +27,25 @@ import math
 from dataclasses import dataclass
 
 from sn40l_sim.ir import DTYPE_BYTES
+from sn40l_sim.models.families import CachedTensor
 
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
            "query_head_dim"]
 
 
-@dataclass(frozen=True)
-class CachedTensor:
-    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token."""
-
-    name: str
-    width: int
-    heads: int
-
-
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
     """The tensors one layer caches per token (MLA: latent + RoPE key; GQA: K + V)."""
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        # one latent row shared by all heads: the cache has a single "KV head"
-        return (CachedTensor("latent", att.kv_lora_rank, 1),
-                CachedTensor("rope_key", att.qk_rope_head_dim, 1))
-    return (CachedTensor("keys", att.head_dim, att.kv_heads),
-            CachedTensor("values", att.head_dim, att.kv_heads))
+    return model.attention.cached_tensors()
 
 
 def kv_width(model: ModelSpec) -> int:
     """Elements cached per token and layer (576 for DeepSeek MLA; ``2 kv_heads head_dim`` for GQA)."""
-    return sum(t.width * t.heads for t in cached_tensors(model))
+    return model.attention.kv_width()
 
 
 def kv_dtype_bytes(model: ModelSpec) -> int:
@@ -73,15 +60,12 @@ def kv_bytes_per_token_layer(model: ModelSpec) -> int:
 
 def kv_heads(model: ModelSpec) -> int:
     """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA."""
-    return cached_tensors(model)[0].heads
+    return model.attention.cache_heads()
 
 
 def query_head_dim(model: ModelSpec) -> int:
     """Width of one query head as the QKV kernel writes it (MLA: ``qk_nope + qk_rope`` = 192)."""
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        return att.qk_nope_head_dim + att.qk_rope_head_dim
-    return att.head_dim
+    return model.attention.query_head_dim()
 
 
 @dataclass(frozen=True)

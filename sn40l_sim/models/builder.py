@@ -1,8 +1,9 @@
 """Build the fused-kernel graph of one prefill pass or one decode step.
 
-The template (:mod:`sn40l_sim.models.template`) gives the structure, the family modules the
-numbers. The graph is a chain in execution order: the head kernels (embedding), each layer's
-kernels (dense or MoE; plus, in prefill, the KV policy's extra kernels for that layer), the tail
+The template (:mod:`sn40l_sim.models.template`) gives the structure, the formulas
+(:mod:`sn40l_sim.models.formulas`: shared modules and the attention family) the numbers. The
+graph is a chain in execution order: the head kernels (embedding), each layer's kernels (dense or
+MoE; plus, in prefill, the KV policy's extra kernels for that layer), the tail
 (final norm + LM head, sampling) and, in decode with multi-token prediction, each MTP module
 (projection, one more transformer block, its own LM head and sampling).
 
@@ -35,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx, Step
-from sn40l_sim.models.formulas import OPERATORS, SIZES
+from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
+from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
@@ -90,12 +92,13 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         raise InputError(f"include_mtp: model {model.name!r} has no mtp section")
 
     plan_ = _sequence(model, phase, include_mtp)
+    formulas = operators(template.attention), sizes(template.attention)
     built: dict[str, tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
     extra = list(policy.prefill_kernels(model, shape.prompt_len, plan.tp)) if (policy and shape.phase == "prefill") else []
     for node, layer, kernel_id in plan_:
         if kernel_id not in built:
-            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id])
+            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id], *formulas)
         steps, kernel = built[kernel_id]
         parts.append((node, layer, steps, kernel))
         if extra and layer is not None and _last_of_layer(plan_, node, layer):
@@ -172,11 +175,12 @@ def _last_of_layer(seq: list, node: str, layer: int) -> bool:
     return names[-1] == node
 
 
-def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry) -> tuple[list[list[Step]], FusedKernel]:
-    per_op = [OPERATORS[name](ctx) for name in entry.operators]
+def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, OperatorFormula],
+            size_of: dict[str, SizeFormula]) -> tuple[list[list[Step]], FusedKernel]:
+    per_op = [ops[name](ctx) for name in entry.operators]
     collectives = []
     for coll in entry.collectives:
-        size = SIZES[coll.size](ctx)
+        size = size_of[coll.size](ctx)
         if size > 0 and ctx.tp > 1:
             collectives.append(Collective(kind=coll.kind, bytes=size, group=ctx.tp,
                                           overlapped=coll.overlapped, name=coll.size))

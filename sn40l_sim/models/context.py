@@ -22,11 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, ParallelPlan, Shape
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
-from sn40l_sim.models.template import KernelTemplates
 from sn40l_sim.models.tensors import Tensor, inventory
+
+if TYPE_CHECKING:
+    # type-only: the template module imports the formulas, which import this module
+    from sn40l_sim.models.spec import ModelSpec
+    from sn40l_sim.models.template import KernelTemplates
 
 #: bytes of one activation element (BF16), under the short name the formulas use
 ACT = ACT_BYTES
@@ -89,10 +93,6 @@ class Ctx:
     @property
     def head_ways(self) -> int:
         return self.tp // self.dp
-
-    @property
-    def mla(self) -> bool:
-        return isinstance(self.model.attention, MLAAttentionSpec)
 
     @property
     def proj_heads(self) -> int:
