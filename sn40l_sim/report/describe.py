@@ -14,10 +14,12 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import FusedKernel, KernelGraph, ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
 
 PROMPT = 131072
 SNAPSTREAM_BUDGET = 32768
@@ -106,18 +108,12 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
 
 def _snapstream():
     try:
-        from sn40l_sim.kvcache import make_policy
-    except ImportError as exc:  # the KV box is built in parallel; say so rather than fail
-        return None, str(exc)
-    try:
         return make_policy("snapstream", {"budget": SNAPSTREAM_BUDGET}), ""
     except InputError as exc:
         return None, str(exc)
 
 
 def _kinds(model: ModelSpec, phase: str) -> set[str]:
-    from sn40l_sim.models.template import template_for
-
     t = getattr(template_for(model), phase)
     return {e.kind or e.name or k for k, e in t.kernels.items()}
 
