@@ -3,7 +3,7 @@
 The template (:mod:`sn40l_sim.models.template`) gives the structure, the formulas
 (:mod:`sn40l_sim.models.formulas`: shared modules and the attention family) the numbers. The
 graph is a chain in execution order: the head kernels (embedding), each layer's kernels (dense or
-MoE; plus, in prefill, the KV policy's extra kernels for that layer), the tail
+MoE, then the KV policy's extra kernels of the phase for that layer, :class:`KVPolicyHooks`), the tail
 (final norm + LM head, sampling) and, in decode with multi-token prediction, each MTP module
 (projection, one more transformer block, its own LM head and sampling).
 
@@ -31,7 +31,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
@@ -42,14 +42,32 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
 
-if TYPE_CHECKING:
-    from sn40l_sim.kvcache.base import KVPolicy
-
 #: options of :func:`build_graph` and their defaults
 OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
 
 
-def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPolicy | None = None,
+class KVPolicyHooks(Protocol):
+    """What the builder asks of a KV-cache policy: the kernels it adds to each layer.
+
+    The builder owns this contract so that models/ does not know kvcache/:
+    :class:`sn40l_sim.kvcache.base.KVPolicy` satisfies it, and so does any object with these two
+    methods. Kernels are per socket shard, as every kernel of the graph; the builder names them
+    ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
+    runs (MTP modules included).
+    """
+
+    def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
+        """Kernels added to each layer of the prefill of one ``prompt_len``-token prompt under
+        tensor parallelism ``tp`` (SnapStream's SnapKV compression and ring-buffer construction)."""
+        ...
+
+    def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
+        """Kernels added to each layer of one decode step of ``shape`` under ``plan`` (a policy
+        that scores and evicts every step, as H2O does; none for the shipped policies)."""
+        ...
+
+
+def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPolicyHooks | None = None,
                 **options: Any) -> KernelGraph:
     """The kernel graph of ``shape`` (one prefill pass or one decode step) under ``plan``.
 
@@ -62,8 +80,9 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     plan : ParallelPlan
         ``tp`` sockets share the weights; ``attention_dp`` (a divisor of ``tp``) splits the
         sequences of attention.
-    policy : KVPolicy, optional
-        Its ``prefill_kernels`` are appended to every layer in prefill.
+    policy : KVPolicyHooks, optional
+        Its ``prefill_kernels`` (in prefill) or ``decode_kernels`` (in decode) are appended to
+        every layer.
     include_mtp : bool, optional
         Run the MTP module(s) after the main model. Default: in decode when the model has one;
         never in prefill (the paper's prefill breakdown lists none; filling the MTP layer's cache
@@ -95,7 +114,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     formulas = operators(template.attention), sizes(template.attention)
     built: dict[str, tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
-    extra = list(policy.prefill_kernels(model, shape.prompt_len, plan.tp)) if (policy and shape.phase == "prefill") else []
+    extra = _policy_kernels(policy, model, shape, plan)
     for node, layer, kernel_id in plan_:
         if kernel_id not in built:
             built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id], *formulas)
@@ -112,6 +131,15 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         graph.add(kernel, after=previous, bytes_=handoff)
         previous = kernel
     return graph
+
+
+def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape,
+                    plan: ParallelPlan) -> list[FusedKernel]:
+    if policy is None:
+        return []
+    if shape.phase == "prefill":
+        return list(policy.prefill_kernels(model, shape.prompt_len, plan.tp))
+    return list(policy.decode_kernels(model, shape, plan))
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
