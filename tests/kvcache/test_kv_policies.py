@@ -173,9 +173,11 @@ def test_make_policy_errors_name_the_parameter(name, params, field, expected):
     assert expected in err.value.message
 
 
-def test_make_policy_errors_carry_the_file_and_entry_path():
+def test_make_policy_errors_are_located_inside_the_policy_entry():
+    # the experiment loader prefixes the entry's place in its file (tests/study)
     with pytest.raises(InputError) as err:
-        make_policy("snapstream", {"sink": -2}, file="exp.yaml", at="policies.1")
-    assert str(err.value).startswith("exp.yaml: policies.1.params.sink: ")
-    with pytest.raises(InputError, match="expected a mapping"):
+        make_policy("snapstream", {"sink": -2})
+    assert err.value.file is None and str(err.value).startswith("params.sink: ")
+    with pytest.raises(InputError, match="expected a mapping") as err:
         make_policy("full", [1, 2])
+    assert err.value.field == "params"
