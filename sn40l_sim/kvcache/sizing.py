@@ -26,14 +26,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sn40l_sim.ir import DTYPE_BYTES
+from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan, Phase
 from sn40l_sim.models.families import CachedTensor
 
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
-__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
+__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
            "query_head_dim"]
 
@@ -92,3 +92,48 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
     return KVSharding(query_heads=math.ceil(heads / tp),
                       kv_heads=math.ceil(groups / tp),
                       row_shards=max(1, tp // groups))
+
+
+def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
+                        include_mtp: bool = False, phase: Phase = "decode") -> int:
+    """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
+
+    The one rule that ``run`` (memory and maximum batch) and ``map`` (memory placement) use.
+
+    Where a sequence's cache lives:
+
+    * decode, ``attention_dp > 1``: whole on the socket that runs the sequence's attention, which
+      holds ``ceil(batch / attention_dp)`` sequences;
+    * decode, tensor-parallel attention: split over the ``tp`` sockets by KV heads and, where
+      sockets share a KV head (MLA's one latent, GQA with more sockets than KV heads), by rows:
+      ``kv_shards = kv_heads / (KV heads per socket) * row_shards`` (:func:`kv_sharding`);
+    * prefill: split by KV heads only; the sockets sharing a KV head each hold all of its rows
+      (MLA: every socket holds the whole uncompressed prompt).
+
+    Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP module's layer
+    with ``include_mtp``) are divided by the shards and rounded **up** to whole bytes, then
+    multiplied by ``cache_len`` and by the sequences the socket holds.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1 = load_model("graphs/deepseek_r1.yaml")
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16, 16), 64, 32768) == 4 * 32768 * 70272
+    True
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 16, 32768, include_mtp=True) == 16 * 32768 * 71424 // 16
+    True
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272
+    True
+    """
+    if batch < 0 or cache_len < 0:
+        raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
+    sharding = kv_sharding(model, plan.tp)
+    by_heads = kv_heads(model) // sharding.kv_heads
+    if phase == "prefill":
+        sequences, shards = batch, by_heads
+    elif plan.attention_dp > 1:
+        sequences, shards = math.ceil(batch / plan.attention_dp), 1
+    else:
+        sequences, shards = batch, by_heads * sharding.row_shards
+    per_token = math.ceil(kv_bytes_per_token(model, include_mtp) / max(1, shards))
+    return sequences * cache_len * per_token
