@@ -8,7 +8,6 @@ from sn40l_sim.models.families.base import (
     FAMILIES,
     AttentionSpec,
     CachedTensor,
-    attention_spec_class,
     known_kinds,
     register_family,
     validate_attention,
@@ -17,4 +16,4 @@ from sn40l_sim.models.families.gqa import GQAAttentionSpec
 from sn40l_sim.models.families.mla import MLAAttentionSpec
 
 __all__ = ["FAMILIES", "AttentionSpec", "CachedTensor", "GQAAttentionSpec", "MLAAttentionSpec",
-           "attention_spec_class", "known_kinds", "register_family", "validate_attention"]
+           "known_kinds", "register_family", "validate_attention"]

@@ -24,16 +24,21 @@ Adding a family touches two Python files (its module, and one import line in
 
 Examples
 --------
->>> from sn40l_sim.models import families
->>> sorted(families.FAMILIES)
-['gqa', 'mla']
->>> attention_spec_class("mha")
+>>> from sn40l_sim.models.families import FAMILIES, MLAAttentionSpec
+>>> sorted(FAMILIES), FAMILIES["mla"] is MLAAttentionSpec
+(['gqa', 'mla'], True)
+>>> from sn40l_sim.models.spec import ModelSpec
+>>> ModelSpec.model_validate(dict(kind="model", name="x", layers=1, hidden=8, dense_ffn=8, vocab=8,
+...     weight_dtype="bf16", attention=dict(kind="mha", heads=2)))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-KeyError: "unknown attention kind 'mha'; known: gqa, mla"
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelSpec
+attention.kind
+  unknown attention kind; expected one of gqa, mla [type=attention_kind, input_value='mha', input_type=str]
 """
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
@@ -88,17 +93,17 @@ class AttentionSpec(StrictModel):
     #: what ``describe`` calls the family
     title: ClassVar[str] = ""
 
+    @abstractmethod
     def weight_tensors(self, hidden: int) -> list[Tensor]:
         """The attention weights of one layer (the projections in and out of attention)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cached_tensors(self) -> tuple[CachedTensor, ...]:
         """The tensors one layer caches per token."""
-        raise NotImplementedError
 
+    @abstractmethod
     def query_head_dim(self) -> int:
         """Width of one query head as the prefill QKV kernel writes it."""
-        raise NotImplementedError
 
     def kv_width(self) -> int:
         """Elements cached per token and layer."""
@@ -138,19 +143,6 @@ def register_family(cls: S) -> S:
 def known_kinds() -> str:
     """The registered kinds, for messages."""
     return ", ".join(sorted(FAMILIES))
-
-
-def attention_spec_class(kind: str) -> type[AttentionSpec]:
-    """The spec class of ``kind``.
-
-    Raises
-    ------
-    KeyError
-        Naming the known kinds.
-    """
-    if kind not in FAMILIES:
-        raise KeyError(f"unknown attention kind {kind!r}; known: {known_kinds()}")
-    return FAMILIES[kind]
 
 
 def validate_attention(value: Any, handler: Any) -> AttentionSpec:
