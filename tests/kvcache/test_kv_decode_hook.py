@@ -1,6 +1,6 @@
 """A KV policy acting in decode: a toy H2O-style policy, defined and registered in this test, adds
 a score-and-evict kernel to every layer of every decode step; the kernel appears in the decode
-graph (not in prefill) and the step timer charges its time."""
+graph (not in prefill) and the serving step timer charges its time."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,7 @@ from sn40l_sim.kvcache.sizing import kv_dtype_bytes, kv_sharding, kv_width
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.study.assemble import step_timer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,8 +87,9 @@ def test_the_decode_hook_runs_in_the_mtp_module_too(toy_policy):
 def test_the_step_timer_charges_the_decode_kernels(toy_policy, llama8b):
     node = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
     plan = ParallelPlan(tp=8)
-    with_hook = StepTimer(node, llama8b, toy_policy, plan, plan).decode_step(16, 4096)
-    without = StepTimer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)
+    # the serving StepTimer, with the real builder and mapper the assembly step gives it
+    with_hook = step_timer(node, llama8b, toy_policy, plan, plan).decode_step(16, 4096)
+    without = step_timer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)
     evict = with_hook.kernel_cycles["h2o_evict"]
     assert evict > 0 and "h2o_evict" not in without.kernel_cycles
     assert with_hook.cycles == pytest.approx(without.cycles + evict, rel=1e-9)
