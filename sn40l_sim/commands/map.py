@@ -4,7 +4,8 @@ cycles (identical layers collapsed into one row "xN"), then a totals line.
 
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
 policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
-``--batch`` says otherwise. Weights and KV are placed in HBM, spilling to DDR when they do not fit.
+``--batch`` says otherwise. Weights and KV are placed in HBM, spilling to DDR when they do not fit;
+the KV per socket is what ``run`` reserves (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Collectives are not included (the engine costs them).
 
 examples:
@@ -14,7 +15,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -35,20 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels to draw (default: the two that take the most time)")
 
 
-def kv_bytes_per_socket(model, plan, batch: int, cache_len: int) -> int:
-    """KV bytes one socket holds: whole caches of its sequences under data-parallel attention,
-    else its share of every sequence's cache (split by KV heads and rows, see kvcache.sizing)."""
-    from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
-    from sn40l_sim.models.params import kv_bytes_per_token
-
-    per_seq = cache_len * kv_bytes_per_token(model)
-    if plan.attention_dp > 1:
-        return math.ceil(batch / plan.attention_dp) * per_seq
-    sharding = kv_sharding(model, plan.tp)
-    shards = max(1, kv_heads(model) // sharding.kv_heads * sharding.row_shards)
-    return math.ceil(batch * per_seq / shards)
-
-
 def _policy_entry(exp, name: str | None):
     entries = exp.spec.policies
     if name is None:
@@ -63,6 +49,7 @@ def _policy_entry(exp, name: str | None):
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
     from sn40l_sim.ir import Shape
+    from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper.memory import place_memory
     from sn40l_sim.mapper.summary import collapse, format_table
@@ -94,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
     kernels = graph.kernels()
     activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
-    memory = place_memory(node, model, plan, kv_bytes_per_socket(model, plan, batch, cache_len), activations)
+    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph runs it
+    include_mtp = bool(dict(spec.graph_options).get("include_mtp", model.mtp is not None))
+    kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
+    memory = place_memory(node, model, plan, kv, activations)
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
     mapped = time.perf_counter()

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
-from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch, kv_bytes_per_socket
+from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
@@ -101,26 +101,23 @@ class PointResult:
 class _Memory:
     """Memory checks of one point (memoised per batch)."""
 
-    def __init__(self, s: PointSetup, kv_per_token: int, static_len: int, place: MemoryPlacer,
+    def __init__(self, s: PointSetup, include_mtp: bool, static_len: int, place: MemoryPlacer,
                  costs: StepCosts) -> None:
-        self.s, self.kv_per_token, self.static_len = s, kv_per_token, static_len
+        self.s, self.include_mtp, self.static_len = s, include_mtp, static_len
         self.place, self.costs = place, costs
         self._cache: dict[int, Any] = {}
-        # a sequence's cache is whole on one socket under data-parallel attention; under tensor
-        # parallelism it splits by KV heads and rows as the kvcache sizing says
-        plan = s.decode_plan
-        sharding = kv_sharding(s.model, plan.tp)
-        self.decode_shards = 1 if plan.attention_dp > 1 else max(
-            1, kv_heads(s.model) // sharding.kv_heads * sharding.row_shards)
-        # prefill needs the whole uncompressed prompt; heads split, the shared MLA latent does not
-        self.prefill_shards = max(1, kv_heads(s.model) // kv_sharding(s.model, s.prefill_plan.tp).kv_heads)
+
+    def _kv(self, phase: str, plan: Any, batch: int, cache_len: int) -> int:
+        # where a sequence's cache lives and how it rounds: kvcache.sizing, the rule map uses too
+        return kv_bytes_per_socket(self.s.model, plan, batch, cache_len, include_mtp=self.include_mtp,
+                                   phase=phase)
 
     def _prefill_activations(self) -> int:
         with located("graph_options"):
             return self.costs.prefill_activation_bytes(self.s.prompt_len)
 
     def prefill_kv(self) -> int:
-        return math.ceil(self.s.prompt_len * self.kv_per_token / self.prefill_shards)
+        return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
         return self._in_hbm(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
@@ -129,14 +126,13 @@ class _Memory:
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
             s = self.s
-            kv = kv_bytes_per_socket(batch, s.decode_plan.attention_dp, self.static_len, self.kv_per_token,
-                                     self.decode_shards)
+            kv = self._kv("decode", s.decode_plan, batch, self.static_len)
             with located("graph_options"):
                 act = self.costs.decode_activation_bytes(batch, self.static_len)
             if s.mode == "colocated":
                 # the node also prefills: the prompt's full cache before compression, and the
                 # larger of the two phases' activations
-                kv += max(0, self.prefill_kv() - self.static_len * self.kv_per_token // self.decode_shards)
+                kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
                 act = max(act, self._prefill_activations())
             self._cache[batch] = self._in_hbm(self.place(s.decode_plan, kv, act), f"decode batch {batch}")
         return self._cache[batch]
@@ -219,7 +215,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         if plan.sockets > s.node.sockets:
             raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
                              f"{s.node.sockets}", field=f"{phase}_plan")
-    memory = _Memory(s, per_token, static_len, place, costs)
+    memory = _Memory(s, bool(include_mtp), static_len, place, costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
