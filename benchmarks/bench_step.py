@@ -44,13 +44,13 @@ def run_case(index: int, hardware: str, model_path: str) -> dict:
     from sn40l_sim.ir import ParallelPlan
     from sn40l_sim.kvcache import make_policy
     from sn40l_sim.models.loader import load_model
-    from sn40l_sim.serving.step_costs import StepTimer
+    from sn40l_sim.study.assemble import step_timer
 
     label, policy, params, phase, batch, length = CASES[index]
     node = load_hardware(hardware)
     model = load_model(model_path)
-    timer = StepTimer(node, model, make_policy(policy, params), ParallelPlan(tp=16),
-                      ParallelPlan(tp=16, attention_dp=16))
+    timer = step_timer(node, model, make_policy(policy, params), ParallelPlan(tp=16),
+                       ParallelPlan(tp=16, attention_dp=16))
     call = (lambda: timer.decode_step(batch, length)) if phase == "decode" else (lambda: timer.prefill(length))
     start = time.perf_counter()
     step = call()

@@ -21,7 +21,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.study.assemble import step_timer
 from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan
@@ -36,7 +36,7 @@ model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
 prefill_plan = ParallelPlan(spec.parallel.prefill.tp, spec.parallel.prefill.attention_dp)
 decode_plan = ParallelPlan(spec.parallel.decode.tp, spec.parallel.decode.attention_dp)
 policies = {p.name: make_point_policy(exp, p) for p in points(exp)}
-timers = {name: StepTimer(node, model, policy, prefill_plan, decode_plan, **spec.graph_options)
+timers = {name: step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options)
           for name, policy in policies.items()}
 PROMPT, MAX_NEW, MTP = spec.shape.prompt_len, exp.max_new_tokens, spec.serving.tokens_per_forward
 COLORS = {"full": "#c0504d", "snapstream": "#1f4e8c", "snapstream 4:1": "#7a9cc6"}
@@ -55,7 +55,7 @@ The main experiment (`experiments/deepseek_tp16.yaml`): DeepSeek-R1 with FP8 wei
 attention, without KV compression (`full`) and with SnapStream's 32K-token cache.
 
 Every number below is simulated: the graph builder makes the fused kernels of one decode step, the
-mapper places them on a socket, and the SimPy engine runs them (`StepTimer`). Runs in well under a
+mapper places them on a socket, and the SimPy engine runs them (`step_timer`). Runs in well under a
 minute."""),
     ("code", SETUP),
     ("md", """\
@@ -114,7 +114,7 @@ for name, policy_for in variants.items():
     caches, tps = [], []
     for prompt in PROMPTS:
         policy = policy_for(prompt)
-        timer = timers.get(name) or StepTimer(node, model, policy, prefill_plan, decode_plan, **spec.graph_options)
+        timer = timers.get(name) or step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options)
         cache = policy.static_cache_len(prompt, MAX_NEW)
         caches.append(cache)
         tps.append(BATCH / timer.decode_step(BATCH, cache).seconds)
@@ -208,7 +208,7 @@ PROMPTS = [4096, 8192, 16384, 32768, 65536, 131072]
 rows = []
 for prompt in PROMPTS:
     policy = make_policy("snapstream", {"budget": prompt // 4})
-    timing = StepTimer(node, model, policy, prefill_plan, decode_plan, **spec.graph_options).prefill(prompt)
+    timing = step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options).prefill(prompt)
     extra = {k.kind for k in policy.prefill_kernels(model, prompt, prefill_plan.tp)}
     rows.append((prompt, timing.seconds, policy_overhead(timing.kernel_cycles, extra), timing.layer_shares()))
 
@@ -259,7 +259,7 @@ def step_figures(hw):
     """Decode tokens/s at each policy's batch, and the SnapStream prefill time, on hardware ``hw``."""
     out = {}
     for name, policy in policies.items():
-        timer = StepTimer(hw, model, policy, prefill_plan, decode_plan, **spec.graph_options)
+        timer = step_timer(hw, model, policy, prefill_plan, decode_plan, spec.graph_options)
         kv_len = policy.static_cache_len(PROMPT, MAX_NEW)
         out[name] = batches[name] / timer.decode_step(batches[name], kv_len).seconds
         if name == "snapstream":

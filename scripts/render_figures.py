@@ -57,7 +57,7 @@ def render_sweep() -> Path:
     import shutil
     import tempfile
 
-    from sn40l_sim.study.sweep.load import run_sweep
+    from sn40l_sim.study.sweep.run import run_sweep
 
     with tempfile.TemporaryDirectory() as out:
         run_sweep(REPO / "experiments" / "deepseek_sweep.yaml", out, jobs=2, progress=True)

@@ -23,6 +23,13 @@ OpKind = Literal[
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 Phase = Literal["prefill", "decode"]
 
+#: bytes of one element of each datatype an operator, a weight tensor or a KV cache may name
+#: (the one table: models, kvcache and the mapper all read it)
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8": 1}
+#: activations, between kernels and on chip, are BF16: the SN40L PCU computes in BF16 and widens
+#: FP8 weights before the systolic array (REFERENCE.md section 1)
+ACT_BYTES = DTYPE_BYTES["bf16"]
+
 
 @dataclass(frozen=True)
 class Operator:
@@ -47,6 +54,7 @@ class Operator:
     act_out_bytes: int = 0
     kv_read_bytes: int = 0
     kv_write_bytes: int = 0
+    #: datatype of the elements a SIMD operator touches (a key of :data:`DTYPE_BYTES`)
     dtype: str = "bf16"
 
 

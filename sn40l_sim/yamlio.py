@@ -7,6 +7,7 @@ key, which is how overlays (SN10 over SN40L) change only what differs.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +53,12 @@ class Document:
         file, line = self.where(field_path)
         return InputError(message, file=file, field=dotted(field_path) or None, line=line)
 
-    def resolve(self, relative: str) -> Path:
-        """A path written in this document, relative to the document's folder."""
-        return (self.path.parent / relative).resolve()
+    def resolve(self, relative: str, at: FieldPath = ()) -> Path:
+        """A path written in this document at field ``at``, relative to the folder of the file
+        that wrote it (a ``base:`` file's paths stay relative to the base file)."""
+        file, _ = self.where(at)
+        folder = Path(file).parent if at and file != str(self.path) else self.path.parent
+        return (folder / relative).resolve()
 
 
 def dotted(field_path: FieldPath) -> str:
@@ -67,6 +71,76 @@ def dotted(field_path: FieldPath) -> str:
     for part in field_path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+class PathError(ValueError):
+    """A dotted path that does not lead anywhere in a document's data."""
+
+
+def set_value(data: Any, path: FieldPath, value: Any, *, create: bool = True) -> None:
+    """Write ``value`` at ``path`` in plain YAML data, in place: the one way the project writes a
+    value at a dotted path (sweep axes, ``--set``, hardware overrides, calibration).
+
+    List entries are picked by integer index (or a string of digits) or by their ``name``.
+    With ``create``, missing mappings on the way are created; without it, every mapping on the way
+    must exist (an override may only change what the document has).
+
+    Raises
+    ------
+    PathError
+        When the path goes through a value that is not a section, names no list entry, or (without
+        ``create``) a section the data does not have.
+
+    Examples
+    --------
+    >>> data = {"policies": [{"name": "full"}, {"name": "snap", "params": {}}], "serving": None}
+    >>> set_value(data, ("policies", "snap", "params", "budget"), 8192)
+    >>> set_value(data, ("serving", "batch"), 8)
+    >>> data["policies"][1], data["serving"]
+    ({'name': 'snap', 'params': {'budget': 8192}}, {'batch': 8})
+    >>> set_value(data, ("policies", "snap", "name", "x"), 1)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.yamlio.PathError: 'policies.snap.name' is a value ('snap'), not a section
+    """
+    if not path:
+        raise PathError("empty path")
+    node = data
+    for i, part in enumerate(path):
+        last = i == len(path) - 1
+        here = ".".join(map(str, path[: i + 1]))
+        if isinstance(node, list):
+            index = _list_index(node, part, ".".join(map(str, path[:i])))
+            if last:
+                node[index] = copy.deepcopy(value)
+                return
+            node = node[index]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = copy.deepcopy(value)
+                return
+            if not isinstance(node.get(part), (dict, list)):
+                if not create:
+                    what = "has no value (set the whole section instead)" if part in node \
+                        else "is not a section of the document"
+                    raise PathError(f"{here!r} {what}")
+                if node.get(part) is not None:
+                    raise PathError(f"{here!r} is a value ({node[part]!r}), not a section")
+                node[part] = {}
+            node = node[part]
+        else:  # pragma: no cover - the checks above never descend into a scalar
+            raise PathError(f"{here!r} is not a section")
+
+
+def _list_index(items: list, part: str | int, where: str) -> int:
+    if isinstance(part, int) or str(part).isdigit():
+        if int(part) < len(items):
+            return int(part)
+        raise PathError(f"{where} has {len(items)} entries, no index {part}")
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    if part in names:
+        return names.index(part)
+    raise PathError(f"{where} has no entry named {part!r} (entries: {', '.join(map(str, names))})")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

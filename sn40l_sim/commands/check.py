@@ -22,15 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files to validate")
 
 
-def _load_model(path: Path, overrides: dict | None = None) -> None:
-    try:
-        from sn40l_sim.models.loader import load_model
-    except ImportError as exc:
-        raise InputError(f"cannot check model files yet: sn40l_sim.models.loader is not available ({exc})",
-                         file=path) from None
-    load_model(path, overrides=overrides or None)
-
-
 def check_file(path: str | Path) -> str:
     """Load and validate one file; return its kind.
 
@@ -51,13 +42,12 @@ def check_file(path: str | Path) -> str:
         from sn40l_sim.hardware.loader import load_hardware
         load_hardware(path)
     elif kind == "model":
-        _load_model(Path(path))
+        from sn40l_sim.models.loader import load_model
+        load_model(path)
     elif kind == "experiment":
-        from sn40l_sim.hardware.loader import load_hardware
-        from sn40l_sim.study.experiment import load_experiment, memory_order
-        experiment = load_experiment(path)
-        memory_order(experiment, load_hardware(experiment.resolve(experiment.spec.hardware)))
-        _load_model(experiment.resolve(experiment.spec.model), experiment.spec.model_overrides)
+        from sn40l_sim.study.assemble import assemble
+        from sn40l_sim.study.experiment import load_experiment
+        assemble(load_experiment(path))
     else:
         from sn40l_sim.yamlio import load_document
         raise load_document(path).error(("kind",), f"expected one of ['socket', 'node', 'model', 'experiment'], got {kind!r}")

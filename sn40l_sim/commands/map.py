@@ -6,7 +6,8 @@ The graph is built for the experiment's shape: decode at ``shape.batch`` sequenc
 policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
 ``--batch`` says otherwise. Activations, weights and KV are placed in the socket's memory tiers in
 the experiment's order (memory.order; default: the socket's, HBM then DDR), spilling to the next
-tier when they do not fit.
+tier when they do not fit; the KV per socket is what ``run`` reserves
+(:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Collectives are not included (the engine costs them).
 
 examples:
@@ -16,7 +17,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -37,20 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels to draw (default: the two that take the most time)")
 
 
-def kv_bytes_per_socket(model, plan, batch: int, cache_len: int) -> int:
-    """KV bytes one socket holds: whole caches of its sequences under data-parallel attention,
-    else its share of every sequence's cache (split by KV heads and rows, see kvcache.sizing)."""
-    from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
-    from sn40l_sim.models.params import kv_bytes_per_token
-
-    per_seq = cache_len * kv_bytes_per_token(model)
-    if plan.attention_dp > 1:
-        return math.ceil(batch / plan.attention_dp) * per_seq
-    sharding = kv_sharding(model, plan.tp)
-    shards = max(1, kv_heads(model) // sharding.kv_heads * sharding.row_shards)
-    return math.ceil(batch * per_seq / shards)
-
-
 def _policy_entry(exp, name: str | None):
     entries = exp.spec.policies
     if name is None:
@@ -64,27 +50,25 @@ def _policy_entry(exp, name: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.ir import Shape
+    from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
-    from sn40l_sim.mapper.memory import place_memory
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.models.loader import load_model
     from sn40l_sim.quantities import format_bytes
-    from sn40l_sim.study.experiment import load_experiment, make_point_policy, memory_order, points
+    from sn40l_sim.study.assemble import assemble, plan_of
+    from sn40l_sim.study.experiment import load_experiment
 
     started = time.perf_counter()
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)
-    point = next(p for p in points(exp) if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
-        if any(p.prompt_len == spec.shape.prompt_len for p in points(exp)) else points(exp)[0]
-    policy = make_point_policy(exp, point)
-    node = load_hardware(exp.resolve(spec.hardware))
-    model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
-    phase_plan = getattr(spec.parallel, args.phase)
-    plan = ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
+    asm = assemble(exp)
+    node, model = asm.node, asm.model
+    point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
+        if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    policy = asm.policy(point)
+    plan = plan_of(getattr(spec.parallel, args.phase))
     prompt_len = spec.shape.prompt_len
     batch = args.batch if args.batch is not None else (spec.shape.batch if args.phase == "decode" else 1)
     if batch < 1:
@@ -98,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
     kernels = graph.kernels()
     activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
-    memory = place_memory(node, model, plan, kv_bytes_per_socket(model, plan, batch, cache_len), activations,
-                          memory_order(exp, node))
+    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph runs it
+    include_mtp = bool(dict(spec.graph_options).get("include_mtp", model.mtp is not None))
+    kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
+    memory = asm.memory_placer()(plan, kv, activations)   # in the experiment's tier order
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
     mapped = time.perf_counter()

@@ -35,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.runner import simulate_experiment
 
-    if load_experiment(args.experiment).spec.sweep is not None:
+    exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
+    if exp.spec.sweep is not None:
         if args.trace:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         from sn40l_sim.commands.sweep import sweep_main
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet)
     results: list = []
-    exp, records = simulate_experiment(args.experiment, progress=not args.quiet,
+    exp, records = simulate_experiment(exp, progress=not args.quiet,
                                        on_result=results.append if args.trace else None)
     out = args.out if args.out is not None else Path("out") / exp.spec.name
     json_path, csv_path = write_results(records, out)

@@ -45,7 +45,8 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
                sets: dict | None = None) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
     experiment has a ``sweep:`` section)."""
-    from sn40l_sim.study.sweep.load import load_sweep, run_sweep
+    from sn40l_sim.study.sweep.load import load_sweep
+    from sn40l_sim.study.sweep.run import run_sweep
 
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name

@@ -140,13 +140,6 @@ class FluidNetwork:
             settle.callbacks.append(lambda _event: self._settle(generation))
         return done
 
-    @property
-    def active_flows(self) -> int:
-        """Number of transfers in progress."""
-        return len(self._flows)
-
-    # -- internals -------------------------------------------------------------------------
-
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last

@@ -26,6 +26,8 @@ from functools import lru_cache
 import networkx as nx
 
 from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.hardware.topology import p2p_links
 
 Link = tuple[int, int]
 
@@ -65,10 +67,8 @@ class LinkTable:
         self.route = lru_cache(maxsize=None)(self._route)
 
     @classmethod
-    def from_node(cls, node) -> LinkTable:
+    def from_node(cls, node: NodeSpec) -> LinkTable:
         """The links of a :class:`~sn40l_sim.hardware.spec.NodeSpec` (via the hardware topology)."""
-        from sn40l_sim.hardware.topology import p2p_links
-
         return cls(node.sockets, p2p_links(node), node.socket.clock_hz,
                    node.socket.calibrated.p2p_efficiency)
 

@@ -1,4 +1,5 @@
-"""KV-cache policies: cache lengths, bytes and the extra prefill kernels of each policy.
+"""KV-cache policies: cache lengths, bytes and the extra prefill (and decode) kernels of each
+policy, one module per policy under ``kvcache/policies/``.
 
 Use :func:`make_policy` (registry in :data:`sn40l_sim.kvcache.base.POLICIES`); the functional
 numpy reference of SnapStream is :mod:`sn40l_sim.reference.snapstream`.

@@ -1,18 +1,20 @@
 """The KV-cache policy contract and its registry.
 
 A policy says how long each sequence's cache is over its life, how many bytes that is, which
-extra kernels prefill runs, and what decode reads and writes. Policies are looked up by name
-(``full``, ``snapstream``, ``streamingllm``, ``snapkv``) from experiment files.
+extra kernels prefill and each decode step run (the graph builder's
+:class:`~sn40l_sim.models.builder.KVPolicyHooks`), and what decode reads and writes. Policies are
+looked up by name (``full``, ``snapstream``, ``streamingllm``, ``snapkv``; one module each under
+``kvcache/policies/``) from experiment files.
 """
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.ir import FusedKernel
+from sn40l_sim.ir import FusedKernel, ParallelPlan, Shape
 from sn40l_sim.kvcache.sizing import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
@@ -34,6 +36,11 @@ class KVPolicy(ABC):
     @abstractmethod
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         """Extra kernels per layer that prefill runs for this policy (empty for ``full``)."""
+
+    def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
+        """Extra kernels per layer that each decode step runs for this policy, per socket shard
+        (a policy that scores and evicts every step overrides this; none of the shipped ones do)."""
+        return []
 
     # -- additions to the contract: everything below derives from the three methods above --
 
@@ -87,9 +94,6 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     """Class decorator adding a policy to :data:`POLICIES` under ``cls.name``."""
     POLICIES[cls.name] = cls
     return cls
-
-
-PolicyFactory = Callable[..., KVPolicy]
 
 
 def check_int(policy: str, param: str, value: Any, minimum: int) -> None:

@@ -16,16 +16,14 @@ sn40l_sim.errors.InputError: policy: unknown KV policy 'h2o'; expected one of fu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.kvcache import policies as _policies  # noqa: F401  (registers the policies)
+from sn40l_sim.kvcache import policies as _policies  # noqa: F401  (registers the shipped policies)
 from sn40l_sim.kvcache.base import POLICIES, KVPolicy
 
 
-def make_policy(name: str, params: Mapping[str, Any] | None = None, *,
-                file: str | Path | None = None, at: str = "") -> KVPolicy:
+def make_policy(name: str, params: Mapping[str, Any] | None = None) -> KVPolicy:
     """Build the registered policy ``name`` with ``params``.
 
     Parameters
@@ -34,27 +32,21 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, *,
         A key of :data:`sn40l_sim.kvcache.base.POLICIES`.
     params : mapping, optional
         The policy's parameters (see each policy class); unknown keys are errors.
-    file : str or Path, optional
-        The experiment file, copied into the error for the user.
-    at : str, optional
-        Dotted field path of the policy entry in that file (e.g. ``policies.1``); errors name
-        ``<at>.policy`` or ``<at>.params.<parameter>``.
 
     Raises
     ------
     InputError
-        Unknown policy name, unknown parameter, or a parameter of the wrong type or range.
+        Unknown policy name, unknown parameter, or a parameter of the wrong type or range; the
+        error's field is ``policy`` or ``params.<parameter>``, inside the policy entry (the
+        experiment loader adds the entry's place in its file).
     """
-    prefix = f"{at}." if at else ""
     if not isinstance(name, str) or name not in POLICIES:
         raise InputError(f"unknown KV policy {name!r}; expected one of {', '.join(sorted(POLICIES))}",
-                         file=file, field=f"{prefix}policy")
+                         field="policy")
     params = {} if params is None else params
     if not isinstance(params, Mapping):
-        raise InputError(f"expected a mapping of parameters, got {params!r}", file=file,
-                         field=f"{prefix}params")
+        raise InputError(f"expected a mapping of parameters, got {params!r}", field="params")
     try:
         return POLICIES[name].from_params(params)
     except InputError as exc:
-        raise InputError(exc.message, file=file,
-                         field=f"{prefix}params.{exc.field}" if exc.field else f"{prefix}params") from None
+        raise InputError(exc.message, field=f"params.{exc.field}" if exc.field else "params") from None

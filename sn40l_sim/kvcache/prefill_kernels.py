@@ -60,14 +60,12 @@ from __future__ import annotations
 
 import math
 
-from sn40l_sim.ir import Collective, FusedKernel, Operator
-from sn40l_sim.kvcache.sizing import DTYPE_BYTES, cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Collective, FusedKernel, Operator
+from sn40l_sim.kvcache.sizing import cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
+from sn40l_sim.models.spec import ModelSpec
 
 #: per-position SnapKV scores are accumulated and reduced in FP32
 SCORE_BYTES = DTYPE_BYTES["fp32"]
-#: activations between kernels (the queries the QKV kernel wrote) are BF16
-ACT_BYTES = DTYPE_BYTES["bf16"]
 
 
 def evictable_len(prompt_len: int, sink: int, recent: int) -> int:
@@ -118,11 +116,11 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     qk_dim = query_head_dim(model)
     # per-head queries of the window and their (max, evictable sum) rows from the MHA kernel
     q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + 2 * SCORE_BYTES)
-    if isinstance(model.attention, MLAAttentionSpec):
-        # every query head has its own key, materialised by the QKV kernel (an activation)
+    if model.attention.prefill_key_source == "activations":
+        # every query head has its own key, materialised by the QKV kernel (MLA)
         keys = dict(act_in_bytes=q_obs_bytes + qh * evict * qk_dim * ACT_BYTES)
     else:
-        # GQA: the keys are the cached ones, one per KV head
+        # the keys are the cached ones, one per KV head (GQA)
         keys = dict(act_in_bytes=q_obs_bytes, kv_read_bytes=kvh * evict * qk_dim * kvb)
     ops: list[Operator] = [_gemm("scores", obs, evict, qk_dim, qh, **keys)]
     score_elems = qh * obs * evict

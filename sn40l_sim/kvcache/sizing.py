@@ -1,6 +1,7 @@
 """What one cached token costs, and how the cache of one layer splits over tensor-parallel sockets.
 
-The cache of a layer holds, per token, one row per *cached tensor*:
+The cache of a layer holds, per token, one row per *cached tensor*, as the model's attention family
+says (:meth:`~sn40l_sim.models.families.AttentionSpec.cached_tensors`):
 
 * MLA (DeepSeek): the ``kv_lora_rank``-wide latent and the ``qk_rope_head_dim``-wide RoPE key,
   shared by every query head (one "KV head");
@@ -25,51 +26,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan, Phase
+from sn40l_sim.models.families import CachedTensor
+
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.spec import ModelSpec
 
-__all__ = ["DTYPE_BYTES", "CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_token",
+__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
-           "query_head_dim", "weight_dtype_bytes"]
-
-#: bytes of one element of each KV / weight datatype a model file may name
-DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
-
-
-@dataclass(frozen=True)
-class CachedTensor:
-    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token."""
-
-    name: str
-    width: int
-    heads: int
+           "query_head_dim"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
     """The tensors one layer caches per token (MLA: latent + RoPE key; GQA: K + V)."""
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        # one latent row shared by all heads: the cache has a single "KV head"
-        return (CachedTensor("latent", att.kv_lora_rank, 1),
-                CachedTensor("rope_key", att.qk_rope_head_dim, 1))
-    return (CachedTensor("keys", att.head_dim, att.kv_heads),
-            CachedTensor("values", att.head_dim, att.kv_heads))
+    return model.attention.cached_tensors()
 
 
 def kv_width(model: ModelSpec) -> int:
     """Elements cached per token and layer (576 for DeepSeek MLA; ``2 kv_heads head_dim`` for GQA)."""
-    return sum(t.width * t.heads for t in cached_tensors(model))
+    return model.attention.kv_width()
 
 
 def kv_dtype_bytes(model: ModelSpec) -> int:
     """Bytes of one cached element."""
     return DTYPE_BYTES[model.kv_dtype]
-
-
-def weight_dtype_bytes(model: ModelSpec) -> int:
-    """Bytes of one weight element in the model's native datatype."""
-    return DTYPE_BYTES[model.weight_dtype]
 
 
 def kv_bytes_per_token_layer(model: ModelSpec) -> int:
@@ -79,15 +60,12 @@ def kv_bytes_per_token_layer(model: ModelSpec) -> int:
 
 def kv_heads(model: ModelSpec) -> int:
     """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA."""
-    return cached_tensors(model)[0].heads
+    return model.attention.cache_heads()
 
 
 def query_head_dim(model: ModelSpec) -> int:
     """Width of one query head as the QKV kernel writes it (MLA: ``qk_nope + qk_rope`` = 192)."""
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        return att.qk_nope_head_dim + att.qk_rope_head_dim
-    return att.head_dim
+    return model.attention.query_head_dim()
 
 
 @dataclass(frozen=True)
@@ -114,3 +92,48 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
     return KVSharding(query_heads=math.ceil(heads / tp),
                       kv_heads=math.ceil(groups / tp),
                       row_shards=max(1, tp // groups))
+
+
+def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
+                        include_mtp: bool = False, phase: Phase = "decode") -> int:
+    """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
+
+    The one rule that ``run`` (memory and maximum batch) and ``map`` (memory placement) use.
+
+    Where a sequence's cache lives:
+
+    * decode, ``attention_dp > 1``: whole on the socket that runs the sequence's attention, which
+      holds ``ceil(batch / attention_dp)`` sequences;
+    * decode, tensor-parallel attention: split over the ``tp`` sockets by KV heads and, where
+      sockets share a KV head (MLA's one latent, GQA with more sockets than KV heads), by rows:
+      ``kv_shards = kv_heads / (KV heads per socket) * row_shards`` (:func:`kv_sharding`);
+    * prefill: split by KV heads only; the sockets sharing a KV head each hold all of its rows
+      (MLA: every socket holds the whole uncompressed prompt).
+
+    Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP module's layer
+    with ``include_mtp``) are divided by the shards and rounded **up** to whole bytes, then
+    multiplied by ``cache_len`` and by the sequences the socket holds.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1 = load_model("graphs/deepseek_r1.yaml")
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16, 16), 64, 32768) == 4 * 32768 * 70272
+    True
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 16, 32768, include_mtp=True) == 16 * 32768 * 71424 // 16
+    True
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272
+    True
+    """
+    if batch < 0 or cache_len < 0:
+        raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
+    sharding = kv_sharding(model, plan.tp)
+    by_heads = kv_heads(model) // sharding.kv_heads
+    if phase == "prefill":
+        sequences, shards = batch, by_heads
+    elif plan.attention_dp > 1:
+        sequences, shards = math.ceil(batch / plan.attention_dp), 1
+    else:
+        sequences, shards = batch, by_heads * sharding.row_shards
+    per_token = math.ceil(kv_bytes_per_token(model, include_mtp) / max(1, shards))
+    return sequences * cache_len * per_token

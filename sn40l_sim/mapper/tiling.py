@@ -39,12 +39,8 @@ from dataclasses import dataclass
 
 from sn40l_sim.hardware.spec import PCUSpec
 from sn40l_sim.hardware.units.pcu import gemm_cycles, gemm_geometry, reduction_cycles, simd_cycles
-from sn40l_sim.ir import Operator
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 
-#: bytes of one element per datatype name used by operators
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8": 1}
-#: activations flowing between GEMMs on chip are BF16
-ACT_BYTES = 2
 #: SIMD passes of a softmax: one ALU pass (subtract the max, exp in the tail stage, scale by the
 #: reciprocal sum: 3 ops per element) and two trips through the lane tree (row max, row sum)
 SOFTMAX_ALU_OPS = 3

@@ -1,8 +1,9 @@
 """Build the fused-kernel graph of one prefill pass or one decode step.
 
-The template (:mod:`sn40l_sim.models.template`) gives the structure, the family modules the
-numbers. The graph is a chain in execution order: the head kernels (embedding), each layer's
-kernels (dense or MoE; plus, in prefill, the KV policy's extra kernels for that layer), the tail
+The template (:mod:`sn40l_sim.models.template`) gives the structure, the formulas
+(:mod:`sn40l_sim.models.formulas`: shared modules and the attention family) the numbers. The
+graph is a chain in execution order: the head kernels (embedding), each layer's kernels (dense or
+MoE, then the KV policy's extra kernels of the phase for that layer, :class:`KVPolicyHooks`), the tail
 (final norm + LM head, sampling) and, in decode with multi-token prediction, each MTP module
 (projection, one more transformer block, its own LM head and sampling).
 
@@ -30,24 +31,43 @@ Examples
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx, Step
-from sn40l_sim.models.formulas import OPERATORS, SIZES
+from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
+from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
-
-if TYPE_CHECKING:
-    from sn40l_sim.kvcache.base import KVPolicy
 
 #: options of :func:`build_graph` and their defaults
 OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
 
 
-def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPolicy | None = None,
+class KVPolicyHooks(Protocol):
+    """What the builder asks of a KV-cache policy: the kernels it adds to each layer.
+
+    The builder owns this contract so that models/ does not know kvcache/:
+    :class:`sn40l_sim.kvcache.base.KVPolicy` satisfies it, and so does any object with these two
+    methods. Kernels are per socket shard, as every kernel of the graph; the builder names them
+    ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
+    runs (MTP modules included).
+    """
+
+    def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
+        """Kernels added to each layer of the prefill of one ``prompt_len``-token prompt under
+        tensor parallelism ``tp`` (SnapStream's SnapKV compression and ring-buffer construction)."""
+        ...
+
+    def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
+        """Kernels added to each layer of one decode step of ``shape`` under ``plan`` (a policy
+        that scores and evicts every step, as H2O does; none for the shipped policies)."""
+        ...
+
+
+def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPolicyHooks | None = None,
                 **options: Any) -> KernelGraph:
     """The kernel graph of ``shape`` (one prefill pass or one decode step) under ``plan``.
 
@@ -60,8 +80,9 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     plan : ParallelPlan
         ``tp`` sockets share the weights; ``attention_dp`` (a divisor of ``tp``) splits the
         sequences of attention.
-    policy : KVPolicy, optional
-        Its ``prefill_kernels`` are appended to every layer in prefill.
+    policy : KVPolicyHooks, optional
+        Its ``prefill_kernels`` (in prefill) or ``decode_kernels`` (in decode) are appended to
+        every layer.
     include_mtp : bool, optional
         Run the MTP module(s) after the main model. Default: in decode when the model has one;
         never in prefill (the paper's prefill breakdown lists none; filling the MTP layer's cache
@@ -90,12 +111,13 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         raise InputError(f"include_mtp: model {model.name!r} has no mtp section")
 
     plan_ = _sequence(model, phase, include_mtp)
+    formulas = operators(template.attention), sizes(template.attention)
     built: dict[str, tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
-    extra = list(policy.prefill_kernels(model, shape.prompt_len, plan.tp)) if (policy and shape.phase == "prefill") else []
+    extra = _policy_kernels(policy, model, shape, plan)
     for node, layer, kernel_id in plan_:
         if kernel_id not in built:
-            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id])
+            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id], *formulas)
         steps, kernel = built[kernel_id]
         parts.append((node, layer, steps, kernel))
         if extra and layer is not None and _last_of_layer(plan_, node, layer):
@@ -109,6 +131,15 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         graph.add(kernel, after=previous, bytes_=handoff)
         previous = kernel
     return graph
+
+
+def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape,
+                    plan: ParallelPlan) -> list[FusedKernel]:
+    if policy is None:
+        return []
+    if shape.phase == "prefill":
+        return list(policy.prefill_kernels(model, shape.prompt_len, plan.tp))
+    return list(policy.decode_kernels(model, shape, plan))
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
@@ -172,11 +203,12 @@ def _last_of_layer(seq: list, node: str, layer: int) -> bool:
     return names[-1] == node
 
 
-def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry) -> tuple[list[list[Step]], FusedKernel]:
-    per_op = [OPERATORS[name](ctx) for name in entry.operators]
+def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, OperatorFormula],
+            size_of: dict[str, SizeFormula]) -> tuple[list[list[Step]], FusedKernel]:
+    per_op = [ops[name](ctx) for name in entry.operators]
     collectives = []
     for coll in entry.collectives:
-        size = SIZES[coll.size](ctx)
+        size = size_of[coll.size](ctx)
         if size > 0 and ctx.tp > 1:
             collectives.append(Collective(kind=coll.kind, bytes=size, group=ctx.tp,
                                           overlapped=coll.overlapped, name=coll.size))

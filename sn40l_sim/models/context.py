@@ -22,14 +22,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from sn40l_sim.ir import Operator, ParallelPlan, Shape
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
-from sn40l_sim.models.template import KernelTemplates
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, ParallelPlan, Shape
 from sn40l_sim.models.tensors import Tensor, inventory
 
-#: bytes of one activation element (BF16)
-ACT = 2
+if TYPE_CHECKING:
+    # type-only: the template module imports the formulas, which import this module
+    from sn40l_sim.models.spec import ModelSpec
+    from sn40l_sim.models.template import KernelTemplates
+
+#: bytes of one activation element (BF16), under the short name the formulas use
+ACT = ACT_BYTES
 
 Flow = tuple[tuple[str, int], ...]
 
@@ -91,10 +95,6 @@ class Ctx:
         return self.tp // self.dp
 
     @property
-    def mla(self) -> bool:
-        return isinstance(self.model.attention, MLAAttentionSpec)
-
-    @property
     def proj_heads(self) -> int:
         return -(-self.model.attention.heads // self.tp)
 
@@ -105,7 +105,7 @@ class Ctx:
     @property
     def kv_bytes(self) -> int:
         """Bytes of one cached element."""
-        return 2 if self.model.kv_dtype == "bf16" else 1
+        return DTYPE_BYTES[self.model.kv_dtype]
 
     @cached_property
     def tensors(self) -> dict[str, Tensor]:

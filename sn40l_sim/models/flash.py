@@ -45,11 +45,3 @@ def causal_tile_pairs(length: int, block_q: int, block_kv: int) -> list[tuple[in
             shapes[(rows, block_kv)] += tiles
     return [(r, c, n) for (r, c), n in sorted(shapes.items(), key=lambda rc: (-rc[0][0], -rc[0][1])) if n]
 
-
-def computed_scores(length: int, block_q: int, block_kv: int) -> int:
-    """Score entries computed per head: the sum of ``rows * cols`` over computed tile pairs.
-
-    >>> round(computed_scores(131072, 8192, 8192) / (131072 * 131073 / 2), 4)   # masked diagonal halves
-    1.0625
-    """
-    return sum(r * c * n for r, c, n in causal_tile_pairs(length, block_q, block_kv))

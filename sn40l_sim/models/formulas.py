@@ -1,19 +1,46 @@
-"""The registry of operator formulas and collective-size formulas that templates name.
+"""The operator formulas and collective-size formulas a kernel template may name.
 
-Each family module exports ``OPERATORS`` (name -> ``f(ctx) -> list[Step]``) and ``SIZES``
-(name -> ``f(ctx) -> bytes``); a template may use any of them, and the template loader rejects a
-name that is in neither.
+The shared modules (``common``, ``moe``, ``ffn``) each export ``OPERATORS`` (name ->
+``f(ctx) -> list[Step]``) and ``SIZES`` (name -> ``f(ctx) -> bytes``); an attention family adds
+its own (:attr:`~sn40l_sim.models.families.AttentionSpec.operators`). A template of attention
+kind ``k`` may use the shared formulas and those of family ``k``; the template loader rejects any
+other name.
 
->>> {'hidden', 'expert_intermediate', 'latent'} <= set(SIZES)
+>>> {'hidden', 'expert_intermediate', 'latent'} <= set(sizes("mla"))
 True
+>>> 'gqa_qk' in operators("gqa"), 'gqa_qk' in operators("mla")
+(True, False)
 """
 from __future__ import annotations
 
-from sn40l_sim.models import common, ffn, gqa, mla, moe
+from collections.abc import Mapping
+from typing import Any
 
-OPERATORS = {}
-SIZES = {}
-for _family in (common, mla, gqa, moe, ffn):
-    assert not set(_family.OPERATORS) & set(OPERATORS), "operator formula names must be unique"
-    OPERATORS.update(_family.OPERATORS)
-    SIZES.update(_family.SIZES)
+from sn40l_sim.models import common, ffn, moe
+from sn40l_sim.models.families import FAMILIES
+from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
+
+#: modules whose formulas every template may use
+SHARED = (common, moe, ffn)
+
+
+def operators(kind: str) -> dict[str, OperatorFormula]:
+    """Operator formulas a template for attention ``kind`` may name."""
+    return _merged(kind, "OPERATORS", FAMILIES[kind].operators)
+
+
+def sizes(kind: str) -> dict[str, SizeFormula]:
+    """Collective-size formulas a template for attention ``kind`` may name."""
+    return _merged(kind, "SIZES", FAMILIES[kind].sizes)
+
+
+def _merged(kind: str, table: str, family: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for source, formulas in [*((m.__name__, getattr(m, table)) for m in SHARED),
+                             (f"attention family {kind!r}", family)]:
+        clash = sorted(set(formulas) & set(out))
+        if clash:
+            raise ValueError(f"formula name(s) {', '.join(clash)} of {source} are already defined "
+                             "by a shared module; formula names must be unique")
+        out.update(formulas)
+    return out

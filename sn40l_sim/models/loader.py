@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.models.spec import GQAAttentionSpec, MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
@@ -60,10 +61,7 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     model = validate(ModelSpec, doc)
     check_consistency(model, doc)
     if kernels is not None:
-        from sn40l_sim.models.template import _load, check_against_model
-
-        template, template_doc = _load(model.kernels)
-        check_against_model(template, template_doc, model)
+        template_for(model)  # loads and checks the template, errors located in its file
     return model
 
 
@@ -120,12 +118,8 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
     if model.moe is None and model.dense_layers not in (0, model.layers):
         raise fail(("dense_layers",), "dense_layers splits dense from MoE layers, but the model has no "
                    "moe section (every layer is dense); remove it or add moe")
-    att = model.attention
-    if isinstance(att, GQAAttentionSpec) and att.heads % att.kv_heads:
-        raise fail(("attention", "kv_heads"), f"heads ({att.heads}) must be divisible by kv_heads ({att.kv_heads})")
-    if isinstance(att, MLAAttentionSpec) and att.qk_rope_head_dim % 2:
-        raise fail(("attention", "qk_rope_head_dim"), f"RoPE rotates pairs: qk_rope_head_dim must be even, "
-                   f"got {att.qk_rope_head_dim}")
+    for field, message in model.attention.problems():  # the attention family's own checks
+        raise fail(("attention", field), message)
     moe = model.moe
     if moe is not None:
         if moe.experts_per_token > moe.routed_experts:

@@ -28,10 +28,11 @@ Examples
 from __future__ import annotations
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan
 from sn40l_sim.models.routing import expected_distinct_experts
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
-from sn40l_sim.models.tensors import Tensor, holders, inventory
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
+from sn40l_sim.models.tensors import holders, inventory
 
 __all__ = ["total_params", "active_params", "mtp_params", "kv_bytes_per_token", "kv_bytes",
            "weight_bytes", "weight_bytes_per_socket", "replicated_tensors", "weight_bytes_by_group",
@@ -80,21 +81,17 @@ def active_params(model: ModelSpec, include_mtp: bool = False) -> int:
 def kv_bytes_per_token(model: ModelSpec, include_mtp: bool = False) -> int:
     """KV-cache bytes per token over all layers.
 
-    MLA caches the latent and the RoPE key (``kv_lora_rank + qk_rope_head_dim``); GQA caches K and
-    V (``2 * kv_heads * head_dim``).
+    The width per token and layer is the attention family's
+    (:meth:`~sn40l_sim.models.families.AttentionSpec.kv_width`): MLA caches the latent and the
+    RoPE key (``kv_lora_rank + qk_rope_head_dim``); GQA caches K and V (``2 * kv_heads * head_dim``).
 
     >>> from sn40l_sim.models.loader import load_model
     >>> from sn40l_sim.models.template import GRAPHS_DIR
     >>> kv_bytes_per_token(load_model(GRAPHS_DIR / "llama3_1_8b.yaml"))
     131072
     """
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        width = att.kv_lora_rank + att.qk_rope_head_dim
-    else:
-        width = 2 * att.kv_heads * att.head_dim
     layers = model.layers + (model.mtp.modules if include_mtp and model.mtp else 0)
-    return layers * width * (2 if model.kv_dtype == "bf16" else 1)
+    return layers * model.attention.kv_width() * DTYPE_BYTES[model.kv_dtype]
 
 
 def kv_bytes(model: ModelSpec, tokens: int, include_mtp: bool = False) -> int:
@@ -131,7 +128,7 @@ def weight_bytes_by_group(model: ModelSpec, include_mtp: bool | None = None) -> 
             out["fp8"] += t.params * n
             out["fp8_scales"] += stored - t.params * n
         else:
-            out["fp32" if t.element_size(model) == 4 else "bf16"] += stored
+            out["fp32" if t.element_size(model) == DTYPE_BYTES["fp32"] else "bf16"] += stored
     return out
 
 
@@ -147,8 +144,6 @@ def weight_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, include_mtp: b
     >>> round(weight_bytes_per_socket(r1, ParallelPlan(tp=16, attention_dp=16)) / 2**30, 2)
     40.05
     """
-    from sn40l_sim.models.template import template_for
-
     rules = template_for(model).sharding
     mtp = _mtp(model, include_mtp)
     return sum(t.shard_bytes(model, rules[t.name], plan.tp) * holders(model, t, mtp) for t in inventory(model))
@@ -156,12 +151,6 @@ def weight_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, include_mtp: b
 
 def replicated_tensors(model: ModelSpec) -> list[str]:
     """Names of the tensors every socket holds whole under the model's template."""
-    from sn40l_sim.models.template import template_for
-
     rules = template_for(model).sharding
     return [t.name for t in inventory(model) if rules[t.name] == "replicated"]
 
-
-def tensor_table(model: ModelSpec) -> list[Tensor]:
-    """The inventory, for printing."""
-    return list(inventory(model))

@@ -1,6 +1,7 @@
 """Validated, immutable model specs (the schema of ``graphs/<model>.yaml``).
 
-Field names are a contract read by the graph builder and the KV policies: add, never rename.
+Field names are a contract read by the graph builder and the KV policies: add, never rename. The
+``attention`` section's fields are those of its family (:mod:`sn40l_sim.models.families`).
 Parameter counts and KV bytes per token are computed from these fields (``models/params.py``),
 never stored.
 """
@@ -8,32 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import SerializeAsAny, WrapValidator
 
+from sn40l_sim.models.families import AttentionSpec, validate_attention
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel
 
 WeightDType = Literal["fp8", "bf16"]
-
-
-class GQAAttentionSpec(StrictModel):
-    """Grouped-query attention (Llama): ``kv_heads`` K/V heads shared by ``heads`` query heads."""
-
-    kind: Literal["gqa"]
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-
-
-class MLAAttentionSpec(StrictModel):
-    """Multi-head latent attention (DeepSeek): one cached latent + RoPE key per token and layer."""
-
-    kind: Literal["mla"]
-    heads: PositiveInt
-    q_lora_rank: PositiveInt
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
 
 
 class MoESpec(StrictModel):
@@ -64,8 +45,9 @@ class ModelSpec(StrictModel):
     hidden: PositiveInt
     dense_ffn: PositiveInt
     vocab: PositiveInt
-    #: tagged by ``kind`` so a bad value gets one error at ``attention.kind``, not one per variant
-    attention: Annotated[MLAAttentionSpec | GQAAttentionSpec, Field(discriminator="kind")]
+    #: the spec of the registered attention family that ``kind`` names (``models/families/``):
+    #: a bad kind gets one error at ``attention.kind`` listing the known ones
+    attention: Annotated[SerializeAsAny[AttentionSpec], WrapValidator(validate_attention)]
     moe: MoESpec | None = None
     mtp: MTPSpec | None = None
     weight_dtype: WeightDType

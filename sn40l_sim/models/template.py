@@ -3,28 +3,32 @@
 A template says, for one model family on SN40L, how TP splits every weight tensor (``sharding``),
 the FlashAttention tile sizes, and for each phase which fused kernels make up the head of the
 graph, a dense layer, an MoE layer, an MTP module and the tail; for each kernel the operators it
-contains (names of formulas in the family modules ``common``, ``mla``, ``gqa``, ``moe``, ``ffn``)
-and the collectives it needs (a size formula, a kind, and whether it overlaps the kernel's compute).
-The numbers come from the formulas; the structure comes from here.
+contains (names of formulas of the shared modules ``common``, ``moe``, ``ffn`` and of the
+attention family, :mod:`sn40l_sim.models.formulas`) and the collectives it needs (a size formula,
+a kind, and whether it overlaps the kernel's compute). The numbers come from the formulas; the
+structure comes from here.
 """
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import CollectiveKind
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.families import FAMILIES, known_kinds
+from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.tensors import ShardRule, inventory
 from sn40l_sim.schema import PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
 
+if TYPE_CHECKING:
+    from sn40l_sim.models.spec import ModelSpec
+
 #: repository folder holding the model and template files
 GRAPHS_DIR = Path(__file__).resolve().parents[2] / "graphs"
-DEFAULT_TEMPLATES = {"mla": "kernels_deepseek.yaml", "gqa": "kernels_llama.yaml"}
 
 
 class CollectiveEntry(StrictModel):
@@ -75,7 +79,8 @@ class KernelTemplates(StrictModel):
 
     kind: Literal["kernels"]
     name: str
-    attention: Literal["mla", "gqa"]
+    #: kind of a registered attention family (:mod:`sn40l_sim.models.families`)
+    attention: str
     flash: FlashSpec
     sharding: dict[str, ShardRule]
     prefill: PhaseTemplate
@@ -83,8 +88,8 @@ class KernelTemplates(StrictModel):
 
 
 def default_template_path(model: ModelSpec) -> Path:
-    """The template a model uses when its file names none."""
-    return GRAPHS_DIR / DEFAULT_TEMPLATES[model.attention.kind]
+    """The template a model uses when its file names none: its attention family's default."""
+    return GRAPHS_DIR / model.attention.default_template
 
 
 def template_for(model: ModelSpec) -> KernelTemplates:
@@ -120,9 +125,10 @@ def _load(path: str) -> tuple[KernelTemplates, Document]:
 
 
 def _check_names(template: KernelTemplates, doc: Document) -> None:
-    # formulas imported here: they import this module's siblings, not the other way round
-    from sn40l_sim.models.formulas import OPERATORS, SIZES
-
+    if template.attention not in FAMILIES:
+        raise doc.error(("attention",), f"unknown attention kind {template.attention!r}; expected one of "
+                        f"{known_kinds()}")
+    known_ops, known_sizes = operators(template.attention), sizes(template.attention)
     for phase in ("prefill", "decode"):
         spec: PhaseTemplate = getattr(template, phase)
         for part, ids in spec.blocks.model_dump().items():
@@ -133,20 +139,21 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                                     f"(defined: {', '.join(sorted(spec.kernels))})")
         for kernel_id, entry in spec.kernels.items():
             for i, op in enumerate(entry.operators):
-                if op not in OPERATORS:
+                if op not in known_ops:
                     raise doc.error((phase, "kernels", kernel_id, "operators", i),
-                                    f"unknown operator formula {op!r}; known: {', '.join(sorted(OPERATORS))}")
+                                    f"unknown operator formula {op!r} for {template.attention} attention; "
+                                    f"known: {', '.join(sorted(known_ops))}")
             for i, coll in enumerate(entry.collectives):
-                if coll.size not in SIZES:
+                if coll.size not in known_sizes:
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "size"),
-                                    f"unknown collective size formula {coll.size!r}; known: "
-                                    f"{', '.join(sorted(SIZES))}")
+                                    f"unknown collective size formula {coll.size!r} for {template.attention} "
+                                    f"attention; known: {', '.join(sorted(known_sizes))}")
 
 
 def check_against_model(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
     """The template must be for the model's attention kind and shard every one of its tensors."""
     where = (lambda field, msg: doc.error(field, msg)) if doc else (lambda field, msg: InputError(msg))
-    kind = "mla" if isinstance(model.attention, MLAAttentionSpec) else "gqa"
+    kind = model.attention.kind
     if template.attention != kind:
         raise where(("attention",), f"template is for {template.attention} attention but model "
                     f"{model.name!r} uses {kind}")

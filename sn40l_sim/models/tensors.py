@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.ir import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.spec import ModelSpec
 
 ShardRule = Literal["column", "row", "replicated"]
 #: which layers hold a tensor: every transformer layer, dense-FFN layers, MoE layers, once per
@@ -42,8 +45,6 @@ ShardRule = Literal["column", "row", "replicated"]
 Where = Literal["layer", "dense", "moe", "model", "mtp"]
 #: dtype group, matching ``ModelSpec.bf16_tensors`` (``linear`` follows ``weight_dtype``)
 Group = Literal["linear", "embedding", "lm_head", "router", "norms"]
-
-DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
 
 
 @dataclass(frozen=True)
@@ -132,27 +133,7 @@ def inventory(model: ModelSpec) -> tuple[Tensor, ...]:
         out.append(Tensor("lm_head", rows=h, cols=model.vocab, where="model", group="lm_head"))
     out += [Tensor("attn_norm", rows=h, group="norms", vector=True),
             Tensor("ffn_norm", rows=h, group="norms", vector=True)]
-    att = model.attention
-    if isinstance(att, MLAAttentionSpec):
-        qk = att.qk_nope_head_dim + att.qk_rope_head_dim
-        out += [
-            Tensor("q_a", rows=h, cols=att.q_lora_rank),
-            Tensor("q_norm", rows=att.q_lora_rank, group="norms", vector=True),
-            Tensor("q_b", rows=att.q_lora_rank, cols=att.heads * qk, col_granule=qk),
-            Tensor("kv_a", rows=h, cols=att.kv_lora_rank + att.qk_rope_head_dim),
-            Tensor("kv_norm", rows=att.kv_lora_rank, group="norms", vector=True),
-            Tensor("kv_b", rows=att.kv_lora_rank, cols=att.heads * (att.qk_nope_head_dim + att.v_head_dim),
-                   col_granule=att.qk_nope_head_dim + att.v_head_dim),
-            Tensor("o_proj", rows=att.heads * att.v_head_dim, cols=h, row_granule=att.v_head_dim),
-        ]
-    else:
-        d = att.head_dim
-        out += [
-            Tensor("q_proj", rows=h, cols=att.heads * d, col_granule=d),
-            Tensor("k_proj", rows=h, cols=att.kv_heads * d, col_granule=d),
-            Tensor("v_proj", rows=h, cols=att.kv_heads * d, col_granule=d),
-            Tensor("o_proj", rows=att.heads * d, cols=h, row_granule=d),
-        ]
+    out += model.attention.weight_tensors(h)
     out += [Tensor("dense_gate_up", rows=h, cols=2 * model.dense_ffn, where="dense", col_granule=2),
             Tensor("dense_down", rows=model.dense_ffn, cols=h, where="dense")]
     moe = model.moe

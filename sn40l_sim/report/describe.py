@@ -1,8 +1,9 @@
 """``describe`` for model files: parameters, KV bytes, and per-kernel costs of one prefill layer and
 one decode step, with and without SnapStream.
 
-Plans: DeepSeek (MLA) runs the paper's deployment, prefill TP16 and decode TP16 with attention
-DP16; Llama (GQA) runs TP8 (one socket per KV head) in both phases. Shapes: prefill of a 128K
+Plans are the attention family's reference deployment: DeepSeek (MLA) runs the paper's, prefill
+TP16 and decode TP16 with attention DP16; Llama (GQA) runs TP8 (one socket per KV head) in both
+phases. Shapes: prefill of a 128K
 (131072-token) prompt at batch 1; decode at batch 16 over a 128K cache (no compression) and at
 batch 64 over a 32K cache (SnapStream's budget for 128K prompts, REFERENCE.md section 3).
 All per-kernel figures are per socket.
@@ -13,10 +14,12 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import FusedKernel, KernelGraph, ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.models.spec import MLAAttentionSpec, ModelSpec
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
 
 PROMPT = 131072
 SNAPSTREAM_BUDGET = 32768
@@ -25,9 +28,7 @@ DECODE_POINTS = ((16, PROMPT, "full cache"), (64, SNAPSTREAM_BUDGET, "SnapStream
 
 def default_plans(model: ModelSpec) -> tuple[ParallelPlan, ParallelPlan]:
     """(prefill, decode) plans used by :func:`describe_model`."""
-    if isinstance(model.attention, MLAAttentionSpec):
-        return ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)
-    return ParallelPlan(tp=8), ParallelPlan(tp=8)
+    return model.attention.reference_plans()
 
 
 def describe_model(path: str | Path) -> str:
@@ -89,6 +90,9 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     out.append(f"weights         {P.weight_bytes(model) / 1e9:.2f} GB stored{mtp} ({model.weight_dtype}; {parts})")
     out.append(f"                {P.weight_bytes_per_socket(model, plan) / 2**30:.2f} GiB per socket at TP{plan.tp}; "
                f"replicated: {', '.join(P.replicated_tensors(model))}")
+    att = model.attention
+    out.append(f"attention       {att.title or att.kind} ({att.kind}): {att.heads} query heads, "
+               f"{att.kv_width():,} elements cached per token and layer")
     per_token = P.kv_bytes_per_token(model)
     out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
                f"{P.kv_bytes(model, PROMPT) / 1e9:.2f} GB for {PROMPT:,} tokens, "
@@ -104,18 +108,12 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
 
 def _snapstream():
     try:
-        from sn40l_sim.kvcache import make_policy
-    except ImportError as exc:  # the KV box is built in parallel; say so rather than fail
-        return None, str(exc)
-    try:
         return make_policy("snapstream", {"budget": SNAPSTREAM_BUDGET}), ""
     except InputError as exc:
         return None, str(exc)
 
 
 def _kinds(model: ModelSpec, phase: str) -> set[str]:
-    from sn40l_sim.models.template import template_for
-
     t = getattr(template_for(model), phase)
     return {e.kind or e.name or k for k, e in t.kernels.items()}
 

@@ -1,7 +1,8 @@
 """Plot two columns of a ``results.csv`` against each other (``python -m sn40l_sim plot``).
 
 One line (or bar group) per value of the ``hue`` columns, x sorted, axis labels with units from
-:func:`axis_label` (sizes shown in GiB, bandwidths in GB/s), and the experiment's name as the title.
+:func:`axis_label` (the declared results fields of :mod:`sn40l_sim.report.fields`; sizes shown in GiB,
+bandwidths in GB/s), and the experiment's name as the title.
 Rows can be filtered with ``where`` (column -> value). When several rows of one hue share an x the
 plot refuses to average them silently: the :class:`~sn40l_sim.errors.InputError` names the columns
 that tell them apart, to add to ``hue`` or to ``where``. Matplotlib runs with the Agg backend.
@@ -33,35 +34,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
 
-#: result field -> axis label (with units); sizes and bandwidths get a scale below
-LABELS: dict[str, str] = {
-    "batch": "decode batch (sequences per node)",
-    "max_batch": "largest decode batch that fits (sequences)",
-    "prefill_len": "prompt length (tokens)",
+#: sweep axes, which are experiment and hardware inputs rather than results fields -> axis text
+#: (a unit follows from the name's suffix); a results column is labelled by its declaration
+INPUT_LABELS: dict[str, str] = {
     "prompt_len": "prompt length (tokens)",
     "shape.prompt_len": "prompt length (tokens)",
-    "prefill_len_compiled": "compiled prefill length (tokens)",
-    "kv_len": "KV cache per sequence (tokens)",
-    "max_new_tokens": "max new tokens",
-    "ttft_s": "TTFT (s)",
-    "tpot_s": "TPOT (s)",
-    "prefill_s": "prefill of one prompt (s)",
-    "decode_step_s": "decode step (s)",
-    "decode_tokens_per_s": "decode tokens/s (raw)",
-    "decode_tokens_per_s_reported": "decode tokens/s (reported, x tokens per forward)",
-    "prefill_policy_overhead": "KV-policy prefill overhead (fraction of prefill)",
-    "tokens_per_forward": "tokens per forward pass (MTP)",
-    "kv_bytes_per_token": "KV bytes per token (all layers)",
-    "kv_transfer_s": "KV transfer per request (s)",
-    "kv_transfer_bytes": "KV transfer per request",
-    "kv_policy": "KV policy",
-    "throughput.output_tokens_per_s": "served output tokens/s",
-    "throughput.requests_per_s": "served requests/s",
-    "throughput.decode_tokens_per_s_observed": "decode tokens/s observed (raw)",
-    "kv_occupancy.peak_fraction": "peak KV occupancy (fraction of reserved)",
     "budget": "KV budget (tokens per sequence)",
     "sink": "sink tokens",
     "recent": "recent-ring tokens",
@@ -71,7 +53,7 @@ LABELS: dict[str, str] = {
     "socket.clock_hz": "clock",
 }
 
-#: field of a memory tier (``socket.memory.<tier>.<field>``) -> label after the tier's name
+#: field of a memory tier (a sweep axis ``socket.memory.<tier>.<field>``) -> text after the tier's name
 TIER_FIELD_LABELS: dict[str, str] = {
     "bytes_per_s_per_unit": "bandwidth per module/channel",
     "capacity_bytes_per_unit": "capacity per module/channel",
@@ -87,35 +69,44 @@ _SUFFIX_UNITS = (("bytes_per_s_per_unit", "GB/s", 1e-9), ("bytes_per_s_per_port"
                  ("per_s", "", 1.0), ("_s", "s", 1.0))
 
 
-def axis_label(column: str) -> tuple[str, float]:
-    """``(label with units, factor the values are multiplied by)`` for a CSV column."""
-    name = column
+def axis_label(column: str, fields: Fields = RESULTS) -> tuple[str, float]:
+    """``(label with units, factor the values are multiplied by)`` for a CSV column: a results
+    column as declared in :mod:`sn40l_sim.report.fields`, a sweep axis by :data:`INPUT_LABELS`."""
     for prefix in ("sweep.hardware.", "sweep."):
-        if name.startswith(prefix) and name[len(prefix):]:
-            name = name[len(prefix):]
-            break
-    parts = name.split(".")
-    if parts[0] in ("memory", "memory_prefill_node") and len(parts) == 3:
-        node = "prefill node " if parts[0] == "memory_prefill_node" else ""
-        return f"{parts[1].upper()} per socket{', ' + node.strip() if node else ''}: {parts[2]} (GiB)", 1 / GIB
-    if parts[0] == "prefill_kernel_share" and len(parts) == 2:
-        return f"share of a prefill MoE layer: {parts[1]}", 1.0
-    if parts[0] in ("prefill_kernel_cycles", "decode_kernel_cycles") and len(parts) == 2:
-        return f"{parts[0].split('_')[0]} cycles in {parts[1]} kernels", 1.0
-    if parts[0] == "latency" and len(parts) == 3:
-        return f"{parts[1][:-2].upper()} {parts[2]} (s)", 1.0
-    if parts[0] == "decode_step_breakdown_s" and len(parts) == 2:
-        return f"decode step: {parts[1]} (s)", 1.0
-    if parts[:2] == ["socket", "memory"] and len(parts) == 4 and parts[3] in TIER_FIELD_LABELS:
-        base = f"{parts[2].upper()} {TIER_FIELD_LABELS[parts[3]]}"
-    else:
-        base = LABELS.get(name, LABELS.get(parts[-1], name))
+        if column.startswith(prefix) and column[len(prefix):]:
+            return _input_label(column[len(prefix):], fields)
+    declared = fields.axis_label(column)
+    return declared if declared is not None else _input_label(column, fields)
+
+
+def _input_label(name: str, fields: Fields) -> tuple[str, float]:
+    """The label of an input path (a sweep axis), or of an undeclared column."""
+    last = name.split(".")[-1]
+    base = INPUT_LABELS.get(name, INPUT_LABELS.get(last)) or _tier_label(name)
+    if base is None and last in fields:  # e.g. serving.batch: labelled as the results field batch
+        return fields[last].axis_label()
+    base = base or name
     for suffix, unit, scale in _SUFFIX_UNITS:
-        if parts[-1].endswith(suffix):
+        if last.endswith(suffix):
             if not unit or base.endswith(")"):
                 return base, 1.0
             return f"{base} ({unit})", scale
     return base, 1.0
+
+
+def _tier_label(name: str) -> str | None:
+    """``socket.memory.hbm.latency_s`` -> ``HBM latency`` (any tier: tiers are data)."""
+    parts = name.split(".")
+    if parts[:2] == ["socket", "memory"] and len(parts) == 4 and parts[3] in TIER_FIELD_LABELS:
+        return f"{parts[2].upper()} {TIER_FIELD_LABELS[parts[3]]}"
+    return None
+
+
+def _labelled(column: str, fields: Fields = RESULTS) -> bool:
+    """Whether :func:`axis_label` knows the column (else a legend shows its name)."""
+    name = column.removeprefix("sweep.hardware.").removeprefix("sweep.")
+    return (fields.resolve(column) is not None or name in INPUT_LABELS or _tier_label(name) is not None
+            or name.split(".")[-1] in fields)
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -261,7 +252,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     ax.set_ylabel(y_label)
     ax.grid(True, alpha=0.3)
     if hue:
-        ax.legend(title=", ".join(axis_label(h)[0] if h in LABELS else h for h in hue), fontsize=8)
+        ax.legend(title=", ".join(axis_label(h)[0] if _labelled(h) else h for h in hue), fontsize=8)
     experiments = sorted({r.get("experiment", "") for r in rows} - {""})
     title = ", ".join(experiments) or path.parent.name
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())

@@ -1,25 +1,9 @@
 """One results record per simulated point (DESIGN.md §5), from a
 :class:`~sn40l_sim.serving.point.PointResult`.
 
-Headline fields:
-
-``ttft_s``, ``tpot_s``
-    Means over the served requests (queueing included); percentiles are under ``latency``.
-``decode_step_s``
-    One step of the static decode graph at the point's batch and static cache length.
-``decode_tokens_per_s``
-    Raw: ``batch / decode_step_s`` (one token per sequence per step, every slot full).
-``decode_tokens_per_s_reported``
-    ``decode_tokens_per_s * tokens_per_forward`` (multi-token prediction, as the paper reports).
-``prefill_kernel_share``
-    Kernel kind -> fraction of one MoE layer's prefill time (the engine's representative layer:
-    the first with a MoE kernel, else the first layer).
-``prefill_policy_overhead``
-    Cycles of the kernels the KV policy adds to prefill over the cycles of the rest (SnapStream's
-    prefill overhead; 0 for ``full``).
-``memory``
-    Bytes per socket of a decode node by memory tier (the socket's tiers, fastest first) and use,
-    with ``reserved``, ``free`` and ``capacity``.
+Each key is declared, with its unit and description, in :mod:`sn40l_sim.report.fields` (the
+reference page is ``docs/results.md``); a key produced here but not declared there, or declared
+but not produced, fails the tests.
 
 Examples
 --------
@@ -35,11 +19,6 @@ from sn40l_sim.engine.breakdown import decode_step_breakdown
 from sn40l_sim.report import metrics
 from sn40l_sim.serving.point import PointResult
 
-#: the fields DESIGN.md §5 promises, in the order tables and CSV files show them
-DESIGN_FIELDS = ("name", "model", "hardware", "kv_policy", "prefill_len", "kv_len", "batch", "max_batch",
-                 "ttft_s", "tpot_s", "decode_step_s", "decode_tokens_per_s", "decode_tokens_per_s_reported",
-                 "prefill_kernel_share", "memory")
-
 
 def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) -> float:
     """Cycles of the policy's kernels over the cycles of all other kernels."""
@@ -49,7 +28,7 @@ def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) 
 
 
 def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> dict[str, dict[str, int]] | None:
-    """Per socket, per tier (in the placement's tier order): bytes by use (weights, kv,
+    """Per socket, per memory tier (the socket's tiers, fastest first): bytes by use (weights, kv,
     activations, and the runtime's ``reserved``), plus ``free`` and the tier's physical ``capacity``.
 
     >>> from sn40l_sim.mapper.placement import MemoryPlacement

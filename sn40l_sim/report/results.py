@@ -3,7 +3,8 @@
 JSON: a list of records, keys sorted, floats rounded to 9 significant digits (so that the last
 bits of a float sum never show), no timestamps or paths of the machine. CSV: one row per record,
 nested fields flattened to dotted column names (``memory.hbm.kv``), lists left out (they stay in
-the JSON); the DESIGN.md §5 fields come first, the rest in sorted order.
+the JSON); the fields declared with a CSV position (the DESIGN.md §5 fields, see
+:mod:`sn40l_sim.report.fields`) come first, the rest in sorted order.
 
 Examples
 --------
@@ -22,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.report.records import DESIGN_FIELDS
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.registry import Fields
 
 SIGNIFICANT_DIGITS = 9
 
@@ -57,13 +59,10 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def to_csv(records: Sequence[dict[str, Any]]) -> str:
-    """The text of ``results.csv``."""
+def to_csv(records: Sequence[dict[str, Any]], fields: Fields = RESULTS) -> str:
+    """The text of ``results.csv``, columns in the declaration's CSV order."""
     rows = [flatten(rounded(r)) for r in records]
-    columns = sorted({key for row in rows for key in row})
-    first = [c for c in DESIGN_FIELDS if c in columns]
-    first += [c for c in columns if c not in first and c.split(".")[0] in DESIGN_FIELDS]
-    header = first + [c for c in columns if c not in first]
+    header = fields.csv_order({key for row in rows for key in row})
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", extrasaction="raise")
     writer.writeheader()

@@ -28,7 +28,6 @@ Examples
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,28 +79,6 @@ class SlotTable:
         if self._holder[slot] != seq_id:
             raise RuntimeError(f"slot {slot} holds {self._holder[slot]}, not {seq_id}")
         self._holder[slot] = None
-
-
-def sequences_per_socket(batch: int, attention_dp: int) -> int:
-    """Sequences whose KV one socket holds when attention is data-parallel over the batch.
-
-    >>> sequences_per_socket(16, 16), sequences_per_socket(17, 16), sequences_per_socket(8, 16)
-    (1, 2, 1)
-    """
-    return math.ceil(batch / attention_dp)
-
-
-def kv_bytes_per_socket(batch: int, attention_dp: int, cache_len: int, kv_bytes_per_token: int,
-                        kv_shards: int = 1) -> int:
-    """KV bytes on the busiest socket for ``batch`` slots of ``cache_len`` tokens.
-
-    ``kv_shards`` splits one sequence's cache over sockets (GQA heads under tensor parallelism);
-    MLA's shared latent, or data-parallel attention, keeps it whole (1).
-
-    >>> kv_bytes_per_socket(64, 16, 32768, 70272) == 4 * 32768 * 70272
-    True
-    """
-    return sequences_per_socket(batch, attention_dp) * cache_len * math.ceil(kv_bytes_per_token / kv_shards)
 
 
 @dataclass(frozen=True)
@@ -175,7 +152,7 @@ def choose_batch(requested: int | str, search: BatchSearch, fits: Callable[[int]
     try:
         return batch, fits(batch)
     except InfeasibleError as exc:
-        raise InfeasibleError(f"serving.batch {batch} does not fit (largest compiled batch that fits: "
+        raise InfeasibleError(f"a batch of {batch} does not fit (largest compiled batch that fits: "
                               f"{search.max_batch}): {exc}") from None
 
 

@@ -4,16 +4,21 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
 :func:`simulate_point`
 
 1. finds the largest compiled decode batch whose memory fits on every socket of a decode node
-   (:func:`sn40l_sim.mapper.memory.place_memory` in the point's tier order; the uses not in
+   (:func:`sn40l_sim.mapper.memory.place_memory` in the experiment's tier order; the uses not in
    ``may_spill`` must stay in the first tier, by default weights and KV in HBM as in the paper's
    deployment), and checks that one prompt fits on a prefill node;
 2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
-   graph (the compiled batch at the static cache length) with
-   :class:`sn40l_sim.serving.step_costs.StepTimer`, which memoises them, each streaming its
-   tensors from the tiers the memory placement put them in;
+   graph (the compiled batch at the static cache length) with the step costs it is given
+   (:class:`~sn40l_sim.serving.step_costs.StepTimer`, which memoises them and builds each graph
+   once for both the memory sizing and the timing), each streaming its tensors from the tiers the
+   memory placement put them in;
 3. serves the workload with :func:`sn40l_sim.serving.loop.simulate`.
 
-The step timer, the memory placer and the graph builder can be replaced (tests use doubles).
+The step costs and the memory placer come from the caller (the study layer's assembly step binds
+the real graph builder, mapper and placer; tests use
+:class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` and a placer of their own). Errors name the
+:class:`PointSetup` field they are about (``batch``, ``prompt_len``, ``prefill_lens``, ...); the
+study layer turns those into the experiment's field paths.
 
 Examples
 --------
@@ -35,9 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch, kv_bytes_per_socket
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.mapper.placement import MemoryPlacement
+from sn40l_sim.models.params import kv_bytes_per_token
+from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
+
+#: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket
+MemoryPlacer = Callable[[Any, int, int], MemoryPlacement]
 
 
 @dataclass(frozen=True)
@@ -61,9 +73,7 @@ class PointSetup:
     tokens_per_forward: float = 1.0
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     graph_options: dict = field(default_factory=dict)
-    #: memory tiers to fill, first to last (None: the hardware's order)
-    memory_order: tuple[str, ...] | None = None
-    #: uses that may be placed outside the first tier of the order
+    #: uses (weights, kv, activations) that may be placed outside the first memory tier
     may_spill: tuple[str, ...] = ("activations",)
 
 
@@ -92,82 +102,43 @@ class PointResult:
     log: ServingLog | None
 
 
-def _default_timer(node, model, policy, prefill_plan, decode_plan, **options):
-    from sn40l_sim.serving.step_costs import StepTimer
-
-    return StepTimer(node, model, policy, prefill_plan, decode_plan, **options)
-
-
-def _default_place(node, model, plan, kv_bytes, activation_bytes, order=None):
-    from sn40l_sim.mapper.memory import place_memory
-
-    return place_memory(node, model, plan, kv_bytes, activation_bytes, order)
-
-
-def _default_builder(model, shape, plan, policy, **options):
-    from sn40l_sim.models.builder import build_graph
-
-    return build_graph(model, shape, plan, policy, **options)
-
-
-def activation_bytes(graph: Any) -> int:
-    """Peak activation bytes of a kernel graph on one socket: the largest, over kernels, of what a
-    kernel reads plus what it writes between kernels (both buffers live at once)."""
-    return max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in graph.kernels()),
-               default=0)
-
-
 class _Memory:
     """Memory checks of one point (memoised per batch)."""
 
-    def __init__(self, s: PointSetup, kv_per_token: int, static_len: int, place: Callable,
-                 builder: Callable) -> None:
-        from sn40l_sim.kvcache.sizing import kv_heads, kv_sharding
-
-        self.s, self.kv_per_token, self.static_len = s, kv_per_token, static_len
-        self.place, self.builder = place, builder
+    def __init__(self, s: PointSetup, include_mtp: bool, static_len: int, place: MemoryPlacer,
+                 costs: StepCosts) -> None:
+        self.s, self.include_mtp, self.static_len = s, include_mtp, static_len
+        self.place, self.costs = place, costs
         self._cache: dict[int, Any] = {}
-        # a sequence's cache is whole on one socket under data-parallel attention; under tensor
-        # parallelism it splits by KV heads and rows as the kvcache sizing says
-        plan = s.decode_plan
-        sharding = kv_sharding(s.model, plan.tp)
-        self.decode_shards = 1 if plan.attention_dp > 1 else max(
-            1, kv_heads(s.model) // sharding.kv_heads * sharding.row_shards)
-        # prefill needs the whole uncompressed prompt; heads split, the shared MLA latent does not
-        self.prefill_shards = max(1, kv_heads(s.model) // kv_sharding(s.model, s.prefill_plan.tp).kv_heads)
 
-    def _graph_activations(self, phase: str, batch: int, plan: Any) -> int:
-        from sn40l_sim.ir import Shape
+    def _kv(self, phase: str, plan: Any, batch: int, cache_len: int) -> int:
+        # where a sequence's cache lives and how it rounds: kvcache.sizing, the rule map uses too
+        return kv_bytes_per_socket(self.s.model, plan, batch, cache_len, include_mtp=self.include_mtp,
+                                   phase=phase)
 
-        if phase == "prefill":
-            shape = Shape("prefill", 1, self.s.prompt_len)
-        else:
-            shape = Shape("decode", batch, self.s.prompt_len, self.static_len)
+    def _prefill_activations(self) -> int:
         with located("graph_options"):
-            graph = self.builder(self.s.model, shape, plan, self.s.policy, **self.s.graph_options)
-        return activation_bytes(graph)
+            return self.costs.prefill_activation_bytes(self.s.prompt_len)
 
     def prefill_kv(self) -> int:
-        return math.ceil(self.s.prompt_len * self.kv_per_token / self.prefill_shards)
+        return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
-        act = self._graph_activations("prefill", 1, self.s.prefill_plan)
-        return self._in_first_tier(self.place(self.s.node, self.s.model, self.s.prefill_plan, self.prefill_kv(), act,
-                                              order=self.s.memory_order), "one prompt on a prefill node")
+        return self._in_first_tier(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
+                                   "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
             s = self.s
-            kv = kv_bytes_per_socket(batch, s.decode_plan.attention_dp, self.static_len, self.kv_per_token,
-                                     self.decode_shards)
-            act = self._graph_activations("decode", batch, s.decode_plan)
+            kv = self._kv("decode", s.decode_plan, batch, self.static_len)
+            with located("graph_options"):
+                act = self.costs.decode_activation_bytes(batch, self.static_len)
             if s.mode == "colocated":
                 # the node also prefills: the prompt's full cache before compression, and the
                 # larger of the two phases' activations
-                kv += max(0, self.prefill_kv() - self.static_len * self.kv_per_token // self.decode_shards)
-                act = max(act, self._graph_activations("prefill", 1, s.prefill_plan))
-            self._cache[batch] = self._in_first_tier(self.place(s.node, s.model, s.decode_plan, kv, act,
-                                                                order=s.memory_order), f"decode batch {batch}")
+                kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
+                act = max(act, self._prefill_activations())
+            self._cache[batch] = self._in_first_tier(self.place(s.decode_plan, kv, act), f"decode batch {batch}")
         return self._cache[batch]
 
     def _in_first_tier(self, placement: Any, what: str) -> Any:
@@ -205,27 +176,26 @@ def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
     if kind == "host_link":
         if node.host_link is None:
             raise InputError("the hardware has no host_link to carry the KV cache between nodes "
-                             "(add one, or set serving.kv_transfer: p2p)")
+                             "(add one, or carry it over the P2P links: kv_transfer p2p)")
         return setup + node.host_link.latency_s + n_bytes / node.host_link.bytes_per_s
     bandwidth = socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
     return setup + socket.p2p.latency_s + n_bytes / bandwidth
 
 
 @contextmanager
-def located(field_path: str):
-    """Give an :class:`InputError` raised inside, that names no field, the experiment field it
-    belongs to (the ``run`` command then adds the experiment file and line)."""
+def located(setup_field: str):
+    """Give an :class:`InputError` raised inside, that names no field, the :class:`PointSetup`
+    field it is about (the study layer maps it to the experiment's field and line)."""
     try:
         yield
     except InputError as exc:
         if exc.field is None and exc.file is None:
-            exc.field = field_path
+            exc.field = setup_field
         raise
 
 
-def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], *,
-                   timer_factory: Callable = _default_timer, place: Callable = _default_place,
-                   builder: Callable = _default_builder) -> PointResult:
+def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
+                   place: MemoryPlacer) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -234,19 +204,19 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         The point.
     requests_for : callable
         ``total decode slots -> requests`` (a workload may ask for as many requests as slots).
-    timer_factory, place, builder : callable, optional
-        Replace :class:`~sn40l_sim.serving.step_costs.StepTimer`,
-        :func:`~sn40l_sim.mapper.memory.place_memory` and
-        :func:`~sn40l_sim.models.builder.build_graph` (tests use doubles).
+    costs : StepCosts
+        Prefill and decode-step timings, and the activation bytes of their graphs.
+    place : callable
+        ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket
+        (:func:`~sn40l_sim.mapper.memory.place_memory` bound to the node and the model).
 
     Raises
     ------
     InfeasibleError
         When no compiled batch fits, an explicit batch does not fit, a prompt does not fit on a
-        prefill node, or a request is longer than the compiled graphs.
+        prefill node, or a request is longer than the compiled graphs; the error names the
+        :class:`PointSetup` field it is about.
     """
-    from sn40l_sim.models.params import kv_bytes_per_token
-
     clock_hz = s.node.socket.clock_hz
     # the decode graph runs the MTP module by default when the model has one, and its attention
     # layer has a cache of its own: reserve it, and send it with the rest
@@ -256,26 +226,25 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
         if plan.sockets > s.node.sockets:
             raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
-                             f"{s.node.sockets}", field=f"parallel.{phase}")
-    memory = _Memory(s, per_token, static_len, place, builder)
-    with located("prompt_lens"):
+                             f"{s.node.sockets}", field=f"{phase}_plan")
+    memory = _Memory(s, bool(include_mtp), static_len, place, costs)
+    with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
-    with located("serving.batch"):
+    with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
-    with located("prompt_lens"):
+    with located("prompt_len"):
         prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
 
-    timer = timer_factory(s.node, s.model, s.policy, s.prefill_plan, s.decode_plan, **s.graph_options)
-    with located("serving.prefill_lens"):
+    with located("prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = timer.prefill(prefill_len, memory=prefill_node_memory)
-        decode = timer.decode_step(batch, static_len, memory=placement)
+        prefill = costs.prefill(prefill_len, memory=prefill_node_memory)
+        decode = costs.decode_step(batch, static_len, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
-    with located("serving.kv_transfer"):
+    with located("kv_transfer"):
         transfer_cycles = 0 if colocated else math.ceil(
             transfer_seconds(s.node, s.kv_transfer, transfer_bytes) * clock_hz)
 
@@ -284,7 +253,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            prefill_cycles[size] = int(timer.prefill(size, memory=prefill_node_memory).cycles)
+            prefill_cycles[size] = int(costs.prefill(size, memory=prefill_node_memory).cycles)
         return prefill_cycles[size]
 
     def transfer_for(prompt_len: int) -> int:
@@ -293,14 +262,14 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         n_bytes = s.policy.cache_len(prompt_len, 0) * per_token
         return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes) * clock_hz)
 
-    with located("workload"):
+    with located("requests"):
         requests = requests_for(batch * s.decode_nodes)
         for r in requests:  # the decode graph's slots are sized for the point's lengths
             if r.prompt_len > s.prompt_len or r.output_len > s.max_new_tokens:
                 raise InfeasibleError(f"request {r.id} (prompt {r.prompt_len}, output {r.output_len}) is "
                                       f"longer than the static graphs (prompt {s.prompt_len}, "
                                       f"max_new_tokens {s.max_new_tokens})")
-    with located("serving.prefill_lens"):
+    with located("prefill_lens"):
         for r in requests:  # every prompt must have a compiled prefill graph before serving starts
             prefill_for(r.prompt_len)
     setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,

@@ -1,11 +1,20 @@
-"""Step timing for the serving model: a prefill, or one decode step, built, mapped and simulated.
+"""Step costs for the serving model: a prefill, or one decode step, built, mapped and simulated.
 
-:class:`StepTimer` is what the serving simulation calls for every prefill and decode step. It
-builds the fused-kernel graph of the step (:func:`sn40l_sim.models.builder.build_graph`), places it
-(:func:`sn40l_sim.mapper.map_graph`) and runs it in SimPy (:func:`~sn40l_sim.engine.run_graph.run_graph`).
-Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch and
-cache length, so thousands of steps of a static decode graph cost little more than the distinct
-ones. Collectives are memoised across steps too (same kind, bytes and group on idle links).
+:class:`StepCosts` is the small protocol the serving simulation asks for every prefill and decode
+step (and for the activation bytes of a step's graph, which size the memory). :class:`StepTimer`
+is the real one: it builds the fused-kernel graph of the step with the builder it was given, places
+it with the mapper it was given, and runs it in SimPy (:func:`~sn40l_sim.engine.run_graph.run_graph`).
+The study layer's assembly step (:func:`sn40l_sim.study.assemble.step_timer`) hands it
+:func:`sn40l_sim.models.builder.build_graph` and :func:`sn40l_sim.mapper.map_graph`; tests hand it
+stand-ins, or use :class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` instead.
+
+A step streams its tensors from the memory tiers a placement put them in (``memory=``, a
+:class:`~sn40l_sim.mapper.placement.MemoryPlacement`; by default all in the socket's first tier).
+
+Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch,
+cache length and the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct
+ones. Each graph is built once per shape and shared by the memory sizing and the timing.
+Collectives are memoised across steps too (same kind, bytes and group on idle links).
 
 Examples
 --------
@@ -13,11 +22,14 @@ DeepSeek-R1 on the 16-socket node, one decode step at batch 16 with a 128K cache
 
 >>> from sn40l_sim.hardware.loader import load_hardware
 >>> from sn40l_sim.kvcache import make_policy
+>>> from sn40l_sim.mapper import map_graph
+>>> from sn40l_sim.models.builder import build_graph
 >>> from sn40l_sim.models.loader import load_model
 >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
->>> r1 = load_model("graphs/deepseek_r1.yaml")
->>> timer = StepTimer(node, r1, make_policy("full", {}), ParallelPlan(tp=16),
-...                   ParallelPlan(tp=16, attention_dp=16))
+>>> r1, full = load_model("graphs/deepseek_r1.yaml"), make_policy("full", {})
+>>> timer = StepTimer(node, ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16),
+...                   build=lambda shape, plan: build_graph(r1, shape, plan, full),
+...                   place=lambda graph: map_graph(node, graph))
 >>> step = timer.decode_step(batch=16, kv_len=131072)
 >>> {"mla", "ffn"} <= set(step.kernel_cycles), step.cycles == sum(step.kernel_cycles.values())
 (True, True)
@@ -27,7 +39,7 @@ DeepSeek-R1 on the 16-socket node, one decode step at batch 16 with a 128K cache
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.phase import PhaseTiming, phase_timing
@@ -38,17 +50,36 @@ from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.mapper.stages import TierSplit
 
+#: ``(shape, plan) -> graph``: the graph builder, bound to a model, a KV policy and graph options
+GraphBuilder = Callable[[Shape, ParallelPlan], KernelGraph]
+#: ``graph -> placed graph`` (or ``(graph, memory) -> placed graph`` when the step's tensors are
+#: not all in the first memory tier): the mapper, bound to a node
+GraphPlacer = Callable[..., PlacedGraph]
 
-def _default_builder(model, shape, plan, policy, **options) -> KernelGraph:
-    from sn40l_sim.models.builder import build_graph
 
-    return build_graph(model, shape, plan, policy, **options)
+class StepCosts(Protocol):
+    """What the serving model needs to know about steps: their timings, and the activation bytes
+    of their graphs (the working set that memory sizing reserves)."""
+
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of the prefill of one prompt (batch 1), its tensors where ``memory`` put them."""
+
+    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences each reading ``kv_len`` cached tokens,
+        its tensors where ``memory`` put them."""
+
+    def prefill_activation_bytes(self, prompt_len: int) -> int:
+        """Peak activation bytes per socket of the prefill graph of one prompt."""
+
+    def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
+        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len)``."""
 
 
-def _default_mapper(node, graph, memory=None) -> PlacedGraph:
-    from sn40l_sim.mapper import map_graph
-
-    return map_graph(node, graph, memory)
+def activation_bytes(graph: KernelGraph) -> int:
+    """Peak activation bytes of a kernel graph on one socket: the largest, over kernels, of what a
+    kernel reads plus what it writes between kernels (both buffers live at once)."""
+    return max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in graph.kernels()),
+               default=0)
 
 
 class StepTimer:
@@ -57,19 +88,17 @@ class StepTimer:
     Parameters
     ----------
     node : NodeSpec
-        The hardware.
-    model : ModelSpec
-        The model.
-    policy : KVPolicy or None
-        KV-cache policy (its extra prefill kernels enter the prefill graph).
+        The hardware the engine simulates.
     prefill_plan, decode_plan : ParallelPlan
-        Parallel plans of the two phases.
-    engine : EngineOptions
+        Parallel plans of the two phases (handed to ``build``).
+    build : callable
+        ``(shape, plan) -> KernelGraph``: the graph builder bound to the model, the KV policy (its
+        extra prefill kernels enter the prefill graph) and the graph options.
+    place : callable
+        ``graph -> PlacedGraph``: the mapper bound to the node; called as ``place(graph, memory)``
+        for a step whose tensors are not all in the socket's first memory tier.
+    engine : EngineOptions, optional
         Engine knobs (collective algorithm, chunking, call overhead).
-    graph_builder, graph_mapper : callable, optional
-        Replace :func:`build_graph` / :func:`map_graph` (tests).
-    **graph_options
-        Passed to the graph builder unchanged.
 
     Attributes
     ----------
@@ -77,48 +106,57 @@ class StepTimer:
         Simulated and memoised calls per phase (``decode_runs``, ``decode_hits``, ...).
     """
 
-    def __init__(self, node: NodeSpec, model: Any, policy: Any, prefill_plan: ParallelPlan | None,
-                 decode_plan: ParallelPlan | None, *, engine: EngineOptions | None = None,
-                 graph_builder: Callable[..., Any] | None = None,
-                 graph_mapper: Callable[..., PlacedGraph] | None = None, **graph_options: Any) -> None:
+    def __init__(self, node: NodeSpec, prefill_plan: ParallelPlan | None, decode_plan: ParallelPlan | None, *,
+                 build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None) -> None:
         self.node = node
-        self.model = model
-        self.policy = policy
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
+        self.build = build
+        self.place = place
         self.engine = engine if engine is not None else EngineOptions()
-        self.graph_builder = graph_builder or _default_builder
-        self.graph_mapper = graph_mapper or _default_mapper
-        self.graph_options = dict(graph_options)
-        self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0}
+        self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
         self._memo: dict[tuple[str, int, int, TierSplit | None], PhaseTiming] = {}
+        self._graphs: dict[Shape, KernelGraph] = {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
     def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
         """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1), its tensors
         where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("prompt_len", prompt_len)
-        return self._timed("prefill", 1, prompt_len, Shape("prefill", 1, prompt_len, 0),
-                           self.prefill_plan, memory)
+        return self._timed(_prefill_shape(prompt_len), memory)
 
     def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
         """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens,
         its tensors where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
-        return self._timed("decode", batch, kv_len, Shape("decode", batch, 0, kv_len),
-                           self.decode_plan, memory)
+        return self._timed(_decode_shape(batch, kv_len), memory)
+
+    def prefill_activation_bytes(self, prompt_len: int) -> int:
+        """Peak activation bytes per socket of the prefill graph of one prompt."""
+        return activation_bytes(self.graph(_prefill_shape(prompt_len)))
+
+    def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
+        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len)``."""
+        return activation_bytes(self.graph(_decode_shape(batch, kv_len)))
+
+    def graph(self, shape: Shape) -> KernelGraph:
+        """The kernel graph of ``shape``, built once and shared by memory sizing and timing."""
+        if shape not in self._graphs:
+            plan = self.prefill_plan if shape.phase == "prefill" else self.decode_plan
+            self.stats["graphs_built"] += 1
+            self._graphs[shape] = self.build(shape, plan)
+        return self._graphs[shape]
 
     def placed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PlacedGraph:
         """The placed graph of ``shape`` (built and mapped, not simulated), for inspection."""
-        plan = self.prefill_plan if shape.phase == "prefill" else self.decode_plan
-        graph = self.graph_builder(self.model, shape, plan, self.policy, **self.graph_options)
         if memory is None:
-            return self.graph_mapper(self.node, graph)
-        return self.graph_mapper(self.node, graph, memory)
+            return self.place(self.graph(shape))
+        return self.place(self.graph(shape), memory)
 
-    def _timed(self, phase: str, batch: int, length: int, shape: Shape, plan,
-               memory: MemoryPlacement | None = None) -> PhaseTiming:
+    def _timed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        phase, batch = shape.phase, shape.batch
+        length = shape.prompt_len if phase == "prefill" else shape.kv_len
         split = memory.tiers() if memory is not None else None
         # a placement that keeps everything in the socket's first tier times like no placement at all
         if split == TierSplit.all_in(next(iter(self.node.socket.memory))):
@@ -128,12 +166,19 @@ class StepTimer:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
         self.stats[f"{phase}_runs"] += 1
-        placed = self.placed(shape, memory)
-        run = run_graph(self.node, placed, self.engine, self._collectives)
+        run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
         timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
                               kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)
         self._memo[key] = timing
         return timing
+
+
+def _prefill_shape(prompt_len: int) -> Shape:
+    return Shape("prefill", 1, prompt_len, 0)
+
+
+def _decode_shape(batch: int, kv_len: int) -> Shape:
+    return Shape("decode", batch, 0, kv_len)
 
 
 def _positive(name: str, value: int) -> None:

@@ -121,7 +121,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
             raise InfeasibleError(f"{where}: prompt_len {p} exceeds the point's prompt length {prompt_len}, "
                                   "which the static decode graph is compiled for")
         if o > max_new_tokens:
-            raise InfeasibleError(f"{where}: output_len {o} exceeds serving.max_new_tokens {max_new_tokens}, "
+            raise InfeasibleError(f"{where}: output_len {o} exceeds max_new_tokens {max_new_tokens}, "
                                   "the static decode graph's maximum generated length")
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
     return [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]))

@@ -1,11 +1,11 @@
 """Experiment files (``experiments/*.yaml``): hardware + model + KV policies + parallel plan +
 workload + serving set-up (+ sweep axes), expanded into simulation points.
 
-This is the top of the data flow (docs/architecture.md): it validates the experiment and expands
-it into :class:`Point` objects; the ``run`` command loads the hardware, the model and the KV
-policy of each point and hands them, as spec objects, to the mapper and the engine.
+It validates the experiment and expands it into :class:`Point` objects;
+:mod:`sn40l_sim.study.assemble` then loads the hardware, the model and the KV policy of each point
+and hands them, as spec objects, to the serving model.
 
-Sections added for serving (issue 5):
+Sections:
 
 ``prompt_lens``
     Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
@@ -30,7 +30,8 @@ Sections added for serving (issue 5):
     batch whose weights or KV would leave it, as in the paper's deployment). For example
     ``memory: {order: [hbm, ddr], may_spill: [activations, kv]}`` offloads KV to DDR.
 ``sweep``
-    Reserved for sweeps (issue 7): accepted by the schema, refused by ``run`` until implemented.
+    Axes to sweep (:mod:`sn40l_sim.study.sweep.axes`); ``run`` hands such an experiment to the
+    sweep.
 
 Examples
 --------
@@ -59,11 +60,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -81,8 +83,6 @@ from sn40l_sim.study.serving_section import (  # noqa: F401
 )
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
-if TYPE_CHECKING:  # pragma: no cover
-    from sn40l_sim.kvcache.base import KVPolicy
 
 class PhasePlan(StrictModel):
     """Parallel plan of one phase (see :class:`sn40l_sim.ir.ParallelPlan`)."""
@@ -151,7 +151,7 @@ class ExperimentSpec(StrictModel):
     memory: MemorySection = MemorySection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
-    #: reserved for issue 7 (sweeps); ``run`` refuses an experiment that has one
+    #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`
     sweep: dict[str, Any] | None = None
 
 
@@ -166,8 +166,9 @@ class Experiment:
     def path(self) -> Path:
         return self.doc.path
 
-    def resolve(self, relative: str) -> Path:
-        return self.doc.resolve(relative)
+    def resolve(self, relative: str, at: FieldPath = ()) -> Path:
+        """A path written in the experiment at field ``at``, relative to the file that wrote it."""
+        return self.doc.resolve(relative, at)
 
     def error(self, field_path: FieldPath, message: str) -> InputError:
         """An :class:`InputError` located at ``field_path`` of this file."""
@@ -252,7 +253,6 @@ def points(exp: Experiment) -> list[Point]:
 def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
     """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
     :class:`InputError` located at the policy entry."""
-    from sn40l_sim.kvcache import make_policy
 
     try:
         return make_policy(point.policy, dict(point.params))

@@ -4,13 +4,22 @@
 When a result moves on purpose (a unit model, a template or a calibrated value changed),
 regenerate with ``python -m sn40l_sim golden --update``: it prints every value that moved, old and
 new, and rewrites the files. Without ``--update`` it only prints the diff (exit 1 if any).
+
+The fields kept are those declared ``golden`` in :mod:`sn40l_sim.report.fields`.
 """
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.registry import Fields
+from sn40l_sim.study.runner import simulate_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS_DIR = REPO / "experiments"
@@ -18,16 +27,10 @@ GOLDEN_DIR = REPO / "tests" / "golden"
 #: relative tolerance for floats; integers (cycles, batches) must match exactly
 REL_TOL = 1e-6
 
-#: per-record fields kept in the goldens (mapping fields are kept whole)
-FIELDS = ("max_batch", "batch", "kv_len", "decode_step_cycles", "decode_tokens_per_s",
-          "decode_tokens_per_s_reported", "prefill_cycles", "prefill_kernel_cycles",
-          "decode_kernel_cycles", "prefill_kernel_share", "ttft_s", "tpot_s", "kv_transfer_bytes")
 
 
 def experiments() -> list[Path]:
     """Experiment files that ``run`` can simulate (those with a workload and no sweep)."""
-    import yaml
-
     out = []
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -38,13 +41,21 @@ def experiments() -> list[Path]:
 
 def collect(experiment: Path) -> dict[str, Any]:
     """The key results of one experiment, point by point."""
-    from sn40l_sim.study.runner import simulate_experiment
-
     _, records = simulate_experiment(experiment)
-    return {r["name"]: {f: r[f] for f in FIELDS if f in r} for r in records}
+    return key_results(records)
+
+
+def key_results(records: Sequence[Mapping[str, Any]], fields: Fields = RESULTS) -> dict[str, Any]:
+    """Point name -> the record's fields declared golden.
+
+    >>> key_results([{"name": "full", "batch": 4, "prefill_s": 1.5, "ttft_s": None}])
+    {'full': {'batch': 4, 'ttft_s': None}}
+    """
+    return {r["name"]: {f: r[f] for f in fields.golden if f in r} for r in records}
 
 
 def golden_path(experiment: Path) -> Path:
+    """``tests/golden/<experiment name>.json``."""
     return GOLDEN_DIR / f"{experiment.stem}.json"
 
 
@@ -79,11 +90,13 @@ def diff(old: Any, new: Any, path: str = "") -> list[str]:
 
 
 def load(experiment: Path) -> dict[str, Any] | None:
+    """The stored golden of an experiment (None when there is none yet)."""
     path = golden_path(experiment)
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def write(experiment: Path, results: dict[str, Any]) -> Path:
+    """Store ``results`` as the experiment's golden; returns the file."""
     path = golden_path(experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")

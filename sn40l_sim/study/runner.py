@@ -1,4 +1,4 @@
-"""Experiment file -> one results record per point: the library behind ``run``, ``validate``,
+"""Experiment -> one results record per point: the library behind ``run``, ``validate``,
 ``calibrate`` and sweeps.
 
 ``serve=False`` skips the serving simulation (requests, queues, continuous batching) and keeps what
@@ -13,31 +13,28 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.report.records import build_record
+from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.study.assemble import Assembly, assemble
+from sn40l_sim.study.experiment import Experiment, Point, load_experiment
 
 
-def _relocate(exp, exc: InputError) -> InputError:
-    """An error from the simulation that names no file belongs to the experiment file."""
-    if exc.file is not None:
-        return exc
-    path = tuple(exc.field.split(".")) if exc.field else ()
-    file, line = exp.doc.where(path)
-    return exc.__class__(exc.message, file=file, field=exc.field, line=line)
-
-
-def _require_workload(exp: Any) -> None:
+def _require_workload(exp: Experiment) -> None:
     if exp.spec.workload is None:
         raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
 
 
-def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool = True,
+def simulate_experiment(experiment: str | Path | Experiment, progress: bool = False, *, serve: bool = True,
                         hardware_overrides: dict[str, Any] | None = None,
-                        on_result: Callable[[Any], None] | None = None) -> tuple[object, list[dict]]:
-    """Load the experiment at ``path`` and simulate its points; returns (experiment, records).
+                        on_result: Callable[[PointResult], None] | None = None) -> tuple[Experiment, list[dict]]:
+    """Simulate every point of an experiment; returns (experiment, records).
 
     Parameters
     ----------
-    path : str or Path
-        The experiment file.
+    experiment : str or Path or Experiment
+        The experiment file, or the experiment already loaded (so a command parses it once).
     progress : bool
         Print one line per point on stderr.
     serve : bool
@@ -54,26 +51,17 @@ def simulate_experiment(path: str | Path, progress: bool = False, *, serve: bool
     InputError
         For a bad experiment, hardware or model file, or an infeasible point.
     """
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.models.loader import load_model
-    from sn40l_sim.study.experiment import load_experiment
-
-    exp = load_experiment(path)
-    spec = exp.spec
-    if spec.sweep is not None:
+    exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+    if exp.spec.sweep is not None:
         raise exp.error(("sweep",), "this experiment has a sweep: section; run it with "
                         "`python -m sn40l_sim run` (which delegates to the sweep) or `sweep`")
     _require_workload(exp)  # the experiment's own problems first, before the files it names
-    node = load_hardware(exp.resolve(spec.hardware))
-    if hardware_overrides:
-        from sn40l_sim.hardware.loader import with_overrides
-        node = with_overrides(node, hardware_overrides)
-    model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
-    return exp, simulate_points(exp, node, model, progress=progress, serve=serve, on_result=on_result)
+    asm = assemble(exp, hardware_overrides=hardware_overrides)
+    return exp, simulate_assembly(asm, progress=progress, serve=serve, on_result=on_result)
 
 
-def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, serve: bool = True,
-                    on_result: Callable[[Any], None] | None = None) -> list[dict]:
+def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progress: bool = False,
+                    serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
     """One results record per point of ``exp`` (policies x prompt lengths), simulated on ``node``.
 
     Parameters
@@ -84,13 +72,8 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
         The hardware (possibly with overrides).
     model : ModelSpec
         The model (with the experiment's ``model_overrides`` already applied).
-    progress : bool
-        Print the name of each point on stderr as it starts.
-    serve : bool
-        Serve the workload (False: memory, maximum batch, one prefill and one decode step only;
-        the latency and served-throughput fields are then empty).
-    on_result : callable, optional
-        Called with each point's :class:`~sn40l_sim.serving.point.PointResult` (traces).
+    progress, serve, on_result
+        As for :func:`simulate_experiment`.
 
     Raises
     ------
@@ -99,56 +82,33 @@ def simulate_points(exp: Any, node: Any, model: Any, *, progress: bool = False, 
 
     Examples
     --------
-    >>> from sn40l_sim.study.experiment import load_experiment
-    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
-    >>> from sn40l_sim.models.loader import load_model
+    >>> from sn40l_sim.hardware.loader import with_overrides
     >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
-    >>> node = load_hardware(exp.resolve(exp.spec.hardware))
-    >>> model = load_model(exp.resolve(exp.spec.model))
-    >>> fast = with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
-    >>> base, faster = (simulate_points(exp, n, model, serve=False)[0] for n in (node, fast))
+    >>> asm = assemble(exp)
+    >>> fast = with_overrides(asm.node, {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    >>> base, faster = (simulate_points(exp, n, asm.model, serve=False)[0] for n in (asm.node, fast))
     >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
     ('full', None, True)
     """
-    from sn40l_sim.ir import ParallelPlan
-    from sn40l_sim.report.records import build_record
-    from sn40l_sim.serving.point import PointSetup, simulate_point
-    from sn40l_sim.serving.workload import build_requests
-    from sn40l_sim.study.experiment import make_point_policy, memory_order, points
+    return simulate_assembly(assemble(exp, node=node, model=model), progress=progress, serve=serve,
+                             on_result=on_result)
 
-    spec = exp.spec
+
+def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progress: bool = False,
+                      serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
+    """One record per point of an assembled experiment (or of the points in ``only``)."""
+    exp = asm.experiment
     _require_workload(exp)
-    order = memory_order(exp, node)
-    serving = spec.serving
-    max_new_tokens = exp.max_new_tokens
-    trace_path = exp.resolve(spec.workload.path) if spec.workload.kind == "trace" else None
     records = []
-    for point in points(exp):
+    for point in asm.points if only is None else only:
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
-        policy = make_point_policy(exp, point)
-        setup = PointSetup(
-            name=point.name, node=node, model=model, policy=policy, prompt_len=point.prompt_len,
-            prefill_plan=ParallelPlan(spec.parallel.prefill.tp, spec.parallel.prefill.attention_dp),
-            decode_plan=ParallelPlan(spec.parallel.decode.tp, spec.parallel.decode.attention_dp),
-            mode=serving.mode, prefill_nodes=exp.prefill_node_count, decode_nodes=serving.decode_nodes,
-            batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
-            max_new_tokens=max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
-            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
-            memory_order=order, may_spill=spec.memory.may_spill)
-
-        def requests_for(slots: int, prompt_len: int = point.prompt_len):
-            if not serve:
-                return []
-            return build_requests(spec.workload, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
-                                  slots=slots, seed=serving.seed, clock_hz=node.socket.clock_hz,
-                                  trace_path=trace_path)
-
+        setup = asm.setup(point)
         try:
-            result = simulate_point(setup, requests_for)
+            result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup), asm.memory_placer())
         except InputError as exc:
-            raise _relocate(exp, exc) from None
+            raise asm.locate(exc) from None
         if on_result is not None:
             on_result(result)
-        records.append(build_record(result, experiment=spec.name, policy_params=point.params))
+        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
     return records

@@ -11,7 +11,7 @@ from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.study.assemble import step_timer
 
 PREFILL, DECODE = ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)
 
@@ -28,12 +28,12 @@ def model():
 
 @pytest.fixture(scope="module")
 def full(node, model):
-    return StepTimer(node, model, make_policy("full", {}), PREFILL, DECODE)
+    return step_timer(node, model, make_policy("full", {}), PREFILL, DECODE)
 
 
 @pytest.fixture(scope="module")
 def snap(node, model):
-    return StepTimer(node, model, make_policy("snapstream", {"budget": 32768}), PREFILL, DECODE)
+    return step_timer(node, model, make_policy("snapstream", {"budget": 32768}), PREFILL, DECODE)
 
 
 CASES = [("full", "decode", 16, 131072), ("snap", "decode", 64, 32768), ("snap", "prefill", 1, 16384)]
@@ -117,7 +117,7 @@ def test_decode_step_grows_with_context_and_batch(full):
 def test_memoised_and_deterministic(node, model, full):
     first = full.decode_step(16, 131072)
     assert full.decode_step(16, 131072) is first
-    fresh = StepTimer(node, model, make_policy("full", {}), PREFILL, DECODE)
+    fresh = step_timer(node, model, make_policy("full", {}), PREFILL, DECODE)
     assert fresh.decode_step(16, 131072) == first
 
 

@@ -4,7 +4,15 @@ from pathlib import Path
 import pytest
 from kv_test_models import deepseek_r1, llama
 
-from sn40l_sim.kvcache.sizing import kv_bytes_per_token, kv_bytes_per_token_layer, kv_sharding, kv_width
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.sizing import (
+    kv_bytes_per_socket,
+    kv_bytes_per_token,
+    kv_bytes_per_token_layer,
+    kv_sharding,
+    kv_width,
+)
+from sn40l_sim.models.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +61,34 @@ def test_python_specs_match_the_graph_files(path, python_spec):
     model = load_model(ROOT / "graphs" / path)
     assert model.attention == python_spec().attention and model.layers == python_spec().layers
     assert kv_bytes_per_token(model) == kv_bytes_per_token(python_spec())
+
+
+def test_kv_per_socket_under_data_parallel_attention_holds_whole_sequences():
+    r1 = deepseek_r1()
+    plan = ParallelPlan(tp=16, attention_dp=16)
+    assert kv_bytes_per_socket(r1, plan, 16, 32768) == 32768 * 70_272
+    assert kv_bytes_per_socket(r1, plan, 17, 32768) == 2 * 32768 * 70_272   # the busiest socket
+    assert kv_bytes_per_socket(r1, plan, 16, 32768, include_mtp=True) == 32768 * 62 * 1152
+
+
+def test_kv_per_socket_under_tensor_parallelism_splits_heads_then_rows():
+    # Llama-8B at TP16: 8 KV heads, one per socket pair, each pair splitting its rows
+    assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=16), 4, 1000) == 4 * 1000 * 131072 // 16
+    assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=4), 4, 1000) == 4 * 1000 * 131072 // 4
+    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 16, 1000) == 1000 * 70_272
+
+
+def test_prefill_splits_the_prompt_by_kv_heads_only():
+    assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=8), 1, 4096, phase="prefill") == 4096 * 131072 // 8
+    # MLA's one latent is not split: every prefill socket holds the whole prompt
+    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096, phase="prefill") == 4096 * 70_272
+
+
+def test_kv_per_socket_rounds_one_tokens_share_up_before_multiplying():
+    # 3 cached elements x 2 bytes per token, shared by 4 sockets: 1.5 B each, stored as 2
+    tiny = ModelSpec.model_validate(dict(
+        kind="model", name="tiny", layers=1, hidden=8, dense_ffn=8, vocab=8, weight_dtype="bf16",
+        attention=dict(kind="mla", heads=4, q_lora_rank=2, kv_lora_rank=1, qk_nope_head_dim=2,
+                       qk_rope_head_dim=2, v_head_dim=2)))
+    assert kv_bytes_per_token(tiny) == 2 * 3
+    assert kv_bytes_per_socket(tiny, ParallelPlan(tp=4), 3, 5) == 3 * 5 * 2

@@ -208,12 +208,16 @@ def test_mtp_adds_one_moe_layer(r1):
 
 @dataclass(frozen=True)
 class _TwoKernelPolicy:
-    """Test double of a KV policy: two fixed kernels per layer."""
+    """Test double of a KV policy (a KVPolicyHooks): two fixed kernels per layer in prefill, none in
+    decode."""
 
     def prefill_kernels(self, model, prompt_len, tp):
         op = Operator(name="scores", kind="gemm", flops=2 * 4 * 5 * 6, m=4, n=5, k=6, kv_read_bytes=prompt_len)
         return [FusedKernel("compress", "compress", "prefill", (op,), shards=tp),
                 FusedKernel("ring", "ring", "prefill", (), shards=tp)]
+
+    def decode_kernels(self, model, shape, plan):
+        return []
 
 
 def test_policy_kernels_follow_every_layer(r1):

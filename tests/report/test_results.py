@@ -11,16 +11,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serving"))
-from serving_doubles import DECODE, PREFILL, FakePlacer, FakeTimer, no_graph, r1_model  # noqa: E402
+from serving_doubles import DECODE, PREFILL, FakePlacer, fixed_costs, r1_model  # noqa: E402
 
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.report.fields import RESULTS  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402
-from sn40l_sim.report.records import DESIGN_FIELDS, build_record  # noqa: E402
+from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
 from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
 from sn40l_sim.serving.workload import Request  # noqa: E402
+from sn40l_sim.study.assemble import memory_placer  # noqa: E402
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
@@ -37,8 +39,7 @@ def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0)):
     def requests(slots):
         return [Request(i, round(t * clock), PROMPT, 4 + 3 * i) for i, t in enumerate(arrivals)]
 
-    result = simulate_point(s, requests, timer_factory=FakeTimer(), place=FakePlacer(40 * 2**30, 20 * 2**30),
-                            builder=no_graph)
+    result = simulate_point(s, requests, fixed_costs(policy), FakePlacer(40 * 2**30, 20 * 2**30))
     return build_record(result, experiment="demo", policy_params=params), result
 
 
@@ -50,7 +51,7 @@ def records():
 def test_records_have_the_design_fields_with_consistent_values(records):
     full, snap = records
     for rec in records:
-        assert set(DESIGN_FIELDS) <= set(rec)
+        assert set(RESULTS.design) <= set(rec)
         assert rec["decode_tokens_per_s"] == pytest.approx(rec["batch"] / rec["decode_step_s"])
         assert rec["decode_tokens_per_s_reported"] == pytest.approx(2.4 * rec["decode_tokens_per_s"])
         assert rec["prefill_len"] == PROMPT and rec["batch"] == 4
@@ -122,9 +123,8 @@ def test_the_memory_record_lists_every_tier_of_the_socket_in_order():
         "latency_s": "500 ns", "efficiency": 0.75, "reserved_bytes": "1 GiB"}})
     s = PointSetup(name="full", node=node, model=r1_model(), policy=make_policy("full", {}), prompt_len=131072,
                    prefill_plan=PREFILL, decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH,
-                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, batch=256,
-                   memory_order=("hbm", "cxl"), may_spill=("activations", "kv"))
-    result = simulate_point(s, lambda slots: [], timer_factory=FakeTimer(), builder=no_graph)
+                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, batch=256, may_spill=("activations", "kv"))
+    result = simulate_point(s, lambda slots: [], fixed_costs(s.policy), memory_placer(node, s.model, ("hbm", "cxl")))
     record = build_record(result, experiment="demo", policy_params={})
     memory = record["memory"]
     assert list(memory) == ["hbm", "ddr", "cxl"]

@@ -1,4 +1,4 @@
-"""One point end to end with doubles for the step timer, the memory placer and the graph builder:
+"""One point end to end with fixed step costs and a stand-in memory placer:
 maximum batch from memory, infeasible batches and contexts, and what the serving run gets."""
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import math
 import re
 
 import pytest
-from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, FakeTimer, no_graph, r1_model
+from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
 from sn40l_sim.serving.workload import Request
+from sn40l_sim.study.assemble import memory_placer
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
@@ -36,10 +37,9 @@ def one_per_slot(output_len=8):
 
 
 def run(policy, timer=None, placer=None, requests=None, **kw):
-    timer = timer or FakeTimer()
+    timer = timer or fixed_costs(policy)
     placer = placer or FakePlacer(weights=40 * 2**30, free=FREE)
-    result = simulate_point(setup(policy, **kw), requests or one_per_slot(), timer_factory=timer, place=placer,
-                            builder=no_graph)
+    result = simulate_point(setup(policy, **kw), requests or one_per_slot(), timer, placer)
     return result, timer, placer
 
 
@@ -83,22 +83,22 @@ def test_explicit_batch_within_the_maximum_runs_and_beyond_it_is_infeasible():
     with pytest.raises(InfeasibleError) as info:
         run(SNAP, batch=128)
     message = str(info.value)
-    assert info.value.field == "serving.batch"
-    assert "serving.batch 128 does not fit (largest compiled batch that fits: 64)" in message
+    assert info.value.field == "batch"
+    assert "a batch of 128 does not fit (largest compiled batch that fits: 64)" in message
     assert f"exceed the free {FREE} B" in message
 
 
 def test_a_context_that_does_not_fit_even_at_batch_1_is_infeasible():
     with pytest.raises(InfeasibleError) as info:
         run(FULL, placer=FakePlacer(weights=40 * 2**30, free=FULL_SLOT // 2))
-    assert info.value.field == "prompt_lens"
+    assert info.value.field == "prompt_len"
     assert "no compiled batch size fits, not even 1" in str(info.value)
 
 
 def test_requests_longer_than_the_graphs_are_rejected():
     with pytest.raises(InfeasibleError) as info:
         run(FULL, requests=lambda slots: [Request(0, 0, PROMPT + 1, 4)])
-    assert info.value.field == "workload" and "longer than the static graphs" in str(info.value)
+    assert info.value.field == "requests" and "longer than the static graphs" in str(info.value)
     with pytest.raises(InfeasibleError, match="exceeds the largest compiled size"):
         run(FULL, prefill_lens=(1024, 65536))
 
@@ -121,7 +121,7 @@ def test_no_host_link_is_a_located_input_error():
     bare = NODE.model_copy(update={"host_link": None})
     with pytest.raises(InputError, match="no host_link") as info:
         run(FULL, node=bare)
-    assert info.value.field == "serving.kv_transfer"
+    assert info.value.field == "kv_transfer"
 
 
 def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
@@ -136,34 +136,35 @@ def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
 
 # --- memory tiers and the experiment's memory options, with the real place_memory
 
-def run_real(policy, **kw):
-    """The real memory placer (R1 weights per socket, the node's tiers), fake timer and no graph."""
-    timer = FakeTimer()
-    result = simulate_point(setup(policy, **kw), one_per_slot(), timer_factory=timer, builder=no_graph)
-    return result, timer
+def run_real(policy, node=NODE, order=None, **kw):
+    """The real memory placer (R1 weights per socket, the node's tiers in ``order``), fixed costs."""
+    costs = fixed_costs(policy)
+    result = simulate_point(setup(policy, node=node, **kw), one_per_slot(), costs,
+                            memory_placer(node, MODEL, order))
+    return result, costs
 
 
 def test_weights_and_kv_stay_in_hbm_by_default_and_the_limit_says_why():
-    result, timer = run_real(FULL)
+    result, costs = run_real(FULL)
     assert result.max_batch == 16 and result.memory.outside("hbm") == {}
     # the next compiled batch's KV would spill to DDR, which the default refuses, in these words
     assert re.fullmatch(r"decode batch 32 does not fit in HBM per socket: weights \d+\.\d\d GiB \+ kv \d+\.\d\d GiB "
                         r"\+ activations 0\.00 GiB > \d+\.\d\d GiB usable HBM \(kv \d+\.\d\d GiB would spill to DDR; "
                         r"the serving model keeps weights and KV in HBM\)", result.next_failure), result.next_failure
-    assert timer.decode_memory is result.memory and timer.memory is result.prefill_memory
+    assert costs.memory == {"prefill": result.prefill_memory, "decode": result.memory}
 
 
 def test_kv_may_spill_to_ddr_when_the_experiment_allows_it():
-    result, timer = run_real(FULL, may_spill=("activations", "kv"))
+    result, costs = run_real(FULL, may_spill=("activations", "kv"))
     assert result.max_batch > 16
     spilled = result.memory.outside("hbm")
     assert set(spilled) == {"kv"} and result.memory.by_tier["ddr"]["kv"] == spilled["kv"] > 0
     # the decode step is timed with the KV where the placement put it
-    assert [tier for tier, _ in timer.decode_memory.tiers().kv] == ["hbm", "ddr"]
+    assert [tier for tier, _ in costs.memory["decode"].tiers().kv] == ["hbm", "ddr"]
 
 
 def test_placement_order_is_an_option():
-    result, _ = run_real(SNAP, memory_order=("ddr", "hbm"))
+    result, _ = run_real(SNAP, order=("ddr", "hbm"))
     assert result.memory.first_tier == "ddr" and not any(result.memory.by_tier["hbm"].values())
     assert result.memory.by_tier["ddr"]["weights"] > 0
 
@@ -174,8 +175,8 @@ def test_a_yaml_only_tier_can_take_the_kv():
     node = with_overrides(NODE, {"socket.memory.cxl": {
         "units_per_die": 1, "capacity_bytes_per_unit": "512 GiB", "bytes_per_s_per_unit": "30 GB/s",
         "latency_s": "500 ns", "efficiency": 0.75}})
-    result, timer = run_real(FULL, node=node, memory_order=("hbm", "cxl"), may_spill=("activations", "kv"))
+    result, _ = run_real(FULL, node=node, order=("hbm", "cxl"), may_spill=("activations", "kv"))
     assert result.max_batch > 16 and result.memory.by_tier["cxl"]["kv"] > 0
     assert not any(result.memory.by_tier["ddr"].values())         # left out of the order
     with pytest.raises(InfeasibleError, match="does not fit in HBM per socket.*would spill to CXL"):
-        run_real(FULL, node=node, memory_order=("hbm", "cxl"), batch=64)
+        run_real(FULL, node=node, order=("hbm", "cxl"), batch=64)

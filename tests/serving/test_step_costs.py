@@ -1,4 +1,4 @@
-"""StepTimer with stand-in builder and mapper: memoisation, determinism, input checks."""
+"""StepTimer with a stand-in builder and mapper: memoisation, determinism, graphs built once, input checks."""
 from __future__ import annotations
 
 import sys
@@ -17,12 +17,23 @@ from sn40l_sim.serving.step_costs import StepTimer
 NODE = node16()
 
 
-def build(model, shape, plan, policy, **options):
-    return shape, options
+class Built:
+    """What the stand-in builder returns: the shape and options, and no kernels (no activations)."""
+
+    def __init__(self, shape, options):
+        self.shape, self.options = shape, options
+
+    def kernels(self):
+        return []
 
 
-def place(node, built):
-    shape, options = built
+def builder(**options):
+    """A stand-in graph builder bound to ``options`` (the real one is bound to a model and a policy)."""
+    return lambda shape, plan: Built(shape, options)
+
+
+def place(built):
+    node, shape, options = NODE, built.shape, built.options
     weights = options.get("weights", 10**7)
     kv = 2000 * shape.batch * shape.kv_len
     n = max(1, shape.batch * max(shape.kv_len, shape.prompt_len) // 64)
@@ -35,7 +46,7 @@ def place(node, built):
 
 
 def timer(**options):
-    return StepTimer(NODE, None, None, None, None, graph_builder=build, graph_mapper=place, **options)
+    return StepTimer(NODE, None, None, build=builder(**options), place=place)
 
 
 def test_memoised_steps_are_the_same_object():
@@ -44,7 +55,16 @@ def test_memoised_steps_are_the_same_object():
     assert t.decode_step(8, 4096) is first
     assert t.decode_step(8, 4097) is not first
     assert t.prefill(4096) is t.prefill(4096)
-    assert t.stats == {"prefill_runs": 1, "prefill_hits": 1, "decode_runs": 2, "decode_hits": 1}
+    assert t.stats == {"prefill_runs": 1, "prefill_hits": 1, "decode_runs": 2, "decode_hits": 1, "graphs_built": 3}
+
+
+def test_a_graph_is_built_once_for_memory_sizing_and_timing():
+    t = timer()
+    t.decode_activation_bytes(8, 4096)
+    t.decode_step(8, 4096)
+    t.prefill_activation_bytes(1000)
+    t.prefill(1000)
+    assert t.stats["graphs_built"] == 2
 
 
 def test_separate_timers_agree_exactly():
@@ -85,13 +105,14 @@ def test_steps_stream_from_the_tiers_the_placement_chose():
     from sn40l_sim.mapper._examples import example_decode_kernel
     from sn40l_sim.mapper.placement import MemoryPlacement
 
-    def one_kernel(model, shape, plan, policy, **options):
+    def one_kernel(shape, plan):
         from sn40l_sim.ir import KernelGraph
         graph = KernelGraph("t", shape)
         graph.add(example_decode_kernel(kv_len=shape.kv_len))
         return graph
 
-    t = StepTimer(NODE, None, None, None, None, graph_builder=one_kernel, graph_mapper=map_graph)
+    t = StepTimer(NODE, None, None, build=one_kernel,
+                  place=lambda graph, memory=None: map_graph(NODE, graph, memory))
     in_hbm = MemoryPlacement({"hbm": {"weights": 1, "kv": 1}, "ddr": {}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
     offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
     default = t.decode_step(1, 65536)

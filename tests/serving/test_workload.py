@@ -58,7 +58,7 @@ def test_lengths_never_exceed_the_compiled_graphs():
 def test_a_request_longer_than_the_graphs_is_infeasible():
     with pytest.raises(InfeasibleError, match="prompt_len 5000 exceeds the point's prompt length 4096"):
         build(FixedWorkload(kind="fixed", count=2, prompt_len=5000, output_len=1))
-    with pytest.raises(InfeasibleError, match="output_len 200 exceeds serving.max_new_tokens 128"):
+    with pytest.raises(InfeasibleError, match="output_len 200 exceeds max_new_tokens 128"):
         build(FixedWorkload(kind="fixed", count=2, output_len=200))
 
 

@@ -69,7 +69,7 @@ def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, caps
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}:{line_of(text, 'batch: 4096')}: serving.batch: serving.batch 4096 does not fit" in err
+    assert f"{path}:{line_of(text, 'batch: 4096')}: serving.batch: a batch of 4096 does not fit" in err
     assert "GiB" in err  # the memory placer's numbers
     assert not (tmp_path / "out").exists()
 

@@ -11,8 +11,10 @@ import pytest
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
-from sn40l_sim.study.sweep.load import load_sweep, parse_sets, run_sweep
+from sn40l_sim.study.sweep.load import load_sweep, parse_sets
+from sn40l_sim.study.sweep.run import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -158,6 +160,7 @@ def test_failing_runs_are_reported_and_the_rest_complete(tmp_path, capsys):
     assert [r["batch"] for r in records] == [2, 2, 2048, 8, 8]
     assert all(r["sweep"] == {"serving.batch": r["batch"]} and r["sweep_point"] == f"batch={r['batch']}"
                for r in records)
+    assert all(RESULTS.mismatches(r) == [] for r in records)  # sweep records hold the declared fields
     # the same sweep in one process writes the same bytes
     assert main(["sweep", str(path), "--out", str(tmp_path / "b"), "--jobs", "1", "--quiet"]) == 1
     for name in ("results.json", "results.csv", "failures.json"):

@@ -36,12 +36,13 @@ Examples
 """
 from __future__ import annotations
 
-import copy
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from sn40l_sim.yamlio import PathError, set_value
 
 #: keys of a range axis, and of an axis with an explicit path
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
@@ -227,43 +228,15 @@ def point_name(axes: list[Axis], values: tuple[Any, ...]) -> str:
 
 
 def set_path(data: Any, path: tuple[str, ...], value: Any) -> None:
-    """Set ``path`` in plain YAML data in place: missing mappings are created; list entries are
-    picked by integer index or by their ``name``.
+    """Set ``path`` in plain YAML data in place (:func:`sn40l_sim.yamlio.set_value`: missing
+    mappings are created; list entries are picked by integer index or by their ``name``).
 
     Raises
     ------
     AxisError
         When a part of the path goes through a scalar, or names no list entry.
     """
-    node = data
-    for i, part in enumerate(path):
-        last = i == len(path) - 1
-        where = ".".join(path[: i + 1])
-        if isinstance(node, list):
-            index = _list_index(node, part, ".".join(path[:i]))
-            if last:
-                node[index] = copy.deepcopy(value)
-                return
-            node = node[index]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = copy.deepcopy(value)
-                return
-            if part not in node or node[part] is None:
-                node[part] = {}
-            node = node[part]
-        else:
-            raise AxisError(f"unknown axis path {'.'.join(path)!r}: {where[: -len(part) - 1]!r} is a "
-                            f"value ({node!r}), not a section")
-    raise AxisError("empty axis path")  # pragma: no cover - parse_axis refuses empty paths
-
-
-def _list_index(items: list, part: str, where: str) -> int:
-    if part.isdigit():
-        if int(part) < len(items):
-            return int(part)
-        raise AxisError(f"unknown axis path: {where} has {len(items)} entries, no index {part}")
-    names = [item.get("name") for item in items if isinstance(item, dict)]
-    if part in names:
-        return names.index(part)
-    raise AxisError(f"unknown axis path: {where} has no entry named {part!r} (entries: {', '.join(map(str, names))})")
+    try:
+        set_value(data, path, value)
+    except PathError as exc:
+        raise AxisError(f"unknown axis path {'.'.join(path)!r}: {exc}") from None

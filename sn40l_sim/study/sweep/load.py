@@ -1,5 +1,6 @@
-"""Sweeps: an experiment's ``sweep:`` section expanded into points, run in parallel processes, and
-collected into one ``results.json`` / ``results.csv``.
+"""Loading a sweep: an experiment's ``sweep:`` section checked and expanded into sweep points
+(:mod:`.plan` turns them into runs, :mod:`.run` runs them and collects one ``results.json`` /
+``results.csv``).
 
 Each sweep point is the experiment with the axes' values written in (or, for ``hardware.`` axes,
 the hardware with :func:`~sn40l_sim.hardware.loader.with_overrides` applied); it runs the
@@ -40,13 +41,17 @@ Examples
 from __future__ import annotations
 
 import copy
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document, make_point_policy
+from sn40l_sim.study.experiment import points as experiment_points
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
     Axis,
@@ -91,19 +96,6 @@ class Sweep:
     infeasible: str = "fail"
 
 
-class SweepRecords(list):
-    """The records of a sweep (a ``list`` of dicts) plus ``failures``: ``(point name, one-line
-    error)`` for every point that did not run."""
-
-    def __init__(self, records=(), failures=(), total: int | None = None) -> None:
-        super().__init__(records)
-        self.failures: list[tuple[str, str]] = list(failures)
-        #: runs that did not fit, with ``infeasible: skip`` (name, one-line reason)
-        self.skipped: list[tuple[str, str]] = []
-        #: runs attempted (records + failures + skipped)
-        self.total = len(self) + len(self.failures) if total is None else total
-
-
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``["serving.batch=8", "hardware.sockets=8"]`` -> ``{"serving.batch": 8, "hardware.sockets": 8}``
     (values read as YAML scalars).
@@ -111,8 +103,6 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     >>> parse_sets(["serving.batch=8", "hardware.socket.memory.hbm.bytes_per_s_per_unit=1 TB/s"])
     {'serving.batch': 8, 'hardware.socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'}
     """
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items or []:
         path, sep, text = item.partition("=")
@@ -186,8 +176,6 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
 def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
     """The experiment data with ``--set`` values written in, and the hardware overrides; each is
     checked on its own so that an error names the ``--set`` that caused it."""
-    from sn40l_sim.hardware.loader import with_overrides
-
     base, hardware = copy.deepcopy(base), {}
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
@@ -251,8 +239,6 @@ class _Checker:
         return self.doc.error(at, message)
 
     def check(self, axis: Axis) -> None:
-        from sn40l_sim.study.experiment import ExperimentSpec
-
         root = axis.path[0]
         if root not in ExperimentSpec.model_fields or root == "sweep":
             known = ", ".join(sorted(set(ExperimentSpec.model_fields) - {"sweep"}))
@@ -292,100 +278,29 @@ class _Checker:
         return self._valid[point.index]
 
     def _hardware(self, overrides: dict[str, Any]) -> None:
-        from sn40l_sim.hardware.loader import with_overrides
-
         if self._node is None:
             self._node = load_node(self.doc, self.base, {})
         with_overrides(self._node, overrides)
 
 
-def experiment_from_data(data: dict, doc: Document):
+def experiment_from_data(data: dict, doc: Document) -> Experiment:
     """An :class:`~sn40l_sim.study.experiment.Experiment` from plain data, with ``doc``'s file and lines
     for errors and relative paths."""
-    from sn40l_sim.study.experiment import experiment_from_document
-
     return experiment_from_document(Document(data, doc.path, doc.origins))
 
 
-def _check_points(exp) -> None:
-    from sn40l_sim.study.experiment import make_point_policy, points
-
-    for point in points(exp):
+def _check_points(exp: Experiment) -> None:
+    for point in experiment_points(exp):
         make_point_policy(exp, point)
 
 
-def load_node(doc: Document, data: dict, overrides: dict[str, Any]):
-    """The hardware named by ``data["hardware"]`` (relative to ``doc``) with ``overrides``."""
-    from sn40l_sim.hardware.loader import load_hardware, with_overrides
-
+def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
+    """The hardware named by ``data["hardware"]`` (relative to the file that wrote it) with ``overrides``."""
     hardware = data.get("hardware")
     if not isinstance(hardware, str):
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
-    node = load_hardware(doc.resolve(hardware))
+    node = load_hardware(doc.resolve(hardware, ("hardware",)))
     return with_overrides(node, overrides) if overrides else node
 
 
-def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
-              sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None) -> SweepRecords:
-    """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
-    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record)
-    and, when the section has ``plot:``, ``OUT/sweep.png``. Failures are printed on stderr.
-
-    Parameters
-    ----------
-    experiment_path : str or Path
-        An experiment file with a ``sweep:`` section.
-    out_dir : str or Path
-        Output folder (created).
-    jobs : int, optional
-        Worker processes (default ``os.cpu_count()``; 1 runs in this process).
-    progress : bool
-        Show a tqdm progress bar on stderr.
-    sets : dict, optional
-        Dotted path -> value applied to every point (see :func:`load_sweep`).
-    sweep : Sweep, optional
-        The already loaded sweep of ``experiment_path`` with ``sets`` (saves loading it twice).
-
-    Returns
-    -------
-    SweepRecords
-        The records (a list of dicts, in point order) with ``.failures`` and ``.skipped``.
-
-    Raises
-    ------
-    InputError
-        For a bad experiment or sweep section (before anything runs), or a ``plot:`` naming a
-        column the results do not have (after they are written).
-    """
-    from sn40l_sim.report.results import write_results
-    from sn40l_sim.study.sweep.run import run_points
-
-    sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
-    out_dir = Path(out_dir)
-    records = run_points(sweep, jobs, progress)
-    for name, error in records.failures:
-        print(f"point {name} failed: {error}", file=sys.stderr)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
-    listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
-    (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
-    _, csv_path = write_results(records, out_dir)
-    if records and sweep.plot is not None:
-        _plot(sweep, csv_path, out_dir / "sweep.png")
-    return records
-
-
-def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
-    from sn40l_sim.report.plot_csv import plot_csv
-
-    spec = sweep.plot or {}
-    hue = spec.get("hue")
-    where = spec.get("where") or {}
-    return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
-                    out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
-                    logy=bool(spec.get("logy", False)),
-                    where={str(k): str(v) for k, v in where.items()})
-
-
-__all__ = ["Sweep", "SweepPoint", "SweepRecords", "load_sweep", "run_sweep", "parse_sets", "experiment_from_data",
-           "load_node"]
+__all__ = ["Sweep", "SweepPoint", "load_sweep", "parse_sets", "experiment_from_data", "load_node"]

@@ -1,110 +1,112 @@
-"""Running a sweep (part of :mod:`sn40l_sim.study.sweep.load`): one run per (sweep point, experiment point).
+"""Running a sweep: every run of :mod:`.plan` in parallel processes, the records collected in run
+order into one ``results.json`` / ``results.csv`` (plus ``failures.json`` and the section's plot).
 
-A sweep point's experiment expands into its own points (KV policies x prompt lengths); each of
-them runs on its own, as the experiment restricted to that one policy entry and prompt length, so
-that a batch too large for ``full`` does not lose the ``snapstream`` record of the same sweep point,
-and so that the work spreads over the processes in small pieces. Runs go to a
-:class:`concurrent.futures.ProcessPoolExecutor` (each process keeps the hardware and models it
-has loaded, and the mapper's memo); the records come back in run order whatever order the
-processes finish in.
-
-Examples
---------
->>> data = {"policies": [{"name": "full"}, {"name": "snap", "per_prompt": [{"prompt_len": 8}, {"prompt_len": 16}]}],
-...         "prompt_lens": [8, 16]}
->>> origins = {("policies", 1, "name"): ("e.yaml", 9), ("prompt_lens",): ("e.yaml", 4)}
->>> sub, sub_origins = restrict(data, origins, policy_index=1, prompt_len=16)
->>> sub, sub_origins[("policies", 0, "name")]
-({'policies': [{'name': 'snap', 'per_prompt': [{'prompt_len': 16}]}], 'prompt_lens': [16]}, ('e.yaml', 9))
+Runs go to a :class:`concurrent.futures.ProcessPoolExecutor`; each task carries its run's loaded
+specs, and the records come back in run order whatever order the processes finish in. A run that
+fails is reported with its name and one-line error; the others still run.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
-import copy
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.legacy import upgrade_dotted
-from sn40l_sim.study.sweep.load import Sweep, SweepPoint, SweepRecords, experiment_from_data, load_node
-from sn40l_sim.yamlio import Document
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.report.plot_csv import plot_csv
+from sn40l_sim.report.results import write_results
+from sn40l_sim.study.assemble import Assembly
+from sn40l_sim.study.runner import simulate_assembly
+from sn40l_sim.study.sweep.load import Sweep, load_sweep
+from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
 
 
-@dataclass(frozen=True)
-class SweepRun:
-    """One experiment point of one sweep point: the unit of work of a process."""
+class SweepRecords(list):
+    """The records of a sweep (a ``list`` of dicts) plus ``failures``: ``(point name, one-line
+    error)`` for every point that did not run."""
 
-    sweep_point: SweepPoint
-    #: the experiment point's name (``full``, ``snap@4K``)
-    point_name: str
-    #: the sweep point's data restricted to this point's policy entry and prompt length
-    data: dict[str, Any]
-    origins: dict
-
-    @property
-    def name(self) -> str:
-        """``<experiment point>[<sweep point>]``: the record's name."""
-        return f"{self.point_name}[{self.sweep_point.name}]"
+    def __init__(self, records=(), failures=(), total: int | None = None) -> None:
+        super().__init__(records)
+        self.failures: list[tuple[str, str]] = list(failures)
+        #: runs that did not fit, with ``infeasible: skip`` (name, one-line reason)
+        self.skipped: list[tuple[str, str]] = []
+        #: runs attempted (records + failures + skipped)
+        self.total = len(self) + len(self.failures) if total is None else total
 
 
-def restrict(data: dict, origins: dict, policy_index: int, prompt_len: int) -> tuple[dict, dict]:
-    """The experiment data with one policy entry and one prompt length, and origins that still
-    point at the entry's lines."""
-    out = copy.deepcopy(data)
-    entry = out["policies"][policy_index]
-    if isinstance(entry.get("per_prompt"), list):
-        entry["per_prompt"] = [pp for pp in entry["per_prompt"] if pp.get("prompt_len") == prompt_len]
-    out["policies"] = [entry]
-    if "prompt_lens" in out:
-        out["prompt_lens"] = [prompt_len]
-    moved = {}
-    for key, where in origins.items():
-        if key[:1] == ("policies",) and len(key) > 1:
-            if key[1] == policy_index:
-                moved[("policies", 0) + key[2:]] = where
-        else:
-            moved[key] = where
-    return out, moved
 
 
-def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]]]:
-    """The runs of every sweep point, and ``(index, name, error)`` of the sweep points whose
-    experiment is invalid as a whole (a combination of values that passed one by one)."""
-    from sn40l_sim.study.experiment import points
+def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
+              sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None) -> SweepRecords:
+    """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
+    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record)
+    and, when the section has ``plot:``, ``OUT/sweep.png``. Failures are printed on stderr.
 
-    runs, failures = [], []
-    for sp in sweep.points:
-        try:
-            exp = experiment_from_data(sp.data, sweep.doc)
-            for p in points(exp):
-                data, origins = restrict(sp.data, sweep.doc.origins, p.policy_index, p.prompt_len)
-                runs.append(SweepRun(sp, p.name, data, origins))
-        except InputError as exc:
-            failures.append((sp.index, sp.name, str(exc)))
-    return runs, failures
+    Parameters
+    ----------
+    experiment_path : str or Path
+        An experiment file with a ``sweep:`` section.
+    out_dir : str or Path
+        Output folder (created).
+    jobs : int, optional
+        Worker processes (default ``os.cpu_count()``; 1 runs in this process).
+    progress : bool
+        Show a tqdm progress bar on stderr.
+    sets : dict, optional
+        Dotted path -> value applied to every point (see :func:`load_sweep`).
+    sweep : Sweep, optional
+        The already loaded sweep of ``experiment_path`` with ``sets`` (saves loading it twice).
+
+    Returns
+    -------
+    SweepRecords
+        The records (a list of dicts, in point order) with ``.failures`` and ``.skipped``.
+
+    Raises
+    ------
+    InputError
+        For a bad experiment or sweep section (before anything runs), or a ``plot:`` naming a
+        column the results do not have (after they are written).
+    """
+    sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
+    out_dir = Path(out_dir)
+    records = run_points(sweep, jobs, progress)
+    for name, error in records.failures:
+        print(f"point {name} failed: {error}", file=sys.stderr)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
+    listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
+    (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
+    _, csv_path = write_results(records, out_dir)
+    if records and sweep.plot is not None:
+        _plot(sweep, csv_path, out_dir / "sweep.png")
+    return records
 
 
-_LOADED: dict[str, Any] = {}  # per process: hardware and models already loaded
+def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
+    spec = sweep.plot or {}
+    hue = spec.get("hue")
+    where = spec.get("where") or {}
+    return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
+                    out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
+                    logy=bool(spec.get("logy", False)),
+                    where={str(k): str(v) for k, v in where.items()})
 
 
-def _cached(key: str, load):
-    if key not in _LOADED:
-        _LOADED[key] = load()
-    return _LOADED[key]
-
-
-def _node_field(node: Any, dotted: str) -> Any:
+def _node_field(node: NodeSpec, dotted: str) -> Any:
     out: Any = node
     for part in upgrade_dotted(dotted).split("."):
         out = out[part] if isinstance(out, dict) else getattr(out, part)   # memory tiers are a mapping
     return out
 
 
-def simulate_run(doc_path: str | Path, run: SweepRun, on_result=None) -> dict:
+def simulate_run(run: SweepRun, on_result=None) -> dict:
     """The record of one run (what a worker process does).
 
     Raises
@@ -112,36 +114,22 @@ def simulate_run(doc_path: str | Path, run: SweepRun, on_result=None) -> dict:
     InputError
         For an infeasible point (a batch that does not fit, ...), located in the experiment file.
     """
-    from sn40l_sim.hardware.loader import with_overrides
-    from sn40l_sim.models.loader import load_model
-    from sn40l_sim.study.runner import simulate_points
-
     sp = run.sweep_point
-    doc = Document(run.data, Path(doc_path), run.origins)
-    exp = experiment_from_data(run.data, doc)
-    spec = exp.spec
-    hw_path = exp.resolve(spec.hardware)
-    node = _cached(f"hw:{hw_path}", lambda: load_node(doc, run.data, {}))
-    if sp.hardware_overrides:
-        key = json.dumps(sp.hardware_overrides, sort_keys=True, default=str)
-        node = _cached(f"hw:{hw_path}:{key}", lambda: with_overrides(node, sp.hardware_overrides))
-    model_path = exp.resolve(spec.model)
-    model_key = json.dumps(spec.model_overrides, sort_keys=True, default=str)
-    model = _cached(f"model:{model_path}:{model_key}", lambda: load_model(model_path, spec.model_overrides or None))
-    (record,) = simulate_points(exp, node, model, on_result=on_result)
+    asm = Assembly(run.experiment, run.node, run.model)
+    (record,) = simulate_assembly(asm, only=[run.point], on_result=on_result)
     record["name"] = run.name
     record["sweep_point"] = sp.name
     # hardware axes as the node holds them (numbers in bytes/s, Hz, counts), others as written
-    record["sweep"] = {k: _node_field(node, sp.hardware_axes[k]) if k in sp.hardware_axes else v
+    record["sweep"] = {k: _node_field(run.node, sp.hardware_axes[k]) if k in sp.hardware_axes else v
                        for k, v in sp.values.items()}
     return record
 
 
 def _task(args: tuple) -> tuple[int, dict | None, str | None, bool]:
     """``(index, record, error, infeasible)`` of one run; never raises."""
-    index, doc_path, run = args
+    index, run = args
     try:
-        return index, simulate_run(doc_path, run), None, False
+        return index, simulate_run(run), None, False
     except InfeasibleError as exc:
         return index, None, str(exc), True
     except InputError as exc:
@@ -153,11 +141,9 @@ def _task(args: tuple) -> tuple[int, dict | None, str | None, bool]:
 def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True) -> SweepRecords:
     """Run every point of ``sweep`` in ``jobs`` processes (default ``os.cpu_count()``; 1 runs in
     this process) with a progress bar on stderr; the records in point order, with the failures."""
-    from tqdm import tqdm
-
     runs, failures = expand_runs(sweep)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(runs) or 1))
-    tasks = [(i, str(sweep.doc.path), run) for i, run in enumerate(runs)]
+    tasks = list(enumerate(runs))
     results: dict[int, tuple] = {}
     bar = tqdm(total=len(tasks), desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
                disable=not progress, dynamic_ncols=True)

@@ -12,16 +12,30 @@ Prefill attention is causal FlashAttention reading K/V tiles from the cache the 
 """
 from __future__ import annotations
 
-from sn40l_sim.models.context import ACT, Ctx, Step
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.models.context import ACT
+from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
+from sn40l_sim.models.tensors import Tensor
+from sn40l_sim.schema import PositiveInt
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.context import Ctx, Step
+
+
+def _att(c: Ctx) -> GQAAttentionSpec:
+    return c.model.attention  # type: ignore[return-value]
 
 
 def _d(c: Ctx) -> int:
-    return c.model.attention.head_dim
+    return _att(c).head_dim
 
 
 def _kv_heads(c: Ctx, ways: int) -> int:
-    return -(-c.model.attention.kv_heads // ways)
+    return -(-_att(c).kv_heads // ways)
 
 
 def _proj(c: Ctx, name: str, out: str) -> list[Step]:
@@ -149,3 +163,47 @@ def gqa_o_to_tp(c: Ctx) -> int:
 
 
 SIZES = {f.__name__: f for f in (gqa_q_to_dp, gqa_o_to_tp)}
+
+
+@register_family
+class GQAAttentionSpec(AttentionSpec):
+    """Grouped-query attention (Llama): ``kv_heads`` K/V heads shared by ``heads`` query heads."""
+
+    kind: Literal["gqa"]
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+
+    operators: ClassVar = OPERATORS
+    sizes: ClassVar = SIZES
+    default_template: ClassVar[str] = "kernels_llama.yaml"
+    # the prefill attention kernel reads K tiles from the cache the QKV kernel wrote
+    prefill_key_source: ClassVar = "cache"
+    title: ClassVar[str] = "grouped-query attention"
+
+    def weight_tensors(self, hidden: int) -> list[Tensor]:
+        """``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` (heads kept whole when split)."""
+        d = self.head_dim
+        return [
+            Tensor("q_proj", rows=hidden, cols=self.heads * d, col_granule=d),
+            Tensor("k_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d),
+            Tensor("v_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d),
+            Tensor("o_proj", rows=self.heads * d, cols=hidden, row_granule=d),
+        ]
+
+    def cached_tensors(self) -> tuple[CachedTensor, ...]:
+        """Keys and values, ``kv_heads x head_dim`` each."""
+        return (CachedTensor("keys", self.head_dim, self.kv_heads),
+                CachedTensor("values", self.head_dim, self.kv_heads))
+
+    def query_head_dim(self) -> int:
+        """``head_dim``."""
+        return self.head_dim
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        """Every KV head serves the same number of query heads."""
+        if self.heads % self.kv_heads:
+            yield "kv_heads", f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})"
+
+    def reference_plans(self) -> tuple[ParallelPlan, ParallelPlan]:
+        """TP8 in both phases: one socket per KV head of Llama-3.1."""
+        return ParallelPlan(tp=8), ParallelPlan(tp=8)

@@ -23,12 +23,22 @@ In decode a socket's cache holds the whole latent of each of its sequences (repl
 """
 from __future__ import annotations
 
-from sn40l_sim.models.context import ACT, Ctx, Step
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.models.context import ACT
+from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
+from sn40l_sim.models.tensors import Tensor
+from sn40l_sim.schema import PositiveInt
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.context import Ctx, Step
 
 
-def _att(c: Ctx):
-    return c.model.attention
+def _att(c: Ctx) -> MLAAttentionSpec:
+    return c.model.attention  # type: ignore[return-value]
 
 
 def _latent(c: Ctx) -> int:
@@ -219,3 +229,55 @@ def mla_o_to_tp(c: Ctx) -> int:
 
 
 SIZES = {f.__name__: f for f in (latent, mla_q_to_dp, mla_o_to_tp)}
+
+
+@register_family
+class MLAAttentionSpec(AttentionSpec):
+    """Multi-head latent attention (DeepSeek): one cached latent + RoPE key per token and layer."""
+
+    kind: Literal["mla"]
+    q_lora_rank: PositiveInt
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+    operators: ClassVar = OPERATORS
+    sizes: ClassVar = SIZES
+    default_template: ClassVar[str] = "kernels_deepseek.yaml"
+    # prefill runs the non-absorbed form: the QKV kernel writes a 192-wide key per query head
+    prefill_key_source: ClassVar = "activations"
+    title: ClassVar[str] = "multi-head latent attention"
+
+    def weight_tensors(self, hidden: int) -> list[Tensor]:
+        """``q_a``, ``q_norm``, ``q_b``, ``kv_a``, ``kv_norm``, ``kv_b``, ``o_proj`` (heads kept
+        whole when split)."""
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        return [
+            Tensor("q_a", rows=hidden, cols=self.q_lora_rank),
+            Tensor("q_norm", rows=self.q_lora_rank, group="norms", vector=True),
+            Tensor("q_b", rows=self.q_lora_rank, cols=self.heads * qk, col_granule=qk),
+            Tensor("kv_a", rows=hidden, cols=self.kv_lora_rank + self.qk_rope_head_dim),
+            Tensor("kv_norm", rows=self.kv_lora_rank, group="norms", vector=True),
+            Tensor("kv_b", rows=self.kv_lora_rank, cols=self.heads * (self.qk_nope_head_dim + self.v_head_dim),
+                   col_granule=self.qk_nope_head_dim + self.v_head_dim),
+            Tensor("o_proj", rows=self.heads * self.v_head_dim, cols=hidden, row_granule=self.v_head_dim),
+        ]
+
+    def cached_tensors(self) -> tuple[CachedTensor, ...]:
+        """The latent and the RoPE key: one row shared by all heads, so a single "KV head"."""
+        return (CachedTensor("latent", self.kv_lora_rank, 1),
+                CachedTensor("rope_key", self.qk_rope_head_dim, 1))
+
+    def query_head_dim(self) -> int:
+        """``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        """RoPE rotates pairs of elements."""
+        if self.qk_rope_head_dim % 2:
+            yield "qk_rope_head_dim", f"RoPE rotates pairs: qk_rope_head_dim must be even, got {self.qk_rope_head_dim}"
+
+    def reference_plans(self) -> tuple[ParallelPlan, ParallelPlan]:
+        """The SnapStream paper's deployment: prefill TP16, decode TP16 with attention DP16."""
+        return ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16)

@@ -1,0 +1,165 @@
+"""What an attention family is: the spec class every family derives from, and the registry.
+
+A family (``mla``, ``gqa``, ...) is one module under ``models/families/``. Its spec class, a
+subclass of :class:`AttentionSpec` decorated with :func:`register_family`, holds the fields a
+model file writes under ``attention:`` (tagged by ``kind``) and answers every question the rest of
+the simulator asks about attention, so no other module branches on the kind:
+
+=========================  ==============================================================
+``operators``, ``sizes``   operator and collective-size formulas the kernel templates name
+``default_template``       kernel template used when a model file names none
+``weight_tensors``         the attention weights one layer adds to the tensor inventory
+``cached_tensors``         what one layer caches per token (widths and KV heads; the KV
+                           sharding, KV bytes and the SnapKV / ring-buffer kernels follow)
+``query_head_dim``         width of one query head as the prefill QKV kernel writes it
+``prefill_key_source``     where prefill's per-head keys live (for SnapKV scoring)
+``problems``               checks across fields that the schema cannot express
+``reference_plans``        the parallel plans ``describe`` shows the model under
+``title``                  what ``describe`` calls the family
+=========================  ==============================================================
+
+Adding a family touches two Python files (its module, and one import line in
+``models/families/__init__.py`` that registers it) plus its default kernel template under
+``graphs/``; ``tests/models/test_families.py`` does it with a toy family defined in the test.
+
+Examples
+--------
+>>> from sn40l_sim.models.families import FAMILIES, MLAAttentionSpec
+>>> sorted(FAMILIES), FAMILIES["mla"] is MLAAttentionSpec
+(['gqa', 'mla'], True)
+>>> from sn40l_sim.models.spec import ModelSpec
+>>> ModelSpec.model_validate(dict(kind="model", name="x", layers=1, hidden=8, dense_ffn=8, vocab=8,
+...     weight_dtype="bf16", attention=dict(kind="mha", heads=2)))  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelSpec
+attention.kind
+  unknown attention kind; expected one of gqa, mla [type=attention_kind, input_value='mha', input_type=str]
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+from pydantic import ValidationError
+from pydantic_core import PydanticCustomError
+
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.schema import PositiveInt, StrictModel
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.context import Ctx, Step
+    from sn40l_sim.models.tensors import Tensor
+
+#: an operator formula: the build context -> the operators (steps) it contributes to a kernel
+OperatorFormula = Callable[["Ctx"], "list[Step]"]
+#: a collective-size formula: the build context -> bytes (0: no collective)
+SizeFormula = Callable[["Ctx"], int]
+
+
+@dataclass(frozen=True)
+class CachedTensor:
+    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token."""
+
+    name: str
+    width: int
+    heads: int
+
+
+class AttentionSpec(StrictModel):
+    """The base of every family's spec: the fields and answers all families share.
+
+    A family overrides ``kind`` with ``Literal["<kind>"]``, adds its fields, sets the class
+    variables and implements the three abstract answers (``weight_tensors``, ``cached_tensors``,
+    ``query_head_dim``); the other answers have defaults.
+    """
+
+    kind: str
+    #: query heads
+    heads: PositiveInt
+
+    #: operator formulas (name -> formula) the family's kernel templates may name
+    operators: ClassVar[Mapping[str, OperatorFormula]] = {}
+    #: collective-size formulas (name -> formula)
+    sizes: ClassVar[Mapping[str, SizeFormula]] = {}
+    #: kernel template (a file in ``graphs/``, or an absolute path) used when the model names none
+    default_template: ClassVar[str]
+    #: where prefill attention's per-query-head keys are when SnapKV scores the prompt:
+    #: ``"activations"`` (written per head by the QKV kernel) or ``"cache"`` (read from the cache,
+    #: one key per KV head)
+    prefill_key_source: ClassVar[Literal["activations", "cache"]] = "cache"
+    #: what ``describe`` calls the family
+    title: ClassVar[str] = ""
+
+    @abstractmethod
+    def weight_tensors(self, hidden: int) -> list[Tensor]:
+        """The attention weights of one layer (the projections in and out of attention)."""
+
+    @abstractmethod
+    def cached_tensors(self) -> tuple[CachedTensor, ...]:
+        """The tensors one layer caches per token."""
+
+    @abstractmethod
+    def query_head_dim(self) -> int:
+        """Width of one query head as the prefill QKV kernel writes it."""
+
+    def kv_width(self) -> int:
+        """Elements cached per token and layer."""
+        return sum(t.width * t.heads for t in self.cached_tensors())
+
+    def cache_heads(self) -> int:
+        """KV heads of the cache (each cached tensor has that many); tensor parallelism shards
+        the cache by them (see :func:`sn40l_sim.kvcache.sizing.kv_sharding`)."""
+        return self.cached_tensors()[0].heads
+
+    def problems(self) -> Iterator[tuple[str, str]]:
+        """``(field, message)`` for each check across fields that fails (none by default)."""
+        return iter(())
+
+    def reference_plans(self) -> tuple[ParallelPlan, ParallelPlan]:
+        """(prefill, decode) plans of the family's reference deployment, which ``describe``
+        reports (one socket by default)."""
+        return ParallelPlan(), ParallelPlan()
+
+
+#: kind -> spec class of every registered family
+FAMILIES: dict[str, type[AttentionSpec]] = {}
+
+S = TypeVar("S", bound=type[AttentionSpec])
+
+
+def register_family(cls: S) -> S:
+    """Class decorator adding an attention family to :data:`FAMILIES` under its ``kind``."""
+    kind = cls.model_fields["kind"].annotation
+    args = getattr(kind, "__args__", ())
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise TypeError(f"{cls.__name__}.kind must be Literal['<kind>'], got {kind!r}")
+    FAMILIES[args[0]] = cls
+    return cls
+
+
+def known_kinds() -> str:
+    """The registered kinds, for messages."""
+    return ", ".join(sorted(FAMILIES))
+
+
+def validate_attention(value: Any, handler: Any) -> AttentionSpec:
+    """pydantic wrap validator of ``ModelSpec.attention``: validate with the registered family
+    that ``kind`` names, so errors are located inside the family's fields and an unknown kind is
+    one error at ``attention.kind`` listing the known ones."""
+    if isinstance(value, AttentionSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise PydanticCustomError("attention_mapping", "expected a mapping with kind: {kinds}",
+                                  {"kinds": " | ".join(sorted(FAMILIES))})
+    kind = value.get("kind")
+    if not isinstance(kind, str) or kind not in FAMILIES:
+        error = PydanticCustomError("attention_kind", "unknown attention kind; expected one of {kinds}",
+                                    {"kinds": known_kinds()})
+        loc = ("kind",)
+        raise ValidationError.from_exception_data(
+            "attention", [{"type": error, "loc": loc, "input": kind}] if "kind" in value
+            else [{"type": "missing", "loc": loc, "input": value}])
+    return FAMILIES[kind].model_validate(value)

@@ -1,0 +1,175 @@
+"""Every results field, declared once: name, unit, description, plot axis text, printed-table row,
+CSV position, and whether the goldens keep it (the types are in :mod:`sn40l_sim.report.registry`).
+
+:func:`sn40l_sim.report.records.build_record` produces the values; ``results.csv``
+(:mod:`~sn40l_sim.report.results`), the table ``run`` prints (:mod:`~sn40l_sim.report.table`),
+plot axis labels (:mod:`~sn40l_sim.report.plot_csv`), the goldens
+(:mod:`~sn40l_sim.study.golden`) and ``docs/results.md`` (:mod:`~sn40l_sim.report.results_doc`)
+read this declaration. Adding a field is an entry here and a line in ``build_record``, then
+``python scripts/make_results_doc.py`` (tests fail while either is missing or the page is stale).
+
+Units are those of the record: seconds, bytes, cycles of the socket clock, tokens; ``1`` marks a
+fraction or a plain number, an empty unit a text.
+
+Examples
+--------
+>>> RESULTS.design[:4], RESULTS["ttft_s"].unit, RESULTS.axis_label("latency.tpot_s.p99")
+(('name', 'model', 'hardware', 'kv_policy'), 's', ('TPOT p99 (s)', 1.0))
+"""
+from __future__ import annotations
+
+from sn40l_sim.report.registry import Field, Fields
+from sn40l_sim.report.table_rows import Row, TierRows
+
+
+def _summary(what: str, values: str, count: str, p99_row: Row | None = None) -> tuple[Field, ...]:
+    """The parts of a latency summary (:func:`sn40l_sim.report.metrics.summary`), in seconds."""
+    stats = (("max", "Largest"), ("mean", "Mean"), ("p50", "Median"), ("p90", "90th percentile"))
+    return (Field("count", "1", f"Number of {count}.", axis=f"{what} count"),
+            *(Field(stat, "s", f"{text} of the {values}.", axis=f"{what} {stat}") for stat, text in stats),
+            Field("p99", "s", f"99th percentile of the {values}.", axis=f"{what} p99", table=p99_row))
+
+
+RESULTS = Fields([
+    # what was simulated
+    Field("experiment", "", "The experiment's name.", axis="experiment"),
+    Field("name", "", "The point's name: the policy entry's name (in a sweep, with the sweep point's name).",
+          csv=1, design=True, axis="point"),
+    Field("model", "", "The model's name.", csv=2, design=True, axis="model"),
+    Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
+    Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
+          table=Row(10, "KV policy")),
+    Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them (budget, sink, "
+          "recent, ...: token counts).", keys=("param",), axis="KV policy {param}"),
+    Field("prefill_len", "tokens", "Prompt length of the point's requests.", csv=5, design=True,
+          axis="prompt length", table=Row(20, "prompt (tokens)")),
+    Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",
+          axis="compiled prefill length"),
+    Field("kv_len", "tokens", "Decode KV-cache length per sequence: the static cache the decode step is simulated "
+          "at (prompt plus new tokens for full, the policy's budget for a compressing policy).", csv=6, design=True,
+          golden=True, axis="KV cache per sequence", table=Row(30, "KV cache per sequence (tokens)")),
+    Field("max_new_tokens", "tokens", "Most tokens a request generates.", axis="max new tokens"),
+    Field("batch", "sequences", "Decode batch the point is simulated at (sequences per decode node).", csv=7,
+          design=True, golden=True, axis="decode batch (sequences per node)", table=Row(50, "batch")),
+    Field("max_batch", "sequences", "Largest compiled decode batch whose weights, KV and activations fit in a "
+          "decode node's memory.", csv=8, design=True, golden=True,
+          axis="largest decode batch that fits (sequences)", table=Row(40, "max batch")),
+    Field("max_batch_limit", "", "Why the next compiled batch does not fit (empty when every one fits).",
+          axis="batch limit"),
+    Field("mode", "", "Serving mode: disaggregated (prefill and decode nodes) or colocated.", axis="serving mode"),
+    Field("prefill_nodes", "nodes", "Prefill nodes (0 when co-located).", axis="prefill nodes"),
+    Field("decode_nodes", "nodes", "Decode nodes.", axis="decode nodes"),
+    # latency of the served requests
+    Field("ttft_s", "s", "Time to first token, mean over the served requests (arrival to the end of its "
+          "prefill, queueing included); empty without a workload.", csv=9, design=True, golden=True, axis="TTFT",
+          table=Row(100, "TTFT mean (s)", ".3f")),
+    Field("tpot_s", "s", "Time per output token, mean over the served requests with more than one token "
+          "((last token - first token) / (tokens - 1)).", csv=10, design=True, golden=True, axis="TPOT",
+          table=Row(120, "TPOT mean (ms)", ".2f", 1e3)),
+    Field("latency", "", "Latency distributions over the served requests.", parts=(
+        Field("ttft_s", "", "Time to first token of every served request.",
+              parts=_summary("TTFT", "times to first token", "requests", Row(110, "TTFT p99 (s)", ".3f"))),
+        Field("tpot_s", "", "Time per output token of every served request with more than one token.",
+              parts=_summary("TPOT", "times per output token", "requests with more than one token",
+                             Row(130, "TPOT p99 (ms)", ".2f", 1e3))),
+        Field("itl_s", "", "Every gap between consecutive tokens of a request (inter-token latency).",
+              parts=_summary("ITL", "inter-token gaps", "inter-token gaps")),
+    )),
+    # prefill
+    Field("prefill_s", "s", "One prefill of the point's prompt.", axis="prefill of one prompt",
+          table=Row(60, "prefill, one prompt (s)", ".3f")),
+    Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles.", golden=True,
+          axis="prefill"),
+    Field("prefill_kernel_cycles", "cycles", "Cycles of one prefill by kernel kind, summed over the graph.",
+          keys=("kernel",), golden=True, axis="prefill time in {kernel} kernels"),
+    Field("prefill_kernel_share", "1", "Fraction of one MoE layer's prefill time by kernel kind (the engine's "
+          "representative layer: the first with a MoE kernel, else the first layer).", keys=("kernel",), csv=15,
+          design=True, golden=True, axis="share of a prefill MoE layer: {kernel}"),
+    Field("prefill_kernel_share_layer", "1", "Index of the layer prefill_kernel_share describes.",
+          axis="representative prefill layer"),
+    Field("prefill_policy_overhead", "1", "Cycles of the kernels the KV policy adds to prefill over the cycles of "
+          "the rest (SnapStream's prefill overhead; 0 for full).",
+          axis="KV-policy prefill overhead (fraction of prefill)",
+          table=Row(70, "KV-policy prefill overhead (%)", ".2f", 100)),
+    # decode
+    Field("decode_step_s", "s", "One step of the static decode graph at the point's batch and kv_len.", csv=11,
+          design=True, axis="decode step", table=Row(140, "decode step (ms)", ".2f", 1e3)),
+    Field("decode_step_cycles", "cycles", "One decode step, in socket clock cycles.", golden=True,
+          axis="decode step"),
+    Field("decode_kernel_cycles", "cycles", "Cycles of one decode step by kernel kind, summed over the graph.",
+          keys=("kernel",), golden=True, axis="decode time in {kernel} kernels"),
+    Field("decode_step_breakdown_s", "s", "Where one decode step goes, by cause (weights_streaming, kv_reads, "
+          "activations, attention_compute, other_compute, collectives, overheads, pipeline_fill, idle); the parts "
+          "add up to decode_step_s.", keys=("cause",), axis="decode step: {cause}"),
+    Field("decode_tokens_per_s", "tokens/s", "Raw decode throughput of a decode node: batch / decode_step_s "
+          "(one token per sequence per step, every slot full).", csv=12, design=True, golden=True,
+          axis="decode tokens/s (raw)", table=Row(150, "decode tokens/s (raw)", ".1f")),
+    Field("tokens_per_forward", "tokens", "Tokens per forward pass (multi-token prediction; 1 without).",
+          axis="tokens per forward pass (MTP)", table=Row(160, "tokens per forward (MTP)", ".2f")),
+    Field("decode_tokens_per_s_reported", "tokens/s", "decode_tokens_per_s x tokens_per_forward, as papers report "
+          "throughput with multi-token prediction.", csv=13, design=True, golden=True,
+          axis="decode tokens/s (reported, x tokens per forward)",
+          table=Row(170, "decode tokens/s (reported)", ".1f")),
+    # KV cache
+    Field("kv_bytes_per_token", "B", "KV-cache bytes of one token, all layers.",
+          axis="KV bytes per token (all layers)"),
+    Field("kv_transfer_bytes", "B", "KV cache sent from a prefill node to a decode node per request (0 when "
+          "co-located).", golden=True, axis="KV transfer per request",
+          table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
+    Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
+          table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),
+    # memory
+    Field("memory", "B", "Bytes per socket of a decode node by memory tier and use (weights, kv, activations, and "
+          "what the runtime reserves), with the tier's free bytes and physical capacity.", keys=("tier", "use"),
+          csv=14, design=True, axis="{TIER} per socket: {use}", table=TierRows(220)),
+    Field("memory_prefill_node", "B", "The same for a prefill node; empty when prefill is co-located.",
+          keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}"),
+    # the served run
+    Field("throughput", "", "Rates of the served run (first arrival to last token); empty without a workload.",
+          parts=(
+              Field("makespan_s", "s", "First arrival to the last token.", axis="served run makespan"),
+              Field("requests", "requests", "Requests served.", axis="requests served",
+                    table=Row(180, "requests served")),
+              Field("output_tokens", "tokens", "Output tokens generated.", axis="output tokens served"),
+              Field("requests_per_s", "requests/s", "Requests per second of the run.", axis="served requests/s",
+                    table=Row(200, "served requests/s", ".4f")),
+              Field("output_tokens_per_s", "tokens/s", "Output tokens per second of the run.",
+                    axis="served output tokens/s", table=Row(190, "served output tokens/s", ".1f")),
+              Field("decode_steps", "steps", "Decode steps run, all decode nodes.", axis="decode steps"),
+              Field("decode_tokens_per_s_observed", "tokens/s", "Raw decode tokens per second of decode-step "
+                    "time, with the slots actually filled.", axis="decode tokens/s observed (raw)"),
+              Field("mean_active_slots", "sequences", "Mean filled decode slots per step.",
+                    axis="mean active decode slots"),
+          )),
+    Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
+        Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "
+              "node; empty without a workload.", keys=("role",), is_list=True),
+        Field("prefill_step", "1", "Busy cycles of each hardware resource in one prefill, as a fraction of its "
+              "cycles.", keys=("resource",), axis="prefill busy fraction: {resource}"),
+        Field("decode_step", "1", "Busy cycles of each hardware resource in one decode step, as a fraction of its "
+              "cycles.", keys=("resource",), axis="decode step busy fraction: {resource}"),
+    )),
+    Field("kv_occupancy", "", "KV cache held by the decode nodes over the served run; empty without a workload.",
+          parts=(
+              Field("capacity_bytes_per_node", "B", "KV bytes reserved for a decode node's slots.",
+                    axis="KV reserved per decode node"),
+              Field("peak_bytes", "B", "Most KV bytes a decode node held after a step.",
+                    axis="peak KV per decode node"),
+              Field("peak_fraction", "1", "peak_bytes over capacity_bytes_per_node.",
+                    axis="peak KV occupancy (fraction of reserved)",
+                    table=Row(210, "peak KV occupancy (%)", ".1f", 100)),
+              Field("mean_fraction", "1", "Time-weighted mean occupancy over capacity_bytes_per_node.",
+                    axis="mean KV occupancy (fraction of reserved)"),
+              Field("series", "", "Occupancy after every k-th step (at most 100 per node, the peak step "
+                    "included).", is_list=True, parts=(
+                        Field("node", "1", "Decode node index."),
+                        Field("t_s", "s", "End of the step."),
+                        Field("kv_bytes", "B", "KV bytes the node held."),
+                        Field("slots_in_use", "sequences", "Decode slots holding a sequence."),
+                    )),
+          )),
+    # sweeps
+    Field("sweep_point", "", "The sweep point's name.", sweep_only=True, axis="sweep point"),
+    Field("sweep", "per axis", "Value of each sweep axis at this run (hardware axes in the node's units: bytes, bytes/s, "
+          "Hz, counts).", keys=("axis",), path_key=True, sweep_only=True, axis="{axis}"),
+])

@@ -1,0 +1,178 @@
+"""The one assembly step: an experiment (plus hardware overrides) -> the node, the model, and for
+each point its KV policy, its serving set-up, its step costs and its memory placer.
+
+``run``, ``sweep``, ``map``, ``validate`` and ``calibrate`` all come through here, so the way an
+experiment becomes spec objects is written once. This is also where the lower layers meet: the
+serving model (:mod:`sn40l_sim.serving`) is handed the graph builder (:mod:`sn40l_sim.models`),
+the mapper and memory placer (:mod:`sn40l_sim.mapper`) already bound to this experiment, and the
+errors it raises in its own words (the :class:`~sn40l_sim.serving.point.PointSetup` field they are
+about) are located here in the experiment file.
+
+Examples
+--------
+>>> from sn40l_sim.study.experiment import load_experiment
+>>> asm = assemble(load_experiment("experiments/deepseek_tp16.yaml"))
+>>> asm.node.sockets, asm.model.name, [p.name for p in asm.points]
+(16, 'deepseek-r1', ['full', 'snapstream'])
+>>> setup = asm.setup(asm.points[1])
+>>> setup.policy.name, setup.prompt_len, setup.decode_plan
+('snapstream', 131072, ParallelPlan(tp=16, attention_dp=16))
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.base import KVPolicy
+from sn40l_sim.mapper import map_graph
+from sn40l_sim.mapper.memory import place_memory
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.serving.point import MemoryPlacer, PointSetup
+from sn40l_sim.serving.step_costs import StepTimer
+from sn40l_sim.serving.workload import Request, build_requests
+from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, memory_order, points
+
+#: a :class:`PointSetup` field (the serving model's word for what was wrong) -> the experiment
+#: field it comes from, for error locations
+SETUP_FIELDS = {
+    "prompt_len": "prompt_lens",
+    "batch": "serving.batch",
+    "prefill_lens": "serving.prefill_lens",
+    "kv_transfer": "serving.kv_transfer",
+    "requests": "workload",
+    "graph_options": "graph_options",
+    "prefill_plan": "parallel.prefill",
+    "decode_plan": "parallel.decode",
+}
+
+
+def plan_of(phase_plan: Any) -> ParallelPlan:
+    """The IR's :class:`ParallelPlan` of an experiment's ``parallel.<phase>`` section."""
+    return ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
+
+
+def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
+               decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
+               **timer_options: Any) -> StepTimer:
+    """A :class:`StepTimer` with the real graph builder (bound to ``model``, ``policy`` and
+    ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
+    given, says which tier each tensor streams from)."""
+    options = dict(graph_options or {})
+    return StepTimer(node, prefill_plan, decode_plan,
+                     build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
+                     place=lambda graph, memory=None: map_graph(node, graph, memory), **timer_options)
+
+
+def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
+    """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node``, ``model`` and the tier
+    ``order`` (default: the node's tiers, fastest first)."""
+    return lambda plan, kv_bytes, activation_bytes: place_memory(node, model, plan, kv_bytes, activation_bytes,
+                                                                 order)
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """An experiment with its hardware and model loaded: everything a point needs.
+
+    Attributes
+    ----------
+    experiment : Experiment
+        The validated experiment (its document locates errors).
+    node : NodeSpec
+        The hardware, with any overrides applied.
+    model : ModelSpec
+        The model, with the experiment's ``model_overrides`` applied.
+    """
+
+    experiment: Experiment
+    node: NodeSpec
+    model: ModelSpec
+
+    @cached_property
+    def points(self) -> list[Point]:
+        """The experiment's points (KV policies x prompt lengths)."""
+        return points(self.experiment)
+
+    def policy(self, point: Point) -> KVPolicy:
+        """The point's KV policy; a bad one is an error at its policy entry."""
+        return make_point_policy(self.experiment, point)
+
+    def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:
+        """The serving set-up of ``point``."""
+        spec = self.experiment.spec
+        serving = spec.serving
+        return PointSetup(
+            name=point.name, node=self.node, model=self.model, policy=policy or self.policy(point),
+            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
+            decode_plan=plan_of(spec.parallel.decode), mode=serving.mode,
+            prefill_nodes=self.experiment.prefill_node_count, decode_nodes=serving.decode_nodes,
+            batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
+            max_new_tokens=self.experiment.max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
+            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
+            may_spill=spec.memory.may_spill)
+
+    def step_timer(self, setup: PointSetup) -> StepTimer:
+        """The step costs of a point: its graphs built, mapped and simulated."""
+        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan,
+                          setup.graph_options)
+
+    def memory_placer(self) -> MemoryPlacer:
+        """The memory placer of this node and model, in the experiment's tier order."""
+        return memory_placer(self.node, self.model, memory_order(self.experiment, self.node))
+
+    def requests(self, point: Point, serve: bool = True) -> Callable[[int], list[Request]]:
+        """``slots -> requests`` of the workload at ``point`` (none when ``serve`` is False)."""
+        spec = self.experiment.spec
+        workload = spec.workload
+        if workload is None:
+            raise self.experiment.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+        trace_path = self.experiment.resolve(workload.path, ("workload", "path")) if workload.kind == "trace" else None
+        max_new_tokens = self.experiment.max_new_tokens
+        clock_hz = self.node.socket.clock_hz
+
+        def requests_for(slots: int) -> list[Request]:
+            if not serve:
+                return []
+            return build_requests(workload, prompt_len=point.prompt_len, max_new_tokens=max_new_tokens,
+                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_path=trace_path)
+
+        return requests_for
+
+    def locate(self, exc: InputError) -> InputError:
+        """An error from the simulation that names no file, located in the experiment file: a
+        :class:`PointSetup` field becomes the experiment field it comes from."""
+        if exc.file is not None:
+            return exc
+        field = SETUP_FIELDS.get(exc.field or "", exc.field)
+        path = tuple(field.split(".")) if field else ()
+        file, line = self.experiment.doc.where(path)
+        return exc.__class__(exc.message, file=file, field=field, line=line)
+
+
+def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
+             node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
+    """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
+
+    Raises
+    ------
+    InputError
+        For a missing workload, or a bad hardware or model file (naming the experiment field that
+        led to it when the file is missing), or a ``memory.order`` naming a tier the hardware lacks.
+    """
+    spec = experiment.spec
+    if node is None:
+        node = load_hardware(experiment.resolve(spec.hardware, ("hardware",)))
+    if hardware_overrides:
+        node = with_overrides(node, hardware_overrides)
+    memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
+    if model is None:
+        model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
+    return Assembly(experiment, node, model)

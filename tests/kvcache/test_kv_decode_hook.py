@@ -1,0 +1,101 @@
+"""A KV policy acting in decode: a toy H2O-style policy, defined and registered in this test, adds
+a score-and-evict kernel to every layer of every decode step; the kernel appears in the decode
+graph (not in prefill) and the serving step timer charges its time."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
+from sn40l_sim.kvcache import POLICIES, KVPolicy, make_policy, register
+from sn40l_sim.kvcache.sizing import kv_dtype_bytes, kv_sharding, kv_width
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.study.assemble import step_timer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class EvictEveryStep(KVPolicy):
+    """Heavy-hitter eviction: a fixed cache of ``budget`` tokens; each decode step adds the new
+    query's attention weights (summed over this socket's heads) to running per-position scores,
+    finds the lowest-scoring position and overwrites it with the new token's row."""
+
+    name = "toy_h2o"
+    budget: int = 1024
+
+    def cache_len(self, prompt_len: int, generated: int) -> int:
+        return min(prompt_len + generated, self.budget)
+
+    def static_cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
+        return self.budget
+
+    def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
+        return []
+
+    def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
+        seqs = math.ceil(shape.batch / plan.attention_dp)
+        heads = kv_sharding(model, plan.tp // plan.attention_dp).query_heads
+        positions = seqs * shape.kv_len
+        row = seqs * kv_width(model)
+        ops = (Operator("accumulate_scores", "reduction", elements=positions * heads, dtype="fp32"),
+               Operator("lowest_score", "topk", elements=positions, dtype="fp32"),
+               Operator("overwrite_row", "scatter", elements=row, kv_write_bytes=row * kv_dtype_bytes(model)))
+        return [FusedKernel(name="h2o_evict", kind="h2o_evict", phase="decode", operators=ops,
+                            shards=plan.sockets)]
+
+
+@pytest.fixture
+def toy_policy():
+    register(EvictEveryStep)
+    yield make_policy("toy_h2o", {"budget": 4096})
+    del POLICIES["toy_h2o"]
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+
+
+def test_the_decode_hook_adds_a_kernel_to_every_layer(toy_policy, llama8b):
+    plan = ParallelPlan(tp=8)
+    graph = build_graph(llama8b, Shape("decode", 16, 0, 4096), plan, toy_policy)
+    names = [k.name for k in graph.kernels()]
+    evictions = [k for k in graph.kernels() if k.kind == "h2o_evict"]
+    assert [k.layer for k in evictions] == list(range(llama8b.layers))
+    # after the layer's own kernels, before the next layer's
+    assert names[names.index("L00.ffn") + 1] == "L00.h2o_evict"
+    assert names[names.index("L00.h2o_evict") + 1] == "L01.attention"
+    assert evictions[0].operators[0].elements == 16 * 4096 * 4   # 32 heads over 8 sockets
+    prefill = build_graph(llama8b, Shape("prefill", 1, 4096), plan, toy_policy)
+    assert not any(k.kind == "h2o_evict" for k in prefill.kernels())
+
+
+def test_the_decode_hook_runs_in_the_mtp_module_too(toy_policy):
+    r1 = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    graph = build_graph(r1, Shape("decode", 16, 0, 4096), ParallelPlan(16, 16), toy_policy)
+    names = [k.name for k in graph.kernels() if k.kind == "h2o_evict"]
+    assert len(names) == r1.layers + 1 and names[-1] == "MTP0.h2o_evict"
+
+
+def test_the_step_timer_charges_the_decode_kernels(toy_policy, llama8b):
+    node = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
+    plan = ParallelPlan(tp=8)
+    # the serving StepTimer, with the real builder and mapper the assembly step gives it
+    with_hook = step_timer(node, llama8b, toy_policy, plan, plan).decode_step(16, 4096)
+    without = step_timer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)
+    evict = with_hook.kernel_cycles["h2o_evict"]
+    assert evict > 0 and "h2o_evict" not in without.kernel_cycles
+    assert with_hook.cycles == pytest.approx(without.cycles + evict, rel=1e-9)
+
+
+def test_shipped_policies_add_nothing_to_decode(llama8b):
+    shape, plan = Shape("decode", 16, 0, 4096), ParallelPlan(tp=8)
+    for name in ("full", "snapstream", "streamingllm", "snapkv"):
+        assert make_policy(name, {}).decode_kernels(llama8b, shape, plan) == []

@@ -1,0 +1,91 @@
+"""The extra prefill kernels of the compressing policies (kvcache/prefill_kernels.py): exact costs
+per socket shard, sharding between sockets, and which kernels run for short prompts."""
+import math
+from itertools import pairwise
+
+from kv_test_models import deepseek_r1, llama
+
+from sn40l_sim.kvcache import SnapKV, SnapStream, StreamingLLM, make_policy
+
+L128K = 131072
+
+
+def _ops(kernel):
+    return {op.name: op for op in kernel.operators}
+
+
+def test_deepseek_snapstream_prefill_kernels_exact_costs_at_128k_tp16():
+    r1 = deepseek_r1()
+    kernels = make_policy("snapstream", {"budget": 32768}).prefill_kernels(r1, L128K, 16)
+    assert [k.kind for k in kernels] == ["snapkv", "ring_buffer"]
+    snapkv, ring = kernels
+    assert all(k.phase == "prefill" and k.shards == 16 for k in kernels)
+    ops, E = _ops(snapkv), L128K - 4 - 4096
+    # 8 heads per socket; the 4096-query window (= the ring) against the per-head 192-wide keys
+    W = 4096
+    assert ops["scores"].flops == 2 * W * E * 192 * 8
+    # window queries (BF16) and their row max and sum (FP32), then the evictable keys of 8 heads
+    assert ops["scores"].act_in_bytes == W * 8 * (192 * 2 + 8) + 8 * E * 192 * 2
+    assert ops["scores"].kv_read_bytes == 0
+    assert ops["probs"].transcendentals == 8 * W * E
+    assert ops["topk"].elements == E and ops["avg_pool"].elements == E * 7
+    rows = math.ceil(28668 / 16)
+    assert ops["gather_topk_latent"].kv_read_bytes == rows * 512 * 2
+    assert ops["write_topk_rows"].kv_write_bytes == rows * 576 * 2
+    (coll,) = snapkv.collectives
+    assert (coll.kind, coll.group, coll.bytes) == ("all_reduce", 16, E * 4)
+    assert snapkv.flops == ops["scores"].flops
+    gathers = [op for op in ring.operators if op.name.startswith("gather_ring")]
+    assert len(gathers) == 4
+    assert sum(op.kv_read_bytes for op in gathers) == 2 * 256 * 576 * 2   # 4096 rows / 16
+    assert sum(op.kv_write_bytes for op in ring.operators) == (256 + 1) * 576 * 2
+    assert ring.flops == 0
+
+
+def test_every_gemm_is_exactly_2mnk_and_positive():
+    for model, tp in ((deepseek_r1(), 16), (llama("8b"), 1), (llama("70b"), 8), (llama("8b"), 16)):
+        for name in ("snapstream", "snapkv"):
+            for kernel in make_policy(name, {"budget": 8192}).prefill_kernels(model, 65536, tp):
+                gemms = [op for op in kernel.operators if op.kind == "gemm"]
+                assert kernel.kind != "snapkv" or gemms
+                for op in gemms:
+                    assert op.flops == 2 * op.m * op.n * op.k * op.count > 0
+
+
+def test_gqa_scores_per_socket_and_score_reduction_between_sockets_sharing_a_kv_head():
+    params = {"sink": 4, "recent": 1020, "topk": 3072, "observation_window": 32}
+    k8 = make_policy("snapstream", params).prefill_kernels(llama("8b"), 65536, 16)[0]
+    E = 65536 - 1024
+    scores = _ops(k8)["scores"]
+    assert scores.flops == 2 * 32 * E * 128 * 2      # 2 query heads per socket
+    assert scores.kv_read_bytes == E * 128 * 2        # the keys of its one KV head
+    (coll,) = k8.collectives
+    assert coll.group == 2                            # 8 KV heads over 16 sockets
+    k1 = make_policy("snapstream", params).prefill_kernels(llama("8b"), 65536, 1)[0]
+    assert _ops(k1)["scores"].flops == 2 * 32 * E * 128 * 32 and k1.collectives == ()
+    # without an explicit window the observation window is the ring
+    default = make_policy("snapstream", {"sink": 4, "recent": 1020, "topk": 3072})
+    assert default.observation_window == 1020
+    assert _ops(default.prefill_kernels(llama("8b"), 65536, 1)[0])["scores"].m == 1020
+
+
+def test_snapkv_kernel_cost_grows_with_prompt_length():
+    r1, snap = deepseek_r1(), make_policy("snapstream", {"budget": 32768})
+    costs = [snap.prefill_kernels(r1, L, 16)[0] for L in (40000, 65536, 98304, L128K)]
+    for a, b in pairwise(costs):
+        assert b.flops > a.flops > 0
+        assert _ops(b)["scores"].act_in_bytes > _ops(a)["scores"].act_in_bytes
+        assert _ops(b)["probs"].elements > _ops(a)["probs"].elements
+
+
+def test_which_kernels_run_for_short_prompts():
+    r1 = deepseek_r1()
+    snap = SnapStream(sink=4, recent=4096, topk=1000)
+    assert snap.prefill_kernels(r1, 4099, 16) == []                              # L < sink + recent
+    assert [k.kind for k in snap.prefill_kernels(r1, 4100, 16)] == ["ring_buffer"]   # empty middle
+    assert [k.kind for k in snap.prefill_kernels(r1, 4101, 16)] == ["snapkv", "ring_buffer"]
+    assert [k.kind for k in StreamingLLM().prefill_kernels(r1, L128K, 16)] == ["ring_buffer"]
+    sk = SnapKV(topk=1000)
+    assert sk.prefill_kernels(r1, 1032, 16) == []
+    (k,) = sk.prefill_kernels(r1, 1033, 16)
+    assert k.kind == "snapkv" and "gather_window_latent" in _ops(k)   # SnapKV keeps its window

@@ -1,0 +1,137 @@
+"""The results declaration (sn40l_sim/report/fields.py) against what build_record produces, the
+DESIGN.md §5 contract, the generated docs/results.md, and a toy field that flows from one
+declaration to the CSV, the printed table, plot labels, the goldens and the docs."""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_results import simulate  # noqa: E402
+
+from sn40l_sim.report.fields import RESULTS  # noqa: E402
+from sn40l_sim.report.plot_csv import axis_label  # noqa: E402
+from sn40l_sim.report.registry import Field  # noqa: E402
+from sn40l_sim.report.results import to_csv  # noqa: E402
+from sn40l_sim.report.results_doc import render  # noqa: E402
+from sn40l_sim.report.table import side_by_side  # noqa: E402
+from sn40l_sim.report.table_rows import Row  # noqa: E402
+from sn40l_sim.study.golden import key_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: DESIGN.md §5 "Results": fields every record carries; never renamed or dropped
+DESIGN_SECTION_5 = ("name", "model", "hardware", "kv_policy", "prefill_len", "kv_len", "batch", "max_batch",
+                    "ttft_s", "tpot_s", "decode_step_s", "decode_tokens_per_s", "decode_tokens_per_s_reported",
+                    "prefill_kernel_share", "memory")
+
+
+@pytest.fixture(scope="module")
+def records():
+    return [simulate("full", {})[0], simulate("snapstream", {"budget": 8192})[0]]
+
+
+def test_build_record_produces_exactly_the_declared_fields(records):
+    for rec in records:
+        assert RESULTS.mismatches(rec) == []
+        assert set(rec) == {f.name for f in RESULTS if not f.sweep_only}
+
+
+def test_every_csv_column_is_a_declared_field(records):
+    header = to_csv(records).splitlines()[0].split(",")
+    assert [c for c in header if RESULTS.resolve(c) is None] == []
+    assert RESULTS.resolve("memory.hbm.kv")[1] == {"tier": "hbm", "use": "kv"}
+    assert RESULTS.resolve("latency.ttft_s.p99")[0].unit == "s"
+    assert RESULTS.resolve("kv_occupancy.series") is None  # a list: JSON only
+
+
+def test_design_fields_are_declared_produced_and_lead_the_csv(records):
+    assert set(RESULTS.design) == set(DESIGN_SECTION_5)
+    header = to_csv(records).splitlines()[0].split(",")
+    scalars = [f for f in RESULTS.design if not RESULTS[f].keys]
+    assert header[:len(scalars)] == scalars
+    for name in DESIGN_SECTION_5:
+        assert name in records[0] and RESULTS[name].description
+
+
+def test_every_field_has_a_unit_string_and_a_one_line_description():
+    for path, field in RESULTS.walk():
+        assert field.description.endswith(".") and "\n" not in field.description, path
+        assert isinstance(field.unit, str), path
+
+
+def test_mismatches_name_an_undeclared_and_a_missing_field(records):
+    rec = dict(records[0], toy_s=1.0)
+    del rec["kv_len"]
+    rec["throughput"] = dict(rec["throughput"], extra=1)
+    assert RESULTS.mismatches(rec) == ["kv_len: declared but not produced", "toy_s: produced but not declared",
+                                       "throughput.extra: produced but not declared"]
+    declared = RESULTS.extended(Field("toy_s", "s", "A toy."))
+    assert declared.mismatches(records[0]) == ["toy_s: declared but not produced"]
+
+
+def test_a_name_or_position_declared_twice_is_refused():
+    with pytest.raises(ValueError, match="name declared twice"):
+        RESULTS.extended(Field("batch", "1", "Again."))
+    with pytest.raises(ValueError, match="table position declared twice"):
+        RESULTS.extended(Field("toy", "1", "A toy.", table=Row(RESULTS["batch"].table.at, "toy")))
+
+
+def test_a_toy_field_declared_once_flows_everywhere(records):
+    # adding a results field: one declaration (here) and one value in the record (build_record)
+    toy = Field("toy_wait_s", "s", "A toy waiting time.", axis="toy wait", table=Row(145, "toy wait (ms)", ".1f", 1e3),
+                csv=16, golden=True)
+    fields = RESULTS.extended(toy)
+    recs = [dict(r, toy_wait_s=0.25 * (i + 1)) for i, r in enumerate(records)]
+    assert all(fields.mismatches(r) == [] for r in recs)
+    text = to_csv(recs, fields)
+    header = text.splitlines()[0].split(",")
+    # after the §5 columns (position 16 > 15), before the rest
+    assert header.index("toy_wait_s") == max(i for i, c in enumerate(header) if c.startswith("prefill_kernel_share.")) + 1
+    assert [row["toy_wait_s"] for row in csv.DictReader(io.StringIO(text))] == ["0.25", "0.5"]
+    lines = side_by_side(recs, fields).splitlines()
+    labels = [line[:32].strip() for line in lines]
+    assert labels.index("toy wait (ms)") == labels.index("decode step (ms)") + 1
+    assert lines[labels.index("toy wait (ms)")].split()[-2:] == ["250.0", "500.0"]
+    assert axis_label("toy_wait_s", fields) == ("toy wait (s)", 1.0)
+    assert key_results(recs, fields)["full"]["toy_wait_s"] == 0.25
+    assert "| `toy_wait_s` | s | A toy waiting time. | toy wait (ms) | 16 | yes |" in render(fields)
+    assert "toy_wait_s" not in render()
+
+
+def test_memory_rows_follow_the_tiers_the_record_holds(records):
+    # a third tier, as a hardware file may declare, shows up in the table without a code change
+    rec = dict(records[0])
+    rec["memory"] = dict(rec["memory"], cxl={"weights": 0, "kv": 3 * 2**30, "activations": 0, "reserved": 0,
+                                             "capacity": 512 * 2**30, "free": 509 * 2**30})
+    labels = [line[:32].strip() for line in side_by_side([rec]).splitlines() if "/socket" in line]
+    assert labels == ["HBM/socket weights (GiB)", "HBM/socket KV (GiB)", "HBM/socket activations (GiB)",
+                      "HBM/socket reserved (GiB)", "HBM/socket free (GiB)", "DDR/socket used (GiB)",
+                      "DDR/socket reserved (GiB)", "DDR/socket free (GiB)", "CXL/socket weights (GiB)",
+                      "CXL/socket KV (GiB)", "CXL/socket activations (GiB)", "CXL/socket reserved (GiB)",
+                      "CXL/socket free (GiB)"]
+    cells = {line[:32].strip(): line.split()[-1] for line in side_by_side([rec]).splitlines()}
+    assert (cells["CXL/socket KV (GiB)"], cells["CXL/socket free (GiB)"]) == ("3.00", "509.00")
+    assert axis_label("memory.cxl.kv") == ("CXL per socket: kv (GiB)", pytest.approx(2.0**-30))
+
+
+def test_committed_results_page_is_current():
+    page = REPO / "docs" / "results.md"
+    assert page.read_text(encoding="utf-8") == render(), \
+        "docs/results.md is out of date: run python scripts/make_results_doc.py"
+    for path, _ in RESULTS.walk():
+        assert f"| `{path}` |" in render()
+
+
+def test_the_page_script_checks_and_writes(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import make_results_doc
+
+    monkeypatch.setattr(make_results_doc, "PAGE", tmp_path / "results.md")
+    assert make_results_doc.main(["--check"]) == 1
+    assert make_results_doc.main([]) == 0 and (tmp_path / "results.md").read_text() == render()
+    assert make_results_doc.main(["--check"]) == 0

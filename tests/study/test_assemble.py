@@ -1,0 +1,83 @@
+"""The assembly step: files named by an experiment (also through ``base:``), and errors of the
+serving model located at the experiment field they come from."""
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.study.assemble import SETUP_FIELDS, assemble
+from sn40l_sim.study.experiment import ExperimentSpec, load_experiment
+from sn40l_sim.study.runner import simulate_experiment
+from sn40l_sim.yamlio import set_value
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_paths_in_a_base_file_resolve_against_the_base_not_the_overlay(tmp_path):
+    # the base experiment lives in base/ with its own hardware copy (8 sockets); the overlay in
+    # overlay/ holds a decoy of the same relative name (16 sockets). The base's paths must win.
+    (tmp_path / "base" / "hw").mkdir(parents=True)
+    (tmp_path / "overlay" / "hw").mkdir(parents=True)
+    for name in ("sn40l.yaml", "sn40l_node16.yaml", "sn40l_node8.yaml"):
+        shutil.copy(REPO / "hw_configs" / name, tmp_path / "base" / "hw" / name)
+    shutil.copy(REPO / "hw_configs" / "sn40l.yaml", tmp_path / "overlay" / "hw" / "sn40l.yaml")
+    shutil.copy(REPO / "hw_configs" / "sn40l_node16.yaml", tmp_path / "overlay" / "hw" / "node.yaml")
+    shutil.copy(REPO / "hw_configs" / "sn40l_node16.yaml", tmp_path / "overlay" / "hw" / "sn40l_node8.yaml")
+    (tmp_path / "base" / "e.yaml").write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: base
+        hardware: hw/sn40l_node8.yaml
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        """))
+    (tmp_path / "overlay" / "e.yaml").write_text("base: ../base/e.yaml\nname: overlay\n")
+    asm = assemble(load_experiment(tmp_path / "overlay" / "e.yaml"))
+    assert asm.experiment.spec.name == "overlay"
+    assert asm.node.sockets == 8
+    # a path the overlay writes itself resolves against the overlay
+    (tmp_path / "overlay" / "e.yaml").write_text("base: ../base/e.yaml\nhardware: hw/node.yaml\n")
+    assert assemble(load_experiment(tmp_path / "overlay" / "e.yaml")).node.sockets == 16
+
+
+def test_every_setup_field_maps_to_a_field_of_the_experiment():
+    for setup_field, experiment_field in SETUP_FIELDS.items():
+        root = experiment_field.split(".")[0]
+        assert root in ExperimentSpec.model_fields, (setup_field, experiment_field)
+
+
+@pytest.mark.parametrize("change, field, text", [
+    (("serving", "batch"), "serving.batch", "a batch of 4096 does not fit"),
+    (("serving", "kv_transfer"), "serving.kv_transfer", "no host_link"),
+])
+def test_serving_errors_are_located_at_their_experiment_field(tmp_path, change, field, text):
+    doc_text = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
+    doc_text = doc_text.replace("../hw_configs/", f"{REPO}/hw_configs/").replace("../graphs/", f"{REPO}/graphs/")
+    if field == "serving.batch":
+        doc_text = doc_text.replace("  batch: max", "  batch: 4096")
+    else:
+        # an 8-socket node without a host link cannot carry the cache between nodes that way
+        (tmp_path / "node.yaml").write_text(f"kind: node\nname: no-host\nsocket: {REPO}/hw_configs/sn40l.yaml\n"
+                                            "sockets: 8\ntopology: {kind: full_mesh}\n")
+        doc_text = doc_text.replace(f"{REPO}/hw_configs/sn40l_node8.yaml", str(tmp_path / "node.yaml"))
+        doc_text = doc_text.replace("  seed: 7", "  seed: 7\n  kv_transfer: host_link")
+    path = tmp_path / "e.yaml"
+    path.write_text(doc_text)
+    with pytest.raises(InputError) as info:
+        simulate_experiment(path)
+    line = next(i for i, text_line in enumerate(doc_text.splitlines(), 1)
+                if text_line.strip().startswith(change[-1] + ":") and i > 20)
+    assert (info.value.file, info.value.field, info.value.line) == (str(path), field, line)
+    assert text in info.value.message
+
+
+def test_set_value_refuses_missing_sections_when_asked_not_to_create():
+    data = {"socket": {"hbm": {"units_per_die": 2}}}
+    set_value(data, ("socket", "hbm", "units_per_die"), 3, create=False)
+    assert data["socket"]["hbm"]["units_per_die"] == 3
+    with pytest.raises(ValueError, match="is not a section of the document"):
+        set_value(data, ("socket", "cxl", "units_per_die"), 1, create=False)
