@@ -273,11 +273,10 @@ follows HBM bandwidth until compute or the collectives take over; prefill at 128
 attention compute."""),
     ("code", '''\
 FACTORS = [0.5, 1, 2, 4]
-FIELDS = {"HBM bandwidth": "socket.hbm.bytes_per_s_per_unit",
-          "P2P bandwidth": "socket.p2p.bytes_per_s_per_port"}
+FIELDS = {"HBM bandwidth": ("socket.memory.hbm.bytes_per_s_per_unit", node.socket.memory["hbm"].bytes_per_s_per_unit),
+          "P2P bandwidth": ("socket.p2p.bytes_per_s_per_port", node.socket.p2p.bytes_per_s_per_port)}
 results = {}
-for label, field in FIELDS.items():
-    base = node.socket.hbm.bytes_per_s_per_unit if "hbm" in field else node.socket.p2p.bytes_per_s_per_port
+for label, (field, base) in FIELDS.items():
     results[label] = [step_figures(with_overrides(node, {field: base * f})) for f in FACTORS]
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
@@ -344,7 +343,7 @@ serving: {{max_new_tokens: 8, prefill_nodes: 1}}
     sweep:
       infeasible: skip
       axes:
-        hbm_module: {path: hardware.socket.hbm.capacity_bytes_per_unit, values: [16 GiB, 24 GiB, 32 GiB]}
+        hbm_module: {path: hardware.socket.memory.hbm.capacity_bytes_per_unit, values: [16 GiB, 24 GiB, 32 GiB]}
     """))
 swept = {}
 for name in ("sockets", "capacity"):

@@ -8,6 +8,7 @@ key, which is how overlays (SN10 over SN40L) change only what differs.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,13 @@ def _merge(base: Any, over: Any, base_origins: dict, over_origins: dict, prefix:
     return over
 
 
-def load_document(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Document:
+def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | None = None,
+                  _seen: tuple[Path, ...] = ()) -> Document:
     """Load a YAML file, following ``base:`` overlays, keeping the origin of every value.
+
+    ``upgrade``, if given, rewrites each file's own document in place (data and origins) before
+    it is merged with its base, so an old-style file converts alike whether it is the overlay or
+    the base (the hardware loader converts old memory-tier keys this way).
 
     Raises
     ------
@@ -238,6 +244,8 @@ def load_document(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Document
         raise InputError("'base:' files refer to each other in a cycle", file=path, field="base")
     data, origins = _parse_file(path)
     base_rel = data.pop("base", None)
+    if upgrade is not None:
+        upgrade(Document(data, path, origins))
     if base_rel is None:
         return Document(data, path, origins)
     if not isinstance(base_rel, str):
@@ -248,7 +256,7 @@ def load_document(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Document
         file, line = origins.get(("base",), (str(path), None))
         raise InputError(f"base file {base_rel!r} not found (looked for {base_path})",
                          file=file, field="base", line=line)
-    base_doc = load_document(base_path, _seen=_seen + (path,))
+    base_doc = load_document(base_path, upgrade=upgrade, _seen=_seen + (path,))
     base_origins = dict(base_doc.origins)
     merged = _merge(base_doc.data, data, base_origins, origins, ())
     base_origins.update({k: v for k, v in origins.items() if k != ("base",)})

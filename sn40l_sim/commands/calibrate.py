@@ -1,10 +1,12 @@
-"""Fit the hardware YAML's calibrated: parameters to the calibration measurements.
+"""Fit the hardware YAML's calibrated parameters to the calibration measurements.
 
-Bounded least squares within the physical bounds declared in the schema
-(sn40l_sim/hardware/spec.py, CalibratedSpec), with a weak pull towards the YAML's current values
-(sn40l_sim/calibration.py says why). Prints the fitted values and every residual; rewrites the
-socket YAML's calibrated: block only with --write, with a provenance note. No parameter is
-specific to one experiment: the same block serves every experiment on that hardware.
+The parameters are the calibrated: block and each memory tier's efficiency (memory.<tier>.efficiency),
+fitted by bounded least squares within the physical bounds declared in the schema
+(sn40l_sim/hardware/spec.py), with a weak pull towards the YAML's current values
+(sn40l_sim/study/calibration.py says why). Prints the fitted values and every residual; with --write,
+rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
+or a node file's socket_overrides), with a provenance note. No parameter is specific to one
+experiment: the same values serve every experiment on that hardware.
 
 example:
   python -m sn40l_sim calibrate                 # fit and print
@@ -21,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
     parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
-                        help="socket YAML whose calibrated: block is fitted and written (default: %(default)s)")
+                        help="socket or node YAML whose calibrated values are fitted and written (default: %(default)s)")
     parser.add_argument("--max-evaluations", type=int, default=40,
                         help="simulation budget of the fit (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
@@ -30,28 +32,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
     from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.study.calibration import FIXED, fit, write_back
+    from sn40l_sim.hardware.spec import calibrated_parameters
+    from sn40l_sim.study.calibration import fit, fixed_parameters, write_back
     from sn40l_sim.study.runner import simulate_experiment
     from sn40l_sim.study.validation import compare, format_table, load_references
 
     references = load_references(args.references)
-    start = load_hardware(args.hardware).socket.calibrated.model_dump()
+    socket = load_hardware(args.hardware).socket
+    start = calibrated_parameters(socket)
 
     def evaluate(refs, calibrated):
-        overrides = {f"socket.calibrated.{k}": v for k, v in calibrated.items()}
+        overrides = {f"socket.{path}": v for path, v in calibrated.items()}
         return compare(refs, lambda path: simulate_experiment(path, serve=False, hardware_overrides=overrides)[1])
 
-    result = fit(references, start, evaluate, max_evaluations=args.max_evaluations)
-    print("parameter                  start        fitted")
+    result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations)
+    print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
-        print(f"{name:24s} {s:12.6g} {f:12.6g}")
-    for name, why in FIXED.items():
-        print(f"{name:24s} {start[name]:12.6g} (not fitted: {why})")
+        print(f"{name:34s} {s:12.6g} {f:12.6g}")
+    for name, why in fixed_parameters(socket).items():
+        print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
     print()
     print(format_table(result.comparisons))
     if args.write:
-        write_back(args.hardware, result, "fitted by `python -m sn40l_sim calibrate` to the calibration "
-                   "points of experiments/reference/ (Table 4 shares, prefill overhead, Table 5 row 1); "
-                   "see docs/validation.md")
-        print(f"\nwrote the fitted values into {args.hardware}")
+        files = write_back(args.hardware, result, "fitted by `python -m sn40l_sim calibrate` to the calibration "
+                           "points of experiments/reference/ (Table 4 shares, prefill overhead, Table 5 row 1); "
+                           "see docs/validation.md")
+        print(f"\nwrote the fitted values into {', '.join(map(str, files))}")
     return 0

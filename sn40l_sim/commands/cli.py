@@ -2,13 +2,15 @@
 
 Each command lives in its own module under :mod:`sn40l_sim.commands` with ``add_arguments(parser)``
 and ``run(args) -> int``; this file only dispatches. An :class:`~sn40l_sim.errors.InputError`
-becomes one line on stderr and exit status 2.
+becomes one line on stderr and exit status 2; a warning (e.g. an old-style hardware file) one line
+``warning: ...``.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import warnings
 
 from sn40l_sim.errors import InputError
 
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    previous = warnings.formatwarning
+    warnings.formatwarning = _warning_line
     try:
         return int(args._module.run(args) or 0)
     except InputError as exc:
@@ -60,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into `head` and closed early: not an error of ours
         sys.stderr.close()
         return 0
+    finally:
+        warnings.formatwarning = previous
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line on stderr (the message names the file it is about)."""
+    return f"warning: {message}\n"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Print the derived figures of a hardware, model or experiment file.
 
 Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak FLOP/s per datatype,
-SRAM, HBM and DDR capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
+SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 experiment files (kind: experiment) list the files they reference.
 
@@ -84,11 +84,16 @@ def describe_hardware(path: str | Path) -> str:
         rows.append((f"peak {dtype.upper()}", si(f.peak_flops(s, dtype), "FLOPS"), si(f.node_peak_flops(node, dtype), "FLOPS")))
     rows += [
         ("on-chip SRAM", format_bytes(f.sram_bytes(s)), format_bytes(f.node_sram_bytes(node))),
-        ("HBM capacity", _opt_bytes(f.hbm_bytes(s)), _opt_bytes(f.node_hbm_bytes(node))),
-        ("HBM bandwidth", _opt_rate(f.hbm_bytes_per_s(s)), _opt_rate(f.node_hbm_bytes_per_s(node))),
-        ("DDR capacity", format_bytes(f.ddr_bytes(s)), format_bytes(f.node_ddr_bytes(node))),
-        ("DDR bandwidth", si(f.ddr_bytes_per_s(s), "B/s"), si(f.node_ddr_bytes_per_s(node), "B/s")),
-        ("reserved HBM / DDR", f"{_opt_bytes(s.reserved.hbm_bytes)} / {format_bytes(s.reserved.ddr_bytes)}", ""),
+    ]
+    for tier in s.memory:
+        rows += [
+            (f"{tier.upper()} capacity", format_bytes(f.memory_bytes(s, tier)), format_bytes(f.node_memory_bytes(node, tier))),
+            (f"{tier.upper()} bandwidth", si(f.memory_bytes_per_s(s, tier), "B/s"),
+             si(f.node_memory_bytes_per_s(node, tier), "B/s")),
+        ]
+    rows += [
+        (f"reserved {' / '.join(t.upper() for t in s.memory)}",
+         " / ".join(_opt_bytes(spec.reserved_bytes) for spec in s.memory.values()), ""),
         ("P2P ports", f"{s.p2p.ports} x {si(s.p2p.bytes_per_s_per_port, 'B/s')}, {seconds_text(s.p2p.latency_s)}", ""),
     ]
     links = p2p_links(node)
@@ -116,10 +121,6 @@ def describe_hardware(path: str | Path) -> str:
 
 def _opt_bytes(value: float) -> str:
     return format_bytes(value) if value else "none"
-
-
-def _opt_rate(value: float) -> str:
-    return si(value, "B/s") if value else "none"
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:

@@ -4,8 +4,10 @@ cycles (identical layers collapsed into one row "xN"), then a totals line.
 
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
 policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
-``--batch`` says otherwise. Weights and KV are placed in HBM, spilling to DDR when they do not fit;
-the KV per socket is what ``run`` reserves (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
+``--batch`` says otherwise. Activations, weights and KV are placed in the socket's memory tiers in
+the experiment's order (memory.order; default: the socket's, HBM then DDR), spilling to the next
+tier when they do not fit; the KV per socket is what ``run`` reserves
+(:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Collectives are not included (the engine costs them).
 
 examples:
@@ -51,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.ir import Shape
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
-    from sn40l_sim.mapper.memory import place_memory
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph runs it
     include_mtp = bool(dict(spec.graph_options).get("include_mtp", model.mtp is not None))
     kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
-    memory = place_memory(node, model, plan, kv, activations)
+    memory = asm.memory_placer()(plan, kv, activations)   # in the experiment's tier order
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
     mapped = time.perf_counter()
@@ -94,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
           f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
     print(f"shape: batch {batch}, prompt {prompt_len}" + (f", cache {cache_len} tokens per sequence"
                                                           if args.phase == "decode" else ""))
-    tiers = ", ".join(f"{use} {format_bytes(memory.hbm.get(use, 0))} HBM + {format_bytes(memory.ddr.get(use, 0))} DDR"
+    tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
+                                             for tier in memory.by_tier)
                       for use in ("weights", "kv", "activations"))
-    print(f"memory per socket: {tiers} (usable HBM {format_bytes(memory.hbm_capacity)})")
+    first = memory.first_tier
+    print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
     print(f"per socket, collectives excluded; clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU "
           f"are per tile in use")
     print()

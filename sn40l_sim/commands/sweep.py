@@ -10,7 +10,7 @@ fails is reported with its name and error and the others still run (exit status 
 examples:
   python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --out out/sweep --jobs 2
   python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set serving.max_new_tokens=32
-  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set hardware.socket.hbm.bytes_per_s_per_unit="819.2 GB/s"
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set hardware.socket.memory.hbm.bytes_per_s_per_unit="819.2 GB/s"
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Step timing (tile level):
 - :mod:`.timing` -- :class:`~sn40l_sim.serving.step_costs.StepTimer`: build, map and simulate a prefill
   or a decode step, memoised per (phase, batch, length).
 - :mod:`.run_graph` -- one placed graph on the busiest socket; :mod:`.kernels` -- a kernel as a
-  process streaming chunks of tiles; :mod:`.resources` -- a socket's tiles, HBM, DDR, TLN, P2P
+  process streaming chunks of tiles; :mod:`.resources` -- a socket's tiles, memory tiers, TLN, P2P
   ports; :mod:`.fluid` -- shared bandwidth (max-min fair flows).
 - :mod:`.collectives` and :mod:`.links` -- ring and direct collectives on the node's directed links.
 - :mod:`.phase` -- :class:`~sn40l_sim.engine.phase.PhaseTiming`; :mod:`.breakdown` -- where a

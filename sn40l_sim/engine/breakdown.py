@@ -69,7 +69,7 @@ def decode_step_breakdown(timing: PhaseTiming) -> dict[str, float]:
     >>> from sn40l_sim.engine.phase import PhaseTiming, KernelTiming
     >>> k = KernelTiming("L0.mla", "mla", 0, 0, 1000, overhead_cycles=100, fill_cycles=50,
     ...     compute_busy_cycles=300, memory_bound_cycles=600, compute_bound_cycles=0,
-    ...     collective_exposed_cycles=250, collective_cycles=400, hbm_bytes=3000, ddr_bytes=0,
+    ...     collective_exposed_cycles=250, collective_cycles=400, tier_bytes={"hbm": 3000, "ddr": 0},
     ...     weight_bytes=1000, kv_bytes=2000, activation_bytes=0, flops=10, attention_flops=5)
     >>> t = PhaseTiming("decode", 1, 1, 1, 1000, 1e-6 * 1000 / 1600, {}, {}, 0, {}, {}, {}, {}, (), (k,))
     >>> {c: round(v * 1.6e9) for c, v in decode_step_breakdown(t).items() if v}

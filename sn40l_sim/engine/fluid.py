@@ -1,6 +1,6 @@
 """Shared bandwidth as a fluid: concurrent transfers split each channel's bytes per cycle.
 
-A :class:`FluidNetwork` holds channels (an HBM or DDR tier of a socket, one direction of a P2P
+A :class:`FluidNetwork` holds channels (a memory tier of a socket, one direction of a P2P
 link, ...) and the transfers (flows) currently crossing them. Every flow follows a path of one or
 more channels and may carry its own rate cap (e.g. the AGCU limit of the stage that issues it).
 Rates are max-min fair (progressive filling): each flow gets an equal share of its bottleneck

@@ -10,7 +10,7 @@ and, beside it, the kernel's collectives. Tiles are grouped into at most ``chunk
 chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
 attention has millions of tiles). Within a chunk the memory stage and the compute stages work on
 different tiles at once (the PMUs double-buffer), exactly the steady state of the tile pipeline:
-the chunk's HBM and DDR bytes stream through the socket's shared channels (each stream capped at
+the chunk's bytes of each memory tier stream through the socket's shared channels (each stream capped at
 the rate its memory stage can issue) while its compute takes ``tiles x compute cycles per tile``,
 and the chunk ends when both have. The weight preload of the next expert in the fused MoE kernel
 is this overlap: its bytes are the memory stage of the next tiles, loaded while the current ones
@@ -33,8 +33,9 @@ from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
 
-#: stage bounds whose time the engine models as transfers on shared channels, not fixed cycles
-MEMORY_BOUNDS = frozenset({"hbm", "ddr", "p2p"})
+#: stage bounds, besides the memory tiers, whose time the engine models as transfers on shared
+#: channels, not fixed cycles
+LINK_BOUNDS = frozenset({"p2p"})
 
 
 def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
@@ -55,19 +56,18 @@ class SectionCosts:
 
     Examples
     --------
-    >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, hbm_bytes=8000, ddr_bytes=0,
-    ...                    hbm_cap=math.inf, ddr_cap=math.inf, fill_cycles=50)
+    >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, tier_bytes={"hbm": 8000},
+    ...                    tier_caps={"hbm": math.inf}, fill_cycles=50)
     >>> sec.tiles, sec.bytes_between("hbm", 0, 4)
     (8, 4000)
     """
 
     chunks: tuple[int, ...]
     compute_cycles_per_tile: int
-    hbm_bytes: int
-    ddr_bytes: int
-    #: most bytes per cycle the section's memory stage of each tier can issue
-    hbm_cap: float
-    ddr_cap: float
+    #: tier -> bytes the section moves to and from it (the socket's tier order)
+    tier_bytes: dict[str, int]
+    #: tier -> most bytes per cycle the section's memory stage of that tier can issue
+    tier_caps: dict[str, float]
     fill_cycles: int
 
     @property
@@ -78,7 +78,7 @@ class SectionCosts:
     def bytes_between(self, tier: str, first_tile: int, end_tile: int) -> int:
         """Bytes of ``tier`` carried by tiles ``first_tile .. end_tile-1``; integer shares whose
         sum over the section is exactly its bytes."""
-        total = self.hbm_bytes if tier == "hbm" else self.ddr_bytes
+        total = self.tier_bytes.get(tier, 0)
         n = self.tiles
         return total * end_tile // n - total * first_tile // n
 
@@ -109,28 +109,29 @@ class KernelCosts:
         """
         n = pk.sections
         sections = []
-        tiers = {"hbm": _section_bytes(pk, "hbm"), "ddr": _section_bytes(pk, "ddr")}
+        tiers = {tier: _section_bytes(pk, tier) for tier in pk.tier_bytes}
+        on_channels = LINK_BOUNDS | set(tiers)
         for index in range(n):
             stages = [st for st in pk.stages if st.section == index] or list(pk.stages)
-            compute = [st.cycles_per_tile for st in stages if st.bound not in MEMORY_BOUNDS]
+            compute = [st.cycles_per_tile for st in stages if st.bound not in on_channels]
             tiles = max(1, pk.n_tiles)
             caps = {}
-            for tier in ("hbm", "ddr"):
+            for tier in tiers:
                 worst = max((st.cycles_per_tile for st in stages
                              if st.kind == "memory" and st.operator == tier or st.bound == tier), default=0)
                 caps[tier] = tiers[tier][index] / tiles / worst if worst and tiers[tier][index] else math.inf
             sections.append(SectionCosts(
                 chunks=chunk_tiles(pk.n_tiles, chunks_per_section),
                 compute_cycles_per_tile=max(compute, default=0),
-                hbm_bytes=tiers["hbm"][index], ddr_bytes=tiers["ddr"][index],
-                hbm_cap=caps["hbm"], ddr_cap=caps["ddr"], fill_cycles=pk.fill_cycles))
+                tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
+                tier_caps=caps, fill_cycles=pk.fill_cycles))
         return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections), stage_collectives)
 
 
 def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
     """Bytes of ``tier`` per section: from the streams touching the tier's memory stage when the
     mapper lists them (they add up to the kernel's bytes), else an equal split."""
-    total = pk.hbm_bytes if tier == "hbm" else pk.ddr_bytes
+    total = pk.tier_bytes.get(tier, 0)
     n = max(1, pk.sections)
     per = [0] * n
     for st in pk.stages:
@@ -173,8 +174,8 @@ class KernelRecord:
     #: chunk time where memory finished last (memory-bound) / where compute did
     memory_bound_cycles: int = 0
     compute_bound_cycles: int = 0
-    hbm_bytes: int = 0
-    ddr_bytes: int = 0
+    #: tier -> bytes the kernel's streams moved to and from it
+    tier_bytes: dict[str, int] = field(default_factory=dict)
     collectives: list[CollectiveRun] = field(default_factory=list)
 
     @property
@@ -227,10 +228,10 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
 def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
     """Cycles until the first tile leaves the pipeline once the fill is done."""
     per_tile = costs.compute_cycles_per_tile
-    for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
+    for tier, cap in costs.tier_caps.items():
         n_bytes = costs.bytes_between(tier, 0, 1)
         if n_bytes:
-            channel = res.hbm if tier == "hbm" else res.ddr
+            channel = res.memory_path(tier)[0]
             per_tile = max(per_tile, math.ceil(n_bytes / min(cap, channel.bytes_per_cycle)))
     return per_tile
 
@@ -241,16 +242,13 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
     compute = n * costs.compute_cycles_per_tile
     waits = []
     alone = 0.0   # the memory stage's time without contention
-    for tier, cap in (("hbm", costs.hbm_cap), ("ddr", costs.ddr_cap)):
+    for tier, cap in costs.tier_caps.items():
         n_bytes = costs.bytes_between(tier, first, first + n)
         if n_bytes:
             path = res.memory_path(tier)
             alone = max(alone, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in path)))
             waits.append(res.net.transfer(path, n_bytes, cap))
-            if tier == "hbm":
-                record.hbm_bytes += n_bytes
-            else:
-                record.ddr_bytes += n_bytes
+            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
     if not waits:
         if compute:
             yield env.timeout(compute)
@@ -287,8 +285,7 @@ def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bo
         reads = 0 if run.collective.overlapped else run.result.sent_bytes
         staging = run.result.sent_bytes + reads if staged else 0
         if staging and cycles:
-            tier = "hbm" if res.hbm is not None else "ddr"
-            waits.append(res.net.transfer(res.memory_path(tier), staging, cap=staging / cycles))
+            waits.append(res.net.transfer(res.memory_path(res.staging_tier), staging, cap=staging / cycles))
             run.staged_bytes = staging
         if waits:
             yield env.all_of(waits) if len(waits) > 1 else waits[0]

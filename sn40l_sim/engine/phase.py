@@ -48,8 +48,8 @@ class KernelTiming:
     collective_exposed_cycles: int
     #: sum of the kernel's collectives' durations (overlapped or not)
     collective_cycles: int
-    hbm_bytes: int
-    ddr_bytes: int
+    #: tier -> bytes the kernel moved to and from it (every tier of the socket)
+    tier_bytes: dict[str, int]
     #: the graph's byte and FLOP counts of the kernel, by use (from its operators)
     weight_bytes: int
     kv_bytes: int
@@ -82,11 +82,11 @@ class PhaseTiming:
     layer_cycles : dict
         Cycles per kernel kind within :attr:`layer` (Table 4 compares these shares).
     resource_busy_cycles : dict
-        ``compute`` (compute stages working), ``hbm``, ``ddr``, ``tln`` (at least one stream on the
-        channel), ``p2p`` (a collective on the socket's links), ``overhead`` (kernel calls and
+        ``compute`` (compute stages working), one entry per memory tier (``hbm``, ``ddr``, ...) and
+        ``tln`` (at least one stream on the channel), ``p2p`` (a collective on the socket's links), ``overhead`` (kernel calls and
         reconfigurations), ``fill`` (pipeline fills).
     tier_bytes : dict
-        Bytes moved per memory tier (``hbm``, ``ddr``).
+        Bytes moved per memory tier (``hbm``, ``ddr``, ...).
     link_bytes : dict
         ``p2p`` (summed over every link the collectives crossed, all sockets), ``p2p_sent`` (what the
         simulated socket sent), ``tln``, ``mesh`` (the mapper's on-tile mesh bytes).
@@ -131,7 +131,7 @@ def kernel_timing(record: KernelRecord) -> KernelTiming:
         compute_bound_cycles=record.compute_bound_cycles,
         collective_exposed_cycles=max(0, record.end - record.stream_end),
         collective_cycles=sum(run.end - run.start for run in record.collectives),
-        hbm_bytes=record.hbm_bytes, ddr_bytes=record.ddr_bytes,
+        tier_bytes=dict(record.tier_bytes),
         weight_bytes=sum(op.weight_bytes for op in ops),
         kv_bytes=sum(op.kv_read_bytes + op.kv_write_bytes for op in ops),
         activation_bytes=sum(op.act_in_bytes + op.act_out_bytes for op in ops),

@@ -1,13 +1,13 @@
-"""The simulated resources of one socket: its tiles, HBM, DDR, TLN and P2P port block.
+"""The simulated resources of one socket: its tiles, memory tiers, TLN and P2P port block.
 
 - ``compute``: the socket's tiles. A placed kernel occupies all of them (the mapper places one
   kernel per socket at a time), so this is a SimPy resource of capacity one.
-- ``hbm`` / ``ddr``: each tier's channels as one shared-bandwidth
-  :class:`~sn40l_sim.engine.fluid.Channel` of ``units x bytes_per_s_per_unit x efficiency``
-  bytes per cycle. Addresses interleave over all modules/channels of the socket, so concurrent
-  streams see the aggregate, shared.
-- ``tln``: the top-level network between the tiles' AGCUs and the memory controllers; every HBM or
-  DDR stream crosses it. Its capacity is the sum of the AGCU ports onto it
+- ``memory``: one shared-bandwidth :class:`~sn40l_sim.engine.fluid.Channel` per memory tier of
+  the socket (HBM, DDR, ...; labelled ``s<socket>.<tier>``), of ``units x bytes_per_s_per_unit x
+  efficiency`` bytes per cycle. Addresses interleave over all modules/channels of the tier, so
+  concurrent streams see the aggregate, shared.
+- ``tln``: the top-level network between the tiles' AGCUs and the memory controllers; every
+  stream to or from a memory tier crosses it. Its capacity is the sum of the AGCU ports onto it
   (``tiles x agcus x tln.bytes_per_s``, the links :func:`sn40l_sim.hardware.topology.build_topology`
   draws), so it binds only if the memory tiers outrun the AGCUs.
 - ``p2p``: the socket's P2P port block. The socket's collectives use the same links, so they run
@@ -22,8 +22,10 @@ Examples
 >>> res = SocketResources.build(simpy.Environment(), node, socket=0)
 >>> from sn40l_sim.hardware import figures
 >>> s = node.socket   # HBM at its calibrated achievable fraction, per cycle
->>> res.hbm.bytes_per_cycle == figures.hbm_bytes_per_s(s) * s.calibrated.hbm_efficiency / s.clock_hz
+>>> res.memory["hbm"].bytes_per_cycle == figures.memory_bytes_per_s(s, "hbm") * s.memory["hbm"].efficiency / s.clock_hz
 True
+>>> [channel.name for channel in res.memory_path("ddr")]
+['s0.ddr', 's0.tln']
 >>> round(res.tln.bytes_per_cycle)
 4096
 """
@@ -47,29 +49,33 @@ class SocketResources:
     net: FluidNetwork
     compute: simpy.Resource
     p2p: simpy.Resource
-    hbm: Channel | None
-    ddr: Channel
+    #: tier -> its channel, in the socket's tier order
+    memory: dict[str, Channel]
     tln: Channel
     clock_hz: float
+    #: tier collectives read what they send from and write what they receive to (the activations')
+    staging_tier: str
 
     @classmethod
     def build(cls, env: simpy.Environment, node: NodeSpec, socket: int = 0,
-              net: FluidNetwork | None = None) -> SocketResources:
-        """Resources of socket ``socket`` of ``node`` in ``env`` (sharing ``net`` if given)."""
+              net: FluidNetwork | None = None, staging_tier: str | None = None) -> SocketResources:
+        """Resources of socket ``socket`` of ``node`` in ``env`` (sharing ``net`` if given);
+        collectives stage through ``staging_tier`` (default: the socket's first tier)."""
         spec = node.socket
         net = net if net is not None else FluidNetwork(env)
         clock = spec.clock_hz
-        cal = spec.calibrated
-        hbm = None
-        if spec.hbm is not None:
-            hbm = net.channel(f"s{socket}.hbm", figures.hbm_bytes_per_s(spec) * cal.hbm_efficiency / clock)
-        ddr = net.channel(f"s{socket}.ddr", figures.ddr_bytes_per_s(spec) * cal.ddr_efficiency / clock)
+        memory = {tier: net.channel(f"s{socket}.{tier}", figures.memory_bytes_per_s(spec, tier) * tier_spec.efficiency
+                                    / clock)
+                  for tier, tier_spec in spec.memory.items()}
         tln = net.channel(f"s{socket}.tln", figures.agcus(spec) * spec.tln.bytes_per_s / clock)
-        return cls(socket, env, net, simpy.Resource(env, 1), simpy.Resource(env, 1), hbm, ddr, tln, clock)
+        staging = staging_tier if staging_tier is not None else next(iter(memory))
+        if staging not in memory:
+            raise ValueError(f"socket {socket} has no memory tier {staging!r} (it has {list(memory)})")
+        return cls(socket, env, net, simpy.Resource(env, 1), simpy.Resource(env, 1), memory, tln, clock, staging)
 
     def memory_path(self, tier: str) -> tuple[Channel, ...]:
-        """Channels a stream to or from ``tier`` (``"hbm"`` or ``"ddr"``) crosses."""
-        channel = self.hbm if tier == "hbm" else self.ddr
+        """Channels a stream to or from memory tier ``tier`` crosses."""
+        channel = self.memory.get(tier)
         if channel is None:
-            raise ValueError(f"socket {self.socket} has no {tier.upper()}")
+            raise ValueError(f"socket {self.socket} has no memory tier {tier!r} (it has {list(self.memory)})")
         return (channel, self.tln)

@@ -27,7 +27,7 @@ A decode attention kernel followed by an all-reduce of 1 MiB among the 16 socket
 >>> coll = CollectiveModel.from_node(node).run(kernel.collectives[0])
 >>> run.cycles == placed.kernels[0].cycles + coll.cycles    # the mapper's formula, then the collective
 True
->>> run.tier_bytes["hbm"] == placed.kernels[0].hbm_bytes + run.link_bytes["p2p_staged"]
+>>> run.tier_bytes["hbm"] == placed.kernels[0].tier_bytes["hbm"] + run.link_bytes["p2p_staged"]
 True
 """
 from __future__ import annotations
@@ -103,7 +103,9 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     if collectives is None:
         collectives = CollectiveModel.from_node(node, options.collective_algorithm)
     env = simpy.Environment()
-    res = SocketResources.build(env, node, socket)
+    # collectives move activations: they stage through the activations' tier
+    staging = placed.memory.tiers().activations if placed.memory.order else None
+    res = SocketResources.build(env, node, socket, staging_tier=staging)
     overhead = (figures.cycles(node.socket.calibrated.kernel_call_overhead_s, node.socket)
                 if options.add_call_overhead else 0)
     graph = placed.graph.graph
@@ -111,7 +113,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     records = []
     for pk in placed.kernels:
         kernel = pk.kernel
-        record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk)
+        record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0))
         costs = KernelCosts.from_placed(pk, overhead, options.chunks_per_section, options.stage_collectives)
         preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
         done[kernel.name] = env.process(_after(env, preds, run_kernel(res, record, costs, collectives)))
@@ -130,14 +132,13 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
     runs = [run for r in records for run in r.collectives]
     busy = {
         "compute": sum(r.compute_busy for r in records),
-        "hbm": res.hbm.busy_cycles if res.hbm is not None else 0,
-        "ddr": res.ddr.busy_cycles,
+        **{tier: channel.busy_cycles for tier, channel in res.memory.items()},
         "tln": res.tln.busy_cycles,
         "p2p": sum(run.end - run.start for run in runs),
         "overhead": sum(r.overhead_cycles + r.reconfig_cycles for r in records),
         "fill": sum(r.fill_cycles for r in records),
     }
-    tiers = {"hbm": res.hbm.bytes_moved if res.hbm is not None else 0, "ddr": res.ddr.bytes_moved}
+    tiers = {tier: channel.bytes_moved for tier, channel in res.memory.items()}
     links = {
         "p2p": sum(run.result.link_bytes for run in runs),
         "p2p_sent": sum(run.result.sent_bytes for run in runs),

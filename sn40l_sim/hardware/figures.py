@@ -2,8 +2,8 @@
 
 Everything here is arithmetic on :class:`~sn40l_sim.hardware.spec.SocketSpec` /
 :class:`~sn40l_sim.hardware.spec.NodeSpec` fields: the YAML holds per-unit values, these functions
-give the totals (peak FLOP/s, on-chip SRAM, HBM and DDR capacity and bandwidth, per socket and per
-node) and the conversions between seconds and integer RDU cycles. Raw peaks only: the calibrated
+give the totals (peak FLOP/s, on-chip SRAM, each memory tier's capacity and bandwidth, per socket
+and per node) and the conversions between seconds and integer RDU cycles. Raw peaks only: the calibrated
 efficiencies are applied by the mapper and the engine, not here.
 
 Examples
@@ -14,7 +14,7 @@ Examples
 638.98
 >>> pcus(node.socket), pmus(node.socket), sram_bytes(node.socket) / 2**20
 (1040, 1040, 520.0)
->>> hbm_bytes(node.socket) / 2**30, hbm_bytes_per_s(node.socket) / 1e9
+>>> memory_bytes(node.socket, "hbm") / 2**30, memory_bytes_per_s(node.socket, "hbm") / 1e9
 (64.0, 1638.4)
 >>> cycles(2e-6, node.socket), seconds(3200, node.socket)
 (3200, 2e-06)
@@ -26,7 +26,7 @@ import math
 import networkx as nx
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.spec import MemoryTierSpec, NodeSpec, SocketSpec
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
 _CYCLE_SLACK = 1e-6
@@ -77,48 +77,43 @@ def sram_bytes(socket: SocketSpec) -> float:
     return pmus(socket) * socket.pmu.capacity_bytes
 
 
-def _tier_units(socket: SocketSpec, tier: MemoryTierSpec | None) -> int:
-    return 0 if tier is None else tier.units_per_die * socket.dies
+def memory_tiers(socket: SocketSpec) -> tuple[str, ...]:
+    """Names of the socket's memory tiers, fastest first (the file's order).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> memory_tiers(load_hardware("hw_configs/sn40l.yaml").socket), memory_tiers(load_hardware("hw_configs/sn10.yaml").socket)
+    (('hbm', 'ddr'), ('ddr',))
+    """
+    return tuple(socket.memory)
 
 
-def hbm_units(socket: SocketSpec) -> int:
-    """HBM modules per socket (0 for parts without HBM, e.g. SN10)."""
-    return _tier_units(socket, socket.hbm)
+def memory_units(socket: SocketSpec, tier: str) -> int:
+    """Modules or channels of ``tier`` per socket (0 when the socket has no such tier)."""
+    spec = socket.memory.get(tier)
+    return 0 if spec is None else spec.units_per_die * socket.dies
 
 
-def ddr_units(socket: SocketSpec) -> int:
-    """DDR channels per socket."""
-    return _tier_units(socket, socket.ddr)
+def memory_bytes(socket: SocketSpec, tier: str) -> float:
+    """Capacity of ``tier`` on one socket (0 when the socket has no such tier)."""
+    spec = socket.memory.get(tier)
+    return 0.0 if spec is None else memory_units(socket, tier) * spec.capacity_bytes_per_unit
 
 
-def hbm_bytes(socket: SocketSpec) -> float:
-    """HBM capacity of one socket (0 without HBM)."""
-    return 0.0 if socket.hbm is None else hbm_units(socket) * socket.hbm.capacity_bytes_per_unit
+def memory_bytes_per_s(socket: SocketSpec, tier: str) -> float:
+    """Peak bandwidth of ``tier`` on one socket (0 when the socket has no such tier)."""
+    spec = socket.memory.get(tier)
+    return 0.0 if spec is None else memory_units(socket, tier) * spec.bytes_per_s_per_unit
 
 
-def hbm_bytes_per_s(socket: SocketSpec) -> float:
-    """Peak HBM bandwidth of one socket (0 without HBM)."""
-    return 0.0 if socket.hbm is None else hbm_units(socket) * socket.hbm.bytes_per_s_per_unit
+def reserved_bytes(socket: SocketSpec, tier: str) -> float:
+    """Bytes of ``tier`` the runtime keeps for itself (0 when the socket has no such tier)."""
+    spec = socket.memory.get(tier)
+    return 0.0 if spec is None else spec.reserved_bytes
 
 
-def ddr_bytes(socket: SocketSpec) -> float:
-    """DDR capacity of one socket."""
-    return ddr_units(socket) * socket.ddr.capacity_bytes_per_unit
-
-
-def ddr_bytes_per_s(socket: SocketSpec) -> float:
-    """Peak DDR bandwidth of one socket."""
-    return ddr_units(socket) * socket.ddr.bytes_per_s_per_unit
-
-
-def usable_hbm_bytes(socket: SocketSpec) -> float:
-    """HBM capacity left after the runtime's reservation."""
-    return hbm_bytes(socket) - socket.reserved.hbm_bytes
-
-
-def usable_ddr_bytes(socket: SocketSpec) -> float:
-    """DDR capacity left after the runtime's reservation."""
-    return ddr_bytes(socket) - socket.reserved.ddr_bytes
+def usable_memory_bytes(socket: SocketSpec, tier: str) -> float:
+    """Capacity of ``tier`` left after the runtime's reservation."""
+    return memory_bytes(socket, tier) - reserved_bytes(socket, tier)
 
 
 def node_peak_flops(node: NodeSpec, dtype: str = "bf16") -> float:
@@ -131,24 +126,14 @@ def node_sram_bytes(node: NodeSpec) -> float:
     return node.sockets * sram_bytes(node.socket)
 
 
-def node_hbm_bytes(node: NodeSpec) -> float:
-    """HBM capacity of the whole node."""
-    return node.sockets * hbm_bytes(node.socket)
+def node_memory_bytes(node: NodeSpec, tier: str) -> float:
+    """Capacity of ``tier`` over the whole node."""
+    return node.sockets * memory_bytes(node.socket, tier)
 
 
-def node_hbm_bytes_per_s(node: NodeSpec) -> float:
-    """Peak HBM bandwidth of the whole node."""
-    return node.sockets * hbm_bytes_per_s(node.socket)
-
-
-def node_ddr_bytes(node: NodeSpec) -> float:
-    """DDR capacity of the whole node."""
-    return node.sockets * ddr_bytes(node.socket)
-
-
-def node_ddr_bytes_per_s(node: NodeSpec) -> float:
-    """Peak DDR bandwidth of the whole node."""
-    return node.sockets * ddr_bytes_per_s(node.socket)
+def node_memory_bytes_per_s(node: NodeSpec, tier: str) -> float:
+    """Peak bandwidth of ``tier`` over the whole node."""
+    return node.sockets * memory_bytes_per_s(node.socket, tier)
 
 
 def cycles(seconds_: float, socket: SocketSpec) -> int:

@@ -8,6 +8,10 @@ Two kinds of file:
   it, and adds ``sockets:``, ``topology:``, optionally ``host_link:`` and ``socket_overrides:``
   (a mapping merged over the socket file, e.g. to try another HBM bandwidth).
 
+A socket's memory tiers are the named entries of ``memory:``, fastest first. Files written before
+that (top-level ``hbm:``/``ddr:``, ``calibrated.hbm_efficiency``, ``reserved.hbm_bytes``) still
+load: :mod:`sn40l_sim.hardware.legacy` converts them and warns once per file.
+
 Either kind may start from another file with ``base:`` (an overlay, see :mod:`sn40l_sim.yamlio`).
 After the schema, :func:`check_socket` and :func:`check_node` test what a schema cannot: the
 published totals against the per-unit values, the tile grid against its units, the P2P ports
@@ -18,8 +22,8 @@ Examples
 >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
 >>> node.sockets, node.topology.kind, node.socket.name
 (16, 'full_mesh', 'SN40L')
->>> faster = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "800 GB/s"})
->>> faster.socket.hbm.bytes_per_s_per_unit, node.socket.hbm.bytes_per_s_per_unit
+>>> faster = with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "800 GB/s"})
+>>> faster.socket.memory["hbm"].bytes_per_s_per_unit, node.socket.memory["hbm"].bytes_per_s_per_unit
 (800000000000.0, 409600000000.0)
 """
 from __future__ import annotations
@@ -33,7 +37,8 @@ from pydantic import BaseModel
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware import figures
-from sn40l_sim.hardware.spec import CalibratedSpec, NodeSpec, SocketSpec, TopologySpec
+from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document
@@ -63,7 +68,7 @@ def load_hardware(path: str | Path) -> NodeSpec:
     InputError
         Naming the file, the field path and the line, for any syntax, schema or consistency error.
     """
-    doc = load_document(path)
+    doc = load_document(path, upgrade=upgrade_socket_document)
     kind = document_kind(doc, HARDWARE_KINDS)
     if kind == "socket":
         socket = load_socket_document(doc)
@@ -78,17 +83,19 @@ def load_socket_document(doc: Document) -> SocketSpec:
     return socket
 
 
-def _load_node(doc: Document) -> NodeSpec:
+def _node_socket_document(doc: Document) -> Document:
+    """The socket document a node file names, with the node's ``socket_overrides`` merged in
+    (their origins pointing at the node file); ``kind`` already popped."""
     data = doc.data
     socket_ref = data.get("socket")
     if socket_ref is None:
         raise doc.error(("socket",), "required field is missing: the relative path of the socket file")
     if not isinstance(socket_ref, str):
         raise doc.error(("socket",), f"expected the relative path of a socket file, got {type(socket_ref).__name__}")
-    socket_path = doc.resolve(socket_ref)
+    socket_path = doc.resolve(socket_ref, ("socket",))   # relative to the file that wrote it (a base: too)
     if not socket_path.is_file():
         raise doc.error(("socket",), f"socket file {socket_ref!r} not found (looked for {socket_path})")
-    socket_doc = load_document(socket_path)
+    socket_doc = load_document(socket_path, upgrade=upgrade_socket_document)
     try:
         document_kind(socket_doc, ("socket",))
     except InputError as exc:
@@ -98,13 +105,29 @@ def _load_node(doc: Document) -> NodeSpec:
     if not isinstance(overrides, dict):
         raise doc.error(("socket_overrides",), "expected a mapping of socket fields to new values")
     _merge_into(socket_doc, overrides, doc, ("socket_overrides",), ())
+    return socket_doc
+
+
+def socket_document(path: str | Path) -> Document:
+    """The socket description of a socket or node file as a document (after ``base:`` overlays,
+    old-style conversion and a node's ``socket_overrides``), with the file and line of every value:
+    what ``calibrate --write`` edits. Field paths are relative to the socket (``memory.hbm.efficiency``).
+    """
+    doc = load_document(path, upgrade=upgrade_socket_document)
+    if document_kind(doc, HARDWARE_KINDS) == "socket":
+        return doc
+    return _node_socket_document(doc)
+
+
+def _load_node(doc: Document) -> NodeSpec:
+    socket_doc = _node_socket_document(doc)
     try:
         socket = load_socket_document(socket_doc)
     except InputError as exc:
         if exc.file == str(doc.path) and exc.field:  # the bad value came from socket_overrides
             exc.field = f"socket_overrides.{exc.field}"
         raise
-    node_data = {k: v for k, v in data.items() if k != "socket_overrides"}
+    node_data = {k: v for k, v in doc.data.items() if k != "socket_overrides"}
     node_data["socket"] = socket
     node = validate(NodeSpec, Document(node_data, doc.path, doc.origins))
     check_node(node, doc)
@@ -164,17 +187,16 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
     if socket.dies > 1 and socket.die_to_die is None:
         raise _fail(doc, at("die_to_die"), f"a socket of {socket.dies} dies needs a die_to_die link")
 
-    for tier, total in (("hbm", figures.hbm_bytes(socket)), ("ddr", figures.ddr_bytes(socket))):
-        reserved = getattr(socket.reserved, f"{tier}_bytes")
-        if reserved and reserved >= total:
-            raise _fail(doc, at("reserved", f"{tier}_bytes"),
-                        f"reserves {reserved:.4g} B but the socket has only {total:.4g} B of {tier.upper()}")
+    for tier, spec in socket.memory.items():
+        total = figures.memory_bytes(socket, tier)
+        if spec.reserved_bytes and spec.reserved_bytes >= total:
+            raise _fail(doc, at("memory", tier, "reserved_bytes"),
+                        f"reserves {spec.reserved_bytes:.4g} B but the socket has only {total:.4g} B of {tier.upper()}")
 
-    for name, info in CalibratedSpec.model_fields.items():
-        low, high = (info.json_schema_extra or {}).get("bounds", (-math.inf, math.inf))
-        value = getattr(socket.calibrated, name)
-        if not low <= value <= high:
-            raise _fail(doc, at("calibrated", name), f"{value:g} is outside the physical bounds [{low:g}, {high:g}]")
+    for path, param in calibrated_parameters(socket).items():
+        if not param.low <= param.value <= param.high:
+            raise _fail(doc, at(*path.split(".")),
+                        f"{param.value:g} is outside the physical bounds [{param.low:g}, {param.high:g}]")
     if stated:
         _check_stated(socket, doc, at)
 
@@ -187,20 +209,23 @@ def _check_stated(socket: SocketSpec, doc: Document, at) -> None:
         "pmus": (figures.pmus(socket), f"{n_tiles} tiles x {socket.tile.pmus} PMUs", ("tile", "pmus")),
         "sram_bytes": (figures.sram_bytes(socket), f"{figures.pmus(socket)} PMUs x {socket.pmu.capacity_bytes:.0f} B",
                        ("pmu", "capacity_bytes")),
-        "hbm_bytes": (figures.hbm_bytes(socket), f"{figures.hbm_units(socket)} HBM modules x "
-                      f"{socket.hbm.capacity_bytes_per_unit if socket.hbm else 0:.0f} B",
-                      ("hbm", "capacity_bytes_per_unit") if socket.hbm else ("hbm",)),
         "bf16_flops": (figures.peak_flops(socket), f"{figures.pcus(socket)} PCUs x "
                        f"{2 * figures.macs_per_pcu_cycle(socket):g} FLOP/cycle x {socket.clock_hz:g} Hz", ("clock_hz",)),
     }
-    for name, (value, how, cause) in derived.items():
-        claim = getattr(s, name)
+    claims = {(name,): (getattr(s, name), derived[name]) for name in derived}
+    for tier, claim in s.memory_bytes.items():
+        spec = socket.memory.get(tier)
+        how = (f"{figures.memory_units(socket, tier)} {tier.upper()} units x {spec.capacity_bytes_per_unit:.0f} B"
+               if spec else f"no {tier} tier")
+        cause = ("memory", tier, "capacity_bytes_per_unit") if spec else ("memory",)
+        claims[("memory_bytes", tier)] = (claim, (figures.memory_bytes(socket, tier), how, cause))
+    for name, (claim, (value, how, cause)) in claims.items():
         if claim is None:
             continue
-        tolerance = _STATED_FLOPS_TOLERANCE if name == "bf16_flops" else _STATED_EXACT_TOLERANCE
+        tolerance = _STATED_FLOPS_TOLERANCE if name == ("bf16_flops",) else _STATED_EXACT_TOLERANCE
         if abs(value - claim) > tolerance * claim:
             file, line = doc.where(at(*cause))
-            raise _fail(doc, at("stated", name),
+            raise _fail(doc, at("stated", *name),
                         f"stated {claim:.6g} but {how} = {value:.6g} (set at {Path(file).name}:{line} "
                         f"field {'.'.join(map(str, cause))}); fix one of them")
 
@@ -244,7 +269,9 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     node : NodeSpec
         The starting point (left unchanged).
     overrides : dict
-        Dotted path under the node (``"socket.hbm.bytes_per_s_per_unit"``, ``"sockets"``) -> value.
+        Dotted path under the node (``"socket.memory.hbm.bytes_per_s_per_unit"``, ``"sockets"``) ->
+        value. Old-style memory paths (``socket.hbm.*``, ``socket.calibrated.hbm_efficiency``) are
+        converted with a deprecation warning.
 
     Raises
     ------
@@ -256,11 +283,12 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
     >>> with_overrides(node, {"sockets": 8}).sockets
     8
-    >>> with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "fast"})
+    >>> with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "fast"})
     Traceback (most recent call last):
     ...
-    sn40l_sim.errors.InputError: <overrides>: socket.hbm.bytes_per_s_per_unit: expected a bandwidth quantity such as '1.6 TB/s', got 'fast'
+    sn40l_sim.errors.InputError: <overrides>: socket.memory.hbm.bytes_per_s_per_unit: expected a bandwidth quantity such as '1.6 TB/s', got 'fast'
     """
+    overrides = upgrade_overrides(overrides)
     data = node.model_dump()
     for dotted_path in sorted(overrides):
         _set_dotted(data, dotted_path, overrides[dotted_path])

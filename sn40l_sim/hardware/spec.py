@@ -7,9 +7,11 @@ latencies on the chip in cycles.
 """
 from __future__ import annotations
 
-from typing import Literal
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from sn40l_sim.schema import (
     Bytes,
@@ -89,12 +91,51 @@ class AGCUSpec(StrictModel):
 
 
 class MemoryTierSpec(StrictModel):
-    """HBM modules or DDR channels of one socket."""
+    """One off-chip memory tier of a socket: HBM modules, DDR channels, a CXL or host tier.
 
+    A socket lists its tiers under ``memory:`` fastest first; that order is the default placement
+    order (:func:`sn40l_sim.mapper.memory.place_memory`). Nothing in the code names a tier: a new
+    tier is one YAML entry.
+    """
+
+    #: modules or channels per die (addresses interleave over all of them)
     units_per_die: PositiveInt
     capacity_bytes_per_unit: Bytes
     bytes_per_s_per_unit: BytesPerSecond
     latency_s: Seconds
+    #: achievable fraction of the peak bandwidth, fitted to measurements (DESIGN.md §4)
+    efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
+    #: bytes of this tier the runtime keeps for itself (program binaries, buffers)
+    reserved_bytes: BytesOrZero = 0.0
+
+
+#: a tier name is a key of results (``memory.<tier>.kv``), a channel label and a dotted-path part
+TIER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: names a tier cannot take: the other resources a stage, a kernel or the engine's busy time names
+RESERVED_TIER_NAMES = frozenset({"compute", "simd", "sram", "mesh", "p2p", "overhead", "tln", "fill",
+                                 "memory", "kernel", "setup", "stream", "collective"})
+
+
+def _memory_tiers(value: Any) -> Any:
+    """Drop tiers set to ``null`` (how an overlay removes a tier of its base) and check names."""
+    if value is None:
+        raise ValueError("expected at least one memory tier (e.g. memory: {ddr: {...}})")
+    if not isinstance(value, dict):
+        return value
+    for name in value:
+        if not isinstance(name, str) or not TIER_NAME.match(name):
+            raise ValueError(f"tier name {name!r} must be lower case letters, digits and '_', "
+                             "starting with a letter")
+        if name in RESERVED_TIER_NAMES:
+            raise ValueError(f"tier name {name!r} is taken by another resource; choose another "
+                             f"(reserved: {', '.join(sorted(RESERVED_TIER_NAMES))})")
+    tiers = {name: tier for name, tier in value.items() if tier is not None}
+    if not tiers:
+        raise ValueError("expected at least one memory tier (e.g. memory: {ddr: {...}})")
+    return tiers
+
+
+MemoryTiers = Annotated[dict[str, MemoryTierSpec], BeforeValidator(_memory_tiers)]
 
 
 class LinkSpec(StrictModel):
@@ -112,20 +153,14 @@ class P2PSpec(StrictModel):
     latency_s: Seconds
 
 
-class ReservedSpec(StrictModel):
-    """Memory the runtime keeps for itself (program binaries, buffers), per socket."""
-
-    hbm_bytes: BytesOrZero = 0.0
-    ddr_bytes: BytesOrZero = 0.0
-
-
 class StatedTotals(StrictModel):
     """Published per-socket totals the loader checks the per-unit values against."""
 
     pcus: PositiveInt | None = None
     pmus: PositiveInt | None = None
     sram_bytes: Bytes | None = None
-    hbm_bytes: Bytes | None = None
+    #: tier -> stated capacity per socket; 0 states that the socket has no such tier
+    memory_bytes: dict[str, BytesOrZero | None] = Field(default_factory=dict)
     #: peak BF16 FLOP/s; checked within 0.5% (published figures are rounded)
     bf16_flops: FlopsPerSecond | None = None
 
@@ -133,12 +168,12 @@ class StatedTotals(StrictModel):
 class CalibratedSpec(StrictModel):
     """The few physical parameters fitted to measurements (DESIGN.md §4), with their bounds.
 
-    ``json_schema_extra`` carries the physical bounds that ``calibrate`` must respect.
+    ``json_schema_extra`` carries the physical bounds that ``calibrate`` must respect. The memory
+    tiers' efficiencies are calibrated too; they live with their tier
+    (:attr:`MemoryTierSpec.efficiency`), see :func:`calibrated_parameters`.
     """
 
     kernel_call_overhead_s: Seconds = Field(json_schema_extra={"bounds": [0.0, 1e-3]})
-    hbm_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
-    ddr_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     p2p_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     transfer_setup_s: Seconds = Field(json_schema_extra={"bounds": [0.0, 50e-6]})
     systolic_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
@@ -155,14 +190,13 @@ class SocketSpec(StrictModel):
     pcu: PCUSpec
     pmu: PMUSpec
     agcu: AGCUSpec
-    hbm: MemoryTierSpec | None = None
-    ddr: MemoryTierSpec
+    #: off-chip memory tiers, fastest first (the default placement order)
+    memory: MemoryTiers
     tln: LinkSpec
     die_to_die: LinkSpec | None = None
     p2p: P2PSpec
     #: cycles to load a new configuration onto the PCUs/PMUs when a kernel is split into sections
     reconfiguration_cycles: NonNegativeInt
-    reserved: ReservedSpec = ReservedSpec()
     stated: StatedTotals = StatedTotals()
     calibrated: CalibratedSpec
 
@@ -183,3 +217,39 @@ class NodeSpec(StrictModel):
     sockets: PositiveInt
     topology: TopologySpec
     host_link: LinkSpec | None = None
+
+
+@dataclass(frozen=True)
+class CalibratedParameter:
+    """One calibrated value of a socket: its dotted path under the socket, value and bounds."""
+
+    path: str
+    value: float
+    low: float
+    high: float
+
+
+def calibrated_parameters(socket: SocketSpec) -> dict[str, CalibratedParameter]:
+    """Every calibrated value of ``socket`` by dotted path under the socket: the ``calibrated:``
+    block in schema order, then each memory tier's ``efficiency`` in tier order. Bounds come from
+    the schema (``json_schema_extra``).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> params = calibrated_parameters(load_hardware("hw_configs/sn40l.yaml").socket)
+    >>> list(params)[0], [p for p in params if p.startswith("memory.")]
+    ('calibrated.kernel_call_overhead_s', ['memory.hbm.efficiency', 'memory.ddr.efficiency'])
+    >>> params["memory.hbm.efficiency"].low, params["memory.hbm.efficiency"].high
+    (0.3, 1.0)
+    """
+    out: dict[str, CalibratedParameter] = {}
+
+    def add(path: str, model: StrictModel, name: str) -> None:
+        extra = type(model).model_fields[name].json_schema_extra or {}
+        low, high = extra.get("bounds", (float("-inf"), float("inf")))  # type: ignore[union-attr]
+        out[path] = CalibratedParameter(path, float(getattr(model, name)), float(low), float(high))
+
+    for name in CalibratedSpec.model_fields:
+        add(f"calibrated.{name}", socket.calibrated, name)
+    for tier, spec in socket.memory.items():
+        add(f"memory.{tier}.efficiency", spec, "efficiency")
+    return out

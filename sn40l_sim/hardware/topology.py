@@ -7,7 +7,8 @@ Graph conventions
 -----------------
 Node ids are strings: ``s3.t2.sw.4.7`` is switch (row 4, col 7) of tile 2 of socket 3,
 ``s3.t2.pcu.0.1`` a PCU, ``s3.t2.agcu5`` an AGCU, ``s3.d1.tln`` the top-level network of die 1,
-``s3.d1.hbm0`` an HBM module, ``s3.d1.ddr2`` a DDR channel, ``s3.p2p`` the socket's P2P port
+``s3.d1.hbm0`` an HBM module, ``s3.d1.ddr2`` a DDR channel (one node per unit of every memory
+tier, named after the tier and of that ``kind``), ``s3.p2p`` the socket's P2P port
 block, ``host`` the host. Every node has ``kind`` and, where it applies, ``socket``, ``die`` and
 ``tile`` attributes; container nodes (``node``, ``s3``, ``s3.d1``, ``s3.t2``) carry ``kind`` and
 ``parent`` but no edges, so that paths only follow physical links. Every edge is a physical link
@@ -241,9 +242,8 @@ def build_topology(node: NodeSpec) -> nx.Graph:
                 graph.add_node(tp[:-1], kind="tile", parent=die, socket=s, die=d, tile=t)
                 _stamp_tile(graph, tp, tile_nodes, tile_edges, where)
                 graph.add_edges_from((f"{tp}agcu{i}", f"{die}.tln", tln) for i in range(socket.tile.agcus))
-            for tier in ("hbm", "ddr"):
-                spec = getattr(socket, tier)
-                for i in range(spec.units_per_die if spec else 0):
+            for tier, spec in socket.memory.items():
+                for i in range(spec.units_per_die):
                     graph.add_node(f"{die}.{tier}{i}", kind=tier, parent=die, socket=s, die=d,
                                    capacity_bytes=spec.capacity_bytes_per_unit)
                     graph.add_edge(f"{die}.{tier}{i}", f"{die}.tln", kind=tier,

@@ -1,7 +1,8 @@
 """The mapper: fused kernels onto the PCUs, PMUs and tiles of one socket, with memory tiers.
 
 :func:`map_graph` places a kernel graph (memoised per distinct kernel), :func:`map_kernel` one
-kernel, :func:`~sn40l_sim.mapper.memory.place_memory` decides HBM versus DDR. The output types are
+kernel, :func:`~sn40l_sim.mapper.memory.place_memory` fills the socket's memory tiers
+(HBM, then DDR, ...). The output types are
 in :mod:`sn40l_sim.mapper.placement`.
 """
 from sn40l_sim.mapper.graph import map_graph

@@ -18,7 +18,7 @@ Examples
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
 >>> from sn40l_sim.mapper.stages import TierSplit, section_stages
 >>> socket = example_socket()
->>> stages, _ = section_stages(socket, example_decode_kernel().operators, 16, TierSplit(), 4)
+>>> stages, _ = section_stages(socket, example_decode_kernel().operators, 16, TierSplit.all_in("hbm"), 4)
 >>> alloc = allocate(socket, stages, 4)
 >>> alloc.bounds[0], alloc.cycles_per_tile == alloc.cycles[0]      # the decode kernel waits on HBM
 ('hbm', True)

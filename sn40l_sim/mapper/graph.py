@@ -28,7 +28,7 @@ from dataclasses import replace
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import FusedKernel, KernelGraph
 from sn40l_sim.mapper.kernel import map_kernel
-from sn40l_sim.mapper.memory import all_in_hbm
+from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.stages import TierSplit
 
@@ -45,7 +45,7 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
                       socket_key: str | None = None) -> PlacedKernel:
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo; the result carries
     ``kernel`` itself (its name and layer)."""
-    tiers = tiers or TierSplit()
+    tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     key = (socket_key or _socket_key(socket), kernel.signature(), tiers)
     placed = _memo.get(key)
     if placed is None:
@@ -66,14 +66,15 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         Per-socket kernels (the builder's output).
     memory : MemoryPlacement, optional
         Where weights and KV live (from :func:`~sn40l_sim.mapper.memory.place_memory`); kernels
-        stream spilled bytes at DDR bandwidth. Default: everything in HBM, unchecked.
+        stream spilled bytes at their tier's bandwidth. Default: everything in the socket's first
+        tier, unchecked.
 
     Returns
     -------
     PlacedGraph
         Kernels in the graph's deterministic topological order.
     """
-    memory = memory if memory is not None else all_in_hbm(node)
+    memory = memory if memory is not None else all_in_first_tier(node)
     tiers = memory.tiers()
     key = _socket_key(node.socket)
     kernels = tuple(map_kernel_cached(node.socket, k, tiers, key) for k in graph.kernels())

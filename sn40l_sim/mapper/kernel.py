@@ -160,7 +160,7 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     kernel : FusedKernel
         One socket's shard of the kernel.
     tiers : TierSplit, optional
-        Where its weights and KV live (default: all in HBM).
+        Where its weights and KV live (default: all in the socket's first memory tier).
 
     Returns
     -------
@@ -171,13 +171,14 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     InfeasibleError
         If an operator cannot be placed even alone at its finest tiling.
     """
-    tiers = tiers or TierSplit()
+    tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
     all_tiles = figures.tiles(socket)
     if not kernel.operators:
         zeros = (0,) * all_tiles
         return PlacedKernel(kernel=kernel, stages=(), sections=0, reconfig_cycles=0, n_tiles=0,
-                            cycles_per_tile=0, fill_cycles=0, hbm_bytes=0, ddr_bytes=0, mesh_bytes=0,
+                            cycles_per_tile=0, fill_cycles=0, tier_bytes=dict.fromkeys(socket.memory, 0),
+                            mesh_bytes=0,
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
                             cycles=overhead, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=overhead, chip_tiles=0)
@@ -216,8 +217,7 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead:
             pcus[i] = max(pcus[i], sum(sec.alloc.pcus))
             pmus[i] = max(pmus[i], sum(sec.alloc.pmus))
             sram[i] = max(sram[i], buffers)
-    hbm = sum(sec.tier_bytes("hbm") for sec in plan.sections)
-    ddr = sum(sec.tier_bytes("ddr") for sec in plan.sections)
+    tier_bytes = {tier: sum(sec.tier_bytes(tier) for sec in plan.sections) for tier in socket.memory}
     mesh = sum(s.bytes for sec in plan.sections for s in sec.streams)
     n = len(plan.sections)
     streaming = n * (plan.fill_cycles + plan.n_tiles * plan.cycles_per_tile)
@@ -227,9 +227,9 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead:
     return PlacedKernel(
         kernel=kernel, stages=tuple(stages), sections=n,
         reconfig_cycles=socket.reconfiguration_cycles if n > 1 else 0, n_tiles=plan.n_tiles,
-        cycles_per_tile=plan.cycles_per_tile, fill_cycles=plan.fill_cycles, hbm_bytes=hbm, ddr_bytes=ddr,
+        cycles_per_tile=plan.cycles_per_tile, fill_cycles=plan.fill_cycles, tier_bytes=tier_bytes,
         mesh_bytes=mesh, compute_cycles=compute_bound_cycles(socket, kernel.flops),
-        memory_cycles=memory_bound_cycles(socket, hbm, ddr), bounding_resource=bound, cycles=plan.cycles,
+        memory_cycles=memory_bound_cycles(socket, tier_bytes), bounding_resource=bound, cycles=plan.cycles,
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
         overhead_cycles=overhead, chip_tiles=t)
 
@@ -245,14 +245,14 @@ def compute_bound_cycles(socket: SocketSpec, flops: int) -> int:
     return math.ceil(flops / peak - 1e-9)
 
 
-def memory_bound_cycles(socket: SocketSpec, hbm_bytes: int, ddr_bytes: int) -> int:
+def memory_bound_cycles(socket: SocketSpec, tier_bytes: dict[str, int]) -> int:
     """Cycles to move the bytes alone over all memory units at the calibrated efficiencies (the
-    two tiers in parallel)."""
+    tiers in parallel); ``tier_bytes`` is tier -> bytes."""
     out = 0
     agcus = figures.agcus(socket)
-    for spec, n, eff in ((socket.hbm, hbm_bytes, socket.calibrated.hbm_efficiency),
-                         (socket.ddr, ddr_bytes, socket.calibrated.ddr_efficiency)):
-        if spec is not None and n:
-            out = max(out, offchip_cycles(spec, socket.agcu, socket.clock_hz, n, eff,
+    for tier, n in tier_bytes.items():
+        spec = socket.memory[tier]
+        if n:
+            out = max(out, offchip_cycles(spec, socket.agcu, socket.clock_hz, n, spec.efficiency,
                                           units_used=socket.dies * spec.units_per_die, agcus=agcus))
     return out

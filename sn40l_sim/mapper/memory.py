@@ -1,16 +1,19 @@
-"""Where a socket's tensors live: :func:`place_memory` (HBM first, DDR for what does not fit).
+"""Where a socket's tensors live: :func:`place_memory` fills the memory tiers in placement order.
 
-Priority, per socket, after the runtime's reserved memory (``socket.reserved``):
+The tiers are the socket's ``memory:`` entries; the placement order is theirs (fastest first)
+unless the experiment gives another (``memory.order``). Per socket, after each tier's reserved
+memory (``reserved_bytes``), the uses are placed in priority order:
 
-1. **activations** (the working set handed between kernels) in HBM: every kernel reads and
-   writes them, and they are small next to weights and KV;
-2. **weights** in HBM, the rest in DDR;
-3. **KV cache** in the HBM left, the rest in DDR.
+1. **activations** (the working set handed between kernels): every kernel reads and writes them,
+   and they are small next to weights and KV;
+2. **weights**;
+3. **KV cache**;
 
-A tensor class that spills puts the same fraction of every layer in DDR (identical layers stay
+each into the first tier in the order with room, spilling what does not fit to the next tier.
+A use that spills puts the same fraction of every layer in the later tier (identical layers stay
 identical, so they still map once); :meth:`MemoryPlacement.tiers` gives that split to the
-mapper, which then streams those bytes at DDR bandwidth. When HBM and DDR together cannot hold
-everything, :class:`~sn40l_sim.errors.InfeasibleError` says what does not fit and by how much.
+mapper, which then streams those bytes at that tier's bandwidth. When the tiers together cannot
+hold everything, :class:`~sn40l_sim.errors.InfeasibleError` says what does not fit and by how much.
 
 Examples
 --------
@@ -18,56 +21,89 @@ Examples
 >>> node = example_node()
 >>> GiB = 2**30
 >>> mp = _place(node.socket, weights=40 * GiB, kv=30 * GiB, activations=1 * GiB)
->>> usable = 64 * GiB - node.socket.reserved.hbm_bytes    # HBM after the runtime's reservation
->>> mp.hbm["weights"] == 40 * GiB, mp.hbm["kv"] == usable - 40 * GiB - 1 * GiB   # KV takes the rest
+>>> usable = 64 * GiB - node.socket.memory["hbm"].reserved_bytes    # HBM after the runtime's reservation
+>>> hbm, ddr = mp.by_tier["hbm"], mp.by_tier["ddr"]
+>>> hbm["weights"] == 40 * GiB, hbm["kv"] == usable - 40 * GiB - 1 * GiB   # KV takes the rest
 (True, True)
->>> mp.ddr["kv"] == 30 * GiB - mp.hbm["kv"]                # and spills what does not fit
+>>> ddr["kv"] == 30 * GiB - hbm["kv"]                # and spills what does not fit
 True
->>> mp.tiers().weights_ddr_fraction, mp.tiers().kv_ddr_fraction == mp.ddr["kv"] / (30 * GiB)
-(0.0, True)
+>>> mp.tiers().weights, mp.tiers().kv[1] == ("ddr", ddr["kv"] / (30 * GiB))
+((('hbm', 1.0),), True)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.mapper.placement import MemoryPlacement
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.models.params import weight_bytes_per_socket
 
 GIB = 2**30
 
-
-def _split(need: int, free: int) -> tuple[int, int]:
-    here = min(need, max(free, 0))
-    return here, need - here
+#: the order uses are placed in, most-used first (activations, weights, KV)
+PLACEMENT_PRIORITY = ("activations", "weights", "kv")
 
 
-def _place(socket: SocketSpec, weights: int, kv: int, activations: int) -> MemoryPlacement:
-    hbm_cap = int(figures.usable_hbm_bytes(socket)) if socket.hbm is not None else 0
-    ddr_cap = int(figures.usable_ddr_bytes(socket))
-    hbm: dict[str, int] = {}
-    ddr: dict[str, int] = {}
-    free = hbm_cap
-    for name, need in (("activations", activations), ("weights", weights), ("kv", kv)):
-        hbm[name], ddr[name] = _split(int(need), free)
-        free -= hbm[name]
-    spilled = sum(ddr.values())
-    if spilled > ddr_cap:
-        short = spilled - ddr_cap
-        parts = ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in ddr.items() if v)
+def placement_order(socket: SocketSpec, order: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The tiers to fill, first to last: ``order`` if given (each a tier of ``socket``), else the
+    socket's tiers in file order.
+
+    Raises
+    ------
+    ValueError
+        If ``order`` is empty, repeats a tier or names one the socket does not have.
+    """
+    if order is None:
+        return tuple(socket.memory)
+    order = tuple(order)
+    unknown = [tier for tier in order if tier not in socket.memory]
+    if unknown or not order or len(set(order)) != len(order):
+        raise ValueError(f"memory order {list(order)} must list distinct tiers of socket {socket.name!r} "
+                         f"(it has {list(socket.memory)})")
+    return order
+
+
+def _capacities(socket: SocketSpec) -> dict[str, int]:
+    return {tier: int(figures.usable_memory_bytes(socket, tier)) for tier in socket.memory}
+
+
+def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
+           order: Sequence[str] | None = None) -> MemoryPlacement:
+    tiers = placement_order(socket, order)
+    capacity = _capacities(socket)
+    need = {"activations": int(activations), "weights": int(weights), "kv": int(kv)}
+    by_tier: dict[str, dict[str, int]] = {tier: dict.fromkeys(PLACEMENT_PRIORITY, 0) for tier in socket.memory}
+    free = {tier: capacity[tier] for tier in tiers}
+    # what reaches the last tier, before its capacity is checked (named in the error)
+    last_need: dict[str, int] = {}
+    for use in PLACEMENT_PRIORITY:
+        left = need[use]
+        for tier in tiers[:-1]:
+            here = min(left, max(free[tier], 0))
+            by_tier[tier][use], left = here, left - here
+            free[tier] -= here
+        by_tier[tiers[-1]][use] = last_need[use] = left
+    last = tiers[-1]
+    spilled = sum(last_need.values())
+    if spilled > capacity[last]:
+        short = spilled - capacity[last]
+        parts = ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in last_need.items() if v)
+        held = "".join(f"{tier.upper()} holds {capacity[tier] / GIB:.2f} GiB after the reserved "
+                       f"{figures.reserved_bytes(socket, tier) / GIB:.2f} GiB, and " for tier in tiers[:-1])
+        rest = "the rest" if len(tiers) > 1 else "all of it"
         raise InfeasibleError(
             f"memory does not fit on a socket of {socket.name}: weights {weights / GIB:.2f} GiB + KV cache "
-            f"{kv / GIB:.2f} GiB + activations {activations / GIB:.2f} GiB; HBM holds {hbm_cap / GIB:.2f} GiB "
-            f"after the reserved {socket.reserved.hbm_bytes / GIB:.2f} GiB, and the rest ({parts}) exceeds the "
-            f"usable DDR of {ddr_cap / GIB:.2f} GiB by {short} bytes ({short / GIB:.2f} GiB)")
-    return MemoryPlacement(hbm=hbm, ddr=ddr, hbm_capacity=hbm_cap, ddr_capacity=ddr_cap)
+            f"{kv / GIB:.2f} GiB + activations {activations / GIB:.2f} GiB; {held}{rest} ({parts}) exceeds the "
+            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB by {short} bytes ({short / GIB:.2f} GiB)")
+    return MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers)
 
 
 def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int,
-                 activation_bytes: int) -> MemoryPlacement:
-    """Place one socket's weights, KV cache and activations in HBM and DDR.
+                 activation_bytes: int, order: Sequence[str] | None = None) -> MemoryPlacement:
+    """Place one socket's weights, KV cache and activations in its memory tiers.
 
     Parameters
     ----------
@@ -80,6 +116,8 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
         KV-cache bytes this socket holds (its sequences' caches, or its share of them).
     activation_bytes : int
         Working set of activations between kernels on this socket.
+    order : sequence of str, optional
+        Tiers to fill, first to last (default: the socket's tiers, fastest first).
 
     Returns
     -------
@@ -90,35 +128,19 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
     Raises
     ------
     InfeasibleError
-        When HBM plus DDR cannot hold it all, naming the sizes and the shortfall in bytes and GiB.
+        When the tiers together cannot hold it all, naming the sizes and the shortfall in bytes and GiB.
     """
-    from sn40l_sim.models.params import weight_bytes_per_socket
-
     for name, value in (("kv_bytes_per_socket", kv_bytes_per_socket), ("activation_bytes", activation_bytes)):
         if value < 0:
             raise InfeasibleError(f"{name} must be >= 0, got {value}")
     weights = weight_bytes_per_socket(model, plan)
-    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes)
+    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes, order)
 
 
-def all_in_hbm(node: NodeSpec) -> MemoryPlacement:
-    """A placement that puts every tensor in HBM without checking sizes (the default of
-    :func:`~sn40l_sim.mapper.map_graph` when no placement is given; use :func:`place_memory` to
-    check that it fits)."""
+def all_in_first_tier(node: NodeSpec, order: Sequence[str] | None = None) -> MemoryPlacement:
+    """A placement that puts every tensor in the first tier of the order without checking sizes
+    (the default of :func:`~sn40l_sim.mapper.map_graph` when no placement is given; use
+    :func:`place_memory` to check that it fits)."""
     socket = node.socket
-    hbm_cap = int(figures.usable_hbm_bytes(socket)) if socket.hbm is not None else 0
-    return MemoryPlacement(hbm={}, ddr={}, hbm_capacity=hbm_cap, ddr_capacity=int(figures.usable_ddr_bytes(socket)))
-
-
-def tiers_of(memory: MemoryPlacement) -> TierSplit:
-    """The fraction of weights and of KV in DDR (what the mapper streams at DDR bandwidth).
-
-    >>> tiers_of(MemoryPlacement(hbm={"weights": 3, "kv": 0}, ddr={"weights": 1, "kv": 5}, hbm_capacity=3, ddr_capacity=9))
-    TierSplit(weights_ddr_fraction=0.25, kv_ddr_fraction=1.0, activations='hbm')
-    """
-    def frac(name: str) -> float:
-        total = memory.hbm.get(name, 0) + memory.ddr.get(name, 0)
-        return memory.ddr.get(name, 0) / total if total else 0.0
-
-    act = "ddr" if memory.ddr.get("activations", 0) > memory.hbm.get("activations", 0) else "hbm"
-    return TierSplit(frac("weights"), frac("kv"), act)
+    return MemoryPlacement(by_tier={tier: {} for tier in socket.memory}, capacity=_capacities(socket),
+                           order=placement_order(socket, order))

@@ -5,11 +5,13 @@ Field names are a contract: add, never rename. Cycles are RDU clock cycles.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from sn40l_sim.ir import FusedKernel, KernelGraph
+from sn40l_sim.mapper.stages import USES, TierSplit
 
-Resource = Literal["compute", "simd", "sram", "hbm", "ddr", "mesh", "p2p", "overhead"]
+#: what bounds a stage or a kernel: ``compute``, ``simd``, ``sram``, ``mesh``, ``p2p``,
+#: ``overhead``, or the name of a memory tier (``hbm``, ``ddr``, ...)
+Resource = str
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,9 @@ class PlacedKernel:
     n_tiles: int
     cycles_per_tile: int
     fill_cycles: int
-    #: bytes this socket moves per memory tier and per link class over the whole kernel
-    hbm_bytes: int
-    ddr_bytes: int
+    #: bytes this socket moves to and from each memory tier of the socket (every tier, in the
+    #: socket's order, zeros included) and over the tile meshes, over the whole kernel
+    tier_bytes: dict[str, int]
     mesh_bytes: int
     #: lower bounds, each alone: compute at peak, memory at achievable bandwidth
     compute_cycles: int
@@ -75,19 +77,62 @@ class PlacedKernel:
 
 @dataclass(frozen=True)
 class MemoryPlacement:
-    """Bytes per socket in each tier, by use."""
+    """Bytes per socket in each memory tier, by use (``weights``, ``kv``, ``activations``).
 
-    hbm: dict[str, int]
-    ddr: dict[str, int]
-    hbm_capacity: int
-    ddr_capacity: int
+    Attributes
+    ----------
+    by_tier : dict
+        Tier -> use -> bytes, for every tier of the socket in the socket's order (fastest first).
+    capacity : dict
+        Tier -> usable bytes (after the runtime's reserved memory), same tiers and order.
+    order : tuple of str
+        The placement order: tiers filled first to last (the socket's order unless the experiment
+        says otherwise); tiers left out hold nothing.
 
-    def tiers(self):
-        """The fraction of weights and of KV held in DDR, as a
-        :class:`~sn40l_sim.mapper.stages.TierSplit` for the mapper."""
-        from sn40l_sim.mapper.memory import tiers_of
+    Examples
+    --------
+    >>> mp = MemoryPlacement({"hbm": {"weights": 3, "kv": 0}, "ddr": {"weights": 1, "kv": 5}},
+    ...                      {"hbm": 3, "ddr": 9}, ("hbm", "ddr"))
+    >>> mp.total("weights"), mp.first_tier, mp.tiers()
+    (4, 'hbm', TierSplit(weights=(('hbm', 0.75), ('ddr', 0.25)), kv=(('ddr', 1.0),), activations='hbm'))
+    """
 
-        return tiers_of(self)
+    by_tier: dict[str, dict[str, int]]
+    capacity: dict[str, int]
+    order: tuple[str, ...]
+
+    @property
+    def first_tier(self) -> str:
+        """The tier filled first."""
+        return self.order[0]
+
+    def total(self, use: str) -> int:
+        """Bytes of ``use`` over all tiers."""
+        return sum(uses.get(use, 0) for uses in self.by_tier.values())
+
+    def outside(self, tier: str) -> dict[str, int]:
+        """Use -> bytes held in tiers other than ``tier`` (uses with none left out)."""
+        out = {use: sum(uses.get(use, 0) for t, uses in self.by_tier.items() if t != tier) for use in USES}
+        return {use: n for use, n in out.items() if n > 0}
+
+    def tiers(self) -> TierSplit:
+        """The fraction of weights and of KV in each tier, and the activations' tier, as a
+        :class:`~sn40l_sim.mapper.stages.TierSplit` for the mapper.
+
+        Tiers are taken in placement order; a use with no bytes lives in the first tier, and the
+        activations in the tier holding most of them (the earlier one on a tie).
+        """
+        def shares(use: str) -> tuple[tuple[str, float], ...]:
+            total = self.total(use)
+            held = [(tier, self.by_tier.get(tier, {}).get(use, 0)) for tier in self.order]
+            held = [(tier, n) for tier, n in held if n > 0]
+            if not total or not held:
+                return ((self.first_tier, 1.0),)
+            return tuple((tier, n / total) for tier, n in held)
+
+        act = max(self.order, key=lambda tier: (self.by_tier.get(tier, {}).get("activations", 0),
+                                                -self.order.index(tier)))
+        return TierSplit(shares("weights"), shares("kv"), act)
 
 
 @dataclass(frozen=True)

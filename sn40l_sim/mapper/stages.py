@@ -1,9 +1,10 @@
 """The pipeline stages of one section of a fused kernel, and the streams between them.
 
 Every operator becomes one compute stage (systolic for GEMMs, SIMD for the rest). Off-chip
-traffic becomes one *memory stage* per tier (HBM, DDR) that carries every byte of that tier the
-section reads or writes: weights and KV in the tier :class:`TierSplit` assigns them, activations
-in and out of the kernel (kernels hand activations to each other through HBM), and the
+traffic becomes one *memory stage* per tier used (HBM, DDR, or any tier of ``SocketSpec.memory``)
+that carries every byte of that tier the section reads or writes: weights and KV in the tiers
+:class:`TierSplit` assigns them, activations in and out of the kernel (kernels hand activations to
+each other through memory, the first tier unless the placement says otherwise), and the
 intermediate tensor spilled between sections. One stage per tier, not one per tensor, because the
 tensors share the tier's bandwidth.
 
@@ -14,7 +15,7 @@ operators that write KV or output activations back to the memory stage.
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
->>> stages, streams = section_stages(example_socket(), example_decode_kernel().operators, 4, TierSplit(), 4)
+>>> stages, streams = section_stages(example_socket(), example_decode_kernel().operators, 4, TierSplit.all_in("hbm"), 4)
 >>> [(s.name, s.resource) for s in stages]
 [('hbm', 'hbm'), ('q_proj', 'compute'), ('scores', 'compute'), ('softmax', 'simd'), ('pv', 'compute')]
 >>> streams[0].src, streams[0].dst, streams[0].bytes == 16 * 7168 * 2 + 7168 * 1536   # HBM -> q_proj
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
@@ -32,36 +32,61 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.tiling import OpTiling, tile_operator
 
-Tier = Literal["hbm", "ddr"]
+#: a memory tier's name (a key of ``SocketSpec.memory``)
+Tier = str
+#: (tier, fraction) pairs in placement order; the first tier takes what rounding leaves
+Shares = tuple[tuple[Tier, float], ...]
+
+USES = ("weights", "kv", "activations")
 
 
 @dataclass(frozen=True)
 class TierSplit:
-    """Where a kernel's tensors live: the fraction of weights and of KV held in DDR.
+    """Where a kernel's tensors live: for weights and for KV, the fraction held in each tier.
 
     The memory placement spills the same fraction of every layer (see
-    :func:`sn40l_sim.mapper.memory.place_memory`), so identical layers stay identical.
+    :func:`sn40l_sim.mapper.memory.place_memory`), so identical layers stay identical. Tiers are
+    listed in placement order; only tiers that hold a share appear.
     """
 
-    weights_ddr_fraction: float = 0.0
-    kv_ddr_fraction: float = 0.0
-    #: tier of the activations handed between kernels (DDR only on parts without HBM)
-    activations: Tier = "hbm"
+    weights: Shares
+    kv: Shares
+    #: tier of the activations handed between kernels
+    activations: Tier
+
+    @classmethod
+    def all_in(cls, tier: Tier) -> TierSplit:
+        """Everything in one tier.
+
+        >>> TierSplit.all_in("hbm")
+        TierSplit(weights=(('hbm', 1.0),), kv=(('hbm', 1.0),), activations='hbm')
+        """
+        return cls(((tier, 1.0),), ((tier, 1.0),), tier)
+
+    def tiers(self) -> tuple[Tier, ...]:
+        """Every tier this split puts bytes in, in placement order."""
+        return tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]))
 
     def split(self, op: Operator, spill_bytes: int = 0) -> dict[Tier, int]:
         """Bytes ``op`` moves to and from each tier (plus ``spill_bytes`` of activations).
 
         >>> op = Operator("w", "gemm", m=1, k=1, n=1, weight_bytes=1000, kv_read_bytes=10, act_in_bytes=4)
-        >>> TierSplit(weights_ddr_fraction=0.25).split(op)
+        >>> TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm").split(op)
         {'hbm': 764, 'ddr': 250}
         """
-        w_ddr = round(op.weight_bytes * self.weights_ddr_fraction)
-        kv = op.kv_read_bytes + op.kv_write_bytes
-        kv_ddr = round(kv * self.kv_ddr_fraction)
-        act = op.act_in_bytes + op.act_out_bytes + spill_bytes
-        out: dict[Tier, int] = {"hbm": op.weight_bytes - w_ddr + kv - kv_ddr, "ddr": w_ddr + kv_ddr}
-        out[self.activations] += act
+        out: dict[Tier, int] = dict.fromkeys(self.tiers(), 0)
+        for shares, n_bytes in ((self.weights, op.weight_bytes), (self.kv, op.kv_read_bytes + op.kv_write_bytes)):
+            for tier, n in _apportion(shares, n_bytes).items():
+                out[tier] += n
+        out[self.activations] += op.act_in_bytes + op.act_out_bytes + spill_bytes
         return out
+
+
+def _apportion(shares: Shares, n_bytes: int) -> dict[Tier, int]:
+    """``n_bytes`` over the tiers of ``shares``: every tier after the first gets its rounded share,
+    the first what is left (so the parts add up to ``n_bytes`` exactly)."""
+    rest = {tier: round(n_bytes * fraction) for tier, fraction in shares[1:]}
+    return {shares[0][0]: n_bytes - sum(rest.values()), **rest}
 
 
 @dataclass(frozen=True)
@@ -91,8 +116,8 @@ class StageWork:
 
     @property
     def is_memory(self) -> bool:
-        """True for the HBM/DDR stages, which hold no PCUs or PMUs of their own."""
-        return self.resource in ("hbm", "ddr")
+        """True for the memory-tier stages, which hold no PCUs or PMUs of their own."""
+        return self.kind == "memory"
 
 
 @dataclass(frozen=True)
@@ -112,10 +137,10 @@ def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chi
     calibrated efficiency over the memory units of the dies in use, is spread over the data
     tiles. Tiles are spread over the dies first, so two or more tiles reach every die's units.
     """
-    spec = socket.hbm if tier == "hbm" else socket.ddr
+    spec = socket.memory.get(tier)
     if spec is None:
-        raise ValueError(f"socket {socket.name!r} has no {tier}")
-    eff = socket.calibrated.hbm_efficiency if tier == "hbm" else socket.calibrated.ddr_efficiency
+        raise ValueError(f"socket {socket.name!r} has no memory tier {tier!r} (it has {list(socket.memory)})")
+    eff = spec.efficiency
     units = min(chip_tiles, socket.dies) * spec.units_per_die
     total = offchip_cycles(spec, socket.agcu, socket.clock_hz, n_bytes, eff, units_used=units,
                            agcus=chip_tiles * socket.tile.agcus)
@@ -161,18 +186,19 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
         Intermediate tensor read from (written to) memory at the section's start (end) when the
         kernel is split into sections.
     """
-    if socket.hbm is None:
-        tiers = TierSplit(1.0, 1.0, "ddr")
     eff = socket.calibrated.systolic_efficiency
     tilings = [tile_operator(socket.pcu, op, n_tiles, eff) for op in ops]
-    bytes_by_tier: dict[Tier, list[int]] = {"hbm": [], "ddr": []}
+    # memory stages in the socket's tier order (fastest first), whatever the placement order
+    bytes_by_tier: dict[Tier, list[int]] = {tier: [] for tier in socket.memory}
     for i, op in enumerate(ops):
         spill = (spill_in_bytes if i == 0 else 0) + (spill_out_bytes if i == len(ops) - 1 else 0)
         for tier, b in tiers.split(op, spill).items():
+            if tier not in bytes_by_tier:
+                raise ValueError(f"socket {socket.name!r} has no memory tier {tier!r} (it has {list(socket.memory)})")
             bytes_by_tier[tier].append(b)
     stages: list[StageWork] = []
     index: dict[Tier, int] = {}
-    for tier in ("hbm", "ddr"):
+    for tier in bytes_by_tier:
         total = sum(bytes_by_tier[tier])
         if total:
             index[tier] = len(stages)
@@ -186,13 +212,13 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
         spill_out = spill_out_bytes if i == len(ops) - 1 else 0
         reads = _tier_reads(tiers, op, spill_in)
         writes = _tier_writes(tiers, op, spill_out)
-        for tier in ("hbm", "ddr"):
-            if reads[tier]:
+        for tier in bytes_by_tier:
+            if reads.get(tier):
                 streams.append(Stream(index[tier], me, reads[tier]))
         if i > 0:
             streams.append(Stream(me - 1, me, tilings[i - 1].out_bytes * tilings[i - 1].pieces))
-        for tier in ("hbm", "ddr"):
-            if writes[tier]:
+        for tier in bytes_by_tier:
+            if writes.get(tier):
                 streams.append(Stream(me, index[tier], writes[tier]))
     return stages, streams
 

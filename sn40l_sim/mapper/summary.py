@@ -1,8 +1,9 @@
 """Utilisation figures of placed kernels and the table the ``map`` command prints.
 
 Utilisations are achieved over the kernel's predicted time, against raw peaks: compute is FLOPs
-over the socket's BF16 systolic peak, HBM is bytes over the socket's HBM bandwidth, SRAM is the
-buffers held over the capacity of the tiles in use.
+over the socket's BF16 systolic peak, each memory tier's is its bytes over the tier's bandwidth,
+SRAM is the buffers held over the capacity of the tiles in use. The table shows a column for the
+socket's first tier and for every other tier some kernel uses.
 
 Examples
 --------
@@ -10,7 +11,7 @@ Examples
 >>> from sn40l_sim.mapper.kernel import map_kernel
 >>> socket = example_socket()
 >>> u = utilisation(socket, map_kernel(socket, example_gemm_kernel()))
->>> 0.0 < u.compute <= 1.0, u.hbm < u.compute   # a GEMM uses its PCUs more than HBM
+>>> 0.0 < u.compute <= 1.0, u.memory["hbm"] < u.compute   # a GEMM uses its PCUs more than HBM
 (True, True)
 """
 from __future__ import annotations
@@ -28,23 +29,32 @@ class Utilisation:
 
     compute: float
     sram: float
-    hbm: float
-    ddr: float
+    #: tier -> fraction of the tier's peak bandwidth (every tier of the socket)
+    memory: dict[str, float]
 
 
 def utilisation(socket: SocketSpec, pk: PlacedKernel) -> Utilisation:
-    """Compute, SRAM, HBM and DDR utilisation of ``pk`` (0 for a kernel of no cycles)."""
+    """Compute, SRAM and per-tier memory utilisation of ``pk`` (0 for a kernel of no cycles)."""
     seconds = pk.cycles / socket.clock_hz
     if seconds <= 0:
-        return Utilisation(0.0, 0.0, 0.0, 0.0)
-    hbm_peak = figures.hbm_bytes_per_s(socket)
+        return Utilisation(0.0, 0.0, dict.fromkeys(socket.memory, 0.0))
     sram_cap = socket.tile.pmus * socket.pmu.capacity_bytes
     used_tiles = [b for b in pk.sram_bytes_per_tile if b] or [0]
     return Utilisation(
         compute=pk.kernel.flops / seconds / figures.peak_flops(socket, "bf16"),
         sram=max(used_tiles) / sram_cap,
-        hbm=pk.hbm_bytes / seconds / hbm_peak if hbm_peak else 0.0,
-        ddr=pk.ddr_bytes / seconds / figures.ddr_bytes_per_s(socket))
+        memory={tier: _fraction(pk.tier_bytes.get(tier, 0), seconds, figures.memory_bytes_per_s(socket, tier))
+                for tier in socket.memory})
+
+
+def _fraction(n_bytes: float, seconds: float, peak: float) -> float:
+    return n_bytes / seconds / peak if seconds and peak else 0.0
+
+
+def shown_tiers(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> tuple[str, ...]:
+    """Tiers the ``map`` table shows: the socket's first, and every other one a kernel uses."""
+    used = {tier for pk in kernels for tier, n in pk.tier_bytes.items() if n}
+    return tuple(tier for i, tier in enumerate(socket.memory) if i == 0 or tier in used)
 
 
 @dataclass(frozen=True)
@@ -87,29 +97,35 @@ def collapse(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[Row
 
 def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> str:
     """The per-kernel table with a totals line (times in microseconds at the socket's clock)."""
+    tiers = shown_tiers(socket, kernels)
+    tier_heads = "".join(f"{tier.upper() + '%':>6} " for tier in tiers)
     head = (f"{'kernel':<22} {'x':>4} {'tiles':>5} {'PCU/tile':>8} {'PMU/tile':>8} {'comp%':>6} "
-            f"{'SRAM%':>6} {'HBM%':>6} {'bound':<8} {'n_tiles':>8} {'cycles':>11} {'us':>10} {'total us':>11}")
+            f"{'SRAM%':>6} {tier_heads}{'bound':<8} {'n_tiles':>8} {'cycles':>11} {'us':>10} {'total us':>11}")
     lines = [head, "-" * len(head)]
     clock = socket.clock_hz
-    total = flops = hbm = 0
+    total = flops = 0
+    moved = dict.fromkeys(tiers, 0)
     by_bound: dict[str, int] = {}
     for row in collapse(kernels):
         pk = row.placed
         u = utilisation(socket, pk)
+        tier_cells = "".join(f"{100 * u.memory[tier]:>6.1f} " for tier in tiers)
         lines.append(
             f"{row.name:<22.22} {('x' + str(row.count)) if row.count > 1 else '':>4} {pk.chip_tiles:>5} "
             f"{max(pk.pcus_per_tile, default=0):>8} {max(pk.pmus_per_tile, default=0):>8} "
-            f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {100 * u.hbm:>6.1f} {pk.bounding_resource:<8} "
+            f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {tier_cells}{pk.bounding_resource:<8} "
             f"{pk.n_tiles:>8} {pk.cycles:>11} {pk.cycles / clock * 1e6:>10.1f} {row.total_cycles / clock * 1e6:>11.1f}")
         total += row.total_cycles
         flops += row.count * pk.kernel.flops
-        hbm += row.count * pk.hbm_bytes
+        for tier in tiers:
+            moved[tier] += row.count * pk.tier_bytes.get(tier, 0)
         by_bound[pk.bounding_resource] = by_bound.get(pk.bounding_resource, 0) + row.total_cycles
     lines.append("-" * len(head))
     seconds = total / clock
     comp = flops / seconds / figures.peak_flops(socket, "bf16") if seconds else 0.0
-    hbm_u = hbm / seconds / figures.hbm_bytes_per_s(socket) if seconds and figures.hbm_bytes_per_s(socket) else 0.0
+    memory = "".join(f", {tier.upper()} {100 * _fraction(moved[tier], seconds, figures.memory_bytes_per_s(socket, tier)):.1f}% "
+                     "of peak" for tier in tiers)
     shares = ", ".join(f"{b} {100 * c / total:.1f}%" for b, c in sorted(by_bound.items(), key=lambda kv: -kv[1])) if total else ""
     lines.append(f"{'total':<22} {len(kernels):>4} kernels, {total} cycles = {seconds * 1e6:.1f} us; "
-                 f"compute {100 * comp:.1f}% of peak, HBM {100 * hbm_u:.1f}% of peak; time by bound: {shares}")
+                 f"compute {100 * comp:.1f}% of peak{memory}; time by bound: {shares}")
     return "\n".join(lines)

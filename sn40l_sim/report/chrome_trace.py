@@ -14,7 +14,7 @@ naming every process and thread. One process (``pid``) per node or per socket:
     thread per slot with the request occupying it.
 ``<point> · prefill|decode · socket s``
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
-    and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR`` = the kernel's memory traffic,
+    and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
     ``P2P collectives``), with FLOPs, bytes and bound cycles in ``args``. The detail is placed at
     the first prefill of node 0 and at the first decode step of decode node 0 (every step of the
     static graph is the same); without a serving log they follow each other from 0.
@@ -46,10 +46,20 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-#: lanes (threads) of a socket's process: category -> (tid, thread name)
+#: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
+#: come from :func:`memory_lane`, other categories share lane 6
 SOCKET_LANES = {"kernel": (0, "kernels"), "setup": (1, "setup (call, reconfig, fill)"),
-                "stream": (2, "tiles (stream)"), "hbm": (3, "HBM traffic"), "ddr": (4, "DDR traffic"),
-                "collective": (5, "P2P collectives")}
+                "stream": (2, "tiles (stream)"), "collective": (5, "P2P collectives")}
+_OTHER_LANE = 6
+
+
+def memory_lane(index: int) -> int:
+    """Lane (tid) of the ``index``-th memory tier of the socket: 3 and 4, then 7 and up.
+
+    >>> [memory_lane(i) for i in range(4)]
+    [3, 4, 7, 8]
+    """
+    return 3 + index if index < 2 else _OTHER_LANE - 1 + index
 #: a lane's overflow rows use tids ``tid + ROW_STRIDE * row``
 ROW_STRIDE = 100_000
 
@@ -124,20 +134,26 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
         Per-kernel detail (FLOPs, bytes, bounds) for the ``args`` and the memory lanes.
     """
     detail = {(k.name, k.start_cycle): k for k in kernels}
+    tiers = list(dict.fromkeys(tier for k in detail.values() for tier in k.tier_bytes))
+    lanes = {**{cat: tid for cat, (tid, _) in SOCKET_LANES.items()},
+             **{tier: memory_lane(i) for i, tier in enumerate(tiers)}}
     base: list[dict] = []
     for ev in events:
-        lane = SOCKET_LANES.get(ev.category, (6, ev.category))[0]
+        lane = lanes.get(ev.category, _OTHER_LANE)
         args: dict[str, Any] = {"kind": ev.kind, "layer": ev.layer, "cycles": ev.cycles}
         k = detail.get((ev.name, ev.start_cycle)) if ev.category == "kernel" else None
         if k is not None:
-            args.update(flops=k.flops, hbm_bytes=k.hbm_bytes, ddr_bytes=k.ddr_bytes, weight_bytes=k.weight_bytes,
+            args["flops"] = k.flops
+            args.update({f"{tier}_bytes": n for tier, n in k.tier_bytes.items()})
+            args.update(weight_bytes=k.weight_bytes,
                         kv_bytes=k.kv_bytes, activation_bytes=k.activation_bytes,
                         memory_bound_cycles=k.memory_bound_cycles, compute_bound_cycles=k.compute_bound_cycles,
                         collective_exposed_cycles=k.collective_exposed_cycles)
         base.append(_x(ev.name, ev.category, lane, ev.start_cycle + offset_cycles, ev.cycles, clock_hz, args))
         if ev.category == "stream":
-            base += _memory(ev, detail, offset_cycles, clock_hz)
+            base += _memory(ev, detail, offset_cycles, clock_hz, lanes)
     names = {tid: name for tid, name in SOCKET_LANES.values()}
+    names.update({memory_lane(i): f"{tier.upper()} traffic" for i, tier in enumerate(tiers)})
     out: list[dict] = []
     for i, socket in enumerate(sockets):
         pid = first_pid + i
@@ -153,18 +169,17 @@ def _x(name: str, cat: str, tid: int, start_cycle: float, cycles: float, clock_h
             "dur": _us(cycles, clock_hz), "args": args}
 
 
-def _memory(stream: Any, detail: dict, offset: int, clock_hz: float) -> list[dict]:
-    """The kernel's HBM and DDR bytes over its stream interval, with the average rate."""
+def _memory(stream: Any, detail: dict, offset: int, clock_hz: float, lanes: dict[str, int]) -> list[dict]:
+    """The kernel's bytes of each memory tier over its stream interval, with the average rate."""
     kernel = next((k for (name, start), k in detail.items()
                    if name == stream.name and k.start_cycle <= stream.start_cycle <= k.end_cycle), None)
     if kernel is None or stream.cycles <= 0:
         return []
     out = []
-    for tier in ("hbm", "ddr"):
-        n_bytes = getattr(kernel, f"{tier}_bytes")
+    for tier, n_bytes in kernel.tier_bytes.items():
         if n_bytes > 0:
             rate = n_bytes / (stream.cycles / clock_hz)
-            out.append(_x(f"{tier.upper()} {stream.name}", tier, SOCKET_LANES[tier][0], stream.start_cycle + offset,
+            out.append(_x(f"{tier.upper()} {stream.name}", tier, lanes[tier], stream.start_cycle + offset,
                           stream.cycles, clock_hz, {"bytes": n_bytes, "GB_per_s": round(rate / 1e9, 3),
                                                     "layer": stream.layer}))
     return out

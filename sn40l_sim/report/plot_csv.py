@@ -49,10 +49,18 @@ INPUT_LABELS: dict[str, str] = {
     "recent": "recent-ring tokens",
     "topk": "top-K tokens",
     "sockets": "sockets per node",
-    "socket.hbm.bytes_per_s_per_unit": "HBM bandwidth per module",
     "socket.p2p.bytes_per_s_per_port": "P2P bandwidth per port",
-    "socket.ddr.bytes_per_s_per_unit": "DDR bandwidth per channel",
     "socket.clock_hz": "clock",
+}
+
+#: field of a memory tier (a sweep axis ``socket.memory.<tier>.<field>``) -> text after the tier's name
+TIER_FIELD_LABELS: dict[str, str] = {
+    "bytes_per_s_per_unit": "bandwidth per module/channel",
+    "capacity_bytes_per_unit": "capacity per module/channel",
+    "units_per_die": "modules/channels per die",
+    "latency_s": "latency",
+    "efficiency": "achievable fraction of peak bandwidth",
+    "reserved_bytes": "reserved by the runtime",
 }
 
 #: (suffix of the last name part, unit text, scale)
@@ -74,7 +82,7 @@ def axis_label(column: str, fields: Fields = RESULTS) -> tuple[str, float]:
 def _input_label(name: str, fields: Fields) -> tuple[str, float]:
     """The label of an input path (a sweep axis), or of an undeclared column."""
     last = name.split(".")[-1]
-    base = INPUT_LABELS.get(name, INPUT_LABELS.get(last))
+    base = INPUT_LABELS.get(name, INPUT_LABELS.get(last)) or _tier_label(name)
     if base is None and last in fields:  # e.g. serving.batch: labelled as the results field batch
         return fields[last].axis_label()
     base = base or name
@@ -86,10 +94,19 @@ def _input_label(name: str, fields: Fields) -> tuple[str, float]:
     return base, 1.0
 
 
+def _tier_label(name: str) -> str | None:
+    """``socket.memory.hbm.latency_s`` -> ``HBM latency`` (any tier: tiers are data)."""
+    parts = name.split(".")
+    if parts[:2] == ["socket", "memory"] and len(parts) == 4 and parts[3] in TIER_FIELD_LABELS:
+        return f"{parts[2].upper()} {TIER_FIELD_LABELS[parts[3]]}"
+    return None
+
+
 def _labelled(column: str, fields: Fields = RESULTS) -> bool:
     """Whether :func:`axis_label` knows the column (else a legend shows its name)."""
     name = column.removeprefix("sweep.hardware.").removeprefix("sweep.")
-    return fields.resolve(column) is not None or name in INPUT_LABELS or name.split(".")[-1] in fields
+    return (fields.resolve(column) is not None or name in INPUT_LABELS or _tier_label(name) is not None
+            or name.split(".")[-1] in fields)
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -28,12 +28,12 @@ def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) 
 
 
 def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> dict[str, dict[str, int]] | None:
-    """Per socket, per tier: bytes by use (weights, kv, activations, and the runtime's
-    ``reserved``), plus ``free`` and the tier's physical ``capacity``.
+    """Per socket, per memory tier (the socket's tiers, fastest first): bytes by use (weights, kv,
+    activations, and the runtime's ``reserved``), plus ``free`` and the tier's physical ``capacity``.
 
     >>> from sn40l_sim.mapper.placement import MemoryPlacement
-    >>> mp = MemoryPlacement(hbm={"weights": 40, "kv": 10, "activations": 1}, ddr={}, hbm_capacity=62,
-    ...                      ddr_capacity=100)
+    >>> mp = MemoryPlacement({"hbm": {"weights": 40, "kv": 10, "activations": 1}, "ddr": {}},
+    ...                      {"hbm": 62, "ddr": 100}, ("hbm", "ddr"))
     >>> memory_table(mp, {"hbm": 2, "ddr": 16})["hbm"]
     {'activations': 1, 'capacity': 64, 'free': 11, 'kv': 10, 'reserved': 2, 'weights': 40}
     """
@@ -41,8 +41,8 @@ def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> di
         return None
     reserved = reserved or {}
     out = {}
-    for tier, uses, usable in (("hbm", placement.hbm, placement.hbm_capacity),
-                               ("ddr", placement.ddr, placement.ddr_capacity)):
+    for tier, uses in placement.by_tier.items():
+        usable = placement.capacity[tier]
         row = {"weights": 0, "kv": 0, "activations": 0}
         row.update({use: int(n) for use, n in uses.items()})
         row["reserved"] = int(reserved.get(tier, 0))
@@ -62,7 +62,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
-    reserved = {"hbm": s.node.socket.reserved.hbm_bytes, "ddr": s.node.socket.reserved.ddr_bytes}
+    reserved = {tier: spec.reserved_bytes for tier, spec in s.node.socket.memory.items()}
     return {
         "experiment": experiment,
         "name": s.name,

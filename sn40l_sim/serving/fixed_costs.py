@@ -5,7 +5,9 @@ pin the serving logic to known numbers without building, mapping or simulating a
 
 * a prefill of ``L`` tokens costs ``cycles_per_token[kind] x L`` cycles for each kernel kind;
 * a decode step costs ``decode_base_cycles + decode_cycles_per_cached_token x batch x kv_len``;
-* every graph's activations take ``activation_bytes``.
+* every graph's activations take ``activation_bytes``;
+* where the memory placement put the tensors does not change the costs (it is kept in
+  :attr:`FixedStepCosts.memory` for tests to look at).
 
 Examples
 --------
@@ -19,6 +21,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sn40l_sim.engine.phase import PhaseTiming
 
@@ -51,6 +54,8 @@ class FixedStepCosts:
         Clock for the timings' seconds.
     calls : list
         ``("prefill", L)`` and ``("decode", batch, kv_len)`` in call order.
+    memory : dict
+        ``"prefill"`` / ``"decode"`` -> the memory placement of the last such call (or None).
     """
 
     prefill_cycles_per_token: dict[str, int] = field(default_factory=lambda: {"mha": 700, "moe_ffn": 300})
@@ -59,16 +64,19 @@ class FixedStepCosts:
     activation_bytes: int = 0
     clock_hz: float = 1.6e9
     calls: list = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
 
-    def prefill(self, prompt_len: int) -> PhaseTiming:
+    def prefill(self, prompt_len: int, memory: Any = None) -> PhaseTiming:
         """Cycles per token of every kernel kind, times ``prompt_len``."""
         self.calls.append(("prefill", prompt_len))
+        self.memory["prefill"] = memory
         kinds = {kind: rate * prompt_len for kind, rate in self.prefill_cycles_per_token.items()}
         return fixed_timing("prefill", kinds, length=prompt_len, clock_hz=self.clock_hz)
 
-    def decode_step(self, batch: int, kv_len: int) -> PhaseTiming:
+    def decode_step(self, batch: int, kv_len: int, memory: Any = None) -> PhaseTiming:
         """The base cycles plus the cycles per cached token read."""
         self.calls.append(("decode", batch, kv_len))
+        self.memory["decode"] = memory
         cycles = self.decode_base_cycles + self.decode_cycles_per_cached_token * batch * kv_len
         return fixed_timing("decode", {"work": cycles}, batch=batch, length=kv_len, clock_hz=self.clock_hz)
 

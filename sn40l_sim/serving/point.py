@@ -4,12 +4,14 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
 :func:`simulate_point`
 
 1. finds the largest compiled decode batch whose memory fits on every socket of a decode node
-   (:func:`sn40l_sim.mapper.memory.place_memory`, with weights and KV required to stay in HBM as
-   in the paper's deployment), and checks that one prompt fits on a prefill node;
+   (:func:`sn40l_sim.mapper.memory.place_memory` in the experiment's tier order; the uses not in
+   ``may_spill`` must stay in the first tier, by default weights and KV in HBM as in the paper's
+   deployment), and checks that one prompt fits on a prefill node;
 2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
    graph (the compiled batch at the static cache length) with the step costs it is given
    (:class:`~sn40l_sim.serving.step_costs.StepTimer`, which memoises them and builds each graph
-   once for both the memory sizing and the timing);
+   once for both the memory sizing and the timing), each streaming its tensors from the tiers the
+   memory placement put them in;
 3. serves the workload with :func:`sn40l_sim.serving.loop.simulate`.
 
 The step costs and the memory placer come from the caller (the study layer's assembly step binds
@@ -71,6 +73,8 @@ class PointSetup:
     tokens_per_forward: float = 1.0
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     graph_options: dict = field(default_factory=dict)
+    #: uses (weights, kv, activations) that may be placed outside the first memory tier
+    may_spill: tuple[str, ...] = ("activations",)
 
 
 @dataclass
@@ -120,8 +124,8 @@ class _Memory:
         return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
-        return self._in_hbm(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
-                            "one prompt on a prefill node")
+        return self._in_first_tier(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
+                                   "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
@@ -134,22 +138,30 @@ class _Memory:
                 # larger of the two phases' activations
                 kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
                 act = max(act, self._prefill_activations())
-            self._cache[batch] = self._in_hbm(self.place(s.decode_plan, kv, act), f"decode batch {batch}")
+            self._cache[batch] = self._in_first_tier(self.place(s.decode_plan, kv, act), f"decode batch {batch}")
         return self._cache[batch]
 
-    @staticmethod
-    def _in_hbm(placement: Any, what: str) -> Any:
-        spilled = {use: n for use, n in sorted(placement.ddr.items()) if use in ("weights", "kv") and n > 0}
+    def _in_first_tier(self, placement: Any, what: str) -> Any:
+        """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order."""
+        first = placement.first_tier
+        kept = [use for use in _USE_NAMES if use not in self.s.may_spill]
+        spilled = {use: n for use, n in sorted(placement.outside(first).items()) if use in kept}
         if spilled:
             gib = 2**30
-            need = {use: placement.hbm.get(use, 0) + placement.ddr.get(use, 0)
-                    for use in ("weights", "kv", "activations")}
+            need = {use: placement.total(use) for use in _USE_NAMES}
             detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
             spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
-            raise InfeasibleError(f"{what} does not fit in HBM per socket: {detail} > "
-                                  f"{placement.hbm_capacity / gib:.2f} GiB usable HBM ({spill} would spill "
-                                  "to DDR; the serving model keeps weights and KV in HBM)")
+            to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
+                              if tier != first and any(uses.get(use, 0) for use in spilled))
+            keeps = " and ".join(_USE_NAMES[use] for use in kept)
+            raise InfeasibleError(f"{what} does not fit in {first.upper()} per socket: {detail} > "
+                                  f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
+                                  f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
         return placement
+
+
+#: the uses of memory, in the order messages list them, and how they read in a sentence
+_USE_NAMES = {"weights": "weights", "kv": "KV", "activations": "activations"}
 
 
 def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
@@ -225,9 +237,11 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
 
     with located("prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
+    # each phase streams its tensors from where its node's placement put them
+    prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = costs.prefill(prefill_len)
-        decode = costs.decode_step(batch, static_len)
+        prefill = costs.prefill(prefill_len, memory=prefill_node_memory)
+        decode = costs.decode_step(batch, static_len, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
     with located("kv_transfer"):
@@ -239,7 +253,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            prefill_cycles[size] = int(costs.prefill(size).cycles)
+            prefill_cycles[size] = int(costs.prefill(size, memory=prefill_node_memory).cycles)
         return prefill_cycles[size]
 
     def transfer_for(prompt_len: int) -> int:

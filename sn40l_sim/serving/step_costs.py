@@ -8,8 +8,11 @@ The study layer's assembly step (:func:`sn40l_sim.study.assemble.step_timer`) ha
 :func:`sn40l_sim.models.builder.build_graph` and :func:`sn40l_sim.mapper.map_graph`; tests hand it
 stand-ins, or use :class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` instead.
 
-Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch and
-cache length, so thousands of steps of a static decode graph cost little more than the distinct
+A step streams its tensors from the memory tiers a placement put them in (``memory=``, a
+:class:`~sn40l_sim.mapper.placement.MemoryPlacement`; by default all in the socket's first tier).
+
+Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch,
+cache length and the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct
 ones. Each graph is built once per shape and shared by the memory sizing and the timing.
 Collectives are memoised across steps too (same kind, bytes and group on idle links).
 
@@ -44,23 +47,26 @@ from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
-from sn40l_sim.mapper.placement import PlacedGraph
+from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
+from sn40l_sim.mapper.stages import TierSplit
 
 #: ``(shape, plan) -> graph``: the graph builder, bound to a model, a KV policy and graph options
 GraphBuilder = Callable[[Shape, ParallelPlan], KernelGraph]
-#: ``graph -> placed graph``: the mapper, bound to a node
-GraphPlacer = Callable[[KernelGraph], PlacedGraph]
+#: ``graph -> placed graph`` (or ``(graph, memory) -> placed graph`` when the step's tensors are
+#: not all in the first memory tier): the mapper, bound to a node
+GraphPlacer = Callable[..., PlacedGraph]
 
 
 class StepCosts(Protocol):
     """What the serving model needs to know about steps: their timings, and the activation bytes
     of their graphs (the working set that memory sizing reserves)."""
 
-    def prefill(self, prompt_len: int) -> PhaseTiming:
-        """Timing of the prefill of one prompt (batch 1)."""
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of the prefill of one prompt (batch 1), its tensors where ``memory`` put them."""
 
-    def decode_step(self, batch: int, kv_len: int) -> PhaseTiming:
-        """Timing of one decode step of ``batch`` sequences each reading ``kv_len`` cached tokens."""
+    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences each reading ``kv_len`` cached tokens,
+        its tensors where ``memory`` put them."""
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
@@ -89,7 +95,8 @@ class StepTimer:
         ``(shape, plan) -> KernelGraph``: the graph builder bound to the model, the KV policy (its
         extra prefill kernels enter the prefill graph) and the graph options.
     place : callable
-        ``graph -> PlacedGraph``: the mapper bound to the node.
+        ``graph -> PlacedGraph``: the mapper bound to the node; called as ``place(graph, memory)``
+        for a step whose tensors are not all in the socket's first memory tier.
     engine : EngineOptions, optional
         Engine knobs (collective algorithm, chunking, call overhead).
 
@@ -108,20 +115,22 @@ class StepTimer:
         self.place = place
         self.engine = engine if engine is not None else EngineOptions()
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
-        self._memo: dict[tuple[str, int, int], PhaseTiming] = {}
+        self._memo: dict[tuple[str, int, int, TierSplit | None], PhaseTiming] = {}
         self._graphs: dict[Shape, KernelGraph] = {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
-    def prefill(self, prompt_len: int) -> PhaseTiming:
-        """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1)."""
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1), its tensors
+        where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("prompt_len", prompt_len)
-        return self._timed(_prefill_shape(prompt_len))
+        return self._timed(_prefill_shape(prompt_len), memory)
 
-    def decode_step(self, batch: int, kv_len: int) -> PhaseTiming:
-        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens."""
+    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens,
+        its tensors where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
-        return self._timed(_decode_shape(batch, kv_len))
+        return self._timed(_decode_shape(batch, kv_len), memory)
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
@@ -139,19 +148,25 @@ class StepTimer:
             self._graphs[shape] = self.build(shape, plan)
         return self._graphs[shape]
 
-    def placed(self, shape: Shape) -> PlacedGraph:
+    def placed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PlacedGraph:
         """The placed graph of ``shape`` (built and mapped, not simulated), for inspection."""
-        return self.place(self.graph(shape))
+        if memory is None:
+            return self.place(self.graph(shape))
+        return self.place(self.graph(shape), memory)
 
-    def _timed(self, shape: Shape) -> PhaseTiming:
+    def _timed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PhaseTiming:
         phase, batch = shape.phase, shape.batch
         length = shape.prompt_len if phase == "prefill" else shape.kv_len
-        key = (phase, batch, length)
+        split = memory.tiers() if memory is not None else None
+        # a placement that keeps everything in the socket's first tier times like no placement at all
+        if split == TierSplit.all_in(next(iter(self.node.socket.memory))):
+            memory = split = None
+        key = (phase, batch, length, split)
         if key in self._memo:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
         self.stats[f"{phase}_runs"] += 1
-        run = run_graph(self.node, self.placed(shape), self.engine, self._collectives)
+        run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
         timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
                               kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)
         self._memo[key] = timing

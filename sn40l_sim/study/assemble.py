@@ -38,7 +38,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.workload import Request, build_requests
-from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, points
+from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, memory_order, points
 
 #: a :class:`PointSetup` field (the serving model's word for what was wrong) -> the experiment
 #: field it comes from, for error locations
@@ -63,16 +63,19 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
                decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
                **timer_options: Any) -> StepTimer:
     """A :class:`StepTimer` with the real graph builder (bound to ``model``, ``policy`` and
-    ``graph_options``) and the real mapper (bound to ``node``)."""
+    ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
+    given, says which tier each tensor streams from)."""
     options = dict(graph_options or {})
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
-                     place=lambda graph: map_graph(node, graph), **timer_options)
+                     place=lambda graph, memory=None: map_graph(node, graph, memory), **timer_options)
 
 
-def memory_placer(node: NodeSpec, model: ModelSpec) -> MemoryPlacer:
-    """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node`` and ``model``."""
-    return lambda plan, kv_bytes, activation_bytes: place_memory(node, model, plan, kv_bytes, activation_bytes)
+def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
+    """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node``, ``model`` and the tier
+    ``order`` (default: the node's tiers, fastest first)."""
+    return lambda plan, kv_bytes, activation_bytes: place_memory(node, model, plan, kv_bytes, activation_bytes,
+                                                                 order)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ class Assembly:
             prefill_nodes=self.experiment.prefill_node_count, decode_nodes=serving.decode_nodes,
             batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
             max_new_tokens=self.experiment.max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
-            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options))
+            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
+            may_spill=spec.memory.may_spill)
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""
@@ -121,8 +125,8 @@ class Assembly:
                           setup.graph_options)
 
     def memory_placer(self) -> MemoryPlacer:
-        """The memory placer of this node and model."""
-        return memory_placer(self.node, self.model)
+        """The memory placer of this node and model, in the experiment's tier order."""
+        return memory_placer(self.node, self.model, memory_order(self.experiment, self.node))
 
     def requests(self, point: Point, serve: bool = True) -> Callable[[int], list[Request]]:
         """``slots -> requests`` of the workload at ``point`` (none when ``serve`` is False)."""
@@ -161,13 +165,14 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     ------
     InputError
         For a missing workload, or a bad hardware or model file (naming the experiment field that
-        led to it when the file is missing).
+        led to it when the file is missing), or a ``memory.order`` naming a tier the hardware lacks.
     """
     spec = experiment.spec
     if node is None:
         node = load_hardware(experiment.resolve(spec.hardware, ("hardware",)))
     if hardware_overrides:
         node = with_overrides(node, hardware_overrides)
+    memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
     if model is None:
         model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
     return Assembly(experiment, node, model)

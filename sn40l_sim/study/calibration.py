@@ -1,5 +1,5 @@
-"""Fit the hardware YAML's ``calibrated:`` parameters to the calibration measurements
-(``python -m sn40l_sim calibrate``).
+"""Fit the hardware YAML's calibrated parameters (the ``calibrated:`` block and each memory tier's
+``efficiency``) to the calibration measurements (``python -m sn40l_sim calibrate``).
 
 Bounded, regularised least squares (scipy's trust-region reflective solver):
 
@@ -11,8 +11,12 @@ Bounded, regularised least squares (scipy's trust-region reflective solver):
   overhead and an HBM efficiency both lengthen it), so the measurements alone leave a valley; the
   prior picks the point in it closest to the engineering estimate instead of an arbitrary one.
 
-Only parameters with bounds in :class:`~sn40l_sim.hardware.spec.CalibratedSpec` and a measurement
-that can inform them are fitted; the rest keep their YAML value (``FIXED`` says why).
+Parameters are dotted paths under the socket (``calibrated.kernel_call_overhead_s``,
+``memory.hbm.efficiency``), with the physical bounds the schema declares
+(:func:`~sn40l_sim.hardware.spec.calibrated_parameters`). Only parameters a measurement can inform
+are fitted; the rest keep their YAML value (:func:`fixed_parameters` says why). ``--write`` edits
+the exact line each value was read from (:attr:`~sn40l_sim.yamlio.Document.origins`), in whichever
+file of a ``base:`` chain or node file wrote it.
 """
 from __future__ import annotations
 
@@ -23,25 +27,44 @@ from pathlib import Path
 
 import numpy as np
 
-from sn40l_sim.hardware.spec import CalibratedSpec
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import socket_document
+from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
 from sn40l_sim.study.validation import Comparison, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
 PRIOR_WEIGHT = 0.3
-#: calibrated parameters no calibration measurement can inform, kept at their YAML value
-FIXED = {"ddr_efficiency": "no reference measurement exercises DDR (the deployment keeps weights and KV in HBM)"}
 
 
-def bounds(name: str) -> tuple[float, float]:
-    """Physical bounds of a calibrated parameter, as declared in the schema."""
-    extra = CalibratedSpec.model_fields[name].json_schema_extra or {}
-    low, high = extra["bounds"]
-    return float(low), float(high)
+def fixed_parameters(socket: SocketSpec) -> dict[str, str]:
+    """Calibrated parameters no calibration measurement can inform, kept at their YAML value, with
+    the reason: the efficiency of every memory tier after the first (the reference deployment
+    keeps weights and KV in the first tier, so no measurement moves bytes through the others).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> list(fixed_parameters(load_hardware("hw_configs/sn40l.yaml").socket))
+    ['memory.ddr.efficiency']
+    """
+    first, *others = socket.memory
+    return {f"memory.{tier}.efficiency": f"no reference measurement exercises {tier.upper()} (the deployment "
+            f"keeps weights and KV in {first.upper()})" for tier in others}
 
 
-def fitted_names() -> list[str]:
-    """Parameters the fit moves, in schema order."""
-    return [n for n in CalibratedSpec.model_fields if n not in FIXED]
+def parameter_bounds(socket: SocketSpec) -> dict[str, tuple[float, float]]:
+    """Physical bounds of every calibrated parameter of ``socket``, as declared in the schema."""
+    return {path: (p.low, p.high) for path, p in calibrated_parameters(socket).items()}
+
+
+def bounds(socket: SocketSpec, path: str) -> tuple[float, float]:
+    """Physical bounds of the calibrated parameter at ``path`` (under the socket)."""
+    return parameter_bounds(socket)[path]
+
+
+def fitted_names(socket: SocketSpec) -> list[str]:
+    """Parameters the fit moves: the ``calibrated:`` block in schema order, then the memory tiers'
+    efficiencies in tier order, less :func:`fixed_parameters`."""
+    fixed = fixed_parameters(socket)
+    return [path for path in calibrated_parameters(socket) if path not in fixed]
 
 
 def residual(c: Comparison) -> float | None:
@@ -76,27 +99,30 @@ class FitResult:
 Evaluator = Callable[[list[Reference], dict[str, float]], list[Comparison]]
 
 
-def fit(references: list[Reference], start: dict[str, float], evaluate: Evaluator,
+def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         max_evaluations: int = 60) -> FitResult:
-    """Fit the calibrated parameters to the calibration references.
+    """Fit the calibrated parameters of ``socket`` to the calibration references.
 
     Parameters
     ----------
     references : list of Reference
         Only those with ``calibration: true`` and a value are used.
-    start : dict
-        The YAML's current values (the prior and the starting point).
+    socket : SocketSpec
+        The hardware as loaded: its calibrated values are the prior and the starting point.
     evaluate : callable
-        Simulates the references with the calibrated block overridden.
+        Simulates the references with the calibrated values overridden (dotted path under the
+        socket -> value).
     max_evaluations : int
         Budget of simulations (each is one pass over the referenced points).
     """
     from scipy.optimize import least_squares
 
     refs = [r for r in references if r.measurement.calibration and r.measurement.value is not None]
-    names = fitted_names()
-    lows = np.array([bounds(n)[0] for n in names])
-    highs = np.array([bounds(n)[1] for n in names])
+    params = calibrated_parameters(socket)
+    names = fitted_names(socket)
+    start = {path: p.value for path, p in params.items()}
+    lows = np.array([params[n].low for n in names])
+    highs = np.array([params[n].high for n in names])
     spans = highs - lows
     x0 = np.clip(np.array([start[n] for n in names], dtype=float), lows, highs)
     cache: dict[tuple, list[Comparison]] = {}
@@ -121,18 +147,47 @@ def fit(references: list[Reference], start: dict[str, float], evaluate: Evaluato
                      float(solution.cost))
 
 
-def write_back(yaml_path: Path, result: FitResult, note: str) -> None:
-    """Rewrite the ``calibrated:`` values in ``yaml_path`` in place, keeping the file's other lines,
-    and replace each value's comment with the provenance ``note``."""
-    text = yaml_path.read_text(encoding="utf-8")
+#: one ``key: value  # comment`` line of a block mapping
+_VALUE_LINE = re.compile(r"^(?P<head>\s*(?P<key>[A-Za-z_][\w-]*):[ \t]+)(?P<value>[^#\n{\[]*?)(?P<comment>\s*#.*)?$")
+
+
+def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
+    """Rewrite the fitted values where they were read from, keeping every other line, and replace
+    each value's comment with the provenance ``note``; returns the files changed.
+
+    The line of each value is the one the loader recorded for its field path
+    (:func:`~sn40l_sim.hardware.loader.socket_document`), so a key name that appears twice (an
+    ``efficiency`` under two tiers) is no ambiguity, and a value inherited from a ``base:`` file, or
+    set by a node file's ``socket_overrides``, is written in that file.
+
+    Raises
+    ------
+    InputError
+        When a value is not written in any file (it takes the schema's default), or its line is not
+        a plain ``key: value`` line (flow style, a value on the next line).
+    """
+    doc = socket_document(hardware_path)
+    edits: dict[Path, dict[int, tuple[str, str]]] = {}
     for name, value in zip(result.names, result.fitted, strict=True):
-        pattern = re.compile(rf"^(\s*{name}:\s*)([^#\n]*?)(\s*#.*)?$", re.MULTILINE)
-        if not pattern.search(text):
-            raise KeyError(f"{name} not found in {yaml_path}")
-        new = f"{_format_value(name, value)}  # calibrated: {note}"
-        text = pattern.sub(lambda m, new=new: f"{m.group(1)}{new}",
-                           text, count=1)
-    yaml_path.write_text(text, encoding="utf-8")
+        field = tuple(name.split("."))
+        if field not in doc.origins:
+            raise InputError(f"{name} is not written in {hardware_path} or the files it starts from (it takes "
+                             "its default); write it there before calibrating it", file=hardware_path, field=name)
+        file, line = doc.origins[field]
+        edits.setdefault(Path(file), {})[line] = (name, f"{_format_value(name, value)}  # calibrated: {note}")
+    for file, by_line in edits.items():
+        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+        for line, (name, new) in sorted(by_line.items()):
+            text = lines[line - 1].rstrip("\n")
+            match = _VALUE_LINE.match(text)
+            last = name.rsplit(".", 1)[-1]
+            # the line's key is the field's (or, in an old-style file, e.g. hbm_efficiency)
+            if match is None or not (match["key"] == last or match["key"].endswith("_" + last)):
+                raise InputError(f"cannot rewrite {name}: its line is not a plain '{last}: value' line; write it "
+                                 "on a line of its own", file=file, field=name, line=line)
+            lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
+        file.write_text("".join(lines), encoding="utf-8")
+    return list(edits)
 
 
 def _format_value(name: str, value: float) -> str:

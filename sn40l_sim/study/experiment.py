@@ -23,6 +23,12 @@ Sections:
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
     graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
     (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+``memory``
+    Where tensors go in the hardware's memory tiers: ``order`` (tiers to fill, first to last;
+    default: the hardware file's order, fastest first) and ``may_spill`` (uses that may be placed
+    outside the first tier of the order; default ``[activations]``: the serving model refuses a
+    batch whose weights or KV would leave it, as in the paper's deployment). For example
+    ``memory: {order: [hbm, ddr], may_spill: [activations, kv]}`` offloads KV to DDR.
 ``sweep``
     Axes to sweep (:mod:`sn40l_sim.study.sweep.axes`); ``run`` hands such an experiment to the
     sweep.
@@ -116,6 +122,18 @@ class ShapeSection(StrictModel):
     max_new_tokens: NonNegativeInt = 0
 
 
+Use = Literal["weights", "kv", "activations"]
+
+
+class MemorySection(StrictModel):
+    """Placement of weights, KV and activations in the memory tiers (see the module docstring)."""
+
+    #: tiers of the hardware to fill, first to last (None: the hardware file's order)
+    order: tuple[str, ...] | None = None
+    #: uses that may be placed outside the first tier of the order
+    may_spill: tuple[Use, ...] = ("activations",)
+
+
 class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
@@ -130,6 +148,7 @@ class ExperimentSpec(StrictModel):
     prompt_lens: tuple[PositiveInt, ...] | None = None
     workload: Workload | None = None
     serving: ServingSection = ServingSection()
+    memory: MemorySection = MemorySection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
     #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`
@@ -248,6 +267,26 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
                             field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
 
 
+def memory_order(exp: Experiment, node: Any) -> tuple[str, ...]:
+    """The experiment's placement order checked against the hardware's memory tiers (default:
+    the hardware's order).
+
+    Raises
+    ------
+    InputError
+        At ``memory.order`` when it names a tier the hardware does not have.
+    """
+    tiers = tuple(node.socket.memory)
+    order = exp.spec.memory.order
+    if order is None:
+        return tiers
+    for i, tier in enumerate(order):
+        if tier not in tiers:
+            raise exp.error(("memory", "order", i), f"the hardware ({node.name}) has no memory tier {tier!r}; "
+                            f"its tiers are {list(tiers)}")
+    return order
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Load and validate an experiment file (hardware and model files are loaded by the caller).
 
@@ -300,6 +339,13 @@ def _check(exp: Experiment) -> None:
         if plan.tp % plan.attention_dp:
             raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
                             f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+    order = spec.memory.order
+    if order is not None:
+        if not order:
+            raise exp.error(("memory", "order"), "expected at least one memory tier (or leave order out)")
+        for i, tier in enumerate(order):
+            if tier in order[:i]:
+                raise exp.error(("memory", "order", i), f"tier {tier!r} is listed twice")
     serving = spec.serving
     if serving.mode == "colocated" and serving.prefill_nodes:
         raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "

@@ -85,7 +85,7 @@ def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progre
     >>> from sn40l_sim.hardware.loader import with_overrides
     >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
     >>> asm = assemble(exp)
-    >>> fast = with_overrides(asm.node, {"socket.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    >>> fast = with_overrides(asm.node, {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
     >>> base, faster = (simulate_points(exp, n, asm.model, serve=False)[0] for n in (asm.node, fast))
     >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
     ('full', None, True)

@@ -69,11 +69,12 @@ def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
     assert step.cycles >= alone.cycles
     # the step: no faster than all its FLOPs at peak nor all its bytes at achievable bandwidth
     assert step.cycles >= sum(pk.compute_cycles for pk in placed.kernels)
-    hbm_per_cycle = figures.hbm_bytes_per_s(node.socket) * node.socket.calibrated.hbm_efficiency / node.socket.clock_hz
+    hbm_per_cycle = (figures.memory_bytes_per_s(node.socket, "hbm") * node.socket.memory["hbm"].efficiency
+                     / node.socket.clock_hz)
     assert step.cycles >= step.tier_bytes["hbm"] / hbm_per_cycle
     # bytes conserved: what the engine moved is what the placed graph holds
-    assert step.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in placed.kernels) + step.link_bytes["p2p_staged"],
-                               "ddr": sum(pk.ddr_bytes for pk in placed.kernels)}
+    assert step.tier_bytes == {"hbm": sum(pk.tier_bytes["hbm"] for pk in placed.kernels) + step.link_bytes["p2p_staged"],
+                               "ddr": sum(pk.tier_bytes["ddr"] for pk in placed.kernels)}
     model = CollectiveModel.from_node(node)
     assert step.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in placed.kernels
                                          for c in pk.kernel.collectives)
@@ -129,10 +130,10 @@ def test_decode_breakdown_explains_the_step(full):
     # time attributed to memory is at least what the memory-bound kernels' bytes need at bandwidth
     memory = parts["weights_streaming"] + parts["kv_reads"] + parts["activations"]
     socket = full.node.socket
-    hbm_per_s = figures.hbm_bytes_per_s(socket) * socket.calibrated.hbm_efficiency
+    hbm_per_s = figures.memory_bytes_per_s(socket, "hbm") * socket.memory["hbm"].efficiency
     bound = [k for k in step.kernels if k.memory_bound_cycles and not k.compute_bound_cycles]
     assert bound
-    assert memory >= sum(k.hbm_bytes for k in bound) / hbm_per_s * (1 - 1e-9)
+    assert memory >= sum(k.tier_bytes["hbm"] for k in bound) / hbm_per_s * (1 - 1e-9)
 
 
 def test_representative_layers(model, full, snap):

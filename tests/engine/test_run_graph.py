@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from engine_doubles import chain, ddr_bytes_per_cycle, hbm_bytes_per_cycle, node16, placed_kernel
+from engine_doubles import chain, ddr_bytes_per_cycle, hbm_bytes_per_cycle, node16, placed_kernel, tier_bytes_per_cycle
 
 from sn40l_sim.engine.breakdown import step_breakdown_cycles
 from sn40l_sim.engine.collectives import CollectiveModel
@@ -64,10 +64,11 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
     for rec in result.records:
         pk = rec.placed
         assert rec.cycles >= pk.compute_cycles
-        assert rec.cycles >= pk.hbm_bytes / hbm_bytes_per_cycle(NODE)
-        assert rec.cycles >= pk.ddr_bytes / ddr_bytes_per_cycle(NODE)
+        assert rec.cycles >= pk.tier_bytes["hbm"] / hbm_bytes_per_cycle(NODE)
+        assert rec.cycles >= pk.tier_bytes["ddr"] / ddr_bytes_per_cycle(NODE)
+        assert rec.tier_bytes == pk.tier_bytes   # every byte of every tier streamed, and no other
     assert result.cycles >= sum(pk.compute_cycles for pk in pks)
-    assert result.cycles >= sum(pk.hbm_bytes for pk in pks) / hbm_bytes_per_cycle(NODE)
+    assert result.cycles >= sum(pk.tier_bytes["hbm"] for pk in pks) / hbm_bytes_per_cycle(NODE)
     for name, busy in result.busy_cycles.items():
         assert 0 <= busy <= result.cycles, name
     # the channels never exceeded their capacity
@@ -76,8 +77,8 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
     staged = result.link_bytes["p2p_staged"]
     assert staged == sum(CollectiveModel.from_node(NODE).run(c).sent_bytes * (1 if c.overlapped else 2)
                          for pk in pks for c in pk.kernel.collectives)
-    assert result.tier_bytes == {"hbm": sum(pk.hbm_bytes for pk in pks) + staged,
-                                 "ddr": sum(pk.ddr_bytes for pk in pks)}
+    assert result.tier_bytes == {"hbm": sum(pk.tier_bytes["hbm"] for pk in pks) + staged,
+                                 "ddr": sum(pk.tier_bytes["ddr"] for pk in pks)}
     assert result.link_bytes["tln"] == result.tier_bytes["hbm"] + result.tier_bytes["ddr"]
     model = CollectiveModel.from_node(NODE)
     assert result.link_bytes["p2p"] == sum(model.run(c).link_bytes for pk in pks for c in pk.kernel.collectives)
@@ -138,7 +139,7 @@ def test_independent_kernels_share_the_socket_one_at_a_time():
     graph.add(a.kernel)
     graph.add(b.kernel, after=a.kernel)
     graph.add(c.kernel, after=a.kernel)
-    result = run_graph(NODE, PlacedGraph(graph, (a, b, c), MemoryPlacement({}, {}, 0, 0)), NO_OVERHEAD)
+    result = run_graph(NODE, PlacedGraph(graph, (a, b, c), MemoryPlacement({}, {}, ())), NO_OVERHEAD)
     assert result.cycles == 3 * a.cycles
     assert result.busy_cycles["compute"] == 3 * 1000
 
@@ -175,9 +176,33 @@ def test_overlapped_collective_and_memory_bound_kernel_share_hbm():
     # and the kernel's stream gets the rest
     assert shared.collectives[0].end - shared.collectives[0].start >= idle_links.cycles
     # together they never move more than the channel allows
-    total = hungry.hbm_bytes + idle_links.sent_bytes
+    total = hungry.tier_bytes["hbm"] + idle_links.sent_bytes
     assert shared.end - shared.stream_start >= total / hbm_bytes_per_cycle(NODE)
     # beside a kernel that leaves HBM idle, the collective runs at the links' pace
     quiet = placed_kernel(NODE, "moe", n_tiles=256, compute_cycles_per_tile=10**4, collectives=(coll,))
     rec = run([quiet], EngineOptions(add_call_overhead=False)).records[0]
     assert rec.collectives[0].end - rec.collectives[0].start == idle_links.cycles
+
+
+def test_a_yaml_only_tier_gets_its_own_channel_across_the_tln():
+    """A CXL tier added by an override (no Python knows it): the engine builds a channel for it,
+    streams the kernel's CXL bytes through it and the TLN, and reports its busy time and bytes."""
+    from sn40l_sim.hardware.loader import with_overrides
+
+    node = with_overrides(NODE, {"socket.memory.cxl": {
+        "units_per_die": 1, "capacity_bytes_per_unit": "512 GiB", "bytes_per_s_per_unit": "30 GB/s",
+        "latency_s": "500 ns", "efficiency": 0.75}})
+    rate = tier_bytes_per_cycle(node, "cxl")
+    assert rate == pytest.approx(2 * 30e9 * 0.75 / node.socket.clock_hz)
+    pk = placed_kernel(node, "k", n_tiles=100, compute_cycles_per_tile=10, hbm_bytes=10**6,
+                       tier_bytes={"cxl": 3 * 10**6})
+    assert pk.bounding_resource == "cxl"
+    result = run_graph(node, chain([pk]), NO_OVERHEAD)
+    assert list(result.tier_bytes) == ["hbm", "ddr", "cxl"]
+    assert result.tier_bytes == {"hbm": 10**6, "ddr": 0, "cxl": 3 * 10**6}
+    assert result.link_bytes["tln"] == 4 * 10**6            # every tier's stream crosses the TLN
+    assert result.busy_cycles["cxl"] >= 3 * 10**6 / rate - 100
+    assert result.cycles >= 3 * 10**6 / rate                  # the CXL stream paces the kernel
+    assert pk.cycles - 100 <= result.cycles <= pk.cycles + 8
+    timing = phase_timing(result, phase="decode", batch=1, prompt_len=1, kv_len=1, clock_hz=node.socket.clock_hz)
+    assert timing.kernels[0].tier_bytes["cxl"] == 3 * 10**6 and "cxl" in timing.resource_busy_cycles

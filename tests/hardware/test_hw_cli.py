@@ -26,6 +26,7 @@ def test_describe_socket_must_show(capsys):
     assert _row(out, "on-chip SRAM")[0] == "520.0 MiB"
     assert _row(out, "HBM capacity")[0] == "64.0 GiB"
     assert _row(out, "HBM bandwidth")[0] == "1.6384 TB/s"
+    assert _row(out, "reserved HBM / DDR")[0] == "8.0 GiB / 16.0 GiB"
 
 
 def test_describe_node16_must_show(capsys):
@@ -39,7 +40,8 @@ def test_describe_node16_must_show(capsys):
 
 def test_describe_sn10_has_no_hbm(capsys):
     out = _describe("sn10.yaml", capsys)
-    assert _row(out, "PCUs")[0] == "640" and _row(out, "HBM capacity")[0] == "none"
+    assert _row(out, "PCUs")[0] == "640" and "HBM" not in out
+    assert _row(out, "DDR capacity")[0] == "1.5 TiB" and _row(out, "reserved DDR")[0] == "16.0 GiB"
     assert float(_row(out, "peak BF16")[0].split()[0]) > 320
 
 

@@ -23,19 +23,21 @@ def test_sn40l_socket_must_show(sn40l):
     assert f.peak_flops(sn40l) == pytest.approx(638e12, rel=0.005)
     assert f.peak_flops(sn40l) == pytest.approx(1040 * 32 * 6 * 2 * 1.6e9)
     assert f.sram_bytes(sn40l) == 520 * 2**20 == 545_259_520
-    assert f.hbm_bytes(sn40l) == 64 * 2**30
-    assert f.hbm_bytes_per_s(sn40l) == pytest.approx(1.6e12, rel=0.05)
-    assert f.hbm_bytes_per_s(sn40l) == pytest.approx(1638.4e9)
-    assert f.ddr_bytes(sn40l) == pytest.approx(1.5 * 2**40)
-    assert f.ddr_bytes_per_s(sn40l) == pytest.approx(100e9, rel=1e-4)
+    assert f.memory_tiers(sn40l) == ("hbm", "ddr")
+    assert f.memory_bytes(sn40l, "hbm") == 64 * 2**30
+    assert f.memory_bytes_per_s(sn40l, "hbm") == pytest.approx(1.6e12, rel=0.05)
+    assert f.memory_bytes_per_s(sn40l, "hbm") == pytest.approx(1638.4e9)
+    assert f.memory_bytes(sn40l, "ddr") == pytest.approx(1.5 * 2**40)
+    assert f.memory_bytes_per_s(sn40l, "ddr") == pytest.approx(100e9, rel=1e-4)
+    assert (f.memory_units(sn40l, "hbm"), f.memory_units(sn40l, "ddr")) == (4, 6)
 
 
 def test_node16_must_show(node16):
     assert node16.sockets == 16
     assert f.node_peak_flops(node16) == pytest.approx(10.2e15, rel=0.005)
-    assert f.node_hbm_bytes(node16) == 2**40
-    assert f.node_hbm_bytes_per_s(node16) == pytest.approx(25.6e12, rel=0.03)  # HC24's node figure
-    assert f.node_ddr_bytes_per_s(node16) == pytest.approx(1.6e12, rel=1e-4)
+    assert f.node_memory_bytes(node16, "hbm") == 2**40
+    assert f.node_memory_bytes_per_s(node16, "hbm") == pytest.approx(25.6e12, rel=0.03)  # HC24's node figure
+    assert f.node_memory_bytes_per_s(node16, "ddr") == pytest.approx(1.6e12, rel=1e-4)
     assert f.node_sram_bytes(node16) == 16 * 520 * 2**20
 
 
@@ -44,11 +46,12 @@ def test_sn10_and_sn30_must_show():
     assert f.pcus(sn10) == f.pmus(sn10) == 640
     assert f.peak_flops(sn10) > 320e12
     assert f.sram_bytes(sn10) == 320 * 2**20
-    assert f.hbm_bytes(sn10) == f.hbm_bytes_per_s(sn10) == 0.0
-    assert f.ddr_bytes(sn10) == pytest.approx(1.5 * 2**40)
+    assert f.memory_tiers(sn10) == ("ddr",)
+    assert f.memory_bytes(sn10, "hbm") == f.memory_bytes_per_s(sn10, "hbm") == f.memory_units(sn10, "hbm") == 0
+    assert f.memory_bytes(sn10, "ddr") == pytest.approx(1.5 * 2**40)
     sn30 = load_hardware(HW / "sn30.yaml").socket
     assert f.pcus(sn30) == 1280 and f.tiles(sn30) == 8
-    assert f.ddr_bytes(sn30) == 2**40
+    assert f.memory_bytes(sn30, "ddr") == 2**40
     assert f.peak_flops(sn30) == pytest.approx(2 * f.peak_flops(sn10))
 
 
@@ -78,12 +81,13 @@ def test_cycles_and_seconds_round_trip(sn40l):
 
 
 def test_usable_memory_subtracts_the_reservation(sn40l):
-    assert sn40l.reserved.hbm_bytes > 0 and sn40l.reserved.ddr_bytes > 0
-    assert f.usable_hbm_bytes(sn40l) == f.hbm_bytes(sn40l) - sn40l.reserved.hbm_bytes
-    assert f.usable_ddr_bytes(sn40l) == f.ddr_bytes(sn40l) - sn40l.reserved.ddr_bytes
+    for tier, spec in sn40l.memory.items():
+        assert spec.reserved_bytes > 0 and f.reserved_bytes(sn40l, tier) == spec.reserved_bytes
+        assert f.usable_memory_bytes(sn40l, tier) == f.memory_bytes(sn40l, tier) - spec.reserved_bytes
     # no reservation leaves everything usable
-    bare = sn40l.model_copy(update={"reserved": type(sn40l.reserved)()})
-    assert f.usable_hbm_bytes(bare) == f.hbm_bytes(bare)
+    bare = with_overrides(load_hardware(HW / "sn40l.yaml"), {"socket.memory.hbm.reserved_bytes": 0}).socket
+    assert f.usable_memory_bytes(bare, "hbm") == f.memory_bytes(bare, "hbm")
+    assert f.usable_memory_bytes(bare, "cxl") == 0.0   # a tier the socket does not have holds nothing
 
 
 def test_p2p_figures(node16):

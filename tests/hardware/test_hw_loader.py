@@ -43,20 +43,23 @@ def test_changing_the_socket_file_changes_the_node(tmp_path):
 def test_socket_overrides_in_a_node_file(tmp_path):
     folder = copy_configs(tmp_path)
     (folder / "fast.yaml").write_text(
-        "base: sn40l_node16.yaml\nsocket_overrides:\n  hbm:\n    bytes_per_s_per_unit: 800 GB/s\n  p2p: {ports: 20}\n")
+        "base: sn40l_node16.yaml\nsocket_overrides:\n  memory:\n    hbm:\n      bytes_per_s_per_unit: 800 GB/s\n"
+        "  p2p: {ports: 20}\n")
     node = load_hardware(folder / "fast.yaml")
     base = load_hardware(folder / "sn40l_node16.yaml")
-    assert node.socket.hbm.bytes_per_s_per_unit == 800e9
+    assert node.socket.memory["hbm"].bytes_per_s_per_unit == 800e9
     assert node.socket.p2p.ports == 20
-    # untouched fields of the same sections are kept
-    assert node.socket.hbm.capacity_bytes_per_unit == base.socket.hbm.capacity_bytes_per_unit
+    # untouched fields of the same sections, and the other tiers in their order, are kept
+    assert node.socket.memory["hbm"].capacity_bytes_per_unit == base.socket.memory["hbm"].capacity_bytes_per_unit
+    assert list(node.socket.memory) == ["hbm", "ddr"] and node.socket.memory["ddr"] == base.socket.memory["ddr"]
     assert node.socket.p2p.bytes_per_s_per_port == base.socket.p2p.bytes_per_s_per_port
 
 
 def test_sn10_overlay_changes_only_what_differs():
     sn40l, sn10 = load_hardware(HW / "sn40l.yaml").socket, load_hardware(HW / "sn10.yaml").socket
     assert sn10.pcu == sn40l.pcu and sn10.pmu == sn40l.pmu and sn10.p2p == sn40l.p2p
-    assert sn10.hbm is None and sn10.die_to_die is None
+    assert list(sn10.memory) == ["ddr"] and sn10.die_to_die is None   # "hbm: null" removes the base's tier
+    assert sn10.memory["ddr"].efficiency == sn40l.memory["ddr"].efficiency    # inherited field by field
     assert (sn10.dies, sn10.tiles_per_die, sn10.tile.pcus) == (1, 4, 160)
     sn30 = load_hardware(HW / "sn30.yaml").socket
     assert (sn30.dies, sn30.tiles_per_die, sn30.tile) == (2, 4, sn10.tile)
@@ -66,21 +69,23 @@ def test_sn10_overlay_changes_only_what_differs():
 
 def test_with_overrides_returns_a_new_validated_node():
     node = load_hardware(HW / "sn40l_node16.yaml")
-    new = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "800 GB/s", "socket.calibrated.hbm_efficiency": 0.7})
-    assert new.socket.hbm.bytes_per_s_per_unit == 800e9 and new.socket.calibrated.hbm_efficiency == 0.7
-    assert node.socket.hbm.bytes_per_s_per_unit == 409.6e9  # the original is untouched
+    new = with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "800 GB/s",
+                                "socket.memory.hbm.efficiency": 0.7})
+    assert new.socket.memory["hbm"].bytes_per_s_per_unit == 800e9 and new.socket.memory["hbm"].efficiency == 0.7
+    assert node.socket.memory["hbm"].bytes_per_s_per_unit == 409.6e9  # the original is untouched
     # a hypothetical part: stated totals are not re-checked
-    bigger = with_overrides(node, {"socket.hbm.capacity_bytes_per_unit": "24 GiB"})
-    assert bigger.socket.hbm.capacity_bytes_per_unit == 24 * 2**30
+    bigger = with_overrides(node, {"socket.memory.hbm.capacity_bytes_per_unit": "24 GiB"})
+    assert bigger.socket.memory["hbm"].capacity_bytes_per_unit == 24 * 2**30
 
 
 @pytest.mark.parametrize("overrides, field, words", [
-    ({"socket.hbm.bytez": 1}, "socket.hbm.bytez", "unknown key"),
+    ({"socket.memory.hbm.bytez": 1}, "socket.memory.hbm.bytez", "unknown key"),
     ({"socket.nothing.x": 1}, "socket.nothing.x", "not a section"),
-    ({"socket.hbm.bytes_per_s_per_unit": "800 GB"}, "socket.hbm.bytes_per_s_per_unit", "bandwidth"),
+    ({"socket.memory.hbm.bytes_per_s_per_unit": "800 GB"}, "socket.memory.hbm.bytes_per_s_per_unit", "bandwidth"),
     ({"sockets": 0}, "sockets", "positive"),
     ({"sockets": 32}, "topology.kind", "needs 31 P2P ports"),
-    ({"socket.calibrated.hbm_efficiency": 0.1}, "socket.calibrated.hbm_efficiency", "bounds"),
+    ({"socket.memory.hbm.efficiency": 0.1}, "socket.memory.hbm.efficiency", "bounds"),
+    ({"socket.memory.ddr.reserved_bytes": "2 TiB"}, "socket.memory.ddr.reserved_bytes", "only"),
     ({"socket.tile.grid_rows": 2}, "socket.tile.grid_rows", "checkerboard"),
 ])
 def test_with_overrides_rejects_bad_values(overrides, field, words):
@@ -93,8 +98,107 @@ def test_with_overrides_rejects_bad_values(overrides, field, words):
 
 def test_with_overrides_on_a_part_without_hbm_names_the_missing_section():
     sn10 = load_hardware(HW / "sn10.yaml")
-    with pytest.raises(InputError, match="has no value"):
-        with_overrides(sn10, {"socket.hbm.bytes_per_s_per_unit": "1 TB/s"})
-    added = with_overrides(sn10, {"socket.hbm": {"units_per_die": 1, "capacity_bytes_per_unit": "16 GiB",
-                                                 "bytes_per_s_per_unit": "400 GB/s", "latency_s": "100 ns"}})
-    assert added.socket.hbm.units_per_die == 1
+    with pytest.raises(InputError, match="'socket.memory.hbm' is not a section"):
+        with_overrides(sn10, {"socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
+    added = with_overrides(sn10, {"socket.memory.hbm": {"units_per_die": 1, "capacity_bytes_per_unit": "16 GiB",
+                                                        "bytes_per_s_per_unit": "400 GB/s", "latency_s": "100 ns",
+                                                        "efficiency": 0.8}})
+    assert added.socket.memory["hbm"].units_per_die == 1
+    assert list(added.socket.memory) == ["ddr", "hbm"]   # a tier added by an override comes last
+
+
+# --- old-style socket files: top-level hbm:/ddr:, calibrated.<tier>_efficiency, reserved.<tier>_bytes
+
+def _old_style(text: str) -> str:
+    """The shipped sn40l.yaml written the way hardware files were before memory tiers were data."""
+    lines = text.splitlines()
+    start = lines.index(next(t for t in lines if t.startswith("memory:")))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith((" ", "#")))
+    block = [t for t in lines[start + 1:end] if t.strip() and not t.strip().startswith("#")]
+    tiers: dict[str, list[str]] = {}
+    for t in block:
+        if not t.startswith("    "):
+            tiers[t.strip().rstrip(":")] = []
+        else:
+            tiers[list(tiers)[-1]].append(t[4:].split("#")[0].rstrip())
+    old, calibrated, reserved = [], [], []
+    for tier, fields in tiers.items():
+        old.append(f"{tier}:")
+        for field in fields:
+            key, value = field.split(":", 1)
+            if key == "efficiency":
+                calibrated.append(f"  {tier}_efficiency:{value}")
+            elif key == "reserved_bytes":
+                reserved.append(f"  {tier}_bytes:{value}")
+            else:
+                old.append(f"  {field}")
+    out = lines[:start] + old + ["reserved:"] + reserved + lines[end:]
+    i = out.index(next(t for t in out if t.startswith("calibrated:")))
+    out[i + 1:i + 1] = calibrated
+    i = out.index(next(t for t in out if t.strip().startswith("memory_bytes:")))
+    out[i:i + 2] = ["  hbm_bytes: 64 GiB"]
+    return "\n".join(out) + "\n"
+
+
+def test_old_style_socket_file_loads_with_one_deprecation_line(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text(_old_style((HW / "sn40l.yaml").read_text()))
+    assert "memory:" not in path.read_text() and "hbm_efficiency:" in path.read_text()
+    with pytest.warns(FutureWarning) as caught:
+        old = load_hardware(path)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert str(path) in message and "memory: {hbm: {" in message and "calibrated.hbm_efficiency" in message
+    assert old.socket == load_hardware(HW / "sn40l.yaml").socket
+
+
+def test_old_style_errors_point_at_the_line_written(tmp_path, capsys):
+    text, line = set_value(_old_style((HW / "sn40l.yaml").read_text()), "hbm_efficiency", "0.1")
+    path = tmp_path / "old.yaml"
+    path.write_text(text)
+    from sn40l_sim.commands import cli
+    with pytest.warns(FutureWarning):
+        assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"old.yaml:{line}: memory.hbm.efficiency: 0.1 is outside the physical bounds" in err
+
+
+def test_old_style_overlay_over_a_new_base(tmp_path):
+    folder = copy_configs(tmp_path)
+    (folder / "old_overlay.yaml").write_text(
+        "base: sn40l.yaml\nhbm: {bytes_per_s_per_unit: 800 GB/s}\ncalibrated: {hbm_efficiency: 0.75}\n"
+        "reserved: {ddr_bytes: 4 GiB}\n")
+    with pytest.warns(FutureWarning, match="old_overlay.yaml"):
+        node = load_hardware(folder / "old_overlay.yaml")
+    hbm, ddr = node.socket.memory["hbm"], node.socket.memory["ddr"]
+    assert (hbm.bytes_per_s_per_unit, hbm.efficiency, hbm.capacity_bytes_per_unit) == (800e9, 0.75, 16 * 2**30)
+    assert ddr.reserved_bytes == 4 * 2**30 and list(node.socket.memory) == ["hbm", "ddr"]
+
+
+def test_old_style_override_paths_still_work():
+    node = load_hardware(HW / "sn40l_node16.yaml")
+    with pytest.warns(FutureWarning, match="socket.hbm.bytes_per_s_per_unit -> socket.memory.hbm.bytes_per_s_per_unit"):
+        new = with_overrides(node, {"socket.hbm.bytes_per_s_per_unit": "800 GB/s",
+                                    "socket.calibrated.hbm_efficiency": 0.75})
+    assert new.socket.memory["hbm"].bytes_per_s_per_unit == 800e9 and new.socket.memory["hbm"].efficiency == 0.75
+
+
+def test_a_new_tier_is_one_yaml_entry(tmp_path):
+    """A CXL tier added to a copy of sn40l.yaml: no Python change, every figure and check sees it."""
+    from sn40l_sim.hardware import figures
+    from sn40l_sim.hardware.spec import calibrated_parameters
+    from sn40l_sim.hardware.topology import build_topology
+
+    folder = copy_configs(tmp_path)
+    (folder / "cxl.yaml").write_text(
+        "base: sn40l.yaml\nname: SN40L+CXL\nmemory:\n  cxl:\n    units_per_die: 1\n    capacity_bytes_per_unit: 512 GiB\n"
+        "    bytes_per_s_per_unit: 32 GB/s\n    latency_s: 600 ns\n    efficiency: 0.7\n    reserved_bytes: 1 GiB\n")
+    socket = load_hardware(folder / "cxl.yaml").socket
+    assert figures.memory_tiers(socket) == ("hbm", "ddr", "cxl")
+    assert figures.memory_bytes(socket, "cxl") == 2 * 512 * 2**30
+    assert figures.usable_memory_bytes(socket, "cxl") == 1023 * 2**30
+    assert calibrated_parameters(socket)["memory.cxl.efficiency"].value == 0.7
+    graph = build_topology(load_hardware(folder / "cxl.yaml"))
+    assert sum(1 for _, d in graph.nodes(data=True) if d.get("kind") == "cxl") == 2
+    with pytest.raises(InputError, match="outside the physical bounds"):
+        with_overrides(load_hardware(folder / "cxl.yaml"), {"socket.memory.cxl.efficiency": 0.2})

@@ -4,8 +4,19 @@ from __future__ import annotations
 from sn40l_sim.hardware import figures
 from sn40l_sim.mapper.layout import pcu_cells, pmu_cells
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.stages import TierSplit
 
-RESOURCES = {"compute", "simd", "sram", "hbm", "ddr", "mesh", "p2p", "overhead"}
+#: bounds that are not memory tiers (a kernel may also be bound by any tier of its socket)
+RESOURCES = {"compute", "simd", "sram", "mesh", "p2p", "overhead"}
+
+
+def spill_split(weights: float = 0.0, kv: float = 0.0, first: str = "hbm", second: str = "ddr") -> TierSplit:
+    """``weights`` and ``kv`` fractions held in ``second``, the rest in ``first``."""
+    def shares(fraction: float):
+        if fraction <= 0:
+            return ((first, 1.0),)
+        return ((second, 1.0),) if fraction >= 1 else ((first, 1.0 - fraction), (second, fraction))
+    return TierSplit(shares(weights), shares(kv), first)
 
 
 def check_allocation(socket, pk: PlacedKernel) -> None:
@@ -36,7 +47,7 @@ def check_allocation(socket, pk: PlacedKernel) -> None:
             assert not used_pcu & set(s.coords) and not used_pmu & set(s.pmu_coords), "a unit given twice"
             used_pcu |= set(s.coords)
             used_pmu |= set(s.pmu_coords)
-            assert s.bound in RESOURCES
+            assert s.bound in RESOURCES | set(socket.memory)
 
 
 def check_peaks(socket, pk: PlacedKernel) -> None:
@@ -44,11 +55,12 @@ def check_peaks(socket, pk: PlacedKernel) -> None:
     assert pk.cycles > 0
     seconds = pk.cycles / socket.clock_hz
     assert pk.kernel.flops / seconds <= figures.peak_flops(socket, "bf16")
-    assert pk.hbm_bytes / seconds <= figures.hbm_bytes_per_s(socket)
-    assert pk.ddr_bytes / seconds <= figures.ddr_bytes_per_s(socket)
+    assert list(pk.tier_bytes) == list(socket.memory)
+    for tier, n_bytes in pk.tier_bytes.items():
+        assert n_bytes / seconds <= figures.memory_bytes_per_s(socket, tier)
     assert pk.cycles >= pk.compute_cycles
     assert pk.cycles >= pk.memory_cycles
-    assert pk.bounding_resource in RESOURCES
+    assert pk.bounding_resource in RESOURCES | set(socket.memory)
 
 
 def check_formula(socket, pk: PlacedKernel) -> None:

@@ -11,11 +11,10 @@ import pytest
 from conftest import deepseek_graph, distinct_kernels, node16
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mapper_checks import check_all
+from mapper_checks import check_all, spill_split
 
 from sn40l_sim.ir import FusedKernel, Operator
 from sn40l_sim.mapper import map_kernel
-from sn40l_sim.mapper.stages import TierSplit
 
 CASES = [("decode", 131072), ("decode", 32768), ("prefill", 131072)]
 
@@ -30,9 +29,9 @@ def test_deepseek_kernels_respect_counts_capacity_and_peaks(socket, phase, kv_le
 
 def test_spilled_weights_respect_ddr_peak(socket):
     kernel = next(k for k in distinct_kernels(deepseek_graph("decode")) if k.kind == "ffn" and k.weight_bytes > 10**8)
-    pk = map_kernel(socket, kernel, TierSplit(weights_ddr_fraction=0.5))
+    pk = map_kernel(socket, kernel, spill_split(weights=0.5))
     check_all(socket, pk)
-    assert pk.ddr_bytes == round(kernel.weight_bytes * 0.5)
+    assert pk.tier_bytes["ddr"] == round(kernel.weight_bytes * 0.5)
     assert pk.bounding_resource == "ddr"
 
 
@@ -68,8 +67,8 @@ def test_random_kernels_respect_counts_capacity_and_peaks(ops, w_ddr):
                          o.weight_bytes, o.act_in_bytes, o.act_out_bytes, o.kv_read_bytes, o.kv_write_bytes,
                          o.dtype) for i, o in enumerate(ops))
     kernel = FusedKernel("k", "random", "decode", ops)
-    pk = map_kernel(socket, kernel, TierSplit(weights_ddr_fraction=w_ddr))
+    pk = map_kernel(socket, kernel, spill_split(weights=w_ddr))
     check_all(socket, pk)
-    assert pk.hbm_bytes + pk.ddr_bytes == sum(o.weight_bytes + o.kv_read_bytes + o.kv_write_bytes
+    assert sum(pk.tier_bytes.values()) == sum(o.weight_bytes + o.kv_read_bytes + o.kv_write_bytes
                                               + o.act_in_bytes + o.act_out_bytes for o in ops)
-    assert math.isclose(pk.ddr_bytes, sum(o.weight_bytes for o in ops) * w_ddr, abs_tol=len(ops))
+    assert math.isclose(pk.tier_bytes["ddr"], sum(o.weight_bytes for o in ops) * w_ddr, abs_tol=len(ops))

@@ -29,8 +29,8 @@ def _decode_kernel(kind: str, kv_len: int):
 
 
 def _bandwidth_cycles(socket, pk) -> float:
-    rate = figures.hbm_bytes_per_s(socket) * socket.calibrated.hbm_efficiency
-    return pk.overhead_cycles + pk.hbm_bytes / rate * socket.clock_hz
+    rate = figures.memory_bytes_per_s(socket, "hbm") * socket.memory["hbm"].efficiency
+    return pk.overhead_cycles + pk.tier_bytes["hbm"] / rate * socket.clock_hz
 
 
 @pytest.mark.parametrize("kind,kv_len", [("mla", 131072), ("mla", 32768), ("ffn", 131072)])
@@ -43,4 +43,4 @@ def test_memory_bound_decode_kernel_tracks_bytes_over_bandwidth(socket, kind, kv
 def test_decode_attention_cycles_follow_the_cache_length(socket):
     long, short = (map_kernel(socket, _decode_kernel("mla", n)) for n in (131072, 32768))
     streamed = (long.cycles - long.overhead_cycles) / (short.cycles - short.overhead_cycles)
-    assert abs(streamed / (long.hbm_bytes / short.hbm_bytes) - 1) < 0.03
+    assert abs(streamed / (long.tier_bytes["hbm"] / short.tier_bytes["hbm"]) - 1) < 0.03

@@ -32,7 +32,7 @@ def test_more_stages_than_pcus_per_tile_split_into_sections(socket):
     # the tensor crossing the boundary goes out to HBM and back
     boundary = [s.operator for s in pk.stages if s.section == 0 and s.kind == "elementwise"][-1]
     spill = output_bytes(socket, next(op for op in kernel.operators if op.name == boundary))
-    assert pk.hbm_bytes == (1 << 20) + 2 * spill
+    assert pk.tier_bytes["hbm"] == (1 << 20) + 2 * spill
     one = map_kernel(socket, _chain(socket.tile.pcus, kind="elementwise", elements=1 << 20))
     assert pk.cycles > one.cycles + socket.reconfiguration_cycles
 

@@ -46,4 +46,4 @@ def test_a_short_observation_window_is_not_compute_bound_and_much_cheaper():
     assert short.bounding_resource != "compute"
     # 128x fewer queries: the key stream (the same bytes) bounds it instead
     assert short.cycles * 5 < ring.cycles
-    assert short.hbm_bytes < ring.hbm_bytes
+    assert short.tier_bytes["hbm"] < ring.tier_bytes["hbm"]

@@ -109,7 +109,7 @@ def test_kernel_lanes_add_up_to_the_phase(main_trace, main_results):
         hbm = [e for e in events if e["pid"] == min(p for p, n in names.items()
                                                     if n.startswith(f"{result.setup.name} · {phase} · socket 0"))
                and e["cat"] == "hbm"]
-        assert sum(e["args"]["bytes"] for e in hbm) == sum(k.hbm_bytes for k in timing.kernels) > 0
+        assert sum(e["args"]["bytes"] for e in hbm) == sum(k.tier_bytes["hbm"] for k in timing.kernels) > 0
 
 
 def test_simulated_socket_only(main_results):

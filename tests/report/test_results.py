@@ -22,6 +22,7 @@ from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E40
 from sn40l_sim.report.table import side_by_side  # noqa: E402
 from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
 from sn40l_sim.serving.workload import Request  # noqa: E402
+from sn40l_sim.study.assemble import memory_placer  # noqa: E402
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
@@ -57,6 +58,7 @@ def test_records_have_the_design_fields_with_consistent_values(records):
         assert rec["ttft_s"] >= rec["prefill_s"]
         assert rec["latency"]["ttft_s"]["p99"] >= rec["latency"]["ttft_s"]["p50"] >= rec["prefill_s"]
         assert sum(rec["prefill_kernel_share"].values()) == pytest.approx(1.0)
+        assert list(rec["memory"]) == ["hbm", "ddr"]   # the socket's tiers, fastest first
         for tier in ("hbm", "ddr"):
             row = rec["memory"][tier]
             assert {"weights", "kv", "activations", "reserved", "free", "capacity"} <= set(row)
@@ -66,7 +68,7 @@ def test_records_have_the_design_fields_with_consistent_values(records):
     assert full["prefill_policy_overhead"] == 0.0
     # the fake prefill: mha 700 + moe_ffn 300 cycles per token, each SnapStream kernel 10
     assert snap["prefill_policy_overhead"] == pytest.approx(20 / 1000)
-    assert snap["memory"]["hbm"]["reserved"] == NODE.socket.reserved.hbm_bytes
+    assert snap["memory"]["hbm"]["reserved"] == NODE.socket.memory["hbm"].reserved_bytes
     # the fake decode step reads batch x kv_len tokens at 10 cycles each on top of 40M
     assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16)
 
@@ -109,3 +111,25 @@ def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
     assert max(p["kv_bytes"] for p in occ["series"]) == occ["peak_bytes"]
     assert occ["peak_bytes"] == max(s.kv_bytes for s in result.log.steps)
     assert all(p["slots_in_use"] <= rec["batch"] for p in occ["series"])
+
+
+def test_the_memory_record_lists_every_tier_of_the_socket_in_order():
+    """A tier defined only in the hardware (a CXL tier added by an override) gets its own row, after
+    the others, with its reservation; the KV the experiment lets spill lands in it."""
+    from sn40l_sim.hardware.loader import with_overrides
+
+    node = with_overrides(NODE, {"socket.memory.cxl": {
+        "units_per_die": 1, "capacity_bytes_per_unit": "512 GiB", "bytes_per_s_per_unit": "30 GB/s",
+        "latency_s": "500 ns", "efficiency": 0.75, "reserved_bytes": "1 GiB"}})
+    s = PointSetup(name="full", node=node, model=r1_model(), policy=make_policy("full", {}), prompt_len=131072,
+                   prefill_plan=PREFILL, decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH,
+                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, batch=256, may_spill=("activations", "kv"))
+    result = simulate_point(s, lambda slots: [], fixed_costs(s.policy), memory_placer(node, s.model, ("hbm", "cxl")))
+    record = build_record(result, experiment="demo", policy_params={})
+    memory = record["memory"]
+    assert list(memory) == ["hbm", "ddr", "cxl"]
+    assert memory["cxl"]["kv"] > 0 and memory["ddr"]["kv"] == 0 and memory["cxl"]["reserved"] == 2**30
+    assert memory["cxl"]["capacity"] == 2 * 512 * 2**30
+    for row in memory.values():
+        assert row["free"] == row["capacity"] - row["weights"] - row["kv"] - row["activations"] - row["reserved"]
+    assert "memory.cxl.kv" in to_csv([record]).splitlines()[0].split(",")

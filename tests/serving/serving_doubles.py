@@ -48,5 +48,5 @@ class FakePlacer:
         if need > self.free:
             raise InfeasibleError(f"KV {kv_bytes} B + activations {activation_bytes} B exceed the free "
                                   f"{self.free} B by {need - self.free} B")
-        return MemoryPlacement(hbm={"weights": self.weights, "kv": kv_bytes, "activations": activation_bytes},
-                               ddr={}, hbm_capacity=self.weights + self.free, ddr_capacity=10**12)
+        return MemoryPlacement({"hbm": {"weights": self.weights, "kv": kv_bytes, "activations": activation_bytes},
+                                "ddr": {}}, {"hbm": self.weights + self.free, "ddr": 10**12}, ("hbm", "ddr"))

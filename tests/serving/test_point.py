@@ -3,6 +3,7 @@ maximum batch from memory, infeasible batches and contexts, and what the serving
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
@@ -12,6 +13,7 @@ from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
 from sn40l_sim.serving.workload import Request
+from sn40l_sim.study.assemble import memory_placer
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
 
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
@@ -52,7 +54,7 @@ def test_max_batch_is_the_largest_compiled_size_whose_kv_fits():
     # 32K caches: 6 fit per socket, so 64 (4 per socket) fits and 128 (8) does not
     assert (full.max_batch, snap.max_batch) == (16, 64)
     assert (full.batch, snap.batch) == (16, 64)
-    assert full.memory.hbm["kv"] == FULL_SLOT and snap.memory.hbm["kv"] == 4 * 32768 * R1_KV_PER_TOKEN
+    assert full.memory.by_tier["hbm"]["kv"] == FULL_SLOT and snap.memory.by_tier["hbm"]["kv"] == 4 * 32768 * R1_KV_PER_TOKEN
     assert "exceed the free" in full.next_failure
     # the decode step is timed at the compiled batch and the static cache length
     assert ("decode", 16, PROMPT + NEW) in timer_f.calls and ("decode", 64, 32768) in timer_s.calls
@@ -127,6 +129,54 @@ def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
     assert result.transfer_cycles == 0 and result.prefill_memory is None
     # each decode-node socket also holds one prompt's uncompressed cache while it prefills
     scratch = PROMPT * R1_KV_PER_TOKEN - 32768 * R1_KV_PER_TOKEN
-    assert result.memory.hbm["kv"] == 2 * 32768 * R1_KV_PER_TOKEN + scratch
+    assert result.memory.by_tier["hbm"]["kv"] == 2 * 32768 * R1_KV_PER_TOKEN + scratch
     assert result.max_batch == 32
     assert all(r.transfer_start == -1 for r in result.log.requests)
+
+
+# --- memory tiers and the experiment's memory options, with the real place_memory
+
+def run_real(policy, node=NODE, order=None, **kw):
+    """The real memory placer (R1 weights per socket, the node's tiers in ``order``), fixed costs."""
+    costs = fixed_costs(policy)
+    result = simulate_point(setup(policy, node=node, **kw), one_per_slot(), costs,
+                            memory_placer(node, MODEL, order))
+    return result, costs
+
+
+def test_weights_and_kv_stay_in_hbm_by_default_and_the_limit_says_why():
+    result, costs = run_real(FULL)
+    assert result.max_batch == 16 and result.memory.outside("hbm") == {}
+    # the next compiled batch's KV would spill to DDR, which the default refuses, in these words
+    assert re.fullmatch(r"decode batch 32 does not fit in HBM per socket: weights \d+\.\d\d GiB \+ kv \d+\.\d\d GiB "
+                        r"\+ activations 0\.00 GiB > \d+\.\d\d GiB usable HBM \(kv \d+\.\d\d GiB would spill to DDR; "
+                        r"the serving model keeps weights and KV in HBM\)", result.next_failure), result.next_failure
+    assert costs.memory == {"prefill": result.prefill_memory, "decode": result.memory}
+
+
+def test_kv_may_spill_to_ddr_when_the_experiment_allows_it():
+    result, costs = run_real(FULL, may_spill=("activations", "kv"))
+    assert result.max_batch > 16
+    spilled = result.memory.outside("hbm")
+    assert set(spilled) == {"kv"} and result.memory.by_tier["ddr"]["kv"] == spilled["kv"] > 0
+    # the decode step is timed with the KV where the placement put it
+    assert [tier for tier, _ in costs.memory["decode"].tiers().kv] == ["hbm", "ddr"]
+
+
+def test_placement_order_is_an_option():
+    result, _ = run_real(SNAP, order=("ddr", "hbm"))
+    assert result.memory.first_tier == "ddr" and not any(result.memory.by_tier["hbm"].values())
+    assert result.memory.by_tier["ddr"]["weights"] > 0
+
+
+def test_a_yaml_only_tier_can_take_the_kv():
+    from sn40l_sim.hardware.loader import with_overrides
+
+    node = with_overrides(NODE, {"socket.memory.cxl": {
+        "units_per_die": 1, "capacity_bytes_per_unit": "512 GiB", "bytes_per_s_per_unit": "30 GB/s",
+        "latency_s": "500 ns", "efficiency": 0.75}})
+    result, _ = run_real(FULL, node=node, order=("hbm", "cxl"), may_spill=("activations", "kv"))
+    assert result.max_batch > 16 and result.memory.by_tier["cxl"]["kv"] > 0
+    assert not any(result.memory.by_tier["ddr"].values())         # left out of the order
+    with pytest.raises(InfeasibleError, match="does not fit in HBM per socket.*would spill to CXL"):
+        run_real(FULL, node=node, order=("hbm", "cxl"), batch=64)

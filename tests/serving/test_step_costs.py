@@ -96,3 +96,27 @@ def test_bad_step_arguments_are_input_errors(args):
         timer().decode_step(*args)
     with pytest.raises(InputError):
         timer().prefill(0)
+
+
+def test_steps_stream_from_the_tiers_the_placement_chose():
+    """With the real builder's stand-in and the real mapper, a placement that spills KV to DDR is a
+    different (slower) step; one that keeps everything in the first tier is the default step."""
+    from sn40l_sim.mapper import map_graph
+    from sn40l_sim.mapper._examples import example_decode_kernel
+    from sn40l_sim.mapper.placement import MemoryPlacement
+
+    def one_kernel(shape, plan):
+        from sn40l_sim.ir import KernelGraph
+        graph = KernelGraph("t", shape)
+        graph.add(example_decode_kernel(kv_len=shape.kv_len))
+        return graph
+
+    t = StepTimer(NODE, None, None, build=one_kernel,
+                  place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+    in_hbm = MemoryPlacement({"hbm": {"weights": 1, "kv": 1}, "ddr": {}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
+    offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
+    default = t.decode_step(1, 65536)
+    assert t.decode_step(1, 65536, memory=in_hbm) is default
+    slow = t.decode_step(1, 65536, memory=offloaded)
+    assert slow.cycles > default.cycles and slow.tier_bytes["ddr"] > 0 == default.tier_bytes["ddr"]
+    assert t.stats["decode_runs"] == 2

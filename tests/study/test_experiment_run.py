@@ -95,3 +95,56 @@ def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp
     assert main(["run", str(too_big), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "parallel.decode: the decode plan needs 16 sockets; SN40L-8 has 8" in err
+
+
+def test_a_memory_order_naming_a_missing_tier_is_located_in_the_experiment(tmp_path, capsys):
+    path, text = experiment(tmp_path)
+    bad = tmp_path / "order.yaml"
+    bad.write_text(text + "memory:\n  order: [hbm, cxl]\n")
+    assert main(["run", str(bad), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{bad}:{len(text.splitlines()) + 2}: memory.order[1]: the hardware (SN40L-8) has no memory tier 'cxl'" in err
+
+
+def test_kv_offload_to_ddr_is_one_experiment_option(tmp_path, capsys):
+    # 64K-token full caches of Llama-3.1-8B are 8.6 GB: HBM holds four per socket (batch 32 under
+    # attention DP8); with KV allowed to spill to DDR the batch grows, and each step reads DDR
+    path, text = experiment(tmp_path, prompt=65536)
+    text = text.replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [8, 16, 32, 64, 128]")
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "hbm"), "--quiet"]) == 0
+    offload = tmp_path / "offload.yaml"
+    offload.write_text(text + "memory: {may_spill: [activations, kv]}\n")
+    assert main(["run", str(offload), "--out", str(tmp_path / "ddr"), "--quiet"]) == 0
+    capsys.readouterr()
+    in_hbm, spilled = (json.loads((tmp_path / d / "results.json").read_text())[0] for d in ("hbm", "ddr"))
+    assert (in_hbm["max_batch"], spilled["max_batch"]) == (32, 128)
+    assert in_hbm["memory"]["ddr"]["kv"] == 0 < spilled["memory"]["ddr"]["kv"]
+    assert "would spill to DDR; the serving model keeps weights and KV in HBM" in in_hbm["max_batch_limit"]
+    # per sequence, a step that reads part of its cache from DDR is slower
+    assert spilled["decode_step_s"] / spilled["batch"] > in_hbm["decode_step_s"] / in_hbm["batch"]
+
+
+def test_a_cxl_tier_written_only_in_yaml_runs_end_to_end(tmp_path, capsys):
+    """A node file adds a CXL tier through socket_overrides (no Python knows it); the experiment
+    offloads KV to it. run places the KV there, the engine streams it through the tier's own
+    channel, and results.json and the printed table show it."""
+    node = tmp_path / "cxl_node.yaml"
+    node.write_text(f"base: {REPO / 'hw_configs/sn40l_node8.yaml'}\nname: SN40L-8+CXL\nsocket_overrides:\n"
+                    "  memory:\n    cxl: {units_per_die: 1, capacity_bytes_per_unit: 512 GiB, "
+                    "bytes_per_s_per_unit: 32 GB/s, latency_s: 600 ns, efficiency: 0.7}\n")
+    path, text = experiment(tmp_path, prompt=65536)
+    text = text.replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [32, 64]")
+    text = text.replace(str(REPO / "hw_configs/sn40l_node8.yaml"), str(node))
+    path.write_text(text + "memory: {order: [hbm, cxl], may_spill: [activations, kv]}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    record = json.loads((tmp_path / "out" / "results.json").read_text())[0]
+    assert record["hardware"] == "SN40L-8+CXL" and record["batch"] == 64
+    assert sorted(record["memory"]) == ["cxl", "ddr", "hbm"]        # results.json sorts its keys
+    assert record["memory"]["cxl"]["kv"] > 0 and record["memory"]["ddr"]["kv"] == 0
+    assert record["utilisation"]["decode_step"]["cxl"] > 0       # the tier's channel was busy
+    # the printed table's memory rows follow the socket's tiers, fastest first
+    rows = [line.split("/socket")[0] for line in out.splitlines() if "/socket" in line]
+    assert list(dict.fromkeys(rows)) == ["HBM", "DDR", "CXL"], out

@@ -112,6 +112,10 @@ BAD = [
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3", "workload.output_len",
      "required for a fixed workload", "kind: fixed"),
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: trace", "workload.path", "required", "kind: trace"),
+    ("serving:\n", "memory: {order: [hbm, ddr, hbm]}\nserving:\n", "memory.order[2]", "listed twice", "memory:"),
+    ("serving:\n", "memory: {order: []}\nserving:\n", "memory.order", "at least one memory tier", "memory:"),
+    ("serving:\n", "memory: {may_spill: [weights, cache]}\nserving:\n", "memory.may_spill[1]",
+     "'weights', 'kv' or 'activations'", "memory:"),
 ]
 
 
@@ -136,6 +140,13 @@ def test_bad_policy_parameters_are_located_at_the_entry(tmp_path):
         make_point_policy(exp, points(exp)[2])
     assert info.value.field == "policies[1].params.sink"
     assert info.value.line == line_of(text, "sink: -1")
+
+
+def test_memory_defaults_keep_weights_and_kv_in_the_first_tier(tmp_path):
+    spec = load_experiment(write(tmp_path, BASE)).spec
+    assert spec.memory.order is None and spec.memory.may_spill == ("activations",)
+    spec = load_experiment(write(tmp_path, BASE + "memory: {order: [ddr], may_spill: [activations, kv]}\n")).spec
+    assert spec.memory.order == ("ddr",) and spec.memory.may_spill == ("activations", "kv")
 
 
 def test_max_new_tokens_is_required_for_serving(tmp_path):

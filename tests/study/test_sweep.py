@@ -93,9 +93,9 @@ def test_hardware_axes_and_sets(tmp_path):
     sweep = load_sweep(write_experiment(tmp_path, """\
         axes:
           hardware.socket.p2p.bytes_per_s_per_port: [50 GB/s, 100 GB/s]
-        """), parse_sets(["serving.batch=8", "hardware.socket.hbm.latency_s=200 ns"]))
+        """), parse_sets(["serving.batch=8", "hardware.socket.memory.hbm.latency_s=200 ns"]))
     assert [p.name for p in sweep.points] == ["bytes_per_s_per_port=50GB/s", "bytes_per_s_per_port=100GB/s"]
-    assert sweep.points[1].hardware_overrides == {"socket.hbm.latency_s": "200 ns",
+    assert sweep.points[1].hardware_overrides == {"socket.memory.hbm.latency_s": "200 ns",
                                                   "socket.p2p.bytes_per_s_per_port": "100 GB/s"}
     assert all(p.data["serving"]["batch"] == 8 for p in sweep.points)
 
@@ -109,9 +109,9 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: {start: 1, stop: 8, num: 0}\n", "sweep.axes.serving.batch.num", 16, "positive"),
     ("axes:\n  policies.snapp.params.sink: [4]\n", "sweep.axes.policies.snapp.params.sink", 16, "no entry named 'snapp'"),
     ("axes:\n  policies.snap.params.sink: [-1]\n", "sweep.axes.policies.snap.params.sink[0]", 16, "sink"),
-    ("axes:\n  hardware.socket.hbm.bytes_per_s_per_unit: [fast]\n",
-     "sweep.axes.hardware.socket.hbm.bytes_per_s_per_unit[0]", 16, "bandwidth"),
-    ("axes:\n  hardware.socket.hbm.nope: [1]\n", "sweep.axes.hardware.socket.hbm.nope", 16, "unknown axis path"),
+    ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [fast]\n",
+     "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit[0]", 16, "bandwidth"),
+    ("axes:\n  hardware.socket.memory.hbm.nope: [1]\n", "sweep.axes.hardware.socket.memory.hbm.nope", 16, "unknown axis path"),
     ("axes:\n  hardware.socket.nope.x: [1]\n", "sweep.axes.hardware.socket.nope.x", 16, "unknown axis path"),
     ("mode: zip\naxes:\n  serving.batch: [1, 2]\n  shape.prompt_len: [1024]\n", "sweep.axes.shape.prompt_len", 18,
      "equal length"),
@@ -179,7 +179,7 @@ def test_infeasible_runs_can_be_skipped(tmp_path):
 def test_hardware_axis_changes_the_simulation(tmp_path):
     path = write_experiment(tmp_path, """\
         axes:
-          hbm: {path: hardware.socket.hbm.bytes_per_s_per_unit, values: [204.8 GB/s, 409.6 GB/s, 819.2 GB/s]}
+          hbm: {path: hardware.socket.memory.hbm.bytes_per_s_per_unit, values: [204.8 GB/s, 409.6 GB/s, 819.2 GB/s]}
         """)
     records = [r for r in run_sweep(path, tmp_path / "out", jobs=1, progress=False) if r["kv_policy"] == "full"]
     assert [r["sweep"]["hbm"] for r in records] == [204.8e9, 409.6e9, 819.2e9]
@@ -220,7 +220,7 @@ def test_coupled_axes_are_checked_together(tmp_path):
 @pytest.mark.parametrize("item, words", [
     ("serving.batchh=8", "serving.batchh: unknown key"),
     ("serving.batch=-1", "serving.batch:"),
-    ("hardware.socket.hbm.bytes_per_s_per_unit=fast", "bandwidth"),
+    ("hardware.socket.memory.hbm.bytes_per_s_per_unit=fast", "bandwidth"),
 ])
 def test_bad_sets_name_the_set(tmp_path, capsys, item, words):
     path = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2]\n")

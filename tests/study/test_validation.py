@@ -9,7 +9,8 @@ import pytest
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.spec import calibrated_parameters
 from sn40l_sim.study.calibration import FitResult, bounds, fit, fitted_names, residual, write_back
 from sn40l_sim.study.validation import (
     Comparison,
@@ -117,25 +118,27 @@ def test_a_point_missing_from_the_experiment_is_named(tmp_path):
 
 
 def test_fit_recovers_known_parameters_within_bounds():
-    # a synthetic simulator whose 'decode rate' depends on hbm_efficiency and whose 'share' on
-    # systolic_efficiency; the truth is inside the bounds, so the fit must find it
-    truth = {"hbm_efficiency": 0.6, "systolic_efficiency": 0.8}
-    refs = [Reference(measurement(id="rate", quantity="rate", value=1000 * truth["hbm_efficiency"],
+    # a synthetic simulator whose 'decode rate' depends on the HBM efficiency and whose 'share' on
+    # the systolic efficiency; the truth is inside the bounds, so the fit must find it
+    hbm, systolic = "memory.hbm.efficiency", "calibrated.systolic_efficiency"
+    truth = {hbm: 0.6, systolic: 0.8}
+    refs = [Reference(measurement(id="rate", quantity="rate", value=1000 * truth[hbm],
                                   tolerance={"rel": 0.01}), Path("e.yaml")),
-            Reference(measurement(id="share", quantity="share", value=0.5 * truth["systolic_efficiency"],
+            Reference(measurement(id="share", quantity="share", value=0.5 * truth[systolic],
                                   tolerance={"abs": 0.005}), Path("e.yaml"))]
 
     def evaluate(references, calibrated):
-        values = {"rate": 1000 * calibrated["hbm_efficiency"], "share": 0.5 * calibrated["systolic_efficiency"]}
+        assert "memory.ddr.efficiency" not in calibrated   # no measurement exercises DDR: not fitted
+        values = {"rate": 1000 * calibrated[hbm], "share": 0.5 * calibrated[systolic]}
         return [Comparison(r, values[r.measurement.quantity]) for r in references]
 
-    start = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket.calibrated.model_dump()
-    result = fit(refs, start, evaluate, max_evaluations=80)
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    result = fit(refs, socket, evaluate, max_evaluations=80)
     fitted = dict(zip(result.names, result.fitted, strict=True))
-    assert fitted["hbm_efficiency"] == pytest.approx(0.6, rel=0.02)
-    assert fitted["systolic_efficiency"] == pytest.approx(0.8, rel=0.02)
+    assert fitted[hbm] == pytest.approx(0.6, rel=0.02)
+    assert fitted[systolic] == pytest.approx(0.8, rel=0.02)
     for name in result.names:
-        low, high = bounds(name)
+        low, high = bounds(socket, name)
         assert low <= fitted[name] <= high
     assert all(c.ok for c in result.comparisons)
 
@@ -145,11 +148,54 @@ def test_write_back_changes_only_the_calibrated_values(tmp_path):
     shutil.copytree(REPO / "hw_configs", folder)
     path = folder / "sn40l.yaml"
     before = load_hardware(path).socket
-    names = tuple(fitted_names())
-    values = tuple(min(max(getattr(before.calibrated, n) * 1.1, bounds(n)[0]), bounds(n)[1]) for n in names)
+    params = calibrated_parameters(before)
+    names = tuple(fitted_names(before))
+    values = tuple(min(max(params[n].value * 1.1, params[n].low), params[n].high) for n in names)
     write_back(path, FitResult(names, values, values, [], 0.0), "test note")
     after = load_hardware(path).socket
     for name, value in zip(names, values, strict=True):
-        assert getattr(after.calibrated, name) == pytest.approx(value, rel=1e-3)
-    assert after.model_copy(update={"calibrated": before.calibrated}) == before
+        assert calibrated_parameters(after)[name].value == pytest.approx(value, rel=1e-3)
+    # nothing else changed: putting the old values back gives the old socket
+    restored = with_overrides(load_hardware(path), {f"socket.{name}": params[name].value for name in names})
+    assert restored.socket == before
     assert path.read_text().count("# calibrated: test note") == len(names)
+
+
+def test_write_back_edits_the_line_of_each_field_not_the_first_with_its_name(tmp_path):
+    """Both tiers have an ``efficiency:`` line; each value goes to its own line. A value inherited
+    from a ``base:`` file is written there, one set in the overlay stays in the overlay."""
+    folder = tmp_path / "hw"
+    shutil.copytree(REPO / "hw_configs", folder)
+    (folder / "tuned.yaml").write_text("base: sn40l.yaml\nname: tuned\nmemory:\n  ddr:\n"
+                                       "    efficiency: 0.6   # an overlay's own guess\n")
+    names = ("memory.ddr.efficiency", "memory.hbm.efficiency", "calibrated.kernel_call_overhead_s")
+    values = (0.55, 0.65, 200e-6)
+    base_before = (folder / "sn40l.yaml").read_text().splitlines()
+    files = write_back(folder / "tuned.yaml", FitResult(names, values, values, [], 0.0), "note")
+    assert sorted(f.name for f in files) == ["sn40l.yaml", "tuned.yaml"]
+    tuned = load_hardware(folder / "tuned.yaml").socket
+    assert (tuned.memory["ddr"].efficiency, tuned.memory["hbm"].efficiency) == (0.55, 0.65)
+    assert tuned.calibrated.kernel_call_overhead_s == pytest.approx(200e-6)
+    assert "    efficiency: 0.5500  # calibrated: note" in (folder / "tuned.yaml").read_text()
+    base = load_hardware(folder / "sn40l.yaml").socket
+    assert base.memory["hbm"].efficiency == 0.65 and base.memory["ddr"].efficiency == 0.8   # DDR's base line untouched
+    base_after = (folder / "sn40l.yaml").read_text().splitlines()
+    changed = [i for i, (a, b) in enumerate(zip(base_before, base_after, strict=True)) if a != b]
+    assert len(changed) == 2 and all(base_after[i].lstrip().startswith(("efficiency:", "kernel_call_overhead_s:"))
+                                     for i in changed)
+
+
+def test_write_back_into_an_old_style_file_and_a_node_override(tmp_path):
+    folder = tmp_path / "hw"
+    shutil.copytree(REPO / "hw_configs", folder)
+    (folder / "fast_node.yaml").write_text("base: sn40l_node16.yaml\nsocket_overrides:\n  calibrated:\n"
+                                           "    hbm_efficiency: 0.9\n")
+    with pytest.warns(FutureWarning):
+        write_back(folder / "fast_node.yaml", FitResult(("memory.hbm.efficiency",), (0.75,), (0.75,), [], 0.0), "n")
+    assert "    hbm_efficiency: 0.7500  # calibrated: n" in (folder / "fast_node.yaml").read_text()
+    with pytest.warns(FutureWarning):
+        assert load_hardware(folder / "fast_node.yaml").socket.memory["hbm"].efficiency == 0.75
+    # a value on a flow-style line cannot be edited safely: a clear error instead
+    (folder / "flow.yaml").write_text("base: sn40l.yaml\nmemory: {hbm: {efficiency: 0.7}}\n")
+    with pytest.raises(InputError, match="not a plain 'efficiency: value' line"):
+        write_back(folder / "flow.yaml", FitResult(("memory.hbm.efficiency",), (0.75,), (0.75,), [], 0.0), "n")

@@ -41,13 +41,13 @@ def example_agcu() -> AGCUSpec:
 
 
 def example_hbm() -> MemoryTierSpec:
-    """Two 400 GB/s memory units per die with 100 ns latency.
+    """Two 400 GB/s memory units per die with 100 ns latency, 90% of it achievable.
 
     >>> example_hbm().units_per_die
     2
     """
     return MemoryTierSpec(units_per_die=2, capacity_bytes_per_unit="16 GB",
-                          bytes_per_s_per_unit="400 GB/s", latency_s="100 ns")
+                          bytes_per_s_per_unit="400 GB/s", latency_s="100 ns", efficiency=0.9)
 
 
 def example_network() -> NetworkSpec:

@@ -1,9 +1,8 @@
-"""Cycle models of off-chip transfers: AGCU bursts to and from HBM or DDR.
+"""Cycle models of off-chip transfers: AGCU bursts to and from a memory tier (HBM, DDR, ...).
 
 A transfer pays the tier's access latency (plus any transfer set-up time) once, then streams at
 the achievable bandwidth of the memory units it spreads over (``units_used x
-bytes_per_s_per_unit x efficiency``, efficiency being the calibrated ``hbm_efficiency`` or
-``ddr_efficiency``). AGCUs move whole bursts, so the bytes are rounded up to
+bytes_per_s_per_unit x efficiency``, efficiency being the tier's calibrated ``efficiency``). AGCUs move whole bursts, so the bytes are rounded up to
 ``agcu.burst_bytes``. When the number of AGCUs carrying the transfer is given, their own limits
 also apply: ``bytes_per_cycle`` each, and at most ``max_outstanding_bursts`` in flight each
 (Little's law over the access latency).
@@ -22,7 +21,7 @@ def offchip_bytes_per_cycle(tier: MemoryTierSpec, clock_hz: float, efficiency: f
     Parameters
     ----------
     tier : MemoryTierSpec
-        HBM or DDR of the socket.
+        One memory tier of the socket (HBM, DDR, ...).
     clock_hz : float
         RDU clock.
     efficiency : float
@@ -52,7 +51,7 @@ def offchip_bytes_per_cycle(tier: MemoryTierSpec, clock_hz: float, efficiency: f
 def offchip_cycles(tier: MemoryTierSpec, agcu: AGCUSpec, clock_hz: float, n_bytes: int,
                    efficiency: float, units_used: int | None = None, setup_s: float = 0.0,
                    agcus: int | None = None) -> int:
-    """Cycles to move ``n_bytes`` between a tile and HBM or DDR.
+    """Cycles to move ``n_bytes`` between a tile and a memory tier.
 
     Parameters
     ----------

@@ -7,7 +7,7 @@ Part of :mod:`sn40l_sim.study.sweep.load` (which runs the points). The section r
       axes:
         serving.batch: [1, 2, 4, 8]                                 # a dotted path -> a list of values
         shape.prompt_len: {start: 4096, stop: 65536, num: 5, scale: log}
-        hbm: {path: hardware.socket.hbm.bytes_per_s_per_unit, values: [409.6 GB/s, 819.2 GB/s]}
+        hbm: {path: hardware.socket.memory.hbm.bytes_per_s_per_unit, values: [409.6 GB/s, 819.2 GB/s]}
       plot: {x: batch, y: decode_tokens_per_s, hue: [kv_policy, prefill_len]}   # optional
       infeasible: skip            # optional: fail (default) | skip runs that do not fit
 

@@ -100,8 +100,8 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``["serving.batch=8", "hardware.sockets=8"]`` -> ``{"serving.batch": 8, "hardware.sockets": 8}``
     (values read as YAML scalars).
 
-    >>> parse_sets(["serving.batch=8", "hardware.socket.hbm.bytes_per_s_per_unit=1 TB/s"])
-    {'serving.batch': 8, 'hardware.socket.hbm.bytes_per_s_per_unit': '1 TB/s'}
+    >>> parse_sets(["serving.batch=8", "hardware.socket.memory.hbm.bytes_per_s_per_unit=1 TB/s"])
+    {'serving.batch': 8, 'hardware.socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'}
     """
     out: dict[str, Any] = {}
     for item in items or []:

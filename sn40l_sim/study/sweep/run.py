@@ -17,6 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.plot_csv import plot_csv
 from sn40l_sim.report.results import write_results
@@ -100,8 +101,8 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
 
 def _node_field(node: NodeSpec, dotted: str) -> Any:
     out: Any = node
-    for part in dotted.split("."):
-        out = getattr(out, part)
+    for part in upgrade_dotted(dotted).split("."):
+        out = out[part] if isinstance(out, dict) else getattr(out, part)   # memory tiers are a mapping
     return out
 
 

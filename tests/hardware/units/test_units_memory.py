@@ -9,16 +9,16 @@ from units_reference_socket import reference_socket
 from sn40l_sim.hardware.units import offchip_bytes_per_cycle, offchip_cycles
 
 SOCKET = reference_socket()
-TIERS = [t for t in (SOCKET.hbm, SOCKET.ddr) if t is not None]
+TIERS = list(SOCKET.memory.values())
 
 
 def _latency(tier, setup_s=0.0):
     return round((tier.latency_s + setup_s) * SOCKET.clock_hz + 0.4999999)
 
 
-@pytest.mark.parametrize("tier", TIERS, ids=["hbm", "ddr"][: len(TIERS)])
+@pytest.mark.parametrize("tier", TIERS, ids=list(SOCKET.memory))
 def test_cycles_track_bytes_over_bandwidth(tier):
-    eff = SOCKET.calibrated.hbm_efficiency
+    eff = tier.efficiency
     units = SOCKET.dies * tier.units_per_die
     bw = units * tier.bytes_per_s_per_unit * eff
     for n in (1 << 24, 1 << 28):
