@@ -27,6 +27,7 @@ import networkx as nx
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph, tile_switch_graph
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
 _CYCLE_SLACK = 1e-6
@@ -174,8 +175,6 @@ def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
     >>> tile_mesh_diameter_hops(load_hardware("hw_configs/sn40l.yaml").socket)
     46
     """
-    from sn40l_sim.hardware.topology import tile_switch_graph
-
     graph = tile_switch_graph(socket)
     # double sweep: exact on grids, and the mesh is a grid
     start = next(iter(graph))
@@ -185,8 +184,6 @@ def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
 
 def p2p_diameter_hops(node: NodeSpec) -> int:
     """Socket-to-socket hops between the farthest two sockets of the node (0 for one socket)."""
-    from sn40l_sim.hardware.topology import p2p_graph
-
     graph = p2p_graph(node)
     return nx.diameter(graph) if graph.number_of_nodes() > 1 else 0
 
@@ -197,15 +194,11 @@ def p2p_bisection_bytes_per_s(node: NodeSpec) -> float:
     Exact (minimum over all balanced halvings) up to 20 sockets; beyond that the best cut
     networkx's Kernighan-Lin heuristic finds, i.e. an upper bound.
     """
-    from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph
-
     return bisection_bytes_per_s(p2p_graph(node))
 
 
 def p2p_bytes_per_s_per_socket(node: NodeSpec) -> float:
     """Peak P2P bandwidth one socket can drive over its connected links (one direction)."""
-    from sn40l_sim.hardware.topology import p2p_graph
-
     graph = p2p_graph(node)
     if graph.number_of_edges() == 0:
         return 0.0

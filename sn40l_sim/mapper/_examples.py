@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import FusedKernel, Operator
 
@@ -21,8 +22,6 @@ def example_node(name: str = "sn40l_node16.yaml") -> NodeSpec:
     >>> example_node().sockets
     16
     """
-    from sn40l_sim.hardware.loader import load_hardware
-
     return load_hardware(_HW / name)
 
 

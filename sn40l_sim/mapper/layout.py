@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.topology import agcu_switches, tile_switch_graph
 from sn40l_sim.hardware.units.network import mesh_cycles, mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.stages import StageWork, Stream
@@ -71,8 +72,6 @@ def agcu_spots(socket: SocketSpec) -> list[Cell]:
     """Switch ``(row, col)`` of each AGCU: half along the top edge, half along the bottom (the
     layout rule of :func:`sn40l_sim.hardware.topology.agcu_switches`, so placement and the topology
     graph agree)."""
-    from sn40l_sim.hardware.topology import agcu_switches
-
     return agcu_switches(socket)
 
 
@@ -112,8 +111,6 @@ def mesh_channels(socket: SocketSpec) -> int:
     >>> mesh_channels(example_socket())     # 21 x 27 switches: 2 x (21 x 26 + 20 x 27)
     2172
     """
-    from sn40l_sim.hardware.topology import tile_switch_graph
-
     key = (socket.tile.grid_rows, socket.tile.grid_cols)
     if key not in _channels:
         _channels[key] = 2 * tile_switch_graph(socket).number_of_edges()

@@ -1,0 +1,98 @@
+"""The floor plan of docs/architecture.md, held by the imports themselves.
+
+The layers are read from the import-linter contract in pyproject.toml (CI also runs
+``lint-imports``); this test checks the same picture with the standard library's ``ast`` so that it
+runs with the rest of the suite, and adds what import-linter does not check: no module imports a
+package module inside a function (outside ``commands/``, whose lazy imports keep ``check`` quick),
+because such an import is how a cycle hides.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "sn40l_sim"
+
+
+def contract() -> list[list[str]]:
+    """The layers of the import-linter contract, top first, each a list of top-level names."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    layers = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")["layers"]
+    return [[name.strip().removeprefix("sn40l_sim.") for name in layer.split("|")] for layer in layers]
+
+
+def imports(path: Path) -> list[tuple[int, str, bool, bool]]:
+    """``(line, module, inside a function, under TYPE_CHECKING)`` of every package import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sn40l_sim":
+            names = [node.module] if node.module != "sn40l_sim" else [f"sn40l_sim.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "sn40l_sim"]
+        else:
+            continue
+        out += [(node.lineno, name, id(node) in in_function, id(node) in type_only) for name in names]
+    return out
+
+
+def top(module: str) -> str | None:
+    """``sn40l_sim.engine.fluid`` -> ``engine``; ``sn40l_sim.ir`` -> ``ir``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer_violations(package: Path = PACKAGE) -> list[str]:
+    """Every import of a package module that goes up or sideways in the contract's picture, or into
+    ``reference/``, plus every package import placed inside a function outside ``commands/``."""
+    rank = {name: i for i, layer in enumerate(contract()) for name in layer}
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        me = path.relative_to(package).parts[0].removesuffix(".py")
+        for line, module, inside, _ in imports(path):
+            other = top(module)
+            where = f"{path.relative_to(package.parent)}:{line} imports {module}"
+            if inside and me != "commands":
+                out.append(f"{where} inside a function")
+            if me == "reference" or other is None or other == me:
+                continue
+            if other == "reference":
+                out.append(f"{where}: reference/ is for tests only")
+            elif me in rank and other in rank and rank[other] <= rank[me]:
+                out.append(f"{where}: {other} is not below {me}")
+    return out
+
+
+def test_the_package_keeps_the_layers_and_has_no_function_local_imports():
+    assert layer_violations() == []
+
+
+def test_the_check_catches_an_upward_import(tmp_path):
+    # a copy of two modules with an import of serving/ added to engine/ must be reported
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "engine" / "fluid.py").write_text("from sn40l_sim.serving.loop import simulate\n")
+    (tmp_path / "serving" / "loop.py").write_text("def simulate():\n    from sn40l_sim.engine import fluid\n")
+    found = layer_violations(tmp_path)
+    assert any("engine/fluid.py:1 imports sn40l_sim.serving.loop: serving is not below engine" in v for v in found)
+    assert any("serving/loop.py:2 imports sn40l_sim.engine inside a function" in v for v in found)
+
+
+@pytest.mark.parametrize("layer", ["commands", "study", "report", "serving", "engine", "mapper", "kvcache",
+                                   "models", "ir", "hardware", "schema", "yamlio", "quantities", "errors"])
+def test_every_part_of_the_package_is_in_the_picture(layer):
+    assert any(layer in names for names in contract())
+    assert (PACKAGE / layer).is_dir() or (PACKAGE / f"{layer}.py").is_file()
