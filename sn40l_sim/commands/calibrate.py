@@ -34,16 +34,18 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import fit, fixed_parameters, write_back
-    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.runner import LoadedExperiments
     from sn40l_sim.study.validation import compare, format_table, load_references
 
     references = load_references(args.references)
     socket = load_hardware(args.hardware).socket
     start = calibrated_parameters(socket)
 
+    loaded = LoadedExperiments()  # each experiment parsed and assembled once for the whole fit
+
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}
-        return compare(refs, lambda path: simulate_experiment(path, serve=False, hardware_overrides=overrides)[1])
+        return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides))
 
     result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")

@@ -21,11 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate the referenced points, print the table; 1 if a calibration point misses."""
-    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.runner import LoadedExperiments
     from sn40l_sim.study.validation import compare, format_table, load_references
 
-    comparisons = compare(load_references(args.references),
-                          lambda path: simulate_experiment(path, serve=False)[1])
+    loaded = LoadedExperiments()
+    comparisons = compare(load_references(args.references), lambda path: loaded.records(path, serve=False))
     print(format_table(comparisons))
     missed = [c for c in comparisons if c.reference.measurement.calibration and c.ok is False]
     return 1 if missed else 0

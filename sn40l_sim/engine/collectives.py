@@ -193,7 +193,7 @@ class CollectiveModel:
     def _simulate(self, kind: str, n_bytes: int, group: int, algorithm: Algorithm) -> CollectiveResult:
         if group > self.table.sockets:
             raise InfeasibleError(f"a {kind} among {group} sockets needs {group} sockets, the node has "
-                                  f"{self.table.sockets}", field="parallel")
+                                  f"{self.table.sockets}", field="group")
         run = _Run(self.table, self.setup_s)
         p = group
         if p > 1 and n_bytes > 0:

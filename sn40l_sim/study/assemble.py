@@ -40,8 +40,8 @@ from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, memory_order, points
 
-#: a :class:`PointSetup` field (the serving model's word for what was wrong) -> the experiment
-#: field it comes from, for error locations
+#: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
+#: collective ``group``) -> the experiment field it comes from, for error locations
 SETUP_FIELDS = {
     "prompt_len": "prompt_lens",
     "batch": "serving.batch",
@@ -51,6 +51,7 @@ SETUP_FIELDS = {
     "graph_options": "graph_options",
     "prefill_plan": "parallel.prefill",
     "decode_plan": "parallel.decode",
+    "group": "parallel",
 }
 
 

@@ -112,3 +112,42 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             on_result(result)
         records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
     return records
+
+
+class LoadedExperiments:
+    """Experiments loaded and assembled once per process, simulated again under hardware overrides
+    (what ``validate`` and ``calibrate`` need: many evaluations of the same few experiments).
+
+    Examples
+    --------
+    >>> loaded = LoadedExperiments()
+    >>> first = loaded.records("experiments/deepseek_tp16.yaml", serve=False)
+    >>> loaded.records("experiments/deepseek_tp16.yaml", serve=False) == first, len(loaded)
+    (True, 1)
+    """
+
+    def __init__(self) -> None:
+        self._assemblies: dict[Path, Assembly] = {}
+
+    def __len__(self) -> int:
+        return len(self._assemblies)
+
+    def assembly(self, path: str | Path) -> Assembly:
+        """The experiment at ``path`` with its hardware and model, loaded on first use."""
+        key = Path(path).resolve()
+        if key not in self._assemblies:
+            exp = load_experiment(key)
+            if exp.spec.sweep is not None:
+                raise exp.error(("sweep",), "this experiment has a sweep: section; reference measurements "
+                                "name experiments without one")
+            _require_workload(exp)
+            self._assemblies[key] = assemble(exp)
+        return self._assemblies[key]
+
+    def records(self, path: str | Path, *, serve: bool = True,
+                hardware_overrides: dict[str, Any] | None = None) -> list[dict]:
+        """One record per point of the experiment at ``path``, on its hardware with ``hardware_overrides``."""
+        base = self.assembly(path)
+        asm = assemble(base.experiment, hardware_overrides=hardware_overrides, node=base.node, model=base.model) \
+            if hardware_overrides else base
+        return simulate_assembly(asm, serve=serve)
