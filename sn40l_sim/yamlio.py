@@ -198,19 +198,39 @@ def _parse_file(path: Path) -> tuple[Any, dict]:
     return data, origins
 
 
-def _merge(base: Any, over: Any, base_origins: dict, over_origins: dict, prefix: FieldPath) -> Any:
-    if isinstance(base, dict) and isinstance(over, dict):
-        merged = dict(base)
-        for key, value in over.items():
-            if key in base:
-                merged[key] = _merge(base[key], value, base_origins, over_origins, prefix + (key,))
-            else:
-                merged[key] = value
-        return merged
-    # a replaced subtree: drop the base's origins below it so lines point at the overlay
-    for key in [k for k in base_origins if k[: len(prefix)] == prefix and len(k) > len(prefix)]:
-        del base_origins[key]
-    return over
+def merge_into(target: Document, over: dict, over_origins: dict[FieldPath, tuple[str, int]], *,
+               at: FieldPath = (), over_at: FieldPath = ()) -> None:
+    """Merge the mapping ``over`` into ``target.data`` at ``at``, key by key, in place, and record
+    where each merged value came from: the one merge behind ``base:`` overlays and a node file's
+    ``socket_overrides:``.
+
+    A mapping met on both sides is merged recursively (and takes the overlay's line); anything else
+    is replaced whole, and the target's origins below it are dropped so that errors point at the
+    overlay. ``over_origins`` are the overlay's origins, whose paths start with ``over_at``.
+
+    Examples
+    --------
+    >>> target = Document({"x": 1, "y": {"p": 2, "q": 3}}, Path("a.yaml"), {("y", "q"): ("a.yaml", 3)})
+    >>> merge_into(target, {"y": {"q": 30}}, {("over", "y", "q"): ("b.yaml", 7)}, over_at=("over",))
+    >>> target.data, target.where(("y", "q"))
+    ({'x': 1, 'y': {'p': 2, 'q': 30}}, ('b.yaml', 7))
+    """
+    node = target.data
+    for part in at:
+        node = node[part]
+    for key, value in over.items():
+        here, there = at + (key,), over_at + (key,)
+        if isinstance(value, dict) and isinstance(node.get(key), dict):
+            merge_into(target, value, over_origins, at=here, over_at=there)
+            if there in over_origins:
+                target.origins[here] = over_origins[there]
+            continue
+        node[key] = value
+        for k in [k for k in target.origins if k[: len(here)] == here]:
+            del target.origins[k]
+        for k, origin in over_origins.items():
+            if k[: len(there)] == there:
+                target.origins[here + k[len(there):]] = origin
 
 
 def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | None = None,
@@ -256,8 +276,7 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
         file, line = origins.get(("base",), (str(path), None))
         raise InputError(f"base file {base_rel!r} not found (looked for {base_path})",
                          file=file, field="base", line=line)
-    base_doc = load_document(base_path, upgrade=upgrade, _seen=_seen + (path,))
-    base_origins = dict(base_doc.origins)
-    merged = _merge(base_doc.data, data, base_origins, origins, ())
-    base_origins.update({k: v for k, v in origins.items() if k != ("base",)})
-    return Document(merged, path, base_origins)
+    merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path,))
+    merge_into(merged, data, origins)
+    merged.origins[()] = origins[()]  # the overlay is the document: its root is where errors start
+    return Document(merged.data, path, merged.origins)

@@ -28,10 +28,8 @@ Examples
 """
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -41,7 +39,7 @@ from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.schema import validate
-from sn40l_sim.yamlio import Document, FieldPath, load_document
+from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, set_value
 
 HARDWARE_KINDS = ("socket", "node")
 #: published totals are rounded; the stated peak FLOP/s must agree within this fraction
@@ -104,7 +102,7 @@ def _node_socket_document(doc: Document) -> Document:
     overrides = data.get("socket_overrides", {})
     if not isinstance(overrides, dict):
         raise doc.error(("socket_overrides",), "expected a mapping of socket fields to new values")
-    _merge_into(socket_doc, overrides, doc, ("socket_overrides",), ())
+    merge_into(socket_doc, overrides, doc.origins, over_at=("socket_overrides",))
     return socket_doc
 
 
@@ -132,24 +130,6 @@ def _load_node(doc: Document) -> NodeSpec:
     node = validate(NodeSpec, Document(node_data, doc.path, doc.origins))
     check_node(node, doc)
     return node
-
-
-def _merge_into(target: Document, over: dict, source: Document, source_at: FieldPath, at: FieldPath) -> None:
-    """Merge ``over`` into ``target.data`` at ``at``, recording where each merged value came from."""
-    node = target.data
-    for part in at:
-        node = node[part]
-    for key, value in over.items():
-        here = at + (key,)
-        if isinstance(value, dict) and isinstance(node.get(key), dict):
-            _merge_into(target, value, source, source_at + (key,), here)
-            continue
-        node[key] = value
-        for k in [k for k in target.origins if k[: len(here)] == here]:
-            del target.origins[k]
-        for k, origin in source.origins.items():
-            if k[: len(source_at) + 1] == source_at + (key,):
-                target.origins[here + k[len(source_at) + 1:]] = origin
 
 
 def _fail(doc: Document, at: FieldPath, message: str) -> InputError:
@@ -243,20 +223,6 @@ def check_node(node: NodeSpec, doc: Document) -> None:
                     f"socket, but socket.p2p.ports is {node.socket.p2p.ports}")
 
 
-def _set_dotted(data: dict, dotted_path: str, value: Any) -> None:
-    parts = dotted_path.split(".")
-    node: Any = data
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            what = "has no value (set the whole section instead)" if isinstance(node, dict) and part in node \
-                else "is not a section of the hardware description"
-            raise InputError(f"cannot override {dotted_path!r}: {where!r} {what}", file="<overrides>", field=dotted_path)
-        node = child
-    node[parts[-1]] = value.model_dump() if isinstance(value, BaseModel) else copy.deepcopy(value)
-
-
 def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     """A new validated node with dotted-path fields replaced, for sweeps and calibration.
 
@@ -291,7 +257,12 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     overrides = upgrade_overrides(overrides)
     data = node.model_dump()
     for dotted_path in sorted(overrides):
-        _set_dotted(data, dotted_path, overrides[dotted_path])
+        value = overrides[dotted_path]
+        try:
+            set_value(data, tuple(dotted_path.split(".")), value.model_dump() if isinstance(value, BaseModel)
+                      else value, create=False)
+        except PathError as exc:
+            raise InputError(f"cannot override {dotted_path!r}: {exc}", file="<overrides>", field=dotted_path) from None
     doc = Document(data, Path("<overrides>"), {})
     new = validate(NodeSpec, doc)
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
