@@ -2,14 +2,18 @@
 
 Each kernel's interval is split into
 
-- ``overheads``: kernel-call overhead and reconfigurations between sections,
+- the kernel-call boundary (:mod:`.boundary`): ``launch`` (the host starting the kernel),
+  ``synchronisation`` (the barrier of the sockets and tiles taking part) and ``configuration``
+  (loading the kernel's configuration when another was resident, and its later sections'),
 - ``pipeline_fill``: the pipeline fill before the first tile,
 - streaming time bounded by memory (a chunk whose memory stage finished after its compute),
   shared out in proportion to the kernel's bytes by use: ``weights_streaming``, ``kv_reads``
   (KV-cache reads and writes), ``activations``,
 - streaming time bounded by compute, shared out in proportion to FLOPs: ``attention_compute``
   (scores, softmax, weighted values) and ``other_compute`` (projections, experts, ...),
-- ``collectives``: time after the compute finished waiting for the kernel's collectives,
+- ``collectives``: time after the compute finished waiting for the kernel's collectives, and, in
+  a kernel loop, an iteration's compute waiting for the previous iteration's collectives (whose
+  own tail overlaps the next iteration and is counted there, once),
 
 and time between kernels (waiting on dependencies) is ``idle``. The parts add up to the phase's
 cycles exactly (up to float rounding of the proportional splits).
@@ -19,15 +23,19 @@ from __future__ import annotations
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 
 CATEGORIES = ("weights_streaming", "kv_reads", "activations", "attention_compute", "other_compute",
-              "collectives", "overheads", "pipeline_fill", "idle")
+              "collectives", "launch", "synchronisation", "configuration", "pipeline_fill", "idle")
 
 
-def kernel_breakdown(k: KernelTiming) -> dict[str, float]:
-    """Cycles of one kernel by cause (see the module docstring); sums to ``k.cycles``."""
+def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None) -> dict[str, float]:
+    """Cycles of one kernel by cause (see the module docstring), up to ``end_cycle`` (default its
+    end; a loop iteration followed by the next ends where its tiles do); sums to that span."""
+    end = k.end_cycle if end_cycle is None else end_cycle
     out = dict.fromkeys(CATEGORIES, 0.0)
-    out["overheads"] += k.overhead_cycles
+    out["launch"] += k.launch_cycles
+    out["synchronisation"] += k.barrier_cycles
+    out["configuration"] += k.config_cycles
     out["pipeline_fill"] += k.fill_cycles
-    out["collectives"] += k.collective_exposed_cycles
+    out["collectives"] += max(0, end - k.stream_end_cycle) + k.gate_cycles
     by_use = {"weights_streaming": k.weight_bytes, "kv_reads": k.kv_bytes, "activations": k.activation_bytes}
     used = sum(by_use.values())
     for cat, n in by_use.items():
@@ -38,7 +46,7 @@ def kernel_breakdown(k: KernelTiming) -> dict[str, float]:
     out["other_compute"] += k.compute_bound_cycles * (1.0 - attention)
     # anything the parts above do not cover (e.g. a wait for the socket's links before a
     # collective could start) is time the kernel held the socket without progress
-    out["idle"] += k.cycles - sum(out.values())
+    out["idle"] += (end - k.start_cycle) - sum(out.values())
     return out
 
 
@@ -46,17 +54,23 @@ def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
     """Cycles of ``timing`` by cause, over all kernels and the gaps between them."""
     out = dict.fromkeys(CATEGORIES, 0.0)
     cursor = 0
-    for k in sorted(timing.kernels, key=lambda k: (k.start_cycle, k.end_cycle)):
+    kernels = timing.kernels
+    for i, k in sorted(enumerate(kernels), key=lambda ik: (ik[1].start_cycle, ik[1].end_cycle)):
         if k.start_cycle > cursor:
             out["idle"] += k.start_cycle - cursor
-        # kernels only overlap on the socket when one waits for its collectives while the next,
-        # independent one computes; count each cycle once
+        # a loop iteration hands the socket to the next one when its tiles are done; its
+        # collectives then overlap the next iteration, which counts what it waits for them
+        looped_on = i + 1 < len(kernels) and kernels[i + 1].iteration > 0
+        end = k.stream_end_cycle if looped_on else k.end_cycle
+        span = end - k.start_cycle
+        # other kernels only overlap on the socket when one waits for its collectives while the
+        # next, independent one computes; count each cycle once
         overlap = max(0, cursor - k.start_cycle)
-        parts = kernel_breakdown(k)
-        scale = (k.cycles - min(overlap, k.cycles)) / k.cycles if k.cycles else 0.0
+        parts = kernel_breakdown(k, end)
+        scale = (span - min(overlap, span)) / span if span else 0.0
         for cat, v in parts.items():
             out[cat] += v * scale
-        cursor = max(cursor, k.end_cycle)
+        cursor = max(cursor, end)
     out["idle"] += max(0, timing.cycles - cursor)
     return out
 
@@ -70,10 +84,11 @@ def decode_step_breakdown(timing: PhaseTiming) -> dict[str, float]:
     >>> k = KernelTiming("L0.mla", "mla", 0, 0, 1000, overhead_cycles=100, fill_cycles=50,
     ...     compute_busy_cycles=300, memory_bound_cycles=600, compute_bound_cycles=0,
     ...     collective_exposed_cycles=250, collective_cycles=400, tier_bytes={"hbm": 3000, "ddr": 0},
-    ...     weight_bytes=1000, kv_bytes=2000, activation_bytes=0, flops=10, attention_flops=5)
+    ...     weight_bytes=1000, kv_bytes=2000, activation_bytes=0, flops=10, attention_flops=5,
+    ...     launch_cycles=20, barrier_cycles=30, config_cycles=50, stream_end_cycle=750)
     >>> t = PhaseTiming("decode", 1, 1, 1, 1000, 1e-6 * 1000 / 1600, {}, {}, 0, {}, {}, {}, {}, (), (k,))
     >>> {c: round(v * 1.6e9) for c, v in decode_step_breakdown(t).items() if v}
-    {'weights_streaming': 200, 'kv_reads': 400, 'collectives': 250, 'overheads': 100, 'pipeline_fill': 50}
+    {'weights_streaming': 200, 'kv_reads': 400, 'collectives': 250, 'launch': 20, 'synchronisation': 30, 'configuration': 50, 'pipeline_fill': 50}
     """
     cycles = step_breakdown_cycles(timing)
     per_cycle = timing.seconds / timing.cycles if timing.cycles else 0.0

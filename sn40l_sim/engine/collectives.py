@@ -1,11 +1,13 @@
-"""Collectives built from P2P link transfers: ring and direct algorithms, simulated on the links.
+"""Collectives built from P2P link transfers: ring, direct and tree algorithms, simulated on the links.
 
 A collective among ``group`` sockets (sockets ``0 .. group-1`` of the node) is simulated in its
 own SimPy environment on the directed links of the node (:class:`~sn40l_sim.engine.links.LinkTable`),
 with every member's transfers, so links shared by several routes (multi-hop topologies, ring
-orders that are not physical rings) share their bandwidth. Each transfer pays a set-up time
-(calibrated ``transfer_setup_s``) and the latency of its route once, then streams at its
-max-min fair share of the links it crosses.
+orders that are not physical rings) share their bandwidth. A transfer is set up by one of the
+sending socket's DMA engines (``p2p.dma_engines``; calibrated ``transfer_setup_s`` each, so the
+set-ups of many small transfers queue), crosses its route (the links' latency), is noticed by the
+receiver (calibrated ``sync_latency_s``: a flag written and seen, which is what makes each step of a
+small collective latency-bound), and streams at its max-min fair share of the links it crosses.
 
 Algorithms (``S`` = :attr:`Collective.bytes`, ``p`` = group, chunks are ``S/p`` split exactly):
 
@@ -15,41 +17,50 @@ Algorithms (``S`` = :attr:`Collective.bytes`, ``p`` = group, chunks are ``S/p`` 
   ``p-k`` per-destination blocks at step ``k`` (store and forward).
 - ``direct``: every member sends to every other member at once (all-reduce: a direct
   reduce-scatter, then, once a member holds its reduced chunk, a direct all-gather of it).
+- ``tree``: recursive doubling (halving for reduce-scatter) when the group is a power of two:
+  ``log2(p)`` rounds, in round ``r`` each member exchanging with the member ``2^r`` away the
+  whole vector (all-reduce), what it has gathered so far (all-gather) or half of what is left
+  (reduce-scatter). Fewest steps, most bytes: the choice for small messages. Not for all-to-all.
 
 A socket's collectives use the same links, so the engine runs them one at a time; with idle links
 a collective always costs the same, which is why :class:`CollectiveModel` memoises them.
 
 Examples
 --------
-All-reduce of 16 MiB over 16 fully connected sockets, 50 GB/s links at 80%, 1 us set-up, 93.75 ns
-latency (the default SN40L node): the direct algorithm needs 2 rounds, the ring 30.
+All-reduce of 16 MiB over 16 fully connected sockets, 50 GB/s links at 80%, 1 us set-up with one
+DMA engine, 93.75 ns latency, no synchronisation latency: the direct algorithm needs 2 rounds, the
+ring 30; for 16 KiB, the 4 rounds of the tree win.
 
 >>> from sn40l_sim.ir import Collective
 >>> table = LinkTable(16, [(a, b, 50e9, 93.75e-9) for a in range(16) for b in range(a + 1, 16)],
 ...                   clock_hz=1.6e9, efficiency=0.8)
 >>> model = CollectiveModel(table, setup_s=1e-6)
->>> ring = model.simulate(Collective("all_reduce", 16 * 2**20, 16), "ring")
->>> direct = model.simulate(Collective("all_reduce", 16 * 2**20, 16), "direct")
->>> ring.cycles, direct.cycles, model.run(Collective("all_reduce", 16 * 2**20, 16)).algorithm
-(1310820, 87388, 'direct')
+>>> big = Collective("all_reduce", 16 * 2**20, 16)
+>>> ring, direct = model.simulate(big, "ring"), model.simulate(big, "direct")
+>>> ring.cycles > direct.cycles, model.run(big).algorithm
+(True, 'direct')
 >>> ring.link_bytes == direct.link_bytes == 2 * 15 * 16 * 2**20
 True
+>>> model.run(Collective("all_reduce", 16 * 1024, 16)).algorithm
+'tree'
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import simpy
 
+from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import Collective
 
-Algorithm = Literal["ring", "direct"]
-ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring")
+Algorithm = Literal["ring", "direct", "tree"]
+ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "tree")
 
 
 @dataclass(frozen=True)
@@ -90,11 +101,14 @@ def split_bytes(total: int, parts: int) -> list[int]:
 class _Run:
     """One simulated collective: an environment, the link channels and the transfer helper."""
 
-    def __init__(self, table: LinkTable, setup_s: float) -> None:
+    def __init__(self, table: LinkTable, setup_s: float, sync_latency_s: float = 0.0, dma_engines: int = 1) -> None:
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env)
         self.table = table
-        self.setup_s = setup_s
+        self.setup_cycles = ceil_cycles(setup_s * table.clock_hz)
+        self.sync_latency_s = sync_latency_s
+        self.dma_engines = dma_engines
+        self.dma: dict[int, simpy.Resource] = {}
         self.channels = {link: self.net.channel(f"p2p {link[0]}->{link[1]}", bw)
                          for link, bw in sorted(table.bytes_per_cycle.items())}
         self.sent_by_0 = 0
@@ -107,8 +121,13 @@ class _Run:
         self.transfers += 1
         if src == 0:
             self.sent_by_0 += n_bytes
-        head = (self.setup_s + self.table.latency_s(src, dst)) * self.table.clock_hz
-        yield self.env.timeout(max(0, math.ceil(head - 1e-6)))   # whole cycles, float noise forgiven
+        if self.setup_cycles:
+            engines = self.dma.setdefault(src, simpy.Resource(self.env, self.dma_engines))
+            with engines.request() as engine:
+                yield engine
+                yield self.env.timeout(self.setup_cycles)
+        head = (self.table.latency_s(src, dst) + self.sync_latency_s) * self.table.clock_hz
+        yield self.env.timeout(ceil_cycles(head))
         path = tuple(self.channels[link] for link in self.table.route(src, dst))
         yield self.net.transfer(path, n_bytes)
 
@@ -149,6 +168,22 @@ class _Run:
             for j in range(p):
                 self.env.process(round_two(j))
 
+    def doubling(self, members: list[int], sizes: list[int]) -> None:
+        """Recursive doubling: in round ``r`` member ``i`` sends ``sizes[r]`` bytes to member
+        ``i XOR 2^r`` and goes on once it has received its partner's."""
+        rounds = len(sizes)
+        arrived = [[self.env.event() for _ in range(rounds)] for _ in members]
+
+        def member(i: int):
+            for r in range(rounds):
+                partner = i ^ (1 << r)
+                yield self.env.process(self.send(members[i], members[partner], sizes[r]))
+                arrived[partner][r].succeed()
+                yield arrived[i][r]
+
+        for i in range(len(members)):
+            self.env.process(member(i))
+
 
 class CollectiveModel:
     """Cost of collectives on a node's links, memoised per (kind, bytes, group, algorithm).
@@ -158,30 +193,53 @@ class CollectiveModel:
     table : LinkTable
         The node's directed links.
     setup_s : float
-        Set-up time paid by every point-to-point transfer (calibrated ``transfer_setup_s``).
-    algorithm : {"auto", "ring", "direct"}
-        ``auto`` simulates both and keeps the faster for each call.
+        Set-up time of every point-to-point transfer on one of the sender's DMA engines
+        (calibrated ``transfer_setup_s``).
+    algorithm : {"auto", "ring", "direct", "tree"}
+        ``auto`` simulates each that applies and keeps the fastest for each call.
+    sync_latency_s : float
+        Time for a receiver to notice an arrival (calibrated ``sync_latency_s``).
+    dma_engines : int
+        Transfers a socket sets up at once (``p2p.dma_engines``).
+    boundary : BoundaryModel, optional
+        The node's kernel-boundary costs (built by :meth:`from_node`, on the same links).
     """
 
-    def __init__(self, table: LinkTable, setup_s: float, algorithm: str = "auto") -> None:
+    def __init__(self, table: LinkTable, setup_s: float, algorithm: str = "auto", *, sync_latency_s: float = 0.0,
+                 dma_engines: int = 1, boundary: BoundaryModel | None = None) -> None:
         if algorithm not in ("auto",) + ALGORITHMS:
-            raise InputError(f"unknown collective algorithm {algorithm!r}; expected auto, ring or direct",
+            raise InputError(f"unknown collective algorithm {algorithm!r}; expected auto, ring, direct or tree",
                              field="collective_algorithm")
         self.table = table
         self.setup_s = setup_s
+        self.sync_latency_s = sync_latency_s
+        self.dma_engines = dma_engines
         self.algorithm = algorithm
+        self.boundary = boundary
         self._memo: dict[tuple, CollectiveResult] = {}
 
     @classmethod
-    def from_node(cls, node, algorithm: str = "auto") -> CollectiveModel:
-        """The collective model of a :class:`~sn40l_sim.hardware.spec.NodeSpec`."""
-        return cls(LinkTable.from_node(node), node.socket.calibrated.transfer_setup_s, algorithm)
+    def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:
+        """The collective model of a :class:`~sn40l_sim.hardware.spec.NodeSpec`, with its boundary costs."""
+        table = LinkTable.from_node(node)
+        cal = node.socket.calibrated
+        return cls(table, cal.transfer_setup_s, algorithm, sync_latency_s=cal.sync_latency_s,
+                   dma_engines=node.socket.p2p.dma_engines, boundary=BoundaryModel.from_node(node, table))
 
     def run(self, coll: Collective) -> CollectiveResult:
         """The collective with the configured algorithm (the faster one for ``auto``)."""
         choices = ALGORITHMS if self.algorithm == "auto" else (self.algorithm,)
-        results = [self.simulate(coll, a) for a in choices]
+        results = [self.simulate(coll, a) for a in choices if self.applies(coll, a)]
         return min(results, key=lambda r: (r.cycles, r.algorithm))
+
+    @staticmethod
+    def applies(coll: Collective, algorithm: Algorithm) -> bool:
+        """Whether ``algorithm`` can run ``coll`` (the tree needs a power-of-two group and no
+        all-to-all)."""
+        if algorithm != "tree":
+            return True
+        p = coll.group
+        return coll.kind != "all_to_all" and p > 1 and p & (p - 1) == 0
 
     def simulate(self, coll: Collective, algorithm: Algorithm) -> CollectiveResult:
         """Simulate ``coll`` with ``algorithm`` on idle links (memoised)."""
@@ -194,13 +252,15 @@ class CollectiveModel:
         if group > self.table.sockets:
             raise InfeasibleError(f"a {kind} among {group} sockets needs {group} sockets, the node has "
                                   f"{self.table.sockets}", field="group")
-        run = _Run(self.table, self.setup_s)
+        run = _Run(self.table, self.setup_s, self.sync_latency_s, self.dma_engines)
         p = group
         if p > 1 and n_bytes > 0:
-            members = list(range(p)) if algorithm == "direct" else self.table.ring_order(range(p))
+            members = list(range(p)) if algorithm != "ring" else self.table.ring_order(range(p))
             chunk = split_bytes(n_bytes, p)
             if algorithm == "ring":
                 run.ring(members, _ring_sizes(kind, chunk, n_bytes, p))
+            elif algorithm == "tree":
+                run.doubling(members, _tree_sizes(kind, n_bytes, p))
             else:
                 sizes, then = _direct_sizes(kind, chunk, n_bytes, p)
                 run.direct(members, sizes, then)
@@ -219,6 +279,16 @@ def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[
     # reduce-scatter step k: member i sends chunk (i - k) mod p; all-gather continues the rotation
     steps = {"all_reduce": 2 * (p - 1), "reduce_scatter": p - 1, "all_gather": p - 1}[kind]
     return [[chunk[(i - k) % p] for k in range(steps)] for i in range(p)]
+
+
+def _tree_sizes(kind: str, n_bytes: int, p: int) -> list[int]:
+    """Bytes every member sends its partner in each round of recursive doubling (halving)."""
+    rounds = p.bit_length() - 1
+    if kind == "all_reduce":
+        return [n_bytes] * rounds
+    if kind == "all_gather":
+        return [n_bytes * 2**r // p for r in range(rounds)]
+    return [n_bytes // 2 ** (r + 1) for r in range(rounds)]   # reduce-scatter
 
 
 def _direct_sizes(kind: str, chunk: list[int], n_bytes: int, p: int):

@@ -4,9 +4,13 @@ The mapper gives each kernel a static pipeline of stages, ``sections`` configura
 after the other, each streaming ``n_tiles`` data tiles after a ``fill_cycles`` pipeline fill.
 The engine runs the kernel as:
 
-``call overhead -> per section: [reconfiguration] -> fill -> chunks of tiles``
+``[launch -> barrier] -> [configuration] -> per section: [its configuration] -> fill -> chunks of tiles``
 
-and, beside it, the kernel's collectives. Tiles are grouped into at most ``chunks_per_section``
+and, beside it, the kernel's collectives. The kernel-call boundary (:mod:`.boundary`) is paid by a
+call, not by the later iterations of a loop; the first section's configuration only when another
+configuration is resident on the socket; the fill by every section but a loop iteration's, whose
+pipeline stays full from the previous iteration (an iteration's first tile waits, instead, for the
+previous iteration's collectives: the ``gate``). Tiles are grouped into at most ``chunks_per_section``
 chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
 attention has millions of tiles). Within a chunk the memory stage and the compute stages work on
 different tiles at once (the PMUs double-buffer), exactly the steady state of the tile pipeline:
@@ -28,8 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import simpy
+
+from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
 from sn40l_sim.engine.resources import SocketResources
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
 
@@ -87,18 +96,19 @@ class SectionCosts:
 class KernelCosts:
     """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel.
 
-    ``reconfig_cycles`` is paid before every section but the first (whose configuration the
-    kernel call loads, inside ``call_overhead_cycles``).
+    ``config_cycles[i]`` loads section ``i``'s configuration: section 0's at the call when another
+    configuration is resident, the others before they stream.
     """
 
-    call_overhead_cycles: int
-    reconfig_cycles: int
+    launch_cycles: int
+    barrier_cycles: int
+    config_cycles: tuple[int, ...]
     sections: tuple[SectionCosts, ...]
     #: collectives read what they send from memory and write what they receive to it
     stage_collectives: bool = True
 
     @classmethod
-    def from_placed(cls, pk: PlacedKernel, call_overhead_cycles: int, chunks_per_section: int,
+    def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel, chunks_per_section: int,
                     stage_collectives: bool = True) -> KernelCosts:
         """Costs of ``pk``, section by section (stages carry their section).
 
@@ -125,7 +135,9 @@ class KernelCosts:
                 compute_cycles_per_tile=max(compute, default=0),
                 tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
                 tier_caps=caps, fill_cycles=pk.fill_cycles))
-        return cls(call_overhead_cycles, pk.reconfig_cycles, tuple(sections), stage_collectives)
+        configs = tuple(figures.config_cycles(socket, b) for b in pk.section_config_bytes)
+        return cls(boundary.launch_cycles, boundary.barrier_cycles(max(1, pk.kernel.shards)), configs,
+                   tuple(sections), stage_collectives)
 
 
 def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
@@ -167,9 +179,15 @@ class KernelRecord:
     end: int = 0
     stream_start: int = 0
     stream_end: int = 0
-    overhead_cycles: int = 0
-    reconfig_cycles: int = 0
+    launch_cycles: int = 0
+    barrier_cycles: int = 0
+    #: configuration loads: the kernel's when it was not resident, and later sections'
+    config_cycles: int = 0
     fill_cycles: int = 0
+    #: a loop iteration's compute waiting for the previous iteration's collectives
+    gate_cycles: int = 0
+    #: index of the loop iteration (0 for a call)
+    iteration: int = 0
     compute_busy: int = 0
     #: chunk time where memory finished last (memory-bound) / where compute did
     memory_bound_cycles: int = 0
@@ -184,24 +202,34 @@ class KernelRecord:
         return self.end - self.start
 
 
-def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
-               collectives: CollectiveModel):
-    """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes."""
+def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, collectives: CollectiveModel, *,
+               call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None):
+    """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes.
+
+    ``call`` pays the kernel-call boundary and the fill (False for a loop's later iterations);
+    ``gate`` is the previous iteration's end, which the first tile's compute waits for;
+    ``streamed`` is triggered when the tiles are done (the next iteration may then stream).
+    """
     env = res.env
+    signature = record.placed.kernel.signature()
     with res.compute.request() as tiles:
         yield tiles
         record.start = env.now
-        if costs.call_overhead_cycles:
-            yield env.timeout(costs.call_overhead_cycles)
-            record.overhead_cycles += costs.call_overhead_cycles
+        if call:
+            for cycles, attr in ((costs.launch_cycles, "launch_cycles"), (costs.barrier_cycles, "barrier_cycles")):
+                if cycles:
+                    yield env.timeout(cycles)
+                    setattr(record, attr, getattr(record, attr) + cycles)
         colls = [CollectiveRun(c, collectives.run(c)) for c in record.placed.kernel.collectives]
         side = []
         record.stream_start = env.now
         for index, sec in enumerate(costs.sections):
-            if index and costs.reconfig_cycles:
-                yield env.timeout(costs.reconfig_cycles)
-                record.reconfig_cycles += costs.reconfig_cycles
-            if sec.fill_cycles:
+            load = costs.config_cycles[index] if index < len(costs.config_cycles) else 0
+            if load and (index or res.resident != (signature, 0)):
+                yield env.timeout(load)
+                record.config_cycles += load
+            res.resident = (signature, index)
+            if sec.fill_cycles and (call or index):
                 yield env.timeout(sec.fill_cycles)
                 record.fill_cycles += sec.fill_cycles
             if index == 0:
@@ -210,12 +238,14 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts,
                         for run in colls if run.collective.overlapped]
             tile = 0
             for n in sec.chunks:
-                yield from _chunk(res, record, sec, tile, n)
+                yield from _chunk(res, record, sec, tile, n, gate if index == 0 and tile == 0 else None)
                 tile += n
         if not costs.sections:
             side = [env.process(_collective(res, run, 0, costs.stage_collectives))
                     for run in colls if run.collective.overlapped]
         record.stream_end = env.now
+    if streamed is not None:
+        streamed.succeed()
     for run in colls:
         if not run.collective.overlapped:
             yield env.process(_collective(res, run, 0, costs.stage_collectives))
@@ -236,7 +266,8 @@ def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
     return per_tile
 
 
-def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int):
+def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int,
+           gate: simpy.Event | None = None):
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
@@ -249,22 +280,32 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
             alone = max(alone, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in path)))
             waits.append(res.net.transfer(path, n_bytes, cap))
             record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
-    if not waits:
-        if compute:
-            yield env.timeout(compute)
-        record.compute_busy += compute
-        record.compute_bound_cycles += compute
-        return
-    if compute:
+    gated = gate is not None and not gate.triggered
+    if gated:
+        # the weights stream in while the previous iteration finishes; compute waits for its data
+        waits.append(env.process(_after(env, gate, compute, record)))
+    elif compute:
         waits.append(env.timeout(compute))
-    yield env.all_of(waits) if len(waits) > 1 else waits[0]
-    took = env.now - start
+    if waits:
+        yield env.all_of(waits) if len(waits) > 1 else waits[0]
+    took = env.now - start - (record.gate_cycles if gated else 0)
     record.compute_busy += compute
+    if not costs.tier_caps or not alone:
+        record.compute_bound_cycles += took
     # on a tie the memory stage is the bound, as the mapper counts it
-    if took > compute or alone >= compute:
+    elif took > compute or alone >= compute:
         record.memory_bound_cycles += took
     else:
         record.compute_bound_cycles += took
+
+
+def _after(env: simpy.Environment, gate: simpy.Event, cycles: int, record: KernelRecord):
+    """Wait for ``gate`` (counted as the record's gate time), then compute for ``cycles``."""
+    waited_from = env.now
+    yield gate
+    record.gate_cycles += env.now - waited_from
+    if cycles:
+        yield env.timeout(cycles)
 
 
 def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):

@@ -36,7 +36,7 @@ class KernelTiming:
     layer: int | None
     start_cycle: int
     end_cycle: int
-    #: kernel-call overhead plus reconfigurations between sections
+    #: kernel-call boundary and configuration: launch + barrier + configuration loads
     overhead_cycles: int
     fill_cycles: int
     #: cycles the compute stages worked
@@ -56,6 +56,16 @@ class KernelTiming:
     activation_bytes: int
     flops: int
     attention_flops: int
+    #: the parts of ``overhead_cycles``: the host's launch, the barrier, the configuration loads
+    launch_cycles: int = 0
+    barrier_cycles: int = 0
+    config_cycles: int = 0
+    #: when the tiles were done (collectives may go on)
+    stream_end_cycle: int = 0
+    #: a loop iteration's compute waiting for the previous iteration's collectives
+    gate_cycles: int = 0
+    #: index of the iteration in its kernel loop (0: a call)
+    iteration: int = 0
 
     @property
     def cycles(self) -> int:
@@ -83,8 +93,8 @@ class PhaseTiming:
         Cycles per kernel kind within :attr:`layer` (Table 4 compares these shares).
     resource_busy_cycles : dict
         ``compute`` (compute stages working), one entry per memory tier (``hbm``, ``ddr``, ...) and
-        ``tln`` (at least one stream on the channel), ``p2p`` (a collective on the socket's links), ``overhead`` (kernel calls and
-        reconfigurations), ``fill`` (pipeline fills).
+        ``tln`` (at least one stream on the channel), ``p2p`` (a collective on the socket's links), ``overhead`` (kernel-call
+        launches, barriers and configuration loads), ``fill`` (pipeline fills).
     tier_bytes : dict
         Bytes moved per memory tier (``hbm``, ``ddr``, ...).
     link_bytes : dict
@@ -125,7 +135,7 @@ def kernel_timing(record: KernelRecord) -> KernelTiming:
     return KernelTiming(
         name=record.name, kind=record.kind, layer=record.layer,
         start_cycle=record.start, end_cycle=record.end,
-        overhead_cycles=record.overhead_cycles + record.reconfig_cycles,
+        overhead_cycles=record.launch_cycles + record.barrier_cycles + record.config_cycles,
         fill_cycles=record.fill_cycles, compute_busy_cycles=record.compute_busy,
         memory_bound_cycles=record.memory_bound_cycles,
         compute_bound_cycles=record.compute_bound_cycles,
@@ -137,6 +147,9 @@ def kernel_timing(record: KernelRecord) -> KernelTiming:
         activation_bytes=sum(op.act_in_bytes + op.act_out_bytes for op in ops),
         flops=sum(op.flops for op in ops),
         attention_flops=sum(op.flops for op in ops if is_attention_op(op)),
+        launch_cycles=record.launch_cycles, barrier_cycles=record.barrier_cycles,
+        config_cycles=record.config_cycles, stream_end_cycle=record.stream_end, gate_cycles=record.gate_cycles,
+        iteration=record.iteration,
     )
 
 

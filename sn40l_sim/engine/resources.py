@@ -32,6 +32,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import simpy
 
@@ -55,6 +56,8 @@ class SocketResources:
     clock_hz: float
     #: tier collectives read what they send from and write what they receive to (the activations')
     staging_tier: str
+    #: (kernel signature, section) whose configuration is loaded in the units; None at the start
+    resident: tuple[Any, int] | None = None
 
     @classmethod
     def build(cls, env: simpy.Environment, node: NodeSpec, socket: int = 0,

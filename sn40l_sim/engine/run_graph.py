@@ -24,8 +24,10 @@ A decode attention kernel followed by an all-reduce of 1 MiB among the 16 socket
 >>> graph.add(kernel)
 >>> placed = map_graph(node, graph)
 >>> run = run_graph(node, placed)
->>> coll = CollectiveModel.from_node(node).run(kernel.collectives[0])
->>> run.cycles == placed.kernels[0].cycles + coll.cycles    # the mapper's formula, then the collective
+>>> model = CollectiveModel.from_node(node)
+>>> coll, boundary = model.run(kernel.collectives[0]), model.boundary
+>>> call = boundary.launch_cycles + boundary.barrier_cycles(kernel.shards)
+>>> run.cycles == call + placed.kernels[0].cycles + coll.cycles    # launch, barrier, the mapper's formula, the collective
 True
 >>> run.tier_bytes["hbm"] == placed.kernels[0].tier_bytes["hbm"] + run.link_bytes["p2p_staged"]
 True
@@ -36,12 +38,13 @@ from dataclasses import dataclass
 
 import simpy
 
+from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.kernel_process import KernelCosts, KernelRecord, run_kernel
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.trace import TraceEvent
-from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.mapper.loops import Loop, find_loops
 from sn40l_sim.mapper.placement import PlacedGraph
 
 
@@ -51,15 +54,15 @@ class EngineOptions:
 
     Attributes
     ----------
-    collective_algorithm : {"auto", "ring", "direct"}
+    collective_algorithm : {"auto", "ring", "direct", "tree"}
         ``auto`` takes the faster algorithm for each collective.
     chunks_per_section : int
         Most chunks a kernel section's tiles are grouped into (events per kernel are bounded by
         this, whatever the sequence length; totals do not depend on it).
-    add_call_overhead : bool
-        Whether the engine charges ``calibrated.kernel_call_overhead_s`` to every kernel call.
-        The mapper's ``PlacedKernel.cycles`` includes the same overhead, but the engine never
-        reads ``cycles``: it rebuilds the kernel's time from its parts, so it is counted once.
+    kernel_looping : bool
+        Run consecutive calls of the same kernel (:func:`~sn40l_sim.mapper.loops.find_loops`) as
+        one call with a pipelined outer loop: the boundary once, each iteration streaming while
+        the previous one finishes its collectives (a deployment option; SN40L runs decode so).
     stage_collectives : bool
         Whether collectives read what they send from, and write what they receive to, the
         socket's memory (sharing its bandwidth with the kernels' streams).
@@ -67,7 +70,7 @@ class EngineOptions:
 
     collective_algorithm: str = "auto"
     chunks_per_section: int = 8
-    add_call_overhead: bool = True
+    kernel_looping: bool = True
     stage_collectives: bool = True
 
 
@@ -81,6 +84,8 @@ class GraphRun:
     tier_bytes: dict[str, int]
     link_bytes: dict[str, int]
     events: tuple[TraceEvent, ...]
+    #: the kernel loops run as loops (empty without kernel looping)
+    loops: tuple[Loop, ...] = ()
 
 
 def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = EngineOptions(),
@@ -106,20 +111,34 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     # collectives move activations: they stage through the activations' tier
     staging = placed.memory.tiers().activations if placed.memory.order else None
     res = SocketResources.build(env, node, socket, staging_tier=staging)
-    overhead = (figures.cycles(node.socket.calibrated.kernel_call_overhead_s, node.socket)
-                if options.add_call_overhead else 0)
+    boundary = collectives.boundary or BoundaryModel.from_node(node, collectives.table)
     graph = placed.graph.graph
+    loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
+    iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
     done: dict[str, simpy.Event] = {}
+    streamed: dict[str, simpy.Event] = {}
     records = []
-    for pk in placed.kernels:
+    previous: str | None = None
+    for i, pk in enumerate(placed.kernels):
         kernel = pk.kernel
-        record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0))
-        costs = KernelCosts.from_placed(pk, overhead, options.chunks_per_section, options.stage_collectives)
-        preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
-        done[kernel.name] = env.process(_after(env, preds, run_kernel(res, record, costs, collectives)))
+        record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
+                              iteration=iteration.get(i, 0))
+        costs = KernelCosts.from_placed(pk, node.socket, boundary, options.chunks_per_section,
+                                        options.stage_collectives)
+        streamed[kernel.name] = env.event()
+        if record.iteration:
+            # a loop iteration streams once the previous one has, its compute gated on its end
+            body = run_kernel(res, record, costs, collectives, call=False, gate=done[previous],
+                              streamed=streamed[kernel.name])
+            preds = [streamed[previous]]
+        else:
+            body = run_kernel(res, record, costs, collectives, streamed=streamed[kernel.name])
+            preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
+        done[kernel.name] = env.process(_after(env, preds, body))
         records.append(record)
+        previous = kernel.name
     env.run()
-    return _summarise(env.now, tuple(records), res, socket)
+    return _summarise(env.now, tuple(records), res, socket, loops)
 
 
 def _after(env: simpy.Environment, preds: list, body):
@@ -128,14 +147,15 @@ def _after(env: simpy.Environment, preds: list, body):
     yield env.process(body)
 
 
-def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int) -> GraphRun:
+def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int,
+               loops: tuple[Loop, ...]) -> GraphRun:
     runs = [run for r in records for run in r.collectives]
     busy = {
         "compute": sum(r.compute_busy for r in records),
         **{tier: channel.busy_cycles for tier, channel in res.memory.items()},
         "tln": res.tln.busy_cycles,
         "p2p": sum(run.end - run.start for run in runs),
-        "overhead": sum(r.overhead_cycles + r.reconfig_cycles for r in records),
+        "overhead": sum(r.launch_cycles + r.barrier_cycles + r.config_cycles for r in records),
         "fill": sum(r.fill_cycles for r in records),
     }
     tiers = {tier: channel.bytes_moved for tier, channel in res.memory.items()}
@@ -156,4 +176,8 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
             label = f"{r.name}.{run.collective.name or run.collective.kind}"
             events.append(TraceEvent(label, run.collective.kind, socket, run.start, run.end, r.layer,
                                      "collective"))
-    return GraphRun(cycles, records, busy, tiers, links, tuple(events))
+    for loop in loops:
+        first, last = records[loop.first], records[loop.stop - 1]
+        events.append(TraceEvent(f"loop {first.name}..{last.name} x{loop.iterations}", first.kind, socket,
+                                 first.start, last.end, None, "loop"))
+    return GraphRun(cycles, records, busy, tiers, links, tuple(events), loops)

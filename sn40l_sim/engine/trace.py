@@ -29,8 +29,8 @@ class TraceEvent:
     layer : int or None
         Model layer of the kernel.
     category : str
-        ``kernel`` (the whole kernel), ``setup`` (call overhead, reconfiguration and pipeline fill),
-        ``stream`` (tiles streaming) or ``collective``.
+        ``kernel`` (the whole kernel), ``setup`` (launch, barrier, configuration and pipeline fill),
+        ``stream`` (tiles streaming), ``collective``, or ``loop`` (the calls a kernel loop runs as one).
     """
 
     name: str

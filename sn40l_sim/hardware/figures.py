@@ -38,6 +38,35 @@ def tiles(socket: SocketSpec) -> int:
     return socket.dies * socket.tiles_per_die
 
 
+def switches_per_tile(socket: SocketSpec) -> int:
+    """Switches of one tile's mesh: one at every corner of the PCU/PMU checkerboard.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> switches_per_tile(load_hardware("hw_configs/sn40l.yaml").socket)
+    567
+    """
+    return (socket.tile.grid_rows + 1) * (socket.tile.grid_cols + 1)
+
+
+def config_bytes(socket: SocketSpec, pcus_per_tile: int, pmus_per_tile: int, chip_tiles: int) -> int:
+    """Configuration bytes of a dataflow graph using ``pcus_per_tile`` PCUs and ``pmus_per_tile``
+    PMUs on each of ``chip_tiles`` tiles, with every switch of those tiles routed.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> config_bytes(socket, 260, 260, 4) == 4 * (260 * 1024 + 260 * 512 + 567 * 256)
+    True
+    """
+    c = socket.configuration
+    per_tile = pcus_per_tile * c.pcu_bytes + pmus_per_tile * c.pmu_bytes + switches_per_tile(socket) * c.switch_bytes
+    return int(chip_tiles * per_tile)
+
+
+def config_cycles(socket: SocketSpec, n_bytes: int) -> int:
+    """Cycles to load ``n_bytes`` of configuration at the calibrated configuration-load bandwidth."""
+    return cycles(n_bytes / socket.calibrated.config_load_bytes_per_s, socket) if n_bytes else 0
+
+
 def pcus(socket: SocketSpec) -> int:
     """PCUs per socket."""
     return tiles(socket) * socket.tile.pcus

@@ -91,6 +91,18 @@ def _upgrade_mapping(data: dict, origins: dict, at: FieldPath) -> list[str]:
             done.append(f"{block}.{old}")
         if block == "reserved" and not block_data:  # the block itself is gone from the schema
             del data[block]
+    # a fitted per-call constant and an assumed reconfiguration time, replaced by mechanisms: the
+    # configuration a kernel loads (configuration: sizes, calibrated.config_load_bytes_per_s) and the
+    # barrier at a kernel boundary (calibrated.sync_latency_s)
+    calibrated = data.get("calibrated")
+    if isinstance(calibrated, dict) and "kernel_call_overhead_s" in calibrated:
+        calibrated.pop("kernel_call_overhead_s")
+        origins.pop(at + ("calibrated", "kernel_call_overhead_s"), None)
+        done.append("calibrated.kernel_call_overhead_s (dropped: see configuration: and calibrated.sync_latency_s)")
+    if "reconfiguration_cycles" in data:
+        data.pop("reconfiguration_cycles")
+        origins.pop(at + ("reconfiguration_cycles",), None)
+        done.append("reconfiguration_cycles (dropped: see configuration: and calibrated.config_load_bytes_per_s)")
     stated = data.get("stated")
     if isinstance(stated, dict):
         for tier in LEGACY_TIERS:
@@ -126,7 +138,7 @@ def upgrade_socket_document(doc: Document) -> None:
     if isinstance(overrides, dict):
         done += [f"socket_overrides.{name}" for name in _upgrade_mapping(overrides, doc.origins, ("socket_overrides",))]
     if done:
-        warnings.warn(f"{doc.path}: old-style memory tiers ({', '.join(done)}) are deprecated; write "
+        warnings.warn(f"{doc.path}: old-style keys ({', '.join(done)}) are deprecated; write "
                       f"{NEW_FORM}", FutureWarning, stacklevel=2)
 
 

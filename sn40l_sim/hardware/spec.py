@@ -20,7 +20,6 @@ from sn40l_sim.schema import (
     FlopsPerSecond,
     Fraction,
     Hertz,
-    NonNegativeInt,
     PositiveInt,
     Seconds,
     StrictModel,
@@ -151,6 +150,23 @@ class P2PSpec(StrictModel):
     ports: PositiveInt
     bytes_per_s_per_port: BytesPerSecond
     latency_s: Seconds
+    #: DMA engines issuing the socket's P2P transfers: each transfer's set-up (calibrated
+    #: ``transfer_setup_s``) occupies one, so the set-ups of many transfers queue
+    dma_engines: PositiveInt = 1
+
+
+class ConfigurationSpec(StrictModel):
+    """Configuration bits of a static dataflow graph: what loading a kernel onto the units writes.
+
+    A kernel's configuration is the sum over the units it uses (PCUs, PMUs) and the switches of
+    the tiles it occupies; it is loaded at the bandwidth ``calibrated.config_load_bytes_per_s``
+    whenever the kernel differs from the configuration resident on the socket, and between the
+    sections of a kernel too big for the chip.
+    """
+
+    pcu_bytes: Bytes
+    pmu_bytes: Bytes
+    switch_bytes: Bytes
 
 
 class StatedTotals(StrictModel):
@@ -173,7 +189,12 @@ class CalibratedSpec(StrictModel):
     (:attr:`MemoryTierSpec.efficiency`), see :func:`calibrated_parameters`.
     """
 
-    kernel_call_overhead_s: Seconds = Field(json_schema_extra={"bounds": [0.0, 1e-3]})
+    #: bandwidth at which a kernel's configuration is written into the units (kernel switches,
+    #: sections of a kernel too big for the chip)
+    config_load_bytes_per_s: BytesPerSecond = Field(json_schema_extra={"bounds": [1e9, 1.6e12]})
+    #: latency of one synchronisation message between sockets beyond the wire (a flag written and
+    #: seen): each round of the barrier at a kernel boundary, and each step of a collective
+    sync_latency_s: Seconds = Field(json_schema_extra={"bounds": [0.0, 50e-6]})
     p2p_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     transfer_setup_s: Seconds = Field(json_schema_extra={"bounds": [0.0, 50e-6]})
     systolic_efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
@@ -195,8 +216,7 @@ class SocketSpec(StrictModel):
     tln: LinkSpec
     die_to_die: LinkSpec | None = None
     p2p: P2PSpec
-    #: cycles to load a new configuration onto the PCUs/PMUs when a kernel is split into sections
-    reconfiguration_cycles: NonNegativeInt
+    configuration: ConfigurationSpec
     stated: StatedTotals = StatedTotals()
     calibrated: CalibratedSpec
 
@@ -237,7 +257,7 @@ def calibrated_parameters(socket: SocketSpec) -> dict[str, CalibratedParameter]:
     >>> from sn40l_sim.hardware.loader import load_hardware
     >>> params = calibrated_parameters(load_hardware("hw_configs/sn40l.yaml").socket)
     >>> list(params)[0], [p for p in params if p.startswith("memory.")]
-    ('calibrated.kernel_call_overhead_s', ['memory.hbm.efficiency', 'memory.ddr.efficiency'])
+    ('calibrated.config_load_bytes_per_s', ['memory.hbm.efficiency', 'memory.ddr.efficiency'])
     >>> params["memory.hbm.efficiency"].low, params["memory.hbm.efficiency"].high
     (0.3, 1.0)
     """

@@ -11,7 +11,7 @@ section, with ``C`` the slowest stage or stream per data tile::
 
 and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
 
-    cycles  = overhead + (sections - 1) x reconfiguration + sections x (fill + n_tiles x C)
+    cycles  = sum of the sections' configuration loads + sections x (fill + n_tiles x C)
 
 with ``fill`` and ``C`` the per-section means (rounded up) when there are several sections.
 Collectives are not costed here; they stay on the kernel for the engine.
@@ -21,7 +21,7 @@ Examples
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
 >>> socket = example_socket()
 >>> pk = map_kernel(socket, example_decode_kernel(kv_len=65536))
->>> pk.sections, pk.chip_tiles   # bound: "hbm", or "overhead" when the per-call overhead dominates
+>>> pk.sections, pk.chip_tiles   # bound: "hbm", or "overhead" when loading the configuration dominates
 (1, 4)
 >>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile
 True
@@ -62,6 +62,10 @@ class SectionPlan:
     fill_cycles: int
     bound: str
 
+    def config_bytes(self, socket: SocketSpec) -> int:
+        """Configuration bytes of this section's dataflow graph (units and switches it uses)."""
+        return figures.config_bytes(socket, sum(self.alloc.pcus), sum(self.alloc.pmus), self.alloc.chip_tiles)
+
     def tier_bytes(self, tier: str) -> int:
         """Bytes this section moves to and from ``tier``."""
         return sum(s.tier_bytes for s in self.stages if s.resource == tier)
@@ -101,7 +105,7 @@ def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_
 
 
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int, overhead: int) -> KernelPlan | None:
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int) -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
@@ -113,8 +117,9 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     n = len(plans)
     fill = math.ceil(sum(p.fill_cycles for p in plans) / n)
     cpt = math.ceil(sum(p.cycles_per_tile for p in plans) / n)
-    reconfig = socket.reconfiguration_cycles if n > 1 else 0
-    cycles = overhead + (n - 1) * reconfig + n * (fill + n_tiles * cpt)
+    # each section's configuration is loaded before it streams (the first one by the kernel call)
+    configs = sum(figures.config_cycles(socket, p.config_bytes(socket)) for p in plans)
+    cycles = configs + n * (fill + n_tiles * cpt)
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles)
 
 
@@ -127,7 +132,6 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
 def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> KernelPlan:
     """The fastest tiling and tile choice of ``kernel`` (see the module docstring)."""
     all_tiles = figures.tiles(socket)
-    overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
     ranges = split_sections(socket, kernel.operators, all_tiles, kernel.name)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
     best: KernelPlan | None = None
@@ -135,7 +139,7 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> Kern
         worse = 0
         local: KernelPlan | None = None
         for n_tiles in _candidate_tiles(socket, kernel):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead)
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles)
             if plan is None:
                 continue
             if local is None or plan.cycles < local.cycles:
@@ -172,7 +176,6 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         If an operator cannot be placed even alone at its finest tiling.
     """
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
-    overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
     all_tiles = figures.tiles(socket)
     if not kernel.operators:
         zeros = (0,) * all_tiles
@@ -180,13 +183,13 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             cycles_per_tile=0, fill_cycles=0, tier_bytes=dict.fromkeys(socket.memory, 0),
                             mesh_bytes=0,
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
-                            cycles=overhead, pcus_per_tile=zeros, pmus_per_tile=zeros,
-                            sram_bytes_per_tile=zeros, overhead_cycles=overhead, chip_tiles=0)
+                            cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
+                            sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
     plan = best_plan(socket, kernel, tiers)
-    return _placed(socket, kernel, plan, overhead)
+    return _placed(socket, kernel, plan)
 
 
-def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead: int) -> PlacedKernel:
+def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> PlacedKernel:
     t, all_tiles = plan.chip_tiles, figures.tiles(socket)
     tiles = tuple(range(t))
     stages: list[StagePlacement] = []
@@ -221,17 +224,18 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead:
     mesh = sum(s.bytes for sec in plan.sections for s in sec.streams)
     n = len(plan.sections)
     streaming = n * (plan.fill_cycles + plan.n_tiles * plan.cycles_per_tile)
-    fixed = overhead + (n - 1) * (socket.reconfiguration_cycles if n > 1 else 0)
+    section_config = tuple(sec.config_bytes(socket) for sec in plan.sections)
+    configs = [figures.config_cycles(socket, b) for b in section_config]
     heaviest = max(plan.sections, key=lambda s: s.cycles_per_tile)
-    bound = "overhead" if fixed >= streaming else heaviest.bound
+    bound = "overhead" if sum(configs) >= streaming else heaviest.bound
     return PlacedKernel(
         kernel=kernel, stages=tuple(stages), sections=n,
-        reconfig_cycles=socket.reconfiguration_cycles if n > 1 else 0, n_tiles=plan.n_tiles,
+        reconfig_cycles=max(configs[1:], default=0), n_tiles=plan.n_tiles,
         cycles_per_tile=plan.cycles_per_tile, fill_cycles=plan.fill_cycles, tier_bytes=tier_bytes,
         mesh_bytes=mesh, compute_cycles=compute_bound_cycles(socket, kernel.flops),
         memory_cycles=memory_bound_cycles(socket, tier_bytes), bounding_resource=bound, cycles=plan.cycles,
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
-        overhead_cycles=overhead, chip_tiles=t)
+        overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config)
 
 
 def compute_bound_cycles(socket: SocketSpec, flops: int) -> int:

@@ -43,9 +43,10 @@ class StagePlacement:
 class PlacedKernel:
     """A fused kernel mapped onto one socket.
 
-    The kernel runs ``sections`` configurations in sequence; each streams ``n_tiles`` data tiles
-    through its stages at ``cycles_per_tile`` (the slowest stage, memory included) after a
-    ``fill_cycles`` pipeline fill.
+    The kernel runs ``sections`` configurations in sequence; each is loaded (its
+    ``section_config_bytes`` at the calibrated configuration-load bandwidth), then streams
+    ``n_tiles`` data tiles through its stages at ``cycles_per_tile`` (the slowest stage, memory
+    included) after a ``fill_cycles`` pipeline fill.
     """
 
     kernel: FusedKernel
@@ -63,16 +64,19 @@ class PlacedKernel:
     compute_cycles: int
     memory_cycles: int
     bounding_resource: Resource
-    #: predicted cycles of the kernel on its own (tile-level formula), collectives excluded
+    #: predicted cycles of the kernel on its own, its configuration loaded (tile-level formula);
+    #: collectives and the kernel-call boundary (launch, barrier) excluded
     cycles: int
     pcus_per_tile: tuple[int, ...]
     pmus_per_tile: tuple[int, ...]
     sram_bytes_per_tile: tuple[int, ...]
-    #: the calibrated kernel-call overhead included in ``cycles`` (the engine may add its own
-    #: instead: it reads the parts, not ``cycles``)
+    #: cycles to load the first section's configuration, included in ``cycles`` (the engine pays
+    #: it only when another kernel's configuration is resident: it reads the parts, not ``cycles``)
     overhead_cycles: int = 0
     #: compute tiles of the socket the kernel runs on
     chip_tiles: int = 0
+    #: configuration bytes of each section (PCUs, PMUs and switches it uses)
+    section_config_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

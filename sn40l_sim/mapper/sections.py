@@ -4,7 +4,7 @@ A section is a run of consecutive operators whose stages fit one configuration o
 at least one PCU per stage on every tile in use and the PMUs holding each stage's smallest piece
 double-buffered (the finest tiling). Operators are added to the current section while they fit;
 the next one starts a new section. Sections run one after the other with
-``socket.reconfiguration_cycles`` between them, and the tensor crossing a boundary goes through
+the next section's configuration loaded between them, and the tensor crossing a boundary goes through
 memory (written by one section, read by the next).
 
 Examples

@@ -146,7 +146,7 @@ NODE_CASES = {
 }
 
 
-@pytest.mark.filterwarnings("ignore:.*old-style memory tiers:FutureWarning")  # the old-style case warns by design
+@pytest.mark.filterwarnings("ignore:.*old-style keys:FutureWarning")  # the old-style case warns by design
 @pytest.mark.parametrize("case", sorted(NODE_CASES))
 def test_bad_node_file(case, tmp_path, capsys):
     text, field, words = NODE_CASES[case]
