@@ -43,7 +43,7 @@ from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates
 from sn40l_sim.models.tensors import dense_layer_count
 
 #: options of :func:`build_graph` and their defaults
-OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
+OPTIONS = {"include_mtp": None, "expert_loading": "touched", "routing_skew": 0.0, "template": None}
 
 
 class KVPolicyHooks(Protocol):
@@ -87,8 +87,9 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         Run the MTP module(s) after the main model. Default: in decode when the model has one;
         never in prefill (the paper's prefill breakdown lists none; filling the MTP layer's cache
         would add one layer's worth).
-    expert_loading : {"all", "touched"}
-        Expert weights streamed per MoE call (see :mod:`sn40l_sim.models.moe`).
+    expert_loading : {"touched", "all"}
+        Expert weights streamed per MoE call: those the call's rows route to (default), or every
+        expert (a static fused kernel); see :mod:`sn40l_sim.models.moe`.
     routing_skew : float
         Zipf exponent of expert popularity for the touched-expert expectation (0 = uniform).
     template : str or Path, optional
@@ -148,7 +149,7 @@ def _options(options: dict[str, Any]) -> dict[str, Any]:
         raise InputError(f"unknown graph option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
     opts = {**OPTIONS, **options}
     if opts["expert_loading"] not in ("all", "touched"):
-        raise InputError(f"expert_loading: expected 'all' or 'touched', got {opts['expert_loading']!r}")
+        raise InputError(f"expert_loading: expected 'touched' or 'all', got {opts['expert_loading']!r}")
     skew = opts["routing_skew"]
     if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0:
         raise InputError(f"routing_skew: expected a number >= 0 (0 = uniform), got {skew!r}")

@@ -60,7 +60,7 @@ class Ctx:
     shape: Shape
     plan: ParallelPlan
     template: KernelTemplates
-    expert_loading: str = "all"
+    expert_loading: str = "touched"
     routing_skew: float = 0.0
 
     @property

@@ -130,7 +130,8 @@ def test_a_pass_reads_every_stored_weight_once(r1, llama70b):
     """Per socket, the weights a graph streams equal what the socket stores, except that the
     embedding is read only at the looked-up rows and the MTP module reads the shared LM head again."""
     from sn40l_sim.models.tensors import inventory
-    for model, plan, graph, mtp in ((r1, DECODE16, decode(r1), True), (r1, TP16, prefill(r1, 4096), False),
+    for model, plan, graph, mtp in ((r1, DECODE16, decode(r1, expert_loading="all"), True),
+                                    (r1, TP16, prefill(r1, 4096, expert_loading="all"), False),
                                     (llama70b, ParallelPlan(8), decode(llama70b, 4, 100, ParallelPlan(8)), False)):
         tensors = {t.name: t for t in inventory(model)}
         emb = tensors["embedding"].shard_bytes(model, "row", plan.tp)
@@ -140,17 +141,32 @@ def test_a_pass_reads_every_stored_weight_once(r1, llama70b):
         assert _weights_read(graph) - gathers == stored - emb + (head if mtp else 0)
 
 
+def _routed(kernel):
+    return sum(op.weight_bytes for op in kernel.operators if op.name.startswith("expert_"))
+
+
 def test_expert_loading_touched_reads_the_expected_experts(r1):
-    all_ = layer(decode(r1, batch=16), 3)["ffn"]
+    all_ = layer(decode(r1, batch=16, expert_loading="all"), 3)["ffn"]
     touched = layer(decode(r1, batch=16, expert_loading="touched"), 3)["ffn"]
     expected = P.expected_distinct_experts(256, 8, 16)
-    routed = lambda k: sum(op.weight_bytes for op in k.operators if op.name.startswith("expert_"))  # noqa: E731
-    assert routed(touched) / routed(all_) == pytest.approx(expected / 256, rel=1e-5)
+    assert _routed(touched) / _routed(all_) == pytest.approx(expected / 256, rel=1e-5)
     assert dict(touched.notes)["experts_touched"] == pytest.approx(expected, abs=1e-3)
     assert dict(all_.notes)["experts_loaded"] == 256
     skewed = layer(decode(r1, batch=16, expert_loading="touched", routing_skew=1.0), 3)["ffn"]
-    assert routed(skewed) < routed(touched)
+    assert _routed(skewed) < _routed(touched)
     assert all_.flops == touched.flops  # FLOPs follow the tokens, not the loading
+
+
+def test_expert_loading_follows_the_batch_by_default(r1):
+    """The default streams the experts the batch touches: more with every batch, all of them at a
+    large batch; ``all`` streams every expert whatever the batch."""
+    batches = (1, 4, 16, 64, 256, 2048)
+    default = [_routed(layer(decode(r1, batch=b, kv_len=1024), 3)["ffn"]) for b in batches]
+    static = [_routed(layer(decode(r1, batch=b, kv_len=1024, expert_loading="all"), 3)["ffn"]) for b in batches]
+    assert all(a < b for a, b in zip(default, default[1:]))
+    assert len(set(static)) == 1
+    assert default[0] == pytest.approx(static[0] * 8 / 256, rel=1e-5)  # one token: its 8 experts
+    assert default[-1] == static[-1]                                    # 2048 tokens touch all 256
 
 
 def test_graph_is_a_deterministic_dag(r1, r1_graphs):
