@@ -124,7 +124,8 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     formulas = operators(template.attention), sizes(template.attention)
     built: dict[tuple[str, bool], tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
-    extra = {draft: _policy_kernels(policy, model, c.shape, plan) for draft, c in contexts.items()}
+    extra = {False: _policy_kernels(policy, model, shape, plan),
+             True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
     for entry in plan_:
         key = (entry.kernel_id, entry.draft)
         if key not in built:
