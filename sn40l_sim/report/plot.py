@@ -9,7 +9,7 @@ Examples
 --------
 >>> import tempfile, pathlib
 >>> rec = {"name": "full", "batch": 16, "decode_tokens_per_s": 180.0,
-...        "decode_tokens_per_s_reported": 432.0, "tokens_per_forward": 2.4,
+...        "decode_tokens_per_s_reported": 432.0, "tokens_per_forward": 2.44,
 ...        "kv_occupancy": {"capacity_bytes_per_node": 100, "series": [
 ...            {"node": 0, "t_s": 1.0, "kv_bytes": 50, "slots_in_use": 8}]}}
 >>> path = throughput_plot([rec], pathlib.Path(tempfile.mkdtemp()) / "throughput.png", title="demo")
