@@ -117,6 +117,10 @@ class Shape:
     prompt_len: int
     #: tokens of cache each sequence's attention reads in decode (after any compression)
     kv_len: int = 0
+    #: speculative decoding: draft tokens per sequence a decode step verifies (it runs the main
+    #: model over ``1 + drafts`` query rows per sequence and the draft model ``drafts`` times);
+    #: 0 is plain decode
+    drafts: int = 0
 
 
 @dataclass

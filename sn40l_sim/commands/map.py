@@ -3,10 +3,11 @@ tile, the utilisation of compute, SRAM and HBM bandwidth, the bounding resource 
 cycles (identical layers collapsed into one row "xN"), then a totals line.
 
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
-policy's static cache; prefill one prompt at a time (batch 1, as the engine runs it) unless
-``--batch`` says otherwise. Activations, weights and KV are placed in the socket's memory tiers in
-the experiment's order (memory.order; default: the socket's, HBM then DDR), spilling to the next
-tier when they do not fit; the KV per socket is what ``run`` reserves
+policy's static cache and verifying the experiment's speculative drafts (``serving.speculative``:
+the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
+the engine runs it) unless ``--batch`` says otherwise. Activations, weights and KV are placed in the
+socket's memory tiers in the experiment's order (memory.order; default: the socket's, HBM then DDR),
+spilling to the next tier when they do not fit; the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Collectives are not included (the engine costs them).
 
@@ -73,18 +74,19 @@ def run(args: argparse.Namespace) -> int:
     batch = args.batch if args.batch is not None else (spec.shape.batch if args.phase == "decode" else 1)
     if batch < 1:
         raise InputError(f"--batch must be a positive integer, got {batch}")
+    drafts = exp.speculation.drafts
     if args.phase == "decode":
-        cache_len = policy.static_cache_len(prompt_len, spec.shape.max_new_tokens)
-        shape = Shape("decode", batch, prompt_len, cache_len)
+        # the static slot as run reserves it: the generated tokens and the drafts after the last one
+        cache_len = policy.static_cache_len(prompt_len, spec.shape.max_new_tokens + drafts)
+        shape = Shape("decode", batch, prompt_len, cache_len, drafts)
     else:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
     kernels = graph.kernels()
     activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
-    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph runs it
-    include_mtp = bool(dict(spec.graph_options).get("include_mtp", model.mtp is not None))
-    kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
+    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
+    kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=drafts > 0, phase=args.phase)
     memory = asm.memory_placer()(plan, kv, activations)   # in the experiment's tier order
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
@@ -94,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{spec.name}: {model.name} on {node.name} ({node.sockets} x {socket.name}), {args.phase}, "
           f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
     print(f"shape: batch {batch}, prompt {prompt_len}" + (f", cache {cache_len} tokens per sequence"
-                                                          if args.phase == "decode" else ""))
+                                                          if args.phase == "decode" else "")
+          + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
+             if args.phase == "decode" and drafts else ""))
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
                                              for tier in memory.by_tier)
                       for use in ("weights", "kv", "activations"))

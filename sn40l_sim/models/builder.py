@@ -3,16 +3,26 @@
 The template (:mod:`sn40l_sim.models.template`) gives the structure, the formulas
 (:mod:`sn40l_sim.models.formulas`: shared modules and the attention family) the numbers. The
 graph is a chain in execution order: the head kernels (embedding), each layer's kernels (dense or
-MoE, then the KV policy's extra kernels of the phase for that layer, :class:`KVPolicyHooks`), the tail
-(final norm + LM head, sampling) and, in decode with multi-token prediction, each MTP module
-(projection, one more transformer block, its own LM head and sampling).
+MoE, then the KV policy's extra kernels of the phase for that layer, :class:`KVPolicyHooks`) and the
+tail (final norm + LM head, sampling).
+
+Speculative decoding with the model's multi-token-prediction (MTP) module as the draft: a decode
+step of ``shape.drafts = k`` verifies ``k`` draft tokens per sequence, so the main model runs over
+``1 + k`` query rows per sequence (every GEMM has ``batch x (1 + k)`` rows, attention reads each
+sequence's cache once for its ``1 + k`` rows, ``1 + k`` cache rows are written, and the LM head and
+sampling score every row), then the draft runs ``k`` times, one after the other because each run
+drafts from the previous one's token and hidden state: its projection, its transformer block (with
+its own cache), its LM head and sampling, each over ``batch`` rows. Draft run ``d`` uses MTP module
+``d mod modules`` (DeepSeek-V3/R1 has one, run recursively). With ``k = 0`` the step is plain
+decode, without the MTP module.
 
 Activation traffic is derived, not written by hand: each operator names the activations it reads
 and writes. Inside a fused kernel an activation produced and consumed there stays on chip; an
 activation a kernel reads that it did not produce is ``act_in_bytes`` of its first reader, and one
 it produces is ``act_out_bytes`` of its last writer when a later kernel reads it or nothing in the
-kernel consumes it. Kernel names are ``L<layer>.<kernel>`` (``MTP<j>.<kernel>`` for MTP modules);
-identical layers give kernels with equal :meth:`~sn40l_sim.ir.FusedKernel.signature`.
+kernel consumes it. Kernel names are ``L<layer>.<kernel>`` (``MTP<d>.<kernel>`` for draft run
+``d``, whose kernels have the MTP module's layer index); identical layers give kernels with equal
+:meth:`~sn40l_sim.ir.FusedKernel.signature`.
 
 Examples
 --------
@@ -26,12 +36,17 @@ Examples
 >>> [op.kv_read_bytes for op in k.operators if op.name == "absorbed_qk"]   # 1 sequence x 128K x 576 x 2 B
 [150994944]
 >>> len(g.kernels()), g.kernels()[-1].name
-(130, 'MTP0.sampling')
+(125, 'sampling')
+>>> g2 = build_graph(r1, Shape("decode", 16, 0, 131072, drafts=2), ParallelPlan(16, 16))
+>>> len(g2.kernels()), [k.name for k in g2.kernels()][-6:]
+(135, ['MTP0.sampling', 'MTP1.mtp_proj', 'MTP1.mla', 'MTP1.ffn', 'MTP1.lm_head', 'MTP1.sampling'])
+>>> [op.m for op in g2.graph.nodes["L03.ffn"]["kernel"].operators if op.name == "shared_gate_up"]
+[48]
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
@@ -43,7 +58,7 @@ from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates
 from sn40l_sim.models.tensors import dense_layer_count
 
 #: options of :func:`build_graph` and their defaults
-OPTIONS = {"include_mtp": None, "expert_loading": "all", "routing_skew": 0.0, "template": None}
+OPTIONS = {"expert_loading": "touched", "routing_skew": 0.0, "template": None}
 
 
 class KVPolicyHooks(Protocol):
@@ -53,7 +68,7 @@ class KVPolicyHooks(Protocol):
     :class:`sn40l_sim.kvcache.base.KVPolicy` satisfies it, and so does any object with these two
     methods. Kernels are per socket shard, as every kernel of the graph; the builder names them
     ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
-    runs (MTP modules included).
+    runs (draft runs of the MTP module included).
     """
 
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
@@ -75,20 +90,18 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     ----------
     model : ModelSpec
     shape : Shape
-        ``phase``, ``batch``, ``prompt_len`` (prefill) and ``kv_len`` (tokens each sequence's
-        decode attention reads, after any compression).
+        ``phase``, ``batch``, ``prompt_len`` (prefill), ``kv_len`` (tokens each sequence's
+        decode attention reads, after any compression) and ``drafts`` (speculative draft tokens a
+        decode step verifies; the MTP module drafts them, so a model needs an ``mtp`` section).
     plan : ParallelPlan
         ``tp`` sockets share the weights; ``attention_dp`` (a divisor of ``tp``) splits the
         sequences of attention.
     policy : KVPolicyHooks, optional
         Its ``prefill_kernels`` (in prefill) or ``decode_kernels`` (in decode) are appended to
         every layer.
-    include_mtp : bool, optional
-        Run the MTP module(s) after the main model. Default: in decode when the model has one;
-        never in prefill (the paper's prefill breakdown lists none; filling the MTP layer's cache
-        would add one layer's worth).
-    expert_loading : {"all", "touched"}
-        Expert weights streamed per MoE call (see :mod:`sn40l_sim.models.moe`).
+    expert_loading : {"touched", "all"}
+        Expert weights streamed per MoE call: those the call's rows route to (default), or every
+        expert (a static fused kernel); see :mod:`sn40l_sim.models.moe`.
     routing_skew : float
         Zipf exponent of expert popularity for the touched-expert expectation (0 = uniform).
     template : str or Path, optional
@@ -102,27 +115,26 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     opts = _options(options)
     _check(model, shape, plan)
     template = load_templates(opts["template"]) if opts["template"] else template_for(model)
-    ctx = Ctx(model, shape, plan, template, opts["expert_loading"], float(opts["routing_skew"]))
+    main = Ctx(model, shape, plan, template, opts["expert_loading"], float(opts["routing_skew"]))
+    # a draft run advances each sequence by one row: the main context without the drafts
+    contexts = {False: main, True: replace(main, shape=replace(shape, drafts=0))}
     phase: PhaseTemplate = getattr(template, shape.phase)
-    include_mtp = opts["include_mtp"]
-    if include_mtp is None:
-        include_mtp = shape.phase == "decode" and model.mtp is not None
-    if include_mtp and model.mtp is None:
-        raise InputError(f"include_mtp: model {model.name!r} has no mtp section")
 
-    plan_ = _sequence(model, phase, include_mtp)
+    plan_ = _sequence(model, phase, shape.drafts)
     formulas = operators(template.attention), sizes(template.attention)
-    built: dict[str, tuple[list[list[Step]], FusedKernel]] = {}
+    built: dict[tuple[str, bool], tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
-    extra = _policy_kernels(policy, model, shape, plan)
-    for node, layer, kernel_id in plan_:
-        if kernel_id not in built:
-            built[kernel_id] = _kernel(ctx, kernel_id, phase.kernels[kernel_id], *formulas)
-        steps, kernel = built[kernel_id]
-        parts.append((node, layer, steps, kernel))
-        if extra and layer is not None and _last_of_layer(plan_, node, layer):
-            for k in extra:
-                parts.append((f"{_prefix(model, layer)}.{k.name}", layer, [], k))
+    extra = {False: _policy_kernels(policy, model, shape, plan),
+             True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
+    for entry in plan_:
+        key = (entry.kernel_id, entry.draft)
+        if key not in built:
+            built[key] = _kernel(contexts[entry.draft], entry.kernel_id, phase.kernels[entry.kernel_id], *formulas)
+        steps, kernel = built[key]
+        parts.append((entry.node, entry.layer, steps, kernel))
+        if extra[entry.draft] and entry.layer is not None and _last_of_group(plan_, entry):
+            for k in extra[entry.draft]:
+                parts.append((f"{entry.group}.{k.name}", entry.layer, [], k))
 
     graph = KernelGraph(model=model.name, shape=shape)
     previous: FusedKernel | None = None
@@ -143,12 +155,15 @@ def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
+    if "include_mtp" in options:
+        raise InputError("include_mtp: the MTP module runs as the draft of speculative decoding, once per "
+                         "draft: state the drafts instead (Shape.drafts; in an experiment, serving.speculative)")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise InputError(f"unknown graph option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
     opts = {**OPTIONS, **options}
     if opts["expert_loading"] not in ("all", "touched"):
-        raise InputError(f"expert_loading: expected 'all' or 'touched', got {opts['expert_loading']!r}")
+        raise InputError(f"expert_loading: expected 'touched' or 'all', got {opts['expert_loading']!r}")
     skew = opts["routing_skew"]
     if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0:
         raise InputError(f"routing_skew: expected a number >= 0 (0 = uniform), got {skew!r}")
@@ -167,28 +182,42 @@ def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
         raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
     if shape.phase not in ("prefill", "decode"):
         raise InputError(f"shape: phase must be 'prefill' or 'decode', got {shape.phase!r}")
+    drafts = shape.drafts
+    if isinstance(drafts, bool) or not isinstance(drafts, int) or drafts < 0:
+        raise InputError(f"shape: drafts must be an integer >= 0 (0: plain decode), got {drafts!r}")
+    if drafts and shape.phase != "decode":
+        raise InputError(f"shape: drafts are verified by decode steps only, got drafts={drafts} in {shape.phase}")
+    if drafts and model.mtp is None:
+        raise InputError(f"shape: drafts={drafts}, but model {model.name!r} has no mtp section: speculative "
+                         "decoding drafts with the model's multi-token-prediction module")
 
 
-def _prefix(model: ModelSpec, layer: int) -> str:
-    return f"L{layer:02d}" if layer < model.layers else f"MTP{layer - model.layers}"
+class _Entry(NamedTuple):
+    """One kernel of the sequence: its node name, layer, template kernel id, the name prefix of its
+    layer (``L03``, ``MTP0``; ``""`` outside layers) and whether it belongs to a draft run."""
+
+    node: str
+    layer: int | None
+    kernel_id: str
+    group: str
+    draft: bool
 
 
-def _sequence(model: ModelSpec, phase: PhaseTemplate, include_mtp: bool) -> list[tuple[str, int | None, str]]:
-    """(node name, layer, template kernel id) in execution order."""
+def _sequence(model: ModelSpec, phase: PhaseTemplate, drafts: int) -> list[_Entry]:
+    """The graph's kernels in execution order: head, layers, tail, then ``drafts`` draft runs."""
     b = phase.blocks
-    out = [(k, None, k) for k in b.head]
+    out = [_Entry(k, None, k, "", False) for k in b.head]
     dense = dense_layer_count(model)
     block_of = lambda i: b.dense_layer if i < dense else b.moe_layer  # noqa: E731
     for i in range(model.layers):
-        out += [(f"{_prefix(model, i)}.{_name(phase, k)}", i, k) for k in block_of(i)]
-    out += [(_name(phase, k), None, k) for k in b.tail]
-    if include_mtp:
-        for j in range(model.mtp.modules):
-            layer = model.layers + j
-            body = b.moe_layer if model.moe is not None else b.dense_layer
-            out += [(f"{_prefix(model, layer)}.{_name(phase, k)}", layer, k)
-                    for k in (*b.mtp_head, *body, *b.mtp_tail)]
-    names = [n for n, _, _ in out]
+        out += [_Entry(f"L{i:02d}.{_name(phase, k)}", i, k, f"L{i:02d}", False) for k in block_of(i)]
+    out += [_Entry(_name(phase, k), None, k, "", False) for k in b.tail]
+    body = b.moe_layer if model.moe is not None else b.dense_layer
+    for d in range(drafts):
+        layer = model.layers + d % model.mtp.modules
+        out += [_Entry(f"MTP{d}.{_name(phase, k)}", layer, k, f"MTP{d}", True)
+                for k in (*b.mtp_head, *body, *b.mtp_tail)]
+    names = [e.node for e in out]
     if len(set(names)) != len(names):
         raise InputError("kernel template gives two kernels of one layer the same name")
     return out
@@ -198,9 +227,8 @@ def _name(phase: PhaseTemplate, kernel_id: str) -> str:
     return phase.kernels[kernel_id].name or kernel_id
 
 
-def _last_of_layer(seq: list, node: str, layer: int) -> bool:
-    names = [n for n, lyr, _ in seq if lyr == layer]
-    return names[-1] == node
+def _last_of_group(seq: list[_Entry], entry: _Entry) -> bool:
+    return [e.node for e in seq if e.group == entry.group][-1] == entry.node
 
 
 def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, OperatorFormula],

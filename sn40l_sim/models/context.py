@@ -3,11 +3,15 @@
 The context turns (model, shape, plan, template, options) into the handful of per-socket counts
 the formulas use, so each formula reads like the arithmetic it is:
 
+``queries``
+    query rows per sequence: the prompt in prefill; in decode the new token plus the drafts a
+    speculative step verifies, ``1 + drafts``.
 ``tokens``
-    rows through the tensor-parallel layers (prefill: ``batch * prompt_len``; decode: ``batch``);
-    activations in TP layout are replicated, so every socket sees all of them.
+    rows through the tensor-parallel layers, ``batch * queries``; activations in TP layout are
+    replicated, so every socket sees all of them.
 ``seqs``
-    sequences whose attention one socket runs: ``ceil(batch / attention_dp)``.
+    sequences whose attention one socket runs: ``ceil(batch / attention_dp)``; their rows are
+    ``seqs * queries``.
 ``head_ways``
     how many ways attention heads are split for one sequence: ``tp / attention_dp``.
 ``proj_heads`` / ``attn_heads``
@@ -60,7 +64,7 @@ class Ctx:
     shape: Shape
     plan: ParallelPlan
     template: KernelTemplates
-    expert_loading: str = "all"
+    expert_loading: str = "touched"
     routing_skew: float = 0.0
 
     @property
@@ -76,15 +80,23 @@ class Ctx:
         return self.plan.attention_dp
 
     @property
-    def tokens(self) -> int:
+    def queries(self) -> int:
+        """Query rows per sequence: the prompt (prefill), ``1 + drafts`` (decode)."""
         if self.phase == "prefill":
-            return self.shape.batch * self.shape.prompt_len
-        return self.shape.batch
+            return self.shape.prompt_len
+        return 1 + self.shape.drafts
+
+    @property
+    def tokens(self) -> int:
+        return self.shape.batch * self.queries
 
     @property
     def out_rows(self) -> int:
-        """Rows that reach the LM head: the last token of each sequence."""
-        return self.shape.batch
+        """Rows that reach the LM head: the last token of each sequence in prefill; every query
+        row in decode (a verify step needs the logits of each draft position and of the one after)."""
+        if self.phase == "prefill":
+            return self.shape.batch
+        return self.tokens
 
     @property
     def seqs(self) -> int:

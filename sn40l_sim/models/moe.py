@@ -9,13 +9,19 @@ per-expert split, while the weight bytes are those of the experts loaded.
 
 Which experts' weights a call streams is the option ``expert_loading``:
 
-``"all"`` (default)
-    SN40L's static fused MoE kernel walks every expert, preloading the next one's weights, so each
-    call streams all ``E`` experts' shards whatever the routing.
-``"touched"``
-    only the expected number of distinct experts the call's ``T`` tokens route to
-    (:func:`sn40l_sim.models.routing.expected_distinct_experts`, with ``routing_skew``), for
-    design-space studies of a dynamic kernel.
+``"touched"`` (default)
+    the loading follows the batch: the call streams the experts its routed tokens touch, the
+    expected number of distinct experts the call's ``T`` rows route to
+    (:func:`sn40l_sim.models.routing.expected_distinct_experts`, with ``routing_skew``). ``T`` is
+    the batch in a plain decode step, ``batch x (drafts + 1)`` in a speculative verify step and the
+    whole prompt in prefill, so the stream grows with the batch and converges to all ``E`` experts
+    (at 256 experts, top-8: 8 at one row, about 102 at 16, 255.4 at 192; from about a thousand rows
+    the stream is all experts', to the byte).
+``"all"``
+    a static fused MoE kernel that walks every expert, preloading the next one's weights, so each
+    call streams all ``E`` experts' shards whatever the routing: the SnapStream paper's DeepSeek
+    deployment describes its MoE FFN this way (REFERENCE.md section 3, "all experts in one fused
+    kernel that preloads the next expert's weights"), and the experiments that reproduce it set it.
 
 The router is replicated: after the output projection's all-reduce every socket holds every
 token's hidden state, and every socket needs every token's routing for its slice of every expert,

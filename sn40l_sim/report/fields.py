@@ -102,13 +102,22 @@ RESULTS = Fields([
           "activations, attention_compute, other_compute, collectives, overheads, pipeline_fill, idle); the parts "
           "add up to decode_step_s.", keys=("cause",), axis="decode step: {cause}"),
     Field("decode_tokens_per_s", "tokens/s", "Raw decode throughput of a decode node: batch / decode_step_s "
-          "(one token per sequence per step, every slot full).", csv=12, design=True, golden=True,
+          "(one token per sequence per step, every slot full; the drafts a speculative step accepts are "
+          "counted in decode_tokens_per_s_reported).", csv=12, design=True, golden=True,
           axis="decode tokens/s (raw)", table=Row(150, "decode tokens/s (raw)", ".1f")),
-    Field("tokens_per_forward", "tokens", "Tokens per forward pass (multi-token prediction; 1 without).",
-          axis="tokens per forward pass (MTP)", table=Row(160, "tokens per forward (MTP)", ".2f")),
-    Field("decode_tokens_per_s_reported", "tokens/s", "decode_tokens_per_s x tokens_per_forward, as papers report "
-          "throughput with multi-token prediction.", csv=13, design=True, golden=True,
-          axis="decode tokens/s (reported, x tokens per forward)",
+    Field("speculative_drafts", "tokens", "Draft tokens each decode step verifies (serving.speculative.drafts; "
+          "the MTP module drafts them, one run per draft); 0 is plain decode.",
+          axis="speculative drafts per step", table=Row(155, "speculative drafts per step", ".0f")),
+    Field("draft_acceptance", "1", "Probability that a draft is accepted when the drafts before it were "
+          "(serving.speculative.acceptance; 0 without speculation).", axis="draft acceptance rate"),
+    Field("tokens_per_forward", "tokens", "Expected tokens per sequence and decode step: (1 - a^(k+1)) / (1 - a) "
+          "for k speculative drafts accepted with probability a each (2.44 at k = 2, a = 0.8); 1 without "
+          "speculation.", axis="tokens per decode step (speculative decoding)",
+          table=Row(160, "tokens per step (speculative)", ".2f")),
+    Field("decode_tokens_per_s_reported", "tokens/s", "decode_tokens_per_s x tokens_per_forward: the decode "
+          "throughput with the expected accepted drafts, as papers report throughput with multi-token "
+          "prediction.", csv=13, design=True, golden=True,
+          axis="decode tokens/s (reported, x tokens per step)",
           table=Row(170, "decode tokens/s (reported)", ".1f")),
     # KV cache
     Field("kv_bytes_per_token", "B", "KV-cache bytes of one token, all layers.",
@@ -136,8 +145,9 @@ RESULTS = Fields([
               Field("output_tokens_per_s", "tokens/s", "Output tokens per second of the run.",
                     axis="served output tokens/s", table=Row(190, "served output tokens/s", ".1f")),
               Field("decode_steps", "steps", "Decode steps run, all decode nodes.", axis="decode steps"),
-              Field("decode_tokens_per_s_observed", "tokens/s", "Raw decode tokens per second of decode-step "
-                    "time, with the slots actually filled.", axis="decode tokens/s observed (raw)"),
+              Field("decode_tokens_per_s_observed", "tokens/s", "Decode tokens per second of decode-step "
+                    "time, with the slots actually filled: the tokens the steps gave, drafts accepted under "
+                    "speculative decoding included.", axis="decode tokens/s observed"),
               Field("mean_active_slots", "sequences", "Mean filled decode slots per step.",
                     axis="mean active decode slots"),
           )),

@@ -6,7 +6,8 @@ All outputs are in seconds (cycles divided by the clock) or plain fractions:
 * TPOT: per request, (last token - first token) / (output_len - 1), for requests with >1 token;
 * inter-token latency (ITL): every gap between consecutive tokens of a request;
 * throughput: requests and output tokens per second of the whole run (first arrival to last
-  token), and decode tokens per second of decode-step time;
+  token), and decode tokens per second of decode-step time (the tokens the steps gave, accepted
+  drafts of speculative decoding included);
 * utilisation: busy fraction of each prefill node, decode node and KV link over the run, and of
   each hardware resource within one prefill and one decode step;
 * KV occupancy: bytes of cache held by a decode node's sequences after each step, against the
@@ -56,7 +57,8 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float]:
     start = min(r.request.arrival_cycle for r in log.requests)
     span_s = (log.end_cycle - start) / clock_hz
     tokens = sum(r.generated for r in log.requests)
-    decode_tokens = sum(step.active for step in log.steps)
+    decode_tokens = sum(step.tokens for step in log.steps)
+    stepped = sum(step.active for step in log.steps)
     decode_s = sum(step.end - step.start for step in log.steps) / clock_hz
     return {
         "makespan_s": span_s,
@@ -65,9 +67,9 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float]:
         "requests_per_s": len(log.requests) / span_s if span_s > 0 else 0.0,
         "output_tokens_per_s": tokens / span_s if span_s > 0 else 0.0,
         "decode_steps": len(log.steps),
-        # what the decode nodes achieved with the slots actually filled (raw tokens)
+        # what the decode nodes achieved with the slots actually filled and the drafts accepted
         "decode_tokens_per_s_observed": decode_tokens / decode_s if decode_s > 0 else 0.0,
-        "mean_active_slots": decode_tokens / len(log.steps) if log.steps else 0.0,
+        "mean_active_slots": stepped / len(log.steps) if log.steps else 0.0,
     }
 
 

@@ -1,6 +1,7 @@
 """The throughput plot ``run`` writes beside the results (matplotlib, Agg backend, no display).
 
-Left: decode tokens/s per point, raw and reported (x tokens per forward pass), with the batch
+Left: decode tokens/s per point, raw and reported (x the expected tokens per step of speculative
+decoding), with the batch
 written on each bar. Right: KV occupancy of the decode node over the served run, as a fraction of
 the memory reserved for its slots.
 
@@ -8,7 +9,7 @@ Examples
 --------
 >>> import tempfile, pathlib
 >>> rec = {"name": "full", "batch": 16, "decode_tokens_per_s": 180.0,
-...        "decode_tokens_per_s_reported": 432.0, "tokens_per_forward": 2.4,
+...        "decode_tokens_per_s_reported": 432.0, "tokens_per_forward": 2.44,
 ...        "kv_occupancy": {"capacity_bytes_per_node": 100, "series": [
 ...            {"node": 0, "t_s": 1.0, "kv_bytes": 50, "slots_in_use": 8}]}}
 >>> path = throughput_plot([rec], pathlib.Path(tempfile.mkdtemp()) / "throughput.png", title="demo")
@@ -35,9 +36,9 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     fig, (ax_bar, ax_kv) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     x = range(len(records))
     width = 0.38
-    ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / forward)", color="#7a9cc6")
+    ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / sequence and step)", color="#7a9cc6")
     bars = ax_bar.bar([i + width / 2 for i in x], reported, width, color="#1f4e8c",
-                      label=f"reported (x {records[0].get('tokens_per_forward', 1):g} tokens / forward)")
+                      label=f"reported (x {records[0].get('tokens_per_forward', 1):.3g} tokens / step)")
     for bar, r in zip(bars, records, strict=True):
         ax_bar.annotate(f"batch {r['batch']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)

@@ -7,7 +7,7 @@ Examples
 --------
 >>> rec = {"name": "full", "batch": 16, "max_batch": 16, "kv_len": 131328, "ttft_s": 12.5,
 ...        "tpot_s": 0.09, "decode_step_s": 0.088, "decode_tokens_per_s": 181.8,
-...        "tokens_per_forward": 2.4, "decode_tokens_per_s_reported": 436.4,
+...        "tokens_per_forward": 2.44, "decode_tokens_per_s_reported": 436.4,
 ...        "prefill_policy_overhead": 0.0, "memory": {"hbm": {"weights": 2**30, "free": 2**31}}}
 >>> table = side_by_side([rec]).splitlines()
 >>> table[0].split(), [line.split()[-1] for line in table if line.startswith(("max batch", "decode step"))]

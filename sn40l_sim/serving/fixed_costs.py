@@ -4,7 +4,8 @@ Shipped with the package (as httpx ships its mock transport) so that serving stu
 pin the serving logic to known numbers without building, mapping or simulating any graph:
 
 * a prefill of ``L`` tokens costs ``cycles_per_token[kind] x L`` cycles for each kernel kind;
-* a decode step costs ``decode_base_cycles + decode_cycles_per_cached_token x batch x kv_len``;
+* a decode step costs ``decode_base_cycles + decode_cycles_per_cached_token x batch x kv_len``,
+  plus ``decode_cycles_per_draft x batch x drafts`` when it verifies speculative drafts;
 * every graph's activations take ``activation_bytes``;
 * where the memory placement put the tensors does not change the costs (it is kept in
   :attr:`FixedStepCosts.memory` for tests to look at).
@@ -52,8 +53,11 @@ class FixedStepCosts:
         Activation bytes of every graph.
     clock_hz : float
         Clock for the timings' seconds.
+    decode_cycles_per_draft : int
+        Cycles per draft token verified (``batch x drafts`` of them per step).
     calls : list
-        ``("prefill", L)`` and ``("decode", batch, kv_len)`` in call order.
+        ``("prefill", L)`` and ``("decode", batch, kv_len)`` (``("decode", batch, kv_len, drafts)``
+        with drafts) in call order.
     memory : dict
         ``"prefill"`` / ``"decode"`` -> the memory placement of the last such call (or None).
     """
@@ -61,6 +65,7 @@ class FixedStepCosts:
     prefill_cycles_per_token: dict[str, int] = field(default_factory=lambda: {"mha": 700, "moe_ffn": 300})
     decode_base_cycles: int = 40_000_000
     decode_cycles_per_cached_token: int = 10
+    decode_cycles_per_draft: int = 0
     activation_bytes: int = 0
     clock_hz: float = 1.6e9
     calls: list = field(default_factory=list)
@@ -73,17 +78,18 @@ class FixedStepCosts:
         kinds = {kind: rate * prompt_len for kind, rate in self.prefill_cycles_per_token.items()}
         return fixed_timing("prefill", kinds, length=prompt_len, clock_hz=self.clock_hz)
 
-    def decode_step(self, batch: int, kv_len: int, memory: Any = None) -> PhaseTiming:
-        """The base cycles plus the cycles per cached token read."""
-        self.calls.append(("decode", batch, kv_len))
+    def decode_step(self, batch: int, kv_len: int, drafts: int = 0, memory: Any = None) -> PhaseTiming:
+        """The base cycles plus the cycles per cached token read and per draft verified."""
+        self.calls.append(("decode", batch, kv_len) + ((drafts,) if drafts else ()))
         self.memory["decode"] = memory
-        cycles = self.decode_base_cycles + self.decode_cycles_per_cached_token * batch * kv_len
+        cycles = (self.decode_base_cycles + self.decode_cycles_per_cached_token * batch * kv_len
+                  + self.decode_cycles_per_draft * batch * drafts)
         return fixed_timing("decode", {"work": cycles}, batch=batch, length=kv_len, clock_hz=self.clock_hz)
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """:attr:`activation_bytes`."""
         return self.activation_bytes
 
-    def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
+    def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
         """:attr:`activation_bytes`."""
         return self.activation_bytes

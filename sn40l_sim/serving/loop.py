@@ -16,8 +16,12 @@ knows nothing of kernels:
   decode step. No transfer.
 * **Decode**: a node's static graph steps all its slots at once in ``decode_step_cycles``; a
   sequence that arrived during a step joins at the next step boundary; each step gives every
-  active sequence one token (multi-token prediction is applied only when reporting); a sequence
-  that has its ``output_len`` tokens frees its slot at the end of the step.
+  active sequence one token, plus, with speculative decoding (``speculation``, see
+  :mod:`sn40l_sim.serving.speculation`), the drafts it accepts: ``1 + A`` tokens, ``A`` drawn per
+  sequence and step (a geometric count truncated at the drafts) from a generator seeded by
+  ``(seed, request id)``, so a request's draws do not depend on what else is served, and capped
+  so that no sequence exceeds its ``output_len``. All of a step's tokens come out at its end. A
+  sequence that has its ``output_len`` tokens frees its slot at the end of the step.
 
 Examples
 --------
@@ -38,9 +42,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 
 
@@ -65,6 +71,10 @@ class ServingSetup:
         KV bytes per cached token over all layers.
     slot_cache_tokens : int
         Static cache length of one slot (what memory is reserved per slot).
+    speculation : Speculation
+        Drafts verified per step and their acceptance rate (none by default: one token per step).
+    seed : int
+        Seeds the draws of accepted drafts (with each request's id).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -77,6 +87,8 @@ class ServingSetup:
     cache_tokens: Callable[[int, int], int]
     kv_bytes_per_token: int
     slot_cache_tokens: int
+    speculation: Speculation = field(default_factory=Speculation)
+    seed: int = 0
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -110,7 +122,8 @@ class RequestLog:
 
 @dataclass(frozen=True)
 class StepLog:
-    """One decode step of one node: slots holding a sequence and KV bytes resident at its end."""
+    """One decode step of one node: sequences stepped, tokens they got, slots holding a sequence
+    and KV bytes resident at its end."""
 
     node: int
     start: int
@@ -118,6 +131,8 @@ class StepLog:
     active: int
     slots_in_use: int
     kv_bytes: int
+    #: tokens the step gave its sequences: ``active`` plus the accepted drafts
+    tokens: int = 0
 
 
 @dataclass
@@ -170,6 +185,7 @@ class _Serving:
         self.done = env.event()
         self.finished = 0
         self.steps: list[StepLog] = []
+        self._draws: dict[int, np.random.Generator] = {}
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
@@ -205,15 +221,30 @@ class _Serving:
         log.first_token = self.env.now
         log.token_cycles.append(self.env.now)
 
+    def _step_tokens(self, log: RequestLog) -> int:
+        """Tokens one step gives ``log``'s sequence: 1 plus the drafts it accepts, capped at what
+        the request still needs."""
+        spec = self.setup.speculation
+        accepted = 0
+        if spec.drafts:
+            request_id = log.request.id
+            if request_id not in self._draws:
+                self._draws[request_id] = np.random.default_rng([self.setup.seed, request_id])
+            accepted = spec.accepted(self._draws[request_id])
+        return min(1 + accepted, log.request.output_len - log.generated)
+
     def _decode_step(self, node: _DecodeNode):
         start = self.env.now
         yield self.env.timeout(self.setup.decode_step_cycles)
         self.busy["decode"][node.index] += self.setup.decode_step_cycles
+        tokens = 0
         for log in node.active:
-            log.token_cycles.append(self.env.now)
+            n = self._step_tokens(log)
+            log.token_cycles.extend([self.env.now] * n)
+            tokens += n
         # logged before finished sequences leave, so the step's peak KV is what is recorded
         self.steps.append(StepLog(node.index, start, self.env.now, len(node.active), node.table.in_use,
-                                  self._kv_bytes(node)))
+                                  self._kv_bytes(node), tokens))
         still = []
         for log in node.active:
             if log.generated == log.request.output_len:

@@ -8,11 +8,17 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
    ``may_spill`` must stay in the first tier, by default weights and KV in HBM as in the paper's
    deployment), and checks that one prompt fits on a prefill node;
 2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
-   graph (the compiled batch at the static cache length) with the step costs it is given
+   graph (the compiled batch at the static cache length, verifying the point's speculative drafts,
+   :mod:`sn40l_sim.serving.speculation`) with the step costs it is given
    (:class:`~sn40l_sim.serving.step_costs.StepTimer`, which memoises them and builds each graph
    once for both the memory sizing and the timing), each streaming its tensors from the tiers the
    memory placement put them in;
 3. serves the workload with :func:`sn40l_sim.serving.loop.simulate`.
+
+With ``k`` speculative drafts the decode graph runs the MTP module, whose layer has a cache of its
+own (reserved, and sent with the rest), and a step writes ``k + 1`` cache rows per sequence of which
+the rejected ones are overwritten by the next step: a static slot that grows with the generated
+tokens (a full cache) holds ``max_new_tokens + k`` of them, so the last step's rows fit.
 
 The step costs and the memory placer come from the caller (the study layer's assembly step binds
 the real graph builder, mapper and placer; tests use
@@ -45,6 +51,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
 
@@ -70,7 +77,10 @@ class PointSetup:
     batch_sizes: tuple[int, ...] = (1,)
     prefill_lens: tuple[int, ...] = (1,)
     max_new_tokens: int = 1
-    tokens_per_forward: float = 1.0
+    #: speculative decoding: drafts the decode step verifies and their acceptance rate
+    speculation: Speculation = field(default_factory=Speculation)
+    #: seeds the serving loop's draws of accepted drafts
+    seed: int = 0
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     graph_options: dict = field(default_factory=dict)
     #: uses (weights, kv, activations) that may be placed outside the first memory tier
@@ -132,7 +142,7 @@ class _Memory:
             s = self.s
             kv = self._kv("decode", s.decode_plan, batch, self.static_len)
             with located("graph_options"):
-                act = self.costs.decode_activation_bytes(batch, self.static_len)
+                act = self.costs.decode_activation_bytes(batch, self.static_len, self.s.speculation.drafts)
             if s.mode == "colocated":
                 # the node also prefills: the prompt's full cache before compression, and the
                 # larger of the two phases' activations
@@ -218,16 +228,21 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         :class:`PointSetup` field it is about.
     """
     clock_hz = s.node.socket.clock_hz
-    # the decode graph runs the MTP module by default when the model has one, and its attention
-    # layer has a cache of its own: reserve it, and send it with the rest
-    include_mtp = s.graph_options.get("include_mtp", s.model.mtp is not None)
-    per_token = kv_bytes_per_token(s.model, include_mtp=bool(include_mtp))
-    static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens)
+    drafts = s.speculation.drafts
+    if drafts and s.model.mtp is None:
+        raise InputError(f"model {s.model.name!r} has no mtp section: speculative decoding drafts with the "
+                         "model's multi-token-prediction module", field="speculation")
+    # the draft runs the MTP module, whose attention layer has a cache of its own: reserve it, and
+    # send it with the rest
+    include_mtp = drafts > 0
+    per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
+    # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
+    static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens + drafts)
     for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
         if plan.sockets > s.node.sockets:
             raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
                              f"{s.node.sockets}", field=f"{phase}_plan")
-    memory = _Memory(s, bool(include_mtp), static_len, place, costs)
+    memory = _Memory(s, include_mtp, static_len, place, costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
@@ -241,7 +256,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
         prefill = costs.prefill(prefill_len, memory=prefill_node_memory)
-        decode = costs.decode_step(batch, static_len, memory=placement)
+        decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
     with located("kv_transfer"):
@@ -275,7 +290,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
-                         kv_bytes_per_token=per_token, slot_cache_tokens=static_len)
+                         kv_bytes_per_token=per_token, slot_cache_tokens=static_len,
+                         speculation=s.speculation, seed=s.seed)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

@@ -12,7 +12,9 @@ A step streams its tensors from the memory tiers a placement put them in (``memo
 :class:`~sn40l_sim.mapper.placement.MemoryPlacement`; by default all in the socket's first tier).
 
 Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch,
-cache length and the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct
+cache length, speculative drafts (:attr:`~sn40l_sim.ir.Shape.drafts`: a verify step of ``k``
+drafts runs the main model over ``k + 1`` rows per sequence and the draft model ``k`` times) and
+the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct
 ones. Each graph is built once per shape and shared by the memory sizing and the timing.
 Collectives are memoised across steps too (same kind, bytes and group on idle links).
 
@@ -64,15 +66,16 @@ class StepCosts(Protocol):
     def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
         """Timing of the prefill of one prompt (batch 1), its tensors where ``memory`` put them."""
 
-    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
-        """Timing of one decode step of ``batch`` sequences each reading ``kv_len`` cached tokens,
-        its tensors where ``memory`` put them."""
+    def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
+                    memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences each reading ``kv_len`` cached tokens and
+        verifying ``drafts`` speculative tokens, its tensors where ``memory`` put them."""
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
 
-    def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
-        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len)``."""
+    def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
+        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
 
 
 def activation_bytes(graph: KernelGraph) -> int:
@@ -115,7 +118,7 @@ class StepTimer:
         self.place = place
         self.engine = engine if engine is not None else EngineOptions()
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
-        self._memo: dict[tuple[str, int, int, TierSplit | None], PhaseTiming] = {}
+        self._memo: dict[tuple[Shape, TierSplit | None], PhaseTiming] = {}
         self._graphs: dict[Shape, KernelGraph] = {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
@@ -125,20 +128,22 @@ class StepTimer:
         _positive("prompt_len", prompt_len)
         return self._timed(_prefill_shape(prompt_len), memory)
 
-    def decode_step(self, batch: int, kv_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
-        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens,
-        its tensors where ``memory`` placed them (default: all in the socket's first memory tier)."""
+    def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
+                    memory: MemoryPlacement | None = None) -> PhaseTiming:
+        """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens
+        and verifying ``drafts`` speculative tokens (0: plain decode), its tensors where ``memory``
+        placed them (default: all in the socket's first memory tier)."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
-        return self._timed(_decode_shape(batch, kv_len), memory)
+        return self._timed(_decode_shape(batch, kv_len, drafts), memory)
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
         return activation_bytes(self.graph(_prefill_shape(prompt_len)))
 
-    def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
-        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len)``."""
-        return activation_bytes(self.graph(_decode_shape(batch, kv_len)))
+    def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
+        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
+        return activation_bytes(self.graph(_decode_shape(batch, kv_len, drafts)))
 
     def graph(self, shape: Shape) -> KernelGraph:
         """The kernel graph of ``shape``, built once and shared by memory sizing and timing."""
@@ -156,12 +161,11 @@ class StepTimer:
 
     def _timed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PhaseTiming:
         phase, batch = shape.phase, shape.batch
-        length = shape.prompt_len if phase == "prefill" else shape.kv_len
         split = memory.tiers() if memory is not None else None
         # a placement that keeps everything in the socket's first tier times like no placement at all
         if split == TierSplit.all_in(next(iter(self.node.socket.memory))):
             memory = split = None
-        key = (phase, batch, length, split)
+        key = (shape, split)
         if key in self._memo:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
@@ -177,8 +181,8 @@ def _prefill_shape(prompt_len: int) -> Shape:
     return Shape("prefill", 1, prompt_len, 0)
 
 
-def _decode_shape(batch: int, kv_len: int) -> Shape:
-    return Shape("decode", batch, 0, kv_len)
+def _decode_shape(batch: int, kv_len: int, drafts: int) -> Shape:
+    return Shape("decode", batch, 0, kv_len, drafts)
 
 
 def _positive(name: str, value: int) -> None:

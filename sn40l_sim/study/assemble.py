@@ -52,6 +52,7 @@ SETUP_FIELDS = {
     "prefill_plan": "parallel.prefill",
     "decode_plan": "parallel.decode",
     "group": "parallel",
+    "speculation": "serving.speculative",
 }
 
 
@@ -116,8 +117,8 @@ class Assembly:
             decode_plan=plan_of(spec.parallel.decode), mode=serving.mode,
             prefill_nodes=self.experiment.prefill_node_count, decode_nodes=serving.decode_nodes,
             batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
-            max_new_tokens=self.experiment.max_new_tokens, tokens_per_forward=serving.tokens_per_forward,
-            kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
+            max_new_tokens=self.experiment.max_new_tokens, speculation=self.experiment.speculation,
+            seed=serving.seed, kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
             may_spill=spec.memory.may_spill)
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
@@ -165,8 +166,9 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     Raises
     ------
     InputError
-        For a missing workload, or a bad hardware or model file (naming the experiment field that
-        led to it when the file is missing), or a ``memory.order`` naming a tier the hardware lacks.
+        For a missing workload, a bad hardware or model file (naming the experiment field that
+        led to it when the file is missing), a ``memory.order`` naming a tier the hardware lacks, or
+        speculative drafts for a model without an MTP module to draft them.
     """
     spec = experiment.spec
     if node is None:
@@ -176,4 +178,8 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
     if model is None:
         model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
+    if experiment.speculation.drafts and model.mtp is None:
+        raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
+                               "speculative decoding drafts with the model's multi-token-prediction module "
+                               "(leave serving.speculative out, or set drafts: 0)")
     return Assembly(experiment, node, model)

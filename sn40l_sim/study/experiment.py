@@ -21,14 +21,25 @@ Sections:
 ``serving``
     ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
-    graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
-    (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+    graph (default: powers of two, an assumption), ``max_new_tokens``, ``speculative``
+    (speculative decoding with the model's MTP module as the draft: ``{drafts: k, acceptance: a}``;
+    each decode step verifies ``k`` drafts per sequence, the main model over ``k + 1`` rows and the
+    MTP module run ``k`` times, and yields ``(1 - a^(k+1)) / (1 - a)`` tokens per sequence on
+    average, the reported ``tokens_per_forward``; the serving loop draws the accepted drafts per
+    sequence and step from ``seed``; a full cache's static slot holds ``max_new_tokens + k``
+    tokens; the model needs an ``mtp`` section), ``kv_transfer`` and ``seed``. The former
+    ``tokens_per_forward`` multiplier is refused with a message saying what to write instead.
 ``memory``
     Where tensors go in the hardware's memory tiers: ``order`` (tiers to fill, first to last;
     default: the hardware file's order, fastest first) and ``may_spill`` (uses that may be placed
     outside the first tier of the order; default ``[activations]``: the serving model refuses a
     batch whose weights or KV would leave it, as in the paper's deployment). For example
     ``memory: {order: [hbm, ddr], may_spill: [activations, kv]}`` offloads KV to DDR.
+``graph_options``
+    Passed to the graph builder (:func:`sn40l_sim.models.builder.build_graph`):
+    ``expert_loading`` (``touched``, the default: a MoE call streams the experts its rows route
+    to; ``all``: a static fused kernel streaming every expert, as the SnapStream deployment),
+    ``routing_skew`` and ``template``.
 ``sweep``
     Axes to sweep (:mod:`sn40l_sim.study.sweep.axes`); ``run`` hands such an experiment to the
     sweep.
@@ -67,6 +78,7 @@ from pydantic import Field
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
+from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
@@ -77,6 +89,7 @@ from sn40l_sim.study.serving_section import (  # noqa: F401
     PoissonWorkload,
     RequestEntry,
     ServingSection,
+    SpeculativeSection,
     TraceWorkload,
     UniformLength,
     Workload,
@@ -187,6 +200,12 @@ class Experiment:
             raise self.error(("serving", "max_new_tokens"), "required: the static decode graph's maximum "
                              "number of generated tokens (or set shape.max_new_tokens)")
         return value
+
+    @property
+    def speculation(self) -> Speculation:
+        """The speculation of ``serving.speculative`` (no drafts when the section is absent)."""
+        section = self.spec.serving.speculative
+        return section.speculation() if section is not None else Speculation()
 
     @property
     def prefill_node_count(self) -> int:

@@ -5,6 +5,9 @@ Examples
 --------
 >>> ServingSection().batch, ServingSection().batch_sizes[:4], ServingSection().mode
 ('max', (1, 2, 4, 8), 'disaggregated')
+>>> spec = ServingSection(speculative={"drafts": 2, "acceptance": 0.8}).speculative
+>>> spec.drafts, round(spec.speculation().tokens_per_step, 6)
+(2, 2.44)
 >>> PoissonWorkload(kind="poisson", rate_per_s=2, output_len=64).output_len
 ConstantLength(dist='constant', value=64)
 """
@@ -12,9 +15,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, Seconds, StrictModel
+from sn40l_sim.serving.speculation import Speculation
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
@@ -102,6 +106,39 @@ class TraceWorkload(StrictModel):
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
 
 
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a probability in [0, 1], got {value!r}")
+    return value
+
+
+class SpeculativeSection(StrictModel):
+    """Speculative decoding with the model's multi-token-prediction (MTP) module as the draft.
+
+    Each decode step verifies ``drafts`` tokens per sequence (the main model over ``drafts + 1``
+    rows, the MTP module run ``drafts`` times) and each draft is accepted with probability
+    ``acceptance`` when the ones before it were: a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens
+    per sequence on average (:mod:`sn40l_sim.serving.speculation`). The model needs an ``mtp``
+    section. The SnapStream paper's setting is ``{drafts: 2, acceptance: 0.8}`` (its "x 2.4 at an
+    assumed 80% acceptance", REFERENCE.md section 3).
+    """
+
+    drafts: NonNegativeInt
+    acceptance: Annotated[float, BeforeValidator(_not_a_bool), Field(ge=0, le=1)]
+
+    def speculation(self) -> Speculation:
+        """The serving model's :class:`~sn40l_sim.serving.speculation.Speculation`."""
+        return Speculation(self.drafts, self.acceptance)
+
+
+def _refuse_tokens_per_forward(value: Any) -> Any:
+    if value is not None:
+        raise ValueError("no longer a multiplier: tokens per forward now follow from the speculation "
+                         "the decode step computes; write serving.speculative: {drafts: 2, acceptance: 0.8} "
+                         "(the SnapStream paper's x2.4), or leave both out for plain decode")
+    return value
+
+
 class ServingSection(StrictModel):
     """How requests are served (see :mod:`sn40l_sim.serving.loop`)."""
 
@@ -116,7 +153,11 @@ class ServingSection(StrictModel):
     prefill_lens: tuple[PositiveInt, ...] = POWERS_OF_TWO_PREFILL
     #: the static decode graph's maximum generated length (default: ``shape.max_new_tokens``)
     max_new_tokens: PositiveInt | None = None
-    tokens_per_forward: Annotated[float, Field(ge=1)] = 1.0
+    #: speculative decoding (none by default: one token per sequence and step)
+    speculative: SpeculativeSection | None = None
+    #: refused with a message saying what to write instead (it was a plain multiplier of the
+    #: reported throughput; ``speculative`` now states what the decode step computes)
+    tokens_per_forward: Annotated[Any, AfterValidator(_refuse_tokens_per_forward)] = None
     #: link carrying the KV cache from a prefill node to a decode node
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     seed: NonNegativeInt = 0

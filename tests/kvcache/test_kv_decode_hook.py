@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class EvictEveryStep(KVPolicy):
     """Heavy-hitter eviction: a fixed cache of ``budget`` tokens; each decode step adds the new
-    query's attention weights (summed over this socket's heads) to running per-position scores,
-    finds the lowest-scoring position and overwrites it with the new token's row."""
+    queries' attention weights (summed over this socket's heads and the step's query rows) to
+    running per-position scores, finds the lowest-scoring position and overwrites it with the new
+    token's row."""
 
     name = "toy_h2o"
     budget: int = 1024
@@ -44,7 +45,8 @@ class EvictEveryStep(KVPolicy):
         heads = kv_sharding(model, plan.tp // plan.attention_dp).query_heads
         positions = seqs * shape.kv_len
         row = seqs * kv_width(model)
-        ops = (Operator("accumulate_scores", "reduction", elements=positions * heads, dtype="fp32"),
+        queries = 1 + shape.drafts
+        ops = (Operator("accumulate_scores", "reduction", elements=positions * heads * queries, dtype="fp32"),
                Operator("lowest_score", "topk", elements=positions, dtype="fp32"),
                Operator("overwrite_row", "scatter", elements=row, kv_write_bytes=row * kv_dtype_bytes(model)))
         return [FusedKernel(name="h2o_evict", kind="h2o_evict", phase="decode", operators=ops,
@@ -77,11 +79,17 @@ def test_the_decode_hook_adds_a_kernel_to_every_layer(toy_policy, llama8b):
     assert not any(k.kind == "h2o_evict" for k in prefill.kernels())
 
 
-def test_the_decode_hook_runs_in_the_mtp_module_too(toy_policy):
+def test_the_decode_hook_runs_in_every_draft_run_too(toy_policy):
     r1 = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
-    graph = build_graph(r1, Shape("decode", 16, 0, 4096), ParallelPlan(16, 16), toy_policy)
-    names = [k.name for k in graph.kernels() if k.kind == "h2o_evict"]
-    assert len(names) == r1.layers + 1 and names[-1] == "MTP0.h2o_evict"
+    graph = build_graph(r1, Shape("decode", 16, 0, 4096, drafts=2), ParallelPlan(16, 16), toy_policy)
+    evictions = [k for k in graph.kernels() if k.kind == "h2o_evict"]
+    assert [k.name for k in evictions][-3:] == ["L60.h2o_evict", "MTP0.h2o_evict", "MTP1.h2o_evict"]
+    assert len(evictions) == r1.layers + 2
+    # the hook sees each run's own shape: the verify step's 3 rows per sequence, one in a draft run
+    main, draft = evictions[0].operators[0].elements, evictions[-1].operators[0].elements
+    assert main == 3 * draft
+    plain = build_graph(r1, Shape("decode", 16, 0, 4096), ParallelPlan(16, 16), toy_policy)
+    assert not any(k.name.startswith("MTP") for k in plain.kernels())
 
 
 def test_the_step_timer_charges_the_decode_kernels(toy_policy, llama8b):

@@ -31,16 +31,19 @@ def node16():
 
 
 @cache
-def deepseek_graph(phase: str, kv_len: int = 131072, batch: int = 16):
-    """DeepSeek-R1 graphs as the SnapStream deployment runs them (decode DP16 attention, TP16)."""
+def deepseek_graph(phase: str, kv_len: int = 131072, batch: int = 16, drafts: int = 0):
+    """DeepSeek-R1 graphs as the SnapStream deployment runs them (decode DP16 attention, TP16; every
+    MoE call streams all experts), decode verifying ``drafts`` MTP drafts per step (the deployment
+    runs 2; plain decode by default, whose kernels are memory-bound)."""
     from sn40l_sim.ir import ParallelPlan, Shape
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.models.loader import load_model
 
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
     if phase == "decode":
-        return build_graph(model, Shape("decode", batch, 131072, kv_len), ParallelPlan(16, 16))
-    return build_graph(model, Shape("prefill", 1, 131072), ParallelPlan(16, 1))
+        return build_graph(model, Shape("decode", batch, 131072, kv_len, drafts), ParallelPlan(16, 16),
+                           expert_loading="all")
+    return build_graph(model, Shape("prefill", 1, 131072), ParallelPlan(16, 1), expert_loading="all")
 
 
 def distinct_kernels(graph):

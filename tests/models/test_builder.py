@@ -23,8 +23,8 @@ def prefill(model, length=L, plan=TP16, **kw):
     return build_graph(model, Shape("prefill", batch=1, prompt_len=length), plan, **kw)
 
 
-def decode(model, batch=16, kv_len=L, plan=DECODE16, **kw):
-    return build_graph(model, Shape("decode", batch=batch, prompt_len=0, kv_len=kv_len), plan, **kw)
+def decode(model, batch=16, kv_len=L, plan=DECODE16, drafts=0, **kw):
+    return build_graph(model, Shape("decode", batch=batch, prompt_len=0, kv_len=kv_len, drafts=drafts), plan, **kw)
 
 
 def layer(graph, i):
@@ -130,7 +130,8 @@ def test_a_pass_reads_every_stored_weight_once(r1, llama70b):
     """Per socket, the weights a graph streams equal what the socket stores, except that the
     embedding is read only at the looked-up rows and the MTP module reads the shared LM head again."""
     from sn40l_sim.models.tensors import inventory
-    for model, plan, graph, mtp in ((r1, DECODE16, decode(r1), True), (r1, TP16, prefill(r1, 4096), False),
+    for model, plan, graph, mtp in ((r1, DECODE16, decode(r1, expert_loading="all", drafts=1), True),
+                                    (r1, TP16, prefill(r1, 4096, expert_loading="all"), False),
                                     (llama70b, ParallelPlan(8), decode(llama70b, 4, 100, ParallelPlan(8)), False)):
         tensors = {t.name: t for t in inventory(model)}
         emb = tensors["embedding"].shard_bytes(model, "row", plan.tp)
@@ -140,24 +141,39 @@ def test_a_pass_reads_every_stored_weight_once(r1, llama70b):
         assert _weights_read(graph) - gathers == stored - emb + (head if mtp else 0)
 
 
+def _routed(kernel):
+    return sum(op.weight_bytes for op in kernel.operators if op.name.startswith("expert_"))
+
+
 def test_expert_loading_touched_reads_the_expected_experts(r1):
-    all_ = layer(decode(r1, batch=16), 3)["ffn"]
+    all_ = layer(decode(r1, batch=16, expert_loading="all"), 3)["ffn"]
     touched = layer(decode(r1, batch=16, expert_loading="touched"), 3)["ffn"]
     expected = P.expected_distinct_experts(256, 8, 16)
-    routed = lambda k: sum(op.weight_bytes for op in k.operators if op.name.startswith("expert_"))  # noqa: E731
-    assert routed(touched) / routed(all_) == pytest.approx(expected / 256, rel=1e-5)
+    assert _routed(touched) / _routed(all_) == pytest.approx(expected / 256, rel=1e-5)
     assert dict(touched.notes)["experts_touched"] == pytest.approx(expected, abs=1e-3)
     assert dict(all_.notes)["experts_loaded"] == 256
     skewed = layer(decode(r1, batch=16, expert_loading="touched", routing_skew=1.0), 3)["ffn"]
-    assert routed(skewed) < routed(touched)
+    assert _routed(skewed) < _routed(touched)
     assert all_.flops == touched.flops  # FLOPs follow the tokens, not the loading
 
 
-def test_graph_is_a_deterministic_dag(r1, r1_graphs):
-    g = r1_graphs["decode"]
+def test_expert_loading_follows_the_batch_by_default(r1):
+    """The default streams the experts the batch touches: more with every batch, all of them at a
+    large batch; ``all`` streams every expert whatever the batch."""
+    batches = (1, 4, 16, 64, 256, 2048)
+    default = [_routed(layer(decode(r1, batch=b, kv_len=1024), 3)["ffn"]) for b in batches]
+    static = [_routed(layer(decode(r1, batch=b, kv_len=1024, expert_loading="all"), 3)["ffn"]) for b in batches]
+    assert all(a < b for a, b in zip(default[:-1], default[1:], strict=True))
+    assert len(set(static)) == 1
+    assert default[0] == pytest.approx(static[0] * 8 / 256, rel=1e-5)  # one token: its 8 experts
+    assert default[-1] == static[-1]                                    # 2048 tokens touch all 256
+
+
+def test_graph_is_a_deterministic_dag(r1):
+    g = decode(r1, drafts=1)
     assert nx.is_directed_acyclic_graph(g.graph)
     names = [k.name for k in g.kernels()]
-    assert names == [k.name for k in decode(r1).kernels()]
+    assert names == [k.name for k in decode(r1, drafts=1).kernels()]
     assert len(set(names)) == len(names)
     assert names[0] == "embedding" and names[1:3] == ["L00.mla", "L00.ffn"]
     assert names[-5:] == ["MTP0.mtp_proj", "MTP0.mla", "MTP0.ffn", "MTP0.lm_head", "MTP0.sampling"]
@@ -195,15 +211,6 @@ def test_kernel_structure_follows_the_deployment(r1_graphs):
     assert all(k.shards == 16 for k in r1_graphs["decode"].kernels())
     lm = [k for k in r1_graphs["prefill"].kernels() if k.kind == "lm_head"][0]
     assert ops(lm)["lm_head"].m == 1  # prefill: last token only
-
-
-def test_mtp_adds_one_moe_layer(r1):
-    with_mtp, without = decode(r1), decode(r1, include_mtp=False)
-    extra = [k for k in with_mtp.kernels() if k.name.startswith("MTP")]
-    assert len(with_mtp.kernels()) - len(without.kernels()) == len(extra) == 5
-    mtp_layer = {k.kind: k for k in extra}
-    assert mtp_layer["ffn"].signature() == layer(with_mtp, 3)["ffn"].signature()
-    assert "MTP0.mla" not in [k.name for k in prefill(r1, 1024).kernels()]
 
 
 @dataclass(frozen=True)
@@ -253,8 +260,8 @@ def test_bad_shapes_and_options(r1):
         decode(r1, plan=ParallelPlan(tp=16, attention_dp=3))
     with pytest.raises(InputError, match="kv_len"):
         decode(r1, kv_len=0)
-    with pytest.raises(InputError, match="no mtp"):
-        decode(load_model(GRAPHS_DIR / "llama3_1_8b.yaml"), plan=ParallelPlan(8), include_mtp=True)
+    with pytest.raises(InputError, match="has no mtp section"):
+        decode(load_model(GRAPHS_DIR / "llama3_1_8b.yaml"), plan=ParallelPlan(8), drafts=1)
 
 
 def test_llama_attention_data_parallel_holds_whole_sequences(llama8b):

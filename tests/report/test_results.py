@@ -21,6 +21,7 @@ from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
 from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
+from sn40l_sim.serving.speculation import Speculation  # noqa: E402
 from sn40l_sim.serving.workload import Request  # noqa: E402
 from sn40l_sim.study.assemble import memory_placer  # noqa: E402
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
@@ -31,9 +32,10 @@ PROMPT = 32768
 
 def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0)):
     policy = make_policy(policy_name, params)
-    s = PointSetup(name=policy_name, node=NODE, model=r1_model(), policy=policy, prompt_len=PROMPT,
+    s = PointSetup(name=policy_name, node=NODE, model=r1_model(mtp=True), policy=policy, prompt_len=PROMPT,
                    prefill_plan=PREFILL, decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH,
-                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, tokens_per_forward=2.4, batch=4)
+                   prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, batch=4,
+                   speculation=Speculation(drafts=2, acceptance=0.8))
     clock = NODE.socket.clock_hz
 
     def requests(slots):
@@ -53,7 +55,10 @@ def test_records_have_the_design_fields_with_consistent_values(records):
     for rec in records:
         assert set(RESULTS.design) <= set(rec)
         assert rec["decode_tokens_per_s"] == pytest.approx(rec["batch"] / rec["decode_step_s"])
-        assert rec["decode_tokens_per_s_reported"] == pytest.approx(2.4 * rec["decode_tokens_per_s"])
+        # two drafts at 80% acceptance: (1 - 0.8^3) / (1 - 0.8) = 2.44 tokens per step
+        assert rec["tokens_per_forward"] == pytest.approx(2.44)
+        assert (rec["speculative_drafts"], rec["draft_acceptance"]) == (2, 0.8)
+        assert rec["decode_tokens_per_s_reported"] == pytest.approx(2.44 * rec["decode_tokens_per_s"])
         assert rec["prefill_len"] == PROMPT and rec["batch"] == 4
         assert rec["ttft_s"] >= rec["prefill_s"]
         assert rec["latency"]["ttft_s"]["p99"] >= rec["latency"]["ttft_s"]["p50"] >= rec["prefill_s"]
@@ -64,13 +69,14 @@ def test_records_have_the_design_fields_with_consistent_values(records):
             assert {"weights", "kv", "activations", "reserved", "free", "capacity"} <= set(row)
             assert row["free"] == row["capacity"] - row["weights"] - row["kv"] - row["activations"] - row["reserved"]
         assert rec["throughput"]["output_tokens"] == sum(4 + 3 * i for i in range(4))
-    assert (full["kv_len"], snap["kv_len"]) == (PROMPT + 16, 8192)
+    # a full slot holds max_new_tokens and the two drafts after the last token; the ring does not grow
+    assert (full["kv_len"], snap["kv_len"]) == (PROMPT + 16 + 2, 8192)
     assert full["prefill_policy_overhead"] == 0.0
     # the fake prefill: mha 700 + moe_ffn 300 cycles per token, each SnapStream kernel 10
     assert snap["prefill_policy_overhead"] == pytest.approx(20 / 1000)
     assert snap["memory"]["hbm"]["reserved"] == NODE.socket.memory["hbm"].reserved_bytes
     # the fake decode step reads batch x kv_len tokens at 10 cycles each on top of 40M
-    assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16)
+    assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16 + 2)
 
 
 def test_json_is_byte_identical_across_runs_and_sorted():

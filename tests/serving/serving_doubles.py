@@ -18,12 +18,15 @@ R1 = dict(kind="model", name="r1-test", layers=61, dense_layers=3, hidden=7168, 
 
 #: KV bytes per token of R1 above (61 layers x 576 x 2 B; no MTP module)
 R1_KV_PER_TOKEN = 70272
+#: the same with the MTP module's layer, whose cache a speculative decode step's draft runs use
+R1_MTP_KV_PER_TOKEN = 71424
 PREFILL = ParallelPlan(tp=16)
 DECODE = ParallelPlan(tp=16, attention_dp=16)
 
 
-def r1_model() -> ModelSpec:
-    return ModelSpec.model_validate(R1)
+def r1_model(mtp: bool = False) -> ModelSpec:
+    """R1's hyper-parameters; with ``mtp`` its multi-token-prediction module (a speculative draft)."""
+    return ModelSpec.model_validate({**R1, "mtp": dict(modules=1)} if mtp else R1)
 
 
 def fixed_costs(policy) -> FixedStepCosts:

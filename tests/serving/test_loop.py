@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from itertools import pairwise
+from itertools import groupby, pairwise
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
+
+PLAIN = Speculation()
 
 
 def setup_for(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4, step=50, per_token=3,
-              transfer=20, cache=lambda p, g: p + g):
+              transfer=20, cache=lambda p, g: p + g, speculation=PLAIN, seed=0):
     return ServingSetup(mode=mode, prefill_nodes=prefill_nodes, decode_nodes=decode_nodes, slots=slots,
                         decode_step_cycles=step, prefill_cycles=lambda p: per_token * p,
                         transfer_cycles=lambda p: transfer + p // 10, cache_tokens=cache,
-                        kv_bytes_per_token=7, slot_cache_tokens=200 + 64)
+                        kv_bytes_per_token=7, slot_cache_tokens=200 + 64, speculation=speculation, seed=seed)
 
 
 def random_requests(seed, n=40, max_prompt=200, max_out=64):
@@ -184,3 +187,62 @@ def test_invariants_hold_for_any_workload(reqs, mode, prefill_nodes, decode_node
     for intervals in held.values():
         intervals.sort()
         assert all(b[0] >= a[1] for a, b in pairwise(intervals))
+
+
+# -- speculative decoding: 1 + accepted drafts per sequence and step --------------------------
+
+SPEC = Speculation(drafts=2, acceptance=0.8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(reqs=request_lists, mode=st.sampled_from(["disaggregated", "colocated"]),
+       decode_nodes=st.integers(1, 3), slots=st.integers(1, 6), drafts=st.integers(0, 4),
+       acceptance=st.sampled_from([0.0, 0.3, 0.8, 1.0]), seed=st.integers(0, 3))
+def test_with_speculation_every_request_finishes_once_with_exactly_its_tokens(reqs, mode, decode_nodes, slots,
+                                                                                drafts, acceptance, seed):
+    spec = Speculation(drafts, acceptance)
+    setup = setup_for(mode=mode, decode_nodes=decode_nodes, slots=slots, speculation=spec, seed=seed)
+    requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(reqs)]
+    log = simulate(requests, setup)
+    assert sorted(r.request.id for r in log.requests) == list(range(len(reqs)))
+    for r in log.requests:
+        assert r.generated == r.request.output_len and r.finish == r.token_cycles[-1]
+        assert r.token_cycles == sorted(r.token_cycles)
+    # every step gives each active sequence between 1 and 1 + drafts tokens
+    assert sum(s.tokens for s in log.steps) == sum(o - 1 for _, _, o in reqs)
+    assert all(s.active <= s.tokens <= s.active * (1 + drafts) for s in log.steps)
+    assert all(s.kv_bytes <= setup.kv_capacity_bytes for s in log.steps)
+    if acceptance == 1.0:   # every draft accepted: each step but a sequence's last gives 1 + drafts
+        for r in log.requests:
+            per_step = [len(list(group)) for _, group in groupby(r.token_cycles[1:])]
+            assert all(n == 1 + drafts for n in per_step[:-1])
+
+
+def test_tokens_per_step_converge_to_the_acceptance_formula():
+    # one long request per slot: the mean tokens per sequence and step, over ~20,000 draws
+    setup = setup_for(slots=8, step=10, per_token=0, transfer=0, speculation=SPEC, seed=1)
+    log = simulate([Request(i, 0, 10, 6000) for i in range(8)], setup)
+    full = [s for s in log.steps if s.active == 8][:-1]  # drop the end, where the cap truncates
+    mean = sum(s.tokens for s in full) / sum(s.active for s in full)
+    assert SPEC.tokens_per_step == pytest.approx(2.44)
+    assert mean == pytest.approx(SPEC.tokens_per_step, rel=0.01)
+    tpot = [(r.token_cycles[-1] - r.token_cycles[0]) / (r.generated - 1) for r in log.requests]
+    assert sum(tpot) / len(tpot) == pytest.approx(10 / 2.44, rel=0.02)
+
+
+def test_speculative_draws_are_seeded_per_request():
+    reqs = random_requests(4)
+    a = simulate(reqs, setup_for(slots=3, speculation=SPEC, seed=5))
+    b = simulate(reqs, setup_for(slots=3, speculation=SPEC, seed=5))
+    c = simulate(reqs, setup_for(slots=3, speculation=SPEC, seed=6))
+    assert [r.token_cycles for r in a.requests] == [r.token_cycles for r in b.requests]
+    assert [r.token_cycles for r in a.requests] != [r.token_cycles for r in c.requests]
+    # a request's draws do not depend on the others: served alone, its tokens per step are the same
+    long = max(reqs, key=lambda q: q.output_len)
+    alone = simulate([long], setup_for(slots=3, speculation=SPEC, seed=5)).requests[0]
+    together = next(r for r in a.requests if r.request.id == long.id)
+    per_step = lambda r: [len(list(g)) for _, g in groupby(r.token_cycles[1:])]  # noqa: E731
+    assert per_step(alone) == per_step(together)
+    # without drafts the step gives one token, as plain decode
+    plain = simulate(reqs, setup_for(slots=3, speculation=Speculation(0, 0.8)))
+    assert all(s.tokens == s.active for s in plain.steps)

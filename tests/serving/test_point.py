@@ -6,12 +6,13 @@ import math
 import re
 
 import pytest
-from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
+from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, R1_MTP_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
+from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import memory_placer
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL
@@ -27,7 +28,7 @@ FREE = int(1.5 * FULL_SLOT)
 def setup(policy, **kw) -> PointSetup:
     args = dict(name=policy.name, node=NODE, model=MODEL, policy=policy, prompt_len=PROMPT, prefill_plan=PREFILL,
                 decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH, prefill_lens=POWERS_OF_TWO_PREFILL,
-                max_new_tokens=NEW, tokens_per_forward=2.4)
+                max_new_tokens=NEW)
     args.update(kw)
     return PointSetup(**args)
 
@@ -180,3 +181,31 @@ def test_a_yaml_only_tier_can_take_the_kv():
     assert not any(result.memory.by_tier["ddr"].values())         # left out of the order
     with pytest.raises(InfeasibleError, match="does not fit in HBM per socket.*would spill to CXL"):
         run_real(FULL, node=node, order=("hbm", "cxl"), batch=64)
+
+
+def test_speculative_drafts_reach_the_step_the_slots_and_the_serving_loop():
+    spec = Speculation(drafts=2, acceptance=0.8)
+    placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (PROMPT + NEW + 2) * R1_MTP_KV_PER_TOKEN))
+    result, timer, placer = run(FULL, placer=placer, model=r1_model(mtp=True), speculation=spec, seed=4,
+                                requests=one_per_slot(output_len=NEW))
+    # a full slot holds the generated tokens and the two drafts written after the last one
+    assert result.static_cache_len == PROMPT + NEW + 2
+    assert ("decode", 16, PROMPT + NEW + 2, 2) in timer.calls
+    # the draft runs the MTP module, whose layer has a cache of its own: reserved and sent
+    assert result.kv_bytes_per_token == R1_MTP_KV_PER_TOKEN
+    assert result.memory.by_tier["hbm"]["kv"] == (PROMPT + NEW + 2) * R1_MTP_KV_PER_TOKEN
+    assert result.transfer_bytes == PROMPT * R1_MTP_KV_PER_TOKEN
+    log = result.log
+    assert log.setup.speculation == spec and log.setup.seed == 4
+    assert all(r.generated == NEW for r in log.requests)
+    assert sum(s.tokens for s in log.steps) > sum(s.active for s in log.steps)  # drafts were accepted
+    # without drafts the same model runs plain decode: no MTP layer cache
+    plain, timer, _ = run(FULL, model=r1_model(mtp=True))
+    assert plain.static_cache_len == PROMPT + NEW and plain.kv_bytes_per_token == R1_KV_PER_TOKEN
+    assert ("decode", 16, PROMPT + NEW) in timer.calls
+
+
+def test_drafts_without_an_mtp_module_are_refused():
+    with pytest.raises(InputError, match="no mtp section") as info:
+        run(FULL, speculation=Speculation(2, 0.8))
+    assert info.value.field == "speculation"

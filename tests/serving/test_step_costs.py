@@ -11,7 +11,7 @@ from engine_doubles import chain, node16, placed_kernel  # noqa: E402
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
 from sn40l_sim.errors import InputError
-from sn40l_sim.ir import Collective
+from sn40l_sim.ir import Collective, Shape
 from sn40l_sim.serving.step_costs import StepTimer
 
 NODE = node16()
@@ -56,6 +56,15 @@ def test_memoised_steps_are_the_same_object():
     assert t.decode_step(8, 4097) is not first
     assert t.prefill(4096) is t.prefill(4096)
     assert t.stats == {"prefill_runs": 1, "prefill_hits": 1, "decode_runs": 2, "decode_hits": 1, "graphs_built": 3}
+
+
+def test_a_verify_step_is_its_own_graph_and_memo_entry():
+    t = timer()
+    plain, verify = t.decode_step(8, 4096), t.decode_step(8, 4096, drafts=2)
+    assert verify is not plain and t.decode_step(8, 4096, 2) is verify
+    assert t.stats["decode_runs"] == 2 and t.stats["decode_hits"] == 1 and t.stats["graphs_built"] == 2
+    # the builder sees the drafts in the shape (the graph is the one already built)
+    assert t.graph(Shape("decode", 8, 0, 4096, drafts=2)).shape.drafts == 2 and t.stats["graphs_built"] == 2
 
 
 def test_a_graph_is_built_once_for_memory_sizing_and_timing():

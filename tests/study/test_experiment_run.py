@@ -33,7 +33,6 @@ def experiment(tmp_path, prompt=4096, batch="max", name="e.yaml"):
           batch: {batch}
           batch_sizes: [1, 2, 4, 8, 16]
           max_new_tokens: 16
-          tokens_per_forward: 2.4
           seed: 3
         """)
     path = tmp_path / name
@@ -148,3 +147,28 @@ def test_a_cxl_tier_written_only_in_yaml_runs_end_to_end(tmp_path, capsys):
     # the printed table's memory rows follow the socket's tiers, fastest first
     rows = [line.split("/socket")[0] for line in out.splitlines() if "/socket" in line]
     assert list(dict.fromkeys(rows)) == ["HBM", "DDR", "CXL"], out
+
+
+def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
+    _, text = experiment(tmp_path)
+    cases = [
+        # a model without an MTP module has nothing to draft with
+        ("  speculative: {drafts: 2, acceptance: 0.8}\n",
+         "serving.speculative.drafts: model 'llama-3.1-8b' has no mtp section"),
+        ("  speculative: {drafts: 2, acceptance: 2}\n", "serving.speculative.acceptance: Input should be less"),
+        # the former multiplier: refused, saying what to write instead
+        ("  tokens_per_forward: 2.4\n", "serving.tokens_per_forward: no longer a multiplier"),
+    ]
+    for i, (line, message) in enumerate(cases):
+        bad = tmp_path / f"spec{i}.yaml"
+        bad_text = text.replace("  seed: 3\n", "  seed: 3\n" + line)
+        bad.write_text(bad_text)
+        assert main(["run", str(bad), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{bad}:{line_of(bad_text, line.strip())}: {message}" in err
+    options = tmp_path / "include_mtp.yaml"
+    options.write_text(text + "graph_options: {include_mtp: true}\n")
+    assert main(["run", str(options), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "graph_options: include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err

@@ -33,7 +33,7 @@ BASE = textwrap.dedent("""\
     serving:
       batch: max
       max_new_tokens: 64
-      tokens_per_forward: 2.4
+      speculative: {drafts: 2, acceptance: 0.8}
     """)
 
 
@@ -55,7 +55,8 @@ def test_points_expand_policies_by_prompt_lengths(tmp_path):
     policy = make_point_policy(exp, pts[3])
     assert policy.static_cache_len(32768, 64) == 8192 and policy.sink == 8
     assert exp.max_new_tokens == 64 and exp.prefill_node_count == 1
-    assert exp.spec.serving.tokens_per_forward == 2.4
+    assert (exp.speculation.drafts, exp.speculation.acceptance) == (2, 0.8)
+    assert exp.speculation.tokens_per_step == pytest.approx(2.44)
     assert exp.spec.serving.batch_sizes[:5] == (1, 2, 4, 8, 16)
 
 
@@ -77,8 +78,18 @@ BAD = [
     ("kind: fixed", "kind: burst", "workload", "kind: fixed | poisson | trace", "kind: burst"),
     ("batch: max", "batch: 0", "serving.batch", "expected a positive value", "batch: 0"),
     ("batch: max", "batch: lots", "serving.batch", "Input should be 'max'", "batch: lots"),
-    ("tokens_per_forward: 2.4", "tokens_per_forward: 0.5", "serving.tokens_per_forward",
-     "greater than or equal to 1", "tokens_per_forward"),
+    ("speculative: {drafts: 2", "speculative: {drafts: -1", "serving.speculative.drafts",
+     "expected a value >= 0", "speculative"),
+    ("speculative: {drafts: 2", "speculative: {drafts: 1.5", "serving.speculative.drafts",
+     "expected an integer", "speculative"),
+    ("acceptance: 0.8}", "acceptance: 1.2}", "serving.speculative.acceptance",
+     "less than or equal to 1", "speculative"),
+    ("acceptance: 0.8}", "acceptance: yes}", "serving.speculative.acceptance",
+     "expected a probability in [0, 1]", "speculative"),
+    ("speculative: {drafts: 2, acceptance: 0.8}", "speculative: {drafts: 2}", "serving.speculative.acceptance",
+     "required field is missing", "speculative"),
+    ("speculative: {drafts: 2, acceptance: 0.8}", "tokens_per_forward: 2.4", "serving.tokens_per_forward",
+     "write serving.speculative: {drafts: 2, acceptance: 0.8}", "tokens_per_forward"),
     ("batch: max", "batch: max\n  mode: hybrid", "serving.mode", "'disaggregated' or 'colocated'", "mode: hybrid"),
     ("batch: max", "batch: max\n  batch_sizes: [1, 2.5]", "serving.batch_sizes[1]", "expected an integer",
      "batch_sizes"),

@@ -8,7 +8,9 @@ all-to-alls switch layouts around the attention, as for MLA.
 
 The cache holds K and V: ``kv_len * kv_heads * head_dim * 2 * kv_bytes`` per layer and sequence.
 Prefill attention is causal FlashAttention reading K/V tiles from the cache the QKV kernel wrote
-(once per query tile and KV head); decode attention streams the whole cache once.
+(once per query tile and KV head); decode attention streams the whole cache once, for all the
+``queries = 1 + drafts`` rows of a sequence in a speculative verify step (the ``group x queries``
+query rows of a KV head form one GEMM against it).
 """
 from __future__ import annotations
 
@@ -67,8 +69,9 @@ def gqa_rope(c: Ctx) -> list[Step]:
 
 
 def kv_cache_write(c: Ctx) -> list[Step]:
-    """Write the new tokens' K and V rows of this socket's KV heads to the cache."""
-    rows = c.seqs * (c.shape.prompt_len if c.phase == "prefill" else 1)
+    """Write the new tokens' K and V rows (``queries`` per sequence) of this socket's KV heads to
+    the cache."""
+    rows = c.seqs * c.queries
     kvh, d = _kv_heads(c, c.head_ways), _d(c)
     size = rows * kvh * d * 2
     return c.simd("kv_cache_write", "scatter", size,
@@ -117,13 +120,14 @@ def flash_pv(c: Ctx) -> list[Step]:
 
 
 def _group(c: Ctx) -> tuple[int, int]:
-    """(KV heads per socket, query heads per KV head) in the attention layout."""
+    """(KV heads per socket, query rows per KV head and sequence: the query heads it serves times
+    the sequence's query rows) in the attention layout."""
     kvh = _kv_heads(c, c.head_ways)
-    return kvh, -(-c.attn_heads // kvh)
+    return kvh, -(-c.attn_heads // kvh) * c.queries
 
 
 def gqa_qk(c: Ctx) -> list[Step]:
-    """Decode scores: per sequence and KV head ``[group, d] @ [d, kv_len]``; streams K."""
+    """Decode scores: per sequence and KV head ``[group * queries, d] @ [d, kv_len]``; streams K."""
     kvh, g = _group(c)
     kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
     return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
@@ -131,14 +135,14 @@ def gqa_qk(c: Ctx) -> list[Step]:
 
 
 def gqa_softmax(c: Ctx) -> list[Step]:
-    """Softmax over ``kv_len`` scores per query head and sequence."""
+    """Softmax over ``kv_len`` scores per query head and query row of each sequence."""
     kvh, g = _group(c)
     n = c.seqs * kvh * g * c.shape.kv_len
     return c.simd("gqa_softmax", "softmax", n, transcendentals=n)
 
 
 def gqa_pv(c: Ctx) -> list[Step]:
-    """Decode ``P V``: per sequence and KV head ``[group, kv_len] @ [kv_len, d]``; streams V."""
+    """Decode ``P V``: per sequence and KV head ``[group * queries, kv_len] @ [kv_len, d]``; streams V."""
     kvh, g = _group(c)
     kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
     return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read=kv,
@@ -153,13 +157,13 @@ def gqa_q_to_dp(c: Ctx) -> int:
     """All-to-all of the new Q, K, V rows from the TP to the DP layout. Bytes one socket sends:
     its heads' rows of the other sockets' sequences."""
     heads = c.proj_heads + 2 * _kv_heads(c, c.tp)
-    return (c.tokens - c.seqs) * heads * _d(c) * ACT if c.dp > 1 else 0
+    return (c.tokens - c.seqs * c.queries) * heads * _d(c) * ACT if c.dp > 1 else 0
 
 
 def gqa_o_to_tp(c: Ctx) -> int:
     """All-to-all of the head outputs back to the TP layout. Bytes one socket sends: the other
-    sockets' heads of its own sequences."""
-    return c.seqs * (c.attn_heads - c.proj_heads) * _d(c) * ACT if c.dp > 1 else 0
+    sockets' heads of its own sequences' rows."""
+    return c.seqs * c.queries * (c.attn_heads - c.proj_heads) * _d(c) * ACT if c.dp > 1 else 0
 
 
 SIZES = {f.__name__: f for f in (gqa_q_to_dp, gqa_o_to_tp)}

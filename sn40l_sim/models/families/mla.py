@@ -19,7 +19,10 @@ against one shared KV head (``[heads, 576] @ [576, kv_len]`` then ``[heads, kv_l
 512]``: ``2 * heads * (576 + 512)`` FLOPs per cached token), and an all-to-all brings the 512-wide
 head outputs back for ``W_UV`` (the V half of ``kv_b``) and the row-parallel output projection.
 In decode a socket's cache holds the whole latent of each of its sequences (replicated over
-``tp / dp`` sockets when heads are split within a sequence).
+``tp / dp`` sockets when heads are split within a sequence). A speculative verify step has
+``queries = 1 + drafts`` rows per sequence: they share one pass over the sequence's cache (its
+``heads x queries`` query rows form one GEMM against it), so the cache bytes read do not change
+while the attention FLOPs, softmax and the rows written to the cache grow ``queries`` times.
 """
 from __future__ import annotations
 
@@ -166,33 +169,35 @@ def q_absorb(c: Ctx) -> list[Step]:
 
 
 def cache_write(c: Ctx) -> list[Step]:
-    """Decode: write the new token's 576-wide latent row of each of this socket's sequences."""
-    size = c.seqs * _latent(c)
+    """Decode: write the new tokens' 576-wide latent rows (``queries`` per sequence) of this
+    socket's sequences."""
+    size = c.seqs * c.queries * _latent(c)
     return c.simd("cache_write", "scatter", size, reads=(("kv_latn", c.tokens * _latent(c) * ACT),),
                   kv_write=size * c.kv_bytes)
 
 
 def absorbed_qk(c: Ctx) -> list[Step]:
-    """Decode scores: per sequence ``[heads, 576] @ [576, kv_len]``; streams the cached latent."""
+    """Decode scores: per sequence ``[heads * queries, 576] @ [576, kv_len]``; streams the cached
+    latent once for all the sequence's query rows."""
     kv_len, lat = c.shape.kv_len, _latent(c)
-    return c.gemm("absorbed_qk", c.attn_heads, n=kv_len, k=lat, count=c.seqs,
+    return c.gemm("absorbed_qk", c.attn_heads * c.queries, n=kv_len, k=lat, count=c.seqs,
                   reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
                          ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
                   kv_read=c.seqs * kv_len * lat * c.kv_bytes)
 
 
 def absorbed_softmax(c: Ctx) -> list[Step]:
-    """Softmax over ``kv_len`` scores per head and sequence."""
-    n = c.seqs * c.attn_heads * c.shape.kv_len
+    """Softmax over ``kv_len`` scores per head and query row of each sequence."""
+    n = c.seqs * c.attn_heads * c.queries * c.shape.kv_len
     return c.simd("absorbed_softmax", "softmax", n, transcendentals=n)
 
 
 def absorbed_pv(c: Ctx) -> list[Step]:
-    """Decode ``P V``: per sequence ``[heads, kv_len] @ [kv_len, 512]`` (V is the latent itself,
-    read once with the scores' tile)."""
-    w = _att(c).kv_lora_rank
-    return c.gemm("absorbed_pv", c.attn_heads, n=w, k=c.shape.kv_len, count=c.seqs,
-                  writes=(("o_lat", c.seqs * c.attn_heads * w * ACT),))
+    """Decode ``P V``: per sequence ``[heads * queries, kv_len] @ [kv_len, 512]`` (V is the latent
+    itself, read once with the scores' tile)."""
+    w, rows = _att(c).kv_lora_rank, c.attn_heads * c.queries
+    return c.gemm("absorbed_pv", rows, n=w, k=c.shape.kv_len, count=c.seqs,
+                  writes=(("o_lat", c.seqs * rows * w * ACT),))
 
 
 def v_unabsorb(c: Ctx) -> list[Step]:
@@ -217,15 +222,17 @@ def latent(c: Ctx) -> int:
 
 def mla_q_to_dp(c: Ctx) -> int:
     """All-to-all of the absorbed 576-wide queries from the TP (heads) to the DP (sequences)
-    layout. Bytes one socket sends: its ``heads/tp`` heads of the other sockets' sequences,
-    ``(B - B/dp) * heads/tp * 576`` BF16 (the collective contract counts what a member sends)."""
-    return (c.tokens - c.seqs) * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
+    layout. Bytes one socket sends: its ``heads/tp`` heads of the other sockets' sequences' rows,
+    ``(B - B/dp) * queries * heads/tp * 576`` BF16 (the collective contract counts what a member
+    sends)."""
+    return (c.tokens - c.seqs * c.queries) * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
 
 
 def mla_o_to_tp(c: Ctx) -> int:
     """All-to-all of the 512-wide head outputs back to the TP layout. Bytes one socket sends:
-    the other sockets' heads of its own sequences, ``B/dp * (heads - heads/tp) * 512`` BF16."""
-    return c.seqs * (c.attn_heads - c.proj_heads) * _att(c).kv_lora_rank * ACT if c.dp > 1 else 0
+    the other sockets' heads of its own sequences' rows, ``B/dp * queries * (heads - heads/tp) * 512``
+    BF16."""
+    return c.seqs * c.queries * (c.attn_heads - c.proj_heads) * _att(c).kv_lora_rank * ACT if c.dp > 1 else 0
 
 
 SIZES = {f.__name__: f for f in (latent, mla_q_to_dp, mla_o_to_tp)}
