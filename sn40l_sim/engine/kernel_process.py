@@ -108,12 +108,13 @@ class KernelCosts:
     stage_collectives: bool = True
 
     @classmethod
-    def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel, chunks_per_section: int,
-                    stage_collectives: bool = True) -> KernelCosts:
+    def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel | None,
+                    chunks_per_section: int, stage_collectives: bool = True) -> KernelCosts:
         """Costs of ``pk``, section by section (stages carry their section).
 
         Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
-        bound). A section's bytes of a tier are what its streams to and from that tier's memory
+        bound). Without a ``boundary`` the call costs nothing and no configuration is loaded. A
+        section's bytes of a tier are what its streams to and from that tier's memory
         stage carry; each tier's stream is capped at (bytes per tile) / (its memory stage's
         cycles per tile), the rate the mapper's unit models allow (AGCUs, memory units in reach).
         """
@@ -135,6 +136,8 @@ class KernelCosts:
                 compute_cycles_per_tile=max(compute, default=0),
                 tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
                 tier_caps=caps, fill_cycles=pk.fill_cycles))
+        if boundary is None:
+            return cls(0, 0, (), tuple(sections), stage_collectives)
         configs = tuple(figures.config_cycles(socket, b) for b in pk.section_config_bytes)
         return cls(boundary.launch_cycles, boundary.barrier_cycles(max(1, pk.kernel.shards)), configs,
                    tuple(sections), stage_collectives)

@@ -59,6 +59,9 @@ class EngineOptions:
     chunks_per_section : int
         Most chunks a kernel section's tiles are grouped into (events per kernel are bounded by
         this, whatever the sequence length; totals do not depend on it).
+    kernel_boundaries : bool
+        Charge each kernel call its launch, barrier and configuration load (:mod:`.boundary`);
+        off, only the streaming model remains (tests of it, and "what if calls were free").
     kernel_looping : bool
         Run consecutive calls of the same kernel (:func:`~sn40l_sim.mapper.loops.find_loops`) as
         one call with a pipelined outer loop: the boundary once, each iteration streaming while
@@ -70,6 +73,7 @@ class EngineOptions:
 
     collective_algorithm: str = "auto"
     chunks_per_section: int = 8
+    kernel_boundaries: bool = True
     kernel_looping: bool = True
     stage_collectives: bool = True
 
@@ -123,8 +127,8 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
                               iteration=iteration.get(i, 0))
-        costs = KernelCosts.from_placed(pk, node.socket, boundary, options.chunks_per_section,
-                                        options.stage_collectives)
+        costs = KernelCosts.from_placed(pk, node.socket, boundary if options.kernel_boundaries else None,
+                                        options.chunks_per_section, options.stage_collectives)
         streamed[kernel.name] = env.event()
         if record.iteration:
             # a loop iteration streams once the previous one has, its compute gated on its end

@@ -191,6 +191,15 @@ def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
 
 
 def _format_value(name: str, value: float) -> str:
+    """A calibrated value in the readable unit its name says (units in names, as everywhere).
+
+    >>> _format_value("calibrated.sync_latency_s", 2.5e-6), _format_value("calibrated.config_load_bytes_per_s", 3.2e10)
+    ('2.5 us', '32 GB/s')
+    >>> _format_value("memory.hbm.efficiency", 0.91234)
+    '0.9123'
+    """
+    if name.endswith("_bytes_per_s"):
+        return f"{value / 1e9:.6g} GB/s"
     if name.endswith("_s"):
         return f"{value * 1e6:.6g} us"
     return f"{value:.4f}"

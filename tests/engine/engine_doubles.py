@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, Shape
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel, StagePlacement
@@ -32,10 +33,11 @@ def placed_kernel(node, name: str, kind: str = "gemm_kernel", *, layer: int | No
                   n_tiles: int = 64, compute_cycles_per_tile: int = 100, hbm_bytes: int = 0,
                   ddr_bytes: int = 0, tier_bytes: dict[str, int] | None = None, flops: int | None = None,
                   sections: int = 1, fill_cycles: int = 200,
-                  reconfig_cycles: int = 0, collectives: tuple[Collective, ...] = (),
+                  config_bytes: int = 0, collectives: tuple[Collective, ...] = (),
                   weight_bytes: int | None = None, kv_read_bytes: int = 0) -> PlacedKernel:
     """A kernel with one compute stage and one stage per memory tier it touches; ``cycles`` by the
-    tile-level formula ``sections x (fill + n x slowest stage) + (sections-1) x reconfig``.
+    tile-level formula ``sections x (fill + n x slowest stage + configuration load)``, each section
+    loading ``config_bytes``.
     ``flops`` defaults to 90% of what the compute stage could do at peak. Bytes per tier come from
     ``hbm_bytes``, ``ddr_bytes`` and ``tier_bytes`` (any tier of the node's socket)."""
     moved = dict.fromkeys(node.socket.memory, 0)
@@ -62,14 +64,16 @@ def placed_kernel(node, name: str, kind: str = "gemm_kernel", *, layer: int | No
         weight_bytes = sum(moved.values()) - kv_read_bytes
     op = Operator("op", "gemm", flops=flops, weight_bytes=weight_bytes, kv_read_bytes=kv_read_bytes)
     kernel = FusedKernel(name, kind, "decode", (op,), tuple(collectives), layer, 16)
-    cycles = sections * (fill_cycles + n_tiles * slowest) + (sections - 1) * reconfig_cycles
+    config = figures.config_cycles(node.socket, config_bytes)
+    cycles = sections * (fill_cycles + n_tiles * slowest + config)
     return PlacedKernel(kernel=kernel, stages=tuple(stages), sections=sections,
-                        reconfig_cycles=reconfig_cycles, n_tiles=n_tiles, cycles_per_tile=slowest,
+                        reconfig_cycles=config if sections > 1 else 0, n_tiles=n_tiles, cycles_per_tile=slowest,
                         fill_cycles=fill_cycles, tier_bytes=moved, mesh_bytes=0,
                         compute_cycles=math.ceil(flops / peak), memory_cycles=math.ceil(mem_cycles),
                         bounding_resource=bound,
                         cycles=cycles, pcus_per_tile=(64, 0, 0, 0), pmus_per_tile=(72, 0, 0, 0),
-                        sram_bytes_per_tile=(0, 0, 0, 0))
+                        sram_bytes_per_tile=(0, 0, 0, 0), overhead_cycles=config,
+                        section_config_bytes=(config_bytes,) * sections)
 
 
 def chain(kernels: list[PlacedKernel], phase: str = "decode") -> PlacedGraph:

@@ -105,7 +105,7 @@ def test_trivial_and_infeasible_groups():
 def test_unknown_algorithm_is_an_input_error():
     from sn40l_sim.errors import InputError
     with pytest.raises(InputError):
-        CollectiveModel(mesh(4), SETUP, algorithm="tree")
+        CollectiveModel(mesh(4), SETUP, algorithm="butterfly")
 
 
 def test_ring_order_follows_links():

@@ -15,8 +15,10 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.ir import Collective
 
 NODE = node16()
-OVERHEAD = figures.cycles(NODE.socket.calibrated.kernel_call_overhead_s, NODE.socket)
-NO_OVERHEAD = EngineOptions(add_call_overhead=False, stage_collectives=False)
+BOUNDARY = CollectiveModel.from_node(NODE).boundary
+#: a TP16 kernel's call: the host's launch and the barrier of its 16 sockets
+CALL = BOUNDARY.launch_cycles + BOUNDARY.barrier_cycles(16)
+NO_OVERHEAD = EngineOptions(kernel_boundaries=False, kernel_looping=False, stage_collectives=False)
 
 
 def run(kernels, options=NO_OVERHEAD):
@@ -38,17 +40,47 @@ def test_lone_kernel_matches_the_tile_level_formula(n_tiles, cpt, hbm, ddr):
     assert pk.cycles - n_tiles <= result.cycles <= pk.cycles + 8
 
 
-def test_call_overhead_is_added_once_per_kernel():
-    pks = [placed_kernel(NODE, f"k{i}", layer=i) for i in range(3)]
-    with_overhead = run(pks, EngineOptions()).cycles
-    assert with_overhead - run(pks).cycles == 3 * OVERHEAD
+def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident():
+    kinds = ("a", "b", "a")   # two kernels alternating: each call finds the other's configuration
+    pks = [placed_kernel(NODE, f"k{i}", kind, layer=i, config_bytes=10**6 * (1 + (kind == "b")))
+           for i, kind in enumerate(kinds)]
+    pks = [type(pk)(**{**pk.__dict__, "kernel": type(pk.kernel)(**{**pk.kernel.__dict__, "operators": (
+        type(pk.kernel.operators[0])(**{**pk.kernel.operators[0].__dict__, "name": kind}),)})})
+           for pk, kind in zip(pks, kinds, strict=True)]
+    options = EngineOptions(stage_collectives=False)
+    streaming = run(pks).cycles
+    configs = sum(figures.config_cycles(NODE.socket, pk.section_config_bytes[0]) for pk in pks)
+    assert run(pks, options).cycles == streaming + 3 * CALL + configs
+    # the same kernel three times: its configuration stays resident after the first call
+    same = [placed_kernel(NODE, f"k{i}", layer=i, config_bytes=10**6) for i in range(3)]
+    unlooped = run(same, EngineOptions(stage_collectives=False, kernel_looping=False)).cycles
+    streaming = run(same).cycles
+    assert unlooped == streaming + 3 * CALL + figures.config_cycles(NODE.socket, 10**6)
 
 
-def test_sections_pay_reconfiguration_between_them():
-    pk = placed_kernel(NODE, "k", n_tiles=10, compute_cycles_per_tile=100, sections=3, reconfig_cycles=2000)
-    result = run([pk])
-    assert result.cycles == pk.cycles == 3 * (200 + 1000) + 2 * 2000
-    assert result.busy_cycles["overhead"] == 4000 and result.busy_cycles["fill"] == 600
+def test_a_kernel_loop_pays_one_call_and_keeps_its_pipeline_full():
+    same = [placed_kernel(NODE, f"L{i}.dec", layer=i, n_tiles=64, compute_cycles_per_tile=100,
+                          hbm_bytes=5 * 10**6, config_bytes=10**6,
+                          collectives=(Collective("all_reduce", 2**15, 16),)) for i in range(4)]
+    looped = run(same, EngineOptions(stage_collectives=False))
+    unlooped = run(same, EngineOptions(stage_collectives=False, kernel_looping=False))
+    assert [len(looped.loops), looped.loops[0].iterations] == [1, 4] and unlooped.loops == ()
+    assert [r.launch_cycles for r in looped.records] == [BOUNDARY.launch_cycles, 0, 0, 0]
+    assert [r.fill_cycles for r in looped.records] == [200, 0, 0, 0]
+    # iteration i+1 streams once iteration i's tiles are done; its compute waits for i's all-reduce
+    for a, b in zip(looped.records, looped.records[1:], strict=False):
+        assert b.start == a.stream_end and b.stream_end >= a.end
+    saved = unlooped.cycles - looped.cycles
+    assert saved >= 3 * (CALL + 200)
+    assert any(ev.category == "loop" for ev in looped.events)
+
+
+def test_sections_load_their_configuration_between_them():
+    pk = placed_kernel(NODE, "k", n_tiles=10, compute_cycles_per_tile=100, sections=3, config_bytes=2 * 10**6)
+    config = figures.config_cycles(NODE.socket, 2 * 10**6)
+    result = run([pk], EngineOptions(stage_collectives=False))
+    assert result.cycles - CALL == pk.cycles == 3 * (200 + 1000 + config)
+    assert result.busy_cycles["overhead"] == CALL + 3 * config and result.busy_cycles["fill"] == 600
 
 
 @pytest.mark.parametrize("chunks", [1, 3, 8, 64])
@@ -86,7 +118,8 @@ def test_lower_bounds_busy_time_and_bytes(chunks):
 
 def test_chunking_does_not_change_the_totals_much():
     pk = placed_kernel(NODE, "a", n_tiles=4096, compute_cycles_per_tile=40, hbm_bytes=3 * 10**8)
-    times = [run([pk], EngineOptions(add_call_overhead=False, chunks_per_section=c, stage_collectives=False)).cycles
+    times = [run([pk], EngineOptions(kernel_boundaries=False, kernel_looping=False, chunks_per_section=c,
+                                    stage_collectives=False)).cycles
              for c in (1, 4, 16, 256)]
     assert max(times) - min(times) <= 256
 
@@ -158,7 +191,7 @@ def test_deterministic_and_breakdown_adds_up():
     assert sum(parts.values()) == pytest.approx(timing.cycles, abs=1e-6)
     assert all(v >= -1e-9 for v in parts.values())
     assert parts["kv_reads"] > 0 and parts["weights_streaming"] > 0 and parts["collectives"] > 0
-    assert parts["overheads"] == 2 * OVERHEAD
+    assert parts["launch"] + parts["synchronisation"] == pytest.approx(2 * CALL)
     assert timing.layer == 0 and set(timing.layer_cycles) == {"mla", "moe_ffn"}
     assert sum(timing.layer_cycles.values()) == timing.cycles
     assert math.isclose(sum(timing.layer_shares().values()), 1.0)
@@ -170,7 +203,7 @@ def test_overlapped_collective_and_memory_bound_kernel_share_hbm():
     hungry = placed_kernel(NODE, "moe", n_tiles=256, compute_cycles_per_tile=1, hbm_bytes=4 * 10**9,
                            collectives=(coll,))
     alone = run([hungry]).records[0]                     # no staging: they do not meet
-    shared = run([hungry], EngineOptions(add_call_overhead=False)).records[0]
+    shared = run([hungry], EngineOptions(kernel_boundaries=False)).records[0]
     assert shared.stream_end - shared.stream_start > alone.stream_end - alone.stream_start
     # max-min fair: the collective asks less than half the channel, so it keeps its links' pace
     # and the kernel's stream gets the rest
@@ -180,7 +213,7 @@ def test_overlapped_collective_and_memory_bound_kernel_share_hbm():
     assert shared.end - shared.stream_start >= total / hbm_bytes_per_cycle(NODE)
     # beside a kernel that leaves HBM idle, the collective runs at the links' pace
     quiet = placed_kernel(NODE, "moe", n_tiles=256, compute_cycles_per_tile=10**4, collectives=(coll,))
-    rec = run([quiet], EngineOptions(add_call_overhead=False)).records[0]
+    rec = run([quiet], EngineOptions(kernel_boundaries=False)).records[0]
     assert rec.collectives[0].end - rec.collectives[0].start == idle_links.cycles
 
 

@@ -64,11 +64,17 @@ def check_peaks(socket, pk: PlacedKernel) -> None:
 
 
 def check_formula(socket, pk: PlacedKernel) -> None:
-    """cycles = overhead + (sections - 1) reconfiguration + sections (fill + n_tiles x cycles per tile)."""
+    """cycles = every section's configuration load + sections (fill + n_tiles x cycles per tile),
+    the configuration being what the units and switches each section uses hold."""
     s = pk.sections
-    expected = pk.overhead_cycles + max(0, s - 1) * pk.reconfig_cycles + s * (pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile)
-    assert pk.cycles == expected
-    assert pk.overhead_cycles == figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
+    configs = [figures.config_cycles(socket, b) for b in pk.section_config_bytes]
+    assert len(configs) == s and pk.overhead_cycles == configs[0]
+    assert pk.cycles == sum(configs) + s * (pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile)
+    for index, n_bytes in enumerate(pk.section_config_bytes):
+        stages = [st for st in pk.stages if st.section == index and st.kind not in ("stream", "mesh", "memory")]
+        pcus = sum(st.pcus for st in stages) // max(1, pk.chip_tiles)
+        pmus = sum(st.pmus for st in stages) // max(1, pk.chip_tiles)
+        assert n_bytes == figures.config_bytes(socket, pcus, pmus, pk.chip_tiles)
 
 
 def check_all(socket, pk: PlacedKernel) -> None:

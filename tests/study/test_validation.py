@@ -168,20 +168,20 @@ def test_write_back_edits_the_line_of_each_field_not_the_first_with_its_name(tmp
     shutil.copytree(REPO / "hw_configs", folder)
     (folder / "tuned.yaml").write_text("base: sn40l.yaml\nname: tuned\nmemory:\n  ddr:\n"
                                        "    efficiency: 0.6   # an overlay's own guess\n")
-    names = ("memory.ddr.efficiency", "memory.hbm.efficiency", "calibrated.kernel_call_overhead_s")
-    values = (0.55, 0.65, 200e-6)
+    names = ("memory.ddr.efficiency", "memory.hbm.efficiency", "calibrated.sync_latency_s")
+    values = (0.55, 0.65, 3e-6)
     base_before = (folder / "sn40l.yaml").read_text().splitlines()
     files = write_back(folder / "tuned.yaml", FitResult(names, values, values, [], 0.0), "note")
     assert sorted(f.name for f in files) == ["sn40l.yaml", "tuned.yaml"]
     tuned = load_hardware(folder / "tuned.yaml").socket
     assert (tuned.memory["ddr"].efficiency, tuned.memory["hbm"].efficiency) == (0.55, 0.65)
-    assert tuned.calibrated.kernel_call_overhead_s == pytest.approx(200e-6)
+    assert tuned.calibrated.sync_latency_s == pytest.approx(3e-6)
     assert "    efficiency: 0.5500  # calibrated: note" in (folder / "tuned.yaml").read_text()
     base = load_hardware(folder / "sn40l.yaml").socket
     assert base.memory["hbm"].efficiency == 0.65 and base.memory["ddr"].efficiency == 0.8   # DDR's base line untouched
     base_after = (folder / "sn40l.yaml").read_text().splitlines()
     changed = [i for i, (a, b) in enumerate(zip(base_before, base_after, strict=True)) if a != b]
-    assert len(changed) == 2 and all(base_after[i].lstrip().startswith(("efficiency:", "kernel_call_overhead_s:"))
+    assert len(changed) == 2 and all(base_after[i].lstrip().startswith(("efficiency:", "sync_latency_s:"))
                                      for i in changed)
 
 
