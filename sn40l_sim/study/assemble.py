@@ -2,7 +2,10 @@
 each point its KV policy, its serving set-up, its step costs and its memory placer.
 
 ``run``, ``sweep``, ``map``, ``validate`` and ``calibrate`` all come through here, so the way an
-experiment becomes spec objects is written once. This is also where the lower layers meet: the
+experiment becomes spec objects is written once. An :class:`Assembly` holds everything its points
+read: the node, the model (which carries its kernel template), and, when the experiment names them,
+the trace's rows and the graph options' kernel template; :func:`assemble` with ``read_files=True``
+reads those two at once, so that an assembly pickled to a sweep's worker needs no file. This is also where the lower layers meet: the
 serving model (:mod:`sn40l_sim.serving`) is handed the graph builder (:mod:`sn40l_sim.models`),
 the mapper and memory placer (:mod:`sn40l_sim.mapper`) already bound to this experiment, and the
 errors it raises in its own words (the :class:`~sn40l_sim.serving.point.PointSetup` field they are
@@ -35,9 +38,10 @@ from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import KernelTemplates, load_templates
 from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
-from sn40l_sim.serving.workload import Request, build_requests
+from sn40l_sim.serving.workload import Request, TraceRow, build_requests, read_trace
 from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, points
 
 #: a :class:`PointSetup` field (the serving model's word for what was wrong) -> the experiment
@@ -87,11 +91,18 @@ class Assembly:
         The hardware, with any overrides applied.
     model : ModelSpec
         The model, with the experiment's ``model_overrides`` applied.
+    trace_rows : tuple of TraceRow, optional
+        The rows of a trace workload, already read (else read from the file when first needed).
+    graph_template : KernelTemplates, optional
+        The template ``graph_options.template`` names, already loaded (else loaded by the graph
+        builder from its path).
     """
 
     experiment: Experiment
     node: NodeSpec
     model: ModelSpec
+    trace_rows: tuple[TraceRow, ...] | None = None
+    graph_template: KernelTemplates | None = None
 
     @cached_property
     def points(self) -> list[Point]:
@@ -117,8 +128,10 @@ class Assembly:
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""
-        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan,
-                          setup.graph_options)
+        options = setup.graph_options
+        if self.graph_template is not None:
+            options = {**options, "template": self.graph_template}
+        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan, options)
 
     def memory_placer(self) -> MemoryPlacer:
         """The memory placer of this node and model."""
@@ -130,15 +143,17 @@ class Assembly:
         workload = spec.workload
         if workload is None:
             raise self.experiment.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
-        trace_path = self.experiment.resolve(workload.path, ("workload", "path")) if workload.kind == "trace" else None
         max_new_tokens = self.experiment.max_new_tokens
         clock_hz = self.node.socket.clock_hz
 
         def requests_for(slots: int) -> list[Request]:
             if not serve:
                 return []
+            rows = self.trace_rows
+            if rows is None and workload.kind == "trace":
+                rows = read_trace_rows(self.experiment)
             return build_requests(workload, prompt_len=point.prompt_len, max_new_tokens=max_new_tokens,
-                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_path=trace_path)
+                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_rows=rows)
 
         return requests_for
 
@@ -153,15 +168,40 @@ class Assembly:
         return exc.__class__(exc.message, file=file, field=field, line=line)
 
 
+def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
+    """The rows of the experiment's trace workload (None for any other workload).
+
+    Raises
+    ------
+    InputError
+        For a trace file that cannot be read or has a bad row, naming the file and the line.
+    """
+    workload = experiment.spec.workload
+    if workload is None or workload.kind != "trace":
+        return None
+    return tuple(read_trace(experiment.resolve(workload.path, ("workload", "path"))))
+
+
+def load_graph_template(experiment: Experiment) -> KernelTemplates | None:
+    """The kernel template ``graph_options.template`` names (None when it names none; the graph
+    builder reports a value that is not a path)."""
+    path = experiment.spec.graph_options.get("template")
+    return load_templates(path) if isinstance(path, str) and path else None
+
+
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
-             node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
+             node: NodeSpec | None = None, model: ModelSpec | None = None, read_files: bool = False) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
+
+    With ``read_files``, also read the trace workload's rows and the graph options' template now
+    (:func:`read_trace_rows`, :func:`load_graph_template`): the assembly then opens no file when
+    its points are simulated, wherever it is unpickled.
 
     Raises
     ------
     InputError
         For a missing workload, or a bad hardware or model file (naming the experiment field that
-        led to it when the file is missing).
+        led to it when the file is missing); with ``read_files``, a bad trace or template file.
     """
     spec = experiment.spec
     if node is None:
@@ -170,4 +210,6 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         node = with_overrides(node, hardware_overrides)
     if model is None:
         model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
-    return Assembly(experiment, node, model)
+    if not read_files:
+        return Assembly(experiment, node, model)
+    return Assembly(experiment, node, model, read_trace_rows(experiment), load_graph_template(experiment))
