@@ -2,14 +2,16 @@
 each point its KV policy, its serving set-up, its step costs and its memory placer.
 
 ``run``, ``sweep``, ``map``, ``validate`` and ``calibrate`` all come through here, so the way an
-experiment becomes spec objects is written once. An :class:`Assembly` holds everything its points
-read: the node, the model (which carries its kernel template), and, when the experiment names them,
-the trace's rows and the graph options' kernel template; :func:`assemble` with ``read_files=True``
-reads those two at once, so that an assembly pickled to a sweep's worker needs no file. This is also where the lower layers meet: the
+experiment becomes spec objects is written once. This is also where the lower layers meet: the
 serving model (:mod:`sn40l_sim.serving`) is handed the graph builder (:mod:`sn40l_sim.models`),
 the mapper and memory placer (:mod:`sn40l_sim.mapper`) already bound to this experiment, and the
 errors it raises in its own words (the :class:`~sn40l_sim.serving.point.PointSetup` field they are
 about) are located here in the experiment file.
+
+An :class:`Assembly` holds everything its points read: the node, the model (which carries its
+kernel template), and, when the experiment names them, the trace's rows and the graph options'
+kernel template (:func:`read_trace_rows`, :func:`load_graph_template`: read when first needed unless
+given, as a sweep's plan gives them, so that an assembly pickled to a worker needs no file).
 
 Examples
 --------
@@ -190,18 +192,14 @@ def load_graph_template(experiment: Experiment) -> KernelTemplates | None:
 
 
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
-             node: NodeSpec | None = None, model: ModelSpec | None = None, read_files: bool = False) -> Assembly:
+             node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
-
-    With ``read_files``, also read the trace workload's rows and the graph options' template now
-    (:func:`read_trace_rows`, :func:`load_graph_template`): the assembly then opens no file when
-    its points are simulated, wherever it is unpickled.
 
     Raises
     ------
     InputError
         For a missing workload, or a bad hardware or model file (naming the experiment field that
-        led to it when the file is missing); with ``read_files``, a bad trace or template file.
+        led to it when the file is missing).
     """
     spec = experiment.spec
     if node is None:
@@ -210,6 +208,4 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         node = with_overrides(node, hardware_overrides)
     if model is None:
         model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
-    if not read_files:
-        return Assembly(experiment, node, model)
-    return Assembly(experiment, node, model, read_trace_rows(experiment), load_graph_template(experiment))
+    return Assembly(experiment, node, model)
