@@ -1,6 +1,7 @@
 """Sweeps on Dask distributed (the optional cluster extra): a two-worker LocalCluster writes the
 bytes a two-process pool writes, and the progress bar counts the runs either way; without the extra,
-or with a scheduler that does not answer, ``--scheduler`` is one line on stderr and exit status 2."""
+or with a scheduler that does not answer, ``--scheduler`` is one line on stderr and exit status 2; a
+worker running other simulator code gives no record."""
 from __future__ import annotations
 
 import sys
@@ -10,6 +11,7 @@ from sweep_helpers import write_experiment
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.study.sweep import executors
+from sn40l_sim.study.sweep import run as run_module
 
 #: 3 sweep points x 2 policies; full at batch 2048 does not fit (exit status 1)
 SWEEP = "axes:\n  serving.batch: [2, 2048, 8]\n"
@@ -54,3 +56,13 @@ def test_local_cluster_writes_the_bytes_of_the_process_pool(tmp_path, capsys):
     # the bar counted every run as it came back, from the processes and from the cluster's workers
     for err in (pool.err, dask.err):
         assert "6/6" in err and "point full[batch=2048] failed" in err
+
+
+def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):
+    # a remote worker with another sn40l_sim installed reports another code digest with its outcome
+    real = run_module._task
+    monkeypatch.setattr(run_module, "_task", lambda run: (*real(run)[:2], "another version"))
+    records = run_module.run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n"), tmp_path / "out",
+                                   jobs=1, progress=False)
+    assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2
+    assert list((tmp_path / "out" / "runs").glob("*.json")) == []  # not kept: a resume runs them again

@@ -40,7 +40,7 @@ WORKER = textwrap.dedent("""\
     from sn40l_sim.study.sweep.run import _task, stamp
     records = []
     for run in runs:
-        outcome, _ = _task(run)
+        outcome, _, _ = _task(run)
         assert outcome.error is None, outcome.error
         records.append(stamp(run, outcome.record))
     print(json.dumps({"records": records, "opened": opened}))

@@ -110,7 +110,8 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             if model_key not in models:
                 models[model_key] = load_model(exp.resolve(spec.model, ("model",)), spec.model_overrides or None)
             workload = spec.workload
-            trace = exp.resolve(workload.path, ("workload", "path")) if workload is not None and workload.kind == "trace" else None
+            is_trace = workload is not None and workload.kind == "trace"
+            trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None
             files_key = json.dumps([str(trace) if trace else None, spec.graph_options.get("template")], default=str)
             if files_key not in files:
                 files[files_key] = (read_trace_rows(exp), load_graph_template(exp))

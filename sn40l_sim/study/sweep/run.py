@@ -27,8 +27,12 @@ from sn40l_sim.report.results import to_csv, to_json, write_results
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import open_executor
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
-from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
+from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
 from sn40l_sim.study.sweep.store import Outcome, RunStore
+
+#: the error of a run done by a worker whose sn40l_sim sources differ from this process's
+OTHER_CODE = ("internal error: the worker runs other sn40l_sim code than this process (install the same version "
+              "on every worker: docs/distributed.md)")
 
 
 class SweepRecords(list):
@@ -162,25 +166,29 @@ def stamp(run: SweepRun, record: dict) -> dict:
     return record
 
 
-def _task(run: SweepRun) -> tuple[Outcome, bool]:
-    """What a worker does: the run's outcome, and whether it is worth storing (an internal error
-    is not: a resumed sweep tries it again); never raises."""
+def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
+    """What a worker does: the run's outcome, whether it is worth storing (an internal error is
+    not: a resumed sweep tries it again), and the digest of the worker's simulator code (a remote
+    worker may have another version installed); never raises."""
     try:
         (record,) = simulate_assembly(run.assembly, only=[run.point])
-        return Outcome(record, None, False), True
+        outcome, keep = Outcome(record, None, False), True
     except InfeasibleError as exc:
-        return Outcome(None, str(exc), True), True
+        outcome, keep = Outcome(None, str(exc), True), True
     except InputError as exc:
-        return Outcome(None, str(exc), False), True
+        outcome, keep = Outcome(None, str(exc), False), True
     except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
-        return Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+        outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+    return outcome, keep, code_digest()
 
 
 def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
             window: Callable[[], int]) -> Iterator[tuple[int, Outcome, bool]]:
     """``(index, outcome, worth storing)`` of each task as it finishes, on any executor: at most
     ``window()`` tasks are submitted at a time, and each is submitted when a slot frees. A task
-    whose worker fails (a process or a cluster worker that dies) gives an internal error."""
+    whose worker fails (a process or a cluster worker that dies), or whose worker runs other
+    simulator code than this process, gives an internal error."""
+    ours = code_digest()
     pending = iter(tasks)
     in_flight: dict[cf.Future, int] = {}
 
@@ -198,9 +206,12 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
             for future in sorted(done, key=in_flight.__getitem__):
                 index = in_flight.pop(future)
                 try:
-                    outcome, keep = future.result()
+                    outcome, keep, theirs = future.result()
                 except Exception as exc:  # noqa: BLE001 - the worker, not the run, failed
-                    outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+                    error = f"internal error {type(exc).__name__}: {exc}"
+                    outcome, keep, theirs = Outcome(None, error, False), False, ours
+                if theirs != ours:
+                    outcome, keep = Outcome(None, OTHER_CODE, False), False
                 yield index, outcome, keep
             fill()
     finally:
