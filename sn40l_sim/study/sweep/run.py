@@ -193,7 +193,8 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
     in_flight: dict[cf.Future, int] = {}
 
     def fill() -> None:
-        while len(in_flight) < max(1, window()):
+        target = max(1, window())  # asked once per fill: a cluster's answer is a round trip
+        while len(in_flight) < target:
             task = next(pending, None)
             if task is None:
                 return
