@@ -115,7 +115,7 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     order = np.argsort(x[mask], kind="stable")
     ax.plot(x[mask][order], y[mask][order], "-o", color="#1f4e8c", markersize=5, label="Pareto front")
     names = [r.get("name", "") for r, keep in zip(records, mask, strict=True) if keep]
-    if len(names) <= 12:
+    if len(names) <= 6:  # more labels than that overlap
         for xi, yi, name in zip(x[mask], y[mask], names, strict=True):
             ax.annotate(name, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel(f"{labels[0][0]}, {objectives[columns[0]]}imise")
