@@ -87,7 +87,7 @@ def test_runs_are_matched_by_what_they_simulate_not_their_index(tmp_path, simula
     # a value that changes the simulation (here the hardware of every point) matches nothing stored
     simulated.clear()
     faster = run_sweep(grown, out, jobs=1, progress=False, resume=True,
-                       sets={"hardware.socket.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+                       sets={"hardware.socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
     assert faster.resumed == 0 and len(simulated) == 6
 
 
