@@ -32,6 +32,19 @@ ACT_BYTES = DTYPE_BYTES["bf16"]
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """What a decode attention's scores GEMM attends over, on one socket: ``sequences`` independent
+    caches (sequences, or sequence x KV head for GQA) of ``kv_tokens`` cached tokens each, read by
+    ``rows`` query rows each (heads x query tokens) whose outputs are ``value_width`` wide. The
+    mapper spreads them over the tiles (:mod:`sn40l_sim.mapper.attention`)."""
+
+    sequences: int
+    rows: int
+    kv_tokens: int
+    value_width: int
+
+
+@dataclass(frozen=True)
 class Operator:
     """One operator inside a fused kernel, per socket shard.
 
@@ -56,6 +69,8 @@ class Operator:
     kv_write_bytes: int = 0
     #: datatype of the elements a SIMD operator touches (a key of :data:`DTYPE_BYTES`)
     dtype: str = "bf16"
+    #: set on a decode attention's scores GEMM: what it attends over
+    attention: AttentionShape | None = None
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.calibration import fit, fixed_parameters, write_back
-    from sn40l_sim.study.runner import LoadedExperiments
-    from sn40l_sim.study.validation import compare, format_table, load_references
+    from sn40l_sim.study.calibration import fit, fixed_parameters, leave_one_out, write_back
+    from sn40l_sim.study.evaluation import LoadedExperiments
+    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
 
     references = load_references(args.references)
     socket = load_hardware(args.hardware).socket
@@ -53,11 +53,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:34s} {s:12.6g} {f:12.6g}")
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
+    print(f"\nleave one out: refitting without each calibration point ({len(result.names)} more passes) ...",
+          flush=True)
+    loo = LeaveOneOut(dict(zip(result.names, result.fitted, strict=True)),
+                      leave_one_out(result, socket, evaluate), method="refit without the point on the simulator "
+                      "linearised at the fit (study/calibration.py, leave_one_out)")
     print()
-    print(format_table(result.comparisons))
+    print(format_table(result.comparisons, loo.predictions))
     if args.write:
         files = write_back(args.hardware, result, "fitted by `python -m sn40l_sim calibrate` to the calibration "
-                           "points of experiments/reference/ (Table 4 shares, prefill overhead, Table 5 row 1); "
-                           "see docs/validation.md")
+                           "points of experiments/reference/ (SnapStream Tables 4 and 5, prefill overhead, kernel "
+                           "looping); see docs/validation.md")
+        files.append(loo.write())
         print(f"\nwrote the fitted values into {', '.join(map(str, files))}")
     return 0

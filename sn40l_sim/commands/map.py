@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.ir import Shape
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
+    from sn40l_sim.mapper.loops import find_loops
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
@@ -108,6 +109,14 @@ def run(args: argparse.Namespace) -> int:
           f"are per tile in use")
     print()
     print(format_table(socket, placed.kernels))
+    loops = find_loops([pk.kernel for pk in placed.kernels], graph)
+    looping = "on" if spec.execution.kernel_looping else "off"
+    if loops:
+        names = "; ".join(f"{placed.kernels[lp.first].kernel.name} .. {placed.kernels[lp.stop - 1].kernel.name} "
+                          f"x{lp.iterations}" for lp in loops)
+        print(f"kernel loops (execution.kernel_looping {looping}): {names}")
+    else:
+        print(f"kernel loops: none (no run of consecutive calls of one kernel; kernel_looping {looping})")
     print(f"built and placed in {built - started:.2f} s, mapped in {mapped - built:.2f} s "
           f"({len(collapse(placed.kernels))} distinct kernels)")
     if args.plot is not None:

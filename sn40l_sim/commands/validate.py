@@ -17,15 +17,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``validate``'s arguments."""
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
+    parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
+                        help="socket YAML whose calibrated values the leave-one-out column must match "
+                             "(default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate the referenced points, print the table; 1 if a calibration point misses."""
-    from sn40l_sim.study.runner import LoadedExperiments
-    from sn40l_sim.study.validation import compare, format_table, load_references
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.hardware.spec import calibrated_parameters
+    from sn40l_sim.study.evaluation import LoadedExperiments
+    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
 
     loaded = LoadedExperiments()
     comparisons = compare(load_references(args.references), lambda path: loaded.records(path, serve=False))
-    print(format_table(comparisons))
+    loo = LeaveOneOut.read()
+    if loo is not None:
+        socket = load_hardware(args.hardware).socket
+        if not loo.current({k: p.value for k, p in calibrated_parameters(socket).items()}):
+            print(f"note: the leave-one-out predictions are for other calibrated values than {args.hardware}'s; "
+                  "rerun `python -m sn40l_sim calibrate --write`")
+            loo = None
+    print(format_table(comparisons, loo.predictions if loo is not None else None))
     missed = [c for c in comparisons if c.reference.measurement.calibration and c.ok is False]
     return 1 if missed else 0

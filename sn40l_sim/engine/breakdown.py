@@ -21,6 +21,8 @@ cycles exactly (up to float rounding of the proportional splits).
 from __future__ import annotations
 
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
 
 CATEGORIES = ("weights_streaming", "kv_reads", "activations", "attention_compute", "other_compute",
               "collectives", "launch", "synchronisation", "configuration", "pipeline_fill", "idle")
@@ -93,3 +95,24 @@ def decode_step_breakdown(timing: PhaseTiming) -> dict[str, float]:
     cycles = step_breakdown_cycles(timing)
     per_cycle = timing.seconds / timing.cycles if timing.cycles else 0.0
     return {cat: v * per_cycle for cat, v in cycles.items()}
+
+
+def memory_roofline_s(timing: PhaseTiming, socket: SocketSpec) -> float:
+    """Seconds the phase's kernel traffic takes at the peak bandwidth of each memory tier (the
+    stated figures, no achievable fraction), the slowest tier setting it: the memory roofline a
+    memory-bound step approaches. Collectives' staging is not counted (it is not the kernels'
+    data). Zero when the kernels move no bytes.
+
+    >>> from types import SimpleNamespace as NS
+    >>> k = NS(tier_bytes={"hbm": 1_638_400_000, "ddr": 0})
+    >>> socket = NS(dies=2, memory={"hbm": NS(units_per_die=2, bytes_per_s_per_unit=409.6e9),
+    ...                             "ddr": NS(units_per_die=3, bytes_per_s_per_unit=16.6667e9)})
+    >>> round(memory_roofline_s(NS(kernels=(k,)), socket), 6)
+    0.001
+    """
+    out = 0.0
+    for tier in socket.memory:
+        n_bytes = sum(k.tier_bytes.get(tier, 0) for k in timing.kernels)
+        if n_bytes:
+            out = max(out, n_bytes / figures.memory_bytes_per_s(socket, tier))
+    return out

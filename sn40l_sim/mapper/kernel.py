@@ -37,6 +37,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
+from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
@@ -85,6 +86,8 @@ class KernelPlan:
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
                   spill_in: int, spill_out: int) -> SectionPlan | None:
+    # decode attention spread over the tiles merges its partial results (split-KV)
+    ops = with_combines(socket, ops, chip_tiles)
     stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out)
     alloc = allocate(socket, stages, chip_tiles)
     if alloc is None:

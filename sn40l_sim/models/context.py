@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, ParallelPlan, Shape
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, AttentionShape, Operator, ParallelPlan, Shape
 from sn40l_sim.models.tensors import Tensor, inventory
 
 if TYPE_CHECKING:
@@ -142,13 +142,13 @@ class Ctx:
 
     def gemm(self, name: str, m: int, tensor: str | None = None, *, n: int = 0, k: int = 0,
              count: int = 1, share: tuple[int, int] = (1, 1), reads: Flow = (), writes: Flow = (),
-             kv_read: int = 0, kv_write: int = 0) -> list[Step]:
+             kv_read: int = 0, kv_write: int = 0, attention: AttentionShape | None = None) -> list[Step]:
         """A GEMM ``[m, k] @ [k, n]`` (``count`` of them), weights from ``tensor``'s shard.
 
         ``n`` and ``k`` default to the shard's columns and rows. ``share = (num, den)`` takes that
         fraction of the tensor's bytes, for GEMMs that use part of a tensor (the K and V halves of
         DeepSeek's ``kv_b``, the experts a step actually loads). The FLOPs are exactly
-        ``2 * m * n * k * count``.
+        ``2 * m * n * k * count``. ``attention`` marks a decode attention's scores GEMM.
         """
         weight = elements = 0
         if tensor is not None:
@@ -162,7 +162,7 @@ class Ctx:
                                        dtype="fp8")))
         steps.append(Step(Operator(name=name, kind="gemm", flops=2 * m * n * k * count, m=m, n=n, k=k,
                                    count=count, weight_bytes=weight, kv_read_bytes=kv_read,
-                                   kv_write_bytes=kv_write), reads, writes))
+                                   kv_write_bytes=kv_write, attention=attention), reads, writes))
         return steps
 
     def simd(self, name: str, kind: str, elements: int, *, transcendentals: int = 0,

@@ -99,8 +99,14 @@ RESULTS = Fields([
     Field("decode_kernel_cycles", "cycles", "Cycles of one decode step by kernel kind, summed over the graph.",
           keys=("kernel",), golden=True, axis="decode time in {kernel} kernels"),
     Field("decode_step_breakdown_s", "s", "Where one decode step goes, by cause (weights_streaming, kv_reads, "
-          "activations, attention_compute, other_compute, collectives, overheads, pipeline_fill, idle); the parts "
-          "add up to decode_step_s.", keys=("cause",), axis="decode step: {cause}"),
+          "activations, attention_compute, other_compute, collectives, launch, synchronisation, configuration, "
+          "pipeline_fill, idle); the parts add up to decode_step_s.", keys=("cause",), axis="decode step: {cause}"),
+    Field("decode_roofline_s", "s", "The decode step's memory roofline: the bytes its kernels move to and from "
+          "each memory tier of a socket (weights, KV, activations) over that tier's peak bandwidth.",
+          axis="decode roofline (s)"),
+    Field("decode_roofline_fraction", "1", "decode_roofline_s / decode_step_s: how close the step comes to the "
+          "peak memory bandwidth (kernel looping reaches over 0.9 for dense models at batch 1, SambaNova arXiv "
+          "2410.23668).", axis="fraction of the memory roofline"),
     Field("decode_tokens_per_s", "tokens/s", "Raw decode throughput of a decode node: batch / decode_step_s "
           "(one token per sequence per step, every slot full; the drafts a speculative step accepts are "
           "counted in decode_tokens_per_s_reported).", csv=12, design=True, golden=True,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s
 from sn40l_sim.report import metrics
 from sn40l_sim.serving.point import PointResult
 
@@ -61,6 +61,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     lat = metrics.latencies(log, clock) if served else None
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
+    roofline_s = memory_roofline_s(result.decode, s.node.socket)
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
     reserved = {tier: spec.reserved_bytes for tier, spec in s.node.socket.memory.items()}
     return {
@@ -93,6 +94,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "decode_step_cycles": int(result.decode.cycles),
         "decode_kernel_cycles": {k: int(v) for k, v in sorted(result.decode.kernel_cycles.items())},
         "decode_step_breakdown_s": dict(sorted(decode_step_breakdown(result.decode).items())),
+        "decode_roofline_s": roofline_s,
+        "decode_roofline_fraction": roofline_s / step_s,
         "decode_tokens_per_s": raw,
         "speculative_drafts": s.speculation.drafts,
         "draft_acceptance": s.speculation.acceptance,

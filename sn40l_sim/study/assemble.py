@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
@@ -139,7 +140,11 @@ class Assembly:
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
-        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan, options)
+        execution = self.experiment.spec.execution
+        engine = EngineOptions(kernel_looping=execution.kernel_looping,
+                               collective_algorithm=execution.collective_algorithm)
+        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
+                          engine=engine)
 
     def memory_placer(self) -> MemoryPlacer:
         """The memory placer of this node and model, in the experiment's tier order."""

@@ -30,7 +30,7 @@ import numpy as np
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import socket_document
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
-from sn40l_sim.study.validation import Comparison, Reference
+from sn40l_sim.study.validation import Comparison, Measurement, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
 PRIOR_WEIGHT = 0.3
@@ -69,7 +69,12 @@ def fitted_names(socket: SocketSpec) -> list[str]:
 
 def residual(c: Comparison) -> float | None:
     """Normalised residual of one comparison (None for a prediction without a value)."""
-    m = c.reference.measurement
+    return measured_residual(c.reference.measurement, c.simulated)
+
+
+def measured_residual(m: Measurement, simulated: float) -> float | None:
+    """Normalised residual of a simulated value against measurement ``m`` (see the module docstring)."""
+    c = Comparison(Reference(m, Path()), simulated)
     if m.value is None or m.tolerance is None:
         return None
     t = m.tolerance
@@ -99,6 +104,38 @@ class FitResult:
 Evaluator = Callable[[list[Reference], dict[str, float]], list[Comparison]]
 
 
+class ParameterSpace:
+    """The fitted parameters as a unit box the solver works in: a parameter whose bounds span over
+    two decades (a bandwidth, a latency) moves on a log scale, the others linearly, so that a
+    finite-difference step means the same to every parameter whatever its unit."""
+
+    def __init__(self, socket: SocketSpec) -> None:
+        params = calibrated_parameters(socket)
+        self.names = fitted_names(socket)
+        self.lows = np.array([params[n].low for n in self.names], dtype=float)
+        self.highs = np.array([params[n].high for n in self.names], dtype=float)
+        self.log = (self.lows > 0) & (self.highs / np.where(self.lows > 0, self.lows, 1.0) > 100.0)
+        start = np.array([params[n].value for n in self.names], dtype=float)
+        self.start = np.clip(start, self.lows, self.highs)
+        # log-scale parameters: their bounds as logarithms (others keep a dummy decade)
+        self._log_low = np.log(np.where(self.log, self.lows, 1.0))
+        self._log_span = np.log(np.where(self.log, self.highs, 10.0)) - self._log_low
+
+    def to_unit(self, x: np.ndarray) -> np.ndarray:
+        """Parameter values -> the unit box."""
+        logs = (np.log(np.where(self.log, x, 1.0)) - self._log_low) / self._log_span
+        return np.where(self.log, logs, (x - self.lows) / (self.highs - self.lows))
+
+    def from_unit(self, u: np.ndarray) -> np.ndarray:
+        """The unit box -> parameter values."""
+        logs = np.exp(self._log_low + u * self._log_span)
+        return np.where(self.log, logs, self.lows + u * (self.highs - self.lows))
+
+    def values(self, u: np.ndarray) -> dict[str, float]:
+        """Dotted path -> value of the point ``u`` of the unit box."""
+        return dict(zip(self.names, map(float, self.from_unit(u)), strict=True))
+
+
 def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         max_evaluations: int = 60) -> FitResult:
     """Fit the calibrated parameters of ``socket`` to the calibration references.
@@ -117,34 +154,69 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
     """
     from scipy.optimize import least_squares
 
-    refs = [r for r in references if r.measurement.calibration and r.measurement.value is not None]
-    params = calibrated_parameters(socket)
-    names = fitted_names(socket)
-    start = {path: p.value for path, p in params.items()}
-    lows = np.array([params[n].low for n in names])
-    highs = np.array([params[n].high for n in names])
-    spans = highs - lows
-    x0 = np.clip(np.array([start[n] for n in names], dtype=float), lows, highs)
+    refs = calibration_references(references)
+    space = ParameterSpace(socket)
+    u0 = space.to_unit(space.start)
     cache: dict[tuple, list[Comparison]] = {}
 
-    def comparisons_at(x: np.ndarray) -> list[Comparison]:
-        key = tuple(np.round(x, 12))
+    def comparisons_at(u: np.ndarray) -> list[Comparison]:
+        key = tuple(np.round(u, 12))
         if key not in cache:
-            cache[key] = evaluate(refs, dict(zip(names, map(float, x), strict=True)))
+            cache[key] = evaluate(refs, space.values(u))
         return cache[key]
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        x = lows + u * spans  # the solver works on [0, 1] boxes so parameters of any unit compare
-        measured = [r for r in (residual(c) for c in comparisons_at(x)) if r is not None]
-        prior = PRIOR_WEIGHT * (x - x0) / spans
-        return np.concatenate([np.array(measured, dtype=float), prior])
+        measured = [r for r in (residual(c) for c in comparisons_at(u)) if r is not None]
+        return np.concatenate([np.array(measured, dtype=float), PRIOR_WEIGHT * (u - u0)])
 
-    u0 = (x0 - lows) / spans
     solution = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=0.02, x_scale=1.0,
                              max_nfev=max_evaluations, method="trf")
-    x = lows + solution.x * spans
-    return FitResult(tuple(names), tuple(map(float, x0)), tuple(map(float, x)), comparisons_at(x),
+    return FitResult(tuple(space.names), tuple(map(float, space.start)),
+                     tuple(map(float, space.from_unit(solution.x))), comparisons_at(solution.x),
                      float(solution.cost))
+
+
+def calibration_references(references: list[Reference]) -> list[Reference]:
+    """The references a fit uses: calibration points with a measured value."""
+    return [r for r in references if r.measurement.calibration and r.measurement.value is not None]
+
+
+def leave_one_out(result: FitResult, socket: SocketSpec, evaluate: Evaluator, step: float = 0.01) -> dict[str, float]:
+    """Each calibration point predicted by a fit that leaves it out: measurement id -> simulated value.
+
+    The refits are made on the simulator linearised at ``result`` (one extra pass over the
+    references per fitted parameter for the sensitivities), with the same residuals, prior and
+    bounds as :func:`fit`: a refit without point ``i`` moves the parameters by ``delta_i`` to fit the
+    others, and ``simulated_i + dsimulated_i/du . delta_i`` is its prediction.
+    """
+    from scipy.optimize import least_squares
+
+    space = ParameterSpace(socket)
+    u_fit = space.to_unit(np.array(result.fitted, dtype=float))
+    u0 = space.to_unit(space.start)
+    comps = [c for c in result.comparisons if c.reference.measurement.value is not None]
+    refs = [c.reference for c in comps]
+    base = np.array([c.simulated for c in comps], dtype=float)
+    jac = np.zeros((len(comps), len(space.names)))
+    for j in range(len(space.names)):
+        h = step if u_fit[j] + step <= 1.0 else -step
+        u = u_fit.copy()
+        u[j] += h
+        moved = np.array([c.simulated for c in evaluate(refs, space.values(u))], dtype=float)
+        jac[:, j] = (moved - base) / h
+    out: dict[str, float] = {}
+    for i, left in enumerate(comps):
+        keep = [k for k in range(len(comps)) if k != i]
+
+        def surrogate(u: np.ndarray, keep=keep) -> np.ndarray:
+            sim = base + jac @ (u - u_fit)
+            measured = [measured_residual(comps[k].reference.measurement, sim[k]) for k in keep]
+            return np.concatenate([np.array([r for r in measured if r is not None], dtype=float),
+                                   PRIOR_WEIGHT * (u - u0)])
+
+        u_i = least_squares(surrogate, u_fit, bounds=(0.0, 1.0), method="trf").x
+        out[left.reference.measurement.id] = float(base[i] + jac[i] @ (u_i - u_fit))
+    return out
 
 
 #: one ``key: value  # comment`` line of a block mapping

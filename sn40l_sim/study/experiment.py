@@ -35,6 +35,10 @@ Sections:
     outside the first tier of the order; default ``[activations]``: the serving model refuses a
     batch whose weights or KV would leave it, as in the paper's deployment). For example
     ``memory: {order: [hbm, ddr], may_spill: [activations, kv]}`` offloads KV to DDR.
+``execution``
+    How the compiled graphs run: ``kernel_looping`` (default on, as SN40L runs decode: consecutive
+    calls of one kernel become one call with a pipelined outer loop, SambaNova arXiv 2410.23668)
+    and ``collective_algorithm`` (``auto``, ``ring``, ``direct`` or ``tree``).
 ``graph_options``
     Passed to the graph builder (:func:`sn40l_sim.models.builder.build_graph`):
     ``expert_loading`` (``touched``, the default: a MoE call streams the experts its rows route
@@ -147,6 +151,16 @@ class MemorySection(StrictModel):
     may_spill: tuple[Use, ...] = ("activations",)
 
 
+class ExecutionSection(StrictModel):
+    """How the compiled graphs run (deployment options, not hardware numbers)."""
+
+    #: consecutive calls of the same kernel run as one call with a pipelined outer loop (SambaNova
+    #: kernel looping, arXiv 2410.23668, deployed in production): on, as SN40L runs decode
+    kernel_looping: bool = True
+    #: the collective algorithm (``auto``: the fastest of ring, direct and tree for each call)
+    collective_algorithm: Literal["auto", "ring", "direct", "tree"] = "auto"
+
+
 class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
@@ -162,6 +176,7 @@ class ExperimentSpec(StrictModel):
     workload: Workload | None = None
     serving: ServingSection = ServingSection()
     memory: MemorySection = MemorySection()
+    execution: ExecutionSection = ExecutionSection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
     #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`

@@ -8,6 +8,7 @@ measurements that read them.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,9 @@ class Measurement(StrictModel):
     source: str
     experiment: str
     point: str
+    #: another record of the same experiment: the measurement is the ratio of the two records'
+    #: quantities (e.g. a step with kernel looping off over the same step with it on)
+    relative_to: str | None = None
     calibration: bool
 
 
@@ -159,30 +163,76 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
             records[ref.experiment_path] = {r["name"]: r for r in simulate(ref.experiment_path)}
         by_name = records[ref.experiment_path]
         m = ref.measurement
-        if m.point not in by_name:
-            raise InputError(f"measurement {m.id!r} names point {m.point!r}, but {ref.experiment_path.name} "
-                             f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1],
-                             field="point")
-        out.append(Comparison(ref, extract(by_name[m.point], m)))
+        for field, name in (("point", m.point), ("relative_to", m.relative_to)):
+            if name is not None and name not in by_name:
+                raise InputError(f"measurement {m.id!r} names point {name!r}, but {ref.experiment_path.name} "
+                                 f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1], field=field)
+        value = extract(by_name[m.point], m)
+        if m.relative_to is not None:
+            value /= extract(by_name[m.relative_to], m)
+        out.append(Comparison(ref, value))
     return out
 
 
-def format_table(comparisons: list[Comparison]) -> str:
+#: where ``calibrate --write`` leaves each calibration point's leave-one-out prediction
+LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """Each calibration point as predicted by a fit without it (``calibrate`` computes them), with
+    the calibrated values of the fit they were computed at."""
+
+    fitted: dict[str, float]
+    predictions: dict[str, float]
+    method: str = ""
+
+    def current(self, calibrated: dict[str, float], rel_tol: float = 1e-4) -> bool:
+        """Whether these predictions belong to the ``calibrated`` values in use."""
+        return set(self.fitted) <= set(calibrated) and all(
+            abs(calibrated[k] - v) <= rel_tol * max(abs(v), 1e-300) for k, v in self.fitted.items())
+
+    def write(self, path: Path = LEAVE_ONE_OUT) -> Path:
+        """Write as JSON (sorted keys, so it diffs as data)."""
+        text = json.dumps({"method": self.method, "fitted": self.fitted, "predictions": self.predictions},
+                          indent=1, sort_keys=True)
+        path.write_text(text + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: Path = LEAVE_ONE_OUT) -> LeaveOneOut | None:
+        """The file at ``path`` (None when there is none)."""
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(dict(data["fitted"]), dict(data["predictions"]), str(data.get("method", "")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"cannot read the leave-one-out predictions: {exc}; rerun "
+                             "`python -m sn40l_sim calibrate --write`", file=path) from None
+
+
+def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = None) -> str:
     """The table ``validate`` prints, with summary lines of the mean and worst absolute error per
-    unit (percentage points for shares, percent for rates, counts for batches)."""
+    unit (percentage points for shares, percent for rates, counts for batches). With ``loo``
+    (measurement id -> the value a fit without that point predicts), a leave-one-out column shows
+    the error of that prediction."""
     rows = [("id", "quantity", "measured", "simulated", "error", "ok", "role")]
+    if loo is not None:
+        rows[0] = rows[0] + ("leave-one-out",)
     by_kind: dict[str, list[float]] = {}
     for c in comparisons:
         m = c.reference.measurement
         quantity = m.quantity + (f"[{m.key}]" if m.key else "")
         err = c.error
-        text = ""
+        text = _error_text(c)
         if err is not None:
             by_kind.setdefault(c.error_kind, []).append(abs(err))
-            text = {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}[c.error_kind]
-        rows.append((m.id, quantity, _fmt(c.measured), _fmt(c.simulated), text,
-                     {True: "yes", False: "NO", None: "-"}[c.ok],
-                     "calibration" if m.calibration else "prediction"))
+        row = (m.id, quantity, _fmt(c.measured), _fmt(c.simulated), text,
+               {True: "yes", False: "NO", None: "-"}[c.ok], "calibration" if m.calibration else "prediction")
+        if loo is not None:
+            row = row + (_error_text(Comparison(c.reference, loo[m.id])) if m.id in loo else "",)
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -193,6 +243,13 @@ def format_table(comparisons: list[Comparison]) -> str:
         lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):.2f}{unit[kind]}, "
                      f"worst {max(errs):.2f}{unit[kind]} ({len(errs)} measurements)")
     return "\n".join(lines)
+
+
+def _error_text(c: Comparison) -> str:
+    err = c.error
+    if err is None:
+        return ""
+    return {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}[c.error_kind]
 
 
 def _fmt(value: float | None) -> str:

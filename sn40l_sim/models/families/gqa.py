@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import AttentionShape, ParallelPlan
 from sn40l_sim.models.context import ACT
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
@@ -131,7 +131,8 @@ def gqa_qk(c: Ctx) -> list[Step]:
     kvh, g = _group(c)
     kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
     return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
-                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read=kv)
+                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read=kv,
+                  attention=AttentionShape(c.seqs * kvh, g, c.shape.kv_len, _d(c)))
 
 
 def gqa_softmax(c: Ctx) -> list[Step]:

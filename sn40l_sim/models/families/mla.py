@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import AttentionShape, ParallelPlan
 from sn40l_sim.models.context import ACT
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
@@ -180,10 +180,12 @@ def absorbed_qk(c: Ctx) -> list[Step]:
     """Decode scores: per sequence ``[heads * queries, 576] @ [576, kv_len]``; streams the cached
     latent once for all the sequence's query rows."""
     kv_len, lat = c.shape.kv_len, _latent(c)
-    return c.gemm("absorbed_qk", c.attn_heads * c.queries, n=kv_len, k=lat, count=c.seqs,
+    rows = c.attn_heads * c.queries
+    return c.gemm("absorbed_qk", rows, n=kv_len, k=lat, count=c.seqs,
                   reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
                          ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
-                  kv_read=c.seqs * kv_len * lat * c.kv_bytes)
+                  kv_read=c.seqs * kv_len * lat * c.kv_bytes,
+                  attention=AttentionShape(c.seqs, rows, kv_len, _att(c).kv_lora_rank))
 
 
 def absorbed_softmax(c: Ctx) -> list[Step]:

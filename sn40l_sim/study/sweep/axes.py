@@ -50,7 +50,7 @@ from sn40l_sim.yamlio import PathError, set_value
 
 #: keys of a range axis, and of an axis with an explicit path
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
-PATH_KEYS = frozenset({"path", "values"})
+PATH_KEYS = frozenset({"path", "values", "labels"})
 SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible", "objectives"})
 PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where"})
 
@@ -78,12 +78,22 @@ class Axis:
         The values, in order.
     label : str
         Short name used in point names (the last path part, or the full name when two axes share it).
+    value_labels : tuple of str
+        Names of the values in point names (``labels:`` of an axis with an explicit path; default:
+        the values themselves, written compactly).
     """
 
     name: str
     path: tuple[str, ...]
     values: tuple[Any, ...]
     label: str
+    value_labels: tuple[str, ...] = ()
+
+    def value_label(self, value: Any) -> str:
+        """How ``value`` appears in a point name."""
+        if self.value_labels:
+            return self.value_labels[self.values.index(value)]
+        return value_text(value)
 
     @property
     def hardware_field(self) -> str | None:
@@ -139,14 +149,18 @@ def axis_values(spec: Any) -> list[Any]:
 
 
 def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
-    """``(path, values)`` of one entry of ``sweep.axes`` (the path checks come later)."""
+    """``(path, values)`` of one entry of ``sweep.axes`` (the path checks come later).
+
+    >>> parse_axis("model", {"path": "model", "values": ["a.yaml", "b.yaml"], "labels": ["A", "B"]})
+    (('model',), ['a.yaml', 'b.yaml'])
+    """
     if not isinstance(name, str) or not name:
         raise AxisError(f"expected an axis name, got {name!r}")
     path_text = name
     if isinstance(spec, dict) and "path" in spec:
         unknown = sorted(set(spec) - PATH_KEYS)
         if unknown:
-            raise AxisError(f"unknown key {unknown[0]!r} (expected path and values)", (unknown[0],))
+            raise AxisError(f"unknown key {unknown[0]!r} (expected path, values and labels)", (unknown[0],))
         if "values" not in spec:
             raise AxisError("required field is missing", ("values",))
         path_text = spec["path"]
@@ -156,6 +170,7 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
             values = axis_values(spec["values"])
         except AxisError as exc:
             raise AxisError(str(exc), ("values",) + exc.where) from None
+        value_labels(spec, values)
     else:
         values = axis_values(spec)
     parts = tuple(path_text.split("."))
@@ -163,6 +178,31 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
         raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}",
                         ("path",) if path_text != name else ())
     return parts, values
+
+
+def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
+    """The ``labels:`` of an axis with an explicit path: one plain name per value (default: none).
+
+    >>> value_labels({"labels": ["8B", "70B"]}, ["a", "b"])
+    ('8B', '70B')
+    >>> value_labels({"labels": ["8B"]}, ["a", "b"])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.study.sweep.axes.AxisError: expected one label per value (2), got 1
+    """
+    labels_ = spec.get("labels") if isinstance(spec, dict) else None
+    if labels_ is None:
+        return ()
+    if not isinstance(labels_, list) or not all(isinstance(x, str) and x and x.replace("_", "").replace(
+            "-", "").replace(".", "").isalnum() for x in labels_):
+        raise AxisError("expected a list of plain names (letters, digits, '.', '-', '_')", ("labels",))
+    if len(labels_) != len(values):
+        raise AxisError(f"expected one label per value ({len(values)}), got {len(labels_)}", ("labels",))
+    for i, (value, label) in enumerate(zip(values, labels_, strict=True)):
+        other = next((j for j, v in enumerate(values[:i]) if (v == value) != (labels_[j] == label)), None)
+        if other is not None:
+            raise AxisError(f"label {label!r} must name one value: equal values take equal labels", ("labels", i))
+    return tuple(labels_)
 
 
 def parse_plot(spec: Any) -> dict[str, Any] | None:
@@ -252,7 +292,7 @@ def point_name(axes: list[Axis], values: tuple[Any, ...]) -> str:
     >>> point_name([Axis("serving.batch", ("serving", "batch"), (8,), "batch")], (8,))
     'batch=8'
     """
-    return ",".join(f"{axis.label}={value_text(v)}" for axis, v in zip(axes, values, strict=True))
+    return ",".join(f"{axis.label}={axis.value_label(v)}" for axis, v in zip(axes, values, strict=True))
 
 
 def set_path(data: Any, path: tuple[str, ...], value: Any) -> None:

@@ -63,6 +63,7 @@ from sn40l_sim.study.sweep.axes import (
     parse_plot,
     point_name,
     set_path,
+    value_labels,
 )
 from sn40l_sim.yamlio import Document, load_document
 
@@ -214,7 +215,7 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
         parsed.append((name, path, values))
     explicit = {name for name, axis_spec in spec.items() if isinstance(axis_spec, dict) and "path" in axis_spec}
     short = labels([(n, p) for n, p, _ in parsed], explicit)
-    axes = [Axis(n, p, tuple(v), s) for (n, p, v), s in zip(parsed, short, strict=True)]
+    axes = [Axis(n, p, tuple(v), s, value_labels(spec[n], v)) for (n, p, v), s in zip(parsed, short, strict=True)]
     if mode == "zip" and len({len(a.values) for a in axes}) > 1:
         counts = ", ".join(f"{a.name}: {len(a.values)}" for a in axes)
         raise doc.error(("sweep", "axes", axes[-1].name), f"zip needs axes of equal length, got {counts}")

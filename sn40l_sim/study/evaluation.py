@@ -1,0 +1,76 @@
+"""Experiments loaded once and simulated again under hardware overrides: what ``validate`` and
+``calibrate`` need (many evaluations of the same few experiments, steps only).
+
+A reference measurement names an experiment and one of its records. A plain experiment gives one
+record per point (``full``, ``snapstream@64K``); an experiment with a ``sweep:`` section gives one per
+run, named as the sweep names it (``full[model=llama3_1_70b,sockets=8,...]``), so a measurement can
+name one configuration of a small sweep (a model, a socket count, kernel looping on or off).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sn40l_sim.hardware.loader import with_overrides
+from sn40l_sim.study.assemble import Assembly, assemble
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.runner import simulate_assembly
+from sn40l_sim.study.sweep.load import load_sweep
+from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
+from sn40l_sim.study.sweep.run import stamp
+
+
+class LoadedExperiments:
+    """Experiments loaded and assembled once per process, simulated again under hardware overrides.
+
+    Examples
+    --------
+    >>> loaded = LoadedExperiments()
+    >>> first = loaded.records("experiments/deepseek_tp16.yaml", serve=False)
+    >>> loaded.records("experiments/deepseek_tp16.yaml", serve=False) == first, len(loaded)
+    (True, 1)
+    """
+
+    def __init__(self) -> None:
+        self._loaded: dict[Path, Assembly | list[SweepRun]] = {}
+
+    def __len__(self) -> int:
+        return len(self._loaded)
+
+    def load(self, path: str | Path) -> Assembly | list[SweepRun]:
+        """The experiment at ``path`` assembled (or, for a sweep, its runs planned), on first use.
+
+        Raises
+        ------
+        InputError
+            For a bad experiment, or a sweep point that does not assemble.
+        """
+        key = Path(path).resolve()
+        if key not in self._loaded:
+            exp = load_experiment(key)
+            if exp.spec.sweep is None:
+                if exp.spec.workload is None:
+                    raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+                self._loaded[key] = assemble(exp)
+            else:
+                runs, failures = expand_runs(load_sweep(key))
+                if failures:
+                    _, name, error = failures[0]
+                    raise exp.error(("sweep",), f"sweep point {name} does not assemble: {error}")
+                self._loaded[key] = runs
+        return self._loaded[key]
+
+    def records(self, path: str | Path, *, serve: bool = True,
+                hardware_overrides: dict[str, Any] | None = None) -> list[dict]:
+        """The records of the experiment at ``path`` on its hardware with ``hardware_overrides``."""
+        loaded = self.load(path)
+        if isinstance(loaded, Assembly):
+            return simulate_assembly(_overridden(loaded, hardware_overrides), serve=serve)
+        return [stamp(run, simulate_assembly(_overridden(run.assembly, hardware_overrides), only=[run.point],
+                                             serve=serve)[0])
+                for run in loaded]
+
+
+def _overridden(asm: Assembly, overrides: dict[str, Any] | None) -> Assembly:
+    return replace(asm, node=with_overrides(asm.node, overrides)) if overrides else asm
