@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmus_for_buffer
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.stages import StageWork
 
 _EPS = 1e-9
@@ -71,8 +72,8 @@ def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
     return max(held, 1 if needs else 0)
 
 
-def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
-    return max(1, min(socket.tile.pcus, math.ceil(stage.parallelism / chip_tiles)))
+def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> int:
+    return max(1, min(budget.pcus_for(stage.name, socket.tile.pcus), math.ceil(stage.parallelism / chip_tiles)))
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,13 @@ class _Limits:
     min_pmus: int
     max_pcus: int
     sram_at_min: int
+    max_pmus: int
 
 
-def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> _Limits:
+def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
     r = _min_pmus(socket, stage, chip_tiles)
-    return _Limits(r, _max_pcus(socket, stage, chip_tiles), _sram_cycles(socket, stage, r, chip_tiles))
+    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), _sram_cycles(socket, stage, r, chip_tiles),
+                   budget.pmus_for(stage.name, socket.tile.pmus))
 
 
 def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_tiles: int,
@@ -104,8 +107,10 @@ def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_til
     else:
         q = 1
     r = limits.min_pmus
+    if r > limits.max_pmus:
+        return None
     if limits.sram_at_min > target:
-        lo, hi = max(r, 1), socket.tile.pmus
+        lo, hi = max(r, 1), limits.max_pmus
         if _sram_cycles(socket, stage, hi, chip_tiles) > target:
             return None
         while lo < hi:
@@ -119,9 +124,10 @@ def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_til
 
 
 def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-          target: int) -> list[tuple[int, int]] | None:
+          target: int, budget: UnitBudget) -> list[tuple[int, int]] | None:
     units = []
     pcus = pmus = 0
+    tile_pcus, tile_pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
     for stage, lim in zip(stages, limits, strict=True):
         if lim is None:
             if stage.fixed_cycles > target:
@@ -133,13 +139,14 @@ def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | No
             return None
         pcus += got[0]
         pmus += got[1]
-        if pcus > socket.tile.pcus or pmus > socket.tile.pmus:
+        if pcus > tile_pcus or pmus > tile_pmus:
             return None
         units.append(got)
     return units
 
 
-def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Allocation | None:
+def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
+             budget: UnitBudget = NO_LIMITS) -> Allocation | None:
     """The balanced allocation of ``stages`` on ``chip_tiles`` tiles, or None if they do not fit.
 
     Parameters
@@ -149,39 +156,41 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
         Memory and compute stages of one section (see :func:`~sn40l_sim.mapper.stages.section_stages`).
     chip_tiles : int
         Tiles in use; every compute stage gets the same units on each.
+    budget : UnitBudget
+        Limits on the PCUs and PMUs per tile of the kernel and of named stages.
 
     Returns
     -------
     Allocation or None
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
-    limits = [None if s.is_memory else _limits(socket, s, chip_tiles) for s in stages]
+    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget) for s in stages]
     hi = 0
     for s, lim in zip(stages, limits, strict=True):
         if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
             hi = max(hi, _compute_cycles(s, 1, chip_tiles), lim.sram_at_min)
-    if _fits(socket, stages, limits, chip_tiles, hi) is None:
+    if _fits(socket, stages, limits, chip_tiles, hi, budget) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
              + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True) if lim] + [0])
     # every PCU of the tiles busy is a lower bound too
     work = sum(s.work_cycles for s in stages if not s.is_memory)
-    lo = min(hi, max(lo, math.floor(work / (chip_tiles * socket.tile.pcus))))
+    lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
     # the answer is usually within a few % of the bounds: gallop up from them, then bisect
     step = max(1, lo // 64)
-    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step)) is None:
+    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step), budget) is None:
         lo = min(hi, lo + step + 1)
         step *= 2
     hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits(socket, stages, limits, chip_tiles, mid) is not None:
+        if _fits(socket, stages, limits, chip_tiles, mid, budget) is not None:
             hi = mid
         else:
             lo = mid + 1
-    units = _fits(socket, stages, limits, chip_tiles, lo)
+    units = _fits(socket, stages, limits, chip_tiles, lo, budget)
     assert units is not None
     cycles, bounds = [], []
     for stage, (q, r) in zip(stages, units, strict=True):

@@ -37,6 +37,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
@@ -80,9 +81,9 @@ class KernelPlan:
 
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                  spill_in: int, spill_out: int) -> SectionPlan | None:
+                  spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
     stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out)
-    alloc = allocate(socket, stages, chip_tiles)
+    alloc = allocate(socket, stages, chip_tiles, budget)
     if alloc is None:
         return None
     cells = place_stages(socket, stages, alloc)
@@ -101,12 +102,14 @@ def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_
 
 
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int, overhead: int) -> KernelPlan | None:
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, overhead: int,
+                 budget: UnitBudget) -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
-        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out)
+        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                             budget)
         if plan is None:
             return None
         plans.append(plan)
@@ -124,18 +127,20 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
     return [1 << i for i in range(top.bit_length())]
 
 
-def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> KernelPlan:
-    """The fastest tiling and tile choice of ``kernel`` (see the module docstring)."""
+def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
+              budget: UnitBudget = NO_LIMITS) -> KernelPlan:
+    """The fastest tiling and tile choice of ``kernel`` within ``budget`` (see the module docstring)."""
     all_tiles = figures.tiles(socket)
     overhead = figures.cycles(socket.calibrated.kernel_call_overhead_s, socket)
-    ranges = split_sections(socket, kernel.operators, all_tiles, kernel.name)
+    tile_choices = budget.tiles_for(all_tiles)
+    ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
     best: KernelPlan | None = None
-    for chip_tiles in sorted({1, all_tiles}):
+    for chip_tiles in tile_choices:
         worse = 0
         local: KernelPlan | None = None
         for n_tiles in _candidate_tiles(socket, kernel):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead)
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead, budget)
             if plan is None:
                 continue
             if local is None or plan.cycles < local.cycles:
@@ -151,7 +156,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> Kern
     return best
 
 
-def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None) -> PlacedKernel:
+def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
+               budget: UnitBudget = NO_LIMITS) -> PlacedKernel:
     """Place ``kernel`` on one socket and predict its cycles.
 
     Parameters
@@ -161,6 +167,8 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         One socket's shard of the kernel.
     tiers : TierSplit, optional
         Where its weights and KV live (default: all in the socket's first memory tier).
+    budget : UnitBudget, optional
+        Limits on the tiles, PCUs, PMUs and GEMM dataflows it may use (default: none).
 
     Returns
     -------
@@ -182,7 +190,7 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
                             cycles=overhead, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=overhead, chip_tiles=0)
-    plan = best_plan(socket, kernel, tiers)
+    plan = best_plan(socket, kernel, tiers, budget)
     return _placed(socket, kernel, plan, overhead)
 
 
