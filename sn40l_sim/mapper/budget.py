@@ -39,6 +39,11 @@ class UnitBudget:
         Most PCUs and PMUs per tile of the named operators' stages.
     dataflows : tuple of str
         GEMM dataflows the mapper may choose from (:data:`DATAFLOWS`).
+    n_tiles : int, optional
+        Data tiles each section streams (else the mapper tries 1, 2, 4, ...).
+    gemm_cuts : tuple of str
+        GEMM dimensions (``count``, ``n``, ``m``, ``k``) the data tiles may cut (default all; an
+        attention cut by query tiles is ``("count", "m")``).
     """
 
     chip_tiles: int | None = None
@@ -47,15 +52,19 @@ class UnitBudget:
     stage_pcus: tuple[tuple[str, int], ...] = ()
     stage_pmus: tuple[tuple[str, int], ...] = ()
     dataflows: tuple[str, ...] = DATAFLOWS
+    n_tiles: int | None = None
+    gemm_cuts: tuple[str, ...] = ("count", "n", "m", "k")
 
     def __post_init__(self) -> None:
         for name, value in (("chip_tiles", self.chip_tiles), ("pcus_per_tile", self.pcus_per_tile),
-                            ("pmus_per_tile", self.pmus_per_tile)):
+                            ("pmus_per_tile", self.pmus_per_tile), ("n_tiles", self.n_tiles)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         for op, value in self.stage_pcus + self.stage_pmus:
             if value < 0:
                 raise ValueError(f"stage {op!r}: unit count must be >= 0, got {value}")
+        if set(self.gemm_cuts) - {"count", "n", "m", "k"}:
+            raise ValueError(f"gemm_cuts must name count, n, m or k, got {self.gemm_cuts}")
         unknown = set(self.dataflows) - set(DATAFLOWS)
         if not self.dataflows or unknown:
             raise ValueError(f"dataflows must be a non-empty subset of {DATAFLOWS}, got {self.dataflows}")

@@ -29,11 +29,12 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
+from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
@@ -82,23 +83,33 @@ class KernelPlan:
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
                   spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
-    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out)
+    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
     alloc = allocate(socket, stages, chip_tiles, budget)
     if alloc is None:
         return None
     cells = place_stages(socket, stages, alloc)
     routed = route_streams(socket, stages, cells, streams)
-    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles)
+    # a split K's partial sums cross the mesh to a partner two cells away, at least
+    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
     slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
     cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
     if mesh > cpt:
         cpt, bound = mesh, "mesh"
-    chain = sum(r.latency_cycles for r in routed
+    chain = sum(_handover_cycles(socket, r) for r in routed
                 if not stages[r.src].is_memory and not stages[r.dst].is_memory)
     memory = max([s.latency_cycles for s in stages if s.is_memory]
                  + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = max(0, sum(alloc.cycles) + chain + memory - cpt)
+    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
     return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound)
+
+
+def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
+    """Cycles a data tile spends between two compute stages beyond their own fill and drain: the
+    data's trip past the neighbouring switch (a stage's latency counts one hop out) and the control
+    token that hands the buffer over."""
+    vector, control = socket.tile.vector_network, socket.tile.control_network
+    return (mesh_latency_cycles(vector, max(0, stream.hops - 1))
+            + mesh_latency_cycles(control, max(1, stream.hops)))
 
 
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
@@ -139,7 +150,7 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     for chip_tiles in tile_choices:
         worse = 0
         local: KernelPlan | None = None
-        for n_tiles in _candidate_tiles(socket, kernel):
+        for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
             plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead, budget)
             if plan is None:
                 continue
@@ -149,11 +160,32 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
                 worse += 1
                 if worse >= _PATIENCE:
                     break
+        if local is not None:
+            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, overhead, budget, local)
         if local is not None and (best is None or local.cycles < best.cycles):
             best = local
     if best is None:
         raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
     return best
+
+
+def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                       tiers: TierSplit, chip_tiles: int, overhead: int, budget: UnitBudget,
+                       plan: KernelPlan) -> KernelPlan:
+    """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
+    tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
+    PCU and cannot see how whole items divide over the PCUs the allocation gives."""
+    if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
+        return plan
+    tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
+        n for n in (plan.n_tiles // 2, plan.n_tiles, 2 * plan.n_tiles) if 1 <= n <= MAX_TILES)
+    for dataflow in budget.dataflows:
+        only = replace(budget, dataflows=(dataflow,))
+        for n_tiles in tilings:
+            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, overhead, only)
+            if other is not None and other.cycles < plan.cycles:
+                plan = other
+    return plan
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,

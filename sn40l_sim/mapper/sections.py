@@ -26,15 +26,16 @@ from sn40l_sim.mapper.tiling import max_pieces, tile_operator
 
 
 def min_units(socket: SocketSpec, op: Operator, chip_tiles: int) -> tuple[int, int]:
-    """``(PCUs, PMUs)`` per tile the operator's stage needs at least: one PCU, and PMUs for its
-    finest piece double-buffered.
+    """``(PCUs, PMUs)`` per tile the operator's stage needs at least: one PCU (none for PMU-only
+    work), and PMUs for its finest piece double-buffered.
 
     >>> from sn40l_sim.mapper._examples import example_socket
     >>> min_units(example_socket(), Operator("x", "elementwise", elements=4096), 4)
     (1, 1)
     """
-    finest = tile_operator(socket.pcu, op, max_pieces(socket.pcu, op), socket.calibrated.systolic_efficiency)
-    return 1, max(1, pmus_for_buffer(socket.pmu, math.ceil(finest.buffer_bytes / chip_tiles)))
+    finest = tile_operator(socket, op, max_pieces(socket.pcu, op), socket.calibrated.systolic_efficiency)
+    pcus = 0 if finest.resource == "sram" else 1
+    return pcus, max(1, pmus_for_buffer(socket.pmu, math.ceil(finest.buffer_bytes / chip_tiles)))
 
 
 def output_bytes(socket: SocketSpec, op: Operator) -> int:
@@ -44,7 +45,7 @@ def output_bytes(socket: SocketSpec, op: Operator) -> int:
     >>> output_bytes(example_socket(), Operator("g", "gemm", m=4, k=8, n=16))
     128
     """
-    one = tile_operator(socket.pcu, op, 1, socket.calibrated.systolic_efficiency)
+    one = tile_operator(socket, op, 1, socket.calibrated.systolic_efficiency)
     return one.out_bytes * one.pieces
 
 

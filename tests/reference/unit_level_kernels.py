@@ -35,7 +35,13 @@ def as_fused(kernel: GemmKernel | AttentionKernel | GatherKernel) -> FusedKernel
 
 
 def budget_for(kernel: GemmKernel | AttentionKernel | GatherKernel) -> UnitBudget:
-    """One tile, the PCUs and PMUs of the unit-level layout, and its (weight-stationary) dataflow."""
+    """One tile, the PCUs and PMUs of the unit-level layout, its (weight-stationary) dataflow and,
+    for attention, its query tiles as the data tiles.
+
+    A mapper stage keeps its input and output buffers striped over its PMUs; the unit-level layouts
+    keep an input in one PMU and the output in another, which has the ports of one mapper PMU (one
+    read port for the input, one write port for the output).
+    """
     if isinstance(kernel, GemmKernel):
         # one A PMU multicast to every PCU; a weight PMU and an output PMU per PCU
         return UnitBudget(chip_tiles=1, stage_pcus=(("gemm", kernel.pcus),),
@@ -44,8 +50,9 @@ def budget_for(kernel: GemmKernel | AttentionKernel | GatherKernel) -> UnitBudge
         # Q, K, V; S, P and O double-buffered
         return UnitBudget(chip_tiles=1, pcus_per_tile=2 + SOFTMAX_PCUS, pmus_per_tile=9,
                           stage_pcus=(("scores", 1), ("softmax", SOFTMAX_PCUS), ("pv", 1)),
-                          dataflows=(WEIGHT_STATIONARY,))
+                          dataflows=(WEIGHT_STATIONARY,), n_tiles=kernel.q_len // kernel.q_tile,
+                          gemm_cuts=("m",))
     if isinstance(kernel, GatherKernel):
-        # the table's PMU and the output PMU; the mapper streams a gather through one PCU
-        return UnitBudget(chip_tiles=1, stage_pcus=(("gather", 1),), stage_pmus=(("gather", 2),))
+        # the table's PMU and the output PMU: the ports of one mapper PMU
+        return UnitBudget(chip_tiles=1, stage_pmus=(("gather", 1),))
     raise TypeError(f"unknown kernel {kernel!r}")
