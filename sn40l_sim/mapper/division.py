@@ -1,35 +1,13 @@
-"""How one stage's work divides over its PCUs: whole work items, splits of M and K, and what a
-split K costs.
+"""How one stage's work divides over its PCUs: whole work items, splits of a GEMM's rows or K,
+and what a split K costs.
 
-A stage's work per data tile is a number of **items** a PCU runs back to back; items do not split,
-so ``x`` items on ``Q`` PCUs take ``ceil(x / Q)`` items' time on the busiest PCU, plus the
-pipeline's fill and drain once (the stage's *latency*, paid in the kernel's fill). Per PCU the
-time is also bounded by its streams: each stream between a PCU and a PMU is one PMU port and one
-mesh link (streams are statically routed), so ``bytes / min(port, link)`` cycles.
-
-* **GEMM, weight-stationary** (:mod:`sn40l_sim.hardware.units.pcu`): an item is one column block
-  over the piece's K blocks and rows. When there are fewer items than PCUs the mapper may split an
-  item's rows (``s_m`` PCUs each take ``m / s_m`` rows: each PCU loads the same weights, and a
-  K block lasts at least ``stages`` cycles and, for few rows, the partial sum's round trip) or its
-  K blocks (``s_k`` PCUs each take ``k_blocks / s_k`` blocks). A K split leaves ``s_k`` partial-sum
-  sets of ``rows x lanes`` FP32 values that are added pairwise in ``ceil(log2 s_k)`` rounds: in
-  each round the partner's vectors cross the mesh (``hops`` to a partner ``2^round`` PCUs away)
-  and go through the receiving PCU's pipeline, one per ``psum vector / stream width`` cycles; the
-  ``s_k - 1`` partial sets per item are read, moved and written through PMUs. The partial sums
-  of one PCU go out to its output PMU and come back every K block: ``accumulate_latency`` is that
-  round trip (a mesh hop each way).
-* **GEMM, output-stationary**: an item is one output tile of ``stages`` rows x ``lanes`` columns
-  over the piece's K; a K split works and is paid for as above, with ``stages`` rows.
-* **SIMD**: an item is one vector (elementwise) or one row (row-wise kinds). A softmax runs three
-  passes over each row (row max through the lane tree; ``exp(x - max)`` in the tail stage with the
-  row sum through the tree; normalisation), each on PCUs of its own when the stage has at least
-  three, so a row's passes pipeline; with fewer PCUs each PCU runs all three.
-* **Gather and scatter** use no PCU: a PMU's address generators read the indexed rows and stream
-  them to the next PMU (:func:`~sn40l_sim.hardware.units.pmu.pmu_gather_cycles`).
-
-Every quantity comes from the unit parameters of the socket (lanes, stages, pipeline latency,
-reduction-tree latency, tail-stage rate, PMU port width, link width, hop latency); nothing here is
-fitted.
+A stage's work per data tile is a number of **items** (:mod:`sn40l_sim.mapper.work`) a PCU runs
+back to back; items do not split, so ``x`` items on ``Q`` PCUs take ``ceil(x / Q)`` items' time on
+the busiest PCU, plus the stage's fill and drain once (its *latency*, paid in the kernel's fill).
+When a GEMM piece has fewer items than PCUs, the division may split an item's rows or K blocks over
+several PCUs; :func:`fewest_pcus` finds the fewest PCUs (over every split worth trying) that bring
+the stage under a target, :func:`stage_division` the best on a given number. A softmax's three
+passes each take PCUs of their own when there are enough, so a row's passes pipeline.
 
 Examples
 --------
@@ -54,7 +32,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+
+from sn40l_sim.mapper.work import PmuWork, SimdWork, Split, StageModel
 
 _EPS = 1e-9
 
@@ -126,180 +105,7 @@ def useful_pcus(items: int, pieces: float) -> int:
     return max(1, math.ceil(max(1.0, pieces) * items - _EPS))
 
 
-@dataclass(frozen=True)
-class _Split:
-    """One way of cutting a GEMM piece's items: ``s_m`` x ``s_k`` sub-items per item."""
-
-    s_m: int
-    s_k: int
-    items: int            # sub-items per piece
-    item_cycles: float    # steady cycles of one more sub-item on a PCU (before efficiency)
-    offset: float         # the last sub-item's drain minus a full one (<= 0), paid once
-    reduce_cycles: float  # cycles of partial-sum adds per sub-item on its PCU
-    stream_cycles: float  # cycles of the busiest PCU stream per sub-item
-    latency: int          # fill and drain of the stage with this split
-    reduce_bytes: float   # partial-sum bytes moved per sub-item (read twice, written once)
-
-    def cycles(self, n: int, share: float, efficiency: float) -> int:
-        """Cycles per data tile of ``n`` sub-items back to back in ``share`` of the data tiles."""
-        if n <= 0:
-            return 0
-        # back to back, the next data tile's items follow: the last item's shorter drain (offset)
-        # is paid once, in the latency
-        compute = math.ceil(share * n * self.item_cycles / efficiency - _EPS)
-        return max(compute + math.ceil(share * n * self.reduce_cycles - _EPS),
-                   math.ceil(share * n * self.stream_cycles - _EPS))
-
-    def most_items(self, target: int, share: float, efficiency: float) -> float:
-        """Sub-items back to back that fit ``target`` cycles (an upper estimate; callers check)."""
-        budget = target / share
-        per_item = self.item_cycles / efficiency + self.reduce_cycles
-        most = budget / per_item if per_item > 0 else math.inf
-        if self.stream_cycles > 0:
-            most = min(most, budget / self.stream_cycles)
-        return most
-
-
-@dataclass(frozen=True)
-class GemmWork:
-    """A GEMM piece as work items (see the module docstring), with the unit parameters it needs.
-
-    Built by :func:`sn40l_sim.mapper.tiling.tile_operator`; ``dataflow`` is
-    ``"weight_stationary"`` or ``"output_stationary"``.
-    """
-
-    dataflow: str
-    count: int
-    m: int
-    k: int
-    n_blocks: int
-    k_blocks: int
-    k_per_stage: int
-    row_cycles: int
-    stages: int
-    lanes: int
-    pipeline_latency: int
-    accumulate_latency: int
-    efficiency: float
-    a_bytes: float
-    b_bytes: float
-    out_bytes: float
-    psum_vector_bytes: int
-    stream_bytes_per_cycle: int
-    hop_cycles: int
-    #: latency of each round of a cross-PCU reduction (partner further away each round)
-    reduce_round_cycles: tuple[int, ...]
-    #: the piece is one K range of an output that earlier pieces started (its first K block
-    #: waits on their partial sums like any later block)
-    continues_k: bool = False
-
-    @property
-    def items(self) -> int:
-        """Whole items of one piece (no split)."""
-        if self.dataflow == "output_stationary":
-            return self.count * self.n_blocks * math.ceil(self.m / self.stages)
-        return self.count * self.n_blocks
-
-    def _max_s_m(self) -> int:
-        return 1 if self.dataflow == "output_stationary" else self.m
-
-    def _max_s_k(self) -> int:
-        return self.k_blocks if self.dataflow == "weight_stationary" else max(1, math.ceil(self.k / self.stages))
-
-    def split(self, s_m: int, s_k: int) -> _Split:
-        """The cost model of one split."""
-        return _split(self, s_m, s_k)
-
-    def _cost_of(self, s_m: int, s_k: int) -> _Split:
-        psum = self.psum_vector_bytes
-        vec = math.ceil(psum / self.stream_bytes_per_cycle - _EPS)
-        rounds = math.ceil(math.log2(s_k) - _EPS) if s_k > 1 else 0
-        reduce_latency = sum(self.reduce_round_cycles[:rounds]) + max(0, rounds - len(self.reduce_round_cycles)) * (
-            self.reduce_round_cycles[-1] if self.reduce_round_cycles else 0)
-        rate = self.stream_bytes_per_cycle
-        if self.dataflow == "output_stationary":
-            rows = self.stages
-            k_part = math.ceil(self.k / s_k)
-            item = max(math.ceil(k_part / self.k_per_stage) * self.row_cycles, self.stages)
-            offset = 0.0
-            out = psum if s_k > 1 else self.lanes * self.out_bytes
-            stream = max(k_part * self.lanes * self.b_bytes, k_part * self.stages * self.a_bytes, rows * out) / rate
-            fixed = self.stages + self.pipeline_latency
-            items = self.items * s_k
-        else:
-            rows = math.ceil(self.m / s_m)
-            blocks = math.ceil(self.k_blocks / s_k)
-            first = max(rows * self.row_cycles, self.stages)
-            later = max(first, self.pipeline_latency + self.accumulate_latency)
-            if self.continues_k:
-                first = later
-            item = (blocks - 1) * later + first
-            offset = float(rows * self.row_cycles - first)
-            k_per_block = self.k_per_stage * self.stages
-            stream = max(blocks * rows * psum, blocks * rows * k_per_block * self.a_bytes,
-                         blocks * self.stages * self.lanes * self.b_bytes) / rate
-            fixed = 1 + self.pipeline_latency
-            items = self.items * s_m * s_k
-        reduce_cycles = rows * vec * (s_k - 1) / s_k if s_k > 1 else 0.0
-        reduce_bytes = rows * psum * (s_k - 1) / s_k if s_k > 1 else 0.0
-        latency = 2 * self.hop_cycles + fixed + reduce_latency
-        return _Split(s_m, s_k, items, float(item), offset, reduce_cycles, stream, latency, reduce_bytes)
-
-    def candidates(self, pieces: float, most_pcus: int) -> tuple[_Split, ...]:
-        """Splits worth trying on up to ``most_pcus`` PCUs: powers of two, not beyond two
-        sub-items per PCU."""
-        return _candidates(self, pieces, most_pcus)
-
-    def _all_candidates(self, pieces: float, most_pcus: int) -> tuple[_Split, ...]:
-        base = max(1.0, pieces) * self.items
-        out = [self.split(1, 1)]
-        s_m = 1
-        while s_m <= self._max_s_m():
-            s_k = 1
-            while s_k <= self._max_s_k():
-                if (s_m, s_k) != (1, 1):
-                    if base * s_m * s_k > 2 * most_pcus:
-                        break
-                    out.append(self.split(s_m, s_k))
-                s_k *= 2
-            s_m *= 2
-            if base * s_m > 2 * most_pcus:
-                break
-        return tuple(out)
-
-
-# a mapping asks for the same splits of the same pieces many times over (one per bisection step)
-@lru_cache(maxsize=65536)
-def _split(work: GemmWork, s_m: int, s_k: int) -> _Split:
-    return work._cost_of(s_m, s_k)
-
-
-@lru_cache(maxsize=16384)
-def _candidates(work: GemmWork, pieces: float, most_pcus: int) -> tuple[_Split, ...]:
-    return work._all_candidates(pieces, most_pcus)
-
-
-@dataclass(frozen=True)
-class SimdWork:
-    """SIMD work as items (vectors or rows) of one or more passes (see the module docstring)."""
-
-    items: int
-    #: steady cycles of one item in each pass (its PCU's compute or its input stream, the larger)
-    pass_cycles: tuple[float, ...]
-    latency: int
-
-
-@dataclass(frozen=True)
-class PmuWork:
-    """Work done by PMUs alone (gather, scatter): nothing for a PCU."""
-
-    latency: int
-
-
-StageModel = GemmWork | SimdWork | PmuWork
-
-
-def _division(split: _Split, pieces: float, pcus: int, efficiency: float) -> Division:
+def _division(split: Split, pieces: float, pcus: int, efficiency: float) -> Division:
     n, share = sequence(split.items, pieces, pcus)
     moved = pieces * split.items * split.reduce_bytes
     latency = max(0, split.latency + math.floor(split.offset / efficiency))

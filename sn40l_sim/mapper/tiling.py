@@ -13,9 +13,9 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
 * **SIMD kinds** (softmax, elementwise, reduction, topk, gather, scatter): split into whole rows,
   ``reduce_len`` (``op.n``, else the PCU lanes) elements each.
 
-A piece's work is a :mod:`~sn40l_sim.mapper.division` model (items, their cycles on one PCU from
+A piece's work is a :mod:`~sn40l_sim.mapper.work` model (items, their cycles on one PCU from
 :mod:`sn40l_sim.hardware.units.pcu`, the stage's fill and drain); the allocator divides it over the
-stage's PCUs. A GEMM is mapped in one of the two dataflows of :mod:`sn40l_sim.hardware.units.pcu`:
+stage's PCUs (:mod:`~sn40l_sim.mapper.division`). A GEMM is mapped in one of the two dataflows of :mod:`sn40l_sim.hardware.units.pcu`:
 
 * **weight-stationary**: every row of every (column block, K block) reads back its FP32
   partial-sum vector from the output PMU (except in the first K block) and writes it again, reads
@@ -60,19 +60,23 @@ import math
 from dataclasses import dataclass
 
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
-from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
+from sn40l_sim.hardware.units.pcu import gemm_geometry
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
-from sn40l_sim.mapper.division import GemmWork, PmuWork, SimdWork, StageModel, stage_division
+from sn40l_sim.mapper.division import stage_division
+from sn40l_sim.mapper.work import (
+    GemmWork,
+    PmuWork,
+    StageModel,
+    gemm_work,
+    local_hop,
+    os_traffic,
+    reduce_len,
+    simd_work,
+    ws_traffic,
+)
 
-#: passes of a softmax over each row: row max (lane tree); exp(x - max) in the tail stage with the
-#: row sum through the tree; normalisation (a multiply by the reciprocal sum, or a division in the
-#: tail stage for transcendentals beyond one per element)
-SOFTMAX_PASSES = 3
-#: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
-PSUM_BYTES = DTYPE_BYTES["fp32"]
 #: GEMM dimensions in the order ties are broken when choosing which to halve
 _GEMM_DIMS = ("count", "n", "m", "k")
 
@@ -200,85 +204,6 @@ def _gemm_buffer(piece: dict[str, int], b_bytes: float) -> float:
     return c * (m * k * ACT_BYTES + k * n * b_bytes + m * n * ACT_BYTES)
 
 
-def _stream_bytes_per_cycle(socket: SocketSpec) -> int:
-    """Bytes per cycle of one statically routed stream: one PMU port, one mesh link."""
-    return min(pmu_port_bytes_per_cycle(socket.pmu), mesh_bytes_per_cycle(socket.tile.vector_network))
-
-
-def _local_hop(socket: SocketSpec) -> int:
-    """Head latency between a unit and its neighbour across one switch (a stage's PCU and PMU)."""
-    return mesh_latency_cycles(socket.tile.vector_network, 1)
-
-
-def _reduce_rounds(socket: SocketSpec) -> tuple[int, ...]:
-    """Latency of each round of a cross-PCU reduction: partners ``2^round`` PCUs apart (PCUs sit
-    two cells apart along a row of the checkerboard), then the receiving PCU's pipeline."""
-    diameter = socket.tile.grid_rows + socket.tile.grid_cols
-    net, pcu = socket.tile.vector_network, socket.pcu
-    out, hops = [], 2
-    while True:
-        out.append(mesh_latency_cycles(net, min(hops, diameter)) + pcu.pipeline_latency_cycles)
-        if hops >= diameter:
-            return tuple(out)
-        hops *= 2
-
-
-def _gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow: str, efficiency: float,
-               split_k: bool) -> GemmWork:
-    pcu = socket.pcu
-    k_per_block, row_cycles = gemm_geometry(pcu, op.dtype)
-    per_stage = k_per_block // pcu.stages if mac_rate(pcu, op.dtype) >= 1 else 1
-    return GemmWork(
-        dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
-        n_blocks=math.ceil(piece["n"] / pcu.lanes), k_blocks=math.ceil(piece["k"] / k_per_block),
-        k_per_stage=per_stage, row_cycles=row_cycles, stages=pcu.stages, lanes=pcu.lanes,
-        pipeline_latency=pcu.pipeline_latency_cycles,
-        # the partial sum's trip to the output PMU and back between K blocks
-        # B reaches the PCU as BF16 whatever it is stored as (weights are widened on the way)
-        accumulate_latency=2 * _local_hop(socket), efficiency=efficiency, a_bytes=ACT_BYTES,
-        b_bytes=ACT_BYTES, out_bytes=PSUM_BYTES if split_k else ACT_BYTES,
-        psum_vector_bytes=pcu.lanes * PSUM_BYTES, stream_bytes_per_cycle=_stream_bytes_per_cycle(socket),
-        hop_cycles=_local_hop(socket), reduce_round_cycles=_reduce_rounds(socket), continues_k=split_k)
-
-
-@dataclass(frozen=True)
-class _Traffic:
-    reads: int
-    writes: int
-    addresses: int
-
-
-def _ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, a_piece: int,
-                split_k: bool) -> _Traffic:
-    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    k_per_block, _ = gemm_geometry(pcu, op.dtype)
-    n_blocks, k_blocks = math.ceil(n / pcu.lanes), math.ceil(k / k_per_block)
-    rows = c * n_blocks * k_blocks * m
-    first = c * n_blocks * m
-    psum = pcu.lanes * PSUM_BYTES
-    # a k split accumulates into the same output: the partial sums of earlier k pieces come back
-    psum_reads = rows - (0 if split_k else first)
-    weights = c * n_blocks * k_blocks * pcu.stages * pcu.lanes * ACT_BYTES
-    reads = psum_reads * psum + rows * k_per_block * ACT_BYTES + weights
-    writes = rows * psum + a_piece + b_piece
-    addresses = psum_reads + rows + rows + c * n_blocks * k_blocks * pcu.stages
-    return _Traffic(reads, writes, addresses)
-
-
-def _os_traffic(pcu: PCUSpec, piece: dict[str, int], b_piece: int, a_piece: int, split_k: bool) -> _Traffic:
-    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    n_blocks, groups = math.ceil(n / pcu.lanes), math.ceil(m / pcu.stages)
-    tiles = c * n_blocks * groups
-    # B once per row group, A once per column block (a column slice of `stages` rows per k); both
-    # are read as BF16, as the weight-stationary mapping reads its weights
-    reads = tiles * k * (pcu.lanes + pcu.stages) * ACT_BYTES
-    out = tiles * pcu.stages * pcu.lanes * (PSUM_BYTES if split_k else ACT_BYTES)
-    if split_k:
-        # a k split reloads each tile's accumulators (all but the first k piece, on average)
-        reads += tiles * pcu.stages * pcu.lanes * PSUM_BYTES
-    return _Traffic(reads, out + a_piece + b_piece, 2 * tiles * k + (tiles * pcu.stages if split_k else 0))
-
-
 def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                budget: UnitBudget) -> OpTiling:
     pcu = socket.pcu
@@ -313,9 +238,9 @@ def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
     split_k = s["k"] > 1
     options = []
     for dataflow in budget.dataflows:
-        work = _gemm_work(socket, op, piece, dataflow, efficiency, split_k)
-        traffic = (_os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
-                   else _ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
+        work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
+        traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
+                   else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
         one_pcu = stage_division(work, 1.0, 1).cycles
         # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile
         cost = one_pcu + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
@@ -331,49 +256,10 @@ def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                     resource="compute", work=work)
 
 
-def _reduce_len(pcu: PCUSpec, op: Operator) -> int:
-    return op.n if op.n > 0 else pcu.lanes
-
-
 def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:
     """``(rows, row_len)``: whole rows for row-wise kinds, lanes-wide vectors otherwise."""
-    row = _reduce_len(pcu, op) if op.kind in ("softmax", "reduction", "topk") else pcu.lanes
+    row = reduce_len(pcu, op) if op.kind in ("softmax", "reduction", "topk") else pcu.lanes
     return max(1, math.ceil(op.elements / row)), row
-
-
-def _simd_work(socket: SocketSpec, op: Operator, elements: int, transcendentals: int, size: int) -> SimdWork:
-    """Items and per-item cycles of one SIMD piece of ``elements`` (module docstring of
-    :mod:`sn40l_sim.mapper.division`)."""
-    pcu = socket.pcu
-    lanes, lat, tree = pcu.lanes, pcu.pipeline_latency_cycles, pcu.reduction_tree_latency_cycles
-    hop = _local_hop(socket)
-    tail_rate = pcu.tail_stage.transcendentals_per_lane_per_cycle * lanes
-    # one input vector per item pass through the PCU's input stream
-    vector_in = lanes * size / _stream_bytes_per_cycle(socket)
-    reduce_len = _reduce_len(pcu, op)
-    if op.kind in ("softmax", "reduction", "topk"):
-        if reduce_len >= lanes:
-            items, per_item = math.ceil(elements / reduce_len), math.ceil(reduce_len / lanes)
-        else:
-            items, per_item = math.ceil(elements / (lanes // reduce_len * reduce_len)), 1
-        rows_in = max(1, math.ceil(elements / reduce_len))
-        row = max(per_item, per_item * vector_in)
-        if op.kind == "reduction":
-            return SimdWork(items, (row,), 2 * hop + lat + tree)
-        if op.kind == "topk":
-            # one compare-and-select pass in the ALUs, one pass through the lane tree
-            return SimdWork(items, (2 * row,), 2 * hop + lat + tree)
-        exp = min(transcendentals, elements) / rows_in / tail_rate
-        rest = max(0, transcendentals - elements) / rows_in / tail_rate
-        scalar = mesh_latency_cycles(socket.tile.scalar_network, 1)
-        # the next pass of a row waits for its max (its sum) to cross the tree and the scalar network
-        latency = 2 * hop + SOFTMAX_PASSES * lat + 2 * tree + 2 * (scalar + per_item)
-        return SimdWork(items, (row, max(row, exp), max(row, rest)), latency)
-    if op.kind in ("elementwise",):
-        items = math.ceil(elements / lanes)
-        passes = max(1.0, vector_in, transcendentals / max(1, items) / tail_rate)
-        return SimdWork(items, (passes,), 2 * hop + lat)
-    raise ValueError(f"operator {op.name!r} has unknown kind {op.kind!r}")
 
 
 def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
@@ -400,9 +286,9 @@ def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
         indexed = math.ceil(elements / width)
         rate = pmu_random_access_rate(socket.pmu, width * size)
         addresses = math.ceil(indexed * socket.pmu.addresses_per_cycle / rate) if width * size < pmu_port_bytes_per_cycle(socket.pmu) else indexed
-        work, resource = PmuWork(_local_hop(socket)), "sram"
+        work, resource = PmuWork(local_hop(socket)), "sram"
     else:
-        work = _simd_work(socket, op, elements, trans, size)
+        work = simd_work(socket, op, elements, trans, size)
         if op.kind == "softmax":
             # the scores are read twice (row max; exp), exp(x - max) written and read, P written
             reads, writes = 2 * in_bytes + elements * ACT_BYTES, in_bytes + 2 * elements * ACT_BYTES
