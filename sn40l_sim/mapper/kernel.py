@@ -235,15 +235,19 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan, overhead:
     sram = [0] * all_tiles
     for index, sec in enumerate(plan.sections):
         buffers = 0
-        for stage, cells, q, r, cyc, bound in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
-                                                   sec.alloc.cycles, sec.alloc.bounds, strict=True):
+        divisions = sec.alloc.divisions or (None,) * len(sec.stages)
+        for stage, cells, q, r, cyc, bound, division in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
+                                                             sec.alloc.cycles, sec.alloc.bounds, divisions, strict=True):
             per_tile_buffer = 2 * math.ceil(stage.buffer_bytes / t)
             buffers += per_tile_buffer
             stages.append(StagePlacement(
                 operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
                 coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pcus), cycles_per_tile=cyc,
                 bound=bound, pmu_coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pmus),
-                section=index, buffer_bytes_per_tile=per_tile_buffer))
+                section=index, buffer_bytes_per_tile=per_tile_buffer,
+                dataflow=stage.tiling.dataflow if stage.tiling else "",
+                latency_cycles=division.latency_cycles if division else stage.latency_cycles,
+                split=division.split if division else (1, 1)))
         for s in sec.streams:
             stages.append(StagePlacement(
                 operator=f"{sec.stages[s.src].name}->{sec.stages[s.dst].name}", kind="stream", pcus=0,
