@@ -2,12 +2,17 @@
 
 For each candidate tiling (``n_tiles`` = 1, 2, 4, ... data tiles) and each choice of tiles (all
 of the socket's, or one when the kernel is tiny) the kernel's sections are staged
-(:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.place`); the
-candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles). Per
-section, with ``C`` the slowest stage or stream per data tile::
+(:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.layout`); the
+candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles), and the
+best is tried again with every GEMM in one dataflow. Per section, with ``C`` the slowest stage or
+stream per data tile::
 
-    fill    = sum of every stage's cycles per tile + memory latency + hop latencies - C
+    fill    = sum of every stage's cycles per tile + its fill and drain (hops to and from its
+              PMUs, pipeline, trees, reduction rounds) + the hand-overs between compute stages
+              (data past the neighbouring switch, a control token) + memory latency - C
     section = fill + n_tiles x C
+
+so a kernel of one stage still pays its stage's fill and drain.
 
 and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
 
