@@ -1,13 +1,15 @@
 """Giving PCUs and PMUs to the stages of a section so that the pipeline is balanced.
 
 The pipeline streams one data tile per ``cycles_per_tile``, set by its slowest stage. For a target
-``C`` every compute stage takes the fewest PCUs that bring its work under ``C`` (work divided over
-its PCUs, at most as many as it can use) and the fewest PMUs that hold its buffers double-buffered
+``C`` every compute stage takes the fewest PCUs that bring its work under ``C`` (whole work items
+over its PCUs, splitting a GEMM's rows or K when that helps, at most as many PCUs as it can use:
+:mod:`~sn40l_sim.mapper.division`) and the fewest PMUs that hold its buffers double-buffered
 (:func:`~sn40l_sim.hardware.units.pmu.pmus_for_buffer`) and serve its reads, writes and
-addresses within ``C`` (:func:`~sn40l_sim.hardware.units.pmu.pmu_cycles`). Memory stages take no
-units; their cycles are fixed by their tier. The smallest ``C`` whose allocation fits a tile's
-PCUs and PMUs is found by bisection; stages keep that minimal allocation (spare units stay idle
-and show as unused in the utilisation).
+addresses, and a split K's partial sums, within ``C`` (:func:`~sn40l_sim.hardware.units.pmu.pmu_cycles`;
+each PMU's read and write streams also cross one mesh link). Memory stages take no units; their
+cycles are fixed by their tier. The smallest ``C`` whose allocation fits a tile's PCUs and PMUs
+(or a :class:`~sn40l_sim.mapper.budget.UnitBudget`) is found by bisection; stages keep that
+minimal allocation (spare units stay idle and show as unused in the utilisation).
 
 Every stage is spread evenly over the ``chip_tiles`` tiles in use: each tile holds the same number
 of its PCUs and PMUs and processes its share of every data tile, so per-tile counts are what is
@@ -30,8 +32,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.pmu import pmu_cycles, pmus_for_buffer
+from sn40l_sim.hardware.spec import PMUSpec, SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_div
+from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle
+from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmus_for_buffer
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, stage_division
 from sn40l_sim.mapper.stages import StageWork
 
 _EPS = 1e-9
@@ -46,6 +52,18 @@ class Allocation:
     pmus: tuple[int, ...]
     cycles: tuple[int, ...]
     bounds: tuple[str, ...]
+    #: how each compute stage's work is divided (None for memory stages)
+    divisions: tuple[Division | None, ...] = ()
+
+    @property
+    def latency_cycles(self) -> int:
+        """Fill and drain of the compute stages, each paid once."""
+        return sum(d.latency_cycles for d in self.divisions if d is not None)
+
+    @property
+    def reduction_mesh_bytes(self) -> float:
+        """Partial-sum bytes split K reductions move over the mesh per data tile."""
+        return sum(d.mesh_bytes for d in self.divisions if d is not None)
 
     @property
     def cycles_per_tile(self) -> int:
@@ -53,16 +71,46 @@ class Allocation:
         return max(self.cycles, default=0)
 
 
-def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int) -> int:
-    return math.ceil(stage.work_cycles / (pcus * chip_tiles) - _EPS) if stage.work_cycles > 0 else 0
+def _division(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int) -> Division:
+    assert stage.model is not None
+    return stage_division(stage.model, stage.pieces, max(1, pcus) * chip_tiles, max_pcus * chip_tiles)
 
 
-def _sram_cycles(socket: SocketSpec, stage: StageWork, pmus: int, chip_tiles: int) -> int:
+def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int | None = None) -> int:
+    if stage.model is None:
+        return 0
+    return _division(stage, pcus, chip_tiles, max_pcus or pcus).cycles
+
+
+def _sram_cycles(socket: SocketSpec, stage: StageWork, pmus: int, chip_tiles: int,
+                 division: Division | None = None) -> int:
     if pmus == 0:
         return 0
     share = pmus * chip_tiles
-    return pmu_cycles(socket.pmu, math.ceil(stage.sram_read_bytes / share),
-                      math.ceil(stage.sram_write_bytes / share), math.ceil(stage.sram_addresses / share))
+    reads = math.ceil((stage.sram_read_bytes + (division.sram_read_bytes if division else 0)) / share)
+    writes = math.ceil((stage.sram_write_bytes + (division.sram_write_bytes if division else 0)) / share)
+    return _pmu_share_cycles(socket.pmu, mesh_bytes_per_cycle(socket.tile.vector_network), reads, writes,
+                             math.ceil(stage.sram_addresses / share))
+
+
+_pmu_memo: dict[tuple, int] = {}
+
+
+def _pmu_share_cycles(pmu: PMUSpec, link: int, reads: int, writes: int, addresses: int) -> int:
+    """One PMU's cycles for its share of a stage's traffic; its reads leave, and its writes arrive,
+    over one mesh link (memoised: the bisection asks for the same shares again and again)."""
+    key = (pmu.banks, pmu.bank_width_bytes, pmu.read_ports, pmu.write_ports, pmu.addresses_per_cycle, link,
+           reads, writes, addresses)
+    got = _pmu_memo.get(key)
+    if got is None:
+        port = pmu_port_bytes_per_cycle(pmu)
+        streams = max(ceil_div(reads, min(link, port * pmu.read_ports)),
+                      ceil_div(writes, min(link, port * pmu.write_ports)))
+        got = max(streams, pmu_cycles(pmu, reads, writes, addresses))
+        if len(_pmu_memo) > 200_000:
+            _pmu_memo.clear()
+        _pmu_memo[key] = got
+    return got
 
 
 def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
@@ -71,8 +119,10 @@ def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
     return max(held, 1 if needs else 0)
 
 
-def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
-    return max(1, min(socket.tile.pcus, math.ceil(stage.parallelism / chip_tiles)))
+def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> int:
+    if isinstance(stage.model, PmuWork):
+        return 0
+    return max(1, min(budget.pcus_for(stage.name, socket.tile.pcus), math.ceil(stage.parallelism / chip_tiles)))
 
 
 @dataclass(frozen=True)
@@ -83,63 +133,126 @@ class _Limits:
     min_pmus: int
     max_pcus: int
     sram_at_min: int
+    max_pmus: int
 
 
-def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> _Limits:
+def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
     r = _min_pmus(socket, stage, chip_tiles)
-    return _Limits(r, _max_pcus(socket, stage, chip_tiles), _sram_cycles(socket, stage, r, chip_tiles))
+    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), _sram_cycles(socket, stage, r, chip_tiles),
+                   budget.pmus_for(stage.name, socket.tile.pmus))
 
 
 def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_tiles: int,
-                 target: int) -> tuple[int, int] | None:
-    """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, or None."""
-    if stage.work_cycles > 0:
-        if target <= 0:
-            return None
-        q = max(1, math.ceil(stage.work_cycles / (chip_tiles * target) - _EPS))
-        while _compute_cycles(stage, q, chip_tiles) > target:
-            q += 1
-        if q > limits.max_pcus:
-            return None
-    else:
-        q = 1
+                 target: int) -> tuple[int, int, Division] | None:
+    """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, and its
+    division, or None."""
+    if target <= 0:
+        return None
+    assert stage.model is not None
+    division = fewest_pcus(stage.model, stage.pieces, target, limits.max_pcus * chip_tiles)
+    if division is None:
+        return None
+    q = ceil_div(division.pcus, chip_tiles)
+    if q * chip_tiles != division.pcus:
+        division = _division(stage, q, chip_tiles, limits.max_pcus)
     r = limits.min_pmus
-    if limits.sram_at_min > target:
-        lo, hi = max(r, 1), socket.tile.pmus
-        if _sram_cycles(socket, stage, hi, chip_tiles) > target:
+    if r > limits.max_pmus:
+        return None
+    if _sram_cycles(socket, stage, r, chip_tiles, division) > target:
+        lo, hi = max(r, 1), limits.max_pmus
+        if _sram_cycles(socket, stage, hi, chip_tiles, division) > target:
             return None
         while lo < hi:
             mid = (lo + hi) // 2
-            if _sram_cycles(socket, stage, mid, chip_tiles) <= target:
+            if _sram_cycles(socket, stage, mid, chip_tiles, division) <= target:
                 hi = mid
             else:
                 lo = mid + 1
         r = lo
-    return q, r
+    return q, r, division
 
 
 def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-          target: int) -> list[tuple[int, int]] | None:
-    units = []
+          target: int, budget: UnitBudget) -> list[tuple[int, int, Division | None]] | None:
+    units: list[tuple[int, int, Division | None]] = []
     pcus = pmus = 0
+    tile_pcus, tile_pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
     for stage, lim in zip(stages, limits, strict=True):
         if lim is None:
             if stage.fixed_cycles > target:
                 return None
-            units.append((0, 0))
+            units.append((0, 0, None))
             continue
         got = _stage_units(socket, stage, lim, chip_tiles, target)
         if got is None:
             return None
         pcus += got[0]
         pmus += got[1]
-        if pcus > socket.tile.pcus or pmus > socket.tile.pmus:
+        if pcus > tile_pcus or pmus > tile_pmus:
             return None
         units.append(got)
     return units
 
 
-def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Allocation | None:
+def _spend_spare_pcus(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+                      units: list[tuple[int, int, Division | None]], budget: UnitBudget
+                      ) -> list[tuple[int, int, Division | None]]:
+    """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
+    the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill. A stage takes the fewest extra PCUs that reach its
+    best cycles, and only while its PMUs still serve it in the cycles it had."""
+    units = list(units)
+    spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
+    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
+                   key=lambda i: -units[i][2].cycles)
+    for i in order:
+        q, r, division = units[i]
+        lim, stage = limits[i], stages[i]
+        top = min(lim.max_pcus, q + spare)
+        if spare <= 0 or top <= q or division is None or stage.model is None:
+            continue
+        faster = _division(stage, top, chip_tiles, lim.max_pcus)
+        if faster.cycles >= division.cycles:
+            continue
+        got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
+        q_new = min(top, ceil_div(got.pcus, chip_tiles))
+        got = _division(stage, q_new, chip_tiles, lim.max_pcus)
+        before = max(division.cycles, _sram_cycles(socket, stage, r, chip_tiles, division))
+        if got.cycles < division.cycles and _sram_cycles(socket, stage, r, chip_tiles, got) <= before:
+            units[i] = (q_new, r, got)
+            spare -= q_new - q
+    return _spend_spare_pmus(socket, stages, limits, chip_tiles, units, budget)
+
+
+def _spend_spare_pmus(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+                      units: list[tuple[int, int, Division | None]], budget: UnitBudget
+                      ) -> list[tuple[int, int, Division | None]]:
+    """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
+    the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left."""
+    spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
+    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
+                   key=lambda i: -_sram_cycles(socket, stages[i], units[i][1], chip_tiles, units[i][2]))
+    for i in order:
+        q, r, division = units[i]
+        lim, stage = limits[i], stages[i]
+        assert lim is not None and division is not None
+        top = min(lim.max_pmus, r + spare)
+        if spare <= 0 or top <= r or _sram_cycles(socket, stage, r, chip_tiles, division) <= division.cycles:
+            continue
+        lo, hi = r + 1, top
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _sram_cycles(socket, stage, mid, chip_tiles, division) <= division.cycles:
+                hi = mid
+            else:
+                lo = mid + 1
+        if _sram_cycles(socket, stage, lo, chip_tiles, division) < _sram_cycles(socket, stage, r, chip_tiles, division):
+            units[i] = (q, lo, division)
+            spare -= lo - r
+    return units
+
+
+def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
+             budget: UnitBudget = NO_LIMITS) -> Allocation | None:
     """The balanced allocation of ``stages`` on ``chip_tiles`` tiles, or None if they do not fit.
 
     Parameters
@@ -149,49 +262,54 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int) -> Al
         Memory and compute stages of one section (see :func:`~sn40l_sim.mapper.stages.section_stages`).
     chip_tiles : int
         Tiles in use; every compute stage gets the same units on each.
+    budget : UnitBudget
+        Limits on the PCUs and PMUs per tile of the kernel and of named stages.
 
     Returns
     -------
     Allocation or None
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
-    limits = [None if s.is_memory else _limits(socket, s, chip_tiles) for s in stages]
+    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget) for s in stages]
     hi = 0
     for s, lim in zip(stages, limits, strict=True):
         if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
-            hi = max(hi, _compute_cycles(s, 1, chip_tiles), lim.sram_at_min)
-    if _fits(socket, stages, limits, chip_tiles, hi) is None:
+            one = _division(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
+            hi = max(hi, one.cycles, _sram_cycles(socket, s, lim.min_pmus, chip_tiles, one), 1)
+    if _fits(socket, stages, limits, chip_tiles, hi, budget) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
-             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True) if lim] + [0])
+             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True)
+                if lim and lim.max_pcus] + [0])
     # every PCU of the tiles busy is a lower bound too
     work = sum(s.work_cycles for s in stages if not s.is_memory)
-    lo = min(hi, max(lo, math.floor(work / (chip_tiles * socket.tile.pcus))))
+    lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
     # the answer is usually within a few % of the bounds: gallop up from them, then bisect
     step = max(1, lo // 64)
-    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step)) is None:
+    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step), budget) is None:
         lo = min(hi, lo + step + 1)
         step *= 2
     hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits(socket, stages, limits, chip_tiles, mid) is not None:
+        if _fits(socket, stages, limits, chip_tiles, mid, budget) is not None:
             hi = mid
         else:
             lo = mid + 1
-    units = _fits(socket, stages, limits, chip_tiles, lo)
+    units = _fits(socket, stages, limits, chip_tiles, lo, budget)
     assert units is not None
+    units = _spend_spare_pcus(socket, stages, limits, chip_tiles, units, budget)
     cycles, bounds = [], []
-    for stage, (q, r) in zip(stages, units, strict=True):
-        if stage.is_memory:
+    for stage, (_, r, division) in zip(stages, units, strict=True):
+        if division is None:
             cycles.append(stage.fixed_cycles)
             bounds.append(stage.resource)
             continue
-        c = _compute_cycles(stage, q, chip_tiles)
-        m = _sram_cycles(socket, stage, r, chip_tiles)
-        cycles.append(max(c, m))
-        bounds.append("sram" if m > c else stage.resource)
+        m = _sram_cycles(socket, stage, r, chip_tiles, division)
+        cycles.append(max(division.cycles, m))
+        bounds.append("sram" if m > division.cycles else stage.resource)
     return Allocation(chip_tiles=chip_tiles, pcus=tuple(u[0] for u in units),
-                      pmus=tuple(u[1] for u in units), cycles=tuple(cycles), bounds=tuple(bounds))
+                      pmus=tuple(u[1] for u in units), cycles=tuple(cycles), bounds=tuple(bounds),
+                      divisions=tuple(u[2] for u in units))

@@ -2,12 +2,17 @@
 
 For each candidate tiling (``n_tiles`` = 1, 2, 4, ... data tiles) and each choice of tiles (all
 of the socket's, or one when the kernel is tiny) the kernel's sections are staged
-(:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.place`); the
-candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles). Per
-section, with ``C`` the slowest stage or stream per data tile::
+(:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.layout`); the
+candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles), and the
+best is tried again with every GEMM in one dataflow. Per section, with ``C`` the slowest stage or
+stream per data tile::
 
-    fill    = sum of every stage's cycles per tile + memory latency + hop latencies - C
+    fill    = sum of every stage's cycles per tile + its fill and drain (hops to and from its
+              PMUs, pipeline, trees, reduction rounds) + the hand-overs between compute stages
+              (data past the neighbouring switch, a control token) + memory latency - C
     section = fill + n_tiles x C
+
+so a kernel of one stage still pays its stage's fill and drain.
 
 and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
 
@@ -29,15 +34,17 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
+from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
@@ -85,35 +92,46 @@ class KernelPlan:
 
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                  spill_in: int, spill_out: int) -> SectionPlan | None:
+                  spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
     # decode attention spread over the tiles merges its partial results (split-KV)
     ops = with_combines(socket, ops, chip_tiles)
-    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out)
-    alloc = allocate(socket, stages, chip_tiles)
+    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    alloc = allocate(socket, stages, chip_tiles, budget)
     if alloc is None:
         return None
     cells = place_stages(socket, stages, alloc)
     routed = route_streams(socket, stages, cells, streams)
-    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles)
+    # a split K's partial sums cross the mesh to a partner two cells away, at least
+    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
     slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
     cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
     if mesh > cpt:
         cpt, bound = mesh, "mesh"
-    chain = sum(r.latency_cycles for r in routed
+    chain = sum(_handover_cycles(socket, r) for r in routed
                 if not stages[r.src].is_memory and not stages[r.dst].is_memory)
     memory = max([s.latency_cycles for s in stages if s.is_memory]
                  + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = max(0, sum(alloc.cycles) + chain + memory - cpt)
+    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
     return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound)
 
 
+def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
+    """Cycles a data tile spends between two compute stages beyond their own fill and drain: the
+    data's trip past the neighbouring switch (a stage's latency counts one hop out) and the control
+    token that hands the buffer over."""
+    vector, control = socket.tile.vector_network, socket.tile.control_network
+    return (mesh_latency_cycles(vector, max(0, stream.hops - 1))
+            + mesh_latency_cycles(control, max(1, stream.hops)))
+
+
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int) -> KernelPlan | None:
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget) -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
-        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out)
+        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                             budget)
         if plan is None:
             return None
         plans.append(plan)
@@ -132,17 +150,19 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
     return [1 << i for i in range(top.bit_length())]
 
 
-def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> KernelPlan:
-    """The fastest tiling and tile choice of ``kernel`` (see the module docstring)."""
+def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
+              budget: UnitBudget = NO_LIMITS) -> KernelPlan:
+    """The fastest tiling and tile choice of ``kernel`` within ``budget`` (see the module docstring)."""
     all_tiles = figures.tiles(socket)
-    ranges = split_sections(socket, kernel.operators, all_tiles, kernel.name)
+    tile_choices = budget.tiles_for(all_tiles)
+    ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
     best: KernelPlan | None = None
-    for chip_tiles in sorted({1, all_tiles}):
+    for chip_tiles in tile_choices:
         worse = 0
         local: KernelPlan | None = None
-        for n_tiles in _candidate_tiles(socket, kernel):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles)
+        for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget)
             if plan is None:
                 continue
             if local is None or plan.cycles < local.cycles:
@@ -151,6 +171,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> Kern
                 worse += 1
                 if worse >= _PATIENCE:
                     break
+        if local is not None:
+            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local)
         if local is not None and (best is None or local.cycles < best.cycles):
             best = local
     if best is None:
@@ -158,7 +180,26 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit) -> Kern
     return best
 
 
-def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None) -> PlacedKernel:
+def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                       tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan) -> KernelPlan:
+    """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
+    tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
+    PCU and cannot see how whole items divide over the PCUs the allocation gives."""
+    if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
+        return plan
+    tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
+        n for n in (plan.n_tiles // 2, plan.n_tiles, 2 * plan.n_tiles) if 1 <= n <= MAX_TILES)
+    for dataflow in budget.dataflows:
+        only = replace(budget, dataflows=(dataflow,))
+        for n_tiles in tilings:
+            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only)
+            if other is not None and other.cycles < plan.cycles:
+                plan = other
+    return plan
+
+
+def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
+               budget: UnitBudget = NO_LIMITS) -> PlacedKernel:
     """Place ``kernel`` on one socket and predict its cycles.
 
     Parameters
@@ -168,6 +209,8 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         One socket's shard of the kernel.
     tiers : TierSplit, optional
         Where its weights and KV live (default: all in the socket's first memory tier).
+    budget : UnitBudget, optional
+        Limits on the tiles, PCUs, PMUs and GEMM dataflows it may use (default: none).
 
     Returns
     -------
@@ -188,7 +231,7 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
                             cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
-    plan = best_plan(socket, kernel, tiers)
+    plan = best_plan(socket, kernel, tiers, budget)
     return _placed(socket, kernel, plan)
 
 
@@ -201,15 +244,19 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> Placed
     sram = [0] * all_tiles
     for index, sec in enumerate(plan.sections):
         buffers = 0
-        for stage, cells, q, r, cyc, bound in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
-                                                   sec.alloc.cycles, sec.alloc.bounds, strict=True):
+        divisions = sec.alloc.divisions or (None,) * len(sec.stages)
+        for stage, cells, q, r, cyc, bound, division in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
+                                                             sec.alloc.cycles, sec.alloc.bounds, divisions, strict=True):
             per_tile_buffer = 2 * math.ceil(stage.buffer_bytes / t)
             buffers += per_tile_buffer
             stages.append(StagePlacement(
                 operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
                 coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pcus), cycles_per_tile=cyc,
                 bound=bound, pmu_coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pmus),
-                section=index, buffer_bytes_per_tile=per_tile_buffer))
+                section=index, buffer_bytes_per_tile=per_tile_buffer,
+                dataflow=stage.tiling.dataflow if stage.tiling else "",
+                latency_cycles=division.latency_cycles if division else stage.latency_cycles,
+                split=division.split if division else (1, 1)))
         for s in sec.streams:
             stages.append(StagePlacement(
                 operator=f"{sec.stages[s.src].name}->{sec.stages[s.dst].name}", kind="stream", pcus=0,

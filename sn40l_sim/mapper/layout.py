@@ -117,9 +117,11 @@ def mesh_channels(socket: SocketSpec) -> int:
     return _channels[key]
 
 
-def mesh_cycles_per_tile(socket: SocketSpec, streams: list[RoutedStream], n_tiles: int, chip_tiles: int) -> int:
-    """Cycles per data tile the streams' byte-hops take on one tile's mesh links."""
-    byte_hops = sum(s.bytes * s.hops for s in streams)
+def mesh_cycles_per_tile(socket: SocketSpec, streams: list[RoutedStream], n_tiles: int, chip_tiles: int,
+                         extra_byte_hops: float = 0.0) -> int:
+    """Cycles per data tile the streams' byte-hops (and ``extra_byte_hops`` per data tile, over all
+    tiles in use: partial sums of split reductions) take on one tile's mesh links."""
+    byte_hops = sum(s.bytes * s.hops for s in streams) + extra_byte_hops * n_tiles
     per_link = math.ceil(byte_hops / (n_tiles * chip_tiles * mesh_channels(socket)))
     return mesh_cycles(socket.tile.vector_network, per_link, 0)
 

@@ -37,6 +37,12 @@ class StagePlacement:
     #: for streams (``kind == "stream"``, operator ``"producer->consumer"``): bytes and mesh hops
     stream_bytes: int = 0
     hops: int = 0
+    #: a GEMM's dataflow (``weight_stationary`` or ``output_stationary``), empty otherwise
+    dataflow: str = ""
+    #: the stage's fill and drain, paid once per section (hops, pipeline, reduction rounds)
+    latency_cycles: int = 0
+    #: how a GEMM item is split over PCUs: ``(rows, K)`` ways (``(1, 1)``: whole items)
+    split: tuple[int, int] = (1, 1)
 
 
 @dataclass(frozen=True)

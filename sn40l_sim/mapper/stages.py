@@ -30,6 +30,8 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
 from sn40l_sim.mapper.tiling import OpTiling, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
@@ -93,9 +95,10 @@ def _apportion(shares: Shares, n_bytes: int) -> dict[Tier, int]:
 class StageWork:
     """One stage's work per data tile, before PCUs and PMUs are given to it.
 
-    Compute stages have ``work_cycles`` (on one PCU; the allocator divides them over the stage's
-    PCUs); memory stages have ``fixed_cycles`` (their tier's bandwidth, whatever the allocation).
-    SRAM traffic is what the stage's PMUs serve per data tile.
+    Compute stages have a work ``model`` of ``pieces`` pieces per data tile that the allocator
+    divides over the stage's PCUs (:mod:`~sn40l_sim.mapper.division`; ``work_cycles`` is that work
+    on one PCU with no rounding, a lower bound); memory stages have ``fixed_cycles`` (their tier's
+    bandwidth, whatever the allocation). SRAM traffic is what the stage's PMUs serve per data tile.
     """
 
     name: str
@@ -113,6 +116,9 @@ class StageWork:
     #: bytes per tier over the whole section (memory stages only)
     tier_bytes: int = 0
     tiling: OpTiling | None = None
+    model: StageModel | None = None
+    #: pieces of the operator per data tile, on average
+    pieces: float = 0.0
 
     @property
     def is_memory(self) -> bool:
@@ -158,17 +164,19 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
     held = math.ceil(per_tile)
     reads, writes = tiling.sram_read_bytes, tiling.sram_write_bytes
     return StageWork(name=tiling.op.name, kind=tiling.op.kind, resource=tiling.resource,
-                     work_cycles=tiling.total_cycles / n_tiles,
-                     parallelism=max(1, math.ceil(tiling.parallelism * per_tile)),
+                     work_cycles=ideal_cycles(tiling.work, per_tile),
+                     parallelism=useful_pcus(tiling.parallelism, per_tile) if tiling.parallelism else 0,
                      buffer_bytes=held * tiling.buffer_bytes,
                      sram_read_bytes=math.ceil(reads * per_tile),
                      sram_write_bytes=math.ceil(writes * per_tile),
-                     sram_addresses=math.ceil(tiling.addresses * per_tile), tiling=tiling)
+                     sram_addresses=math.ceil(tiling.addresses * per_tile), tiling=tiling,
+                     model=tiling.work, pieces=per_tile)
 
 
 def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], n_tiles: int,
                    tiers: TierSplit, chip_tiles: int, spill_in_bytes: int = 0,
-                   spill_out_bytes: int = 0) -> tuple[list[StageWork], list[Stream]]:
+                   spill_out_bytes: int = 0, budget: UnitBudget = NO_LIMITS
+                   ) -> tuple[list[StageWork], list[Stream]]:
     """Stages (memory stages first, then one per operator in order) and streams of a section.
 
     Parameters
@@ -185,9 +193,11 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     spill_in_bytes, spill_out_bytes : int
         Intermediate tensor read from (written to) memory at the section's start (end) when the
         kernel is split into sections.
+    budget : UnitBudget
+        The GEMM dataflows and cuts the tiling may choose from.
     """
     eff = socket.calibrated.systolic_efficiency
-    tilings = [tile_operator(socket.pcu, op, n_tiles, eff) for op in ops]
+    tilings = [tile_operator(socket, op, n_tiles, eff, budget) for op in ops]
     # memory stages in the socket's tier order (fastest first), whatever the placement order
     bytes_by_tier: dict[Tier, list[int]] = {tier: [] for tier in socket.memory}
     for i, op in enumerate(ops):

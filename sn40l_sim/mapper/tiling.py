@@ -1,4 +1,5 @@
-"""Cutting one operator of a fused kernel into *pieces*, the data tiles its stage streams.
+"""Cutting one operator of a fused kernel into *pieces*, the data tiles its stage streams, and
+describing a piece's work and PMU traffic.
 
 A fused kernel streams its tensors through its pipeline ``n_tiles`` data tiles at a time. Each
 operator is cut into about that many pieces (fewer when its dimensions run out); one piece is what
@@ -6,47 +7,76 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
 
 * **GEMM** ``count x (C[m,n] = A[m,k] @ B[k,n])``: halve whichever of ``count, n, m, k`` shrinks
   the piece's buffer ``A + B + C`` most, never below one systolic block (``n`` below the PCU's
-  lanes, ``k`` below one K block, ``m`` below the pipeline latency in rows, where a block stops
-  getting faster). Splitting ``k`` accumulates partial sums in the output buffer (FlashAttention's
+  lanes, ``k`` below one K block, ``m`` below the PCU's stages in rows, where a block stops
+  getting faster: its weights take ``stages`` cycles to load). Splitting ``k`` accumulates partial sums in the output buffer (FlashAttention's
   K/V tiles are the ``n`` split of ``Q K^T`` and the ``k`` split of ``P V``).
 * **SIMD kinds** (softmax, elementwise, reduction, topk, gather, scatter): split into whole rows,
   ``reduce_len`` (``op.n``, else the PCU lanes) elements each.
 
-Cycles of a piece on ONE PCU come from :mod:`sn40l_sim.hardware.units.pcu`; the allocator divides
-a stage's work over its PCUs. The PMU traffic of a GEMM piece follows the systolic mapping of that
-module (N over lanes, K in blocks of ``k_per_block``, rows of A streaming): every row of every
-(column block, K block) reads back its FP32 partial-sum vector from the output PMU (except in the
-first K block) and writes it again, reads a ``k_per_block`` slice of A, and the weights are read
-once; the inputs arriving from the producers are written once. Sizes: GEMM activations are BF16 (2 bytes); the streamed operand B
-takes its bytes from the operator's weight or KV bytes when it has them (FP8 weights are 1 byte);
-SIMD operands use the operator's datatype.
+A piece's work is a :mod:`~sn40l_sim.mapper.work` model (items, their cycles on one PCU from
+:mod:`sn40l_sim.hardware.units.pcu`, the stage's fill and drain); the allocator divides it over the
+stage's PCUs (:mod:`~sn40l_sim.mapper.division`). A GEMM is mapped in one of the two dataflows of :mod:`sn40l_sim.hardware.units.pcu`:
+
+* **weight-stationary**: every row of every (column block, K block) reads back its FP32
+  partial-sum vector from the output PMU (except in the first K block) and writes it again, reads
+  a ``k_per_block`` slice of A, and the weights are read once; the partial sum's round trip (a mesh
+  hop to the PMU and one back) sits between consecutive K blocks of a row.
+* **output-stationary**: the accumulators stay in the PCU; B is re-read for every ``stages`` rows
+  of A and A for every column block, and the output is written once.
+
+Both are assumptions: SN40L's PCU is stated to run as a systolic array (REFERENCE.md §1, Hot Chips
+2024), not which dataflow, and no public source says that partial sums round-trip through PMUs.
+So the mapper takes, per operator, the dataflow that occupies its units for fewer cycles: PCU
+cycles plus PMU cycles of a piece on one of each (all stages draw on both pools, and a tile has as
+many PMUs as PCUs), ties to weight-stationary, the mapping the unit-level simulation checks; the
+kernel mapper also tries every GEMM in one dataflow (:func:`~sn40l_sim.mapper.kernel.best_plan`).
+Under these models output-stationary nearly always wins: its PMU traffic per MAC is about a third
+of the partial sums' (B and A slices in, nothing out but the result), its compute is the same up
+to padding (M to ``stages`` instead of K to ``k_per_block``), and GEMMs with fewer rows than the
+pipeline latency lose nothing to the partial sum's round trip. Weight-stationary wins where K is
+shorter than ``stages`` or padding favours it, and whenever a budget asks for it. A :class:`~sn40l_sim.mapper.budget.UnitBudget` can
+restrict the choice.
+
+The inputs arriving from the producers are written once. Sizes: GEMM activations are BF16
+(2 bytes); the streamed operand B takes its bytes from the operator's weight or KV bytes when it
+has them (FP8 weights are 1 byte); SIMD operands use the operator's datatype.
 
 Examples
 --------
->>> from sn40l_sim.hardware.units._examples import example_pcu
+>>> from sn40l_sim.mapper._examples import example_socket
 >>> from sn40l_sim.ir import Operator
+>>> socket = example_socket()
 >>> op = Operator("up", "gemm", flops=2 * 64 * 1024 * 4096, m=64, k=1024, n=4096, weight_bytes=1024 * 4096)
->>> t = tile_operator(example_pcu(), op, 8, efficiency=1.0)
->>> t.pieces, (t.count, t.m, t.k, t.n)
-(8, (1, 64, 1024, 512))
->>> t.total_cycles == 8 * gemm_cycles(example_pcu(), 64, 1024, 512)
-True
+>>> t = tile_operator(socket, op, 8, efficiency=1.0)
+>>> t.pieces, (t.count, t.m, t.k, t.n), t.dataflow
+(8, (1, 64, 1024, 512), 'output_stationary')
+>>> ws = tile_operator(socket, op, 8, 1.0, UnitBudget(dataflows=("weight_stationary",)))
+>>> ws.dataflow, (t.sram_read_bytes + t.sram_write_bytes) / (ws.sram_read_bytes + ws.sram_write_bytes) < 0.6
+('weight_stationary', True)
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from sn40l_sim.hardware.spec import PCUSpec
-from sn40l_sim.hardware.units.pcu import gemm_cycles, gemm_geometry, reduction_cycles, simd_cycles
+from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
+from sn40l_sim.hardware.units.pcu import gemm_geometry
+from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
+from sn40l_sim.mapper.division import stage_division
+from sn40l_sim.mapper.work import (
+    GemmWork,
+    PmuWork,
+    StageModel,
+    gemm_work,
+    local_hop,
+    os_traffic,
+    reduce_len,
+    simd_work,
+    ws_traffic,
+)
 
-#: SIMD passes of a softmax: one ALU pass (subtract the max, exp in the tail stage, scale by the
-#: reciprocal sum: 3 ops per element) and two trips through the lane tree (row max, row sum)
-SOFTMAX_ALU_OPS = 3
-SOFTMAX_TREE_PASSES = 2
-#: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
-PSUM_BYTES = DTYPE_BYTES["fp32"]
 #: GEMM dimensions in the order ties are broken when choosing which to halve
 _GEMM_DIMS = ("count", "n", "m", "k")
 
@@ -66,7 +96,7 @@ class OpTiling:
     elements : int
         Elements of one piece (SIMD kinds; ``count * m * n`` outputs for a GEMM).
     total_cycles : int
-        Cycles of the whole operator on ONE PCU (all pieces, padding included).
+        Cycles of the whole operator on ONE PCU (all pieces, padding included, one fill and drain).
     in_bytes, out_bytes : int
         Bytes entering and leaving the stage per piece (its inputs written into its PMUs; the
         stream to the next stage).
@@ -75,12 +105,14 @@ class OpTiling:
     sram_read_bytes, sram_write_bytes : int
         Bytes the stage's PMUs read and write per piece.
     addresses : int
-        Addresses the PMUs generate per piece (indexed rows of a gather or scatter; partial-sum
-        and operand rows of a GEMM), 0 for plain streams.
+        Addresses the PMUs generate per piece (indexed rows of a gather or scatter, counted at the
+        rate random banks allow; partial-sum and operand rows of a GEMM), 0 for plain streams.
     parallelism : int
         PCUs one piece can be spread over usefully.
     resource : str
-        ``"compute"`` for systolic GEMMs, ``"simd"`` otherwise.
+        ``"compute"`` for systolic GEMMs, ``"simd"`` for SIMD work, ``"sram"`` for PMU-only work.
+    work : GemmWork, SimdWork or PmuWork
+        The piece's work as items (:mod:`sn40l_sim.mapper.division`).
     """
 
     op: Operator
@@ -99,19 +131,30 @@ class OpTiling:
     addresses: int
     parallelism: int
     resource: str
+    work: StageModel
+
+    @property
+    def dataflow(self) -> str:
+        """The GEMM dataflow (empty for other kinds)."""
+        return self.work.dataflow if isinstance(self.work, GemmWork) else ""
 
 
-def tile_operator(pcu: PCUSpec, op: Operator, target_pieces: int, efficiency: float) -> OpTiling:
-    """Cut ``op`` into about ``target_pieces`` pieces and cost them on one PCU.
+def tile_operator(socket: SocketSpec, op: Operator, target_pieces: int, efficiency: float,
+                  budget: UnitBudget = NO_LIMITS) -> OpTiling:
+    """Cut ``op`` into about ``target_pieces`` pieces and describe their work.
 
     Parameters
     ----------
-    pcu : PCUSpec
+    socket : SocketSpec
+        Its PCU, PMU and tile networks.
     op : Operator
     target_pieces : int
         Data tiles the kernel streams; the operator is cut into at most about that many pieces.
     efficiency : float
         Calibrated ``systolic_efficiency`` for GEMMs (SIMD work is not scaled).
+    budget : UnitBudget
+        The GEMM dataflows to choose from (module docstring) and the dimensions a GEMM's pieces
+        may cut.
 
     Returns
     -------
@@ -120,8 +163,8 @@ def tile_operator(pcu: PCUSpec, op: Operator, target_pieces: int, efficiency: fl
     if target_pieces < 1:
         raise ValueError(f"target_pieces must be >= 1, got {target_pieces}")
     if op.kind == "gemm":
-        return _tile_gemm(pcu, op, target_pieces, efficiency)
-    return _tile_simd(pcu, op, target_pieces)
+        return _tile_gemm(socket, op, target_pieces, efficiency, budget)
+    return _tile_simd(socket, op, target_pieces)
 
 
 def max_pieces(pcu: PCUSpec, op: Operator) -> int:
@@ -151,7 +194,7 @@ def _gemm_limits(pcu: PCUSpec, op: Operator) -> tuple[dict[str, int], dict[str, 
                          f"(got m={op.m}, k={op.k}, n={op.n}, count={op.count})")
     k_per_block, _ = gemm_geometry(pcu, op.dtype)
     dims = {"count": op.count, "m": op.m, "k": op.k, "n": op.n}
-    minimum = {"count": 1, "m": min(op.m, pcu.pipeline_latency_cycles),
+    minimum = {"count": 1, "m": min(op.m, pcu.stages),
                "k": min(op.k, k_per_block), "n": min(op.n, pcu.lanes)}
     return dims, minimum
 
@@ -161,7 +204,9 @@ def _gemm_buffer(piece: dict[str, int], b_bytes: float) -> float:
     return c * (m * k * ACT_BYTES + k * n * b_bytes + m * n * ACT_BYTES)
 
 
-def _tile_gemm(pcu: PCUSpec, op: Operator, target: int, efficiency: float) -> OpTiling:
+def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
+               budget: UnitBudget) -> OpTiling:
+    pcu = socket.pcu
     dims, minimum = _gemm_limits(pcu, op)
     b_bytes = _b_element_bytes(op)
     piece = dict(dims)
@@ -172,6 +217,8 @@ def _tile_gemm(pcu: PCUSpec, op: Operator, target: int, efficiency: float) -> Op
     while math.prod(splits(piece).values()) < target:
         best: tuple[float, dict[str, int]] | None = None
         for d in _GEMM_DIMS:
+            if d not in budget.gemm_cuts:
+                continue
             half = math.ceil(piece[d] / 2)
             if half < minimum[d] or half == piece[d]:
                 continue
@@ -185,57 +232,38 @@ def _tile_gemm(pcu: PCUSpec, op: Operator, target: int, efficiency: float) -> Op
     s = splits(piece)
     pieces = math.prod(s.values())
     c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    one = gemm_cycles(pcu, m, k, n, op.dtype, efficiency)
-    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
-    total = op.count * s["m"] * s["n"] * s["k"] * one
     a_piece = c * m * k * ACT_BYTES
     b_piece = math.ceil(c * k * n * b_bytes)
     c_piece = c * m * n * ACT_BYTES
-    k_per_block, _ = gemm_geometry(pcu, op.dtype)
-    n_blocks, k_blocks = math.ceil(n / pcu.lanes), math.ceil(k / k_per_block)
-    rows = c * n_blocks * k_blocks * m
-    first = c * n_blocks * m
-    psum = pcu.lanes * PSUM_BYTES
-    # a k split accumulates into the same output: the partial sums of earlier k pieces come back
-    psum_reads = rows - (first if s["k"] == 1 else 0)
-    weights = c * n_blocks * k_blocks * pcu.stages * pcu.lanes * ACT_BYTES
-    reads = psum_reads * psum + rows * k_per_block * ACT_BYTES + weights
-    writes = rows * psum + a_piece + b_piece
-    addresses = psum_reads + rows + rows + c * n_blocks * k_blocks * pcu.stages
-    parallel = c * n_blocks * k_blocks * max(1, m // pcu.pipeline_latency_cycles)
+    split_k = s["k"] > 1
+    options = []
+    for dataflow in budget.dataflows:
+        work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
+        traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
+                   else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
+        one_pcu = stage_division(work, 1.0, 1).cycles
+        # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile
+        cost = one_pcu + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
+        options.append((cost, dataflow != WEIGHT_STATIONARY, work, traffic, one_pcu))
+    _, _, work, traffic, one_pcu = min(options, key=lambda o: (o[0], o[1]))
+    sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
+    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
+    total = pieces * one_pcu + stage_division(work, 1.0, 1).latency_cycles
     return OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
                     total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=reads,
-                    sram_write_bytes=writes, addresses=addresses, parallelism=parallel,
-                    resource="compute")
-
-
-def _reduce_len(pcu: PCUSpec, op: Operator) -> int:
-    return op.n if op.n > 0 else pcu.lanes
+                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
+                    sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
+                    resource="compute", work=work)
 
 
 def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:
     """``(rows, row_len)``: whole rows for row-wise kinds, lanes-wide vectors otherwise."""
-    row = _reduce_len(pcu, op) if op.kind in ("softmax", "reduction", "topk") else pcu.lanes
+    row = reduce_len(pcu, op) if op.kind in ("softmax", "reduction", "topk") else pcu.lanes
     return max(1, math.ceil(op.elements / row)), row
 
 
-def _simd_piece_cycles(pcu: PCUSpec, op: Operator, elements: int, transcendentals: int) -> int:
-    reduce_len = _reduce_len(pcu, op)
-    if op.kind == "softmax":
-        return (simd_cycles(pcu, elements, SOFTMAX_ALU_OPS, transcendentals)
-                + SOFTMAX_TREE_PASSES * reduction_cycles(pcu, elements, reduce_len))
-    if op.kind == "reduction":
-        return reduction_cycles(pcu, elements, reduce_len)
-    if op.kind == "topk":
-        # one compare-and-select pass in the ALUs, one pass through the lane tree
-        return simd_cycles(pcu, elements, 1) + reduction_cycles(pcu, elements, reduce_len)
-    if op.kind in ("elementwise", "gather", "scatter"):
-        return simd_cycles(pcu, elements, 1, transcendentals)
-    raise ValueError(f"operator {op.name!r} has unknown kind {op.kind!r}")
-
-
-def _tile_simd(pcu: PCUSpec, op: Operator, target: int) -> OpTiling:
+def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
+    pcu = socket.pcu
     if op.elements < 0:
         raise ValueError(f"operator {op.name!r} has negative elements")
     rows, row_len = _simd_rows(pcu, op)
@@ -244,16 +272,30 @@ def _tile_simd(pcu: PCUSpec, op: Operator, target: int) -> OpTiling:
     pieces = math.ceil(rows / rows_per_piece)
     elements = min(op.elements, rows_per_piece * row_len)
     trans = math.ceil(op.transcendentals * elements / op.elements) if op.elements else 0
-    one = _simd_piece_cycles(pcu, op, elements, trans)
     size = DTYPE_BYTES.get(op.dtype, ACT_BYTES)
     reduces = op.kind in ("reduction", "topk")
     out_elements = math.ceil(elements / row_len) if reduces else elements
     in_bytes, out_bytes = elements * size, out_elements * size
-    indexed = op.kind in ("gather", "scatter")
-    # an indexed access needs one address per row it fetches; rows are op.k wide when given
-    addresses = math.ceil(elements / (op.k if op.k > 0 else pcu.lanes)) if indexed else 0
+    reads, writes, addresses = in_bytes, in_bytes, 0
+    resource = "simd"
+    work: StageModel
+    if op.kind in ("gather", "scatter"):
+        # PMU to PMU through the address generators: one address per row (op.k wide when given),
+        # issued at the rate random banks allow
+        width = op.k if op.k > 0 else pcu.lanes
+        indexed = math.ceil(elements / width)
+        rate = pmu_random_access_rate(socket.pmu, width * size)
+        addresses = math.ceil(indexed * socket.pmu.addresses_per_cycle / rate) if width * size < pmu_port_bytes_per_cycle(socket.pmu) else indexed
+        work, resource = PmuWork(local_hop(socket)), "sram"
+    else:
+        work = simd_work(socket, op, elements, trans, size)
+        if op.kind == "softmax":
+            # the scores are read twice (row max; exp), exp(x - max) written and read, P written
+            reads, writes = 2 * in_bytes + elements * ACT_BYTES, in_bytes + 2 * elements * ACT_BYTES
+    one = stage_division(work, 1.0, 1)
     return OpTiling(op=op, pieces=pieces, count=1, m=rows_per_piece, k=row_len, n=0,
-                    elements=elements, total_cycles=pieces * one, in_bytes=in_bytes,
-                    out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=in_bytes,
-                    sram_write_bytes=in_bytes, addresses=addresses, parallelism=max(1, math.ceil(elements / pcu.lanes)),
-                    resource="simd")
+                    elements=elements, total_cycles=pieces * one.cycles + one.latency_cycles, in_bytes=in_bytes,
+                    out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=reads,
+                    sram_write_bytes=writes, addresses=addresses,
+                    parallelism=0 if isinstance(work, PmuWork) else work.items * len(work.pass_cycles),
+                    resource=resource, work=work)

@@ -8,36 +8,30 @@ must agree within 5%, on the SN40L socket and on variants of it that move the bo
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import numpy as np
 import pytest
+from unit_level_cases import (
+    ATTENTIONS,
+    GATHERS,
+    GEMMS,
+    ROOT,
+    SOCKET,
+    VARIANTS,
+    simulated,
+    socket_named,
+)
 
 import sn40l_sim.hardware.units as units
-from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.tile_kernels import AttentionKernel, GatherKernel, GemmKernel, tile_level_cycles
 from sn40l_sim.reference.unit_level import simulate
 
-ROOT = Path(__file__).resolve().parents[2]
-SOCKET = load_hardware(ROOT / "hw_configs" / "sn40l.yaml").socket
 TOLERANCE = 0.05
 
 
-def variant(**changes) -> SocketSpec:
-    """The SN40L socket with fields changed, ``a__b=v`` setting ``socket.a.b = v``."""
-    data = SOCKET.model_dump()
-    for path, value in changes.items():
-        *parents, leaf = path.split("__")
-        node = data
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    return SocketSpec.model_validate(data)
-
-
-def _check(kernel, socket=SOCKET):
-    result = simulate(kernel, socket)
+def _check(kernel, socket=SOCKET, socket_name=None):
+    result = simulated(kernel, socket_name) if socket_name else simulate(kernel, socket)
+    socket = socket_named(socket_name) if socket_name else socket
     for name, value in result.outputs.items():
         if name != "expected":
             np.testing.assert_allclose(value, result.outputs["expected"], rtol=1e-9, atol=1e-9)
@@ -47,19 +41,9 @@ def _check(kernel, socket=SOCKET):
     return result, predicted
 
 
-GEMMS = [GemmKernel(64, 64, 64, 1), GemmKernel(64, 64, 64, 2), GemmKernel(32, 96, 64, 2),
-         GemmKernel(16, 48, 128, 4), GemmKernel(8, 64, 64, 2), GemmKernel(1, 64, 32, 1),
-         GemmKernel(64, 64, 64, 2, dtype="int8"), GemmKernel(32, 64, 64, 2, dtype="fp32")]
-ATTENTIONS = [AttentionKernel(16, 32, 16, 8), AttentionKernel(64, 64, 32, 16),
-              AttentionKernel(32, 64, 16, 8), AttentionKernel(32, 128, 8, 8),
-              AttentionKernel(64, 32, 32, 8)]
-GATHERS = [GatherKernel(4096, 1, 2048), GatherKernel(2048, 4, 2048), GatherKernel(1024, 16, 1024),
-           GatherKernel(512, 64, 512), GatherKernel(256, 128, 256)]
-
-
 @pytest.mark.parametrize("kernel", GEMMS + ATTENTIONS + GATHERS, ids=str)
 def test_tile_level_within_5_percent_of_unit_level(kernel):
-    _check(kernel)
+    _check(kernel, socket_name="base")
 
 
 @pytest.mark.slow
@@ -69,37 +53,16 @@ def test_larger_shapes_agree(kernel):
     _check(kernel)
 
 
-# Each variant moves the bottleneck to another unit; agreement must hold there too.
-VARIANTS = [
-    # 64 B PMU ports: FP32 partial sums and scores take two port cycles
-    ("narrow_pmu_ports", dict(pmu__banks=16),
-     [GemmKernel(64, 64, 64, 2), AttentionKernel(32, 64, 16, 8), GatherKernel(2048, 4, 2048)]),
-    # far, slow hops: small-M GEMMs wait for the partial-sum round trip
-    ("slow_hops", dict(tile__vector_network__hop_latency_cycles=6,
-                       tile__scalar_network__hop_latency_cycles=6),
-     [GemmKernel(4, 64, 64, 2, hops=3), AttentionKernel(32, 64, 16, 8, hops=3)]),
-    # a quarter-rate tail stage: exp and the division bound the softmax
-    ("slow_tail", dict(pcu__tail_stage__transcendentals_per_lane_per_cycle=0.25),
-     [AttentionKernel(32, 128, 8, 8), AttentionKernel(64, 64, 16, 16)]),
-    ("long_pipeline", dict(pcu__pipeline_latency_cycles=16, pcu__reduction_tree_latency_cycles=9),
-     [GemmKernel(8, 64, 64, 2), AttentionKernel(32, 64, 16, 8)]),
-    ("narrow_links", dict(tile__vector_network__link_bytes_per_cycle=64),
-     [GemmKernel(64, 64, 64, 2), GatherKernel(512, 64, 512)]),
-    ("two_addresses", dict(pmu__addresses_per_cycle=2), [GatherKernel(4096, 1, 2048)]),
-]
-
-
 @pytest.mark.parametrize("name,changes,kernels", VARIANTS, ids=[v[0] for v in VARIANTS])
 def test_agreement_holds_when_the_bottleneck_moves(name, changes, kernels):
-    socket = variant(**changes)
     for kernel in kernels:
-        _check(kernel, socket)
+        _check(kernel, socket_name=name)
 
 
 def test_narrow_pmu_ports_really_slow_the_gemm_in_both_models():
     kernel = GemmKernel(64, 64, 64, 2)
-    base, base_tile = _check(kernel)
-    narrow, narrow_tile = _check(kernel, variant(pmu__banks=16))
+    base, base_tile = _check(kernel, socket_name="base")
+    narrow, narrow_tile = _check(kernel, socket_name="narrow_pmu_ports")
     assert narrow.cycles == pytest.approx(2 * base.cycles, rel=0.02)
     assert narrow_tile == pytest.approx(2 * base_tile, rel=0.02)
 
@@ -136,8 +99,10 @@ def test_softmax_reads_of_fp32_scores_share_one_pmu_port():
 
 def test_unit_level_does_not_use_the_tile_level_formulas():
     forbidden = set(units.__all__) | {"tile_level_cycles", "ceil_cycles", "ceil_div"}
-    package = ROOT / "sn40l_sim" / "engine" / "unit_level"
-    for path in sorted(package.glob("*.py")):
+    package = ROOT / "sn40l_sim" / "reference" / "unit_level"
+    paths = sorted(package.glob("*.py"))
+    assert paths, package
+    for path in paths:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sn40l_sim.hardware.units"):

@@ -30,6 +30,25 @@ Systolic mapping of a GEMM ``C[M,N] = A[M,K] @ B[K,N]`` (weight-stationary)
   first weight vector's cycle is exposed; the last row needs ``pipeline_latency_cycles`` to leave.
 
 The calibrated ``systolic_efficiency`` (stalls the model does not see) divides the steady state.
+
+Output-stationary mapping (partial sums stay in the PCU)
+--------------------------------------------------------
+* **Outputs -> the array.** Stage ``i``, lane ``j`` holds the FP32 accumulator of
+  ``C[m0 + i, n0 + j]``: one *output tile* of ``stages`` rows x ``lanes`` columns.
+* **K -> time.** Each cycle one lanes-wide row of B enters and moves down the stages, and each
+  stage takes its row's value of A (a ``stages``-wide column slice of A, which the PMU's alignment
+  crossbar delivers transposed); ``r`` values of K per cycle for packed narrow types, one per
+  ``ceil(1 / rate)`` cycles for slow ones. A tile takes ``ceil(K / r) x row_cycles`` cycles.
+* **Drain.** The accumulators shift out through the output registers, ``stages`` vectors, while the
+  next tile accumulates (as the weight-stationary mapping's weights shift in), so a tile lasts at
+  least ``stages`` cycles. Fill: the ``stages``-cycle skew of the wavefront and one pipeline
+  latency.
+
+Which one SN40L's compiler uses is not published (REFERENCE.md states a systolic mode, not its
+dataflow). The weight-stationary mapping with partial sums through a PMU is the one the unit-level
+simulation checks; the output-stationary one keeps the accumulators in the PCU at the cost of
+re-reading B for every ``stages`` rows of A. The mapper takes the faster of the two per operator
+(:mod:`sn40l_sim.mapper.tiling`).
 """
 from __future__ import annotations
 
@@ -126,13 +145,75 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
         raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
     if m == 0 or k == 0 or n == 0:
         return 0
-    k_per_block, row_cycles = gemm_geometry(pcu, dtype)
-    n_blocks = ceil_div(n, pcu.lanes)
-    k_blocks = ceil_div(k, k_per_block)
-    first = max(m * row_cycles, pcu.stages)
-    later = max(first, pcu.pipeline_latency_cycles + accumulate_latency_cycles)
-    steady = n_blocks * (k_blocks - 1) * later + (n_blocks - 1) * first + m * row_cycles
+    k_per_block, _ = gemm_geometry(pcu, dtype)
+    steady = weight_stationary_steady_cycles(pcu, m, ceil_div(k, k_per_block), ceil_div(n, pcu.lanes), dtype,
+                                             accumulate_latency_cycles)
     return 1 + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
+
+
+def weight_stationary_steady_cycles(pcu: PCUSpec, rows: int, k_blocks: int, col_blocks: int,
+                                    dtype: str = "bf16", accumulate_latency_cycles: int = 0) -> int:
+    """Steady-state cycles of ``col_blocks`` column blocks of ``k_blocks`` K blocks and ``rows`` rows
+    each, one after the other on ONE PCU (weight-stationary): :func:`gemm_cycles` without its first
+    weight vector, its pipeline drain and the efficiency.
+
+    Examples
+    --------
+    >>> pcu = example_pcu()
+    >>> weight_stationary_steady_cycles(pcu, 64, 11, 2)       # 2 x 11 blocks of 64 rows
+    1408
+    >>> weight_stationary_steady_cycles(pcu, 4, 11, 1, accumulate_latency_cycles=4)   # 10 x 14 + 4
+    144
+    """
+    if min(rows, k_blocks, col_blocks) <= 0:
+        return 0
+    _, row_cycles = gemm_geometry(pcu, dtype)
+    first = max(rows * row_cycles, pcu.stages)
+    later = max(first, pcu.pipeline_latency_cycles + accumulate_latency_cycles)
+    return col_blocks * (k_blocks - 1) * later + (col_blocks - 1) * first + rows * row_cycles
+
+
+def output_stationary_tile_cycles(pcu: PCUSpec, k: int, dtype: str = "bf16") -> int:
+    """Cycles one output tile (``stages`` rows x ``lanes`` columns) of the output-stationary
+    mapping occupies the PCU: K streamed in, at least ``stages`` to shift the accumulators out.
+
+    Examples
+    --------
+    >>> output_stationary_tile_cycles(example_pcu(), 64), output_stationary_tile_cycles(example_pcu(), 64, "int8")
+    (64, 32)
+    >>> output_stationary_tile_cycles(example_pcu(), 4), output_stationary_tile_cycles(example_pcu(), 64, "fp32")
+    (6, 128)
+    """
+    if k <= 0:
+        return 0
+    k_per_block, row_cycles = gemm_geometry(pcu, dtype)
+    per_stage = k_per_block // pcu.stages
+    return max(ceil_div(k, per_stage) * row_cycles, pcu.stages)
+
+
+def output_stationary_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
+                             efficiency: float = 1.0) -> int:
+    """Cycles for ONE PCU to compute an ``m x k x n`` GEMM output-stationary (module docstring).
+
+    Examples
+    --------
+    64 x 64 x 64 on 32 lanes x 6 stages: 11 row groups x 2 column blocks, 64 cycles each, after a
+    6-cycle skew and before a 10-cycle drain (the weight-stationary mapping needs 1419):
+
+    >>> output_stationary_cycles(example_pcu(), 64, 64, 64)
+    1424
+    >>> 6 + 11 * 2 * 64 + 10
+    1424
+    """
+    if min(m, k, n) < 0:
+        raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    if m == 0 or k == 0 or n == 0:
+        return 0
+    tiles = ceil_div(m, pcu.stages) * ceil_div(n, pcu.lanes)
+    steady = tiles * output_stationary_tile_cycles(pcu, k, dtype)
+    return pcu.stages + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
 
 
 def gemm_padding_waste(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16") -> float:

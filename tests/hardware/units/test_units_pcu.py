@@ -13,9 +13,11 @@ from sn40l_sim.hardware.units import (
     gemm_cycles,
     gemm_geometry,
     gemm_padding_waste,
+    output_stationary_cycles,
     pcu_peak_flops_per_cycle,
     reduction_cycles,
     simd_cycles,
+    weight_stationary_steady_cycles,
 )
 
 PCU = reference_socket().pcu
@@ -163,3 +165,29 @@ def test_reduction_rate_and_latency():
 def test_reduction_never_beats_one_vector_per_cycle(rows, reduce_len):
     elements = rows * reduce_len
     assert elements <= reduction_cycles(PCU, elements, reduce_len) * PCU.lanes
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, k=dims, n=dims, dtype=st.sampled_from(DTYPES))
+def test_output_stationary_never_beats_the_peak(m, k, n, dtype):
+    cycles = output_stationary_cycles(PCU, m, k, n, dtype)
+    assert 2 * m * k * n / cycles <= pcu_peak_flops_per_cycle(PCU, dtype) * (1 + 1e-9)
+
+
+def test_the_two_dataflows_cost_the_same_when_nothing_pads():
+    # M a multiple of the stages, K of a K block, N of the lanes, M and K long enough for neither
+    # the weight loads nor the accumulators' drain to show: both stream one MAC per PE per cycle
+    k_per_block, _ = gemm_geometry(PCU, "bf16")
+    m, k, n = 64 * PCU.stages, 64 * k_per_block, 4 * PCU.lanes
+    steady = weight_stationary_steady_cycles(PCU, m, k // k_per_block, n // PCU.lanes)
+    os_steady = output_stationary_cycles(PCU, m, k, n) - PCU.stages - PCU.pipeline_latency_cycles
+    assert os_steady == steady == m * k * n // (PCU.lanes * PCU.stages)
+
+
+def test_few_rows_wait_on_the_partial_sum_in_one_dataflow_only():
+    # 2 rows: weight-stationary K blocks wait for each row's partial sum to come back; output-
+    # stationary keeps it in the PE and only pads M to the stages
+    ws = gemm_cycles(PCU, 2, 4096, PCU.lanes, accumulate_latency_cycles=4)
+    os_ = output_stationary_cycles(PCU, 2, 4096, PCU.lanes)
+    assert os_ < ws
+    assert ws > 4096 / gemm_geometry(PCU, "bf16")[0] * (PCU.pipeline_latency_cycles + 4)

@@ -1,0 +1,217 @@
+"""How one stage's work divides over its PCUs: whole work items, splits of a GEMM's rows or K,
+and what a split K costs.
+
+A stage's work per data tile is a number of **items** (:mod:`sn40l_sim.mapper.work`) a PCU runs
+back to back; items do not split, so ``x`` items on ``Q`` PCUs take ``ceil(x / Q)`` items' time on
+the busiest PCU, plus the stage's fill and drain once (its *latency*, paid in the kernel's fill).
+When a GEMM piece has fewer items than PCUs, the division may split an item's rows or K blocks over
+several PCUs; :func:`fewest_pcus` finds the fewest PCUs (over every split worth trying) that bring
+the stage under a target, :func:`stage_division` the best on a given number. A softmax's three
+passes each take PCUs of their own when there are enough, so a row's passes pipeline.
+
+Examples
+--------
+A 64 x 64 x 64 BF16 GEMM as one piece: two column blocks, so two PCUs split it without a
+reduction, and 128 would only add partial sums:
+
+>>> from sn40l_sim.mapper._examples import example_socket
+>>> from sn40l_sim.ir import Operator
+>>> from sn40l_sim.mapper.budget import UnitBudget
+>>> from sn40l_sim.mapper.tiling import tile_operator
+>>> socket = example_socket()
+>>> ws = UnitBudget(dataflows=("weight_stationary",))
+>>> t = tile_operator(socket, Operator("g", "gemm", m=64, k=64, n=64), 1, efficiency=1.0, budget=ws)
+>>> one, two = stage_division(t.work, 1.0, 1), stage_division(t.work, 1.0, 2)
+>>> one.cycles, two.cycles, two.split
+(1408, 704, (1, 1))
+>>> many = stage_division(t.work, 1.0, 128)
+>>> many.cycles < two.cycles, many.split[1] > 1, many.latency_cycles > two.latency_cycles
+(True, True, True)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sn40l_sim.mapper.work import PmuWork, SimdWork, Split, StageModel
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Division:
+    """A stage's work on ``pcus`` PCUs (all tiles together), per data tile.
+
+    Attributes
+    ----------
+    pcus : int
+        PCUs the work is divided over.
+    cycles : int
+        Steady cycles per data tile of the busiest PCU (compute, reductions and its streams).
+    latency_cycles : int
+        Fill and drain of the stage, paid once (pipeline, hops to and from its PMUs, reduction rounds).
+    split : tuple of int
+        ``(s_m, s_k)`` of a GEMM (``(1, 1)``: whole items); ``(1, 1)`` for SIMD work.
+    sram_read_bytes, sram_write_bytes, mesh_bytes : float
+        Extra PMU reads and writes and mesh bytes per data tile that the split costs.
+    """
+
+    pcus: int
+    cycles: int
+    latency_cycles: int
+    split: tuple[int, int] = (1, 1)
+    sram_read_bytes: float = 0.0
+    sram_write_bytes: float = 0.0
+    mesh_bytes: float = 0.0
+
+
+def sequence(items: int, pieces: float, pcus: int) -> tuple[int, float]:
+    """``(n, share)``: the busiest of ``pcus`` PCUs runs ``n`` items back to back in ``share`` of the
+    data tiles, ``pieces`` pieces of ``items`` each arriving per data tile on average (fewer than
+    one: a piece every ``1 / pieces`` data tiles).
+
+    >>> sequence(3, 1.0, 2), sequence(3, 2.0, 2), sequence(4, 0.5, 2)
+    ((2, 1.0), (3, 1.0), (2, 0.5))
+    """
+    if pieces >= 1:
+        return math.ceil(pieces * items / pcus - _EPS), 1.0
+    return math.ceil(items / pcus - _EPS), pieces
+
+
+def items_per_pcu(items: int, pieces: float, pcus: int) -> float:
+    """Items the busiest of ``pcus`` PCUs runs per data tile, on average.
+
+    >>> items_per_pcu(3, 1.0, 2), items_per_pcu(3, 2.0, 2), items_per_pcu(4, 0.5, 2)
+    (2.0, 3.0, 1.0)
+    """
+    n, share = sequence(items, pieces, pcus)
+    return n * share
+
+
+def fewest_pcus_for(items: int, pieces: float, most_in_sequence: float) -> int | None:
+    """Fewest PCUs whose busiest one runs at most ``most_in_sequence`` items back to back, or None.
+
+    >>> fewest_pcus_for(3, 1.0, 2), fewest_pcus_for(3, 1.0, 0.5), fewest_pcus_for(4, 0.5, 2)
+    (2, None, 2)
+    """
+    whole = math.floor(most_in_sequence + _EPS)
+    if whole < 1:
+        return None
+    return math.ceil(max(1.0, pieces) * items / whole - _EPS)
+
+
+def useful_pcus(items: int, pieces: float) -> int:
+    """PCUs beyond which none gets an item of its own."""
+    return max(1, math.ceil(max(1.0, pieces) * items - _EPS))
+
+
+def _division(split: Split, pieces: float, pcus: int, efficiency: float) -> Division:
+    n, share = sequence(split.items, pieces, pcus)
+    moved = pieces * split.items * split.reduce_bytes
+    latency = max(0, split.latency + math.floor(split.offset / efficiency))
+    return Division(pcus, split.cycles(n, share, efficiency), latency, (split.s_m, split.s_k),
+                    sram_read_bytes=2 * moved, sram_write_bytes=moved, mesh_bytes=moved)
+
+
+def _passes_on(work: SimdWork, pieces: float, pcus: int) -> int:
+    if len(work.pass_cycles) > 1 and pcus >= len(work.pass_cycles):
+        # each pass on PCUs of its own: the fewest cycles whose PCUs add up to at most ``pcus``
+        lo, hi = 1, _together(work, pieces, len(work.pass_cycles))
+        while lo < hi:
+            mid = (lo + hi) // 2
+            need = _separate_pcus(work, pieces, mid)
+            if need is not None and need <= pcus:
+                hi = mid
+            else:
+                lo = mid + 1
+        return min(lo, _together(work, pieces, pcus))
+    return _together(work, pieces, pcus)
+
+
+def _together(work: SimdWork, pieces: float, pcus: int) -> int:
+    return math.ceil(items_per_pcu(work.items, pieces, pcus) * sum(work.pass_cycles) - _EPS)
+
+
+def _share(pieces: float) -> float:
+    return min(1.0, pieces)
+
+
+def _separate_pcus(work: SimdWork, pieces: float, target: int) -> int | None:
+    total = 0
+    for c in work.pass_cycles:
+        q = fewest_pcus_for(work.items, pieces, target / (c * _share(pieces))) if c > 0 else 1
+        if q is None:
+            return None
+        total += q
+    return total
+
+
+def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | None = None) -> Division:
+    """The best division of one data tile's work (``pieces`` pieces) over ``pcus`` PCUs."""
+    if isinstance(work, PmuWork):
+        return Division(0, 0, work.latency)
+    if isinstance(work, SimdWork):
+        return Division(pcus, _passes_on(work, pieces, pcus), work.latency)
+    best: Division | None = None
+    for split in work.candidates(pieces, most_pcus or pcus):
+        d = _division(split, pieces, pcus, work.efficiency)
+        if best is None or (d.cycles, d.latency_cycles) < (best.cycles, best.latency_cycles):
+            best = d
+    assert best is not None
+    return best
+
+
+def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) -> Division | None:
+    """The division on the fewest PCUs (at most ``most_pcus``) whose cycles are at most ``target``,
+    or None."""
+    if isinstance(work, PmuWork):
+        return Division(0, 0, work.latency)
+    if isinstance(work, SimdWork):
+        q = None
+        total = sum(work.pass_cycles)
+        together = fewest_pcus_for(work.items, pieces, target / (total * _share(pieces))) if total else 1
+        if together is not None:
+            q = together
+        if len(work.pass_cycles) > 1:
+            apart = _separate_pcus(work, pieces, target)
+            if apart is not None and (q is None or apart < q):
+                q = apart
+        if q is None or q > most_pcus:
+            return None
+        q = max(1, q)
+        d = Division(q, _passes_on(work, pieces, q), work.latency)
+        return d if d.cycles <= target else None
+    best: Division | None = None
+    for split in work.candidates(pieces, most_pcus):
+        q = fewest_pcus_for(split.items, pieces, split.most_items(target, _share(pieces), work.efficiency))
+        if q is None or q > most_pcus:
+            continue
+        # the estimate ignores rounding up, so it is a lower bound: search up from it
+        lo, hi = max(1, q), most_pcus
+        d = _division(split, pieces, lo, work.efficiency)
+        if d.cycles <= target:
+            if best is None or (d.pcus, d.cycles) < (best.pcus, best.cycles):
+                best = d
+            continue
+        if _division(split, pieces, hi, work.efficiency).cycles > target:
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _division(split, pieces, mid, work.efficiency).cycles <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        d = _division(split, pieces, lo, work.efficiency)
+        if best is None or (d.pcus, d.cycles) < (best.pcus, best.cycles):
+            best = d
+    return best
+
+
+def ideal_cycles(work: StageModel, pieces: float) -> float:
+    """PCU-cycles of one data tile's work with no rounding at all (a lower bound for any division)."""
+    if isinstance(work, PmuWork):
+        return 0.0
+    if isinstance(work, SimdWork):
+        return pieces * work.items * sum(work.pass_cycles)
+    whole = work.split(1, 1)
+    return pieces * whole.items * whole.item_cycles / work.efficiency

@@ -1,0 +1,365 @@
+"""What one piece of an operator asks of the PCUs and PMUs of its stage: its work as items, their
+cycles, the stage's fill and drain, and its PMU traffic.
+
+The models are built by :func:`sn40l_sim.mapper.tiling.tile_operator` and divided over a stage's
+PCUs by :mod:`sn40l_sim.mapper.division`. Every quantity comes from the unit parameters of the
+socket (lanes, stages, pipeline latency, reduction-tree latency, tail-stage rate, PMU port width,
+link width, hop latency) through :mod:`sn40l_sim.hardware.units`; nothing here is fitted.
+
+* **GEMM, weight-stationary** (:mod:`sn40l_sim.hardware.units.pcu`): an item is one column block
+  over the piece's K blocks and rows. An item's rows may be split over ``s_m`` PCUs (each loads the
+  same weights; a K block lasts at least ``stages`` cycles and, for few rows, the partial sum's
+  round trip: ``accumulate_latency``, a mesh hop each way to the output PMU) or its K blocks over
+  ``s_k`` PCUs. A K split leaves ``s_k`` partial-sum sets of ``rows x lanes`` FP32 values that are
+  added pairwise in ``ceil(log2 s_k)`` rounds: each round the partner's vectors cross the mesh
+  (to a partner ``2^round`` PCUs away) and go through the receiving PCU's pipeline, one per
+  ``psum vector / stream width`` cycles; the ``s_k - 1`` partial sets per item are read twice,
+  moved and written once through PMUs.
+* **GEMM, output-stationary**: an item is one output tile of ``stages`` rows x ``lanes`` columns
+  over the piece's K; a K split works and is paid for as above, with ``stages`` rows.
+* **SIMD**: an item is one vector (elementwise) or one row (row-wise kinds). A softmax runs three
+  passes over each row (row max through the lane tree; ``exp(x - max)`` in the tail stage with the
+  row sum through the tree; normalisation), each on PCUs of its own when the stage has at least
+  three, so a row's passes pipeline; with fewer PCUs each PCU runs all three.
+* **Gather and scatter** use no PCU: a PMU's address generators read the indexed rows and stream
+  them to the next PMU, at the rate random banks allow
+  (:func:`~sn40l_sim.hardware.units.pmu.pmu_random_access_rate`).
+
+Per PCU, each stream between it and a PMU is one PMU port and one mesh link (streams are statically
+routed), so an item also takes at least ``bytes / min(port, link)`` cycles per stream.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket
+>>> from sn40l_sim.ir import Operator
+>>> socket = example_socket()
+>>> work = gemm_work(socket, Operator("g", "gemm", m=64, k=64, n=64), {"count": 1, "m": 64, "k": 64, "n": 64},
+...                  "weight_stationary", 1.0, split_k=False)
+>>> work.items, work.split(1, 1).item_cycles     # two column blocks of 11 K blocks x 64 rows
+(2, 704.0)
+>>> s = work.split(1, 4)                         # K over four PCUs: a quarter of the blocks each
+>>> s.items, s.item_cycles, s.reduce_cycles       # and three quarters of 64 partial-sum vectors to add
+(8, 192.0, 48.0)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
+from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
+from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
+from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+
+_EPS = 1e-9
+#: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
+PSUM_BYTES = DTYPE_BYTES["fp32"]
+#: passes of a softmax over each row: row max (lane tree); exp(x - max) in the tail stage with the
+#: row sum through the tree; normalisation (a multiply by the reciprocal sum, or a division in the
+#: tail stage for transcendentals beyond one per element)
+SOFTMAX_PASSES = 3
+
+
+@dataclass(frozen=True)
+class Split:
+    """One way of cutting a GEMM piece's items: ``s_m`` x ``s_k`` sub-items per item."""
+
+    s_m: int
+    s_k: int
+    items: int            # sub-items per piece
+    item_cycles: float    # steady cycles of one more sub-item on a PCU (before efficiency)
+    offset: float         # the last sub-item's drain minus a full one (<= 0), paid once
+    reduce_cycles: float  # cycles of partial-sum adds per sub-item on its PCU
+    stream_cycles: float  # cycles of the busiest PCU stream per sub-item
+    latency: int          # fill and drain of the stage with this split
+    reduce_bytes: float   # partial-sum bytes moved per sub-item (read twice, written once)
+
+    def cycles(self, n: int, share: float, efficiency: float) -> int:
+        """Cycles per data tile of ``n`` sub-items back to back in ``share`` of the data tiles."""
+        if n <= 0:
+            return 0
+        # back to back, the next data tile's items follow: the last item's shorter drain (offset)
+        # is paid once, in the latency
+        compute = math.ceil(share * n * self.item_cycles / efficiency - _EPS)
+        return max(compute + math.ceil(share * n * self.reduce_cycles - _EPS),
+                   math.ceil(share * n * self.stream_cycles - _EPS))
+
+    def most_items(self, target: int, share: float, efficiency: float) -> float:
+        """Sub-items back to back that fit ``target`` cycles (an upper estimate; callers check)."""
+        budget = target / share
+        per_item = self.item_cycles / efficiency + self.reduce_cycles
+        most = budget / per_item if per_item > 0 else math.inf
+        if self.stream_cycles > 0:
+            most = min(most, budget / self.stream_cycles)
+        return most
+
+
+@dataclass(frozen=True)
+class GemmWork:
+    """A GEMM piece as work items (see the module docstring), with the unit parameters it needs.
+
+    Built by :func:`sn40l_sim.mapper.tiling.tile_operator`; ``dataflow`` is
+    ``"weight_stationary"`` or ``"output_stationary"``.
+    """
+
+    dataflow: str
+    count: int
+    m: int
+    k: int
+    n_blocks: int
+    k_blocks: int
+    k_per_stage: int
+    row_cycles: int
+    stages: int
+    lanes: int
+    pipeline_latency: int
+    accumulate_latency: int
+    efficiency: float
+    a_bytes: float
+    b_bytes: float
+    out_bytes: float
+    psum_vector_bytes: int
+    stream_bytes_per_cycle: int
+    hop_cycles: int
+    #: latency of each round of a cross-PCU reduction (partner further away each round)
+    reduce_round_cycles: tuple[int, ...]
+    #: the piece is one K range of an output that earlier pieces started (its first K block
+    #: waits on their partial sums like any later block)
+    continues_k: bool = False
+
+    @property
+    def items(self) -> int:
+        """Whole items of one piece (no split)."""
+        if self.dataflow == "output_stationary":
+            return self.count * self.n_blocks * math.ceil(self.m / self.stages)
+        return self.count * self.n_blocks
+
+    def _max_s_m(self) -> int:
+        return 1 if self.dataflow == "output_stationary" else self.m
+
+    def _max_s_k(self) -> int:
+        return self.k_blocks if self.dataflow == "weight_stationary" else max(1, math.ceil(self.k / self.stages))
+
+    def split(self, s_m: int, s_k: int) -> Split:
+        """The cost model of one split."""
+        return _split(self, s_m, s_k)
+
+    def _cost_of(self, s_m: int, s_k: int) -> Split:
+        psum = self.psum_vector_bytes
+        vec = math.ceil(psum / self.stream_bytes_per_cycle - _EPS)
+        rounds = math.ceil(math.log2(s_k) - _EPS) if s_k > 1 else 0
+        reduce_latency = sum(self.reduce_round_cycles[:rounds]) + max(0, rounds - len(self.reduce_round_cycles)) * (
+            self.reduce_round_cycles[-1] if self.reduce_round_cycles else 0)
+        rate = self.stream_bytes_per_cycle
+        if self.dataflow == "output_stationary":
+            rows = self.stages
+            k_part = math.ceil(self.k / s_k)
+            item = max(math.ceil(k_part / self.k_per_stage) * self.row_cycles, self.stages)
+            offset = 0.0
+            out = psum if s_k > 1 else self.lanes * self.out_bytes
+            stream = max(k_part * self.lanes * self.b_bytes, k_part * self.stages * self.a_bytes, rows * out) / rate
+            fixed = self.stages + self.pipeline_latency
+            items = self.items * s_k
+        else:
+            rows = math.ceil(self.m / s_m)
+            blocks = math.ceil(self.k_blocks / s_k)
+            first = max(rows * self.row_cycles, self.stages)
+            later = max(first, self.pipeline_latency + self.accumulate_latency)
+            if self.continues_k:
+                first = later
+            item = (blocks - 1) * later + first
+            offset = float(rows * self.row_cycles - first)
+            k_per_block = self.k_per_stage * self.stages
+            stream = max(blocks * rows * psum, blocks * rows * k_per_block * self.a_bytes,
+                         blocks * self.stages * self.lanes * self.b_bytes) / rate
+            fixed = 1 + self.pipeline_latency
+            items = self.items * s_m * s_k
+        reduce_cycles = rows * vec * (s_k - 1) / s_k if s_k > 1 else 0.0
+        reduce_bytes = rows * psum * (s_k - 1) / s_k if s_k > 1 else 0.0
+        latency = 2 * self.hop_cycles + fixed + reduce_latency
+        return Split(s_m, s_k, items, float(item), offset, reduce_cycles, stream, latency, reduce_bytes)
+
+    def candidates(self, pieces: float, most_pcus: int) -> tuple[Split, ...]:
+        """Splits worth trying on up to ``most_pcus`` PCUs: powers of two, not beyond two
+        sub-items per PCU."""
+        return _candidates(self, pieces, most_pcus)
+
+    def _all_candidates(self, pieces: float, most_pcus: int) -> tuple[Split, ...]:
+        base = max(1.0, pieces) * self.items
+        out = [self.split(1, 1)]
+        s_m = 1
+        while s_m <= self._max_s_m():
+            s_k = 1
+            while s_k <= self._max_s_k():
+                if (s_m, s_k) != (1, 1):
+                    if base * s_m * s_k > 2 * most_pcus:
+                        break
+                    out.append(self.split(s_m, s_k))
+                s_k *= 2
+            s_m *= 2
+            if base * s_m > 2 * most_pcus:
+                break
+        return tuple(out)
+
+
+# a mapping asks for the same splits of the same pieces many times over (one per bisection step)
+@lru_cache(maxsize=65536)
+def _split(work: GemmWork, s_m: int, s_k: int) -> Split:
+    return work._cost_of(s_m, s_k)
+
+
+@lru_cache(maxsize=16384)
+def _candidates(work: GemmWork, pieces: float, most_pcus: int) -> tuple[Split, ...]:
+    return work._all_candidates(pieces, most_pcus)
+
+
+@dataclass(frozen=True)
+class SimdWork:
+    """SIMD work as items (vectors or rows) of one or more passes (see the module docstring)."""
+
+    items: int
+    #: steady cycles of one item in each pass (its PCU's compute or its input stream, the larger)
+    pass_cycles: tuple[float, ...]
+    latency: int
+
+
+@dataclass(frozen=True)
+class PmuWork:
+    """Work done by PMUs alone (gather, scatter): nothing for a PCU."""
+
+    latency: int
+
+
+StageModel = GemmWork | SimdWork | PmuWork
+
+
+def stream_bytes_per_cycle(socket: SocketSpec) -> int:
+    """Bytes per cycle of one statically routed stream: one PMU port, one mesh link."""
+    return min(pmu_port_bytes_per_cycle(socket.pmu), mesh_bytes_per_cycle(socket.tile.vector_network))
+
+
+def local_hop(socket: SocketSpec) -> int:
+    """Head latency between a unit and its neighbour across one switch (a stage's PCU and PMU)."""
+    return mesh_latency_cycles(socket.tile.vector_network, 1)
+
+
+def reduce_rounds(socket: SocketSpec) -> tuple[int, ...]:
+    """Latency of each round of a cross-PCU reduction: partners ``2^round`` PCUs apart (PCUs sit
+    two cells apart along a row of the checkerboard), then the receiving PCU's pipeline."""
+    diameter = socket.tile.grid_rows + socket.tile.grid_cols
+    net, pcu = socket.tile.vector_network, socket.pcu
+    out, hops = [], 2
+    while True:
+        out.append(mesh_latency_cycles(net, min(hops, diameter)) + pcu.pipeline_latency_cycles)
+        if hops >= diameter:
+            return tuple(out)
+        hops *= 2
+
+
+def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow: str, efficiency: float,
+              split_k: bool) -> GemmWork:
+    """The work of one GEMM piece (``count``, ``m``, ``k``, ``n``) in ``dataflow``; ``split_k``
+    when the piece is one K range of outputs other pieces accumulate into too."""
+    pcu = socket.pcu
+    k_per_block, row_cycles = gemm_geometry(pcu, op.dtype)
+    per_stage = k_per_block // pcu.stages if mac_rate(pcu, op.dtype) >= 1 else 1
+    return GemmWork(
+        dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
+        n_blocks=math.ceil(piece["n"] / pcu.lanes), k_blocks=math.ceil(piece["k"] / k_per_block),
+        k_per_stage=per_stage, row_cycles=row_cycles, stages=pcu.stages, lanes=pcu.lanes,
+        pipeline_latency=pcu.pipeline_latency_cycles,
+        # the partial sum's trip to the output PMU and back between K blocks; B reaches the PCU as
+        # BF16 whatever it is stored as (weights are widened on the way)
+        accumulate_latency=2 * local_hop(socket), efficiency=efficiency, a_bytes=ACT_BYTES,
+        b_bytes=ACT_BYTES, out_bytes=PSUM_BYTES if split_k else ACT_BYTES,
+        psum_vector_bytes=pcu.lanes * PSUM_BYTES, stream_bytes_per_cycle=stream_bytes_per_cycle(socket),
+        hop_cycles=local_hop(socket), reduce_round_cycles=reduce_rounds(socket), continues_k=split_k)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes a piece's PMUs read and write, and the addresses they generate."""
+
+    reads: int
+    writes: int
+    addresses: int
+
+
+def ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, a_piece: int,
+               split_k: bool) -> Traffic:
+    """PMU traffic of a weight-stationary piece: every row of every (column block, K block) reads
+    back its FP32 partial-sum vector (except in the first K block of the output) and writes it
+    again, reads a ``k_per_block`` slice of A; the weights are read once; the inputs arriving from
+    the producers (``a_piece``, ``b_piece`` bytes) are written once."""
+    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
+    k_per_block, _ = gemm_geometry(pcu, op.dtype)
+    n_blocks, k_blocks = math.ceil(n / pcu.lanes), math.ceil(k / k_per_block)
+    rows = c * n_blocks * k_blocks * m
+    first = c * n_blocks * m
+    psum = pcu.lanes * PSUM_BYTES
+    # a k split accumulates into the same output: the partial sums of earlier k pieces come back
+    psum_reads = rows - (0 if split_k else first)
+    weights = c * n_blocks * k_blocks * pcu.stages * pcu.lanes * ACT_BYTES
+    reads = psum_reads * psum + rows * k_per_block * ACT_BYTES + weights
+    writes = rows * psum + a_piece + b_piece
+    addresses = psum_reads + rows + rows + c * n_blocks * k_blocks * pcu.stages
+    return Traffic(reads, writes, addresses)
+
+
+def os_traffic(pcu: PCUSpec, piece: dict[str, int], b_piece: int, a_piece: int, split_k: bool) -> Traffic:
+    """PMU traffic of an output-stationary piece: B once per ``stages`` rows of A, A once per
+    column block, one B row and one A column slice addressed per K step, the output written once
+    (FP32 partial sums, reloaded, when other pieces share its K range); inputs written once."""
+    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
+    n_blocks, groups = math.ceil(n / pcu.lanes), math.ceil(m / pcu.stages)
+    tiles = c * n_blocks * groups
+    # B once per row group, A once per column block (a column slice of `stages` rows per k); both
+    # are read as BF16, as the weight-stationary mapping reads its weights
+    reads = tiles * k * (pcu.lanes + pcu.stages) * ACT_BYTES
+    out = tiles * pcu.stages * pcu.lanes * (PSUM_BYTES if split_k else ACT_BYTES)
+    if split_k:
+        # a k split reloads each tile's accumulators (all but the first k piece, on average)
+        reads += tiles * pcu.stages * pcu.lanes * PSUM_BYTES
+    return Traffic(reads, out + a_piece + b_piece, 2 * tiles * k + (tiles * pcu.stages if split_k else 0))
+
+
+def reduce_len(pcu: PCUSpec, op: Operator) -> int:
+    """Length of the rows a row-wise SIMD operator reduces: ``op.n``, else the PCU's lanes."""
+    return op.n if op.n > 0 else pcu.lanes
+
+
+def simd_work(socket: SocketSpec, op: Operator, elements: int, transcendentals: int, size: int) -> SimdWork:
+    """Items and per-item cycles of one SIMD piece of ``elements`` (module docstring of
+    :mod:`sn40l_sim.mapper.division`)."""
+    pcu = socket.pcu
+    lanes, lat, tree = pcu.lanes, pcu.pipeline_latency_cycles, pcu.reduction_tree_latency_cycles
+    hop = local_hop(socket)
+    tail_rate = pcu.tail_stage.transcendentals_per_lane_per_cycle * lanes
+    # one input vector per item pass through the PCU's input stream
+    vector_in = lanes * size / stream_bytes_per_cycle(socket)
+    row_len = reduce_len(pcu, op)
+    if op.kind in ("softmax", "reduction", "topk"):
+        if row_len >= lanes:
+            items, per_item = math.ceil(elements / row_len), math.ceil(row_len / lanes)
+        else:
+            items, per_item = math.ceil(elements / (lanes // row_len * row_len)), 1
+        rows_in = max(1, math.ceil(elements / row_len))
+        row = max(per_item, per_item * vector_in)
+        if op.kind == "reduction":
+            return SimdWork(items, (row,), 2 * hop + lat + tree)
+        if op.kind == "topk":
+            # one compare-and-select pass in the ALUs, one pass through the lane tree
+            return SimdWork(items, (2 * row,), 2 * hop + lat + tree)
+        exp = min(transcendentals, elements) / rows_in / tail_rate
+        rest = max(0, transcendentals - elements) / rows_in / tail_rate
+        scalar = mesh_latency_cycles(socket.tile.scalar_network, 1)
+        # the next pass of a row waits for its max (its sum) to cross the tree and the scalar network
+        latency = 2 * hop + SOFTMAX_PASSES * lat + 2 * tree + 2 * (scalar + per_item)
+        return SimdWork(items, (row, max(row, exp), max(row, rest)), latency)
+    if op.kind in ("elementwise",):
+        items = math.ceil(elements / lanes)
+        passes = max(1.0, vector_in, transcendentals / max(1, items) / tail_rate)
+        return SimdWork(items, (passes,), 2 * hop + lat)
+    raise ValueError(f"operator {op.name!r} has unknown kind {op.kind!r}")

@@ -1,0 +1,57 @@
+"""The mapper against the unit-level simulation, on the same small kernels and the same units.
+
+Every kernel the unit level runs (tests/reference/unit_level_cases.py, variants included) is
+mapped through :func:`sn40l_sim.mapper.map_kernel` with :func:`unit_level_kernels.budget_for`: one
+tile, the PCUs and PMUs of the unit-level layout, its weight-stationary dataflow and, for
+attention, its query tiles as data tiles. The call overhead is left out (the unit level has
+none). The two agree within 10% on every case; the table and the worst case are printed by the
+last test (``pytest -s``).
+
+The slow-hops variant's kernels are run with their operands 1 hop from their PCUs here: the mapper
+places a stage's PMUs next to its PCUs, so a layout with operands 3 hops away is not one it makes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from unit_level_cases import ATTENTIONS, GATHERS, GEMMS, VARIANTS, simulated, socket_named
+from unit_level_kernels import as_fused, budget_for
+
+from sn40l_sim.mapper import map_kernel
+
+TOLERANCE = 0.10
+
+CASES = [("base", k) for k in GEMMS + ATTENTIONS + GATHERS] + [
+    (name, k if k.hops == 1 else replace(k, hops=1)) for name, _, kernels in VARIANTS for k in kernels]
+
+
+def mapped_cycles(kernel, socket_name: str) -> int:
+    """The mapper's cycles for ``kernel`` on the unit-level layout's units, call overhead excluded."""
+    pk = map_kernel(socket_named(socket_name), as_fused(kernel), budget=budget_for(kernel))
+    return pk.cycles - pk.overhead_cycles
+
+
+@pytest.fixture(scope="module")
+def agreement() -> list[tuple[str, object, int, int, float]]:
+    rows = []
+    for name, kernel in CASES:
+        unit = simulated(kernel, name).cycles
+        mapper = mapped_cycles(kernel, name)
+        rows.append((name, kernel, unit, mapper, (mapper - unit) / unit))
+    return rows
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{n}-{k}" for n, k in CASES])
+def test_mapper_within_10_percent_of_the_unit_level(agreement, index):
+    name, kernel, unit, mapper, error = agreement[index]
+    assert abs(error) <= TOLERANCE, f"{name} {kernel}: mapper {mapper} vs unit level {unit} cycles ({error:+.1%})"
+
+
+def test_worst_case_is_reported(agreement):
+    print("\nsocket            kernel                                                   unit  mapper   error")
+    for name, kernel, unit, mapper, error in agreement:
+        print(f"{name:<17} {str(kernel)[:55]:<55} {unit:>6} {mapper:>7} {error:>+7.1%}")
+    name, kernel, unit, mapper, error = max(agreement, key=lambda row: abs(row[4]))
+    print(f"worst: {name} {kernel}: mapper {mapper} vs unit level {unit} ({error:+.1%})")
+    assert abs(error) <= TOLERANCE
