@@ -11,7 +11,7 @@ Bounded, regularised least squares (scipy's trust-region reflective solver):
   overhead and an HBM efficiency both lengthen it), so the measurements alone leave a valley; the
   prior picks the point in it closest to the engineering estimate instead of an arbitrary one.
 
-Parameters are dotted paths under the socket (``calibrated.kernel_call_overhead_s``,
+Parameters are dotted paths under the socket (``calibrated.config_load_bytes_per_s``,
 ``memory.hbm.efficiency``), with the physical bounds the schema declares
 (:func:`~sn40l_sim.hardware.spec.calibrated_parameters`). Only parameters a measurement can inform
 are fitted; the rest keep their YAML value (:func:`fixed_parameters` says why). ``--write`` edits

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.kvcache import POLICIES, KVPolicy, make_policy, register
@@ -72,8 +73,8 @@ def test_the_decode_hook_adds_a_kernel_to_every_layer(toy_policy, llama8b):
     evictions = [k for k in graph.kernels() if k.kind == "h2o_evict"]
     assert [k.layer for k in evictions] == list(range(llama8b.layers))
     # after the layer's own kernels, before the next layer's
-    assert names[names.index("L00.ffn") + 1] == "L00.h2o_evict"
-    assert names[names.index("L00.h2o_evict") + 1] == "L01.attention"
+    assert names[names.index("L00.decoder") + 1] == "L00.h2o_evict"
+    assert names[names.index("L00.h2o_evict") + 1] == "L01.decoder"
     assert evictions[0].operators[0].elements == 16 * 4096 * 4   # 32 heads over 8 sockets
     prefill = build_graph(llama8b, Shape("prefill", 1, 4096), plan, toy_policy)
     assert not any(k.kind == "h2o_evict" for k in prefill.kernels())
@@ -95,12 +96,19 @@ def test_the_decode_hook_runs_in_every_draft_run_too(toy_policy):
 def test_the_step_timer_charges_the_decode_kernels(toy_policy, llama8b):
     node = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
     plan = ParallelPlan(tp=8)
-    # the serving StepTimer, with the real builder and mapper the assembly step gives it
-    with_hook = step_timer(node, llama8b, toy_policy, plan, plan).decode_step(16, 4096)
-    without = step_timer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)
+    # the serving StepTimer, with the real builder and mapper the assembly step gives it; kernel
+    # calls free, so the hook's kernels are all the difference
+    free = EngineOptions(kernel_boundaries=False, kernel_looping=False)
+    with_hook = step_timer(node, llama8b, toy_policy, plan, plan, engine=free).decode_step(16, 4096)
+    without = step_timer(node, llama8b, make_policy("full", {}), plan, plan, engine=free).decode_step(16, 4096)
     evict = with_hook.kernel_cycles["h2o_evict"]
     assert evict > 0 and "h2o_evict" not in without.kernel_cycles
     assert with_hook.cycles == pytest.approx(without.cycles + evict, rel=1e-9)
+    # with kernel calls as they are, the policy's kernel also breaks the decoder-layer loop: every
+    # call then pays its boundary and reloads a configuration
+    looped = step_timer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)
+    broken = step_timer(node, llama8b, toy_policy, plan, plan).decode_step(16, 4096)
+    assert broken.cycles - looped.cycles > evict
 
 
 def test_shipped_policies_add_nothing_to_decode(llama8b):

@@ -53,8 +53,8 @@ def test_a_small_gemm_on_the_whole_socket_pays_its_fill_and_its_reduction(socket
     stage = next(s for s in pk.stages if s.kind == "gemm")
     assert stage.pcus > 8
     two = _streamed(map_kernel(socket, _on_chip_gemm(64, 64, 64), budget=UnitBudget(stage_pcus=(("g", 2),), chip_tiles=1)))
-    # faster than on its two column blocks' PCUs, but far from in proportion to the PCUs
-    assert _streamed(pk) < two < _streamed(pk) * stage.pcus / 2 / 4
+    # faster than on its two column blocks' PCUs, but at less than half the speed-up its PCUs promise
+    assert _streamed(pk) < two < _streamed(pk) * stage.pcus / 2 / 2
 
 
 def test_a_split_k_costs_partial_sums_moved_and_added(socket):

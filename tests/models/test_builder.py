@@ -266,10 +266,10 @@ def test_bad_shapes_and_options(r1):
 
 def test_llama_attention_data_parallel_holds_whole_sequences(llama8b):
     g = decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8, attention_dp=8))
-    att = layer(g, 0)["attention"]
+    att = layer(g, 0)["decoder"]
     # 2 sequences per socket, all 8 KV heads of each, K and V
     assert sum(op.kv_read_bytes for op in att.operators) == 2 * 1000 * 8 * 128 * 2 * 2
     assert {c.kind for c in att.collectives} == {"all_to_all", "all_reduce"}
-    tp_only = layer(decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8)), 0)["attention"]
+    tp_only = layer(decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8)), 0)["decoder"]
     assert {c.kind for c in tp_only.collectives} == {"all_reduce"}
     assert att.flops == tp_only.flops  # same work, split by sequences instead of heads
