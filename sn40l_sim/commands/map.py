@@ -51,6 +51,7 @@ def _policy_entry(exp, name: str | None):
 
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
+    from sn40l_sim.engine.collectives import CollectiveModel
     from sn40l_sim.ir import Shape
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=drafts > 0, phase=args.phase)
     memory = asm.memory_placer()(plan, kv, activations)   # in the experiment's tier order
     built = time.perf_counter()
-    placed = map_graph(node, graph, memory)
+    collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
+    placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles)
     mapped = time.perf_counter()
 
     socket = node.socket

@@ -239,9 +239,12 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
                 record.stream_start = env.now
                 side = [env.process(_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives))
                         for run in colls if run.collective.overlapped]
+            if index == 0 and gate is not None:
+                yield from _stream_ahead(res, record, sec, gate)
+                continue
             tile = 0
             for n in sec.chunks:
-                yield from _chunk(res, record, sec, tile, n, gate if index == 0 and tile == 0 else None)
+                yield from _chunk(res, record, sec, tile, n)
                 tile += n
         if not costs.sections:
             side = [env.process(_collective(res, run, 0, costs.stage_collectives))
@@ -269,46 +272,104 @@ def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
     return per_tile
 
 
-def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int,
-           gate: simpy.Event | None = None):
+def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int):
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
-    waits = []
-    alone = 0.0   # the memory stage's time without contention
-    for tier, cap in costs.tier_caps.items():
-        n_bytes = costs.bytes_between(tier, first, first + n)
-        if n_bytes:
-            path = res.memory_path(tier)
-            alone = max(alone, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in path)))
-            waits.append(res.net.transfer(path, n_bytes, cap))
-            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
-    gated = gate is not None and not gate.triggered
-    if gated:
-        # the weights stream in while the previous iteration finishes; compute waits for its data
-        waits.append(env.process(_after(env, gate, compute, record)))
-    elif compute:
+    waits = _transfers(res, record, costs, first, n)
+    alone = _alone_cycles(res, costs, first, n)
+    if compute:
         waits.append(env.timeout(compute))
     if waits:
         yield env.all_of(waits) if len(waits) > 1 else waits[0]
-    took = env.now - start - (record.gate_cycles if gated else 0)
+    took = env.now - start
     record.compute_busy += compute
-    if not costs.tier_caps or not alone:
-        record.compute_bound_cycles += took
     # on a tie the memory stage is the bound, as the mapper counts it
-    elif took > compute or alone >= compute:
+    if alone and (took > compute or alone >= compute):
         record.memory_bound_cycles += took
     else:
         record.compute_bound_cycles += took
 
 
-def _after(env: simpy.Environment, gate: simpy.Event, cycles: int, record: KernelRecord):
-    """Wait for ``gate`` (counted as the record's gate time), then compute for ``cycles``."""
-    waited_from = env.now
-    yield gate
-    record.gate_cycles += env.now - waited_from
-    if cycles:
-        yield env.timeout(cycles)
+def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int) -> list:
+    """Start the memory streams of tiles ``first .. first+n-1`` (one per tier); their events."""
+    waits = []
+    for tier, cap in costs.tier_caps.items():
+        n_bytes = costs.bytes_between(tier, first, first + n)
+        if n_bytes:
+            waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap))
+            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
+    return waits
+
+
+def _alone_cycles(res: SocketResources, costs: SectionCosts, first: int, n: int) -> float:
+    """The memory stage's time for tiles ``first .. first+n-1`` without contention."""
+    out = 0.0
+    for tier, cap in costs.tier_caps.items():
+        n_bytes = costs.bytes_between(tier, first, first + n)
+        if n_bytes:
+            out = max(out, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in res.memory_path(tier))))
+    return out
+
+
+def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCosts, gate: simpy.Event):
+    """A loop iteration, whose compute must wait for the previous iteration's end (``gate``, its
+    output and collectives): its memory streams run ahead into the PMUs chunk by chunk, at most
+    ``res.buffer_bytes`` ahead of the compute, which once the gate has opened fills the pipeline
+    and follows the chunks as they arrive."""
+    env = res.env
+    start = env.now
+    started = [env.event() for _ in costs.chunks]
+    loaded = [env.event() for _ in costs.chunks]
+    consumed = [env.event() for _ in costs.chunks]
+    firsts = [sum(costs.chunks[:i]) for i in range(len(costs.chunks))]
+    sizes = [sum(costs.bytes_between(tier, f, f + n) for tier in costs.tier_caps)
+             for f, n in zip(firsts, costs.chunks, strict=True)]
+    per_tile = costs.compute_cycles_per_tile
+    waited_on_memory = [False]
+
+    def memory():
+        ahead, oldest = 0, 0
+        for i, (first, n) in enumerate(zip(firsts, costs.chunks, strict=True)):
+            while oldest < i and ahead + sizes[i] > res.buffer_bytes:
+                yield consumed[oldest]
+                ahead -= sizes[oldest]
+                oldest += 1
+            started[i].succeed()
+            waits = _transfers(res, record, costs, first, n)
+            if waits:
+                yield env.all_of(waits) if len(waits) > 1 else waits[0]
+            ahead += sizes[i]
+            loaded[i].succeed()
+
+    def compute():
+        yield gate
+        record.gate_cycles += env.now - start
+        # the first data tile needs the previous iteration's output: the pipeline fills again
+        if costs.fill_cycles:
+            yield env.timeout(costs.fill_cycles)
+            record.fill_cycles += costs.fill_cycles
+        for i, n in enumerate(costs.chunks):
+            # a chunk's tiles are computed as they arrive: the chunk's compute, or its last tile's
+            # after the chunk has arrived, whichever ends later
+            yield started[i]
+            if n * per_tile:
+                yield env.timeout(n * per_tile)
+            waited_on_memory[0] = not loaded[i].triggered
+            if waited_on_memory[0]:
+                yield loaded[i]
+                if per_tile:
+                    yield env.timeout(per_tile)
+            record.compute_busy += n * per_tile
+            consumed[i].succeed()
+
+    streams, work = env.process(memory()), env.process(compute())
+    yield env.all_of([streams, work])
+    took = env.now - start - record.gate_cycles - costs.fill_cycles
+    if sum(sizes) and waited_on_memory[0]:
+        record.memory_bound_cycles += took
+    else:
+        record.compute_bound_cycles += took
 
 
 def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):

@@ -56,6 +56,9 @@ class SocketResources:
     clock_hz: float
     #: tier collectives read what they send from and write what they receive to (the activations')
     staging_tier: str
+    #: bytes a loop iteration may stream into the PMUs ahead of its compute: half the socket's SRAM,
+    #: since the PMUs double-buffer (the other half holds what the running compute reads)
+    buffer_bytes: float = 0.0
     #: (kernel signature, section) whose configuration is loaded in the units; None at the start
     resident: tuple[Any, int] | None = None
 
@@ -74,7 +77,8 @@ class SocketResources:
         staging = staging_tier if staging_tier is not None else next(iter(memory))
         if staging not in memory:
             raise ValueError(f"socket {socket} has no memory tier {staging!r} (it has {list(memory)})")
-        return cls(socket, env, net, simpy.Resource(env, 1), simpy.Resource(env, 1), memory, tln, clock, staging)
+        return cls(socket, env, net, simpy.Resource(env, 1), simpy.Resource(env, 1), memory, tln, clock, staging,
+                   buffer_bytes=figures.sram_bytes(spec) / 2)
 
     def memory_path(self, tier: str) -> tuple[Channel, ...]:
         """Channels a stream to or from memory tier ``tier`` crosses."""

@@ -23,18 +23,20 @@ Examples
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
-from sn40l_sim.ir import FusedKernel, KernelGraph
-from sn40l_sim.mapper.kernel import map_kernel
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
+from sn40l_sim.mapper.kernel import LoopContext, map_kernel
+from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.stages import TierSplit
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
-_memo: dict[tuple[str, FusedKernel, TierSplit], PlacedKernel] = {}
+_memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
 
 
 def _socket_key(socket: SocketSpec) -> str:
@@ -42,21 +44,23 @@ def _socket_key(socket: SocketSpec) -> str:
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-                      socket_key: str | None = None) -> PlacedKernel:
+                      socket_key: str | None = None, loop: LoopContext = LoopContext()) -> PlacedKernel:
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo; the result carries
     ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
-    key = (socket_key or _socket_key(socket), kernel.signature(), tiers)
+    key = (socket_key or _socket_key(socket), kernel.signature(), tiers, loop)
     placed = _memo.get(key)
     if placed is None:
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
-        placed = map_kernel(socket, kernel.signature(), tiers)
+        placed = map_kernel(socket, kernel.signature(), tiers, loop=loop)
         _memo[key] = placed
     return replace(placed, kernel=kernel)
 
 
-def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None = None) -> PlacedGraph:
+def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None = None,
+              looping: bool = False, collective_cycles: Callable[[Collective], float] | None = None
+              ) -> PlacedGraph:
     """Place every kernel of ``graph`` on one socket of ``node``.
 
     Parameters
@@ -68,6 +72,13 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         Where weights and KV live (from :func:`~sn40l_sim.mapper.memory.place_memory`); kernels
         stream spilled bytes at their tier's bandwidth. Default: everything in the socket's first
         tier, unchecked.
+    looping : bool, optional
+        Whether the engine runs the graph's kernel loops (:func:`~sn40l_sim.mapper.loops.find_loops`)
+        as looped calls; their kernels are then mapped for their time per iteration (default: no).
+        Either way a loop's kernel is charged its configuration once over the loop.
+    collective_cycles : callable, optional
+        Cycles of one collective (the engine's model, which the mapper does not import): a looped
+        kernel's iterations wait for the previous iteration's collectives. Default: free.
 
     Returns
     -------
@@ -77,7 +88,13 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     memory = memory if memory is not None else all_in_first_tier(node)
     tiers = memory.tiers()
     key = _socket_key(node.socket)
-    kernels = tuple(map_kernel_cached(node.socket, k, tiers, key) for k in graph.kernels())
+    order = graph.kernels()
+    calls = [LoopContext()] * len(order)
+    for loop in find_loops(order, graph):
+        kernel = order[loop.first]
+        gate = sum(collective_cycles(c) for c in kernel.collectives) if collective_cycles and looping else 0
+        calls[loop.first:loop.stop] = [LoopContext(loop.iterations, round(gate), looping)] * loop.iterations
+    kernels = tuple(map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True))
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
 
 

@@ -21,6 +21,15 @@ and for the kernel (``sections`` configurations in sequence; the first is loaded
 with ``fill`` and ``C`` the per-section means (rounded up) when there are several sections.
 Collectives are not costed here; they stay on the kernel for the engine.
 
+A kernel called ``L`` times in a row keeps its configuration loaded between the calls, so a kernel
+of one section is charged ``config / L`` per call. Run as one looped call (kernel looping,
+:mod:`.loops`) it is chosen for its time per iteration instead: its memory streams run ahead of its compute into the
+PMUs while the iteration waits for the previous one's output and collectives (``gate``, the cycles
+the engine will charge them, given by the caller), so an iteration takes, per section,
+``max(stream + C_compute, gate + fill + n_tiles x C_compute)`` (the last data tile computes after
+the stream ends; the gate is on the first section only). Of plans with equal iteration times the
+one with the shorter compute chain wins.
+
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
@@ -69,6 +78,17 @@ class SectionPlan:
     cycles_per_tile: int
     fill_cycles: int
     bound: str
+    #: the slowest compute stage (or the mesh) per data tile, memory stages left out
+    compute_cycles_per_tile: int = 0
+    #: the memory tiers' streams of the whole section, latency excluded (the slowest tier)
+    stream_cycles: int = 0
+    #: data tiles the section streams
+    n_tiles: int = 1
+
+    @property
+    def chain_cycles(self) -> int:
+        """Fill and compute of the section once its data is in the PMUs."""
+        return self.fill_cycles + self.n_tiles * self.compute_cycles_per_tile
 
     def config_bytes(self, socket: SocketSpec) -> int:
         """Configuration bytes of this section's dataflow graph (units and switches it uses)."""
@@ -89,6 +109,9 @@ class KernelPlan:
     fill_cycles: int
     cycles_per_tile: int
     cycles: int
+    #: what the choice minimises: ``(cycles, 0)``, or for a looped kernel (time per iteration,
+    #: compute chain) (see the module docstring)
+    objective: tuple[float, int] = (0.0, 0)
 
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
@@ -112,7 +135,9 @@ def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_
     memory = max([s.latency_cycles for s in stages if s.is_memory]
                  + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
     fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
-    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound)
+    compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
+    stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
+    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)
 
 
 def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
@@ -124,8 +149,20 @@ def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
             + mesh_latency_cycles(control, max(1, stream.hops)))
 
 
+@dataclass(frozen=True)
+class LoopContext:
+    """How a kernel is called: one of ``iterations`` consecutive calls of it (its configuration
+    stays loaded between them), run as one looped call if ``pipelined``, each iteration then
+    waiting ``gate_cycles`` for the previous one's collectives. The default is a lone call."""
+
+    iterations: int = 1
+    gate_cycles: int = 0
+    pipelined: bool = False
+
+
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget) -> KernelPlan | None:
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget,
+                 loop: LoopContext = LoopContext()) -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
@@ -139,9 +176,18 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     fill = math.ceil(sum(p.fill_cycles for p in plans) / n)
     cpt = math.ceil(sum(p.cycles_per_tile for p in plans) / n)
     # each section's configuration is loaded before it streams (the first one by the kernel call)
-    configs = sum(figures.config_cycles(socket, p.config_bytes(socket)) for p in plans)
-    cycles = configs + n * (fill + n_tiles * cpt)
-    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles)
+    configs = [figures.config_cycles(socket, p.config_bytes(socket)) for p in plans]
+    cycles = sum(configs) + n * (fill + n_tiles * cpt)
+    # one section stays loaded over consecutive calls; several replace each other every call
+    reload = configs[0] / loop.iterations if n == 1 else sum(configs)
+    objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
+    if loop.pipelined:
+        # the stream ends with its last data tile still to compute; the chain waits on the gate
+        iteration = sum(max(p.stream_cycles + p.compute_cycles_per_tile,
+                            p.chain_cycles + (loop.gate_cycles if i == 0 else 0))
+                        for i, p in enumerate(plans))
+        objective = (reload + iteration, sum(p.chain_cycles for p in plans))
+    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 
 
 def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
@@ -151,8 +197,9 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
 
 
 def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
-              budget: UnitBudget = NO_LIMITS) -> KernelPlan:
-    """The fastest tiling and tile choice of ``kernel`` within ``budget`` (see the module docstring)."""
+              budget: UnitBudget = NO_LIMITS, loop: LoopContext = LoopContext()) -> KernelPlan:
+    """The fastest tiling and tile choice of ``kernel`` within ``budget``, called as ``loop``
+    says (see the module docstring)."""
     all_tiles = figures.tiles(socket)
     tile_choices = budget.tiles_for(all_tiles)
     ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
@@ -162,18 +209,18 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
         worse = 0
         local: KernelPlan | None = None
         for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget)
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop)
             if plan is None:
                 continue
-            if local is None or plan.cycles < local.cycles:
+            if local is None or plan.objective < local.objective:
                 local, worse = plan, 0
             else:
                 worse += 1
                 if worse >= _PATIENCE:
                     break
         if local is not None:
-            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local)
-        if local is not None and (best is None or local.cycles < best.cycles):
+            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop)
+        if local is not None and (best is None or local.objective < best.objective):
             best = local
     if best is None:
         raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
@@ -181,7 +228,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
 
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                       tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan) -> KernelPlan:
+                       tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
+                       loop: LoopContext = LoopContext()) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives."""
@@ -192,14 +240,14 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     for dataflow in budget.dataflows:
         only = replace(budget, dataflows=(dataflow,))
         for n_tiles in tilings:
-            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only)
-            if other is not None and other.cycles < plan.cycles:
+            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop)
+            if other is not None and other.objective < plan.objective:
                 plan = other
     return plan
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-               budget: UnitBudget = NO_LIMITS) -> PlacedKernel:
+               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LoopContext()) -> PlacedKernel:
     """Place ``kernel`` on one socket and predict its cycles.
 
     Parameters
@@ -211,6 +259,10 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         Where its weights and KV live (default: all in the socket's first memory tier).
     budget : UnitBudget, optional
         Limits on the tiles, PCUs, PMUs and GEMM dataflows it may use (default: none).
+    loop : LoopContext, optional
+        Consecutive calls run as one looped call and the wait for their collectives (default: a
+        plain call); a looped kernel's plan is chosen for its time per iteration (see the module
+        docstring).
 
     Returns
     -------
@@ -231,7 +283,7 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
                             cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
-    plan = best_plan(socket, kernel, tiers, budget)
+    plan = best_plan(socket, kernel, tiers, budget, loop)
     return _placed(socket, kernel, plan)
 
 

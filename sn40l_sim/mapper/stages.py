@@ -115,6 +115,9 @@ class StageWork:
     latency_cycles: int = 0
     #: bytes per tier over the whole section (memory stages only)
     tier_bytes: int = 0
+    #: cycles of the whole section's stream, latency excluded, before it is spread over the data
+    #: tiles (memory stages only; the same at every tiling)
+    stream_cycles: int = 0
     tiling: OpTiling | None = None
     model: StageModel | None = None
     #: pieces of the operator per data tile, on average
@@ -152,7 +155,7 @@ def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chi
                            agcus=chip_tiles * socket.tile.agcus)
     latency = min(total, figures.cycles(spec.latency_s, socket)) if n_bytes else 0
     return StageWork(name=tier, kind="memory", resource=tier, fixed_cycles=math.ceil((total - latency) / n_tiles),
-                     latency_cycles=latency, tier_bytes=n_bytes)
+                     latency_cycles=latency, tier_bytes=n_bytes, stream_cycles=total - latency)
 
 
 def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
@@ -75,9 +76,15 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
     given, says which tier each tensor streams from)."""
     options = dict(graph_options or {})
+    # the compiler maps a looped kernel for its time per iteration, which waits on its collectives
+    engine = timer_options.get("engine")
+    looping = bool(engine is not None and engine.kernel_looping)
+    collectives = CollectiveModel.from_node(node, engine.collective_algorithm if engine else "auto")
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
-                     place=lambda graph, memory=None: map_graph(node, graph, memory), **timer_options)
+                     place=lambda graph, memory=None: map_graph(node, graph, memory, looping,
+                                                                lambda c: collectives.run(c).cycles),
+                     **timer_options)
 
 
 def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:

@@ -58,7 +58,7 @@ def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_
     assert unlooped == streaming + 3 * CALL + figures.config_cycles(NODE.socket, 10**6)
 
 
-def test_a_kernel_loop_pays_one_call_and_keeps_its_pipeline_full():
+def test_a_kernel_loop_pays_one_call_and_streams_ahead():
     same = [placed_kernel(NODE, f"L{i}.dec", layer=i, n_tiles=64, compute_cycles_per_tile=100,
                           hbm_bytes=5 * 10**6, config_bytes=10**6,
                           collectives=(Collective("all_reduce", 2**15, 16),)) for i in range(4)]
@@ -66,12 +66,17 @@ def test_a_kernel_loop_pays_one_call_and_keeps_its_pipeline_full():
     unlooped = run(same, EngineOptions(stage_collectives=False, kernel_looping=False))
     assert [len(looped.loops), looped.loops[0].iterations] == [1, 4] and unlooped.loops == ()
     assert [r.launch_cycles for r in looped.records] == [BOUNDARY.launch_cycles, 0, 0, 0]
-    assert [r.fill_cycles for r in looped.records] == [200, 0, 0, 0]
+    # each iteration needs the previous one's output, so its pipeline fills again after the gate
+    assert [r.fill_cycles for r in looped.records] == [200] * 4
     # iteration i+1 streams once iteration i's tiles are done; its compute waits for i's all-reduce
     for a, b in zip(looped.records, looped.records[1:], strict=False):
         assert b.start == a.stream_end and b.stream_end >= a.end
-    saved = unlooped.cycles - looped.cycles
-    assert saved >= 3 * (CALL + 200)
+        assert b.gate_cycles == a.end - b.start > 0
+    # beyond the calls, the weights of iteration i+1 stream while iteration i's all-reduce runs
+    memory_alone = 5 * 10**6 / hbm_bytes_per_cycle(NODE)
+    for b in looped.records[1:]:
+        assert b.stream_end - b.start < b.gate_cycles + 200 + memory_alone
+    assert unlooped.cycles - looped.cycles > 3 * CALL
     assert any(ev.category == "loop" for ev in looped.events)
 
 

@@ -21,9 +21,9 @@ def test_identical_layers_are_mapped_once(node, monkeypatch):
     graph = deepseek_graph("decode")
     calls = []
 
-    def counting(socket, kernel, tiers=None):
+    def counting(socket, kernel, tiers=None, **options):
         calls.append(kernel)
-        return map_kernel(socket, kernel, tiers)
+        return map_kernel(socket, kernel, tiers, **options)
 
     clear_memo()
     monkeypatch.setattr(graph_mod, "map_kernel", counting)
