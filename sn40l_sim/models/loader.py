@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 from sn40l_sim.schema import validate
@@ -120,6 +121,8 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
                    "moe section (every layer is dense); remove it or add moe")
     for field, message in model.attention.problems():  # the attention family's own checks
         raise fail(("attention", field), message)
+    for path, message in kv_problems(model):  # the KV format's (datatype, scales, shared layers)
+        raise fail(path, message)
     moe = model.moe
     if moe is not None:
         if moe.experts_per_token > moe.routed_experts:
