@@ -6,8 +6,10 @@ numpy reference of SnapStream is :mod:`sn40l_sim.reference.snapstream`.
 """
 from sn40l_sim.kvcache.base import POLICIES, KVPolicy, register
 from sn40l_sim.kvcache.factory import make_policy
-from sn40l_sim.kvcache.policies import Full, SnapKV, SnapStream, StreamingLLM
+from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
+from sn40l_sim.kvcache.policies import H2O, ArkVale, Full, SnapKV, SnapStream, StreamingLLM
 from sn40l_sim.kvcache.sizing import kv_bytes_per_token, kv_bytes_per_token_layer, kv_width
 
-__all__ = ["POLICIES", "KVPolicy", "register", "make_policy", "Full", "SnapStream", "StreamingLLM",
-           "SnapKV", "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_width"]
+__all__ = ["POLICIES", "KVPolicy", "KVFootprint", "register", "make_policy", "Full", "SnapStream", "StreamingLLM",
+           "SnapKV", "H2O", "ArkVale", "kv_bytes_by_use", "kv_bytes_per_token", "kv_bytes_per_token_layer",
+           "kv_width"]

@@ -66,6 +66,35 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     return model
 
 
+def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> ModelSpec:
+    """A new validated model with fields replaced (``{"kv_dtype": "fp8"}``, ``{"kv_quant.group":
+    32}`` or nested mappings), checked like a model file; ``model`` is left unchanged.
+
+    Raises
+    ------
+    InputError
+        Named ``<model name> (overrides)`` with the field path, for an unknown field or a bad value.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.template import GRAPHS_DIR
+    >>> llama = load_model(GRAPHS_DIR / "llama3_1_8b.yaml")
+    >>> with_overrides(llama, {"kv_dtype": "int4", "kv_quant": {"group": 32}}).kv_quant.group
+    32
+    >>> with_overrides(llama, {"kv_dtype": "int4", "kv_quant": {"group": 48}})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: llama-3.1-8b (overrides): kv_quant.group: group 48 must divide the head width 128 of the cached 'values' (per-token scales group the channels of one head's row)
+    """
+    if not overrides:
+        return model
+    doc = Document(model.model_dump(), Path(model.name), {})
+    _apply_overrides(doc, overrides)
+    changed = validate(ModelSpec, doc)
+    check_consistency(changed, doc)
+    return changed
+
+
 def _apply_overrides(doc: Document, overrides: Mapping[str, Any]) -> None:
     label = f"{doc.path} (overrides)"
     for key, value in overrides.items():

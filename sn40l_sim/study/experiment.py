@@ -13,6 +13,10 @@ Sections:
     Policy parameters that depend on the prompt: ``prompt_fraction: {budget: 0.25}`` sets
     ``budget = round(0.25 * prompt_len)``; ``per_prompt: [{prompt_len: 65536, params: {...}}]``
     overrides parameters at one length.
+``policies[i].model_overrides``
+    Model fields for this entry's points only, over the experiment's ``model_overrides``: the KV
+    format composes with any policy this way (``{kv_dtype: fp8}``, ``{kv_dtype: int4, kv_quant:
+    {group: 32}}``, ``{kv_shared_layers: 2}``; :mod:`sn40l_sim.models.kv_format`).
 ``workload``
     ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
     ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
@@ -58,7 +62,7 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -66,6 +70,8 @@ from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
+from sn40l_sim.models.loader import with_overrides as model_with_overrides
+from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -112,6 +118,8 @@ class PolicyEntry(StrictModel):
     #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
     prompt_fraction: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
     per_prompt: tuple[PromptParams, ...] = ()
+    #: model fields for this entry only (the KV format: kv_dtype, kv_quant, kv_shared_layers)
+    model_overrides: dict[str, Any] = Field(default_factory=dict)
 
 
 class ShapeSection(StrictModel):
@@ -216,6 +224,8 @@ class Point:
         Prompt length (the prefill length and the decode graph's compiled prompt length).
     policy_index : int
         Index of the entry in ``policies`` (for error locations).
+    model_overrides : dict
+        The entry's own model fields (applied over the experiment's by :func:`make_point_model`).
     """
 
     name: str
@@ -224,6 +234,7 @@ class Point:
     params: dict[str, Any]
     prompt_len: int
     policy_index: int
+    model_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def length_label(tokens: int) -> str:
@@ -246,7 +257,8 @@ def points(exp: Experiment) -> list[Point]:
             params.update({k: max(1, round(f * prompt_len)) for k, f in entry.prompt_fraction.items()})
             params.update(overrides.get(prompt_len, {}))
             name = f"{entry.name}@{length_label(prompt_len)}" if several else entry.name
-            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index))
+            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index,
+                             dict(entry.model_overrides)))
     return out
 
 
@@ -265,6 +277,20 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
         file, line = exp.doc.where(at)
         raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
                             field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
+
+
+def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSpec:
+    """``model`` (the experiment's, its ``model_overrides`` applied) with the point's entry's own
+    ``model_overrides``; a bad one is an :class:`InputError` located at the entry's field."""
+    try:
+        return model_with_overrides(model, point.model_overrides)
+    except InputError as exc:
+        inner = tuple((exc.field or "").split(".")) if exc.field else ()
+        at = ("policies", point.policy_index, "model_overrides") + inner
+        file, line = exp.doc.where(at)
+        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
+                            field=f"policies[{point.policy_index}].model_overrides" + "".join(f".{p}" for p in inner),
+                            line=line) from None
 
 
 def memory_order(exp: Experiment, node: Any) -> tuple[str, ...]:
