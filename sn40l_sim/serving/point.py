@@ -104,6 +104,8 @@ class PointResult:
     log: ServingLog | None
     #: what one sequence keeps per layer, and where (the decode node's reservation per sequence)
     footprint: KVFootprint | None = None
+    #: whether the decode graph runs the MTP module (whose layer has a cache of its own)
+    include_mtp: bool = False
 
 
 class _Memory:
@@ -292,4 +294,5 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
-                       prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint)
+                       prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
+                       bool(include_mtp))

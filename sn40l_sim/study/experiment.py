@@ -27,6 +27,10 @@ Sections:
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
     graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
     (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+``report``
+    ``extra_fields``: opt-in groups of results fields (``kv_policies``: where a sequence's KV lives
+    per token of context, the fractions of tokens, bits and layers it keeps, a decode step's
+    traffic per memory tier; ``docs/results.md``).
 ``memory``
     Where tensors go in the hardware's memory tiers: ``order`` (tiers to fill, first to last;
     default: the hardware file's order, fastest first) and ``may_spill`` (uses that may be placed
@@ -72,6 +76,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -142,6 +147,13 @@ class MemorySection(StrictModel):
     may_spill: tuple[Use, ...] = ("activations",)
 
 
+class ReportSection(StrictModel):
+    """What the records carry beyond the fields every record has."""
+
+    #: opt-in groups of results fields (docs/results.md), e.g. ``kv_policies``
+    extra_fields: tuple[str, ...] = ()
+
+
 class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
@@ -157,6 +169,7 @@ class ExperimentSpec(StrictModel):
     workload: Workload | None = None
     serving: ServingSection = ServingSection()
     memory: MemorySection = MemorySection()
+    report: ReportSection = ReportSection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
     #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`
@@ -365,6 +378,10 @@ def _check(exp: Experiment) -> None:
         if plan.tp % plan.attention_dp:
             raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
                             f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+    for i, group in enumerate(spec.report.extra_fields):
+        if group not in RESULTS.groups:
+            raise exp.error(("report", "extra_fields", i), f"unknown group of results fields {group!r}; "
+                            f"expected one of {', '.join(RESULTS.groups)}")
     order = spec.memory.order
     if order is not None:
         if not order:

@@ -111,7 +111,8 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             raise asm.locate(exc) from None
         if on_result is not None:
             on_result(result)
-        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
+        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params,
+                                    extra_fields=exp.spec.report.extra_fields))
     return records
 
 
