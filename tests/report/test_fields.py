@@ -145,4 +145,4 @@ def test_an_opt_in_group_is_produced_whole_or_not_at_all(records):
     rec[group[0]] = 1.0
     assert RESULTS.mismatches(rec) == [f"{name}: declared but not produced" for name in group[1:]]
     page = render()
-    assert all(f"`{name}`" in page for name in group) and "(opt-in: `kv_policies`)" in page
+    assert all(f"`{RESULTS[name].pattern()}`" in page for name in group) and "(opt-in: `kv_policies`)" in page
