@@ -119,6 +119,8 @@ RESULTS = Fields([
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),
     # KV policies side by side (opt-in: report: {extra_fields: [kv_policies]})
+    Field("policy_entry", "", "The name of the point's policy entry (the point's name without its prompt length "
+          "or sweep point), to label points in plots.", axis="policy entry", group="kv_policies"),
     Field("kv_bytes_per_context_token", "B", "KV bytes one sequence keeps in the first memory tier (its cache "
           "slots, scales included, and the policy's state such as accumulated scores or page digests; every "
           "layer it caches, the MTP layer's when decode runs it) per token of its context (prompt plus "

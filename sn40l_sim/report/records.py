@@ -57,7 +57,7 @@ def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> di
     return out
 
 
-def kv_policy_fields(result: PointResult) -> dict[str, Any]:
+def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
     """The ``kv_policies`` fields of a point: where a sequence's KV lives per token of its context,
     the fractions of tokens, bits and layers it keeps, and a decode step's traffic per tier."""
     s = result.setup
@@ -73,6 +73,7 @@ def kv_policy_fields(result: PointResult) -> dict[str, Any]:
         for tier, n in kernel.tier_bytes.items():
             tiers[tier] = tiers.get(tier, 0) + int(n)
     return {
+        "policy_entry": policy_entry,
         "kv_bytes_per_context_token": first / context,
         "kv_offload_bytes_per_context_token": store / context,
         "kv_retained_token_fraction": s.policy.cache_len(s.prompt_len, s.max_new_tokens) / context,
@@ -84,9 +85,10 @@ def kv_policy_fields(result: PointResult) -> dict[str, Any]:
 
 
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
-                 extra_fields: Iterable[str] = ()) -> dict[str, Any]:
+                 extra_fields: Iterable[str] = (), policy_entry: str | None = None) -> dict[str, Any]:
     """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
-    opt-in field groups ``extra_fields`` asks for (``kv_policies``)."""
+    opt-in field groups ``extra_fields`` asks for (``kv_policies``; ``policy_entry`` names the
+    point's policy entry, by default the point's name)."""
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
@@ -145,5 +147,5 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         if group not in RESULTS.groups:
             raise ValueError(f"unknown results field group {group!r}; known: {', '.join(RESULTS.groups)}")
     if "kv_policies" in extra_fields:
-        record.update(kv_policy_fields(result))
+        record.update(kv_policy_fields(result, policy_entry or s.name))
     return record

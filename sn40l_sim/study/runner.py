@@ -112,7 +112,7 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         if on_result is not None:
             on_result(result)
         records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params,
-                                    extra_fields=exp.spec.report.extra_fields))
+                                    extra_fields=exp.spec.report.extra_fields, policy_entry=point.entry))
     return records
 
 
