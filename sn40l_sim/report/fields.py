@@ -121,11 +121,11 @@ RESULTS = Fields([
     # KV policies side by side (opt-in: report: {extra_fields: [kv_policies]})
     Field("policy_entry", "", "The name of the point's policy entry (the point's name without its prompt length "
           "or sweep point), to label points in plots.", axis="policy entry", group="kv_policies"),
-    Field("kv_bytes_per_context_token", "B", "KV bytes one sequence keeps in the first memory tier (its cache "
+    Field("kv_bytes_per_context_token", "B/token", "KV bytes one sequence keeps in the first memory tier (its cache "
           "slots, scales included, and the policy's state such as accumulated scores or page digests; every "
           "layer it caches, the MTP layer's when decode runs it) per token of its context (prompt plus "
-          "max_new_tokens).", axis="KV bytes per context token, first tier", group="kv_policies"),
-    Field("kv_offload_bytes_per_context_token", "B", "The same for a store the policy keeps in another tier "
+          "max_new_tokens).", axis="KV bytes per context token in the first memory tier", group="kv_policies"),
+    Field("kv_offload_bytes_per_context_token", "B/token", "The same for a store the policy keeps in another tier "
           "(the whole cache of DDR offload with recall); 0 without one.",
           axis="KV store bytes per context token", group="kv_policies"),
     Field("kv_retained_token_fraction", "1", "Tokens a sequence's cache still holds at the end of a context of "
