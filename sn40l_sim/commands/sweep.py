@@ -1,14 +1,25 @@
-"""Run an experiment's sweep: every point of its ``sweep:`` section in parallel processes.
+"""Run an experiment's sweep: every point of its ``sweep:`` section in parallel processes, or on a
+Dask cluster.
 
 The section lists axes (dotted paths into the experiment, or hardware.<field> for the hardware)
 with their values, combined as a grid or zipped (see sn40l_sim/study/sweep/axes.py). Each sweep point
 runs the experiment's own points (KV policies x prompt lengths); the records of all points go into
 OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. A point that
 fails is reported with its name and error and the others still run (exit status 1). With a
-`plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would.
+`plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
+`objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png.
+
+Each finished run is kept in OUT/runs/ at once: after a sweep is stopped, `--resume` runs only the
+runs not kept yet (matched by what they simulate) and writes the same results as an uninterrupted
+sweep. `--scheduler local` runs on a Dask LocalCluster of --jobs workers, `--scheduler
+tcp://host:8786` on a running Dask scheduler's workers (pip install -e ".[cluster]"; see
+docs/distributed.md); the SN40L_SIM_SCHEDULER environment variable is read when --scheduler is not
+given.
 
 examples:
   python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --out out/sweep --jobs 2
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --out out/sweep --resume
+  python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --scheduler tcp://10.0.0.5:8786
   python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set serving.max_new_tokens=32
   python -m sn40l_sim sweep experiments/deepseek_sweep.yaml --set hardware.socket.memory.hbm.bytes_per_s_per_unit="819.2 GB/s"
 """
@@ -25,7 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="worker processes (default: the number of CPUs; 1 runs in this process)")
+                        help="worker processes (default: the number of CPUs; 1 runs in this process); with "
+                             "--scheduler local, the local cluster's workers")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run on Dask: 'local' (a LocalCluster on this machine) or a scheduler address such "
+                             "as tcp://host:8786 (default: $SN40L_SIM_SCHEDULER, else local processes)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs already finished in OUT/runs/ and run only the others")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
                         help="set a field of the experiment (or hardware.<field>) for every point; repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -38,25 +55,41 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
-    return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets))
+    return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
+                      scheduler=args.scheduler, resume=args.resume)
 
 
 def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None = None, progress: bool = True,
-               sets: dict | None = None) -> int:
+               sets: dict | None = None, scheduler: str | None = None, resume: bool = False) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
     experiment has a ``sweep:`` section)."""
+    from sn40l_sim.report.fields import RESULTS
+    from sn40l_sim.study.sweep.executors import import_distributed, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
 
+    chosen, field = resolve_scheduler(scheduler)
+    if chosen is not None:
+        import_distributed(field)  # a missing extra is said before anything is loaded
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
-    records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep)
+    records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep, scheduler=scheduler,
+                        resume=resume)
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
+    where = f" on Dask ({chosen})" if chosen else ""
     print(f"{sweep.name}: {len(sweep.points)} sweep points ({sweep.mode} over {axes}); "
-          f"{len(records)} of {records.total} runs gave a record, in {wall:.1f} s")
+          f"{len(records)} of {records.total} runs gave a record, in {wall:.1f} s{where}")
+    if resume:
+        print(f"resumed: {records.resumed} run(s) were already done in {out / 'runs'}")
     written = [out / "results.json", out / "results.csv"]
+    if sweep.objectives:
+        goals = ", ".join(f"{d}imise {c} ({_unit(RESULTS, c)})" for c, d in sweep.objectives.items())
+        print(f"Pareto front: {len(records.front)} of {len(records)} records ({goals})")
+        written += [out / "pareto.json", out / "pareto.csv"]
+        if records.front and len(sweep.objectives) >= 2:
+            written.append(out / "pareto.png")
     if records and sweep.plot is not None:
         written.append(out / "sweep.png")
     print("wrote " + ", ".join(str(p) for p in written))
@@ -67,3 +100,9 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
         print(f"{len(records.failures)} run(s) failed (listed above and in {out / 'failures.json'})")
         return 1
     return 0
+
+
+def _unit(fields, column: str) -> str:
+    """The declared unit of a results column."""
+    found = fields.resolve(column)
+    return found[0].unit if found is not None else ""

@@ -39,7 +39,7 @@ from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelEntry, PhaseTemplate, load_templates, template_for
+from sn40l_sim.models.template import KernelEntry, KernelTemplates, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
 
 #: options of :func:`build_graph` and their defaults
@@ -91,8 +91,8 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         Expert weights streamed per MoE call (see :mod:`sn40l_sim.models.moe`).
     routing_skew : float
         Zipf exponent of expert popularity for the touched-expert expectation (0 = uniform).
-    template : str or Path, optional
-        A kernel template file replacing the model's.
+    template : str or Path or KernelTemplates, optional
+        A kernel template file replacing the model's, or that template already loaded.
 
     Raises
     ------
@@ -101,7 +101,9 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     """
     opts = _options(options)
     _check(model, shape, plan)
-    template = load_templates(opts["template"]) if opts["template"] else template_for(model)
+    template = opts["template"]
+    if not isinstance(template, KernelTemplates):
+        template = load_templates(template) if template else template_for(model)
     ctx = Ctx(model, shape, plan, template, opts["expert_loading"], float(opts["routing_skew"]))
     phase: PhaseTemplate = getattr(template, shape.phase)
     include_mtp = opts["include_mtp"]

@@ -2,8 +2,9 @@
 
 Schema errors (unknown keys, wrong types, missing fields) come from :func:`sn40l_sim.schema.validate`;
 this module adds the checks that involve several fields (``dense_layers <= layers``, ``heads``
-divisible by ``kv_heads``, ...) and resolves the optional ``kernels:`` template path. Every error is
-an :class:`~sn40l_sim.errors.InputError` naming the file, the field and the line.
+divisible by ``kv_heads``, ...), resolves the optional ``kernels:`` template path and attaches the
+loaded template to the model. Every error is an :class:`~sn40l_sim.errors.InputError` naming the
+file, the field and the line.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import template_for
+from sn40l_sim.models.template import with_template
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
@@ -61,9 +62,8 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
         doc.data["kernels"] = str(resolved)
     model = validate(ModelSpec, doc)
     check_consistency(model, doc)
-    if kernels is not None:
-        template_for(model)  # loads and checks the template, errors located in its file
-    return model
+    # the template loaded and checked now (errors located in its file) and carried by the model
+    return with_template(model)
 
 
 def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> ModelSpec:

@@ -3,13 +3,15 @@
 Field names are a contract read by the graph builder and the KV policies: add, never rename. The
 ``attention`` section's fields are those of its family (:mod:`sn40l_sim.models.families`).
 Parameter counts and KV bytes per token are computed from these fields (``models/params.py``),
-never stored.
+never stored. A model the loader returns also carries its loaded kernel template
+(:func:`sn40l_sim.models.template.template_for` hands it out), so that a model pickled to another
+process (a sweep's worker) needs no template file; the template is not part of the spec's identity.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import SerializeAsAny, WrapValidator
+from pydantic import PrivateAttr, SerializeAsAny, WrapValidator
 
 from sn40l_sim.models.families import AttentionSpec, validate_attention
 from sn40l_sim.models.kv_format import KVDType, KVQuantSpec
@@ -65,3 +67,9 @@ class ModelSpec(StrictModel):
     #: fused-kernel template file (absolute path, resolved by the loader from the path written
     #: relative to the model file); ``None`` means the default template of the attention kind
     kernels: str | None = None
+    #: the loaded, checked kernel template (set by the loader; None for a model built in code)
+    _kernel_templates: Any = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # the fields, not the attached template: the same file loaded or validated in code is one model
+        return type(other) is type(self) and self.__dict__ == other.__dict__

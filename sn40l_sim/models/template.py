@@ -93,16 +93,38 @@ def default_template_path(model: ModelSpec) -> Path:
 
 
 def template_for(model: ModelSpec) -> KernelTemplates:
-    """The (cached) template of ``model``, checked against the model's tensors.
+    """The template of ``model``, checked against the model's tensors: the one the loader attached
+    (:func:`with_template`), else read (and cached) from the file the model names.
 
     >>> from sn40l_sim.models.loader import load_model
     >>> template_for(load_model(GRAPHS_DIR / "deepseek_r1.yaml")).sharding["expert_down"]
     'row'
     """
+    if model._kernel_templates is not None:
+        return model._kernel_templates
     path = Path(model.kernels) if model.kernels else default_template_path(model)
     template, doc = _load(str(path.resolve()))
     check_against_model(template, doc, model)
     return template
+
+
+def with_template(model: ModelSpec) -> ModelSpec:
+    """``model`` (changed in place) carrying its checked template, so that a copy pickled to
+    another process builds graphs and sizes weights without reading the template file.
+
+    Raises
+    ------
+    InputError
+        For a bad template, or one that does not fit the model, located in the template file.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> import pickle
+    >>> model = load_model(GRAPHS_DIR / "llama3_1_8b.yaml")
+    >>> pickle.loads(pickle.dumps(model))._kernel_templates is not None
+    True
+    """
+    model._kernel_templates = template_for(model)
+    return model
 
 
 def load_templates(path: str | Path) -> KernelTemplates:

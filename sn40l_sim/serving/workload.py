@@ -2,7 +2,9 @@
 
 The workload specs are the validated objects of :mod:`sn40l_sim.study.experiment` (``FixedWorkload``,
 ``PoissonWorkload``, ``TraceWorkload``); a trace file (CSV or JSONL of ``arrival_s, prompt_len,
-output_len``) is read here. Arrival times become integer cycles of the simulated clock.
+output_len``) is read here by :func:`read_trace`, once, by whoever assembles the experiment, and its
+rows handed to :func:`build_requests` (a sweep's workers get the rows, not the file). Arrival times
+become integer cycles of the simulated clock.
 
 Sampling uses one ``numpy`` PCG64 generator seeded from ``serving.seed``, drawing inter-arrival
 gaps, then prompt lengths, then output lengths, so the same seed gives the same requests.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,12 +67,16 @@ def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: in
     raise ValueError(f"unknown length distribution {dist.dist!r}")
 
 
+#: one request of a trace: ``(arrival_s, prompt_len, output_len, where)``, ``where`` naming its file and line
+TraceRow = tuple[float, int, int, str]
+
+
 def _request_count(count: int | str, rounds: int, slots: int) -> int:
     return slots * rounds if count == "batch" else int(count)
 
 
 def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: int, seed: int,
-                   clock_hz: float, trace_path: Path | None = None) -> list[Request]:
+                   clock_hz: float, trace_rows: Sequence[TraceRow] | None = None) -> list[Request]:
     """The requests of a workload spec, sorted by arrival (ids in arrival order).
 
     Parameters
@@ -86,13 +93,13 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         Seed of the sampler.
     clock_hz : float
         Clock that turns arrival seconds into cycles.
-    trace_path : Path, optional
-        The resolved trace file, for ``kind: trace``.
+    trace_rows : sequence of TraceRow, optional
+        The rows of the trace file (:func:`read_trace`), for ``kind: trace``.
 
     Raises
     ------
-    InputError
-        For a bad trace file (naming its line), or a request longer than the compiled graphs.
+    InfeasibleError
+        For a request longer than the compiled graphs (naming the trace line or the request).
     """
     if spec.kind == "fixed":
         if spec.requests is not None:
@@ -111,9 +118,9 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         outputs = sample_lengths(spec.output_len, n, rng, max_new_tokens)
         rows = [(float(arrivals[i]), prompts[i], outputs[i], f"request {i}") for i in range(n)]
     elif spec.kind == "trace":
-        if trace_path is None:
-            raise ValueError("a trace workload needs trace_path")
-        rows = read_trace(trace_path)
+        if trace_rows is None:
+            raise ValueError("a trace workload needs trace_rows (read_trace)")
+        rows = list(trace_rows)
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
     for _, p, o, where in rows:
@@ -131,7 +138,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
 _COLUMNS = ("arrival_s", "prompt_len", "output_len")
 
 
-def read_trace(path: Path) -> list[tuple[float, int, int, str]]:
+def read_trace(path: Path) -> list[TraceRow]:
     """Rows ``(arrival_s, prompt_len, output_len, where)`` of a CSV or JSONL trace file.
 
     A ``.jsonl`` file has one JSON object per line; anything else is read as CSV with a header.
@@ -171,7 +178,7 @@ def read_trace(path: Path) -> list[tuple[float, int, int, str]]:
     return [_trace_row(path, number, item) for number, item in records]
 
 
-def _trace_row(path: Path, number: int, item: dict) -> tuple[float, int, int, str]:
+def _trace_row(path: Path, number: int, item: dict) -> TraceRow:
     extra = sorted(set(item) - set(_COLUMNS), key=str)
     if extra:
         raise InputError(f"unknown column {extra[0]!r}; expected {', '.join(_COLUMNS)}", file=path, line=number)

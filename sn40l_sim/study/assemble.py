@@ -8,6 +8,11 @@ the mapper and memory placer (:mod:`sn40l_sim.mapper`) already bound to this exp
 errors it raises in its own words (the :class:`~sn40l_sim.serving.point.PointSetup` field they are
 about) are located here in the experiment file.
 
+An :class:`Assembly` holds everything its points read: the node, the model (which carries its
+kernel template), and, when the experiment names them, the trace's rows and the graph options'
+kernel template (:func:`read_trace_rows`, :func:`load_graph_template`: read when first needed unless
+given, as a sweep's plan gives them, so that an assembly pickled to a worker needs no file).
+
 Examples
 --------
 >>> from sn40l_sim.study.experiment import load_experiment
@@ -35,9 +40,10 @@ from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import KernelTemplates, load_templates
 from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
-from sn40l_sim.serving.workload import Request, build_requests
+from sn40l_sim.serving.workload import Request, TraceRow, build_requests, read_trace
 from sn40l_sim.study.experiment import Experiment, Point, make_point_model, make_point_policy, memory_order, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
@@ -94,11 +100,18 @@ class Assembly:
     model : ModelSpec
         The model, with the experiment's ``model_overrides`` applied (a point's own, from its
         policy entry, come on top: :meth:`model_for`).
+    trace_rows : tuple of TraceRow, optional
+        The rows of a trace workload, already read (else read from the file when first needed).
+    graph_template : KernelTemplates, optional
+        The template ``graph_options.template`` names, already loaded (else loaded by the graph
+        builder from its path).
     """
 
     experiment: Experiment
     node: NodeSpec
     model: ModelSpec
+    trace_rows: tuple[TraceRow, ...] | None = None
+    graph_template: KernelTemplates | None = None
 
     @cached_property
     def points(self) -> list[Point]:
@@ -153,8 +166,11 @@ class Assembly:
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""
-        return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan,
-                          setup.graph_options, context_len=setup.prompt_len + setup.max_new_tokens)
+        options = setup.graph_options
+        if self.graph_template is not None:
+            options = {**options, "template": self.graph_template}
+        return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
+                          context_len=setup.prompt_len + setup.max_new_tokens)
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:
         """The memory placer of this node and ``model`` (default: the experiment's), in the
@@ -167,15 +183,17 @@ class Assembly:
         workload = spec.workload
         if workload is None:
             raise self.experiment.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
-        trace_path = self.experiment.resolve(workload.path, ("workload", "path")) if workload.kind == "trace" else None
         max_new_tokens = self.experiment.max_new_tokens
         clock_hz = self.node.socket.clock_hz
 
         def requests_for(slots: int) -> list[Request]:
             if not serve:
                 return []
+            rows = self.trace_rows
+            if rows is None and workload.kind == "trace":
+                rows = read_trace_rows(self.experiment)
             return build_requests(workload, prompt_len=point.prompt_len, max_new_tokens=max_new_tokens,
-                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_path=trace_path)
+                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_rows=rows)
 
         return requests_for
 
@@ -188,6 +206,27 @@ class Assembly:
         path = tuple(field.split(".")) if field else ()
         file, line = self.experiment.doc.where(path)
         return exc.__class__(exc.message, file=file, field=field, line=line)
+
+
+def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
+    """The rows of the experiment's trace workload (None for any other workload).
+
+    Raises
+    ------
+    InputError
+        For a trace file that cannot be read or has a bad row, naming the file and the line.
+    """
+    workload = experiment.spec.workload
+    if workload is None or workload.kind != "trace":
+        return None
+    return tuple(read_trace(experiment.resolve(workload.path, ("workload", "path"))))
+
+
+def load_graph_template(experiment: Experiment) -> KernelTemplates | None:
+    """The kernel template ``graph_options.template`` names (None when it names none; the graph
+    builder reports a value that is not a path)."""
+    path = experiment.spec.graph_options.get("template")
+    return load_templates(path) if isinstance(path, str) and path else None
 
 
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,

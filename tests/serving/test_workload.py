@@ -68,8 +68,8 @@ def test_csv_and_jsonl_traces(tmp_path):
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text('{"arrival_s": 0.25, "prompt_len": 100, "output_len": 4}\n\n'
                      '{"arrival_s": 0, "prompt_len": 4096, "output_len": 8}\n')
-    a = build(TraceWorkload(kind="trace", path="t.csv"), trace_path=csv_file)
-    b = build(TraceWorkload(kind="trace", path="t.jsonl"), trace_path=jsonl)
+    a = build(TraceWorkload(kind="trace", path="t.csv"), trace_rows=read_trace(csv_file))
+    b = build(TraceWorkload(kind="trace", path="t.jsonl"), trace_rows=read_trace(jsonl))
     assert a == b
     assert [(r.arrival_cycle, r.prompt_len) for r in a] == [(0, 4096), (400_000_000, 100)]
 

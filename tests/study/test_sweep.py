@@ -4,10 +4,9 @@ counts, failures that do not stop the others, and hardware axes that change the 
 from __future__ import annotations
 
 import json
-import textwrap
-from pathlib import Path
 
 import pytest
+from sweep_helpers import REPO, write_experiment
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
@@ -15,31 +14,6 @@ from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
 from sn40l_sim.study.sweep.load import load_sweep, parse_sets
 from sn40l_sim.study.sweep.run import run_sweep
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def write_experiment(tmp_path: Path, sweep: str, *, extra: str = "", name: str = "e.yaml") -> Path:
-    """A small experiment with the given ``sweep:`` body (indented by the caller as YAML)."""
-    text = textwrap.dedent(f"""\
-        kind: experiment
-        name: small_sweep
-        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
-        model: {REPO / 'graphs/llama3_1_8b.yaml'}
-        parallel:
-          prefill: {{tp: 8}}
-          decode: {{tp: 8, attention_dp: 8}}
-        policies:
-          - {{name: full, policy: full}}
-          - {{name: snap, policy: snapstream, prompt_fraction: {{budget: 0.25}}}}
-        shape: {{prompt_len: 4096}}
-        workload: {{kind: fixed, count: batch, output_len: 2}}
-        serving: {{batch: 4, batch_sizes: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048], max_new_tokens: 2}}
-        """) + extra + "sweep:\n" + textwrap.indent(textwrap.dedent(sweep), "  ")
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
 
 # -- axis values -------------------------------------------------------------------------------
 
@@ -119,6 +93,11 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: [1]\nevery: 2\n", "sweep.every", 17, "unknown key"),
     ("axes: {}\n", "sweep.axes", 15, "mapping"),
     ("axes:\n  serving.batch: [1]\nplot: {x: batch}\n", "sweep.plot.y", 17, "column"),
+    ("axes:\n  serving.batch: [1]\nobjectives: {tpot: min}\n", "sweep.objectives.tpot", 17,
+     "tpot is not a declared results field"),
+    ("axes:\n  serving.batch: [1]\nobjectives: {kv_policy: max}\n", "sweep.objectives.kv_policy", 17, "text"),
+    ("axes:\n  serving.batch: [1]\nobjectives: {tpot_s: least}\n", "sweep.objectives.tpot_s", 17, "max or min"),
+    ("axes:\n  serving.batch: [1]\nobjectives: [tpot_s]\n", "sweep.objectives", 17, "mapping"),
 ])
 def test_bad_sections_are_located(tmp_path, body, field, line, words):
     path = write_experiment(tmp_path, body)
@@ -174,6 +153,27 @@ def test_infeasible_runs_can_be_skipped(tmp_path):
     assert records.failures == [] and [name for name, _ in records.skipped] == ["full[batch=2048]"]
     assert records.total == 2 and [r["name"] for r in records] == ["snap[batch=2048]"]
     assert (tmp_path / "out" / "sweep.png").stat().st_size > 0
+
+
+def test_objectives_write_the_pareto_front(tmp_path):
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8, 32]\n"
+                            "objectives: {decode_tokens_per_s: max, tpot_s: min}\n")
+    records = run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    front = json.loads((tmp_path / "out" / "pareto.json").read_text())
+    assert [r["name"] for r in records.front] == [r["name"] for r in front]
+    assert front == [r for r in results if r["name"] in {f["name"] for f in front}]  # a subset, in order
+
+    def beats(a, b):
+        ge = a["decode_tokens_per_s"] >= b["decode_tokens_per_s"] and a["tpot_s"] <= b["tpot_s"]
+        return ge and (a["decode_tokens_per_s"] > b["decode_tokens_per_s"] or a["tpot_s"] < b["tpot_s"])
+
+    assert 0 < len(front) < len(results)
+    assert all(any(beats(f, r) for f in front) for r in results if r not in front)
+    assert not any(beats(r, f) for f in front for r in results)
+    csv_lines = (tmp_path / "out" / "pareto.csv").read_text().splitlines()
+    assert len(csv_lines) == len(front) + 1
+    assert (tmp_path / "out" / "pareto.png").stat().st_size > 0
 
 
 def test_hardware_axis_changes_the_simulation(tmp_path):

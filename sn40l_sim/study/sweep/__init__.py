@@ -1,2 +1,4 @@
-"""Sweeps: an experiment's ``sweep:`` section expanded into points (:mod:`.axes`, :mod:`.load`) and
-run in parallel processes (:mod:`.run`)."""
+"""Sweeps: an experiment's ``sweep:`` section (:mod:`.axes`) loaded and expanded into sweep points
+(:mod:`.load`), planned into runs that carry their loaded specs (:mod:`.plan`), and run on an
+executor (:mod:`.executors`: this process, a process pool or a Dask cluster) by one loop that keeps
+each finished run on disk for ``--resume`` (:mod:`.run`, :mod:`.store`)."""

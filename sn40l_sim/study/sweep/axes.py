@@ -10,6 +10,7 @@ Part of :mod:`sn40l_sim.study.sweep.load` (which runs the points). The section r
         hbm: {path: hardware.socket.memory.hbm.bytes_per_s_per_unit, values: [409.6 GB/s, 819.2 GB/s]}
       plot: {x: batch, y: decode_tokens_per_s, hue: [kv_policy, prefill_len]}   # optional
       infeasible: skip            # optional: fail (default) | skip runs that do not fit
+      objectives: {decode_tokens_per_s: max, latency.tpot_s.p99: min}         # optional: Pareto front
 
 An axis path names a field of the experiment document (``serving.batch``, ``shape.prompt_len``,
 ``policies.snapstream.params.budget``: list entries are picked by their ``name`` or by index) or,
@@ -19,7 +20,9 @@ A range ``{start, stop, num, scale: linear | log}`` gives ``num`` values includi
 ``start`` and ``stop`` are integers the values are rounded to integers. ``infeasible: skip`` treats
 a run that does not fit (an :class:`~sn40l_sim.errors.InfeasibleError`: a batch too large for the
 memory, a tensor-parallel group larger than the node) as an expected outcome of the sweep, listed
-but not counted as a failure; a bad value or an internal error always fails.
+but not counted as a failure; a bad value or an internal error always fails. ``objectives`` names
+results columns (declared fields holding numbers, :mod:`sn40l_sim.report.fields`) to maximise or
+minimise: the sweep then writes the records on their Pareto front (:mod:`sn40l_sim.report.pareto`).
 
 Examples
 --------
@@ -42,12 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.yamlio import PathError, set_value
 
 #: keys of a range axis, and of an axis with an explicit path
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
 PATH_KEYS = frozenset({"path", "values"})
-SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible"})
+SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible", "objectives"})
 PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where", "label"})
 
 
@@ -177,6 +181,30 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
     for key in ("x", "y"):
         if not isinstance(spec.get(key), str):
             raise AxisError("required: a column of results.csv", (key,))
+    return dict(spec)
+
+
+def parse_objectives(spec: Any) -> dict[str, str] | None:
+    """The ``objectives:`` entry of a sweep section, column -> ``max`` | ``min`` (None when absent).
+
+    >>> parse_objectives({"decode_tokens_per_s": "max", "latency.tpot_s.p99": "min"})
+    {'decode_tokens_per_s': 'max', 'latency.tpot_s.p99': 'min'}
+    >>> parse_objectives({"tpot_s": "least"})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.study.sweep.axes.AxisError: expected max or min, got 'least'
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or not spec:
+        raise AxisError("expected a mapping of results column -> max | min, such as {decode_tokens_per_s: max, "
+                        "tpot_s: min}")
+    for column, direction in spec.items():
+        problem = objective_problem(column) if isinstance(column, str) else f"expected a column name, got {column!r}"
+        if problem:
+            raise AxisError(f"{problem} (see docs/results.md)", (column,))
+        if direction not in DIRECTIONS:
+            raise AxisError(f"expected max or min, got {direction!r}", (column,))
     return dict(spec)
 
 

@@ -59,6 +59,7 @@ from sn40l_sim.study.sweep.axes import (
     combinations,
     labels,
     parse_axis,
+    parse_objectives,
     parse_plot,
     point_name,
     set_path,
@@ -94,6 +95,8 @@ class Sweep:
     plot: dict[str, Any] | None = None
     #: ``fail`` or ``skip`` runs that raise InfeasibleError
     infeasible: str = "fail"
+    #: results column -> ``max`` | ``min`` for the Pareto front (None: no front)
+    objectives: dict[str, str] | None = None
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -138,7 +141,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         raise doc.error(("sweep",), "expected a sweep section: {mode: grid | zip, axes: {path: values}}")
     unknown = sorted(set(section) - SECTION_KEYS)
     if unknown:
-        raise doc.error(("sweep", unknown[0]), "unknown key (expected mode, axes, plot, infeasible)")
+        raise doc.error(("sweep", unknown[0]), "unknown key (expected mode, axes, plot, infeasible, objectives)")
     mode = section.get("mode", "grid")
     if mode not in ("grid", "zip"):
         raise doc.error(("sweep", "mode"), f"expected grid or zip, got {mode!r}")
@@ -169,8 +172,12 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         plot = parse_plot(section.get("plot"))
     except AxisError as exc:
         raise doc.error(("sweep", "plot") + exc.where, str(exc)) from None
+    try:
+        objectives = parse_objectives(section.get("objectives"))
+    except AxisError as exc:
+        raise doc.error(("sweep", "objectives") + exc.where, str(exc)) from None
     name = base.get("name") if isinstance(base.get("name"), str) else doc.path.stem
-    return Sweep(doc, name, mode, axes, points, plot, infeasible)
+    return Sweep(doc, name, mode, axes, points, plot, infeasible, objectives)
 
 
 def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, dict[str, Any]]:

@@ -2,48 +2,103 @@
 
 A sweep point's experiment expands into its own points (KV policies x prompt lengths); each of them
 runs on its own, so that a batch too large for ``full`` does not lose the ``snapstream`` record of
-the same sweep point, and so that the work spreads over the processes in small pieces. A run
-carries the loaded, validated specs (the sweep point's experiment, its node with the hardware
-overrides applied, the model): a worker never reads the experiment's files. Each sweep point's
-experiment is validated once, each distinct node and model loaded once.
+the same sweep point, and so that the work spreads over the workers in small pieces.
+
+A run carries its sweep point's :class:`~sn40l_sim.study.assemble.Assembly`: the validated
+experiment, its node with the hardware overrides applied, the model (with its kernel template), and
+the trace's rows and graph template when the experiment names them. A worker never opens an
+experiment, hardware, model, template or trace file, so it needs none of the project's files (a
+remote worker has only the installed package). Each sweep point's experiment is validated once,
+each distinct node, model and trace read once.
+
+A run's :attr:`~SweepRun.key` names what it simulates by value (the experiment as validated, the
+point, the node, the model, the template, the trace) and the simulator's code that simulates it, so
+a resumed sweep finds the runs already done whatever their order or index (:mod:`.store`), and
+never reuses a record that other code produced.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.study.experiment import Experiment, Point, points
+from sn40l_sim.models.template import template_for
+from sn40l_sim.study.assemble import Assembly, load_graph_template, read_trace_rows
+from sn40l_sim.study.experiment import Point, points
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
+
+#: bump when the key's contents change meaning (stored runs of an older key are then run again)
+KEY_VERSION = 1
+#: the package's folder, whose sources the key includes
+PACKAGE = Path(__file__).resolve().parents[2]
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the simulator's sources (every ``.py`` file of the package, by relative path)."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        digest.update(path.relative_to(PACKAGE).as_posix().encode("utf-8") + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class SweepRun:
-    """One experiment point of one sweep point: the unit of work of a process."""
+    """One experiment point of one sweep point: the unit of work of a worker."""
 
     sweep_point: SweepPoint
     #: the point of the sweep point's experiment this run simulates
     point: Point
-    experiment: Experiment
-    node: NodeSpec
-    model: ModelSpec
+    #: the sweep point's experiment with its node, model, trace rows and graph template loaded
+    assembly: Assembly
 
     @property
     def name(self) -> str:
         """``<experiment point>[<sweep point>]``: the record's name."""
         return f"{self.point.name}[{self.sweep_point.name}]"
 
+    @cached_property
+    def key(self) -> str:
+        """A stable hexadecimal digest of the run's resolved parameters (:func:`run_parameters`)."""
+        text = json.dumps(run_parameters(self), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_parameters(run: SweepRun) -> dict[str, Any]:
+    """Everything a run's result depends on, as plain data: the experiment as validated (without
+    its sweep section and the paths of the files it names, whose contents follow), the point, the
+    node (hardware file and overrides applied), the model with its kernel template, the graph
+    options' template, the trace rows and the simulator's code. Two runs with equal parameters give
+    the same record."""
+    asm = run.assembly
+    experiment = asm.experiment.spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
+    point = {"name": run.point.name, "policy": run.point.policy, "params": run.point.params,
+             "prompt_len": run.point.prompt_len}
+    graph_template = asm.graph_template.model_dump(mode="json") if asm.graph_template is not None else None
+    return {"version": KEY_VERSION, "code": code_digest(), "experiment": experiment, "point": point,
+            "node": asm.node.model_dump(mode="json"),
+            "model": asm.model.model_dump(mode="json", exclude={"kernels"}),
+            "template": template_for(asm.model).model_dump(mode="json"),
+            "graph_template": graph_template,
+            "trace": [list(row[:3]) for row in asm.trace_rows] if asm.trace_rows is not None else None}
+
 
 def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]]]:
     """The runs of every sweep point, and ``(index, name, error)`` of the sweep points whose
     experiment is invalid as a whole (a combination of values that passed one by one) or whose
-    hardware or model does not load."""
+    hardware, model, trace or template does not load."""
     runs, failures = [], []
     nodes: dict[str, NodeSpec] = {}
     models: dict[str, ModelSpec] = {}
+    files: dict[str, tuple] = {}
     for sp in sweep.points:
         try:
             exp = experiment_from_data(sp.data, sweep.doc)
@@ -54,7 +109,14 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             model_key = json.dumps([spec.model, spec.model_overrides], sort_keys=True, default=str)
             if model_key not in models:
                 models[model_key] = load_model(exp.resolve(spec.model, ("model",)), spec.model_overrides or None)
-            runs += [SweepRun(sp, p, exp, nodes[hw_key], models[model_key]) for p in points(exp)]
+            workload = spec.workload
+            is_trace = workload is not None and workload.kind == "trace"
+            trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None
+            files_key = json.dumps([str(trace) if trace else None, spec.graph_options.get("template")], default=str)
+            if files_key not in files:
+                files[files_key] = (read_trace_rows(exp), load_graph_template(exp))
+            asm = Assembly(exp, nodes[hw_key], models[model_key], *files[files_key])
+            runs += [SweepRun(sp, p, asm) for p in points(exp)]
         except InputError as exc:
             failures.append((sp.index, sp.name, str(exc)))
     return runs, failures

@@ -1,16 +1,19 @@
-"""Running a sweep: every run of :mod:`.plan` in parallel processes, the records collected in run
-order into one ``results.json`` / ``results.csv`` (plus ``failures.json`` and the section's plot).
+"""Running a sweep: every run of :mod:`.plan` on an executor (:mod:`.executors`: this process, a
+process pool or a Dask cluster), the records collected in run order into one ``results.json`` /
+``results.csv`` (plus ``failures.json``, the section's plot and, with objectives, the Pareto front).
 
-Runs go to a :class:`concurrent.futures.ProcessPoolExecutor`; each task carries its run's loaded
-specs, and the records come back in run order whatever order the processes finish in. A run that
-fails is reported with its name and one-line error; the others still run.
+One loop drives every executor: it keeps a few runs submitted per worker, and as each finishes it
+stores the outcome (:mod:`.store`: written at once, so ``--resume`` skips it) and advances the
+progress bar, whether the run finished in this process or on a remote worker. Each task carries its
+run's loaded specs; the records come back in run order whatever order the workers finish in. A run
+that fails is reported with its name and one-line error; the others still run.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,18 @@ from tqdm import tqdm
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.report.pareto import pareto_front, pareto_plot
 from sn40l_sim.report.plot_csv import plot_csv
-from sn40l_sim.report.results import write_results
-from sn40l_sim.study.assemble import Assembly
+from sn40l_sim.report.results import to_csv, to_json, write_results
 from sn40l_sim.study.runner import simulate_assembly
+from sn40l_sim.study.sweep.executors import open_executor
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
-from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
+from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
+from sn40l_sim.study.sweep.store import Outcome, RunStore
+
+#: the error of a run done by a worker whose sn40l_sim sources differ from this process's
+OTHER_CODE = ("internal error: the worker runs other sn40l_sim code than this process (install the same version "
+              "on every worker: docs/distributed.md)")
 
 
 class SweepRecords(list):
@@ -38,15 +47,20 @@ class SweepRecords(list):
         self.skipped: list[tuple[str, str]] = []
         #: runs attempted (records + failures + skipped)
         self.total = len(self) + len(self.failures) if total is None else total
-
-
+        #: runs whose outcome a resumed sweep found stored
+        self.resumed = 0
+        #: the records on the Pareto front of the section's objectives (empty without objectives)
+        self.front: list[dict] = []
 
 
 def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
-              sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None) -> SweepRecords:
+              sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None, scheduler: str | None = None,
+              resume: bool = False) -> SweepRecords:
     """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
-    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record)
-    and, when the section has ``plot:``, ``OUT/sweep.png``. Failures are printed on stderr.
+    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record),
+    when the section has ``plot:``, ``OUT/sweep.png``, and when it has ``objectives:``,
+    ``OUT/pareto.json``, ``OUT/pareto.csv`` and (two objectives or more) ``OUT/pareto.png``. Each
+    run's outcome is kept in ``OUT/runs/`` as it finishes. Failures are printed on stderr.
 
     Parameters
     ----------
@@ -55,13 +69,20 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     out_dir : str or Path
         Output folder (created).
     jobs : int, optional
-        Worker processes (default ``os.cpu_count()``; 1 runs in this process).
+        Worker processes (default ``os.cpu_count()``; 1 runs in this process); with
+        ``scheduler="local"``, the local cluster's workers.
     progress : bool
         Show a tqdm progress bar on stderr.
     sets : dict, optional
         Dotted path -> value applied to every point (see :func:`load_sweep`).
     sweep : Sweep, optional
         The already loaded sweep of ``experiment_path`` with ``sets`` (saves loading it twice).
+    scheduler : str, optional
+        ``local`` or a Dask scheduler's address (:mod:`.executors`); default: the
+        ``SN40L_SIM_SCHEDULER`` environment variable, else the process pool.
+    resume : bool
+        Keep the runs already stored in ``OUT/runs/`` and run only the others (default: start
+        afresh, removing them).
 
     Returns
     -------
@@ -71,12 +92,15 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     Raises
     ------
     InputError
-        For a bad experiment or sweep section (before anything runs), or a ``plot:`` naming a
-        column the results do not have (after they are written).
+        For a bad experiment or sweep section (before anything runs), a scheduler that cannot be
+        used, or a ``plot:`` naming a column the results do not have (after they are written).
     """
     sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
     out_dir = Path(out_dir)
-    records = run_points(sweep, jobs, progress)
+    store = RunStore(out_dir / "runs")
+    if not resume:
+        store.clear()
+    records = run_points(sweep, jobs, progress, scheduler=scheduler, store=store)
     for name, error in records.failures:
         print(f"point {name} failed: {error}", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,9 +108,23 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
     (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
     _, csv_path = write_results(records, out_dir)
+    if sweep.objectives:
+        records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name)
     if records and sweep.plot is not None:
         _plot(sweep, csv_path, out_dir / "sweep.png")
     return records
+
+
+def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Path, title: str = "") -> list[dict]:
+    """Write the records on the Pareto front of ``objectives`` to ``pareto.json`` and
+    ``pareto.csv`` (the format of the results) and, with two objectives or more, draw
+    ``pareto.png``; returns the front."""
+    front = [dict(r) for r in pareto_front(records, objectives)]
+    (out_dir / "pareto.json").write_text(to_json(front), encoding="utf-8")
+    (out_dir / "pareto.csv").write_text(to_csv(front) if front else "", encoding="utf-8")
+    if front and len(objectives) >= 2:
+        pareto_plot(records, objectives, out_dir / "pareto.png", title=f"{title}: Pareto front")
+    return front
 
 
 def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
@@ -107,65 +145,114 @@ def _node_field(node: NodeSpec, dotted: str) -> Any:
 
 
 def simulate_run(run: SweepRun, on_result=None) -> dict:
-    """The record of one run (what a worker process does).
+    """The record of one run, named as the sweep names it (:func:`stamp`).
 
     Raises
     ------
     InputError
         For an infeasible point (a batch that does not fit, ...), located in the experiment file.
     """
+    (record,) = simulate_assembly(run.assembly, only=[run.point], on_result=on_result)
+    return stamp(run, record)
+
+
+def stamp(run: SweepRun, record: dict) -> dict:
+    """``record`` (changed in place) with the run's name, its sweep point's name and its axis values
+    (hardware axes as the node holds them: numbers in bytes/s, Hz, counts; others as written)."""
     sp = run.sweep_point
-    asm = Assembly(run.experiment, run.node, run.model)
-    (record,) = simulate_assembly(asm, only=[run.point], on_result=on_result)
     record["name"] = run.name
     record["sweep_point"] = sp.name
-    # hardware axes as the node holds them (numbers in bytes/s, Hz, counts), others as written
-    record["sweep"] = {k: _node_field(run.node, sp.hardware_axes[k]) if k in sp.hardware_axes else v
+    record["sweep"] = {k: _node_field(run.assembly.node, sp.hardware_axes[k]) if k in sp.hardware_axes else v
                        for k, v in sp.values.items()}
     return record
 
 
-def _task(args: tuple) -> tuple[int, dict | None, str | None, bool]:
-    """``(index, record, error, infeasible)`` of one run; never raises."""
-    index, run = args
+def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
+    """What a worker does: the run's outcome, whether it is worth storing (an internal error is
+    not: a resumed sweep tries it again), and the digest of the worker's simulator code (a remote
+    worker may have another version installed); never raises."""
     try:
-        return index, simulate_run(run), None, False
+        (record,) = simulate_assembly(run.assembly, only=[run.point])
+        outcome, keep = Outcome(record, None, False), True
     except InfeasibleError as exc:
-        return index, None, str(exc), True
+        outcome, keep = Outcome(None, str(exc), True), True
     except InputError as exc:
-        return index, None, str(exc), False
+        outcome, keep = Outcome(None, str(exc), False), True
     except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
-        return index, None, f"internal error {type(exc).__name__}: {exc}", False
+        outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+    return outcome, keep, code_digest()
 
 
-def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True) -> SweepRecords:
-    """Run every point of ``sweep`` in ``jobs`` processes (default ``os.cpu_count()``; 1 runs in
-    this process) with a progress bar on stderr; the records in point order, with the failures."""
+def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
+            window: Callable[[], int]) -> Iterator[tuple[int, Outcome, bool]]:
+    """``(index, outcome, worth storing)`` of each task as it finishes, on any executor: at most
+    ``window()`` tasks are submitted at a time, and each is submitted when a slot frees. A task
+    whose worker fails (a process or a cluster worker that dies), or whose worker runs other
+    simulator code than this process, gives an internal error."""
+    ours = code_digest()
+    pending = iter(tasks)
+    in_flight: dict[cf.Future, int] = {}
+
+    def fill() -> None:
+        target = max(1, window())  # asked once per fill: a cluster's answer is a round trip
+        while len(in_flight) < target:
+            task = next(pending, None)
+            if task is None:
+                return
+            in_flight[executor.submit(_task, task[1])] = task[0]
+
+    fill()
+    try:
+        while in_flight:
+            done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+            for future in sorted(done, key=in_flight.__getitem__):
+                index = in_flight.pop(future)
+                try:
+                    outcome, keep, theirs = future.result()
+                except Exception as exc:  # noqa: BLE001 - the worker, not the run, failed
+                    error = f"internal error {type(exc).__name__}: {exc}"
+                    outcome, keep, theirs = Outcome(None, error, False), False, ours
+                if theirs != ours:
+                    outcome, keep = Outcome(None, OTHER_CODE, False), False
+                yield index, outcome, keep
+            fill()
+    finally:
+        for future in in_flight:
+            future.cancel()
+
+
+def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, scheduler: str | None = None,
+               store: RunStore | None = None) -> SweepRecords:
+    """Run every point of ``sweep`` (:func:`~.executors.open_executor` chooses where from ``jobs``
+    and ``scheduler``) with a progress bar on stderr counting finished runs; the records in point
+    order, with the failures. With ``store``, the runs stored there are not run again, and each
+    run is stored as it finishes."""
     runs, failures = expand_runs(sweep)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(runs) or 1))
-    tasks = list(enumerate(runs))
-    results: dict[int, tuple] = {}
-    bar = tqdm(total=len(tasks), desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
+    outcomes: dict[int, Outcome] = {}
+    if store is not None:
+        for index, run in enumerate(runs):
+            found = store.load(run.key)
+            if found is not None:
+                outcomes[index] = found
+    resumed = len(outcomes)
+    tasks = [(index, run) for index, run in enumerate(runs) if index not in outcomes]
+    bar = tqdm(total=len(runs), initial=resumed, desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
                disable=not progress, dynamic_ncols=True)
     try:
-        if jobs == 1:
-            for task in tasks:
-                index, *result = _task(task)
-                results[index] = tuple(result)
-                bar.update(1)
-        else:
-            with cf.ProcessPoolExecutor(max_workers=jobs) as pool:
-                for future in cf.as_completed([pool.submit(_task, task) for task in tasks]):
-                    index, *result = future.result()
-                    results[index] = tuple(result)
+        if tasks:
+            with open_executor(jobs, scheduler, len(tasks)) as (executor, window):
+                for index, outcome, keep in execute(executor, tasks, window):
+                    if keep and store is not None:
+                        store.save(runs[index].key, runs[index].name, outcome)
+                    outcomes[index] = outcome
                     bar.update(1)
     finally:
         bar.close()
     out = SweepRecords()
     for i, run in enumerate(runs):
-        record, error, infeasible = results[i]
+        record, error, infeasible = outcomes[i]
         if error is None:
-            out.append(record)
+            out.append(stamp(run, record))
         elif infeasible and sweep.infeasible == "skip":
             out.skipped.append((run.name, error))
         else:
@@ -173,4 +260,5 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True) -> 
     # sorted() is stable: a sweep point's own runs keep their order
     out.failures = [(name, error) for _, name, error in sorted(failures, key=lambda f: f[0])]
     out.total = len(out) + len(out.failures) + len(out.skipped)
+    out.resumed = resumed
     return out

@@ -1,0 +1,141 @@
+"""Pareto fronts of results records: the records no other record beats on every objective.
+
+An objective is a results column (a declared field with a unit, :mod:`sn40l_sim.report.fields`;
+nested fields by dotted name such as ``latency.tpot_s.p99``) and a direction, ``max`` or ``min``.
+A record *dominates* another when it is at least as good on every objective and better on one; the
+front is the records no record dominates, in their original order. Records with an empty objective
+(a latency without a workload) are left out. A sweep section names its objectives
+(:mod:`sn40l_sim.study.sweep.axes`) and the sweep writes the front beside its results.
+
+Examples
+--------
+>>> records = [{"name": "a", "decode_tokens_per_s": 100.0, "tpot_s": 0.01},
+...            {"name": "b", "decode_tokens_per_s": 300.0, "tpot_s": 0.02},
+...            {"name": "c", "decode_tokens_per_s": 200.0, "tpot_s": 0.03},   # b is faster and quicker
+...            {"name": "d", "decode_tokens_per_s": 400.0, "tpot_s": None}]   # no TPOT: left out
+>>> [r["name"] for r in pareto_front(records, {"decode_tokens_per_s": "max", "tpot_s": "min"})]
+['a', 'b']
+>>> objective_problem("tpot_s"), objective_problem("kv_policy"), objective_problem("tpot")
+(None, 'kv_policy is text, not a number', 'tpot is not a declared results field')
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.results import flatten
+
+DIRECTIONS = ("max", "min")
+
+
+def objective_problem(column: str) -> str | None:
+    """Why ``column`` cannot be an objective (None when it can): it must be a declared results
+    field holding a number (not text, a mapping, a list or a sweep axis)."""
+    found = RESULTS.resolve(column)
+    if found is None:
+        return f"{column} is not a declared results field"
+    field = found[0]
+    if field.parts or field.is_list or (field.keys and column.count(".") < len(field.keys)):
+        return f"{column} holds several values; name one of them (e.g. {field.pattern()})"
+    if field.sweep_only:
+        return f"{column} is a sweep axis value, not a result"
+    if field.unit == "":
+        return f"{column} is text, not a number"
+    return None
+
+
+def objective_values(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str]) -> np.ndarray:
+    """``len(records) x len(objectives)`` values, NaN where a record has none."""
+    rows = []
+    for record in records:
+        flat = flatten(dict(record))
+        row = []
+        for column in objectives:
+            value = flat.get(column)
+            row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan)
+        rows.append(row)
+    return np.array(rows, dtype=float).reshape(len(records), len(objectives))
+
+
+def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
+    """True for the rows of ``values`` that no other row dominates (rows with a NaN are False).
+
+    >>> front_mask(np.array([[1.0, 5.0], [2.0, 4.0], [1.0, 6.0], [2.0, 4.0]]), ["max", "min"]).tolist()
+    [False, True, False, True]
+    """
+    # every objective turned into one to minimise
+    costs = values * np.array([-1.0 if d == "max" else 1.0 for d in directions])
+    valid = ~np.isnan(costs).any(axis=1)
+    mask = valid.copy()
+    candidates = costs[valid]
+    for i in np.flatnonzero(valid):
+        row = costs[i]
+        dominated = (candidates <= row).all(axis=1) & (candidates < row).any(axis=1)
+        mask[i] = not dominated.any()
+    return mask
+
+
+def pareto_front(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str]) -> list[Mapping[str, Any]]:
+    """The non-dominated records for ``objectives`` (column -> ``max`` | ``min``), in order."""
+    if not records:
+        return []
+    mask = front_mask(objective_values(records, objectives), list(objectives.values()))
+    return [r for r, keep in zip(records, mask, strict=True) if keep]
+
+
+def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str], path: Path,
+                title: str = "") -> Path:
+    """Every record on the first two objectives, the front highlighted and joined, to ``path``
+    (PNG or SVG by suffix). With more objectives the front is still that of all of them, so some
+    of its points may look dominated on these two axes.
+
+    Raises
+    ------
+    ValueError
+        With fewer than two objectives (a front of one objective is its best records: no plot).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if len(objectives) < 2:
+        raise ValueError("a Pareto plot needs two objectives")
+    columns = list(objectives)[:2]
+    values = objective_values(records, objectives)
+    mask = front_mask(values, list(objectives.values()))
+    labels = [RESULTS.axis_label(c) or (c, 1.0) for c in columns]
+    x, y = values[:, 0] * labels[0][1], values[:, 1] * labels[1][1]
+    fig, ax = plt.subplots(figsize=(7, 4.8), constrained_layout=True)
+    ax.scatter(x[~mask], y[~mask], s=14, color="#b8b8b8", label="dominated")
+    order = np.argsort(x[mask], kind="stable")
+    ax.plot(x[mask][order], y[mask][order], "-o", color="#1f4e8c", markersize=5, label="Pareto front")
+    names = [r.get("name", "") for r, keep in zip(records, mask, strict=True) if keep]
+    if len(names) <= 6:  # more labels than that overlap
+        for xi, yi, name in zip(x[mask], y[mask], names, strict=True):
+            ax.annotate(name, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(f"{labels[0][0]}, {objectives[columns[0]]}imise")
+    ax.set_ylabel(f"{labels[1][0]}, {objectives[columns[1]]}imise")
+    if _wide(x):
+        ax.set_xscale("log")
+    if _wide(y):
+        ax.set_yscale("log")
+    ax.set_title(title or "Pareto front")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _wide(values: np.ndarray) -> bool:
+    """Positive values spanning more than two decades read better on a log axis."""
+    shown = values[~np.isnan(values)]
+    return bool(shown.size) and bool((shown > 0).all()) and shown.max() > 100 * shown.min()
+
+
+__all__ = ["DIRECTIONS", "objective_problem", "objective_values", "front_mask", "pareto_front", "pareto_plot"]

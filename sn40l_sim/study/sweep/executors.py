@@ -1,0 +1,139 @@
+"""Where a sweep's runs execute: in this process, in a local process pool, or on a Dask cluster.
+
+Every choice is a standard :class:`concurrent.futures.Executor`, so :mod:`.run` drives them all with
+one loop:
+
+- ``jobs=1`` and no scheduler: :class:`InlineExecutor`, each run in this process as it is submitted;
+- ``jobs=N``: a :class:`~concurrent.futures.ProcessPoolExecutor` of ``N`` processes (default: the
+  number of CPUs);
+- a scheduler (``--scheduler``, else the ``SN40L_SIM_SCHEDULER`` environment variable): Dask
+  distributed's ``Client.get_executor()``. ``local`` starts a ``LocalCluster`` of ``N`` one-thread
+  worker processes on this machine (the simulator is pure Python: threads would share one
+  interpreter lock); an address such as ``tcp://host:8786`` connects to a running scheduler
+  (``docs/distributed.md``).
+
+Dask is an optional extra (``pip install -e ".[cluster]"``) imported only when a scheduler is asked
+for; without it, asking for one is an :class:`~sn40l_sim.errors.InputError` saying what to install.
+
+Examples
+--------
+>>> with open_executor(jobs=1, scheduler=None, runs=3) as (executor, window):
+...     type(executor).__name__, window(), executor.submit(pow, 2, 10).result()
+('InlineExecutor', 1, 1024)
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sn40l_sim.errors import InputError
+
+#: the environment variable read when no ``--scheduler`` is given
+SCHEDULER_ENV = "SN40L_SIM_SCHEDULER"
+#: what to install for ``--scheduler``
+INSTALL_HINT = 'pip install -e ".[cluster]" (or pip install distributed)'
+#: seconds to wait for a scheduler to answer before giving up
+CONNECT_TIMEOUT_S = 20
+
+
+class InlineExecutor(cf.Executor):
+    """Runs each task in this process when it is submitted: ``--jobs 1`` goes through the same
+    loop as the pools, with no process to start and no pickling."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        """Run ``fn(*args, **kwargs)`` now; the returned future holds its result or exception."""
+        future: cf.Future = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller through the future, as a pool does
+            future.set_exception(exc)
+        return future
+
+
+def resolve_scheduler(scheduler: str | None) -> tuple[str | None, str]:
+    """``(scheduler, where it came from)``: the argument, else :data:`SCHEDULER_ENV`, else none.
+
+    >>> resolve_scheduler("local")
+    ('local', '--scheduler')
+    """
+    if scheduler:
+        return scheduler, "--scheduler"
+    from_env = os.environ.get(SCHEDULER_ENV, "").strip()
+    return (from_env, SCHEDULER_ENV) if from_env else (None, "--scheduler")
+
+
+def import_distributed(field: str = "--scheduler") -> Any:
+    """The ``distributed`` module, or an :class:`InputError` at ``field`` naming what to install."""
+    try:
+        import distributed
+    except ImportError:
+        raise InputError(f"running on a Dask scheduler needs the cluster extra, which is not installed: "
+                         f"{INSTALL_HINT}", field=field) from None
+    return distributed
+
+
+@contextmanager
+def open_executor(jobs: int | None, scheduler: str | None,
+                  runs: int) -> Iterator[tuple[cf.Executor, Callable[[], int]]]:
+    """The executor for ``runs`` runs, and a function giving how many runs to keep submitted at
+    once: enough to keep every worker busy, few enough that a stopped sweep loses little and that
+    runs are pickled as they are needed (a cluster's count follows the workers that join or leave).
+
+    Parameters
+    ----------
+    jobs : int, optional
+        Processes of the local pool, or workers of ``--scheduler local`` (default: the number of
+        CPUs); ignored with a scheduler address (the cluster has its own workers).
+    scheduler : str, optional
+        ``local`` or a scheduler address; None reads :data:`SCHEDULER_ENV`.
+    runs : int
+        Runs to execute (no more processes than runs are started).
+
+    Raises
+    ------
+    InputError
+        When a scheduler is asked for and Dask distributed is not installed, or the scheduler
+        cannot be reached.
+    """
+    scheduler, field = resolve_scheduler(scheduler)
+    workers = max(1, min(jobs or os.cpu_count() or 1, runs or 1))
+    if scheduler is None:
+        if workers == 1:
+            yield InlineExecutor(), lambda: 1
+            return
+        with cf.ProcessPoolExecutor(max_workers=workers) as pool:
+            yield pool, lambda: 2 * workers
+        return
+    distributed = import_distributed(field)
+    with _client(distributed, scheduler, workers, field) as client:
+        # pure=False: every run is its own task (Dask would otherwise hash the arguments to share
+        # results between equal calls, which costs time and which the runs never have)
+        yield client.get_executor(pure=False), lambda: 2 * max(1, sum(client.nthreads().values()))
+
+
+@contextmanager
+def _client(distributed: Any, scheduler: str, workers: int, field: str) -> Iterator[Any]:
+    if scheduler == "local":
+        # no dashboard: several sweeps on one machine would fight over its port
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=None)
+        try:
+            with distributed.Client(cluster) as client:
+                yield client
+        finally:
+            cluster.close()
+        return
+    try:
+        client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler!r} (expected local or an address such "
+                         f"as tcp://host:8786): {exc}", field=field) from None
+    with client:
+        yield client
+
+
+__all__ = ["InlineExecutor", "open_executor", "resolve_scheduler", "import_distributed", "SCHEDULER_ENV",
+           "INSTALL_HINT"]

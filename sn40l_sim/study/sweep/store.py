@@ -1,0 +1,92 @@
+"""Finished runs of a sweep on disk, so that a sweep stopped midway can be resumed.
+
+Each run that finishes is written at once to ``OUT/runs/<key>.json``, where ``key`` is the digest of
+the run's resolved parameters (:attr:`~sn40l_sim.study.sweep.plan.SweepRun.key`): the file is
+written under a temporary name in the same folder and renamed, so that a sweep killed at any moment
+leaves each run's file either whole or absent, and loses only the runs in flight. ``--resume`` reads
+the files of the runs it is about to start and skips those it finds; the runs are matched by what
+they simulate, not by their place in the sweep, so a sweep whose axes gained values, or whose
+values were reordered, reruns only what is new. A file holds the record as the worker returned it
+(before the sweep point's name is written in) or the run's one-line error: a resumed sweep writes
+the same ``results.json`` bytes as an uninterrupted one.
+
+Runs that failed with an internal error (a bug, or a worker that died) are not stored: a resumed
+sweep tries them again.
+
+Examples
+--------
+>>> import pathlib, tempfile
+>>> store = RunStore(pathlib.Path(tempfile.mkdtemp()) / "runs")
+>>> store.save("ab12", "full[batch=1]", Outcome({"batch": 1}, None, False))
+>>> store.load("ab12"), store.load("cd34")
+(Outcome(record={'batch': 1}, error=None, infeasible=False), None)
+>>> sorted(p.name for p in store.folder.iterdir())
+['ab12.json']
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+#: the file format's version (a file of another version is not read)
+FORMAT = 1
+
+
+class Outcome(NamedTuple):
+    """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit)."""
+
+    record: dict[str, Any] | None
+    error: str | None
+    infeasible: bool
+
+
+class RunStore:
+    """One JSON file per finished run, named by the run's key, in ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def path(self, key: str) -> Path:
+        """The file of the run with ``key``."""
+        return self.folder / f"{key}.json"
+
+    def load(self, key: str) -> Outcome | None:
+        """The stored outcome of the run with ``key``, or None (not run, or a file of another
+        format or key, which is then run again)."""
+        try:
+            data = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
+            return None
+        return Outcome(data.get("record"), data.get("error"), bool(data.get("infeasible")))
+
+    def save(self, key: str, name: str, outcome: Outcome) -> None:
+        """Write the outcome of the run with ``key`` (``name`` is for a reader of the file):
+        to a temporary file, flushed to disk, then renamed over the final name."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": outcome.record,
+                           "error": outcome.error, "infeasible": outcome.infeasible})
+        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path(key))
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def clear(self) -> None:
+        """Remove every stored run (and any temporary file a killed sweep left)."""
+        if self.folder.is_dir():
+            for path in self.folder.iterdir():
+                if path.suffix in (".json", ".tmp"):
+                    path.unlink()
+
+
+__all__ = ["Outcome", "RunStore"]

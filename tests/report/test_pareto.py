@@ -1,0 +1,75 @@
+"""Pareto fronts on hand-made records: dominance in each direction, ties, empty values, nested
+columns, one and three objectives, a brute-force comparison, and which columns can be objectives."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sn40l_sim.report.pareto import front_mask, objective_problem, pareto_front, pareto_plot
+
+
+def rec(name, tokens, tpot, p99=None):
+    return {"name": name, "decode_tokens_per_s": tokens, "tpot_s": tpot,
+            "latency": {"tpot_s": {"p99": p99}}}
+
+
+RECORDS = [rec("slow", 100.0, 0.010, 0.02), rec("mid", 300.0, 0.020, 0.03), rec("worse", 200.0, 0.030, 0.01),
+           rec("fast", 900.0, 0.050, 0.09), rec("mid-again", 300.0, 0.020, 0.03), rec("empty", 999.0, None)]
+
+
+def names(front):
+    return [r["name"] for r in front]
+
+
+def test_two_objectives_keep_the_trade_off_and_ties():
+    front = pareto_front(RECORDS, {"decode_tokens_per_s": "max", "tpot_s": "min"})
+    # worse: mid is faster and quicker; empty: no TPOT; the two equal records dominate neither other
+    assert names(front) == ["slow", "mid", "fast", "mid-again"]
+    assert front[0] is RECORDS[0]
+
+
+def test_the_direction_of_each_objective_counts():
+    assert names(pareto_front(RECORDS, {"decode_tokens_per_s": "min", "tpot_s": "min"})) == ["slow"]
+    assert names(pareto_front(RECORDS, {"decode_tokens_per_s": "max", "tpot_s": "max"})) == ["fast"]
+    assert names(pareto_front(RECORDS, {"decode_tokens_per_s": "max"})) == ["empty"]
+
+
+def test_nested_columns_and_three_objectives():
+    two = {"decode_tokens_per_s": "max", "latency.tpot_s.p99": "min"}
+    # worse has the lowest p99 and beats slow on both; empty's p99 is missing
+    assert names(pareto_front(RECORDS, two)) == ["mid", "worse", "fast", "mid-again"]
+    three = {**two, "tpot_s": "min"}  # slow's mean TPOT is the best: back on the front
+    assert names(pareto_front(RECORDS, three)) == ["slow", "mid", "worse", "fast", "mid-again"]
+    assert pareto_front([], two) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=25),
+       st.lists(st.sampled_from(["max", "min"]), min_size=3, max_size=3))
+def test_front_mask_is_the_definition(rows, directions):
+    values = np.array(rows, dtype=float)
+    sign = [1 if d == "max" else -1 for d in directions]
+
+    def dominates(a, b):
+        better = [s * (x - y) for s, x, y in zip(sign, a, b, strict=True)]
+        return all(d >= 0 for d in better) and any(d > 0 for d in better)
+
+    expected = [not any(dominates(other, row) for other in rows) for row in rows]
+    assert front_mask(values, directions).tolist() == expected
+
+
+def test_which_columns_can_be_objectives():
+    assert objective_problem("decode_tokens_per_s") is None
+    assert objective_problem("latency.tpot_s.p99") is None
+    assert objective_problem("memory.hbm.kv") is None
+    assert objective_problem("tpot") == "tpot is not a declared results field"
+    assert objective_problem("kv_policy") == "kv_policy is text, not a number"
+    assert "several values" in objective_problem("latency.tpot_s")
+    assert "several values" in objective_problem("memory")
+    assert "sweep axis" in objective_problem("sweep.serving.batch")
+
+
+def test_the_plot_is_drawn(tmp_path):
+    out = pareto_plot(RECORDS, {"decode_tokens_per_s": "max", "tpot_s": "min"}, tmp_path / "p.png")
+    assert out.stat().st_size > 0

@@ -1,0 +1,68 @@
+"""Sweeps on Dask distributed (the optional cluster extra): a two-worker LocalCluster writes the
+bytes a two-process pool writes, and the progress bar counts the runs either way; without the extra,
+or with a scheduler that does not answer, ``--scheduler`` is one line on stderr and exit status 2; a
+worker running other simulator code gives no record."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from sweep_helpers import write_experiment
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.study.sweep import executors
+from sn40l_sim.study.sweep import run as run_module
+
+#: 3 sweep points x 2 policies; full at batch 2048 does not fit (exit status 1)
+SWEEP = "axes:\n  serving.batch: [2, 2048, 8]\n"
+OUTPUTS = ("results.json", "results.csv", "failures.json")
+
+
+def test_without_the_extra_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` now fails
+    path = write_experiment(tmp_path, SWEEP)
+    assert main(["sweep", str(path), "--scheduler", "local", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        'error: --scheduler: running on a Dask scheduler needs the cluster extra, which is not installed: '
+        'pip install -e ".[cluster]" (or pip install distributed)']
+    monkeypatch.setenv(executors.SCHEDULER_ENV, "tcp://127.0.0.1:8786")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: SN40L_SIM_SCHEDULER: running on a Dask scheduler needs the cluster extra")
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 1)
+    path = write_experiment(tmp_path, SWEEP)
+    # port 1 on the loopback: nothing listens there
+    assert main(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--out", str(tmp_path / "out"),
+                 "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --scheduler: cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'")
+
+
+def test_local_cluster_writes_the_bytes_of_the_process_pool(tmp_path, capsys):
+    pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
+    path = write_experiment(tmp_path, SWEEP)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "pool"), "--jobs", "2"]) == 1
+    pool = capsys.readouterr()
+    assert main(["sweep", str(path), "--out", str(tmp_path / "dask"), "--jobs", "2", "--scheduler", "local"]) == 1
+    dask = capsys.readouterr()
+    for name in OUTPUTS:
+        assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes(), name
+    assert "5 of 6 runs gave a record" in dask.out and "on Dask (local)" in dask.out
+    # the bar counted every run as it came back, from the processes and from the cluster's workers
+    for err in (pool.err, dask.err):
+        assert "6/6" in err and "point full[batch=2048] failed" in err
+
+
+def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):
+    # a remote worker with another sn40l_sim installed reports another code digest with its outcome
+    real = run_module._task
+    monkeypatch.setattr(run_module, "_task", lambda run: (*real(run)[:2], "another version"))
+    records = run_module.run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n"), tmp_path / "out",
+                                   jobs=1, progress=False)
+    assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2
+    assert list((tmp_path / "out" / "runs").glob("*.json")) == []  # not kept: a resume runs them again

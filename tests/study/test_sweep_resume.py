@@ -1,0 +1,111 @@
+"""Resumable sweeps: a sweep stopped after some runs and resumed writes the bytes of one that was
+never stopped and runs only what was missing; runs are matched by what they simulate (not their
+place in the sweep); each run's file is written whole or not at all."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from sweep_helpers import write_experiment
+
+from sn40l_sim.study.sweep import run as run_module
+from sn40l_sim.study.sweep.run import run_sweep
+from sn40l_sim.study.sweep.store import Outcome, RunStore
+
+#: 3 sweep points x 2 policies (full at batch 2048 fails: a stored failure), with a Pareto front
+SWEEP = "axes:\n  serving.batch: [2, 2048, 8]\nobjectives: {decode_tokens_per_s: max, tpot_s: min}\n"
+OUTPUTS = ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv")
+
+
+@pytest.fixture
+def simulated(monkeypatch):
+    """The batch of every run simulated in this process from now on."""
+    batches: list[int] = []
+    real = run_module.simulate_assembly
+
+    def counting(asm, **kwargs):
+        batches.append(asm.experiment.spec.serving.batch)
+        return real(asm, **kwargs)
+
+    monkeypatch.setattr(run_module, "simulate_assembly", counting)
+    return batches
+
+
+def stop_after(monkeypatch, count: int) -> None:
+    """Make the sweep stop (as Ctrl-C or a kill would) right after its ``count``-th run is stored."""
+    real, stored = RunStore.save, []
+
+    def save_then_stop(self, key, name, outcome):
+        real(self, key, name, outcome)
+        stored.append(name)
+        if len(stored) == count:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunStore, "save", save_then_stop)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
+    path = write_experiment(tmp_path, SWEEP)
+    whole = run_sweep(path, tmp_path / "whole", jobs=jobs, progress=False)
+    with monkeypatch.context() as patch:
+        stop_after(patch, 3)
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False)
+    runs = tmp_path / "cut" / "runs"
+    assert len(list(runs.glob("*.json"))) == 3 and not (tmp_path / "cut" / "results.json").exists()
+    (runs / ".deadbeef.tmp").write_text('{"format": 1, "rec')  # a write a kill cut short: ignored
+    resumed = run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, resume=True)
+    assert resumed.resumed == 3 and len(list(runs.glob("*.json"))) == whole.total == 6
+    for name in OUTPUTS:
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_resume_runs_only_what_is_missing(tmp_path, simulated):
+    path = write_experiment(tmp_path, SWEEP)
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    simulated.clear()
+    again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True)
+    assert simulated == [] and again.resumed == 6 and len(again) == 5
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False)  # without --resume: from scratch
+    assert len(simulated) == 6
+
+
+def test_runs_are_matched_by_what_they_simulate_not_their_index(tmp_path, simulated):
+    out = tmp_path / "out"
+    run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n"), out, jobs=1, progress=False)
+    simulated.clear()
+    # other values, another order, another file: only batch 4 is new
+    grown = write_experiment(tmp_path, "axes:\n  serving.batch: [8, 4, 2]\n", name="grown.yaml")
+    records = run_sweep(grown, out, jobs=1, progress=False, resume=True)
+    assert simulated == [4, 4] and records.resumed == 4
+    assert [r["name"] for r in records] == ["full[batch=8]", "snap[batch=8]", "full[batch=4]", "snap[batch=4]",
+                                            "full[batch=2]", "snap[batch=2]"]
+    run_sweep(grown, tmp_path / "fresh", jobs=1, progress=False)
+    for name in ("results.json", "results.csv"):
+        assert (out / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes()
+    # a value that changes the simulation (here the hardware of every point) matches nothing stored
+    simulated.clear()
+    faster = run_sweep(grown, out, jobs=1, progress=False, resume=True,
+                       sets={"hardware.socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    assert faster.resumed == 0 and len(simulated) == 6
+
+
+def test_a_run_file_is_whole_or_absent(tmp_path, monkeypatch):
+    store = RunStore(tmp_path / "runs")
+    outcome = Outcome({"name": "full", "tpot_s": 0.25}, None, False)
+    store.save("k1", "full[batch=2]", outcome)
+    assert store.load("k1") == outcome
+    assert json.loads(store.path("k1").read_text())["name"] == "full[batch=2]"
+
+    def killed(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("os.replace", killed)  # stopped between the write and the rename
+    with pytest.raises(KeyboardInterrupt):
+        store.save("k2", "snap[batch=2]", outcome)
+    assert store.load("k2") is None and sorted(p.name for p in store.folder.iterdir()) == ["k1.json"]
+    store.path("k3").write_text('{"format": 1, "key": "k3", "rec')  # not written by save: read as absent
+    assert store.load("k3") is None
+    store.path("k4").write_text(store.path("k1").read_text())  # another run's file under this key
+    assert store.load("k4") is None
