@@ -1,5 +1,6 @@
 """``h2o``: heavy-hitter eviction (H2O, Zhang et al. 2023): a fixed budget of the most recent
-tokens plus the tokens with the largest accumulated attention, evicting during decode.
+tokens plus the tokens with the largest accumulated attention, evicting during decode
+(Scissorhands keeps the same kind of statistic over a window of recent queries).
 
 Capacity: a ``[heavy | ring of recent tokens]`` cache of ``heavy + recent`` slots per layer,
 plus one FP32 accumulated score per slot and KV head (the policy's state, beside the cache).
