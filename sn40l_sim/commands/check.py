@@ -47,7 +47,7 @@ def check_file(path: str | Path) -> str:
     elif kind == "experiment":
         from sn40l_sim.study.assemble import assemble
         from sn40l_sim.study.experiment import load_experiment
-        assemble(load_experiment(path))
+        assemble(load_experiment(path)).check_points()
     else:
         from sn40l_sim.yamlio import load_document
         raise load_document(path).error(("kind",), f"expected one of ['socket', 'node', 'model', 'experiment'], got {kind!r}")

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
-from sn40l_sim.mapper.kernel import LoopContext, map_kernel
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
@@ -44,7 +44,7 @@ def _socket_key(socket: SocketSpec) -> str:
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-                      socket_key: str | None = None, loop: LoopContext = LoopContext()) -> PlacedKernel:
+                      socket_key: str | None = None, loop: LoopContext = LONE_CALL) -> PlacedKernel:
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo; the result carries
     ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
@@ -89,7 +89,7 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     tiers = memory.tiers()
     key = _socket_key(node.socket)
     order = graph.kernels()
-    calls = [LoopContext()] * len(order)
+    calls = [LONE_CALL] * len(order)
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
         gate = sum(collective_cycles(c) for c in kernel.collectives) if collective_cycles and looping else 0

@@ -160,9 +160,13 @@ class LoopContext:
     pipelined: bool = False
 
 
+#: a kernel called once
+LONE_CALL = LoopContext()
+
+
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget,
-                 loop: LoopContext = LoopContext()) -> KernelPlan | None:
+                 loop: LoopContext = LONE_CALL) -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
@@ -197,7 +201,7 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
 
 
 def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
-              budget: UnitBudget = NO_LIMITS, loop: LoopContext = LoopContext()) -> KernelPlan:
+              budget: UnitBudget = NO_LIMITS, loop: LoopContext = LONE_CALL) -> KernelPlan:
     """The fastest tiling and tile choice of ``kernel`` within ``budget``, called as ``loop``
     says (see the module docstring)."""
     all_tiles = figures.tiles(socket)
@@ -229,7 +233,7 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
-                       loop: LoopContext = LoopContext()) -> KernelPlan:
+                       loop: LoopContext = LONE_CALL) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives."""
@@ -247,7 +251,7 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LoopContext()) -> PlacedKernel:
+               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LONE_CALL) -> PlacedKernel:
     """Place ``kernel`` on one socket and predict its cycles.
 
     Parameters

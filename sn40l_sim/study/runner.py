@@ -105,11 +105,13 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
         setup = asm.setup(point)
         try:
-            result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup), asm.memory_placer())
+            result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup),
+                                    asm.memory_placer(setup.model))
         except InputError as exc:
             raise asm.locate(exc) from None
         if on_result is not None:
             on_result(result)
-        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
+        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params,
+                                    extra_fields=exp.spec.report.extra_fields, policy_entry=point.entry))
     return records
 

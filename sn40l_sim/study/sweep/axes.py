@@ -52,7 +52,7 @@ from sn40l_sim.yamlio import PathError, set_value
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
 PATH_KEYS = frozenset({"path", "values", "labels"})
 SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible", "objectives"})
-PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where"})
+PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where", "label"})
 
 
 class AxisError(ValueError):
@@ -214,7 +214,7 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where}")
+        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where, label}")
     unknown = sorted(set(spec) - PLOT_KEYS)
     if unknown:
         raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
