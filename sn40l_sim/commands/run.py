@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
-    from sn40l_sim.report.plot import throughput_plot
+    from sn40l_sim.report.plot import slo_attainment_plot, throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.experiment import load_experiment
@@ -50,8 +50,52 @@ def run(args: argparse.Namespace) -> int:
     first = records[0]
     print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
     print(side_by_side(records))
-    print(f"\nwrote {json_path}, {csv_path}, {plot_path}")
+    for line in capping_notes(records):
+        print(line)
+    for line in probe_lines(records):
+        print(line)
+    slo_plot = slo_attainment_plot(records, out / "slo_attainment.png", title=f"{exp.spec.name}: SLO attainment")
+    print(f"\nwrote {json_path}, {csv_path}, {plot_path}" + (f", {slo_plot}" if slo_plot else ""))
     if args.trace:
         from sn40l_sim.report.chrome_trace import write_trace
         print(f"wrote {write_trace(args.trace, results)}")
     return 0
+
+
+def capping_notes(records: list[dict]) -> list[str]:
+    """One line per point whose trace requests were capped to the compiled graphs (never silent).
+
+    >>> capping_notes([{"name": "full", "trace_capped": {"requests": 2, "prompts": 1, "outputs": 1,
+    ...                 "prompt_tokens": 5858, "output_tokens": 12}}, {"name": "x"}])
+    ['note: full: 2 trace requests capped to the compiled graphs (1 prompt, 5858 tokens cut; 1 output, 12 tokens cut)']
+    """
+    notes = []
+    for record in records:
+        capped = record.get("trace_capped") or {}
+        if capped.get("requests"):
+            notes.append(f"note: {record['name']}: {capped['requests']} trace requests capped to the compiled graphs "
+                         f"({capped['prompts']} prompt{'s' * (capped['prompts'] != 1)}, {capped['prompt_tokens']} "
+                         f"tokens cut; {capped['outputs']} output{'s' * (capped['outputs'] != 1)}, "
+                         f"{capped['output_tokens']} tokens cut)")
+    return notes
+
+
+def probe_lines(records: list[dict]) -> list[str]:
+    """The probes of each point's rate search, one line each.
+
+    >>> probe_lines([{"name": "full", "max_rate_per_s": 1.5, "max_rate_bracketed": True, "rate_probes": [
+    ...     {"rate_per_s": 1.5, "holds": True, "attainment": 0.96, "goodput_requests_per_s": 1.4}]}])
+    ['full: highest rate under the SLOs 1.5 requests/s', '  probe 1.5 requests/s: attainment 96.0%, goodput 1.4 requests/s, SLOs hold']
+    """
+    lines = []
+    for record in records:
+        if not record.get("rate_probes"):
+            continue
+        best = record["max_rate_per_s"]
+        answer = "none in the bracket (the low end fails)" if best is None else f"{best:.4g} requests/s" + \
+            ("" if record["max_rate_bracketed"] else " (the high end held: search higher)")
+        lines.append(f"{record['name']}: highest rate under the SLOs {answer}")
+        lines += [f"  probe {p['rate_per_s']:.4g} requests/s: attainment {100 * p['attainment']:.1f}%, goodput "
+                  f"{p['goodput_requests_per_s']:.4g} requests/s, SLOs {'hold' if p['holds'] else 'fail'}"
+                  for p in record["rate_probes"]]
+    return lines

@@ -59,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
                       scheduler=args.scheduler, resume=args.resume)
 
 
+#: a sweep of at most this many records prints them side by side, as ``run`` prints an experiment's
+TABLE_MAX_RECORDS = 8
+
+
 def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None = None, progress: bool = True,
                sets: dict | None = None, scheduler: str | None = None, resume: bool = False) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
@@ -83,6 +87,12 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
           f"{len(records)} of {records.total} runs gave a record, in {wall:.1f} s{where}")
     if resume:
         print(f"resumed: {records.resumed} run(s) were already done in {out / 'runs'}")
+    if 0 < len(records) <= TABLE_MAX_RECORDS:
+        from sn40l_sim.commands.run import capping_notes
+        from sn40l_sim.report.table import side_by_side
+        print(side_by_side(list(records)))
+        for line in capping_notes(list(records)):
+            print(line)
     written = [out / "results.json", out / "results.csv"]
     if sweep.objectives:
         goals = ", ".join(f"{d}imise {c} ({_unit(RESULTS, c)})" for c, d in sweep.objectives.items())

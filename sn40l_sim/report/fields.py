@@ -22,11 +22,14 @@ from sn40l_sim.report.registry import Field, Fields
 from sn40l_sim.report.table_rows import Row, TierRows
 
 
-def _summary(what: str, values: str, count: str, p99_row: Row | None = None) -> tuple[Field, ...]:
+def _summary(what: str, values: str, count: str, p99_row: Row | None = None, p50_row: Row | None = None,
+             p90_row: Row | None = None) -> tuple[Field, ...]:
     """The parts of a latency summary (:func:`sn40l_sim.report.metrics.summary`), in seconds."""
-    stats = (("max", "Largest"), ("mean", "Mean"), ("p50", "Median"), ("p90", "90th percentile"))
+    stats = (("max", "Largest", None), ("mean", "Mean", None), ("p50", "Median", p50_row),
+             ("p90", "90th percentile", p90_row))
     return (Field("count", "1", f"Number of {count}.", axis=f"{what} count"),
-            *(Field(stat, "s", f"{text} of the {values}.", axis=f"{what} {stat}") for stat, text in stats),
+            *(Field(stat, "s", f"{text} of the {values}.", axis=f"{what} {stat}", table=row)
+              for stat, text, row in stats),
             Field("p99", "s", f"99th percentile of the {values}.", axis=f"{what} p99", table=p99_row))
 
 
@@ -68,10 +71,13 @@ RESULTS = Fields([
           table=Row(120, "TPOT mean (ms)", ".2f", 1e3)),
     Field("latency", "", "Latency distributions over the served requests.", parts=(
         Field("ttft_s", "", "Time to first token of every served request.",
-              parts=_summary("TTFT", "times to first token", "requests", Row(110, "TTFT p99 (s)", ".3f"))),
+              parts=_summary("TTFT", "times to first token", "requests", Row(110, "TTFT p99 (s)", ".3f"),
+                             Row(104, "TTFT p50 (s)", ".3f", shown_with="slo"),
+                             Row(107, "TTFT p90 (s)", ".3f", shown_with="slo"))),
         Field("tpot_s", "", "Time per output token of every served request with more than one token.",
               parts=_summary("TPOT", "times per output token", "requests with more than one token",
-                             Row(130, "TPOT p99 (ms)", ".2f", 1e3))),
+                             Row(130, "TPOT p99 (ms)", ".2f", 1e3), Row(124, "TPOT p50 (ms)", ".2f", 1e3, "slo"),
+                             Row(127, "TPOT p90 (ms)", ".2f", 1e3, "slo"))),
         Field("itl_s", "", "Every gap between consecutive tokens of a request (inter-token latency).",
               parts=_summary("ITL", "inter-token gaps", "inter-token gaps")),
     )),
@@ -179,6 +185,60 @@ RESULTS = Fields([
                     "speculative decoding included.", axis="decode tokens/s observed"),
               Field("mean_active_slots", "sequences", "Mean filled decode slots per step.",
                     axis="mean active decode slots"),
+          )),
+    # service-level objectives (produced when the experiment states them: its slo: section)
+    Field("slo", "", "The experiment's SLOs against the served run (sn40l_sim/report/slo.py); a part of an SLO "
+          "the experiment does not state is empty.", group="slo", parts=(
+              Field("ttft_max_s", "s", "The TTFT bound the SLO states.", axis="TTFT SLO bound"),
+              Field("ttft_percentile", "1", "The percentile of TTFT the SLO bounds (90: p90).",
+                    axis="TTFT SLO percentile"),
+              Field("ttft_at_percentile_s", "s", "The served TTFT at that percentile.", axis="TTFT at the SLO percentile"),
+              Field("ttft_attainment", "1", "Fraction of requests whose TTFT is within the bound.",
+                    axis="TTFT SLO attainment (fraction of requests)"),
+              Field("tpot_max_s", "s", "The TPOT bound the SLO states.", axis="TPOT SLO bound"),
+              Field("tpot_percentile", "1", "The percentile of TPOT the SLO bounds.", axis="TPOT SLO percentile"),
+              Field("tpot_at_percentile_s", "s", "The served TPOT at that percentile (requests with more than one "
+                    "token).", axis="TPOT at the SLO percentile"),
+              Field("tpot_attainment", "1", "Fraction of requests whose TPOT is within the bound (a request of one "
+                    "token meets it).", axis="TPOT SLO attainment (fraction of requests)"),
+              Field("attainment", "1", "Fraction of requests that met every SLO (TTFT and TPOT each within its "
+                    "bound).", axis="SLO attainment (fraction of requests)",
+                    table=Row(203, "SLO attainment (% of requests)", ".1f", 100)),
+              Field("holds", "", "Whether every SLO holds: each stated percentile within its bound.",
+                    axis="SLOs hold", table=Row(204, "SLOs hold")),
+          )),
+    Field("goodput_requests_per_s", "requests/s", "Requests that met every SLO per second of the served run "
+          "(first arrival to last token).", axis="goodput", group="slo",
+          table=Row(201, "goodput requests/s (met every SLO)", ".4f")),
+    Field("goodput_tokens_per_s", "tokens/s", "Output tokens of the requests that met every SLO per second of the "
+          "served run.", axis="goodput tokens/s", group="slo", table=Row(202, "goodput output tokens/s", ".1f")),
+    # the highest rate under the SLOs (produced by an experiment's rate_search: section; the record's
+    # served figures are those of the probe at that rate)
+    Field("max_rate_per_s", "requests/s", "The highest arrival rate probed at which every SLO held (empty when "
+          "even the search's low end fails).", axis="highest rate under the SLOs", group="rate_search",
+          table=Row(206, "highest rate under the SLOs (requests/s)", ".3f")),
+    Field("max_rate_bracketed", "", "Whether the search's high end failed, so that the answer lies below it "
+          "(false: even the high end held; search higher).", axis="rate bracketed", group="rate_search"),
+    Field("rate_probes", "", "Every probe of the search, by rate.", group="rate_search", is_list=True, parts=(
+        Field("rate_per_s", "requests/s", "The probe's arrival rate.", axis="arrival rate"),
+        Field("holds", "", "Whether every SLO held at it."),
+        Field("attainment", "1", "Fraction of its requests that met every SLO.",
+              axis="SLO attainment (fraction of requests)"),
+        Field("goodput_requests_per_s", "requests/s", "Its goodput.", axis="goodput"),
+        Field("ttft_at_percentile_s", "s", "Its TTFT at the SLO's percentile (empty without a TTFT SLO).",
+              axis="TTFT at the SLO percentile"),
+        Field("tpot_at_percentile_s", "s", "Its TPOT at the SLO's percentile (empty without a TPOT SLO).",
+              axis="TPOT at the SLO percentile"),
+    )),
+    # a trace's lengths capped to the compiled graphs (produced for a trace workload)
+    Field("trace_capped", "", "What capping the trace's lengths to the compiled graphs cut (workload.cap_lengths); "
+          "all 0 when nothing was.", group="trace", parts=(
+              Field("requests", "requests", "Requests with a prompt or an output capped.",
+                    axis="requests capped to the graphs", table=Row(205, "requests capped to the graphs")),
+              Field("prompts", "requests", "Prompts capped to the point's prompt length.", axis="prompts capped"),
+              Field("outputs", "requests", "Outputs capped to max_new_tokens.", axis="outputs capped"),
+              Field("prompt_tokens", "tokens", "Prompt tokens cut.", axis="prompt tokens cut"),
+              Field("output_tokens", "tokens", "Output tokens cut.", axis="output tokens cut"),
           )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
         Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "

@@ -106,3 +106,14 @@ def kv_occupancy(log: ServingLog, clock_hz: float, max_points: int = 100) -> dic
         out["series"].extend({"node": node, "t_s": steps[i].end / clock_hz, "kv_bytes": steps[i].kv_bytes,
                               "slots_in_use": steps[i].slots_in_use} for i in keep)
     return out
+
+
+def capped_lengths(log: ServingLog) -> dict[str, int]:
+    """What capping a trace's lengths to the compiled graphs cut: requests, prompts and outputs
+    capped, and the tokens cut from them (all 0 when nothing was capped)."""
+    reqs = [r.request for r in log.requests]
+    return {"requests": sum(1 for r in reqs if r.capped_prompt_tokens or r.capped_output_tokens),
+            "prompts": sum(1 for r in reqs if r.capped_prompt_tokens),
+            "outputs": sum(1 for r in reqs if r.capped_output_tokens),
+            "prompt_tokens": sum(r.capped_prompt_tokens for r in reqs),
+            "output_tokens": sum(r.capped_output_tokens for r in reqs)}

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sn40l_sim.report.fields import RESULTS
+
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Draw the plot to ``path`` (PNG or SVG by suffix) and return the path."""
@@ -61,6 +63,47 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
         ax_kv.legend(fontsize=8)
     if title:
         fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
+    plt.close(fig)
+    return path
+
+
+def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path | None:
+    """SLO attainment against the arrival rate, one line per point, from the probes of a rate
+    search (``rate_probes``); the highest rate under the SLOs is marked on each line. None (and no
+    file) when no record holds probes.
+
+    >>> import tempfile, pathlib
+    >>> rec = {"name": "full", "max_rate_per_s": 2.0, "rate_probes": [
+    ...     {"rate_per_s": 1.0, "attainment": 1.0}, {"rate_per_s": 2.0, "attainment": 0.95},
+    ...     {"rate_per_s": 4.0, "attainment": 0.2}]}
+    >>> slo_attainment_plot([rec], pathlib.Path(tempfile.mkdtemp()) / "slo.png").stat().st_size > 0
+    True
+    """
+    searched = [r for r in records if r.get("rate_probes")]
+    if not searched:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    probe = {part.name: part for part in RESULTS["rate_probes"].parts}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), constrained_layout=True)
+    for r in searched:
+        probes = sorted(r["rate_probes"], key=lambda p: p["rate_per_s"])
+        (line,) = ax.plot([p["rate_per_s"] for p in probes], [p["attainment"] for p in probes], marker="o",
+                          label=r["name"])
+        best = r.get("max_rate_per_s")
+        if best is not None:
+            ax.axvline(best, color=line.get_color(), linestyle=":", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel(probe["rate_per_s"].axis_label()[0])
+    ax.set_ylabel(probe["attainment"].axis_label()[0])
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title or "SLO attainment against arrival rate (dotted: highest rate under the SLOs)", fontsize=9)
+    ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
     plt.close(fig)

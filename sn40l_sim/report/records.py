@@ -21,6 +21,7 @@ from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.report import metrics
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.slo import SLO, served_slo_fields
 from sn40l_sim.serving.point import PointResult
 
 
@@ -85,10 +86,12 @@ def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
 
 
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
-                 extra_fields: Iterable[str] = (), policy_entry: str | None = None) -> dict[str, Any]:
+                 extra_fields: Iterable[str] = (), policy_entry: str | None = None,
+                 slo: SLO | None = None) -> dict[str, Any]:
     """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
-    opt-in field groups ``extra_fields`` asks for (``kv_policies``; ``policy_entry`` names the
-    point's policy entry, by default the point's name)."""
+    opt-in field groups ``extra_fields`` asks for (``kv_policies``, with ``policy_entry`` naming the
+    point's policy entry, by default the point's name; ``slo``, against the SLOs ``slo``; ``trace``,
+    what capping a trace's lengths cut). A group's fields are empty for a steps-only evaluation."""
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
@@ -153,4 +156,11 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
             raise ValueError(f"unknown results field group {group!r}; known: {', '.join(RESULTS.groups)}")
     if "kv_policies" in extra_fields:
         record.update(kv_policy_fields(result, policy_entry or s.name))
+    if "slo" in extra_fields:
+        if slo is None:
+            raise ValueError("the slo group of results fields needs the SLOs (slo=)")
+        record.update(served_slo_fields(log, clock, slo) if served else
+                      dict.fromkeys(("slo", "goodput_requests_per_s", "goodput_tokens_per_s")))
+    if "trace" in extra_fields:
+        record["trace_capped"] = metrics.capped_lengths(log) if served else None
     return record

@@ -36,7 +36,8 @@ regression goldens read the same declaration.
   order. A mapping's columns are `field.key` (`memory.hbm.kv`).
 - **Golden**: kept in `tests/golden/` (`python -m sn40l_sim golden`); a mapping is kept whole.
 - **Opt-in**: fields of a group that a record carries only when its experiment asks for the group
-  with `report: {extra_fields: [<group>]}` (so other experiments' results stay as they were).
+  with `report: {extra_fields: [<group>]}`, or, for `slo`, states an `slo:` section and, for `trace`,
+  serves a trace workload (so other experiments' results stay as they were).
 
 The fields marked **(§5)** are the results contract of DESIGN.md §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies

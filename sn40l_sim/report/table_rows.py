@@ -33,20 +33,27 @@ class Row:
         Format spec of ``value * scale``; empty prints ``str(value)``.
     scale : float
         Factor from the field's unit to the shown one (``1e3`` for s -> ms).
+    shown_with : str
+        A field the record must hold for the row to show (empty: always).
     """
 
     at: int
     label: str
     fmt: str = ""
     scale: float = 1.0
+    #: a field the record must hold for the row to show its value (empty: always): rows for the
+    #: experiments that state SLOs, so that the tables of the others stay as they were
+    shown_with: str = ""
 
     def lines(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str | None]]]:
-        """``[(label, cell per record)]``; a cell is None where the record has no value."""
-        return [(self.label, [self.cell(value_at(r, path)) for r in records])]
+        """``[(label, cell per record)]``; a cell is None where the record has no value (or not
+        the field ``shown_with`` names)."""
+        return [(self.label, [self.cell(value_at(r, path)) if not self.shown_with or value_at(r, self.shown_with)
+                              is not None else None for r in records])]
 
     def describe(self) -> str:
         """How ``docs/results.md`` names the row."""
-        return self.label
+        return self.label + (f" (with `{self.shown_with}`)" if self.shown_with else "")
 
     def cell(self, value: Any) -> str | None:
         """The formatted value (None for a missing one)."""

@@ -1,10 +1,13 @@
 """Requests to serve: a fixed list, Poisson arrivals with seeded length distributions, or a trace.
 
 The workload specs are the validated objects of :mod:`sn40l_sim.study.experiment` (``FixedWorkload``,
-``PoissonWorkload``, ``TraceWorkload``); a trace file (CSV or JSONL of ``arrival_s, prompt_len,
-output_len``) is read here by :func:`read_trace`, once, by whoever assembles the experiment, and its
-rows handed to :func:`build_requests` (a sweep's workers get the rows, not the file). Arrival times
-become integer cycles of the simulated clock.
+``PoissonWorkload``, ``TraceWorkload``); a trace file (the simulator's ``arrival_s, prompt_len,
+output_len`` or the Azure LLM trace's ``TIMESTAMP, ContextTokens, GeneratedTokens``) is read by
+:func:`sn40l_sim.serving.traces.read_trace`, once, by whoever assembles the experiment, and its
+rows handed to :func:`build_requests` (a sweep's workers get the rows, not the file), which takes
+the workload's time window, scales its arrival rate and, when asked, caps lengths above the
+compiled graphs (each request records what it lost: :attr:`Request.capped_prompt_tokens`,
+:attr:`Request.capped_output_tokens`). Arrival times become integer cycles of the simulated clock.
 
 Sampling uses one ``numpy`` PCG64 generator seeded from ``serving.seed``, drawing inter-arrival
 gaps, then prompt lengths, then output lengths, so the same seed gives the same requests.
@@ -21,16 +24,14 @@ True
 """
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.serving.traces import TraceRow, select_window
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class Request:
     arrival_cycle: int
     prompt_len: int
     output_len: int
+    #: prompt tokens cut to fit the compiled graphs (a trace with ``cap_lengths``; 0 otherwise)
+    capped_prompt_tokens: int = 0
+    #: output tokens cut to fit ``max_new_tokens`` (a trace with ``cap_lengths``; 0 otherwise)
+    capped_output_tokens: int = 0
 
 
 def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: int) -> list[int]:
@@ -67,10 +72,6 @@ def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: in
     raise ValueError(f"unknown length distribution {dist.dist!r}")
 
 
-#: one request of a trace: ``(arrival_s, prompt_len, output_len, where)``, ``where`` naming its file and line
-TraceRow = tuple[float, int, int, str]
-
-
 def _request_count(count: int | str, rounds: int, slots: int) -> int:
     return slots * rounds if count == "batch" else int(count)
 
@@ -94,13 +95,17 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     clock_hz : float
         Clock that turns arrival seconds into cycles.
     trace_rows : sequence of TraceRow, optional
-        The rows of the trace file (:func:`read_trace`), for ``kind: trace``.
+        The rows of the trace file (:func:`~sn40l_sim.serving.traces.read_trace`), for ``kind: trace``.
 
     Raises
     ------
     InfeasibleError
-        For a request longer than the compiled graphs (naming the trace line or the request).
+        For a request longer than the compiled graphs (naming the trace's file and line, or the
+        request), unless a trace workload asks to cap lengths.
+    InputError
+        For a trace window holding no request.
     """
+    capped: list[tuple[int, int]] | None = None
     if spec.kind == "fixed":
         if spec.requests is not None:
             rows = [(r.arrival_s, r.prompt_len or prompt_len, r.output_len, f"requests[{i}]")
@@ -120,88 +125,36 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     elif spec.kind == "trace":
         if trace_rows is None:
             raise ValueError("a trace workload needs trace_rows (read_trace)")
-        rows = list(trace_rows)
+        window = select_window(trace_rows, spec.start_s, spec.duration_s, spec.rate_scale)
+        if not window:
+            end = "the end" if spec.duration_s is None else f"{spec.start_s + spec.duration_s:g} s"
+            raise InputError(f"no request of the trace arrives between {spec.start_s:g} s and {end} "
+                             f"(the trace has {len(trace_rows)}, the last at {trace_rows[-1].arrival_s:g} s)")
+        if spec.cap_lengths:
+            capped = [(max(0, r.prompt_len - prompt_len), max(0, r.output_len - max_new_tokens)) for r in window]
+            window = [r._replace(prompt_len=min(r.prompt_len, prompt_len), output_len=min(r.output_len, max_new_tokens))
+                      for r in window]
+        for r in window:
+            _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, file=r.file, line=r.line)
+        rows = [(r.arrival_s, r.prompt_len, r.output_len, f"{r.file}:{r.line}") for r in window]
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
     for _, p, o, where in rows:
-        if p > prompt_len:
-            raise InfeasibleError(f"{where}: prompt_len {p} exceeds the point's prompt length {prompt_len}, "
-                                  "which the static decode graph is compiled for")
-        if o > max_new_tokens:
-            raise InfeasibleError(f"{where}: output_len {o} exceeds max_new_tokens {max_new_tokens}, "
-                                  "the static decode graph's maximum generated length")
+        _check_lengths(p, o, prompt_len, max_new_tokens, where=where)
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
-    return [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]))
+    return [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
+                    *(capped[i] if capped is not None else (0, 0)))
             for new_id, i in enumerate(order)]
 
 
-_COLUMNS = ("arrival_s", "prompt_len", "output_len")
-
-
-def read_trace(path: Path) -> list[TraceRow]:
-    """Rows ``(arrival_s, prompt_len, output_len, where)`` of a CSV or JSONL trace file.
-
-    A ``.jsonl`` file has one JSON object per line; anything else is read as CSV with a header.
-    Extra columns are errors (a typo would otherwise be ignored silently).
-
-    >>> import tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "t.csv"
-    >>> _ = path.write_text("arrival_s,prompt_len,output_len\\n0.5,100,10\\n0,200,5\\n")
-    >>> read_trace(path)
-    [(0.5, 100, 10, 't.csv line 2'), (0.0, 200, 5, 't.csv line 3')]
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
-    records: list[tuple[int, dict]] = []
-    if path.suffix == ".jsonl":
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg}", file=path, line=number) from None
-            if not isinstance(item, dict):
-                raise InputError("expected a JSON object per line", file=path, line=number)
-            records.append((number, item))
-    else:
-        reader = csv.DictReader(text.splitlines())
-        if reader.fieldnames is None or tuple(f.strip() for f in reader.fieldnames) != _COLUMNS:
-            raise InputError(f"expected the CSV header {','.join(_COLUMNS)}, got {reader.fieldnames}",
-                             file=path, line=1)
-        for item in reader:
-            records.append((reader.line_num, {k.strip(): v for k, v in item.items()}))
-    if not records:
-        raise InputError("the trace has no requests", file=path)
-    return [_trace_row(path, number, item) for number, item in records]
-
-
-def _trace_row(path: Path, number: int, item: dict) -> TraceRow:
-    extra = sorted(set(item) - set(_COLUMNS), key=str)
-    if extra:
-        raise InputError(f"unknown column {extra[0]!r}; expected {', '.join(_COLUMNS)}", file=path, line=number)
-    values = []
-    for column in _COLUMNS:
-        if item.get(column) in (None, ""):
-            raise InputError("missing value", file=path, field=column, line=number)
-        try:
-            value = float(item[column]) if column == "arrival_s" else _integer(item[column])
-        except (TypeError, ValueError):
-            raise InputError(f"expected a number, got {item[column]!r}", file=path, field=column,
-                             line=number) from None
-        if (column == "arrival_s" and not value >= 0) or (column != "arrival_s" and value < 1):
-            raise InputError(f"expected {'a time >= 0' if column == 'arrival_s' else 'an integer >= 1'}, "
-                             f"got {item[column]!r}", file=path, field=column, line=number)
-        values.append(value)
-    return values[0], values[1], values[2], f"{path.name} line {number}"
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    number = float(value)
-    if not number.is_integer():
-        raise ValueError(value)
-    return int(number)
+def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: int, *, where: str = "",
+                   file: str | None = None, line: int | None = None) -> None:
+    """Refuse a request longer than the static graphs, naming where it comes from."""
+    at = f"{where}: " if where else ""
+    hint = " (or cap lengths to the compiled graphs: workload.cap_lengths: true)" if file else ""
+    if prompt > prompt_len:
+        raise InfeasibleError(f"{at}prompt_len {prompt} exceeds the point's prompt length {prompt_len}, "
+                              f"which the static decode graph is compiled for{hint}", file=file, line=line)
+    if output > max_new_tokens:
+        raise InfeasibleError(f"{at}output_len {output} exceeds max_new_tokens {max_new_tokens}, "
+                              f"the static decode graph's maximum generated length{hint}", file=file, line=line)

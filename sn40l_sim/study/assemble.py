@@ -45,7 +45,8 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates
 from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
-from sn40l_sim.serving.workload import Request, TraceRow, build_requests, read_trace
+from sn40l_sim.serving.traces import TraceRow, read_trace
+from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, Point, make_point_model, make_point_policy, memory_order, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's

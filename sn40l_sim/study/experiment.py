@@ -33,6 +33,15 @@ Sections:
     sequence and step from ``seed``; a full cache's static slot holds ``max_new_tokens + k``
     tokens; the model needs an ``mtp`` section), ``kv_transfer`` and ``seed``. The former
     ``tokens_per_forward`` multiplier is refused with a message saying what to write instead.
+``slo``
+    Service-level objectives: ``ttft`` and/or ``tpot``, each ``{max_s, percentile}`` (a bound on
+    that percentile of the served requests' latency). The results then carry the ``slo`` group:
+    each SLO's latency at its percentile, the attainment (fraction of requests that met every SLO)
+    and the goodput (requests/s that did); ``run`` prints them with TTFT/TPOT p50/p90/p99.
+``rate_search``
+    The highest arrival rate at which every SLO holds, by bisection between ``low_per_s`` and
+    ``high_per_s`` (``probes``, ``tolerance``) on a Poisson workload's rate or a trace's arrival
+    rate (:mod:`sn40l_sim.study.rate_search`); needs ``slo``.
 ``report``
     ``extra_fields``: opt-in groups of results fields (``kv_policies``: where a sequence's KV lives
     per token of context, the fractions of tokens, bits and layers it keeps, a decode step's
@@ -109,6 +118,7 @@ from sn40l_sim.study.serving_section import (  # noqa: F401
     UniformLength,
     Workload,
 )
+from sn40l_sim.study.slo_section import LatencySLO, RateSearchSection, SLOSection  # noqa: F401
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
 
@@ -195,6 +205,10 @@ class ExperimentSpec(StrictModel):
     prompt_lens: tuple[PositiveInt, ...] | None = None
     workload: Workload | None = None
     serving: ServingSection = ServingSection()
+    #: service-level objectives: attainment and goodput in the results (study/slo_section.py)
+    slo: SLOSection | None = None
+    #: search for the highest arrival rate under the SLOs (study/rate_search.py)
+    rate_search: RateSearchSection | None = None
     memory: MemorySection = MemorySection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()
@@ -413,6 +427,9 @@ def _check(exp: Experiment) -> None:
             raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
                             f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
     for i, group in enumerate(spec.report.extra_fields):
+        if group in AUTOMATIC_GROUPS:
+            raise exp.error(("report", "extra_fields", i), f"the {group} fields come with {AUTOMATIC_GROUPS[group]}; "
+                            "leave them out of extra_fields")
         if group not in RESULTS.groups:
             raise exp.error(("report", "extra_fields", i), f"unknown group of results fields {group!r}; "
                             f"expected one of {', '.join(RESULTS.groups)}")
@@ -434,6 +451,26 @@ def _check(exp: Experiment) -> None:
         if not values:
             raise exp.error(("serving", key), "expected at least one compiled size")
     _check_workload(exp)
+    if spec.rate_search is not None:
+        if spec.slo is None:
+            raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
+        if spec.workload is None or spec.workload.kind not in ("poisson", "trace"):
+            raise exp.error(("rate_search",), "a rate search varies the arrival rate of a poisson or trace workload")
+
+
+#: groups of results fields an experiment gets from a section rather than from report.extra_fields
+AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
+                    "rate_search": "the experiment's rate_search: section"}
+
+
+def record_groups(exp: Experiment) -> tuple[str, ...]:
+    """The groups of results fields the records of ``exp`` carry: ``report.extra_fields``, ``slo``
+    with an ``slo`` section and ``trace`` with a trace workload."""
+    spec = exp.spec
+    automatic = (("slo",) if spec.slo is not None else ()) + \
+        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ())
+    # rate_search's fields are added by the search itself (study/rate_search.py), next to these
+    return tuple(spec.report.extra_fields) + automatic
 
 
 def _check_workload(exp: Experiment) -> None:

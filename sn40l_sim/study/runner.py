@@ -18,7 +18,8 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.study.assemble import Assembly, assemble
-from sn40l_sim.study.experiment import Experiment, Point, load_experiment
+from sn40l_sim.study.experiment import Experiment, Point, load_experiment, record_groups
+from sn40l_sim.study.rate_search import search_point
 
 
 def _require_workload(exp: Experiment) -> None:
@@ -103,6 +104,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
     for point in asm.points if only is None else only:
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
+        if exp.spec.rate_search is not None and serve:
+            result, searched = search_point(asm, point)
+            records.append({**point_record(exp, point, result), **searched})
+            if on_result is not None:
+                on_result(result)
+            continue
         setup = asm.setup(point)
         try:
             result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup),
@@ -111,7 +118,13 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             raise asm.locate(exc) from None
         if on_result is not None:
             on_result(result)
-        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params,
-                                    extra_fields=exp.spec.report.extra_fields, policy_entry=point.entry))
+        records.append(point_record(exp, point, result))
     return records
 
+
+
+def point_record(exp: Experiment, point: Point, result: PointResult) -> dict:
+    """The results record of a simulated point, with the groups of fields its experiment asks for."""
+    slo = exp.spec.slo.target() if exp.spec.slo is not None else None
+    return build_record(result, experiment=exp.spec.name, policy_params=point.params,
+                        extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo)

@@ -97,10 +97,22 @@ class PoissonWorkload(StrictModel):
 
 
 class TraceWorkload(StrictModel):
-    """Requests read from a CSV (header ``arrival_s,prompt_len,output_len``) or JSONL file."""
+    """Requests read from a trace file (:mod:`sn40l_sim.serving.traces`): a CSV with the header
+    ``arrival_s,prompt_len,output_len`` or the Azure LLM inference trace's
+    ``TIMESTAMP,ContextTokens,GeneratedTokens``, or a JSONL file; optionally a time window of it,
+    its arrival rate scaled, and lengths above the compiled graphs capped (and reported)."""
 
     kind: Literal["trace"]
     path: str
+    #: the window's start, seconds after the trace's first request (arrivals count from it)
+    start_s: Annotated[Seconds, Field(le=10 * 365 * 86400)] = 0.0
+    #: the window's length (None: to the end of the trace)
+    duration_s: Annotated[Seconds, Field(gt=0, le=10 * 365 * 86400)] | None = None
+    #: arrival rate multiplier: arrivals come ``rate_scale`` times as fast (same requests, same order)
+    rate_scale: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    #: cap prompts above the point's prompt length and outputs above ``max_new_tokens`` to them
+    #: (the results report how many and how many tokens); without it such a request is an error
+    cap_lengths: bool = False
 
 
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]

@@ -137,12 +137,13 @@ def test_the_page_script_checks_and_writes(tmp_path, monkeypatch):
     assert make_results_doc.main(["--check"]) == 0
 
 
-def test_an_opt_in_group_is_produced_whole_or_not_at_all(records):
-    group = RESULTS.in_group("kv_policies")
-    assert group and RESULTS.groups == ("kv_policies",)
+@pytest.mark.parametrize("name", ["kv_policies", "slo"])
+def test_an_opt_in_group_is_produced_whole_or_not_at_all(records, name):
+    group = RESULTS.in_group(name)
+    assert group and RESULTS.groups == ("kv_policies", "rate_search", "slo", "trace")
     rec = dict(records[0])
     assert not set(group) & set(rec) and RESULTS.mismatches(rec) == []      # not asked for: absent
-    rec[group[0]] = 1.0
+    rec[group[0]] = None
     assert RESULTS.mismatches(rec) == [f"{name}: declared but not produced" for name in group[1:]]
     page = render()
-    assert all(f"`{RESULTS[name].pattern()}`" in page for name in group) and "(opt-in: `kv_policies`)" in page
+    assert all(f"`{RESULTS[name].pattern()}`" in page for name in group) and f"(opt-in: `{name}`)" in page

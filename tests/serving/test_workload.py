@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.serving.workload import build_requests, read_trace, sample_lengths
+from sn40l_sim.serving.traces import read_trace
+from sn40l_sim.serving.workload import build_requests, sample_lengths
 from sn40l_sim.study.experiment import FixedWorkload, LognormalLength, PoissonWorkload, TraceWorkload, UniformLength
 
 CLOCK = 1.6e9

@@ -1,0 +1,198 @@
+"""Request traces read from files: the simulator's own format and the Azure LLM inference trace's.
+
+Two formats, told apart by the CSV header:
+
+* the simulator's: ``arrival_s, prompt_len, output_len`` (CSV, or JSONL with those keys), arrival
+  times in seconds, in any order;
+* the Azure LLM inference trace as published (Patel et al., "Splitwise", ISCA 2024; the Azure
+  Public Dataset, CC-BY 4.0): ``TIMESTAMP, ContextTokens, GeneratedTokens``, the timestamp a date
+  and time (``2023-11-16 18:15:46.6805900``), strictly increasing down the file. A request's
+  arrival is its timestamp's seconds after the file's first.
+
+Every row keeps its file and line (:class:`TraceRow`), so a value found wrong later (a prompt
+longer than the compiled graphs) is reported at its line. :func:`select_window` takes a time window
+and scales the arrival rate (capping lengths to the compiled graphs is the workload's:
+:func:`sn40l_sim.serving.workload.build_requests`).
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "azure.csv"
+>>> _ = path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\\n"
+...                     "2023-11-16 18:15:46.5000000,374,44\\n2023-11-16 18:15:48.2500000,396,109\\n")
+>>> [(row.arrival_s, row.prompt_len, row.output_len, row.line) for row in read_trace(path)]
+[(0.0, 374, 44, 2), (1.75, 396, 109, 3)]
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sn40l_sim.errors import InputError
+
+
+class TraceRow(NamedTuple):
+    """One request of a trace file: arrival (seconds), lengths (tokens), and where it stands."""
+
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    file: str
+    line: int
+
+
+#: the simulator's columns
+SIMULATOR_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+#: the Azure LLM inference trace's columns (2023 and 2024 releases)
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def read_trace(path: Path) -> list[TraceRow]:
+    """The rows of a trace file, in file order.
+
+    A ``.jsonl`` file has one JSON object per line with the simulator's keys; anything else is
+    read as CSV with a header naming either format's columns. Extra columns are errors (a typo
+    would otherwise be ignored silently).
+
+    Raises
+    ------
+    InputError
+        Naming the file and the line: an unreadable file, a header of neither format (or missing a
+        column), a value that is not a number, a negative time or length below 1, a timestamp not
+        after the previous one (Azure format), or no rows at all.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
+    if path.suffix == ".jsonl":
+        rows = [_simulator_row(path, number, item) for number, item in _json_records(path, text)]
+    else:
+        reader = csv.DictReader(text.splitlines())
+        header = tuple(f.strip() for f in reader.fieldnames or ())
+        columns = _columns(path, header)
+        records = ((reader.line_num, {k.strip(): v for k, v in item.items() if k is not None})
+                   for item in reader)
+        if columns == AZURE_COLUMNS:
+            rows = _azure_rows(path, records)
+        else:
+            rows = [_simulator_row(path, number, item) for number, item in records]
+    if not rows:
+        raise InputError("the trace has no requests", file=path)
+    return rows
+
+
+def _columns(path: Path, header: tuple[str, ...]) -> tuple[str, ...]:
+    """The format a CSV header names (its columns), or an error at line 1 saying what is missing."""
+    for columns in (SIMULATOR_COLUMNS, AZURE_COLUMNS):
+        if header == columns:
+            return columns
+    # the format whose columns the header shares most, to say what is missing or extra
+    columns = max((SIMULATOR_COLUMNS, AZURE_COLUMNS), key=lambda cols: len(set(cols) & set(header)))
+    missing = [c for c in columns if c not in header]
+    extra = [c for c in header if c not in columns]
+    what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}" if extra else \
+        "columns out of order"
+    raise InputError(f"{what}: expected the CSV header {','.join(SIMULATOR_COLUMNS)} (the simulator's) or "
+                     f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {','.join(header) or 'none'}",
+                     file=path, line=1)
+
+
+def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc.msg}", file=path, line=number) from None
+        if not isinstance(item, dict):
+            raise InputError("expected a JSON object per line", file=path, line=number)
+        records.append((number, item))
+    return records
+
+
+def _simulator_row(path: Path, number: int, item: dict) -> TraceRow:
+    extra = sorted(set(item) - set(SIMULATOR_COLUMNS), key=str)
+    if extra:
+        raise InputError(f"unknown column {extra[0]!r}; expected {', '.join(SIMULATOR_COLUMNS)}", file=path,
+                         line=number)
+    arrival = _value(path, number, item, "arrival_s", float)
+    if not arrival >= 0:
+        raise InputError(f"expected a time >= 0, got {item['arrival_s']!r}", file=path, field="arrival_s",
+                         line=number)
+    return TraceRow(arrival, _length(path, number, item, "prompt_len"), _length(path, number, item, "output_len"),
+                    str(path), number)
+
+
+def _azure_rows(path: Path, records: Any) -> list[TraceRow]:
+    rows: list[TraceRow] = []
+    first: tuple[datetime.datetime, float] | None = None
+    previous = -1.0
+    for number, item in records:
+        stamp = _value(path, number, item, "TIMESTAMP", _timestamp)
+        if first is None:
+            first = stamp
+        # whole seconds as datetimes, the fraction apart: a float of seconds since 2023 loses the
+        # last of the trace's seven fractional digits
+        arrival = (stamp[0] - first[0]).total_seconds() + (stamp[1] - first[1])
+        if rows and not arrival > previous:
+            raise InputError(f"expected a timestamp after the previous line's, got {item['TIMESTAMP']!r} "
+                             "(timestamps must increase down the file)", file=path, field="TIMESTAMP", line=number)
+        previous = arrival
+        rows.append(TraceRow(arrival, _length(path, number, item, "ContextTokens"),
+                             _length(path, number, item, "GeneratedTokens"), str(path), number))
+    return rows
+
+
+def _timestamp(text: str) -> tuple[datetime.datetime, float]:
+    """``'2023-11-16 18:15:46.6805900'`` -> (the date and time to the second, the fraction)."""
+    whole, _, fraction = text.strip().partition(".")
+    if fraction and not fraction.isdigit():
+        raise ValueError(text)
+    return datetime.datetime.fromisoformat(whole), float(f"0.{fraction or 0}")
+
+
+def _value(path: Path, number: int, item: dict, column: str, parse: Any) -> Any:
+    if item.get(column) in (None, ""):
+        raise InputError("missing value", file=path, field=column, line=number)
+    try:
+        return parse(item[column])
+    except (TypeError, ValueError):
+        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction)" if parse is _timestamp else "a number"
+        raise InputError(f"expected {what}, got {item[column]!r}", file=path, field=column, line=number) from None
+
+
+def _length(path: Path, number: int, item: dict, column: str) -> int:
+    value = _value(path, number, item, column, _integer)
+    if value < 1:
+        raise InputError(f"expected an integer >= 1, got {item[column]!r}", file=path, field=column, line=number)
+    return value
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
+
+
+def select_window(rows: Sequence[TraceRow], start_s: float = 0.0, duration_s: float | None = None,
+                  rate_scale: float = 1.0) -> list[TraceRow]:
+    """The rows arriving in ``[start_s, start_s + duration_s)``, their arrivals counted from
+    ``start_s`` and divided by ``rate_scale`` (2 serves the same requests twice as fast).
+
+    >>> rows = [TraceRow(t, 10, 5, "t.csv", i + 2) for i, t in enumerate([0.0, 1.0, 2.0, 3.0])]
+    >>> [(r.arrival_s, r.line) for r in select_window(rows, 1.0, 2.0, rate_scale=2.0)]
+    [(0.0, 3), (0.5, 4)]
+    """
+    end = float("inf") if duration_s is None else start_s + duration_s
+    return [row._replace(arrival_s=(row.arrival_s - start_s) / rate_scale)
+            for row in rows if start_s <= row.arrival_s < end]

@@ -1,0 +1,125 @@
+"""The highest arrival rate at which the SLOs still hold: bisection on the rate, every probe kept.
+
+Operators size a deployment by this number (DistServe, OSDI 2024, and Vidur, MLSys 2024, search
+for it the same way): the largest rate of requests per second a node set serves while the SLOs of
+the experiment's ``slo:`` section hold. For each point (KV policy x prompt length) the search
+
+1. probes ``low_per_s`` (expected to hold) and ``high_per_s`` (expected to fail): if the low end
+   fails, there is no rate in the bracket, and the answer is empty; if the high end holds, the
+   answer is the high end, marked as not bracketed;
+2. bisects the bracket ``probes`` times (fewer once it is narrower than ``tolerance`` of its low
+   end), keeping the highest rate that held.
+
+A probe serves the workload at that rate: a Poisson workload with ``rate_per_s`` set to it (the
+same seed, so the same requests arrive in the same order, closer together), a trace with its
+``rate_scale`` set so that its mean arrival rate is the probe's. The step costs of a point are
+computed once for all its probes (the decode and prefill graphs do not depend on the rate).
+
+The search assumes SLO attainment falls as the rate rises, which holds for first-come-first-served
+queues; the probes are reported so that a workload where it does not can be seen.
+
+Examples
+--------
+>>> bisect_rate(lambda rate: rate <= 3.3, 1.0, 8.0, probes=6, tolerance=0.01)
+(3.296875, True, [(1.0, True), (8.0, False), (4.5, False), (2.75, True), (3.625, False), (3.1875, True), (3.40625, False), (3.296875, True)])
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.report.slo import served_slo_fields
+from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.serving.traces import select_window
+from sn40l_sim.study.assemble import Assembly, read_trace_rows
+from sn40l_sim.study.experiment import Experiment, Point
+
+
+def bisect_rate(holds: Callable[[float], bool], low: float, high: float, *, probes: int,
+                tolerance: float) -> tuple[float | None, bool, list[tuple[float, bool]]]:
+    """``(highest rate that held or None, whether the bracket held the answer, [(rate, held)])``.
+
+    ``holds(rate)`` serves one probe. The low end is probed first, then the high end, then the
+    midpoints of the bracket.
+    """
+    tried: list[tuple[float, bool]] = []
+
+    def probe(rate: float) -> bool:
+        held = holds(rate)
+        tried.append((rate, held))
+        return held
+
+    if not probe(low):
+        return None, True, tried
+    if probe(high):
+        return high, False, tried
+    for _ in range(probes):
+        if (high - low) <= tolerance * low:
+            break
+        mid = (low + high) / 2
+        if probe(mid):
+            low = mid
+        else:
+            high = mid
+    return low, True, tried
+
+
+def base_rate(exp: Experiment, asm: Assembly) -> float:
+    """The workload's own arrival rate (requests/s): a Poisson workload's ``rate_per_s``; for a
+    trace, the requests of its window over the window's length (to its last arrival when the
+    window runs to the end of the trace), at ``rate_scale`` 1."""
+    workload = exp.spec.workload
+    if workload.kind == "poisson":
+        return float(workload.rate_per_s)
+    rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
+    window = select_window(rows, workload.start_s, workload.duration_s)
+    span = workload.duration_s if workload.duration_s is not None else (window[-1].arrival_s if window else 0.0)
+    if len(window) < 2 or span <= 0:
+        raise exp.error(("workload",), "a rate search on a trace needs at least two requests in its window")
+    return len(window) / span
+
+
+def at_rate(asm: Assembly, rate: float) -> Assembly:
+    """``asm`` with its workload's arrival rate set to ``rate`` requests/s."""
+    exp = asm.experiment
+    workload = exp.spec.workload
+    if workload.kind == "poisson":
+        changed = workload.model_copy(update={"rate_per_s": rate})
+    else:
+        changed = workload.model_copy(update={"rate_scale": rate / base_rate(exp, asm)})
+    spec = exp.spec.model_copy(update={"workload": changed})
+    return replace(asm, experiment=Experiment(spec, exp.doc))
+
+
+def search_point(asm: Assembly, point: Point) -> tuple[PointResult, dict[str, Any]]:
+    """The rate search of one point: the served result at the highest rate that held (at the low
+    end when even that fails) and the ``rate_search`` fields of its record."""
+    exp = asm.experiment
+    search, slo = exp.spec.rate_search, exp.spec.slo.target()
+    setup = asm.setup(point)
+    costs, place = asm.step_timer(setup), asm.memory_placer(setup.model)   # shared by every probe
+    results: dict[float, PointResult] = {}
+    rows: list[dict[str, Any]] = []
+
+    def holds(rate: float) -> bool:
+        probe_asm = at_rate(asm, rate)
+        try:
+            result = simulate_point(setup, probe_asm.requests(point), costs, place)
+        except InputError as exc:
+            raise asm.locate(exc) from None
+        results[rate] = result
+        fields = served_slo_fields(result.log, result.clock_hz, slo)
+        s = fields["slo"]
+        rows.append({"rate_per_s": rate, "holds": s["holds"], "attainment": s["attainment"],
+                     "goodput_requests_per_s": fields["goodput_requests_per_s"],
+                     "ttft_at_percentile_s": s["ttft_at_percentile_s"],
+                     "tpot_at_percentile_s": s["tpot_at_percentile_s"]})
+        return bool(s["holds"])
+
+    best, bracketed, _ = bisect_rate(holds, search.low_per_s, search.high_per_s, probes=search.probes,
+                                     tolerance=search.tolerance)
+    fields = {"max_rate_per_s": best, "max_rate_bracketed": bracketed,
+              "rate_probes": sorted(rows, key=lambda row: row["rate_per_s"])}
+    return results[best if best is not None else search.low_per_s], fields

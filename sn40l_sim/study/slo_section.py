@@ -1,0 +1,79 @@
+"""The ``slo`` and ``rate_search`` sections of an experiment file. Part of
+:mod:`sn40l_sim.study.experiment`, which re-exports every name here.
+
+``slo`` states service-level objectives: a bound on TTFT and/or TPOT at a percentile. The results
+then report, beside throughput, the latency at each percentile, the SLO attainment (the fraction
+of requests that met every SLO) and the goodput (requests per second that did;
+:mod:`sn40l_sim.report.slo`).
+
+``rate_search`` asks for the highest arrival rate at which the SLOs still hold: a bisection
+between ``low_per_s`` and ``high_per_s`` on the Poisson workload's ``rate_per_s`` (or, for a
+trace, on its arrival rate: ``rate_scale`` times the trace's own mean rate), reporting every probe
+(:mod:`sn40l_sim.study.rate_search`).
+
+Examples
+--------
+>>> section = SLOSection(ttft={"max_s": "2 s", "percentile": 90}, tpot={"max_s": "100 ms"})
+>>> section.target().ttft, section.target().tpot
+(LatencyTarget(max_s=2.0, percentile=90.0), LatencyTarget(max_s=0.1, percentile=90.0))
+>>> RateSearchSection(low_per_s=0.5, high_per_s=8).probes
+8
+"""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from sn40l_sim.report.slo import SLO, LatencyTarget
+from sn40l_sim.schema import Seconds, StrictModel
+
+#: a day: no latency bound or rate of a serving study comes near it
+_DAY_S = 86400.0
+
+
+class LatencySLO(StrictModel):
+    """``percentile`` % of requests within ``max_s`` (``"2 s"``, ``"100 ms"`` or seconds)."""
+
+    max_s: Annotated[Seconds, Field(gt=0, le=_DAY_S)]
+    percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
+
+    def target(self) -> LatencyTarget:
+        """The report's :class:`~sn40l_sim.report.slo.LatencyTarget`."""
+        return LatencyTarget(float(self.max_s), float(self.percentile))
+
+
+class SLOSection(StrictModel):
+    """SLOs on time to first token and time per output token (at least one)."""
+
+    ttft: LatencySLO | None = None
+    tpot: LatencySLO | None = None
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> SLOSection:
+        if self.ttft is None and self.tpot is None:
+            raise ValueError("state at least one SLO: ttft: {max_s: ..., percentile: ...} or tpot: {...}")
+        return self
+
+    def target(self) -> SLO:
+        """The report's :class:`~sn40l_sim.report.slo.SLO`."""
+        return SLO(self.ttft.target() if self.ttft else None, self.tpot.target() if self.tpot else None)
+
+
+class RateSearchSection(StrictModel):
+    """Bisection for the highest arrival rate (requests/s) at which every SLO holds."""
+
+    #: a rate expected to hold (the search reports it if even this one does not)
+    low_per_s: Annotated[float, Field(gt=0, le=1e6)]
+    #: a rate expected to fail (the search reports it if even this one holds)
+    high_per_s: Annotated[float, Field(gt=0, le=1e6)]
+    #: bisection probes after the two ends (the bracket halves with each)
+    probes: Annotated[int, Field(ge=1, le=30)] = 8
+    #: stop early once the bracket is narrower than this fraction of its low end
+    tolerance: Annotated[float, Field(gt=0, le=1)] = 0.02
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RateSearchSection:
+        if not self.low_per_s < self.high_per_s:
+            raise ValueError(f"low_per_s ({self.low_per_s:g}) must be below high_per_s ({self.high_per_s:g})")
+        return self

@@ -1,0 +1,86 @@
+"""Traces as published: the Azure LLM inference trace's format, windows, rate scaling, capping to
+the compiled graphs (reported, never silent), and bad traces as one line naming file and line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.serving.traces import read_trace, select_window
+from sn40l_sim.serving.workload import build_requests
+from sn40l_sim.study.experiment import TraceWorkload
+
+CLOCK = 1e9
+REPO = Path(__file__).resolve().parents[2]
+SLICE = REPO / "experiments" / "traces" / "azure_llm_2023_conv_10min.csv"
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def azure(tmp_path, rows, name="azure.csv"):
+    path = tmp_path / name
+    path.write_text(HEADER + "".join(f"2023-11-16 {t},{p},{o}\n" for t, p, o in rows))
+    return path
+
+
+def build(rows, prompt_len=4096, max_new_tokens=128, **spec):
+    return build_requests(TraceWorkload(kind="trace", path="t.csv", **spec), prompt_len=prompt_len,
+                          max_new_tokens=max_new_tokens, slots=4, seed=0, clock_hz=CLOCK, trace_rows=rows)
+
+
+def test_azure_timestamps_become_seconds_after_the_first_request(tmp_path):
+    # the date is the file's: past midnight without a new date goes backwards, an error (below)
+    path = azure(tmp_path, [("23:59:59.9000000", 10, 2), ("23:59:59.9500001", 20, 3), ("00:00:01.0000000", 30, 4)],
+                 name="midnight.csv")
+    rows = read_trace(azure(tmp_path, [("18:15:46.6805900", 374, 44), ("18:15:50.9951690", 396, 109)]))
+    assert [(r.prompt_len, r.output_len, r.line) for r in rows] == [(374, 44, 2), (396, 109, 3)]
+    assert rows[1].arrival_s == pytest.approx(4.314579, abs=1e-9) and rows[0].file == str(tmp_path / "azure.csv")
+    with pytest.raises(InputError, match="expected a timestamp after the previous line's") as info:
+        read_trace(path)
+    assert info.value.line == 4
+
+
+def test_the_committed_slice_is_the_first_ten_minutes():
+    rows = read_trace(SLICE)
+    assert len(rows) == 2867 and rows[0].arrival_s == 0.0 and rows[-1].arrival_s < 600
+    assert max(r.prompt_len for r in rows) == 7930 and max(r.output_len for r in rows) == 1000
+    assert "CC-BY 4.0" in (SLICE.parent / "README.md").read_text() and "Splitwise" in (SLICE.parent / "README.md").read_text()
+
+
+def test_window_and_rate_scale(tmp_path):
+    rows = read_trace(azure(tmp_path, [(f"18:00:{s:02d}.0000000", 100, 10) for s in range(10)]))
+    reqs = build(rows, start_s=2, duration_s=4, rate_scale=2)
+    assert [r.arrival_cycle for r in reqs] == [0, 500_000_000, 1_000_000_000, 1_500_000_000]
+    assert [r.id for r in reqs] == [0, 1, 2, 3]
+    assert len(build(rows)) == 10
+    with pytest.raises(InputError, match="no request of the trace arrives between 20 s and the end"):
+        build(rows, start_s=20)
+    assert select_window(rows, 0, None, 1.0) == rows
+
+
+def test_lengths_above_the_graphs_name_the_trace_line_unless_capped(tmp_path):
+    path = azure(tmp_path, [("18:00:00.0", 100, 10), ("18:00:01.0", 5000, 10), ("18:00:02.0", 100, 300)])
+    rows = read_trace(path)
+    with pytest.raises(InfeasibleError, match="prompt_len 5000 exceeds .*cap_lengths: true") as info:
+        build(rows)
+    assert (info.value.file, info.value.line) == (str(path), 3)
+    reqs = build(rows, cap_lengths=True)
+    assert [(r.prompt_len, r.output_len) for r in reqs] == [(100, 10), (4096, 10), (100, 128)]
+    assert [(r.capped_prompt_tokens, r.capped_output_tokens) for r in reqs] == [(0, 0), (904, 0), (0, 172)]
+
+
+@pytest.mark.parametrize("text, line, match", [
+    (HEADER + "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:01.0,1,1\n", 3, "TIMESTAMP: expected a timestamp after"),
+    (HEADER + "2023-11-16 18:00:02.0,1,1\n2023-11-16 18:00:01.5,1,1\n", 3, "timestamps must increase"),
+    ("TIMESTAMP,ContextTokens\n2023-11-16 18:00:01.0,1\n", 1, "missing column 'GeneratedTokens'"),
+    ("arrival_s,prompt_len\n0,1\n", 1, "missing column 'output_len'"),
+    (HEADER + "yesterday,1,1\n", 2, "TIMESTAMP: expected a date and time"),
+    (HEADER + "2023-11-16 18:00:01.0,0,1\n", 2, "ContextTokens: expected an integer >= 1"),
+    ("arrival_s,prompt_len,output_len\n-0.5,1,1\n", 2, "arrival_s: expected a time >= 0"),
+])
+def test_bad_traces_are_one_line_naming_file_and_line(tmp_path, text, line, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match) as info:
+        read_trace(path)
+    assert info.value.file == str(path) and info.value.line == line and "\n" not in str(info.value)

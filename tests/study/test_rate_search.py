@@ -1,0 +1,106 @@
+"""The highest rate under an SLO: bisection on a workload where attainment falls as the rate rises
+(Poisson arrivals of one seed through a first-come-first-served serving loop), the probes
+reported, and bad SLO or rate-search sections as one line, exit 2."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
+from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.workload import build_requests
+from sn40l_sim.study.experiment import PoissonWorkload
+from sn40l_sim.study.rate_search import bisect_rate
+
+CLOCK = 1e9
+#: one prefill node of 0.2 s per prompt, one decode node of 4 slots at 50 ms per step
+SETUP = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4,
+                     decode_step_cycles=50_000_000, prefill_cycles=lambda p: 200_000_000,
+                     transfer_cycles=lambda p: 1_000_000, cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1,
+                     slot_cache_tokens=2048)
+
+
+def served(rate: float):
+    spec = PoissonWorkload(kind="poisson", rate_per_s=rate, count=120, output_len={"dist": "uniform", "low": 2,
+                                                                                    "high": 40})
+    requests = build_requests(spec, prompt_len=1024, max_new_tokens=64, slots=4, seed=3, clock_hz=CLOCK)
+    return requests, simulate(requests, SETUP)
+
+
+def attainment(rate: float, slo: SLO) -> dict:
+    return served_slo_fields(served(rate)[1], CLOCK, slo)["slo"]
+
+
+SLO_TTFT = SLO(ttft=LatencyTarget(1.0, 90), tpot=LatencyTarget(0.2, 90))
+
+
+def test_every_request_of_every_probe_finishes_exactly_once():
+    for rate in (0.5, 4.0, 12.0):
+        requests, log = served(rate)
+        assert [r.request.id for r in log.requests] == [r.id for r in requests]
+        assert all(r.finish >= r.first_token >= r.request.arrival_cycle for r in log.requests)
+        assert [len(r.token_cycles) for r in log.requests] == [r.output_len for r in requests]
+
+
+def test_the_search_is_monotone_where_attainment_is():
+    grid = [0.25 * 1.25**i for i in range(20)]
+    holds = [attainment(rate, SLO_TTFT)["holds"] for rate in grid]
+    # the workload's property the search relies on: once the SLOs fail, they fail at every higher rate
+    assert holds[0] and not holds[-1] and holds == sorted(holds, reverse=True)
+    best, bracketed, tried = bisect_rate(lambda r: attainment(r, SLO_TTFT)["holds"], grid[0], grid[-1], probes=12,
+                                         tolerance=0.001)
+    assert bracketed and best is not None
+    # every probe at or below the answer held, every one above failed
+    assert all(held == (rate <= best) for rate, held in tried)
+    boundary = max(r for r, h in zip(grid, holds, strict=True) if h)
+    assert boundary <= best < boundary * 1.25
+    # a looser SLO never lowers the highest rate; a tighter one never raises it
+    loose = SLO(ttft=LatencyTarget(3.0, 90), tpot=LatencyTarget(0.4, 90))
+    tight = SLO(ttft=LatencyTarget(0.5, 90), tpot=LatencyTarget(0.1, 90))
+    rates = [bisect_rate(lambda r, s=s: attainment(r, s)["holds"], grid[0], grid[-1], probes=12, tolerance=0.001)[0]
+             for s in (tight, SLO_TTFT, loose)]
+    assert rates[0] <= rates[1] <= rates[2] and rates[0] < rates[2]
+
+
+def test_the_ends_of_the_bracket():
+    assert bisect_rate(lambda r: False, 1.0, 2.0, probes=5, tolerance=0.01) == (None, True, [(1.0, False)])
+    assert bisect_rate(lambda r: True, 1.0, 2.0, probes=5, tolerance=0.01) == (2.0, False, [(1.0, True), (2.0, True)])
+    # the tolerance stops the bisection early: [1, 2] halves to 1/16 wide after 4 probes
+    assert len(bisect_rate(lambda r: r < 1.3, 1.0, 2.0, probes=20, tolerance=0.07)[2]) == 2 + 4
+
+
+BASE = textwrap.dedent("""\
+    kind: experiment
+    name: demo
+    hardware: hw.yaml
+    model: m.yaml
+    policies: [{name: full, policy: full}]
+    shape: {prompt_len: 1024}
+    workload: {kind: poisson, rate_per_s: 1, count: 10, output_len: 16}
+    serving: {max_new_tokens: 16}
+    slo:
+      ttft: {max_s: 2 s, percentile: 90}
+    """)
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ("percentile: 90", "percentile: 150", "slo.ttft.percentile"),
+    ("max_s: 2 s", "max_s: -2", "slo.ttft.max_s"),
+    ("  ttft: {max_s: 2 s, percentile: 90}\n", "  {}\n", "state at least one SLO"),
+    ("max_s: 2 s", "max_s: 2 parsecs", "slo.ttft.max_s"),
+    ("slo:", "rate_search: {low_per_s: 2, high_per_s: 1}\nslo:", "low_per_s (2) must be below high_per_s (1)"),
+    ("slo:\n  ttft: {max_s: 2 s, percentile: 90}\n", "rate_search: {low_per_s: 1, high_per_s: 2}\n",
+     "rate_search: a rate search needs SLOs"),
+    ("serving:", "report: {extra_fields: [slo]}\nserving:", "the slo fields come with the experiment's slo: section"),
+    ("workload: {kind: poisson, rate_per_s: 1, count: 10, output_len: 16}",
+     "workload: {kind: trace, path: t.csv, rate_scale: 0}", "workload.rate_scale"),
+])
+def test_bad_slo_and_search_sections_are_one_line_exit_2(tmp_path, capsys, old, new, match):
+    assert old in BASE
+    path = tmp_path / "e.yaml"
+    path.write_text(BASE.replace(old, new))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and str(path) in err and match in err

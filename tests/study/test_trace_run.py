@@ -1,0 +1,59 @@
+"""A trace served end to end through ``run``: the published Azure format, capping reported (never
+silent), SLO fields and rows, and a length above the compiled graphs as one line naming the trace
+file and line, exit 2."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+         "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:46.9951690,396,9\n"
+         "2023-11-16 18:15:47.2224670,879,55\n2023-11-16 18:15:51.3910170,91,16\n")
+
+
+def experiment(tmp_path, workload_extra=""):
+    (tmp_path / "azure.csv").write_text(TRACE)
+    path = tmp_path / "e.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: trace_demo
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 512}}
+        workload: {{kind: trace, path: azure.csv{workload_extra}}}
+        slo:
+          ttft: {{max_s: 1 s, percentile: 90}}
+          tpot: {{max_s: 20 ms, percentile: 90}}
+        serving: {{batch: 4, batch_sizes: [4], prefill_lens: [512], max_new_tokens: 32}}
+        """))
+    return path
+
+
+def test_a_length_above_the_graphs_names_the_trace_line(tmp_path, capsys):
+    path = experiment(tmp_path)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    # the first request past the graphs: line 2's 44 output tokens against max_new_tokens 32
+    assert f"{tmp_path / 'azure.csv'}:2: output_len 44 exceeds max_new_tokens 32" in err and "cap_lengths" in err
+
+
+def test_capped_trace_is_served_once_per_request_and_reported(tmp_path, capsys):
+    path = experiment(tmp_path, ", cap_lengths: true")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert record["throughput"]["requests"] == 4
+    assert record["trace_capped"] == {"requests": 2, "prompts": 1, "outputs": 2, "prompt_tokens": 879 - 512,
+                                      "output_tokens": (44 - 32) + (55 - 32)}
+    assert "note: full: 2 trace requests capped to the compiled graphs" in out
+    for label in ("TTFT p50 (s)", "TPOT p90 (ms)", "goodput requests/s (met every SLO)", "SLO attainment"):
+        assert label in out
+    assert 0 <= record["slo"]["attainment"] <= 1 and record["goodput_requests_per_s"] <= \
+        record["throughput"]["requests_per_s"]
