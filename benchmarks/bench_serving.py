@@ -11,7 +11,8 @@ many worker processes as CPUs); ``experiments/max_rate.yaml`` bisects for the hi
 SLOs for each KV policy. Numbers are printed, not asserted. Measured on the project's shared
 2-core machine (other agents running): about 85 s for azure_conv with 2 jobs (each of its four
 runs 20-40 s, most of it building and mapping the prefill graphs of every compiled prompt length
-the trace's prompts fall into; the SimPy serving of 2,867 requests is a few seconds).
+the trace's prompts fall into; the SimPy serving of 2,867 requests is a few seconds); about 110 s
+for max_rate (18 probes of 1,500 requests each, the step costs computed once per KV policy).
 """
 from __future__ import annotations
 

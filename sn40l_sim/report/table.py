@@ -27,6 +27,8 @@ from sn40l_sim.report.registry import Fields
 def side_by_side(records: Sequence[dict[str, Any]], fields: Fields = RESULTS) -> str:
     """A fixed-width table with the records as columns; rows with no value anywhere are left out."""
     lines = [line for path, row in fields.table_rows() for line in row.lines(path, records)]
+    # rows with no value anywhere are left out, and do not widen the label column either
+    lines = [(label, row) for label, row in lines if any(cell is not None for cell in row)] or lines[:1]
     label_width = max(len(label) for label, _ in lines) + 2
     cells = [[cell if cell is not None else "-" for cell in row] for _, row in lines]
     width = max([len(r["name"]) for r in records] + [len(c) for row in cells for c in row]) + 2

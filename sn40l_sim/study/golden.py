@@ -30,11 +30,13 @@ REL_TOL = 1e-6
 
 
 def experiments() -> list[Path]:
-    """Experiment files that ``run`` can simulate (those with a workload and no sweep)."""
+    """Experiment files that ``run`` can simulate (those with a workload and no sweep), but for a
+    rate search: its answer is a bisection over many served runs, which its own tests check
+    (tests/study/test_rate_search.py), not one point's figures."""
     out = []
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if data.get("kind") == "experiment" and "workload" in data and "sweep" not in data:
+        if data.get("kind") == "experiment" and "workload" in data and not {"sweep", "rate_search"} & set(data):
             out.append(path)
     return out
 
