@@ -27,7 +27,7 @@ Phase = Literal["prefill", "decode"]
 #: (the one table: models, kvcache and the mapper all read it)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8": 1}
 #: activations, between kernels and on chip, are BF16: the SN40L PCU computes in BF16 and widens
-#: FP8 weights before the systolic array (REFERENCE.md section 1)
+#: FP8 weights before the systolic array (docs/reference.md §1)
 ACT_BYTES = DTYPE_BYTES["bf16"]
 
 

@@ -103,7 +103,7 @@ class MemoryTierSpec(StrictModel):
     capacity_bytes_per_unit: Bytes
     bytes_per_s_per_unit: BytesPerSecond
     latency_s: Seconds
-    #: achievable fraction of the peak bandwidth, fitted to measurements (DESIGN.md §4)
+    #: achievable fraction of the peak bandwidth, fitted to measurements (docs/design.md §4)
     efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     #: bytes of this tier the runtime keeps for itself (program binaries, buffers)
     reserved_bytes: BytesOrZero = 0.0
@@ -166,7 +166,7 @@ class StatedTotals(StrictModel):
 
 
 class CalibratedSpec(StrictModel):
-    """The few physical parameters fitted to measurements (DESIGN.md §4), with their bounds.
+    """The few physical parameters fitted to measurements (docs/design.md §4), with their bounds.
 
     ``json_schema_extra`` carries the physical bounds that ``calibrate`` must respect. The memory
     tiers' efficiencies are calibrated too; they live with their tier

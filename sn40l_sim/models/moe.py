@@ -1,6 +1,6 @@
 """Mixture of experts: router, routed experts, shared experts.
 
-Deployment (REFERENCE.md section 3): the experts are tensor-parallel, each socket holding
+Deployment (docs/reference.md §3): the experts are tensor-parallel, each socket holding
 ``1 / tp`` of every expert (gate/up split by columns, down by rows), so every socket processes every
 token's routed work on its slice and an all-reduce of ``[T, hidden]`` sums the slices after the
 down GEMM. All routed experts run in ONE fused kernel; the routed GEMMs are written as grouped

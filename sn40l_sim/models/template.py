@@ -68,7 +68,7 @@ class PhaseTemplate(StrictModel):
 
 
 class FlashSpec(StrictModel):
-    """FlashAttention tiles of prefill attention (REFERENCE.md section 3: K/V tiles of 8192)."""
+    """FlashAttention tiles of prefill attention (docs/reference.md §3: K/V tiles of 8192)."""
 
     block_q: PositiveInt
     block_kv: PositiveInt

@@ -1,4 +1,4 @@
-"""One results record per simulated point (DESIGN.md §5), from a
+"""One results record per simulated point (docs/design.md §5), from a
 :class:`~sn40l_sim.serving.point.PointResult`.
 
 Each key is declared, with its unit and description, in :mod:`sn40l_sim.report.fields` (the

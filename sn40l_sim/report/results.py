@@ -3,7 +3,7 @@
 JSON: a list of records, keys sorted, floats rounded to 9 significant digits (so that the last
 bits of a float sum never show), no timestamps or paths of the machine. CSV: one row per record,
 nested fields flattened to dotted column names (``memory.hbm.kv``), lists left out (they stay in
-the JSON); the fields declared with a CSV position (the DESIGN.md §5 fields, see
+the JSON); the fields declared with a CSV position (the docs/design.md §5 fields, see
 :mod:`sn40l_sim.report.fields`) come first, the rest in sorted order.
 
 Examples

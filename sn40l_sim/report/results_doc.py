@@ -36,7 +36,7 @@ regression goldens read the same declaration.
   order. A mapping's columns are `field.key` (`memory.hbm.kv`).
 - **Golden**: kept in `tests/golden/` (`python -m sn40l_sim golden`); a mapping is kept whole.
 
-The fields marked **(§5)** are the results contract of DESIGN.md §5: never renamed or dropped.
+The fields marked **(§5)** are the results contract of [design.md](design.md) §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies
 of a point simulated without a workload.
 

@@ -11,7 +11,7 @@ stand-ins, or use :class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` instead
 A step streams its tensors from the memory tiers a placement put them in (``memory=``, a
 :class:`~sn40l_sim.mapper.placement.MemoryPlacement`; by default all in the socket's first tier).
 
-Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch,
+Identical steps are memoised (docs/design.md §3): a decode step is determined by its phase, batch,
 cache length and the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct
 ones. Each graph is built once per shape and shared by the memory sizing and the timing.
 Collectives are memoised across steps too (same kind, bytes and group on idle links).
