@@ -1,8 +1,8 @@
 """The repository is self-contained: what the code and the data files cite is in ``docs/``.
 
 Every citation of a design or reference section (``docs/design.md §5``, ``[reference.md](reference.md)
-§2``) names a page of ``docs/`` that has that section, and nothing cites the notes outside the
-repository (``DESIGN.md``, ``REFERENCE.md``) any more.
+§2``) names a page of ``docs/`` that has that section, and nothing cites the design and reference
+notes kept outside the repository any more.
 """
 from __future__ import annotations
 
