@@ -143,7 +143,7 @@ OPERATORS = {f.__name__: f for f in (router_gemm, router_score, router_topk, dis
 
 def expert_intermediate(c: Ctx) -> int:
     """``[T x (k routed + shared), expert_ffn]`` BF16: the activated expert intermediates, the tensor
-    the prefill MoE kernel gathers over P2P before its down GEMM (REFERENCE §3: "P2P gathers
+    the prefill MoE kernel gathers over P2P before its down GEMM (docs/reference.md §3: "P2P gathers
     activations before the down GEMM, overlapped"; each socket computed 1/tp of its columns)."""
     moe = c.model.moe
     return c.tokens * (moe.experts_per_token + moe.shared_experts) * moe.expert_ffn * ACT
