@@ -22,6 +22,7 @@ from sn40l_sim.schema import (
     Hertz,
     NonNegativeInt,
     PositiveInt,
+    RatePerCycle,
     Seconds,
     StrictModel,
 )
@@ -53,7 +54,7 @@ class TileSpec(StrictModel):
 class TailStageSpec(StrictModel):
     """The PCU's last stage: transcendentals, casts, stochastic rounding."""
 
-    transcendentals_per_lane_per_cycle: float = Field(gt=0)
+    transcendentals_per_lane_per_cycle: RatePerCycle
 
 
 class PCUSpec(StrictModel):
@@ -63,7 +64,7 @@ class PCUSpec(StrictModel):
     stages: PositiveInt
     modes: tuple[Literal["systolic", "simd"], ...]
     #: MACs per lane per stage per cycle for each datatype (BF16 = 1 by definition of the geometry)
-    macs_per_lane_stage_per_cycle: dict[DataType, float]
+    macs_per_lane_stage_per_cycle: dict[DataType, RatePerCycle]
     #: cycles for a value to cross the stage pipeline once (fill, and drain again at the end)
     pipeline_latency_cycles: PositiveInt
     #: cycles of one pass through the cross-lane reduction tree

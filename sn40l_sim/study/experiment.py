@@ -60,13 +60,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
@@ -110,7 +110,7 @@ class PolicyEntry(StrictModel):
     policy: str
     params: dict[str, Any] = Field(default_factory=dict)
     #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
-    prompt_fraction: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    prompt_fraction: dict[str, Fraction] = Field(default_factory=dict)
     per_prompt: tuple[PromptParams, ...] = ()
 
 
@@ -138,7 +138,8 @@ class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
     kind: Literal["experiment"]
-    name: str
+    #: also the output folder's name (``out/<name>``)
+    name: PlainName
     hardware: str
     model: str
     model_overrides: dict[str, Any] = Field(default_factory=dict)

@@ -14,12 +14,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, Seconds, StrictModel
+from sn40l_sim.schema import MAX_COUNT, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
 POWERS_OF_TWO_BATCH = tuple(2**i for i in range(13))            # 1 .. 4096
 POWERS_OF_TWO_PREFILL = tuple(2**i for i in range(21))          # 1 .. 1 Mi tokens
+
+
+#: the physical ranges of the plain numbers of these sections (the quantity types carry their own)
+Tokens = ranged(Range("token count", 1, MAX_COUNT, "1", f"{MAX_COUNT} tokens"))
+LogSigma = ranged(Range("log-space sigma", 0, 10, "0", "10", low_open=True))
+RequestRate = ranged(Range("positive request rate", 0, 1e6, "0", "1e6 requests/s", "requests/s", low_open=True))
+#: multi-token prediction: tokens a forward pass yields (1 without; speculative schemes reach a few)
+TokensPerForward = ranged(Range("number of tokens per forward pass", 1, 16, "1", "16"))
 
 
 def _int_is_constant(value: Any) -> Any:
@@ -48,8 +56,8 @@ class LognormalLength(StrictModel):
     ``[low, high]`` (``high`` defaults to the point's prompt length / ``max_new_tokens``)."""
 
     dist: Literal["lognormal"]
-    median: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(gt=0)]
+    median: Tokens
+    sigma: LogSigma
     low: PositiveInt = 1
     high: PositiveInt | None = None
 
@@ -84,7 +92,7 @@ class PoissonWorkload(StrictModel):
     """``count`` requests with exponential inter-arrival times of mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"]
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: RequestRate
     count: PositiveInt | Literal["batch"] = "batch"
     rounds: PositiveInt = 1
     #: default: every prompt has the point's prompt length
@@ -116,7 +124,7 @@ class ServingSection(StrictModel):
     prefill_lens: tuple[PositiveInt, ...] = POWERS_OF_TWO_PREFILL
     #: the static decode graph's maximum generated length (default: ``shape.max_new_tokens``)
     max_new_tokens: PositiveInt | None = None
-    tokens_per_forward: Annotated[float, Field(ge=1)] = 1.0
+    tokens_per_forward: TokensPerForward = 1.0
     #: link carrying the KV cache from a prefill node to a decode node
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     seed: NonNegativeInt = 0

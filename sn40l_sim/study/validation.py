@@ -13,26 +13,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.schema import StrictModel, validate
+from sn40l_sim.schema import Range, StrictModel, ranged, validate
 from sn40l_sim.yamlio import load_document
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "reference"
 
 
+#: a measured quantity: every results field a measurement names is a count, a fraction, a time or a
+#: rate, never negative
+Measured = ranged(Range("measured value", 0, 1e15, "0", "1e15 (in the field's unit)"))
+#: a relative tolerance
+Relative = ranged(Range("relative tolerance", 0, 10, "0", "10 (1000%)"))
+
+
 class Tolerance(StrictModel):
     """Acceptance band: absolute, relative, or an explicit range of accepted simulated values."""
 
-    abs: float | None = Field(default=None, ge=0)
-    rel: float | None = Field(default=None, ge=0)
-    range: tuple[float, float] | None = None
+    abs: Measured | None = None
+    rel: Relative | None = None
+    range: tuple[Measured, Measured] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Tolerance:
         if sum(v is not None for v in (self.abs, self.rel, self.range)) != 1:
             raise ValueError("give exactly one of abs, rel or range")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range: the low end ({self.range[0]:g}) is above the high end ({self.range[1]:g})")
         return self
 
     def accepts(self, measured: float, simulated: float) -> bool:
@@ -49,7 +58,7 @@ class Measurement(StrictModel):
     id: str
     quantity: str
     key: str | None = None
-    value: float | None = None
+    value: Measured | None = None
     tolerance: Tolerance | None = None
     source: str
     experiment: str

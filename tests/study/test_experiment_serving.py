@@ -73,12 +73,12 @@ def line_of(text, needle):
 BAD = [
     # (replace this, with this, field, message part, line marker)
     ("count: batch", "count: many", "workload.count", "Input should be 'batch'", "count: many"),
-    ("output_len: 64", "output_len: -2", "workload.output_len", "expected a positive value", "output_len: -2"),
+    ("output_len: 64", "output_len: -2", "workload.output_len", "expected a positive integer", "output_len: -2"),
     ("kind: fixed", "kind: burst", "workload", "kind: fixed | poisson | trace", "kind: burst"),
-    ("batch: max", "batch: 0", "serving.batch", "expected a positive value", "batch: 0"),
+    ("batch: max", "batch: 0", "serving.batch", "expected a positive integer", "batch: 0"),
     ("batch: max", "batch: lots", "serving.batch", "Input should be 'max'", "batch: lots"),
     ("tokens_per_forward: 2.4", "tokens_per_forward: 0.5", "serving.tokens_per_forward",
-     "greater than or equal to 1", "tokens_per_forward"),
+     "from 1 to 16", "tokens_per_forward"),
     ("batch: max", "batch: max\n  mode: hybrid", "serving.mode", "'disaggregated' or 'colocated'", "mode: hybrid"),
     ("batch: max", "batch: max\n  batch_sizes: [1, 2.5]", "serving.batch_sizes[1]", "expected an integer",
      "batch_sizes"),
