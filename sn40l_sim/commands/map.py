@@ -58,12 +58,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)
     asm = assemble(exp)
+    check_mapping(asm)   # what check refuses of a map experiment
     node, model = asm.node, asm.model
     point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
         if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]

@@ -19,11 +19,7 @@ from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import Experiment, Point, load_experiment
-
-
-def _require_workload(exp: Experiment) -> None:
-    if exp.spec.workload is None:
-        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+from sn40l_sim.study.preflight import check_assembly, require_workload
 
 
 def simulate_experiment(experiment: str | Path | Experiment, progress: bool = False, *, serve: bool = True,
@@ -55,7 +51,7 @@ def simulate_experiment(experiment: str | Path | Experiment, progress: bool = Fa
     if exp.spec.sweep is not None:
         raise exp.error(("sweep",), "this experiment has a sweep: section; run it with "
                         "`python -m sn40l_sim run` (which delegates to the sweep) or `sweep`")
-    _require_workload(exp)  # the experiment's own problems first, before the files it names
+    require_workload(exp)  # the experiment's own problems first, before the files it names
     asm = assemble(exp, hardware_overrides=hardware_overrides)
     return exp, simulate_assembly(asm, progress=progress, serve=serve, on_result=on_result)
 
@@ -98,9 +94,10 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
                       serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
     """One record per point of an assembled experiment (or of the points in ``only``)."""
     exp = asm.experiment
-    _require_workload(exp)
+    points = asm.points if only is None else only
+    check_assembly(asm, points)   # everything refused before anything is simulated (as check does)
     records = []
-    for point in asm.points if only is None else only:
+    for point in points:
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
         setup = asm.setup(point)
@@ -112,6 +109,10 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             on_result(result)
         records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
     return records
+
+
+#: why ``validate`` cannot take an experiment with a sweep section
+SWEEP_IN_REFERENCE = "this experiment has a sweep: section; reference measurements name experiments without one"
 
 
 class LoadedExperiments:
@@ -138,9 +139,8 @@ class LoadedExperiments:
         if key not in self._assemblies:
             exp = load_experiment(key)
             if exp.spec.sweep is not None:
-                raise exp.error(("sweep",), "this experiment has a sweep: section; reference measurements "
-                                "name experiments without one")
-            _require_workload(exp)
+                raise exp.error(("sweep",), SWEEP_IN_REFERENCE)
+            require_workload(exp)
             self._assemblies[key] = assemble(exp)
         return self._assemblies[key]
 

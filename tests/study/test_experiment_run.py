@@ -89,7 +89,7 @@ def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp
     bad_option.write_text(text + "graph_options: {expert_loading: some}\n")
     assert main(["run", str(bad_option), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options: expert_loading" in err
+    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options.expert_loading: expected 'all'" in err
     too_big = tmp_path / "plan.yaml"
     too_big.write_text(text.replace("decode: {tp: 8, attention_dp: 8}", "decode: {tp: 16, attention_dp: 16}"))
     assert main(["run", str(too_big), "--quiet"]) == 2

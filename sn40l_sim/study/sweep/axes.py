@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.yamlio import PathError, set_value
 
@@ -175,12 +176,32 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(spec, dict):
         raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where}")
-    unknown = sorted(set(spec) - PLOT_KEYS)
+    unknown = sorted(set(spec) - PLOT_KEYS, key=str)
     if unknown:
         raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
     for key in ("x", "y"):
         if not isinstance(spec.get(key), str):
             raise AxisError("required: a column of results.csv", (key,))
+    hue = spec.get("hue")
+    hues = [hue] if isinstance(hue, str) else hue if isinstance(hue, list) else None
+    if hue is not None and (hues is None or not all(isinstance(h, str) for h in hues)):
+        raise AxisError("expected a column of results.csv or a list of them", ("hue",))
+    where = spec.get("where")
+    if where is not None and (not isinstance(where, dict) or any(isinstance(v, (dict, list)) for v in where.values())):
+        raise AxisError("expected a mapping of results column -> value, such as {batch: 16}", ("where",))
+    if spec.get("kind", "line") not in ("line", "bar"):
+        raise AxisError(f"expected line or bar, got {spec['kind']!r}", ("kind",))
+    for key in ("logx", "logy"):
+        if not isinstance(spec.get(key, False), bool):
+            raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
+    # the columns must be ones a sweep's results.csv can have: found now, not after every run
+    columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
+                                                      for i, h in enumerate(hues or [])]
+    columns += [(("where", c), c) for c in (where or {})]
+    for at, column in columns:
+        if not isinstance(column, str) or RESULTS.resolve(column) is None:
+            raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
+                            at if isinstance(at, tuple) else (at,))
     return dict(spec)
 
 

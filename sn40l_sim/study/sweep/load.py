@@ -304,7 +304,10 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
     hardware = data.get("hardware")
     if not isinstance(hardware, str):
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
-    node = load_hardware(doc.resolve(hardware, ("hardware",)))
+    path = doc.resolve(hardware, ("hardware",))
+    if not path.is_file():
+        raise doc.error(("hardware",), f"hardware file {hardware!r} not found (looked for {path})")
+    node = load_hardware(path)
     return with_overrides(node, overrides) if overrides else node
 
 
