@@ -56,11 +56,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
+    from sn40l_sim.report.outputs import check_file
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
+    if args.plot is not None:
+        check_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)
@@ -110,10 +113,11 @@ def run(args: argparse.Namespace) -> int:
           f"({len(collapse(placed.kernels))} distinct kernels)")
     if args.plot is not None:
         from sn40l_sim.mapper.plot import plot_placement
+        from sn40l_sim.report.outputs import atomic_path
 
         chosen = _plot_choice(placed.kernels, args.plot_kernels)
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_placement(socket, chosen, args.plot)
+        with atomic_path(args.plot) as temporary:
+            plot_placement(socket, chosen, temporary)
         print(f"placement of {', '.join(pk.kernel.name for pk in chosen)} drawn in {args.plot}")
     return 0
 

@@ -30,6 +30,7 @@ import numpy as np
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import socket_document
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.validation import Comparison, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
@@ -186,7 +187,7 @@ def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
                 raise InputError(f"cannot rewrite {name}: its line is not a plain '{last}: value' line; write it "
                                  "on a line of its own", file=file, field=name, line=line)
             lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
-        file.write_text("".join(lines), encoding="utf-8")
+        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
     return list(edits)
 
 

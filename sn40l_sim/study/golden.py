@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.registry import Fields
 from sn40l_sim.study.runner import simulate_experiment
 
@@ -99,5 +100,5 @@ def write(experiment: Path, results: dict[str, Any]) -> Path:
     """Store ``results`` as the experiment's golden; returns the file."""
     path = golden_path(experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(results, indent=1, sort_keys=True) + "\n")
     return path

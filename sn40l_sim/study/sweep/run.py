@@ -22,6 +22,7 @@ from tqdm import tqdm
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.pareto import pareto_front, pareto_plot
 from sn40l_sim.report.plot_csv import plot_csv
 from sn40l_sim.report.results import to_csv, to_json, write_results
@@ -106,7 +107,7 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     out_dir.mkdir(parents=True, exist_ok=True)
     listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
     listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
-    (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
+    write_text(out_dir / "failures.json", json.dumps(listed, indent=2) + "\n")
     _, csv_path = write_results(records, out_dir)
     if sweep.objectives:
         records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name)
@@ -120,8 +121,8 @@ def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Pa
     ``pareto.csv`` (the format of the results) and, with two objectives or more, draw
     ``pareto.png``; returns the front."""
     front = [dict(r) for r in pareto_front(records, objectives)]
-    (out_dir / "pareto.json").write_text(to_json(front), encoding="utf-8")
-    (out_dir / "pareto.csv").write_text(to_csv(front) if front else "", encoding="utf-8")
+    write_text(out_dir / "pareto.json", to_json(front))
+    write_text(out_dir / "pareto.csv", to_csv(front) if front else "")
     if front and len(objectives) >= 2:
         pareto_plot(records, objectives, out_dir / "pareto.png", title=f"{title}: Pareto front")
     return front
@@ -246,6 +247,12 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                         store.save(runs[index].key, runs[index].name, outcome)
                     outcomes[index] = outcome
                     bar.update(1)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped; say what is kept
+        bar.leave = False
+        done = len(outcomes) - resumed
+        kept = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
+        exc.detail = f"{done} of {len(tasks)} run(s) had finished, {kept}"  # type: ignore[attr-defined]
+        raise
     finally:
         bar.close()
     out = SweepRecords()

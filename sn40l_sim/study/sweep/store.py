@@ -26,10 +26,10 @@ Examples
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from sn40l_sim.report.outputs import write_text
 
 #: the file format's version (a file of another version is not read)
 FORMAT = 1
@@ -70,16 +70,7 @@ class RunStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": outcome.record,
                            "error": outcome.error, "infeasible": outcome.infeasible})
-        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.path(key))
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_text(self.path(key), text, sync=True)
 
     def clear(self) -> None:
         """Remove every stored run (and any temporary file a killed sweep left)."""
