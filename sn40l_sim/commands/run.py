@@ -43,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.report.plot import throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
+    from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.preflight import check_assembly, require_workload
+    from sn40l_sim.study.runner import simulate_assembly
 
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
@@ -52,13 +54,15 @@ def run(args: argparse.Namespace) -> int:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         from sn40l_sim.commands.sweep import sweep_main
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet)
+    require_workload(exp)
+    asm = assemble(exp)
+    check_assembly(asm)   # what the experiment gets wrong is said before any output is touched
     out = args.out if args.out is not None else Path("out") / exp.spec.name
     if args.trace:
         check_file(args.trace, "--trace")   # before the simulation, not after it
     results: list = []
     with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS):
-        exp, records = simulate_experiment(exp, progress=not args.quiet,
-                                           on_result=results.append if args.trace else None)
+        records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
         plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
         trace_path = None

@@ -12,7 +12,7 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
@@ -53,8 +53,10 @@ def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> di
     return out
 
 
-def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any]) -> dict[str, Any]:
-    """The results record of one point (plain JSON types; seconds, bytes, fractions)."""
+def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
+                 invariants: Sequence[str] = ()) -> dict[str, Any]:
+    """The results record of one point (plain JSON types; seconds, bytes, fractions); ``invariants``
+    names the physical invariants the caller checks on it (:mod:`sn40l_sim.study.invariants`)."""
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
@@ -108,4 +110,5 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
             "decode_step": metrics.resource_utilisation(result.decode),
         },
         "kv_occupancy": metrics.kv_occupancy(log, clock) if served else None,
+        "invariants": list(invariants),
     }

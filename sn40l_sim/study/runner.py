@@ -1,5 +1,7 @@
 """Experiment -> one results record per point: the library behind ``run``, ``validate``,
-``calibrate`` and sweeps.
+``calibrate`` and sweeps. Every point is checked before anything is simulated
+(:mod:`~sn40l_sim.study.preflight`) and its physical invariants after
+(:mod:`~sn40l_sim.study.invariants`).
 
 ``serve=False`` skips the serving simulation (requests, queues, continuous batching) and keeps what
 needs no workload: memory and maximum batch, one prefill and one decode step. Calibration evaluates
@@ -17,8 +19,10 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import Experiment, Point, load_experiment
+from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.preflight import check_assembly, require_workload
 
 
@@ -101,13 +105,23 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
         setup = asm.setup(point)
+        served: list[Request] = []   # what went in, for the invariant that each comes out once
+        requests = asm.requests(point, serve)
+
+        def requests_for(slots: int, requests=requests, served=served) -> list[Request]:
+            made = requests(slots)
+            served.extend(made)
+            return made
+
         try:
-            result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup), asm.memory_placer())
+            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer())
         except InputError as exc:
             raise asm.locate(exc) from None
+        record = build_record(result, experiment=exp.spec.name, policy_params=point.params, invariants=NAMES)
+        check_point(result, record, served)   # a violated invariant stops the run (InvariantError, exit 3)
         if on_result is not None:
             on_result(result)
-        records.append(build_record(result, experiment=exp.spec.name, policy_params=point.params))
+        records.append(record)
     return records
 
 

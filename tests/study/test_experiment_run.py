@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.report.outputs import read_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +72,8 @@ def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, caps
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}:{line_of(text, 'batch: 4096')}: serving.batch: a batch of 4096 does not fit" in err
     assert "GiB" in err  # the memory placer's numbers
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out" / "results.json").exists()   # the folder only says why: status.json
+    assert read_status(tmp_path / "out")["status"] == "failed"
 
 
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):

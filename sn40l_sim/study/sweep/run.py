@@ -6,7 +6,8 @@ One loop drives every executor: it keeps a few runs submitted per worker, and as
 stores the outcome (:mod:`.store`: written at once, so ``--resume`` skips it) and advances the
 progress bar, whether the run finished in this process or on a remote worker. Each task carries its
 run's loaded specs; the records come back in run order whatever order the workers finish in. A run
-that fails is reported with its name and one-line error; the others still run.
+that fails is reported with its name and one-line error; the others still run. A run that breaks a
+physical invariant (:mod:`~sn40l_sim.study.invariants`) stops the sweep: it is a bug.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.errors import InfeasibleError, InputError, InvariantError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.outputs import write_text
@@ -179,6 +180,8 @@ def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
         outcome, keep = Outcome(None, str(exc), True), True
     except InputError as exc:
         outcome, keep = Outcome(None, str(exc), False), True
+    except InvariantError as exc:   # a bug: the sweep stops (exit status 3) and the run is not stored
+        outcome, keep = Outcome(None, exc.detail, False, exc.invariant), False
     except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
         outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
     return outcome, keep, code_digest()
@@ -243,6 +246,8 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         if tasks:
             with open_executor(jobs, scheduler, len(tasks)) as (executor, window):
                 for index, outcome, keep in execute(executor, tasks, window):
+                    if outcome.invariant is not None:
+                        raise InvariantError(outcome.invariant, outcome.error or "", point=runs[index].name)
                     if keep and store is not None:
                         store.save(runs[index].key, runs[index].name, outcome)
                     outcomes[index] = outcome
@@ -257,7 +262,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         bar.close()
     out = SweepRecords()
     for i, run in enumerate(runs):
-        record, error, infeasible = outcomes[i]
+        record, error, infeasible, _ = outcomes[i]
         if error is None:
             out.append(stamp(run, record))
         elif infeasible and sweep.infeasible == "skip":

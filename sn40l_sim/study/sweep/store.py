@@ -19,7 +19,7 @@ Examples
 >>> store = RunStore(pathlib.Path(tempfile.mkdtemp()) / "runs")
 >>> store.save("ab12", "full[batch=1]", Outcome({"batch": 1}, None, False))
 >>> store.load("ab12"), store.load("cd34")
-(Outcome(record={'batch': 1}, error=None, infeasible=False), None)
+(Outcome(record={'batch': 1}, error=None, infeasible=False, invariant=None), None)
 >>> sorted(p.name for p in store.folder.iterdir())
 ['ab12.json']
 """
@@ -36,11 +36,13 @@ FORMAT = 1
 
 
 class Outcome(NamedTuple):
-    """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit)."""
+    """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit;
+    ``invariant`` names the physical invariant the run broke, a bug: such an outcome is never stored)."""
 
     record: dict[str, Any] | None
     error: str | None
     infeasible: bool
+    invariant: str | None = None
 
 
 class RunStore:
