@@ -10,6 +10,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -17,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``validate``'s arguments."""
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.validation import compare, format_table, load_references
 
     loaded = LoadedExperiments()
-    comparisons = compare(load_references(args.references), lambda path: loaded.records(path, serve=False))
+
+    def simulate(path):
+        if not args.quiet:
+            print(f"validate: simulating {path} ...", file=sys.stderr, flush=True)
+        return loaded.records(path, serve=False)
+
+    comparisons = compare(load_references(args.references), simulate)
     print(format_table(comparisons))
     missed = [c for c in comparisons if c.reference.measurement.calibration and c.ok is False]
     return 1 if missed else 0

@@ -101,7 +101,7 @@ Evaluator = Callable[[list[Reference], dict[str, float]], list[Comparison]]
 
 
 def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
-        max_evaluations: int = 60) -> FitResult:
+        max_evaluations: int = 60, progress: Callable[[int, float], None] | None = None) -> FitResult:
     """Fit the calibrated parameters of ``socket`` to the calibration references.
 
     Parameters
@@ -115,6 +115,9 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         socket -> value).
     max_evaluations : int
         Budget of simulations (each is one pass over the referenced points).
+    progress : callable, optional
+        Called after each pass with the number of passes so far and the pass's cost (half the
+        sum of squared residuals), for a command that shows the fit advancing.
     """
     from scipy.optimize import least_squares
 
@@ -136,9 +139,13 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
 
     def residuals(u: np.ndarray) -> np.ndarray:
         x = lows + u * spans  # the solver works on [0, 1] boxes so parameters of any unit compare
+        passes = len(cache)
         measured = [r for r in (residual(c) for c in comparisons_at(x)) if r is not None]
         prior = PRIOR_WEIGHT * (x - x0) / spans
-        return np.concatenate([np.array(measured, dtype=float), prior])
+        out = np.concatenate([np.array(measured, dtype=float), prior])
+        if progress is not None and len(cache) > passes:
+            progress(len(cache), float(0.5 * out @ out))
+        return out
 
     u0 = (x0 - lows) / spans
     solution = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=0.02, x_scale=1.0,

@@ -157,7 +157,10 @@ def test_fit_recovers_known_parameters_within_bounds():
         return [Comparison(r, values[r.measurement.quantity]) for r in references]
 
     socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
-    result = fit(refs, socket, evaluate, max_evaluations=80)
+    passes: list[tuple[int, float]] = []
+    result = fit(refs, socket, evaluate, max_evaluations=80, progress=lambda n, cost: passes.append((n, cost)))
+    assert [n for n, _ in passes] == list(range(1, len(passes) + 1)) and len(passes) > 3   # one line per pass
+    assert passes[-1][1] < passes[0][1]
     fitted = dict(zip(result.names, result.fitted, strict=True))
     assert fitted[hbm] == pytest.approx(0.6, rel=0.02)
     assert fitted[systolic] == pytest.approx(0.8, rel=0.02)
