@@ -1,6 +1,6 @@
 """Compare every experiment's key results with its golden file in tests/golden/, and regenerate
 the goldens on purpose with --update (the diff is printed either way). Experiments without a golden
-are named, with the reason (a sweep, or no workload); progress goes to stderr.
+are named, with the reason (a sweep, or no workload); on a terminal, progress goes to stderr.
 
 example:
   python -m sn40l_sim golden            # show what moved; exit 1 if anything did
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{path.name}: skipped: {why}")
     runnable = [path for path, why in survey if why is None]
     for i, experiment in enumerate(runnable, 1):
-        if not args.quiet:
+        if not args.quiet and sys.stderr.isatty():   # a log gets the verdict lines only, as each ends
             print(f"golden: simulating {experiment.name} ({i} of {len(runnable)}) ...", file=sys.stderr, flush=True)
         new = golden.collect(experiment)
         old = golden.load(experiment)
