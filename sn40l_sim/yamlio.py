@@ -325,8 +325,9 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, in
     InputError
         For a syntax error or anything the safe reading refuses, with the file and line.
     """
-    loader = _SafeComposer(text)
+    loader = None
     try:
+        loader = _SafeComposer(text)   # the reader refuses control characters (a NUL) already here
         root = loader.get_single_node()
     except _Refused as exc:
         raise InputError(exc.message, file=file, line=exc.mark.line + 1 if exc.mark else None) from None
@@ -338,7 +339,8 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, in
     except yaml.YAMLError as exc:
         raise InputError(f"YAML syntax error: {' '.join(str(exc).split())}", file=file) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if root is None:
         return None, {}
     walk = _Walk(file)

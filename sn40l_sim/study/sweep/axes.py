@@ -40,6 +40,7 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,9 +95,17 @@ class Axis:
         return None
 
 
+#: the most values a range axis gives (a sweep of more points is a mistake, not a study)
+MAX_AXIS_VALUES = 10_000
+#: the largest magnitude of a range's ends (beyond it, floats no longer hold every integer)
+MAX_RANGE_END = 2**53
+
+
 def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AxisError(f"expected a number, got {value!r}", (key,))
+    if not (math.isfinite(value) and abs(value) <= MAX_RANGE_END):
+        raise AxisError(f"expected a finite number of magnitude at most 2**53, got {value!r}", (key,))
     return value
 
 
@@ -123,8 +132,8 @@ def axis_values(spec: Any) -> list[Any]:
         raise AxisError("required field is missing", (missing[0],))
     start, stop = _number(spec["start"], "start"), _number(spec["stop"], "stop")
     num = spec["num"]
-    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-        raise AxisError(f"expected a positive integer, got {num!r}", ("num",))
+    if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_AXIS_VALUES:
+        raise AxisError(f"expected a positive integer of at most {MAX_AXIS_VALUES}, got {num!r}", ("num",))
     scale = spec.get("scale", "linear")
     if scale not in ("linear", "log"):
         raise AxisError(f"expected linear or log, got {scale!r}", ("scale",))
