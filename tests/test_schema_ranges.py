@@ -124,3 +124,9 @@ def test_experiment_values_out_of_range_are_one_line(tmp_path, capsys, edit, fie
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f": {field}: " in err and words in err, err
+
+
+def test_docs_list_every_declared_range():
+    text = (REPO / "docs" / "robustness.md").read_text()
+    missing = [name for name, r in schema.RANGES.items() if f"| `{name}` | {r.what} | {r.text()} |" not in text]
+    assert missing == []

@@ -48,9 +48,10 @@ from sn40l_sim.serving.workload import Request, TraceRow, build_requests, read_t
 from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, memory_order, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
-#: collective ``group``) -> the experiment field it comes from, for error locations
+#: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
+#: first of them the file has, since the field named must be one the user can find)
 SETUP_FIELDS = {
-    "prompt_len": "prompt_lens",
+    "prompt_len": ("prompt_lens", "shape.prompt_len"),
     "batch": "serving.batch",
     "prefill_lens": "serving.prefill_lens",
     "kv_transfer": "serving.kv_transfer",
@@ -171,9 +172,20 @@ class Assembly:
         if exc.file is not None:
             return exc
         field = SETUP_FIELDS.get(exc.field or "", exc.field)
+        if isinstance(field, tuple):
+            field = next((f for f in field if self._written(f)), field[-1])
         path = tuple(field.split(".")) if field else ()
         file, line = self.experiment.doc.where(path)
         return exc.__class__(exc.message, file=file, field=field, line=line)
+
+    def _written(self, field: str) -> bool:
+        """Whether the experiment file (or its base) writes ``field`` (a dotted path)."""
+        data: Any = self.experiment.doc.data
+        for part in field.split("."):
+            if not isinstance(data, dict) or part not in data:
+                return False
+            data = data[part]
+        return True
 
 
 def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, what: str) -> Path:

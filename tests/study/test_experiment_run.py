@@ -82,7 +82,8 @@ def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}" in err and "prompt_lens" in err and "not even 1" in err
+    # the experiment gives its prompt in shape.prompt_len (it has no prompt_lens): the line names that field
+    assert f"{path}:{line_of(text, 'shape: {prompt_len')}: shape.prompt_len: " in err and "not even 1" in err
 
 
 def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp_path, capsys):
