@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+from kv_policies_cells import KV_POLICIES
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
@@ -454,7 +455,7 @@ for m, s in rows:
 ]
 
 NOTEBOOKS = {"throughput.ipynb": THROUGHPUT, "prefill_breakdown.ipynb": PREFILL,
-             "design_space.ipynb": DESIGN, "validation.ipynb": VALIDATION}
+             "design_space.ipynb": DESIGN, "validation.ipynb": VALIDATION, "kv_policies.ipynb": KV_POLICIES}
 
 
 def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:

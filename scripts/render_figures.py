@@ -1,8 +1,10 @@
 """Execute the notebooks and save one figure of each to docs/figures/ (the tour in docs/notebooks.md).
 
-    python scripts/render_figures.py            # the four notebooks and the demo sweep, ~2 minutes on 2 cores
+    python scripts/render_figures.py            # the notebooks and the two sweeps, ~4 minutes on 2 cores
     python scripts/render_figures.py validation # one of them
     python scripts/render_figures.py sweep      # experiments/deepseek_sweep.yaml's plot only
+    python scripts/render_figures.py kv_policies_pareto   # experiments/kv_policies.yaml (~1 minute):
+                                                # its Pareto plots and the README's table
 
 The figures are the notebooks' own outputs (nbclient, working directory notebooks/), so they show
 what the simulator computes at the commit they are rendered from; re-render after a change that
@@ -23,7 +25,9 @@ NOTEBOOKS = REPO / "notebooks"
 FIGURES = REPO / "docs" / "figures"
 
 #: notebook -> index of the figure (in output order) that the tour shows
-CHOSEN = {"throughput": 0, "prefill_breakdown": 1, "design_space": 0, "validation": 0}
+CHOSEN = {"throughput": 0, "prefill_breakdown": 1, "design_space": 0, "validation": 0, "kv_policies": 1}
+#: the models of experiments/kv_policies.yaml, one Pareto plot each
+KV_POLICY_MODELS = {"deepseek-r1": "kv_policies_deepseek_r1", "llama-3.1-70b": "kv_policies_llama_3_1_70b"}
 
 
 def figures(nb: nbformat.NotebookNode) -> list[bytes]:
@@ -65,14 +69,39 @@ def render_sweep() -> Path:
         return Path(shutil.copy(Path(out) / "sweep.png", FIGURES / "deepseek_sweep.png"))
 
 
+def render_kv_policies() -> Path:
+    """Run experiments/kv_policies.yaml (2 processes), draw one Pareto plot per model with the plot
+    command's function (``docs/figures/kv_policies_<model>.png``) and rewrite the README's table
+    (``scripts/kv_policies_table.py``)."""
+    import subprocess
+    import tempfile
+
+    from sn40l_sim.report.plot_csv import plot_csv
+    from sn40l_sim.study.sweep.run import run_sweep
+
+    with tempfile.TemporaryDirectory() as out:
+        run_sweep(REPO / "experiments" / "kv_policies.yaml", out, jobs=2, progress=True)
+        csv_path = Path(out) / "results.csv"
+        FIGURES.mkdir(parents=True, exist_ok=True)
+        for model, stem in KV_POLICY_MODELS.items():
+            path = plot_csv(csv_path, x="kv_bytes_per_context_token", y="decode_tokens_per_s", hue=["prefill_len"],
+                            where={"model": model}, kind="scatter", label="policy_entry", logx=True,
+                            out=FIGURES / f"{stem}.png")
+            print(f"wrote {path.relative_to(REPO)}")
+        subprocess.run([sys.executable, str(REPO / "scripts" / "kv_policies_table.py"), str(csv_path), "--readme"],
+                       check=True)
+    return FIGURES / f"{next(iter(KV_POLICY_MODELS.values()))}.png"
+
+
 def main(argv: list[str]) -> int:
-    names = argv or [*CHOSEN, "sweep"]
-    unknown = [n for n in names if n not in CHOSEN and n != "sweep"]
+    extra = {"sweep": render_sweep, "kv_policies_pareto": render_kv_policies}
+    names = argv or [*CHOSEN, *extra]
+    unknown = [n for n in names if n not in CHOSEN and n not in extra]
     if unknown:
-        print(f"unknown figure(s) {unknown}; choose from {[*CHOSEN, 'sweep']}", file=sys.stderr)
+        print(f"unknown figure(s) {unknown}; choose from {[*CHOSEN, *extra]}", file=sys.stderr)
         return 2
     for name in names:
-        path = render_sweep() if name == "sweep" else render(name)
+        path = extra[name]() if name in extra else render(name)
         print(f"wrote {path.relative_to(REPO)}")
     return 0
 

@@ -23,9 +23,12 @@ OpKind = Literal[
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 Phase = Literal["prefill", "decode"]
 
-#: bytes of one element of each datatype an operator, a weight tensor or a KV cache may name
-#: (the one table: models, kvcache and the mapper all read it)
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int32": 4, "int8": 1, "fp8": 1}
+#: bits of one element of each datatype an operator, a weight tensor or a KV cache may name
+#: (the one table: models, kvcache and the mapper all read it or :data:`DTYPE_BYTES`)
+DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "int32": 32, "int8": 8, "fp8": 8, "int4": 4}
+#: bytes of one element of the datatypes a whole number of bytes wide (a packed ``int4`` cache is
+#: sized from :data:`DTYPE_BITS`)
+DTYPE_BYTES = {name: bits // 8 for name, bits in DTYPE_BITS.items() if bits % 8 == 0}
 #: activations, between kernels and on chip, are BF16: the SN40L PCU computes in BF16 and widens
 #: FP8 weights before the systolic array (docs/reference.md §1)
 ACT_BYTES = DTYPE_BYTES["bf16"]
@@ -56,6 +59,11 @@ class Operator:
     kv_write_bytes: int = 0
     #: datatype of the elements a SIMD operator touches (a key of :data:`DTYPE_BYTES`)
     dtype: str = "bf16"
+    #: traffic to and from a KV policy's *store*: the whole cache a policy keeps in another memory
+    #: tier than the cache decode attention reads (DDR offload with recall); the memory placement
+    #: says which tier (``MemoryPlacement`` use ``kv_offload``)
+    kv_offload_read_bytes: int = 0
+    kv_offload_write_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,11 @@ class FusedKernel:
     def kv_bytes(self) -> int:
         return sum(op.kv_read_bytes + op.kv_write_bytes for op in self.operators)
 
+    @property
+    def kv_offload_bytes(self) -> int:
+        """Bytes moved to and from a KV policy's store (see :class:`Operator`)."""
+        return sum(op.kv_offload_read_bytes + op.kv_offload_write_bytes for op in self.operators)
+
     def signature(self) -> FusedKernel:
         """The kernel without its name and layer: equal signatures map and cost the same."""
         return replace(self, name="", layer=None)
@@ -117,6 +130,10 @@ class Shape:
     prompt_len: int
     #: tokens of cache each sequence's attention reads in decode (after any compression)
     kv_len: int = 0
+    #: decode: tokens of context a sequence has at most (prompt + max_new_tokens), for a KV policy
+    #: whose decode work grows with the whole context rather than with ``kv_len`` (page digests
+    #: scored every step); 0 when not given
+    context_len: int = 0
 
 
 @dataclass

@@ -61,18 +61,25 @@ class Range:
     unit: str = ""
     #: ``(low, high]``: the low bound itself is refused
     low_open: bool = False
+    #: ``[low, high)``: the high bound itself is refused
+    high_open: bool = False
 
     def text(self) -> str:
-        """``from 1 MB/s to 1 PB/s`` or ``greater than 0 B and at most 1 PiB``."""
+        """``from 1 MB/s to 1 PB/s``, ``greater than 0 B and at most 1 PiB`` or ``greater than 0 and
+        less than 1``."""
+        high = f"less than {self.high_text}" if self.high_open else f"at most {self.high_text}"
         if self.low_open:
-            return f"greater than {self.low_text} and at most {self.high_text}"
+            return f"greater than {self.low_text} and {high}"
+        if self.high_open:
+            return f"from {self.low_text} and {high}"
         return f"from {self.low_text} to {self.high_text}"
 
     def __call__(self, value: Any) -> Any:
         if not math.isfinite(value):
             raise ValueError(f"expected a finite {self.what} {self.text()}, got {value}")
         low_ok = value > self.low if self.low_open else value >= self.low
-        if not (low_ok and value <= self.high):
+        high_ok = value < self.high if self.high_open else value <= self.high
+        if not (low_ok and high_ok):
             shown = f"{value:g}" if isinstance(value, float) else str(value)
             raise ValueError(f"expected a {self.what} {self.text()}, got {shown}{' ' + self.unit if self.unit else ''}")
         return value

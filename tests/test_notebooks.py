@@ -13,7 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "validation.ipynb"]
+NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "validation.ipynb",
+         "kv_policies.ipynb"]
 
 
 def kernel_name() -> str:

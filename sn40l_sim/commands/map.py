@@ -51,6 +51,7 @@ def _policy_entry(exp, name: str | None):
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
     from sn40l_sim.ir import Shape
+    from sn40l_sim.kvcache.footprint import kv_bytes_by_use
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper.summary import collapse, format_table
@@ -69,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
     index, entry = _policy_entry(exp, args.policy)
     asm = assemble(exp)
     check_mapping(asm)   # what check refuses of a map experiment
-    node, model = asm.node, asm.model
     point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
         if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    node, model = asm.node, asm.model_for(point)
     policy = asm.policy(point)
     plan = plan_of(getattr(spec.parallel, args.phase))
     prompt_len = spec.shape.prompt_len
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--batch must be a positive integer, got {batch}")
     if args.phase == "decode":
         cache_len = policy.static_cache_len(prompt_len, spec.shape.max_new_tokens)
-        shape = Shape("decode", batch, prompt_len, cache_len)
+        shape = Shape("decode", batch, prompt_len, cache_len, prompt_len + spec.shape.max_new_tokens)
     else:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
@@ -89,8 +90,16 @@ def run(args: argparse.Namespace) -> int:
     activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
     # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph runs it
     include_mtp = bool(dict(spec.graph_options).get("include_mtp", model.mtp is not None))
-    kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
-    memory = asm.memory_placer()(plan, kv, activations)   # in the experiment's tier order
+    store = {}
+    if args.phase == "decode":
+        # what run reserves: the cache attention reads, the policy's state, a store in its own tier
+        footprint = policy.footprint(model, prompt_len, spec.shape.max_new_tokens)
+        uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
+        kv = uses["kv"]
+        store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
+    else:
+        kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
+    memory = asm.memory_placer(model)(plan, kv, activations, kv_offload=store)   # in the experiment's tier order
     built = time.perf_counter()
     placed = map_graph(node, graph, memory)
     mapped = time.perf_counter()
@@ -102,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                                                           if args.phase == "decode" else ""))
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
                                              for tier in memory.by_tier)
-                      for use in ("weights", "kv", "activations"))
+                      for use in ("weights", "kv", "activations") + (("kv_offload",) if store else ()))
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
     print(f"per socket, collectives excluded; clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU "

@@ -8,6 +8,8 @@ examples:
   python -m sn40l_sim plot out/sweep/results.csv --x batch --y decode_tokens_per_s --hue kv_policy prefill_len
   python -m sn40l_sim plot out/sweep/results.csv --x prefill_len --y ttft_s --hue kv_policy --where batch=8 --logx
   python -m sn40l_sim plot out/deepseek_tp16/results.csv --x name --y decode_tokens_per_s_reported --kind bar --out tps.svg
+  python -m sn40l_sim plot out/kv_policies/results.csv --x kv_bytes_per_context_token --y decode_tokens_per_s \
+      --hue prefill_len --where model=deepseek-r1 --kind scatter --label policy_entry --logx
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output .png, .svg or .pdf (default: <csv folder>/<y>_vs_<x>.png)")
     parser.add_argument("--logx", action="store_true", help="logarithmic x axis")
     parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
-    parser.add_argument("--kind", choices=("line", "bar"), default="line", help="lines (default) or grouped bars")
+    parser.add_argument("--kind", choices=("line", "bar", "scatter"), default="line",
+                        help="lines (default), grouped bars, or unjoined points (a Pareto plot)")
+    parser.add_argument("--label", default=None, metavar="COLUMN",
+                        help="write this column's value beside each point (--kind scatter)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_file(args.out, "--out")
     path = plot_csv(args.csv, x=args.x, y=args.y, hue=args.hue, out=args.out, kind=args.kind, logx=args.logx,
-                    logy=args.logy, where=where)
+                    logy=args.logy, where=where, label=args.label)
     print(f"wrote {path}")
     return 0

@@ -3,8 +3,10 @@
 A policy says how long each sequence's cache is over its life, how many bytes that is, which
 extra kernels prefill and each decode step run (the graph builder's
 :class:`~sn40l_sim.models.builder.KVPolicyHooks`), and what decode reads and writes. Policies are
-looked up by name (``full``, ``snapstream``, ``streamingllm``, ``snapkv``; one module each under
-``kvcache/policies/``) from experiment files.
+looked up by name (``full``, ``snapstream``, ``streamingllm``, ``snapkv``, ``h2o``, ``arkvale``;
+one module each under ``kvcache/policies/``) from experiment files. Where its bytes live per
+sequence (the cache decode attention reads, the policy's own state beside it, a store in another
+memory tier) is its :meth:`KVPolicy.footprint`.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any, ClassVar
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import FusedKernel, ParallelPlan, Shape
+from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.sizing import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
@@ -39,8 +42,18 @@ class KVPolicy(ABC):
 
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         """Extra kernels per layer that each decode step runs for this policy, per socket shard
-        (a policy that scores and evicts every step overrides this; none of the shipped ones do)."""
+        (a policy that scores and evicts every step, or recalls from a store, overrides this)."""
         return []
+
+    def memory_tiers(self) -> dict[str, str]:
+        """Parameter -> memory tier, for each tier the policy names (a store's); the assembly step
+        checks them against the hardware. None by default."""
+        return {}
+
+    def footprint(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> KVFootprint:
+        """What one sequence keeps per layer (:class:`~sn40l_sim.kvcache.footprint.KVFootprint`):
+        by default its static slot and nothing else."""
+        return KVFootprint(slots=self.static_cache_len(prompt_len, max_new_tokens))
 
     # -- additions to the contract: everything below derives from the three methods above --
 

@@ -8,10 +8,10 @@ Examples
 Traceback (most recent call last):
 ...
 sn40l_sim.errors.InputError: params.sink: KV policy 'snapstream': expected an integer >= 0, got -1
->>> make_policy("h2o", {})
+>>> make_policy("h2", {})
 Traceback (most recent call last):
 ...
-sn40l_sim.errors.InputError: policy: unknown KV policy 'h2o'; expected one of full, snapkv, snapstream, streamingllm
+sn40l_sim.errors.InputError: policy: unknown KV policy 'h2'; expected one of arkvale, full, h2o, snapkv, snapstream, streamingllm
 """
 from __future__ import annotations
 

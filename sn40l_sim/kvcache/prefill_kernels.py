@@ -39,7 +39,10 @@ Modelling choices (the paper does not publish its kernels):
   ``1/row_shards`` of the compressed rows, so the compressed cache is built cooperatively.
   Counts are for the busiest socket (ceilings).
 * Byte fields count HBM traffic only: Q_obs, row statistics and keys read, cached rows read
-  and written.
+  and written. Cached rows take the model's stored bytes (:mod:`sn40l_sim.models.kv_format`):
+  a quantised cache is copied with its scales (a per-channel key group that a selection splits
+  would need requantising; not charged), and keys read from a quantised cache for scoring are
+  widened first (``dequant_keys``).
 
 Examples
 --------
@@ -61,7 +64,8 @@ from __future__ import annotations
 import math
 
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Collective, FusedKernel, Operator
-from sn40l_sim.kvcache.sizing import cached_tensors, kv_dtype_bytes, kv_sharding, query_head_dim
+from sn40l_sim.kvcache.sizing import cached_tensors, kv_sharding, query_head_dim
+from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
 from sn40l_sim.models.spec import ModelSpec
 
 #: per-position SnapKV scores are accumulated and reduced in FP32
@@ -112,17 +116,20 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     obs = min(window, prompt_len)
     shard = kv_sharding(model, tp)
     qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
-    kvb = kv_dtype_bytes(model)
     qk_dim = query_head_dim(model)
     # per-head queries of the window and their (max, evictable sum) rows from the MHA kernel
     q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + 2 * SCORE_BYTES)
+    ops: list[Operator] = []
     if model.attention.prefill_key_source == "activations":
         # every query head has its own key, materialised by the QKV kernel (MLA)
         keys = dict(act_in_bytes=q_obs_bytes + qh * evict * qk_dim * ACT_BYTES)
     else:
         # the keys are the cached ones, one per KV head (GQA)
-        keys = dict(act_in_bytes=q_obs_bytes, kv_read_bytes=kvh * evict * qk_dim * kvb)
-    ops: list[Operator] = [_gemm("scores", obs, evict, qk_dim, qh, **keys)]
+        key_elems = kvh * evict * qk_dim
+        keys = dict(act_in_bytes=q_obs_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems))
+        if kv_quantised(model):
+            ops.append(Operator("dequant_keys", "elementwise", elements=key_elems, dtype=kv_op_dtype(model)))
+    ops.append(_gemm("scores", obs, evict, qk_dim, qh, **keys))
     score_elems = qh * obs * evict
     ops += [
         # exp(s / sqrt(d) - max) / sum, masked where a window query precedes a middle key
@@ -134,10 +141,9 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
         Operator("topk", "topk", elements=kvh * evict, dtype="fp32"),
     ]
     rows = math.ceil(min(evict, topk) / rs)
-    ops += _copy_ops("gather_topk", "topk_rows", model, rows, kvh, kvb, gather=True)
+    ops += copy_ops("gather_topk", "topk_rows", model, rows, kvh, gather=True)
     if copy_kept_window:
-        ops += _copy_ops("gather_window", "window_rows", model, math.ceil(recent / rs), kvh,
-                         kvb, gather=True)
+        ops += copy_ops("gather_window", "window_rows", model, math.ceil(recent / rs), kvh, gather=True)
     collectives: tuple[Collective, ...] = ()
     if rs > 1:
         collectives = (Collective("all_reduce", kvh * evict * SCORE_BYTES, rs,
@@ -165,20 +171,18 @@ def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
         return None
     shard = kv_sharding(model, tp)
     kvh, rs = shard.kv_heads, shard.row_shards
-    kvb = kv_dtype_bytes(model)
     ring_rows = math.ceil(recent / rs)
     ops: list[Operator] = []
     for tensor in cached_tensors(model):
         elems = ring_rows * tensor.width * kvh
         for block in ("lo", "hi"):
             ops.append(Operator(f"gather_ring_{block}_{tensor.name}", "gather", elements=elems,
-                                kv_read_bytes=elems * kvb))
+                                kv_read_bytes=kv_stored_bytes(model, elems)))
     local_width = sum(t.width for t in cached_tensors(model)) * kvh
     ops.append(Operator("select_ring", "elementwise", elements=ring_rows * local_width,
-                        kv_write_bytes=ring_rows * local_width * kvb))
+                        kv_write_bytes=kv_stored_bytes(model, ring_rows * local_width)))
     if sink > 0:
-        ops += _copy_ops("sink_slice", "sink_rows", model, math.ceil(sink / rs), kvh, kvb,
-                         gather=False)
+        ops += copy_ops("sink_slice", "sink_rows", model, math.ceil(sink / rs), kvh, gather=False)
     return FusedKernel(name="ring_buffer", kind="ring_buffer", phase="prefill",
                        operators=tuple(ops), shards=tp)
 
@@ -188,8 +192,8 @@ def _gemm(name: str, m: int, n: int, k: int, count: int, **bytes_: int) -> Opera
                     **bytes_)
 
 
-def _copy_ops(read_name: str, write_name: str, model: ModelSpec, rows: int, kvh: int,
-              kvb: int, *, gather: bool) -> list[Operator]:
+def copy_ops(read_name: str, write_name: str, model: ModelSpec, rows: int, kvh: int, *,
+             gather: bool) -> list[Operator]:
     """Read ``rows`` rows of every cached tensor and write them into the fixed cache.
 
     ``gather=True``: one indexed read per tensor then one write of all of them (top-K rows).
@@ -197,11 +201,10 @@ def _copy_ops(read_name: str, write_name: str, model: ModelSpec, rows: int, kvh:
     """
     tensors = cached_tensors(model)
     width = sum(t.width for t in tensors) * kvh
+    stored = kv_stored_bytes(model, rows * width)
     if not gather:
-        return [Operator(read_name, "gather", elements=rows * width,
-                         kv_read_bytes=rows * width * kvb, kv_write_bytes=rows * width * kvb)]
+        return [Operator(read_name, "gather", elements=rows * width, kv_read_bytes=stored, kv_write_bytes=stored)]
     ops = [Operator(f"{read_name}_{t.name}", "gather", elements=rows * t.width * kvh,
-                    kv_read_bytes=rows * t.width * kvh * kvb) for t in tensors]
-    ops.append(Operator(f"write_{write_name}", "elementwise", elements=rows * width,
-                        kv_write_bytes=rows * width * kvb))
+                    kv_read_bytes=kv_stored_bytes(model, rows * t.width * kvh)) for t in tensors]
+    ops.append(Operator(f"write_{write_name}", "elementwise", elements=rows * width, kv_write_bytes=stored))
     return ops

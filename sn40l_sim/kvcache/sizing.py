@@ -28,13 +28,14 @@ from dataclasses import dataclass
 
 from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan, Phase
 from sn40l_sim.models.families import CachedTensor
+from sn40l_sim.models.kv_format import kv_stored_bytes
 
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
-           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_width",
+           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_stored_bytes", "kv_width",
            "query_head_dim"]
 
 
@@ -49,13 +50,14 @@ def kv_width(model: ModelSpec) -> int:
 
 
 def kv_dtype_bytes(model: ModelSpec) -> int:
-    """Bytes of one cached element."""
+    """Bytes of one cached element of a whole-byte datatype without scales (a count of elements is
+    sized with :func:`kv_stored_bytes`, which adds scales and packs ``int4``)."""
     return DTYPE_BYTES[model.kv_dtype]
 
 
 def kv_bytes_per_token_layer(model: ModelSpec) -> int:
-    """Bytes cached per token in one layer."""
-    return kv_width(model) * kv_dtype_bytes(model)
+    """Bytes cached per token in one layer (scales included, rounded up)."""
+    return kv_stored_bytes(model, kv_width(model))
 
 
 def kv_heads(model: ModelSpec) -> int:

@@ -10,6 +10,9 @@ memory (``reserved_bytes``), the uses are placed in priority order:
 3. **KV cache**;
 
 each into the first tier in the order with room, spilling what does not fit to the next tier.
+A KV policy that keeps a *store* of the whole cache in a tier of its own (DDR offload with
+recall) names that tier: the store (use ``kv_offload``) is placed there first, before the fill,
+and the tier must hold it.
 A use that spills puts the same fraction of every layer in the later tier (identical layers stay
 identical, so they still map once); :meth:`MemoryPlacement.tiers` gives that split to the
 mapper, which then streams those bytes at that tier's bandwidth. When the tiers together cannot
@@ -32,7 +35,7 @@ True
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sn40l_sim.errors import InfeasibleError
@@ -71,12 +74,16 @@ def _capacities(socket: SocketSpec) -> dict[str, int]:
 
 
 def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
-           order: Sequence[str] | None = None) -> MemoryPlacement:
+           order: Sequence[str] | None = None, kv_offload: Mapping[str, int] | None = None) -> MemoryPlacement:
     tiers = placement_order(socket, order)
     capacity = _capacities(socket)
     need = {"activations": int(activations), "weights": int(weights), "kv": int(kv)}
     by_tier: dict[str, dict[str, int]] = {tier: dict.fromkeys(PLACEMENT_PRIORITY, 0) for tier in socket.memory}
     free = {tier: capacity[tier] for tier in tiers}
+    store = _place_store(socket, capacity, by_tier, kv_offload or {})
+    for tier, n in store.items():
+        if tier in free:
+            free[tier] -= n
     # what reaches the last tier, before its capacity is checked (named in the error)
     last_need: dict[str, int] = {}
     for use in PLACEMENT_PRIORITY:
@@ -88,21 +95,46 @@ def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
         by_tier[tiers[-1]][use] = last_need[use] = left
     last = tiers[-1]
     spilled = sum(last_need.values())
-    if spilled > capacity[last]:
-        short = spilled - capacity[last]
+    room = capacity[last] - store.get(last, 0)
+    if spilled > room:
+        short = spilled - room
         parts = ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in last_need.items() if v)
         held = "".join(f"{tier.upper()} holds {capacity[tier] / GIB:.2f} GiB after the reserved "
                        f"{figures.reserved_bytes(socket, tier) / GIB:.2f} GiB, and " for tier in tiers[:-1])
         rest = "the rest" if len(tiers) > 1 else "all of it"
+        beside = f" beside the KV store's {store[last] / GIB:.2f} GiB" if store.get(last) else ""
         raise InfeasibleError(
             f"memory does not fit on a socket of {socket.name}: weights {weights / GIB:.2f} GiB + KV cache "
             f"{kv / GIB:.2f} GiB + activations {activations / GIB:.2f} GiB; {held}{rest} ({parts}) exceeds the "
-            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB by {short} bytes ({short / GIB:.2f} GiB)")
+            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB{beside} by {short} bytes ({short / GIB:.2f} GiB)")
     return MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers)
 
 
+def _place_store(socket: SocketSpec, capacity: dict[str, int], by_tier: dict[str, dict[str, int]],
+                 kv_offload: Mapping[str, int]) -> dict[str, int]:
+    """Put a KV policy's store in the tiers it names (use ``kv_offload``); tier -> bytes placed."""
+    store = {tier: int(n) for tier, n in kv_offload.items() if n}
+    if not store:
+        return {}
+    for tier, n in store.items():
+        if tier not in socket.memory:
+            raise ValueError(f"socket {socket.name!r} has no memory tier {tier!r} for the KV store "
+                             f"(it has {list(socket.memory)})")
+        if n < 0:
+            raise InfeasibleError(f"kv_offload must be >= 0, got {n} in {tier}")
+        if n > capacity[tier]:
+            raise InfeasibleError(
+                f"the KV store of {n / GIB:.2f} GiB does not fit in the usable {tier.upper()} of a socket of "
+                f"{socket.name} ({capacity[tier] / GIB:.2f} GiB after the reserved "
+                f"{figures.reserved_bytes(socket, tier) / GIB:.2f} GiB) by {n - capacity[tier]} bytes")
+    for tier in by_tier:
+        by_tier[tier]["kv_offload"] = store.get(tier, 0)
+    return store
+
+
 def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int,
-                 activation_bytes: int, order: Sequence[str] | None = None) -> MemoryPlacement:
+                 activation_bytes: int, order: Sequence[str] | None = None, *,
+                 kv_offload: Mapping[str, int] | None = None) -> MemoryPlacement:
     """Place one socket's weights, KV cache and activations in its memory tiers.
 
     Parameters
@@ -118,6 +150,9 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
         Working set of activations between kernels on this socket.
     order : sequence of str, optional
         Tiers to fill, first to last (default: the socket's tiers, fastest first).
+    kv_offload : mapping, optional
+        Tier -> bytes of a KV policy's store this socket holds there (placed before the fill; the
+        tier need not be in ``order``).
 
     Returns
     -------
@@ -134,7 +169,7 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
         if value < 0:
             raise InfeasibleError(f"{name} must be >= 0, got {value}")
     weights = weight_bytes_per_socket(model, plan)
-    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes, order)
+    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes, order, kv_offload)
 
 
 def all_in_first_tier(node: NodeSpec, order: Sequence[str] | None = None) -> MemoryPlacement:

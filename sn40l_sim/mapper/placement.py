@@ -77,7 +77,8 @@ class PlacedKernel:
 
 @dataclass(frozen=True)
 class MemoryPlacement:
-    """Bytes per socket in each memory tier, by use (``weights``, ``kv``, ``activations``).
+    """Bytes per socket in each memory tier, by use (``weights``, ``kv``, ``activations``, and
+    ``kv_offload`` when a KV policy keeps a store in a tier of its own).
 
     Attributes
     ----------
@@ -94,7 +95,7 @@ class MemoryPlacement:
     >>> mp = MemoryPlacement({"hbm": {"weights": 3, "kv": 0}, "ddr": {"weights": 1, "kv": 5}},
     ...                      {"hbm": 3, "ddr": 9}, ("hbm", "ddr"))
     >>> mp.total("weights"), mp.first_tier, mp.tiers()
-    (4, 'hbm', TierSplit(weights=(('hbm', 0.75), ('ddr', 0.25)), kv=(('ddr', 1.0),), activations='hbm'))
+    (4, 'hbm', TierSplit(weights=(('hbm', 0.75), ('ddr', 0.25)), kv=(('ddr', 1.0),), activations='hbm', kv_offload=()))
     """
 
     by_tier: dict[str, dict[str, int]]
@@ -132,7 +133,10 @@ class MemoryPlacement:
 
         act = max(self.order, key=lambda tier: (self.by_tier.get(tier, {}).get("activations", 0),
                                                 -self.order.index(tier)))
-        return TierSplit(shares("weights"), shares("kv"), act)
+        # a store lives where the policy put it, which may be a tier outside the order
+        store = tuple((tier, uses["kv_offload"] / self.total("kv_offload")) for tier, uses in self.by_tier.items()
+                      if uses.get("kv_offload", 0) > 0)
+        return TierSplit(shares("weights"), shares("kv"), act, store)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ Tier = str
 #: (tier, fraction) pairs in placement order; the first tier takes what rounding leaves
 Shares = tuple[tuple[Tier, float], ...]
 
-USES = ("weights", "kv", "activations")
+USES = ("weights", "kv", "activations", "kv_offload")
 
 
 @dataclass(frozen=True)
@@ -46,26 +46,30 @@ class TierSplit:
 
     The memory placement spills the same fraction of every layer (see
     :func:`sn40l_sim.mapper.memory.place_memory`), so identical layers stay identical. Tiers are
-    listed in placement order; only tiers that hold a share appear.
+    listed in placement order; only tiers that hold a share appear. ``kv_offload`` is where a KV
+    policy's store lives (the whole cache of DDR offload with recall); empty when there is none,
+    and then store traffic, if any, goes with the KV.
     """
 
     weights: Shares
     kv: Shares
     #: tier of the activations handed between kernels
     activations: Tier
+    kv_offload: Shares = ()
 
     @classmethod
     def all_in(cls, tier: Tier) -> TierSplit:
         """Everything in one tier.
 
         >>> TierSplit.all_in("hbm")
-        TierSplit(weights=(('hbm', 1.0),), kv=(('hbm', 1.0),), activations='hbm')
+        TierSplit(weights=(('hbm', 1.0),), kv=(('hbm', 1.0),), activations='hbm', kv_offload=())
         """
         return cls(((tier, 1.0),), ((tier, 1.0),), tier)
 
     def tiers(self) -> tuple[Tier, ...]:
         """Every tier this split puts bytes in, in placement order."""
-        return tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]))
+        return tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]
+                                   + [t for t, _ in self.kv_offload]))
 
     def split(self, op: Operator, spill_bytes: int = 0) -> dict[Tier, int]:
         """Bytes ``op`` moves to and from each tier (plus ``spill_bytes`` of activations).
@@ -75,7 +79,9 @@ class TierSplit:
         {'hbm': 764, 'ddr': 250}
         """
         out: dict[Tier, int] = dict.fromkeys(self.tiers(), 0)
-        for shares, n_bytes in ((self.weights, op.weight_bytes), (self.kv, op.kv_read_bytes + op.kv_write_bytes)):
+        offloaded = op.kv_offload_read_bytes + op.kv_offload_write_bytes
+        for shares, n_bytes in ((self.weights, op.weight_bytes), (self.kv, op.kv_read_bytes + op.kv_write_bytes),
+                                (self.kv_offload or self.kv, offloaded)):
             for tier, n in _apportion(shares, n_bytes).items():
                 out[tier] += n
         out[self.activations] += op.act_in_bytes + op.act_out_bytes + spill_bytes
@@ -225,10 +231,11 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
 
 def _tier_reads(tiers: TierSplit, op: Operator, spill_in: int) -> dict[Tier, int]:
     read_op = Operator(op.name, op.kind, weight_bytes=op.weight_bytes, kv_read_bytes=op.kv_read_bytes,
-                       act_in_bytes=op.act_in_bytes)
+                       act_in_bytes=op.act_in_bytes, kv_offload_read_bytes=op.kv_offload_read_bytes)
     return tiers.split(read_op, spill_in)
 
 
 def _tier_writes(tiers: TierSplit, op: Operator, spill_out: int) -> dict[Tier, int]:
-    write_op = Operator(op.name, op.kind, kv_write_bytes=op.kv_write_bytes, act_out_bytes=op.act_out_bytes)
+    write_op = Operator(op.name, op.kind, kv_write_bytes=op.kv_write_bytes, act_out_bytes=op.act_out_bytes,
+                        kv_offload_write_bytes=op.kv_offload_write_bytes)
     return tiers.split(write_op, spill_out)

@@ -16,7 +16,11 @@ the formulas use, so each formula reads like the arithmetic it is:
 
 Activations are BF16 (2 bytes). FP8 weights are widened to BF16 before the systolic array (the
 SN40L PCU has no FP8 datapath: docs/reference.md §1), so each GEMM with FP8 weights comes with an
-elementwise ``<name>.dequant`` operator over the weight elements it streams.
+elementwise ``<name>.dequant`` operator over the weight elements it streams. A cache stored narrower
+than BF16 (:mod:`sn40l_sim.models.kv_format`) likewise gives each operator reading it a
+``<name>.kv_dequant`` over the elements it reads, and each writing it a ``<name>.kv_quantise``;
+formulas give cache traffic in elements (``kv_read_elements``, ``kv_write_elements``) and the
+context turns them into stored bytes, scales included.
 """
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, ParallelPlan, Shape
+from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
 from sn40l_sim.models.tensors import Tensor, inventory
 
 if TYPE_CHECKING:
@@ -104,8 +110,24 @@ class Ctx:
 
     @property
     def kv_bytes(self) -> int:
-        """Bytes of one cached element."""
+        """Bytes of one cached element, for the datatypes a whole number of bytes wide and without
+        scales (a formula giving ``kv_read_elements`` / ``kv_write_elements`` instead is charged
+        the scales and the conversions of a quantised cache)."""
+        if self.model.kv_dtype not in DTYPE_BYTES:
+            raise InputError(f"kv_dtype {self.model.kv_dtype} is not a whole number of bytes: the formula "
+                             "must give its cache traffic in elements (kv_read_elements, kv_write_elements)")
         return DTYPE_BYTES[self.model.kv_dtype]
+
+    def kv_stored(self, elements: int) -> int:
+        """Bytes of ``elements`` cached elements as stored (scales included)."""
+        return kv_stored_bytes(self.model, elements)
+
+    def _kv_convert(self, name: str, elements: int) -> list[Step]:
+        """The elementwise pass widening (``kv_dequant``) or narrowing (``kv_quantise``) cached
+        elements, when the cache is quantised."""
+        if not elements or not kv_quantised(self.model):
+            return []
+        return [Step(Operator(name=name, kind="elementwise", elements=elements, dtype=kv_op_dtype(self.model)))]
 
     @cached_property
     def tensors(self) -> dict[str, Tensor]:
@@ -130,13 +152,15 @@ class Ctx:
 
     def gemm(self, name: str, m: int, tensor: str | None = None, *, n: int = 0, k: int = 0,
              count: int = 1, share: tuple[int, int] = (1, 1), reads: Flow = (), writes: Flow = (),
-             kv_read: int = 0, kv_write: int = 0) -> list[Step]:
+             kv_read_elements: int = 0, kv_read: int = 0, kv_write: int = 0) -> list[Step]:
         """A GEMM ``[m, k] @ [k, n]`` (``count`` of them), weights from ``tensor``'s shard.
 
         ``n`` and ``k`` default to the shard's columns and rows. ``share = (num, den)`` takes that
         fraction of the tensor's bytes, for GEMMs that use part of a tensor (the K and V halves of
         DeepSeek's ``kv_b``, the experts a step actually loads). The FLOPs are exactly
-        ``2 * m * n * k * count``.
+        ``2 * m * n * k * count``. ``kv_read_elements`` cached elements are streamed as operand B
+        (widened first when the cache is quantised); ``kv_read`` / ``kv_write`` add cache bytes as
+        given.
         """
         weight = elements = 0
         if tensor is not None:
@@ -148,16 +172,23 @@ class Ctx:
         if tensor is not None and self.fp8(tensor):
             steps.append(Step(Operator(name=f"{name}.dequant", kind="elementwise", elements=elements,
                                        dtype="fp8")))
+        steps += self._kv_convert(f"{name}.kv_dequant", kv_read_elements)
         steps.append(Step(Operator(name=name, kind="gemm", flops=2 * m * n * k * count, m=m, n=n, k=k,
-                                   count=count, weight_bytes=weight, kv_read_bytes=kv_read,
+                                   count=count, weight_bytes=weight,
+                                   kv_read_bytes=kv_read + self.kv_stored(kv_read_elements),
                                    kv_write_bytes=kv_write), reads, writes))
         return steps
 
     def simd(self, name: str, kind: str, elements: int, *, transcendentals: int = 0,
              weight: str | None = None, weight_bytes: int = 0, reads: Flow = (), writes: Flow = (),
-             kv_read: int = 0, kv_write: int = 0, notes: tuple = ()) -> list[Step]:
-        """A non-GEMM operator over ``elements`` elements (weights of ``weight`` if it has any)."""
+             kv_write_elements: int = 0, kv_read: int = 0, kv_write: int = 0,
+             notes: tuple = ()) -> list[Step]:
+        """A non-GEMM operator over ``elements`` elements (weights of ``weight`` if it has any),
+        writing ``kv_write_elements`` cached elements (narrowed first when the cache is quantised);
+        ``kv_read`` / ``kv_write`` add cache bytes as given."""
         weight_bytes = weight_bytes or (self.weight_bytes(weight) if weight else 0)
-        return [Step(Operator(name=name, kind=kind, elements=elements, transcendentals=transcendentals,
-                              weight_bytes=weight_bytes, kv_read_bytes=kv_read, kv_write_bytes=kv_write),
-                     reads, writes, notes)]
+        return self._kv_convert(f"{name}.kv_quantise", kv_write_elements) + [
+            Step(Operator(name=name, kind=kind, elements=elements, transcendentals=transcendentals,
+                          weight_bytes=weight_bytes, kv_read_bytes=kv_read,
+                          kv_write_bytes=kv_write + self.kv_stored(kv_write_elements)),
+                 reads, writes, notes)]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import with_template
 from sn40l_sim.schema import validate
@@ -63,6 +64,35 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     check_consistency(model, doc)
     # the template loaded and checked now (errors located in its file) and carried by the model
     return with_template(model)
+
+
+def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> ModelSpec:
+    """A new validated model with fields replaced (``{"kv_dtype": "fp8"}``, ``{"kv_quant.group":
+    32}`` or nested mappings), checked like a model file; ``model`` is left unchanged.
+
+    Raises
+    ------
+    InputError
+        Named ``<model name> (overrides)`` with the field path, for an unknown field or a bad value.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.template import GRAPHS_DIR
+    >>> llama = load_model(GRAPHS_DIR / "llama3_1_8b.yaml")
+    >>> with_overrides(llama, {"kv_dtype": "int4", "kv_quant": {"group": 32}}).kv_quant.group
+    32
+    >>> with_overrides(llama, {"kv_dtype": "int4", "kv_quant": {"group": 48}})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: llama-3.1-8b (overrides): kv_quant.group: group 48 must divide the head width 128 of the cached 'values' (per-token scales group the channels of one head's row)
+    """
+    if not overrides:
+        return model
+    doc = Document(model.model_dump(), Path(model.name), {})
+    _apply_overrides(doc, overrides)
+    changed = validate(ModelSpec, doc)
+    check_consistency(changed, doc)
+    return changed
 
 
 def _apply_overrides(doc: Document, overrides: Mapping[str, Any]) -> None:
@@ -120,6 +150,8 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
                    "moe section (every layer is dense); remove it or add moe")
     for field, message in model.attention.problems():  # the attention family's own checks
         raise fail(("attention", field), message)
+    for path, message in kv_problems(model):  # the KV format's (datatype, scales, shared layers)
+        raise fail(path, message)
     moe = model.moe
     if moe is not None:
         if moe.experts_per_token > moe.routed_experts:

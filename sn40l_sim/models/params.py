@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan
+from sn40l_sim.models.kv_format import kv_cache_layers, kv_stored_bytes
 from sn40l_sim.models.routing import expected_distinct_experts
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
@@ -84,14 +85,15 @@ def kv_bytes_per_token(model: ModelSpec, include_mtp: bool = False) -> int:
     The width per token and layer is the attention family's
     (:meth:`~sn40l_sim.models.families.AttentionSpec.kv_width`): MLA caches the latent and the
     RoPE key (``kv_lora_rank + qk_rope_head_dim``); GQA caches K and V (``2 * kv_heads * head_dim``).
+    Each element takes the stored bits of the model's KV format, scales included, and layers that
+    share a cache count once (:mod:`sn40l_sim.models.kv_format`); the total is rounded up to bytes.
 
     >>> from sn40l_sim.models.loader import load_model
     >>> from sn40l_sim.models.template import GRAPHS_DIR
     >>> kv_bytes_per_token(load_model(GRAPHS_DIR / "llama3_1_8b.yaml"))
     131072
     """
-    layers = model.layers + (model.mtp.modules if include_mtp and model.mtp else 0)
-    return layers * model.attention.kv_width() * DTYPE_BYTES[model.kv_dtype]
+    return kv_stored_bytes(model, kv_cache_layers(model, include_mtp) * model.attention.kv_width())
 
 
 def kv_bytes(model: ModelSpec, tokens: int, include_mtp: bool = False) -> int:

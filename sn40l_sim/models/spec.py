@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import PrivateAttr, SerializeAsAny, WrapValidator
 
 from sn40l_sim.models.families import AttentionSpec, validate_attention
+from sn40l_sim.models.kv_format import KVDType, KVQuantSpec
 from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel
 
 WeightDType = Literal["fp8", "bf16"]
@@ -55,7 +56,11 @@ class ModelSpec(StrictModel):
     weight_dtype: WeightDType
     #: tensors kept in BF16 even when ``weight_dtype`` is FP8 (embedding, LM head, norms, router)
     bf16_tensors: tuple[Literal["embedding", "lm_head", "router", "norms"], ...] = ()
-    kv_dtype: Literal["bf16", "fp8"] = "bf16"
+    #: how the KV cache is stored (:mod:`sn40l_sim.models.kv_format`): element datatype, group-wise
+    #: scales (required for int8 / int4), and groups of adjacent layers sharing one cache (CLA)
+    kv_dtype: KVDType = "bf16"
+    kv_quant: KVQuantSpec | None = None
+    kv_shared_layers: PositiveInt = 1
     tie_embeddings: bool = False
     #: side of the square blocks that share one FP32 scale in FP8 weights (128 x 128 in DeepSeek-V3)
     fp8_block: PositiveInt = 128

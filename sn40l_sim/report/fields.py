@@ -118,6 +118,29 @@ RESULTS = Fields([
           table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),
+    # KV policies side by side (opt-in: report: {extra_fields: [kv_policies]})
+    Field("policy_entry", "", "The name of the point's policy entry (the point's name without its prompt length "
+          "or sweep point), to label points in plots.", axis="policy entry", group="kv_policies"),
+    Field("kv_bytes_per_context_token", "B/token", "KV bytes one sequence keeps in the first memory tier (its cache "
+          "slots, scales included, and the policy's state such as accumulated scores or page digests; every "
+          "layer it caches, the MTP layer's when decode runs it) per token of its context (prompt plus "
+          "max_new_tokens).", axis="KV bytes per context token in the first memory tier", group="kv_policies"),
+    Field("kv_offload_bytes_per_context_token", "B/token", "The same for a store the policy keeps in another tier "
+          "(the whole cache of DDR offload with recall); 0 without one.",
+          axis="KV store bytes per context token", group="kv_policies"),
+    Field("kv_retained_token_fraction", "1", "Tokens a sequence's cache still holds at the end of a context of "
+          "prompt plus max_new_tokens, over those tokens (1 for full and for a policy that keeps every token in "
+          "a store).", axis="tokens retained (fraction)", group="kv_policies"),
+    Field("kv_attended_token_fraction", "1", "Tokens one decode step attends over (the static slot) at the end "
+          "of that context, over the context (at most 1).", axis="tokens attended per step (fraction)",
+          group="kv_policies"),
+    Field("kv_bit_fraction", "1", "Bits stored per cached element (scales and mixed precision included) over "
+          "BF16's 16.", axis="bits per cached element (fraction of BF16)", group="kv_policies"),
+    Field("kv_layer_fraction", "1", "Layers' worth of cache over layers (below 1 when adjacent layers share a "
+          "cache, CLA).", axis="cached layers (fraction)", group="kv_policies"),
+    Field("decode_tier_bytes", "B", "Bytes one decode step moves to and from each memory tier of the simulated "
+          "socket, summed over its placed kernels (a DDR store's recalled pages are the DDR entry).",
+          keys=("tier",), axis="decode step traffic, {TIER}", group="kv_policies"),
     # memory
     Field("memory", "B", "Bytes per socket of a decode node by memory tier and use (weights, kv, activations, and "
           "what the runtime reserves), with the tier's free bytes and physical capacity.", keys=("tier", "use"),

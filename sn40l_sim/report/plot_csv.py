@@ -175,7 +175,7 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
 
 def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
              kind: str = "line", logx: bool = False, where: dict[str, str] | None = None,
-             logy: bool = False) -> Path:
+             logy: bool = False, label: str | None = None) -> Path:
     """Plot ``y`` against ``x`` from a results CSV, one series per ``hue`` value; returns the path.
 
     Parameters
@@ -188,12 +188,15 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         Columns whose combined value picks the series.
     out : str or Path, optional
         ``.png``, ``.svg`` or ``.pdf``; default ``<csv folder>/<y>_vs_<x>.png``.
-    kind : {"line", "bar"}
-        Lines with markers, or grouped bars (x as categories).
+    kind : {"line", "bar", "scatter"}
+        Lines with markers, grouped bars (x as categories), or unjoined points (a Pareto plot:
+        several rows of a series may share an x).
     logx, logy : bool
-        Logarithmic x axis (line plots) / y axis.
+        Logarithmic x axis (line and scatter plots) / y axis.
     where : dict, optional
         Column -> value: keep only matching rows (numbers compare as numbers).
+    label : str, optional
+        A column whose value is written beside each point (scatter plots).
 
     Raises
     ------
@@ -210,9 +213,13 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     hue = list(hue or [])
     where = dict(where or {})
     columns, rows = read_csv(path)
-    _check_columns(path, columns, {"--x": [x], "--y": [y], "--hue": hue, "--where": list(where)})
-    if kind not in ("line", "bar"):
-        raise InputError(f"expected line or bar, got {kind!r}", field="--kind")
+    _check_columns(path, columns, {"--x": [x], "--y": [y], "--hue": hue, "--where": list(where),
+                                   "--label": [label] if label else []})
+    if kind not in ("line", "bar", "scatter"):
+        raise InputError(f"expected line, bar or scatter, got {kind!r}", field="--kind")
+    if label and kind != "scatter":
+        raise InputError("labels are written beside the points of a scatter plot: add --kind scatter",
+                         field="--label")
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
     if out_path.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise InputError(f"expected a .png, .svg or .pdf file, got {out_path.name!r}", field="--out")
@@ -220,11 +227,15 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         rows = [r for r in rows if _matches(r[column], value)]
     if not rows:
         raise InputError(f"no row matches {where}", file=path, field="--where")
-    series, numeric_x = _series(path, rows, x, y, hue, columns)
     x_label, x_scale = axis_label(x)
     y_label, y_scale = axis_label(y)
     fig, ax = plt.subplots(figsize=(7.5, 4.5), constrained_layout=True)
-    if kind == "bar" or not numeric_x:
+    series, numeric_x = ({}, True) if kind == "scatter" else _series(path, rows, x, y, hue, columns)
+    if kind == "scatter":
+        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale)
+        if logx:
+            ax.set_xscale("log")
+    elif kind == "bar" or not numeric_x:
         categories = sorted({p[0] for pts in series.values() for p in pts},
                             key=lambda v: (_float(v), v) if numeric_x else v)
         width = 0.8 / max(1, len(series))
@@ -265,6 +276,29 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         fig.savefig(temporary, dpi=120, metadata=metadata)
     plt.close(fig)
     return out_path
+
+
+def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
+             x_scale: float, y_scale: float) -> None:
+    """Unjoined points, one colour and marker per hue value, each labelled with ``label``'s value."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        if _float(row[x]) is not None and _float(row[y]) is not None:
+            groups.setdefault(tuple(row[h] for h in hue), []).append(row)
+    if not groups:
+        raise InputError(f"columns {x!r} and {y!r} have no numeric pair in the selected rows", file=path, field="--y")
+    keys = sorted(groups, key=lambda k: tuple((_float(v) is None, _float(v) or 0, v) for v in k))
+    styles = _styles(keys)
+    for key in keys:
+        style = {k: v for k, v in styles[key].items() if k != "linestyle"}
+        points = groups[key]
+        xs = [float(r[x]) * x_scale for r in points]
+        ys = [float(r[y]) * y_scale for r in points]
+        ax.scatter(xs, ys, label=_legend(hue, key), s=28, c=[style.get("color", "C0")] * len(xs),
+                   marker=style.get("marker", "o"))
+        if label:
+            for r, px, py in zip(points, xs, ys, strict=True):
+                ax.annotate(r[label], (px, py), xytext=(3, 3), textcoords="offset points", fontsize=6)
 
 
 def _safe(name: str) -> str:

@@ -16,7 +16,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.footprint import state_bytes_per_socket
+from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.report import metrics
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.serving.point import PointResult
 
 
@@ -53,10 +57,40 @@ def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> di
     return out
 
 
+def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
+    """The ``kv_policies`` fields of a point: where a sequence's KV lives per token of its context,
+    the fractions of tokens, bits and layers it keeps, and a decode step's traffic per tier."""
+    s = result.setup
+    footprint = result.footprint
+    context = s.prompt_len + s.max_new_tokens
+    # one whole sequence, unsharded: its slots (scales included) and the policy's state
+    state = state_bytes_per_socket(s.model, ParallelPlan(), 1, footprint.state_bytes,
+                                   include_mtp=result.include_mtp)
+    first = footprint.slots * result.kv_bytes_per_token + state
+    store = footprint.store_rows * result.kv_bytes_per_token if footprint.store_tier is not None else 0
+    tiers: dict[str, int] = dict.fromkeys(s.node.socket.memory, 0)
+    for kernel in result.decode.kernels:
+        for tier, n in kernel.tier_bytes.items():
+            tiers[tier] = tiers.get(tier, 0) + int(n)
+    return {
+        "policy_entry": policy_entry,
+        "kv_bytes_per_context_token": first / context,
+        "kv_offload_bytes_per_context_token": store / context,
+        "kv_retained_token_fraction": s.policy.cache_len(s.prompt_len, s.max_new_tokens) / context,
+        "kv_attended_token_fraction": min(1.0, footprint.slots / context),
+        "kv_bit_fraction": kv_bit_fraction(s.model),
+        "kv_layer_fraction": kv_cache_layers(s.model) / s.model.layers,
+        "decode_tier_bytes": tiers,
+    }
+
+
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
+                 extra_fields: Iterable[str] = (), policy_entry: str | None = None,
                  invariants: Sequence[str] = ()) -> dict[str, Any]:
-    """The results record of one point (plain JSON types; seconds, bytes, fractions); ``invariants``
-    names the physical invariants the caller checks on it (:mod:`sn40l_sim.study.invariants`)."""
+    """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
+    opt-in field groups ``extra_fields`` asks for (``kv_policies``; ``policy_entry`` names the
+    point's policy entry, by default the point's name); ``invariants`` names the physical
+    invariants the caller checks on it (:mod:`sn40l_sim.study.invariants`)."""
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
@@ -65,7 +99,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     raw = result.batch / step_s
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
     reserved = {tier: spec.reserved_bytes for tier, spec in s.node.socket.memory.items()}
-    return {
+    record = {
         "experiment": experiment,
         "name": s.name,
         "model": s.model.name,
@@ -112,3 +146,9 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "kv_occupancy": metrics.kv_occupancy(log, clock) if served else None,
         "invariants": list(invariants),
     }
+    for group in extra_fields:
+        if group not in RESULTS.groups:
+            raise ValueError(f"unknown results field group {group!r}; known: {', '.join(RESULTS.groups)}")
+    if "kv_policies" in extra_fields:
+        record.update(kv_policy_fields(result, policy_entry or s.name))
+    return record

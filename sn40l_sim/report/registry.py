@@ -79,6 +79,10 @@ class Field:
         The value (below the keys) is a list: JSON only.
     sweep_only : bool
         Only sweep records carry the field.
+    group : str
+        An opt-in group: the field is produced only when the experiment asks for the group
+        (``report: {extra_fields: [<group>]}``), so the records of experiments that do not ask
+        stay as they were. Empty: always produced.
     """
 
     name: str
@@ -94,6 +98,7 @@ class Field:
     parts: tuple[Field, ...] = ()
     is_list: bool = False
     sweep_only: bool = False
+    group: str = ""
 
     def pattern(self, prefix: str = "") -> str:
         """The dotted name with its key levels, e.g. ``memory.<tier>.<use>``."""
@@ -160,6 +165,15 @@ class Fields:
         return tuple(f.name for f in sorted(self.fields, key=lambda f: (f.csv is None, f.csv or 0)) if f.design)
 
     @property
+    def groups(self) -> tuple[str, ...]:
+        """The opt-in groups fields declare, sorted."""
+        return tuple(sorted({f.group for f in self.fields if f.group}))
+
+    def in_group(self, group: str) -> tuple[str, ...]:
+        """Names of the fields of an opt-in group."""
+        return tuple(f.name for f in self.fields if f.group == group)
+
+    @property
     def golden(self) -> tuple[str, ...]:
         """The fields kept in the goldens."""
         return tuple(f.name for f in self.fields if f.golden)
@@ -220,9 +234,11 @@ class Fields:
 
     def mismatches(self, record: Mapping[str, Any]) -> list[str]:
         """What a record holds that is not declared, and what is declared but missing; fixed parts
-        are checked wherever the record holds them (empty when the record matches)."""
+        are checked wherever the record holds them (empty when the record matches). A group's
+        fields are all produced or all absent."""
         out = [f"{f.name}: declared but not produced" for f in self.fields
-               if f.name not in record and not f.sweep_only]
+               if f.name not in record and not f.sweep_only
+               and not (f.group and not any(name in record for name in self.in_group(f.group)))]
         out += [f"{name}: produced but not declared" for name in record if name not in self._by_name]
         for name, value in record.items():
             if name in self._by_name:

@@ -35,6 +35,8 @@ regression goldens read the same declaration.
 - **CSV**: position among the leading columns of `results.csv`; all other columns follow in name
   order. A mapping's columns are `field.key` (`memory.hbm.kv`).
 - **Golden**: kept in `tests/golden/` (`python -m sn40l_sim golden`); a mapping is kept whole.
+- **Opt-in**: fields of a group that a record carries only when its experiment asks for the group
+  with `report: {extra_fields: [<group>]}` (so other experiments' results stay as they were).
 
 The fields marked **(§5)** are the results contract of [design.md](design.md) §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies
@@ -51,7 +53,8 @@ To add a field: declare it in `sn40l_sim/report/fields.py`, produce it in
 
 def _line(path: str, field: Field) -> str:
     unit = field.unit or ("" if field.parts else "text")
-    description = field.description + (" **(§5)**" if field.design else "")
+    description = field.description + (" **(§5)**" if field.design else "") \
+        + (f" (opt-in: `{field.group}`)" if field.group else "")
     cells = [f"`{path}`", unit, description, field.table.describe() if field.table is not None else "",
              str(field.csv) if field.csv is not None else "", "yes" if field.golden else ""]
     return "| " + " | ".join(cells) + " |"

@@ -64,7 +64,8 @@ class ServingSetup:
     kv_bytes_per_token : int
         KV bytes per cached token over all layers.
     slot_cache_tokens : int
-        Static cache length of one slot (what memory is reserved per slot).
+        Tokens reserved per slot where a sequence's whole cache lives: its static slot, or the
+        store of a policy that keeps one in another tier (the occupancy is measured against it).
     """
 
     mode: Literal["disaggregated", "colocated"]

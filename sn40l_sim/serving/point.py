@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
@@ -48,8 +49,9 @@ from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
 
-#: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket
-MemoryPlacer = Callable[[Any, int, int], MemoryPlacement]
+#: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket; called with
+#: ``kv_offload={tier: bytes}`` as well when the KV policy keeps a store in a tier of its own
+MemoryPlacer = Callable[..., MemoryPlacement]
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,19 @@ class PointResult:
     policy_kernel_kinds: tuple[str, ...]
     #: None for a steps-only evaluation (no requests were served)
     log: ServingLog | None
+    #: what one sequence keeps per layer, and where (the decode node's reservation per sequence)
+    footprint: KVFootprint | None = None
+    #: whether the decode graph runs the MTP module (whose layer has a cache of its own)
+    include_mtp: bool = False
 
 
 class _Memory:
     """Memory checks of one point (memoised per batch)."""
 
-    def __init__(self, s: PointSetup, include_mtp: bool, static_len: int, place: MemoryPlacer,
+    def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
                  costs: StepCosts) -> None:
-        self.s, self.include_mtp, self.static_len = s, include_mtp, static_len
+        self.s, self.include_mtp, self.footprint = s, include_mtp, footprint
+        self.static_len = footprint.slots
         self.place, self.costs = place, costs
         self._cache: dict[int, Any] = {}
 
@@ -130,7 +137,10 @@ class _Memory:
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
             s = self.s
-            kv = self._kv("decode", s.decode_plan, batch, self.static_len)
+            # the cache attention reads and the policy's state, and a store in a tier of its own
+            uses = kv_bytes_by_use(s.model, s.decode_plan, batch, self.footprint, include_mtp=self.include_mtp)
+            kv = uses["kv"]
+            store = {self.footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
             with located("graph_options"):
                 act = self.costs.decode_activation_bytes(batch, self.static_len)
             if s.mode == "colocated":
@@ -138,7 +148,9 @@ class _Memory:
                 # larger of the two phases' activations
                 kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
                 act = max(act, self._prefill_activations())
-            self._cache[batch] = self._in_first_tier(self.place(s.decode_plan, kv, act), f"decode batch {batch}")
+            placement = self.place(s.decode_plan, kv, act, kv_offload=store) if store else \
+                self.place(s.decode_plan, kv, act)
+            self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
 
     def _in_first_tier(self, placement: Any, what: str) -> Any:
@@ -237,8 +249,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     include_mtp = s.graph_options.get("include_mtp", s.model.mtp is not None)
     per_token = kv_bytes_per_token(s.model, include_mtp=bool(include_mtp))
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens)
+    footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens)
     check_plans(s)
-    memory = _Memory(s, bool(include_mtp), static_len, place, costs)
+    memory = _Memory(s, bool(include_mtp), footprint, place, costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
@@ -286,10 +299,11 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
-                         kv_bytes_per_token=per_token, slot_cache_tokens=static_len)
+                         kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
-                       prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log)
+                       prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
+                       bool(include_mtp))

@@ -99,6 +99,10 @@ class StepTimer:
         for a step whose tensors are not all in the socket's first memory tier.
     engine : EngineOptions, optional
         Engine knobs (collective algorithm, chunking, call overhead).
+    context_len : int, optional
+        Tokens of context a sequence has at most in decode (prompt + max_new_tokens): the
+        decode shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy whose
+        decode work grows with the whole context. 0 (default): not given.
 
     Attributes
     ----------
@@ -107,13 +111,15 @@ class StepTimer:
     """
 
     def __init__(self, node: NodeSpec, prefill_plan: ParallelPlan | None, decode_plan: ParallelPlan | None, *,
-                 build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None) -> None:
+                 build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None,
+                 context_len: int = 0) -> None:
         self.node = node
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
         self.build = build
         self.place = place
         self.engine = engine if engine is not None else EngineOptions()
+        self.context_len = context_len
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
         self._memo: dict[tuple[str, int, int, TierSplit | None], PhaseTiming] = {}
         self._graphs: dict[Shape, KernelGraph] = {}
@@ -130,7 +136,7 @@ class StepTimer:
         its tensors where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("batch", batch)
         _positive("kv_len", kv_len)
-        return self._timed(_decode_shape(batch, kv_len), memory)
+        return self._timed(_decode_shape(batch, kv_len, self.context_len), memory)
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
@@ -138,7 +144,7 @@ class StepTimer:
 
     def decode_activation_bytes(self, batch: int, kv_len: int) -> int:
         """Peak activation bytes per socket of the decode graph at ``(batch, kv_len)``."""
-        return activation_bytes(self.graph(_decode_shape(batch, kv_len)))
+        return activation_bytes(self.graph(_decode_shape(batch, kv_len, self.context_len)))
 
     def graph(self, shape: Shape) -> KernelGraph:
         """The kernel graph of ``shape``, built once and shared by memory sizing and timing."""
@@ -177,8 +183,8 @@ def _prefill_shape(prompt_len: int) -> Shape:
     return Shape("prefill", 1, prompt_len, 0)
 
 
-def _decode_shape(batch: int, kv_len: int) -> Shape:
-    return Shape("decode", batch, 0, kv_len)
+def _decode_shape(batch: int, kv_len: int, context_len: int = 0) -> Shape:
+    return Shape("decode", batch, 0, kv_len, context_len)
 
 
 def _positive(name: str, value: int) -> None:

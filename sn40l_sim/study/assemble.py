@@ -45,7 +45,7 @@ from sn40l_sim.models.template import KernelTemplates, load_templates
 from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.workload import Request, TraceRow, build_requests, read_trace
-from sn40l_sim.study.experiment import Experiment, Point, make_point_policy, memory_order, points
+from sn40l_sim.study.experiment import Experiment, Point, make_point_model, make_point_policy, memory_order, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
 #: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
@@ -83,8 +83,10 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
 def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
     """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node``, ``model`` and the tier
     ``order`` (default: the node's tiers, fastest first)."""
-    return lambda plan, kv_bytes, activation_bytes: place_memory(node, model, plan, kv_bytes, activation_bytes,
-                                                                 order)
+    def place(plan: ParallelPlan, kv_bytes: int, activation_bytes: int, kv_offload=None):
+        return place_memory(node, model, plan, kv_bytes, activation_bytes, order, kv_offload=kv_offload)
+
+    return place
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ class Assembly:
     node : NodeSpec
         The hardware, with any overrides applied.
     model : ModelSpec
-        The model, with the experiment's ``model_overrides`` applied.
+        The model, with the experiment's ``model_overrides`` applied (a point's own, from its
+        policy entry, come on top: :meth:`model_for`).
     trace_rows : tuple of TraceRow, optional
         The rows of a trace workload, already read (else read from the file when first needed).
     graph_template : KernelTemplates, optional
@@ -117,16 +120,44 @@ class Assembly:
         """The experiment's points (KV policies x prompt lengths)."""
         return points(self.experiment)
 
+    @cached_property
+    def _entry_models(self) -> dict[int, ModelSpec]:
+        return {}
+
+    def model_for(self, point: Point) -> ModelSpec:
+        """The model of ``point``: :attr:`model` with its policy entry's ``model_overrides`` (the
+        KV format), built once per entry; a bad override is an error at the entry's field."""
+        if not point.model_overrides:
+            return self.model
+        if point.policy_index not in self._entry_models:
+            self._entry_models[point.policy_index] = make_point_model(self.experiment, point, self.model)
+        return self._entry_models[point.policy_index]
+
     def policy(self, point: Point) -> KVPolicy:
-        """The point's KV policy; a bad one is an error at its policy entry."""
-        return make_point_policy(self.experiment, point)
+        """The point's KV policy; a bad one (a parameter, or a memory tier the hardware does not
+        have) is an error at its policy entry."""
+        policy = make_point_policy(self.experiment, point)
+        tiers = self.node.socket.memory
+        for param, tier in policy.memory_tiers().items():
+            if tier not in tiers:
+                raise self.experiment.error(("policies", point.policy_index, "params", param),
+                                            f"the hardware ({self.node.name}) has no memory tier {tier!r}; its "
+                                            f"tiers are {list(tiers)} (point {point.name})")
+        return policy
+
+    def check_points(self) -> None:
+        """Make every point's KV policy and model, so that a bad parameter, tier or model override
+        is reported before anything runs (``check`` does this)."""
+        for point in self.points:
+            self.policy(point)
+            self.model_for(point)
 
     def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:
         """The serving set-up of ``point``."""
         spec = self.experiment.spec
         serving = spec.serving
         return PointSetup(
-            name=point.name, node=self.node, model=self.model, policy=policy or self.policy(point),
+            name=point.name, node=self.node, model=self.model_for(point), policy=policy or self.policy(point),
             prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
             decode_plan=plan_of(spec.parallel.decode), mode=serving.mode,
             prefill_nodes=self.experiment.prefill_node_count, decode_nodes=serving.decode_nodes,
@@ -140,11 +171,13 @@ class Assembly:
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
-        return step_timer(self.node, self.model, setup.policy, setup.prefill_plan, setup.decode_plan, options)
+        return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
+                          context_len=setup.prompt_len + setup.max_new_tokens)
 
-    def memory_placer(self) -> MemoryPlacer:
-        """The memory placer of this node and model, in the experiment's tier order."""
-        return memory_placer(self.node, self.model, memory_order(self.experiment, self.node))
+    def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:
+        """The memory placer of this node and ``model`` (default: the experiment's), in the
+        experiment's tier order."""
+        return memory_placer(self.node, model or self.model, memory_order(self.experiment, self.node))
 
     def requests(self, point: Point, serve: bool = True) -> Callable[[int], list[Request]]:
         """``slots -> requests`` of the workload at ``point`` (none when ``serve`` is False)."""

@@ -13,6 +13,10 @@ Sections:
     Policy parameters that depend on the prompt: ``prompt_fraction: {budget: 0.25}`` sets
     ``budget = round(0.25 * prompt_len)``; ``per_prompt: [{prompt_len: 65536, params: {...}}]``
     overrides parameters at one length.
+``policies[i].model_overrides``
+    Model fields for this entry's points only, over the experiment's ``model_overrides``: the KV
+    format composes with any policy this way (``{kv_dtype: fp8}``, ``{kv_dtype: int4, kv_quant:
+    {group: 32}}``, ``{kv_shared_layers: 2}``; :mod:`sn40l_sim.models.kv_format`).
 ``workload``
     ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
     ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
@@ -23,6 +27,10 @@ Sections:
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
     graph (default: powers of two, an assumption), ``max_new_tokens``, ``tokens_per_forward``
     (multi-token prediction, applied to reported throughput only), ``kv_transfer`` and ``seed``.
+``report``
+    ``extra_fields``: opt-in groups of results fields (``kv_policies``: where a sequence's KV lives
+    per token of context, the fractions of tokens, bits and layers it keeps, a decode step's
+    traffic per memory tier; ``docs/results.md``).
 ``memory``
     Where tensors go in the hardware's memory tiers: ``order`` (tiers to fill, first to last;
     default: the hardware file's order, fastest first) and ``may_spill`` (uses that may be placed
@@ -58,7 +66,7 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +74,9 @@ from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
+from sn40l_sim.models.loader import with_overrides as model_with_overrides
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -112,6 +123,8 @@ class PolicyEntry(StrictModel):
     #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
     prompt_fraction: dict[str, Fraction] = Field(default_factory=dict)
     per_prompt: tuple[PromptParams, ...] = ()
+    #: model fields for this entry only (the KV format: kv_dtype, kv_quant, kv_shared_layers)
+    model_overrides: dict[str, Any] = Field(default_factory=dict)
 
 
 class ShapeSection(StrictModel):
@@ -134,6 +147,13 @@ class MemorySection(StrictModel):
     may_spill: tuple[Use, ...] = ("activations",)
 
 
+class ReportSection(StrictModel):
+    """What the records carry beyond the fields every record has."""
+
+    #: opt-in groups of results fields (docs/results.md), e.g. ``kv_policies``
+    extra_fields: tuple[str, ...] = ()
+
+
 class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
@@ -150,6 +170,7 @@ class ExperimentSpec(StrictModel):
     workload: Workload | None = None
     serving: ServingSection = ServingSection()
     memory: MemorySection = MemorySection()
+    report: ReportSection = ReportSection()
     #: options passed through to the graph builder (``build_graph(**graph_options)``)
     graph_options: dict[str, Any] = Field(default_factory=dict)
     #: sweep axes, checked by :mod:`sn40l_sim.study.sweep.load`
@@ -217,6 +238,8 @@ class Point:
         Prompt length (the prefill length and the decode graph's compiled prompt length).
     policy_index : int
         Index of the entry in ``policies`` (for error locations).
+    model_overrides : dict
+        The entry's own model fields (applied over the experiment's by :func:`make_point_model`).
     """
 
     name: str
@@ -225,6 +248,7 @@ class Point:
     params: dict[str, Any]
     prompt_len: int
     policy_index: int
+    model_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def length_label(tokens: int) -> str:
@@ -247,7 +271,8 @@ def points(exp: Experiment) -> list[Point]:
             params.update({k: max(1, round(f * prompt_len)) for k, f in entry.prompt_fraction.items()})
             params.update(overrides.get(prompt_len, {}))
             name = f"{entry.name}@{length_label(prompt_len)}" if several else entry.name
-            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index))
+            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index,
+                             dict(entry.model_overrides)))
     return out
 
 
@@ -266,6 +291,20 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
         file, line = exp.doc.where(at)
         raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
                             field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
+
+
+def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSpec:
+    """``model`` (the experiment's, its ``model_overrides`` applied) with the point's entry's own
+    ``model_overrides``; a bad one is an :class:`InputError` located at the entry's field."""
+    try:
+        return model_with_overrides(model, point.model_overrides)
+    except InputError as exc:
+        inner = tuple((exc.field or "").split(".")) if exc.field else ()
+        at = ("policies", point.policy_index, "model_overrides") + inner
+        file, line = exp.doc.where(at)
+        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
+                            field=f"policies[{point.policy_index}].model_overrides" + "".join(f".{p}" for p in inner),
+                            line=line) from None
 
 
 def memory_order(exp: Experiment, node: Any) -> tuple[str, ...]:
@@ -340,6 +379,10 @@ def _check(exp: Experiment) -> None:
         if plan.tp % plan.attention_dp:
             raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
                             f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+    for i, group in enumerate(spec.report.extra_fields):
+        if group not in RESULTS.groups:
+            raise exp.error(("report", "extra_fields", i), f"unknown group of results fields {group!r}; "
+                            f"expected one of {', '.join(RESULTS.groups)}")
     order = spec.memory.order
     if order is not None:
         if not order:

@@ -42,6 +42,7 @@ def survey() -> list[tuple[Path, str | None]]:
     ...     print(path.name, "-", why or "golden")
     deepseek_sweep.yaml - a sweep over serving.batch, shape.prompt_len: too long for a golden (the goldens hold the experiments without a sweep)
     deepseek_tp16.yaml - golden
+    kv_policies.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
     llama8b_node8.yaml - golden
     map_deepseek_tp16.yaml - no workload: an experiment for map, which reports no results record
     snapstream_table5.yaml - golden

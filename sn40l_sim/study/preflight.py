@@ -62,8 +62,9 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
 
 
 def check_mapping(asm: Assembly) -> None:
-    """What ``map`` needs of an experiment (which may have no workload): every point's KV policy,
-    the parallel plans against the node, the graph options.
+    """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
+    and model (its entry's ``model_overrides``), the parallel plans against the node, the graph
+    options.
 
     Raises
     ------
@@ -74,7 +75,7 @@ def check_mapping(asm: Assembly) -> None:
     _check_graph_options(exp)
     spec = exp.spec
     for point in asm.points:
-        setup = PointSetup(name=point.name, node=asm.node, model=asm.model, policy=asm.policy(point),
+        setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
                            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
                            decode_plan=plan_of(spec.parallel.decode))
         try:

@@ -114,10 +114,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             return made
 
         try:
-            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer())
+            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model))
         except InputError as exc:
             raise asm.locate(exc) from None
-        record = build_record(result, experiment=exp.spec.name, policy_params=point.params, invariants=NAMES)
+        record = build_record(result, experiment=exp.spec.name, policy_params=point.params,
+                              extra_fields=exp.spec.report.extra_fields, policy_entry=point.entry,
+                              invariants=NAMES)
         check_point(result, record, served)   # a violated invariant stops the run (InvariantError, exit 3)
         if on_result is not None:
             on_result(result)

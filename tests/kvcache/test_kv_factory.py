@@ -6,7 +6,13 @@ from sn40l_sim.kvcache import make_policy
 
 
 @pytest.mark.parametrize("name, params, field, expected", [
-    ("h2o", {}, "policy", "expected one of full, snapkv, snapstream, streamingllm"),
+    ("lru", {}, "policy", "expected one of arkvale, full, h2o, snapkv, snapstream, streamingllm"),
+    ("h2o", {"budget": 100, "recent": 200}, "params.budget", "expected budget >= recent = 200"),
+    ("h2o", {"heavy": -1}, "params.heavy", "expected an integer >= 0"),
+    ("arkvale", {"budget": 1000}, "params.budget", "positive multiple of page_tokens (32)"),
+    ("arkvale", {"budget": 4096, "recent": 4096}, "params.budget", "positive multiple"),
+    ("arkvale", {"recall_fraction": 0}, "params.recall_fraction", "expected a fraction in (0, 1]"),
+    ("arkvale", {"digest": "mean"}, "params.digest", "expected bounds or centroid"),
     ("snapstream", {"sinks": 4}, "params.sinks", "expected one of sink, recent, topk"),
     ("snapstream", {"sink": -1}, "params.sink", "expected an integer >= 0, got -1"),
     ("snapstream", {"topk": 1.5}, "params.topk", "expected an integer >= 0, got 1.5"),

@@ -11,8 +11,8 @@ R1_TOKEN = 70_272          # KV bytes per token of DeepSeek-R1 (docs/reference.m
 L128K = 131072
 
 
-def test_registry_holds_the_four_policies():
-    assert sorted(POLICIES) == ["full", "snapkv", "snapstream", "streamingllm"]
+def test_registry_holds_the_six_policies():
+    assert sorted(POLICIES) == ["arkvale", "full", "h2o", "snapkv", "snapstream", "streamingllm"]
     for name in POLICIES:
         policy = make_policy(name, {})
         assert isinstance(policy, KVPolicy) and policy.name == name

@@ -38,7 +38,7 @@ def records():
 def test_build_record_produces_exactly_the_declared_fields(records):
     for rec in records:
         assert RESULTS.mismatches(rec) == []
-        assert set(rec) == {f.name for f in RESULTS if not f.sweep_only}
+        assert set(rec) == {f.name for f in RESULTS if not f.sweep_only and not f.group}
 
 
 def test_every_csv_column_is_a_declared_field(records):
@@ -135,3 +135,14 @@ def test_the_page_script_checks_and_writes(tmp_path, monkeypatch):
     assert make_results_doc.main(["--check"]) == 1
     assert make_results_doc.main([]) == 0 and (tmp_path / "results.md").read_text() == render()
     assert make_results_doc.main(["--check"]) == 0
+
+
+def test_an_opt_in_group_is_produced_whole_or_not_at_all(records):
+    group = RESULTS.in_group("kv_policies")
+    assert group and RESULTS.groups == ("kv_policies",)
+    rec = dict(records[0])
+    assert not set(group) & set(rec) and RESULTS.mismatches(rec) == []      # not asked for: absent
+    rec[group[0]] = 1.0
+    assert RESULTS.mismatches(rec) == [f"{name}: declared but not produced" for name in group[1:]]
+    page = render()
+    assert all(f"`{RESULTS[name].pattern()}`" in page for name in group) and "(opt-in: `kv_policies`)" in page

@@ -131,3 +131,23 @@ def test_cli_missing_file_and_success(tmp_path, capsys):
                  "prefill_len", "--logx", "--logy", "--out", str(tmp_path / "x.png")]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'x.png'}"
     assert plot_module.read_csv(path)[0][:2] == ["experiment", "kv_policy"]
+
+
+def test_scatter_draws_unjoined_labelled_points_sharing_an_x(tmp_path, monkeypatch):
+    drawn, notes = [], []
+    original = matplotlib.axes.Axes.scatter
+
+    def spy(self, xs, ys, **kwargs):
+        drawn.append((kwargs["label"], list(xs), list(ys)))
+        return original(self, xs, ys, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy)
+    monkeypatch.setattr(matplotlib.axes.Axes, "annotate", lambda self, text, xy, **kw: notes.append((text, xy)))
+    out = plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", hue=["prefill_len"], kind="scatter",
+                   label="kv_policy")
+    assert out.is_file()
+    # the 4096 series holds two rows at batch 4 and two at batch 1: a scatter keeps all four
+    assert drawn == [("4096", [4.0, 1.0, 1.0, 4.0], [40.0, 10.0, 11.0, 44.0]), ("8192", [4.0], [42.0])]
+    assert [t for t, _ in notes] == ["full", "full", "snapstream", "snapstream", "snapstream"]
+    with pytest.raises(InputError, match="add --kind scatter"):
+        plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", label="kv_policy")

@@ -61,11 +61,19 @@ SizeFormula = Callable[["Ctx"], int]
 
 @dataclass(frozen=True)
 class CachedTensor:
-    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token."""
+    """One tensor of a layer's cache: ``heads`` rows of ``width`` elements per token.
+
+    ``scored``: decode attention's scores read it (keys; MLA's latent and RoPE key), so a policy
+    that scores cached tokens against the query (H2O, page digests) reads or summarises it.
+    ``valued``: the weighted sum of values reads it (values; MLA's latent). A tensor that is scored
+    and not valued is a key for quantisation (KIVI's per-channel scales).
+    """
 
     name: str
     width: int
     heads: int
+    scored: bool = True
+    valued: bool = True
 
 
 class AttentionSpec(StrictModel):

@@ -74,7 +74,7 @@ def kv_cache_write(c: Ctx) -> list[Step]:
     return c.simd("kv_cache_write", "scatter", size,
                   reads=(("k_new", c.tokens * _kv_heads(c, c.tp) * d * ACT),
                          ("v_new", c.tokens * _kv_heads(c, c.tp) * d * ACT)),
-                  kv_write=size * c.kv_bytes)
+                  kv_write_elements=size)
 
 
 def _tiles(c: Ctx):
@@ -83,9 +83,9 @@ def _tiles(c: Ctx):
 
 
 def _kv_stream(c: Ctx) -> int:
-    """Bytes of K (or V) tiles streamed: once per computed tile pair and KV head."""
+    """Elements of K (or V) tiles streamed: once per computed tile pair and KV head."""
     cols = sum(cl * n for _, cl, n in _tiles(c))
-    return c.seqs * _kv_heads(c, c.head_ways) * cols * _d(c) * c.kv_bytes
+    return c.seqs * _kv_heads(c, c.head_ways) * cols * _d(c)
 
 
 def _flash(c: Ctx, name: str, qk: bool, extra: dict) -> list[Step]:
@@ -101,7 +101,7 @@ def _flash(c: Ctx, name: str, qk: bool, extra: dict) -> list[Step]:
 def flash_qk(c: Ctx) -> list[Step]:
     """Prefill scores over computed causal tile pairs; K tiles read from the cache."""
     q = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
-    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read=_kv_stream(c)))
+    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read_elements=_kv_stream(c)))
 
 
 def flash_softmax(c: Ctx) -> list[Step]:
@@ -113,7 +113,7 @@ def flash_softmax(c: Ctx) -> list[Step]:
 def flash_pv(c: Ctx) -> list[Step]:
     """Prefill ``P V``; V tiles read from the cache."""
     out = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
-    return _flash(c, "flash_pv", False, dict(kv_read=_kv_stream(c), writes=(("attn_o", out),)))
+    return _flash(c, "flash_pv", False, dict(kv_read_elements=_kv_stream(c), writes=(("attn_o", out),)))
 
 
 def _group(c: Ctx) -> tuple[int, int]:
@@ -125,9 +125,9 @@ def _group(c: Ctx) -> tuple[int, int]:
 def gqa_qk(c: Ctx) -> list[Step]:
     """Decode scores: per sequence and KV head ``[group, d] @ [d, kv_len]``; streams K."""
     kvh, g = _group(c)
-    kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
+    kv = c.seqs * kvh * c.shape.kv_len * _d(c)
     return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
-                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read=kv)
+                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read_elements=kv)
 
 
 def gqa_softmax(c: Ctx) -> list[Step]:
@@ -140,8 +140,8 @@ def gqa_softmax(c: Ctx) -> list[Step]:
 def gqa_pv(c: Ctx) -> list[Step]:
     """Decode ``P V``: per sequence and KV head ``[group, kv_len] @ [kv_len, d]``; streams V."""
     kvh, g = _group(c)
-    kv = c.seqs * kvh * c.shape.kv_len * _d(c) * c.kv_bytes
-    return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read=kv,
+    kv = c.seqs * kvh * c.shape.kv_len * _d(c)
+    return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read_elements=kv,
                   writes=(("attn_o", c.tokens * c.proj_heads * _d(c) * ACT),))
 
 
@@ -192,8 +192,8 @@ class GQAAttentionSpec(AttentionSpec):
 
     def cached_tensors(self) -> tuple[CachedTensor, ...]:
         """Keys and values, ``kv_heads x head_dim`` each."""
-        return (CachedTensor("keys", self.head_dim, self.kv_heads),
-                CachedTensor("values", self.head_dim, self.kv_heads))
+        return (CachedTensor("keys", self.head_dim, self.kv_heads, valued=False),
+                CachedTensor("values", self.head_dim, self.kv_heads, scored=False))
 
     def query_head_dim(self) -> int:
         """``head_dim``."""

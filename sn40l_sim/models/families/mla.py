@@ -111,7 +111,7 @@ def write_latent_cache(c: Ctx) -> list[Step]:
     rows = -(-c.seqs * c.shape.prompt_len // c.head_ways)
     size = rows * _latent(c)
     return c.simd("write_latent_cache", "scatter", size, reads=(("kv_latn", size * ACT),),
-                  kv_write=size * c.kv_bytes)
+                  kv_write_elements=size)
 
 
 def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> list[Step]:
@@ -169,7 +169,7 @@ def cache_write(c: Ctx) -> list[Step]:
     """Decode: write the new token's 576-wide latent row of each of this socket's sequences."""
     size = c.seqs * _latent(c)
     return c.simd("cache_write", "scatter", size, reads=(("kv_latn", c.tokens * _latent(c) * ACT),),
-                  kv_write=size * c.kv_bytes)
+                  kv_write_elements=size)
 
 
 def absorbed_qk(c: Ctx) -> list[Step]:
@@ -178,7 +178,7 @@ def absorbed_qk(c: Ctx) -> list[Step]:
     return c.gemm("absorbed_qk", c.attn_heads, n=kv_len, k=lat, count=c.seqs,
                   reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
                          ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
-                  kv_read=c.seqs * kv_len * lat * c.kv_bytes)
+                  kv_read_elements=c.seqs * kv_len * lat)
 
 
 def absorbed_softmax(c: Ctx) -> list[Step]:
@@ -267,7 +267,7 @@ class MLAAttentionSpec(AttentionSpec):
     def cached_tensors(self) -> tuple[CachedTensor, ...]:
         """The latent and the RoPE key: one row shared by all heads, so a single "KV head"."""
         return (CachedTensor("latent", self.kv_lora_rank, 1),
-                CachedTensor("rope_key", self.qk_rope_head_dim, 1))
+                CachedTensor("rope_key", self.qk_rope_head_dim, 1, valued=False))
 
     def query_head_dim(self) -> int:
         """``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek)."""

@@ -54,7 +54,7 @@ from sn40l_sim.yamlio import PathError, set_value
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
 PATH_KEYS = frozenset({"path", "values"})
 SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible", "objectives"})
-PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where"})
+PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where", "label"})
 
 
 class AxisError(ValueError):
@@ -184,7 +184,7 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where}")
+        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where, label}")
     unknown = sorted(set(spec) - PLOT_KEYS, key=str)
     if unknown:
         raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
@@ -198,15 +198,21 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
     where = spec.get("where")
     if where is not None and (not isinstance(where, dict) or any(isinstance(v, (dict, list)) for v in where.values())):
         raise AxisError("expected a mapping of results column -> value, such as {batch: 16}", ("where",))
-    if spec.get("kind", "line") not in ("line", "bar"):
-        raise AxisError(f"expected line or bar, got {spec['kind']!r}", ("kind",))
+    kind = spec.get("kind", "line")
+    if kind not in ("line", "bar", "scatter"):
+        raise AxisError(f"expected line, bar or scatter, got {kind!r}", ("kind",))
+    label = spec.get("label")
+    if label is not None and not isinstance(label, str):
+        raise AxisError(f"expected a column of results.csv, got {label!r}", ("label",))
+    if label is not None and kind != "scatter":   # what the plot would refuse after every run
+        raise AxisError("labels are written beside the points of a scatter plot: add kind: scatter", ("label",))
     for key in ("logx", "logy"):
         if not isinstance(spec.get(key, False), bool):
             raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
     # the columns must be ones a sweep's results.csv can have: found now, not after every run
     columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
                                                       for i, h in enumerate(hues or [])]
-    columns += [(("where", c), c) for c in (where or {})]
+    columns += [(("where", c), c) for c in (where or {})] + ([("label", label)] if label is not None else [])
     for at, column in columns:
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
             raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",

@@ -136,7 +136,7 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
     return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
                     out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
                     logy=bool(spec.get("logy", False)),
-                    where={str(k): str(v) for k, v in where.items()})
+                    where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"))
 
 
 def _node_field(node: NodeSpec, dotted: str) -> Any:

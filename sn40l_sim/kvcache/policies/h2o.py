@@ -1,0 +1,186 @@
+"""``h2o``: heavy-hitter eviction (H2O, Zhang et al. 2023): a fixed budget of the most recent
+tokens plus the tokens with the largest accumulated attention, evicting during decode
+(Scissorhands keeps the same kind of statistic over a window of recent queries).
+
+Capacity: a ``[heavy | ring of recent tokens]`` cache of ``heavy + recent`` slots per layer,
+plus one FP32 accumulated score per slot and KV head (the policy's state, beside the cache).
+A prompt longer than the budget is compressed in prefill; from then on every decode step adds one
+token and evicts one.
+
+Time (modelling choices; H2O publishes no kernels):
+
+* **Prefill** (``h2o_prefill``, prompts longer than the budget): H2O's score of a prompt token is
+  the attention it received from every later prompt query, summed over heads. FlashAttention
+  (the MHA kernel) never forms those probabilities, so this kernel recomputes the causal
+  ``Q K^T`` tile by tile (the MHA kernel's tiles, FLOPs exactly those of its QK half), normalises
+  each row with the MHA kernel's row statistics (max and sum, FP32, as SnapKV's kernel does:
+  :mod:`sn40l_sim.kvcache.prefill_kernels`), sums columns over query rows and heads, picks the
+  ``heavy`` top positions of ``[0, L - recent)`` and gathers them and the ``recent`` last rows into
+  the fixed cache, writing their scores. Sockets sharing a KV head all-reduce the per-position
+  scores (FP32) and each gathers ``1 / row_shards`` of the rows.
+* **Decode** (``h2o_evict``, every step once the cache is at its budget): the step's attention
+  probabilities of every cached token are needed again (a flash-style decode kernel does not keep
+  them), so the scores are recomputed against the cached keys and softmaxed
+  (:func:`~sn40l_sim.kvcache.decode_kernels.rescore_ops`), summed over the query heads of each KV
+  head, added to the FP32 accumulator (read and written), the lowest-scoring heavy slot is found,
+  and the token leaving the recent ring moves into it (one row and its score, read and written).
+  Sockets sharing a KV head all-reduce their partial sums.
+
+>>> h = H2O.from_params({"budget": 1024})
+>>> (h.heavy, h.recent), h.cache_len(4096, 0), h.cache_len(100, 5), h.static_cache_len(4096, 256)
+((512, 512), 1024, 105, 1024)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Collective, FusedKernel, Operator, ParallelPlan, Shape
+from sn40l_sim.kvcache.base import check_int, register
+from sn40l_sim.kvcache.decode_kernels import decode_shard, rescore_ops, row_width
+from sn40l_sim.kvcache.footprint import KVFootprint
+from sn40l_sim.kvcache.policies.shared import DEFAULT_BUDGET, Budgeted, check_lengths
+from sn40l_sim.kvcache.prefill_kernels import copy_ops, evictable_len
+from sn40l_sim.kvcache.sizing import kv_sharding, query_head_dim
+from sn40l_sim.models.flash import causal_tile_pairs
+from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
+
+#: accumulated scores are FP32
+SCORE_BYTES = DTYPE_BYTES["fp32"]
+
+
+@register
+@dataclass(frozen=True)
+class H2O(Budgeted):
+    """Heavy hitters plus a ring of recent tokens, evicting the lowest accumulated attention.
+
+    Parameters
+    ----------
+    heavy : int
+        Slots for the heavy hitters (default 16384).
+    recent : int
+        Ring of the most recent tokens (default 16384; >= 1). H2O's own runs split the budget
+        evenly between the two, which ``params: {budget: N}`` does too (``recent = N // 2``
+        unless given).
+    """
+
+    name = "h2o"
+    heavy: int = DEFAULT_BUDGET // 2
+    recent: int = DEFAULT_BUDGET // 2
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "heavy", self.heavy, 0)
+        check_int(self.name, "recent", self.recent, 1)
+
+    @classmethod
+    def _split_budget(cls, budget: Any, params: dict[str, Any]) -> dict[str, Any]:
+        recent = params.setdefault("recent", max(1, budget // 2))
+        check_int(cls.name, "recent", recent, 1)
+        if budget < recent:
+            raise InputError(f"KV policy {cls.name!r}: expected budget >= recent = {recent}, got {budget}",
+                             field="budget")
+        if "heavy" in params and params["heavy"] != budget - recent:
+            raise InputError(f"KV policy {cls.name!r}: budget {budget} != heavy {params['heavy']} + recent "
+                             f"{recent}; give budget or heavy, not both", field="budget")
+        params["heavy"] = budget - recent
+        return params
+
+    @property
+    def budget(self) -> int:
+        """Slots of the cache: ``heavy + recent``."""
+        return self.heavy + self.recent
+
+    def cache_len(self, prompt_len: int, generated: int) -> int:
+        check_lengths(prompt_len, generated, "generated")
+        return min(prompt_len + generated, self.budget)
+
+    def static_cache_len(self, prompt_len: int, max_new_tokens: int) -> int:
+        check_lengths(prompt_len, max_new_tokens, "max_new_tokens")
+        return min(prompt_len + max_new_tokens, self.budget)
+
+    def footprint(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> KVFootprint:
+        slots = self.static_cache_len(prompt_len, max_new_tokens)
+        return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES)
+
+    def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
+        if prompt_len <= self.budget:
+            return []
+        return [h2o_prefill_kernel(model, prompt_len, tp, heavy=self.heavy, recent=self.recent)]
+
+    def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
+        if shape.kv_len < self.budget:
+            return []   # the static cache never fills: nothing is ever evicted
+        return [h2o_evict_kernel(model, shape, plan, heavy=self.heavy)]
+
+
+def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int, recent: int) -> FusedKernel:
+    """The H2O prompt compression of one layer, per socket shard under ``tp`` (module docstring)."""
+    shard = kv_sharding(model, tp)
+    qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
+    d = query_head_dim(model)
+    flash = template_for(model).flash
+    tiles = causal_tile_pairs(prompt_len, flash.block_q, flash.block_kv)
+    # each query row's (max, sum) from the MHA kernel, and the queries themselves
+    q_bytes = prompt_len * qh * (d * ACT_BYTES + 2 * SCORE_BYTES)
+    streamed = sum(cols * pairs for _, cols, pairs in tiles)
+    ops: list[Operator] = []
+    if model.attention.prefill_key_source == "activations":
+        # per-head keys written by the QKV kernel (MLA), streamed once per tile pair as MHA does
+        first = dict(act_in_bytes=q_bytes + qh * streamed * d * ACT_BYTES)
+    else:
+        key_elems = kvh * streamed * d
+        first = dict(act_in_bytes=q_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems))
+        if kv_quantised(model):
+            ops.append(Operator("h2o_dequant_keys", "elementwise", elements=key_elems, dtype=kv_op_dtype(model)))
+    for i, (rows, cols, pairs) in enumerate(tiles):
+        ops.append(Operator("h2o_scores" if i == 0 else f"h2o_scores#{i + 1}", "gemm",
+                            flops=2 * rows * cols * d * qh * pairs, m=rows, n=cols, k=d, count=qh * pairs,
+                            **(first if i == 0 else {})))
+    scores = qh * sum(rows * cols * pairs for rows, cols, pairs in tiles)
+    evict = evictable_len(prompt_len, 0, recent)
+    ops += [
+        # exp(s / sqrt(d) - max) / sum with the row's statistics, masked above the diagonal
+        Operator("h2o_probs", "elementwise", elements=scores, transcendentals=scores, dtype="fp32"),
+        # over the query rows and this socket's heads of each KV head: one score per position
+        Operator("h2o_column_sums", "reduction", elements=scores, dtype="fp32"),
+        Operator("h2o_topk", "topk", elements=kvh * evict, dtype="fp32"),
+    ]
+    ops += copy_ops("gather_heavy", "heavy_rows", model, math.ceil(min(heavy, evict) / rs), kvh, gather=True)
+    ops += copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / rs), kvh, gather=True)
+    # the kept tokens' accumulated scores start the decode accumulator
+    ops.append(Operator("write_scores", "elementwise", elements=kvh * (heavy + recent), dtype="fp32",
+                        kv_write_bytes=kvh * (heavy + recent) * SCORE_BYTES))
+    collectives: tuple[Collective, ...] = ()
+    if rs > 1:
+        collectives = (Collective("all_reduce", kvh * prompt_len * SCORE_BYTES, rs, name="h2o_scores"),)
+    return FusedKernel(name="h2o_prefill", kind="h2o_prefill", phase="prefill", operators=tuple(ops),
+                       collectives=collectives, shards=tp)
+
+
+def h2o_evict_kernel(model: ModelSpec, shape: Shape, plan: ParallelPlan, *, heavy: int) -> FusedKernel:
+    """The H2O accumulation and eviction of one layer in one decode step, per socket shard."""
+    shard = decode_shard(model, shape, plan)
+    kv_len, seqs, kvh = shape.kv_len, shard.seqs, shard.kv_heads
+    slots = seqs * kvh * kv_len
+    ops = rescore_ops(model, shard, kv_len, "h2o")
+    moved = math.ceil(seqs * kvh * row_width(model) / shard.row_shards)
+    ops += [
+        Operator("h2o_sum_heads", "reduction", elements=seqs * shard.query_heads * kv_len, dtype="fp32"),
+        Operator("h2o_accumulate", "elementwise", elements=slots, dtype="fp32",
+                 kv_read_bytes=slots * SCORE_BYTES, kv_write_bytes=slots * SCORE_BYTES),
+        # the lowest accumulated score among the heavy slots (the loser is evicted)
+        Operator("h2o_argmin", "topk", elements=seqs * kvh * max(heavy, 1), dtype="fp32"),
+        # the token leaving the recent ring takes that slot: its row and its score
+        Operator("h2o_move_row", "scatter", elements=moved,
+                 kv_read_bytes=kv_stored_bytes(model, moved) + seqs * kvh * SCORE_BYTES,
+                 kv_write_bytes=kv_stored_bytes(model, moved) + seqs * kvh * SCORE_BYTES),
+    ]
+    collectives: tuple[Collective, ...] = ()
+    if shard.row_shards > 1:
+        collectives = (Collective("all_reduce", slots * SCORE_BYTES, shard.row_shards, name="h2o_scores"),)
+    return FusedKernel(name="h2o_evict", kind="h2o_evict", phase="decode", operators=tuple(ops),
+                       collectives=collectives, shards=plan.sockets)
