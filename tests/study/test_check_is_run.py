@@ -21,6 +21,7 @@ def test_every_shipped_file_passes_check(capsys):
     assert out.count("ok: ") == len(SHIPPED) == 18
     assert "(kind: kernels)" in out and "(kind: reference (20 measurements))" in out
     assert "(kind: experiment (a sweep of 100 runs))" in out
+    assert "kv_policies.yaml (kind: experiment (a sweep of 52 runs))" in out   # a scatter plot with labels
 
 
 @pytest.mark.parametrize("path", [p for p in SHIPPED if "graphs" not in p.parts or "kernels" in p.name],
@@ -50,6 +51,22 @@ REFUSED = {
     "missing trace file": (("kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, "
                             "high: 512}", "kind: trace\n  path: nowhere.csv"), "workload.path: trace file"),
     "no workload": (("workload:\n  kind: poisson", "unused:\n  kind: poisson"), None),
+    "H2O parameter": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: h2o, params: {budget: 1024, "
+                       "recent: .nan}"), "policies[1].params.recent: KV policy 'h2o': expected an integer >= 1"),
+    "ArkVale store in a tier the node lacks": (
+        ("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: arkvale, prompt_fraction: {budget: 0.25}, "
+         "params: {tier: hbm3}"), "policies[1].params.tier: the hardware (SN40L-8) has no memory tier 'hbm3'"),
+    "ArkVale recall fraction": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: arkvale, "
+                                 "prompt_fraction: {budget: 0.25}, params: {recall_fraction: .inf}"),
+                                "policies[1].params.recall_fraction: KV policy 'arkvale': expected a fraction"),
+    "integer KV without scales": (("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.25}, "
+                                   "model_overrides: {kv_dtype: int4}"),
+                                  "policies[1].model_overrides.kv_quant: kv_dtype int4 stores integers"),
+    "salient fraction of every token": (
+        ("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.25}, model_overrides: {kv_dtype: int4, "
+         "kv_quant: {group: 32, salient: {fraction: 1, dtype: int8}}}"),
+        "policies[1].model_overrides.kv_quant.salient.fraction: expected a salient token fraction greater than 0 and "
+        "less than 1"),
 }
 
 
@@ -87,6 +104,10 @@ SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()
     ("infeasible: skip", "infeasible: maybe", "sweep.infeasible: expected fail or skip"),
     ("plot: {x: batch,", "plot: {where: batch, x: batch,", "sweep.plot.where"),
     ("plot: {x: batch,", "plot: {x: batchez,", "sweep.plot.x"),
+    ("plot: {x: batch,", "plot: {label: kv_policy, x: batch,",
+     "sweep.plot.label: labels are written beside the points of a scatter plot"),
+    ("plot: {x: batch,", "plot: {kind: scatter, label: kv_policys, x: batch,", "sweep.plot.label: 'kv_policys'"),
+    ("plot: {x: batch,", "plot: {kind: pie, x: batch,", "sweep.plot.kind: expected line, bar or scatter"),
 ])
 def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
     assert old in SWEEP
