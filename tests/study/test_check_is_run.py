@@ -51,6 +51,8 @@ REFUSED = {
     "missing trace file": (("kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, "
                             "high: 512}", "kind: trace\n  path: nowhere.csv"), "workload.path: trace file"),
     "no workload": (("workload:\n  kind: poisson", "unused:\n  kind: poisson"), None),
+    "empty policy name": (("{name: snapstream, policy", "{name: '', policy"),
+                          "policies[1].name: expected a name for the policy's points and results rows, got ''"),
     "H2O parameter": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: h2o, params: {budget: 1024, "
                        "recent: .nan}"), "policies[1].params.recent: KV policy 'h2o': expected an integer >= 1"),
     "ArkVale store in a tier the node lacks": (
