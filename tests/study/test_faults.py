@@ -183,3 +183,15 @@ def test_no_worker_outlives_a_killed_sweep(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)           # no handler runs: the workers must notice alone
     proc.wait(timeout=10)
     assert _gone(workers, 10)
+
+
+def test_sigterm_stops_a_sweep_and_its_workers(tmp_path):
+    proc, out, workers = _start_sweep(tmp_path)
+    start = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)           # to the main process only, as a job scheduler sends it
+    assert proc.wait(timeout=30) == 143
+    assert time.monotonic() - start < 10
+    err = (tmp_path / "stderr.txt").read_text()
+    assert err.count("\n") == 1 and err.startswith("terminated (SIGTERM)") and "Traceback" not in err, err
+    assert _gone(workers, 5)
+    assert read_status(out)["status"] == "interrupted"
