@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sn40l_sim.report.outputs import atomic_path
+
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Draw the plot to ``path`` (PNG or SVG by suffix) and return the path."""
@@ -62,6 +64,7 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     if title:
         fig.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
+    with atomic_path(path) as temporary:   # whole or absent, never a truncated image
+        fig.savefig(temporary, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
     plt.close(fig)
     return path

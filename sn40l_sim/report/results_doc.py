@@ -38,7 +38,7 @@ regression goldens read the same declaration.
 - **Opt-in**: fields of a group that a record carries only when its experiment asks for the group
   with `report: {extra_fields: [<group>]}` (so other experiments' results stay as they were).
 
-The fields marked **(§5)** are the results contract of DESIGN.md §5: never renamed or dropped.
+The fields marked **(§5)** are the results contract of [design.md](design.md) §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies
 of a point simulated without a workload.
 

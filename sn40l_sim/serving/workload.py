@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.schema import POSITIVE_COUNT, TIME
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,9 @@ def read_trace(path: Path) -> list[TraceRow]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a text file (byte {exc.start} is not UTF-8); expected a CSV or JSONL trace",
+                         file=path) from None
     records: list[tuple[int, dict]] = []
     if path.suffix == ".jsonl":
         for number, line in enumerate(text.splitlines(), start=1):
@@ -188,13 +192,13 @@ def _trace_row(path: Path, number: int, item: dict) -> TraceRow:
             raise InputError("missing value", file=path, field=column, line=number)
         try:
             value = float(item[column]) if column == "arrival_s" else _integer(item[column])
-        except (TypeError, ValueError):
-            raise InputError(f"expected a number, got {item[column]!r}", file=path, field=column,
-                             line=number) from None
-        if (column == "arrival_s" and not value >= 0) or (column != "arrival_s" and value < 1):
-            raise InputError(f"expected {'a time >= 0' if column == 'arrival_s' else 'an integer >= 1'}, "
-                             f"got {item[column]!r}", file=path, field=column, line=number)
-        values.append(value)
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"expected {'a number' if column == 'arrival_s' else 'an integer'}, got "
+                             f"{item[column]!r}", file=path, field=column, line=number) from None
+        try:  # the schema's ranges: a time in seconds, a token count
+            values.append(TIME(value) if column == "arrival_s" else POSITIVE_COUNT(value))
+        except ValueError as exc:
+            raise InputError(str(exc), file=path, field=column, line=number) from None
     return values[0], values[1], values[2], f"{path.name} line {number}"
 
 

@@ -17,13 +17,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, Seconds, StrictModel
+from sn40l_sim.schema import MAX_COUNT, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
 from sn40l_sim.serving.speculation import Speculation
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
 POWERS_OF_TWO_BATCH = tuple(2**i for i in range(13))            # 1 .. 4096
 POWERS_OF_TWO_PREFILL = tuple(2**i for i in range(21))          # 1 .. 1 Mi tokens
+
+
+#: the physical ranges of the plain numbers of these sections (the quantity types carry their own)
+Tokens = ranged(Range("token count", 1, MAX_COUNT, "1", f"{MAX_COUNT} tokens"))
+LogSigma = ranged(Range("log-space sigma", 0, 10, "0", "10", low_open=True))
+RequestRate = ranged(Range("positive request rate", 0, 1e6, "0", "1e6 requests/s", "requests/s", low_open=True))
+#: speculative decoding: drafts a verify step checks per sequence (published schemes use a few)
+Drafts = Annotated[NonNegativeInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
+#: the probability that a draft is accepted when the drafts before it were
+Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
 
 
 def _int_is_constant(value: Any) -> Any:
@@ -52,8 +62,8 @@ class LognormalLength(StrictModel):
     ``[low, high]`` (``high`` defaults to the point's prompt length / ``max_new_tokens``)."""
 
     dist: Literal["lognormal"]
-    median: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(gt=0)]
+    median: Tokens
+    sigma: LogSigma
     low: PositiveInt = 1
     high: PositiveInt | None = None
 
@@ -88,7 +98,7 @@ class PoissonWorkload(StrictModel):
     """``count`` requests with exponential inter-arrival times of mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"]
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: RequestRate
     count: PositiveInt | Literal["batch"] = "batch"
     rounds: PositiveInt = 1
     #: default: every prompt has the point's prompt length
@@ -106,12 +116,6 @@ class TraceWorkload(StrictModel):
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
 
 
-def _not_a_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a probability in [0, 1], got {value!r}")
-    return value
-
-
 class SpeculativeSection(StrictModel):
     """Speculative decoding with the model's multi-token-prediction (MTP) module as the draft.
 
@@ -123,8 +127,8 @@ class SpeculativeSection(StrictModel):
     assumed 80% acceptance", REFERENCE.md section 3).
     """
 
-    drafts: NonNegativeInt
-    acceptance: Annotated[float, BeforeValidator(_not_a_bool), Field(ge=0, le=1)]
+    drafts: Drafts
+    acceptance: Acceptance
 
     def speculation(self) -> Speculation:
         """The serving model's :class:`~sn40l_sim.serving.speculation.Speculation`."""

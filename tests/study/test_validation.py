@@ -96,24 +96,48 @@ def test_validate_meets_the_acceptance_figures_at_the_shipped_calibration(capsys
 
 def test_bad_reference_files_are_located_errors(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: reference\nmeasurements:\n  - {id: x, quantity: q, source: s, "
+    bad.write_text("kind: reference\nmeasurements:\n  - {id: x, quantity: max_batch, source: s, "
                    "experiment: nowhere.yaml, point: p, calibration: true}\n")
-    with pytest.raises(InputError, match="experiment file not found") as err:
+    with pytest.raises(InputError, match="experiment file 'nowhere.yaml' not found") as err:
         load_references([bad])
-    assert err.value.line == 3
+    assert err.value.line == 3 and err.value.field == "measurements[0].experiment"
     bad.write_text("kind: reference\nmeasurements:\n  - {id: x, quantity: q, source: s, value: 1,"
                    " tolerance: {abs: 1, rel: 1}, experiment: e.yaml, point: p, calibration: true}\n")
     assert main(["validate", str(bad)]) == 2
     assert "exactly one of abs, rel or range" in capsys.readouterr().err
 
 
-def test_a_point_missing_from_the_experiment_is_named(tmp_path):
-    (tmp_path / "e.yaml").write_text("kind: experiment\n")
+EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
+
+
+@pytest.mark.parametrize("entry, field, words", [
+    ("quantity: no_such_field", "quantity", "unknown results field 'no_such_field'"),
+    ("quantity: memory, key: hbm", "quantity", "not a number or a mapping of numbers by one key"),
+    ("quantity: model", "quantity", "not a number"),
+    ("quantity: prefill_kernel_share", "key", "is a mapping by kernel: give the key"),
+    ("quantity: max_batch, key: x", "key", "holds one number: remove key"),
+    ("quantity: max_batch, value: -3", "value", "expected a measured value from 0"),
+    ("quantity: max_batch, value: .nan", "value", "finite"),
+    ("quantity: max_batch, point: nope", "point", "names point 'nope', but llama8b_node8.yaml has ['full', 'snapstream']"),
+])
+def test_bad_measurements_are_one_located_line(tmp_path, capsys, entry, field, words):
     ref = tmp_path / "r.yaml"
-    ref.write_text("kind: reference\nmeasurements:\n  - {id: x, quantity: q, source: s, "
-                   "experiment: e.yaml, point: nope, calibration: true}\n")
-    with pytest.raises(InputError, match="names point 'nope'") as err:
-        compare(load_references([ref]), lambda path: [{"name": "full", "q": 1.0}])
+    fields = dict(item.split(": ") for item in entry.split(", "))
+    fields = {"id": "x", "source": "s", "experiment": str(EXPERIMENT), "point": "full", "calibration": "true", **fields}
+    ref.write_text("kind: reference\nmeasurements:\n  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items())
+                   + "}\n")
+    for command in ("validate", "check"):
+        assert main([command, str(ref)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"r.yaml:3: measurements[0].{field}: " in err and words in err, err
+
+
+def test_a_quantity_without_a_value_in_a_steps_only_evaluation_is_named(tmp_path):
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: ttft_s, source: s, "
+                   f"experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
+    with pytest.raises(InputError, match="ttft_s has no value in this evaluation") as err:
+        compare(load_references([ref]), lambda path: [{"name": "full", "ttft_s": None}])
     assert err.value.file.endswith("r.yaml") and err.value.line == 3
 
 
@@ -133,7 +157,10 @@ def test_fit_recovers_known_parameters_within_bounds():
         return [Comparison(r, values[r.measurement.quantity]) for r in references]
 
     socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
-    result = fit(refs, socket, evaluate, max_evaluations=80)
+    passes: list[tuple[int, float]] = []
+    result = fit(refs, socket, evaluate, max_evaluations=80, progress=lambda n, cost: passes.append((n, cost)))
+    assert [n for n, _ in passes] == list(range(1, len(passes) + 1)) and len(passes) > 3   # one line per pass
+    assert passes[-1][1] < passes[0][1]
     fitted = dict(zip(result.names, result.fitted, strict=True))
     assert fitted[hbm] == pytest.approx(0.6, rel=0.02)
     assert fitted[systolic] == pytest.approx(0.8, rel=0.02)
