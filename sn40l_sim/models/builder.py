@@ -62,6 +62,8 @@ from sn40l_sim.models.tensors import dense_layer_count
 OPTIONS = {"expert_loading": "touched", "routing_skew": 0.0, "template": None}
 #: the largest Zipf exponent of expert popularity (10 already puts almost every token on one expert)
 MAX_ROUTING_SKEW = 10
+#: the most speculative drafts a verify step checks (serving.speculative.drafts declares the same range)
+MAX_DRAFTS = 15
 
 
 class KVPolicyHooks(Protocol):
@@ -204,6 +206,9 @@ def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
         raise InputError(f"shape: prefill needs prompt_len >= 1, got {shape.prompt_len}")
     if shape.phase == "decode" and shape.kv_len < 1:
         raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
+    if not 0 <= shape.drafts <= MAX_DRAFTS:
+        raise InputError(f"shape: drafts must be from 0 to {MAX_DRAFTS} (each runs the MTP module once), "
+                         f"got {shape.drafts}")
     if shape.phase not in ("prefill", "decode"):
         raise InputError(f"shape: phase must be 'prefill' or 'decode', got {shape.phase!r}")
     drafts = shape.drafts
