@@ -151,7 +151,7 @@ def describe_kernels(path: str | Path) -> str:
     """Each phase's blocks and kernels of a kernel template: operators and collectives.
 
     >>> text = describe_kernels("graphs/kernels_llama.yaml")
-    >>> "decode: head [embedding], dense_layer [attention, ffn]" in text
+    >>> "decode: head [embedding], dense_layer [decoder], tail [lm_head, sampling]" in text
     True
     """
     from sn40l_sim.models.template import load_templates

@@ -20,7 +20,7 @@ Which experts' weights a call streams is the option ``expert_loading``:
 ``"all"``
     a static fused MoE kernel that walks every expert, preloading the next one's weights, so each
     call streams all ``E`` experts' shards whatever the routing: the SnapStream paper's DeepSeek
-    deployment describes its MoE FFN this way (REFERENCE.md section 3, "all experts in one fused
+    deployment describes its MoE FFN this way (docs/reference.md §3, "all experts in one fused
     kernel that preloads the next expert's weights"), and the experiments that reproduce it set it.
 
 The router is replicated: after the output projection's all-reduce every socket holds every

@@ -124,7 +124,7 @@ class SpeculativeSection(StrictModel):
     ``acceptance`` when the ones before it were: a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens
     per sequence on average (:mod:`sn40l_sim.serving.speculation`). The model needs an ``mtp``
     section. The SnapStream paper's setting is ``{drafts: 2, acceptance: 0.8}`` (its "x 2.4 at an
-    assumed 80% acceptance", REFERENCE.md section 3).
+    assumed 80% acceptance", docs/reference.md §3).
     """
 
     drafts: Drafts

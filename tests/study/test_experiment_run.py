@@ -91,7 +91,7 @@ def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp
     bad_option.write_text(text + "graph_options: {expert_loading: some}\n")
     assert main(["run", str(bad_option), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options.expert_loading: expected 'all'" in err
+    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options.expert_loading: expected 'touched' or 'all'" in err
     too_big = tmp_path / "plan.yaml"
     too_big.write_text(text.replace("decode: {tp: 8, attention_dp: 8}", "decode: {tp: 16, attention_dp: 16}"))
     assert main(["run", str(too_big), "--quiet"]) == 2
@@ -158,7 +158,7 @@ def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
         # a model without an MTP module has nothing to draft with
         ("  speculative: {drafts: 2, acceptance: 0.8}\n",
          "serving.speculative.drafts: model 'llama-3.1-8b' has no mtp section"),
-        ("  speculative: {drafts: 2, acceptance: 2}\n", "serving.speculative.acceptance: Input should be less"),
+        ("  speculative: {drafts: 2, acceptance: 2}\n", "serving.speculative.acceptance: expected an acceptance probability from 0 to 1"),
         # the former multiplier: refused, saying what to write instead
         ("  tokens_per_forward: 2.4\n", "serving.tokens_per_forward: no longer a multiplier"),
     ]
@@ -174,4 +174,4 @@ def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
     options.write_text(text + "graph_options: {include_mtp: true}\n")
     assert main(["run", str(options), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "graph_options: include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err
+    assert "graph_options.include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err
