@@ -1,8 +1,10 @@
-"""Error types that the CLI turns into one clear line and exit status 2.
+"""Error types that the CLI turns into one clear line and an exit status.
 
 Anything raised as :class:`InputError` (or a subclass) is the user's to fix: a bad file, a bad
-field, an infeasible configuration. Any other exception is a bug in the simulator and is allowed
-to traceback.
+field, an infeasible configuration (exit status 2). An :class:`InvariantError` is a physical
+invariant a run broke: a bug in the simulator, named, never a silently wrong number (exit status 3).
+:class:`Terminated` is SIGTERM, as ``KeyboardInterrupt`` is Ctrl-C (exit status 143 and 130). Any
+other exception is a bug in the simulator and is allowed to traceback.
 """
 from __future__ import annotations
 
@@ -48,3 +50,27 @@ class InputError(Exception):
 class InfeasibleError(InputError):
     """A well-formed configuration that cannot run: the model does not fit, the batch exceeds the KV
     capacity, a kernel cannot be placed. The message says what does not fit and by how much."""
+
+
+class InvariantError(Exception):
+    """A physical invariant a simulated run broke (bytes not conserved, a request served twice, a
+    tier over its capacity, a unit above its peak): a bug, not bad input.
+
+    Examples
+    --------
+    >>> str(InvariantError("bytes_conserved", "hbm: 10 B moved, kernels account for 12 B", point="full"))
+    'invariant bytes_conserved violated at point full: hbm: 10 B moved, kernels account for 12 B'
+    """
+
+    def __init__(self, invariant: str, detail: str, *, point: str | None = None) -> None:
+        super().__init__(invariant, detail)
+        self.invariant, self.detail, self.point = invariant, detail, point
+
+    def __str__(self) -> str:
+        where = f" at point {self.point}" if self.point else ""
+        return f"invariant {self.invariant} violated{where}: {self.detail}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by the CLI's handler so that a run stops as it does on
+    Ctrl-C (workers stopped, finished work kept, outputs marked interrupted)."""

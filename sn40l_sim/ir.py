@@ -30,7 +30,7 @@ DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "int32": 32, "int8": 8, "fp8":
 #: sized from :data:`DTYPE_BITS`)
 DTYPE_BYTES = {name: bits // 8 for name, bits in DTYPE_BITS.items() if bits % 8 == 0}
 #: activations, between kernels and on chip, are BF16: the SN40L PCU computes in BF16 and widens
-#: FP8 weights before the systolic array (REFERENCE.md section 1)
+#: FP8 weights before the systolic array (docs/reference.md §1)
 ACT_BYTES = DTYPE_BYTES["bf16"]
 
 

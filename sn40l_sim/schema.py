@@ -1,9 +1,17 @@
-"""Shared pieces of the pydantic schemas: a strict frozen base model, quantity field types, and
-:func:`validate` which turns a pydantic error into one :class:`~sn40l_sim.errors.InputError`
-that names the file, the field path and the line.
+"""Shared pieces of the pydantic schemas: a strict frozen base model, quantity field types with
+their physical ranges (:class:`Range`), and :func:`validate` which turns a pydantic error into one
+:class:`~sn40l_sim.errors.InputError` that names the file, the field path and the line.
+
+Every number a file gives is finite and inside the range its type (or its field) declares, with
+the unit; nothing is coerced silently: a count takes an integer (not ``4.5``, ``yes`` or ``"8"``),
+a plain number takes a number (not text), a quantity takes a number in its base unit or text with
+a unit of its kind (``"64 GiB"``).
 """
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
@@ -20,53 +28,147 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, validate_default=True)
 
 
-def _positive(value: float) -> float:
-    if not value > 0:
-        raise ValueError(f"expected a positive value, got {value:g}")
-    return value
+@dataclass(frozen=True)
+class Range:
+    """The physical range of a number field, declared once with its unit: every value is finite and
+    inside it, or the file is refused with one line saying the range (pydantic runs it after
+    parsing, as an ``AfterValidator``).
+
+    The quantity types below carry their range, so a field declared with a type has it; a field
+    with a range of its own says so at the field (``Annotated[float, Number, Range(...)]``).
+
+    Examples
+    --------
+    >>> BANDWIDTH(2.5e12)
+    2500000000000.0
+    >>> BANDWIDTH(2.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a bandwidth from 1 MB/s to 1 PB/s, got 2.5 B/s
+    >>> BANDWIDTH(float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a finite bandwidth from 1 MB/s to 1 PB/s, got nan
+    """
+
+    what: str
+    low: float
+    high: float
+    #: the bounds as the message shows them, with their unit
+    low_text: str
+    high_text: str
+    #: the unit of a value in a message
+    unit: str = ""
+    #: ``(low, high]``: the low bound itself is refused
+    low_open: bool = False
+    #: ``[low, high)``: the high bound itself is refused
+    high_open: bool = False
+
+    def text(self) -> str:
+        """``from 1 MB/s to 1 PB/s``, ``greater than 0 B and at most 1 PiB`` or ``greater than 0 and
+        less than 1``."""
+        high = f"less than {self.high_text}" if self.high_open else f"at most {self.high_text}"
+        if self.low_open:
+            return f"greater than {self.low_text} and {high}"
+        if self.high_open:
+            return f"from {self.low_text} and {high}"
+        return f"from {self.low_text} to {self.high_text}"
+
+    def __call__(self, value: Any) -> Any:
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite {self.what} {self.text()}, got {value}")
+        low_ok = value > self.low if self.low_open else value >= self.low
+        high_ok = value < self.high if self.high_open else value <= self.high
+        if not (low_ok and high_ok):
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            article = "an" if self.what[:1] in "aeiou" else "a"
+            raise ValueError(f"expected {article} {self.what} {self.text()}, got {shown}"
+                             f"{' ' + self.unit if self.unit else ''}")
+        return value
 
 
-def _non_negative(value: float) -> float:
-    if value < 0:
-        raise ValueError(f"expected a value >= 0, got {value:g}")
-    return value
+#: largest count a field takes (token counts, batches, layers, units): 2**31 - 1
+MAX_COUNT = 2**31 - 1
+
+SIZE = Range("positive size", 0, 2.0**50, "0 B", "1 PiB", "B", low_open=True)
+SIZE_OR_ZERO = Range("size", 0, 2.0**50, "0 B", "1 PiB", "B")
+BANDWIDTH = Range("bandwidth", 1e6, 1e15, "1 MB/s", "1 PB/s", "B/s")
+FREQUENCY = Range("frequency", 1e6, 1e11, "1 MHz", "100 GHz", "Hz")
+TIME = Range("time", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s")
+FLOP_RATE = Range("FLOP rate", 1e6, 1e21, "1 MFLOPS", "1 ZFLOPS", "FLOP/s")
+FRACTION = Range("fraction", 0, 1, "0", "1", low_open=True)
+POSITIVE_COUNT = Range("positive integer", 1, MAX_COUNT, "1", f"{MAX_COUNT} (2**31 - 1)")
+COUNT = Range("integer", 0, MAX_COUNT, "0", f"{MAX_COUNT} (2**31 - 1)")
 
 
 def _quantity(kind: str):
     return BeforeValidator(lambda v: parse_quantity(v, kind))
 
 
+def _plain_number(value: Any) -> Any:
+    # YAML gives text for "12 tokens" or a quoted "0.5", and a bool for true: a number field
+    # takes a number, never a string or a bool converted behind the user's back
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return value
+
+
+#: a plain number (no unit, no text); give it a :class:`Range` at the field
+Number = BeforeValidator(_plain_number)
+
 #: sizes in bytes, from ``"64 GiB"`` or a number
-Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_positive)]
-BytesOrZero = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative)]
+Bytes = Annotated[float, _quantity("bytes"), AfterValidator(SIZE)]
+BytesOrZero = Annotated[float, _quantity("bytes"), AfterValidator(SIZE_OR_ZERO)]
 #: bandwidth in bytes/s, from ``"1.6 TB/s"``
-BytesPerSecond = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive)]
+BytesPerSecond = Annotated[float, _quantity("bandwidth"), AfterValidator(BANDWIDTH)]
 #: frequency in Hz, from ``"1.6 GHz"``
-Hertz = Annotated[float, _quantity("frequency"), AfterValidator(_positive)]
+Hertz = Annotated[float, _quantity("frequency"), AfterValidator(FREQUENCY)]
 #: time in seconds, from ``"150 ns"``
-Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative)]
+Seconds = Annotated[float, _quantity("time"), AfterValidator(TIME)]
 #: FLOP/s, from ``"638 TFLOPS"``
-FlopsPerSecond = Annotated[float, _quantity("flops"), AfterValidator(_positive)]
+FlopsPerSecond = Annotated[float, _quantity("flops"), AfterValidator(FLOP_RATE)]
 
 
 def _strict_int(value: Any) -> Any:
-    # YAML gives bools and floats for typos like "yes" or "4.5"; a count must be an integer
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+    # YAML gives bools, floats and text for typos like "yes", "4.5" or "8 sockets"; a count must be
+    # an integer (an integral float such as 4.0 is one)
+    if isinstance(value, bool) or isinstance(value, str) \
+            or (isinstance(value, float) and not value.is_integer()):
         raise ValueError(f"expected an integer, got {value!r}")
+    # an integral float becomes the integer it is (pydantic refuses one as large as 1e30 with a
+    # message of its own; the range then says what is expected)
+    return int(value) if isinstance(value, float) else value
+
+
+PositiveInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(POSITIVE_COUNT)]
+NonNegativeInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(COUNT)]
+Fraction = Annotated[float, Number, AfterValidator(FRACTION)]
+#: operations per unit (a lane, a stage) per clock cycle
+RATE_PER_CYCLE = Range("positive rate per cycle", 0, 1024, "0", "1024 per cycle", low_open=True)
+RatePerCycle = Annotated[float, Number, AfterValidator(RATE_PER_CYCLE)]
+
+
+def _plain_name(value: Any) -> Any:
+    if not isinstance(value, str) or not _PLAIN_NAME.match(value):
+        raise ValueError(f"expected a plain name (letters, digits and . _ + -, starting with a letter or digit, "
+                         f"at most 100 characters: it names the output folder), got {value!r}")
     return value
 
 
-PositiveInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(_positive)]
-NonNegativeInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(_non_negative)]
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+#: a name that is also a folder name: no path separator, not ``..``, no leading dot or dash
+PlainName = Annotated[str, BeforeValidator(_plain_name)]
 
 
-def _fraction(value: float) -> float:
-    if not 0 < value <= 1:
-        raise ValueError(f"expected a fraction in (0, 1], got {value:g}")
-    return value
+def ranged(number_range: Range) -> Any:
+    """A plain-number type with its own range, e.g. ``ranged(Range("multiplier", 1, 16, "1", "16"))``."""
+    return Annotated[float, Number, AfterValidator(number_range)]
 
 
-Fraction = Annotated[float, AfterValidator(_fraction)]
+#: every range declared here, by the name of the type that carries it (docs/robustness.md lists them)
+RANGES = {"Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
+          "Seconds": TIME, "FlopsPerSecond": FLOP_RATE, "Fraction": FRACTION, "PositiveInt": POSITIVE_COUNT,
+          "NonNegativeInt": COUNT, "RatePerCycle": RATE_PER_CYCLE}
 
 
 def validate(model: type[M], doc: Document, at: FieldPath = (),

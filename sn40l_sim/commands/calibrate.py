@@ -5,7 +5,8 @@ fitted by bounded least squares within the physical bounds declared in the schem
 (sn40l_sim/hardware/spec.py), with a weak pull towards the YAML's current values
 (sn40l_sim/study/calibration.py says why). Prints the fitted values and every residual; with --write,
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
-or a node file's socket_overrides), with a provenance note. No parameter is specific to one
+or a node file's socket_overrides), with a provenance note. Each simulation pass of the fit is
+reported on stderr as it ends (--quiet: none). No parameter is specific to one
 experiment: the same values serve every experiment on that hardware.
 
 example:
@@ -15,6 +16,8 @@ example:
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 
 
@@ -27,13 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evaluations", type=int, default=40,
                         help="simulation budget of the fit (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.calibration import fit, fixed_parameters, leave_one_out, write_back
+    from sn40l_sim.study.calibration import fit, fitted_names, fixed_parameters, leave_one_out, write_back
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
 
@@ -47,14 +51,27 @@ def run(args: argparse.Namespace) -> int:
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}
         return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides))
 
-    result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations)
+    started = time.perf_counter()
+
+    def progress(passes: int, cost: float) -> None:
+        if not args.quiet:
+            print(f"calibrate: simulation pass {passes} (budget {args.max_evaluations} plus the solver's "
+                  f"derivatives), cost {cost:.4g}, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+    if not args.quiet:
+        used = [r for r in references if r.measurement.calibration and r.measurement.value is not None]
+        print(f"calibrate: fitting {len(fitted_names(socket))} parameters of {args.hardware} to {len(used)} "
+              f"calibration measurements; each pass simulates {len({r.experiment_path for r in used})} "
+              "experiment(s) (a minute or more in all)", file=sys.stderr, flush=True)
+    result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations, progress=progress)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
         print(f"{name:34s} {s:12.6g} {f:12.6g}")
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
-    print(f"\nleave one out: refitting without each calibration point ({len(result.names)} more passes) ...",
-          flush=True)
+    if not args.quiet:
+        print(f"calibrate: leave one out, refitting without each calibration point ({len(result.names)} more "
+              "passes) ...", file=sys.stderr, flush=True)
     loo = LeaveOneOut(dict(zip(result.names, result.fitted, strict=True)),
                       leave_one_out(result, socket, evaluate), method="refit without the point on the simulator "
                       "linearised at the fit (study/calibration.py, leave_one_out)")

@@ -1,12 +1,18 @@
-"""Validate hardware, model and experiment files without running anything.
+"""Validate files without running anything: everything run, sweep, map and validate would refuse
+before simulating, check refuses, with the same message.
 
-Each file is loaded exactly as the simulator would load it (kind: socket / node / model /
-experiment; an experiment's hardware and model files are checked with it). One line per file:
-"ok" on stdout, or the error (file, field, line, what was expected) on stderr.
-Exit status 0 if every file is valid, 2 if any is not.
+Each file is loaded exactly as the simulator would load it (kind: socket / node / model / kernels /
+experiment / reference; the files an experiment or a reference file names are checked with it). An
+experiment is assembled and every point checked as run checks it before simulating: its KV policy
+and parameters, its parallel plans against the node, the compiled prefill lengths, the KV link, the
+workload's lengths against the static graphs, the graph options; an experiment with a sweep: section
+has every axis value and every run checked. A .csv or .jsonl file is read as a request trace, as a
+trace workload reads it (the simulator's columns or the Azure LLM trace's). One line per file: "ok" on stdout, or the error (file,
+field, line, what was expected) on stderr. Exit status 0 if every file is valid, 2 if any is not.
 
-example:
-  python -m sn40l_sim check hw_configs/*.yaml
+examples:
+  python -m sn40l_sim check hw_configs/*.yaml graphs/*.yaml experiments/*.yaml experiments/reference/*.yaml
+  python -m sn40l_sim check experiments/traces/*.csv
 """
 from __future__ import annotations
 
@@ -16,14 +22,19 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 
+#: the kinds of file the simulator reads
+KINDS = ("socket", "node", "model", "kernels", "experiment", "reference")
+#: files read as request traces (a trace workload's ``path``), not as YAML
+TRACE_SUFFIXES = (".csv", ".jsonl")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``check``'s arguments."""
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files to validate")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files (or .csv/.jsonl request traces) to validate")
 
 
 def check_file(path: str | Path) -> str:
-    """Load and validate one file; return its kind.
+    """Load and validate one file as the command that reads it would; return what it is.
 
     Raises
     ------
@@ -34,7 +45,17 @@ def check_file(path: str | Path) -> str:
     --------
     >>> check_file("hw_configs/sn40l_node16.yaml")
     'node'
+    >>> check_file("graphs/kernels_llama.yaml")
+    'kernels'
+    >>> check_file("experiments/deepseek_sweep.yaml")
+    'experiment (a sweep of 100 runs)'
+    >>> check_file("experiments/traces/azure_llm_2023_conv_10min.csv")
+    'trace (2867 requests over 600 s)'
     """
+    if Path(path).suffix in TRACE_SUFFIXES:
+        from sn40l_sim.serving.traces import read_trace
+        rows = read_trace(Path(path))
+        return f"trace ({len(rows)} requests over {max(row.arrival_s for row in rows):.4g} s)"
     from sn40l_sim.commands.describe import file_kind
 
     kind = file_kind(path)
@@ -44,14 +65,37 @@ def check_file(path: str | Path) -> str:
     elif kind == "model":
         from sn40l_sim.models.loader import load_model
         load_model(path)
+    elif kind == "kernels":
+        from sn40l_sim.models.template import load_templates
+        load_templates(path)
+    elif kind == "reference":
+        from sn40l_sim.study.validation import load_references
+        return f"reference ({len(load_references([Path(path)]))} measurements)"
     elif kind == "experiment":
-        from sn40l_sim.study.assemble import assemble
-        from sn40l_sim.study.experiment import load_experiment
-        assemble(load_experiment(path)).check_points()
+        return check_experiment(path)
     else:
         from sn40l_sim.yamlio import load_document
-        raise load_document(path).error(("kind",), f"expected one of ['socket', 'node', 'model', 'experiment'], got {kind!r}")
+        raise load_document(path).error(("kind",), f"expected one of {list(KINDS)}, got {kind!r}")
     return kind
+
+
+def check_experiment(path: str | Path) -> str:
+    """Check an experiment as run (or sweep) would before simulating; returns what it is."""
+    from sn40l_sim.study.assemble import assemble
+    from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.preflight import check_assembly, check_mapping
+
+    exp = load_experiment(path)
+    if exp.spec.sweep is not None:
+        from sn40l_sim.study.sweep.check import check_sweep
+        from sn40l_sim.study.sweep.load import load_sweep
+        return f"experiment (a sweep of {check_sweep(load_sweep(path))} runs)"
+    asm = assemble(exp)
+    if exp.spec.workload is None:  # an experiment for map: everything but the serving, which only run needs
+        check_mapping(asm)
+        return "experiment (no workload: for map; run needs one)"
+    check_assembly(asm)
+    return "experiment"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,17 +2,21 @@
 
 Each command lives in its own module under :mod:`sn40l_sim.commands` with ``add_arguments(parser)``
 and ``run(args) -> int``; this file only dispatches. An :class:`~sn40l_sim.errors.InputError`
-becomes one line on stderr and exit status 2; a warning (e.g. an old-style hardware file) one line
-``warning: ...``.
+becomes one line on stderr and exit status 2; an :class:`~sn40l_sim.errors.InvariantError` one line
+naming the invariant and exit status 3; Ctrl-C and SIGTERM one line and exit status 130 and 143; a
+warning (e.g. an old-style hardware file) one line ``warning: ...``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 import warnings
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, InvariantError, Terminated
 
 #: command name -> (module under sn40l_sim.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -48,24 +52,59 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: exit statuses besides 0 (success) and 1 (failed checks or runs)
+EXIT_INPUT, EXIT_INVARIANT, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 failed checks, 2 bad input)."""
+    """Run the CLI; returns the exit status (0 ok, 1 failed checks, 2 bad input, 3 a violated
+    invariant, 130 Ctrl-C, 143 SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     previous = warnings.formatwarning
     warnings.formatwarning = _warning_line
     try:
-        return int(args._module.run(args) or 0)
+        with _sigterm_raises():
+            return int(args._module.run(args) or 0)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
+    except InvariantError as exc:
+        print(f"error: {exc} (a bug in the simulator: the run was stopped rather than report a wrong number)",
+              file=sys.stderr)
+        return EXIT_INVARIANT
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        detail = getattr(exc, "detail", "")
+        print(f"{'terminated (SIGTERM)' if terminated else 'interrupted (Ctrl-C)'}: stopped"
+              + (f"; {detail}" if detail else ""), file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:
         # output piped into `head` and closed early: not an error of ours
         sys.stderr.close()
         return 0
     finally:
         warnings.formatwarning = previous
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While a command runs, SIGTERM raises :class:`Terminated` in the main thread (as Ctrl-C raises
+    ``KeyboardInterrupt``), so the command stops its workers and marks its outputs; the previous
+    handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _warning_line(message, category, filename, lineno, line=None) -> str:

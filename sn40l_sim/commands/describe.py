@@ -1,9 +1,10 @@
-"""Print the derived figures of a hardware, model or experiment file.
+"""Print the derived figures of a hardware, model, kernel-template, experiment or reference file.
 
 Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak FLOP/s per datatype,
 SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
-experiment files (kind: experiment) list the files they reference.
+kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
+experiment) list the files they reference; reference files (kind: reference) their measurements.
 
 example:
   python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
@@ -53,7 +54,8 @@ def file_kind(path: str | Path) -> str:
     doc = load_document(path)
     kind = doc.data.get("kind")
     if not isinstance(kind, str):
-        raise doc.error(("kind",), "expected 'kind: socket | node | model | experiment' at the top of the file")
+        raise doc.error(("kind",), "expected 'kind: socket | node | model | kernels | experiment | reference' at the "
+                        "top of the file")
     return kind
 
 
@@ -145,6 +147,51 @@ def describe_experiment(path: str | Path) -> str:
     return "\n".join(lines)
 
 
+def describe_kernels(path: str | Path) -> str:
+    """Each phase's blocks and kernels of a kernel template: operators and collectives.
+
+    >>> text = describe_kernels("graphs/kernels_llama.yaml")
+    >>> "decode: head [embedding], dense_layer [decoder], tail [lm_head, sampling]" in text
+    True
+    """
+    from sn40l_sim.models.template import load_templates
+
+    template = load_templates(path)
+    lines = [f"kernel template {template.name} ({path}): {template.attention} attention, FlashAttention tiles "
+             f"{template.flash.block_q} x {template.flash.block_kv}, {len(template.sharding)} sharded tensors"]
+    for phase in ("prefill", "decode"):
+        spec = getattr(template, phase)
+        blocks = ", ".join(f"{part} [{', '.join(ids)}]" for part, ids in spec.blocks.model_dump().items() if ids)
+        lines.append(f"{phase}: {blocks}")
+        for kernel_id, entry in spec.kernels.items():
+            collectives = ", ".join(f"{c.kind}({c.size}{', overlapped' if c.overlapped else ''})"
+                                    for c in entry.collectives)
+            lines.append(f"  {kernel_id:14s} {' '.join(entry.operators)}" + (f"  | {collectives}" if collectives else ""))
+    return "\n".join(lines)
+
+
+def describe_reference(path: str | Path) -> str:
+    """The measurements of a reference file: quantity, value and tolerance, experiment and point.
+
+    >>> "t5_128k_snap_tps" in describe_reference("experiments/reference/snapstream_paper.yaml")
+    True
+    """
+    from sn40l_sim.study.validation import load_references
+
+    references = load_references([Path(path)])
+    rows = []
+    for ref in references:
+        m = ref.measurement
+        t = m.tolerance
+        band = "" if t is None else (f"+-{t.abs:g}" if t.abs is not None else f"+-{t.rel:.0%}" if t.rel is not None
+                                     else f"[{t.range[0]:g}, {t.range[1]:g}]")
+        rows.append((m.id, m.quantity + (f"[{m.key}]" if m.key else ""),
+                     "(held back)" if m.value is None else f"{m.value:g}", band,
+                     f"{ref.experiment_path.name}: {m.point}", "calibration" if m.calibration else "prediction"))
+    header = ("id", "quantity", "measured", "tolerance", "experiment: point", "role")
+    return f"reference file {path}: {len(references)} measurements\n" + _table(header, rows)
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
     kind = file_kind(args.file)
@@ -157,10 +204,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"cannot describe model files yet: sn40l_sim.report.describe is not available ({exc})")
             return 1
         print(describe_model(args.file))
+    elif kind == "kernels":
+        print(describe_kernels(args.file))
     elif kind == "experiment":
         print(describe_experiment(args.file))
+    elif kind == "reference":
+        print(describe_reference(args.file))
     else:
         doc = load_document(args.file)
-        raise doc.error(("kind",), f"expected one of ['socket', 'node', 'model', 'experiment'], got {kind!r}")
+        raise doc.error(("kind",), f"expected one of ['socket', 'node', 'model', 'kernels', 'experiment', "
+                        f"'reference'], got {kind!r}")
     return 0
 

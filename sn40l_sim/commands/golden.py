@@ -1,5 +1,6 @@
 """Compare every experiment's key results with its golden file in tests/golden/, and regenerate
-the goldens on purpose with --update (the diff is printed either way).
+the goldens on purpose with --update (the diff is printed either way). Experiments without a golden
+are named, with the reason (a sweep, or no workload); on a terminal, progress goes to stderr.
 
 example:
   python -m sn40l_sim golden            # show what moved; exit 1 if anything did
@@ -8,11 +9,13 @@ example:
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``golden``'s arguments."""
     parser.add_argument("--update", action="store_true", help="rewrite the golden files with the new results")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,7 +23,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study import golden
 
     moved = False
-    for experiment in golden.experiments():
+    survey = golden.survey()
+    for path, why in survey:   # named first, so that the verdicts are the last lines
+        if why is not None:
+            print(f"{path.name}: skipped: {why}")
+    runnable = [path for path, why in survey if why is None]
+    for i, experiment in enumerate(runnable, 1):
+        if not args.quiet and sys.stderr.isatty():   # a log gets the verdict lines only, as each ends
+            print(f"golden: simulating {experiment.name} ({i} of {len(runnable)}) ...", file=sys.stderr, flush=True)
         new = golden.collect(experiment)
         old = golden.load(experiment)
         lines = ["(no golden yet)"] if old is None else golden.diff(old, new)

@@ -60,14 +60,19 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
+    from sn40l_sim.report.outputs import check_file
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
+    if args.plot is not None:
+        check_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)
     asm = assemble(exp)
+    check_mapping(asm)   # what check refuses of a map experiment
     point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
         if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
     node, model = asm.node, asm.model_for(point)
@@ -134,10 +139,11 @@ def run(args: argparse.Namespace) -> int:
           f"({len(collapse(placed.kernels))} distinct kernels)")
     if args.plot is not None:
         from sn40l_sim.mapper.plot import plot_placement
+        from sn40l_sim.report.outputs import atomic_path
 
         chosen = _plot_choice(placed.kernels, args.plot_kernels)
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_placement(socket, chosen, args.plot)
+        with atomic_path(args.plot) as temporary:
+            plot_placement(socket, chosen, temporary)
         print(f"placement of {', '.join(pk.kernel.name for pk in chosen)} drawn in {args.plot}")
     return 0
 

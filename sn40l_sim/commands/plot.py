@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw the plot and print its path; 0 on success."""
     from sn40l_sim.errors import InputError
+    from sn40l_sim.report.outputs import check_file
     from sn40l_sim.report.plot_csv import plot_csv
 
     where = {}
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not column:
             raise InputError(f"expected COLUMN=VALUE, got {item!r}", field="--where")
         where[column] = value
+    if args.out is not None:
+        check_file(args.out, "--out")
     path = plot_csv(args.csv, x=args.x, y=args.y, hue=args.hue, out=args.out, kind=args.kind, logx=args.logx,
                     logy=args.logy, where=where, label=args.label)
     print(f"wrote {path}")

@@ -2,8 +2,14 @@
 
 For each point: the largest decode batch that fits in HBM, one prefill and one decode step timed
 by the engine, then the workload served through prefill, KV transfer and continuous batching.
-Prints a side-by-side table and writes OUT/results.json, OUT/results.csv and OUT/throughput.png
-(OUT defaults to out/<experiment name>). The same inputs and seed give the same results.json.
+Prints a side-by-side table and writes OUT/results.json, OUT/results.csv and OUT/throughput.png,
+and OUT/slo_attainment.png for a rate search (OUT defaults to out/<experiment name>). The same inputs and seed give the same results.json.
+
+Every file is written whole or not at all; OUT/status.json says whether the run is running, complete,
+failed or interrupted; a second run into the same OUT while one runs is refused; --out and --trace
+are checked before anything is simulated. Physical invariants are checked on every point (bytes
+conserved, every request served once, memory within capacity, no unit above its peak): a violated
+one exits with status 3, naming it. Ctrl-C or SIGTERM stop the run with exit status 130 or 143.
 
 example:
   python -m sn40l_sim run experiments/deepseek_tp16.yaml --out out/deepseek
@@ -27,13 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
 
 
+#: the files run writes into its output folder (those of a previous run are removed when it starts)
+OUTPUTS = ("results.json", "results.csv", "throughput.png", "slo_attainment.png")
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
+    from sn40l_sim.report.outputs import OutputFolder, check_file
     from sn40l_sim.report.plot import slo_attainment_plot, throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
+    from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.runner import simulate_experiment
+    from sn40l_sim.study.preflight import check_assembly, require_workload
+    from sn40l_sim.study.runner import simulate_assembly
 
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
@@ -41,12 +54,22 @@ def run(args: argparse.Namespace) -> int:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         from sn40l_sim.commands.sweep import sweep_main
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet)
-    results: list = []
-    exp, records = simulate_experiment(exp, progress=not args.quiet,
-                                       on_result=results.append if args.trace else None)
+    require_workload(exp)
+    asm = assemble(exp)
+    check_assembly(asm)   # what the experiment gets wrong is said before any output is touched
     out = args.out if args.out is not None else Path("out") / exp.spec.name
-    json_path, csv_path = write_results(records, out)
-    plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
+    if args.trace:
+        check_file(args.trace, "--trace")   # before the simulation, not after it
+    results: list = []
+    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS):
+        records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
+        json_path, csv_path = write_results(records, out)
+        plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
+        slo_plot = slo_attainment_plot(records, out / "slo_attainment.png", title=f"{exp.spec.name}: SLO attainment")
+        trace_path = None
+        if args.trace:
+            from sn40l_sim.report.chrome_trace import write_trace
+            trace_path = write_trace(args.trace, results)
     first = records[0]
     print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
     print(side_by_side(records))
@@ -54,11 +77,9 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     for line in probe_lines(records):
         print(line)
-    slo_plot = slo_attainment_plot(records, out / "slo_attainment.png", title=f"{exp.spec.name}: SLO attainment")
     print(f"\nwrote {json_path}, {csv_path}, {plot_path}" + (f", {slo_plot}" if slo_plot else ""))
-    if args.trace:
-        from sn40l_sim.report.chrome_trace import write_trace
-        print(f"wrote {write_trace(args.trace, results)}")
+    if trace_path is not None:
+        print(f"wrote {trace_path}")
     return 0
 
 

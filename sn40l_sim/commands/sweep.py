@@ -9,9 +9,11 @@ fails is reported with its name and error and the others still run (exit status 
 `plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
 `objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png.
 
-Each finished run is kept in OUT/runs/ at once: after a sweep is stopped, `--resume` runs only the
-runs not kept yet (matched by what they simulate) and writes the same results as an uninterrupted
-sweep. `--scheduler local` runs on a Dask LocalCluster of --jobs workers, `--scheduler
+Each finished run is kept in OUT/runs/ at once: after a sweep is stopped (Ctrl-C or SIGTERM stop it
+promptly, workers included, with exit status 130 or 143), `--resume` runs only the runs not kept yet
+(matched by what they simulate) and writes the same results as an uninterrupted sweep. OUT/status.json
+says whether the sweep is running, complete, failed or interrupted; a second sweep into the same OUT is
+refused while one runs. `--scheduler local` runs on a Dask LocalCluster of --jobs workers, `--scheduler
 tcp://host:8786` on a running Dask scheduler's workers (pip install -e ".[cluster]"; see
 docs/distributed.md); the SN40L_SIM_SCHEDULER environment variable is read when --scheduler is not
 given.
@@ -28,6 +30,10 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+#: the files a sweep writes into its output folder besides runs/ (a previous sweep's are removed when it
+#: starts; runs/ is kept for --resume)
+OUTPUTS = ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv", "pareto.png", "sweep.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +74,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
     experiment has a ``sweep:`` section)."""
     from sn40l_sim.report.fields import RESULTS
+    from sn40l_sim.report.outputs import OutputFolder
     from sn40l_sim.study.sweep.executors import import_distributed, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
@@ -78,8 +85,9 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
-    records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep, scheduler=scheduler,
-                        resume=resume)
+    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS):
+        records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
+                            scheduler=scheduler, resume=resume)
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
     where = f" on Dask ({chosen})" if chosen else ""

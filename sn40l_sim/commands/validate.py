@@ -10,6 +10,7 @@ example:
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
                         help="socket YAML whose calibrated values the leave-one-out column must match "
                              "(default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +32,13 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
 
     loaded = LoadedExperiments()
-    comparisons = compare(load_references(args.references), lambda path: loaded.records(path, serve=False))
+
+    def simulate(path):
+        if not args.quiet:
+            print(f"validate: simulating {path} ...", file=sys.stderr, flush=True)
+        return loaded.records(path, serve=False)
+
+    comparisons = compare(load_references(args.references), simulate)
     loo = LeaveOneOut.read()
     if loo is not None:
         socket = load_hardware(args.hardware).socket

@@ -21,6 +21,7 @@ from sn40l_sim.schema import (
     Fraction,
     Hertz,
     PositiveInt,
+    RatePerCycle,
     Seconds,
     StrictModel,
 )
@@ -52,7 +53,7 @@ class TileSpec(StrictModel):
 class TailStageSpec(StrictModel):
     """The PCU's last stage: transcendentals, casts, stochastic rounding."""
 
-    transcendentals_per_lane_per_cycle: float = Field(gt=0)
+    transcendentals_per_lane_per_cycle: RatePerCycle
 
 
 class PCUSpec(StrictModel):
@@ -62,7 +63,7 @@ class PCUSpec(StrictModel):
     stages: PositiveInt
     modes: tuple[Literal["systolic", "simd"], ...]
     #: MACs per lane per stage per cycle for each datatype (BF16 = 1 by definition of the geometry)
-    macs_per_lane_stage_per_cycle: dict[DataType, float]
+    macs_per_lane_stage_per_cycle: dict[DataType, RatePerCycle]
     #: cycles for a value to cross the stage pipeline once (fill, and drain again at the end)
     pipeline_latency_cycles: PositiveInt
     #: cycles of one pass through the cross-lane reduction tree
@@ -102,7 +103,7 @@ class MemoryTierSpec(StrictModel):
     capacity_bytes_per_unit: Bytes
     bytes_per_s_per_unit: BytesPerSecond
     latency_s: Seconds
-    #: achievable fraction of the peak bandwidth, fitted to measurements (DESIGN.md §4)
+    #: achievable fraction of the peak bandwidth, fitted to measurements (docs/design.md §4)
     efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     #: bytes of this tier the runtime keeps for itself (program binaries, buffers)
     reserved_bytes: BytesOrZero = 0.0
@@ -182,7 +183,7 @@ class StatedTotals(StrictModel):
 
 
 class CalibratedSpec(StrictModel):
-    """The few physical parameters fitted to measurements (DESIGN.md §4), with their bounds.
+    """The few physical parameters fitted to measurements (docs/design.md §4), with their bounds.
 
     ``json_schema_extra`` carries the physical bounds that ``calibrate`` must respect. The memory
     tiers' efficiencies are calibrated too; they live with their tier

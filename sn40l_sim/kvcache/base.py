@@ -101,6 +101,8 @@ class KVPolicy(ABC):
 
 
 POLICIES: dict[str, type[KVPolicy]] = {}
+#: the largest token count a parameter takes (the schema's largest count)
+MAX_TOKENS = 2**31 - 1
 
 
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:
@@ -126,4 +128,7 @@ def check_int(policy: str, param: str, value: Any, minimum: int) -> None:
                          field=param)
     if value < minimum:
         raise InputError(f"KV policy {policy!r}: expected an integer >= {minimum}, got {value}",
+                         field=param)
+    if value > MAX_TOKENS:
+        raise InputError(f"KV policy {policy!r}: expected at most {MAX_TOKENS} tokens (2**31 - 1), got {value}",
                          field=param)

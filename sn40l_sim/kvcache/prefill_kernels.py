@@ -19,13 +19,13 @@ Two fused kernels per layer (SnapStream paper, Table 4 rows "SnapKV compression"
 Modelling choices (the paper does not publish its kernels):
 
 * **Scores use the per-head keys prefill already holds.** Prefill runs attention in the
-  non-absorbed form (REFERENCE §2): the QKV kernel writes per-head queries and keys (192 wide
+  non-absorbed form (docs/reference.md §2): the QKV kernel writes per-head queries and keys (192 wide
   for MLA) to HBM for the MHA kernel, and SnapKV reads the same tensors. The absorbed form
   would read the shared 576-wide latent instead (less traffic) at 3x the FLOPs per score; with
   an observation window of thousands of queries the kernel is compute-bound, so the per-head
   form is the cheaper one.
 * **One pass, normalised with the MHA kernel's row statistics.** The softmax of a window row is
-  over the whole evictable middle (``W = softmax(Q_obs K_evict^T)``, REFERENCE §3), so its
+  over the whole evictable middle (``W = softmax(Q_obs K_evict^T)``, docs/reference.md §3), so its
   probabilities cannot be formed from a tile of keys alone. The FlashAttention MHA kernel already
   streams every key past every window row (they sit in its last query tile) keeping each row's
   running max and denominator; for those rows it also keeps the denominator over the evictable

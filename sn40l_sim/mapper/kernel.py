@@ -35,8 +35,8 @@ Examples
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
 >>> socket = example_socket()
 >>> pk = map_kernel(socket, example_decode_kernel(kv_len=65536))
->>> pk.sections, pk.chip_tiles   # bound: "hbm", or "overhead" when loading the configuration dominates
-(1, 4)
+>>> pk.sections, pk.chip_tiles   # a lone call: four tiles' configuration would cost more than it saves
+(1, 1)
 >>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile
 True
 """

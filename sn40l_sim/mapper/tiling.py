@@ -24,7 +24,7 @@ stage's PCUs (:mod:`~sn40l_sim.mapper.division`). A GEMM is mapped in one of the
 * **output-stationary**: the accumulators stay in the PCU; B is re-read for every ``stages`` rows
   of A and A for every column block, and the output is written once.
 
-Both are assumptions: SN40L's PCU is stated to run as a systolic array (REFERENCE.md §1, Hot Chips
+Both are assumptions: SN40L's PCU is stated to run as a systolic array (docs/reference.md §1, Hot Chips
 2024), not which dataflow, and no public source says that partial sums round-trip through PMUs.
 So the mapper takes, per operator, the dataflow that occupies its units for fewer cycles: PCU
 cycles plus PMU cycles of a piece on one of each (all stages draw on both pools, and a tile has as

@@ -46,6 +46,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from sn40l_sim.errors import InputError
@@ -59,6 +60,10 @@ from sn40l_sim.models.tensors import dense_layer_count
 
 #: options of :func:`build_graph` and their defaults
 OPTIONS = {"expert_loading": "touched", "routing_skew": 0.0, "template": None}
+#: the largest Zipf exponent of expert popularity (10 already puts almost every token on one expert)
+MAX_ROUTING_SKEW = 10
+#: the most speculative drafts a verify step checks (serving.speculative.drafts declares the same range)
+MAX_DRAFTS = 15
 
 
 class KVPolicyHooks(Protocol):
@@ -112,7 +117,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     InputError
         For an unknown option or a shape or plan the graph cannot be built for.
     """
-    opts = _options(options)
+    opts = check_graph_options(options)
     _check(model, shape, plan)
     template = opts["template"]
     if not isinstance(template, KernelTemplates):
@@ -156,19 +161,38 @@ def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape
     return list(policy.decode_kernels(model, shape, plan))
 
 
-def _options(options: dict[str, Any]) -> dict[str, Any]:
+def check_graph_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options of :func:`build_graph` with their defaults, checked without building a graph
+    (``check`` calls it for an experiment's ``graph_options``).
+
+    >>> check_graph_options({"routing_skew": 0.5})["expert_loading"]
+    'touched'
+    >>> check_graph_options({"routing_skew": float("inf")})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: routing_skew: expected a finite number from 0 to 10 (0 = uniform), got inf
+
+    Raises
+    ------
+    InputError
+        For an unknown option or a bad value; the message starts with the option's name.
+    """
     if "include_mtp" in options:
         raise InputError("include_mtp: the MTP module runs as the draft of speculative decoding, once per "
                          "draft: state the drafts instead (Shape.drafts; in an experiment, serving.speculative)")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise InputError(f"unknown graph option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+        raise InputError(f"unknown graph option(s) {', '.join(map(str, unknown))}; known: {', '.join(OPTIONS)}")
     opts = {**OPTIONS, **options}
     if opts["expert_loading"] not in ("all", "touched"):
         raise InputError(f"expert_loading: expected 'touched' or 'all', got {opts['expert_loading']!r}")
     skew = opts["routing_skew"]
-    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0:
-        raise InputError(f"routing_skew: expected a number >= 0 (0 = uniform), got {skew!r}")
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not 0 <= skew <= MAX_ROUTING_SKEW:
+        raise InputError(f"routing_skew: expected a finite number from 0 to {MAX_ROUTING_SKEW} (0 = uniform), "
+                         f"got {skew!r}")
+    template = opts["template"]
+    if template is not None and not isinstance(template, (str, Path, KernelTemplates)):
+        raise InputError(f"template: expected the path of a kind: kernels file, got {template!r}")
     return opts
 
 
@@ -182,6 +206,9 @@ def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
         raise InputError(f"shape: prefill needs prompt_len >= 1, got {shape.prompt_len}")
     if shape.phase == "decode" and shape.kv_len < 1:
         raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
+    if not 0 <= shape.drafts <= MAX_DRAFTS:
+        raise InputError(f"shape: drafts must be from 0 to {MAX_DRAFTS} (each runs the MTP module once), "
+                         f"got {shape.drafts}")
     if shape.phase not in ("prefill", "decode"):
         raise InputError(f"shape: phase must be 'prefill' or 'decode', got {shape.phase!r}")
     drafts = shape.drafts

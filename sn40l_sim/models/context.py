@@ -19,7 +19,7 @@ the formulas use, so each formula reads like the arithmetic it is:
     (``ceil(heads / head_ways)``); equal when ``attention_dp = 1``.
 
 Activations are BF16 (2 bytes). FP8 weights are widened to BF16 before the systolic array (the
-SN40L PCU has no FP8 datapath: REFERENCE.md section 1), so each GEMM with FP8 weights comes with an
+SN40L PCU has no FP8 datapath: docs/reference.md §1), so each GEMM with FP8 weights comes with an
 elementwise ``<name>.dequant`` operator over the weight elements it streams. A cache stored narrower
 than BF16 (:mod:`sn40l_sim.models.kv_format`) likewise gives each operator reading it a
 ``<name>.kv_dequant`` over the elements it reads, and each writing it a ``<name>.kv_quantise``;

@@ -25,7 +25,7 @@ What the simulator charges (the formulas in :mod:`sn40l_sim.models.context`):
 * capacity and traffic: ``kv_element_bits`` per cached element, scales included
   (:func:`kv_stored_bytes`, rounded up once per count of elements);
 * reading a quantised cache: one multiply-add per element read to widen it to BF16 (the SN40L PCU
-  computes in BF16: REFERENCE.md section 1), an elementwise operator ``<gemm>.kv_dequant`` in the
+  computes in BF16: docs/reference.md §1), an elementwise operator ``<gemm>.kv_dequant`` in the
   attention kernel, as FP8 weights get ``<gemm>.dequant``;
 * writing one: one SIMD pass per element written (``<op>.kv_quantise``: scale, round, pack).
 
@@ -54,12 +54,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import TYPE_CHECKING, Annotated, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Literal
 
 from sn40l_sim.ir import DTYPE_BITS, DTYPE_BYTES
-from sn40l_sim.schema import PositiveInt, StrictModel
+from sn40l_sim.schema import PositiveInt, Range, StrictModel, ranged
 
 if TYPE_CHECKING:
     from sn40l_sim.models.spec import ModelSpec
@@ -68,6 +66,8 @@ if TYPE_CHECKING:
 KVDType = Literal["bf16", "fp8", "int8", "int4"]
 #: integer formats, which cannot be stored without scales
 INTEGER_KV = ("int8", "int4")
+#: the share of a sequence's tokens kept wider (all of them would be no mixed precision at all)
+SalientFraction = ranged(Range("salient token fraction", 0, 1, "0", "1", low_open=True, high_open=True))
 
 
 class SalientSpec(StrictModel):
@@ -75,7 +75,7 @@ class SalientSpec(StrictModel):
     at ``dtype`` (with the group scales when ``dtype`` is an integer format), the rest at the
     model's ``kv_dtype``."""
 
-    fraction: Annotated[float, Field(gt=0, lt=1)]
+    fraction: SalientFraction
     dtype: Literal["bf16", "fp8", "int8"]
 
 

@@ -1,6 +1,6 @@
 """Mixture of experts: router, routed experts, shared experts.
 
-Deployment (REFERENCE.md section 3): the experts are tensor-parallel, each socket holding
+Deployment (docs/reference.md §3): the experts are tensor-parallel, each socket holding
 ``1 / tp`` of every expert (gate/up split by columns, down by rows), so every socket processes every
 token's routed work on its slice and an all-reduce of ``[T, hidden]`` sums the slices after the
 down GEMM. All routed experts run in ONE fused kernel; the routed GEMMs are written as grouped
@@ -20,7 +20,7 @@ Which experts' weights a call streams is the option ``expert_loading``:
 ``"all"``
     a static fused MoE kernel that walks every expert, preloading the next one's weights, so each
     call streams all ``E`` experts' shards whatever the routing: the SnapStream paper's DeepSeek
-    deployment describes its MoE FFN this way (REFERENCE.md section 3, "all experts in one fused
+    deployment describes its MoE FFN this way (docs/reference.md §3, "all experts in one fused
     kernel that preloads the next expert's weights"), and the experiments that reproduce it set it.
 
 The router is replicated: after the output projection's all-reduce every socket holds every
@@ -149,7 +149,7 @@ OPERATORS = {f.__name__: f for f in (router_gemm, router_score, router_topk, dis
 
 def expert_intermediate(c: Ctx) -> int:
     """``[T x (k routed + shared), expert_ffn]`` BF16: the activated expert intermediates, the tensor
-    the prefill MoE kernel gathers over P2P before its down GEMM (REFERENCE §3: "P2P gathers
+    the prefill MoE kernel gathers over P2P before its down GEMM (docs/reference.md §3: "P2P gathers
     activations before the down GEMM, overlapped"; each socket computed 1/tp of its columns)."""
     moe = c.model.moe
     return c.tokens * (moe.experts_per_token + moe.shared_experts) * moe.expert_ffn * ACT

@@ -68,7 +68,7 @@ class PhaseTemplate(StrictModel):
 
 
 class FlashSpec(StrictModel):
-    """FlashAttention tiles of prefill attention (REFERENCE.md section 3: K/V tiles of 8192)."""
+    """FlashAttention tiles of prefill attention (docs/reference.md §3: K/V tiles of 8192)."""
 
     block_q: PositiveInt
     block_kv: PositiveInt
@@ -159,6 +159,11 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                     raise doc.error((phase, "blocks", part, i),
                                     f"kernel {kernel_id!r} is not defined under {phase}.kernels "
                                     f"(defined: {', '.join(sorted(spec.kernels))})")
+        used = {kernel_id for ids in spec.blocks.model_dump().values() for kernel_id in ids}
+        for kernel_id in spec.kernels:
+            if kernel_id not in used:   # a block entry deleted by mistake would drop the kernel silently
+                raise doc.error((phase, "kernels", kernel_id), f"kernel {kernel_id!r} is defined but no block of "
+                                f"{phase} uses it (blocks: head, dense_layer, moe_layer, tail, mtp_head, mtp_tail)")
         for kernel_id, entry in spec.kernels.items():
             for i, op in enumerate(entry.operators):
                 if op not in known_ops:

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sn40l_sim.report.outputs import write_text
+
 #: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
 #: come from :func:`memory_lane`, other categories share lane 6
 SOCKET_LANES = {"kernel": (0, "kernels"), "setup": (1, "setup (call, reconfig, fill)"),
@@ -308,5 +310,5 @@ def write_trace(path: str | Path, source: Any, *, sockets: str = "group") -> Pat
         trace = build_trace(list(source), sockets=sockets)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(trace, separators=(",", ":")) + "\n")
     return path

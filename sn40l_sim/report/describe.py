@@ -5,7 +5,7 @@ Plans are the attention family's reference deployment: DeepSeek (MLA) runs the p
 TP16 and decode TP16 with attention DP16; Llama (GQA) runs TP8 (one socket per KV head) in both
 phases. Shapes: prefill of a 128K
 (131072-token) prompt at batch 1; decode at batch 16 over a 128K cache (no compression) and at
-batch 64 over a 32K cache (SnapStream's budget for 128K prompts, REFERENCE.md section 3).
+batch 64 over a 32K cache (SnapStream's budget for 128K prompts, docs/reference.md §3).
 All per-kernel figures are per socket.
 """
 from __future__ import annotations

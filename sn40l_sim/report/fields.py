@@ -267,6 +267,11 @@ RESULTS = Fields([
                         Field("slots_in_use", "sequences", "Decode slots holding a sequence."),
                     )),
           )),
+    # the run's own checks
+    Field("invariants", "", "The physical invariants checked on this point, all of which held (a violated one stops "
+          "the run with exit status 3, naming it): bytes_conserved, requests_served_once, memory_within_capacity, "
+          "units_within_peak, utilisation_in_unit_interval (sn40l_sim/study/invariants.py says what each checks).",
+          is_list=True),
     # sweeps
     Field("sweep_point", "", "The sweep point's name.", sweep_only=True, axis="sweep point"),
     Field("sweep", "per axis", "Value of each sweep axis at this run (hardware axes in the node's units: bytes, bytes/s, "

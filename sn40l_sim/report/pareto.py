@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import atomic_path
 from sn40l_sim.report.results import flatten
 
 DIRECTIONS = ("max", "min")
@@ -127,7 +128,8 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     ax.set_title(title or "Pareto front")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=120)
     plt.close(fig)
     return path
 

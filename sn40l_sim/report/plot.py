@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import atomic_path
 
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
@@ -64,7 +65,8 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     if title:
         fig.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
+    with atomic_path(path) as temporary:   # whole or absent, never a truncated image
+        fig.savefig(temporary, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
     plt.close(fig)
     return path
 
@@ -105,6 +107,7 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     ax.set_title(title or "SLO attainment against arrival rate (dotted: highest rate under the SLOs)", fontsize=9)
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
+    with atomic_path(path) as temporary:   # whole or absent, never a truncated image
+        fig.savefig(temporary, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
     plt.close(fig)
     return path

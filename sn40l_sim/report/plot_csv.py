@@ -35,6 +35,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import atomic_path
 from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
@@ -271,7 +272,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     out_path.parent.mkdir(parents=True, exist_ok=True)
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
     metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
-    fig.savefig(out_path, dpi=120, metadata=metadata)
+    with atomic_path(out_path) as temporary:
+        fig.savefig(temporary, dpi=120, metadata=metadata)
     plt.close(fig)
     return out_path
 

@@ -1,4 +1,4 @@
-"""One results record per simulated point (DESIGN.md §5), from a
+"""One results record per simulated point (docs/design.md §5), from a
 :class:`~sn40l_sim.serving.point.PointResult`.
 
 Each key is declared, with its unit and description, in :mod:`sn40l_sim.report.fields` (the
@@ -12,7 +12,7 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s
@@ -87,11 +87,13 @@ def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
 
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
                  extra_fields: Iterable[str] = (), policy_entry: str | None = None,
-                 slo: SLO | None = None) -> dict[str, Any]:
+                 slo: SLO | None = None, invariants: Sequence[str] = ()) -> dict[str, Any]:
     """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
     opt-in field groups ``extra_fields`` asks for (``kv_policies``, with ``policy_entry`` naming the
     point's policy entry, by default the point's name; ``slo``, against the SLOs ``slo``; ``trace``,
-    what capping a trace's lengths cut). A group's fields are empty for a steps-only evaluation."""
+    what capping a trace's lengths cut). A group's fields are empty for a steps-only evaluation.
+    ``invariants`` names the physical invariants the caller checks on it
+    (:mod:`sn40l_sim.study.invariants`)."""
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
@@ -150,6 +152,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
             "decode_step": metrics.resource_utilisation(result.decode),
         },
         "kv_occupancy": metrics.kv_occupancy(log, clock) if served else None,
+        "invariants": list(invariants),
     }
     for group in extra_fields:
         if group not in RESULTS.groups:

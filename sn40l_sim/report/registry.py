@@ -68,7 +68,7 @@ class Field:
     golden : bool
         Kept in ``tests/golden/`` (a mapping is kept whole).
     design : bool
-        Promised by DESIGN.md §5: never renamed or dropped.
+        Promised by docs/design.md §5: never renamed or dropped.
     keys : tuple of str
         Names of the key levels of a mapping (``("tier", "use")``).
     path_key : bool
@@ -161,7 +161,7 @@ class Fields:
 
     @property
     def design(self) -> tuple[str, ...]:
-        """The DESIGN.md §5 fields, in CSV order."""
+        """The docs/design.md §5 fields, in CSV order."""
         return tuple(f.name for f in sorted(self.fields, key=lambda f: (f.csv is None, f.csv or 0)) if f.design)
 
     @property

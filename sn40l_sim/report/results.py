@@ -3,7 +3,7 @@
 JSON: a list of records, keys sorted, floats rounded to 9 significant digits (so that the last
 bits of a float sum never show), no timestamps or paths of the machine. CSV: one row per record,
 nested fields flattened to dotted column names (``memory.hbm.kv``), lists left out (they stay in
-the JSON); the fields declared with a CSV position (the DESIGN.md §5 fields, see
+the JSON); the fields declared with a CSV position (the docs/design.md §5 fields, see
 :mod:`sn40l_sim.report.fields`) come first, the rest in sorted order.
 
 Examples
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.registry import Fields
 
 SIGNIFICANT_DIGITS = 9
@@ -72,9 +73,10 @@ def to_csv(records: Sequence[dict[str, Any]], fields: Fields = RESULTS) -> str:
 
 
 def write_results(records: Sequence[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
-    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if missing)."""
+    """Write ``results.json`` and ``results.csv`` into ``out_dir`` (created if missing), each whole or not
+    at all (:func:`~sn40l_sim.report.outputs.write_text`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
-    json_path.write_text(to_json(records), encoding="utf-8")
-    csv_path.write_text(to_csv(records), encoding="utf-8")
+    write_text(json_path, to_json(records))
+    write_text(csv_path, to_csv(records))
     return json_path, csv_path

@@ -39,7 +39,7 @@ regression goldens read the same declaration.
   with `report: {extra_fields: [<group>]}`, or, for `slo`, states an `slo:` section and, for `trace`,
   serves a trace workload (so other experiments' results stay as they were).
 
-The fields marked **(§5)** are the results contract of DESIGN.md §5: never renamed or dropped.
+The fields marked **(§5)** are the results contract of [design.md](design.md) §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies
 of a point simulated without a workload.
 

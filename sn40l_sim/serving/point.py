@@ -216,6 +216,20 @@ def located(setup_field: str):
         raise
 
 
+def check_plans(s: PointSetup) -> None:
+    """Each phase's parallel plan must fit on the node (before anything is simulated).
+
+    Raises
+    ------
+    InputError
+        Naming the :class:`PointSetup` field (``prefill_plan`` or ``decode_plan``).
+    """
+    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
+        if plan.sockets > s.node.sockets:
+            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
+                             f"{s.node.sockets}", field=f"{phase}_plan")
+
+
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer) -> PointResult:
     """Simulate one point.
@@ -251,10 +265,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens + drafts)
     footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens + drafts)
-    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
-        if plan.sockets > s.node.sockets:
-            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
-                             f"{s.node.sockets}", field=f"{phase}_plan")
+    check_plans(s)
     memory = _Memory(s, include_mtp, footprint, place, costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)

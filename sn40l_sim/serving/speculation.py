@@ -10,7 +10,7 @@ is a geometric variable truncated at ``k``:
     P(A >= j) = a ** j  (j = 0 .. k),   so   E[1 + A] = sum_{j=0..k} a ** j = (1 - a ** (k + 1)) / (1 - a).
 
 With ``k = 2`` and ``a = 0.8`` that is 2.44 tokens per step: the "x 2.4 for multi-token prediction
-at an assumed 80% acceptance" of the SnapStream paper (REFERENCE.md section 3).
+at an assumed 80% acceptance" of the SnapStream paper (docs/reference.md §3).
 
 Rejected drafts' cache rows were written by the verify step; the next step writes its rows over
 them (the slots after the last accepted token), so they never count as cached tokens. A static slot

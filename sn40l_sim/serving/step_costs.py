@@ -11,7 +11,7 @@ stand-ins, or use :class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` instead
 A step streams its tensors from the memory tiers a placement put them in (``memory=``, a
 :class:`~sn40l_sim.mapper.placement.MemoryPlacement`; by default all in the socket's first tier).
 
-Identical steps are memoised (DESIGN.md §3): a decode step is determined by its phase, batch,
+Identical steps are memoised (docs/design.md §3): a decode step is determined by its phase, batch,
 cache length, speculative drafts (:attr:`~sn40l_sim.ir.Shape.drafts`: a verify step of ``k``
 drafts runs the main model over ``k + 1`` rows per sequence and the draft model ``k`` times) and
 the tiers its tensors live in, so thousands of steps of a static decode graph cost little more than the distinct

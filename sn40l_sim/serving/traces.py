@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.schema import POSITIVE_COUNT, TIME, Range
 
 
 class TraceRow(NamedTuple):
@@ -62,13 +63,17 @@ def read_trace(path: Path) -> list[TraceRow]:
     ------
     InputError
         Naming the file and the line: an unreadable file, a header of neither format (or missing a
-        column), a value that is not a number, a negative time or length below 1, a timestamp not
-        after the previous one (Azure format), or no rows at all.
+        column), a value that is not a number, a time or length outside the schema's ranges
+        (:data:`~sn40l_sim.schema.TIME`, :data:`~sn40l_sim.schema.POSITIVE_COUNT`), a timestamp
+        not after the previous one (Azure format), or no rows at all.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a text file (byte {exc.start} is not UTF-8); expected a CSV or JSONL trace",
+                         file=path) from None
     if path.suffix == ".jsonl":
         rows = [_simulator_row(path, number, item) for number, item in _json_records(path, text)]
     else:
@@ -122,10 +127,7 @@ def _simulator_row(path: Path, number: int, item: dict) -> TraceRow:
     if extra:
         raise InputError(f"unknown column {extra[0]!r}; expected {', '.join(SIMULATOR_COLUMNS)}", file=path,
                          line=number)
-    arrival = _value(path, number, item, "arrival_s", float)
-    if not arrival >= 0:
-        raise InputError(f"expected a time >= 0, got {item['arrival_s']!r}", file=path, field="arrival_s",
-                         line=number)
+    arrival = _ranged(path, number, "arrival_s", _value(path, number, item, "arrival_s", float), TIME)
     return TraceRow(arrival, _length(path, number, item, "prompt_len"), _length(path, number, item, "output_len"),
                     str(path), number)
 
@@ -144,7 +146,7 @@ def _azure_rows(path: Path, records: Any) -> list[TraceRow]:
         if rows and not arrival > previous:
             raise InputError(f"expected a timestamp after the previous line's, got {item['TIMESTAMP']!r} "
                              "(timestamps must increase down the file)", file=path, field="TIMESTAMP", line=number)
-        previous = arrival
+        previous = _ranged(path, number, "TIMESTAMP", arrival, TIME)
         rows.append(TraceRow(arrival, _length(path, number, item, "ContextTokens"),
                              _length(path, number, item, "GeneratedTokens"), str(path), number))
     return rows
@@ -163,16 +165,22 @@ def _value(path: Path, number: int, item: dict, column: str, parse: Any) -> Any:
         raise InputError("missing value", file=path, field=column, line=number)
     try:
         return parse(item[column])
-    except (TypeError, ValueError):
-        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction)" if parse is _timestamp else "a number"
+    except (TypeError, ValueError, OverflowError):
+        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction)" if parse is _timestamp else \
+            "an integer" if parse is _integer else "a number"
         raise InputError(f"expected {what}, got {item[column]!r}", file=path, field=column, line=number) from None
 
 
 def _length(path: Path, number: int, item: dict, column: str) -> int:
-    value = _value(path, number, item, column, _integer)
-    if value < 1:
-        raise InputError(f"expected an integer >= 1, got {item[column]!r}", file=path, field=column, line=number)
-    return value
+    return _ranged(path, number, column, _value(path, number, item, column, _integer), POSITIVE_COUNT)
+
+
+def _ranged(path: Path, number: int, column: str, value: Any, declared: Range) -> Any:
+    """``value`` if inside the schema's range for it, else an error at its line."""
+    try:
+        return declared(value)
+    except ValueError as exc:
+        raise InputError(str(exc), file=path, field=column, line=number) from None
 
 
 def _integer(value: Any) -> int:

@@ -125,17 +125,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     elif spec.kind == "trace":
         if trace_rows is None:
             raise ValueError("a trace workload needs trace_rows (read_trace)")
-        window = select_window(trace_rows, spec.start_s, spec.duration_s, spec.rate_scale)
-        if not window:
-            end = "the end" if spec.duration_s is None else f"{spec.start_s + spec.duration_s:g} s"
-            raise InputError(f"no request of the trace arrives between {spec.start_s:g} s and {end} "
-                             f"(the trace has {len(trace_rows)}, the last at {trace_rows[-1].arrival_s:g} s)")
-        if spec.cap_lengths:
-            capped = [(max(0, r.prompt_len - prompt_len), max(0, r.output_len - max_new_tokens)) for r in window]
-            window = [r._replace(prompt_len=min(r.prompt_len, prompt_len), output_len=min(r.output_len, max_new_tokens))
-                      for r in window]
-        for r in window:
-            _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, file=r.file, line=r.line)
+        window, capped = trace_window(spec, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens)
         rows = [(r.arrival_s, r.prompt_len, r.output_len, f"{r.file}:{r.line}") for r in window]
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
@@ -145,6 +135,40 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     return [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
                     *(capped[i] if capped is not None else (0, 0)))
             for new_id, i in enumerate(order)]
+
+
+def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, max_new_tokens: int
+                 ) -> tuple[list[TraceRow], list[tuple[int, int]] | None]:
+    """The rows of a trace workload's window, its arrivals scaled, lengths capped when the spec asks
+    (with the prompt and output tokens each row lost; None when it does not ask), and checked
+    against the static graphs. ``check`` calls it too, so it refuses what a run would.
+
+    >>> from types import SimpleNamespace
+    >>> rows = [TraceRow(0.0, 100, 10, "t.csv", 2), TraceRow(1.0, 900, 10, "t.csv", 3)]
+    >>> spec = SimpleNamespace(start_s=0.0, duration_s=None, rate_scale=2.0, cap_lengths=True)
+    >>> trace_window(spec, rows, prompt_len=512, max_new_tokens=16)[1]
+    [(0, 0), (388, 0)]
+
+    Raises
+    ------
+    InputError
+        For a window holding no request (naming no field: the caller locates it).
+    InfeasibleError
+        For a row longer than the graphs without ``cap_lengths``, naming its file and line.
+    """
+    window = select_window(trace_rows, spec.start_s, spec.duration_s, spec.rate_scale)
+    if not window:
+        end = "the end" if spec.duration_s is None else f"{spec.start_s + spec.duration_s:g} s"
+        raise InputError(f"no request of the trace arrives between {spec.start_s:g} s and {end} "
+                         f"(the trace has {len(trace_rows)}, the last at {trace_rows[-1].arrival_s:g} s)")
+    capped = None
+    if spec.cap_lengths:
+        capped = [(max(0, r.prompt_len - prompt_len), max(0, r.output_len - max_new_tokens)) for r in window]
+        window = [r._replace(prompt_len=min(r.prompt_len, prompt_len), output_len=min(r.output_len, max_new_tokens))
+                  for r in window]
+    for r in window:
+        _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, file=r.file, line=r.line)
+    return window, capped
 
 
 def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: int, *, where: str = "",

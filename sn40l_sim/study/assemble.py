@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from sn40l_sim.engine.collectives import CollectiveModel
@@ -50,9 +51,10 @@ from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, Point, make_point_model, make_point_policy, memory_order, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
-#: collective ``group``) -> the experiment field it comes from, for error locations
+#: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
+#: first of them the file has, since the field named must be one the user can find)
 SETUP_FIELDS = {
-    "prompt_len": "prompt_lens",
+    "prompt_len": ("prompt_lens", "shape.prompt_len"),
     "batch": "serving.batch",
     "prefill_lens": "serving.prefill_lens",
     "kv_transfer": "serving.kv_transfer",
@@ -217,9 +219,40 @@ class Assembly:
         if exc.file is not None:
             return exc
         field = SETUP_FIELDS.get(exc.field or "", exc.field)
+        if isinstance(field, tuple):
+            field = next((f for f in field if self._written(f)), field[-1])
         path = tuple(field.split(".")) if field else ()
         file, line = self.experiment.doc.where(path)
         return exc.__class__(exc.message, file=file, field=field, line=line)
+
+    def _written(self, field: str) -> bool:
+        """Whether the experiment file (or its base) writes ``field`` (a dotted path)."""
+        data: Any = self.experiment.doc.data
+        for part in field.split("."):
+            if not isinstance(data, dict) or part not in data:
+                return False
+            data = data[part]
+        return True
+
+
+def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, what: str) -> Path:
+    """The file the experiment names at ``field`` (relative to the file that wrote it), which must
+    exist; otherwise an error at that field of the experiment, naming the path looked for.
+
+    >>> from sn40l_sim.study.experiment import load_experiment
+    >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
+    >>> str(named_file(exp, ("hardware",), exp.spec.hardware, "hardware"))
+    'hw_configs/sn40l_node16.yaml'
+    >>> named_file(exp, ("model",), "nope.yaml", "model")
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: experiments/deepseek_tp16.yaml:9: model: model file 'nope.yaml' not found (looked for experiments/nope.yaml)
+    """
+    path = experiment.resolve(relative, field)
+    if not path.is_file():
+        kind = "is a folder, not a file" if path.is_dir() else "not found"
+        raise experiment.error(field, f"{what} file {relative!r} {kind} (looked for {path})")
+    return path
 
 
 def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
@@ -233,14 +266,16 @@ def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
     workload = experiment.spec.workload
     if workload is None or workload.kind != "trace":
         return None
-    return tuple(read_trace(experiment.resolve(workload.path, ("workload", "path"))))
+    return tuple(read_trace(named_file(experiment, ("workload", "path"), workload.path, "trace")))
 
 
 def load_graph_template(experiment: Experiment) -> KernelTemplates | None:
-    """The kernel template ``graph_options.template`` names (None when it names none; the graph
-    builder reports a value that is not a path)."""
+    """The kernel template ``graph_options.template`` names, relative to the experiment file (None
+    when it names none; the graph builder reports a value that is not a path)."""
     path = experiment.spec.graph_options.get("template")
-    return load_templates(path) if isinstance(path, str) and path else None
+    if not isinstance(path, str) or not path:
+        return None
+    return load_templates(named_file(experiment, ("graph_options", "template"), path, "kernel template"))
 
 
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
@@ -256,14 +291,14 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     """
     spec = experiment.spec
     if node is None:
-        node = load_hardware(experiment.resolve(spec.hardware, ("hardware",)))
+        node = load_hardware(named_file(experiment, ("hardware",), spec.hardware, "hardware"))
     if hardware_overrides:
         node = with_overrides(node, hardware_overrides)
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
     if model is None:
-        model = load_model(experiment.resolve(spec.model, ("model",)), spec.model_overrides or None)
+        model = load_model(named_file(experiment, ("model",), spec.model, "model"), spec.model_overrides or None)
     if experiment.speculation.drafts and model.mtp is None:
         raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
                                "speculative decoding drafts with the model's multi-token-prediction module "
                                "(leave serving.speculative out, or set drafts: 0)")
-    return Assembly(experiment, node, model)
+    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment))

@@ -30,6 +30,7 @@ import numpy as np
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import socket_document
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.validation import Comparison, Measurement, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
@@ -137,7 +138,7 @@ class ParameterSpace:
 
 
 def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
-        max_evaluations: int = 60) -> FitResult:
+        max_evaluations: int = 60, progress: Callable[[int, float], None] | None = None) -> FitResult:
     """Fit the calibrated parameters of ``socket`` to the calibration references.
 
     Parameters
@@ -151,6 +152,9 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         socket -> value).
     max_evaluations : int
         Budget of simulations (each is one pass over the referenced points).
+    progress : callable, optional
+        Called after each pass with the number of passes so far and the pass's cost (half the
+        sum of squared residuals), for a command that shows the fit advancing.
     """
     from scipy.optimize import least_squares
 
@@ -166,8 +170,12 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         return cache[key]
 
     def residuals(u: np.ndarray) -> np.ndarray:
+        passes = len(cache)
         measured = [r for r in (residual(c) for c in comparisons_at(u)) if r is not None]
-        return np.concatenate([np.array(measured, dtype=float), PRIOR_WEIGHT * (u - u0)])
+        out = np.concatenate([np.array(measured, dtype=float), PRIOR_WEIGHT * (u - u0)])
+        if progress is not None and len(cache) > passes:
+            progress(len(cache), float(0.5 * out @ out))
+        return out
 
     solution = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=0.02, x_scale=1.0,
                              max_nfev=max_evaluations, method="trf")
@@ -258,7 +266,7 @@ def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
                 raise InputError(f"cannot rewrite {name}: its line is not a plain '{last}: value' line; write it "
                                  "on a line of its own", file=file, field=name, line=line)
             lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
-        file.write_text("".join(lines), encoding="utf-8")
+        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
     return list(edits)
 
 

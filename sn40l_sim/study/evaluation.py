@@ -15,6 +15,7 @@ from typing import Any
 from sn40l_sim.hardware.loader import with_overrides
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.preflight import require_workload
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
@@ -50,8 +51,7 @@ class LoadedExperiments:
         if key not in self._loaded:
             exp = load_experiment(key)
             if exp.spec.sweep is None:
-                if exp.spec.workload is None:
-                    raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
+                require_workload(exp)
                 self._loaded[key] = assemble(exp)
             else:
                 runs, failures = expand_runs(load_sweep(key))

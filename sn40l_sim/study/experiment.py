@@ -92,7 +92,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -101,7 +101,7 @@ from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
@@ -148,7 +148,7 @@ class PolicyEntry(StrictModel):
     policy: str
     params: dict[str, Any] = Field(default_factory=dict)
     #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``
-    prompt_fraction: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    prompt_fraction: dict[str, Fraction] = Field(default_factory=dict)
     per_prompt: tuple[PromptParams, ...] = ()
     #: model fields for this entry only (the KV format: kv_dtype, kv_quant, kv_shared_layers)
     model_overrides: dict[str, Any] = Field(default_factory=dict)
@@ -195,7 +195,8 @@ class ExperimentSpec(StrictModel):
     """The validated experiment file; unknown keys are errors."""
 
     kind: Literal["experiment"]
-    name: str
+    #: also the output folder's name (``out/<name>``)
+    name: PlainName
     hardware: str
     model: str
     model_overrides: dict[str, Any] = Field(default_factory=dict)
@@ -413,6 +414,9 @@ def _check(exp: Experiment) -> None:
         raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
     seen: dict[str, int] = {}
     for i, entry in enumerate(spec.policies):
+        if not entry.name.strip():   # it names the entry's points, rows and sweep paths
+            raise exp.error(("policies", i, "name"), f"expected a name for the policy's points and results rows, "
+                            f"got {entry.name!r}")
         if entry.name in seen:
             raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
                             f"(also policies[{seen[entry.name]}])")

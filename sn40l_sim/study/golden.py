@@ -15,11 +15,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.registry import Fields
 from sn40l_sim.study.runner import simulate_experiment
+from sn40l_sim.yamlio import load_document
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS_DIR = REPO / "experiments"
@@ -33,11 +34,47 @@ def experiments() -> list[Path]:
     """Experiment files that ``run`` can simulate (those with a workload and no sweep), but for a
     rate search: its answer is a bisection over many served runs, which its own tests check
     (tests/study/test_rate_search.py), not one point's figures."""
-    out = []
+    return [path for path, why in survey() if why is None]
+
+
+def survey() -> list[tuple[Path, str | None]]:
+    """Every file of ``experiments/`` and why it has no golden (None: it has one).
+
+    >>> for path, why in survey():
+    ...     print(path.name, "-", why or "golden")
+    azure_conv.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
+    deepseek_sweep.yaml - a sweep over serving.batch, shape.prompt_len: too long for a golden (the goldens hold the experiments without a sweep)
+    deepseek_tp16.yaml - golden
+    kernel_looping.yaml - a sweep over model, sockets, tp_prefill, tp, looping: too long for a golden (the goldens hold the experiments without a sweep)
+    kv_policies.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
+    llama8b_node8.yaml - golden
+    map_deepseek_tp16.yaml - no workload: an experiment for map, which reports no results record
+    max_rate.yaml - a rate search: a bisection over many served runs, which tests/study/test_rate_search.py checks, not one point's figures
+    per_user_speed.yaml - a sweep over model, speculative: too long for a golden (the goldens hold the experiments without a sweep)
+    snapstream_table5.yaml - golden
+    socket_scaling.yaml - a sweep over model, sockets, tp_prefill, tp: too long for a golden (the goldens hold the experiments without a sweep)
+    """
+    out: list[tuple[Path, str | None]] = []
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if data.get("kind") == "experiment" and "workload" in data and not {"sweep", "rate_search"} & set(data):
-            out.append(path)
+        try:
+            data = load_document(path).data
+        except InputError as exc:
+            out.append((path, f"cannot be read: {exc.message}"))
+            continue
+        if data.get("kind") != "experiment":
+            out.append((path, f"not an experiment (kind: {data.get('kind')})"))
+        elif "sweep" in data:
+            section = data["sweep"] if isinstance(data["sweep"], dict) else {}
+            axes = section.get("axes") if isinstance(section.get("axes"), dict) else {}
+            out.append((path, f"a sweep over {', '.join(map(str, axes)) or 'its axes'}: too long for a golden (the "
+                              "goldens hold the experiments without a sweep)"))
+        elif "workload" not in data:
+            out.append((path, "no workload: an experiment for map, which reports no results record"))
+        elif "rate_search" in data:
+            out.append((path, "a rate search: a bisection over many served runs, which tests/study/test_rate_search.py "
+                              "checks, not one point's figures"))
+        else:
+            out.append((path, None))
     return out
 
 
@@ -101,5 +138,5 @@ def write(experiment: Path, results: dict[str, Any]) -> Path:
     """Store ``results`` as the experiment's golden; returns the file."""
     path = golden_path(experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(results, indent=1, sort_keys=True) + "\n")
     return path

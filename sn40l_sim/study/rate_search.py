@@ -25,14 +25,15 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.slo import served_slo_fields
 from sn40l_sim.serving.point import PointResult, simulate_point
-from sn40l_sim.serving.traces import select_window
+from sn40l_sim.serving.traces import TraceRow, select_window
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, read_trace_rows
 from sn40l_sim.study.experiment import Experiment, Point
 
@@ -66,14 +67,13 @@ def bisect_rate(holds: Callable[[float], bool], low: float, high: float, *, prob
     return low, True, tried
 
 
-def base_rate(exp: Experiment, asm: Assembly) -> float:
+def base_rate(exp: Experiment, rows: Sequence[TraceRow] | None) -> float:
     """The workload's own arrival rate (requests/s): a Poisson workload's ``rate_per_s``; for a
-    trace, the requests of its window over the window's length (to its last arrival when the
-    window runs to the end of the trace), at ``rate_scale`` 1."""
+    trace (its ``rows``), the requests of its window over the window's length (to its last arrival
+    when the window runs to the end of the trace), at ``rate_scale`` 1."""
     workload = exp.spec.workload
     if workload.kind == "poisson":
         return float(workload.rate_per_s)
-    rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     window = select_window(rows, workload.start_s, workload.duration_s)
     span = workload.duration_s if workload.duration_s is not None else (window[-1].arrival_s if window else 0.0)
     if len(window) < 2 or span <= 0:
@@ -88,14 +88,18 @@ def at_rate(asm: Assembly, rate: float) -> Assembly:
     if workload.kind == "poisson":
         changed = workload.model_copy(update={"rate_per_s": rate})
     else:
-        changed = workload.model_copy(update={"rate_scale": rate / base_rate(exp, asm)})
+        rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
+        changed = workload.model_copy(update={"rate_scale": rate / base_rate(exp, rows)})
     spec = exp.spec.model_copy(update={"workload": changed})
     return replace(asm, experiment=Experiment(spec, exp.doc))
 
 
-def search_point(asm: Assembly, point: Point) -> tuple[PointResult, dict[str, Any]]:
+def search_point(asm: Assembly, point: Point, *,
+                 on_probe: Callable[[PointResult, list[Request]], Any] | None = None
+                 ) -> tuple[PointResult, dict[str, Any]]:
     """The rate search of one point: the served result at the highest rate that held (at the low
-    end when even that fails) and the ``rate_search`` fields of its record."""
+    end when even that fails) and the ``rate_search`` fields of its record. ``on_probe`` is called
+    with each probe's result and the requests that went in (the runner checks the invariants)."""
     exp = asm.experiment
     search, slo = exp.spec.rate_search, exp.spec.slo.target()
     setup = asm.setup(point)
@@ -104,11 +108,20 @@ def search_point(asm: Assembly, point: Point) -> tuple[PointResult, dict[str, An
     rows: list[dict[str, Any]] = []
 
     def holds(rate: float) -> bool:
-        probe_asm = at_rate(asm, rate)
+        probe_requests = at_rate(asm, rate).requests(point)
+        went_in: list[Request] = []
+
+        def requests_for(slots: int) -> list[Request]:
+            made = probe_requests(slots)
+            went_in.extend(made)
+            return made
+
         try:
-            result = simulate_point(setup, probe_asm.requests(point), costs, place)
+            result = simulate_point(setup, requests_for, costs, place)
         except InputError as exc:
             raise asm.locate(exc) from None
+        if on_probe is not None:
+            on_probe(result, went_in)
         results[rate] = result
         fields = served_slo_fields(result.log, result.clock_hz, slo)
         s = fields["slo"]

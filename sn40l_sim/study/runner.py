@@ -1,5 +1,7 @@
 """Experiment -> one results record per point: the library behind ``run``, ``validate``,
-``calibrate`` and sweeps.
+``calibrate`` and sweeps. Every point is checked before anything is simulated
+(:mod:`~sn40l_sim.study.preflight`) and its physical invariants after
+(:mod:`~sn40l_sim.study.invariants`).
 
 ``serve=False`` skips the serving simulation (requests, queues, continuous batching) and keeps what
 needs no workload: memory and maximum batch, one prefill and one decode step. Calibration evaluates
@@ -17,14 +19,12 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import Experiment, Point, load_experiment, record_groups
+from sn40l_sim.study.invariants import NAMES, check_point
+from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
-
-
-def _require_workload(exp: Experiment) -> None:
-    if exp.spec.workload is None:
-        raise exp.error(("workload",), "run needs a workload section (kind: fixed | poisson | trace)")
 
 
 def simulate_experiment(experiment: str | Path | Experiment, progress: bool = False, *, serve: bool = True,
@@ -56,7 +56,7 @@ def simulate_experiment(experiment: str | Path | Experiment, progress: bool = Fa
     if exp.spec.sweep is not None:
         raise exp.error(("sweep",), "this experiment has a sweep: section; run it with "
                         "`python -m sn40l_sim run` (which delegates to the sweep) or `sweep`")
-    _require_workload(exp)  # the experiment's own problems first, before the files it names
+    require_workload(exp)  # the experiment's own problems first, before the files it names
     asm = assemble(exp, hardware_overrides=hardware_overrides)
     return exp, simulate_assembly(asm, progress=progress, serve=serve, on_result=on_result)
 
@@ -99,32 +99,44 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
                       serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
     """One record per point of an assembled experiment (or of the points in ``only``)."""
     exp = asm.experiment
-    _require_workload(exp)
+    points = asm.points if only is None else only
+    check_assembly(asm, points)   # everything refused before anything is simulated (as check does)
     records = []
-    for point in asm.points if only is None else only:
+    for point in points:
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
         if exp.spec.rate_search is not None and serve:
-            result, searched = search_point(asm, point)
+            # every probe is a served run, so every probe's invariants are checked
+            result, searched = search_point(asm, point, on_probe=lambda probe, requests, point=point:
+                                            check_point(probe, point_record(exp, point, probe), requests))
             records.append({**point_record(exp, point, result), **searched})
             if on_result is not None:
                 on_result(result)
             continue
         setup = asm.setup(point)
+        served: list[Request] = []   # what went in, for the invariant that each comes out once
+        requests = asm.requests(point, serve)
+
+        def requests_for(slots: int, requests=requests, served=served) -> list[Request]:
+            made = requests(slots)
+            served.extend(made)
+            return made
+
         try:
-            result = simulate_point(setup, asm.requests(point, serve), asm.step_timer(setup),
-                                    asm.memory_placer(setup.model))
+            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model))
         except InputError as exc:
             raise asm.locate(exc) from None
+        record = point_record(exp, point, result)
+        check_point(result, record, served)   # a violated invariant stops the run (InvariantError, exit 3)
         if on_result is not None:
             on_result(result)
-        records.append(point_record(exp, point, result))
+        records.append(record)
     return records
 
 
-
 def point_record(exp: Experiment, point: Point, result: PointResult) -> dict:
-    """The results record of a simulated point, with the groups of fields its experiment asks for."""
+    """The results record of a simulated point, with the groups of fields its experiment asks for
+    and the invariants the runner checks on it."""
     slo = exp.spec.slo.target() if exp.spec.slo is not None else None
     return build_record(result, experiment=exp.spec.name, policy_params=point.params,
-                        extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo)
+                        extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo, invariants=NAMES)

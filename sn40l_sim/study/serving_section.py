@@ -17,13 +17,28 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, Seconds, StrictModel
+from sn40l_sim.schema import MAX_COUNT, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
 from sn40l_sim.serving.speculation import Speculation
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
 POWERS_OF_TWO_BATCH = tuple(2**i for i in range(13))            # 1 .. 4096
 POWERS_OF_TWO_PREFILL = tuple(2**i for i in range(21))          # 1 .. 1 Mi tokens
+
+
+#: the physical ranges of the plain numbers of these sections (the quantity types carry their own)
+Tokens = ranged(Range("token count", 1, MAX_COUNT, "1", f"{MAX_COUNT} tokens"))
+LogSigma = ranged(Range("log-space sigma", 0, 10, "0", "10", low_open=True))
+RequestRate = ranged(Range("positive request rate", 1e-6, 1e6, "1e-6 requests/s", "1e6 requests/s", "requests/s"))
+#: speculative decoding: drafts a verify step checks per sequence (published schemes use a few)
+Drafts = Annotated[NonNegativeInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
+#: the probability that a draft is accepted when the drafts before it were
+Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
+#: a trace window's length: a time, not zero
+Duration = Annotated[Seconds, AfterValidator(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s",
+                                                   low_open=True))]
+#: how many times as fast a trace's requests arrive (1e6 would serve a day's trace in a tenth of a second)
+RateScale = ranged(Range("rate multiplier", 1e-6, 1e6, "1e-6", "1e6"))
 
 
 def _int_is_constant(value: Any) -> Any:
@@ -52,8 +67,8 @@ class LognormalLength(StrictModel):
     ``[low, high]`` (``high`` defaults to the point's prompt length / ``max_new_tokens``)."""
 
     dist: Literal["lognormal"]
-    median: Annotated[float, Field(gt=0)]
-    sigma: Annotated[float, Field(gt=0)]
+    median: Tokens
+    sigma: LogSigma
     low: PositiveInt = 1
     high: PositiveInt | None = None
 
@@ -88,7 +103,7 @@ class PoissonWorkload(StrictModel):
     """``count`` requests with exponential inter-arrival times of mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"]
-    rate_per_s: Annotated[float, Field(gt=0)]
+    rate_per_s: RequestRate
     count: PositiveInt | Literal["batch"] = "batch"
     rounds: PositiveInt = 1
     #: default: every prompt has the point's prompt length
@@ -105,23 +120,17 @@ class TraceWorkload(StrictModel):
     kind: Literal["trace"]
     path: str
     #: the window's start, seconds after the trace's first request (arrivals count from it)
-    start_s: Annotated[Seconds, Field(le=10 * 365 * 86400)] = 0.0
+    start_s: Seconds = 0.0
     #: the window's length (None: to the end of the trace)
-    duration_s: Annotated[Seconds, Field(gt=0, le=10 * 365 * 86400)] | None = None
+    duration_s: Duration | None = None
     #: arrival rate multiplier: arrivals come ``rate_scale`` times as fast (same requests, same order)
-    rate_scale: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    rate_scale: RateScale = 1.0
     #: cap prompts above the point's prompt length and outputs above ``max_new_tokens`` to them
     #: (the results report how many and how many tokens); without it such a request is an error
     cap_lengths: bool = False
 
 
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
-
-
-def _not_a_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a probability in [0, 1], got {value!r}")
-    return value
 
 
 class SpeculativeSection(StrictModel):
@@ -132,11 +141,11 @@ class SpeculativeSection(StrictModel):
     ``acceptance`` when the ones before it were: a step yields ``(1 - a^(k+1)) / (1 - a)`` tokens
     per sequence on average (:mod:`sn40l_sim.serving.speculation`). The model needs an ``mtp``
     section. The SnapStream paper's setting is ``{drafts: 2, acceptance: 0.8}`` (its "x 2.4 at an
-    assumed 80% acceptance", REFERENCE.md section 3).
+    assumed 80% acceptance", docs/reference.md §3).
     """
 
-    drafts: NonNegativeInt
-    acceptance: Annotated[float, BeforeValidator(_not_a_bool), Field(ge=0, le=1)]
+    drafts: Drafts
+    acceptance: Acceptance
 
     def speculation(self) -> Speculation:
         """The serving model's :class:`~sn40l_sim.serving.speculation.Speculation`."""

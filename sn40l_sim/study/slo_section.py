@@ -23,20 +23,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, model_validator
 
 from sn40l_sim.report.slo import SLO, LatencyTarget
-from sn40l_sim.schema import Seconds, StrictModel
+from sn40l_sim.schema import PositiveInt, Range, Seconds, StrictModel, ranged
+from sn40l_sim.study.serving_section import RequestRate
 
-#: a day: no latency bound or rate of a serving study comes near it
-_DAY_S = 86400.0
+#: the physical ranges of these sections' numbers (docs/robustness.md): no latency bound of a
+#: serving study comes near a day; a bisection halves its bracket 30 times at most (2**-30 of it)
+LatencyBound = Annotated[Seconds, AfterValidator(Range("latency bound", 0, 86400, "0 s", "86400 s (a day)", "s",
+                                                       low_open=True))]
+Percentile = ranged(Range("percentile", 0, 100, "0", "100", low_open=True))
+Probes = Annotated[PositiveInt, AfterValidator(Range("number of probes", 1, 30, "1", "30"))]
+RelativeTolerance = ranged(Range("relative tolerance", 0, 1, "0", "1", low_open=True))
 
 
 class LatencySLO(StrictModel):
     """``percentile`` % of requests within ``max_s`` (``"2 s"``, ``"100 ms"`` or seconds)."""
 
-    max_s: Annotated[Seconds, Field(gt=0, le=_DAY_S)]
-    percentile: Annotated[float, Field(gt=0, le=100)] = 90.0
+    max_s: LatencyBound
+    percentile: Percentile = 90.0
 
     def target(self) -> LatencyTarget:
         """The report's :class:`~sn40l_sim.report.slo.LatencyTarget`."""
@@ -64,13 +70,13 @@ class RateSearchSection(StrictModel):
     """Bisection for the highest arrival rate (requests/s) at which every SLO holds."""
 
     #: a rate expected to hold (the search reports it if even this one does not)
-    low_per_s: Annotated[float, Field(gt=0, le=1e6)]
+    low_per_s: RequestRate
     #: a rate expected to fail (the search reports it if even this one holds)
-    high_per_s: Annotated[float, Field(gt=0, le=1e6)]
+    high_per_s: RequestRate
     #: bisection probes after the two ends (the bracket halves with each)
-    probes: Annotated[int, Field(ge=1, le=30)] = 8
+    probes: Probes = 8
     #: stop early once the bracket is narrower than this fraction of its low end
-    tolerance: Annotated[float, Field(gt=0, le=1)] = 0.02
+    tolerance: RelativeTolerance = 0.02
 
     @model_validator(mode="after")
     def _ordered(self) -> RateSearchSection:

@@ -9,31 +9,47 @@ measurements that read them.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.schema import StrictModel, validate
-from sn40l_sim.yamlio import load_document
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.outputs import write_text
+from sn40l_sim.schema import Range, StrictModel, ranged, validate
+from sn40l_sim.study.experiment import load_experiment, points
+from sn40l_sim.study.preflight import require_workload
+from sn40l_sim.study.sweep.load import load_sweep
+from sn40l_sim.study.sweep.plan import expand_runs
+from sn40l_sim.yamlio import load_document, shown_path
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "reference"
+
+
+#: a measured quantity: every results field a measurement names is a count, a fraction, a time or a
+#: rate, never negative
+Measured = ranged(Range("measured value", 0, 1e15, "0", "1e15 (in the field's unit)"))
+#: a relative tolerance
+Relative = ranged(Range("relative tolerance", 0, 10, "0", "10 (1000%)"))
 
 
 class Tolerance(StrictModel):
     """Acceptance band: absolute, relative, or an explicit range of accepted simulated values."""
 
-    abs: float | None = Field(default=None, ge=0)
-    rel: float | None = Field(default=None, ge=0)
-    range: tuple[float, float] | None = None
+    abs: Measured | None = None
+    rel: Relative | None = None
+    range: tuple[Measured, Measured] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Tolerance:
         if sum(v is not None for v in (self.abs, self.rel, self.range)) != 1:
             raise ValueError("give exactly one of abs, rel or range")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range: the low end ({self.range[0]:g}) is above the high end ({self.range[1]:g})")
         return self
 
     def accepts(self, measured: float, simulated: float) -> bool:
@@ -50,7 +66,7 @@ class Measurement(StrictModel):
     id: str
     quantity: str
     key: str | None = None
-    value: float | None = None
+    value: Measured | None = None
     tolerance: Tolerance | None = None
     source: str
     experiment: str
@@ -123,24 +139,94 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
     InputError
         For a malformed reference file, located at the field.
     """
-    files = paths if paths else sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))
+    files = paths if paths else [shown_path(os.path.relpath(p)) if p.is_relative_to(Path.cwd()) else p
+                                 for p in sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))]
     out: list[Reference] = []
     for path in files:
         doc = load_document(path)
+        if doc.data.get("kind") != "reference":
+            raise doc.error(("kind",), f"expected 'kind: reference' in a reference file, got {doc.data.get('kind')!r}")
         spec = validate(ReferenceFile, doc)
+        point_names: dict[Path, list[str]] = {}
         for i, m in enumerate(spec.measurements):
-            exp_path = doc.resolve(m.experiment)
+            at = ("measurements", i)
+            check_quantity(m, lambda field, message, at=at, doc=doc: doc.error(at + field, message))
+            exp_path = doc.resolve(m.experiment, at + ("experiment",))
             if not exp_path.is_file():
-                raise doc.error(("measurements", i, "experiment"), f"experiment file not found: {exp_path}")
-            out.append(Reference(m, exp_path, doc.where(("measurements", i, "point"))))
+                raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} not found (looked for "
+                                f"{exp_path})")
+            if exp_path not in point_names:
+                point_names[exp_path] = _point_names(exp_path)
+            for field, name in (("point", m.point), ("relative_to", m.relative_to)):
+                if name is not None and name not in point_names[exp_path]:
+                    raise doc.error(at + (field,), f"measurement {m.id!r} names point {name!r}, but "
+                                    f"{exp_path.name} has {point_names[exp_path]}")
+            out.append(Reference(m, exp_path, doc.where(at + ("point",))))
     return out
 
 
+def _point_names(path: Path) -> list[str]:
+    """The names of the records the experiment at ``path`` gives: its points, or for a sweep, its
+    runs (``full[model=llama3_1_70b,sockets=8,...]``), as :mod:`~sn40l_sim.study.evaluation` names them."""
+    exp = load_experiment(path)
+    if exp.spec.sweep is not None:
+        runs, failures = expand_runs(load_sweep(path))
+        if failures:
+            _, name, error = failures[0]
+            raise exp.error(("sweep",), f"sweep point {name} does not assemble: {error}")
+        return sorted(run.name for run in runs)
+    require_workload(exp)
+    return sorted(p.name for p in points(exp))
+
+
+def check_quantity(m: Measurement, error: Callable[[tuple, str], InputError] | None = None) -> None:
+    """A measurement names a results field holding a number (``quantity``), or a mapping of numbers
+    by one key (``quantity`` and ``key``, e.g. ``prefill_kernel_share`` and ``mha``).
+
+    >>> check_quantity(Measurement(id="m", quantity="decode_tokens_per_s", key="x", source="s",
+    ...                            experiment="e.yaml", point="p", calibration=True))
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: key: decode_tokens_per_s holds one number: remove key (or name a mapping field)
+
+    Raises
+    ------
+    InputError
+        Located with ``error(field, message)`` (field under the measurement), else naming the field.
+    """
+    def fail(field: str, message: str) -> InputError:
+        return error((field,), message) if error else InputError(message, field=field)
+
+    declared = RESULTS[m.quantity] if m.quantity in RESULTS else None
+    if declared is None:
+        raise fail("quantity", f"unknown results field {m.quantity!r}; expected a field of docs/results.md")
+    if declared.parts or declared.is_list or declared.unit == "" or len(declared.keys) > 1:
+        raise fail("quantity", f"{m.quantity} is not a number or a mapping of numbers by one key; expected a field "
+                   "such as decode_tokens_per_s or prefill_kernel_share (docs/results.md)")
+    if declared.keys and m.key is None:
+        raise fail("key", f"{m.quantity} is a mapping by {declared.keys[0]}: give the key of the value measured")
+    if not declared.keys and m.key is not None:
+        raise fail("key", f"{m.quantity} holds one number: remove key (or name a mapping field)")
+
+
 def extract(record: dict[str, Any], measurement: Measurement) -> float:
-    """The simulated value a measurement compares with, read from a results record."""
-    value = record[measurement.quantity]
-    if measurement.key is not None:
+    """The simulated value a measurement compares with, read from a results record (a key the
+    record's mapping lacks is 0: a kernel kind the point does not run takes no time).
+
+    Raises
+    ------
+    InputError
+        When the record has no value for the quantity (a served-workload field, which ``validate``
+        does not simulate).
+    """
+    check_quantity(measurement)
+    value = record.get(measurement.quantity)
+    if measurement.key is not None and isinstance(value, dict):
         value = value.get(measurement.key, 0.0)
+    if value is None or isinstance(value, (dict, list, str, bool)):
+        raise InputError(f"measurement {measurement.id!r}: {measurement.quantity} has no value in this evaluation "
+                         "(validate simulates memory and one prefill and decode step, not the served workload)",
+                         field="quantity")
     return float(value)
 
 
@@ -164,12 +250,15 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
         by_name = records[ref.experiment_path]
         m = ref.measurement
         for field, name in (("point", m.point), ("relative_to", m.relative_to)):
-            if name is not None and name not in by_name:
+            if name is not None and name not in by_name:  # pragma: no cover - load_references checked the names
                 raise InputError(f"measurement {m.id!r} names point {name!r}, but {ref.experiment_path.name} "
                                  f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1], field=field)
-        value = extract(by_name[m.point], m)
-        if m.relative_to is not None:
-            value /= extract(by_name[m.relative_to], m)
+        try:
+            value = extract(by_name[m.point], m)
+            if m.relative_to is not None:
+                value /= extract(by_name[m.relative_to], m)
+        except InputError as exc:
+            raise InputError(exc.message, file=ref.origin[0], line=ref.origin[1], field=exc.field) from None
         out.append(Comparison(ref, value))
     return out
 
@@ -196,7 +285,7 @@ class LeaveOneOut:
         """Write as JSON (sorted keys, so it diffs as data)."""
         text = json.dumps({"method": self.method, "fitted": self.fitted, "predictions": self.predictions},
                           indent=1, sort_keys=True)
-        path.write_text(text + "\n", encoding="utf-8")
+        write_text(path, text + "\n")
         return path
 
     @classmethod

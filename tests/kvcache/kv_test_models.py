@@ -1,4 +1,4 @@
-"""Model specs for the kvcache tests, built in Python from REFERENCE §2 so that these tests do not
+"""Model specs for the kvcache tests, built in Python from docs/reference.md §2 so that these tests do not
 depend on the YAML loader (owned by the MODELS area); test_kv_sizing checks them against
 graphs/*.yaml once the loader exists."""
 from sn40l_sim.models.spec import ModelSpec

@@ -103,7 +103,10 @@ def test_the_step_timer_charges_the_decode_kernels(toy_policy, llama8b):
     without = step_timer(node, llama8b, make_policy("full", {}), plan, plan, engine=free).decode_step(16, 4096)
     evict = with_hook.kernel_cycles["h2o_evict"]
     assert evict > 0 and "h2o_evict" not in without.kernel_cycles
-    assert with_hook.cycles == pytest.approx(without.cycles + evict, rel=1e-9)
+    # at least the hook's own kernels: between two decoder layers they also break the run of
+    # consecutive calls over which a decoder kernel's configuration is charged, so the mapper may
+    # choose a smaller plan for it
+    assert with_hook.cycles >= without.cycles + evict
     # with kernel calls as they are, the policy's kernel also breaks the decoder-layer loop: every
     # call then pays its boundary and reloads a configuration
     looped = step_timer(node, llama8b, make_policy("full", {}), plan, plan).decode_step(16, 4096)

@@ -81,9 +81,9 @@ def test_arkvale_store_holds_the_whole_context_in_pages_and_hbm_holds_buffer_and
 def test_decode_kernels_run_in_every_layer_only_when_the_policy_acts(name, kind):
     policy = make_policy(name, {"budget": 4096})
     r1, plan = deepseek_r1(), ParallelPlan(16, 16)
-    acting = build_graph(r1, Shape("decode", 16, 0, 4096, 32768), plan, policy)
-    assert sum(k.kind == kind for k in acting.kernels()) == 62       # 61 layers and the MTP block
-    idle = build_graph(r1, Shape("decode", 16, 0, 2048, 2048), plan, policy)
+    acting = build_graph(r1, Shape("decode", 16, 0, 4096, context_len=32768), plan, policy)
+    assert sum(k.kind == kind for k in acting.kernels()) == 61       # 61 layers (no drafts: no MTP block)
+    idle = build_graph(r1, Shape("decode", 16, 0, 2048, context_len=2048), plan, policy)
     assert not any(k.kind == kind for k in idle.kernels())
     # prefill compresses only a prompt longer than the budget
     assert not policy.prefill_kernels(r1, 4096, 16) and policy.prefill_kernels(r1, 4097, 16)

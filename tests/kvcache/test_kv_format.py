@@ -73,7 +73,8 @@ def test_sharing_and_quantising_leave_the_attention_flops_alone(fmt):
      "kv_quant.salient.dtype", "must be kept wider than kv_dtype int8"),
     ({"kv_dtype": "int3"}, "kv_dtype", "'bf16', 'fp8', 'int8' or 'int4'"),
     ({"kv_shared_layers": 81}, "kv_shared_layers", "must be <= layers (80)"),
-    ({"kv_dtype": "int4", "kv_quant": {"group": 0}}, "kv_quant.group", "expected a positive value, got 0"),
+    ({"kv_dtype": "int4", "kv_quant": {"group": 0}}, "kv_quant.group",
+     "expected a positive integer from 1 to 2147483647 (2**31 - 1), got 0"),
 ])
 def test_a_bad_format_is_one_error_naming_the_field(fmt, field, expected):
     with pytest.raises(InputError) as err:

@@ -7,7 +7,7 @@ from kv_test_models import deepseek_r1
 
 from sn40l_sim.kvcache import POLICIES, KVPolicy, SnapStream, make_policy
 
-R1_TOKEN = 70_272          # KV bytes per token of DeepSeek-R1 (REFERENCE §2)
+R1_TOKEN = 70_272          # KV bytes per token of DeepSeek-R1 (docs/reference.md §2)
 L128K = 131072
 
 

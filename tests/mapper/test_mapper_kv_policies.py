@@ -48,7 +48,7 @@ def _traffic(kernel):
 
 
 def test_h2o_decode_rescoring_costs_what_attention_scores_cost_and_is_bound_by_hbm():
-    shape = Shape("decode", 64, 0, 32768, 131200)
+    shape = Shape("decode", 64, 0, 32768, context_len=131200)
     h2o = make_policy("h2o", {"budget": 32768})
     evict = placed_kind(r1(), h2o, shape, DECODE, "h2o_evict")
     mla = placed_kind(r1(), h2o, shape, DECODE, "mla")
@@ -66,7 +66,7 @@ def test_h2o_decode_rescoring_costs_what_attention_scores_cost_and_is_bound_by_h
 
 
 def test_arkvale_recall_streams_its_pages_over_ddr_and_is_bound_by_it():
-    shape = Shape("decode", 64, 0, 32768, 131200)
+    shape = Shape("decode", 64, 0, 32768, context_len=131200)
     ark = make_policy("arkvale", {"budget": 32768})
     store = place_memory(node16(), r1(), DECODE, 10 * GiB, 2**20, kv_offload={"ddr": 100 * GiB})
     recall = placed_kind(r1(), ark, shape, DECODE, "recall", store)
@@ -85,7 +85,7 @@ def test_arkvale_recall_streams_its_pages_over_ddr_and_is_bound_by_it():
 
 def test_arkvale_digest_scoring_grows_with_the_context_not_the_buffer():
     ark = make_policy("arkvale", {"budget": 8192})
-    short, long_ = (placed_kind(r1(), ark, Shape("decode", 64, 0, 8192, ctx), DECODE, "recall")
+    short, long_ = (placed_kind(r1(), ark, Shape("decode", 64, 0, 8192, context_len=ctx), DECODE, "recall")
                     for ctx in (32768, 131072))
     bound = {op.name: op for op in long_.kernel.operators}["digest_bound"]
     assert bound.elements == 2 * 4 * 128 * (131072 // 32) * 576
@@ -112,7 +112,8 @@ def test_arkvale_digest_build_reads_the_prompt_keys_once():
     assert reduce_.kv_read_bytes == (131072 // 16) * 576 * 2           # this socket's 1/16 of the rows
     assert build.bounding_resource == "hbm"
     floor = build.tier_bytes["hbm"] / bytes_per_cycle("hbm")
-    assert floor <= build.cycles <= 1.1 * floor
+    # the stream itself, beside the call's configuration load and barrier
+    assert floor <= build.cycles - build.overhead_cycles <= 1.1 * floor
 
 
 @pytest.mark.parametrize("fmt, bits", [({"kv_dtype": "fp8"}, 8), ({"kv_dtype": "int4", "kv_quant": {"group": 32}}, 5)])

@@ -111,6 +111,17 @@ def test_template_errors_are_located(tmp_path):
     assert info.value.line == _line_of(text, "mha_softmaxx")
 
 
+def test_a_template_kernel_no_block_uses_is_an_error(tmp_path):
+    """Deleting a block entry (the LM head from the tail, say) would drop its kernel silently."""
+    text = (GRAPHS_DIR / "kernels_llama.yaml").read_text()
+    assert text.count("tail: [lm_head, sampling]") == 2
+    path = tmp_path / "kernels.yaml"
+    path.write_text(text.replace("tail: [lm_head, sampling]", "tail: [sampling]", 1))
+    with pytest.raises(InputError, match="kernel 'lm_head' is defined but no block of prefill uses it") as info:
+        load_templates(path)
+    assert info.value.field == "prefill.kernels.lm_head"
+
+
 def test_template_must_shard_every_tensor(tmp_path):
     text = (GRAPHS_DIR / "kernels_deepseek.yaml").read_text().replace("  router_bias: replicated\n", "")
     (tmp_path / "kernels_deepseek.yaml").write_text(text)

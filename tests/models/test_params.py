@@ -1,4 +1,4 @@
-"""Parameter counts, KV bytes and weight bytes against the published figures (REFERENCE.md §2)."""
+"""Parameter counts, KV bytes and weight bytes against the published figures (docs/reference.md §2)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tile-level cycle counts against the cycle-by-cycle unit-level simulation (DESIGN.md §3).
+"""Tile-level cycle counts against the cycle-by-cycle unit-level simulation (docs/design.md §3).
 
 Each small kernel runs through :func:`sn40l_sim.reference.unit_level.simulate` (every PCU stage, PMU
 port and mesh hop a SimPy process, values computed for real) and through

@@ -1,5 +1,5 @@
 """The results declaration (sn40l_sim/report/fields.py) against what build_record produces, the
-DESIGN.md §5 contract, the generated docs/results.md, and a toy field that flows from one
+docs/design.md §5 contract, the generated docs/results.md, and a toy field that flows from one
 declaration to the CSV, the printed table, plot labels, the goldens and the docs."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from sn40l_sim.study.golden import key_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: DESIGN.md §5 "Results": fields every record carries; never renamed or dropped
+#: docs/design.md §5 "Results": fields every record carries; never renamed or dropped
 DESIGN_SECTION_5 = ("name", "model", "hardware", "kv_policy", "prefill_len", "kv_len", "batch", "max_batch",
                     "ttft_s", "tpot_s", "decode_step_s", "decode_tokens_per_s", "decode_tokens_per_s_reported",
                     "prefill_kernel_share", "memory")

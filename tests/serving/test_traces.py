@@ -69,14 +69,24 @@ def test_lengths_above_the_graphs_name_the_trace_line_unless_capped(tmp_path):
     assert [(r.capped_prompt_tokens, r.capped_output_tokens) for r in reqs] == [(0, 0), (904, 0), (0, 172)]
 
 
+def test_a_trace_that_is_not_text_is_one_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(b"arrival_s,prompt_len,output_len\n0,1,1\xff\n")
+    with pytest.raises(InputError, match="not a text file .byte 37 is not UTF-8") as info:
+        read_trace(path)
+    assert info.value.file == str(path)
+
+
 @pytest.mark.parametrize("text, line, match", [
     (HEADER + "2023-11-16 18:00:01.0,1,1\n2023-11-16 18:00:01.0,1,1\n", 3, "TIMESTAMP: expected a timestamp after"),
     (HEADER + "2023-11-16 18:00:02.0,1,1\n2023-11-16 18:00:01.5,1,1\n", 3, "timestamps must increase"),
     ("TIMESTAMP,ContextTokens\n2023-11-16 18:00:01.0,1\n", 1, "missing column 'GeneratedTokens'"),
     ("arrival_s,prompt_len\n0,1\n", 1, "missing column 'output_len'"),
     (HEADER + "yesterday,1,1\n", 2, "TIMESTAMP: expected a date and time"),
-    (HEADER + "2023-11-16 18:00:01.0,0,1\n", 2, "ContextTokens: expected an integer >= 1"),
-    ("arrival_s,prompt_len,output_len\n-0.5,1,1\n", 2, "arrival_s: expected a time >= 0"),
+    (HEADER + "2023-11-16 18:00:01.0,0,1\n", 2, "ContextTokens: expected a positive integer from 1"),
+    ("arrival_s,prompt_len,output_len\n-0.5,1,1\n", 2, "arrival_s: expected a time from 0 s"),
+    (HEADER + "2023-11-16 18:00:01.0,1,1\n2024-11-16 18:00:01.0,1,1\n", 3, "TIMESTAMP: expected a time from 0 s"),
+    ("arrival_s,prompt_len,output_len\n0,1e30,1\n", 2, "prompt_len: expected a positive integer from 1 to"),
 ])
 def test_bad_traces_are_one_line_naming_file_and_line(tmp_path, text, line, match):
     path = tmp_path / "bad.csv"

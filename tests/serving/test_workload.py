@@ -77,10 +77,13 @@ def test_csv_and_jsonl_traces(tmp_path):
 
 @pytest.mark.parametrize("name, text, line, match", [
     ("bad.csv", "arrival,prompt_len,output_len\n0,1,1\n", 1, "expected the CSV header"),
-    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,1\n0,x,1\n", 3, "prompt_len: expected a number"),
-    ("bad.csv", "arrival_s,prompt_len,output_len\n-1,1,1\n", 2, "arrival_s: expected a time >= 0"),
-    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1.5,1\n", 2, "prompt_len: expected a number"),
-    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,0\n", 2, "output_len: expected an integer >= 1"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,1\n0,x,1\n", 3, "prompt_len: expected an integer"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n-1,1,1\n", 2, "arrival_s: expected a time from 0 s"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1.5,1\n", 2, "prompt_len: expected an integer"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,0\n", 2, "output_len: expected a positive integer from 1"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n1e400,1,1\n", 2, "arrival_s: expected a finite time"),
+    ("bad.jsonl", "{\"arrival_s\": NaN, \"prompt_len\": 1, \"output_len\": 1}\n", 1, "arrival_s: expected a finite time"),
+    ("bad.csv", "arrival_s,prompt_len,output_len\n0,1e30,1\n", 2, "prompt_len: expected a positive integer from 1 to 2147483647"),
     ("bad.csv", "arrival_s,prompt_len,output_len\n0,1,\n", 2, "output_len: missing value"),
     ("bad.csv", "arrival_s,prompt_len,output_len\n", None, "no requests"),
     ("bad.jsonl", '{"arrival_s": 0, "prompt_len": 1, "output_len": 1}\n{"arrival_s": 0,\n', 2, "invalid JSON"),

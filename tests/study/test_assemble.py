@@ -45,9 +45,30 @@ def test_paths_in_a_base_file_resolve_against_the_base_not_the_overlay(tmp_path)
 
 
 def test_every_setup_field_maps_to_a_field_of_the_experiment():
-    for setup_field, experiment_field in SETUP_FIELDS.items():
-        root = experiment_field.split(".")[0]
-        assert root in ExperimentSpec.model_fields, (setup_field, experiment_field)
+    for setup_field, experiment_fields in SETUP_FIELDS.items():
+        for experiment_field in experiment_fields if isinstance(experiment_fields, tuple) else (experiment_fields,):
+            root = experiment_field.split(".")[0]
+            assert root in ExperimentSpec.model_fields, (setup_field, experiment_field)
+
+
+def test_a_prompt_that_does_not_fit_names_the_field_the_file_has(tmp_path):
+    """Without prompt_lens, the prompt comes from shape.prompt_len: the message names that field."""
+    from sn40l_sim.errors import InfeasibleError
+
+    text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    asm = assemble(load_experiment(_write(tmp_path, text)))
+    located = asm.locate(InfeasibleError("does not fit", field="prompt_len"))
+    assert located.field == "shape.prompt_len" and located.line == text.splitlines().index(
+        "shape: {prompt_len: 32768}") + 1
+    table5 = (REPO / "experiments" / "snapstream_table5.yaml").read_text().replace("../", f"{REPO}/")
+    asm = assemble(load_experiment(_write(tmp_path, table5)))
+    assert asm.locate(InfeasibleError("does not fit", field="prompt_len")).field == "prompt_lens"
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    return path
 
 
 @pytest.mark.parametrize("change, field, text", [

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.report.outputs import read_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +71,8 @@ def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, caps
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}:{line_of(text, 'batch: 4096')}: serving.batch: a batch of 4096 does not fit" in err
     assert "GiB" in err  # the memory placer's numbers
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out" / "results.json").exists()   # the folder only says why: status.json
+    assert read_status(tmp_path / "out")["status"] == "failed"
 
 
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
@@ -79,7 +81,8 @@ def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}" in err and "prompt_lens" in err and "not even 1" in err
+    # the experiment gives its prompt in shape.prompt_len (it has no prompt_lens): the line names that field
+    assert f"{path}:{line_of(text, 'shape: {prompt_len')}: shape.prompt_len: " in err and "not even 1" in err
 
 
 def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp_path, capsys):
@@ -88,7 +91,7 @@ def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp
     bad_option.write_text(text + "graph_options: {expert_loading: some}\n")
     assert main(["run", str(bad_option), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options: expert_loading" in err
+    assert f"{bad_option}:{len(text.splitlines()) + 1}: graph_options.expert_loading: expected 'touched' or 'all'" in err
     too_big = tmp_path / "plan.yaml"
     too_big.write_text(text.replace("decode: {tp: 8, attention_dp: 8}", "decode: {tp: 16, attention_dp: 16}"))
     assert main(["run", str(too_big), "--quiet"]) == 2
@@ -155,7 +158,7 @@ def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
         # a model without an MTP module has nothing to draft with
         ("  speculative: {drafts: 2, acceptance: 0.8}\n",
          "serving.speculative.drafts: model 'llama-3.1-8b' has no mtp section"),
-        ("  speculative: {drafts: 2, acceptance: 2}\n", "serving.speculative.acceptance: Input should be less"),
+        ("  speculative: {drafts: 2, acceptance: 2}\n", "serving.speculative.acceptance: expected an acceptance probability from 0 to 1"),
         # the former multiplier: refused, saying what to write instead
         ("  tokens_per_forward: 2.4\n", "serving.tokens_per_forward: no longer a multiplier"),
     ]
@@ -171,4 +174,4 @@ def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
     options.write_text(text + "graph_options: {include_mtp: true}\n")
     assert main(["run", str(options), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "graph_options: include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err
+    assert "graph_options.include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err

@@ -2,7 +2,7 @@
 
 The simulator always reads its hardware from ``hw_configs/*.yaml``; these only make the running
 examples in the docstrings self-contained. The values are round placeholders in the shape of the
-REFERENCE geometry (32 lanes x 6 stages), not a description of any part.
+docs/reference.md §1 geometry (32 lanes x 6 stages), not a description of any part.
 """
 from __future__ import annotations
 

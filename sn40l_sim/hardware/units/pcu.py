@@ -44,7 +44,7 @@ Output-stationary mapping (partial sums stay in the PCU)
   least ``stages`` cycles. Fill: the ``stages``-cycle skew of the wavefront and one pipeline
   latency.
 
-Which one SN40L's compiler uses is not published (REFERENCE.md states a systolic mode, not its
+Which one SN40L's compiler uses is not published (docs/reference.md §1 states a systolic mode, not its
 dataflow). The weight-stationary mapping with partial sums through a PMU is the one the unit-level
 simulation checks; the output-stationary one keeps the accumulators in the PCU at the cost of
 re-reading B for every ``stages`` rows of A. The mapper takes the faster of the two per operator

@@ -6,7 +6,7 @@ Lengths are tokens per layer and sequence. ``generated`` counts decode steps run
 previous step) and then attends.
 
 Ring policies (``snapstream``, ``streamingllm``) keep a fixed ``[sink | ring | top-K]`` cache
-(REFERENCE §3). After prefill of a prompt of length ``L >= sink + recent`` the ring holds the
+(docs/reference.md §3). After prefill of a prompt of length ``L >= sink + recent`` the ring holds the
 ``recent - 1`` positions ``L - recent + 1 .. L - 1`` and one empty slot, the one position ``L``
 lands in (paper Fig. 4); from the first decode step on it holds the last ``recent`` positions.
 Position ``L - recent`` is thus in neither the ring nor the evictable middle

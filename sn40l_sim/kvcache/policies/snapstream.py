@@ -1,4 +1,4 @@
-"""``snapstream``: ``[sink | ring of recent tokens | SnapKV top-K]``, fixed length (REFERENCE §3).
+"""``snapstream``: ``[sink | ring of recent tokens | SnapKV top-K]``, fixed length (docs/reference.md §3).
 
 >>> s = SnapStream.from_budget(32768)
 >>> (s.sink, s.recent, s.topk), s.static_cache_len(131072, 1024)

@@ -1,6 +1,6 @@
 """Multi-head latent attention (DeepSeek-V3/R1): projections, prefill and decode attention.
 
-Shapes per token (REFERENCE.md section 2): ``q = q_b(norm(q_a(x)))`` gives ``heads x (nope + rope)``
+Shapes per token (docs/reference.md §2): ``q = q_b(norm(q_a(x)))`` gives ``heads x (nope + rope)``
 (128 x 192); ``kv_a(x)`` gives the 512-wide latent plus the 64-wide RoPE key, which is what the
 cache stores (576 elements, shared by all heads); ``kv_b`` expands the latent into per-head
 ``k_nope`` (128) and ``v`` (128).

@@ -1,4 +1,4 @@
-"""Unit-level fidelity: one small kernel on one tile, cycle by cycle (DESIGN.md §3).
+"""Unit-level fidelity: one small kernel on one tile, cycle by cycle (docs/design.md §3).
 
 Every PCU stage, PMU port and mesh hop is a SimPy process passing vector-sized packets through
 bounded wires, with the parameters of the socket spec (lanes, stages, pipeline latency, reduction

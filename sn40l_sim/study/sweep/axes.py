@@ -40,11 +40,13 @@ Examples
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.yamlio import PathError, set_value
 
@@ -103,9 +105,17 @@ class Axis:
         return None
 
 
+#: the most values a range axis gives (a sweep of more points is a mistake, not a study)
+MAX_AXIS_VALUES = 10_000
+#: the largest magnitude of a range's ends (beyond it, floats no longer hold every integer)
+MAX_RANGE_END = 2**53
+
+
 def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AxisError(f"expected a number, got {value!r}", (key,))
+    if not (math.isfinite(value) and abs(value) <= MAX_RANGE_END):
+        raise AxisError(f"expected a finite number of magnitude at most 2**53, got {value!r}", (key,))
     return value
 
 
@@ -132,8 +142,8 @@ def axis_values(spec: Any) -> list[Any]:
         raise AxisError("required field is missing", (missing[0],))
     start, stop = _number(spec["start"], "start"), _number(spec["stop"], "stop")
     num = spec["num"]
-    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-        raise AxisError(f"expected a positive integer, got {num!r}", ("num",))
+    if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_AXIS_VALUES:
+        raise AxisError(f"expected a positive integer of at most {MAX_AXIS_VALUES}, got {num!r}", ("num",))
     scale = spec.get("scale", "linear")
     if scale not in ("linear", "log"):
         raise AxisError(f"expected linear or log, got {scale!r}", ("scale",))
@@ -215,12 +225,38 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(spec, dict):
         raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where, label}")
-    unknown = sorted(set(spec) - PLOT_KEYS)
+    unknown = sorted(set(spec) - PLOT_KEYS, key=str)
     if unknown:
         raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
     for key in ("x", "y"):
         if not isinstance(spec.get(key), str):
             raise AxisError("required: a column of results.csv", (key,))
+    hue = spec.get("hue")
+    hues = [hue] if isinstance(hue, str) else hue if isinstance(hue, list) else None
+    if hue is not None and (hues is None or not all(isinstance(h, str) for h in hues)):
+        raise AxisError("expected a column of results.csv or a list of them", ("hue",))
+    where = spec.get("where")
+    if where is not None and (not isinstance(where, dict) or any(isinstance(v, (dict, list)) for v in where.values())):
+        raise AxisError("expected a mapping of results column -> value, such as {batch: 16}", ("where",))
+    kind = spec.get("kind", "line")
+    if kind not in ("line", "bar", "scatter"):
+        raise AxisError(f"expected line, bar or scatter, got {kind!r}", ("kind",))
+    label = spec.get("label")
+    if label is not None and not isinstance(label, str):
+        raise AxisError(f"expected a column of results.csv, got {label!r}", ("label",))
+    if label is not None and kind != "scatter":   # what the plot would refuse after every run
+        raise AxisError("labels are written beside the points of a scatter plot: add kind: scatter", ("label",))
+    for key in ("logx", "logy"):
+        if not isinstance(spec.get(key, False), bool):
+            raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
+    # the columns must be ones a sweep's results.csv can have: found now, not after every run
+    columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
+                                                      for i, h in enumerate(hues or [])]
+    columns += [(("where", c), c) for c in (where or {})] + ([("label", label)] if label is not None else [])
+    for at, column in columns:
+        if not isinstance(column, str) or RESULTS.resolve(column) is None:
+            raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
+                            at if isinstance(at, tuple) else (at,))
     return dict(spec)
 
 

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -104,14 +107,57 @@ def open_executor(jobs: int | None, scheduler: str | None,
         if workers == 1:
             yield InlineExecutor(), lambda: 1
             return
-        with cf.ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(os.getpid(),))
+        try:
             yield pool, lambda: 2 * workers
+        except BaseException:
+            stop_workers(pool)   # Ctrl-C, SIGTERM or an error: not a minute of queued runs
+            raise
+        pool.shutdown(wait=True)
         return
     distributed = import_distributed(field)
     with _client(distributed, scheduler, workers, field) as client:
         # pure=False: every run is its own task (Dask would otherwise hash the arguments to share
         # results between equal calls, which costs time and which the runs never have)
         yield client.get_executor(pure=False), lambda: 2 * max(1, sum(client.nthreads().values()))
+
+
+#: seconds between a worker's checks that the process that started it is alive
+PARENT_POLL_S = 0.5
+
+
+def _worker_start(parent: int) -> None:
+    """What a pool's worker process does first: Ctrl-C is the main process's to handle (the whole
+    process group receives it; a worker would otherwise print a traceback of its own), SIGTERM
+    kills at once (:func:`stop_workers` sends it), and a watchdog thread ends the worker when its
+    parent is gone (killed with SIGKILL, say), so that no worker outlives the sweep."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sn40l-sim-parent-watchdog", daemon=True).start()
+
+
+def stop_workers(pool: cf.ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
+    """Cancel what is queued and end the pool's worker processes now (SIGTERM, then SIGKILL for any
+    still alive after ``timeout_s``), instead of letting the runs in flight finish."""
+    # the pool keeps its processes in a private mapping (pid -> Process) since Python 3.2; without it
+    # the shutdown below still cancels the queue
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(1.0)
 
 
 @contextmanager
@@ -135,5 +181,5 @@ def _client(distributed: Any, scheduler: str, workers: int, field: str) -> Itera
         yield client
 
 
-__all__ = ["InlineExecutor", "open_executor", "resolve_scheduler", "import_distributed", "SCHEDULER_ENV",
+__all__ = ["InlineExecutor", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed", "SCHEDULER_ENV",
            "INSTALL_HINT"]

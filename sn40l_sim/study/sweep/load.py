@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
@@ -65,7 +63,7 @@ from sn40l_sim.study.sweep.axes import (
     set_path,
     value_labels,
 )
-from sn40l_sim.yamlio import Document, load_document
+from sn40l_sim.yamlio import Document, load_document, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -113,9 +111,9 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         if not sep or not path.strip():
             raise InputError(f"expected path=value, got {item!r}", field="--set")
         try:
-            out[path.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(f"cannot read the value of {item!r}: {exc}", field="--set") from None
+            out[path.strip()] = parse_yaml(text, "--set")[0]
+        except InputError as exc:
+            raise InputError(f"cannot read the value of {item!r}: {exc.message}", field="--set") from None
     return out
 
 
@@ -307,7 +305,10 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
     hardware = data.get("hardware")
     if not isinstance(hardware, str):
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
-    node = load_hardware(doc.resolve(hardware, ("hardware",)))
+    path = doc.resolve(hardware, ("hardware",))
+    if not path.is_file():
+        raise doc.error(("hardware",), f"hardware file {hardware!r} not found (looked for {path})")
+    node = load_hardware(path)
     return with_overrides(node, overrides) if overrides else node
 
 

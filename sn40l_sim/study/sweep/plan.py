@@ -30,7 +30,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
-from sn40l_sim.study.assemble import Assembly, load_graph_template, read_trace_rows
+from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.experiment import Point, points
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
@@ -108,7 +108,8 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
                 nodes[hw_key] = load_node(exp.doc, sp.data, sp.hardware_overrides)
             model_key = json.dumps([spec.model, spec.model_overrides], sort_keys=True, default=str)
             if model_key not in models:
-                models[model_key] = load_model(exp.resolve(spec.model, ("model",)), spec.model_overrides or None)
+                models[model_key] = load_model(named_file(exp, ("model",), spec.model, "model"),
+                                               spec.model_overrides or None)
             workload = spec.workload
             is_trace = workload is not None and workload.kind == "trace"
             trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None

@@ -6,7 +6,8 @@ One loop drives every executor: it keeps a few runs submitted per worker, and as
 stores the outcome (:mod:`.store`: written at once, so ``--resume`` skips it) and advances the
 progress bar, whether the run finished in this process or on a remote worker. Each task carries its
 run's loaded specs; the records come back in run order whatever order the workers finish in. A run
-that fails is reported with its name and one-line error; the others still run.
+that fails is reported with its name and one-line error; the others still run. A run that breaks a
+physical invariant (:mod:`~sn40l_sim.study.invariants`) stops the sweep: it is a bug.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.errors import InfeasibleError, InputError, InvariantError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.pareto import pareto_front, pareto_plot
 from sn40l_sim.report.plot_csv import plot_csv
 from sn40l_sim.report.results import to_csv, to_json, write_results
@@ -106,7 +108,7 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     out_dir.mkdir(parents=True, exist_ok=True)
     listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
     listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
-    (out_dir / "failures.json").write_text(json.dumps(listed, indent=2) + "\n", encoding="utf-8")
+    write_text(out_dir / "failures.json", json.dumps(listed, indent=2) + "\n")
     _, csv_path = write_results(records, out_dir)
     if sweep.objectives:
         records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name)
@@ -120,8 +122,8 @@ def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Pa
     ``pareto.csv`` (the format of the results) and, with two objectives or more, draw
     ``pareto.png``; returns the front."""
     front = [dict(r) for r in pareto_front(records, objectives)]
-    (out_dir / "pareto.json").write_text(to_json(front), encoding="utf-8")
-    (out_dir / "pareto.csv").write_text(to_csv(front) if front else "", encoding="utf-8")
+    write_text(out_dir / "pareto.json", to_json(front))
+    write_text(out_dir / "pareto.csv", to_csv(front) if front else "")
     if front and len(objectives) >= 2:
         pareto_plot(records, objectives, out_dir / "pareto.png", title=f"{title}: Pareto front")
     return front
@@ -178,6 +180,8 @@ def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
         outcome, keep = Outcome(None, str(exc), True), True
     except InputError as exc:
         outcome, keep = Outcome(None, str(exc), False), True
+    except InvariantError as exc:   # a bug: the sweep stops (exit status 3) and the run is not stored
+        outcome, keep = Outcome(None, exc.detail, False, exc.invariant), False
     except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
         outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
     return outcome, keep, code_digest()
@@ -242,15 +246,23 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         if tasks:
             with open_executor(jobs, scheduler, len(tasks)) as (executor, window):
                 for index, outcome, keep in execute(executor, tasks, window):
+                    if outcome.invariant is not None:
+                        raise InvariantError(outcome.invariant, outcome.error or "", point=runs[index].name)
                     if keep and store is not None:
                         store.save(runs[index].key, runs[index].name, outcome)
                     outcomes[index] = outcome
                     bar.update(1)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped; say what is kept
+        bar.leave = False
+        done = len(outcomes) - resumed
+        kept = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
+        exc.detail = f"{done} of {len(tasks)} run(s) had finished, {kept}"  # type: ignore[attr-defined]
+        raise
     finally:
         bar.close()
     out = SweepRecords()
     for i, run in enumerate(runs):
-        record, error, infeasible = outcomes[i]
+        record, error, infeasible, _ = outcomes[i]
         if error is None:
             out.append(stamp(run, record))
         elif infeasible and sweep.infeasible == "skip":

@@ -19,28 +19,30 @@ Examples
 >>> store = RunStore(pathlib.Path(tempfile.mkdtemp()) / "runs")
 >>> store.save("ab12", "full[batch=1]", Outcome({"batch": 1}, None, False))
 >>> store.load("ab12"), store.load("cd34")
-(Outcome(record={'batch': 1}, error=None, infeasible=False), None)
+(Outcome(record={'batch': 1}, error=None, infeasible=False, invariant=None), None)
 >>> sorted(p.name for p in store.folder.iterdir())
 ['ab12.json']
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from sn40l_sim.report.outputs import write_text
 
 #: the file format's version (a file of another version is not read)
 FORMAT = 1
 
 
 class Outcome(NamedTuple):
-    """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit)."""
+    """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit;
+    ``invariant`` names the physical invariant the run broke, a bug: such an outcome is never stored)."""
 
     record: dict[str, Any] | None
     error: str | None
     infeasible: bool
+    invariant: str | None = None
 
 
 class RunStore:
@@ -70,16 +72,7 @@ class RunStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": outcome.record,
                            "error": outcome.error, "infeasible": outcome.infeasible})
-        handle, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, self.path(key))
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_text(self.path(key), text, sync=True)
 
     def clear(self) -> None:
         """Remove every stored run (and any temporary file a killed sweep left)."""

@@ -1,0 +1,223 @@
+"""Writing outputs safely: whole files or none, checked destinations, one run per folder, a status.
+
+- :func:`write_text` and :func:`atomic_path`: every output is written under a temporary name in its
+  own folder and renamed over the final name when complete, so a run killed at any moment leaves
+  each file either whole (new or old) or absent, never truncated.
+- :func:`check_folder` and :func:`check_file`: ``--out``, ``--trace`` and the other destinations are
+  checked (and their folders created) before anything is simulated; a destination that is a file
+  where a folder is wanted, a folder where a file is wanted, or a place that cannot be written is
+  one :class:`~sn40l_sim.errors.InputError` naming the option.
+- :class:`OutputFolder`: a run's output folder, locked for the run (a second run into the same folder
+  is refused while the first runs; the lock dies with its process), with ``status.json`` saying
+  whether the run is ``running``, ``complete``, ``failed`` or ``interrupted``, and the outputs of the
+  previous run into the folder removed when a new run starts (so the files in a folder always
+  belong to one run, the one ``status.json`` describes).
+
+Examples
+--------
+>>> import pathlib, tempfile
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> with OutputFolder(folder / "run", command="run demo.yaml", outputs=("results.json",)) as out:
+...     _ = write_text(out.path / "results.json", "[]\\n")
+...     read_status(out.path)["status"]
+'running'
+>>> read_status(folder / "run")["status"], sorted(p.name for p in (folder / "run").iterdir())
+('complete', ['.lock', 'results.json', 'status.json'])
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sn40l_sim.errors import InputError
+
+try:  # advisory locks: POSIX; elsewhere a second run is not detected (the status file still says running)
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+STATUS_FILE = "status.json"
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, so writers that go by the suffix, such as
+    matplotlib, pick the right format) that becomes ``path`` when the block ends without an error;
+    on an error (or Ctrl-C) the temporary file is removed and ``path`` is left as it was.
+
+    >>> import pathlib, tempfile
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "x.txt"
+    >>> with atomic_path(target) as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> target.read_text()
+    'done'
+    """
+    path = Path(path)
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str, *, sync: bool = False) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (``sync``: flushed to the disk before the rename,
+    for files a later run relies on)."""
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as file:
+            file.write(text)
+            if sync:
+                file.flush()
+                os.fsync(file.fileno())
+    return path
+
+
+def _problem(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def check_folder(path: str | Path, option: str = "--out") -> Path:
+    """``path`` as an output folder: created if missing, and writable.
+
+    Raises
+    ------
+    InputError
+        At ``option`` when ``path`` is a file, or cannot be created or written.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path} is a file; expected a folder for the outputs", field=option)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write into {path}: {_problem(exc)}", field=option) from None
+    return path
+
+
+def check_file(path: str | Path, option: str) -> Path:
+    """``path`` as an output file: not a folder, its folder created if missing and writable.
+
+    Raises
+    ------
+    InputError
+        At ``option`` when ``path`` is a folder or its folder cannot be created or written.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; expected a file name", field=option)
+    try:
+        check_folder(path.parent, option)
+    except InputError as exc:
+        raise InputError(f"cannot write {path}: {exc.message}", field=option) from None
+    return path
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_status(folder: str | Path) -> dict[str, Any] | None:
+    """The ``status.json`` of an output folder (None when there is none or it cannot be read)."""
+    try:
+        data = json.loads((Path(folder) / STATUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class OutputFolder:
+    """A run's output folder for the length of a ``with`` block: checked, locked, previous outputs
+    removed, ``status.json`` written at the start and at the end.
+
+    Parameters
+    ----------
+    path : str or Path
+        The folder (created).
+    command : str
+        What runs, for ``status.json`` (e.g. ``run experiments/x.yaml``).
+    outputs : sequence of str
+        The names of the files this command writes into the folder; those left by a previous run
+        are removed at the start.
+    option : str
+        The option that named the folder, for errors.
+
+    Raises
+    ------
+    InputError
+        When the folder cannot be used, or another run holds it.
+    """
+
+    def __init__(self, path: str | Path, *, command: str, outputs: Sequence[str] = (), option: str = "--out") -> None:
+        self.path = Path(path)
+        self.command, self.outputs, self.option = command, tuple(outputs), option
+        self._lock: Any = None
+        self._status: dict[str, Any] = {}
+
+    def __enter__(self) -> OutputFolder:
+        check_folder(self.path, self.option)
+        self._take_lock()
+        try:
+            for name in self.outputs:
+                (self.path / name).unlink(missing_ok=True)
+            self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now()}
+            self._write_status()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def _take_lock(self) -> None:
+        handle = open(self.path / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                other = read_status(self.path) or {}
+                who = f" (pid {other['pid']}: {other.get('command', '?')})" if "pid" in other else ""
+                raise InputError(f"another run is writing into {self.path}{who}; wait for it to finish or choose "
+                                 "another folder", field=self.option) from None
+        self._lock = handle
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()   # closing the file releases the lock
+            self._lock = None
+
+    def _write_status(self) -> None:
+        write_text(self.path / STATUS_FILE, json.dumps(self._status, indent=2) + "\n")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if kind is None:
+                state = "complete"
+            elif issubclass(kind, (KeyboardInterrupt, SystemExit)) or getattr(exc, "interrupted", False):
+                state = "interrupted"
+            else:
+                state = "failed"
+            self._status.update(status=state, finished=_now(),
+                                outputs=sorted(n for n in self.outputs if (self.path / n).is_file()))
+            if exc is not None and state == "failed":
+                self._status["error"] = " ".join(str(exc).split()) or type(exc).__name__
+            with contextlib.suppress(OSError):
+                self._write_status()
+        finally:
+            self._release()
+
+
+__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "write_text", "STATUS_FILE"]

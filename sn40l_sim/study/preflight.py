@@ -1,0 +1,178 @@
+"""Everything ``run`` refuses before it simulates, checked without simulating: ``check`` is ``run``
+without the simulation because both call :func:`check_assembly`.
+
+For the experiment: a workload, the static decode graph's ``max_new_tokens``, the graph options (and
+the template they name), the trace file's rows, a trace window holding requests (two at least for a
+rate search, which needs the window's own arrival rate). For every point: its KV policy and
+parameters, its parallel plans against the node, a compiled prefill graph long enough for its
+prompt, a link for the KV transfer, and requests no longer than the static graphs (a length
+distribution's largest value counts, so a random draw cannot fail later; a trace's rows are taken
+as the run takes them, windowed and capped when the workload asks). Each error is located in the experiment file at the
+field that caused it, with the same message the simulation would give.
+
+What needs the simulation is left to it: whether a batch fits in memory (the activations come from
+the built graphs) and the timings.
+
+Examples
+--------
+>>> from sn40l_sim.study.assemble import assemble
+>>> from sn40l_sim.study.experiment import load_experiment
+>>> check_assembly(assemble(load_experiment("experiments/llama8b_node8.yaml")))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.models.builder import check_graph_options
+from sn40l_sim.serving.batching import compiled_size
+from sn40l_sim.serving.point import PointSetup, check_plans, located, transfer_seconds
+from sn40l_sim.serving.workload import trace_window
+from sn40l_sim.study.assemble import Assembly, load_graph_template, plan_of, read_trace_rows
+from sn40l_sim.study.experiment import Experiment, Point
+from sn40l_sim.study.rate_search import base_rate
+from sn40l_sim.study.serving_section import ConstantLength, LognormalLength, UniformLength
+from sn40l_sim.yamlio import FieldPath
+
+#: what ``run`` says when an experiment has no workload (``map`` and ``check`` need none)
+NO_WORKLOAD = "run needs a workload section (kind: fixed | poisson | trace)"
+
+
+def require_workload(exp: Experiment) -> None:
+    """An experiment to run must have a workload."""
+    if exp.spec.workload is None:
+        raise exp.error(("workload",), NO_WORKLOAD)
+
+
+def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
+    """Check what ``run`` checks before simulating, for every point (or those in ``only``).
+
+    Raises
+    ------
+    InputError
+        The first problem, located in the experiment file (an :class:`InfeasibleError` for a
+        request longer than the static graphs or a prompt longer than every compiled prefill).
+    """
+    exp = asm.experiment
+    require_workload(exp)
+    exp.max_new_tokens  # noqa: B018 - raises when neither serving nor shape gives it
+    _check_graph_options(exp)
+    if asm.graph_template is None:
+        load_graph_template(exp)
+    rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
+    if rows is not None and exp.spec.rate_search is not None:
+        base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
+    for point in asm.points if only is None else only:
+        check_point(asm, point, rows)
+
+
+def check_mapping(asm: Assembly) -> None:
+    """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
+    and model (its entry's ``model_overrides``), the parallel plans against the node, the graph
+    options.
+
+    Raises
+    ------
+    InputError
+        The first problem, located in the experiment file.
+    """
+    exp = asm.experiment
+    _check_graph_options(exp)
+    spec = exp.spec
+    for point in asm.points:
+        setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
+                           prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
+                           decode_plan=plan_of(spec.parallel.decode))
+        try:
+            check_plans(setup)
+        except InputError as exc:
+            raise asm.locate(exc) from None
+
+
+def _check_graph_options(exp: Experiment) -> None:
+    try:
+        check_graph_options(dict(exp.spec.graph_options))
+    except InputError as exc:
+        option, _, rest = exc.message.partition(": ")
+        if option in exp.spec.graph_options:   # the message starts with the option's name: locate it there
+            raise _at(exp, ("graph_options", option), rest, type(exc)) from None
+        raise _at(exp, ("graph_options",), exc.message, type(exc)) from None
+
+
+def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None) -> None:
+    """The checks of one point (see the module docstring)."""
+    exp = asm.experiment
+    setup = asm.setup(point)     # makes the point's KV policy: a bad one is located at its entry
+    try:
+        check_plans(setup)
+        if setup.mode == "disaggregated":
+            with located("kv_transfer"):
+                transfer_seconds(setup.node, setup.kv_transfer, 0)
+        with located("prefill_lens"):
+            compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
+    except InputError as exc:
+        raise asm.locate(exc) from None
+    _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows)
+
+
+def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None) -> None:
+    """No request may be longer than the static graphs of the point: the prompt than the point's
+    prompt length, the output than ``max_new_tokens`` (what building the requests refuses)."""
+    workload = exp.spec.workload
+    limits = {"prompt_len": (prompt_len, "the point's prompt length", "which the static decode graph is compiled "
+                             "for"),
+              "output_len": (max_new_tokens, "max_new_tokens", "the static decode graph's maximum generated length")}
+    candidates: list[tuple[FieldPath, str, str, int]] = []   # (field, request label, length kind, value)
+    if workload.kind == "fixed":
+        if workload.requests is not None:
+            for i, request in enumerate(workload.requests):
+                for key in ("prompt_len", "output_len"):
+                    value = getattr(request, key)
+                    if value is not None:
+                        candidates.append((("workload", "requests", i, key), f"requests[{i}]", key, value))
+        else:
+            for key in ("prompt_len", "output_len"):
+                value = getattr(workload, key)
+                if value is not None:
+                    candidates.append((("workload", key), "request 0", key, value))
+    elif workload.kind == "poisson":
+        for key in ("prompt_len", "output_len"):
+            dist = getattr(workload, key)
+            largest = _largest(dist)
+            if largest is not None:
+                field, value = largest
+                candidates.append((("workload", key) + field, "a request", key, value))
+    elif trace_rows is not None:
+        try:   # the run's own windowing, capping and length check: the same line, naming the trace's line
+            trace_window(workload, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens)
+        except InputError as exc:
+            if exc.file is not None:
+                raise
+            field = ("workload", "start_s") if "start_s" in exp.doc.data.get("workload", {}) else ("workload",)
+            raise _at(exp, field, exc.message, type(exc)) from None
+    for field, label, key, value in candidates:
+        limit, name, why = limits[key]
+        if value > limit:
+            raise _at(exp, field, f"{label}: {key} {value} exceeds {name} {limit}, {why}", InfeasibleError)
+
+
+def _largest(dist: Any) -> tuple[FieldPath, int] | None:
+    """The field and value of the largest length a distribution can draw (None: no fixed bound, or
+    one that defaults to the point's limit)."""
+    if isinstance(dist, ConstantLength):
+        return (), dist.value
+    if isinstance(dist, UniformLength):
+        return ("high",), dist.high
+    if isinstance(dist, LognormalLength) and dist.high is not None:
+        return ("high",), dist.high
+    return None
+
+
+def _at(exp: Experiment, field: FieldPath, message: str, kind: type[InputError]) -> InputError:
+    """An error of class ``kind`` located at ``field`` of the experiment file."""
+    located_error = exp.error(field, message)
+    return kind(message, file=located_error.file, field=located_error.field, line=located_error.line)
+
+
+__all__ = ["NO_WORKLOAD", "check_assembly", "check_mapping", "check_point", "require_workload"]

@@ -1,0 +1,44 @@
+"""Checking a sweep without running it: what ``sweep`` (and ``run``) refuse, ``check`` refuses.
+
+The section and every axis value are checked as :func:`~.load.load_sweep` checks them before a sweep
+starts; each sweep point is expanded into its runs as :func:`~.plan.expand_runs` does (a point whose
+experiment, hardware or model does not load would fail); and each run gets the checks every run
+makes before it simulates (:func:`~sn40l_sim.study.preflight.check_assembly`). A run that would not
+fit is fine when the section says ``infeasible: skip``.
+
+Examples
+--------
+>>> check_sweep(load_sweep("experiments/deepseek_sweep.yaml"))
+100
+"""
+from __future__ import annotations
+
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.study.preflight import check_assembly
+from sn40l_sim.study.sweep.load import Sweep, load_sweep  # noqa: F401  (load_sweep: the docstring's example)
+from sn40l_sim.study.sweep.plan import expand_runs
+
+
+def check_sweep(sweep: Sweep) -> int:
+    """Check every run of a loaded sweep; returns the number of runs.
+
+    Raises
+    ------
+    InputError
+        The first sweep point or run that would fail, with its name.
+    """
+    runs, failures = expand_runs(sweep)
+    for _, name, error in failures:
+        raise InputError(f"{error} (sweep point {name})")
+    for run in runs:
+        try:
+            check_assembly(run.assembly, [run.point])
+        except InputError as exc:
+            if isinstance(exc, InfeasibleError) and sweep.infeasible == "skip":
+                continue
+            exc.message += f" (sweep run {run.name})"
+            raise
+    return len(runs)
+
+
+__all__ = ["check_sweep"]

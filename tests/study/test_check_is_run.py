@@ -1,0 +1,165 @@
+"""``check`` is ``run`` without the simulation: what run (or sweep) refuses before simulating, check
+refuses with the same line; every shipped file passes check and describe.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([*REPO.glob("hw_configs/*.yaml"), *REPO.glob("graphs/*.yaml"), *REPO.glob("experiments/*.yaml"),
+                  *REPO.glob("experiments/reference/*.yaml")])
+LLAMA = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+
+
+def test_every_shipped_file_passes_check(capsys):
+    assert main(["check", *map(str, SHIPPED)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok: ") == len(SHIPPED) == 24
+    assert "(kind: kernels)" in out and "(kind: reference (20 measurements))" in out
+    assert "(kind: experiment (a sweep of 100 runs))" in out
+    assert "kv_policies.yaml (kind: experiment (a sweep of 52 runs))" in out   # a scatter plot with labels
+    assert "azure_conv.yaml (kind: experiment (a sweep of 4 runs))" in out     # the Azure trace, read once
+    assert "max_rate.yaml (kind: experiment)" in out
+
+
+def test_the_shipped_traces_pass_check(capsys):
+    traces = sorted((REPO / "experiments" / "traces").glob("*.csv"))
+    assert traces and main(["check", *map(str, traces)]) == 0
+    assert "azure_llm_2023_conv_10min.csv (kind: trace (2867 requests over 600 s))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if "graphs" not in p.parts or "kernels" in p.name],
+                         ids=lambda p: p.name)
+def test_every_shipped_file_can_be_described(path, capsys):
+    """(Model files are described by tests/models/test_describe.py: building their graphs takes a while.)"""
+    assert main(["describe", str(path)]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+#: (original text, replacement) -> words of the message both commands print
+REFUSED = {
+    "unknown KV policy": (("policy: snapstream", "policy: snapstreem"), "policies[1].policy: unknown KV policy"),
+    "unknown policy parameter": (("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.25}, "
+                                  "params: {sinks: 4}"), "policies[1].params.sinks: unknown parameter"),
+    "bad policy parameter": (("prompt_fraction: {budget: 0.25}", "params: {budget: 1024, sink: -1}"),
+                             "policies[1].params.sink: KV policy 'snapstream': expected an integer >= 0"),
+    "TP8 on one socket": (("sn40l_node8.yaml", "sn40l.yaml"), "parallel.prefill: the prefill plan needs 8 sockets"),
+    "missing hardware file": (("sn40l_node8.yaml", "sn40l_node9.yaml"), "hardware: hardware file"),
+    "missing model file": (("llama3_1_8b.yaml", "llama3_1_9b.yaml"), "model: model file"),
+    "output longer than the static graph": (("high: 512", "high: 600"),
+                                            "workload.output_len.high: a request: output_len 600 exceeds max_new_tokens"),
+    "prompt longer than every compiled prefill": (("seed: 7", "seed: 7\n  prefill_lens: [1024]"),
+                                                  "serving.prefill_lens: prompt length 32768 exceeds"),
+    "unknown graph option": (("seed: 7", "seed: 7\ngraph_options: {expert_load: all}"),
+                             "graph_options: unknown graph option(s) expert_load"),
+    "missing trace file": (("kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, "
+                            "high: 512}", "kind: trace\n  path: nowhere.csv"), "workload.path: trace file"),
+    "no workload": (("workload:\n  kind: poisson", "unused:\n  kind: poisson"), None),
+    "empty policy name": (("{name: snapstream, policy", "{name: '', policy"),
+                          "policies[1].name: expected a name for the policy's points and results rows, got ''"),
+    "H2O parameter": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: h2o, params: {budget: 1024, "
+                       "recent: .nan}"), "policies[1].params.recent: KV policy 'h2o': expected an integer >= 1"),
+    "ArkVale store in a tier the node lacks": (
+        ("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: arkvale, prompt_fraction: {budget: 0.25}, "
+         "params: {tier: hbm3}"), "policies[1].params.tier: the hardware (SN40L-8) has no memory tier 'hbm3'"),
+    "ArkVale recall fraction": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: arkvale, "
+                                 "prompt_fraction: {budget: 0.25}, params: {recall_fraction: .inf}"),
+                                "policies[1].params.recall_fraction: KV policy 'arkvale': expected a fraction"),
+    "integer KV without scales": (("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.25}, "
+                                   "model_overrides: {kv_dtype: int4}"),
+                                  "policies[1].model_overrides.kv_quant: kv_dtype int4 stores integers"),
+    "salient fraction of every token": (
+        ("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.25}, model_overrides: {kv_dtype: int4, "
+         "kv_quant: {group: 32, salient: {fraction: 1, dtype: int8}}}"),
+        "policies[1].model_overrides.kv_quant.salient.fraction: expected a salient token fraction greater than 0 and "
+        "less than 1"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_check_refuses_what_run_refuses_with_the_same_line(tmp_path, capsys, case):
+    (old, new), words = REFUSED[case]
+    assert old in LLAMA
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(old, new))
+    if words is None:  # no workload: a map experiment, which check accepts and run refuses
+        path.write_text(LLAMA.replace(old, new).replace("unused:\n  kind: poisson\n  rate_per_s: 4\n  count: 48\n"
+                                                        "  output_len: {dist: uniform, low: 64, high: 512}\n", ""))
+        assert main(["check", str(path)]) == 0 and "no workload: for map" in capsys.readouterr().out
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        assert "workload: run needs a workload section" in capsys.readouterr().err
+        return
+    lines = []
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        lines.append(err)
+    assert lines[0] == lines[1] and words in lines[0], lines
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+TWO_REQUESTS = AZURE_HEADER + "2023-11-16 18:15:46.5,374,44\n2023-11-16 18:15:48.25,396,109\n"
+POISSON = "kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, high: 512}"
+SLO = "slo:\n  ttft: {max_s: 2 s, percentile: 90}\n"
+
+#: (trace file content, workload lines after its path, extra sections) -> words of the line both print
+TRACE_REFUSED = {
+    "output above the graphs": ((AZURE_HEADER + "2023-11-16 18:15:46.5,374,600\n").encode(), "", "",
+                                "trace.csv:2: output_len 600 exceeds max_new_tokens 512"),
+    "timestamp that is not one": ((AZURE_HEADER + "yesterday,374,44\n").encode(), "", "",
+                                  "trace.csv:2: TIMESTAMP: expected a date and time"),
+    "trace that is not text": (b"arrival_s,prompt_len,output_len\n0,1,1\xff\n", "", "", "not a text file"),
+    "window after the trace": (TWO_REQUESTS.encode(), "\n  start_s: 60", "",
+                               "workload.start_s: no request of the trace arrives between 60 s and the end"),
+    "rate search over one request": (TWO_REQUESTS.encode(), "\n  duration_s: 1", SLO + "rate_search: {low_per_s: 1, "
+                                     "high_per_s: 8}\n", "a rate search on a trace needs at least two requests"),
+}
+
+
+@pytest.mark.parametrize("case", TRACE_REFUSED, ids=list(TRACE_REFUSED))
+def test_check_refuses_what_run_refuses_for_traces_and_rate_searches(tmp_path, capsys, case):
+    content, workload, sections, words = TRACE_REFUSED[case]
+    (tmp_path / "trace.csv").write_bytes(content)
+    assert POISSON in LLAMA
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(POISSON, f"kind: trace\n  path: trace.csv{workload}") + sections)
+    lines = []
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        lines.append(err)
+    assert lines[0] == lines[1] and words in lines[0], lines
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("serving.batch: {start: 1, stop: 512, num: 10, scale: log}", "serving.batch: [1, 0]",
+     "sweep.axes.serving.batch[1]: value 0"),
+    ("shape.prompt_len: [8192", "policies.snapstream.policy: [snapstreem]\n    shape.prompt_len: [8192",
+     "unknown KV policy 'snapstreem'"),
+    ("infeasible: skip", "infeasible: maybe", "sweep.infeasible: expected fail or skip"),
+    ("plot: {x: batch,", "plot: {where: batch, x: batch,", "sweep.plot.where"),
+    ("plot: {x: batch,", "plot: {x: batchez,", "sweep.plot.x"),
+    ("plot: {x: batch,", "plot: {label: kv_policy, x: batch,",
+     "sweep.plot.label: labels are written beside the points of a scatter plot"),
+    ("plot: {x: batch,", "plot: {kind: scatter, label: kv_policys, x: batch,", "sweep.plot.label: 'kv_policys'"),
+    ("plot: {x: batch,", "plot: {kind: pie, x: batch,", "sweep.plot.kind: expected line, bar or scatter"),
+])
+def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
+    assert old in SWEEP
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.replace(old, new).replace("base: deepseek_tp16.yaml",
+                                                    f"base: {REPO / 'experiments' / 'deepseek_tp16.yaml'}"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err

@@ -1,0 +1,197 @@
+"""Faults: outputs that are whole or absent, checked before simulating, one run per folder, a status
+marker; Ctrl-C and SIGTERM that stop a run or a sweep promptly with its workers, keep finished runs
+and exit 130 / 143 with one line; no worker outliving a killed sweep.
+
+The runs are the small sweep experiment of ``sweep_helpers`` (a run takes a fraction of a second).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from sweep_helpers import REPO, write_experiment
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.report import outputs
+from sn40l_sim.report.outputs import OutputFolder, read_status
+
+SWEEP = "axes:\n  serving.seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]\n"
+
+
+def experiment(tmp_path: Path) -> Path:
+    """The small experiment without its sweep section (a plain run of two points)."""
+    path = write_experiment(tmp_path, "axes: {serving.seed: [1]}\n", name="sweep.yaml")
+    plain = tmp_path / "run.yaml"
+    plain.write_text(path.read_text().split("sweep:\n")[0])
+    return plain
+
+
+def one_line(capsys, status: int, argv: list[str]) -> str:
+    assert main(argv) == status
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path, capsys, monkeypatch):
+    path = experiment(tmp_path)
+    simulated = []
+    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", lambda *a, **k: simulated.append(1))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert "--out: " in one_line(capsys, 2, ["run", str(path), "--out", str(afile), "--quiet"])
+    assert "--trace: " in one_line(capsys, 2, ["run", str(path), "--out", str(tmp_path / "o"), "--trace",
+                                               str(tmp_path), "--quiet"])
+    assert "--trace: " in one_line(capsys, 2, ["run", str(path), "--out", str(tmp_path / "o"), "--trace",
+                                               str(afile / "t.json"), "--quiet"])
+    unsafe = tmp_path / "unsafe.yaml"
+    unsafe.write_text(path.read_text().replace("name: small_sweep", "name: ../../escaped"))
+    assert "name: expected a plain name" in one_line(capsys, 2, ["run", str(unsafe), "--quiet"])
+    absolute = tmp_path / "absolute.yaml"
+    absolute.write_text(path.read_text().replace("name: small_sweep", f"name: {tmp_path / 'x'}"))
+    assert "name: expected a plain name" in one_line(capsys, 2, ["check", str(absolute)])
+    assert simulated == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_is_refused(tmp_path, capsys):  # pragma: no cover - CI does not run as root
+    path = experiment(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert "cannot write into" in one_line(capsys, 2, ["run", str(path), "--out", str(locked / "o"), "--quiet"])
+
+
+def test_a_run_writes_whole_files_and_a_complete_status(tmp_path, capsys):
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--trace", str(tmp_path / "t" / "trace.json")]) == 0
+    status = read_status(out)
+    assert status["status"] == "complete" and status["outputs"] == ["results.csv", "results.json", "throughput.png"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "results.csv", "results.json", "status.json",
+                                                    "throughput.png"]
+    assert json.loads((tmp_path / "t" / "trace.json").read_text())["traceEvents"]
+
+
+def test_a_kill_while_writing_leaves_no_truncated_or_stale_file(tmp_path, capsys, monkeypatch):
+    """A previous run's files are in the folder; the new run is killed (Ctrl-C) once results.json is
+    written and while results.csv is being written: no half file, nothing of the previous run beside
+    the new results.json, and the status says interrupted."""
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    old_json = (out / "results.json").read_text()
+    real_replace = outputs.os.replace
+
+    def killed_at_csv(source, target):
+        if str(target).endswith("results.csv"):
+            Path(source).write_text("arrival")    # the half-written temporary file
+            raise KeyboardInterrupt
+        return real_replace(source, target)
+
+    monkeypatch.setattr(outputs.os, "replace", killed_at_csv)
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 130
+    assert "interrupted (Ctrl-C)" in capsys.readouterr().err
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [".lock", "results.json", "status.json"], names      # no .tmp, no old results.csv / png
+    json.loads((out / "results.json").read_text())                        # whole
+    assert len((out / "results.json").read_text()) == len(old_json)
+    assert read_status(out)["status"] == "interrupted" and read_status(out)["outputs"] == ["results.json"]
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path, capsys):
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+    with OutputFolder(out, command="run another.yaml", outputs=("results.json",)):
+        err = one_line(capsys, 2, ["run", str(path), "--out", str(out), "--quiet"])
+        assert "another run is writing into" in err and f"(pid {os.getpid()}: run another.yaml)" in err
+        sweep = write_experiment(tmp_path, SWEEP)
+        assert "another run is writing into" in one_line(capsys, 2, ["sweep", str(sweep), "--out", str(out),
+                                                                     "--quiet", "--jobs", "1"])
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0   # free again once the first is done
+
+
+def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch):
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+
+    def slow(*args, **kwargs):
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        time.sleep(30)
+
+    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", slow)
+    start = time.perf_counter()
+    assert one_line(capsys, 143, ["run", str(path), "--out", str(out), "--quiet"]).startswith("terminated (SIGTERM)")
+    assert time.perf_counter() - start < 10
+    assert read_status(out)["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL    # the CLI's handler is gone
+
+
+def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[int]]:
+    """A two-worker sweep in its own process group, once one run is stored; its worker pids."""
+    sweep = write_experiment(tmp_path, SWEEP)
+    out = tmp_path / "out"
+    err = open(tmp_path / "stderr.txt", "wb")  # noqa: SIM115 - a file, not a pipe a stray worker could hold
+    proc = subprocess.Popen([sys.executable, "-m", "sn40l_sim", "sweep", str(sweep), "--out", str(out), "--jobs", "2",
+                             "--quiet"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
+                            stderr=err, start_new_session=True)
+    runs = out / "runs"
+    deadline = time.monotonic() + 120
+    while not (runs.is_dir() and any(p.suffix == ".json" and not p.name.startswith(".") for p in runs.iterdir())):
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr.txt").read_text()
+        time.sleep(0.1)
+    workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert len(workers) == 2
+    return proc, out, workers
+
+
+def _gone(pids: list[int], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    for pid in alive:  # do not leave them behind if the test fails
+        os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def test_ctrl_c_stops_a_sweep_and_its_workers_and_keeps_finished_runs(tmp_path):
+    proc, out, workers = _start_sweep(tmp_path)
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)          # what Ctrl-C in a terminal does: the whole group
+    assert proc.wait(timeout=30) == 130
+    assert time.monotonic() - start < 10
+    err = (tmp_path / "stderr.txt").read_text()
+    assert err.count("\n") == 1 and err.startswith("interrupted (Ctrl-C): stopped; ") and "Traceback" not in err, err
+    assert _gone(workers, 5)
+    kept = [p for p in (out / "runs").iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+    assert kept and f"kept in {out / 'runs'}" in err
+    assert read_status(out)["status"] == "interrupted"
+
+
+def test_no_worker_outlives_a_killed_sweep(tmp_path):
+    proc, _, workers = _start_sweep(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)           # no handler runs: the workers must notice alone
+    proc.wait(timeout=10)
+    assert _gone(workers, 10)
+
+
+def test_sigterm_stops_a_sweep_and_its_workers(tmp_path):
+    proc, out, workers = _start_sweep(tmp_path)
+    start = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)           # to the main process only, as a job scheduler sends it
+    assert proc.wait(timeout=30) == 143
+    assert time.monotonic() - start < 10
+    err = (tmp_path / "stderr.txt").read_text()
+    assert err.count("\n") == 1 and err.startswith("terminated (SIGTERM)") and "Traceback" not in err, err
+    assert _gone(workers, 5)
+    assert read_status(out)["status"] == "interrupted"
