@@ -1,0 +1,115 @@
+"""The rules of an experiment file that span fields (a policy name used twice, a rate search
+without SLOs, a workload's low above its high), and the groups of results fields its records carry.
+
+:func:`check_experiment` runs on every experiment :mod:`sn40l_sim.study.experiment` loads; the
+field-by-field rules are the schema's (the section models and their declared ranges).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.study.serving_section import FixedWorkload, LognormalLength, UniformLength
+from sn40l_sim.yamlio import FieldPath
+
+if TYPE_CHECKING:
+    from sn40l_sim.study.experiment import Experiment
+
+
+def check_experiment(exp: Experiment) -> None:
+    """Cross-field rules pydantic cannot express field by field (every experiment passes them when
+    it is loaded).
+
+    Raises
+    ------
+    InputError
+        For the first rule broken, located at the field in the experiment's document.
+    """
+    spec = exp.spec
+    if not spec.policies:
+        raise exp.error(("policies",), "expected at least one policy")
+    if len(set(exp.prompt_lens)) != len(exp.prompt_lens):
+        raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(spec.policies):
+        if not entry.name.strip():   # it names the entry's points, rows and sweep paths
+            raise exp.error(("policies", i, "name"), f"expected a name for the policy's points and results rows, "
+                            f"got {entry.name!r}")
+        if entry.name in seen:
+            raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
+                            f"(also policies[{seen[entry.name]}])")
+        seen[entry.name] = i
+        for j, pp in enumerate(entry.per_prompt):
+            if pp.prompt_len not in exp.prompt_lens:
+                raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
+                                f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
+    for phase in ("prefill", "decode"):
+        plan = getattr(spec.parallel, phase)
+        if plan.tp % plan.attention_dp:
+            raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
+                            f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+    for i, group in enumerate(spec.report.extra_fields):
+        if group in AUTOMATIC_GROUPS:
+            raise exp.error(("report", "extra_fields", i), f"the {group} fields come with {AUTOMATIC_GROUPS[group]}; "
+                            "leave them out of extra_fields")
+        if group not in RESULTS.groups:
+            raise exp.error(("report", "extra_fields", i), f"unknown group of results fields {group!r}; "
+                            f"expected one of {', '.join(RESULTS.groups)}")
+    order = spec.memory.order
+    if order is not None:
+        if not order:
+            raise exp.error(("memory", "order"), "expected at least one memory tier (or leave order out)")
+        for i, tier in enumerate(order):
+            if tier in order[:i]:
+                raise exp.error(("memory", "order", i), f"tier {tier!r} is listed twice")
+    serving = spec.serving
+    if serving.mode == "colocated" and serving.prefill_nodes:
+        raise exp.error(("serving", "prefill_nodes"), "co-located nodes prefill themselves: leave "
+                        "prefill_nodes out (or 0) when mode is colocated")
+    if serving.mode == "disaggregated" and serving.prefill_nodes == 0:
+        raise exp.error(("serving", "prefill_nodes"), "disaggregated serving needs at least 1 prefill node")
+    for key in ("batch_sizes", "prefill_lens"):
+        values = getattr(serving, key)
+        if not values:
+            raise exp.error(("serving", key), "expected at least one compiled size")
+    _check_workload(exp)
+    if spec.rate_search is not None:
+        if spec.slo is None:
+            raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
+        if spec.workload is None or spec.workload.kind not in ("poisson", "trace"):
+            raise exp.error(("rate_search",), "a rate search varies the arrival rate of a poisson or trace workload")
+
+
+#: groups of results fields an experiment gets from a section rather than from report.extra_fields
+AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
+                    "rate_search": "the experiment's rate_search: section"}
+
+
+def record_groups(exp: Experiment) -> tuple[str, ...]:
+    """The groups of results fields the records of ``exp`` carry: ``report.extra_fields``, ``slo``
+    with an ``slo`` section and ``trace`` with a trace workload."""
+    spec = exp.spec
+    automatic = (("slo",) if spec.slo is not None else ()) + \
+        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ())
+    # rate_search's fields are added by the search itself (study/rate_search.py), next to these
+    return tuple(spec.report.extra_fields) + automatic
+
+
+def _check_workload(exp: Experiment) -> None:
+    workload = exp.spec.workload
+    at: FieldPath = ("workload",)
+    if isinstance(workload, FixedWorkload):
+        shorthand = [k for k in ("count", "prompt_len", "output_len") if getattr(workload, k) is not None]
+        if workload.requests is not None and shorthand:
+            raise exp.error(at + (shorthand[0],), "give either a 'requests' list or count/output_len, not both")
+        if workload.requests is None and (workload.count is None or workload.output_len is None):
+            missing = "count" if workload.count is None else "output_len"
+            raise exp.error(at + (missing,), "required for a fixed workload without a 'requests' list")
+        if workload.requests is not None and not workload.requests:
+            raise exp.error(at + ("requests",), "expected at least one request")
+    for key in ("prompt_len", "output_len"):
+        dist = getattr(workload, key, None)
+        if isinstance(dist, UniformLength) and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
+        if isinstance(dist, LognormalLength) and dist.high is not None and dist.low > dist.high:
+            raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
