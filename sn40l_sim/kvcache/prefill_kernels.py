@@ -119,16 +119,7 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     qk_dim = query_head_dim(model)
     # per-head queries of the window and their (max, evictable sum) rows from the MHA kernel
     q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + 2 * SCORE_BYTES)
-    ops: list[Operator] = []
-    if model.attention.prefill_key_source == "activations":
-        # every query head has its own key, materialised by the QKV kernel (MLA)
-        keys = dict(act_in_bytes=q_obs_bytes + qh * evict * qk_dim * ACT_BYTES)
-    else:
-        # the keys are the cached ones, one per KV head (GQA)
-        key_elems = kvh * evict * qk_dim
-        keys = dict(act_in_bytes=q_obs_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems))
-        if kv_quantised(model):
-            ops.append(Operator("dequant_keys", "elementwise", elements=key_elems, dtype=kv_op_dtype(model)))
+    keys, ops = scoring_key_reads(model, qh, kvh, qk_dim, evict, q_obs_bytes, "dequant_keys")
     ops.append(_gemm("scores", obs, evict, qk_dim, qh, **keys))
     score_elems = qh * obs * evict
     ops += [
@@ -185,6 +176,21 @@ def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
         ops += copy_ops("sink_slice", "sink_rows", model, math.ceil(sink / rs), kvh, gather=False)
     return FusedKernel(name="ring_buffer", kind="ring_buffer", phase="prefill",
                        operators=tuple(ops), shards=tp)
+
+
+def scoring_key_reads(model: ModelSpec, qh: int, kvh: int, qk_dim: int, key_rows: int, q_bytes: int,
+                      dequant_name: str) -> tuple[dict[str, int], list[Operator]]:
+    """The bytes a prefill kernel that scores queries against ``key_rows`` prompt keys per head
+    reads for its first GEMM (its queries' ``q_bytes`` and the keys), and the dequantisation of a
+    quantised cache's keys it runs first (named ``dequant_name``)."""
+    if model.attention.prefill_key_source == "activations":
+        # every query head has its own key, materialised by the QKV kernel (MLA)
+        return dict(act_in_bytes=q_bytes + qh * key_rows * qk_dim * ACT_BYTES), []
+    # the keys are the cached ones, one per KV head (GQA)
+    key_elems = kvh * key_rows * qk_dim
+    ops = [Operator(dequant_name, "elementwise", elements=key_elems, dtype=kv_op_dtype(model))] \
+        if kv_quantised(model) else []
+    return dict(act_in_bytes=q_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems)), ops
 
 
 def _gemm(name: str, m: int, n: int, k: int, count: int, **bytes_: int) -> Operator:

@@ -96,6 +96,15 @@ def gemm_geometry(pcu: PCUSpec, dtype: str = "bf16") -> tuple[int, int]:
     return pcu.stages, int(math.ceil(1.0 / rate - 1e-9))
 
 
+
+def _no_work(m: int, k: int, n: int, efficiency: float) -> bool:
+    """Whether an m x k x n GEMM is empty, after checking its arguments (both dataflows' rule)."""
+    if min(m, k, n) < 0:
+        raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    return m == 0 or k == 0 or n == 0
+
 def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
                 efficiency: float = 1.0, accumulate_latency_cycles: int = 0) -> int:
     """Cycles for ONE PCU in systolic mode to compute an ``m x k x n`` GEMM tile.
@@ -139,11 +148,7 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
     >>> 1 + (10 * 14 + 4) + 10
     155
     """
-    if min(m, k, n) < 0:
-        raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
-    if not 0 < efficiency <= 1:
-        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
-    if m == 0 or k == 0 or n == 0:
+    if _no_work(m, k, n, efficiency):
         return 0
     k_per_block, _ = gemm_geometry(pcu, dtype)
     steady = weight_stationary_steady_cycles(pcu, m, ceil_div(k, k_per_block), ceil_div(n, pcu.lanes), dtype,
@@ -205,11 +210,7 @@ def output_stationary_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = 
     >>> 6 + 11 * 2 * 64 + 10
     1424
     """
-    if min(m, k, n) < 0:
-        raise ValueError(f"GEMM dimensions must be >= 0, got m={m}, k={k}, n={n}")
-    if not 0 < efficiency <= 1:
-        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
-    if m == 0 or k == 0 or n == 0:
+    if _no_work(m, k, n, efficiency):
         return 0
     tiles = ceil_div(m, pcu.stages) * ceil_div(n, pcu.lanes)
     steady = tiles * output_stationary_tile_cycles(pcu, k, dtype)

@@ -42,10 +42,10 @@ from sn40l_sim.kvcache.base import check_int, register
 from sn40l_sim.kvcache.decode_kernels import decode_shard, rescore_ops, row_width
 from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.policies.shared import DEFAULT_BUDGET, Budgeted, check_lengths
-from sn40l_sim.kvcache.prefill_kernels import copy_ops, evictable_len
+from sn40l_sim.kvcache.prefill_kernels import copy_ops, evictable_len, scoring_key_reads
 from sn40l_sim.kvcache.sizing import kv_sharding, query_head_dim
 from sn40l_sim.models.flash import causal_tile_pairs
-from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
+from sn40l_sim.models.kv_format import kv_stored_bytes
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 
@@ -127,15 +127,8 @@ def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int
     # each query row's (max, sum) from the MHA kernel, and the queries themselves
     q_bytes = prompt_len * qh * (d * ACT_BYTES + 2 * SCORE_BYTES)
     streamed = sum(cols * pairs for _, cols, pairs in tiles)
-    ops: list[Operator] = []
-    if model.attention.prefill_key_source == "activations":
-        # per-head keys written by the QKV kernel (MLA), streamed once per tile pair as MHA does
-        first = dict(act_in_bytes=q_bytes + qh * streamed * d * ACT_BYTES)
-    else:
-        key_elems = kvh * streamed * d
-        first = dict(act_in_bytes=q_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems))
-        if kv_quantised(model):
-            ops.append(Operator("h2o_dequant_keys", "elementwise", elements=key_elems, dtype=kv_op_dtype(model)))
+    # the keys streamed once per tile pair, as MHA streams them
+    first, ops = scoring_key_reads(model, qh, kvh, d, streamed, q_bytes, "h2o_dequant_keys")
     for i, (rows, cols, pairs) in enumerate(tiles):
         ops.append(Operator("h2o_scores" if i == 0 else f"h2o_scores#{i + 1}", "gemm",
                             flops=2 * rows * cols * d * qh * pairs, m=rows, n=cols, k=d, count=qh * pairs,
