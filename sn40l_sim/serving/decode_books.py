@@ -231,17 +231,16 @@ class RunBook:
 
     def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
-        cycles, bpt = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token
+        cycles, bpt, held = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token, self._held_tokens
         first = len(self.ends)
-        in_use = node.table.in_use
-        tokens = self._tokens.values[first:first + count].tolist()
-        cached = self._cached.values[first:first + count].tolist()
-        for i in range(count):
-            end = start + (i + 1) * cycles
-            self.ends.append(end)
-            steps.append(StepLog(self.index, end - cycles, end, self.stepping, in_use,
-                                 (cached[i] + self._held_tokens) * bpt, tokens[i]))
         last = first + count - 1
+        index, stepping, in_use = self.index, self.stepping, node.table.in_use
+        tokens = self._tokens.values[first:last + 1].tolist()
+        cached = self._cached.values[first:last + 1].tolist()
+        ends = range(start + cycles, start + (count + 1) * cycles, cycles)
+        self.ends.extend(ends)
+        steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n)
+                      for end, kv, n in zip(ends, cached, tokens, strict=True)])
         finished = self._finishing.pop(last, [])
         if finished:
             heapq.heappop(self._finish_steps)

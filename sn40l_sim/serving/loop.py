@@ -192,6 +192,8 @@ class _Serving:
             self._finish(log)
 
     def _join(self, node: _DecodeNode) -> None:
+        if not node.arrived:
+            return
         for log in node.arrived:
             log.join = self.env.now
         node.book.join(node.arrived)

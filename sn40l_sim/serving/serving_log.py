@@ -18,7 +18,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -112,10 +112,9 @@ class RequestLog:
         return self.token_array().tolist()
 
 
-@dataclass(frozen=True)
-class StepLog:
+class StepLog(NamedTuple):
     """One decode step of one node: sequences stepped, tokens they got, slots holding a sequence
-    and KV bytes resident at its end."""
+    and KV bytes resident at its end (a named tuple: a serve logs one per node and step)."""
 
     node: int
     start: int
