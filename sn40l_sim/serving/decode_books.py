@@ -179,7 +179,7 @@ class RunBook:
         self.index, self.setup = index, setup
         #: end cycle of every step the node took
         self.ends: list[int] = []
-        self._tokens = _Growable()       # tokens each step gives
+        self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
         self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end
         self._finishing: dict[int, list[RequestLog]] = {}
         self._finish_steps: list[int] = []
@@ -206,12 +206,14 @@ class RunBook:
             req = log.request
             remaining = req.output_len - log.generated
             spec = self.setup.speculation
-            rng = request_draws(self.setup.seed, req.id) if spec.drafts else None
-            per_step, generated = tokens_per_step(spec, rng, remaining)
-            steps = len(per_step)
-            self._tokens.add(at, per_step)
+            if spec.drafts:
+                per_step, generated = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
+                self._tokens.add(at, per_step)
+            else:  # one token per step: a step gives as many as it steps sequences
+                per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
+            steps = len(generated)
             self._cached.add(at, cached_tokens(self.setup.cache_tokens, req.prompt_len, generated))
-            log.set_decode(DecodeTokens(self.ends, at, steps, per_step if spec.drafts else None))
+            log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
             last = at + steps - 1
             if last not in self._finishing:
                 self._finishing[last] = []
@@ -235,8 +237,8 @@ class RunBook:
         first = len(self.ends)
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
-        tokens = self._tokens.values[first:last + 1].tolist()
         cached = self._cached.values[first:last + 1].tolist()
+        tokens = self._tokens.values[first:last + 1].tolist() if self.setup.speculation.drafts else [stepping] * count
         ends = range(start + cycles, start + (count + 1) * cycles, cycles)
         self.ends.extend(ends)
         steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n)

@@ -22,6 +22,10 @@ knows nothing of kernels:
   ``(seed, request id)``, so a request's draws do not depend on what else is served, and capped
   so that no sequence exceeds its ``output_len``. All of a step's tokens come out at its end. A
   sequence that has its ``output_len`` tokens frees its slot at the end of the step.
+* **By requests**: a node's book (:mod:`sn40l_sim.serving.decode_books`) takes each sequence's
+  tokens and cached tokens for all its steps when it joins, and a run of steps that ends before
+  anything else is due advances in one event; ``stepwise=True`` walks every step and sequence
+  instead (the reference: the same log).
 
 Examples
 --------
@@ -69,7 +73,9 @@ class ServingSetup:
     prefill_cycles, transfer_cycles : callable
         ``prompt_len -> cycles`` of prefill and of the KV transfer to a decode node.
     cache_tokens : callable
-        ``(prompt_len, generated) -> tokens`` cached per layer (the KV policy's ``cache_len``).
+        ``(prompt_len, generated) -> tokens`` cached per layer (the KV policy's ``cache_len``): one
+        more per generated token from ``cache_tokens(prompt_len, 0)`` until a cap, as every
+        policy's is.
     kv_bytes_per_token : int
         KV bytes per cached token over all layers.
     slot_cache_tokens : int
