@@ -12,6 +12,12 @@ sweep workers may write the same entry; each write is whole). An unreadable entr
 The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (``~/.cache/sn40l_sim``);
 ``SN40L_SIM_CACHE=off`` turns the disk cache off. Deleting the folder at any time is safe.
 
+The code version sees the source files, not functions replaced while a process runs: inside a
+pytest process (whose tests patch unit models to see the goldens move) the disk cache is off
+whatever the environment says (only :func:`cache_in` turns it on there), so a patched model neither
+reads nor writes an entry. The commands the tests start as subprocesses run unpatched code and use
+it.
+
 Examples
 --------
 >>> import tempfile
@@ -27,6 +33,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import sys
 import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
@@ -55,6 +62,8 @@ def cache_root() -> Path | None:
     """The cache folder in use (None: the disk cache is off)."""
     if _override:
         return _override[-1]
+    if "pytest" in sys.modules:
+        return None
     env = os.environ.get(CACHE_ENV)
     if env is not None:
         return None if env.strip().lower() in ("", "0", "off", "no", "false") else Path(env)
