@@ -82,12 +82,16 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     # the compiler maps a looped kernel for its time per iteration, which waits on its collectives
     engine = timer_options.get("engine")
     looping = bool(engine is not None and engine.kernel_looping)
-    collectives = CollectiveModel.from_node(node, engine.collective_algorithm if engine else "auto")
+    algorithm = engine.collective_algorithm if engine else "auto"
+    collectives = CollectiveModel.from_node(node, algorithm)
+    # a step is a pure function of the node, the engine options, the graph and this: the disk
+    # cache keys it so (the graph itself stands for the model, the policy and the graph options)
+    disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}"
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
                      place=lambda graph, memory=None: map_graph(node, graph, memory, looping,
                                                                 lambda c: collectives.run(c).cycles),
-                     **timer_options)
+                     disk_key=disk_key, **timer_options)
 
 
 def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
