@@ -29,7 +29,14 @@ from dataclasses import replace
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
 from sn40l_sim.mapper import disk_cache, division
-from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+from sn40l_sim.mapper.kernel import (
+    LONE_CALL,
+    UNMAPPED_CALIBRATED,
+    LoopContext,
+    clear_section_memo,
+    map_kernel,
+    socket_key,
+)
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
@@ -38,16 +45,9 @@ from sn40l_sim.mapper.stages import TierSplit
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
 _memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
-#: calibrated values of a socket the mapper never reads (the engine's collectives and the serving
-#: model's transfers do): sockets that differ only in them map every kernel alike, so a calibration
-#: pass that moves only these reuses the mapping (a test maps both ways and compares)
-UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
-
-
 def mapping_key(socket: SocketSpec) -> str:
-    """The socket as the mapper sees it: its JSON, less :data:`UNMAPPED_CALIBRATED`."""
-    unread = dict.fromkeys(UNMAPPED_CALIBRATED, 0.0)
-    return socket.model_copy(update={"calibrated": socket.calibrated.model_copy(update=unread)}).model_dump_json()
+    """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`."""
+    return socket_key(socket, UNMAPPED_CALIBRATED)
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
@@ -115,4 +115,5 @@ def clear_memo() -> None:
     """Forget every mapped kernel and every memoised piece of a mapping (tests that compare a cold
     mapping with a warm one; hardware edited in place)."""
     _memo.clear()
+    clear_section_memo()
     division.clear_caches()

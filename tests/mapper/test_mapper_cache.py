@@ -99,3 +99,24 @@ def test_the_pruned_fewest_pcus_search_finds_what_trying_every_count_finds(node,
     for work, pieces, target, most in random.Random(0).sample(asked, 150):
         division.clear_caches()
         assert division.fewest_pcus(work, pieces, target, most) == _fewest_by_definition(work, pieces, target, most)
+
+
+def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_cold_mapping(node, monkeypatch):
+    import sn40l_sim.mapper.kernel as kernel_mod
+
+    graph = deepseek_graph("decode", kv_len=32768, batch=8)
+    slower = with_overrides(node, {"socket.calibrated.config_load_bytes_per_s": 2e10})
+    planned = []
+    real = kernel_mod._plan_section_cold
+    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(1) or real(*a))
+    cold = _cold(slower, graph)
+    cold_plans = len(planned)
+    with disk_cache.cache_in(None):
+        _cold(node, graph)                       # plans every section at the node's own rate
+        graph_mod._memo.clear()                  # the kernels, not the section plans
+        planned.clear()
+        repriced = map_graph(slower, graph)
+    # only the tilings the new prices lead the search to are planned anew
+    assert len(planned) < cold_plans / 4
+    assert repriced.kernels == cold.kernels
+    assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]

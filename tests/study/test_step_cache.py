@@ -34,7 +34,7 @@ def test_a_step_read_back_from_disk_equals_one_simulated_again(tmp_path, monkeyp
         assert runs == []
         # another batch, node, graph (the policy's prefill kernels) or engine option is another step
         _timer().decode_step(16, 4096)
-        _timer(with_overrides(NODE, {"socket.calibrated.sync_latency_s": 9e-6})).decode_step(8, 4096)
+        _timer(with_overrides(NODE, {"socket.calibrated.transfer_setup_s": 9e-6})).decode_step(8, 4096)
         _timer(policy="snapstream").prefill(4096)
         _timer(engine=EngineOptions(kernel_looping=False)).decode_step(8, 4096)
         assert len(runs) == 4
