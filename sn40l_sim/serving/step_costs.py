@@ -113,6 +113,10 @@ class StepTimer:
         (:mod:`~sn40l_sim.mapper.disk_cache`) under the node, the engine options, the graph's
         kernels and edges, the memory tiers, this text and the code version; empty (default, and
         for stand-in builders and placers): memoised in this timer only.
+    graphs : dict, optional
+        Where built graphs are kept, by shape (default: a dict of this timer's own). Timers whose
+        ``build`` is the same function of the shape and plan (the same model, policy, plans and
+        graph options on other hardware: calibration passes) may share one.
 
     Attributes
     ----------
@@ -122,7 +126,7 @@ class StepTimer:
 
     def __init__(self, node: NodeSpec, prefill_plan: ParallelPlan | None, decode_plan: ParallelPlan | None, *,
                  build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None,
-                 context_len: int = 0, disk_key: str = "") -> None:
+                 context_len: int = 0, disk_key: str = "", graphs: dict[Shape, KernelGraph] | None = None) -> None:
         self.node = node
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
@@ -134,7 +138,7 @@ class StepTimer:
         self._node_json: str | None = None
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
         self._memo: dict[tuple[Shape, TierSplit | None], PhaseTiming] = {}
-        self._graphs: dict[Shape, KernelGraph] = {}
+        self._graphs: dict[Shape, KernelGraph] = graphs if graphs is not None else {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
     def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
