@@ -63,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_file(args.trace, "--trace")   # before the simulation, not after it
     results: list = []
-    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS):
+    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS) as folder:
         records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
+        folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
         first = records[0]
         print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
         print(side_by_side(records))

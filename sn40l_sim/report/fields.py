@@ -268,8 +268,10 @@ RESULTS = Fields([
                     )),
           )),
     # the simulator's own speed
-    Field("speed", "", "How fast the simulator ran the point: the only fields that differ between two runs of the "
-          "same inputs (wall-clock time); added by the runner to every point it simulates.", group="speed", parts=(
+    Field("speed", "", "How fast the simulator ran the point (wall-clock time, so it differs between two runs of "
+          "the same inputs): added by the runner to every point it simulates, printed by run and kept in its "
+          "status.json, and left out of results.json and results.csv, which stay byte-for-byte reproducible.",
+          group="speed", parts=(
               Field("simulated_s", "s", "Simulated seconds of the served run (its makespan); empty without a "
                     "workload.", axis="simulated time"),
               Field("wall_s", "s", "Wall-clock seconds the simulator took for the point: building, mapping and "
