@@ -1,47 +1,74 @@
-"""Speed goals of the static parts: building the 16-socket topology graph (goal: well under a
-second) and mapping the DeepSeek TP16 decode graph (goal: a few seconds). Timings, not tests.
+"""Where the main command's static work goes: building the kernel graphs and mapping them, as
+``run`` does them (the memory-fit search over decode batches and the step timer share each graph).
 
-    python benchmarks/bench_build.py
+One fresh process with the disk cache of mapped kernels off simulates the main experiment's points
+(``simulate_assembly``, as ``run`` calls it) with ``build_graph`` and ``map_graph`` wrapped to count
+their calls and CPU seconds; the engine, the serving loop and the outputs are the rest.
+
+    python benchmarks/bench_build.py [EXPERIMENT.yaml]
+
+Figures for information: their goal is the main command's (``bench_run.py``).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
-from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.hardware.topology import build_topology
-from sn40l_sim.ir import ParallelPlan, Shape
-from sn40l_sim.kvcache import make_policy
-from sn40l_sim.mapper import map_graph
-from sn40l_sim.mapper.graph import clear_memo
-from sn40l_sim.models.builder import build_graph
-from sn40l_sim.models.loader import load_model
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = "experiments/deepseek_tp16.yaml"
 
 
-def best_of(repeats: int, fn, *args) -> float:
-    """Best wall time of ``repeats`` calls, in seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return min(times)
+def profile(experiment: str) -> dict:
+    """CPU seconds and calls of graph building and mapping in this process (call it in a fresh one)."""
+    import sn40l_sim.study.assemble as assemble_module
+    from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.runner import simulate_assembly
+
+    cpu: Counter = Counter()
+    calls: Counter = Counter()
+
+    def timed(name, function):
+        def wrapper(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                cpu[name] += time.process_time() - start
+                calls[name] += 1
+        return wrapper
+
+    assemble_module.build_graph = timed("build", assemble_module.build_graph)
+    assemble_module.map_graph = timed("map", assemble_module.map_graph)
+    start = time.process_time()
+    simulate_assembly(assemble_module.assemble(load_experiment(experiment)))
+    return {"total": time.process_time() - start, "cpu": dict(cpu), "calls": dict(calls)}
 
 
-def main() -> None:
-    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
-    print(f"build_topology(16 sockets): {best_of(3, build_topology, node):.3f} s (goal < 1 s)")
-    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
-    graph = build_graph(model, Shape("decode", 16, 131072, 131072), ParallelPlan(16, 16), make_policy("full", {}))
+def measure(experiment: str = MAIN) -> dict:
+    """:func:`profile` of ``experiment`` in a fresh process, disk cache off."""
+    env = dict(os.environ, SN40L_SIM_CACHE="off", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, __file__, "--profile", experiment], capture_output=True, text=True,
+                         check=True, env=env, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def map_cold():
-        clear_memo()
-        map_graph(node, graph)
 
-    print(f"map DeepSeek TP16 decode graph: {best_of(3, map_cold):.3f} s (goal: a few seconds)")
+def goal_figures() -> list[tuple[str, object, str]]:
+    """Graph building and mapping CPU seconds of the main experiment's simulation."""
+    r = measure()
+    return [(f"main experiment, {r['calls'].get('build', 0)} graphs built, CPU s", r["cpu"].get("build", 0.0), "-"),
+            (f"main experiment, {r['calls'].get('map', 0)} graphs mapped (cold), CPU s", r["cpu"].get("map", 0.0), "-")]
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--profile":
+        print(json.dumps(profile(sys.argv[2])))
+    else:
+        r = measure(sys.argv[1] if len(sys.argv) > 1 else MAIN)
+        print(f"simulation (no outputs): {r['total']:.2f} s CPU")
+        for name in ("build", "map"):
+            print(f"  {name:6s} {r['calls'].get(name, 0):3d} calls  {r['cpu'].get(name, 0.0):6.2f} s CPU")

@@ -1,7 +1,7 @@
 """Wall time of the step simulation itself: DeepSeek-R1 on a 16-socket SN40L node.
 
-Every case runs in a fresh Python process (so nothing is memoised from an earlier case: not the
-mapper's kernel memo, not the collectives) and times one call of
+Every case runs in a fresh Python process with the disk cache of mapped kernels off (so nothing is
+memoised from an earlier case: not the mapper's kernel memo, not the collectives) and times one call of
 :class:`~sn40l_sim.serving.step_costs.StepTimer` -- graph building, mapping and the SimPy run -- on one
 core, imports and file loading excluded. Cases:
 
@@ -14,15 +14,20 @@ Run from the repository root::
 
     python benchmarks/bench_step.py [--hardware hw_configs/sn40l_node16.yaml] [--model graphs/deepseek_r1.yaml]
 
-Numbers are printed, not asserted: the test suite has no timed assertions.
+``events`` counts the SimPy events the engine scheduled for the step (not the trace's intervals).
+Numbers are printed, not asserted: the test suite has no timed assertions; ``goal_figures`` gives
+``run_all.py`` the first case's figures, for information (the issue sets no goal of its own for a
+step: its time is part of the main command's).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 CASES = [
     ("decode batch 16, kv 131072, full", "full", {}, "decode", 16, 131072),
@@ -39,6 +44,8 @@ CASES = [
 
 def run_case(index: int, hardware: str, model_path: str) -> dict:
     """Time case ``index`` in this process (call it in a fresh one)."""
+    import simpy
+
     from sn40l_sim.engine.breakdown import decode_step_breakdown
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.ir import ParallelPlan
@@ -46,6 +53,14 @@ def run_case(index: int, hardware: str, model_path: str) -> dict:
     from sn40l_sim.models.loader import load_model
     from sn40l_sim.study.assemble import step_timer
 
+    scheduled = [0]
+    schedule = simpy.Environment.schedule
+
+    def counting(self, event, priority=1, delay=0):   # every event the engine's SimPy run schedules
+        scheduled[0] += 1
+        return schedule(self, event, priority, delay)
+
+    simpy.Environment.schedule = counting
     label, policy, params, phase, batch, length = CASES[index]
     node = load_hardware(hardware)
     model = load_model(model_path)
@@ -55,14 +70,31 @@ def run_case(index: int, hardware: str, model_path: str) -> dict:
     start = time.perf_counter()
     step = call()
     wall = time.perf_counter() - start
+    events = scheduled[0]
     start = time.perf_counter()
     call()
     again = time.perf_counter() - start
     return {"label": label, "phase": phase, "seconds": step.seconds, "wall_s": wall, "memoised_s": again,
-            "kernels": len(step.kernels), "events": len(step.events), "layer": step.layer,
+            "kernels": len(step.kernels), "events": events, "intervals": len(step.events), "layer": step.layer,
             "layer_s": sum(step.layer_cycles.values()) / node.socket.clock_hz,
             "layer_shares": step.layer_shares(), "breakdown_s": decode_step_breakdown(step),
             "tokens_per_s_raw": batch / step.seconds if phase == "decode" else None}
+
+
+def case(index: int, hardware: str = "hw_configs/sn40l_node16.yaml", model: str = "graphs/deepseek_r1.yaml") -> dict:
+    """Case ``index`` timed in a fresh process (disk cache of mapped kernels off)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, SN40L_SIM_CACHE="off", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, __file__, "--case", str(index), "--hardware", hardware, "--model", model],
+                         capture_output=True, text=True, check=True, env=env, cwd=root)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def goal_figures() -> list[tuple[str, object, str]]:
+    """The first case (a decode step of the main experiment): wall seconds cold and SimPy events."""
+    r = case(0)
+    return [(f"step {r['label']}, wall s (built, mapped, simulated)", r["wall_s"], "-"),
+            (f"step {r['label']}, SimPy events", r["events"], "-")]
 
 
 def main() -> None:
@@ -78,9 +110,7 @@ def main() -> None:
     results = []
     print(f"{'case (fresh process each)':42s} {'simulated':>12s} {'wall':>7s} {'again':>8s} {'kernels':>7s} {'events':>6s}")
     for i in range(len(CASES)):
-        out = subprocess.run([sys.executable, __file__, "--case", str(i), "--hardware", args.hardware,
-                              "--model", args.model], capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r = case(i, args.hardware, args.model)
         results.append(r)
         print(f"{r['label']:42s} {r['seconds'] * 1e3:9.3f} ms {r['wall_s']:6.2f}s {r['memoised_s'] * 1e6:6.1f}us"
               f" {r['kernels']:7d} {r['events']:6d}")

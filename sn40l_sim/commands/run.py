@@ -3,7 +3,8 @@
 For each point: the largest decode batch that fits in HBM, one prefill and one decode step timed
 by the engine, then the workload served through prefill, KV transfer and continuous batching.
 Prints a side-by-side table and writes OUT/results.json, OUT/results.csv and OUT/throughput.png,
-and OUT/slo_attainment.png for a rate search (OUT defaults to out/<experiment name>). The same inputs and seed give the same results.json.
+and OUT/slo_attainment.png for a rate search (OUT defaults to out/<experiment name>; the plots are
+drawn after the table is printed, and --no-plot skips them). The same inputs and seed give the same results.json.
 
 Every file is written whole or not at all; OUT/status.json says whether the run is running, complete,
 failed or interrupted; a second run into the same OUT while one runs is refused; --out and --trace
@@ -31,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes when the experiment has a sweep: section (default: the number of CPUs)")
     parser.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
                         help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
+    parser.add_argument("--no-plot", action="store_true",
+                        help="write no plots (they are drawn after the table is printed, and take matplotlib's time)")
 
 
 #: the files run writes into its output folder (those of a previous run are removed when it starts)
@@ -40,7 +43,6 @@ OUTPUTS = ("results.json", "results.csv", "throughput.png", "slo_attainment.png"
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
     from sn40l_sim.report.outputs import OutputFolder, check_file
-    from sn40l_sim.report.plot import slo_attainment_plot, throughput_plot
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.assemble import assemble
@@ -61,23 +63,31 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_file(args.trace, "--trace")   # before the simulation, not after it
     results: list = []
-    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS):
+    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS) as folder:
         records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
-        plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
-        slo_plot = slo_attainment_plot(records, out / "slo_attainment.png", title=f"{exp.spec.name}: SLO attainment")
+        folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
+        first = records[0]
+        print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
+        print(side_by_side(records))
+        for line in capping_notes(records):
+            print(line)
+        for line in probe_lines(records):
+            print(line)
+        # the numbers are out; the plots (matplotlib alone takes a large share of a run's CPU) follow
+        sys.stdout.flush()
+        plot_path = slo_plot = None
+        if not args.no_plot:
+            from sn40l_sim.report.plot import slo_attainment_plot, throughput_plot
+            plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
+            slo_plot = slo_attainment_plot(records, out / "slo_attainment.png",
+                                           title=f"{exp.spec.name}: SLO attainment")
         trace_path = None
         if args.trace:
             from sn40l_sim.report.chrome_trace import write_trace
             trace_path = write_trace(args.trace, results)
-    first = records[0]
-    print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
-    print(side_by_side(records))
-    for line in capping_notes(records):
-        print(line)
-    for line in probe_lines(records):
-        print(line)
-    print(f"\nwrote {json_path}, {csv_path}, {plot_path}" + (f", {slo_plot}" if slo_plot else ""))
+    plots = "".join(f", {p}" for p in (plot_path, slo_plot) if p)
+    print(f"\nwrote {json_path}, {csv_path}{plots}")
     if trace_path is not None:
         print(f"wrote {trace_path}")
     return 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sn40l_sim.mapper.work import PmuWork, SimdWork, Split, StageModel
 
@@ -113,6 +114,12 @@ def _division(split: Split, pieces: float, pcus: int, efficiency: float) -> Divi
                     sram_read_bytes=2 * moved, sram_write_bytes=moved, mesh_bytes=moved)
 
 
+def _split_cycles(split: Split, pieces: float, pcus: int, efficiency: float) -> int:
+    """``_division(split, pieces, pcus, efficiency).cycles``, without building the division."""
+    n, share = sequence(split.items, pieces, pcus)
+    return split.cycles(n, share, efficiency)
+
+
 def _passes_on(work: SimdWork, pieces: float, pcus: int) -> int:
     if len(work.pass_cycles) > 1 and pcus >= len(work.pass_cycles):
         # each pass on PCUs of its own: the fewest cycles whose PCUs add up to at most ``pcus``
@@ -146,6 +153,9 @@ def _separate_pcus(work: SimdWork, pieces: float, target: int) -> int | None:
     return total
 
 
+# the allocator's bisections ask for the same divisions of the same work again and again (the
+# models are frozen, hashable values, and the answers depend on nothing else)
+@lru_cache(maxsize=65536)
 def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | None = None) -> Division:
     """The best division of one data tile's work (``pieces`` pieces) over ``pcus`` PCUs."""
     if isinstance(work, PmuWork):
@@ -161,6 +171,7 @@ def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | 
     return best
 
 
+@lru_cache(maxsize=131072)
 def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) -> Division | None:
     """The division on the fewest PCUs (at most ``most_pcus``) whose cycles are at most ``target``,
     or None."""
@@ -181,30 +192,31 @@ def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) ->
         q = max(1, q)
         d = Division(q, _passes_on(work, pieces, q), work.latency)
         return d if d.cycles <= target else None
-    best: Division | None = None
+    # the best so far as (pcus, cycles, split); a split needing more PCUs than it cannot win, so
+    # its search stops there
+    best: tuple[int, int, Split] | None = None
     for split in work.candidates(pieces, most_pcus):
         q = fewest_pcus_for(split.items, pieces, split.most_items(target, _share(pieces), work.efficiency))
-        if q is None or q > most_pcus:
+        top = most_pcus if best is None else min(most_pcus, best[0])
+        if q is None or q > top:
             continue
-        # the estimate ignores rounding up, so it is a lower bound: search up from it
-        lo, hi = max(1, q), most_pcus
-        d = _division(split, pieces, lo, work.efficiency)
-        if d.cycles <= target:
-            if best is None or (d.pcus, d.cycles) < (best.pcus, best.cycles):
-                best = d
-            continue
-        if _division(split, pieces, hi, work.efficiency).cycles > target:
-            continue
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _division(split, pieces, mid, work.efficiency).cycles <= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        d = _division(split, pieces, lo, work.efficiency)
-        if best is None or (d.pcus, d.cycles) < (best.pcus, best.cycles):
-            best = d
-    return best
+        # the estimate ignores rounding up, so it is a lower bound: search up from it (on the
+        # cycles alone; the division is built once, for the answer)
+        lo, hi = max(1, q), top
+        cycles = _split_cycles(split, pieces, lo, work.efficiency)
+        if cycles > target:
+            if _split_cycles(split, pieces, hi, work.efficiency) > target:
+                continue
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _split_cycles(split, pieces, mid, work.efficiency) <= target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            cycles = _split_cycles(split, pieces, lo, work.efficiency)
+        if best is None or (lo, cycles) < best[:2]:
+            best = (lo, cycles, split)
+    return None if best is None else _division(best[2], pieces, best[0], work.efficiency)
 
 
 def ideal_cycles(work: StageModel, pieces: float) -> float:
@@ -215,3 +227,9 @@ def ideal_cycles(work: StageModel, pieces: float) -> float:
         return pieces * work.items * sum(work.pass_cycles)
     whole = work.split(1, 1)
     return pieces * whole.items * whole.item_cycles / work.efficiency
+
+
+def clear_caches() -> None:
+    """Forget the memoised divisions (a cold mapping, for tests that compare it with a warm one)."""
+    stage_division.cache_clear()
+    fewest_pcus.cache_clear()

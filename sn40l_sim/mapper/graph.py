@@ -28,7 +28,15 @@ from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
-from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+from sn40l_sim.mapper import disk_cache, division
+from sn40l_sim.mapper.kernel import (
+    LONE_CALL,
+    UNMAPPED_CALIBRATED,
+    LoopContext,
+    clear_section_memo,
+    map_kernel,
+    socket_key,
+)
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
@@ -37,23 +45,28 @@ from sn40l_sim.mapper.stages import TierSplit
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
 _memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
-
-
-def _socket_key(socket: SocketSpec) -> str:
-    return socket.model_dump_json()
+def mapping_key(socket: SocketSpec) -> str:
+    """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`."""
+    return socket_key(socket, UNMAPPED_CALIBRATED)
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
                       socket_key: str | None = None, loop: LoopContext = LONE_CALL) -> PlacedKernel:
-    """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo; the result carries
-    ``kernel`` itself (its name and layer)."""
+    """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo, then the disk cache
+    (:mod:`.disk_cache`); the result carries ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
-    key = (socket_key or _socket_key(socket), kernel.signature(), tiers, loop)
+    signature = kernel.signature()
+    sk = socket_key or mapping_key(socket)
+    key = (sk, signature, tiers, loop)
     placed = _memo.get(key)
     if placed is None:
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
-        placed = map_kernel(socket, kernel.signature(), tiers, loop=loop)
+        text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}"
+        placed = disk_cache.load("mapped_kernel", text)
+        if placed is None:
+            placed = map_kernel(socket, signature, tiers, loop=loop)
+            disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
     return replace(placed, kernel=kernel)
 
@@ -87,7 +100,7 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     """
     memory = memory if memory is not None else all_in_first_tier(node)
     tiers = memory.tiers()
-    key = _socket_key(node.socket)
+    key = mapping_key(node.socket)
     order = graph.kernels()
     calls = [LONE_CALL] * len(order)
     for loop in find_loops(order, graph):
@@ -99,5 +112,8 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
 
 
 def clear_memo() -> None:
-    """Forget every mapped kernel (tests; hardware edited in place)."""
+    """Forget every mapped kernel and every memoised piece of a mapping (tests that compare a cold
+    mapping with a warm one; hardware edited in place)."""
     _memo.clear()
+    clear_section_memo()
+    division.clear_caches()

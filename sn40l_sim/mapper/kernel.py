@@ -114,8 +114,46 @@ class KernelPlan:
     objective: tuple[float, int] = (0.0, 0)
 
 
+#: calibrated values of a socket the mapper never reads (the engine's collectives and the serving
+#: model's transfers do): sockets that differ only in them map every kernel alike
+UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
+#: and the one a section's plan does not read either: the configuration load rate only prices the
+#: plans against each other (:func:`_plan_kernel`), so a calibration pass that moves it re-prices
+#: the memoised section plans instead of planning them again
+UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
+#: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget); cleared when full
+_SECTION_MEMO_SIZE = 50_000
+_section_memo: dict[tuple, SectionPlan | None] = {}
+
+
+def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
+    """The socket's JSON with the calibrated values ``leave_out`` names set to 0 (values a
+    computation does not read, so that sockets differing only in them share its results)."""
+    unread = dict.fromkeys(leave_out, 0.0)
+    return socket.model_copy(update={"calibrated": socket.calibrated.model_copy(update=unread)}).model_dump_json()
+
+
+def clear_section_memo() -> None:
+    """Forget every memoised section plan."""
+    _section_memo.clear()
+
+
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                  spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
+                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
+    """:func:`_plan_section_cold` through the memo, when ``planned`` (the socket's
+    :func:`socket_key` less :data:`UNPLANNED_CALIBRATED`) is given."""
+    if not planned:
+        return _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    if key not in _section_memo:
+        if len(_section_memo) >= _SECTION_MEMO_SIZE:
+            _section_memo.clear()
+        _section_memo[key] = _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    return _section_memo[key]
+
+
+def _plan_section_cold(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                       spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
     # decode attention spread over the tiles merges its partial results (split-KV)
     ops = with_combines(socket, ops, chip_tiles)
     stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
@@ -166,13 +204,13 @@ LONE_CALL = LoopContext()
 
 def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget,
-                 loop: LoopContext = LONE_CALL) -> KernelPlan | None:
+                 loop: LoopContext = LONE_CALL, planned: str = "") -> KernelPlan | None:
     plans = []
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
         plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                             budget)
+                             budget, planned)
         if plan is None:
             return None
         plans.append(plan)
@@ -208,12 +246,13 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     tile_choices = budget.tiles_for(all_tiles)
     ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
+    planned = socket_key(socket, UNPLANNED_CALIBRATED)
     best: KernelPlan | None = None
     for chip_tiles in tile_choices:
         worse = 0
         local: KernelPlan | None = None
         for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop)
+            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
             if plan is None:
                 continue
             if local is None or plan.objective < local.objective:
@@ -223,7 +262,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
                 if worse >= _PATIENCE:
                     break
         if local is not None:
-            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop)
+            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop,
+                                       planned)
         if local is not None and (best is None or local.objective < best.objective):
             best = local
     if best is None:
@@ -233,7 +273,7 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
-                       loop: LoopContext = LONE_CALL) -> KernelPlan:
+                       loop: LoopContext = LONE_CALL, planned: str = "") -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives."""
@@ -244,7 +284,7 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     for dataflow in budget.dataflows:
         only = replace(budget, dataflows=(dataflow,))
         for n_tiles in tilings:
-            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop)
+            other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:
                 plan = other
     return plan

@@ -276,44 +276,71 @@ def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, Operato
 
 
 def _with_activations(parts: list) -> list[FusedKernel]:
-    """Set act_in / act_out bytes from the named activations and name each kernel instance."""
-    flows = [[s for steps in per_op for s in steps] for _, _, per_op, _ in parts]
+    """Set act_in / act_out bytes from the named activations and name each kernel instance.
+
+    A kernel's outputs leave it when a later kernel reads them before one writes them again (or
+    nothing in the kernel reads them after it writes them). One pass from the last kernel back
+    answers that for every kernel; identical layers (the same built steps, the same answers) then
+    share one computation of their operators.
+    """
+    flows = {id(per_op): [s for steps in per_op for s in steps] for _, _, per_op, _ in parts}
+    first: dict[int, dict[str, bool]] = {key: _first_use(steps) for key, steps in flows.items()}
+    # for each kernel, the names a later kernel reads before any kernel writes them again
+    read_later: list[dict[str, bool]] = [{}] * len(parts)
+    later: dict[str, bool] = {}
+    for i in range(len(parts) - 1, -1, -1):
+        read_later[i] = later
+        uses = first[id(parts[i][2])]
+        if uses:
+            later = {**later, **uses}
+    done: dict[tuple[int, frozenset[str]], tuple[Operator, ...]] = {}
     out = []
-    for i, (node, layer, _, kernel) in enumerate(parts):
-        steps = flows[i]
+    for i, (node, layer, per_op, kernel) in enumerate(parts):
+        steps = flows[id(per_op)]
         if not steps:  # a policy's kernel: its own byte counts stand
             out.append(replace(kernel, name=node, layer=layer))
             continue
-        produced: set[str] = set()
-        seen_in: set[str] = set()
-        act_in = [0] * len(steps)
-        for j, s in enumerate(steps):
-            for name, size in s.reads:
-                if name not in produced and name not in seen_in:
-                    seen_in.add(name)
-                    act_in[j] += size
-            produced.update(n for n, _ in s.writes)
-        act_out = [0] * len(steps)
-        for name in produced:
-            last = max(j for j, s in enumerate(steps) if any(n == name for n, _ in s.writes))
-            read_after = any(n == name for s in steps[last + 1:] for n, _ in s.reads)
-            if _read_later(flows, i, name) or not read_after:
-                act_out[last] += dict(steps[last].writes)[name]
-        ops = _unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b)
-                       for s, a, b in zip(steps, act_in, act_out, strict=True)])
-        out.append(replace(kernel, name=node, layer=layer, operators=tuple(ops)))
+        produced = {n for s in steps for n, _ in s.writes}
+        key = (id(per_op), frozenset(n for n in produced if read_later[i].get(n, False)))
+        if key not in done:
+            done[key] = _operators_with_activations(steps, key[1])
+        out.append(replace(kernel, name=node, layer=layer, operators=done[key]))
     return out
 
 
-def _read_later(flows: list[list[Step]], i: int, name: str) -> bool:
-    """Does a later kernel read ``name`` before some kernel writes it again?"""
-    for steps in flows[i + 1:]:
-        for s in steps:
-            if any(n == name for n, _ in s.reads):
-                return True
-            if any(n == name for n, _ in s.writes):
-                return False
-    return False
+def _first_use(steps: list[Step]) -> dict[str, bool]:
+    """Name -> whether a kernel's steps first read it (True) or first write it (False); a step
+    that does both reads first."""
+    out: dict[str, bool] = {}
+    for s in steps:
+        for name, _ in s.reads:
+            out.setdefault(name, True)
+        for name, _ in s.writes:
+            out.setdefault(name, False)
+    return out
+
+
+def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -> tuple[Operator, ...]:
+    """The kernel's operators with their activation bytes: what they read that no earlier step of
+    the kernel wrote, and the last write of each name a later kernel reads (``read_later``) or no
+    later step of this kernel reads."""
+    produced: set[str] = set()
+    seen_in: set[str] = set()
+    act_in = [0] * len(steps)
+    for j, s in enumerate(steps):
+        for name, size in s.reads:
+            if name not in produced and name not in seen_in:
+                seen_in.add(name)
+                act_in[j] += size
+        produced.update(n for n, _ in s.writes)
+    act_out = [0] * len(steps)
+    for name in produced:
+        last = max(j for j, s in enumerate(steps) if any(n == name for n, _ in s.writes))
+        read_after = any(n == name for s in steps[last + 1:] for n, _ in s.reads)
+        if name in read_later or not read_after:
+            act_out[last] += dict(steps[last].writes)[name]
+    return tuple(_unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b)
+                          for s, a, b in zip(steps, act_in, act_out, strict=True)]))
 
 
 def _unique(ops: list[Operator]) -> list[Operator]:

@@ -267,6 +267,19 @@ RESULTS = Fields([
                         Field("slots_in_use", "sequences", "Decode slots holding a sequence."),
                     )),
           )),
+    # the simulator's own speed
+    Field("speed", "", "How fast the simulator ran the point (wall-clock time, so it differs between two runs of "
+          "the same inputs): added by the runner to every point it simulates, printed by run and kept in its "
+          "status.json, and left out of results.json and results.csv, which stay byte-for-byte reproducible.",
+          group="speed", parts=(
+              Field("simulated_s", "s", "Simulated seconds of the served run (its makespan); empty without a "
+                    "workload.", axis="simulated time"),
+              Field("wall_s", "s", "Wall-clock seconds the simulator took for the point: building, mapping and "
+                    "timing its steps, and serving its workload.", axis="simulator wall time"),
+              Field("ratio", "1", "simulated_s over wall_s: how many times faster than real time the point was "
+                    "simulated; empty without a workload.", axis="simulated s per wall s",
+                    table=Row(300, "speed (simulated s / wall s)", ".0f")),
+          )),
     # the run's own checks
     Field("invariants", "", "The physical invariants checked on this point, all of which held (a violated one stops "
           "the run with exit status 3, naming it): bytes_conserved, requests_served_once, memory_within_capacity, "

@@ -202,6 +202,11 @@ class OutputFolder:
     def _write_status(self) -> None:
         write_text(self.path / STATUS_FILE, json.dumps(self._status, indent=2) + "\n")
 
+    def note(self, **fields: Any) -> None:
+        """Add ``fields`` to the ``status.json`` written at the end (figures that are not results,
+        such as how fast the simulator ran)."""
+        self._status.update(fields)
+
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             if kind is None:

@@ -43,9 +43,24 @@ def rounded(value: Any) -> Any:
     return value
 
 
+#: groups of a record that depend on the wall clock (how fast the simulator ran), left out of the
+#: results files so that the same inputs give the same bytes; ``run`` prints them and keeps them in
+#: ``status.json``
+VOLATILE = ("speed",)
+
+
+def stable(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without its :data:`VOLATILE` groups.
+
+    >>> stable({"name": "full", "speed": {"wall_s": 1.5}})
+    {'name': 'full'}
+    """
+    return {k: v for k, v in record.items() if k not in VOLATILE}
+
+
 def to_json(records: Sequence[dict[str, Any]]) -> str:
-    """The text of ``results.json``."""
-    return json.dumps(rounded(list(records)), sort_keys=True, indent=2) + "\n"
+    """The text of ``results.json`` (without the :data:`VOLATILE` groups)."""
+    return json.dumps(rounded([stable(r) for r in records]), sort_keys=True, indent=2) + "\n"
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -61,8 +76,9 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def to_csv(records: Sequence[dict[str, Any]], fields: Fields = RESULTS) -> str:
-    """The text of ``results.csv``, columns in the declaration's CSV order."""
-    rows = [flatten(rounded(r)) for r in records]
+    """The text of ``results.csv``, columns in the declaration's CSV order (without the
+    :data:`VOLATILE` groups)."""
+    rows = [flatten(rounded(stable(r))) for r in records]
     header = fields.csv_order({key for row in rows for key in row})
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", extrasaction="raise")

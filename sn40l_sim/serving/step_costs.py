@@ -49,6 +49,7 @@ from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
+from sn40l_sim.mapper import disk_cache
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.mapper.stages import TierSplit
 
@@ -106,6 +107,16 @@ class StepTimer:
         Tokens of context a sequence has at most in decode (prompt + max_new_tokens): the
         decode shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy whose
         decode work grows with the whole context. 0 (default): not given.
+    disk_key : str, optional
+        Text naming everything ``place`` does beyond mapping the graph on ``node`` (the real
+        mapper's options). Given, a step is also looked up in, and kept in, the disk cache
+        (:mod:`~sn40l_sim.mapper.disk_cache`) under the node, the engine options, the graph's
+        kernels and edges, the memory tiers, this text and the code version; empty (default, and
+        for stand-in builders and placers): memoised in this timer only.
+    graphs : dict, optional
+        Where built graphs are kept, by shape (default: a dict of this timer's own). Timers whose
+        ``build`` is the same function of the shape and plan (the same model, policy, plans and
+        graph options on other hardware: calibration passes) may share one.
 
     Attributes
     ----------
@@ -115,7 +126,7 @@ class StepTimer:
 
     def __init__(self, node: NodeSpec, prefill_plan: ParallelPlan | None, decode_plan: ParallelPlan | None, *,
                  build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None,
-                 context_len: int = 0) -> None:
+                 context_len: int = 0, disk_key: str = "", graphs: dict[Shape, KernelGraph] | None = None) -> None:
         self.node = node
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
@@ -123,9 +134,11 @@ class StepTimer:
         self.place = place
         self.engine = engine if engine is not None else EngineOptions()
         self.context_len = context_len
+        self.disk_key = disk_key
+        self._node_json: str | None = None
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
         self._memo: dict[tuple[Shape, TierSplit | None], PhaseTiming] = {}
-        self._graphs: dict[Shape, KernelGraph] = {}
+        self._graphs: dict[Shape, KernelGraph] = graphs if graphs is not None else {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
     def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
@@ -176,11 +189,31 @@ class StepTimer:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
         self.stats[f"{phase}_runs"] += 1
-        run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
-        timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
-                              kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)
+        text = self._disk_text(shape, memory) if self.disk_key else ""
+        timing = disk_cache.load("step", text) if text else None
+        if timing is None:
+            run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
+            timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
+                                  kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)
+            if text:
+                disk_cache.store("step", text, timing)
         self._memo[key] = timing
         return timing
+
+    def _disk_text(self, shape: Shape, memory: MemoryPlacement | None) -> str:
+        """Every input of a step's timing, as text: the node, the engine options, the graph (its
+        kernels' distinct signatures, their names and layers in order, its edges), where the
+        tensors live (the tiers, and whether a placement order is given: the engine stages
+        collectives through the activations' tier) and what ``place`` does beyond that."""
+        if self._node_json is None:
+            self._node_json = self.node.model_dump_json()
+        graph = self.graph(shape)
+        signatures: dict = {}
+        sequence = [(k.name, k.layer, signatures.setdefault(k.signature(), len(signatures))) for k in graph.kernels()]
+        edges = sorted(graph.graph.edges(data=True))
+        where = "first tier" if memory is None else f"{memory.tiers()!r} ordered={bool(memory.order)}"
+        return "\n".join([self.disk_key, self._node_json, repr(self.engine), repr(shape), graph.model,
+                          repr(list(signatures)), repr(sequence), repr(edges), where])
 
 
 def _prefill_shape(prompt_len: int) -> Shape:

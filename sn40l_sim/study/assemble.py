@@ -26,7 +26,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -82,12 +82,16 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     # the compiler maps a looped kernel for its time per iteration, which waits on its collectives
     engine = timer_options.get("engine")
     looping = bool(engine is not None and engine.kernel_looping)
-    collectives = CollectiveModel.from_node(node, engine.collective_algorithm if engine else "auto")
+    algorithm = engine.collective_algorithm if engine else "auto"
+    collectives = CollectiveModel.from_node(node, algorithm)
+    # a step is a pure function of the node, the engine options, the graph and this: the disk
+    # cache keys it so (the graph itself stands for the model, the policy and the graph options)
+    disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}"
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
                      place=lambda graph, memory=None: map_graph(node, graph, memory, looping,
                                                                 lambda c: collectives.run(c).cycles),
-                     **timer_options)
+                     disk_key=disk_key, **timer_options)
 
 
 def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
@@ -124,6 +128,9 @@ class Assembly:
     model: ModelSpec
     trace_rows: tuple[TraceRow, ...] | None = None
     graph_template: KernelTemplates | None = None
+    #: graphs built for the points, by what builds them: the graphs do not depend on the node, so
+    #: an assembly replaced with other hardware (``validate``, ``calibrate``) shares this store
+    graphs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def points(self) -> list[Point]:
@@ -184,9 +191,13 @@ class Assembly:
         execution = self.experiment.spec.execution
         engine = EngineOptions(kernel_looping=execution.kernel_looping,
                                collective_algorithm=execution.collective_algorithm)
+        context_len = setup.prompt_len + setup.max_new_tokens + setup.speculation.drafts
+        # everything the graph builder is bound to (a template is one object per assembly)
+        builds = (setup.model.model_dump_json(), repr(setup.policy), setup.prefill_plan, setup.decode_plan,
+                  repr(sorted((k, v if isinstance(v, (str, int, float, bool)) else id(v)) for k, v in options.items())),
+                  context_len)
         return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
-                          engine=engine,
-                          context_len=setup.prompt_len + setup.max_new_tokens + setup.speculation.drafts)
+                          engine=engine, context_len=context_len, graphs=self.graphs.setdefault(builds, {}))
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:
         """The memory placer of this node and ``model`` (default: the experiment's), in the

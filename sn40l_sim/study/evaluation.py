@@ -27,9 +27,10 @@ class LoadedExperiments:
 
     Examples
     --------
+    >>> from sn40l_sim.report.results import stable      # the records less how fast they were simulated
     >>> loaded = LoadedExperiments()
-    >>> first = loaded.records("experiments/deepseek_tp16.yaml", serve=False)
-    >>> loaded.records("experiments/deepseek_tp16.yaml", serve=False) == first, len(loaded)
+    >>> first = [stable(r) for r in loaded.records("experiments/deepseek_tp16.yaml", serve=False)]
+    >>> [stable(r) for r in loaded.records("experiments/deepseek_tp16.yaml", serve=False)] == first, len(loaded)
     (True, 1)
     """
 

@@ -82,7 +82,8 @@ def check_experiment(exp: Experiment) -> None:
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields
 AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
-                    "rate_search": "the experiment's rate_search: section"}
+                    "rate_search": "the experiment's rate_search: section",
+                    "speed": "every point the runner simulates (study/runner.py, with_speed)"}
 
 
 def record_groups(exp: Experiment) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ hundreds of such points, and the quantities it fits do not depend on the workloa
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
     for point in points:
         if progress:
             print(f"simulating {point.name} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
         if exp.spec.rate_search is not None and serve:
             # every probe is a served run, so every probe's invariants are checked
             result, searched = search_point(asm, point, on_probe=lambda probe, requests, point=point:
                                             check_point(probe, point_record(exp, point, probe), requests))
-            records.append({**point_record(exp, point, result), **searched})
+            records.append(with_speed({**point_record(exp, point, result), **searched}, started))
             if on_result is not None:
                 on_result(result)
             continue
@@ -131,8 +133,22 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         check_point(result, record, served)   # a violated invariant stops the run (InvariantError, exit 3)
         if on_result is not None:
             on_result(result)
-        records.append(record)
+        records.append(with_speed(record, started))
     return records
+
+
+def with_speed(record: dict, started: float) -> dict:
+    """``record`` with the ``speed`` group: the served run's simulated seconds over the wall
+    seconds since ``started`` (:func:`time.perf_counter`), the point's whole simulation.
+
+    >>> r = with_speed({"throughput": {"makespan_s": 90.0}}, time.perf_counter() - 0.5)
+    >>> r["speed"]["simulated_s"], 150 < r["speed"]["ratio"] <= 180
+    (90.0, True)
+    """
+    wall = time.perf_counter() - started
+    simulated = (record.get("throughput") or {}).get("makespan_s")
+    ratio = simulated / wall if simulated is not None and wall > 0 else None
+    return {**record, "speed": {"simulated_s": simulated, "wall_s": wall, "ratio": ratio}}
 
 
 def point_record(exp: Experiment, point: Point, result: PointResult) -> dict:

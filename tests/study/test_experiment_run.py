@@ -6,6 +6,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from sn40l_sim.commands.cli import main
 from sn40l_sim.report.outputs import read_status
 
@@ -50,6 +52,12 @@ def test_two_runs_write_byte_identical_results(tmp_path, capsys):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert (tmp_path / "a" / "throughput.png").stat().st_size > 0
     records = json.loads((tmp_path / "a" / "results.json").read_text())
+    # the simulator's speed (wall-clock, so not in the results files) is printed and in status.json
+    assert all("speed" not in r for r in records) and "speed (simulated s / wall s)" in out
+    speed = read_status(tmp_path / "a")["speed"]
+    assert [s["name"] for s in speed] == ["full", "snap"]
+    for s in speed:
+        assert s["wall_s"] > 0 and s["ratio"] == pytest.approx(s["simulated_s"] / s["wall_s"], rel=1e-6)
     assert [r["name"] for r in records] == ["full", "snap"]
     assert [r["kv_len"] for r in records] == [4096 + 16, 1024]
     for r in records:

@@ -140,7 +140,9 @@ def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[int]]:
     out = tmp_path / "out"
     err = open(tmp_path / "stderr.txt", "wb")  # noqa: SIM115 - a file, not a pipe a stray worker could hold
     proc = subprocess.Popen([sys.executable, "-m", "sn40l_sim", "sweep", str(sweep), "--out", str(out), "--jobs", "2",
-                             "--quiet"], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
+                             "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            # no disk cache: its runs must still be going when the test interrupts them
+                            env=dict(os.environ, PYTHONPATH=str(REPO), SN40L_SIM_CACHE="off"),
                             stderr=err, start_new_session=True)
     runs = out / "runs"
     deadline = time.monotonic() + 120

@@ -1,0 +1,123 @@
+"""Results of pure computations kept on disk between processes: the mapped kernels a run, a sweep
+worker or a test process would otherwise map again (docs/architecture.md, "Speed").
+
+An entry is found by the SHA-256 of its key text, which must spell out *every* input of the
+computation (the caller's job: a socket's JSON, a kernel signature's ``repr``, ...), under a folder
+named after the **code version**, a hash of every source file of the package: any edit to the
+simulator starts an empty cache, so an entry can only be read back by the code that wrote it. The
+file holds the key text beside the value and a read checks it, so even a hash collision cannot
+return another computation's answer. Writes go to a temporary file renamed into place (parallel
+sweep workers may write the same entry; each write is whole). An unreadable entry is a miss.
+
+The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (``~/.cache/sn40l_sim``);
+``SN40L_SIM_CACHE=off`` turns the disk cache off. Deleting the folder at any time is safe.
+
+The code version sees the source files, not functions replaced while a process runs: inside a
+pytest process (whose tests patch unit models to see the goldens move) the disk cache is off
+whatever the environment says (only :func:`cache_in` turns it on there), so a patched model neither
+reads nor writes an entry. The commands the tests start as subprocesses run unpatched code and use
+it.
+
+Examples
+--------
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as folder, cache_in(folder):
+...     missing = load("demo", "2 + 2")
+...     store("demo", "2 + 2", 4)
+...     missing, load("demo", "2 + 2"), load("demo", "2 + 3")
+(None, 4, None)
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+#: environment variable naming the cache folder (``off`` disables the disk cache)
+CACHE_ENV = "SN40L_SIM_CACHE"
+_PACKAGE = Path(__file__).resolve().parents[1]
+_override: list[Path | None] = []
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """Hash of every ``.py`` file of the package (path and bytes): the cache's generation."""
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        digest.update(str(path.relative_to(_PACKAGE)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:20]
+
+
+def cache_root() -> Path | None:
+    """The cache folder in use (None: the disk cache is off)."""
+    if _override:
+        return _override[-1]
+    if "pytest" in sys.modules:
+        return None
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "no", "false") else Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "sn40l_sim"
+
+
+@contextlib.contextmanager
+def cache_in(folder: str | Path | None) -> Iterator[None]:
+    """Use ``folder`` as the cache folder inside the ``with`` block (None: no disk cache), whatever
+    the environment says; tests use it to compare a cold computation with a cached one."""
+    _override.append(None if folder is None else Path(folder))
+    try:
+        yield
+    finally:
+        _override.pop()
+
+
+def _entry(namespace: str, key: str) -> Path | None:
+    root = cache_root()
+    if root is None:
+        return None
+    name = hashlib.sha256(key.encode()).hexdigest()
+    return root / code_version() / namespace / name[:2] / f"{name}.pkl"
+
+
+def load(namespace: str, key: str) -> Any | None:
+    """The value stored under ``key`` by this code version, or None."""
+    path = _entry(namespace, key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            stored_key, value = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
+        return None
+    return value if stored_key == key else None
+
+
+def store(namespace: str, key: str, value: Any) -> None:
+    """Keep ``value`` under ``key`` (silently nothing when the folder cannot be written)."""
+    path = _entry(namespace, key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump((key, value), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        return

@@ -1,0 +1,122 @@
+"""The mapper's memos and disk cache give the answers a cold computation gives."""
+from __future__ import annotations
+
+import random
+
+from conftest import deepseek_graph, distinct_kernels
+
+import sn40l_sim.mapper.graph as graph_mod
+from sn40l_sim.hardware.loader import with_overrides
+from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel
+from sn40l_sim.mapper.graph import UNMAPPED_CALIBRATED, clear_memo, mapping_key
+from sn40l_sim.mapper.work import GemmWork
+
+
+def _cold(node, graph):
+    with disk_cache.cache_in(None):
+        clear_memo()
+        return map_graph(node, graph)
+
+
+def test_memoised_and_disk_cached_mappings_equal_a_cold_one(node, tmp_path, monkeypatch):
+    graph = deepseek_graph("decode", kv_len=32768, batch=8)
+    cold = _cold(node, graph)
+    with disk_cache.cache_in(None):
+        assert map_graph(node, graph).kernels == cold.kernels          # the process memo, warm
+    with disk_cache.cache_in(tmp_path):
+        clear_memo()
+        stored = map_graph(node, graph)                                # mapped, and written to disk
+        assert len(list(tmp_path.rglob("*.pkl"))) == len(distinct_kernels(graph))
+        clear_memo()
+        calls = []
+        monkeypatch.setattr(graph_mod, "map_kernel", lambda *a, **k: calls.append(a) or map_kernel(*a, **k))
+        loaded = map_graph(node, graph)                                # read back from disk
+    assert calls == []
+    assert stored.kernels == loaded.kernels == cold.kernels
+
+
+def test_a_damaged_or_foreign_disk_entry_is_a_miss(tmp_path):
+    with disk_cache.cache_in(tmp_path):
+        disk_cache.store("t", "key", 1)
+        (entry,) = tmp_path.rglob("*.pkl")
+        entry.write_bytes(b"not a pickle")
+        assert disk_cache.load("t", "key") is None
+        disk_cache.store("t", "key", 2)
+        assert disk_cache.load("t", "key") == 2
+    with disk_cache.cache_in(None):
+        assert disk_cache.load("t", "key") is None
+
+
+def test_the_disk_cache_is_off_in_a_test_process_unless_asked_for(monkeypatch, tmp_path):
+    # tests patch unit models; a patched mapping must never reach the shared cache
+    monkeypatch.setenv(disk_cache.CACHE_ENV, str(tmp_path))
+    assert disk_cache.cache_root() is None
+    with disk_cache.cache_in(tmp_path):
+        assert disk_cache.cache_root() == tmp_path
+
+
+def test_calibrated_values_the_mapper_never_reads_leave_the_mapping_alone(node):
+    graph = deepseek_graph("decode", kv_len=32768, batch=8)
+    moved = with_overrides(node, {"socket.calibrated.sync_latency_s": 9e-6, "socket.calibrated.p2p_efficiency": 0.4,
+                                  "socket.calibrated.transfer_setup_s": 7e-6})
+    assert {getattr(moved.socket.calibrated, n) for n in UNMAPPED_CALIBRATED} != \
+        {getattr(node.socket.calibrated, n) for n in UNMAPPED_CALIBRATED}
+    assert mapping_key(moved.socket) == mapping_key(node.socket)
+    assert _cold(moved, graph).kernels == _cold(node, graph).kernels
+    # a value the mapper reads is in the key
+    slower = with_overrides(node, {"socket.calibrated.systolic_efficiency": 0.5})
+    assert mapping_key(slower.socket) != mapping_key(node.socket)
+
+
+def _fewest_by_definition(work, pieces, target, most_pcus):
+    """The fewest PCUs (then fewest cycles) over every split, each PCU count tried in turn."""
+    best = None
+    for split in work.candidates(pieces, most_pcus):
+        for q in range(1, most_pcus + 1):
+            d = division._division(split, pieces, q, work.efficiency)
+            if d.cycles <= target:
+                if best is None or (d.pcus, d.cycles) < (best.pcus, best.cycles):
+                    best = d
+                break
+    return best
+
+
+def test_the_pruned_fewest_pcus_search_finds_what_trying_every_count_finds(node, monkeypatch):
+    asked = []
+    real = allocate.fewest_pcus
+
+    def spy(work, pieces, target, most_pcus):
+        if isinstance(work, GemmWork):
+            asked.append((work, pieces, target, most_pcus))
+        return real(work, pieces, target, most_pcus)
+
+    monkeypatch.setattr(allocate, "fewest_pcus", spy)
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for kernel in distinct_kernels(deepseek_graph("decode", kv_len=8192, batch=4))[:6]:
+            map_kernel(node.socket, kernel)
+    assert len(asked) > 100
+    for work, pieces, target, most in random.Random(0).sample(asked, 150):
+        division.clear_caches()
+        assert division.fewest_pcus(work, pieces, target, most) == _fewest_by_definition(work, pieces, target, most)
+
+
+def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_cold_mapping(node, monkeypatch):
+    import sn40l_sim.mapper.kernel as kernel_mod
+
+    graph = deepseek_graph("decode", kv_len=32768, batch=8)
+    slower = with_overrides(node, {"socket.calibrated.config_load_bytes_per_s": 2e10})
+    planned = []
+    real = kernel_mod._plan_section_cold
+    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(1) or real(*a))
+    cold = _cold(slower, graph)
+    cold_plans = len(planned)
+    with disk_cache.cache_in(None):
+        _cold(node, graph)                       # plans every section at the node's own rate
+        graph_mod._memo.clear()                  # the kernels, not the section plans
+        planned.clear()
+        repriced = map_graph(slower, graph)
+    # only the tilings the new prices lead the search to are planned anew
+    assert len(planned) < cold_plans / 4
+    assert repriced.kernels == cold.kernels
+    assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
