@@ -41,7 +41,9 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 
-from sn40l_sim.engine.fluid import lone_flow_cycles
+import numpy as np
+
+from sn40l_sim.engine.fluid import lone_flow_cycles, lone_flow_cycles_array
 from sn40l_sim.engine.links import Link, LinkTable
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 
@@ -76,6 +78,7 @@ class Schedule:
         self.sent_by_0 = 0
         self.transfers = 0
         self.exact = True
+        self._overlap = False
         self._engines: dict[int, list[int]] = {}
         self._busy: dict[Link, list[tuple[int, int]]] = defaultdict(list)
         self._pair: dict[tuple[int, int], tuple[int, float, tuple[Link, ...]]] = {} if pairs is None else pairs
@@ -130,6 +133,8 @@ class Schedule:
     def ring(self, order: list[int], sizes: list[list[int]]) -> None:
         """Members of ``order`` send ``sizes[i][k]`` bytes to their successor at step ``k`` once they
         have received the previous step's message (as ``_Run.ring``)."""
+        if self._ring_arrays(order, sizes):
+            return
         p = len(order)
         done = [0] * p            # when member i's own previous send completed
         arrived = [0] * p         # when member i received the previous step's message
@@ -139,10 +144,43 @@ class Schedule:
             done = finished
             arrived = [finished[(i - 1) % p] for i in range(p)]
 
+    def _ring_arrays(self, order: list[int], sizes: list[list[int]]) -> bool:
+        """:meth:`ring` as array arithmetic, one step at a time for all members, when each member's
+        successor is a neighbour (False if not). A member has one transfer at a time, so its DMA
+        engine is always free when it asks, and each member's link carries only its own sends."""
+        p = len(order)
+        if self._busy or self.transfers:
+            return False
+        head = np.zeros(p, dtype=np.int64)
+        rate = np.ones(p)
+        for i in range(p):
+            h, r, links = self._pair.get((order[i], order[(i + 1) % p])) or self._route(order[i], order[(i + 1) % p])
+            if len(links) != 1:
+                return False
+            head[i], rate[i] = h, r
+        n_bytes = np.asarray(sizes, dtype=np.int64)          # member x step
+        sends = n_bytes > 0
+        cycles, known = lone_flow_cycles_array(n_bytes, rate[:, None])
+        if not known[sends].all():
+            self.exact = False
+        lead = head[:, None] + np.where(sends, self.setup_cycles, 0)   # set-up and head of each send
+        ready = np.zeros(p, dtype=np.int64)
+        for k in range(n_bytes.shape[1]):
+            finish = np.where(sends[:, k], ready + lead[:, k] + cycles[:, k], ready)
+            ready = np.maximum(finish, np.roll(finish, 1))    # own send done, predecessor's arrived
+            self.end = max(self.end, int(finish.max()))
+        self.transfers += int(sends.sum())
+        self.link_bytes += int(n_bytes[sends].sum())
+        if 0 in order:
+            self.sent_by_0 += int(n_bytes[order.index(0)][sends[order.index(0)]].sum())
+        return True
+
     def direct(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None = None) -> None:
         """Member ``i`` sends ``sizes[i][j]`` to member ``j`` at once; with ``then``, each member
         sends ``then[j][k]`` to every ``k`` once all its incoming bytes have arrived (as ``_Run.direct``:
         the first round's set-ups are all queued before any of the second's)."""
+        if self._direct_arrays(members, sizes, then):
+            return
         p = len(members)
         received = [0] * p
         for i in range(p):
@@ -155,6 +193,57 @@ class Schedule:
                     if k != j:
                         self.send(members[j], members[k], then[j][k], received[j])
 
+    def _direct_arrays(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None) -> bool:
+        """:meth:`direct` as array arithmetic when every pair of members has a link of its own and
+        each socket has one DMA engine (the full mesh of an SN40L node); False if not.
+
+        A sender's transfers of a round are set up in order, one ``setup`` apart: the ``m``-th one
+        with bytes starts streaming at ``(m + 1) * setup + head``. The second round's queue starts
+        when the member has received everything and its first round's set-ups are done. Each link
+        carries only its pair's two transfers, which must not overlap.
+        """
+        p = len(members)
+        if self.dma_engines != 1 or self._busy or self.transfers:
+            return False
+        head = np.zeros((p, p), dtype=np.int64)
+        rate = np.ones((p, p))
+        for i, src in enumerate(members):
+            for j, dst in enumerate(members):
+                if i != j:
+                    h, r, links = self._pair.get((src, dst)) or self._route(src, dst)
+                    if len(links) != 1:
+                        return False
+                    head[i, j], rate[i, j] = h, r
+        setup = self.setup_cycles
+        off_diagonal = ~np.eye(p, dtype=bool)
+        rounds = [np.asarray(sizes, dtype=np.int64)] + ([np.asarray(then, dtype=np.int64)] if then is not None else [])
+        queued = np.zeros(p, dtype=np.int64)     # when each member's set-ups of earlier rounds are done
+        ready = np.zeros(p, dtype=np.int64)      # when each member may start this round
+        intervals = []
+        for n_bytes in rounds:
+            sends = (n_bytes > 0) & off_diagonal
+            order = np.cumsum(sends, axis=1)     # 1 for a member's first transfer with bytes, ...
+            begin = np.maximum(ready, queued)[:, None] if setup else ready[:, None]
+            start = begin + order * setup + head
+            cycles, known = lone_flow_cycles_array(n_bytes, rate)
+            if not known[sends].all():
+                self.exact = False
+            finish = np.where(sends, start + cycles, ready[:, None])
+            intervals.append((sends, start, finish))
+            queued = begin[:, 0] + order[:, -1] * setup
+            ready = finish.max(axis=0)           # a receiver has everything of this round
+            self.transfers += int(sends.sum())
+            self.link_bytes += int(n_bytes[sends].sum())
+            if 0 in members:
+                self.sent_by_0 += int(n_bytes[members.index(0)][sends[members.index(0)]].sum())
+            self.end = max(self.end, int(finish.max()))
+        if len(intervals) == 2:
+            (first, start1, finish1), (second, start2, finish2) = intervals
+            both = first & second
+            if ((start2 < finish1) & (start1 < finish2) & both).any():
+                self._overlap = True
+        return True
+
     def doubling(self, members: list[int], sizes: list[int]) -> None:
         """Recursive doubling: in round ``r`` member ``i`` sends ``sizes[r]`` to member ``i XOR 2^r``
         and goes on once it has received its partner's (as ``_Run.doubling``)."""
@@ -166,6 +255,8 @@ class Schedule:
 
     def contended(self) -> bool:
         """Whether two transfers stream over one link at once (their half-open intervals overlap)."""
+        if self._overlap:
+            return True
         for intervals in self._busy.values():
             if len(intervals) > 1:
                 intervals.sort()

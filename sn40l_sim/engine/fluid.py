@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import simpy
 
 #: a flow whose remaining bytes fall below this fraction of its size (plus a hair) is complete;
@@ -76,6 +77,20 @@ def lone_flow_cycles(n_bytes: int, bytes_per_cycle: float) -> int | None:
     if frac <= tolerance + _SAFE_MARGIN or frac >= 1.0 - _SAFE_MARGIN:
         return None
     return max(1, math.ceil(exact - 1e-9))
+
+
+def lone_flow_cycles_array(n_bytes: np.ndarray, bytes_per_cycle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`lone_flow_cycles` elementwise: the cycles (int64) and where they are vouched for.
+
+    >>> cycles, known = lone_flow_cycles_array(np.array([1001, 5, 1000]), np.array([10.0, 10.0, 10.0]))
+    >>> cycles.tolist(), known.tolist()
+    ([101, 1, 100], [True, True, False])
+    """
+    exact = n_bytes / bytes_per_cycle
+    frac = exact - np.floor(exact)
+    tolerance = (_DONE_REL * n_bytes + _DONE_ABS) / bytes_per_cycle
+    known = (frac > tolerance + _SAFE_MARGIN) & (frac < 1.0 - _SAFE_MARGIN)
+    return np.maximum(1, np.ceil(exact - 1e-9)).astype(np.int64), known
 
 
 @dataclass(eq=False)
