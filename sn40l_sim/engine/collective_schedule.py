@@ -20,13 +20,16 @@ transfer's duration lies within float noise of a whole cycle, the schedule is *n
 loop's answer (the links would be shared, or the loop's rounding is not knowable in advance):
 :meth:`Schedule.result` then says so and the caller simulates. Otherwise the cycles, bytes and
 transfer counts are exactly the event loop's: the time of the last completion, with no float
-arithmetic beyond each transfer's own duration. This takes a 64-socket collective from about a
-second of SimPy events to milliseconds (``benchmarks/bench_sockets.py``).
+arithmetic beyond each transfer's own duration. On a full mesh with one DMA engine per socket the
+direct and ring algorithms are computed as numpy arrays over the members (a step, or a round, at a
+time). This takes a 64-socket collective from about a second of SimPy events to milliseconds
+(``benchmarks/bench_sockets.py``).
 
 Examples
 --------
-A ring all-gather of 1 MiB among 4 sockets of a full mesh: each of the 3 steps is one set-up, the
-route's latency and one 65,536-byte chunk at 25 bytes per cycle (2,622 cycles):
+A ring all-gather of 1 MiB among 4 sockets of a full mesh: each of the 3 steps is one set-up
+(1,600 cycles), the route's latency (160) and one 262,144-byte chunk at 25 bytes per cycle
+(10,486 cycles):
 
 >>> from sn40l_sim.engine.links import LinkTable
 >>> table = LinkTable(4, [(a, b, 50e9, 1e-7) for a in range(4) for b in range(a + 1, 4)],
@@ -63,8 +66,9 @@ class Schedule:
     dma_engines : int
         Transfers a socket sets up at once.
     pairs, durations : dict, optional
-        Memos of each pair's head cycles, rate and links, and of each ``(bytes, rate)``'s cycles,
-        to share between the collectives of one model (same table and latencies).
+        Memos of each pair's head cycles, rate and links (and of a member list's arrays of them),
+        and of each ``(bytes, rate)``'s cycles, to share between the collectives of one model
+        (same table and latencies).
     """
 
     def __init__(self, table: LinkTable, setup_cycles: int, sync_latency_s: float, dma_engines: int,
@@ -81,7 +85,7 @@ class Schedule:
         self._overlap = False
         self._engines: dict[int, list[int]] = {}
         self._busy: dict[Link, list[tuple[int, int]]] = defaultdict(list)
-        self._pair: dict[tuple[int, int], tuple[int, float, tuple[Link, ...]]] = {} if pairs is None else pairs
+        self._pair: dict[tuple, tuple | None] = {} if pairs is None else pairs
         self._duration: dict[tuple[int, float], int | None] = {} if durations is None else durations
 
     def _route(self, src: int, dst: int) -> tuple[int, float, tuple[Link, ...]]:
@@ -205,15 +209,21 @@ class Schedule:
         p = len(members)
         if self.dma_engines != 1 or self._busy or self.transfers:
             return False
-        head = np.zeros((p, p), dtype=np.int64)
-        rate = np.ones((p, p))
-        for i, src in enumerate(members):
-            for j, dst in enumerate(members):
-                if i != j:
-                    h, r, links = self._pair.get((src, dst)) or self._route(src, dst)
-                    if len(links) != 1:
-                        return False
-                    head[i, j], rate[i, j] = h, r
+        key = ("direct", tuple(members))      # the pairs' arrays, built once per model
+        if key not in self._pair:
+            head = np.zeros((p, p), dtype=np.int64)
+            rate = np.ones((p, p))
+            one_hop = True
+            for i, src in enumerate(members):
+                for j, dst in enumerate(members):
+                    if i != j:
+                        h, r, links = self._pair.get((src, dst)) or self._route(src, dst)
+                        one_hop = one_hop and len(links) == 1
+                        head[i, j], rate[i, j] = h, r
+            self._pair[key] = (head, rate) if one_hop else None
+        if self._pair[key] is None:
+            return False
+        head, rate = self._pair[key]
         setup = self.setup_cycles
         off_diagonal = ~np.eye(p, dtype=bool)
         rounds = [np.asarray(sizes, dtype=np.int64)] + ([np.asarray(then, dtype=np.int64)] if then is not None else [])
