@@ -23,7 +23,11 @@ Algorithms (``S`` = :attr:`Collective.bytes`, ``p`` = group, chunks are ``S/p`` 
   (reduce-scatter). Fewest steps, most bytes: the choice for small messages. Not for all-to-all.
 
 A socket's collectives use the same links, so the engine runs them one at a time; with idle links
-a collective always costs the same, which is why :class:`CollectiveModel` memoises them.
+a collective always costs the same, which is why :class:`CollectiveModel` memoises them. When no
+link is ever crossed by two transfers at once (a full mesh, where each step sends one message per
+link), every transfer runs alone and the model times the collective with
+:class:`~sn40l_sim.engine.collective_schedule.Schedule` -- the same steps as integer arithmetic,
+giving the event loop's cycles exactly -- and runs the event loop only when links are shared.
 
 Examples
 --------
@@ -46,12 +50,14 @@ True
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
 import simpy
 
 from sn40l_sim.engine.boundary import BoundaryModel
+from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -61,6 +67,11 @@ from sn40l_sim.ir import Collective
 
 Algorithm = Literal["ring", "direct", "tree"]
 ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "tree")
+
+#: collective costs shared by every model of equal links and calibration in the process (the step
+#: timers of an experiment's points, a sweep's or a fit's repeated nodes), for this many of them
+_SHARED_MEMOS = 32
+_shared: OrderedDict[tuple, dict[tuple, CollectiveResult]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -203,10 +214,19 @@ class CollectiveModel:
         Transfers a socket sets up at once (``p2p.dma_engines``).
     boundary : BoundaryModel, optional
         The node's kernel-boundary costs (built by :meth:`from_node`, on the same links).
+    schedule : bool
+        Time collectives whose links are never shared without the event loop (same cycles);
+        ``False`` always simulates (for tests that compare the two).
+
+    Attributes
+    ----------
+    scheduled, simulated : int
+        Collectives this model timed by the schedule and by the event loop (one already costed by
+        an equal model in the process is neither).
     """
 
     def __init__(self, table: LinkTable, setup_s: float, algorithm: str = "auto", *, sync_latency_s: float = 0.0,
-                 dma_engines: int = 1, boundary: BoundaryModel | None = None) -> None:
+                 dma_engines: int = 1, boundary: BoundaryModel | None = None, schedule: bool = True) -> None:
         if algorithm not in ("auto",) + ALGORITHMS:
             raise InputError(f"unknown collective algorithm {algorithm!r}; expected auto, ring, direct or tree",
                              field="collective_algorithm")
@@ -216,7 +236,12 @@ class CollectiveModel:
         self.dma_engines = dma_engines
         self.algorithm = algorithm
         self.boundary = boundary
-        self._memo: dict[tuple, CollectiveResult] = {}
+        self.schedule = schedule
+        self.scheduled = 0
+        self.simulated = 0
+        self._memo = _shared_memo((table.signature, setup_s, sync_latency_s, dma_engines, schedule))
+        self._pairs: dict = {}
+        self._durations: dict = {}
 
     @classmethod
     def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:
@@ -252,22 +277,47 @@ class CollectiveModel:
         if group > self.table.sockets:
             raise InfeasibleError(f"a {kind} among {group} sockets needs {group} sockets, the node has "
                                   f"{self.table.sockets}", field="group")
+        if group < 2 or n_bytes <= 0:
+            return CollectiveResult(kind, algorithm, n_bytes, group, 0, 0, 0, 0)
+        if self.schedule:
+            plan = Schedule(self.table, ceil_cycles(self.setup_s * self.table.clock_hz), self.sync_latency_s,
+                            self.dma_engines, self._pairs, self._durations)
+            self._issue(plan, kind, n_bytes, group, algorithm)
+            timed = plan.result()
+            if timed is not None:
+                self.scheduled += 1
+                return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
+        self.simulated += 1
         run = _Run(self.table, self.setup_s, self.sync_latency_s, self.dma_engines)
-        p = group
-        if p > 1 and n_bytes > 0:
-            members = list(range(p)) if algorithm != "ring" else self.table.ring_order(range(p))
-            chunk = split_bytes(n_bytes, p)
-            if algorithm == "ring":
-                run.ring(members, _ring_sizes(kind, chunk, n_bytes, p))
-            elif algorithm == "tree":
-                run.doubling(members, _tree_sizes(kind, n_bytes, p))
-            else:
-                sizes, then = _direct_sizes(kind, chunk, n_bytes, p)
-                run.direct(members, sizes, then)
-            run.env.run()
+        self._issue(run, kind, n_bytes, group, algorithm)
+        run.env.run()
         return CollectiveResult(kind, algorithm, n_bytes, group, int(run.env.now),
                                 sum(ch.bytes_moved for ch in run.channels.values()),
                                 run.sent_by_0, run.transfers)
+
+    def _issue(self, run: _Run | Schedule, kind: str, n_bytes: int, p: int, algorithm: Algorithm) -> None:
+        """Every member's transfers of the collective, on the event loop or on the schedule."""
+        members = list(range(p)) if algorithm != "ring" else self.table.ring_order(range(p))
+        chunk = split_bytes(n_bytes, p)
+        if algorithm == "ring":
+            run.ring(members, _ring_sizes(kind, chunk, n_bytes, p))
+        elif algorithm == "tree":
+            run.doubling(members, _tree_sizes(kind, n_bytes, p))
+        else:
+            sizes, then = _direct_sizes(kind, chunk, n_bytes, p)
+            run.direct(members, sizes, then)
+
+
+def _shared_memo(key: tuple) -> dict[tuple, CollectiveResult]:
+    """The memo of collective costs for models with this signature (the least recently used
+    beyond :data:`_SHARED_MEMOS` are dropped)."""
+    if key in _shared:
+        _shared.move_to_end(key)
+    else:
+        _shared[key] = {}
+        while len(_shared) > _SHARED_MEMOS:
+            _shared.popitem(last=False)
+    return _shared[key]
 
 
 def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[int]]:

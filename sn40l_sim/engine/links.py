@@ -65,6 +65,9 @@ class LinkTable:
         self._graph.add_nodes_from(sorted(graph.nodes))
         self._graph.add_edges_from(sorted(tuple(sorted(e)) for e in graph.edges))
         self.route = lru_cache(maxsize=None)(self._route)
+        #: everything a collective's cost depends on, for memos shared between equal tables
+        self.signature = (sockets, clock_hz, tuple(sorted((link, bw, self._latency_s[link])
+                                                          for link, bw in self.bytes_per_cycle.items())))
 
     @classmethod
     def from_node(cls, node: NodeSpec) -> LinkTable:

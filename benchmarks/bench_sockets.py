@@ -1,0 +1,135 @@
+"""Wall time of the main experiment on one node of 16, 32 and 64 sockets, and the collectives' part.
+
+A user makes a bigger node with a node file of ``sockets: 64`` whose full mesh needs 63 P2P ports
+per socket, so the socket's ``p2p.ports`` is raised with ``socket_overrides`` (the shipped SN40L
+socket has 16, enough for ``hw_configs/sn40l_node16.yaml``)::
+
+    kind: node
+    name: SN40L-64
+    socket: sn40l.yaml
+    sockets: 64
+    topology: {kind: full_mesh, links_per_pair: 1}
+    host_link: {bytes_per_s: 64 GB/s, latency_s: 1 us}
+    socket_overrides: {p2p: {ports: 64}}
+
+and points the experiment's ``hardware:`` at it with tensor parallelism over every socket
+(``experiments/deepseek_tp16.yaml`` with ``tp: 64`` and ``attention_dp: 64``). Each case writes
+those two files to a temporary folder and runs ``python -m sn40l_sim run`` on them in a fresh
+process (imports, graph building, mapping, the engine's steps, serving, results and plot), timing
+the whole run (CPU seconds of the process, so that other load on the machine does not count) and
+the time spent timing collectives (:meth:`CollectiveModel._simulate
+<sn40l_sim.engine.collectives.CollectiveModel>`), with how many were timed by the event-free
+schedule and how many by the event loop.
+
+Run from the repository root::
+
+    python benchmarks/bench_sockets.py [--sockets 16 32 64]
+
+Numbers are printed, not asserted: the test suite has no timed assertions. :func:`goal_figures`
+returns the rows for ``benchmarks/run_all.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENT = ROOT / "experiments" / "deepseek_tp16.yaml"
+SOCKET_FILE = ROOT / "hw_configs" / "sn40l.yaml"
+GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main command's scale)
+SOCKETS = (16, 32, 64)
+
+
+def write_inputs(sockets: int, folder: Path) -> Path:
+    """The node file and the main experiment at ``sockets`` sockets; the experiment's path."""
+    import yaml
+
+    node = {"kind": "node", "name": f"SN40L-{sockets}", "socket": str(SOCKET_FILE), "sockets": sockets,
+            "topology": {"kind": "full_mesh", "links_per_pair": 1},
+            "host_link": {"bytes_per_s": "64 GB/s", "latency_s": "1 us"},
+            "socket_overrides": {"p2p": {"ports": max(16, sockets)}}}
+    node_path = folder / f"sn40l_node{sockets}.yaml"
+    node_path.write_text(yaml.safe_dump(node, sort_keys=False))
+    exp = yaml.safe_load(EXPERIMENT.read_text())
+    exp["name"] = f"deepseek_tp{sockets}"
+    exp["hardware"] = str(node_path)
+    exp["model"] = str((EXPERIMENT.parent / exp["model"]).resolve())
+    exp["parallel"] = {"prefill": {"tp": sockets}, "decode": {"tp": sockets, "attention_dp": sockets}}
+    exp_path = folder / f"deepseek_tp{sockets}.yaml"
+    exp_path.write_text(yaml.safe_dump(exp, sort_keys=False))
+    return exp_path
+
+
+def child(sockets: int) -> dict:
+    """Run the experiment at ``sockets`` in this process; seconds overall and in collectives."""
+    from sn40l_sim.commands.cli import main
+    from sn40l_sim.engine import collectives
+
+    spent = {"s": 0.0, "scheduled": 0, "simulated": 0}
+    simulate = collectives.CollectiveModel._simulate
+
+    def timed(self, *args):
+        start = time.process_time()
+        before = (getattr(self, "scheduled", 0), getattr(self, "simulated", 1))  # older versions: no counts
+        try:
+            return simulate(self, *args)
+        finally:
+            spent["s"] += time.process_time() - start
+            spent["scheduled"] += getattr(self, "scheduled", 0) - before[0]
+            spent["simulated"] += getattr(self, "simulated", 1) - before[1]
+
+    collectives.CollectiveModel._simulate = timed
+    with tempfile.TemporaryDirectory() as tmp:
+        exp = write_inputs(sockets, Path(tmp))
+        start, wall = time.process_time(), time.perf_counter()
+        status = main(["run", str(exp), "--out", str(Path(tmp) / "out"), "--quiet"])
+        cpu, wall = time.process_time() - start, time.perf_counter() - wall
+    return {"sockets": sockets, "status": status, "cpu_s": cpu, "wall_s": wall, "collectives_s": spent["s"],
+            "scheduled": spent["scheduled"], "simulated": spent["simulated"]}
+
+
+def measure(sockets: int) -> dict:
+    """:func:`child` in a fresh interpreter (nothing memoised from another case)."""
+    out = subprocess.run([sys.executable, __file__, "--child", str(sockets)], check=True, capture_output=True,
+                         text=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def goal_figures(sockets: tuple[int, ...] = SOCKETS) -> list[tuple[str, object, str]]:
+    """Rows ``(what, figure, goal)`` for ``benchmarks/run_all.py``: CPU seconds of each node size's
+    run and of its collectives; the goal is on the largest node's run."""
+    rows: list[tuple[str, object, str]] = []
+    for p in sockets:
+        r = measure(p)
+        rows.append((f"main experiment on a {p}-socket node, CPU s", round(r["cpu_s"], 2),
+                     f"<= {GOAL_S:.0f} s" if p == max(sockets) else "-"))
+        rows.append((f"  of which collectives ({r['scheduled']} scheduled, {r['simulated']} simulated), CPU s",
+                     round(r["collectives_s"], 3), "-"))
+    return rows
+
+
+def main() -> None:
+    """Print one row per node size."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sockets", type=int, nargs="+", default=list(SOCKETS))
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)))
+        return
+    print(f"{'sockets':>7}  {'run CPU s':>9}  {'wall s':>7}  {'collectives s':>13}  "
+          f"{'scheduled':>9}  {'simulated':>9}  goal")
+    for p in args.sockets:
+        r = measure(p)
+        goal = f"<= {GOAL_S:.0f} s" if p == max(args.sockets) else ""
+        print(f"{p:>7}  {r['cpu_s']:>9.1f}  {r['wall_s']:>7.1f}  {r['collectives_s']:>13.2f}  "
+              f"{r['scheduled']:>9}  {r['simulated']:>9}  {goal}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The event-free schedule of a collective gives the event loop's numbers, or declines.
+
+Every case costs the same collective twice: with the schedule allowed (taken when no link is shared)
+and with the SimPy event loop over the fluid network only, and asserts the results are equal field
+for field (cycles, link bytes, bytes sent by socket 0, transfers).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sn40l_sim.engine.collective_schedule import Schedule
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.fluid import FluidNetwork, lone_flow_cycles
+from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.hardware.topology import socket_pairs
+from sn40l_sim.ir import Collective
+
+CLOCK = 1.6e9
+LAT = 93.75e-9
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def table(p, topology="full_mesh", efficiency=0.5404):
+    return LinkTable(p, [(a, b, 50e9, LAT) for a, b in socket_pairs(p, topology)], CLOCK, efficiency)
+
+
+def both(links, coll, algorithm, setup_s=1.91e-6, sync_s=3.23e-6, engines=1):
+    """(schedule-allowed model, its result, the event loop's result)."""
+    fast = CollectiveModel(links, setup_s, sync_latency_s=sync_s, dma_engines=engines)
+    slow = CollectiveModel(links, setup_s, sync_latency_s=sync_s, dma_engines=engines, schedule=False)
+    return fast, fast.simulate(coll, algorithm), slow.simulate(coll, algorithm)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("size", [5, 14_337, 1_835_011])
+def test_full_mesh_schedule_gives_the_event_loops_cycles(p, kind, size):
+    links = table(p)
+    for algorithm in ("direct", "ring", "tree"):
+        coll = Collective(kind, size, p)
+        if CollectiveModel.applies(coll, algorithm):
+            _, fast, slow = both(links, coll, algorithm)
+            assert fast == slow, (algorithm, fast, slow)
+
+
+@pytest.mark.parametrize("p,kind,algorithm,size", [
+    (32, "all_gather", "ring", 917_509),
+    (64, "all_reduce", "tree", 14_337), (64, "reduce_scatter", "direct", 3_670_019),
+])
+def test_large_full_mesh_nodes_take_the_schedule_and_agree(p, kind, algorithm, size):
+    fast_model, fast, slow = both(table(p), Collective(kind, size, p), algorithm, setup_s=1.9e-6)
+    assert fast == slow
+    assert fast_model.scheduled == 1 and fast_model.simulated == 0
+
+
+@pytest.mark.parametrize("setup_s,sync_s,engines", [(0.0, 0.0, 1), (1e-6, 0.0, 2), (2e-6, 1e-6, 3)])
+@pytest.mark.parametrize("efficiency", [0.8, 0.61])
+def test_set_up_queues_and_latencies_agree(setup_s, sync_s, engines, efficiency):
+    links = table(8, efficiency=efficiency)
+    for kind, algorithm in itertools.product(KINDS, ("direct", "ring", "tree")):
+        coll = Collective(kind, 300_007, 8)
+        if CollectiveModel.applies(coll, algorithm):
+            _, fast, slow = both(links, coll, algorithm, setup_s, sync_s, engines)
+            assert fast == slow, (kind, algorithm)
+
+
+@pytest.mark.parametrize("topology,p", [("ring", 8), ("torus2d", 8), ("hypercube", 8), ("ring", 5)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_shared_links_fall_back_to_the_event_loop_and_agree(topology, p, kind):
+    links = table(p, topology)
+    declined = 0
+    for algorithm in ("direct", "ring", "tree"):
+        coll = Collective(kind, 2_000_003, p)
+        if CollectiveModel.applies(coll, algorithm):
+            model, fast, slow = both(links, coll, algorithm, setup_s=1.3e-6)
+            assert fast == slow, algorithm
+            declined += model.simulated
+    # the direct algorithm's multi-hop routes share links: the schedule must decline it
+    assert declined >= 1
+
+
+def test_transfers_sharing_a_link_are_found():
+    # a direct all-gather on an 8-socket ring: routes of two hops and more cross the same links at
+    # once; on a full mesh each transfer has a link of its own
+    sizes = [[0 if i == j else 250_001 for j in range(8)] for i in range(8)]
+    on_ring = Schedule(table(8, "ring"), 3056, 0.0, 1)
+    on_ring.direct(list(range(8)), sizes)
+    assert on_ring.exact and on_ring.contended() and on_ring.result() is None
+    on_mesh = Schedule(table(8), 3056, 0.0, 1)
+    on_mesh.direct(list(range(8)), sizes)
+    assert not on_mesh.contended() and on_mesh.result() is not None
+
+
+def test_a_duration_on_a_whole_cycle_is_left_to_the_event_loop():
+    # 25 bytes per cycle and 2,500-byte chunks: exactly 100 cycles, which float noise could round
+    # either way in the event loop
+    model, fast, slow = both(table(4, efficiency=0.8), Collective("all_gather", 10_000, 4), "ring", setup_s=1.2e-6)
+    assert fast == slow
+    assert model.simulated == 1
+
+
+def test_equal_models_share_their_costs():
+    first = CollectiveModel(table(8), 1.7e-6)
+    second = CollectiveModel(table(8), 1.7e-6)
+    coll = Collective("all_reduce", 123_457, 8)
+    assert first.run(coll) is second.run(coll)
+    assert second.scheduled == second.simulated == 0
+    other = CollectiveModel(table(8), 1.7e-6, sync_latency_s=1e-6)
+    assert other.run(coll).cycles > first.run(coll).cycles
+
+
+def _lone_flow_in_the_network(n_bytes, rate, other_start, other_bytes):
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    mine, theirs = net.channel("a", rate), net.channel("b", 7.3)
+    finished = {}
+
+    def flow():
+        yield net.transfer((mine,), n_bytes)
+        finished["at"] = env.now
+
+    def unrelated():   # events of another flow, on another channel, during this one
+        yield env.timeout(other_start)
+        yield net.transfer((theirs,), other_bytes)
+
+    env.process(flow())
+    env.process(unrelated())
+    env.run()
+    return finished["at"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 10**8), st.floats(0.5, 200.0), st.integers(0, 3000), st.integers(1, 10**5))
+def test_lone_flow_cycles_is_what_the_network_does(n_bytes, rate, other_start, other_bytes):
+    cycles = lone_flow_cycles(n_bytes, rate)
+    if cycles is not None:
+        assert _lone_flow_in_the_network(n_bytes, rate, other_start, other_bytes) == cycles
+        assert cycles == max(1, math.ceil(n_bytes / rate))
