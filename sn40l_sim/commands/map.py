@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.outputs import check_file
+    from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.preflight import check_mapping
@@ -92,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
-    kernels = graph.kernels()
-    activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
+    activations = activation_bytes(graph)   # resident, as run reserves them
     # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
     include_mtp = drafts > 0
     store = {}
