@@ -204,13 +204,16 @@ def place_socket(place: MemoryPlacer, may_spill: tuple[str, ...], plan: Any, kv:
     """One socket's placement by ``place``, in its default priority (activations first, the most
     used); when that pushes a use that must stay in the first tier (not in ``may_spill``) out of it,
     as the activations of a long prompt do, the uses that must stay are placed first and those that
-    may spill after them. ``run`` and ``map`` place memory this way."""
+    may spill after them, if that keeps them all in the first tier (else the default placement
+    stands, and the refusal names what it spilled). ``run`` and ``map`` place memory this way."""
     extra = {"kv_offload": kv_offload} if kv_offload else {}
     placement = place(plan, kv, activations, **extra)
     if spilled_uses(placement, may_spill):
         kept = [use for use in PLACEMENT_PRIORITY if use not in may_spill]
-        placement = place(plan, kv, activations, **extra,
-                          priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
+        kept_first = place(plan, kv, activations, **extra,
+                           priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
+        if not spilled_uses(kept_first, may_spill):
+            return kept_first
     return placement
 
 
