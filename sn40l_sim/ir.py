@@ -79,6 +79,10 @@ class Operator:
     #: says which tier (``MemoryPlacement`` use ``kv_offload``)
     kv_offload_read_bytes: int = 0
     kv_offload_write_bytes: int = 0
+    #: of ``act_in_bytes``, the bytes that read again an activation the kernel has already read
+    #: once in full (causal FlashAttention streams each K/V tile once per query tile): traffic that
+    #: costs time, not memory that is resident (:attr:`FusedKernel.resident_activation_bytes`)
+    act_reread_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,26 @@ class FusedKernel:
     def kv_offload_bytes(self) -> int:
         """Bytes moved to and from a KV policy's store (see :class:`Operator`)."""
         return sum(op.kv_offload_read_bytes + op.kv_offload_write_bytes for op in self.operators)
+
+    @property
+    def resident_activation_bytes(self) -> int:
+        """Activation bytes resident in off-chip memory while the kernel runs, on one socket.
+
+        What is counted: every activation the kernel reads from another kernel and every one it
+        hands on, each **once, at its full size** (``act_in_bytes + act_out_bytes`` less
+        ``act_reread_bytes``): its inputs must all exist before it starts and its outputs all exist
+        when it ends. What is not: re-reads of a tensor already counted, such as causal
+        FlashAttention streaming each K/V tile once per query tile (the traffic grows as the square
+        of the prompt and is charged as time by the mapper and the engine; the tensor is in memory
+        once), and the tiles in flight, which are on-chip copies of slices of these tensors (PMU
+        buffers, sized and checked by the mapper's tiling). So the figure grows linearly with the
+        prompt, and for a prefill attention kernel it is at least its Q, K, V and output.
+
+        >>> op = Operator("qk", "gemm", act_in_bytes=100 + 700, act_out_bytes=50, act_reread_bytes=600)
+        >>> FusedKernel("mha", "mha", "prefill", (op,)).resident_activation_bytes
+        250
+        """
+        return sum(op.act_in_bytes + op.act_out_bytes - op.act_reread_bytes for op in self.operators)
 
     def signature(self) -> FusedKernel:
         """The kernel without its name and layer: equal signatures map and cost the same."""

@@ -7,7 +7,9 @@ policy's static cache and verifying the experiment's speculative drafts (``servi
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
 the engine runs it) unless ``--batch`` says otherwise. Activations, weights and KV are placed in the
 socket's memory tiers in the experiment's order (memory.order; default: the socket's, HBM then DDR),
-spilling to the next tier when they do not fit; the KV per socket is what ``run`` reserves
+spilling to the next tier when they do not fit, as ``run`` places them (the uses memory.may_spill
+does not name are placed first when the activations would push them out of the first tier); the
+activations are the resident ones and the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Collectives are not included (the engine costs them).
 
@@ -61,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.outputs import check_file
+    from sn40l_sim.serving.point import place_socket
+    from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.preflight import check_mapping
@@ -92,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
-    kernels = graph.kernels()
-    activations = max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in kernels), default=0)
+    activations = activation_bytes(graph)   # resident, as run reserves them
     # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
     include_mtp = drafts > 0
     store = {}
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
     else:
         kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
-    memory = asm.memory_placer(model)(plan, kv, activations, kv_offload=store)   # in the experiment's tier order
+    # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does
+    memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
     built = time.perf_counter()
     collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
     placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles)

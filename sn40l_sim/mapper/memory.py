@@ -10,6 +10,9 @@ memory (``reserved_bytes``), the uses are placed in priority order:
 3. **KV cache**;
 
 each into the first tier in the order with room, spilling what does not fit to the next tier.
+A caller that lets some uses spill and must keep the others in the first tier gives another
+``priority`` (the serving model, which keeps weights and KV in HBM, places them before the
+activations when the activations of a long prompt would otherwise push them out).
 A KV policy that keeps a *store* of the whole cache in a tier of its own (DDR offload with
 recall) names that tier: the store (use ``kv_offload``) is placed there first, before the fill,
 and the tier must hold it.
@@ -74,7 +77,10 @@ def _capacities(socket: SocketSpec) -> dict[str, int]:
 
 
 def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
-           order: Sequence[str] | None = None, kv_offload: Mapping[str, int] | None = None) -> MemoryPlacement:
+           order: Sequence[str] | None = None, kv_offload: Mapping[str, int] | None = None,
+           priority: Sequence[str] = PLACEMENT_PRIORITY) -> MemoryPlacement:
+    if sorted(priority) != sorted(PLACEMENT_PRIORITY):
+        raise ValueError(f"priority {list(priority)} must order the uses {list(PLACEMENT_PRIORITY)}")
     tiers = placement_order(socket, order)
     capacity = _capacities(socket)
     need = {"activations": int(activations), "weights": int(weights), "kv": int(kv)}
@@ -86,7 +92,7 @@ def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
             free[tier] -= n
     # what reaches the last tier, before its capacity is checked (named in the error)
     last_need: dict[str, int] = {}
-    for use in PLACEMENT_PRIORITY:
+    for use in priority:
         left = need[use]
         for tier in tiers[:-1]:
             here = min(left, max(free[tier], 0))
@@ -134,7 +140,8 @@ def _place_store(socket: SocketSpec, capacity: dict[str, int], by_tier: dict[str
 
 def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int,
                  activation_bytes: int, order: Sequence[str] | None = None, *,
-                 kv_offload: Mapping[str, int] | None = None) -> MemoryPlacement:
+                 kv_offload: Mapping[str, int] | None = None,
+                 priority: Sequence[str] | None = None) -> MemoryPlacement:
     """Place one socket's weights, KV cache and activations in its memory tiers.
 
     Parameters
@@ -153,6 +160,9 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
     kv_offload : mapping, optional
         Tier -> bytes of a KV policy's store this socket holds there (placed before the fill; the
         tier need not be in ``order``).
+    priority : sequence of str, optional
+        The order the uses are placed in (default :data:`PLACEMENT_PRIORITY`: activations, weights,
+        KV).
 
     Returns
     -------
@@ -169,7 +179,8 @@ def place_memory(node: NodeSpec, model: Any, plan: Any, kv_bytes_per_socket: int
         if value < 0:
             raise InfeasibleError(f"{name} must be >= 0, got {value}")
     weights = weight_bytes_per_socket(model, plan)
-    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes, order, kv_offload)
+    return _place(node.socket, weights, kv_bytes_per_socket, activation_bytes, order, kv_offload,
+                  PLACEMENT_PRIORITY if priority is None else priority)
 
 
 def all_in_first_tier(node: NodeSpec, order: Sequence[str] | None = None) -> MemoryPlacement:

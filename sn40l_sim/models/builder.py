@@ -20,8 +20,11 @@ Activation traffic is derived, not written by hand: each operator names the acti
 and writes. Inside a fused kernel an activation produced and consumed there stays on chip; an
 activation a kernel reads that it did not produce is ``act_in_bytes`` of its first reader, and one
 it produces is ``act_out_bytes`` of its last writer when a later kernel reads it or nothing in the
-kernel consumes it. Kernel names are ``L<layer>.<kernel>`` (``MTP<d>.<kernel>`` for draft run
-``d``, whose kernels have the MTP module's layer index); identical layers give kernels with equal
+kernel consumes it. Further reads of an input (``Step.rereads``: FlashAttention's K/V tiles, once
+per query tile) add to ``act_in_bytes`` and to ``act_reread_bytes``: they cost traffic, not
+resident memory (:attr:`~sn40l_sim.ir.FusedKernel.resident_activation_bytes`). Kernel names
+are ``L<layer>.<kernel>`` (``MTP<d>.<kernel>`` for draft run ``d``, whose kernels have the MTP
+module's layer index); identical layers give kernels with equal
 :meth:`~sn40l_sim.ir.FusedKernel.signature`.
 
 Examples
@@ -327,11 +330,17 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
     produced: set[str] = set()
     seen_in: set[str] = set()
     act_in = [0] * len(steps)
+    reread = [0] * len(steps)
     for j, s in enumerate(steps):
         for name, size in s.reads:
             if name not in produced and name not in seen_in:
                 seen_in.add(name)
                 act_in[j] += size
+        # streamed again from memory: traffic, not a second resident copy
+        for name, size in s.rereads:
+            if name not in produced:
+                act_in[j] += size
+                reread[j] += size
         produced.update(n for n, _ in s.writes)
     act_out = [0] * len(steps)
     for name in produced:
@@ -339,8 +348,9 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
         read_after = any(n == name for s in steps[last + 1:] for n, _ in s.reads)
         if name in read_later or not read_after:
             act_out[last] += dict(steps[last].writes)[name]
-    return tuple(_unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b)
-                          for s, a, b in zip(steps, act_in, act_out, strict=True)]))
+    return tuple(_unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b,
+                                  act_reread_bytes=s.op.act_reread_bytes + r)
+                          for s, a, b, r in zip(steps, act_in, act_out, reread, strict=True)]))
 
 
 def _unique(ops: list[Operator]) -> list[Operator]:

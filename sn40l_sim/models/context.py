@@ -54,12 +54,16 @@ class Step:
 
     The builder uses the names to decide which activations cross a kernel boundary (and so
     count as ``act_in_bytes`` / ``act_out_bytes``) and which stay on chip inside a fused kernel.
+    ``rereads`` are further reads of activations in ``reads`` beyond their first full read
+    (FlashAttention's K/V tiles, once per query tile): traffic of an input from another kernel
+    (``act_in_bytes``, and ``act_reread_bytes`` so that they do not count as resident memory).
     """
 
     op: Operator
     reads: Flow = ()
     writes: Flow = ()
     notes: tuple[tuple[str, float], ...] = ()
+    rereads: Flow = ()
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,7 @@ class Ctx:
 
     def gemm(self, name: str, m: int, tensor: str | None = None, *, n: int = 0, k: int = 0,
              count: int = 1, share: tuple[int, int] = (1, 1), reads: Flow = (), writes: Flow = (),
-             kv_read_elements: int = 0, kv_read: int = 0, kv_write: int = 0,
+             rereads: Flow = (), kv_read_elements: int = 0, kv_read: int = 0, kv_write: int = 0,
              attention: AttentionShape | None = None) -> list[Step]:
         """A GEMM ``[m, k] @ [k, n]`` (``count`` of them), weights from ``tensor``'s shard.
 
@@ -173,7 +177,8 @@ class Ctx:
         DeepSeek's ``kv_b``, the experts a step actually loads). The FLOPs are exactly
         ``2 * m * n * k * count``. ``kv_read_elements`` cached elements are streamed as operand B
         (widened first when the cache is quantised); ``kv_read`` / ``kv_write`` add cache bytes as
-        given. ``attention`` marks a decode attention's scores GEMM.
+        given. ``attention`` marks a decode attention's scores GEMM; ``rereads`` are the further reads
+        of activations in ``reads`` (:class:`Step`).
         """
         weight = elements = 0
         if tensor is not None:
@@ -189,7 +194,8 @@ class Ctx:
         steps.append(Step(Operator(name=name, kind="gemm", flops=2 * m * n * k * count, m=m, n=n, k=k,
                                    count=count, weight_bytes=weight,
                                    kv_read_bytes=kv_read + self.kv_stored(kv_read_elements),
-                                   kv_write_bytes=kv_write, attention=attention), reads, writes))
+                                   kv_write_bytes=kv_write, attention=attention), reads, writes,
+                          rereads=rereads))
         return steps
 
     def simd(self, name: str, kind: str, elements: int, *, transcendentals: int = 0,

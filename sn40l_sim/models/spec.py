@@ -62,6 +62,11 @@ class ModelSpec(StrictModel):
     kv_quant: KVQuantSpec | None = None
     kv_shared_layers: PositiveInt = 1
     tie_embeddings: bool = False
+    #: tokens of context (positions) the model serves at most, from its configuration
+    #: (``max_position_embeddings``); a prompt longer than this is refused. A long-context variant
+    #: raises it (an experiment's ``model_overrides: {max_context: 1048576}``). None: not stated,
+    #: no limit
+    max_context: PositiveInt | None = None
     #: side of the square blocks that share one FP32 scale in FP8 weights (128 x 128 in DeepSeek-V3)
     fp8_block: PositiveInt = 128
     #: fused-kernel template file (absolute path, resolved by the loader from the path written

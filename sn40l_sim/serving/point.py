@@ -48,6 +48,7 @@ from typing import Any, Literal
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
@@ -57,7 +58,8 @@ from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
 
 #: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket; called with
-#: ``kv_offload={tier: bytes}`` as well when the KV policy keeps a store in a tier of its own
+#: ``kv_offload={tier: bytes}`` as well when the KV policy keeps a store in a tier of its own, and
+#: with ``priority=(use, ...)`` when the default order of the uses would spill one that must stay
 MemoryPlacer = Callable[..., MemoryPlacement]
 
 
@@ -141,7 +143,7 @@ class _Memory:
         return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
-        return self._in_first_tier(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
+        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
                                    "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
@@ -158,16 +160,21 @@ class _Memory:
                 # larger of the two phases' activations
                 kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
                 act = max(act, self._prefill_activations())
-            placement = self.place(s.decode_plan, kv, act, kv_offload=store) if store else \
-                self.place(s.decode_plan, kv, act)
+            placement = self._placed(s.decode_plan, kv, act, store)
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
+
+    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None) -> Any:
+        return place_socket(self.place, self.s.may_spill, plan, kv, act, store)
+
+    def _spilled(self, placement: Any) -> dict[str, int]:
+        return spilled_uses(placement, self.s.may_spill)
 
     def _in_first_tier(self, placement: Any, what: str) -> Any:
         """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order."""
         first = placement.first_tier
         kept = [use for use in _USE_NAMES if use not in self.s.may_spill]
-        spilled = {use: n for use, n in sorted(placement.outside(first).items()) if use in kept}
+        spilled = self._spilled(placement)
         if spilled:
             gib = 2**30
             need = {use: placement.total(use) for use in _USE_NAMES}
@@ -184,6 +191,30 @@ class _Memory:
 
 #: the uses of memory, in the order messages list them, and how they read in a sentence
 _USE_NAMES = {"weights": "weights", "kv": "KV", "activations": "activations"}
+
+
+def spilled_uses(placement: MemoryPlacement, may_spill: tuple[str, ...]) -> dict[str, int]:
+    """Bytes of the uses not in ``may_spill`` that ``placement`` put outside its first tier."""
+    kept = [use for use in _USE_NAMES if use not in may_spill]
+    return {use: n for use, n in sorted(placement.outside(placement.first_tier).items()) if use in kept}
+
+
+def place_socket(place: MemoryPlacer, may_spill: tuple[str, ...], plan: Any, kv: int, activations: int,
+                 kv_offload: dict[str, int] | None = None) -> MemoryPlacement:
+    """One socket's placement by ``place``, in its default priority (activations first, the most
+    used); when that pushes a use that must stay in the first tier (not in ``may_spill``) out of it,
+    as the activations of a long prompt do, the uses that must stay are placed first and those that
+    may spill after them, if that keeps them all in the first tier (else the default placement
+    stands, and the refusal names what it spilled). ``run`` and ``map`` place memory this way."""
+    extra = {"kv_offload": kv_offload} if kv_offload else {}
+    placement = place(plan, kv, activations, **extra)
+    if spilled_uses(placement, may_spill):
+        kept = [use for use in PLACEMENT_PRIORITY if use not in may_spill]
+        kept_first = place(plan, kv, activations, **extra,
+                           priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
+        if not spilled_uses(kept_first, may_spill):
+            return kept_first
+    return placement
 
 
 def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
@@ -230,6 +261,22 @@ def check_plans(s: PointSetup) -> None:
                              f"{s.node.sockets}", field=f"{phase}_plan")
 
 
+def check_context(s: PointSetup) -> None:
+    """The prompt must fit in the model's maximum context (``max_context``, when the model states
+    one); a long-context variant raises it through ``model_overrides``.
+
+    Raises
+    ------
+    InputError
+        Naming the :class:`PointSetup` field ``prompt_len``.
+    """
+    limit = getattr(s.model, "max_context", None)
+    if limit is not None and s.prompt_len > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
+                         f"{limit} tokens (a long-context variant raises it: model_overrides: "
+                         f"{{max_context: N}})", field="prompt_len")
+
+
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer) -> PointResult:
     """Simulate one point.
@@ -266,6 +313,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens + drafts)
     footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens + drafts)
     check_plans(s)
+    check_context(s)
     memory = _Memory(s, include_mtp, footprint, place, costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)

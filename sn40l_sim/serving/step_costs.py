@@ -73,17 +73,24 @@ class StepCosts(Protocol):
         verifying ``drafts`` speculative tokens, its tensors where ``memory`` put them."""
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
-        """Peak activation bytes per socket of the prefill graph of one prompt."""
+        """Peak resident activation bytes per socket of the prefill graph of one prompt."""
 
     def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
-        """Peak activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
+        """Peak resident activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
 
 
 def activation_bytes(graph: KernelGraph) -> int:
-    """Peak activation bytes of a kernel graph on one socket: the largest, over kernels, of what a
-    kernel reads plus what it writes between kernels (both buffers live at once)."""
-    return max((sum(op.act_in_bytes + op.act_out_bytes for op in k.operators) for k in graph.kernels()),
-               default=0)
+    """Peak resident activation bytes of a kernel graph on one socket: the largest, over kernels,
+    of the activations a kernel reads plus those it writes between kernels (both buffers live at
+    once), each tensor counted once at its full size
+    (:attr:`~sn40l_sim.ir.FusedKernel.resident_activation_bytes`).
+
+    Streamed re-reads are traffic, not memory: a causal FlashAttention kernel reads each K/V tile
+    once per query tile, so its reads grow as the square of the prompt, but K and V are in memory
+    once; counting the re-reads made a 1M-token prompt of DeepSeek-R1 "need" 328 GiB per socket.
+    The re-reads still cost time (they are in ``act_in_bytes``, which the mapper and the engine
+    stream)."""
+    return max((k.resident_activation_bytes for k in graph.kernels()), default=0)
 
 
 class StepTimer:

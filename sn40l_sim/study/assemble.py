@@ -97,8 +97,9 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
 def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
     """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node``, ``model`` and the tier
     ``order`` (default: the node's tiers, fastest first)."""
-    def place(plan: ParallelPlan, kv_bytes: int, activation_bytes: int, kv_offload=None):
-        return place_memory(node, model, plan, kv_bytes, activation_bytes, order, kv_offload=kv_offload)
+    def place(plan: ParallelPlan, kv_bytes: int, activation_bytes: int, kv_offload=None, priority=None):
+        return place_memory(node, model, plan, kv_bytes, activation_bytes, order, kv_offload=kv_offload,
+                            priority=priority)
 
     return place
 

@@ -48,6 +48,7 @@ def survey() -> list[tuple[Path, str | None]]:
     kernel_looping.yaml - a sweep over model, sockets, tp_prefill, tp, looping: too long for a golden (the goldens hold the experiments without a sweep)
     kv_policies.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
     llama8b_node8.yaml - golden
+    long_context_1m.yaml - golden
     map_deepseek_tp16.yaml - no workload: an experiment for map, which reports no results record
     max_rate.yaml - a rate search: a bisection over many served runs, which tests/study/test_rate_search.py checks, not one point's figures
     per_user_speed.yaml - a sweep over model, speculative: too long for a golden (the goldens hold the experiments without a sweep)

@@ -4,8 +4,8 @@ without the simulation because both call :func:`check_assembly`.
 For the experiment: a workload, the static decode graph's ``max_new_tokens``, the graph options (and
 the template they name), the trace file's rows, a trace window holding requests (two at least for a
 rate search, which needs the window's own arrival rate). For every point: its KV policy and
-parameters, its parallel plans against the node, a compiled prefill graph long enough for its
-prompt, a link for the KV transfer, and requests no longer than the static graphs (a length
+parameters, its parallel plans against the node, a prompt within the model's maximum context, a
+compiled prefill graph long enough for its prompt, a link for the KV transfer, and requests no longer than the static graphs (a length
 distribution's largest value counts, so a random draw cannot fail later; a trace's rows are taken
 as the run takes them, windowed and capped when the workload asks). Each error is located in the experiment file at the
 field that caused it, with the same message the simulation would give.
@@ -27,7 +27,7 @@ from typing import Any
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.point import PointSetup, check_plans, located, transfer_seconds
+from sn40l_sim.serving.point import PointSetup, check_context, check_plans, located, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
 from sn40l_sim.study.assemble import Assembly, load_graph_template, plan_of, read_trace_rows
 from sn40l_sim.study.experiment import Experiment, Point
@@ -69,8 +69,8 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
 
 def check_mapping(asm: Assembly) -> None:
     """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
-    and model (its entry's ``model_overrides``), the parallel plans against the node, the graph
-    options.
+    and model (its entry's ``model_overrides``), the parallel plans against the node, the prompt
+    within the model's maximum context, the graph options.
 
     Raises
     ------
@@ -86,6 +86,7 @@ def check_mapping(asm: Assembly) -> None:
                            decode_plan=plan_of(spec.parallel.decode))
         try:
             check_plans(setup)
+            check_context(setup)
         except InputError as exc:
             raise asm.locate(exc) from None
 
@@ -106,6 +107,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
     setup = asm.setup(point)     # makes the point's KV policy: a bad one is located at its entry
     try:
         check_plans(setup)
+        check_context(setup)
         if setup.mode == "disaggregated":
             with located("kv_transfer"):
                 transfer_seconds(setup.node, setup.kv_transfer, 0)

@@ -209,3 +209,29 @@ def test_drafts_without_an_mtp_module_are_refused():
     with pytest.raises(InputError, match="no mtp section") as info:
         run(FULL, speculation=Speculation(2, 0.8))
     assert info.value.field == "speculation"
+
+
+def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_out():
+    """Activations are placed first, but they may spill and weights and KV may not: when the
+    activations would push the prompt's KV out of HBM, the kept uses are placed first."""
+    from dataclasses import replace
+
+    activations = 12 * 2**30                       # more than HBM has left beside weights and KV
+    costs = replace(fixed_costs(SNAP), activation_bytes=activations)
+    result = simulate_point(setup(SNAP), one_per_slot(), costs, memory_placer(NODE, MODEL))
+    prefill = result.prefill_memory
+    assert prefill.outside("hbm") == {"activations": prefill.by_tier["ddr"]["activations"]}
+    assert prefill.by_tier["hbm"]["kv"] == PROMPT * R1_KV_PER_TOKEN
+    assert prefill.total("activations") == activations and prefill.by_tier["hbm"]["activations"] > 0
+    # with activations in the kept uses, the same memory is refused, naming what would spill
+    with pytest.raises(InfeasibleError, match="one prompt on a prefill node does not fit in HBM"):
+        simulate_point(setup(SNAP, may_spill=()), one_per_slot(), costs, memory_placer(NODE, MODEL))
+
+
+def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
+    short = MODEL.model_copy(update={"max_context": 65536})
+    with pytest.raises(InputError, match="a prompt of 131072 tokens exceeds the maximum context of r1-test, 65536") as err:
+        run(SNAP, model=short)
+    assert err.value.field == "prompt_len"
+    # a long-context variant raises it
+    assert run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT}))[0].max_batch == 64

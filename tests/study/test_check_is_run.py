@@ -18,12 +18,13 @@ LLAMA = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../",
 def test_every_shipped_file_passes_check(capsys):
     assert main(["check", *map(str, SHIPPED)]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok: ") == len(SHIPPED) == 24
+    assert out.count("ok: ") == len(SHIPPED) == 25
     assert "(kind: kernels)" in out and "(kind: reference (20 measurements))" in out
     assert "(kind: experiment (a sweep of 100 runs))" in out
     assert "kv_policies.yaml (kind: experiment (a sweep of 52 runs))" in out   # a scatter plot with labels
     assert "azure_conv.yaml (kind: experiment (a sweep of 4 runs))" in out     # the Azure trace, read once
     assert "max_rate.yaml (kind: experiment)" in out
+    assert "long_context_1m.yaml (kind: experiment)" in out                    # a 1M prompt: max_context raised
 
 
 def test_the_shipped_traces_pass_check(capsys):
@@ -54,6 +55,9 @@ REFUSED = {
                                             "workload.output_len.high: a request: output_len 600 exceeds max_new_tokens"),
     "prompt longer than every compiled prefill": (("seed: 7", "seed: 7\n  prefill_lens: [1024]"),
                                                   "serving.prefill_lens: prompt length 32768 exceeds"),
+    "prompt beyond the model's maximum context": (("shape: {prompt_len: 32768}", "shape: {prompt_len: 262144}"),
+                                                  "shape.prompt_len: a prompt of 262144 tokens exceeds the maximum "
+                                                  "context of llama-3.1-8b, 131072 tokens"),
     "unknown graph option": (("seed: 7", "seed: 7\ngraph_options: {expert_load: all}"),
                              "graph_options: unknown graph option(s) expert_load"),
     "missing trace file": (("kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, "

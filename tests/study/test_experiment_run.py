@@ -84,13 +84,18 @@ def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, caps
 
 
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
-    # a 1M-token full cache of Llama-3.1-8B is 137 GB, more than a socket's HBM
+    # a 1M-token full cache of Llama-3.1-8B is 137 GB, more than a socket's HBM (on a long-context
+    # variant: the model's own maximum context, 128K tokens, refuses the prompt before memory does)
     path, text = experiment(tmp_path, prompt=1048576)
-    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    # the experiment gives its prompt in shape.prompt_len (it has no prompt_lens): the line names that field
-    assert f"{path}:{line_of(text, 'shape: {prompt_len')}: shape.prompt_len: " in err and "not even 1" in err
+    for variant in (False, True):
+        if variant:
+            path.write_text(text.replace("parallel:", "model_overrides: {max_context: 1048576}\nparallel:"))
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        # the experiment gives its prompt in shape.prompt_len (it has no prompt_lens): the line names that field
+        assert f"{path}:{line_of(text, 'shape: {prompt_len') + variant}: shape.prompt_len: " in err
+        assert ("not even 1" if variant else "exceeds the maximum context of llama-3.1-8b, 131072 tokens") in err
 
 
 def test_bad_graph_options_and_oversized_plans_are_located_in_the_experiment(tmp_path, capsys):

@@ -128,7 +128,7 @@ def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int
     q_bytes = prompt_len * qh * (d * ACT_BYTES + 2 * SCORE_BYTES)
     streamed = sum(cols * pairs for _, cols, pairs in tiles)
     # the keys streamed once per tile pair, as MHA streams them
-    first, ops = scoring_key_reads(model, qh, kvh, d, streamed, q_bytes, "h2o_dequant_keys")
+    first, ops = scoring_key_reads(model, qh, kvh, d, streamed, q_bytes, "h2o_dequant_keys", distinct_rows=prompt_len)
     for i, (rows, cols, pairs) in enumerate(tiles):
         ops.append(Operator("h2o_scores" if i == 0 else f"h2o_scores#{i + 1}", "gemm",
                             flops=2 * rows * cols * d * qh * pairs, m=rows, n=cols, k=d, count=qh * pairs,

@@ -129,11 +129,15 @@ def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> lis
     return steps
 
 
-def _kv_stream(c: Ctx, width: int) -> int:
-    """Bytes of K or V tiles of ``width`` per head streamed once per computed tile pair."""
+def _kv_stream(c: Ctx, name: str, width: int) -> dict:
+    """The reads of the K or V tiles (``name``, ``width`` per head), streamed once per computed
+    tile pair: the tensor's first full read, and the re-reads of the later query tiles (traffic,
+    not resident memory)."""
     f = c.template.flash
     tiles = sum(cols * pairs for _, cols, pairs in causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv))
-    return c.seqs * c.attn_heads * tiles * width * ACT
+    per_row = c.seqs * c.attn_heads * width * ACT
+    return dict(reads=((name, c.shape.prompt_len * per_row),),
+                rereads=((name, (tiles - c.shape.prompt_len) * per_row),))
 
 
 def mha_qk(c: Ctx) -> list[Step]:
@@ -141,7 +145,9 @@ def mha_qk(c: Ctx) -> list[Step]:
     a = _att(c)
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     rows = c.seqs * c.shape.prompt_len * c.attn_heads
-    return _flash(c, "mha_qk", qk, None, dict(reads=(("q_heads", rows * qk * ACT), ("k_heads", _kv_stream(c, qk)))))
+    keys = _kv_stream(c, "k_heads", qk)
+    return _flash(c, "mha_qk", qk, None, dict(reads=(("q_heads", rows * qk * ACT),) + keys["reads"],
+                                              rereads=keys["rereads"]))
 
 
 def mha_softmax(c: Ctx) -> list[Step]:
@@ -155,8 +161,7 @@ def mha_pv(c: Ctx) -> list[Step]:
     """Prefill ``P V`` over computed tile pairs (value dim 128)."""
     v = _att(c).v_head_dim
     rows = c.seqs * c.shape.prompt_len * c.attn_heads
-    return _flash(c, "mha_pv", 0, v, dict(reads=(("v_heads", _kv_stream(c, v)),),
-                                           writes=(("attn_o", rows * v * ACT),)))
+    return _flash(c, "mha_pv", 0, v, dict(**_kv_stream(c, "v_heads", v), writes=(("attn_o", rows * v * ACT),)))
 
 
 def q_absorb(c: Ctx) -> list[Step]:
