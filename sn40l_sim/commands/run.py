@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
             from sn40l_sim.report.chrome_trace import write_trace
             trace_path = write_trace(args.trace, results)
     first = records[0]
-    print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
+    models = first['model'] if exp.spec.multi_model is None else \
+        " + ".join(dict.fromkeys(r["model"] for r in records)) + " sharing one node"
+    print(f"{exp.spec.name}: {models} on {first['hardware']}, {first['mode']} serving")
     print(side_by_side(records))
     for line in capping_notes(records):
         print(line)

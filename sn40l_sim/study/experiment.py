@@ -42,6 +42,13 @@ Sections:
     The highest arrival rate at which every SLO holds, by bisection between ``low_per_s`` and
     ``high_per_s`` (``probes``, ``tolerance``) on a Poisson workload's rate or a trace's arrival
     rate (:mod:`sn40l_sim.study.rate_search`); needs ``slo``.
+``multi_model``
+    Several models on one co-located node (``models``: name, model file, share of the requests,
+    compiled ``batch``; ``schedulers``: ``on_demand``, ``batch_by_model``, ``prewarm``;
+    ``quantum_s``; ``weights_tier``): every model's weights in the slow tier, the ones the node runs
+    in the fast tier, a switch costing the bytes copied over the slower tier's bandwidth
+    (:mod:`sn40l_sim.study.multi_model_section`, :mod:`sn40l_sim.serving.multi_model`). One record
+    per scheduler and model, with the ``multi_model`` group of fields.
 ``report``
     ``extra_fields``: opt-in groups of results fields (``kv_policies``: where a sequence's KV lives
     per token of context, the fractions of tokens, bits and layers it keeps, a decode step's
@@ -103,6 +110,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
+from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
@@ -210,6 +218,8 @@ class ExperimentSpec(StrictModel):
     slo: SLOSection | None = None
     #: search for the highest arrival rate under the SLOs (study/rate_search.py)
     rate_search: RateSearchSection | None = None
+    #: several models served by one node under scheduler policies (study/multi_model_section.py)
+    multi_model: MultiModelSection | None = None
     memory: MemorySection = MemorySection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()

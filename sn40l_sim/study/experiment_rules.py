@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.study.multi_model_section import check_multi_model
 from sn40l_sim.study.serving_section import FixedWorkload, LognormalLength, UniformLength
 from sn40l_sim.yamlio import FieldPath
 
@@ -78,11 +79,13 @@ def check_experiment(exp: Experiment) -> None:
             raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
         if spec.workload is None or spec.workload.kind not in ("poisson", "trace"):
             raise exp.error(("rate_search",), "a rate search varies the arrival rate of a poisson or trace workload")
+    check_multi_model(exp)
 
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields
 AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
-                    "rate_search": "the experiment's rate_search: section"}
+                    "rate_search": "the experiment's rate_search: section",
+                    "multi_model": "the experiment's multi_model: section"}
 
 
 def record_groups(exp: Experiment) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import Experiment, Point, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
+from sn40l_sim.study.multi_model_run import multi_model_records
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 
@@ -113,6 +114,11 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             records.append({**point_record(exp, point, result), **searched})
             if on_result is not None:
                 on_result(result)
+            continue
+        if exp.spec.multi_model is not None and serve:
+            # several models on one node: one record per scheduler and model (study/multi_model_run.py)
+            records.extend(multi_model_records(asm, point, lambda result, point=point: point_record(exp, point, result),
+                                               check_point))
             continue
         setup = asm.setup(point)
         served: list[Request] = []   # what went in, for the invariant that each comes out once
