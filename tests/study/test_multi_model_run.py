@@ -11,10 +11,11 @@ import pytest
 from sn40l_sim.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = """\
-          - {name: small, model: %(m8)s, share: 0.7, batch: 4}
-          - {name: other, model: %(m8)s, share: 0.3, batch: 4}
-""" % {"m8": REPO / "graphs/llama3_1_8b.yaml"}
+M8 = REPO / "graphs/llama3_1_8b.yaml"
+MODELS = f"""\
+          - {{name: small, model: {M8}, share: 0.7, batch: 4}}
+          - {{name: other, model: {M8}, share: 0.3, batch: 4}}
+"""
 
 
 def experiment(tmp_path, models=MODELS, serving="mode: colocated, ", extra=""):
