@@ -280,6 +280,32 @@ RESULTS = Fields([
               Field("peak_slow_bytes", "B", "Most bytes the slow tier held (every model's weights and the KV "
                     "written back).", axis="peak slow tier held"),
           )),
+    # prefix caching (produced with serving.prefix_cache: true)
+    Field("prefix_cache", "", "What reusing shared prompt prefixes saved (sn40l_sim/serving/prefix_cache.py); "
+          "empty without a workload.", group="prefix_cache", parts=(
+              Field("decode_kv_shared", "", "Whether decode nodes store a shared prefix once (false for a "
+                    "compressing policy such as SnapStream: a compressed cache cannot be extended as a prefix, "
+                    "so only the prefill reuses it)."),
+              Field("requests_with_prefix", "requests", "Requests whose prompt starts with a shared prefix.",
+                    axis="requests with a shared prefix"),
+              Field("hits", "requests", "Of those, the ones whose prefill node held the prefix.",
+                    axis="prefix cache hits"),
+              Field("hit_rate", "1", "hits over requests_with_prefix.", axis="prefix cache hit rate",
+                    table=Row(207, "prefix cache hit rate (%)", ".1f", 100)),
+              Field("prefill_tokens_saved", "tokens", "Prompt tokens not prefilled again.",
+                    axis="prefill tokens saved"),
+              Field("prefill_s_saved_mean", "s", "Prefill time the hits skipped, per served request: the TTFT "
+                    "gained directly (the queueing it spares others comes on top: compare a run without "
+                    "prefix_cache).", axis="prefill time saved per request",
+                    table=Row(208, "prefill saved per request (ms)", ".2f", 1e3)),
+              Field("kv_bytes_saved_peak", "B", "Most KV bytes a decode node did not hold after a step because "
+                    "sequences shared a prefix.", axis="peak KV saved per decode node",
+                    table=Row(209, "peak KV saved by sharing (GiB)", ".2f", 1 / 2**30)),
+              Field("kv_bytes_saved_mean", "B", "Time-weighted mean of the KV bytes saved over the decode steps.",
+                    axis="mean KV saved"),
+              Field("prefill_prefix_bytes_peak", "B", "Most KV bytes of cached prefixes a prefill node held "
+                    "(uncompressed, whatever the policy).", axis="peak prefix KV held by a prefill node"),
+          )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
         Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "
               "node; empty without a workload.", keys=("role",), is_list=True),

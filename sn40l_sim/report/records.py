@@ -21,6 +21,7 @@ from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.report import metrics
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.prefix_fields import prefix_cache_fields
 from sn40l_sim.report.slo import SLO, served_slo_fields
 from sn40l_sim.serving.point import PointResult
 
@@ -166,4 +167,6 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
                       dict.fromkeys(("slo", "goodput_requests_per_s", "goodput_tokens_per_s")))
     if "trace" in extra_fields:
         record["trace_capped"] = metrics.capped_lengths(log) if served else None
+    if "prefix_cache" in extra_fields:
+        record.update(prefix_cache_fields(log, clock) if served else {"prefix_cache": None})
     return record

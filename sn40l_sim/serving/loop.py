@@ -46,6 +46,7 @@ import numpy as np
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 
@@ -90,6 +91,8 @@ class ServingSetup:
     slot_cache_tokens: int
     speculation: Speculation = field(default_factory=Speculation)
     seed: int = 0
+    #: reuse of shared prompt prefixes (None: every prompt prefilled and stored whole)
+    prefix_caching: PrefixCaching | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -134,6 +137,8 @@ class StepLog:
     kv_bytes: int
     #: tokens the step gave its sequences: ``active`` plus the accepted drafts
     tokens: int = 0
+    #: KV bytes not held because sequences share a prefix (prefix caching; 0 otherwise)
+    kv_bytes_saved: int = 0
 
 
 @dataclass
@@ -146,6 +151,8 @@ class ServingLog:
     end_cycle: int
     #: busy cycles per node, by role: ``prefill[i]``, ``decode[i]`` (decode steps), ``link[i]``
     busy: dict[str, list[int]]
+    #: what prefix caching reused (None without it)
+    prefixes: PrefixTracker | None = None
 
 
 class _Signal:
@@ -194,6 +201,8 @@ class _Serving:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
         self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env)) for i in range(setup.decode_nodes)]
         self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
+        self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
+            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
         env.process(self._arrivals())
         for i in range(n_prefill):
             env.process(self._prefill_node(i))
@@ -211,12 +220,15 @@ class _Serving:
     def _finish(self, log: RequestLog) -> None:
         log.finish = self.env.now
         self.finished += 1
+        if self.prefixes is not None:
+            self.prefixes.release(log.request)
         if self.finished == len(self.logs):
             self.done.succeed()
 
     def _prefill(self, log: RequestLog, node: int, busy: list[int]):
         log.prefill_node, log.prefill_start = node, self.env.now
-        cycles = self.setup.prefill_cycles(log.request.prompt_len)
+        cycles = self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
+            self.prefixes.prefill_cycles(log.request, node)   # a held prefix is not prefilled again
         yield self.env.timeout(cycles)
         busy[node] += cycles
         log.first_token = self.env.now
@@ -244,8 +256,9 @@ class _Serving:
             log.token_cycles.extend([self.env.now] * n)
             tokens += n
         # logged before finished sequences leave, so the step's peak KV is what is recorded
+        kv_bytes, saved = (self._kv_bytes(node), 0) if self.prefixes is None else self._shared_kv_bytes(node)
         self.steps.append(StepLog(node.index, start, self.env.now, len(node.active), node.table.in_use,
-                                  self._kv_bytes(node), tokens))
+                                  kv_bytes, tokens, saved))
         still = []
         for log in node.active:
             if log.generated == log.request.output_len:
@@ -259,6 +272,13 @@ class _Serving:
         tokens = sum(self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1))
                      for log in node.active + node.arrived + node.incoming)
         return tokens * self.setup.kv_bytes_per_token
+
+    def _shared_kv_bytes(self, node: _DecodeNode) -> tuple[int, int]:
+        """``(held, saved)`` KV bytes of ``node`` with each shared prefix stored once."""
+        stored, saved = self.prefixes.decode_kv_tokens(
+            (log.request, self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
+            for log in node.active + node.arrived + node.incoming)
+        return stored * self.setup.kv_bytes_per_token, saved * self.setup.kv_bytes_per_token
 
     def _join(self, node: _DecodeNode) -> None:
         for log in node.arrived:
@@ -349,4 +369,4 @@ def simulate(requests: list[Request], setup: ServingSetup) -> ServingLog:
     serving = _Serving(env, requests, setup)
     env.run(until=serving.done)
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
-                      int(env.now), serving.busy)
+                      int(env.now), serving.busy, serving.prefixes)

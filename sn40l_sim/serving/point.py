@@ -52,6 +52,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
@@ -87,6 +88,8 @@ class PointSetup:
     graph_options: dict = field(default_factory=dict)
     #: uses (weights, kv, activations) that may be placed outside the first memory tier
     may_spill: tuple[str, ...] = ("activations",)
+    #: reuse shared prompt prefixes (serving/prefix_cache.py)
+    prefix_cache: bool = False
 
 
 @dataclass
@@ -230,6 +233,16 @@ def check_plans(s: PointSetup) -> None:
                              f"{s.node.sockets}", field=f"{phase}_plan")
 
 
+def prefix_caching(s: PointSetup, kv_bytes_per_token: int) -> PrefixCaching | None:
+    """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
+    prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
+    a prefix; serving/prefix_cache.py)."""
+    if not s.prefix_cache:
+        return None
+    return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
+                         kv_bytes_per_token=kv_bytes_per_token)
+
+
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer) -> PointResult:
     """Simulate one point.
@@ -315,7 +328,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed)
+                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token))
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

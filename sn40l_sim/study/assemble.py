@@ -174,7 +174,7 @@ class Assembly:
             batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
             max_new_tokens=self.experiment.max_new_tokens, speculation=self.experiment.speculation,
             seed=serving.seed, kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
-            may_spill=spec.memory.may_spill)
+            may_spill=spec.memory.may_spill, prefix_cache=serving.prefix_cache)
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""

@@ -80,12 +80,19 @@ def check_experiment(exp: Experiment) -> None:
         if spec.workload is None or spec.workload.kind not in ("poisson", "trace"):
             raise exp.error(("rate_search",), "a rate search varies the arrival rate of a poisson or trace workload")
     check_multi_model(exp)
+    if serving.prefix_cache and (spec.workload is None or getattr(spec.workload, "prefix", None) is None):
+        raise exp.error(("serving", "prefix_cache"), "no request shares a prefix: say which do with "
+                        "workload.prefix: {share: 0.5, tokens: 2048, groups: 4}")
+    if serving.prefix_cache and spec.multi_model is not None:
+        raise exp.error(("serving", "prefix_cache"), "prefix caching with several models on a node is not "
+                        "supported; remove serving.prefix_cache or multi_model")
 
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields
 AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
                     "rate_search": "the experiment's rate_search: section",
-                    "multi_model": "the experiment's multi_model: section"}
+                    "multi_model": "the experiment's multi_model: section",
+                    "prefix_cache": "serving.prefix_cache: true"}
 
 
 def record_groups(exp: Experiment) -> tuple[str, ...]:
@@ -93,7 +100,8 @@ def record_groups(exp: Experiment) -> tuple[str, ...]:
     with an ``slo`` section and ``trace`` with a trace workload."""
     spec = exp.spec
     automatic = (("slo",) if spec.slo is not None else ()) + \
-        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ())
+        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ()) + \
+        (("prefix_cache",) if spec.serving.prefix_cache else ())
     # rate_search's fields are added by the search itself (study/rate_search.py), next to these
     return tuple(spec.report.extra_fields) + automatic
 
