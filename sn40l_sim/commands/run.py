@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     first = records[0]
     models = first['model'] if exp.spec.multi_model is None else \
         " + ".join(dict.fromkeys(r["model"] for r in records)) + " sharing one node"
-    print(f"{exp.spec.name}: {models} on {first['hardware']}, {first['mode']} serving")
+    hardware = first['hardware'] + (f" (prefill on {first['prefill_hardware']})" if first.get("prefill_hardware")
+                                    else "")
+    print(f"{exp.spec.name}: {models} on {hardware}, {first['mode']} serving")
     print(side_by_side(records))
     for line in capping_notes(records):
         print(line)

@@ -40,6 +40,9 @@ RESULTS = Fields([
           csv=1, design=True, axis="point"),
     Field("model", "", "The model's name.", csv=2, design=True, axis="model"),
     Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
+    Field("prefill_hardware", "", "The prefill nodes' name when they are other hardware than the decode nodes "
+          "(the experiment's prefill_hardware; hardware is then the decode nodes').", axis="prefill hardware",
+          group="prefill_hardware", table=Row(15, "prefill hardware")),
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
     Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them (budget, sink, "
@@ -305,6 +308,15 @@ RESULTS = Fields([
                     axis="mean KV saved"),
               Field("prefill_prefix_bytes_peak", "B", "Most KV bytes of cached prefixes a prefill node held "
                     "(uncompressed, whatever the policy).", axis="peak prefix KV held by a prefill node"),
+          )),
+    # chunked prefill (produced with serving.prefill_chunk)
+    Field("chunked_prefill", "", "Prefill split into chunks between decode steps on co-located nodes "
+          "(sn40l_sim/serving/chunked_prefill.py); empty without a workload.", group="chunked_prefill", parts=(
+              Field("chunk_tokens", "tokens", "Prompt tokens prefilled between two decode steps.",
+                    axis="prefill chunk", table=Row(211, "prefill chunk (tokens)")),
+              Field("prefill_overhead_fraction", "1", "Prefill cycles the chunks took over those of the same "
+                    "prompts prefilled whole, less 1 (what chunking costs).", axis="chunking prefill overhead",
+                    table=Row(212, "chunking prefill overhead (%)", ".1f", 100)),
           )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
         Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "

@@ -1,5 +1,6 @@
-"""The ``prefix_cache`` fields of a record: what reusing shared prompt prefixes saved in a served
-run (:mod:`sn40l_sim.serving.prefix_cache`).
+"""The ``prefix_cache`` fields of a record, what reusing shared prompt prefixes saved in a served
+run (:mod:`sn40l_sim.serving.prefix_cache`), and the ``chunked_prefill`` fields, what splitting
+prefill into chunks cost (:mod:`sn40l_sim.serving.chunked_prefill`).
 
 Examples
 --------
@@ -36,3 +37,19 @@ def prefix_cache_fields(log: Any, clock_hz: float) -> dict[str, Any]:
         "kv_bytes_saved_mean": mean_saved,
         "prefill_prefix_bytes_peak": tracker.peak_prefill_prefix_tokens * tracker.caching.kv_bytes_per_token,
     }}
+
+
+def chunked_prefill_fields(log: Any, chunk: int) -> dict[str, Any]:
+    """The ``chunked_prefill`` group of a served run's record: the chunk and the prefill cycles the
+    chunks took over those of the same prompts prefilled whole.
+
+    >>> from types import SimpleNamespace
+    >>> log = SimpleNamespace(setup=SimpleNamespace(prefill_cycles=lambda p: 10 * p),
+    ...     requests=[SimpleNamespace(request=SimpleNamespace(prompt_len=100))], busy={"colocated_prefill": [1250]})
+    >>> chunked_prefill_fields(log, 32)
+    {'chunked_prefill': {'chunk_tokens': 32, 'prefill_overhead_fraction': 0.25}}
+    """
+    whole = sum(log.setup.prefill_cycles(r.request.prompt_len) for r in log.requests)
+    chunked = sum(log.busy.get("colocated_prefill", []))
+    return {"chunked_prefill": {"chunk_tokens": chunk,
+                                "prefill_overhead_fraction": chunked / whole - 1 if whole else 0.0}}

@@ -46,6 +46,7 @@ import numpy as np
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
@@ -93,6 +94,9 @@ class ServingSetup:
     seed: int = 0
     #: reuse of shared prompt prefixes (None: every prompt prefilled and stored whole)
     prefix_caching: PrefixCaching | None = None
+    #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts;
+    #: serving/chunked_prefill.py)
+    prefill_chunk: int | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -207,7 +211,10 @@ class _Serving:
         for i in range(n_prefill):
             env.process(self._prefill_node(i))
         for node in self.nodes:
-            env.process(self._colocated_node(node) if colocated else self._decode_node(node))
+            if colocated and setup.prefill_chunk is not None:
+                env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
+            else:
+                env.process(self._colocated_node(node) if colocated else self._decode_node(node))
 
     # -- shared pieces ---------------------------------------------------------------------
     def _arrivals(self):

@@ -90,6 +90,10 @@ class PointSetup:
     may_spill: tuple[str, ...] = ("activations",)
     #: reuse shared prompt prefixes (serving/prefix_cache.py)
     prefix_cache: bool = False
+    #: co-located: prompt tokens prefilled between two decode steps (serving/chunked_prefill.py)
+    prefill_chunk: int | None = None
+    #: the prefill nodes' hardware when it is not ``node``'s (disaggregated; None: the same)
+    prefill_node: Any = None
 
 
 @dataclass
@@ -125,10 +129,13 @@ class _Memory:
     """Memory checks of one point (memoised per batch)."""
 
     def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
-                 costs: StepCosts) -> None:
+                 costs: StepCosts, prefill_place: MemoryPlacer | None = None,
+                 prefill_costs: StepCosts | None = None) -> None:
         self.s, self.include_mtp, self.footprint = s, include_mtp, footprint
         self.static_len = footprint.slots
         self.place, self.costs = place, costs
+        # the prefill node's placer and graphs when its hardware differs from the decode node's
+        self.prefill_place, self.prefill_costs = prefill_place or place, prefill_costs or costs
         self._cache: dict[int, Any] = {}
 
     def _kv(self, phase: str, plan: Any, batch: int, cache_len: int) -> int:
@@ -138,14 +145,14 @@ class _Memory:
 
     def _prefill_activations(self) -> int:
         with located("graph_options"):
-            return self.costs.prefill_activation_bytes(self.s.prompt_len)
+            return self.prefill_costs.prefill_activation_bytes(self.s.prompt_len)
 
     def prefill_kv(self) -> int:
         return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
-        return self._in_first_tier(self.place(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
-                                   "one prompt on a prefill node")
+        return self._in_first_tier(self.prefill_place(self.s.prefill_plan, self.prefill_kv(),
+                                                      self._prefill_activations()), "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
@@ -227,10 +234,11 @@ def check_plans(s: PointSetup) -> None:
     InputError
         Naming the :class:`PointSetup` field (``prefill_plan`` or ``decode_plan``).
     """
-    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
-        if plan.sockets > s.node.sockets:
-            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
-                             f"{s.node.sockets}", field=f"{phase}_plan")
+    prefill_node = s.prefill_node if s.prefill_node is not None else s.node
+    for phase, plan, node in (("prefill", s.prefill_plan, prefill_node), ("decode", s.decode_plan, s.node)):
+        if plan.sockets > node.sockets:
+            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {node.name} has "
+                             f"{node.sockets}", field=f"{phase}_plan")
 
 
 def prefix_caching(s: PointSetup, kv_bytes_per_token: int) -> PrefixCaching | None:
@@ -244,7 +252,8 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int) -> PrefixCaching | No
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
-                   place: MemoryPlacer) -> PointResult:
+                   place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
+                   prefill_place: MemoryPlacer | None = None) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -258,6 +267,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     place : callable
         ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket
         (:func:`~sn40l_sim.mapper.memory.place_memory` bound to the node and the model).
+    prefill_costs, prefill_place : optional
+        The same bound to the prefill node, required when ``s.prefill_node`` is set (prefill nodes
+        of other hardware than the decode nodes); their prefill cycles are counted in the decode
+        node's clock by the serving loop.
 
     Raises
     ------
@@ -279,7 +292,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens + drafts)
     footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens + drafts)
     check_plans(s)
-    memory = _Memory(s, include_mtp, footprint, place, costs)
+    if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
+        raise ValueError("a prefill node of its own needs its step costs and memory placer")
+    prefill_costs = prefill_costs or costs
+    memory = _Memory(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
@@ -292,7 +308,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = costs.prefill(prefill_len, memory=prefill_node_memory)
+        prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory)
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
@@ -305,7 +321,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            prefill_cycles[size] = int(costs.prefill(size, memory=prefill_node_memory).cycles)
+            cycles = int(prefill_costs.prefill(size, memory=prefill_node_memory).cycles)
+            if s.prefill_node is not None:   # the serving loop counts the decode node's clock
+                cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
+            prefill_cycles[size] = cycles
         return prefill_cycles[size]
 
     def transfer_for(prompt_len: int) -> int:
@@ -328,7 +347,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token))
+                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token),
+                         prefill_chunk=s.prefill_chunk)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

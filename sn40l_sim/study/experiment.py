@@ -7,6 +7,10 @@ and hands them, as spec objects, to the serving model.
 
 Sections:
 
+``prefill_hardware``
+    The prefill nodes' node file when they are other hardware than the decode nodes (``hardware``);
+    disaggregated serving only. Prefill is timed and its memory placed on it, its cycles counted in
+    the decode node's clock; the KV crosses the decode node's host link.
 ``prompt_lens``
     Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
 ``policies[i].prompt_fraction`` / ``policies[i].per_prompt``
@@ -206,6 +210,8 @@ class ExperimentSpec(StrictModel):
     #: also the output folder's name (``out/<name>``)
     name: PlainName
     hardware: str
+    #: the prefill nodes' hardware when it differs from ``hardware`` (the decode nodes'; disaggregated)
+    prefill_hardware: str | None = None
     model: str
     model_overrides: dict[str, Any] = Field(default_factory=dict)
     parallel: ParallelSection = ParallelSection()

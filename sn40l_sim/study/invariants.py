@@ -193,9 +193,10 @@ def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequen
         The first invariant the point breaks, naming it and the point.
     """
     try:
-        for timing in (result.prefill, result.decode):
+        prefill_node = result.setup.prefill_node if result.setup.prefill_node is not None else result.setup.node
+        for timing, node in ((result.prefill, prefill_node), (result.decode, result.setup.node)):
             check_bytes(timing.tier_bytes, (k.tier_bytes for k in timing.kernels), timing.link_bytes, timing.phase)
-            check_peaks(timing, result.setup.node)
+            check_peaks(timing, node)
         check_requests(result.log, requests)
         check_memory([p for p in (result.memory, result.prefill_memory) if p is not None], result.log)
         check_fractions(record)

@@ -130,7 +130,8 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             return made
 
         try:
-            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model))
+            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model),
+                                    **asm.prefill_side(setup))
         except InputError as exc:
             raise asm.locate(exc) from None
         record = point_record(exp, point, result)

@@ -201,3 +201,6 @@ class ServingSection(StrictModel):
     #: reuse the KV of prompt prefixes that requests share (workload.prefix says which do;
     #: serving/prefix_cache.py)
     prefix_cache: bool = False
+    #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts first;
+    #: serving/chunked_prefill.py)
+    prefill_chunk: PositiveInt | None = None
