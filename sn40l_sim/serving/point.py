@@ -241,14 +241,18 @@ def check_plans(s: PointSetup) -> None:
                              f"{node.sockets}", field=f"{phase}_plan")
 
 
-def prefix_caching(s: PointSetup, kv_bytes_per_token: int) -> PrefixCaching | None:
+def prefix_caching(s: PointSetup, kv_bytes_per_token: int, prefill_memory: Any) -> PrefixCaching | None:
     """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
     prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
-    a prefix; serving/prefix_cache.py)."""
+    a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in what its placement
+    (``prefill_memory``, per socket) leaves free of the first tier, over the prefill plan's sockets."""
     if not s.prefix_cache:
         return None
+    first = prefill_memory.first_tier
+    free = prefill_memory.capacity[first] - sum(prefill_memory.by_tier[first].values())
     return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
-                         kv_bytes_per_token=kv_bytes_per_token)
+                         kv_bytes_per_token=kv_bytes_per_token,
+                         capacity_tokens=max(0, int(free)) * s.prefill_plan.sockets // kv_bytes_per_token)
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
@@ -347,7 +351,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token),
+                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token, prefill_node_memory),
                          prefill_chunk=s.prefill_chunk)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None

@@ -12,7 +12,8 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
   graph compiled for the suffix alone, the second what the prompt costs beyond its prefix: with the
   static prefill graphs' compiled lengths neither is exact; the larger keeps the attention of the
   suffix over the prefix's keys). A miss prefills the whole prompt and holds the prefix from then on.
-  The prefix's KV stays on the node until its last user finishes (*freed when the last user leaves*);
+  The prefix's KV stays on the node until its last user finishes (*freed when the last user leaves*),
+  if it fits in what the node's memory placement leaves free of its first tier (else it is not kept);
 * **at each decode step**, the KV its node holds: a prefix shared by several sequences on one
   decode node is stored once, so the node holds every sequence's own tokens plus each distinct
   prefix once, and saves ``(users - 1) x prefix`` tokens' bytes (stored + saved is always what the
@@ -58,6 +59,9 @@ class PrefixCaching:
 
     share_decode_kv: bool
     kv_bytes_per_token: int
+    #: prefix tokens a prefill node can hold beside what its placement already holds (None: no
+    #: limit); a prefix that does not fit is prefilled and not kept
+    capacity_tokens: int | None = None
 
 
 @dataclass
@@ -91,8 +95,12 @@ class PrefixTracker:
         held = self.held[node].get(request.prefix_id)
         self.holder[request.id] = node
         if held is None:
-            self.held[node][request.prefix_id] = _Held(prefix, 1)
-            self.peak_prefill_prefix_tokens = max(self.peak_prefill_prefix_tokens, self.held_tokens(node))
+            capacity = self.caching.capacity_tokens
+            if capacity is None or self.held_tokens(node) + prefix <= capacity:
+                self.held[node][request.prefix_id] = _Held(prefix, 1)
+                self.peak_prefill_prefix_tokens = max(self.peak_prefill_prefix_tokens, self.held_tokens(node))
+            else:   # no room left on the node: prefilled, not kept
+                del self.holder[request.id]
             return full
         held.users += 1
         reused = min(prefix, held.tokens)

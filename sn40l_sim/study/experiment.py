@@ -25,7 +25,9 @@ Sections:
     ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
     ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
     (a CSV or JSONL file of ``arrival_s, prompt_len, output_len``). ``count: batch`` means as many
-    requests as the decode batch has slots (times ``rounds``).
+    requests as the decode batch has slots (times ``rounds``). Any kind may say which requests share
+    a prompt prefix: ``prefix: {share: 0.6, tokens: 1024, groups: 4}`` (drawn with ``serving.seed``;
+    :mod:`sn40l_sim.serving.prefix_cache`).
 ``serving``
     ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
@@ -37,6 +39,10 @@ Sections:
     sequence and step from ``seed``; a full cache's static slot holds ``max_new_tokens + k``
     tokens; the model needs an ``mtp`` section), ``kv_transfer`` and ``seed``. The former
     ``tokens_per_forward`` multiplier is refused with a message saying what to write instead.
+    ``prefix_cache: true`` reuses the prefixes the workload says requests share (a held prefix is
+    not prefilled again, decode nodes store it once; with a compressing policy such as SnapStream
+    prefill reuse only). ``prefill_chunk`` (co-located): at most that many prompt tokens between two
+    decode steps (:mod:`sn40l_sim.serving.chunked_prefill`).
 ``slo``
     Service-level objectives: ``ttft`` and/or ``tpot``, each ``{max_s, percentile}`` (a bound on
     that percentile of the served requests' latency). The results then carry the ``slo`` group:

@@ -72,3 +72,12 @@ def test_without_prefix_caching_the_loop_is_unchanged():
     bare = [Request(r.id, r.arrival_cycle, r.prompt_len, r.output_len) for r in reqs]
     a, b = simulate(reqs, setup(prefill=lambda p: 10 * p)), simulate(bare, setup(prefill=lambda p: 10 * p))
     assert [r.token_cycles for r in a.requests] == [r.token_cycles for r in b.requests] and a.prefixes is None
+
+
+def test_a_prefill_node_keeps_no_more_prefixes_than_its_free_memory_holds():
+    reqs = requests(seed=4)
+    roomy = simulate(reqs, setup(prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3)))
+    tight = simulate(reqs, setup(prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3, capacity_tokens=48)))
+    assert roomy.prefixes.peak_prefill_prefix_tokens > 48 >= tight.prefixes.peak_prefill_prefix_tokens
+    assert 0 < tight.prefixes.hits < roomy.prefixes.hits
+    assert all(not held for held in tight.prefixes.held) and not tight.prefixes.holder
