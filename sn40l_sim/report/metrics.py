@@ -45,7 +45,7 @@ def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     ttft, tpot, itl = [], [], []
     for r in log.requests:
         ttft.append((r.first_token - r.request.arrival_cycle) / clock_hz)
-        tokens = np.asarray(r.token_cycles, dtype=np.int64)
+        tokens = r.token_array()
         if tokens.size > 1:
             tpot.append(float(tokens[-1] - tokens[0]) / (tokens.size - 1) / clock_hz)
             itl.extend((np.diff(tokens) / clock_hz).tolist())

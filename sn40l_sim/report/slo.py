@@ -51,8 +51,8 @@ def request_latencies(log: ServingLog, clock_hz: float) -> tuple[list[float], li
     ttft, tpot, tokens = [], [], []
     for r in log.requests:
         ttft.append((r.first_token - r.request.arrival_cycle) / clock_hz)
-        n = len(r.token_cycles)
-        tpot.append((r.token_cycles[-1] - r.token_cycles[0]) / (n - 1) / clock_hz if n > 1 else None)
+        n = r.generated  # the first token is the prefill's (first_token), the last at last_token
+        tpot.append((r.last_token - r.first_token) / (n - 1) / clock_hz if n > 1 else None)
         tokens.append(n)
     return ttft, tpot, tokens
 

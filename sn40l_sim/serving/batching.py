@@ -28,6 +28,7 @@ Examples
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,9 @@ class SlotTable:
         if slots < 1:
             raise ValueError("a decode graph needs at least one slot")
         self._holder: list[int | None] = [None] * slots
+        # the free slots, lowest first, and their count: the loop asks for both at every dispatch
+        self._free_slots = list(range(slots))
+        self._free = slots
 
     @property
     def size(self) -> int:
@@ -56,11 +60,11 @@ class SlotTable:
     @property
     def free(self) -> int:
         """Slots holding no sequence."""
-        return self._holder.count(None)
+        return self._free
 
     @property
     def in_use(self) -> int:
-        return self.size - self.free
+        return self.size - self._free
 
     def holder(self, slot: int) -> int | None:
         """The sequence id in ``slot`` (None when free)."""
@@ -68,17 +72,20 @@ class SlotTable:
 
     def acquire(self, seq_id: int) -> int:
         """Put ``seq_id`` in the lowest free slot and return the slot index."""
-        for slot, holder in enumerate(self._holder):
-            if holder is None:
-                self._holder[slot] = seq_id
-                return slot
-        raise RuntimeError(f"no free slot for sequence {seq_id}")
+        if not self._free_slots:
+            raise RuntimeError(f"no free slot for sequence {seq_id}")
+        slot = heapq.heappop(self._free_slots)
+        self._holder[slot] = seq_id
+        self._free -= 1
+        return slot
 
     def release(self, slot: int, seq_id: int) -> None:
         """Free ``slot``, which must hold ``seq_id``."""
         if self._holder[slot] != seq_id:
             raise RuntimeError(f"slot {slot} holds {self._holder[slot]}, not {seq_id}")
         self._holder[slot] = None
+        heapq.heappush(self._free_slots, slot)
+        self._free += 1
 
 
 @dataclass(frozen=True)

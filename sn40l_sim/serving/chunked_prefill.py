@@ -49,7 +49,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
                 log, done = serving.waiting.popleft(), 0
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), env.now
                 log.prefill_node, log.prefill_start = node.index, env.now
-                node.incoming.append(log)
+                node.hold(log)
             end = min(log.request.prompt_len, done + budget)
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
             yield env.timeout(cycles)
@@ -58,16 +58,20 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
             done = end
             if done == log.request.prompt_len:
                 log.first_token = env.now
-                log.token_cycles.append(env.now)
+                log.add_token(env.now)
                 node.incoming.remove(log)
                 if log.request.output_len == 1:
+                    node.book.drop(log)
                     node.table.release(log.slot, log.request.id)
                     serving._finish(log)
                 else:
                     node.arrived.append(log)
                 log = None
         serving._join(node)
-        if node.active:
-            yield from serving._decode_step(node)
+        if node.book.stepping:
+            # with prefill still to do, one step and then the next chunk; else a run of steps until
+            # something else is due (an arrival: the book's own limit), as without chunks
+            pending = log is not None or bool(serving.waiting and node.table.free)
+            yield from serving._decode_steps(node, 1 if pending else None)
         elif log is None and not (serving.waiting and node.table.free):
             yield serving.arrival.wait()

@@ -22,6 +22,14 @@ knows nothing of kernels:
   ``(seed, request id)``, so a request's draws do not depend on what else is served, and capped
   so that no sequence exceeds its ``output_len``. All of a step's tokens come out at its end. A
   sequence that has its ``output_len`` tokens frees its slot at the end of the step.
+* **By requests**: a node's book (:mod:`sn40l_sim.serving.decode_books`) takes each sequence's
+  tokens and cached tokens for all its steps when it joins, and a run of steps that ends before
+  anything else is due advances in one event; ``stepwise=True`` walks every step and sequence
+  instead (the reference: the same log). Prefix caching (``prefix_caching``,
+  :mod:`sn40l_sim.serving.prefix_cache`) shortens prefills that reuse a held prefix and stores a
+  prefix shared on a decode node once; chunked prefill (``prefill_chunk``,
+  :mod:`sn40l_sim.serving.chunked_prefill`) alternates a co-located node's prefill chunks with
+  single decode steps. Both work by requests and step by step alike.
 
 Examples
 --------
@@ -42,14 +50,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
+from sn40l_sim.serving.decode_books import BOOKS, RunBook, StepwiseBook
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
+from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
+
+__all__ = ["RequestLog", "ServingLog", "ServingSetup", "StepLog", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,9 @@ class ServingSetup:
     prefill_cycles, transfer_cycles : callable
         ``prompt_len -> cycles`` of prefill and of the KV transfer to a decode node.
     cache_tokens : callable
-        ``(prompt_len, generated) -> tokens`` cached per layer (the KV policy's ``cache_len``).
+        ``(prompt_len, generated) -> tokens`` cached per layer (the KV policy's ``cache_len``): one
+        more per generated token from ``cache_tokens(prompt_len, 0)`` until a cap, as every
+        policy's is.
     kv_bytes_per_token : int
         KV bytes per cached token over all layers.
     slot_cache_tokens : int
@@ -78,6 +91,12 @@ class ServingSetup:
         Drafts verified per step and their acceptance rate (none by default: one token per step).
     seed : int
         Seeds the draws of accepted drafts (with each request's id).
+    prefix_caching : PrefixCaching or None
+        Reuse of shared prompt prefixes (:mod:`sn40l_sim.serving.prefix_cache`; None: every prompt
+        prefilled and stored whole).
+    prefill_chunk : int or None
+        Co-located: prompt tokens prefilled between two decode steps
+        (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -92,71 +111,13 @@ class ServingSetup:
     slot_cache_tokens: int
     speculation: Speculation = field(default_factory=Speculation)
     seed: int = 0
-    #: reuse of shared prompt prefixes (None: every prompt prefilled and stored whole)
     prefix_caching: PrefixCaching | None = None
-    #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts;
-    #: serving/chunked_prefill.py)
     prefill_chunk: int | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
         """KV bytes reserved for the slots of one decode node."""
         return self.slots * self.slot_cache_tokens * self.kv_bytes_per_token
-
-
-@dataclass
-class RequestLog:
-    """What happened to one request (all times in cycles; -1 where a stage did not happen)."""
-
-    request: Request
-    prefill_node: int = -1
-    prefill_start: int = -1
-    first_token: int = -1
-    transfer_start: int = -1
-    transfer_end: int = -1
-    decode_node: int = -1
-    slot: int = -1
-    #: when the slot was taken (reserved for the transfer, or at prefill when co-located)
-    slot_acquired: int = -1
-    join: int = -1
-    finish: int = -1
-    #: the cycle each output token came out (the first one from prefill)
-    token_cycles: list[int] = field(default_factory=list)
-
-    @property
-    def generated(self) -> int:
-        return len(self.token_cycles)
-
-
-@dataclass(frozen=True)
-class StepLog:
-    """One decode step of one node: sequences stepped, tokens they got, slots holding a sequence
-    and KV bytes resident at its end."""
-
-    node: int
-    start: int
-    end: int
-    active: int
-    slots_in_use: int
-    kv_bytes: int
-    #: tokens the step gave its sequences: ``active`` plus the accepted drafts
-    tokens: int = 0
-    #: KV bytes not held because sequences share a prefix (prefix caching; 0 otherwise)
-    kv_bytes_saved: int = 0
-
-
-@dataclass
-class ServingLog:
-    """The outcome of :func:`simulate`."""
-
-    setup: ServingSetup
-    requests: list[RequestLog]
-    steps: list[StepLog]
-    end_cycle: int
-    #: busy cycles per node, by role: ``prefill[i]``, ``decode[i]`` (decode steps), ``link[i]``
-    busy: dict[str, list[int]]
-    #: what prefix caching reused (None without it)
-    prefixes: PrefixTracker | None = None
 
 
 class _Signal:
@@ -180,15 +141,21 @@ class _DecodeNode:
     index: int
     table: SlotTable
     wake: _Signal
+    #: the node's sequences that are stepping, and what their steps give (:mod:`decode_books`)
+    book: StepwiseBook | RunBook
     #: sequences whose cache has arrived and that join at the next step
     arrived: list[RequestLog] = field(default_factory=list)
-    #: sequences with a reserved slot whose cache is still crossing the link
+    #: sequences with a reserved slot whose cache is still crossing the link (or being prefilled)
     incoming: list[RequestLog] = field(default_factory=list)
-    active: list[RequestLog] = field(default_factory=list)
+
+    def hold(self, log: RequestLog) -> None:
+        """A slot is reserved for ``log``: its cache is on its way (or being prefilled here)."""
+        self.incoming.append(log)
+        self.book.hold(log)
 
 
 class _Serving:
-    def __init__(self, env: simpy.Environment, requests: list[Request], setup: ServingSetup) -> None:
+    def __init__(self, env: simpy.Environment, requests: list[Request], setup: ServingSetup, stepwise: bool) -> None:
         self.env, self.setup = env, setup
         self.logs = [RequestLog(r) for r in sorted(requests, key=lambda r: (r.arrival_cycle, r.id))]
         self.waiting: deque[RequestLog] = deque()
@@ -197,13 +164,13 @@ class _Serving:
         self.done = env.event()
         self.finished = 0
         self.steps: list[StepLog] = []
-        self._draws: dict[int, np.random.Generator] = {}
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
-        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env)) for i in range(setup.decode_nodes)]
+        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), BOOKS[stepwise](i, setup, env))
+                      for i in range(setup.decode_nodes)]
         self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
@@ -239,58 +206,28 @@ class _Serving:
         yield self.env.timeout(cycles)
         busy[node] += cycles
         log.first_token = self.env.now
-        log.token_cycles.append(self.env.now)
+        log.add_token(self.env.now)
 
-    def _step_tokens(self, log: RequestLog) -> int:
-        """Tokens one step gives ``log``'s sequence: 1 plus the drafts it accepts, capped at what
-        the request still needs."""
-        spec = self.setup.speculation
-        accepted = 0
-        if spec.drafts:
-            request_id = log.request.id
-            if request_id not in self._draws:
-                self._draws[request_id] = np.random.default_rng([self.setup.seed, request_id])
-            accepted = spec.accepted(self._draws[request_id])
-        return min(1 + accepted, log.request.output_len - log.generated)
-
-    def _decode_step(self, node: _DecodeNode):
+    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
+        """One event of decode steps: as many as the node's book says nothing else can happen in
+        (at most ``most``: chunked prefill has a chunk to run after the next step)."""
+        count = node.book.steps_to_run(self.env)
+        if most is not None:
+            count = min(count, most)
         start = self.env.now
-        yield self.env.timeout(self.setup.decode_step_cycles)
-        self.busy["decode"][node.index] += self.setup.decode_step_cycles
-        tokens = 0
-        for log in node.active:
-            n = self._step_tokens(log)
-            log.token_cycles.extend([self.env.now] * n)
-            tokens += n
-        # logged before finished sequences leave, so the step's peak KV is what is recorded
-        kv_bytes, saved = (self._kv_bytes(node), 0) if self.prefixes is None else self._shared_kv_bytes(node)
-        self.steps.append(StepLog(node.index, start, self.env.now, len(node.active), node.table.in_use,
-                                  kv_bytes, tokens, saved))
-        still = []
-        for log in node.active:
-            if log.generated == log.request.output_len:
-                node.table.release(log.slot, log.request.id)
-                self._finish(log)
-            else:
-                still.append(log)
-        node.active = still
-
-    def _kv_bytes(self, node: _DecodeNode) -> int:
-        tokens = sum(self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1))
-                     for log in node.active + node.arrived + node.incoming)
-        return tokens * self.setup.kv_bytes_per_token
-
-    def _shared_kv_bytes(self, node: _DecodeNode) -> tuple[int, int]:
-        """``(held, saved)`` KV bytes of ``node`` with each shared prefix stored once."""
-        stored, saved = self.prefixes.decode_kv_tokens(
-            (log.request, self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
-            for log in node.active + node.arrived + node.incoming)
-        return stored * self.setup.kv_bytes_per_token, saved * self.setup.kv_bytes_per_token
+        cycles = count * self.setup.decode_step_cycles
+        yield self.env.timeout(cycles)
+        self.busy["decode"][node.index] += cycles
+        for log in node.book.record(start, count, node, self.steps):
+            node.table.release(log.slot, log.request.id)
+            self._finish(log)
 
     def _join(self, node: _DecodeNode) -> None:
+        if not node.arrived:
+            return
         for log in node.arrived:
             log.join = self.env.now
-        node.active.extend(node.arrived)
+        node.book.join(node.arrived)
         node.arrived = []
 
     # -- disaggregated ---------------------------------------------------------------------
@@ -313,7 +250,7 @@ class _Serving:
                 return
             log = self.ready.popleft()
             log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
-            node.incoming.append(log)
+            node.hold(log)
             self.env.process(self._transfer(log, node))
 
     def _transfer(self, log: RequestLog, node: _DecodeNode):
@@ -332,10 +269,10 @@ class _Serving:
     def _decode_node(self, node: _DecodeNode):
         while True:
             self._join(node)
-            if not node.active:
+            if not node.book.stepping:
                 yield node.wake.wait()
                 continue
-            yield from self._decode_step(node)
+            yield from self._decode_steps(node)
             self._dispatch()
 
     # -- co-located ------------------------------------------------------------------------
@@ -344,24 +281,31 @@ class _Serving:
             if self.waiting and node.table.free:
                 log = self.waiting.popleft()
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
-                node.incoming.append(log)
+                node.hold(log)
                 yield from self._prefill(log, node.index, self.busy["colocated_prefill"])
                 node.incoming.remove(log)
                 if log.request.output_len == 1:
+                    node.book.drop(log)
                     node.table.release(log.slot, log.request.id)
                     self._finish(log)
                 else:
                     node.arrived.append(log)
                 continue
             self._join(node)
-            if node.active:
-                yield from self._decode_step(node)
+            if node.book.stepping:
+                yield from self._decode_steps(node)
             else:
                 yield self.arrival.wait()
 
 
-def simulate(requests: list[Request], setup: ServingSetup) -> ServingLog:
+def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = False) -> ServingLog:
     """Serve ``requests`` until every one has all its tokens; returns the log.
+
+    ``stepwise`` advances every decode step in its own event and recomputes every sequence's
+    tokens and KV at each (the reference, :class:`~sn40l_sim.serving.decode_books.StepwiseBook`);
+    by default each sequence's steps are booked once, when it joins, and runs of steps in which
+    nothing else happens advance in one event (:class:`~sn40l_sim.serving.decode_books.RunBook`),
+    with the same log.
 
     Raises
     ------
@@ -373,7 +317,7 @@ def simulate(requests: list[Request], setup: ServingSetup) -> ServingLog:
     if any(r.output_len < 1 for r in requests):
         raise ValueError("every request generates at least one token")
     env = simpy.Environment()
-    serving = _Serving(env, requests, setup)
+    serving = _Serving(env, requests, setup, stepwise)
     env.run(until=serving.done)
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
                       int(env.now), serving.busy, serving.prefixes)

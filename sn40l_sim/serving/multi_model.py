@@ -306,7 +306,7 @@ class _Node:
         self.now += cycles
         self.run.prefill_busy[m] += cycles
         log.first_token = self.now
-        log.token_cycles.append(self.now)
+        log.add_token(self.now)
         if log.request.output_len == 1:
             self.tables[m].release(log.slot, log.request.id)
             self._finish(log)
@@ -319,7 +319,7 @@ class _Node:
         self.now += costs.decode_step_cycles
         self.run.decode_busy[m] += costs.decode_step_cycles
         for log in self.active[m]:
-            log.token_cycles.append(self.now)
+            log.add_token(self.now)
         self.run.steps[m].append(StepLog(0, start, self.now, len(self.active[m]), self.tables[m].in_use,
                                          self._live_kv(m), len(self.active[m])))
         still = []

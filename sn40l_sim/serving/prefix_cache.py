@@ -126,18 +126,40 @@ class PrefixTracker:
         return sum(h.tokens for h in self.held[node].values())
 
     def decode_kv_tokens(self, sequences: Iterable[tuple[Any, int]]) -> tuple[int, int]:
-        """``(stored, saved)`` cache tokens of a decode node's ``(request, cache tokens)`` pairs:
-        each distinct prefix stored once when decode sharing is on, else nothing saved."""
-        pairs = list(sequences)
-        total = sum(tokens for _, tokens in pairs)
-        if not self.caching.share_decode_kv:
-            return total, 0
-        users: dict[int, list[int]] = {}
-        for request, tokens in pairs:
-            if request.prefix_id >= 0 and request.prefix_len > 0:
-                users.setdefault(request.prefix_id, []).append(min(request.prefix_len, request.prompt_len - 1, tokens))
-        saved = sum(sum(lens) - max(lens) for lens in users.values())
-        return total - saved, saved
+        """``(stored, saved)`` cache tokens of a decode node's ``(request, cache tokens)`` pairs
+        (:func:`decode_kv_tokens` with this tracker's caching)."""
+        return decode_kv_tokens(self.caching, sequences)
+
+
+def has_prefix(request: Any) -> bool:
+    """Whether ``request`` starts with a shared prefix."""
+    return request.prefix_id >= 0 and request.prefix_len > 0
+
+
+def prefix_tokens(request: Any) -> int:
+    """Tokens of ``request``'s prefix that can be reused (the prompt's last token is always computed)."""
+    return min(request.prefix_len, request.prompt_len - 1)
+
+
+def decode_kv_tokens(caching: PrefixCaching, sequences: Iterable[tuple[Any, int]]) -> tuple[int, int]:
+    """``(stored, saved)`` cache tokens of a decode node's ``(request, cache tokens)`` pairs: each
+    distinct prefix stored once when decode sharing is on, else nothing saved.
+
+    >>> from sn40l_sim.serving.workload import Request
+    >>> a, b = Request(0, 0, 100, 4, prefix_id=7, prefix_len=60), Request(1, 0, 100, 4, prefix_id=7, prefix_len=60)
+    >>> decode_kv_tokens(PrefixCaching(True, 2), [(a, 100), (b, 40)]), decode_kv_tokens(PrefixCaching(False, 2), [(a, 100)])
+    ((100, 40), (100, 0))
+    """
+    pairs = list(sequences)
+    total = sum(tokens for _, tokens in pairs)
+    if not caching.share_decode_kv:
+        return total, 0
+    users: dict[int, list[int]] = {}
+    for request, tokens in pairs:
+        if has_prefix(request):
+            users.setdefault(request.prefix_id, []).append(min(prefix_tokens(request), tokens))
+    saved = sum(sum(lens) - max(lens) for lens in users.values())
+    return total - saved, saved
 
 
 def with_prefixes(requests: Sequence[Any], share: float, tokens: int, groups: int, seed: int) -> list[Any]:

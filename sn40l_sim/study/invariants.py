@@ -41,6 +41,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from sn40l_sim.errors import InvariantError
 from sn40l_sim.hardware import figures
 from sn40l_sim.serving.point import PointResult
@@ -163,8 +165,8 @@ def check_requests(log: Any, requests: Sequence[Request]) -> None:
         raise _fail("requests_served_once", f"{len(given)} requests went in, {len(served)} came out (missing "
                     f"{missing[:5]}, served more than once {twice[:5]})")
     for r in log.requests:
-        tokens, req = r.token_cycles, r.request
-        ordered = all(a <= b for a, b in zip(tokens, tokens[1:], strict=False))
+        tokens, req = r.token_array(), r.request
+        ordered = bool(np.all(tokens[1:] >= tokens[:-1]))
         if (len(tokens) != req.output_len or not ordered or r.prefill_start < req.arrival_cycle
                 or tokens[0] != r.first_token or tokens[-1] != r.finish or r.first_token < r.prefill_start):
             raise _fail("requests_served_once", f"request {req.id}: {len(tokens)} of {req.output_len} tokens, arrival "

@@ -1,0 +1,301 @@
+"""The books a decode node keeps of its sequences: step by step, or by runs of steps.
+
+The serving loop (:mod:`sn40l_sim.serving.loop`) asks a node's book how many decode steps to run
+in one event, then has it record them: the tokens each step gave its sequences, the
+:class:`~sn40l_sim.serving.serving_log.StepLog` of each step, and which sequences finished.
+
+* :class:`StepwiseBook` is the reference: one step per event; every step draws each sequence's
+  accepted drafts and recomputes the KV bytes of every sequence the node holds.
+* :class:`RunBook` does the same work once per request: when a sequence joins, its tokens per
+  step (its accepted drafts drawn in one go from its own generator, the same stream the reference
+  reads one step at a time) and its cached tokens at the end of each of its steps are added to the
+  node's arrays of steps to come, indexed by step. A step then reads its tokens and KV there, and
+  a run of steps in which nothing else can happen (no arrival, prefill, transfer or other node's
+  event before its end, no sequence finishing before its last step) is advanced in one event.
+  Nothing is reordered: every event the run skips is one of the node's own steps that changes no
+  shared state, so the serving log is identical to the reference's.
+
+With prefix caching sharing decode KV (:mod:`sn40l_sim.serving.prefix_cache`), a step's KV bytes
+lose what the node's sequences save by storing each shared prefix once. Within a run the node holds
+the same sequences, and a sequence whose cache already covers its prefix saves the same from step
+to step (its cache only grows), so one computation serves the whole run; while a stepping sequence
+with a prefix still caches fewer tokens than the prefix (a cache that starts below it), its saving
+changes from step to step, and the book runs one step per event instead.
+
+A sequence's cached tokens must grow by one per generated token from its length after prefill
+until a cap (``min(cache_tokens(p, 0) + g, cap)``), as every KV policy's ``cache_len`` does; the
+book checks that at the points where it matters and refuses a function that does not.
+
+Examples
+--------
+>>> setup_tokens = lambda p, g: min(p + g, 12)
+>>> cached_tokens(setup_tokens, 10, np.array([1, 2, 3, 4]))
+array([11, 12, 12, 12])
+>>> [a.tolist() for a in tokens_per_step(Speculation(), None, 4)]
+[[1, 1, 1, 1], [1, 2, 3, 4]]
+>>> [a.tolist() for a in tokens_per_step(Speculation(2, 1.0), np.random.default_rng(0), 7)]
+[[3, 3, 1], [3, 6, 7]]
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_tokens
+from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
+from sn40l_sim.serving.speculation import Speculation
+
+if TYPE_CHECKING:
+    import simpy
+
+    from sn40l_sim.serving.loop import ServingSetup
+
+
+def request_draws(seed: int, request_id: int) -> np.random.Generator:
+    """The generator of one request's accepted drafts: seeded by ``(seed, request id)``, so a
+    request's draws do not depend on what else is served."""
+    return np.random.default_rng([seed, request_id])
+
+
+def tokens_per_step(spec: Speculation, rng: np.random.Generator | None, remaining: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens each decode step gives a sequence that needs ``remaining`` more, and the running
+    total after each step (the sequence's generated tokens less the first).
+
+    A step gives ``1 + A`` tokens (``A`` the drafts it accepts, one uniform draw per step as
+    :meth:`Speculation.accepted` reads it), the last one capped at what is still needed; one token
+    per step without drafts (nothing drawn).
+    """
+    if not spec.drafts:
+        return np.ones(remaining, dtype=np.int64), np.arange(1, remaining + 1, dtype=np.int64)
+    # A counts the thresholds a ** j above u: the drafts less those at or below it
+    ascending = np.array([spec.acceptance ** j for j in range(spec.drafts, 0, -1)])
+    # draws for about the steps needed at the expected rate and a few more (rarely too few)
+    draws = int(remaining / spec.tokens_per_step) + 16
+    per_step = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
+    total = per_step.cumsum()
+    while total[-1] < remaining:
+        more = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
+        per_step = np.concatenate([per_step, more])
+        total = per_step.cumsum()
+    steps = int(total.searchsorted(remaining)) + 1
+    per_step, total = per_step[:steps], total[:steps]
+    per_step[-1] -= int(total[-1]) - remaining
+    total[-1] = remaining
+    return per_step, total
+
+
+def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
+    """``cache_tokens(prompt_len, g)`` for every ``g`` of the increasing array ``generated``, from
+    three calls: the function must be ``min(cache_tokens(p, 0) + g, cap)``.
+
+    Raises
+    ------
+    ValueError
+        When ``cache_tokens`` is not of that form at the points checked.
+    """
+    first = cache_tokens(prompt_len, 0)
+    most = int(generated[-1])
+    last = cache_tokens(prompt_len, most)
+    knee = last - first  # the first g at the cap (beyond ``most`` when the cap is not reached)
+    ok = 0 <= knee <= most and cache_tokens(prompt_len, knee) == last \
+        and (knee == 0 or cache_tokens(prompt_len, knee - 1) == last - 1)
+    if not ok:
+        raise ValueError(f"cache_tokens({prompt_len}, g) must grow by one token per generated token from "
+                         f"cache_tokens({prompt_len}, 0) = {first} until a cap; it is {last} at g = {most}")
+    return np.minimum(first + generated, last)
+
+
+class StepwiseBook:
+    """The reference book: one step per event, every sequence's tokens and KV recomputed each step."""
+
+    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+        self.index, self.setup = index, setup
+        self.active: list[RequestLog] = []
+        self._draws: dict[int, np.random.Generator] = {}
+
+    @property
+    def stepping(self) -> int:
+        """Sequences the next step computes."""
+        return len(self.active)
+
+    def hold(self, log: RequestLog) -> None:
+        """``log``'s cache starts occupying the node (reserved or arriving; nothing to do here)."""
+
+    def drop(self, log: RequestLog) -> None:
+        """``log``'s cache leaves the node without joining (nothing to do here)."""
+
+    def join(self, logs: list[RequestLog]) -> None:
+        """``logs`` take part in the steps from the next one on."""
+        self.active.extend(logs)
+
+    def steps_to_run(self, env: simpy.Environment) -> int:
+        """Steps to advance in the next event: always one."""
+        return 1
+
+    def _step_tokens(self, log: RequestLog) -> int:
+        spec = self.setup.speculation
+        accepted = 0
+        if spec.drafts:
+            request_id = log.request.id
+            if request_id not in self._draws:
+                self._draws[request_id] = request_draws(self.setup.seed, request_id)
+            accepted = spec.accepted(self._draws[request_id])
+        return min(1 + accepted, log.request.output_len - log.generated)
+
+    def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
+        """Give the step's tokens, log it (before finished sequences leave, so its peak KV is what
+        is recorded) and return the sequences that finished."""
+        end = start + self.setup.decode_step_cycles
+        tokens = 0
+        for log in self.active:
+            n = self._step_tokens(log)
+            log.add_token(end, n)
+            tokens += n
+        held = self.active + node.arrived + node.incoming
+        pairs = [(log.request, self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
+                 for log in held]
+        caching, bpt = self.setup.prefix_caching, self.setup.kv_bytes_per_token
+        kv, saved = (sum(n for _, n in pairs), 0) if caching is None else decode_kv_tokens(caching, pairs)
+        steps.append(StepLog(self.index, start, end, len(self.active), node.table.in_use,
+                             kv * bpt, tokens, saved * bpt))
+        finished = [log for log in self.active if log.generated == log.request.output_len]
+        self.active = [log for log in self.active if log.generated != log.request.output_len]
+        return finished
+
+
+class _Growable:
+    """An int64 array indexed by step, grown as the steps to come are known."""
+
+    def __init__(self) -> None:
+        self.values = np.zeros(256, dtype=np.int64)
+
+    def add(self, at: int, values: np.ndarray) -> None:
+        end = at + len(values)
+        if end > len(self.values):
+            grown = np.zeros(max(end, 2 * len(self.values)), dtype=np.int64)
+            grown[:len(self.values)] = self.values
+            self.values = grown
+        self.values[at:end] += values
+
+
+class RunBook:
+    """The book by requests: each sequence's tokens and cached tokens per step added once, when it
+    joins, to the node's arrays of steps to come; runs of steps in one event."""
+
+    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+        self.index, self.setup = index, setup
+        #: end cycle of every step the node took
+        self.ends: list[int] = []
+        self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
+        self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end
+        self._finishing: dict[int, list[RequestLog]] = {}
+        self._finish_steps: list[int] = []
+        self._held_tokens = 0            # cached tokens of the sequences reserved or arrived, not yet stepping
+        self.stepping = 0
+        caching = setup.prefix_caching
+        self._sharing = caching is not None and caching.share_decode_kv
+        #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
+        self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
+
+    def _first_tokens(self, log: RequestLog) -> int:
+        return self.setup.cache_tokens(log.request.prompt_len, 0)
+
+    def hold(self, log: RequestLog) -> None:
+        """``log``'s cache starts occupying the node (a slot reserved for it)."""
+        self._held_tokens += self._first_tokens(log)
+
+    def drop(self, log: RequestLog) -> None:
+        """``log``'s cache leaves the node without joining (a request of one token)."""
+        self._held_tokens -= self._first_tokens(log)
+
+    def join(self, logs: list[RequestLog]) -> None:
+        """``logs`` take part in the steps from the next one on: their tokens and cached tokens per
+        step go into the node's arrays, and each is due to finish at its last step."""
+        at = len(self.ends)
+        for log in logs:
+            self._held_tokens -= self._first_tokens(log)
+            req = log.request
+            remaining = req.output_len - log.generated
+            spec = self.setup.speculation
+            if spec.drafts:
+                per_step, generated = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
+                self._tokens.add(at, per_step)
+            else:  # one token per step: a step gives as many as it steps sequences
+                per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
+            steps = len(generated)
+            cached = cached_tokens(self.setup.cache_tokens, req.prompt_len, generated)
+            self._cached.add(at, cached)
+            if self._sharing and has_prefix(req):
+                self._prefixed[req.id] = (log, at, cached)
+            log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
+            last = at + steps - 1
+            if last not in self._finishing:
+                self._finishing[last] = []
+                heapq.heappush(self._finish_steps, last)
+            self._finishing[last].append(log)
+        self.stepping += len(logs)
+
+    def steps_to_run(self, env: simpy.Environment) -> int:
+        """Steps to advance in one event: up to the first step a sequence finishes in, and only
+        steps that end before anything else is due (the next event of the simulation)."""
+        own = self._finish_steps[0] - len(self.ends) + 1
+        if self._prefixed and not self._prefix_saving_fixed():
+            return 1
+        due = env.peek()
+        if due == float("inf"):
+            return own
+        clear = (int(due) - int(env.now) - 1) // self.setup.decode_step_cycles
+        return max(1, min(own, clear))
+
+    def _prefix_saving_fixed(self) -> bool:
+        """Whether every stepping sequence with a prefix caches at least its prefix at the next step
+        (then what sharing saves stays the same until the node's sequences change)."""
+        step = len(self.ends)
+        return all(cached[step - at] >= prefix_tokens(log.request) for log, at, cached in self._prefixed.values())
+
+    def _saved_tokens(self, node: _NodeView) -> int:
+        """Cache tokens the node's sequences save at the next step by storing each shared prefix once."""
+        step, cache_tokens = len(self.ends), self.setup.cache_tokens
+        pairs = [(log.request, int(cached[step - at])) for log, at, cached in self._prefixed.values()]
+        pairs += [(log.request, cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
+                  for log in node.arrived + node.incoming if has_prefix(log.request)]
+        return decode_kv_tokens(self.setup.prefix_caching, pairs)[1]
+
+    def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
+        """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
+        cycles, bpt, held = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token, self._held_tokens
+        # the same for every step of the run (steps_to_run runs one step while it would change)
+        saved = self._saved_tokens(node) if self._sharing else 0
+        held -= saved
+        first = len(self.ends)
+        last = first + count - 1
+        index, stepping, in_use = self.index, self.stepping, node.table.in_use
+        cached = self._cached.values[first:last + 1].tolist()
+        tokens = self._tokens.values[first:last + 1].tolist() if self.setup.speculation.drafts else [stepping] * count
+        ends = range(start + cycles, start + (count + 1) * cycles, cycles)
+        self.ends.extend(ends)
+        steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
+                      for end, kv, n in zip(ends, cached, tokens, strict=True)])
+        finished = self._finishing.pop(last, [])
+        for log in finished:
+            self._prefixed.pop(log.request.id, None)
+        if finished:
+            heapq.heappop(self._finish_steps)
+        self.stepping -= len(finished)
+        return finished
+
+
+class _NodeView(Protocol):
+    """What a book reads of its node: the slot table and the sequences held there, not stepping."""
+
+    table: SlotTable
+    arrived: list[RequestLog]
+    incoming: list[RequestLog]
+
+
+#: the book a decode node keeps, by the loop's ``stepwise`` option
+BOOKS = {True: StepwiseBook, False: RunBook}
