@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from sn40l_sim.serving.loop import ServingLog, ServingSetup
-from sn40l_sim.serving.multi_model import MultiModelRun, NodeMemory
+from sn40l_sim.serving.multi_model_specs import MultiModelRun, NodeMemory
 
 
 def model_log(run: MultiModelRun, m: int) -> ServingLog:
