@@ -68,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
         first = records[0]
-        print(f"{exp.spec.name}: {first['model']} on {first['hardware']}, {first['mode']} serving")
+        models = first['model'] if exp.spec.multi_model is None else \
+            " + ".join(dict.fromkeys(r["model"] for r in records)) + " sharing one node"
+        hardware = first['hardware'] + (f" (prefill on {first['prefill_hardware']})"
+                                        if first.get("prefill_hardware") else "")
+        print(f"{exp.spec.name}: {models} on {hardware}, {first['mode']} serving")
         print(side_by_side(records))
         for line in capping_notes(records):
             print(line)

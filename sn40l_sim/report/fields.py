@@ -40,6 +40,9 @@ RESULTS = Fields([
           csv=1, design=True, axis="point"),
     Field("model", "", "The model's name.", csv=2, design=True, axis="model"),
     Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
+    Field("prefill_hardware", "", "The prefill nodes' name when they are other hardware than the decode nodes "
+          "(the experiment's prefill_hardware; hardware is then the decode nodes').", axis="prefill hardware",
+          group="prefill_hardware", table=Row(15, "prefill hardware")),
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
     Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them (budget, sink, "
@@ -240,6 +243,81 @@ RESULTS = Fields([
               Field("prompt_tokens", "tokens", "Prompt tokens cut.", axis="prompt tokens cut"),
               Field("output_tokens", "tokens", "Output tokens cut.", axis="output tokens cut"),
           )),
+    # several models on one node (produced by an experiment's multi_model: section; the record's other
+    # served figures are those of its model's requests in that run)
+    Field("multi_model", "", "Several models on one node: the scheduler's run this record's model was served in "
+          "(sn40l_sim/serving/multi_model.py); the switch figures are the node's, over all its models.",
+          group="multi_model", parts=(
+              Field("scheduler", "", "The scheduler policy: on_demand, batch_by_model or prewarm.",
+                    axis="scheduler", table=Row(300, "scheduler")),
+              Field("served_model", "", "The name the experiment gives this record's model.", axis="served model",
+                    table=Row(301, "served model")),
+              Field("request_share", "1", "Fraction of the run's requests that asked for this model.",
+                    axis="share of requests", table=Row(302, "share of requests (%)", ".1f", 100)),
+              Field("switches", "switches", "Times the node changed the model it runs (all models).",
+                    axis="model switches", table=Row(303, "model switches (node)")),
+              Field("switches_to_model", "switches", "Times the node switched to this model.",
+                    axis="switches to this model"),
+              Field("loads", "loads", "Times this model's weights were copied into the fast tier (prewarmed ones "
+                    "included).", axis="weight loads of this model"),
+              Field("switch_time_s", "s", "Time the node waited for copies instead of computing (all models): "
+                    "weights and written-back KV over the copy bandwidth.", axis="time lost to switching",
+                    table=Row(304, "time lost to switching (s)", ".2f")),
+              Field("switch_time_fraction", "1", "switch_time_s over the run (first arrival to last token).",
+                    axis="time lost to switching (fraction)",
+                    table=Row(305, "time lost to switching (%)", ".1f", 100)),
+              Field("copied_bytes", "B", "Bytes copied into the fast tier over the run (all models).",
+                    axis="bytes copied in"),
+              Field("written_back_bytes", "B", "KV bytes of evicted models' decoding sequences written back to the "
+                    "slow tier (all models).", axis="KV bytes written back"),
+              Field("copy_bytes_per_s", "B/s", "The node's copy bandwidth from the slow tier to the fast one.",
+                    axis="copy bandwidth"),
+              Field("weight_bytes", "B", "This model's weights, node total.", axis="model weights"),
+              Field("fast_bytes", "B", "What this model holds in the fast tier while resident (weights, KV "
+                    "reserved, activations), node total.", axis="fast-tier footprint of the model"),
+              Field("fast_capacity_bytes", "B", "The fast tier's usable bytes, node total.",
+                    axis="fast tier usable"),
+              Field("peak_fast_bytes", "B", "Most bytes the resident models held in the fast tier at once.",
+                    axis="peak fast tier held"),
+              Field("slow_capacity_bytes", "B", "The slow tier's usable bytes, node total.", axis="slow tier usable"),
+              Field("peak_slow_bytes", "B", "Most bytes the slow tier held (every model's weights and the KV "
+                    "written back).", axis="peak slow tier held"),
+          )),
+    # prefix caching (produced with serving.prefix_cache: true)
+    Field("prefix_cache", "", "What reusing shared prompt prefixes saved (sn40l_sim/serving/prefix_cache.py); "
+          "empty without a workload.", group="prefix_cache", parts=(
+              Field("decode_kv_shared", "", "Whether decode nodes store a shared prefix once (false for a "
+                    "compressing policy such as SnapStream: a compressed cache cannot be extended as a prefix, "
+                    "so only the prefill reuses it)."),
+              Field("requests_with_prefix", "requests", "Requests whose prompt starts with a shared prefix.",
+                    axis="requests with a shared prefix"),
+              Field("hits", "requests", "Of those, the ones whose prefill node held the prefix.",
+                    axis="prefix cache hits"),
+              Field("hit_rate", "1", "hits over requests_with_prefix.", axis="prefix cache hit rate",
+                    table=Row(207, "prefix cache hit rate (%)", ".1f", 100)),
+              Field("prefill_tokens_saved", "tokens", "Prompt tokens not prefilled again.",
+                    axis="prefill tokens saved"),
+              Field("prefill_s_saved_mean", "s", "Prefill time the hits skipped, per served request: the TTFT "
+                    "gained directly (the queueing it spares others comes on top: compare a run without "
+                    "prefix_cache).", axis="prefill time saved per request",
+                    table=Row(208, "prefill saved per request (ms)", ".2f", 1e3)),
+              Field("kv_bytes_saved_peak", "B", "Most KV bytes a decode node did not hold after a step because "
+                    "sequences shared a prefix.", axis="peak KV saved per decode node",
+                    table=Row(209, "peak KV saved by sharing (GiB)", ".2f", 1 / 2**30)),
+              Field("kv_bytes_saved_mean", "B", "Time-weighted mean of the KV bytes saved over the decode steps.",
+                    axis="mean KV saved"),
+              Field("prefill_prefix_bytes_peak", "B", "Most KV bytes of cached prefixes a prefill node held "
+                    "(uncompressed, whatever the policy).", axis="peak prefix KV held by a prefill node"),
+          )),
+    # chunked prefill (produced with serving.prefill_chunk)
+    Field("chunked_prefill", "", "Prefill split into chunks between decode steps on co-located nodes "
+          "(sn40l_sim/serving/chunked_prefill.py); empty without a workload.", group="chunked_prefill", parts=(
+              Field("chunk_tokens", "tokens", "Prompt tokens prefilled between two decode steps.",
+                    axis="prefill chunk", table=Row(211, "prefill chunk (tokens)")),
+              Field("prefill_overhead_fraction", "1", "Prefill cycles the chunks took over those of the same "
+                    "prompts prefilled whole, less 1 (what chunking costs).", axis="chunking prefill overhead",
+                    table=Row(212, "chunking prefill overhead (%)", ".1f", 100)),
+          )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
         Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "
               "node; empty without a workload.", keys=("role",), is_list=True),
@@ -278,7 +356,7 @@ RESULTS = Fields([
                     "timing its steps, and serving its workload.", axis="simulator wall time"),
               Field("ratio", "1", "simulated_s over wall_s: how many times faster than real time the point was "
                     "simulated; empty without a workload.", axis="simulated s per wall s",
-                    table=Row(300, "speed (simulated s / wall s)", ".0f")),
+                    table=Row(400, "speed (simulated s / wall s)", ".0f")),
           )),
     # the run's own checks
     Field("invariants", "", "The physical invariants checked on this point, all of which held (a violated one stops "

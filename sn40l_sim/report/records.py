@@ -21,6 +21,7 @@ from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.report import metrics
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.prefix_fields import chunked_prefill_fields, prefix_cache_fields
 from sn40l_sim.report.slo import SLO, served_slo_fields
 from sn40l_sim.serving.point import PointResult
 
@@ -103,6 +104,10 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     roofline_s = memory_roofline_s(result.decode, s.node.socket)
     kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
     reserved = {tier: spec.reserved_bytes for tier, spec in s.node.socket.memory.items()}
+    # prefill nodes of other hardware: their own clock and reserved memory
+    prefill_node = s.prefill_node if s.prefill_node is not None else s.node
+    prefill_clock = prefill_node.socket.clock_hz
+    prefill_reserved = {tier: spec.reserved_bytes for tier, spec in prefill_node.socket.memory.items()}
     record = {
         "experiment": experiment,
         "name": s.name,
@@ -123,7 +128,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "ttft_s": lat["ttft_s"]["mean"] if served else None,
         "tpot_s": lat["tpot_s"]["mean"] if served else None,
         "latency": lat,
-        "prefill_s": result.prefill.cycles / clock,
+        "prefill_s": result.prefill.cycles / prefill_clock,
         "prefill_cycles": int(result.prefill.cycles),
         "prefill_kernel_cycles": kernel_cycles,
         "prefill_kernel_share": dict(sorted(result.prefill.layer_shares().items())),
@@ -144,7 +149,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "kv_transfer_bytes": result.transfer_bytes,
         "kv_transfer_s": result.transfer_cycles / clock,
         "memory": memory_table(result.memory, reserved),
-        "memory_prefill_node": memory_table(result.prefill_memory, reserved),
+        "memory_prefill_node": memory_table(result.prefill_memory, prefill_reserved),
         "throughput": metrics.throughput(log, clock) if served else None,
         "utilisation": {
             "nodes": metrics.node_utilisation(log) if served else None,
@@ -166,4 +171,10 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
                       dict.fromkeys(("slo", "goodput_requests_per_s", "goodput_tokens_per_s")))
     if "trace" in extra_fields:
         record["trace_capped"] = metrics.capped_lengths(log) if served else None
+    if "prefix_cache" in extra_fields:
+        record.update(prefix_cache_fields(log, clock) if served else {"prefix_cache": None})
+    if "prefill_hardware" in extra_fields:
+        record["prefill_hardware"] = prefill_node.name
+    if "chunked_prefill" in extra_fields:
+        record.update(chunked_prefill_fields(log, s.prefill_chunk) if served else {"chunked_prefill": None})
     return record

@@ -15,6 +15,13 @@ in one event, then has it record them: the tokens each step gave its sequences, 
   Nothing is reordered: every event the run skips is one of the node's own steps that changes no
   shared state, so the serving log is identical to the reference's.
 
+With prefix caching sharing decode KV (:mod:`sn40l_sim.serving.prefix_cache`), a step's KV bytes
+lose what the node's sequences save by storing each shared prefix once. Within a run the node holds
+the same sequences, and a sequence whose cache already covers its prefix saves the same from step
+to step (its cache only grows), so one computation serves the whole run; while a stepping sequence
+with a prefix still caches fewer tokens than the prefix (a cache that starts below it), its saving
+changes from step to step, and the book runs one step per event instead.
+
 A sequence's cached tokens must grow by one per generated token from its length after prefill
 until a cap (``min(cache_tokens(p, 0) + g, cap)``), as every KV policy's ``cache_len`` does; the
 book checks that at the points where it matters and refuses a function that does not.
@@ -38,6 +45,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_tokens
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
 from sn40l_sim.serving.speculation import Speculation
 
@@ -148,9 +156,12 @@ class StepwiseBook:
             log.add_token(end, n)
             tokens += n
         held = self.active + node.arrived + node.incoming
-        kv = sum(self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1)) for log in held)
+        pairs = [(log.request, self.setup.cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
+                 for log in held]
+        caching, bpt = self.setup.prefix_caching, self.setup.kv_bytes_per_token
+        kv, saved = (sum(n for _, n in pairs), 0) if caching is None else decode_kv_tokens(caching, pairs)
         steps.append(StepLog(self.index, start, end, len(self.active), node.table.in_use,
-                             kv * self.setup.kv_bytes_per_token, tokens))
+                             kv * bpt, tokens, saved * bpt))
         finished = [log for log in self.active if log.generated == log.request.output_len]
         self.active = [log for log in self.active if log.generated != log.request.output_len]
         return finished
@@ -185,6 +196,10 @@ class RunBook:
         self._finish_steps: list[int] = []
         self._held_tokens = 0            # cached tokens of the sequences reserved or arrived, not yet stepping
         self.stepping = 0
+        caching = setup.prefix_caching
+        self._sharing = caching is not None and caching.share_decode_kv
+        #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
+        self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
 
     def _first_tokens(self, log: RequestLog) -> int:
         return self.setup.cache_tokens(log.request.prompt_len, 0)
@@ -212,7 +227,10 @@ class RunBook:
             else:  # one token per step: a step gives as many as it steps sequences
                 per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
             steps = len(generated)
-            self._cached.add(at, cached_tokens(self.setup.cache_tokens, req.prompt_len, generated))
+            cached = cached_tokens(self.setup.cache_tokens, req.prompt_len, generated)
+            self._cached.add(at, cached)
+            if self._sharing and has_prefix(req):
+                self._prefixed[req.id] = (log, at, cached)
             log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
             last = at + steps - 1
             if last not in self._finishing:
@@ -225,15 +243,34 @@ class RunBook:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
         steps that end before anything else is due (the next event of the simulation)."""
         own = self._finish_steps[0] - len(self.ends) + 1
+        if self._prefixed and not self._prefix_saving_fixed():
+            return 1
         due = env.peek()
         if due == float("inf"):
             return own
         clear = (int(due) - int(env.now) - 1) // self.setup.decode_step_cycles
         return max(1, min(own, clear))
 
+    def _prefix_saving_fixed(self) -> bool:
+        """Whether every stepping sequence with a prefix caches at least its prefix at the next step
+        (then what sharing saves stays the same until the node's sequences change)."""
+        step = len(self.ends)
+        return all(cached[step - at] >= prefix_tokens(log.request) for log, at, cached in self._prefixed.values())
+
+    def _saved_tokens(self, node: _NodeView) -> int:
+        """Cache tokens the node's sequences save at the next step by storing each shared prefix once."""
+        step, cache_tokens = len(self.ends), self.setup.cache_tokens
+        pairs = [(log.request, int(cached[step - at])) for log, at, cached in self._prefixed.values()]
+        pairs += [(log.request, cache_tokens(log.request.prompt_len, max(0, log.generated - 1)))
+                  for log in node.arrived + node.incoming if has_prefix(log.request)]
+        return decode_kv_tokens(self.setup.prefix_caching, pairs)[1]
+
     def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
         cycles, bpt, held = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token, self._held_tokens
+        # the same for every step of the run (steps_to_run runs one step while it would change)
+        saved = self._saved_tokens(node) if self._sharing else 0
+        held -= saved
         first = len(self.ends)
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
@@ -241,9 +278,11 @@ class RunBook:
         tokens = self._tokens.values[first:last + 1].tolist() if self.setup.speculation.drafts else [stepping] * count
         ends = range(start + cycles, start + (count + 1) * cycles, cycles)
         self.ends.extend(ends)
-        steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n)
+        steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
                       for end, kv, n in zip(ends, cached, tokens, strict=True)])
         finished = self._finishing.pop(last, [])
+        for log in finished:
+            self._prefixed.pop(log.request.id, None)
         if finished:
             heapq.heappop(self._finish_steps)
         self.stepping -= len(finished)

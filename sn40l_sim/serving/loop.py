@@ -25,7 +25,11 @@ knows nothing of kernels:
 * **By requests**: a node's book (:mod:`sn40l_sim.serving.decode_books`) takes each sequence's
   tokens and cached tokens for all its steps when it joins, and a run of steps that ends before
   anything else is due advances in one event; ``stepwise=True`` walks every step and sequence
-  instead (the reference: the same log).
+  instead (the reference: the same log). Prefix caching (``prefix_caching``,
+  :mod:`sn40l_sim.serving.prefix_cache`) shortens prefills that reuse a held prefix and stores a
+  prefix shared on a decode node once; chunked prefill (``prefill_chunk``,
+  :mod:`sn40l_sim.serving.chunked_prefill`) alternates a co-located node's prefill chunks with
+  single decode steps. Both work by requests and step by step alike.
 
 Examples
 --------
@@ -49,7 +53,9 @@ from typing import Literal
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
 from sn40l_sim.serving.decode_books import BOOKS, RunBook, StepwiseBook
+from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
@@ -85,6 +91,12 @@ class ServingSetup:
         Drafts verified per step and their acceptance rate (none by default: one token per step).
     seed : int
         Seeds the draws of accepted drafts (with each request's id).
+    prefix_caching : PrefixCaching or None
+        Reuse of shared prompt prefixes (:mod:`sn40l_sim.serving.prefix_cache`; None: every prompt
+        prefilled and stored whole).
+    prefill_chunk : int or None
+        Co-located: prompt tokens prefilled between two decode steps
+        (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -99,6 +111,8 @@ class ServingSetup:
     slot_cache_tokens: int
     speculation: Speculation = field(default_factory=Speculation)
     seed: int = 0
+    prefix_caching: PrefixCaching | None = None
+    prefill_chunk: int | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -158,11 +172,16 @@ class _Serving:
         self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), BOOKS[stepwise](i, setup, env))
                       for i in range(setup.decode_nodes)]
         self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
+        self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
+            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
         env.process(self._arrivals())
         for i in range(n_prefill):
             env.process(self._prefill_node(i))
         for node in self.nodes:
-            env.process(self._colocated_node(node) if colocated else self._decode_node(node))
+            if colocated and setup.prefill_chunk is not None:
+                env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
+            else:
+                env.process(self._colocated_node(node) if colocated else self._decode_node(node))
 
     # -- shared pieces ---------------------------------------------------------------------
     def _arrivals(self):
@@ -175,20 +194,26 @@ class _Serving:
     def _finish(self, log: RequestLog) -> None:
         log.finish = self.env.now
         self.finished += 1
+        if self.prefixes is not None:
+            self.prefixes.release(log.request)
         if self.finished == len(self.logs):
             self.done.succeed()
 
     def _prefill(self, log: RequestLog, node: int, busy: list[int]):
         log.prefill_node, log.prefill_start = node, self.env.now
-        cycles = self.setup.prefill_cycles(log.request.prompt_len)
+        cycles = self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
+            self.prefixes.prefill_cycles(log.request, node)   # a held prefix is not prefilled again
         yield self.env.timeout(cycles)
         busy[node] += cycles
         log.first_token = self.env.now
         log.add_token(self.env.now)
 
-    def _decode_steps(self, node: _DecodeNode):
-        """One event of decode steps: as many as the node's book says nothing else can happen in."""
+    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
+        """One event of decode steps: as many as the node's book says nothing else can happen in
+        (at most ``most``: chunked prefill has a chunk to run after the next step)."""
         count = node.book.steps_to_run(self.env)
+        if most is not None:
+            count = min(count, most)
         start = self.env.now
         cycles = count * self.setup.decode_step_cycles
         yield self.env.timeout(cycles)
@@ -295,4 +320,4 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
     serving = _Serving(env, requests, setup, stepwise)
     env.run(until=serving.done)
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
-                      int(env.now), serving.busy)
+                      int(env.now), serving.busy, serving.prefixes)

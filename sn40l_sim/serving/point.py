@@ -53,6 +53,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
@@ -89,6 +90,12 @@ class PointSetup:
     graph_options: dict = field(default_factory=dict)
     #: uses (weights, kv, activations) that may be placed outside the first memory tier
     may_spill: tuple[str, ...] = ("activations",)
+    #: reuse shared prompt prefixes (serving/prefix_cache.py)
+    prefix_cache: bool = False
+    #: co-located: prompt tokens prefilled between two decode steps (serving/chunked_prefill.py)
+    prefill_chunk: int | None = None
+    #: the prefill nodes' hardware when it is not ``node``'s (disaggregated; None: the same)
+    prefill_node: Any = None
 
 
 @dataclass
@@ -124,10 +131,13 @@ class _Memory:
     """Memory checks of one point (memoised per batch)."""
 
     def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
-                 costs: StepCosts) -> None:
+                 costs: StepCosts, prefill_place: MemoryPlacer | None = None,
+                 prefill_costs: StepCosts | None = None) -> None:
         self.s, self.include_mtp, self.footprint = s, include_mtp, footprint
         self.static_len = footprint.slots
         self.place, self.costs = place, costs
+        # the prefill node's placer and graphs when its hardware differs from the decode node's
+        self.prefill_place, self.prefill_costs = prefill_place or place, prefill_costs or costs
         self._cache: dict[int, Any] = {}
 
     def _kv(self, phase: str, plan: Any, batch: int, cache_len: int) -> int:
@@ -137,14 +147,14 @@ class _Memory:
 
     def _prefill_activations(self) -> int:
         with located("graph_options"):
-            return self.costs.prefill_activation_bytes(self.s.prompt_len)
+            return self.prefill_costs.prefill_activation_bytes(self.s.prompt_len)
 
     def prefill_kv(self) -> int:
         return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
 
     def prefill_fits(self) -> Any:
-        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations()),
-                                   "one prompt on a prefill node")
+        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
+                                                place=self.prefill_place), "one prompt on a prefill node")
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
@@ -164,8 +174,9 @@ class _Memory:
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
 
-    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None) -> Any:
-        return place_socket(self.place, self.s.may_spill, plan, kv, act, store)
+    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
+                place: MemoryPlacer | None = None) -> Any:
+        return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)
 
     def _spilled(self, placement: Any) -> dict[str, int]:
         return spilled_uses(placement, self.s.may_spill)
@@ -255,10 +266,25 @@ def check_plans(s: PointSetup) -> None:
     InputError
         Naming the :class:`PointSetup` field (``prefill_plan`` or ``decode_plan``).
     """
-    for phase, plan in (("prefill", s.prefill_plan), ("decode", s.decode_plan)):
-        if plan.sockets > s.node.sockets:
-            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {s.node.name} has "
-                             f"{s.node.sockets}", field=f"{phase}_plan")
+    prefill_node = s.prefill_node if s.prefill_node is not None else s.node
+    for phase, plan, node in (("prefill", s.prefill_plan, prefill_node), ("decode", s.decode_plan, s.node)):
+        if plan.sockets > node.sockets:
+            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {node.name} has "
+                             f"{node.sockets}", field=f"{phase}_plan")
+
+
+def prefix_caching(s: PointSetup, kv_bytes_per_token: int, prefill_memory: Any) -> PrefixCaching | None:
+    """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
+    prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
+    a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in what its placement
+    (``prefill_memory``, per socket) leaves free of the first tier, over the prefill plan's sockets."""
+    if not s.prefix_cache:
+        return None
+    first = prefill_memory.first_tier
+    free = prefill_memory.capacity[first] - sum(prefill_memory.by_tier[first].values())
+    return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
+                         kv_bytes_per_token=kv_bytes_per_token,
+                         capacity_tokens=max(0, int(free)) * s.prefill_plan.sockets // kv_bytes_per_token)
 
 
 def check_context(s: PointSetup) -> None:
@@ -278,7 +304,8 @@ def check_context(s: PointSetup) -> None:
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
-                   place: MemoryPlacer) -> PointResult:
+                   place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
+                   prefill_place: MemoryPlacer | None = None) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -292,6 +319,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     place : callable
         ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket
         (:func:`~sn40l_sim.mapper.memory.place_memory` bound to the node and the model).
+    prefill_costs, prefill_place : optional
+        The same bound to the prefill node, required when ``s.prefill_node`` is set (prefill nodes
+        of other hardware than the decode nodes); their prefill cycles are counted in the decode
+        node's clock by the serving loop.
 
     Raises
     ------
@@ -314,7 +345,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens + drafts)
     check_plans(s)
     check_context(s)
-    memory = _Memory(s, include_mtp, footprint, place, costs)
+    if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
+        raise ValueError("a prefill node of its own needs its step costs and memory placer")
+    prefill_costs = prefill_costs or costs
+    memory = _Memory(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
@@ -327,7 +361,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = costs.prefill(prefill_len, memory=prefill_node_memory)
+        prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory)
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
@@ -340,7 +374,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            prefill_cycles[size] = int(costs.prefill(size, memory=prefill_node_memory).cycles)
+            cycles = int(prefill_costs.prefill(size, memory=prefill_node_memory).cycles)
+            if s.prefill_node is not None:   # the serving loop counts the decode node's clock
+                cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
+            prefill_cycles[size] = cycles
         return prefill_cycles[size]
 
     def transfer_for(prompt_len: int) -> int:
@@ -363,7 +400,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed)
+                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token, prefill_node_memory),
+                         prefill_chunk=s.prefill_chunk)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

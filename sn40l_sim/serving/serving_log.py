@@ -26,6 +26,7 @@ from sn40l_sim.serving.workload import Request
 
 if TYPE_CHECKING:
     from sn40l_sim.serving.loop import ServingSetup
+    from sn40l_sim.serving.prefix_cache import PrefixTracker
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class StepLog(NamedTuple):
     kv_bytes: int
     #: tokens the step gave its sequences: ``active`` plus the accepted drafts
     tokens: int = 0
+    #: KV bytes not held because sequences share a prefix (prefix caching; 0 otherwise)
+    kv_bytes_saved: int = 0
 
 
 @dataclass
@@ -136,3 +139,5 @@ class ServingLog:
     end_cycle: int
     #: busy cycles per node, by role: ``prefill[i]``, ``decode[i]`` (decode steps), ``link[i]``
     busy: dict[str, list[int]]
+    #: what prefix caching reused (None without it)
+    prefixes: PrefixTracker | None = None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.serving.prefix_cache import with_prefixes
 from sn40l_sim.serving.traces import TraceRow, select_window
 
 
@@ -47,6 +48,10 @@ class Request:
     capped_prompt_tokens: int = 0
     #: output tokens cut to fit ``max_new_tokens`` (a trace with ``cap_lengths``; 0 otherwise)
     capped_output_tokens: int = 0
+    #: the shared prefix its prompt starts with (-1: none) and that prefix's tokens
+    #: (:mod:`sn40l_sim.serving.prefix_cache`)
+    prefix_id: int = -1
+    prefix_len: int = 0
 
 
 def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: int) -> list[int]:
@@ -132,9 +137,13 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     for _, p, o, where in rows:
         _check_lengths(p, o, prompt_len, max_new_tokens, where=where)
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
-    return [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
-                    *(capped[i] if capped is not None else (0, 0)))
-            for new_id, i in enumerate(order)]
+    requests = [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
+                        *(capped[i] if capped is not None else (0, 0)))
+                for new_id, i in enumerate(order)]
+    prefix = getattr(spec, "prefix", None)
+    if prefix is not None:   # drawn from a stream of their own: the requests' other draws do not move
+        requests = with_prefixes(requests, prefix.share, prefix.tokens, prefix.groups, seed)
+    return requests
 
 
 def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, max_new_tokens: int

@@ -26,7 +26,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,8 @@ class Assembly:
     graph_template : KernelTemplates, optional
         The template ``graph_options.template`` names, already loaded (else loaded by the graph
         builder from its path).
+    prefill_node : NodeSpec, optional
+        The prefill nodes' hardware when it is not :attr:`node` (the experiment's ``prefill_hardware``).
     """
 
     experiment: Experiment
@@ -132,6 +134,8 @@ class Assembly:
     #: graphs built for the points, by what builds them: the graphs do not depend on the node, so
     #: an assembly replaced with other hardware (``validate``, ``calibrate``) shares this store
     graphs: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the prefill nodes' hardware when the experiment names a file of its own (prefill_hardware)
+    prefill_node: NodeSpec | None = None
 
     @cached_property
     def points(self) -> list[Point]:
@@ -182,7 +186,8 @@ class Assembly:
             batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
             max_new_tokens=self.experiment.max_new_tokens, speculation=self.experiment.speculation,
             seed=serving.seed, kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
-            may_spill=spec.memory.may_spill)
+            may_spill=spec.memory.may_spill, prefix_cache=serving.prefix_cache,
+            prefill_chunk=serving.prefill_chunk, prefill_node=self.prefill_node)
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""
@@ -199,6 +204,14 @@ class Assembly:
                   context_len)
         return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
                           engine=engine, context_len=context_len, graphs=self.graphs.setdefault(builds, {}))
+
+    def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
+        """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are
+        hardware of their own (an empty dict otherwise)."""
+        if self.prefill_node is None:
+            return {}
+        other = replace(self, node=self.prefill_node, prefill_node=None)
+        return {"prefill_costs": other.step_timer(setup), "prefill_place": other.memory_placer(setup.model)}
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:
         """The memory placer of this node and ``model`` (default: the experiment's), in the
@@ -313,4 +326,12 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
                                "speculative decoding drafts with the model's multi-token-prediction module "
                                "(leave serving.speculative out, or set drafts: 0)")
-    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment))
+    prefill_node = None
+    if spec.prefill_hardware is not None:
+        prefill_node = load_hardware(named_file(experiment, ("prefill_hardware",), spec.prefill_hardware,
+                                                "prefill hardware"))
+        if hardware_overrides:
+            prefill_node = with_overrides(prefill_node, hardware_overrides)
+        memory_order(experiment, prefill_node)
+    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment),
+                    prefill_node=prefill_node)

@@ -7,6 +7,10 @@ and hands them, as spec objects, to the serving model.
 
 Sections:
 
+``prefill_hardware``
+    The prefill nodes' node file when they are other hardware than the decode nodes (``hardware``);
+    disaggregated serving only. Prefill is timed and its memory placed on it, its cycles counted in
+    the decode node's clock; the KV crosses the decode node's host link.
 ``prompt_lens``
     Prompt lengths to simulate (default: ``[shape.prompt_len]``). Each policy runs at each length.
 ``policies[i].prompt_fraction`` / ``policies[i].per_prompt``
@@ -21,7 +25,9 @@ Sections:
     ``kind: fixed`` (``count`` identical requests, or an explicit ``requests`` list),
     ``kind: poisson`` (``rate_per_s``, ``count``, length distributions) or ``kind: trace``
     (a CSV or JSONL file of ``arrival_s, prompt_len, output_len``). ``count: batch`` means as many
-    requests as the decode batch has slots (times ``rounds``).
+    requests as the decode batch has slots (times ``rounds``). Any kind may say which requests share
+    a prompt prefix: ``prefix: {share: 0.6, tokens: 1024, groups: 4}`` (drawn with ``serving.seed``;
+    :mod:`sn40l_sim.serving.prefix_cache`).
 ``serving``
     ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
@@ -33,6 +39,10 @@ Sections:
     sequence and step from ``seed``; a full cache's static slot holds ``max_new_tokens + k``
     tokens; the model needs an ``mtp`` section), ``kv_transfer`` and ``seed``. The former
     ``tokens_per_forward`` multiplier is refused with a message saying what to write instead.
+    ``prefix_cache: true`` reuses the prefixes the workload says requests share (a held prefix is
+    not prefilled again, decode nodes store it once; with a compressing policy such as SnapStream
+    prefill reuse only). ``prefill_chunk`` (co-located): at most that many prompt tokens between two
+    decode steps (:mod:`sn40l_sim.serving.chunked_prefill`).
 ``slo``
     Service-level objectives: ``ttft`` and/or ``tpot``, each ``{max_s, percentile}`` (a bound on
     that percentile of the served requests' latency). The results then carry the ``slo`` group:
@@ -42,6 +52,13 @@ Sections:
     The highest arrival rate at which every SLO holds, by bisection between ``low_per_s`` and
     ``high_per_s`` (``probes``, ``tolerance``) on a Poisson workload's rate or a trace's arrival
     rate (:mod:`sn40l_sim.study.rate_search`); needs ``slo``.
+``multi_model``
+    Several models on one co-located node (``models``: name, model file, share of the requests,
+    compiled ``batch``; ``schedulers``: ``on_demand``, ``batch_by_model``, ``prewarm``;
+    ``quantum_s``; ``weights_tier``): every model's weights in the slow tier, the ones the node runs
+    in the fast tier, a switch costing the bytes copied over the slower tier's bandwidth
+    (:mod:`sn40l_sim.study.multi_model_section`, :mod:`sn40l_sim.serving.multi_model`). One record
+    per scheduler and model, with the ``multi_model`` group of fields.
 ``report``
     ``extra_fields``: opt-in groups of results fields (``kv_policies``: where a sequence's KV lives
     per token of context, the fractions of tokens, bits and layers it keeps, a decode step's
@@ -103,6 +120,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
+from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401
 from sn40l_sim.study.serving_section import (  # noqa: F401
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
@@ -198,6 +216,8 @@ class ExperimentSpec(StrictModel):
     #: also the output folder's name (``out/<name>``)
     name: PlainName
     hardware: str
+    #: the prefill nodes' hardware when it differs from ``hardware`` (the decode nodes'; disaggregated)
+    prefill_hardware: str | None = None
     model: str
     model_overrides: dict[str, Any] = Field(default_factory=dict)
     parallel: ParallelSection = ParallelSection()
@@ -210,6 +230,8 @@ class ExperimentSpec(StrictModel):
     slo: SLOSection | None = None
     #: search for the highest arrival rate under the SLOs (study/rate_search.py)
     rate_search: RateSearchSection | None = None
+    #: several models served by one node under scheduler policies (study/multi_model_section.py)
+    multi_model: MultiModelSection | None = None
     memory: MemorySection = MemorySection()
     execution: ExecutionSection = ExecutionSection()
     report: ReportSection = ReportSection()

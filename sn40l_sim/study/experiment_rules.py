@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.study.multi_model_section import check_multi_model
 from sn40l_sim.study.serving_section import FixedWorkload, LognormalLength, UniformLength
 from sn40l_sim.yamlio import FieldPath
 
@@ -78,12 +79,32 @@ def check_experiment(exp: Experiment) -> None:
             raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
         if spec.workload is None or spec.workload.kind not in ("poisson", "trace"):
             raise exp.error(("rate_search",), "a rate search varies the arrival rate of a poisson or trace workload")
+    check_multi_model(exp)
+    if serving.prefix_cache and (spec.workload is None or getattr(spec.workload, "prefix", None) is None):
+        raise exp.error(("serving", "prefix_cache"), "no request shares a prefix: say which do with "
+                        "workload.prefix: {share: 0.5, tokens: 2048, groups: 4}")
+    if spec.prefill_hardware is not None and serving.mode != "disaggregated":
+        raise exp.error(("prefill_hardware",), "co-located nodes prefill on their own hardware: a prefill node "
+                        "file needs mode: disaggregated")
+    if serving.prefill_chunk is not None and serving.mode != "colocated":
+        raise exp.error(("serving", "prefill_chunk"), "chunked prefill shares a co-located node's turns with "
+                        "decode: set mode: colocated (prefill nodes of disaggregated serving do not decode)")
+    if serving.prefill_chunk is not None and (serving.prefix_cache or spec.multi_model is not None):
+        raise exp.error(("serving", "prefill_chunk"), "chunked prefill with prefix caching or several models is "
+                        "not supported; remove one of them")
+    if serving.prefix_cache and spec.multi_model is not None:
+        raise exp.error(("serving", "prefix_cache"), "prefix caching with several models on a node is not "
+                        "supported; remove serving.prefix_cache or multi_model")
 
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields
 AUTOMATIC_GROUPS = {"slo": "the experiment's slo: section", "trace": "a trace workload",
                     "rate_search": "the experiment's rate_search: section",
-                    "speed": "every point the runner simulates (study/runner.py, with_speed)"}
+                    "speed": "every point the runner simulates (study/runner.py, with_speed)",
+                    "multi_model": "the experiment's multi_model: section",
+                    "prefix_cache": "serving.prefix_cache: true",
+                    "chunked_prefill": "serving.prefill_chunk",
+                    "prefill_hardware": "the experiment's prefill_hardware"}
 
 
 def record_groups(exp: Experiment) -> tuple[str, ...]:
@@ -91,7 +112,10 @@ def record_groups(exp: Experiment) -> tuple[str, ...]:
     with an ``slo`` section and ``trace`` with a trace workload."""
     spec = exp.spec
     automatic = (("slo",) if spec.slo is not None else ()) + \
-        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ())
+        (("trace",) if spec.workload is not None and spec.workload.kind == "trace" else ()) + \
+        (("prefix_cache",) if spec.serving.prefix_cache else ()) + \
+        (("chunked_prefill",) if spec.serving.prefill_chunk is not None else ()) + \
+        (("prefill_hardware",) if spec.prefill_hardware is not None else ())
     # rate_search's fields are added by the search itself (study/rate_search.py), next to these
     return tuple(spec.report.extra_fields) + automatic
 

@@ -43,15 +43,19 @@ def survey() -> list[tuple[Path, str | None]]:
     >>> for path, why in survey():
     ...     print(path.name, "-", why or "golden")
     azure_conv.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
+    chunked_prefill.yaml - a sweep over prefill_chunk: too long for a golden (the goldens hold the experiments without a sweep)
     deepseek_sweep.yaml - a sweep over serving.batch, shape.prompt_len: too long for a golden (the goldens hold the experiments without a sweep)
     deepseek_tp16.yaml - golden
+    hetero_nodes.yaml - a sweep over prefill_nodes: too long for a golden (the goldens hold the experiments without a sweep)
     kernel_looping.yaml - a sweep over model, sockets, tp_prefill, tp, looping: too long for a golden (the goldens hold the experiments without a sweep)
     kv_policies.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
     llama8b_node8.yaml - golden
     long_context_1m.yaml - golden
     map_deepseek_tp16.yaml - no workload: an experiment for map, which reports no results record
     max_rate.yaml - a rate search: a bisection over many served runs, which tests/study/test_rate_search.py checks, not one point's figures
+    multi_model.yaml - several models on one node: runs of every scheduler, which tests/study/test_multi_model_run.py and tests/serving/test_multi_model.py check
     per_user_speed.yaml - a sweep over model, speculative: too long for a golden (the goldens hold the experiments without a sweep)
+    prefix_cache.yaml - a sweep over prefix_cache: too long for a golden (the goldens hold the experiments without a sweep)
     snapstream_table5.yaml - golden
     socket_scaling.yaml - a sweep over model, sockets, tp_prefill, tp: too long for a golden (the goldens hold the experiments without a sweep)
     """
@@ -71,6 +75,9 @@ def survey() -> list[tuple[Path, str | None]]:
                               "goldens hold the experiments without a sweep)"))
         elif "workload" not in data:
             out.append((path, "no workload: an experiment for map, which reports no results record"))
+        elif "multi_model" in data:
+            out.append((path, "several models on one node: runs of every scheduler, which "
+                              "tests/study/test_multi_model_run.py and tests/serving/test_multi_model.py check"))
         elif "rate_search" in data:
             out.append((path, "a rate search: a bisection over many served runs, which tests/study/test_rate_search.py "
                               "checks, not one point's figures"))

@@ -139,6 +139,20 @@ def check_memory(placements: Sequence[Any], log: Any) -> None:
                         f"{reserved} B for {slots} slots")
 
 
+def check_prefixes(log: Any) -> None:
+    """``memory_within_capacity`` for prefix caching: the prefixes a prefill node held stayed within
+    the room its memory placement left, and every one was freed with its last user."""
+    prefixes = getattr(log, "prefixes", None) if log is not None else None
+    if prefixes is None:
+        return
+    capacity = prefixes.caching.capacity_tokens
+    if capacity is not None and prefixes.peak_prefill_prefix_tokens > capacity:
+        raise _fail("memory_within_capacity", f"a prefill node held {prefixes.peak_prefill_prefix_tokens} prefix "
+                    f"tokens, above the {capacity} its free memory holds")
+    if any(prefixes.held) or prefixes.holder:
+        raise _fail("memory_within_capacity", "prefixes still held after every request finished")
+
+
 def check_requests(log: Any, requests: Sequence[Request]) -> None:
     """``requests_served_once``: the requests that went in come out once each, whole, in order."""
     if log is None:
@@ -195,11 +209,13 @@ def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequen
         The first invariant the point breaks, naming it and the point.
     """
     try:
-        for timing in (result.prefill, result.decode):
+        prefill_node = result.setup.prefill_node if result.setup.prefill_node is not None else result.setup.node
+        for timing, node in ((result.prefill, prefill_node), (result.decode, result.setup.node)):
             check_bytes(timing.tier_bytes, (k.tier_bytes for k in timing.kernels), timing.link_bytes, timing.phase)
-            check_peaks(timing, result.setup.node)
+            check_peaks(timing, node)
         check_requests(result.log, requests)
         check_memory([p for p in (result.memory, result.prefill_memory) if p is not None], result.log)
+        check_prefixes(result.log)
         check_fractions(record)
     except InvariantError as exc:
         exc.point = result.setup.name
@@ -208,4 +224,5 @@ def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequen
 
 
 __all__ = ["INVARIANTS", "NAMES", "check_bytes", "check_fractions", "check_memory", "check_peaks", "check_point",
+           "check_prefixes",
            "check_requests"]

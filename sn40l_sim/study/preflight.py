@@ -29,8 +29,9 @@ from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.point import PointSetup, check_context, check_plans, located, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
-from sn40l_sim.study.assemble import Assembly, load_graph_template, plan_of, read_trace_rows
+from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, plan_of, read_trace_rows
 from sn40l_sim.study.experiment import Experiment, Point
+from sn40l_sim.study.multi_model_run import node_tiers
 from sn40l_sim.study.rate_search import base_rate
 from sn40l_sim.study.serving_section import ConstantLength, LognormalLength, UniformLength
 from sn40l_sim.yamlio import FieldPath
@@ -63,6 +64,11 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
+    section = exp.spec.multi_model
+    if section is not None:   # the models' files and the tiers they live in, before any is timed
+        for i, entry in enumerate(section.models):
+            named_file(exp, ("multi_model", "models", i, "model"), entry.model, "model")
+        node_tiers(asm)
     for point in asm.points if only is None else only:
         check_point(asm, point, rows)
 

@@ -104,6 +104,7 @@ def search_point(asm: Assembly, point: Point, *,
     search, slo = exp.spec.rate_search, exp.spec.slo.target()
     setup = asm.setup(point)
     costs, place = asm.step_timer(setup), asm.memory_placer(setup.model)   # shared by every probe
+    prefill_side = asm.prefill_side(setup)
     results: dict[float, PointResult] = {}
     rows: list[dict[str, Any]] = []
 
@@ -117,7 +118,7 @@ def search_point(asm: Assembly, point: Point, *,
             return made
 
         try:
-            result = simulate_point(setup, requests_for, costs, place)
+            result = simulate_point(setup, requests_for, costs, place, **prefill_side)
         except InputError as exc:
             raise asm.locate(exc) from None
         if on_probe is not None:

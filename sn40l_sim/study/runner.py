@@ -25,6 +25,7 @@ from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import Experiment, Point, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
+from sn40l_sim.study.multi_model_run import multi_model_records
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 
@@ -116,6 +117,11 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             if on_result is not None:
                 on_result(result)
             continue
+        if exp.spec.multi_model is not None and serve:
+            # several models on one node: one record per scheduler and model (study/multi_model_run.py)
+            records.extend(multi_model_records(asm, point, lambda result, point=point: point_record(exp, point, result),
+                                               check_point))
+            continue
         setup = asm.setup(point)
         served: list[Request] = []   # what went in, for the invariant that each comes out once
         requests = asm.requests(point, serve)
@@ -126,7 +132,8 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             return made
 
         try:
-            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model))
+            result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model),
+                                    **asm.prefill_side(setup))
         except InputError as exc:
             raise asm.locate(exc) from None
         record = point_record(exp, point, result)

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from sn40l_sim.schema import MAX_COUNT, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
+from sn40l_sim.schema import MAX_COUNT, Fraction, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
 from sn40l_sim.serving.speculation import Speculation
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
@@ -78,6 +78,16 @@ LengthDist = Annotated[ConstantLength | UniformLength | LognormalLength,
                        Field(discriminator="dist"), BeforeValidator(_int_is_constant)]
 
 
+class PrefixSharing(StrictModel):
+    """Which requests share a prompt prefix: each, with probability ``share``, starts with one of
+    ``groups`` prefixes (a system prompt, a conversation's earlier turns) of ``tokens`` tokens (at
+    most its prompt less one), drawn with ``serving.seed`` (:mod:`sn40l_sim.serving.prefix_cache`)."""
+
+    share: Fraction
+    tokens: PositiveInt
+    groups: PositiveInt = 1
+
+
 class RequestEntry(StrictModel):
     """One request of a fixed list (``prompt_len`` defaults to the point's prompt length)."""
 
@@ -97,6 +107,8 @@ class FixedWorkload(StrictModel):
     arrival_s: Seconds = 0.0
     interval_s: Seconds = 0.0
     requests: tuple[RequestEntry, ...] | None = None
+    #: requests that share a prompt prefix (none by default)
+    prefix: PrefixSharing | None = None
 
 
 class PoissonWorkload(StrictModel):
@@ -109,6 +121,8 @@ class PoissonWorkload(StrictModel):
     #: default: every prompt has the point's prompt length
     prompt_len: LengthDist | None = None
     output_len: LengthDist
+    #: requests that share a prompt prefix (none by default)
+    prefix: PrefixSharing | None = None
 
 
 class TraceWorkload(StrictModel):
@@ -128,6 +142,8 @@ class TraceWorkload(StrictModel):
     #: cap prompts above the point's prompt length and outputs above ``max_new_tokens`` to them
     #: (the results report how many and how many tokens); without it such a request is an error
     cap_lengths: bool = False
+    #: requests that share a prompt prefix (none by default)
+    prefix: PrefixSharing | None = None
 
 
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
@@ -182,3 +198,9 @@ class ServingSection(StrictModel):
     #: link carrying the KV cache from a prefill node to a decode node
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     seed: NonNegativeInt = 0
+    #: reuse the KV of prompt prefixes that requests share (workload.prefix says which do;
+    #: serving/prefix_cache.py)
+    prefix_cache: bool = False
+    #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts first;
+    #: serving/chunked_prefill.py)
+    prefill_chunk: PositiveInt | None = None

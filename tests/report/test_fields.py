@@ -140,7 +140,8 @@ def test_the_page_script_checks_and_writes(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["kv_policies", "slo"])
 def test_an_opt_in_group_is_produced_whole_or_not_at_all(records, name):
     group = RESULTS.in_group(name)
-    assert group and RESULTS.groups == ("kv_policies", "rate_search", "slo", "speed", "trace")
+    assert group and RESULTS.groups == ("chunked_prefill", "kv_policies", "multi_model", "prefill_hardware",
+                                        "prefix_cache", "rate_search", "slo", "speed", "trace")
     rec = dict(records[0])
     assert not set(group) & set(rec) and RESULTS.mismatches(rec) == []      # not asked for: absent
     rec[group[0]] = None

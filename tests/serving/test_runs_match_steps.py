@@ -7,6 +7,7 @@ step boundaries often fall on the same cycle (where the order of events decides 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from sn40l_sim.report.metrics import kv_occupancy, latencies, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving.decode_books import RunBook, cached_tokens, tokens_per_step
 from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 
@@ -26,8 +28,12 @@ CACHES = {
     "snapstream": make_policy("snapstream", {"sink": 4, "recent": 32, "topk": 16, "budget": 52}).cache_len,
 }
 
+#: and one that starts below a prefix and grows past it (what a sequence's prefix saves changes
+#: from step to step until its cache covers the prefix)
+PREFIX_CACHES = {**CACHES, "grows_past_prefix": lambda p, g: min(min(p, 4) + g, 300)}
 
-def workload(seed: int, mode: str, drafts: int, cache: str):
+
+def workload(seed: int, mode: str, drafts: int, cache: str, caches=CACHES):
     rng = random.Random(seed)
     t, requests = 0, []
     for i in range(rng.randint(1, 50)):
@@ -37,7 +43,7 @@ def workload(seed: int, mode: str, drafts: int, cache: str):
     setup = ServingSetup(mode=mode, prefill_nodes=rng.randint(1, 3), decode_nodes=rng.randint(1, 3),
                          slots=rng.randint(1, 8), decode_step_cycles=rng.choice([1, 7, 10, 50, 97, 400]),
                          prefill_cycles=lambda p: per_token * p + seed % 3, transfer_cycles=lambda p: transfer + p // 10,
-                         cache_tokens=CACHES[cache], kv_bytes_per_token=7, slot_cache_tokens=400,
+                         cache_tokens=caches[cache], kv_bytes_per_token=7, slot_cache_tokens=400,
                          speculation=Speculation(drafts, rng.choice([0.0, 0.3, 0.8, 1.0])), seed=seed % 4)
     return requests, setup
 
@@ -68,6 +74,41 @@ def test_runs_give_the_step_by_step_log(mode, drafts, cache, monkeypatch):
         slo = SLO(ttft=LatencyTarget(max_s=2.0, percentile=90), tpot=LatencyTarget(max_s=0.1, percentile=50))
         assert served_slo_fields(by_runs, clock, slo) == served_slo_fields(by_steps, clock, slo)
     assert max(runs) > 1  # the workloads do have runs of steps advanced in one event
+
+
+def prefixes(log):
+    tracker = log.prefixes
+    return tracker and (tracker.requests_with_prefix, tracker.hits, tracker.prefill_tokens_saved,
+                        tracker.prefill_cycles_saved, tracker.peak_prefill_prefix_tokens)
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+@pytest.mark.parametrize("drafts", [0, 2])
+@pytest.mark.parametrize("cache", sorted(PREFIX_CACHES))
+def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mode, drafts, cache, monkeypatch):
+    runs = []
+    steps_to_run = RunBook.steps_to_run
+    monkeypatch.setattr(RunBook, "steps_to_run", lambda self, env: runs.append(steps_to_run(self, env)) or runs[-1])
+    saved = 0
+    for seed in range(12):
+        requests, setup = workload(seed, mode, drafts, cache, PREFIX_CACHES)
+        rng = random.Random(1000 + seed)
+        # prefixes longer and shorter than the compressed caches' first tokens (decode sharing is
+        # forced on even for them, so runs must be cut while a sequence's saving still changes)
+        requests = with_prefixes(requests, rng.choice([0.5, 0.9]), rng.choice([8, 48, 100]), rng.randint(1, 3), seed)
+        caching = PrefixCaching(share_decode_kv=rng.random() < 0.8, kv_bytes_per_token=7,
+                                capacity_tokens=rng.choice([None, None, 100]))
+        chunk = rng.choice([None, 1, 16, 64, 500]) if mode == "colocated" else None
+        setup = replace(setup, prefix_caching=caching if seed % 3 else None, prefill_chunk=chunk)
+        by_steps = simulate(requests, setup, stepwise=True)
+        by_runs = simulate(requests, setup)
+        assert everything(by_runs) == everything(by_steps), f"seed {seed}"
+        assert prefixes(by_runs) == prefixes(by_steps), f"seed {seed}"
+        clock = 1e3
+        assert latencies(by_runs, clock) == latencies(by_steps, clock)
+        assert kv_occupancy(by_runs, clock) == kv_occupancy(by_steps, clock)
+        saved += sum(step.kv_bytes_saved for step in by_runs.steps)
+    assert max(runs) > 1 and saved > 0  # runs of steps, and steps where sharing saved KV
 
 
 def test_a_lone_node_runs_to_the_next_finish_in_one_event(monkeypatch):

@@ -18,13 +18,14 @@ LLAMA = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../",
 def test_every_shipped_file_passes_check(capsys):
     assert main(["check", *map(str, SHIPPED)]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok: ") == len(SHIPPED) == 25
+    assert out.count("ok: ") == len(SHIPPED) == 29
     assert "(kind: kernels)" in out and "(kind: reference (20 measurements))" in out
     assert "(kind: experiment (a sweep of 100 runs))" in out
     assert "kv_policies.yaml (kind: experiment (a sweep of 52 runs))" in out   # a scatter plot with labels
     assert "azure_conv.yaml (kind: experiment (a sweep of 4 runs))" in out     # the Azure trace, read once
     assert "max_rate.yaml (kind: experiment)" in out
     assert "long_context_1m.yaml (kind: experiment)" in out                    # a 1M prompt: max_context raised
+    assert "multi_model.yaml (kind: experiment)" in out and "prefix_cache.yaml (kind: experiment (a sweep of 4 runs))" in out
 
 
 def test_the_shipped_traces_pass_check(capsys):

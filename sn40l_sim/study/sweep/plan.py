@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
@@ -88,7 +89,9 @@ def run_parameters(run: SweepRun) -> dict[str, Any]:
             "model": asm.model.model_dump(mode="json", exclude={"kernels"}),
             "template": template_for(asm.model).model_dump(mode="json"),
             "graph_template": graph_template,
-            "trace": [list(row[:3]) for row in asm.trace_rows] if asm.trace_rows is not None else None}
+            "trace": [list(row[:3]) for row in asm.trace_rows] if asm.trace_rows is not None else None,
+            # only when there is one, so that the keys of other runs stay as they were
+            **({"prefill_node": asm.prefill_node.model_dump(mode="json")} if asm.prefill_node is not None else {})}
 
 
 def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]]]:
@@ -116,7 +119,16 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             files_key = json.dumps([str(trace) if trace else None, spec.graph_options.get("template")], default=str)
             if files_key not in files:
                 files[files_key] = (read_trace_rows(exp), load_graph_template(exp))
-            asm = Assembly(exp, nodes[hw_key], models[model_key], *files[files_key])
+            prefill_node = None
+            if spec.prefill_hardware is not None:   # prefill nodes of their own, with the same overrides
+                prefill_key = json.dumps(["prefill", spec.prefill_hardware, sp.hardware_overrides], sort_keys=True,
+                                         default=str)
+                if prefill_key not in nodes:
+                    path = named_file(exp, ("prefill_hardware",), spec.prefill_hardware, "prefill hardware")
+                    node = load_hardware(path)
+                    nodes[prefill_key] = with_overrides(node, sp.hardware_overrides) if sp.hardware_overrides else node
+                prefill_node = nodes[prefill_key]
+            asm = Assembly(exp, nodes[hw_key], models[model_key], *files[files_key], prefill_node=prefill_node)
             runs += [SweepRun(sp, p, asm) for p in points(exp)]
         except InputError as exc:
             failures.append((sp.index, sp.name, str(exc)))

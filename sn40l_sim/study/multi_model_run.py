@@ -1,0 +1,157 @@
+"""Run an experiment's ``multi_model`` section: time each model on the node alone, give each
+request a model, serve them all on one node under each scheduler policy, one record per scheduler
+and model (:mod:`sn40l_sim.study.multi_model_section`, :mod:`sn40l_sim.serving.multi_model`).
+
+Each model is a point of its own (the experiment's KV policy entry, plans and compiled sizes, the
+entry's ``batch``) simulated without requests: its memory placement on one node (what it holds in the
+fast tier while resident), its decode step and its prefill per compiled length. The records are
+:func:`sn40l_sim.study.runner.point_record`'s for the model's point, its served figures taken from the
+model's own requests in the run (:func:`sn40l_sim.report.multi_model_fields.model_log`), plus the
+``multi_model`` group; the runner's invariants are checked on each, and the two tiers' bytes at every
+switch by the serving model.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.figures import cycles as to_cycles
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.report.multi_model_fields import model_log, multi_model_fields
+from sn40l_sim.serving.batching import compiled_size
+from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, copy_bytes_per_s, simulate_models
+from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.serving.workload import Request
+from sn40l_sim.study.assemble import Assembly, assemble, named_file
+from sn40l_sim.study.experiment import Point, memory_order
+
+#: seeds the draw of each request's model, beside ``serving.seed`` (so that the workload's own
+#: draws, seeded by ``serving.seed`` alone, are those of the same experiment with one model)
+MODEL_DRAW_STREAM = 0x6D6D
+
+
+@dataclass(frozen=True)
+class TimedModel:
+    """One model of the section timed on the node alone."""
+
+    name: str
+    result: PointResult
+    costs: ModelCosts
+
+
+def node_tiers(asm: Assembly) -> tuple[str, str]:
+    """``(fast tier, slow tier)``: the first tier of the placement order and ``weights_tier`` (by
+    default the order's second)."""
+    exp = asm.experiment
+    order = memory_order(exp, asm.node)
+    slow = exp.spec.multi_model.weights_tier
+    if slow is None:
+        if len(order) < 2:
+            raise exp.error(("memory", "order"), "several models on a node need a second memory tier to hold the "
+                            f"idle models' weights; the placement order is {list(order)}")
+        slow = order[1]
+    elif slow not in asm.node.socket.memory:
+        raise exp.error(("multi_model", "weights_tier"), f"the hardware ({asm.node.name}) has no memory tier "
+                        f"{slow!r}; its tiers are {list(asm.node.socket.memory)}")
+    if slow == order[0]:
+        raise exp.error(("multi_model", "weights_tier"), f"{slow!r} is the fast tier the models run from; name "
+                        "the slower tier that holds every model's weights")
+    return order[0], slow
+
+
+def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
+    """Each model of the section timed on the node alone at ``point`` (its KV policy and prompt)."""
+    exp = asm.experiment
+    fast, _ = node_tiers(asm)
+    timed = []
+    for i, entry in enumerate(exp.spec.multi_model.models):
+        at = ("multi_model", "models", i, "model")
+        model = load_model(named_file(exp, at, entry.model, "model"), exp.spec.model_overrides or None)
+        sub = assemble(exp, node=asm.node, model=model)
+        setup = replace(sub.setup(point), batch=entry.batch, name=f"{point.name}/{entry.name}")
+        timer, place = sub.step_timer(setup), sub.memory_placer(setup.model)
+        try:
+            result = simulate_point(setup, lambda slots: [], timer, place)
+        except InputError as exc:
+            located = sub.locate(exc)
+            raise located.__class__(f"{located.message} (model {entry.name})", file=located.file,
+                                    field=located.field, line=located.line) from None
+        sockets = setup.decode_plan.sockets
+        memory = result.memory
+
+        def prefill_for(prompt_len: int, timer=timer, memory=memory, setup=setup) -> int:
+            size = compiled_size(prompt_len, setup.prefill_lens, "prompt length")
+            return int(timer.prefill(size, memory=memory).cycles)
+
+        costs = ModelCosts(entry.name, result.batch, int(result.decode.cycles), prefill_for, setup.policy.cache_len,
+                           result.kv_bytes_per_token, result.footprint.context_rows,
+                           weight_bytes=int(memory.total("weights")) * sockets,
+                           fast_bytes=int(sum(memory.by_tier[fast].values())) * sockets)
+        timed.append(TimedModel(entry.name, result, costs))
+    return timed
+
+
+def node_memory(asm: Assembly, timed: Sequence[TimedModel]) -> NodeMemory:
+    """The node's fast and slow tiers (usable bytes, all sockets) and its copy bandwidth; every
+    model's weights must fit in the slow tier."""
+    fast, slow = node_tiers(asm)
+    node, socket = asm.node, asm.node.socket
+    capacity = timed[0].result.memory.capacity
+    memory = NodeMemory(int(capacity[fast]) * node.sockets, int(capacity[slow]) * node.sockets,
+                        copy_bytes_per_s(socket, slow, fast) * node.sockets / socket.clock_hz)
+    weights = sum(t.costs.weight_bytes for t in timed)
+    if weights > memory.slow_bytes:
+        exp = asm.experiment
+        file, line = exp.doc.where(("multi_model", "models"))
+        raise InfeasibleError(f"the models' weights ({weights / 2**30:.1f} GiB) do not fit in the node's usable "
+                              f"{slow.upper()} ({memory.slow_bytes / 2**30:.1f} GiB)", file=file,
+                              field="multi_model.models", line=line)
+    return memory
+
+
+def assign_models(requests: Sequence[Request], shares: Sequence[float], seed: int) -> list[int]:
+    """The model each request asks for (by request id): a seeded draw from ``shares``.
+
+    >>> reqs = [Request(i, 0, 1, 1) for i in range(1000)]
+    >>> picks = assign_models(reqs, [0.6, 0.3, 0.1], seed=0)
+    >>> picks == assign_models(reqs, [0.6, 0.3, 0.1], seed=0), [round(picks.count(m) / 1000, 1) for m in range(3)]
+    (True, [0.6, 0.3, 0.1])
+    """
+    rng = np.random.default_rng([seed, MODEL_DRAW_STREAM])
+    p = np.asarray(shares, dtype=float)
+    drawn = rng.choice(len(shares), size=len(requests), p=p / p.sum())
+    by_id = [0] * len(requests)
+    for r, m in zip(sorted(requests, key=lambda r: r.id), drawn, strict=True):
+        by_id[r.id] = int(m)
+    return by_id
+
+
+def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResult], dict[str, Any]],
+                        check: Callable[[PointResult, dict[str, Any], list[Request]], Any]) -> list[dict[str, Any]]:
+    """One record per scheduler and model at ``point``. ``record`` makes a point's record, ``check``
+    checks the invariants on it (the runner's)."""
+    exp = asm.experiment
+    section = exp.spec.multi_model
+    timed = time_models(asm, point)
+    memory = node_memory(asm, timed)
+    requests = asm.requests(point)(sum(t.costs.slots for t in timed))
+    model_of = assign_models(requests, [entry.share for entry in section.models], exp.spec.serving.seed)
+    clock_hz = asm.node.socket.clock_hz
+    quantum = to_cycles(section.quantum_s, asm.node.socket)
+    records = []
+    for scheduler in section.schedulers:
+        run = simulate_models(requests, model_of, [t.costs for t in timed], memory, scheduler, quantum_cycles=quantum)
+        for m, t in enumerate(timed):
+            log = model_log(run, m)
+            if not log.requests:
+                continue   # no request drew this model: nothing served to report
+            name = f"{point.name}/{scheduler}/{t.name}"
+            result = replace(t.result, setup=replace(t.result.setup, name=name), log=log)
+            rec = {**record(result), **multi_model_fields(run, m, memory, t.name, clock_hz)}
+            check(result, rec, [log.request for log in log.requests])
+            records.append(rec)
+    return records

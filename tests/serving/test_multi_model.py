@@ -1,0 +1,105 @@
+"""Several models on one node (serving/multi_model.py) with hand-checkable costs: every request
+finishes once under every scheduler, the tiers never hold more than they can, a switch costs its
+bytes over the copy bandwidth, and the policies differ the way they are meant to."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sn40l_sim.errors import InvariantError
+from sn40l_sim.serving.multi_model import POLICIES, ModelCosts, NodeMemory, simulate_models
+from sn40l_sim.serving.workload import Request
+
+
+def model(name, weights, slots=2, step=10, fast_extra=100):
+    return ModelCosts(name, slots, step, lambda p: 3 * p, lambda p, g: p + g, 1, 64, weights, weights + fast_extra)
+
+
+def random_requests(n, n_models, seed):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.integers(0, 40, size=n))
+    reqs = [Request(i, int(arrivals[i]), int(rng.integers(1, 16)), int(rng.integers(1, 20))) for i in range(n)]
+    return reqs, [int(m) for m in rng.integers(0, n_models, size=n)]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_request_finishes_once_and_no_tier_overflows(policy, seed):
+    models = [model("a", 300), model("b", 500, slots=3), model("c", 150, step=4)]
+    memory = NodeMemory(fast_bytes=900, slow_bytes=2000, copy_bytes_per_cycle=7.0)
+    reqs, model_of = random_requests(60, 3, seed)
+    run = simulate_models(reqs, model_of, models, memory, policy, quantum_cycles=50)
+    assert sorted(log.request.id for log in run.requests) == list(range(60))
+    for log in run.requests:
+        r = log.request
+        assert len(log.token_cycles) == r.output_len and log.finish == log.token_cycles[-1]
+        assert r.arrival_cycle <= log.prefill_start < log.first_token == log.token_cycles[0]
+        assert log.token_cycles == sorted(log.token_cycles)
+    # each step only stepped its own model's sequences, within its slots and their KV reservation
+    for m, steps in enumerate(run.steps):
+        for step in steps:
+            assert step.active <= models[m].slots and step.kv_bytes <= models[m].kv_capacity_bytes
+    assert run.peak_fast_bytes <= memory.fast_bytes and run.peak_slow_bytes <= memory.slow_bytes
+    assert sum(s.waited_cycles for s in run.switches_log) == run.switch_cycles <= run.end_cycle
+
+
+def test_a_switch_costs_the_bytes_over_the_copy_bandwidth():
+    a, b = model("a", 600), model("b", 500)
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=10.0)
+    run = simulate_models([Request(0, 0, 4, 1), Request(1, 0, 4, 1)], [0, 1], [a, b], memory, "batch_by_model",
+                          quantum_cycles=1000)
+    # a one-token request holds no KV when its model is evicted: the copies are the weights alone
+    assert [(s.model, s.copied_bytes, s.waited_cycles) for s in run.switches_log] == [(0, 600, 60), (1, 500, 50)]
+    assert run.requests[1].first_token == 60 + 12 + 50 + 12
+
+
+def test_evicting_a_model_with_sequences_decoding_writes_their_kv_back_and_reads_it_again():
+    a, b = model("a", 600, slots=1), model("b", 500, slots=1)
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=1.0)
+    # on_demand leaves a's sequence (10 prompt tokens) decoding to prefill b
+    run = simulate_models([Request(0, 0, 10, 3), Request(1, 0, 10, 2)], [0, 1], [a, b], memory, "on_demand",
+                          quantum_cycles=1)
+    assert run.written_back_bytes > 0
+    # every copy is a model's weights, plus the KV written back before, all of which came back
+    assert run.copied_bytes == run.loads[0] * 600 + run.loads[1] * 500 + run.written_back_bytes
+
+
+def test_models_that_fit_together_switch_for_free_after_their_first_copy():
+    a, b = model("a", 300), model("b", 400)
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=10.0)
+    reqs, model_of = random_requests(40, 2, 5)
+    run = simulate_models(reqs, model_of, [a, b], memory, "on_demand", quantum_cycles=1)
+    assert run.loads == [1, 1] and run.switches > 2
+    assert run.copied_bytes == 700
+
+
+def test_batching_by_model_switches_less_than_on_demand():
+    models = [model("a", 600), model("b", 500)]       # 700 + 600 do not fit together in 1000
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=5.0)
+    reqs, model_of = random_requests(80, 2, 3)
+    runs = {p: simulate_models(reqs, model_of, models, memory, p, quantum_cycles=400) for p in POLICIES}
+    assert runs["batch_by_model"].switches < runs["on_demand"].switches
+    assert runs["batch_by_model"].switch_cycles < runs["on_demand"].switch_cycles
+
+
+def test_prewarm_copies_the_next_model_while_the_node_computes():
+    models = [model("a", 300), model("b", 300), model("c", 300)]   # two of three fit together
+    memory = NodeMemory(fast_bytes=900, slow_bytes=10_000, copy_bytes_per_cycle=2.0)
+    reqs, model_of = random_requests(80, 3, 4)
+    runs = {p: simulate_models(reqs, model_of, models, memory, p, quantum_cycles=400) for p in POLICIES[1:]}
+    assert runs["prewarm"].switch_cycles < runs["batch_by_model"].switch_cycles
+
+
+def test_a_model_larger_than_the_fast_tier_is_refused():
+    with pytest.raises(InvariantError, match="memory_within_capacity"):
+        simulate_models([Request(0, 0, 4, 1)], [0], [model("a", 2000)], NodeMemory(1000, 10_000, 1.0),
+                        "on_demand", quantum_cycles=1)
+
+
+def test_unknown_policy_and_bad_model_index_are_refused():
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        simulate_models([Request(0, 0, 4, 1)], [0], [model("a", 1)], NodeMemory(1000, 10_000, 1.0), "fifo",
+                        quantum_cycles=1)
+    with pytest.raises(ValueError, match="not served"):
+        simulate_models([Request(0, 0, 4, 1)], [3], [model("a", 1)], NodeMemory(1000, 10_000, 1.0), "on_demand",
+                        quantum_cycles=1)

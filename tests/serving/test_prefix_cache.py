@@ -1,0 +1,83 @@
+"""Prefix caching in the serving loop (serving/prefix_cache.py): shared prefix KV stored once and
+freed when its last user leaves (stored + saved = what would be held without sharing), hits
+skipping that part of prefill, and a compressed cache reusing the prefix for prefill only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
+from sn40l_sim.serving.workload import Request
+
+
+def setup(mode="disaggregated", prefill=lambda p: 100, caching=None, cache_tokens=lambda p, g: p + g):
+    return ServingSetup(mode=mode, prefill_nodes=0 if mode == "colocated" else 2, decode_nodes=2, slots=4,
+                        decode_step_cycles=50, prefill_cycles=prefill, transfer_cycles=lambda p: 7,
+                        cache_tokens=cache_tokens, kv_bytes_per_token=3, slot_cache_tokens=400, prefix_caching=caching)
+
+
+def requests(n=60, seed=0, share=0.7):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.integers(0, 60, size=n))
+    reqs = [Request(i, int(arrivals[i]), int(rng.integers(64, 256)), int(rng.integers(1, 30))) for i in range(n)]
+    return with_prefixes(reqs, share, 48, 3, seed)
+
+
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+def test_prefix_kv_bytes_are_conserved_and_freed_with_the_last_user(mode):
+    reqs = requests()
+    # a constant prefill makes hits change no timing, so both runs take the same steps
+    plain = simulate(reqs, setup(mode))
+    shared = simulate(reqs, setup(mode, caching=PrefixCaching(share_decode_kv=True, kv_bytes_per_token=3)))
+    assert [(s.node, s.start, s.end, s.active) for s in plain.steps] == \
+        [(s.node, s.start, s.end, s.active) for s in shared.steps]
+    for without, step in zip(plain.steps, shared.steps, strict=True):
+        assert step.kv_bytes + step.kv_bytes_saved == without.kv_bytes
+        assert step.kv_bytes_saved % 3 == 0 and step.kv_bytes_saved >= 0
+    assert max(s.kv_bytes_saved for s in shared.steps) > 0
+    tracker = shared.prefixes
+    assert all(not held for held in tracker.held) and not tracker.holder      # every prefix freed
+    assert tracker.requests_with_prefix == sum(r.prefix_id >= 0 for r in reqs)
+    # a step where no two sequences of a node share a prefix saves nothing
+    assert any(s.kv_bytes_saved == 0 for s in shared.steps)
+
+
+def test_a_hit_skips_the_prefix_prefill_and_lowers_ttft():
+    reqs = requests(seed=1)
+    prefill = lambda p: 10 * p   # noqa: E731
+    plain = simulate(reqs, setup(prefill=prefill))
+    shared = simulate(reqs, setup(prefill=prefill, caching=PrefixCaching(True, 3)))
+    tracker = shared.prefixes
+    assert 0 < tracker.hits < tracker.requests_with_prefix
+    assert tracker.prefill_cycles_saved == 10 * tracker.prefill_tokens_saved
+    ttft = {name: np.mean([r.first_token - r.request.arrival_cycle for r in log.requests])
+            for name, log in (("plain", plain), ("shared", shared))}
+    assert ttft["shared"] < ttft["plain"]
+    assert sorted(r.request.id for r in shared.requests) == list(range(len(reqs)))
+    assert all(len(r.token_cycles) == r.request.output_len for r in shared.requests)
+
+
+def test_a_compressed_cache_reuses_the_prefix_for_prefill_only():
+    reqs = requests(seed=2)
+    budget = lambda p, g: min(p, 64) + g   # noqa: E731  (a SnapStream-like cache of 64 prompt tokens)
+    shared = simulate(reqs, setup(prefill=lambda p: 10 * p, cache_tokens=budget,
+                                  caching=PrefixCaching(share_decode_kv=False, kv_bytes_per_token=3)))
+    assert shared.prefixes.hits > 0 and shared.prefixes.prefill_tokens_saved > 0
+    assert all(s.kv_bytes_saved == 0 for s in shared.steps)
+
+
+def test_without_prefix_caching_the_loop_is_unchanged():
+    reqs = requests(seed=3)
+    bare = [Request(r.id, r.arrival_cycle, r.prompt_len, r.output_len) for r in reqs]
+    a, b = simulate(reqs, setup(prefill=lambda p: 10 * p)), simulate(bare, setup(prefill=lambda p: 10 * p))
+    assert [r.token_cycles for r in a.requests] == [r.token_cycles for r in b.requests] and a.prefixes is None
+
+
+def test_a_prefill_node_keeps_no_more_prefixes_than_its_free_memory_holds():
+    reqs = requests(seed=4)
+    roomy = simulate(reqs, setup(prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3)))
+    tight = simulate(reqs, setup(prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3, capacity_tokens=48)))
+    assert roomy.prefixes.peak_prefill_prefix_tokens > 48 >= tight.prefixes.peak_prefill_prefix_tokens
+    assert 0 < tight.prefixes.hits < roomy.prefixes.hits
+    assert all(not held for held in tight.prefixes.held) and not tight.prefixes.holder

@@ -1,0 +1,70 @@
+"""Several models on one node through ``run``: one record per scheduler and model, each request
+served once, the tiers within capacity, and bad multi_model sections refused in one line, exit 2."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+M8 = REPO / "graphs/llama3_1_8b.yaml"
+MODELS = f"""\
+          - {{name: small, model: {M8}, share: 0.7, batch: 4}}
+          - {{name: other, model: {M8}, share: 0.3, batch: 4}}
+"""
+
+
+def experiment(tmp_path, models=MODELS, serving="mode: colocated, ", extra=""):
+    path = tmp_path / "e.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: mm_demo
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 512}}
+        workload: {{kind: poisson, rate_per_s: 20, count: 30, output_len: {{dist: uniform, low: 1, high: 16}}}}
+        serving: {{{serving}batch_sizes: [4], prefill_lens: [512], max_new_tokens: 16}}
+        multi_model:
+          models:
+        """) + textwrap.indent(textwrap.dedent(models), "    ") + extra)
+    return path
+
+
+def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path):
+    path = experiment(tmp_path)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["name"] for r in records] == [f"full/{s}/{m}" for s in ("on_demand", "batch_by_model", "prewarm")
+                                            for m in ("small", "other")]
+    for scheduler in ("on_demand", "batch_by_model", "prewarm"):
+        pair = [r for r in records if r["multi_model"]["scheduler"] == scheduler]
+        assert sum(r["throughput"]["requests"] for r in pair) == 30
+        assert pytest.approx(sum(r["multi_model"]["request_share"] for r in pair)) == 1.0
+        mm = pair[0]["multi_model"]
+        assert mm["peak_fast_bytes"] <= mm["fast_capacity_bytes"] and mm["peak_slow_bytes"] <= mm["slow_capacity_bytes"]
+        assert "requests_served_once" in pair[0]["invariants"]
+    # the two 8B models fit in HBM together at 4 slots each: every switch after the first copies is free
+    assert all(r["multi_model"]["loads"] == 1 for r in records)
+
+
+@pytest.mark.parametrize(("models", "serving", "extra", "message"), [
+    (MODELS.replace("0.3", "0.2"), "mode: colocated, ", "", "multi_model.models: the shares of the requests add up to 0.9, not 1"),
+    (MODELS.replace("name: other", "name: small"), "mode: colocated, ", "", "multi_model.models[1].name: duplicate model name 'small'"),
+    (MODELS, "", "", "serving.mode: several models share one co-located node"),
+    (MODELS, "mode: colocated, ", "  weights_tier: flash\n", "multi_model.weights_tier: the hardware"),
+    (MODELS.replace(str(REPO / "graphs/llama3_1_8b.yaml"), "nope.yaml", 1), "mode: colocated, ", "",
+     "multi_model.models[0].model: model file 'nope.yaml' not found"),
+    (MODELS, "mode: colocated, ", "  schedulers: [fifo]\n", "multi_model.schedulers[0]"),
+])
+def test_bad_multi_model_sections_are_one_line_errors(tmp_path, capsys, models, serving, extra, message):
+    path = experiment(tmp_path, models, serving, extra)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and message in err

@@ -1,0 +1,93 @@
+"""Prefix caching, chunked prefill and a prefill node file of its own through ``run``: what each
+adds to the records, the settings that must reproduce today's numbers, and bad inputs as one line
+naming the file and the field, exit 2."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+NODE8 = REPO / "hw_configs/sn40l_node8.yaml"
+NODE16 = REPO / "hw_configs/sn40l_node16.yaml"
+
+
+def experiment(tmp_path, *, serving="", workload="", top="", prefill_tp=8, name="e"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: opts_demo
+        hardware: {NODE8}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: {prefill_tp}}}, decode: {{tp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: poisson, rate_per_s: 40, count: 40, prompt_len: {{dist: uniform, low: 300, high: 1024}},
+                    output_len: {{dist: uniform, low: 1, high: 24}}{workload}}}
+        serving: {{batch: 8, batch_sizes: [8], prefill_lens: [256, 512, 1024], max_new_tokens: 24{serving}}}
+        """) + top)
+    return path
+
+
+def run(tmp_path, path):
+    out = tmp_path / f"out_{path.stem}"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+SAME = ("ttft_s", "tpot_s", "latency", "throughput", "prefill_s", "decode_step_s", "kv_occupancy")
+
+
+def test_prefix_caching_reports_hits_and_serves_every_request_once(tmp_path):
+    plain = run(tmp_path, experiment(tmp_path, workload=", prefix: {share: 0.8, tokens: 256, groups: 2}",
+                                     name="plain"))[0]
+    (record,) = run(tmp_path, experiment(tmp_path, serving=", prefix_cache: true",
+                                         workload=", prefix: {share: 0.8, tokens: 256, groups: 2}", name="cached"))
+    cache = record["prefix_cache"]
+    assert record["throughput"]["requests"] == 40 and cache["decode_kv_shared"] is True
+    assert 0 < cache["hits"] <= cache["requests_with_prefix"] <= 40
+    assert cache["prefill_tokens_saved"] > 0 and cache["kv_bytes_saved_peak"] > 0
+    assert record["latency"]["ttft_s"]["mean"] < plain["latency"]["ttft_s"]["mean"]
+    assert "prefix_cache" not in plain
+
+
+def test_a_chunk_longer_than_every_prompt_is_the_colocated_run(tmp_path):
+    whole = run(tmp_path, experiment(tmp_path, serving=", mode: colocated", name="whole"))[0]
+    # the budget spans prompts: longer than all 40 prompts together (at most 40K tokens) is unchunked
+    chunked = run(tmp_path, experiment(tmp_path, serving=", mode: colocated, prefill_chunk: 65536", name="chunk"))[0]
+    assert {k: chunked[k] for k in SAME} == {k: whole[k] for k in SAME}
+    assert chunked["chunked_prefill"] == {"chunk_tokens": 65536, "prefill_overhead_fraction": 0.0}
+    small = run(tmp_path, experiment(tmp_path, serving=", mode: colocated, prefill_chunk: 256", name="small"))[0]
+    assert small["chunked_prefill"]["prefill_overhead_fraction"] > 0 and small["throughput"]["requests"] == 40
+
+
+def test_a_prefill_node_file_of_its_own(tmp_path):
+    base = run(tmp_path, experiment(tmp_path, name="base"))[0]
+    same = run(tmp_path, experiment(tmp_path, top=f"prefill_hardware: {NODE8}\n", name="same"))[0]
+    # the same file as the decode nodes': the same numbers, and the prefill nodes named
+    assert {k: same[k] for k in SAME} == {k: base[k] for k in SAME} and same["prefill_hardware"] == "SN40L-8"
+    big = run(tmp_path, experiment(tmp_path, top=f"prefill_hardware: {NODE16}\n", prefill_tp=16, name="big"))[0]
+    assert big["prefill_hardware"] == "SN40L-16" and big["hardware"] == "SN40L-8"
+    assert big["prefill_s"] < base["prefill_s"] and big["decode_step_s"] == base["decode_step_s"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(serving=", prefix_cache: true"), "serving.prefix_cache: no request shares a prefix"),
+    (dict(workload=", prefix: {share: 1.5, tokens: 64}"), "workload.prefix.share"),
+    (dict(serving=", prefill_chunk: 256"), "serving.prefill_chunk: chunked prefill shares a co-located node"),
+    (dict(serving=", mode: colocated, prefill_chunk: 0"), "serving.prefill_chunk"),
+    (dict(serving=", mode: colocated", top=f"prefill_hardware: {NODE16}\n"),
+     "prefill_hardware: co-located nodes prefill on their own hardware"),
+    (dict(top="prefill_hardware: nope.yaml\n"), "prefill_hardware: prefill hardware file 'nope.yaml' not found"),
+    (dict(top=f"prefill_hardware: {NODE8}\n", prefill_tp=16), "parallel.prefill: the prefill plan needs 16 sockets"),
+])
+def test_bad_serving_options_are_one_line_errors(tmp_path, capsys, kwargs, message):
+    path = experiment(tmp_path, **kwargs)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert str(path) in err and message in err
