@@ -120,3 +120,61 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     assert len(planned) < cold_plans / 4
     assert repriced.kernels == cold.kernels
     assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
+
+
+def _exhaustive_best_plan(socket, kernel, tiers, loop):
+    """best_plan as it was before tile choices were pruned by their floors: every choice searched,
+    in the budget's order, the first of equal objectives kept."""
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.hardware import figures
+    from sn40l_sim.mapper.budget import NO_LIMITS
+    from sn40l_sim.mapper.sections import output_bytes, split_sections
+
+    choices = NO_LIMITS.tiles_for(figures.tiles(socket))
+    ranges = split_sections(socket, kernel.operators, max(choices), kernel.name, NO_LIMITS)
+    spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
+    planned = kernel_mod.socket_key(socket, kernel_mod.UNPLANNED_CALIBRATED)
+    best = None
+    for chip_tiles in choices:
+        local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
+        if local is not None and (best is None or local.objective < best.objective):
+            best = local
+    return best, ranges, spills
+
+
+def test_tile_choices_skipped_by_their_floor_change_no_plan(node, monkeypatch):
+    # the floor of plan_floor is below every plan the search builds (chosen or not), and the pruned
+    # search picks what searching every tile choice picks, on every distinct kernel of a decode
+    # (with and without MTP drafts) and a prefill step, alone and looped
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.mapper.bounds import plan_floor
+    from sn40l_sim.mapper.stages import TierSplit
+
+    built = []
+    real = kernel_mod._plan_kernel
+    monkeypatch.setattr(kernel_mod, "_plan_kernel", lambda *a, **k: built.append((a, real(*a, **k))) or built[-1][1])
+    socket, tiers = node.socket, TierSplit.all_in("hbm")
+    kernels = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
+               + distinct_kernels(deepseek_graph("decode", kv_len=4096, batch=2, drafts=2))
+               + distinct_kernels(deepseek_graph("decode", kv_len=131072, batch=16))
+               + distinct_kernels(deepseek_graph("prefill")))
+    loops = (kernel_mod.LONE_CALL, kernel_mod.LoopContext(iterations=61, gate_cycles=20000, pipelined=True),
+             kernel_mod.LoopContext(iterations=4))
+    skipped = checked = 0
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for i, kernel in enumerate(kernels):
+            loop = loops[i % len(loops)]
+            built.clear()
+            pruned = kernel_mod.best_plan(socket, kernel, tiers, loop=loop)
+            searched = {a[6] for a, _ in built}
+            best, ranges, spills = _exhaustive_best_plan(socket, kernel, tiers, loop)
+            assert pruned == best, kernel.name
+            skipped += len(searched) < 2
+            for a, plan in built:
+                if plan is not None:
+                    checked += 1
+                    assert plan_floor(socket, kernel.operators, ranges, spills, tiers, a[6],
+                                      iterations=loop.iterations) <= plan.objective[0]
+    assert len(kernels) > 30 and checked > 500
+    assert skipped > len(kernels) / 2                # the floors do skip searches
