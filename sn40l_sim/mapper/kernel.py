@@ -273,10 +273,12 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     got slower), then with every GEMM in one dataflow; None if none fits."""
     worse = 0
     local: KernelPlan | None = None
+    tried: dict[int, KernelPlan] = {}
     for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
         plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:
             continue
+        tried[n_tiles] = plan
         if local is None or plan.objective < local.objective:
             local, worse = plan, 0
         else:
@@ -284,16 +286,22 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
             if worse >= _PATIENCE:
                 break
     if local is not None:
-        local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned)
+        local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
+                                   tried)
     return local
 
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
-                       loop: LoopContext = LONE_CALL, planned: str = "") -> KernelPlan:
+                       loop: LoopContext = LONE_CALL, planned: str = "",
+                       tried: dict[int, KernelPlan] | None = None) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
-    PCU and cannot see how whole items divide over the PCUs the allocation gives."""
+    PCU and cannot see how whole items divide over the PCUs the allocation gives.
+
+    ``tried`` holds plans of ``budget`` by tiling, no better than ``plan``: where one already has
+    every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
+    one it chose from both), so it cannot beat ``plan`` and is not built."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -301,10 +309,17 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     for dataflow in budget.dataflows:
         only = replace(budget, dataflows=(dataflow,))
         for n_tiles in tilings:
+            if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
+                continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:
                 plan = other
     return plan
+
+
+def _all_in(plan: KernelPlan, dataflow: str) -> bool:
+    """Whether every GEMM stage of ``plan`` runs in ``dataflow``."""
+    return all(st.tiling.dataflow in ("", dataflow) for sec in plan.sections for st in sec.stages if st.tiling)
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,

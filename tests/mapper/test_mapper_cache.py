@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
@@ -108,23 +109,28 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     slower = with_overrides(node, {"socket.calibrated.config_load_bytes_per_s": 2e10})
     planned = []
     real = kernel_mod._plan_section_cold
-    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(1) or real(*a))
+    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(tuple(a[1:])) or real(*a))
     cold = _cold(slower, graph)
-    cold_plans = len(planned)
+    cold_plans = set(planned)
     with disk_cache.cache_in(None):
+        planned.clear()
         _cold(node, graph)                       # plans every section at the node's own rate
+        own_plans = set(planned)
         graph_mod._memo.clear()                  # the kernels, not the section plans
         planned.clear()
         repriced = map_graph(slower, graph)
-    # only the tilings the new prices lead the search to are planned anew
-    assert len(planned) < cold_plans / 4
+    # only the tilings the new prices lead the search to are planned anew, each once
+    assert len(planned) == len(set(planned))
+    assert set(planned) == cold_plans - own_plans
+    assert len(cold_plans & own_plans) > len(cold_plans) / 2
     assert repriced.kernels == cold.kernels
     assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
 
 
 def _exhaustive_best_plan(socket, kernel, tiers, loop):
-    """best_plan as it was before tile choices were pruned by their floors: every choice searched,
-    in the budget's order, the first of equal objectives kept."""
+    """best_plan as it was before tile choices were pruned by their floors and dataflow retries by
+    the plans they repeat: every choice searched, in the budget's order, the first of equal
+    objectives kept, every uniform-dataflow plan built."""
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.hardware import figures
     from sn40l_sim.mapper.budget import NO_LIMITS
@@ -136,16 +142,18 @@ def _exhaustive_best_plan(socket, kernel, tiers, loop):
     planned = kernel_mod.socket_key(socket, kernel_mod.UNPLANNED_CALIBRATED)
     best = None
     for chip_tiles in choices:
-        local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(kernel_mod, "_all_in", lambda plan, dataflow: False)
+            local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
         if local is not None and (best is None or local.objective < best.objective):
             best = local
     return best, ranges, spills
 
 
-def test_tile_choices_skipped_by_their_floor_change_no_plan(node, monkeypatch):
+def test_tile_choices_and_retries_skipped_change_no_plan(node, monkeypatch):
     # the floor of plan_floor is below every plan the search builds (chosen or not), and the pruned
-    # search picks what searching every tile choice picks, on every distinct kernel of a decode
-    # (with and without MTP drafts) and a prefill step, alone and looped
+    # search picks what searching every tile choice and building every retry picks, on every
+    # distinct kernel of decode (with and without MTP drafts) and prefill steps, alone and looped
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.mapper.bounds import plan_floor
     from sn40l_sim.mapper.stages import TierSplit
