@@ -186,3 +186,35 @@ def test_tile_choices_and_retries_skipped_change_no_plan(node, monkeypatch):
                                       iterations=loop.iterations) <= plan.objective[0]
     assert len(kernels) > 30 and checked > 500
     assert skipped > len(kernels) / 2                # the floors do skip searches
+
+
+def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_target(node, monkeypatch):
+    # the bisection reuses a stage's answer between two targets that got the same one; asking the
+    # stage at every target instead gives the same allocation on every section of real kernels
+    calls = []
+    real = allocate.allocate
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    import sn40l_sim.mapper.kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "allocate", spy)
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),
+                      deepseek_graph("prefill")):
+            map_graph(node, graph)
+    assert len(calls) > 300
+    inferred = [real(*args) for args in calls]
+    asked = []
+    real_units = allocate._stage_units
+    monkeypatch.setattr(allocate, "_stage_units", lambda *a: asked.append(a[-1]) or real_units(*a))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(allocate, "_known_units", lambda seen, target: None)
+        every = [real(*args) for args in calls]
+        asked_every = len(asked)
+    asked.clear()
+    assert [real(*args) for args in calls] == inferred == every
+    assert len(asked) < 0.9 * asked_every          # and asks the stages less
