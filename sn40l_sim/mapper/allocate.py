@@ -180,9 +180,14 @@ def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
     the same: the fewest PCUs, the division on them (the first split of fewest cycles among those
     reaching a target on the fewest PCUs) and the fewest PMUs serving it within the target move
     monotonically with the target, so between two equal answers the answer is the same."""
-    below = max((t for t in seen if t < target), default=None)
-    above = min((t for t in seen if t > target), default=None)
-    if below is None or above is None:
+    below = above = -1
+    for t in seen:
+        if t < target:
+            if t > below:
+                below = t
+        elif t > target and (above < 0 or t < above):
+            above = t
+    if below < 0 or above < 0:
         return None
     got = seen[below]
     return got if got is not None and got == seen[above] else None
