@@ -172,8 +172,33 @@ def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_til
     return q, r, division
 
 
+_Units = tuple[int, int, Division]
+
+
+def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
+    """A stage's units at ``target`` if two targets already asked, one below and one above it, got
+    the same: the fewest PCUs, the division on them (the first split of fewest cycles among those
+    reaching a target on the fewest PCUs) and the fewest PMUs serving it within the target move
+    monotonically with the target, so between two equal answers the answer is the same."""
+    below = above = -1
+    for t in seen:
+        if t < target:
+            if t > below:
+                below = t
+        elif t > target and (above < 0 or t < above):
+            above = t
+    if below < 0 or above < 0:
+        return None
+    got = seen[below]
+    return got if got is not None and got == seen[above] else None
+
+
 def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-          target: int, budget: UnitBudget) -> list[tuple[int, int, Division | None]] | None:
+          target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None
+          ) -> list[tuple[int, int, Division | None]] | None:
+    """Each stage's fewest units under ``target`` cycles, or None if a stage cannot get there or
+    they exceed a tile; ``seen`` keeps each stage's answers by target across the calls of one
+    bisection."""
     units: list[tuple[int, int, Division | None]] = []
     pcus = pmus = 0
     tile_pcus, tile_pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
@@ -183,7 +208,13 @@ def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | No
                 return None
             units.append((0, 0, None))
             continue
-        got = _stage_units(socket, stage, lim, chip_tiles, target)
+        if seen is None:
+            got = _stage_units(socket, stage, lim, chip_tiles, target)
+        else:
+            mine = seen[len(units)]
+            got = mine[target] if target in mine else _known_units(mine, target)
+            if got is None and target not in mine:
+                got = mine[target] = _stage_units(socket, stage, lim, chip_tiles, target)
         if got is None:
             return None
         pcus += got[0]
@@ -278,7 +309,8 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         else:
             one = _division(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
             hi = max(hi, one.cycles, _sram_cycles(socket, s, lim.min_pmus, chip_tiles, one), 1)
-    if _fits(socket, stages, limits, chip_tiles, hi, budget) is None:
+    seen: list[dict[int, _Units | None]] = [{} for _ in stages]
+    if _fits(socket, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
              + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True)
@@ -288,17 +320,17 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
     # the answer is usually within a few % of the bounds: gallop up from them, then bisect
     step = max(1, lo // 64)
-    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step), budget) is None:
+    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step), budget, seen) is None:
         lo = min(hi, lo + step + 1)
         step *= 2
     hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits(socket, stages, limits, chip_tiles, mid, budget) is not None:
+        if _fits(socket, stages, limits, chip_tiles, mid, budget, seen) is not None:
             hi = mid
         else:
             lo = mid + 1
-    units = _fits(socket, stages, limits, chip_tiles, lo, budget)
+    units = _fits(socket, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
     units = _spend_spare_pcus(socket, stages, limits, chip_tiles, units, budget)
     cycles, bounds = [], []

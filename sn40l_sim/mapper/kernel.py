@@ -53,6 +53,7 @@ from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
+from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
@@ -247,36 +248,60 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
     planned = socket_key(socket, UNPLANNED_CALIBRATED)
+    # the tile choices in order of their floors (the likeliest winner first), so that a choice
+    # whose floor exceeds the best plan so far is skipped (:mod:`.bounds`); ties still go to the
+    # choice listed first
+    floors = {t: plan_floor(socket, kernel.operators, ranges, spills, tiers, t, budget, loop.iterations)
+              for t in tile_choices} if len(tile_choices) > 1 else {t: 0.0 for t in tile_choices}
     best: KernelPlan | None = None
-    for chip_tiles in tile_choices:
-        worse = 0
-        local: KernelPlan | None = None
-        for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
-            plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
-            if plan is None:
-                continue
-            if local is None or plan.objective < local.objective:
-                local, worse = plan, 0
-            else:
-                worse += 1
-                if worse >= _PATIENCE:
-                    break
-        if local is not None:
-            local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop,
-                                       planned)
-        if local is not None and (best is None or local.objective < best.objective):
-            best = local
+    best_rank = (0.0, 0)
+    for index, chip_tiles in sorted(enumerate(tile_choices), key=lambda e: (floors[e[1]], e[0])):
+        if best is not None and floors[chip_tiles] > best.objective[0]:
+            continue
+        local = _best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned)
+        if local is not None and (best is None or (local.objective, index) < best_rank):
+            best, best_rank = local, (local.objective, index)
     if best is None:
         raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
     return best
 
 
+def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                 tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                 planned: str) -> KernelPlan | None:
+    """The best tiling on ``chip_tiles`` tiles (finer tilings tried until ``_PATIENCE`` in a row
+    got slower), then with every GEMM in one dataflow; None if none fits."""
+    worse = 0
+    local: KernelPlan | None = None
+    tried: dict[int, KernelPlan] = {}
+    for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
+        plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
+        if plan is None:
+            continue
+        tried[n_tiles] = plan
+        if local is None or plan.objective < local.objective:
+            local, worse = plan, 0
+        else:
+            worse += 1
+            if worse >= _PATIENCE:
+                break
+    if local is not None:
+        local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
+                                   tried)
+    return local
+
+
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
-                       loop: LoopContext = LONE_CALL, planned: str = "") -> KernelPlan:
+                       loop: LoopContext = LONE_CALL, planned: str = "",
+                       tried: dict[int, KernelPlan] | None = None) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
-    PCU and cannot see how whole items divide over the PCUs the allocation gives."""
+    PCU and cannot see how whole items divide over the PCUs the allocation gives.
+
+    ``tried`` holds plans of ``budget`` by tiling, no better than ``plan``: where one already has
+    every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
+    one it chose from both), so it cannot beat ``plan`` and is not built."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -284,10 +309,17 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     for dataflow in budget.dataflows:
         only = replace(budget, dataflows=(dataflow,))
         for n_tiles in tilings:
+            if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
+                continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:
                 plan = other
     return plan
+
+
+def _all_in(plan: KernelPlan, dataflow: str) -> bool:
+    """Whether every GEMM stage of ``plan`` runs in ``dataflow``."""
+    return all(st.tiling.dataflow in ("", dataflow) for sec in plan.sections for st in sec.stages if st.tiling)
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,

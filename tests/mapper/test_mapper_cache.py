@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
@@ -108,15 +109,112 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     slower = with_overrides(node, {"socket.calibrated.config_load_bytes_per_s": 2e10})
     planned = []
     real = kernel_mod._plan_section_cold
-    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(1) or real(*a))
+    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(tuple(a[1:])) or real(*a))
     cold = _cold(slower, graph)
-    cold_plans = len(planned)
+    cold_plans = set(planned)
     with disk_cache.cache_in(None):
+        planned.clear()
         _cold(node, graph)                       # plans every section at the node's own rate
+        own_plans = set(planned)
         graph_mod._memo.clear()                  # the kernels, not the section plans
         planned.clear()
         repriced = map_graph(slower, graph)
-    # only the tilings the new prices lead the search to are planned anew
-    assert len(planned) < cold_plans / 4
+    # only the tilings the new prices lead the search to are planned anew, each once
+    assert len(planned) == len(set(planned))
+    assert set(planned) == cold_plans - own_plans
+    assert len(cold_plans & own_plans) > len(cold_plans) / 2
     assert repriced.kernels == cold.kernels
     assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
+
+
+def _exhaustive_best_plan(socket, kernel, tiers, loop):
+    """best_plan as it was before tile choices were pruned by their floors and dataflow retries by
+    the plans they repeat: every choice searched, in the budget's order, the first of equal
+    objectives kept, every uniform-dataflow plan built."""
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.hardware import figures
+    from sn40l_sim.mapper.budget import NO_LIMITS
+    from sn40l_sim.mapper.sections import output_bytes, split_sections
+
+    choices = NO_LIMITS.tiles_for(figures.tiles(socket))
+    ranges = split_sections(socket, kernel.operators, max(choices), kernel.name, NO_LIMITS)
+    spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
+    planned = kernel_mod.socket_key(socket, kernel_mod.UNPLANNED_CALIBRATED)
+    best = None
+    for chip_tiles in choices:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(kernel_mod, "_all_in", lambda plan, dataflow: False)
+            local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
+        if local is not None and (best is None or local.objective < best.objective):
+            best = local
+    return best, ranges, spills
+
+
+def test_tile_choices_and_retries_skipped_change_no_plan(node, monkeypatch):
+    # the floor of plan_floor is below every plan the search builds (chosen or not), and the pruned
+    # search picks what searching every tile choice and building every retry picks, on every
+    # distinct kernel of decode (with and without MTP drafts) and prefill steps, alone and looped
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.mapper.bounds import plan_floor
+    from sn40l_sim.mapper.stages import TierSplit
+
+    built = []
+    real = kernel_mod._plan_kernel
+    monkeypatch.setattr(kernel_mod, "_plan_kernel", lambda *a, **k: built.append((a, real(*a, **k))) or built[-1][1])
+    socket, tiers = node.socket, TierSplit.all_in("hbm")
+    kernels = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
+               + distinct_kernels(deepseek_graph("decode", kv_len=4096, batch=2, drafts=2))
+               + distinct_kernels(deepseek_graph("decode", kv_len=131072, batch=16))
+               + distinct_kernels(deepseek_graph("prefill")))
+    loops = (kernel_mod.LONE_CALL, kernel_mod.LoopContext(iterations=61, gate_cycles=20000, pipelined=True),
+             kernel_mod.LoopContext(iterations=4))
+    skipped = checked = 0
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for i, kernel in enumerate(kernels):
+            loop = loops[i % len(loops)]
+            built.clear()
+            pruned = kernel_mod.best_plan(socket, kernel, tiers, loop=loop)
+            searched = {a[6] for a, _ in built}
+            best, ranges, spills = _exhaustive_best_plan(socket, kernel, tiers, loop)
+            assert pruned == best, kernel.name
+            skipped += len(searched) < 2
+            for a, plan in built:
+                if plan is not None:
+                    checked += 1
+                    assert plan_floor(socket, kernel.operators, ranges, spills, tiers, a[6],
+                                      iterations=loop.iterations) <= plan.objective[0]
+    assert len(kernels) > 30 and checked > 500
+    assert skipped > len(kernels) / 2                # the floors do skip searches
+
+
+def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_target(node, monkeypatch):
+    # the bisection reuses a stage's answer between two targets that got the same one; asking the
+    # stage at every target instead gives the same allocation on every section of real kernels
+    calls = []
+    real = allocate.allocate
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    import sn40l_sim.mapper.kernel as kernel_mod
+
+    monkeypatch.setattr(kernel_mod, "allocate", spy)
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),
+                      deepseek_graph("prefill")):
+            map_graph(node, graph)
+    assert len(calls) > 300
+    inferred = [real(*args) for args in calls]
+    asked = []
+    real_units = allocate._stage_units
+    monkeypatch.setattr(allocate, "_stage_units", lambda *a: asked.append(a[-1]) or real_units(*a))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(allocate, "_known_units", lambda seen, target: None)
+        every = [real(*args) for args in calls]
+        asked_every = len(asked)
+    asked.clear()
+    assert [real(*args) for args in calls] == inferred == every
+    assert len(asked) < 0.9 * asked_every          # and asks the stages less

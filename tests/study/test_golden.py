@@ -16,10 +16,11 @@ from sn40l_sim.study import golden
 EXPERIMENTS = golden.experiments()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def fresh_mapper_memo():
-    # the mapper memoises placed kernels across calls; a test that perturbs a unit model must not
-    # see (or leave behind) placements made with the other model
+    # the mapper memoises placed kernels across calls (keyed by everything they are computed from,
+    # so the other tests share them); a test that perturbs a unit model must not see (or leave
+    # behind) placements made with the other model
     clear_memo()
     yield
     clear_memo()
@@ -46,7 +47,7 @@ def _scaled(function, factor):
     return wrapper
 
 
-def test_a_one_percent_change_to_a_unit_model_fails_the_goldens(monkeypatch):
+def test_a_one_percent_change_to_a_unit_model_fails_the_goldens(monkeypatch, fresh_mapper_memo):
     # 1% more cycles for every off-chip transfer (the AGCU/HBM unit model), patched wherever the
     # mapper imported it by name
     from sn40l_sim.hardware.units import memory
