@@ -20,6 +20,10 @@ The objective of a plan (:func:`~sn40l_sim.mapper.kernel._plan_kernel`) is at le
 charge plus, per section, the larger of the first two times its data tiles (a looped kernel's
 iteration includes each section's stream and its compute chain alike).
 
+The two whole-kernel rooflines a placed kernel reports beside its cycles live here too:
+:func:`compute_bound_cycles` (every PCU at its systolic peak) and :func:`memory_bound_cycles` (the
+bytes alone over every memory unit).
+
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
@@ -38,7 +42,8 @@ from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
+from sn40l_sim.hardware.units.memory import offchip_cycles
+from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate, pcu_peak_flops_per_cycle
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
@@ -102,3 +107,27 @@ def plan_floor(socket: SocketSpec, operators: Sequence[Operator], ranges: Sequen
     config = figures.config_cycles(socket, figures.config_bytes(socket, 0, 0, chip_tiles))
     reload = config / iterations if len(ranges) == 1 else config * len(ranges)
     return (total + reload) * (1 - _SLACK) - 1
+
+
+def compute_bound_cycles(socket: SocketSpec, flops: int) -> int:
+    """Cycles of ``flops`` with every PCU of the socket at its BF16 systolic peak.
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> compute_bound_cycles(example_socket(), 1040 * 384 * 1000)
+    1000
+    """
+    peak = pcu_peak_flops_per_cycle(socket.pcu, "bf16") * figures.pcus(socket)
+    return math.ceil(flops / peak - 1e-9)
+
+
+def memory_bound_cycles(socket: SocketSpec, tier_bytes: dict[str, int]) -> int:
+    """Cycles to move the bytes alone over all memory units at the calibrated efficiencies (the
+    tiers in parallel); ``tier_bytes`` is tier -> bytes."""
+    out = 0
+    agcus = figures.agcus(socket)
+    for tier, n in tier_bytes.items():
+        spec = socket.memory[tier]
+        if n:
+            out = max(out, offchip_cycles(spec, socket.agcu, socket.clock_hz, n, spec.efficiency,
+                                          units_used=socket.dies * spec.units_per_die, agcus=agcus))
+    return out

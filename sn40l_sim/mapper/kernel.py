@@ -47,13 +47,11 @@ from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import pcu_peak_flops_per_cycle
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
-from sn40l_sim.mapper.bounds import plan_floor
+from sn40l_sim.mapper.bounds import compute_bound_cycles, memory_bound_cycles, plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
@@ -415,26 +413,3 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> Placed
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
         overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config)
 
-
-def compute_bound_cycles(socket: SocketSpec, flops: int) -> int:
-    """Cycles of ``flops`` with every PCU of the socket at its BF16 systolic peak.
-
-    >>> from sn40l_sim.mapper._examples import example_socket
-    >>> compute_bound_cycles(example_socket(), 1040 * 384 * 1000)
-    1000
-    """
-    peak = pcu_peak_flops_per_cycle(socket.pcu, "bf16") * figures.pcus(socket)
-    return math.ceil(flops / peak - 1e-9)
-
-
-def memory_bound_cycles(socket: SocketSpec, tier_bytes: dict[str, int]) -> int:
-    """Cycles to move the bytes alone over all memory units at the calibrated efficiencies (the
-    tiers in parallel); ``tier_bytes`` is tier -> bytes."""
-    out = 0
-    agcus = figures.agcus(socket)
-    for tier, n in tier_bytes.items():
-        spec = socket.memory[tier]
-        if n:
-            out = max(out, offchip_cycles(spec, socket.agcu, socket.clock_hz, n, spec.efficiency,
-                                          units_used=socket.dies * spec.units_per_die, agcus=agcus))
-    return out
