@@ -59,13 +59,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
             if done == log.request.prompt_len:
                 log.first_token = env.now
                 log.add_token(env.now)
-                node.incoming.remove(log)
-                if log.request.output_len == 1:
-                    node.book.drop(log)
-                    node.table.release(log.slot, log.request.id)
-                    serving._finish(log)
-                else:
-                    node.arrived.append(log)
+                serving._prefilled_here(node, log)
                 log = None
         serving._join(node)
         if node.book.stepping:

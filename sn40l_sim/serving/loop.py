@@ -276,6 +276,17 @@ class _Serving:
             self._dispatch()
 
     # -- co-located ------------------------------------------------------------------------
+    def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
+        """``log``'s prompt is prefilled on its own decode node: a one-token request is done and
+        frees its slot; any other joins the node's batch at the next step boundary."""
+        node.incoming.remove(log)
+        if log.request.output_len == 1:
+            node.book.drop(log)
+            node.table.release(log.slot, log.request.id)
+            self._finish(log)
+        else:
+            node.arrived.append(log)
+
     def _colocated_node(self, node: _DecodeNode):
         while True:
             if self.waiting and node.table.free:
@@ -283,13 +294,7 @@ class _Serving:
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
                 node.hold(log)
                 yield from self._prefill(log, node.index, self.busy["colocated_prefill"])
-                node.incoming.remove(log)
-                if log.request.output_len == 1:
-                    node.book.drop(log)
-                    node.table.release(log.slot, log.request.id)
-                    self._finish(log)
-                else:
-                    node.arrived.append(log)
+                self._prefilled_here(node, log)
                 continue
             self._join(node)
             if node.book.stepping:
