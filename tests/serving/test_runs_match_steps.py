@@ -55,13 +55,20 @@ def everything(log):
     return requests, log.steps, log.end_cycle, log.busy
 
 
+@pytest.fixture
+def runs(monkeypatch):
+    """The number of steps each run of the by-requests book advanced in one event, as they happen."""
+    lengths: list[int] = []
+    steps_to_run = RunBook.steps_to_run
+    monkeypatch.setattr(RunBook, "steps_to_run",
+                        lambda self, env: lengths.append(steps_to_run(self, env)) or lengths[-1])
+    return lengths
+
+
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 @pytest.mark.parametrize("drafts", [0, 2])
 @pytest.mark.parametrize("cache", sorted(CACHES))
-def test_runs_give_the_step_by_step_log(mode, drafts, cache, monkeypatch):
-    runs = []
-    steps_to_run = RunBook.steps_to_run
-    monkeypatch.setattr(RunBook, "steps_to_run", lambda self, env: runs.append(steps_to_run(self, env)) or runs[-1])
+def test_runs_give_the_step_by_step_log(mode, drafts, cache, runs):
     for seed in range(12):
         requests, setup = workload(seed, mode, drafts, cache)
         by_steps = simulate(requests, setup, stepwise=True)
@@ -85,10 +92,7 @@ def prefixes(log):
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 @pytest.mark.parametrize("drafts", [0, 2])
 @pytest.mark.parametrize("cache", sorted(PREFIX_CACHES))
-def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mode, drafts, cache, monkeypatch):
-    runs = []
-    steps_to_run = RunBook.steps_to_run
-    monkeypatch.setattr(RunBook, "steps_to_run", lambda self, env: runs.append(steps_to_run(self, env)) or runs[-1])
+def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mode, drafts, cache, runs):
     saved = 0
     for seed in range(12):
         requests, setup = workload(seed, mode, drafts, cache, PREFIX_CACHES)
@@ -111,7 +115,7 @@ def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mo
     assert max(runs) > 1 and saved > 0  # runs of steps, and steps where sharing saved KV
 
 
-def test_a_lone_node_runs_to_the_next_finish_in_one_event(monkeypatch):
+def test_a_lone_node_runs_to_the_next_finish_in_one_event(runs):
     # nothing else is due once every request has joined: one event per finishing sequence
     setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4, decode_step_cycles=10,
                          prefill_cycles=lambda p: 1, transfer_cycles=lambda p: 0, cache_tokens=CACHES["full"],
@@ -119,11 +123,9 @@ def test_a_lone_node_runs_to_the_next_finish_in_one_event(monkeypatch):
     requests = [Request(i, 0, 10, out) for i, out in enumerate((1000, 700, 300, 2))]
     log = simulate(requests, setup)
     assert len(log.steps) == 999
-    events = []
-    steps_to_run = RunBook.steps_to_run
-    monkeypatch.setattr(RunBook, "steps_to_run", lambda self, env: events.append(steps_to_run(self, env)) or events[-1])
+    runs.clear()
     assert everything(simulate(requests, setup)) == everything(simulate(requests, setup, stepwise=True))
-    assert len(events) < 10 and sum(events) == 999
+    assert len(runs) < 10 and sum(runs) == 999
 
 
 def test_every_kv_policy_grows_one_token_per_output_token_until_a_cap():
