@@ -116,7 +116,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     staging = placed.memory.tiers().activations if placed.memory.order else None
     res = SocketResources.build(env, node, socket, staging_tier=staging)
     boundary = collectives.boundary or BoundaryModel.from_node(node, collectives.table)
-    graph = placed.graph.graph
+    graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
     done: dict[str, simpy.Event] = {}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.topology import agcu_switches, tile_switch_graph
+from sn40l_sim.hardware.topology import agcu_switches, tile_mesh
 from sn40l_sim.hardware.units.network import mesh_cycles, mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.stages import StageWork, Stream
@@ -113,7 +113,7 @@ def mesh_channels(socket: SocketSpec) -> int:
     """
     key = (socket.tile.grid_rows, socket.tile.grid_cols)
     if key not in _channels:
-        _channels[key] = 2 * tile_switch_graph(socket).number_of_edges()
+        _channels[key] = sum(len(near) for near in tile_mesh(socket).values())
     return _channels[key]
 
 
