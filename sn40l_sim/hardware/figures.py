@@ -203,11 +203,19 @@ def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
     >>> tile_mesh_diameter_hops(load_hardware("hw_configs/sn40l.yaml").socket)
     46
     """
-    mesh = tile_mesh(socket)
-    # double sweep: exact on grids, and the mesh is a grid
-    start = next(iter(mesh))
-    far = max(_hops_from(mesh, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
-    return max(_hops_from(mesh, far).values())
+    key = (socket.tile.grid_rows, socket.tile.grid_cols)
+    if key not in _mesh_diameters:
+        mesh = tile_mesh(socket)
+        # double sweep: exact on grids, and the mesh is a grid
+        start = next(iter(mesh))
+        far = max(_hops_from(mesh, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
+        _mesh_diameters[key] = max(_hops_from(mesh, far).values())
+    return _mesh_diameters[key]
+
+
+#: the mesh's diameter by (grid rows, grid columns), the only inputs of its switches and links
+#: (every node and calibration pass of ``validate`` and ``calibrate`` asks again)
+_mesh_diameters: dict[tuple[int, int], int] = {}
 
 
 def _hops_from(adjacency: dict[str, list[str]], start: str) -> dict[str, int]:
