@@ -30,7 +30,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sn40l_sim.hardware.spec import PMUSpec, SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
@@ -154,12 +154,15 @@ def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: Uni
 @dataclass(frozen=True)
 class _Limits:
     """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
-    SRAM cycles at those fewest PMUs."""
+    SRAM cycles at those fewest PMUs; and the answers of :func:`_stage_units` found so far in
+    this allocation, each with the targets it holds for (:func:`_stage_units`)."""
 
     min_pmus: int
     max_pcus: int
     sram_at_min: int
     max_pmus: int
+    #: ``(lowest target, highest target, units)`` of every answer found so far
+    spans: list[tuple[int, int, tuple[int, int, Division] | None]] = field(default_factory=list, compare=False)
 
 
 def _limits(socket: SocketSpec, rates: _PmuRates, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
@@ -171,23 +174,49 @@ def _limits(socket: SocketSpec, rates: _PmuRates, stage: StageWork, chip_tiles: 
 def _stage_units(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
                  target: int) -> tuple[int, int, Division] | None:
     """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, and its
-    division, or None."""
+    division, or None.
+
+    An answer found at target ``T`` is the answer at every target from the cycles it reaches up
+    to ``T``, so it is kept with that span (in ``limits.spans``) and given again for a target in
+    it: with fewest PCUs ``q`` (division of ``c`` cycles, the fewest-cycle split first in order
+    on ties) at ``T``, a target ``T'`` in ``[c, T]`` is reached on ``q`` PCUs by that division
+    and on no fewer (none reached ``T >= T'``), and the splits reaching ``T'`` on ``q`` PCUs are
+    some of those that reached ``T``, the winner among them; the fewest PMUs ``r`` serving the
+    division within ``T`` serve it within any ``T'`` at least their cycles, and ``r - 1`` did
+    not serve it within ``T``. No division reaching ``T`` reaches a lower target either. (This
+    rests on :func:`~sn40l_sim.mapper.division.fewest_pcus` giving the fewest PCUs, as the
+    bisection of :func:`allocate` and :func:`_known_units` do; a test compares allocations with
+    every answer computed afresh.)"""
+    for low, high, units in limits.spans:
+        if low <= target <= high:
+            return units
+    units, low = _stage_units_at(rates, stage, limits, chip_tiles, target)
+    limits.spans.append((low, target, units))
+    return units
+
+
+def _stage_units_at(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
+                    target: int) -> tuple[tuple[int, int, Division] | None, int]:
+    """:func:`_stage_units` computed, and the lowest target its answer holds for."""
     if target <= 0:
-        return None
+        return None, target
     assert stage.model is not None
     division = fewest_pcus(stage.model, stage.pieces, target, limits.max_pcus * chip_tiles)
     if division is None:
-        return None
+        return None, 1
+    low = division.cycles
     q = ceil_div(division.pcus, chip_tiles)
     if q * chip_tiles != division.pcus:
         division = _division(stage, q, chip_tiles, limits.max_pcus)
     r = limits.min_pmus
     if r > limits.max_pmus:
-        return None
-    if _sram_cycles(rates, stage, r, chip_tiles, division) > target:
+        return None, 1
+    sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+    if sram > target:
         lo, hi = max(r, 1), limits.max_pmus
         if _sram_cycles(rates, stage, hi, chip_tiles, division) > target:
-            return None
+            # a lower target may take more PCUs, whose division may need fewer PMUs: this target only
+            return None, target
         while lo < hi:
             mid = (lo + hi) // 2
             if _sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
@@ -195,7 +224,8 @@ def _stage_units(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles
             else:
                 lo = mid + 1
         r = lo
-    return q, r, division
+        sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+    return (q, r, division), max(low, sram)
 
 
 _Units = tuple[int, int, Division]

@@ -50,3 +50,36 @@ def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node,
         clear_memo()
     assert memoised == plain
     assert warm == plain
+
+
+def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answer(node, monkeypatch):
+    # a stage's units found at one target are given again for targets in the span they hold for;
+    # computing every answer afresh instead gives the same allocation on every section of real
+    # decode (with and without drafts) and prefill kernels, on one tile and on four
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.mapper import allocate, map_graph
+
+    calls = []
+    real = allocate.allocate
+    monkeypatch.setattr(kernel_mod, "allocate", lambda *a: calls.append(a) or real(*a))
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),
+                      deepseek_graph("decode", kv_len=4096, batch=2, drafts=2), deepseek_graph("prefill")):
+            map_graph(node, graph)
+        clear_memo()
+    assert len(calls) > 500 and {a[2] for a in calls} == {1, 4}
+    computed = []
+    real_at = allocate._stage_units_at
+    with monkeypatch.context() as patch:
+        patch.setattr(allocate, "_stage_units_at", lambda *a: computed.append(a[-1]) or real_at(*a))
+        reused = [real(*a) for a in calls]
+    fresh_answers = []
+
+    def fresh(rates, stage, limits, chip_tiles, target):
+        fresh_answers.append(target)
+        return real_at(rates, stage, limits, chip_tiles, target)[0]
+
+    monkeypatch.setattr(allocate, "_stage_units", fresh)
+    assert [real(*a) for a in calls] == reused
+    assert len(computed) < 0.5 * len(fresh_answers)      # most answers were given again
