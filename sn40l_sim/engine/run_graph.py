@@ -115,6 +115,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     # collectives move activations: they stage through the activations' tier
     staging = placed.memory.tiers().activations if placed.memory.order else None
     res = SocketResources.build(env, node, socket, staging_tier=staging)
+    res.lone_streams = True   # nothing but the kernels below and their collectives uses its channels
     boundary = collectives.boundary or BoundaryModel.from_node(node, collectives.table)
     graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
