@@ -190,7 +190,8 @@ class FluidNetwork:
             settle.callbacks.append(lambda _event: self._settle(generation))
         return done
 
-    def transfer_alone(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf) -> int | None:
+    def transfer_alone(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf,
+                       start: int | None = None) -> int | None:
         """Account a transfer that nothing shares, without events: its cycles, or None (then the
         caller must use :meth:`transfer`).
 
@@ -201,9 +202,11 @@ class FluidNetwork:
         until they are within the completion tolerance; this replays that arithmetic step for
         step (the same float operations in the same order), books what the events would (channel
         bytes and busy cycles, the sequence and generation counters, the clock of the last
-        update) and returns the cycles after which the transfer's event would fire. None when
-        another flow is in the network or a start is settling, when nothing is to move, or when
-        the cap is not positive (:meth:`transfer` says why).
+        update) and returns the cycles after which the transfer's event would fire. ``start`` is
+        the cycle it would start at (default: now; a caller accounting several transfers one after
+        the other, alone, gives each its own). None when another flow is in the network or a start
+        is settling, when nothing is to move, or when the cap is not positive (:meth:`transfer`
+        says why).
 
         >>> import simpy
         >>> env = simpy.Environment()
@@ -228,7 +231,7 @@ class FluidNetwork:
                 break
         self._seq += 1
         self._generation += 1 + wakes
-        self._last = self.env.now + cycles
+        self._last = (self.env.now if start is None else start) + cycles
         for ch in set(path):
             ch.busy_cycles += cycles
         for ch in path:

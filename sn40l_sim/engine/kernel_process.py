@@ -34,147 +34,11 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
+from sn40l_sim.engine.kernel_costs import KernelCosts, SectionCosts
 from sn40l_sim.engine.resources import SocketResources
-from sn40l_sim.hardware import figures
-from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
-
-#: stage bounds, besides the memory tiers, whose time the engine models as transfers on shared
-#: channels, not fixed cycles
-LINK_BOUNDS = frozenset({"p2p"})
-
-
-def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
-    """Split ``n_tiles`` into at most ``chunks`` near-equal chunks (larger ones first).
-
-    >>> chunk_tiles(10, 4), chunk_tiles(3, 8), chunk_tiles(0, 8)
-    ((3, 3, 2, 2), (1, 1, 1), (1,))
-    """
-    n_tiles = max(1, n_tiles)
-    count = max(1, min(chunks, n_tiles))
-    base, extra = divmod(n_tiles, count)
-    return tuple(base + 1 if i < extra else base for i in range(count))
-
-
-@dataclass(frozen=True)
-class SectionCosts:
-    """One section of a kernel: its chunks of tiles, compute per tile, and memory streams.
-
-    Examples
-    --------
-    >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, tier_bytes={"hbm": 8000},
-    ...                    tier_caps={"hbm": math.inf}, fill_cycles=50)
-    >>> sec.tiles, sec.bytes_between("hbm", 0, 4)
-    (8, 4000)
-    """
-
-    chunks: tuple[int, ...]
-    compute_cycles_per_tile: int
-    #: tier -> bytes the section moves to and from it (the socket's tier order)
-    tier_bytes: dict[str, int]
-    #: tier -> most bytes per cycle the section's memory stage of that tier can issue
-    tier_caps: dict[str, float]
-    fill_cycles: int
-
-    @property
-    def tiles(self) -> int:
-        """Data tiles the section streams."""
-        return sum(self.chunks)
-
-    def bytes_between(self, tier: str, first_tile: int, end_tile: int) -> int:
-        """Bytes of ``tier`` carried by tiles ``first_tile .. end_tile-1``; integer shares whose
-        sum over the section is exactly its bytes."""
-        total = self.tier_bytes.get(tier, 0)
-        n = self.tiles
-        return total * end_tile // n - total * first_tile // n
-
-    def loads(self, first_tile: int, n_tiles: int) -> tuple[tuple[str, int, float], ...]:
-        """``(tier, bytes, cap)`` of every tier tiles ``first_tile .. first_tile+n_tiles-1``
-        move bytes to or from, in the socket's tier order.
-
-        Kept on the section (the engine asks for every chunk of every call of the kernel, and the
-        layers of a model share one kernel's costs).
-
-        >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, tier_bytes={"hbm": 8000, "ddr": 0},
-        ...                    tier_caps={"hbm": 2.0, "ddr": math.inf}, fill_cycles=50)
-        >>> sec.loads(4, 4)
-        (('hbm', 4000, 2.0),)
-        """
-        memo = self.__dict__.setdefault("_loads", {})
-        got = memo.get((first_tile, n_tiles))
-        if got is None:
-            got = memo[(first_tile, n_tiles)] = tuple(
-                (tier, n_bytes, cap) for tier, cap in self.tier_caps.items()
-                if (n_bytes := self.bytes_between(tier, first_tile, first_tile + n_tiles)))
-        return got
-
-
-@dataclass(frozen=True)
-class KernelCosts:
-    """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel.
-
-    ``config_cycles[i]`` loads section ``i``'s configuration: section 0's at the call when another
-    configuration is resident, the others before they stream.
-    """
-
-    launch_cycles: int
-    barrier_cycles: int
-    config_cycles: tuple[int, ...]
-    sections: tuple[SectionCosts, ...]
-    #: collectives read what they send from memory and write what they receive to it
-    stage_collectives: bool = True
-
-    @classmethod
-    def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel | None,
-                    chunks_per_section: int, stage_collectives: bool = True) -> KernelCosts:
-        """Costs of ``pk``, section by section (stages carry their section).
-
-        Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
-        bound). Without a ``boundary`` the call costs nothing and no configuration is loaded. A
-        section's bytes of a tier are what its streams to and from that tier's memory
-        stage carry; each tier's stream is capped at (bytes per tile) / (its memory stage's
-        cycles per tile), the rate the mapper's unit models allow (AGCUs, memory units in reach).
-        """
-        n = pk.sections
-        sections = []
-        tiers = {tier: _section_bytes(pk, tier) for tier in pk.tier_bytes}
-        on_channels = LINK_BOUNDS | set(tiers)
-        for index in range(n):
-            stages = [st for st in pk.stages if st.section == index] or list(pk.stages)
-            compute = [st.cycles_per_tile for st in stages if st.bound not in on_channels]
-            tiles = max(1, pk.n_tiles)
-            caps = {}
-            for tier in tiers:
-                worst = max((st.cycles_per_tile for st in stages
-                             if st.kind == "memory" and st.operator == tier or st.bound == tier), default=0)
-                caps[tier] = tiers[tier][index] / tiles / worst if worst and tiers[tier][index] else math.inf
-            sections.append(SectionCosts(
-                chunks=chunk_tiles(pk.n_tiles, chunks_per_section),
-                compute_cycles_per_tile=max(compute, default=0),
-                tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
-                tier_caps=caps, fill_cycles=pk.fill_cycles))
-        if boundary is None:
-            return cls(0, 0, (), tuple(sections), stage_collectives)
-        configs = tuple(figures.config_cycles(socket, b) for b in pk.section_config_bytes)
-        return cls(boundary.launch_cycles, boundary.barrier_cycles(max(1, pk.kernel.shards)), configs,
-                   tuple(sections), stage_collectives)
-
-
-def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:
-    """Bytes of ``tier`` per section: from the streams touching the tier's memory stage when the
-    mapper lists them (they add up to the kernel's bytes), else an equal split."""
-    total = pk.tier_bytes.get(tier, 0)
-    n = max(1, pk.sections)
-    per = [0] * n
-    for st in pk.stages:
-        if st.kind == "stream" and tier in st.operator.split("->") and st.section < n:
-            per[st.section] += st.stream_bytes
-    if sum(per) == total:
-        return per
-    return [total * (i + 1) // n - total * i // n for i in range(n)]
 
 
 @dataclass
@@ -262,10 +126,14 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
             if index == 0 and gate is not None:
                 yield from _stream_ahead(res, record, sec, gate)
                 continue
-            tile = 0
-            for n in sec.chunks:
-                yield from _chunk(res, record, sec, tile, n)
-                tile += n
+            lone = _lone_section(res, record, sec)
+            if lone is None:
+                tile = 0
+                for n in sec.chunks:
+                    yield from _chunk(res, record, sec, tile, n)
+                    tile += n
+            elif lone:
+                yield env.timeout(lone)
         if not costs.sections:
             side = [_start_collective(res, run, 0, costs.stage_collectives)
                     for run in colls if run.collective.overlapped]
@@ -296,23 +164,16 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
-    loads = costs.loads(first, n)
-    lone = _lone_stream(res, loads)
-    if lone is not None:
-        # the chunk's one stream shares nothing until it ends: its cycles are known now, and the
-        # chunk is one wait instead of the stream's, the compute's and the condition's events
-        tier, n_bytes, _ = loads[0]
-        record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
-        alone = _alone_cycles(res, costs, first, n)
-        yield env.timeout(max(compute, lone))
-    else:
-        waits = _transfers(res, record, costs, first, n)
-        alone = _alone_cycles(res, costs, first, n)
-        if compute:
-            waits.append(env.timeout(compute))
-        if waits:
-            yield env.all_of(waits) if len(waits) > 1 else waits[0]
-    took = env.now - start
+    waits = _transfers(res, record, costs, first, n)
+    alone = _alone_cycles(res, costs, first, n)
+    if compute:
+        waits.append(env.timeout(compute))
+    if waits:
+        yield env.all_of(waits) if len(waits) > 1 else waits[0]
+    _book_chunk(record, env.now - start, compute, alone)
+
+
+def _book_chunk(record: KernelRecord, took: int, compute: int, alone: float) -> None:
     record.compute_busy += compute
     # on a tie the memory stage is the bound, as the mapper counts it
     if alone and (took > compute or alone >= compute):
@@ -321,20 +182,46 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
         record.compute_bound_cycles += took
 
 
-def _lone_stream(res: SocketResources, loads: tuple[tuple[str, int, float], ...]) -> int | None:
-    """Cycles of a chunk's one memory stream accounted without events
-    (:meth:`~sn40l_sim.engine.fluid.FluidNetwork.transfer_alone`), or None.
+def _streams_alone(res: SocketResources) -> bool:
+    """Whether a stream started now shares nothing until it ends: only where the socket's
+    channels are the kernels' and their collectives' alone (``res.lone_streams``, set by the
+    engine's graph runner) and no collective is alive. The kernel streaming holds the socket's
+    compute, so no other kernel streams until it ends, and a collective that could start while it
+    streams would be alive already (a kernel starts its overlapped collectives before its tiles
+    stream, its others after)."""
+    return res.lone_streams and not res.live_collectives
 
-    Only where the socket's channels are the kernels' and their collectives' alone
-    (``res.lone_streams``, set by the engine's graph runner) and no collective is alive: the
-    kernel holds the socket's compute, so no other kernel streams until it ends, and a collective
-    that could start during the chunk would be alive already (a kernel starts its overlapped
-    collectives before its tiles stream, its others after). One tier only: two share the TLN.
-    """
-    if not res.lone_streams or res.live_collectives or len(loads) != 1:
+
+def _lone_section(res: SocketResources, record: KernelRecord, costs: SectionCosts) -> int | None:
+    """A section's chunks accounted at once when every stream of theirs runs alone: the cycles
+    they take together (each chunk what :func:`_chunk` would take: its compute or its one
+    stream, :meth:`~sn40l_sim.engine.fluid.FluidNetwork.transfer_alone`, whichever ends later),
+    booked as :func:`_chunk` books them, so that the section is one wait instead of five events a
+    chunk; None when the chunks need the events (streams not alone, or a chunk streaming from two
+    tiers, which share the TLN).
+
+    What lets a stream run alone at the section's start holds for all its chunks: no collective
+    can start before the kernel's tiles are done."""
+    if not _streams_alone(res):
         return None
-    tier, n_bytes, cap = loads[0]
-    return res.net.transfer_alone(res.memory_path(tier), n_bytes, cap)
+    firsts = [sum(costs.chunks[:i]) for i in range(len(costs.chunks))]
+    plans = [costs.loads(first, n) for first, n in zip(firsts, costs.chunks, strict=True)]
+    if any(len(loads) > 1 or (loads and not loads[0][2] > 0) for loads in plans):
+        return None
+    total = 0
+    for first, n, loads in zip(firsts, costs.chunks, plans, strict=True):
+        compute = n * costs.compute_cycles_per_tile
+        took = compute
+        if loads:
+            tier, n_bytes, cap = loads[0]
+            lone = res.net.transfer_alone(res.memory_path(tier), n_bytes, cap, start=res.env.now + total)
+            if lone is None:
+                raise AssertionError("a stream alone on the network was refused")   # checked above
+            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
+            took = max(compute, lone)
+        _book_chunk(record, took, compute, _alone_cycles(res, costs, first, n))
+        total += took
+    return total
 
 
 def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int) -> list:

@@ -40,7 +40,8 @@ import simpy
 
 from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collectives import CollectiveModel
-from sn40l_sim.engine.kernel_process import KernelCosts, KernelRecord, run_kernel
+from sn40l_sim.engine.kernel_costs import KernelCosts
+from sn40l_sim.engine.kernel_process import KernelRecord, run_kernel
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.hardware.spec import NodeSpec
