@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import fit, fitted_names, fixed_parameters, leave_one_out, write_back
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
+    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
 
     references = load_references(args.references)
     socket = load_hardware(args.hardware).socket
@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}
-        return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides))
+        readers = prefill_readers(refs)   # a point's prefill is simulated only if a measurement reads it
+        return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides,
+                                                         reads_prefill=readers[path]))
 
     started = time.perf_counter()
 
