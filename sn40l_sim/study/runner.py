@@ -139,9 +139,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             served.extend(made)
             return made
 
+        options = asm.prefill_side(setup)
+        if point.name in without_prefill:
+            options["prefill_step"] = False
         try:
             result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model),
-                                    prefill_step=point.name not in without_prefill, **asm.prefill_side(setup))
+                                    **options)
         except InputError as exc:
             raise asm.locate(exc) from None
         record = point_record(exp, point, result)
