@@ -26,7 +26,7 @@ import math
 import networkx as nx
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TileSpec
 from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph, tile_switch_graph
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
@@ -197,18 +197,28 @@ def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
     return spec.link_bytes_per_cycle * spec.links_per_direction * socket.clock_hz
 
 
+#: mesh diameters by tile description (the switch mesh depends on the tile alone)
+_MESH_DIAMETERS: dict[TileSpec, int] = {}
+
+
 def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
     """Switch hops across a tile's mesh, corner to corner, from the tile graph.
+
+    Kept per tile description: every step timer of a calibration pass builds the boundary costs of
+    a node that differs from the last one in calibrated values only, and the graph takes longer to
+    build than the step it serves.
 
     >>> from sn40l_sim.hardware.loader import load_hardware
     >>> tile_mesh_diameter_hops(load_hardware("hw_configs/sn40l.yaml").socket)
     46
     """
-    graph = tile_switch_graph(socket)
-    # double sweep: exact on grids, and the mesh is a grid
-    start = next(iter(graph))
-    far = max(nx.single_source_shortest_path_length(graph, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
-    return max(nx.single_source_shortest_path_length(graph, far).values())
+    if socket.tile not in _MESH_DIAMETERS:
+        graph = tile_switch_graph(socket)
+        # double sweep: exact on grids, and the mesh is a grid
+        start = next(iter(graph))
+        far = max(nx.single_source_shortest_path_length(graph, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
+        _MESH_DIAMETERS[socket.tile] = max(nx.single_source_shortest_path_length(graph, far).values())
+    return _MESH_DIAMETERS[socket.tile]
 
 
 def p2p_diameter_hops(node: NodeSpec) -> int:
