@@ -6,10 +6,12 @@ rename.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal
+import heapq
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 OpKind = Literal[
     "gemm",          # C[M,N] = A[M,K] @ B[K,N] (``count`` independent GEMMs of that shape)
@@ -156,8 +158,20 @@ class FusedKernel:
         return sum(op.act_in_bytes + op.act_out_bytes - op.act_reread_bytes for op in self.operators)
 
     def signature(self) -> FusedKernel:
-        """The kernel without its name and layer: equal signatures map and cost the same."""
-        return replace(self, name="", layer=None)
+        """The kernel without its name and layer: equal signatures map and cost the same.
+
+        >>> from dataclasses import replace
+        >>> k = FusedKernel("L3.ffn", "ffn", "decode", (), layer=3)
+        >>> k.signature() == replace(k, name="", layer=None), k.signature().signature() == k.signature()
+        (True, True)
+        """
+        if self.name == "" and self.layer is None:
+            return self
+        # a copy of the fields with two replaced (``dataclasses.replace`` re-runs ``__init__``
+        # field by field, and the mapper and the engine ask for every kernel's signature)
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__, name="", layer=None)
+        return out
 
 
 @dataclass(frozen=True)
@@ -179,24 +193,88 @@ class Shape:
     context_len: int = 0
 
 
-@dataclass
+@dataclass(eq=False)
 class KernelGraph:
-    """A DAG of fused kernels (node attribute ``kernel``) in execution order."""
+    """A DAG of fused kernels in execution order: nodes are kernel names, an edge ``a -> b``
+    carries the ``bytes`` kernel ``a`` hands kernel ``b``.
+
+    Kept in plain dictionaries (networkx is a large import that a run does not otherwise need);
+    :attr:`graph` gives the same DAG as a ``networkx.DiGraph`` (node attributes ``kernel`` and
+    ``seq``, edge attribute ``bytes``) for analysis.
+
+    >>> g = KernelGraph("toy", Shape("decode", 1, 0, 8))
+    >>> a, b = FusedKernel("a", "ffn", "decode", ()), FusedKernel("b", "ffn", "decode", ())
+    >>> g.add(a); g.add(b, after=a, bytes_=64)
+    >>> [k.name for k in g.kernels()], g.predecessors("b"), g.edges()
+    (['a', 'b'], ['a'], [('a', 'b', {'bytes': 64})])
+    """
 
     model: str
     shape: Shape
-    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    #: kernel name -> node attributes (``kernel``, ``seq``: the order kernels were added in)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    #: kernel name -> {successor name -> edge attributes}, both in insertion order
+    _succ: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, repr=False)
+    _pred: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict, repr=False)
+
+    def _node(self, name: str) -> dict[str, Any]:
+        if name not in self.nodes:
+            self.nodes[name] = {}
+            self._succ[name] = {}
+            self._pred[name] = {}
+        return self.nodes[name]
 
     def add(self, kernel: FusedKernel, after: FusedKernel | None = None, bytes_: int = 0) -> None:
+        """Add ``kernel`` (replacing a kernel of the same name), after ``after`` when given."""
         # insertion order breaks ties in the topological order, so it follows the model's layers
-        self.graph.add_node(kernel.name, kernel=kernel, seq=self.graph.number_of_nodes())
+        seq = len(self.nodes)
+        self._node(kernel.name).update(kernel=kernel, seq=seq)
         if after is not None:
-            self.graph.add_edge(after.name, kernel.name, bytes=bytes_)
+            self._node(after.name)
+            edge = self._succ[after.name].setdefault(kernel.name, {})
+            edge["bytes"] = bytes_
+            self._pred[kernel.name][after.name] = edge
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.nodes
+
+    def predecessors(self, name: str) -> list[str]:
+        """Names of the kernels with an edge into ``name``, in the order the edges were added."""
+        return list(self._pred[name])
+
+    def edges(self) -> list[tuple[str, str, dict[str, int]]]:
+        """``(producer, consumer, {"bytes": n})`` of every edge, by producer, in insertion order."""
+        return [(u, v, data) for u, out in self._succ.items() for v, data in out.items()]
 
     def kernels(self) -> list[FusedKernel]:
-        """Kernels in a deterministic topological order."""
-        order = nx.lexicographical_topological_sort(self.graph, key=lambda n: self.graph.nodes[n]["seq"])
-        return [self.graph.nodes[n]["kernel"] for n in order]
+        """Kernels in a deterministic topological order: of the kernels whose producers are all
+        done, the one added first (networkx's ``lexicographical_topological_sort`` by ``seq``)."""
+        index = {n: i for i, n in enumerate(self.nodes)}
+        waiting = {n: len(p) for n, p in self._pred.items() if p}
+        ready = [(self.nodes[n]["seq"], index[n], n) for n, p in self._pred.items() if not p]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            name = heapq.heappop(ready)[2]
+            for child in self._succ[name]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    heapq.heappush(ready, (self.nodes[child]["seq"], index[child], child))
+                    del waiting[child]
+            order.append(self.nodes[name]["kernel"])
+        if waiting:
+            raise ValueError(f"kernel graph {self.model!r} has a cycle")
+        return order
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The DAG as a new ``networkx.DiGraph`` (for analysis; editing it leaves this graph as it is)."""
+        import networkx as nx  # a large import, needed only here
+
+        out = nx.DiGraph()
+        out.add_nodes_from((n, dict(attrs)) for n, attrs in self.nodes.items())
+        out.add_edges_from((u, v, dict(data)) for u, v, data in self.edges())
+        return out
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,51 @@ class FluidNetwork:
             settle.callbacks.append(lambda _event: self._settle(generation))
         return done
 
+    def transfer_alone(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf) -> int | None:
+        """Account a transfer that nothing shares, without events: its cycles, or None (then the
+        caller must use :meth:`transfer`).
+
+        For a caller that knows no other flow starts on the network before this one ends (the
+        engine's kernels while no collective is alive). Alone, the flow's rate is its narrowest
+        channel's capacity (capped), and the events :meth:`transfer` would cause are its settling
+        at once and its wake-ups, each after the cycles its remaining bytes need (at least one),
+        until they are within the completion tolerance; this replays that arithmetic step for
+        step (the same float operations in the same order), books what the events would (channel
+        bytes and busy cycles, the sequence and generation counters, the clock of the last
+        update) and returns the cycles after which the transfer's event would fire. None when
+        another flow is in the network or a start is settling, when nothing is to move, or when
+        the cap is not positive (:meth:`transfer` says why).
+
+        >>> import simpy
+        >>> env = simpy.Environment()
+        >>> net = FluidNetwork(env)
+        >>> hbm = net.channel("hbm", 10.0)
+        >>> net.transfer_alone((hbm,), 1001), net.transfer_alone((hbm,), 1000), hbm.bytes_moved, hbm.busy_cycles
+        (101, 100, 2001, 201)
+        """
+        if self._flows or self._pending or n_bytes <= 0 or not path or not cap > 0:
+            return None
+        # _reallocate's rate for a flow sharing no channel, and _schedule's and _wake's steps
+        rate = min(float(cap), min(ch.bytes_per_cycle for ch in path))
+        remaining = float(int(n_bytes))
+        done_below = _DONE_REL * int(n_bytes) + _DONE_ABS
+        cycles = wakes = 0
+        while True:
+            delay = max(1, math.ceil(remaining / rate - 1e-9))
+            remaining -= rate * delay
+            cycles += delay
+            wakes += 1
+            if remaining <= done_below:
+                break
+        self._seq += 1
+        self._generation += 1 + wakes
+        self._last = self.env.now + cycles
+        for ch in set(path):
+            ch.busy_cycles += cycles
+        for ch in path:
+            ch.bytes_moved += int(n_bytes)
+        return cycles
+
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
@@ -265,9 +310,11 @@ class FluidNetwork:
 
     def _finish(self) -> bool:
         """Complete the flows whose bytes have all moved; True if any did."""
-        finished = [f for f in self._flows if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS]
+        finished, left = [], []
+        for f in self._flows:
+            (finished if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS else left).append(f)
         if finished:
-            self._flows = [f for f in self._flows if f.remaining > _DONE_REL * f.n_bytes + _DONE_ABS]
+            self._flows = left
             for flow in finished:
                 for ch in flow.path:
                     ch.active -= 1

@@ -91,6 +91,26 @@ class SectionCosts:
         n = self.tiles
         return total * end_tile // n - total * first_tile // n
 
+    def loads(self, first_tile: int, n_tiles: int) -> tuple[tuple[str, int, float], ...]:
+        """``(tier, bytes, cap)`` of every tier tiles ``first_tile .. first_tile+n_tiles-1``
+        move bytes to or from, in the socket's tier order.
+
+        Kept on the section (the engine asks for every chunk of every call of the kernel, and the
+        layers of a model share one kernel's costs).
+
+        >>> sec = SectionCosts(chunks=(4, 4), compute_cycles_per_tile=10, tier_bytes={"hbm": 8000, "ddr": 0},
+        ...                    tier_caps={"hbm": 2.0, "ddr": math.inf}, fill_cycles=50)
+        >>> sec.loads(4, 4)
+        (('hbm', 4000, 2.0),)
+        """
+        memo = self.__dict__.setdefault("_loads", {})
+        got = memo.get((first_tile, n_tiles))
+        if got is None:
+            got = memo[(first_tile, n_tiles)] = tuple(
+                (tier, n_bytes, cap) for tier, cap in self.tier_caps.items()
+                if (n_bytes := self.bytes_between(tier, first_tile, first_tile + n_tiles)))
+        return got
+
 
 @dataclass(frozen=True)
 class KernelCosts:
@@ -237,7 +257,7 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
                 record.fill_cycles += sec.fill_cycles
             if index == 0:
                 record.stream_start = env.now
-                side = [env.process(_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives))
+                side = [_start_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives)
                         for run in colls if run.collective.overlapped]
             if index == 0 and gate is not None:
                 yield from _stream_ahead(res, record, sec, gate)
@@ -247,14 +267,14 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
                 yield from _chunk(res, record, sec, tile, n)
                 tile += n
         if not costs.sections:
-            side = [env.process(_collective(res, run, 0, costs.stage_collectives))
+            side = [_start_collective(res, run, 0, costs.stage_collectives)
                     for run in colls if run.collective.overlapped]
         record.stream_end = env.now
     if streamed is not None:
         streamed.succeed()
     for run in colls:
         if not run.collective.overlapped:
-            yield env.process(_collective(res, run, 0, costs.stage_collectives))
+            yield _start_collective(res, run, 0, costs.stage_collectives)
     if side:
         yield env.all_of(side)
     record.collectives = colls
@@ -276,12 +296,22 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
-    waits = _transfers(res, record, costs, first, n)
-    alone = _alone_cycles(res, costs, first, n)
-    if compute:
-        waits.append(env.timeout(compute))
-    if waits:
-        yield env.all_of(waits) if len(waits) > 1 else waits[0]
+    loads = costs.loads(first, n)
+    lone = _lone_stream(res, loads)
+    if lone is not None:
+        # the chunk's one stream shares nothing until it ends: its cycles are known now, and the
+        # chunk is one wait instead of the stream's, the compute's and the condition's events
+        tier, n_bytes, _ = loads[0]
+        record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
+        alone = _alone_cycles(res, costs, first, n)
+        yield env.timeout(max(compute, lone))
+    else:
+        waits = _transfers(res, record, costs, first, n)
+        alone = _alone_cycles(res, costs, first, n)
+        if compute:
+            waits.append(env.timeout(compute))
+        if waits:
+            yield env.all_of(waits) if len(waits) > 1 else waits[0]
     took = env.now - start
     record.compute_busy += compute
     # on a tie the memory stage is the bound, as the mapper counts it
@@ -291,24 +321,36 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
         record.compute_bound_cycles += took
 
 
+def _lone_stream(res: SocketResources, loads: tuple[tuple[str, int, float], ...]) -> int | None:
+    """Cycles of a chunk's one memory stream accounted without events
+    (:meth:`~sn40l_sim.engine.fluid.FluidNetwork.transfer_alone`), or None.
+
+    Only where the socket's channels are the kernels' and their collectives' alone
+    (``res.lone_streams``, set by the engine's graph runner) and no collective is alive: the
+    kernel holds the socket's compute, so no other kernel streams until it ends, and a collective
+    that could start during the chunk would be alive already (a kernel starts its overlapped
+    collectives before its tiles stream, its others after). One tier only: two share the TLN.
+    """
+    if not res.lone_streams or res.live_collectives or len(loads) != 1:
+        return None
+    tier, n_bytes, cap = loads[0]
+    return res.net.transfer_alone(res.memory_path(tier), n_bytes, cap)
+
+
 def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int) -> list:
     """Start the memory streams of tiles ``first .. first+n-1`` (one per tier); their events."""
     waits = []
-    for tier, cap in costs.tier_caps.items():
-        n_bytes = costs.bytes_between(tier, first, first + n)
-        if n_bytes:
-            waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap))
-            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
+    for tier, n_bytes, cap in costs.loads(first, n):
+        waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap))
+        record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
     return waits
 
 
 def _alone_cycles(res: SocketResources, costs: SectionCosts, first: int, n: int) -> float:
     """The memory stage's time for tiles ``first .. first+n-1`` without contention."""
     out = 0.0
-    for tier, cap in costs.tier_caps.items():
-        n_bytes = costs.bytes_between(tier, first, first + n)
-        if n_bytes:
-            out = max(out, n_bytes / min(cap, min(ch.bytes_per_cycle for ch in res.memory_path(tier))))
+    for tier, n_bytes, cap in costs.loads(first, n):
+        out = max(out, n_bytes / min(cap, res.path_bytes_per_cycle(tier)))
     return out
 
 
@@ -388,6 +430,13 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
             record.compute_bound_cycles += rest
 
 
+def _start_collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool) -> simpy.Process:
+    """:func:`_collective` as a process, counted alive (``res.live_collectives``) from now until
+    it ends."""
+    res.live_collectives += 1
+    return res.env.process(_collective(res, run, delay, staged))
+
+
 def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):
     """The collective on the socket's links. With ``staged``, the bytes the socket receives are
     written to memory and, unless the collective is overlapped (then it sends tiles straight from
@@ -411,3 +460,4 @@ def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bo
         if waits:
             yield env.all_of(waits) if len(waits) > 1 else waits[0]
         run.end = env.now
+    res.live_collectives -= 1

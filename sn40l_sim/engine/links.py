@@ -23,8 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-import networkx as nx
-
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.topology import p2p_links
@@ -53,17 +51,14 @@ class LinkTable:
         self.clock_hz = clock_hz
         self.bytes_per_cycle: dict[Link, float] = {}
         self._latency_s: dict[Link, float] = {}
-        graph = nx.Graph()
-        graph.add_nodes_from(range(sockets))
+        near: dict[int, set[int]] = {s: set() for s in range(sockets)}
         for a, b, bytes_per_s, latency_s in sorted(links):
             for u, v in ((a, b), (b, a)):
                 self.bytes_per_cycle[(u, v)] = bytes_per_s * efficiency / clock_hz
                 self._latency_s[(u, v)] = latency_s
-            graph.add_edge(a, b)
-        # adjacency in sorted order makes breadth-first routes deterministic
-        self._graph = nx.Graph()
-        self._graph.add_nodes_from(sorted(graph.nodes))
-        self._graph.add_edges_from(sorted(tuple(sorted(e)) for e in graph.edges))
+                near.setdefault(u, set()).add(v)
+        # neighbours in ascending order make breadth-first routes deterministic
+        self._near: dict[int, tuple[int, ...]] = {s: tuple(sorted(near[s])) for s in sorted(near)}
         self.route = lru_cache(maxsize=None)(self._route)
         #: everything a collective's cost depends on, for memos shared between equal tables
         self.signature = (sockets, clock_hz, tuple(sorted((link, bw, self._latency_s[link])
@@ -79,12 +74,15 @@ class LinkTable:
         """Directed links from socket ``a`` to socket ``b`` (empty for ``a == b``)."""
         if a == b:
             return ()
-        try:
-            hops = nx.shortest_path(self._graph, a, b)
-        except (nx.NetworkXNoPath, nx.NodeNotFound):
+        hops = shortest_path(self._near, a, b)
+        if hops is None:
             raise InfeasibleError(f"no P2P path from socket {a} to socket {b} in the node topology",
-                                  field="topology") from None
+                                  field="topology")
         return tuple(zip(hops[:-1], hops[1:], strict=True))
+
+    def has_link(self, a: int, b: int) -> bool:
+        """Whether sockets ``a`` and ``b`` are neighbours."""
+        return b in self._near.get(a, ())
 
     def latency_s(self, a: int, b: int) -> float:
         """Sum of link latencies along the route from ``a`` to ``b``."""
@@ -107,7 +105,7 @@ class LinkTable:
         order = [todo.pop(0)]
         while todo:
             here = order[-1]
-            near = [m for m in todo if self._graph.has_edge(here, m)]
+            near = [m for m in todo if self.has_link(here, m)]
             nxt = near[0] if near else min(todo, key=lambda m: (len(self.route(here, m)), m))
             order.append(nxt)
             todo.remove(nxt)
@@ -126,8 +124,8 @@ class LinkTable:
                 return False
             here = path[-1]
             if len(path) == len(members):
-                return self._graph.has_edge(here, start)
-            for nxt in sorted(self._graph.neighbors(here)):
+                return self.has_link(here, start)
+            for nxt in self._near[here]:
                 if nxt in wanted and nxt not in seen:
                     path.append(nxt)
                     seen.add(nxt)
@@ -138,3 +136,60 @@ class LinkTable:
             return False
 
         return list(path) if extend() else None
+
+
+def shortest_path(near: dict[int, tuple[int, ...]], source: int, target: int) -> list[int] | None:
+    """A path of fewest hops from ``source`` to ``target`` over the adjacency ``near``, or None.
+
+    Breadth first from both ends at once, expanding the smaller fringe, neighbours in the order
+    ``near`` lists them: networkx's ``shortest_path`` (``bidirectional_shortest_path``) step for
+    step, so that ties between paths of equal length break as they did when routes came from it.
+
+    >>> ring = {0: (1, 3), 1: (0, 2), 2: (1, 3), 3: (0, 2)}
+    >>> shortest_path(ring, 0, 2), shortest_path(ring, 3, 3), shortest_path({0: (), 1: ()}, 0, 1)
+    ([0, 1, 2], [3], None)
+    """
+    if source not in near or target not in near:
+        return None
+    pred: dict[int, int | None] = {source: None}
+    succ: dict[int, int | None] = {target: None}
+    meet: int | None = source if source == target else None
+    forward, reverse = [source], [target]
+    while meet is None and forward and reverse:
+        if len(forward) <= len(reverse):
+            level, forward = forward, []
+            for v in level:
+                for w in near[v]:
+                    if w not in pred:
+                        forward.append(w)
+                        pred[w] = v
+                    if w in succ:
+                        meet = w
+                        break
+                if meet is not None:
+                    break
+        else:
+            level, reverse = reverse, []
+            for v in level:
+                for w in near[v]:
+                    if w not in succ:
+                        succ[w] = v
+                        reverse.append(w)
+                    if w in pred:
+                        meet = w
+                        break
+                if meet is not None:
+                    break
+    if meet is None:
+        return None
+    path: list[int] = []
+    node: int | None = meet
+    while node is not None:
+        path.append(node)
+        node = pred[node]
+    path.reverse()
+    node = succ[path[-1]]
+    while node is not None:
+        path.append(node)
+        node = succ[node]
+    return path

@@ -31,7 +31,7 @@ True
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -61,6 +61,13 @@ class SocketResources:
     buffer_bytes: float = 0.0
     #: (kernel signature, section) whose configuration is loaded in the units; None at the start
     resident: tuple[Any, int] | None = None
+    #: only the engine's kernels and their collectives use the socket's channels, so a kernel's
+    #: stream may be accounted without events while no collective is alive
+    #: (:func:`~sn40l_sim.engine.kernel_process.run_kernel`); set by the graph runner
+    lone_streams: bool = False
+    #: collectives started and not yet ended on this socket
+    live_collectives: int = 0
+    _path_rates: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, env: simpy.Environment, node: NodeSpec, socket: int = 0,
@@ -86,3 +93,10 @@ class SocketResources:
         if channel is None:
             raise ValueError(f"socket {self.socket} has no memory tier {tier!r} (it has {list(self.memory)})")
         return (channel, self.tln)
+
+    def path_bytes_per_cycle(self, tier: str) -> float:
+        """The narrowest capacity along :meth:`memory_path` (kept per tier: every chunk asks)."""
+        got = self._path_rates.get(tier)
+        if got is None:
+            got = self._path_rates[tier] = min(ch.bytes_per_cycle for ch in self.memory_path(tier))
+        return got

@@ -115,20 +115,29 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     # collectives move activations: they stage through the activations' tier
     staging = placed.memory.tiers().activations if placed.memory.order else None
     res = SocketResources.build(env, node, socket, staging_tier=staging)
+    res.lone_streams = True   # nothing but the kernels below and their collectives uses its channels
     boundary = collectives.boundary or BoundaryModel.from_node(node, collectives.table)
-    graph = placed.graph.graph
+    graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
     done: dict[str, simpy.Event] = {}
     streamed: dict[str, simpy.Event] = {}
     records = []
+    costs_of: dict[tuple, KernelCosts] = {}
     previous: str | None = None
     for i, pk in enumerate(placed.kernels):
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
                               iteration=iteration.get(i, 0))
-        costs = KernelCosts.from_placed(pk, node.socket, boundary if options.kernel_boundaries else None,
-                                        options.chunks_per_section, options.stage_collectives)
+        # the layers of a model share one placed kernel's stages (the mapper's memo re-labels it):
+        # their costs, which read nothing else of the kernel than the key, are computed once
+        key = (id(pk.stages), pk.sections, pk.n_tiles, pk.fill_cycles, pk.section_config_bytes,
+               tuple(pk.tier_bytes.items()), pk.kernel.shards)
+        costs = costs_of.get(key)
+        if costs is None:
+            costs = costs_of[key] = KernelCosts.from_placed(
+                pk, node.socket, boundary if options.kernel_boundaries else None, options.chunks_per_section,
+                options.stage_collectives)
         streamed[kernel.name] = env.event()
         if record.iteration:
             # a loop iteration streams once the previous one has, its compute gated on its end

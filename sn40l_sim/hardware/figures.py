@@ -22,12 +22,11 @@ Examples
 from __future__ import annotations
 
 import math
-
-import networkx as nx
+from collections import deque
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TileSpec
-from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph, tile_switch_graph
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph, tile_mesh
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
 _CYCLE_SLACK = 1e-6
@@ -197,32 +196,49 @@ def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
     return spec.link_bytes_per_cycle * spec.links_per_direction * socket.clock_hz
 
 
-#: mesh diameters by tile description (the switch mesh depends on the tile alone)
-_MESH_DIAMETERS: dict[TileSpec, int] = {}
-
-
 def tile_mesh_diameter_hops(socket: SocketSpec) -> int:
     """Switch hops across a tile's mesh, corner to corner, from the tile graph.
-
-    Kept per tile description: every step timer of a calibration pass builds the boundary costs of
-    a node that differs from the last one in calibrated values only, and the graph takes longer to
-    build than the step it serves.
 
     >>> from sn40l_sim.hardware.loader import load_hardware
     >>> tile_mesh_diameter_hops(load_hardware("hw_configs/sn40l.yaml").socket)
     46
     """
-    if socket.tile not in _MESH_DIAMETERS:
-        graph = tile_switch_graph(socket)
+    key = (socket.tile.grid_rows, socket.tile.grid_cols)
+    if key not in _mesh_diameters:
+        mesh = tile_mesh(socket)
         # double sweep: exact on grids, and the mesh is a grid
-        start = next(iter(graph))
-        far = max(nx.single_source_shortest_path_length(graph, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
-        _MESH_DIAMETERS[socket.tile] = max(nx.single_source_shortest_path_length(graph, far).values())
-    return _MESH_DIAMETERS[socket.tile]
+        start = next(iter(mesh))
+        far = max(_hops_from(mesh, start).items(), key=lambda kv: (kv[1], kv[0]))[0]
+        _mesh_diameters[key] = max(_hops_from(mesh, far).values())
+    return _mesh_diameters[key]
+
+
+#: the mesh's diameter by (grid rows, grid columns), the only inputs of its switches and links
+#: (every node and calibration pass of ``validate`` and ``calibrate`` asks again)
+_mesh_diameters: dict[tuple[int, int], int] = {}
+
+
+def _hops_from(adjacency: dict[str, list[str]], start: str) -> dict[str, int]:
+    """Hops from ``start`` to every node it reaches (breadth first).
+
+    >>> _hops_from({"a": ["b"], "b": ["a", "c"], "c": ["b"]}, "a")
+    {'a': 0, 'b': 1, 'c': 2}
+    """
+    hops = {start: 0}
+    todo = deque([start])
+    while todo:
+        here = todo.popleft()
+        for near in adjacency[here]:
+            if near not in hops:
+                hops[near] = hops[here] + 1
+                todo.append(near)
+    return hops
 
 
 def p2p_diameter_hops(node: NodeSpec) -> int:
     """Socket-to-socket hops between the farthest two sockets of the node (0 for one socket)."""
+    import networkx as nx  # a large import, needed by this figure only
+
     graph = p2p_graph(node)
     return nx.diameter(graph) if graph.number_of_nodes() > 1 else 0
 

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 #: the exact bisection enumerates C(n, n/2)/2 halvings; above this many sockets use a heuristic
 _EXACT_BISECTION_MAX = 20
@@ -108,6 +111,8 @@ def p2p_links(node: NodeSpec) -> list[tuple[int, int, float, float]]:
 
 def p2p_graph(node: NodeSpec) -> nx.Graph:
     """Socket-level graph: nodes are socket indices, edges carry ``bytes_per_s``, ``latency_s``, ``links``."""
+    import networkx as nx  # a large import: only the figures of ``describe`` and the topology need it
+
     graph = nx.Graph(name=node.name)
     graph.add_nodes_from(range(node.sockets))
     for a, b, bandwidth, latency in p2p_links(node):
@@ -120,9 +125,12 @@ def bisection_bytes_per_s(graph: nx.Graph, weight: str = "bytes_per_s") -> float
 
     Exact up to 20 nodes; above that networkx's Kernighan-Lin bisection (an upper bound).
 
+    >>> import networkx as nx
     >>> bisection_bytes_per_s(nx.cycle_graph(8)), bisection_bytes_per_s(nx.complete_graph(4))
     (2.0, 4.0)
     """
+    import networkx as nx  # a large import, needed by the hardware figures only
+
     nodes = sorted(graph)
     n = len(nodes)
     if n < 2:
@@ -195,11 +203,30 @@ def _tile_template(socket: SocketSpec) -> tuple[list, list]:
 
 def tile_switch_graph(socket: SocketSpec) -> nx.Graph:
     """The switch mesh of one tile alone (ids ``sw.r.c``), e.g. for hop counts."""
+    import networkx as nx  # a large import; the mapper and the engine use :func:`tile_mesh` instead
+
     nodes, edges = _tile_template(socket)
     graph = nx.Graph()
     graph.add_nodes_from(n for n in nodes if n[1]["kind"] == "switch")
     graph.add_edges_from(e for e in edges if e[2]["kind"] == "mesh")
     return graph
+
+
+def tile_mesh(socket: SocketSpec) -> dict[str, list[str]]:
+    """The switch mesh of one tile as adjacency lists (switch id -> neighbouring switch ids, in
+    the order :func:`tile_switch_graph` has them), without building a graph object.
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> mesh = tile_mesh(example_socket())
+    >>> len(mesh), mesh["sw.0.0"], sum(map(len, mesh.values())) // 2 == tile_switch_graph(example_socket()).number_of_edges()
+    (567, ['sw.0.1', 'sw.1.0'], True)
+    """
+    nodes, edges = _tile_template(socket)
+    adjacency: dict[str, dict[str, None]] = {n: {} for n, attrs in nodes if attrs["kind"] == "switch"}
+    for u, v, attrs in edges:
+        if attrs["kind"] == "mesh":
+            adjacency[u][v] = adjacency[v][u] = None
+    return {n: list(near) for n, near in adjacency.items()}
 
 
 def _stamp_tile(graph: nx.Graph, prefix: str, nodes: list, edges: list, where: dict) -> None:
@@ -224,6 +251,8 @@ def build_topology(node: NodeSpec) -> nx.Graph:
     The tile is built once as a template and stamped out per tile with a prefix, which keeps the
     16-socket SN40L node (about 70 thousand vertices, 200 thousand links) well under a second.
     """
+    import networkx as nx  # a large import, needed for the whole node's graph only
+
     socket = node.socket
     graph = nx.Graph(name=node.name, sockets=node.sockets)
     tile_nodes, tile_edges = _tile_template(socket)

@@ -30,7 +30,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sn40l_sim.hardware.spec import PMUSpec, SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
@@ -82,34 +82,60 @@ def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int 
     return _division(stage, pcus, chip_tiles, max_pcus or pcus).cycles
 
 
-def _sram_cycles(socket: SocketSpec, stage: StageWork, pmus: int, chip_tiles: int,
+class _PmuRates:
+    """What a stage's PMU cycles read of a socket (its PMU and the mesh link each PMU stream
+    crosses), and the cycles of the shares asked for so far: the bisections ask for the same
+    shares again and again. One per distinct PMU and link (:func:`_rates`)."""
+
+    __slots__ = ("pmu", "link", "read_cap", "write_cap", "memo")
+
+    def __init__(self, pmu: PMUSpec, link: int) -> None:
+        self.pmu = pmu
+        self.link = link
+        port = pmu_port_bytes_per_cycle(pmu)
+        self.read_cap = min(link, port * pmu.read_ports)
+        self.write_cap = min(link, port * pmu.write_ports)
+        self.memo: dict[tuple[int, int, int], int] = {}
+
+
+_rates_by_unit: dict[tuple, _PmuRates] = {}
+
+
+def _rates(socket: SocketSpec) -> _PmuRates:
+    """The socket's :class:`_PmuRates`, shared by every socket with the same PMU and mesh link."""
+    pmu, link = socket.pmu, mesh_bytes_per_cycle(socket.tile.vector_network)
+    key = (pmu.banks, pmu.bank_width_bytes, pmu.read_ports, pmu.write_ports, pmu.addresses_per_cycle, link)
+    got = _rates_by_unit.get(key)
+    if got is None:
+        got = _rates_by_unit[key] = _PmuRates(pmu, link)
+    return got
+
+
+def _sram_cycles(rates: _PmuRates, stage: StageWork, pmus: int, chip_tiles: int,
                  division: Division | None = None) -> int:
     if pmus == 0:
         return 0
     share = pmus * chip_tiles
-    reads = math.ceil((stage.sram_read_bytes + (division.sram_read_bytes if division else 0)) / share)
-    writes = math.ceil((stage.sram_write_bytes + (division.sram_write_bytes if division else 0)) / share)
-    return _pmu_share_cycles(socket.pmu, mesh_bytes_per_cycle(socket.tile.vector_network), reads, writes,
-                             math.ceil(stage.sram_addresses / share))
+    if division is None:
+        reads = math.ceil(stage.sram_read_bytes / share)
+        writes = math.ceil(stage.sram_write_bytes / share)
+    else:
+        reads = math.ceil((stage.sram_read_bytes + division.sram_read_bytes) / share)
+        writes = math.ceil((stage.sram_write_bytes + division.sram_write_bytes) / share)
+    return _pmu_share_cycles(rates, reads, writes, math.ceil(stage.sram_addresses / share))
 
 
-_pmu_memo: dict[tuple, int] = {}
-
-
-def _pmu_share_cycles(pmu: PMUSpec, link: int, reads: int, writes: int, addresses: int) -> int:
+def _pmu_share_cycles(rates: _PmuRates, reads: int, writes: int, addresses: int) -> int:
     """One PMU's cycles for its share of a stage's traffic; its reads leave, and its writes arrive,
-    over one mesh link (memoised: the bisection asks for the same shares again and again)."""
-    key = (pmu.banks, pmu.bank_width_bytes, pmu.read_ports, pmu.write_ports, pmu.addresses_per_cycle, link,
-           reads, writes, addresses)
-    got = _pmu_memo.get(key)
+    over one mesh link (memoised in ``rates``)."""
+    key = (reads, writes, addresses)
+    got = rates.memo.get(key)
     if got is None:
-        port = pmu_port_bytes_per_cycle(pmu)
-        streams = max(ceil_div(reads, min(link, port * pmu.read_ports)),
-                      ceil_div(writes, min(link, port * pmu.write_ports)))
-        got = max(streams, pmu_cycles(pmu, reads, writes, addresses))
-        if len(_pmu_memo) > 200_000:
-            _pmu_memo.clear()
-        _pmu_memo[key] = got
+        streams = max(ceil_div(reads, rates.read_cap), ceil_div(writes, rates.write_cap))
+        got = max(streams, pmu_cycles(rates.pmu, reads, writes, addresses))
+        if len(rates.memo) > 200_000:
+            rates.memo.clear()
+        rates.memo[key] = got
     return got
 
 
@@ -128,48 +154,78 @@ def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: Uni
 @dataclass(frozen=True)
 class _Limits:
     """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
-    SRAM cycles at those fewest PMUs."""
+    SRAM cycles at those fewest PMUs; and the answers of :func:`_stage_units` found so far in
+    this allocation, each with the targets it holds for (:func:`_stage_units`)."""
 
     min_pmus: int
     max_pcus: int
     sram_at_min: int
     max_pmus: int
+    #: ``(lowest target, highest target, units)`` of every answer found so far
+    spans: list[tuple[int, int, tuple[int, int, Division] | None]] = field(default_factory=list, compare=False)
 
 
-def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
+def _limits(socket: SocketSpec, rates: _PmuRates, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
     r = _min_pmus(socket, stage, chip_tiles)
-    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), _sram_cycles(socket, stage, r, chip_tiles),
+    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), _sram_cycles(rates, stage, r, chip_tiles),
                    budget.pmus_for(stage.name, socket.tile.pmus))
 
 
-def _stage_units(socket: SocketSpec, stage: StageWork, limits: _Limits, chip_tiles: int,
+def _stage_units(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
                  target: int) -> tuple[int, int, Division] | None:
     """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, and its
-    division, or None."""
+    division, or None.
+
+    An answer found at target ``T`` is the answer at every target from the cycles it reaches up
+    to ``T``, so it is kept with that span (in ``limits.spans``) and given again for a target in
+    it: with fewest PCUs ``q`` (division of ``c`` cycles, the fewest-cycle split first in order
+    on ties) at ``T``, a target ``T'`` in ``[c, T]`` is reached on ``q`` PCUs by that division
+    and on no fewer (none reached ``T >= T'``), and the splits reaching ``T'`` on ``q`` PCUs are
+    some of those that reached ``T``, the winner among them; the fewest PMUs ``r`` serving the
+    division within ``T`` serve it within any ``T'`` at least their cycles, and ``r - 1`` did
+    not serve it within ``T``. No division reaching ``T`` reaches a lower target either. (This
+    rests on :func:`~sn40l_sim.mapper.division.fewest_pcus` giving the fewest PCUs, as the
+    bisection of :func:`allocate` and :func:`_known_units` do; a test compares allocations with
+    every answer computed afresh.)"""
+    for low, high, units in limits.spans:
+        if low <= target <= high:
+            return units
+    units, low = _stage_units_at(rates, stage, limits, chip_tiles, target)
+    limits.spans.append((low, target, units))
+    return units
+
+
+def _stage_units_at(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
+                    target: int) -> tuple[tuple[int, int, Division] | None, int]:
+    """:func:`_stage_units` computed, and the lowest target its answer holds for."""
     if target <= 0:
-        return None
+        return None, target
     assert stage.model is not None
     division = fewest_pcus(stage.model, stage.pieces, target, limits.max_pcus * chip_tiles)
     if division is None:
-        return None
+        return None, 1
+    low = division.cycles
     q = ceil_div(division.pcus, chip_tiles)
     if q * chip_tiles != division.pcus:
         division = _division(stage, q, chip_tiles, limits.max_pcus)
     r = limits.min_pmus
     if r > limits.max_pmus:
-        return None
-    if _sram_cycles(socket, stage, r, chip_tiles, division) > target:
+        return None, 1
+    sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+    if sram > target:
         lo, hi = max(r, 1), limits.max_pmus
-        if _sram_cycles(socket, stage, hi, chip_tiles, division) > target:
-            return None
+        if _sram_cycles(rates, stage, hi, chip_tiles, division) > target:
+            # a lower target may take more PCUs, whose division may need fewer PMUs: this target only
+            return None, target
         while lo < hi:
             mid = (lo + hi) // 2
-            if _sram_cycles(socket, stage, mid, chip_tiles, division) <= target:
+            if _sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
                 hi = mid
             else:
                 lo = mid + 1
         r = lo
-    return q, r, division
+        sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+    return (q, r, division), max(low, sram)
 
 
 _Units = tuple[int, int, Division]
@@ -193,7 +249,7 @@ def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
     return got if got is not None and got == seen[above] else None
 
 
-def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _fits(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
           target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None
           ) -> list[tuple[int, int, Division | None]] | None:
     """Each stage's fewest units under ``target`` cycles, or None if a stage cannot get there or
@@ -209,12 +265,12 @@ def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | No
             units.append((0, 0, None))
             continue
         if seen is None:
-            got = _stage_units(socket, stage, lim, chip_tiles, target)
+            got = _stage_units(rates, stage, lim, chip_tiles, target)
         else:
             mine = seen[len(units)]
             got = mine[target] if target in mine else _known_units(mine, target)
             if got is None and target not in mine:
-                got = mine[target] = _stage_units(socket, stage, lim, chip_tiles, target)
+                got = mine[target] = _stage_units(rates, stage, lim, chip_tiles, target)
         if got is None:
             return None
         pcus += got[0]
@@ -225,7 +281,7 @@ def _fits(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | No
     return units
 
 
-def _spend_spare_pcus(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _spend_spare_pcus(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
                       units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
@@ -247,36 +303,36 @@ def _spend_spare_pcus(socket: SocketSpec, stages: list[StageWork], limits: list[
         got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
         q_new = min(top, ceil_div(got.pcus, chip_tiles))
         got = _division(stage, q_new, chip_tiles, lim.max_pcus)
-        before = max(division.cycles, _sram_cycles(socket, stage, r, chip_tiles, division))
-        if got.cycles < division.cycles and _sram_cycles(socket, stage, r, chip_tiles, got) <= before:
+        before = max(division.cycles, _sram_cycles(rates, stage, r, chip_tiles, division))
+        if got.cycles < division.cycles and _sram_cycles(rates, stage, r, chip_tiles, got) <= before:
             units[i] = (q_new, r, got)
             spare -= q_new - q
-    return _spend_spare_pmus(socket, stages, limits, chip_tiles, units, budget)
+    return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget)
 
 
-def _spend_spare_pmus(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _spend_spare_pmus(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
                       units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
     the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left."""
     spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
     order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
-                   key=lambda i: -_sram_cycles(socket, stages[i], units[i][1], chip_tiles, units[i][2]))
+                   key=lambda i: -_sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
     for i in order:
         q, r, division = units[i]
         lim, stage = limits[i], stages[i]
         assert lim is not None and division is not None
         top = min(lim.max_pmus, r + spare)
-        if spare <= 0 or top <= r or _sram_cycles(socket, stage, r, chip_tiles, division) <= division.cycles:
+        if spare <= 0 or top <= r or _sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
             continue
         lo, hi = r + 1, top
         while lo < hi:
             mid = (lo + hi) // 2
-            if _sram_cycles(socket, stage, mid, chip_tiles, division) <= division.cycles:
+            if _sram_cycles(rates, stage, mid, chip_tiles, division) <= division.cycles:
                 hi = mid
             else:
                 lo = mid + 1
-        if _sram_cycles(socket, stage, lo, chip_tiles, division) < _sram_cycles(socket, stage, r, chip_tiles, division):
+        if _sram_cycles(rates, stage, lo, chip_tiles, division) < _sram_cycles(rates, stage, r, chip_tiles, division):
             units[i] = (q, lo, division)
             spare -= lo - r
     return units
@@ -301,16 +357,17 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     Allocation or None
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
-    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget) for s in stages]
+    rates = _rates(socket)
+    limits = [None if s.is_memory else _limits(socket, rates, s, chip_tiles, budget) for s in stages]
     hi = 0
     for s, lim in zip(stages, limits, strict=True):
         if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
             one = _division(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
-            hi = max(hi, one.cycles, _sram_cycles(socket, s, lim.min_pmus, chip_tiles, one), 1)
+            hi = max(hi, one.cycles, _sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
     seen: list[dict[int, _Units | None]] = [{} for _ in stages]
-    if _fits(socket, stages, limits, chip_tiles, hi, budget, seen) is None:
+    if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
              + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True)
@@ -320,26 +377,26 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
     # the answer is usually within a few % of the bounds: gallop up from them, then bisect
     step = max(1, lo // 64)
-    while lo < hi and _fits(socket, stages, limits, chip_tiles, min(hi, lo + step), budget, seen) is None:
+    while lo < hi and _fits(socket, rates, stages, limits, chip_tiles, min(hi, lo + step), budget, seen) is None:
         lo = min(hi, lo + step + 1)
         step *= 2
     hi = min(hi, lo + step)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits(socket, stages, limits, chip_tiles, mid, budget, seen) is not None:
+        if _fits(socket, rates, stages, limits, chip_tiles, mid, budget, seen) is not None:
             hi = mid
         else:
             lo = mid + 1
-    units = _fits(socket, stages, limits, chip_tiles, lo, budget, seen)
+    units = _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
-    units = _spend_spare_pcus(socket, stages, limits, chip_tiles, units, budget)
+    units = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget)
     cycles, bounds = [], []
     for stage, (_, r, division) in zip(stages, units, strict=True):
         if division is None:
             cycles.append(stage.fixed_cycles)
             bounds.append(stage.resource)
             continue
-        m = _sram_cycles(socket, stage, r, chip_tiles, division)
+        m = _sram_cycles(rates, stage, r, chip_tiles, division)
         cycles.append(max(division.cycles, m))
         bounds.append("sram" if m > division.cycles else stage.resource)
     return Allocation(chip_tiles=chip_tiles, pcus=tuple(u[0] for u in units),

@@ -162,13 +162,16 @@ def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | 
         return Division(0, 0, work.latency)
     if isinstance(work, SimdWork):
         return Division(pcus, _passes_on(work, pieces, pcus), work.latency)
-    best: Division | None = None
+    # every split's (cycles, latency) as _division gives them; the division built for the best only
+    best: tuple[int, int, Split] | None = None
+    efficiency = work.efficiency
     for split in work.candidates(pieces, most_pcus or pcus):
-        d = _division(split, pieces, pcus, work.efficiency)
-        if best is None or (d.cycles, d.latency_cycles) < (best.cycles, best.latency_cycles):
-            best = d
+        n, share = sequence(split.items, pieces, pcus)
+        rank = (split.cycles(n, share, efficiency), max(0, split.latency + math.floor(split.offset / efficiency)))
+        if best is None or rank < best[:2]:
+            best = (*rank, split)
     assert best is not None
-    return best
+    return _division(best[2], pieces, pcus, efficiency)
 
 
 @lru_cache(maxsize=131072)
@@ -195,28 +198,34 @@ def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) ->
     # the best so far as (pcus, cycles, split); a split needing more PCUs than it cannot win, so
     # its search stops there
     best: tuple[int, int, Split] | None = None
+    efficiency, share = work.efficiency, _share(pieces)
+    # fewest_pcus_for's arithmetic, with what does not depend on the split taken out of the loop
+    scale = max(1.0, pieces)
     for split in work.candidates(pieces, most_pcus):
-        q = fewest_pcus_for(split.items, pieces, split.most_items(target, _share(pieces), work.efficiency))
+        whole = math.floor(split.most_items(target, share, efficiency) + _EPS)
+        if whole < 1:
+            continue
+        q = math.ceil(scale * split.items / whole - _EPS)
         top = most_pcus if best is None else min(most_pcus, best[0])
-        if q is None or q > top:
+        if q > top:
             continue
         # the estimate ignores rounding up, so it is a lower bound: search up from it (on the
         # cycles alone; the division is built once, for the answer)
         lo, hi = max(1, q), top
-        cycles = _split_cycles(split, pieces, lo, work.efficiency)
+        cycles = _split_cycles(split, pieces, lo, efficiency)
         if cycles > target:
-            if _split_cycles(split, pieces, hi, work.efficiency) > target:
+            if _split_cycles(split, pieces, hi, efficiency) > target:
                 continue
             while lo < hi:
                 mid = (lo + hi) // 2
-                if _split_cycles(split, pieces, mid, work.efficiency) <= target:
+                if _split_cycles(split, pieces, mid, efficiency) <= target:
                     hi = mid
                 else:
                     lo = mid + 1
-            cycles = _split_cycles(split, pieces, lo, work.efficiency)
+            cycles = _split_cycles(split, pieces, lo, efficiency)
         if best is None or (lo, cycles) < best[:2]:
             best = (lo, cycles, split)
-    return None if best is None else _division(best[2], pieces, best[0], work.efficiency)
+    return None if best is None else _division(best[2], pieces, best[0], efficiency)
 
 
 def ideal_cycles(work: StageModel, pieces: float) -> float:

@@ -56,7 +56,7 @@ from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import StageWork, TierSplit, section_stages
+from sn40l_sim.mapper.stages import StageWork, TierSplit, clear_tiling_memo, section_stages
 from sn40l_sim.mapper.tiling import max_pieces
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
@@ -133,8 +133,9 @@ def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRA
 
 
 def clear_section_memo() -> None:
-    """Forget every memoised section plan."""
+    """Forget every memoised section plan and operator tiling."""
     _section_memo.clear()
+    clear_tiling_memo()
 
 
 def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
@@ -147,15 +148,16 @@ def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_
     if key not in _section_memo:
         if len(_section_memo) >= _SECTION_MEMO_SIZE:
             _section_memo.clear()
-        _section_memo[key] = _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+        _section_memo[key] = _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
+                                                planned)
     return _section_memo[key]
 
 
 def _plan_section_cold(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                       spill_in: int, spill_out: int, budget: UnitBudget) -> SectionPlan | None:
+                       spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
     # decode attention spread over the tiles merges its partial results (split-KV)
     ops = with_combines(socket, ops, chip_tiles)
-    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
     alloc = allocate(socket, stages, chip_tiles, budget)
     if alloc is None:
         return None

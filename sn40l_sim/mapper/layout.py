@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.topology import agcu_switches, tile_switch_graph
+from sn40l_sim.hardware.topology import agcu_switches, tile_mesh
 from sn40l_sim.hardware.units.network import mesh_cycles, mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.stages import StageWork, Stream
@@ -113,7 +113,7 @@ def mesh_channels(socket: SocketSpec) -> int:
     """
     key = (socket.tile.grid_rows, socket.tile.grid_cols)
     if key not in _channels:
-        _channels[key] = 2 * tile_switch_graph(socket).number_of_edges()
+        _channels[key] = sum(len(near) for near in tile_mesh(socket).values())
     return _channels[key]
 
 
@@ -144,8 +144,8 @@ def place_stages(socket: SocketSpec, stages: list[StageWork], alloc: Allocation)
     return out
 
 
-def _agcu_hops(socket: SocketSpec, to: tuple[float, float]) -> int:
-    spots = agcu_spots(socket)
+def _agcu_hops(socket: SocketSpec, to: tuple[float, float], spots: list[Cell] | None = None) -> int:
+    spots = agcu_spots(socket) if spots is None else spots
     # a unit at cell (r, c) touches switches r..r+1, c..c+1: measure to the cell's centre
     dist = [abs(r - (to[0] + 0.5)) + abs(c - (to[1] + 0.5)) for r, c in spots]
     return round(sum(dist) / len(dist))
@@ -155,15 +155,24 @@ def route_streams(socket: SocketSpec, stages: list[StageWork], cells: list[Stage
                   streams: list[Stream]) -> list[RoutedStream]:
     """Hops and head latency of every stream."""
     net = socket.tile.vector_network
+    spots = agcu_spots(socket)
+    # each stage's centroid once, however many streams it has (a stage spans hundreds of cells)
+    centroids: dict[int, tuple[float, float]] = {}
+
+    def centroid(i: int) -> tuple[float, float]:
+        if i not in centroids:
+            centroids[i] = cells[i].centroid()
+        return centroids[i]
+
     out = []
     for s in streams:
         src, dst = stages[s.src], stages[s.dst]
         if src.is_memory:
-            hops = _agcu_hops(socket, cells[s.dst].centroid())
+            hops = _agcu_hops(socket, centroid(s.dst), spots)
         elif dst.is_memory:
-            hops = _agcu_hops(socket, cells[s.src].centroid())
+            hops = _agcu_hops(socket, centroid(s.src), spots)
         else:
-            a, b = cells[s.src].centroid(), cells[s.dst].centroid()
+            a, b = centroid(s.src), centroid(s.dst)
             hops = round(abs(a[0] - b[0]) + abs(a[1] - b[1]))
         latency = mesh_latency_cycles(net, hops) if s.bytes else 0
         out.append(RoutedStream(s.src, s.dst, s.bytes, hops, latency))

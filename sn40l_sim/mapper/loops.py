@@ -52,7 +52,7 @@ def find_loops(kernels: Sequence[FusedKernel], graph: KernelGraph) -> tuple[Loop
     start = 0
     for i in range(1, len(kernels) + 1):
         chained = (i < len(kernels) and signatures[i] == signatures[i - 1]
-                   and set(graph.graph.predecessors(kernels[i].name)) == {kernels[i - 1].name})
+                   and set(graph.predecessors(kernels[i].name)) == {kernels[i - 1].name})
         if not chained:
             if i - start >= 2:
                 out.append(Loop(start, i - start))

@@ -70,8 +70,14 @@ class TierSplit:
 
     def tiers(self) -> tuple[Tier, ...]:
         """Every tier this split puts bytes in, in placement order."""
-        return tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]
-                                   + [t for t, _ in self.kv_offload]))
+        got = self.__dict__.get("_tiers")
+        if got is None:
+            # kept on the instance (not a field: equality, hashing and repr ignore it): the mapper
+            # asks for every operator of every section it plans
+            got = tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]
+                                      + [t for t, _ in self.kv_offload]))
+            object.__setattr__(self, "_tiers", got)
+        return got
 
     def split(self, op: Operator, spill_bytes: int = 0) -> dict[Tier, int]:
         """Bytes ``op`` moves to and from each tier (plus ``spill_bytes`` of activations).
@@ -80,13 +86,27 @@ class TierSplit:
         >>> TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm").split(op)
         {'hbm': 764, 'ddr': 250}
         """
+        return self.split_bytes(op.weight_bytes, op.kv_read_bytes + op.kv_write_bytes,
+                                op.kv_offload_read_bytes + op.kv_offload_write_bytes,
+                                op.act_in_bytes + op.act_out_bytes + spill_bytes)
+
+    def split_bytes(self, weight_bytes: int, kv_bytes: int, kv_offload_bytes: int,
+                    activation_bytes: int) -> dict[Tier, int]:
+        """Bytes to and from each tier of that many bytes of weights, KV, offloaded KV and
+        activations (:meth:`split` of an operator moving them).
+
+        >>> TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm").split_bytes(1000, 10, 0, 4)
+        {'hbm': 764, 'ddr': 250}
+        """
         out: dict[Tier, int] = dict.fromkeys(self.tiers(), 0)
-        offloaded = op.kv_offload_read_bytes + op.kv_offload_write_bytes
-        for shares, n_bytes in ((self.weights, op.weight_bytes), (self.kv, op.kv_read_bytes + op.kv_write_bytes),
-                                (self.kv_offload or self.kv, offloaded)):
+        for shares, n_bytes in ((self.weights, weight_bytes), (self.kv, kv_bytes),
+                                (self.kv_offload or self.kv, kv_offload_bytes)):
+            if len(shares) == 1:   # one tier takes it all (what _apportion gives, without the dicts)
+                out[shares[0][0]] += n_bytes
+                continue
             for tier, n in _apportion(shares, n_bytes).items():
                 out[tier] += n
-        out[self.activations] += op.act_in_bytes + op.act_out_bytes + spill_bytes
+        out[self.activations] += activation_bytes
         return out
 
 
@@ -182,9 +202,38 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
                      model=tiling.work, pieces=per_tile)
 
 
+#: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's
+#: tiling reads); cleared when full
+_TILING_MEMO_SIZE = 50_000
+_tiling_memo: dict[tuple, OpTiling] = {}
+
+
+def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, budget: UnitBudget,
+            socket_key: str) -> OpTiling:
+    """:func:`~sn40l_sim.mapper.tiling.tile_operator` through the memo when ``socket_key`` (the
+    socket as the mapper sees it) is given: a kernel's tile choices and its one-dataflow retries
+    tile the same operators at the same data tiles again."""
+    if not socket_key:
+        return tile_operator(socket, op, n_tiles, efficiency, budget)
+    # only a GEMM's tiling reads the budget (its dataflows and cuts)
+    reads = (budget.dataflows, budget.gemm_cuts) if op.kind == "gemm" else None
+    key = (socket_key, op, n_tiles, efficiency, reads)
+    got = _tiling_memo.get(key)
+    if got is None:
+        if len(_tiling_memo) >= _TILING_MEMO_SIZE:
+            _tiling_memo.clear()
+        got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
+    return got
+
+
+def clear_tiling_memo() -> None:
+    """Forget every memoised operator tiling."""
+    _tiling_memo.clear()
+
+
 def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], n_tiles: int,
                    tiers: TierSplit, chip_tiles: int, spill_in_bytes: int = 0,
-                   spill_out_bytes: int = 0, budget: UnitBudget = NO_LIMITS
+                   spill_out_bytes: int = 0, budget: UnitBudget = NO_LIMITS, socket_key: str = ""
                    ) -> tuple[list[StageWork], list[Stream]]:
     """Stages (memory stages first, then one per operator in order) and streams of a section.
 
@@ -204,9 +253,12 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
         kernel is split into sections.
     budget : UnitBudget
         The GEMM dataflows and cuts the tiling may choose from.
+    socket_key : str
+        The socket as the mapper sees it (:func:`~sn40l_sim.mapper.kernel.socket_key`): when
+        given, operator tilings are memoised under it.
     """
     eff = socket.calibrated.systolic_efficiency
-    tilings = [tile_operator(socket, op, n_tiles, eff, budget) for op in ops]
+    tilings = [_tiling(socket, op, n_tiles, eff, budget, socket_key) for op in ops]
     # memory stages in the socket's tier order (fastest first), whatever the placement order
     bytes_by_tier: dict[Tier, list[int]] = {tier: [] for tier in socket.memory}
     for i, op in enumerate(ops):
@@ -243,12 +295,8 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
 
 
 def _tier_reads(tiers: TierSplit, op: Operator, spill_in: int) -> dict[Tier, int]:
-    read_op = Operator(op.name, op.kind, weight_bytes=op.weight_bytes, kv_read_bytes=op.kv_read_bytes,
-                       act_in_bytes=op.act_in_bytes, kv_offload_read_bytes=op.kv_offload_read_bytes)
-    return tiers.split(read_op, spill_in)
+    return tiers.split_bytes(op.weight_bytes, op.kv_read_bytes, op.kv_offload_read_bytes, op.act_in_bytes + spill_in)
 
 
 def _tier_writes(tiers: TierSplit, op: Operator, spill_out: int) -> dict[Tier, int]:
-    write_op = Operator(op.name, op.kind, kv_write_bytes=op.kv_write_bytes, act_out_bytes=op.act_out_bytes,
-                        kv_offload_write_bytes=op.kv_offload_write_bytes)
-    return tiers.split(write_op, spill_out)
+    return tiers.split_bytes(0, op.kv_write_bytes, op.kv_offload_write_bytes, op.act_out_bytes + spill_out)

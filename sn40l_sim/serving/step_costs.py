@@ -217,7 +217,7 @@ class StepTimer:
         graph = self.graph(shape)
         signatures: dict = {}
         sequence = [(k.name, k.layer, signatures.setdefault(k.signature(), len(signatures))) for k in graph.kernels()]
-        edges = sorted(graph.graph.edges(data=True))
+        edges = sorted(graph.edges())
         where = "first tier" if memory is None else f"{memory.tiers()!r} ordered={bool(memory.order)}"
         return "\n".join([self.disk_key, self._node_json, repr(self.engine), repr(shape), graph.model,
                           repr(list(signatures)), repr(sequence), repr(edges), where])

@@ -1,0 +1,85 @@
+"""The mapper's fast paths give what the plain computation gives: memoised operator tilings equal
+fresh ones whatever the memo holds, and a mapping through every memo equals a cold one."""
+from __future__ import annotations
+
+from conftest import deepseek_graph, distinct_kernels
+
+import sn40l_sim.mapper.stages as stages_mod
+from sn40l_sim.mapper import disk_cache, map_kernel
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.graph import clear_memo
+from sn40l_sim.mapper.kernel import UNPLANNED_CALIBRATED, socket_key
+from sn40l_sim.mapper.stages import TierSplit, section_stages
+
+KERNELS = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
+           + distinct_kernels(deepseek_graph("prefill")))
+BUDGETS = (NO_LIMITS, UnitBudget(dataflows=("weight_stationary",)), UnitBudget(dataflows=("output_stationary",)),
+           UnitBudget(gemm_cuts=("count", "n")))
+
+
+def test_memoised_tilings_give_the_stages_fresh_ones_give(socket):
+    key = socket_key(socket, UNPLANNED_CALIBRATED)
+    tiers = TierSplit.all_in("hbm")
+    stages_mod.clear_tiling_memo()
+    for kernel in KERNELS:
+        for n_tiles in (1, 16, 4096):
+            for budget in BUDGETS:      # the memo already holds the other budgets' tilings
+                for chip_tiles in (1, 4):
+                    fresh = section_stages(socket, kernel.operators, n_tiles, tiers, chip_tiles, 0, 64, budget)
+                    memo = section_stages(socket, kernel.operators, n_tiles, tiers, chip_tiles, 0, 64, budget, key)
+                    assert memo == fresh
+    assert stages_mod._tiling_memo
+
+
+def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node, monkeypatch):
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.mapper.tiling import tile_operator
+
+    socket, tiers = node.socket, TierSplit.all_in("hbm")
+    with disk_cache.cache_in(None):
+        clear_memo()
+        with monkeypatch.context() as patch:    # every operator tiled afresh
+            patch.setattr(stages_mod, "_tiling", lambda s, op, n, eff, budget, key: tile_operator(s, op, n, eff, budget))
+            plain = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
+        clear_memo()
+        memoised = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
+        # the tilings stay memoised; the section plans are planned again on top of them
+        kernel_mod._section_memo.clear()
+        assert stages_mod._tiling_memo
+        warm = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
+        clear_memo()
+    assert memoised == plain
+    assert warm == plain
+
+
+def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answer(node, monkeypatch):
+    # a stage's units found at one target are given again for targets in the span they hold for;
+    # computing every answer afresh instead gives the same allocation on every section of real
+    # decode (with and without drafts) and prefill kernels, on one tile and on four
+    import sn40l_sim.mapper.kernel as kernel_mod
+    from sn40l_sim.mapper import allocate, map_graph
+
+    calls = []
+    real = allocate.allocate
+    monkeypatch.setattr(kernel_mod, "allocate", lambda *a: calls.append(a) or real(*a))
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),
+                      deepseek_graph("decode", kv_len=4096, batch=2, drafts=2), deepseek_graph("prefill")):
+            map_graph(node, graph)
+        clear_memo()
+    assert len(calls) > 500 and {a[2] for a in calls} == {1, 4}
+    computed = []
+    real_at = allocate._stage_units_at
+    with monkeypatch.context() as patch:
+        patch.setattr(allocate, "_stage_units_at", lambda *a: computed.append(a[-1]) or real_at(*a))
+        reused = [real(*a) for a in calls]
+    fresh_answers = []
+
+    def fresh(rates, stage, limits, chip_tiles, target):
+        fresh_answers.append(target)
+        return real_at(rates, stage, limits, chip_tiles, target)[0]
+
+    monkeypatch.setattr(allocate, "_stage_units", fresh)
+    assert [real(*a) for a in calls] == reused
+    assert len(computed) < 0.5 * len(fresh_answers)      # most answers were given again
