@@ -3,7 +3,9 @@
 The parameters are the calibrated: block and each memory tier's efficiency (memory.<tier>.efficiency),
 fitted by bounded least squares within the physical bounds declared in the schema
 (sn40l_sim/hardware/spec.py), with a weak pull towards the YAML's current values
-(sn40l_sim/study/calibration.py says why). Prints the fitted values and every residual; with --write,
+(sn40l_sim/study/calibration.py says why), on the simulator linearised by finite differences from
+the YAML's values (sn40l_sim/study/linear_fit.py: one pass per parameter, reused by the fit and by
+the leave-one-out refits). Prints the fitted values and every residual; with --write,
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
 or a node file's socket_overrides), with a provenance note. Each simulation pass of the fit is
 reported on stderr as it ends (--quiet: none). No parameter is specific to one
@@ -28,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
                         help="socket or node YAML whose calibrated values are fitted and written (default: %(default)s)")
     parser.add_argument("--max-evaluations", type=int, default=40,
-                        help="simulation budget of the fit (default: %(default)s)")
+                        help="simulation budget of the fit, in passes over the calibration points, the finite "
+                             "differences' included (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import fit, fitted_names, fixed_parameters, leave_one_out, write_back
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
+    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
 
     references = load_references(args.references)
     socket = load_hardware(args.hardware).socket
@@ -49,20 +52,23 @@ def run(args: argparse.Namespace) -> int:
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}
-        return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides))
+        readers = prefill_readers(refs)   # a point's prefill is simulated only if a measurement reads it
+        return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides,
+                                                         reads_prefill=readers[path]))
 
     started = time.perf_counter()
 
     def progress(passes: int, cost: float) -> None:
         if not args.quiet:
-            print(f"calibrate: simulation pass {passes} (budget {args.max_evaluations} plus the solver's "
-                  f"derivatives), cost {cost:.4g}, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+            print(f"calibrate: simulation pass {passes} of at most {args.max_evaluations}, cost {cost:.4g}, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     if not args.quiet:
         used = [r for r in references if r.measurement.calibration and r.measurement.value is not None]
-        print(f"calibrate: fitting {len(fitted_names(socket))} parameters of {args.hardware} to {len(used)} "
-              f"calibration measurements; each pass simulates {len({r.experiment_path for r in used})} "
-              "experiment(s) (a minute or more in all)", file=sys.stderr, flush=True)
+        names = fitted_names(socket)
+        print(f"calibrate: fitting {len(names)} parameters of {args.hardware} to {len(used)} calibration "
+              f"measurements; each pass simulates {len({r.experiment_path for r in used})} experiment(s): the "
+              f"start, {len(names)} finite differences, then the steps they propose", file=sys.stderr, flush=True)
     result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations, progress=progress)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
@@ -70,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
     if not args.quiet:
-        print(f"calibrate: leave one out, refitting without each calibration point ({len(result.names)} more "
-              "passes) ...", file=sys.stderr, flush=True)
+        print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, refitting "
+              "without each calibration point on the fit's Jacobian (no more passes)", file=sys.stderr, flush=True)
     loo = LeaveOneOut(dict(zip(result.names, result.fitted, strict=True)),
                       leave_one_out(result, socket, evaluate), method="refit without the point on the simulator "
-                      "linearised at the fit (study/calibration.py, leave_one_out)")
+                      "linearised by the fit (its Jacobian; study/calibration.py, leave_one_out)")
     print()
     print(format_table(result.comparisons, loo.predictions))
     if args.write:

@@ -29,16 +29,18 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references
+    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
 
     loaded = LoadedExperiments()
+    references = load_references(args.references)
+    readers = prefill_readers(references)   # a point's prefill is simulated only if a measurement reads it
 
     def simulate(path):
         if not args.quiet:
             print(f"validate: simulating {path} ...", file=sys.stderr, flush=True)
-        return loaded.records(path, serve=False)
+        return loaded.records(path, serve=False, reads_prefill=readers[path])
 
-    comparisons = compare(load_references(args.references), simulate)
+    comparisons = compare(references, simulate)
     loo = LeaveOneOut.read()
     if loo is not None:
         socket = load_hardware(args.hardware).socket

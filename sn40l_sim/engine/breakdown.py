@@ -13,7 +13,8 @@ Each kernel's interval is split into
   (scores, softmax, weighted values) and ``other_compute`` (projections, experts, ...),
 - ``collectives``: time after the compute finished waiting for the kernel's collectives, and, in
   a kernel loop, an iteration's compute waiting for the previous iteration's collectives (whose
-  own tail overlaps the next iteration and is counted there, once),
+  own tail overlaps the next iteration and is counted there, once) when that wait was exposed: an
+  iteration whose weight stream alone set its length hid the wait, and all of it is streaming,
 
 and time between kernels (waiting on dependencies) is ``idle``. The parts add up to the phase's
 cycles exactly (up to float rounding of the proportional splits).

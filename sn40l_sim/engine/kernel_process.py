@@ -245,7 +245,12 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     """A loop iteration, whose compute must wait for the previous iteration's end (``gate``, its
     output and collectives): its memory streams run ahead into the PMUs chunk by chunk, at most
     ``res.buffer_bytes`` ahead of the compute, which once the gate has opened fills the pipeline
-    and follows the chunks as they arrive."""
+    and follows the chunks as they arrive.
+
+    When the iteration ends waiting on its last chunk and the stream never had to wait for buffer
+    space, the stream alone set its length: the wait for the gate and the fill after it were hidden
+    under it, and the whole iteration counts as memory-bound (``gate_cycles`` and ``fill_cycles``
+    record only exposed waits, which is what the step breakdown reads)."""
     env = res.env
     start = env.now
     started = [env.event() for _ in costs.chunks]
@@ -256,11 +261,13 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
              for f, n in zip(firsts, costs.chunks, strict=True)]
     per_tile = costs.compute_cycles_per_tile
     waited_on_memory = [False]
+    held_back = [False]   # the stream waited for the compute to free buffer space
 
     def memory():
         ahead, oldest = 0, 0
         for i, (first, n) in enumerate(zip(firsts, costs.chunks, strict=True)):
             while oldest < i and ahead + sizes[i] > res.buffer_bytes:
+                held_back[0] = held_back[0] or not consumed[oldest].triggered
                 yield consumed[oldest]
                 ahead -= sizes[oldest]
                 oldest += 1
@@ -271,13 +278,14 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
             ahead += sizes[i]
             loaded[i].succeed()
 
+    gated = [0]
+
     def compute():
         yield gate
-        record.gate_cycles += env.now - start
+        gated[0] = env.now - start
         # the first data tile needs the previous iteration's output: the pipeline fills again
         if costs.fill_cycles:
             yield env.timeout(costs.fill_cycles)
-            record.fill_cycles += costs.fill_cycles
         for i, n in enumerate(costs.chunks):
             # a chunk's tiles are computed as they arrive: the chunk's compute, or its last tile's
             # after the chunk has arrived, whichever ends later
@@ -294,11 +302,19 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
 
     streams, work = env.process(memory()), env.process(compute())
     yield env.all_of([streams, work])
-    took = env.now - start - record.gate_cycles - costs.fill_cycles
-    if sum(sizes) and waited_on_memory[0]:
+    took = env.now - start
+    # the stream alone set the iteration's length when the compute waited for its last chunk and
+    # the stream never waited for the compute
+    if sum(sizes) and waited_on_memory[0] and not held_back[0]:
         record.memory_bound_cycles += took
     else:
-        record.compute_bound_cycles += took
+        record.gate_cycles += gated[0]
+        record.fill_cycles += costs.fill_cycles
+        rest = took - gated[0] - costs.fill_cycles
+        if sum(sizes) and waited_on_memory[0]:
+            record.memory_bound_cycles += rest
+        else:
+            record.compute_bound_cycles += rest
 
 
 def _start_collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool) -> simpy.Process:

@@ -25,6 +25,12 @@ from sn40l_sim.report.prefix_fields import chunked_prefill_fields, prefix_cache_
 from sn40l_sim.report.slo import SLO, served_slo_fields
 from sn40l_sim.serving.point import PointResult
 
+#: the fields built from the prefill step's timing: empty when a steps-only evaluation did not
+#: simulate it (``validate`` and ``calibrate`` skip the prefill of a point none of their
+#: measurements read it from)
+PREFILL_STEP_FIELDS = ("prefill_s", "prefill_cycles", "prefill_kernel_cycles", "prefill_kernel_share",
+                       "prefill_kernel_share_layer", "prefill_policy_overhead")
+
 
 def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) -> float:
     """Cycles of the policy's kernels over the cycles of all other kernels."""
@@ -86,6 +92,23 @@ def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
     }
 
 
+def prefill_step_fields(result: PointResult, clock_hz: float) -> dict[str, Any]:
+    """The :data:`PREFILL_STEP_FIELDS` of a point, its prefill timed at ``clock_hz`` (all None when
+    the prefill step was not simulated)."""
+    prefill = result.prefill
+    if prefill is None:
+        return dict.fromkeys(PREFILL_STEP_FIELDS)
+    kernel_cycles = {k: int(v) for k, v in sorted(prefill.kernel_cycles.items())}
+    return {
+        "prefill_s": prefill.cycles / clock_hz,
+        "prefill_cycles": int(prefill.cycles),
+        "prefill_kernel_cycles": kernel_cycles,
+        "prefill_kernel_share": dict(sorted(prefill.layer_shares().items())),
+        "prefill_kernel_share_layer": prefill.layer,
+        "prefill_policy_overhead": policy_overhead(kernel_cycles, result.policy_kernel_kinds),
+    }
+
+
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
                  extra_fields: Iterable[str] = (), policy_entry: str | None = None,
                  slo: SLO | None = None, invariants: Sequence[str] = ()) -> dict[str, Any]:
@@ -102,7 +125,6 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
     roofline_s = memory_roofline_s(result.decode, s.node.socket)
-    kernel_cycles = {k: int(v) for k, v in sorted(result.prefill.kernel_cycles.items())}
     reserved = {tier: spec.reserved_bytes for tier, spec in s.node.socket.memory.items()}
     # prefill nodes of other hardware: their own clock and reserved memory
     prefill_node = s.prefill_node if s.prefill_node is not None else s.node
@@ -128,12 +150,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "ttft_s": lat["ttft_s"]["mean"] if served else None,
         "tpot_s": lat["tpot_s"]["mean"] if served else None,
         "latency": lat,
-        "prefill_s": result.prefill.cycles / prefill_clock,
-        "prefill_cycles": int(result.prefill.cycles),
-        "prefill_kernel_cycles": kernel_cycles,
-        "prefill_kernel_share": dict(sorted(result.prefill.layer_shares().items())),
-        "prefill_kernel_share_layer": result.prefill.layer,
-        "prefill_policy_overhead": policy_overhead(kernel_cycles, result.policy_kernel_kinds),
+        **prefill_step_fields(result, prefill_clock),
         "decode_step_s": step_s,
         "decode_step_cycles": int(result.decode.cycles),
         "decode_kernel_cycles": {k: int(v) for k, v in sorted(result.decode.kernel_cycles.items())},
@@ -153,7 +170,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "throughput": metrics.throughput(log, clock) if served else None,
         "utilisation": {
             "nodes": metrics.node_utilisation(log) if served else None,
-            "prefill_step": metrics.resource_utilisation(result.prefill),
+            "prefill_step": metrics.resource_utilisation(result.prefill) if result.prefill is not None else None,
             "decode_step": metrics.resource_utilisation(result.decode),
         },
         "kv_occupancy": metrics.kv_occupancy(log, clock) if served else None,

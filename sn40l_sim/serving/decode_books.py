@@ -38,6 +38,7 @@ array([11, 12, 12, 12])
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -188,6 +189,9 @@ class RunBook:
 
     def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
         self.index, self.setup = index, setup
+        # a pure function of (prompt length, generated), asked four times per request: requests
+        # of a trace share a few prompt lengths
+        self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
         #: end cycle of every step the node took
         self.ends: list[int] = []
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
@@ -202,7 +206,7 @@ class RunBook:
         self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
 
     def _first_tokens(self, log: RequestLog) -> int:
-        return self.setup.cache_tokens(log.request.prompt_len, 0)
+        return self._cache_tokens(log.request.prompt_len, 0)
 
     def hold(self, log: RequestLog) -> None:
         """``log``'s cache starts occupying the node (a slot reserved for it)."""
@@ -227,7 +231,7 @@ class RunBook:
             else:  # one token per step: a step gives as many as it steps sequences
                 per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
             steps = len(generated)
-            cached = cached_tokens(self.setup.cache_tokens, req.prompt_len, generated)
+            cached = cached_tokens(self._cache_tokens, req.prompt_len, generated)
             self._cached.add(at, cached)
             if self._sharing and has_prefix(req):
                 self._prefixed[req.id] = (log, at, cached)
@@ -274,12 +278,19 @@ class RunBook:
         first = len(self.ends)
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
-        cached = self._cached.values[first:last + 1].tolist()
-        tokens = self._tokens.values[first:last + 1].tolist() if self.setup.speculation.drafts else [stepping] * count
-        ends = range(start + cycles, start + (count + 1) * cycles, cycles)
-        self.ends.extend(ends)
-        steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
-                      for end, kv, n in zip(ends, cached, tokens, strict=True)])
+        drafts = self.setup.speculation.drafts
+        if count == 1:   # most events of a busy serve: skip the slicing and the list building
+            end = start + cycles
+            self.ends.append(end)
+            steps.append(StepLog(index, start, end, stepping, in_use, (int(self._cached.values[first]) + held) * bpt,
+                                 int(self._tokens.values[first]) if drafts else stepping, saved * bpt))
+        else:
+            cached = self._cached.values[first:last + 1].tolist()
+            tokens = self._tokens.values[first:last + 1].tolist() if drafts else [stepping] * count
+            ends = range(start + cycles, start + (count + 1) * cycles, cycles)
+            self.ends.extend(ends)
+            steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
+                          for end, kv, n in zip(ends, cached, tokens, strict=True)])
         finished = self._finishing.pop(last, [])
         for log in finished:
             self._prefixed.pop(log.request.id, None)

@@ -113,7 +113,7 @@ class PointResult:
     memory: Any                    # MemoryPlacement of a decode node at ``batch``
     prefill_memory: Any            # MemoryPlacement of a prefill node (None when co-located)
     prefill_len_compiled: int
-    prefill: Any                   # PhaseTiming of one prefill of the point's prompt
+    prefill: Any                   # PhaseTiming of one prefill of the point's prompt (None: not simulated)
     decode: Any                    # PhaseTiming of one decode step at (batch, static_cache_len)
     transfer_bytes: int
     transfer_cycles: int
@@ -305,7 +305,7 @@ def check_context(s: PointSetup) -> None:
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
-                   prefill_place: MemoryPlacer | None = None) -> PointResult:
+                   prefill_place: MemoryPlacer | None = None, prefill_step: bool = True) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -323,6 +323,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         The same bound to the prefill node, required when ``s.prefill_node`` is set (prefill nodes
         of other hardware than the decode nodes); their prefill cycles are counted in the decode
         node's clock by the serving loop.
+    prefill_step : bool
+        Whether to time the prefill of the point's prompt (:attr:`PointResult.prefill`). False
+        leaves it None: a steps-only evaluation that reads nothing of the prefill (a calibration
+        point on the decode step) skips its simulation. The requests, if any, are still prefilled.
 
     Raises
     ------
@@ -361,7 +365,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):
-        prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory)
+        prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory) if prefill_step else None
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"

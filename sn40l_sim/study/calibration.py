@@ -1,7 +1,9 @@
 """Fit the hardware YAML's calibrated parameters (the ``calibrated:`` block and each memory tier's
 ``efficiency``) to the calibration measurements (``python -m sn40l_sim calibrate``).
 
-Bounded, regularised least squares (scipy's trust-region reflective solver):
+Bounded, regularised least squares, fitted on the simulator linearised by finite differences
+(:mod:`~sn40l_sim.study.linear_fit`: a simulation pass is seconds, so the Jacobian is measured once
+and reused, and the leave-one-out refits reuse it too):
 
 - one residual per calibration measurement with a value: ``(simulated - measured) / band``,
   where ``band`` is the measurement's tolerance (absolute, or relative times the value; a range
@@ -31,6 +33,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import socket_document
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.study.linear_fit import Linearisation, linearise, surrogate_minimum, trust_region_fit
 from sn40l_sim.study.validation import Comparison, Measurement, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
@@ -92,13 +95,16 @@ def measured_residual(m: Measurement, simulated: float) -> float | None:
 
 @dataclass(frozen=True)
 class FitResult:
-    """The fitted values, the starting values, and the comparisons at the fit."""
+    """The fitted values, the starting values, the comparisons at the fit, and the simulator's
+    linearisation the fit used (its Jacobian, for :func:`leave_one_out`) with the passes it took."""
 
     names: tuple[str, ...]
     start: tuple[float, ...]
     fitted: tuple[float, ...]
     comparisons: list[Comparison]
     cost: float
+    linearisation: Linearisation | None = None
+    passes: int = 0
 
 
 #: (references to simulate, calibrated overrides) -> comparisons
@@ -141,6 +147,10 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         max_evaluations: int = 60, progress: Callable[[int, float], None] | None = None) -> FitResult:
     """Fit the calibrated parameters of ``socket`` to the calibration references.
 
+    A trust-region fit on the simulator linearised by finite differences
+    (:func:`~sn40l_sim.study.linear_fit.trust_region_fit`), from the values in the YAML; the
+    Jacobian it measured comes back with the result, for :func:`leave_one_out`.
+
     Parameters
     ----------
     references : list of Reference
@@ -151,37 +161,40 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         Simulates the references with the calibrated values overridden (dotted path under the
         socket -> value).
     max_evaluations : int
-        Budget of simulations (each is one pass over the referenced points).
+        Budget of simulations (each is one pass over the referenced points), the finite
+        differences' included (at least one more than the number of parameters).
     progress : callable, optional
         Called after each pass with the number of passes so far and the pass's cost (half the
         sum of squared residuals), for a command that shows the fit advancing.
     """
-    from scipy.optimize import least_squares
-
     refs = calibration_references(references)
     space = ParameterSpace(socket)
     u0 = space.to_unit(space.start)
-    cache: dict[tuple, list[Comparison]] = {}
+    passes: dict[bytes, list[Comparison]] = {}
 
-    def comparisons_at(u: np.ndarray) -> list[Comparison]:
-        key = tuple(np.round(u, 12))
-        if key not in cache:
-            cache[key] = evaluate(refs, space.values(u))
-        return cache[key]
+    def simulate(u: np.ndarray) -> np.ndarray:
+        if u.tobytes() not in passes:
+            passes[u.tobytes()] = evaluate(refs, space.values(u))
+        return np.array([c.simulated for c in passes[u.tobytes()]], dtype=float)
 
-    def residuals(u: np.ndarray) -> np.ndarray:
-        passes = len(cache)
-        measured = [r for r in (residual(c) for c in comparisons_at(u)) if r is not None]
-        out = np.concatenate([np.array(measured, dtype=float), PRIOR_WEIGHT * (u - u0)])
-        if progress is not None and len(cache) > passes:
-            progress(len(cache), float(0.5 * out @ out))
-        return out
+    found = trust_region_fit(simulate, fit_residuals(refs, u0), u0, max_passes=max_evaluations, on_pass=progress)
+    # a parameter the fit left where it started keeps its YAML value to the last digit
+    fitted = np.where(found.u == u0, space.start, space.from_unit(found.u))
+    return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
+                     passes[found.u.tobytes()], found.cost, found.linearisation, found.passes)
 
-    solution = least_squares(residuals, u0, bounds=(0.0, 1.0), diff_step=0.02, x_scale=1.0,
-                             max_nfev=max_evaluations, method="trf")
-    return FitResult(tuple(space.names), tuple(map(float, space.start)),
-                     tuple(map(float, space.from_unit(solution.x))), comparisons_at(solution.x),
-                     float(solution.cost))
+
+def fit_residuals(references: list[Reference], u0: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``(simulated values, u) -> residuals`` of a fit to ``references`` (in their order) from the
+    prior ``u0``: one per measurement with a tolerance, then one prior residual per parameter."""
+    measurements = [r.measurement for r in references]
+
+    def residuals(values: np.ndarray, u: np.ndarray) -> np.ndarray:
+        measured = [measured_residual(m, float(v)) for m, v in zip(measurements, values, strict=True)]
+        return np.concatenate([np.array([r for r in measured if r is not None], dtype=float),
+                               PRIOR_WEIGHT * (u - u0)])
+
+    return residuals
 
 
 def calibration_references(references: list[Reference]) -> list[Reference]:
@@ -189,41 +202,35 @@ def calibration_references(references: list[Reference]) -> list[Reference]:
     return [r for r in references if r.measurement.calibration and r.measurement.value is not None]
 
 
-def leave_one_out(result: FitResult, socket: SocketSpec, evaluate: Evaluator, step: float = 0.01) -> dict[str, float]:
+def leave_one_out(result: FitResult, socket: SocketSpec, evaluate: Evaluator | None = None) -> dict[str, float]:
     """Each calibration point predicted by a fit that leaves it out: measurement id -> simulated value.
 
-    The refits are made on the simulator linearised at ``result`` (one extra pass over the
-    references per fitted parameter for the sensitivities), with the same residuals, prior and
-    bounds as :func:`fit`: a refit without point ``i`` moves the parameters by ``delta_i`` to fit the
-    others, and ``simulated_i + dsimulated_i/du . delta_i`` is its prediction.
+    The refits are made on the simulator linearised at ``result`` (the fit's own Jacobian; measured
+    again with ``evaluate``, one pass per parameter, only for a result that carries none), with the
+    same residuals, prior and bounds as :func:`fit`: a refit without point ``i`` moves the
+    parameters by ``delta_i`` to fit the others, and ``simulated_i + dsimulated_i/du . delta_i`` is
+    its prediction.
     """
-    from scipy.optimize import least_squares
-
     space = ParameterSpace(socket)
     u_fit = space.to_unit(np.array(result.fitted, dtype=float))
     u0 = space.to_unit(space.start)
     comps = [c for c in result.comparisons if c.reference.measurement.value is not None]
     refs = [c.reference for c in comps]
     base = np.array([c.simulated for c in comps], dtype=float)
-    jac = np.zeros((len(comps), len(space.names)))
-    for j in range(len(space.names)):
-        h = step if u_fit[j] + step <= 1.0 else -step
-        u = u_fit.copy()
-        u[j] += h
-        moved = np.array([c.simulated for c in evaluate(refs, space.values(u))], dtype=float)
-        jac[:, j] = (moved - base) / h
+    lin = result.linearisation
+    if lin is None:
+        if evaluate is None:
+            raise ValueError("a fit result without its Jacobian needs evaluate= to measure one")
+        lin = linearise(lambda u: np.array([c.simulated for c in evaluate(refs, space.values(u))], dtype=float),
+                        u_fit, base)
     out: dict[str, float] = {}
+    low, high = np.zeros(len(u_fit)), np.ones(len(u_fit))
     for i, left in enumerate(comps):
-        keep = [k for k in range(len(comps)) if k != i]
-
-        def surrogate(u: np.ndarray, keep=keep) -> np.ndarray:
-            sim = base + jac @ (u - u_fit)
-            measured = [measured_residual(comps[k].reference.measurement, sim[k]) for k in keep]
-            return np.concatenate([np.array([r for r in measured if r is not None], dtype=float),
-                                   PRIOR_WEIGHT * (u - u0)])
-
-        u_i = least_squares(surrogate, u_fit, bounds=(0.0, 1.0), method="trf").x
-        out[left.reference.measurement.id] = float(base[i] + jac[i] @ (u_i - u_fit))
+        others = [r for k, r in enumerate(refs) if k != i]
+        without = fit_residuals(others, u0)
+        u_i = surrogate_minimum(lambda values, u, i=i, without=without: without(np.delete(values, i), u),
+                                lin.jacobian, u_fit, base, low, high)
+        out[left.reference.measurement.id] = float(base[i] + lin.jacobian[i] @ (u_i - u_fit))
     return out
 
 

@@ -8,6 +8,7 @@ name one configuration of a small sweep (a model, a socket count, kernel looping
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,15 +63,27 @@ class LoadedExperiments:
                 self._loaded[key] = runs
         return self._loaded[key]
 
-    def records(self, path: str | Path, *, serve: bool = True,
-                hardware_overrides: dict[str, Any] | None = None) -> list[dict]:
-        """The records of the experiment at ``path`` on its hardware with ``hardware_overrides``."""
+    def records(self, path: str | Path, *, serve: bool = True, hardware_overrides: dict[str, Any] | None = None,
+                reads_prefill: Collection[str] | None = None) -> list[dict]:
+        """The records of the experiment at ``path`` on its hardware with ``hardware_overrides``.
+
+        ``reads_prefill`` (with ``serve=False``): the names of the records whose prefill fields the
+        caller reads; the other records' prefill steps are not simulated (their prefill fields are
+        empty). None (default): every prefill is simulated.
+        """
         loaded = self.load(path)
         if isinstance(loaded, Assembly):
-            return simulate_assembly(_overridden(loaded, hardware_overrides), serve=serve)
+            skipped = () if reads_prefill is None else [p.name for p in loaded.points if p.name not in reads_prefill]
+            return simulate_assembly(_overridden(loaded, hardware_overrides), serve=serve, without_prefill=skipped)
         return [stamp(run, simulate_assembly(_overridden(run.assembly, hardware_overrides), only=[run.point],
-                                             serve=serve)[0])
+                                             serve=serve, without_prefill=_unread(run.point.name, run.name,
+                                                                                  reads_prefill))[0])
                 for run in loaded]
+
+
+def _unread(point: str, record: str, reads_prefill: Collection[str] | None) -> tuple[str, ...]:
+    """``(point,)`` when the record's prefill is not read, else ``()``."""
+    return () if reads_prefill is None or record in reads_prefill else (point,)
 
 
 def _overridden(asm: Assembly, overrides: dict[str, Any] | None) -> Assembly:

@@ -211,6 +211,8 @@ def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequen
     try:
         prefill_node = result.setup.prefill_node if result.setup.prefill_node is not None else result.setup.node
         for timing, node in ((result.prefill, prefill_node), (result.decode, result.setup.node)):
+            if timing is None:   # a steps-only evaluation that did not simulate the prefill
+                continue
             check_bytes(timing.tier_bytes, (k.tier_bytes for k in timing.kernels), timing.link_bytes, timing.phase)
             check_peaks(timing, node)
         check_requests(result.log, requests)

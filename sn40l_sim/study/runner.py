@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +99,16 @@ def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progre
 
 
 def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progress: bool = False,
-                      serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
-    """One record per point of an assembled experiment (or of the points in ``only``)."""
+                      serve: bool = True, on_result: Callable[[PointResult], None] | None = None,
+                      without_prefill: Collection[str] = ()) -> list[dict]:
+    """One record per point of an assembled experiment (or of the points in ``only``).
+
+    ``without_prefill`` names points (with ``serve=False``) whose prefill step is not simulated:
+    their prefill fields are empty (:data:`~sn40l_sim.report.records.PREFILL_STEP_FIELDS`), for an
+    evaluation that reads only their memory and decode step.
+    """
+    if without_prefill and serve:
+        raise ValueError("a served point needs its prefill step: without_prefill goes with serve=False")
     exp = asm.experiment
     points = asm.points if only is None else only
     check_assembly(asm, points)   # everything refused before anything is simulated (as check does)
@@ -131,9 +139,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             served.extend(made)
             return made
 
+        options = asm.prefill_side(setup)
+        if point.name in without_prefill:
+            options["prefill_step"] = False
         try:
             result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model),
-                                    **asm.prefill_side(setup))
+                                    **options)
         except InputError as exc:
             raise asm.locate(exc) from None
         record = point_record(exp, point, result)

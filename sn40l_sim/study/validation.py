@@ -20,6 +20,7 @@ from pydantic import model_validator
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.schema import Range, StrictModel, ranged, validate
 from sn40l_sim.study.experiment import load_experiment, points
 from sn40l_sim.study.preflight import require_workload
@@ -228,6 +229,26 @@ def extract(record: dict[str, Any], measurement: Measurement) -> float:
                          "(validate simulates memory and one prefill and decode step, not the served workload)",
                          field="quantity")
     return float(value)
+
+
+def prefill_readers(references: list[Reference]) -> dict[Path, frozenset[str]]:
+    """For each experiment the references name, the records whose prefill fields a measurement
+    reads (its point, or the point it is relative to): the prefill steps a steps-only evaluation
+    needs (``validate`` and ``calibrate`` simulate no other).
+
+    >>> m = dict(source="s", experiment="e.yaml", calibration=True)
+    >>> refs = [Reference(Measurement(id="a", quantity="prefill_kernel_share", key="mha", point="snap", **m), Path("e")),
+    ...         Reference(Measurement(id="b", quantity="decode_step_s", point="full", **m), Path("e"))]
+    >>> prefill_readers(refs)
+    {PosixPath('e'): frozenset({'snap'})}
+    """
+    out: dict[Path, set[str]] = {}
+    for ref in references:
+        m = ref.measurement
+        names = out.setdefault(ref.experiment_path, set())
+        if m.quantity in PREFILL_STEP_FIELDS:
+            names.update(name for name in (m.point, m.relative_to) if name is not None)
+    return {path: frozenset(names) for path, names in out.items()}
 
 
 #: experiment path -> records (one per point); ``validate`` and ``calibrate`` pass their own

@@ -247,3 +247,25 @@ def test_a_yaml_only_tier_gets_its_own_channel_across_the_tln():
     assert pk.cycles - 100 <= result.cycles <= pk.cycles + 8
     timing = phase_timing(result, phase="decode", batch=1, prompt_len=1, kv_len=1, clock_hz=node.socket.clock_hz)
     assert timing.kernels[0].tier_bytes["cxl"] == 3 * 10**6 and "cxl" in timing.resource_busy_cycles
+
+
+def test_a_memory_bound_loop_hides_its_gate_under_the_stream():
+    # 100 MB of weights per iteration (~100k cycles) outlast the previous iteration's all-reduce
+    # (~35k cycles) and the compute (3,200): the stream alone sets each iteration's length
+    same = [placed_kernel(NODE, f"L{i}.dec", layer=i, n_tiles=64, compute_cycles_per_tile=50,
+                          hbm_bytes=10**8, config_bytes=10**6,
+                          collectives=(Collective("all_reduce", 2**15, 16),)) for i in range(4)]
+    looped = run(same, EngineOptions(stage_collectives=False))
+    stream_alone = 10**8 / hbm_bytes_per_cycle(NODE)
+    for a, b in zip(looped.records, looped.records[1:], strict=False):
+        assert b.start == a.stream_end and b.stream_end == pytest.approx(b.start + stream_alone, rel=0.02)
+        # the wait for the gate and the fill after it were hidden: nothing of them is exposed
+        assert b.gate_cycles == 0 and b.fill_cycles == 0
+        assert b.memory_bound_cycles == b.stream_end - b.start
+    timing = phase_timing(looped, phase="decode", batch=1, prompt_len=1, kv_len=1, clock_hz=1.6e9)
+    parts = step_breakdown_cycles(timing)
+    assert sum(parts.values()) == pytest.approx(timing.cycles, abs=1e-6)
+    # only the last iteration's all-reduce, which nothing follows, is on the step's path
+    last = looped.records[-1]
+    assert parts["collectives"] == pytest.approx(last.end - last.stream_end)
+    assert parts["weights_streaming"] > 0.9 * 4 * stream_alone
