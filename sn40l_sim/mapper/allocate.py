@@ -217,15 +217,40 @@ def _stage_units_at(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_ti
         if _sram_cycles(rates, stage, hi, chip_tiles, division) > target:
             # a lower target may take more PCUs, whose division may need fewer PMUs: this target only
             return None, target
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        r = lo
+        r = _fewest_pmus(rates, stage, chip_tiles, division, target, lo, hi)
         sram = _sram_cycles(rates, stage, r, chip_tiles, division)
     return (q, r, division), max(low, sram)
+
+
+def _fewest_pmus(rates: _PmuRates, stage: StageWork, chip_tiles: int, division: Division, target: int,
+                 lo: int, hi: int) -> int:
+    """The fewest PMUs in ``lo .. hi`` serving ``division`` within ``target`` cycles (``hi`` does).
+
+    A stage's PMU cycles do not grow with its PMUs (each serves a smaller share), so the answer
+    is where they cross the target, whichever way it is searched for: first next to an estimate
+    (the busiest of the reads, writes and addresses over the rates one PMU serves them at), and
+    by bisection if a few steps from it do not settle it. The estimate only saves steps."""
+    def fits(pmus: int) -> bool:
+        return _sram_cycles(rates, stage, pmus, chip_tiles, division) <= target
+
+    busiest = max((stage.sram_read_bytes + division.sram_read_bytes) / rates.read_cap,
+                  (stage.sram_write_bytes + division.sram_write_bytes) / rates.write_cap,
+                  stage.sram_addresses / rates.pmu.addresses_per_cycle)
+    guess = min(hi, max(lo, math.ceil(busiest / (chip_tiles * target))))
+    for _ in range(3):
+        if fits(guess):
+            if guess == lo or not fits(guess - 1):
+                return guess
+            hi = guess = guess - 1          # fits: the answer is at most guess - 1
+        else:
+            lo = guess = guess + 1          # the answer is above the guess
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 _Units = tuple[int, int, Division]

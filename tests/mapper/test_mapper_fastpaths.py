@@ -53,9 +53,10 @@ def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node,
 
 
 def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answer(node, monkeypatch):
-    # a stage's units found at one target are given again for targets in the span they hold for;
-    # computing every answer afresh instead gives the same allocation on every section of real
-    # decode (with and without drafts) and prefill kernels, on one tile and on four
+    # a stage's units found at one target are given again for targets in the span they hold for,
+    # and its fewest PMUs are looked for next to an estimate; computing every answer afresh, the
+    # PMUs by plain bisection, gives the same allocation on every section of real decode (with
+    # and without drafts) and prefill kernels, on one tile and on four
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.mapper import allocate, map_graph
 
@@ -80,6 +81,17 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
         fresh_answers.append(target)
         return real_at(rates, stage, limits, chip_tiles, target)[0]
 
+    def bisect_pmus(rates, stage, chip_tiles, division, target, lo, hi):
+        # the plain bisection, without the estimate _fewest_pmus starts from
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if allocate._sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     monkeypatch.setattr(allocate, "_stage_units", fresh)
+    monkeypatch.setattr(allocate, "_fewest_pmus", bisect_pmus)
     assert [real(*a) for a in calls] == reused
     assert len(computed) < 0.5 * len(fresh_answers)      # most answers were given again
