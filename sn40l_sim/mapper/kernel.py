@@ -53,7 +53,14 @@ from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.bounds import compute_bound_cycles, memory_bound_cycles, plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.layout import RoutedStream, StageCells, mesh_cycles_per_tile, place_stages, route_streams
+from sn40l_sim.mapper.layout import (
+    RoutedStream,
+    StageCells,
+    mesh_cycles_per_tile,
+    place_stages,
+    route_streams,
+    tiled_coords,
+)
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import StageWork, TierSplit, clear_tiling_memo, section_stages
@@ -379,8 +386,8 @@ def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> Placed
             buffers += per_tile_buffer
             stages.append(StagePlacement(
                 operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
-                coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pcus), cycles_per_tile=cyc,
-                bound=bound, pmu_coords=tuple((i, rr, cc) for i in tiles for rr, cc in cells.pmus),
+                coords=tiled_coords(socket, cells.pcus, t), cycles_per_tile=cyc,
+                bound=bound, pmu_coords=tiled_coords(socket, cells.pmus, t),
                 section=index, buffer_bytes_per_tile=per_tile_buffer,
                 dataflow=stage.tiling.dataflow if stage.tiling else "",
                 latency_cycles=division.latency_cycles if division else stage.latency_cycles,

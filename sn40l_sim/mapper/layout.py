@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.topology import agcu_switches, tile_mesh
@@ -66,6 +67,41 @@ def pmu_cells(socket: SocketSpec) -> list[Cell]:
     """``(row, col)`` of a tile's PMUs in snake order."""
     t = socket.tile
     return list(_cells(t.grid_rows, t.grid_cols, t.pcus, t.pmus)[1])
+
+
+#: per tile geometry (grid, PCUs, PMUs): where each cell sits in its snake order (PCUs 0, PMUs 1),
+#: and per tile index the ``(tile, row, col)`` of both orders; placing a kernel slices them
+_tiled: dict[tuple[int, int, int, int], tuple[dict[Cell, tuple[int, int]], list[tuple[list, list]]]] = {}
+
+
+def tiled_coords(socket: SocketSpec, cells: tuple[Cell, ...], tiles: int) -> tuple[tuple[int, int, int], ...]:
+    """``(tile, row, col)`` of ``cells`` on each of the first ``tiles`` tiles, tile by tile: the
+    coordinates of a stage's units, ``cells`` being a run of :func:`pcu_cells` or
+    :func:`pmu_cells` as :func:`place_stages` gives them (sliced from tables built once per tile
+    geometry; any other cells are listed one by one).
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> socket = example_socket()
+    >>> cells = tuple(pcu_cells(socket)[3:5])
+    >>> tiled_coords(socket, cells, 2) == tuple((i, r, c) for i in range(2) for r, c in cells)
+    True
+    """
+    if not cells:
+        return ()
+    t = socket.tile
+    key = (t.grid_rows, t.grid_cols, t.pcus, t.pmus)
+    orders = _cells(*key)
+    if key not in _tiled:
+        _tiled[key] = ({cell: (kind, i) for kind, order in enumerate(orders) for i, cell in enumerate(order)}, [])
+    where, rows = _tiled[key]
+    kind, first = where.get(cells[0], (0, -1))
+    stop = first + len(cells)
+    if first < 0 or orders[kind][first:stop] != cells:
+        return tuple((i, r, c) for i in range(tiles) for r, c in cells)
+    while len(rows) < tiles:
+        tile = len(rows)
+        rows.append(tuple([(tile, r, c) for r, c in order] for order in orders))
+    return tuple(chain.from_iterable(rows[i][kind][first:stop] for i in range(tiles)))
 
 
 def agcu_spots(socket: SocketSpec) -> list[Cell]:

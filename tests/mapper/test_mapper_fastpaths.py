@@ -2,6 +2,8 @@
 fresh ones whatever the memo holds, and a mapping through every memo equals a cold one."""
 from __future__ import annotations
 
+import random
+
 from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.stages as stages_mod
@@ -95,3 +97,17 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
     monkeypatch.setattr(allocate, "_fewest_pmus", bisect_pmus)
     assert [real(*a) for a in calls] == reused
     assert len(computed) < 0.5 * len(fresh_answers)      # most answers were given again
+
+
+def test_tiled_coordinates_are_the_cells_on_every_tile(socket):
+    from sn40l_sim.mapper.layout import pcu_cells, pmu_cells, tiled_coords
+
+    rng = random.Random(5)
+    for order in (pcu_cells(socket), pmu_cells(socket)):
+        runs = [tuple(order[a:a + n]) for a, n in ((0, 1), (0, len(order)), (len(order) - 3, 3))]
+        runs += [tuple(order[a:a + rng.randint(1, 40)]) for a in rng.sample(range(len(order)), 30)]
+        runs.append(tuple(order[5:9:2]))           # not a run of the snake: listed one by one
+        for cells in runs:
+            for tiles in (1, 2, 4):
+                assert tiled_coords(socket, cells, tiles) == tuple((i, r, c) for i in range(tiles) for r, c in cells)
+    assert tiled_coords(socket, (), 4) == ()
