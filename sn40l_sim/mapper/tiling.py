@@ -204,32 +204,65 @@ def _gemm_buffer(piece: dict[str, int], b_bytes: float) -> float:
     return c * (m * k * ACT_BYTES + k * n * b_bytes + m * n * ACT_BYTES)
 
 
+def _halved(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, target: int,
+            cuts: tuple[str, ...]) -> dict[str, int]:
+    """A GEMM's piece: from the whole, halve the dimension (of ``cuts``, the first of
+    ``_GEMM_DIMS`` on ties) whose halving leaves the smallest buffer (:func:`_gemm_buffer`),
+    until there are ``target`` pieces or nothing can be halved.
+
+    The same choices and the same float arithmetic as halving dicts of the piece and pricing them
+    with :func:`_gemm_buffer`, on plain integers (the mapper tiles thousands of GEMMs).
+
+    >>> _halved({"count": 1, "m": 64, "k": 1024, "n": 4096}, {"count": 1, "m": 32, "k": 64, "n": 32},
+    ...         2.0, 8, ("count", "n", "m", "k"))
+    {'count': 1, 'm': 64, 'k': 1024, 'n': 512}
+    """
+    # _GEMM_DIMS order: count, n, m, k
+    whole_c, whole_n, whole_m, whole_k = dims["count"], dims["n"], dims["m"], dims["k"]
+    c, n, m, k = whole_c, whole_n, whole_m, whole_k
+    low = (minimum["count"], minimum["n"], minimum["m"], minimum["k"])
+    allowed = tuple(d in cuts for d in _GEMM_DIMS)
+    act = ACT_BYTES
+    while (math.ceil(whole_c / c) * math.ceil(whole_n / n) * math.ceil(whole_m / m)
+           * math.ceil(whole_k / k)) < target:
+        best_size, best_i, best_half = 0.0, -1, 0
+        for i, value in enumerate((c, n, m, k)):
+            if not allowed[i]:
+                continue
+            half = math.ceil(value / 2)
+            if half < low[i] or half == value:
+                continue
+            # _gemm_buffer of the piece with dimension i halved
+            if i == 0:
+                size = half * (m * k * act + k * n * b_bytes + m * n * act)
+            elif i == 1:
+                size = c * (m * k * act + k * half * b_bytes + m * half * act)
+            elif i == 2:
+                size = c * (half * k * act + k * n * b_bytes + half * n * act)
+            else:
+                size = c * (m * half * act + half * n * b_bytes + m * n * act)
+            if best_i < 0 or size < best_size:
+                best_size, best_i, best_half = size, i, half
+        if best_i < 0:
+            break
+        if best_i == 0:
+            c = best_half
+        elif best_i == 1:
+            n = best_half
+        elif best_i == 2:
+            m = best_half
+        else:
+            k = best_half
+    return {"count": c, "m": m, "k": k, "n": n}
+
+
 def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                budget: UnitBudget) -> OpTiling:
     pcu = socket.pcu
     dims, minimum = _gemm_limits(pcu, op)
     b_bytes = _b_element_bytes(op)
-    piece = dict(dims)
-
-    def splits(p: dict[str, int]) -> dict[str, int]:
-        return {d: math.ceil(dims[d] / p[d]) for d in _GEMM_DIMS}
-
-    while math.prod(splits(piece).values()) < target:
-        best: tuple[float, dict[str, int]] | None = None
-        for d in _GEMM_DIMS:
-            if d not in budget.gemm_cuts:
-                continue
-            half = math.ceil(piece[d] / 2)
-            if half < minimum[d] or half == piece[d]:
-                continue
-            trial = {**piece, d: half}
-            size = _gemm_buffer(trial, b_bytes)
-            if best is None or size < best[0]:
-                best = (size, trial)
-        if best is None:
-            break
-        piece = best[1]
-    s = splits(piece)
+    piece = _halved(dims, minimum, b_bytes, target, budget.gemm_cuts)
+    s = {d: math.ceil(dims[d] / piece[d]) for d in _GEMM_DIMS}
     pieces = math.prod(s.values())
     c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
     a_piece = c * m * k * ACT_BYTES

@@ -111,3 +111,39 @@ def test_tiled_coordinates_are_the_cells_on_every_tile(socket):
             for tiles in (1, 2, 4):
                 assert tiled_coords(socket, cells, tiles) == tuple((i, r, c) for i in range(tiles) for r, c in cells)
     assert tiled_coords(socket, (), 4) == ()
+
+
+def _halved_with_dicts(dims, minimum, b_bytes, target, cuts):
+    """The GEMM piece search as it was: dicts of the piece priced by _gemm_buffer."""
+    import math
+
+    from sn40l_sim.mapper.tiling import _GEMM_DIMS, _gemm_buffer
+
+    piece = dict(dims)
+    while math.prod(math.ceil(dims[d] / piece[d]) for d in _GEMM_DIMS) < target:
+        best = None
+        for d in _GEMM_DIMS:
+            half = math.ceil(piece[d] / 2)
+            if d not in cuts or half < minimum[d] or half == piece[d]:
+                continue
+            trial = {**piece, d: half}
+            if best is None or _gemm_buffer(trial, b_bytes) < best[0]:
+                best = (_gemm_buffer(trial, b_bytes), trial)
+        if best is None:
+            break
+        piece = best[1]
+    return piece
+
+
+def test_gemm_pieces_halved_on_integers_equal_the_dict_search():
+    from sn40l_sim.mapper.tiling import _halved
+
+    rng = random.Random(11)
+    for _ in range(2000):
+        dims = {"count": rng.choice((1, 2, 8, 61, 256)), "m": rng.choice((1, 3, 16, 100, 4096, 131072)),
+                "k": rng.choice((64, 128, 576, 7168, 18432)), "n": rng.choice((32, 96, 512, 2048, 129280))}
+        minimum = {"count": 1, "m": min(dims["m"], 32), "k": min(dims["k"], 64), "n": min(dims["n"], 32)}
+        b_bytes = rng.choice((2.0, 1.0, 0.5, 1.0625))
+        cuts = rng.choice((("count", "n", "m", "k"), ("count", "n"), ("m", "k"), ()))
+        target = rng.choice((1, 2, 7, 64, 4096, 2**20))
+        assert _halved(dims, minimum, b_bytes, target, cuts) == _halved_with_dicts(dims, minimum, b_bytes, target, cuts)
