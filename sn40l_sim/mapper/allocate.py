@@ -32,12 +32,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sn40l_sim.hardware.spec import PMUSpec, SocketSpec
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
-from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle
-from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmus_for_buffer
+from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, stage_division
+from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
 from sn40l_sim.mapper.stages import StageWork
 
 _EPS = 1e-9
@@ -82,63 +82,6 @@ def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int 
     return _division(stage, pcus, chip_tiles, max_pcus or pcus).cycles
 
 
-class _PmuRates:
-    """What a stage's PMU cycles read of a socket (its PMU and the mesh link each PMU stream
-    crosses), and the cycles of the shares asked for so far: the bisections ask for the same
-    shares again and again. One per distinct PMU and link (:func:`_rates`)."""
-
-    __slots__ = ("pmu", "link", "read_cap", "write_cap", "memo")
-
-    def __init__(self, pmu: PMUSpec, link: int) -> None:
-        self.pmu = pmu
-        self.link = link
-        port = pmu_port_bytes_per_cycle(pmu)
-        self.read_cap = min(link, port * pmu.read_ports)
-        self.write_cap = min(link, port * pmu.write_ports)
-        self.memo: dict[tuple[int, int, int], int] = {}
-
-
-_rates_by_unit: dict[tuple, _PmuRates] = {}
-
-
-def _rates(socket: SocketSpec) -> _PmuRates:
-    """The socket's :class:`_PmuRates`, shared by every socket with the same PMU and mesh link."""
-    pmu, link = socket.pmu, mesh_bytes_per_cycle(socket.tile.vector_network)
-    key = (pmu.banks, pmu.bank_width_bytes, pmu.read_ports, pmu.write_ports, pmu.addresses_per_cycle, link)
-    got = _rates_by_unit.get(key)
-    if got is None:
-        got = _rates_by_unit[key] = _PmuRates(pmu, link)
-    return got
-
-
-def _sram_cycles(rates: _PmuRates, stage: StageWork, pmus: int, chip_tiles: int,
-                 division: Division | None = None) -> int:
-    if pmus == 0:
-        return 0
-    share = pmus * chip_tiles
-    if division is None:
-        reads = math.ceil(stage.sram_read_bytes / share)
-        writes = math.ceil(stage.sram_write_bytes / share)
-    else:
-        reads = math.ceil((stage.sram_read_bytes + division.sram_read_bytes) / share)
-        writes = math.ceil((stage.sram_write_bytes + division.sram_write_bytes) / share)
-    return _pmu_share_cycles(rates, reads, writes, math.ceil(stage.sram_addresses / share))
-
-
-def _pmu_share_cycles(rates: _PmuRates, reads: int, writes: int, addresses: int) -> int:
-    """One PMU's cycles for its share of a stage's traffic; its reads leave, and its writes arrive,
-    over one mesh link (memoised in ``rates``)."""
-    key = (reads, writes, addresses)
-    got = rates.memo.get(key)
-    if got is None:
-        streams = max(ceil_div(reads, rates.read_cap), ceil_div(writes, rates.write_cap))
-        got = max(streams, pmu_cycles(rates.pmu, reads, writes, addresses))
-        if len(rates.memo) > 200_000:
-            rates.memo.clear()
-        rates.memo[key] = got
-    return got
-
-
 def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
     needs = stage.buffer_bytes or stage.sram_read_bytes or stage.sram_write_bytes
     held = pmus_for_buffer(socket.pmu, math.ceil(stage.buffer_bytes / chip_tiles), double_buffered=True)
@@ -165,13 +108,13 @@ class _Limits:
     spans: list[tuple[int, int, tuple[int, int, Division] | None]] = field(default_factory=list, compare=False)
 
 
-def _limits(socket: SocketSpec, rates: _PmuRates, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
+def _limits(socket: SocketSpec, rates: PmuRates, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
     r = _min_pmus(socket, stage, chip_tiles)
-    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), _sram_cycles(rates, stage, r, chip_tiles),
+    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), sram_cycles(rates, stage, r, chip_tiles),
                    budget.pmus_for(stage.name, socket.tile.pmus))
 
 
-def _stage_units(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
+def _stage_units(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
                  target: int) -> tuple[int, int, Division] | None:
     """Fewest (PCUs, PMUs) per tile bringing a compute stage under ``target`` cycles, and its
     division, or None.
@@ -195,7 +138,7 @@ def _stage_units(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles
     return units
 
 
-def _stage_units_at(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
+def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
                     target: int) -> tuple[tuple[int, int, Division] | None, int]:
     """:func:`_stage_units` computed, and the lowest target its answer holds for."""
     if target <= 0:
@@ -211,46 +154,15 @@ def _stage_units_at(rates: _PmuRates, stage: StageWork, limits: _Limits, chip_ti
     r = limits.min_pmus
     if r > limits.max_pmus:
         return None, 1
-    sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+    sram = sram_cycles(rates, stage, r, chip_tiles, division)
     if sram > target:
         lo, hi = max(r, 1), limits.max_pmus
-        if _sram_cycles(rates, stage, hi, chip_tiles, division) > target:
+        if sram_cycles(rates, stage, hi, chip_tiles, division) > target:
             # a lower target may take more PCUs, whose division may need fewer PMUs: this target only
             return None, target
-        r = _fewest_pmus(rates, stage, chip_tiles, division, target, lo, hi)
-        sram = _sram_cycles(rates, stage, r, chip_tiles, division)
+        r = fewest_pmus(rates, stage, chip_tiles, division, target, lo, hi)
+        sram = sram_cycles(rates, stage, r, chip_tiles, division)
     return (q, r, division), max(low, sram)
-
-
-def _fewest_pmus(rates: _PmuRates, stage: StageWork, chip_tiles: int, division: Division, target: int,
-                 lo: int, hi: int) -> int:
-    """The fewest PMUs in ``lo .. hi`` serving ``division`` within ``target`` cycles (``hi`` does).
-
-    A stage's PMU cycles do not grow with its PMUs (each serves a smaller share), so the answer
-    is where they cross the target, whichever way it is searched for: first next to an estimate
-    (the busiest of the reads, writes and addresses over the rates one PMU serves them at), and
-    by bisection if a few steps from it do not settle it. The estimate only saves steps."""
-    def fits(pmus: int) -> bool:
-        return _sram_cycles(rates, stage, pmus, chip_tiles, division) <= target
-
-    busiest = max((stage.sram_read_bytes + division.sram_read_bytes) / rates.read_cap,
-                  (stage.sram_write_bytes + division.sram_write_bytes) / rates.write_cap,
-                  stage.sram_addresses / rates.pmu.addresses_per_cycle)
-    guess = min(hi, max(lo, math.ceil(busiest / (chip_tiles * target))))
-    for _ in range(3):
-        if fits(guess):
-            if guess == lo or not fits(guess - 1):
-                return guess
-            hi = guess = guess - 1          # fits: the answer is at most guess - 1
-        else:
-            lo = guess = guess + 1          # the answer is above the guess
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 _Units = tuple[int, int, Division]
@@ -274,7 +186,7 @@ def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
     return got if got is not None and got == seen[above] else None
 
 
-def _fits(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
           target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None
           ) -> list[tuple[int, int, Division | None]] | None:
     """Each stage's fewest units under ``target`` cycles, or None if a stage cannot get there or
@@ -306,7 +218,7 @@ def _fits(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits:
     return units
 
 
-def _spend_spare_pcus(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
                       units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
@@ -328,36 +240,32 @@ def _spend_spare_pcus(socket: SocketSpec, rates: _PmuRates, stages: list[StageWo
         got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
         q_new = min(top, ceil_div(got.pcus, chip_tiles))
         got = _division(stage, q_new, chip_tiles, lim.max_pcus)
-        before = max(division.cycles, _sram_cycles(rates, stage, r, chip_tiles, division))
-        if got.cycles < division.cycles and _sram_cycles(rates, stage, r, chip_tiles, got) <= before:
+        before = max(division.cycles, sram_cycles(rates, stage, r, chip_tiles, division))
+        if got.cycles < division.cycles and sram_cycles(rates, stage, r, chip_tiles, got) <= before:
             units[i] = (q_new, r, got)
             spare -= q_new - q
     return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget)
 
 
-def _spend_spare_pmus(socket: SocketSpec, rates: _PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
                       units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
     the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left."""
     spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
     order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
-                   key=lambda i: -_sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
+                   key=lambda i: -sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
     for i in order:
         q, r, division = units[i]
         lim, stage = limits[i], stages[i]
         assert lim is not None and division is not None
         top = min(lim.max_pmus, r + spare)
-        if spare <= 0 or top <= r or _sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
+        if spare <= 0 or top <= r or sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
             continue
-        lo, hi = r + 1, top
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _sram_cycles(rates, stage, mid, chip_tiles, division) <= division.cycles:
-                hi = mid
-            else:
-                lo = mid + 1
-        if _sram_cycles(rates, stage, lo, chip_tiles, division) < _sram_cycles(rates, stage, r, chip_tiles, division):
+        # the fewest PMUs above r serving it within its PCU cycles, or all it may take if none do
+        enough = sram_cycles(rates, stage, top, chip_tiles, division) <= division.cycles
+        lo = fewest_pmus(rates, stage, chip_tiles, division, division.cycles, r + 1, top) if enough else top
+        if sram_cycles(rates, stage, lo, chip_tiles, division) < sram_cycles(rates, stage, r, chip_tiles, division):
             units[i] = (q, lo, division)
             spare -= lo - r
     return units
@@ -382,7 +290,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     Allocation or None
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
-    rates = _rates(socket)
+    rates = pmu_rates(socket)
     limits = [None if s.is_memory else _limits(socket, rates, s, chip_tiles, budget) for s in stages]
     hi = 0
     for s, lim in zip(stages, limits, strict=True):
@@ -390,7 +298,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
             hi = max(hi, s.fixed_cycles)
         else:
             one = _division(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
-            hi = max(hi, one.cycles, _sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
+            hi = max(hi, one.cycles, sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
     seen: list[dict[int, _Units | None]] = [{} for _ in stages]
     if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
@@ -421,7 +329,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
             cycles.append(stage.fixed_cycles)
             bounds.append(stage.resource)
             continue
-        m = _sram_cycles(rates, stage, r, chip_tiles, division)
+        m = sram_cycles(rates, stage, r, chip_tiles, division)
         cycles.append(max(division.cycles, m))
         bounds.append("sram" if m > division.cycles else stage.resource)
     return Allocation(chip_tiles=chip_tiles, pcus=tuple(u[0] for u in units),

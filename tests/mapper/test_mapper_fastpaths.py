@@ -84,17 +84,17 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
         return real_at(rates, stage, limits, chip_tiles, target)[0]
 
     def bisect_pmus(rates, stage, chip_tiles, division, target, lo, hi):
-        # the plain bisection, without the estimate _fewest_pmus starts from
+        # the plain bisection, without the estimate fewest_pmus starts from
         while lo < hi:
             mid = (lo + hi) // 2
-            if allocate._sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
+            if allocate.sram_cycles(rates, stage, mid, chip_tiles, division) <= target:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
 
     monkeypatch.setattr(allocate, "_stage_units", fresh)
-    monkeypatch.setattr(allocate, "_fewest_pmus", bisect_pmus)
+    monkeypatch.setattr(allocate, "fewest_pmus", bisect_pmus)
     assert [real(*a) for a in calls] == reused
     assert len(computed) < 0.5 * len(fresh_answers)      # most answers were given again
 
