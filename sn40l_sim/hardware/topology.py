@@ -217,8 +217,9 @@ def tile_mesh(socket: SocketSpec) -> dict[str, list[str]]:
     the order :func:`tile_switch_graph` has them), without building a graph object.
 
     >>> from sn40l_sim.mapper._examples import example_socket
-    >>> mesh = tile_mesh(example_socket())
-    >>> len(mesh), mesh["sw.0.0"], sum(map(len, mesh.values())) // 2 == tile_switch_graph(example_socket()).number_of_edges()
+    >>> socket = example_socket()
+    >>> mesh = tile_mesh(socket)
+    >>> len(mesh), mesh["sw.0.0"], sum(map(len, mesh.values())) // 2 == tile_switch_graph(socket).number_of_edges()
     (567, ['sw.0.1', 'sw.1.0'], True)
     """
     nodes, edges = _tile_template(socket)

@@ -218,8 +218,8 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
     return units
 
 
-def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-                      units: list[tuple[int, int, Division | None]], budget: UnitBudget
+def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
+                      chip_tiles: int, units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
     the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill. A stage takes the fewest extra PCUs that reach its
@@ -247,8 +247,8 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget)
 
 
-def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-                      units: list[tuple[int, int, Division | None]], budget: UnitBudget
+def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
+                      chip_tiles: int, units: list[tuple[int, int, Division | None]], budget: UnitBudget
                       ) -> list[tuple[int, int, Division | None]]:
     """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
     the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left."""

@@ -41,7 +41,8 @@ def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node,
     with disk_cache.cache_in(None):
         clear_memo()
         with monkeypatch.context() as patch:    # every operator tiled afresh
-            patch.setattr(stages_mod, "_tiling", lambda s, op, n, eff, budget, key: tile_operator(s, op, n, eff, budget))
+            patch.setattr(stages_mod, "_tiling",
+                          lambda s, op, n, eff, budget, key: tile_operator(s, op, n, eff, budget))
             plain = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
         clear_memo()
         memoised = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
