@@ -1,0 +1,50 @@
+"""Settings of the whole test session: one disk cache of its own, fresh and empty.
+
+Mapped kernels and simulated steps are kept in the disk cache (``sn40l_sim.mapper.disk_cache``),
+whose entries are keyed by every input of the computation. The session points every process of the
+run at one new, empty folder, removed at the end: the test process itself (through
+``disk_cache.cache_in``; the package leaves the disk cache off inside pytest unless told), the
+pytest-xdist workers, and the processes the tests start (commands run as subprocesses, the notebooks'
+kernels, through ``$SN40L_SIM_CACHE``). What one of them maps or simulates, the others read back
+instead of doing it again; no test depends on whatever a user's cache (``~/.cache/sn40l_sim``)
+happens to hold, and none writes into it.
+
+A test that replaces a function the mapper or the engine computes with (a unit model made 1% slower)
+must neither read answers computed without its change nor leave its own behind: it runs under
+``disk_cache.cache_in(None)`` and clears the mapper's memo (``test_golden.fresh_mapper_memo``). So
+does a test that counts what the mapper computes cold.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from sn40l_sim.mapper import disk_cache
+
+#: the session's folder, set by the process that made it and inherited by its workers and subprocesses
+SESSION_CACHE_ENV = "SN40L_SIM_TEST_SESSION_CACHE"
+_state = pytest.StashKey[tuple[contextlib.ExitStack, "str | None"]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    made = None
+    folder = os.environ.get(SESSION_CACHE_ENV)
+    if folder is None:     # the first process of the session (xdist's controller, or the only one)
+        folder = made = tempfile.mkdtemp(prefix="sn40l_sim-test-cache-")
+        os.environ[SESSION_CACHE_ENV] = folder
+    stack = contextlib.ExitStack()
+    stack.enter_context(pytest.MonkeyPatch.context()).setenv(disk_cache.CACHE_ENV, folder)
+    stack.enter_context(disk_cache.cache_in(folder))
+    config.stash[_state] = (stack, made)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stack, made = config.stash[_state]
+    stack.close()
+    if made is not None:
+        del os.environ[SESSION_CACHE_ENV]
+        shutil.rmtree(made, ignore_errors=True)
