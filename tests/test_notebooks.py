@@ -1,6 +1,7 @@
 """The notebooks in notebooks/ run top to bottom (nbclient, a python3 kernel, working directory
 notebooks/), draw their figures, and are committed without outputs and as make_notebooks.py writes
-them. Each takes seconds to a few tens of seconds on 2 cores."""
+them. The tests run them with ``SN40L_SIM_NOTEBOOK_QUICK=1``: every cell, on fewer points per sweep
+(the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores."""
 from __future__ import annotations
 
 import os
@@ -47,6 +48,9 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     # the kernel imports this checkout, whatever is installed
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("MPLBACKEND", raising=False)
+    # every cell runs, on fewer points per sweep (the notebooks' QUICK); the full grids are what
+    # scripts/render_figures.py executes, on the same code
+    monkeypatch.setenv("SN40L_SIM_NOTEBOOK_QUICK", "1")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name=kernel_name(),
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on any cell error
@@ -56,3 +60,4 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     assert figures, f"{name} drew no figure"
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "deepseek-r1 on SN40L-16" in text
+    assert "quick run (SN40L_SIM_NOTEBOOK_QUICK=1)" in text   # the kernel saw the setting
