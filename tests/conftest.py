@@ -30,6 +30,17 @@ SESSION_CACHE_ENV = "SN40L_SIM_TEST_SESSION_CACHE"
 _state = pytest.StashKey[tuple[contextlib.ExitStack, "str | None"]]()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml's addopts): one worker per core (pytest-xdist's own count), but
+    none, the tests running in this process, when the command line names only test files or single
+    tests: starting the workers (each imports and collects everything) would cost more than it saves."""
+    args = [a for a in config.args if not a.startswith("-")]
+    if config.args_source == pytest.Config.ArgsSource.ARGS and args and all(
+            "::" in a or a.endswith(".py") for a in args):
+        return 0
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     made = None
     folder = os.environ.get(SESSION_CACHE_ENV)
