@@ -24,6 +24,7 @@ import tempfile
 import pytest
 
 from sn40l_sim.mapper import disk_cache
+from sn40l_sim.mapper.graph import clear_memo
 
 #: the session's folder, set by the process that made it and inherited by its workers and subprocesses
 SESSION_CACHE_ENV = "SN40L_SIM_TEST_SESSION_CACHE"
@@ -54,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    # pytest ends with five full garbage collections (to surface unraisable exceptions); the mapper's
+    # memos are most of the heap by then, and traversing them took each process ~1 s
+    clear_memo()
     stack, made = config.stash[_state]
     stack.close()
     if made is not None:
