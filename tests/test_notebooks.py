@@ -4,9 +4,11 @@ them. The tests run them with ``SN40L_SIM_NOTEBOOK_QUICK=1``: every cell, on few
 (the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores."""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -19,14 +21,23 @@ NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "v
 
 
 def kernel_name() -> str:
-    """``python3``, installing ipykernel's kernel spec for this interpreter if it is missing."""
+    """``python3``, installing ipykernel's kernel spec for this interpreter if it is missing (one
+    pytest-xdist worker at a time: an install replaces the folder another may be copying)."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    try:
-        KernelSpecManager().get_kernel_spec("python3")
-    except NoSuchKernel:
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], check=True,
-                       capture_output=True)
+    def missing() -> bool:
+        try:
+            KernelSpecManager().get_kernel_spec("python3")
+        except NoSuchKernel:
+            return True
+        return False
+
+    if missing():
+        with open(Path(tempfile.gettempdir()) / "sn40l_sim-kernelspec.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if missing():
+                subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"],
+                               check=True, capture_output=True)
     return "python3"
 
 
