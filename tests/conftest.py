@@ -42,6 +42,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks first: each runs a kernel for seconds, so started last they would leave one
+    xdist worker running them while the other has nothing left; started first, the many short
+    tests after them even out the end."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_notebooks.py")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     made = None
     folder = os.environ.get(SESSION_CACHE_ENV)
