@@ -1,4 +1,5 @@
-"""Settings of the whole test session: one disk cache of its own, fresh and empty.
+"""Settings of the whole test session: one disk cache of its own, fresh and empty; how many
+pytest-xdist workers ``-n auto`` starts; the notebook tests first.
 
 Mapped kernels and simulated steps are kept in the disk cache (``sn40l_sim.mapper.disk_cache``),
 whose entries are keyed by every input of the computation. The session points every process of the
