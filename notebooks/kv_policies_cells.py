@@ -19,6 +19,7 @@ gives up is shown as the fractions of tokens it keeps and attends to and the bit
 much that costs in answer quality is for the published evaluations of each method."""),
     ("code", '''\
 %matplotlib inline
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -34,9 +35,15 @@ exp = load_experiment(REPO / "experiments" / "kv_policies.yaml")
 asm = assemble(exp)   # the experiment's base model; its sweep adds Llama-3.1-70B
 PROMPT, MAX_NEW = 32768, exp.max_new_tokens
 points = [p for p in asm.points if p.prompt_len == PROMPT]
+# SN40L_SIM_NOTEBOOK_QUICK=1 (tests/test_notebooks.py sets it): every cell runs, on four of the policies
+# (no compression, a quantised cache, an eviction policy and DDR offload)
+if os.environ.get("SN40L_SIM_NOTEBOOK_QUICK") == "1":
+    points = [p for p in points if p.entry in ("full", "fp8", "snapstream", "arkvale")]
 node, model = asm.node, asm.model
 print(f"{model.name} on {node.name} ({node.sockets} sockets), prompt {PROMPT:,} tokens, up to {MAX_NEW} new, "
-      f"{len(points)} policy entries")'''),
+      f"{len(points)} policy entries")
+if os.environ.get("SN40L_SIM_NOTEBOOK_QUICK") == "1":
+    print("quick run (SN40L_SIM_NOTEBOOK_QUICK=1): four of the policies")'''),
     ("md", """\
 ## Each policy at its largest batch
 

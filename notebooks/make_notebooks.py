@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 #: every notebook starts here: find the repository from the working directory (notebooks/ or the root)
 SETUP = '''\
 %matplotlib inline
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -29,6 +30,8 @@ from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.runner import simulate_points
 
+# SN40L_SIM_NOTEBOOK_QUICK=1 (tests/test_notebooks.py sets it): every cell runs, on fewer points per sweep
+QUICK = os.environ.get("SN40L_SIM_NOTEBOOK_QUICK") == "1"
 REPO = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "experiments" / "deepseek_tp16.yaml").is_file())
 exp = load_experiment(REPO / "experiments" / "deepseek_tp16.yaml")
 spec = exp.spec
@@ -47,7 +50,9 @@ GIB = 2**30
 print(f"{model.name} on {node.name} ({node.sockets} sockets), prompt {PROMPT:,} tokens, "
       f"prefill TP{prefill_plan.tp}, decode TP{decode_plan.tp} with attention DP{decode_plan.attention_dp}")
 for name, policy in policies.items():
-    print(f"  {name:10s} static decode cache: {policy.static_cache_len(PROMPT, MAX_NEW + DRAFTS):,} tokens per sequence")'''
+    print(f"  {name:10s} static decode cache: {policy.static_cache_len(PROMPT, MAX_NEW + DRAFTS):,} tokens per sequence")
+if QUICK:
+    print("quick run (SN40L_SIM_NOTEBOOK_QUICK=1): fewer points per sweep")'''
 
 THROUGHPUT = [
     ("md", """\
@@ -81,7 +86,7 @@ One decode step of the static graph at each batch (the cache length fixed by the
 the batch fits in HBM; dotted: the step time of a batch that would not fit (what more memory would
 give)."""),
     ("code", '''\
-BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+BATCHES = [1, 16, 64, 256] if QUICK else [1, 2, 4, 8, 16, 32, 64, 128, 256]
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
 for name, timer in timers.items():
     kv_len = policies[name].static_cache_len(PROMPT, MAX_NEW + DRAFTS)
@@ -109,7 +114,7 @@ the budget to a quarter of the prompt, as the paper's Table 5 does."""),
     ("code", '''\
 from sn40l_sim.kvcache import make_policy
 
-PROMPTS = [8192, 16384, 32768, 65536, 131072]
+PROMPTS = [32768, 131072] if QUICK else [8192, 16384, 32768, 65536, 131072]
 BATCH = 16
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
 variants = {name: (lambda prompt, p=policy: p) for name, policy in policies.items()}
@@ -208,7 +213,7 @@ For each prompt length the budget is a quarter of the prompt (4:1, as in Table 5
 the cycles of the policy's own kernels over the cycles of all the others, over the whole model. The
 band is the paper's "about 2-5%"."""),
     ("code", '''\
-PROMPTS = [4096, 8192, 16384, 32768, 65536, 131072]
+PROMPTS = [16384, 131072] if QUICK else [4096, 8192, 16384, 32768, 65536, 131072]
 rows = []
 for prompt in PROMPTS:
     policy = make_policy("snapstream", {"budget": prompt // 4})
@@ -276,7 +281,7 @@ Each bandwidth scaled by 0.5x to 4x. Decode streams the weights and the cache fr
 follows HBM bandwidth until compute or the collectives take over; prefill at 128K is dominated by
 attention compute."""),
     ("code", '''\
-FACTORS = [0.5, 1, 2, 4]
+FACTORS = [1, 2] if QUICK else [0.5, 1, 2, 4]
 FIELDS = {"HBM bandwidth": ("socket.memory.hbm.bytes_per_s_per_unit", node.socket.memory["hbm"].bytes_per_s_per_unit),
           "P2P bandwidth": ("socket.p2p.bytes_per_s_per_port", node.socket.p2p.bytes_per_s_per_port)}
 results = {}
@@ -316,6 +321,7 @@ not fit on 8 sockets) are listed, not plotted. `python -m sn40l_sim sweep FILE -
 same file in parallel processes; here the points run in this process. The workload is shortened to
 8 output tokens (the decode step and the memory fit do not depend on it)."""),
     ("code", '''\
+import dataclasses
 import tempfile
 import textwrap
 
@@ -352,6 +358,8 @@ serving: {{max_new_tokens: 8, prefill_nodes: 1}}
 swept = {}
 for name in ("sockets", "capacity"):
     sweep = load_sweep(folder / f"{name}.yaml")
+    if QUICK:   # the two ends of each sweep
+        sweep = dataclasses.replace(sweep, points=[sweep.points[0], sweep.points[-1]])
     swept[name] = run_points(sweep, jobs=1, progress=False)
     print(f"{name}: {len(swept[name])} records; did not fit: {[n for n, _ in swept[name].skipped]}")'''),
     ("code", '''\

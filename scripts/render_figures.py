@@ -46,6 +46,7 @@ def render(name: str) -> Path:
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     # the kernel imports this checkout, whatever is installed (as tests/test_notebooks.py does)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ.pop("SN40L_SIM_NOTEBOOK_QUICK", None)   # the full grids (the tests run the quick ones)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     images = figures(nb)
     if len(images) <= CHOSEN[name]:

@@ -1,11 +1,14 @@
 """The notebooks in notebooks/ run top to bottom (nbclient, a python3 kernel, working directory
 notebooks/), draw their figures, and are committed without outputs and as make_notebooks.py writes
-them. Each takes seconds to a few tens of seconds on 2 cores."""
+them. The tests run them with ``SN40L_SIM_NOTEBOOK_QUICK=1``: every cell, on fewer points per sweep
+(the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores."""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -18,14 +21,23 @@ NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "v
 
 
 def kernel_name() -> str:
-    """``python3``, installing ipykernel's kernel spec for this interpreter if it is missing."""
+    """``python3``, installing ipykernel's kernel spec for this interpreter if it is missing (one
+    pytest-xdist worker at a time: an install replaces the folder another may be copying)."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-    try:
-        KernelSpecManager().get_kernel_spec("python3")
-    except NoSuchKernel:
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"], check=True,
-                       capture_output=True)
+    def missing() -> bool:
+        try:
+            KernelSpecManager().get_kernel_spec("python3")
+        except NoSuchKernel:
+            return True
+        return False
+
+    if missing():
+        with open(Path(tempfile.gettempdir()) / "sn40l_sim-kernelspec.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if missing():
+                subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user", "--name", "python3"],
+                               check=True, capture_output=True)
     return "python3"
 
 
@@ -47,6 +59,9 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     # the kernel imports this checkout, whatever is installed
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("MPLBACKEND", raising=False)
+    # every cell runs, on fewer points per sweep (the notebooks' QUICK); the full grids are what
+    # scripts/render_figures.py executes, on the same code
+    monkeypatch.setenv("SN40L_SIM_NOTEBOOK_QUICK", "1")
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name=kernel_name(),
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on any cell error
@@ -56,3 +71,4 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch):
     assert figures, f"{name} drew no figure"
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "deepseek-r1 on SN40L-16" in text
+    assert "quick run (SN40L_SIM_NOTEBOOK_QUICK=1)" in text   # the kernel saw the setting

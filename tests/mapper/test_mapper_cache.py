@@ -49,7 +49,9 @@ def test_a_damaged_or_foreign_disk_entry_is_a_miss(tmp_path):
 
 
 def test_the_disk_cache_is_off_in_a_test_process_unless_asked_for(monkeypatch, tmp_path):
-    # tests patch unit models; a patched mapping must never reach the shared cache
+    # tests patch unit models; a patched mapping must never reach the shared cache (the session's
+    # own cache, tests/conftest.py, is set aside here to see the package's rule)
+    monkeypatch.setattr(disk_cache, "_override", [])
     monkeypatch.setenv(disk_cache.CACHE_ENV, str(tmp_path))
     assert disk_cache.cache_root() is None
     with disk_cache.cache_in(tmp_path):

@@ -92,23 +92,26 @@ def test_serving_lanes_carry_request_ids(main_trace, main_results):
 
 
 def test_kernel_lanes_add_up_to_the_phase(main_trace, main_results):
-    events = [e for e in main_trace["traceEvents"] if e["ph"] == "X"]
+    events_of = defaultdict(list)   # pid -> its complete events, in trace order (one pass, not one per socket)
+    for e in main_trace["traceEvents"]:
+        if e["ph"] == "X":
+            events_of[e["pid"]].append(e)
     names = process_names(main_trace)
     result = main_results[0]
     for phase, timing in (("prefill", result.prefill), ("decode", result.decode)):
         per_socket = {}
         for s in range(16):
             pid = next(p for p, n in names.items() if n.startswith(f"{result.setup.name} · {phase} · socket {s}"))
-            per_socket[s] = [(e["name"], e["ts"], e["dur"]) for e in events if e["pid"] == pid and e["cat"] == "kernel"]
+            per_socket[s] = [(e["name"], e["ts"], e["dur"]) for e in events_of[pid] if e["cat"] == "kernel"]
         # tensor-parallel peers run the simulated socket's schedule
         assert all(per_socket[s] == per_socket[0] for s in per_socket)
         kernels = per_socket[0]
         assert len(kernels) == len(timing.kernels)
         span_us = max(ts + d for _, ts, d in kernels) - min(ts for _, ts, _ in kernels)
         assert span_us == pytest.approx(timing.seconds * 1e6, rel=1e-6, abs=0.01)
-        hbm = [e for e in events if e["pid"] == min(p for p, n in names.items()
-                                                    if n.startswith(f"{result.setup.name} · {phase} · socket 0"))
-               and e["cat"] == "hbm"]
+        hbm = [e for e in events_of[min(p for p, n in names.items()
+                                        if n.startswith(f"{result.setup.name} · {phase} · socket 0"))]
+               if e["cat"] == "hbm"]
         assert sum(e["args"]["bytes"] for e in hbm) == sum(k.tier_bytes["hbm"] for k in timing.kernels) > 0
 
 

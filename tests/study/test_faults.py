@@ -134,6 +134,10 @@ def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL    # the CLI's handler is gone
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[int]]:
     """A two-worker sweep in its own process group, once one run is stored; its worker pids."""
     sweep = write_experiment(tmp_path, SWEEP)
@@ -143,6 +147,10 @@ def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[int]]:
                              "--quiet"], cwd=REPO, stdout=subprocess.DEVNULL,
                             # no disk cache: its runs must still be going when the test interrupts them
                             env=dict(os.environ, PYTHONPATH=str(REPO), SN40L_SIM_CACHE="off"),
+                            # Ctrl-C as in a terminal, even when pytest itself was started with SIGINT
+                            # ignored (a background job of a shell without job control): Python keeps
+                            # an inherited SIG_IGN, and the sweep would then run to its end
+                            preexec_fn=_default_sigint,
                             stderr=err, start_new_session=True)
     runs = out / "runs"
     deadline = time.monotonic() + 120

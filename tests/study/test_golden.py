@@ -10,6 +10,7 @@ import importlib
 
 import pytest
 
+from sn40l_sim.mapper import disk_cache
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.study import golden
 
@@ -20,9 +21,10 @@ EXPERIMENTS = golden.experiments()
 def fresh_mapper_memo():
     # the mapper memoises placed kernels across calls (keyed by everything they are computed from,
     # so the other tests share them); a test that perturbs a unit model must not see (or leave
-    # behind) placements made with the other model
+    # behind) placements made with the other model, in the memo or in the session's disk cache
     clear_memo()
-    yield
+    with disk_cache.cache_in(None):
+        yield
     clear_memo()
 
 

@@ -1,0 +1,73 @@
+"""Settings of the whole test session: one disk cache of its own, fresh and empty; how many
+pytest-xdist workers ``-n auto`` starts; the notebook tests first.
+
+Mapped kernels and simulated steps are kept in the disk cache (``sn40l_sim.mapper.disk_cache``),
+whose entries are keyed by every input of the computation. The session points every process of the
+run at one new, empty folder, removed at the end: the test process itself (through
+``disk_cache.cache_in``; the package leaves the disk cache off inside pytest unless told), the
+pytest-xdist workers, and the processes the tests start (commands run as subprocesses, the notebooks'
+kernels, through ``$SN40L_SIM_CACHE``). What one of them maps or simulates, the others read back
+instead of doing it again; no test depends on whatever a user's cache (``~/.cache/sn40l_sim``)
+happens to hold, and none writes into it.
+
+A test that replaces a function the mapper or the engine computes with (a unit model made 1% slower)
+must neither read answers computed without its change nor leave its own behind: it runs under
+``disk_cache.cache_in(None)`` and clears the mapper's memo (``test_golden.fresh_mapper_memo``). So
+does a test that counts what the mapper computes cold.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from sn40l_sim.mapper import disk_cache
+from sn40l_sim.mapper.graph import clear_memo
+
+#: the session's folder, set by the process that made it and inherited by its workers and subprocesses
+SESSION_CACHE_ENV = "SN40L_SIM_TEST_SESSION_CACHE"
+_state = pytest.StashKey[tuple[contextlib.ExitStack, "str | None"]]()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml's addopts): one worker per core (pytest-xdist's own count), but
+    none, the tests running in this process, when the command line names only test files or single
+    tests: starting the workers (each imports and collects everything) would cost more than it saves."""
+    args = [a for a in config.args if not a.startswith("-")]
+    if config.args_source == pytest.Config.ArgsSource.ARGS and args and all(
+            "::" in a or a.endswith(".py") for a in args):
+        return 0
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The notebooks first: each runs a kernel for seconds, so started last they would leave one
+    xdist worker running them while the other has nothing left; started first, the many short
+    tests after them even out the end."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_notebooks.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    made = None
+    folder = os.environ.get(SESSION_CACHE_ENV)
+    if folder is None:     # the first process of the session (xdist's controller, or the only one)
+        folder = made = tempfile.mkdtemp(prefix="sn40l_sim-test-cache-")
+        os.environ[SESSION_CACHE_ENV] = folder
+    stack = contextlib.ExitStack()
+    stack.enter_context(pytest.MonkeyPatch.context()).setenv(disk_cache.CACHE_ENV, folder)
+    stack.enter_context(disk_cache.cache_in(folder))
+    config.stash[_state] = (stack, made)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # pytest ends with five full garbage collections (to surface unraisable exceptions); the mapper's
+    # memos are most of the heap by then, and traversing them took each process ~1 s
+    clear_memo()
+    stack, made = config.stash[_state]
+    stack.close()
+    if made is not None:
+        del os.environ[SESSION_CACHE_ENV]
+        shutil.rmtree(made, ignore_errors=True)
