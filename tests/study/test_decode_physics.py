@@ -3,7 +3,8 @@ batch 1 near its HBM roofline, looping off slower by no more than SambaNova stat
 step that halves with twice the HBM bandwidth, and more, shorter sequences per socket never slower
 than fewer, longer ones at equal KV bytes.
 
-Each runs the simulator end to end on experiment files (steps only, no serving), as a user would.
+Each runs the simulator end to end on experiment files, as a user would: decode steps only (every
+assertion reads decode fields; no serving, and no prefill is simulated).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def loaded() -> LoadedExperiments:
 
 @pytest.fixture(scope="module")
 def looping_records(loaded) -> dict[str, dict]:
-    return {r["name"]: r for r in loaded.records(LOOPING, serve=False)}
+    return {r["name"]: r for r in loaded.records(LOOPING, serve=False, reads_prefill=())}
 
 
 def _record(records: dict[str, dict], model: str, sockets: int, looping: bool) -> dict:
@@ -75,10 +76,11 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
     # stream, so twice the bandwidth barely moves it; docs/validation.md.)
     exp = ROOT / "experiments" / "per_user_speed.yaml"
     name = "full[model=llama3_1_405b,speculative=none]"
-    base = {r["name"]: r for r in loaded.records(exp, serve=False)}[name]
+    base = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=())}[name]
     unit = "socket.memory.hbm.bytes_per_s_per_unit"
     hbm = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml").socket.memory["hbm"].bytes_per_s_per_unit
-    fast = {r["name"]: r for r in loaded.records(exp, serve=False, hardware_overrides={unit: 2 * hbm})}[name]
+    fast = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=(),
+                                                  hardware_overrides={unit: 2 * hbm})}[name]
     assert base["decode_step_breakdown_s"]["weights_streaming"] > 0.7 * base["decode_step_s"]   # memory-bound
     ratio = fast["decode_step_s"] / base["decode_step_s"]
     assert 0.5 <= ratio <= 0.5 * 1.15
@@ -87,7 +89,8 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
 def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(loaded, tmp_path):
     # Table 5 row 1's layout: DeepSeek-R1 with one 133K cache per socket (batch 16, full) against
     # four 32K caches per socket (batch 64, SnapStream): equal KV bytes per socket
-    records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False)}
+    records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False,
+                                                     reads_prefill=())}
     assert records["snapstream"]["decode_step_s"] <= records["full"]["decode_step_s"]
     # Llama-3.1-8B on 8 sockets, TP8: 4 sequences of 32K against 16 of 8K. Attention alone is cheaper
     # with the shorter sequences; the whole step is not (at this small batch the rows' all-reduces and
@@ -100,7 +103,7 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
                            hardware=str(ROOT / "hw_configs" / "sn40l_node8.yaml"),
                            shape={"prompt_len": prompt, "batch": batch, "max_new_tokens": 1024},
                            serving={"batch": batch, "max_new_tokens": 1024})
-        (record,) = loaded.records(path, serve=False)
+        (record,) = loaded.records(path, serve=False, reads_prefill=())
         parts = record["decode_step_breakdown_s"]
         attention[batch] = parts.get("attention_compute", 0.0) + parts.get("kv_reads", 0.0)
     assert attention[16] < attention[4]
