@@ -20,9 +20,14 @@ thousands of objects) alive from the first simulation to the end. With CPython's
 (700, 10, 10) the collector went through them in some 10,000 full collections per worker, about 10 s
 of CPU in a run of the suite; with :data:`GC_THRESHOLDS` young objects are still collected, a few
 hundred times a run, and the memos rarely (the peak memory of a worker is within 10% of what it was).
+Once its tests are done a worker freezes what is left, so that exiting does not go through it again.
+
+pytest-xdist's controller runs no test: it only makes the folder and removes it at the end, and
+imports nothing of the package (its workers start sooner).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -30,9 +35,6 @@ import shutil
 import tempfile
 
 import pytest
-
-from sn40l_sim.mapper import disk_cache
-from sn40l_sim.mapper.graph import clear_memo
 
 #: the session's folder, set by the process that made it and inherited by its workers and subprocesses
 SESSION_CACHE_ENV = "SN40L_SIM_TEST_SESSION_CACHE"
@@ -53,10 +55,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The notebooks first: each runs a kernel for seconds, so started last they would leave one
-    xdist worker running them while the other has nothing left; started first, the many short
-    tests after them even out the end."""
+    """The notebooks first: together they run kernels for half a minute, so started last they
+    would leave one xdist worker running them while the other has nothing left; started first (one
+    worker takes their module while the other takes the next ones), the many short modules after
+    them even out the end."""
     items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_notebooks.py")
+
+
+def runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs tests (a pytest-xdist worker, or pytest without workers), rather
+    than handing them to workers as pytest-xdist's controller does."""
+    return hasattr(config, "workerinput") or config.getoption("dist", "no") == "no" \
+        or not config.getoption("tx", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,17 +76,23 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = made = tempfile.mkdtemp(prefix="sn40l_sim-test-cache-")
         os.environ[SESSION_CACHE_ENV] = folder
     stack = contextlib.ExitStack()
-    stack.callback(gc.set_threshold, *gc.get_threshold())
-    gc.set_threshold(*GC_THRESHOLDS)
-    stack.enter_context(pytest.MonkeyPatch.context()).setenv(disk_cache.CACHE_ENV, folder)
-    stack.enter_context(disk_cache.cache_in(folder))
+    if runs_tests(config):
+        from sn40l_sim.mapper import disk_cache
+        from sn40l_sim.mapper.graph import clear_memo
+
+        stack.callback(gc.set_threshold, *gc.get_threshold())
+        gc.set_threshold(*GC_THRESHOLDS)
+        stack.enter_context(pytest.MonkeyPatch.context()).setenv(disk_cache.CACHE_ENV, folder)
+        stack.enter_context(disk_cache.cache_in(folder))
+        # pytest ends with five full garbage collections (to surface unraisable exceptions); the
+        # mapper's memos would be most of the heap by then, and traversing them took each process ~1 s
+        stack.callback(clear_memo)
+        # and Python's own at exit, after pytest is done, would go through all that is left again
+        atexit.register(gc.freeze)
     config.stash[_state] = (stack, made)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # pytest ends with five full garbage collections (to surface unraisable exceptions); the mapper's
-    # memos are most of the heap by then, and traversing them took each process ~1 s
-    clear_memo()
     stack, made = config.stash[_state]
     stack.close()
     if made is not None:
