@@ -23,7 +23,8 @@ hundred times a run, and the memos rarely (the peak memory of a worker is within
 Once its tests are done a worker freezes what is left, so that exiting does not go through it again.
 
 pytest-xdist's controller runs no test: it only makes the folder and removes it at the end, and
-imports nothing of the package (its workers start sooner).
+imports nothing of the package (its workers start sooner). No process rewrites the asserts of
+hypothesis's own modules (:func:`leave_hypothesis_as_it_is`).
 """
 from __future__ import annotations
 
@@ -69,7 +70,24 @@ def runs_tests(config: pytest.Config) -> bool:
         or not config.getoption("tx", None)
 
 
+def leave_hypothesis_as_it_is(config: pytest.Config) -> None:
+    """Import hypothesis's modules without rewriting their asserts.
+
+    pytest rewrites the asserts of every module of a distribution that declares a pytest plugin, so
+    that a failing assert there explains itself; hypothesis ships its plugin in its package, and its
+    ~90 modules took each worker ~0.7 s to rewrite while collecting, and the controller as long at
+    the very end (its terminal summary imports hypothesis), for asserts no test here reaches. pytest
+    has no public way to take a name off its list; when the list is not where this expects it,
+    nothing changes."""
+    hook = getattr(config.pluginmanager, "rewrite_hook", None)
+    marked, decided = getattr(hook, "_must_rewrite", None), getattr(hook, "_marked_for_rewrite_cache", None)
+    if isinstance(marked, set) and isinstance(decided, dict) and "hypothesis" in marked:
+        marked.discard("hypothesis")
+        decided.clear()
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    leave_hypothesis_as_it_is(config)
     made = None
     folder = os.environ.get(SESSION_CACHE_ENV)
     if folder is None:     # the first process of the session (xdist's controller, or the only one)
