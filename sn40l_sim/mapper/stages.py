@@ -32,7 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
-from sn40l_sim.mapper.tiling import OpTiling, tile_operator
+from sn40l_sim.mapper.tiling import OpTiling, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
 Tier = str
@@ -222,7 +222,16 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     if got is None:
         if len(_tiling_memo) >= _TILING_MEMO_SIZE:
             _tiling_memo.clear()
-        got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
+        if op.kind != "gemm":
+            got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
+            return got
+        # every dataflow's tiling is the tiling under that dataflow alone, which the kernel
+        # mapper's one-dataflow retries ask for next
+        options = gemm_tilings(socket, op, n_tiles, efficiency, budget)
+        got = _tiling_memo[key] = min(options, key=lambda o: (o[0], o[1]))[2]
+        for _, _, tiling in options:
+            _tiling_memo.setdefault((socket_key, op, n_tiles, efficiency, ((tiling.dataflow,), budget.gemm_cuts)),
+                                    tiling)
     return got
 
 

@@ -258,6 +258,15 @@ def _halved(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, targe
 
 def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                budget: UnitBudget) -> OpTiling:
+    return min(gemm_tilings(socket, op, target, efficiency, budget), key=lambda o: (o[0], o[1]))[2]
+
+
+def gemm_tilings(socket: SocketSpec, op: Operator, target: int, efficiency: float,
+                 budget: UnitBudget = NO_LIMITS) -> list[tuple[int, bool, OpTiling]]:
+    """GEMM ``op`` cut for ``target`` pieces in each dataflow ``budget`` allows, as ``(cost, not
+    weight-stationary, tiling)``: :func:`tile_operator` takes the least, and each tiling is the one
+    it gives under a budget of that dataflow alone (the piece depends on the cuts, not the
+    dataflows), so a caller memoising tilings keeps them all."""
     pcu = socket.pcu
     dims, minimum = _gemm_limits(pcu, op)
     b_bytes = _b_element_bytes(op)
@@ -274,19 +283,19 @@ def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
         work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
         traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
                    else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
-        one_pcu = stage_division(work, 1.0, 1).cycles
+        one = stage_division(work, 1.0, 1)
         # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile
-        cost = one_pcu + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
-        options.append((cost, dataflow != WEIGHT_STATIONARY, work, traffic, one_pcu))
-    _, _, work, traffic, one_pcu = min(options, key=lambda o: (o[0], o[1]))
-    sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
-    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
-    total = pieces * one_pcu + stage_division(work, 1.0, 1).latency_cycles
-    return OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
-                    total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
-                    sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
-                    resource="compute", work=work)
+        cost = one.cycles + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
+        sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
+        # independent GEMMs are counted exactly; m, n, k splits pad their last piece
+        total = pieces * one.cycles + one.latency_cycles
+        tiling = OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
+                          total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
+                          buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
+                          sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
+                          resource="compute", work=work)
+        options.append((cost, dataflow != WEIGHT_STATIONARY, tiling))
+    return options
 
 
 def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:

@@ -220,3 +220,21 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
     asked.clear()
     assert [real(*args) for args in calls] == inferred == every
     assert len(asked) < 0.9 * asked_every          # and asks the stages less
+
+
+def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
+    # a GEMM tiled under both dataflows leaves each dataflow's tiling in the memo for the
+    # one-dataflow retries: each equals tile_operator under a budget of that dataflow alone
+    from sn40l_sim.mapper import stages
+    from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+    from sn40l_sim.mapper.tiling import tile_operator
+
+    with disk_cache.cache_in(None):
+        clear_memo()
+        map_graph(node, deepseek_graph("decode", kv_len=32768, batch=8))
+        memo = dict(stages._tiling_memo)
+    one_dataflow = [key for key in memo if key[4] is not None and len(key[4][0]) == 1]
+    assert len(memo) > 500 and len(one_dataflow) > 100
+    for (_, op, n_tiles, efficiency, reads), tiling in memo.items():
+        budget = NO_LIMITS if reads is None else UnitBudget(dataflows=reads[0], gemm_cuts=reads[1])
+        assert tiling == tile_operator(node.socket, op, n_tiles, efficiency, budget)
