@@ -163,15 +163,21 @@ def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | 
     if isinstance(work, SimdWork):
         return Division(pcus, _passes_on(work, pieces, pcus), work.latency)
     # every split's (cycles, latency) as _division gives them; the division built for the best only
-    best: tuple[int, int, Split] | None = None
+    best_split: Split | None = None
+    best_cycles = best_latency = 0
     efficiency = work.efficiency
+    whole_pieces = pieces >= 1
+    share = 1.0 if whole_pieces else pieces
     for split in work.candidates(pieces, most_pcus or pcus):
-        n, share = sequence(split.items, pieces, pcus)
-        rank = (split.cycles(n, share, efficiency), max(0, split.latency + math.floor(split.offset / efficiency)))
-        if best is None or rank < best[:2]:
-            best = (*rank, split)
-    assert best is not None
-    return _division(best[2], pieces, pcus, efficiency)
+        cycles = _cycles_on(split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles, pieces,
+                            whole_pieces, share, pcus, efficiency)
+        if best_split is not None and cycles > best_cycles:
+            continue
+        latency = max(0, split.latency + math.floor(split.offset / efficiency))
+        if best_split is None or cycles < best_cycles or latency < best_latency:
+            best_split, best_cycles, best_latency = split, cycles, latency
+    assert best_split is not None
+    return _division(best_split, pieces, pcus, efficiency)
 
 
 @lru_cache(maxsize=131072)

@@ -32,7 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
-from sn40l_sim.mapper.tiling import OpTiling, gemm_tilings, tile_operator
+from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
 Tier = str
@@ -236,8 +236,9 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
 
 
 def clear_tiling_memo() -> None:
-    """Forget every memoised operator tiling."""
+    """Forget every memoised operator tiling (and GEMM halvings)."""
     _tiling_memo.clear()
+    clear_halvings()
 
 
 def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], n_tiles: int,

@@ -238,3 +238,23 @@ def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
     for (_, op, n_tiles, efficiency, reads), tiling in memo.items():
         budget = NO_LIMITS if reads is None else UnitBudget(dataflows=reads[0], gemm_cuts=reads[1])
         assert tiling == tile_operator(node.socket, op, n_tiles, efficiency, budget)
+
+
+def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
+    # one list of halvings per GEMM serves every target, asked in any order
+    from sn40l_sim.mapper import tiling
+
+    rng = random.Random(7)
+    for _ in range(300):
+        dims = {"count": rng.choice([1, 3, 61]), "m": rng.randint(1, 4096), "k": rng.randint(1, 8192),
+                "n": rng.randint(1, 16384)}
+        minimum = {"count": 1, "m": min(dims["m"], 32), "k": min(dims["k"], rng.choice([32, 64])),
+                   "n": min(dims["n"], 32)}
+        b_bytes, cuts = rng.choice([1.0, 2.0, 0.5]), rng.choice([("count", "n", "m", "k"), ("count", "m")])
+        targets = [1 << rng.randint(0, 22) for _ in range(6)]
+        warm = [tiling._halved(dims, minimum, b_bytes, t, cuts) for t in targets]
+        cold = []
+        for t in targets:
+            tiling.clear_halvings()
+            cold.append(tiling._halved(dims, minimum, b_bytes, t, cuts))
+        assert warm == cold
