@@ -258,3 +258,22 @@ def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
             tiling.clear_halvings()
             cold.append(tiling._halved(dims, minimum, b_bytes, t, cuts))
         assert warm == cold
+
+
+def test_a_sections_memoised_traffic_gives_the_stages_and_streams_a_cold_one_gives(node):
+    # a section's bytes per tier are worked out once for all its tilings and tile choices
+    from sn40l_sim.mapper import stages
+    from sn40l_sim.mapper.stages import TierSplit, section_stages
+
+    tiers = TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm")
+    kernels = distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
+    plans = ((1, 1), (64, 4), (1024, 4))
+    for kernel in kernels:
+        for spills in ((0, 0), (4096, 12345)):
+            warm = [section_stages(node.socket, kernel.operators, n, tiers, c, *spills) for n, c in plans]
+            cold = []
+            for n, c in plans:
+                stages.clear_tiling_memo()
+                cold.append(section_stages(node.socket, kernel.operators, n, tiers, c, *spills))
+            assert warm == cold
+    assert len(kernels) > 5
