@@ -31,21 +31,22 @@ def contract() -> list[list[str]]:
 
 
 def imports(path: Path) -> list[tuple[int, str, bool, bool]]:
-    """``(line, module, inside a function, under TYPE_CHECKING)`` of every package import in ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   for n in ast.walk(f)}
-    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                 and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sn40l_sim":
-            names = [node.module] if node.module != "sn40l_sim" else [f"sn40l_sim.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names if a.name.split(".")[0] == "sn40l_sim"]
-        else:
-            continue
-        out += [(node.lineno, name, id(node) in in_function, id(node) in type_only) for name in names]
+    """``(line, module, inside a function, under TYPE_CHECKING)`` of every package import in ``path``
+    (one pass over the tree, carrying whether a function or a ``TYPE_CHECKING`` block encloses it)."""
+    out: list[tuple[int, str, bool, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            names: list[str] = []
+            if isinstance(child, ast.ImportFrom) and child.module and child.module.split(".")[0] == "sn40l_sim":
+                names = [child.module] if child.module != "sn40l_sim" else [f"sn40l_sim.{a.name}" for a in child.names]
+            elif isinstance(child, ast.Import):
+                names = [a.name for a in child.names if a.name.split(".")[0] == "sn40l_sim"]
+            out.extend((child.lineno, name, in_function, type_only) for name in names)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
+                  type_only or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False, False)
     return out
 
 

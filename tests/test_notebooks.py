@@ -1,10 +1,12 @@
 """The notebooks in notebooks/ run top to bottom (nbclient, a python3 kernel, working directory
 notebooks/), draw their figures, and are committed without outputs and as make_notebooks.py writes
 them. The tests run them with ``SN40L_SIM_NOTEBOOK_QUICK=1``: every cell, on fewer points per sweep
-(the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores."""
+(the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores.
+The kernels read an IPython folder of the tests' own (:func:`ipython_dir`)."""
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import subprocess
 import sys
@@ -41,6 +43,18 @@ def kernel_name() -> str:
     return "python3"
 
 
+@pytest.fixture(scope="module")
+def ipython_dir(tmp_path_factory) -> Path:
+    """An IPython folder for the kernels: no profile or startup file of the user's reaches them, and
+    its one startup file gives the kernel the garbage collector's thresholds of the test processes
+    (tests/conftest.py: a kernel keeps the mapper's memos too; ~2.5 s of the five notebooks' CPU)."""
+    folder = tmp_path_factory.mktemp("ipython")
+    startup = folder / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-gc.py").write_text(f"import gc\n\ngc.set_threshold{gc.get_threshold()}\n")
+    return folder
+
+
 def test_notebooks_are_generated_and_stored_without_outputs():
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
     result = subprocess.run([sys.executable, str(NOTEBOOKS / "make_notebooks.py"), "--check"], capture_output=True,
@@ -53,12 +67,13 @@ def test_notebooks_are_generated_and_stored_without_outputs():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_top_to_bottom(name, monkeypatch):
+def test_notebook_runs_top_to_bottom(name, monkeypatch, ipython_dir):
     from nbclient import NotebookClient
 
     # the kernel imports this checkout, whatever is installed
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("MPLBACKEND", raising=False)
+    monkeypatch.setenv("IPYTHONDIR", str(ipython_dir))
     # every cell runs, on fewer points per sweep (the notebooks' QUICK); the full grids are what
     # scripts/render_figures.py executes, on the same code
     monkeypatch.setenv("SN40L_SIM_NOTEBOOK_QUICK", "1")

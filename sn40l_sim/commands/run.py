@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         if args.trace:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         from sn40l_sim.commands.sweep import sweep_main
-        return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet)
+        return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
+                          plots=not args.no_plot)
     require_workload(exp)
     asm = assemble(exp)
     check_assembly(asm)   # what the experiment gets wrong is said before any output is touched

@@ -7,7 +7,8 @@ runs the experiment's own points (KV policies x prompt lengths); the records of 
 OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. A point that
 fails is reported with its name and error and the others still run (exit status 1). With a
 `plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
-`objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png.
+`objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png
+(--no-plot writes every file but the two plots).
 
 Each finished run is kept in OUT/runs/ at once: after a sweep is stopped (Ctrl-C or SIGTERM stop it
 promptly, workers included, with exit status 130 or 143), `--resume` runs only the runs not kept yet
@@ -52,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
                         help="set a field of the experiment (or hardware.<field>) for every point; repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--no-plot", action="store_true",
+                        help="draw neither sweep.png nor pareto.png (the other files are the same)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
     return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
-                      scheduler=args.scheduler, resume=args.resume)
+                      scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot)
 
 
 #: a sweep of at most this many records prints them side by side, as ``run`` prints an experiment's
@@ -70,9 +73,10 @@ TABLE_MAX_RECORDS = 8
 
 
 def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None = None, progress: bool = True,
-               sets: dict | None = None, scheduler: str | None = None, resume: bool = False) -> int:
+               sets: dict | None = None, scheduler: str | None = None, resume: bool = False,
+               plots: bool = True) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
-    experiment has a ``sweep:`` section)."""
+    experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``)."""
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
     from sn40l_sim.study.sweep.executors import import_distributed, resolve_scheduler
@@ -87,7 +91,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     start = time.perf_counter()
     with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS):
         records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
-                            scheduler=scheduler, resume=resume)
+                            scheduler=scheduler, resume=resume, plots=plots)
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
     where = f" on Dask ({chosen})" if chosen else ""
@@ -106,9 +110,9 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
         goals = ", ".join(f"{d}imise {c} ({_unit(RESULTS, c)})" for c, d in sweep.objectives.items())
         print(f"Pareto front: {len(records.front)} of {len(records)} records ({goals})")
         written += [out / "pareto.json", out / "pareto.csv"]
-        if records.front and len(sweep.objectives) >= 2:
+        if plots and records.front and len(sweep.objectives) >= 2:
             written.append(out / "pareto.png")
-    if records and sweep.plot is not None:
+    if plots and records and sweep.plot is not None:
         written.append(out / "sweep.png")
     print("wrote " + ", ".join(str(p) for p in written))
     if records.skipped:

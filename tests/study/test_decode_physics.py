@@ -3,7 +3,8 @@ batch 1 near its HBM roofline, looping off slower by no more than SambaNova stat
 step that halves with twice the HBM bandwidth, and more, shorter sequences per socket never slower
 than fewer, longer ones at equal KV bytes.
 
-Each runs the simulator end to end on experiment files (steps only, no serving), as a user would.
+Each runs the simulator end to end on experiment files, as a user would: decode steps only (every
+assertion reads decode fields; no serving, and no prefill is simulated).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def loaded() -> LoadedExperiments:
 
 @pytest.fixture(scope="module")
 def looping_records(loaded) -> dict[str, dict]:
-    return {r["name"]: r for r in loaded.records(LOOPING, serve=False)}
+    return {r["name"]: r for r in loaded.records(LOOPING, serve=False, reads_prefill=())}
 
 
 def _record(records: dict[str, dict], model: str, sockets: int, looping: bool) -> dict:
@@ -75,10 +76,11 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
     # its stream, so twice the bandwidth takes it only to 0.77; docs/validation.md.)
     exp = ROOT / "experiments" / "per_user_speed.yaml"
     name = "full[model=llama3_1_405b,speculative=none]"
-    base = {r["name"]: r for r in loaded.records(exp, serve=False)}[name]
+    base = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=())}[name]
     unit = "socket.memory.hbm.bytes_per_s_per_unit"
     hbm = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml").socket.memory["hbm"].bytes_per_s_per_unit
-    fast = {r["name"]: r for r in loaded.records(exp, serve=False, hardware_overrides={unit: 2 * hbm})}[name]
+    fast = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=(),
+                                                  hardware_overrides={unit: 2 * hbm})}[name]
     assert base["decode_step_breakdown_s"]["weights_streaming"] > 0.7 * base["decode_step_s"]   # memory-bound
     ratio = fast["decode_step_s"] / base["decode_step_s"]
     assert 0.5 <= ratio <= 0.5 * 1.15
@@ -90,7 +92,8 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
     # dearer with the shorter caches. The whole step is (87 against 84 ms): the batch's all-reduces
     # and expert rows grow with it, and the measured step is 5% shorter; the model has no mechanism
     # that makes one long cache dearer than that (docs/validation.md, first misses)
-    records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False)}
+    records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False,
+                                                     reads_prefill=())}
     deepseek = {name: records[name]["decode_step_breakdown_s"] for name in ("full", "snapstream")}
     assert (deepseek["snapstream"]["attention_compute"] + deepseek["snapstream"]["kv_reads"]
             <= deepseek["full"]["attention_compute"] + deepseek["full"]["kv_reads"])
@@ -105,7 +108,7 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
                            hardware=str(ROOT / "hw_configs" / "sn40l_node8.yaml"),
                            shape={"prompt_len": prompt, "batch": batch, "max_new_tokens": 1024},
                            serving={"batch": batch, "max_new_tokens": 1024})
-        (record,) = loaded.records(path, serve=False)
+        (record,) = loaded.records(path, serve=False, reads_prefill=())
         parts = record["decode_step_breakdown_s"]
         attention[batch] = parts.get("attention_compute", 0.0) + parts.get("kv_reads", 0.0)
     assert attention[16] < attention[4]

@@ -128,10 +128,10 @@ def test_kv_offload_to_ddr_is_one_experiment_option(tmp_path, capsys):
     path, text = experiment(tmp_path, prompt=65536)
     text = text.replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [8, 16, 32, 64, 128]")
     path.write_text(text)
-    assert main(["run", str(path), "--out", str(tmp_path / "hbm"), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "hbm"), "--quiet", "--no-plot"]) == 0
     offload = tmp_path / "offload.yaml"
     offload.write_text(text + "memory: {may_spill: [activations, kv]}\n")
-    assert main(["run", str(offload), "--out", str(tmp_path / "ddr"), "--quiet"]) == 0
+    assert main(["run", str(offload), "--out", str(tmp_path / "ddr"), "--quiet", "--no-plot"]) == 0
     capsys.readouterr()
     in_hbm, spilled = (json.loads((tmp_path / d / "results.json").read_text())[0] for d in ("hbm", "ddr"))
     assert (in_hbm["max_batch"], spilled["max_batch"]) == (32, 128)
@@ -153,7 +153,7 @@ def test_a_cxl_tier_written_only_in_yaml_runs_end_to_end(tmp_path, capsys):
     text = text.replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [32, 64]")
     text = text.replace(str(REPO / "hw_configs/sn40l_node8.yaml"), str(node))
     path.write_text(text + "memory: {order: [hbm, cxl], may_spill: [activations, kv]}\n")
-    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plot"]) == 0
     out = capsys.readouterr().out
     record = json.loads((tmp_path / "out" / "results.json").read_text())[0]
     assert record["hardware"] == "SN40L-8+CXL" and record["batch"] == 64

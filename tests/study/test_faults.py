@@ -115,7 +115,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path, capsys):
         sweep = write_experiment(tmp_path, SWEEP)
         assert "another run is writing into" in one_line(capsys, 2, ["sweep", str(sweep), "--out", str(out),
                                                                      "--quiet", "--jobs", "1"])
-    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0   # free again once the first is done
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0   # free again once the first is done
 
 
 def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch):

@@ -88,7 +88,7 @@ def test_a_broken_invariant_stops_a_sweep_with_exit_3(tmp_path, capsys, monkeypa
 
 def test_records_list_the_invariants_checked(tmp_path, capsys):
     path, _ = plain_experiment(tmp_path)
-    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["invariants"] for r in records] == [list(invariants.NAMES)] * 2
     assert "invariants" not in (tmp_path / "out" / "results.csv").read_text().splitlines()[0]

@@ -38,7 +38,7 @@ def experiment(tmp_path, models=MODELS, serving="mode: colocated, ", extra=""):
 
 def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path):
     path = experiment(tmp_path)
-    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["name"] for r in records] == [f"full/{s}/{m}" for s in ("on_demand", "batch_by_model", "prewarm")
                                             for m in ("small", "other")]

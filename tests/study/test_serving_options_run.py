@@ -35,7 +35,7 @@ def experiment(tmp_path, *, serving="", workload="", top="", prefill_tp=8, name=
 
 def run(tmp_path, path):
     out = tmp_path / f"out_{path.stem}"
-    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
     return json.loads((out / "results.json").read_text())
 
 

@@ -174,6 +174,26 @@ def test_objectives_write_the_pareto_front(tmp_path):
     csv_lines = (tmp_path / "out" / "pareto.csv").read_text().splitlines()
     assert len(csv_lines) == len(front) + 1
     assert (tmp_path / "out" / "pareto.png").stat().st_size > 0
+    # without the plot, every other file is the same
+    run_sweep(path, tmp_path / "no_plot", jobs=1, progress=False, plots=False)
+    assert not list((tmp_path / "no_plot").glob("*.png"))
+    for name in ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv"):
+        assert (tmp_path / "no_plot" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name
+
+
+def test_no_plot_writes_every_file_but_the_plots(tmp_path, capsys):
+    # sweep --no-plot, and run --no-plot on an experiment with a sweep: section, which runs it as a
+    # sweep (that the files equal a plotted sweep's: test_objectives_write_the_pareto_front)
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\nplot: {x: batch, y: tpot_s, hue: kv_policy}\n"
+                            "objectives: {decode_tokens_per_s: max, tpot_s: min}\n")
+    for command in ("sweep", "run"):
+        out = tmp_path / command
+        assert main([command, str(path), "--out", str(out), "--jobs", "1", "--quiet", "--no-plot"]) == 0
+        wrote = capsys.readouterr().out
+        assert "pareto.csv" in wrote and ".png" not in wrote
+        assert {p.name for p in out.iterdir()} >= {"results.json", "pareto.json"} and not list(out.glob("*.png"))
+    for name in ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv"):
+        assert (tmp_path / "sweep" / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name
 
 
 def test_hardware_axis_changes_the_simulation(tmp_path):

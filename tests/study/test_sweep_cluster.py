@@ -34,7 +34,7 @@ def test_without_the_extra_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_a_scheduler_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
-    monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 0.2)
     path = write_experiment(tmp_path, SWEEP)
     # port 1 on the loopback: nothing listens there
     assert main(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--out", str(tmp_path / "out"),

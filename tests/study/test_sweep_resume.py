@@ -1,6 +1,7 @@
 """Resumable sweeps: a sweep stopped after some runs and resumed writes the bytes of one that was
 never stopped and runs only what was missing; runs are matched by what they simulate (not their
-place in the sweep); each run's file is written whole or not at all."""
+place in the sweep); each run's file is written whole or not at all. (The sweeps here draw no
+pareto.png: it is drawn from the records compared, and test_sweep.py looks at it.)"""
 from __future__ import annotations
 
 import json
@@ -47,15 +48,15 @@ def stop_after(monkeypatch, count: int) -> None:
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
     path = write_experiment(tmp_path, SWEEP)
-    whole = run_sweep(path, tmp_path / "whole", jobs=jobs, progress=False)
+    whole = run_sweep(path, tmp_path / "whole", jobs=jobs, progress=False, plots=False)
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
         with pytest.raises(KeyboardInterrupt):
-            run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False)
+            run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, plots=False)
     runs = tmp_path / "cut" / "runs"
     assert len(list(runs.glob("*.json"))) == 3 and not (tmp_path / "cut" / "results.json").exists()
     (runs / ".deadbeef.tmp").write_text('{"format": 1, "rec')  # a write a kill cut short: ignored
-    resumed = run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, resume=True)
+    resumed = run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, resume=True, plots=False)
     assert resumed.resumed == 3 and len(list(runs.glob("*.json"))) == whole.total == 6
     for name in OUTPUTS:
         assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
@@ -63,11 +64,11 @@ def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
 
 def test_resume_runs_only_what_is_missing(tmp_path, simulated):
     path = write_experiment(tmp_path, SWEEP)
-    run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)
     simulated.clear()
-    again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True)
+    again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True, plots=False)
     assert simulated == [] and again.resumed == 6 and len(again) == 5
-    run_sweep(path, tmp_path / "out", jobs=1, progress=False)  # without --resume: from scratch
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)  # without --resume: from scratch
     assert len(simulated) == 6
 
 

@@ -57,7 +57,7 @@ class SweepRecords(list):
 
 def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
               sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None, scheduler: str | None = None,
-              resume: bool = False) -> SweepRecords:
+              resume: bool = False, plots: bool = True) -> SweepRecords:
     """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
     (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record),
     when the section has ``plot:``, ``OUT/sweep.png``, and when it has ``objectives:``,
@@ -85,6 +85,9 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     resume : bool
         Keep the runs already stored in ``OUT/runs/`` and run only the others (default: start
         afresh, removing them).
+    plots : bool
+        Draw ``sweep.png`` and ``pareto.png`` (default); False writes every other file the same and
+        no plot (matplotlib takes a large share of a small sweep's time).
 
     Returns
     -------
@@ -95,7 +98,8 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     ------
     InputError
         For a bad experiment or sweep section (before anything runs), a scheduler that cannot be
-        used, or a ``plot:`` naming a column the results do not have (after they are written).
+        used, or a ``plot:`` naming a column the results do not have (after they are written, when
+        the plots are drawn).
     """
     sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
     out_dir = Path(out_dir)
@@ -111,20 +115,21 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     write_text(out_dir / "failures.json", json.dumps(listed, indent=2) + "\n")
     _, csv_path = write_results(records, out_dir)
     if sweep.objectives:
-        records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name)
-    if records and sweep.plot is not None:
+        records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name, plot=plots)
+    if plots and records and sweep.plot is not None:
         _plot(sweep, csv_path, out_dir / "sweep.png")
     return records
 
 
-def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Path, title: str = "") -> list[dict]:
+def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Path, title: str = "",
+                plot: bool = True) -> list[dict]:
     """Write the records on the Pareto front of ``objectives`` to ``pareto.json`` and
-    ``pareto.csv`` (the format of the results) and, with two objectives or more, draw
+    ``pareto.csv`` (the format of the results) and, with two objectives or more and ``plot``, draw
     ``pareto.png``; returns the front."""
     front = [dict(r) for r in pareto_front(records, objectives)]
     write_text(out_dir / "pareto.json", to_json(front))
     write_text(out_dir / "pareto.csv", to_csv(front) if front else "")
-    if front and len(objectives) >= 2:
+    if plot and front and len(objectives) >= 2:
         pareto_plot(records, objectives, out_dir / "pareto.png", title=f"{title}: Pareto front")
     return front
 

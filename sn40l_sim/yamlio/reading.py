@@ -1,10 +1,4 @@
-"""YAML documents that remember where each value came from.
-
-Every loader in the project goes through :func:`load_document`, so every error can name the file,
-the field path and the line. A document may start from another with ``base: other.yaml`` (a path
-relative to the file): the base is loaded first and this file's mappings are merged over it key by
-key, which is how overlays (SN10 over SN40L) change only what differs. Paths are kept as they were
-given (a relative path stays relative, normalised), so messages name files as the user wrote them.
+"""Safe reading of YAML text and files: plain data and the line of every value.
 
 Reading is safe against hostile or broken files (:func:`parse_yaml`): a file is text of at most
 :data:`MAX_FILE_BYTES`, nested at most :data:`MAX_DEPTH` deep, whose aliases expand to at most
@@ -13,6 +7,15 @@ YAML 1.2 core scalars (``1e30`` is a number, ``yes``, ``2024-01-31`` and ``1:30`
 written) and no tag other than the plain ones (``!!binary``, ``!!set``, ``!!timestamp``, a custom
 ``!tag`` are refused). Each refusal is one :class:`~sn40l_sim.errors.InputError` with the file and
 line.
+
+A process parses each text once (:func:`read_mapping_file`): the same hardware, model and
+experiment files are read again and again (every point of a sweep, ``validate``, ``check``, the
+tests), and the pure-Python parser is most of the cost of loading them. The parsed data is kept
+under the file's whole text, so an edited file is a new text and is parsed again whatever its
+modification time says; every caller receives its own copy, so what one caller changes in its data
+no other sees; and the lines are kept apart from the file name, so every caller's origins name the
+file as that caller gave it. Only texts that parse are kept (an error is found again, with the
+same message, on every read).
 
 Examples
 --------
@@ -31,12 +34,9 @@ sn40l_sim.errors.InputError: x.yaml:1: mapping keys must be text, got 1 (quote i
 """
 from __future__ import annotations
 
-import copy
 import math
-import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -55,60 +55,10 @@ MAX_FILE_BYTES = 4 * 2**20
 MAX_DEPTH = 32
 #: most values that aliases (``*name``) may expand to in one file ("billion laughs" stop here)
 MAX_ALIAS_VALUES = 10_000
+#: most parsed texts a process keeps (the project ships about 30 YAML files; a sweep reads a few)
+PARSED_TEXTS_KEPT = 256
 
 FieldPath = tuple[str | int, ...]
-
-
-@dataclass
-class Document:
-    """Plain data from YAML plus, for every field path, the (file, line) it came from.
-
-    Attributes
-    ----------
-    data : Any
-        Dicts, lists and scalars, after any ``base:`` merge.
-    path : Path
-        The file that was asked for (not its bases).
-    origins : dict
-        Field path tuple -> (file, 1-based line).
-    """
-
-    data: Any
-    path: Path
-    origins: dict[FieldPath, tuple[str, int]] = field(default_factory=dict)
-
-    def where(self, field_path: FieldPath) -> tuple[str, int | None]:
-        """The file and line of ``field_path``, or of its nearest ancestor that has one."""
-        probe = tuple(field_path)
-        while True:
-            if probe in self.origins:
-                return self.origins[probe]
-            if not probe:
-                return str(self.path), None
-            probe = probe[:-1]
-
-    def error(self, field_path: FieldPath, message: str) -> InputError:
-        """An :class:`InputError` located at ``field_path``."""
-        file, line = self.where(field_path)
-        return InputError(message, file=file, field=dotted(field_path) or None, line=line)
-
-    def resolve(self, relative: str, at: FieldPath = ()) -> Path:
-        """A path written in this document at field ``at``, relative to the folder of the file
-        that wrote it (a ``base:`` file's paths stay relative to the base file); relative when the
-        file was given by a relative path, normalised (``experiments/../graphs/m.yaml`` is
-        ``graphs/m.yaml``)."""
-        file, _ = self.where(at)
-        folder = Path(file).parent if at and file != str(self.path) else self.path.parent
-        return shown_path(folder / relative)
-
-
-def shown_path(path: str | Path) -> Path:
-    """``path`` as messages show it: normalised, and kept relative when it is relative.
-
-    >>> str(shown_path("experiments/../hw_configs/sn40l.yaml"))
-    'hw_configs/sn40l.yaml'
-    """
-    return Path(os.path.normpath(path))
 
 
 def dotted(field_path: FieldPath) -> str:
@@ -122,75 +72,6 @@ def dotted(field_path: FieldPath) -> str:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
-
-class PathError(ValueError):
-    """A dotted path that does not lead anywhere in a document's data."""
-
-
-def set_value(data: Any, path: FieldPath, value: Any, *, create: bool = True) -> None:
-    """Write ``value`` at ``path`` in plain YAML data, in place: the one way the project writes a
-    value at a dotted path (sweep axes, ``--set``, hardware overrides, calibration).
-
-    List entries are picked by integer index (or a string of digits) or by their ``name``.
-    With ``create``, missing mappings on the way are created; without it, every mapping on the way
-    must exist (an override may only change what the document has).
-
-    Raises
-    ------
-    PathError
-        When the path goes through a value that is not a section, names no list entry, or (without
-        ``create``) a section the data does not have.
-
-    Examples
-    --------
-    >>> data = {"policies": [{"name": "full"}, {"name": "snap", "params": {}}], "serving": None}
-    >>> set_value(data, ("policies", "snap", "params", "budget"), 8192)
-    >>> set_value(data, ("serving", "batch"), 8)
-    >>> data["policies"][1], data["serving"]
-    ({'name': 'snap', 'params': {'budget': 8192}}, {'batch': 8})
-    >>> set_value(data, ("policies", "snap", "name", "x"), 1)
-    Traceback (most recent call last):
-    ...
-    sn40l_sim.yamlio.PathError: 'policies.snap.name' is a value ('snap'), not a section
-    """
-    if not path:
-        raise PathError("empty path")
-    node = data
-    for i, part in enumerate(path):
-        last = i == len(path) - 1
-        here = ".".join(map(str, path[: i + 1]))
-        if isinstance(node, list):
-            index = _list_index(node, part, ".".join(map(str, path[:i])))
-            if last:
-                node[index] = copy.deepcopy(value)
-                return
-            node = node[index]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = copy.deepcopy(value)
-                return
-            if not isinstance(node.get(part), (dict, list)):
-                if not create:
-                    what = "has no value (set the whole section instead)" if part in node \
-                        else "is not a section of the document"
-                    raise PathError(f"{here!r} {what}")
-                if node.get(part) is not None:
-                    raise PathError(f"{here!r} is a value ({node[part]!r}), not a section")
-                node[part] = {}
-            node = node[part]
-        else:  # pragma: no cover - the checks above never descend into a scalar
-            raise PathError(f"{here!r} is not a section")
-
-
-def _list_index(items: list, part: str | int, where: str) -> int:
-    if isinstance(part, int) or str(part).isdigit():
-        if int(part) < len(items):
-            return int(part)
-        raise PathError(f"{where} has {len(items)} entries, no index {part}")
-    names = [item.get("name") for item in items if isinstance(item, dict)]
-    if part in names:
-        return names.index(part)
-    raise PathError(f"{where} has no entry named {part!r} (entries: {', '.join(map(str, names))})")
 
 
 _TAG = "tag:yaml.org,2002:"
@@ -347,7 +228,22 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, in
     return walk.value(root), walk.origins
 
 
-def _parse_file(path: Path) -> tuple[Any, dict]:
+#: text -> (data, line of every field path) of the texts parsed in this process, least recently used first
+_PARSED: OrderedDict[str, tuple[Any, dict[FieldPath, int]]] = OrderedDict()
+
+
+def read_mapping_file(path: Path) -> tuple[Any, dict[FieldPath, tuple[str, int]]]:
+    """The data of the YAML file at ``path``, which must hold a mapping, and the (file, line) of
+    every value, the file named as ``path`` is written; the text is parsed once per process (see
+    the module docstring) and the data is the caller's own.
+
+    Raises
+    ------
+    InputError
+        For a missing or unreadable file, one larger than :data:`MAX_FILE_BYTES`, text that is not
+        UTF-8, anything :func:`parse_yaml` refuses, an empty file or a top level that is not a
+        mapping, naming the file (and the line where there is one).
+    """
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -365,7 +261,7 @@ def _parse_file(path: Path) -> tuple[Any, dict]:
     except UnicodeDecodeError as exc:
         raise InputError(f"not a text file (byte {exc.start} is not UTF-8); expected a YAML file",
                          file=path) from None
-    data, origins = parse_yaml(text, str(path))
+    data, origins = _parse_once(text, str(path))
     if data is None:
         raise InputError("the file is empty; expected a YAML mapping", file=path)
     if not isinstance(data, dict):
@@ -374,85 +270,30 @@ def _parse_file(path: Path) -> tuple[Any, dict]:
     return data, origins
 
 
-def merge_into(target: Document, over: dict, over_origins: dict[FieldPath, tuple[str, int]], *,
-               at: FieldPath = (), over_at: FieldPath = ()) -> None:
-    """Merge the mapping ``over`` into ``target.data`` at ``at``, key by key, in place, and record
-    where each merged value came from: the one merge behind ``base:`` overlays and a node file's
-    ``socket_overrides:``.
-
-    A mapping met on both sides is merged recursively (and takes the overlay's line); anything else
-    is replaced whole, and the target's origins below it are dropped so that errors point at the
-    overlay. ``over_origins`` are the overlay's origins, whose paths start with ``over_at``.
-
-    Examples
-    --------
-    >>> target = Document({"x": 1, "y": {"p": 2, "q": 3}}, Path("a.yaml"), {("y", "q"): ("a.yaml", 3)})
-    >>> merge_into(target, {"y": {"q": 30}}, {("over", "y", "q"): ("b.yaml", 7)}, over_at=("over",))
-    >>> target.data, target.where(("y", "q"))
-    ({'x': 1, 'y': {'p': 2, 'q': 30}}, ('b.yaml', 7))
-    """
-    node = target.data
-    for part in at:
-        node = node[part]
-    for key, value in over.items():
-        here, there = at + (key,), over_at + (key,)
-        if isinstance(value, dict) and isinstance(node.get(key), dict):
-            merge_into(target, value, over_origins, at=here, over_at=there)
-            if there in over_origins:
-                target.origins[here] = over_origins[there]
-            continue
-        node[key] = value
-        for k in [k for k in target.origins if k[: len(here)] == here]:
-            del target.origins[k]
-        for k, origin in over_origins.items():
-            if k[: len(there)] == there:
-                target.origins[here + k[len(there):]] = origin
+def _parse_once(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, int]]]:
+    """:func:`parse_yaml` of ``text``, parsed only if this process has not parsed it yet."""
+    kept = _PARSED.get(text)
+    if kept is None:
+        data, origins = parse_yaml(text, file)
+        kept = _PARSED[text] = (data, {at: line for at, (_, line) in origins.items()})
+        if len(_PARSED) > PARSED_TEXTS_KEPT:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(text)
+    data, lines = kept
+    return _copy(data), {at: (file, line) for at, line in lines.items()}
 
 
-def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | None = None,
-                  _seen: tuple[Path, ...] = ()) -> Document:
-    """Load a YAML file, following ``base:`` overlays, keeping the origin of every value.
+def _copy(data: Any) -> Any:
+    """A copy of plain YAML data (dicts, lists and immutable scalars; nothing shared, since
+    :class:`_Walk` builds a new value wherever an alias repeats one) — much quicker than
+    ``copy.deepcopy``."""
+    if isinstance(data, dict):
+        return {key: _copy(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_copy(value) for value in data]
+    return data
 
-    ``upgrade``, if given, rewrites each file's own document in place (data and origins) before
-    it is merged with its base, so an old-style file converts alike whether it is the overlay or
-    the base (the hardware loader converts old memory-tier keys this way).
 
-    Raises
-    ------
-    InputError
-        For a missing file, a syntax error, a duplicate key, a non-mapping top level or a
-        ``base:`` cycle, naming the file and line.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "a.yaml").write_text("x: 1\\ny: {p: 2, q: 3}\\n")
-    >>> _ = (folder / "b.yaml").write_text("base: a.yaml\\ny: {q: 30}\\n")
-    >>> doc = load_document(folder / "b.yaml")
-    >>> doc.data
-    {'x': 1, 'y': {'p': 2, 'q': 30}}
-    >>> doc.where(("y", "q"))[1], doc.where(("y", "p"))[1]
-    (2, 2)
-    """
-    path = shown_path(path)
-    if path.resolve() in _seen:
-        raise InputError("'base:' files refer to each other in a cycle", file=path, field="base")
-    data, origins = _parse_file(path)
-    base_rel = data.pop("base", None)
-    if upgrade is not None:
-        upgrade(Document(data, path, origins))
-    if base_rel is None:
-        return Document(data, path, origins)
-    if not isinstance(base_rel, str):
-        file, line = origins.get(("base",), (str(path), None))
-        raise InputError("expected a relative path to another YAML file", file=file, field="base", line=line)
-    base_path = shown_path(path.parent / base_rel)
-    if not base_path.is_file():
-        file, line = origins.get(("base",), (str(path), None))
-        raise InputError(f"base file {base_rel!r} not found (looked for {base_path})",
-                         file=file, field="base", line=line)
-    merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))
-    merge_into(merged, data, origins)
-    merged.origins[()] = origins[()]  # the overlay is the document: its root is where errors start
-    return Document(merged.data, path, merged.origins)
+__all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_ALIAS_VALUES", "PARSED_TEXTS_KEPT", "FieldPath", "dotted", "parse_yaml",
+           "read_mapping_file"]
