@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -94,9 +95,11 @@ def child(sockets: int) -> dict:
 
 
 def measure(sockets: int) -> dict:
-    """:func:`child` in a fresh interpreter (nothing memoised from another case)."""
-    out = subprocess.run([sys.executable, __file__, "--child", str(sockets)], check=True, capture_output=True,
-                         text=True, cwd=ROOT)
+    """:func:`child` in a fresh interpreter with an empty disk cache of its own (nothing memoised
+    from another case, another benchmark or an earlier run)."""
+    with tempfile.TemporaryDirectory() as cache:
+        out = subprocess.run([sys.executable, __file__, "--child", str(sockets)], check=True, capture_output=True,
+                             text=True, cwd=ROOT, env={**os.environ, "SN40L_SIM_CACHE": cache})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -87,10 +87,14 @@ class UnitBudget:
 
     def pcus_for(self, operator: str, tile_pcus: int) -> int:
         """Most PCUs per tile of ``operator``'s stage."""
+        if not self.stage_pcus:
+            return self.tile_pcus(tile_pcus)
         return min([self.tile_pcus(tile_pcus)] + [n for op, n in self.stage_pcus if op == operator])
 
     def pmus_for(self, operator: str, tile_pmus: int) -> int:
         """Most PMUs per tile of ``operator``'s stage."""
+        if not self.stage_pmus:
+            return self.tile_pmus(tile_pmus)
         return min([self.tile_pmus(tile_pmus)] + [n for op, n in self.stage_pmus if op == operator])
 
 

@@ -31,17 +31,17 @@ reduction, and 128 would only add partial sums:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
-from sn40l_sim.mapper.work import PmuWork, SimdWork, Split, StageModel
+from sn40l_sim.mapper.work import GemmWork, PmuWork, SimdWork, Split, StageModel
 
 _EPS = 1e-9
 
 
-@dataclass(frozen=True)
-class Division:
-    """A stage's work on ``pcus`` PCUs (all tiles together), per data tile.
+class Division(NamedTuple):
+    """A stage's work on ``pcus`` PCUs (all tiles together), per data tile (a named tuple: the
+    allocator builds tens of thousands, and a frozen dataclass takes several times as long to make).
 
     Attributes
     ----------
@@ -163,15 +163,21 @@ def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | 
     if isinstance(work, SimdWork):
         return Division(pcus, _passes_on(work, pieces, pcus), work.latency)
     # every split's (cycles, latency) as _division gives them; the division built for the best only
-    best: tuple[int, int, Split] | None = None
+    best_split: Split | None = None
+    best_cycles = best_latency = 0
     efficiency = work.efficiency
+    whole_pieces = pieces >= 1
+    share = 1.0 if whole_pieces else pieces
     for split in work.candidates(pieces, most_pcus or pcus):
-        n, share = sequence(split.items, pieces, pcus)
-        rank = (split.cycles(n, share, efficiency), max(0, split.latency + math.floor(split.offset / efficiency)))
-        if best is None or rank < best[:2]:
-            best = (*rank, split)
-    assert best is not None
-    return _division(best[2], pieces, pcus, efficiency)
+        cycles = _cycles_on(split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles, pieces,
+                            whole_pieces, share, pcus, efficiency)
+        if best_split is not None and cycles > best_cycles:
+            continue
+        latency = max(0, split.latency + math.floor(split.offset / efficiency))
+        if best_split is None or cycles < best_cycles or latency < best_latency:
+            best_split, best_cycles, best_latency = split, cycles, latency
+    assert best_split is not None
+    return _division(best_split, pieces, pcus, efficiency)
 
 
 @lru_cache(maxsize=131072)
@@ -195,37 +201,69 @@ def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) ->
         q = max(1, q)
         d = Division(q, _passes_on(work, pieces, q), work.latency)
         return d if d.cycles <= target else None
+    return _fewest_gemm_pcus(work, pieces, target, most_pcus)
+
+
+def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int) -> Division | None:
+    """:func:`fewest_pcus` of a GEMM: over the candidate splits, the fewest PCUs (then fewest
+    cycles, then the first split) reaching ``target``.
+
+    :meth:`~sn40l_sim.mapper.work.Split.most_items`, :func:`sequence` and
+    :meth:`~sn40l_sim.mapper.work.Split.cycles` are written out in the loop with the same float
+    arithmetic: this is the allocator's innermost search."""
     # the best so far as (pcus, cycles, split); a split needing more PCUs than it cannot win, so
     # its search stops there
-    best: tuple[int, int, Split] | None = None
-    efficiency, share = work.efficiency, _share(pieces)
+    best_pcus = best_cycles = 0
+    best_split: Split | None = None
+    efficiency = work.efficiency
+    whole_pieces = pieces >= 1
     # fewest_pcus_for's arithmetic, with what does not depend on the split taken out of the loop
     scale = max(1.0, pieces)
+    # Split.most_items' budget and sequence's share (at least one piece per data tile: 1.0)
+    budget = target / _share(pieces)
+    share = 1.0 if whole_pieces else pieces
     for split in work.candidates(pieces, most_pcus):
-        whole = math.floor(split.most_items(target, share, efficiency) + _EPS)
+        items, item, reduce, stream = split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles
+        per_item = item / efficiency + reduce
+        most = budget / per_item if per_item > 0 else math.inf
+        if stream > 0:
+            most = min(most, budget / stream)
+        whole = math.floor(most + _EPS)
         if whole < 1:
             continue
-        q = math.ceil(scale * split.items / whole - _EPS)
-        top = most_pcus if best is None else min(most_pcus, best[0])
+        q = math.ceil(scale * items / whole - _EPS)
+        top = most_pcus if best_split is None else min(most_pcus, best_pcus)
         if q > top:
             continue
         # the estimate ignores rounding up, so it is a lower bound: search up from it (on the
         # cycles alone; the division is built once, for the answer)
         lo, hi = max(1, q), top
-        cycles = _split_cycles(split, pieces, lo, efficiency)
+        cycles = _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, lo, efficiency)
         if cycles > target:
-            if _split_cycles(split, pieces, hi, efficiency) > target:
+            if _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, hi, efficiency) > target:
                 continue
             while lo < hi:
                 mid = (lo + hi) // 2
-                if _split_cycles(split, pieces, mid, efficiency) <= target:
+                if _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, mid, efficiency) <= target:
                     hi = mid
                 else:
                     lo = mid + 1
-            cycles = _split_cycles(split, pieces, lo, efficiency)
-        if best is None or (lo, cycles) < best[:2]:
-            best = (lo, cycles, split)
-    return None if best is None else _division(best[2], pieces, best[0], efficiency)
+            cycles = _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, lo, efficiency)
+        if best_split is None or lo < best_pcus or (lo == best_pcus and cycles < best_cycles):
+            best_pcus, best_cycles, best_split = lo, cycles, split
+    return None if best_split is None else _division(best_split, pieces, best_pcus, efficiency)
+
+
+def _cycles_on(items: int, item_cycles: float, reduce_cycles: float, stream_cycles: float, pieces: float,
+               whole_pieces: bool, share: float, pcus: int, efficiency: float) -> int:
+    """``_split_cycles`` of a split with these fields (:func:`sequence`, then
+    :meth:`~sn40l_sim.mapper.work.Split.cycles`, in the same float arithmetic)."""
+    n = math.ceil(pieces * items / pcus - _EPS) if whole_pieces else math.ceil(items / pcus - _EPS)
+    if n <= 0:
+        return 0
+    done = share * n
+    compute = math.ceil(done * item_cycles / efficiency - _EPS)
+    return max(compute + math.ceil(done * reduce_cycles - _EPS), math.ceil(done * stream_cycles - _EPS))
 
 
 def ideal_cycles(work: StageModel, pieces: float) -> float:

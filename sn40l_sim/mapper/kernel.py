@@ -49,75 +49,24 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.ir import FusedKernel
-from sn40l_sim.mapper.allocate import Allocation, allocate
+from sn40l_sim.mapper.allocate import allocate
 from sn40l_sim.mapper.attention import with_combines
-from sn40l_sim.mapper.bounds import compute_bound_cycles, memory_bound_cycles, plan_floor
+from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.layout import (
     RoutedStream,
-    StageCells,
     mesh_cycles_per_tile,
     place_stages,
     route_streams,
-    tiled_coords,
 )
-from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
+from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.plans import KernelPlan, SectionPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import StageWork, TierSplit, clear_tiling_memo, section_stages
+from sn40l_sim.mapper.stages import TierSplit, clear_tiling_memo, section_stages
 from sn40l_sim.mapper.tiling import max_pieces
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
-#: stop trying finer tilings after this many in a row got slower
-_PATIENCE = 3
-
-
-@dataclass(frozen=True)
-class SectionPlan:
-    """One section staged, allocated, placed and routed."""
-
-    stages: list[StageWork]
-    alloc: Allocation
-    cells: list[StageCells]
-    streams: list[RoutedStream]
-    mesh_cycles_per_tile: int
-    cycles_per_tile: int
-    fill_cycles: int
-    bound: str
-    #: the slowest compute stage (or the mesh) per data tile, memory stages left out
-    compute_cycles_per_tile: int = 0
-    #: the memory tiers' streams of the whole section, latency excluded (the slowest tier)
-    stream_cycles: int = 0
-    #: data tiles the section streams
-    n_tiles: int = 1
-
-    @property
-    def chain_cycles(self) -> int:
-        """Fill and compute of the section once its data is in the PMUs."""
-        return self.fill_cycles + self.n_tiles * self.compute_cycles_per_tile
-
-    def config_bytes(self, socket: SocketSpec) -> int:
-        """Configuration bytes of this section's dataflow graph (units and switches it uses)."""
-        return figures.config_bytes(socket, sum(self.alloc.pcus), sum(self.alloc.pmus), self.alloc.chip_tiles)
-
-    def tier_bytes(self, tier: str) -> int:
-        """Bytes this section moves to and from ``tier``."""
-        return sum(s.tier_bytes for s in self.stages if s.resource == tier)
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    """All sections of a kernel for one tiling and tile choice."""
-
-    n_tiles: int
-    chip_tiles: int
-    sections: list[SectionPlan]
-    fill_cycles: int
-    cycles_per_tile: int
-    cycles: int
-    #: what the choice minimises: ``(cycles, 0)``, or for a looped kernel (time per iteration,
-    #: compute chain) (see the module docstring)
-    objective: tuple[float, int] = (0.0, 0)
 
 
 #: calibrated values of a socket the mapper never reads (the engine's collectives and the serving
@@ -276,9 +225,14 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
 def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
                  planned: str) -> KernelPlan | None:
-    """The best tiling on ``chip_tiles`` tiles (finer tilings tried until ``_PATIENCE`` in a row
-    got slower), then with every GEMM in one dataflow; None if none fits."""
-    worse = 0
+    """The best tiling on ``chip_tiles`` tiles, then with every GEMM in one dataflow; None if none fits.
+
+    Every candidate tiling is tried: cycles against ``n_tiles`` need not have one minimum. Finer
+    data tiles need smaller buffers, hence fewer PMUs and PCUs and less configuration to load, so
+    a kernel whose configuration costs as much as its stream can get faster again after a run of
+    slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
+    65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
+    kernels faster."""
     local: KernelPlan | None = None
     tried: dict[int, KernelPlan] = {}
     for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
@@ -287,11 +241,7 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
             continue
         tried[n_tiles] = plan
         if local is None or plan.objective < local.objective:
-            local, worse = plan, 0
-        else:
-            worse += 1
-            if worse >= _PATIENCE:
-                break
+            local = plan
     if local is not None:
         local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
                                    tried)
@@ -367,58 +317,4 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
     plan = best_plan(socket, kernel, tiers, budget, loop)
-    return _placed(socket, kernel, plan)
-
-
-def _placed(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> PlacedKernel:
-    t, all_tiles = plan.chip_tiles, figures.tiles(socket)
-    tiles = tuple(range(t))
-    stages: list[StagePlacement] = []
-    pcus = [0] * all_tiles
-    pmus = [0] * all_tiles
-    sram = [0] * all_tiles
-    for index, sec in enumerate(plan.sections):
-        buffers = 0
-        divisions = sec.alloc.divisions or (None,) * len(sec.stages)
-        for stage, cells, q, r, cyc, bound, division in zip(sec.stages, sec.cells, sec.alloc.pcus, sec.alloc.pmus,
-                                                             sec.alloc.cycles, sec.alloc.bounds, divisions, strict=True):
-            per_tile_buffer = 2 * math.ceil(stage.buffer_bytes / t)
-            buffers += per_tile_buffer
-            stages.append(StagePlacement(
-                operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
-                coords=tiled_coords(socket, cells.pcus, t), cycles_per_tile=cyc,
-                bound=bound, pmu_coords=tiled_coords(socket, cells.pmus, t),
-                section=index, buffer_bytes_per_tile=per_tile_buffer,
-                dataflow=stage.tiling.dataflow if stage.tiling else "",
-                latency_cycles=division.latency_cycles if division else stage.latency_cycles,
-                split=division.split if division else (1, 1)))
-        for s in sec.streams:
-            stages.append(StagePlacement(
-                operator=f"{sec.stages[s.src].name}->{sec.stages[s.dst].name}", kind="stream", pcus=0,
-                pmus=0, tiles=tiles, coords=(), cycles_per_tile=0, bound="mesh",
-                section=index, stream_bytes=s.bytes, hops=s.hops))
-        stages.append(StagePlacement(
-            operator="mesh", kind="mesh", pcus=0, pmus=0, tiles=tiles, coords=(),
-            cycles_per_tile=sec.mesh_cycles_per_tile, bound="mesh", section=index,
-            stream_bytes=sum(s.bytes for s in sec.streams)))
-        for i in tiles:
-            pcus[i] = max(pcus[i], sum(sec.alloc.pcus))
-            pmus[i] = max(pmus[i], sum(sec.alloc.pmus))
-            sram[i] = max(sram[i], buffers)
-    tier_bytes = {tier: sum(sec.tier_bytes(tier) for sec in plan.sections) for tier in socket.memory}
-    mesh = sum(s.bytes for sec in plan.sections for s in sec.streams)
-    n = len(plan.sections)
-    streaming = n * (plan.fill_cycles + plan.n_tiles * plan.cycles_per_tile)
-    section_config = tuple(sec.config_bytes(socket) for sec in plan.sections)
-    configs = [figures.config_cycles(socket, b) for b in section_config]
-    heaviest = max(plan.sections, key=lambda s: s.cycles_per_tile)
-    bound = "overhead" if sum(configs) >= streaming else heaviest.bound
-    return PlacedKernel(
-        kernel=kernel, stages=tuple(stages), sections=n,
-        reconfig_cycles=max(configs[1:], default=0), n_tiles=plan.n_tiles,
-        cycles_per_tile=plan.cycles_per_tile, fill_cycles=plan.fill_cycles, tier_bytes=tier_bytes,
-        mesh_bytes=mesh, compute_cycles=compute_bound_cycles(socket, kernel.flops),
-        memory_cycles=memory_bound_cycles(socket, tier_bytes), bounding_resource=bound, cycles=plan.cycles,
-        pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
-        overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config)
-
+    return placed_kernel(socket, kernel, plan)

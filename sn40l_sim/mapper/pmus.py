@@ -60,7 +60,10 @@ def sram_cycles(rates: PmuRates, stage: StageWork, pmus: int, chip_tiles: int,
     else:
         reads = math.ceil((stage.sram_read_bytes + division.sram_read_bytes) / share)
         writes = math.ceil((stage.sram_write_bytes + division.sram_write_bytes) / share)
-    return pmu_share_cycles(rates, reads, writes, math.ceil(stage.sram_addresses / share))
+    addresses = math.ceil(stage.sram_addresses / share)
+    # pmu_share_cycles' memo looked up here first: the allocator's searches ask for shares again
+    got = rates.memo.get((reads, writes, addresses))
+    return got if got is not None else pmu_share_cycles(rates, reads, writes, addresses)
 
 
 def pmu_share_cycles(rates: PmuRates, reads: int, writes: int, addresses: int) -> int:

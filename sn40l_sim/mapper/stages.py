@@ -32,7 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
-from sn40l_sim.mapper.tiling import OpTiling, tile_operator
+from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
 Tier = str
@@ -222,13 +222,24 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     if got is None:
         if len(_tiling_memo) >= _TILING_MEMO_SIZE:
             _tiling_memo.clear()
-        got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
+        if op.kind != "gemm":
+            got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
+            return got
+        # every dataflow's tiling is the tiling under that dataflow alone, which the kernel
+        # mapper's one-dataflow retries ask for next
+        options = gemm_tilings(socket, op, n_tiles, efficiency, budget)
+        got = _tiling_memo[key] = min(options, key=lambda o: (o[0], o[1]))[2]
+        for _, _, tiling in options:
+            _tiling_memo.setdefault((socket_key, op, n_tiles, efficiency, ((tiling.dataflow,), budget.gemm_cuts)),
+                                    tiling)
     return got
 
 
 def clear_tiling_memo() -> None:
-    """Forget every memoised operator tiling."""
+    """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
+    _traffic_memo.clear()
+    clear_halvings()
 
 
 def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], n_tiles: int,
@@ -260,6 +271,43 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     eff = socket.calibrated.systolic_efficiency
     tilings = [_tiling(socket, op, n_tiles, eff, budget, socket_key) for op in ops]
     # memory stages in the socket's tier order (fastest first), whatever the placement order
+    totals, traffic = _section_traffic(socket, tuple(ops), tiers, spill_in_bytes, spill_out_bytes)
+    stages: list[StageWork] = []
+    index: dict[Tier, int] = {}
+    for tier, total in totals:
+        if total:
+            index[tier] = len(stages)
+            stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
+    first = len(stages)
+    stages += [compute_stage(t, n_tiles) for t in tilings]
+    streams: list[Stream] = []
+    for i, (reads, writes) in enumerate(traffic):
+        me = first + i
+        streams += [Stream(index[tier], me, n) for tier, n in reads]
+        if i > 0:
+            streams.append(Stream(me - 1, me, tilings[i - 1].out_bytes * tilings[i - 1].pieces))
+        streams += [Stream(me, index[tier], n) for tier, n in writes]
+    return stages, streams
+
+
+#: bytes per tier, ``(tier, bytes)`` pairs in the socket's tier order
+TierBytes = tuple[tuple[Tier, int], ...]
+#: a section's traffic: its bytes per tier, and each operator's (reads, writes) of the tiers
+SectionTraffic = tuple[TierBytes, tuple[tuple[TierBytes, TierBytes], ...]]
+#: sections' traffic by (the socket's tiers, operators, tier split, spills); cleared when full
+_TRAFFIC_MEMO_SIZE = 20_000
+_traffic_memo: dict[tuple, SectionTraffic] = {}
+
+
+def _section_traffic(socket: SocketSpec, ops: tuple[Operator, ...], tiers: TierSplit, spill_in_bytes: int,
+                     spill_out_bytes: int) -> SectionTraffic:
+    """A section's bytes to and from each of the socket's tiers, in the socket's order, and each
+    operator's reads and writes of the tiers it touches: the same at every tiling and tile choice,
+    so the kernel mapper's plans of one section work them out once."""
+    key = (tuple(socket.memory), ops, tiers, spill_in_bytes, spill_out_bytes)
+    got = _traffic_memo.get(key)
+    if got is not None:
+        return got
     bytes_by_tier: dict[Tier, list[int]] = {tier: [] for tier in socket.memory}
     for i, op in enumerate(ops):
         spill = (spill_in_bytes if i == 0 else 0) + (spill_out_bytes if i == len(ops) - 1 else 0)
@@ -267,31 +315,16 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
             if tier not in bytes_by_tier:
                 raise ValueError(f"socket {socket.name!r} has no memory tier {tier!r} (it has {list(socket.memory)})")
             bytes_by_tier[tier].append(b)
-    stages: list[StageWork] = []
-    index: dict[Tier, int] = {}
-    for tier in bytes_by_tier:
-        total = sum(bytes_by_tier[tier])
-        if total:
-            index[tier] = len(stages)
-            stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
-    first = len(stages)
-    stages += [compute_stage(t, n_tiles) for t in tilings]
-    streams: list[Stream] = []
+    traffic = []
     for i, op in enumerate(ops):
-        me = first + i
-        spill_in = spill_in_bytes if i == 0 else 0
-        spill_out = spill_out_bytes if i == len(ops) - 1 else 0
-        reads = _tier_reads(tiers, op, spill_in)
-        writes = _tier_writes(tiers, op, spill_out)
-        for tier in bytes_by_tier:
-            if reads.get(tier):
-                streams.append(Stream(index[tier], me, reads[tier]))
-        if i > 0:
-            streams.append(Stream(me - 1, me, tilings[i - 1].out_bytes * tilings[i - 1].pieces))
-        for tier in bytes_by_tier:
-            if writes.get(tier):
-                streams.append(Stream(me, index[tier], writes[tier]))
-    return stages, streams
+        reads = _tier_reads(tiers, op, spill_in_bytes if i == 0 else 0)
+        writes = _tier_writes(tiers, op, spill_out_bytes if i == len(ops) - 1 else 0)
+        traffic.append((tuple((tier, reads[tier]) for tier in bytes_by_tier if reads.get(tier)),
+                        tuple((tier, writes[tier]) for tier in bytes_by_tier if writes.get(tier))))
+    if len(_traffic_memo) >= _TRAFFIC_MEMO_SIZE:
+        _traffic_memo.clear()
+    got = _traffic_memo[key] = (tuple((tier, sum(b)) for tier, b in bytes_by_tier.items()), tuple(traffic))
+    return got
 
 
 def _tier_reads(tiers: TierSplit, op: Operator, spill_in: int) -> dict[Tier, int]:

@@ -218,46 +218,90 @@ def _halved(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, targe
     {'count': 1, 'm': 64, 'k': 1024, 'n': 512}
     """
     # _GEMM_DIMS order: count, n, m, k
-    whole_c, whole_n, whole_m, whole_k = dims["count"], dims["n"], dims["m"], dims["k"]
-    c, n, m, k = whole_c, whole_n, whole_m, whole_k
+    whole = (dims["count"], dims["n"], dims["m"], dims["k"])
     low = (minimum["count"], minimum["n"], minimum["m"], minimum["k"])
     allowed = tuple(d in cuts for d in _GEMM_DIMS)
-    act = ACT_BYTES
-    while (math.ceil(whole_c / c) * math.ceil(whole_n / n) * math.ceil(whole_m / m)
-           * math.ceil(whole_k / k)) < target:
-        best_size, best_i, best_half = 0.0, -1, 0
-        for i, value in enumerate((c, n, m, k)):
-            if not allowed[i]:
-                continue
-            half = math.ceil(value / 2)
-            if half < low[i] or half == value:
-                continue
-            # _gemm_buffer of the piece with dimension i halved
-            if i == 0:
-                size = half * (m * k * act + k * n * b_bytes + m * n * act)
-            elif i == 1:
-                size = c * (m * k * act + k * half * b_bytes + m * half * act)
-            elif i == 2:
-                size = c * (half * k * act + k * n * b_bytes + half * n * act)
-            else:
-                size = c * (m * half * act + half * n * b_bytes + m * n * act)
-            if best_i < 0 or size < best_size:
-                best_size, best_i, best_half = size, i, half
-        if best_i < 0:
+    key = (whole, low, b_bytes, allowed)
+    steps = _halvings.get(key)
+    if steps is None:
+        if len(_halvings) >= _HALVINGS_SIZE:
+            _halvings.clear()
+        steps = _halvings[key] = [(_pieces(whole, whole), whole)]
+    # the halvings do not depend on the target: the piece is the first step with at least
+    # ``target`` pieces, or the finest (the tilings of one operator at 1, 2, 4, ... data tiles
+    # walk one list, extended as far as a target asks)
+    i = 0
+    while True:
+        if i == len(steps):
+            finer = _halve_once(steps[-1][1], low, b_bytes, allowed)
+            steps.append((0, None) if finer is None else (_pieces(whole, finer), finer))
+        pieces, piece = steps[i]
+        if piece is None:            # nothing left to halve: the finest piece
+            piece = steps[i - 1][1]
             break
-        if best_i == 0:
-            c = best_half
-        elif best_i == 1:
-            n = best_half
-        elif best_i == 2:
-            m = best_half
-        else:
-            k = best_half
+        if pieces >= target:
+            break
+        i += 1
+    c, n, m, k = piece
     return {"count": c, "m": m, "k": k, "n": n}
+
+
+#: each GEMM's halvings by (whole, minimum, B bytes, cuts), as (pieces, piece) steps from the
+#: whole; a last step ``(0, None)`` marks the finest found (nothing left to halve). Cleared when full
+_HALVINGS_SIZE = 20_000
+_halvings: dict[tuple, list[tuple[int, tuple[int, int, int, int] | None]]] = {}
+
+
+def clear_halvings() -> None:
+    """Forget every GEMM's memoised halvings."""
+    _halvings.clear()
+
+
+def _pieces(whole: tuple[int, int, int, int], piece: tuple[int, int, int, int]) -> int:
+    return (math.ceil(whole[0] / piece[0]) * math.ceil(whole[1] / piece[1]) * math.ceil(whole[2] / piece[2])
+            * math.ceil(whole[3] / piece[3]))
+
+
+def _halve_once(piece: tuple[int, int, int, int], low: tuple[int, int, int, int], b_bytes: float,
+                allowed: tuple[bool, ...]) -> tuple[int, int, int, int] | None:
+    """The piece ``(count, n, m, k)`` with the dimension halved that leaves the smallest buffer
+    (the first on ties), or None when none can be halved."""
+    c, n, m, k = piece
+    act = ACT_BYTES
+    best_size, best_i, best_half = 0.0, -1, 0
+    for i, value in enumerate(piece):
+        if not allowed[i]:
+            continue
+        half = math.ceil(value / 2)
+        if half < low[i] or half == value:
+            continue
+        # _gemm_buffer of the piece with dimension i halved
+        if i == 0:
+            size = half * (m * k * act + k * n * b_bytes + m * n * act)
+        elif i == 1:
+            size = c * (m * k * act + k * half * b_bytes + m * half * act)
+        elif i == 2:
+            size = c * (half * k * act + k * n * b_bytes + half * n * act)
+        else:
+            size = c * (m * half * act + half * n * b_bytes + m * n * act)
+        if best_i < 0 or size < best_size:
+            best_size, best_i, best_half = size, i, half
+    if best_i < 0:
+        return None
+    return piece[:best_i] + (best_half,) + piece[best_i + 1:]
 
 
 def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                budget: UnitBudget) -> OpTiling:
+    return min(gemm_tilings(socket, op, target, efficiency, budget), key=lambda o: (o[0], o[1]))[2]
+
+
+def gemm_tilings(socket: SocketSpec, op: Operator, target: int, efficiency: float,
+                 budget: UnitBudget = NO_LIMITS) -> list[tuple[int, bool, OpTiling]]:
+    """GEMM ``op`` cut for ``target`` pieces in each dataflow ``budget`` allows, as ``(cost, not
+    weight-stationary, tiling)``: :func:`tile_operator` takes the least, and each tiling is the one
+    it gives under a budget of that dataflow alone (the piece depends on the cuts, not the
+    dataflows), so a caller memoising tilings keeps them all."""
     pcu = socket.pcu
     dims, minimum = _gemm_limits(pcu, op)
     b_bytes = _b_element_bytes(op)
@@ -274,19 +318,19 @@ def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
         work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
         traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
                    else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
-        one_pcu = stage_division(work, 1.0, 1).cycles
+        one = stage_division(work, 1.0, 1)
         # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile
-        cost = one_pcu + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
-        options.append((cost, dataflow != WEIGHT_STATIONARY, work, traffic, one_pcu))
-    _, _, work, traffic, one_pcu = min(options, key=lambda o: (o[0], o[1]))
-    sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
-    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
-    total = pieces * one_pcu + stage_division(work, 1.0, 1).latency_cycles
-    return OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
-                    total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
-                    sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
-                    resource="compute", work=work)
+        cost = one.cycles + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
+        sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
+        # independent GEMMs are counted exactly; m, n, k splits pad their last piece
+        total = pieces * one.cycles + one.latency_cycles
+        tiling = OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
+                          total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
+                          buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
+                          sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
+                          resource="compute", work=work)
+        options.append((cost, dataflow != WEIGHT_STATIONARY, tiling))
+    return options
 
 
 def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
@@ -62,9 +63,9 @@ PSUM_BYTES = DTYPE_BYTES["fp32"]
 SOFTMAX_PASSES = 3
 
 
-@dataclass(frozen=True)
-class Split:
-    """One way of cutting a GEMM piece's items: ``s_m`` x ``s_k`` sub-items per item."""
+class Split(NamedTuple):
+    """One way of cutting a GEMM piece's items: ``s_m`` x ``s_k`` sub-items per item (a named
+    tuple, quick to make: the allocator prices thousands)."""
 
     s_m: int
     s_k: int

@@ -220,3 +220,60 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
     asked.clear()
     assert [real(*args) for args in calls] == inferred == every
     assert len(asked) < 0.9 * asked_every          # and asks the stages less
+
+
+def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
+    # a GEMM tiled under both dataflows leaves each dataflow's tiling in the memo for the
+    # one-dataflow retries: each equals tile_operator under a budget of that dataflow alone
+    from sn40l_sim.mapper import stages
+    from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+    from sn40l_sim.mapper.tiling import tile_operator
+
+    with disk_cache.cache_in(None):
+        clear_memo()
+        map_graph(node, deepseek_graph("decode", kv_len=32768, batch=8))
+        memo = dict(stages._tiling_memo)
+    one_dataflow = [key for key in memo if key[4] is not None and len(key[4][0]) == 1]
+    assert len(memo) > 500 and len(one_dataflow) > 100
+    for (_, op, n_tiles, efficiency, reads), tiling in memo.items():
+        budget = NO_LIMITS if reads is None else UnitBudget(dataflows=reads[0], gemm_cuts=reads[1])
+        assert tiling == tile_operator(node.socket, op, n_tiles, efficiency, budget)
+
+
+def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
+    # one list of halvings per GEMM serves every target, asked in any order
+    from sn40l_sim.mapper import tiling
+
+    rng = random.Random(7)
+    for _ in range(300):
+        dims = {"count": rng.choice([1, 3, 61]), "m": rng.randint(1, 4096), "k": rng.randint(1, 8192),
+                "n": rng.randint(1, 16384)}
+        minimum = {"count": 1, "m": min(dims["m"], 32), "k": min(dims["k"], rng.choice([32, 64])),
+                   "n": min(dims["n"], 32)}
+        b_bytes, cuts = rng.choice([1.0, 2.0, 0.5]), rng.choice([("count", "n", "m", "k"), ("count", "m")])
+        targets = [1 << rng.randint(0, 22) for _ in range(6)]
+        warm = [tiling._halved(dims, minimum, b_bytes, t, cuts) for t in targets]
+        cold = []
+        for t in targets:
+            tiling.clear_halvings()
+            cold.append(tiling._halved(dims, minimum, b_bytes, t, cuts))
+        assert warm == cold
+
+
+def test_a_sections_memoised_traffic_gives_the_stages_and_streams_a_cold_one_gives(node):
+    # a section's bytes per tier are worked out once for all its tilings and tile choices
+    from sn40l_sim.mapper import stages
+    from sn40l_sim.mapper.stages import TierSplit, section_stages
+
+    tiers = TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm")
+    kernels = distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
+    plans = ((1, 1), (64, 4), (1024, 4))
+    for kernel in kernels:
+        for spills in ((0, 0), (4096, 12345)):
+            warm = [section_stages(node.socket, kernel.operators, n, tiers, c, *spills) for n, c in plans]
+            cold = []
+            for n, c in plans:
+                stages.clear_tiling_memo()
+                cold.append(section_stages(node.socket, kernel.operators, n, tiers, c, *spills))
+            assert warm == cold
+    assert len(kernels) > 5
