@@ -6,6 +6,7 @@ The runs are the small sweep experiment of ``sweep_helpers`` (a run takes a frac
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import psutil
 import pytest
 from sweep_helpers import REPO, write_experiment
 
+from sn40l_sim.commands import cli
 from sn40l_sim.commands.cli import main
 from sn40l_sim.report import outputs
 from sn40l_sim.report.outputs import OutputFolder, read_status
@@ -205,3 +207,24 @@ def test_sigterm_stops_a_sweep_and_its_workers(tmp_path):
     assert err.count("\n") == 1 and err.startswith("terminated (SIGTERM)") and "Traceback" not in err, err
     assert _gone(workers, 5)
     assert read_status(out)["status"] == "interrupted"
+
+
+def test_a_command_collects_garbage_less_often_and_restores_the_callers_thresholds(tmp_path, capsys, monkeypatch):
+    seen = []
+    real = cli._sigterm_raises
+
+    def spy():
+        seen.append(gc.get_threshold())
+        return real()
+
+    monkeypatch.setattr(cli, "_sigterm_raises", spy)
+    caller = (700, 10, 10)
+    before = gc.get_threshold()
+    gc.set_threshold(*caller)
+    try:
+        assert main(["check", str(REPO / "experiments" / "deepseek_tp16.yaml")]) == 0
+        assert main(["run", str(tmp_path / "missing.yaml")]) == 2   # an error path restores them too
+        assert gc.get_threshold() == caller
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [cli.GC_THRESHOLDS, cli.GC_THRESHOLDS]
