@@ -12,12 +12,13 @@ Figures for information: their goal is the main command's (``bench_run.py``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from measure import child_env, warm_bytecode  # benchmarks/ is on sys.path (run as a script or by run_all.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = "experiments/deepseek_tp16.yaml"
@@ -51,7 +52,8 @@ def profile(experiment: str) -> dict:
 
 def measure(experiment: str = MAIN) -> dict:
     """:func:`profile` of ``experiment`` in a fresh process, disk cache off."""
-    env = dict(os.environ, SN40L_SIM_CACHE="off", PYTHONPATH=str(ROOT))
+    env = child_env("off")
+    warm_bytecode()
     out = subprocess.run([sys.executable, __file__, "--profile", experiment], capture_output=True, text=True,
                          check=True, env=env, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -6,7 +6,7 @@ Run from the repository root::
 
     python benchmarks/bench_calibrate.py [--timeout 900]
 
-Goal (issue "Simulator speed and scale"): at most 30 s. A run still going after ``--timeout``
+Goal: at most 30 s. A run still going after ``--timeout``
 seconds is stopped and reported as more than that.
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import print_figures  # noqa: E402
+from measure import child_env, print_figures, warm_bytecode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "experiments" / "long_context_1m.yaml"
@@ -50,8 +50,8 @@ def time_run(experiment: Path, out: Path, cores: int) -> float:
     """Seconds of one ``run`` of ``experiment`` in a subprocess limited to ``cores`` CPUs, with an empty
     disk cache (``OUT.cache``)."""
     # each run with an empty disk cache of its own: both pay their mapping, as a first run does
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(REPO), SN40L_SIM_CACHE=str(out) + ".cache")
+    env = child_env(str(out) + ".cache")
+    warm_bytecode()
     allowed = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else None
 
     def pin() -> None:

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measure import child_env  # benchmarks/ is on sys.path (run as a script or by run_all.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = ROOT / "experiments" / "deepseek_tp16.yaml"
@@ -99,7 +100,7 @@ def measure(sockets: int) -> dict:
     from another case, another benchmark or an earlier run)."""
     with tempfile.TemporaryDirectory() as cache:
         out = subprocess.run([sys.executable, __file__, "--child", str(sockets)], check=True, capture_output=True,
-                             text=True, cwd=ROOT, env={**os.environ, "SN40L_SIM_CACHE": cache})
+                             text=True, cwd=ROOT, env=child_env(cache))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

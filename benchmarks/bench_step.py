@@ -16,18 +16,19 @@ Run from the repository root::
 
 ``events`` counts the SimPy events the engine scheduled for the step (not the trace's intervals).
 Numbers are printed, not asserted: the test suite has no timed assertions; ``goal_figures`` gives
-``run_all.py`` the first case's figures, for information (the issue sets no goal of its own for a
+``run_all.py`` the first case's figures, for information (no goal of its own is set for a
 step: its time is part of the main command's).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from measure import child_env, warm_bytecode  # benchmarks/ is on sys.path (run as a script or by run_all.py)
 
 CASES = [
     ("decode batch 16, kv 131072, full", "full", {}, "decode", 16, 131072),
@@ -84,7 +85,8 @@ def run_case(index: int, hardware: str, model_path: str) -> dict:
 def case(index: int, hardware: str = "hw_configs/sn40l_node16.yaml", model: str = "graphs/deepseek_r1.yaml") -> dict:
     """Case ``index`` timed in a fresh process (disk cache of mapped kernels off)."""
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, SN40L_SIM_CACHE="off", PYTHONPATH=str(root))
+    env = child_env("off")
+    warm_bytecode()
     out = subprocess.run([sys.executable, __file__, "--case", str(index), "--hardware", hardware, "--model", model],
                          capture_output=True, text=True, check=True, env=env, cwd=root)
     return json.loads(out.stdout.strip().splitlines()[-1])

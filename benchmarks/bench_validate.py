@@ -6,7 +6,7 @@ Run from the repository root::
 
     python benchmarks/bench_validate.py
 
-Goal (issue "Simulator speed and scale"): at most 3 s. ``validate`` exits 1 while a calibration
+Goal: at most 3 s. ``validate`` exits 1 while a calibration
 point is outside its tolerance; that is its answer, not a failure of the benchmark.
 """
 from __future__ import annotations
