@@ -24,7 +24,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from sn40l_sim.study.assemble import step_timer
-from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.points import make_point_policy, points
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.loader import load_model

@@ -48,7 +48,8 @@ from sn40l_sim.serving.point import MemoryPlacer, PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.traces import TraceRow, read_trace
 from sn40l_sim.serving.workload import Request, build_requests
-from sn40l_sim.study.experiment import Experiment, Point, make_point_model, make_point_policy, memory_order, points
+from sn40l_sim.study.experiment import Experiment, memory_order
+from sn40l_sim.study.points import Point, make_point_model, make_point_policy, points
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
 #: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the

@@ -1,7 +1,7 @@
 """Experiment files (``experiments/*.yaml``): hardware + model + KV policies + parallel plan +
 workload + serving set-up (+ sweep axes), expanded into simulation points.
 
-It validates the experiment and expands it into :class:`Point` objects;
+It validates the experiment; :mod:`sn40l_sim.study.points` expands it into simulation points and
 :mod:`sn40l_sim.study.assemble` then loads the hardware, the model and the KV policy of each point
 and hands them, as spec objects, to the serving model.
 
@@ -100,23 +100,20 @@ Examples
 ... serving: {max_new_tokens: 16}
 ... ''')
 >>> exp = load_experiment(folder / "e.yaml")
->>> [(p.name, p.prompt_len, p.params) for p in points(exp)]
-[('full@1K', 1024, {}), ('full@2K', 2048, {}), ('snap@1K', 1024, {'budget': 256, 'sink': 4}), ('snap@2K', 2048, {'budget': 512, 'sink': 4})]
+>>> exp.prompt_lens, [entry.name for entry in exp.spec.policies]
+((1024, 2048), ['full', 'snap'])
 >>> exp.max_new_tokens, exp.spec.serving.batch, exp.prefill_node_count
 (16, 'max', 1)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.kvcache import KVPolicy, make_policy
-from sn40l_sim.models.loader import with_overrides as model_with_overrides
-from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
@@ -287,94 +284,6 @@ class Experiment:
         if serving.mode == "colocated":
             return 0
         return 1 if serving.prefill_nodes is None else serving.prefill_nodes
-
-
-@dataclass(frozen=True)
-class Point:
-    """One simulation point: a KV policy (with its resolved parameters) at one prompt length.
-
-    Attributes
-    ----------
-    name : str
-        Unique within the experiment: the policy entry's name, plus ``@<prompt>`` when the
-        experiment has several prompt lengths.
-    entry : str
-        The policy entry's name.
-    policy : str
-        Registry name of the policy (``full``, ``snapstream``, ...).
-    params : dict
-        Parameters for :func:`sn40l_sim.kvcache.make_policy`, keys sorted.
-    prompt_len : int
-        Prompt length (the prefill length and the decode graph's compiled prompt length).
-    policy_index : int
-        Index of the entry in ``policies`` (for error locations).
-    model_overrides : dict
-        The entry's own model fields (applied over the experiment's by :func:`make_point_model`).
-    """
-
-    name: str
-    entry: str
-    policy: str
-    params: dict[str, Any]
-    prompt_len: int
-    policy_index: int
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-
-
-def length_label(tokens: int) -> str:
-    """``131072`` -> ``'128K'``; lengths that are not whole KiB stay as they are.
-
-    >>> length_label(131072), length_label(1000)
-    ('128K', '1000')
-    """
-    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
-
-
-def points(exp: Experiment) -> list[Point]:
-    """Expand policies x prompt lengths into named points (policy order, then prompt order)."""
-    several = len(exp.prompt_lens) > 1
-    out = []
-    for index, entry in enumerate(exp.spec.policies):
-        overrides = {pp.prompt_len: pp.params for pp in entry.per_prompt}
-        for prompt_len in exp.prompt_lens:
-            params = dict(entry.params)
-            params.update({k: max(1, round(f * prompt_len)) for k, f in entry.prompt_fraction.items()})
-            params.update(overrides.get(prompt_len, {}))
-            name = f"{entry.name}@{length_label(prompt_len)}" if several else entry.name
-            out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index,
-                             dict(entry.model_overrides)))
-    return out
-
-
-def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
-    """The point's :class:`~sn40l_sim.kvcache.base.KVPolicy`; a bad name or parameter is an
-    :class:`InputError` located at the policy entry."""
-
-    try:
-        return make_policy(point.policy, dict(point.params))
-    except InputError as exc:
-        if exc.file:
-            raise
-        # make_policy names the field inside the entry ("policy" or "params.<name>")
-        inner = tuple((exc.field or "params").split("."))
-        at = ("policies", point.policy_index) + inner
-        file, line = exp.doc.where(at)
-        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
-                            field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
-
-
-def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSpec:
-    """``model`` (the experiment's, its ``model_overrides`` applied) with the point's entry's own
-    ``model_overrides``; a bad one is an :class:`InputError` located at the entry's field."""
-    try:
-        return model_with_overrides(model, point.model_overrides)
-    except InputError as exc:
-        inner = tuple((exc.field or "").split(".")) if exc.field else ()
-        at = ("policies", point.policy_index, "model_overrides") + inner
-        file, line = exp.doc.where(at)
-        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
-                            field=f"policies[{point.policy_index}].model_overrides" + "".join(f".{p}" for p in inner),
-                            line=line) from None
 
 
 def memory_order(exp: Experiment, node: Any) -> tuple[str, ...]:

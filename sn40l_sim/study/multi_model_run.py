@@ -27,7 +27,8 @@ from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, copy_bytes_per
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble, named_file
-from sn40l_sim.study.experiment import Point, memory_order
+from sn40l_sim.study.experiment import memory_order
+from sn40l_sim.study.points import Point
 
 #: seeds the draw of each request's model, beside ``serving.seed`` (so that the workload's own
 #: draws, seeded by ``serving.seed`` alone, are those of the same experiment with one model)

@@ -30,8 +30,9 @@ from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.point import PointSetup, check_context, check_plans, located, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
 from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, plan_of, read_trace_rows
-from sn40l_sim.study.experiment import Experiment, Point
+from sn40l_sim.study.experiment import Experiment
 from sn40l_sim.study.multi_model_run import node_tiers
+from sn40l_sim.study.points import Point
 from sn40l_sim.study.rate_search import base_rate
 from sn40l_sim.study.serving_section import ConstantLength, LognormalLength, UniformLength
 from sn40l_sim.yamlio import FieldPath

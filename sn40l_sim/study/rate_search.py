@@ -35,7 +35,8 @@ from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.traces import TraceRow, select_window
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, read_trace_rows
-from sn40l_sim.study.experiment import Experiment, Point
+from sn40l_sim.study.experiment import Experiment
+from sn40l_sim.study.points import Point
 
 
 def bisect_rate(holds: Callable[[float], bool], low: float, high: float, *, probes: int,

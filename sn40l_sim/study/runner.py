@@ -22,10 +22,11 @@ from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
-from sn40l_sim.study.experiment import Experiment, Point, load_experiment
+from sn40l_sim.study.experiment import Experiment, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
+from sn40l_sim.study.points import Point
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 

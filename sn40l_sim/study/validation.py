@@ -22,7 +22,8 @@ from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.schema import Range, StrictModel, ranged, validate
-from sn40l_sim.study.experiment import load_experiment, points
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.points import points
 from sn40l_sim.study.preflight import require_workload
 from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.plan import expand_runs

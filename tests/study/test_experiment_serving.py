@@ -7,7 +7,8 @@ import pytest
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
-from sn40l_sim.study.experiment import load_experiment, make_point_policy, points
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.points import make_point_policy, points
 
 BASE = textwrap.dedent("""\
     kind: experiment

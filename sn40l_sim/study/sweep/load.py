@@ -48,8 +48,9 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
-from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document, make_point_policy
-from sn40l_sim.study.experiment import points as experiment_points
+from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document
+from sn40l_sim.study.points import make_point_policy
+from sn40l_sim.study.points import points as experiment_points
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
     Axis,

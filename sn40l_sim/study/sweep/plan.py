@@ -32,7 +32,7 @@ from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, read_trace_rows
-from sn40l_sim.study.experiment import Point, points
+from sn40l_sim.study.points import Point, points
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
 #: bump when the key's contents change meaning (stored runs of an older key are then run again)
