@@ -8,7 +8,8 @@ in one event, then has it record them: the tokens each step gave its sequences, 
   accepted drafts and recomputes the KV bytes of every sequence the node holds.
 * :class:`RunBook` does the same work once per request: when a sequence joins, its tokens per
   step (its accepted drafts drawn in one go from its own generator, the same stream the reference
-  reads one step at a time) and its cached tokens at the end of each of its steps are added to the
+  reads one step at a time, for all requests at once when the serve starts:
+  :mod:`sn40l_sim.serving.drafts`) and its cached tokens at the end of each of its steps are added to the
   node's arrays of steps to come, indexed by step. A step then reads its tokens and KV there, and
   a run of steps in which nothing else can happen (no arrival, prefill, transfer or other node's
   event before its end, no sequence finishing before its last step) is advanced in one event.
@@ -31,10 +32,6 @@ Examples
 >>> setup_tokens = lambda p, g: min(p + g, 12)
 >>> cached_tokens(setup_tokens, 10, np.array([1, 2, 3, 4]))
 array([11, 12, 12, 12])
->>> [a.tolist() for a in tokens_per_step(Speculation(), None, 4)]
-[[1, 1, 1, 1], [1, 2, 3, 4]]
->>> [a.tolist() for a in tokens_per_step(Speculation(2, 1.0), np.random.default_rng(0), 7)]
-[[3, 3, 1], [3, 6, 7]]
 """
 from __future__ import annotations
 
@@ -46,47 +43,14 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.drafts import request_draws, tokens_per_step
 from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_tokens
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
-from sn40l_sim.serving.speculation import Speculation
 
 if TYPE_CHECKING:
     import simpy
 
     from sn40l_sim.serving.loop import ServingSetup
-
-
-def request_draws(seed: int, request_id: int) -> np.random.Generator:
-    """The generator of one request's accepted drafts: seeded by ``(seed, request id)``, so a
-    request's draws do not depend on what else is served."""
-    return np.random.default_rng([seed, request_id])
-
-
-def tokens_per_step(spec: Speculation, rng: np.random.Generator | None, remaining: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens each decode step gives a sequence that needs ``remaining`` more, and the running
-    total after each step (the sequence's generated tokens less the first).
-
-    A step gives ``1 + A`` tokens (``A`` the drafts it accepts, one uniform draw per step as
-    :meth:`Speculation.accepted` reads it), the last one capped at what is still needed; one token
-    per step without drafts (nothing drawn).
-    """
-    if not spec.drafts:
-        return np.ones(remaining, dtype=np.int64), np.arange(1, remaining + 1, dtype=np.int64)
-    # A counts the thresholds a ** j above u: the drafts less those at or below it
-    ascending = np.array([spec.acceptance ** j for j in range(spec.drafts, 0, -1)])
-    # draws for about the steps needed at the expected rate and a few more (rarely too few)
-    draws = int(remaining / spec.tokens_per_step) + 16
-    per_step = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
-    total = per_step.cumsum()
-    while total[-1] < remaining:
-        more = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
-        per_step = np.concatenate([per_step, more])
-        total = per_step.cumsum()
-    steps = int(total.searchsorted(remaining)) + 1
-    per_step, total = per_step[:steps], total[:steps]
-    per_step[-1] -= int(total[-1]) - remaining
-    total[-1] = remaining
-    return per_step, total
 
 
 def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
@@ -113,7 +77,7 @@ def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, gene
 class StepwiseBook:
     """The reference book: one step per event, every sequence's tokens and KV recomputed each step."""
 
-    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+    def __init__(self, index: int, setup: ServingSetup) -> None:
         self.index, self.setup = index, setup
         self.active: list[RequestLog] = []
         self._draws: dict[int, np.random.Generator] = {}
@@ -187,8 +151,11 @@ class RunBook:
     """The book by requests: each sequence's tokens and cached tokens per step added once, when it
     joins, to the node's arrays of steps to come; runs of steps in one event."""
 
-    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+    def __init__(self, index: int, setup: ServingSetup, drafted: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.index, self.setup = index, setup
+        #: what :func:`~sn40l_sim.serving.drafts.drafted_tokens` drew for the requests, by id
+        #: (taken as each joins; one missing or for another length is drawn then)
+        self._drafted = drafted if drafted is not None else {}
         # a pure function of (prompt length, generated), asked four times per request: requests
         # of a trace share a few prompt lengths
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
@@ -226,7 +193,10 @@ class RunBook:
             remaining = req.output_len - log.generated
             spec = self.setup.speculation
             if spec.drafts:
-                per_step, generated = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
+                drawn = self._drafted.pop(req.id, None)
+                if drawn is None or drawn[1][-1] != remaining:
+                    drawn = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
+                per_step, generated = drawn
                 self._tokens.add(at, per_step)
             else:  # one token per step: a step gives as many as it steps sequences
                 per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
@@ -307,6 +277,3 @@ class _NodeView(Protocol):
     arrived: list[RequestLog]
     incoming: list[RequestLog]
 
-
-#: the book a decode node keeps, by the loop's ``stepwise`` option
-BOOKS = {True: StepwiseBook, False: RunBook}

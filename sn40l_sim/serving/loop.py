@@ -50,11 +50,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import simpy
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
-from sn40l_sim.serving.decode_books import BOOKS, RunBook, StepwiseBook
+from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
+from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.speculation import Speculation
@@ -164,12 +166,13 @@ class _Serving:
         self.done = env.event()
         self.finished = 0
         self.steps: list[StepLog] = []
+        self._drafted: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
-        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), BOOKS[stepwise](i, setup, env))
+        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
         self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
@@ -182,6 +185,17 @@ class _Serving:
                 env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
             else:
                 env.process(self._colocated_node(node) if colocated else self._decode_node(node))
+
+    def _book(self, index: int, stepwise: bool) -> StepwiseBook | RunBook:
+        """A decode node's book; by requests, every request's drafts are drawn up front, in bulk
+        (:mod:`sn40l_sim.serving.drafts`; each takes its own as it joins)."""
+        if stepwise:
+            return StepwiseBook(index, self.setup)
+        if self._drafted is None:
+            spec, joining = self.setup.speculation, [log.request for log in self.logs if log.request.output_len > 1]
+            self._drafted = drafted_tokens(spec, self.setup.seed, {r.id: r.output_len - 1 for r in joining}) \
+                if spec.drafts else {}
+        return RunBook(index, self.setup, self._drafted)
 
     # -- shared pieces ---------------------------------------------------------------------
     def _arrivals(self):
