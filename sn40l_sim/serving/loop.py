@@ -59,6 +59,7 @@ from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
+from sn40l_sim.serving.sim_events import Link, Signal, after, soon
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 
@@ -122,27 +123,11 @@ class ServingSetup:
         return self.slots * self.slot_cache_tokens * self.kv_bytes_per_token
 
 
-class _Signal:
-    """A re-armable SimPy event: processes ``wait()``; ``fire()`` wakes them all."""
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self.event = env.event()
-
-    def wait(self) -> simpy.Event:
-        return self.event
-
-    def fire(self) -> None:
-        if not self.event.triggered:
-            self.event.succeed()
-        self.event = self.env.event()
-
-
 @dataclass
 class _DecodeNode:
     index: int
     table: SlotTable
-    wake: _Signal
+    wake: Signal
     #: the node's sequences that are stepping, and what their steps give (:mod:`decode_books`)
     book: StepwiseBook | RunBook
     #: sequences whose cache has arrived and that join at the next step
@@ -162,7 +147,7 @@ class _Serving:
         self.logs = [RequestLog(r) for r in sorted(requests, key=lambda r: (r.arrival_cycle, r.id))]
         self.waiting: deque[RequestLog] = deque()
         self.ready: deque[RequestLog] = deque()
-        self.arrival = _Signal(env)
+        self.arrival = Signal(env)
         self.done = env.event()
         self.finished = 0
         self.steps: list[StepLog] = []
@@ -172,9 +157,9 @@ class _Serving:
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
-        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), self._book(i, stepwise))
+        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
-        self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
+        self.links = [Link(env) for _ in range(n_prefill)]
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
         env.process(self._arrivals())
@@ -265,20 +250,27 @@ class _Serving:
             log = self.ready.popleft()
             log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
             node.hold(log)
-            self.env.process(self._transfer(log, node))
+            self._transfer(log, node)
 
-    def _transfer(self, log: RequestLog, node: _DecodeNode):
-        link = self.links[log.prefill_node]
-        with link.request() as slot_on_link:
-            yield slot_on_link
-            log.transfer_start = self.env.now
+    def _transfer(self, log: RequestLog, node: _DecodeNode) -> None:
+        """``log``'s cache crosses its prefill node's link when the link is free, then waits to
+        join ``node``'s next step (the events a SimPy process holding the link would take)."""
+        link, env = self.links[log.prefill_node], self.env
+
+        def start() -> None:
+            log.transfer_start = env.now
             cycles = self.setup.transfer_cycles(log.request.prompt_len)
-            yield self.env.timeout(cycles)
+            after(env, cycles, lambda: end(cycles))
+
+        def end(cycles: int) -> None:
             self.busy["link"][log.prefill_node] += cycles
-            log.transfer_end = self.env.now
-        node.incoming.remove(log)
-        node.arrived.append(log)
-        node.wake.fire()
+            log.transfer_end = env.now
+            link.release()
+            node.incoming.remove(log)
+            node.arrived.append(log)
+            node.wake.fire()
+
+        soon(env, lambda: link.request(start))
 
     def _decode_node(self, node: _DecodeNode):
         while True:
