@@ -53,9 +53,9 @@ if TYPE_CHECKING:
     from sn40l_sim.serving.loop import ServingSetup
 
 
-def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
-    """``cache_tokens(prompt_len, g)`` for every ``g`` of the increasing array ``generated``, from
-    three calls: the function must be ``min(cache_tokens(p, 0) + g, cap)``.
+def cache_bounds(cache_tokens: Callable[[int, int], int], prompt_len: int, most: int) -> tuple[int, int]:
+    """``cache_tokens(prompt_len, g)`` at ``g = 0`` and ``g = most``, from a function that must be
+    ``min(cache_tokens(p, 0) + g, cap)`` (checked at the cap's knee).
 
     Raises
     ------
@@ -63,7 +63,6 @@ def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, gene
         When ``cache_tokens`` is not of that form at the points checked.
     """
     first = cache_tokens(prompt_len, 0)
-    most = int(generated[-1])
     last = cache_tokens(prompt_len, most)
     knee = last - first  # the first g at the cap (beyond ``most`` when the cap is not reached)
     ok = 0 <= knee <= most and cache_tokens(prompt_len, knee) == last \
@@ -71,6 +70,13 @@ def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, gene
     if not ok:
         raise ValueError(f"cache_tokens({prompt_len}, g) must grow by one token per generated token from "
                          f"cache_tokens({prompt_len}, 0) = {first} until a cap; it is {last} at g = {most}")
+    return first, last
+
+
+def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
+    """``cache_tokens(prompt_len, g)`` for every ``g`` of the increasing array ``generated``, from
+    three calls (:func:`cache_bounds`)."""
+    first, last = cache_bounds(cache_tokens, prompt_len, int(generated[-1]))
     return np.minimum(first + generated, last)
 
 
@@ -156,9 +162,11 @@ class RunBook:
         #: what :func:`~sn40l_sim.serving.drafts.drafted_tokens` drew for the requests, by id
         #: (taken as each joins; one missing or for another length is drawn then)
         self._drafted = drafted if drafted is not None else {}
-        # a pure function of (prompt length, generated), asked four times per request: requests
-        # of a trace share a few prompt lengths
+        # pure functions of a prompt length and the tokens a sequence still needs: requests of a
+        # trace share a few of both
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
+        self._bounds = functools.lru_cache(maxsize=4096)(functools.partial(cache_bounds, self._cache_tokens))
+        self._one_per_step = functools.lru_cache(maxsize=1024)(self._cached_one_per_step)
         #: end cycle of every step the node took
         self.ends: list[int] = []
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
@@ -171,6 +179,13 @@ class RunBook:
         self._sharing = caching is not None and caching.share_decode_kv
         #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
         self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
+
+    def _cached_one_per_step(self, prompt_len: int, remaining: int) -> np.ndarray:
+        """Cached tokens after each step of a sequence given one token per step (shared, read-only)."""
+        first, last = self._bounds(prompt_len, remaining)
+        cached = np.minimum(np.arange(first + 1, first + remaining + 1, dtype=np.int64), last)
+        cached.flags.writeable = False
+        return cached
 
     def _first_tokens(self, log: RequestLog) -> int:
         return self._cache_tokens(log.request.prompt_len, 0)
@@ -187,36 +202,41 @@ class RunBook:
         """``logs`` take part in the steps from the next one on: their tokens and cached tokens per
         step go into the node's arrays, and each is due to finish at its last step."""
         at = len(self.ends)
+        spec = self.setup.speculation
         for log in logs:
-            self._held_tokens -= self._first_tokens(log)
             req = log.request
+            self._held_tokens -= self._cache_tokens(req.prompt_len, 0)
             remaining = req.output_len - log.generated
-            spec = self.setup.speculation
             if spec.drafts:
                 drawn = self._drafted.pop(req.id, None)
                 if drawn is None or drawn[1][-1] != remaining:
                     drawn = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
                 per_step, generated = drawn
                 self._tokens.add(at, per_step)
+                first, last = self._bounds(req.prompt_len, remaining)
+                cached = generated + first
+                np.minimum(cached, last, out=cached)
             else:  # one token per step: a step gives as many as it steps sequences
-                per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
-            steps = len(generated)
-            cached = cached_tokens(self._cache_tokens, req.prompt_len, generated)
+                per_step, cached = None, self._one_per_step(req.prompt_len, remaining)
+            steps = len(cached)
             self._cached.add(at, cached)
             if self._sharing and has_prefix(req):
                 self._prefixed[req.id] = (log, at, cached)
             log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
-            last = at + steps - 1
-            if last not in self._finishing:
-                self._finishing[last] = []
-                heapq.heappush(self._finish_steps, last)
-            self._finishing[last].append(log)
+            last_step = at + steps - 1
+            if last_step in self._finishing:
+                self._finishing[last_step].append(log)
+            else:
+                self._finishing[last_step] = [log]
+                heapq.heappush(self._finish_steps, last_step)
         self.stepping += len(logs)
 
     def steps_to_run(self, env: simpy.Environment) -> int:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
         steps that end before anything else is due (the next event of the simulation)."""
         own = self._finish_steps[0] - len(self.ends) + 1
+        if own == 1:   # a sequence finishes at the next step (most events of a full node)
+            return 1
         if self._prefixed and not self._prefix_saving_fixed():
             return 1
         due = env.peek()

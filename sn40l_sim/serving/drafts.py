@@ -50,10 +50,10 @@ def request_draws(seed: int, request_id: int) -> np.random.Generator:
     return np.random.default_rng([seed, request_id])
 
 
-def _per_step(spec: Speculation, uniforms: np.ndarray) -> np.ndarray:
-    """``1 + A`` (int64) for each uniform ``u``: ``A`` counts the ``j`` in ``1 .. k`` with
-    ``u < a ** j``, as :meth:`Speculation.accepted` does."""
-    tokens = np.ones(len(uniforms), dtype=np.int64)
+def _per_step(spec: Speculation, uniforms: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """``1 + A`` for each uniform ``u``: ``A`` counts the ``j`` in ``1 .. k`` with ``u < a ** j``,
+    as :meth:`Speculation.accepted` does."""
+    tokens = np.ones(len(uniforms), dtype=dtype)
     for j in range(1, spec.drafts + 1):
         tokens += uniforms < spec.acceptance ** j
     return tokens
@@ -141,26 +141,32 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
     needed = np.array([remaining[i] for i in ids], dtype=np.int64)
     # more uniforms than tokens_per_step reads at first (the stream is the same): fewer re-reads
     counts = (needed / spec.tokens_per_step * 1.1).astype(np.int64) + 16
-    bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    uniforms = np.empty(bounds[-1])
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    uniforms = np.empty(int(ends[-1]))
     bits = np.random.PCG64()
     draw = np.random.Generator(bits)
-    for lane in range(len(ids)):
-        state, inc = pcg64_state(words[lane])
+    for words_of_id, a, b in zip(words, starts.tolist(), ends.tolist(), strict=True):
+        state, inc = pcg64_state(words_of_id)
         bits.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc}, "has_uint32": 0, "uinteger": 0}
-        draw.random(out=uniforms[bounds[lane]:bounds[lane + 1]])
-    per_step = _per_step(spec, uniforms)
-    running = per_step.cumsum()     # over all requests: each one's total is this less its start
-    starts = np.array(bounds[:-1])
+        draw.random(out=uniforms[a:b])
+    # tokens per step and running totals over all requests' uniforms at once (small ints: k + 1 at most)
+    running = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64).cumsum(dtype=np.int64)
     bases = np.where(starts > 0, running[starts - 1], 0)
-    lasts = running.searchsorted(bases + needed).tolist()   # each request's last step
+    lasts = running.searchsorted(bases + needed)          # each request's last step, if read
+    read = lasts < ends
+    lasts = np.where(read, lasts, starts)                 # (one read too few re-reads on its own below)
+    steps = lasts - starts + 1
+    # keep each request's steps only: its totals, the last one capped at what it needs
+    keep = np.repeat(starts - np.cumsum(np.concatenate([[0], steps[:-1]])), steps) + np.arange(int(steps.sum()))
+    total = running[keep] - np.repeat(bases, steps)
+    per_step = np.diff(total, prepend=0)
+    firsts = np.cumsum(steps) - steps
+    per_step[firsts] = total[firsts]                      # each request's first step
+    lasts_kept = firsts + steps - 1
+    total[lasts_kept] = needed
+    per_step[lasts_kept] -= (running[lasts] - bases) - needed
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for i, a, b, base, last in zip(ids, bounds, bounds[1:], bases.tolist(), lasts, strict=False):
-        if last >= b:   # too few uniforms read for this one: its own generator, read on
-            out[i] = tokens_per_step(spec, request_draws(seed, i), remaining[i])
-            continue
-        mine, total = per_step[a:last + 1].copy(), running[a:last + 1] - base
-        mine[-1] -= int(total[-1]) - remaining[i]
-        total[-1] = remaining[i]
-        out[i] = mine, total
+    for i, ok, a, b in zip(ids, read.tolist(), firsts.tolist(), (firsts + steps).tolist(), strict=True):
+        out[i] = (per_step[a:b], total[a:b]) if ok else tokens_per_step(spec, request_draws(seed, i), remaining[i])
     return out

@@ -162,14 +162,18 @@ class _Serving:
         self.links = [Link(env) for _ in range(n_prefill)]
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
-        env.process(self._arrivals())
+        # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
+        # all start as SimPy processes would, in this order
+        soon(env, lambda: self._arrive(0))
         for i in range(n_prefill):
-            env.process(self._prefill_node(i))
+            soon(env, lambda i=i: self._prefill_next(i))
         for node in self.nodes:
             if colocated and setup.prefill_chunk is not None:
                 env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
+            elif colocated:
+                env.process(self._colocated_node(node))
             else:
-                env.process(self._colocated_node(node) if colocated else self._decode_node(node))
+                soon(env, lambda node=node: self._decode_next(node))
 
     def _book(self, index: int, stepwise: bool) -> StepwiseBook | RunBook:
         """A decode node's book; by requests, every request's drafts are drawn up front, in bulk
@@ -183,12 +187,17 @@ class _Serving:
         return RunBook(index, self.setup, self._drafted)
 
     # -- shared pieces ---------------------------------------------------------------------
-    def _arrivals(self):
-        for log in self.logs:
-            if log.request.arrival_cycle > self.env.now:
-                yield self.env.timeout(log.request.arrival_cycle - self.env.now)
+    def _arrive(self, i: int) -> None:
+        """Requests from the ``i``-th on join the queue as their arrival cycle comes."""
+        logs, env = self.logs, self.env
+        while i < len(logs):
+            log = logs[i]
+            if log.request.arrival_cycle > env.now:
+                after(env, log.request.arrival_cycle - env.now, lambda i=i: self._arrive(i))
+                return
             self.waiting.append(log)
             self.arrival.fire()
+            i += 1
 
     def _finish(self, log: RequestLog) -> None:
         log.finish = self.env.now
@@ -198,28 +207,42 @@ class _Serving:
         if self.finished == len(self.logs):
             self.done.succeed()
 
-    def _prefill(self, log: RequestLog, node: int, busy: list[int]):
+    def _start_prefill(self, log: RequestLog, node: int) -> int:
+        """``log``'s prefill starts on ``node``: its cycles."""
         log.prefill_node, log.prefill_start = node, self.env.now
-        cycles = self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
+        return self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
             self.prefixes.prefill_cycles(log.request, node)   # a held prefix is not prefilled again
-        yield self.env.timeout(cycles)
+
+    def _end_prefill(self, log: RequestLog, node: int, busy: list[int], cycles: int) -> None:
         busy[node] += cycles
         log.first_token = self.env.now
         log.add_token(self.env.now)
 
-    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
-        """One event of decode steps: as many as the node's book says nothing else can happen in
-        (at most ``most``: chunked prefill has a chunk to run after the next step)."""
+    def _prefill(self, log: RequestLog, node: int, busy: list[int]):
+        cycles = self._start_prefill(log, node)
+        yield self.env.timeout(cycles)
+        self._end_prefill(log, node, busy, cycles)
+
+    def _start_steps(self, node: _DecodeNode, most: int | None = None) -> tuple[int, int, int]:
+        """One event of decode steps starts: as many as the node's book says nothing else can
+        happen in (at most ``most``: chunked prefill has a chunk to run after the next step).
+        Returns the start cycle, the steps and their cycles."""
         count = node.book.steps_to_run(self.env)
         if most is not None:
             count = min(count, most)
-        start = self.env.now
-        cycles = count * self.setup.decode_step_cycles
-        yield self.env.timeout(cycles)
+        return self.env.now, count, count * self.setup.decode_step_cycles
+
+    def _end_steps(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+        """The steps are done: log them; the sequences that finished leave their slots."""
         self.busy["decode"][node.index] += cycles
         for log in node.book.record(start, count, node, self.steps):
             node.table.release(log.slot, log.request.id)
             self._finish(log)
+
+    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
+        start, count, cycles = self._start_steps(node, most)
+        yield self.env.timeout(cycles)
+        self._end_steps(node, start, count, cycles)
 
     def _join(self, node: _DecodeNode) -> None:
         if not node.arrived:
@@ -230,21 +253,30 @@ class _Serving:
         node.arrived = []
 
     # -- disaggregated ---------------------------------------------------------------------
-    def _prefill_node(self, index: int):
-        while True:
-            while not self.waiting:
-                yield self.arrival.wait()
-            log = self.waiting.popleft()
-            yield from self._prefill(log, index, self.busy["prefill"])
-            if log.request.output_len == 1:
-                self._finish(log)
-            else:
-                self.ready.append(log)
-                self._dispatch()
+    def _prefill_next(self, index: int) -> None:
+        """Prefill node ``index`` is free: it prefills the next waiting request, or waits for one."""
+        if not self.waiting:
+            self.arrival.wait().callbacks.append(lambda _: self._prefill_next(index))
+            return
+        log = self.waiting.popleft()
+        cycles = self._start_prefill(log, index)
+        after(self.env, cycles, lambda: self._prefilled(index, log, cycles))
+
+    def _prefilled(self, index: int, log: RequestLog, cycles: int) -> None:
+        self._end_prefill(log, index, self.busy["prefill"], cycles)
+        if log.request.output_len == 1:
+            self._finish(log)
+        else:
+            self.ready.append(log)
+            self._dispatch()
+        self._prefill_next(index)
 
     def _dispatch(self) -> None:
         while self.ready:
-            node = max(self.nodes, key=lambda n: (n.table.free, -n.index))
+            node = self.nodes[0]    # the node with most free slots, the first of them on ties
+            for other in self.nodes:
+                if other.table.free > node.table.free:
+                    node = other
             if node.table.free == 0:
                 return
             log = self.ready.popleft()
@@ -272,14 +304,20 @@ class _Serving:
 
         soon(env, lambda: link.request(start))
 
-    def _decode_node(self, node: _DecodeNode):
-        while True:
-            self._join(node)
-            if not node.book.stepping:
-                yield node.wake.wait()
-                continue
-            yield from self._decode_steps(node)
-            self._dispatch()
+    def _decode_next(self, node: _DecodeNode) -> None:
+        """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,
+        then the next steps run, or the node waits for a sequence."""
+        self._join(node)
+        if not node.book.stepping:
+            node.wake.wait().callbacks.append(lambda _: self._decode_next(node))
+            return
+        start, count, cycles = self._start_steps(node)
+        after(self.env, cycles, lambda: self._decoded(node, start, count, cycles))
+
+    def _decoded(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+        self._end_steps(node, start, count, cycles)
+        self._dispatch()
+        self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
     def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
