@@ -48,9 +48,8 @@ from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
 
 if TYPE_CHECKING:
-    import simpy
-
     from sn40l_sim.serving.loop import ServingSetup
+    from sn40l_sim.serving.scheduler import Scheduler
 
 
 def cache_bounds(cache_tokens: Callable[[int, int], int], prompt_len: int, most: int) -> tuple[int, int]:
@@ -103,7 +102,7 @@ class StepwiseBook:
         """``logs`` take part in the steps from the next one on."""
         self.active.extend(logs)
 
-    def steps_to_run(self, env: simpy.Environment) -> int:
+    def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in the next event: always one."""
         return 1
 
@@ -231,7 +230,7 @@ class RunBook:
                 heapq.heappush(self._finish_steps, last_step)
         self.stepping += len(logs)
 
-    def steps_to_run(self, env: simpy.Environment) -> int:
+    def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
         steps that end before anything else is due (the next event of the simulation)."""
         own = self._finish_steps[0] - len(self.ends) + 1

@@ -1,6 +1,7 @@
-"""The serving model: requests, prefill, KV transfer and static-graph continuous batching in SimPy.
+"""The serving model: requests, prefill, KV transfer and static-graph continuous batching.
 
-Time is integer RDU cycles. Step costs come in as numbers (from
+Time is integer RDU cycles; events are processed in SimPy's order by the loop's own scheduler
+(:mod:`sn40l_sim.serving.scheduler`). Step costs come in as numbers (from
 :class:`sn40l_sim.serving.step_costs.StepTimer` in the simulator, from a fake in tests), so this module
 knows nothing of kernels:
 
@@ -51,15 +52,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import simpy
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
 from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
+from sn40l_sim.serving.scheduler import Link, Scheduler, Signal
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
-from sn40l_sim.serving.sim_events import Link, Signal, after, soon
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 
@@ -142,13 +142,12 @@ class _DecodeNode:
 
 
 class _Serving:
-    def __init__(self, env: simpy.Environment, requests: list[Request], setup: ServingSetup, stepwise: bool) -> None:
+    def __init__(self, env: Scheduler, requests: list[Request], setup: ServingSetup, stepwise: bool) -> None:
         self.env, self.setup = env, setup
         self.logs = [RequestLog(r) for r in sorted(requests, key=lambda r: (r.arrival_cycle, r.id))]
         self.waiting: deque[RequestLog] = deque()
         self.ready: deque[RequestLog] = deque()
         self.arrival = Signal(env)
-        self.done = env.event()
         self.finished = 0
         self.steps: list[StepLog] = []
         self._drafted: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
@@ -163,17 +162,17 @@ class _Serving:
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
         # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
-        # all start as SimPy processes would, in this order
-        soon(env, lambda: self._arrive(0))
+        # all start as SimPy processes would, in this order (:mod:`scheduler`)
+        env.soon(lambda: self._arrive(0))
         for i in range(n_prefill):
-            soon(env, lambda i=i: self._prefill_next(i))
+            env.soon(lambda i=i: self._prefill_next(i))
         for node in self.nodes:
             if colocated and setup.prefill_chunk is not None:
                 env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
             elif colocated:
                 env.process(self._colocated_node(node))
             else:
-                soon(env, lambda node=node: self._decode_next(node))
+                env.soon(lambda node=node: self._decode_next(node))
 
     def _book(self, index: int, stepwise: bool) -> StepwiseBook | RunBook:
         """A decode node's book; by requests, every request's drafts are drawn up front, in bulk
@@ -193,7 +192,7 @@ class _Serving:
         while i < len(logs):
             log = logs[i]
             if log.request.arrival_cycle > env.now:
-                after(env, log.request.arrival_cycle - env.now, lambda i=i: self._arrive(i))
+                env.at(log.request.arrival_cycle - env.now, lambda i=i: self._arrive(i))
                 return
             self.waiting.append(log)
             self.arrival.fire()
@@ -205,7 +204,7 @@ class _Serving:
         if self.prefixes is not None:
             self.prefixes.release(log.request)
         if self.finished == len(self.logs):
-            self.done.succeed()
+            self.env.stop()
 
     def _start_prefill(self, log: RequestLog, node: int) -> int:
         """``log``'s prefill starts on ``node``: its cycles."""
@@ -220,7 +219,7 @@ class _Serving:
 
     def _prefill(self, log: RequestLog, node: int, busy: list[int]):
         cycles = self._start_prefill(log, node)
-        yield self.env.timeout(cycles)
+        yield cycles
         self._end_prefill(log, node, busy, cycles)
 
     def _start_steps(self, node: _DecodeNode, most: int | None = None) -> tuple[int, int, int]:
@@ -241,7 +240,7 @@ class _Serving:
 
     def _decode_steps(self, node: _DecodeNode, most: int | None = None):
         start, count, cycles = self._start_steps(node, most)
-        yield self.env.timeout(cycles)
+        yield cycles
         self._end_steps(node, start, count, cycles)
 
     def _join(self, node: _DecodeNode) -> None:
@@ -256,11 +255,11 @@ class _Serving:
     def _prefill_next(self, index: int) -> None:
         """Prefill node ``index`` is free: it prefills the next waiting request, or waits for one."""
         if not self.waiting:
-            self.arrival.wait().callbacks.append(lambda _: self._prefill_next(index))
+            self.arrival.wait(lambda: self._prefill_next(index))
             return
         log = self.waiting.popleft()
         cycles = self._start_prefill(log, index)
-        after(self.env, cycles, lambda: self._prefilled(index, log, cycles))
+        self.env.at(cycles, lambda: self._prefilled(index, log, cycles))
 
     def _prefilled(self, index: int, log: RequestLog, cycles: int) -> None:
         self._end_prefill(log, index, self.busy["prefill"], cycles)
@@ -292,7 +291,7 @@ class _Serving:
         def start() -> None:
             log.transfer_start = env.now
             cycles = self.setup.transfer_cycles(log.request.prompt_len)
-            after(env, cycles, lambda: end(cycles))
+            env.at(cycles, lambda: end(cycles))
 
         def end(cycles: int) -> None:
             self.busy["link"][log.prefill_node] += cycles
@@ -302,17 +301,17 @@ class _Serving:
             node.arrived.append(log)
             node.wake.fire()
 
-        soon(env, lambda: link.request(start))
+        env.soon(lambda: link.request(start))
 
     def _decode_next(self, node: _DecodeNode) -> None:
         """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,
         then the next steps run, or the node waits for a sequence."""
         self._join(node)
         if not node.book.stepping:
-            node.wake.wait().callbacks.append(lambda _: self._decode_next(node))
+            node.wake.wait(lambda: self._decode_next(node))
             return
         start, count, cycles = self._start_steps(node)
-        after(self.env, cycles, lambda: self._decoded(node, start, count, cycles))
+        self.env.at(cycles, lambda: self._decoded(node, start, count, cycles))
 
     def _decoded(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
         self._end_steps(node, start, count, cycles)
@@ -344,7 +343,7 @@ class _Serving:
             if node.book.stepping:
                 yield from self._decode_steps(node)
             else:
-                yield self.arrival.wait()
+                yield self.arrival
 
 
 def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = False) -> ServingLog:
@@ -365,8 +364,8 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
         raise ValueError("no requests to serve")
     if any(r.output_len < 1 for r in requests):
         raise ValueError("every request generates at least one token")
-    env = simpy.Environment()
+    env = Scheduler()
     serving = _Serving(env, requests, setup, stepwise)
-    env.run(until=serving.done)
+    env.run()
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
                       int(env.now), serving.busy, serving.prefixes)
