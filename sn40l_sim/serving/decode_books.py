@@ -143,12 +143,17 @@ class _Growable:
     def __init__(self) -> None:
         self.values = np.zeros(256, dtype=np.int64)
 
-    def add(self, at: int, values: np.ndarray) -> None:
-        end = at + len(values)
+    def reserve(self, end: int) -> None:
+        """Make steps up to ``end`` (excluded) readable (zero where nothing was added)."""
         if end > len(self.values):
             grown = np.zeros(max(end, 2 * len(self.values)), dtype=np.int64)
             grown[:len(self.values)] = self.values
             self.values = grown
+
+    def add(self, at: int, values: np.ndarray) -> None:
+        """Add ``values`` to the steps from ``at`` on."""
+        end = at + len(values)
+        self.reserve(end)
         self.values[at:end] += values
 
 
@@ -165,12 +170,13 @@ class RunBook:
         # trace share a few of both
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
         self._bounds = functools.lru_cache(maxsize=4096)(functools.partial(cache_bounds, self._cache_tokens))
-        self._one_per_step = functools.lru_cache(maxsize=1024)(self._cached_one_per_step)
         #: end cycle of every step the node took
         self.ends: list[int] = []
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
-        self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end
-        self._finishing: dict[int, list[RequestLog]] = {}
+        self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end,
+        self._constant = 0               # less this, the same at every step while they step
+        #: the sequences finishing at each step, with their constant part of ``_cached``
+        self._finishing: dict[int, list[tuple[RequestLog, int]]] = {}
         self._finish_steps: list[int] = []
         self._held_tokens = 0            # cached tokens of the sequences reserved or arrived, not yet stepping
         self.stepping = 0
@@ -179,12 +185,27 @@ class RunBook:
         #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
         self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
 
-    def _cached_one_per_step(self, prompt_len: int, remaining: int) -> np.ndarray:
-        """Cached tokens after each step of a sequence given one token per step (shared, read-only)."""
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def _counting(remaining: int) -> np.ndarray:
+        """``1 .. remaining``: a sequence's generated tokens after each step, one per step (shared,
+        read-only)."""
+        generated = np.arange(1, remaining + 1, dtype=np.int64)
+        generated.flags.writeable = False
+        return generated
+
+    def _cached_parts(self, prompt_len: int, remaining: int, generated: np.ndarray) -> tuple[int, np.ndarray | None]:
+        """A joining sequence's cached tokens after each of its steps, as a constant and an array
+        (None: nothing that varies), ``min(first + generated, last)``, from its bounds: the cap
+        reached from its first step on (every policy that keeps a fixed budget) is a constant,
+        the cap never reached is ``first`` plus ``generated``; only a cap reached on the way needs
+        an array of its own."""
         first, last = self._bounds(prompt_len, remaining)
-        cached = np.minimum(np.arange(first + 1, first + remaining + 1, dtype=np.int64), last)
-        cached.flags.writeable = False
-        return cached
+        if last - first <= 1:        # every step generates at least one token
+            return last, None
+        if last - first == remaining:
+            return first, generated
+        return 0, np.minimum(first + generated, last)
 
     def _first_tokens(self, log: RequestLog) -> int:
         return self._cache_tokens(log.request.prompt_len, 0)
@@ -212,21 +233,22 @@ class RunBook:
                     drawn = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
                 per_step, generated = drawn
                 self._tokens.add(at, per_step)
-                first, last = self._bounds(req.prompt_len, remaining)
-                cached = generated + first
-                np.minimum(cached, last, out=cached)
             else:  # one token per step: a step gives as many as it steps sequences
-                per_step, cached = None, self._one_per_step(req.prompt_len, remaining)
-            steps = len(cached)
-            self._cached.add(at, cached)
+                per_step, generated = None, self._counting(remaining)
+            constant, varying = self._cached_parts(req.prompt_len, remaining, generated)
+            self._constant += constant
+            if varying is not None:
+                self._cached.add(at, varying)
             if self._sharing and has_prefix(req):
+                cached = np.full(len(generated), constant, dtype=np.int64) if varying is None else constant + varying
                 self._prefixed[req.id] = (log, at, cached)
+            steps = len(generated)
             log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
             last_step = at + steps - 1
             if last_step in self._finishing:
-                self._finishing[last_step].append(log)
+                self._finishing[last_step].append((log, constant))
             else:
-                self._finishing[last_step] = [log]
+                self._finishing[last_step] = [(log, constant)]
                 heapq.heappush(self._finish_steps, last_step)
         self.stepping += len(logs)
 
@@ -260,7 +282,8 @@ class RunBook:
 
     def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
-        cycles, bpt, held = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token, self._held_tokens
+        cycles, bpt = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token
+        held = self._held_tokens + self._constant
         # the same for every step of the run (steps_to_run runs one step while it would change)
         saved = self._saved_tokens(node) if self._sharing else 0
         held -= saved
@@ -268,6 +291,7 @@ class RunBook:
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
         drafts = self.setup.speculation.drafts
+        self._cached.reserve(last + 1)   # (sequences whose cached tokens are constant add nothing to it)
         if count == 1:   # most events of a busy serve: skip the slicing and the list building
             end = start + cycles
             self.ends.append(end)
@@ -280,11 +304,15 @@ class RunBook:
             self.ends.extend(ends)
             steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
                           for end, kv, n in zip(ends, cached, tokens, strict=True)])
-        finished = self._finishing.pop(last, [])
-        for log in finished:
+        finishing = self._finishing.pop(last, None)
+        if not finishing:
+            return []
+        heapq.heappop(self._finish_steps)
+        finished = []
+        for log, constant in finishing:
+            self._constant -= constant
             self._prefixed.pop(log.request.id, None)
-        if finished:
-            heapq.heappop(self._finish_steps)
+            finished.append(log)
         self.stepping -= len(finished)
         return finished
 
