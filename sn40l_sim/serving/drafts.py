@@ -151,22 +151,21 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
         bits.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc}, "has_uint32": 0, "uinteger": 0}
         draw.random(out=uniforms[a:b])
     # tokens per step and running totals over all requests' uniforms at once (small ints: k + 1 at most)
-    running = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64).cumsum(dtype=np.int64)
+    per_step = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64).astype(np.int64)
+    running = per_step.cumsum()
     bases = np.where(starts > 0, running[starts - 1], 0)
+    total = running - np.repeat(bases, counts)            # each request's own running total
     lasts = running.searchsorted(bases + needed)          # each request's last step, if read
     read = lasts < ends
-    lasts = np.where(read, lasts, starts)                 # (one read too few re-reads on its own below)
-    steps = lasts - starts + 1
-    # keep each request's steps only: its totals, the last one capped at what it needs
-    keep = np.repeat(starts - np.cumsum(np.concatenate([[0], steps[:-1]])), steps) + np.arange(int(steps.sum()))
-    total = running[keep] - np.repeat(bases, steps)
-    per_step = np.diff(total, prepend=0)
-    firsts = np.cumsum(steps) - steps
-    per_step[firsts] = total[firsts]                      # each request's first step
-    lasts_kept = firsts + steps - 1
-    total[lasts_kept] = needed
-    per_step[lasts_kept] -= (running[lasts] - bases) - needed
+    lasts, needed = lasts[read], needed[read]
+    per_step[lasts] -= total[lasts] - needed              # the last step gives only what is still needed
+    total[lasts] = needed
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for i, ok, a, b in zip(ids, read.tolist(), firsts.tolist(), (firsts + steps).tolist(), strict=True):
-        out[i] = (per_step[a:b], total[a:b]) if ok else tokens_per_step(spec, request_draws(seed, i), remaining[i])
+    ends_read = iter((lasts + 1).tolist())
+    for i, ok, a in zip(ids, read.tolist(), starts.tolist(), strict=True):
+        if ok:
+            b = next(ends_read)
+            out[i] = per_step[a:b], total[a:b]
+        else:   # too few uniforms read for this one: its own generator, read on
+            out[i] = tokens_per_step(spec, request_draws(seed, i), remaining[i])
     return out
