@@ -161,10 +161,13 @@ class RunBook:
     """The book by requests: each sequence's tokens and cached tokens per step added once, when it
     joins, to the node's arrays of steps to come; runs of steps in one event."""
 
-    def __init__(self, index: int, setup: ServingSetup, drafted: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+    def __init__(self, index: int, setup: ServingSetup, drafted: dict[int, tuple[int, np.ndarray]] | None = None) -> None:
         self.index, self.setup = index, setup
-        #: what :func:`~sn40l_sim.serving.drafts.drafted_tokens` drew for the requests, by id
-        #: (taken as each joins; one missing or for another length is drawn then)
+        self._step_cycles, self._kv_bytes_per_token = setup.decode_step_cycles, setup.kv_bytes_per_token
+        self._drafts = setup.speculation.drafts
+        #: what :func:`~sn40l_sim.serving.drafts.drafted_tokens` drew for the requests: id ->
+        #: (tokens needed, tokens per step); taken as each joins, drawn then if missing or for
+        #: another length
         self._drafted = drafted if drafted is not None else {}
         # pure functions of a prompt length and the tokens a sequence still needs: requests of a
         # trace share a few of both
@@ -194,15 +197,16 @@ class RunBook:
         generated.flags.writeable = False
         return generated
 
-    def _cached_parts(self, prompt_len: int, remaining: int, generated: np.ndarray) -> tuple[int, np.ndarray | None]:
-        """A joining sequence's cached tokens after each of its steps, as a constant and an array
-        (None: nothing that varies), ``min(first + generated, last)``, from its bounds: the cap
-        reached from its first step on (every policy that keeps a fixed budget) is a constant,
-        the cap never reached is ``first`` plus ``generated``; only a cap reached on the way needs
-        an array of its own."""
+    def _cached_parts(self, prompt_len: int, remaining: int, per_step: np.ndarray | None) -> tuple[int, np.ndarray | None]:
+        """A joining sequence's cached tokens after each of its steps (``per_step`` tokens each,
+        None: one), as a constant and an array (None: nothing that varies),
+        ``min(first + generated, last)``, from its bounds: the cap reached from its first step on
+        (every policy that keeps a fixed budget) is a constant, the cap never reached is ``first``
+        plus ``generated``; only a cap reached on the way needs an array of its own."""
         first, last = self._bounds(prompt_len, remaining)
         if last - first <= 1:        # every step generates at least one token
             return last, None
+        generated = self._counting(remaining) if per_step is None else per_step.cumsum()
         if last - first == remaining:
             return first, generated
         return 0, np.minimum(first + generated, last)
@@ -227,22 +231,20 @@ class RunBook:
             req = log.request
             self._held_tokens -= self._cache_tokens(req.prompt_len, 0)
             remaining = req.output_len - log.generated
+            per_step = None     # one token per step: a step gives as many as it steps sequences
             if spec.drafts:
-                drawn = self._drafted.pop(req.id, None)
-                if drawn is None or drawn[1][-1] != remaining:
-                    drawn = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
-                per_step, generated = drawn
+                drafted = self._drafted.pop(req.id, None)
+                per_step = drafted[1] if drafted is not None and drafted[0] == remaining else \
+                    tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)[0]
                 self._tokens.add(at, per_step)
-            else:  # one token per step: a step gives as many as it steps sequences
-                per_step, generated = None, self._counting(remaining)
-            constant, varying = self._cached_parts(req.prompt_len, remaining, generated)
+            steps = remaining if per_step is None else len(per_step)
+            constant, varying = self._cached_parts(req.prompt_len, remaining, per_step)
             self._constant += constant
             if varying is not None:
                 self._cached.add(at, varying)
             if self._sharing and has_prefix(req):
-                cached = np.full(len(generated), constant, dtype=np.int64) if varying is None else constant + varying
+                cached = np.full(steps, constant, dtype=np.int64) if varying is None else constant + varying
                 self._prefixed[req.id] = (log, at, cached)
-            steps = len(generated)
             log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
             last_step = at + steps - 1
             if last_step in self._finishing:
@@ -282,7 +284,7 @@ class RunBook:
 
     def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
-        cycles, bpt = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token
+        cycles, bpt = self._step_cycles, self._kv_bytes_per_token
         held = self._held_tokens + self._constant
         # the same for every step of the run (steps_to_run runs one step while it would change)
         saved = self._saved_tokens(node) if self._sharing else 0
@@ -290,31 +292,36 @@ class RunBook:
         first = len(self.ends)
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
-        drafts = self.setup.speculation.drafts
-        self._cached.reserve(last + 1)   # (sequences whose cached tokens are constant add nothing to it)
+        if last >= len(self._cached.values):   # (sequences whose cached tokens are constant add nothing)
+            self._cached.reserve(last + 1)
         if count == 1:   # most events of a busy serve: skip the slicing and the list building
             end = start + cycles
             self.ends.append(end)
-            steps.append(StepLog(index, start, end, stepping, in_use, (int(self._cached.values[first]) + held) * bpt,
-                                 int(self._tokens.values[first]) if drafts else stepping, saved * bpt))
+            tokens = self._tokens.values.item(first) if self._drafts else stepping
+            steps.append(_step_log((index, start, end, stepping, in_use, (self._cached.values.item(first) + held) * bpt,
+                                    tokens, saved * bpt)))
         else:
             cached = self._cached.values[first:last + 1].tolist()
-            tokens = self._tokens.values[first:last + 1].tolist() if drafts else [stepping] * count
+            tokens = self._tokens.values[first:last + 1].tolist() if self._drafts else [stepping] * count
             ends = range(start + cycles, start + (count + 1) * cycles, cycles)
             self.ends.extend(ends)
             steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
                           for end, kv, n in zip(ends, cached, tokens, strict=True)])
         finishing = self._finishing.pop(last, None)
-        if not finishing:
+        if finishing is None:
             return []
         heapq.heappop(self._finish_steps)
-        finished = []
         for log, constant in finishing:
             self._constant -= constant
-            self._prefixed.pop(log.request.id, None)
-            finished.append(log)
-        self.stepping -= len(finished)
-        return finished
+            if self._prefixed:
+                self._prefixed.pop(log.request.id, None)
+        self.stepping -= len(finishing)
+        return [log for log, _ in finishing]
+
+
+#: a :class:`StepLog` from the tuple of its fields (the named tuple's own constructor is a Python
+#: function: a serve logs one per node and step)
+_step_log = functools.partial(tuple.__new__, StepLog)
 
 
 class _NodeView(Protocol):

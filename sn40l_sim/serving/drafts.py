@@ -25,7 +25,7 @@ Examples
 >>> spec = Speculation(2, 0.8)
 >>> one = tokens_per_step(spec, request_draws(3, 7), 20)
 >>> bulk = drafted_tokens(spec, 3, {7: 20, 8: 5})
->>> [a.tolist() for a in one] == [a.tolist() for a in bulk[7]], bulk[8][1].tolist()[-1]
+>>> one[0].tolist() == bulk[7].tolist(), int(bulk[8].sum())
 (True, 5)
 """
 from __future__ import annotations
@@ -131,14 +131,28 @@ def pcg64_state(words: tuple[int, int, int, int]) -> tuple[int, int]:
     return (state * _PCG_MULT + inc) & _MASK128, inc
 
 
-def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """:func:`tokens_per_step` of every request id in ``remaining`` (id -> tokens it still needs),
-    from the same per-request streams, computed for all of them at once."""
+def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> dict[int, np.ndarray]:
+    """The tokens per step of :func:`tokens_per_step` for every request id in ``remaining`` (id ->
+    tokens it still needs), from the same per-request streams, computed for all of them at once
+    (a few hundred requests at a time: arrays that stay in the processor's cache)."""
     ids = list(remaining)
     if not spec.drafts or not ids or not 0 <= seed <= _MASK32 or not all(0 <= i <= _MASK32 for i in ids):
-        return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i]) for i in ids}
+        return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i])[0] for i in ids}
     words = list(zip(*(w.tolist() for w in seed_words(seed, np.array(ids, dtype=np.int64))), strict=True))
-    needed = np.array([remaining[i] for i in ids], dtype=np.int64)
+    out: dict[int, np.ndarray] = {}
+    for at in range(0, len(ids), _CHUNK):
+        chunk = ids[at:at + _CHUNK]
+        out.update(_drafted_chunk(spec, seed, chunk, [remaining[i] for i in chunk], words[at:at + _CHUNK]))
+    return out
+
+
+#: requests drawn together (their uniforms about 2 MB)
+_CHUNK = 512
+
+
+def _drafted_chunk(spec: Speculation, seed: int, ids: list[int], remaining: list[int],
+                   words: list[tuple[int, int, int, int]]) -> dict[int, np.ndarray]:
+    needed = np.array(remaining, dtype=np.int64)
     # more uniforms than tokens_per_step reads at first (the stream is the same): fewer re-reads
     counts = (needed / spec.tokens_per_step * 1.1).astype(np.int64) + 16
     ends = np.cumsum(counts)
@@ -146,26 +160,25 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
     uniforms = np.empty(int(ends[-1]))
     bits = np.random.PCG64()
     draw = np.random.Generator(bits)
+    seeded = {"state": 0, "inc": 0}
+    state = {"bit_generator": "PCG64", "state": seeded, "has_uint32": 0, "uinteger": 0}
     for words_of_id, a, b in zip(words, starts.tolist(), ends.tolist(), strict=True):
-        state, inc = pcg64_state(words_of_id)
-        bits.state = {"bit_generator": "PCG64", "state": {"state": state, "inc": inc}, "has_uint32": 0, "uinteger": 0}
+        seeded["state"], seeded["inc"] = pcg64_state(words_of_id)
+        bits.state = state
         draw.random(out=uniforms[a:b])
-    # tokens per step and running totals over all requests' uniforms at once (small ints: k + 1 at most)
+    # tokens per step over all the requests' uniforms at once (small ints: k + 1 at most), and
+    # their running total: each request's last step is the first whose total, less the request's
+    # start, reaches what it needs
     per_step = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64).astype(np.int64)
     running = per_step.cumsum()
     bases = np.where(starts > 0, running[starts - 1], 0)
-    total = running - np.repeat(bases, counts)            # each request's own running total
-    lasts = running.searchsorted(bases + needed)          # each request's last step, if read
+    lasts = running.searchsorted(bases + needed)
     read = lasts < ends
-    lasts, needed = lasts[read], needed[read]
-    per_step[lasts] -= total[lasts] - needed              # the last step gives only what is still needed
-    total[lasts] = needed
-    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    lasts = lasts[read]
+    per_step[lasts] -= running[lasts] - (bases + needed)[read]    # the last step gives only what is still needed
+    out: dict[int, np.ndarray] = {}
     ends_read = iter((lasts + 1).tolist())
-    for i, ok, a in zip(ids, read.tolist(), starts.tolist(), strict=True):
-        if ok:
-            b = next(ends_read)
-            out[i] = per_step[a:b], total[a:b]
-        else:   # too few uniforms read for this one: its own generator, read on
-            out[i] = tokens_per_step(spec, request_draws(seed, i), remaining[i])
+    for i, ok, a, need in zip(ids, read.tolist(), starts.tolist(), remaining, strict=True):
+        # (too few uniforms read for one: its own generator, read on)
+        out[i] = per_step[a:next(ends_read)] if ok else tokens_per_step(spec, request_draws(seed, i), need)[0]
     return out

@@ -150,7 +150,7 @@ class _Serving:
         self.arrival = Signal(env)
         self.finished = 0
         self.steps: list[StepLog] = []
-        self._drafted: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self._drafted: dict[int, tuple[int, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
@@ -180,9 +180,10 @@ class _Serving:
         if stepwise:
             return StepwiseBook(index, self.setup)
         if self._drafted is None:
-            spec, joining = self.setup.speculation, [log.request for log in self.logs if log.request.output_len > 1]
-            self._drafted = drafted_tokens(spec, self.setup.seed, {r.id: r.output_len - 1 for r in joining}) \
-                if spec.drafts else {}
+            spec, needed = self.setup.speculation, {log.request.id: log.request.output_len - 1 for log in self.logs}
+            needed = {i: n for i, n in needed.items() if n > 0}
+            drawn = drafted_tokens(spec, self.setup.seed, needed) if spec.drafts else {}
+            self._drafted = {i: (needed[i], per_step) for i, per_step in drawn.items()}
         return RunBook(index, self.setup, self._drafted)
 
     # -- shared pieces ---------------------------------------------------------------------
