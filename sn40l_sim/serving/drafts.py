@@ -10,11 +10,12 @@ seeds ``PCG64`` from four hashed words), more than all the rest a serve spends o
 :func:`drafted_tokens` does the same for every request of a serve at once: the ``SeedSequence``
 hash of ``[seed, id]`` on arrays of ids (numpy's documented algorithm, the constants below, on
 wrapping ``uint32`` arithmetic), PCG64's seeding on Python integers, then each request's uniforms
-read into one flat array by setting a single ``PCG64``'s state, and its tokens per step derived by
-array operations on the flat array. The uniforms are the very numbers ``request_draws`` gives (a
-stream of doubles, one 64-bit output each, read the same whatever the chunks), so the tokens are
-identical; the tests check both against numpy, and a seed or id outside ``[0, 2**32)`` (hashed as
-several words) takes the one-request path.
+read into one array (per few hundred requests) by setting a single ``PCG64``'s state, and the
+tokens per step derived by array operations on that array. The uniforms are the very numbers
+``request_draws`` gives (a stream of doubles, one 64-bit output each, read the same whatever the
+chunks), so the tokens are identical; numpy keeps ``SeedSequence`` and ``PCG64`` streams stable
+across versions, and the tests check seed words, states and tokens against numpy's own. A seed or
+id outside ``[0, 2**32)`` (hashed as several words) takes the one-request path.
 
 Examples
 --------
@@ -136,7 +137,8 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
     tokens it still needs), from the same per-request streams, computed for all of them at once
     (a few hundred requests at a time: arrays that stay in the processor's cache)."""
     ids = list(remaining)
-    if not spec.drafts or not ids or not 0 <= seed <= _MASK32 or not all(0 <= i <= _MASK32 for i in ids):
+    if not spec.drafts or not ids or not 0 <= seed <= _MASK32 or not all(0 <= i <= _MASK32 for i in ids) \
+            or min(remaining.values()) < 1:
         return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i])[0] for i in ids}
     words = list(zip(*(w.tolist() for w in seed_words(seed, np.array(ids, dtype=np.int64))), strict=True))
     out: dict[int, np.ndarray] = {}
@@ -158,7 +160,7 @@ def _drafted_chunk(spec: Speculation, seed: int, ids: list[int], remaining: list
     ends = np.cumsum(counts)
     starts = ends - counts
     uniforms = np.empty(int(ends[-1]))
-    bits = np.random.PCG64()
+    bits = np.random.PCG64(0)   # (its state is set for each request)
     draw = np.random.Generator(bits)
     seeded = {"state": 0, "inc": 0}
     state = {"bit_generator": "PCG64", "state": seeded, "has_uint32": 0, "uinteger": 0}

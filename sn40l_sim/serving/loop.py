@@ -307,7 +307,8 @@ class _Serving:
     def _decode_next(self, node: _DecodeNode) -> None:
         """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,
         then the next steps run, or the node waits for a sequence."""
-        self._join(node)
+        if node.arrived:
+            self._join(node)
         if not node.book.stepping:
             node.wake.wait(lambda: self._decode_next(node))
             return
@@ -316,7 +317,8 @@ class _Serving:
 
     def _decoded(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
         self._end_steps(node, start, count, cycles)
-        self._dispatch()
+        if self.ready:
+            self._dispatch()
         self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def test_drafted_tokens_are_each_requests_own_draws(spec, seed):
     remaining = {int(i): int(n) for i, n in zip(rng.choice(10**6, 300, replace=False), rng.integers(1, 3000, 300),
                                                   strict=True)}
     remaining[2**32 - 1] = 1
+    remaining[5] = 1
     bulk = drafted_tokens(spec, seed, remaining)
     assert list(bulk) == list(remaining)
     for request_id, need in remaining.items():
