@@ -273,11 +273,12 @@ class _Serving:
 
     def _dispatch(self) -> None:
         while self.ready:
-            node = self.nodes[0]    # the node with most free slots, the first of them on ties
+            node, most = None, 0    # the node with most free slots, the first of them on ties
             for other in self.nodes:
-                if other.table.free > node.table.free:
-                    node = other
-            if node.table.free == 0:
+                free = other.table.free
+                if free > most:
+                    node, most = other, free
+            if node is None:
                 return
             log = self.ready.popleft()
             log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now

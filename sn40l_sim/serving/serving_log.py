@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from sn40l_sim.serving.prefix_cache import PrefixTracker
 
 
-@dataclass(frozen=True)
-class DecodeTokens:
-    """The tokens a sequence got from a run of its node's decode steps.
+class DecodeTokens(NamedTuple):
+    """The tokens a sequence got from a run of its node's decode steps (a named tuple: one per
+    request, made as it joins).
 
     Attributes
     ----------
