@@ -82,7 +82,10 @@ class RequestLog:
 
     def add_token(self, cycle: int, count: int = 1) -> None:
         """``count`` tokens came out at ``cycle``."""
-        self.single_tokens.extend([cycle] * count)
+        if count == 1:
+            self.single_tokens.append(cycle)
+        else:
+            self.single_tokens.extend([cycle] * count)
 
     def set_decode(self, tokens: DecodeTokens) -> None:
         """The tokens the sequence's decode steps give (after the single ones)."""
