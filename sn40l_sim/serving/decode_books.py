@@ -173,6 +173,7 @@ class RunBook:
         # trace share a few of both
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
         self._bounds = functools.lru_cache(maxsize=4096)(functools.partial(cache_bounds, self._cache_tokens))
+        self._count = np.zeros(0, dtype=np.int64)   # 1, 2, 3, ... (see _counting)
         #: end cycle of every step the node took
         self.ends: list[int] = []
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
@@ -188,14 +189,13 @@ class RunBook:
         #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
         self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
 
-    @staticmethod
-    @functools.lru_cache(maxsize=1024)
-    def _counting(remaining: int) -> np.ndarray:
-        """``1 .. remaining``: a sequence's generated tokens after each step, one per step (shared,
-        read-only)."""
-        generated = np.arange(1, remaining + 1, dtype=np.int64)
-        generated.flags.writeable = False
-        return generated
+    def _counting(self, remaining: int) -> np.ndarray:
+        """``1 .. remaining``: a sequence's generated tokens after each step, one per step (a
+        read-only view of one array the book keeps)."""
+        if remaining > len(self._count):
+            self._count = np.arange(1, max(remaining, 2 * len(self._count)) + 1, dtype=np.int64)
+            self._count.flags.writeable = False
+        return self._count[:remaining]
 
     def _cached_parts(self, prompt_len: int, remaining: int, per_step: np.ndarray | None) -> tuple[int, np.ndarray | None]:
         """A joining sequence's cached tokens after each of its steps (``per_step`` tokens each,
