@@ -14,9 +14,10 @@ prefill 0.25 s; ``python -m sn40l_sim run experiments/azure_conv.yaml``), the KV
 The figure is given without speculative decoding and with two drafts at 80% acceptance (the
 ``deepseek_tp16`` experiment's setting). ``--reference`` also times the step-by-step loop
 (``simulate(..., stepwise=True)``: each decode step walks every sequence), as the loop
-was before serving by requests: about 50x real time (CPU) on the project's 2-core machine, against
-about 780x by requests (300x with drafts, where each request's generator and draws cost ~60 us).
-Under load the wall figures fall well below the CPU ones.
+was before serving by requests: about 35x real time (CPU) on the project's 2-core machine, against
+about 2,000x by requests (about 1,200x with drafts, where every request's accepted drafts are
+drawn up front, about 8 us a request: :mod:`sn40l_sim.serving.drafts`). Under load the wall
+figures fall well below the CPU ones.
 
 ``goal_figures()`` returns the rows ``benchmarks/run_all.py`` prints: ``(what, figure, goal)``.
 """

@@ -64,7 +64,8 @@ class SlotTable:
 
     @property
     def in_use(self) -> int:
-        return self.size - self._free
+        """Slots holding a sequence."""
+        return len(self._holder) - self._free
 
     def holder(self, slot: int) -> int | None:
         """The sequence id in ``slot`` (None when free)."""

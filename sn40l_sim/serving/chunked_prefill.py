@@ -36,8 +36,9 @@ def chunk_cycles(prefill_cycles: Callable[[int], int], start: int, end: int) -> 
 
 
 def chunked_colocated_node(serving: Any, node: Any, chunk: int):
-    """The SimPy process of one co-located node with chunked prefill (``serving`` is the loop's
-    state, :class:`sn40l_sim.serving.loop._Serving`; ``node`` its decode node)."""
+    """The process of one co-located node with chunked prefill (``serving`` is the loop's
+    state, :class:`sn40l_sim.serving.loop._Serving`; ``node`` its decode node). It yields the
+    cycles to wait or the signal to wait for (:meth:`sn40l_sim.serving.scheduler.Scheduler.process`)."""
     env, setup = serving.env, serving.setup
     log, done = None, 0          # the prompt being prefilled and its tokens prefilled so far
     while True:
@@ -52,7 +53,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
-            yield env.timeout(cycles)
+            yield cycles
             serving.busy["colocated_prefill"][node.index] += cycles
             budget -= end - done
             done = end
@@ -68,4 +69,4 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
             pending = log is not None or bool(serving.waiting and node.table.free)
             yield from serving._decode_steps(node, 1 if pending else None)
         elif log is None and not (serving.waiting and node.table.free):
-            yield serving.arrival.wait()
+            yield serving.arrival

@@ -8,7 +8,8 @@ in one event, then has it record them: the tokens each step gave its sequences, 
   accepted drafts and recomputes the KV bytes of every sequence the node holds.
 * :class:`RunBook` does the same work once per request: when a sequence joins, its tokens per
   step (its accepted drafts drawn in one go from its own generator, the same stream the reference
-  reads one step at a time) and its cached tokens at the end of each of its steps are added to the
+  reads one step at a time, for all requests at once when the serve starts:
+  :mod:`sn40l_sim.serving.drafts`) and its cached tokens at the end of each of its steps are added to the
   node's arrays of steps to come, indexed by step. A step then reads its tokens and KV there, and
   a run of steps in which nothing else can happen (no arrival, prefill, transfer or other node's
   event before its end, no sequence finishing before its last step) is advanced in one event.
@@ -31,10 +32,6 @@ Examples
 >>> setup_tokens = lambda p, g: min(p + g, 12)
 >>> cached_tokens(setup_tokens, 10, np.array([1, 2, 3, 4]))
 array([11, 12, 12, 12])
->>> [a.tolist() for a in tokens_per_step(Speculation(), None, 4)]
-[[1, 1, 1, 1], [1, 2, 3, 4]]
->>> [a.tolist() for a in tokens_per_step(Speculation(2, 1.0), np.random.default_rng(0), 7)]
-[[3, 3, 1], [3, 6, 7]]
 """
 from __future__ import annotations
 
@@ -46,52 +43,18 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
+from sn40l_sim.serving.drafts import request_draws, tokens_per_step
 from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_tokens
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
-from sn40l_sim.serving.speculation import Speculation
 
 if TYPE_CHECKING:
-    import simpy
-
     from sn40l_sim.serving.loop import ServingSetup
+    from sn40l_sim.serving.scheduler import Scheduler
 
 
-def request_draws(seed: int, request_id: int) -> np.random.Generator:
-    """The generator of one request's accepted drafts: seeded by ``(seed, request id)``, so a
-    request's draws do not depend on what else is served."""
-    return np.random.default_rng([seed, request_id])
-
-
-def tokens_per_step(spec: Speculation, rng: np.random.Generator | None, remaining: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens each decode step gives a sequence that needs ``remaining`` more, and the running
-    total after each step (the sequence's generated tokens less the first).
-
-    A step gives ``1 + A`` tokens (``A`` the drafts it accepts, one uniform draw per step as
-    :meth:`Speculation.accepted` reads it), the last one capped at what is still needed; one token
-    per step without drafts (nothing drawn).
-    """
-    if not spec.drafts:
-        return np.ones(remaining, dtype=np.int64), np.arange(1, remaining + 1, dtype=np.int64)
-    # A counts the thresholds a ** j above u: the drafts less those at or below it
-    ascending = np.array([spec.acceptance ** j for j in range(spec.drafts, 0, -1)])
-    # draws for about the steps needed at the expected rate and a few more (rarely too few)
-    draws = int(remaining / spec.tokens_per_step) + 16
-    per_step = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
-    total = per_step.cumsum()
-    while total[-1] < remaining:
-        more = (1 + spec.drafts) - ascending.searchsorted(rng.random(draws), side="right")
-        per_step = np.concatenate([per_step, more])
-        total = per_step.cumsum()
-    steps = int(total.searchsorted(remaining)) + 1
-    per_step, total = per_step[:steps], total[:steps]
-    per_step[-1] -= int(total[-1]) - remaining
-    total[-1] = remaining
-    return per_step, total
-
-
-def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
-    """``cache_tokens(prompt_len, g)`` for every ``g`` of the increasing array ``generated``, from
-    three calls: the function must be ``min(cache_tokens(p, 0) + g, cap)``.
+def cache_bounds(cache_tokens: Callable[[int, int], int], prompt_len: int, most: int) -> tuple[int, int]:
+    """``cache_tokens(prompt_len, g)`` at ``g = 0`` and ``g = most``, from a function that must be
+    ``min(cache_tokens(p, 0) + g, cap)`` (checked at the cap's knee).
 
     Raises
     ------
@@ -99,7 +62,6 @@ def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, gene
         When ``cache_tokens`` is not of that form at the points checked.
     """
     first = cache_tokens(prompt_len, 0)
-    most = int(generated[-1])
     last = cache_tokens(prompt_len, most)
     knee = last - first  # the first g at the cap (beyond ``most`` when the cap is not reached)
     ok = 0 <= knee <= most and cache_tokens(prompt_len, knee) == last \
@@ -107,13 +69,20 @@ def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, gene
     if not ok:
         raise ValueError(f"cache_tokens({prompt_len}, g) must grow by one token per generated token from "
                          f"cache_tokens({prompt_len}, 0) = {first} until a cap; it is {last} at g = {most}")
+    return first, last
+
+
+def cached_tokens(cache_tokens: Callable[[int, int], int], prompt_len: int, generated: np.ndarray) -> np.ndarray:
+    """``cache_tokens(prompt_len, g)`` for every ``g`` of the increasing array ``generated``, from
+    three calls (:func:`cache_bounds`)."""
+    first, last = cache_bounds(cache_tokens, prompt_len, int(generated[-1]))
     return np.minimum(first + generated, last)
 
 
 class StepwiseBook:
     """The reference book: one step per event, every sequence's tokens and KV recomputed each step."""
 
-    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+    def __init__(self, index: int, setup: ServingSetup) -> None:
         self.index, self.setup = index, setup
         self.active: list[RequestLog] = []
         self._draws: dict[int, np.random.Generator] = {}
@@ -133,7 +102,7 @@ class StepwiseBook:
         """``logs`` take part in the steps from the next one on."""
         self.active.extend(logs)
 
-    def steps_to_run(self, env: simpy.Environment) -> int:
+    def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in the next event: always one."""
         return 1
 
@@ -174,12 +143,17 @@ class _Growable:
     def __init__(self) -> None:
         self.values = np.zeros(256, dtype=np.int64)
 
-    def add(self, at: int, values: np.ndarray) -> None:
-        end = at + len(values)
+    def reserve(self, end: int) -> None:
+        """Make steps up to ``end`` (excluded) readable (zero where nothing was added)."""
         if end > len(self.values):
             grown = np.zeros(max(end, 2 * len(self.values)), dtype=np.int64)
             grown[:len(self.values)] = self.values
             self.values = grown
+
+    def add(self, at: int, values: np.ndarray) -> None:
+        """Add ``values`` to the steps from ``at`` on."""
+        end = at + len(values)
+        self.reserve(end)
         self.values[at:end] += values
 
 
@@ -187,16 +161,26 @@ class RunBook:
     """The book by requests: each sequence's tokens and cached tokens per step added once, when it
     joins, to the node's arrays of steps to come; runs of steps in one event."""
 
-    def __init__(self, index: int, setup: ServingSetup, env: simpy.Environment) -> None:
+    def __init__(self, index: int, setup: ServingSetup, drafted: dict[int, tuple[int, np.ndarray]] | None = None) -> None:
         self.index, self.setup = index, setup
-        # a pure function of (prompt length, generated), asked four times per request: requests
-        # of a trace share a few prompt lengths
+        self._step_cycles, self._kv_bytes_per_token = setup.decode_step_cycles, setup.kv_bytes_per_token
+        self._drafts = setup.speculation.drafts
+        #: what :func:`~sn40l_sim.serving.drafts.drafted_tokens` drew for the requests: id ->
+        #: (tokens needed, tokens per step); taken as each joins, drawn then if missing or for
+        #: another length
+        self._drafted = drafted if drafted is not None else {}
+        # pure functions of a prompt length and the tokens a sequence still needs: requests of a
+        # trace share a few of both
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
+        self._bounds = functools.lru_cache(maxsize=4096)(functools.partial(cache_bounds, self._cache_tokens))
+        self._count = np.zeros(0, dtype=np.int64)   # 1, 2, 3, ... (see _counting)
         #: end cycle of every step the node took
         self.ends: list[int] = []
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
-        self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end
-        self._finishing: dict[int, list[RequestLog]] = {}
+        self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end,
+        self._constant = 0               # less this, the same at every step while they step
+        #: the sequences finishing at each step, with their constant part of ``_cached``
+        self._finishing: dict[int, list[tuple[RequestLog, int]]] = {}
         self._finish_steps: list[int] = []
         self._held_tokens = 0            # cached tokens of the sequences reserved or arrived, not yet stepping
         self.stepping = 0
@@ -204,6 +188,28 @@ class RunBook:
         self._sharing = caching is not None and caching.share_decode_kv
         #: stepping sequences with a prefix (decode sharing on): request id -> (log, first step, cached tokens)
         self._prefixed: dict[int, tuple[RequestLog, int, np.ndarray]] = {}
+
+    def _counting(self, remaining: int) -> np.ndarray:
+        """``1 .. remaining``: a sequence's generated tokens after each step, one per step (a
+        read-only view of one array the book keeps)."""
+        if remaining > len(self._count):
+            self._count = np.arange(1, max(remaining, 2 * len(self._count)) + 1, dtype=np.int64)
+            self._count.flags.writeable = False
+        return self._count[:remaining]
+
+    def _cached_parts(self, prompt_len: int, remaining: int, per_step: np.ndarray | None) -> tuple[int, np.ndarray | None]:
+        """A joining sequence's cached tokens after each of its steps (``per_step`` tokens each,
+        None: one), as a constant and an array (None: nothing that varies),
+        ``min(first + generated, last)``, from its bounds: the cap reached from its first step on
+        (every policy that keeps a fixed budget) is a constant, the cap never reached is ``first``
+        plus ``generated``; only a cap reached on the way needs an array of its own."""
+        first, last = self._bounds(prompt_len, remaining)
+        if last - first <= 1:        # every step generates at least one token
+            return last, None
+        generated = self._counting(remaining) if per_step is None else per_step.cumsum()
+        if last - first == remaining:
+            return first, generated
+        return 0, np.minimum(first + generated, last)
 
     def _first_tokens(self, log: RequestLog) -> int:
         return self._cache_tokens(log.request.prompt_len, 0)
@@ -220,33 +226,40 @@ class RunBook:
         """``logs`` take part in the steps from the next one on: their tokens and cached tokens per
         step go into the node's arrays, and each is due to finish at its last step."""
         at = len(self.ends)
+        spec = self.setup.speculation
         for log in logs:
-            self._held_tokens -= self._first_tokens(log)
             req = log.request
+            self._held_tokens -= self._cache_tokens(req.prompt_len, 0)
             remaining = req.output_len - log.generated
-            spec = self.setup.speculation
+            per_step = None     # one token per step: a step gives as many as it steps sequences
             if spec.drafts:
-                per_step, generated = tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)
+                drafted = self._drafted.pop(req.id, None)
+                per_step = drafted[1] if drafted is not None and drafted[0] == remaining else \
+                    tokens_per_step(spec, request_draws(self.setup.seed, req.id), remaining)[0]
                 self._tokens.add(at, per_step)
-            else:  # one token per step: a step gives as many as it steps sequences
-                per_step, generated = None, np.arange(1, remaining + 1, dtype=np.int64)
-            steps = len(generated)
-            cached = cached_tokens(self._cache_tokens, req.prompt_len, generated)
-            self._cached.add(at, cached)
+            steps = remaining if per_step is None else len(per_step)
+            constant, varying = self._cached_parts(req.prompt_len, remaining, per_step)
+            self._constant += constant
+            if varying is not None:
+                self._cached.add(at, varying)
             if self._sharing and has_prefix(req):
+                cached = np.full(steps, constant, dtype=np.int64) if varying is None else constant + varying
                 self._prefixed[req.id] = (log, at, cached)
             log.set_decode(DecodeTokens(self.ends, at, steps, per_step))
-            last = at + steps - 1
-            if last not in self._finishing:
-                self._finishing[last] = []
-                heapq.heappush(self._finish_steps, last)
-            self._finishing[last].append(log)
+            last_step = at + steps - 1
+            if last_step in self._finishing:
+                self._finishing[last_step].append((log, constant))
+            else:
+                self._finishing[last_step] = [(log, constant)]
+                heapq.heappush(self._finish_steps, last_step)
         self.stepping += len(logs)
 
-    def steps_to_run(self, env: simpy.Environment) -> int:
+    def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
         steps that end before anything else is due (the next event of the simulation)."""
         own = self._finish_steps[0] - len(self.ends) + 1
+        if own == 1:   # a sequence finishes at the next step (most events of a full node)
+            return 1
         if self._prefixed and not self._prefix_saving_fixed():
             return 1
         due = env.peek()
@@ -271,33 +284,44 @@ class RunBook:
 
     def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
-        cycles, bpt, held = self.setup.decode_step_cycles, self.setup.kv_bytes_per_token, self._held_tokens
+        cycles, bpt = self._step_cycles, self._kv_bytes_per_token
+        held = self._held_tokens + self._constant
         # the same for every step of the run (steps_to_run runs one step while it would change)
         saved = self._saved_tokens(node) if self._sharing else 0
         held -= saved
         first = len(self.ends)
         last = first + count - 1
         index, stepping, in_use = self.index, self.stepping, node.table.in_use
-        drafts = self.setup.speculation.drafts
+        if last >= len(self._cached.values):   # (sequences whose cached tokens are constant add nothing)
+            self._cached.reserve(last + 1)
         if count == 1:   # most events of a busy serve: skip the slicing and the list building
             end = start + cycles
             self.ends.append(end)
-            steps.append(StepLog(index, start, end, stepping, in_use, (int(self._cached.values[first]) + held) * bpt,
-                                 int(self._tokens.values[first]) if drafts else stepping, saved * bpt))
+            tokens = self._tokens.values.item(first) if self._drafts else stepping
+            steps.append(_step_log((index, start, end, stepping, in_use, (self._cached.values.item(first) + held) * bpt,
+                                    tokens, saved * bpt)))
         else:
             cached = self._cached.values[first:last + 1].tolist()
-            tokens = self._tokens.values[first:last + 1].tolist() if drafts else [stepping] * count
+            tokens = self._tokens.values[first:last + 1].tolist() if self._drafts else [stepping] * count
             ends = range(start + cycles, start + (count + 1) * cycles, cycles)
             self.ends.extend(ends)
             steps.extend([StepLog(index, end - cycles, end, stepping, in_use, (kv + held) * bpt, n, saved * bpt)
                           for end, kv, n in zip(ends, cached, tokens, strict=True)])
-        finished = self._finishing.pop(last, [])
-        for log in finished:
-            self._prefixed.pop(log.request.id, None)
-        if finished:
-            heapq.heappop(self._finish_steps)
-        self.stepping -= len(finished)
-        return finished
+        finishing = self._finishing.pop(last, None)
+        if finishing is None:
+            return []
+        heapq.heappop(self._finish_steps)
+        for log, constant in finishing:
+            self._constant -= constant
+            if self._prefixed:
+                self._prefixed.pop(log.request.id, None)
+        self.stepping -= len(finishing)
+        return [log for log, _ in finishing]
+
+
+#: a :class:`StepLog` from the tuple of its fields (the named tuple's own constructor is a Python
+#: function: a serve logs one per node and step)
+_step_log = functools.partial(tuple.__new__, StepLog)
 
 
 class _NodeView(Protocol):
@@ -307,6 +331,3 @@ class _NodeView(Protocol):
     arrived: list[RequestLog]
     incoming: list[RequestLog]
 
-
-#: the book a decode node keeps, by the loop's ``stepwise`` option
-BOOKS = {True: StepwiseBook, False: RunBook}

@@ -1,6 +1,7 @@
-"""The serving model: requests, prefill, KV transfer and static-graph continuous batching in SimPy.
+"""The serving model: requests, prefill, KV transfer and static-graph continuous batching.
 
-Time is integer RDU cycles. Step costs come in as numbers (from
+Time is integer RDU cycles; events are processed in SimPy's order by the loop's own scheduler
+(:mod:`sn40l_sim.serving.scheduler`). Step costs come in as numbers (from
 :class:`sn40l_sim.serving.step_costs.StepTimer` in the simulator, from a fake in tests), so this module
 knows nothing of kernels:
 
@@ -50,12 +51,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-import simpy
+import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
-from sn40l_sim.serving.decode_books import BOOKS, RunBook, StepwiseBook
+from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
+from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker
+from sn40l_sim.serving.scheduler import Link, Scheduler, Signal
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
@@ -120,27 +123,11 @@ class ServingSetup:
         return self.slots * self.slot_cache_tokens * self.kv_bytes_per_token
 
 
-class _Signal:
-    """A re-armable SimPy event: processes ``wait()``; ``fire()`` wakes them all."""
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self.event = env.event()
-
-    def wait(self) -> simpy.Event:
-        return self.event
-
-    def fire(self) -> None:
-        if not self.event.triggered:
-            self.event.succeed()
-        self.event = self.env.event()
-
-
 @dataclass
 class _DecodeNode:
     index: int
     table: SlotTable
-    wake: _Signal
+    wake: Signal
     #: the node's sequences that are stepping, and what their steps give (:mod:`decode_books`)
     book: StepwiseBook | RunBook
     #: sequences whose cache has arrived and that join at the next step
@@ -155,41 +142,62 @@ class _DecodeNode:
 
 
 class _Serving:
-    def __init__(self, env: simpy.Environment, requests: list[Request], setup: ServingSetup, stepwise: bool) -> None:
+    def __init__(self, env: Scheduler, requests: list[Request], setup: ServingSetup, stepwise: bool) -> None:
         self.env, self.setup = env, setup
         self.logs = [RequestLog(r) for r in sorted(requests, key=lambda r: (r.arrival_cycle, r.id))]
         self.waiting: deque[RequestLog] = deque()
         self.ready: deque[RequestLog] = deque()
-        self.arrival = _Signal(env)
-        self.done = env.event()
+        self.arrival = Signal(env)
         self.finished = 0
         self.steps: list[StepLog] = []
+        self._drafted: dict[int, tuple[int, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
-        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), _Signal(env), BOOKS[stepwise](i, setup, env))
+        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
-        self.links = [simpy.Resource(env, capacity=1) for _ in range(n_prefill)]
+        self.links = [Link(env) for _ in range(n_prefill)]
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
-        env.process(self._arrivals())
+        # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
+        # all start as SimPy processes would, in this order (:mod:`scheduler`)
+        env.soon(lambda: self._arrive(0))
         for i in range(n_prefill):
-            env.process(self._prefill_node(i))
+            env.soon(lambda i=i: self._prefill_next(i))
         for node in self.nodes:
             if colocated and setup.prefill_chunk is not None:
                 env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
+            elif colocated:
+                env.process(self._colocated_node(node))
             else:
-                env.process(self._colocated_node(node) if colocated else self._decode_node(node))
+                env.soon(lambda node=node: self._decode_next(node))
+
+    def _book(self, index: int, stepwise: bool) -> StepwiseBook | RunBook:
+        """A decode node's book; by requests, every request's drafts are drawn up front, in bulk
+        (:mod:`sn40l_sim.serving.drafts`; each takes its own as it joins)."""
+        if stepwise:
+            return StepwiseBook(index, self.setup)
+        if self._drafted is None:
+            spec, needed = self.setup.speculation, {log.request.id: log.request.output_len - 1 for log in self.logs}
+            needed = {i: n for i, n in needed.items() if n > 0}
+            drawn = drafted_tokens(spec, self.setup.seed, needed) if spec.drafts else {}
+            self._drafted = {i: (needed[i], per_step) for i, per_step in drawn.items()}
+        return RunBook(index, self.setup, self._drafted)
 
     # -- shared pieces ---------------------------------------------------------------------
-    def _arrivals(self):
-        for log in self.logs:
-            if log.request.arrival_cycle > self.env.now:
-                yield self.env.timeout(log.request.arrival_cycle - self.env.now)
+    def _arrive(self, i: int) -> None:
+        """Requests from the ``i``-th on join the queue as their arrival cycle comes."""
+        logs, env = self.logs, self.env
+        while i < len(logs):
+            log = logs[i]
+            if log.request.arrival_cycle > env.now:
+                env.at(log.request.arrival_cycle - env.now, lambda i=i: self._arrive(i))
+                return
             self.waiting.append(log)
             self.arrival.fire()
+            i += 1
 
     def _finish(self, log: RequestLog) -> None:
         log.finish = self.env.now
@@ -197,30 +205,44 @@ class _Serving:
         if self.prefixes is not None:
             self.prefixes.release(log.request)
         if self.finished == len(self.logs):
-            self.done.succeed()
+            self.env.stop()
 
-    def _prefill(self, log: RequestLog, node: int, busy: list[int]):
+    def _start_prefill(self, log: RequestLog, node: int) -> int:
+        """``log``'s prefill starts on ``node``: its cycles."""
         log.prefill_node, log.prefill_start = node, self.env.now
-        cycles = self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
+        return self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
             self.prefixes.prefill_cycles(log.request, node)   # a held prefix is not prefilled again
-        yield self.env.timeout(cycles)
+
+    def _end_prefill(self, log: RequestLog, node: int, busy: list[int], cycles: int) -> None:
         busy[node] += cycles
         log.first_token = self.env.now
         log.add_token(self.env.now)
 
-    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
-        """One event of decode steps: as many as the node's book says nothing else can happen in
-        (at most ``most``: chunked prefill has a chunk to run after the next step)."""
+    def _prefill(self, log: RequestLog, node: int, busy: list[int]):
+        cycles = self._start_prefill(log, node)
+        yield cycles
+        self._end_prefill(log, node, busy, cycles)
+
+    def _start_steps(self, node: _DecodeNode, most: int | None = None) -> tuple[int, int, int]:
+        """One event of decode steps starts: as many as the node's book says nothing else can
+        happen in (at most ``most``: chunked prefill has a chunk to run after the next step).
+        Returns the start cycle, the steps and their cycles."""
         count = node.book.steps_to_run(self.env)
         if most is not None:
             count = min(count, most)
-        start = self.env.now
-        cycles = count * self.setup.decode_step_cycles
-        yield self.env.timeout(cycles)
+        return self.env.now, count, count * self.setup.decode_step_cycles
+
+    def _end_steps(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+        """The steps are done: log them; the sequences that finished leave their slots."""
         self.busy["decode"][node.index] += cycles
         for log in node.book.record(start, count, node, self.steps):
             node.table.release(log.slot, log.request.id)
             self._finish(log)
+
+    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
+        start, count, cycles = self._start_steps(node, most)
+        yield cycles
+        self._end_steps(node, start, count, cycles)
 
     def _join(self, node: _DecodeNode) -> None:
         if not node.arrived:
@@ -231,49 +253,74 @@ class _Serving:
         node.arrived = []
 
     # -- disaggregated ---------------------------------------------------------------------
-    def _prefill_node(self, index: int):
-        while True:
-            while not self.waiting:
-                yield self.arrival.wait()
-            log = self.waiting.popleft()
-            yield from self._prefill(log, index, self.busy["prefill"])
-            if log.request.output_len == 1:
-                self._finish(log)
-            else:
-                self.ready.append(log)
-                self._dispatch()
+    def _prefill_next(self, index: int) -> None:
+        """Prefill node ``index`` is free: it prefills the next waiting request, or waits for one."""
+        if not self.waiting:
+            self.arrival.wait(lambda: self._prefill_next(index))
+            return
+        log = self.waiting.popleft()
+        cycles = self._start_prefill(log, index)
+        self.env.at(cycles, lambda: self._prefilled(index, log, cycles))
+
+    def _prefilled(self, index: int, log: RequestLog, cycles: int) -> None:
+        self._end_prefill(log, index, self.busy["prefill"], cycles)
+        if log.request.output_len == 1:
+            self._finish(log)
+        else:
+            self.ready.append(log)
+            self._dispatch()
+        self._prefill_next(index)
 
     def _dispatch(self) -> None:
         while self.ready:
-            node = max(self.nodes, key=lambda n: (n.table.free, -n.index))
-            if node.table.free == 0:
+            node, most = None, 0    # the node with most free slots, the first of them on ties
+            for other in self.nodes:
+                free = other.table.free
+                if free > most:
+                    node, most = other, free
+            if node is None:
                 return
             log = self.ready.popleft()
             log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
             node.hold(log)
-            self.env.process(self._transfer(log, node))
+            self._transfer(log, node)
 
-    def _transfer(self, log: RequestLog, node: _DecodeNode):
-        link = self.links[log.prefill_node]
-        with link.request() as slot_on_link:
-            yield slot_on_link
-            log.transfer_start = self.env.now
+    def _transfer(self, log: RequestLog, node: _DecodeNode) -> None:
+        """``log``'s cache crosses its prefill node's link when the link is free, then waits to
+        join ``node``'s next step (the events a SimPy process holding the link would take)."""
+        link, env = self.links[log.prefill_node], self.env
+
+        def start() -> None:
+            log.transfer_start = env.now
             cycles = self.setup.transfer_cycles(log.request.prompt_len)
-            yield self.env.timeout(cycles)
-            self.busy["link"][log.prefill_node] += cycles
-            log.transfer_end = self.env.now
-        node.incoming.remove(log)
-        node.arrived.append(log)
-        node.wake.fire()
+            env.at(cycles, lambda: end(cycles))
 
-    def _decode_node(self, node: _DecodeNode):
-        while True:
+        def end(cycles: int) -> None:
+            self.busy["link"][log.prefill_node] += cycles
+            log.transfer_end = env.now
+            link.release()
+            node.incoming.remove(log)
+            node.arrived.append(log)
+            node.wake.fire()
+
+        env.soon(lambda: link.request(start))
+
+    def _decode_next(self, node: _DecodeNode) -> None:
+        """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,
+        then the next steps run, or the node waits for a sequence."""
+        if node.arrived:
             self._join(node)
-            if not node.book.stepping:
-                yield node.wake.wait()
-                continue
-            yield from self._decode_steps(node)
+        if not node.book.stepping:
+            node.wake.wait(lambda: self._decode_next(node))
+            return
+        start, count, cycles = self._start_steps(node)
+        self.env.at(cycles, lambda: self._decoded(node, start, count, cycles))
+
+    def _decoded(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+        self._end_steps(node, start, count, cycles)
+        if self.ready:
             self._dispatch()
+        self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
     def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
@@ -300,7 +347,7 @@ class _Serving:
             if node.book.stepping:
                 yield from self._decode_steps(node)
             else:
-                yield self.arrival.wait()
+                yield self.arrival
 
 
 def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = False) -> ServingLog:
@@ -321,8 +368,8 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
         raise ValueError("no requests to serve")
     if any(r.output_len < 1 for r in requests):
         raise ValueError("every request generates at least one token")
-    env = simpy.Environment()
+    env = Scheduler()
     serving = _Serving(env, requests, setup, stepwise)
-    env.run(until=serving.done)
+    env.run()
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
                       int(env.now), serving.busy, serving.prefixes)

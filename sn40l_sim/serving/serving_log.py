@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from sn40l_sim.serving.prefix_cache import PrefixTracker
 
 
-@dataclass(frozen=True)
-class DecodeTokens:
-    """The tokens a sequence got from a run of its node's decode steps.
+class DecodeTokens(NamedTuple):
+    """The tokens a sequence got from a run of its node's decode steps (a named tuple: one per
+    request, made as it joins).
 
     Attributes
     ----------
@@ -82,7 +82,10 @@ class RequestLog:
 
     def add_token(self, cycle: int, count: int = 1) -> None:
         """``count`` tokens came out at ``cycle``."""
-        self.single_tokens.extend([cycle] * count)
+        if count == 1:
+            self.single_tokens.append(cycle)
+        else:
+            self.single_tokens.extend([cycle] * count)
 
     def set_decode(self, tokens: DecodeTokens) -> None:
         """The tokens the sequence's decode steps give (after the single ones)."""

@@ -15,7 +15,8 @@ import pytest
 from sn40l_sim.kvcache import POLICIES, make_policy
 from sn40l_sim.report.metrics import kv_occupancy, latencies, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
-from sn40l_sim.serving.decode_books import RunBook, cached_tokens, tokens_per_step
+from sn40l_sim.serving.decode_books import RunBook, cached_tokens
+from sn40l_sim.serving.drafts import tokens_per_step
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
 from sn40l_sim.serving.speculation import Speculation
