@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import sn40l_sim.serving.drafts as drafts
 from sn40l_sim.serving.drafts import drafted_tokens, pcg64_state, request_draws, seed_words, tokens_per_step
 from sn40l_sim.serving.speculation import Speculation
 
@@ -52,3 +53,12 @@ def test_the_draws_step_by_step_are_the_same_stream():
         by_step.append(min(1 + spec.accepted(rng), need))
         need -= by_step[-1]
     assert bulk.tolist() == by_step
+
+
+def test_a_numpy_that_seeds_otherwise_costs_speed_not_numbers(monkeypatch):
+    spec, remaining = Speculation(2, 0.8), {3: 40, 9: 17, 70: 5}
+    expected = {i: tokens_per_step(spec, request_draws(5, i), n)[0].tolist() for i, n in remaining.items()}
+    # the reproduced seeding made wrong: the check against numpy's own generator must refuse it
+    monkeypatch.setattr(drafts, "pcg64_state", lambda words: (1, 3))
+    got = {i: a.tolist() for i, a in drafted_tokens(spec, 5, remaining).items()}
+    assert got == expected
