@@ -276,7 +276,33 @@ def ideal_cycles(work: StageModel, pieces: float) -> float:
     return pieces * whole.items * whole.item_cycles / work.efficiency
 
 
+@lru_cache(maxsize=65536)
+def least_work(work: StageModel, pieces: float, most_pcus: int) -> tuple[float, int]:
+    """``(PCU-cycles, latency)`` under every division of one data tile's work (``pieces``
+    pieces) among the splits tried on ``most_pcus`` PCUs: on ``p`` PCUs its cycles are at least
+    the first over ``p`` (the busiest PCU runs at least its share of the sub-items, each taking
+    its compute and partial-sum adds, or its stream), and its fill and drain at least the second.
+
+    A K split can take fewer PCU-cycles than the whole items (a K block after the first waits
+    on the partial sum, the first does not), so this is the least over the splits, not
+    :func:`ideal_cycles`.
+    """
+    if isinstance(work, PmuWork):
+        return 0.0, work.latency
+    if isinstance(work, SimdWork):
+        return pieces * work.items * sum(work.pass_cycles), work.latency
+    efficiency = work.efficiency
+    least, latency = math.inf, None
+    for split in work.candidates(pieces, most_pcus):
+        per_item = max(split.item_cycles / efficiency + split.reduce_cycles, split.stream_cycles)
+        least = min(least, pieces * split.items * per_item)
+        fill = max(0, split.latency + math.floor(split.offset / efficiency))
+        latency = fill if latency is None else min(latency, fill)
+    return least, latency or 0
+
+
 def clear_caches() -> None:
     """Forget the memoised divisions (a cold mapping, for tests that compare it with a warm one)."""
     stage_division.cache_clear()
     fewest_pcus.cache_clear()
+    least_work.cache_clear()

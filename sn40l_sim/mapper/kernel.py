@@ -62,8 +62,9 @@ from sn40l_sim.mapper.layout import (
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.plans import KernelPlan, SectionPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import TierSplit, clear_tiling_memo, section_stages
+from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages
 from sn40l_sim.mapper.tiling import max_pieces
+from sn40l_sim.mapper.tiling_floor import tiling_floor
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -79,6 +80,8 @@ UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
 #: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget); cleared when full
 _SECTION_MEMO_SIZE = 50_000
 _section_memo: dict[tuple, SectionPlan | None] = {}
+#: sections' stages and streams under the same keys: a tiling's floor and its plan both need them
+_stages_memo: dict[tuple, tuple[list[StageWork], list[Stream]]] = {}
 
 
 def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
@@ -91,6 +94,7 @@ def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRA
 def clear_section_memo() -> None:
     """Forget every memoised section plan and operator tiling."""
     _section_memo.clear()
+    _stages_memo.clear()
     clear_tiling_memo()
 
 
@@ -109,11 +113,26 @@ def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_
     return _section_memo[key]
 
 
+def _section_work(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,
+                  spill_out: int, budget: UnitBudget, planned: str = "") -> tuple[list[StageWork], list[Stream]]:
+    """A section's stages and streams, decode attention spread over the tiles merging its partial
+    results (split-KV); memoised like the section plans when ``planned`` is given."""
+    if not planned:
+        ops = with_combines(socket, ops, chip_tiles)
+        return section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    got = _stages_memo.get(key)
+    if got is None:
+        if len(_stages_memo) >= _SECTION_MEMO_SIZE:
+            _stages_memo.clear()
+        got = _stages_memo[key] = section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers,
+                                                 chip_tiles, spill_in, spill_out, budget, planned)
+    return got
+
+
 def _plan_section_cold(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
                        spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
-    # decode attention spread over the tiles merges its partial results (split-KV)
-    ops = with_combines(socket, ops, chip_tiles)
-    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
+    stages, streams = _section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
     alloc = allocate(socket, stages, chip_tiles, budget)
     if alloc is None:
         return None
@@ -222,26 +241,54 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     return best
 
 
+def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                  n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                  planned: str) -> float:
+    """:func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` of one tiling of ``kernel``."""
+    sections = []
+    for i, (start, stop) in enumerate(ranges):
+        spill_in = spills[i - 1] if i > 0 else 0
+        spill_out = spills[i] if i < len(spills) else 0
+        sections.append(_section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in,
+                                      spill_out, budget, planned))
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
+                        loop.gate_cycles)
+
+
+#: when False, every tiling is planned whatever its floor (tests compare the two searches)
+PRUNE_TILINGS = True
+
+
 def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
                  planned: str) -> KernelPlan | None:
     """The best tiling on ``chip_tiles`` tiles, then with every GEMM in one dataflow; None if none fits.
 
-    Every candidate tiling is tried: cycles against ``n_tiles`` need not have one minimum. Finer
+    Every candidate tiling counts: cycles against ``n_tiles`` need not have one minimum. Finer
     data tiles need smaller buffers, hence fewer PMUs and PCUs and less configuration to load, so
     a kernel whose configuration costs as much as its stream can get faster again after a run of
     slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
     65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
-    kernels faster."""
+    kernels faster. So the tilings are planned in the order of their floors
+    (:mod:`.tiling_floor`), and those whose floor exceeds the best plan so far are not planned:
+    they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
+    tiling was planned in order."""
     local: KernelPlan | None = None
+    local_rank = (0.0, 0)
     tried: dict[int, KernelPlan] = {}
-    for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
+    candidates = (budget.n_tiles,) if budget.n_tiles else tuple(_candidate_tiles(socket, kernel))
+    floors = [_tiling_floor(socket, kernel, ranges, spills, n, tiers, chip_tiles, budget, loop, planned)
+              if PRUNE_TILINGS and len(candidates) > 1 else 0.0 for n in candidates]
+    for index in sorted(range(len(candidates)), key=lambda i: (floors[i], i)):
+        if local is not None and floors[index] > local.objective[0]:
+            break
+        n_tiles = candidates[index]
         plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:
             continue
         tried[n_tiles] = plan
-        if local is None or plan.objective < local.objective:
-            local = plan
+        if local is None or (plan.objective, index) < local_rank:
+            local, local_rank = plan, (plan.objective, index)
     if local is not None:
         local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
                                    tried)
@@ -258,7 +305,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
 
     ``tried`` holds plans of ``budget`` by tiling, no better than ``plan``: where one already has
     every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
-    one it chose from both), so it cannot beat ``plan`` and is not built."""
+    one it chose from both), so it cannot beat ``plan`` and is not built; nor is one whose floor
+    (:mod:`.tiling_floor`) exceeds the best plan so far."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -267,6 +315,9 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         only = replace(budget, dataflows=(dataflow,))
         for n_tiles in tilings:
             if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
+                continue
+            if PRUNE_TILINGS and _tiling_floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
+                                               planned) > plan.objective[0]:
                 continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:

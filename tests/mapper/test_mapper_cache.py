@@ -124,15 +124,16 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     # only the tilings the new prices lead the search to are planned anew, each once
     assert len(planned) == len(set(planned))
     assert set(planned) == cold_plans - own_plans
-    assert len(cold_plans & own_plans) > len(cold_plans) / 2
+    # (the tilings' floors price configuration too, so the two rates plan different tilings)
+    assert len(cold_plans & own_plans) > len(cold_plans) / 4
     assert repriced.kernels == cold.kernels
     assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
 
 
 def _exhaustive_best_plan(socket, kernel, tiers, loop):
-    """best_plan as it was before tile choices were pruned by their floors and dataflow retries by
-    the plans they repeat: every choice searched, in the budget's order, the first of equal
-    objectives kept, every uniform-dataflow plan built."""
+    """best_plan as it was before tile choices and tilings were pruned by their floors and dataflow
+    retries by the plans they repeat: every choice and tiling searched, in the budget's order, the
+    first of equal objectives kept, every uniform-dataflow plan built."""
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.hardware import figures
     from sn40l_sim.mapper.budget import NO_LIMITS
@@ -146,6 +147,7 @@ def _exhaustive_best_plan(socket, kernel, tiers, loop):
     for chip_tiles in choices:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(kernel_mod, "_all_in", lambda plan, dataflow: False)
+            patch.setattr(kernel_mod, "PRUNE_TILINGS", False)
             local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
         if local is not None and (best is None or local.objective < best.objective):
             best = local
@@ -203,6 +205,7 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
     import sn40l_sim.mapper.kernel as kernel_mod
 
     monkeypatch.setattr(kernel_mod, "allocate", spy)
+    monkeypatch.setattr(kernel_mod, "PRUNE_TILINGS", False)      # every tiling allocated
     with disk_cache.cache_in(None):
         clear_memo()
         for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),

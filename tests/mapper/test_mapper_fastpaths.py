@@ -66,6 +66,7 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
     calls = []
     real = allocate.allocate
     monkeypatch.setattr(kernel_mod, "allocate", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(kernel_mod, "PRUNE_TILINGS", False)      # every tiling allocated
     with disk_cache.cache_in(None):
         clear_memo()
         for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),
