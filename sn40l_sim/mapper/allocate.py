@@ -120,13 +120,12 @@ def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: U
     not grow with their number nor shrink with a split's partial sums. So the stage takes at least
     the cycles of the best division on its most PCUs and of its own PMU traffic on its most PMUs,
     and on fewer PCUs at least :func:`~sn40l_sim.mapper.division.least_work` over them."""
-    rates = pmu_rates(socket)
     most = _max_pcus(socket, stage, chip_tiles, budget)
-    cycles = _compute_cycles(stage, most, chip_tiles) if most else 0
-    sram = sram_cycles(rates, stage, budget.pmus_for(stage.name, socket.tile.pmus), chip_tiles)
+    sram = sram_cycles(pmu_rates(socket), stage, budget.pmus_for(stage.name, socket.tile.pmus), chip_tiles)
     assert stage.model is not None
-    work, latency = least_work(stage.model, stage.pieces, max(1, most) * chip_tiles)
-    return StageFloor(max(cycles, sram), work, latency, 1 if most else 0, most, _min_pmus(socket, stage, chip_tiles))
+    work = least_work(stage.model, stage.pieces, max(1, most) * chip_tiles)
+    return StageFloor(max(work.cycles, sram), work.work, work.latency, 1 if most else 0, most,
+                      _min_pmus(socket, stage, chip_tiles))
 
 
 @dataclass(frozen=True)

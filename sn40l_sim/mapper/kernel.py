@@ -47,24 +47,16 @@ from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.ir import FusedKernel
-from sn40l_sim.mapper.allocate import allocate
-from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.layout import (
-    RoutedStream,
-    mesh_cycles_per_tile,
-    place_stages,
-    route_streams,
-)
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.plans import KernelPlan, SectionPlan, placed_kernel
+from sn40l_sim.mapper.planning import plan_section, section_allocation, section_floors
+from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages
+from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.mapper.tiling import max_pieces
-from sn40l_sim.mapper.tiling_floor import tiling_floor
+from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -77,90 +69,11 @@ UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
 #: plans against each other (:func:`_plan_kernel`), so a calibration pass that moves it re-prices
 #: the memoised section plans instead of planning them again
 UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
-#: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget); cleared when full
-_SECTION_MEMO_SIZE = 50_000
-_section_memo: dict[tuple, SectionPlan | None] = {}
-#: sections' stages and streams under the same keys: a tiling's floor and its plan both need them
-_stages_memo: dict[tuple, tuple[list[StageWork], list[Stream]]] = {}
-
-
 def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
     """The socket's JSON with the calibrated values ``leave_out`` names set to 0 (values a
     computation does not read, so that sockets differing only in them share its results)."""
     unread = dict.fromkeys(leave_out, 0.0)
     return socket.model_copy(update={"calibrated": socket.calibrated.model_copy(update=unread)}).model_dump_json()
-
-
-def clear_section_memo() -> None:
-    """Forget every memoised section plan and operator tiling."""
-    _section_memo.clear()
-    _stages_memo.clear()
-    clear_tiling_memo()
-
-
-def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
-    """:func:`_plan_section_cold` through the memo, when ``planned`` (the socket's
-    :func:`socket_key` less :data:`UNPLANNED_CALIBRATED`) is given."""
-    if not planned:
-        return _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    if key not in _section_memo:
-        if len(_section_memo) >= _SECTION_MEMO_SIZE:
-            _section_memo.clear()
-        _section_memo[key] = _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                                planned)
-    return _section_memo[key]
-
-
-def _section_work(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,
-                  spill_out: int, budget: UnitBudget, planned: str = "") -> tuple[list[StageWork], list[Stream]]:
-    """A section's stages and streams, decode attention spread over the tiles merging its partial
-    results (split-KV); memoised like the section plans when ``planned`` is given."""
-    if not planned:
-        ops = with_combines(socket, ops, chip_tiles)
-        return section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    got = _stages_memo.get(key)
-    if got is None:
-        if len(_stages_memo) >= _SECTION_MEMO_SIZE:
-            _stages_memo.clear()
-        got = _stages_memo[key] = section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers,
-                                                 chip_tiles, spill_in, spill_out, budget, planned)
-    return got
-
-
-def _plan_section_cold(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                       spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
-    stages, streams = _section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
-    alloc = allocate(socket, stages, chip_tiles, budget)
-    if alloc is None:
-        return None
-    cells = place_stages(socket, stages, alloc)
-    routed = route_streams(socket, stages, cells, streams)
-    # a split K's partial sums cross the mesh to a partner two cells away, at least
-    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
-    slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
-    cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
-    if mesh > cpt:
-        cpt, bound = mesh, "mesh"
-    chain = sum(_handover_cycles(socket, r) for r in routed
-                if not stages[r.src].is_memory and not stages[r.dst].is_memory)
-    memory = max([s.latency_cycles for s in stages if s.is_memory]
-                 + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
-    compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
-    stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
-    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)
-
-
-def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
-    """Cycles a data tile spends between two compute stages beyond their own fill and drain: the
-    data's trip past the neighbouring switch (a stage's latency counts one hop out) and the control
-    token that hands the buffer over."""
-    vector, control = socket.tile.vector_network, socket.tile.control_network
-    return (mesh_latency_cycles(vector, max(0, stream.hops - 1))
-            + mesh_latency_cycles(control, max(1, stream.hops)))
 
 
 @dataclass(frozen=True)
@@ -185,8 +98,8 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
-        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                             budget, planned)
+        plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                            budget, planned)
         if plan is None:
             return None
         plans.append(plan)
@@ -241,18 +154,35 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     return best
 
 
+def _sections(ranges: list[tuple[int, int]], spills: list[int]):
+    """``(start, stop, spill in, spill out)`` of each section."""
+    return [(start, stop, spills[i - 1] if i > 0 else 0, spills[i] if i < len(spills) else 0)
+            for i, (start, stop) in enumerate(ranges)]
+
+
 def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                   n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
                   planned: str) -> float:
     """:func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` of one tiling of ``kernel``."""
-    sections = []
-    for i, (start, stop) in enumerate(ranges):
-        spill_in = spills[i - 1] if i > 0 else 0
-        spill_out = spills[i] if i < len(spills) else 0
-        sections.append(_section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in,
-                                      spill_out, budget, planned))
+    sections = [section_floors(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                               budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
     return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
                         loop.gate_cycles)
+
+
+def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                     n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                     planned: str) -> float:
+    """:func:`~sn40l_sim.mapper.tiling_floor.allocated_floor` of one tiling of ``kernel`` (infinite
+    if a section does not fit)."""
+    sections = []
+    for start, stop, spill_in, spill_out in _sections(ranges, spills):
+        stages, streams, alloc = section_allocation(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles,
+                                                    spill_in, spill_out, budget, planned)
+        if alloc is None:
+            return math.inf
+        sections.append((stages, streams, alloc))
+    return allocated_floor(socket, sections, n_tiles, loop.iterations, loop.pipelined, loop.gate_cycles)
 
 
 #: when False, every tiling is planned whatever its floor (tests compare the two searches)
@@ -283,6 +213,9 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
         if local is not None and floors[index] > local.objective[0]:
             break
         n_tiles = candidates[index]
+        if local is not None and PRUNE_TILINGS and _allocated_floor(
+                socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned) > local.objective[0]:
+            continue
         plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:
             continue
@@ -316,8 +249,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         for n_tiles in tilings:
             if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
                 continue
-            if PRUNE_TILINGS and _tiling_floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
-                                               planned) > plan.objective[0]:
+            if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
+                                           planned) > plan.objective[0] for floor in (_tiling_floor, _allocated_floor)):
                 continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:

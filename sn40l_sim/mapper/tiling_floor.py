@@ -21,6 +21,9 @@ stage's part):
 * its configuration covers the PCUs, at least the PMUs holding its buffers, and every switch of
   the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times.
 
+Once a tiling's sections are allocated, :func:`allocated_floor` knows their stages' cycles and
+units exactly (only the routes are still to come) and can skip the tiling before it is placed.
+
 The stages' PCUs are the unknowns. For any weights ``mu`` (the share of the slowest stage each
 stage stands for) and price ``lam`` of a PCU, the least over each stage's PCUs alone of its
 weighted cycles plus the priced PCUs, less ``lam`` times a tile's PCUs, is below the least over
@@ -34,19 +37,20 @@ Examples
 >>> from sn40l_sim.mapper.stages import TierSplit, section_stages
 >>> socket, kernel, tiers = example_socket(), example_decode_kernel(), TierSplit.all_in("hbm")
 >>> plan = best_plan(socket, kernel, tiers)
->>> sections = [section_stages(socket, kernel.operators, plan.n_tiles, tiers, plan.chip_tiles)]
+>>> stages, streams = section_stages(socket, kernel.operators, plan.n_tiles, tiers, plan.chip_tiles)
+>>> sections = [section_floor(socket, stages, streams, plan.chip_tiles)]
 >>> tiling_floor(socket, sections, plan.n_tiles, plan.chip_tiles) <= plan.objective[0]
 True
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
-from sn40l_sim.mapper.allocate import StageFloor, stage_floor
+from sn40l_sim.mapper.allocate import Allocation, StageFloor, stage_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 
 if TYPE_CHECKING:
@@ -119,40 +123,90 @@ def _chain_floor(floors: Sequence[StageFloor], n_tiles: int, pcus: int, chip_til
     return max(plain, dual)
 
 
-def tiling_floor(socket: SocketSpec, sections: Sequence[tuple[list[StageWork], list[Stream]]], n_tiles: int,
-                 chip_tiles: int, budget: UnitBudget = NO_LIMITS, iterations: int = 1, pipelined: bool = False,
+class SectionFloor(NamedTuple):
+    """What a section's stages alone say of any plan of it (:func:`section_floor`)."""
+
+    #: each compute stage's floor
+    stages: tuple[StageFloor, ...]
+    #: the memory stages' cycles per data tile, together and the slowest
+    memory_cycles: int
+    memory_slowest: int
+    #: the slowest compute stage's floor (its own, or the section's PCU work over every PCU)
+    compute: float
+    #: the fill's fixed part: memory latency, hand-overs, the stages' fills and drains
+    latency: int
+    #: the slowest memory tier's stream over the whole section
+    stream: int
+    #: configuration bytes of its fewest PMUs and of every switch of the tiles in use
+    fixed_config: float
+
+
+def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequence[Stream], chip_tiles: int,
+                  budget: UnitBudget = NO_LIMITS) -> SectionFloor:
+    """The parts of :func:`tiling_floor` that one section's stages and streams give, whatever the
+    kernel's calls."""
+    pcus = budget.tile_pcus(socket.tile.pcus)
+    floors = tuple(stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory)
+    memory = [s for s in stages if s.is_memory]
+    compute = max([fl.cycles for fl in floors] + [sum(fl.work for fl in floors) / (chip_tiles * pcus)] + [0])
+    hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
+    latency = (max([s.latency_cycles for s in memory] + [0])
+               + mesh_latency_cycles(socket.tile.control_network, 1) * hand_overs + sum(fl.latency for fl in floors))
+    c = socket.configuration
+    fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes + figures.switches_per_tile(socket) * c.switch_bytes)
+    return SectionFloor(floors, sum(s.fixed_cycles for s in memory), max([s.fixed_cycles for s in memory] + [0]),
+                        compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
+
+
+def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: int, chip_tiles: int,
+                 budget: UnitBudget = NO_LIMITS, iterations: int = 1, pipelined: bool = False,
                  gate_cycles: int = 0) -> float:
     """A value the objective of the plan of one tiling (``n_tiles`` data tiles on ``chip_tiles``
-    tiles within ``budget``) does not go below, from its sections' stages and streams (see the
+    tiles within ``budget``) does not go below, from its sections' :func:`section_floor` (see the
     module docstring); ``iterations``, ``pipelined`` and ``gate_cycles`` say how the kernel is
     called (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
     pcus = budget.tile_pcus(socket.tile.pcus)
-    hand_over = mesh_latency_cycles(socket.tile.control_network, 1)
-    c = socket.configuration
     # configuration cycles per byte, a single section's shared by consecutive calls
     per_byte = socket.clock_hz / socket.calibrated.config_load_bytes_per_s / (iterations if len(sections) == 1 else 1)
-    pcu_price = chip_tiles * c.pcu_bytes * per_byte
+    pcu_price = chip_tiles * socket.configuration.pcu_bytes * per_byte
     total = 0.0
-    for index, (stages, streams) in enumerate(sections):
-        floors = [stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory]
-        memory = [s for s in stages if s.is_memory]
-        mem_cycles = sum(s.fixed_cycles for s in memory)
-        mem_slowest = max([s.fixed_cycles for s in memory] + [0])
-        compute = max([fl.cycles for fl in floors]
-                      + [sum(fl.work for fl in floors) / (chip_tiles * pcus)] + [0])
-        hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
-        latency = (max([s.latency_cycles for s in memory] + [0]) + hand_over * hand_overs
-                   + sum(fl.latency for fl in floors))
-        fixed = max(0.0, chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes
-                                       + figures.switches_per_tile(socket) * c.switch_bytes) * per_byte - 1)
-        least_config = fixed + pcu_price * sum(fl.fewest_pcus for fl in floors)
+    for index, sec in enumerate(sections):
+        fixed = max(0.0, sec.fixed_config * per_byte - 1)
+        least_config = fixed + pcu_price * sum(fl.fewest_pcus for fl in sec.stages)
         if pipelined:
-            stream = max([s.stream_cycles for s in memory] + [0])
-            chain = _chain_floor(floors, n_tiles, pcus, chip_tiles, compute, pcu_price)
+            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
             gate = gate_cycles if index == 0 else 0
-            total += max(stream + compute + least_config, gate + latency + chain + fixed)
+            total += max(sec.stream + sec.compute + least_config, gate + sec.latency + chain + fixed)
         else:
-            slowest = max(compute, mem_slowest)
-            chain = _chain_floor(floors, n_tiles, pcus, chip_tiles, slowest, pcu_price)
-            total += max(n_tiles * slowest + least_config, mem_cycles + latency + chain + fixed)
+            slowest = max(sec.compute, sec.memory_slowest)
+            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)
+            total += max(n_tiles * slowest + least_config, sec.memory_cycles + sec.latency + chain + fixed)
     return total * (1 - _SLACK) - len(sections)
+
+
+def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageWork], Sequence[Stream], Allocation]],
+                    n_tiles: int, iterations: int = 1, pipelined: bool = False, gate_cycles: int = 0) -> float:
+    """A floor under the objective of one tiling whose sections are allocated but not yet placed
+    and routed (``(stages, streams, allocation)`` each): the stages' cycles and the configuration
+    are known; the mesh can only slow the slowest stage, and a hand-over and a memory stream's
+    head take at least a control hop and the tier's latency."""
+    hand_over = mesh_latency_cycles(socket.tile.control_network, 1)
+    configs = []
+    total = 0.0
+    for index, (stages, streams, alloc) in enumerate(sections):
+        configs.append(figures.config_cycles(socket, figures.config_bytes(socket, sum(alloc.pcus), sum(alloc.pmus),
+                                                                          alloc.chip_tiles)))
+        hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
+        latency = (alloc.latency_cycles + hand_over * hand_overs
+                   + max([s.latency_cycles for s in stages if s.is_memory] + [0]))
+        if pipelined:
+            compute = [c for c, s in zip(alloc.cycles, stages, strict=True) if not s.is_memory]
+            slowest = max(compute + [0])
+            chain = max(n_tiles * slowest, sum(compute) + latency + (n_tiles - 1) * slowest)
+            stream = max([s.stream_cycles for s in stages if s.is_memory] + [0])
+            total += max(stream + slowest, (gate_cycles if index == 0 else 0) + chain)
+        else:
+            slowest = max(alloc.cycles, default=0)
+            total += max(n_tiles * slowest, sum(alloc.cycles) + latency + (n_tiles - 1) * slowest)
+    reload = configs[0] / iterations if len(configs) == 1 else sum(configs)
+    return (total + reload) * (1 - _SLACK) - len(sections)

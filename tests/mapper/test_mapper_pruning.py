@@ -1,8 +1,8 @@
 """The kernel mapper skips the tilings whose floor (:mod:`sn40l_sim.mapper.tiling_floor`) exceeds
 the best plan found so far: on real kernels (DeepSeek-R1 decode MLA and MoE FFN with drafts,
 prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped) the pruned search
-returns exactly the plan of the search that plans every tiling, and every tiling's floor is below
-its plan's objective."""
+returns exactly the plan of the search that plans every tiling, and every tiling's floors (before
+and after its allocation) are below its plan's objective."""
 from __future__ import annotations
 
 from functools import cache
@@ -14,7 +14,8 @@ import sn40l_sim.mapper.kernel as kernel_mod
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.mapper import division
-from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan, clear_section_memo
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan
+from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -90,4 +91,6 @@ def test_the_pruned_tiling_search_returns_the_plan_of_the_exhaustive_one(case, m
     assert len(pruned_planned) < len(every)
     for args, plan in every:
         if plan is not None:
+            # before allocating, and allocated before placing
             assert kernel_mod._tiling_floor(*args) <= plan.objective[0], (args[4], args[6], args[7])
+            assert kernel_mod._allocated_floor(*args) <= plan.objective[0], (args[4], args[6], args[7])
