@@ -51,7 +51,7 @@ from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.planning import plan_section, section_allocation, section_floors
+from sn40l_sim.mapper.planning import plan_section, section_allocation, section_floors, section_work
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import TierSplit
@@ -224,22 +224,25 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
             local, local_rank = plan, (plan.objective, index)
     if local is not None:
         local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
-                                   tried)
+                                   tried, frozenset(candidates) if PRUNE_TILINGS else frozenset())
     return local
 
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
                        loop: LoopContext = LONE_CALL, planned: str = "",
-                       tried: dict[int, KernelPlan] | None = None) -> KernelPlan:
+                       tried: dict[int, KernelPlan] | None = None, searched: frozenset[int] = frozenset()
+                       ) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives.
 
     ``tried`` holds plans of ``budget`` by tiling, no better than ``plan``: where one already has
     every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
-    one it chose from both), so it cannot beat ``plan`` and is not built; nor is one whose floor
-    (:mod:`.tiling_floor`) exceeds the best plan so far."""
+    one it chose from both), so it cannot beat ``plan`` and is not built. Nor is one whose stages
+    are those of ``budget`` at a tiling of ``searched`` (searched for ``plan``, so its plan was
+    built, or did not fit, or could not win), nor one whose floor (:mod:`.tiling_floor`) exceeds
+    the best plan so far."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -249,6 +252,9 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         for n_tiles in tilings:
             if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
                 continue
+            if n_tiles in searched and _same_stages(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
+                                                    only, planned):
+                continue
             if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
                                            planned) > plan.objective[0] for floor in (_tiling_floor, _allocated_floor)):
                 continue
@@ -256,6 +262,18 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
             if other is not None and other.objective < plan.objective:
                 plan = other
     return plan
+
+
+def _same_stages(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, other: UnitBudget,
+                 planned: str) -> bool:
+    """Whether ``kernel``'s sections have the same stages and streams under both budgets (which then
+    differ only in what the tiling reads: the plans are the same)."""
+    return all(section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                            budget, planned)
+               == section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                               other, planned)
+               for start, stop, spill_in, spill_out in _sections(ranges, spills))
 
 
 def _all_in(plan: KernelPlan, dataflow: str) -> bool:
