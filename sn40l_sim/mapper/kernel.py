@@ -146,7 +146,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     for index, chip_tiles in sorted(enumerate(tile_choices), key=lambda e: (floors[e[1]], e[0])):
         if best is not None and floors[chip_tiles] > best.objective[0]:
             continue
-        local = _best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned)
+        local = _best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned,
+                             best.objective[0] if best is not None else math.inf)
         if local is not None and (best is None or (local.objective, index) < best_rank):
             best, best_rank = local, (local.objective, index)
     if best is None:
@@ -191,7 +192,7 @@ PRUNE_TILINGS = True
 
 def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
-                 planned: str) -> KernelPlan | None:
+                 planned: str, cutoff: float = math.inf) -> KernelPlan | None:
     """The best tiling on ``chip_tiles`` tiles, then with every GEMM in one dataflow; None if none fits.
 
     Every candidate tiling counts: cycles against ``n_tiles`` need not have one minimum. Finer
@@ -202,7 +203,9 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     kernels faster. So the tilings are planned in the order of their floors
     (:mod:`.tiling_floor`), and those whose floor exceeds the best plan so far are not planned:
     they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
-    tiling was planned in order."""
+    tiling was planned in order. ``cutoff`` is the best objective of the tile choices searched
+    before: the retries around this choice's best plan are skipped above it too (this choice's
+    best tiling is still searched in full, since the retries start from it)."""
     local: KernelPlan | None = None
     local_rank = (0.0, 0)
     tried: dict[int, KernelPlan] = {}
@@ -224,15 +227,15 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
             local, local_rank = plan, (plan.objective, index)
     if local is not None:
         local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
-                                   tried, frozenset(candidates) if PRUNE_TILINGS else frozenset())
+                                   tried, frozenset(candidates) if PRUNE_TILINGS else frozenset(), cutoff)
     return local
 
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
                        loop: LoopContext = LONE_CALL, planned: str = "",
-                       tried: dict[int, KernelPlan] | None = None, searched: frozenset[int] = frozenset()
-                       ) -> KernelPlan:
+                       tried: dict[int, KernelPlan] | None = None, searched: frozenset[int] = frozenset(),
+                       cutoff: float = math.inf) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives.
@@ -242,7 +245,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     one it chose from both), so it cannot beat ``plan`` and is not built. Nor is one whose stages
     are those of ``budget`` at a tiling of ``searched`` (searched for ``plan``, so its plan was
     built, or did not fit, or could not win), nor one whose floor (:mod:`.tiling_floor`) exceeds
-    the best plan so far."""
+    the best plan so far or ``cutoff``: a plan above ``cutoff`` loses to another tile choice's
+    whatever it replaces here, and every plan at or below it is still built, in order."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -256,7 +260,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
                                                     only, planned):
                 continue
             if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
-                                           planned) > plan.objective[0] for floor in (_tiling_floor, _allocated_floor)):
+                                           planned) > min(plan.objective[0], cutoff)
+                                     for floor in (_tiling_floor, _allocated_floor)):
                 continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:
