@@ -42,6 +42,7 @@ True
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, replace
 
@@ -51,7 +52,13 @@ from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.planning import plan_section, section_allocation, section_floors, section_work
+from sn40l_sim.mapper.planning import (
+    plan_section,
+    section_allocation,
+    section_floors,
+    section_part_floor,
+    section_work,
+)
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import TierSplit
@@ -171,6 +178,18 @@ def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[in
                         loop.gate_cycles)
 
 
+def _part_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                planned: str) -> float:
+    """:func:`_tiling_floor` of the sections' memory stages and heaviest GEMMs alone, quicker to
+    build and no higher (:func:`~sn40l_sim.mapper.planning.section_part_floor`)."""
+    sections = [section_part_floor(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in,
+                                   spill_out, budget, planned)
+                for start, stop, spill_in, spill_out in _sections(ranges, spills)]
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
+                        loop.gate_cycles)
+
+
 def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                      n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
                      planned: str) -> float:
@@ -200,9 +219,10 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     a kernel whose configuration costs as much as its stream can get faster again after a run of
     slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
     65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
-    kernels faster. So the tilings are planned in the order of their floors
-    (:mod:`.tiling_floor`), and those whose floor exceeds the best plan so far are not planned:
-    they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
+    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), each dearer and higher than
+    the last (of its heaviest GEMMs, of all its stages, once allocated), the tiling of least floor
+    so far taken a step further, and those whose floor exceeds the best plan so far are not
+    planned: they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
     tiling was planned in order. ``cutoff`` is the best objective of the tile choices searched
     before: the retries around this choice's best plan are skipped above it too (this choice's
     best tiling is still searched in full, since the retries start from it)."""
@@ -210,14 +230,18 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     local_rank = (0.0, 0)
     tried: dict[int, KernelPlan] = {}
     candidates = (budget.n_tiles,) if budget.n_tiles else tuple(_candidate_tiles(socket, kernel))
-    floors = [_tiling_floor(socket, kernel, ranges, spills, n, tiers, chip_tiles, budget, loop, planned)
-              if PRUNE_TILINGS and len(candidates) > 1 else 0.0 for n in candidates]
-    for index in sorted(range(len(candidates)), key=lambda i: (floors[i], i)):
-        if local is not None and floors[index] > local.objective[0]:
+    # each tiling's floors, quickest first: its heaviest GEMMs', all its stages', allocated
+    floors = (_part_floor, _tiling_floor, _allocated_floor) if PRUNE_TILINGS and len(candidates) > 1 else ()
+    # (floor so far, tiling, floors taken): the tiling of least floor goes a step further
+    queue = [(0.0, index, 0) for index in range(len(candidates))]
+    while queue:
+        bound, index, taken = heapq.heappop(queue)
+        if local is not None and bound > local.objective[0]:
             break
         n_tiles = candidates[index]
-        if local is not None and PRUNE_TILINGS and _allocated_floor(
-                socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned) > local.objective[0]:
+        if taken < len(floors):
+            floor = floors[taken](socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
+            heapq.heappush(queue, (max(bound, floor), index, taken + 1))
             continue
         plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:

@@ -20,7 +20,7 @@ from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
-from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages
+from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages, some_stages
 from sn40l_sim.mapper.tiling_floor import SectionFloor, section_floor
 
 if TYPE_CHECKING:
@@ -79,6 +79,25 @@ def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, ti
         return compute()
     key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
     return _memoised(_floor_memo, key, compute)
+
+
+def heavy_operators(ops: Sequence[Operator], count: int = 2) -> tuple[int, ...]:
+    """Indices of the ``count`` GEMMs of most FLOPs among ``ops``, in order (the first on ties)."""
+    gemms = sorted((i for i, op in enumerate(ops) if op.kind == "gemm"), key=lambda i: (-ops[i].flops, i))
+    return tuple(sorted(gemms[:count]))
+
+
+def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
+                       chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget,
+                       planned: str = "") -> SectionFloor:
+    """:func:`~sn40l_sim.mapper.tiling_floor.section_floor` of a part of a section's stages: its
+    memory stages and its heaviest GEMMs (:func:`heavy_operators`). Its floor is below the whole
+    section's: every term of :func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` adds over the
+    stages, and the other stages' PCUs can only be taken from these (the decode attention's
+    partial results are left out too; merging them only adds memory traffic)."""
+    stages = some_stages(socket, ops, heavy_operators(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
+                         planned)
+    return section_floor(socket, stages, [], chip_tiles, budget)
 
 
 def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
