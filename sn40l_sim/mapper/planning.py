@@ -28,14 +28,15 @@ if TYPE_CHECKING:
 
     from sn40l_sim.ir import Operator
 
-#: entries each memo keeps; cleared when full
-_SECTION_MEMO_SIZE = 50_000
 #: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget)
 _section_memo: dict[tuple, SectionPlan | None] = {}
 #: sections' stages and streams, their floors and their allocations under the same keys
 _stages_memo: dict[tuple, tuple[list[StageWork], list[Stream]]] = {}
 _floor_memo: dict[tuple, SectionFloor] = {}
 _alloc_memo: dict[tuple, Allocation | None] = {}
+#: entries each memo keeps (cleared when full): a section's stages take about 15 kB, and a kernel's
+#: search asks for a few dozen sections' again (its retries, its loops), not for older searches'
+_SECTION_MEMO_SIZE, _STAGES_MEMO_SIZE, _FLOOR_MEMO_SIZE, _ALLOC_MEMO_SIZE = 50_000, 4_000, 20_000, 10_000
 
 
 def clear_section_memo() -> None:
@@ -45,10 +46,10 @@ def clear_section_memo() -> None:
     clear_tiling_memo()
 
 
-def _memoised(memo: dict, key: tuple, compute):
+def _memoised(memo: dict, size: int, key: tuple, compute):
     got = memo.get(key)
     if got is None and key not in memo:
-        if len(memo) >= _SECTION_MEMO_SIZE:
+        if len(memo) >= size:
             memo.clear()
         got = memo[key] = compute()
     return got
@@ -66,7 +67,7 @@ def section_work(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tier
     if not planned:
         return compute()
     key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_stages_memo, key, compute)
+    return _memoised(_stages_memo, _STAGES_MEMO_SIZE, key, compute)
 
 
 def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
@@ -78,7 +79,7 @@ def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, ti
     if not planned:
         return compute()
     key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_floor_memo, key, compute)
+    return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key, compute)
 
 
 def heavy_operators(ops: Sequence[Operator], count: int = 2) -> tuple[int, ...]:
@@ -109,7 +110,8 @@ def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     if not planned:
         return stages, streams, allocate(socket, stages, chip_tiles, budget)
     key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return stages, streams, _memoised(_alloc_memo, key, lambda: allocate(socket, stages, chip_tiles, budget))
+    alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE, key, lambda: allocate(socket, stages, chip_tiles, budget))
+    return stages, streams, alloc
 
 
 def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
@@ -118,8 +120,8 @@ def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tier
     if not planned:
         return plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
     key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_section_memo, key, lambda: plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in,
-                                                                   spill_out, budget, planned))
+    return _memoised(_section_memo, _SECTION_MEMO_SIZE, key, lambda: plan_section_cold(
+        socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned))
 
 
 def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,

@@ -153,7 +153,8 @@ def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequ
     latency = (max([s.latency_cycles for s in memory] + [0])
                + mesh_latency_cycles(socket.tile.control_network, 1) * hand_overs + sum(fl.latency for fl in floors))
     c = socket.configuration
-    fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes + figures.switches_per_tile(socket) * c.switch_bytes)
+    fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes
+                          + figures.switches_per_tile(socket) * c.switch_bytes)
     return SectionFloor(floors, sum(s.fixed_cycles for s in memory), max([s.fixed_cycles for s in memory] + [0]),
                         compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
 
