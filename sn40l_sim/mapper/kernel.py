@@ -219,7 +219,7 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     a kernel whose configuration costs as much as its stream can get faster again after a run of
     slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
     65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
-    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), each dearer and higher than
+    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), each dearer and tighter than
     the last (of its heaviest GEMMs, of all its stages, once allocated), the tiling of least floor
     so far taken a step further, and those whose floor exceeds the best plan so far are not
     planned: they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
