@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, stage_division
+from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work, stage_division
 from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
 from sn40l_sim.mapper.stages import StageWork
 
@@ -92,6 +93,39 @@ def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: Uni
     if isinstance(stage.model, PmuWork):
         return 0
     return max(1, min(budget.pcus_for(stage.name, socket.tile.pcus), math.ceil(stage.parallelism / chip_tiles)))
+
+
+class StageFloor(NamedTuple):
+    """What any allocation of a compute stage gives it at least (:func:`stage_floor`)."""
+
+    #: cycles per data tile: its work on the most PCUs it may use, its PMU traffic on the most PMUs
+    cycles: int
+    #: PCU-cycles per data tile: on ``q`` PCUs per tile its cycles are at least this over ``q x chip_tiles``
+    work: float
+    #: its fill and drain
+    latency: int
+    #: PCUs per tile, at least (one for PCU work, none for a gather or scatter) and at most
+    fewest_pcus: int
+    most_pcus: int
+    #: PMUs per tile: at least those holding its buffers double-buffered
+    pmus: int
+
+
+def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget = NO_LIMITS) -> StageFloor:
+    """The least cycles and units :func:`allocate` can give compute ``stage`` on ``chip_tiles`` tiles.
+
+    Every division it gives comes from the splits tried on the most PCUs the stage may use, on no
+    more PCUs than that, and a division's cycles do not grow with its PCUs (the bisections rest on
+    it); its PMUs are at least those holding the buffers, at most the budget's, and their cycles do
+    not grow with their number nor shrink with a split's partial sums. So the stage takes at least
+    the cycles of the best division on its most PCUs and of its own PMU traffic on its most PMUs,
+    and on fewer PCUs at least :func:`~sn40l_sim.mapper.division.least_work` over them."""
+    most = _max_pcus(socket, stage, chip_tiles, budget)
+    sram = sram_cycles(pmu_rates(socket), stage, budget.pmus_for(stage.name, socket.tile.pmus), chip_tiles)
+    assert stage.model is not None
+    work = least_work(stage.model, stage.pieces, max(1, most) * chip_tiles)
+    return StageFloor(max(work.cycles, sram), work.work, work.latency, 1 if most else 0, most,
+                      _min_pmus(socket, stage, chip_tiles))
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,51 @@ def ideal_cycles(work: StageModel, pieces: float) -> float:
     return pieces * whole.items * whole.item_cycles / work.efficiency
 
 
+class WorkFloor(NamedTuple):
+    """What no division of one data tile's work goes below (:func:`least_work`)."""
+
+    #: PCU-cycles: on ``p`` PCUs its cycles are at least this over ``p``
+    work: float
+    #: fill and drain
+    latency: int
+    #: cycles on the most PCUs it may use (its best division there)
+    cycles: int
+
+
+@lru_cache(maxsize=65536)
+def least_work(work: StageModel, pieces: float, most_pcus: int) -> WorkFloor:
+    """The floor of one data tile's work (``pieces`` pieces) over every division among the splits
+    tried on ``most_pcus`` PCUs, on at most that many: the busiest PCU runs at least its share of
+    the sub-items, each taking its compute and partial-sum adds, or its stream; a division's
+    cycles do not grow with its PCUs, so none goes below the best on ``most_pcus``.
+
+    A K split can take fewer PCU-cycles than the whole items (a K block after the first waits
+    on the partial sum, the first does not), so the PCU-cycles are the least over the splits, not
+    :func:`ideal_cycles`.
+    """
+    if isinstance(work, PmuWork):
+        return WorkFloor(0.0, work.latency, 0)
+    if isinstance(work, SimdWork):
+        return WorkFloor(pieces * work.items * sum(work.pass_cycles), work.latency,
+                         _passes_on(work, pieces, most_pcus))
+    efficiency = work.efficiency
+    whole_pieces = pieces >= 1
+    share = 1.0 if whole_pieces else pieces
+    least = math.inf
+    latency = cycles = -1
+    for split in work.candidates(pieces, most_pcus):
+        items, item, reduce, stream = split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles
+        least = min(least, pieces * items * max(item / efficiency + reduce, stream))
+        fill = max(0, split.latency + math.floor(split.offset / efficiency))
+        latency = fill if latency < 0 else min(latency, fill)
+        # stage_division's cycles of this split on most_pcus PCUs
+        on_most = _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, most_pcus, efficiency)
+        cycles = on_most if cycles < 0 else min(cycles, on_most)
+    return WorkFloor(least, latency, cycles)
+
+
 def clear_caches() -> None:
     """Forget the memoised divisions (a cold mapping, for tests that compare it with a warm one)."""
     stage_division.cache_clear()
     fewest_pcus.cache_clear()
+    least_work.cache_clear()

@@ -33,13 +33,13 @@ from sn40l_sim.mapper.kernel import (
     LONE_CALL,
     UNMAPPED_CALIBRATED,
     LoopContext,
-    clear_section_memo,
     map_kernel,
     socket_key,
 )
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
+from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.stages import TierSplit
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)

@@ -42,28 +42,28 @@ True
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.ir import FusedKernel
-from sn40l_sim.mapper.allocate import allocate
-from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.layout import (
-    RoutedStream,
-    mesh_cycles_per_tile,
-    place_stages,
-    route_streams,
-)
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.plans import KernelPlan, SectionPlan, placed_kernel
+from sn40l_sim.mapper.planning import (
+    plan_section,
+    section_allocation,
+    section_floors,
+    section_part_floor,
+    section_work,
+)
+from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import TierSplit, clear_tiling_memo, section_stages
+from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.mapper.tiling import max_pieces
+from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -76,72 +76,11 @@ UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
 #: plans against each other (:func:`_plan_kernel`), so a calibration pass that moves it re-prices
 #: the memoised section plans instead of planning them again
 UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
-#: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget); cleared when full
-_SECTION_MEMO_SIZE = 50_000
-_section_memo: dict[tuple, SectionPlan | None] = {}
-
-
 def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
     """The socket's JSON with the calibrated values ``leave_out`` names set to 0 (values a
     computation does not read, so that sockets differing only in them share its results)."""
     unread = dict.fromkeys(leave_out, 0.0)
     return socket.model_copy(update={"calibrated": socket.calibrated.model_copy(update=unread)}).model_dump_json()
-
-
-def clear_section_memo() -> None:
-    """Forget every memoised section plan and operator tiling."""
-    _section_memo.clear()
-    clear_tiling_memo()
-
-
-def _plan_section(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
-    """:func:`_plan_section_cold` through the memo, when ``planned`` (the socket's
-    :func:`socket_key` less :data:`UNPLANNED_CALIBRATED`) is given."""
-    if not planned:
-        return _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    if key not in _section_memo:
-        if len(_section_memo) >= _SECTION_MEMO_SIZE:
-            _section_memo.clear()
-        _section_memo[key] = _plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                                planned)
-    return _section_memo[key]
-
-
-def _plan_section_cold(socket: SocketSpec, ops, n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                       spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
-    # decode attention spread over the tiles merges its partial results (split-KV)
-    ops = with_combines(socket, ops, chip_tiles)
-    stages, streams = section_stages(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
-    alloc = allocate(socket, stages, chip_tiles, budget)
-    if alloc is None:
-        return None
-    cells = place_stages(socket, stages, alloc)
-    routed = route_streams(socket, stages, cells, streams)
-    # a split K's partial sums cross the mesh to a partner two cells away, at least
-    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
-    slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
-    cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
-    if mesh > cpt:
-        cpt, bound = mesh, "mesh"
-    chain = sum(_handover_cycles(socket, r) for r in routed
-                if not stages[r.src].is_memory and not stages[r.dst].is_memory)
-    memory = max([s.latency_cycles for s in stages if s.is_memory]
-                 + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
-    compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
-    stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
-    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)
-
-
-def _handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
-    """Cycles a data tile spends between two compute stages beyond their own fill and drain: the
-    data's trip past the neighbouring switch (a stage's latency counts one hop out) and the control
-    token that hands the buffer over."""
-    vector, control = socket.tile.vector_network, socket.tile.control_network
-    return (mesh_latency_cycles(vector, max(0, stream.hops - 1))
-            + mesh_latency_cycles(control, max(1, stream.hops)))
 
 
 @dataclass(frozen=True)
@@ -166,8 +105,8 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     for i, (start, stop) in enumerate(ranges):
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
-        plan = _plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                             budget, planned)
+        plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                            budget, planned)
         if plan is None:
             return None
         plans.append(plan)
@@ -214,7 +153,8 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     for index, chip_tiles in sorted(enumerate(tile_choices), key=lambda e: (floors[e[1]], e[0])):
         if best is not None and floors[chip_tiles] > best.objective[0]:
             continue
-        local = _best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned)
+        local = _best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned,
+                             best.objective[0] if best is not None else math.inf)
         if local is not None and (best is None or (local.objective, index) < best_rank):
             best, best_rank = local, (local.objective, index)
     if best is None:
@@ -222,43 +162,115 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     return best
 
 
+def _sections(ranges: list[tuple[int, int]], spills: list[int]):
+    """``(start, stop, spill in, spill out)`` of each section."""
+    return [(start, stop, spills[i - 1] if i > 0 else 0, spills[i] if i < len(spills) else 0)
+            for i, (start, stop) in enumerate(ranges)]
+
+
+def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                  n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                  planned: str) -> float:
+    """:func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` of one tiling of ``kernel``."""
+    sections = [section_floors(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                               budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
+                        loop.gate_cycles)
+
+
+def _part_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                planned: str) -> float:
+    """:func:`_tiling_floor` of the sections' memory stages and heaviest GEMMs alone, quicker to
+    build and no higher (:func:`~sn40l_sim.mapper.planning.section_part_floor`)."""
+    sections = [section_part_floor(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in,
+                                   spill_out, budget, planned)
+                for start, stop, spill_in, spill_out in _sections(ranges, spills)]
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
+                        loop.gate_cycles)
+
+
+def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                     n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
+                     planned: str) -> float:
+    """:func:`~sn40l_sim.mapper.tiling_floor.allocated_floor` of one tiling of ``kernel`` (infinite
+    if a section does not fit)."""
+    sections = []
+    for start, stop, spill_in, spill_out in _sections(ranges, spills):
+        stages, streams, alloc = section_allocation(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles,
+                                                    spill_in, spill_out, budget, planned)
+        if alloc is None:
+            return math.inf
+        sections.append((stages, streams, alloc))
+    return allocated_floor(socket, sections, n_tiles, loop.iterations, loop.pipelined, loop.gate_cycles)
+
+
+#: when False, every tiling is planned whatever its floor (tests compare the two searches)
+PRUNE_TILINGS = True
+
+
 def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                  tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
-                 planned: str) -> KernelPlan | None:
+                 planned: str, cutoff: float = math.inf) -> KernelPlan | None:
     """The best tiling on ``chip_tiles`` tiles, then with every GEMM in one dataflow; None if none fits.
 
-    Every candidate tiling is tried: cycles against ``n_tiles`` need not have one minimum. Finer
+    Every candidate tiling counts: cycles against ``n_tiles`` need not have one minimum. Finer
     data tiles need smaller buffers, hence fewer PMUs and PCUs and less configuration to load, so
     a kernel whose configuration costs as much as its stream can get faster again after a run of
     slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
     65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
-    kernels faster."""
+    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), each dearer and tighter than
+    the last (of its heaviest GEMMs, of all its stages, once allocated), the tiling of least floor
+    so far taken a step further, and those whose floor exceeds the best plan so far are not
+    planned: they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
+    tiling was planned in order. ``cutoff`` is the best objective of the tile choices searched
+    before: the retries around this choice's best plan are skipped above it too (this choice's
+    best tiling is still searched in full, since the retries start from it)."""
     local: KernelPlan | None = None
+    local_rank = (0.0, 0)
     tried: dict[int, KernelPlan] = {}
-    for n_tiles in ((budget.n_tiles,) if budget.n_tiles else _candidate_tiles(socket, kernel)):
+    candidates = (budget.n_tiles,) if budget.n_tiles else tuple(_candidate_tiles(socket, kernel))
+    # each tiling's floors, quickest first: its heaviest GEMMs', all its stages', allocated
+    floors = (_part_floor, _tiling_floor, _allocated_floor) if PRUNE_TILINGS and len(candidates) > 1 else ()
+    # (floor so far, tiling, floors taken): the tiling of least floor goes a step further
+    queue = [(0.0, index, 0) for index in range(len(candidates))]
+    while queue:
+        bound, index, taken = heapq.heappop(queue)
+        if local is not None and bound > local.objective[0]:
+            break
+        n_tiles = candidates[index]
+        if taken < len(floors):
+            floor = floors[taken](socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
+            heapq.heappush(queue, (max(bound, floor), index, taken + 1))
+            continue
         plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:
             continue
         tried[n_tiles] = plan
-        if local is None or plan.objective < local.objective:
-            local = plan
+        if local is None or (plan.objective, index) < local_rank:
+            local, local_rank = plan, (plan.objective, index)
     if local is not None:
         local = _uniform_dataflows(socket, kernel, ranges, spills, tiers, chip_tiles, budget, local, loop, planned,
-                                   tried)
+                                   tried, frozenset(candidates) if PRUNE_TILINGS else frozenset(), cutoff)
     return local
 
 
 def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                        tiers: TierSplit, chip_tiles: int, budget: UnitBudget, plan: KernelPlan,
                        loop: LoopContext = LONE_CALL, planned: str = "",
-                       tried: dict[int, KernelPlan] | None = None) -> KernelPlan:
+                       tried: dict[int, KernelPlan] | None = None, searched: frozenset[int] = frozenset(),
+                       cutoff: float = math.inf) -> KernelPlan:
     """The best of ``plan`` and the same kernel with every GEMM in one dataflow, at ``plan``'s
     tiling and the two next to it: the per-operator choice of :mod:`.tiling` judges a piece on one
     PCU and cannot see how whole items divide over the PCUs the allocation gives.
 
     ``tried`` holds plans of ``budget`` by tiling, no better than ``plan``: where one already has
     every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
-    one it chose from both), so it cannot beat ``plan`` and is not built."""
+    one it chose from both), so it cannot beat ``plan`` and is not built. Nor is one whose stages
+    are those of ``budget`` at a tiling of ``searched`` (searched for ``plan``, so its plan was
+    built, or did not fit, or could not win), nor one whose floor (:mod:`.tiling_floor`) exceeds
+    the best plan so far or ``cutoff``: a plan above ``cutoff`` loses to another tile choice's
+    whatever it replaces here, and every plan at or below it is still built, in order."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     tilings = (budget.n_tiles,) if budget.n_tiles else tuple(
@@ -268,10 +280,29 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         for n_tiles in tilings:
             if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
                 continue
+            if n_tiles in searched and _same_stages(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
+                                                    only, planned):
+                continue
+            if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
+                                           planned) > min(plan.objective[0], cutoff)
+                                     for floor in (_tiling_floor, _allocated_floor)):
+                continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:
                 plan = other
     return plan
+
+
+def _same_stages(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
+                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, other: UnitBudget,
+                 planned: str) -> bool:
+    """Whether ``kernel``'s sections have the same stages and streams under both budgets (which then
+    differ only in what the tiling reads: the plans are the same)."""
+    return all(section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                            budget, planned)
+               == section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                               other, planned)
+               for start, stop, spill_in, spill_out in _sections(ranges, spills))
 
 
 def _all_in(plan: KernelPlan, dataflow: str) -> bool:

@@ -290,6 +290,19 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     return stages, streams
 
 
+def some_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], chosen: tuple[int, ...],
+                n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in_bytes: int = 0, spill_out_bytes: int = 0,
+                budget: UnitBudget = NO_LIMITS, socket_key: str = "") -> list[StageWork]:
+    """The memory stages of the section ``ops`` and the compute stages of the operators at the
+    ``chosen`` indices only, as :func:`section_stages` gives them: a part of the section's stages
+    that is quick to build (a GEMM's tiling is most of the work)."""
+    eff = socket.calibrated.systolic_efficiency
+    totals, _ = _section_traffic(socket, tuple(ops), tiers, spill_in_bytes, spill_out_bytes)
+    stages = [memory_stage(socket, tier, total, n_tiles, chip_tiles) for tier, total in totals if total]
+    return stages + [compute_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles)
+                     for i in chosen]
+
+
 #: bytes per tier, ``(tier, bytes)`` pairs in the socket's tier order
 TierBytes = tuple[tuple[Tier, int], ...]
 #: a section's traffic: its bytes per tier, and each operator's (reads, writes) of the tiers

@@ -8,7 +8,7 @@ from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
 from sn40l_sim.hardware.loader import with_overrides
-from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel
+from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel, planning
 from sn40l_sim.mapper.graph import UNMAPPED_CALIBRATED, clear_memo, mapping_key
 from sn40l_sim.mapper.work import GemmWork
 
@@ -105,13 +105,12 @@ def test_the_pruned_fewest_pcus_search_finds_what_trying_every_count_finds(node,
 
 
 def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_cold_mapping(node, monkeypatch):
-    import sn40l_sim.mapper.kernel as kernel_mod
 
     graph = deepseek_graph("decode", kv_len=32768, batch=8)
     slower = with_overrides(node, {"socket.calibrated.config_load_bytes_per_s": 2e10})
     planned = []
-    real = kernel_mod._plan_section_cold
-    monkeypatch.setattr(kernel_mod, "_plan_section_cold", lambda *a: planned.append(tuple(a[1:])) or real(*a))
+    real = planning.plan_section_cold
+    monkeypatch.setattr(planning, "plan_section_cold", lambda *a: planned.append(tuple(a[1:])) or real(*a))
     cold = _cold(slower, graph)
     cold_plans = set(planned)
     with disk_cache.cache_in(None):
@@ -124,15 +123,17 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     # only the tilings the new prices lead the search to are planned anew, each once
     assert len(planned) == len(set(planned))
     assert set(planned) == cold_plans - own_plans
-    assert len(cold_plans & own_plans) > len(cold_plans) / 2
+    # some are reused (the tilings' floors price configuration too, so the two rates plan few of
+    # the same tilings)
+    assert cold_plans & own_plans
     assert repriced.kernels == cold.kernels
     assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
 
 
 def _exhaustive_best_plan(socket, kernel, tiers, loop):
-    """best_plan as it was before tile choices were pruned by their floors and dataflow retries by
-    the plans they repeat: every choice searched, in the budget's order, the first of equal
-    objectives kept, every uniform-dataflow plan built."""
+    """best_plan as it was before tile choices and tilings were pruned by their floors and dataflow
+    retries by the plans they repeat: every choice and tiling searched, in the budget's order, the
+    first of equal objectives kept, every uniform-dataflow plan built."""
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.hardware import figures
     from sn40l_sim.mapper.budget import NO_LIMITS
@@ -146,6 +147,7 @@ def _exhaustive_best_plan(socket, kernel, tiers, loop):
     for chip_tiles in choices:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(kernel_mod, "_all_in", lambda plan, dataflow: False)
+            patch.setattr(kernel_mod, "PRUNE_TILINGS", False)
             local = kernel_mod._best_tiling(socket, kernel, ranges, spills, tiers, chip_tiles, NO_LIMITS, loop, planned)
         if local is not None and (best is None or local.objective < best.objective):
             best = local
@@ -202,7 +204,8 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
 
     import sn40l_sim.mapper.kernel as kernel_mod
 
-    monkeypatch.setattr(kernel_mod, "allocate", spy)
+    monkeypatch.setattr(planning, "allocate", spy)
+    monkeypatch.setattr(kernel_mod, "PRUNE_TILINGS", False)      # every tiling allocated
     with disk_cache.cache_in(None):
         clear_memo()
         for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),

@@ -7,7 +7,7 @@ import random
 from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.stages as stages_mod
-from sn40l_sim.mapper import disk_cache, map_kernel
+from sn40l_sim.mapper import disk_cache, map_kernel, planning
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.mapper.kernel import UNPLANNED_CALIBRATED, socket_key
@@ -34,7 +34,6 @@ def test_memoised_tilings_give_the_stages_fresh_ones_give(socket):
 
 
 def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node, monkeypatch):
-    import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.mapper.tiling import tile_operator
 
     socket, tiers = node.socket, TierSplit.all_in("hbm")
@@ -47,7 +46,8 @@ def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node,
         clear_memo()
         memoised = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
         # the tilings stay memoised; the section plans are planned again on top of them
-        kernel_mod._section_memo.clear()
+        for memo in (planning._section_memo, planning._stages_memo, planning._floor_memo, planning._alloc_memo):
+            memo.clear()
         assert stages_mod._tiling_memo
         warm = [map_kernel(socket, k.signature(), tiers) for k in KERNELS]
         clear_memo()
@@ -65,7 +65,8 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
 
     calls = []
     real = allocate.allocate
-    monkeypatch.setattr(kernel_mod, "allocate", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(planning, "allocate", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(kernel_mod, "PRUNE_TILINGS", False)      # every tiling allocated
     with disk_cache.cache_in(None):
         clear_memo()
         for graph in (deepseek_graph("decode", kv_len=32768, batch=8), deepseek_graph("decode", kv_len=131072),

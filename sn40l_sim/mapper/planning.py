@@ -1,0 +1,159 @@
+"""One section of a kernel planned at one tiling and tile choice, in steps the kernel mapper can
+stop after: its stages and streams (:func:`section_work`), their floor (:func:`section_floors`),
+its allocation (:func:`section_allocation`), then its placement and routes (:func:`plan_section`).
+
+:mod:`.kernel` searches tilings: it asks a tiling's floor first and skips the tiling if the floor
+exceeds the best plan so far, then its allocation, whose floor (the stages' cycles and units known,
+the routes not yet) can skip it again, and only then places and routes it. Each step is memoised
+under the same key (the socket as planned, the operators, the tiling, the tiers, the tiles in use,
+the spills and the budget), so no step is done twice whichever asks first; the memos are bounded
+and :func:`clear_section_memo` empties them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.network import mesh_latency_cycles
+from sn40l_sim.mapper.allocate import Allocation, allocate
+from sn40l_sim.mapper.attention import with_combines
+from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
+from sn40l_sim.mapper.plans import SectionPlan
+from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages, some_stages
+from sn40l_sim.mapper.tiling_floor import SectionFloor, section_floor
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sn40l_sim.ir import Operator
+
+#: section plans by (socket as planned, operators, tiling, tiers, tiles, spills, budget)
+_section_memo: dict[tuple, SectionPlan | None] = {}
+#: sections' stages and streams, their floors and their allocations under the same keys
+_stages_memo: dict[tuple, tuple[list[StageWork], list[Stream]]] = {}
+_floor_memo: dict[tuple, SectionFloor] = {}
+_alloc_memo: dict[tuple, Allocation | None] = {}
+#: entries each memo keeps (cleared when full): a section's stages take about 15 kB, and a kernel's
+#: search asks for a few dozen sections' again (its retries, its loops), not for older searches'
+_SECTION_MEMO_SIZE, _STAGES_MEMO_SIZE, _FLOOR_MEMO_SIZE, _ALLOC_MEMO_SIZE = 50_000, 4_000, 20_000, 10_000
+
+
+def clear_section_memo() -> None:
+    """Forget every memoised section plan, its steps and every operator tiling."""
+    for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo):
+        memo.clear()
+    clear_tiling_memo()
+
+
+def _memoised(memo: dict, size: int, key: tuple, compute):
+    got = memo.get(key)
+    if got is None and key not in memo:
+        if len(memo) >= size:
+            memo.clear()
+        got = memo[key] = compute()
+    return got
+
+
+def section_work(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                 spill_in: int, spill_out: int, budget: UnitBudget, planned: str = ""
+                 ) -> tuple[list[StageWork], list[Stream]]:
+    """A section's stages and streams, decode attention spread over the tiles merging its partial
+    results (split-KV); memoised when ``planned`` (the socket as planned:
+    :func:`~sn40l_sim.mapper.kernel.socket_key`) is given."""
+    def compute():
+        return section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers, chip_tiles, spill_in,
+                              spill_out, budget, planned)
+    if not planned:
+        return compute()
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    return _memoised(_stages_memo, _STAGES_MEMO_SIZE, key, compute)
+
+
+def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                   spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionFloor:
+    """:func:`~sn40l_sim.mapper.tiling_floor.section_floor` of a section (memoised as above)."""
+    def compute():
+        stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
+        return section_floor(socket, stages, streams, chip_tiles, budget)
+    if not planned:
+        return compute()
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key, compute)
+
+
+def heavy_operators(ops: Sequence[Operator], count: int = 2) -> tuple[int, ...]:
+    """Indices of the ``count`` GEMMs of most FLOPs among ``ops``, in order (the first on ties)."""
+    gemms = sorted((i for i, op in enumerate(ops) if op.kind == "gemm"), key=lambda i: (-ops[i].flops, i))
+    return tuple(sorted(gemms[:count]))
+
+
+def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
+                       chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget,
+                       planned: str = "") -> SectionFloor:
+    """:func:`~sn40l_sim.mapper.tiling_floor.section_floor` of a part of a section's stages: its
+    memory stages and its heaviest GEMMs (:func:`heavy_operators`). Its floor is below the whole
+    section's: every term of :func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` adds over the
+    stages, and the other stages' PCUs can only be taken from these (the decode attention's
+    partial results are left out too; merging them only adds memory traffic)."""
+    stages = some_stages(socket, ops, heavy_operators(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
+                         planned)
+    return section_floor(socket, stages, [], chip_tiles, budget)
+
+
+def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
+                       chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget, planned: str = ""
+                       ) -> tuple[list[StageWork], list[Stream], Allocation | None]:
+    """A section's stages, streams and :func:`~sn40l_sim.mapper.allocate.allocate` (None when they
+    do not fit; memoised as above)."""
+    stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
+    if not planned:
+        return stages, streams, allocate(socket, stages, chip_tiles, budget)
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE, key, lambda: allocate(socket, stages, chip_tiles, budget))
+    return stages, streams, alloc
+
+
+def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                 spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
+    """:func:`plan_section_cold` through the memo when ``planned`` is given."""
+    if not planned:
+        return plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    return _memoised(_section_memo, _SECTION_MEMO_SIZE, key, lambda: plan_section_cold(
+        socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned))
+
+
+def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
+                      spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
+    """The section staged, allocated, placed and routed, and its cycles (see :mod:`.kernel`); None
+    when it does not fit."""
+    stages, streams, alloc = section_allocation(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
+                                                planned)
+    if alloc is None:
+        return None
+    cells = place_stages(socket, stages, alloc)
+    routed = route_streams(socket, stages, cells, streams)
+    # a split K's partial sums cross the mesh to a partner two cells away, at least
+    mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
+    slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
+    cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
+    if mesh > cpt:
+        cpt, bound = mesh, "mesh"
+    chain = sum(handover_cycles(socket, r) for r in routed
+                if not stages[r.src].is_memory and not stages[r.dst].is_memory)
+    memory = max([s.latency_cycles for s in stages if s.is_memory]
+                 + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
+    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
+    compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
+    stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
+    return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)
+
+
+def handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:
+    """Cycles a data tile spends between two compute stages beyond their own fill and drain: the
+    data's trip past the neighbouring switch (a stage's latency counts one hop out) and the control
+    token that hands the buffer over."""
+    vector, control = socket.tile.vector_network, socket.tile.control_network
+    return (mesh_latency_cycles(vector, max(0, stream.hops - 1))
+            + mesh_latency_cycles(control, max(1, stream.hops)))

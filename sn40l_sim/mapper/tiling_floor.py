@@ -1,0 +1,213 @@
+"""A floor under the plan of one tiling of a kernel, before any allocation: :func:`tiling_floor`.
+
+The kernel mapper (:func:`~sn40l_sim.mapper.kernel.best_plan`) tries every tiling (``n_tiles``
+data tiles) of every tile choice, because a kernel's cycles against its tiling can have two
+minima. Allocating, placing and routing a tiling's sections is most of the mapper's time, so each
+tiling first gets a floor from its sections' stages alone; a tiling whose floor exceeds the best
+plan found so far cannot win (nor tie: ties need an equal objective) and is not planned. The
+floor only decides what is skipped, never what is chosen.
+
+What it rests on, per section (:func:`~sn40l_sim.mapper.allocate.stage_floor` gives each compute
+stage's part):
+
+* a memory stage takes exactly its cycles per data tile; a compute stage on ``q`` PCUs per tile
+  at least ``max(f, V / (q x chip_tiles))`` (``f`` its cycles on the most PCUs and PMUs it may
+  use, ``V`` the least PCU-cycles of its work), with ``q`` between its fewest and most PCUs and
+  the stages' PCUs adding up to at most a tile's;
+* the section streams ``fill + n_tiles x C`` cycles (``C`` its slowest stage) and the fill is at
+  least every stage's cycles plus the fills and drains, the memory latency and a control hop per
+  hand-over, less ``C``; a looped kernel's iteration at least its compute chain or its stream (see
+  :mod:`.kernel`);
+* its configuration covers the PCUs, at least the PMUs holding its buffers, and every switch of
+  the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times.
+
+Once a tiling's sections are allocated, :func:`allocated_floor` knows their stages' cycles and
+units exactly (only the routes are still to come) and can skip the tiling before it is placed.
+
+The stages' PCUs are the unknowns. For any weights ``mu`` (the share of the slowest stage each
+stage stands for) and price ``lam`` of a PCU, the least over each stage's PCUs alone of its
+weighted cycles plus the priced PCUs, less ``lam`` times a tile's PCUs, is below the least over
+every allocation that fits (weak duality), so every such sum is a floor; the weights and price are
+chosen where the PCU budget would balance the stages.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+>>> from sn40l_sim.mapper.kernel import best_plan
+>>> from sn40l_sim.mapper.stages import TierSplit, section_stages
+>>> socket, kernel, tiers = example_socket(), example_decode_kernel(), TierSplit.all_in("hbm")
+>>> plan = best_plan(socket, kernel, tiers)
+>>> stages, streams = section_stages(socket, kernel.operators, plan.n_tiles, tiers, plan.chip_tiles)
+>>> sections = [section_floor(socket, stages, streams, plan.chip_tiles)]
+>>> tiling_floor(socket, sections, plan.n_tiles, plan.chip_tiles) <= plan.objective[0]
+True
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units.network import mesh_latency_cycles
+from sn40l_sim.mapper.allocate import Allocation, StageFloor, stage_floor
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sn40l_sim.mapper.stages import StageWork, Stream
+
+#: the floor is lowered by this share (and one cycle per section) so that float rounding in the
+#: plans' arithmetic (``ceil(x - 1e-9)`` and the like) can never put a plan below it
+_SLACK = 1e-6
+
+
+def _least(floors: Sequence[StageFloor], weights: Sequence[float], price: float, chip_tiles: int) -> float:
+    """The least over each stage's PCUs ``q`` of ``weight x max(f, V / (q x chip_tiles)) + price x q``."""
+    total = 0.0
+    for fl, w in zip(floors, weights, strict=True):
+        q = fl.fewest_pcus
+        if fl.work > 0 and fl.most_pcus > 0:
+            # convex in q: the unconstrained least (where the work's share stops binding at most)
+            # moved into the allowed range
+            best = fl.work / (fl.cycles * chip_tiles) if fl.cycles > 0 else math.inf
+            if price > 0:
+                best = min(best, math.sqrt(w * fl.work / (chip_tiles * price)))
+            q = min(max(best, q), fl.most_pcus)
+        total += w * (max(fl.cycles, fl.work / (q * chip_tiles)) if q > 0 else fl.cycles) + price * q
+    return total
+
+
+def _balanced(floors: Sequence[StageFloor], pcus: int, chip_tiles: int, least: float) -> float:
+    """The slowest stage's cycles (at least ``least``) when each stage takes the PCUs bringing its
+    work to them, with every PCU of a tile in use: where the weights and price are chosen."""
+    target = least
+    for _ in range(8):
+        busy = [fl.work > fl.fewest_pcus * chip_tiles * target for fl in floors]
+        rest = pcus - sum(fl.fewest_pcus for fl, b in zip(floors, busy, strict=True) if not b)
+        if not any(busy) or rest <= 0:
+            return target
+        need = sum(fl.work for fl, b in zip(floors, busy, strict=True) if b) / (chip_tiles * rest)
+        if need <= target:
+            return target
+        target = need
+    return target
+
+
+def _chain_floor(floors: Sequence[StageFloor], n_tiles: int, pcus: int, chip_tiles: int, slowest: float,
+                 pcu_price: float) -> float:
+    """A floor under ``sum of the compute stages' cycles + (n_tiles - 1) x their slowest + pcu_price
+    x their PCUs``, the slowest being at least ``slowest`` (see the module docstring)."""
+    ones = [1.0] * len(floors)
+    # weights all on the known floor of the slowest, PCUs unpriced beyond their configuration
+    plain = _least(floors, ones, pcu_price, chip_tiles) + (n_tiles - 1) * slowest
+    if n_tiles <= 1 or not floors:
+        return plain
+    target = _balanced(floors, pcus, chip_tiles, slowest)
+    busy = [fl.work > fl.fewest_pcus * chip_tiles * target for fl in floors]
+    work = sum(fl.work for fl, b in zip(floors, busy, strict=True) if b)
+    if work <= 0:
+        return plain
+    # where every busy stage sits at the target on just enough PCUs, the stationarity conditions
+    # give the price and the weights
+    price = max(pcu_price, (n_tiles - 1 + sum(busy)) * target * target * chip_tiles / work)
+    mu = [max(0.0, price * fl.work / (target * target * chip_tiles) - 1) / (n_tiles - 1) if b else 0.0
+          for fl, b in zip(floors, busy, strict=True)]
+    scale = sum(mu)
+    if scale > 1:
+        mu = [m / scale for m in mu]
+    weights = [1 + (n_tiles - 1) * m for m in mu]
+    dual = (_least(floors, weights, price, chip_tiles) - (price - pcu_price) * pcus
+            + (n_tiles - 1) * (1 - sum(mu)) * slowest)
+    return max(plain, dual)
+
+
+class SectionFloor(NamedTuple):
+    """What a section's stages alone say of any plan of it (:func:`section_floor`)."""
+
+    #: each compute stage's floor
+    stages: tuple[StageFloor, ...]
+    #: the memory stages' cycles per data tile, together and the slowest
+    memory_cycles: int
+    memory_slowest: int
+    #: the slowest compute stage's floor (its own, or the section's PCU work over every PCU)
+    compute: float
+    #: the fill's fixed part: memory latency, hand-overs, the stages' fills and drains
+    latency: int
+    #: the slowest memory tier's stream over the whole section
+    stream: int
+    #: configuration bytes of its fewest PMUs and of every switch of the tiles in use
+    fixed_config: float
+
+
+def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequence[Stream], chip_tiles: int,
+                  budget: UnitBudget = NO_LIMITS) -> SectionFloor:
+    """The parts of :func:`tiling_floor` that one section's stages and streams give, whatever the
+    kernel's calls."""
+    pcus = budget.tile_pcus(socket.tile.pcus)
+    floors = tuple(stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory)
+    memory = [s for s in stages if s.is_memory]
+    compute = max([fl.cycles for fl in floors] + [sum(fl.work for fl in floors) / (chip_tiles * pcus)] + [0])
+    hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
+    latency = (max([s.latency_cycles for s in memory] + [0])
+               + mesh_latency_cycles(socket.tile.control_network, 1) * hand_overs + sum(fl.latency for fl in floors))
+    c = socket.configuration
+    fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes
+                          + figures.switches_per_tile(socket) * c.switch_bytes)
+    return SectionFloor(floors, sum(s.fixed_cycles for s in memory), max([s.fixed_cycles for s in memory] + [0]),
+                        compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
+
+
+def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: int, chip_tiles: int,
+                 budget: UnitBudget = NO_LIMITS, iterations: int = 1, pipelined: bool = False,
+                 gate_cycles: int = 0) -> float:
+    """A value the objective of the plan of one tiling (``n_tiles`` data tiles on ``chip_tiles``
+    tiles within ``budget``) does not go below, from its sections' :func:`section_floor` (see the
+    module docstring); ``iterations``, ``pipelined`` and ``gate_cycles`` say how the kernel is
+    called (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
+    pcus = budget.tile_pcus(socket.tile.pcus)
+    # configuration cycles per byte, a single section's shared by consecutive calls
+    per_byte = socket.clock_hz / socket.calibrated.config_load_bytes_per_s / (iterations if len(sections) == 1 else 1)
+    pcu_price = chip_tiles * socket.configuration.pcu_bytes * per_byte
+    total = 0.0
+    for index, sec in enumerate(sections):
+        fixed = max(0.0, sec.fixed_config * per_byte - 1)
+        least_config = fixed + pcu_price * sum(fl.fewest_pcus for fl in sec.stages)
+        if pipelined:
+            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
+            gate = gate_cycles if index == 0 else 0
+            total += max(sec.stream + sec.compute + least_config, gate + sec.latency + chain + fixed)
+        else:
+            slowest = max(sec.compute, sec.memory_slowest)
+            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)
+            total += max(n_tiles * slowest + least_config, sec.memory_cycles + sec.latency + chain + fixed)
+    return total * (1 - _SLACK) - len(sections)
+
+
+def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageWork], Sequence[Stream], Allocation]],
+                    n_tiles: int, iterations: int = 1, pipelined: bool = False, gate_cycles: int = 0) -> float:
+    """A floor under the objective of one tiling whose sections are allocated but not yet placed
+    and routed (``(stages, streams, allocation)`` each): the stages' cycles and the configuration
+    are known; the mesh can only slow the slowest stage, and a hand-over and a memory stream's
+    head take at least a control hop and the tier's latency."""
+    hand_over = mesh_latency_cycles(socket.tile.control_network, 1)
+    configs = []
+    total = 0.0
+    for index, (stages, streams, alloc) in enumerate(sections):
+        configs.append(figures.config_cycles(socket, figures.config_bytes(socket, sum(alloc.pcus), sum(alloc.pmus),
+                                                                          alloc.chip_tiles)))
+        hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
+        latency = (alloc.latency_cycles + hand_over * hand_overs
+                   + max([s.latency_cycles for s in stages if s.is_memory] + [0]))
+        if pipelined:
+            compute = [c for c, s in zip(alloc.cycles, stages, strict=True) if not s.is_memory]
+            slowest = max(compute + [0])
+            chain = max(n_tiles * slowest, sum(compute) + latency + (n_tiles - 1) * slowest)
+            stream = max([s.stream_cycles for s in stages if s.is_memory] + [0])
+            total += max(stream + slowest, (gate_cycles if index == 0 else 0) + chain)
+        else:
+            slowest = max(alloc.cycles, default=0)
+            total += max(n_tiles * slowest, sum(alloc.cycles) + latency + (n_tiles - 1) * slowest)
+    reload = configs[0] / iterations if len(configs) == 1 else sum(configs)
+    return (total + reload) * (1 - _SLACK) - len(sections)

@@ -1,0 +1,96 @@
+"""The kernel mapper skips the tilings whose floor (:mod:`sn40l_sim.mapper.tiling_floor`) exceeds
+the best plan found so far: on real kernels (DeepSeek-R1 decode MLA and MoE FFN with drafts,
+prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped) the pruned search
+returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
+heaviest GEMMs, of all its stages, and once allocated) are below its plan's objective."""
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+from conftest import ROOT, deepseek_graph
+
+import sn40l_sim.mapper.kernel as kernel_mod
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
+from sn40l_sim.mapper import division
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan
+from sn40l_sim.mapper.planning import clear_section_memo
+from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+
+
+@cache
+def _socket(kind: str):
+    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+    if kind == "slow_config":
+        # configuration as dear as the stream: the FFN's cycles against its tiling have two minima
+        node = with_overrides(node, {"socket.memory.hbm.efficiency": 0.9439,
+                                     "socket.calibrated.config_load_bytes_per_s": 8.28431e9})
+    return node.socket
+
+
+@cache
+def _kernel(graph: str, name: str):
+    if graph == "chain":
+        # more stages than a tile has PCUs, a GEMM among them: two sections
+        ops = [Operator(f"op{i:03d}", "elementwise", elements=1 << 20, act_in_bytes=(1 << 20) if i == 0 else 0)
+               for i in range(300)]
+        ops[150] = Operator("proj", "gemm", m=256, k=4096, n=4096, weight_bytes=4096 * 4096)
+        return FusedKernel(name, "chain", "decode", tuple(ops))
+    if graph == "llama70b":
+        model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
+        g = build_graph(model, Shape("decode", 1, 2048, 1024), ParallelPlan(16, 16))
+    elif graph == "drafts":
+        g = deepseek_graph("decode", drafts=2)
+    else:
+        g = deepseek_graph(graph)
+    return next(k for k in g.kernels() if k.name == name).signature()
+
+
+CASES = {
+    "decode_mla": ("node", "decode", "L03.mla", LONE_CALL),
+    "decode_moe_ffn_drafts": ("slow_config", "drafts", "L03.ffn", LONE_CALL),
+    "prefill_mha": ("node", "prefill", "L00.mha", LONE_CALL),
+    "prefill_moe_ffn": ("node", "prefill", "L03.moe_ffn", LONE_CALL),
+    "llama_decoder_looped": ("node", "llama70b", "L00.decoder", LoopContext(80, 20_000, True)),
+    "llama_decoder_repeated": ("slow_config", "llama70b", "L00.decoder", LoopContext(80)),
+    "two_sections": ("node", "chain", "chain", LONE_CALL),
+    "two_sections_looped": ("slow_config", "chain", "chain", LoopContext(4, 5_000, True)),
+}
+
+
+def _search(socket, kernel, loop, monkeypatch, prune: bool):
+    """The best plan, searched cold, and every tiling planned as ``(arguments, plan)``."""
+    planned = []
+    real = kernel_mod._plan_kernel
+
+    def record(*args):
+        plan = real(*args)
+        planned.append((args, plan))
+        return plan
+
+    clear_section_memo()
+    division.clear_caches()
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel_mod, "_plan_kernel", record)
+        patch.setattr(kernel_mod, "PRUNE_TILINGS", prune)
+        plan = best_plan(socket, kernel, TierSplit.all_in("hbm"), loop=loop)
+    return plan, planned
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_pruned_tiling_search_returns_the_plan_of_the_exhaustive_one(case, monkeypatch):
+    socket_kind, graph, name, loop = CASES[case]
+    socket, kernel = _socket(socket_kind), _kernel(graph, name)
+    pruned, pruned_planned = _search(socket, kernel, loop, monkeypatch, prune=True)
+    exhaustive, every = _search(socket, kernel, loop, monkeypatch, prune=False)
+    assert pruned == exhaustive
+    # the floors did skip tilings (else this compares a search with itself)
+    assert len(pruned_planned) < len(every)
+    for args, plan in every:
+        if plan is not None:
+            # of the heaviest GEMMs, of every stage, allocated before placing
+            for floor in (kernel_mod._part_floor, kernel_mod._tiling_floor, kernel_mod._allocated_floor):
+                assert floor(*args) <= plan.objective[0], (floor.__name__, args[4], args[6], args[7])
