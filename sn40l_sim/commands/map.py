@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.outputs import check_file
-    from sn40l_sim.serving.point import place_socket
+    from sn40l_sim.serving.memory_fit import place_socket
     from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment

@@ -4,9 +4,10 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
 :func:`simulate_point`
 
 1. finds the largest compiled decode batch whose memory fits on every socket of a decode node
-   (:func:`sn40l_sim.mapper.memory.place_memory` in the experiment's tier order; the uses not in
-   ``may_spill`` must stay in the first tier, by default weights and KV in HBM as in the paper's
-   deployment), and checks that one prompt fits on a prefill node;
+   (:class:`~sn40l_sim.serving.memory_fit.MemoryFit`: :func:`sn40l_sim.mapper.memory.place_memory`
+   in the experiment's tier order; the uses not in ``may_spill`` must stay in the first tier, by
+   default weights and KV in HBM as in the paper's deployment), and checks that one prompt fits on
+   a prefill node;
 2. times one prefill (batch 1) per compiled prefill length and one decode step of the static
    graph (the compiled batch at the static cache length, verifying the point's speculative drafts,
    :mod:`sn40l_sim.serving.speculation`) with the step costs it is given
@@ -41,27 +42,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
-from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
-from sn40l_sim.mapper.placement import MemoryPlacement
+from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
+from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
-
-#: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket; called with
-#: ``kv_offload={tier: bytes}`` as well when the KV policy keeps a store in a tier of its own, and
-#: with ``priority=(use, ...)`` when the default order of the uses would spill one that must stay
-MemoryPlacer = Callable[..., MemoryPlacement]
 
 
 @dataclass(frozen=True)
@@ -127,107 +120,6 @@ class PointResult:
     include_mtp: bool = False
 
 
-class _Memory:
-    """Memory checks of one point (memoised per batch)."""
-
-    def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
-                 costs: StepCosts, prefill_place: MemoryPlacer | None = None,
-                 prefill_costs: StepCosts | None = None) -> None:
-        self.s, self.include_mtp, self.footprint = s, include_mtp, footprint
-        self.static_len = footprint.slots
-        self.place, self.costs = place, costs
-        # the prefill node's placer and graphs when its hardware differs from the decode node's
-        self.prefill_place, self.prefill_costs = prefill_place or place, prefill_costs or costs
-        self._cache: dict[int, Any] = {}
-
-    def _kv(self, phase: str, plan: Any, batch: int, cache_len: int) -> int:
-        # where a sequence's cache lives and how it rounds: kvcache.sizing, the rule map uses too
-        return kv_bytes_per_socket(self.s.model, plan, batch, cache_len, include_mtp=self.include_mtp,
-                                   phase=phase)
-
-    def _prefill_activations(self) -> int:
-        with located("graph_options"):
-            return self.prefill_costs.prefill_activation_bytes(self.s.prompt_len)
-
-    def prefill_kv(self) -> int:
-        return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
-
-    def prefill_fits(self) -> Any:
-        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
-                                                place=self.prefill_place), "one prompt on a prefill node")
-
-    def decode_fits(self, batch: int) -> Any:
-        if batch not in self._cache:
-            s = self.s
-            # the cache attention reads and the policy's state, and a store in a tier of its own
-            uses = kv_bytes_by_use(s.model, s.decode_plan, batch, self.footprint, include_mtp=self.include_mtp)
-            kv = uses["kv"]
-            store = {self.footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
-            with located("graph_options"):
-                act = self.costs.decode_activation_bytes(batch, self.static_len, self.s.speculation.drafts)
-            if s.mode == "colocated":
-                # the node also prefills: the prompt's full cache before compression, and the
-                # larger of the two phases' activations
-                kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
-                act = max(act, self._prefill_activations())
-            placement = self._placed(s.decode_plan, kv, act, store)
-            self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
-        return self._cache[batch]
-
-    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
-                place: MemoryPlacer | None = None) -> Any:
-        return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)
-
-    def _spilled(self, placement: Any) -> dict[str, int]:
-        return spilled_uses(placement, self.s.may_spill)
-
-    def _in_first_tier(self, placement: Any, what: str) -> Any:
-        """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order."""
-        first = placement.first_tier
-        kept = [use for use in _USE_NAMES if use not in self.s.may_spill]
-        spilled = self._spilled(placement)
-        if spilled:
-            gib = 2**30
-            need = {use: placement.total(use) for use in _USE_NAMES}
-            detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
-            spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
-            to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
-                              if tier != first and any(uses.get(use, 0) for use in spilled))
-            keeps = " and ".join(_USE_NAMES[use] for use in kept)
-            raise InfeasibleError(f"{what} does not fit in {first.upper()} per socket: {detail} > "
-                                  f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
-                                  f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
-        return placement
-
-
-#: the uses of memory, in the order messages list them, and how they read in a sentence
-_USE_NAMES = {"weights": "weights", "kv": "KV", "activations": "activations"}
-
-
-def spilled_uses(placement: MemoryPlacement, may_spill: tuple[str, ...]) -> dict[str, int]:
-    """Bytes of the uses not in ``may_spill`` that ``placement`` put outside its first tier."""
-    kept = [use for use in _USE_NAMES if use not in may_spill]
-    return {use: n for use, n in sorted(placement.outside(placement.first_tier).items()) if use in kept}
-
-
-def place_socket(place: MemoryPlacer, may_spill: tuple[str, ...], plan: Any, kv: int, activations: int,
-                 kv_offload: dict[str, int] | None = None) -> MemoryPlacement:
-    """One socket's placement by ``place``, in its default priority (activations first, the most
-    used); when that pushes a use that must stay in the first tier (not in ``may_spill``) out of it,
-    as the activations of a long prompt do, the uses that must stay are placed first and those that
-    may spill after them, if that keeps them all in the first tier (else the default placement
-    stands, and the refusal names what it spilled). ``run`` and ``map`` place memory this way."""
-    extra = {"kv_offload": kv_offload} if kv_offload else {}
-    placement = place(plan, kv, activations, **extra)
-    if spilled_uses(placement, may_spill):
-        kept = [use for use in PLACEMENT_PRIORITY if use not in may_spill]
-        kept_first = place(plan, kv, activations, **extra,
-                           priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
-        if not spilled_uses(kept_first, may_spill):
-            return kept_first
-    return placement
-
-
 def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
     """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node.
 
@@ -244,18 +136,6 @@ def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
         return setup + node.host_link.latency_s + n_bytes / node.host_link.bytes_per_s
     bandwidth = socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
     return setup + socket.p2p.latency_s + n_bytes / bandwidth
-
-
-@contextmanager
-def located(setup_field: str):
-    """Give an :class:`InputError` raised inside, that names no field, the :class:`PointSetup`
-    field it is about (the study layer maps it to the experiment's field and line)."""
-    try:
-        yield
-    except InputError as exc:
-        if exc.field is None and exc.file is None:
-            exc.field = setup_field
-        raise
 
 
 def check_plans(s: PointSetup) -> None:
@@ -352,7 +232,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
         raise ValueError("a prefill node of its own needs its step costs and memory placer")
     prefill_costs = prefill_costs or costs
-    memory = _Memory(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
+    memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):

@@ -44,7 +44,8 @@ from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates
-from sn40l_sim.serving.point import MemoryPlacer, PointSetup
+from sn40l_sim.serving.memory_fit import MemoryPlacer
+from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.traces import TraceRow, read_trace
 from sn40l_sim.serving.workload import Request, build_requests

@@ -27,7 +27,8 @@ from typing import Any
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.point import PointSetup, check_context, check_plans, located, transfer_seconds
+from sn40l_sim.serving.memory_fit import located
+from sn40l_sim.serving.point import PointSetup, check_context, check_plans, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
 from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, plan_of, read_trace_rows
 from sn40l_sim.study.experiment import Experiment
