@@ -4,24 +4,12 @@ loads the rest).
 
 Examples
 --------
->>> import tempfile, pathlib
+The SnapStream paper's Table 5 runs each policy at three prompt lengths, SnapStream's cache budget a
+quarter of the prompt (``prompt_fraction: {budget: 0.25}``):
+
 >>> from sn40l_sim.study.experiment import load_experiment
->>> folder = pathlib.Path(tempfile.mkdtemp())
->>> _ = (folder / "e.yaml").write_text('''
-... kind: experiment
-... name: demo
-... hardware: hw.yaml
-... model: m.yaml
-... policies:
-...   - {name: full, policy: full}
-...   - {name: snap, policy: snapstream, params: {sink: 4}, prompt_fraction: {budget: 0.25}}
-... shape: {prompt_len: 1024}
-... prompt_lens: [1024, 2048]
-... workload: {kind: fixed, count: batch, output_len: 16}
-... serving: {max_new_tokens: 16}
-... ''')
->>> [(p.name, p.prompt_len, p.params) for p in points(load_experiment(folder / "e.yaml"))]
-[('full@1K', 1024, {}), ('full@2K', 2048, {}), ('snap@1K', 1024, {'budget': 256, 'sink': 4}), ('snap@2K', 2048, {'budget': 512, 'sink': 4})]
+>>> [(p.name, p.params) for p in points(load_experiment("experiments/snapstream_table5.yaml"))][2:5]
+[('full@32K', {}), ('snapstream@128K', {'budget': 32768}), ('snapstream@64K', {'budget': 16384})]
 """
 from __future__ import annotations
 
