@@ -46,7 +46,8 @@ from sn40l_sim.mapper.stages import TierSplit
 _MEMO_SIZE = 4096
 _memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
 def mapping_key(socket: SocketSpec) -> str:
-    """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`."""
+    """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`,
+    :data:`~.kernel.UNMAPPED_PARTS` and the tiers' capacities (:func:`~.kernel.socket_key`)."""
     return socket_key(socket, UNMAPPED_CALIBRATED)
 
 

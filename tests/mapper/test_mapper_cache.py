@@ -71,6 +71,29 @@ def test_calibrated_values_the_mapper_never_reads_leave_the_mapping_alone(node):
     assert mapping_key(slower.socket) != mapping_key(node.socket)
 
 
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_parts_of_a_socket_the_mapper_never_reads_leave_the_mapping_alone(node, phase):
+    # links, published totals and memory sizes are left out of the mapping key (kernel.UNMAPPED_PARTS):
+    # a cold mapping on a socket that differs in every one of them must be the same, kernel for kernel
+    graph = deepseek_graph(phase, kv_len=32768, batch=8) if phase == "decode" else deepseek_graph("prefill")
+    socket = node.socket
+    moved = with_overrides(node, {
+        "socket.p2p.ports": 2 * socket.p2p.ports, "socket.p2p.bytes_per_s_per_port": 3 * socket.p2p.bytes_per_s_per_port,
+        "socket.p2p.latency_s": 7 * socket.p2p.latency_s, "socket.tln.bytes_per_s": socket.tln.bytes_per_s / 2,
+        "socket.tln.latency_s": 5 * socket.tln.latency_s, "socket.die_to_die.latency_s": 9 * socket.die_to_die.latency_s,
+        "socket.memory.hbm.capacity_bytes_per_unit": 2 * socket.memory["hbm"].capacity_bytes_per_unit,
+        "socket.memory.hbm.reserved_bytes": socket.memory["hbm"].reserved_bytes / 2,
+        "socket.memory.ddr.capacity_bytes_per_unit": socket.memory["ddr"].capacity_bytes_per_unit / 4,
+        "socket.stated.pcus": socket.stated.pcus + 1})
+    assert mapping_key(moved.socket) == mapping_key(node.socket)
+    assert _cold(moved, graph).kernels == _cold(node, graph).kernels
+    # and what it reads is in the key: the memory tiers' bandwidth and latency, the configuration
+    for field, value in [("socket.memory.hbm.latency_s", 2 * socket.memory["hbm"].latency_s),
+                         ("socket.memory.hbm.bytes_per_s_per_unit", socket.memory["hbm"].bytes_per_s_per_unit / 2),
+                         ("socket.configuration.pcu_bytes", 2 * socket.configuration.pcu_bytes)]:
+        assert mapping_key(with_overrides(node, {field: value}).socket) != mapping_key(node.socket), field
+
+
 def _fewest_by_definition(work, pieces, target, most_pcus):
     """The fewest PCUs (then fewest cycles) over every split, each PCU count tried in turn."""
     best = None
