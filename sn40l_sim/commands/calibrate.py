@@ -9,9 +9,9 @@ the leave-one-out refits). Prints the fitted values and every residual; with --w
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
 or a node file's socket_overrides), with a provenance note. With --starts K the fit also runs from
 K-1 points spread over the parameters' bounds (a seeded Latin hypercube; the prior stays the YAML's
-values) and keeps the lowest cost, since a fit from one point can stop where a mapper plan switches. Each simulation pass of the fit is
-reported on stderr as it ends (--quiet: none). No parameter is specific to one
-experiment: the same values serve every experiment on that hardware.
+values) and keeps the lowest cost, since a fit from one point can stop where a mapper plan
+switches. Each simulation pass of the fit is reported on stderr as it ends (--quiet: none). No
+parameter is specific to one experiment: the same values serve every experiment on that hardware.
 
 example:
   python -m sn40l_sim calibrate                 # fit and print
