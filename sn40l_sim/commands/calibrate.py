@@ -7,13 +7,16 @@ fitted by bounded least squares within the physical bounds declared in the schem
 the YAML's values (sn40l_sim/study/linear_fit.py: one pass per parameter, reused by the fit and by
 the leave-one-out refits). Prints the fitted values and every residual; with --write,
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
-or a node file's socket_overrides), with a provenance note. Each simulation pass of the fit is
-reported on stderr as it ends (--quiet: none). No parameter is specific to one
-experiment: the same values serve every experiment on that hardware.
+or a node file's socket_overrides), with a provenance note. With --starts K the fit also runs from
+K-1 points spread over the parameters' bounds (a seeded Latin hypercube; the prior stays the YAML's
+values) and keeps the lowest cost, since a fit from one point can stop where a mapper plan
+switches. Each simulation pass of the fit is reported on stderr as it ends (--quiet: none). No
+parameter is specific to one experiment: the same values serve every experiment on that hardware.
 
 example:
   python -m sn40l_sim calibrate                 # fit and print
   python -m sn40l_sim calibrate --write         # and write the values into hw_configs/sn40l.yaml
+  python -m sn40l_sim calibrate --starts 8      # fit from the YAML's values and 7 more starts, keep the best
 """
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-evaluations", type=int, default=40,
                         help="simulation budget of the fit, in passes over the calibration points, the finite "
                              "differences' included (default: %(default)s)")
+    parser.add_argument("--starts", type=int, default=1,
+                        help="fit from this many starting points, the YAML's values first, and keep the lowest "
+                             "cost; --max-evaluations is each start's budget (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -56,11 +62,15 @@ def run(args: argparse.Namespace) -> int:
         return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides,
                                                          reads_prefill=readers[path]))
 
+    if args.starts < 1:
+        print(f"calibrate: --starts must be at least 1, got {args.starts}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
+    budget = args.max_evaluations * args.starts
 
     def progress(passes: int, cost: float) -> None:
         if not args.quiet:
-            print(f"calibrate: simulation pass {passes} of at most {args.max_evaluations}, cost {cost:.4g}, "
+            print(f"calibrate: simulation pass {passes} of at most {budget}, cost {cost:.4g}, "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     if not args.quiet:
@@ -68,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
         names = fitted_names(socket)
         print(f"calibrate: fitting {len(names)} parameters of {args.hardware} to {len(used)} calibration "
               f"measurements; each pass simulates {len({r.experiment_path for r in used})} experiment(s): the "
-              f"start, {len(names)} finite differences, then the steps they propose", file=sys.stderr, flush=True)
-    result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations, progress=progress)
+              f"start, {len(names)} finite differences, then the steps they propose"
+              + (f"; from {args.starts} starting points" if args.starts > 1 else ""), file=sys.stderr, flush=True)
+    result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations, progress=progress,
+                 starts=args.starts)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
         print(f"{name:34s} {s:12.6g} {f:12.6g}")

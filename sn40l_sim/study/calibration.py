@@ -136,7 +136,8 @@ class ParameterSpace:
     def from_unit(self, u: np.ndarray) -> np.ndarray:
         """The unit box -> parameter values."""
         logs = np.exp(self._log_low + u * self._log_span)
-        return np.where(self.log, logs, self.lows + u * (self.highs - self.lows))
+        # exp(log(bound)) can round to a hair outside the bound, which the schema refuses
+        return np.clip(np.where(self.log, logs, self.lows + u * (self.highs - self.lows)), self.lows, self.highs)
 
     def values(self, u: np.ndarray) -> dict[str, float]:
         """Dotted path -> value of the point ``u`` of the unit box."""
@@ -144,32 +145,42 @@ class ParameterSpace:
 
 
 def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
-        max_evaluations: int = 60, progress: Callable[[int, float], None] | None = None) -> FitResult:
+        max_evaluations: int = 60, progress: Callable[[int, float], None] | None = None,
+        starts: int = 1) -> FitResult:
     """Fit the calibrated parameters of ``socket`` to the calibration references.
 
     A trust-region fit on the simulator linearised by finite differences
     (:func:`~sn40l_sim.study.linear_fit.trust_region_fit`), from the values in the YAML; the
-    Jacobian it measured comes back with the result, for :func:`leave_one_out`.
+    Jacobian it measured comes back with the result, for :func:`leave_one_out`. With ``starts``
+    above one, the fit runs again from ``starts - 1`` more points spread over the parameters'
+    bounds (:func:`start_points`) and keeps the lowest cost: the simulator is piecewise constant
+    where a mapper plan switches, so a fit from one point can stop in a local minimum. Every start
+    keeps the same prior (the YAML's values): only where the search begins moves.
 
     Parameters
     ----------
     references : list of Reference
         Only those with ``calibration: true`` and a value are used.
     socket : SocketSpec
-        The hardware as loaded: its calibrated values are the prior and the starting point.
+        The hardware as loaded: its calibrated values are the prior and the first starting point.
     evaluate : callable
         Simulates the references with the calibrated values overridden (dotted path under the
         socket -> value).
     max_evaluations : int
-        Budget of simulations (each is one pass over the referenced points), the finite
-        differences' included (at least one more than the number of parameters).
+        Budget of simulations of each start (each is one pass over the referenced points), the
+        finite differences' included (at least one more than the number of parameters).
     progress : callable, optional
-        Called after each pass with the number of passes so far and the pass's cost (half the
-        sum of squared residuals), for a command that shows the fit advancing.
+        Called after each pass with the number of passes so far (over all starts) and the pass's
+        cost (half the sum of squared residuals), for a command that shows the fit advancing.
+    starts : int
+        Number of starting points (1: the YAML's values only).
     """
+    if starts < 1:
+        raise ValueError(f"a fit needs at least one start, got {starts}")
     refs = calibration_references(references)
     space = ParameterSpace(socket)
     u0 = space.to_unit(space.start)
+    residuals = fit_residuals(refs, u0)
     passes: dict[bytes, list[Comparison]] = {}
 
     def simulate(u: np.ndarray) -> np.ndarray:
@@ -177,11 +188,40 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
             passes[u.tobytes()] = evaluate(refs, space.values(u))
         return np.array([c.simulated for c in passes[u.tobytes()]], dtype=float)
 
-    found = trust_region_fit(simulate, fit_residuals(refs, u0), u0, max_passes=max_evaluations, on_pass=progress)
-    # a parameter the fit left where it started keeps its YAML value to the last digit
-    fitted = np.where(found.u == u0, space.start, space.from_unit(found.u))
+    best = None
+    total = 0
+    for u_start in start_points(u0, starts):
+        on_pass = None if progress is None else (lambda n, cost, before=total: progress(before + n, cost))
+        found = trust_region_fit(simulate, residuals, u_start, max_passes=max_evaluations, on_pass=on_pass)
+        total += found.passes
+        if best is None or found.cost < best.cost:   # a tie keeps the earlier start (the YAML's first)
+            best = found
+    assert best is not None
+    # a parameter the fit left at its YAML value keeps it to the last digit
+    fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
-                     passes[found.u.tobytes()], found.cost, found.linearisation, found.passes)
+                     passes[best.u.tobytes()], best.cost, best.linearisation, total)
+
+
+#: seed of the starting points after the first, so that a multi-start fit is reproducible
+START_SEED = 12
+
+
+def start_points(u0: np.ndarray, count: int, seed: int = START_SEED) -> list[np.ndarray]:
+    """``u0`` and ``count - 1`` points of the unit box in a Latin hypercube: each parameter's range
+    cut into ``count - 1`` equal strata, one point in each, the strata paired at random (``seed``),
+    so that every parameter is tried across its whole range with few points.
+
+    >>> points = start_points(np.array([0.5, 0.5]), 5)
+    >>> points[0].tolist(), len(points)
+    ([0.5, 0.5], 5)
+    >>> sorted(int(p[0] * 4) for p in points[1:]), sorted(int(p[1] * 4) for p in points[1:])
+    ([0, 1, 2, 3], [0, 1, 2, 3])
+    """
+    n = count - 1
+    rng = np.random.default_rng(seed)
+    strata = np.array([rng.permutation(n) for _ in u0], dtype=float).reshape(len(u0), n).T
+    return [np.array(u0, dtype=float), *((strata + rng.random((n, len(u0)))) / max(n, 1))]
 
 
 def fit_residuals(references: list[Reference], u0: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -163,3 +163,27 @@ def test_a_steps_only_evaluation_simulates_only_the_prefills_it_is_asked_for():
     assert skipped["utilisation"]["decode_step"] == full["utilisation"]["decode_step"]
     with pytest.raises(ValueError, match="serve=False"):
         loaded.records(path, reads_prefill=[])
+
+
+def two_wells(calibrated: dict[str, float]) -> dict[str, float]:
+    """A rate whose misfit has two minima in the HBM efficiency: an exact one at 0.4 and a local one
+    near 0.93, on the YAML's side (0.9439) of the ridge at about 0.70 between them."""
+    hbm = calibrated[HBM]
+    return {"rate": 100 * (hbm - 0.4) ** 2 * ((hbm - 0.95) ** 2 + 0.01), "share": 0.5, "step": 1.0}
+
+
+def test_a_fit_from_several_starts_finds_the_minimum_a_fit_from_the_yaml_misses():
+    refs = [reference("rate", 0.0, {"abs": 0.01})]
+    evaluate = evaluate_with(two_wells)
+    single = fit(refs, SOCKET, evaluate, max_evaluations=60)
+    several = fit(refs, SOCKET, evaluate, max_evaluations=60, starts=4)
+    # the Latin hypercube puts one of three starts below a third of the range (HBM efficiency < 0.53)
+    assert dict(zip(single.names, single.fitted, strict=True))[HBM] == pytest.approx(0.93, abs=0.01)
+    assert single.cost > 100 and not single.comparisons[0].ok
+    assert dict(zip(several.names, several.fitted, strict=True))[HBM] == pytest.approx(0.4, abs=0.01)
+    assert several.cost < 0.1 and several.comparisons[0].ok
+    assert several.passes > single.passes
+    again = fit(refs, SOCKET, evaluate, max_evaluations=60, starts=1)   # one start: the YAML's alone
+    assert (again.fitted, again.cost, again.passes) == (single.fitted, single.cost, single.passes)
+    with pytest.raises(ValueError, match="at least one start"):
+        fit(refs, SOCKET, evaluate, starts=0)
