@@ -158,6 +158,13 @@ def stop_workers(pool: cf.ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
         if process.is_alive():
             process.kill()
             process.join(1.0)
+    # the pool's management thread closes its wake-up pipe as it ends; at interpreter exit
+    # concurrent.futures wakes every such thread (``_python_exit``), and on Python 3.11 a wake-up
+    # racing that close writes to a closed descriptor and prints a traceback ("Bad file descriptor")
+    # under the one-line message: let the thread end first (with its workers gone it ends at once)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout_s)
 
 
 @contextmanager
