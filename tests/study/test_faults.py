@@ -6,6 +6,7 @@ The runs are the small sweep experiment of ``sweep_helpers`` (a run takes a frac
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import gc
 import json
 import os
@@ -24,6 +25,7 @@ from sn40l_sim.commands import cli
 from sn40l_sim.commands.cli import main
 from sn40l_sim.report import outputs
 from sn40l_sim.report.outputs import OutputFolder, read_status
+from sn40l_sim.study.sweep.executors import stop_workers
 
 SWEEP = "axes:\n  serving.seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]\n"
 
@@ -228,3 +230,17 @@ def test_a_command_collects_garbage_less_often_and_restores_the_callers_threshol
     finally:
         gc.set_threshold(*before)
     assert seen == [cli.GC_THRESHOLDS, cli.GC_THRESHOLDS]
+
+
+def test_stopping_a_pool_leaves_no_management_thread_for_the_exit_to_wake():
+    # at interpreter exit concurrent.futures wakes each pool's management thread; one still closing
+    # its pipe then (Python 3.11) printed an "OSError: Bad file descriptor" traceback under the
+    # one-line message of an interrupted sweep, so stop_workers waits for the thread to end
+    pool = cf.ProcessPoolExecutor(max_workers=2)
+    futures = [pool.submit(time.sleep, 30) for _ in range(4)]
+    manager = pool._executor_manager_thread
+    assert manager.is_alive()
+    start = time.monotonic()
+    stop_workers(pool)
+    assert not manager.is_alive() and time.monotonic() - start < 10
+    assert all(f.done() for f in futures)

@@ -148,6 +148,7 @@ def stop_workers(pool: cf.ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
     # the pool keeps its processes in a private mapping (pid -> Process) since Python 3.2; without it
     # the shutdown below still cancels the queue
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)   # (shutdown forgets it)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
@@ -162,7 +163,6 @@ def stop_workers(pool: cf.ProcessPoolExecutor, timeout_s: float = 5.0) -> None:
     # concurrent.futures wakes every such thread (``_python_exit``), and on Python 3.11 a wake-up
     # racing that close writes to a closed descriptor and prints a traceback ("Bad file descriptor")
     # under the one-line message: let the thread end first (with its workers gone it ends at once)
-    manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
         manager.join(timeout_s)
 
