@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:34s} {s:12.6g} {f:12.6g}")
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
+    if not args.quiet and len(result.start_costs) > 1:
+        ended = ", ".join(f"{i}: {cost:.4g}" for i, cost in enumerate(result.start_costs))
+        print(f"calibrate: cost at the end of each start (0: the YAML's values) {ended}; kept start "
+              f"{result.kept_start}", file=sys.stderr, flush=True)
     if not args.quiet:
         print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, refitting "
               "without each calibration point on the fit's Jacobian (no more passes)", file=sys.stderr, flush=True)

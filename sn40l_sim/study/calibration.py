@@ -96,7 +96,8 @@ def measured_residual(m: Measurement, simulated: float) -> float | None:
 @dataclass(frozen=True)
 class FitResult:
     """The fitted values, the starting values, the comparisons at the fit, and the simulator's
-    linearisation the fit used (its Jacobian, for :func:`leave_one_out`) with the passes it took."""
+    linearisation the fit used (its Jacobian, for :func:`leave_one_out`) with the passes it took;
+    with several starts, the cost each one ended at and which was kept."""
 
     names: tuple[str, ...]
     start: tuple[float, ...]
@@ -105,6 +106,8 @@ class FitResult:
     cost: float
     linearisation: Linearisation | None = None
     passes: int = 0
+    start_costs: tuple[float, ...] = ()
+    kept_start: int = 0
 
 
 #: (references to simulate, calibrated overrides) -> comparisons
@@ -188,19 +191,20 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
             passes[u.tobytes()] = evaluate(refs, space.values(u))
         return np.array([c.simulated for c in passes[u.tobytes()]], dtype=float)
 
-    best = None
+    best, kept, costs = None, 0, []
     total = 0
-    for u_start in start_points(u0, starts):
+    for i, u_start in enumerate(start_points(u0, starts)):
         on_pass = None if progress is None else (lambda n, cost, before=total: progress(before + n, cost))
         found = trust_region_fit(simulate, residuals, u_start, max_passes=max_evaluations, on_pass=on_pass)
         total += found.passes
+        costs.append(found.cost)
         if best is None or found.cost < best.cost:   # a tie keeps the earlier start (the YAML's first)
-            best = found
+            best, kept = found, i
     assert best is not None
     # a parameter the fit left at its YAML value keeps it to the last digit
     fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
-                     passes[best.u.tobytes()], best.cost, best.linearisation, total)
+                     passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept)
 
 
 #: seed of the starting points after the first, so that a multi-start fit is reproducible

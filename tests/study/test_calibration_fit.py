@@ -183,6 +183,10 @@ def test_a_fit_from_several_starts_finds_the_minimum_a_fit_from_the_yaml_misses(
     assert dict(zip(several.names, several.fitted, strict=True))[HBM] == pytest.approx(0.4, abs=0.01)
     assert several.cost < 0.1 and several.comparisons[0].ok
     assert several.passes > single.passes
+    # each start's final cost is kept, the YAML's first, and the one kept is the lowest (not the YAML's)
+    assert len(several.start_costs) == 4 and several.start_costs[0] == pytest.approx(single.cost)
+    assert several.kept_start != 0 and several.start_costs[several.kept_start] == several.cost == min(several.start_costs)
+    assert single.start_costs == (single.cost,) and single.kept_start == 0
     again = fit(refs, SOCKET, evaluate, max_evaluations=60, starts=1)   # one start: the YAML's alone
     assert (again.fitted, again.cost, again.passes) == (single.fitted, single.cost, single.passes)
     with pytest.raises(ValueError, match="at least one start"):
