@@ -184,24 +184,19 @@ def _sections(ranges: list[tuple[int, int]], spills: list[int]):
 
 def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
                   n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
-                  planned: str) -> float:
-    """:func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` of one tiling of ``kernel``."""
-    sections = [section_floors(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                               budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
+                  planned: str, sections_of=section_floors) -> float:
+    """:func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` of one tiling of ``kernel``, each section's
+    floor from ``sections_of``."""
+    sections = [sections_of(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                            budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
     return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
                         loop.gate_cycles)
 
 
-def _part_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext,
-                planned: str) -> float:
+def _part_floor(*args) -> float:
     """:func:`_tiling_floor` of the sections' memory stages and heaviest GEMMs alone, quicker to
     build and no higher (:func:`~sn40l_sim.mapper.planning.section_part_floor`)."""
-    sections = [section_part_floor(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in,
-                                   spill_out, budget, planned)
-                for start, stop, spill_in, spill_out in _sections(ranges, spills)]
-    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
-                        loop.gate_cycles)
+    return _tiling_floor(*args, sections_of=section_part_floor)
 
 
 def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],

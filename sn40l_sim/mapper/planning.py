@@ -46,7 +46,16 @@ def clear_section_memo() -> None:
     clear_tiling_memo()
 
 
-def _memoised(memo: dict, size: int, key: tuple, compute):
+def _key(planned: str, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,
+         spill_out: int, budget: UnitBudget) -> tuple | None:
+    """A section's memo key; None (nothing memoised) without ``planned``, the socket as planned
+    (:func:`~sn40l_sim.mapper.kernel.socket_key`)."""
+    return (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget) if planned else None
+
+
+def _memoised(memo: dict, size: int, key: tuple | None, compute):
+    if key is None:
+        return compute()
     got = memo.get(key)
     if got is None and key not in memo:
         if len(memo) >= size:
@@ -59,15 +68,11 @@ def section_work(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tier
                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = ""
                  ) -> tuple[list[StageWork], list[Stream]]:
     """A section's stages and streams, decode attention spread over the tiles merging its partial
-    results (split-KV); memoised when ``planned`` (the socket as planned:
-    :func:`~sn40l_sim.mapper.kernel.socket_key`) is given."""
-    def compute():
-        return section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers, chip_tiles, spill_in,
-                              spill_out, budget, planned)
-    if not planned:
-        return compute()
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_stages_memo, _STAGES_MEMO_SIZE, key, compute)
+    results (split-KV); memoised when ``planned`` is given."""
+    return _memoised(_stages_memo, _STAGES_MEMO_SIZE,
+                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
+                     lambda: section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers, chip_tiles,
+                                            spill_in, spill_out, budget, planned))
 
 
 def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
@@ -76,10 +81,8 @@ def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, ti
     def compute():
         stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
         return section_floor(socket, stages, streams, chip_tiles, budget)
-    if not planned:
-        return compute()
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key, compute)
+    return _memoised(_floor_memo, _FLOOR_MEMO_SIZE,
+                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget), compute)
 
 
 def heavy_operators(ops: Sequence[Operator], count: int = 2) -> tuple[int, ...]:
@@ -107,21 +110,19 @@ def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     """A section's stages, streams and :func:`~sn40l_sim.mapper.allocate.allocate` (None when they
     do not fit; memoised as above)."""
     stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
-    if not planned:
-        return stages, streams, allocate(socket, stages, chip_tiles, budget)
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE, key, lambda: allocate(socket, stages, chip_tiles, budget))
+    alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE,
+                      _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
+                      lambda: allocate(socket, stages, chip_tiles, budget))
     return stages, streams, alloc
 
 
 def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
     """:func:`plan_section_cold` through the memo when ``planned`` is given."""
-    if not planned:
-        return plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    key = (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
-    return _memoised(_section_memo, _SECTION_MEMO_SIZE, key, lambda: plan_section_cold(
-        socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned))
+    return _memoised(_section_memo, _SECTION_MEMO_SIZE,
+                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
+                     lambda: plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
+                                               planned))
 
 
 def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,

@@ -139,13 +139,16 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
     tokens it still needs), from the same per-request streams, computed for all of them at once
     (a few hundred requests at a time: arrays that stay in the processor's cache)."""
     ids = list(remaining)
+
+    def one_by_one() -> dict[int, np.ndarray]:
+        return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i])[0] for i in ids}
+
     if not spec.drafts or not ids or not 0 <= seed <= _MASK32 or not all(0 <= i <= _MASK32 for i in ids) \
             or min(remaining.values()) < 1:
-        return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i])[0] for i in ids}
+        return one_by_one()
     words = list(zip(*(w.tolist() for w in seed_words(seed, np.array(ids, dtype=np.int64))), strict=True))
     if not _agrees_with_numpy(seed, ids[0], words[0]):
-        # the numpy installed seeds otherwise than the algorithm above: its own generators, slower
-        return {i: tokens_per_step(spec, request_draws(seed, i), remaining[i])[0] for i in ids}
+        return one_by_one()   # the numpy installed seeds otherwise than the algorithm above: slower, same numbers
     out: dict[int, np.ndarray] = {}
     for at in range(0, len(ids), _CHUNK):
         chunk = ids[at:at + _CHUNK]
