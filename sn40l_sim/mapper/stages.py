@@ -235,6 +235,13 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     return got
 
 
+def operator_tiling(socket: SocketSpec, op: Operator, n_tiles: int, budget: UnitBudget = NO_LIMITS,
+                    socket_key: str = "") -> OpTiling:
+    """The tiling :func:`section_stages` gives ``op`` at ``n_tiles`` data tiles under ``budget``
+    (memoised under ``socket_key`` as there)."""
+    return _tiling(socket, op, n_tiles, socket.calibrated.systolic_efficiency, budget, socket_key)
+
+
 def clear_tiling_memo() -> None:
     """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
