@@ -21,7 +21,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
 from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages, some_stages
-from sn40l_sim.mapper.tiling_floor import SectionFloor, section_floor
+from sn40l_sim.mapper.tiling_floor import SectionFloor, clear_stage_floor_memo, section_floor
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,6 +44,7 @@ def clear_section_memo() -> None:
     for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo):
         memo.clear()
     clear_tiling_memo()
+    clear_stage_floor_memo()
 
 
 def _key(planned: str, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,

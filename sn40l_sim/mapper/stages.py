@@ -202,6 +202,30 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
                      model=tiling.work, pieces=per_tile)
 
 
+#: compute stages by (the tiling's identity, data tiles), each kept with its tiling: a tiling's
+#: stage is asked for by the part floor, the whole section and the tile choices' retries, and one
+#: object per stage lets the stage floors be memoised by identity (:mod:`.tiling_floor`)
+_STAGE_MEMO_SIZE = 50_000
+_stage_memo: dict[tuple[int, int], tuple[OpTiling, StageWork]] = {}
+
+
+def _stage(tiling: OpTiling, n_tiles: int, socket_key: str) -> StageWork:
+    """:func:`compute_stage` through the memo when ``socket_key`` is given (the tiling is then a
+    memoised one, :func:`_tiling`)."""
+    if not socket_key:
+        return compute_stage(tiling, n_tiles)
+    key = (id(tiling), n_tiles)
+    got = _stage_memo.get(key)
+    # the memo keeps the tiling alive, so its id is not reused while its entry stands
+    if got is not None and got[0] is tiling:
+        return got[1]
+    if len(_stage_memo) >= _STAGE_MEMO_SIZE:
+        _stage_memo.clear()
+    stage = compute_stage(tiling, n_tiles)
+    _stage_memo[key] = (tiling, stage)
+    return stage
+
+
 #: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's
 #: tiling reads); cleared when full
 _TILING_MEMO_SIZE = 50_000
@@ -245,6 +269,7 @@ def operator_tiling(socket: SocketSpec, op: Operator, n_tiles: int, budget: Unit
 def clear_tiling_memo() -> None:
     """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
+    _stage_memo.clear()
     _traffic_memo.clear()
     clear_halvings()
 
@@ -286,7 +311,7 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
             index[tier] = len(stages)
             stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
     first = len(stages)
-    stages += [compute_stage(t, n_tiles) for t in tilings]
+    stages += [_stage(t, n_tiles, socket_key) for t in tilings]
     streams: list[Stream] = []
     for i, (reads, writes) in enumerate(traffic):
         me = first + i
@@ -306,7 +331,7 @@ def some_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], 
     eff = socket.calibrated.systolic_efficiency
     totals, _ = _section_traffic(socket, tuple(ops), tiers, spill_in_bytes, spill_out_bytes)
     stages = [memory_stage(socket, tier, total, n_tiles, chip_tiles) for tier, total in totals if total]
-    return stages + [compute_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles)
+    return stages + [_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles, socket_key)
                      for i in chosen]
 
 
