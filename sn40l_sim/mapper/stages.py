@@ -32,6 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
+from sn40l_sim.mapper.keys import clear_operators_keys, operators_key
 from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
@@ -269,6 +270,7 @@ def operator_tiling(socket: SocketSpec, op: Operator, n_tiles: int, budget: Unit
 def clear_tiling_memo() -> None:
     """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
+    clear_operators_keys()
     _stage_memo.clear()
     _traffic_memo.clear()
     clear_halvings()
@@ -349,7 +351,7 @@ def _section_traffic(socket: SocketSpec, ops: tuple[Operator, ...], tiers: TierS
     """A section's bytes to and from each of the socket's tiers, in the socket's order, and each
     operator's reads and writes of the tiers it touches: the same at every tiling and tile choice,
     so the kernel mapper's plans of one section work them out once."""
-    key = (tuple(socket.memory), ops, tiers, spill_in_bytes, spill_out_bytes)
+    key = (tuple(socket.memory), operators_key(ops), tiers, spill_in_bytes, spill_out_bytes)
     got = _traffic_memo.get(key)
     if got is not None:
         return got
