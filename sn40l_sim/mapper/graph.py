@@ -26,7 +26,6 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
@@ -72,7 +71,11 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
                 placed = map_kernel(socket, signature, tiers, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
-    return replace(placed, kernel=kernel)
+    # a copy with the kernel replaced: ``dataclasses.replace`` re-runs ``__init__`` field by field,
+    # and every kernel of every graph comes through here (a sixth of a warm map_graph)
+    out = object.__new__(PlacedKernel)
+    out.__dict__.update(placed.__dict__, kernel=kernel)
+    return out
 
 
 @contextmanager
