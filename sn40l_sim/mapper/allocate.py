@@ -122,7 +122,9 @@ def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: U
                       _min_pmus(socket, stage, chip_tiles))
 
 
-@dataclass(frozen=True)
+# not frozen: a frozen dataclass sets each field through object.__setattr__, and an allocation makes
+# one per stage (tens of thousands per mapping)
+@dataclass(slots=True)
 class _Limits:
     """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
     SRAM cycles at those fewest PMUs; and the answers of :func:`_stage_units` found so far in
