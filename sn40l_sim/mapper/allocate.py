@@ -77,12 +77,6 @@ def _division(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int) -> Di
     return stage_division(stage.model, stage.pieces, max(1, pcus) * chip_tiles, max_pcus * chip_tiles)
 
 
-def _compute_cycles(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int | None = None) -> int:
-    if stage.model is None:
-        return 0
-    return _division(stage, pcus, chip_tiles, max_pcus or pcus).cycles
-
-
 def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
     needs = stage.buffer_bytes or stage.sram_read_bytes or stage.sram_write_bytes
     held = pmus_for_buffer(socket.pmu, math.ceil(stage.buffer_bytes / chip_tiles), double_buffered=True)
@@ -128,7 +122,9 @@ def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: U
                       _min_pmus(socket, stage, chip_tiles))
 
 
-@dataclass(frozen=True)
+# not frozen: a frozen dataclass sets each field through object.__setattr__, and an allocation makes
+# one per stage (tens of thousands per mapping)
+@dataclass(slots=True)
 class _Limits:
     """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
     SRAM cycles at those fewest PMUs; and the answers of :func:`_stage_units` found so far in
@@ -336,9 +332,12 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     seen: list[dict[int, _Units | None]] = [{} for _ in stages]
     if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
+    # each stage's best division on its most PCUs: least_work's cycles, the same number, memoised
+    # for the stage floors that came before (:mod:`.tiling_floor`)
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
-             + [_compute_cycles(s, lim.max_pcus, chip_tiles) for s, lim in zip(stages, limits, strict=True)
-                if lim and lim.max_pcus] + [0])
+             + [least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles
+                for s, lim in zip(stages, limits, strict=True) if lim and lim.max_pcus and s.model is not None]
+             + [0])
     # every PCU of the tiles busy is a lower bound too
     work = sum(s.work_cycles for s in stages if not s.is_memory)
     lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))

@@ -23,8 +23,9 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
@@ -66,10 +67,30 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
         text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}"
         placed = disk_cache.load("mapped_kernel", text)
         if placed is None:
-            placed = map_kernel(socket, signature, tiers, loop=loop)
+            with _collector_paused():
+                placed = map_kernel(socket, signature, tiers, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
-    return replace(placed, kernel=kernel)
+    # a copy with the kernel replaced: ``dataclasses.replace`` re-runs ``__init__`` field by field,
+    # and every kernel of every graph comes through here (a sixth of a warm map_graph)
+    out = object.__new__(PlacedKernel)
+    out.__dict__.update(placed.__dict__, kernel=kernel)
+    return out
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, back as it was after: a kernel's search
+    makes and drops hundreds of thousands of small acyclic objects (divisions, splits, keys), which
+    reference counting frees, and each collection they trigger walks every live object of the
+    process (a few % of a cold mapping)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None = None,

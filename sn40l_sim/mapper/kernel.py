@@ -57,11 +57,10 @@ from sn40l_sim.mapper.planning import (
     section_allocation,
     section_floors,
     section_part_floor,
-    section_work,
 )
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 
@@ -289,8 +288,7 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         for n_tiles in tilings:
             if tried and n_tiles in tried and _all_in(tried[n_tiles], dataflow):
                 continue
-            if n_tiles in searched and _same_stages(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
-                                                    only, planned):
+            if n_tiles in searched and _same_stages(socket, kernel, ranges, n_tiles, budget, dataflow, planned):
                 continue
             if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
                                            planned) > min(plan.objective[0], cutoff)
@@ -302,16 +300,16 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     return plan
 
 
-def _same_stages(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget, other: UnitBudget,
-                 planned: str) -> bool:
-    """Whether ``kernel``'s sections have the same stages and streams under both budgets (which then
-    differ only in what the tiling reads: the plans are the same)."""
-    return all(section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                            budget, planned)
-               == section_work(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                               other, planned)
-               for start, stop, spill_in, spill_out in _sections(ranges, spills))
+def _same_stages(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], n_tiles: int,
+                 budget: UnitBudget, dataflow: str, planned: str) -> bool:
+    """Whether ``kernel``'s sections have the same stages and streams at ``n_tiles`` under ``budget``
+    and under ``dataflow`` alone (the plans are then the same): whether every GEMM's tiling under
+    ``budget`` is in ``dataflow``. A GEMM's tiling under one dataflow is that dataflow's option of
+    the choice under both, and no other operator's tiling reads the dataflows, so the stages agree
+    then; otherwise a GEMM's work differs. Asked of the operator tilings alone, without building
+    stages for a tiling the search may never have staged."""
+    return all(operator_tiling(socket, op, n_tiles, budget, planned).dataflow == dataflow
+               for start, stop in ranges for op in kernel.operators[start:stop] if op.kind == "gemm")
 
 
 def _all_in(plan: KernelPlan, dataflow: str) -> bool:

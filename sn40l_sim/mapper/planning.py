@@ -18,10 +18,18 @@ from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.keys import operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
-from sn40l_sim.mapper.stages import StageWork, Stream, TierSplit, clear_tiling_memo, section_stages, some_stages
-from sn40l_sim.mapper.tiling_floor import SectionFloor, section_floor
+from sn40l_sim.mapper.stages import (
+    StageWork,
+    Stream,
+    TierSplit,
+    clear_tiling_memo,
+    section_stages,
+    some_stages,
+)
+from sn40l_sim.mapper.tiling_floor import SectionFloor, clear_stage_floor_memo, section_floor
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,13 +52,16 @@ def clear_section_memo() -> None:
     for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo):
         memo.clear()
     clear_tiling_memo()
+    clear_stage_floor_memo()
 
 
 def _key(planned: str, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,
          spill_out: int, budget: UnitBudget) -> tuple | None:
     """A section's memo key; None (nothing memoised) without ``planned``, the socket as planned
     (:func:`~sn40l_sim.mapper.kernel.socket_key`)."""
-    return (planned, tuple(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget) if planned else None
+    if not planned:
+        return None
+    return (planned, operators_key(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
 
 
 def _memoised(memo: dict, size: int, key: tuple | None, compute):

@@ -32,6 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
+from sn40l_sim.mapper.keys import clear_operators_keys, operators_key
 from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
@@ -202,6 +203,30 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
                      model=tiling.work, pieces=per_tile)
 
 
+#: compute stages by (the tiling's identity, data tiles), each kept with its tiling: a tiling's
+#: stage is asked for by the part floor, the whole section and the tile choices' retries, and one
+#: object per stage lets the stage floors be memoised by identity (:mod:`.tiling_floor`)
+_STAGE_MEMO_SIZE = 50_000
+_stage_memo: dict[tuple[int, int], tuple[OpTiling, StageWork]] = {}
+
+
+def _stage(tiling: OpTiling, n_tiles: int, socket_key: str) -> StageWork:
+    """:func:`compute_stage` through the memo when ``socket_key`` is given (the tiling is then a
+    memoised one, :func:`_tiling`)."""
+    if not socket_key:
+        return compute_stage(tiling, n_tiles)
+    key = (id(tiling), n_tiles)
+    got = _stage_memo.get(key)
+    # the memo keeps the tiling alive, so its id is not reused while its entry stands
+    if got is not None and got[0] is tiling:
+        return got[1]
+    if len(_stage_memo) >= _STAGE_MEMO_SIZE:
+        _stage_memo.clear()
+    stage = compute_stage(tiling, n_tiles)
+    _stage_memo[key] = (tiling, stage)
+    return stage
+
+
 #: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's
 #: tiling reads); cleared when full
 _TILING_MEMO_SIZE = 50_000
@@ -235,9 +260,18 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     return got
 
 
+def operator_tiling(socket: SocketSpec, op: Operator, n_tiles: int, budget: UnitBudget = NO_LIMITS,
+                    socket_key: str = "") -> OpTiling:
+    """The tiling :func:`section_stages` gives ``op`` at ``n_tiles`` data tiles under ``budget``
+    (memoised under ``socket_key`` as there)."""
+    return _tiling(socket, op, n_tiles, socket.calibrated.systolic_efficiency, budget, socket_key)
+
+
 def clear_tiling_memo() -> None:
     """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
+    clear_operators_keys()
+    _stage_memo.clear()
     _traffic_memo.clear()
     clear_halvings()
 
@@ -279,7 +313,7 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
             index[tier] = len(stages)
             stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
     first = len(stages)
-    stages += [compute_stage(t, n_tiles) for t in tilings]
+    stages += [_stage(t, n_tiles, socket_key) for t in tilings]
     streams: list[Stream] = []
     for i, (reads, writes) in enumerate(traffic):
         me = first + i
@@ -299,7 +333,7 @@ def some_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], 
     eff = socket.calibrated.systolic_efficiency
     totals, _ = _section_traffic(socket, tuple(ops), tiers, spill_in_bytes, spill_out_bytes)
     stages = [memory_stage(socket, tier, total, n_tiles, chip_tiles) for tier, total in totals if total]
-    return stages + [compute_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles)
+    return stages + [_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles, socket_key)
                      for i in chosen]
 
 
@@ -317,7 +351,7 @@ def _section_traffic(socket: SocketSpec, ops: tuple[Operator, ...], tiers: TierS
     """A section's bytes to and from each of the socket's tiers, in the socket's order, and each
     operator's reads and writes of the tiers it touches: the same at every tiling and tile choice,
     so the kernel mapper's plans of one section work them out once."""
-    key = (tuple(socket.memory), ops, tiers, spill_in_bytes, spill_out_bytes)
+    key = (tuple(socket.memory), operators_key(ops), tiers, spill_in_bytes, spill_out_bytes)
     got = _traffic_memo.get(key)
     if got is not None:
         return got

@@ -141,12 +141,42 @@ class SectionFloor(NamedTuple):
     fixed_config: float
 
 
+#: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits), each kept with its
+#: stage: the part floor's GEMMs come back in the whole section's floor, and the one-dataflow
+#: retries ask again for every stage that is not a GEMM (stages are shared objects when memoised,
+#: :mod:`.stages`); cleared when full
+_STAGE_FLOOR_MEMO_SIZE = 50_000
+_stage_floor_memo: dict[tuple[int, int, int, int], tuple[StageWork, StageFloor]] = {}
+
+
+def _stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> StageFloor:
+    """:func:`~sn40l_sim.mapper.allocate.stage_floor` through the memo. Of the socket it reads what
+    the stage's tiling was memoised under (the socket as the mapper sees it), and of the budget
+    only the stage's limits."""
+    tile = socket.tile
+    key = (id(stage), chip_tiles, budget.pcus_for(stage.name, tile.pcus), budget.pmus_for(stage.name, tile.pmus))
+    got = _stage_floor_memo.get(key)
+    # the memo keeps the stage alive, so its id is not reused while its entry stands
+    if got is not None and got[0] is stage:
+        return got[1]
+    if len(_stage_floor_memo) >= _STAGE_FLOOR_MEMO_SIZE:
+        _stage_floor_memo.clear()
+    floor = stage_floor(socket, stage, chip_tiles, budget)
+    _stage_floor_memo[key] = (stage, floor)
+    return floor
+
+
+def clear_stage_floor_memo() -> None:
+    """Forget every memoised stage floor."""
+    _stage_floor_memo.clear()
+
+
 def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequence[Stream], chip_tiles: int,
                   budget: UnitBudget = NO_LIMITS) -> SectionFloor:
     """The parts of :func:`tiling_floor` that one section's stages and streams give, whatever the
     kernel's calls."""
     pcus = budget.tile_pcus(socket.tile.pcus)
-    floors = tuple(stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory)
+    floors = tuple(_stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory)
     memory = [s for s in stages if s.is_memory]
     compute = max([fl.cycles for fl in floors] + [sum(fl.work for fl in floors) / (chip_tiles * pcus)] + [0])
     hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
