@@ -90,14 +90,18 @@ class KernelRecord:
 
 
 def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, collectives: CollectiveModel, *,
-               call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None):
+               call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None,
+               after: list[simpy.Event] | None = None):
     """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes.
 
     ``call`` pays the kernel-call boundary and the fill (False for a loop's later iterations);
     ``gate`` is the previous iteration's end, which the first tile's compute waits for;
-    ``streamed`` is triggered when the tiles are done (the next iteration may then stream).
+    ``streamed`` is triggered when the tiles are done (the next iteration may then stream);
+    ``after``: events the kernel waits for before asking for the tiles (its predecessors).
     """
     env = res.env
+    if after:
+        yield env.all_of(after)
     signature = record.placed.kernel.signature()
     with res.compute.request() as tiles:
         yield tiles
