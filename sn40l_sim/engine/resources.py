@@ -67,6 +67,8 @@ class SocketResources:
     lone_streams: bool = False
     #: collectives started and not yet ended on this socket
     live_collectives: int = 0
+    #: id of a kernel section -> (the section, its chunks accounted alone), see :mod:`.lone_sections`
+    lone_sections: dict[int, tuple[Any, Any]] = field(default_factory=dict, repr=False)
     _path_rates: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
