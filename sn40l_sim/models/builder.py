@@ -136,13 +136,15 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
     extra = {False: _policy_kernels(policy, model, shape, plan),
              True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
+    # the last kernel of each layer (a group's last entry), after which a policy's kernels go
+    last_of = {entry.group: entry.node for entry in plan_}
     for entry in plan_:
         key = (entry.kernel_id, entry.draft)
         if key not in built:
             built[key] = _kernel(contexts[entry.draft], entry.kernel_id, phase.kernels[entry.kernel_id], *formulas)
         steps, kernel = built[key]
         parts.append((entry.node, entry.layer, steps, kernel))
-        if extra[entry.draft] and entry.layer is not None and _last_of_group(plan_, entry):
+        if extra[entry.draft] and entry.layer is not None and last_of[entry.group] == entry.node:
             for k in extra[entry.draft]:
                 parts.append((f"{entry.group}.{k.name}", entry.layer, [], k))
 
@@ -264,10 +266,6 @@ def _sequence(model: ModelSpec, phase: PhaseTemplate, drafts: int) -> list[_Entr
 
 def _name(phase: PhaseTemplate, kernel_id: str) -> str:
     return phase.kernels[kernel_id].name or kernel_id
-
-
-def _last_of_group(seq: list[_Entry], entry: _Entry) -> bool:
-    return [e.node for e in seq if e.group == entry.group][-1] == entry.node
 
 
 def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, OperatorFormula],
