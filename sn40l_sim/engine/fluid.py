@@ -215,7 +215,30 @@ class FluidNetwork:
         >>> net.transfer_alone((hbm,), 1001), net.transfer_alone((hbm,), 1000), hbm.bytes_moved, hbm.busy_cycles
         (101, 100, 2001, 201)
         """
-        if self._flows or self._pending or n_bytes <= 0 or not path or not cap > 0:
+        if self._flows or self._pending:
+            return None
+        lone = self.lone_flow(path, n_bytes, cap)
+        if lone is None:
+            return None
+        cycles, wakes = lone
+        moved: dict[Channel, int] = {}
+        for ch in path:
+            moved[ch] = moved.get(ch, 0) + int(n_bytes)
+        self.book_alone(1, wakes, (self.env.now if start is None else start) + cycles,
+                        dict.fromkeys(path, cycles), moved)
+        return cycles
+
+    @staticmethod
+    def lone_flow(path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf) -> tuple[int, int] | None:
+        """The cycles a transfer alone on ``path`` takes and the wake-ups the network would give
+        it on the way (:meth:`transfer_alone`'s arithmetic, booking nothing); None when nothing is
+        to move or the cap is not positive.
+
+        >>> hbm = Channel("hbm", 10.0)
+        >>> FluidNetwork.lone_flow((hbm,), 1001), FluidNetwork.lone_flow((hbm,), 0)
+        ((101, 1), None)
+        """
+        if n_bytes <= 0 or not path or not cap > 0:
             return None
         # _reallocate's rate for a flow sharing no channel, and _schedule's and _wake's steps
         rate = min(float(cap), min(ch.bytes_per_cycle for ch in path))
@@ -229,14 +252,21 @@ class FluidNetwork:
             wakes += 1
             if remaining <= done_below:
                 break
-        self._seq += 1
-        self._generation += 1 + wakes
-        self._last = (self.env.now if start is None else start) + cycles
-        for ch in set(path):
+        return cycles, wakes
+
+    def book_alone(self, transfers: int, wakes: int, end: int, busy: dict[Channel, int],
+                   moved: dict[Channel, int]) -> None:
+        """Book what ``transfers`` lone transfers run one after the other (:meth:`lone_flow`)
+        would have through the events: the sequence and generation counters (a settling and
+        ``wakes`` wake-ups in all), the clock of the last update (``end``, when the last one
+        ended), and each channel's busy cycles and bytes moved."""
+        self._seq += transfers
+        self._generation += transfers + wakes
+        self._last = end
+        for ch, cycles in busy.items():
             ch.busy_cycles += cycles
-        for ch in path:
-            ch.bytes_moved += int(n_bytes)
-        return cycles
+        for ch, n_bytes in moved.items():
+            ch.bytes_moved += n_bytes
 
     def _advance(self) -> None:
         now = self.env.now

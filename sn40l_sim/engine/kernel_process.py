@@ -36,6 +36,7 @@ import simpy
 
 from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
 from sn40l_sim.engine.kernel_costs import KernelCosts, SectionCosts
+from sn40l_sim.engine.lone_sections import book_lone_section, lone_section, memory_bound
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
@@ -90,14 +91,18 @@ class KernelRecord:
 
 
 def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, collectives: CollectiveModel, *,
-               call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None):
+               call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None,
+               after: list[simpy.Event] | None = None):
     """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes.
 
     ``call`` pays the kernel-call boundary and the fill (False for a loop's later iterations);
     ``gate`` is the previous iteration's end, which the first tile's compute waits for;
-    ``streamed`` is triggered when the tiles are done (the next iteration may then stream).
+    ``streamed`` is triggered when the tiles are done (the next iteration may then stream);
+    ``after``: events the kernel waits for before asking for the tiles (its predecessors).
     """
     env = res.env
+    if after:
+        yield env.all_of(after)
     signature = record.placed.kernel.signature()
     with res.compute.request() as tiles:
         yield tiles
@@ -175,8 +180,7 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
 
 def _book_chunk(record: KernelRecord, took: int, compute: int, alone: float) -> None:
     record.compute_busy += compute
-    # on a tie the memory stage is the bound, as the mapper counts it
-    if alone and (took > compute or alone >= compute):
+    if memory_bound(took, compute, alone):
         record.memory_bound_cycles += took
     else:
         record.compute_bound_cycles += took
@@ -198,30 +202,21 @@ def _lone_section(res: SocketResources, record: KernelRecord, costs: SectionCost
     stream, :meth:`~sn40l_sim.engine.fluid.FluidNetwork.transfer_alone`, whichever ends later),
     booked as :func:`_chunk` books them, so that the section is one wait instead of five events a
     chunk; None when the chunks need the events (streams not alone, or a chunk streaming from two
-    tiers, which share the TLN).
+    tiers, which share the TLN). The chunks are worked out once per section
+    (:func:`~sn40l_sim.engine.lone_sections.lone_section`).
 
     What lets a stream run alone at the section's start holds for all its chunks: no collective
     can start before the kernel's tiles are done."""
     if not _streams_alone(res):
         return None
-    firsts = [sum(costs.chunks[:i]) for i in range(len(costs.chunks))]
-    plans = [costs.loads(first, n) for first, n in zip(firsts, costs.chunks, strict=True)]
-    if any(len(loads) > 1 or (loads and not loads[0][2] > 0) for loads in plans):
+    plan = lone_section(res, costs)
+    if plan is None:
         return None
-    total = 0
-    for first, n, loads in zip(firsts, costs.chunks, plans, strict=True):
-        compute = n * costs.compute_cycles_per_tile
-        took = compute
-        if loads:
-            tier, n_bytes, cap = loads[0]
-            lone = res.net.transfer_alone(res.memory_path(tier), n_bytes, cap, start=res.env.now + total)
-            if lone is None:
-                raise AssertionError("a stream alone on the network was refused")   # checked above
-            record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
-            took = max(compute, lone)
-        _book_chunk(record, took, compute, _alone_cycles(res, costs, first, n))
-        total += took
-    return total
+    book_lone_section(res, plan, record.tier_bytes)
+    record.compute_busy += plan.compute_busy
+    record.memory_bound_cycles += plan.memory_bound_cycles
+    record.compute_bound_cycles += plan.compute_bound_cycles
+    return plan.cycles
 
 
 def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int) -> list:

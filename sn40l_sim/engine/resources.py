@@ -32,13 +32,17 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
 from sn40l_sim.engine.fluid import Channel, FluidNetwork
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec
+
+if TYPE_CHECKING:
+    from sn40l_sim.engine.kernel_costs import SectionCosts
+    from sn40l_sim.engine.lone_sections import LoneSection
 
 
 @dataclass(eq=False)
@@ -67,6 +71,8 @@ class SocketResources:
     lone_streams: bool = False
     #: collectives started and not yet ended on this socket
     live_collectives: int = 0
+    #: id of a kernel section -> (the section, its chunks accounted alone), see :mod:`.lone_sections`
+    lone_sections: dict[int, tuple[SectionCosts, LoneSection | None]] = field(default_factory=dict, repr=False)
     _path_rates: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod

@@ -143,22 +143,15 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         if record.iteration:
             # a loop iteration streams once the previous one has, its compute gated on its end
             body = run_kernel(res, record, costs, collectives, call=False, gate=done[previous],
-                              streamed=streamed[kernel.name])
-            preds = [streamed[previous]]
+                              streamed=streamed[kernel.name], after=[streamed[previous]])
         else:
-            body = run_kernel(res, record, costs, collectives, streamed=streamed[kernel.name])
             preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
-        done[kernel.name] = env.process(_after(env, preds, body))
+            body = run_kernel(res, record, costs, collectives, streamed=streamed[kernel.name], after=preds)
+        done[kernel.name] = env.process(body)
         records.append(record)
         previous = kernel.name
     env.run()
     return _summarise(env.now, tuple(records), res, socket, loops)
-
-
-def _after(env: simpy.Environment, preds: list, body):
-    if preds:
-        yield env.all_of(preds)
-    yield env.process(body)
 
 
 def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int,

@@ -136,20 +136,29 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
     extra = {False: _policy_kernels(policy, model, shape, plan),
              True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
+    # the last kernel of each layer (a group's last entry), after which a policy's kernels go
+    last_of = {entry.group: entry.node for entry in plan_}
     for entry in plan_:
         key = (entry.kernel_id, entry.draft)
         if key not in built:
             built[key] = _kernel(contexts[entry.draft], entry.kernel_id, phase.kernels[entry.kernel_id], *formulas)
         steps, kernel = built[key]
         parts.append((entry.node, entry.layer, steps, kernel))
-        if extra[entry.draft] and entry.layer is not None and _last_of_group(plan_, entry):
+        if extra[entry.draft] and entry.layer is not None and last_of[entry.group] == entry.node:
             for k in extra[entry.draft]:
                 parts.append((f"{entry.group}.{k.name}", entry.layer, [], k))
 
     graph = KernelGraph(model=model.name, shape=shape)
     previous: FusedKernel | None = None
+    # identical layers share one tuple of operators: their hand-off is summed once
+    out_bytes: dict[int, int] = {}
     for kernel in _with_activations(parts):
-        handoff = sum(op.act_out_bytes for op in previous.operators) if previous else 0
+        handoff = 0
+        if previous is not None:
+            ops = previous.operators
+            handoff = out_bytes.get(id(ops), -1)
+            if handoff < 0:
+                handoff = out_bytes[id(ops)] = sum(op.act_out_bytes for op in ops)
         graph.add(kernel, after=previous, bytes_=handoff)
         previous = kernel
     return graph
@@ -259,10 +268,6 @@ def _name(phase: PhaseTemplate, kernel_id: str) -> str:
     return phase.kernels[kernel_id].name or kernel_id
 
 
-def _last_of_group(seq: list[_Entry], entry: _Entry) -> bool:
-    return [e.node for e in seq if e.group == entry.group][-1] == entry.node
-
-
 def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, OperatorFormula],
             size_of: dict[str, SizeFormula]) -> tuple[list[list[Step]], FusedKernel]:
     per_op = [ops[name](ctx) for name in entry.operators]
@@ -296,18 +301,27 @@ def _with_activations(parts: list) -> list[FusedKernel]:
         uses = first[id(parts[i][2])]
         if uses:
             later = {**later, **uses}
+    produced = {key: {n for s in steps for n, _ in s.writes} for key, steps in flows.items()}
     done: dict[tuple[int, frozenset[str]], tuple[Operator, ...]] = {}
     out = []
     for i, (node, layer, per_op, kernel) in enumerate(parts):
         steps = flows[id(per_op)]
         if not steps:  # a policy's kernel: its own byte counts stand
-            out.append(replace(kernel, name=node, layer=layer))
+            out.append(_instance(kernel, node, layer, kernel.operators))
             continue
-        produced = {n for s in steps for n, _ in s.writes}
-        key = (id(per_op), frozenset(n for n in produced if read_later[i].get(n, False)))
+        key = (id(per_op), frozenset(n for n in produced[id(per_op)] if read_later[i].get(n, False)))
         if key not in done:
             done[key] = _operators_with_activations(steps, key[1])
-        out.append(replace(kernel, name=node, layer=layer, operators=done[key]))
+        out.append(_instance(kernel, node, layer, done[key]))
+    return out
+
+
+def _instance(kernel: FusedKernel, name: str, layer: int | None, operators: tuple[Operator, ...]) -> FusedKernel:
+    """``replace(kernel, name=name, layer=layer, operators=operators)``: a copy of the fields with
+    three replaced (``dataclasses.replace`` re-runs ``__init__`` field by field, once for each of a
+    graph's hundred-odd kernels, every graph; the fields need no checking)."""
+    out = object.__new__(type(kernel))
+    out.__dict__.update(kernel.__dict__, name=name, layer=layer, operators=operators)
     return out
 
 
@@ -342,15 +356,31 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
                 act_in[j] += size
                 reread[j] += size
         produced.update(n for n, _ in s.writes)
+    # the step that writes each name last, and the last step that reads it (one pass, not one per name)
+    last_write: dict[str, int] = {}
+    last_read: dict[str, int] = {}
+    for j, s in enumerate(steps):
+        for n, _ in s.writes:
+            last_write[n] = j
+        for n, _ in s.reads:
+            last_read[n] = j
     act_out = [0] * len(steps)
     for name in produced:
-        last = max(j for j, s in enumerate(steps) if any(n == name for n, _ in s.writes))
-        read_after = any(n == name for s in steps[last + 1:] for n, _ in s.reads)
+        last = last_write[name]
+        read_after = last_read.get(name, -1) > last
         if name in read_later or not read_after:
             act_out[last] += dict(steps[last].writes)[name]
-    return tuple(_unique([replace(s.op, act_in_bytes=s.op.act_in_bytes + a, act_out_bytes=s.op.act_out_bytes + b,
-                                  act_reread_bytes=s.op.act_reread_bytes + r)
-                          for s, a, b, r in zip(steps, act_in, act_out, reread, strict=True)]))
+    return tuple(_unique([_with_bytes(s.op, a, b, r) for s, a, b, r in zip(steps, act_in, act_out, reread, strict=True)]))
+
+
+def _with_bytes(op: Operator, act_in: int, act_out: int, reread: int) -> Operator:
+    """``op`` with the activation bytes added (a copy of its fields, as :func:`_instance`)."""
+    if not (act_in or act_out or reread):
+        return op
+    out = object.__new__(type(op))
+    out.__dict__.update(op.__dict__, act_in_bytes=op.act_in_bytes + act_in, act_out_bytes=op.act_out_bytes + act_out,
+                        act_reread_bytes=op.act_reread_bytes + reread)
+    return out
 
 
 def _unique(ops: list[Operator]) -> list[Operator]:

@@ -34,10 +34,12 @@ from typing import TYPE_CHECKING
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, AttentionShape, Operator, ParallelPlan, Shape
-from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
+from sn40l_sim.models.kv_format import kv_element_bits, kv_op_dtype, kv_quantised, stored_bytes
 from sn40l_sim.models.tensors import Tensor, inventory
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     # type-only: the template module imports the formulas, which import this module
     from sn40l_sim.models.spec import ModelSpec
     from sn40l_sim.models.template import KernelTemplates
@@ -136,7 +138,12 @@ class Ctx:
 
     def kv_stored(self, elements: int) -> int:
         """Bytes of ``elements`` cached elements as stored (scales included)."""
-        return kv_stored_bytes(self.model, elements)
+        return stored_bytes(elements, self.kv_bits)
+
+    @cached_property
+    def kv_bits(self) -> Fraction:
+        """:func:`~sn40l_sim.models.kv_format.kv_element_bits` of the model, worked out once."""
+        return kv_element_bits(self.model)
 
     def _kv_convert(self, name: str, elements: int) -> list[Step]:
         """The elementwise pass widening (``kv_dequant``) or narrowing (``kv_quantise``) cached

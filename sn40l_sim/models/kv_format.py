@@ -121,7 +121,20 @@ def kv_bit_fraction(model: ModelSpec) -> float:
 
 def kv_stored_bytes(model: ModelSpec, elements: int) -> int:
     """Bytes of ``elements`` cached elements as stored (scales included), rounded up."""
-    return math.ceil(elements * kv_element_bits(model) / 8)
+    return stored_bytes(elements, kv_element_bits(model))
+
+
+def stored_bytes(elements: int, element_bits: Fraction) -> int:
+    """Bytes of ``elements`` elements of ``element_bits`` bits each (:func:`kv_element_bits`),
+    rounded up.
+
+    >>> stored_bytes(1000, Fraction(9, 2)), stored_bytes(3, Fraction(5))
+    (563, 2)
+    """
+    if type(elements) is int:
+        # the same exact ceiling in integers (the graph builder asks for every cache read and write)
+        return -(-elements * element_bits.numerator // (element_bits.denominator * 8))
+    return math.ceil(elements * element_bits / 8)
 
 
 def kv_quantised(model: ModelSpec) -> bool:

@@ -42,13 +42,16 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 
 def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     """TTFT, TPOT and inter-token latency summaries, in seconds."""
-    ttft, tpot, itl = [], [], []
+    ttft, tpot, gaps = [], [], []
     for r in log.requests:
         ttft.append((r.first_token - r.request.arrival_cycle) / clock_hz)
         tokens = r.token_array()
         if tokens.size > 1:
             tpot.append(float(tokens[-1] - tokens[0]) / (tokens.size - 1) / clock_hz)
-            itl.extend((np.diff(tokens) / clock_hz).tolist())
+            gaps.append(np.diff(tokens))
+    # one array of every inter-token gap (a served run has some 10^5), not a list of floats; the
+    # division is elementwise, so dividing once gives the same values as dividing per request
+    itl = np.concatenate(gaps) / clock_hz if gaps else []
     return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl)}
 
 

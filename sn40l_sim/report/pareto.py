@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.outputs import atomic_path
+from sn40l_sim.report.figure import new_figure, save_figure
 from sn40l_sim.report.results import flatten
 
 DIRECTIONS = ("max", "min")
@@ -99,11 +99,6 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     ValueError
         With fewer than two objectives (a front of one objective is its best records: no plot).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if len(objectives) < 2:
         raise ValueError("a Pareto plot needs two objectives")
     columns = list(objectives)[:2]
@@ -111,7 +106,8 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     mask = front_mask(values, list(objectives.values()))
     labels = [RESULTS.axis_label(c) or (c, 1.0) for c in columns]
     x, y = values[:, 0] * labels[0][1], values[:, 1] * labels[1][1]
-    fig, ax = plt.subplots(figsize=(7, 4.8), constrained_layout=True)
+    fig = new_figure((7, 4.8))
+    ax = fig.subplots()
     ax.scatter(x[~mask], y[~mask], s=14, color="#b8b8b8", label="dominated")
     order = np.argsort(x[mask], kind="stable")
     ax.plot(x[mask][order], y[mask][order], "-o", color="#1f4e8c", markersize=5, label="Pareto front")
@@ -127,11 +123,7 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
         ax.set_yscale("log")
     ax.set_title(title or "Pareto front")
     ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as temporary:
-        fig.savefig(temporary, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _wide(values: np.ndarray) -> bool:

@@ -1,4 +1,5 @@
-"""The throughput plot ``run`` writes beside the results (matplotlib, Agg backend, no display).
+"""The throughput plot ``run`` writes beside the results (matplotlib's Agg canvas, no pyplot, no
+display: :mod:`.figure`).
 
 Left: decode tokens/s per point, raw and reported (x the expected tokens per step of speculative
 decoding), with the batch
@@ -23,20 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.outputs import atomic_path
+from sn40l_sim.report.figure import new_figure, save_figure
 
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Draw the plot to ``path`` (PNG or SVG by suffix) and return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = [r["name"] for r in records]
     raw = [r["decode_tokens_per_s"] for r in records]
     reported = [r["decode_tokens_per_s_reported"] for r in records]
-    fig, (ax_bar, ax_kv) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    fig = new_figure((11, 4.2))
+    ax_bar, ax_kv = fig.subplots(1, 2)
     x = range(len(records))
     width = 0.38
     ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / sequence and step)", color="#7a9cc6")
@@ -64,11 +61,7 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
         ax_kv.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as temporary:   # whole or absent, never a truncated image
-        fig.savefig(temporary, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, metadata={"Software": None} if path.suffix == ".png" else None)
 
 
 def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path | None:
@@ -86,13 +79,9 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     searched = [r for r in records if r.get("rate_probes")]
     if not searched:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     probe = {part.name: part for part in RESULTS["rate_probes"].parts}
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), constrained_layout=True)
+    fig = new_figure((6.4, 4.2))
+    ax = fig.subplots()
     for r in searched:
         probes = sorted(r["rate_probes"], key=lambda p: p["rate_per_s"])
         (line,) = ax.plot([p["rate_per_s"] for p in probes], [p["attainment"] for p in probes], marker="o",
@@ -106,8 +95,4 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     ax.set_ylim(0, 1.05)
     ax.set_title(title or "SLO attainment against arrival rate (dotted: highest rate under the SLOs)", fontsize=9)
     ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as temporary:   # whole or absent, never a truncated image
-        fig.savefig(temporary, dpi=120, metadata={"Software": None} if path.suffix == ".png" else None)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, metadata={"Software": None} if path.suffix == ".png" else None)

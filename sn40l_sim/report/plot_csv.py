@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.outputs import atomic_path
+from sn40l_sim.report.figure import new_figure, save_figure
 from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
@@ -206,9 +206,6 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     """
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     path = Path(csv_path)
     hue = list(hue or [])
     where = dict(where or {})
@@ -229,7 +226,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         raise InputError(f"no row matches {where}", file=path, field="--where")
     x_label, x_scale = axis_label(x)
     y_label, y_scale = axis_label(y)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), constrained_layout=True)
+    fig = new_figure((7.5, 4.5))
+    ax = fig.subplots()
     series, numeric_x = ({}, True) if kind == "scatter" else _series(path, rows, x, y, hue, columns)
     if kind == "scatter":
         _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale)
@@ -269,13 +267,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     title = ", ".join(experiments) or path.parent.name
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())
     ax.set_title(title + (f" ({suffix})" if suffix else ""))
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
     metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
-    with atomic_path(out_path) as temporary:
-        fig.savefig(temporary, dpi=120, metadata=metadata)
-    plt.close(fig)
-    return out_path
+    return save_figure(fig, out_path, metadata=metadata)
 
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
