@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -24,6 +24,28 @@ OpKind = Literal[
 ]
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 Phase = Literal["prefill", "decode"]
+
+_T = TypeVar("_T")
+
+
+def copied(obj: _T, **changes: Any) -> _T:
+    """A copy of the frozen dataclass ``obj`` with ``changes`` set, as ``dataclasses.replace`` gives,
+    without running ``__init__`` again.
+
+    The graph builder and the mapper's kernel cache make a copy for every kernel and operator of
+    every graph, and ``replace`` re-runs ``__init__`` field by field, which cost more than the rest of
+    those loops. This is only for classes that compute nothing in ``__init__`` or
+    ``__post_init__``, as the IR's dataclasses and a placed kernel do.
+
+    >>> op = Operator("qk", "gemm", m=2)
+    >>> twin = copied(op, m=4)
+    >>> (twin.m, op.m, twin == Operator("qk", "gemm", m=4))
+    (4, 2, True)
+    """
+    out = object.__new__(type(obj))
+    out.__dict__.update(obj.__dict__, **changes)
+    return out
+
 
 #: bits of one element of each datatype an operator, a weight tensor or a KV cache may name
 #: (the one table: models, kvcache and the mapper all read it or :data:`DTYPE_BYTES`)

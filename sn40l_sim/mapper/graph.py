@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
-from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
 from sn40l_sim.mapper import disk_cache, division
 from sn40l_sim.mapper.kernel import (
     LONE_CALL,
@@ -71,11 +71,8 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
                 placed = map_kernel(socket, signature, tiers, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
-    # a copy with the kernel replaced: ``dataclasses.replace`` re-runs ``__init__`` field by field,
-    # and every kernel of every graph comes through here (a sixth of a warm map_graph)
-    out = object.__new__(PlacedKernel)
-    out.__dict__.update(placed.__dict__, kernel=kernel)
-    return out
+    # every kernel of every graph comes through here; ``replace`` was a sixth of a warm map_graph
+    return copied(placed, kernel=kernel)
 
 
 @contextmanager

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, Operator, ParallelPlan, Shape, copied
 from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
 from sn40l_sim.models.formulas import operators, sizes
@@ -307,21 +307,12 @@ def _with_activations(parts: list) -> list[FusedKernel]:
     for i, (node, layer, per_op, kernel) in enumerate(parts):
         steps = flows[id(per_op)]
         if not steps:  # a policy's kernel: its own byte counts stand
-            out.append(_instance(kernel, node, layer, kernel.operators))
+            out.append(copied(kernel, name=node, layer=layer))
             continue
         key = (id(per_op), frozenset(n for n in produced[id(per_op)] if read_later[i].get(n, False)))
         if key not in done:
             done[key] = _operators_with_activations(steps, key[1])
-        out.append(_instance(kernel, node, layer, done[key]))
-    return out
-
-
-def _instance(kernel: FusedKernel, name: str, layer: int | None, operators: tuple[Operator, ...]) -> FusedKernel:
-    """``replace(kernel, name=name, layer=layer, operators=operators)``: a copy of the fields with
-    three replaced (``dataclasses.replace`` re-runs ``__init__`` field by field, once for each of a
-    graph's hundred-odd kernels, every graph; the fields need no checking)."""
-    out = object.__new__(type(kernel))
-    out.__dict__.update(kernel.__dict__, name=name, layer=layer, operators=operators)
+        out.append(copied(kernel, name=node, layer=layer, operators=done[key]))
     return out
 
 
@@ -374,13 +365,11 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
 
 
 def _with_bytes(op: Operator, act_in: int, act_out: int, reread: int) -> Operator:
-    """``op`` with the activation bytes added (a copy of its fields, as :func:`_instance`)."""
+    """``op`` with the activation bytes added (``op`` itself when there are none)."""
     if not (act_in or act_out or reread):
         return op
-    out = object.__new__(type(op))
-    out.__dict__.update(op.__dict__, act_in_bytes=op.act_in_bytes + act_in, act_out_bytes=op.act_out_bytes + act_out,
-                        act_reread_bytes=op.act_reread_bytes + reread)
-    return out
+    return copied(op, act_in_bytes=op.act_in_bytes + act_in, act_out_bytes=op.act_out_bytes + act_out,
+                  act_reread_bytes=op.act_reread_bytes + reread)
 
 
 def _unique(ops: list[Operator]) -> list[Operator]:
