@@ -8,8 +8,12 @@ over its PCUs, splitting a GEMM's rows or K when that helps, at most as many PCU
 addresses, and a split K's partial sums, within ``C`` (:func:`~sn40l_sim.hardware.units.pmu.pmu_cycles`;
 each PMU's read and write streams also cross one mesh link). Memory stages take no units; their
 cycles are fixed by their tier. The smallest ``C`` whose allocation fits a tile's PCUs and PMUs
-(or a :class:`~sn40l_sim.mapper.budget.UnitBudget`) is found by bisection; stages keep that
-minimal allocation (spare units stay idle and show as unused in the utilisation).
+(or a :class:`~sn40l_sim.mapper.budget.UnitBudget`) is found by bisection. The units that minimal
+allocation leaves idle then go to the slowest other stages (:func:`_spend_spare_pcus`,
+:func:`_spend_spare_pmus`): a stage's cycles per data tile also add to the pipeline fill. That
+spending does not price the configuration the extra units add, and a stage whose compute takes no
+cycles (a gather) takes every idle PMU; docs/validation.md ("Predictions") measures what that costs
+the MoE kernel.
 
 Every stage is spread evenly over the ``chip_tiles`` tiles in use: each tile holds the same number
 of its PCUs and PMUs and processes its share of every data tile, so per-tile counts are what is
