@@ -2,7 +2,8 @@
 
 A section's memos (:mod:`.planning`, :mod:`.stages`) are keyed on its operators, and hashing a
 tuple of operators hashes every field of every one (20 us for a 25-operator section) each time a
-memo is asked, thousands of times per kernel. :func:`operators_key` gives a key hashed once.
+memo is asked, thousands of times per kernel. :func:`operators_key` gives a key hashed once, and
+:class:`IdentityMemo` memoises what is computed from a shared object by that object's identity.
 
 Examples
 --------
@@ -15,12 +16,50 @@ True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
     from sn40l_sim.ir import Operator
+
+
+_V = TypeVar("_V")
+
+
+class IdentityMemo(Generic[_V]):
+    """Values computed from an object, found by the object's identity and a few hashable extras:
+    for objects that are shared when memoised (a memoised tiling's stage, a stage's floor) and
+    costly to hash. Each entry keeps its object alive, so its ``id`` is not reused while the entry
+    stands; the memo is cleared when full.
+
+    >>> memo = IdentityMemo(size=2)
+    >>> owner = [1, 2]
+    >>> memo.get(owner, (3,), lambda: sum(owner) * 3), memo.get(owner, (3,), lambda: -1)
+    (9, 9)
+    """
+
+    __slots__ = ("_entries", "_size")
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._entries: dict[tuple, tuple[object, _V]] = {}
+        self._size = size
+
+    def get(self, owner: object, extra: tuple[Hashable, ...], compute: Callable[[], _V]) -> _V:
+        """The value kept for ``owner`` and ``extra``, or ``compute()`` kept for them."""
+        key = (id(owner), *extra)
+        got = self._entries.get(key)
+        if got is not None and got[0] is owner:
+            return got[1]
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        value = compute()
+        self._entries[key] = (owner, value)
+        return value
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
 
 
 class OperatorsKey:

@@ -32,7 +32,7 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
-from sn40l_sim.mapper.keys import clear_operators_keys, operators_key
+from sn40l_sim.mapper.keys import IdentityMemo, clear_operators_keys, operators_key
 from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
@@ -203,11 +203,10 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
                      model=tiling.work, pieces=per_tile)
 
 
-#: compute stages by (the tiling's identity, data tiles), each kept with its tiling: a tiling's
-#: stage is asked for by the part floor, the whole section and the tile choices' retries, and one
-#: object per stage lets the stage floors be memoised by identity (:mod:`.tiling_floor`)
-_STAGE_MEMO_SIZE = 50_000
-_stage_memo: dict[tuple[int, int], tuple[OpTiling, StageWork]] = {}
+#: compute stages by (the tiling's identity, data tiles): a tiling's stage is asked for by the part
+#: floor, the whole section and the tile choices' retries, and one object per stage lets the stage
+#: floors be memoised by identity (:mod:`.tiling_floor`)
+_stage_memo: IdentityMemo[StageWork] = IdentityMemo()
 
 
 def _stage(tiling: OpTiling, n_tiles: int, socket_key: str) -> StageWork:
@@ -215,16 +214,7 @@ def _stage(tiling: OpTiling, n_tiles: int, socket_key: str) -> StageWork:
     memoised one, :func:`_tiling`)."""
     if not socket_key:
         return compute_stage(tiling, n_tiles)
-    key = (id(tiling), n_tiles)
-    got = _stage_memo.get(key)
-    # the memo keeps the tiling alive, so its id is not reused while its entry stands
-    if got is not None and got[0] is tiling:
-        return got[1]
-    if len(_stage_memo) >= _STAGE_MEMO_SIZE:
-        _stage_memo.clear()
-    stage = compute_stage(tiling, n_tiles)
-    _stage_memo[key] = (tiling, stage)
-    return stage
+    return _stage_memo.get(tiling, (n_tiles,), lambda: compute_stage(tiling, n_tiles))
 
 
 #: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's

@@ -52,6 +52,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, StageFloor, stage_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.keys import IdentityMemo
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -141,12 +142,10 @@ class SectionFloor(NamedTuple):
     fixed_config: float
 
 
-#: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits), each kept with its
-#: stage: the part floor's GEMMs come back in the whole section's floor, and the one-dataflow
-#: retries ask again for every stage that is not a GEMM (stages are shared objects when memoised,
-#: :mod:`.stages`); cleared when full
-_STAGE_FLOOR_MEMO_SIZE = 50_000
-_stage_floor_memo: dict[tuple[int, int, int, int], tuple[StageWork, StageFloor]] = {}
+#: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits): the part floor's
+#: GEMMs come back in the whole section's floor, and the one-dataflow retries ask again for every
+#: stage that is not a GEMM (stages are shared objects when memoised, :mod:`.stages`)
+_stage_floor_memo: IdentityMemo[StageFloor] = IdentityMemo()
 
 
 def _stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> StageFloor:
@@ -154,16 +153,8 @@ def _stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: 
     the stage's tiling was memoised under (the socket as the mapper sees it), and of the budget
     only the stage's limits."""
     tile = socket.tile
-    key = (id(stage), chip_tiles, budget.pcus_for(stage.name, tile.pcus), budget.pmus_for(stage.name, tile.pmus))
-    got = _stage_floor_memo.get(key)
-    # the memo keeps the stage alive, so its id is not reused while its entry stands
-    if got is not None and got[0] is stage:
-        return got[1]
-    if len(_stage_floor_memo) >= _STAGE_FLOOR_MEMO_SIZE:
-        _stage_floor_memo.clear()
-    floor = stage_floor(socket, stage, chip_tiles, budget)
-    _stage_floor_memo[key] = (stage, floor)
-    return floor
+    limits = (chip_tiles, budget.pcus_for(stage.name, tile.pcus), budget.pmus_for(stage.name, tile.pmus))
+    return _stage_floor_memo.get(stage, limits, lambda: stage_floor(socket, stage, chip_tiles, budget))
 
 
 def clear_stage_floor_memo() -> None:
