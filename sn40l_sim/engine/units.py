@@ -105,7 +105,9 @@ def chain_units(entries: list[KernelEntry], loops: tuple[Loop, ...]) -> list[ran
 class _UnitRun:
     """A unit simulated on its own from cycle 0."""
 
-    records: tuple[KernelRecord, ...]
+    #: each kernel's run (a kernel of the unit, or of a shorter copy of a loop) and how many
+    #: cycles later it is this one's
+    records: tuple[tuple[KernelRecord, int], ...]
     #: when the unit's last kernel ended, and the unit's last event (at or after it)
     end: int
     horizon: int
@@ -130,14 +132,11 @@ def run_units(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], 
             key = (id(first.costs), first.record.placed.kernel.collectives, resident is not None)
             run = runs.get(key)
             if run is None:
-                scratch = KernelRecord(first.record.name, first.record.kind, first.record.layer, first.record.placed,
-                                       tier_bytes=dict.fromkeys(res.memory, 0))
-                run = runs[key] = _run_alone(node, res, [KernelEntry(scratch, first.costs, ())], collectives,
-                                             resident)
+                run = runs[key] = _run_alone(node, res, [_scratch(first, res)], collectives, resident)
         else:
-            run = _run_alone(node, res, [entries[i] for i in unit], collectives, resident)
-        for i, done in zip(unit, run.records, strict=True):
-            _shift_into(entries[i].record, done, now)
+            run = _run_loop(node, res, [entries[i] for i in unit], collectives, resident)
+        for i, (done, offset) in zip(unit, run.records, strict=True):
+            _shift_into(entries[i].record, done, now + offset)
         for tier, busy, moved in run.channels:
             channel = res.tln if tier is None else res.memory[tier]
             channel.busy_cycles += busy
@@ -159,11 +158,67 @@ def _run_alone(node: NodeSpec, res: SocketResources, entries: list[KernelEntry],
     alone.resident = resident
     start_kernels(env, alone, entries, collectives, standalone=True)
     env.run()
-    records = tuple(entry.record for entry in entries)
+    records = tuple((entry.record, 0) for entry in entries)
     channels = tuple((tier, ch.busy_cycles, ch.bytes_moved) for tier, ch in alone.memory.items())
     channels += ((None, alone.tln.busy_cycles, alone.tln.bytes_moved),)
     section = None if alone.resident is resident else alone.resident[1]
-    return _UnitRun(records, records[-1].end, int(env.now), channels, section)
+    return _UnitRun(records, entries[-1].record.end, int(env.now), channels, section)
+
+
+def _run_loop(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], collectives: CollectiveModel,
+              resident: tuple | None) -> _UnitRun:
+    """A loop's run: the same loop of two and of three iterations simulated, the rest repeated.
+
+    Iteration ``k >= 1`` gets the socket's compute when iteration ``k-1``'s tiles are done
+    (its ``stream_end``, ``T_k``), the cycle iteration ``k-1`` starts its collectives. When none
+    of the kernel's collectives is overlapped, nothing else is alive then: iteration ``k-2`` has
+    ended (``k-1`` computed after it), ``k-1``'s streams are done and its collectives not started,
+    the network holds no flow and the links are free; what happens from ``T_k`` to ``T_{k+1}``
+    (``k-1``'s collectives, ``k``'s stream and gated compute) is the same kernel's every time,
+    translated. So the periods between the ``T_k`` are equal (``P``), and a loop of ``n``
+    iterations is the first iteration, ``n - 2`` periods and the last iteration's tail: the loop
+    of three iterations with its middle period repeated. Its records are iteration 0's, the
+    middle iteration's shifted by whole periods and the last one's; its bookings those of two
+    iterations plus ``n - 2`` periods (three less two). As a check of that reasoning, the last
+    iteration of the loop of three must be that of the loop of two one period later, else the
+    whole loop is simulated.
+    """
+    n = len(entries)
+    kernel = entries[0].record.placed.kernel
+    if (n <= 3 or any(c.overlapped for c in kernel.collectives)
+            or any(e.costs is not entries[0].costs or e.record.placed.kernel.collectives != kernel.collectives
+                   for e in entries)):
+        return _run_alone(node, res, entries, collectives, resident)
+    two, three = (_run_alone(node, res, [_scratch(e, res) for e in entries[:m]], collectives, resident)
+                  for m in (2, 3))
+    (first, _), (middle, _), (last, _) = three.records
+    period = last.start - middle.start
+    if (_timeline(first, 0) != _timeline(two.records[0][0], 0)
+            or _timeline(last, period) != _timeline(two.records[1][0], 0)
+            or (three.end, three.horizon) != (two.end + period, two.horizon + period)):
+        return _run_alone(node, res, entries, collectives, resident)
+    records = ((first, 0),) + tuple((middle, k * period) for k in range(n - 2)) + ((last, (n - 3) * period),)
+    channels = tuple((tier, b2 + (n - 2) * (b3 - b2), m2 + (n - 2) * (m3 - m2))
+                     for (tier, b2, m2), (_, b3, m3) in zip(two.channels, three.channels, strict=True))
+    later = (n - 3) * period
+    return _UnitRun(records, three.end + later, three.horizon + later, channels, three.resident_section)
+
+
+def _scratch(entry: KernelEntry, res: SocketResources) -> KernelEntry:
+    """``entry`` with a fresh record (for a run whose records are not the graph's)."""
+    r = entry.record
+    return KernelEntry(KernelRecord(r.name, r.kind, r.layer, r.placed, tier_bytes=dict.fromkeys(res.memory, 0),
+                                    iteration=r.iteration), entry.costs, entry.preds)
+
+
+def _timeline(record: KernelRecord, origin: int) -> tuple:
+    """What ``record`` says, its cycles counted from ``origin``."""
+    return (record.start - origin, record.end - origin, record.stream_start - origin, record.stream_end - origin,
+            record.launch_cycles, record.barrier_cycles, record.config_cycles, record.fill_cycles,
+            record.gate_cycles, record.compute_busy, record.memory_bound_cycles, record.compute_bound_cycles,
+            tuple(record.tier_bytes.items()),
+            tuple((run.collective, run.result, run.ready - origin, run.start - origin, run.end - origin,
+                   run.staged_bytes) for run in record.collectives))
 
 
 def _shift_into(record: KernelRecord, done: KernelRecord, now: int) -> None:

@@ -51,9 +51,9 @@ def _random_chain(rng: random.Random) -> list:
     mapper's memo gives the layers of a model), runs of one kernel making loops."""
     pool = [_random_kernel(rng, f"p{j}") for j in range(rng.randint(1, 3))]
     out, layer = [], 0
-    while len(out) < 10:
+    while len(out) < 12:
         pk = rng.choice(pool)
-        for _ in range(rng.choice((1, 1, 3))):
+        for _ in range(rng.choice((1, 1, 2, 3, 6))):
             out.append(replace(pk, kernel=replace(pk.kernel, name=f"L{layer}.{pk.kernel.name}", layer=layer)))
             layer += 1
     return out
@@ -61,7 +61,7 @@ def _random_chain(rng: random.Random) -> list:
 
 def test_random_chains_run_unit_by_unit_equal_one_event_loop(monkeypatch):
     rng = random.Random(11)
-    repeated = looped = 0
+    repeated = looped = periodic = 0
     for _ in range(40):
         options = EngineOptions(chunks_per_section=rng.choice((1, 3, 8)), kernel_boundaries=rng.random() < 0.8,
                                 kernel_looping=rng.random() < 0.7, stage_collectives=rng.random() < 0.7)
@@ -71,8 +71,17 @@ def test_random_chains_run_unit_by_unit_equal_one_event_loop(monkeypatch):
         assert alone, "the chain was not run unit by unit"
         repeated += len(placed.kernels) > sum(len(run.records) for run in alone)
         looped += any(len(run.records) > 1 for run in alone)
-    # the cases cover chains whose repeated kernels were simulated once, and loops
-    assert repeated > 10 and looped > 10
+        for loop in fast.loops:
+            kernel = placed.kernels[loop.first].kernel
+            whole = any(len(run.records) == loop.iterations and run.records[0][0].name == kernel.name
+                        for run in alone)
+            # a loop of four or more iterations without overlapped collectives is simulated as
+            # loops of two and three iterations (engine/units.py, _run_loop), never whole
+            if loop.iterations >= 4 and not any(c.overlapped for c in kernel.collectives):
+                assert not whole
+                periodic += 1
+    # the cases cover chains whose repeated kernels were simulated once, loops, and loops repeated
+    assert repeated > 10 and looped > 10 and periodic > 10
 
 
 def test_a_graph_that_is_not_a_chain_runs_through_one_event_loop(monkeypatch):
