@@ -185,7 +185,8 @@ def _run_loop(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], 
     """
     n = len(entries)
     kernel = entries[0].record.placed.kernel
-    if (n <= 3 or any(c.overlapped for c in kernel.collectives)
+    # up to five iterations, the loop itself costs no more than the loops of two and three
+    if (n <= 5 or any(c.overlapped for c in kernel.collectives)
             or any(e.costs is not entries[0].costs or e.record.placed.kernel.collectives != kernel.collectives
                    for e in entries)):
         return _run_alone(node, res, entries, collectives, resident)

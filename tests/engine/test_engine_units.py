@@ -51,9 +51,9 @@ def _random_chain(rng: random.Random) -> list:
     mapper's memo gives the layers of a model), runs of one kernel making loops."""
     pool = [_random_kernel(rng, f"p{j}") for j in range(rng.randint(1, 3))]
     out, layer = [], 0
-    while len(out) < 12:
+    while len(out) < 14:
         pk = rng.choice(pool)
-        for _ in range(rng.choice((1, 1, 2, 3, 6))):
+        for _ in range(rng.choice((1, 1, 2, 3, 7))):
             out.append(replace(pk, kernel=replace(pk.kernel, name=f"L{layer}.{pk.kernel.name}", layer=layer)))
             layer += 1
     return out
@@ -75,9 +75,9 @@ def test_random_chains_run_unit_by_unit_equal_one_event_loop(monkeypatch):
             kernel = placed.kernels[loop.first].kernel
             whole = any(len(run.records) == loop.iterations and run.records[0][0].name == kernel.name
                         for run in alone)
-            # a loop of four or more iterations without overlapped collectives is simulated as
+            # a loop of six or more iterations without overlapped collectives is simulated as
             # loops of two and three iterations (engine/units.py, _run_loop), never whole
-            if loop.iterations >= 4 and not any(c.overlapped for c in kernel.collectives):
+            if loop.iterations >= 6 and not any(c.overlapped for c in kernel.collectives):
                 assert not whole
                 periodic += 1
     # the cases cover chains whose repeated kernels were simulated once, loops, and loops repeated
