@@ -167,12 +167,18 @@ class Schedule:
         cycles, known = lone_flow_cycles_array(n_bytes, rate[:, None])
         if not known[sends].all():
             self.exact = False
-        lead = head[:, None] + np.where(sends, self.setup_cycles, 0)   # set-up and head of each send
-        ready = np.zeros(p, dtype=np.int64)
-        for k in range(n_bytes.shape[1]):
-            finish = np.where(sends[:, k], ready + lead[:, k] + cycles[:, k], ready)
-            ready = np.maximum(finish, np.roll(finish, 1))    # own send done, predecessor's arrived
-            self.end = max(self.end, int(finish.max()))
+        # each step's time from ready to done, per member (0 without a send): set-up, head, bytes
+        took = np.where(sends, head[:, None] + self.setup_cycles + cycles, 0).T.tolist()
+        # a step's finishes never fall below the previous step's (a member is ready no earlier
+        # than its own last finish), so the last step's latest finish is the collective's end;
+        # Python integers, since a step is a handful of operations on p numbers
+        ready = [0] * p
+        finish = ready
+        for step in took:
+            finish = [r + t for r, t in zip(ready, step, strict=True)]
+            # own send done, predecessor's arrived
+            ready = [max(a, b) for a, b in zip(finish, finish[-1:] + finish[:-1], strict=True)]
+        self.end = max(self.end, max(finish))
         self.transfers += int(sends.sum())
         self.link_bytes += int(n_bytes[sends].sum())
         if 0 in order:

@@ -71,7 +71,7 @@ ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "tree")
 #: collective costs shared by every model of equal links and calibration in the process (the step
 #: timers of an experiment's points, a sweep's or a fit's repeated nodes), for this many of them
 _SHARED_MEMOS = 32
-_shared: OrderedDict[tuple, dict[tuple, CollectiveResult]] = OrderedDict()
+_shared: OrderedDict[tuple, tuple[dict[tuple, CollectiveResult], dict, dict]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -239,9 +239,8 @@ class CollectiveModel:
         self.schedule = schedule
         self.scheduled = 0
         self.simulated = 0
-        self._memo = _shared_memo((table.signature, setup_s, sync_latency_s, dma_engines, schedule))
-        self._pairs: dict = {}
-        self._durations: dict = {}
+        self._memo, self._pairs, self._durations = _shared_memo((table.signature, setup_s, sync_latency_s,
+                                                                 dma_engines, schedule))
 
     @classmethod
     def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:
@@ -308,13 +307,14 @@ class CollectiveModel:
             run.direct(members, sizes, then)
 
 
-def _shared_memo(key: tuple) -> dict[tuple, CollectiveResult]:
-    """The memo of collective costs for models with this signature (the least recently used
-    beyond :data:`_SHARED_MEMOS` are dropped)."""
+def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict, dict]:
+    """The memos of collective costs, and of the schedule's pairs and durations
+    (:class:`~sn40l_sim.engine.collective_schedule.Schedule`), for models with this signature
+    (the least recently used beyond :data:`_SHARED_MEMOS` are dropped)."""
     if key in _shared:
         _shared.move_to_end(key)
     else:
-        _shared[key] = {}
+        _shared[key] = ({}, {}, {})
         while len(_shared) > _SHARED_MEMOS:
             _shared.popitem(last=False)
     return _shared[key]

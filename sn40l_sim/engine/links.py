@@ -20,14 +20,19 @@ A 4-socket ring of 50 GB/s links at 1.6 GHz and 80% efficiency:
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
-from functools import lru_cache
 
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.topology import p2p_links
 
 Link = tuple[int, int]
+
+#: routes shared by every table of the same neighbours (a calibration or a sweep builds a table for
+#: each of its nodes, most of them of one topology), for this many topologies
+_SHARED_TOPOLOGIES = 32
+_routes: OrderedDict[tuple, dict[Link, tuple[Link, ...]]] = OrderedDict()
 
 
 class LinkTable:
@@ -59,7 +64,15 @@ class LinkTable:
                 near.setdefault(u, set()).add(v)
         # neighbours in ascending order make breadth-first routes deterministic
         self._near: dict[int, tuple[int, ...]] = {s: tuple(sorted(near[s])) for s in sorted(near)}
-        self.route = lru_cache(maxsize=None)(self._route)
+        # a route depends on the neighbours alone
+        topology = tuple(self._near.items())
+        if topology in _routes:
+            _routes.move_to_end(topology)
+        else:
+            _routes[topology] = {}
+            while len(_routes) > _SHARED_TOPOLOGIES:
+                _routes.popitem(last=False)
+        self._routes = _routes[topology]
         #: everything a collective's cost depends on, for memos shared between equal tables
         self.signature = (sockets, clock_hz, tuple(sorted((link, bw, self._latency_s[link])
                                                           for link, bw in self.bytes_per_cycle.items())))
@@ -70,8 +83,14 @@ class LinkTable:
         return cls(node.sockets, p2p_links(node), node.socket.clock_hz,
                    node.socket.calibrated.p2p_efficiency)
 
-    def _route(self, a: int, b: int) -> tuple[Link, ...]:
+    def route(self, a: int, b: int) -> tuple[Link, ...]:
         """Directed links from socket ``a`` to socket ``b`` (empty for ``a == b``)."""
+        got = self._routes.get((a, b))
+        if got is None:
+            got = self._routes[(a, b)] = self._route(a, b)
+        return got
+
+    def _route(self, a: int, b: int) -> tuple[Link, ...]:
         if a == b:
             return ()
         hops = shortest_path(self._near, a, b)

@@ -128,10 +128,22 @@ class PhaseTiming:
         return {k: v / total for k, v in self.layer_cycles.items()} if total else {}
 
 
-def kernel_timing(record: KernelRecord) -> KernelTiming:
-    """The immutable summary of one simulated kernel."""
+def operator_sums(ops: tuple[Operator, ...]) -> tuple[int, int, int, int, int]:
+    """Weight, KV, activation bytes, FLOPs and attention FLOPs of a kernel's operators.
+
+    >>> operator_sums((Operator("scores", "gemm", flops=8, kv_read_bytes=10), Operator("q", "gemm", flops=2)))
+    (0, 10, 0, 10, 8)
+    """
+    return (sum(op.weight_bytes for op in ops), sum(op.kv_read_bytes + op.kv_write_bytes for op in ops),
+            sum(op.act_in_bytes + op.act_out_bytes for op in ops), sum(op.flops for op in ops),
+            sum(op.flops for op in ops if is_attention_op(op)))
+
+
+def kernel_timing(record: KernelRecord, sums: tuple[int, int, int, int, int] | None = None) -> KernelTiming:
+    """The immutable summary of one simulated kernel (``sums``: :func:`operator_sums` of its
+    operators, when the caller has them)."""
     kernel: FusedKernel = record.placed.kernel
-    ops = kernel.operators
+    weight, kv, activation, flops, attention = operator_sums(kernel.operators) if sums is None else sums
     return KernelTiming(
         name=record.name, kind=record.kind, layer=record.layer,
         start_cycle=record.start, end_cycle=record.end,
@@ -142,11 +154,7 @@ def kernel_timing(record: KernelRecord) -> KernelTiming:
         collective_exposed_cycles=max(0, record.end - record.stream_end),
         collective_cycles=sum(run.end - run.start for run in record.collectives),
         tier_bytes=dict(record.tier_bytes),
-        weight_bytes=sum(op.weight_bytes for op in ops),
-        kv_bytes=sum(op.kv_read_bytes + op.kv_write_bytes for op in ops),
-        activation_bytes=sum(op.act_in_bytes + op.act_out_bytes for op in ops),
-        flops=sum(op.flops for op in ops),
-        attention_flops=sum(op.flops for op in ops if is_attention_op(op)),
+        weight_bytes=weight, kv_bytes=kv, activation_bytes=activation, flops=flops, attention_flops=attention,
         launch_cycles=record.launch_cycles, barrier_cycles=record.barrier_cycles,
         config_cycles=record.config_cycles, stream_end_cycle=record.stream_end, gate_cycles=record.gate_cycles,
         iteration=record.iteration,
@@ -179,7 +187,17 @@ def representative_layer(kernels: tuple[KernelTiming, ...]) -> int | None:
 def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_len: int,
                  clock_hz: float) -> PhaseTiming:
     """Summarise a graph run as a :class:`PhaseTiming`."""
-    kernels = tuple(kernel_timing(r) for r in run.records)
+    # the layers of a model share their kernels' operator tuples: sum each tuple once (keyed by
+    # its identity, alive in the records for the whole call)
+    sums: dict[int, tuple[int, int, int, int, int]] = {}
+    kernels = []
+    for r in run.records:
+        ops = r.placed.kernel.operators
+        got = sums.get(id(ops))
+        if got is None:
+            got = sums[id(ops)] = operator_sums(ops)
+        kernels.append(kernel_timing(r, got))
+    kernels = tuple(kernels)
     by_kind: dict[str, int] = defaultdict(int)
     by_name: dict[str, int] = {}
     for k in kernels:

@@ -41,9 +41,10 @@ import simpy
 from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.kernel_costs import KernelCosts
-from sn40l_sim.engine.kernel_process import KernelRecord, run_kernel
+from sn40l_sim.engine.kernel_process import KernelRecord
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.trace import TraceEvent
+from sn40l_sim.engine.units import KernelEntry, chain_units, run_units, start_kernels
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.loops import Loop, find_loops
 from sn40l_sim.mapper.placement import PlacedGraph
@@ -121,11 +122,8 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
-    done: dict[str, simpy.Event] = {}
-    streamed: dict[str, simpy.Event] = {}
-    records = []
+    entries = []
     costs_of: dict[tuple, KernelCosts] = {}
-    previous: str | None = None
     for i, pk in enumerate(placed.kernels):
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
@@ -139,19 +137,15 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
             costs = costs_of[key] = KernelCosts.from_placed(
                 pk, node.socket, boundary if options.kernel_boundaries else None, options.chunks_per_section,
                 options.stage_collectives)
-        streamed[kernel.name] = env.event()
-        if record.iteration:
-            # a loop iteration streams once the previous one has, its compute gated on its end
-            body = run_kernel(res, record, costs, collectives, call=False, gate=done[previous],
-                              streamed=streamed[kernel.name], after=[streamed[previous]])
-        else:
-            preds = [done[p] for p in sorted(graph.predecessors(kernel.name))] if kernel.name in graph else []
-            body = run_kernel(res, record, costs, collectives, streamed=streamed[kernel.name], after=preds)
-        done[kernel.name] = env.process(body)
-        records.append(record)
-        previous = kernel.name
+        preds = tuple(sorted(graph.predecessors(kernel.name))) if kernel.name in graph else ()
+        entries.append(KernelEntry(record, costs, preds))
+    records = tuple(entry.record for entry in entries)
+    units = chain_units(entries, loops)
+    if units is not None:
+        return _summarise(run_units(node, res, entries, units, collectives), records, res, socket, loops)
+    start_kernels(env, res, entries, collectives)
     env.run()
-    return _summarise(env.now, tuple(records), res, socket, loops)
+    return _summarise(env.now, records, res, socket, loops)
 
 
 def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int,

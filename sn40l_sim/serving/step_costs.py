@@ -196,7 +196,8 @@ class StepTimer:
             self.stats[f"{phase}_hits"] += 1
             return self._memo[key]
         self.stats[f"{phase}_runs"] += 1
-        text = self._disk_text(shape, memory) if self.disk_key else ""
+        # the key spells out the node and the whole graph: not worth writing with the cache off
+        text = self._disk_text(shape, memory) if self.disk_key and disk_cache.cache_root() is not None else ""
         timing = disk_cache.load("step", text) if text else None
         if timing is None:
             run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
