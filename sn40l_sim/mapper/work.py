@@ -53,6 +53,7 @@ from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_
 from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+from sn40l_sim.mapper.keys import hashed_once
 
 _EPS = 1e-9
 #: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
@@ -97,6 +98,7 @@ class Split(NamedTuple):
         return most
 
 
+@hashed_once
 @dataclass(frozen=True)
 class GemmWork:
     """A GEMM piece as work items (see the module docstring), with the unit parameters it needs.
@@ -216,6 +218,7 @@ def _candidates(work: GemmWork, pieces: float, most_pcus: int) -> tuple[Split, .
     return work._all_candidates(pieces, most_pcus)
 
 
+@hashed_once
 @dataclass(frozen=True)
 class SimdWork:
     """SIMD work as items (vectors or rows) of one or more passes (see the module docstring)."""
@@ -226,6 +229,7 @@ class SimdWork:
     latency: int
 
 
+@hashed_once
 @dataclass(frozen=True)
 class PmuWork:
     """Work done by PMUs alone (gather, scatter): nothing for a PCU."""
