@@ -52,7 +52,7 @@ from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built
 from sn40l_sim.mapper.keys import hashed_once
 
 _EPS = 1e-9
@@ -270,8 +270,8 @@ def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow:
     pcu = socket.pcu
     k_per_block, row_cycles = gemm_geometry(pcu, op.dtype)
     per_stage = k_per_block // pcu.stages if mac_rate(pcu, op.dtype) >= 1 else 1
-    return GemmWork(
-        dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
+    return built(
+        GemmWork, dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
         n_blocks=math.ceil(piece["n"] / pcu.lanes), k_blocks=math.ceil(piece["k"] / k_per_block),
         k_per_stage=per_stage, row_cycles=row_cycles, stages=pcu.stages, lanes=pcu.lanes,
         pipeline_latency=pcu.pipeline_latency_cycles,
