@@ -206,9 +206,9 @@ def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) ->
 
 # per candidate split of a piece, what _fewest_gemm_pcus reads of it: the split, its sub-items as
 # the busiest PCU's sequence counts them (``pieces x items`` for whole pieces, else ``items``),
-# ``max(1, pieces) x items``, and its item, partial-sum and stream cycles and item-plus-sum
-# cycles, each the same float the loop worked out per split before (the searches ask for the
-# same piece at every target of a bisection)
+# ``max(1, pieces) x items``, its item, partial-sum and stream cycles, and the larger of its
+# item-plus-sum and stream cycles per sub-item (the searches ask for the same piece at every
+# target of a bisection)
 _Terms = tuple[tuple[Split, float, float, float, float, float, float], ...]
 
 
@@ -219,7 +219,7 @@ def _gemm_terms(work: GemmWork, pieces: float, most_pcus: int) -> _Terms:
     whole_pieces = pieces >= 1
     return tuple((split, pieces * split.items if whole_pieces else split.items, scale * split.items,
                   split.item_cycles, split.reduce_cycles, split.stream_cycles,
-                  split.item_cycles / efficiency + split.reduce_cycles)
+                  max(split.item_cycles / efficiency + split.reduce_cycles, split.stream_cycles))
                  for split in work.candidates(pieces, most_pcus))
 
 
@@ -242,12 +242,11 @@ def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int
     share = 1.0 if whole_pieces else pieces
     top = most_pcus
     ceil, floor = math.ceil, math.floor
-    for split, sequenced, scaled, item, reduce, stream, per_item in _gemm_terms(work, pieces, most_pcus):
-        most = budget / per_item if per_item > 0 else math.inf
-        if stream > 0:
-            by_stream = budget / stream
-            if by_stream < most:
-                most = by_stream
+    for split, sequenced, scaled, item, reduce, stream, slowest in _gemm_terms(work, pieces, most_pcus):
+        # Split.most_items: the least of the budget over the item-plus-sum cycles and over the
+        # stream cycles (those that are positive), which is the budget over the larger of the two
+        # (a correctly rounded quotient does not grow with its divisor)
+        most = budget / slowest if slowest > 0 else math.inf
         whole = floor(most + _EPS)
         if whole < 1:
             continue
