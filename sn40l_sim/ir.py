@@ -47,6 +47,22 @@ def copied(obj: _T, **changes: Any) -> _T:
     return out
 
 
+def built(cls: type[_T], **fields: Any) -> _T:
+    """The frozen dataclass ``cls(**fields)``, every field named, without running ``__init__``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; the mapper
+    builds tens of thousands of its work models, tilings and stages per mapping, and that was most
+    of what building them cost. As :func:`copied`, only for classes that compute nothing in
+    ``__init__`` or ``__post_init__``, and every field must be named (there are no defaults).
+
+    >>> built(Operator, **{**Operator("qk", "gemm").__dict__, "m": 4}) == Operator("qk", "gemm", m=4)
+    True
+    """
+    out = object.__new__(cls)
+    out.__dict__.update(fields)
+    return out
+
+
 #: bits of one element of each datatype an operator, a weight tensor or a KV cache may name
 #: (the one table: models, kvcache and the mapper all read it or :data:`DTYPE_BYTES`)
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "int32": 32, "int8": 8, "fp8": 8, "int4": 4}

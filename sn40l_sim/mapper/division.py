@@ -204,42 +204,72 @@ def fewest_pcus(work: StageModel, pieces: float, target: int, most_pcus: int) ->
     return _fewest_gemm_pcus(work, pieces, target, most_pcus)
 
 
+# per candidate split of a piece, what _fewest_gemm_pcus reads of it: the split, its sub-items as
+# the busiest PCU's sequence counts them (``pieces x items`` for whole pieces, else ``items``),
+# ``max(1, pieces) x items``, its item, partial-sum and stream cycles, and the larger of its
+# item-plus-sum and stream cycles per sub-item (the searches ask for the same piece at every
+# target of a bisection)
+_Terms = tuple[tuple[Split, float, float, float, float, float, float], ...]
+
+
+@lru_cache(maxsize=16384)
+def _gemm_terms(work: GemmWork, pieces: float, most_pcus: int) -> _Terms:
+    efficiency = work.efficiency
+    scale = max(1.0, pieces)
+    whole_pieces = pieces >= 1
+    return tuple((split, pieces * split.items if whole_pieces else split.items, scale * split.items,
+                  split.item_cycles, split.reduce_cycles, split.stream_cycles,
+                  max(split.item_cycles / efficiency + split.reduce_cycles, split.stream_cycles))
+                 for split in work.candidates(pieces, most_pcus))
+
+
 def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int) -> Division | None:
     """:func:`fewest_pcus` of a GEMM: over the candidate splits, the fewest PCUs (then fewest
     cycles, then the first split) reaching ``target``.
 
     :meth:`~sn40l_sim.mapper.work.Split.most_items`, :func:`sequence` and
     :meth:`~sn40l_sim.mapper.work.Split.cycles` are written out in the loop with the same float
-    arithmetic: this is the allocator's innermost search."""
+    arithmetic, what depends on the split alone worked out once per piece (:func:`_gemm_terms`):
+    this is the allocator's innermost search."""
     # the best so far as (pcus, cycles, split); a split needing more PCUs than it cannot win, so
     # its search stops there
     best_pcus = best_cycles = 0
     best_split: Split | None = None
     efficiency = work.efficiency
     whole_pieces = pieces >= 1
-    # fewest_pcus_for's arithmetic, with what does not depend on the split taken out of the loop
-    scale = max(1.0, pieces)
     # Split.most_items' budget and sequence's share (at least one piece per data tile: 1.0)
     budget = target / _share(pieces)
     share = 1.0 if whole_pieces else pieces
-    for split in work.candidates(pieces, most_pcus):
-        items, item, reduce, stream = split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles
-        per_item = item / efficiency + reduce
-        most = budget / per_item if per_item > 0 else math.inf
-        if stream > 0:
-            most = min(most, budget / stream)
-        whole = math.floor(most + _EPS)
+    top = most_pcus
+    ceil, floor = math.ceil, math.floor
+    for split, sequenced, scaled, item, reduce, stream, slowest in _gemm_terms(work, pieces, most_pcus):
+        # Split.most_items: the least of the budget over the item-plus-sum cycles and over the
+        # stream cycles (those that are positive), which is the budget over the larger of the two
+        # (a correctly rounded quotient does not grow with its divisor)
+        most = budget / slowest if slowest > 0 else math.inf
+        whole = floor(most + _EPS)
         if whole < 1:
             continue
-        q = math.ceil(scale * items / whole - _EPS)
-        top = most_pcus if best_split is None else min(most_pcus, best_pcus)
+        # fewest_pcus_for's arithmetic
+        q = ceil(scaled / whole - _EPS)
         if q > top:
             continue
         # the estimate ignores rounding up, so it is a lower bound: search up from it (on the
         # cycles alone; the division is built once, for the answer)
-        lo, hi = max(1, q), top
-        cycles = _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, lo, efficiency)
+        lo = q if q > 1 else 1
+        # _cycles_on(..., lo, ...)
+        n = ceil(sequenced / lo - _EPS)
+        if n <= 0:
+            cycles = 0
+        else:
+            done = share * n
+            cycles = ceil(done * item / efficiency - _EPS) + ceil(done * reduce - _EPS)
+            streamed = ceil(done * stream - _EPS)
+            if streamed > cycles:
+                cycles = streamed
         if cycles > target:
+            items = split.items
+            hi = top
             if _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, hi, efficiency) > target:
                 continue
             while lo < hi:
@@ -251,6 +281,7 @@ def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int
             cycles = _cycles_on(items, item, reduce, stream, pieces, whole_pieces, share, lo, efficiency)
         if best_split is None or lo < best_pcus or (lo == best_pcus and cycles < best_cycles):
             best_pcus, best_cycles, best_split = lo, cycles, split
+            top = lo
     return None if best_split is None else _division(best_split, pieces, best_pcus, efficiency)
 
 
@@ -324,3 +355,4 @@ def clear_caches() -> None:
     stage_division.cache_clear()
     fewest_pcus.cache_clear()
     least_work.cache_clear()
+    _gemm_terms.cache_clear()

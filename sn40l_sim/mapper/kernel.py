@@ -227,10 +227,12 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     a kernel whose configuration costs as much as its stream can get faster again after a run of
     slower tilings (DeepSeek-R1's all-expert decode FFN: 1024 data tiles, then three slower, then
     65,536 13% faster). Stopping at the first run of slower ones made a slower memory map some
-    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), each dearer and tighter than
-    the last (of its heaviest GEMMs, of all its stages, once allocated), the tiling of least floor
+    kernels faster. So each tiling gets floors (:mod:`.tiling_floor`), the second dearer and
+    tighter than the first (of its heaviest GEMMs, then once allocated), the tiling of least floor
     so far taken a step further, and those whose floor exceeds the best plan so far are not
-    planned: they could neither beat it nor tie with it. Ties go to the fewer data tiles, as when every
+    planned: they could neither beat it nor tie with it. The floor of all its stages
+    (:func:`_tiling_floor`) is not taken between the two: it skipped one tiling in seven of those
+    reaching it, and building it for the others cost more than allocating those it skipped. Ties go to the fewer data tiles, as when every
     tiling was planned in order. ``cutoff`` is the best objective of the tile choices searched
     before: the retries around this choice's best plan are skipped above it too (this choice's
     best tiling is still searched in full, since the retries start from it)."""
@@ -238,8 +240,8 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     local_rank = (0.0, 0)
     tried: dict[int, KernelPlan] = {}
     candidates = (budget.n_tiles,) if budget.n_tiles else tuple(_candidate_tiles(socket, kernel))
-    # each tiling's floors, quickest first: its heaviest GEMMs', all its stages', allocated
-    floors = (_part_floor, _tiling_floor, _allocated_floor) if PRUNE_TILINGS and len(candidates) > 1 else ()
+    # each tiling's floors, quickest first: its heaviest GEMMs', allocated
+    floors = (_part_floor, _allocated_floor) if PRUNE_TILINGS and len(candidates) > 1 else ()
     # (floor so far, tiling, floors taken): the tiling of least floor goes a step further
     queue = [(0.0, index, 0) for index in range(len(candidates))]
     while queue:
@@ -276,8 +278,9 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     every GEMM in the dataflow, the dataflow's plan is that plan (each operator's tiling is the
     one it chose from both), so it cannot beat ``plan`` and is not built. Nor is one whose stages
     are those of ``budget`` at a tiling of ``searched`` (searched for ``plan``, so its plan was
-    built, or did not fit, or could not win), nor one whose floor (:mod:`.tiling_floor`) exceeds
-    the best plan so far or ``cutoff``: a plan above ``cutoff`` loses to another tile choice's
+    built, or did not fit, or could not win), nor one whose allocated floor (:mod:`.tiling_floor`;
+    a quicker floor first skipped a quarter of these and cost more than the allocations it saved)
+    exceeds the best plan so far or ``cutoff``: a plan above ``cutoff`` loses to another tile choice's
     whatever it replaces here, and every plan at or below it is still built, in order."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
@@ -290,9 +293,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
                 continue
             if n_tiles in searched and _same_stages(socket, kernel, ranges, n_tiles, budget, dataflow, planned):
                 continue
-            if PRUNE_TILINGS and any(floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop,
-                                           planned) > min(plan.objective[0], cutoff)
-                                     for floor in (_tiling_floor, _allocated_floor)):
+            if PRUNE_TILINGS and (_allocated_floor(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only,
+                                                   loop, planned) > min(plan.objective[0], cutoff)):
                 continue
             other = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, only, loop, planned)
             if other is not None and other.objective < plan.objective:

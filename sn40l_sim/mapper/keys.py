@@ -11,12 +11,12 @@ Examples
 >>> ops = (Operator("a", "elementwise", elements=64), Operator("b", "elementwise", elements=64))
 >>> operators_key(ops) is operators_key(list(ops))           # the same operator objects
 True
->>> operators_key(ops) == operators_key((Operator("a", "elementwise", elements=64), ops[1]))
+>>> operators_key(ops) is operators_key((Operator("a", "elementwise", elements=64), ops[1]))   # equal ones
 True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -25,6 +25,46 @@ if TYPE_CHECKING:
 
 
 _V = TypeVar("_V")
+_C = TypeVar("_C", bound=type)
+
+
+def hashed_once(cls: _C) -> _C:
+    """Class decorator: a frozen dataclass's hash worked out on first use and kept on the instance.
+
+    The mapper's work models are the keys of its innermost memos (:mod:`.division`), asked for
+    tens of thousands of times per mapping, and the hash a frozen dataclass generates hashes every
+    field each time. The value is the generated hash's, so it is the same whether kept or not. It
+    is kept in the instance's ``__dict__`` (equality, ``repr`` and ``dataclasses.replace`` read the
+    fields only) and left out of a pickle: a string field's hash differs between processes.
+
+    >>> from dataclasses import dataclass
+    >>> @hashed_once
+    ... @dataclass(frozen=True)
+    ... class Pair:
+    ...     a: int
+    ...     b: str
+    >>> p = Pair(1, "x")
+    >>> hash(p) == hash((1, "x")) == hash(p), "_hash" in p.__dict__
+    (True, True)
+    >>> p.__getstate__()                 # what a pickle keeps
+    {'a': 1, 'b': 'x'}
+    """
+    computed = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        state = self.__dict__
+        got = state.get("_hash")
+        if got is None:
+            got = state["_hash"] = computed(self)
+        return got
+
+    def __getstate__(self: Any) -> dict:
+        state = self.__dict__
+        return {k: v for k, v in state.items() if k != "_hash"} if "_hash" in state else state
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
 
 
 class IdentityMemo(Generic[_V]):
@@ -81,24 +121,32 @@ class OperatorsKey:
         return isinstance(other, OperatorsKey) and self._hash == other._hash and self.ops == other.ops
 
 
-#: the key of each operator sequence asked for, by the operators' identities (the key holds them,
-#: so their ids are not reused while it stands); cleared when full
+#: the key of each operator sequence asked for, by the operators' identities, beside the operators
+#: (kept alive, so their ids are not reused while the entry stands: an equal sequence's key holds
+#: other objects), and each distinct key by its value; cleared when full
 _OPERATORS_MEMO_SIZE = 50_000
-_operators_memo: dict[tuple[int, ...], OperatorsKey] = {}
+_operators_memo: dict[tuple[int, ...], tuple[tuple[Operator, ...], OperatorsKey]] = {}
+_interned: dict[OperatorsKey, OperatorsKey] = {}
 
 
 def operators_key(ops: Sequence[Operator]) -> OperatorsKey:
     """``ops`` as a memo key (:class:`OperatorsKey`), the same object each time the same operator
-    objects are asked for."""
+    objects are asked for, and each time equal operators are: the graphs of a run's points are
+    built apart, so their equal sections reach the memos as other objects, and a memo compares a
+    key with its own by identity first, field by field only if they are distinct objects."""
     ids = tuple(map(id, ops))
     got = _operators_memo.get(ids)
     if got is None:
         if len(_operators_memo) >= _OPERATORS_MEMO_SIZE:
             _operators_memo.clear()
-        got = _operators_memo[ids] = OperatorsKey(tuple(ops))
-    return got
+            _interned.clear()
+        held = tuple(ops)
+        fresh = OperatorsKey(held)
+        got = _operators_memo[ids] = (held, _interned.setdefault(fresh, fresh))
+    return got[1]
 
 
 def clear_operators_keys() -> None:
     """Forget every operator sequence's key."""
     _operators_memo.clear()
+    _interned.clear()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
-from sn40l_sim.ir import Operator
+from sn40l_sim.ir import Operator, built
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
 from sn40l_sim.mapper.keys import IdentityMemo, clear_operators_keys, operators_key
@@ -181,8 +181,10 @@ def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chi
     total = offchip_cycles(spec, socket.agcu, socket.clock_hz, n_bytes, eff, units_used=units,
                            agcus=chip_tiles * socket.tile.agcus)
     latency = min(total, figures.cycles(spec.latency_s, socket)) if n_bytes else 0
-    return StageWork(name=tier, kind="memory", resource=tier, fixed_cycles=math.ceil((total - latency) / n_tiles),
-                     latency_cycles=latency, tier_bytes=n_bytes, stream_cycles=total - latency)
+    return built(StageWork, name=tier, kind="memory", resource=tier, work_cycles=0.0, parallelism=0, buffer_bytes=0,
+                 sram_read_bytes=0, sram_write_bytes=0, sram_addresses=0,
+                 fixed_cycles=math.ceil((total - latency) / n_tiles), latency_cycles=latency, tier_bytes=n_bytes,
+                 stream_cycles=total - latency, tiling=None, model=None, pieces=0.0)
 
 
 def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
@@ -193,14 +195,14 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
     per_tile = tiling.pieces / n_tiles
     held = math.ceil(per_tile)
     reads, writes = tiling.sram_read_bytes, tiling.sram_write_bytes
-    return StageWork(name=tiling.op.name, kind=tiling.op.kind, resource=tiling.resource,
-                     work_cycles=ideal_cycles(tiling.work, per_tile),
-                     parallelism=useful_pcus(tiling.parallelism, per_tile) if tiling.parallelism else 0,
-                     buffer_bytes=held * tiling.buffer_bytes,
-                     sram_read_bytes=math.ceil(reads * per_tile),
-                     sram_write_bytes=math.ceil(writes * per_tile),
-                     sram_addresses=math.ceil(tiling.addresses * per_tile), tiling=tiling,
-                     model=tiling.work, pieces=per_tile)
+    return built(StageWork, name=tiling.op.name, kind=tiling.op.kind, resource=tiling.resource,
+                 work_cycles=ideal_cycles(tiling.work, per_tile),
+                 parallelism=useful_pcus(tiling.parallelism, per_tile) if tiling.parallelism else 0,
+                 buffer_bytes=held * tiling.buffer_bytes,
+                 sram_read_bytes=math.ceil(reads * per_tile),
+                 sram_write_bytes=math.ceil(writes * per_tile),
+                 sram_addresses=math.ceil(tiling.addresses * per_tile), fixed_cycles=0, latency_cycles=0,
+                 tier_bytes=0, stream_cycles=0, tiling=tiling, model=tiling.work, pieces=per_tile)
 
 
 #: compute stages by (the tiling's identity, data tiles): a tiling's stage is asked for by the part

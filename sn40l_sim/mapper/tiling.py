@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.pcu import gemm_geometry
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
 from sn40l_sim.mapper.division import stage_division
 from sn40l_sim.mapper.work import (
@@ -324,11 +324,11 @@ def gemm_tilings(socket: SocketSpec, op: Operator, target: int, efficiency: floa
         sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
         # independent GEMMs are counted exactly; m, n, k splits pad their last piece
         total = pieces * one.cycles + one.latency_cycles
-        tiling = OpTiling(op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
-                          total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                          buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
-                          sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
-                          resource="compute", work=work)
+        tiling = built(OpTiling, op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
+                       total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
+                       buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
+                       sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
+                       resource="compute", work=work)
         options.append((cost, dataflow != WEIGHT_STATIONARY, tiling))
     return options
 
@@ -370,9 +370,9 @@ def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
             # the scores are read twice (row max; exp), exp(x - max) written and read, P written
             reads, writes = 2 * in_bytes + elements * ACT_BYTES, in_bytes + 2 * elements * ACT_BYTES
     one = stage_division(work, 1.0, 1)
-    return OpTiling(op=op, pieces=pieces, count=1, m=rows_per_piece, k=row_len, n=0,
-                    elements=elements, total_cycles=pieces * one.cycles + one.latency_cycles, in_bytes=in_bytes,
-                    out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=reads,
-                    sram_write_bytes=writes, addresses=addresses,
-                    parallelism=0 if isinstance(work, PmuWork) else work.items * len(work.pass_cycles),
-                    resource=resource, work=work)
+    return built(OpTiling, op=op, pieces=pieces, count=1, m=rows_per_piece, k=row_len, n=0,
+                 elements=elements, total_cycles=pieces * one.cycles + one.latency_cycles, in_bytes=in_bytes,
+                 out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=reads,
+                 sram_write_bytes=writes, addresses=addresses,
+                 parallelism=0 if isinstance(work, PmuWork) else work.items * len(work.pass_cycles),
+                 resource=resource, work=work)

@@ -142,9 +142,9 @@ class SectionFloor(NamedTuple):
     fixed_config: float
 
 
-#: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits): the part floor's
-#: GEMMs come back in the whole section's floor, and the one-dataflow retries ask again for every
-#: stage that is not a GEMM (stages are shared objects when memoised, :mod:`.stages`)
+#: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits): equal sections of
+#: other kernels (a run's points) ask again for the floors of the same stages (stages are shared
+#: objects when memoised, :mod:`.stages`; a third of a cold validate's asks)
 _stage_floor_memo: IdentityMemo[StageFloor] = IdentityMemo()
 
 

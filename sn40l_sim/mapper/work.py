@@ -52,7 +52,8 @@ from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built
+from sn40l_sim.mapper.keys import IdentityMemo, hashed_once
 
 _EPS = 1e-9
 #: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
@@ -97,6 +98,7 @@ class Split(NamedTuple):
         return most
 
 
+@hashed_once
 @dataclass(frozen=True)
 class GemmWork:
     """A GEMM piece as work items (see the module docstring), with the unit parameters it needs.
@@ -216,6 +218,7 @@ def _candidates(work: GemmWork, pieces: float, most_pcus: int) -> tuple[Split, .
     return work._all_candidates(pieces, most_pcus)
 
 
+@hashed_once
 @dataclass(frozen=True)
 class SimdWork:
     """SIMD work as items (vectors or rows) of one or more passes (see the module docstring)."""
@@ -226,6 +229,7 @@ class SimdWork:
     latency: int
 
 
+@hashed_once
 @dataclass(frozen=True)
 class PmuWork:
     """Work done by PMUs alone (gather, scatter): nothing for a PCU."""
@@ -259,24 +263,53 @@ def reduce_rounds(socket: SocketSpec) -> tuple[int, ...]:
         hops *= 2
 
 
+class _GemmUnits(NamedTuple):
+    """What every GEMM piece's work reads of a socket for one datatype (:func:`_gemm_units`)."""
+
+    k_per_block: int
+    row_cycles: int
+    k_per_stage: int
+    stages: int
+    lanes: int
+    pipeline_latency: int
+    hop_cycles: int
+    stream_bytes_per_cycle: int
+    reduce_round_cycles: tuple[int, ...]
+
+
+#: each socket's :class:`_GemmUnits` by datatype, by the socket's identity (specs are frozen)
+_units_memo: IdentityMemo[_GemmUnits] = IdentityMemo(size=256)
+
+
+def _gemm_units(socket: SocketSpec, dtype: str) -> _GemmUnits:
+    """The socket's PCU geometry, hops, stream width and reduction rounds for ``dtype``, worked out
+    once per socket: the mapper builds thousands of GEMM pieces' work on one socket, and these
+    took most of the time of building one."""
+    def compute() -> _GemmUnits:
+        pcu = socket.pcu
+        k_per_block, row_cycles = gemm_geometry(pcu, dtype)
+        per_stage = k_per_block // pcu.stages if mac_rate(pcu, dtype) >= 1 else 1
+        return _GemmUnits(k_per_block, row_cycles, per_stage, pcu.stages, pcu.lanes, pcu.pipeline_latency_cycles,
+                          local_hop(socket), stream_bytes_per_cycle(socket), reduce_rounds(socket))
+    return _units_memo.get(socket, (dtype,), compute)
+
+
 def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow: str, efficiency: float,
               split_k: bool) -> GemmWork:
     """The work of one GEMM piece (``count``, ``m``, ``k``, ``n``) in ``dataflow``; ``split_k``
     when the piece is one K range of outputs other pieces accumulate into too."""
-    pcu = socket.pcu
-    k_per_block, row_cycles = gemm_geometry(pcu, op.dtype)
-    per_stage = k_per_block // pcu.stages if mac_rate(pcu, op.dtype) >= 1 else 1
-    return GemmWork(
-        dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
-        n_blocks=math.ceil(piece["n"] / pcu.lanes), k_blocks=math.ceil(piece["k"] / k_per_block),
-        k_per_stage=per_stage, row_cycles=row_cycles, stages=pcu.stages, lanes=pcu.lanes,
-        pipeline_latency=pcu.pipeline_latency_cycles,
+    u = _gemm_units(socket, op.dtype)
+    return built(
+        GemmWork, dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
+        n_blocks=math.ceil(piece["n"] / u.lanes), k_blocks=math.ceil(piece["k"] / u.k_per_block),
+        k_per_stage=u.k_per_stage, row_cycles=u.row_cycles, stages=u.stages, lanes=u.lanes,
+        pipeline_latency=u.pipeline_latency,
         # the partial sum's trip to the output PMU and back between K blocks; B reaches the PCU as
         # BF16 whatever it is stored as (weights are widened on the way)
-        accumulate_latency=2 * local_hop(socket), efficiency=efficiency, a_bytes=ACT_BYTES,
+        accumulate_latency=2 * u.hop_cycles, efficiency=efficiency, a_bytes=ACT_BYTES,
         b_bytes=ACT_BYTES, out_bytes=PSUM_BYTES if split_k else ACT_BYTES,
-        psum_vector_bytes=pcu.lanes * PSUM_BYTES, stream_bytes_per_cycle=stream_bytes_per_cycle(socket),
-        hop_cycles=local_hop(socket), reduce_round_cycles=reduce_rounds(socket), continues_k=split_k)
+        psum_vector_bytes=u.lanes * PSUM_BYTES, stream_bytes_per_cycle=u.stream_bytes_per_cycle,
+        hop_cycles=u.hop_cycles, reduce_round_cycles=u.reduce_round_cycles, continues_k=split_k)
 
 
 @dataclass(frozen=True)
