@@ -245,7 +245,10 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     When the iteration ends waiting on its last chunk and the stream never had to wait for buffer
     space, the stream alone set its length: the wait for the gate and the fill after it were hidden
     under it, and the whole iteration counts as memory-bound (``gate_cycles`` and ``fill_cycles``
-    record only exposed waits, which is what the step breakdown reads)."""
+    record only exposed waits, which is what the step breakdown reads). When the compute's chain
+    (the gate, the fill, the tiles) ends on the same cycle as the stream, both bound the iteration,
+    and it is counted for the chain: the gate as collectives, the rest as compute. Llama-3.1-70B's
+    looped decode on 16 sockets is such a tie (docs/validation.md)."""
     env = res.env
     start = env.now
     started = [env.event() for _ in costs.chunks]
