@@ -246,9 +246,10 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     space, the stream alone set its length: the wait for the gate and the fill after it were hidden
     under it, and the whole iteration counts as memory-bound (``gate_cycles`` and ``fill_cycles``
     record only exposed waits, which is what the step breakdown reads). When the compute's chain
-    (the gate, the fill, the tiles) ends on the same cycle as the stream, both bound the iteration,
-    and it is counted for the chain: the gate as collectives, the rest as compute. Llama-3.1-70B's
-    looped decode on 16 sockets is such a tie (docs/validation.md)."""
+    (the gate, the fill, the tiles) ends on the same cycle as the stream, both bound the iteration.
+    Which one it is counted for then depends on the order of the cycle's events. If the last chunk's
+    arrival comes first, as in Llama-3.1-70B's looped decode on 16 sockets (docs/validation.md),
+    it is counted for the chain: the gate as collectives and the rest as compute."""
     env = res.env
     start = env.now
     started = [env.event() for _ in costs.chunks]
