@@ -18,7 +18,7 @@ LLAMA = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../",
 def test_every_shipped_file_passes_check(capsys):
     assert main(["check", *map(str, SHIPPED)]) == 0
     out = capsys.readouterr().out
-    assert out.count("ok: ") == len(SHIPPED) == 29
+    assert out.count("ok: ") == len(SHIPPED) == 30
     assert "(kind: kernels)" in out and "(kind: reference (20 measurements))" in out
     assert "(kind: experiment (a sweep of 100 runs))" in out
     assert "kv_policies.yaml (kind: experiment (a sweep of 52 runs))" in out   # a scatter plot with labels
