@@ -43,6 +43,7 @@ def survey() -> list[tuple[Path, str | None]]:
     >>> for path, why in survey():
     ...     print(path.name, "-", why or "golden")
     azure_conv.yaml - a sweep over model: too long for a golden (the goldens hold the experiments without a sweep)
+    batch_probe.yaml - a sweep over batch: too long for a golden (the goldens hold the experiments without a sweep)
     chunked_prefill.yaml - a sweep over prefill_chunk: too long for a golden (the goldens hold the experiments without a sweep)
     deepseek_sweep.yaml - a sweep over serving.batch, shape.prompt_len: too long for a golden (the goldens hold the experiments without a sweep)
     deepseek_tp16.yaml - golden
