@@ -149,3 +149,21 @@ def test_gemm_pieces_halved_on_integers_equal_the_dict_search():
         cuts = rng.choice((("count", "n", "m", "k"), ("count", "n"), ("m", "k"), ()))
         target = rng.choice((1, 2, 7, 64, 4096, 2**20))
         assert _halved(dims, minimum, b_bytes, target, cuts) == _halved_with_dicts(dims, minimum, b_bytes, target, cuts)
+
+
+def test_objects_built_without_init_hold_every_field_and_equal_constructed_ones(socket):
+    # stages, tilings and work models are made by ir.built, which skips __init__ and so would not
+    # notice a field left out (a new field with a default, say): each must hold every field and
+    # equal the object its dataclass constructs from those fields
+    from dataclasses import fields
+
+    seen = 0
+    for kernel in KERNELS:
+        stages, _ = section_stages(socket, kernel.operators, 16, TierSplit.all_in("hbm"), 4, 0, 64, NO_LIMITS)
+        parts = list(stages) + [s.tiling for s in stages if s.tiling] + [s.model for s in stages if s.model]
+        for obj in parts:
+            names = {f.name for f in fields(obj)}
+            assert names == set(obj.__dict__) - {"_hash"}, type(obj).__name__
+            assert type(obj)(**{name: getattr(obj, name) for name in names}) == obj
+            seen += 1
+    assert seen > 100
