@@ -59,7 +59,7 @@ import simpy
 from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.fluid import FluidNetwork
-from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.engine.links import LinkTable, shared_entry
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles
@@ -311,13 +311,7 @@ def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict, dict]
     """The memos of collective costs, and of the schedule's pairs and durations
     (:class:`~sn40l_sim.engine.collective_schedule.Schedule`), for models with this signature
     (the least recently used beyond :data:`_SHARED_MEMOS` are dropped)."""
-    if key in _shared:
-        _shared.move_to_end(key)
-    else:
-        _shared[key] = ({}, {}, {})
-        while len(_shared) > _SHARED_MEMOS:
-            _shared.popitem(last=False)
-    return _shared[key]
+    return shared_entry(_shared, key, lambda: ({}, {}, {}), _SHARED_MEMOS)
 
 
 def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[int]]:

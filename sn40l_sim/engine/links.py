@@ -21,18 +21,42 @@ A 4-socket ring of 50 GB/s links at 1.6 GHz and 80% efficiency:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.topology import p2p_links
 
 Link = tuple[int, int]
+_V = TypeVar("_V")
 
 #: routes shared by every table of the same neighbours (a calibration or a sweep builds a table for
 #: each of its nodes, most of them of one topology), for this many topologies
 _SHARED_TOPOLOGIES = 32
 _routes: OrderedDict[tuple, dict[Link, tuple[Link, ...]]] = OrderedDict()
+
+
+def shared_entry(store: OrderedDict, key: Hashable, make: Callable[[], _V], size: int) -> _V:
+    """``store[key]``, made by ``make()`` when absent; beyond ``size`` entries the least recently
+    used are dropped. For memos shared by every object of one signature in the process (the link
+    tables and collective models that a sweep or a fit builds for each of its nodes).
+
+    >>> store = OrderedDict()
+    >>> a, b = shared_entry(store, "a", dict, 2), shared_entry(store, "b", dict, 2)
+    >>> shared_entry(store, "a", dict, 2) is a       # "a" is now the most recently used
+    True
+    >>> c = shared_entry(store, "c", dict, 2)        # so "b" is the one dropped
+    >>> list(store)
+    ['a', 'c']
+    """
+    if key in store:
+        store.move_to_end(key)
+    else:
+        store[key] = make()
+        while len(store) > size:
+            store.popitem(last=False)
+    return store[key]
 
 
 class LinkTable:
@@ -65,14 +89,7 @@ class LinkTable:
         # neighbours in ascending order make breadth-first routes deterministic
         self._near: dict[int, tuple[int, ...]] = {s: tuple(sorted(near[s])) for s in sorted(near)}
         # a route depends on the neighbours alone
-        topology = tuple(self._near.items())
-        if topology in _routes:
-            _routes.move_to_end(topology)
-        else:
-            _routes[topology] = {}
-            while len(_routes) > _SHARED_TOPOLOGIES:
-                _routes.popitem(last=False)
-        self._routes = _routes[topology]
+        self._routes = shared_entry(_routes, tuple(self._near.items()), dict, _SHARED_TOPOLOGIES)
         #: everything a collective's cost depends on, for memos shared between equal tables
         self.signature = (sockets, clock_hz, tuple(sorted((link, bw, self._latency_s[link])
                                                           for link, bw in self.bytes_per_cycle.items())))
