@@ -52,6 +52,10 @@ def write_csv(tmp_path: Path, rows=ROWS) -> Path:
     ("throughput.output_tokens_per_s", "served output tokens/s", 1.0),
     ("prefill_kernel_share.mha", "share of a prefill MoE layer: mha", 1.0),
     ("some_new_field", "some_new_field", 1.0),
+    # a policy's parameters are token counts, but for ArkVale's page count and recall fraction
+    ("kv_policy_params.budget", "KV policy budget (tokens)", 1.0),
+    ("kv_policy_params.pages", "KV policy pages", 1.0),   # not "(tokens)"; the name says the unit
+    ("kv_policy_params.recall_fraction", "KV policy recall_fraction", 1.0),
 ])
 def test_labels_carry_units(column, label, scale):
     assert axis_label(column) == (label, pytest.approx(scale))
