@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
+    from sn40l_sim.errors import InputError
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import fit, fitted_names, fixed_parameters, leave_one_out, write_back
@@ -53,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     references = load_references(args.references)
     socket = load_hardware(args.hardware).socket
     start = calibrated_parameters(socket)
+    # the fit's own limits, checked before any simulation pass is spent
+    if args.starts < 1:
+        raise InputError(f"expected at least 1 starting point, got {args.starts}", field="--starts")
+    needed = 1 + len(fitted_names(socket))   # the start and one finite difference per parameter
+    if args.max_evaluations < needed:
+        raise InputError(f"a fit of {needed - 1} parameters needs at least {needed} passes, got "
+                         f"{args.max_evaluations}", field="--max-evaluations")
 
     loaded = LoadedExperiments()  # each experiment parsed and assembled once for the whole fit
 
@@ -62,9 +70,6 @@ def run(args: argparse.Namespace) -> int:
         return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides,
                                                          reads_prefill=readers[path]))
 
-    if args.starts < 1:
-        print(f"calibrate: --starts must be at least 1, got {args.starts}", file=sys.stderr)
-        return 2
     started = time.perf_counter()
     budget = args.max_evaluations * args.starts
 

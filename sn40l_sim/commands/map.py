@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.mapper.summary import collapse, format_table
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
-    from sn40l_sim.report.outputs import check_file
+    from sn40l_sim.report.figure import check_figure_file
     from sn40l_sim.serving.memory_fit import place_socket
     from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     if args.plot is not None:
-        check_file(args.plot, "--plot")   # before the graph is built and mapped
+        check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)
     spec = exp.spec
     index, entry = _policy_entry(exp, args.policy)

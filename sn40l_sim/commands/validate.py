@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = LoadedExperiments()
     references = load_references(args.references)
+    loo = LeaveOneOut.read()
+    # the hardware the leave-one-out column is checked against: a bad --hardware is refused before
+    # the simulations, not after them
+    socket = load_hardware(args.hardware).socket if loo is not None else None
     readers = prefill_readers(references)   # a point's prefill is simulated only if a measurement reads it
 
     def simulate(path):
@@ -41,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return loaded.records(path, serve=False, reads_prefill=readers[path])
 
     comparisons = compare(references, simulate)
-    loo = LeaveOneOut.read()
     if loo is not None:
-        socket = load_hardware(args.hardware).socket
         if not loo.current({k: p.value for k, p in calibrated_parameters(socket).items()}):
             print(f"note: the leave-one-out predictions are for other calibrated values than {args.hardware}'s; "
                   "rerun `python -m sn40l_sim calibrate --write`")

@@ -45,8 +45,10 @@ RESULTS = Fields([
           group="prefill_hardware", table=Row(15, "prefill hardware")),
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
-    Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them (budget, sink, "
-          "recent, ...: token counts).", keys=("param",), axis="KV policy {param}"),
+    Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them: token counts "
+          "(budget, sink, recent, ...), but for ArkVale's pages (a count of pages), recall_fraction (a fraction) "
+          "and tier (a memory tier's name).", keys=("param",), axis="KV policy {param}",
+          key_units=(("pages", "pages"), ("recall_fraction", "1"), ("tier", ""))),
     Field("prefill_len", "tokens", "Prompt length of the point's requests.", csv=5, design=True,
           axis="prompt length", table=Row(20, "prompt (tokens)")),
     Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",

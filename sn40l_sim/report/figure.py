@@ -21,13 +21,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sn40l_sim.report.outputs import atomic_path
+from sn40l_sim.errors import InputError
+from sn40l_sim.report.outputs import atomic_path, check_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 #: resolution of every written raster plot
 DPI = 120
+#: the formats a plot the user names may have (matplotlib picks the format by the suffix)
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_figure_file(path: str | Path, option: str) -> Path:
+    """``path`` as a plot the user names: :func:`~sn40l_sim.report.outputs.check_file`, and a
+    suffix of :data:`FIGURE_SUFFIXES` (checked before anything is simulated, since matplotlib
+    would only refuse another suffix when the figure is saved).
+
+    >>> check_figure_file("notes.txt", "--plot")
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: --plot: expected a .png, .svg or .pdf file, got 'notes.txt'
+    """
+    path = Path(path)
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise InputError(f"expected a .png, .svg or .pdf file, got {path.name!r}", field=option)
+    return check_file(path, option)
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import new_figure, save_figure
+from sn40l_sim.report.figure import FIGURE_SUFFIXES, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
@@ -202,7 +202,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     ------
     InputError
         For an unknown column (naming the available ones), an unsupported output format or kind,
-        or rows that cannot be told apart.
+        rows that cannot be told apart, or a value a logarithmic axis cannot show (zero or negative).
     """
     import matplotlib
 
@@ -218,12 +218,16 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         raise InputError("labels are written beside the points of a scatter plot: add --kind scatter",
                          field="--label")
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
-    if out_path.suffix.lower() not in (".png", ".svg", ".pdf"):
+    if out_path.suffix.lower() not in FIGURE_SUFFIXES:
         raise InputError(f"expected a .png, .svg or .pdf file, got {out_path.name!r}", field="--out")
     for column, value in where.items():
         rows = [r for r in rows if _matches(r[column], value)]
     if not rows:
         raise InputError(f"no row matches {where}", file=path, field="--where")
+    if logy:
+        _check_log_axis(path, rows, y, "--logy")
+    if logx and kind != "bar":   # a bar plot's x is categories: --logx does not apply
+        _check_log_axis(path, rows, x, "--logx")
     x_label, x_scale = axis_label(x)
     y_label, y_scale = axis_label(y)
     fig = new_figure((7.5, 4.5))
@@ -270,6 +274,16 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
     metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
     return save_figure(fig, out_path, metadata=metadata)
+
+
+def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option: str) -> None:
+    """Refuse a log axis for ``column`` when a selected row's value is not positive: matplotlib
+    would leave that point out of the plot without a word."""
+    bad = [v for v in (_float(r[column]) for r in rows) if v is not None and v <= 0]
+    if bad:
+        raise InputError(f"a logarithmic axis cannot show {column} = {min(bad):g} in {len(bad)} selected "
+                         f"row(s): drop {option} or leave those rows out with --where COLUMN=VALUE",
+                         file=path, field=option)
 
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,

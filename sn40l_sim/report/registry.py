@@ -83,6 +83,9 @@ class Field:
         An opt-in group: the field is produced only when the experiment asks for the group
         (``report: {extra_fields: [<group>]}``), so the records of experiments that do not ask
         stay as they were. Empty: always produced.
+    key_units : tuple of (str, str)
+        For a mapping whose entries do not all share ``unit``: ``(last key, its unit)`` for each
+        exception (a KV policy's parameters are token counts, but for a fraction).
     """
 
     name: str
@@ -99,6 +102,7 @@ class Field:
     is_list: bool = False
     sweep_only: bool = False
     group: str = ""
+    key_units: tuple[tuple[str, str], ...] = ()
 
     def pattern(self, prefix: str = "") -> str:
         """The dotted name with its key levels, e.g. ``memory.<tier>.<use>``."""
@@ -109,8 +113,9 @@ class Field:
         values = _Placeholders(keys or {})
         values.update({k.upper(): v.upper() for k, v in values.items()})
         text = (self.axis or self.name).format_map(values)
-        shown, scale = AXIS_UNITS.get(self.unit, (self.unit, 1.0))
-        if self.unit in ("", "1") or text.endswith(")") or _names(text, self.unit) or _names(text, shown):
+        unit = dict(self.key_units).get((keys or {}).get(self.keys[-1], "") if self.keys else "", self.unit)
+        shown, scale = AXIS_UNITS.get(unit, (unit, 1.0))
+        if unit in ("", "1") or text.endswith(")") or _names(text, unit) or _names(text, shown):
             return text, 1.0
         return f"{text} ({shown})", scale
 

@@ -62,6 +62,14 @@ def test_describe_unknown_kind_is_a_clean_error(tmp_path, capsys):
     assert err.count("\n") == 1 and "x.yaml:1: kind:" in err
 
 
+def test_describe_of_a_request_trace_points_to_check(capsys):
+    # a trace is not YAML: describe said "expected a YAML mapping at the top level, got str"
+    trace = HW.parent / "experiments" / "traces" / "azure_llm_2023_conv_10min.csv"
+    assert cli.main(["describe", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "azure_llm_2023_conv_10min.csv: a request trace" in err and "check" in err
+
+
 @pytest.mark.parametrize("command", ["describe", "check"])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as info:

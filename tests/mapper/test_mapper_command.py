@@ -64,9 +64,11 @@ def test_prefill_map_with_plot(tmp_path, capsys):
     (["--policy", "nope"], "--policy 'nope' is not a policy of the experiment"),
     (["--plot", "x.png", "--plot-kernels", "L99.nothing"], "no kernel named ['L99.nothing']"),
     (["--batch", "0"], "--batch must be a positive integer"),
+    # matplotlib picks the format by the suffix: one it cannot write is refused before mapping
+    (["--plot", "x.txt"], "--plot: expected a .png, .svg or .pdf file, got 'x.txt'"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path, extra, message):
-    extra = [str(tmp_path / e) if e.endswith(".png") else e for e in extra]
+    extra = [str(tmp_path / e) if e.endswith((".png", ".txt")) else e for e in extra]
     assert main(["map", EXPERIMENT, "--phase", "decode"] + extra) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err

@@ -52,6 +52,10 @@ def write_csv(tmp_path: Path, rows=ROWS) -> Path:
     ("throughput.output_tokens_per_s", "served output tokens/s", 1.0),
     ("prefill_kernel_share.mha", "share of a prefill MoE layer: mha", 1.0),
     ("some_new_field", "some_new_field", 1.0),
+    # a policy's parameters are token counts, but for ArkVale's page count and recall fraction
+    ("kv_policy_params.budget", "KV policy budget (tokens)", 1.0),
+    ("kv_policy_params.pages", "KV policy pages", 1.0),   # not "(tokens)"; the name says the unit
+    ("kv_policy_params.recall_fraction", "KV policy recall_fraction", 1.0),
 ])
 def test_labels_carry_units(column, label, scale):
     assert axis_label(column) == (label, pytest.approx(scale))
@@ -121,6 +125,24 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys, argv, field, words):
     assert main(["plot", str(path)] + argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{field}: " in err[0] and words in err[0], err
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--logy"], "--logy"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--logx"], "--logx"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--logx",
+      "--kind", "scatter"], "--logx"),
+])
+def test_a_log_axis_refuses_values_it_cannot_show(tmp_path, capsys, argv, field):
+    # matplotlib masks values <= 0 on a log axis: the point would vanish from the plot unsaid
+    rows = [dict(r) for r in ROWS]
+    rows[1]["decode_tokens_per_s" if field == "--logy" else "batch"] = 0
+    path = write_csv(tmp_path, rows)
+    assert main(["plot", str(path), "--out", str(tmp_path / "x.png")] + argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    column = "decode_tokens_per_s" if field == "--logy" else "batch"
+    assert len(err) == 1 and f"{field}: " in err[0] and f"{column} = 0 in 1 selected row" in err[0], err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_cli_missing_file_and_success(tmp_path, capsys):

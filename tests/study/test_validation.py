@@ -233,3 +233,16 @@ def test_write_back_into_an_old_style_file_and_a_node_override(tmp_path):
     (folder / "flow.yaml").write_text("base: sn40l.yaml\nmemory: {hbm: {efficiency: 0.7}}\n")
     with pytest.raises(InputError, match="not a plain 'efficiency: value' line"):
         write_back(folder / "flow.yaml", FitResult(("memory.hbm.efficiency",), (0.75,), (0.75,), [], 0.0), "n")
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (["calibrate", "--max-evaluations", "0"], "--max-evaluations: a fit of 6 parameters needs at least 7 passes, got 0"),
+    (["calibrate", "--max-evaluations", "6"], "needs at least 7 passes, got 6"),
+    (["calibrate", "--starts", "0"], "--starts: expected at least 1 starting point, got 0"),
+    (["validate", "--hardware", "experiments"], "experiments: is a folder; expected a YAML file"),
+])
+def test_bad_options_are_one_line_before_anything_is_simulated(capsys, arguments, words):
+    # nothing simulated: neither calibrate's nor validate's progress lines come before the error
+    assert main(arguments) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
