@@ -57,6 +57,7 @@ from typing import Literal
 import simpy
 
 from sn40l_sim.engine.boundary import BoundaryModel
+from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.links import LinkTable, shared_entry
@@ -67,11 +68,13 @@ from sn40l_sim.ir import Collective
 
 Algorithm = Literal["ring", "direct", "tree"]
 ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "tree")
+#: the order ``auto`` tries them in: the direct algorithm, dearest to simulate on shared links, last
+AUTO_ORDER: tuple[Algorithm, ...] = ("tree", "ring", "direct")
 
 #: collective costs shared by every model of equal links and calibration in the process (the step
 #: timers of an experiment's points, a sweep's or a fit's repeated nodes), for this many of them
 _SHARED_MEMOS = 32
-_shared: OrderedDict[tuple, tuple[dict[tuple, CollectiveResult], dict, dict]] = OrderedDict()
+_shared: OrderedDict[tuple, tuple[dict[tuple, CollectiveResult], dict[tuple, int], dict, dict]] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ class CollectiveModel:
         self.schedule = schedule
         self.scheduled = 0
         self.simulated = 0
-        self._memo, self._pairs, self._durations = _shared_memo((table.signature, setup_s, sync_latency_s,
+        self._memo, self._floors, self._pairs, self._durations = _shared_memo((table.signature, setup_s, sync_latency_s,
                                                                  dma_engines, schedule))
 
     @classmethod
@@ -251,10 +254,36 @@ class CollectiveModel:
                    dma_engines=node.socket.p2p.dma_engines, boundary=BoundaryModel.from_node(node, table))
 
     def run(self, coll: Collective) -> CollectiveResult:
-        """The collective with the configured algorithm (the faster one for ``auto``)."""
-        choices = ALGORITHMS if self.algorithm == "auto" else (self.algorithm,)
-        results = [self.simulate(coll, a) for a in choices if self.applies(coll, a)]
-        return min(results, key=lambda r: (r.cycles, r.algorithm))
+        """The collective with the configured algorithm (the faster one for ``auto``).
+
+        ``auto`` simulates the algorithms that apply in the order of :data:`AUTO_ORDER` and skips
+        one whose floor (:mod:`.collective_floor`) exceeds the fastest so far: it could not be
+        chosen, and on links it shares it is the dearest to simulate."""
+        if self.algorithm != "auto":
+            return self.simulate(coll, self.algorithm)
+        best: CollectiveResult | None = None
+        for algorithm in AUTO_ORDER:
+            if not self.applies(coll, algorithm):
+                continue
+            if best is not None and self.floor(coll, algorithm) > best.cycles:
+                continue
+            result = self.simulate(coll, algorithm)
+            if best is None or (result.cycles, result.algorithm) < (best.cycles, best.algorithm):
+                best = result
+        assert best is not None   # the ring and direct algorithms apply to every collective
+        return best
+
+    def floor(self, coll: Collective, algorithm: Algorithm) -> int:
+        """Cycles ``algorithm`` cannot run ``coll`` below (:func:`.collective_floor.floor_cycles`)."""
+        if coll.group < 2 or coll.bytes <= 0:
+            return 0
+        key = (coll.kind, int(coll.bytes), coll.group, algorithm)
+        if key not in self._floors:
+            sent = Transfers()
+            self._issue(sent, coll.kind, int(coll.bytes), coll.group, algorithm)
+            self._floors[key] = floor_cycles(self.table, sent, ceil_cycles(self.setup_s * self.table.clock_hz),
+                                             self.sync_latency_s, self.dma_engines)
+        return self._floors[key]
 
     @staticmethod
     def applies(coll: Collective, algorithm: Algorithm) -> bool:
@@ -294,7 +323,7 @@ class CollectiveModel:
                                 sum(ch.bytes_moved for ch in run.channels.values()),
                                 run.sent_by_0, run.transfers)
 
-    def _issue(self, run: _Run | Schedule, kind: str, n_bytes: int, p: int, algorithm: Algorithm) -> None:
+    def _issue(self, run: _Run | Schedule | Transfers, kind: str, n_bytes: int, p: int, algorithm: Algorithm) -> None:
         """Every member's transfers of the collective, on the event loop or on the schedule."""
         members = list(range(p)) if algorithm != "ring" else self.table.ring_order(range(p))
         chunk = split_bytes(n_bytes, p)
@@ -307,11 +336,11 @@ class CollectiveModel:
             run.direct(members, sizes, then)
 
 
-def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict, dict]:
-    """The memos of collective costs, and of the schedule's pairs and durations
+def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict[tuple, int], dict, dict]:
+    """The memos of collective costs, of their floors, and of the schedule's pairs and durations
     (:class:`~sn40l_sim.engine.collective_schedule.Schedule`), for models with this signature
     (the least recently used beyond :data:`_SHARED_MEMOS` are dropped)."""
-    return shared_entry(_shared, key, lambda: ({}, {}, {}), _SHARED_MEMOS)
+    return shared_entry(_shared, key, lambda: ({}, {}, {}, {}), _SHARED_MEMOS)
 
 
 def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[int]]:

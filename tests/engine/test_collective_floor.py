@@ -1,0 +1,67 @@
+"""The floor under a collective's cycles, and ``auto`` skipping the algorithms it rules out."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from sn40l_sim.engine.collectives import ALGORITHMS, CollectiveModel
+from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.ir import Collective
+
+CLOCK = 1.6e9
+BW = 50e9
+LAT = 93.75e-9
+EFF = 0.54
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def mesh(p):
+    return LinkTable(p, [(a, b, BW, LAT) for a, b in itertools.combinations(range(p), 2)], CLOCK, EFF)
+
+
+def ring(p):
+    return LinkTable(p, [(min(i, (i + 1) % p), max(i, (i + 1) % p), BW, LAT) for i in range(p)], CLOCK, EFF)
+
+
+def line(p):
+    """A chain: every route between its ends shares the middle links."""
+    return LinkTable(p, [(i, i + 1, BW, LAT) for i in range(p - 1)], CLOCK, EFF)
+
+
+def model(table, setup_s=1.9e-6, sync_s=3.2e-6, engines=1, algorithm="auto"):
+    return CollectiveModel(table, setup_s, algorithm, sync_latency_s=sync_s, dma_engines=engines)
+
+
+@pytest.mark.parametrize("topology,p", [(mesh, 4), (mesh, 8), (ring, 8), (line, 6), (ring, 5)])
+@pytest.mark.parametrize("n_bytes", [1, 4096, 3 * 2**20 + 7])
+@pytest.mark.parametrize("setup_s,engines", [(1.9e-6, 1), (1.9e-6, 3), (0.0, 1)])
+def test_no_algorithm_runs_below_its_floor(topology, p, n_bytes, setup_s, engines):
+    m = model(topology(p), setup_s=setup_s, engines=engines)
+    for kind, algorithm in itertools.product(KINDS, ALGORITHMS):
+        coll = Collective(kind, n_bytes, p)
+        if m.applies(coll, algorithm):
+            floor, cycles = m.floor(coll, algorithm), m.simulate(coll, algorithm).cycles
+            assert floor <= cycles and (floor > 0) == (cycles > 0), (kind, algorithm, floor, cycles)
+
+
+@pytest.mark.parametrize("topology,p", [(mesh, 8), (ring, 8), (line, 6), (mesh, 16)])
+@pytest.mark.parametrize("n_bytes", [2048, 64 * 1024, 8 * 2**20])
+def test_auto_chooses_what_simulating_every_algorithm_chooses(topology, p, n_bytes):
+    table = topology(p)
+    for kind in KINDS:
+        coll = Collective(kind, n_bytes, p)
+        every = [model(table).simulate(coll, a) for a in ALGORITHMS if CollectiveModel.applies(coll, a)]
+        assert model(table).run(coll) == min(every, key=lambda r: (r.cycles, r.algorithm))
+
+
+def test_auto_does_not_simulate_an_algorithm_its_floor_rules_out():
+    # a small all-reduce on a ring of 32: the direct algorithm's 31 set-ups per sender in each of
+    # its two rounds cost more than the whole recursive doubling, so it is never simulated (on these
+    # shared links it would be thousands of flows in the fluid network)
+    m = model(ring(32), setup_s=1.9e-6, sync_s=3.2e-6)
+    coll = Collective("all_reduce", 16384, 32)
+    chosen = m.run(coll)
+    assert chosen.algorithm == "tree"
+    assert m.floor(coll, "direct") > chosen.cycles
+    assert ("all_reduce", 16384, 32, "direct") not in m._memo
