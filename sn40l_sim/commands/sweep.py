@@ -59,13 +59,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
-    from sn40l_sim.errors import InputError
     from sn40l_sim.study.sweep.load import parse_sets
 
-    if args.jobs is not None and args.jobs < 1:
-        raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
+    check_jobs(args.jobs)
     return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
                       scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot)
+
+
+def check_jobs(jobs: int | None) -> None:
+    """Refuse a ``--jobs`` below 1 (``sweep``'s, and ``run``'s, which is the sweep's process count)."""
+    from sn40l_sim.errors import InputError
+
+    if jobs is not None and jobs < 1:
+        raise InputError(f"expected a positive number of processes, got {jobs}", field="--jobs")
 
 
 #: a sweep of at most this many records prints them side by side, as ``run`` prints an experiment's
