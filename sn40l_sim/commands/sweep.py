@@ -85,13 +85,12 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``)."""
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
-    from sn40l_sim.study.sweep.executors import import_distributed, resolve_scheduler
+    from sn40l_sim.study.sweep.executors import check_scheduler, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
 
     chosen, field = resolve_scheduler(scheduler)
-    if chosen is not None:
-        import_distributed(field)  # a missing extra is said before anything is loaded
+    check_scheduler(chosen, field)  # a missing extra or a malformed address is said before anything is loaded
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
