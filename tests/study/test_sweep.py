@@ -211,6 +211,21 @@ def test_jobs_below_one_are_refused_by_run_and_sweep_alike(tmp_path, capsys, com
     assert not out.exists()
 
 
+@pytest.mark.parametrize("plot, field, words", [
+    ("{x: batch, y: tpot_s}", "sweep.plot.x", "2 rows have batch=2 (all rows)"),
+    ("{x: batch, y: tpot_s, hue: kv_policy, where: {batch: 64}}", "sweep.plot.where", "no row matches"),
+])
+def test_a_plot_section_that_fails_on_the_results_names_the_experiment_field(tmp_path, capsys, plot, field, words):
+    # what only the results show (rows that share an x, a where no row matches) is the plot: section's
+    # to fix, not the plot command's options
+    path = write_experiment(tmp_path, f"axes:\n  serving.batch: [2, 8]\nplot: {plot}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {path}:17: {field}: ") and words in line, line
+    assert "--" not in line.replace(str(tmp_path), ""), line
+    assert f"plotting {tmp_path / 'out' / 'results.csv'}" in line
+
+
 def test_hardware_axis_changes_the_simulation(tmp_path):
     path = write_experiment(tmp_path, """\
         axes:
