@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                         help="draw the placement of --plot-kernels on the tile meshes")
     parser.add_argument("--plot-kernels", default=None, metavar="NAME[,NAME...]",
-                        help="kernels to draw (default: the two that take the most time)")
+                        help="kernels to draw with --plot (default: the two that take the most time)")
 
 
 def _policy_entry(exp, name: str | None):
@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
+    if args.plot_kernels is not None and args.plot is None:
+        raise InputError("draws nothing without --plot FILE.png: add --plot or drop --plot-kernels",
+                         field="--plot-kernels")
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)

@@ -42,6 +42,7 @@ OUTPUTS = ("results.json", "results.csv", "throughput.png", "slo_attainment.png"
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
+    from sn40l_sim.commands.sweep import check_jobs, sweep_main
     from sn40l_sim.report.outputs import OutputFolder, check_file
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
@@ -50,11 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.preflight import check_assembly, require_workload
     from sn40l_sim.study.runner import simulate_assembly
 
+    check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
         if args.trace:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
-        from sn40l_sim.commands.sweep import sweep_main
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
                           plots=not args.no_plot)
     require_workload(exp)

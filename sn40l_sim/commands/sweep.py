@@ -59,13 +59,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
-    from sn40l_sim.errors import InputError
     from sn40l_sim.study.sweep.load import parse_sets
 
-    if args.jobs is not None and args.jobs < 1:
-        raise InputError(f"expected a positive number of processes, got {args.jobs}", field="--jobs")
+    check_jobs(args.jobs)
     return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
                       scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot)
+
+
+def check_jobs(jobs: int | None) -> None:
+    """Refuse a ``--jobs`` below 1 (``sweep``'s, and ``run``'s, which is the sweep's process count)."""
+    from sn40l_sim.errors import InputError
+
+    if jobs is not None and jobs < 1:
+        raise InputError(f"expected a positive number of processes, got {jobs}", field="--jobs")
 
 
 #: a sweep of at most this many records prints them side by side, as ``run`` prints an experiment's
@@ -79,13 +85,12 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``)."""
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
-    from sn40l_sim.study.sweep.executors import import_distributed, resolve_scheduler
+    from sn40l_sim.study.sweep.executors import check_scheduler, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
 
     chosen, field = resolve_scheduler(scheduler)
-    if chosen is not None:
-        import_distributed(field)  # a missing extra is said before anything is loaded
+    check_scheduler(chosen, field)  # a missing extra or a malformed address is said before anything is loaded
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()

@@ -116,8 +116,10 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     Raises
     ------
     InputError
-        For a missing, unreadable or empty file.
+        For a missing, unreadable or empty file, or a JSON file (a results.json given for its CSV).
     """
+    if path.suffix.lower() == ".json":
+        _not_json(path)
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -127,9 +129,19 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         raise InputError("file not found", file=path) from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"cannot read the CSV file: {exc}", file=path) from None
+    if columns and columns[0].lstrip().startswith(("[", "{")):   # JSON under another name
+        _not_json(path)
     if not columns or not rows:
         raise InputError("expected a header and at least one row (a results.csv)", file=path)
     return columns, rows
+
+
+def _not_json(path: Path) -> None:
+    """Refuse a JSON file in one line: its text would otherwise be read as a CSV header of junk."""
+    beside = path.with_name("results.csv")
+    hint = f": {beside} is beside it" if beside != path and beside.is_file() else ""
+    raise InputError(f"this is a JSON file; plot reads a results.csv (written by run or sweep beside "
+                     f"results.json){hint}", file=path)
 
 
 def _float(text: str) -> float | None:

@@ -12,6 +12,7 @@ Examples
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ class Row:
         """The formatted value (None for a missing one)."""
         if value is None:
             return None
-        return format(value * self.scale, self.fmt) if self.fmt else str(value)
+        return shown(value * self.scale, self.fmt) if self.fmt else str(value)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,21 @@ class TierRows:
             return None
         gib = value / GIB
         return format(gib, dict(self.use_fmts).get(use, self.wide_fmt if gib >= 1000 else self.fmt))
+
+
+def shown(value: float, fmt: str) -> str:
+    """``value`` in the format ``fmt``, or in two significant figures where ``fmt`` would print a
+    non-zero value as zero (a silently wrong number); a zero stays in ``fmt``.
+
+    >>> shown(0.25, ".4f"), shown(0.0, ".4f"), shown(1e-6, ".4f"), shown(-3.2e-5, ".1f")
+    ('0.2500', '0.0000', '1e-06', '-3.2e-05')
+    """
+    text = format(value, fmt)
+    try:
+        zero = float(text) == 0
+    except ValueError:   # a format that does not print a plain number (e.g. with thousands separators)
+        return text
+    return format(value, ".2g") if zero and value and math.isfinite(value) else text
 
 
 

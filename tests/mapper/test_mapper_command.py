@@ -64,6 +64,8 @@ def test_prefill_map_with_plot(tmp_path, capsys):
     (["--policy", "nope"], "--policy 'nope' is not a policy of the experiment"),
     (["--plot", "x.png", "--plot-kernels", "L99.nothing"], "no kernel named ['L99.nothing']"),
     (["--batch", "0"], "--batch must be a positive integer"),
+    # the kernels to draw mean nothing without a file to draw them in: refused, not ignored
+    (["--plot-kernels", "L03.moe_ffn"], "--plot-kernels: draws nothing without --plot FILE.png"),
     # matplotlib picks the format by the suffix: one it cannot write is refused before mapping
     (["--plot", "x.txt"], "--plot: expected a .png, .svg or .pdf file, got 'x.txt'"),
 ])

@@ -145,6 +145,17 @@ def test_a_log_axis_refuses_values_it_cannot_show(tmp_path, capsys, argv, field)
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.parametrize("name", ["results.json", "renamed.csv"])
+def test_a_results_json_is_told_that_plot_reads_a_results_csv(tmp_path, capsys, name):
+    # by its suffix, or by its content when a results.json was given another name
+    path = tmp_path / name
+    path.write_text('[\n  {"name": "full", "decode_step_s": 0.088}\n]\n')
+    assert main(["plot", str(path), "--x", "name", "--y", "decode_step_s"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and "plot reads a results.csv" in err[0], err
+    assert "unknown column" not in err[0]
+
+
 def test_cli_missing_file_and_success(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "none.csv"), "--x", "a", "--y", "b"]) == 2
     assert "file not found" in capsys.readouterr().err

@@ -196,6 +196,36 @@ def test_no_plot_writes_every_file_but_the_plots(tmp_path, capsys):
         assert (tmp_path / "sweep" / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name
 
 
+@pytest.mark.parametrize("command, has_sweep", [("run", False), ("run", True), ("sweep", True)])
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+def test_jobs_below_one_are_refused_by_run_and_sweep_alike(tmp_path, capsys, command, has_sweep, jobs):
+    # run's --jobs is the sweep's process count: refused as sweep refuses it, sweep: section or not,
+    # before anything is simulated (0 ran on every CPU, a negative count in one process)
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n")
+    if not has_sweep:
+        path.write_text(path.read_text().split("sweep:\n")[0])
+    out = tmp_path / "out"
+    assert main([command, str(path), "--out", str(out), "--jobs", jobs, "--quiet", "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --jobs: expected a positive number of processes, got {jobs}"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("plot, field, words", [
+    ("{x: batch, y: tpot_s}", "sweep.plot.x", "2 rows have batch=2 (all rows)"),
+    ("{x: batch, y: tpot_s, hue: kv_policy, where: {batch: 64}}", "sweep.plot.where", "no row matches"),
+])
+def test_a_plot_section_that_fails_on_the_results_names_the_experiment_field(tmp_path, capsys, plot, field, words):
+    # what only the results show (rows that share an x, a where no row matches) is the plot: section's
+    # to fix, not the plot command's options
+    path = write_experiment(tmp_path, f"axes:\n  serving.batch: [2, 8]\nplot: {plot}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {path}:17: {field}: ") and words in line, line
+    assert "--" not in line.replace(str(tmp_path), ""), line
+    assert f"plotting {tmp_path / 'out' / 'results.csv'}" in line
+
+
 def test_hardware_axis_changes_the_simulation(tmp_path):
     path = write_experiment(tmp_path, """\
         axes:

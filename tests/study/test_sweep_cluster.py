@@ -43,6 +43,22 @@ def test_a_scheduler_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypa
     assert line.startswith("error: --scheduler: cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'")
 
 
+@pytest.mark.parametrize("scheduler", ["bogus", "tcp://host", "foo://host:8786"])
+def test_a_scheduler_that_is_no_address_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch, scheduler):
+    pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
+    path = write_experiment(tmp_path, SWEEP)
+    # progress on: no bar is drawn, no output folder made, before the one line
+    assert main(["sweep", str(path), "--scheduler", scheduler, "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --scheduler: expected local or a Dask scheduler address such as "
+                           f"tcp://host:8786, got {scheduler!r}")
+    monkeypatch.setenv(executors.SCHEDULER_ENV, scheduler)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: SN40L_SIM_SCHEDULER: expected local or a Dask scheduler address")
+    assert not (tmp_path / "out").exists()
+
+
 def test_local_cluster_writes_the_bytes_of_the_process_pool(tmp_path, capsys):
     pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
     path = write_experiment(tmp_path, SWEEP)

@@ -78,6 +78,30 @@ def import_distributed(field: str = "--scheduler") -> Any:
     return distributed
 
 
+def check_scheduler(scheduler: str | None, field: str = "--scheduler") -> None:
+    """Refuse, before anything starts, a scheduler that is neither ``local`` nor an address Dask
+    can parse (a known scheme, a host and a port): Dask would say so only when the sweep connects,
+    after its output folder and progress bar. Whether the scheduler answers is left to the connection.
+
+    Raises
+    ------
+    InputError
+        At ``field``, for a malformed address, or when Dask distributed is not installed.
+    """
+    if scheduler is None:
+        return
+    distributed = import_distributed(field)
+    if scheduler == "local":
+        return
+    try:
+        distributed.comm.get_address_host_port(scheduler)
+    except NotImplementedError:   # a scheme without host and port (inproc, ucx): the connection checks it
+        return
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"expected local or a Dask scheduler address such as tcp://host:8786, got "
+                         f"{scheduler!r}: {exc}", field=field) from None
+
+
 @contextmanager
 def open_executor(jobs: int | None, scheduler: str | None,
                   runs: int) -> Iterator[tuple[cf.Executor, Callable[[], int]]]:
@@ -188,5 +212,5 @@ def _client(distributed: Any, scheduler: str, workers: int, field: str) -> Itera
         yield client
 
 
-__all__ = ["InlineExecutor", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed", "SCHEDULER_ENV",
-           "INSTALL_HINT"]
+__all__ = ["InlineExecutor", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed",
+           "check_scheduler", "SCHEDULER_ENV", "INSTALL_HINT"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -138,10 +139,26 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
     spec = sweep.plot or {}
     hue = spec.get("hue")
     where = spec.get("where") or {}
-    return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
-                    out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
-                    logy=bool(spec.get("logy", False)),
-                    where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"))
+    try:
+        return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
+                        out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
+                        logy=bool(spec.get("logy", False)),
+                        where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"))
+    except InputError as exc:
+        raise _plot_section_error(sweep, csv_path, exc) from None
+
+
+#: the options of ``python -m sn40l_sim plot`` that are keys of a sweep's ``plot:`` section
+_PLOT_OPTIONS = re.compile(r"--(x|y|hue|where|logx|logy|kind|label)\b")
+
+
+def _plot_section_error(sweep: Sweep, csv_path: Path, exc: InputError) -> InputError:
+    """:func:`plot_csv`'s error, which names the plot command's options (``--x``), located instead at
+    the experiment's ``plot:`` section (``sweep.plot.x``, with its line), the results it plotted named."""
+    key = (exc.field or "").removeprefix("--")
+    at = ("sweep", "plot") + ((key,) if _PLOT_OPTIONS.fullmatch(exc.field or "") and key in (sweep.plot or {}) else ())
+    message = _PLOT_OPTIONS.sub(r"sweep.plot.\1", exc.message.replace("--where COLUMN=VALUE", "--where {COLUMN: VALUE}"))
+    return sweep.doc.error(at, f"{message} (plotting {csv_path})")
 
 
 def _node_field(node: NodeSpec, dotted: str) -> Any:
