@@ -6,7 +6,7 @@ whose entries are keyed by every input of the computation. The session points ev
 run at one new, empty folder, removed at the end: the test process itself (through
 ``disk_cache.cache_in``; the package leaves the disk cache off inside pytest unless told), the
 pytest-xdist workers, and the processes the tests start (commands run as subprocesses, the notebooks'
-kernels, through ``$SN40L_SIM_CACHE``). What one of them maps or simulates, the others read back
+kernel, through ``$SN40L_SIM_CACHE``). What one of them maps or simulates, the others read back
 instead of doing it again; no test depends on whatever a user's cache (``~/.cache/sn40l_sim``)
 happens to hold, and none writes into it.
 
@@ -61,7 +61,7 @@ SHARING_A_MEMO = ("tests/reference/test_mapper_vs_unit_level.py", "tests/referen
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The notebooks first: together they run kernels for half a minute, so started last they
+    """The notebooks first: together they run a kernel for some 15 s, so started last they
     would leave one xdist worker running them while the other has nothing left; started first (one
     worker takes their module while the other takes the next ones), the many short modules after
     them even out the end. Next the modules of :data:`SHARING_A_MEMO`: while the notebooks keep one

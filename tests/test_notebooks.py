@@ -2,7 +2,8 @@
 notebooks/), draw their figures, and are committed without outputs and as make_notebooks.py writes
 them. The tests run them with ``SN40L_SIM_NOTEBOOK_QUICK=1``: every cell, on fewer points per sweep
 (the full grids are what ``scripts/render_figures.py`` draws); each takes a few seconds on 2 cores.
-The kernels read an IPython folder of the tests' own (:func:`ipython_dir`)."""
+They run one after the other in one kernel (:func:`kernel`), each from an emptied namespace, and the
+kernel reads an IPython folder of the tests' own (:func:`ipython_dir`)."""
 from __future__ import annotations
 
 import fcntl
@@ -45,9 +46,9 @@ def kernel_name() -> str:
 
 @pytest.fixture(scope="module")
 def ipython_dir(tmp_path_factory) -> Path:
-    """An IPython folder for the kernels: no profile or startup file of the user's reaches them, and
+    """An IPython folder for the kernel: no profile or startup file of the user's reaches it, and
     its one startup file gives the kernel the garbage collector's thresholds of the test processes
-    (tests/conftest.py: a kernel keeps the mapper's memos too; ~2.5 s of the five notebooks' CPU)."""
+    (tests/conftest.py: the kernel keeps the mapper's memos too; ~2.5 s of the five notebooks' CPU)."""
     folder = tmp_path_factory.mktemp("ipython")
     startup = folder / "profile_default" / "startup"
     startup.mkdir(parents=True)
@@ -66,20 +67,53 @@ def test_notebooks_are_generated_and_stored_without_outputs():
         assert code and all(not c.outputs and c.execution_count is None for c in code), name
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs_top_to_bottom(name, monkeypatch, ipython_dir):
-    from nbclient import NotebookClient
+#: the cell run before each notebook: IPython's full reset (every name, the output history); the
+#: reset ends in a full garbage collection, which would go through the memos the notebooks before
+#: left (~0.5 s each), so the objects alive before it are set aside from the collector meanwhile
+EMPTY_NAMESPACE = '__import__("gc").freeze()\n%reset -f\n__import__("gc").unfreeze()'
 
+
+@pytest.fixture(scope="module")
+def kernel(ipython_dir):
+    """One python3 kernel, started in notebooks/, that runs the five notebooks one after the other.
+
+    A kernel of its own per notebook cost each ~1.5 s of CPU more (starting the kernel, importing
+    the package, matplotlib and numpy again, exiting through the mapper's memos) and went over the
+    memos from scratch, ~6 s of the module's ~23 s. Each notebook still starts from nothing of the
+    one before: :data:`EMPTY_NAMESPACE` is its first cell, so a name it uses but never defines or
+    imports fails it; what stays are the imported modules and the package's memos, which change no
+    number (the tests share one disk cache of mapped kernels too, tests/conftest.py)."""
+    from jupyter_client.manager import KernelManager
+
+    env = dict(os.environ)
     # the kernel imports this checkout, whatever is installed
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    monkeypatch.setenv("IPYTHONDIR", str(ipython_dir))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env.pop("MPLBACKEND", None)
+    env["IPYTHONDIR"] = str(ipython_dir)
     # every cell runs, on fewer points per sweep (the notebooks' QUICK); the full grids are what
     # scripts/render_figures.py executes, on the same code
-    monkeypatch.setenv("SN40L_SIM_NOTEBOOK_QUICK", "1")
+    env["SN40L_SIM_NOTEBOOK_QUICK"] = "1"
+    km = KernelManager(kernel_name=kernel_name())
+    km.start_kernel(cwd=str(NOTEBOOKS), env=env)
+    yield km
+    km.shutdown_kernel(now=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_top_to_bottom(name, kernel):
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell
+
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name=kernel_name(),
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()  # raises on any cell error
+    if not kernel.is_alive():   # a notebook before this one killed it
+        kernel.restart_kernel(now=True)
+    nb.cells.insert(0, new_code_cell(EMPTY_NAMESPACE))
+    client = NotebookClient(nb, timeout=600, km=kernel)
+    try:
+        client.execute()  # raises on any cell error
+    finally:
+        if client.kc is not None:   # the kernel is the fixture's, the client this test's
+            client.kc.stop_channels()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     figures = [o for o in outputs if o.output_type == "display_data" and "image/png" in o.get("data", {})]

@@ -138,7 +138,7 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     cold_plans = set(planned)
     with disk_cache.cache_in(None):
         planned.clear()
-        _cold(node, graph)                       # plans every section at the node's own rate
+        own = _cold(node, graph)                 # plans every section at the node's own rate
         own_plans = set(planned)
         graph_mod._memo.clear()                  # the kernels, not the section plans
         planned.clear()
@@ -150,7 +150,7 @@ def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_col
     # the same tilings)
     assert cold_plans & own_plans
     assert repriced.kernels == cold.kernels
-    assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in _cold(node, graph).kernels]
+    assert [pk.cycles for pk in cold.kernels] != [pk.cycles for pk in own.kernels]
 
 
 def _exhaustive_best_plan(socket, kernel, tiers, loop):
