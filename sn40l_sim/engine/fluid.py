@@ -51,7 +51,7 @@ _SAFE_MARGIN = 1e-6
 #: (:mod:`.fluid_arrays`, the same arithmetic), and goes back to per-flow Python below half of it:
 #: a collective's thousands of concurrent flows then cost array operations, while the engine's few
 #: flows keep the cheaper scalar code
-ARRAY_FLOWS = 48
+ARRAY_FLOWS = 96
 
 
 def lone_flow_cycles(n_bytes: int, bytes_per_cycle: float) -> int | None:
