@@ -94,10 +94,10 @@ def _subtract_in_runs(values: np.ndarray, times: np.ndarray, step: float, satura
     """:func:`_subtract_repeatedly`'s work."""
     out = values.astype(float)
     left = times.astype(np.int64)
-    # the loop's result is within n rounding errors of at most 2^-53 (|v| + n step) each of v - n step,
+    # the loop's result is within n rounding errors of at most 2^-53 (|v| + n |step|) each of v - n step,
     # which itself is two roundings from the float below
     approx = values - left * step
-    slack = (left + 4) * 2.0**-52 * (np.abs(values) + left * step)
+    slack = (left + 4) * 2.0**-52 * (np.abs(values) + left * abs(step))
     surely = approx + slack <= saturated_below
     out[surely] = approx[surely]
     left[surely] = 0
@@ -110,12 +110,13 @@ def _subtract_in_runs(values: np.ndarray, times: np.ndarray, step: float, satura
         r, k = out[todo], left[todo]
         _, exponent = np.frexp(r)  # r in [2^(exponent-1), 2^exponent): units u = 2^(exponent-53)
         units = np.ldexp(r, 53 - exponent)  # an integer in [2^52, 2^53) when r is normal
-        step_units = np.ldexp(step, 53 - exponent)  # exact: a power-of-two scaling
+        # a power-of-two scaling: exact unless it underflows, and then far below one half, where
+        # the decrement (0) and the room (ceil gives 1) are what the exact value gives
+        step_units = np.ldexp(step, 53 - exponent)
         decrement = np.rint(step_units)
         # room: how far the value may drop (in units) with the exact difference still in the binade
         room = units - 2.0**52 - np.ceil(step_units)
         fast = (np.isfinite(r) & (r >= 2.0**-900) & (room >= 0) & (step_units < 2.0**52)
-                & (np.ldexp(step_units, exponent - 53) == step)  # no bits lost scaling a tiny step
                 & (step_units - np.floor(step_units) != 0.5))
         room = np.where(fast, room, 0).astype(np.int64)
         decrement = np.where(fast, decrement, 0).astype(np.int64)

@@ -128,12 +128,15 @@ def test_repeated_subtraction_rounds_each_time(seed, rounds, plain_area):
     # round values (exact steps, ties), random ones, steps far below a value's spacing, signs, zero
     rng = random.Random(seed)
     for _ in range(400):
-        values = [rng.choice([rng.uniform(0, 100), 10.0, 1.0, 3.0, 2.0**40, 1e-300, -rng.random(), 0.0])
-                  for _ in range(8)]
+        values = [rng.choice([rng.uniform(0, 100), 10.0, 1.0, 1.5, 1.5 + 2.0**-52, 1.25, 3.0, 2.0**40, 1e20, 1e-300,
+                              -rng.random(), 0.0]) for _ in range(8)]
         times = [rng.choice([rng.randint(1, 40), rng.randint(1, 700)]) for _ in values]
-        step = rng.choice([rng.random(), 0.1, 1 / 3, 1.0, 2.0**-53, 3 * 2.0**-53, 1e-310, 0.0, math.inf,
+        # odd multiples of 2^-53 fall halfway between the spacings of [1, 2): ties broken by parity,
+        # which alternates from an odd value (1.5 + 2^-52)
+        step = rng.choice([rng.random(), 0.1, 1 / 3, 1.0, 2.0**-53, 3 * 2.0**-53, 5 * 2.0**-53, 1e-310, 0.0, math.inf,
                            values[0] / times[0], abs(values[1]) / times[1] * (1 + 1e-15)])
-        below = [rng.choice([-math.inf, 1e-12 * abs(v), 1e-12, 5.0]) for v in values]
+        below = [rng.choice([-math.inf, 1e-12 * abs(v), 1e-12, 5.0, v - n * step])  # the last: v - n step
+                 for v, n in zip(values, times, strict=True)]                    # saturates, the loop may not
         got = _subtract_repeatedly(np.array(values), np.array(times), step, np.array(below), rounds, plain_area).tolist()
         for value, n, level, result in zip(values, times, below, got, strict=True):
             for _ in range(n):
