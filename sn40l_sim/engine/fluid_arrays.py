@@ -11,9 +11,11 @@ the cycle the per-flow Python code gives:
 - ``remaining -= rate * dt`` elementwise, and ``min(remaining / rate)`` for the next wake-up;
 - progressive filling with one global step per iteration (the smallest ``residual / users`` of the
   channels still in use, and the smallest unused cap), the same saturation and freezing tests;
-- a channel's residual is decremented by the step once per unfrozen flow crossing it, one
-  subtraction at a time as the Python loop does (float subtraction does not compose: ``r - s - s``
-  need not equal ``r - 2 * s``), vectorised across channels instead of across users.
+  the unfrozen flows all hold one rate, so an iteration costs the channels and the flows that
+  freeze, not every flow;
+- a channel's residual is decremented by the step once per unfrozen flow crossing it, with the
+  floats one subtraction at a time gives (float subtraction does not compose: ``r - s - s`` need
+  not equal ``r - 2 * s``), reached in runs that provably round alike (:func:`_subtract_repeatedly`).
 
 The network moves its flows here above a flow-count threshold and back below half of it
 (:data:`~sn40l_sim.engine.fluid.ARRAY_FLOWS`); the flows' list stays the network's and keeps its
