@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from sn40l_sim.engine.fluid_arrays import FlowArrays
+
 #: a flow whose remaining bytes fall below this fraction of its size (plus a hair) is complete;
 #: it only absorbs float noise, since flows are woken at or after their exact finishing time
 _DONE_REL = 1e-9
@@ -45,6 +47,11 @@ _DONE_ABS = 1e-6
 #: how far (in cycles) a lone flow's exact duration must stay from a whole cycle, and from the
 #: completion tolerance above one, for :func:`lone_flow_cycles` to vouch for the network's rounding
 _SAFE_MARGIN = 1e-6
+#: above this many flows at once the network keeps its flows' numbers in numpy arrays
+#: (:mod:`.fluid_arrays`, the same arithmetic), and goes back to per-flow Python below half of it:
+#: a collective's thousands of concurrent flows then cost array operations, while the engine's few
+#: flows keep the cheaper scalar code
+ARRAY_FLOWS = 96
 
 
 def lone_flow_cycles(n_bytes: int, bytes_per_cycle: float) -> int | None:
@@ -144,6 +151,7 @@ class FluidNetwork:
     _generation: int = 0
     _seq: int = 0
     _pending: bool = False
+    _arrays: FlowArrays | None = None
 
     def channel(self, name: str, bytes_per_cycle: float) -> Channel:
         """Add (or return the existing) channel ``name`` with capacity ``bytes_per_cycle``."""
@@ -180,6 +188,10 @@ class FluidNetwork:
         for ch in flow.path:
             ch.active += 1
         self._flows.append(flow)
+        if self._arrays is not None:
+            self._arrays.add(flow)
+        elif len(self._flows) > ARRAY_FLOWS:
+            self._arrays = FlowArrays(self._flows, _DONE_REL, _DONE_ABS)
         if not self._pending:
             # transfers often start together (every member of a collective at once): share out
             # the rates once for all of them, at the end of this instant's starts
@@ -274,6 +286,10 @@ class FluidNetwork:
         self._last = now
         if dt <= 0 or not self._flows:
             return
+        if self._arrays is not None:
+            for ch in self._arrays.advance(dt):
+                ch.busy_cycles += dt
+            return
         busy = set()
         for flow in self._flows:
             flow.remaining -= flow.rate * dt
@@ -292,6 +308,9 @@ class FluidNetwork:
 
     def _reallocate(self) -> None:
         """Max-min fair rates with per-flow caps (progressive filling)."""
+        if self._arrays is not None:
+            self._arrays.reallocate()
+            return
         flows = self._flows
         if all(ch.active == 1 for f in flows for ch in f.path):
             # no channel is shared: every flow runs at its own bottleneck
@@ -326,7 +345,10 @@ class FluidNetwork:
     def _schedule(self) -> None:
         if not self._flows:
             return
-        soonest = min(f.remaining / f.rate for f in self._flows)
+        if self._arrays is not None:
+            soonest = self._arrays.soonest()
+        else:
+            soonest = min(f.remaining / f.rate for f in self._flows)
         delay = max(1, math.ceil(soonest - 1e-9))
         self._generation += 1
         generation = self._generation
@@ -343,11 +365,18 @@ class FluidNetwork:
 
     def _finish(self) -> bool:
         """Complete the flows whose bytes have all moved; True if any did."""
-        finished, left = [], []
-        for f in self._flows:
-            (finished if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS else left).append(f)
+        if self._arrays is not None:
+            finished = self._arrays.finish()  # also drops them from self._flows
+            if len(self._flows) <= ARRAY_FLOWS // 2:
+                self._arrays.write_back()
+                self._arrays = None
+        else:
+            finished, left = [], []
+            for f in self._flows:
+                (finished if f.remaining <= _DONE_REL * f.n_bytes + _DONE_ABS else left).append(f)
+            if finished:
+                self._flows = left
         if finished:
-            self._flows = left
             for flow in finished:
                 for ch in flow.path:
                     ch.active -= 1
