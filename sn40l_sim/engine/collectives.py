@@ -242,8 +242,8 @@ class CollectiveModel:
         self.schedule = schedule
         self.scheduled = 0
         self.simulated = 0
-        self._memo, self._floors, self._pairs, self._durations = _shared_memo((table.signature, setup_s, sync_latency_s,
-                                                                 dma_engines, schedule))
+        self._memo, self._floors, self._pairs, self._durations = _shared_memo(
+            (table.signature, setup_s, sync_latency_s, dma_engines, schedule))
 
     @classmethod
     def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from sn40l_sim.engine.fluid_arrays import FlowArrays
+from sn40l_sim.engine.fluid_arrays import CAP_FRACTION, SATURATED_FRACTION, FlowArrays
 
 #: a flow whose remaining bytes fall below this fraction of its size (plus a hair) is complete;
 #: it only absorbs float noise, since flows are woken at or after their exact finishing time
@@ -335,9 +335,9 @@ class FluidNetwork:
                 flow.rate += step
                 for ch in flow.path:
                     residual[ch] -= step
-            saturated = {ch for ch in users if residual[ch] <= 1e-12 * ch.bytes_per_cycle}
+            saturated = {ch for ch in users if residual[ch] <= SATURATED_FRACTION * ch.bytes_per_cycle}
             still = [f for f in unfrozen
-                     if f.rate < f.cap * (1 - 1e-12) and not saturated.intersection(f.path)]
+                     if f.rate < f.cap * CAP_FRACTION and not saturated.intersection(f.path)]
             if len(still) == len(unfrozen):  # float corner: nothing froze, stop rather than spin
                 break
             unfrozen = still

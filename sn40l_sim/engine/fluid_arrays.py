@@ -31,14 +31,14 @@ import numpy as np
 if TYPE_CHECKING:
     from sn40l_sim.engine.fluid import Channel, _Flow
 
-#: a flow is capped out once its rate reaches this fraction of its cap (the tests of
-#: FluidNetwork._reallocate, kept equal to them)
-_CAP_FRACTION = 1 - 1e-12
+#: a flow is capped out once its rate reaches this fraction of its cap (both paths of the
+#: network's progressive filling read it: FluidNetwork._reallocate and FlowArrays._fill)
+CAP_FRACTION = 1 - 1e-12
 #: below this many subtractions (steps x channels) one ``np.subtract.accumulate`` costs less than a
 #: round of binade runs (measured on rings of 32-64 sockets)
 _PLAIN_AREA = 6000
-#: a channel is saturated once its residual falls to this fraction of its capacity
-_SATURATED = 1e-12
+#: a channel is saturated once its residual falls to this fraction of its capacity (both paths)
+SATURATED_FRACTION = 1e-12
 
 
 def _starts(lengths: np.ndarray) -> np.ndarray:
@@ -254,12 +254,12 @@ class FlowArrays:
         by_channel = np.argsort(entry_ch, kind="stable")  # each channel's entries, for its flows
         channel_entries = users.copy()
         channel_start = np.concatenate([[0], np.cumsum(users)])
-        capped_at = self.cap * _CAP_FRACTION
+        capped_at = self.cap * CAP_FRACTION
         any_cap = bool(np.isfinite(self.cap).any())
         rate = np.zeros(n_flows)
         unfrozen = np.ones(n_flows, dtype=bool)
         residual = capacity.copy()
-        saturated_below = _SATURATED * capacity
+        saturated_below = SATURATED_FRACTION * capacity
         level, n_unfrozen = 0.0, n_flows
         while n_unfrozen:
             used = np.flatnonzero(users)
