@@ -43,10 +43,19 @@ def check_figure_file(path: str | Path, option: str) -> Path:
     ...
     sn40l_sim.errors.InputError: --plot: expected a .png, .svg or .pdf file, got 'notes.txt'
     """
+    return check_file(check_figure_suffix(path, option), option)
+
+
+def check_figure_suffix(path: str | Path, option: str) -> Path:
+    """``path``, refused in one line unless its suffix is one of :data:`FIGURE_SUFFIXES`.
+
+    >>> check_figure_suffix("plot.SVG", "--out").name
+    'plot.SVG'
+    """
     path = Path(path)
     if path.suffix.lower() not in FIGURE_SUFFIXES:
         raise InputError(f"expected a .png, .svg or .pdf file, got {path.name!r}", field=option)
-    return check_file(path, option)
+    return path
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import FIGURE_SUFFIXES, new_figure, save_figure
+from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
@@ -230,8 +230,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         raise InputError("labels are written beside the points of a scatter plot: add --kind scatter",
                          field="--label")
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
-    if out_path.suffix.lower() not in FIGURE_SUFFIXES:
-        raise InputError(f"expected a .png, .svg or .pdf file, got {out_path.name!r}", field="--out")
+    check_figure_suffix(out_path, "--out")
     for column, value in where.items():
         rows = [r for r in rows if _matches(r[column], value)]
     if not rows:
