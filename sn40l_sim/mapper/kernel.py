@@ -29,7 +29,9 @@ call is chosen for (``overlap``, the cycles the engine will charge them, given b
 (``C_0`` the first section's slowest stage per data tile; ``config_0`` the configuration loaded by
 the call): the collectives' time past the rest of the kernel. Its collectives that do not overlap
 start when the tiles are done, whatever the plan, and are left out. Fewer, larger data tiles
-shorten the stream but start the collectives later; ``cycles`` alone would not see it.
+shorten the stream but start the collectives later; ``cycles`` alone would not see it. Where the
+collectives outlast the kernel, plans of many tilings end alike; of those, the one of fewer kernel
+cycles wins (then fewer data tiles, as for every call).
 
 A kernel called ``L`` times in a row keeps its configuration loaded between the calls, so a kernel
 of one section is charged ``config / L`` per call. Run as one looped call (kernel looping,
@@ -147,9 +149,10 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
     if loop.overlap_cycles and not loop.pipelined:
         # the overlapped collectives start after the fill and the first tile (the engine's
-        # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest
+        # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest; of
+        # plans they end alike, the one of fewer kernel cycles wins (it holds the socket for less)
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
-        objective = (objective[0] + max(0, exposed), 0)
+        objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
     if loop.pipelined:
         # the stream ends with its last data tile still to compute; the chain waits on the gate
         iteration = sum(max(p.stream_cycles + p.compute_cycles_per_tile,
