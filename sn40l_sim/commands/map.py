@@ -11,7 +11,8 @@ spilling to the next tier when they do not fit, as ``run`` places them (the uses
 does not name are placed first when the activations would push them out of the first tier); the
 activations are the resident ones and the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
-Collectives are not included (the engine costs them).
+Collectives are not included in the cycles (the engine costs them), but a kernel's plan is chosen
+with the overlapped ones it ends with in view (docs/validation.md).
 
 examples:
   python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode

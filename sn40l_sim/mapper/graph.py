@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
@@ -110,7 +111,8 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         Either way a loop's kernel is charged its configuration once over the loop.
     collective_cycles : callable, optional
         Cycles of one collective (the engine's model, which the mapper does not import): a looped
-        kernel's iterations wait for the previous iteration's collectives. Default: free.
+        kernel's iterations wait for the previous iteration's collectives, and any other call ends
+        no sooner than its overlapped collectives, which start after its first tile. Default: free.
 
     Returns
     -------
@@ -121,13 +123,25 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     tiers = memory.tiers()
     key = mapping_key(node.socket)
     order = graph.kernels()
-    calls = [LONE_CALL] * len(order)
+    calls = [_call(k, collective_cycles) for k in order]
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
         gate = sum(collective_cycles(c) for c in kernel.collectives) if collective_cycles and looping else 0
-        calls[loop.first:loop.stop] = [LoopContext(loop.iterations, round(gate), looping)] * loop.iterations
+        context = LoopContext(loop.iterations, round(gate), looping)
+        if not looping:
+            context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles)
+        calls[loop.first:loop.stop] = [context] * loop.iterations
     kernels = tuple(map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True))
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
+
+
+def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None) -> LoopContext:
+    """A lone call of ``kernel``, with its overlapped collectives' cycles when they are known (the
+    engine runs them one after the other on the socket's links)."""
+    if collective_cycles is None:
+        return LONE_CALL
+    overlap = sum(collective_cycles(c) for c in kernel.collectives if c.overlapped)
+    return LoopContext(overlap_cycles=round(overlap)) if overlap else LONE_CALL
 
 
 def clear_memo() -> None:

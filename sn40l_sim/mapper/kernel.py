@@ -19,7 +19,19 @@ and for the kernel (``sections`` configurations in sequence; the first is loaded
     cycles  = sum of the sections' configuration loads + sections x (fill + n_tiles x C)
 
 with ``fill`` and ``C`` the per-section means (rounded up) when there are several sections.
-Collectives are not costed here; they stay on the kernel for the engine.
+Collectives stay on the kernel for the engine, which times them; but a call's overlapped ones
+(``overlapped=True``) start once its first data tile has left the pipeline and run one after the
+other on the links (:mod:`sn40l_sim.engine.kernel_process`), and the call ends when they have. So a
+call is chosen for (``overlap``, the cycles the engine will charge them, given by the caller)::
+
+    cycles + max(0, fill + C_0 + overlap - (cycles - config_0))
+
+(``C_0`` the first section's slowest stage per data tile; ``config_0`` the configuration loaded by
+the call): the collectives' time past the rest of the kernel. Its collectives that do not overlap
+start when the tiles are done, whatever the plan, and are left out. Fewer, larger data tiles
+shorten the stream but start the collectives later; ``cycles`` alone would not see it. Where the
+collectives outlast the kernel, plans of many tilings end alike; of those, the one of fewer kernel
+cycles wins (then fewer data tiles, as for every call).
 
 A kernel called ``L`` times in a row keeps its configuration loaded between the calls, so a kernel
 of one section is charged ``config / L`` per call. Run as one looped call (kernel looping,
@@ -100,11 +112,14 @@ def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRA
 class LoopContext:
     """How a kernel is called: one of ``iterations`` consecutive calls of it (its configuration
     stays loaded between them), run as one looped call if ``pipelined``, each iteration then
-    waiting ``gate_cycles`` for the previous one's collectives. The default is a lone call."""
+    waiting ``gate_cycles`` for the previous one's collectives; a call not looped has its
+    overlapped collectives take ``overlap_cycles`` from its first tile out. The default is a lone
+    call without collectives."""
 
     iterations: int = 1
     gate_cycles: int = 0
     pipelined: bool = False
+    overlap_cycles: int = 0
 
 
 #: a kernel called once
@@ -132,6 +147,12 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     # one section stays loaded over consecutive calls; several replace each other every call
     reload = configs[0] / loop.iterations if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
+    if loop.overlap_cycles and not loop.pipelined:
+        # the overlapped collectives start after the fill and the first tile (the engine's
+        # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest; of
+        # plans they end alike, the one of fewer kernel cycles wins (it holds the socket for less)
+        exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
+        objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
     if loop.pipelined:
         # the stream ends with its last data tile still to compute; the chain waits on the gate
         iteration = sum(max(p.stream_cycles + p.compute_cycles_per_tile,

@@ -62,8 +62,8 @@ class KernelPlan:
     fill_cycles: int
     cycles_per_tile: int
     cycles: int
-    #: what the choice minimises: ``(cycles, 0)``, or for a looped kernel (time per iteration,
-    #: compute chain) (see the module docstring)
+    #: what the choice minimises: ``(cycles, 0)`` (plus what overlapped collectives outlast of it),
+    #: or for a looped kernel (time per iteration, compute chain) (see :mod:`.kernel`)
     objective: tuple[float, int] = (0.0, 0)
 
 
