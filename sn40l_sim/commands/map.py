@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from sn40l_sim.errors import InputError
 
@@ -34,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name of a policies entry of the experiment (default: the first)")
     parser.add_argument("--batch", type=int, default=None, metavar="N",
                         help="sequences in the graph (default: shape.batch for decode, 1 for prefill)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
                         help="draw the placement of --plot-kernels on the tile meshes")
     parser.add_argument("--plot-kernels", default=None, metavar="NAME[,NAME...]",
                         help="kernels to draw with --plot (default: the two that take the most time)")
@@ -63,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.figure import check_figure_file
+    from sn40l_sim.report.outputs import output_path
     from sn40l_sim.serving.memory_fit import place_socket
     from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
+    args.plot = output_path(args.plot, "--plot")
     if args.plot_kernels is not None and args.plot is None:
         raise InputError("draws nothing without --plot FILE.png: add --plot or drop --plot-kernels",
                          field="--plot-kernels")
