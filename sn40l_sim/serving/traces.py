@@ -69,7 +69,7 @@ def read_trace(path: Path) -> list[TraceRow]:
         not after the previous one (Azure format), or no rows at all.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a leading byte-order mark (spreadsheets write one) is not text
     except OSError as exc:
         raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
     except UnicodeDecodeError as exc:

@@ -73,6 +73,17 @@ def test_a_window_of_a_simulator_trace_counts_from_its_first_request(tmp_path):
     assert check_file(path) == "trace (3 requests over 2 s)"
 
 
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    # spreadsheets save "CSV UTF-8" with one; it made the header 'missing column arrival_s' while
+    # the message showed the header looking right
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_len,output_len\n0,100,10\n")
+    assert [(r.arrival_s, r.prompt_len, r.line) for r in read_trace(path)] == [(0.0, 100, 2)]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"arrival_s": 0, "prompt_len": 100, "output_len": 10}\n')
+    assert [(r.prompt_len, r.line) for r in read_trace(path)] == [(100, 1)]
+
+
 def test_lengths_above_the_graphs_name_the_trace_line_unless_capped(tmp_path):
     path = azure(tmp_path, [("18:00:00.0", 100, 10), ("18:00:01.0", 5000, 10), ("18:00:02.0", 100, 300)])
     rows = read_trace(path)
