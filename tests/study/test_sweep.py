@@ -277,3 +277,18 @@ def test_bad_sets_name_the_set(tmp_path, capsys, item, words):
     assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
+
+
+@pytest.mark.parametrize("axis, item, words", [
+    ("serving.batch", "serving.batch=8", "the axis serving.batch sets it at every sweep point"),
+    ("serving.batch", "serving={batch: 8}", "the axis serving.batch sets serving.batch at every sweep point"),
+    ("policies.snap.params.sink", "policies.snap.params.sink=8", "the axis policies.snap.params.sink sets it"),
+    ("hardware.sockets", "hardware.sockets=8", "the axis hardware.sockets sets it"),
+    ("serving.batch", "sweep.mode=zip", "the sweep: section is not set with --set"),
+])
+def test_a_set_that_an_axis_overrides_is_refused(tmp_path, capsys, axis, item, words):
+    # it was accepted and had no effect: the axis (or the section, read before the sets) won
+    path = write_experiment(tmp_path, f"axes:\n  {axis}: [4, 8]\n")
+    assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
