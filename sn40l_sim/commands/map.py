@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_kernels is not None and args.plot is None:
         raise InputError("draws nothing without --plot FILE.png: add --plot or drop --plot-kernels",
                          field="--plot-kernels")
+    if args.plot_kernels is not None and not _kernel_names(args.plot_kernels):
+        raise InputError(f"expected kernel names separated by commas, got {args.plot_kernels!r}",
+                         field="--plot-kernels")
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)
@@ -156,11 +159,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernel_names(text: str) -> list[str]:
+    """The names in ``--plot-kernels`` (commas between them, blanks ignored)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def _plot_choice(kernels, names: str | None) -> list:
     from sn40l_sim.mapper.summary import collapse
 
-    if names:
-        wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if names is not None:
+        wanted = _kernel_names(names)
         by_name = {pk.kernel.name: pk for pk in kernels}
         missing = [n for n in wanted if n not in by_name]
         if missing:
