@@ -98,6 +98,11 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: [1]\nobjectives: {kv_policy: max}\n", "sweep.objectives.kv_policy", 17, "text"),
     ("axes:\n  serving.batch: [1]\nobjectives: {tpot_s: least}\n", "sweep.objectives.tpot_s", 17, "max or min"),
     ("axes:\n  serving.batch: [1]\nobjectives: [tpot_s]\n", "sweep.objectives", 17, "mapping"),
+    # a repeated value ran the same point twice: two identical rows of one name (a range already
+    # refused values that repeat after rounding)
+    ("axes:\n  serving.batch: [1, 2, 1]\n", "sweep.axes.serving.batch[2]", 16, "value 1 repeats [0]"),
+    ("mode: zip\naxes:\n  serving.batch: [1, 2, 1]\n  shape.prompt_len: [1024, 2048, 1024]\n",
+     "sweep.axes.shape.prompt_len[2]", 18, "point 2 repeats point 0 (serving.batch=1, shape.prompt_len=1024)"),
 ])
 def test_bad_sections_are_located(tmp_path, body, field, line, words):
     path = write_experiment(tmp_path, body)

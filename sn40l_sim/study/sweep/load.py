@@ -63,6 +63,7 @@ from sn40l_sim.study.sweep.axes import (
     point_name,
     set_path,
     value_labels,
+    value_text,
 )
 from sn40l_sim.yamlio import Document, load_document, parse_yaml
 
@@ -242,7 +243,32 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
     for a in axes:
         if paths.count(a.path) > 1:
             raise doc.error(("sweep", "axes", a.name), f"two axes set {'.'.join(a.path)}")
+    _check_no_repeated_point(doc, axes, mode, explicit)
     return axes
+
+
+def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explicit: set) -> None:
+    """Refuse a sweep that would run one point twice (two identical rows under one name): a value
+    repeated along a grid axis, or a zipped combination repeated (one axis may repeat a value that
+    another tells apart)."""
+    def where(axis: Axis, index: int) -> tuple:
+        return ("sweep", "axes", axis.name) + (("values",) if axis.name in explicit else ()) + (index,)
+
+    if mode == "grid":
+        for axis in axes:
+            for later, value in enumerate(axis.values):
+                first = axis.values.index(value)
+                if first < later:
+                    raise doc.error(where(axis, later), f"value {value_text(value)} repeats [{first}]: the "
+                                    "grid would run each of its points twice")
+        return
+    combos = list(zip(*(a.values for a in axes), strict=True))
+    for later, combo in enumerate(combos):
+        first = combos.index(combo)
+        if first < later:
+            values = ", ".join(f"{'.'.join(a.path)}={value_text(v)}" for a, v in zip(axes, combo, strict=True))
+            raise doc.error(where(axes[-1], later), f"point {later} repeats point {first} ({values}): the "
+                            "sweep would run it twice")
 
 
 class _Checker:
