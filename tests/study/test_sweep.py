@@ -22,6 +22,7 @@ def test_ranges_include_both_ends_and_round_integers():
     assert axis_values({"start": 0, "stop": 100, "num": 5}) == [0, 25, 50, 75, 100]
     assert axis_values({"start": 0.0, "stop": 1.0, "num": 5}) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert axis_values({"start": 2.0, "stop": 8.0, "num": 3, "scale": "log"}) == [2.0, 4.0, 8.0]
+    assert axis_values({"start": 4, "stop": 4, "num": 1}) == [4]
 
 
 @pytest.mark.parametrize("spec, where", [
@@ -33,6 +34,7 @@ def test_ranges_include_both_ends_and_round_integers():
     ({"start": 1, "stop": 3, "num": 5}, ("num",)),          # 1, 1.5, 2, 2.5, 3 repeat as integers
     ({"start": "a", "stop": 4, "num": 3}, ("start",)),
     ({"start": 1, "stop": 4, "num": 3, "step": 1}, ("step",)),
+    ({"start": 1, "stop": 8, "num": 1}, ("num",)),          # one value cannot include both ends: 8 was dropped
 ])
 def test_bad_ranges_name_the_key(spec, where):
     with pytest.raises(AxisError) as info:
