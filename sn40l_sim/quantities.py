@@ -10,10 +10,11 @@ import re
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
 # divisors rather than factors so that "150 ns" is exactly 150 / 1e9
-_TIME = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9, "ps": 1e12}
+_TIME = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12}
 
 _NUMBER = r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
-_QUANTITY = re.compile(_NUMBER + r"\s*(?P<unit>[A-Za-zµ/]*)\s*$")
+#: the micro sign (U+00B5) and the Greek mu (U+03BC) look the same: both are read
+_QUANTITY = re.compile(_NUMBER + r"\s*(?P<unit>[A-Za-z\u00b5\u03bc/]*)\s*$")
 
 #: quantity kind -> the unit suffixes it accepts (after an SI or binary prefix)
 KINDS = {

@@ -165,6 +165,12 @@ def ranged(number_range: Range) -> Any:
     return Annotated[float, Number, AfterValidator(number_range)]
 
 
+def timed(number_range: Range) -> Any:
+    """A time (``"100 ms"`` or seconds) with a range of its own inside :data:`TIME`'s, checked alone
+    so that a value outside it is answered with the field's range, not with every time's."""
+    return Annotated[float, _quantity("time"), AfterValidator(number_range)]
+
+
 #: every range declared here, by the name of the type that carries it (docs/robustness.md lists them)
 RANGES = {"Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
           "Seconds": TIME, "FlopsPerSecond": FLOP_RATE, "Fraction": FRACTION, "PositiveInt": POSITIVE_COUNT,

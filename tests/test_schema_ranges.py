@@ -118,6 +118,9 @@ def test_experiment_names_are_plain(name):
     (("high: 512", "high: 1e30"), "workload.output_len.high", "from 1 to 2147483647"),
     (("name: llama8b_node8", "name: ../../escaped"), "name", "plain name"),
     (("budget: 0.25", "budget: 30"), "policies[1].prompt_fraction.budget", "at most 1"),
+    # a negative time was answered with the range of every time (0 to 1e6 s), not the field's own
+    (("seed: 7", "seed: 7\nslo: {ttft: {max_s: -1 s, percentile: 90}}"), "slo.ttft.max_s",
+     "expected a latency bound greater than 0 s and at most 86400 s (a day), got -1 s"),
 ])
 def test_experiment_values_out_of_range_are_one_line(tmp_path, capsys, edit, field, words):
     text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")

@@ -55,7 +55,8 @@ def check_file(path: str | Path) -> str:
     if Path(path).suffix in TRACE_SUFFIXES:
         from sn40l_sim.serving.traces import read_trace
         rows = read_trace(Path(path))
-        return f"trace ({len(rows)} requests over {max(row.arrival_s for row in rows):.4g} s)"
+        arrivals = [row.arrival_s for row in rows]
+        return f"trace ({len(rows)} requests over {max(arrivals) - min(arrivals):.4g} s)"
     from sn40l_sim.commands.describe import file_kind
 
     kind = file_kind(path)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from sn40l_sim.errors import InputError
 
@@ -35,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name of a policies entry of the experiment (default: the first)")
     parser.add_argument("--batch", type=int, default=None, metavar="N",
                         help="sequences in the graph (default: shape.batch for decode, 1 for prefill)")
-    parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+    parser.add_argument("--plot", default=None, metavar="FILE.png",
                         help="draw the placement of --plot-kernels on the tile meshes")
     parser.add_argument("--plot-kernels", default=None, metavar="NAME[,NAME...]",
                         help="kernels to draw with --plot (default: the two that take the most time)")
@@ -64,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.figure import check_figure_file
+    from sn40l_sim.report.outputs import output_path
     from sn40l_sim.serving.memory_fit import place_socket
     from sn40l_sim.serving.step_costs import activation_bytes
     from sn40l_sim.study.assemble import assemble, plan_of
@@ -71,8 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.preflight import check_mapping
 
     started = time.perf_counter()
+    args.plot = output_path(args.plot, "--plot")
     if args.plot_kernels is not None and args.plot is None:
         raise InputError("draws nothing without --plot FILE.png: add --plot or drop --plot-kernels",
+                         field="--plot-kernels")
+    if args.plot_kernels is not None and not _kernel_names(args.plot_kernels):
+        raise InputError(f"expected kernel names separated by commas, got {args.plot_kernels!r}",
                          field="--plot-kernels")
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
@@ -156,11 +160,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kernel_names(text: str) -> list[str]:
+    """The names in ``--plot-kernels`` (commas between them, blanks ignored)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def _plot_choice(kernels, names: str | None) -> list:
     from sn40l_sim.mapper.summary import collapse
 
-    if names:
-        wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if names is not None:
+        wanted = _kernel_names(names)
         by_name = {pk.kernel.name: pk for pk in kernels}
         missing = [n for n in wanted if n not in by_name]
         if missing:

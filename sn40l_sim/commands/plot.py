@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="column(s) whose values pick the series (one line each)")
     parser.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                         help="keep only rows where COLUMN equals VALUE; repeatable")
-    parser.add_argument("--out", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--out", default=None, metavar="FILE",
                         help="output .png, .svg or .pdf (default: <csv folder>/<y>_vs_<x>.png)")
     parser.add_argument("--logx", action="store_true", help="logarithmic x axis")
     parser.add_argument("--logy", action="store_true", help="logarithmic y axis")
@@ -39,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw the plot and print its path; 0 on success."""
     from sn40l_sim.errors import InputError
-    from sn40l_sim.report.outputs import check_file
+    from sn40l_sim.report.outputs import check_file, output_path
     from sn40l_sim.report.plot_csv import plot_csv
 
+    args.out = output_path(args.out, "--out")
     where = {}
     for item in args.where:
         column, sep, value = item.partition("=")

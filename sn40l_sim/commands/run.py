@@ -25,12 +25,12 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``run``'s arguments."""
     parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--quiet", action="store_true", help="do not print per-point progress on stderr")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="worker processes when the experiment has a sweep: section (default: the number of CPUs)")
-    parser.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
+    parser.add_argument("--trace", default=None, metavar="FILE.json",
                         help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
     parser.add_argument("--no-plot", action="store_true",
                         help="write no plots (they are drawn after the table is printed, and take matplotlib's time)")
@@ -43,7 +43,7 @@ OUTPUTS = ("results.json", "results.csv", "throughput.png", "slo_attainment.png"
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
     from sn40l_sim.commands.sweep import check_jobs, sweep_main
-    from sn40l_sim.report.outputs import OutputFolder, check_file
+    from sn40l_sim.report.outputs import OutputFolder, check_file, output_path
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.assemble import assemble
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.runner import simulate_assembly
 
     check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section
+    args.out, args.trace = output_path(args.out, "--out"), output_path(args.trace, "--trace")
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
         if args.trace:

@@ -40,7 +40,7 @@ OUTPUTS = ("results.json", "results.csv", "failures.json", "pareto.json", "paret
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``sweep``'s arguments."""
     parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file with a sweep: section")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="worker processes (default: the number of CPUs; 1 runs in this process); with "
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the runs already finished in OUT/runs/ and run only the others")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
-                        help="set a field of the experiment (or hardware.<field>) for every point; repeatable")
+                        help="set a field of the experiment (or hardware.<field>) for every point, not one an "
+                             "axis sets; repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-plot", action="store_true",
                         help="draw neither sweep.png nor pareto.png (the other files are the same)")
@@ -59,9 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
+    from sn40l_sim.report.outputs import output_path
     from sn40l_sim.study.sweep.load import parse_sets
 
     check_jobs(args.jobs)
+    args.out = output_path(args.out, "--out")
     return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
                       scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot)
 

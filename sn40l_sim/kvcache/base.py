@@ -26,6 +26,8 @@ class KVPolicy(ABC):
     """Base class of KV-cache policies. Subclasses are frozen dataclasses of their parameters."""
 
     name: ClassVar[str]
+    #: parameters :meth:`from_params` takes besides the dataclass fields (a total ``budget``)
+    other_params: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def cache_len(self, prompt_len: int, generated: int) -> int:
@@ -95,8 +97,11 @@ class KVPolicy(ABC):
         known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         for key in params:
             if key not in known:
-                raise InputError(f"unknown parameter of KV policy {cls.name!r}; expected one of "
-                                 f"{', '.join(known) or '(none)'}", field=str(key))
+                names = known + list(cls.other_params)
+                expected = ("none" if not names else names[0] if len(names) == 1
+                            else f"one of {', '.join(names[:-1])} or {names[-1]}")
+                raise InputError(f"unknown parameter of KV policy {cls.name!r}; expected {expected}",
+                                 field=str(key))
         return cls(**params)
 
 

@@ -89,6 +89,26 @@ def _problem(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def output_path(text: str | None, option: str) -> Path | None:
+    """An output path as the user typed it (None when the option was not given).
+
+    Options keep their text rather than ``Path`` it in argparse, because ``Path("")`` is ``.``: an
+    unset shell variable (``--out "$OUT"``) would otherwise write into the current folder.
+
+    >>> output_path("out/x", "--out"), output_path(None, "--out")
+    (PosixPath('out/x'), None)
+    >>> output_path("", "--out")
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: --out: expected a path, got an empty one
+    """
+    if text is None:
+        return None
+    if not str(text).strip():
+        raise InputError("expected a path, got an empty one", field=option)
+    return Path(text)
+
+
 def check_folder(path: str | Path, option: str = "--out") -> Path:
     """``path`` as an output folder: created if missing, and writable.
 

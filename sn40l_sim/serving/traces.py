@@ -3,7 +3,8 @@
 Two formats, told apart by the CSV header:
 
 * the simulator's: ``arrival_s, prompt_len, output_len`` (CSV, or JSONL with those keys), arrival
-  times in seconds, in any order;
+  times in seconds on the file's own clock, in any order (a window, like the Azure format's, counts
+  from the first request);
 * the Azure LLM inference trace as published (Patel et al., "Splitwise", ISCA 2024; the Azure
   Public Dataset, CC-BY 4.0): ``TIMESTAMP, ContextTokens, GeneratedTokens``, the timestamp a date
   and time (``2023-11-16 18:15:46.6805900``), strictly increasing down the file. A request's
@@ -68,7 +69,7 @@ def read_trace(path: Path) -> list[TraceRow]:
         not after the previous one (Azure format), or no rows at all.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a leading byte-order mark (spreadsheets write one) is not text
     except OSError as exc:
         raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
     except UnicodeDecodeError as exc:
@@ -194,13 +195,18 @@ def _integer(value: Any) -> int:
 
 def select_window(rows: Sequence[TraceRow], start_s: float = 0.0, duration_s: float | None = None,
                   rate_scale: float = 1.0) -> list[TraceRow]:
-    """The rows arriving in ``[start_s, start_s + duration_s)``, their arrivals counted from
-    ``start_s`` and divided by ``rate_scale`` (2 serves the same requests twice as fast).
+    """The rows arriving in ``[start_s, start_s + duration_s)`` seconds after the trace's first
+    request, their arrivals counted from the window's start and divided by ``rate_scale`` (2 serves
+    the same requests twice as fast). The Azure format's first request is at 0 s; the simulator's
+    may start later on its own clock (and its rows come in any order).
 
     >>> rows = [TraceRow(t, 10, 5, "t.csv", i + 2) for i, t in enumerate([0.0, 1.0, 2.0, 3.0])]
     >>> [(r.arrival_s, r.line) for r in select_window(rows, 1.0, 2.0, rate_scale=2.0)]
     [(0.0, 3), (0.5, 4)]
+    >>> [r.arrival_s for r in select_window([TraceRow(1000.0, 10, 5, "t.csv", 2)])]
+    [0.0]
     """
-    end = float("inf") if duration_s is None else start_s + duration_s
-    return [row._replace(arrival_s=(row.arrival_s - start_s) / rate_scale)
-            for row in rows if start_s <= row.arrival_s < end]
+    first = min((row.arrival_s for row in rows), default=0.0)
+    start, end = first + start_s, float("inf") if duration_s is None else first + start_s + duration_s
+    return [row._replace(arrival_s=(row.arrival_s - start) / rate_scale)
+            for row in rows if start <= row.arrival_s < end]

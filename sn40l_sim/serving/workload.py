@@ -168,8 +168,10 @@ def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, 
     window = select_window(trace_rows, spec.start_s, spec.duration_s, spec.rate_scale)
     if not window:
         end = "the end" if spec.duration_s is None else f"{spec.start_s + spec.duration_s:g} s"
+        arrivals = [r.arrival_s for r in trace_rows]
         raise InputError(f"no request of the trace arrives between {spec.start_s:g} s and {end} "
-                         f"(the trace has {len(trace_rows)}, the last at {trace_rows[-1].arrival_s:g} s)")
+                         f"(the trace has {len(trace_rows)}, the last {max(arrivals) - min(arrivals):g} s "
+                         "after the first)")
     capped = None
     if spec.cap_lengths:
         capped = [(max(0, r.prompt_len - prompt_len), max(0, r.output_len - max_new_tokens)) for r in window]

@@ -282,6 +282,30 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     return path
 
 
+def experiment_model(experiment: Experiment, field: tuple, relative: str) -> ModelSpec:
+    """The model file the experiment names at ``field``, with the experiment's ``model_overrides``.
+
+    Raises
+    ------
+    InputError
+        The file's own error where it is; an error the overrides cause (the file alone loads) at
+        ``model_overrides.<field>`` of the experiment, as a policy entry's overrides are located
+        (:func:`~sn40l_sim.study.points.make_point_model`), not in the model file they changed.
+    """
+    path = named_file(experiment, field, relative, "model")
+    overrides = experiment.spec.model_overrides or None
+    try:
+        return load_model(path, overrides)
+    except InputError as exc:
+        if not overrides:
+            raise
+        load_model(path)   # the file's own error, if it has one, is the one to fix first
+        inner = tuple(exc.field.split(".")) if exc.field else ()
+        file, line = experiment.doc.where(("model_overrides",) + inner)
+        raise exc.__class__(exc.message, file=file, field=".".join(("model_overrides",) + inner),
+                            line=line) from None
+
+
 def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
     """The rows of the experiment's trace workload (None for any other workload).
 
@@ -323,7 +347,7 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         node = with_overrides(node, hardware_overrides)
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
     if model is None:
-        model = load_model(named_file(experiment, ("model",), spec.model, "model"), spec.model_overrides or None)
+        model = experiment_model(experiment, ("model",), spec.model)
     if experiment.speculation.drafts and model.mtp is None:
         raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
                                "speculative decoding drafts with the model's multi-token-prediction module "

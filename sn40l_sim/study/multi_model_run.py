@@ -20,13 +20,12 @@ import numpy as np
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.figures import cycles as to_cycles
-from sn40l_sim.models.loader import load_model
 from sn40l_sim.report.multi_model_fields import model_log, multi_model_fields
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, copy_bytes_per_s, simulate_models
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
-from sn40l_sim.study.assemble import Assembly, assemble, named_file
+from sn40l_sim.study.assemble import Assembly, assemble, experiment_model
 from sn40l_sim.study.experiment import memory_order
 from sn40l_sim.study.points import Point
 
@@ -71,7 +70,7 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
     timed = []
     for i, entry in enumerate(exp.spec.multi_model.models):
         at = ("multi_model", "models", i, "model")
-        model = load_model(named_file(exp, at, entry.model, "model"), exp.spec.model_overrides or None)
+        model = experiment_model(exp, at, entry.model)
         sub = assemble(exp, node=asm.node, model=model)
         setup = replace(sub.setup(point), batch=entry.batch, name=f"{point.name}/{entry.name}")
         timer, place = sub.step_timer(setup), sub.memory_placer(setup.model)

@@ -17,7 +17,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from sn40l_sim.schema import MAX_COUNT, Fraction, NonNegativeInt, PositiveInt, Range, Seconds, StrictModel, ranged
+from sn40l_sim.schema import (
+    MAX_COUNT,
+    Fraction,
+    NonNegativeInt,
+    PositiveInt,
+    Range,
+    Seconds,
+    StrictModel,
+    ranged,
+    timed,
+)
 from sn40l_sim.serving.speculation import Speculation
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
@@ -35,8 +45,7 @@ Drafts = Annotated[NonNegativeInt, AfterValidator(Range("number of drafts", 0, 1
 #: the probability that a draft is accepted when the drafts before it were
 Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
 #: a trace window's length: a time, not zero
-Duration = Annotated[Seconds, AfterValidator(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s",
-                                                   low_open=True))]
+Duration = timed(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s", low_open=True))
 #: how many times as fast a trace's requests arrive (1e6 would serve a day's trace in a tenth of a second)
 RateScale = ranged(Range("rate multiplier", 1e-6, 1e6, "1e-6", "1e6"))
 

@@ -14,6 +14,10 @@ from sn40l_sim.kvcache import make_policy
     ("arkvale", {"recall_fraction": 0}, "params.recall_fraction", "expected a fraction in (0, 1]"),
     ("arkvale", {"digest": "mean"}, "params.digest", "expected bounds or centroid"),
     ("snapstream", {"sinks": 4}, "params.sinks", "expected one of sink, recent, topk"),
+    # budget is accepted too, and is the one a typo most likely meant: the list named it not
+    ("snapstream", {"budgte": 4}, "params.budgte", "pool_kernel or budget"),
+    ("streamingllm", {"x": 4}, "params.x", "expected one of sink, recent or budget"),
+    ("full", {"x": 4}, "params.x", "expected pad_to"),
     ("snapstream", {"sink": -1}, "params.sink", "expected an integer >= 0, got -1"),
     ("snapstream", {"topk": 1.5}, "params.topk", "expected an integer >= 0, got 1.5"),
     ("snapstream", {"topk": "many"}, "params.topk", "expected an integer"),

@@ -68,6 +68,9 @@ def test_prefill_map_with_plot(tmp_path, capsys):
     (["--plot-kernels", "L03.moe_ffn"], "--plot-kernels: draws nothing without --plot FILE.png"),
     # matplotlib picks the format by the suffix: one it cannot write is refused before mapping
     (["--plot", "x.txt"], "--plot: expected a .png, .svg or .pdf file, got 'x.txt'"),
+    # no name at all: a ValueError traceback from matplotlib (",") or the default two drawn ("")
+    (["--plot", "x.png", "--plot-kernels", ","], "--plot-kernels: expected kernel names separated by commas, got ','"),
+    (["--plot", "x.png", "--plot-kernels", ""], "--plot-kernels: expected kernel names separated by commas, got ''"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path, extra, message):
     extra = [str(tmp_path / e) if e.endswith((".png", ".txt")) else e for e in extra]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sn40l_sim.commands.check import check_file
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.serving.traces import read_trace, select_window
 from sn40l_sim.serving.workload import build_requests
@@ -56,6 +57,31 @@ def test_window_and_rate_scale(tmp_path):
     with pytest.raises(InputError, match="no request of the trace arrives between 20 s and the end"):
         build(rows, start_s=20)
     assert select_window(rows, 0, None, 1.0) == rows
+
+
+def test_a_window_of_a_simulator_trace_counts_from_its_first_request(tmp_path):
+    # as the schema says for both formats: a trace whose clock starts at 1000 s was windowed (and its
+    # rate, for a rate search, taken) from 0 s, so duration_s: 5 found no request and the base rate
+    # was 3 requests over 1002 s
+    path = tmp_path / "late.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n1001,100,10\n1000,100,10\n1002,100,10\n")
+    rows = read_trace(path)
+    assert [r.arrival_s for r in select_window(rows, 1.0)] == [0.0, 1.0]
+    assert [r.arrival_cycle for r in build(rows, duration_s=5)] == [0, 1_000_000_000, 2_000_000_000]
+    with pytest.raises(InputError, match="between 3 s and the end .the trace has 3, the last 2 s after the first"):
+        build(rows, start_s=3)
+    assert check_file(path) == "trace (3 requests over 2 s)"
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path):
+    # spreadsheets save "CSV UTF-8" with one; it made the header 'missing column arrival_s' while
+    # the message showed the header looking right
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_len,output_len\n0,100,10\n")
+    assert [(r.arrival_s, r.prompt_len, r.line) for r in read_trace(path)] == [(0.0, 100, 2)]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"arrival_s": 0, "prompt_len": 100, "output_len": 10}\n')
+    assert [(r.prompt_len, r.line) for r in read_trace(path)] == [(100, 1)]
 
 
 def test_lengths_above_the_graphs_name_the_trace_line_unless_capped(tmp_path):

@@ -82,6 +82,16 @@ REFUSED = {
          "kv_quant: {group: 32, salient: {fraction: 1, dtype: int8}}}"),
         "policies[1].model_overrides.kv_quant.salient.fraction: expected a salient token fraction greater than 0 and "
         "less than 1"),
+    # the experiment's own model_overrides are located in the experiment, as a policy entry's are: they
+    # named the model file (its kv_heads line, or '(overrides)' without a line) as if it were wrong
+    "experiment override breaking a rule across fields": (
+        ("seed: 7", "seed: 7\nmodel_overrides: {attention: {heads: 7}}"),
+        "e.yaml:30: model_overrides.attention.kv_heads: heads (7) must be divisible by kv_heads (8)"),
+    "experiment override of integer KV without scales": (
+        ("seed: 7", "seed: 7\nmodel_overrides: {kv_dtype: int4}"),
+        "e.yaml:30: model_overrides.kv_quant: kv_dtype int4 stores integers"),
+    "experiment override of an unknown field": (
+        ("seed: 7", "seed: 7\nmodel_overrides: {layerz: 4}"), "e.yaml:30: model_overrides.layerz: unknown key"),
 }
 
 

@@ -65,6 +65,20 @@ def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path
     assert simulated == []
 
 
+def test_an_empty_output_path_is_refused_not_taken_for_the_current_folder(tmp_path, capsys, monkeypatch):
+    # Path("") is ".": an unset shell variable (--out "$OUT") wrote results, status.json and a
+    # sweep's runs/ into the current folder
+    path = experiment(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", str(path), "--out", "", "--quiet"], ["sweep", str(path), "--out", " ", "--quiet"],
+                 ["run", str(path), "--out", str(tmp_path / "o"), "--trace", "", "--quiet"],
+                 ["plot", str(path), "--x", "a", "--y", "b", "--out", ""],
+                 ["map", str(path), "--phase", "decode", "--plot", ""]):
+        err = one_line(capsys, 2, argv)
+        assert "expected a path, got an empty one" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml", "sweep.yaml"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_out_is_refused(tmp_path, capsys):  # pragma: no cover - CI does not run as root
     path = experiment(tmp_path)

@@ -22,6 +22,7 @@ def test_ranges_include_both_ends_and_round_integers():
     assert axis_values({"start": 0, "stop": 100, "num": 5}) == [0, 25, 50, 75, 100]
     assert axis_values({"start": 0.0, "stop": 1.0, "num": 5}) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert axis_values({"start": 2.0, "stop": 8.0, "num": 3, "scale": "log"}) == [2.0, 4.0, 8.0]
+    assert axis_values({"start": 4, "stop": 4, "num": 1}) == [4]
 
 
 @pytest.mark.parametrize("spec, where", [
@@ -33,6 +34,7 @@ def test_ranges_include_both_ends_and_round_integers():
     ({"start": 1, "stop": 3, "num": 5}, ("num",)),          # 1, 1.5, 2, 2.5, 3 repeat as integers
     ({"start": "a", "stop": 4, "num": 3}, ("start",)),
     ({"start": 1, "stop": 4, "num": 3, "step": 1}, ("step",)),
+    ({"start": 1, "stop": 8, "num": 1}, ("num",)),          # one value cannot include both ends: 8 was dropped
 ])
 def test_bad_ranges_name_the_key(spec, where):
     with pytest.raises(AxisError) as info:
@@ -98,6 +100,11 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: [1]\nobjectives: {kv_policy: max}\n", "sweep.objectives.kv_policy", 17, "text"),
     ("axes:\n  serving.batch: [1]\nobjectives: {tpot_s: least}\n", "sweep.objectives.tpot_s", 17, "max or min"),
     ("axes:\n  serving.batch: [1]\nobjectives: [tpot_s]\n", "sweep.objectives", 17, "mapping"),
+    # a repeated value ran the same point twice: two identical rows of one name (a range already
+    # refused values that repeat after rounding)
+    ("axes:\n  serving.batch: [1, 2, 1]\n", "sweep.axes.serving.batch[2]", 16, "value 1 repeats [0]"),
+    ("mode: zip\naxes:\n  serving.batch: [1, 2, 1]\n  shape.prompt_len: [1024, 2048, 1024]\n",
+     "sweep.axes.shape.prompt_len[2]", 18, "point 2 repeats point 0 (serving.batch=1, shape.prompt_len=1024)"),
 ])
 def test_bad_sections_are_located(tmp_path, body, field, line, words):
     path = write_experiment(tmp_path, body)
@@ -274,6 +281,21 @@ def test_coupled_axes_are_checked_together(tmp_path):
 ])
 def test_bad_sets_name_the_set(tmp_path, capsys, item, words):
     path = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2]\n")
+    assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
+
+
+@pytest.mark.parametrize("axis, item, words", [
+    ("serving.batch", "serving.batch=8", "the axis serving.batch sets it at every sweep point"),
+    ("serving.batch", "serving={batch: 8}", "the axis serving.batch sets serving.batch at every sweep point"),
+    ("policies.snap.params.sink", "policies.snap.params.sink=8", "the axis policies.snap.params.sink sets it"),
+    ("hardware.sockets", "hardware.sockets=8", "the axis hardware.sockets sets it"),
+    ("serving.batch", "sweep.mode=zip", "the sweep: section is not set with --set"),
+])
+def test_a_set_that_an_axis_overrides_is_refused(tmp_path, capsys, axis, item, words):
+    # it was accepted and had no effect: the axis (or the section, read before the sets) won
+    path = write_experiment(tmp_path, f"axes:\n  {axis}: [4, 8]\n")
     assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err

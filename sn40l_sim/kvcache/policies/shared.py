@@ -71,6 +71,8 @@ class Budgeted(KVPolicy):
     """Policies that can also be given by their total cache ``budget`` (``params: {budget: N}``):
     a subclass says how the total splits into its parameters."""
 
+    other_params = ("budget",)
+
     @classmethod
     def _split_budget(cls, budget: Any, params: dict[str, Any]) -> dict[str, Any]:
         """``params`` with ``budget`` split into the policy's own parameters (subclasses say how)."""

@@ -125,8 +125,8 @@ def axis_values(spec: Any) -> list[Any]:
     Raises
     ------
     AxisError
-        For an empty list, unknown keys, a non-positive ``num``, a log scale through zero, or
-        integer values that repeat after rounding.
+        For an empty list, unknown keys, a non-positive ``num`` (or 1 between two different
+        ends), a log scale through zero, or integer values that repeat after rounding.
     """
     if isinstance(spec, list):
         if not spec:
@@ -144,6 +144,9 @@ def axis_values(spec: Any) -> list[Any]:
     num = spec["num"]
     if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_AXIS_VALUES:
         raise AxisError(f"expected a positive integer of at most {MAX_AXIS_VALUES}, got {num!r}", ("num",))
+    if num == 1 and start != stop:
+        raise AxisError(f"num 1 gives one value, which cannot include both ends {start} and {stop}: expected num "
+                        "of at least 2, or start equal to stop", ("num",))
     scale = spec.get("scale", "linear")
     if scale not in ("linear", "log"):
         raise AxisError(f"expected linear or log, got {scale!r}", ("scale",))

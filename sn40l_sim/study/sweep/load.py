@@ -63,6 +63,7 @@ from sn40l_sim.study.sweep.axes import (
     point_name,
     set_path,
     value_labels,
+    value_text,
 )
 from sn40l_sim.yamlio import Document, load_document, parse_yaml
 
@@ -150,8 +151,8 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {infeasible!r}")
     base = {k: v for k, v in doc.data.items() if k != "sweep"}
     experiment_from_data(base, doc)  # the experiment itself, before any value is written in
-    base, base_hw = _apply_sets(doc, base, sets or {})
     axes = _parse_axes(doc, section.get("axes"), mode)
+    base, base_hw = _apply_sets(doc, base, sets or {}, axes)
     points = []
     for index, values in enumerate(combinations(axes, mode)):
         data, hw = copy.deepcopy(base), dict(base_hw)
@@ -180,12 +181,15 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     return Sweep(doc, name, mode, axes, points, plot, infeasible, objectives)
 
 
-def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, dict[str, Any]]:
+def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]) -> tuple[dict, dict[str, Any]]:
     """The experiment data with ``--set`` values written in, and the hardware overrides; each is
-    checked on its own so that an error names the ``--set`` that caused it."""
+    checked on its own so that an error names the ``--set`` that caused it. A set that an axis
+    would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
+    refused rather than left without effect."""
     base, hardware = copy.deepcopy(base), {}
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
+        _check_set_has_effect(dotted, parts, axes)
         try:
             if parts[0] == "hardware" and len(parts) > 1:
                 with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
@@ -200,6 +204,23 @@ def _apply_sets(doc: Document, base: dict, sets: dict[str, Any]) -> tuple[dict, 
                 getattr(exc, "message", str(exc))
             raise InputError(f"{value!r}: {inner}", field=f"--set {dotted}") from None
     return base, hardware
+
+
+def _check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) -> None:
+    """Refuse a ``--set`` of the sweep section or of a field an axis sets (a hardware axis that
+    swaps the whole file, ``hardware``, takes the ``hardware.<field>`` sets on top)."""
+    if parts[0] == "sweep":
+        raise InputError("the sweep: section is not set with --set; edit the experiment file",
+                         field=f"--set {dotted}")
+    for axis in axes:
+        if axis.path == ("hardware",) and len(parts) > 1:
+            continue
+        shorter = min(len(parts), len(axis.path))
+        if parts[:shorter] == axis.path[:shorter]:
+            axis_path = ".".join(axis.path)
+            what = "it" if len(parts) == len(axis.path) else axis_path
+            raise InputError(f"the axis {axis_path} sets {what} at every sweep point, so this value would "
+                             "have no effect; drop the --set or the axis", field=f"--set {dotted}")
 
 
 def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
@@ -222,7 +243,32 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
     for a in axes:
         if paths.count(a.path) > 1:
             raise doc.error(("sweep", "axes", a.name), f"two axes set {'.'.join(a.path)}")
+    _check_no_repeated_point(doc, axes, mode, explicit)
     return axes
+
+
+def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explicit: set) -> None:
+    """Refuse a sweep that would run one point twice (two identical rows under one name): a value
+    repeated along a grid axis, or a zipped combination repeated (one axis may repeat a value that
+    another tells apart)."""
+    def where(axis: Axis, index: int) -> tuple:
+        return ("sweep", "axes", axis.name) + (("values",) if axis.name in explicit else ()) + (index,)
+
+    if mode == "grid":
+        for axis in axes:
+            for later, value in enumerate(axis.values):
+                first = axis.values.index(value)
+                if first < later:
+                    raise doc.error(where(axis, later), f"value {value_text(value)} repeats [{first}]: the "
+                                    "grid would run each of its points twice")
+        return
+    combos = list(zip(*(a.values for a in axes), strict=True))
+    for later, combo in enumerate(combos):
+        first = combos.index(combo)
+        if first < later:
+            values = ", ".join(f"{'.'.join(a.path)}={value_text(v)}" for a, v in zip(axes, combo, strict=True))
+            raise doc.error(where(axes[-1], later), f"point {later} repeats point {first} ({values}): the "
+                            "sweep would run it twice")
 
 
 class _Checker:

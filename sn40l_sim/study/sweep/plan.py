@@ -28,10 +28,9 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
-from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
-from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, read_trace_rows
+from sn40l_sim.study.assemble import Assembly, experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import Point, points
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
@@ -111,8 +110,7 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
                 nodes[hw_key] = load_node(exp.doc, sp.data, sp.hardware_overrides)
             model_key = json.dumps([spec.model, spec.model_overrides], sort_keys=True, default=str)
             if model_key not in models:
-                models[model_key] = load_model(named_file(exp, ("model",), spec.model, "model"),
-                                               spec.model_overrides or None)
+                models[model_key] = experiment_model(exp, ("model",), spec.model)
             workload = spec.workload
             is_trace = workload is not None and workload.kind == "trace"
             trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None
