@@ -63,6 +63,7 @@ def test_alias_bomb_stops_at_once(tmp_path, capsys, command, head):
     ("kind: experiment\ntrue: x\n", "mapping keys must be text, got true"),
     ("kind: experiment\n? [a, b]\n: x\n", "mapping keys must be text, got a list or mapping"),
     ("kind: experiment\nname: x\nname: y\n", "duplicate key 'name'"),
+    ("kind: experiment\nx: &a {batch: 4}\nserving:\n  <<: *a\n", "merge keys (<<: *name) are not supported"),
     ("kind: experiment\n---\nkind: model\n", "YAML syntax error"),
     ("- a\n- b\n", "expected a YAML mapping at the top level"),
     ("", "the file is empty"),

@@ -167,6 +167,11 @@ class _Walk:
                     raise self.error(key_node, prefix, f"mapping keys must be text, got {shown}"
                                      + (f" (quote it: '{shown}')" if isinstance(key_node, yaml.ScalarNode) else ""))
                 key = key_node.value
+                if key == "<<" and key_node.style is None:
+                    # PyYAML's merge key: not part of YAML 1.2 and not honoured here, so say so
+                    # rather than report an unknown key "<<"
+                    raise self.error(key_node, prefix + (key,), "YAML merge keys (<<: *name) are not supported; "
+                                     "write the keys out, or use an alias (*name) for a whole value")
                 if key in out:
                     raise self.error(key_node, prefix + (key,), f"duplicate key {key!r}")
                 out[key] = self.value(value_node, prefix + (key,), inside, aliased)
