@@ -150,8 +150,8 @@ def merge_into(target: Document, over: dict, over_origins: dict[FieldPath, tuple
     where each merged value came from: the one merge behind ``base:`` overlays and a node file's
     ``socket_overrides:``.
 
-    A mapping met on both sides is merged recursively (and takes the overlay's line); anything else
-    is replaced whole, and the target's origins below it are dropped so that errors point at the
+    A mapping met on both sides is merged recursively (and takes the overlay's line), unless the two
+    name different ``kind:`` values (another variant of the section); anything else is replaced whole, and the target's origins below it are dropped so that errors point at the
     overlay. ``over_origins`` are the overlay's origins, whose paths start with ``over_at``.
 
     Examples
@@ -160,13 +160,17 @@ def merge_into(target: Document, over: dict, over_origins: dict[FieldPath, tuple
     >>> merge_into(target, {"y": {"q": 30}}, {("over", "y", "q"): ("b.yaml", 7)}, over_at=("over",))
     >>> target.data, target.where(("y", "q"))
     ({'x': 1, 'y': {'p': 2, 'q': 30}}, ('b.yaml', 7))
+    >>> target = Document({"w": {"kind": "poisson", "rate_per_s": 4}}, Path("a.yaml"), {})
+    >>> merge_into(target, {"w": {"kind": "trace", "path": "t.csv"}}, {})
+    >>> target.data
+    {'w': {'kind': 'trace', 'path': 't.csv'}}
     """
     node = target.data
     for part in at:
         node = node[part]
     for key, value in over.items():
         here, there = at + (key,), over_at + (key,)
-        if isinstance(value, dict) and isinstance(node.get(key), dict):
+        if isinstance(value, dict) and isinstance(node.get(key), dict) and not _other_kind(value, node[key]):
             merge_into(target, value, over_origins, at=here, over_at=there)
             if there in over_origins:
                 target.origins[here] = over_origins[there]
@@ -177,6 +181,12 @@ def merge_into(target: Document, over: dict, over_origins: dict[FieldPath, tuple
         for k, origin in over_origins.items():
             if k[: len(there)] == there:
                 target.origins[here + k[len(there):]] = origin
+
+
+def _other_kind(over: dict, base: dict) -> bool:
+    """Whether the overlay's mapping names another ``kind`` than the base's: a different variant of a
+    tagged section (a trace workload over a Poisson one), whose keys the base's must not fill."""
+    return "kind" in over and "kind" in base and over["kind"] != base["kind"]
 
 
 def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | None = None,
