@@ -243,6 +243,8 @@ def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:
         return "unknown key (check the spelling; see the schema in docs/architecture.md)"
     if kind == "missing":
         return "required field is missing"
+    if kind in ("model_type", "dict_type"):   # pydantic names its class ("instance of ServingSection")
+        return f"expected a mapping of keys (got {error.get('input')!r})"
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):

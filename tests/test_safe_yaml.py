@@ -129,3 +129,12 @@ def test_set_values_are_read_by_the_same_rules():
                                                                              "c": 1000.0}
     with pytest.raises(InputError, match="--set: cannot read the value"):
         parse_sets(["x=&a [*a]"])
+
+
+@pytest.mark.parametrize("value", ["null", "5", "[1, 2]"])
+def test_a_section_that_is_not_a_mapping_is_named_as_such(tmp_path, capsys, value):
+    """``serving: null`` is answered in the file's terms, not with pydantic's class name."""
+    path = tmp_path / "x.yaml"
+    path.write_text(f"base: {REPO / 'experiments/llama8b_node8.yaml'}\nserving: {value}\n")
+    err = one_error_line(capsys, ["check", str(path)])
+    assert "serving: expected a mapping of keys" in err and "ServingSection" not in err
