@@ -90,7 +90,8 @@ def check_experiment(path: str | Path) -> str:
     if exp.spec.sweep is not None:
         from sn40l_sim.study.sweep.check import check_sweep
         from sn40l_sim.study.sweep.load import load_sweep
-        return f"experiment (a sweep of {check_sweep(load_sweep(path))} runs)"
+        runs = check_sweep(load_sweep(path))
+        return f"experiment (a sweep of {runs} run{'s' if runs != 1 else ''})"
     asm = assemble(exp)
     if exp.spec.workload is None:  # an experiment for map: everything but the serving, which only run needs
         check_mapping(asm)
