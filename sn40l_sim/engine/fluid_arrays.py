@@ -251,7 +251,10 @@ class FlowArrays:
         """
         n_flows, entry_ch, entry_flow = len(self.cap), self.entry_ch, self.entry_flow
         users = np.bincount(entry_ch, minlength=len(capacity))
-        by_channel = np.argsort(entry_ch, kind="stable")  # each channel's entries, for its flows
+        # each channel's entries, for its flows; a 16-bit key lets numpy's stable sort be a radix sort
+        # (the same permutation, several times faster on a 64-socket collective's 20,000 entries)
+        key = entry_ch.astype(np.int16) if len(capacity) < 2**15 else entry_ch
+        by_channel = np.argsort(key, kind="stable")
         channel_entries = users.copy()
         channel_start = np.concatenate([[0], np.cumsum(users)])
         capped_at = self.cap * CAP_FRACTION
