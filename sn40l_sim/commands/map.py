@@ -11,8 +11,11 @@ spilling to the next tier when they do not fit, as ``run`` places them (the uses
 does not name are placed first when the activations would push them out of the first tier); the
 activations are the resident ones and the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
-Collectives are not included in the cycles (the engine costs them), but a kernel's plan is chosen
-with the overlapped ones it ends with in view (docs/validation.md).
+Each kernel's cycles are one call as the graph calls it, the time its plan was chosen by: its
+configuration charged once over a run of consecutive calls, a looped call's iterations pipelined
+(each waiting for the previous one's collectives), another call's collectives where they outlast it
+(:mod:`sn40l_sim.mapper.calls`). The kernel-call boundaries (launch, barrier) are left out, so the
+total is a floor of ``run``'s step (docs/validation.md).
 
 examples:
   python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode
@@ -135,8 +138,10 @@ def run(args: argparse.Namespace) -> int:
                       for use in ("weights", "kv", "activations") + (("kv_offload",) if store else ()))
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
-    print(f"per socket, collectives excluded; clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU "
-          f"are per tile in use")
+    print("per socket, each kernel per call as the graph calls it: its configuration once per run of "
+          "consecutive calls, a loop's iterations pipelined, the collectives it waits for (each alone on the "
+          "links); kernel-call boundaries (launch, barrier) excluded")
+    print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
     print()
     print(format_table(socket, placed.kernels))
     loops = find_loops([pk.kernel for pk in placed.kernels], graph)

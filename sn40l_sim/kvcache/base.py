@@ -47,6 +47,13 @@ class KVPolicy(ABC):
         (a policy that scores and evicts every step, or recalls from a store, overrides this)."""
         return []
 
+    def budget_tokens(self) -> int | None:
+        """The cache budget the policy was given, in tokens per sequence and layer (the total of its
+        budget parameters: ``params: {budget: N}`` gives N), or None for a policy without one. The
+        assembly step refuses a budget above the model's maximum context: no sequence could fill it.
+        """
+        return None
+
     def memory_tiers(self) -> dict[str, str]:
         """Parameter -> memory tier, for each tier the policy names (a store's); the assembly step
         checks them against the hardware. None by default."""

@@ -31,6 +31,7 @@ from dataclasses import replace
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
 from sn40l_sim.mapper import disk_cache, division
+from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import (
     LONE_CALL,
     UNMAPPED_CALIBRATED,
@@ -117,7 +118,9 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     Returns
     -------
     PlacedGraph
-        Kernels in the graph's deterministic topological order.
+        Kernels in the graph's deterministic topological order, each with its time as the graph
+        calls it (:func:`~sn40l_sim.mapper.calls.as_called`: ``call_cycles``, the collectives it
+        waits for included when ``collective_cycles`` is given).
     """
     memory = memory if memory is not None else all_in_first_tier(node)
     tiers = memory.tiers()
@@ -131,8 +134,18 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         if not looping:
             context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles)
         calls[loop.first:loop.stop] = [context] * loop.iterations
-    kernels = tuple(map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True))
+    kernels = tuple(as_called(node.socket, map_kernel_cached(node.socket, k, tiers, key, call), call,
+                              _after(k, call, collective_cycles))
+                    for k, call in zip(order, calls, strict=True))
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
+
+
+def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[Collective], float] | None) -> int:
+    """Cycles of the collectives that follow a call whatever its plan (those not overlapped; a
+    looped call's wait for them is the next iteration's gate, in its plan's time already)."""
+    if collective_cycles is None or call.pipelined:
+        return 0
+    return round(sum(collective_cycles(c) for c in kernel.collectives if not c.overlapped))
 
 
 def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None) -> LoopContext:

@@ -10,7 +10,8 @@ from sn40l_sim.ir import FusedKernel, KernelGraph
 from sn40l_sim.mapper.stages import USES, TierSplit
 
 #: what bounds a stage or a kernel: ``compute``, ``simd``, ``sram``, ``mesh``, ``p2p``,
-#: ``overhead``, or the name of a memory tier (``hbm``, ``ddr``, ...)
+#: ``overhead``, or the name of a memory tier (``hbm``, ``ddr``, ...); a call as it is called
+#: may also be bound by its ``collective`` s (:mod:`.calls`)
 Resource = str
 
 
@@ -83,6 +84,28 @@ class PlacedKernel:
     chip_tiles: int = 0
     #: configuration bytes of each section (PCUs, PMUs and switches it uses)
     section_config_bytes: tuple[int, ...] = ()
+    #: cycles of one iteration of a looped call, its memory streams run ahead of its compute (per
+    #: section ``max(stream + last tile's compute, fill + compute chain)``, :mod:`.kernel`); its
+    #: configuration and the wait for the previous iteration's collectives excluded
+    iteration_cycles: int = 0
+    #: what bounds the kernel's data tiles (its slowest section's bound), its configuration aside:
+    #: ``bounding_resource`` unless that is ``overhead``
+    tiles_bound: Resource = ""
+    #: cycles of one call as the graph calls it (:mod:`.calls`): the configuration once over a run
+    #: of consecutive calls, a looped call's iteration with its streams run ahead and its wait for
+    #: the previous iteration's collectives, another call's collectives where they outlast it (the
+    #: time the mapper chose the plan by, plus the collectives no plan can hide); the kernel-call
+    #: boundary excluded. A lone call without collectives takes ``cycles``.
+    #: :func:`~sn40l_sim.mapper.kernel.map_kernel` alone leaves out the collectives that do not
+    #: overlap; :func:`~sn40l_sim.mapper.graph.map_graph` adds them. The ``map`` table shows this;
+    #: the engine reads neither.
+    call_cycles: int = 0
+    #: the part of ``call_cycles`` spent waiting for collectives (set by ``map_graph``)
+    call_collective_cycles: int = 0
+    #: what takes the largest part of the call as it is called: its share of the configuration
+    #: loads (``overhead``), its data tiles (``tiles_bound``) or its ``collective`` s (set by
+    #: ``map_graph``; ``map_kernel`` alone gives a lone call's)
+    call_bound: Resource = ""
 
 
 @dataclass(frozen=True)

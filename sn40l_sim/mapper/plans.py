@@ -43,6 +43,12 @@ class SectionPlan:
         """Fill and compute of the section once its data is in the PMUs."""
         return self.fill_cycles + self.n_tiles * self.compute_cycles_per_tile
 
+    def iteration_cycles(self, gate_cycles: int = 0) -> int:
+        """The section in an iteration of a looped call: its memory streams run ahead of its
+        compute into the PMUs, its last data tile computes after the stream ends, and its compute
+        chain waits ``gate_cycles`` for the previous iteration (:mod:`.kernel`)."""
+        return max(self.stream_cycles + self.compute_cycles_per_tile, self.chain_cycles + gate_cycles)
+
     def config_bytes(self, socket: SocketSpec) -> int:
         """Configuration bytes of this section's dataflow graph (units and switches it uses)."""
         return figures.config_bytes(socket, sum(self.alloc.pcus), sum(self.alloc.pmus), self.alloc.chip_tiles)
@@ -71,7 +77,8 @@ class KernelPlan:
 def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> PlacedKernel:
     """The placement :func:`~sn40l_sim.mapper.kernel.map_kernel` reports for ``plan``: every stage's
     units and coordinates on the tiles in use, the streams between stages, the per-tile unit and
-    SRAM use, and the plan's cycles with its configuration loads."""
+    SRAM use, and the plan's cycles with its configuration loads (a lone call's, also as
+    ``call_cycles``: :func:`~sn40l_sim.mapper.calls.as_called` sets the call in context)."""
     t, all_tiles = plan.chip_tiles, figures.tiles(socket)
     tiles = tuple(range(t))
     stages: list[StagePlacement] = []
@@ -121,5 +128,7 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
         mesh_bytes=mesh, compute_cycles=compute_bound_cycles(socket, kernel.flops),
         memory_cycles=memory_bound_cycles(socket, tier_bytes), bounding_resource=bound, cycles=plan.cycles,
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
-        overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config)
+        overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config,
+        iteration_cycles=sum(sec.iteration_cycles() for sec in plan.sections), tiles_bound=heaviest.bound,
+        call_cycles=math.ceil(plan.objective[0]) if plan.objective[0] else plan.cycles, call_bound=bound)
 

@@ -1,9 +1,17 @@
 """Utilisation figures of placed kernels and the table the ``map`` command prints.
 
-Utilisations are achieved over the kernel's predicted time, against raw peaks: compute is FLOPs
-over the socket's BF16 systolic peak, each memory tier's is its bytes over the tier's bandwidth,
-SRAM is the buffers held over the capacity of the tiles in use. The table shows a column for the
-socket's first tier and for every other tier some kernel uses.
+A kernel's time is one call as the graph calls it
+(:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`, :mod:`.calls`): its configuration
+charged once over a run of consecutive calls of it, a looped call's iteration pipelined, and the
+collectives it waits for (timed alone on the links); the kernel-call boundaries (launch, barrier)
+are left to the engine. So a row's total is what its calls take in the graph, not ``count`` lone
+calls, and the table's total is a floor of the engine's step. The ``coll us`` column is the part of
+a call spent waiting for collectives (the rest is the kernel's own).
+
+Utilisations are achieved over that time, against raw peaks: compute is FLOPs over the socket's
+BF16 systolic peak, each memory tier's is its bytes over the tier's bandwidth, SRAM is the buffers
+held over the capacity of the tiles in use. The table shows a column for the socket's first tier
+and for every other tier some kernel uses.
 
 Examples
 --------
@@ -25,7 +33,7 @@ from sn40l_sim.mapper.placement import PlacedKernel
 
 @dataclass(frozen=True)
 class Utilisation:
-    """Fractions of peak one placed kernel achieves over its predicted time."""
+    """Fractions of peak one placed kernel achieves over one call as it is called."""
 
     compute: float
     sram: float
@@ -34,8 +42,9 @@ class Utilisation:
 
 
 def utilisation(socket: SocketSpec, pk: PlacedKernel) -> Utilisation:
-    """Compute, SRAM and per-tier memory utilisation of ``pk`` (0 for a kernel of no cycles)."""
-    seconds = pk.cycles / socket.clock_hz
+    """Compute, SRAM and per-tier memory utilisation of ``pk`` over one call as it is called
+    (``call_cycles``; 0 for a kernel of no cycles)."""
+    seconds = pk.call_cycles / socket.clock_hz
     if seconds <= 0:
         return Utilisation(0.0, 0.0, dict.fromkeys(socket.memory, 0.0))
     sram_cap = socket.tile.pmus * socket.pmu.capacity_bytes
@@ -67,20 +76,22 @@ class Row:
 
     @property
     def total_cycles(self) -> int:
-        """Cycles of all ``count`` calls."""
-        return self.count * self.placed.cycles
+        """Cycles of all ``count`` calls, each as it is called (``call_cycles``)."""
+        return self.count * self.placed.call_cycles
 
 
 def collapse(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[Row]:
-    """One row per distinct kernel signature, in order of first appearance, with its count.
+    """One row per distinct kernel signature called alike, in order of first appearance, with its
+    count.
 
     The row is named after the first kernel, with its layer replaced by ``*`` when it repeats
-    (``L03.ffn`` x58 becomes ``L*.ffn``).
+    (``L03.ffn`` x58 becomes ``L*.ffn``). Calls of one kernel that cost differently as they are
+    called (a run of consecutive calls and a lone one) are rows of their own.
     """
     order: list = []
     rows: dict = {}
     for pk in kernels:
-        sig = pk.kernel.signature()
+        sig = (pk.kernel.signature(), pk.call_cycles, pk.call_bound)
         if sig not in rows:
             order.append(sig)
             rows[sig] = [pk, 0]
@@ -96,14 +107,15 @@ def collapse(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[Row
 
 
 def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> str:
-    """The per-kernel table with a totals line (times in microseconds at the socket's clock)."""
+    """The per-kernel table with a totals line: each kernel's cycles per call as it is called
+    (module docstring), times in microseconds at the socket's clock."""
     tiers = shown_tiers(socket, kernels)
     tier_heads = "".join(f"{tier.upper() + '%':>6} " for tier in tiers)
     head = (f"{'kernel':<22} {'x':>4} {'tiles':>5} {'PCU/tile':>8} {'PMU/tile':>8} {'comp%':>6} "
-            f"{'SRAM%':>6} {tier_heads}{'bound':<8} {'n_tiles':>8} {'cycles':>11} {'us':>10} {'total us':>11}")
+            f"{'SRAM%':>6} {tier_heads}{'bound':<10} {'n_tiles':>8} {'cycles':>11} {'us':>10} {'coll us':>8} {'total us':>11}")
     lines = [head, "-" * len(head)]
     clock = socket.clock_hz
-    total = flops = 0
+    total = flops = waits = 0
     moved = dict.fromkeys(tiers, 0)
     by_bound: dict[str, int] = {}
     for row in collapse(kernels):
@@ -113,19 +125,22 @@ def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[Pl
         lines.append(
             f"{row.name:<22.22} {('x' + str(row.count)) if row.count > 1 else '':>4} {pk.chip_tiles:>5} "
             f"{max(pk.pcus_per_tile, default=0):>8} {max(pk.pmus_per_tile, default=0):>8} "
-            f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {tier_cells}{pk.bounding_resource:<8} "
-            f"{pk.n_tiles:>8} {pk.cycles:>11} {pk.cycles / clock * 1e6:>10.1f} {row.total_cycles / clock * 1e6:>11.1f}")
+            f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {tier_cells}{pk.call_bound:<10} "
+            f"{pk.n_tiles:>8} {pk.call_cycles:>11} {pk.call_cycles / clock * 1e6:>10.1f} "
+            f"{pk.call_collective_cycles / clock * 1e6:>8.1f} {row.total_cycles / clock * 1e6:>11.1f}")
         total += row.total_cycles
+        waits += row.count * pk.call_collective_cycles
         flops += row.count * pk.kernel.flops
         for tier in tiers:
             moved[tier] += row.count * pk.tier_bytes.get(tier, 0)
-        by_bound[pk.bounding_resource] = by_bound.get(pk.bounding_resource, 0) + row.total_cycles
+        by_bound[pk.call_bound] = by_bound.get(pk.call_bound, 0) + row.total_cycles
     lines.append("-" * len(head))
     seconds = total / clock
     comp = flops / seconds / figures.peak_flops(socket, "bf16") if seconds else 0.0
     memory = "".join(f", {tier.upper()} {100 * _fraction(moved[tier], seconds, figures.memory_bytes_per_s(socket, tier)):.1f}% "
                      "of peak" for tier in tiers)
     shares = ", ".join(f"{b} {100 * c / total:.1f}%" for b, c in sorted(by_bound.items(), key=lambda kv: -kv[1])) if total else ""
-    lines.append(f"{'total':<22} {len(kernels):>4} kernels, {total} cycles = {seconds * 1e6:.1f} us; "
-                 f"compute {100 * comp:.1f}% of peak{memory}; time by bound: {shares}")
+    lines.append(f"{'total':<22} {len(kernels):>4} kernels, {total} cycles = {seconds * 1e6:.1f} us (waiting for "
+                 f"collectives {waits / clock * 1e6:.1f} us); compute {100 * comp:.1f}% of peak{memory}; "
+                 f"time by bound: {shares}")
     return "\n".join(lines)

@@ -91,12 +91,52 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
     except InputError as exc:
         if exc.file:
             raise
-        # make_policy names the field inside the entry ("policy" or "params.<name>")
+        # make_policy names the field inside the entry ("policy" or "params.<name>"); a parameter
+        # the point took from prompt_fraction or per_prompt is located there
         inner = tuple((exc.field or "params").split("."))
-        at = ("policies", point.policy_index) + inner
-        file, line = exp.doc.where(at)
-        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
-                            field=f"policies[{point.policy_index}].{'.'.join(inner)}", line=line) from None
+        if inner[0] == "params" and len(inner) == 2:
+            inner = param_source(exp, point, inner[1])
+        raise _at_entry(exp, point, inner, exc) from None
+
+
+def param_source(exp: Experiment, point: Point, name: str) -> tuple[Any, ...]:
+    """Where in its policy entry ``point`` took parameter ``name`` from: ``per_prompt[j].params``
+    for its prompt length, else ``prompt_fraction``, else ``params`` (the path inside the entry)."""
+    entry = exp.spec.policies[point.policy_index]
+    for j, pp in enumerate(entry.per_prompt):
+        if pp.prompt_len == point.prompt_len and name in pp.params:
+            return ("per_prompt", j, "params", name)
+    return ("prompt_fraction", name) if name in entry.prompt_fraction else ("params", name)
+
+
+def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:
+    """Refuse a policy budget above the point's model's maximum context (``model`` with its
+    overrides: a long-context variant raises it): a cache no sequence of the model can fill (a
+    fixed ring would reserve it for every sequence; a budget that is never reached never evicts).
+
+    Raises
+    ------
+    InputError
+        At the entry's ``budget`` (or the largest budget parameter given, else its ``policy``).
+    """
+    budget, limit = policy.budget_tokens(), model.max_context
+    if budget is None or limit is None or budget <= limit:
+        return
+    given = {k: v for k, v in point.params.items() if isinstance(v, int)}
+    name = "budget" if "budget" in given else max(given, key=given.__getitem__, default=None)
+    inner = param_source(exp, point, name) if name is not None else ("policy",)
+    raise _at_entry(exp, point, inner, InputError(
+        f"a {policy.name} budget of {budget} tokens per sequence exceeds the maximum context of {model.name}, "
+        f"{limit} tokens: no sequence can fill it (a long-context variant raises the maximum: "
+        f"model_overrides: {{max_context: N}})"))
+
+
+def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
+    """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
+    file, line = exp.doc.where(("policies", point.policy_index) + inner)
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inner)
+    return exc.__class__(f"{exc.message} (point {point.name})", file=file,
+                         field=f"policies[{point.policy_index}]{path}", line=line)
 
 
 def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSpec:

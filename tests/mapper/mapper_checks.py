@@ -8,6 +8,8 @@ from sn40l_sim.mapper.stages import TierSplit
 
 #: bounds that are not memory tiers (a kernel may also be bound by any tier of its socket)
 RESOURCES = {"compute", "simd", "sram", "mesh", "p2p", "overhead"}
+#: and what a call may spend most of its time on as the graph calls it (sn40l_sim/mapper/calls.py)
+CALL_RESOURCES = RESOURCES | {"collective"}
 
 
 def spill_split(weights: float = 0.0, kv: float = 0.0, first: str = "hbm", second: str = "ddr") -> TierSplit:

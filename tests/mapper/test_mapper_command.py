@@ -5,7 +5,7 @@ import re
 
 import pytest
 from conftest import ROOT, deepseek_graph
-from mapper_checks import RESOURCES
+from mapper_checks import CALL_RESOURCES
 
 from sn40l_sim.commands.cli import main
 
@@ -27,7 +27,7 @@ def test_decode_map_names_a_bound_for_every_kernel(capsys):
     rows = _rows(out)
     names = [r[0] for r in rows]
     assert "*.mla" in names and "*.ffn" in names and "lm_head" in names
-    bounds = RESOURCES | {"hbm", "ddr"}    # the node's memory tiers
+    bounds = CALL_RESOURCES | {"hbm", "ddr"}    # the node's memory tiers
     for row in rows:
         assert any(cell in bounds for cell in row), row
     counts = sum(int(r[1][1:]) if r[1].startswith("x") else 1 for r in rows)

@@ -90,6 +90,28 @@ REFUSED = {
     "experiment override of integer KV without scales": (
         ("seed: 7", "seed: 7\nmodel_overrides: {kv_dtype: int4}"),
         "e.yaml:30: model_overrides.kv_quant: kv_dtype int4 stores integers"),
+    # a fixed-size cache larger than any sequence of the model can fill: SnapStream reserved 1M-token
+    # slots per sequence of Llama-3.1-8B (128K); the other budgeted policies are held to the same limit
+    "SnapStream budget above the maximum context": (
+        ("prompt_fraction: {budget: 0.25}", "params: {budget: 1000000}"),
+        "e.yaml:16: policies[1].params.budget: a snapstream budget of 1000000 tokens per sequence exceeds the "
+        "maximum context of llama-3.1-8b, 131072 tokens"),
+    "StreamingLLM budget above the maximum context": (
+        ("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: streamingllm, params: {budget: 131073}"),
+        "e.yaml:16: policies[1].params.budget: a streamingllm budget of 131073 tokens"),
+    "H2O budget above the maximum context": (
+        ("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: h2o, params: {budget: 262144}"),
+        "e.yaml:16: policies[1].params.budget: a h2o budget of 262144 tokens"),
+    "ArkVale budget above the maximum context": (
+        ("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: arkvale, params: {budget: 262144}"),
+        "e.yaml:16: policies[1].params.budget: a arkvale budget of 262144 tokens"),
+    "SnapStream ring above the maximum context": (
+        ("prompt_fraction: {budget: 0.25}", "params: {sink: 4, recent: 200000, topk: 0}"),
+        "e.yaml:16: policies[1].params.recent: a snapstream budget of 200004 tokens"),
+    # a fraction of the prompt too small for the policy is the prompt_fraction field's fault, not params'
+    "prompt fraction too small for the policy": (
+        ("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: 0.00001}"),
+        "e.yaml:16: policies[1].prompt_fraction.budget:"),
     "experiment override of an unknown field": (
         ("seed: 7", "seed: 7\nmodel_overrides: {layerz: 4}"), "e.yaml:30: model_overrides.layerz: unknown key"),
 }
@@ -116,6 +138,14 @@ def test_check_refuses_what_run_refuses_with_the_same_line(tmp_path, capsys, cas
         lines.append(err)
     assert lines[0] == lines[1] and words in lines[0], lines
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_budget_is_held_to_the_effective_models_maximum_context(tmp_path, capsys):
+    """A long-context variant (model_overrides raising max_context) takes a budget the base model refuses."""
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 1000000}")
+                    .replace("seed: 7", "seed: 7\nmodel_overrides: {max_context: 1048576}"))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
 
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -136,6 +136,9 @@ class ArkVale(Budgeted):
         """Whether a sequence outgrows the buffer (else it all stays in HBM and nothing is recalled)."""
         return prompt_len + max_new_tokens > self.budget
 
+    def budget_tokens(self) -> int:
+        return self.budget
+
     def cache_len(self, prompt_len: int, generated: int) -> int:
         check_lengths(prompt_len, generated, "generated")
         return prompt_len + generated          # every token is kept (in the store)

@@ -94,6 +94,9 @@ class H2O(Budgeted):
         """Slots of the cache: ``heavy + recent``."""
         return self.heavy + self.recent
 
+    def budget_tokens(self) -> int:
+        return self.budget
+
     def cache_len(self, prompt_len: int, generated: int) -> int:
         check_lengths(prompt_len, generated, "generated")
         return min(prompt_len + generated, self.budget)

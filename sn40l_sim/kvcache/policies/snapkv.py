@@ -69,6 +69,9 @@ class SnapKV(Budgeted):
         params["topk"] = budget - window
         return params
 
+    def budget_tokens(self) -> int:
+        return self.observation_window + self.topk
+
     def kept_prompt_len(self, prompt_len: int) -> int:
         """Prompt tokens left after compression."""
         return min(prompt_len, self.observation_window + self.topk)

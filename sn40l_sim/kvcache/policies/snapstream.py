@@ -104,6 +104,9 @@ class SnapStream(Budgeted):
         params["topk"] = topk
         return params
 
+    def budget_tokens(self) -> int:
+        return self.sink + self.recent + self.topk
+
     def cache_len(self, prompt_len: int, generated: int) -> int:
         return ring_cache_len(prompt_len, generated, self.sink, self.recent, self.topk)
 

@@ -49,6 +49,9 @@ class StreamingLLM(Budgeted):
         check_int(cls.name, "budget", budget, sink + 1)
         return params
 
+    def budget_tokens(self) -> int:
+        return self.sink + self.recent
+
     def cache_len(self, prompt_len: int, generated: int) -> int:
         return ring_cache_len(prompt_len, generated, self.sink, self.recent, 0)
 

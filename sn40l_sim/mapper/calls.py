@@ -1,0 +1,71 @@
+"""A placed kernel's time as the graph calls it: :func:`as_called`.
+
+:attr:`~sn40l_sim.mapper.placement.PlacedKernel.cycles` is a lone call: its configuration loaded,
+then its data tiles. The mapper chooses each kernel's plan for the way the graph calls it
+(:class:`~sn40l_sim.mapper.kernel.LoopContext`, :mod:`.kernel`), and that time is what a call
+takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
+
+- a kernel called ``L`` times in a row keeps one section's configuration loaded between the calls,
+  so each call is charged ``config / L`` of it (a kernel of several sections reloads them all on
+  every call);
+- a looped call (kernel looping) runs each iteration with its memory streams ahead of its compute
+  (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.iteration_cycles`), its compute waiting for the
+  previous iteration's collectives;
+- any other call ends no sooner than its overlapped collectives, which start after its first tile,
+  and its other collectives follow its tiles whatever the plan (the mapper leaves them out of the
+  choice; :func:`as_called` adds them, ``after_cycles``).
+
+The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
+loop's last iteration and any contention on the links. So the calls of a graph add up to a floor
+of the engine's step.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+>>> from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+>>> socket = example_socket()
+>>> lone = map_kernel(socket, example_decode_kernel())
+>>> lone.call_cycles == lone.cycles, as_called(socket, lone, LONE_CALL) == lone
+(True, True)
+>>> run = LoopContext(iterations=80)
+>>> one_of_80 = as_called(socket, map_kernel(socket, example_decode_kernel(), loop=run), run)
+>>> one_of_80.call_cycles < lone.cycles, one_of_80.call_bound, lone.call_bound
+(True, 'hbm', 'overhead')
+>>> waiting = as_called(socket, lone, LONE_CALL, after_cycles=5000)
+>>> waiting.call_cycles - lone.call_cycles, waiting.call_collective_cycles
+(5000, 5000)
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.ir import copied
+from sn40l_sim.mapper.placement import PlacedKernel
+
+if TYPE_CHECKING:
+    from sn40l_sim.mapper.kernel import LoopContext
+
+#: what takes most of a call that mostly waits for its own or the previous iteration's collectives
+COLLECTIVE = "collective"
+
+
+def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0) -> PlacedKernel:
+    """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
+    plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
+    call spent on collectives and what takes most of it (see the module docstring)."""
+    configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
+    call = pk.call_cycles + after_cycles
+    if not configs:
+        return copied(pk, call_cycles=call, call_collective_cycles=after_cycles,
+                      call_bound=COLLECTIVE if after_cycles else pk.bounding_resource)
+    # as the mapper's objective charges it: one section stays loaded over consecutive calls
+    reload = configs[0] / loop.iterations if len(configs) == 1 else sum(configs)
+    tiles = pk.iteration_cycles if loop.pipelined else pk.cycles - sum(configs)
+    waits = max(0, call - math.ceil(tiles + reload))
+    # the largest part; a tie goes to the configuration, then to the tiles (as map_kernel's bound)
+    parts = (("overhead", reload), (pk.tiles_bound or pk.bounding_resource, tiles), (COLLECTIVE, waits))
+    bound = max(parts, key=lambda part: part[1])[0]
+    return copied(pk, call_cycles=call, call_collective_cycles=waits, call_bound=bound)

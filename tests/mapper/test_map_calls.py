@@ -1,0 +1,64 @@
+"""``map`` reports each kernel as the graph calls it, so its total follows ``run``'s decode step:
+kernel looping makes both shorter, and the map's total is a floor of the step within a stated
+factor (docs/validation.md, "Reading map's totals")."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.study.evaluation import LoadedExperiments
+
+ROOT = Path(__file__).resolve().parents[2]
+#: run's decode step over map's total at most: map leaves out the kernel-call boundaries (a launch
+#: and a barrier per call: about an eighth of Llama-3.1-8B's unlooped batch-1 step on 8 sockets,
+#: 35 calls), the collectives after a loop's last iteration and contention on the links
+BOUNDARIES_FACTOR = 1.25
+
+
+def _experiment(tmp_path: Path, looping: bool) -> Path:
+    """Llama-3.1-8B decode at batch 1 on 8 sockets, tensor-parallel, looping on or off."""
+    spec = {
+        "kind": "experiment", "name": f"looping_{looping}",
+        "hardware": str(ROOT / "hw_configs" / "sn40l_node8.yaml"),
+        "model": str(ROOT / "graphs" / "llama3_1_8b.yaml"),
+        "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}},
+        "policies": [{"name": "full", "policy": "full"}],
+        "shape": {"prompt_len": 1024, "batch": 1, "max_new_tokens": 1024},
+        "workload": {"kind": "fixed", "count": 1, "output_len": 1024},
+        "serving": {"batch": 1, "max_new_tokens": 1024},
+        "execution": {"kernel_looping": looping},
+    }
+    path = tmp_path / f"looping_{looping}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _map_total_s(path: Path, capsys) -> float:
+    assert main(["map", str(path), "--phase", "decode", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    return float(re.search(r"^total .* cycles = ([\d.]+) us", out, re.M).group(1)) * 1e-6
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory) -> dict[bool, float]:
+    """run's decode step with looping on and off."""
+    folder = tmp_path_factory.mktemp("looping")
+    loaded = LoadedExperiments()
+    return {looping: loaded.records(_experiment(folder, looping), serve=False, reads_prefill=())[0]["decode_step_s"]
+            for looping in (True, False)}
+
+
+def test_looping_does_not_lengthen_the_map_total(tmp_path, capsys, steps):
+    on, off = (_map_total_s(_experiment(tmp_path, looping), capsys) for looping in (True, False))
+    assert steps[True] < steps[False]
+    assert on <= off
+
+
+@pytest.mark.parametrize("looping", [True, False])
+def test_map_total_is_a_floor_of_the_step_within_the_boundaries(tmp_path, capsys, steps, looping):
+    total = _map_total_s(_experiment(tmp_path, looping), capsys)
+    assert total <= steps[looping] <= BOUNDARIES_FACTOR * total
