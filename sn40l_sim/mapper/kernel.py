@@ -71,6 +71,7 @@ from sn40l_sim.mapper.planning import (
     section_part_floor,
 )
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
+from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
@@ -154,10 +155,8 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
         objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
     if loop.pipelined:
-        # the stream ends with its last data tile still to compute; the chain waits on the gate
-        iteration = sum(max(p.stream_cycles + p.compute_cycles_per_tile,
-                            p.chain_cycles + (loop.gate_cycles if i == 0 else 0))
-                        for i, p in enumerate(plans))
+        # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
+        iteration = looped_iteration_cycles(socket, plans, fill, loop.gate_cycles, configs)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 
