@@ -41,8 +41,7 @@ one's tiles are done and its compute waits for that one's collectives (``gate``,
 engine will charge them, given by the caller), then the fill, then each of the engine's ``c`` (at
 most 8) chunks of data tiles as it arrives; its first section's stream ``S`` meanwhile runs ahead into
 the PMUs, but only as many whole chunks as fit in half the SRAM (``k``, at least one) ahead of the
-compute. So,
-with ``C`` the slowest compute stage per data tile and ``n_0`` the data tiles of a chunk::
+compute. So, with ``C`` the slowest compute stage per data tile and ``n_0`` the data tiles of a chunk::
 
     iteration ~ max(S + C, gate + fill + n_tiles x C)         k = c: the stream within half the SRAM
     iteration ~ gate + fill + n_0 x C + (1 - k / c) x S + C   k < c, memory-bound, k chunks loaded during
