@@ -43,7 +43,7 @@ def _kernel(graph: str, name: str):
         model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
         g = build_graph(model, Shape("decode", 1, 2048, 1024), ParallelPlan(16, 16))
     elif graph == "llama70b_long":
-        # 32 sequences of 132K tokens: 1.5 GB of KV per layer and socket, beyond the read-ahead
+        # 32 sequences of 132K tokens: 1.2 GB streamed per layer and socket, beyond the read-ahead
         model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
         g = build_graph(model, Shape("decode", 32, 0, 132096), ParallelPlan(16, 16))
     elif graph == "drafts":
