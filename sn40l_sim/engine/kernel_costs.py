@@ -14,22 +14,11 @@ from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.read_ahead import chunk_tiles
 
 #: stage bounds, besides the memory tiers, whose time the engine models as transfers on shared
 #: channels, not fixed cycles
 LINK_BOUNDS = frozenset({"p2p"})
-
-
-def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
-    """Split ``n_tiles`` into at most ``chunks`` near-equal chunks (larger ones first).
-
-    >>> chunk_tiles(10, 4), chunk_tiles(3, 8), chunk_tiles(0, 8)
-    ((3, 3, 2, 2), (1, 1, 1), (1,))
-    """
-    n_tiles = max(1, n_tiles)
-    count = max(1, min(chunks, n_tiles))
-    base, extra = divmod(n_tiles, count)
-    return tuple(base + 1 if i < extra else base for i in range(count))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ import simpy
 from sn40l_sim.engine.fluid import Channel, FluidNetwork
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.mapper.read_ahead import read_ahead_bytes
 
 if TYPE_CHECKING:
     from sn40l_sim.engine.kernel_costs import SectionCosts
@@ -61,7 +62,8 @@ class SocketResources:
     #: tier collectives read what they send from and write what they receive to (the activations')
     staging_tier: str
     #: bytes a loop iteration may stream into the PMUs ahead of its compute: half the socket's SRAM,
-    #: since the PMUs double-buffer (the other half holds what the running compute reads)
+    #: since the PMUs double-buffer (the other half holds what the running compute reads); the
+    #: mapper's loop score reads the same figure (:func:`~sn40l_sim.mapper.read_ahead.read_ahead_bytes`)
     buffer_bytes: float = 0.0
     #: (kernel signature, section) whose configuration is loaded in the units; None at the start
     resident: tuple[Any, int] | None = None
@@ -91,7 +93,7 @@ class SocketResources:
         if staging not in memory:
             raise ValueError(f"socket {socket} has no memory tier {staging!r} (it has {list(memory)})")
         return cls(socket, env, net, simpy.Resource(env, 1), simpy.Resource(env, 1), memory, tln, clock, staging,
-                   buffer_bytes=figures.sram_bytes(spec) / 2)
+                   buffer_bytes=read_ahead_bytes(spec))
 
     def memory_path(self, tier: str) -> tuple[Channel, ...]:
         """Channels a stream to or from memory tier ``tier`` crosses."""

@@ -48,6 +48,7 @@ from sn40l_sim.engine.units import KernelEntry, chain_units, run_units, start_ke
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.loops import Loop, find_loops
 from sn40l_sim.mapper.placement import PlacedGraph
+from sn40l_sim.mapper.read_ahead import CHUNKS_PER_SECTION
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ class EngineOptions:
         ``auto`` takes the faster algorithm for each collective.
     chunks_per_section : int
         Most chunks a kernel section's tiles are grouped into (events per kernel are bounded by
-        this, whatever the sequence length; totals do not depend on it).
+        this, whatever the sequence length). Totals do not depend on it, but for a loop
+        iteration's read-ahead, which moves whole chunks; the mapper scores loops for the default
+        (:mod:`sn40l_sim.mapper.read_ahead`).
     kernel_boundaries : bool
         Charge each kernel call its launch, barrier and configuration load (:mod:`.boundary`);
         off, only the streaming model remains (tests of it, and "what if calls were free").
@@ -74,7 +77,7 @@ class EngineOptions:
     """
 
     collective_algorithm: str = "auto"
-    chunks_per_section: int = 8
+    chunks_per_section: int = CHUNKS_PER_SECTION
     kernel_boundaries: bool = True
     kernel_looping: bool = True
     stage_collectives: bool = True

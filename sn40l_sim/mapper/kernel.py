@@ -35,12 +35,23 @@ cycles wins (then fewer data tiles, as for every call).
 
 A kernel called ``L`` times in a row keeps its configuration loaded between the calls, so a kernel
 of one section is charged ``config / L`` per call. Run as one looped call (kernel looping,
-:mod:`.loops`) it is chosen for its time per iteration instead: its memory streams run ahead of its compute into the
-PMUs while the iteration waits for the previous one's output and collectives (``gate``, the cycles
-the engine will charge them, given by the caller), so an iteration takes, per section,
-``max(stream + C_compute, gate + fill + n_tiles x C_compute)`` (the last data tile computes after
-the stream ends; the gate is on the first section only). Of plans with equal iteration times the
-one with the shorter compute chain wins.
+:mod:`.loops`) it is chosen for its time per iteration instead, the engine's
+(:func:`~.read_ahead.looped_iteration_cycles`): an iteration gets the socket when the previous
+one's tiles are done and its compute waits for that one's collectives (``gate``, the cycles the
+engine will charge them, given by the caller), then the fill, then each of the engine's ``c`` (at
+most 8) chunks of data tiles as it arrives; its first section's stream ``S`` meanwhile runs ahead into
+the PMUs, but only as many whole chunks as fit in half the SRAM (``k``, at least one) ahead of the
+compute. So, with ``C`` the slowest compute stage per data tile and ``n_0`` the data tiles of a chunk::
+
+    iteration ~ max(S + C, gate + fill + n_tiles x C)         k = c: the stream within half the SRAM
+    iteration ~ gate + fill + n_0 x C + (1 - k / c) x S + C   k < c, memory-bound, k chunks loaded during
+                                                              the gate, the rest once the first is computed
+
+and exactly the chunk-by-chunk recurrence of :mod:`.read_ahead`, which equals the engine's iteration
+but for the previous iteration's collectives staging their bytes through the same channel (a few
+hundred cycles in 400,000 at most on the shipped looped decoders). Later sections add their fill and
+stream and reload their configuration every iteration. Of plans with equal iteration times the one
+with the shorter compute chain wins.
 
 Examples
 --------
@@ -71,6 +82,7 @@ from sn40l_sim.mapper.planning import (
     section_part_floor,
 )
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
+from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
@@ -154,10 +166,8 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
         objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
     if loop.pipelined:
-        # the stream ends with its last data tile still to compute; the chain waits on the gate
-        iteration = sum(max(p.stream_cycles + p.compute_cycles_per_tile,
-                            p.chain_cycles + (loop.gate_cycles if i == 0 else 0))
-                        for i, p in enumerate(plans))
+        # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
+        iteration = looped_iteration_cycles(socket, plans, fill, loop.gate_cycles, configs)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 

@@ -16,8 +16,8 @@ stage's part):
   the stages' PCUs adding up to at most a tile's;
 * the section streams ``fill + n_tiles x C`` cycles (``C`` its slowest stage) and the fill is at
   least every stage's cycles plus the fills and drains, the memory latency and a control hop per
-  hand-over, less ``C``; a looped kernel's iteration at least its compute chain or its stream (see
-  :mod:`.kernel`);
+  hand-over, less ``C``; a looped kernel's iteration at least its compute chain after the gate or
+  its stream (see :mod:`.read_ahead`);
 * its configuration covers the PCUs, at least the PMUs holding its buffers, and every switch of
   the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times.
 
@@ -196,9 +196,12 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
         fixed = max(0.0, sec.fixed_config * per_byte - 1)
         least_config = fixed + pcu_price * sum(fl.fewest_pcus for fl in sec.stages)
         if pipelined:
+            # the iteration (:mod:`.read_ahead`) ends no sooner than its stream, nor than its chain
+            # after the gate, which elapses while the first of several sections' configuration loads
             chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
             gate = gate_cycles if index == 0 else 0
-            total += max(sec.stream + sec.compute + least_config, gate + sec.latency + chain + fixed)
+            head = gate + fixed if len(sections) == 1 else max(gate, fixed)
+            total += max(sec.stream + least_config, head + sec.latency + chain)
         else:
             slowest = max(sec.compute, sec.memory_slowest)
             chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)
@@ -213,11 +216,10 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
     are known; the mesh can only slow the slowest stage, and a hand-over and a memory stream's
     head take at least a control hop and the tier's latency."""
     hand_over = mesh_latency_cycles(socket.tile.control_network, 1)
-    configs = []
+    configs = [figures.config_cycles(socket, figures.config_bytes(socket, sum(alloc.pcus), sum(alloc.pmus),
+                                                                  alloc.chip_tiles)) for _, _, alloc in sections]
     total = 0.0
     for index, (stages, streams, alloc) in enumerate(sections):
-        configs.append(figures.config_cycles(socket, figures.config_bytes(socket, sum(alloc.pcus), sum(alloc.pmus),
-                                                                          alloc.chip_tiles)))
         hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
         latency = (alloc.latency_cycles + hand_over * hand_overs
                    + max([s.latency_cycles for s in stages if s.is_memory] + [0]))
@@ -226,7 +228,9 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
             slowest = max(compute + [0])
             chain = max(n_tiles * slowest, sum(compute) + latency + (n_tiles - 1) * slowest)
             stream = max([s.stream_cycles for s in stages if s.is_memory] + [0])
-            total += max(stream + slowest, (gate_cycles if index == 0 else 0) + chain)
+            # of several sections, the gate elapses while the first one's configuration loads
+            gate = (gate_cycles if len(sections) == 1 else max(0, gate_cycles - configs[0])) if index == 0 else 0
+            total += max(stream, gate + chain)
         else:
             slowest = max(alloc.cycles, default=0)
             total += max(n_tiles * slowest, sum(alloc.cycles) + latency + (n_tiles - 1) * slowest)

@@ -1,7 +1,7 @@
 """The kernel mapper skips the tilings whose floor (:mod:`sn40l_sim.mapper.tiling_floor`) exceeds
 the best plan found so far: on real kernels (DeepSeek-R1 decode MLA and MoE FFN with drafts,
-prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped) the pruned search
-returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
+prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped, its stream within and
+beyond what the read-ahead holds) the pruned search returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
 heaviest GEMMs, of all its stages, and once allocated) are below its plan's objective."""
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ def _kernel(graph: str, name: str):
     if graph == "llama70b":
         model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
         g = build_graph(model, Shape("decode", 1, 2048, 1024), ParallelPlan(16, 16))
+    elif graph == "llama70b_long":
+        # 32 sequences of 132K tokens: 1.2 GB streamed per layer and socket, beyond the read-ahead
+        model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
+        g = build_graph(model, Shape("decode", 32, 0, 132096), ParallelPlan(16, 16))
     elif graph == "drafts":
         g = deepseek_graph("decode", drafts=2)
     else:
@@ -55,6 +59,7 @@ CASES = {
     "prefill_mha": ("node", "prefill", "L00.mha", LONE_CALL),
     "prefill_moe_ffn": ("node", "prefill", "L03.moe_ffn", LONE_CALL),
     "llama_decoder_looped": ("node", "llama70b", "L00.decoder", LoopContext(80, 20_000, True)),
+    "llama_decoder_looped_read_ahead": ("node", "llama70b_long", "L00.decoder", LoopContext(80, 314_752, True)),
     "llama_decoder_repeated": ("slow_config", "llama70b", "L00.decoder", LoopContext(80)),
     "two_sections": ("node", "chain", "chain", LONE_CALL),
     "two_sections_looped": ("slow_config", "chain", "chain", LoopContext(4, 5_000, True)),

@@ -1,0 +1,148 @@
+"""A looped kernel's iteration as the engine times it, read-ahead cap included:
+:func:`looped_iteration_cycles`, the loop score of :func:`~sn40l_sim.mapper.kernel.map_kernel`.
+
+A loop iteration (kernel looping, :mod:`.loops`) gets the socket when the previous iteration's
+tiles are done and waits ``gate`` cycles for that iteration's collectives (its output). Meanwhile its
+first section's memory streams run ahead into the PMUs, chunk by chunk, but at most
+:func:`read_ahead_bytes` (half the SRAM: the PMUs double-buffer, the other half holds what the
+running compute reads) ahead of the compute, so a stream larger than that waits for the compute
+to free space once the gate has opened. The engine
+(:func:`sn40l_sim.engine.kernel_process._stream_ahead`) runs it as events; this replays the same
+arithmetic, chunk by chunk, for a stream that shares its channel with nothing:
+
+- the data tiles are grouped into the engine's chunks (:func:`chunk_tiles`, at most
+  :data:`CHUNKS_PER_SECTION`), chunk ``i`` carrying ``s_i`` bytes whose stream takes ``d_i``
+  cycles (each tier's bytes at the rate its memory stage issues them, the slowest tier);
+- the stream of chunk ``i`` starts when chunk ``i - 1`` has arrived and, while the chunks loaded
+  and not yet consumed would exceed the buffer with it, the oldest of them has been consumed:
+  ``ls_i = max(le_{i-1}, ce_j)`` for the last such ``j``; it arrives at ``le_i = ls_i + d_i``;
+- the compute starts after the gate and the pipeline fill (``t = gate + fill``) and takes each chunk
+  when its stream has started, ``t = max(t, ls_i) + n_i x C``, then, if the chunk has not arrived
+  by then, its last tile after it: ``t = le_i + C`` (``C`` the slowest compute stage per data tile);
+  chunk ``i`` is consumed at ``ce_i = t``.
+
+Section 0 takes ``ce`` of its last chunk; every later section (its configuration loaded each
+iteration, :mod:`.kernel`) takes its fill and, chunk by chunk, the longer of the chunk's stream and
+its compute. Without the cap (a stream within the buffer) and with whole chunks, section 0 is
+``max(stream + C, gate + fill + n_tiles x C)`` but for a last chunk that arrives less than ``C``
+before the compute would be done with it: the engine lets a chunk's tiles compute while it arrives
+and charges the last tile after it only when the chunk is late.
+
+What the engine has and this leaves out: the previous iteration's collectives stage their bytes
+through the same memory channel while the stream runs ahead (they may slow each other), two tiers
+streaming one chunk share the TLN, and the fluid network's whole-cycle wake-ups.
+
+Examples
+--------
+A stream of 8 chunks of 100 MB at 1,000 cycles each, behind a gate of 5,000 cycles, with 100
+compute cycles per chunk: within a 1 GB buffer five chunks have arrived when the gate opens and the
+iteration ends with the stream (8,000 cycles) and the last chunk's compute; within 250 MB two
+chunks load ahead, the third starts when the compute is done with the first (5,200), and the
+stream ends 3,200 cycles later than it could.
+
+>>> tiles, sizes, loads = (1,) * 8, (10**8,) * 8, (1000,) * 8
+>>> stream_ahead_cycles(tiles, sizes, loads, 100, fill=100, gate=5000, buffer=10**9)
+8100
+>>> stream_ahead_cycles(tiles, sizes, loads, 100, fill=100, gate=5000, buffer=2.5 * 10**8)
+11300
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+
+if TYPE_CHECKING:
+    from sn40l_sim.mapper.plans import SectionPlan
+
+#: most chunks a section's data tiles are grouped into by the engine (its default
+#: ``EngineOptions.chunks_per_section``); a loop's score replays the engine's chunks
+CHUNKS_PER_SECTION = 8
+
+
+def read_ahead_bytes(socket: SocketSpec) -> float:
+    """Bytes a loop iteration may stream into the PMUs ahead of its compute: half the socket's
+    SRAM, since the PMUs double-buffer (the other half holds what the running compute reads)."""
+    return figures.sram_bytes(socket) / 2
+
+
+def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
+    """Split ``n_tiles`` into at most ``chunks`` near-equal chunks (larger ones first).
+
+    >>> chunk_tiles(10, 4), chunk_tiles(3, 8), chunk_tiles(0, 8)
+    ((3, 3, 2, 2), (1, 1, 1), (1,))
+    """
+    n_tiles = max(1, n_tiles)
+    count = max(1, min(chunks, n_tiles))
+    base, extra = divmod(n_tiles, count)
+    return tuple(base + 1 if i < extra else base for i in range(count))
+
+
+def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
+                        fill: int, gate: int, buffer: float) -> int:
+    """Cycles of a loop iteration's first section (see the module docstring): chunks of ``tiles``
+    data tiles and ``sizes`` bytes whose streams take ``loads`` cycles alone, ``per_tile`` compute
+    cycles per data tile, the ``fill`` after the ``gate``, and at most ``buffer`` bytes loaded
+    ahead of the compute."""
+    consumed: list[int] = []
+    memory = ahead = oldest = 0
+    compute = gate + fill
+    for i, (n, size, load) in enumerate(zip(tiles, sizes, loads, strict=True)):
+        while oldest < i and ahead + size > buffer:
+            memory = max(memory, consumed[oldest])
+            ahead -= sizes[oldest]
+            oldest += 1
+        started, memory = memory, memory + load
+        ahead += size
+        compute = max(compute, started) + n * per_tile
+        if memory > compute:
+            compute = memory + per_tile
+        consumed.append(compute)
+    return compute
+
+
+def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int) -> tuple[tuple[int, ...], list[int], list[int]]:
+    """Tiles, bytes and stream cycles of each chunk of ``plan`` (the engine's
+    :class:`~sn40l_sim.engine.kernel_costs.SectionCosts`: integer shares of each tier's bytes, each
+    tier streamed at the rate its slowest memory stage issues, within the tier's channel)."""
+    tiles = chunk_tiles(plan.n_tiles, chunks)
+    n = sum(tiles)
+    sizes, loads = [0] * len(tiles), [0] * len(tiles)
+    for tier in socket.memory:
+        total = plan.tier_bytes(tier)
+        worst = max((c for c, st in zip(plan.alloc.cycles, plan.stages, strict=True)
+                     if st.is_memory and st.resource == tier), default=0)
+        if not total or not worst:
+            continue
+        spec = socket.memory[tier]
+        channel = figures.memory_bytes_per_s(socket, tier) * spec.efficiency / socket.clock_hz
+        rate = min(total / n / worst, channel)
+        first = 0
+        for i, k in enumerate(tiles):
+            part = total * (first + k) // n - total * first // n
+            sizes[i] += part
+            loads[i] = max(loads[i], math.ceil(part / rate - 1e-9))
+            first += k
+    return tiles, sizes, loads
+
+
+def looped_iteration_cycles(socket: SocketSpec, plans: Sequence[SectionPlan], fill: int, gate: int,
+                            configs: Sequence[int] = (), chunks: int = CHUNKS_PER_SECTION) -> int:
+    """Cycles of one iteration of a looped kernel of sections ``plans`` (the engine's fill ``fill``
+    in every section), waiting ``gate`` cycles for the previous iteration's collectives, the
+    configuration loads left out. ``configs``: each section's configuration load when there are
+    several (each is loaded every iteration; the gate elapses while section 0's loads)."""
+    buffer = read_ahead_bytes(socket)
+    reload_first = configs[0] if len(plans) > 1 and configs else 0
+    total = 0
+    for index, plan in enumerate(plans):
+        tiles, sizes, loads = _chunks(socket, plan, chunks)
+        per_tile = plan.compute_cycles_per_tile
+        if index == 0:
+            total += stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, max(0, gate - reload_first), buffer)
+        else:
+            total += fill + sum(max(load, n * per_tile) for n, load in zip(tiles, loads, strict=True))
+    return total
