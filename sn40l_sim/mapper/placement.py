@@ -84,9 +84,9 @@ class PlacedKernel:
     chip_tiles: int = 0
     #: configuration bytes of each section (PCUs, PMUs and switches it uses)
     section_config_bytes: tuple[int, ...] = ()
-    #: cycles of one iteration of a looped call, its memory streams run ahead of its compute (per
-    #: section ``max(stream + last tile's compute, fill + compute chain)``, :mod:`.kernel`); its
-    #: configuration and the wait for the previous iteration's collectives excluded
+    #: cycles of one iteration of a looped call, its memory streams run ahead of its compute as far
+    #: as the read-ahead buffer allows (:func:`~sn40l_sim.mapper.read_ahead.looped_iteration_cycles`);
+    #: its configuration and the wait for the previous iteration's collectives excluded
     iteration_cycles: int = 0
     #: what bounds the kernel's data tiles (its slowest section's bound), its configuration aside:
     #: ``bounding_resource`` unless that is ``overhead``

@@ -16,6 +16,7 @@ from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.bounds import compute_bound_cycles, memory_bound_cycles
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, tiled_coords
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
+from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.stages import StageWork
 
 
@@ -42,12 +43,6 @@ class SectionPlan:
     def chain_cycles(self) -> int:
         """Fill and compute of the section once its data is in the PMUs."""
         return self.fill_cycles + self.n_tiles * self.compute_cycles_per_tile
-
-    def iteration_cycles(self, gate_cycles: int = 0) -> int:
-        """The section in an iteration of a looped call: its memory streams run ahead of its
-        compute into the PMUs, its last data tile computes after the stream ends, and its compute
-        chain waits ``gate_cycles`` for the previous iteration (:mod:`.kernel`)."""
-        return max(self.stream_cycles + self.compute_cycles_per_tile, self.chain_cycles + gate_cycles)
 
     def config_bytes(self, socket: SocketSpec) -> int:
         """Configuration bytes of this section's dataflow graph (units and switches it uses)."""
@@ -129,6 +124,6 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
         memory_cycles=memory_bound_cycles(socket, tier_bytes), bounding_resource=bound, cycles=plan.cycles,
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
         overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config,
-        iteration_cycles=sum(sec.iteration_cycles() for sec in plan.sections), tiles_bound=heaviest.bound,
+        iteration_cycles=looped_iteration_cycles(socket, plan.sections, plan.fill_cycles, 0, configs), tiles_bound=heaviest.bound,
         call_cycles=math.ceil(plan.objective[0]) if plan.objective[0] else plan.cycles, call_bound=bound)
 
