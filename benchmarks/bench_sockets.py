@@ -12,7 +12,9 @@ socket has 16, enough for ``hw_configs/sn40l_node16.yaml``)::
     host_link: {bytes_per_s: 64 GB/s, latency_s: 1 us}
     socket_overrides: {p2p: {ports: 64}}
 
-and points the experiment's ``hardware:`` at it with tensor parallelism over every socket
+(a 64-socket ring or 2-D torus has ``topology: {kind: ring}`` or ``{kind: torus2d}`` instead, where
+the collectives' transfers share links and go through the fluid network), and points the
+experiment's ``hardware:`` at it with tensor parallelism over every socket
 (``experiments/deepseek_tp16.yaml`` with ``tp: 64`` and ``attention_dp: 64``). Each case writes
 those two files to a temporary folder and runs ``python -m sn40l_sim run`` on them in a fresh
 process (imports, graph building, mapping, the engine's steps, serving, results and plot), timing
@@ -23,7 +25,7 @@ schedule and how many by the event loop.
 
 Run from the repository root::
 
-    python benchmarks/bench_sockets.py [--sockets 16 32 64]
+    python benchmarks/bench_sockets.py [--sockets 16 32 64] [--topology full_mesh ring torus2d]
 
 Numbers are printed, not asserted: the test suite has no timed assertions. :func:`goal_figures`
 returns the rows for ``benchmarks/run_all.py``.
@@ -45,14 +47,19 @@ EXPERIMENT = ROOT / "experiments" / "deepseek_tp16.yaml"
 SOCKET_FILE = ROOT / "hw_configs" / "sn40l.yaml"
 GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main command's scale)
 SOCKETS = (16, 32, 64)
+#: the node sizes and topologies of ``run_all.py``'s rows: full meshes of each size, then the
+#: 64-socket ring (about 45 CPU s; the 64-socket torus, about 5 minutes, is left to
+#: ``--topology torus2d``: its routes are not translations of one another, docs/architecture.md)
+CASES: tuple[tuple[int, str], ...] = tuple((p, "full_mesh") for p in SOCKETS) + ((64, "ring"),)
 
 
-def write_inputs(sockets: int, folder: Path) -> Path:
-    """The node file and the main experiment at ``sockets`` sockets; the experiment's path."""
+def write_inputs(sockets: int, folder: Path, topology: str = "full_mesh") -> Path:
+    """The node file and the main experiment at ``sockets`` sockets of ``topology``; the experiment's path."""
     import yaml
 
+    shape = {"kind": topology, "links_per_pair": 1}
     node = {"kind": "node", "name": f"SN40L-{sockets}", "socket": str(SOCKET_FILE), "sockets": sockets,
-            "topology": {"kind": "full_mesh", "links_per_pair": 1},
+            "topology": shape,
             "host_link": {"bytes_per_s": "64 GB/s", "latency_s": "1 us"},
             "socket_overrides": {"p2p": {"ports": max(16, sockets)}}}
     node_path = folder / f"sn40l_node{sockets}.yaml"
@@ -67,7 +74,7 @@ def write_inputs(sockets: int, folder: Path) -> Path:
     return exp_path
 
 
-def child(sockets: int) -> dict:
+def child(sockets: int, topology: str = "full_mesh") -> dict:
     """Run the experiment at ``sockets`` in this process; seconds overall and in collectives."""
     from sn40l_sim.commands.cli import main
     from sn40l_sim.engine import collectives
@@ -87,52 +94,59 @@ def child(sockets: int) -> dict:
 
     collectives.CollectiveModel._simulate = timed
     with tempfile.TemporaryDirectory() as tmp:
-        exp = write_inputs(sockets, Path(tmp))
+        exp = write_inputs(sockets, Path(tmp), topology)
         start, wall = time.process_time(), time.perf_counter()
         status = main(["run", str(exp), "--out", str(Path(tmp) / "out"), "--quiet"])
         cpu, wall = time.process_time() - start, time.perf_counter() - wall
-    return {"sockets": sockets, "status": status, "cpu_s": cpu, "wall_s": wall, "collectives_s": spent["s"],
-            "scheduled": spent["scheduled"], "simulated": spent["simulated"]}
+    return {"sockets": sockets, "topology": topology, "status": status, "cpu_s": cpu, "wall_s": wall,
+            "collectives_s": spent["s"], "scheduled": spent["scheduled"], "simulated": spent["simulated"]}
 
 
-def measure(sockets: int) -> dict:
+def measure(sockets: int, topology: str = "full_mesh") -> dict:
     """:func:`child` in a fresh interpreter with an empty disk cache of its own (nothing memoised
     from another case, another benchmark or an earlier run)."""
     with tempfile.TemporaryDirectory() as cache:
-        out = subprocess.run([sys.executable, __file__, "--child", str(sockets)], check=True, capture_output=True,
-                             text=True, cwd=ROOT, env=child_env(cache))
+        out = subprocess.run([sys.executable, __file__, "--child", str(sockets), "--topology", topology], check=True,
+                             capture_output=True, text=True, cwd=ROOT, env=child_env(cache))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def goal_figures(sockets: tuple[int, ...] = SOCKETS) -> list[tuple[str, object, str]]:
-    """Rows ``(what, figure, goal)`` for ``benchmarks/run_all.py``: CPU seconds of each node size's
-    run and of its collectives; the goal is on the largest node's run."""
+def _node(sockets: int, topology: str) -> str:
+    return f"{sockets}-socket node" if topology == "full_mesh" else f"{sockets}-socket {topology}"
+
+
+def goal_figures(cases: tuple[tuple[int, str], ...] = CASES) -> list[tuple[str, object, str]]:
+    """Rows ``(what, figure, goal)`` for ``benchmarks/run_all.py``: CPU seconds of each node's run
+    and of its collectives; the goal is on the 64-socket nodes' runs."""
     rows: list[tuple[str, object, str]] = []
-    for p in sockets:
-        r = measure(p)
-        rows.append((f"main experiment on a {p}-socket node, CPU s", round(r["cpu_s"], 2),
-                     f"<= {GOAL_S:.0f} s" if p == max(sockets) else "-"))
+    largest = max(p for p, _ in cases)
+    for p, topology in cases:
+        r = measure(p, topology)
+        rows.append((f"main experiment on a {_node(p, topology)}, CPU s", round(r["cpu_s"], 2),
+                     f"<= {GOAL_S:.0f} s" if p == largest else "-"))
         rows.append((f"  of which collectives ({r['scheduled']} scheduled, {r['simulated']} simulated), CPU s",
                      round(r["collectives_s"], 3), "-"))
     return rows
 
 
 def main() -> None:
-    """Print one row per node size."""
+    """Print one row per node size and topology."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sockets", type=int, nargs="+", default=list(SOCKETS))
+    parser.add_argument("--topology", nargs="+", default=["full_mesh"], choices=["full_mesh", "ring", "torus2d"])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.topology[0])))
         return
-    print(f"{'sockets':>7}  {'run CPU s':>9}  {'wall s':>7}  {'collectives s':>13}  "
+    print(f"{'sockets':>7}  {'topology':>9}  {'run CPU s':>9}  {'wall s':>7}  {'collectives s':>13}  "
           f"{'scheduled':>9}  {'simulated':>9}  goal")
-    for p in args.sockets:
-        r = measure(p)
-        goal = f"<= {GOAL_S:.0f} s" if p == max(args.sockets) else ""
-        print(f"{p:>7}  {r['cpu_s']:>9.1f}  {r['wall_s']:>7.1f}  {r['collectives_s']:>13.2f}  "
-              f"{r['scheduled']:>9}  {r['simulated']:>9}  {goal}", flush=True)
+    for topology in args.topology:
+        for p in args.sockets:
+            r = measure(p, topology)
+            goal = f"<= {GOAL_S:.0f} s" if p == max(args.sockets) else ""
+            print(f"{p:>7}  {topology:>9}  {r['cpu_s']:>9.1f}  {r['wall_s']:>7.1f}  {r['collectives_s']:>13.2f}  "
+                  f"{r['scheduled']:>9}  {r['simulated']:>9}  {goal}", flush=True)
 
 
 if __name__ == "__main__":

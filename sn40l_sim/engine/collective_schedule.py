@@ -48,6 +48,7 @@ import numpy as np
 
 from sn40l_sim.engine.fluid import lone_flow_cycles, lone_flow_cycles_array
 from sn40l_sim.engine.links import Link, LinkTable
+from sn40l_sim.engine.peer_order import peer_order, set_up_rank
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 
 
@@ -194,21 +195,19 @@ class Schedule:
         p = len(members)
         received = [0] * p
         for i in range(p):
-            for j in range(p):
-                if i != j:
-                    received[j] = max(received[j], self.send(members[i], members[j], sizes[i][j], 0))
+            for j in peer_order(i, p):
+                received[j] = max(received[j], self.send(members[i], members[j], sizes[i][j], 0))
         if then is not None:
             for j in range(p):
-                for k in range(p):
-                    if k != j:
-                        self.send(members[j], members[k], then[j][k], received[j])
+                for k in peer_order(j, p):
+                    self.send(members[j], members[k], then[j][k], received[j])
 
     def _direct_arrays(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None) -> bool:
         """:meth:`direct` as array arithmetic when every pair of members has a link of its own and
         each socket has one DMA engine (the full mesh of an SN40L node); False if not.
 
-        A sender's transfers of a round are set up in order, one ``setup`` apart: the ``m``-th one
-        with bytes starts streaming at ``(m + 1) * setup + head``. The second round's queue starts
+        A sender's transfers of a round are set up in turn (:func:`.peer_order.peer_order`), one
+        ``setup`` apart: the ``m``-th one with bytes starts streaming at ``(m + 1) * setup + head``. The second round's queue starts
         when the member has received everything and its first round's set-ups are done. Each link
         carries only its pair's two transfers, which must not overlap.
         """
@@ -232,13 +231,16 @@ class Schedule:
         head, rate = self._pair[key]
         setup = self.setup_cycles
         off_diagonal = ~np.eye(p, dtype=bool)
+        rank = set_up_rank(p)
+        by_rank = np.argsort(rank, axis=1)       # row i: its members in set-up order (i itself first)
         rounds = [np.asarray(sizes, dtype=np.int64)] + ([np.asarray(then, dtype=np.int64)] if then is not None else [])
         queued = np.zeros(p, dtype=np.int64)     # when each member's set-ups of earlier rounds are done
         ready = np.zeros(p, dtype=np.int64)      # when each member may start this round
         intervals = []
         for n_bytes in rounds:
             sends = (n_bytes > 0) & off_diagonal
-            order = np.cumsum(sends, axis=1)     # 1 for a member's first transfer with bytes, ...
+            # 1 for a member's first transfer with bytes, ... (counted in set-up order)
+            order = np.take_along_axis(np.cumsum(np.take_along_axis(sends, by_rank, axis=1), axis=1), rank, axis=1)
             begin = np.maximum(ready, queued)[:, None] if setup else ready[:, None]
             start = begin + order * setup + head
             cycles, known = lone_flow_cycles_array(n_bytes, rate)
@@ -246,7 +248,7 @@ class Schedule:
                 self.exact = False
             finish = np.where(sends, start + cycles, ready[:, None])
             intervals.append((sends, start, finish))
-            queued = begin[:, 0] + order[:, -1] * setup
+            queued = begin[:, 0] + sends.sum(axis=1) * setup
             ready = finish.max(axis=0)           # a receiver has everything of this round
             self.transfers += int(sends.sum())
             self.link_bytes += int(n_bytes[sends].sum())

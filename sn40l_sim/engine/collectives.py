@@ -16,7 +16,9 @@ Algorithms (``S`` = :attr:`Collective.bytes`, ``p`` = group, chunks are ``S/p`` 
   (reduce-scatter then all-gather), all-gather and reduce-scatter ``p-1``; all-to-all forwards
   ``p-k`` per-destination blocks at step ``k`` (store and forward).
 - ``direct``: every member sends to every other member at once (all-reduce: a direct
-  reduce-scatter, then, once a member holds its reduced chunk, a direct all-gather of it).
+  reduce-scatter, then, once a member holds its reduced chunk, a direct all-gather of it); member
+  ``i`` sets up its messages to ``i+1, i+2, ...`` (mod ``p``) in turn, the pairwise exchange that
+  avoids an incast (:mod:`.peer_order`).
 - ``tree``: recursive doubling (halving for reduce-scatter) when the group is a power of two:
   ``log2(p)`` rounds, in round ``r`` each member exchanging with the member ``2^r`` away the
   whole vector (all-reduce), what it has gathered so far (all-gather) or half of what is left
@@ -61,6 +63,7 @@ from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.links import LinkTable, shared_entry
+from sn40l_sim.engine.peer_order import peer_order
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles
@@ -164,20 +167,20 @@ class _Run:
 
     def direct(self, members: list[int], sizes: list[list[int]],
                then: list[list[int]] | None = None) -> None:
-        """Member ``i`` sends ``sizes[i][j]`` to member ``j`` (all at once); with ``then``, each
-        member sends ``then[j][k]`` to every ``k`` once all its incoming bytes have arrived."""
+        """Member ``i`` sends ``sizes[i][j]`` to member ``j`` (all at once, set up in
+        :func:`~sn40l_sim.engine.peer_order.peer_order`); with ``then``, each member sends
+        ``then[j][k]`` to every ``k`` once all its incoming bytes have arrived."""
         p = len(members)
         received = [[] for _ in range(p)]
 
         def round_two(j: int):
             yield self.env.all_of(received[j])
             yield self.env.all_of([self.env.process(self.send(members[j], members[k], then[j][k]))
-                                   for k in range(p) if k != j])
+                                   for k in peer_order(j, p)])
 
         for i in range(p):
-            for j in range(p):
-                if i != j:
-                    received[j].append(self.env.process(self.send(members[i], members[j], sizes[i][j])))
+            for j in peer_order(i, p):   # shifted, not ascending: no incast (peer_order.py)
+                received[j].append(self.env.process(self.send(members[i], members[j], sizes[i][j])))
         if then is not None:
             for j in range(p):
                 self.env.process(round_two(j))
