@@ -48,9 +48,8 @@ SOCKET_FILE = ROOT / "hw_configs" / "sn40l.yaml"
 GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main command's scale)
 SOCKETS = (16, 32, 64)
 #: the node sizes and topologies of ``run_all.py``'s rows: full meshes of each size, then the
-#: 64-socket ring (about 45 CPU s; the 64-socket torus, about 5 minutes, is left to
-#: ``--topology torus2d``: its routes are not translations of one another, docs/architecture.md)
-CASES: tuple[tuple[int, str], ...] = tuple((p, "full_mesh") for p in SOCKETS) + ((64, "ring"),)
+#: 64-socket ring and 2-D torus (about 8 and 9 CPU s, their collectives' flows in the fluid network)
+CASES: tuple[tuple[int, str], ...] = tuple((p, "full_mesh") for p in SOCKETS) + ((64, "ring"), (64, "torus2d"))
 
 
 def write_inputs(sockets: int, folder: Path, topology: str = "full_mesh") -> Path:

@@ -192,14 +192,14 @@ class Schedule:
         the first round's set-ups are all queued before any of the second's)."""
         if self._direct_arrays(members, sizes, then):
             return
-        p = len(members)
+        p, dims = len(members), self.table.member_dims(members)
         received = [0] * p
         for i in range(p):
-            for j in peer_order(i, p):
+            for j in peer_order(i, p, dims):
                 received[j] = max(received[j], self.send(members[i], members[j], sizes[i][j], 0))
         if then is not None:
             for j in range(p):
-                for k in peer_order(j, p):
+                for k in peer_order(j, p, dims):
                     self.send(members[j], members[k], then[j][k], received[j])
 
     def _direct_arrays(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None) -> bool:
@@ -231,7 +231,7 @@ class Schedule:
         head, rate = self._pair[key]
         setup = self.setup_cycles
         off_diagonal = ~np.eye(p, dtype=bool)
-        rank = set_up_rank(p)
+        rank = set_up_rank(p, self.table.member_dims(members))
         by_rank = np.argsort(rank, axis=1)       # row i: its members in set-up order (i itself first)
         rounds = [np.asarray(sizes, dtype=np.int64)] + ([np.asarray(then, dtype=np.int64)] if then is not None else [])
         queued = np.zeros(p, dtype=np.int64)     # when each member's set-ups of earlier rounds are done

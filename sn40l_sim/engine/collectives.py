@@ -170,16 +170,16 @@ class _Run:
         """Member ``i`` sends ``sizes[i][j]`` to member ``j`` (all at once, set up in
         :func:`~sn40l_sim.engine.peer_order.peer_order`); with ``then``, each member sends
         ``then[j][k]`` to every ``k`` once all its incoming bytes have arrived."""
-        p = len(members)
+        p, dims = len(members), self.table.member_dims(members)
         received = [[] for _ in range(p)]
 
         def round_two(j: int):
             yield self.env.all_of(received[j])
             yield self.env.all_of([self.env.process(self.send(members[j], members[k], then[j][k]))
-                                   for k in peer_order(j, p)])
+                                   for k in peer_order(j, p, dims)])
 
         for i in range(p):
-            for j in peer_order(i, p):   # shifted, not ascending: no incast (peer_order.py)
+            for j in peer_order(i, p, dims):   # shifted, not ascending: no incast (peer_order.py)
                 received[j].append(self.env.process(self.send(members[i], members[j], sizes[i][j])))
         if then is not None:
             for j in range(p):

@@ -4,8 +4,10 @@ Each undirected P2P connection of the node topology (from
 :func:`sn40l_sim.hardware.topology.p2p_links`) becomes two directed links, one per direction, each
 a :class:`~sn40l_sim.engine.fluid.Channel` of ``bytes_per_s x p2p_efficiency / clock_hz`` bytes
 per cycle (all parallel ports of a pair striped together). Sockets that are not neighbours talk
-over the shortest path in hops; ties break towards lower socket numbers, so routes are
-deterministic.
+over the shortest path in hops. On a ring, a torus or a hypercube (a table with ``dims``) that is
+dimension-order routing (:func:`sn40l_sim.hardware.topology.dimension_order_path`), whose routes
+are translations of each other; otherwise a breadth-first path whose ties break towards lower
+socket numbers. Either way routes are deterministic.
 
 Examples
 --------
@@ -26,7 +28,7 @@ from typing import TypeVar
 
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.spec import NodeSpec
-from sn40l_sim.hardware.topology import p2p_links
+from sn40l_sim.hardware.topology import dimension_order_path, lattice_dims, p2p_links
 
 Link = tuple[int, int]
 _V = TypeVar("_V")
@@ -72,11 +74,15 @@ class LinkTable:
         RDU clock, to express bandwidths in bytes per cycle.
     efficiency : float
         Achievable fraction of each link's bandwidth (calibrated ``p2p_efficiency``).
+    dims : tuple of int, optional
+        The ring dimensions the links form (:func:`~sn40l_sim.hardware.topology.lattice_dims`),
+        to route in dimension order; None routes breadth first.
     """
 
     def __init__(self, sockets: int, links: Iterable[tuple[int, int, float, float]],
-                 clock_hz: float, efficiency: float = 1.0) -> None:
+                 clock_hz: float, efficiency: float = 1.0, dims: tuple[int, ...] | None = None) -> None:
         self.sockets = sockets
+        self.dims = dims
         self.clock_hz = clock_hz
         self.bytes_per_cycle: dict[Link, float] = {}
         self._latency_s: dict[Link, float] = {}
@@ -88,17 +94,17 @@ class LinkTable:
                 near.setdefault(u, set()).add(v)
         # neighbours in ascending order make breadth-first routes deterministic
         self._near: dict[int, tuple[int, ...]] = {s: tuple(sorted(near[s])) for s in sorted(near)}
-        # a route depends on the neighbours alone
-        self._routes = shared_entry(_routes, tuple(self._near.items()), dict, _SHARED_TOPOLOGIES)
+        # a route depends on the neighbours and the routing alone
+        self._routes = shared_entry(_routes, (dims, tuple(self._near.items())), dict, _SHARED_TOPOLOGIES)
         #: everything a collective's cost depends on, for memos shared between equal tables
-        self.signature = (sockets, clock_hz, tuple(sorted((link, bw, self._latency_s[link])
+        self.signature = (sockets, clock_hz, dims, tuple(sorted((link, bw, self._latency_s[link])
                                                           for link, bw in self.bytes_per_cycle.items())))
 
     @classmethod
     def from_node(cls, node: NodeSpec) -> LinkTable:
         """The links of a :class:`~sn40l_sim.hardware.spec.NodeSpec` (via the hardware topology)."""
         return cls(node.sockets, p2p_links(node), node.socket.clock_hz,
-                   node.socket.calibrated.p2p_efficiency)
+                   node.socket.calibrated.p2p_efficiency, lattice_dims(node.sockets, node.topology.kind))
 
     def route(self, a: int, b: int) -> tuple[Link, ...]:
         """Directed links from socket ``a`` to socket ``b`` (empty for ``a == b``)."""
@@ -110,11 +116,20 @@ class LinkTable:
     def _route(self, a: int, b: int) -> tuple[Link, ...]:
         if a == b:
             return ()
-        hops = shortest_path(self._near, a, b)
+        if self.dims is not None:
+            hops: list[int] | None = dimension_order_path(self.dims, a, b)
+        else:
+            hops = shortest_path(self._near, a, b)
         if hops is None:
             raise InfeasibleError(f"no P2P path from socket {a} to socket {b} in the node topology",
                                   field="topology")
         return tuple(zip(hops[:-1], hops[1:], strict=True))
+
+    def member_dims(self, members: list[int]) -> tuple[int, ...] | None:
+        """The ring dimensions a collective over ``members`` may shift in
+        (:func:`~sn40l_sim.engine.peer_order.peer_order`): the table's, when the members are all its
+        sockets in order; else None."""
+        return self.dims if members == list(range(self.sockets)) else None
 
     def has_link(self, a: int, b: int) -> bool:
         """Whether sockets ``a`` and ``b`` are neighbours."""

@@ -86,6 +86,67 @@ def socket_pairs(sockets: int, kind: str) -> list[tuple[int, int]]:
     return sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})
 
 
+def lattice_dims(sockets: int, kind: str) -> tuple[int, ...] | None:
+    """The ring dimensions of a topology, least significant digit of the socket number first, or
+    None for a topology that is not a torus of rings (the full mesh).
+
+    Socket ``s`` sits at the mixed-radix digits of ``s`` in these dimensions: a ring of ``p`` is
+    ``(p,)``, a ``rows x cols`` torus ``(cols, rows)`` (socket ``r * cols + c``), a hypercube of
+    ``2**d`` a torus of ``d`` dimensions of two (bit ``k`` is coordinate ``k``). Dimensions of one
+    are left out. Routes follow the dimensions in this order (:func:`dimension_order_path`).
+
+    >>> lattice_dims(8, "ring"), lattice_dims(8, "torus2d"), lattice_dims(8, "hypercube")
+    ((8,), (4, 2), (2, 2, 2))
+    >>> lattice_dims(7, "torus2d"), lattice_dims(16, "full_mesh")
+    ((7,), None)
+    """
+    if kind == "ring":
+        dims: tuple[int, ...] = (sockets,)
+    elif kind == "torus2d":
+        rows, cols = torus_dims(sockets)
+        dims = (cols, rows)
+    elif kind == "hypercube":
+        socket_pairs(sockets, kind)   # the power-of-two check
+        dims = (2,) * (sockets.bit_length() - 1)
+    else:
+        return None
+    return tuple(d for d in dims if d > 1)
+
+
+def dimension_order_path(dims: tuple[int, ...], source: int, target: int) -> list[int]:
+    """Sockets from ``source`` to ``target`` on the torus of rings ``dims`` (:func:`lattice_dims`),
+    by dimension-order routing.
+
+    The route corrects one coordinate after the other, in the order of ``dims`` (columns, then
+    rows, of a 2-D torus), each the shortest way round its ring and, when both ways are equally
+    long (the opposite socket of an even ring), towards increasing coordinates. This is the
+    standard deterministic routing of tori and hypercubes (Dally and Towles, "Principles and
+    Practices of Interconnection Networks", 2004, section 8.4, dimension-order routing; e-cube
+    routing on hypercubes; the tori of Blue Gene and TPU pods route this way). Its routes are
+    translation-invariant: the route from ``a + x`` to ``b + x`` (coordinate-wise) is the route
+    from ``a`` to ``b`` moved by ``x``, so a collective whose members all do the same relative
+    transfers loads every link alike.
+
+    >>> dimension_order_path((4,), 0, 2), dimension_order_path((4,), 3, 1), dimension_order_path((4,), 1, 0)
+    ([0, 1, 2], [3, 0, 1], [1, 0])
+    >>> dimension_order_path((4, 2), 1, 7)   # columns first (1 -> 3), then rows (3 -> 7)
+    [1, 2, 3, 7]
+    """
+    path = [source]
+    here, place = source, 1
+    for size in dims:
+        digit = (here // place) % size
+        offset = ((target // place) % size - digit) % size
+        step = 1 if offset <= size // 2 else -1   # the shorter way round; a tie goes up
+        for _ in range(offset if step == 1 else size - offset):
+            nxt = (digit + step) % size
+            here += (nxt - digit) * place
+            digit = nxt
+            path.append(here)
+        place *= size
+    return path
+
+
 def ports_needed(sockets: int, kind: str, links_per_pair: int) -> int:
     """P2P ports the busiest socket needs for this topology.
 

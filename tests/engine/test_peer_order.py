@@ -67,7 +67,7 @@ def test_ascending_order_would_give_other_cycles_on_unequal_links(monkeypatch):
                           for a, b in itertools.combinations(range(p), 2)], CLOCK, 0.61)
     coll = Collective("all_reduce", 1_000_003, p)
     shifted = CollectiveModel(links, 1.9e-6, schedule=False).simulate(coll, "direct").cycles
-    monkeypatch.setattr(collectives, "peer_order", lambda i, n: [j for j in range(n) if j != i])
+    monkeypatch.setattr(collectives, "peer_order", lambda i, n, dims=None: [j for j in range(n) if j != i])
     collectives._shared.clear()
     ascending = CollectiveModel(links, 1.9e-6, schedule=False).simulate(coll, "direct").cycles
     collectives._shared.clear()
