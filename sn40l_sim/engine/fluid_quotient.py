@@ -26,17 +26,19 @@ the full network. ``tests/engine/test_fluid_quotient.py`` compares the two on a 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 import simpy
 
 from sn40l_sim.engine.fluid import FluidNetwork
-from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.engine.links import LinkTable, shared_entry
 from sn40l_sim.engine.peer_order import peer_order, translations
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 
-#: per table signature: member 0's routes as orbit representatives, or None when not symmetric
-_ROUTES: dict[tuple, tuple[dict[int, tuple[tuple[int, int], ...]], np.ndarray] | None] = {}
+#: per table signature (the most recent few): member 0's routes as orbit representatives, or None
+_ROUTES: OrderedDict[tuple, tuple[dict[int, tuple[tuple[int, int], ...]], np.ndarray] | None] = OrderedDict()
+_TABLES = 8
 
 
 def symmetric_routes(table: LinkTable) -> tuple[dict[int, tuple[tuple[int, int], ...]], np.ndarray] | None:
@@ -44,10 +46,7 @@ def symmetric_routes(table: LinkTable) -> tuple[dict[int, tuple[tuple[int, int],
     the translation table ``T[x, k]`` (``x + k`` in the lattice); None unless the table has lattice
     dimensions over all its sockets and its routes, link rates and route latencies are invariant
     under every translation."""
-    key = table.signature
-    if key not in _ROUTES:
-        _ROUTES[key] = _check(table)
-    return _ROUTES[key]
+    return shared_entry(_ROUTES, table.signature, lambda: _check(table), _TABLES)
 
 
 def _check(table: LinkTable) -> tuple[dict[int, tuple[tuple[int, int], ...]], np.ndarray] | None:
