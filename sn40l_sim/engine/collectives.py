@@ -62,6 +62,7 @@ from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.fluid import FluidNetwork
+from sn40l_sim.engine.fluid_quotient import direct_quotient
 from sn40l_sim.engine.links import LinkTable, shared_entry
 from sn40l_sim.engine.peer_order import peer_order
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -223,6 +224,9 @@ class CollectiveModel:
     schedule : bool
         Time collectives whose links are never shared without the event loop (same cycles);
         ``False`` always simulates (for tests that compare the two).
+    quotient : bool
+        Simulate a translation-symmetric direct collective on member 0's flows alone
+        (:mod:`.fluid_quotient`, same cycles); ``False`` always simulates every member.
 
     Attributes
     ----------
@@ -232,7 +236,8 @@ class CollectiveModel:
     """
 
     def __init__(self, table: LinkTable, setup_s: float, algorithm: str = "auto", *, sync_latency_s: float = 0.0,
-                 dma_engines: int = 1, boundary: BoundaryModel | None = None, schedule: bool = True) -> None:
+                 dma_engines: int = 1, boundary: BoundaryModel | None = None, schedule: bool = True,
+                 quotient: bool = True) -> None:
         if algorithm not in ("auto",) + ALGORITHMS:
             raise InputError(f"unknown collective algorithm {algorithm!r}; expected auto, ring, direct or tree",
                              field="collective_algorithm")
@@ -243,10 +248,11 @@ class CollectiveModel:
         self.algorithm = algorithm
         self.boundary = boundary
         self.schedule = schedule
+        self.quotient = quotient
         self.scheduled = 0
         self.simulated = 0
         self._memo, self._floors, self._pairs, self._durations = _shared_memo(
-            (table.signature, setup_s, sync_latency_s, dma_engines, schedule))
+            (table.signature, setup_s, sync_latency_s, dma_engines, schedule, quotient))
 
     @classmethod
     def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:
@@ -319,6 +325,12 @@ class CollectiveModel:
                 self.scheduled += 1
                 return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
         self.simulated += 1
+        if self.quotient and algorithm == "direct":
+            sizes, then = _direct_sizes(kind, split_bytes(n_bytes, group), n_bytes, group)
+            timed = direct_quotient(self.table, ceil_cycles(self.setup_s * self.table.clock_hz), self.sync_latency_s,
+                                    self.dma_engines, list(range(group)), sizes, then)
+            if timed is not None:
+                return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
         run = _Run(self.table, self.setup_s, self.sync_latency_s, self.dma_engines)
         self._issue(run, kind, n_bytes, group, algorithm)
         run.env.run()

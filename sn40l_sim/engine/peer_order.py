@@ -56,6 +56,16 @@ def peer_order(i: int, p: int, dims: tuple[int, ...] | None = None) -> list[int]
     return _shifted(p, dims)[i, 1:].tolist()
 
 
+def translations(p: int, dims: tuple[int, ...] | None = None) -> np.ndarray:
+    """``T[x, k]``: member ``x`` moved by ``k`` (digit by digit in the torus ``dims``, else modulo
+    ``p``); row ``x`` is ``x`` followed by :func:`peer_order` ``(x, p, dims)``.
+
+    >>> translations(4).tolist()[1]
+    [1, 2, 3, 0]
+    """
+    return _shifted(p, dims)
+
+
 def set_up_rank(p: int, dims: tuple[int, ...] | None = None) -> np.ndarray:
     """``rank[i, j]``: the place (1 .. p-1) of member ``j`` in :func:`peer_order` ``(i, p, dims)``
     (0 on the diagonal)."""
