@@ -32,20 +32,25 @@ Examples
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 
+@functools.lru_cache(maxsize=64)
 def _shifted(p: int, dims: tuple[int, ...] | None) -> np.ndarray:
     """``dest[i, k]``: member ``i``'s ``k``-th destination, ``k = 0 .. p-1`` (0 is itself): ``i``
     plus ``k`` digit by digit in the torus ``dims``, or modulo ``p`` when ``dims`` is None or is
-    not a torus of exactly ``p`` members."""
+    not a torus of exactly ``p`` members. Memoised (read-only): the schedule asks for every
+    member's order of every member, a ``p x p`` table each time."""
     if dims is None or math.prod(dims) != p:
         dims = (p,)
     sizes, places = np.array(dims), np.cumprod((1, *dims[:-1]))
     digits = (np.arange(p)[:, None] // places[None, :]) % sizes[None, :]
-    return ((digits[:, None, :] + digits[None, :, :]) % sizes) @ places
+    dest = ((digits[:, None, :] + digits[None, :, :]) % sizes) @ places
+    dest.flags.writeable = False
+    return dest
 
 
 def peer_order(i: int, p: int, dims: tuple[int, ...] | None = None) -> list[int]:
