@@ -18,7 +18,10 @@ and for the kernel (``sections`` configurations in sequence; the first is loaded
 
     cycles  = sum of the sections' configuration loads + sections x (fill + n_tiles x C)
 
-with ``fill`` and ``C`` the per-section means (rounded up) when there are several sections.
+with ``fill`` and ``C`` the per-section means (the fill rounded up) when there are several sections,
+and the streaming ``sections x n_tiles x C`` rounded up to whole cycles: ``C`` is a compute stage's
+(or the mesh's) whole cycles per data tile, or a memory stream's share, unrounded, since an off-chip
+stream does not pause at data-tile boundaries (:attr:`~sn40l_sim.mapper.stages.StageWork.paced_cycles`).
 Collectives stay on the kernel for the engine, which times them; but a call's overlapped ones
 (``overlapped=True``) start once its first data tile has left the pipeline and run one after the
 other on the links (:mod:`sn40l_sim.engine.kernel_process`), and the call ends when they have. So a
@@ -60,7 +63,7 @@ Examples
 >>> pk = map_kernel(socket, example_decode_kernel(kv_len=65536))
 >>> pk.sections, pk.chip_tiles   # a lone call: four tiles' configuration would cost more than it saves
 (1, 1)
->>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + pk.n_tiles * pk.cycles_per_tile
+>>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + math.ceil(pk.n_tiles * pk.cycles_per_tile)
 True
 """
 from __future__ import annotations
@@ -71,6 +74,7 @@ from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
@@ -152,10 +156,11 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
         plans.append(plan)
     n = len(plans)
     fill = math.ceil(sum(p.fill_cycles for p in plans) / n)
-    cpt = math.ceil(sum(p.cycles_per_tile for p in plans) / n)
+    # a memory stream's share of a data tile is not rounded (it does not pause at tile boundaries)
+    cpt = sum(p.cycles_per_tile for p in plans) / n
     # each section's configuration is loaded before it streams (the first one by the kernel call)
     configs = [figures.config_cycles(socket, p.config_bytes(socket)) for p in plans]
-    cycles = sum(configs) + n * (fill + n_tiles * cpt)
+    cycles = sum(configs) + n * fill + ceil_cycles(n * n_tiles * cpt)
     # one section stays loaded over consecutive calls; several replace each other every call
     reload = configs[0] / loop.iterations if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)

@@ -27,7 +27,9 @@ class StagePlacement:
     tiles: tuple[int, ...]
     #: mesh coordinates (tile, row, col) of the stage's PCUs, for plots
     coords: tuple[tuple[int, int, int], ...]
-    cycles_per_tile: int
+    #: whole cycles per data tile, but a memory stage's: its stream's share, unrounded (an
+    #: off-chip stream does not pause at data-tile boundaries)
+    cycles_per_tile: float
     bound: Resource
     #: mesh coordinates (tile, row, col) of the stage's PMUs, for plots
     pmu_coords: tuple[tuple[int, int, int], ...] = ()
@@ -61,7 +63,8 @@ class PlacedKernel:
     sections: int
     reconfig_cycles: int
     n_tiles: int
-    cycles_per_tile: int
+    #: the slowest stage per data tile (a memory stream's unrounded share when it is the slowest)
+    cycles_per_tile: float
     fill_cycles: int
     #: bytes this socket moves to and from each memory tier of the socket (every tier, in the
     #: socket's order, zeros included) and over the tile meshes, over the whole kernel

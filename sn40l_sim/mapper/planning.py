@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
@@ -26,6 +27,7 @@ from sn40l_sim.mapper.stages import (
     Stream,
     TierSplit,
     clear_tiling_memo,
+    paced_cycles,
     section_stages,
     some_stages,
 )
@@ -148,15 +150,17 @@ def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int,
     routed = route_streams(socket, stages, cells, streams)
     # a split K's partial sums cross the mesh to a partner two cells away, at least
     mesh = mesh_cycles_per_tile(socket, routed, n_tiles, chip_tiles, extra_byte_hops=2 * alloc.reduction_mesh_bytes)
-    slowest = max(range(len(stages)), key=lambda i: (alloc.cycles[i], -i))
-    cpt, bound = alloc.cycles[slowest], alloc.bounds[slowest]
+    # memory streams at their unrounded pace, compute stages at their whole cycles per data tile
+    paced = [paced_cycles(s, c) for s, c in zip(stages, alloc.cycles, strict=True)]
+    slowest = max(range(len(stages)), key=lambda i: (paced[i], -i))
+    cpt, bound = paced[slowest], alloc.bounds[slowest]
     if mesh > cpt:
         cpt, bound = mesh, "mesh"
     chain = sum(handover_cycles(socket, r) for r in routed
                 if not stages[r.src].is_memory and not stages[r.dst].is_memory)
     memory = max([s.latency_cycles for s in stages if s.is_memory]
                  + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = max(0, sum(alloc.cycles) + alloc.latency_cycles + chain + memory - cpt)
+    fill = ceil_cycles(max(0.0, sum(paced) + alloc.latency_cycles + chain + memory - cpt))
     compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
     stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
     return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)

@@ -17,7 +17,7 @@ from sn40l_sim.mapper.bounds import compute_bound_cycles, memory_bound_cycles
 from sn40l_sim.mapper.layout import RoutedStream, StageCells, tiled_coords
 from sn40l_sim.mapper.placement import PlacedKernel, StagePlacement
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
-from sn40l_sim.mapper.stages import StageWork
+from sn40l_sim.mapper.stages import StageWork, paced_cycles
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,9 @@ class SectionPlan:
     cells: list[StageCells]
     streams: list[RoutedStream]
     mesh_cycles_per_tile: int
-    cycles_per_tile: int
+    #: the slowest stage or stream per data tile: whole cycles for a compute stage or the mesh, a
+    #: memory stream's unrounded share (:attr:`~sn40l_sim.mapper.stages.StageWork.paced_cycles`)
+    cycles_per_tile: float
     fill_cycles: int
     bound: str
     #: the slowest compute stage (or the mesh) per data tile, memory stages left out
@@ -61,7 +63,8 @@ class KernelPlan:
     chip_tiles: int
     sections: list[SectionPlan]
     fill_cycles: int
-    cycles_per_tile: int
+    #: the sections' mean slowest stage per data tile (a memory stream's unrounded)
+    cycles_per_tile: float
     cycles: int
     #: what the choice minimises: ``(cycles, 0)`` (plus what overlapped collectives outlast of it),
     #: or for a looped kernel (time per iteration, compute chain) (see :mod:`.kernel`)
@@ -89,7 +92,7 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
             buffers += per_tile_buffer
             stages.append(StagePlacement(
                 operator=stage.name, kind=stage.kind, pcus=q * t, pmus=r * t, tiles=tiles,
-                coords=tiled_coords(socket, cells.pcus, t), cycles_per_tile=cyc,
+                coords=tiled_coords(socket, cells.pcus, t), cycles_per_tile=paced_cycles(stage, cyc),
                 bound=bound, pmu_coords=tiled_coords(socket, cells.pmus, t),
                 section=index, buffer_bytes_per_tile=per_tile_buffer,
                 dataflow=stage.tiling.dataflow if stage.tiling else "",

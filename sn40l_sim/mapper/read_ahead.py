@@ -113,8 +113,8 @@ def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int) -> tuple[tuple[i
     sizes, loads = [0] * len(tiles), [0] * len(tiles)
     for tier in socket.memory:
         total = plan.tier_bytes(tier)
-        worst = max((c for c, st in zip(plan.alloc.cycles, plan.stages, strict=True)
-                     if st.is_memory and st.resource == tier), default=0)
+        # the memory stage's unrounded stream per data tile, as the engine caps the stream
+        worst = max((st.paced_cycles for st in plan.stages if st.is_memory and st.resource == tier), default=0)
         if not total or not worst:
             continue
         spec = socket.memory[tier]

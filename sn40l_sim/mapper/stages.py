@@ -125,7 +125,9 @@ class StageWork:
     Compute stages have a work ``model`` of ``pieces`` pieces per data tile that the allocator
     divides over the stage's PCUs (:mod:`~sn40l_sim.mapper.division`; ``work_cycles`` is that work
     on one PCU with no rounding, a lower bound); memory stages have ``fixed_cycles`` (their tier's
-    bandwidth, whatever the allocation). SRAM traffic is what the stage's PMUs serve per data tile.
+    bandwidth, whatever the allocation, rounded up to whole cycles per data tile for the allocator's
+    targets) and ``paced_cycles``, the same unrounded. SRAM traffic is what the stage's PMUs serve
+    per data tile.
     """
 
     name: str
@@ -145,6 +147,11 @@ class StageWork:
     #: cycles of the whole section's stream, latency excluded, before it is spread over the data
     #: tiles (memory stages only; the same at every tiling)
     stream_cycles: int = 0
+    #: ``stream_cycles`` per data tile, unrounded (memory stages only): an off-chip stream does not
+    #: pause at data-tile boundaries (the AGCUs keep bursts in flight across them), so a section its
+    #: stream bounds takes ``stream_cycles``, not ``n_tiles x fixed_cycles``; at fine tilings the
+    #: rounding was up to a third of a tile (DeepSeek-R1's decode FFN: 2.80 cycles charged 3)
+    paced_cycles: float = 0.0
     tiling: OpTiling | None = None
     model: StageModel | None = None
     #: pieces of the operator per data tile, on average
@@ -184,7 +191,14 @@ def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chi
     return built(StageWork, name=tier, kind="memory", resource=tier, work_cycles=0.0, parallelism=0, buffer_bytes=0,
                  sram_read_bytes=0, sram_write_bytes=0, sram_addresses=0,
                  fixed_cycles=math.ceil((total - latency) / n_tiles), latency_cycles=latency, tier_bytes=n_bytes,
-                 stream_cycles=total - latency, tiling=None, model=None, pieces=0.0)
+                 stream_cycles=total - latency, paced_cycles=(total - latency) / n_tiles, tiling=None, model=None,
+                 pieces=0.0)
+
+
+def paced_cycles(stage: StageWork, allocated: int) -> float:
+    """Cycles per data tile of ``stage`` as the pipeline runs it: a memory stage's stream share,
+    unrounded (:attr:`StageWork.paced_cycles`), any other stage's ``allocated`` whole cycles."""
+    return stage.paced_cycles if stage.is_memory else allocated
 
 
 def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
@@ -202,7 +216,7 @@ def compute_stage(tiling: OpTiling, n_tiles: int) -> StageWork:
                  sram_read_bytes=math.ceil(reads * per_tile),
                  sram_write_bytes=math.ceil(writes * per_tile),
                  sram_addresses=math.ceil(tiling.addresses * per_tile), fixed_cycles=0, latency_cycles=0,
-                 tier_bytes=0, stream_cycles=0, tiling=tiling, model=tiling.work, pieces=per_tile)
+                 tier_bytes=0, stream_cycles=0, paced_cycles=0.0, tiling=tiling, model=tiling.work, pieces=per_tile)
 
 
 #: compute stages by (the tiling's identity, data tiles): a tiling's stage is asked for by the part

@@ -129,9 +129,10 @@ class SectionFloor(NamedTuple):
 
     #: each compute stage's floor
     stages: tuple[StageFloor, ...]
-    #: the memory stages' cycles per data tile, together and the slowest
-    memory_cycles: int
-    memory_slowest: int
+    #: the memory stages' cycles per data tile (their streams' shares, unrounded), together and the
+    #: slowest
+    memory_cycles: float
+    memory_slowest: float
     #: the slowest compute stage's floor (its own, or the section's PCU work over every PCU)
     compute: float
     #: the fill's fixed part: memory latency, hand-overs, the stages' fills and drains
@@ -176,7 +177,7 @@ def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequ
     c = socket.configuration
     fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes
                           + figures.switches_per_tile(socket) * c.switch_bytes)
-    return SectionFloor(floors, sum(s.fixed_cycles for s in memory), max([s.fixed_cycles for s in memory] + [0]),
+    return SectionFloor(floors, sum(s.paced_cycles for s in memory), max([s.paced_cycles for s in memory] + [0.0]),
                         compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
 
 
@@ -232,7 +233,9 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
             gate = (gate_cycles if len(sections) == 1 else max(0, gate_cycles - configs[0])) if index == 0 else 0
             total += max(stream, gate + chain)
         else:
-            slowest = max(alloc.cycles, default=0)
-            total += max(n_tiles * slowest, sum(alloc.cycles) + latency + (n_tiles - 1) * slowest)
+            # a memory stream's share of a data tile unrounded, as the plan streams it
+            paced = [s.paced_cycles if s.is_memory else c for s, c in zip(stages, alloc.cycles, strict=True)]
+            slowest = max(paced, default=0)
+            total += max(n_tiles * slowest, sum(paced) + latency + (n_tiles - 1) * slowest)
     reload = configs[0] / iterations if len(configs) == 1 else sum(configs)
     return (total + reload) * (1 - _SLACK) - len(sections)

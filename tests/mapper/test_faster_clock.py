@@ -1,22 +1,18 @@
-"""A faster clock should never make a mapped kernel slower in seconds; today it can
-(docs/validation.md, "A faster machine is not always faster in the simulator", the fourth case).
+"""A faster clock never makes a memory-bound kernel slower in seconds (docs/validation.md, "A faster
+machine is not always faster in the simulator", the fourth case).
 
-A memory stage's cycles per data tile are rounded up to whole cycles
-(:func:`sn40l_sim.mapper.stages.memory_stage`), and the engine caps the stream at that rounded
-rate. An off-chip stream does not pause at data-tile boundaries, so at fine tilings the rounding is
-an artifact: DeepSeek-R1's all-expert decode FFN streams 2,707 bytes of weights per data tile at
-262,144 tiles, 2.80 cycles at 1.6 GHz, charged 3. How much a tiling loses moves with the clock, so
-the tiling the mapper picks, and the kernel's time in seconds, jump about as the clock rises
-(584, 563 and 593 µs at 1.6, 2.0 and 2.4 GHz). The weight stream in seconds does not depend on the
-clock, and nothing else in the kernel gets slower with it, so the fix is a fractional memory
-stream in the mapper and the engine alike. The test is marked as an expected failure, strict: it
-fails once that fix lands, and the marker comes off then.
+A memory stage's cycles per data tile used to be rounded up to whole cycles, in the mapper's
+estimate and in the engine's cap on the stream alike. An off-chip stream does not pause at
+data-tile boundaries, so at fine tilings the rounding was an artifact: DeepSeek-R1's all-expert
+decode FFN streamed 2,707 bytes of weights per data tile at 262,144 tiles, 2.80 cycles charged 3.
+How much a tiling lost moved with the clock, so the tiling the mapper picked, and the kernel's time
+in seconds, jumped about as the clock rose (584, 563 and 593 µs at 1.6, 2.0 and 2.4 GHz); the
+weight stream in seconds does not depend on the clock. A memory stream now paces a data tile at
+its unrounded share (:attr:`sn40l_sim.mapper.stages.StageWork.paced_cycles`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
@@ -28,7 +24,6 @@ from sn40l_sim.models.loader import load_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(strict=True, reason="memory stages are paced at whole cycles per data tile (docs/validation.md)")
 def test_a_memory_bound_kernel_does_not_slow_down_as_the_clock_gets_faster():
     node16 = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
