@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
     built = time.perf_counter()
     collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
-    placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles)
+    placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles,
+                       spec.execution.idle_units == "priced")
     mapped = time.perf_counter()
 
     socket = node.socket

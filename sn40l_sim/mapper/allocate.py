@@ -9,11 +9,9 @@ addresses, and a split K's partial sums, within ``C`` (:func:`~sn40l_sim.hardwar
 each PMU's read and write streams also cross one mesh link). Memory stages take no units; their
 cycles are fixed by their tier. The smallest ``C`` whose allocation fits a tile's PCUs and PMUs
 (or a :class:`~sn40l_sim.mapper.budget.UnitBudget`) is found by bisection. The units that minimal
-allocation leaves idle then go to the slowest other stages (:func:`_spend_spare_pcus`,
-:func:`_spend_spare_pmus`): a stage's cycles per data tile also add to the pipeline fill. That
-spending does not price the configuration the extra units add, and a stage whose compute takes no
-cycles (a gather) takes every idle PMU; docs/validation.md ("Predictions") measures what that costs
-the MoE kernel.
+allocation leaves idle may then go to the slower stages (:mod:`.spending`): a stage's cycles per
+data tile add to the pipeline fill, and the slowest stage's to every data tile, but each extra unit
+has its configuration to load.
 
 Every stage is spread evenly over the ``chip_tiles`` tiles in use: each tile holds the same number
 of its PCUs and PMUs and processes its share of every data tile, so per-tile counts are what is
@@ -41,8 +39,9 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work, stage_division
+from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work
 from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
+from sn40l_sim.mapper.spending import Pricing, call_cycles, division_on, spend_spare_units
 from sn40l_sim.mapper.stages import StageWork
 
 _EPS = 1e-9
@@ -74,11 +73,6 @@ class Allocation:
     def cycles_per_tile(self) -> int:
         """Cycles per data tile of the pipeline: its slowest stage."""
         return max(self.cycles, default=0)
-
-
-def _division(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int) -> Division:
-    assert stage.model is not None
-    return stage_division(stage.model, stage.pieces, max(1, pcus) * chip_tiles, max_pcus * chip_tiles)
 
 
 def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
@@ -184,7 +178,7 @@ def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_til
     low = division.cycles
     q = ceil_div(division.pcus, chip_tiles)
     if q * chip_tiles != division.pcus:
-        division = _division(stage, q, chip_tiles, limits.max_pcus)
+        division = division_on(stage, q, chip_tiles, limits.max_pcus)
     r = limits.min_pmus
     if r > limits.max_pmus:
         return None, 1
@@ -252,61 +246,8 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
     return units
 
 
-def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
-                      chip_tiles: int, units: list[tuple[int, int, Division | None]], budget: UnitBudget
-                      ) -> list[tuple[int, int, Division | None]]:
-    """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
-    the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill. A stage takes the fewest extra PCUs that reach its
-    best cycles, and only while its PMUs still serve it in the cycles it had."""
-    units = list(units)
-    spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
-    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
-                   key=lambda i: -units[i][2].cycles)
-    for i in order:
-        q, r, division = units[i]
-        lim, stage = limits[i], stages[i]
-        top = min(lim.max_pcus, q + spare)
-        if spare <= 0 or top <= q or division is None or stage.model is None:
-            continue
-        faster = _division(stage, top, chip_tiles, lim.max_pcus)
-        if faster.cycles >= division.cycles:
-            continue
-        got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
-        q_new = min(top, ceil_div(got.pcus, chip_tiles))
-        got = _division(stage, q_new, chip_tiles, lim.max_pcus)
-        before = max(division.cycles, sram_cycles(rates, stage, r, chip_tiles, division))
-        if got.cycles < division.cycles and sram_cycles(rates, stage, r, chip_tiles, got) <= before:
-            units[i] = (q_new, r, got)
-            spare -= q_new - q
-    return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget)
-
-
-def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
-                      chip_tiles: int, units: list[tuple[int, int, Division | None]], budget: UnitBudget
-                      ) -> list[tuple[int, int, Division | None]]:
-    """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
-    the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left."""
-    spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
-    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
-                   key=lambda i: -sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
-    for i in order:
-        q, r, division = units[i]
-        lim, stage = limits[i], stages[i]
-        assert lim is not None and division is not None
-        top = min(lim.max_pmus, r + spare)
-        if spare <= 0 or top <= r or sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
-            continue
-        # the fewest PMUs above r serving it within its PCU cycles, or all it may take if none do
-        enough = sram_cycles(rates, stage, top, chip_tiles, division) <= division.cycles
-        lo = fewest_pmus(rates, stage, chip_tiles, division, division.cycles, r + 1, top) if enough else top
-        if sram_cycles(rates, stage, lo, chip_tiles, division) < sram_cycles(rates, stage, r, chip_tiles, division):
-            units[i] = (q, lo, division)
-            spare -= lo - r
-    return units
-
-
 def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
-             budget: UnitBudget = NO_LIMITS) -> Allocation | None:
+             budget: UnitBudget = NO_LIMITS, price: Pricing | None = None) -> Allocation | None:
     """The balanced allocation of ``stages`` on ``chip_tiles`` tiles, or None if they do not fit.
 
     Parameters
@@ -318,6 +259,9 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         Tiles in use; every compute stage gets the same units on each.
     budget : UnitBudget
         Limits on the PCUs and PMUs per tile of the kernel and of named stages.
+    price : Pricing, optional
+        What the units left idle by the balanced allocation are worth
+        (:func:`~sn40l_sim.mapper.spending.pricing`); without it, any that shortens a stage is spent.
 
     Returns
     -------
@@ -331,11 +275,12 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         if lim is None:
             hi = max(hi, s.fixed_cycles)
         else:
-            one = _division(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
+            one = division_on(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
             hi = max(hi, one.cycles, sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
     seen: list[dict[int, _Units | None]] = [{} for _ in stages]
     if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
+    top = hi
     # each stage's best division on its most PCUs: least_work's cycles, the same number, memoised
     # for the stage floors that came before (:mod:`.tiling_floor`)
     lo = max([s.fixed_cycles for s in stages if s.is_memory]
@@ -359,7 +304,23 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
             lo = mid + 1
     units = _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
-    units = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget)
+    units = spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)
+    if price is not None:
+        # the lowest target takes the most units; a higher one, fewer units and less configuration
+        # to load, which can make the call shorter (a stream hidden under overlapped collectives,
+        # a call that loads its configuration every time): targets double up to the one a unit each
+        # reaches, and the cheapest call is kept
+        cost = call_cycles(price, rates, stages, chip_tiles, units)
+        target = lo
+        while target < top:
+            target = min(top, 2 * target)
+            other = _fits(socket, rates, stages, limits, chip_tiles, target, budget, seen)
+            if other is None:
+                continue
+            other = spend_spare_units(socket, rates, stages, limits, chip_tiles, other, budget, price)
+            other_cost = call_cycles(price, rates, stages, chip_tiles, other)
+            if other_cost < cost:
+                units, cost = other, other_cost
     cycles, bounds = [], []
     for stage, (_, r, division) in zip(stages, units, strict=True):
         if division is None:

@@ -93,8 +93,8 @@ def _collector_paused() -> Iterator[None]:
 
 
 def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None = None,
-              looping: bool = False, collective_cycles: Callable[[Collective], float] | None = None
-              ) -> PlacedGraph:
+              looping: bool = False, collective_cycles: Callable[[Collective], float] | None = None,
+              priced: bool = False) -> PlacedGraph:
     """Place every kernel of ``graph`` on one socket of ``node``.
 
     Parameters
@@ -114,6 +114,9 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         Cycles of one collective (the engine's model, which the mapper does not import): a looped
         kernel's iterations wait for the previous iteration's collectives, and any other call ends
         no sooner than its overlapped collectives, which start after its first tile. Default: free.
+    priced : bool, optional
+        Whether the units a kernel's balanced allocation leaves idle go only where they pay for
+        their configuration (:mod:`.spending`); default: to every stage they shorten.
 
     Returns
     -------
@@ -134,6 +137,8 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         if not looping:
             context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles)
         calls[loop.first:loop.stop] = [context] * loop.iterations
+    if priced:
+        calls = [replace(call, priced=True) for call in calls]
     kernels = tuple(as_called(node.socket, map_kernel_cached(node.socket, k, tiers, key, call), call,
                               _after(k, call, collective_cycles))
                     for k, call in zip(order, calls, strict=True))

@@ -88,6 +88,7 @@ from sn40l_sim.mapper.planning import (
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.sections import output_bytes, split_sections
+from sn40l_sim.mapper.spending import section_calls
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
@@ -136,6 +137,9 @@ class LoopContext:
     gate_cycles: int = 0
     pipelined: bool = False
     overlap_cycles: int = 0
+    #: units the balanced allocation leaves idle are given only where they pay for their
+    #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
+    priced: bool = False
 
 
 #: a kernel called once
@@ -150,7 +154,7 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
         plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                            budget, planned)
+                            budget, planned, section_calls(loop, len(ranges), i))
         if plan is None:
             return None
         plans.append(plan)
@@ -240,9 +244,10 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
     """:func:`~sn40l_sim.mapper.tiling_floor.allocated_floor` of one tiling of ``kernel`` (infinite
     if a section does not fit)."""
     sections = []
-    for start, stop, spill_in, spill_out in _sections(ranges, spills):
+    for index, (start, stop, spill_in, spill_out) in enumerate(_sections(ranges, spills)):
         stages, streams, alloc = section_allocation(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles,
-                                                    spill_in, spill_out, budget, planned)
+                                                    spill_in, spill_out, budget, planned,
+                                                    section_calls(loop, len(ranges), index))
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))

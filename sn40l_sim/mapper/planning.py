@@ -22,6 +22,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.keys import operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
+from sn40l_sim.mapper.spending import Calls, pricing
 from sn40l_sim.mapper.stages import (
     StageWork,
     Stream,
@@ -117,33 +118,45 @@ def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     return section_floor(socket, stages, [], chip_tiles, budget)
 
 
+def _priced(socket: SocketSpec, key: tuple | None, calls: Calls | None) -> tuple | None:
+    """``key`` for what depends on how idle units are priced: the calls sharing one configuration
+    load and the rate that loads it (the socket as planned leaves the rate out)."""
+    if key is None or not calls:
+        return key
+    return (*key, *calls, socket.calibrated.config_load_bytes_per_s)
+
+
 def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
-                       chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget, planned: str = ""
-                       ) -> tuple[list[StageWork], list[Stream], Allocation | None]:
+                       chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
+                       calls: Calls | None = None) -> tuple[list[StageWork], list[Stream], Allocation | None]:
     """A section's stages, streams and :func:`~sn40l_sim.mapper.allocate.allocate` (None when they
-    do not fit; memoised as above)."""
+    do not fit; memoised as above), the units the balanced allocation leaves idle priced for the
+    ``calls`` (unpriced without)."""
     stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
+    price = pricing(socket, chip_tiles, n_tiles, calls) if calls else None
     alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE,
-                      _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
-                      lambda: allocate(socket, stages, chip_tiles, budget))
+                      _priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget), calls),
+                      lambda: allocate(socket, stages, chip_tiles, budget, price))
     return stages, streams, alloc
 
 
 def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                 spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
+                 spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
+                 calls: Calls | None = None) -> SectionPlan | None:
     """:func:`plan_section_cold` through the memo when ``planned`` is given."""
     return _memoised(_section_memo, _SECTION_MEMO_SIZE,
-                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
+                     _priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget), calls),
                      lambda: plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                               planned))
+                                               planned, calls))
 
 
 def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
-                      spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "") -> SectionPlan | None:
+                      spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
+                      calls: Calls | None = None) -> SectionPlan | None:
     """The section staged, allocated, placed and routed, and its cycles (see :mod:`.kernel`); None
     when it does not fit."""
     stages, streams, alloc = section_allocation(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                                planned)
+                                                planned, calls)
     if alloc is None:
         return None
     cells = place_stages(socket, stages, alloc)

@@ -76,7 +76,7 @@ def plan_of(phase_plan: Any) -> ParallelPlan:
 
 def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
                decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
-               **timer_options: Any) -> StepTimer:
+               idle_units: str = "spend", **timer_options: Any) -> StepTimer:
     """A :class:`StepTimer` with the real graph builder (bound to ``model``, ``policy`` and
     ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
     given, says which tier each tensor streams from)."""
@@ -88,11 +88,12 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     collectives = CollectiveModel.from_node(node, algorithm)
     # a step is a pure function of the node, the engine options, the graph and this: the disk
     # cache keys it so (the graph itself stands for the model, the policy and the graph options)
-    disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}"
+    priced = idle_units == "priced"
+    disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}" + (" idle_units=priced" if priced else "")
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
                      place=lambda graph, memory=None: map_graph(node, graph, memory, looping,
-                                                                lambda c: collectives.run(c).cycles),
+                                                                lambda c: collectives.run(c).cycles, priced),
                      disk_key=disk_key, **timer_options)
 
 
@@ -206,7 +207,8 @@ class Assembly:
                   repr(sorted((k, v if isinstance(v, (str, int, float, bool)) else id(v)) for k, v in options.items())),
                   context_len)
         return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
-                          engine=engine, context_len=context_len, graphs=self.graphs.setdefault(builds, {}))
+                          execution.idle_units, engine=engine, context_len=context_len,
+                          graphs=self.graphs.setdefault(builds, {}))
 
     def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
         """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are

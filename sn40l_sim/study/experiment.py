@@ -197,6 +197,10 @@ class ExecutionSection(StrictModel):
     kernel_looping: bool = True
     #: the collective algorithm (``auto``: the fastest of ring, direct and tree for each call)
     collective_algorithm: Literal["auto", "ring", "direct", "tree"] = "auto"
+    #: what the mapper does with the units a kernel's balanced allocation leaves idle: ``spend``
+    #: them on every stage they shorten (the default, the calibration's), or give them only where
+    #: they pay for their configuration, ``priced`` (docs/validation.md, "Predictions")
+    idle_units: Literal["spend", "priced"] = "spend"
 
 
 class ReportSection(StrictModel):

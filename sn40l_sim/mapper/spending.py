@@ -1,0 +1,204 @@
+"""Spending the PCUs and PMUs a balanced allocation leaves idle (:func:`spend_spare_units`).
+
+:func:`~sn40l_sim.mapper.allocate.allocate` gives each stage the fewest units that bring it under
+the lowest target all stages reach together. Units left over can still shorten a call: every
+stage's cycles per data tile add to the pipeline fill, and the slowest stage's to every data tile.
+But every unit has its configuration to load (PCU programs, PMU address patterns), so an extra unit
+is worth giving only when the cycles it saves on a call exceed the configuration cycles it adds,
+shared by the calls that share one load of the configuration (:class:`Pricing`), the call judged
+with the collectives it overlaps (:func:`call_cycles`). Given a price, two candidates are made,
+each stage priced alone (slowest first) and every useful unit given, and the cheaper call is kept:
+the second catches stages that bind together (several at the slowest cycles, none faster alone);
+the allocator also tries higher targets, which take fewer units. Without a price (the default, the
+experiment's ``execution.idle_units: spend``) every unit that shortens a stage is given; a gather
+stage, whose own compute takes no cycles, then takes every idle PMU (docs/validation.md,
+"Predictions", measures both).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_div
+from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.division import Division, fewest_pcus, stage_division
+from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, sram_cycles
+from sn40l_sim.mapper.stages import StageWork
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sn40l_sim.mapper.allocate import _Limits
+    from sn40l_sim.mapper.kernel import LoopContext
+
+#: PCUs, PMUs and division of each stage per tile in use (no division for a memory stage)
+Units = list[tuple[int, int, Division | None]]
+
+
+def division_on(stage: StageWork, pcus: int, chip_tiles: int, max_pcus: int) -> Division:
+    """The division of ``stage``'s work over ``pcus`` PCUs on each of ``chip_tiles`` tiles, at
+    most ``max_pcus`` per tile."""
+    assert stage.model is not None
+    return stage_division(stage.model, stage.pieces, max(1, pcus) * chip_tiles, max_pcus * chip_tiles)
+
+
+def spend_spare_units(socket: SocketSpec, rates: PmuRates, stages: list[StageWork],
+                      limits: Sequence[_Limits | None], chip_tiles: int, units: Units, budget: UnitBudget,
+                      price: Pricing | None = None) -> Units:
+    """The balanced allocation ``units`` with the idle PCUs and PMUs given to stages they shorten:
+    all of them without a ``price``; with one, the cheaper call (:func:`call_cycles`) of pricing
+    each stage's units alone and giving every useful one."""
+    spent = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget)
+    if price is None:
+        return spent
+    frugal = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, price)
+    return min((frugal, spent), key=lambda u: call_cycles(price, rates, stages, chip_tiles, u))
+
+
+class Calls(NamedTuple):
+    """How a section is called, as far as its idle units' worth goes: ``count`` calls share one
+    load of its configuration (a kernel of one section keeps it over its run of consecutive calls),
+    and each ends no sooner than ``overlap_cycles`` of collectives that start once its first data
+    tile is out (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
+
+    count: int
+    overlap_cycles: int = 0
+
+
+def section_calls(loop: LoopContext, sections: int, index: int) -> Calls | None:
+    """How section ``index`` of ``sections`` is called, for the allocator's price of its idle units
+    (None, unpriced, unless ``loop.priced``): a kernel of one section keeps its
+    configuration over its run of consecutive calls (a loop's iterations included), several sections
+    replace each other at every call; a call not looped ends no sooner than the overlapped
+    collectives that start with its first section's first data tile out."""
+    if not loop.priced:
+        return None
+    overlap = loop.overlap_cycles if index == 0 and not loop.pipelined else 0
+    return Calls(loop.iterations if sections == 1 else 1, overlap)
+
+
+class Pricing(NamedTuple):
+    """What idle units are worth to a section streaming ``n_tiles`` data tiles: the configuration
+    cycles one more PCU and one more PMU per tile add to each call, and the overlapped collectives
+    the call ends with (:func:`pricing`)."""
+
+    pcu_cycles: float
+    pmu_cycles: float
+    n_tiles: int
+    overlap_cycles: int = 0
+
+
+def pricing(socket: SocketSpec, chip_tiles: int, n_tiles: int, calls: Calls) -> Pricing:
+    """The :class:`Pricing` of a section on ``chip_tiles`` tiles called as ``calls`` says.
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> socket = example_socket()
+    >>> one, eight = pricing(socket, 4, 16, Calls(1)), pricing(socket, 4, 16, Calls(8))
+    >>> one.pcu_cycles / one.pmu_cycles == socket.configuration.pcu_bytes / socket.configuration.pmu_bytes
+    True
+    >>> eight.pcu_cycles == one.pcu_cycles / 8
+    True
+    """
+    per_byte = chip_tiles * socket.clock_hz / socket.calibrated.config_load_bytes_per_s / max(1, calls.count)
+    c = socket.configuration
+    return Pricing(c.pcu_bytes * per_byte, c.pmu_bytes * per_byte, n_tiles, calls.overlap_cycles)
+
+
+def _streaming(paced: list[float], price: Pricing) -> float:
+    """The end of a call's tiles and overlapped collectives as its stages' cycles per data tile
+    set them, from the call's fixed parts: every stage once (the first tile through the pipeline),
+    then the slowest for every further tile, or the collectives that start with the first tile out
+    (:mod:`.kernel`'s score of a call), whichever ends later."""
+    first = sum(paced)
+    return first + max((price.n_tiles - 1) * max(paced, default=0.0), price.overlap_cycles)
+
+
+def _pays(price: Pricing | None, paced: list[float], i: int, cycles: float, extra: int, unit_cycles: float) -> bool:
+    """Whether stage ``i`` going from ``paced[i]`` to ``cycles`` per data tile with ``extra`` more
+    units per tile saves more cycles per call than their configuration (``unit_cycles`` each) adds;
+    always, unpriced."""
+    if price is None:
+        return True
+    after = paced[:i] + [cycles] + paced[i + 1:]
+    return _streaming(paced, price) - _streaming(after, price) > extra * unit_cycles
+
+
+def call_cycles(price: Pricing, rates: PmuRates, stages: list[StageWork], chip_tiles: int,
+                 units: Units) -> float:
+    """A section's fill and stream with ``units`` and the configuration of its PCUs and PMUs per
+    call, the parts an allocation decides (the switches and latencies are the same for all)."""
+    return (_streaming(_paced(rates, stages, chip_tiles, units), price)
+            + price.pcu_cycles * sum(u[0] for u in units) + price.pmu_cycles * sum(u[1] for u in units))
+
+
+def _paced(rates: PmuRates, stages: list[StageWork], chip_tiles: int,
+           units: Units) -> list[float]:
+    """Each stage's cycles per data tile: a memory stage's unrounded stream share, a compute
+    stage's PCU or PMU cycles, whichever is slower."""
+    return [s.paced_cycles if s.is_memory or d is None else max(d.cycles, sram_cycles(rates, s, r, chip_tiles, d))
+            for s, (_, r, d) in zip(stages, units, strict=True)]
+
+
+def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: Sequence[_Limits | None],
+                      chip_tiles: int, units: Units, budget: UnitBudget,
+                      price: Pricing | None = None) -> Units:
+    """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
+    the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill. A stage takes the fewest extra PCUs that reach its
+    best cycles, only while its PMUs still serve it in the cycles it had, and, with a ``price``,
+    only if they pay for their configuration (:func:`_pays`)."""
+    units = list(units)
+    paced = _paced(rates, stages, chip_tiles, units) if price else []
+    spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
+    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
+                   key=lambda i: -units[i][2].cycles)
+    for i in order:
+        q, r, division = units[i]
+        lim, stage = limits[i], stages[i]
+        top = min(lim.max_pcus, q + spare)
+        if spare <= 0 or top <= q or division is None or stage.model is None:
+            continue
+        faster = division_on(stage, top, chip_tiles, lim.max_pcus)
+        if faster.cycles >= division.cycles:
+            continue
+        got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
+        q_new = min(top, ceil_div(got.pcus, chip_tiles))
+        got = division_on(stage, q_new, chip_tiles, lim.max_pcus)
+        before = max(division.cycles, sram_cycles(rates, stage, r, chip_tiles, division))
+        after = max(got.cycles, sram_cycles(rates, stage, r, chip_tiles, got))
+        if got.cycles < division.cycles and after <= before and (
+                price is None or _pays(price, paced, i, after, q_new - q, price.pcu_cycles)):
+            units[i] = (q_new, r, got)
+            spare -= q_new - q
+            if price:
+                paced[i] = after
+    return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget, price)
+
+
+def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: Sequence[_Limits | None],
+                      chip_tiles: int, units: Units, budget: UnitBudget,
+                      price: Pricing | None = None) -> Units:
+    """Give the PMUs the bottleneck leaves idle to the stages their PMUs slow down, slowest first:
+    the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left; with
+    a ``price``, only if they pay for their configuration (:func:`_pays`)."""
+    spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
+    paced = _paced(rates, stages, chip_tiles, units) if price else []
+    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
+                   key=lambda i: -sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
+    for i in order:
+        q, r, division = units[i]
+        lim, stage = limits[i], stages[i]
+        assert lim is not None and division is not None
+        top = min(lim.max_pmus, r + spare)
+        if spare <= 0 or top <= r or sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
+            continue
+        # the fewest PMUs above r serving it within its PCU cycles, or all it may take if none do
+        enough = sram_cycles(rates, stage, top, chip_tiles, division) <= division.cycles
+        lo = fewest_pmus(rates, stage, chip_tiles, division, division.cycles, r + 1, top) if enough else top
+        now, then = (sram_cycles(rates, stage, n, chip_tiles, division) for n in (r, lo))
+        if then < now and (price is None
+                           or _pays(price, paced, i, max(then, division.cycles), lo - r, price.pmu_cycles)):
+            units[i] = (q, lo, division)
+            spare -= lo - r
+            if price:
+                paced[i] = max(then, division.cycles)
+    return units

@@ -1,0 +1,60 @@
+"""The units a balanced allocation leaves idle, spent on every stage they shorten (the default) or
+only where they pay for their configuration (``execution.idle_units: priced``,
+sn40l_sim/mapper/spending.py; docs/validation.md, "Predictions").
+
+The default gave DeepSeek-R1's all-expert MoE kernel at a large decode batch every idle PMU (its
+dispatch gather, whose own compute takes no cycles, took them) and a third of its call in
+configuration; priced, the kernel is a quarter shorter on a fraction of the units. The price sees
+the collectives a call ends with: Llama-3.1-8B's output projection overlaps an all-reduce that
+outlasts its stream, and a price blind to it made its prefill slower on faster HBM.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.engine.run_graph import EngineOptions
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
+from sn40l_sim.mapper.kernel import LONE_CALL, map_kernel
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.study.assemble import step_timer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def moe_kernel():
+    """DeepSeek-R1's all-expert decode FFN at batch 128 with two drafts (384 rows), 16K caches."""
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    shape = Shape("decode", 128, 65536, 16384, 2, context_len=65666)
+    graph = build_graph(model, shape, ParallelPlan(16, 16), make_policy("full", {}), expert_loading="all")
+    return next(k for k in graph.kernels() if k.name == "L10.ffn").signature()
+
+
+def test_priced_idle_units_make_the_large_batch_moe_kernel_shorter_on_fewer_units(moe_kernel):
+    socket = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml").socket
+    spent = map_kernel(socket, moe_kernel)
+    priced = map_kernel(socket, moe_kernel, loop=replace(LONE_CALL, priced=True))
+    assert priced.cycles < 0.85 * spent.cycles
+    assert priced.overhead_cycles < 0.6 * spent.overhead_cycles     # configuration loaded per call
+    assert sum(priced.pmus_per_tile) < sum(spent.pmus_per_tile) / 2
+    gather = next(st for st in spent.stages if st.kind == "gather")
+    assert gather.pmus > spent.chip_tiles * socket.tile.pmus / 2     # spent: it took most idle PMUs
+    assert next(st for st in priced.stages if st.kind == "gather").pmus < gather.pmus / 10
+
+
+def test_priced_prefill_does_not_slow_down_as_hbm_gets_faster():
+    node8 = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
+    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+    cycles = []
+    for rate in ("200 GB/s", "409.6 GB/s", "800 GB/s"):
+        node = with_overrides(node8, {"socket.memory.hbm.bytes_per_s_per_unit": rate})
+        timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(8), ParallelPlan(8, 8), {},
+                           "priced", engine=EngineOptions())
+        cycles.append(timer.prefill(1024).cycles)
+    assert cycles == sorted(cycles, reverse=True), cycles
