@@ -17,7 +17,8 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
 loop's last iteration and any contention on the links. So the calls of a graph add up to a floor
-of the engine's step.
+of the engine's step, to within about 1% (a looped decoder the engine runs a little quicker than
+the replay of its iterations, docs/validation.md).
 
 Examples
 --------
@@ -30,7 +31,7 @@ Examples
 >>> run = LoopContext(iterations=80)
 >>> one_of_80 = as_called(socket, map_kernel(socket, example_decode_kernel(), loop=run), run)
 >>> one_of_80.call_cycles < lone.cycles, one_of_80.call_bound, lone.call_bound
-(True, 'hbm', 'overhead')
+(True, 'compute', 'overhead')
 >>> waiting = as_called(socket, lone, LONE_CALL, after_cycles=5000)
 >>> waiting.call_cycles - lone.call_cycles, waiting.call_collective_cycles
 (5000, 5000)

@@ -255,9 +255,11 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
 
 
 #: the tilings searched with every GEMM in one dataflow are those within this factor of the
-#: per-operator choice's best (:func:`_uniform_dataflows`): searching them all found nothing
-#: further on `validate`'s experiments and the main one and made a cold `validate` 37% slower, this 13%
-UNIFORM_REACH = 8
+#: per-operator choice's best (:func:`_uniform_dataflows`): its neighbours. Every tiling within 8x
+#: was searched while the allocator still refused idle PCUs to stages short of PMUs; once it added
+#: them, nothing the retry found on `validate`'s experiments and the main one lay further, and the
+#: wider search made a cold `validate` 13% slower (docs/validation.md)
+UNIFORM_REACH = 2
 #: when False, every tiling is planned whatever its floor (tests compare the two searches)
 PRUNE_TILINGS = True
 
@@ -283,10 +285,8 @@ def _best_tiling(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     objective of the tile choices searched before.
 
     The same search is then run with every GEMM in one dataflow (:func:`_uniform_dataflows`) over
-    the tilings within :data:`UNIFORM_REACH` of the per-operator best, whose neighbours alone missed
-    plans (Llama-3.1-8B's looped decoder on 16 sockets: 1024 data tiles per operator, 128 with
-    every GEMM weight-stationary on four times the PCUs, a call 19% shorter than the neighbours'
-    best; ``tests/mapper/test_mapper_dataflow_search.py``)."""
+    the tilings within :data:`UNIFORM_REACH` of the per-operator best
+    (``tests/mapper/test_mapper_dataflow_search.py`` compares the result with every plan)."""
     candidates = (budget.n_tiles,) if budget.n_tiles else tuple(_candidate_tiles(socket, kernel))
     tried: dict[int, KernelPlan] = {}
     local = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, budget, loop, planned, candidates,

@@ -143,12 +143,17 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
                       chip_tiles: int, units: Units, budget: UnitBudget,
                       price: Pricing | None = None) -> Units:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
-    the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill. A stage takes the fewest extra PCUs that reach its
-    best cycles, only while its PMUs still serve it in the cycles it had, and, with a ``price``,
-    only if they pay for their configuration (:func:`_pays`)."""
+    the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill.
+    A stage takes the fewest extra PCUs that reach its best cycles, only while its PMUs, with the
+    fewest idle ones it needs added, still serve it in the cycles it had (a split K's partial sums
+    add PMU traffic), and, with a ``price``, only if they pay for their configuration
+    (:func:`_pays`). Without those PMUs a stage whose PMUs were balanced to a quicker memory stream
+    kept its few PCUs, and faster HBM could slow a looped decoder down (docs/validation.md, "A
+    faster machine is not always faster")."""
     units = list(units)
     paced = _paced(rates, stages, chip_tiles, units) if price else []
     spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
+    spare_pmus = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
     order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
                    key=lambda i: -units[i][2].cycles)
     for i in order:
@@ -164,11 +169,18 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
         q_new = min(top, ceil_div(got.pcus, chip_tiles))
         got = division_on(stage, q_new, chip_tiles, lim.max_pcus)
         before = max(division.cycles, sram_cycles(rates, stage, r, chip_tiles, division))
-        after = max(got.cycles, sram_cycles(rates, stage, r, chip_tiles, got))
+        r_new = r
+        if sram_cycles(rates, stage, r, chip_tiles, got) > before:
+            top_r = min(lim.max_pmus, r + spare_pmus)
+            if top_r > r and sram_cycles(rates, stage, top_r, chip_tiles, got) <= before:
+                r_new = fewest_pmus(rates, stage, chip_tiles, got, before, r + 1, top_r)
+        after = max(got.cycles, sram_cycles(rates, stage, r_new, chip_tiles, got))
+        extra = (q_new - q) * price.pcu_cycles + (r_new - r) * price.pmu_cycles if price else 0.0
         if got.cycles < division.cycles and after <= before and (
-                price is None or _pays(price, paced, i, after, q_new - q, price.pcu_cycles)):
-            units[i] = (q_new, r, got)
+                price is None or _pays(price, paced, i, after, 1, extra)):
+            units[i] = (q_new, r_new, got)
             spare -= q_new - q
+            spare_pmus -= r_new - r
             if price:
                 paced[i] = after
     return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget, price)

@@ -1,19 +1,19 @@
-"""The mapper's retry with every GEMM in one dataflow searches the tilings around the per-operator
-choice's best, not only its two neighbours (:func:`sn40l_sim.mapper.kernel._uniform_dataflows`).
+"""The kernel mapper's search returns the best plan of every tiling, with each GEMM in the dataflow
+it chose alone or every GEMM in one dataflow, for a looped decoder whose compute follows a wait.
 
-Llama-3.1-8B's decoder layer, looped on 16 sockets at batch 1, waits about 28,500 cycles per
-iteration for the previous iteration's all-reduces while its weights stream ahead into the PMUs;
-what is left after that wait is its compute, which is short only on many PCUs. With each GEMM in
-the dataflow it chose alone the best tiling is 1024 data tiles (59,076 cycles per call), and the
-retry at its neighbours found 512 with every GEMM weight-stationary (56,425, on 28 PCUs a tile);
-the best is 128 data tiles, every GEMM weight-stationary, on 128 PCUs a tile (45,539), 19% shorter
-than what the neighbours gave. Its compute after the wait is 128 x 26 cycles, not 512 x 38.
+Llama-3.1-8B's decoder, looped on 16 sockets at batch 1, waits for the previous iteration's
+all-reduces while its weights stream ahead into the PMUs; what follows the wait is its compute,
+short only on many PCUs, which its stages get only if the allocator gives a stage the idle PMUs a
+split K's partial sums need along with the idle PCUs (:mod:`sn40l_sim.mapper.spending`). Before
+it did, the search found 56,425 cycles per call where 45,539 existed (at 128 data tiles, every GEMM
+weight-stationary); searching the uniform-dataflow plans up to 8x from the per-operator best found
+them, and once the allocator added the PMUs the per-operator plans reached the best themselves.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
+import pytest
 from conftest import ROOT
 
 import sn40l_sim.mapper.kernel as kernel_mod
@@ -26,12 +26,9 @@ from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
-#: the engine's wait per iteration for the previous iteration's two all-reduces (8 KB, 16 sockets)
-#: at the shipped calibration, as ``map_graph`` gives it to the mapper
-GATE_CYCLES = 28_544
-
 
 def _decoder():
+    # experiments/per_user_speed.yaml's Llama-3.1-8B: TP16, 1K prompt, a 2K cache
     model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
     graph = build_graph(model, Shape("decode", 1, 1024, 2048, 0, context_len=2048), ParallelPlan(16))
     return next(k for k in graph.kernels() if k.name == "L00.decoder").signature()
@@ -49,18 +46,14 @@ def _every_plan(socket, kernel, tiers, loop):
                 plan = kernel_mod._plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
                                                loop, planned)
                 if plan is not None:
-                    plans.append((budget is NO_LIMITS, plan))
+                    plans.append(plan)
     return plans
 
 
-def test_the_looped_decoder_gets_the_best_plan_of_every_tiling_and_dataflow():
+@pytest.mark.parametrize("gate_cycles", [0, 20_000, 28_544, 40_000])
+def test_the_looped_decoder_gets_the_best_plan_of_every_tiling_and_dataflow(gate_cycles):
     socket = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml").socket
     kernel, tiers = _decoder(), TierSplit.all_in("hbm")
-    loop = LoopContext(iterations=32, gate_cycles=GATE_CYCLES, pipelined=True)
-    every = _every_plan(socket, kernel, tiers, loop)
+    loop = LoopContext(iterations=32, gate_cycles=gate_cycles, pipelined=True)
     best = best_plan(socket, kernel, tiers, loop=loop)
-    assert best.objective[0] == min(p.objective[0] for _, p in every)
-    # the winner is one no per-operator plan reaches, two or more tilings from the per-operator best
-    per_operator = min((p for default, p in every if default), key=lambda p: p.objective)
-    assert best.objective[0] < 0.85 * per_operator.objective[0]
-    assert math.log2(per_operator.n_tiles / best.n_tiles) >= 2
+    assert best.objective[0] == min(p.objective[0] for p in _every_plan(socket, kernel, tiers, loop))

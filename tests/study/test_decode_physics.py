@@ -71,9 +71,9 @@ def test_looping_off_is_slower_by_at_most_the_stated_factor(looping_records, mod
 
 def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of_half(loaded):
     # Llama-3.1-405B at batch 1 on 16 sockets: its weights hold most of the step. (Llama-3.1-70B on
-    # 16 sockets is not memory-bound at the calibration, though 0.86 of its roofline: its chain of
-    # latency-bound all-reduces and compute on weights already streamed ahead is nearly as long as
-    # its stream, so twice the bandwidth takes it only to 0.77; docs/validation.md.)
+    # 16 sockets, near its roofline too, reached only 0.77 and then 0.65 with earlier calibrations
+    # and allocators: its chain of latency-bound all-reduces and of compute on weights streamed
+    # ahead was nearly as long as the halved stream; it is 0.53 now; docs/validation.md.)
     exp = ROOT / "experiments" / "per_user_speed.yaml"
     name = "full[model=llama3_1_405b,speculative=none]"
     base = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=())}[name]
@@ -89,7 +89,7 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
 def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(loaded, tmp_path):
     # Table 5 row 1's layout: DeepSeek-R1 with one 133K cache per socket (batch 16, full) against
     # four 32K caches per socket (batch 64, SnapStream): equal KV bytes per socket. Attention is not
-    # dearer with the shorter caches. The whole step is (89.5 against 86.3 ms): the batch's
+    # dearer with the shorter caches. The whole step is (89.4 against 86.3 ms): the batch's
     # all-reduces and expert rows grow with it, and the measured step is 5% shorter; the model has no
     # mechanism that makes one long cache dearer than that (docs/validation.md, Table 5's sign)
     records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False,
@@ -100,7 +100,7 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
     # Llama-3.1-8B on 8 sockets, TP8: 4 sequences of 32K against 16 of 8K. Both steps are bound by
     # reading the cache, the same bytes per socket; more sequences add only their own fixed costs
     # (a sequence's chunks, its combine), so attention is no dearer beyond those, and the whole step
-    # about as long (3.01 against 2.98 ms, docs/validation.md)
+    # about as long (3.00 against 2.94 ms, docs/validation.md)
     common = {"model": str(ROOT / "graphs" / "llama3_1_8b.yaml"),
               "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
     attention = {}

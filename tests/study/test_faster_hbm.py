@@ -12,6 +12,13 @@ engine charges were once missing from it.
   could load while the iteration waits for the previous one's all-reduce, faster HBM picked a coarse
   tiling whose fill then followed the gate: the step took 17.61, 17.27 and 18.39 ms at 700, 750 and
   800 GB/s.
+- **Idle units**: after balancing a looped decoder's stages to its memory stream, the allocator
+  gives the idle PCUs to the slowest stages only while their PMUs still serve them in the cycles
+  they had. Llama-3.1-8B's decoder on 16 sockets at batch 1 needs many PCUs (its compute follows the
+  wait for the previous iteration's all-reduces); with the few PMUs balanced to a quicker stream, a
+  split K's partial sums no longer fitted, the PCUs were refused, and the step took 1.146 and
+  1.285 ms at 409.6 and 512 GB/s per module (1.048 and 1.222 ms with the configuration loaded at 7
+  and 10 GB/s). The allocator now adds the idle PMUs such a stage needs.
 """
 from __future__ import annotations
 
@@ -27,14 +34,17 @@ from sn40l_sim.study.assemble import step_timer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _timers(rates: tuple[str, ...]):
-    """Llama-3.1-8B's step timer on the 8-socket node at each HBM rate per module."""
-    node8 = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
+def _timers(rates: tuple[str, ...], sockets: int = 8, field: str = "memory.hbm.bytes_per_s_per_unit",
+            attention_dp: int = 8):
+    """Llama-3.1-8B's step timer on the node of ``sockets`` at each value of the socket's ``field``
+    (the HBM rate per module by default), decoding with attention data-parallel over
+    ``attention_dp`` sockets."""
+    base = load_hardware(ROOT / "hw_configs" / f"sn40l_node{sockets}.yaml")
     model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
     for rate in rates:
-        node = with_overrides(node8, {"socket.memory.hbm.bytes_per_s_per_unit": rate})
-        yield step_timer(node, model, make_policy("full", {}), ParallelPlan(8), ParallelPlan(8, 8), {},
-                         engine=EngineOptions())
+        node = with_overrides(base, {f"socket.{field}": rate})
+        yield step_timer(node, model, make_policy("full", {}), ParallelPlan(sockets),
+                         ParallelPlan(sockets, attention_dp), {}, engine=EngineOptions())
 
 
 def test_prefill_does_not_slow_down_as_hbm_gets_faster():
@@ -45,3 +55,13 @@ def test_prefill_does_not_slow_down_as_hbm_gets_faster():
 def test_a_looped_decode_step_does_not_slow_down_as_hbm_gets_faster():
     cycles = [timer.decode_step(64, 33280).cycles for timer in _timers(("700 GB/s", "750 GB/s", "800 GB/s"))]
     assert cycles == sorted(cycles, reverse=True), cycles
+
+
+def test_a_batch_1_looped_decode_does_not_slow_down_as_hbm_or_the_configuration_load_get_faster():
+    # experiments/per_user_speed.yaml's Llama-3.1-8B: TP16, 1K prompt, a 2K cache
+    hbm = [timer.decode_step(1, 2048).cycles
+           for timer in _timers(("409.6 GB/s", "512 GB/s", "614.4 GB/s"), 16, attention_dp=1)]
+    assert hbm == sorted(hbm, reverse=True), hbm
+    config = [timer.decode_step(1, 2048).cycles
+              for timer in _timers(("7 GB/s", "10 GB/s", "20 GB/s"), 16, "calibrated.config_load_bytes_per_s", 1)]
+    assert config == sorted(config, reverse=True), config
