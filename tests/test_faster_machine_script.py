@@ -1,0 +1,33 @@
+"""``scripts/faster_machine.py`` finds a curve that rises as a hardware field gets faster, and only
+such curves (its sweeps themselves are the simulator's; this checks the reading of their results)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import faster_machine  # noqa: E402
+
+COLUMN = "sweep.hardware.socket.p2p.bytes_per_s_per_port"
+
+
+def _row(rate: float, batch: int, decode: float, prefill: float, policy: str = "full") -> dict[str, str]:
+    # results.csv writes the value as the simulator parsed it, a float that need not print as given
+    return {COLUMN: repr(rate * (1 + 1e-12)), "sweep.serving.batch": str(batch), "kv_policy": policy,
+            "decode_step_s": str(decode), "prefill_s": str(prefill)}
+
+
+def test_a_rising_curve_is_reported_and_a_falling_or_flat_one_is_not():
+    order = [50e9, 100e9, 200e9]
+    rows = ([_row(r, 1, d, 1.0) for r, d in zip(order, (3.0, 2.0, 2.0), strict=True)]      # falls, then flat
+            + [_row(r, 16, 5.0, p) for r, p in zip(order, (9.0, 8.0, 8.5), strict=True)])  # prefill rises
+    found = faster_machine._rising(rows, COLUMN, order)
+    assert len(found) == 1
+    assert found[0].startswith("prefill_s rises") and "'sweep.serving.batch': '16'" in found[0]
+
+
+def test_a_curve_missing_a_value_is_not_judged():
+    order = [50e9, 100e9, 200e9]
+    rows = [_row(r, 1, d, 1.0) for r, d in zip(order[:2], (1.0, 2.0), strict=True)]
+    assert faster_machine._rising(rows, COLUMN, order) == []
