@@ -15,7 +15,7 @@ Each kernel's cycles are one call as the graph calls it, the time its plan was c
 configuration charged once over a run of consecutive calls, a looped call's iterations pipelined
 (each waiting for the previous one's collectives), another call's collectives where they outlast it
 (:mod:`sn40l_sim.mapper.calls`). The kernel-call boundaries (launch, barrier) are left out, so the
-total is a floor of ``run``'s step, to within about 1% (docs/validation.md, "Reading map's totals").
+total is a floor of ``run``'s step (docs/validation.md).
 
 examples:
   python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode

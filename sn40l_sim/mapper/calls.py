@@ -17,8 +17,7 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
 loop's last iteration and any contention on the links. So the calls of a graph add up to a floor
-of the engine's step, to within about 1% (a looped decoder the engine runs a little quicker than
-the replay of its iterations, docs/validation.md).
+of the engine's step.
 
 Examples
 --------
