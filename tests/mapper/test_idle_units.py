@@ -19,6 +19,7 @@ from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
+from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LONE_CALL, map_kernel
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -58,3 +59,23 @@ def test_priced_prefill_does_not_slow_down_as_hbm_gets_faster():
                            "priced", engine=EngineOptions())
         cycles.append(timer.prefill(1024).cycles)
     assert cycles == sorted(cycles, reverse=True), cycles
+
+
+def test_idle_pcus_come_with_the_idle_pmus_a_split_k_needs():
+    # Llama-3.1-8B's decoder at batch 1 on 16 sockets, 128 data tiles, every GEMM weight-stationary,
+    # at 512 GB/s per HBM module: balanced to the stream, the FFN's gate/up GEMM gets 6 PCUs and 2
+    # PMUs a tile; its idle PCUs used to be refused because those 2 PMUs could not carry the partial
+    # sums of a K split wider (docs/validation.md, "Idle PCUs go with the PMUs they need")
+    node = with_overrides(load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml"),
+                          {"socket.memory.hbm.bytes_per_s_per_unit": "512 GB/s"})
+    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+    graph = build_graph(model, Shape("decode", 1, 1024, 2048, 0, context_len=2048), ParallelPlan(16))
+    decoder = next(k for k in graph.kernels() if k.name == "L00.decoder").signature()
+    budget = UnitBudget(n_tiles=128, dataflows=("weight_stationary",))
+    placed = map_kernel(node.socket, decoder, budget=budget)
+    stream = next(st for st in placed.stages if st.kind == "memory")
+    gate_up = next(st for st in placed.stages if st.operator == "dense_gate_up")
+    per_tile = placed.chip_tiles
+    assert gate_up.pcus > 6 * per_tile and gate_up.pmus > 2 * per_tile
+    assert gate_up.cycles_per_tile < stream.cycles_per_tile / 3
+    assert sum(placed.pcus_per_tile) <= per_tile * node.socket.tile.pcus
