@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sn40l_sim.hardware import figures
@@ -254,11 +255,9 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
     return allocated_floor(socket, sections, n_tiles, loop.iterations, loop.pipelined, loop.gate_cycles)
 
 
-#: the tilings searched with every GEMM in one dataflow are those within this factor of the
-#: per-operator choice's best (:func:`_uniform_dataflows`): its neighbours. Every tiling within 8x
-#: was searched while the allocator still refused idle PCUs to stages short of PMUs; once it added
-#: them, nothing the retry found on `validate`'s experiments and the main one lay further, and the
-#: wider search made a cold `validate` 13% slower (docs/validation.md)
+#: the tilings searched with every GEMM in one dataflow: those within this factor of the
+#: per-operator best, its neighbours (a reach of 8 found nothing more on the shipped experiments
+#: and made a cold `validate` 13% slower; docs/validation.md)
 UNIFORM_REACH = 2
 #: when False, every tiling is planned whatever its floor (tests compare the two searches)
 PRUNE_TILINGS = True
@@ -301,7 +300,7 @@ def _search_tilings(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[
                     tiers: TierSplit, chip_tiles: int, budget: UnitBudget, loop: LoopContext, planned: str,
                     candidates: tuple[int, ...], tried: dict[int, KernelPlan] | None = None,
                     best: KernelPlan | None = None, cutoff: float = math.inf,
-                    skip=lambda n_tiles: False) -> KernelPlan | None:
+                    skip: Callable[[int], bool] = lambda n_tiles: False) -> KernelPlan | None:
     """The best plan of ``candidates`` tilings under ``budget`` (see :func:`_best_tiling`), or
     ``best`` if none beats it; tilings whose floor exceeds the best so far (or ``cutoff``) and
     those ``skip`` names are not planned. The plans built are kept in ``tried`` by tiling."""
