@@ -25,14 +25,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from sn40l_sim.kvcache import make_policy
-from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
-from sn40l_sim.serving.speculation import Speculation
-from sn40l_sim.serving.workload import Request
+# the repository, so that a checkout without an install runs it (as the other benchmarks' children do)
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate  # noqa: E402
+from sn40l_sim.serving.speculation import Speculation  # noqa: E402
+from sn40l_sim.serving.workload import Request  # noqa: E402
 
 CLOCK_HZ = 1.6e9
 REQUESTS = 4096
