@@ -70,15 +70,22 @@ def _workloads(path: str, values: list[str]) -> dict[str, dict]:
     return {"deepseek": main, "per_user": per_user, "llama8b_node8": node8}
 
 
-def _rising(rows: list[dict], column: str, order: list[float]) -> list[str]:
-    """The curves of ``rows`` that rise along ``column``'s values in ``order``, described."""
+def _curves(rows: list[dict], column: str, order: list[float]) -> dict[tuple, dict[int, dict]]:
+    """``rows`` grouped into curves (every sweep axis but ``column``, and the KV policy), each row
+    under the index of its ``column`` value in ``order``."""
     curves: dict[tuple, dict[int, dict]] = {}
     for row in rows:
         at = min(range(len(order)), key=lambda i: abs(order[i] - float(row[column])) / max(abs(order[i]), 1e-30))
         key = tuple((k, row[k]) for k in sorted(row) if k.startswith("sweep.") and k != column)
         curves.setdefault(key + (("policy", row["kv_policy"]),), {})[at] = row
+    return curves
+
+
+def _rising(rows: list[dict], column: str, order: list[float]) -> list[str]:
+    """The curves of ``rows`` that rise along ``column``'s values in ``order``, described (a curve
+    missing a value is not judged)."""
     found = []
-    for key, by in curves.items():
+    for key, by in _curves(rows, column, order).items():
         if len(by) < len(order):
             continue
         for metric in METRICS:
@@ -94,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("out") / "faster_machine")
     args = parser.parse_args(argv)
-    table, rising = [], []
+    rising = []
     for field in args.fields:
         path, values, kind = FIELDS[field]
         order = [parse_quantity(v, kind) for v in values]   # listed slower to faster (latencies falling)
-        curves = 0
+        column = f"sweep.hardware.socket.{path}"
+        curves = found_here = 0
         for name, spec in _workloads(path, values).items():
             out = args.out / field / name
             out.mkdir(parents=True, exist_ok=True)
@@ -109,13 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                            stdout=subprocess.DEVNULL)
             with open(out / "run" / "results.csv", newline="") as f:
                 rows = list(csv.DictReader(f))
-            found = _rising(rows, f"sweep.hardware.socket.{path}", order)
-            curves += len({tuple(sorted((k, v) for k, v in r.items() if k.startswith("sweep.")
-                                        and k != f"sweep.hardware.socket.{path}")) + (r["kv_policy"],)
-                           for r in rows}) * len(METRICS)
+            found = _rising(rows, column, order)
+            curves += len(_curves(rows, column, order)) * len(METRICS)
+            found_here += len(found)
             rising += [f"{field}, {name}: {line}" for line in found]
-            table.append((field, name, len(found)))
-        print(f"{field}: {curves} curves, {sum(n for f, _, n in table if f == field)} rising", flush=True)
+        print(f"{field}: {curves} curves, {found_here} rising", flush=True)
     for line in rising:
         print(line)
     return 1 if rising else 0
