@@ -28,9 +28,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
 from sn40l_sim.mapper import disk_cache, division
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import (
     LONE_CALL,
@@ -43,11 +46,12 @@ from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
+from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.mapper.stages import TierSplit
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
-_memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
+_memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext, UnitBudget], PlacedKernel] = {}
 def mapping_key(socket: SocketSpec) -> str:
     """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`,
     :data:`~.kernel.UNMAPPED_PARTS` and the tiers' capacities (:func:`~.kernel.socket_key`)."""
@@ -55,22 +59,23 @@ def mapping_key(socket: SocketSpec) -> str:
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-                      socket_key: str | None = None, loop: LoopContext = LONE_CALL) -> PlacedKernel:
+                      socket_key: str | None = None, loop: LoopContext = LONE_CALL,
+                      budget: UnitBudget = NO_LIMITS) -> PlacedKernel:
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo, then the disk cache
     (:mod:`.disk_cache`); the result carries ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     signature = kernel.signature()
     sk = socket_key or mapping_key(socket)
-    key = (sk, signature, tiers, loop)
+    key = (sk, signature, tiers, loop, budget)
     placed = _memo.get(key)
     if placed is None:
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
-        text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}"
+        text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}" + (f"\n{budget!r}" if budget != NO_LIMITS else "")
         placed = disk_cache.load("mapped_kernel", text)
         if placed is None:
             with _collector_paused():
-                placed = map_kernel(socket, signature, tiers, loop=loop)
+                placed = map_kernel(socket, signature, tiers, budget=budget, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
     # every kernel of every graph comes through here; ``replace`` was a sixth of a warm map_graph
@@ -139,10 +144,54 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         calls[loop.first:loop.stop] = [context] * loop.iterations
     if priced:
         calls = [replace(call, priced=True) for call in calls]
-    kernels = tuple(as_called(node.socket, map_kernel_cached(node.socket, k, tiers, key, call), call,
-                              _after(k, call, collective_cycles))
-                    for k, call in zip(order, calls, strict=True))
+    plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
+    resident = resident_calls(node.socket, plans)
+    kernels = _as_called(node.socket, order, plans, calls, resident, collective_cycles)
+    if any(resident):
+        kernels = _remap_resident(node.socket, order, plans, calls, resident, kernels, tiers, key,
+                                  collective_cycles)
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
+
+
+def _remap_resident(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
+                    calls: list[LoopContext], resident: tuple[bool, ...], kernels: tuple[PlacedKernel, ...],
+                    tiers: TierSplit, key: str, collective_cycles: Callable[[Collective], float] | None,
+                    ) -> tuple[PlacedKernel, ...]:
+    """``kernels`` or, when the step is shorter that way, the graph with its resident kernels
+    mapped again with their configuration free: another tile count or tiling may then be faster.
+    They are mapped one at a time, the longest first, each within the units per tile the others
+    leave, so that they still fit beside each other (:mod:`.residency`)."""
+    signatures = [k.signature() for k in order]
+    calls_of: dict[object, list[int]] = {}
+    for i, (signature, r) in enumerate(zip(signatures, resident, strict=True)):
+        if r:
+            calls_of.setdefault(signature, []).append(i)
+    plans, contexts = list(plans), list(calls)
+    longest = sorted(calls_of, key=lambda s: -sum(kernels[i].call_cycles for i in calls_of[s]))
+    for signature in longest:
+        others = [plans[calls_of[s][0]] for s in calls_of if s != signature]
+        free = [min(cap - sum(getattr(pk, field)[t] for pk in others) for t in range(figures.tiles(socket)))
+                for field, cap in (("pcus_per_tile", socket.tile.pcus), ("pmus_per_tile", socket.tile.pmus))]
+        if min(free) <= 0:
+            continue
+        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
+        for i in calls_of[signature]:
+            contexts[i] = replace(calls[i], resident=True)
+            try:
+                plans[i] = map_kernel_cached(socket, order[i], tiers, key, contexts[i], budget)
+            except InfeasibleError:
+                plans[i], contexts[i] = plans[i], calls[i]
+    other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
+    return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+
+
+def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],
+               resident: tuple[bool, ...], collective_cycles: Callable[[Collective], float] | None,
+               ) -> tuple[PlacedKernel, ...]:
+    """``plans`` (mapped for ``calls``) as the graph calls them, those whose configuration stays
+    loaded charged none."""
+    return tuple(as_called(socket, pk, call, _after(k, call, collective_cycles), r)
+                 for k, pk, call, r in zip(order, plans, calls, resident, strict=True))
 
 
 def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[Collective], float] | None) -> int:
