@@ -145,42 +145,43 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     if priced:
         calls = [replace(call, priced=True) for call in calls]
     plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
-    resident = resident_calls(node.socket, plans)
-    kernels = _as_called(node.socket, order, plans, calls, resident, collective_cycles)
-    if any(resident):
-        kernels = _remap_resident(node.socket, order, plans, calls, resident, kernels, tiers, key,
-                                  collective_cycles)
+    kernels = _as_called(node.socket, order, plans, calls, resident_calls(node.socket, plans), collective_cycles)
+    kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
 
 
-def _remap_resident(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
-                    calls: list[LoopContext], resident: tuple[bool, ...], kernels: tuple[PlacedKernel, ...],
-                    tiers: TierSplit, key: str, collective_cycles: Callable[[Collective], float] | None,
-                    ) -> tuple[PlacedKernel, ...]:
-    """``kernels`` or, when the step is shorter that way, the graph with its resident kernels
-    mapped again with their configuration free: another tile count or tiling may then be faster.
-    They are mapped one at a time, the longest first, each within the units per tile the others
-    leave, so that they still fit beside each other (:mod:`.residency`)."""
+def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
+                        calls: list[LoopContext], kernels: tuple[PlacedKernel, ...], tiers: TierSplit, key: str,
+                        collective_cycles: Callable[[Collective], float] | None) -> tuple[PlacedKernel, ...]:
+    """``kernels`` or, when the step is shorter that way, the graph mapped again for its kernels to
+    stay loaded side by side (:mod:`.residency`): each kernel of one section, the longest first, is
+    mapped with its configuration free within the units per tile the others leave (another tile
+    count or tiling may then be faster), so that together they fit on the tiles. A kernel that
+    leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
     signatures = [k.signature() for k in order]
     calls_of: dict[object, list[int]] = {}
-    for i, (signature, r) in enumerate(zip(signatures, resident, strict=True)):
-        if r:
+    for i, signature in enumerate(signatures):
+        if plans[i].sections == 1:
             calls_of.setdefault(signature, []).append(i)
     plans, contexts = list(plans), list(calls)
-    longest = sorted(calls_of, key=lambda s: -sum(kernels[i].call_cycles for i in calls_of[s]))
-    for signature in longest:
-        others = [plans[calls_of[s][0]] for s in calls_of if s != signature]
+    tried = False
+    for signature in sorted(calls_of, key=lambda s: -sum(kernels[i].call_cycles for i in calls_of[s])):
+        others = {signatures[i]: plans[i] for i in range(len(plans)) if signatures[i] != signature}.values()
         free = [min(cap - sum(getattr(pk, field)[t] for pk in others) for t in range(figures.tiles(socket)))
                 for field, cap in (("pcus_per_tile", socket.tile.pcus), ("pmus_per_tile", socket.tile.pmus))]
         if min(free) <= 0:
             continue
         budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
-        for i in calls_of[signature]:
-            contexts[i] = replace(calls[i], resident=True)
-            try:
-                plans[i] = map_kernel_cached(socket, order[i], tiers, key, contexts[i], budget)
-            except InfeasibleError:
-                plans[i], contexts[i] = plans[i], calls[i]
+        try:
+            again = {i: map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True), budget)
+                     for i in calls_of[signature]}
+        except InfeasibleError:
+            continue
+        for i, pk in again.items():
+            plans[i], contexts[i] = pk, replace(calls[i], resident=True)
+        tried = True
+    if not tried:
+        return kernels
     other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
     return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
 

@@ -90,7 +90,7 @@ def test_mapping_the_resident_kernels_again_never_lengthens_the_step(llama8b_dec
     graph, collectives, placed = llama8b_decode
     import sn40l_sim.mapper.graph as graph_module
 
-    monkeypatch.setattr(graph_module, "_remap_resident", lambda socket, order, plans, calls, resident, kernels,
+    monkeypatch.setattr(graph_module, "_remap_side_by_side", lambda socket, order, plans, calls, kernels,
                         *rest: kernels)
     first = graph_module.map_graph(NODE, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
     assert sum(pk.call_cycles for pk in placed.kernels) <= sum(pk.call_cycles for pk in first.kernels)
