@@ -158,27 +158,34 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
     mapped with its configuration free within the units per tile the others leave (another tile
     count or tiling may then be faster), so that together they fit on the tiles. A kernel that
     leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
-    signatures = [k.signature() for k in order]
-    calls_of: dict[object, list[int]] = {}
-    for i, signature in enumerate(signatures):
-        if plans[i].sections == 1:
-            calls_of.setdefault(signature, []).append(i)
+    ids: dict[FusedKernel, int] = {}
+    kinds = [ids.setdefault(k.signature(), len(ids)) for k in order]   # one hash a call
+    calls_of: dict[int, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        calls_of.setdefault(kind, []).append(i)
+    footprint = {kind: (plans[i[0]].pcus_per_tile, plans[i[0]].pmus_per_tile) for kind, i in calls_of.items()}
+    capacity = (socket.tile.pcus, socket.tile.pmus)
     plans, contexts = list(plans), list(calls)
     tried = False
-    for signature in sorted(calls_of, key=lambda s: -sum(kernels[i].call_cycles for i in calls_of[s])):
-        others = {signatures[i]: plans[i] for i in range(len(plans)) if signatures[i] != signature}.values()
-        free = [min(cap - sum(getattr(pk, field)[t] for pk in others) for t in range(figures.tiles(socket)))
-                for field, cap in (("pcus_per_tile", socket.tile.pcus), ("pmus_per_tile", socket.tile.pmus))]
+    for kind in sorted(calls_of, key=lambda k: -sum(kernels[i].call_cycles for i in calls_of[k])):
+        if plans[calls_of[kind][0]].sections != 1:
+            continue
+        free = [min(cap - sum(units[u][t] for other, units in footprint.items() if other != kind)
+                    for t in range(figures.tiles(socket))) for u, cap in enumerate(capacity)]
         if min(free) <= 0:
             continue
         budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
+        again: dict[LoopContext, PlacedKernel] = {}
         try:
-            again = {i: map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True), budget)
-                     for i in calls_of[signature]}
+            for i in calls_of[kind]:
+                if calls[i] not in again:
+                    again[calls[i]] = map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True),
+                                                        budget)
         except InfeasibleError:
             continue
-        for i, pk in again.items():
-            plans[i], contexts[i] = pk, replace(calls[i], resident=True)
+        for i in calls_of[kind]:
+            plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
+        footprint[kind] = (plans[calls_of[kind][0]].pcus_per_tile, plans[calls_of[kind][0]].pmus_per_tile)
         tried = True
     if not tried:
         return kernels

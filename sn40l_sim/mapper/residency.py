@@ -47,19 +47,21 @@ def resident_calls(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> tuple
     configuration is still loaded when the graph is called again and again (see the module
     docstring)."""
     capacity = (socket.tile.pcus, socket.tile.pmus)
-    loaded: OrderedDict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = OrderedDict()
+    ids: dict[Any, int] = {}
+    kinds = [ids.setdefault(k.kernel.signature(), len(ids)) for k in kernels]   # one hash a call
+    loaded: OrderedDict[int, tuple[tuple[int, ...], tuple[int, ...]]] = OrderedDict()
     hits: list[bool] = []
-    for k in (*kernels, *kernels):
-        signature = k.kernel.signature()
+    calls = list(zip(kinds, kernels, strict=True))
+    for kind, k in calls + calls:
         footprint = (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile))
-        hit = signature in loaded and k.sections == 1
+        hit = kind in loaded and k.sections == 1
         if hit:
-            loaded.move_to_end(signature)
+            loaded.move_to_end(kind)
         elif any(footprint[0]) or any(footprint[1]):
-            loaded.pop(signature, None)
+            loaded.pop(kind, None)
             while loaded and not _fits(loaded.values(), footprint, capacity):
                 loaded.popitem(last=False)
-            loaded[signature] = footprint
+            loaded[kind] = footprint
         hits.append(hit)
     return tuple(hits[len(kernels):])
 
