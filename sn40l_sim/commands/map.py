@@ -29,6 +29,24 @@ import time
 from sn40l_sim.errors import InputError
 
 
+def _residency_line(socket, kernels) -> str:
+    """Which kernels keep their configuration loaded from call to call (mapper/residency.py)."""
+    from sn40l_sim.mapper.residency import resident_calls
+
+    kept, loaded = [], []
+    for pk, resident in zip(kernels, resident_calls(socket, kernels), strict=True):
+        if resident and pk.kernel.signature() not in kept:
+            kept.append(pk.kernel.signature())
+            loaded.append(pk.kernel.name)
+        elif not resident:
+            loaded.append(None)
+    if not kept:
+        return "configurations kept loaded between calls: none (another kernel takes some of its units before each is called again)"
+    reloads = loaded.count(None)
+    return (f"configurations kept loaded between calls (their units left alone by the other kernels): "
+            f"{', '.join(name for name in loaded if name)}; {reloads} of {len(kernels)} calls load theirs")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``map``'s arguments."""
     parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
@@ -139,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
                       for use in ("weights", "kv", "activations") + (("kv_offload",) if store else ()))
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
-    print("per socket, each kernel per call as the graph calls it: its configuration once per run of "
-          "consecutive calls, a loop's iterations pipelined, the collectives it waits for (each alone on the "
+    print("per socket, each kernel per call as the graph calls it: its configuration when it is not still "
+          "loaded, a loop's iterations pipelined, the collectives it waits for (each alone on the "
           "links); kernel-call boundaries (launch, barrier) excluded")
     print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
     print()
@@ -153,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel loops (execution.kernel_looping {looping}): {names}")
     else:
         print(f"kernel loops: none (no run of consecutive calls of one kernel; kernel_looping {looping})")
+    print(_residency_line(socket, placed.kernels))
     print(f"built and placed in {built - started:.2f} s, mapped in {mapped - built:.2f} s "
           f"({len(collapse(placed.kernels))} distinct kernels)")
     if args.plot is not None:

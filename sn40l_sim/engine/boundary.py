@@ -9,10 +9,12 @@ A fused kernel is a static dataflow graph. Calling one costs, before its first t
   (its hops across a tile) and the TLN, then the sockets run a dissemination barrier of
   ``ceil(log2(sockets))`` rounds, in round ``r`` each member signalling the member ``2^r`` after
   it: the P2P route's latency plus the calibrated ``sync_latency_s`` (a flag written and seen);
-* **configuration** -- when the kernel's configuration differs from the one resident on the
-  socket, its bits (:func:`sn40l_sim.hardware.figures.config_bytes` of the units it uses) are
-  loaded at the calibrated ``config_load_bytes_per_s``. Consecutive calls of one kernel find it
-  resident.
+* **configuration** -- unless the kernel's configuration is still loaded in its units, its bits
+  (:func:`sn40l_sim.hardware.figures.config_bytes` of the units it uses and the switches of its
+  tiles) are loaded at the calibrated ``config_load_bytes_per_s``. A unit holds one configuration,
+  so a kernel keeps its own as long as no other kernel is given one of its units: consecutive
+  calls of one kernel, and kernels small enough to sit side by side on the tiles, called step
+  after step (:mod:`sn40l_sim.mapper.residency`).
 
 **Kernel looping** (SambaNova, arXiv 2410.23668) turns consecutive calls of the same kernel into
 one call of a kernel with a pipelined outer loop: launch, barrier and configuration are paid once

@@ -7,8 +7,8 @@ The engine runs the kernel as:
 ``[launch -> barrier] -> [configuration] -> per section: [its configuration] -> fill -> chunks of tiles``
 
 and, beside it, the kernel's collectives. The kernel-call boundary (:mod:`.boundary`) is paid by a
-call, not by the later iterations of a loop; the first section's configuration only when another
-configuration is resident on the socket; the fill by every section but a loop iteration's, whose
+call, not by the later iterations of a loop; the first section's configuration only when it is not
+still loaded (:attr:`KernelRecord.config_resident`); the fill by every section but a loop iteration's, whose
 pipeline stays full from the previous iteration (an iteration's first tile waits, instead, for the
 previous iteration's collectives: the ``gate``). Tiles are grouped into at most ``chunks_per_section``
 chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
@@ -69,6 +69,9 @@ class KernelRecord:
     stream_end: int = 0
     launch_cycles: int = 0
     barrier_cycles: int = 0
+    #: whether the kernel's configuration is still loaded when it is called (the graph's steady
+    #: state, :func:`~sn40l_sim.mapper.residency.resident_calls`), so its first section loads none
+    config_resident: bool = False
     #: configuration loads: the kernel's when it was not resident, and later sections'
     config_cycles: int = 0
     fill_cycles: int = 0
@@ -103,7 +106,6 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
     env = res.env
     if after:
         yield env.all_of(after)
-    signature = record.placed.kernel.signature()
     with res.compute.request() as tiles:
         yield tiles
         record.start = env.now
@@ -117,10 +119,9 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
         record.stream_start = env.now
         for index, sec in enumerate(costs.sections):
             load = costs.config_cycles[index] if index < len(costs.config_cycles) else 0
-            if load and (index or res.resident != (signature, 0)):
+            if load and (index or not record.config_resident):
                 yield env.timeout(load)
                 record.config_cycles += load
-            res.resident = (signature, index)
             if sec.fill_cycles and (call or index):
                 yield env.timeout(sec.fill_cycles)
                 record.fill_cycles += sec.fill_cycles

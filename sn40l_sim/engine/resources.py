@@ -32,7 +32,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -65,8 +65,6 @@ class SocketResources:
     #: since the PMUs double-buffer (the other half holds what the running compute reads); the
     #: mapper's loop score reads the same figure (:func:`~sn40l_sim.mapper.read_ahead.read_ahead_bytes`)
     buffer_bytes: float = 0.0
-    #: (kernel signature, section) whose configuration is loaded in the units; None at the start
-    resident: tuple[Any, int] | None = None
     #: only the engine's kernels and their collectives use the socket's channels, so a kernel's
     #: stream may be accounted without events while no collective is alive
     #: (:func:`~sn40l_sim.engine.kernel_process.run_kernel`); set by the graph runner

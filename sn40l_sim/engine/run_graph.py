@@ -27,7 +27,8 @@ A decode attention kernel followed by an all-reduce of 1 MiB among the 16 socket
 >>> model = CollectiveModel.from_node(node)
 >>> coll, boundary = model.run(kernel.collectives[0]), model.boundary
 >>> call = boundary.launch_cycles + boundary.barrier_cycles(kernel.shards)
->>> formula = call + placed.kernels[0].cycles + coll.cycles    # launch, barrier, the mapper's formula, the collective
+>>> pk = placed.kernels[0]     # called step after step, it keeps its configuration loaded
+>>> formula = call + pk.cycles - pk.overhead_cycles + coll.cycles    # launch, barrier, its tiles, the collective
 >>> 0 <= run.cycles - formula <= 8    # the stream's chunks (8) each end on a whole cycle
 True
 >>> run.tier_bytes["hbm"] == placed.kernels[0].tier_bytes["hbm"] + run.link_bytes["p2p_staged"]
@@ -50,6 +51,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.loops import Loop, find_loops
 from sn40l_sim.mapper.placement import PlacedGraph
 from sn40l_sim.mapper.read_ahead import CHUNKS_PER_SECTION
+from sn40l_sim.mapper.residency import resident_calls
 
 
 @dataclass(frozen=True)
@@ -126,12 +128,13 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
+    resident = resident_calls(node.socket, placed.kernels)
     entries = []
     costs_of: dict[tuple, KernelCosts] = {}
     for i, pk in enumerate(placed.kernels):
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
-                              iteration=iteration.get(i, 0))
+                              iteration=iteration.get(i, 0), config_resident=resident[i])
         # the layers of a model share one placed kernel's stages (the mapper's memo re-labels it):
         # their costs, which read nothing else of the kernel than the key, are computed once
         key = (id(pk.stages), pk.sections, pk.n_tiles, pk.fill_cycles, pk.section_config_bytes,

@@ -9,9 +9,9 @@ Most graphs are chains: every kernel depends on the one before it (a decoder's l
 kernel after the other). In a chain, kernel ``i`` asks for the socket's compute when kernel
 ``i-1`` has ended, collectives included; every earlier kernel has ended too, and no later one can
 start before it. So from that cycle the kernel has the socket to itself: no stream on its
-channels, no collective alive, the links free, only the configuration left resident by the
-previous kernel. Its run, relative to its start, then depends on nothing but its costs, its
-collectives and whether its configuration is resident (the fluid network's arithmetic reads only
+channels, no collective alive, the links free, its configuration loaded or not (the graph's
+steady state, :func:`~sn40l_sim.mapper.residency.resident_calls`). Its run, relative to its start, then depends on nothing but its costs, its
+collectives and whether its configuration is still loaded (the fluid network's arithmetic reads only
 differences of cycles), and the layers of a model call the same kernel dozens of times. A loop
 (the kernels of :class:`~sn40l_sim.mapper.loops.Loop`, whose iterations overlap) is the same kind
 of unit, started when the kernel before it has ended and done when its last iteration is.
@@ -113,9 +113,6 @@ class _UnitRun:
     horizon: int
     #: channel (a tier's name, or ``None`` for the TLN) -> busy cycles and bytes moved
     channels: tuple[tuple[str | None, int, int], ...]
-    #: the configuration resident after the unit: the index of its last section loaded, None when
-    #: the unit loaded none (the resident one stays)
-    resident_section: int | None
 
 
 def run_units(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], units: list[range],
@@ -126,47 +123,40 @@ def run_units(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], 
     now = horizon = 0
     for unit in units:
         first = entries[unit.start]
-        signature = first.record.placed.kernel.signature()   # a loop's kernels share it
-        resident = (signature, 0) if res.resident == (signature, 0) else None
         if len(unit) == 1:
-            key = (id(first.costs), first.record.placed.kernel.collectives, resident is not None)
+            key = (id(first.costs), first.record.placed.kernel.collectives, first.record.config_resident)
             run = runs.get(key)
             if run is None:
-                run = runs[key] = _run_alone(node, res, [_scratch(first, res)], collectives, resident)
+                run = runs[key] = _run_alone(node, res, [_scratch(first, res)], collectives)
         else:
-            run = _run_loop(node, res, [entries[i] for i in unit], collectives, resident)
+            run = _run_loop(node, res, [entries[i] for i in unit], collectives)
         for i, (done, offset) in zip(unit, run.records, strict=True):
             _shift_into(entries[i].record, done, now + offset)
         for tier, busy, moved in run.channels:
             channel = res.tln if tier is None else res.memory[tier]
             channel.busy_cycles += busy
             channel.bytes_moved += moved
-        if run.resident_section is not None:
-            res.resident = (signature, run.resident_section)
         horizon = max(horizon, now + run.horizon)
         now += run.end
     return horizon
 
 
-def _run_alone(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], collectives: CollectiveModel,
-               resident: tuple | None) -> _UnitRun:
-    """Simulate ``entries`` from cycle 0 on an idle copy of the socket ``res`` with ``resident``
-    loaded: the first kernel's configuration (its signature and section 0), or None."""
+def _run_alone(node: NodeSpec, res: SocketResources, entries: list[KernelEntry],
+               collectives: CollectiveModel) -> _UnitRun:
+    """Simulate ``entries`` from cycle 0 on an idle copy of the socket ``res``."""
     env = simpy.Environment()
     alone = SocketResources.build(env, node, res.socket, staging_tier=res.staging_tier)
     alone.lone_streams = res.lone_streams
-    alone.resident = resident
     start_kernels(env, alone, entries, collectives, standalone=True)
     env.run()
     records = tuple((entry.record, 0) for entry in entries)
     channels = tuple((tier, ch.busy_cycles, ch.bytes_moved) for tier, ch in alone.memory.items())
     channels += ((None, alone.tln.busy_cycles, alone.tln.bytes_moved),)
-    section = None if alone.resident is resident else alone.resident[1]
-    return _UnitRun(records, entries[-1].record.end, int(env.now), channels, section)
+    return _UnitRun(records, entries[-1].record.end, int(env.now), channels)
 
 
-def _run_loop(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], collectives: CollectiveModel,
-              resident: tuple | None) -> _UnitRun:
+def _run_loop(node: NodeSpec, res: SocketResources, entries: list[KernelEntry],
+              collectives: CollectiveModel) -> _UnitRun:
     """A loop's run: the same loop of two and of three iterations simulated, the rest repeated.
 
     Iteration ``k >= 1`` gets the socket's compute when iteration ``k-1``'s tiles are done
@@ -189,27 +179,28 @@ def _run_loop(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], 
     if (n <= 5 or any(c.overlapped for c in kernel.collectives)
             or any(e.costs is not entries[0].costs or e.record.placed.kernel.collectives != kernel.collectives
                    for e in entries)):
-        return _run_alone(node, res, entries, collectives, resident)
-    two, three = (_run_alone(node, res, [_scratch(e, res) for e in entries[:m]], collectives, resident)
+        return _run_alone(node, res, entries, collectives)
+    two, three = (_run_alone(node, res, [_scratch(e, res) for e in entries[:m]], collectives)
                   for m in (2, 3))
     (first, _), (middle, _), (last, _) = three.records
     period = last.start - middle.start
     if (_timeline(first, 0) != _timeline(two.records[0][0], 0)
             or _timeline(last, period) != _timeline(two.records[1][0], 0)
             or (three.end, three.horizon) != (two.end + period, two.horizon + period)):
-        return _run_alone(node, res, entries, collectives, resident)
+        return _run_alone(node, res, entries, collectives)
     records = ((first, 0),) + tuple((middle, k * period) for k in range(n - 2)) + ((last, (n - 3) * period),)
     channels = tuple((tier, b2 + (n - 2) * (b3 - b2), m2 + (n - 2) * (m3 - m2))
                      for (tier, b2, m2), (_, b3, m3) in zip(two.channels, three.channels, strict=True))
     later = (n - 3) * period
-    return _UnitRun(records, three.end + later, three.horizon + later, channels, three.resident_section)
+    return _UnitRun(records, three.end + later, three.horizon + later, channels)
 
 
 def _scratch(entry: KernelEntry, res: SocketResources) -> KernelEntry:
     """``entry`` with a fresh record (for a run whose records are not the graph's)."""
     r = entry.record
     return KernelEntry(KernelRecord(r.name, r.kind, r.layer, r.placed, tier_bytes=dict.fromkeys(res.memory, 0),
-                                    iteration=r.iteration), entry.costs, entry.preds)
+                                    iteration=r.iteration, config_resident=r.config_resident),
+                       entry.costs, entry.preds)
 
 
 def _timeline(record: KernelRecord, origin: int) -> tuple:

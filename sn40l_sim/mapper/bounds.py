@@ -72,7 +72,7 @@ def gemm_floor_cycles(socket: SocketSpec, op: Operator) -> float:
 
 def plan_floor(socket: SocketSpec, operators: Sequence[Operator], ranges: Sequence[tuple[int, int]],
                spills: Sequence[int], tiers: TierSplit, chip_tiles: int, budget: UnitBudget = NO_LIMITS,
-               iterations: int = 1) -> float:
+               iterations: float = 1) -> float:
     """A value no plan's objective on ``chip_tiles`` tiles goes below (see the module docstring).
 
     Parameters
@@ -85,8 +85,8 @@ def plan_floor(socket: SocketSpec, operators: Sequence[Operator], ranges: Sequen
     chip_tiles : int
     budget : UnitBudget
         Its PCUs per tile bound the compute.
-    iterations : int
-        Consecutive calls sharing one section's configuration.
+    iterations : float
+        Consecutive calls sharing one section's configuration (``inf`` when it stays resident).
     """
     pcus = chip_tiles * budget.tile_pcus(socket.tile.pcus)
     efficiency = socket.calibrated.systolic_efficiency

@@ -52,17 +52,25 @@ if TYPE_CHECKING:
 COLLECTIVE = "collective"
 
 
-def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0) -> PlacedKernel:
+def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0,
+              resident: bool | None = None) -> PlacedKernel:
     """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
     plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
-    call spent on collectives and what takes most of it (see the module docstring)."""
+    call spent on collectives and what takes most of it (see the module docstring). ``resident``
+    says whether the call finds the kernel's configuration loaded (:mod:`.residency`) when that
+    differs from ``loop.resident``, the mapper's assumption; None keeps the assumption."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
     call = pk.call_cycles + after_cycles
     if not configs:
         return copied(pk, call_cycles=call, call_collective_cycles=after_cycles,
                       call_bound=COLLECTIVE if after_cycles else pk.bounding_resource)
     # as the mapper's objective charges it: one section stays loaded over consecutive calls
-    reload = configs[0] / loop.iterations if len(configs) == 1 else sum(configs)
+    reload = configs[0] / loop.calls_per_load if len(configs) == 1 else sum(configs)
+    if resident is not None and resident != loop.resident and len(configs) == 1:
+        # the plan's time with the load it does pay; rounded so that the sum stays a floor
+        actual = 0.0 if resident else configs[0] / loop.iterations
+        call += math.floor(actual - reload) if actual > reload else -math.ceil(reload - actual)
+        reload = actual
     tiles = pk.iteration_cycles if loop.pipelined else pk.cycles - sum(configs)
     waits = max(0, call - math.ceil(tiles + reload))
     # the largest part; a tie goes to the configuration, then to the tiles (as map_kernel's bound)

@@ -28,9 +28,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
 from sn40l_sim.mapper import disk_cache, division
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import (
     LONE_CALL,
@@ -43,11 +46,12 @@ from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
+from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.mapper.stages import TierSplit
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
-_memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext], PlacedKernel] = {}
+_memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext, UnitBudget], PlacedKernel] = {}
 def mapping_key(socket: SocketSpec) -> str:
     """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`,
     :data:`~.kernel.UNMAPPED_PARTS` and the tiers' capacities (:func:`~.kernel.socket_key`)."""
@@ -55,22 +59,23 @@ def mapping_key(socket: SocketSpec) -> str:
 
 
 def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-                      socket_key: str | None = None, loop: LoopContext = LONE_CALL) -> PlacedKernel:
+                      socket_key: str | None = None, loop: LoopContext = LONE_CALL,
+                      budget: UnitBudget = NO_LIMITS) -> PlacedKernel:
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo, then the disk cache
     (:mod:`.disk_cache`); the result carries ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     signature = kernel.signature()
     sk = socket_key or mapping_key(socket)
-    key = (sk, signature, tiers, loop)
+    key = (sk, signature, tiers, loop, budget)
     placed = _memo.get(key)
     if placed is None:
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
-        text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}"
+        text = f"{sk}\n{signature!r}\n{tiers!r}\n{loop!r}" + (f"\n{budget!r}" if budget != NO_LIMITS else "")
         placed = disk_cache.load("mapped_kernel", text)
         if placed is None:
             with _collector_paused():
-                placed = map_kernel(socket, signature, tiers, loop=loop)
+                placed = map_kernel(socket, signature, tiers, budget=budget, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
     # every kernel of every graph comes through here; ``replace`` was a sixth of a warm map_graph
@@ -139,10 +144,62 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         calls[loop.first:loop.stop] = [context] * loop.iterations
     if priced:
         calls = [replace(call, priced=True) for call in calls]
-    kernels = tuple(as_called(node.socket, map_kernel_cached(node.socket, k, tiers, key, call), call,
-                              _after(k, call, collective_cycles))
-                    for k, call in zip(order, calls, strict=True))
+    plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
+    kernels = _as_called(node.socket, order, plans, calls, resident_calls(node.socket, plans), collective_cycles)
+    kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
+
+
+def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
+                        calls: list[LoopContext], kernels: tuple[PlacedKernel, ...], tiers: TierSplit, key: str,
+                        collective_cycles: Callable[[Collective], float] | None) -> tuple[PlacedKernel, ...]:
+    """``kernels`` or, when the step is shorter that way, the graph mapped again for its kernels to
+    stay loaded side by side (:mod:`.residency`): each kernel of one section, the longest first, is
+    mapped with its configuration free within the units per tile the others leave (another tile
+    count or tiling may then be faster), so that together they fit on the tiles. A kernel that
+    leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
+    ids: dict[FusedKernel, int] = {}
+    kinds = [ids.setdefault(k.signature(), len(ids)) for k in order]   # one hash a call
+    calls_of: dict[int, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        calls_of.setdefault(kind, []).append(i)
+    footprint = {kind: (plans[i[0]].pcus_per_tile, plans[i[0]].pmus_per_tile) for kind, i in calls_of.items()}
+    capacity = (socket.tile.pcus, socket.tile.pmus)
+    plans, contexts = list(plans), list(calls)
+    tried = False
+    for kind in sorted(calls_of, key=lambda k: -sum(kernels[i].call_cycles for i in calls_of[k])):
+        if plans[calls_of[kind][0]].sections != 1:
+            continue
+        free = [min(cap - sum(units[u][t] for other, units in footprint.items() if other != kind)
+                    for t in range(figures.tiles(socket))) for u, cap in enumerate(capacity)]
+        if min(free) <= 0:
+            continue
+        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
+        again: dict[LoopContext, PlacedKernel] = {}
+        try:
+            for i in calls_of[kind]:
+                if calls[i] not in again:
+                    again[calls[i]] = map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True),
+                                                        budget)
+        except InfeasibleError:
+            continue
+        for i in calls_of[kind]:
+            plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
+        footprint[kind] = (plans[calls_of[kind][0]].pcus_per_tile, plans[calls_of[kind][0]].pmus_per_tile)
+        tried = True
+    if not tried:
+        return kernels
+    other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
+    return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+
+
+def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],
+               resident: tuple[bool, ...], collective_cycles: Callable[[Collective], float] | None,
+               ) -> tuple[PlacedKernel, ...]:
+    """``plans`` (mapped for ``calls``) as the graph calls them, those whose configuration stays
+    loaded charged none."""
+    return tuple(as_called(socket, pk, call, _after(k, call, collective_cycles), r)
+                 for k, pk, call, r in zip(order, plans, calls, resident, strict=True))
 
 
 def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[Collective], float] | None) -> int:

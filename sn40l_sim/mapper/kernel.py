@@ -131,8 +131,9 @@ class LoopContext:
     """How a kernel is called: one of ``iterations`` consecutive calls of it (its configuration
     stays loaded between them), run as one looped call if ``pipelined``, each iteration then
     waiting ``gate_cycles`` for the previous one's collectives; a call not looped has its
-    overlapped collectives take ``overlap_cycles`` from its first tile out. The default is a lone
-    call without collectives."""
+    overlapped collectives take ``overlap_cycles`` from its first tile out; a ``resident`` kernel
+    finds its configuration loaded at every call (:mod:`.residency`). The default is a lone call
+    without collectives."""
 
     iterations: int = 1
     gate_cycles: int = 0
@@ -141,6 +142,13 @@ class LoopContext:
     #: units the balanced allocation leaves idle are given only where they pay for their
     #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
     priced: bool = False
+    resident: bool = False
+
+    @property
+    def calls_per_load(self) -> float:
+        """Calls that share one load of a one-section kernel's configuration: the run's
+        ``iterations``, or every call when it stays resident."""
+        return math.inf if self.resident else self.iterations
 
 
 #: a kernel called once
@@ -167,7 +175,7 @@ def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int
     configs = [figures.config_cycles(socket, p.config_bytes(socket)) for p in plans]
     cycles = sum(configs) + n * fill + ceil_cycles(n * n_tiles * cpt)
     # one section stays loaded over consecutive calls; several replace each other every call
-    reload = configs[0] / loop.iterations if n == 1 else sum(configs)
+    reload = configs[0] / loop.calls_per_load if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
     if loop.overlap_cycles and not loop.pipelined:
         # the overlapped collectives start after the fill and the first tile (the engine's
@@ -200,7 +208,7 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
     # the tile choices in order of their floors (the likeliest winner first), so that a choice
     # whose floor exceeds the best plan so far is skipped (:mod:`.bounds`); ties still go to the
     # choice listed first
-    floors = {t: plan_floor(socket, kernel.operators, ranges, spills, tiers, t, budget, loop.iterations)
+    floors = {t: plan_floor(socket, kernel.operators, ranges, spills, tiers, t, budget, loop.calls_per_load)
               for t in tile_choices} if len(tile_choices) > 1 else {t: 0.0 for t in tile_choices}
     best: KernelPlan | None = None
     best_rank = (0.0, 0)
@@ -229,7 +237,7 @@ def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[in
     floor from ``sections_of``."""
     sections = [sections_of(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
                             budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
-    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.iterations, loop.pipelined,
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.calls_per_load, loop.pipelined,
                         loop.gate_cycles)
 
 
@@ -252,7 +260,7 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))
-    return allocated_floor(socket, sections, n_tiles, loop.iterations, loop.pipelined, loop.gate_cycles)
+    return allocated_floor(socket, sections, n_tiles, loop.calls_per_load, loop.pipelined, loop.gate_cycles)
 
 
 #: the tilings searched with every GEMM in one dataflow: those within this factor of the

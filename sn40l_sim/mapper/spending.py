@@ -61,7 +61,7 @@ class Calls(NamedTuple):
     and each ends no sooner than ``overlap_cycles`` of collectives that start once its first data
     tile is out (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
 
-    count: int
+    count: float
     overlap_cycles: int = 0
 
 
@@ -74,7 +74,7 @@ def section_calls(loop: LoopContext, sections: int, index: int) -> Calls | None:
     if not loop.priced:
         return None
     overlap = loop.overlap_cycles if index == 0 and not loop.pipelined else 0
-    return Calls(loop.iterations if sections == 1 else 1, overlap)
+    return Calls(loop.calls_per_load if sections == 1 else 1, overlap)
 
 
 class Pricing(NamedTuple):

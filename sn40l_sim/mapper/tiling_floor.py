@@ -182,7 +182,7 @@ def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequ
 
 
 def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: int, chip_tiles: int,
-                 budget: UnitBudget = NO_LIMITS, iterations: int = 1, pipelined: bool = False,
+                 budget: UnitBudget = NO_LIMITS, iterations: float = 1, pipelined: bool = False,
                  gate_cycles: int = 0) -> float:
     """A value the objective of the plan of one tiling (``n_tiles`` data tiles on ``chip_tiles``
     tiles within ``budget``) does not go below, from its sections' :func:`section_floor` (see the
@@ -211,7 +211,7 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
 
 
 def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageWork], Sequence[Stream], Allocation]],
-                    n_tiles: int, iterations: int = 1, pipelined: bool = False, gate_cycles: int = 0) -> float:
+                    n_tiles: int, iterations: float = 1, pipelined: bool = False, gate_cycles: int = 0) -> float:
     """A floor under the objective of one tiling whose sections are allocated but not yet placed
     and routed (``(stages, streams, allocation)`` each): the stages' cycles and the configuration
     are known; the mesh can only slow the slowest stage, and a hand-over and a memory stream's

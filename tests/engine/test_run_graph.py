@@ -2,6 +2,7 @@
 lower bounds, busy time within elapsed time, byte conservation, overlap of collectives."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -40,22 +41,30 @@ def test_lone_kernel_matches_the_tile_level_formula(n_tiles, cpt, hbm, ddr):
     assert pk.cycles - n_tiles <= result.cycles <= pk.cycles + 8
 
 
-def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident():
-    kinds = ("a", "b", "a")   # two kernels alternating: each call finds the other's configuration
+@pytest.mark.parametrize("pcus", [64, 200])
+def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident(pcus):
+    # two kernels alternating, step after step: on 64 PCUs of a tile each they stay loaded side by
+    # side, on 200 each call finds the other one's configuration in its units (mapper/residency.py)
+    kinds = ("a", "b", "a", "b")
     pks = [placed_kernel(NODE, f"k{i}", kind, layer=i, config_bytes=10**6 * (1 + (kind == "b")))
            for i, kind in enumerate(kinds)]
-    pks = [type(pk)(**{**pk.__dict__, "kernel": type(pk.kernel)(**{**pk.kernel.__dict__, "operators": (
-        type(pk.kernel.operators[0])(**{**pk.kernel.operators[0].__dict__, "name": kind}),)})})
+    pks = [dataclasses.replace(pk, pcus_per_tile=(pcus, 0, 0, 0), kernel=dataclasses.replace(
+        pk.kernel, operators=(dataclasses.replace(pk.kernel.operators[0], name=kind),)))
            for pk, kind in zip(pks, kinds, strict=True)]
     options = EngineOptions(stage_collectives=False)
     streaming = run(pks).cycles
     configs = sum(figures.config_cycles(NODE.socket, pk.section_config_bytes[0]) for pk in pks)
-    assert run(pks, options).cycles == streaming + 3 * CALL + configs
-    # the same kernel three times: its configuration stays resident after the first call
+    assert run(pks, options).cycles == streaming + 4 * CALL + (configs if pcus > NODE.socket.tile.pcus / 2 else 0)
+
+
+def test_a_kernel_called_again_and_again_keeps_its_configuration_unless_it_cannot():
+    # the same kernel three times: its configuration stays loaded between the calls and the steps
     same = [placed_kernel(NODE, f"k{i}", layer=i, config_bytes=10**6) for i in range(3)]
-    unlooped = run(same, EngineOptions(stage_collectives=False, kernel_looping=False)).cycles
-    streaming = run(same).cycles
-    assert unlooped == streaming + 3 * CALL + figures.config_cycles(NODE.socket, 10**6)
+    unlooped = EngineOptions(stage_collectives=False, kernel_looping=False)
+    assert run(same, unlooped).cycles == run(same).cycles + 3 * CALL
+    # a kernel of two sections loads both at every call: they take turns on the same units
+    two = [placed_kernel(NODE, f"k{i}", layer=i, config_bytes=10**6, sections=2) for i in range(3)]
+    assert run(two, unlooped).cycles == run(two).cycles + 3 * CALL + 6 * figures.config_cycles(NODE.socket, 10**6)
 
 
 def test_a_kernel_loop_pays_one_call_and_streams_ahead():

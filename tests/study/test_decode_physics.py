@@ -73,7 +73,7 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
     # Llama-3.1-405B at batch 1 on 16 sockets: its weights hold most of the step. (Llama-3.1-70B on
     # 16 sockets, near its roofline too, reached only 0.77 and then 0.65 with earlier calibrations
     # and allocators: its chain of latency-bound all-reduces and of compute on weights streamed
-    # ahead was nearly as long as the halved stream; it is 0.53 now; docs/validation.md.)
+    # ahead was nearly as long as the halved stream; it is 0.51 now; docs/validation.md.)
     exp = ROOT / "experiments" / "per_user_speed.yaml"
     name = "full[model=llama3_1_405b,speculative=none]"
     base = {r["name"]: r for r in loaded.records(exp, serve=False, reads_prefill=())}[name]
@@ -100,7 +100,7 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
     # Llama-3.1-8B on 8 sockets, TP8: 4 sequences of 32K against 16 of 8K. Both steps are bound by
     # reading the cache, the same bytes per socket; more sequences add only their own fixed costs
     # (a sequence's chunks, its combine), so attention is no dearer beyond those, and the whole step
-    # about as long (3.00 against 2.94 ms, docs/validation.md)
+    # about as long (2.65 against 2.62 ms, docs/validation.md)
     common = {"model": str(ROOT / "graphs" / "llama3_1_8b.yaml"),
               "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
     attention = {}

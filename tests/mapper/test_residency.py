@@ -1,0 +1,96 @@
+"""Configurations that stay loaded between calls (sn40l_sim/mapper/residency.py): which calls of a
+step repeated step after step find their kernel's configuration in its units, and what the mapper
+and the engine make of it."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.run_graph import run_graph
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.mapper import map_graph
+from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+SOCKET = NODE.socket
+TILE_PCUS, TILE_PMUS = SOCKET.tile.pcus, SOCKET.tile.pmus
+
+
+def kernel(name: str, pcus: tuple[int, ...], pmus: tuple[int, ...] | None = None, sections: int = 1):
+    """What resident_calls reads of a placed kernel: its signature, sections and units per tile."""
+    pmus = pmus if pmus is not None else pcus
+    return SimpleNamespace(kernel=SimpleNamespace(signature=lambda: name), sections=sections,
+                           pcus_per_tile=pcus + (0,) * (4 - len(pcus)), pmus_per_tile=pmus + (0,) * (4 - len(pmus)))
+
+
+def test_kernels_that_fit_side_by_side_all_stay_loaded():
+    step = [kernel("embed", (0,), (1,)), *[kernel("dec", (66,) * 4, (79,) * 4)] * 3,
+            kernel("head", (17,), (19,)), kernel("sample", (1,))]
+    assert resident_calls(SOCKET, step) == (True,) * len(step)
+
+
+def test_a_kernel_on_every_pcu_leaves_nothing_loaded_beside_it():
+    # DeepSeek-R1's decode: the MLA kernel takes every PCU of the four tiles, the FFN a few
+    step = [kernel("mla", (TILE_PCUS,) * 4, (165,) * 4), kernel("ffn", (21,) * 4, (24,) * 4)] * 3
+    assert resident_calls(SOCKET, step) == (False,) * len(step)
+
+
+def test_the_step_wraps_around_and_the_least_recently_called_make_room():
+    # a, b fit together; c does not fit beside both, so it evicts the older of them (a), which
+    # then evicts b, the least recently called when a is loaded again
+    a, b, c = kernel("a", (100,)), kernel("b", (100,)), kernel("c", (100,))
+    assert resident_calls(SOCKET, [a, b, c]) == (False, False, False)
+    # a kernel called last and first finds itself loaded at the next step's start
+    assert resident_calls(SOCKET, [a, b, kernel("big", (200,)), a]) == (True, False, False, False)
+
+
+def test_a_kernel_of_several_sections_reloads_them_at_every_call():
+    two = kernel("big", (TILE_PCUS,), sections=2)
+    assert resident_calls(SOCKET, [two, two]) == (False, False)
+    assert resident_calls(SOCKET, [kernel("small", (1,)), two]) == (False, False)
+
+
+def test_units_on_other_tiles_do_not_collide():
+    left, right = kernel("left", (TILE_PCUS, 0)), kernel("right", (0, TILE_PCUS))
+    assert resident_calls(SOCKET, [left, right]) == (True, True)
+    assert resident_calls(SOCKET, [left, kernel("both", (1, 1))]) == (False, False)
+
+
+@pytest.fixture(scope="module")
+def llama8b_decode():
+    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+    graph = build_graph(model, Shape("decode", 1, 1024, 2048), ParallelPlan(16, 1))
+    collectives = CollectiveModel.from_node(NODE)
+    return graph, collectives, map_graph(NODE, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
+
+
+def test_a_dense_decode_step_keeps_every_configuration_and_the_engine_loads_none(llama8b_decode):
+    graph, collectives, placed = llama8b_decode
+    resident = resident_calls(SOCKET, placed.kernels)
+    assert all(resident)
+    units = [sum(getattr(pk, f"{kind}_per_tile")[t] for pk in {pk.kernel.signature(): pk for pk in placed.kernels}.values())
+             for kind in ("pcus", "pmus") for t in range(figures.tiles(SOCKET))]
+    assert max(units[:4]) <= TILE_PCUS and max(units[4:]) <= TILE_PMUS
+    run = run_graph(NODE, placed, collectives=collectives)
+    assert sum(r.config_cycles for r in run.records) == 0
+    # map's totals stay a floor of the engine's step (the boundaries aside)
+    boundaries = sum(r.launch_cycles + r.barrier_cycles for r in run.records)
+    assert sum(pk.call_cycles for pk in placed.kernels) <= run.cycles - boundaries
+
+
+def test_mapping_the_resident_kernels_again_never_lengthens_the_step(llama8b_decode, monkeypatch):
+    graph, collectives, placed = llama8b_decode
+    import sn40l_sim.mapper.graph as graph_module
+
+    monkeypatch.setattr(graph_module, "_remap_side_by_side", lambda socket, order, plans, calls, kernels,
+                        *rest: kernels)
+    first = graph_module.map_graph(NODE, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
+    assert sum(pk.call_cycles for pk in placed.kernels) <= sum(pk.call_cycles for pk in first.kernels)
