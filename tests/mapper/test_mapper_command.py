@@ -38,6 +38,26 @@ def test_decode_map_names_a_bound_for_every_kernel(capsys):
     assert "cache 131074 tokens" in out and "2 speculative drafts per sequence verified" in out
 
 
+def test_map_says_which_configurations_stay_loaded(capsys, tmp_path):
+    # DeepSeek-R1's MLA kernel takes every PCU of the four tiles: nothing stays loaded beside it
+    assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
+    assert "configurations kept loaded between calls: none" in capsys.readouterr().out
+    # Llama-3.1-8B at batch 1 on 16 sockets: its four kernels fit side by side and none reloads
+    exp = tmp_path / "llama.yaml"
+    exp.write_text(f"""kind: experiment
+name: llama
+hardware: {ROOT / "hw_configs" / "sn40l_node16.yaml"}
+model: {ROOT / "graphs" / "llama3_1_8b.yaml"}
+parallel: {{prefill: {{tp: 16}}, decode: {{tp: 16}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 1024, batch: 1, max_new_tokens: 1024}}
+""")
+    assert main(["map", str(exp), "--phase", "decode"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("configurations kept"))
+    assert "embedding" in line and "lm_head" in line and "sampling" in line
+    assert line.endswith("0 of 35 calls load theirs")
+
+
 def test_snapstream_decode_reads_a_shorter_cache(capsys):
     assert main(["map", EXPERIMENT, "--phase", "decode", "--policy", "snapstream"]) == 0
     snap = capsys.readouterr().out
