@@ -4,7 +4,8 @@ Each kernel's interval is split into
 
 - the kernel-call boundary (:mod:`.boundary`): ``launch`` (the host starting the kernel),
   ``synchronisation`` (the barrier of the sockets and tiles taking part) and ``configuration``
-  (loading the kernel's configuration when another was resident, and its later sections'),
+  (loading the kernel's configuration when another kernel had taken some of its units, and its later
+  sections'),
 - ``pipeline_fill``: the pipeline fill before the first tile,
 - streaming time bounded by memory (a chunk whose memory stage finished after its compute),
   shared out in proportion to the kernel's bytes by use: ``weights_streaming``, ``kv_reads``

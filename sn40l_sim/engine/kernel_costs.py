@@ -78,8 +78,9 @@ class SectionCosts:
 class KernelCosts:
     """What the engine needs from a :class:`PlacedKernel`, precomputed once per kernel.
 
-    ``config_cycles[i]`` loads section ``i``'s configuration: section 0's at the call when another
-    configuration is resident, the others before they stream.
+    ``config_cycles[i]`` loads section ``i``'s configuration: section 0's at the call unless it is
+    still loaded (:attr:`~sn40l_sim.engine.kernel_process.KernelRecord.config_resident`), the others
+    before they stream.
     """
 
     launch_cycles: int

@@ -81,7 +81,8 @@ class PlacedKernel:
     pmus_per_tile: tuple[int, ...]
     sram_bytes_per_tile: tuple[int, ...]
     #: cycles to load the first section's configuration, included in ``cycles`` (the engine pays
-    #: it only when another kernel's configuration is resident: it reads the parts, not ``cycles``)
+    #: it only when the configuration is not still loaded, :mod:`.residency`; it reads the parts,
+    #: not ``cycles``)
     overhead_cycles: int = 0
     #: compute tiles of the socket the kernel runs on
     chip_tiles: int = 0
