@@ -25,11 +25,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from sn40l_sim.errors import InputError
 
+if TYPE_CHECKING:
+    from sn40l_sim.hardware.spec import SocketSpec
+    from sn40l_sim.mapper.placement import PlacedKernel
 
-def _residency_line(socket, kernels) -> str:
+
+def _residency_line(socket: SocketSpec, kernels: tuple[PlacedKernel, ...]) -> str:
     """Which kernels keep their configuration loaded from call to call (mapper/residency.py)."""
     from sn40l_sim.mapper.residency import resident_calls
 
