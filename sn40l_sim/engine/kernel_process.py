@@ -7,9 +7,9 @@ The engine runs the kernel as:
 ``[launch -> barrier] -> [configuration] -> per section: [its configuration] -> fill -> chunks of tiles``
 
 and, beside it, the kernel's collectives. The kernel-call boundary (:mod:`.boundary`) is paid by a
-call, not by the later iterations of a loop; the first section's configuration only when it is not
-still loaded (:attr:`KernelRecord.config_resident`); the fill by every section but a loop iteration's, whose
-pipeline stays full from the previous iteration (an iteration's first tile waits, instead, for the
+call, not by the later iterations of a loop; the first section's configuration only when it is
+not still loaded (:attr:`KernelRecord.config_resident`); the fill by every section but a loop
+iteration's, whose pipeline stays full from the previous iteration (an iteration's first tile waits, instead, for the
 previous iteration's collectives: the ``gate``). Tiles are grouped into at most ``chunks_per_section``
 chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
 attention has millions of tiles). Within a chunk the memory stage and the compute stages work on

@@ -10,9 +10,10 @@ kernel after the other). In a chain, kernel ``i`` asks for the socket's compute 
 ``i-1`` has ended, collectives included; every earlier kernel has ended too, and no later one can
 start before it. So from that cycle the kernel has the socket to itself: no stream on its
 channels, no collective alive, the links free, its configuration loaded or not (the graph's
-steady state, :func:`~sn40l_sim.mapper.residency.resident_calls`). Its run, relative to its start, then depends on nothing but its costs, its
-collectives and whether its configuration is still loaded (the fluid network's arithmetic reads only
-differences of cycles), and the layers of a model call the same kernel dozens of times. A loop
+steady state, :func:`~sn40l_sim.mapper.residency.resident_calls`). Its run, relative to its
+start, then depends on nothing but its costs, its collectives and whether its configuration is
+still loaded (the fluid network's arithmetic reads only differences of cycles), and the layers of
+a model call the same kernel dozens of times. A loop
 (the kernels of :class:`~sn40l_sim.mapper.loops.Loop`, whose iterations overlap) is the same kind
 of unit, started when the kernel before it has ended and done when its last iteration is.
 
