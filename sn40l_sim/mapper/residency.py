@@ -10,7 +10,10 @@ not fit beside those loaded, the least recently called ones give up their units 
 
 A decode or prefill step is the same graph called again and again, so what counts is its steady
 state: the graph's calls are replayed twice and a call is *resident* when, in the second pass,
-its kernel's configuration is still loaded at the call. A kernel of several sections reloads them
+its kernel's configuration is still loaded at the call. The first pass is the graph called on units
+another graph has just taken (a co-located node's prefill before a decode step, another model's
+step): the calls resident in the steady state but not there load their configuration once more
+(:func:`switch_loads`). A kernel of several sections reloads them
 on every call (they take turns on the same units), so its calls are never resident. Which tiles a
 kernel uses is the mapper's choice (its ``pcus_per_tile``, ``pmus_per_tile`` per tile index).
 
@@ -46,6 +49,37 @@ def resident_calls(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> tuple
     """For each call of ``kernels`` (a graph's kernels in their calling order), whether its
     configuration is still loaded when the graph is called again and again (see the module
     docstring)."""
+    return tuple(_replay(socket, kernels)[len(kernels):])
+
+
+def switch_loads(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> tuple[bool, ...]:
+    """For each call of ``kernels``, whether it loads its configuration when the graph is called
+    right after another graph took every unit, though it finds it loaded when the graph is called
+    again and again (the first and second passes of the module docstring).
+    :func:`call_residency` gives both answers from one replay.
+
+    >>> from types import SimpleNamespace as K
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> small = lambda name, pcus: K(kernel=K(signature=lambda: name), sections=1,
+    ...                              pcus_per_tile=(pcus, 0, 0, 0), pmus_per_tile=(pcus, 0, 0, 0))
+    >>> switch_loads(example_socket(), [small("embed", 1), small("dec", 80), small("dec", 80), small("head", 20)])
+    (True, True, False, True)
+    """
+    return call_residency(socket, kernels)[1]
+
+
+def call_residency(socket: SocketSpec, kernels: Sequence[PlacedKernel]
+                   ) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """:func:`resident_calls` and :func:`switch_loads` of ``kernels``, from one replay."""
+    hits = _replay(socket, kernels)
+    n = len(kernels)
+    steady = tuple(hits[n:])
+    return steady, tuple(s and not cold for cold, s in zip(hits[:n], steady, strict=True))
+
+
+def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
+    """Whether each call finds its configuration loaded, over the graph's calls replayed twice
+    from units holding none of its kernels."""
     capacity = (socket.tile.pcus, socket.tile.pmus)
     ids: dict[Any, int] = {}
     kinds = [ids.setdefault(k.kernel.signature(), len(ids)) for k in kernels]   # one hash a call
@@ -63,7 +97,7 @@ def resident_calls(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> tuple
                 loaded.popitem(last=False)
             loaded[kind] = footprint
         hits.append(hit)
-    return tuple(hits[len(kernels):])
+    return hits
 
 
 def _fits(loaded: Any, footprint: tuple[tuple[int, ...], tuple[int, ...]], capacity: tuple[int, int]) -> bool:

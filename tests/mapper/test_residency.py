@@ -14,7 +14,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.mapper import map_graph
-from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.mapper.residency import resident_calls, switch_loads
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -38,9 +38,10 @@ def test_kernels_that_fit_side_by_side_all_stay_loaded():
 
 
 def test_a_kernel_on_every_pcu_leaves_nothing_loaded_beside_it():
-    # DeepSeek-R1's decode: the MLA kernel takes every PCU of the four tiles, the FFN a few
+    # DeepSeek-R1's decode: the MLA kernel takes every PCU of the four tiles, the FFN a few; its
+    # kernels load at every call, so a step after another graph loads nothing more
     step = [kernel("mla", (TILE_PCUS,) * 4, (165,) * 4), kernel("ffn", (21,) * 4, (24,) * 4)] * 3
-    assert resident_calls(SOCKET, step) == (False,) * len(step)
+    assert resident_calls(SOCKET, step) == (False,) * len(step) == switch_loads(SOCKET, step)
 
 
 def test_the_step_wraps_around_and_the_least_recently_called_make_room():
@@ -81,6 +82,13 @@ def test_a_dense_decode_step_keeps_every_configuration_and_the_engine_loads_none
     assert max(units[:4]) <= TILE_PCUS and max(units[4:]) <= TILE_PMUS
     run = run_graph(NODE, placed, collectives=collectives)
     assert sum(r.config_cycles for r in run.records) == 0
+    # after another graph took the units, each of its four kernels loads once, the looped decoder
+    # at its first layer only
+    loads = switch_loads(SOCKET, placed.kernels)
+    assert [pk.kernel.name for pk, load in zip(placed.kernels, loads, strict=True) if load] == \
+        ["embedding", "L00.decoder", "lm_head", "sampling"]
+    assert run.switch_load_cycles == sum(figures.config_cycles(SOCKET, pk.section_config_bytes[0])
+                                         for pk, load in zip(placed.kernels, loads, strict=True) if load) > 0
     # map's totals stay a floor of the engine's step (the boundaries aside)
     boundaries = sum(r.launch_cycles + r.barrier_cycles for r in run.records)
     assert sum(pk.call_cycles for pk in placed.kernels) <= run.cycles - boundaries
