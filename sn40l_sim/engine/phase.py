@@ -104,6 +104,10 @@ class PhaseTiming:
         Intervals for Chrome traces.
     kernels : tuple of KernelTiming
         Per-kernel detail, in execution order.
+    switch_load_cycles : int
+        Configuration loads the phase pays on top of ``cycles`` when the node ran another graph
+        just before (:attr:`~sn40l_sim.engine.run_graph.GraphRun.switch_load_cycles`): the serving
+        loop charges them where a co-located node switches between prefill and decode.
     """
 
     phase: str
@@ -121,6 +125,7 @@ class PhaseTiming:
     link_bytes: dict[str, int]
     events: tuple[TraceEvent, ...]
     kernels: tuple[KernelTiming, ...]
+    switch_load_cycles: int = 0
 
     def layer_shares(self) -> dict[str, float]:
         """Fraction of the representative layer's time per kernel kind."""
@@ -215,4 +220,5 @@ def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_l
         layer=layer, layer_cycles=dict(in_layer),
         resource_busy_cycles=dict(run.busy_cycles), tier_bytes=dict(run.tier_bytes),
         link_bytes=dict(run.link_bytes), events=run.events, kernels=kernels,
+        switch_load_cycles=run.switch_load_cycles,
     )

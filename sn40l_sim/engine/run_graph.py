@@ -51,7 +51,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.loops import Loop, find_loops
 from sn40l_sim.mapper.placement import PlacedGraph
 from sn40l_sim.mapper.read_ahead import CHUNKS_PER_SECTION
-from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.mapper.residency import call_residency
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,10 @@ class GraphRun:
     events: tuple[TraceEvent, ...]
     #: the kernel loops run as loops (empty without kernel looping)
     loops: tuple[Loop, ...] = ()
+    #: configuration loads the graph pays on top of ``cycles`` when it is called right after another
+    #: graph took every unit (:func:`~sn40l_sim.mapper.residency.switch_loads`): each is a call's
+    #: first section loaded before it streams, on the critical path as every load is
+    switch_load_cycles: int = 0
 
 
 def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = EngineOptions(),
@@ -128,7 +132,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
-    resident = resident_calls(node.socket, placed.kernels)
+    resident, switched = call_residency(node.socket, placed.kernels)
     entries = []
     costs_of: dict[tuple, KernelCosts] = {}
     for i, pk in enumerate(placed.kernels):
@@ -147,16 +151,18 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         preds = tuple(sorted(graph.predecessors(kernel.name))) if kernel.name in graph else ()
         entries.append(KernelEntry(record, costs, preds))
     records = tuple(entry.record for entry in entries)
+    switch = sum(entry.costs.config_cycles[0] for entry, s in zip(entries, switched, strict=True)
+                 if s and entry.costs.config_cycles)
     units = chain_units(entries, loops)
     if units is not None:
-        return _summarise(run_units(node, res, entries, units, collectives), records, res, socket, loops)
+        return _summarise(run_units(node, res, entries, units, collectives), records, res, socket, loops, switch)
     start_kernels(env, res, entries, collectives)
     env.run()
-    return _summarise(env.now, records, res, socket, loops)
+    return _summarise(env.now, records, res, socket, loops, switch)
 
 
 def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int,
-               loops: tuple[Loop, ...]) -> GraphRun:
+               loops: tuple[Loop, ...], switch_load_cycles: int) -> GraphRun:
     runs = [run for r in records for run in r.collectives]
     busy = {
         "compute": sum(r.compute_busy for r in records),
@@ -188,4 +194,4 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
         first, last = records[loop.first], records[loop.stop - 1]
         events.append(TraceEvent(f"loop {first.name}..{last.name} x{loop.iterations}", first.kind, socket,
                                  first.start, last.end, None, "loop"))
-    return GraphRun(cycles, records, busy, tiers, links, tuple(events), loops)
+    return GraphRun(cycles, records, busy, tiers, links, tuple(events), loops, switch_load_cycles)

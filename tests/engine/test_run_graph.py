@@ -8,6 +8,7 @@ import math
 import pytest
 from engine_doubles import chain, ddr_bytes_per_cycle, hbm_bytes_per_cycle, node16, placed_kernel, tier_bytes_per_cycle
 
+import sn40l_sim.engine.run_graph as run_graph_module
 from sn40l_sim.engine.breakdown import step_breakdown_cycles
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.phase import phase_timing
@@ -41,16 +42,21 @@ def test_lone_kernel_matches_the_tile_level_formula(n_tiles, cpt, hbm, ddr):
     assert pk.cycles - n_tiles <= result.cycles <= pk.cycles + 8
 
 
+def _alternating(pcus: int) -> list:
+    """Kernels ``a, b, a, b`` on ``pcus`` PCUs of tile 0 each, ``b``'s configuration twice ``a``'s."""
+    kinds = ("a", "b", "a", "b")
+    pks = [placed_kernel(NODE, f"k{i}", kind, layer=i, config_bytes=10**6 * (1 + (kind == "b")))
+           for i, kind in enumerate(kinds)]
+    return [dataclasses.replace(pk, pcus_per_tile=(pcus, 0, 0, 0), kernel=dataclasses.replace(
+        pk.kernel, operators=(dataclasses.replace(pk.kernel.operators[0], name=kind),)))
+            for pk, kind in zip(pks, kinds, strict=True)]
+
+
 @pytest.mark.parametrize("pcus", [64, 200])
 def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident(pcus):
     # two kernels alternating, step after step: on 64 PCUs of a tile each they stay loaded side by
     # side, on 200 each call finds the other one's configuration in its units (mapper/residency.py)
-    kinds = ("a", "b", "a", "b")
-    pks = [placed_kernel(NODE, f"k{i}", kind, layer=i, config_bytes=10**6 * (1 + (kind == "b")))
-           for i, kind in enumerate(kinds)]
-    pks = [dataclasses.replace(pk, pcus_per_tile=(pcus, 0, 0, 0), kernel=dataclasses.replace(
-        pk.kernel, operators=(dataclasses.replace(pk.kernel.operators[0], name=kind),)))
-           for pk, kind in zip(pks, kinds, strict=True)]
+    pks = _alternating(pcus)
     options = EngineOptions(stage_collectives=False)
     streaming = run(pks).cycles
     configs = sum(figures.config_cycles(NODE.socket, pk.section_config_bytes[0]) for pk in pks)
@@ -278,3 +284,24 @@ def test_a_memory_bound_loop_hides_its_gate_under_the_stream():
     last = looped.records[-1]
     assert parts["collectives"] == pytest.approx(last.end - last.stream_end)
     assert parts["weights_streaming"] > 0.9 * 4 * stream_alone
+
+
+@pytest.mark.parametrize("pcus", [64, 200])
+def test_a_graph_run_after_another_pays_its_kernels_loads_once_more_on_the_critical_path(pcus, monkeypatch):
+    # the same two kernels alternating: side by side (64 PCUs each) the steady state loads nothing,
+    # so after another graph took the units each loads once; evicting each other (200 PCUs) they
+    # load at every call anyway and a switch adds nothing
+    pks = _alternating(pcus)
+    options = EngineOptions(stage_collectives=False)
+    steady = run(pks, options)
+    loads = sum(figures.config_cycles(NODE.socket, pk.section_config_bytes[0]) for pk in pks[:2])
+    assert steady.switch_load_cycles == (loads if pcus <= NODE.socket.tile.pcus / 2 else 0)
+    # the same graph with its first calls loading, as after a switch: longer by exactly that
+    real = run_graph_module.call_residency
+
+    def after_a_switch(socket, kernels):
+        resident, switched = real(socket, kernels)
+        return tuple(r and not s for r, s in zip(resident, switched, strict=True)), switched
+
+    monkeypatch.setattr(run_graph_module, "call_residency", after_a_switch)
+    assert run(pks, options).cycles == steady.cycles + steady.switch_load_cycles
