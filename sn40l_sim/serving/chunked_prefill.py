@@ -15,7 +15,8 @@ second keeps the attention over the earlier chunks' keys). The chunks of a promp
 least its unchunked prefill: the price of the lower interference. The budget spans prompts (a turn
 finishes one prompt and starts the next), so a chunk at least as long as all the prompts that ever
 wait at once gives exactly the unchunked schedule; one as long as a single prompt may still split
-the second of two waiting prompts.
+the second of two waiting prompts. Every turn switches graphs twice, so each chunk and each decode
+step after one first loads the configurations the other graph took (the loop's ``switch_to``).
 
 Examples
 --------
@@ -52,6 +53,9 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
                 log.prefill_node, log.prefill_start = node.index, env.now
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
+            switch = serving.switch_to(node, "prefill", log.request.prompt_len)
+            if switch:
+                yield switch
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
             yield cycles
             serving.busy["colocated_prefill"][node.index] += cycles
@@ -66,6 +70,9 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
         if node.book.stepping:
             # with prefill still to do, one step and then the next chunk; else a run of steps until
             # something else is due (an arrival: the book's own limit), as without chunks
+            switch = serving.switch_to(node, "decode")
+            if switch:
+                yield switch
             pending = log is not None or bool(serving.waiting and node.table.free)
             yield from serving._decode_steps(node, 1 if pending else None)
         elif log is None and not (serving.waiting and node.table.free):

@@ -14,7 +14,10 @@ knows nothing of kernels:
   meanwhile (the cache waits in its memory).
 * **Co-located** (``mode="colocated"``): each node prefills and decodes. When a request waits and
   a slot is free, the node prefills it (decode steps wait: prefill blocks decode), else it runs a
-  decode step. No transfer.
+  decode step. No transfer. Each graph's cost is its steady state, its kernels finding the
+  configurations they left loaded; where the node switches from one graph to the other, the
+  configurations the other took are loaded again first (``decode_switch_cycles``,
+  ``prefill_switch_cycles``; busy as ``graph_switch``).
 * **Decode**: a node's static graph steps all its slots at once in ``decode_step_cycles``; a
   sequence that arrived during a step joins at the next step boundary; each step gives every
   active sequence one token, plus, with speculative decoding (``speculation``, see
@@ -100,6 +103,12 @@ class ServingSetup:
     prefill_chunk : int or None
         Co-located: prompt tokens prefilled between two decode steps
         (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
+    decode_switch_cycles : int
+        Co-located: configuration loads before the first decode step after a prefill (the decode
+        graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
+    prefill_switch_cycles : callable or None
+        Co-located: ``prompt_len ->`` configuration loads before a prefill (or a chunk of one)
+        after decode steps (None: none).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -116,6 +125,8 @@ class ServingSetup:
     seed: int = 0
     prefix_caching: PrefixCaching | None = None
     prefill_chunk: int | None = None
+    decode_switch_cycles: int = 0
+    prefill_switch_cycles: Callable[[int], int] | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -156,6 +167,9 @@ class _Serving:
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
+            self.busy["graph_switch"] = [0] * setup.decode_nodes
+        #: the graph each co-located node ran last (``"prefill"``, ``"decode"``; None before any)
+        self.last_graph: list[str | None] = [None] * setup.decode_nodes
         self.nodes = [_DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
         self.links = [Link(env) for _ in range(n_prefill)]
@@ -323,6 +337,19 @@ class _Serving:
         self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
+    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0) -> int:
+        """Co-located ``node`` runs ``graph`` next: the cycles of the configurations it loads again
+        when the node ran the other graph last (0 otherwise), counted busy as ``graph_switch``."""
+        last, self.last_graph[node.index] = self.last_graph[node.index], graph
+        if last is None or last == graph:
+            return 0
+        if graph == "decode":
+            cycles = self.setup.decode_switch_cycles
+        else:
+            cycles = self.setup.prefill_switch_cycles(prompt_len) if self.setup.prefill_switch_cycles else 0
+        self.busy["graph_switch"][node.index] += cycles
+        return cycles
+
     def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
         """``log``'s prompt is prefilled on its own decode node: a one-token request is done and
         frees its slot; any other joins the node's batch at the next step boundary."""
@@ -340,12 +367,19 @@ class _Serving:
                 log = self.waiting.popleft()
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
                 node.hold(log)
+                switch = self.switch_to(node, "prefill", log.request.prompt_len)
+                if switch:
+                    yield switch
                 yield from self._prefill(log, node.index, self.busy["colocated_prefill"])
                 self._prefilled_here(node, log)
                 continue
             self._join(node)
             if node.book.stepping:
-                yield from self._decode_steps(node)
+                switch = self.switch_to(node, "decode")
+                if switch:
+                    yield switch
+                # a request that arrived during the loads waits for this step only
+                yield from self._decode_steps(node, 1 if self.waiting and node.table.free else None)
             else:
                 yield self.arrival
 

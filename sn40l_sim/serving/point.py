@@ -253,16 +253,24 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         transfer_cycles = 0 if colocated else math.ceil(
             transfer_seconds(s.node, s.kv_transfer, transfer_bytes) * clock_hz)
 
-    prefill_cycles: dict[int, int] = {}
+    # compiled prompt length -> (prefill cycles, its configuration loads after a decode step)
+    prefill_cycles: dict[int, tuple[int, int]] = {}
 
-    def prefill_for(prompt_len: int) -> int:
+    def prefill_of(prompt_len: int) -> tuple[int, int]:
         size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
         if size not in prefill_cycles:
-            cycles = int(prefill_costs.prefill(size, memory=prefill_node_memory).cycles)
+            timing = prefill_costs.prefill(size, memory=prefill_node_memory)
+            cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
             if s.prefill_node is not None:   # the serving loop counts the decode node's clock
                 cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
-            prefill_cycles[size] = cycles
+            prefill_cycles[size] = cycles, switch
         return prefill_cycles[size]
+
+    def prefill_for(prompt_len: int) -> int:
+        return prefill_of(prompt_len)[0]
+
+    def prefill_switch_for(prompt_len: int) -> int:
+        return prefill_of(prompt_len)[1]
 
     def transfer_for(prompt_len: int) -> int:
         if colocated:
@@ -285,7 +293,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
                          speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token, prefill_node_memory),
-                         prefill_chunk=s.prefill_chunk)
+                         prefill_chunk=s.prefill_chunk, decode_switch_cycles=int(decode.switch_load_cycles),
+                         prefill_switch_cycles=prefill_switch_for)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

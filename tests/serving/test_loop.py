@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import replace
 from itertools import groupby, pairwise
 
 import pytest
@@ -129,6 +130,22 @@ def test_colocated_prefill_blocks_decode_on_its_node():
         for step in (s for s in log.steps if s.node == node):
             assert all(step.end <= a or step.start >= b for a, b in prefills)
     assert all(r.transfer_start == -1 for r in log.requests)
+
+
+def test_a_colocated_node_loads_the_configurations_the_other_graph_took_where_it_switches():
+    # prefill 1 cycle a token, steps of 10; 3 cycles of loads before a step after a prefill, 5 before
+    # a prefill after a step. R0 prefills 0-10 (nothing ran before), loads 10-13 and steps 13-23;
+    # R1 (arrived at 15) waits for the step, loads 23-28, prefills 28-38; loads 38-41, steps 41-51.
+    setup = replace(setup_for(mode="colocated", decode_nodes=1, slots=2, step=10, per_token=1),
+                    decode_switch_cycles=3, prefill_switch_cycles=lambda p: 5)
+    for stepwise in (True, False):
+        log = simulate([Request(0, 0, 10, 3), Request(1, 15, 10, 2)], setup, stepwise=stepwise)
+        r0, r1 = log.requests
+        assert r0.token_cycles == [10, 23, 51] and r1.token_cycles == [38, 51]
+        assert log.busy["graph_switch"] == [3 + 5 + 3] and log.busy["decode"] == [20]
+    # disaggregated nodes run one graph each: nothing to load again (the cache crosses 10-31)
+    apart = replace(setup, mode="disaggregated", prefill_nodes=1)
+    assert simulate([Request(0, 0, 10, 3)], apart).requests[0].token_cycles == [10, 41, 51]
 
 
 def test_a_full_batch_makes_requests_wait_for_a_free_slot():

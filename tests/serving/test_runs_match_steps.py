@@ -46,6 +46,9 @@ def workload(seed: int, mode: str, drafts: int, cache: str, caches=CACHES):
                          prefill_cycles=lambda p: per_token * p + seed % 3, transfer_cycles=lambda p: transfer + p // 10,
                          cache_tokens=caches[cache], kv_bytes_per_token=7, slot_cache_tokens=400,
                          speculation=Speculation(drafts, rng.choice([0.0, 0.3, 0.8, 1.0])), seed=seed % 4)
+    # co-located: configurations loaded again where a node switches between prefill and decode
+    switch = rng.choice([0, 0, 3, 40])
+    setup = replace(setup, decode_switch_cycles=switch, prefill_switch_cycles=lambda p: switch // 2 + p % 5)
     return requests, setup
 
 
