@@ -19,8 +19,10 @@ slow tier (its bytes over the copy bandwidth) and copied in again with its weigh
 Switching to a model that is not resident costs ``(weight bytes + its written-back KV) / copy
 bandwidth``, the copy bandwidth being the slower of the two tiers' achievable bandwidths (the
 hardware file's ``memory.<tier>.bytes_per_s_per_unit`` and ``efficiency``; :func:`copy_bytes_per_s`).
-Switching between two resident models is free (the program load of a resident graph is not
-modelled). The scheduler policies (:data:`POLICIES`):
+Each step is timed in its own steady state, its kernels finding the configurations they left
+loaded; a prefill or decode step run after another graph (another model's, or the other phase of
+the same model) first loads those configurations again (``ModelCosts.switch_cycles``), whether or
+not its weights had to be copied. The scheduler policies (:data:`POLICIES`):
 
 ``on_demand``
     Switch whenever another model needs the node: a waiting request (with a free slot) is
@@ -87,6 +89,8 @@ class _Node:
         self.now = 0
         self.current: int | None = None
         self.since = 0
+        #: the graph the node ran last, ``(model, "prefill" | "decode")``
+        self.last_graph: tuple[int, str] | None = None
         #: resident model -> the cycle its copy completes
         self.resident: dict[int, int] = {}
         self.last_run = [-1] * n
@@ -186,10 +190,20 @@ class _Node:
     def has_work(self, m: int) -> bool:
         return self.can_prefill(m) or bool(self.active[m])
 
+    def _run_graph(self, m: int, graph: str, prompt_len: int = 0) -> None:
+        """The node runs ``graph`` of model ``m`` next: it first loads the configurations another
+        graph took, if it ran another one last."""
+        last, self.last_graph = self.last_graph, (m, graph)
+        if last is not None and last != (m, graph):
+            cycles = self.models[m].switch_cycles(graph, prompt_len)
+            self.now += cycles
+            self.run.graph_switch_cycles += cycles
+
     def prefill(self, m: int) -> None:
         log = self.waiting[m].popleft()
         log.decode_node, log.slot_acquired = 0, self.now
         log.slot = self.tables[m].acquire(log.request.id)
+        self._run_graph(m, "prefill", log.request.prompt_len)
         log.prefill_node, log.prefill_start = 0, self.now
         cycles = self.models[m].prefill_cycles(log.request.prompt_len)
         self.now += cycles
@@ -204,6 +218,7 @@ class _Node:
             self.active[m].append(log)
 
     def decode(self, m: int) -> None:
+        self._run_graph(m, "decode")
         costs, start = self.models[m], self.now
         self.now += costs.decode_step_cycles
         self.run.decode_busy[m] += costs.decode_step_cycles

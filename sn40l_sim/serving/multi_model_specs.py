@@ -36,6 +36,11 @@ class ModelCosts:
     fast_bytes : int
         What the model holds in the fast tier while resident: weights, the KV its slots reserve and
         its activations.
+    decode_switch_cycles : int
+        Configuration loads of a decode step run after another graph (another model's, or this
+        model's prefill; :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
+    prefill_switch_cycles : callable or None
+        ``prompt_len ->`` the same of a prefill (None: none).
     """
 
     name: str
@@ -47,6 +52,14 @@ class ModelCosts:
     slot_cache_tokens: int
     weight_bytes: int
     fast_bytes: int
+    decode_switch_cycles: int = 0
+    prefill_switch_cycles: Callable[[int], int] | None = None
+
+    def switch_cycles(self, graph: str, prompt_len: int = 0) -> int:
+        """Configuration loads of ``graph`` (``"prefill"`` or ``"decode"``) run after another graph."""
+        if graph == "decode":
+            return self.decode_switch_cycles
+        return self.prefill_switch_cycles(prompt_len) if self.prefill_switch_cycles else 0
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -113,6 +126,8 @@ class MultiModelRun:
     copied_bytes: int = 0
     written_back_bytes: int = 0
     loads: list[int] = field(default_factory=list)
+    #: cycles of configuration loads where the node ran another graph than the one before
+    graph_switch_cycles: int = 0
 
     @property
     def switches(self) -> int:

@@ -87,10 +87,16 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
             size = compiled_size(prompt_len, setup.prefill_lens, "prompt length")
             return int(timer.prefill(size, memory=memory).cycles)
 
+        def prefill_switch(prompt_len: int, timer=timer, memory=memory, setup=setup) -> int:
+            size = compiled_size(prompt_len, setup.prefill_lens, "prompt length")
+            return int(timer.prefill(size, memory=memory).switch_load_cycles)
+
         costs = ModelCosts(entry.name, result.batch, int(result.decode.cycles), prefill_for, setup.policy.cache_len,
                            result.kv_bytes_per_token, result.footprint.context_rows,
                            weight_bytes=int(memory.total("weights")) * sockets,
-                           fast_bytes=int(sum(memory.by_tier[fast].values())) * sockets)
+                           fast_bytes=int(sum(memory.by_tier[fast].values())) * sockets,
+                           decode_switch_cycles=int(result.decode.switch_load_cycles),
+                           prefill_switch_cycles=prefill_switch)
         timed.append(TimedModel(entry.name, result, costs))
     return timed
 

@@ -3,6 +3,8 @@ finishes once under every scheduler, the tiers never hold more than they can, a 
 bytes over the copy bandwidth, and the policies differ the way they are meant to."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,20 @@ def test_a_switch_costs_the_bytes_over_the_copy_bandwidth():
     # a one-token request holds no KV when its model is evicted: the copies are the weights alone
     assert [(s.model, s.copied_bytes, s.waited_cycles) for s in run.switches_log] == [(0, 600, 60), (1, 500, 50)]
     assert run.requests[1].first_token == 60 + 12 + 50 + 12
+
+
+def test_a_graph_run_after_another_loads_its_configurations_first():
+    # two resident models (no copies after the first), each a prefill of 4 tokens (12 cycles) then
+    # steps of 10: a decode step after another graph loads 2 cycles first, a prefill 5
+    a, b = (dataclasses.replace(model(name, 300), decode_switch_cycles=2, prefill_switch_cycles=lambda p: 5)
+            for name in "ab")
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=10.0)
+    run = simulate_models([Request(0, 0, 4, 2), Request(1, 0, 4, 2)], [0, 1], [a, b], memory, "batch_by_model",
+                          quantum_cycles=1000)
+    # a: copy 0-30, prefill 30-42 (the first graph), load 42-44, step 44-54; b: copy 54-84, load
+    # 84-89 (a's step ran last), prefill 89-101, load 101-103, step 103-113
+    assert [log.token_cycles for log in run.requests] == [[42, 54], [101, 113]]
+    assert run.graph_switch_cycles == 2 + 5 + 2
 
 
 def test_evicting_a_model_with_sequences_decoding_writes_their_kv_back_and_reads_it_again():
