@@ -102,6 +102,10 @@ RESULTS = Fields([
           "the rest (SnapStream's prefill overhead; 0 for full).",
           axis="KV-policy prefill overhead (fraction of prefill)",
           table=Row(70, "KV-policy prefill overhead (%)", ".2f", 100)),
+    Field("prefill_switch_load_s", "s", "Configuration loads the prefill adds when the node ran another graph just "
+          "before (a co-located node's decode step, another model): the loads of its kernels that stay loaded "
+          "from one prefill to the next. Charged by co-located serving, not part of prefill_s.",
+          axis="prefill configuration reload after another graph (s)"),
     # decode
     Field("decode_step_s", "s", "One step of the static decode graph at the point's batch and kv_len.", csv=11,
           design=True, axis="decode step", table=Row(140, "decode step (ms)", ".2f", 1e3)),
@@ -112,6 +116,10 @@ RESULTS = Fields([
     Field("decode_step_breakdown_s", "s", "Where one decode step goes, by cause (weights_streaming, kv_reads, "
           "activations, attention_compute, other_compute, collectives, launch, synchronisation, configuration, "
           "pipeline_fill, idle); the parts add up to decode_step_s.", keys=("cause",), axis="decode step: {cause}"),
+    Field("decode_switch_load_s", "s", "Configuration loads a decode step adds when the node ran another graph "
+          "just before (a co-located node's prefill or prefill chunk, another model): the loads of its kernels that "
+          "stay loaded from one step to the next. Charged by co-located serving, not part of decode_step_s.",
+          axis="decode configuration reload after another graph (s)"),
     Field("decode_roofline_s", "s", "The decode step's memory roofline: the bytes its kernels move to and from "
           "each memory tier of a socket (weights, KV, activations) over that tier's peak bandwidth.",
           axis="decode roofline (s)"),
@@ -268,6 +276,9 @@ RESULTS = Fields([
               Field("switch_time_fraction", "1", "switch_time_s over the run (first arrival to last token).",
                     axis="time lost to switching (fraction)",
                     table=Row(305, "time lost to switching (%)", ".1f", 100)),
+              Field("graph_switch_time_s", "s", "Time the node spent loading kernel configurations again where it ran "
+                    "another graph than the one before (another model's, or the other phase of one; all models), "
+                    "beside switch_time_s's copies.", axis="configuration reloads between graphs (s)"),
               Field("copied_bytes", "B", "Bytes copied into the fast tier over the run (all models).",
                     axis="bytes copied in"),
               Field("written_back_bytes", "B", "KV bytes of evicted models' decoding sequences written back to the "

@@ -52,6 +52,7 @@ def multi_model_fields(run: MultiModelRun, m: int, memory: NodeMemory, name: str
         "loads": run.loads[m],
         "switch_time_s": run.switch_cycles / clock_hz,
         "switch_time_fraction": run.switch_cycles / span,
+        "graph_switch_time_s": run.graph_switch_cycles / clock_hz,
         "copied_bytes": run.copied_bytes,
         "written_back_bytes": run.written_back_bytes,
         "copy_bytes_per_s": memory.copy_bytes_per_cycle * clock_hz,

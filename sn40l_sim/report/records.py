@@ -29,7 +29,7 @@ from sn40l_sim.serving.point import PointResult
 #: simulate it (``validate`` and ``calibrate`` skip the prefill of a point none of their
 #: measurements read it from)
 PREFILL_STEP_FIELDS = ("prefill_s", "prefill_cycles", "prefill_kernel_cycles", "prefill_kernel_share",
-                       "prefill_kernel_share_layer", "prefill_policy_overhead")
+                       "prefill_kernel_share_layer", "prefill_policy_overhead", "prefill_switch_load_s")
 
 
 def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) -> float:
@@ -106,6 +106,7 @@ def prefill_step_fields(result: PointResult, clock_hz: float) -> dict[str, Any]:
         "prefill_kernel_share": dict(sorted(prefill.layer_shares().items())),
         "prefill_kernel_share_layer": prefill.layer,
         "prefill_policy_overhead": policy_overhead(kernel_cycles, result.policy_kernel_kinds),
+        "prefill_switch_load_s": prefill.switch_load_cycles / clock_hz,
     }
 
 
@@ -155,6 +156,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "decode_step_cycles": int(result.decode.cycles),
         "decode_kernel_cycles": {k: int(v) for k, v in sorted(result.decode.kernel_cycles.items())},
         "decode_step_breakdown_s": dict(sorted(decode_step_breakdown(result.decode).items())),
+        "decode_switch_load_s": result.decode.switch_load_cycles / clock,
         "decode_roofline_s": roofline_s,
         "decode_roofline_fraction": roofline_s / step_s,
         "decode_tokens_per_s": raw,
