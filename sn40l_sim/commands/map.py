@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 
 def _residency_line(socket: SocketSpec, kernels: tuple[PlacedKernel, ...]) -> str:
-    """Which kernels keep their configuration loaded from call to call (mapper/residency.py)."""
-    from sn40l_sim.mapper.residency import resident_calls
+    """Which kernels keep their configuration loaded from call to call, and what loading them again
+    costs after another graph took the units (mapper/residency.py)."""
+    from sn40l_sim.hardware import figures
+    from sn40l_sim.mapper.residency import call_residency
 
+    residency, switched = call_residency(socket, kernels)
     kept, loaded = [], []
-    for pk, resident in zip(kernels, resident_calls(socket, kernels), strict=True):
+    for pk, resident in zip(kernels, residency, strict=True):
         if resident and pk.kernel.signature() not in kept:
             kept.append(pk.kernel.signature())
             loaded.append(pk.kernel.name)
@@ -48,8 +51,11 @@ def _residency_line(socket: SocketSpec, kernels: tuple[PlacedKernel, ...]) -> st
     if not kept:
         return "configurations kept loaded between calls: none (another kernel takes some of its units before each is called again)"
     reloads = loaded.count(None)
+    again = [pk for pk, load in zip(kernels, switched, strict=True) if load]
+    switch_us = sum(figures.config_cycles(socket, pk.section_config_bytes[0]) for pk in again) / socket.clock_hz * 1e6
     return (f"configurations kept loaded between calls (their units left alone by the other kernels): "
-            f"{', '.join(name for name in loaded if name)}; {reloads} of {len(kernels)} calls load theirs")
+            f"{', '.join(name for name in loaded if name)}; {reloads} of {len(kernels)} calls load theirs "
+            f"(after another graph took the units, {len(again)} more load theirs: {switch_us:.1f} us)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
