@@ -290,19 +290,30 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     # every PCU of the tiles busy is a lower bound too
     work = sum(s.work_cycles for s in stages if not s.is_memory)
     lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
-    # the answer is usually within a few % of the bounds: gallop up from them, then bisect
-    step = max(1, lo // 64)
-    while lo < hi and _fits(socket, rates, stages, limits, chip_tiles, min(hi, lo + step), budget, seen) is None:
-        lo = min(hi, lo + step + 1)
-        step *= 2
-    hi = min(hi, lo + step)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _fits(socket, rates, stages, limits, chip_tiles, mid, budget, seen) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    units = _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
+    # the answer is usually within a few % of the bounds, most often the bound itself: try it, then
+    # gallop up from it and bisect; the units of the targets that fit are kept for the answer
+    found: dict[int, list[tuple[int, int, Division | None]]] = {}
+
+    def fits(target: int) -> bool:
+        units = _fits(socket, rates, stages, limits, chip_tiles, target, budget, seen)
+        if units is not None:
+            found[target] = units
+        return units is not None
+
+    if lo < hi and not fits(lo):
+        lo += 1
+        step = max(1, lo // 64)
+        while lo < hi and not fits(min(hi, lo + step)):
+            lo = min(hi, lo + step + 1)
+            step *= 2
+        hi = min(hi, lo + step)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+    units = found[lo] if lo in found else _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
     units = spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)
     if price is not None:
