@@ -53,9 +53,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
                 log.prefill_node, log.prefill_start = node.index, env.now
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
-            switch = serving.switch_to(node, "prefill", log.request.prompt_len)
-            if switch:
-                yield switch
+            yield from serving.switch_to(node, "prefill", log.request.prompt_len)
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
             yield cycles
             serving.busy["colocated_prefill"][node.index] += cycles
@@ -70,9 +68,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
         if node.book.stepping:
             # with prefill still to do, one step and then the next chunk; else a run of steps until
             # something else is due (an arrival: the book's own limit), as without chunks
-            switch = serving.switch_to(node, "decode")
-            if switch:
-                yield switch
+            yield from serving.switch_to(node, "decode")
             pending = log is not None or bool(serving.waiting and node.table.free)
             yield from serving._decode_steps(node, 1 if pending else None)
         elif log is None and not (serving.waiting and node.table.free):

@@ -69,6 +69,11 @@ from sn40l_sim.serving.workload import Request
 __all__ = ["RequestLog", "ServingLog", "ServingSetup", "StepLog", "simulate"]
 
 
+def no_cycles(prompt_len: int) -> int:
+    """No cycles, whatever the prompt (a cost a setup does not pay)."""
+    return 0
+
+
 @dataclass(frozen=True)
 class ServingSetup:
     """Everything the serving model needs, in cycles and tokens.
@@ -106,9 +111,9 @@ class ServingSetup:
     decode_switch_cycles : int
         Co-located: configuration loads before the first decode step after a prefill (the decode
         graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
-    prefill_switch_cycles : callable or None
+    prefill_switch_cycles : callable
         Co-located: ``prompt_len ->`` configuration loads before a prefill (or a chunk of one)
-        after decode steps (None: none).
+        after decode steps (none by default).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -126,7 +131,7 @@ class ServingSetup:
     prefix_caching: PrefixCaching | None = None
     prefill_chunk: int | None = None
     decode_switch_cycles: int = 0
-    prefill_switch_cycles: Callable[[int], int] | None = None
+    prefill_switch_cycles: Callable[[int], int] = no_cycles
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -337,18 +342,17 @@ class _Serving:
         self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
-    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0) -> int:
-        """Co-located ``node`` runs ``graph`` next: the cycles of the configurations it loads again
-        when the node ran the other graph last (0 otherwise), counted busy as ``graph_switch``."""
+    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0):
+        """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other
+        graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``)."""
         last, self.last_graph[node.index] = self.last_graph[node.index], graph
         if last is None or last == graph:
-            return 0
-        if graph == "decode":
-            cycles = self.setup.decode_switch_cycles
-        else:
-            cycles = self.setup.prefill_switch_cycles(prompt_len) if self.setup.prefill_switch_cycles else 0
-        self.busy["graph_switch"][node.index] += cycles
-        return cycles
+            return
+        setup = self.setup
+        cycles = setup.decode_switch_cycles if graph == "decode" else setup.prefill_switch_cycles(prompt_len)
+        if cycles:
+            self.busy["graph_switch"][node.index] += cycles
+            yield cycles
 
     def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
         """``log``'s prompt is prefilled on its own decode node: a one-token request is done and
@@ -367,17 +371,13 @@ class _Serving:
                 log = self.waiting.popleft()
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
                 node.hold(log)
-                switch = self.switch_to(node, "prefill", log.request.prompt_len)
-                if switch:
-                    yield switch
+                yield from self.switch_to(node, "prefill", log.request.prompt_len)
                 yield from self._prefill(log, node.index, self.busy["colocated_prefill"])
                 self._prefilled_here(node, log)
                 continue
             self._join(node)
             if node.book.stepping:
-                switch = self.switch_to(node, "decode")
-                if switch:
-                    yield switch
+                yield from self.switch_to(node, "decode")
                 # a request that arrived during the loads waits for this step only
                 yield from self._decode_steps(node, 1 if self.waiting and node.table.free else None)
             else:

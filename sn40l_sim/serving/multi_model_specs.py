@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sn40l_sim.serving.loop import no_cycles
 from sn40l_sim.serving.serving_log import RequestLog, StepLog
 
 
@@ -39,8 +40,8 @@ class ModelCosts:
     decode_switch_cycles : int
         Configuration loads of a decode step run after another graph (another model's, or this
         model's prefill; :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
-    prefill_switch_cycles : callable or None
-        ``prompt_len ->`` the same of a prefill (None: none).
+    prefill_switch_cycles : callable
+        ``prompt_len ->`` the same of a prefill (none by default).
     """
 
     name: str
@@ -53,13 +54,11 @@ class ModelCosts:
     weight_bytes: int
     fast_bytes: int
     decode_switch_cycles: int = 0
-    prefill_switch_cycles: Callable[[int], int] | None = None
+    prefill_switch_cycles: Callable[[int], int] = no_cycles
 
     def switch_cycles(self, graph: str, prompt_len: int = 0) -> int:
         """Configuration loads of ``graph`` (``"prefill"`` or ``"decode"``) run after another graph."""
-        if graph == "decode":
-            return self.decode_switch_cycles
-        return self.prefill_switch_cycles(prompt_len) if self.prefill_switch_cycles else 0
+        return self.decode_switch_cycles if graph == "decode" else self.prefill_switch_cycles(prompt_len)
 
     @property
     def kv_capacity_bytes(self) -> int:
