@@ -1,0 +1,47 @@
+"""``scripts/parameter_shares.py``: a parameter's share of the decode step, measured by simulating the
+step again with that parameter at its ideal value, agrees with the step's breakdown of where the
+time goes (two independent readings of the same model), and every ideal value is the faster end."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.study.calibration import fitted_names, parameter_bounds
+from sn40l_sim.study.evaluation import LoadedExperiments
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import parameter_shares  # noqa: E402
+
+MAIN = REPO / "experiments" / "deepseek_tp16.yaml"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return parameter_shares.shares(MAIN)
+
+
+def test_the_configuration_share_is_the_breakdowns_configuration_time(rows):
+    # with the configuration load at its fastest, the step loses about what its breakdown gives to
+    # configuration loads (the mapper may pick other plans then, so within two points)
+    breakdown = {r["name"]: r["decode_step_breakdown_s"]["configuration"] / r["decode_step_s"]
+                 for r in LoadedExperiments().records(MAIN, serve=False, reads_prefill=())}
+    config = {point: share for path, point, _, _, share in rows if path == "calibrated.config_load_bytes_per_s"}
+    assert config.keys() == breakdown.keys() == {"full", "snapstream"}
+    for point, share in config.items():
+        assert share == pytest.approx(breakdown[point], abs=0.02)
+
+
+def test_every_fitted_parameter_is_measured_at_the_faster_end_of_its_bounds(rows):
+    node = LoadedExperiments().load(MAIN).node
+    bounds = parameter_bounds(node.socket)
+    assert {path for path, *_ in rows} == set(fitted_names(node.socket))
+    for path in fitted_names(node.socket):
+        low, high = bounds[path]
+        assert parameter_shares.ideal_value(path, low, high) == (low if path.endswith("latency_s") or
+                                                                 path.endswith("setup_s") else high)
+    # no share is above 1 (the ideal step is never negative) and the shipped step is the same in every row
+    assert all(share < 1 for *_, share in rows)
+    assert len({(point, step) for _, point, step, _, _ in rows}) == 2
