@@ -174,6 +174,10 @@ def check_requests(log: Any, requests: Sequence[Request]) -> None:
                         f"{r.finish}, tokens in order: {ordered}")
 
 
+#: the busy roles of a co-located node (the serving loop's ``busy``), which never overlap in time
+COLOCATED_ROLES = ("colocated_prefill", "graph_switch", "decode")
+
+
 def _fractions(value: Any, path: str) -> Iterable[tuple[str, float]]:
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -197,6 +201,14 @@ def check_fractions(record: Mapping[str, Any]) -> None:
     shares = record.get("prefill_kernel_share") or {}
     if shares and not math.isclose(sum(shares.values()), 1.0, rel_tol=1e-6):
         raise _fail("utilisation_in_unit_interval", f"prefill_kernel_share adds up to {sum(shares.values()):.9g}, not 1")
+    # a co-located node prefills, loads configurations and decodes one after the other
+    nodes = (record.get("utilisation") or {}).get("nodes") or {}
+    if "colocated_prefill" in nodes:
+        roles = [nodes[role] for role in COLOCATED_ROLES if role in nodes]
+        for index, busy in enumerate(map(sum, zip(*roles, strict=True))):
+            if busy > 1 + REL_TOL:
+                raise _fail("utilisation_in_unit_interval", f"co-located node {index} is busy {busy:g} of the run "
+                            f"({' + '.join(r for r in COLOCATED_ROLES if r in nodes)})")
 
 
 def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequence[Request] = ()) -> tuple[str, ...]:

@@ -107,3 +107,13 @@ def test_the_checks_on_hand_made_values():
         invariants.check_fractions({"prefill_kernel_share": {"a": 0.4, "b": 0.5}})
     with pytest.raises(invariants.InvariantError, match="kv_occupancy.peak_fraction is nan"):
         invariants.check_fractions({"kv_occupancy": {"peak_fraction": float("nan"), "mean_fraction": 0.1}})
+
+
+def test_a_colocated_node_is_not_busy_longer_than_the_run_over_its_roles():
+    # each role within the run, but prefill, configuration loads and decode never overlap on a node
+    nodes = {"prefill": [], "link": [], "decode": [0.5, 0.5], "colocated_prefill": [0.3, 0.3],
+             "graph_switch": [0.1, 0.2]}
+    invariants.check_fractions({"utilisation": {"nodes": nodes}})
+    nodes["graph_switch"][1] = 0.26
+    with pytest.raises(invariants.InvariantError, match="co-located node 1 is busy 1.06"):
+        invariants.check_fractions({"utilisation": {"nodes": nodes}})
