@@ -7,8 +7,8 @@ project's aim that no fitted parameter carries more than 25% of the main experim
     python scripts/parameter_shares.py                      # the main experiment, about 10 s cold
     python scripts/parameter_shares.py --experiment experiments/snapstream_table5.yaml --limit 0.25
 
-Every point of the experiment is simulated once at the fitted values and once per parameter (steps
-only, no serving), in this process. Parameters no calibration measurement informs are left out, as
+Every point of the experiment (every run of a sweep) is simulated once at the fitted values and
+once per parameter (steps only, no serving), in this process. Parameters no calibration measurement informs are left out, as
 ``calibrate`` leaves them (``study.calibration.fixed_parameters``). Prints one row per parameter and
 point; exits with status 1 if a share is above ``--limit``, 0 otherwise. Nothing is read from a file
 of expected values.
@@ -21,6 +21,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.study.assemble import Assembly  # noqa: E402
 from sn40l_sim.study.calibration import fitted_names, parameter_bounds  # noqa: E402
 from sn40l_sim.study.evaluation import LoadedExperiments  # noqa: E402
 
@@ -46,7 +48,8 @@ def shares(experiment: Path) -> list[tuple[str, str, float, float, float]]:
     fitted parameter and every point of ``experiment`` (seconds; share = 1 - ideal / fitted)."""
     loaded = LoadedExperiments()
     base = loaded.records(experiment, serve=False, reads_prefill=())
-    node = loaded.load(experiment).node      # a plain experiment: an Assembly
+    assembled = loaded.load(experiment)      # an Assembly, or a sweep's runs (each with its own)
+    node = assembled.node if isinstance(assembled, Assembly) else assembled[0].assembly.node
     bounds = parameter_bounds(node.socket)
     rows = []
     for path in fitted_names(node.socket):
@@ -62,13 +65,18 @@ def shares(experiment: Path) -> list[tuple[str, str, float, float, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", type=Path, default=REPO / "experiments" / "deepseek_tp16.yaml",
-                        help="a plain experiment (no sweep:); default: the main experiment")
+                        help="an experiment (a sweep's runs each count as a point); default: the main experiment")
     parser.add_argument("--limit", type=float, default=LIMIT, help="largest share allowed (default 0.25)")
     args = parser.parse_args(argv)
-    rows = shares(args.experiment)
-    print(f"{'parameter':38s} {'point':14s} {'step ms':>9s} {'ideal ms':>9s} {'share':>7s}")
+    try:
+        rows = shares(args.experiment)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    width = max(14, *(len(point) for _, point, *_ in rows))
+    print(f"{'parameter':38s} {'point':{width}s} {'step ms':>9s} {'ideal ms':>9s} {'share':>7s}")
     for path, point, step, ideal_step, share in rows:
-        print(f"{path:38s} {point:14s} {step * 1e3:9.2f} {ideal_step * 1e3:9.2f} {share:7.1%}")
+        print(f"{path:38s} {point:{width}s} {step * 1e3:9.2f} {ideal_step * 1e3:9.2f} {share:7.1%}")
     worst = max(rows, key=lambda r: r[4])
     over = worst[4] > args.limit
     print(f"largest share: {worst[0]} at {worst[1]}, {worst[4]:.1%} ({'above' if over else 'within'} "
