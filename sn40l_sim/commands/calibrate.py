@@ -47,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.errors import InputError
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.calibration import fit, fitted_names, fixed_parameters, leave_one_out, write_back
+    from sn40l_sim.study.calibration import (
+        bound_reached,
+        fit,
+        fitted_names,
+        fixed_parameters,
+        leave_one_out,
+        write_back,
+    )
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
 
@@ -89,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
                  starts=args.starts)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
-        print(f"{name:34s} {s:12.6g} {f:12.6g}")
+        low, high = start[name].low, start[name].high
+        side = bound_reached(f, low, high)
+        note = (f"  (at its {side} bound, {low if side == 'lower' else high:g}: the fit would go further; "
+                "docs/validation.md)") if side else ""
+        print(f"{name:34s} {s:12.6g} {f:12.6g}{note}")
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
     if not args.quiet and len(result.start_costs) > 1:

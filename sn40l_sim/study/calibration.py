@@ -64,6 +64,17 @@ def bounds(socket: SocketSpec, path: str) -> tuple[float, float]:
     return parameter_bounds(socket)[path]
 
 
+def bound_reached(value: float, low: float, high: float, share: float = 1e-3) -> str:
+    """``"lower"`` or ``"upper"`` when ``value`` is within ``share`` of the span of its bounds from
+    one of them (a fit that would have gone further, were the bound not there), else ``""``.
+
+    >>> bound_reached(0.9999, 0.3, 1.0), bound_reached(7e-23, 0.0, 5e-5), bound_reached(0.96, 0.3, 1.0)
+    ('upper', 'lower', '')
+    """
+    margin = share * (high - low)
+    return "lower" if value <= low + margin else "upper" if value >= high - margin else ""
+
+
 def fitted_names(socket: SocketSpec) -> list[str]:
     """Parameters the fit moves: the ``calibrated:`` block in schema order, then the memory tiers'
     efficiencies in tier order, less :func:`fixed_parameters`."""
