@@ -15,13 +15,17 @@ another graph has just taken (a co-located node's prefill before a decode step, 
 step): the calls resident in the steady state but not there load their configuration once more
 (:func:`switch_loads`). A kernel of several sections reloads them
 on every call (they take turns on the same units), so its calls are never resident. Which tiles a
-kernel uses is the mapper's choice (its ``pcus_per_tile``, ``pmus_per_tile`` per tile index).
+kernel on several tiles uses is the mapper's choice (its ``pcus_per_tile``, ``pmus_per_tile`` per
+tile index); a kernel on one tile is mapped alike on every tile (the tiles are the same), so its
+configuration is loaded on the tile where it was last, else on the first where it fits, and only
+when it fits on none do the least recently called give up their units.
 
 Examples
 --------
-A step of four kernels on one tile of 260 PCUs and 260 PMUs: a decoder (80 PCUs), a head (20)
+A step of four kernels on tiles of 260 PCUs and 260 PMUs: a decoder (80 PCUs), a head (20)
 and a sampler (1) fit together, so in the steady state every call finds its configuration; a
-kernel that takes every PCU leaves nothing resident beside it.
+kernel that takes every PCU of every tile leaves nothing resident beside it, while two kernels of
+one tile each that do not fit together stay loaded on two tiles.
 
 >>> from types import SimpleNamespace as K
 >>> from sn40l_sim.mapper._examples import example_socket
@@ -30,8 +34,12 @@ kernel that takes every PCU leaves nothing resident beside it.
 ...                              pcus_per_tile=(pcus, 0, 0, 0), pmus_per_tile=(pcus, 0, 0, 0))
 >>> resident_calls(socket, [small("embed", 1), small("dec", 80), small("dec", 80), small("head", 20)])
 (True, True, True, True)
->>> resident_calls(socket, [small("mla", 260), small("ffn", 21), small("mla", 260), small("ffn", 21)])
+>>> wide = lambda name, pcus: K(kernel=K(signature=lambda: name), sections=1,
+...                             pcus_per_tile=(pcus,) * 4, pmus_per_tile=(pcus,) * 4)
+>>> resident_calls(socket, [wide("mla", 260), wide("ffn", 21), wide("mla", 260), wide("ffn", 21)])
 (False, False, False, False)
+>>> resident_calls(socket, [small("mla", 133), small("ffn", 140), small("mla", 133), small("ffn", 140)])
+(True, True, True, True)
 """
 from __future__ import annotations
 
@@ -43,6 +51,11 @@ from sn40l_sim.hardware.spec import SocketSpec
 
 if TYPE_CHECKING:
     from sn40l_sim.mapper.placement import PlacedKernel
+
+#: PCUs and PMUs per tile of a loaded configuration
+Footprint = tuple[tuple[int, ...], tuple[int, ...]]
+#: passes of the graph replayed at most, looking for the steady state
+MAX_PASSES = 8
 
 
 def resident_calls(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> tuple[bool, ...]:
@@ -78,32 +91,56 @@ def call_residency(socket: SocketSpec, kernels: Sequence[PlacedKernel]
 
 
 def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
-    """Whether each call finds its configuration loaded, over the graph's calls replayed twice
-    from units holding none of its kernels."""
+    """Whether each call finds its configuration loaded, over the graph's calls replayed from
+    units holding none of its kernels: the first pass, then the steady state (the pass after which
+    the units hold what they held before it; a kernel loaded on another tile may take a few)."""
     capacity = (socket.tile.pcus, socket.tile.pmus)
     ids: dict[Any, int] = {}
     kinds = [ids.setdefault(k.kernel.signature(), len(ids)) for k in kernels]   # one hash a call
-    loaded: OrderedDict[int, tuple[tuple[int, ...], tuple[int, ...]]] = OrderedDict()
-    hits: list[bool] = []
-    calls = list(zip(kinds, kernels, strict=True))
-    for kind, k in calls + calls:
-        footprint = (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile))
-        hit = kind in loaded and k.sections == 1
-        if hit:
-            loaded.move_to_end(kind)
-        elif any(footprint[0]) or any(footprint[1]):
-            loaded.pop(kind, None)
-            while loaded and not _fits(loaded.values(), footprint, capacity):
-                loaded.popitem(last=False)
-            loaded[kind] = footprint
-        hits.append(hit)
-    return hits
+    loaded: OrderedDict[int, Footprint] = OrderedDict()
+    tiles = max((len(k.pcus_per_tile) for k in kernels), default=0)
+    calls = [(kind, (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1)
+             for kind, k in zip(kinds, kernels, strict=True)]
+    passes: list[list[bool]] = []
+    states: list[list[tuple[int, Footprint]]] = []
+    while not passes or (list(loaded.items()) not in states and len(passes) < MAX_PASSES):
+        states.append(list(loaded.items()))
+        hits = []
+        for kind, footprint, one_section in calls:
+            hit = kind in loaded and one_section
+            if hit:
+                loaded.move_to_end(kind)
+            elif any(footprint[0]) or any(footprint[1]):
+                loaded.pop(kind, None)
+                options = _placements(footprint, tiles)
+                while loaded and not any(_fits(loaded.values(), f, capacity) for f in options):
+                    loaded.popitem(last=False)
+                loaded[kind] = next((f for f in options if _fits(loaded.values(), f, capacity)), options[0])
+            hits.append(hit)
+        passes.append(hits)
+    if len(passes) == 1:
+        # the graph left the units as it found them: empty, so the steady state is the first pass again
+        passes.append(passes[0])
+    return passes[0] + passes[-1]
 
 
-def _fits(loaded: Any, footprint: tuple[tuple[int, ...], tuple[int, ...]], capacity: tuple[int, int]) -> bool:
+def _placements(footprint: Footprint, tiles: int) -> list[Footprint]:
+    """Where a kernel's configuration may be loaded, in the order tried: a kernel on one tile on
+    any tile, in tile order (the tiles are alike, so its plan is the same on each); a kernel on
+    several tiles where the mapper put it."""
+    used = [t for t in range(len(footprint[0])) if footprint[0][t] or footprint[1][t]]
+    if len(used) != 1:
+        return [footprint]
+    units = [per_tile[used[0]] for per_tile in footprint]
+    return [tuple(tuple(n if t == tile else 0 for t in range(tiles)) for n in units) for tile in range(tiles)]
+
+
+def _fits(loaded: Any, footprint: Footprint, capacity: tuple[int, int]) -> bool:
     """Whether ``footprint`` fits on every tile beside the ``loaded`` footprints."""
     for unit, cap in enumerate(capacity):
         for tile, need in enumerate(footprint[unit]):
             if need and need + sum(f[unit][tile] for f in loaded if tile < len(f[unit])) > cap:
                 return False
     return True
+
+

@@ -43,18 +43,18 @@ def test_lone_kernel_matches_the_tile_level_formula(n_tiles, cpt, hbm, ddr):
 
 
 def _alternating(pcus: int) -> list:
-    """Kernels ``a, b, a, b`` on ``pcus`` PCUs of tile 0 each, ``b``'s configuration twice ``a``'s."""
+    """Kernels ``a, b, a, b`` on ``pcus`` PCUs of every tile each, ``b``'s configuration twice ``a``'s."""
     kinds = ("a", "b", "a", "b")
     pks = [placed_kernel(NODE, f"k{i}", kind, layer=i, config_bytes=10**6 * (1 + (kind == "b")))
            for i, kind in enumerate(kinds)]
-    return [dataclasses.replace(pk, pcus_per_tile=(pcus, 0, 0, 0), kernel=dataclasses.replace(
+    return [dataclasses.replace(pk, pcus_per_tile=(pcus,) * 4, kernel=dataclasses.replace(
         pk.kernel, operators=(dataclasses.replace(pk.kernel.operators[0], name=kind),)))
             for pk, kind in zip(pks, kinds, strict=True)]
 
 
 @pytest.mark.parametrize("pcus", [64, 200])
 def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident(pcus):
-    # two kernels alternating, step after step: on 64 PCUs of a tile each they stay loaded side by
+    # two kernels alternating, step after step: on 64 PCUs of every tile each they stay loaded side by
     # side, on 200 each call finds the other one's configuration in its units (mapper/residency.py)
     pks = _alternating(pcus)
     options = EngineOptions(stage_collectives=False)

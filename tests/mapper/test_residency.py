@@ -45,16 +45,29 @@ def test_a_kernel_on_every_pcu_leaves_nothing_loaded_beside_it():
 
 
 def test_the_step_wraps_around_and_the_least_recently_called_make_room():
-    # a, b fit together; c does not fit beside both, so it evicts the older of them (a), which
-    # then evicts b, the least recently called when a is loaded again
-    a, b, c = kernel("a", (100,)), kernel("b", (100,)), kernel("c", (100,))
+    # kernels on every tile: a, b fit together; c does not fit beside both, so it evicts the older
+    # of them (a), which then evicts b, the least recently called when a is loaded again
+    a, b, c = (kernel(name, (100,) * 4) for name in "abc")
     assert resident_calls(SOCKET, [a, b, c]) == (False, False, False)
     # a kernel called last and first finds itself loaded at the next step's start
-    assert resident_calls(SOCKET, [a, b, kernel("big", (200,)), a]) == (True, False, False, False)
+    assert resident_calls(SOCKET, [a, b, kernel("big", (200,) * 4), a]) == (True, False, False, False)
+
+
+def test_kernels_on_one_tile_stay_loaded_on_any_tile():
+    # three kernels of 100 PCUs on one tile each: two fit on a tile, the third goes to the next
+    # (the tiles are alike, so a one-tile plan runs on any of them)
+    a, b, c = (kernel(name, (100,)) for name in "abc")
+    assert resident_calls(SOCKET, [a, b, c]) == (True, True, True)
+    # DeepSeek-R1's decode at batch 1: MLA and FFN on one tile each, too large for one tile together
+    mla, ffn = kernel("mla", (133,), (76,)), kernel("ffn", (140,), (60,))
+    assert resident_calls(SOCKET, [mla, ffn] * 3) == (True,) * 6
+    # five that each take a whole tile: four stay loaded, the fifth evicts the least recent each time
+    whole = [kernel(f"k{i}", (TILE_PCUS,)) for i in range(5)]
+    assert resident_calls(SOCKET, whole) == (False,) * 5
 
 
 def test_a_kernel_of_several_sections_reloads_them_at_every_call():
-    two = kernel("big", (TILE_PCUS,), sections=2)
+    two = kernel("big", (TILE_PCUS,) * 4, sections=2)
     assert resident_calls(SOCKET, [two, two]) == (False, False)
     assert resident_calls(SOCKET, [kernel("small", (1,)), two]) == (False, False)
 
@@ -62,7 +75,9 @@ def test_a_kernel_of_several_sections_reloads_them_at_every_call():
 def test_units_on_other_tiles_do_not_collide():
     left, right = kernel("left", (TILE_PCUS, 0)), kernel("right", (0, TILE_PCUS))
     assert resident_calls(SOCKET, [left, right]) == (True, True)
-    assert resident_calls(SOCKET, [left, kernel("both", (1, 1))]) == (False, False)
+    # a kernel on one tile goes to a tile a kernel on two tiles leaves free, not one on all four
+    assert resident_calls(SOCKET, [left, kernel("both", (1, 1))]) == (True, True)
+    assert resident_calls(SOCKET, [left, kernel("all", (1, 1, 1, 1))]) == (False, False)
 
 
 @pytest.fixture(scope="module")
