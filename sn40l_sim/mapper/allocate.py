@@ -40,7 +40,7 @@ from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work
-from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
+from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, least_fitting, pmu_rates, sram_cycles
 from sn40l_sim.mapper.spending import Pricing, call_cycles, division_on, spend_spare_units
 from sn40l_sim.mapper.stages import StageWork
 
@@ -306,13 +306,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         while lo < hi and not fits(min(hi, lo + step)):
             lo = min(hi, lo + step + 1)
             step *= 2
-        hi = min(hi, lo + step)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = least_fitting(lo, min(hi, lo + step), fits)
     units = found[lo] if lo in found else _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
     units = spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)

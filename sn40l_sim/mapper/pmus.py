@@ -8,6 +8,7 @@ link each. :class:`PmuRates` holds what these read of a socket, and a memo of th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sn40l_sim.hardware.spec import PMUSpec, SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
@@ -102,6 +103,16 @@ def fewest_pmus(rates: PmuRates, stage: StageWork, chip_tiles: int, division: Di
             hi = guess = guess - 1          # fits: the answer is at most guess - 1
         else:
             lo = guess = guess + 1          # the answer is above the guess
+    return least_fitting(lo, hi, fits)
+
+
+def least_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """The least value in ``[lo, hi]`` for which ``fits`` holds, ``fits`` holding from some value
+    on and at ``hi`` (bisection).
+
+    >>> least_fitting(0, 100, lambda n: n * n >= 50)
+    8
+    """
     while lo < hi:
         mid = (lo + hi) // 2
         if fits(mid):
