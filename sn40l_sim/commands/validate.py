@@ -29,7 +29,14 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
+    from sn40l_sim.study.validation import (
+        LeaveOneOut,
+        compare,
+        format_table,
+        load_references,
+        prefill_readers,
+        record_readers,
+    )
 
     loaded = LoadedExperiments()
     references = load_references(args.references)
@@ -37,12 +44,13 @@ def run(args: argparse.Namespace) -> int:
     # the hardware the leave-one-out column is checked against: a bad --hardware is refused before
     # the simulations, not after them
     socket = load_hardware(args.hardware).socket if loo is not None else None
-    readers = prefill_readers(references)   # a point's prefill is simulated only if a measurement reads it
+    # a point is simulated only if a measurement reads it, and its prefill only if one reads that
+    readers, prefill = record_readers(references), prefill_readers(references)
 
     def simulate(path):
         if not args.quiet:
             print(f"validate: simulating {path} ...", file=sys.stderr, flush=True)
-        return loaded.records(path, serve=False, reads_prefill=readers[path])
+        return loaded.records(path, serve=False, reads=readers[path], reads_prefill=prefill[path])
 
     comparisons = compare(references, simulate)
     if loo is not None:

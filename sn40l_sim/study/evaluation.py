@@ -64,21 +64,27 @@ class LoadedExperiments:
         return self._loaded[key]
 
     def records(self, path: str | Path, *, serve: bool = True, hardware_overrides: dict[str, Any] | None = None,
-                reads_prefill: Collection[str] | None = None) -> list[dict]:
+                reads_prefill: Collection[str] | None = None, reads: Collection[str] | None = None) -> list[dict]:
         """The records of the experiment at ``path`` on its hardware with ``hardware_overrides``.
 
         ``reads_prefill`` (with ``serve=False``): the names of the records whose prefill fields the
         caller reads; the other records' prefill steps are not simulated (their prefill fields are
         empty). None (default): every prefill is simulated.
+
+        ``reads``: the names of the records the caller reads at all; the other points are not
+        simulated and have no record (``validate`` reads two of ``snapstream_table5.yaml``'s six
+        points from another experiment). None (default): every point.
         """
         loaded = self.load(path)
         if isinstance(loaded, Assembly):
-            skipped = () if reads_prefill is None else [p.name for p in loaded.points if p.name not in reads_prefill]
-            return simulate_assembly(_overridden(loaded, hardware_overrides), serve=serve, without_prefill=skipped)
+            points = [p for p in loaded.points if reads is None or p.name in reads]
+            skipped = () if reads_prefill is None else [p.name for p in points if p.name not in reads_prefill]
+            return simulate_assembly(_overridden(loaded, hardware_overrides), only=points, serve=serve,
+                                     without_prefill=skipped)
         return [stamp(run, simulate_assembly(_overridden(run.assembly, hardware_overrides), only=[run.point],
                                              serve=serve, without_prefill=_unread(run.point.name, run.name,
                                                                                   reads_prefill))[0])
-                for run in loaded]
+                for run in loaded if reads is None or run.name in reads]
 
 
 def _unread(point: str, record: str, reads_prefill: Collection[str] | None) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -243,11 +243,27 @@ def prefill_readers(references: list[Reference]) -> dict[Path, frozenset[str]]:
     >>> prefill_readers(refs)
     {PosixPath('e'): frozenset({'snap'})}
     """
+    return record_readers(references, quantities=PREFILL_STEP_FIELDS)
+
+
+def record_readers(references: list[Reference], quantities: Collection[str] | None = None
+                   ) -> dict[Path, frozenset[str]]:
+    """For each experiment the references name, the records a measurement (of one of
+    ``quantities``, or of any) reads: its point and the point it is relative to. The other points
+    need not be simulated.
+
+    >>> m = dict(source="s", experiment="e.yaml", calibration=True)
+    >>> refs = [Reference(Measurement(id="a", quantity="max_batch", point="snap", **m), Path("e")),
+    ...         Reference(Measurement(id="b", quantity="decode_step_s", point="full", relative_to="base", **m),
+    ...                   Path("e"))]
+    >>> sorted(record_readers(refs)[Path("e")])
+    ['base', 'full', 'snap']
+    """
     out: dict[Path, set[str]] = {}
     for ref in references:
         m = ref.measurement
         names = out.setdefault(ref.experiment_path, set())
-        if m.quantity in PREFILL_STEP_FIELDS:
+        if quantities is None or m.quantity in quantities:
             names.update(name for name in (m.point, m.relative_to) if name is not None)
     return {path: frozenset(names) for path, names in out.items()}
 

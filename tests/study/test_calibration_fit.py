@@ -165,6 +165,18 @@ def test_a_steps_only_evaluation_simulates_only_the_prefills_it_is_asked_for():
         loaded.records(path, reads_prefill=[])
 
 
+def test_an_evaluation_simulates_only_the_points_it_reads():
+    loaded = LoadedExperiments()
+    path = REPO / "experiments" / "llama8b_node8.yaml"
+    every = {r["name"]: stable(r) for r in loaded.records(path, serve=False)}
+    some = [stable(r) for r in loaded.records(path, serve=False, reads=["snapstream"])]
+    assert len(every) > 1 and [r["name"] for r in some] == ["snapstream"]
+    assert some[0] == every["snapstream"]
+    sweep = REPO / "experiments" / "kernel_looping.yaml"
+    name = "full[model=llama3_1_8b,sockets=8,tp_prefill=8,tp=8,looping=true]"
+    assert [r["name"] for r in loaded.records(sweep, serve=False, reads=[name], reads_prefill=())] == [name]
+
+
 def two_wells(calibrated: dict[str, float]) -> dict[str, float]:
     """A rate whose misfit has two minima in the HBM efficiency: an exact one at 0.4 and a local one
     near 0.93, on the YAML's side (0.9439) of the ridge at about 0.70 between them."""
