@@ -147,7 +147,67 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
     kernels = _as_called(node.socket, order, plans, calls, resident_calls(node.socket, plans), collective_cycles)
     kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
+    kernels = _remap_one_tile_each(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
+
+
+def _remap_one_tile_each(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
+                         calls: list[LoopContext], kernels: tuple[PlacedKernel, ...], tiers: TierSplit, key: str,
+                         collective_cycles: Callable[[Collective], float] | None) -> tuple[PlacedKernel, ...]:
+    """``kernels`` or, when the step is shorter that way, the graph with each kernel it calls more
+    than once mapped on a tile of its own, its configuration free (:mod:`.residency` keeps it loaded
+    there), and each kernel it calls once mapped in the largest room they leave on a tile: possible
+    when there are no more kernels called more than once than tiles, each of one section.
+
+    The one-tile plans do not depend on how the kernels were mapped first, as the room
+    :func:`_remap_side_by_side` offers does, so a faster machine cannot take this placement away: a
+    Llama prefill whose FFN maps onto every tile once configurations load fast enough still has its
+    four layer kernels on a tile each to fall back to (docs/validation.md, "Each layer kernel on a
+    tile of its own")."""
+    tiles = figures.tiles(socket)
+    ids: dict[FusedKernel, int] = {}
+    kinds = [ids.setdefault(k.signature(), len(ids)) for k in order]
+    calls_of: dict[int, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        calls_of.setdefault(kind, []).append(i)
+    repeated = [indices for indices in calls_of.values() if len(indices) > 1]
+    if tiles < 2 or not repeated or len(repeated) > tiles or any(plans[i[0]].sections != 1 for i in repeated):
+        return kernels
+    budget = UnitBudget(chip_tiles=1)
+    plans, contexts = list(plans), list(calls)
+    try:
+        for indices in repeated:
+            again: dict[LoopContext, PlacedKernel] = {}
+            for i in indices:
+                if calls[i] not in again:
+                    again[calls[i]] = map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True),
+                                                        budget)
+                plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
+    except InfeasibleError:
+        return kernels
+    if any(plans[i[0]].sections != 1 for i in repeated):
+        return kernels
+    # the kernels called once (embedding, lm_head, sampling) in the room the others leave, where it
+    # suffices: mapped alone they may take a few units more and evict one of those each step
+    room = [[socket.tile.pcus, socket.tile.pmus] for _ in range(tiles)]
+    for indices in repeated:
+        _take(room, plans[indices[0]])
+    for indices in calls_of.values():
+        i = indices[0]
+        if len(indices) > 1 or plans[i].sections != 1:
+            continue
+        pcus, pmus = max(room)
+        if pcus >= 1 and pmus >= 1:
+            try:
+                placed = map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True),
+                                           UnitBudget(chip_tiles=1, pcus_per_tile=pcus, pmus_per_tile=pmus))
+            except InfeasibleError:
+                placed = None
+            if placed is not None and placed.sections == 1:
+                plans[i], contexts[i] = copied(placed, kernel=order[i]), replace(calls[i], resident=True)
+        _take(room, plans[i])
+    other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
+    return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
 
 
 def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
@@ -191,6 +251,20 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
         return kernels
     other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
     return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+
+
+def _take(room: list[list[int]], placed: PlacedKernel) -> None:
+    """Take a one-tile kernel's units from the first tile of ``room`` (free PCUs and PMUs per tile)
+    where they fit, as :mod:`.residency` loads it; a kernel on several tiles, or one that fits on no
+    tile, evicts others and leaves the room as it was."""
+    pcus, pmus = max(placed.pcus_per_tile, default=0), max(placed.pmus_per_tile, default=0)
+    if sum(1 for p, q in zip(placed.pcus_per_tile, placed.pmus_per_tile, strict=True) if p or q) != 1:
+        return
+    for free in room:
+        if free[0] >= pcus and free[1] >= pmus:
+            free[0] -= pcus
+            free[1] -= pmus
+            return
 
 
 def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],

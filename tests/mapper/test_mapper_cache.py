@@ -24,13 +24,16 @@ def test_memoised_and_disk_cached_mappings_equal_a_cold_one(node, tmp_path, monk
     cold = _cold(node, graph)
     with disk_cache.cache_in(None):
         assert map_graph(node, graph).kernels == cold.kernels          # the process memo, warm
+    calls = []
+    monkeypatch.setattr(graph_mod, "map_kernel", lambda *a, **k: calls.append(a) or map_kernel(*a, **k))
     with disk_cache.cache_in(tmp_path):
         clear_memo()
         stored = map_graph(node, graph)                                # mapped, and written to disk
-        assert len(list(tmp_path.rglob("*.pkl"))) == len(distinct_kernels(graph))
+        # each distinct kernel once, and again for the placements tried beside the others
+        assert len(calls) >= len(distinct_kernels(graph))
+        assert len(list(tmp_path.rglob("*.pkl"))) == len(calls)
         clear_memo()
-        calls = []
-        monkeypatch.setattr(graph_mod, "map_kernel", lambda *a, **k: calls.append(a) or map_kernel(*a, **k))
+        calls.clear()
         loaded = map_graph(node, graph)                                # read back from disk
     assert calls == []
     assert stored.kernels == loaded.kernels == cold.kernels

@@ -19,6 +19,10 @@ engine charges were once missing from it.
   split K's partial sums no longer fitted, the PCUs were refused, and the step took 1.146 and
   1.285 ms at 409.6 and 512 GB/s per module (1.048 and 1.222 ms with the configuration loaded at 7
   and 10 GB/s). The allocator now adds the idle PMUs such a stage needs.
+- **Kernels kept loaded**: a step's kernels were mapped again within the room the others' first
+  mapping left, so a faster configuration load that made Llama-3.1-8B's prefill FFN take all four
+  tiles left no room for the others (9.93 ms at 10 GB/s, 11.78 ms at 20 GB/s). The mapper now also
+  tries each layer kernel on a tile of its own, which no first mapping can take away.
 """
 from __future__ import annotations
 
@@ -26,8 +30,9 @@ from pathlib import Path
 
 from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
+from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.assemble import step_timer
 
@@ -65,3 +70,25 @@ def test_a_batch_1_looped_decode_does_not_slow_down_as_hbm_or_the_configuration_
     config = [timer.decode_step(1, 2048).cycles
               for timer in _timers(("7 GB/s", "10 GB/s", "20 GB/s"), 16, "calibrated.config_load_bytes_per_s", 1)]
     assert config == sorted(config, reverse=True), config
+
+
+def test_a_prefill_of_layer_kernels_on_a_tile_each_does_not_slow_down_as_configurations_load_faster():
+    # Llama-3.1-8B's 1K prefill on 16 sockets: once configurations load at 20 GB/s its FFN maps onto
+    # all four tiles alone, and mapped again in the room the others left nothing stayed loaded
+    # (9.93 ms at 10 GB/s, 11.78 ms at 20); with each layer kernel on a tile of its own it is 9.43 ms
+    config = [timer.prefill(1024).cycles
+              for timer in _timers(("5 GB/s", "10 GB/s", "20 GB/s"), 16, "calibrated.config_load_bytes_per_s", 1)]
+    assert config == sorted(config, reverse=True), config
+    assert config[-1] < 0.85 * 11.78e-3 * 1.6e9
+
+
+def test_llama_70b_prefill_keeps_its_four_layer_kernels_loaded_on_a_tile_each():
+    base = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+    model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
+    timer = step_timer(base, model, make_policy("full", {}), ParallelPlan(16), ParallelPlan(16), {},
+                       engine=EngineOptions())
+    kernels = timer.placed(Shape("prefill", 1, 1024)).kernels
+    layer = [(pk, loaded) for pk, loaded in zip(kernels, resident_calls(base.socket, kernels), strict=True)
+             if pk.kernel.layer is not None]
+    assert {pk.kernel.name.split(".")[1] for pk, _ in layer} == {"qkv", "attention", "o_proj", "ffn"}
+    assert all(sum(1 for p in pk.pcus_per_tile if p) == 1 and loaded for pk, loaded in layer)
