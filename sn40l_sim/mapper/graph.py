@@ -165,11 +165,7 @@ def _remap_one_tile_each(socket: SocketSpec, order: list[FusedKernel], plans: li
     four layer kernels on a tile each to fall back to (docs/validation.md, "Each layer kernel on a
     tile of its own")."""
     tiles = figures.tiles(socket)
-    ids: dict[FusedKernel, int] = {}
-    kinds = [ids.setdefault(k.signature(), len(ids)) for k in order]
-    calls_of: dict[int, list[int]] = {}
-    for i, kind in enumerate(kinds):
-        calls_of.setdefault(kind, []).append(i)
+    calls_of = _calls_by_kind(order)
     repeated = [indices for indices in calls_of.values() if len(indices) > 1]
     if tiles < 2 or not repeated or len(repeated) > tiles or any(plans[i[0]].sections != 1 for i in repeated):
         return kernels
@@ -222,11 +218,7 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
     mapped with its configuration free within the units per tile the others leave (another tile
     count or tiling may then be faster), so that together they fit on the tiles. A kernel that
     leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
-    ids: dict[FusedKernel, int] = {}
-    kinds = [ids.setdefault(k.signature(), len(ids)) for k in order]   # one hash a call
-    calls_of: dict[int, list[int]] = {}
-    for i, kind in enumerate(kinds):
-        calls_of.setdefault(kind, []).append(i)
+    calls_of = _calls_by_kind(order)
     footprint = {kind: (plans[i[0]].pcus_per_tile, plans[i[0]].pmus_per_tile) for kind, i in calls_of.items()}
     capacity = (socket.tile.pcus, socket.tile.pmus)
     plans, contexts = list(plans), list(calls)
@@ -255,6 +247,16 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
         return kernels
     other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
     return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+
+
+def _calls_by_kind(order: list[FusedKernel]) -> dict[int, list[int]]:
+    """The indices of ``order``'s calls of each distinct kernel (by signature), in order of first
+    call."""
+    ids: dict[FusedKernel, int] = {}
+    calls_of: dict[int, list[int]] = {}
+    for i, kernel in enumerate(order):
+        calls_of.setdefault(ids.setdefault(kernel.signature(), len(ids)), []).append(i)   # one hash a call
+    return calls_of
 
 
 def _take(room: list[list[int]], placed: PlacedKernel) -> None:
