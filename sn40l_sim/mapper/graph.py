@@ -169,10 +169,12 @@ def _remap_one_tile_each(socket: SocketSpec, order: list[FusedKernel], plans: li
     repeated = [indices for indices in calls_of.values() if len(indices) > 1]
     if tiles < 2 or not repeated or len(repeated) > tiles or any(plans[i[0]].sections != 1 for i in repeated):
         return kernels
-    if len(repeated) == 1 and all(resident_calls(socket, kernels)[i] for i in repeated[0]):
-        # one kernel called again and again that stays loaded already (a decoder in a loop): a tile
-        # of its own keeps nothing more loaded, and its first mapping tried it on one tile
-        return kernels
+    if len(repeated) == 1:
+        loaded = resident_calls(socket, kernels)
+        if all(loaded[i] for i in repeated[0]):
+            # one kernel called again and again that stays loaded already (a decoder in a loop): a
+            # tile of its own keeps nothing more loaded, and its first mapping tried it on one tile
+            return kernels
     budget = UnitBudget(chip_tiles=1)
     plans, contexts = list(plans), list(calls)
     try:

@@ -79,7 +79,6 @@ def test_a_prefill_of_layer_kernels_on_a_tile_each_does_not_slow_down_as_configu
     config = [timer.prefill(1024).cycles
               for timer in _timers(("5 GB/s", "10 GB/s", "20 GB/s"), 16, "calibrated.config_load_bytes_per_s", 1)]
     assert config == sorted(config, reverse=True), config
-    assert config[-1] < 0.85 * 11.78e-3 * 1.6e9
 
 
 def test_llama_70b_prefill_keeps_its_four_layer_kernels_loaded_on_a_tile_each():
