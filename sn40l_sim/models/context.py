@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 #: bytes of one activation element (BF16), under the short name the formulas use
 ACT = ACT_BYTES
+#: bytes of one attention score (FP32, as the softmax takes them). Scores and probabilities are
+#: named flows like any activation, so a template that drops the softmax breaks the dataflow
+#: (:mod:`sn40l_sim.models.dataflow`); fused with the GEMMs around them they stay on chip and
+#: cost no traffic
+SCORE = 4
 
 Flow = tuple[tuple[str, int], ...]
 

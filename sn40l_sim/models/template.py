@@ -18,6 +18,7 @@ from pydantic import Field
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import CollectiveKind
+from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.tensors import ShardRule, inventory
@@ -105,6 +106,7 @@ def template_for(model: ModelSpec) -> KernelTemplates:
     path = Path(model.kernels) if model.kernels else default_template_path(model)
     template, doc = _load(str(path.resolve()))
     check_against_model(template, doc, model)
+    check_dataflow(template, doc, model)
     return template
 
 
@@ -136,6 +138,21 @@ def load_templates(path: str | Path) -> KernelTemplates:
         Naming the file, field and line of the first problem.
     """
     return _load(str(Path(path).resolve()))[0]
+
+
+def load_templates_for(path: str | Path, model: ModelSpec) -> KernelTemplates:
+    """Load a template file to build ``model``'s graphs with in place of its own: validated, and
+    checked against the model as :func:`template_for` checks the model's own.
+
+    Raises
+    ------
+    InputError
+        Naming the file, field and line of the first problem.
+    """
+    template, doc = _load(str(Path(path).resolve()))
+    check_against_model(template, doc, model)
+    check_dataflow(template, doc, model)
+    return template
 
 
 @lru_cache(maxsize=16)
@@ -175,6 +192,22 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "size"),
                                     f"unknown collective size formula {coll.size!r} for {template.attention} "
                                     f"attention; known: {', '.join(sorted(known_sizes))}")
+
+
+def check_dataflow(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
+    """Each phase of the template must run every operator of a layer once, in dataflow order
+    (:mod:`sn40l_sim.models.dataflow`).
+
+    Raises
+    ------
+    InputError
+        Naming the kernel whose operators break the chain.
+    """
+    for phase in ("prefill", "decode"):
+        problem = dataflow_problem(template, model, phase)
+        if problem is not None:
+            field, message = problem
+            raise doc.error(field, message) if doc else InputError(f"{'.'.join(map(str, field))}: {message}")
 
 
 def check_against_model(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:

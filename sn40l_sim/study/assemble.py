@@ -43,7 +43,7 @@ from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelTemplates, load_templates
+from sn40l_sim.models.template import KernelTemplates, load_templates_for
 from sn40l_sim.serving.memory_fit import MemoryPlacer
 from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
@@ -323,13 +323,14 @@ def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
     return tuple(read_trace(named_file(experiment, ("workload", "path"), workload.path, "trace")))
 
 
-def load_graph_template(experiment: Experiment) -> KernelTemplates | None:
-    """The kernel template ``graph_options.template`` names, relative to the experiment file (None
-    when it names none; the graph builder reports a value that is not a path)."""
+def load_graph_template(experiment: Experiment, model: ModelSpec) -> KernelTemplates | None:
+    """The kernel template ``graph_options.template`` names, relative to the experiment file,
+    checked against ``model`` (None when it names none; the graph builder reports a value that
+    is not a path)."""
     path = experiment.spec.graph_options.get("template")
     if not isinstance(path, str) or not path:
         return None
-    return load_templates(named_file(experiment, ("graph_options", "template"), path, "kernel template"))
+    return load_templates_for(named_file(experiment, ("graph_options", "template"), path, "kernel template"), model)
 
 
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
@@ -362,5 +363,5 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         if hardware_overrides:
             prefill_node = with_overrides(prefill_node, hardware_overrides)
         memory_order(experiment, prefill_node)
-    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment),
+    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment, model),
                     prefill_node=prefill_node)

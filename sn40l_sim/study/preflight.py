@@ -62,7 +62,7 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     exp.max_new_tokens  # noqa: B018 - raises when neither serving nor shape gives it
     _check_graph_options(exp)
     if asm.graph_template is None:
-        load_graph_template(exp)
+        load_graph_template(exp, asm.model)
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale

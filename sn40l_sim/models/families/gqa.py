@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sn40l_sim.ir import AttentionShape, ParallelPlan
-from sn40l_sim.models.context import ACT
+from sn40l_sim.models.context import ACT, SCORE
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
 from sn40l_sim.models.tensors import Tensor
@@ -101,22 +101,30 @@ def _flash(c: Ctx, name: str, qk: bool, extra: dict) -> list[Step]:
     return steps
 
 
+def _flash_scores(c: Ctx) -> int:
+    """Scores computed over the causal tile pairs."""
+    return c.seqs * c.attn_heads * sum(r * cl * p for r, cl, p in _tiles(c))
+
+
 def flash_qk(c: Ctx) -> list[Step]:
     """Prefill scores over computed causal tile pairs; K tiles read from the cache."""
     q = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
-    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read_elements=_kv_stream(c)))
+    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read_elements=_kv_stream(c),
+                                            writes=(("scores", _flash_scores(c) * SCORE),)))
 
 
 def flash_softmax(c: Ctx) -> list[Step]:
     """Online softmax: one exp per computed score."""
-    n = c.seqs * c.attn_heads * sum(r * cl * p for r, cl, p in _tiles(c))
-    return c.simd("flash_softmax", "softmax", n, transcendentals=n)
+    n = _flash_scores(c)
+    return c.simd("flash_softmax", "softmax", n, transcendentals=n, reads=(("scores", n * SCORE),),
+                  writes=(("probs", n * ACT),))
 
 
 def flash_pv(c: Ctx) -> list[Step]:
     """Prefill ``P V``; V tiles read from the cache."""
     out = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
-    return _flash(c, "flash_pv", False, dict(kv_read_elements=_kv_stream(c), writes=(("attn_o", out),)))
+    return _flash(c, "flash_pv", False, dict(kv_read_elements=_kv_stream(c), reads=(("probs", _flash_scores(c) * ACT),),
+                                             writes=(("attn_o", out),)))
 
 
 def _group(c: Ctx) -> tuple[int, int]:
@@ -132,6 +140,7 @@ def gqa_qk(c: Ctx) -> list[Step]:
     kv = c.seqs * kvh * c.shape.kv_len * _d(c)
     return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
                   reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read_elements=kv,
+                  writes=(("scores", c.seqs * kvh * g * c.shape.kv_len * SCORE),),
                   attention=AttentionShape(c.seqs * kvh, g, c.shape.kv_len, _d(c)))
 
 
@@ -139,7 +148,8 @@ def gqa_softmax(c: Ctx) -> list[Step]:
     """Softmax over ``kv_len`` scores per query head and query row of each sequence."""
     kvh, g = _group(c)
     n = c.seqs * kvh * g * c.shape.kv_len
-    return c.simd("gqa_softmax", "softmax", n, transcendentals=n)
+    return c.simd("gqa_softmax", "softmax", n, transcendentals=n, reads=(("scores", n * SCORE),),
+                  writes=(("probs", n * ACT),))
 
 
 def gqa_pv(c: Ctx) -> list[Step]:
@@ -147,6 +157,7 @@ def gqa_pv(c: Ctx) -> list[Step]:
     kvh, g = _group(c)
     kv = c.seqs * kvh * c.shape.kv_len * _d(c)
     return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read_elements=kv,
+                  reads=(("probs", c.seqs * kvh * g * c.shape.kv_len * ACT),),
                   writes=(("attn_o", c.tokens * c.proj_heads * _d(c) * ACT),))
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sn40l_sim.ir import AttentionShape, ParallelPlan
-from sn40l_sim.models.context import ACT
+from sn40l_sim.models.context import ACT, SCORE
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
 from sn40l_sim.models.flash import causal_tile_pairs
 from sn40l_sim.models.tensors import Tensor
@@ -147,21 +147,30 @@ def mha_qk(c: Ctx) -> list[Step]:
     rows = c.seqs * c.shape.prompt_len * c.attn_heads
     keys = _kv_stream(c, "k_heads", qk)
     return _flash(c, "mha_qk", qk, None, dict(reads=(("q_heads", rows * qk * ACT),) + keys["reads"],
-                                              rereads=keys["rereads"]))
+                                              rereads=keys["rereads"], writes=(("scores", _mha_scores(c) * SCORE),)))
+
+
+def _mha_scores(c: Ctx) -> int:
+    """Scores computed over the causal tile pairs."""
+    f = c.template.flash
+    return c.seqs * c.attn_heads * sum(r * cl * n for r, cl, n in causal_tile_pairs(c.shape.prompt_len, f.block_q,
+                                                                                     f.block_kv))
 
 
 def mha_softmax(c: Ctx) -> list[Step]:
     """Online softmax over the computed scores: one exp per score."""
-    f = c.template.flash
-    scores = c.seqs * c.attn_heads * sum(r * cl * n for r, cl, n in causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv))
-    return c.simd("mha_softmax", "softmax", scores, transcendentals=scores)
+    scores = _mha_scores(c)
+    return c.simd("mha_softmax", "softmax", scores, transcendentals=scores, reads=(("scores", scores * SCORE),),
+                  writes=(("probs", scores * ACT),))
 
 
 def mha_pv(c: Ctx) -> list[Step]:
     """Prefill ``P V`` over computed tile pairs (value dim 128)."""
     v = _att(c).v_head_dim
     rows = c.seqs * c.shape.prompt_len * c.attn_heads
-    return _flash(c, "mha_pv", 0, v, dict(**_kv_stream(c, "v_heads", v), writes=(("attn_o", rows * v * ACT),)))
+    values = _kv_stream(c, "v_heads", v)
+    return _flash(c, "mha_pv", 0, v, dict(reads=(("probs", _mha_scores(c) * ACT),) + values["reads"],
+                                          rereads=values["rereads"], writes=(("attn_o", rows * v * ACT),)))
 
 
 def q_absorb(c: Ctx) -> list[Step]:
@@ -190,13 +199,15 @@ def absorbed_qk(c: Ctx) -> list[Step]:
                   reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
                          ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
                   kv_read_elements=c.seqs * kv_len * lat,
+                  writes=(("scores", c.seqs * rows * kv_len * SCORE),),
                   attention=AttentionShape(c.seqs, rows, kv_len, _att(c).kv_lora_rank))
 
 
 def absorbed_softmax(c: Ctx) -> list[Step]:
     """Softmax over ``kv_len`` scores per head and query row of each sequence."""
     n = c.seqs * c.attn_heads * c.queries * c.shape.kv_len
-    return c.simd("absorbed_softmax", "softmax", n, transcendentals=n)
+    return c.simd("absorbed_softmax", "softmax", n, transcendentals=n, reads=(("scores", n * SCORE),),
+                  writes=(("probs", n * ACT),))
 
 
 def absorbed_pv(c: Ctx) -> list[Step]:
@@ -204,6 +215,7 @@ def absorbed_pv(c: Ctx) -> list[Step]:
     itself, read once with the scores' tile)."""
     w, rows = _att(c).kv_lora_rank, c.attn_heads * c.queries
     return c.gemm("absorbed_pv", rows, n=w, k=c.shape.kv_len, count=c.seqs,
+                  reads=(("probs", c.seqs * rows * c.shape.kv_len * ACT),),
                   writes=(("o_lat", c.seqs * rows * w * ACT),))
 
 

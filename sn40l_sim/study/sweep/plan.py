@@ -114,9 +114,10 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             workload = spec.workload
             is_trace = workload is not None and workload.kind == "trace"
             trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None
-            files_key = json.dumps([str(trace) if trace else None, spec.graph_options.get("template")], default=str)
+            files_key = json.dumps([str(trace) if trace else None, spec.graph_options.get("template"), model_key],
+                                   default=str)
             if files_key not in files:
-                files[files_key] = (read_trace_rows(exp), load_graph_template(exp))
+                files[files_key] = (read_trace_rows(exp), load_graph_template(exp, models[model_key]))
             prefill_node = None
             if spec.prefill_hardware is not None:   # prefill nodes of their own, with the same overrides
                 prefill_key = json.dumps(["prefill", spec.prefill_hardware, sp.hardware_overrides], sort_keys=True,

@@ -1,0 +1,73 @@
+"""A kernel template must run every operator of a layer once, in dataflow order
+(sn40l_sim.models.dataflow): one that drops or repeats an operator is refused where it is loaded,
+naming its file and kernel, instead of building a graph with silently wrong numbers."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.template import GRAPHS_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: (what is changed in graphs/kernels_llama.yaml, by what, the words the error must contain)
+BROKEN = {
+    "ffn_gemms_dropped": ("operators: [ffn_norm, dense_gate_up, dense_act, dense_down, ffn_residual]",
+                          "operators: [ffn_norm, ffn_residual]",
+                          ["prefill.kernels.ffn.operators", "'ffn_residual' reads activation 'ffn_out'"]),
+    "flash_pv_twice": ("operators: [flash_qk, flash_softmax, flash_pv]",
+                       "operators: [flash_qk, flash_softmax, flash_pv, flash_pv]",
+                       ["prefill.kernels.attention.operators", "'flash_pv' appears twice in dense_layer"]),
+    "softmax_dropped": ("operators: [flash_qk, flash_softmax, flash_pv]", "operators: [flash_qk, flash_pv]",
+                        ["prefill.kernels.attention.operators", "'flash_pv' reads activation 'probs'"]),
+    "residual_dropped": ("operators: [o_proj, attn_residual]", "operators: [o_proj]",
+                         ["writes activation 'attn_proj'", "no operator reads"]),
+}
+
+
+def _broken_model(tmp_path: Path, old: str, new: str) -> Path:
+    text = (GRAPHS_DIR / "kernels_llama.yaml").read_text()
+    assert text.count(old) == 1, old
+    (tmp_path / "kernels_llama.yaml").write_text(text.replace(old, new))
+    shutil.copy(GRAPHS_DIR / "llama3_1_8b.yaml", tmp_path / "llama3_1_8b.yaml")
+    return tmp_path / "llama3_1_8b.yaml"
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_template_that_drops_or_repeats_an_operator_is_refused(tmp_path: Path, case: str) -> None:
+    old, new, words = BROKEN[case]
+    with pytest.raises(InputError) as info:
+        load_model(_broken_model(tmp_path, old, new))
+    message = str(info.value)
+    assert "kernels_llama.yaml" in message
+    for word in words:
+        assert word in message
+
+
+def test_the_shipped_templates_pass_for_every_shipped_model() -> None:
+    for path in sorted(GRAPHS_DIR.glob("*.yaml")):
+        if not path.name.startswith("kernels_"):
+            assert load_model(path).name   # the loader checks the model's template
+
+
+def test_check_refuses_an_experiment_whose_template_drops_an_operator(tmp_path: Path) -> None:
+    old, new, words = BROKEN["ffn_gemms_dropped"]
+    _broken_model(tmp_path, old, new)
+    text = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
+    hardware = (REPO / "hw_configs" / "sn40l_node8.yaml").as_posix()
+    assert "graph_options" not in text
+    text = text.replace("../hw_configs/sn40l_node8.yaml", hardware) + "graph_options: {template: kernels_llama.yaml}\n"
+    text = text.replace("../graphs/llama3_1_8b.yaml", (GRAPHS_DIR / "llama3_1_8b.yaml").as_posix())
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "sn40l_sim", "check", str(exp)], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "kernels_llama.yaml" in done.stderr and words[1] in done.stderr
