@@ -5,8 +5,8 @@ Counts mirror the attention formulas of the model's family (:mod:`sn40l_sim.mode
 ``attention_dp`` splits the sequences, the remaining ``tp / attention_dp`` ways split the heads;
 a socket runs the attention of ``ceil(batch / dp)`` sequences with ``ceil(heads / ways)`` query
 heads and ``ceil(kv_heads / ways)`` KV heads, and when there are fewer KV heads than ways
-``ways / kv_heads`` sockets share one (``row_shards``: they each hold a share of its rows,
-:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`, and must agree on what they keep).
+``ways / kv_heads`` sockets share one (``row_shards``: each holds a replica of its rows,
+:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`, and they must agree on what they keep).
 
 Examples
 --------
@@ -41,7 +41,7 @@ class DecodeShard:
     query_heads: int
     #: KV heads of those sequences on the socket
     kv_heads: int
-    #: sockets sharing one KV head (1 when each socket has whole KV heads)
+    #: sockets sharing one KV head, each with a replica of its rows (1 when each socket has its own KV heads)
     row_shards: int
 
     @property

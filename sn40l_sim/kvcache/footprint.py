@@ -29,11 +29,10 @@ Examples
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from sn40l_sim.ir import ParallelPlan
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, kv_heads, kv_sharding
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, kv_share
 from sn40l_sim.models.kv_format import kv_cache_layers
 from sn40l_sim.models.spec import ModelSpec
 
@@ -76,10 +75,7 @@ def state_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, sta
     """
     if not state_bytes:
         return 0
-    if plan.attention_dp > 1:
-        sequences, heads = math.ceil(batch / plan.attention_dp), kv_heads(model)
-    else:
-        sequences, heads = batch, kv_sharding(model, plan.tp).kv_heads
+    sequences, heads = kv_share(model, plan, batch)
     return sequences * heads * kv_cache_layers(model, include_mtp) * state_bytes
 
 

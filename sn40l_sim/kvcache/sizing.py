@@ -35,8 +35,8 @@ from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
-           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_sharding", "kv_stored_bytes", "kv_width",
-           "query_head_dim"]
+           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
+           "kv_width", "query_head_dim"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -96,6 +96,21 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
                       row_shards=max(1, tp // groups))
 
 
+def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int, phase: Phase = "decode") -> tuple[int, int]:
+    """(sequences, KV heads) whose cache the busiest socket holds for ``batch`` sequences: the
+    sequences of its attention group and the KV heads it has of each (:func:`kv_bytes_per_socket`).
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama = load_model("graphs/llama3_1_70b.yaml")      # 8 KV heads
+    >>> [kv_share(llama, plan, 8) for plan in (ParallelPlan(16), ParallelPlan(16, 2), ParallelPlan(16, 16))]
+    [(8, 1), (4, 1), (1, 8)]
+    """
+    if phase == "prefill":
+        return batch, kv_sharding(model, plan.tp).kv_heads
+    dp = plan.attention_dp
+    return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads
+
+
 def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
                         include_mtp: bool = False, phase: Phase = "decode") -> int:
     """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
@@ -104,17 +119,21 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
 
     Where a sequence's cache lives:
 
-    * decode, ``attention_dp > 1``: whole on the socket that runs the sequence's attention, which
-      holds ``ceil(batch / attention_dp)`` sequences;
-    * decode, tensor-parallel attention: split over the ``tp`` sockets by KV heads and, where
-      sockets share a KV head (MLA's one latent, GQA with more sockets than KV heads), by rows:
-      ``kv_shards = kv_heads / (KV heads per socket) * row_shards`` (:func:`kv_sharding`);
-    * prefill: split by KV heads only; the sockets sharing a KV head each hold all of its rows
-      (MLA: every socket holds the whole uncompressed prompt).
+    * decode: ``attention_dp`` groups of ``tp / attention_dp`` sockets each run the attention of
+      ``ceil(batch / attention_dp)`` sequences (:func:`kv_share`), split within the group by KV
+      heads, each socket holding every row of its ``ceil(kv_heads / ways)`` KV heads
+      (:func:`kv_sharding`); with ``attention_dp = tp`` a sequence's cache is whole on one socket;
+    * prefill: split over the ``tp`` sockets by KV heads in the same way.
+
+    Sockets that share a KV head (MLA's one latent, GQA with more sockets than KV heads) each hold
+    a replica: each runs the attention of its own query heads of that KV head, which reads every
+    row (the decode formulas of :mod:`sn40l_sim.models.families`), as tensor-parallel serving
+    replicates KV heads when there are fewer than ranks. (MLA under tensor-parallel attention thus
+    holds the whole cache on every socket; data-parallel attention is what divides it.)
 
     Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP module's layer
-    with ``include_mtp``) are divided by the shards and rounded **up** to whole bytes, then
-    multiplied by ``cache_len`` and by the sequences the socket holds.
+    with ``include_mtp``) times the socket's share of the KV heads, rounded **up** to whole bytes,
+    then multiplied by ``cache_len`` and by the sequences the socket holds.
 
     Examples
     --------
@@ -122,20 +141,13 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     >>> r1 = load_model("graphs/deepseek_r1.yaml")
     >>> kv_bytes_per_socket(r1, ParallelPlan(16, 16), 64, 32768) == 4 * 32768 * 70272
     True
-    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 16, 32768, include_mtp=True) == 16 * 32768 * 71424 // 16
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 16, 32768, include_mtp=True) == 16 * 32768 * 71424
     True
     >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272
     True
     """
     if batch < 0 or cache_len < 0:
         raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
-    sharding = kv_sharding(model, plan.tp)
-    by_heads = kv_heads(model) // sharding.kv_heads
-    if phase == "prefill":
-        sequences, shards = batch, by_heads
-    elif plan.attention_dp > 1:
-        sequences, shards = math.ceil(batch / plan.attention_dp), 1
-    else:
-        sequences, shards = batch, by_heads * sharding.row_shards
-    per_token = math.ceil(kv_bytes_per_token(model, include_mtp) / max(1, shards))
+    sequences, heads = kv_share(model, plan, batch, phase)
+    per_token = -(-kv_bytes_per_token(model, include_mtp) * heads // kv_heads(model))
     return sequences * cache_len * per_token

@@ -71,11 +71,13 @@ def test_kv_per_socket_under_data_parallel_attention_holds_whole_sequences():
     assert kv_bytes_per_socket(r1, plan, 16, 32768, include_mtp=True) == 32768 * 62 * 1152
 
 
-def test_kv_per_socket_under_tensor_parallelism_splits_heads_then_rows():
-    # Llama-8B at TP16: 8 KV heads, one per socket pair, each pair splitting its rows
-    assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=16), 4, 1000) == 4 * 1000 * 131072 // 16
+def test_kv_per_socket_under_tensor_parallelism_splits_heads_and_replicates_shared_ones():
+    # Llama-8B at TP16: 8 KV heads, one per socket pair; each socket of a pair runs its own query
+    # heads' attention over every row of the head, so each holds all of them
+    assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=16), 4, 1000) == 4 * 1000 * 131072 // 8
     assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=4), 4, 1000) == 4 * 1000 * 131072 // 4
-    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 16, 1000) == 1000 * 70_272
+    # MLA's one latent under tensor-parallel attention: the whole cache on every socket
+    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 16, 1000) == 16 * 1000 * 70_272
 
 
 def test_prefill_splits_the_prompt_by_kv_heads_only():
@@ -84,11 +86,14 @@ def test_prefill_splits_the_prompt_by_kv_heads_only():
     assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096, phase="prefill") == 4096 * 70_272
 
 
-def test_kv_per_socket_rounds_one_tokens_share_up_before_multiplying():
-    # 3 cached elements x 2 bytes per token, shared by 4 sockets: 1.5 B each, stored as 2
-    tiny = ModelSpec.model_validate(dict(
-        kind="model", name="tiny", layers=1, hidden=8, dense_ffn=8, vocab=8, weight_dtype="bf16",
-        attention=dict(kind="mla", heads=4, q_lora_rank=2, kv_lora_rank=1, qk_nope_head_dim=2,
-                       qk_rope_head_dim=2, v_head_dim=2)))
-    assert kv_bytes_per_token(tiny) == 2 * 3
-    assert kv_bytes_per_socket(tiny, ParallelPlan(tp=4), 3, 5) == 3 * 5 * 2
+def test_the_busiest_socket_holds_its_share_of_the_kv_heads_rounded_up():
+    # 3 KV heads of 1-element keys and values, 2 bytes each (12 B a token), over 2 sockets: the
+    # busiest holds 2 heads (8 B); 7 heads over 2 sockets: 4 of them; 3 heads over 4 sockets: one
+    def tiny(kv: int) -> ModelSpec:
+        return ModelSpec.model_validate(dict(
+            kind="model", name="tiny", layers=1, hidden=8, dense_ffn=8, vocab=8, weight_dtype="bf16",
+            attention=dict(kind="gqa", heads=kv * 2, kv_heads=kv, head_dim=1)))
+    assert kv_bytes_per_token(tiny(3)) == 12
+    assert kv_bytes_per_socket(tiny(3), ParallelPlan(tp=2), 3, 5) == 3 * 5 * 8
+    assert kv_bytes_per_socket(tiny(7), ParallelPlan(tp=2), 1, 1) == 16
+    assert kv_bytes_per_socket(tiny(3), ParallelPlan(tp=4), 1, 1) == 4

@@ -225,9 +225,11 @@ class ArkVale(Budgeted):
         if shard.group > 1:
             ops.append(Operator("page_scores", "reduction", elements=seqs * qh * pages, n=shard.group, dtype="fp32"))
         ops.append(Operator("select_pages", "topk", elements=seqs * kvh * pages, dtype="fp32"))
-        recalled = math.ceil(seqs * kvh * self.recalled_pages() * self.page_tokens * width / rs)
+        # each socket sharing a KV head keeps a replica of the buffer (and of the store), so it
+        # recalls the pages into its own and stores the new row in its own
+        recalled = seqs * kvh * self.recalled_pages() * self.page_tokens * width
         stored = kv_stored_bytes(model, recalled)
-        new_row = math.ceil(seqs * kvh * width / rs)
+        new_row = seqs * kvh * width
         ops += [
             Operator("recall_pages", "gather", elements=recalled, k=width, kv_offload_read_bytes=stored),
             Operator("write_recalled", "elementwise", elements=recalled, kv_write_bytes=stored),

@@ -24,7 +24,7 @@ Time (modelling choices; H2O publishes no kernels):
   (:func:`~sn40l_sim.kvcache.decode_kernels.rescore_ops`), summed over the query heads of each KV
   head, added to the FP32 accumulator (read and written), the lowest-scoring heavy slot is found,
   and the token leaving the recent ring moves into it (one row and its score, read and written).
-  Sockets sharing a KV head all-reduce their partial sums.
+  Sockets sharing a KV head all-reduce their partial sums, and each moves the row in its replica.
 
 >>> h = H2O.from_params({"budget": 1024})
 >>> (h.heavy, h.recent), h.cache_len(4096, 0), h.cache_len(100, 5), h.static_cache_len(4096, 256)
@@ -163,7 +163,8 @@ def h2o_evict_kernel(model: ModelSpec, shape: Shape, plan: ParallelPlan, *, heav
     kv_len, seqs, kvh = shape.kv_len, shard.seqs, shard.kv_heads
     slots = seqs * kvh * kv_len
     ops = rescore_ops(model, shard, kv_len, "h2o")
-    moved = math.ceil(seqs * kvh * row_width(model) / shard.row_shards)
+    # each socket sharing a KV head keeps a replica of its rows, and moves the row in its own
+    moved = seqs * kvh * row_width(model)
     ops += [
         Operator("h2o_sum_heads", "reduction", elements=seqs * shard.query_heads * kv_len, dtype="fp32"),
         Operator("h2o_accumulate", "elementwise", elements=slots, dtype="fp32",
