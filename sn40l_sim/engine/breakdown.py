@@ -76,6 +76,10 @@ def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
             out[cat] += v * scale
         cursor = max(cursor, end)
     out["idle"] += max(0, timing.cycles - cursor)
+    # idle is what the proportional splits leave: float rounding can leave it a hair below zero
+    # (-1e-18 s), which is no time at all and must not read as negative time
+    if out["idle"] < 0 and -out["idle"] <= 1e-9 * max(1, timing.cycles):
+        out["idle"] = 0.0
     return out
 
 
