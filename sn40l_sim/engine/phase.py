@@ -6,6 +6,7 @@ and equal for equal inputs (the engine is deterministic), so memoised steps can 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sn40l_sim.engine.kernel_process import KernelRecord
@@ -84,9 +85,10 @@ class PhaseTiming:
     cycles, seconds : int, float
         Length of the phase.
     kernel_cycles : dict
-        Cycles per kernel kind (``qkv``, ``mha``, ``moe_ffn``, ...), summed over the graph.
+        Cycles per kernel kind (``qkv``, ``mha``, ``moe_ffn``, ...), summed over the graph, each
+        cycle of the socket counted once (:func:`socket_cycles`).
     kernel_cycles_by_name : dict
-        Cycles per kernel.
+        Cycles per kernel, counted the same way.
     layer : int or None
         The representative MoE layer (see :func:`representative_layer`).
     layer_cycles : dict
@@ -189,6 +191,28 @@ def representative_layer(kernels: tuple[KernelTiming, ...]) -> int | None:
     return min(groups.items(), key=rank)[1][0]
 
 
+def socket_cycles(kernels: Sequence[KernelTiming]) -> list[int]:
+    """Cycles each kernel holds the socket, each cycle counted once: a kernel's interval less what an
+    earlier one already covers. A loop iteration hands the socket to the next when its tiles are
+    done (its collectives overlap the next iteration, which counts its wait for them), so a loop's
+    iterations add up to the loop's span, as calls one after the other add up to theirs; the
+    cycles of a phase are these plus the gaps between kernels.
+
+    >>> from types import SimpleNamespace as NS
+    >>> it = lambda i, start, stream, end: NS(start_cycle=start, stream_end_cycle=stream, end_cycle=end, iteration=i)
+    >>> socket_cycles((it(0, 0, 80, 100), it(1, 80, 160, 180), it(2, 160, 240, 260)))
+    [80, 80, 100]
+    """
+    out = []
+    cursor = 0
+    for i, k in enumerate(kernels):
+        looped_on = i + 1 < len(kernels) and kernels[i + 1].iteration > 0
+        end = k.stream_end_cycle if looped_on else k.end_cycle
+        out.append(max(0, end - max(k.start_cycle, cursor)))
+        cursor = max(cursor, end)
+    return out
+
+
 def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_len: int,
                  clock_hz: float) -> PhaseTiming:
     """Summarise a graph run as a :class:`PhaseTiming`."""
@@ -205,9 +229,9 @@ def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_l
     kernels = tuple(kernels)
     by_kind: dict[str, int] = defaultdict(int)
     by_name: dict[str, int] = {}
-    for k in kernels:
-        by_kind[k.kind] += k.cycles
-        by_name[k.name] = by_name.get(k.name, 0) + k.cycles
+    for k, held in zip(kernels, socket_cycles(kernels), strict=True):
+        by_kind[k.kind] += held
+        by_name[k.name] = by_name.get(k.name, 0) + held
     layer = representative_layer(kernels)
     in_layer: dict[str, int] = defaultdict(int)
     for k in kernels:

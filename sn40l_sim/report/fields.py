@@ -111,7 +111,9 @@ RESULTS = Fields([
           design=True, axis="decode step", table=Row(140, "decode step (ms)", ".2f", 1e3)),
     Field("decode_step_cycles", "cycles", "One decode step, in socket clock cycles.", golden=True,
           axis="decode step"),
-    Field("decode_kernel_cycles", "cycles", "Cycles of one decode step by kernel kind, summed over the graph.",
+    Field("decode_kernel_cycles", "cycles", "Cycles of one decode step by kernel kind, summed over the graph; each "
+          "cycle of the socket counts once (a loop iteration's collectives overlapping the next iteration count "
+          "in the next), so the kinds add up to the step less any gaps between kernels.",
           keys=("kernel",), golden=True, axis="decode time in {kernel} kernels"),
     Field("decode_step_breakdown_s", "s", "Where one decode step goes, by cause (weights_streaming, kv_reads, "
           "activations, attention_compute, other_compute, collectives, launch, synchronisation, configuration, "
