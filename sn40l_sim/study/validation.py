@@ -39,6 +39,10 @@ Measured = ranged(Range("measured value", 0, 1e15, "0", "1e15 (in the field's un
 Relative = ranged(Range("relative tolerance", 0, 10, "0", "10 (1000%)"))
 
 
+#: units of results fields that count things (an absolute error in them is a whole number)
+COUNT_UNITS = frozenset({"sequences", "requests", "tokens", "steps", "loads", "switches", "nodes"})
+
+
 class Tolerance(StrictModel):
     """Acceptance band: absolute, relative, or an explicit range of accepted simulated values."""
 
@@ -107,23 +111,30 @@ class Comparison:
 
     @property
     def error_kind(self) -> str:
-        """``pp`` for shares with an absolute band, ``count`` for other absolute bands, else ``%``."""
-        t = self.reference.measurement.tolerance
-        if t is not None and t.abs is not None:
-            return "pp" if abs(self.reference.measurement.value or 0) <= 1 else "count"
-        return "%"
+        """How the error is given: with an absolute band, ``pp`` for a fraction (a field of unit
+        1, a ratio of two records), ``count`` for a count of things, else the field's unit (``s``,
+        ``tokens/s``, ...); with a relative band or a range, ``%``."""
+        m = self.reference.measurement
+        if m.tolerance is None or m.tolerance.abs is None:
+            return "%"
+        unit = "1" if m.relative_to is not None else RESULTS[m.quantity].unit
+        if unit == "1":
+            return "pp"
+        return "count" if unit in COUNT_UNITS else unit
 
     @property
     def error(self) -> float | None:
-        """Signed error in the unit of :attr:`error_kind` (percentage points, a count, or percent)."""
+        """Signed error in the unit of :attr:`error_kind` (percentage points, a count, percent, or
+        the field's unit)."""
         m = self.reference.measurement
         if m.value is None:
             return None
         if self.error_kind == "pp":
             return (self.simulated - m.value) * 100
-        if self.error_kind == "count":
-            return self.simulated - m.value
-        return (self.simulated - m.value) / m.value * 100 if m.value else float("inf")
+        if self.error_kind == "%":
+            # a measured 0 with a relative band is refused when the reference file is read
+            return (self.simulated - m.value) / m.value * 100 if m.value else float("inf")
+        return self.simulated - m.value
 
     @property
     def ok(self) -> bool | None:
@@ -153,6 +164,9 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
         for i, m in enumerate(spec.measurements):
             at = ("measurements", i)
             check_quantity(m, lambda field, message, at=at, doc=doc: doc.error(at + field, message))
+            if m.value == 0 and m.tolerance is not None and m.tolerance.abs is None:
+                raise doc.error(at + ("value",), f"measurement {m.id!r}: a measured value of 0 has no relative error "
+                                "to judge or print; give an abs tolerance for it (or measure a nonzero value)")
             exp_path = doc.resolve(m.experiment, at + ("experiment",))
             if not exp_path.is_file():
                 raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} not found (looked for "
@@ -365,10 +379,11 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
     lines.insert(1, "  ".join("-" * w for w in widths))
     measured = [c for c in comparisons if c.ok is not None]
     lines.append(f"\n{len(measured)} measurements, {sum(bool(c.ok) for c in measured)} within tolerance")
-    unit = {"pp": "pp", "count": "", "%": "%"}
     for kind, errs in sorted(by_kind.items()):
-        lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):.2f}{unit[kind]}, "
-                     f"worst {max(errs):.2f}{unit[kind]} ({len(errs)} measurements)")
+        unit = {"pp": "pp", "count": "", "%": "%"}.get(kind, f" {kind}")
+        number = ".2f" if kind in ("pp", "count", "%") else ".3g"
+        lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):{number}}{unit}, "
+                     f"worst {max(errs):{number}}{unit} ({len(errs)} measurements)")
     return "\n".join(lines)
 
 
@@ -376,7 +391,8 @@ def _error_text(c: Comparison) -> str:
     err = c.error
     if err is None:
         return ""
-    return {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}[c.error_kind]
+    kind = c.error_kind
+    return {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}.get(kind, f"{err:+.3g} {kind}")
 
 
 def _fmt(value: float | None) -> str:

@@ -56,13 +56,19 @@ def test_residual_is_in_tolerance_bands():
 def test_error_units_and_table():
     share = comparison(0.7271, value=0.694, tolerance={"abs": 0.02}, quantity="prefill_kernel_share", key="mha")
     rate = comparison(444.4, value=434, tolerance={"rel": 0.05})
-    batch = comparison(32, value=16, tolerance={"abs": 0})
+    batch = comparison(32, value=16, tolerance={"abs": 0}, quantity="max_batch")
+    # an absolute band on a quantity in seconds is an error in seconds, not percentage points
+    step = comparison(0.0235, value=0.02, tolerance={"abs": 0.001}, quantity="decode_step_s")
+    ratio = comparison(1.5, value=1.6, tolerance={"abs": 0.2}, quantity="decode_step_s", relative_to="on")
     assert share.error_kind == "pp" and share.error == pytest.approx(3.31)
     assert rate.error_kind == "%" and rate.error == pytest.approx(2.396, abs=1e-3)
     assert batch.error_kind == "count" and batch.error == 16 and batch.ok is False
-    table = format_table([share, rate, batch, comparison(5.0, value=None, calibration=False)])
+    assert step.error_kind == "s" and step.error == pytest.approx(0.0035) and step.ok is False
+    assert ratio.error_kind == "pp" and ratio.error == pytest.approx(-10.0)
+    table = format_table([share, rate, batch, step, comparison(5.0, value=None, calibration=False)])
     assert "+3.31 pp" in table and "+2.4%" in table and "(held back)" in table and "prediction" in table
-    assert "3 measurements, 1 within tolerance" in table
+    assert "+0.0035 s" in table and "s     mean |error| 0.0035 s" in table
+    assert "4 measurements, 1 within tolerance" in table
 
 
 def test_extract_reads_keys_of_mapping_fields():
@@ -125,10 +131,12 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
     ("quantity: max_batch, value: -3", "value", "expected a measured value from 0"),
     ("quantity: max_batch, value: .nan", "value", "finite"),
     ("quantity: max_batch, point: nope", "point", "names point 'nope', but llama8b_node8.yaml has ['full', 'snapstream']"),
+    ("quantity: decode_step_s, value: 0, tolerance: {rel: 0.1}", "value", "a measured value of 0 has no relative error"),
+    ("quantity: decode_step_s, value: 0, tolerance: {range: [0,1]}", "value", "give an abs tolerance"),
 ])
 def test_bad_measurements_are_one_located_line(tmp_path, capsys, entry, field, words):
     ref = tmp_path / "r.yaml"
-    fields = dict(item.split(": ") for item in entry.split(", "))
+    fields = dict(item.split(": ", 1) for item in entry.split(", "))
     fields = {"id": "x", "source": "s", "experiment": str(EXPERIMENT), "point": "full", "calibration": "true", **fields}
     ref.write_text("kind: reference\nmeasurements:\n  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items())
                    + "}\n")
