@@ -27,7 +27,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InfeasibleError, InputError
 
 if TYPE_CHECKING:
     from sn40l_sim.hardware.spec import SocketSpec
@@ -136,6 +136,13 @@ def run(args: argparse.Namespace) -> int:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
+    if args.plot_kernels is not None:
+        # named kernels the graph lacks are refused before the mapping, not after its table
+        names = [k.name for k in graph.kernels()]
+        missing = [n for n in _kernel_names(args.plot_kernels) if n not in names]
+        if missing:
+            raise InputError(f"--plot-kernels: no kernel named {missing} in the graph (kernels are named like "
+                             f"{names[:4]})")
     activations = activation_bytes(graph)   # resident, as run reserves them
     # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
     include_mtp = drafts > 0
@@ -149,7 +156,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
     # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does
-    memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
+    try:
+        memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
+    except InfeasibleError as exc:
+        # name what chose the batch: the option, or the experiment's shape
+        what = f"{args.phase} at batch {batch}: {exc}"
+        if args.batch is not None:
+            raise InfeasibleError(f"{args.experiment}: {what}", field="--batch") from None
+        raise exp.error(("shape", "batch") if args.phase == "decode" else ("shape", "prompt_len"), what) from None
     built = time.perf_counter()
     collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
     placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles,
@@ -205,12 +219,7 @@ def _plot_choice(kernels, names: str | None) -> list:
     from sn40l_sim.mapper.summary import collapse
 
     if names is not None:
-        wanted = _kernel_names(names)
-        by_name = {pk.kernel.name: pk for pk in kernels}
-        missing = [n for n in wanted if n not in by_name]
-        if missing:
-            raise InputError(f"--plot-kernels: no kernel named {missing} in the graph (kernels are "
-                             f"named like {[pk.kernel.name for pk in kernels[:4]]})")
-        return [by_name[n] for n in wanted]
+        by_name = {pk.kernel.name: pk for pk in kernels}   # every name checked before mapping
+        return [by_name[n] for n in _kernel_names(names)]
     rows = sorted(collapse(kernels), key=lambda r: -r.total_cycles)[:2]
     return [r.placed for r in rows]

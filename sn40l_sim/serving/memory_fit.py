@@ -87,6 +87,15 @@ class MemoryFit:
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
 
+    def weights_alone_exceed(self) -> str | None:
+        """Why the decode node cannot hold even the weights without any KV or activations (None
+        when it can): then no batch fits, whatever the prompt."""
+        try:
+            self._in_first_tier(self._placed(self.s.decode_plan, 0, 0), "a socket's share of the weights")
+        except InfeasibleError as exc:
+            return str(exc)
+        return None
+
     def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
                 place: MemoryPlacer | None = None) -> Any:
         return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)

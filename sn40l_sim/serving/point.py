@@ -233,6 +233,12 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         raise ValueError("a prefill node of its own needs its step costs and memory placer")
     prefill_costs = prefill_costs or costs
     memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
+    weights_alone = memory.weights_alone_exceed()
+    if weights_alone is not None:
+        # the prompt is not to blame: the model (or its overrides) does not fit on the node
+        raise InfeasibleError(f"the model does not fit on the decode node at tp={s.decode_plan.tp}, whatever the "
+                              f"batch and prompt: {weights_alone}; use more sockets (parallel.decode.tp), a narrower "
+                              "weight_dtype or a smaller model", field="model")
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):

@@ -66,6 +66,7 @@ SETUP_FIELDS = {
     "decode_plan": "parallel.decode",
     "group": "parallel",
     "speculation": "serving.speculative",
+    "model": ("model_overrides", "model"),
 }
 
 

@@ -95,8 +95,16 @@ def test_prefill_map_with_plot(tmp_path, capsys):
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path, extra, message):
     extra = [str(tmp_path / e) if e.endswith((".png", ".txt")) else e for e in extra]
     assert main(["map", EXPERIMENT, "--phase", "decode"] + extra) == 2
-    err = capsys.readouterr().err.strip()
+    out, err = capsys.readouterr()
+    err = err.strip()
     assert len(err.splitlines()) == 1 and message in err
+    assert "kernel" not in out   # refused before the graph is mapped: no table printed first
+
+
+def test_a_batch_that_does_not_fit_names_the_option_and_the_experiment(capsys):
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--batch", "100000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--batch" in err and EXPERIMENT in err and "does not fit" in err
 
 
 def test_missing_hardware_file_exits_2(tmp_path, capsys):

@@ -83,6 +83,17 @@ def test_an_explicit_batch_beyond_memory_exits_2_with_the_numbers(tmp_path, caps
     assert read_status(tmp_path / "out")["status"] == "failed"
 
 
+def test_a_model_whose_weights_alone_do_not_fit_is_blamed_not_the_prompt(tmp_path, capsys):
+    # 2,000 layers of Llama-3.1-8B are about 850 GB of BF16 weights, 106 GB per socket of 8
+    path, text = experiment(tmp_path)
+    path.write_text(text.replace("parallel:", "model_overrides: {layers: 2000}\nparallel:"))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}:{line_of(text, 'parallel:')}: model_overrides: the model does not fit on the decode node" in err
+    assert "whatever the batch and prompt" in err and "weights" in err
+
+
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     # a 1M-token full cache of Llama-3.1-8B is 137 GB, more than a socket's HBM (on a long-context
     # variant: the model's own maximum context, 128K tokens, refuses the prompt before memory does)
