@@ -64,7 +64,7 @@ def read_trace(path: Path) -> list[TraceRow]:
     ------
     InputError
         Naming the file and the line: an unreadable file, a header of neither format (or missing a
-        column), a value that is not a number, a time or length outside the schema's ranges
+        column), a CSV row without one value per column, a value that is not a number, a time or length outside the schema's ranges
         (:data:`~sn40l_sim.schema.TIME`, :data:`~sn40l_sim.schema.POSITIVE_COUNT`), a timestamp
         not after the previous one (Azure format), or no rows at all.
     """
@@ -81,8 +81,7 @@ def read_trace(path: Path) -> list[TraceRow]:
         reader = csv.DictReader(text.splitlines())
         header = tuple(f.strip() for f in reader.fieldnames or ())
         columns = _columns(path, header)
-        records = ((reader.line_num, {k.strip(): v for k, v in item.items() if k is not None})
-                   for item in reader)
+        records = ((reader.line_num, _csv_record(path, reader.line_num, header, item)) for item in reader)
         if columns == AZURE_COLUMNS:
             rows = _azure_rows(path, records)
         else:
@@ -106,6 +105,16 @@ def _columns(path: Path, header: tuple[str, ...]) -> tuple[str, ...]:
     raise InputError(f"{what}: expected the CSV header {','.join(SIMULATOR_COLUMNS)} (the simulator's) or "
                      f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {','.join(header) or 'none'}",
                      file=path, line=1)
+
+
+def _csv_record(path: Path, number: int, header: tuple[str, ...], item: dict) -> dict:
+    """A CSV row as column -> text, refused unless it has one value per column of the header
+    (``csv.DictReader`` files extra values under ``None``, where they were lost without a word)."""
+    values = len(item) - 1 + len(item[None]) if None in item else sum(v is not None for v in item.values())
+    if values != len(header):
+        raise InputError(f"expected {len(header)} values ({','.join(header)}), got {values}", file=path,
+                         line=number)
+    return {k.strip(): v for k, v in item.items()}
 
 
 def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:

@@ -120,3 +120,25 @@ def test_bad_traces_are_one_line_naming_file_and_line(tmp_path, text, line, matc
     with pytest.raises(InputError, match=match) as info:
         read_trace(path)
     assert info.value.file == str(path) and info.value.line == line and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text, got", [
+    ("arrival_s,prompt_len,output_len\n0,32,768,100\n", 4),   # was read as 0, 32, 768 without a word
+    ("arrival_s,prompt_len,output_len\n0,32,768,\n", 4),
+    ("arrival_s,prompt_len,output_len\n0,32\n", 2),
+    (HEADER + "2023-11-16 18:00:01.0,1,1,7\n", 4),
+])
+def test_a_csv_row_has_one_value_per_column_of_the_header(tmp_path, text, got):
+    path = tmp_path / "ragged.csv"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"expected 3 values .*, got {got}$") as info:
+        read_trace(path)
+    assert (info.value.file, info.value.line) == (str(path), 2)
+
+
+def test_csv_values_are_text_parsed_as_numbers(tmp_path):
+    path = tmp_path / "text.csv"
+    path.write_text('arrival_s,prompt_len,output_len\n"0.5", 1e3 ,"7"\n\n2,3,4\n')
+    assert [(r.arrival_s, r.prompt_len, r.output_len, r.line) for r in read_trace(path)] == \
+        [(0.5, 1000, 7, 2), (2.0, 3, 4, 4)]
+
