@@ -64,19 +64,23 @@ def read_trace(path: Path) -> list[TraceRow]:
     ------
     InputError
         Naming the file and the line: an unreadable file, a header of neither format (or missing a
-        column), a CSV row without one value per column, a value that is not a number, a time or length outside the schema's ranges
+        column), a CSV row without one value per column, a value that is not a number (in JSONL, a
+        JSON number: not ``"0"`` nor ``true``), a time or length outside the schema's ranges
         (:data:`~sn40l_sim.schema.TIME`, :data:`~sn40l_sim.schema.POSITIVE_COUNT`), a timestamp
         not after the previous one (Azure format), or no rows at all.
     """
     try:
         text = path.read_text(encoding="utf-8-sig")   # a leading byte-order mark (spreadsheets write one) is not text
+    except IsADirectoryError:
+        raise InputError("is a folder; expected a CSV or JSONL trace", file=path) from None
     except OSError as exc:
         raise InputError(f"cannot read trace file: {exc.strerror or exc}", file=path) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"not a text file (byte {exc.start} is not UTF-8); expected a CSV or JSONL trace",
                          file=path) from None
     if path.suffix == ".jsonl":
-        rows = [_simulator_row(path, number, item) for number, item in _json_records(path, text)]
+        rows = [_simulator_row(path, number, _json_numbers(path, number, item))
+                for number, item in _json_records(path, text)]
     else:
         reader = csv.DictReader(text.splitlines())
         header = tuple(f.strip() for f in reader.fieldnames or ())
@@ -115,6 +119,19 @@ def _csv_record(path: Path, number: int, header: tuple[str, ...], item: dict) ->
         raise InputError(f"expected {len(header)} values ({','.join(header)}), got {values}", file=path,
                          line=number)
     return {k.strip(): v for k, v in item.items()}
+
+
+def _json_numbers(path: Path, number: int, item: dict) -> dict:
+    """``item`` if its values are JSON numbers: ``"0"`` or ``true`` was read as the number it looks
+    like, where a CSV's values are text by nature and parsed as numbers."""
+    for column in SIMULATOR_COLUMNS:
+        value = item.get(column)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            what = f"the string {shown} (write it without quotes)" if isinstance(value, str) else shown
+            raise InputError(f"expected a JSON number, got {what}", file=path, field=column, line=number)
+    return item
 
 
 def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:

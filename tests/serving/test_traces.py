@@ -142,3 +142,23 @@ def test_csv_values_are_text_parsed_as_numbers(tmp_path):
     assert [(r.arrival_s, r.prompt_len, r.output_len, r.line) for r in read_trace(path)] == \
         [(0.5, 1000, 7, 2), (2.0, 3, 4, 4)]
 
+
+@pytest.mark.parametrize("value, shown", [
+    ('"0"', 'the string "0" (write it without quotes)'), ("true", "true"), ("[1]", "[1]"),
+])
+@pytest.mark.parametrize("column", ["arrival_s", "prompt_len"])
+def test_a_jsonl_trace_takes_json_numbers(tmp_path, value, shown, column):
+    # "0" and true were read as the numbers they look like (true as arrival 1 s)
+    path = tmp_path / "strings.jsonl"
+    values = {"arrival_s": "0", "prompt_len": "100", "output_len": "10", column: value}
+    path.write_text('{"arrival_s": 1, "prompt_len": 5, "output_len": 5}\n'
+                    + "{" + ", ".join(f'"{k}": {v}' for k, v in values.items()) + "}\n")
+    with pytest.raises(InputError) as info:
+        read_trace(path)
+    assert str(info.value) == f"{path}:2: {column}: expected a JSON number, got {shown}"
+
+
+def test_a_folder_is_not_a_trace(tmp_path):
+    with pytest.raises(InputError) as info:
+        read_trace(tmp_path)
+    assert str(info.value) == f"{tmp_path}: is a folder; expected a CSV or JSONL trace"
