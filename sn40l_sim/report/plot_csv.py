@@ -27,13 +27,13 @@ sn40l_sim.errors.InputError: ...results.csv: --y: unknown column 'tpot_s'; the f
 """
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.report.csv_table import finite, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
@@ -110,48 +110,6 @@ def _labelled(column: str, fields: Fields = RESULTS) -> bool:
             or name.split(".")[-1] in fields)
 
 
-def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """Header and rows of a CSV file.
-
-    Raises
-    ------
-    InputError
-        For a missing, unreadable or empty file, or a JSON file (a results.json given for its CSV).
-    """
-    if path.suffix.lower() == ".json":
-        _not_json(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-            columns = list(reader.fieldnames or [])
-    except FileNotFoundError:
-        raise InputError("file not found", file=path) from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"cannot read the CSV file: {exc}", file=path) from None
-    if columns and columns[0].lstrip().startswith(("[", "{")):   # JSON under another name
-        _not_json(path)
-    if not columns or not rows:
-        raise InputError("expected a header and at least one row (a results.csv)", file=path)
-    return columns, rows
-
-
-def _not_json(path: Path) -> None:
-    """Refuse a JSON file in one line: its text would otherwise be read as a CSV header of junk."""
-    beside = path.with_name("results.csv")
-    hint = f": {beside} is beside it" if beside != path and beside.is_file() else ""
-    raise InputError(f"this is a JSON file; plot reads a results.csv (written by run or sweep beside "
-                     f"results.json){hint}", file=path)
-
-
-def _float(text: str) -> float | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _check_columns(path: Path, columns: list[str], wanted: dict[str, Sequence[str]]) -> None:
     for option, names in wanted.items():
         for name in names:
@@ -164,12 +122,12 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
     """``{hue values: [(x, y), ...]}`` with x sorted; refuses several rows at one x."""
     groups: dict[tuple[str, ...], dict[str, list[dict[str, str]]]] = {}
     for row in rows:
-        if _float(row[y]) is None:
+        if finite(row[y]) is None:
             continue
         groups.setdefault(tuple(row[h] for h in hue), {}).setdefault(row[x], []).append(row)
     if not groups:
         raise InputError(f"column {y!r} has no numeric values in the selected rows", file=path, field="--y")
-    numeric_x = all(_float(value) is not None for g in groups.values() for value in g)
+    numeric_x = all(finite(value) is not None for g in groups.values() for value in g)
     out = {}
     for key, by_x in groups.items():
         for value, same in by_x.items():
@@ -180,9 +138,9 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
                                  f"{', '.join(differ[:6]) or 'no column'}: add one to --hue or select rows "
                                  "with --where COLUMN=VALUE", file=path, field="--x")
         points = [(value, float(same[0][y])) for value, same in by_x.items()]
-        points.sort(key=lambda p: (_float(p[0]), p[0]) if numeric_x else p[0])
+        points.sort(key=lambda p: (finite(p[0]), p[0]) if numeric_x else p[0])
         out[key] = points
-    return dict(sorted(out.items(), key=lambda kv: tuple((_float(v) is None, _float(v) or 0, v) for v in kv[0]))), numeric_x
+    return dict(sorted(out.items(), key=lambda kv: tuple((finite(v) is None, finite(v) or 0, v) for v in kv[0]))), numeric_x
 
 
 def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
@@ -213,7 +171,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     Raises
     ------
     InputError
-        For an unknown column (naming the available ones), an unsupported output format or kind,
+        For a CSV file :func:`~sn40l_sim.report.csv_table.read_csv` refuses (a ragged row, a column
+        named twice), an unknown column (naming the available ones), an unsupported output format or kind,
         rows that cannot be told apart, or a value a logarithmic axis cannot show (zero or negative).
     """
     import matplotlib
@@ -250,7 +209,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             ax.set_xscale("log")
     elif kind == "bar" or not numeric_x:
         categories = sorted({p[0] for pts in series.values() for p in pts},
-                            key=lambda v: (_float(v), v) if numeric_x else v)
+                            key=lambda v: (finite(v), v) if numeric_x else v)
         width = 0.8 / max(1, len(series))
         for i, (key, points) in enumerate(series.items()):
             ys = dict(points)
@@ -290,7 +249,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
 def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option: str) -> None:
     """Refuse a log axis for ``column`` when a selected row's value is not positive: matplotlib
     would leave that point out of the plot without a word."""
-    bad = [v for v in (_float(r[column]) for r in rows) if v is not None and v <= 0]
+    bad = [v for v in (finite(r[column]) for r in rows) if v is not None and v <= 0]
     if bad:
         raise InputError(f"a logarithmic axis cannot show {column} = {min(bad):g} in {len(bad)} selected "
                          f"row(s): drop {option} or leave those rows out with --where COLUMN=VALUE",
@@ -302,11 +261,11 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
     """Unjoined points, one colour and marker per hue value, each labelled with ``label``'s value."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
-        if _float(row[x]) is not None and _float(row[y]) is not None:
+        if finite(row[x]) is not None and finite(row[y]) is not None:
             groups.setdefault(tuple(row[h] for h in hue), []).append(row)
     if not groups:
         raise InputError(f"columns {x!r} and {y!r} have no numeric pair in the selected rows", file=path, field="--y")
-    keys = sorted(groups, key=lambda k: tuple((_float(v) is None, _float(v) or 0, v) for v in k))
+    keys = sorted(groups, key=lambda k: tuple((finite(v) is None, finite(v) or 0, v) for v in k))
     styles = _styles(keys)
     for key in keys:
         style = {k: v for k, v in styles[key].items() if k != "linestyle"}
@@ -325,7 +284,7 @@ def _safe(name: str) -> str:
 
 
 def _matches(cell: str, wanted: str) -> bool:
-    a, b = _float(cell), _float(str(wanted))
+    a, b = finite(cell), finite(str(wanted))
     return a == b if a is not None and b is not None else cell == str(wanted)
 
 
@@ -335,9 +294,9 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
     ``--hue kv_policy prefill_len`` reads as one dash per policy and one colour per length."""
     import matplotlib
 
-    last = sorted({k[-1] for k in keys if k}, key=lambda v: (_float(v) is None, _float(v) or 0, v))
+    last = sorted({k[-1] for k in keys if k}, key=lambda v: (finite(v) is None, finite(v) or 0, v))
     first = sorted({k[0] for k in keys if len(k) > 1})
-    numeric = len(last) > 2 and all(_float(v) is not None for v in last)
+    numeric = len(last) > 2 and all(finite(v) is not None for v in last)
     cmap = matplotlib.colormaps["viridis"]
     cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     dashes, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D", "v"]

@@ -184,3 +184,29 @@ def test_scatter_draws_unjoined_labelled_points_sharing_an_x(tmp_path, monkeypat
     assert [t for t, _ in notes] == ["full", "full", "snapstream", "snapstream", "snapstream"]
     with pytest.raises(InputError, match="add --kind scatter"):
         plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", label="kv_policy")
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("a,b\n1,2\n3\n", 3, "expected 2 values (one per column of the header), got 1"),
+    ("a,b\n1,2,3\n4,5\n", 2, "expected 2 values (one per column of the header), got 3"),
+    ('a,b\n"1,\n5",2\n\n3,4,5\n', 5, "got 3"),   # a value spanning lines; a blank line is no row
+    ("a,b,a\n1,2,3\n", 1, "column 'a' is named twice in the header (columns 1 and 3)"),
+])
+def test_a_ragged_row_or_a_column_named_twice_is_refused_at_its_line(tmp_path, capsys, text, line, words):
+    # all were plotted: a short row left out without a word, a long one cut short, a header a,a's first
+    # column lost
+    path = tmp_path / "results.csv"
+    path.write_text(text)
+    assert main(["plot", str(path), "--x", "a", "--y", "b", "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:{line}: ") and words in err[0], err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_folder_is_named_as_one_and_a_byte_order_mark_is_not_a_column(tmp_path, capsys):
+    assert main(["plot", str(tmp_path), "--x", "a", "--y", "b"]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path}: is a folder; expected a CSV file (a results.csv)\n"
+    path = tmp_path / "results.csv"
+    path.write_bytes(b"\xef\xbb\xbfa,b\n1,2\n")
+    assert plot_module.read_csv(path) == (["a", "b"], [{"a": "1", "b": "2"}])
+
