@@ -2,8 +2,9 @@
 
 Axis labels carry units (sizes in GiB, bandwidths in GB/s); the title is the experiment's name.
 Rows that share an x within a series are refused rather than averaged: the message names the
-columns that tell them apart, to add to --hue or to select with --where.
-A ragged row or a column named twice is refused.
+columns that tell them apart, to add to --hue or to select with --where. A row without a number
+for --y (an empty cell, nan, inf) is left out with a warning naming its line; a ragged row or a
+column named twice is refused.
 
 examples:
   python -m sn40l_sim plot out/sweep/results.csv --x batch --y decode_tokens_per_s --hue kv_policy prefill_len

@@ -1,23 +1,38 @@
 """The header and rows of a results CSV, read for ``plot``: every row with one value per column,
-every column named once, each row knowing its line.
+every column named once, each row knowing its line, and the rows without a number where the plot
+needs one left out with a warning that names their lines.
+
+``results.csv`` writes a value a point does not have (``ttft_s`` of a run without a served log, a
+non-finite number) as an empty cell, so leaving a row out of a plot is expected; saying which rows
+is what keeps a point from vanishing unnoticed.
 
 Examples
 --------
->>> import pathlib, tempfile
+>>> import pathlib, tempfile, warnings
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "results.csv"
->>> _ = path.write_text("batch,ttft_s\\n1,0.5\\n\\n8,0.75\\n")
+>>> _ = path.write_text("batch,ttft_s\\n1,0.5\\n2,nan\\n4,\\n8,0.75\\n")
 >>> columns, rows = read_csv(path)
 >>> columns, [(row.line, row["ttft_s"]) for row in rows]
-(['batch', 'ttft_s'], [(2, '0.5'), (4, '0.75')])
+(['batch', 'ttft_s'], [(2, '0.5'), (3, 'nan'), (4, ''), (5, '0.75')])
+>>> with warnings.catch_warnings(record=True) as caught:
+...     warnings.simplefilter("always")
+...     [row["batch"] for row in numeric_rows(path, rows, ["ttft_s"])]
+['1', '8']
+>>> str(caught[0].message).removeprefix(str(path))
+': 2 of 4 rows not plotted: ttft_s is nan (line 3); ttft_s is empty (line 4)'
 """
 from __future__ import annotations
 
 import csv
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+
+#: most line numbers a warning lists for one reason (the count says how many there are)
+LINES_SHOWN = 8
 
 
 class CsvRow(dict):
@@ -95,3 +110,49 @@ def finite(text: str) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def number_column(rows: Sequence[dict[str, str]], column: str) -> bool:
+    """Whether ``column`` holds numbers: a finite one in some row, and in every other a number or nothing."""
+    return any(finite(r[column]) is not None for r in rows) and all(_number_or_empty(r[column]) for r in rows)
+
+
+def _number_or_empty(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return not text.strip()
+    return True
+
+
+def numeric_rows(path: Path, rows: Sequence[CsvRow], columns: Sequence[str]) -> list[CsvRow]:
+    """The rows whose ``columns`` all hold finite numbers; a warning names the lines of the others
+    and why, unless no row is left (the caller's error then says so)."""
+    kept: list[CsvRow] = []
+    dropped: dict[str, list[int]] = {}
+    for row in rows:
+        why = next((f"{c} is {_not_finite(row[c])}" for c in columns if finite(row[c]) is None), None)
+        if why is None:
+            kept.append(row)
+        else:
+            dropped.setdefault(why, []).append(row.line)
+    if kept and dropped:
+        count = sum(len(lines) for lines in dropped.values())
+        reasons = "; ".join(f"{why} ({_lines(lines)})" for why, lines in dropped.items())
+        warnings.warn(f"{path}: {count} of {len(rows)} rows not plotted: {reasons}", stacklevel=2)
+    return kept
+
+
+def _not_finite(text: str) -> str:
+    if not text.strip():
+        return "empty"
+    try:
+        return str(float(text))   # nan, inf or -inf however it is written
+    except ValueError:
+        return f"not a number ({text!r})"
+
+
+def _lines(lines: list[int]) -> str:
+    shown = ", ".join(map(str, lines[:LINES_SHOWN])) + (f" and {len(lines) - LINES_SHOWN} more"
+                                                        if len(lines) > LINES_SHOWN else "")
+    return f"line{'s' if len(lines) > 1 else ''} {shown}"

@@ -5,7 +5,9 @@ One line (or bar group) per value of the ``hue`` columns, x sorted, axis labels 
 bandwidths in GB/s), and the experiment's name as the title.
 Rows can be filtered with ``where`` (column -> value). When several rows of one hue share an x the
 plot refuses to average them silently: the :class:`~sn40l_sim.errors.InputError` names the columns
-that tell them apart, to add to ``hue`` or to ``where``. Matplotlib runs with the Agg backend.
+that tell them apart, to add to ``hue`` or to ``where``. A row without a finite number for ``y`` (or
+for ``x``, when that is a column of numbers) is left out with a warning naming its line
+(:func:`~sn40l_sim.report.csv_table.numeric_rows`). Matplotlib runs with the Agg backend.
 
 Examples
 --------
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.report.csv_table import finite, read_csv
+from sn40l_sim.report.csv_table import finite, number_column, numeric_rows, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
@@ -194,6 +196,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         rows = [r for r in rows if _matches(r[column], value)]
     if not rows:
         raise InputError(f"no row matches {where}", file=path, field="--where")
+    rows = numeric_rows(path, rows, [y, x] if kind == "scatter" or number_column(rows, x) else [y])
     if logy:
         _check_log_axis(path, rows, y, "--logy")
     if logx and kind != "bar":   # a bar plot's x is categories: --logx does not apply

@@ -210,3 +210,31 @@ def test_a_folder_is_named_as_one_and_a_byte_order_mark_is_not_a_column(tmp_path
     path.write_bytes(b"\xef\xbb\xbfa,b\n1,2\n")
     assert plot_module.read_csv(path) == (["a", "b"], [{"a": "1", "b": "2"}])
 
+
+@pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
+def test_rows_without_a_number_to_plot_are_named_in_a_warning(tmp_path, monkeypatch, kind):
+    # results.csv leaves a value a point does not have empty; a nan or inf was dropped without a word
+    drawn = []
+    for method in ("plot", "bar", "scatter"):
+        original = getattr(matplotlib.axes.Axes, method)
+        monkeypatch.setattr(matplotlib.axes.Axes, method, lambda self, xs, ys, *a, _o=original, **k:
+                            (drawn.append((list(xs), list(ys))), _o(self, xs, ys, *a, **k))[1])
+    path = tmp_path / "results.csv"
+    path.write_text("batch,ttft_s\n1,0.5\n2,nan\n3,0.75\n4,inf\n5,\n6,1.25\nnan,2\n")
+    with pytest.warns(UserWarning) as caught:
+        assert main(["plot", str(path), "--x", "batch", "--y", "ttft_s", "--kind", kind,
+                     "--out", str(tmp_path / "x.png")]) == 0
+    assert [str(w.message) for w in caught] == [
+        f"{path}: 4 of 7 rows not plotted: ttft_s is nan (line 3); ttft_s is inf (line 5); "
+        "ttft_s is empty (line 6); batch is nan (line 8)"]
+    assert [ys for _, ys in drawn] == [[0.5, 0.75, 1.25]]
+
+
+def test_a_text_x_keeps_its_rows_and_no_row_left_is_an_error(tmp_path, recwarn):
+    path = tmp_path / "results.csv"
+    path.write_text("name,ttft_s\nfull,0.5\n,0.75\n")
+    plot_csv(path, x="name", y="ttft_s", kind="bar")
+    path.write_text("name,ttft_s\nfull,nan\nsnap,\n")
+    with pytest.raises(InputError, match="column 'ttft_s' has no numeric values"):
+        plot_csv(path, x="name", y="ttft_s", kind="bar")
+    assert not recwarn.list
