@@ -21,6 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from sn40l_sim.errors import InputError
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``run``'s arguments."""
@@ -53,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section
     args.out, args.trace = output_path(args.out, "--out"), output_path(args.trace, "--trace")
+    if args.trace is not None and args.trace.suffix.lower() != ".json":   # trace viewers go by the suffix
+        raise InputError(f"expected a .json file (Chrome trace format), got {str(args.trace)!r}", field="--trace")
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
         if args.trace:

@@ -38,6 +38,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.hardware.topology import ports_needed
+from sn40l_sim.quantities import format_bytes
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, set_value
 
@@ -171,7 +172,8 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
         total = figures.memory_bytes(socket, tier)
         if spec.reserved_bytes and spec.reserved_bytes >= total:
             raise _fail(doc, at("memory", tier, "reserved_bytes"),
-                        f"reserves {spec.reserved_bytes:.4g} B but the socket has only {total:.4g} B of {tier.upper()}")
+                        f"reserves {format_bytes(spec.reserved_bytes)} but the socket has only {format_bytes(total)} "
+                        f"of {tier.upper()}: nothing would be left to use (expected less than the tier's capacity)")
 
     for path, param in calibrated_parameters(socket).items():
         if not param.low <= param.value <= param.high:

@@ -304,9 +304,16 @@ def experiment_model(experiment: Experiment, field: tuple, relative: str) -> Mod
         if not overrides:
             raise
         load_model(path)   # the file's own error, if it has one, is the one to fix first
-        inner = tuple(exc.field.split(".")) if exc.field else ()
+        message = exc.message
+        if exc.file is not None and Path(exc.file.removesuffix(" (overrides)")).resolve() != Path(path).resolve():
+            # another file (the kernel template) does not fit the overridden model: its field is
+            # not one of the overrides
+            inner = ()
+            message = f"the model's kernel template {exc.file} does not fit the overridden model: {message}"
+        else:
+            inner = tuple(exc.field.split(".")) if exc.field else ()
         file, line = experiment.doc.where(("model_overrides",) + inner)
-        raise exc.__class__(exc.message, file=file, field=".".join(("model_overrides",) + inner),
+        raise exc.__class__(message, file=file, field=".".join(("model_overrides",) + inner),
                             line=line) from None
 
 

@@ -61,6 +61,12 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     require_workload(exp)
     exp.max_new_tokens  # noqa: B018 - raises when neither serving nor shape gives it
     _check_graph_options(exp)
+    if asm.model.moe is None:
+        for option in ("expert_loading", "routing_skew"):
+            if option in exp.spec.graph_options:   # it would change nothing: say so rather than ignore it
+                raise _at(exp, ("graph_options", option), f"model {asm.model.name!r} has no MoE layers, so "
+                          f"{option} (which experts a MoE call streams) has nothing to act on; remove it",
+                          InputError)
     if asm.graph_template is None:
         load_graph_template(exp, asm.model)
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)

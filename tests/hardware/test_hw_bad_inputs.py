@@ -77,6 +77,9 @@ SOCKET_CASES = {
     "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows", "checkerboard"),
     "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
     "reserve_exceeds_hbm": (_edit("reserved_bytes", "100 GiB"), "memory.hbm.reserved_bytes", "only"),
+    # a reserve equal to the capacity, in units a reader can compare, leaves nothing to use
+    "reserve_equals_hbm": (_edit("reserved_bytes", "64 GiB"), "memory.hbm.reserved_bytes",
+                           "reserves 64.0 GiB but the socket has only 64.0 GiB of HBM: nothing would be left"),
     "missing_kind": (lambda: (delete_key(SOCKET, "kind"), None), "kind", "kind: socket | node"),
     "wrong_kind": (_edit("kind", "sockets"), "kind", "expected one of"),
     "empty_file": (_with_line("# nothing here\n"), None, "empty"),

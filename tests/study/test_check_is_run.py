@@ -114,6 +114,15 @@ REFUSED = {
         "e.yaml:16: policies[1].prompt_fraction.budget:"),
     "experiment override of an unknown field": (
         ("seed: 7", "seed: 7\nmodel_overrides: {layerz: 4}"), "e.yaml:30: model_overrides.layerz: unknown key"),
+    # an option that changes nothing on this model is refused, not silently ignored
+    "expert loading on a dense model": (
+        ("seed: 7", "seed: 7\ngraph_options: {expert_loading: all}"),
+        "e.yaml:30: graph_options.expert_loading: model 'llama-3.1-8b' has no MoE layers"),
+    # overrides that the model's kernel template cannot build: the template is named, at the overrides
+    "experiment override the template cannot build": (
+        ("seed: 7", "seed: 7\nmodel_overrides: {moe: {routed_experts: 8, experts_per_token: 2, expert_ffn: 1024, "
+         "shared_experts: 0}}"),
+        "e.yaml:30: model_overrides: the model's kernel template"),
 }
 
 

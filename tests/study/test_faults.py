@@ -56,6 +56,9 @@ def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path
                                                str(tmp_path), "--quiet"])
     assert "--trace: " in one_line(capsys, 2, ["run", str(path), "--out", str(tmp_path / "o"), "--trace",
                                                str(afile / "t.json"), "--quiet"])
+    # a trace viewer opens a Chrome trace by its suffix
+    assert "--trace: expected a .json file" in one_line(capsys, 2, ["run", str(path), "--out", str(tmp_path / "o"),
+                                                                    "--trace", str(tmp_path / "t.txt"), "--quiet"])
     unsafe = tmp_path / "unsafe.yaml"
     unsafe.write_text(path.read_text().replace("name: small_sweep", "name: ../../escaped"))
     assert "name: expected a plain name" in one_line(capsys, 2, ["run", str(unsafe), "--quiet"])
