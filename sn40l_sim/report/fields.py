@@ -339,7 +339,10 @@ RESULTS = Fields([
         Field("prefill_step", "1", "Busy cycles of each hardware resource in one prefill, as a fraction of its "
               "cycles.", keys=("resource",), axis="prefill busy fraction: {resource}"),
         Field("decode_step", "1", "Busy cycles of each hardware resource in one decode step, as a fraction of its "
-              "cycles.", keys=("resource",), axis="decode step busy fraction: {resource}"),
+              "cycles. Busy means in use, not at full rate: p2p is busy while any collective is on the socket's "
+              "links (small messages keep it busy with set-ups and latencies while moving few bytes), a memory "
+              "tier while any stream is on it (sn40l_sim/engine/phase.py).", keys=("resource",),
+              axis="decode step busy fraction: {resource}"),
     )),
     Field("kv_occupancy", "", "KV cache held by the decode nodes over the served run; empty without a workload.",
           parts=(
