@@ -26,7 +26,7 @@ from sn40l_sim.study.assemble import Assembly  # noqa: E402
 from sn40l_sim.study.calibration import fitted_names, parameter_bounds  # noqa: E402
 from sn40l_sim.study.evaluation import LoadedExperiments  # noqa: E402
 
-#: the project's aim for the largest share of one fitted parameter (issue text, docs/validation.md)
+#: the project's aim for the largest share of one fitted parameter (docs/validation.md)
 LIMIT = 0.25
 
 

@@ -21,8 +21,8 @@ from sn40l_sim.errors import InputError, InvariantError, Terminated
 
 #: command name -> (module under sn40l_sim.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "describe": ("describe", "print the derived figures of a hardware or model file"),
-    "check": ("check", "validate hardware, model or experiment files"),
+    "describe": ("describe", "print the derived figures of a hardware, model, kernel-template, experiment or reference file"),
+    "check": ("check", "validate hardware, model, kernel-template, experiment, reference and trace files"),
     "run": ("run", "simulate an experiment's points and write results.json/csv and a plot"),
     "map": ("map", "place one phase's kernels on a socket: PCUs/PMUs, utilisation, bound, cycles"),
     "sweep": ("sweep", "run an experiment's sweep: section in parallel processes into one results.csv"),

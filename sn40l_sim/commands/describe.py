@@ -22,7 +22,8 @@ _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``describe``'s arguments."""
-    parser.add_argument("file", help="a hardware (hw_configs/), model (graphs/) or experiment file")
+    parser.add_argument("file", help="a hardware (hw_configs/), model or kernel-template (graphs/), experiment or "
+                        "reference (experiments/) file")
 
 
 def si(value: float, unit: str, digits: int = 5) -> str:

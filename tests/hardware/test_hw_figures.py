@@ -1,4 +1,5 @@
-"""The "must show" numbers of issue 2, and physical invariants of the derived figures."""
+"""The published totals the derived figures must reproduce (docs/reference.md), and physical invariants of
+the derived figures."""
 from __future__ import annotations
 
 import pytest

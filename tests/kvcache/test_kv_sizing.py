@@ -22,7 +22,7 @@ def test_deepseek_mla_caches_576_elements_per_layer():
     assert kv_width(r1) == 512 + 64
     assert kv_bytes_per_token_layer(r1) == 1152
     assert kv_bytes_per_token(r1) == 70_272
-    # a 128K sequence: 9.21 GB (issue 3, "must show")
+    # a 128K sequence: 9.21 GB, 61 layers x 576 BF16 elements a token (MLA's latent and RoPE key)
     assert kv_bytes_per_token(r1) * 131072 == pytest.approx(9.21e9, rel=1e-3)
 
 
