@@ -9,9 +9,13 @@ knows nothing of kernels:
   emits the first output token when it ends.
 * **Disaggregated** (``mode="disaggregated"``): prefill nodes take requests first come, first
   served. A prefilled sequence waits until some decode node has a free slot (the node with most
-  free slots, lowest index on ties), reserves it, and its cache crosses the prefill node's link in
-  ``transfer_cycles(prompt_len)`` (one transfer at a time per link). The prefill node keeps going
-  meanwhile (the cache waits in its memory).
+  free slots, lowest index on ties), reserves it, and its cache crosses the prefill node's link and
+  the decode node's in ``transfer_cycles(prompt_len)`` (one transfer at a time per link, each end
+  taken first come, first served: the sender's, then the receiver's). The prefill node keeps going
+  meanwhile, the cache waiting in its memory until its transfer ends; with ``prefill_hold_tokens``
+  it starts a prefill only while the caches waiting there (and the prefixes it keeps) fit in what
+  its placement leaves free, and otherwise waits for a transfer to end (back-pressure: a node
+  whose memory is full of caches for busy decode nodes stops taking prompts).
 * **Co-located** (``mode="colocated"``): each node prefills and decodes. When a request waits and
   a slot is free, the node prefills it (decode steps wait: prefill blocks decode), else it runs a
   decode step. No transfer. Each graph's cost is its steady state, its kernels finding the
@@ -114,6 +118,10 @@ class ServingSetup:
     prefill_switch_cycles : callable
         Co-located: ``prompt_len ->`` configuration loads before a prefill (or a chunk of one)
         after decode steps (none by default).
+    prefill_hold_tokens : int or None
+        Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
+        node has room for beside the prompt it prefills, shared by the caches waiting for their
+        transfer and the prefixes it keeps (None: no limit).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -132,6 +140,7 @@ class ServingSetup:
     prefill_chunk: int | None = None
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
+    prefill_hold_tokens: int | None = None
 
     @property
     def kv_capacity_bytes(self) -> int:
@@ -178,8 +187,14 @@ class _Serving:
         self.nodes = [_DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
         self.links = [Link(env) for _ in range(n_prefill)]
+        #: each decode node's end of the transfers (its host link or P2P ports take one at a time)
+        self.ingress = [Link(env) for _ in range(0 if colocated else setup.decode_nodes)]
+        #: per prefill node: cached tokens of the prefilled sequences whose transfer has not ended,
+        #: and whether the node waits for one to end before its next prefill
+        self.holding = [0] * n_prefill
+        self.held_back = [False] * n_prefill
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
-            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles)
+            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles, self.holding)
         # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
         # all start as SimPy processes would, in this order (:mod:`scheduler`)
         env.soon(lambda: self._arrive(0))
@@ -273,19 +288,29 @@ class _Serving:
 
     # -- disaggregated ---------------------------------------------------------------------
     def _prefill_next(self, index: int) -> None:
-        """Prefill node ``index`` is free: it prefills the next waiting request, or waits for one."""
+        """Prefill node ``index`` is free: it prefills the next waiting request, or waits for one
+        (or, its memory full of caches waiting to leave, for a transfer to end)."""
         if not self.waiting:
             self.arrival.wait(lambda: self._prefill_next(index))
+            return
+        room = self.setup.prefill_hold_tokens
+        if room is not None and self._held_on(index) > room:
+            self.held_back[index] = True
             return
         log = self.waiting.popleft()
         cycles = self._start_prefill(log, index)
         self.env.at(cycles, lambda: self._prefilled(index, log, cycles))
+
+    def _held_on(self, index: int) -> int:
+        """Cached tokens prefill node ``index`` holds beside the prompt it may prefill next."""
+        return self.holding[index] + (self.prefixes.held_tokens(index) if self.prefixes is not None else 0)
 
     def _prefilled(self, index: int, log: RequestLog, cycles: int) -> None:
         self._end_prefill(log, index, self.busy["prefill"], cycles)
         if log.request.output_len == 1:
             self._finish(log)
         else:
+            self.holding[index] += self.setup.cache_tokens(log.request.prompt_len, 0)
             self.ready.append(log)
             self._dispatch()
         self._prefill_next(index)
@@ -305,9 +330,10 @@ class _Serving:
             self._transfer(log, node)
 
     def _transfer(self, log: RequestLog, node: _DecodeNode) -> None:
-        """``log``'s cache crosses its prefill node's link when the link is free, then waits to
-        join ``node``'s next step (the events a SimPy process holding the link would take)."""
-        link, env = self.links[log.prefill_node], self.env
+        """``log``'s cache crosses its prefill node's link and ``node``'s when both are free, then
+        waits to join ``node``'s next step (the events a SimPy process holding the links would
+        take)."""
+        link, ingress, env = self.links[log.prefill_node], self.ingress[node.index], self.env
 
         def start() -> None:
             log.transfer_start = env.now
@@ -315,14 +341,20 @@ class _Serving:
             env.at(cycles, lambda: end(cycles))
 
         def end(cycles: int) -> None:
-            self.busy["link"][log.prefill_node] += cycles
+            source = log.prefill_node
+            self.busy["link"][source] += cycles
             log.transfer_end = env.now
+            ingress.release()
             link.release()
             node.incoming.remove(log)
             node.arrived.append(log)
             node.wake.fire()
+            self.holding[source] -= self.setup.cache_tokens(log.request.prompt_len, 0)
+            if self.held_back[source]:   # the cache has left: the node may have room again
+                self.held_back[source] = False
+                env.soon(lambda: self._prefill_next(source))
 
-        env.soon(lambda: link.request(start))
+        env.soon(lambda: link.request(lambda: ingress.request(start)))
 
     def _decode_next(self, node: _DecodeNode) -> None:
         """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,

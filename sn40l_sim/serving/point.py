@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.kvcache.footprint import KVFootprint
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
@@ -153,18 +154,26 @@ def check_plans(s: PointSetup) -> None:
                              f"{node.sockets}", field=f"{phase}_plan")
 
 
-def prefix_caching(s: PointSetup, kv_bytes_per_token: int, prefill_memory: Any) -> PrefixCaching | None:
+def free_cache_tokens(s: PointSetup, memory: Any, include_mtp: bool) -> int:
+    """Cached tokens (every layer) that fit in what ``memory``, a node's placement per socket,
+    leaves free of its first tier, a token taking on a socket what a prompt's cache takes there
+    under the prefill plan (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket`: a KV head's
+    share, the whole latent for MLA)."""
+    first = memory.first_tier
+    free = memory.capacity[first] - sum(memory.by_tier[first].values())
+    per_token = kv_bytes_per_socket(s.model, s.prefill_plan, 1, 1, include_mtp=include_mtp, phase="prefill")
+    return max(0, int(free)) // per_token
+
+
+def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> PrefixCaching | None:
     """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
     prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
-    a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in what its placement
-    (``prefill_memory``, per socket) leaves free of the first tier, over the prefill plan's sockets."""
+    a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in the ``free_tokens`` its
+    placement leaves free (:func:`free_cache_tokens`)."""
     if not s.prefix_cache:
         return None
-    first = prefill_memory.first_tier
-    free = prefill_memory.capacity[first] - sum(prefill_memory.by_tier[first].values())
     return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
-                         kv_bytes_per_token=kv_bytes_per_token,
-                         capacity_tokens=max(0, int(free)) * s.prefill_plan.sockets // kv_bytes_per_token)
+                         kv_bytes_per_token=kv_bytes_per_token, capacity_tokens=free_tokens)
 
 
 def check_context(s: PointSetup) -> None:
@@ -294,13 +303,17 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     with located("prefill_lens"):
         for r in requests:  # every prompt must have a compiled prefill graph before serving starts
             prefill_for(r.prompt_len)
+    # a prefill node's room for the caches waiting to leave it and the prefixes it keeps
+    free_tokens = free_cache_tokens(s, prefill_node_memory, include_mtp)
     setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,
                          decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed, prefix_caching=prefix_caching(s, per_token, prefill_node_memory),
+                         speculation=s.speculation, seed=s.seed,
+                         prefix_caching=prefix_caching(s, per_token, free_tokens),
                          prefill_chunk=s.prefill_chunk, decode_switch_cycles=int(decode.switch_load_cycles),
-                         prefill_switch_cycles=prefill_switch_for)
+                         prefill_switch_cycles=prefill_switch_for,
+                         prefill_hold_tokens=None if colocated else free_tokens)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))

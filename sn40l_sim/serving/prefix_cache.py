@@ -74,8 +74,12 @@ class PrefixTracker:
     """The prefixes each of ``nodes`` nodes holds, and what reusing them saved (see the module
     docstring); ``prefill_cycles`` is ``prompt_len -> cycles`` of a prefill without reuse."""
 
-    def __init__(self, caching: PrefixCaching, nodes: int, prefill_cycles: Callable[[int], int]) -> None:
+    def __init__(self, caching: PrefixCaching, nodes: int, prefill_cycles: Callable[[int], int],
+                 other_tokens: Sequence[int] = ()) -> None:
         self.caching, self.nodes, self.prefill_cycles_of = caching, nodes, prefill_cycles
+        #: per node, cached tokens it holds besides prefixes in the same room (a disaggregated
+        #: prefill node's caches waiting for their transfer), read when a prefix asks for room
+        self.other_tokens = other_tokens
         self.held: list[dict[int, _Held]] = [{} for _ in range(nodes)]
         #: request id -> the node that holds its prefix for it
         self.holder: dict[int, int] = {}
@@ -96,7 +100,8 @@ class PrefixTracker:
         self.holder[request.id] = node
         if held is None:
             capacity = self.caching.capacity_tokens
-            if capacity is None or self.held_tokens(node) + prefix <= capacity:
+            other = self.other_tokens[node] if node < len(self.other_tokens) else 0
+            if capacity is None or self.held_tokens(node) + other + prefix <= capacity:
                 self.held[node][request.prefix_id] = _Held(prefix, 1)
                 self.peak_prefill_prefix_tokens = max(self.peak_prefill_prefix_tokens, self.held_tokens(node))
             else:   # no room left on the node: prefilled, not kept
