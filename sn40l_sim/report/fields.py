@@ -83,7 +83,9 @@ RESULTS = Fields([
               parts=_summary("TPOT", "times per output token", "requests with more than one token",
                              Row(130, "TPOT p99 (ms)", ".2f", 1e3), Row(124, "TPOT p50 (ms)", ".2f", 1e3, "slo"),
                              Row(127, "TPOT p90 (ms)", ".2f", 1e3, "slo"))),
-        Field("itl_s", "", "Every gap between consecutive tokens of a request (inter-token latency).",
+        Field("itl_s", "", "Every gap between consecutive tokens of a request (inter-token latency). Under "
+              "speculative decoding a step's accepted drafts come out with its token, gaps of 0 s, so the "
+              "median can be 0: TPOT is the per-token figure there.",
               parts=_summary("ITL", "inter-token gaps", "inter-token gaps")),
     )),
     # prefill
@@ -196,8 +198,9 @@ RESULTS = Fields([
                     axis="served output tokens/s", table=Row(190, "served output tokens/s", ".1f")),
               Field("decode_steps", "steps", "Decode steps run, all decode nodes.", axis="decode steps"),
               Field("decode_tokens_per_s_observed", "tokens/s", "Decode tokens per second of decode-step "
-                    "time, with the slots actually filled: the tokens the steps gave, drafts accepted under "
-                    "speculative decoding included.", axis="decode tokens/s observed"),
+                    "time of one decode node, with the slots actually filled: the tokens the steps gave, drafts "
+                    "accepted under speculative decoding included (all nodes' tokens over all nodes' step "
+                    "time).", axis="decode tokens/s observed per decode node"),
               Field("mean_active_slots", "sequences", "Mean filled decode slots per step.",
                     axis="mean active decode slots"),
           )),
@@ -236,7 +239,9 @@ RESULTS = Fields([
           "(false: even the high end held; search higher).", axis="rate bracketed", group="rate_search"),
     Field("rate_probes", "", "Every probe of the search, by rate.", group="rate_search", is_list=True, parts=(
         Field("rate_per_s", "requests/s", "The probe's arrival rate.", axis="arrival rate"),
-        Field("holds", "", "Whether every SLO held at it."),
+        Field("holds", "", "Whether every SLO held at it, at a rate the decode slots sustain (at most "
+              "steady_state_rate_per_s: a finite run above it starts with free slots and may meet the SLOs "
+              "before its queue has grown)."),
         Field("attainment", "1", "Fraction of its requests that met every SLO.",
               axis="SLO attainment (fraction of requests)"),
         Field("goodput_requests_per_s", "requests/s", "Its goodput.", axis="goodput"),
@@ -244,6 +249,9 @@ RESULTS = Fields([
               axis="TTFT at the SLO percentile"),
         Field("tpot_at_percentile_s", "s", "Its TPOT at the SLO's percentile (empty without a TPOT SLO).",
               axis="TPOT at the SLO percentile"),
+        Field("steady_state_rate_per_s", "requests/s", "Requests per second the decode slots sustain: every "
+              "decode node's slots over the mean time the probe's requests held one (empty when none took "
+              "a slot).", axis="sustained rate of the decode slots"),
     )),
     # a trace's lengths capped to the compiled graphs (produced for a trace workload)
     Field("trace_capped", "", "What capping the trace's lengths to the compiled graphs cut (workload.cap_lengths); "

@@ -161,7 +161,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "decode_roofline_fraction": roofline_s / step_s,
         "decode_tokens_per_s": raw,
         "speculative_drafts": s.speculation.drafts,
-        "draft_acceptance": s.speculation.acceptance,
+        # no drafts, nothing accepted: a sweep over drafts may keep one acceptance for every value
+        "draft_acceptance": s.speculation.acceptance if s.speculation.drafts else 0.0,
         "tokens_per_forward": s.speculation.tokens_per_step,
         "decode_tokens_per_s_reported": raw * s.speculation.tokens_per_step,
         "kv_bytes_per_token": result.kv_bytes_per_token,

@@ -18,6 +18,11 @@ computed once for all its probes (the decode and prefill graphs do not depend on
 The search assumes SLO attainment falls as the rate rises, which holds for first-come-first-served
 queues; the probes are reported so that a workload where it does not can be seen.
 
+A probe is a finite run that starts with every slot free, so at a rate a little above what the
+nodes can serve it may still meet the SLOs: the queue that would grow without bound has not grown
+yet. So a probe holds only at a rate its nodes sustain: at most the decode slots over the mean time
+a request holds one (:func:`steady_state_rate`, measured on the probe's own requests).
+
 Examples
 --------
 >>> bisect_rate(lambda rate: rate <= 3.3, 1.0, 8.0, probes=6, tolerance=0.01)
@@ -66,6 +71,24 @@ def bisect_rate(holds: Callable[[float], bool], low: float, high: float, *, prob
         else:
             high = mid
     return low, True, tried
+
+
+def steady_state_rate(result: PointResult) -> float | None:
+    """Requests per second the decode slots sustain: the slots of every decode node over the mean
+    time a request held its slot in ``result``'s served log (its transfer and its decode steps);
+    None when no request took a slot.
+
+    >>> from types import SimpleNamespace as NS
+    >>> log = NS(requests=[NS(slot_acquired=0, finish=200), NS(slot_acquired=100, finish=200), NS(slot_acquired=-1)],
+    ...          setup=NS(decode_nodes=2, slots=3))
+    >>> steady_state_rate(NS(log=log, clock_hz=100.0))     # 6 slots, each request 1.5 s
+    4.0
+    """
+    held = [r.finish - r.slot_acquired for r in result.log.requests if r.slot_acquired >= 0]
+    if not held:
+        return None
+    setup = result.log.setup
+    return setup.decode_nodes * setup.slots * result.clock_hz * len(held) / sum(held)
 
 
 def base_rate(exp: Experiment, rows: Sequence[TraceRow] | None) -> float:
@@ -127,11 +150,14 @@ def search_point(asm: Assembly, point: Point, *,
         results[rate] = result
         fields = served_slo_fields(result.log, result.clock_hz, slo)
         s = fields["slo"]
-        rows.append({"rate_per_s": rate, "holds": s["holds"], "attainment": s["attainment"],
+        sustained = steady_state_rate(result)
+        held = bool(s["holds"]) and (sustained is None or rate <= sustained)
+        rows.append({"rate_per_s": rate, "holds": held, "attainment": s["attainment"],
                      "goodput_requests_per_s": fields["goodput_requests_per_s"],
                      "ttft_at_percentile_s": s["ttft_at_percentile_s"],
-                     "tpot_at_percentile_s": s["tpot_at_percentile_s"]})
-        return bool(s["holds"])
+                     "tpot_at_percentile_s": s["tpot_at_percentile_s"],
+                     "steady_state_rate_per_s": sustained})
+        return held
 
     best, bracketed, _ = bisect_rate(holds, search.low_per_s, search.high_per_s, probes=search.probes,
                                      tolerance=search.tolerance)

@@ -3,7 +3,10 @@
 reported, and bad SLO or rate-search sections as one line, exit 2."""
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,8 +15,9 @@ from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import build_requests
 from sn40l_sim.study.experiment import PoissonWorkload
-from sn40l_sim.study.rate_search import bisect_rate
+from sn40l_sim.study.rate_search import bisect_rate, steady_state_rate
 
+REPO = Path(__file__).resolve().parents[2]
 CLOCK = 1e9
 #: one prefill node of 0.2 s per prompt, one decode node of 4 slots at 50 ms per step
 SETUP = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4,
@@ -104,3 +108,47 @@ def test_bad_slo_and_search_sections_are_one_line_exit_2(tmp_path, capsys, old, 
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and str(path) in err and match in err
+
+
+def test_a_finite_run_above_what_the_slots_sustain_is_told_apart():
+    # 4 slots; a request holds one for its transfer and about 20 steps of 50 ms (outputs of 2 to 40)
+    _, log = served(0.5)
+    sustained = steady_state_rate(SimpleNamespace(log=log, clock_hz=CLOCK))
+    held = [(r.finish - r.slot_acquired) / CLOCK for r in log.requests if r.slot_acquired >= 0]
+    assert sustained == pytest.approx(4 / (sum(held) / len(held)))
+    assert 3.0 < sustained < 5.0
+    # a short run at 1.5x that rate still meets loose SLOs: the queue has not grown yet, so the
+    # search must not take it (the probe's holds field requires the rate to be sustained)
+    loose = SLO(ttft=LatencyTarget(60.0, 90), tpot=LatencyTarget(1.0, 90))
+    spec = PoissonWorkload(kind="poisson", rate_per_s=1.5 * sustained, count=30,
+                           output_len={"dist": "uniform", "low": 2, "high": 40})
+    requests = build_requests(spec, prompt_len=1024, max_new_tokens=64, slots=4, seed=3, clock_hz=CLOCK)
+    assert served_slo_fields(simulate(requests, SETUP), CLOCK, loose)["slo"]["holds"]
+
+
+def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
+    # Llama-3.1-8B on 8 sockets at batch 4, loose SLOs that a short run meets far above what 4
+    # slots of 16-token requests sustain: the answer stays at or under the sustained rate
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: sustain
+        hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
+        model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: poisson, rate_per_s: 1, count: 40, output_len: 16}}
+        serving: {{batch: 4, max_new_tokens: 16, prefill_nodes: 4}}
+        slo: {{ttft: {{max_s: 600 s, percentile: 90}}}}
+        rate_search: {{low_per_s: 1, high_per_s: 100000, probes: 12}}
+        """)
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    probes = record["rate_probes"]
+    assert all(not p["holds"] for p in probes if p["rate_per_s"] > p["steady_state_rate_per_s"])
+    best = next(p for p in probes if p["rate_per_s"] == record["max_rate_per_s"])
+    assert best["rate_per_s"] <= best["steady_state_rate_per_s"]
+    # without the sustained-rate rule the short run's loose SLO would have held far higher
+    assert any(p["rate_per_s"] > p["steady_state_rate_per_s"] and p["attainment"] >= 0.9 for p in probes)
