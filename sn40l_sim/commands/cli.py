@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot", "plot two columns of a results.csv, one line per --hue value"),
     "validate": ("validate", "print every reference measurement beside the simulated value and the error"),
     "calibrate": ("calibrate", "fit the hardware YAML's calibrated: parameters to the calibration measurements"),
-    "golden": ("golden", "compare every experiment's key results with tests/golden/ (--update rewrites them)"),
+    "golden": ("golden", "compare the key results of the experiments without a sweep with tests/golden/ (--update "
+                         "rewrites them)"),
 }
 
 
@@ -49,7 +50,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         command_parser = sub.add_parser(name, help=help_text, description=module.__doc__,
                                         formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command_parser)
-        command_parser.set_defaults(_module=module)
+        command_parser.set_defaults(_module=module, _parser=command_parser)
     return parser
 
 
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     invariant, 130 Ctrl-C, 143 SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    args, unknown = build_parser(command if command in COMMANDS else None).parse_known_args(argv)
+    if unknown:   # named with the command's own usage, not the top level's
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     previous = warnings.formatwarning
     warnings.formatwarning = _warning_line
     thresholds = gc.get_threshold()

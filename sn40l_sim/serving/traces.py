@@ -134,15 +134,31 @@ def _json_numbers(path: Path, number: int, item: dict) -> dict:
     return item
 
 
+class _Repeated(ValueError):
+    """A JSON object names one key twice."""
+
+
+def _once_each(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Repeated(key)
+        out[key] = value
+    return out
+
+
 def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = json.loads(line, object_pairs_hook=_once_each)
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid JSON: {exc.msg}", file=path, line=number) from None
+        except _Repeated as exc:   # json keeps the last of a repeated key: a typo would pass unseen
+            raise InputError(f"key {exc.args[0]!r} appears twice in one record; expected each once", file=path,
+                             line=number) from None
         if not isinstance(item, dict):
             raise InputError("expected a JSON object per line", file=path, line=number)
         records.append((number, item))

@@ -162,3 +162,12 @@ def test_a_folder_is_not_a_trace(tmp_path):
     with pytest.raises(InputError) as info:
         read_trace(tmp_path)
     assert str(info.value) == f"{tmp_path}: is a folder; expected a CSV or JSONL trace"
+
+
+def test_a_jsonl_record_naming_a_key_twice_is_refused(tmp_path):
+    # json keeps the last value of a repeated key: a mistyped record would have passed unseen
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 10, "prompt_len": 5}\n')
+    with pytest.raises(InputError) as info:
+        read_trace(path)
+    assert str(info.value) == f"{path}:1: key 'prompt_len' appears twice in one record; expected each once"

@@ -261,3 +261,12 @@ def test_stopping_a_pool_leaves_no_management_thread_for_the_exit_to_wake():
     stop_workers(pool)
     assert not manager.is_alive() and time.monotonic() - start < 10
     assert all(f.done() for f in futures)
+
+
+@pytest.mark.parametrize("argv", [["golden", "extra"], ["validate", "--nope"], ["check", "x.yaml", "--bogus"]])
+def test_an_unknown_argument_is_named_with_the_commands_own_usage(capsys, argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert f"usage: python -m sn40l_sim {argv[0]} " in err and "unrecognized arguments" in err
