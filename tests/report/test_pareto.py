@@ -2,10 +2,13 @@
 columns, one and three objectives, a brute-force comparison, and which columns can be objectives."""
 from __future__ import annotations
 
+import matplotlib.axes
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import front_mask, objective_problem, pareto_front, pareto_plot
 
 
@@ -70,6 +73,22 @@ def test_which_columns_can_be_objectives():
     assert "sweep axis" in objective_problem("sweep.serving.batch")
 
 
-def test_the_plot_is_drawn(tmp_path):
+def test_the_plot_draws_the_front_joined_and_the_dominated_apart(tmp_path, monkeypatch):
+    drawn: dict[str, list] = {}
+
+    def spy(kind, original):
+        def draw(self, xs, ys, *args, **kwargs):
+            drawn[kind] = [(x, y) for x, y in zip(xs, ys, strict=True) if np.isfinite(y)]
+            return original(self, xs, ys, *args, **kwargs)
+        return draw
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy("front", matplotlib.axes.Axes.plot))
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy("dominated", matplotlib.axes.Axes.scatter))
     out = pareto_plot(RECORDS, {"decode_tokens_per_s": "max", "tpot_s": "min"}, tmp_path / "p.png")
     assert out.stat().st_size > 0
+    sx, sy = RESULTS.axis_label("decode_tokens_per_s")[1], RESULTS.axis_label("tpot_s")[1]
+    # the front (slow, mid, mid-again, fast) joined in order of throughput; worse apart, and empty
+    # (no TPOT) nowhere to be seen
+    assert drawn["front"] == pytest.approx([(100 * sx, 0.010 * sy), (300 * sx, 0.020 * sy), (300 * sx, 0.020 * sy),
+                                            (900 * sx, 0.050 * sy)])
+    assert drawn["dominated"] == pytest.approx([(200 * sx, 0.030 * sy)])

@@ -119,6 +119,20 @@ def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
     assert all(p["slots_in_use"] <= rec["batch"] for p in occ["series"])
 
 
+def test_kv_occupancy_mean_is_weighted_by_step_time():
+    # two steps of one node, 10 and 30 cycles, holding 100 and 300 B of a 1,000 B reservation: the
+    # time-weighted mean is 250 B (an unweighted one would be 200)
+    from types import SimpleNamespace as NS
+
+    from sn40l_sim.report.metrics import kv_occupancy
+
+    steps = [NS(node=0, start=0, end=10, kv_bytes=100, slots_in_use=1),
+             NS(node=0, start=10, end=40, kv_bytes=300, slots_in_use=2)]
+    occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=1000), steps=steps), clock_hz=10.0)
+    assert occ["mean_fraction"] == pytest.approx(0.25) and occ["peak_fraction"] == pytest.approx(0.3)
+    assert [(p["t_s"], p["kv_bytes"]) for p in occ["series"]] == [(1.0, 100), (4.0, 300)]
+
+
 def test_the_memory_record_lists_every_tier_of_the_socket_in_order():
     """A tier defined only in the hardware (a CXL tier added by an override) gets its own row, after
     the others, with its reservation; the KV the experiment lets spill lands in it."""

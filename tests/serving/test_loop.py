@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sn40l_sim.report.metrics import latencies, throughput
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
@@ -245,6 +246,20 @@ def test_tokens_per_step_converge_to_the_acceptance_formula():
     assert mean == pytest.approx(SPEC.tokens_per_step, rel=0.01)
     tpot = [(r.token_cycles[-1] - r.token_cycles[0]) / (r.generated - 1) for r in log.requests]
     assert sum(tpot) / len(tpot) == pytest.approx(10 / 2.44, rel=0.02)
+    # the served figures the results report from this log (one cycle a second: figures in cycles)
+    served = throughput(log, clock_hz=1.0)
+    # 8 sequences, 2.44 tokens each per 10-cycle step, while all 8 run (most of the run)
+    assert served["decode_tokens_per_s_observed"] == pytest.approx(8 * 2.44 / 10, rel=0.02)
+    assert served["decode_tokens_per_s_observed"] == sum(s.tokens for s in log.steps) / sum(
+        s.end - s.start for s in log.steps)
+    assert served["mean_active_slots"] == pytest.approx(8, rel=0.01)
+    # a step's accepted drafts come out with its token: after the first decode step, gaps of 0 and
+    # of whole steps only (the first gap also holds the wait for the first step)
+    gaps = [b - a for r in log.requests for a, b in pairwise(r.token_cycles)]
+    assert all((b - a) % 10 == 0 for r in log.requests for a, b in pairwise(r.token_cycles[1:]))
+    itl = latencies(log, clock_hz=1.0)["itl_s"]
+    assert itl["max"] == max(gaps) and itl["p50"] == 0
+    assert itl["mean"] == pytest.approx(sum(gaps) / len(gaps))
 
 
 def test_speculative_draws_are_seeded_per_request():

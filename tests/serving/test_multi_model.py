@@ -75,9 +75,15 @@ def test_evicting_a_model_with_sequences_decoding_writes_their_kv_back_and_reads
     # on_demand leaves a's sequence (10 prompt tokens) decoding to prefill b
     run = simulate_models([Request(0, 0, 10, 3), Request(1, 0, 10, 2)], [0, 1], [a, b], memory, "on_demand",
                           quantum_cycles=1)
-    assert run.written_back_bytes > 0
+    # a's sequence is evicted after its first token (a 10-token cache at 1 B a token), then b's after
+    # its first (10), then a's again after its second (11 tokens)
+    assert run.written_back_bytes == 10 + 10 + 11
     # every copy is a model's weights, plus the KV written back before, all of which came back
     assert run.copied_bytes == run.loads[0] * 600 + run.loads[1] * 500 + run.written_back_bytes
+    # b's first token: a loaded (600 cycles at 1 B a cycle) and prefilled (3 x 10), then a's 10 B
+    # written back before b's 500 B come in, then b's prefill
+    first_b = next(r.first_token for r in run.requests if r.request.id == 1)
+    assert first_b == 600 + 30 + 10 + 500 + 30
 
 
 def test_models_that_fit_together_switch_for_free_after_their_first_copy():

@@ -50,6 +50,8 @@ def test_a_hit_skips_the_prefix_prefill_and_lowers_ttft():
     shared = simulate(reqs, setup(prefill=prefill, caching=PrefixCaching(True, 3)))
     tracker = shared.prefixes
     assert 0 < tracker.hits < tracker.requests_with_prefix
+    # prefixes are 48 tokens and prompts at least 64: a hit skips the whole prefix
+    assert tracker.prefill_tokens_saved == 48 * tracker.hits
     assert tracker.prefill_cycles_saved == 10 * tracker.prefill_tokens_saved
     ttft = {name: np.mean([r.first_token - r.request.arrival_cycle for r in log.requests])
             for name, log in (("plain", plain), ("shared", shared))}
