@@ -127,11 +127,13 @@ def run(args: argparse.Namespace) -> int:
     if batch < 1:
         raise InputError(f"--batch must be a positive integer, got {batch}")
     drafts = exp.speculation.drafts
+    # as run reads it (serving's, else shape's); a map experiment may leave it out (0)
+    new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens
     if args.phase == "decode":
         # the static slot as run reserves it: the generated tokens and the drafts after the last one
-        cache_len = policy.static_cache_len(prompt_len, spec.shape.max_new_tokens + drafts)
+        cache_len = policy.static_cache_len(prompt_len, new_tokens + drafts)
         shape = Shape("decode", batch, prompt_len, cache_len, drafts,
-                      context_len=prompt_len + spec.shape.max_new_tokens + drafts)
+                      context_len=prompt_len + new_tokens + drafts)
     else:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len)
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     store = {}
     if args.phase == "decode":
         # what run reserves: the cache attention reads, the policy's state, a store in its own tier
-        footprint = policy.footprint(model, prompt_len, spec.shape.max_new_tokens + drafts)
+        footprint = policy.footprint(model, prompt_len, new_tokens + drafts)
         uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
         kv = uses["kv"]
         store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}

@@ -143,6 +143,29 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
                        collectives=collectives, shards=tp)
 
 
+def kept_middle_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, recent: int) -> FusedKernel | None:
+    """SnapKV's selection when the evictable middle fits in the top-K slots: every position is
+    kept, so nothing is scored and the middle is only copied into the slots (the gathers and the
+    write of :func:`snapkv_kernel`, ``1/row_shards`` of the rows on each socket sharing a KV head).
+    A prefill graph is compiled for its prompt length, so the scoring that could select nothing is
+    not in it. ``None`` when the middle is empty.
+
+    >>> from sn40l_sim.models.spec import ModelSpec
+    >>> tiny = ModelSpec.model_validate(dict(kind="model", name="tiny", layers=2, hidden=64,
+    ...     dense_ffn=128, vocab=100, weight_dtype="bf16",
+    ...     attention=dict(kind="gqa", heads=4, kv_heads=2, head_dim=16)))
+    >>> [op.name for op in kept_middle_kernel(tiny, 30, 1, sink=4, recent=16).operators]
+    ['gather_middle_keys', 'gather_middle_values', 'write_topk_rows']
+    """
+    evict = evictable_len(prompt_len, sink, recent)
+    if evict == 0:
+        return None
+    shard = kv_sharding(model, tp)
+    ops = copy_ops("gather_middle", "topk_rows", model, math.ceil(evict / shard.row_shards), shard.kv_heads,
+                   gather=True)
+    return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops), shards=tp)
+
+
 def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
                        recent: int) -> FusedKernel | None:
     """The ring-buffer construction kernel of one layer, per socket shard under ``tp``.

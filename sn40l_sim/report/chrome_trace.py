@@ -23,7 +23,10 @@ The engine simulates one socket (``engine/run_graph.py``: tensor-parallel peers 
 kernels at the same time and meet at every collective), so the other sockets of a phase's
 tensor-parallel group are that schedule repeated: their events carry ``"mirrors_socket": 0``.
 ``sockets="simulated"`` writes the simulated socket only. Events that would overlap on one thread
-(a kernel's collectives still running when the next kernel starts) go to a second row of it.
+(a kernel's collectives still running when the next kernel starts, or a looped kernel's iteration
+whose collectives overlap the next iteration) go to a second row of it; so with kernel looping the
+kernels' durations add up to more than the step, whose cycles each count once in ``results.json``
+(``decode_kernel_cycles``).
 
 Examples
 --------
@@ -103,7 +106,8 @@ def _lay_out(events: list[dict], names: dict[int, str], pid: int) -> list[dict]:
     used: set[int] = set()
     for ev in sorted(events, key=lambda e: (e["tid"], e["ts"], -e["dur"])):
         lane = ev["tid"]
-        k = rows.setdefault(lane, _Rows()).row(ev["ts"], ev["ts"] + ev["dur"])
+        # the end to the file's nanosecond resolution, as a viewer reads it (not ts + dur's float error)
+        k = rows.setdefault(lane, _Rows()).row(ev["ts"], round(ev["ts"] + ev["dur"], 3))
         ev["tid"] = lane + ROW_STRIDE * k
         used.add(ev["tid"])
     meta = []
@@ -167,8 +171,11 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
 
 
 def _x(name: str, cat: str, tid: int, start_cycle: float, cycles: float, clock_hz: float, args: dict) -> dict:
-    return {"name": name, "cat": cat, "ph": "X", "pid": 0, "tid": tid, "ts": _us(start_cycle, clock_hz),
-            "dur": _us(cycles, clock_hz), "args": args}
+    # the end rounded as the start is: rounding the length apart made events that follow each other
+    # overlap by a nanosecond, and the row layout then drew them on a second row of their lane
+    ts = _us(start_cycle, clock_hz)
+    return {"name": name, "cat": cat, "ph": "X", "pid": 0, "tid": tid, "ts": ts,
+            "dur": round(_us(start_cycle + cycles, clock_hz) - ts, 3), "args": args}
 
 
 def _memory(stream: Any, detail: dict, offset: int, clock_hz: float, lanes: dict[str, int]) -> list[dict]:

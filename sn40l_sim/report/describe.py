@@ -94,9 +94,12 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     out.append(f"attention       {att.title or att.kind} ({att.kind}): {att.heads} query heads, "
                f"{att.kv_width():,} elements cached per token and layer")
     per_token = P.kv_bytes_per_token(model)
+    # the MTP module's layer caches too when its drafts are verified (run counts it then)
+    mtp = (f"; {P.kv_bytes_per_token(model, include_mtp=True):,} B with the MTP layer's cache (speculative "
+           "decoding)") if model.mtp is not None else ""
     out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
                f"{P.kv_bytes(model, PROMPT) / 1e9:.2f} GB for {PROMPT:,} tokens, "
-               f"{P.kv_bytes(model, SNAPSTREAM_BUDGET) / 1e9:.2f} GB for {SNAPSTREAM_BUDGET:,}")
+               f"{P.kv_bytes(model, SNAPSTREAM_BUDGET) / 1e9:.2f} GB for {SNAPSTREAM_BUDGET:,}{mtp}")
     if model.moe is not None:
         moe = model.moe
         touched = ", ".join(f"B={b}: {P.expected_distinct_experts(moe.routed_experts, moe.experts_per_token, b):.1f}"

@@ -50,7 +50,14 @@ from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.traces import TraceRow, read_trace
 from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, memory_order
-from sn40l_sim.study.points import Point, check_budget, make_point_model, make_point_policy, points
+from sn40l_sim.study.points import (
+    Point,
+    check_budget,
+    make_point_model,
+    make_point_policy,
+    points,
+    warn_unfilled_slots,
+)
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
 #: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
@@ -170,6 +177,7 @@ class Assembly:
                                             f"the hardware ({self.node.name}) has no memory tier {tier!r}; its "
                                             f"tiers are {list(tiers)} (point {point.name})")
         check_budget(self.experiment, point, policy, self.model_for(point))
+        warn_unfilled_slots(self.experiment, point, policy)
         return policy
 
     def check_points(self) -> None:

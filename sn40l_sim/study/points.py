@@ -13,6 +13,7 @@ quarter of the prompt (``prompt_fraction: {budget: 0.25}``):
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,23 @@ def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSp
         f"a {policy.name} budget of {budget} tokens per sequence exceeds the maximum context of {model.name}, "
         f"{limit} tokens: no sequence can fill it (a long-context variant raises the maximum: "
         f"model_overrides: {{max_context: N}})"))
+
+
+def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None:
+    """Warn when the policy's static slot is longer than a sequence of the point can fill (a
+    ring's budget above prompt + output): the decode graph reserves and reads slots that stay
+    empty, so the policy costs more than keeping the whole cache would."""
+    # a map experiment may leave the output length out (0): its graphs then hold the prompt
+    new_tokens = exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens
+    need = point.prompt_len + new_tokens
+    slots = policy.static_cache_len(point.prompt_len, new_tokens)
+    if slots > need:
+        file, line = exp.doc.where(("policies", point.policy_index))
+        where = f"{file}:{line}: " if line is not None else f"{file}: "
+        warnings.warn(f"{where}policies[{point.policy_index}] (point {point.name}): a {policy.name} cache of {slots} "
+                      f"slots per sequence, where a prompt and its output take at most {need} tokens: the static "
+                      "graph reserves and reads slots no sequence fills (a budget of at most that, or full, "
+                      "costs less)", stacklevel=2)
 
 
 def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:

@@ -89,3 +89,19 @@ def test_which_kernels_run_for_short_prompts():
     assert sk.prefill_kernels(r1, 1032, 16) == []
     (k,) = sk.prefill_kernels(r1, 1033, 16)
     assert k.kind == "snapkv" and "gather_window_latent" in _ops(k)   # SnapKV keeps its window
+
+
+def test_a_middle_that_fits_the_top_k_slots_is_copied_not_scored():
+    # 4K prompt, budget 8192: sink 4 + ring 1024 leave a middle of 3,068 positions for 7,164 top-K
+    # slots, so SnapKV has nothing to drop; it used to score them all (8% of the prefill)
+    snap = make_policy("snapstream", {"budget": 8192})
+    kinds = {k.kind: k for k in snap.prefill_kernels(deepseek_r1(), 4096, 16)}
+    assert set(kinds) == {"snapkv", "ring_buffer"}
+    kept = kinds["snapkv"]
+    assert all(op.kind in ("gather", "elementwise") for op in kept.operators) and not kept.collectives
+    assert sum(op.flops for op in kept.operators) == 0
+    # each socket writes 1/16 of the middle's rows (MLA's one latent shared by 16 sockets)
+    assert sum(op.kv_write_bytes for op in kept.operators) == math.ceil(3068 / 16) * 576 * 2 * 1
+    # one more middle position than slots and the scores come back
+    longer = {k.kind: k for k in snap.prefill_kernels(deepseek_r1(), 4 + 1024 + 7164 + 1, 16)}
+    assert any(op.name == "scores" for op in longer["snapkv"].operators)

@@ -115,3 +115,9 @@ def test_missing_hardware_file_exits_2(tmp_path, capsys):
     assert main(["map", str(bad), "--phase", "decode"]) == 2
     err = capsys.readouterr().err
     assert "nowhere.yaml" in err and "not found" in err
+
+
+def test_map_reads_the_output_length_where_run_does(capsys):
+    # llama8b_node8 gives max_new_tokens under serving: only; the decode cache is prompt + 512 as run's
+    assert main(["map", str(ROOT / "experiments" / "llama8b_node8.yaml"), "--phase", "decode", "--batch", "64"]) == 0
+    assert "cache 33280 tokens per sequence" in capsys.readouterr().out

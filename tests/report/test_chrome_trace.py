@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,15 @@ def test_overlapping_events_get_a_second_row_and_a_phase_alone_writes(tmp_path, 
     trace = json.loads(path.read_text())
     assert process_names(trace) == {1: "decode · socket 0"}
     assert sum(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"]) == len(main_results[0].decode.kernels)
+
+
+def test_events_that_follow_each_other_share_a_row():
+    # rounding a start and a length apart made an event end a nanosecond after the next began,
+    # and the layout then drew back-to-back prefills and decode steps on a second row
+    from sn40l_sim.report.chrome_trace import _lay_out, _x
+
+    clock, starts = 1.6e9, [1_668_375_558, 2_530_801_106, 3_823_150_824, 4_356_120_198, 5_174_197_399]
+    events = [_x(f"step {i}", "decode_step", 1, a, b - a, clock, {}) for i, (a, b) in enumerate(pairwise(starts))]
+    assert all(round(e["ts"] + e["dur"], 3) == n["ts"] for e, n in pairwise(events))
+    _lay_out(events, {1: "decode steps"}, 0)
+    assert {e["tid"] for e in events} == {1}

@@ -3,6 +3,7 @@ refuses with the same line; every shipped file passes check and describe.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,19 @@ def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
+
+
+def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
+    # 32K prompts and 512 output tokens: a 65,536-slot ring reserves 32,256 slots that stay empty
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 65536}"))
+    with pytest.warns(UserWarning) as caught:
+        assert main(["check", str(path)]) == 0
+    (warning,) = [str(w.message) for w in caught]
+    assert "e.yaml:16: policies[1] (point snapstream): a snapstream cache of 65536 slots" in warning
+    assert "at most 33280 tokens" in warning
+    # a quarter of the prompt: no warning
+    path.write_text(LLAMA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["check", str(path)]) == 0

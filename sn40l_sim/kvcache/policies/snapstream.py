@@ -24,7 +24,7 @@ from sn40l_sim.kvcache.policies.shared import (
     check_pool_kernel,
     ring_cache_len,
 )
-from sn40l_sim.kvcache.prefill_kernels import ring_buffer_kernel, snapkv_kernel
+from sn40l_sim.kvcache.prefill_kernels import evictable_len, kept_middle_kernel, ring_buffer_kernel, snapkv_kernel
 from sn40l_sim.models.spec import ModelSpec
 
 
@@ -119,10 +119,14 @@ class SnapStream(Budgeted):
         return min(max(prompt_len - (self.sink + self.recent), 0), self.topk)
 
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
+        selects = self.topk > 0 and evictable_len(prompt_len, self.sink, self.recent) > self.topk
         kernels = [
             snapkv_kernel(model, prompt_len, tp, sink=self.sink, recent=self.recent,
                           topk=self.topk, window=self.observation_window,
-                          pool_kernel=self.pool_kernel) if self.topk > 0 else None,
+                          pool_kernel=self.pool_kernel) if selects
+            # a middle that fits in the top-K slots is kept whole: copied, not scored
+            else kept_middle_kernel(model, prompt_len, tp, sink=self.sink, recent=self.recent) if self.topk > 0
+            else None,
             ring_buffer_kernel(model, prompt_len, tp, sink=self.sink, recent=self.recent),
         ]
         return [k for k in kernels if k is not None]
