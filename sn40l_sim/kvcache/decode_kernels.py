@@ -14,9 +14,9 @@ Examples
 >>> from sn40l_sim.models.loader import load_model
 >>> r1, llama = load_model("graphs/deepseek_r1.yaml"), load_model("graphs/llama3_1_70b.yaml")
 >>> decode_shard(r1, Shape("decode", 64, 0, 32768), ParallelPlan(16, 16))
-DecodeShard(seqs=4, query_heads=128, kv_heads=1, row_shards=1)
+DecodeShard(seqs=4, query_heads=128, kv_heads=1, row_shards=1, queries=1)
 >>> decode_shard(llama, Shape("decode", 8, 0, 32768), ParallelPlan(16))
-DecodeShard(seqs=8, query_heads=4, kv_heads=1, row_shards=2)
+DecodeShard(seqs=8, query_heads=4, kv_heads=1, row_shards=2, queries=1)
 >>> scored_width(r1), row_width(r1), scored_width(llama), row_width(llama)
 (576, 576, 128, 256)
 """
@@ -43,6 +43,8 @@ class DecodeShard:
     kv_heads: int
     #: sockets sharing one KV head, each with a replica of its rows (1 when each socket has its own KV heads)
     row_shards: int
+    #: query rows per sequence a step runs: 1, plus its speculative drafts
+    queries: int = 1
 
     @property
     def group(self) -> int:
@@ -56,7 +58,8 @@ def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeSh
     groups = kv_heads(model)
     return DecodeShard(seqs=math.ceil(shape.batch / plan.attention_dp),
                        query_heads=math.ceil(model.attention.heads / ways),
-                       kv_heads=math.ceil(groups / ways), row_shards=max(1, ways // groups))
+                       kv_heads=math.ceil(groups / ways), row_shards=max(1, ways // groups),
+                       queries=1 + shape.drafts)
 
 
 def scored_width(model: ModelSpec) -> int:
@@ -80,10 +83,11 @@ def rescore_ops(model: ModelSpec, shard: DecodeShard, kv_len: int, prefix: str) 
     ops: list[Operator] = []
     if kv_quantised(model):
         ops.append(Operator(f"{prefix}_dequant_keys", "elementwise", elements=elements, dtype=kv_op_dtype(model)))
-    m, count = shard.group, shard.seqs * shard.kv_heads
+    # every query row of the step (its drafts' too) against every cached token
+    m, count = shard.group * shard.queries, shard.seqs * shard.kv_heads
     ops.append(Operator(f"{prefix}_scores", "gemm", flops=2 * m * kv_len * d * count, m=m, n=kv_len, k=d,
-                        count=count, act_in_bytes=shard.seqs * shard.query_heads * d * ACT_BYTES,
+                        count=count, act_in_bytes=shard.seqs * shard.query_heads * shard.queries * d * ACT_BYTES,
                         kv_read_bytes=kv_stored_bytes(model, elements)))
-    probs = shard.seqs * shard.query_heads * kv_len
+    probs = shard.seqs * shard.query_heads * shard.queries * kv_len
     ops.append(Operator(f"{prefix}_softmax", "softmax", elements=probs, transcendentals=probs, dtype="fp32"))
     return ops

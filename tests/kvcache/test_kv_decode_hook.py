@@ -118,3 +118,26 @@ def test_shipped_policies_add_nothing_to_decode(llama8b):
     shape, plan = Shape("decode", 16, 0, 4096), ParallelPlan(tp=8)
     for name in ("full", "snapstream", "streamingllm", "snapkv"):
         assert make_policy(name, {}).decode_kernels(llama8b, shape, plan) == []
+
+
+@pytest.mark.parametrize("policy, params, kernel", [("h2o", {"budget": 1024}, "h2o_evict"),
+                                                    ("arkvale", {"budget": 1024}, "recall")])
+def test_a_policys_decode_kernel_serves_every_query_row_of_a_verify_step(policy, params, kernel):
+    # two drafts: three query rows per sequence score the cache and write rows, as attention does
+    r1 = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    made = make_policy(policy, params)
+    plan = ParallelPlan(16, 16)
+
+    def ops(drafts: int) -> dict[str, Operator]:
+        shape = Shape("decode", 64, 0, kv_len=1024, drafts=drafts, context_len=8192 + 16)
+        (k,) = [k for k in made.decode_kernels(r1, shape, plan) if k.kind == kernel]
+        return {op.name: op for op in k.operators}
+
+    plain, verify = ops(0), ops(2)
+    scored = "h2o_scores" if policy == "h2o" else "digest_bound"
+    written = "h2o_move_row" if policy == "h2o" else "store_new_row"
+    if policy == "h2o":
+        assert verify[scored].flops == 3 * plain[scored].flops
+    else:
+        assert verify[scored].elements == 3 * plain[scored].elements
+    assert verify[written].elements == 3 * plain[written].elements

@@ -207,7 +207,8 @@ class ArkVale(Budgeted):
     def _recall_kernel(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> FusedKernel:
         """Score the digests, select and recall pages, store the new row: one layer, one decode step."""
         shard = decode_shard(model, shape, plan)
-        seqs, kvh, qh, rs = shard.seqs, shard.kv_heads, shard.query_heads, shard.row_shards
+        seqs, kvh, rs = shard.seqs, shard.kv_heads, shard.row_shards
+        qh = shard.query_heads * shard.queries   # every query row of the step scores the digests
         d, width = scored_width(model), row_width(model)
         pages = math.ceil(shape.context_len / self.page_tokens)
         digests = seqs * kvh * pages * self._digest_rows * d
@@ -218,18 +219,19 @@ class ArkVale(Budgeted):
                              act_in_bytes=seqs * qh * d * ACT_BYTES, kv_read_bytes=digests * DIGEST_BYTES),
                     Operator("digest_sum", "reduction", elements=per_head, n=d, dtype="fp32")]
         else:
-            m, count = shard.group, seqs * kvh
+            m, count = shard.group * shard.queries, seqs * kvh
             ops.append(Operator("digest_scores", "gemm", flops=2 * m * pages * d * count, m=m, n=pages, k=d,
                                 count=count, act_in_bytes=seqs * qh * d * ACT_BYTES,
                                 kv_read_bytes=digests * DIGEST_BYTES))
-        if shard.group > 1:
-            ops.append(Operator("page_scores", "reduction", elements=seqs * qh * pages, n=shard.group, dtype="fp32"))
+        if shard.group * shard.queries > 1:   # a page's score: the largest over its query heads and rows
+            ops.append(Operator("page_scores", "reduction", elements=seqs * qh * pages, n=shard.group * shard.queries,
+                                dtype="fp32"))
         ops.append(Operator("select_pages", "topk", elements=seqs * kvh * pages, dtype="fp32"))
         # each socket sharing a KV head keeps a replica of the buffer (and of the store), so it
         # recalls the pages into its own and stores the new row in its own
         recalled = seqs * kvh * self.recalled_pages() * self.page_tokens * width
         stored = kv_stored_bytes(model, recalled)
-        new_row = seqs * kvh * width
+        new_row = seqs * kvh * width * shard.queries   # the step writes a row per query row
         ops += [
             Operator("recall_pages", "gather", elements=recalled, k=width, kv_offload_read_bytes=stored),
             Operator("write_recalled", "elementwise", elements=recalled, kv_write_bytes=stored),

@@ -163,18 +163,20 @@ def h2o_evict_kernel(model: ModelSpec, shape: Shape, plan: ParallelPlan, *, heav
     kv_len, seqs, kvh = shape.kv_len, shard.seqs, shard.kv_heads
     slots = seqs * kvh * kv_len
     ops = rescore_ops(model, shard, kv_len, "h2o")
-    # each socket sharing a KV head keeps a replica of its rows, and moves the row in its own
-    moved = seqs * kvh * row_width(model)
+    # each socket sharing a KV head keeps a replica of its rows, and moves the rows in its own: one
+    # token leaves the recent ring per query row of the step (the drafts' rows too)
+    moved = seqs * kvh * row_width(model) * shard.queries
     ops += [
-        Operator("h2o_sum_heads", "reduction", elements=seqs * shard.query_heads * kv_len, dtype="fp32"),
+        Operator("h2o_sum_heads", "reduction", elements=seqs * shard.query_heads * shard.queries * kv_len,
+                 dtype="fp32"),
         Operator("h2o_accumulate", "elementwise", elements=slots, dtype="fp32",
                  kv_read_bytes=slots * SCORE_BYTES, kv_write_bytes=slots * SCORE_BYTES),
         # the lowest accumulated score among the heavy slots (the loser is evicted)
         Operator("h2o_argmin", "topk", elements=seqs * kvh * max(heavy, 1), dtype="fp32"),
-        # the token leaving the recent ring takes that slot: its row and its score
+        # the tokens leaving the recent ring take those slots: their rows and their scores
         Operator("h2o_move_row", "scatter", elements=moved,
-                 kv_read_bytes=kv_stored_bytes(model, moved) + seqs * kvh * SCORE_BYTES,
-                 kv_write_bytes=kv_stored_bytes(model, moved) + seqs * kvh * SCORE_BYTES),
+                 kv_read_bytes=kv_stored_bytes(model, moved) + seqs * kvh * shard.queries * SCORE_BYTES,
+                 kv_write_bytes=kv_stored_bytes(model, moved) + seqs * kvh * shard.queries * SCORE_BYTES),
     ]
     collectives: tuple[Collective, ...] = ()
     if shard.row_shards > 1:
