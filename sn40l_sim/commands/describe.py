@@ -140,10 +140,26 @@ def describe_experiment(path: str | Path) -> str:
     experiment = load_experiment(path)
     spec = experiment.spec
     lines = [f"experiment {spec.name} ({path})"]
-    for label, rel in (("hardware", spec.hardware), ("model", spec.model)):
+    files = [("hardware", spec.hardware), ("prefill hw", spec.prefill_hardware), ("model", spec.model)]
+    if spec.multi_model is not None:   # the models it serves beside the top-level one
+        files += [(f"model {i}", entry.model) for i, entry in enumerate(spec.multi_model.models)]
+    workload = spec.workload
+    if workload is not None and workload.kind == "trace":
+        files.append(("trace", workload.path))
+    if isinstance(spec.graph_options.get("template"), str):
+        files.append(("template", spec.graph_options["template"]))
+    for label, rel in files:
+        if rel is None:
+            continue
         target = experiment.resolve(rel)
-        lines.append(f"  {label:9s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
-    lines.append(f"  policies  {', '.join(p.name + ' (' + p.policy + ')' for p in spec.policies)}")
+        lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
+    if spec.model_overrides:
+        lines.append(f"  overrides  {spec.model_overrides} (of the model)")
+    lines.append(f"  policies   {', '.join(p.name + ' (' + p.policy + ')' for p in spec.policies)}")
+    if spec.sweep is not None:
+        axes = spec.sweep.get("axes") if isinstance(spec.sweep, dict) else None   # checked by sweep, not here
+        names = ", ".join(map(str, axes)) if isinstance(axes, dict) else "its axes"
+        lines.append(f"  sweep      over {names} (the lines above are its base)")
     lines.append(f"  describe them with: python -m sn40l_sim describe {experiment.resolve(spec.hardware)}")
     return "\n".join(lines)
 

@@ -234,3 +234,12 @@ def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert main(["check", str(path)]) == 0
+
+
+def test_describe_names_every_file_an_experiment_reads(capsys):
+    assert main(["describe", str(REPO / "experiments" / "multi_model.yaml")]) == 0
+    out = capsys.readouterr().out
+    for name in ("llama3_1_8b.yaml", "llama3_1_70b.yaml", "llama3_1_405b.yaml", "azure_llm_2023_conv_10min.csv"):
+        assert name in out and "MISSING" not in out
+    assert main(["describe", str(REPO / "experiments" / "long_context_1m.yaml")]) == 0
+    assert "overrides  {'max_context': 1048576}" in capsys.readouterr().out
