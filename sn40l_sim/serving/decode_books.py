@@ -48,8 +48,8 @@ from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
 
 if TYPE_CHECKING:
-    from sn40l_sim.serving.loop import ServingSetup
     from sn40l_sim.serving.scheduler import Scheduler
+    from sn40l_sim.serving.setup import ServingSetup
 
 
 def cache_bounds(cache_tokens: Callable[[int, int], int], prompt_len: int, most: int) -> tuple[int, int]:

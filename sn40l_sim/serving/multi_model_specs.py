@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sn40l_sim.serving.loop import no_cycles
 from sn40l_sim.serving.serving_log import RequestLog, StepLog
+from sn40l_sim.serving.setup import no_cycles
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import numpy as np
 from sn40l_sim.serving.workload import Request
 
 if TYPE_CHECKING:
-    from sn40l_sim.serving.loop import ServingSetup
     from sn40l_sim.serving.prefix_cache import PrefixTracker
+    from sn40l_sim.serving.setup import ServingSetup
 
 
 class DecodeTokens(NamedTuple):

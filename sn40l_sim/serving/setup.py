@@ -1,0 +1,85 @@
+"""What the serving loop (:mod:`sn40l_sim.serving.loop`) is given: node counts, step costs as
+numbers and functions of the prompt, cache lengths and the serving options, in cycles and tokens."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sn40l_sim.serving.prefix_cache import PrefixCaching
+from sn40l_sim.serving.speculation import Speculation
+
+
+def no_cycles(prompt_len: int) -> int:
+    """No cycles, whatever the prompt (a cost a setup does not pay)."""
+    return 0
+
+
+@dataclass(frozen=True)
+class ServingSetup:
+    """Everything the serving model needs, in cycles and tokens.
+
+    Attributes
+    ----------
+    mode : {"disaggregated", "colocated"}
+    prefill_nodes, decode_nodes : int
+        Node counts (``prefill_nodes`` is ignored when co-located).
+    slots : int
+        Compiled decode batch per decode node.
+    decode_step_cycles : int
+        One decode step of the static graph (all slots).
+    prefill_cycles, transfer_cycles : callable
+        ``prompt_len -> cycles`` of prefill and of the KV transfer to a decode node.
+    cache_tokens : callable
+        ``(prompt_len, generated) -> tokens`` cached per layer (the KV policy's ``cache_len``): one
+        more per generated token from ``cache_tokens(prompt_len, 0)`` until a cap, as every
+        policy's is.
+    kv_bytes_per_token : int
+        KV bytes per cached token over all layers.
+    slot_cache_tokens : int
+        Tokens reserved per slot where a sequence's whole cache lives: its static slot, or the
+        store of a policy that keeps one in another tier (the occupancy is measured against it).
+    speculation : Speculation
+        Drafts verified per step and their acceptance rate (none by default: one token per step).
+    seed : int
+        Seeds the draws of accepted drafts (with each request's id).
+    prefix_caching : PrefixCaching or None
+        Reuse of shared prompt prefixes (:mod:`sn40l_sim.serving.prefix_cache`; None: every prompt
+        prefilled and stored whole).
+    prefill_chunk : int or None
+        Co-located: prompt tokens prefilled between two decode steps
+        (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
+    decode_switch_cycles : int
+        Co-located: configuration loads before the first decode step after a prefill (the decode
+        graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
+    prefill_switch_cycles : callable
+        Co-located: ``prompt_len ->`` configuration loads before a prefill (or a chunk of one)
+        after decode steps (none by default).
+    prefill_hold_tokens : int or None
+        Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
+        node has room for beside the prompt it prefills, shared by the caches waiting for their
+        transfer and the prefixes it keeps (None: no limit).
+    """
+
+    mode: Literal["disaggregated", "colocated"]
+    prefill_nodes: int
+    decode_nodes: int
+    slots: int
+    decode_step_cycles: int
+    prefill_cycles: Callable[[int], int]
+    transfer_cycles: Callable[[int], int]
+    cache_tokens: Callable[[int, int], int]
+    kv_bytes_per_token: int
+    slot_cache_tokens: int
+    speculation: Speculation = field(default_factory=Speculation)
+    seed: int = 0
+    prefix_caching: PrefixCaching | None = None
+    prefill_chunk: int | None = None
+    decode_switch_cycles: int = 0
+    prefill_switch_cycles: Callable[[int], int] = no_cycles
+    prefill_hold_tokens: int | None = None
+
+    @property
+    def kv_capacity_bytes(self) -> int:
+        """KV bytes reserved for the slots of one decode node."""
+        return self.slots * self.slot_cache_tokens * self.kv_bytes_per_token
