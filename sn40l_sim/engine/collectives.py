@@ -370,13 +370,21 @@ def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[
 
 
 def _tree_sizes(kind: str, n_bytes: int, p: int) -> list[int]:
-    """Bytes every member sends its partner in each round of recursive doubling (halving)."""
+    """Bytes every member sends its partner in each round of recursive doubling (halving),
+    rounded up: a share smaller than a byte is still a byte, so every round runs (and pays its
+    set-up and synchronisation) and no byte of a message shorter than the group is lost.
+
+    >>> _tree_sizes("all_gather", 1, 16), _tree_sizes("all_gather", 17, 16)
+    ([1, 1, 1, 1], [2, 3, 5, 9])
+    """
     rounds = p.bit_length() - 1
     if kind == "all_reduce":
         return [n_bytes] * rounds
+    if n_bytes <= 0:
+        return [0] * rounds
     if kind == "all_gather":
-        return [n_bytes * 2**r // p for r in range(rounds)]
-    return [n_bytes // 2 ** (r + 1) for r in range(rounds)]   # reduce-scatter
+        return [-(-n_bytes * 2**r // p) for r in range(rounds)]
+    return [-(-n_bytes // 2 ** (r + 1)) for r in range(rounds)]   # reduce-scatter
 
 
 def _direct_sizes(kind: str, chunk: list[int], n_bytes: int, p: int):

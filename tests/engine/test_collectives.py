@@ -114,3 +114,17 @@ def test_ring_order_follows_links():
     order = hyper.ring_order(range(8))
     assert sorted(order) == list(range(8))
     assert all(len(hyper.route(a, b)) == 1 for a, b in zip(order, order[1:] + order[:1], strict=True))
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("p, size", [(16, 1), (8, 7), (16, 17)])
+def test_a_tree_over_a_message_shorter_than_the_group_runs_every_round(kind, p, size):
+    # a member's share rounded down to 0 bytes skipped its round: a 1-byte all-gather over 16
+    # sockets cost nothing, and 17 bytes moved 240 link bytes where 255 are needed
+    result = CollectiveModel(mesh(p), SETUP).simulate(Collective(kind, size, p), "tree")
+    rounds = p.bit_length() - 1
+    assert result.transfers == rounds * p
+    lone = link_cycles(BW, LAT, CLOCK, 1, efficiency=EFF, setup_s=SETUP)
+    assert result.cycles >= rounds * lone
+    if kind == "all_gather":
+        assert result.link_bytes >= (p - 1) * size
