@@ -7,6 +7,13 @@ of the files) with 1, 2, ... workers of the process pool, and with ``--scheduler
 LocalCluster of as many workers (when Dask distributed is installed). Each figure is the best of
 ``--repeat`` sweeps; start-up is included, since every sweep pays it.
 
+What is measured: every sweep is cold. Each one runs in a fresh interpreter of its own (this script
+with ``--child``) with the disk cache of mapped kernels off (``SN40L_SIM_CACHE=off``), so no timing
+reuses the kernels an earlier one mapped, on disk or in memory (the one-worker sweep runs in the
+parent process, and a process pool forks from it): with a shared cache the sweeps after the first
+would mostly measure the warm-up they skip, not the workers. The wall time is taken around
+``run_points`` inside that interpreter, so the interpreter's start and imports are not in it.
+
 Goal: the runs are independent, so with N workers on N idle cores a sweep should go at least
 0.8 x N times as fast as with one worker (only the start-up and the collection of the records are
 serial). On a shared machine two more columns say how idle the cores were: the CPU seconds the
@@ -23,15 +30,21 @@ Numbers are printed, not asserted: the test suite has no timed assertions.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
 
-from sn40l_sim.study.sweep.load import load_sweep
-from sn40l_sim.study.sweep.run import run_points
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import positive_int  # noqa: E402
+
+from sn40l_sim.study.sweep.load import load_sweep  # noqa: E402
+from sn40l_sim.study.sweep.run import run_points  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: the fraction of linear speed-up the goal asks for
@@ -70,14 +83,26 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def best_seconds(path: Path, workers: int, scheduler: str | None, repeat: int) -> tuple[float, float]:
-    """The shortest wall time of ``repeat`` sweeps, and the CPU seconds that sweep used."""
+def one_sweep(path: Path, workers: int, scheduler: str | None) -> tuple[float, float]:
+    """Wall and CPU seconds of one sweep in this process (the ``--child`` side)."""
     sweep = load_sweep(path)
+    start, cpu = time.perf_counter(), cpu_seconds()
+    run_points(sweep, jobs=workers, progress=False, scheduler=scheduler)
+    return time.perf_counter() - start, cpu_seconds() - cpu
+
+
+def best_seconds(path: Path, workers: int, scheduler: str | None, repeat: int) -> tuple[float, float]:
+    """The shortest wall time of ``repeat`` cold sweeps, each in a fresh interpreter with the disk
+    cache off, and the CPU seconds that sweep used."""
+    env = dict(os.environ, SN40L_SIM_CACHE="off", PYTHONPATH=str(REPO))
     best = (float("inf"), 0.0)
     for _ in range(repeat):
-        start, cpu = time.perf_counter(), cpu_seconds()
-        run_points(sweep, jobs=workers, progress=False, scheduler=scheduler)
-        best = min(best, (time.perf_counter() - start, cpu_seconds() - cpu))
+        argv = [sys.executable, __file__, "--child", str(path), "--workers", str(workers)]
+        if scheduler:
+            argv += ["--scheduler", scheduler]
+        out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO, env=env)
+        wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+        best = min(best, (wall, cpu))
     return best
 
 
@@ -92,11 +117,16 @@ def have_dask() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--points", type=int, default=12)
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--workers", type=positive_int, nargs="+", default=[1, 2])
+    parser.add_argument("--points", type=positive_int, default=12)
+    parser.add_argument("--repeat", type=positive_int, default=1)
     parser.add_argument("--no-dask", action="store_true", help="only the process pool")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--scheduler", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one_sweep(args.child, args.workers[0], args.scheduler)))
+        return
     executors: list[tuple[str, str | None]] = [("process pool", None)]
     if not args.no_dask and have_dask():
         executors.append(("Dask LocalCluster", "local"))

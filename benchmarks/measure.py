@@ -17,6 +17,7 @@ session by :func:`warm_bytecode`. ``child_env(bytecode=False)`` measures the oth
 """
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
@@ -103,6 +104,29 @@ def simulator(args: list[str], *, cache: Path | str | None = None, check_status:
 def best(runs: list[Timed]) -> Timed:
     """The run of least CPU (the machine is shared: the least disturbed run)."""
     return min(runs, key=lambda t: t.cpu_s)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of repeats, workers, sockets, ...),
+    so that 0 or a negative is refused with one line rather than giving an empty or endless run."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a time limit in seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def print_figures(figures: list[tuple[str, object, str]]) -> None:
