@@ -12,7 +12,8 @@ and 405B at batch 1 on 16 sockets (``experiments/per_user_speed.yaml``); and
 ``experiments/llama8b_node8.yaml`` (batch 64 on 8 sockets). A curve is one point of a workload (KV
 policy, batch, prompt, model) and one of ``decode_step_s`` and ``prefill_s`` across the field's
 values; it rises where a faster value gives a longer time. The script prints every rising curve and
-a table of curves per field, and exits with status 1 if any rose. The figures are the simulator's:
+a table of curves per field, and exits with status 1 if any rose (2 on bad arguments or when a
+sweep it starts fails, so a failure never reads as a finding). The figures are the simulator's:
 nothing is read from a file of expected values.
 """
 from __future__ import annotations
@@ -95,12 +96,25 @@ def _rising(rows: list[dict], column: str, order: list[float]) -> list[str]:
     return found
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fields", nargs="+", choices=sorted(FIELDS), default=sorted(FIELDS))
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=_positive_int, default=2)
     parser.add_argument("--out", type=Path, default=Path("out") / "faster_machine")
     args = parser.parse_args(argv)
+    # the sweeps run from the repository root: a relative --out means the caller's folder, not the root's
+    args.out = args.out.resolve()
     rising = []
     for field in args.fields:
         path, values, kind = FIELDS[field]
@@ -112,9 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             experiment = out / "sweep.yaml"
             experiment.write_text(yaml.safe_dump(spec, sort_keys=False))
-            subprocess.run([sys.executable, "-m", "sn40l_sim", "sweep", str(experiment), "--out", str(out / "run"),
-                            "--jobs", str(args.jobs), "--quiet", "--no-plot"], cwd=REPO, check=True,
-                           stdout=subprocess.DEVNULL)
+            done = subprocess.run([sys.executable, "-m", "sn40l_sim", "sweep", str(experiment), "--out",
+                                   str(out / "run"), "--jobs", str(args.jobs), "--quiet", "--no-plot"], cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                # status 1 means "a curve rose": a sweep that failed must not look like one
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                print(f"error: the {field} sweep of {name} exited {done.returncode}: {last}", file=sys.stderr)
+                return 2
             with open(out / "run" / "results.csv", newline="") as f:
                 rows = list(csv.DictReader(f))
             found = _rising(rows, column, order)
