@@ -62,11 +62,22 @@ def shares(experiment: Path) -> list[tuple[str, str, float, float, float]]:
     return rows
 
 
+def _share(text: str) -> float:
+    """An argparse type: a share above 0 and at most 1 (NaN would compare false and pass everything)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share above 0 and at most 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", type=Path, default=REPO / "experiments" / "deepseek_tp16.yaml",
                         help="an experiment (a sweep's runs each count as a point); default: the main experiment")
-    parser.add_argument("--limit", type=float, default=LIMIT, help="largest share allowed (default 0.25)")
+    parser.add_argument("--limit", type=_share, default=LIMIT, help="largest share allowed (default 0.25)")
     args = parser.parse_args(argv)
     try:
         rows = shares(args.experiment)
