@@ -10,7 +10,9 @@ replaces.
 """
 from __future__ import annotations
 
+import argparse
 import csv
+import math
 import sys
 from pathlib import Path
 
@@ -23,9 +25,21 @@ HEADER = ("| model | prompt | policy | max batch | KV per socket (GiB) | decode 
           "| prefill overhead | store traffic per step (GB) | tokens kept | tokens attended | bits |")
 
 
+class TableError(ValueError):
+    """The CSV cannot give the table (missing, not a file, not kv_policies results, a bad value)."""
+
+
 def _number(row: dict[str, str], column: str) -> float:
     value = row.get(column, "")
-    return float(value) if value not in ("", None) else 0.0
+    if value in ("", None):
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        raise TableError(f"column {column!r}: expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise TableError(f"column {column!r}: expected a finite number, got {value!r}")
+    return number
 
 
 def _tiers(row: dict[str, str], use: str) -> dict[str, float]:
@@ -58,25 +72,42 @@ def line(row: dict[str, str]) -> str:
 
 def table(csv_path: str | Path) -> str:
     """The markdown table of every row of ``csv_path``, in file order (model, prompt, policy)."""
-    with open(csv_path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    missing = [c for c in ("policy_entry", "kv_retained_token_fraction") if rows and c not in rows[0]]
+    path = Path(csv_path)
+    if not path.is_file():
+        raise TableError(f"{path}: expected a results.csv file, "
+                         + ("found a folder" if path.is_dir() else "no such file"))
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TableError(f"{path}: expected a CSV file ({exc})") from None
+    missing = [c for c in ("model", "prefill_len", "policy_entry", "kv_retained_token_fraction")
+               if rows and c not in rows[0]]
     if not rows or missing:
-        raise SystemExit(f"{csv_path}: expected the results of experiments/kv_policies.yaml "
+        raise TableError(f"{path}: expected the results of experiments/kv_policies.yaml "
                          f"(report: {{extra_fields: [kv_policies]}}); missing {missing or 'rows'}")
-    rows.sort(key=lambda r: (r["model"], int(_number(r, "prefill_len"))))
+    try:
+        rows.sort(key=lambda r: (r["model"], int(_number(r, "prefill_len"))))
+        body = [line(r) for r in rows]
+    except TableError as exc:
+        raise TableError(f"{path}: {exc}") from None
     separator = "|" + "---|" * HEADER.count(" | ") + "---|"
-    return "\n".join([HEADER, separator] + [line(r) for r in rows]) + "\n"
+    return "\n".join([HEADER, separator] + body) + "\n"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Print the table, or with ``--readme`` replace it in README.md; returns the exit status."""
-    args = [a for a in argv if a != "--readme"]
-    if len(args) != 1:
-        print(__doc__, file=sys.stderr)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", type=Path, help="results.csv of a run of experiments/kv_policies.yaml")
+    parser.add_argument("--readme", action="store_true", help="rewrite the table in README.md instead of printing it")
+    args = parser.parse_args(argv)
+    try:
+        text = table(args.csv)
+    except TableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    text = table(args[0])
-    if "--readme" not in argv:
+    if not args.readme:
         print(text, end="")
         return 0
     readme = README.read_text(encoding="utf-8")
@@ -91,4 +122,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
