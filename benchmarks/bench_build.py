@@ -11,6 +11,7 @@ Figures for information: their goal is the main command's (``bench_run.py``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -18,7 +19,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from measure import child_env, warm_bytecode  # benchmarks/ is on sys.path (run as a script or by run_all.py)
+from measure import (  # benchmarks/ is on sys.path (run as a script or by run_all.py)
+    child_env,
+    existing_file,
+    warm_bytecode,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = "experiments/deepseek_tp16.yaml"
@@ -66,11 +71,19 @@ def goal_figures() -> list[tuple[str, object, str]]:
             (f"main experiment, {r['calls'].get('map', 0)} graphs mapped (cold), CPU s", r["cpu"].get("map", 0.0), "-")]
 
 
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--profile":
-        print(json.dumps(profile(sys.argv[2])))
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", nargs="?", type=existing_file, default=MAIN)
+    parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.profile:
+        print(json.dumps(profile(args.experiment)))
     else:
-        r = measure(sys.argv[1] if len(sys.argv) > 1 else MAIN)
+        r = measure(args.experiment)
         print(f"simulation (no outputs): {r['total']:.2f} s CPU")
         for name in ("build", "map"):
             print(f"  {name:6s} {r['calls'].get(name, 0):3d} calls  {r['cpu'].get(name, 0.0):6.2f} s CPU")
+
+
+if __name__ == "__main__":
+    main()

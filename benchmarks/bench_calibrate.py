@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import print_figures, simulator  # noqa: E402
+from measure import positive_float, print_figures, simulator  # noqa: E402
 
 #: stop a calibrate still running after this many seconds of wall time (run_all's default)
 TIMEOUT_S = 900.0
@@ -40,5 +40,5 @@ def goal_figures(timeout_s: float = TIMEOUT_S) -> list[tuple[str, object, str]]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    parser.add_argument("--timeout", type=positive_float, default=TIMEOUT_S)
     print_figures(goal_figures(parser.parse_args().timeout))

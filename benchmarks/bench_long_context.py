@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import child_env, print_figures, warm_bytecode  # noqa: E402
+from measure import child_env, positive_int, print_figures, warm_bytecode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "experiments" / "long_context_1m.yaml"
@@ -94,8 +94,8 @@ def goal_figures(repeat: int = 1, cores: int = 2) -> list[tuple[str, object, str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--repeat", type=positive_int, default=1)
+    parser.add_argument("--cores", type=positive_int, default=2)
     args = parser.parse_args()
     print_figures(goal_figures(args.repeat, args.cores))
 

@@ -27,7 +27,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import Timed, best, child_env, print_figures, simulator, warm_bytecode  # noqa: E402
+from measure import (  # noqa: E402
+    Timed,
+    best,
+    child_env,
+    existing_file,
+    positive_int,
+    print_figures,
+    simulator,
+    warm_bytecode,
+)  # noqa: E402
 
 MAIN = "experiments/deepseek_tp16.yaml"
 
@@ -88,8 +97,8 @@ def goal_figures() -> list[tuple[str, object, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("experiments", nargs="*", default=[MAIN])
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("experiments", nargs="*", type=existing_file, default=[MAIN])
+    parser.add_argument("--repeat", type=positive_int, default=1)
     args = parser.parse_args()
     for experiment in args.experiments:
         print_figures(figures_of(experiment, args.repeat))

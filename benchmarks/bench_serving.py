@@ -35,6 +35,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import positive_int  # noqa: E402
 
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate  # noqa: E402
@@ -91,7 +94,7 @@ def goal_figures(repeat: int = 1, reference: bool = False) -> list[tuple[str, fl
 def main(argv: list[str] | None = None) -> int:
     """Print the figures beside their goal."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--reference", action="store_true", help="also time the step-by-step loop")
     args = parser.parse_args(argv)
     for what, figure, goal in goal_figures(args.repeat, args.reference):

@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure import child_env  # benchmarks/ is on sys.path (run as a script or by run_all.py)
+from measure import child_env, positive_int  # benchmarks/ is on sys.path (run as a script or by run_all.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = ROOT / "experiments" / "deepseek_tp16.yaml"
@@ -131,7 +131,7 @@ def goal_figures(cases: tuple[tuple[int, str], ...] = CASES) -> list[tuple[str, 
 def main() -> None:
     """Print one row per node size and topology."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sockets", type=int, nargs="+", default=list(SOCKETS))
+    parser.add_argument("--sockets", type=positive_int, nargs="+", default=list(SOCKETS))
     parser.add_argument("--topology", nargs="+", default=["full_mesh"], choices=["full_mesh", "ring", "torus2d"])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

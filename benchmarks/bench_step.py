@@ -28,7 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from measure import child_env, warm_bytecode  # benchmarks/ is on sys.path (run as a script or by run_all.py)
+from measure import (  # benchmarks/ is on sys.path (run as a script or by run_all.py)
+    child_env,
+    existing_file,
+    warm_bytecode,
+)
 
 CASES = [
     ("decode batch 16, kv 131072, full", "full", {}, "decode", 16, 131072),
@@ -101,8 +105,8 @@ def goal_figures() -> list[tuple[str, object, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hardware", default="hw_configs/sn40l_node16.yaml")
-    parser.add_argument("--model", default="graphs/deepseek_r1.yaml")
+    parser.add_argument("--hardware", type=existing_file, default="hw_configs/sn40l_node16.yaml")
+    parser.add_argument("--model", type=existing_file, default="graphs/deepseek_r1.yaml")
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case is not None:

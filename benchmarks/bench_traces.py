@@ -16,6 +16,7 @@ times the serving loop alone against its goal.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -41,4 +42,6 @@ def goal_figures() -> list[tuple[str, object, str]]:
 
 
 if __name__ == "__main__":
+    # no options: argparse still answers --help and refuses a stray argument
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print_figures(goal_figures())

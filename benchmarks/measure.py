@@ -129,6 +129,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def existing_file(text: str) -> str:
+    """An argparse type: a file that exists, as given from this folder or from the repository root
+    (the children run from the root), returned as an absolute path; a missing one is refused in
+    one line here rather than by a child's traceback."""
+    for base in (Path.cwd(), ROOT):
+        path = (base / text).resolve()
+        if path.is_file():
+            return str(path)
+    raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
+
+
 def print_figures(figures: list[tuple[str, object, str]]) -> None:
     """Print a benchmark's figures as ``what: figure (goal ...)`` lines."""
     for what, figure, goal in figures:

@@ -67,8 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME")
     parser.add_argument("--skip", nargs="*", default=[], metavar="NAME")
     args = parser.parse_args(argv)
+    known = discover()
+    unknown = sorted((set(args.only or []) | set(args.skip)) - set(known))
+    if unknown:
+        parser.error(f"argument --only/--skip: unknown benchmark(s) {', '.join(unknown)}; "
+                     f"expected one of {', '.join(known)}")
     rows: list[tuple[str, str, str, str, str]] = []
-    for name, path in discover().items():
+    for name, path in known.items():
         if (args.only is not None and name not in args.only) or name in args.skip:
             continue
         start = time.perf_counter()
