@@ -5,6 +5,7 @@ generated and committed without outputs. ``tests/test_notebooks.py`` executes th
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -483,7 +484,10 @@ def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
 
 def main(argv: list[str] | None = None) -> int:
     """Write every notebook (or check that the files are up to date with ``--check``)."""
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    # argparse, so that a typo of --check is refused rather than taken as "write the notebooks"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a committed notebook is out of date")
+    check = parser.parse_args(argv).check
     stale = []
     for name, cells in NOTEBOOKS.items():
         text = nbformat.writes(build(cells)) + "\n"

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -15,7 +16,10 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "results.md"
 
 def main(argv: list[str] | None = None) -> int:
     """Write the page (or, with ``--check``, compare it); returns the exit status."""
-    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    # argparse, so that a typo of --check is refused rather than taken as "write the page"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed page is out of date")
+    check = parser.parse_args(argv).check
     text = render()
     current = PAGE.read_text(encoding="utf-8") if PAGE.is_file() else None
     if check:
