@@ -12,6 +12,7 @@ moves the numbers (calibration, unit models).
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import os
 import sys
@@ -94,13 +95,16 @@ def render_kv_policies() -> Path:
     return FIGURES / f"{next(iter(KV_POLICY_MODELS.values()))}.png"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     extra = {"sweep": render_sweep, "kv_policies_pareto": render_kv_policies}
-    names = argv or [*CHOSEN, *extra]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog=f"figures: {', '.join([*CHOSEN, *extra])} (default: all)")
+    parser.add_argument("names", nargs="*", metavar="FIGURE", help="the figures to render")
+    names = parser.parse_args(argv).names or [*CHOSEN, *extra]
     unknown = [n for n in names if n not in CHOSEN and n not in extra]
     if unknown:
-        print(f"unknown figure(s) {unknown}; choose from {[*CHOSEN, *extra]}", file=sys.stderr)
-        return 2
+        parser.error(f"argument FIGURE: unknown figure(s) {', '.join(unknown)}; "
+                     f"expected one of {', '.join([*CHOSEN, *extra])}")
     for name in names:
         path = extra[name]() if name in extra else render(name)
         print(f"wrote {path.relative_to(REPO)}")
@@ -108,4 +112,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
