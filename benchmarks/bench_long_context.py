@@ -4,9 +4,8 @@ DeepSeek-R1's long-context variant (maximum context raised to 1,048,576 tokens t
 ``model_overrides``) serving 1M-token prompts with SnapStream on 16-socket nodes. The simulated time
 grows with the prompt (causal attention is quadratic); the wall time should not: the graphs have the
 same kernels at every length, only their sizes change. So the same experiment is also run at a 128K
-prompt, and the goal is a 1M run within 1.5x of it. The prefill node's resident activations per
-socket are printed from ``results.json`` beside the 328 GiB that counting FlashAttention's streamed
-K/V re-reads as memory used to give.
+prompt, and the goal is a 1M run within 1.5x of it. The prefill node's resident activations and KV
+cache per socket (GiB) are printed too, read from ``results.json``, for information.
 
 Run from the repository root::
 

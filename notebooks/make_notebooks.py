@@ -330,7 +330,9 @@ import textwrap
 from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.run import run_points
 
-folder = Path(tempfile.mkdtemp())
+# a folder of its own for the two sweep files, removed once they are loaded and run
+workdir = tempfile.TemporaryDirectory()
+folder = Path(workdir.name)
 head = f"""\\
 base: {REPO / "experiments" / "deepseek_tp16.yaml"}
 hardware: {exp.resolve(spec.hardware)}
@@ -363,7 +365,8 @@ for name in ("sockets", "capacity"):
     if QUICK:   # the two ends of each sweep
         sweep = dataclasses.replace(sweep, points=[sweep.points[0], sweep.points[-1]])
     swept[name] = run_points(sweep, jobs=1, progress=False)
-    print(f"{name}: {len(swept[name])} records; did not fit: {[n for n, _ in swept[name].skipped]}")'''),
+    print(f"{name}: {len(swept[name])} records; did not fit: {[n for n, _ in swept[name].skipped]}")
+workdir.cleanup()'''),
     ("code", '''\
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
 for ax, (name, axis, unit, scale) in zip(axes, [("sockets", "sockets", "sockets per node", 1),
@@ -380,6 +383,7 @@ for ax, (name, axis, unit, scale) in zip(axes, [("sockets", "sockets", "sockets 
     ax.grid(alpha=0.3)
     ax.legend()
 axes[0].set_ylabel(f"decode tokens/s per node (reported, x{MTP:.3g})")
+axes[1].set_ylabel(f"decode tokens/s per node (reported, x{MTP:.3g})")
 axes[0].set_title("sockets per node (TP = sockets)")
 axes[1].set_title("HBM capacity per socket (16 sockets)")
 plt.show()'''),
@@ -434,9 +438,10 @@ else:  # the same comparison from the records directly
     ("md", """\
 ## Table 4: kernel shares of a prefill MoE layer, and Table 5: decode
 
-Left: the share of each kernel, measured and simulated (percentage points apart). Right: decode at
-128K prompts, reported tokens/s and maximum batch; the held-back rows (64K and 32K prompts) are
-predictions only."""),
+Left: the share of each kernel, measured and simulated (percentage points apart). Right: the six
+decode tokens/s cells of Table 5 (reported tokens/s per node, at 128K, 64K and 32K prompts),
+measured beside simulated; a held-back cell has no measured bar, is annotated "held back" and shows
+the simulator's prediction only. The maximum batches are printed below the plot, not drawn."""),
     ("code", '''\
 shares = [(m, s) for m, s in rows if m["quantity"] == "prefill_kernel_share"]
 decode = [(m, s) for m, s in rows if m["quantity"] == "decode_tokens_per_s_reported"]

@@ -3,7 +3,7 @@
     python scripts/render_figures.py            # the notebooks and the two sweeps, ~4 minutes on 2 cores
     python scripts/render_figures.py validation # one of them
     python scripts/render_figures.py sweep      # experiments/deepseek_sweep.yaml's plot only
-    python scripts/render_figures.py kv_policies_pareto   # experiments/kv_policies.yaml (~1 minute):
+    python scripts/render_figures.py kv_policies_pareto   # experiments/kv_policies.yaml (~15 s):
                                                 # its Pareto plots and the README's table
 
 The figures are the notebooks' own outputs (nbclient, working directory notebooks/), so they show
