@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENT = ROOT / "experiments" / "deepseek_tp16.yaml"
 SOCKET_FILE = ROOT / "hw_configs" / "sn40l.yaml"
 GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main command's scale)
+GOAL_SOCKETS = 64   # the node size the goal is on
 SOCKETS = (16, 32, 64)
 #: the node sizes and topologies of ``run_all.py``'s rows: full meshes of each size, then the
 #: 64-socket ring and 2-D torus (about 8 and 9 CPU s, their collectives' flows in the fluid network)
@@ -118,11 +119,10 @@ def goal_figures(cases: tuple[tuple[int, str], ...] = CASES) -> list[tuple[str, 
     """Rows ``(what, figure, goal)`` for ``benchmarks/run_all.py``: CPU seconds of each node's run
     and of its collectives; the goal is on the 64-socket nodes' runs."""
     rows: list[tuple[str, object, str]] = []
-    largest = max(p for p, _ in cases)
     for p, topology in cases:
         r = measure(p, topology)
         rows.append((f"main experiment on a {_node(p, topology)}, CPU s", round(r["cpu_s"], 2),
-                     f"<= {GOAL_S:.0f} s" if p == largest else "-"))
+                     f"<= {GOAL_S:.0f} s" if p == GOAL_SOCKETS else "-"))
         rows.append((f"  of which collectives ({r['scheduled']} scheduled, {r['simulated']} simulated), CPU s",
                      round(r["collectives_s"], 3), "-"))
     return rows
@@ -143,7 +143,8 @@ def main() -> None:
     for topology in args.topology:
         for p in args.sockets:
             r = measure(p, topology)
-            goal = f"<= {GOAL_S:.0f} s" if p == max(args.sockets) else ""
+            # the goal is the 64-socket node's: a smaller largest count given is not held to it
+            goal = f"<= {GOAL_S:.0f} s" if p == GOAL_SOCKETS else ""
             print(f"{p:>7}  {topology:>9}  {r['cpu_s']:>9.1f}  {r['wall_s']:>7.1f}  {r['collectives_s']:>13.2f}  "
                   f"{r['scheduled']:>9}  {r['simulated']:>9}  {goal}", flush=True)
 
