@@ -47,6 +47,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sn40l_sim.commands import cli  # noqa: E402
+from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
 from sn40l_sim.models import template  # noqa: E402
 from sn40l_sim.yamlio import parse_yaml  # noqa: E402
 
@@ -431,21 +432,10 @@ def summary(results: list[Result], title: str) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (``--cases 0`` would never reach its count)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the cases, print the tables (and the worst cases), optionally write them to a file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=_positive_int, default=10000, help="mutants through check (default: %(default)s)")
+    parser.add_argument("--cases", type=positive_int, default=10000, help="mutants through check (default: %(default)s)")
     parser.add_argument("--run", type=int, default=0, metavar="N",
                         help="also put N of the experiment mutants check accepted through run")
     parser.add_argument("--seed", type=int, default=17)

@@ -28,6 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:   # a checkout run without installing the package
+    sys.path.insert(0, str(ROOT))
+# the argument types the benchmarks take, shared with the scripts (re-exported for them)
+from sn40l_sim.commands.argtypes import positive_float, positive_int  # noqa: E402
+
+__all__ = ["positive_float", "positive_int"]
 #: the variable naming the cache of mapped kernels (sn40l_sim/mapper/disk_cache.py)
 CACHE_ENV = "SN40L_SIM_CACHE"
 #: where the children's bytecode lives (outside the repository; any edit invalidates a module's own)
@@ -104,29 +110,6 @@ def simulator(args: list[str], *, cache: Path | str | None = None, check_status:
 def best(runs: list[Timed]) -> Timed:
     """The run of least CPU (the machine is shared: the least disturbed run)."""
     return min(runs, key=lambda t: t.cpu_s)
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a count of repeats, workers, sockets, ...),
-    so that 0 or a negative is refused with one line rather than giving an empty or endless run."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number above 0 (a time limit in seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def existing_file(text: str) -> str:

@@ -28,6 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
 from sn40l_sim.quantities import parse_quantity  # noqa: E402
 
 #: field -> (path under hardware.socket, values from slower to faster, quantity kind)
@@ -96,21 +97,10 @@ def _rising(rows: list[dict], column: str, order: list[float]) -> list[str]:
     return found
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fields", nargs="+", choices=sorted(FIELDS), default=sorted(FIELDS))
-    parser.add_argument("--jobs", type=_positive_int, default=2)
+    parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--out", type=Path, default=Path("out") / "faster_machine")
     args = parser.parse_args(argv)
     # the sweeps run from the repository root: a relative --out means the caller's folder, not the root's
