@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.engine.trace import TraceEvent
-from sn40l_sim.report.chrome_trace import build_trace, phase_events, write_trace
+from sn40l_sim.report.chrome_trace import _lay_out, _x, build_trace, phase_events, write_trace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,8 +141,6 @@ def test_overlapping_events_get_a_second_row_and_a_phase_alone_writes(tmp_path, 
 def test_events_that_follow_each_other_share_a_row():
     # rounding a start and a length apart made an event end a nanosecond after the next began,
     # and the layout then drew back-to-back prefills and decode steps on a second row
-    from sn40l_sim.report.chrome_trace import _lay_out, _x
-
     clock, starts = 1.6e9, [1_668_375_558, 2_530_801_106, 3_823_150_824, 4_356_120_198, 5_174_197_399]
     events = [_x(f"step {i}", "decode_step", 1, a, b - a, clock, {}) for i, (a, b) in enumerate(pairwise(starts))]
     assert all(round(e["ts"] + e["dur"], 3) == n["ts"] for e, n in pairwise(events))

@@ -7,6 +7,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
@@ -16,6 +17,7 @@ from serving_doubles import DECODE, PREFILL, FakePlacer, fixed_costs, r1_model  
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.report.fields import RESULTS  # noqa: E402
+from sn40l_sim.report.metrics import kv_occupancy  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402
 from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
@@ -122,10 +124,6 @@ def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
 def test_kv_occupancy_mean_is_weighted_by_step_time():
     # two steps of one node, 10 and 30 cycles, holding 100 and 300 B of a 1,000 B reservation: the
     # time-weighted mean is 250 B (an unweighted one would be 200)
-    from types import SimpleNamespace as NS
-
-    from sn40l_sim.report.metrics import kv_occupancy
-
     steps = [NS(node=0, start=0, end=10, kv_bytes=100, slots_in_use=1),
              NS(node=0, start=10, end=40, kv_bytes=300, slots_in_use=2)]
     occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=1000), steps=steps), clock_hz=10.0)
