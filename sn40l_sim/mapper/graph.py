@@ -35,13 +35,8 @@ from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
 from sn40l_sim.mapper import disk_cache, division
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.calls import as_called
-from sn40l_sim.mapper.kernel import (
-    LONE_CALL,
-    UNMAPPED_CALIBRATED,
-    LoopContext,
-    map_kernel,
-    socket_key,
-)
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+from sn40l_sim.mapper.keys import UNMAPPED_CALIBRATED, socket_key
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
@@ -53,8 +48,8 @@ from sn40l_sim.mapper.stages import TierSplit
 _MEMO_SIZE = 4096
 _memo: dict[tuple[str, FusedKernel, TierSplit, LoopContext, UnitBudget], PlacedKernel] = {}
 def mapping_key(socket: SocketSpec) -> str:
-    """The socket as the mapper sees it: its JSON, less :data:`~.kernel.UNMAPPED_CALIBRATED`,
-    :data:`~.kernel.UNMAPPED_PARTS` and the tiers' capacities (:func:`~.kernel.socket_key`)."""
+    """The socket as the mapper sees it: its JSON, less :data:`~.keys.UNMAPPED_CALIBRATED`,
+    :data:`~.keys.UNMAPPED_PARTS` and the tiers' capacities (:func:`~.keys.socket_key`)."""
     return socket_key(socket, UNMAPPED_CALIBRATED)
 
 

@@ -4,6 +4,8 @@ A section's memos (:mod:`.planning`, :mod:`.stages`) are keyed on its operators,
 tuple of operators hashes every field of every one (20 us for a 25-operator section) each time a
 memo is asked, thousands of times per kernel. :func:`operators_key` gives a key hashed once, and
 :class:`IdentityMemo` memoises what is computed from a shared object by that object's identity.
+:func:`socket_key` is a socket as the mapper reads it, so that sockets differing only in what no
+mapping reads share its memos.
 
 Examples
 --------
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
 
+    from sn40l_sim.hardware.spec import SocketSpec
     from sn40l_sim.ir import Operator
 
 
@@ -150,3 +153,31 @@ def clear_operators_keys() -> None:
     """Forget every operator sequence's key."""
     _operators_memo.clear()
     _interned.clear()
+
+
+#: calibrated values of a socket the mapper never reads (the engine's collectives and the serving
+#: model's transfers do): sockets that differ only in them map every kernel alike
+UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
+#: and the one a section's plan does not read either: the configuration load rate only prices the
+#: plans against each other (:func:`~sn40l_sim.mapper.kernel._plan_kernel`), so a calibration pass that moves it re-prices
+#: the memoised section plans instead of planning them again
+UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
+#: parts of a socket no mapping reads: the P2P ports, the TLN and the die-to-die interface (the
+#: engine's links and collectives), the published totals (the loader checks them) and each memory
+#: tier's capacity and reservation (the memory placer's, :mod:`.memory`; a kernel is mapped onto the
+#: tiers it is given). A sweep over link speeds, socket counts or HBM sizes maps each kernel once.
+UNMAPPED_PARTS = ("p2p", "tln", "die_to_die", "stated")
+UNMAPPED_TIER_FIELDS = ("capacity_bytes_per_unit", "reserved_bytes")
+
+
+def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
+    """The socket's JSON as the mapper reads it: :data:`UNMAPPED_PARTS` and the tiers'
+    :data:`UNMAPPED_TIER_FIELDS` left out, and the calibrated values ``leave_out`` names set to 0
+    (values a computation does not read, so that sockets differing only in them share its results;
+    ``tests/mapper/test_mapper_cache.py`` maps kernels on sockets that differ in each of them)."""
+    unread = dict.fromkeys(leave_out, 0.0)
+    tiers = {name: tier.model_copy(update=dict.fromkeys(UNMAPPED_TIER_FIELDS, 0))
+             for name, tier in socket.memory.items()}
+    update = {"calibrated": socket.calibrated.model_copy(update=unread), "memory": tiers,
+              **dict.fromkeys(UNMAPPED_PARTS)}
+    return socket.model_copy(update=update).model_dump_json()

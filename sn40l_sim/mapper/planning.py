@@ -61,7 +61,7 @@ def clear_section_memo() -> None:
 def _key(planned: str, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,
          spill_out: int, budget: UnitBudget) -> tuple | None:
     """A section's memo key; None (nothing memoised) without ``planned``, the socket as planned
-    (:func:`~sn40l_sim.mapper.kernel.socket_key`)."""
+    (:func:`~sn40l_sim.mapper.keys.socket_key`)."""
     if not planned:
         return None
     return (planned, operators_key(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)

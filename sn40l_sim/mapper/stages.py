@@ -305,7 +305,7 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     budget : UnitBudget
         The GEMM dataflows and cuts the tiling may choose from.
     socket_key : str
-        The socket as the mapper sees it (:func:`~sn40l_sim.mapper.kernel.socket_key`): when
+        The socket as the mapper sees it (:func:`~sn40l_sim.mapper.keys.socket_key`): when
         given, operator tilings are memoised under it.
     """
     eff = socket.calibrated.systolic_efficiency

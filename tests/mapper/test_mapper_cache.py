@@ -9,7 +9,8 @@ from conftest import deepseek_graph, distinct_kernels
 import sn40l_sim.mapper.graph as graph_mod
 from sn40l_sim.hardware.loader import with_overrides
 from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel, planning
-from sn40l_sim.mapper.graph import UNMAPPED_CALIBRATED, clear_memo, mapping_key
+from sn40l_sim.mapper.graph import clear_memo, mapping_key
+from sn40l_sim.mapper.keys import UNMAPPED_CALIBRATED, UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.work import GemmWork
 
 
@@ -76,7 +77,7 @@ def test_calibrated_values_the_mapper_never_reads_leave_the_mapping_alone(node):
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_parts_of_a_socket_the_mapper_never_reads_leave_the_mapping_alone(node, phase):
-    # links, published totals and memory sizes are left out of the mapping key (kernel.UNMAPPED_PARTS):
+    # links, published totals and memory sizes are left out of the mapping key (keys.UNMAPPED_PARTS):
     # a cold mapping on a socket that differs in every one of them must be the same, kernel for kernel
     graph = deepseek_graph(phase, kv_len=32768, batch=8) if phase == "decode" else deepseek_graph("prefill")
     socket = node.socket
@@ -168,7 +169,7 @@ def _exhaustive_best_plan(socket, kernel, tiers, loop):
     choices = NO_LIMITS.tiles_for(figures.tiles(socket))
     ranges = split_sections(socket, kernel.operators, max(choices), kernel.name, NO_LIMITS)
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
-    planned = kernel_mod.socket_key(socket, kernel_mod.UNPLANNED_CALIBRATED)
+    planned = socket_key(socket, UNPLANNED_CALIBRATED)
     best = None
     for chip_tiles in choices:
         with pytest.MonkeyPatch.context() as patch:

@@ -21,6 +21,7 @@ from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.mapper.budget import NO_LIMITS
 from sn40l_sim.mapper.kernel import LoopContext, best_plan
+from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.models.builder import build_graph
@@ -40,7 +41,7 @@ def _every_plan(socket, kernel, tiers, loop):
     for chip_tiles in NO_LIMITS.tiles_for(4):
         ranges = split_sections(socket, kernel.operators, 4, kernel.name, NO_LIMITS)
         spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
-        planned = kernel_mod.socket_key(socket, kernel_mod.UNPLANNED_CALIBRATED)
+        planned = socket_key(socket, UNPLANNED_CALIBRATED)
         for budget in [NO_LIMITS] + [replace(NO_LIMITS, dataflows=(d,)) for d in NO_LIMITS.dataflows]:
             for n_tiles in kernel_mod._candidate_tiles(socket, kernel):
                 plan = kernel_mod._plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,

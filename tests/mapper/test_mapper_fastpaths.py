@@ -10,7 +10,7 @@ import sn40l_sim.mapper.stages as stages_mod
 from sn40l_sim.mapper import disk_cache, map_kernel, planning
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.graph import clear_memo
-from sn40l_sim.mapper.kernel import UNPLANNED_CALIBRATED, socket_key
+from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.stages import TierSplit, section_stages
 
 KERNELS = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
