@@ -56,6 +56,7 @@ from sn40l_sim.study.points import (
     make_point_model,
     make_point_policy,
     points,
+    warn_idle_sockets,
     warn_unfilled_slots,
 )
 
@@ -379,5 +380,8 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         if hardware_overrides:
             prefill_node = with_overrides(prefill_node, hardware_overrides)
         memory_order(experiment, prefill_node)
+    for phase, phase_node in (("prefill", prefill_node or node), ("decode", node)):
+        warn_idle_sockets(experiment, phase, plan_of(getattr(spec.parallel, phase)).sockets, phase_node.sockets,
+                          phase_node.name)
     return Assembly(experiment, node, model, graph_template=load_graph_template(experiment, model),
                     prefill_node=prefill_node)

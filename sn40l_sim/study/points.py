@@ -149,6 +149,17 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
                       "costs less)", stacklevel=2)
 
 
+def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_sockets: int, node_name: str) -> None:
+    """Warn when a phase's plan uses fewer of the node's sockets than it has: the others stay idle,
+    so a sweep over the node's sockets with a fixed plan reads as "no gain from more sockets"."""
+    if plan_sockets < node_sockets:
+        file, line = exp.doc.where(("parallel", phase))
+        where = f"{file}:{line}: " if line is not None else f"{file}: "
+        warnings.warn(f"{where}parallel.{phase}: the plan uses {plan_sockets} of the {node_sockets} sockets of "
+                      f"{node_name}; the other {node_sockets - plan_sockets} stay idle (raise tp or attention_dp "
+                      f"to {node_sockets} to use them)", stacklevel=2)
+
+
 def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
     """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
     file, line = exp.doc.where(("policies", point.policy_index) + inner)

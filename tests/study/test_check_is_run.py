@@ -236,6 +236,23 @@ def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
         assert main(["check", str(path)]) == 0
 
 
+def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
+    # the 8-socket plan on the 16-socket node: the same numbers as on 8 sockets, said so
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml"))
+    with pytest.warns(UserWarning) as caught:
+        assert main(["check", str(path)]) == 0
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and all("the other 8 stay idle" in m for m in messages)
+    assert messages[0].startswith(f"{path}:12: parallel.prefill: the plan uses 8 of the 16 sockets of SN40L-16")
+    assert "e.yaml:13: parallel.decode:" in messages[1]
+    # the plan on its own node: no warning
+    path.write_text(LLAMA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["check", str(path)]) == 0
+
+
 def test_describe_names_every_file_an_experiment_reads(capsys):
     assert main(["describe", str(REPO / "experiments" / "multi_model.yaml")]) == 0
     out = capsys.readouterr().out
