@@ -9,7 +9,9 @@ Each kernel's interval is split into
 - ``pipeline_fill``: the pipeline fill before the first tile,
 - streaming time bounded by memory (a chunk whose memory stage finished after its compute),
   shared out in proportion to the kernel's bytes by use: ``weights_streaming``, ``kv_reads``
-  (KV-cache reads and writes), ``activations``,
+  (KV-cache reads and writes), ``activations`` (each use's bytes weighted by the time a byte takes
+  in the tiers holding it, when the uses live in tiers of different speeds:
+  :attr:`~sn40l_sim.engine.phase.PhaseTiming.byte_seconds`),
 - streaming time bounded by compute, shared out in proportion to FLOPs: ``attention_compute``
   (scores, softmax, weighted values) and ``other_compute`` (projections, experts, ...),
 - ``collectives``: time after the compute finished waiting for the kernel's collectives, and, in
@@ -25,14 +27,19 @@ from __future__ import annotations
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.mapper.stages import TierSplit
 
+#: the uses of ``PhaseTiming.byte_seconds``, in the order of the categories they are charged to
+USES = ("weights", "kv", "activations")
 CATEGORIES = ("weights_streaming", "kv_reads", "activations", "attention_compute", "other_compute",
               "collectives", "launch", "synchronisation", "configuration", "pipeline_fill", "idle")
 
 
-def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None) -> dict[str, float]:
+def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None,
+                     byte_seconds: dict[str, float] | None = None) -> dict[str, float]:
     """Cycles of one kernel by cause (see the module docstring), up to ``end_cycle`` (default its
-    end; a loop iteration followed by the next ends where its tiles do); sums to that span."""
+    end; a loop iteration followed by the next ends where its tiles do); sums to that span.
+    ``byte_seconds``: the seconds a byte of each use takes where it lives (default: alike)."""
     end = k.end_cycle if end_cycle is None else end_cycle
     out = dict.fromkeys(CATEGORIES, 0.0)
     out["launch"] += k.launch_cycles
@@ -41,6 +48,9 @@ def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None) -> dict[str,
     out["pipeline_fill"] += k.fill_cycles
     out["collectives"] += max(0, end - k.stream_end_cycle) + k.gate_cycles
     by_use = {"weights_streaming": k.weight_bytes, "kv_reads": k.kv_bytes, "activations": k.activation_bytes}
+    if byte_seconds:
+        # a stream from a slow tier holds the kernel longer per byte than one from a fast tier
+        by_use = {cat: n * byte_seconds[use] for (cat, n), use in zip(by_use.items(), USES, strict=True)}
     used = sum(by_use.values())
     for cat, n in by_use.items():
         share = n / used if used else (1.0 if cat == "activations" else 0.0)
@@ -54,11 +64,35 @@ def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None) -> dict[str,
     return out
 
 
+def byte_seconds(socket: SocketSpec, split: TierSplit) -> tuple[tuple[str, float], ...]:
+    """Seconds one byte of each use takes at the achievable bandwidths of the tiers ``split`` puts
+    it in (:attr:`~sn40l_sim.engine.phase.PhaseTiming.byte_seconds`); empty when every use takes
+    the same, as when everything lives in one tier (the breakdown then shares by bytes).
+
+    >>> from types import SimpleNamespace as NS
+    >>> socket = NS(dies=1, memory={"hbm": NS(units_per_die=1, bytes_per_s_per_unit=1e12, efficiency=1.0),
+    ...                             "ddr": NS(units_per_die=1, bytes_per_s_per_unit=1e11, efficiency=1.0)})
+    >>> [(use, round(s * 1e12, 3)) for use, s in byte_seconds(socket, TierSplit((("hbm", 0.5), ("ddr", 0.5)),
+    ...                                                                        (("hbm", 1.0),), "hbm"))]
+    [('weights', 5.5), ('kv', 1.0), ('activations', 1.0)]
+    >>> byte_seconds(socket, TierSplit.all_in("ddr"))
+    ()
+    """
+    def per_byte(shares: tuple[tuple[str, float], ...]) -> float:
+        return sum(share / (figures.memory_bytes_per_s(socket, tier) * socket.memory[tier].efficiency)
+                   for tier, share in shares)
+
+    out = ((USES[0], per_byte(split.weights)), (USES[1], per_byte(split.kv)),
+           (USES[2], per_byte(((split.activations, 1.0),))))
+    return () if len({s for _, s in out}) == 1 else out
+
+
 def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
     """Cycles of ``timing`` by cause, over all kernels and the gaps between them."""
     out = dict.fromkeys(CATEGORIES, 0.0)
     cursor = 0
     kernels = timing.kernels
+    byte_seconds = dict(timing.byte_seconds)
     for i, k in sorted(enumerate(kernels), key=lambda ik: (ik[1].start_cycle, ik[1].end_cycle)):
         if k.start_cycle > cursor:
             out["idle"] += k.start_cycle - cursor
@@ -70,7 +104,7 @@ def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
         # other kernels only overlap on the socket when one waits for its collectives while the
         # next, independent one computes; count each cycle once
         overlap = max(0, cursor - k.start_cycle)
-        parts = kernel_breakdown(k, end)
+        parts = kernel_breakdown(k, end, byte_seconds)
         scale = (span - min(overlap, span)) / span if span else 0.0
         for cat, v in parts.items():
             out[cat] += v * scale

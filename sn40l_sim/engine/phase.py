@@ -110,6 +110,11 @@ class PhaseTiming:
         Configuration loads the phase pays on top of ``cycles`` when the node ran another graph
         just before (:attr:`~sn40l_sim.engine.run_graph.GraphRun.switch_load_cycles`): the serving
         loop charges them where a co-located node switches between prefill and decode.
+    byte_seconds : tuple of (str, float)
+        Seconds one byte of each use (``weights``, ``kv``, ``activations``) takes at the achievable
+        bandwidths of the tiers holding it, when the uses live in tiers of different speeds (the
+        breakdown shares memory-bound time by these times, not bytes); empty when every use lives
+        in one tier.
     """
 
     phase: str
@@ -128,6 +133,7 @@ class PhaseTiming:
     events: tuple[TraceEvent, ...]
     kernels: tuple[KernelTiming, ...]
     switch_load_cycles: int = 0
+    byte_seconds: tuple[tuple[str, float], ...] = ()
 
     def layer_shares(self) -> dict[str, float]:
         """Fraction of the representative layer's time per kernel kind."""
@@ -214,8 +220,8 @@ def socket_cycles(kernels: Sequence[KernelTiming]) -> list[int]:
 
 
 def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_len: int,
-                 clock_hz: float) -> PhaseTiming:
-    """Summarise a graph run as a :class:`PhaseTiming`."""
+                 clock_hz: float, byte_seconds: tuple[tuple[str, float], ...] = ()) -> PhaseTiming:
+    """Summarise a graph run as a :class:`PhaseTiming` (``byte_seconds`` as there)."""
     # the layers of a model share their kernels' operator tuples: sum each tuple once (keyed by
     # its identity, alive in the records for the whole call)
     sums: dict[int, tuple[int, int, int, int, int]] = {}
@@ -244,5 +250,5 @@ def phase_timing(run: GraphRun, *, phase: str, batch: int, prompt_len: int, kv_l
         layer=layer, layer_cycles=dict(in_layer),
         resource_busy_cycles=dict(run.busy_cycles), tier_bytes=dict(run.tier_bytes),
         link_bytes=dict(run.link_bytes), events=run.events, kernels=kernels,
-        switch_load_cycles=run.switch_load_cycles,
+        switch_load_cycles=run.switch_load_cycles, byte_seconds=byte_seconds,
     )

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from sn40l_sim.engine.breakdown import byte_seconds
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.phase import PhaseTiming, phase_timing
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
@@ -202,7 +203,8 @@ class StepTimer:
         if timing is None:
             run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
             timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
-                                  kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz)
+                                  kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz,
+                                  byte_seconds=byte_seconds(self.node.socket, split) if split else ())
             if text:
                 disk_cache.store("step", text, timing)
         self._memo[key] = timing

@@ -129,3 +129,42 @@ def test_steps_stream_from_the_tiers_the_placement_chose():
     slow = t.decode_step(1, 65536, memory=offloaded)
     assert slow.cycles > default.cycles and slow.tier_bytes["ddr"] > 0 == default.tier_bytes["ddr"]
     assert t.stats["decode_runs"] == 2
+
+
+def test_the_breakdown_charges_a_slow_tier_for_the_time_its_bytes_take():
+    """KV in DDR and weights in HBM: the memory-bound time of the step is shared by each use's bytes
+    times the time a byte takes in its tier, so the KV (at DDR's bandwidth) takes more of it than
+    its share of the bytes; with everything in HBM, by bytes alone."""
+    from sn40l_sim.hardware import figures
+    from sn40l_sim.mapper import map_graph
+    from sn40l_sim.mapper._examples import example_decode_kernel
+    from sn40l_sim.mapper.placement import MemoryPlacement
+
+    def one_kernel(shape, plan):
+        from sn40l_sim.ir import KernelGraph
+        graph = KernelGraph("t", shape)
+        graph.add(example_decode_kernel(kv_len=shape.kv_len))
+        return graph
+
+    t = StepTimer(NODE, None, None, build=one_kernel,
+                  place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+    offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
+    socket = NODE.socket
+
+    def achieved(tier):
+        return figures.memory_bytes_per_s(socket, tier) * socket.memory[tier].efficiency
+
+    for step, kv_tier in ((t.decode_step(1, 65536), "hbm"), (t.decode_step(1, 65536, memory=offloaded), "ddr")):
+        (k,) = step.kernels
+        parts = decode_step_breakdown(step)
+        memory_s = parts["weights_streaming"] + parts["kv_reads"] + parts["activations"]
+        assert memory_s > 0
+        weighted = {"weights": k.weight_bytes / achieved("hbm"), "kv": k.kv_bytes / achieved(kv_tier),
+                    "activations": k.activation_bytes / achieved("hbm")}
+        assert parts["kv_reads"] / memory_s == pytest.approx(weighted["kv"] / sum(weighted.values()), rel=1e-9)
+        byte_share = k.kv_bytes / (k.weight_bytes + k.kv_bytes + k.activation_bytes)
+        if kv_tier == "hbm":
+            assert step.byte_seconds == () and parts["kv_reads"] / memory_s == pytest.approx(byte_share, rel=1e-9)
+        else:
+            assert dict(step.byte_seconds)["kv"] > 5 * dict(step.byte_seconds)["weights"]
+            assert parts["kv_reads"] / memory_s > byte_share + 0.05
