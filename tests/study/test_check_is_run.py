@@ -253,6 +253,28 @@ def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
         assert main(["check", str(path)]) == 0
 
 
+def test_a_sweep_combination_the_hardware_refuses_is_located_at_its_axis(tmp_path, capsys):
+    # each value passes alone; a full mesh of 8 with 4 links per pair needs 28 ports of 16
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: links\nsweep:\n  axes:\n"
+                    "    hardware.topology.kind: [ring, full_mesh]\n    hardware.topology.links_per_pair: [1, 4]\n")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:5: sweep.axes.hardware.topology.kind: a full_mesh of 8 sockets with 4 "
+                          "link(s) per pair needs 28 P2P ports per socket"), err
+    assert "<overrides>" not in err and err.count("\n") == 1
+
+
+def test_a_sweep_point_leaving_sockets_idle_is_warned_of(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: sockets\nsweep:\n  axes:\n"
+                    "    hardware.sockets: [8, 16]\n")
+    with pytest.warns(UserWarning) as caught:
+        assert main(["check", str(path)]) == 0
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and all("(sweep point sockets=16); the other 8 stay idle" in m for m in messages)
+
+
 def test_describe_names_every_file_an_experiment_reads(capsys):
     assert main(["describe", str(REPO / "experiments" / "multi_model.yaml")]) == 0
     out = capsys.readouterr().out

@@ -30,10 +30,19 @@ from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
-from sn40l_sim.study.assemble import Assembly, experiment_model, load_graph_template, named_file, read_trace_rows
-from sn40l_sim.study.points import Point, points
+from sn40l_sim.study.assemble import (
+    Assembly,
+    experiment_model,
+    load_graph_template,
+    named_file,
+    plan_of,
+    read_trace_rows,
+)
+from sn40l_sim.study.points import Point, points, warn_idle_sockets
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
+#: the file an error against hardware overrides names (:func:`~sn40l_sim.hardware.loader.with_overrides`)
+OVERRIDES = "<overrides>"
 #: bump when the key's contents change meaning (stored runs of an older key are then run again)
 KEY_VERSION = 1
 #: the package's folder, whose sources the key includes
@@ -128,7 +137,28 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
                     nodes[prefill_key] = with_overrides(node, sp.hardware_overrides) if sp.hardware_overrides else node
                 prefill_node = nodes[prefill_key]
             asm = Assembly(exp, nodes[hw_key], models[model_key], *files[files_key], prefill_node=prefill_node)
+            for phase, node in (("prefill", prefill_node or nodes[hw_key]), ("decode", nodes[hw_key])):
+                warn_idle_sockets(exp, phase, plan_of(getattr(spec.parallel, phase)).sockets, node.sockets,
+                                  f"{node.name} (sweep point {sp.name})")
             runs += [SweepRun(sp, p, asm) for p in points(exp)]
         except InputError as exc:
-            failures.append((sp.index, sp.name, str(exc)))
+            failures.append((sp.index, sp.name, str(_at_axis(sweep, exc))))
     return runs, failures
+
+
+def _at_axis(sweep: Sweep, exc: InputError) -> InputError:
+    """``exc`` located at the sweep axis it came from when it was raised against the hardware
+    overrides (a combination of hardware values that passed one by one, such as a full mesh with
+    more links per pair than the socket has ports): the axis of the field it names, or the first
+    hardware axis; any other error as it is."""
+    if exc.file != OVERRIDES:
+        return exc
+    hardware = [a for a in sweep.axes if a.path[:1] == ("hardware",)]
+    if not hardware:
+        return exc
+    field = exc.field or ""
+    axis = next((a for a in hardware if ".".join(a.path[1:]) == field), None)
+    if axis is not None:
+        return sweep.doc.error(("sweep", "axes", axis.name), exc.message)
+    return sweep.doc.error(("sweep", "axes", hardware[0].name),
+                           f"hardware.{field}: {exc.message}" if field else exc.message)
