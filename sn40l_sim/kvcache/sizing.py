@@ -111,6 +111,20 @@ def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int, phase: Phase = "d
     return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads
 
 
+def prefill_splits_rows(model: ModelSpec, plan: ParallelPlan) -> bool:
+    """Whether the prefill sockets sharing a KV head each hold a share of its rows (split by
+    tokens), not a replica: MLA's prefill attention reads the keys it expanded, so the latent's
+    rows are only written, for the transfer (:func:`kv_bytes_per_socket`).
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> prefill_splits_rows(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16))
+    True
+    >>> prefill_splits_rows(load_model("graphs/llama3_1_70b.yaml"), ParallelPlan(16))   # GQA reads its cache
+    False
+    """
+    return model.attention.prefill_key_source == "activations" and kv_sharding(model, plan.tp).row_shards > 1
+
+
 def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
                         include_mtp: bool = False, phase: Phase = "decode") -> int:
     """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
@@ -129,7 +143,11 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     a replica: each runs the attention of its own query heads of that KV head, which reads every
     row (the decode formulas of :mod:`sn40l_sim.models.families`), as tensor-parallel serving
     replicates KV heads when there are fewer than ranks. (MLA under tensor-parallel attention thus
-    holds the whole cache on every socket; data-parallel attention is what divides it.)
+    holds the whole cache on every socket in decode; data-parallel attention is what divides it.)
+    The exception is a prefill whose attention reads per-head keys it expanded itself, not the
+    cache (``prefill_key_source: activations``, MLA): the cache is only written for the transfer
+    to the decode node, the sockets sharing a KV head writing its rows split by tokens
+    (:mod:`sn40l_sim.models.families.mla`), so each holds its share of them.
 
     Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP module's layer
     with ``include_mtp``) times the socket's share of the KV heads, rounded **up** to whole bytes,
@@ -143,11 +161,16 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     True
     >>> kv_bytes_per_socket(r1, ParallelPlan(16), 16, 32768, include_mtp=True) == 16 * 32768 * 71424
     True
-    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272
+    >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272 // 16
     True
     """
     if batch < 0 or cache_len < 0:
         raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
     sequences, heads = kv_share(model, plan, batch, phase)
-    per_token = -(-kv_bytes_per_token(model, include_mtp) * heads // kv_heads(model))
+    # a token's rows on the socket: its share of the KV heads, and of a shared head's rows where
+    # the sockets sharing it only write them (see above)
+    shards = kv_heads(model)
+    if phase == "prefill" and prefill_splits_rows(model, plan):
+        shards *= kv_sharding(model, plan.tp).row_shards
+    per_token = -(-kv_bytes_per_token(model, include_mtp) * heads // shards)
     return sequences * cache_len * per_token

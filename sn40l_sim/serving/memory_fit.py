@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.serving.step_costs import StepCosts
@@ -79,9 +79,12 @@ class MemoryFit:
             with located("graph_options"):
                 act = self.costs.decode_activation_bytes(batch, self.static_len, self.s.speculation.drafts)
             if s.mode == "colocated":
-                # the node also prefills: the prompt's full cache before compression, and the
-                # larger of the two phases' activations
-                kv += max(0, self.prefill_kv() - self._kv("decode", s.decode_plan, 1, self.static_len))
+                # the node also prefills: the prompt's full cache before compression (compressed
+                # into its slot in place, unless the prefill holds a split of the rows the slot
+                # replicates: MLA's), and the larger of the two phases' activations
+                in_place = 0 if prefill_splits_rows(s.model, s.prefill_plan) else \
+                    self._kv("decode", s.decode_plan, 1, self.static_len)
+                kv += max(0, self.prefill_kv() - in_place)
                 act = max(act, self._prefill_activations())
             placement = self._placed(s.decode_plan, kv, act, store)
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")

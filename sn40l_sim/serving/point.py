@@ -158,7 +158,7 @@ def free_cache_tokens(s: PointSetup, memory: Any, include_mtp: bool) -> int:
     """Cached tokens (every layer) that fit in what ``memory``, a node's placement per socket,
     leaves free of its first tier, a token taking on a socket what a prompt's cache takes there
     under the prefill plan (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket`: a KV head's
-    share, the whole latent for MLA)."""
+    share, for MLA the share of the latent rows it writes)."""
     first = memory.first_tier
     free = memory.capacity[first] - sum(memory.by_tier[first].values())
     per_token = kv_bytes_per_socket(s.model, s.prefill_plan, 1, 1, include_mtp=include_mtp, phase="prefill")

@@ -80,10 +80,30 @@ def test_kv_per_socket_under_tensor_parallelism_splits_heads_and_replicates_shar
     assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 16, 1000) == 16 * 1000 * 70_272
 
 
-def test_prefill_splits_the_prompt_by_kv_heads_only():
+def test_prefill_splits_the_prompt_by_kv_heads_and_mla_by_tokens():
     assert kv_bytes_per_socket(llama("8b"), ParallelPlan(tp=8), 1, 4096, phase="prefill") == 4096 * 131072 // 8
-    # MLA's one latent is not split: every prefill socket holds the whole prompt
-    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096, phase="prefill") == 4096 * 70_272
+    # MLA's prefill attention reads the keys it expanded, not the cache: the 16 sockets sharing the
+    # latent write its rows split by tokens for the transfer, and hold only those
+    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096, phase="prefill") == 4096 * 70_272 // 16
+    # decode reads every row of the latent on every socket of the group: a replica each
+    assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096) == 4096 * 70_272
+
+
+@pytest.mark.parametrize("model, tp", [("deepseek", 16), ("8b", 8), ("8b", 16), ("70b", 16)])
+def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp):
+    """The prefill node's memory and back-pressure count, per socket, what its prefill graph
+    writes to the cache (GQA with more sockets than KV heads writes a replica of a head's rows on
+    each socket sharing it; MLA splits the latent's rows)."""
+    from sn40l_sim.ir import Shape
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.models.builder import build_graph
+
+    spec = deepseek_r1() if model == "deepseek" else llama(model)
+    plan = ParallelPlan(tp=tp)
+    graph = build_graph(spec, Shape("prefill", 1, 4096), plan, make_policy("full"))
+    written = sum(op.kv_write_bytes for k in graph.kernels() for op in k.operators)
+    assert written > 0
+    assert kv_bytes_per_socket(spec, plan, 1, 4096, phase="prefill") == written
 
 
 def test_the_busiest_socket_holds_its_share_of_the_kv_heads_rounded_up():

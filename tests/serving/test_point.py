@@ -59,8 +59,9 @@ def test_max_batch_is_the_largest_compiled_size_whose_kv_fits():
     assert "exceed the free" in full.next_failure
     # the decode step is timed at the compiled batch and the static cache length
     assert ("decode", 16, PROMPT + NEW) in timer_f.calls and ("decode", 64, 32768) in timer_s.calls
-    # a prefill node holds one whole uncompressed prompt (MLA's latent is not split by heads)
-    assert placer_f.calls[-1] == (PREFILL, PROMPT * R1_KV_PER_TOKEN, 0)
+    # a prefill socket holds its share of one uncompressed prompt: the 16 sockets write MLA's latent
+    # rows split by tokens (its attention reads the keys it expanded, not the cache)
+    assert placer_f.calls[-1] == (PREFILL, PROMPT * R1_KV_PER_TOKEN // 16, 0)
 
 
 def test_serving_run_fills_every_slot_and_conserves_tokens():
@@ -128,10 +129,11 @@ def test_no_host_link_is_a_located_input_error():
 def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
     result, _, placer = run(SNAP, mode="colocated", prefill_nodes=0)
     assert result.transfer_cycles == 0 and result.prefill_memory is None
-    # each decode-node socket also holds one prompt's uncompressed cache while it prefills
-    scratch = PROMPT * R1_KV_PER_TOKEN - 32768 * R1_KV_PER_TOKEN
-    assert result.memory.by_tier["hbm"]["kv"] == 2 * 32768 * R1_KV_PER_TOKEN + scratch
-    assert result.max_batch == 32
+    # each decode-node socket also holds its share of one prompt's uncompressed cache while it
+    # prefills, beside the slots (MLA's prefill splits the rows each slot replicates): 4 slots fit
+    scratch = PROMPT * R1_KV_PER_TOKEN // 16
+    assert result.memory.by_tier["hbm"]["kv"] == 4 * 32768 * R1_KV_PER_TOKEN + scratch
+    assert result.max_batch == 64
     assert all(r.transfer_start == -1 for r in result.log.requests)
 
 
@@ -216,15 +218,16 @@ def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_ou
     activations would push the prompt's KV out of HBM, the kept uses are placed first."""
     from dataclasses import replace
 
-    activations = 12 * 2**30                       # more than HBM has left beside weights and KV
+    activations = 20 * 2**30                       # more than HBM has left beside weights and KV
     costs = replace(fixed_costs(SNAP), activation_bytes=activations)
     result = simulate_point(setup(SNAP), one_per_slot(), costs, memory_placer(NODE, MODEL))
     prefill = result.prefill_memory
     assert prefill.outside("hbm") == {"activations": prefill.by_tier["ddr"]["activations"]}
-    assert prefill.by_tier["hbm"]["kv"] == PROMPT * R1_KV_PER_TOKEN
+    assert prefill.by_tier["hbm"]["kv"] == PROMPT * R1_KV_PER_TOKEN // 16
     assert prefill.total("activations") == activations and prefill.by_tier["hbm"]["activations"] > 0
     # with activations in the kept uses, the same memory is refused, naming what would spill
-    with pytest.raises(InfeasibleError, match="one prompt on a prefill node does not fit in HBM"):
+    # (the decode node, whose slots hold more KV than a prefill socket's share of a prompt, first)
+    with pytest.raises(InfeasibleError, match=r"does not fit in HBM per socket: .* activations 20\.00 GiB"):
         simulate_point(setup(SNAP, may_spill=()), one_per_slot(), costs, memory_placer(NODE, MODEL))
 
 
