@@ -144,13 +144,14 @@ def check_plans(s: PointSetup) -> None:
 
     Raises
     ------
-    InputError
-        Naming the :class:`PointSetup` field (``prefill_plan`` or ``decode_plan``).
+    InfeasibleError
+        Naming the :class:`PointSetup` field (``prefill_plan`` or ``decode_plan``): a well-formed plan
+        on a node too small for it, which a sweep over socket counts may skip (``infeasible: skip``).
     """
     prefill_node = s.prefill_node if s.prefill_node is not None else s.node
     for phase, plan, node in (("prefill", s.prefill_plan, prefill_node), ("decode", s.decode_plan, s.node)):
         if plan.sockets > node.sockets:
-            raise InputError(f"the {phase} plan needs {plan.sockets} sockets; {node.name} has "
+            raise InfeasibleError(f"the {phase} plan needs {plan.sockets} sockets; {node.name} has "
                              f"{node.sockets}", field=f"{phase}_plan")
 
 

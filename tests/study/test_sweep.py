@@ -162,6 +162,17 @@ def test_infeasible_runs_can_be_skipped(tmp_path):
     assert (tmp_path / "out" / "sweep.png").stat().st_size > 0
 
 
+def test_a_node_smaller_than_the_plan_is_skipped_as_infeasible(tmp_path):
+    # a socket-count sweep at a fixed TP8: the 4-socket node cannot hold the plan, which is an
+    # expected outcome of such a sweep, not a failure of it
+    path = write_experiment(tmp_path, "axes:\n  hardware.sockets: [4, 8]\ninfeasible: skip\n")
+    records = run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)
+    assert records.failures == []
+    assert [name for name, _ in records.skipped] == ["full[sockets=4]", "snap[sockets=4]"]
+    assert all("the prefill plan needs 8 sockets" in error for _, error in records.skipped)
+    assert [r["name"] for r in records] == ["full[sockets=8]", "snap[sockets=8]"]
+
+
 def test_objectives_write_the_pareto_front(tmp_path):
     path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8, 32]\n"
                             "objectives: {decode_tokens_per_s: max, tpot_s: min}\n")
