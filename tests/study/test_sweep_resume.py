@@ -110,3 +110,20 @@ def test_a_run_file_is_whole_or_absent(tmp_path, monkeypatch):
     assert store.load("k3") is None
     store.path("k4").write_text(store.path("k1").read_text())  # another run's file under this key
     assert store.load("k4") is None
+
+
+def test_a_fresh_sweep_removes_only_the_runs_it_stored(tmp_path):
+    # --out may name a folder of the user's whose runs/ holds files of their own
+    out = tmp_path / "project"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "training_2019.json").write_text('{"precious": true}')
+    (out / "runs" / "notes.tmp").write_text("draft")
+    key = "0123456789abcdef" * 4
+    stale = RunStore(out / "runs")
+    stale.save(key, "full[batch=2]", Outcome({"batch": 2}, None, False))
+    (out / "runs" / f".{key}.json.k9_x.tmp.json").write_text("{")   # left by a killed sweep
+    run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n"), out, jobs=1, progress=False, plots=False)
+    left = sorted(p.name for p in (out / "runs").iterdir())
+    assert "training_2019.json" in left and "notes.tmp" in left
+    assert f"{key}.json" not in left and not any(name.startswith(f".{key}") for name in left)
+    assert len(left) == 4   # the user's two files and this sweep's two runs

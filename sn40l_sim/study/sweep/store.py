@@ -26,6 +26,7 @@ Examples
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +34,9 @@ from sn40l_sim.report.outputs import write_text
 
 #: the file format's version (a file of another version is not read)
 FORMAT = 1
+#: a stored run (its key, a SHA-256 digest, in hexadecimal) or the temporary file it was written
+#: through (:func:`~sn40l_sim.report.outputs.atomic_path`: ``.<name>.<random>.tmp.json``)
+_RUN_FILE = re.compile(r"[0-9a-f]{64}\.json|\.[0-9a-f]{64}\.json\.\w+\.tmp\.json")
 
 
 class Outcome(NamedTuple):
@@ -75,10 +79,11 @@ class RunStore:
         write_text(self.path(key), text, sync=True)
 
     def clear(self) -> None:
-        """Remove every stored run (and any temporary file a killed sweep left)."""
+        """Remove every stored run (and any temporary file a killed sweep left), and nothing else:
+        ``--out`` may name a folder whose ``runs/`` holds the user's own files."""
         if self.folder.is_dir():
             for path in self.folder.iterdir():
-                if path.suffix in (".json", ".tmp"):
+                if _RUN_FILE.fullmatch(path.name) and path.is_file():
                     path.unlink()
 
 
