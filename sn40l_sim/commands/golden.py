@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the differences per experiment; rewrite with --update."""
+    from sn40l_sim.errors import InputError
     from sn40l_sim.study import golden
 
     moved = False
@@ -31,9 +32,17 @@ def run(args: argparse.Namespace) -> int:
     for i, experiment in enumerate(runnable, 1):
         if not args.quiet and sys.stderr.isatty():   # a log gets the verdict lines only, as each ends
             print(f"golden: simulating {experiment.name} ({i} of {len(runnable)}) ...", file=sys.stderr, flush=True)
+        try:   # read before simulating: an unreadable golden is said at once
+            old, unreadable = golden.load(experiment), None
+        except InputError as exc:
+            if not args.update:
+                raise
+            old, unreadable = None, exc.message   # --update is how it is repaired
         new = golden.collect(experiment)
-        old = golden.load(experiment)
-        lines = ["(no golden yet)"] if old is None else golden.diff(old, new)
+        if unreadable is not None:
+            lines = [f"(unreadable golden, replaced: {unreadable})"]
+        else:
+            lines = ["(no golden yet)"] if old is None else golden.diff(old, new)
         print(f"{experiment.name}: {'unchanged' if not lines else f'{len(lines)} value(s) moved'}")
         for line in lines:
             print(f"  {line}")

@@ -138,9 +138,25 @@ def diff(old: Any, new: Any, path: str = "") -> list[str]:
 
 
 def load(experiment: Path) -> dict[str, Any] | None:
-    """The stored golden of an experiment (None when there is none yet)."""
+    """The stored golden of an experiment (None when there is none yet).
+
+    Raises
+    ------
+    InputError
+        For a file that is not a golden (not JSON, or not a mapping of point names), naming it.
+    """
     path = golden_path(experiment)
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:   # a hand edit or a merge gone wrong: say which file, no traceback
+        raise InputError(f"cannot read the golden ({exc}); regenerate it with `python -m sn40l_sim golden "
+                         "--update`", file=path) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected a mapping of point name -> key results, got {type(data).__name__}; "
+                         "regenerate it with `python -m sn40l_sim golden --update`", file=path)
+    return data
 
 
 def write(experiment: Path, results: dict[str, Any]) -> Path:

@@ -10,6 +10,7 @@ import importlib
 
 import pytest
 
+from sn40l_sim.commands.cli import main
 from sn40l_sim.mapper import disk_cache
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.study import golden
@@ -68,3 +69,17 @@ def test_diff_tolerances():
     assert golden.diff({"x": 1.0}, {"x": 1.0 + 1e-9}) == []
     assert golden.diff({"x": 1.0}, {"x": 1.01}) != []
     assert golden.diff({"n": 3}, {"n": 4}) == ["n: 3 -> 4"]
+
+
+@pytest.mark.parametrize("text", ["{oops", "[]"])
+def test_an_unreadable_golden_is_one_line_and_update_replaces_it(tmp_path, monkeypatch, capsys, text):
+    experiment = golden.EXPERIMENTS_DIR / "llama8b_node8.yaml"
+    monkeypatch.setattr(golden, "GOLDEN_DIR", tmp_path)
+    monkeypatch.setattr(golden, "survey", lambda: [(experiment, None)])
+    (tmp_path / "llama8b_node8.json").write_text(text)
+    assert main(["golden", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'llama8b_node8.json'}: ") and "--update" in err[0]
+    assert main(["golden", "--quiet", "--update"]) == 0
+    assert "unreadable golden, replaced" in capsys.readouterr().out
+    assert sorted(golden.load(experiment)) == ["full", "snapstream"]
