@@ -95,6 +95,11 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: [1]\nevery: 2\n", "sweep.every", 17, "unknown key"),
     ("axes: {}\n", "sweep.axes", 15, "mapping"),
     ("axes:\n  serving.batch: [1]\nplot: {x: batch}\n", "sweep.plot.y", 17, "column"),
+    # a sweep.<axis> column of no axis: found before the runs, not when plotting after them
+    ("axes:\n  serving.batch: [1]\nplot: {x: sweep.batchh, y: tpot_s}\n", "sweep.plot.x", 17,
+     "'sweep.batchh' names no axis of this sweep (its axis columns: sweep.serving.batch)"),
+    ("axes:\n  b: {path: serving.batch, values: [1]}\nplot: {x: sweep.b, y: tpot_s, hue: [kv_policy, sweep.c]}\n",
+     "sweep.plot.hue[1]", 17, "'sweep.c' names no axis"),
     ("axes:\n  serving.batch: [1]\nobjectives: {tpot: min}\n", "sweep.objectives.tpot", 17,
      "tpot is not a declared results field"),
     ("axes:\n  serving.batch: [1]\nobjectives: {kv_policy: max}\n", "sweep.objectives.kv_policy", 17, "text"),

@@ -218,8 +218,10 @@ def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
     return tuple(labels_)
 
 
-def parse_plot(spec: Any) -> dict[str, Any] | None:
-    """The ``plot:`` entry of a sweep section (None when absent); columns are checked after the run.
+def parse_plot(spec: Any, axis_names: list[str] | None = None) -> dict[str, Any] | None:
+    """The ``plot:`` entry of a sweep section (None when absent); with ``axis_names``, a column
+    ``sweep.<name>`` must name one of them (the results have no other ``sweep.`` column). What only
+    the results can show (rows that share an x, a ``where`` no row matches) is found after the run.
 
     >>> parse_plot({"x": "batch", "y": "ttft_s", "hue": "kv_policy"})["hue"]
     'kv_policy'
@@ -260,6 +262,9 @@ def parse_plot(spec: Any) -> dict[str, Any] | None:
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
             raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
+        if axis_names is not None and column.startswith("sweep.") and column.removeprefix("sweep.") not in axis_names:
+            raise AxisError(f"{column!r} names no axis of this sweep (its axis columns: "
+                            f"{', '.join('sweep.' + n for n in axis_names)})", at if isinstance(at, tuple) else (at,))
     return dict(spec)
 
 

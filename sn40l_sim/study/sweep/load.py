@@ -170,7 +170,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     for axis in axes:
         checker.check(axis)
     try:
-        plot = parse_plot(section.get("plot"))
+        plot = parse_plot(section.get("plot"), [a.name for a in axes])
     except AxisError as exc:
         raise doc.error(("sweep", "plot") + exc.where, str(exc)) from None
     try:
