@@ -120,6 +120,12 @@ def test_bad_sections_are_located(tmp_path, body, field, line, words):
     assert words in err.message
 
 
+def test_values_that_agree_in_six_digits_name_two_points(tmp_path):
+    # %g named both 0.25 and 0.2500001 "0.25": two points, and their records, of one name
+    sweep = load_sweep(write_experiment(tmp_path, "axes:\n  policies.snap.prompt_fraction.budget: [0.25, 0.2500001]\n"))
+    assert [p.name for p in sweep.points] == ["budget=0.25", "budget=0.2500001"]
+
+
 def test_prompt_lens_replace_shape_prompt_len(tmp_path):
     path = write_experiment(tmp_path, "axes:\n  shape.prompt_len: [1024, 2048]\n", extra="prompt_lens: [4096]\n")
     with pytest.raises(InputError, match="sweep prompt_lens instead"):

@@ -32,6 +32,8 @@ Examples
 [0.5, 0.75, 1.0]
 >>> value_text("409.6 GB/s"), value_text(0.25), value_text([4096, 8192])
 ('409.6GB/s', '0.25', '4096+8192')
+>>> value_text(1.6e9), value_text(1.6000001e9)
+('1.6e+09', '1600000100.0')
 >>> data = {"policies": [{"name": "full"}, {"name": "snap", "params": {}}]}
 >>> set_path(data, ("policies", "snap", "params", "budget"), 8192)
 >>> data["policies"][1]
@@ -322,7 +324,9 @@ def value_text(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:g}"
+        short = f"{value:g}"
+        # six digits name most values; two that agree in those must still name two points
+        return short if float(short) == value else repr(value)
     if isinstance(value, (list, tuple)):
         return "+".join(value_text(v) for v in value)
     if isinstance(value, dict):
