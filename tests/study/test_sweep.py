@@ -296,6 +296,15 @@ def test_coupled_axes_are_checked_together(tmp_path):
     assert info.value.field == "sweep.axes.hardware.sockets[1]" and "31 P2P ports" in info.value.message
 
 
+def test_a_hardware_file_set_takes_the_hardware_axes_on_top(tmp_path):
+    # the set swaps the file and the axis changes one of its fields: both have an effect
+    path = write_experiment(tmp_path, "axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [409.6 GB/s, 1 TB/s]\n")
+    node16 = str(REPO / "hw_configs/sn40l_node16.yaml")
+    sweep = load_sweep(path, {"hardware": node16})
+    assert [p.data["hardware"] for p in sweep.points] == [node16, node16]
+    assert sweep.points[1].hardware_overrides == {"socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"}
+
+
 @pytest.mark.parametrize("item, words", [
     ("serving.batchh=8", "serving.batchh: unknown key"),
     ("serving.batch=-1", "serving.batch:"),

@@ -208,12 +208,13 @@ def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis
 
 def _check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) -> None:
     """Refuse a ``--set`` of the sweep section or of a field an axis sets (a hardware axis that
-    swaps the whole file, ``hardware``, takes the ``hardware.<field>`` sets on top)."""
+    swaps the whole file, ``hardware``, takes the ``hardware.<field>`` sets on top, and a
+    ``hardware.<field>`` axis is applied on top of a ``--set hardware=FILE``)."""
     if parts[0] == "sweep":
         raise InputError("the sweep: section is not set with --set; edit the experiment file",
                          field=f"--set {dotted}")
     for axis in axes:
-        if axis.path == ("hardware",) and len(parts) > 1:
+        if axis.path == ("hardware",) and len(parts) > 1 or parts == ("hardware",) and axis.hardware_field:
             continue
         shorter = min(len(parts), len(axis.path))
         if parts[:shorter] == axis.path[:shorter]:
