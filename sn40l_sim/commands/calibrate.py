@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
     parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
-                        help="socket or node YAML whose calibrated values are fitted and written (default: %(default)s)")
+                        help="socket or node YAML whose calibrated values are fitted and written; its socket must be the "
+                             "one the calibration experiments run on, but for the calibrated values (default: "
+                             "%(default)s)")
     parser.add_argument("--max-evaluations", type=int, default=40,
                         help="simulation budget of the fit, in passes over the calibration points, the finite "
                              "differences' included (default: %(default)s)")
@@ -47,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.errors import InputError
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
+    from sn40l_sim.study.assemble import Assembly
     from sn40l_sim.study.calibration import (
         bound_reached,
+        check_fitted_hardware,
         fit,
         fitted_names,
         fixed_parameters,
@@ -70,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.max_evaluations}", field="--max-evaluations")
 
     loaded = LoadedExperiments()  # each experiment parsed and assembled once for the whole fit
+    # the fit simulates the experiments' own hardware: it must be the one whose values are fitted
+    experiments = sorted({r.experiment_path for r in references if r.measurement.calibration})
+    assemblies = {path: loaded.load(path) for path in experiments}
+    check_fitted_hardware(socket, args.hardware, {
+        path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
+        for path, a in assemblies.items()})
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}

@@ -54,6 +54,55 @@ def fixed_parameters(socket: SocketSpec) -> dict[str, str]:
             f"keeps weights and KV in {first.upper()})" for tier in others}
 
 
+def check_fitted_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Path, list[SocketSpec]]) -> None:
+    """Refuse a fit whose calibration experiments run on another socket than ``hardware``'s.
+
+    The fit simulates each calibration experiment on the hardware that experiment names, with only
+    the calibrated parameters overridden, so the values it finds (and ``--write`` writes into
+    ``hardware``) would be those of that other socket.
+
+    ``simulated``: each calibration experiment -> the sockets its runs simulate.
+
+    Raises
+    ------
+    InputError
+        At ``--hardware``, naming the experiment and the first field that differs.
+    """
+    fitted = calibrated_parameters(socket)
+    mine = _uncalibrated(socket.model_dump(mode="json"), fitted)
+    for experiment, sockets in simulated.items():
+        for other in sockets:
+            field = _first_difference(mine, _uncalibrated(other.model_dump(mode="json"), fitted))
+            if field is not None:
+                raise InputError(f"the calibration experiment {experiment} runs on a socket that differs from "
+                                 f"{hardware}'s in {field}: the fit would be of that socket, not of {hardware} "
+                                 "(calibrate fits the hardware the reference experiments name)", field="--hardware")
+
+
+def _uncalibrated(data: dict, fitted: dict) -> dict:
+    """A socket's data without its calibrated parameters (dotted paths under the socket)."""
+    data = dict(data)
+    for name in fitted:
+        *parents, last = name.split(".")
+        holder = data
+        for part in parents:   # copied on the way down: the caller's data is left as it was
+            holder[part] = dict(holder[part])
+            holder = holder[part]
+        holder.pop(last, None)
+    return data
+
+
+def _first_difference(a: object, b: object, path: str = "") -> str | None:
+    """The dotted path of the first value in which ``a`` and ``b`` differ (None: equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            found = _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path or "the socket")
+
+
 def parameter_bounds(socket: SocketSpec) -> dict[str, tuple[float, float]]:
     """Physical bounds of every calibrated parameter of ``socket``, as declared in the schema."""
     return {path: (p.low, p.high) for path, p in calibrated_parameters(socket).items()}

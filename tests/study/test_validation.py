@@ -242,6 +242,20 @@ def test_write_back_into_an_old_style_file_and_a_node_override(tmp_path):
         write_back(folder / "flow.yaml", FitResult(("memory.hbm.efficiency",), (0.75,), (0.75,), [], 0.0), "n")
 
 
+def test_calibrate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_path, capsys):
+    # the fit simulates the experiments' own hardware with the calibrated values overridden: with a
+    # faster HBM in --hardware it fitted (and --write wrote) the shipped socket's values into it
+    faster = tmp_path / "faster_hbm.yaml"
+    faster.write_text((REPO / "hw_configs/sn40l.yaml").read_text().replace(
+        "bytes_per_s_per_unit: 409.6 GB/s", "bytes_per_s_per_unit: 819.2 GB/s", 1))
+    before = faster.read_text()
+    assert main(["calibrate", "--write", "--hardware", str(faster)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --hardware: the calibration experiment ")
+    assert "in memory.hbm.bytes_per_s_per_unit: the fit would be of that socket" in err
+    assert faster.read_text() == before
+
+
 @pytest.mark.parametrize("arguments, words", [
     (["calibrate", "--max-evaluations", "0"], "--max-evaluations: a fit of 6 parameters needs at least 7 passes, got 0"),
     (["calibrate", "--max-evaluations", "6"], "needs at least 7 passes, got 6"),
