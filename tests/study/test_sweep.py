@@ -13,6 +13,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
 from sn40l_sim.study.sweep.load import load_sweep, parse_sets
+from sn40l_sim.study.sweep.plan import expand_runs
 from sn40l_sim.study.sweep.run import run_sweep
 
 # -- axis values -------------------------------------------------------------------------------
@@ -124,6 +125,23 @@ def test_values_that_agree_in_six_digits_name_two_points(tmp_path):
     # %g named both 0.25 and 0.2500001 "0.25": two points, and their records, of one name
     sweep = load_sweep(write_experiment(tmp_path, "axes:\n  policies.snap.prompt_fraction.budget: [0.25, 0.2500001]\n"))
     assert [p.name for p in sweep.points] == ["budget=0.25", "budget=0.2500001"]
+
+
+def test_a_path_an_axis_gives_is_relative_to_the_file_that_wrote_the_axis(tmp_path):
+    # the sweep file starts from a base: file in another folder; its axis's model path was resolved
+    # from the base's folder, which ran another model file (or failed) without a word
+    base = write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n", name="base.yaml")
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    base.rename(tmp_path / "a" / "deep" / "base.yaml")
+    (tmp_path / "m").mkdir()
+    model = (REPO / "graphs/llama3_1_8b.yaml").read_text()
+    (tmp_path / "m" / "mine.yaml").write_text(model.replace("name: llama-3.1-8b", "name: mine-8b").replace(
+        "kernels: kernels_llama.yaml", f"kernels: {REPO / 'graphs/kernels_llama.yaml'}"))
+    (tmp_path / "b").mkdir()
+    sweep_file = tmp_path / "b" / "s.yaml"
+    sweep_file.write_text("base: ../a/deep/base.yaml\nsweep:\n  axes:\n    model: [../m/mine.yaml]\n")
+    runs, failures = expand_runs(load_sweep(sweep_file))
+    assert failures == [] and {run.assembly.model.name for run in runs} == {"mine-8b"}
 
 
 def test_prompt_lens_replace_shape_prompt_len(tmp_path):

@@ -152,6 +152,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     base = {k: v for k, v in doc.data.items() if k != "sweep"}
     experiment_from_data(base, doc)  # the experiment itself, before any value is written in
     axes = _parse_axes(doc, section.get("axes"), mode)
+    doc = _located_at_axes(doc, axes)
     base, base_hw = _apply_sets(doc, base, sets or {}, axes)
     points = []
     for index, values in enumerate(combinations(axes, mode)):
@@ -179,6 +180,21 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         raise doc.error(("sweep", "objectives") + exc.where, str(exc)) from None
     name = base.get("name") if isinstance(base.get("name"), str) else doc.path.stem
     return Sweep(doc, name, mode, axes, points, plot, infeasible, objectives)
+
+
+def _located_at_axes(doc: Document, axes: list[Axis]) -> Document:
+    """``doc`` with each experiment field an axis sets located at that axis: a relative path an
+    axis gives (a model, a hardware file, a trace) is relative to the file that wrote the axis, as
+    every path is relative to the file that wrote it, not to the ``base:`` file the field came from
+    (and an error about the field points at the axis)."""
+    origins = dict(doc.origins)
+    for axis in axes:
+        if axis.hardware_field:
+            continue
+        for key in [k for k in origins if tuple(k[:len(axis.path)]) == axis.path]:
+            del origins[key]
+        origins[axis.path] = doc.where(("sweep", "axes", axis.name))
+    return Document(doc.data, doc.path, origins)
 
 
 def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]) -> tuple[dict, dict[str, Any]]:
