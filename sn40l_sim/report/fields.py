@@ -392,5 +392,5 @@ RESULTS = Fields([
     # sweeps
     Field("sweep_point", "", "The sweep point's name.", sweep_only=True, axis="sweep point"),
     Field("sweep", "per axis", "Value of each sweep axis at this run (hardware axes in the node's units: bytes, bytes/s, "
-          "Hz, counts).", keys=("axis",), path_key=True, sweep_only=True, axis="{axis}"),
+          "Hz, counts; an experiment field written with a unit, such as 10 ms, in the field's unit: seconds).", keys=("axis",), path_key=True, sweep_only=True, axis="{axis}"),
 ])

@@ -202,6 +202,17 @@ def test_a_node_smaller_than_the_plan_is_skipped_as_infeasible(tmp_path):
     assert [r["name"] for r in records] == ["full[sockets=8]", "snap[sockets=8]"]
 
 
+def test_an_axis_written_with_units_is_a_number_in_the_results(tmp_path):
+    # "10 ms", "100 ms", "20 ms" were text in results.csv: a plot ordered them as words, under "(s)"
+    path = write_experiment(tmp_path, "axes:\n  workload.interval_s: [20 ms, 100 ms]\n  serving.batch: [2]\n")
+    path.write_text(path.read_text().replace("workload: {kind: fixed, count: batch, output_len: 2}",
+                                             "workload: {kind: fixed, count: 2, output_len: 2, interval_s: 0}"))
+    records = run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)
+    assert [r["sweep"] for r in records] == [{"workload.interval_s": 0.02, "serving.batch": 2}] * 2 + \
+        [{"workload.interval_s": 0.1, "serving.batch": 2}] * 2
+    assert [r["sweep_point"] for r in records][::2] == ["interval_s=20ms,batch=2", "interval_s=100ms,batch=2"]
+
+
 def test_objectives_write_the_pareto_front(tmp_path):
     path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8, 32]\n"
                             "objectives: {decode_tokens_per_s: max, tpot_s: min}\n")

@@ -41,7 +41,7 @@ Examples
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,8 @@ class SweepPoint:
     hardware_overrides: dict[str, Any]
     #: axis name -> dotted path under the node, for the axes that change the hardware
     hardware_axes: dict[str, str]
+    #: axis name -> field path in the experiment, for the other axes
+    experiment_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,7 +168,8 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
             except AxisError as exc:
                 raise doc.error(("sweep", "axes", axis.name), str(exc)) from None
         points.append(SweepPoint(index, point_name(axes, values), {a.name: v for a, v in zip(axes, values, strict=True)},
-                                 data, hw, {a.name: a.hardware_field for a in axes if a.hardware_field}))
+                                 data, hw, {a.name: a.hardware_field for a in axes if a.hardware_field},
+                                 {a.name: a.path for a in axes if not a.hardware_field}))
     checker = _Checker(doc, base, base_hw, points)
     for axis in axes:
         checker.check(axis)

@@ -180,14 +180,37 @@ def simulate_run(run: SweepRun, on_result=None) -> dict:
     return stamp(run, record)
 
 
+def _experiment_number(spec: Any, path: tuple[str, ...]) -> float | None:
+    """The number the validated experiment holds at ``path`` (list entries by index or ``name``),
+    or None when the field holds no number."""
+    out: Any = spec
+    for part in path:
+        if isinstance(out, (list, tuple)):
+            out = out[int(part)] if part.isdigit() and int(part) < len(out) else \
+                next((e for e in out if getattr(e, "name", None) == part), None)
+        else:
+            out = out.get(part) if isinstance(out, dict) else getattr(out, part, None)
+        if out is None:
+            return None
+    return out if isinstance(out, (int, float)) and not isinstance(out, bool) else None
+
+
 def stamp(run: SweepRun, record: dict) -> dict:
     """``record`` (changed in place) with the run's name, its sweep point's name and its axis values
-    (hardware axes as the node holds them: numbers in bytes/s, Hz, counts; others as written)."""
+    (hardware axes as the node holds them: numbers in bytes/s, Hz, counts; a value written with a
+    unit, ``10 ms``, as the number in the field's unit, so that a plot orders it; others as written)."""
     sp = run.sweep_point
     record["name"] = run.name
     record["sweep_point"] = sp.name
-    record["sweep"] = {k: _node_field(run.assembly.node, sp.hardware_axes[k]) if k in sp.hardware_axes else v
-                       for k, v in sp.values.items()}
+    values = {}
+    for k, v in sp.values.items():
+        if k in sp.hardware_axes:
+            v = _node_field(run.assembly.node, sp.hardware_axes[k])
+        elif isinstance(v, str) and k in sp.experiment_axes:
+            number = _experiment_number(run.assembly.experiment.spec, sp.experiment_axes[k])
+            v = v if number is None else number
+        values[k] = v
+    record["sweep"] = values
     return record
 
 
