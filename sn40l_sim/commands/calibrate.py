@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.assemble import Assembly
     from sn40l_sim.study.calibration import (
         bound_reached,
+        calibration_references,
         check_fitted_hardware,
         fit,
         fitted_names,
@@ -68,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     # the fit's own limits, checked before any simulation pass is spent
     if args.starts < 1:
         raise InputError(f"expected at least 1 starting point, got {args.starts}", field="--starts")
+    if not calibration_references(references):   # a fit to nothing would keep the prior and rewrite files
+        named = ", ".join(map(str, args.references)) or "experiments/reference/"
+        raise InputError(f"no calibration measurement (calibration: true, with a value) in {named}: nothing to "
+                         "fit to", field="REFERENCE.yaml")
     needed = 1 + len(fitted_names(socket))   # the start and one finite difference per parameter
     if args.max_evaluations < needed:
         raise InputError(f"a fit of {needed - 1} parameters needs at least {needed} passes, got "

@@ -242,6 +242,20 @@ def test_write_back_into_an_old_style_file_and_a_node_override(tmp_path):
         write_back(folder / "flow.yaml", FitResult(("memory.hbm.efficiency",), (0.75,), (0.75,), [], 0.0), "n")
 
 
+def test_calibrate_refuses_references_without_a_calibration_point(tmp_path, capsys):
+    # it "fitted" 6 parameters to 0 measurements, and --write replaced the leave-one-out file with
+    # an empty one (validate then had no leave-one-out column)
+    predictions = tmp_path / "predictions.yaml"
+    predictions.write_text((REPO / "experiments/reference/kernel_looping.yaml").read_text().replace(
+        "calibration: true", "calibration: false").replace("experiment: ", f"experiment: {REPO / 'experiments/reference'}/"))
+    loo = (REPO / "experiments/reference/leave_one_out.json").read_bytes()
+    assert main(["calibrate", "--write", str(predictions)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: REFERENCE.yaml: no calibration measurement") and \
+        str(predictions) in err
+    assert (REPO / "experiments/reference/leave_one_out.json").read_bytes() == loo
+
+
 def test_calibrate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_path, capsys):
     # the fit simulates the experiments' own hardware with the calibrated values overridden: with a
     # faster HBM in --hardware it fitted (and --write wrote) the shipped socket's values into it
