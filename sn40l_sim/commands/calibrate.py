@@ -30,10 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``calibrate``'s arguments."""
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
-    parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
+    parser.add_argument("--hardware", type=Path, default=None,
                         help="socket or node YAML whose calibrated values are fitted and written; its socket must be the "
-                             "one the calibration experiments run on, but for the calibrated values (default: "
-                             "%(default)s)")
+                             "one the calibration experiments run on, but for the calibrated values (default: the "
+                             "project's hw_configs/sn40l.yaml, from any folder)")
     parser.add_argument("--max-evaluations", type=int, default=40,
                         help="simulation budget of the fit, in passes over the calibration points, the finite "
                              "differences' included (default: %(default)s)")
@@ -42,6 +42,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cost; --max-evaluations is each start's budget (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def default_hardware() -> Path:
+    """The project's SN40L socket file: as the relative path when run from the repository (as the
+    messages print it), else by its absolute path, so calibrate works from any folder."""
+    from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
+
+    project = DEFAULT_REFERENCE_DIR.parents[1] / "hw_configs" / "sn40l.yaml"
+    local = Path("hw_configs/sn40l.yaml")
+    return local if local.is_file() and local.resolve() == project.resolve() else project
+
+
+def _every_reference(given: list[Path]) -> bool:
+    """Whether the reference files given are the default set (none given, or all of them)."""
+    from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
+
+    return not given or {p.resolve() for p in given} >= {p.resolve() for p in DEFAULT_REFERENCE_DIR.glob("*.yaml")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
 
     references = load_references(args.references)
+    if args.hardware is None:
+        args.hardware = default_hardware()
     socket = load_hardware(args.hardware).socket
     start = calibrated_parameters(socket)
     # the fit's own limits, checked before any simulation pass is spent
@@ -131,9 +150,14 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(result.comparisons, loo.predictions))
     if args.write:
-        files = write_back(args.hardware, result, "fitted by `python -m sn40l_sim calibrate` to the calibration "
-                           "points of experiments/reference/ (SnapStream Tables 4 and 5, prefill overhead, kernel "
-                           "looping); see docs/validation.md")
-        files.append(loo.write())
-        print(f"\nwrote the fitted values into {', '.join(map(str, files))}")
+        every = _every_reference(args.references)
+        source = ("the calibration points of experiments/reference/ (SnapStream Tables 4 and 5, prefill overhead, "
+                  "kernel looping); see docs/validation.md") if every else \
+            f"the calibration points of {', '.join(map(str, args.references))}"
+        files = write_back(args.hardware, result, f"fitted by `python -m sn40l_sim calibrate` to {source}")
+        if every:   # validate's leave-one-out column is of the whole reference set, not a part of it
+            files.append(loo.write())
+        print(f"\nwrote the fitted values into {', '.join(map(str, files))}"
+              + ("" if every else " (not experiments/reference/leave_one_out.json: validate's leave-one-out column "
+                                  "is of every reference file)"))
     return 0

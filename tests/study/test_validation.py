@@ -281,3 +281,20 @@ def test_bad_options_are_one_line_before_anything_is_simulated(capsys, arguments
     assert main(arguments) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err
+
+
+def test_calibrate_finds_the_project_hardware_from_any_folder(monkeypatch, tmp_path):
+    from sn40l_sim.commands.calibrate import default_hardware
+
+    monkeypatch.chdir(REPO)
+    assert default_hardware() == Path("hw_configs/sn40l.yaml")   # as messages print it
+    monkeypatch.chdir(tmp_path)                                   # it was 'file not found' here
+    assert default_hardware() == REPO / "hw_configs" / "sn40l.yaml" and default_hardware().is_file()
+
+
+def test_only_a_fit_to_every_reference_file_rewrites_the_leave_one_out_column():
+    from sn40l_sim.commands.calibrate import _every_reference
+
+    every = sorted((REPO / "experiments" / "reference").glob("*.yaml"))
+    assert _every_reference([]) and _every_reference(every)
+    assert not _every_reference(every[:1])
