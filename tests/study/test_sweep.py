@@ -169,6 +169,7 @@ def test_failing_runs_are_reported_and_the_rest_complete(tmp_path, capsys):
     # full at batch 2048 does not fit in HBM; SnapStream's 4:1 cache does
     assert [f["point"] for f in failures] == ["full[batch=2048]"]
     assert failures[0]["kind"] == "error" and "does not fit" in failures[0]["error"]
+    assert failures[0]["sweep"] == {"serving.batch": 2048}   # the values, whatever the point's name
     assert "point full[batch=2048] failed:" in captured.err
     assert [r["name"] for r in records] == ["full[batch=2]", "snap[batch=2]", "snap[batch=2048]",
                                             "full[batch=8]", "snap[batch=8]"]

@@ -54,13 +54,17 @@ class SweepRecords(list):
         self.resumed = 0
         #: the records on the Pareto front of the section's objectives (empty without objectives)
         self.front: list[dict] = []
+        #: name of each failed or skipped run (or sweep point) -> its sweep point's axis values as
+        #: written, so that failures.json says which values failed whatever the point's labels
+        self.values: dict[str, dict[str, Any]] = {}
 
 
 def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None = None, progress: bool = True,
               sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None, scheduler: str | None = None,
               resume: bool = False, plots: bool = True) -> SweepRecords:
     """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
-    (``[{"point", "kind": "error" | "infeasible", "error"}]``, empty when every run gave a record),
+    (``[{"point", "kind": "error" | "infeasible", "error", "sweep": {axis: value as written}}]``, empty
+    when every run gave a record),
     when the section has ``plot:``, ``OUT/sweep.png``, and when it has ``objectives:``,
     ``OUT/pareto.json``, ``OUT/pareto.csv`` and (two objectives or more) ``OUT/pareto.png``. Each
     run's outcome is kept in ``OUT/runs/`` as it finishes. Failures are printed on stderr.
@@ -111,8 +115,10 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     for name, error in records.failures:
         print(f"point {name} failed: {error}", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
-    listed = [{"point": n, "kind": "error", "error": e} for n, e in records.failures]
-    listed += [{"point": n, "kind": "infeasible", "error": e} for n, e in records.skipped]
+    listed = [{"point": n, "kind": "error", "error": e, "sweep": records.values.get(n, {})}
+              for n, e in records.failures]
+    listed += [{"point": n, "kind": "infeasible", "error": e, "sweep": records.values.get(n, {})}
+               for n, e in records.skipped]
     write_text(out_dir / "failures.json", json.dumps(listed, indent=2) + "\n")
     _, csv_path = write_results(records, out_dir)
     if sweep.objectives:
@@ -306,11 +312,15 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
     finally:
         bar.close()
     out = SweepRecords()
+    by_index = {sp.index: sp for sp in sweep.points}
+    out.values = {name: dict(by_index[index].values) for index, name, _ in failures}
     for i, run in enumerate(runs):
         record, error, infeasible, _ = outcomes[i]
         if error is None:
             out.append(stamp(run, record))
-        elif infeasible and sweep.infeasible == "skip":
+            continue
+        out.values[run.name] = dict(run.sweep_point.values)
+        if infeasible and sweep.infeasible == "skip":
             out.skipped.append((run.name, error))
         else:
             failures.append((run.sweep_point.index, run.name, error))
