@@ -102,13 +102,18 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
 
 
 def node_memory(asm: Assembly, timed: Sequence[TimedModel]) -> NodeMemory:
-    """The node's fast and slow tiers (usable bytes, all sockets) and its copy bandwidth; every
-    model's weights must fit in the slow tier."""
+    """The node's fast and slow tiers (usable bytes) and its copy bandwidth over the sockets the
+    models run on; every model's weights must fit in the slow tier.
+
+    The models share the experiment's decode plan, and each model's bytes are counted over that
+    plan's sockets (:func:`time_models`): a plan that leaves sockets idle puts every model on the
+    same sockets, so the idle sockets' tiers neither hold a model nor copy one in."""
     fast, slow = node_tiers(asm)
-    node, socket = asm.node, asm.node.socket
+    socket = asm.node.socket
     capacity = timed[0].result.memory.capacity
-    memory = NodeMemory(int(capacity[fast]) * node.sockets, int(capacity[slow]) * node.sockets,
-                        copy_bytes_per_s(socket, slow, fast) * node.sockets / socket.clock_hz)
+    sockets = timed[0].result.setup.decode_plan.sockets
+    memory = NodeMemory(int(capacity[fast]) * sockets, int(capacity[slow]) * sockets,
+                        copy_bytes_per_s(socket, slow, fast) * sockets / socket.clock_hz)
     weights = sum(t.costs.weight_bytes for t in timed)
     if weights > memory.slow_bytes:
         exp = asm.experiment

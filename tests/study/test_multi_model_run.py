@@ -68,3 +68,16 @@ def test_bad_multi_model_sections_are_one_line_errors(tmp_path, capsys, models, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert str(path) in err and message in err
+
+
+def test_sockets_a_plan_leaves_idle_neither_hold_nor_copy_a_model(tmp_path):
+    # tp=8 on the 16-socket node runs every model on the same 8 sockets as the 8-socket node does:
+    # the same fast and slow tiers, the same copy bandwidth, so the same switches and time lost
+    mm = {}
+    for hw in ("sn40l_node8", "sn40l_node16"):
+        path = experiment(tmp_path)
+        path.write_text(path.read_text().replace("sn40l_node8.yaml", f"{hw}.yaml"))
+        out = tmp_path / hw
+        assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
+        mm[hw] = [r["multi_model"] for r in json.loads((out / "results.json").read_text())]
+    assert mm["sn40l_node16"] == mm["sn40l_node8"]
