@@ -79,6 +79,15 @@ class ServingSetup:
     prefill_switch_cycles: Callable[[int], int] = no_cycles
     prefill_hold_tokens: int | None = None
 
+    def __post_init__(self) -> None:
+        # the prefixes a prefill node keeps share its hold room: kept beyond it, a node held back
+        # with no transfer pending would wait for one that never comes (nothing wakes it)
+        if self.prefix_caching is not None and self.prefill_hold_tokens is not None:
+            capacity = self.prefix_caching.capacity_tokens
+            if capacity is None or capacity > self.prefill_hold_tokens:
+                raise ValueError(f"prefix_caching.capacity_tokens ({capacity}) must be at most prefill_hold_tokens "
+                                 f"({self.prefill_hold_tokens}): the prefixes kept share the hold room")
+
     @property
     def kv_capacity_bytes(self) -> int:
         """KV bytes reserved for the slots of one decode node."""

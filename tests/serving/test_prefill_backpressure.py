@@ -53,3 +53,16 @@ def test_room_for_every_cache_changes_nothing():
     free, roomy = simulate(requests(), setup(None)), simulate(requests(), setup(10**9))
     assert [(r.prefill_start, r.first_token, r.transfer_end, r.finish) for r in free.requests] == \
         [(r.prefill_start, r.first_token, r.transfer_end, r.finish) for r in roomy.requests]
+
+
+@pytest.mark.parametrize("capacity", [None, 151])
+def test_prefixes_kept_beyond_the_hold_room_are_refused(capacity):
+    # kept beyond it, a prefill node held back with no transfer pending waited for one that never
+    # came: simulate() ended in SimPy's "no event left to process"
+    from dataclasses import replace
+
+    from sn40l_sim.serving.prefix_cache import PrefixCaching
+
+    with pytest.raises(ValueError, match="must be at most prefill_hold_tokens"):
+        replace(setup(150), prefix_caching=PrefixCaching(True, 1, capacity))
+    assert replace(setup(150), prefix_caching=PrefixCaching(True, 1, 150)).prefill_hold_tokens == 150
