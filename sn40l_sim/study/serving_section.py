@@ -193,9 +193,13 @@ class ServingSection(StrictModel):
     prefill_nodes: NonNegativeInt | None = None
     #: nodes that decode (co-located: nodes that do both)
     decode_nodes: PositiveInt = 1
-    #: decode slots per node: ``max`` (largest compiled size that fits) or a number
+    #: decode slots per node: ``max`` (the largest of ``batch_sizes`` that fits) or a number, which
+    #: is the compiled batch itself (not rounded to one of ``batch_sizes``)
     batch: PositiveInt | Literal["max"] = "max"
+    #: the compiled batches of the static decode graph that ``batch: max`` chooses from
     batch_sizes: tuple[PositiveInt, ...] = POWERS_OF_TWO_BATCH
+    #: the compiled prompt lengths of the static prefill graph: a prompt runs the smallest that
+    #: holds it
     prefill_lens: tuple[PositiveInt, ...] = POWERS_OF_TWO_PREFILL
     #: the static decode graph's maximum generated length (default: ``shape.max_new_tokens``)
     max_new_tokens: PositiveInt | None = None
