@@ -50,10 +50,12 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int):
                     break
                 log, done = serving.waiting.popleft(), 0
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), env.now
-                log.prefill_node, log.prefill_start = node.index, env.now
+                log.prefill_node = node.index
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
             yield from serving.switch_to(node, "prefill", log.request.prompt_len)
+            if done == 0:   # after the graph switch, as an unchunked prefill starts
+                log.prefill_start = env.now
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
             yield cycles
             serving.busy["colocated_prefill"][node.index] += cycles

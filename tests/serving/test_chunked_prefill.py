@@ -24,10 +24,13 @@ def requests(n=120, seed=0):
     return [Request(i, int(arrivals[i]), int(rng.integers(200, 2048)), int(rng.integers(1, 120))) for i in range(n)]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_chunk_as_long_as_the_prompts_is_the_unchunked_schedule(seed):
+@pytest.mark.parametrize("seed, switch", [(0, 0), (1, 0), (0, 30)])
+def test_a_chunk_as_long_as_the_prompts_is_the_unchunked_schedule(seed, switch):
+    # with graph switches the prefill starts after its switch's loads either way (a chunked one
+    # started before them)
     reqs = requests(seed=seed)
-    whole, chunked = simulate(reqs, SETUP), simulate(reqs, replace(SETUP, prefill_chunk=10**9))
+    setup = replace(SETUP, decode_switch_cycles=switch // 4, prefill_switch_cycles=lambda p: switch)
+    whole, chunked = simulate(reqs, setup), simulate(reqs, replace(setup, prefill_chunk=10**9))
     assert [(r.prefill_start, r.first_token, r.token_cycles) for r in whole.requests] == \
         [(r.prefill_start, r.first_token, r.token_cycles) for r in chunked.requests]
     assert whole.steps == chunked.steps and whole.busy == chunked.busy and whole.end_cycle == chunked.end_cycle
