@@ -109,6 +109,7 @@ class PointResult:
     prefill_len_compiled: int
     prefill: Any                   # PhaseTiming of one prefill of the point's prompt (None: not simulated)
     decode: Any                    # PhaseTiming of one decode step at (batch, static_cache_len)
+    #: KV bytes sent from a prefill node to a decode node per request, and their time (0 when co-located)
     transfer_bytes: int
     transfer_cycles: int
     #: kernel kinds the KV policy adds to prefill (their share is the policy's prefill overhead)
@@ -263,8 +264,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     with located("graph_options"):
         prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory) if prefill_step else None
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
-    transfer_bytes = s.policy.cache_len(s.prompt_len, 0) * per_token
     colocated = s.mode == "colocated"
+    # a co-located node prefills into its own cache: no bytes cross a link (results say 0, not the cache size)
+    transfer_bytes = 0 if colocated else s.policy.cache_len(s.prompt_len, 0) * per_token
     with located("kv_transfer"):
         transfer_cycles = 0 if colocated else math.ceil(
             transfer_seconds(s.node, s.kv_transfer, transfer_bytes) * clock_hz)

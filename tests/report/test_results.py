@@ -32,12 +32,12 @@ NODE = load_hardware("hw_configs/sn40l_node16.yaml")
 PROMPT = 32768
 
 
-def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0)):
+def simulate(policy_name, params, arrivals=(0.0, 0.1, 0.25, 3.0), mode="disaggregated"):
     policy = make_policy(policy_name, params)
     s = PointSetup(name=policy_name, node=NODE, model=r1_model(mtp=True), policy=policy, prompt_len=PROMPT,
                    prefill_plan=PREFILL, decode_plan=DECODE, batch_sizes=POWERS_OF_TWO_BATCH,
                    prefill_lens=POWERS_OF_TWO_PREFILL, max_new_tokens=16, batch=4,
-                   speculation=Speculation(drafts=2, acceptance=0.8))
+                   speculation=Speculation(drafts=2, acceptance=0.8), mode=mode)
     clock = NODE.socket.clock_hz
 
     def requests(slots):
@@ -110,6 +110,17 @@ def test_write_results_table_and_plot(tmp_path, records):
     assert row.split()[-2:] == [str(records[0]["max_batch"]), str(records[1]["max_batch"])]
     plot = throughput_plot(records, tmp_path / "out" / "throughput.png")
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_colocated_point_transfers_no_kv(records):
+    """docs/results.md: kv_transfer_bytes is 0 when co-located (the node prefills into its own cache),
+    so the table's "KV transfer per request (GB)" row does not show a transfer that never happens."""
+    rec, _ = simulate("full", {}, mode="colocated")
+    assert rec["mode"] == "colocated"
+    assert rec["kv_transfer_bytes"] == 0 and rec["kv_transfer_s"] == 0
+    assert records[0]["kv_transfer_bytes"] > 0   # a disaggregated point still sends its cache
+    row = next(line for line in side_by_side([rec]).splitlines() if line.startswith("KV transfer per request (GB)"))
+    assert row.split()[-1] == "0.00"
 
 
 def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
