@@ -316,7 +316,21 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
 
 
 def _legend(hue: list[str], key: tuple[str, ...]) -> str:
-    return ", ".join(key) if hue else ""
+    """A series' legend entry: its hue values in the unit the legend's title names (a bandwidth
+    column titled in GB/s shows 25, not the CSV's 25000000000.0).
+
+    >>> _legend(["kv_policy", "sweep.hardware.socket.p2p.bytes_per_s_per_port"], ("full", "25000000000.0"))
+    'full, 25'
+    """
+    return ", ".join(_hue_value(h, v) for h, v in zip(hue, key, strict=True)) if hue else ""
+
+
+def _hue_value(column: str, value: str) -> str:
+    number = finite(value)
+    if number is None or not _labelled(column):   # text, or a column the title shows by its bare name
+        return value
+    scale = axis_label(column)[1]
+    return value if scale == 1.0 else f"{number * scale:g}"
 
 
 def _tick(value: str, scale: float) -> str:

@@ -88,6 +88,28 @@ def test_sizes_are_plotted_in_gib_and_the_title_is_the_experiment(tmp_path, monk
     assert ys == [[0.5, 2.0], [0.25, 1.0], [1.0]]
 
 
+@pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
+def test_hue_values_in_the_legend_are_in_the_unit_its_title_names(tmp_path, monkeypatch, kind):
+    """A sweep's bandwidth axis as hue: the legend's title says GB/s, so its entries are 25 and 50,
+    not the CSV's bytes/s."""
+    legends = []
+    original = matplotlib.axes.Axes.legend
+
+    def spy(self, *args, **kwargs):
+        legend = original(self, *args, **kwargs)
+        legends.append((legend.get_title().get_text(), [t.get_text() for t in legend.get_texts()]))
+        return legend
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", spy)
+    axis = "sweep.hardware.socket.p2p.bytes_per_s_per_port"
+    rows = [{"experiment": "demo", "kv_policy": policy, "batch": batch, axis: f"{rate}.0",
+             "decode_tokens_per_s": 10.0 * batch} for policy in ("full", "snapstream")
+            for rate in (25_000_000_000, 50_000_000_000) for batch in (1, 4)]
+    plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_tokens_per_s", hue=["kv_policy", axis], kind=kind)
+    assert legends == [("KV policy, P2P bandwidth per port (GB/s)",
+                        ["full, 25", "full, 50", "snapstream, 25", "snapstream, 50"])]
+
+
 def test_rows_sharing_an_x_are_refused_with_the_column_that_differs(tmp_path):
     with pytest.raises(InputError) as info:
         plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", hue=["kv_policy"])
