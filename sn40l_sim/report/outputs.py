@@ -66,10 +66,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     temporary = Path(name)
     try:
         yield temporary
+        # mkstemp makes the file private (0600); an output gets the mode any new file gets under the
+        # user's umask, so that results shared with a group (or served by CI) stay readable
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, so set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | Path, text: str, *, sync: bool = False) -> Path:
