@@ -202,7 +202,7 @@ def describe_reference(path: str | Path) -> str:
         t = m.tolerance
         band = "" if t is None else (f"+-{t.abs:g}" if t.abs is not None else f"+-{t.rel:.0%}" if t.rel is not None
                                      else f"[{t.range[0]:g}, {t.range[1]:g}]")
-        rows.append((m.id, m.quantity + (f"[{m.key}]" if m.key else ""),
+        rows.append((m.id, m.label,
                      "(held back)" if m.value is None else f"{m.value:g}", band,
                      f"{ref.experiment_path.name}: {m.point}", "calibration" if m.calibration else "prediction"))
     header = ("id", "quantity", "measured", "tolerance", "experiment: point", "role")

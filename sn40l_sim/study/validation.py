@@ -82,6 +82,12 @@ class Measurement(StrictModel):
     relative_to: str | None = None
     calibration: bool
 
+    @property
+    def label(self) -> str:
+        """The quantity as tables show it: ``prefill_kernel_share[mha]``; a ratio of two records says
+        so (``decode_step_s ratio``), so that a measured 1.6 does not read as seconds."""
+        return self.quantity + (f"[{self.key}]" if self.key else "") + (" ratio" if self.relative_to else "")
+
 
 class ReferenceFile(StrictModel):
     kind: Literal["reference"]
@@ -364,7 +370,7 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
     by_kind: dict[str, list[float]] = {}
     for c in comparisons:
         m = c.reference.measurement
-        quantity = m.quantity + (f"[{m.key}]" if m.key else "")
+        quantity = m.label
         err = c.error
         text = _error_text(c)
         if err is not None:

@@ -69,6 +69,10 @@ def test_error_units_and_table():
     assert "+3.31 pp" in table and "+2.4%" in table and "(held back)" in table and "prediction" in table
     assert "+0.0035 s" in table and "s     mean |error| 0.0035 s" in table
     assert "4 measurements, 1 within tolerance" in table
+    # a ratio of two records is not the field's unit: its quantity column says it is a ratio
+    lines = format_table([share, ratio]).splitlines()[2:4]
+    assert lines[0].split()[1:3] == ["prefill_kernel_share[mha]", "0.6940"]
+    assert lines[1].split()[1:4] == ["decode_step_s", "ratio", "1.6000"]
 
 
 def test_extract_reads_keys_of_mapping_fields():
