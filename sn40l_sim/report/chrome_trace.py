@@ -15,7 +15,8 @@ naming every process and thread. One process (``pid``) per node or per socket:
 ``<point> · prefill|decode · socket s``
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
     and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
-    ``P2P collectives``), with FLOPs, bytes and bound cycles in ``args``. The detail is placed at
+    ``P2P collectives``, ``kernel loops`` = the calls a kernel loop runs as one), with FLOPs, bytes and
+    bound cycles in ``args``. The detail is placed at
     the first prefill of node 0 and at the first decode step of decode node 0 (every step of the
     static graph is the same); without a serving log they follow each other from 0.
 
@@ -54,7 +55,8 @@ from sn40l_sim.report.outputs import write_text
 #: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
 #: come from :func:`memory_lane`, other categories share lane 6
 SOCKET_LANES = {"kernel": (0, "kernels"), "setup": (1, "setup (call, reconfig, fill)"),
-                "stream": (2, "tiles (stream)"), "collective": (5, "P2P collectives")}
+                "stream": (2, "tiles (stream)"), "collective": (5, "P2P collectives"),
+                "loop": (6, "kernel loops")}
 _OTHER_LANE = 6
 
 

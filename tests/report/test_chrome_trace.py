@@ -138,6 +138,17 @@ def test_overlapping_events_get_a_second_row_and_a_phase_alone_writes(tmp_path, 
     assert sum(e["ph"] == "X" and e["cat"] == "kernel" for e in trace["traceEvents"]) == len(main_results[0].decode.kernels)
 
 
+def test_a_kernel_loop_has_a_named_lane():
+    # a loop's event (engine/trace.py category "loop") is drawn on a lane Perfetto names "kernel loops",
+    # not the fallback "lane 6"
+    events = [TraceEvent("L00.decoder", "decoder", 0, 0, 100),
+              TraceEvent("loop L00.decoder..L01.decoder x2", "decoder", 0, 0, 200, category="loop")]
+    out = phase_events(events, clock_hz=1e6, title="t")
+    loop = next(e for e in out if e["ph"] == "X" and e["cat"] == "loop")
+    thread_names = {e["tid"]: e["args"]["name"] for e in out if e["name"] == "thread_name"}
+    assert thread_names[loop["tid"]] == "kernel loops"
+
+
 def test_events_that_follow_each_other_share_a_row():
     # rounding a start and a length apart made an event end a nanosecond after the next began,
     # and the layout then drew back-to-back prefills and decode steps on a second row
