@@ -200,8 +200,8 @@ RESULTS = Fields([
               Field("decode_tokens_per_s_observed", "tokens/s", "Decode tokens per second of decode-step "
                     "time of one decode node, with the slots actually filled: the tokens the steps gave, drafts "
                     "accepted under speculative decoding included (all nodes' tokens over all nodes' step "
-                    "time).", axis="decode tokens/s observed per decode node"),
-              Field("mean_active_slots", "sequences", "Mean filled decode slots per step.",
+                    "time); empty when no decode step ran (every output one token).", axis="decode tokens/s observed per decode node"),
+              Field("mean_active_slots", "sequences", "Mean filled decode slots per step; empty when no decode step ran.",
                     axis="mean active decode slots"),
           )),
     # service-level objectives (produced when the experiment states them: its slo: section)

@@ -55,8 +55,9 @@ def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl)}
 
 
-def throughput(log: ServingLog, clock_hz: float) -> dict[str, float]:
-    """Request and token rates of the run, and decode tokens per second of decode-step time."""
+def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
+    """Request and token rates of the run, and decode tokens per second of decode-step time (None,
+    an empty cell, for a run without a decode step: every output one token long)."""
     start = min(r.request.arrival_cycle for r in log.requests)
     span_s = (log.end_cycle - start) / clock_hz
     tokens = sum(r.generated for r in log.requests)
@@ -71,8 +72,9 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float]:
         "output_tokens_per_s": tokens / span_s if span_s > 0 else 0.0,
         "decode_steps": len(log.steps),
         # what the decode nodes achieved with the slots actually filled and the drafts accepted
-        "decode_tokens_per_s_observed": decode_tokens / decode_s if decode_s > 0 else 0.0,
-        "mean_active_slots": stepped / len(log.steps) if log.steps else 0.0,
+        # no decode step is no rate, not a rate of 0 tokens/s
+        "decode_tokens_per_s_observed": decode_tokens / decode_s if decode_s > 0 else None,
+        "mean_active_slots": stepped / len(log.steps) if log.steps else None,
     }
 
 

@@ -17,7 +17,7 @@ from serving_doubles import DECODE, PREFILL, FakePlacer, fixed_costs, r1_model  
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.report.fields import RESULTS  # noqa: E402
-from sn40l_sim.report.metrics import kv_occupancy  # noqa: E402
+from sn40l_sim.report.metrics import kv_occupancy, throughput  # noqa: E402
 from sn40l_sim.report.plot import throughput_plot  # noqa: E402
 from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
@@ -140,6 +140,17 @@ def test_kv_occupancy_mean_is_weighted_by_step_time():
     occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=1000), steps=steps), clock_hz=10.0)
     assert occ["mean_fraction"] == pytest.approx(0.25) and occ["peak_fraction"] == pytest.approx(0.3)
     assert [(p["t_s"], p["kv_bytes"]) for p in occ["series"]] == [(1.0, 100), (4.0, 300)]
+
+
+def test_a_run_without_decode_steps_has_no_observed_decode_rate():
+    # every output one token long: the prefill gives it, no decode step runs; the observed decode
+    # rate and the mean filled slots are empty (undefined), not 0 tokens/s and 0 slots
+    requests = [NS(request=NS(arrival_cycle=0), generated=1), NS(request=NS(arrival_cycle=5), generated=1)]
+    served = throughput(NS(requests=requests, steps=[], end_cycle=20), clock_hz=10.0)
+    assert served["decode_steps"] == 0 and served["output_tokens_per_s"] == pytest.approx(1.0)
+    assert served["decode_tokens_per_s_observed"] is None and served["mean_active_slots"] is None
+    row = next(csv.DictReader(io.StringIO(to_csv([{"name": "x", "throughput": served}]))))
+    assert row["throughput.decode_tokens_per_s_observed"] == row["throughput.mean_active_slots"] == ""
 
 
 def test_the_memory_record_lists_every_tier_of_the_socket_in_order():
