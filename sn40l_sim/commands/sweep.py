@@ -97,9 +97,11 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
-    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS):
+    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS) as folder:
         records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
                             scheduler=scheduler, resume=resume, plots=plots)
+        # the wall-clock speed of the runs simulated now, kept where run keeps it (not in the results)
+        folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
     where = f" on Dask ({chosen})" if chosen else ""

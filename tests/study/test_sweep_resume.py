@@ -72,6 +72,21 @@ def test_resume_runs_only_what_is_missing(tmp_path, simulated):
     assert len(simulated) == 6
 
 
+def test_stored_runs_hold_no_wall_clock_and_a_resumed_run_reports_no_speed_of_its_own(tmp_path, capsys):
+    """The wall-clock speed of a run is in status.json only: not in OUT/runs/, and a resumed sweep
+    does not print the previous session's speed as if it had just simulated the run."""
+    from sn40l_sim.commands.cli import main
+    from sn40l_sim.report.outputs import read_status
+
+    path = write_experiment(tmp_path, SWEEP)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet", "--no-plot"]) == 1
+    fresh = read_status(tmp_path / "out")["speed"]
+    assert len(fresh) == 5 and all(s["wall_s"] > 0 for s in fresh)   # the failed run has no speed
+    assert not any("wall_s" in f.read_text() for f in (tmp_path / "out" / "runs").glob("*.json"))
+    again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True, plots=False)
+    assert again.resumed == 6 and not any("speed" in r for r in again)
+
+
 def test_runs_are_matched_by_what_they_simulate_not_their_index(tmp_path, simulated):
     out = tmp_path / "out"
     run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n"), out, jobs=1, progress=False)

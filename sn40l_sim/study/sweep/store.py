@@ -7,8 +7,9 @@ leaves each run's file either whole or absent, and loses only the runs in flight
 the files of the runs it is about to start and skips those it finds; the runs are matched by what
 they simulate, not by their place in the sweep, so a sweep whose axes gained values, or whose
 values were reordered, reruns only what is new. A file holds the record as the worker returned it
-(before the sweep point's name is written in) or the run's one-line error: a resumed sweep writes
-the same ``results.json`` bytes as an uninterrupted one.
+(before the sweep point's name is written in, and without its wall-clock ``speed``, which belongs
+to the session that ran it) or the run's one-line error: a resumed sweep writes the same
+``results.json`` bytes as an uninterrupted one.
 
 Runs that failed with an internal error (a bug, or a worker that died) are not stored: a resumed
 sweep tries them again.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.results import stable
 
 #: the file format's version (a file of another version is not read)
 FORMAT = 1
@@ -68,13 +70,18 @@ class RunStore:
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
             return None
-        return Outcome(data.get("record"), data.get("error"), bool(data.get("infeasible")))
+        record = data.get("record")
+        # a stored run's wall-clock speed is another session's: a resumed sweep does not report it as its own
+        return Outcome(stable(record) if isinstance(record, dict) else record, data.get("error"),
+                       bool(data.get("infeasible")))
 
     def save(self, key: str, name: str, outcome: Outcome) -> None:
         """Write the outcome of the run with ``key`` (``name`` is for a reader of the file):
         to a temporary file, flushed to disk, then renamed over the final name."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": outcome.record,
+        # without the wall-clock speed: stored runs hold only what the inputs determine
+        record = stable(outcome.record) if outcome.record is not None else None
+        text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": record,
                            "error": outcome.error, "infeasible": outcome.infeasible})
         write_text(self.path(key), text, sync=True)
 
