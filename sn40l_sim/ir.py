@@ -223,7 +223,8 @@ class Shape:
     kv_len: int = 0
     #: speculative decoding: draft tokens per sequence a decode step verifies (it runs the main
     #: model over ``1 + drafts`` query rows per sequence and the draft model ``drafts`` times);
-    #: 0 is plain decode
+    #: 0 is plain decode. In prefill: the drafts its decode will verify, so the MTP module runs
+    #: over the prompt to fill its own cache
     drafts: int = 0
     #: decode: tokens of context a sequence has at most (prompt + max_new_tokens), for a KV policy
     #: whose decode work grows with the whole context rather than with ``kv_len`` (page digests

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                       context_len=prompt_len + new_tokens + drafts)
     else:
         cache_len = prompt_len
-        shape = Shape("prefill", batch, prompt_len)
+        shape = Shape("prefill", batch, prompt_len, 0, drafts)   # the MTP module over the prompt
     graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
     if args.plot_kernels is not None:
         # named kernels the graph lacks are refused before the mapping, not after its table

@@ -14,7 +14,9 @@ sampling score every row), then the draft runs ``k`` times, one after the other 
 drafts from the previous one's token and hidden state: its projection, its transformer block (with
 its own cache), its LM head and sampling, each over ``batch`` rows. Draft run ``d`` uses MTP module
 ``d mod modules`` (DeepSeek-V3/R1 has one, run recursively). With ``k = 0`` the step is plain
-decode, without the MTP module.
+decode, without the MTP module. A prefill whose decode will draft (``shape.drafts = k`` in prefill)
+runs each MTP module the drafts use once over the prompt, after the main model: it fills the MTP
+layer's cache for the prompt's positions, which the drafts read, and drafts the first token.
 
 Activation traffic is derived, not written by hand: each operator names the activations it reads
 and writes. Inside a fused kernel an activation produced and consumed there stays on chip; an
@@ -130,7 +132,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     contexts = {False: main, True: replace(main, shape=replace(shape, drafts=0))}
     phase: PhaseTemplate = getattr(template, shape.phase)
 
-    plan_ = _sequence(model, phase, shape.drafts)
+    plan_ = _sequence(model, phase, _mtp_runs(model, shape))
     formulas = operators(template.attention), sizes(template.attention)
     built: dict[tuple[str, bool], tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
@@ -226,8 +228,6 @@ def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
     drafts = shape.drafts
     if isinstance(drafts, bool) or not isinstance(drafts, int) or drafts < 0:
         raise InputError(f"shape: drafts must be an integer >= 0 (0: plain decode), got {drafts!r}")
-    if drafts and shape.phase != "decode":
-        raise InputError(f"shape: drafts are verified by decode steps only, got drafts={drafts} in {shape.phase}")
     if drafts and model.mtp is None:
         raise InputError(f"shape: drafts={drafts}, but model {model.name!r} has no mtp section: speculative "
                          "decoding drafts with the model's multi-token-prediction module")
@@ -244,8 +244,16 @@ class _Entry(NamedTuple):
     draft: bool
 
 
+def _mtp_runs(model: ModelSpec, shape: Shape) -> int:
+    """Runs of the MTP module in the graph: one per draft in a decode step; in a prefill, one per
+    module the drafts use, over the prompt (to fill its cache)."""
+    if not shape.drafts or shape.phase == "decode":
+        return shape.drafts
+    return min(shape.drafts, model.mtp.modules)
+
+
 def _sequence(model: ModelSpec, phase: PhaseTemplate, drafts: int) -> list[_Entry]:
-    """The graph's kernels in execution order: head, layers, tail, then ``drafts`` draft runs."""
+    """The graph's kernels in execution order: head, layers, tail, then ``drafts`` MTP runs."""
     b = phase.blocks
     out = [_Entry(k, None, k, "", False) for k in b.head]
     dense = dense_layer_count(model)

@@ -23,6 +23,7 @@ True
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sn40l_sim.ir import ParallelPlan, Shape
@@ -48,11 +49,12 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     repeated = _repeated_operator(spec, model, phase)
     if repeated is not None:
         return repeated
-    drafts = 1 if phase == "decode" and model.mtp is not None else 0
-    shape = (Shape("prefill", 1, _PROMPT_TOKENS) if phase == "prefill"
+    # a model with an MTP module drafts: a decode step runs it, and so does the prefill before it
+    drafts = 1 if model.mtp is not None else 0
+    shape = (Shape("prefill", 1, _PROMPT_TOKENS, drafts=drafts) if phase == "prefill"
              else Shape("decode", 1, 0, kv_len=_PROMPT_TOKENS, drafts=drafts))
     main = Ctx(model, shape, ParallelPlan(), template)
-    draft = Ctx(model, Shape("decode", 1, 0, kv_len=_PROMPT_TOKENS), ParallelPlan(), template)
+    draft = Ctx(model, replace(shape, drafts=0), ParallelPlan(), template)
     formulas = operators(template.attention)
     steps_of: dict[tuple[str, bool], list[tuple[str, Step]]] = {}
     written: dict[str, tuple[str, str]] = {}      # activation -> (kernel id, operator) last writing it

@@ -125,6 +125,9 @@ class StepTimer:
         Where built graphs are kept, by shape (default: a dict of this timer's own). Timers whose
         ``build`` is the same function of the shape and plan (the same model, policy, plans and
         graph options on other hardware: calibration passes) may share one.
+    prefill_drafts : int, optional
+        Speculative drafts the decode after a prefill verifies: the prefill shapes carry them, so
+        the prefill runs the MTP module over the prompt to fill its cache (0, default: none).
 
     Attributes
     ----------
@@ -134,7 +137,8 @@ class StepTimer:
 
     def __init__(self, node: NodeSpec, prefill_plan: ParallelPlan | None, decode_plan: ParallelPlan | None, *,
                  build: GraphBuilder, place: GraphPlacer, engine: EngineOptions | None = None,
-                 context_len: int = 0, disk_key: str = "", graphs: dict[Shape, KernelGraph] | None = None) -> None:
+                 context_len: int = 0, disk_key: str = "", graphs: dict[Shape, KernelGraph] | None = None,
+                 prefill_drafts: int = 0) -> None:
         self.node = node
         self.prefill_plan = prefill_plan
         self.decode_plan = decode_plan
@@ -142,6 +146,7 @@ class StepTimer:
         self.place = place
         self.engine = engine if engine is not None else EngineOptions()
         self.context_len = context_len
+        self.prefill_drafts = prefill_drafts
         self.disk_key = disk_key
         self._node_json: str | None = None
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
@@ -153,7 +158,7 @@ class StepTimer:
         """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1), its tensors
         where ``memory`` placed them (default: all in the socket's first memory tier)."""
         _positive("prompt_len", prompt_len)
-        return self._timed(_prefill_shape(prompt_len), memory)
+        return self._timed(_prefill_shape(prompt_len, self.prefill_drafts), memory)
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
                     memory: MemoryPlacement | None = None) -> PhaseTiming:
@@ -166,7 +171,7 @@ class StepTimer:
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
-        return activation_bytes(self.graph(_prefill_shape(prompt_len)))
+        return activation_bytes(self.graph(_prefill_shape(prompt_len, self.prefill_drafts)))
 
     def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
         """Peak activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
@@ -226,8 +231,8 @@ class StepTimer:
                           repr(list(signatures)), repr(sequence), repr(edges), where])
 
 
-def _prefill_shape(prompt_len: int) -> Shape:
-    return Shape("prefill", 1, prompt_len, 0)
+def _prefill_shape(prompt_len: int, drafts: int = 0) -> Shape:
+    return Shape("prefill", 1, prompt_len, 0, drafts)
 
 
 def _decode_shape(batch: int, kv_len: int, drafts: int = 0, context_len: int = 0) -> Shape:

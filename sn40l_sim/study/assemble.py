@@ -218,7 +218,7 @@ class Assembly:
                   context_len)
         return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
                           execution.idle_units, engine=engine, context_len=context_len,
-                          graphs=self.graphs.setdefault(builds, {}))
+                          graphs=self.graphs.setdefault(builds, {}), prefill_drafts=setup.speculation.drafts)
 
     def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
         """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are

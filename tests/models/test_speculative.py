@@ -6,6 +6,7 @@ import pytest
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.context import Ctx
 from sn40l_sim.models.formulas import operators
@@ -110,15 +111,32 @@ def test_the_verify_steps_collectives_carry_k_plus_1_rows(r1):
     assert [c.bytes * 3 for c in plain.collectives] == [c.bytes for c in verify.collectives]
 
 
-def test_drafts_need_a_decode_step_and_an_mtp_module(r1, llama8b):
+def test_drafts_need_an_mtp_module(r1, llama8b):
     with pytest.raises(InputError, match="has no mtp section"):
         step(llama8b, 1, plan=ParallelPlan(8, 8))
+    with pytest.raises(InputError, match="has no mtp section"):
+        build_graph(llama8b, Shape("prefill", 1, 1024, drafts=2), ParallelPlan(8))
     with pytest.raises(InputError, match="drafts must be from 0 to 15"):
         step(r1, -1)
-    with pytest.raises(InputError, match="decode steps only"):
-        build_graph(r1, Shape("prefill", 1, 1024, drafts=2), ParallelPlan(16))
     with pytest.raises(InputError, match="serving.speculative"):
         step(r1, 0, include_mtp=True)
+
+
+def test_a_prefill_before_drafting_runs_the_mtp_module_once_over_the_prompt(r1):
+    """Its cache, which the drafts read, is filled for the prompt's positions: the prefill writes
+    the MTP layer's rows (what a prefill socket holds with include_mtp), once whatever the drafts."""
+    plain = build_graph(r1, Shape("prefill", 1, 4096), ParallelPlan(16))
+    names = {d: [k.name for k in build_graph(r1, Shape("prefill", 1, 4096, drafts=d), ParallelPlan(16)).kernels()]
+             for d in (1, 3)}
+    mtp = ["MTP0.mtp_proj", "MTP0.qkv", "MTP0.mha", "MTP0.o_proj", "MTP0.router", "MTP0.moe_ffn",
+           "MTP0.lm_head", "MTP0.sampling"]
+    assert names[1] == names[3] == [k.name for k in plain.kernels()] + mtp
+    graph = build_graph(r1, Shape("prefill", 1, 4096, drafts=2), ParallelPlan(16))
+    written = sum(op.kv_write_bytes for k in graph.kernels() for op in k.operators)
+    assert written == kv_bytes_per_socket(r1, ParallelPlan(16), 1, 4096, include_mtp=True, phase="prefill")
+    # the MTP block over the prompt costs what a main MoE layer does
+    flops = {k.name: k.flops for k in graph.kernels()}
+    assert flops["MTP0.mha"] == flops["L03.mha"] and flops["MTP0.moe_ffn"] == flops["L03.moe_ffn"]
 
 
 def test_the_verify_step_streams_the_experts_its_rows_touch(r1):
