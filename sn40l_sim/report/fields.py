@@ -387,7 +387,8 @@ RESULTS = Fields([
     # the run's own checks
     Field("invariants", "", "The physical invariants checked on this point, all of which held (a violated one stops "
           "the run with exit status 3, naming it): bytes_conserved, requests_served_once, memory_within_capacity, "
-          "units_within_peak, utilisation_in_unit_interval (sn40l_sim/study/invariants.py says what each checks).",
+          "units_within_peak, utilisation_in_unit_interval, finite_results (sn40l_sim/study/invariants.py says what each "
+          "checks).",
           is_list=True),
     # sweeps
     Field("sweep_point", "", "The sweep point's name.", sweep_only=True, axis="sweep point"),

@@ -24,6 +24,9 @@ mechanism in the engine keeps them or breaks them visibly.
 ``utilisation_in_unit_interval``
     Every utilisation, occupancy and share the record reports is in [0, 1], and the shares of a
     layer add up to 1.
+``finite_results``
+    Every number the record reports is finite: a figure that does not exist is empty (None), so a
+    NaN or an infinity is a bug, which the results files would otherwise write as empty too.
 
 Examples
 --------
@@ -58,6 +61,7 @@ INVARIANTS: dict[str, str] = {
     "units_within_peak": "no tier faster than its achievable bandwidth, no more FLOPs than the peak allows, no "
                          "resource busy longer than the step",
     "utilisation_in_unit_interval": "every utilisation, occupancy and share in [0, 1]; a layer's shares add up to 1",
+    "finite_results": "every number of the record finite (a figure that does not exist is empty, not NaN)",
 }
 NAMES = tuple(INVARIANTS)
 #: relative slack for sums of floats (bytes and cycles are integers and compare exactly)
@@ -211,6 +215,25 @@ def check_fractions(record: Mapping[str, Any]) -> None:
                             f"({' + '.join(r for r in COLOCATED_ROLES if r in nodes)})")
 
 
+def check_finite(value: Any, path: str = "") -> None:
+    """``finite_results`` on a results record (or any part of one).
+
+    >>> check_finite({"a": [1.0, None], "b": {"c": 2}})
+    >>> check_finite({"a": {"b": float("nan")}})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InvariantError: invariant finite_results violated: a.b is nan
+    """
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            check_finite(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_finite(item, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise _fail("finite_results", f"{path} is {value}")
+
+
 def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequence[Request] = ()) -> tuple[str, ...]:
     """Check every invariant on one simulated point; returns their names (what the record's
     ``invariants`` field lists).
@@ -231,12 +254,14 @@ def check_point(result: PointResult, record: Mapping[str, Any], requests: Sequen
         check_memory([p for p in (result.memory, result.prefill_memory) if p is not None], result.log)
         check_prefixes(result.log)
         check_fractions(record)
+        check_finite(record)
     except InvariantError as exc:
         exc.point = result.setup.name
         raise
     return NAMES
 
 
-__all__ = ["INVARIANTS", "NAMES", "check_bytes", "check_fractions", "check_memory", "check_peaks", "check_point",
+__all__ = ["INVARIANTS", "NAMES", "check_bytes", "check_finite", "check_fractions", "check_memory", "check_peaks",
+           "check_point",
            "check_prefixes",
            "check_requests"]

@@ -49,9 +49,15 @@ def broken_utilisation(result):
     return result
 
 
+def broken_finite(result):
+    # a step of no known length: its breakdown would be written to the results as empty, as a figure
+    # that does not exist
+    return dataclasses.replace(result, decode=dataclasses.replace(result.decode, seconds=float("nan")))
+
+
 FAULTS = {"bytes_conserved": broken_bytes, "requests_served_once": broken_requests,
           "memory_within_capacity": broken_memory, "units_within_peak": broken_peak,
-          "utilisation_in_unit_interval": broken_utilisation}
+          "utilisation_in_unit_interval": broken_utilisation, "finite_results": broken_finite}
 
 
 def plain_experiment(tmp_path):
