@@ -360,3 +360,15 @@ def test_a_set_that_an_axis_overrides_is_refused(tmp_path, capsys, axis, item, w
     assert main(["sweep", str(path), "--set", item, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
+
+
+def test_a_missing_file_given_as_an_axis_value_is_refused_before_any_run(tmp_path, capsys):
+    # the other points ran and the sweep ended with exit 1, where check refused it
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: miss\nsweep:\n  axes:\n"
+                    f"    model: [{REPO / 'graphs' / 'llama3_1_8b.yaml'}, nosuch.yaml]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}:5: sweep.axes.model[1]: value 'nosuch.yaml': model: "
+                                               "model file 'nosuch.yaml' not found"), err
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -362,9 +362,22 @@ def experiment_from_data(data: dict, doc: Document) -> Experiment:
     return experiment_from_document(Document(data, doc.path, doc.origins))
 
 
+#: the experiment fields that name a file, and what each names (for the message)
+_FILE_FIELDS = ((("model",), "model"), (("hardware",), "hardware"), (("prefill_hardware",), "prefill hardware"),
+                (("workload", "path"), "trace"), (("graph_options", "template"), "kernel template"))
+
+
 def _check_points(exp: Experiment) -> None:
+    """What a sweep point's experiment must pass before any run: its points' KV policies, and the
+    files it names exist (a missing one, given as an axis value, failed only when its runs ran)."""
     for point in experiment_points(exp):
         make_point_policy(exp, point)
+    for at, what in _FILE_FIELDS:
+        value: Any = exp.doc.data
+        for key in at:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
+            raise exp.error(at, f"{what} file {value!r} not found (looked for {exp.resolve(value, at)})")
 
 
 def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
