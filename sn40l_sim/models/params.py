@@ -8,7 +8,7 @@ Conventions, chosen to match how the published figures are counted:
   ``include_mtp=True`` adds its own weights (the shared embedding and head are counted once).
 * ``active_params`` counts what one token's forward pass reads: one embedding row, every
   attention and norm weight, the dense FFN or the router + shared expert + ``k`` routed experts,
-  and the LM head. (Counting the whole embedding table instead adds 0.93B to DeepSeek-R1.)
+  and the LM head (the whole embedding table when the head is tied to it). (Counting the whole embedding table instead adds 0.93B to DeepSeek-R1.)
 * ``weight_bytes`` is what must be stored: FP8 elements plus one FP32 scale per 128x128 block,
   BF16 for the tensors in ``bf16_tensors``, the FP32 router bias. It includes the MTP module
   when the model has one (``include_mtp=None``), because serving with MTP needs its weights.
@@ -70,7 +70,8 @@ def active_params(model: ModelSpec, include_mtp: bool = False) -> int:
     for t in inventory(model):
         n = holders(model, t, include_mtp)
         if t.name == "embedding":
-            total += model.hidden  # one row
+            # one row, unless the LM head is the embedding itself (tied), which reads all of it
+            total += t.params if model.tie_embeddings else model.hidden
             continue
         if t.name in ("expert_gate_up", "expert_down"):
             total += t.rows * t.cols * model.moe.experts_per_token * n

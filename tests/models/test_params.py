@@ -94,3 +94,13 @@ def test_llama_kv_heads_replicate_beyond_eight_sockets(llama8b):
     k = {t.name: t for t in inventory(llama8b)}["k_proj"]
     assert k.shard_dims("column", 8) == (4096, 128)
     assert k.shard_dims("column", 16) == (4096, 128)  # one KV head per socket, twice over
+
+
+def test_tied_head_reads_the_whole_embedding_table(llama8b):
+    # a tied LM head multiplies by the embedding table, so one token reads all of it: tying moves
+    # parameters out of the total, not out of what a token reads
+    tied = llama8b.model_copy(update={"tie_embeddings": True})
+    table = llama8b.vocab * llama8b.hidden
+    assert P.total_params(tied) == P.total_params(llama8b) - table
+    # untied: one embedding row + the head (table); tied: the table once, as the head
+    assert P.active_params(tied) == P.active_params(llama8b) - llama8b.hidden
