@@ -91,8 +91,9 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
         raise ValueError(f"tp must be >= 1, got {tp}")
     heads = model.attention.heads
     groups = kv_heads(model)
+    # the family's count: a socket's query heads may span two KV groups, whose caches it then holds
     return KVSharding(query_heads=math.ceil(heads / tp),
-                      kv_heads=math.ceil(groups / tp),
+                      kv_heads=model.attention.socket_kv_heads(tp),
                       row_shards=max(1, tp // groups))
 
 
@@ -135,8 +136,8 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
 
     * decode: ``attention_dp`` groups of ``tp / attention_dp`` sockets each run the attention of
       ``ceil(batch / attention_dp)`` sequences (:func:`kv_share`), split within the group by KV
-      heads, each socket holding every row of its ``ceil(kv_heads / ways)`` KV heads
-      (:func:`kv_sharding`); with ``attention_dp = tp`` a sequence's cache is whole on one socket;
+      heads, each socket holding every row of the KV heads of its query heads
+      (``ceil(kv_heads / ways)``, one more where they span two groups: :func:`kv_sharding`); with ``attention_dp = tp`` a sequence's cache is whole on one socket;
     * prefill: split over the ``tp`` sockets by KV heads in the same way.
 
     Sockets that share a KV head (MLA's one latent, GQA with more sockets than KV heads) each hold

@@ -24,3 +24,16 @@ def test_a_decode_step_reads_exactly_the_cache_its_socket_holds(name: str, tp: i
     graph = build_graph(model, Shape("decode", batch, 0, kv_len), plan)
     read = sum(op.kv_read_bytes for kernel in graph.kernels() for op in kernel.operators)
     assert read == kv_bytes_per_socket(model, plan, batch, kv_len)
+
+
+def test_a_socket_whose_query_heads_span_two_kv_groups_holds_and_reads_both() -> None:
+    # 24 query heads in 6 groups of 4 over 8 sockets: the second socket runs heads 3-5, of groups
+    # 0 and 1, so it needs the K and V of two heads, not ceil(6 / 8) = 1
+    llama = load_model(Path(__file__).parents[2] / "graphs" / "llama3_1_8b.yaml")
+    model = llama.model_copy(update={"attention": llama.attention.model_copy(update={"heads": 24, "kv_heads": 6})})
+    plan, kv_len = ParallelPlan(8), 1024
+    graph = build_graph(model, Shape("decode", 1, 0, kv_len=kv_len), plan)
+    qk = next(op for op in graph.graph.nodes["L00.decoder"]["kernel"].operators if op.name == "gqa_qk")
+    head_dim = model.attention.head_dim
+    assert qk.kv_read_bytes == 2 * kv_len * head_dim * 2
+    assert kv_bytes_per_socket(model, plan, 1, kv_len) == 2 * kv_len * 2 * head_dim * 2 * model.layers

@@ -11,6 +11,7 @@ the simulator asks about attention, so no other module branches on the kind:
 ``weight_tensors``         the attention weights one layer adds to the tensor inventory
 ``cached_tensors``         what one layer caches per token (widths and KV heads; the KV
                            sharding, KV bytes and the SnapKV / ring-buffer kernels follow)
+``socket_kv_heads``        the KV heads a socket needs for its share of the query heads
 ``query_head_dim``         width of one query head as the prefill QKV kernel writes it
 ``prefill_key_source``     where prefill's per-head keys live (for SnapKV scoring)
 ``problems``               checks across fields that the schema cannot express
@@ -121,6 +122,11 @@ class AttentionSpec(StrictModel):
         """KV heads of the cache (each cached tensor has that many); tensor parallelism shards
         the cache by them (see :func:`sn40l_sim.kvcache.sizing.kv_sharding`)."""
         return self.cached_tensors()[0].heads
+
+    def socket_kv_heads(self, ways: int) -> int:
+        """KV heads of the cache the busiest socket needs when the query heads are split ``ways``
+        ways (``ceil(cache_heads / ways)`` by default)."""
+        return -(-self.cache_heads() // ways)
 
     def problems(self) -> Iterator[tuple[str, str]]:
         """``(field, message)`` for each check across fields that fails (none by default)."""

@@ -1,8 +1,10 @@
 """Grouped-query attention (Llama-3.1): Q/K/V projections, prefill and decode attention.
 
 ``heads`` query heads share ``kv_heads`` K/V heads of ``head_dim``. Tensor parallelism splits heads:
-a socket holds ``ceil(heads / tp)`` query heads and ``ceil(kv_heads / tp)`` KV heads, so with more
-sockets than KV heads each KV head is replicated on ``tp / kv_heads`` sockets (and so is its cache).
+a socket holds ``ceil(heads / tp)`` consecutive query heads and the KV heads of their groups
+(``ceil(kv_heads / tp)`` when the split follows the groups; one more where a socket's heads span two
+groups), so with more sockets than KV heads each KV head is replicated on ``tp / kv_heads`` sockets
+(and so is its cache).
 With ``attention_dp > 1`` the sequences are split ``dp`` ways and the heads ``tp / dp`` ways, and
 all-to-alls switch layouts around the attention, as for MLA.
 
@@ -37,7 +39,7 @@ def _d(c: Ctx) -> int:
 
 
 def _kv_heads(c: Ctx, ways: int) -> int:
-    return -(-_att(c).kv_heads // ways)
+    return _att(c).socket_kv_heads(ways)
 
 
 def _proj(c: Ctx, name: str, out: str) -> list[Step]:
@@ -214,6 +216,20 @@ class GQAAttentionSpec(AttentionSpec):
     def query_head_dim(self) -> int:
         """``head_dim``."""
         return self.head_dim
+
+    def socket_kv_heads(self, ways: int) -> int:
+        """KV heads the busiest socket needs: its ``ceil(heads / ways)`` consecutive query heads
+        can span two KV groups (24 heads in 6 groups of 4 over 8 sockets: the second socket has
+        heads 3-5, of groups 0 and 1), and each group's K and V must be on the socket.
+
+        >>> GQAAttentionSpec(kind="gqa", heads=24, kv_heads=6, head_dim=128).socket_kv_heads(8)
+        2
+        >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).socket_kv_heads(16)
+        1
+        """
+        per_socket, group = -(-self.heads // ways), self.heads // self.kv_heads
+        return max(((min(self.heads, s + per_socket) - 1) // group - s // group + 1)
+                   for s in range(0, self.heads, per_socket))
 
     def problems(self) -> Iterator[tuple[str, str]]:
         """Every KV head serves the same number of query heads."""
