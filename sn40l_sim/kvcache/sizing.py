@@ -105,9 +105,11 @@ def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int, phase: Phase = "d
     >>> llama = load_model("graphs/llama3_1_70b.yaml")      # 8 KV heads
     >>> [kv_share(llama, plan, 8) for plan in (ParallelPlan(16), ParallelPlan(16, 2), ParallelPlan(16, 16))]
     [(8, 1), (4, 1), (1, 8)]
+
+    Prefill splits attention the same way (its graph runs ``ceil(batch / attention_dp)`` sequences
+    over ``tp / attention_dp`` sockets each, :class:`~sn40l_sim.models.context.Ctx`), so ``phase``
+    does not change the answer.
     """
-    if phase == "prefill":
-        return batch, kv_sharding(model, plan.tp).kv_heads
     dp = plan.attention_dp
     return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads
 
@@ -123,7 +125,12 @@ def prefill_splits_rows(model: ModelSpec, plan: ParallelPlan) -> bool:
     >>> prefill_splits_rows(load_model("graphs/llama3_1_70b.yaml"), ParallelPlan(16))   # GQA reads its cache
     False
     """
-    return model.attention.prefill_key_source == "activations" and kv_sharding(model, plan.tp).row_shards > 1
+    return model.attention.prefill_key_source == "activations" and _row_shards(model, plan) > 1
+
+
+def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Sockets sharing a KV head within one attention group (``tp / attention_dp`` sockets)."""
+    return kv_sharding(model, max(1, plan.tp // plan.attention_dp)).row_shards
 
 
 def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
@@ -137,8 +144,9 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     * decode: ``attention_dp`` groups of ``tp / attention_dp`` sockets each run the attention of
       ``ceil(batch / attention_dp)`` sequences (:func:`kv_share`), split within the group by KV
       heads, each socket holding every row of the KV heads of its query heads
-      (``ceil(kv_heads / ways)``, one more where they span two groups: :func:`kv_sharding`); with ``attention_dp = tp`` a sequence's cache is whole on one socket;
-    * prefill: split over the ``tp`` sockets by KV heads in the same way.
+      (``ceil(kv_heads / ways)``, one more where they span two groups: :func:`kv_sharding`); with
+      ``attention_dp = tp`` a sequence's cache is whole on one socket;
+    * prefill: split in the same way (its graph splits attention as decode's does).
 
     Sockets that share a KV head (MLA's one latent, GQA with more sockets than KV heads) each hold
     a replica: each runs the attention of its own query heads of that KV head, which reads every
@@ -172,6 +180,6 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     # the sockets sharing it only write them (see above)
     shards = kv_heads(model)
     if phase == "prefill" and prefill_splits_rows(model, plan):
-        shards *= kv_sharding(model, plan.tp).row_shards
+        shards *= _row_shards(model, plan)
     per_token = -(-kv_bytes_per_token(model, include_mtp) * heads // shards)
     return sequences * cache_len * per_token

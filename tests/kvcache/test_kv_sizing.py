@@ -89,21 +89,24 @@ def test_prefill_splits_the_prompt_by_kv_heads_and_mla_by_tokens():
     assert kv_bytes_per_socket(deepseek_r1(), ParallelPlan(tp=16), 1, 4096) == 4096 * 70_272
 
 
-@pytest.mark.parametrize("model, tp", [("deepseek", 16), ("8b", 8), ("8b", 16), ("70b", 16)])
-def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp):
+@pytest.mark.parametrize("model, tp, dp, batch", [
+    ("deepseek", 16, 1, 1), ("8b", 8, 1, 1), ("8b", 16, 1, 1), ("70b", 16, 1, 1),
+    # a prefill plan with data-parallel attention: a group of tp / dp sockets runs a sequence
+    ("deepseek", 16, 2, 1), ("deepseek", 16, 16, 1), ("deepseek", 16, 2, 4), ("70b", 16, 16, 1), ("8b", 16, 2, 4)])
+def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp, dp, batch):
     """The prefill node's memory and back-pressure count, per socket, what its prefill graph
     writes to the cache (GQA with more sockets than KV heads writes a replica of a head's rows on
-    each socket sharing it; MLA splits the latent's rows)."""
+    each socket sharing it; MLA splits the latent's rows over the sockets of an attention group)."""
     from sn40l_sim.ir import Shape
     from sn40l_sim.kvcache import make_policy
     from sn40l_sim.models.builder import build_graph
 
     spec = deepseek_r1() if model == "deepseek" else llama(model)
-    plan = ParallelPlan(tp=tp)
-    graph = build_graph(spec, Shape("prefill", 1, 4096), plan, make_policy("full"))
+    plan = ParallelPlan(tp=tp, attention_dp=dp)
+    graph = build_graph(spec, Shape("prefill", batch, 4096), plan, make_policy("full"))
     written = sum(op.kv_write_bytes for k in graph.kernels() for op in k.operators)
     assert written > 0
-    assert kv_bytes_per_socket(spec, plan, 1, 4096, phase="prefill") == written
+    assert kv_bytes_per_socket(spec, plan, batch, 4096, phase="prefill") == written
 
 
 def test_the_busiest_socket_holds_its_share_of_the_kv_heads_rounded_up():
