@@ -156,8 +156,8 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
         file, line = exp.doc.where(("parallel", phase))
         where = f"{file}:{line}: " if line is not None else f"{file}: "
         warnings.warn(f"{where}parallel.{phase}: the plan uses {plan_sockets} of the {node_sockets} sockets of "
-                      f"{node_name}; the other {node_sockets - plan_sockets} stay idle (raise tp or attention_dp "
-                      f"to {node_sockets} to use them)", stacklevel=2)
+                      f"{node_name}; the other {node_sockets - plan_sockets} stay idle (raise tp to {node_sockets} "
+                      "to use them; attention_dp divides tp, so it cannot)", stacklevel=2)
 
 
 def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:

@@ -244,6 +244,8 @@ def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
         assert main(["check", str(path)]) == 0
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2 and all("the other 8 stay idle" in m for m in messages)
+    # attention_dp must divide tp: only a larger tp uses the idle sockets
+    assert all("(raise tp to 16 to use them;" in m for m in messages)
     assert messages[0].startswith(f"{path}:12: parallel.prefill: the plan uses 8 of the 16 sockets of SN40L-16")
     assert "e.yaml:13: parallel.decode:" in messages[1]
     # the plan on its own node: no warning
