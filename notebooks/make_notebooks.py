@@ -42,11 +42,12 @@ model = load_model(exp.resolve(spec.model), spec.model_overrides or None)
 prefill_plan = ParallelPlan(spec.parallel.prefill.tp, spec.parallel.prefill.attention_dp)
 decode_plan = ParallelPlan(spec.parallel.decode.tp, spec.parallel.decode.attention_dp)
 policies = {p.name: make_point_policy(exp, p) for p in points(exp)}
-timers = {name: step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options)
+# speculative decoding: each decode step verifies DRAFTS MTP drafts and yields MTP tokens on average
+# (and the prefill runs the MTP module over the prompt, as run's does)
+DRAFTS, MTP = exp.speculation.drafts, exp.speculation.tokens_per_step
+timers = {name: step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options, prefill_drafts=DRAFTS)
           for name, policy in policies.items()}
 PROMPT, MAX_NEW = spec.shape.prompt_len, exp.max_new_tokens
-# speculative decoding: each decode step verifies DRAFTS MTP drafts and yields MTP tokens on average
-DRAFTS, MTP = exp.speculation.drafts, exp.speculation.tokens_per_step
 COLORS = {"full": "#c0504d", "snapstream": "#1f4e8c", "snapstream 4:1": "#7a9cc6"}
 GIB = 2**30
 print(f"{model.name} on {node.name} ({node.sockets} sockets), prompt {PROMPT:,} tokens, "
@@ -125,7 +126,8 @@ for name, policy_for in variants.items():
     caches, tps = [], []
     for prompt in PROMPTS:
         policy = policy_for(prompt)
-        timer = timers.get(name) or step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options)
+        timer = timers.get(name) or step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options,
+                                                prefill_drafts=DRAFTS)
         cache = policy.static_cache_len(prompt, MAX_NEW + DRAFTS)
         caches.append(cache)
         tps.append(BATCH / timer.decode_step(BATCH, cache, DRAFTS).seconds)
@@ -219,7 +221,8 @@ PROMPTS = [16384, 131072] if QUICK else [4096, 8192, 16384, 32768, 65536, 131072
 rows = []
 for prompt in PROMPTS:
     policy = make_policy("snapstream", {"budget": prompt // 4})
-    timing = step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options).prefill(prompt)
+    timing = step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options,
+                        prefill_drafts=DRAFTS).prefill(prompt)
     extra = {k.kind for k in policy.prefill_kernels(model, prompt, prefill_plan.tp)}
     rows.append((prompt, timing.seconds, policy_overhead(timing.kernel_cycles, extra), timing.layer_shares()))
 
@@ -270,7 +273,7 @@ def step_figures(hw):
     """Decode tokens/s at each policy's batch, and the SnapStream prefill time, on hardware ``hw``."""
     out = {}
     for name, policy in policies.items():
-        timer = step_timer(hw, model, policy, prefill_plan, decode_plan, spec.graph_options)
+        timer = step_timer(hw, model, policy, prefill_plan, decode_plan, spec.graph_options, prefill_drafts=DRAFTS)
         kv_len = policy.static_cache_len(PROMPT, MAX_NEW + DRAFTS)
         out[name] = batches[name] / timer.decode_step(batches[name], kv_len, DRAFTS).seconds
         if name == "snapstream":
