@@ -43,6 +43,8 @@ from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, set_value
 
 HARDWARE_KINDS = ("socket", "node")
+#: the file an error in hardware overrides (a sweep axis, --set, a calibration pass) names
+OVERRIDES_FILE = "<overrides>"
 #: published totals are rounded; the stated peak FLOP/s must agree within this fraction
 _STATED_FLOPS_TOLERANCE = 0.005
 _STATED_EXACT_TOLERANCE = 1e-9
@@ -264,8 +266,8 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
             set_value(data, tuple(dotted_path.split(".")), value.model_dump() if isinstance(value, BaseModel)
                       else value, create=False)
         except PathError as exc:
-            raise InputError(f"cannot override {dotted_path!r}: {exc}", file="<overrides>", field=dotted_path) from None
-    doc = Document(data, Path("<overrides>"), {})
+            raise InputError(f"cannot override {dotted_path!r}: {exc}", file=OVERRIDES_FILE, field=dotted_path) from None
+    doc = Document(data, Path(OVERRIDES_FILE), {})
     new = validate(NodeSpec, doc)
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
     check_node(new, doc)

@@ -131,8 +131,14 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     # a draft run advances each sequence by one row: the main context without the drafts
     contexts = {False: main, True: replace(main, shape=replace(shape, drafts=0))}
     phase: PhaseTemplate = getattr(template, shape.phase)
-
-    plan_ = _sequence(model, phase, _mtp_runs(model, shape))
+    runs = _mtp_runs(model, shape)
+    if runs and not (phase.blocks.mtp_head or phase.blocks.mtp_tail):
+        # without them the MTP run would be a bare transformer block, its projection and head missing
+        raise InputError(f"template: the kernel template's {shape.phase} blocks have no mtp_head / mtp_tail, but "
+                         f"the {shape.phase} runs the MTP module ({shape.drafts} speculative drafts; a prefill "
+                         "before drafting fills the MTP layer's cache): add them, as graphs/kernels_deepseek.yaml "
+                         "does, or leave serving.speculative out")
+    plan_ = _sequence(model, phase, runs)
     formulas = operators(template.attention), sizes(template.attention)
     built: dict[tuple[str, bool], tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []

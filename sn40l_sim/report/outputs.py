@@ -76,7 +76,15 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it, so set straight back)."""
+    """The process's umask: from ``/proc/self/status`` where Linux gives it, else read by setting
+    it and setting it straight back (which a thread creating a file meanwhile could see)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

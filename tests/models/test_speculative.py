@@ -2,6 +2,8 @@
 per sequence and the MTP module k times, one run after the other."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sn40l_sim.errors import InputError
@@ -12,6 +14,8 @@ from sn40l_sim.models.context import Ctx
 from sn40l_sim.models.formulas import operators
 from sn40l_sim.models.routing import expected_distinct_experts
 from sn40l_sim.models.template import template_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DECODE16 = ParallelPlan(tp=16, attention_dp=16)
 KV = 32768
@@ -144,3 +148,20 @@ def test_the_verify_step_streams_the_experts_its_rows_touch(r1):
     draft_ffn = next(k for k in step(r1, 2).kernels() if k.name == "MTP0.ffn")
     assert dict(ffn.notes)["experts_loaded"] == pytest.approx(expected_distinct_experts(256, 8, 16 * 3), abs=1e-3)
     assert dict(draft_ffn.notes)["experts_loaded"] == pytest.approx(expected_distinct_experts(256, 8, 16), abs=1e-3)
+
+
+def test_a_template_without_the_mtp_run_in_prefill_is_refused_for_a_drafting_prefill(r1, tmp_path):
+    # it was built as a bare transformer block, the MTP projection and head missing; a template
+    # loads (and a prefill without drafts builds) without them
+    import yaml
+
+    data = yaml.safe_load((ROOT / "graphs" / "kernels_deepseek.yaml").read_text())
+    for key in ("mtp_head", "mtp_tail"):
+        del data["prefill"]["blocks"][key]
+    for key in ("mtp_proj", "mtp_lm_head"):
+        del data["prefill"]["kernels"][key]
+    path = tmp_path / "kernels.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert build_graph(r1, Shape("prefill", 1, 1024), ParallelPlan(16), template=path).kernels()
+    with pytest.raises(InputError, match="prefill blocks have no mtp_head / mtp_tail"):
+        build_graph(r1, Shape("prefill", 1, 1024, drafts=2), ParallelPlan(16), template=path)

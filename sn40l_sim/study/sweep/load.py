@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document
 from sn40l_sim.study.points import make_point_policy
@@ -332,7 +332,7 @@ class _Checker:
                 raise self._fail(axis, None, str(exc)) from None
             except InputError as exc:
                 inner = f"{exc.field}: {exc.message}" if exc.field else exc.message
-                if exc.file and exc.file not in (str(self.doc.path), "<overrides>"):
+                if exc.file and exc.file not in (str(self.doc.path), OVERRIDES_FILE):
                     inner = str(exc)  # a problem in another file (the hardware's): name it
                 if exc.message.startswith("unknown key") or "is not a section" in exc.message:
                     raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: {inner}") from None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
@@ -41,8 +41,6 @@ from sn40l_sim.study.assemble import (
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
-#: the file an error against hardware overrides names (:func:`~sn40l_sim.hardware.loader.with_overrides`)
-OVERRIDES = "<overrides>"
 #: bump when the key's contents change meaning (stored runs of an older key are then run again)
 KEY_VERSION = 1
 #: the package's folder, whose sources the key includes
@@ -151,7 +149,7 @@ def _at_axis(sweep: Sweep, exc: InputError) -> InputError:
     overrides (a combination of hardware values that passed one by one, such as a full mesh with
     more links per pair than the socket has ports): the axis of the field it names, or the first
     hardware axis; any other error as it is."""
-    if exc.file != OVERRIDES:
+    if exc.file != OVERRIDES_FILE:
         return exc
     hardware = [a for a in sweep.axes if a.path[:1] == ("hardware",)]
     if not hardware:
