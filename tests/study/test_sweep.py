@@ -372,3 +372,16 @@ def test_a_missing_file_given_as_an_axis_value_is_refused_before_any_run(tmp_pat
     assert len(err) == 1 and err[0].startswith(f"error: {path}:5: sweep.axes.model[1]: value 'nosuch.yaml': model: "
                                                "model file 'nosuch.yaml' not found"), err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_failures_give_axis_values_in_the_units_of_the_results(tmp_path):
+    # a value written with a unit is the results column's number in failures.json too, so the two
+    # files can be plotted together
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2048]\n"
+                                      "  hardware.socket.memory.hbm.bytes_per_s_per_unit: [409.6 GB/s]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "a"), "--quiet", "--no-plot"]) == 1
+    (failure,) = json.loads((tmp_path / "a" / "failures.json").read_text())
+    (record,) = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert failure["point"].startswith("full[") and record["name"].startswith("snap[")
+    assert failure["sweep"] == record["sweep"] == {"serving.batch": 2048,
+                                                   "hardware.socket.memory.hbm.bytes_per_s_per_unit": 409.6e9}

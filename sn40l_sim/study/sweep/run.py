@@ -54,8 +54,9 @@ class SweepRecords(list):
         self.resumed = 0
         #: the records on the Pareto front of the section's objectives (empty without objectives)
         self.front: list[dict] = []
-        #: name of each failed or skipped run (or sweep point) -> its sweep point's axis values as
-        #: written, so that failures.json says which values failed whatever the point's labels
+        #: name of each failed or skipped run -> its axis values as a record's ``sweep`` holds them
+        #: (a sweep point that did not assemble: as written), so that failures.json says which values
+        #: failed whatever the point's labels, in the results' units
         self.values: dict[str, dict[str, Any]] = {}
 
 
@@ -63,7 +64,7 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
               sets: dict[str, Any] | None = None, *, sweep: Sweep | None = None, scheduler: str | None = None,
               resume: bool = False, plots: bool = True) -> SweepRecords:
     """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
-    (``[{"point", "kind": "error" | "infeasible", "error", "sweep": {axis: value as written}}]``, empty
+    (``[{"point", "kind": "error" | "infeasible", "error", "sweep": {axis: value as in results}}]``, empty
     when every run gave a record),
     when the section has ``plot:``, ``OUT/sweep.png``, and when it has ``objectives:``,
     ``OUT/pareto.json``, ``OUT/pareto.csv`` and (two objectives or more) ``OUT/pareto.png``. Each
@@ -205,9 +206,15 @@ def stamp(run: SweepRun, record: dict) -> dict:
     """``record`` (changed in place) with the run's name, its sweep point's name and its axis values
     (hardware axes as the node holds them: numbers in bytes/s, Hz, counts; a value written with a
     unit, ``10 ms``, as the number in the field's unit, so that a plot orders it; others as written)."""
-    sp = run.sweep_point
     record["name"] = run.name
-    record["sweep_point"] = sp.name
+    record["sweep_point"] = run.sweep_point.name
+    record["sweep"] = axis_values(run)
+    return record
+
+
+def axis_values(run: SweepRun) -> dict[str, Any]:
+    """The run's axis values as its record's ``sweep`` holds them (see :func:`stamp`)."""
+    sp = run.sweep_point
     values = {}
     for k, v in sp.values.items():
         if k in sp.hardware_axes:
@@ -216,8 +223,7 @@ def stamp(run: SweepRun, record: dict) -> dict:
             number = _experiment_number(run.assembly.experiment.spec, sp.experiment_axes[k])
             v = v if number is None else number
         values[k] = v
-    record["sweep"] = values
-    return record
+    return values
 
 
 def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
@@ -319,7 +325,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         if error is None:
             out.append(stamp(run, record))
             continue
-        out.values[run.name] = dict(run.sweep_point.values)
+        out.values[run.name] = axis_values(run)
         if infeasible and sweep.infeasible == "skip":
             out.skipped.append((run.name, error))
         else:
