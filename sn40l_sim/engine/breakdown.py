@@ -9,9 +9,9 @@ Each kernel's interval is split into
 - ``pipeline_fill``: the pipeline fill before the first tile,
 - streaming time bounded by memory (a chunk whose memory stage finished after its compute),
   shared out in proportion to the kernel's bytes by use: ``weights_streaming``, ``kv_reads``
-  (KV-cache reads and writes), ``activations`` (each use's bytes weighted by the time a byte takes
-  in the tiers holding it, when the uses live in tiers of different speeds:
-  :attr:`~sn40l_sim.engine.phase.PhaseTiming.byte_seconds`),
+  (KV-cache reads and writes, a KV policy's store traffic included), ``activations`` (each use's
+  bytes weighted by the time a byte takes in the tiers holding it, when the uses live in tiers of
+  different speeds: :attr:`~sn40l_sim.engine.phase.PhaseTiming.byte_seconds`),
 - streaming time bounded by compute, shared out in proportion to FLOPs: ``attention_compute``
   (scores, softmax, weighted values) and ``other_compute`` (projections, experts, ...),
 - ``collectives``: time after the compute finished waiting for the kernel's collectives, and, in
@@ -29,8 +29,9 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.stages import TierSplit
 
-#: the uses of ``PhaseTiming.byte_seconds``, in the order of the categories they are charged to
-USES = ("weights", "kv", "activations")
+#: the uses of ``PhaseTiming.byte_seconds``: weights, KV and activations in the order of the
+#: categories they are charged to, and a KV policy's store (charged to ``kv_reads``)
+USES = ("weights", "kv", "activations", "kv_offload")
 CATEGORIES = ("weights_streaming", "kv_reads", "activations", "attention_compute", "other_compute",
               "collectives", "launch", "synchronisation", "configuration", "pipeline_fill", "idle")
 
@@ -47,10 +48,11 @@ def kernel_breakdown(k: KernelTiming, end_cycle: int | None = None,
     out["configuration"] += k.config_cycles
     out["pipeline_fill"] += k.fill_cycles
     out["collectives"] += max(0, end - k.stream_end_cycle) + k.gate_cycles
-    by_use = {"weights_streaming": k.weight_bytes, "kv_reads": k.kv_bytes, "activations": k.activation_bytes}
-    if byte_seconds:
-        # a stream from a slow tier holds the kernel longer per byte than one from a fast tier
-        by_use = {cat: n * byte_seconds[use] for (cat, n), use in zip(by_use.items(), USES, strict=True)}
+    # a stream from a slow tier holds the kernel longer per byte than one from a fast tier
+    per_byte = byte_seconds or dict.fromkeys(USES, 1.0)
+    by_use = {"weights_streaming": k.weight_bytes * per_byte["weights"],
+              "kv_reads": k.kv_bytes * per_byte["kv"] + k.kv_offload_bytes * per_byte["kv_offload"],
+              "activations": k.activation_bytes * per_byte["activations"]}
     used = sum(by_use.values())
     for cat, n in by_use.items():
         share = n / used if used else (1.0 if cat == "activations" else 0.0)
@@ -74,7 +76,7 @@ def byte_seconds(socket: SocketSpec, split: TierSplit) -> tuple[tuple[str, float
     ...                             "ddr": NS(units_per_die=1, bytes_per_s_per_unit=1e11, efficiency=1.0)})
     >>> [(use, round(s * 1e12, 3)) for use, s in byte_seconds(socket, TierSplit((("hbm", 0.5), ("ddr", 0.5)),
     ...                                                                        (("hbm", 1.0),), "hbm"))]
-    [('weights', 5.5), ('kv', 1.0), ('activations', 1.0)]
+    [('weights', 5.5), ('kv', 1.0), ('activations', 1.0), ('kv_offload', 1.0)]
     >>> byte_seconds(socket, TierSplit.all_in("ddr"))
     ()
     """
@@ -83,7 +85,7 @@ def byte_seconds(socket: SocketSpec, split: TierSplit) -> tuple[tuple[str, float
                    for tier, share in shares)
 
     out = ((USES[0], per_byte(split.weights)), (USES[1], per_byte(split.kv)),
-           (USES[2], per_byte(((split.activations, 1.0),))))
+           (USES[2], per_byte(((split.activations, 1.0),))), (USES[3], per_byte(split.kv_offload or split.kv)))
     return () if len({s for _, s in out}) == 1 else out
 
 

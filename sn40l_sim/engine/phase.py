@@ -67,6 +67,8 @@ class KernelTiming:
     gate_cycles: int = 0
     #: index of the iteration in its kernel loop (0: a call)
     iteration: int = 0
+    #: bytes moved to and from a KV policy's store (ArkVale's recall; :class:`~sn40l_sim.ir.Operator`)
+    kv_offload_bytes: int = 0
 
     @property
     def cycles(self) -> int:
@@ -111,10 +113,10 @@ class PhaseTiming:
         just before (:attr:`~sn40l_sim.engine.run_graph.GraphRun.switch_load_cycles`): the serving
         loop charges them where a co-located node switches between prefill and decode.
     byte_seconds : tuple of (str, float)
-        Seconds one byte of each use (``weights``, ``kv``, ``activations``) takes at the achievable
-        bandwidths of the tiers holding it, when the uses live in tiers of different speeds (the
-        breakdown shares memory-bound time by these times, not bytes); empty when every use lives
-        in one tier.
+        Seconds one byte of each use (``weights``, ``kv``, ``activations``, a KV policy's store
+        ``kv_offload``) takes at the achievable bandwidths of the tiers holding it, when the uses
+        live in tiers of different speeds (the breakdown shares memory-bound time by these times,
+        not bytes); empty when every use lives in one tier.
     """
 
     phase: str
@@ -170,7 +172,7 @@ def kernel_timing(record: KernelRecord, sums: tuple[int, int, int, int, int] | N
         weight_bytes=weight, kv_bytes=kv, activation_bytes=activation, flops=flops, attention_flops=attention,
         launch_cycles=record.launch_cycles, barrier_cycles=record.barrier_cycles,
         config_cycles=record.config_cycles, stream_end_cycle=record.stream_end, gate_cycles=record.gate_cycles,
-        iteration=record.iteration,
+        iteration=record.iteration, kv_offload_bytes=kernel.kv_offload_bytes,
     )
 
 

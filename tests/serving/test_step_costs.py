@@ -168,3 +168,22 @@ def test_the_breakdown_charges_a_slow_tier_for_the_time_its_bytes_take():
         else:
             assert dict(step.byte_seconds)["kv"] > 5 * dict(step.byte_seconds)["weights"]
             assert parts["kv_reads"] / memory_s > byte_share + 0.05
+
+
+def test_a_kv_policys_store_traffic_is_kv_reads_at_its_tiers_speed():
+    """ArkVale's recall from a DDR store was left out of the shares, so its time went to the
+    weights and activations the kernel streamed beside it."""
+    from sn40l_sim.engine.breakdown import kernel_breakdown
+    from sn40l_sim.engine.phase import KernelTiming
+
+    k = KernelTiming("L0.recall", "recall", 0, 0, 1000, overhead_cycles=0, fill_cycles=0, compute_busy_cycles=0,
+                     memory_bound_cycles=1000, compute_bound_cycles=0, collective_exposed_cycles=0,
+                     collective_cycles=0, tier_bytes={"hbm": 2000, "ddr": 1000}, weight_bytes=1000, kv_bytes=0,
+                     activation_bytes=1000, flops=0, attention_flops=0, stream_end_cycle=1000,
+                     kv_offload_bytes=1000)
+    alike = kernel_breakdown(k)
+    assert alike["kv_reads"] == pytest.approx(1000 / 3)        # by bytes
+    slow_store = {"weights": 1.0, "kv": 1.0, "activations": 1.0, "kv_offload": 8.0}
+    parts = kernel_breakdown(k, byte_seconds=slow_store)
+    assert parts["kv_reads"] == pytest.approx(1000 * 8 / 10)   # a DDR byte takes eight HBM bytes' time
+    assert parts["weights_streaming"] == parts["activations"] == pytest.approx(100)
