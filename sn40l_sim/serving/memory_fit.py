@@ -90,11 +90,13 @@ class MemoryFit:
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
 
-    def weights_alone_exceed(self) -> str | None:
-        """Why the decode node cannot hold even the weights without any KV or activations (None
-        when it can): then no batch fits, whatever the prompt."""
+    def weights_alone_exceed(self, phase: str = "decode") -> str | None:
+        """Why a node of ``phase`` cannot hold even the weights without any KV or activations (None
+        when it can): then no batch (decode) or prompt (prefill) fits."""
+        plan, place = (self.s.decode_plan, self.place) if phase == "decode" else \
+            (self.s.prefill_plan, self.prefill_place)
         try:
-            self._in_first_tier(self._placed(self.s.decode_plan, 0, 0), "a socket's share of the weights")
+            self._in_first_tier(self._placed(plan, 0, 0, place=place), "a socket's share of the weights")
         except InfeasibleError as exc:
             return str(exc)
         return None

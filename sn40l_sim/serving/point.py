@@ -254,6 +254,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
+    if s.mode == "disaggregated" and (weights_alone := memory.weights_alone_exceed("prefill")) is not None:
+        raise InfeasibleError(f"the model does not fit on a prefill node at tp={s.prefill_plan.tp}, whatever the "
+                              f"prompt: {weights_alone}; use more sockets (parallel.prefill.tp), a narrower "
+                              "weight_dtype or a smaller model", field="prefill_plan")
     with located("prompt_len"):
         prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
 

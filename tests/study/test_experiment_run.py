@@ -94,6 +94,19 @@ def test_a_model_whose_weights_alone_do_not_fit_is_blamed_not_the_prompt(tmp_pat
     assert "whatever the batch and prompt" in err and "weights" in err
 
 
+def test_a_prefill_plan_whose_weights_share_does_not_fit_is_blamed_not_the_prompt(tmp_path, capsys):
+    # 400 layers of Llama-3.1-8B (about 200 GB of BF16 weights) fit 8 decode sockets, not one
+    # prefill socket: that was reported at prompt_lens, as if a shorter prompt would do
+    path, text = experiment(tmp_path)
+    path.write_text(text.replace("parallel:", "model_overrides: {layers: 400}\nparallel:")
+                    .replace("prefill: {tp: 8}", "prefill: {tp: 1}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}:{line_of(text, 'prefill: {tp: 8}') + 1}: parallel.prefill: the model does not fit on a prefill " \
+           "node at tp=1, whatever the prompt" in err, err
+
+
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     # a 1M-token full cache of Llama-3.1-8B is 137 GB, more than a socket's HBM (on a long-context
     # variant: the model's own maximum context, 128K tokens, refuses the prompt before memory does)
