@@ -107,21 +107,26 @@ def test_bad_step_arguments_are_input_errors(args):
         timer().prefill(0)
 
 
-def test_steps_stream_from_the_tiers_the_placement_chose():
-    """With the real builder's stand-in and the real mapper, a placement that spills KV to DDR is a
-    different (slower) step; one that keeps everything in the first tier is the default step."""
+def one_kernel_timer() -> StepTimer:
+    """A timer of graphs of one example decode kernel, with the real mapper."""
+    from sn40l_sim.ir import KernelGraph
     from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper._examples import example_decode_kernel
-    from sn40l_sim.mapper.placement import MemoryPlacement
 
     def one_kernel(shape, plan):
-        from sn40l_sim.ir import KernelGraph
         graph = KernelGraph("t", shape)
         graph.add(example_decode_kernel(kv_len=shape.kv_len))
         return graph
 
-    t = StepTimer(NODE, None, None, build=one_kernel,
-                  place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+    return StepTimer(NODE, None, None, build=one_kernel, place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+
+
+def test_steps_stream_from_the_tiers_the_placement_chose():
+    """With the real builder's stand-in and the real mapper, a placement that spills KV to DDR is a
+    different (slower) step; one that keeps everything in the first tier is the default step."""
+    from sn40l_sim.mapper.placement import MemoryPlacement
+
+    t = one_kernel_timer()
     in_hbm = MemoryPlacement({"hbm": {"weights": 1, "kv": 1}, "ddr": {}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
     offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
     default = t.decode_step(1, 65536)
@@ -136,18 +141,9 @@ def test_the_breakdown_charges_a_slow_tier_for_the_time_its_bytes_take():
     times the time a byte takes in its tier, so the KV (at DDR's bandwidth) takes more of it than
     its share of the bytes; with everything in HBM, by bytes alone."""
     from sn40l_sim.hardware import figures
-    from sn40l_sim.mapper import map_graph
-    from sn40l_sim.mapper._examples import example_decode_kernel
     from sn40l_sim.mapper.placement import MemoryPlacement
 
-    def one_kernel(shape, plan):
-        from sn40l_sim.ir import KernelGraph
-        graph = KernelGraph("t", shape)
-        graph.add(example_decode_kernel(kv_len=shape.kv_len))
-        return graph
-
-    t = StepTimer(NODE, None, None, build=one_kernel,
-                  place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+    t = one_kernel_timer()
     offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
     socket = NODE.socket
 
