@@ -6,8 +6,9 @@ then its data tiles. The mapper chooses each kernel's plan for the way the graph
 takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
 
 - a kernel called ``L`` times in a row keeps one section's configuration loaded between the calls,
-  so each call is charged ``config / L`` of it (a kernel of several sections reloads them all on
-  every call);
+  so the mapper scores each call ``config / L`` of it (a kernel of several sections reloads them all
+  on every call); where the step's replay (:mod:`.residency`) says which call loads it, that call is
+  charged all of it and the others none, so a run reloaded every step counts its load once in full;
 - a looped call (kernel looping) runs each iteration with its memory streams ahead of its compute
   (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.iteration_cycles`), its compute waiting for the
   previous iteration's collectives;
@@ -66,9 +67,12 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
                       call_bound=COLLECTIVE if after_cycles else pk.bounding_resource)
     # as the mapper's objective charges it: one section stays loaded over consecutive calls
     reload = configs[0] / loop.calls_per_load if len(configs) == 1 else sum(configs)
-    if resident is not None and resident != loop.resident and len(configs) == 1:
-        # the plan's time with the load it does pay; rounded so that the sum stays a floor
-        actual = 0.0 if resident else configs[0] / loop.iterations
+    if resident is not None and len(configs) == 1:
+        # the plan's time with the load it does pay: a call that finds the configuration gone loads
+        # all of it, and the run's later calls then find it loaded (the replay says so: charging
+        # each ``config / L`` would count a run's one load only once in L); rounded so that the
+        # sum stays a floor
+        actual = 0.0 if resident else configs[0]
         call += math.floor(actual - reload) if actual > reload else -math.ceil(reload - actual)
         reload = actual
     tiles = pk.iteration_cycles if loop.pipelined else pk.cycles - sum(configs)
