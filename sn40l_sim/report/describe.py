@@ -21,9 +21,24 @@ from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 
+#: the example prompt (a model's maximum context where that is shorter) and SnapStream's budget
+#: for it (a quarter of a shorter prompt)
 PROMPT = 131072
 SNAPSTREAM_BUDGET = 32768
-DECODE_POINTS = ((16, PROMPT, "full cache"), (64, SNAPSTREAM_BUDGET, "SnapStream cache"))
+DECODE_BATCHES = ((16, "full cache"), (64, "SnapStream cache"))
+
+
+def example_lengths(model: ModelSpec) -> tuple[int, int]:
+    """(prompt, SnapStream budget) of the figures :func:`describe_model` prints: a 128K prompt, or
+    the model's maximum context when shorter (run refuses a longer prompt), and a 32K budget, or a
+    quarter of the shorter prompt.
+
+    >>> from types import SimpleNamespace as NS
+    >>> example_lengths(NS(max_context=None)), example_lengths(NS(max_context=65536))
+    ((131072, 32768), (65536, 16384))
+    """
+    prompt = min(PROMPT, model.max_context or PROMPT)
+    return prompt, SNAPSTREAM_BUDGET if prompt == PROMPT else max(1, prompt // 4)
 
 
 def default_plans(model: ModelSpec) -> tuple[ParallelPlan, ParallelPlan]:
@@ -44,32 +59,34 @@ def describe_model(path: str | Path) -> str:
     model = load_model(path)
     prefill_plan, decode_plan = default_plans(model)
     lines = [f"{model.name}  ({path})", ""]
-    lines += _summary(model, decode_plan)
-    policy, why = _snapstream()
+    prompt, budget = example_lengths(model)
+    lines += _summary(model, decode_plan, prompt, budget)
+    policy, why = _snapstream(budget)
     layer = model.dense_layers if model.moe is not None else 0
     kind = "MoE" if model.moe is not None else "dense"
 
-    graph = build_graph(model, Shape("prefill", batch=1, prompt_len=PROMPT), prefill_plan)
-    lines += ["", f"Prefill, one {kind} layer (layer {layer}), prompt {PROMPT:,} tokens, batch 1, "
+    graph = build_graph(model, Shape("prefill", batch=1, prompt_len=prompt), prefill_plan)
+    lines += ["", f"Prefill, one {kind} layer (layer {layer}), prompt {prompt:,} tokens, batch 1, "
               f"TP{prefill_plan.tp}; per socket:"]
     lines += _table(_layer(graph, layer))
     if policy is not None:
-        graph = build_graph(model, Shape("prefill", batch=1, prompt_len=PROMPT), prefill_plan, policy=policy)
+        graph = build_graph(model, Shape("prefill", batch=1, prompt_len=prompt), prefill_plan, policy=policy)
         extra = [k for k in _layer(graph, layer) if k.phase == "prefill" and k.kind not in _kinds(model, "prefill")]
-        lines += ["", f"  with SnapStream (budget {SNAPSTREAM_BUDGET:,}), extra kernels of the same layer:"]
+        lines += ["", f"  with SnapStream (budget {budget:,}), extra kernels of the same layer:"]
         lines += _table(extra)
-        base = sum(k.flops for k in _layer(build_graph(model, Shape("prefill", 1, PROMPT), prefill_plan), layer))
+        base = sum(k.flops for k in _layer(build_graph(model, Shape("prefill", 1, prompt), prefill_plan), layer))
         lines.append(f"  SnapStream adds {sum(k.flops for k in extra) / base:.2%} to the layer's FLOPs")
     else:
         lines += ["", f"  SnapStream: policy unavailable ({why})"]
 
-    for batch, kv_len, label in DECODE_POINTS:
+    for batch, label in DECODE_BATCHES:
+        kv_len = prompt
         if label.startswith("SnapStream") and policy is None:
             lines += ["", f"Decode at batch {batch}, {label}: policy unavailable ({why})"]
             continue
         if policy is not None and label.startswith("SnapStream"):
-            kv_len = policy.static_cache_len(PROMPT, 0)
-        graph = build_graph(model, Shape("decode", batch=batch, prompt_len=PROMPT, kv_len=kv_len), decode_plan)
+            kv_len = policy.static_cache_len(prompt, 0)
+        graph = build_graph(model, Shape("decode", batch=batch, prompt_len=prompt, kv_len=kv_len), decode_plan)
         lines += ["", f"Decode step, batch {batch}, {label} of {kv_len:,} tokens per sequence, TP{decode_plan.tp}"
                   f" / attention DP{decode_plan.attention_dp}; one {kind} layer (layer {layer}), per socket:"]
         lines += _table(_layer(graph, layer))
@@ -77,7 +94,7 @@ def describe_model(path: str | Path) -> str:
     return "\n".join(lines)
 
 
-def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
+def _summary(model: ModelSpec, plan: ParallelPlan, prompt: int, budget: int) -> list[str]:
     total, active = P.total_params(model), P.active_params(model)
     out = [f"parameters      {total / 1e9:.2f} B total, {active / 1e9:.2f} B active per token"]
     if model.mtp is not None:
@@ -98,8 +115,8 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     mtp = (f"; {P.kv_bytes_per_token(model, include_mtp=True):,} B with the MTP layer's cache (speculative "
            "decoding)") if model.mtp is not None else ""
     out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
-               f"{P.kv_bytes(model, PROMPT) / 1e9:.2f} GB for {PROMPT:,} tokens, "
-               f"{P.kv_bytes(model, SNAPSTREAM_BUDGET) / 1e9:.2f} GB for {SNAPSTREAM_BUDGET:,}{mtp}")
+               f"{P.kv_bytes(model, prompt) / 1e9:.2f} GB for {prompt:,} tokens, "
+               f"{P.kv_bytes(model, budget) / 1e9:.2f} GB for {budget:,}{mtp}")
     if model.moe is not None:
         moe = model.moe
         touched = ", ".join(f"B={b}: {P.expected_distinct_experts(moe.routed_experts, moe.experts_per_token, b):.1f}"
@@ -109,9 +126,9 @@ def _summary(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     return out
 
 
-def _snapstream():
+def _snapstream(budget: int):
     try:
-        return make_policy("snapstream", {"budget": SNAPSTREAM_BUDGET}), ""
+        return make_policy("snapstream", {"budget": budget}), ""
     except InputError as exc:
         return None, str(exc)
 

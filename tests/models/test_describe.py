@@ -20,3 +20,16 @@ def test_describe_deepseek(capsys):
 def test_describe_llama():
     text = describe_model(GRAPHS_DIR / "llama3_1_8b.yaml")
     assert "8.03 B total" in text and "131,072 B per token" in text and "L00.attention" in text
+
+
+def test_describe_keeps_its_example_prompt_within_the_models_context(tmp_path):
+    # a 64K-context variant was described at a 128K prompt, which run refuses
+    text = (GRAPHS_DIR / "llama3_1_8b.yaml").read_text()
+    assert "max_context: 131072" in text and "kernels: kernels_llama.yaml" in text
+    path = tmp_path / "llama_64k.yaml"
+    path.write_text(text.replace("max_context: 131072", "max_context: 65536")
+                    .replace("kernels: kernels_llama.yaml", f"kernels: {GRAPHS_DIR / 'kernels_llama.yaml'}"))
+    described = describe_model(path)
+    assert "131,072 tokens" not in described
+    assert "8.59 GB for 65,536 tokens, 2.15 GB for 16,384" in described
+    assert "prompt 65,536 tokens" in described and "SnapStream cache of 16,384 tokens" in described
