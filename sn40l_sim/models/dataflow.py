@@ -4,14 +4,21 @@ form one complete chain, and no layer runs an operator twice.
 The builder derives every activation byte from the names operators read and write
 (:mod:`sn40l_sim.models.builder`), so a template that drops or repeats an operator would still
 build a graph, with silently wrong numbers: an FFN kernel without its GEMMs reads weights it
-never multiplies, a repeated ``flash_pv`` counts its stream twice. Three rules catch that, checked
+never multiplies, a repeated ``flash_pv`` counts its stream twice. Four rules catch that, checked
 once per model and template on a small shape (the structure does not depend on the shape):
 
 * no part of a phase (the head, a dense or MoE layer, the tail, an MTP run) names one operator
   formula twice;
-* every activation an operator reads was written by an earlier operator of the graph, except
-  the graph's input, the sampled ``tokens``;
-* every activation an operator writes is read by a later one, except the tokens sampling writes.
+* every activation an operator reads was written by an earlier operator of its part, but the
+  residual stream ``x`` and the sampled ``tokens``, which one part hands the next (so a layer
+  cannot read what another layer left);
+* every activation an operator writes is read by a later one of its part (or, for ``x`` and the
+  tokens, of the next part);
+* every layer writes to the KV cache.
+
+Every operator names what it reads and writes (an FFN's activation its gate/up output and its
+result), so leaving any one out breaks a rule (``tests/models/test_dataflow.py`` leaves out each
+operator of each shipped template in turn).
 
 Examples
 --------
@@ -61,50 +68,78 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     steps_of: dict[tuple[str, bool], list[tuple[str, Step]]] = {}
     written: dict[str, tuple[str, str]] = {}      # activation -> (kernel id, operator) last writing it
     unread: dict[str, tuple[str, str]] = {}       # written and not read since
-    for kernel_id, is_draft in _kernel_ids(spec, model, drafts):
-        key = (kernel_id, is_draft)
-        if key not in steps_of:
-            ctx = draft if is_draft else main
-            steps_of[key] = [(op, s) for op in spec.kernels[kernel_id].operators for s in formulas[op](ctx)]
-        for op, step in steps_of[key]:
-            for name, _ in step.reads:
-                if name not in written and name != GRAPH_TOKENS:
-                    return ((phase, "kernels", kernel_id, "operators"),
-                            f"operator {op!r} reads activation {name!r}, which no earlier operator of the "
-                            f"{phase} graph writes: an operator that writes it is missing or comes later "
-                            f"(expected every operator of each layer exactly once, in dataflow order)")
-                unread.pop(name, None)
-            for name, _ in step.writes:
-                if name in unread and name != GRAPH_TOKENS:
-                    by_kernel, by_op = unread[name]
-                    return ((phase, "kernels", by_kernel, "operators"),
-                            f"operator {by_op!r} writes activation {name!r}, which no operator reads before "
-                            f"{op!r} (kernel {kernel_id!r}) writes it again: an operator that reads it is "
-                            f"missing (expected every operator of each layer exactly once)")
-                written[name] = unread[name] = (kernel_id, op)
+    for part, kernel_ids in _parts(spec, model, drafts):
+        if part != "head":
+            # a layer starts from the residual stream (and the tokens) alone: anything else read
+            # was written in this part, not left by another layer
+            problem = _left_unread(unread, phase)
+            if problem is not None:
+                return problem
+            written = {name: at for name, at in written.items() if name in _BETWEEN_PARTS}
+        writes_cache = False
+        for kernel_id, is_draft in kernel_ids:
+            key = (kernel_id, is_draft)
+            if key not in steps_of:
+                ctx = draft if is_draft else main
+                steps_of[key] = [(op, s) for op in spec.kernels[kernel_id].operators for s in formulas[op](ctx)]
+            for op, step in steps_of[key]:
+                writes_cache = writes_cache or step.op.kv_write_bytes > 0
+                for name, _ in step.reads:
+                    if name not in written and name != GRAPH_TOKENS:
+                        return ((phase, "kernels", kernel_id, "operators"),
+                                f"operator {op!r} reads activation {name!r}, which no earlier operator of its "
+                                f"{part} writes: an operator that writes it is missing or comes later "
+                                f"(expected every operator of each layer exactly once, in dataflow order)")
+                    unread.pop(name, None)
+                for name, _ in step.writes:
+                    if name in unread and name != GRAPH_TOKENS:
+                        by_kernel, by_op = unread[name]
+                        return ((phase, "kernels", by_kernel, "operators"),
+                                f"operator {by_op!r} writes activation {name!r}, which no operator reads before "
+                                f"{op!r} (kernel {kernel_id!r}) writes it again: an operator that reads it is "
+                                f"missing (expected every operator of each layer exactly once)")
+                    written[name] = unread[name] = (kernel_id, op)
+        if part.endswith("layer") and not writes_cache:
+            return ((phase, "blocks"), f"the {part} writes nothing to the KV cache: the operator that writes "
+                    f"its cache is missing (expected every operator of each layer exactly once)")
     unread.pop(GRAPH_TOKENS, None)
-    for name, (kernel_id, op) in unread.items():
+    return _left_unread(unread, phase, keep=())
+
+
+#: what one part of the graph (the head, a layer, the tail, an MTP run) hands the next: the
+#: residual stream and the sampled tokens
+_BETWEEN_PARTS = ("x", GRAPH_TOKENS)
+
+
+def _left_unread(unread: dict[str, tuple[str, str]], phase: str,
+                 keep: tuple[str, ...] = _BETWEEN_PARTS) -> tuple[tuple, str] | None:
+    """A problem for the first activation written and never read (but those in ``keep``, which
+    the next part reads), else None; those kept stay in ``unread``."""
+    for name, (kernel_id, op) in list(unread.items()):
+        if name in keep:
+            continue
         return ((phase, "kernels", kernel_id, "operators"),
-                f"operator {op!r} writes activation {name!r}, which no later operator of the {phase} graph "
-                f"reads: an operator that reads it is missing (expected every operator of each layer "
-                f"exactly once)")
+                f"operator {op!r} writes activation {name!r}, which no later operator of its layer reads: an "
+                f"operator that reads it is missing (expected every operator of each layer exactly once)")
     return None
 
 
-def _kernel_ids(spec: PhaseTemplate, model: ModelSpec, drafts: int) -> list[tuple[str, bool]]:
-    """The phase's kernel ids in execution order (each layer kind once, then ``drafts`` MTP runs),
-    with whether each is part of a draft run."""
+def _parts(spec: PhaseTemplate, model: ModelSpec, drafts: int) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """The phase's parts in execution order, each with its kernel ids and whether each is part of a
+    draft run: the head, each layer kind twice (what one layer leaves for the next must be read
+    there), the tail, then ``drafts`` MTP runs."""
     b = spec.blocks
     layers = []
     if dense_layer_count(model):
-        layers += b.dense_layer
+        layers.append(("dense layer", b.dense_layer))
     if model.moe is not None and dense_layer_count(model) < model.layers:
-        layers += b.moe_layer
+        layers.append(("MoE layer", b.moe_layer))
     body = b.moe_layer if model.moe is not None else b.dense_layer
-    # a second layer of each kind: what one layer leaves for the next must be read there
-    out = [(k, False) for k in (*b.head, *layers, *layers, *b.tail)]
+    out = [("head", [(k, False) for k in b.head])]
+    out += [(name, [(k, False) for k in kernels]) for name, kernels in (*layers, *layers)]
+    out.append(("tail", [(k, False) for k in b.tail]))
     for _ in range(drafts):
-        out += [(k, True) for k in (*b.mtp_head, *body, *b.mtp_tail)]
+        out.append(("MTP run", [(k, True) for k in (*b.mtp_head, *body, *b.mtp_tail)]))
     return out
 
 

@@ -12,19 +12,22 @@ from sn40l_sim.models.context import ACT, Ctx, Step
 def dense_gate_up(c: Ctx) -> list[Step]:
     """``[T, hidden] @ [hidden, 2 * dense_ffn / tp]``."""
     t = c.tokens
-    return c.gemm("dense_gate_up", t, "dense_gate_up", reads=(("hn", t * c.model.hidden * ACT),))
+    return c.gemm("dense_gate_up", t, "dense_gate_up", reads=(("hn", t * c.model.hidden * ACT),),
+                  writes=(("ffn_gate_up", t * c.dims("dense_gate_up")[1] * ACT),))
 
 
 def dense_act(c: Ctx) -> list[Step]:
     """SiLU(gate) * up on the socket's ``dense_ffn / tp`` slice (one exp per element)."""
     n = c.tokens * c.dims("dense_down")[0]
-    return c.simd("dense_act", "elementwise", n, transcendentals=n)
+    return c.simd("dense_act", "elementwise", n, transcendentals=n,
+                  reads=(("ffn_gate_up", c.tokens * c.dims("dense_gate_up")[1] * ACT),), writes=(("ffn_act", n * ACT),))
 
 
 def dense_down(c: Ctx) -> list[Step]:
     """``[T, dense_ffn / tp] @ [dense_ffn / tp, hidden]`` (partial sums)."""
     t = c.tokens
-    return c.gemm("dense_down", t, "dense_down", writes=(("ffn_out", t * c.model.hidden * ACT),))
+    return c.gemm("dense_down", t, "dense_down", reads=(("ffn_act", t * c.dims("dense_down")[0] * ACT),),
+                  writes=(("ffn_out", t * c.model.hidden * ACT),))
 
 
 OPERATORS = {f.__name__: f for f in (dense_gate_up, dense_act, dense_down)}

@@ -85,6 +85,7 @@ def dispatch(c: Ctx) -> list[Step]:
     t, h = c.tokens, c.model.hidden
     return c.simd("dispatch", "gather", t * _k(c) * h,
                   reads=(("hn", t * h * ACT), ("routing", t * _k(c) * ROUTE_ENTRY)),
+                  writes=(("expert_in", t * _k(c) * h * ACT),),
                   notes=(("experts_touched", round(touched(c), 3)),
                          ("experts_loaded", round(c.model.moe.routed_experts * _loaded_share(c)[0]
                                                   / _loaded_share(c)[1], 3))))
@@ -93,19 +94,24 @@ def dispatch(c: Ctx) -> list[Step]:
 def expert_gate_up(c: Ctx) -> list[Step]:
     """Grouped gate+up GEMM: ``[T*k, hidden] @ [hidden, 2 * expert_ffn / tp]`` over loaded experts."""
     m = c.tokens * _k(c)
-    return c.gemm("expert_gate_up", m, "expert_gate_up", share=_loaded_share(c))
+    return c.gemm("expert_gate_up", m, "expert_gate_up", share=_loaded_share(c),
+                  reads=(("expert_in", m * c.model.hidden * ACT),),
+                  writes=(("expert_gate_up", m * c.dims("expert_gate_up")[1] * ACT),))
 
 
 def expert_act(c: Ctx) -> list[Step]:
     """SiLU(gate) * up on each pair's ``expert_ffn / tp`` slice (one exp per element)."""
-    n = c.tokens * _k(c) * c.dims("expert_down")[0]
-    return c.simd("expert_act", "elementwise", n, transcendentals=n)
+    m = c.tokens * _k(c)
+    n = m * c.dims("expert_down")[0]
+    return c.simd("expert_act", "elementwise", n, transcendentals=n,
+                  reads=(("expert_gate_up", m * c.dims("expert_gate_up")[1] * ACT),), writes=(("expert_act", n * ACT),))
 
 
 def expert_down(c: Ctx) -> list[Step]:
     """Grouped down GEMM: ``[T*k, expert_ffn / tp] @ [expert_ffn / tp, hidden]`` (partial sums)."""
     m = c.tokens * _k(c)
     return c.gemm("expert_down", m, "expert_down", share=_loaded_share(c),
+                  reads=(("expert_act", m * c.dims("expert_down")[0] * ACT),),
                   writes=(("expert_out", m * c.model.hidden * ACT),))
 
 
@@ -114,7 +120,8 @@ def shared_gate_up(c: Ctx) -> list[Step]:
     if "shared_gate_up" not in c.tensors:
         return []
     return c.gemm("shared_gate_up", c.tokens, "shared_gate_up",
-                  reads=(("hn", c.tokens * c.model.hidden * ACT),))
+                  reads=(("hn", c.tokens * c.model.hidden * ACT),),
+                  writes=(("shared_gate_up", c.tokens * c.dims("shared_gate_up")[1] * ACT),))
 
 
 def shared_act(c: Ctx) -> list[Step]:
@@ -122,7 +129,9 @@ def shared_act(c: Ctx) -> list[Step]:
     if "shared_down" not in c.tensors:
         return []
     n = c.tokens * c.dims("shared_down")[0]
-    return c.simd("shared_act", "elementwise", n, transcendentals=n)
+    return c.simd("shared_act", "elementwise", n, transcendentals=n,
+                  reads=(("shared_gate_up", c.tokens * c.dims("shared_gate_up")[1] * ACT),),
+                  writes=(("shared_act", n * ACT),))
 
 
 def shared_down(c: Ctx) -> list[Step]:
@@ -130,7 +139,8 @@ def shared_down(c: Ctx) -> list[Step]:
     if "shared_down" not in c.tensors:
         return []
     t = c.tokens
-    return c.gemm("shared_down", t, "shared_down", writes=(("shared_out", t * c.model.hidden * ACT),))
+    return c.gemm("shared_down", t, "shared_down", reads=(("shared_act", t * c.dims("shared_down")[0] * ACT),),
+                  writes=(("shared_out", t * c.model.hidden * ACT),))
 
 
 def combine(c: Ctx) -> list[Step]:
