@@ -18,7 +18,10 @@ the format decides *how many bytes* each holds and what reading and writing them
 ``kv_shared_layers``
     Cross-layer attention (CLA, Brandon et al. 2024): groups of this many adjacent layers share one
     KV cache, so the cache holds ``ceil(layers / kv_shared_layers)`` layers' worth; every layer still
-    attends over it, so attention reads and FLOPs do not change.
+    attends over it, so attention reads and FLOPs do not change. Simplification, not modelled: only
+    the first layer of a group needs K and V projections and writes the cache, but the graph gives
+    every layer both (their weights, about 2% of Llama-3.1-8B's at two layers a group, and the
+    cache writes, twice what the cache holds then, are counted).
 
 What the simulator charges (the formulas in :mod:`sn40l_sim.models.context`):
 
