@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the runs already finished in OUT/runs/ and run only the others")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
                         help="set a field of the experiment (or hardware.<field>) for every point, not one an "
-                             "axis sets; repeatable")
+                             "axis sets (a file's path relative to the current folder); repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-plot", action="store_true",
                         help="draw neither sweep.png nor pareto.png (the other files are the same)")

@@ -385,3 +385,15 @@ def test_failures_give_axis_values_in_the_units_of_the_results(tmp_path):
     assert failure["point"].startswith("full[") and record["name"].startswith("snap[")
     assert failure["sweep"] == record["sweep"] == {"serving.batch": 2048,
                                                    "hardware.socket.memory.hbm.bytes_per_s_per_unit": 409.6e9}
+
+
+def test_a_path_set_on_the_command_line_is_relative_to_the_folder_it_was_typed_in(tmp_path, monkeypatch):
+    # it was resolved from the base file's folder: the repository's graphs/, not the user's
+    (tmp_path / "graphs").mkdir()
+    mine = tmp_path / "graphs" / "mine.yaml"
+    mine.write_text((REPO / "graphs" / "llama3_1_8b.yaml").read_text().replace(
+        "kernels: kernels_llama.yaml", f"kernels: {REPO / 'graphs' / 'kernels_llama.yaml'}"))
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [4]\n")
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(path, parse_sets(["model=graphs/mine.yaml"]))
+    assert [p.data["model"] for p in sweep.points] == [str(mine)]

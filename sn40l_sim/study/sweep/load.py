@@ -209,6 +209,10 @@ def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
         _check_set_has_effect(dotted, parts, axes)
+        if any(parts == at for at, _ in _FILE_FIELDS) and isinstance(value, str) and value:
+            # a path typed on the command line is relative to the folder it was typed in, not to
+            # the file the field came from
+            value = str(Path(value).absolute())
         try:
             if parts[0] == "hardware" and len(parts) > 1:
                 with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
