@@ -56,10 +56,10 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     repeated = _repeated_operator(spec, model, phase)
     if repeated is not None:
         return repeated
-    # a model with an MTP module drafts: a decode step runs it, and so does a prefill whose blocks
-    # have the MTP run (the builder refuses a drafting prefill without them)
+    # a model with an MTP module drafts where the phase's blocks have the MTP run (the builder
+    # refuses a drafting step or prefill without them; a template without them serves undrafted)
     blocks = spec.blocks
-    drafts = 1 if model.mtp is not None and (phase == "decode" or blocks.mtp_head or blocks.mtp_tail) else 0
+    drafts = 1 if model.mtp is not None and (blocks.mtp_head or blocks.mtp_tail) else 0
     shape = (Shape("prefill", 1, _PROMPT_TOKENS, drafts=drafts) if phase == "prefill"
              else Shape("decode", 1, 0, kv_len=_PROMPT_TOKENS, drafts=drafts))
     main = Ctx(model, shape, ParallelPlan(), template)

@@ -13,7 +13,7 @@ from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.context import Ctx
 from sn40l_sim.models.formulas import operators
 from sn40l_sim.models.routing import expected_distinct_experts
-from sn40l_sim.models.template import template_for
+from sn40l_sim.models.template import load_templates_for, template_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,3 +165,23 @@ def test_a_template_without_the_mtp_run_in_prefill_is_refused_for_a_drafting_pre
     assert build_graph(r1, Shape("prefill", 1, 1024), ParallelPlan(16), template=path).kernels()
     with pytest.raises(InputError, match="prefill blocks have no mtp_head / mtp_tail"):
         build_graph(r1, Shape("prefill", 1, 1024, drafts=2), ParallelPlan(16), template=path)
+
+
+def test_a_template_without_the_mtp_run_in_decode_loads_and_is_refused_for_a_drafting_step(r1, tmp_path):
+    # the template check ran a decode MTP run whatever the blocks, so such a template was refused
+    # where it loads ('ffn_residual' writing 'x' no later operator reads), though undrafted steps
+    # build without the MTP run
+    import yaml
+
+    data = yaml.safe_load((ROOT / "graphs" / "kernels_deepseek.yaml").read_text())
+    for phase in ("prefill", "decode"):
+        for key in ("mtp_head", "mtp_tail"):
+            del data[phase]["blocks"][key]
+        for key in ("mtp_proj", "mtp_lm_head"):
+            del data[phase]["kernels"][key]
+    path = tmp_path / "kernels.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_templates_for(path, r1)
+    assert build_graph(r1, Shape("decode", 16, 0, kv_len=KV), DECODE16, template=path).kernels()
+    with pytest.raises(InputError, match="decode blocks have no mtp_head / mtp_tail"):
+        build_graph(r1, Shape("decode", 16, 0, kv_len=KV, drafts=2), DECODE16, template=path)
