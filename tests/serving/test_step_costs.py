@@ -183,3 +183,36 @@ def test_a_kv_policys_store_traffic_is_kv_reads_at_its_tiers_speed():
     parts = kernel_breakdown(k, byte_seconds=slow_store)
     assert parts["kv_reads"] == pytest.approx(1000 * 8 / 10)   # a DDR byte takes eight HBM bytes' time
     assert parts["weights_streaming"] == parts["activations"] == pytest.approx(100)
+
+
+def test_a_steps_store_traffic_reaches_the_breakdown_at_the_store_tiers_speed():
+    """Through the real mapper and step timer: the kernel's store bytes reach its timing, and the
+    store in DDR beside everything else in HBM gives the store its own time per byte (the step's
+    byte_seconds was empty then, and the timings carried no store bytes)."""
+    from sn40l_sim.ir import KernelGraph, Operator, copied
+    from sn40l_sim.mapper import map_graph
+    from sn40l_sim.mapper._examples import example_decode_kernel
+    from sn40l_sim.mapper.placement import MemoryPlacement
+
+    recalled = 2 * 10**6
+
+    def with_recall(shape, plan):
+        graph = KernelGraph("t", shape)
+        k = example_decode_kernel(kv_len=shape.kv_len)
+        graph.add(copied(k, operators=(*k.operators, Operator("recall_pages", "gather", elements=4096,
+                                                              kv_offload_read_bytes=recalled))))
+        return graph
+
+    t = StepTimer(NODE, None, None, build=with_recall, place=lambda graph, memory=None: map_graph(NODE, graph, memory))
+    store = MemoryPlacement({"hbm": {"weights": 1, "kv": 1}, "ddr": {"kv_offload": 1}}, {"hbm": 10, "ddr": 10},
+                            ("hbm", "ddr"))
+    step = t.decode_step(1, 65536, memory=store)
+    (k,) = step.kernels
+    assert k.kv_offload_bytes == recalled == step.tier_bytes["ddr"]
+    per_byte = dict(step.byte_seconds)
+    assert per_byte["kv_offload"] > 5 * per_byte["kv"] == 5 * per_byte["weights"]
+    parts = decode_step_breakdown(step)
+    memory_s = parts["weights_streaming"] + parts["kv_reads"] + parts["activations"]
+    weighted = {"weights": k.weight_bytes * per_byte["weights"], "activations": k.activation_bytes * per_byte["activations"],
+                "kv": k.kv_bytes * per_byte["kv"] + recalled * per_byte["kv_offload"]}
+    assert parts["kv_reads"] / memory_s == pytest.approx(weighted["kv"] / sum(weighted.values()), rel=1e-9)
