@@ -58,8 +58,9 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
     plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
     call spent on collectives and what takes most of it (see the module docstring). ``resident``
-    says whether the call finds the kernel's configuration loaded (:mod:`.residency`) when that
-    differs from ``loop.resident``, the mapper's assumption; None keeps the assumption."""
+    says whether the call finds the kernel's configuration loaded (:mod:`.residency`): it is then
+    charged none of a one-section configuration, else all of it; None keeps the mapper's charge
+    (``loop.calls_per_load``)."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
     call = pk.call_cycles + after_cycles
     if not configs:

@@ -68,14 +68,16 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     steps_of: dict[tuple[str, bool], list[tuple[str, Step]]] = {}
     written: dict[str, tuple[str, str]] = {}      # activation -> (kernel id, operator) last writing it
     unread: dict[str, tuple[str, str]] = {}       # written and not read since
+    previous = "head"
     for part, kernel_ids in _parts(spec, model, drafts):
         if part != "head":
             # a layer starts from the residual stream (and the tokens) alone: anything else read
             # was written in this part, not left by another layer
-            problem = _left_unread(unread, phase)
+            problem = _left_unread(unread, phase, previous)
             if problem is not None:
                 return problem
             written = {name: at for name, at in written.items() if name in _BETWEEN_PARTS}
+        previous = part
         writes_cache = False
         for kernel_id, is_draft in kernel_ids:
             key = (kernel_id, is_draft)
@@ -103,7 +105,7 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
             return ((phase, "blocks"), f"the {part} writes nothing to the KV cache: the operator that writes "
                     f"its cache is missing (expected every operator of each layer exactly once)")
     unread.pop(GRAPH_TOKENS, None)
-    return _left_unread(unread, phase, keep=())
+    return _left_unread(unread, phase, "graph", keep=())
 
 
 #: what one part of the graph (the head, a layer, the tail, an MTP run) hands the next: the
@@ -111,15 +113,15 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
 _BETWEEN_PARTS = ("x", GRAPH_TOKENS)
 
 
-def _left_unread(unread: dict[str, tuple[str, str]], phase: str,
+def _left_unread(unread: dict[str, tuple[str, str]], phase: str, part: str,
                  keep: tuple[str, ...] = _BETWEEN_PARTS) -> tuple[tuple, str] | None:
-    """A problem for the first activation written and never read (but those in ``keep``, which
-    the next part reads), else None; those kept stay in ``unread``."""
+    """A problem for the first activation ``part`` wrote and nothing read (but those in ``keep``,
+    which the next part reads), else None; those kept stay in ``unread``."""
     for name, (kernel_id, op) in list(unread.items()):
         if name in keep:
             continue
         return ((phase, "kernels", kernel_id, "operators"),
-                f"operator {op!r} writes activation {name!r}, which no later operator of its layer reads: an "
+                f"operator {op!r} writes activation {name!r}, which no later operator of its {part} reads: an "
                 f"operator that reads it is missing (expected every operator of each layer exactly once)")
     return None
 

@@ -27,7 +27,7 @@ BROKEN = {
     "softmax_dropped": ("operators: [flash_qk, flash_softmax, flash_pv]", "operators: [flash_qk, flash_pv]",
                         ["prefill.kernels.attention.operators", "'flash_pv' reads activation 'probs'"]),
     "residual_dropped": ("operators: [o_proj, attn_residual]", "operators: [o_proj]",
-                         ["writes activation 'attn_proj'", "no later operator of its layer reads"]),
+                         ["writes activation 'attn_proj'", "no later operator of its dense layer reads"]),
 }
 
 
