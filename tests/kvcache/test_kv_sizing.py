@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 from kv_test_models import deepseek_r1, llama
 
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.kvcache.sizing import (
     kv_bytes_per_socket,
     kv_bytes_per_token,
@@ -12,6 +13,8 @@ from sn40l_sim.kvcache.sizing import (
     kv_sharding,
     kv_width,
 )
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +59,6 @@ def test_per_layer_widths_agree_with_the_models_whole_model_count():
 @pytest.mark.parametrize("path, python_spec", [("deepseek_r1.yaml", deepseek_r1),
                                                ("llama3_1_8b.yaml", lambda: llama("8b"))])
 def test_python_specs_match_the_graph_files(path, python_spec):
-    from sn40l_sim.models.loader import load_model
 
     model = load_model(ROOT / "graphs" / path)
     assert model.attention == python_spec().attention and model.layers == python_spec().layers
@@ -97,9 +99,6 @@ def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp, dp, batch)
     """The prefill node's memory and back-pressure count, per socket, what its prefill graph
     writes to the cache (GQA with more sockets than KV heads writes a replica of a head's rows on
     each socket sharing it; MLA splits the latent's rows over the sockets of an attention group)."""
-    from sn40l_sim.ir import Shape
-    from sn40l_sim.kvcache import make_policy
-    from sn40l_sim.models.builder import build_graph
 
     spec = deepseek_r1() if model == "deepseek" else llama(model)
     plan = ParallelPlan(tp=tp, attention_dp=dp)

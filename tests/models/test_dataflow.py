@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.models.template import GRAPHS_DIR
+from sn40l_sim.models.template import GRAPHS_DIR, template_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,8 +79,6 @@ def test_every_operator_left_out_of_a_shipped_template_is_refused(model_file):
     # 22 of them were accepted: operators that named no activation (an expert's gate/up GEMM, the
     # FFN's activation), reads of what an earlier layer left (a MoE layer's q_norm reading the dense
     # layer's q_a), a layer writing no cache; each gave a graph with silently wrong numbers
-    from sn40l_sim.models.dataflow import dataflow_problem
-    from sn40l_sim.models.template import template_for
 
     model = load_model(GRAPHS_DIR / model_file)
     template = template_for(model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ParallelPlan, Shape
@@ -153,7 +154,6 @@ def test_the_verify_step_streams_the_experts_its_rows_touch(r1):
 def test_a_template_without_the_mtp_run_in_prefill_is_refused_for_a_drafting_prefill(r1, tmp_path):
     # it was built as a bare transformer block, the MTP projection and head missing; a template
     # loads (and a prefill without drafts builds) without them
-    import yaml
 
     data = yaml.safe_load((ROOT / "graphs" / "kernels_deepseek.yaml").read_text())
     for key in ("mtp_head", "mtp_tail"):
@@ -171,7 +171,6 @@ def test_a_template_without_the_mtp_run_in_decode_loads_and_is_refused_for_a_dra
     # the template check ran a decode MTP run whatever the blocks, so such a template was refused
     # where it loads ('ffn_residual' writing 'x' no later operator reads), though undrafted steps
     # build without the MTP run
-    import yaml
 
     data = yaml.safe_load((ROOT / "graphs" / "kernels_deepseek.yaml").read_text())
     for phase in ("prefill", "decode"):

@@ -4,10 +4,13 @@ leaves (sn40l_sim/serving/loop.py), so a node whose caches wait for busy decode 
 taking prompts instead of holding more caches than its HBM has."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.workload import Request
 
 
@@ -59,9 +62,7 @@ def test_room_for_every_cache_changes_nothing():
 def test_prefixes_kept_beyond_the_hold_room_are_refused(capacity):
     # kept beyond it, a prefill node held back with no transfer pending waited for one that never
     # came: simulate() ended in SimPy's "no event left to process"
-    from dataclasses import replace
 
-    from sn40l_sim.serving.prefix_cache import PrefixCaching
 
     with pytest.raises(ValueError, match="must be at most prefill_hold_tokens"):
         replace(setup(150), prefix_caching=PrefixCaching(True, 1, capacity))

@@ -6,6 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from sn40l_sim.engine.breakdown import kernel_breakdown
+from sn40l_sim.engine.phase import KernelTiming
+from sn40l_sim.hardware import figures
+from sn40l_sim.ir import KernelGraph, Operator, copied
+from sn40l_sim.mapper import map_graph
+from sn40l_sim.mapper._examples import example_decode_kernel
+from sn40l_sim.mapper.placement import MemoryPlacement
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 from engine_doubles import chain, node16, placed_kernel  # noqa: E402
 
@@ -109,9 +117,6 @@ def test_bad_step_arguments_are_input_errors(args):
 
 def one_kernel_timer() -> StepTimer:
     """A timer of graphs of one example decode kernel, with the real mapper."""
-    from sn40l_sim.ir import KernelGraph
-    from sn40l_sim.mapper import map_graph
-    from sn40l_sim.mapper._examples import example_decode_kernel
 
     def one_kernel(shape, plan):
         graph = KernelGraph("t", shape)
@@ -124,7 +129,6 @@ def one_kernel_timer() -> StepTimer:
 def test_steps_stream_from_the_tiers_the_placement_chose():
     """With the real builder's stand-in and the real mapper, a placement that spills KV to DDR is a
     different (slower) step; one that keeps everything in the first tier is the default step."""
-    from sn40l_sim.mapper.placement import MemoryPlacement
 
     t = one_kernel_timer()
     in_hbm = MemoryPlacement({"hbm": {"weights": 1, "kv": 1}, "ddr": {}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
@@ -140,8 +144,6 @@ def test_the_breakdown_charges_a_slow_tier_for_the_time_its_bytes_take():
     """KV in DDR and weights in HBM: the memory-bound time of the step is shared by each use's bytes
     times the time a byte takes in its tier, so the KV (at DDR's bandwidth) takes more of it than
     its share of the bytes; with everything in HBM, by bytes alone."""
-    from sn40l_sim.hardware import figures
-    from sn40l_sim.mapper.placement import MemoryPlacement
 
     t = one_kernel_timer()
     offloaded = MemoryPlacement({"hbm": {"weights": 1}, "ddr": {"kv": 1}}, {"hbm": 10, "ddr": 10}, ("hbm", "ddr"))
@@ -169,8 +171,6 @@ def test_the_breakdown_charges_a_slow_tier_for_the_time_its_bytes_take():
 def test_a_kv_policys_store_traffic_is_kv_reads_at_its_tiers_speed():
     """ArkVale's recall from a DDR store was left out of the shares, so its time went to the
     weights and activations the kernel streamed beside it."""
-    from sn40l_sim.engine.breakdown import kernel_breakdown
-    from sn40l_sim.engine.phase import KernelTiming
 
     k = KernelTiming("L0.recall", "recall", 0, 0, 1000, overhead_cycles=0, fill_cycles=0, compute_busy_cycles=0,
                      memory_bound_cycles=1000, compute_bound_cycles=0, collective_exposed_cycles=0,
@@ -189,10 +189,6 @@ def test_a_steps_store_traffic_reaches_the_breakdown_at_the_store_tiers_speed():
     """Through the real mapper and step timer: the kernel's store bytes reach its timing, and the
     store in DDR beside everything else in HBM gives the store its own time per byte (the step's
     byte_seconds was empty then, and the timings carried no store bytes)."""
-    from sn40l_sim.ir import KernelGraph, Operator, copied
-    from sn40l_sim.mapper import map_graph
-    from sn40l_sim.mapper._examples import example_decode_kernel
-    from sn40l_sim.mapper.placement import MemoryPlacement
 
     recalled = 2 * 10**6
 

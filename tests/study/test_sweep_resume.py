@@ -9,6 +9,8 @@ import json
 import pytest
 from sweep_helpers import write_experiment
 
+from sn40l_sim.commands.cli import main
+from sn40l_sim.report.outputs import read_status
 from sn40l_sim.study.sweep import run as run_module
 from sn40l_sim.study.sweep.run import run_sweep
 from sn40l_sim.study.sweep.store import Outcome, RunStore
@@ -75,8 +77,6 @@ def test_resume_runs_only_what_is_missing(tmp_path, simulated):
 def test_stored_runs_hold_no_wall_clock_and_a_resumed_run_reports_no_speed_of_its_own(tmp_path, capsys):
     """The wall-clock speed of a run is in status.json only: not in OUT/runs/, and a resumed sweep
     does not print the previous session's speed as if it had just simulated the run."""
-    from sn40l_sim.commands.cli import main
-    from sn40l_sim.report.outputs import read_status
 
     path = write_experiment(tmp_path, SWEEP)
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet", "--no-plot"]) == 1

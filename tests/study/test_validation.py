@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sn40l_sim.commands.calibrate import _every_reference, default_hardware
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
@@ -288,7 +289,6 @@ def test_bad_options_are_one_line_before_anything_is_simulated(capsys, arguments
 
 
 def test_calibrate_finds_the_project_hardware_from_any_folder(monkeypatch, tmp_path):
-    from sn40l_sim.commands.calibrate import default_hardware
 
     monkeypatch.chdir(REPO)
     assert default_hardware() == Path("hw_configs/sn40l.yaml")   # as messages print it
@@ -297,7 +297,6 @@ def test_calibrate_finds_the_project_hardware_from_any_folder(monkeypatch, tmp_p
 
 
 def test_only_a_fit_to_every_reference_file_rewrites_the_leave_one_out_column():
-    from sn40l_sim.commands.calibrate import _every_reference
 
     every = sorted((REPO / "experiments" / "reference").glob("*.yaml"))
     assert _every_reference([]) and _every_reference(every)
