@@ -330,7 +330,9 @@ def _hue_value(column: str, value: str) -> str:
     if number is None or not _labelled(column):   # text, or a column the title shows by its bare name
         return value
     scale = axis_label(column)[1]
-    return value if scale == 1.0 else f"{number * scale:g}"
+    # as many digits as the results files keep (nine), so that two hues the CSV tells apart read
+    # apart, and no more: the scaling's float noise (25.000000000000004) stays out
+    return value if scale == 1.0 else f"{number * scale:.9g}"
 
 
 def _tick(value: str, scale: float) -> str:

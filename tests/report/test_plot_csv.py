@@ -260,3 +260,10 @@ def test_a_text_x_keeps_its_rows_and_no_row_left_is_an_error(tmp_path, recwarn):
     with pytest.raises(InputError, match="column 'ttft_s' has no numeric values"):
         plot_csv(path, x="name", y="ttft_s", kind="bar")
     assert not recwarn.list
+
+
+def test_hues_the_results_tell_apart_read_apart_in_the_legend():
+    # at six digits both read "25"; the CSV keeps nine
+    column = ["sweep.hardware.socket.p2p.bytes_per_s_per_port"]
+    assert plot_module._legend(column, ("25000000000.0",)) == "25"
+    assert plot_module._legend(column, ("25000001000.0",)) == "25.000001"
