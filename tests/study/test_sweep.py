@@ -111,6 +111,11 @@ def test_hardware_axes_and_sets(tmp_path):
     ("axes:\n  serving.batch: [1, 2, 1]\n", "sweep.axes.serving.batch[2]", 16, "value 1 repeats [0]"),
     ("mode: zip\naxes:\n  serving.batch: [1, 2, 1]\n  shape.prompt_len: [1024, 2048, 1024]\n",
      "sweep.axes.shape.prompt_len[2]", 18, "point 2 repeats point 0 (serving.batch=1, shape.prompt_len=1024)"),
+    # the same quantity in two units sets the field to one value: compared as numbers, not as text
+    ("axes:\n  hardware.socket.p2p.bytes_per_s_per_port: [50 GB/s, 0.05 TB/s]\n",
+     "sweep.axes.hardware.socket.p2p.bytes_per_s_per_port[1]", 16, "value 0.05TB/s repeats [0]"),
+    ("mode: zip\naxes:\n  serving.batch: [1, 1]\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1.6 TB/s, 1600 GB/s]\n",
+     "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit[1]", 18, "point 1 repeats point 0"),
 ])
 def test_bad_sections_are_located(tmp_path, body, field, line, words):
     path = write_experiment(tmp_path, body)

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.quantities import KINDS, parse_quantity
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.yamlio import PathError, set_value
@@ -332,6 +333,32 @@ def value_text(value: Any) -> str:
     if isinstance(value, dict):
         return "+".join(f"{k}:{value_text(v)}" for k, v in value.items())
     return str(value).replace(" ", "").replace(",", ";")
+
+
+def compared(value: Any) -> Any:
+    """``value`` as two axis values are compared for repeats: a quantity written with a unit as its
+    number in the unit's base (``1 TB/s`` and ``1000 GB/s`` set one field to one value), anything
+    else as written.
+
+    >>> compared("1 TB/s") == compared("1000 GB/s") == compared(1e12), compared("10 ms") == compared("0.01 s")
+    (True, True)
+    >>> compared("../graphs/llama3_1_8b.yaml"), compared([1, "2 GB"])
+    ('../graphs/llama3_1_8b.yaml', (1, 2000000000.0))
+    """
+    if isinstance(value, (list, tuple)):
+        return tuple(compared(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, compared(v)) for k, v in value.items())
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.12g}")   # "1.6 TB/s" and "1600 GB/s" may differ in the last bit
+    if not isinstance(value, str):
+        return value
+    for kind in KINDS:
+        try:
+            return compared(parse_quantity(value, kind))
+        except ValueError:
+            continue
+    return value
 
 
 def point_name(axes: list[Axis], values: tuple[Any, ...]) -> str:

@@ -1,6 +1,5 @@
-"""Loading a sweep: an experiment's ``sweep:`` section checked and expanded into sweep points
-(:mod:`.plan` turns them into runs, :mod:`.run` runs them and collects one ``results.json`` /
-``results.csv``).
+"""Loading a sweep: an experiment's ``sweep:`` section checked and expanded into sweep points (:mod:`.plan`
+turns them into runs, :mod:`.run` runs them and collects one ``results.json`` / ``results.csv``).
 
 Each sweep point is the experiment with the axes' values written in (or, for ``hardware.`` axes,
 the hardware with :func:`~sn40l_sim.hardware.loader.with_overrides` applied); it runs the
@@ -56,6 +55,7 @@ from sn40l_sim.study.sweep.axes import (
     Axis,
     AxisError,
     combinations,
+    compared,
     labels,
     parse_axis,
     parse_objectives,
@@ -272,23 +272,24 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
 
 
 def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explicit: set) -> None:
-    """Refuse a sweep that would run one point twice (two identical rows under one name): a value
-    repeated along a grid axis, or a zipped combination repeated (one axis may repeat a value that
-    another tells apart)."""
+    """Refuse a sweep that would run one point twice: a value repeated along a grid axis (``1 TB/s`` and
+    ``1000 GB/s`` alike), or a zipped combination repeated (one axis may repeat a value another tells apart)."""
     def where(axis: Axis, index: int) -> tuple:
         return ("sweep", "axes", axis.name) + (("values",) if axis.name in explicit else ()) + (index,)
 
     if mode == "grid":
         for axis in axes:
+            seen = [compared(v) for v in axis.values]
             for later, value in enumerate(axis.values):
-                first = axis.values.index(value)
+                first = seen.index(seen[later])
                 if first < later:
                     raise doc.error(where(axis, later), f"value {value_text(value)} repeats [{first}]: the "
                                     "grid would run each of its points twice")
         return
     combos = list(zip(*(a.values for a in axes), strict=True))
+    keys = [compared(c) for c in combos]
     for later, combo in enumerate(combos):
-        first = combos.index(combo)
+        first = keys.index(keys[later])
         if first < later:
             values = ", ".join(f"{'.'.join(a.path)}={value_text(v)}" for a, v in zip(axes, combo, strict=True))
             raise doc.error(where(axes[-1], later), f"point {later} repeats point {first} ({values}): the "
