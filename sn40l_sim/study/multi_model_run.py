@@ -142,9 +142,12 @@ def assign_models(requests: Sequence[Request], shares: Sequence[float], seed: in
 
 
 def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResult], dict[str, Any]],
-                        check: Callable[[PointResult, dict[str, Any], list[Request]], Any]) -> list[dict[str, Any]]:
+                        check: Callable[[PointResult, dict[str, Any], list[Request]], Any],
+                        on_result: Callable[[PointResult], None] | None = None) -> list[dict[str, Any]]:
     """One record per scheduler and model at ``point``. ``record`` makes a point's record, ``check``
-    checks the invariants on it (the runner's)."""
+    checks the invariants on it (the runner's); ``on_result`` is called with each record's result
+    (the model's steps and its own requests in the run), as the runner calls it for a point, so
+    ``run --trace`` draws every scheduler and model."""
     exp = asm.experiment
     section = exp.spec.multi_model
     timed = time_models(asm, point)
@@ -164,5 +167,7 @@ def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResu
             result = replace(t.result, setup=replace(t.result.setup, name=name), log=log)
             rec = {**record(result), **multi_model_fields(run, m, memory, t.name, clock_hz)}
             check(result, rec, [log.request for log in log.requests])
+            if on_result is not None:
+                on_result(result)
             records.append(rec)
     return records

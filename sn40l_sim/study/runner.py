@@ -129,7 +129,7 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         if exp.spec.multi_model is not None and serve:
             # several models on one node: one record per scheduler and model (study/multi_model_run.py)
             records.extend(multi_model_records(asm, point, lambda result, point=point: point_record(exp, point, result),
-                                               check_point))
+                                               check_point, on_result))
             continue
         setup = asm.setup(point)
         served: list[Request] = []   # what went in, for the invariant that each comes out once

@@ -81,3 +81,23 @@ def test_sockets_a_plan_leaves_idle_neither_hold_nor_copy_a_model(tmp_path):
         assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
         mm[hw] = [r["multi_model"] for r in json.loads((out / "results.json").read_text())]
     assert mm["sn40l_node16"] == mm["sn40l_node8"]
+
+
+def test_the_trace_draws_every_scheduler_and_model(tmp_path):
+    # the multi-model records used to skip the runner's result callback, so `run --trace` wrote a
+    # trace of no events for such an experiment and said it had written it
+    path = experiment(tmp_path)
+    trace_path = tmp_path / "mm.json"
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--trace", str(trace_path), "--quiet",
+                 "--no-plot"]) == 0
+    trace = json.loads(trace_path.read_text())
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert trace["otherData"]["points"] == [r["name"] for r in records]
+    pids = {e["args"]["name"]: e["pid"] for e in trace["traceEvents"]
+            if e["ph"] == "M" and e["name"] == "process_name"}
+    for record in records:
+        assert f"{record['name']} · decode · socket 0" in pids
+        node = pids[f"{record['name']} · node 0"]
+        served = {e["args"]["request"] for e in trace["traceEvents"]
+                  if e["ph"] == "X" and e["pid"] == node and e["cat"] == "sequence"}
+        assert len(served) == record["throughput"]["requests"] > 0
