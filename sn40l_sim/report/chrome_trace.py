@@ -120,7 +120,7 @@ def _lay_out(events: list[dict], names: dict[int, str], pid: int) -> list[dict]:
 
 
 def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets: Sequence[int] = (0,),
-                 first_pid: int = 1, offset_cycles: int = 0, kernels: Iterable[Any] = ()) -> list[dict]:
+                 first_pid: int = 1, offset_cycles: float = 0, kernels: Iterable[Any] = ()) -> list[dict]:
     """Trace events of one phase: one process per socket in ``sockets`` (the first is the simulated
     one, the others repeat its schedule).
 
@@ -136,8 +136,8 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
         Socket numbers to draw.
     first_pid : int
         Process id of the first socket (the others follow).
-    offset_cycles : int
-        Where the phase starts on the trace's clock.
+    offset_cycles : float
+        Where the phase starts, in cycles of ``clock_hz``.
     kernels : iterable of KernelTiming
         Per-kernel detail (FLOPs, bytes, bounds) for the ``args`` and the memory lanes.
     """
@@ -180,7 +180,7 @@ def _x(name: str, cat: str, tid: int, start_cycle: float, cycles: float, clock_h
             "dur": round(_us(start_cycle + cycles, clock_hz) - ts, 3), "args": args}
 
 
-def _memory(stream: Any, detail: dict, offset: int, clock_hz: float, lanes: dict[str, int]) -> list[dict]:
+def _memory(stream: Any, detail: dict, offset: float, clock_hz: float, lanes: dict[str, int]) -> list[dict]:
     """The kernel's bytes of each memory tier over its stream interval, with the average rate."""
     kernel = next((k for (name, start), k in detail.items()
                    if name == stream.name and k.start_cycle <= stream.start_cycle <= k.end_cycle), None)
@@ -260,11 +260,15 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
         prefill_at = min(node0, default=0)
         steps0 = [st.start for st in log.steps if st.node == 0]
         decode_at = min(steps0, default=decode_at)
-    for phase, timing, plan, at in (("prefill", result.prefill, s.prefill_plan, prefill_at),
-                                    ("decode", result.decode, s.decode_plan, decode_at)):
+    # prefill nodes of other hardware count their phase in their own clock, the serving log in the
+    # decode node's: each phase is drawn at its node's clock, its start moved to that clock
+    prefill_clock = s.prefill_node.socket.clock_hz if s.prefill_node is not None else clock
+    for phase, timing, plan, at, phase_clock in (
+            ("prefill", result.prefill, s.prefill_plan, prefill_at, prefill_clock),
+            ("decode", result.decode, s.decode_plan, decode_at, clock)):
         group = list(range(max(1, plan.tp))) if sockets == "group" else [0]
-        out += phase_events(timing.events, clock, title=f"{s.name} · {phase}", sockets=group, first_pid=pid,
-                            offset_cycles=at, kernels=timing.kernels)
+        out += phase_events(timing.events, phase_clock, title=f"{s.name} · {phase}", sockets=group, first_pid=pid,
+                            offset_cycles=at if phase_clock == clock else at * (phase_clock / clock), kernels=timing.kernels)
         pid += len(group)
     return out
 

@@ -5,6 +5,7 @@ lanes that add up to the simulated phase."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -157,3 +158,41 @@ def test_events_that_follow_each_other_share_a_row():
     assert all(round(e["ts"] + e["dur"], 3) == n["ts"] for e, n in pairwise(events))
     _lay_out(events, {1: "decode steps"}, 0)
     assert {e["tid"] for e in events} == {1}
+
+
+def test_a_prefill_node_of_another_clock_is_drawn_at_its_own_clock(tmp_path):
+    # prefill on a socket clocked at 1.2 GHz, decode at 1.6 GHz: the prefill's kernels count the
+    # prefill node's cycles, and drawing them at the decode node's clock showed them 25% shorter
+    # than the prefill the same trace's request lanes and results.json report
+    from sn40l_sim.study.runner import simulate_experiment
+
+    (tmp_path / "slow.yaml").write_text(f"base: {REPO / 'hw_configs/sn40l.yaml'}\nname: slow\nclock_hz: 1.2 GHz\n"
+                                        "stated: {bf16_flops: 479.232 TFLOPS}\n")
+    (tmp_path / "node.yaml").write_text(f"base: {REPO / 'hw_configs/sn40l_node8.yaml'}\nname: slow-8\nsocket: slow.yaml\n")
+    (tmp_path / "e.yaml").write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: two_clocks
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        prefill_hardware: node.yaml
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 512}}
+        workload: {{kind: fixed, count: 2, output_len: 4}}
+        serving: {{mode: disaggregated, batch: 2, batch_sizes: [2], prefill_lens: [512], max_new_tokens: 4}}
+        """))
+    results = []
+    _, records = simulate_experiment(tmp_path / "e.yaml", on_result=results.append)
+    trace = build_trace(results)
+    names = process_names(trace)
+    spans = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and (e["cat"] == "prefill" or (e["cat"] == "kernel" and "socket 0" in names[e["pid"]])):
+            spans[e["cat"] if e["cat"] == "prefill" else names[e["pid"]]].append((e["ts"], e["ts"] + e["dur"]))
+    kernels = spans["full · prefill · socket 0"]
+    first_prefill = min(spans["prefill"])
+    assert (min(kernels)[0], max(end for _, end in kernels)) == pytest.approx(first_prefill, abs=0.002)
+    assert first_prefill[1] - first_prefill[0] == pytest.approx(records[0]["prefill_s"] * 1e6, rel=1e-6)
+    decode = spans["full · decode · socket 0"]
+    assert max(end for _, end in decode) - min(ts for ts, _ in decode) == pytest.approx(
+        records[0]["decode_step_s"] * 1e6, rel=1e-6)
