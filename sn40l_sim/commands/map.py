@@ -5,11 +5,12 @@ cycles (identical layers collapsed into one row "xN"), then a totals line.
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
 policy's static cache and verifying the experiment's speculative drafts (``serving.speculative``:
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
-the engine runs it) unless ``--batch`` says otherwise. Activations, weights and KV are placed in the
-socket's memory tiers in the experiment's order (memory.order; default: the socket's, HBM then DDR),
-spilling to the next tier when they do not fit, as ``run`` places them (the uses memory.may_spill
-does not name are placed first when the activations would push them out of the first tier); the
-activations are the resident ones and the KV per socket is what ``run`` reserves
+the engine runs it) unless ``--batch`` says otherwise, on the prefill nodes' hardware when the
+experiment names one (``prefill_hardware``), as ``run`` times it. Activations, weights and KV are
+placed in the socket's memory tiers in the experiment's order (memory.order; default: the socket's,
+HBM then DDR), spilling to the next tier when they do not fit, as ``run`` places them (the uses
+memory.may_spill does not name are placed first when the activations would push them out of the
+first tier); the activations are the resident ones and the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Each kernel's cycles are one call as the graph calls it, the time its plan was chosen by: its
 configuration charged once over a run of consecutive calls, a looped call's iterations pipelined
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -119,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     check_mapping(asm)   # what check refuses of a map experiment
     point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
         if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    if args.phase == "prefill" and asm.prefill_node is not None:
+        # the prefill runs on the prefill nodes' hardware (the experiment's prefill_hardware), as in run
+        asm = replace(asm, node=asm.prefill_node, prefill_node=None)
     node, model = asm.node, asm.model_for(point)
     policy = asm.policy(point)
     plan = plan_of(getattr(spec.parallel, args.phase))

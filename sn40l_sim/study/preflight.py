@@ -83,7 +83,7 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
 
 def check_mapping(asm: Assembly) -> None:
     """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
-    and model (its entry's ``model_overrides``), the parallel plans against the node, the prompt
+    and model (its entry's ``model_overrides``), the parallel plans against the nodes, the prompt
     within the model's maximum context, the graph options.
 
     Raises
@@ -97,7 +97,7 @@ def check_mapping(asm: Assembly) -> None:
     for point in asm.points:
         setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
                            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
-                           decode_plan=plan_of(spec.parallel.decode))
+                           decode_plan=plan_of(spec.parallel.decode), prefill_node=asm.prefill_node)
         try:
             check_plans(setup)
             check_context(setup)

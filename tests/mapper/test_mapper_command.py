@@ -121,3 +121,40 @@ def test_map_reads_the_output_length_where_run_does(capsys):
     # llama8b_node8 gives max_new_tokens under serving: only; the decode cache is prompt + 512 as run's
     assert main(["map", str(ROOT / "experiments" / "llama8b_node8.yaml"), "--phase", "decode", "--batch", "64"]) == 0
     assert "cache 33280 tokens per sequence" in capsys.readouterr().out
+
+
+def _two_clock_experiment(tmp_path, prefill_tp: int = 8):
+    """Llama-3.1-8B prefilled on an 8-socket node of 1.2 GHz sockets, decoded on SN40L-8."""
+    (tmp_path / "slow.yaml").write_text(f"base: {ROOT / 'hw_configs/sn40l.yaml'}\nname: slow\nclock_hz: 1.2 GHz\n"
+                                        "stated: {bf16_flops: 479.232 TFLOPS}\n")
+    (tmp_path / "node.yaml").write_text(f"base: {ROOT / 'hw_configs/sn40l_node8.yaml'}\nname: slow-8\nsocket: slow.yaml\n")
+    exp = tmp_path / "two.yaml"
+    exp.write_text(f"""kind: experiment
+name: two_clocks
+hardware: {ROOT / "hw_configs" / "sn40l_node16.yaml"}
+prefill_hardware: node.yaml
+model: {ROOT / "graphs" / "llama3_1_8b.yaml"}
+parallel: {{prefill: {{tp: {prefill_tp}}}, decode: {{tp: 16}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 512, batch: 1}}
+""")
+    return str(exp)
+
+
+def test_prefill_maps_onto_the_prefill_hardware(capsys, tmp_path):
+    # the prefill of an experiment with prefill_hardware runs on that node in run; map used to map
+    # it onto the decode node (SN40L-16 at 1.6 GHz), a floor of another machine's prefill
+    exp = _two_clock_experiment(tmp_path)
+    assert main(["map", exp, "--phase", "prefill"]) == 0
+    out = capsys.readouterr().out
+    assert "on slow-8 (8 x slow), prefill" in out and "clock 1.2 GHz" in out
+    assert main(["map", exp, "--phase", "decode"]) == 0
+    out = capsys.readouterr().out
+    assert "on SN40L-16 (16 x SN40L), decode" in out and "clock 1.6 GHz" in out
+
+
+def test_a_prefill_plan_larger_than_the_prefill_node_is_refused(capsys, tmp_path):
+    exp = _two_clock_experiment(tmp_path, prefill_tp=16)
+    assert main(["map", exp, "--phase", "prefill"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "parallel.prefill" in err
