@@ -67,6 +67,9 @@ RESULTS = Fields([
     Field("mode", "", "Serving mode: disaggregated (prefill and decode nodes) or colocated.", axis="serving mode"),
     Field("prefill_nodes", "nodes", "Prefill nodes (0 when co-located).", axis="prefill nodes"),
     Field("decode_nodes", "nodes", "Decode nodes.", axis="decode nodes"),
+    Field("sockets", "sockets", "Sockets per decode node (after any override of hardware.sockets).", axis="sockets"),
+    Field("parallel", "1", "How each phase splits over a node's sockets: tp, the sockets sharing each weight; "
+          "attention_dp, the groups splitting the batch for attention.", keys=("phase", "split"), axis="{phase} {split}"),
     # latency of the served requests
     Field("ttft_s", "s", "Time to first token, mean over the served requests (arrival to the end of its "
           "prefill, queueing included); empty without a workload.", csv=9, design=True, golden=True, axis="TTFT",

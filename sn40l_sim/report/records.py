@@ -148,6 +148,9 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "mode": s.mode,
         "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,
         "decode_nodes": s.decode_nodes,
+        "sockets": s.node.sockets,
+        "parallel": {phase: {"attention_dp": plan.attention_dp, "tp": plan.tp}
+                     for phase, plan in (("decode", s.decode_plan), ("prefill", s.prefill_plan))},
         "ttft_s": lat["ttft_s"]["mean"] if served else None,
         "tpot_s": lat["tpot_s"]["mean"] if served else None,
         "latency": lat,

@@ -130,3 +130,12 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
         attention[batch] = parts.get("attention_compute", 0.0) + parts.get("kv_reads", 0.0)
     # a sequence's fixed costs are microseconds against the 1.4 ms of reading the cache
     assert attention[16] <= attention[4] * 1.01
+
+
+def test_each_record_says_the_sockets_and_the_split_it_ran_on(looping_records):
+    # the node keeps the file's name (SN40L-16) when a sweep overrides hardware.sockets: the records
+    # carry the sockets and each phase's split, so 8- and 16-socket rows are told apart
+    for name, record in looping_records.items():
+        sockets = 8 if "sockets=8," in name else 16
+        assert record["sockets"] == sockets, name
+        assert record["parallel"] == {phase: {"attention_dp": 1, "tp": sockets} for phase in ("decode", "prefill")}
