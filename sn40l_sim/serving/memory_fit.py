@@ -1,5 +1,5 @@
-"""Whether a point's memory fits: one prompt on a prefill node, a compiled decode batch on a decode
-node, each socket's weights, KV and activations placed in the memory tiers by the caller's placer
+"""Whether a point's memory fits: one prompt's compiled prefill graph on a prefill node, a compiled
+decode batch on a decode node, each socket's weights, KV and activations placed in the memory tiers by the caller's placer
 (:func:`sn40l_sim.mapper.memory.place_memory` in the experiment's tier order), the uses not in
 ``may_spill`` held to the first tier (by default weights and KV in HBM, as in the paper's
 deployment). :mod:`sn40l_sim.serving.point` asks it for the largest batch that fits; ``map``
@@ -45,8 +45,11 @@ class MemoryFit:
 
     def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
                  costs: StepCosts, prefill_place: MemoryPlacer | None = None,
-                 prefill_costs: StepCosts | None = None) -> None:
+                 prefill_costs: StepCosts | None = None, prefill_len: int | None = None) -> None:
         self.s, self.include_mtp, self.footprint = s, include_mtp, footprint
+        # the prefill graph that runs is compiled for this length (>= the prompt): its activations
+        # and the cache rows it writes are what a prefill socket must hold, not the prompt's
+        self.prefill_len = s.prompt_len if prefill_len is None else prefill_len
         self.static_len = footprint.slots
         self.place, self.costs = place, costs
         # the prefill node's placer and graphs when its hardware differs from the decode node's
@@ -60,14 +63,17 @@ class MemoryFit:
 
     def _prefill_activations(self) -> int:
         with located("graph_options"):
-            return self.prefill_costs.prefill_activation_bytes(self.s.prompt_len)
+            return self.prefill_costs.prefill_activation_bytes(self.prefill_len)
 
     def prefill_kv(self) -> int:
-        return self._kv("prefill", self.s.prefill_plan, 1, self.s.prompt_len)
+        return self._kv("prefill", self.s.prefill_plan, 1, self.prefill_len)
 
     def prefill_fits(self) -> Any:
+        what = "one prompt on a prefill node"
+        if self.prefill_len != self.s.prompt_len:
+            what += f" (its {self.s.prompt_len} tokens run the prefill graph compiled for {self.prefill_len})"
         return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
-                                                place=self.prefill_place), "one prompt on a prefill node")
+                                                place=self.prefill_place), what)
 
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:

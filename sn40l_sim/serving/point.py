@@ -243,7 +243,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
         raise ValueError("a prefill node of its own needs its step costs and memory placer")
     prefill_costs = prefill_costs or costs
-    memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs)
+    with located("prefill_lens"):
+        prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
+    memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs, prefill_len)
     weights_alone = memory.weights_alone_exceed()
     if weights_alone is not None:
         # the prompt is not to blame: the model (or its overrides) does not fit on the node
@@ -260,9 +262,6 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                               "weight_dtype or a smaller model", field="prefill_plan")
     with located("prompt_len"):
         prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
-
-    with located("prefill_lens"):
-        prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):

@@ -238,3 +238,34 @@ def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
     assert err.value.field == "prompt_len"
     # a long-context variant raises it
     assert run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT}))[0].max_batch == 64
+
+
+class _PerTokenActivations(type(fixed_costs(FULL))):
+    """Fixed costs whose prefill graph holds ``bytes_per_token`` of activations per prompt token,
+    as a built graph's do (linear in the length it is built for)."""
+
+    bytes_per_token = 1000
+
+    def prefill_activation_bytes(self, prompt_len: int) -> int:
+        return self.bytes_per_token * prompt_len
+
+
+def test_a_prefill_socket_holds_the_compiled_prefill_graph_not_the_prompt():
+    """A prompt between two compiled lengths runs the longer graph: the prefill node must hold that
+    graph's activations and the cache rows it writes, and is refused when they do not fit although
+    the prompt's own would."""
+    prompt = PROMPT - 1000                  # runs the 131072-token graph
+    costs = _PerTokenActivations(**vars(fixed_costs(FULL)))
+    result, _, placer = run(FULL, timer=costs, prompt_len=prompt,
+                            requests=lambda slots: [Request(i, 0, prompt, 8) for i in range(slots)])
+    assert result.prefill_len_compiled == PROMPT and ("prefill", PROMPT) in costs.calls
+    assert placer.calls[-1] == (PREFILL, PROMPT * R1_KV_PER_TOKEN // 16, 1000 * PROMPT)
+    # room for the prompt's own working set but not the compiled graph's
+    need_prompt = prompt * R1_KV_PER_TOKEN // 16 + 1000 * prompt
+    need_graph = PROMPT * R1_KV_PER_TOKEN // 16 + 1000 * PROMPT
+    tight = FakePlacer(weights=40 * 2**30, free=(need_prompt + need_graph) // 2)
+    with pytest.raises(InfeasibleError, match="exceed the free") as err:
+        # the decode node is another (roomier) one: only the prefill node is short
+        simulate_point(setup(FULL, prompt_len=prompt, prefill_node=NODE), lambda slots: [], costs,
+                       FakePlacer(weights=40 * 2**30, free=FREE), prefill_costs=costs, prefill_place=tight)
+    assert err.value.field == "prompt_len"
