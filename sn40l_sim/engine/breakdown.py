@@ -85,7 +85,7 @@ def byte_seconds(socket: SocketSpec, split: TierSplit) -> tuple[tuple[str, float
                    for tier, share in shares)
 
     out = ((USES[0], per_byte(split.weights)), (USES[1], per_byte(split.kv)),
-           (USES[2], per_byte(((split.activations, 1.0),))), (USES[3], per_byte(split.kv_offload or split.kv)))
+           (USES[2], per_byte(split.activation_shares or ((split.activations, 1.0),))), (USES[3], per_byte(split.kv_offload or split.kv)))
     return () if len({s for _, s in out}) == 1 else out
 
 

@@ -132,7 +132,7 @@ class MemoryPlacement:
     >>> mp = MemoryPlacement({"hbm": {"weights": 3, "kv": 0}, "ddr": {"weights": 1, "kv": 5}},
     ...                      {"hbm": 3, "ddr": 9}, ("hbm", "ddr"))
     >>> mp.total("weights"), mp.first_tier, mp.tiers()
-    (4, 'hbm', TierSplit(weights=(('hbm', 0.75), ('ddr', 0.25)), kv=(('ddr', 1.0),), activations='hbm', kv_offload=()))
+    (4, 'hbm', TierSplit(weights=(('hbm', 0.75), ('ddr', 0.25)), kv=(('ddr', 1.0),), activations='hbm', kv_offload=(), activation_shares=()))
     """
 
     by_tier: dict[str, dict[str, int]]
@@ -158,7 +158,8 @@ class MemoryPlacement:
         :class:`~sn40l_sim.mapper.stages.TierSplit` for the mapper.
 
         Tiers are taken in placement order; a use with no bytes lives in the first tier, and the
-        activations in the tier holding most of them (the earlier one on a tie).
+        activations in the tier holding most of them (the earlier one on a tie), with their
+        fraction in each tier when they span several.
         """
         def shares(use: str) -> tuple[tuple[str, float], ...]:
             total = self.total(use)
@@ -170,10 +171,14 @@ class MemoryPlacement:
 
         act = max(self.order, key=lambda tier: (self.by_tier.get(tier, {}).get("activations", 0),
                                                 -self.order.index(tier)))
+        # activations spilled over several tiers stream from each at its share (all from the tier
+        # holding most of them timed 51% in DDR as 100%, and 49% as none)
+        act_shares = shares("activations")
+        act_shares = act_shares if len(act_shares) > 1 else ()
         # a store lives where the policy put it, which may be a tier outside the order
         store = tuple((tier, uses["kv_offload"] / self.total("kv_offload")) for tier, uses in self.by_tier.items()
                       if uses.get("kv_offload", 0) > 0)
-        return TierSplit(shares("weights"), shares("kv"), act, store)
+        return TierSplit(shares("weights"), shares("kv"), act, store, act_shares)
 
 
 @dataclass(frozen=True)

@@ -56,16 +56,21 @@ class TierSplit:
 
     weights: Shares
     kv: Shares
-    #: tier of the activations handed between kernels
+    #: tier of the activations handed between kernels (the one holding most of them when they
+    #: span several: collectives stage through it)
     activations: Tier
     kv_offload: Shares = ()
+    #: the fraction of the activations in each tier when they span several (the placement spills
+    #: the same fraction of every kernel's, so a kernel streams each share from its tier); empty
+    #: when they all live in ``activations``
+    activation_shares: Shares = ()
 
     @classmethod
     def all_in(cls, tier: Tier) -> TierSplit:
         """Everything in one tier.
 
         >>> TierSplit.all_in("hbm")
-        TierSplit(weights=(('hbm', 1.0),), kv=(('hbm', 1.0),), activations='hbm', kv_offload=())
+        TierSplit(weights=(('hbm', 1.0),), kv=(('hbm', 1.0),), activations='hbm', kv_offload=(), activation_shares=())
         """
         return cls(((tier, 1.0),), ((tier, 1.0),), tier)
 
@@ -76,7 +81,7 @@ class TierSplit:
             # kept on the instance (not a field: equality, hashing and repr ignore it): the mapper
             # asks for every operator of every section it plans
             got = tuple(dict.fromkeys([t for t, _ in self.weights] + [t for t, _ in self.kv] + [self.activations]
-                                      + [t for t, _ in self.kv_offload]))
+                                      + [t for t, _ in self.activation_shares] + [t for t, _ in self.kv_offload]))
             object.__setattr__(self, "_tiers", got)
         return got
 
@@ -98,16 +103,19 @@ class TierSplit:
 
         >>> TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm").split_bytes(1000, 10, 0, 4)
         {'hbm': 764, 'ddr': 250}
+        >>> TierSplit((("hbm", 1.0),), (("hbm", 1.0),), "ddr", activation_shares=(("hbm", 0.4), ("ddr", 0.6))
+        ...           ).split_bytes(1000, 10, 0, 100)
+        {'hbm': 1050, 'ddr': 60}
         """
         out: dict[Tier, int] = dict.fromkeys(self.tiers(), 0)
         for shares, n_bytes in ((self.weights, weight_bytes), (self.kv, kv_bytes),
-                                (self.kv_offload or self.kv, kv_offload_bytes)):
+                                (self.kv_offload or self.kv, kv_offload_bytes),
+                                (self.activation_shares or ((self.activations, 1.0),), activation_bytes)):
             if len(shares) == 1:   # one tier takes it all (what _apportion gives, without the dicts)
                 out[shares[0][0]] += n_bytes
                 continue
             for tier, n in _apportion(shares, n_bytes).items():
                 out[tier] += n
-        out[self.activations] += activation_bytes
         return out
 
 

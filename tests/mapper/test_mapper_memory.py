@@ -103,6 +103,32 @@ def test_kernels_stream_spilled_weights_from_ddr(node, r1):
     assert placed.memory is mp
 
 
+def test_kernels_stream_spilled_activations_from_each_tier_at_its_share(node, r1):
+    """Activations spilled in part to DDR stream that part from DDR and the rest from HBM, as
+    spilled weights and KV do: not all from the tier holding most of them (which timed a 47% spill
+    as none, and a 51% one as all)."""
+    graph = deepseek_graph("prefill")
+    plan = ParallelPlan(16, 1)
+    kept_first = ("weights", "kv", "activations")       # as the serving model places a long prompt
+    hbm_only = map_graph(node, graph)
+    for activations in (30 * GIB, 34 * GIB):           # a little under and over half in DDR
+        mp = place_memory(node, r1, plan, 0, activations, priority=kept_first)
+        fraction = mp.by_tier["ddr"]["activations"] / activations
+        assert mp.by_tier["ddr"]["weights"] == 0 and 0.4 < fraction < 0.6
+        assert mp.tiers().activation_shares == (("hbm", pytest.approx(1 - fraction)), ("ddr", pytest.approx(fraction)))
+        placed = map_graph(node, graph, mp)
+        ddr_bps = figures.memory_bytes_per_s(node.socket, "ddr") * node.socket.memory["ddr"].efficiency
+        for spilled, fast in zip(placed.kernels, hbm_only.kernels, strict=True):
+            k = spilled.kernel               # what moves is the activations: weights and KV stay
+            moved = fast.tier_bytes["hbm"] - k.weight_bytes - k.kv_bytes
+            assert spilled.tier_bytes["ddr"] == pytest.approx(moved * fraction, rel=1e-6, abs=len(spilled.kernel.operators))
+            assert spilled.tier_bytes["hbm"] + spilled.tier_bytes["ddr"] == fast.tier_bytes["hbm"]
+            # no kernel streams its DDR share faster than DDR allows
+            assert spilled.cycles >= spilled.tier_bytes["ddr"] / ddr_bps * node.socket.clock_hz
+        router = next(pk for pk in placed.kernels if pk.kernel.kind == "router")
+        assert router.bounding_resource == "ddr"
+
+
 def test_a_different_order_fills_ddr_first(node, r1):
     plan = ParallelPlan(16, 16)
     mp = place_memory(node, r1, plan, 9 * GIB, GIB, order=["ddr", "hbm"])
