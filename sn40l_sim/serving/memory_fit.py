@@ -96,41 +96,64 @@ class MemoryFit:
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
 
-    def weights_alone_exceed(self, phase: str = "decode") -> str | None:
-        """Why a node of ``phase`` cannot hold even the weights without any KV or activations (None
-        when it can): then no batch (decode) or prompt (prefill) fits."""
-        plan, place = (self.s.decode_plan, self.place) if phase == "decode" else \
-            (self.s.prefill_plan, self.prefill_place)
-        try:
-            self._in_first_tier(self._placed(plan, 0, 0, place=place), "a socket's share of the weights")
-        except InfeasibleError as exc:
-            return str(exc)
-        return None
-
     def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
                 place: MemoryPlacer | None = None) -> Any:
         return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)
 
-    def _spilled(self, placement: Any) -> dict[str, int]:
-        return spilled_uses(placement, self.s.may_spill)
-
     def _in_first_tier(self, placement: Any, what: str) -> Any:
-        """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order."""
-        first = placement.first_tier
-        kept = [use for use in _USE_NAMES if use not in self.s.may_spill]
-        spilled = self._spilled(placement)
-        if spilled:
-            gib = 2**30
-            need = {use: placement.total(use) for use in _USE_NAMES}
-            detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
-            spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
-            to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
-                              if tier != first and any(uses.get(use, 0) for use in spilled))
-            keeps = " and ".join(_USE_NAMES[use] for use in kept)
-            raise InfeasibleError(f"{what} does not fit in {first.upper()} per socket: {detail} > "
-                                  f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
-                                  f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
-        return placement
+        return in_first_tier(placement, self.s.may_spill, what)
+
+
+def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: str) -> MemoryPlacement:
+    """``placement`` if every use not in ``may_spill`` stayed in the first tier of the order, else
+    an :class:`InfeasibleError` saying what ``what`` needs, what would spill and where."""
+    first = placement.first_tier
+    kept = [use for use in _USE_NAMES if use not in may_spill]
+    spilled = spilled_uses(placement, may_spill)
+    if spilled:
+        gib = 2**30
+        need = {use: placement.total(use) for use in _USE_NAMES}
+        detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
+        spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
+        to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
+                          if tier != first and any(uses.get(use, 0) for use in spilled))
+        keeps = " and ".join(_USE_NAMES[use] for use in kept)
+        raise InfeasibleError(f"{what} does not fit in {first.upper()} per socket: {detail} > "
+                              f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
+                              f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
+    return placement
+
+
+def weights_alone_exceed(may_spill: tuple[str, ...], place: MemoryPlacer, plan: Any) -> str | None:
+    """Why a socket placed by ``place`` under ``plan`` cannot hold even the weights without any KV
+    or activations (None when it can): then no batch (decode) or prompt (prefill) fits."""
+    try:
+        in_first_tier(place_socket(place, may_spill, plan, 0, 0), may_spill, "a socket's share of the weights")
+    except InfeasibleError as exc:
+        return str(exc)
+    return None
+
+
+def check_weights_fit(s: PointSetup, place: MemoryPlacer, prefill_place: MemoryPlacer | None = None) -> None:
+    """Refuse a model whose weights alone do not fit a decode socket (or, disaggregated, a prefill
+    socket) under the point's plans, blaming the model or the plan rather than the batch or the
+    prompt. It needs no graph, so ``check`` refuses what ``run`` refuses here.
+
+    Raises
+    ------
+    InfeasibleError
+        Naming the :class:`PointSetup` field ``model`` (decode) or ``prefill_plan``.
+    """
+    why = weights_alone_exceed(s.may_spill, place, s.decode_plan)
+    if why is not None:
+        raise InfeasibleError(f"the model does not fit on the decode node at tp={s.decode_plan.tp}, whatever the "
+                              f"batch and prompt: {why}; use more sockets (parallel.decode.tp), a narrower "
+                              "weight_dtype or a smaller model", field="model")
+    if s.mode == "disaggregated" and \
+            (why := weights_alone_exceed(s.may_spill, prefill_place or place, s.prefill_plan)) is not None:
+        raise InfeasibleError(f"the model does not fit on a prefill node at tp={s.prefill_plan.tp}, whatever the "
+                              f"prompt: {why}; use more sockets (parallel.prefill.tp), a narrower "
+                              "weight_dtype or a smaller model", field="prefill_plan")
 
 
 #: the uses of memory, in the order messages list them, and how they read in a sentence

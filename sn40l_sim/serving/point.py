@@ -51,7 +51,7 @@ from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
-from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, located
+from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
@@ -246,20 +246,12 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     with located("prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
     memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs, prefill_len)
-    weights_alone = memory.weights_alone_exceed()
-    if weights_alone is not None:
-        # the prompt is not to blame: the model (or its overrides) does not fit on the node
-        raise InfeasibleError(f"the model does not fit on the decode node at tp={s.decode_plan.tp}, whatever the "
-                              f"batch and prompt: {weights_alone}; use more sockets (parallel.decode.tp), a narrower "
-                              "weight_dtype or a smaller model", field="model")
+    # the prompt and the batch are not to blame when the model (or its overrides) does not fit
+    check_weights_fit(s, place, prefill_place)
     with located("prompt_len"):
         search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
-    if s.mode == "disaggregated" and (weights_alone := memory.weights_alone_exceed("prefill")) is not None:
-        raise InfeasibleError(f"the model does not fit on a prefill node at tp={s.prefill_plan.tp}, whatever the "
-                              f"prompt: {weights_alone}; use more sockets (parallel.prefill.tp), a narrower "
-                              "weight_dtype or a smaller model", field="prefill_plan")
     with located("prompt_len"):
         prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
     # each phase streams its tensors from where its node's placement put them

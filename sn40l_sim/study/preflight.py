@@ -10,8 +10,9 @@ distribution's largest value counts, so a random draw cannot fail later; a trace
 as the run takes them, windowed and capped when the workload asks). Each error is located in the experiment file at the
 field that caused it, with the same message the simulation would give.
 
-What needs the simulation is left to it: whether a batch fits in memory (the activations come from
-the built graphs) and the timings.
+Memory: a model whose weights alone do not fit a socket under the plans (no graph needed). What
+needs the simulation is left to it: whether a batch or a prompt fits in memory (the activations
+come from the built graphs) and the timings.
 
 Examples
 --------
@@ -27,7 +28,7 @@ from typing import Any
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.memory_fit import located
+from sn40l_sim.serving.memory_fit import check_weights_fit, located
 from sn40l_sim.serving.point import PointSetup, check_context, check_plans, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
 from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, plan_of, read_trace_rows
@@ -127,6 +128,8 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
                 transfer_seconds(setup.node, setup.kv_transfer, 0)
         with located("prefill_lens"):
             compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
+        if exp.spec.multi_model is None:   # (the models a multi_model section serves are checked as they run)
+            check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
         raise asm.locate(exc) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows)

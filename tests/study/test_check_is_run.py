@@ -120,6 +120,17 @@ REFUSED = {
         ("seed: 7", "seed: 7\ngraph_options: {expert_loading: all}"),
         "e.yaml:30: graph_options.expert_loading: model 'llama-3.1-8b' has no MoE layers"),
     # overrides that the model's kernel template cannot build: the template is named, at the overrides
+    # a model whose weights alone do not fit a socket needs no graph to be refused: 2,000 layers of
+    # Llama-3.1-8B are 874.6 GB of BF16 weights (2000 x 218.1M + 1.05B embedding and head, x 2 B),
+    # 101.84 GiB per socket of 8; 400 layers fit 8 decode sockets but not one prefill socket
+    "weights alone beyond a decode socket": (
+        ("seed: 7", "seed: 7\nmodel_overrides: {layers: 2000}"),
+        "e.yaml:30: model_overrides: the model does not fit on the decode node at tp=8, whatever the batch and "
+        "prompt: a socket's share of the weights does not fit in HBM per socket: weights 101.84 GiB"),
+    "weights alone beyond a prefill socket": (
+        ("  prefill: {tp: 8}\n  decode: {tp: 8, attention_dp: 8}\n",
+         "  prefill: {tp: 1}\n  decode: {tp: 8, attention_dp: 8}\nmodel_overrides: {layers: 400}\n"),
+        "parallel.prefill: the model does not fit on a prefill node at tp=1, whatever the prompt"),
     "experiment override the template cannot build": (
         ("seed: 7", "seed: 7\nmodel_overrides: {moe: {routed_experts: 8, experts_per_token: 2, expert_ffn: 1024, "
          "shared_experts: 0}}"),
@@ -279,3 +290,20 @@ def test_describe_names_every_file_an_experiment_reads(capsys):
         assert name in out and "MISSING" not in out
     assert main(["describe", str(REPO / "experiments" / "long_context_1m.yaml")]) == 0
     assert "overrides  {'max_context': 1048576}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("infeasible", ["skip", "fail"])
+def test_a_sweep_point_whose_weights_do_not_fit_is_skipped_or_refused_as_the_section_says(tmp_path, capsys,
+                                                                                         infeasible):
+    # check refuses a model too large for a socket without simulating; a sweep that skips what does
+    # not fit passes check (sweep lists the point in failures.json), one that fails is refused at it
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: layers\nsweep:\n"
+                    f"  infeasible: {infeasible}\n  axes:\n    model_overrides.layers: [32, 2000]\n")
+    code = main(["check", str(path)])
+    err = capsys.readouterr().err
+    if infeasible == "skip":
+        assert code == 0 and "error" not in err
+    else:
+        assert code == 2 and err.count("\n") == 1
+        assert "the model does not fit on the decode node at tp=8" in err and "(sweep run full[layers=2000])" in err
