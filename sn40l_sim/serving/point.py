@@ -179,19 +179,30 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> 
 
 
 def check_context(s: PointSetup) -> None:
-    """The prompt must fit in the model's maximum context (``max_context``, when the model states
-    one); a long-context variant raises it through ``model_overrides``.
+    """The prompt and the tokens generated after it must fit in the model's maximum context
+    (``max_context``, when the model states one), as a serving engine refuses a request whose
+    prompt plus ``max_tokens`` exceeds the model's length: the last token's position is
+    ``prompt + max_new_tokens - 1`` whatever the KV policy keeps. A long-context variant raises
+    the maximum through ``model_overrides``.
 
     Raises
     ------
     InputError
-        Naming the :class:`PointSetup` field ``prompt_len``.
+        Naming the :class:`PointSetup` field ``prompt_len`` (a prompt alone too long) or
+        ``max_new_tokens``.
     """
     limit = getattr(s.model, "max_context", None)
-    if limit is not None and s.prompt_len > limit:
+    if limit is None:
+        return
+    raise_it = "a long-context variant raises it: model_overrides: {max_context: N}"
+    if s.prompt_len > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
-                         f"{limit} tokens (a long-context variant raises it: model_overrides: "
-                         f"{{max_context: N}})", field="prompt_len")
+                         f"{limit} tokens ({raise_it})", field="prompt_len")
+    if s.prompt_len + s.max_new_tokens > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
+                         f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "
+                         f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt ({raise_it})",
+                         field="max_new_tokens")
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,

@@ -66,6 +66,7 @@ from sn40l_sim.study.points import (
 SETUP_FIELDS = {
     "prompt_len": ("prompt_lens", "shape.prompt_len"),
     "batch": "serving.batch",
+    "max_new_tokens": ("serving.max_new_tokens", "shape.max_new_tokens"),
     "prefill_lens": "serving.prefill_lens",
     "kv_transfer": "serving.kv_transfer",
     "requests": "workload",

@@ -236,8 +236,15 @@ def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
     with pytest.raises(InputError, match="a prompt of 131072 tokens exceeds the maximum context of r1-test, 65536") as err:
         run(SNAP, model=short)
     assert err.value.field == "prompt_len"
+    # the tokens generated after the prompt take positions too: a context that holds the prompt but
+    # not its output is refused at the output's length, saying how many tokens would fit
+    with pytest.raises(InputError, match=f"a prompt of {PROMPT} tokens and {NEW} new ones make {PROMPT + NEW}, "
+                       f"beyond the maximum context of r1-test, {PROMPT + NEW - 1} tokens: generate at most "
+                       f"{NEW - 1} after such a prompt") as err:
+        run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW - 1}))
+    assert err.value.field == "max_new_tokens"
     # a long-context variant raises it
-    assert run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT}))[0].max_batch == 64
+    assert run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW}))[0].max_batch == 64
 
 
 class _PerTokenActivations(type(fixed_costs(FULL))):

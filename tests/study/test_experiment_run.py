@@ -113,7 +113,8 @@ def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
     path, text = experiment(tmp_path, prompt=1048576)
     for variant in (False, True):
         if variant:
-            path.write_text(text.replace("parallel:", "model_overrides: {max_context: 1048576}\nparallel:"))
+            # 2M: the prompt and the tokens generated after it
+            path.write_text(text.replace("parallel:", "model_overrides: {max_context: 2097152}\nparallel:"))
         assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
