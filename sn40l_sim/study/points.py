@@ -136,15 +136,19 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
     """Warn when the policy's static slot is longer than a sequence of the point can fill (a
     ring's budget above prompt + output): the decode graph reserves and reads slots that stay
     empty, so the policy costs more than keeping the whole cache would."""
-    # a map experiment may leave the output length out (0): its graphs then hold the prompt
+    # a map experiment may leave the output length out (0): its graphs then hold the prompt; a
+    # speculative step also writes its drafts' rows after the last token, which run reserves
+    # (serving/point.py) and the whole cache would hold too
     new_tokens = exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens
-    need = point.prompt_len + new_tokens
-    slots = policy.static_cache_len(point.prompt_len, new_tokens)
+    drafts = exp.speculation.drafts
+    need = point.prompt_len + new_tokens + drafts
+    slots = policy.static_cache_len(point.prompt_len, new_tokens + drafts)
     if slots > need:
         file, line = exp.doc.where(("policies", point.policy_index))
         where = f"{file}:{line}: " if line is not None else f"{file}: "
+        with_drafts = f" (with its {drafts} drafts' rows)" if drafts else ""
         warnings.warn(f"{where}policies[{point.policy_index}] (point {point.name}): a {policy.name} cache of {slots} "
-                      f"slots per sequence, where a prompt and its output take at most {need} tokens: the static "
+                      f"slots per sequence, where a prompt and its output{with_drafts} take at most {need} tokens: the static "
                       "graph reserves and reads slots no sequence fills (a budget of at most that, or full, "
                       "costs less)", stacklevel=2)
 

@@ -240,6 +240,18 @@ def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
     assert check_warnings(path, LLAMA) == []   # a quarter of the prompt: no warning
 
 
+def test_a_ring_budget_the_drafts_fill_is_not_warned_of(tmp_path, capsys):
+    # 128K prompts, 128 output tokens and 2 drafts: run reserves 131202 slots for the whole cache, so a
+    # ring of 131201 holds less, and one of 131203 leaves a slot empty
+    path = tmp_path / "e.yaml"
+    table5 = (REPO / "experiments" / "snapstream_table5.yaml").read_text().replace("../", f"{REPO}/")
+    table5 = table5.replace("prompt_lens: [131072, 65536, 32768]", "prompt_lens: [131072]")
+    fills = table5.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 131201}")
+    assert check_warnings(path, fills) == []
+    (warning,) = check_warnings(path, fills.replace("131201", "131203"))
+    assert "a snapstream cache of 131203 slots" in warning and "(with its 2 drafts' rows) take at most 131202" in warning
+
+
 def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
     # the 8-socket plan on the 16-socket node: the same numbers as on 8 sockets, said so
     path = tmp_path / "e.yaml"
