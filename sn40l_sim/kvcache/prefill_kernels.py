@@ -166,6 +166,24 @@ def kept_middle_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
     return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops), shards=tp)
 
 
+def kept_window_kernel(model: ModelSpec, tp: int, window: int) -> FusedKernel:
+    """Plain SnapKV with no top-K slots: the compressed cache is the last ``window`` rows, copied
+    (the gathers and the write of :func:`snapkv_kernel`'s ``copy_kept_window``, ``1/row_shards`` of
+    the rows on each socket sharing a KV head); nothing is scored, since nothing is selected.
+
+    >>> from sn40l_sim.models.spec import ModelSpec
+    >>> tiny = ModelSpec.model_validate(dict(kind="model", name="tiny", layers=2, hidden=64,
+    ...     dense_ffn=128, vocab=100, weight_dtype="bf16",
+    ...     attention=dict(kind="gqa", heads=4, kv_heads=2, head_dim=16)))
+    >>> [op.name for op in kept_window_kernel(tiny, 1, 8).operators]
+    ['gather_window_keys', 'gather_window_values', 'write_window_rows']
+    """
+    shard = kv_sharding(model, tp)
+    ops = copy_ops("gather_window", "window_rows", model, math.ceil(window / shard.row_shards), shard.kv_heads,
+                   gather=True)
+    return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops), shards=tp)
+
+
 def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
                        recent: int) -> FusedKernel | None:
     """The ring-buffer construction kernel of one layer, per socket shard under ``tp``.

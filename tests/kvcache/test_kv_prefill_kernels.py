@@ -105,3 +105,18 @@ def test_a_middle_that_fits_the_top_k_slots_is_copied_not_scored():
     # one more middle position than slots and the scores come back
     longer = {k.kind: k for k in snap.prefill_kernels(deepseek_r1(), 4 + 1024 + 7164 + 1, 16)}
     assert any(op.name == "scores" for op in longer["snapkv"].operators)
+
+
+def test_snapkv_without_top_k_slots_copies_its_window_and_scores_nothing():
+    # budget == window: the cache is the last 4096 prompt tokens; scoring a selection of none cost
+    # DeepSeek's 32K prefill 6.3% of a layer where the ring's copy costs 0.24%
+    r1 = deepseek_r1()
+    (kept,) = make_policy("snapkv", {"budget": 4096, "observation_window": 4096}).prefill_kernels(r1, 32768, 16)
+    assert kept.kind == "snapkv" and not kept.collectives
+    assert sum(op.flops for op in kept.operators) == 0 and "scores" not in _ops(kept)
+    # each socket writes 1/16 of the window's rows, as with top-K slots
+    assert sum(op.kv_write_bytes for op in kept.operators) == 4096 // 16 * 576 * 2
+    (scored,) = make_policy("snapkv", {"budget": 4097, "observation_window": 4096}).prefill_kernels(r1, 32768, 16)
+    assert {op.name: op.kv_write_bytes for op in kept.operators}.items() <= \
+        {op.name: op.kv_write_bytes for op in scored.operators}.items()
+    assert _ops(scored)["scores"].flops > 0

@@ -21,7 +21,7 @@ from sn40l_sim.kvcache.policies.shared import (
     check_pool_kernel,
     padded,
 )
-from sn40l_sim.kvcache.prefill_kernels import snapkv_kernel
+from sn40l_sim.kvcache.prefill_kernels import kept_window_kernel, snapkv_kernel
 from sn40l_sim.models.spec import ModelSpec
 
 
@@ -87,6 +87,9 @@ class SnapKV(Budgeted):
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         if prompt_len <= self.observation_window + self.topk:
             return []
+        if self.topk == 0:
+            # a selection of nothing: the window is copied, nothing scored (as snapstream does)
+            return [kept_window_kernel(model, tp, self.observation_window)]
         kernel = snapkv_kernel(model, prompt_len, tp, sink=0, recent=self.observation_window,
                                topk=self.topk, window=self.observation_window,
                                pool_kernel=self.pool_kernel, copy_kept_window=True)
