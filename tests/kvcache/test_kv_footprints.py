@@ -85,6 +85,12 @@ def test_decode_kernels_run_in_every_layer_only_when_the_policy_acts(name, kind)
     assert sum(k.kind == kind for k in acting.kernels()) == 61       # 61 layers (no drafts: no MTP block)
     idle = build_graph(r1, Shape("decode", 16, 0, 2048, context_len=2048), plan, policy)
     assert not any(k.kind == kind for k in idle.kernels())
+    # a context that fills the budget exactly has a static cache of the budget, yet never evicts
+    # (H2O charged every step an eviction: DeepSeek-R1 at a 4226-token context, 158 ms for 125)
+    filled = build_graph(r1, Shape("decode", 16, 0, 4096, context_len=4096), plan, policy)
+    assert not any(k.kind == kind for k in filled.kernels())
+    one_more = build_graph(r1, Shape("decode", 16, 0, 4096, context_len=4097), plan, policy)
+    assert sum(k.kind == kind for k in one_more.kernels()) == 61
     # prefill compresses only a prompt longer than the budget
     assert not policy.prefill_kernels(r1, 4096, 16) and policy.prefill_kernels(r1, 4097, 16)
 

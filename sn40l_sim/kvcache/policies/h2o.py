@@ -18,7 +18,7 @@ Time (modelling choices; H2O publishes no kernels):
   ``heavy`` top positions of ``[0, L - recent)`` and gathers them and the ``recent`` last rows into
   the fixed cache, writing their scores. Sockets sharing a KV head all-reduce the per-position
   scores (FP32) and each gathers ``1 / row_shards`` of the rows.
-* **Decode** (``h2o_evict``, every step once the cache is at its budget): the step's attention
+* **Decode** (``h2o_evict``, every step of a context longer than the budget): the step's attention
   probabilities of every cached token are needed again (a flash-style decode kernel does not keep
   them), so the scores are recomputed against the cached keys and softmaxed
   (:func:`~sn40l_sim.kvcache.decode_kernels.rescore_ops`), summed over the query heads of each KV
@@ -115,8 +115,10 @@ class H2O(Budgeted):
         return [h2o_prefill_kernel(model, prompt_len, tp, heavy=self.heavy, recent=self.recent)]
 
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
-        if shape.kv_len < self.budget:
-            return []   # the static cache never fills: nothing is ever evicted
+        # a context that fits the budget never evicts: its static cache is the budget only when the
+        # context fills it exactly (prompt + max_new_tokens + drafts, Shape.context_len, when given)
+        if shape.kv_len < self.budget or 0 < shape.context_len <= self.budget:
+            return []
         return [h2o_evict_kernel(model, shape, plan, heavy=self.heavy)]
 
 
