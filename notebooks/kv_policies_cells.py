@@ -9,7 +9,7 @@ KV_POLICIES = [
 the same hardware and workload: no compression, quantised KV (FP8, INT4 with KIVI's group scales,
 INT4 with ZipCache-style INT8 salient tokens), cross-layer sharing (CLA), the eviction policies
 (StreamingLLM, SnapKV, H2O, SnapStream, SnapStream + FP8) and DDR offload with recall (ArkVale).
-The full experiment sweeps DeepSeek-R1 and Llama-3.1-70B at 32K and 128K prompts
+The full experiment sweeps DeepSeek-R1 and Llama-3.1-70B at 32K and 124K prompts
 (`python -m sn40l_sim run experiments/kv_policies.yaml --jobs 2`, about 10 s on 2 cores); this notebook runs
 its DeepSeek-R1 points at 32K without serving a workload (memory, largest batch, one prefill and one
 decode step each), in well under a minute.
