@@ -55,10 +55,12 @@ def default_hardware() -> Path:
 
 
 def _every_reference(given: list[Path]) -> bool:
-    """Whether the reference files given are the default set (none given, or all of them)."""
+    """Whether the reference files given are the default set (none given, or all of them and no
+    other: a fit that also used a file of the user's is not the one validate's leave-one-out column
+    and the hardware file's provenance describe)."""
     from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
 
-    return not given or {p.resolve() for p in given} >= {p.resolve() for p in DEFAULT_REFERENCE_DIR.glob("*.yaml")}
+    return not given or {p.resolve() for p in given} == {p.resolve() for p in DEFAULT_REFERENCE_DIR.glob("*.yaml")}
 
 
 def run(args: argparse.Namespace) -> int:
