@@ -104,7 +104,8 @@ def describe_hardware(path: str | Path) -> str:
         rows += [
             ("P2P topology", "", f"{node.topology.kind}, {node.topology.links_per_pair} link(s)/pair, {len(links)} pairs"),
             ("P2P per socket", si(f.p2p_bytes_per_s_per_socket(node), "B/s"), ""),
-            ("P2P bisection", "", si(f.p2p_bisection_bytes_per_s(node), "B/s")),
+            ("P2P bisection", "", si(f.p2p_bisection_bytes_per_s(node), "B/s")
+             + ("" if f.p2p_bisection_is_exact(node) else " at most (heuristic cut)")),
             ("P2P diameter", "", f"{f.p2p_diameter_hops(node)} hop(s)"),
         ]
     vec = s.tile.vector_network

@@ -26,7 +26,13 @@ from collections import deque
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
-from sn40l_sim.hardware.topology import bisection_bytes_per_s, p2p_graph, tile_mesh
+from sn40l_sim.hardware.topology import (
+    EXACT_BISECTION_MAX,
+    bisection_bytes_per_s,
+    bisection_links,
+    p2p_graph,
+    tile_mesh,
+)
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
 _CYCLE_SLACK = 1e-6
@@ -244,12 +250,28 @@ def p2p_diameter_hops(node: NodeSpec) -> int:
 
 
 def p2p_bisection_bytes_per_s(node: NodeSpec) -> float:
-    """P2P bisection bandwidth of the node (one direction), from the socket graph.
+    """P2P bisection bandwidth of the node (one direction).
 
-    Exact (minimum over all balanced halvings) up to 20 sockets; beyond that the best cut
-    networkx's Kernighan-Lin heuristic finds, i.e. an upper bound.
+    Exact for the full mesh, rings, hypercubes and tori with an even side at any size (their
+    closed forms, :func:`~sn40l_sim.hardware.topology.bisection_links`) and for any topology up to
+    20 sockets (every balanced halving of the socket graph); otherwise the best cut networkx's
+    Kernighan-Lin heuristic finds, an upper bound (:func:`p2p_bisection_is_exact` tells which).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> ring64 = with_overrides(load_hardware("hw_configs/sn40l_node16.yaml"),
+    ...                         {"sockets": 64, "topology.kind": "ring"})
+    >>> p2p_bisection_bytes_per_s(ring64) / 1e9   # two 50 GB/s links, wherever the ring is cut
+    100.0
     """
+    links = bisection_links(node.sockets, node.topology.kind)
+    if links is not None:
+        return links * node.topology.links_per_pair * node.socket.p2p.bytes_per_s_per_port
     return bisection_bytes_per_s(p2p_graph(node))
+
+
+def p2p_bisection_is_exact(node: NodeSpec) -> bool:
+    """Whether :func:`p2p_bisection_bytes_per_s` is the minimum cut rather than a heuristic's bound."""
+    return bisection_links(node.sockets, node.topology.kind) is not None or node.sockets <= EXACT_BISECTION_MAX
 
 
 def p2p_bytes_per_s_per_socket(node: NodeSpec) -> float:

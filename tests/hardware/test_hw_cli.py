@@ -38,6 +38,15 @@ def test_describe_node16_must_show(capsys):
     assert "full_mesh, 1 link(s)/pair, 120 pairs" in out
 
 
+@pytest.mark.parametrize("sockets, kind, bisection", [(64, "ring", "100 GB/s"), (64, "hypercube", "1.6 TB/s"),
+                                                      (35, "torus2d", "at most (heuristic cut)")])
+def test_describe_a_swept_node_size(tmp_path, capsys, sockets, kind, bisection):
+    path = tmp_path / "big.yaml"
+    path.write_text(f"base: {HW / 'sn40l_node16.yaml'}\nname: big\nsockets: {sockets}\ntopology: {{kind: {kind}}}\n")
+    assert cli.main(["describe", str(path)]) == 0
+    assert bisection in _row(capsys.readouterr().out, "P2P bisection")[0]
+
+
 def test_describe_sn10_has_no_hbm(capsys):
     out = _describe("sn10.yaml", capsys)
     assert _row(out, "PCUs")[0] == "640" and "HBM" not in out

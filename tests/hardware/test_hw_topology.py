@@ -8,9 +8,11 @@ import pytest
 from hw_test_helpers import HW
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.topology import (
     bisection_bytes_per_s,
+    bisection_links,
     build_topology,
     p2p_graph,
     p2p_links,
@@ -119,3 +121,32 @@ def test_bisection_matches_brute_force_on_odd_and_weighted_graphs():
     assert bisection_bytes_per_s(g) == 1.0
     big = nx.cycle_graph(24)  # above the exact limit: the heuristic still finds a 2-edge cut
     assert bisection_bytes_per_s(big) >= 2.0
+
+
+def test_closed_form_bisections_match_every_halving_up_to_20_sockets():
+    # the closed forms that replace the heuristic above 20 sockets, checked where the halvings can be enumerated
+    checked = 0
+    for n in range(1, 21):
+        for kind in ("full_mesh", "ring", "torus2d", "hypercube"):
+            if kind == "hypercube" and n & (n - 1):
+                continue
+            links = bisection_links(n, kind)
+            if links is None:  # a torus with an odd longer side
+                assert kind == "torus2d" and max(torus_dims(n)) % 2 == 1
+                continue
+            graph = nx.Graph(socket_pairs(n, kind))
+            graph.add_nodes_from(range(n))
+            assert bisection_bytes_per_s(graph, weight=None) == links, (n, kind)
+            checked += 1
+    assert checked == 59  # 20 full meshes, 20 rings, 14 tori (all but 2 x 3, 3 x 3, 2 x 5, 2 x 7, 3 x 5, 4 x 5), 5 hypercubes
+
+
+@pytest.mark.parametrize("sockets, kind, links", [(32, "ring", 2), (64, "ring", 2), (32, "hypercube", 16),
+                                                  (64, "hypercube", 32), (32, "torus2d", 8), (64, "torus2d", 16)])
+def test_sweep_sized_nodes_report_their_minimum_cut(node16, sockets, kind, links):
+    # a sweep's hardware.sockets beyond 20: the heuristic cut 32- and 64-socket rings at 4 and 8 links
+    node = with_overrides(node16, {"sockets": sockets, "topology.kind": kind, "topology.links_per_pair": 2})
+    assert figures.p2p_bisection_bytes_per_s(node) == links * 2 * 50e9
+    assert figures.p2p_bisection_is_exact(node)
+    odd_torus = with_overrides(node16, {"sockets": 35, "topology.kind": "torus2d"})  # 5 x 7: no closed form
+    assert not figures.p2p_bisection_is_exact(odd_torus)
