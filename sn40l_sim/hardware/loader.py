@@ -186,32 +186,66 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
 
 
 def _check_stated(socket: SocketSpec, doc: Document, at) -> None:
-    s = socket.stated
-    n_tiles = figures.tiles(socket)
-    derived = {
-        "pcus": (figures.pcus(socket), f"{n_tiles} tiles x {socket.tile.pcus} PCUs", ("tile", "pcus")),
-        "pmus": (figures.pmus(socket), f"{n_tiles} tiles x {socket.tile.pmus} PMUs", ("tile", "pmus")),
-        "sram_bytes": (figures.sram_bytes(socket), f"{figures.pmus(socket)} PMUs x {socket.pmu.capacity_bytes:.0f} B",
-                       ("pmu", "capacity_bytes")),
-        "bf16_flops": (figures.peak_flops(socket), f"{figures.pcus(socket)} PCUs x "
-                       f"{2 * figures.macs_per_pcu_cycle(socket):g} FLOP/cycle x {socket.clock_hz:g} Hz", ("clock_hz",)),
+    """Each published total against the product of the per-unit fields it follows from; the error
+    shows every factor and where each was set, since any of them may be the one that changed."""
+    s, pcu = socket.stated, socket.pcu
+    counts = ("dies", "tiles_per_die")
+    dies = f"{socket.dies} die{'s' if socket.dies > 1 else ''}"
+    grid = f"{dies} x {socket.tiles_per_die} tiles"
+    flops = figures.peak_flops(socket)
+    # stated path -> (stated value, derived value, how the derived one is reached, its fields)
+    claims: dict[tuple[str, ...], tuple[float | None, float, str, tuple[str, ...]]] = {
+        ("pcus",): (s.pcus, figures.pcus(socket), f"{grid} x {socket.tile.pcus} PCUs = {figures.pcus(socket)}",
+                    counts + ("tile.pcus",)),
+        ("pmus",): (s.pmus, figures.pmus(socket), f"{grid} x {socket.tile.pmus} PMUs = {figures.pmus(socket)}",
+                    counts + ("tile.pmus",)),
+        ("sram_bytes",): (s.sram_bytes, figures.sram_bytes(socket),
+                          f"{figures.pmus(socket)} PMUs x {format_bytes(socket.pmu.capacity_bytes)} = "
+                          f"{_bytes_text(figures.sram_bytes(socket))}", counts + ("tile.pmus", "pmu.capacity_bytes")),
+        ("bf16_flops",): (s.bf16_flops, flops,
+                          f"{figures.pcus(socket)} PCUs x {pcu.lanes} lanes x {pcu.stages} stages x "
+                          f"{pcu.macs_per_lane_stage_per_cycle['bf16']:g} MAC x 2 FLOP x {socket.clock_hz / 1e9:g} GHz "
+                          f"= {_flops_text(flops)}",
+                          counts + ("tile.pcus", "pcu.lanes", "pcu.stages", "pcu.macs_per_lane_stage_per_cycle.bf16",
+                                    "clock_hz")),
     }
-    claims = {(name,): (getattr(s, name), derived[name]) for name in derived}
     for tier, claim in s.memory_bytes.items():
         spec = socket.memory.get(tier)
-        how = (f"{figures.memory_units(socket, tier)} {tier.upper()} units x {spec.capacity_bytes_per_unit:.0f} B"
-               if spec else f"no {tier} tier")
-        cause = ("memory", tier, "capacity_bytes_per_unit") if spec else ("memory",)
-        claims[("memory_bytes", tier)] = (claim, (figures.memory_bytes(socket, tier), how, cause))
-    for name, (claim, (value, how, cause)) in claims.items():
+        if spec is None:
+            claims[("memory_bytes", tier)] = (claim, 0.0, f"the socket has no {tier} tier", ("memory",))
+            continue
+        total = figures.memory_bytes(socket, tier)
+        claims[("memory_bytes", tier)] = (
+            claim, total, f"{dies} x {spec.units_per_die} {tier.upper()} units x "
+                          f"{format_bytes(spec.capacity_bytes_per_unit)} = {_bytes_text(total)}",
+            ("dies", f"memory.{tier}.units_per_die", f"memory.{tier}.capacity_bytes_per_unit"))
+    for name, (claim, value, how, causes) in claims.items():
         if claim is None:
             continue
         tolerance = _STATED_FLOPS_TOLERANCE if name == ("bf16_flops",) else _STATED_EXACT_TOLERANCE
         if abs(value - claim) > tolerance * claim:
-            file, line = doc.where(at(*cause))
+            where = ", ".join(_where(doc, at(*cause.split("."))) for cause in causes)
+            text = (_flops_text(claim) if name == ("bf16_flops",) else _bytes_text(claim)
+                    if name[0] in ("sram_bytes", "memory_bytes") else f"{claim:g}")
+            stated = ".".join(("stated",) + name)
             raise _fail(doc, at("stated", *name),
-                        f"stated {claim:.6g} but {how} = {value:.6g} (set at {Path(file).name}:{line} "
-                        f"field {'.'.join(map(str, cause))}); fix one of them")
+                        f"stated {text} but {how} ({where}); fix one of them, or set {stated}: null "
+                        "(stated: null for all) if the socket is hypothetical")
+
+
+def _bytes_text(n_bytes: float) -> str:
+    return f"{format_bytes(n_bytes)} ({n_bytes:,.0f} B)" if n_bytes else "0 B"
+
+
+def _flops_text(flops: float) -> str:
+    return f"{flops / 1e12:.6g} TFLOPS"
+
+
+def _where(doc: Document, path: FieldPath) -> str:
+    """``field at file:line`` for an error message, or the field alone where no line is known."""
+    file, line = doc.where(path)
+    name = ".".join(map(str, path))
+    return f"{name} at {Path(file).name}:{line}" if line else name
 
 
 def check_node(node: NodeSpec, doc: Document) -> None:

@@ -182,6 +182,16 @@ class StatedTotals(StrictModel):
     bf16_flops: FlopsPerSecond | None = None
 
 
+def _no_stated_totals(value: Any) -> Any:
+    """``stated: null`` (how an overlay describing a hypothetical socket drops its base's
+    published totals) states nothing."""
+    return {} if value is None else value
+
+
+#: the published totals, or none at all (``stated: null``)
+Stated = Annotated[StatedTotals, BeforeValidator(_no_stated_totals)]
+
+
 class CalibratedSpec(StrictModel):
     """The few physical parameters fitted to measurements (docs/design.md §4), with their bounds.
 
@@ -218,7 +228,7 @@ class SocketSpec(StrictModel):
     die_to_die: LinkSpec | None = None
     p2p: P2PSpec
     configuration: ConfigurationSpec
-    stated: StatedTotals = StatedTotals()
+    stated: Stated = StatedTotals()
     calibrated: CalibratedSpec
 
 

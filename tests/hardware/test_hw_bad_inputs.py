@@ -69,11 +69,14 @@ SOCKET_CASES = {
     "tier_name_not_a_name": (_add_line("memory", "  Fast RAM: null"), "memory", "lower case"),
     "no_tier_left": (lambda: (_drop_block("memory"), None), "memory", "at least one memory tier"),
     "stated_tier_missing": (_add_line("memory_bytes", "    cxl: 1 TiB"), "stated.memory_bytes.cxl", "no cxl tier"),
-    "inconsistent_pcu_total": (_edit("pcus", "1000", occurrence=1), "stated.pcus", "4 tiles x 260 PCUs"),
-    "inconsistent_pmu_count": (_edit("pmus", "250"), "stated.pmus", "4 tiles x 250 PMUs"),
-    "inconsistent_sram_total": (_edit("capacity_bytes", "256 KiB"), "stated.sram_bytes", "1040 PMUs"),
-    "inconsistent_hbm_total": (_edit("capacity_bytes_per_unit", "8 GiB"), "stated.memory_bytes.hbm", "4 HBM units"),
-    "stated_flops_off": (_edit("bf16_flops", "700 TFLOPS"), "stated.bf16_flops", "stated 7e+14"),
+    "inconsistent_pcu_total": (_edit("pcus", "1000", occurrence=1), "stated.pcus", "2 dies x 2 tiles x 260 PCUs = 1040"),
+    "inconsistent_pmu_count": (_edit("pmus", "250"), "stated.pmus", "2 dies x 2 tiles x 250 PMUs = 1000"),
+    "inconsistent_sram_total": (_edit("capacity_bytes", "256 KiB"), "stated.sram_bytes",
+                                "stated 520.0 MiB (545,259,520 B) but 1040 PMUs x 256.0 KiB = 260.0 MiB"),
+    "inconsistent_hbm_total": (_edit("capacity_bytes_per_unit", "8 GiB"), "stated.memory_bytes.hbm",
+                               "2 dies x 2 HBM units x 8.0 GiB = 32.0 GiB"),
+    "stated_flops_off": (_edit("bf16_flops", "700 TFLOPS"), "stated.bf16_flops",
+                         "stated 700 TFLOPS but 1040 PCUs x 32 lanes x 6 stages x 1 MAC x 2 FLOP x 1.6 GHz = 638.976 TFLOPS"),
     "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows", "checkerboard"),
     "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
     "reserve_exceeds_hbm": (_edit("reserved_bytes", "100 GiB"), "memory.hbm.reserved_bytes", "only"),
@@ -188,8 +191,36 @@ def test_overlay_error_points_at_the_overlay_line(tmp_path, capsys):
     folder = copy_configs(tmp_path)
     (folder / "sn10_bad.yaml").write_text("base: sn10.yaml\nname: bad\nstated:\n  pcus: 600\n")
     status, err = _check(folder / "sn10_bad.yaml", capsys)
-    _assert_one_clean_line(status, err, "sn10_bad.yaml", "stated.pcus", "4 tiles x 160 PCUs", line=4)
+    _assert_one_clean_line(status, err, "sn10_bad.yaml", "stated.pcus", "1 die x 4 tiles x 160 PCUs", line=4)
     assert "sn10.yaml:" in err  # where tile.pcus is set, in the base file
+
+
+def test_stated_total_error_names_every_field_it_follows_from(tmp_path, capsys):
+    # more PCU stages: the peak disagrees with the stated one, and the message names pcu.stages (not
+    # only the clock) and how to mark the socket hypothetical
+    path = tmp_path / "deeper.yaml"
+    text, line = set_value(SOCKET, "stages", "8")
+    path.write_text(text)
+    status, err = _check(path, capsys)
+    _assert_one_clean_line(status, err, "deeper.yaml", "stated.bf16_flops", "x 8 stages x", line=line)
+    clock_line = set_value(SOCKET, "clock_hz", "1.6 GHz")[1]
+    assert f"pcu.stages at deeper.yaml:{line}" in err and f"clock_hz at deeper.yaml:{clock_line}" in err
+    assert "set stated.bf16_flops: null" in err
+
+
+def test_hypothetical_socket_drops_the_stated_totals(tmp_path, capsys):
+    # an overlay with twice the PCUs per tile (on a grid that holds them) and HBM4-like modules:
+    # `stated: null` removes the base's published totals, which no longer describe this part
+    overlay = ("base: {base}\nname: SN40L-2x\ntile: {{grid_rows: 40, pcus: 520}}\n"
+               "memory: {{hbm: {{bytes_per_s_per_unit: 2 TB/s}}}}\n").format(base=HW / "sn40l.yaml")
+    (tmp_path / "with_totals.yaml").write_text(overlay)
+    status, err = _check(tmp_path / "with_totals.yaml", capsys)
+    _assert_one_clean_line(status, err, "sn40l.yaml", "stated.pcus", "x 520 PCUs = 2080")
+    assert "tile.pcus at with_totals.yaml:3" in err
+    (tmp_path / "hypothetical.yaml").write_text(overlay + "stated: null\n")
+    assert cli.main(["describe", str(tmp_path / "hypothetical.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "2080" in out and "1.278 PFLOPS" in out and "8 TB/s" in out
 
 
 def test_check_reports_every_file_and_fails_if_any_is_bad(tmp_path, capsys):
