@@ -136,7 +136,7 @@ def _old_style(text: str) -> str:
     i = out.index(next(t for t in out if t.startswith("calibrated:")))
     out[i + 1:i + 1] = calibrated
     i = out.index(next(t for t in out if t.strip().startswith("memory_bytes:")))
-    out[i:i + 2] = ["  hbm_bytes: 64 GiB"]
+    out[i:i + 3] = ["  hbm_bytes: 64 GiB", "  ddr_bytes: 1.5 TiB"]
     return "\n".join(out) + "\n"
 
 
