@@ -196,11 +196,18 @@ def _azure_rows(path: Path, records: Any) -> list[TraceRow]:
 
 
 def _timestamp(text: str) -> tuple[datetime.datetime, float]:
-    """``'2023-11-16 18:15:46.6805900'`` -> (the date and time to the second, the fraction)."""
+    """``'2023-11-16 18:15:46.6805900'`` -> (the date and time to the second, the fraction).
+
+    A time-zone offset (``+05:00``, ``Z``) is refused: the published trace has none, one written
+    after a fraction was already refused, and a file mixing stamps with and without one has no
+    order to compare them in (it stopped with a ``TypeError`` traceback)."""
     whole, _, fraction = text.strip().partition(".")
     if fraction and not fraction.isdigit():
         raise ValueError(text)
-    return datetime.datetime.fromisoformat(whole), float(f"0.{fraction or 0}")
+    stamp = datetime.datetime.fromisoformat(whole)
+    if stamp.tzinfo is not None:
+        raise ValueError(text)
+    return stamp, float(f"0.{fraction or 0}")
 
 
 def _value(path: Path, number: int, item: dict, column: str, parse: Any) -> Any:
@@ -209,7 +216,7 @@ def _value(path: Path, number: int, item: dict, column: str, parse: Any) -> Any:
     try:
         return parse(item[column])
     except (TypeError, ValueError, OverflowError):
-        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction)" if parse is _timestamp else \
+        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction, no time-zone offset)" if parse is _timestamp else \
             "an integer" if parse is _integer else "a number"
         raise InputError(f"expected {what}, got {item[column]!r}", file=path, field=column, line=number) from None
 
