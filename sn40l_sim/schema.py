@@ -148,6 +148,19 @@ RATE_PER_CYCLE = Range("positive rate per cycle", 0, 1024, "0", "1024 per cycle"
 RatePerCycle = Annotated[float, Number, AfterValidator(RATE_PER_CYCLE)]
 
 
+def strict_flag(value: Any) -> Any:
+    """A flag's check: YAML 1.2 gives ``true``/``false`` as booleans and ``yes``, ``off``, ``"no"``
+    as text, which pydantic would take for a boolean as quietly as it takes ``0`` or ``1.0`` (so
+    ``kernel_looping: off`` switched looping off, ``calibration: "no"`` dropped a calibration point)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+#: an on/off field: ``true`` or ``false``, nothing else
+Flag = Annotated[bool, BeforeValidator(strict_flag)]
+
+
 def _plain_name(value: Any) -> Any:
     if not isinstance(value, str) or not _PLAIN_NAME.match(value):
         raise ValueError(f"expected a plain name (letters, digits and . _ + -, starting with a letter or digit, "

@@ -60,7 +60,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Literal
 
 from sn40l_sim.ir import DTYPE_BITS, DTYPE_BYTES
-from sn40l_sim.schema import PositiveInt, Range, StrictModel, ranged
+from sn40l_sim.schema import Flag, PositiveInt, Range, StrictModel, ranged
 
 if TYPE_CHECKING:
     from sn40l_sim.models.spec import ModelSpec
@@ -93,7 +93,7 @@ class KVQuantSpec(StrictModel):
     value_scales: Literal["per_token", "per_channel"] = "per_token"
     scale_dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     #: asymmetric quantisation: a zero point (of the scale's datatype) beside each scale
-    zero_point: bool = True
+    zero_point: Flag = True
     salient: SalientSpec | None = None
 
 

@@ -15,7 +15,7 @@ from pydantic import PrivateAttr, SerializeAsAny, WrapValidator
 
 from sn40l_sim.models.families import AttentionSpec, validate_attention
 from sn40l_sim.models.kv_format import KVDType, KVQuantSpec
-from sn40l_sim.schema import NonNegativeInt, PositiveInt, StrictModel
+from sn40l_sim.schema import Flag, NonNegativeInt, PositiveInt, StrictModel
 
 WeightDType = Literal["fp8", "bf16"]
 
@@ -61,7 +61,7 @@ class ModelSpec(StrictModel):
     kv_dtype: KVDType = "bf16"
     kv_quant: KVQuantSpec | None = None
     kv_shared_layers: PositiveInt = 1
-    tie_embeddings: bool = False
+    tie_embeddings: Flag = False
     #: tokens of context (positions) the model serves at most, from its configuration
     #: (``max_position_embeddings``); a prompt longer than this is refused. A long-context variant
     #: raises it (an experiment's ``model_overrides: {max_context: 1048576}``). None: not stated,

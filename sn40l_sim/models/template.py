@@ -22,7 +22,7 @@ from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.tensors import ShardRule, inventory
-from sn40l_sim.schema import PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Flag, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class CollectiveEntry(StrictModel):
 
     size: str
     kind: CollectiveKind
-    overlapped: bool = False
+    overlapped: Flag = False
 
 
 class KernelEntry(StrictModel):

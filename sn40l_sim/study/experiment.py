@@ -114,7 +114,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.schema import Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Flag, Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
 from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401
@@ -194,7 +194,7 @@ class ExecutionSection(StrictModel):
 
     #: consecutive calls of the same kernel run as one call with a pipelined outer loop (SambaNova
     #: kernel looping, arXiv 2410.23668, deployed in production): on, as SN40L runs decode
-    kernel_looping: bool = True
+    kernel_looping: Flag = True
     #: the collective algorithm (``auto``: the fastest of ring, direct and tree for each call)
     collective_algorithm: Literal["auto", "ring", "direct", "tree"] = "auto"
     #: what the mapper does with the units a kernel's balanced allocation leaves idle: ``spend``

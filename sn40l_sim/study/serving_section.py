@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 
 from sn40l_sim.schema import (
     MAX_COUNT,
+    Flag,
     Fraction,
     NonNegativeInt,
     PositiveInt,
@@ -150,7 +151,7 @@ class TraceWorkload(StrictModel):
     rate_scale: RateScale = 1.0
     #: cap prompts above the point's prompt length and outputs above ``max_new_tokens`` to them
     #: (the results report how many and how many tokens); without it such a request is an error
-    cap_lengths: bool = False
+    cap_lengths: Flag = False
     #: requests that share a prompt prefix (none by default)
     prefix: PrefixSharing | None = None
 
@@ -213,7 +214,7 @@ class ServingSection(StrictModel):
     seed: NonNegativeInt = 0
     #: reuse the KV of prompt prefixes that requests share (workload.prefix says which do;
     #: serving/prefix_cache.py)
-    prefix_cache: bool = False
+    prefix_cache: Flag = False
     #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts first;
     #: serving/chunked_prefill.py)
     prefill_chunk: PositiveInt | None = None

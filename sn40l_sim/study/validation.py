@@ -21,7 +21,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
-from sn40l_sim.schema import Range, StrictModel, ranged, validate
+from sn40l_sim.schema import Flag, Range, StrictModel, ranged, validate
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.points import points
 from sn40l_sim.study.preflight import require_workload
@@ -80,7 +80,7 @@ class Measurement(StrictModel):
     #: another record of the same experiment: the measurement is the ratio of the two records'
     #: quantities (e.g. a step with kernel looping off over the same step with it on)
     relative_to: str | None = None
-    calibration: bool
+    calibration: Flag
 
     @property
     def label(self) -> str:
