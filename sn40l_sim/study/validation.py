@@ -161,6 +161,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
     files = paths if paths else [shown_path(os.path.relpath(p)) if p.is_relative_to(Path.cwd()) else p
                                  for p in sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))]
     out: list[Reference] = []
+    ids: dict[str, str] = {}   # id -> where: leave_one_out.json and the tables key measurements by id
     for path in files:
         doc = load_document(path)
         if doc.data.get("kind") != "reference":
@@ -169,6 +170,10 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
         point_names: dict[Path, list[str]] = {}
         for i, m in enumerate(spec.measurements):
             at = ("measurements", i)
+            if m.id in ids:
+                raise doc.error(at + ("id",), f"id {m.id!r} is also the id of the measurement at {ids[m.id]}; "
+                                "expected each id once (leave-one-out predictions are kept by id)")
+            ids[m.id] = "{}:{}".format(*doc.where(at + ("id",)))
             check_quantity(m, lambda field, message, at=at, doc=doc: doc.error(at + field, message))
             if m.value == 0 and m.tolerance is not None and m.tolerance.abs is None:
                 raise doc.error(at + ("value",), f"measurement {m.id!r}: a measured value of 0 has no relative error "
@@ -311,6 +316,10 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
             if name is not None and name not in by_name:  # pragma: no cover - load_references checked the names
                 raise InputError(f"measurement {m.id!r} names point {name!r}, but {ref.experiment_path.name} "
                                  f"has {sorted(by_name)}", file=ref.origin[0], line=ref.origin[1], field=field)
+        keys = sorted({k for r in by_name.values() if isinstance(r.get(m.quantity), dict) for k in r[m.quantity]})
+        if m.key is not None and keys and m.key not in keys:   # else a typo read as a kernel that takes no time
+            raise InputError(f"measurement {m.id!r}: no point of {ref.experiment_path.name} has {m.quantity} "
+                             f"{m.key!r}; expected one of {keys}", file=ref.origin[0], line=ref.origin[1], field="key")
         try:
             value = extract(by_name[m.point], m)
             if m.relative_to is not None:

@@ -160,6 +160,33 @@ def test_a_quantity_without_a_value_in_a_steps_only_evaluation_is_named(tmp_path
     assert err.value.file.endswith("r.yaml") and err.value.line == 3
 
 
+def test_two_measurements_with_one_id_are_refused_at_the_second(tmp_path, capsys):
+    # the leave-one-out predictions are kept by id: the second would have shown the first's
+    entry = f"{{id: x, quantity: max_batch, source: s, experiment: {EXPERIMENT}, point: full, calibration: true}}"
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {entry}\n  - {entry}\n")
+    for command in ("validate", "check"):
+        assert main([command, str(ref)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "r.yaml:4: measurements[1].id: id 'x' is also the id of the measurement " \
+            f"at {ref}:3" in err, err
+
+
+def test_a_key_no_point_has_is_refused_while_one_another_point_has_reads_zero(tmp_path):
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: prefill_kernel_share, key: KEY, "
+                   f"source: s, experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
+    records = [{"name": "full", "prefill_kernel_share": {"attention": 0.9, "ffn": 0.1}},
+               {"name": "snapstream", "prefill_kernel_share": {"attention": 0.8, "ffn": 0.1, "snapkv": 0.1}}]
+    ref.write_text(ref.read_text().replace("KEY", "snapkv"))   # full runs no SnapKV kernel: no time in it
+    assert compare(load_references([ref]), lambda path: records)[0].simulated == 0.0
+    ref.write_text(ref.read_text().replace("snapkv", "atention"))   # a typo read 0 as well
+    with pytest.raises(InputError, match="no point of llama8b_node8.yaml has prefill_kernel_share 'atention'; "
+                                         "expected one of .'attention', 'ffn', 'snapkv'.") as err:
+        compare(load_references([ref]), lambda path: records)
+    assert err.value.file.endswith("r.yaml") and err.value.line == 3 and err.value.field == "key"
+
+
 def test_fit_recovers_known_parameters_within_bounds():
     # a synthetic simulator whose 'decode rate' depends on the HBM efficiency and whose 'share' on
     # the systolic efficiency; the truth is inside the bounds, so the fit must find it
