@@ -40,10 +40,18 @@ def check_experiment(exp: Experiment) -> None:
             raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
                             f"(also policies[{seen[entry.name]}])")
         seen[entry.name] = i
+        # prompt_fraction replaces params at every length, a later per_prompt entry an earlier one:
+        # the value given first would be dropped without a word
+        for key in sorted(set(entry.params) & set(entry.prompt_fraction)):
+            raise exp.error(("policies", i, "params", key), f"{key} is also set by prompt_fraction.{key}, which "
+                            "replaces it at every prompt length: give it once")
         for j, pp in enumerate(entry.per_prompt):
             if pp.prompt_len not in exp.prompt_lens:
                 raise exp.error(("policies", i, "per_prompt", j, "prompt_len"),
                                 f"{pp.prompt_len} is not one of the experiment's prompt lengths {list(exp.prompt_lens)}")
+            if pp.prompt_len in [earlier.prompt_len for earlier in entry.per_prompt[:j]]:
+                raise exp.error(("policies", i, "per_prompt", j, "prompt_len"), f"prompt length {pp.prompt_len} "
+                                "has an earlier per_prompt entry: give its parameters in one entry")
     for phase in ("prefill", "decode"):
         plan = getattr(spec.parallel, phase)
         if plan.tp % plan.attention_dp:

@@ -111,6 +111,12 @@ BAD = [
      "not one of the experiment's prompt lengths", "65536"),
     ("prompt_fraction: {budget: 0.25}", "prompt_fraction: {budget: -0.25}",
      "policies[1].prompt_fraction.budget", "greater than 0", "prompt_fraction"),
+    # a value that another replaces at every point was dropped without a word
+    ("prompt_fraction: {budget: 0.25}", "params: {budget: 4096}\n    prompt_fraction: {budget: 0.25}",
+     "policies[1].params.budget", "also set by prompt_fraction.budget", "params: {budget"),
+    ("- {prompt_len: 32768, params: {sink: 8}}", "- {prompt_len: 32768, params: {sink: 8}}\n"
+     "      - {prompt_len: 32768, params: {sink: 16}}", "policies[1].per_prompt[1].prompt_len",
+     "has an earlier per_prompt entry", "sink: 16"),
     ("- {name: full, policy: full}", "- {name: snap, policy: full}", "policies[1].name", "duplicate policy name",
      "- name: snap"),
     ("kind: fixed\n  count: batch\n  output_len: 64",
