@@ -31,7 +31,14 @@ from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.memory_fit import check_weights_fit, located
 from sn40l_sim.serving.point import PointSetup, check_context, check_plans, transfer_seconds
 from sn40l_sim.serving.workload import trace_window
-from sn40l_sim.study.assemble import Assembly, load_graph_template, named_file, plan_of, read_trace_rows
+from sn40l_sim.study.assemble import (
+    Assembly,
+    assemble,
+    experiment_model,
+    load_graph_template,
+    plan_of,
+    read_trace_rows,
+)
 from sn40l_sim.study.experiment import Experiment
 from sn40l_sim.study.multi_model_run import node_tiers
 from sn40l_sim.study.points import Point
@@ -74,10 +81,17 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
     section = exp.spec.multi_model
-    if section is not None:   # the models' files and the tiers they live in, before any is timed
-        for i, entry in enumerate(section.models):
-            named_file(exp, ("multi_model", "models", i, "model"), entry.model, "model")
+    if section is not None:   # the models and the tiers they live in, as time_models reads them
         node_tiers(asm)
+        for i, entry in enumerate(section.models):
+            sub = assemble(exp, node=asm.node, model=experiment_model(exp, ("multi_model", "models", i, "model"),
+                                                                       entry.model))
+            for point in asm.points if only is None else only:
+                try:
+                    check_point(sub, point, rows)
+                except InputError as exc:   # named as time_models names it
+                    raise exc.__class__(f"{exc.message} (model {entry.name})", file=exc.file, field=exc.field,
+                                        line=exc.line) from None
     for point in asm.points if only is None else only:
         check_point(asm, point, rows)
 

@@ -101,3 +101,22 @@ def test_the_trace_draws_every_scheduler_and_model(tmp_path):
         served = {e["args"]["request"] for e in trace["traceEvents"]
                   if e["ph"] == "X" and e["pid"] == node and e["cat"] == "sequence"}
         assert len(served) == record["throughput"]["requests"] > 0
+
+
+@pytest.mark.parametrize("model_text, words", [
+    # a served model whose context is shorter than the prompt: run refused it once it timed that model
+    (M8.read_text().replace("max_context: 131072", "max_context: 256"),
+     "shape.prompt_len: a prompt of 512 tokens exceeds the maximum context of llama-3.1-8b, 256 tokens"),
+    # a file of another kind named as a served model
+    ((REPO / "hw_configs/sn40l.yaml").read_text(), "kind: expected 'kind: model' in a model file, got 'socket'"),
+], ids=["context shorter than the prompt", "a hardware file"])
+def test_check_refuses_a_served_model_run_refuses_with_the_same_line(tmp_path, capsys, model_text, words):
+    (tmp_path / "graphs").mkdir()
+    served = tmp_path / "graphs" / "served.yaml"
+    served.write_text(model_text.replace("kernels: ", f"kernels: {REPO / 'graphs'}/"))
+    path = experiment(tmp_path, MODELS.replace(f"model: {M8}, share: 0.3", f"model: {served}, share: 0.3"))
+    lines = []
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        lines.append(capsys.readouterr().err)
+    assert lines[0] == lines[1] and lines[0].count("\n") == 1 and words in lines[0], lines
