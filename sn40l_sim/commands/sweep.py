@@ -97,7 +97,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
-    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS) as folder:
+    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS, folders=("runs",)) as folder:
         records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
                             scheduler=scheduler, resume=resume, plots=plots)
         # the wall-clock speed of the runs simulated now, kept where run keeps it (not in the results)

@@ -191,23 +191,36 @@ class OutputFolder:
     outputs : sequence of str
         The names of the files this command writes into the folder; those left by a previous run
         are removed at the start.
+    folders : sequence of str
+        The names of the folders this command writes into inside it (a sweep's ``runs``).
     option : str
         The option that named the folder, for errors.
 
     Raises
     ------
     InputError
-        When the folder cannot be used, or another run holds it.
+        When the folder cannot be used (a folder where a file of the run goes, a file where a
+        folder goes), or another run holds it.
     """
 
-    def __init__(self, path: str | Path, *, command: str, outputs: Sequence[str] = (), option: str = "--out") -> None:
+    def __init__(self, path: str | Path, *, command: str, outputs: Sequence[str] = (), folders: Sequence[str] = (),
+                 option: str = "--out") -> None:
         self.path = Path(path)
-        self.command, self.outputs, self.option = command, tuple(outputs), option
+        self.command, self.outputs, self.folders, self.option = command, tuple(outputs), tuple(folders), option
         self._lock: Any = None
         self._status: dict[str, Any] = {}
 
     def __enter__(self) -> OutputFolder:
         check_folder(self.path, self.option)
+        # before anything is simulated: writing over them failed after the whole run, in a traceback
+        for name in (LOCK_FILE, STATUS_FILE, *self.outputs):
+            if (self.path / name).is_dir():
+                raise InputError(f"{self.path / name} is a folder, where the run writes its file {name}; remove or "
+                                 "rename it, or choose another folder", field=self.option)
+        for name in self.folders:
+            if (self.path / name).exists() and not (self.path / name).is_dir():
+                raise InputError(f"{self.path / name} is a file, where the run keeps its folder {name}; remove or "
+                                 "rename it, or choose another folder", field=self.option)
         self._take_lock()
         try:
             for name in self.outputs:

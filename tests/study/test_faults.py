@@ -68,6 +68,24 @@ def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path
     assert simulated == []
 
 
+@pytest.mark.parametrize("command, entry, is_file", [
+    ("run", "results.json", False), ("run", "status.json", False), ("run", ".lock", False),
+    ("sweep", "failures.json", False), ("sweep", "pareto.json", False), ("sweep", "runs", True),
+])
+def test_a_folder_where_an_output_file_goes_is_refused_before_simulating(tmp_path, capsys, command, entry, is_file):
+    # the run simulated, then stopped in an IsADirectoryError (or FileExistsError) traceback
+    path = experiment(tmp_path) if command == "run" else write_experiment(tmp_path, SWEEP, name="sweep.yaml")
+    out = tmp_path / "out"
+    out.mkdir()
+    if is_file:
+        (out / entry).write_text("x")
+    else:
+        (out / entry).mkdir()
+    err = one_line(capsys, 2, [command, str(path), "--out", str(out), "--quiet"])
+    assert f"--out: {out / entry} is a {'file' if is_file else 'folder'}, where the run " in err, err
+    assert read_status(out) is None and not (out / "results.json").is_file()
+
+
 def test_an_empty_output_path_is_refused_not_taken_for_the_current_folder(tmp_path, capsys, monkeypatch):
     # Path("") is ".": an unset shell variable (--out "$OUT") wrote results, status.json and a
     # sweep's runs/ into the current folder
