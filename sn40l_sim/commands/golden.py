@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         try:   # read before simulating: an unreadable golden is said at once
             old, unreadable = golden.load(experiment), None
         except InputError as exc:
-            if not args.update:
+            if not args.update or golden.golden_path(experiment).is_dir():   # --update cannot write over a folder
                 raise
             old, unreadable = None, exc.message   # --update is how it is repaired
         new = golden.collect(experiment)

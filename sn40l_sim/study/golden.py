@@ -143,9 +143,13 @@ def load(experiment: Path) -> dict[str, Any] | None:
     Raises
     ------
     InputError
-        For a file that is not a golden (not JSON, or not a mapping of point names), naming it.
+        For a file that is not a golden (not JSON, or not a mapping of point names), or a folder
+        where the file goes, naming it.
     """
     path = golden_path(experiment)
+    if path.is_dir():   # it was taken for no golden yet, and --update stopped in a traceback writing over it
+        raise InputError("is a folder; expected the experiment's golden file (remove or rename the folder)",
+                         file=path)
     if not path.is_file():
         return None
     try:

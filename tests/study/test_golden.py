@@ -83,3 +83,16 @@ def test_an_unreadable_golden_is_one_line_and_update_replaces_it(tmp_path, monke
     assert main(["golden", "--quiet", "--update"]) == 0
     assert "unreadable golden, replaced" in capsys.readouterr().out
     assert sorted(golden.load(experiment)) == ["full", "snapstream"]
+
+
+def test_a_folder_where_a_golden_goes_is_one_line_with_or_without_update(tmp_path, monkeypatch, capsys):
+    # it was read as no golden yet, and --update stopped in a traceback writing over it
+    experiment = golden.EXPERIMENTS_DIR / "llama8b_node8.yaml"
+    monkeypatch.setattr(golden, "GOLDEN_DIR", tmp_path)
+    monkeypatch.setattr(golden, "survey", lambda: [(experiment, None)])
+    (tmp_path / "llama8b_node8.json").mkdir()
+    for argv in (["golden", "--quiet"], ["golden", "--quiet", "--update"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {tmp_path / 'llama8b_node8.json'}: is a folder; expected the experiment's golden file "
+                       "(remove or rename the folder)"]
