@@ -132,14 +132,20 @@ def _check_workload(exp: Experiment) -> None:
     workload = exp.spec.workload
     at: FieldPath = ("workload",)
     if isinstance(workload, FixedWorkload):
-        shorthand = [k for k in ("count", "prompt_len", "output_len") if getattr(workload, k) is not None]
+        # a requests list gives each request's own arrival: the shorthand's keys would be dropped unsaid
+        shorthand = [k for k in ("count", "prompt_len", "output_len") if getattr(workload, k) is not None] + \
+            [k for k in ("rounds", "arrival_s", "interval_s") if k in workload.model_fields_set]
         if workload.requests is not None and shorthand:
-            raise exp.error(at + (shorthand[0],), "give either a 'requests' list or count/output_len, not both")
+            raise exp.error(at + (shorthand[0],), "give either a 'requests' list or count/output_len (with rounds, "
+                            "arrival_s, interval_s), not both")
         if workload.requests is None and (workload.count is None or workload.output_len is None):
             missing = "count" if workload.count is None else "output_len"
             raise exp.error(at + (missing,), "required for a fixed workload without a 'requests' list")
         if workload.requests is not None and not workload.requests:
             raise exp.error(at + ("requests",), "expected at least one request")
+    if getattr(workload, "rounds", 1) != 1 and workload.count != "batch":
+        raise exp.error(at + ("rounds",), f"rounds repeats count: batch (the decode slots); with count: "
+                        f"{workload.count} it would change nothing: write the number of requests in count")
     for key in ("prompt_len", "output_len"):
         dist = getattr(workload, key, None)
         if isinstance(dist, UniformLength) and dist.low > dist.high:

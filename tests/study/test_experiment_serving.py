@@ -130,6 +130,12 @@ BAD = [
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3", "workload.output_len",
      "required for a fixed workload", "kind: fixed"),
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: trace", "workload.path", "required", "kind: trace"),
+    # values the workload would drop without a word: rounds of a numbered count, the shorthand's
+    # arrival beside a list whose requests give their own
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3\n  rounds: 2\n  output_len: 64",
+     "workload.rounds", "with count: 3 it would change nothing", "rounds: 2"),
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  interval_s: 1\n  requests: [{output_len: 8}]",
+     "workload.interval_s", "give either a 'requests' list", "interval_s"),
     ("serving:\n", "memory: {order: [hbm, ddr, hbm]}\nserving:\n", "memory.order[2]", "listed twice", "memory:"),
     ("serving:\n", "memory: {order: []}\nserving:\n", "memory.order", "at least one memory tier", "memory:"),
     ("serving:\n", "memory: {may_spill: [weights, cache]}\nserving:\n", "memory.may_spill[1]",
