@@ -141,18 +141,21 @@ def describe_experiment(path: str | Path) -> str:
     experiment = load_experiment(path)
     spec = experiment.spec
     lines = [f"experiment {spec.name} ({path})"]
-    files = [("hardware", spec.hardware), ("prefill hw", spec.prefill_hardware), ("model", spec.model)]
+    # each path with its field: a base file's paths are relative to the base (Document.resolve)
+    files = [("hardware", spec.hardware, ("hardware",)), ("prefill hw", spec.prefill_hardware, ("prefill_hardware",)),
+             ("model", spec.model, ("model",))]
     if spec.multi_model is not None:   # the models it serves beside the top-level one
-        files += [(f"model {i}", entry.model) for i, entry in enumerate(spec.multi_model.models)]
+        files += [(f"model {i}", entry.model, ("multi_model", "models", i, "model"))
+                  for i, entry in enumerate(spec.multi_model.models)]
     workload = spec.workload
     if workload is not None and workload.kind == "trace":
-        files.append(("trace", workload.path))
+        files.append(("trace", workload.path, ("workload", "path")))
     if isinstance(spec.graph_options.get("template"), str):
-        files.append(("template", spec.graph_options["template"]))
-    for label, rel in files:
+        files.append(("template", spec.graph_options["template"], ("graph_options", "template")))
+    for label, rel, field in files:
         if rel is None:
             continue
-        target = experiment.resolve(rel)
+        target = experiment.resolve(rel, field)
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")

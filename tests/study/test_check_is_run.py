@@ -319,3 +319,15 @@ def test_a_sweep_point_whose_weights_do_not_fit_is_skipped_or_refused_as_the_sec
     else:
         assert code == 2 and err.count("\n") == 1
         assert "the model does not fit on the decode node at tp=8" in err and "(sweep run full[layers=2000])" in err
+
+
+def test_describe_resolves_a_base_files_paths_from_the_base(tmp_path, capsys):
+    # they were resolved from the derived file and shown MISSING, where run and check found them
+    derived = tmp_path / "derived.yaml"
+    derived.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: derived\n")
+    assert main(["check", str(derived)]) == 0
+    capsys.readouterr()
+    assert main(["describe", str(derived)]) == 0
+    out = capsys.readouterr().out
+    assert f"-> {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\n" in out.replace("  ->  ", " -> ")
+    assert f"-> {REPO / 'graphs' / 'llama3_1_8b.yaml'}\n" in out.replace("  ->  ", " -> ") and "MISSING" not in out
