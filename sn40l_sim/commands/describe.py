@@ -164,7 +164,7 @@ def describe_experiment(path: str | Path) -> str:
         axes = spec.sweep.get("axes") if isinstance(spec.sweep, dict) else None   # checked by sweep, not here
         names = ", ".join(map(str, axes)) if isinstance(axes, dict) else "its axes"
         lines.append(f"  sweep      over {names} (the lines above are its base)")
-    lines.append(f"  describe them with: python -m sn40l_sim describe {experiment.resolve(spec.hardware)}")
+    lines.append(f"  describe them with: python -m sn40l_sim describe {experiment.resolve(spec.hardware, ('hardware',))}")
     return "\n".join(lines)
 
 

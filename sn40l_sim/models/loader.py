@@ -56,7 +56,7 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     if kernels is not None:
         if not isinstance(kernels, str):
             raise doc.error(("kernels",), "expected a path (relative to this file) to a kind: kernels file")
-        resolved = doc.resolve(kernels)
+        resolved = doc.resolve(kernels, ("kernels",))   # relative to the file that wrote it (a base: too)
         if not resolved.is_file():
             raise doc.error(("kernels",), f"kernel template file {str(resolved)!r} does not exist")
         doc.data["kernels"] = str(resolved)

@@ -137,3 +137,15 @@ def test_cli_exits_2_on_a_bad_model_file(tmp_path, capsys):
     assert main(["describe", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dense_layers" in err[0] and str(path.name) in err[0]
+
+
+def test_a_model_deriving_from_another_folders_file_finds_the_bases_template(tmp_path):
+    # the base's kernels: path was resolved beside the derived file, and a valid file was refused
+    derived = tmp_path / "mine.yaml"
+    derived.write_text(f"base: {GRAPHS_DIR / 'llama3_1_8b.yaml'}\nname: my-8b\n")
+    model = load_model(derived)
+    assert model.name == "my-8b" and model.kernels == str(GRAPHS_DIR / "kernels_llama.yaml")
+    derived.write_text(f"base: {GRAPHS_DIR / 'llama3_1_8b.yaml'}\nkernels: nope.yaml\n")   # its own: beside it
+    with pytest.raises(InputError, match=re.escape(f"'{tmp_path / 'nope.yaml'}' does not exist")) as err:
+        load_model(derived)
+    assert err.value.file == str(derived) and err.value.line == 2

@@ -331,3 +331,4 @@ def test_describe_resolves_a_base_files_paths_from_the_base(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"-> {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\n" in out.replace("  ->  ", " -> ")
     assert f"-> {REPO / 'graphs' / 'llama3_1_8b.yaml'}\n" in out.replace("  ->  ", " -> ") and "MISSING" not in out
+    assert f"describe them with: python -m sn40l_sim describe {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\n" in out
