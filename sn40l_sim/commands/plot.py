@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         column, sep, value = item.partition("=")
         if not sep or not column:
             raise InputError(f"expected COLUMN=VALUE, got {item!r}", field="--where")
+        if column in where:   # the later value replaced the earlier one: the plot showed half of what was asked
+            raise InputError(f"column {column!r} is given twice ({where[column]!r} and {value!r}); a row is kept when "
+                             "it equals every --where: expected each column once", field="--where")
         where[column] = value
     if args.out is not None:
         check_file(args.out, "--out")

@@ -141,6 +141,9 @@ def test_png_is_byte_identical_across_runs(tmp_path):
     (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--where", "batch=64"],
      "--where", "no row matches"),
     (["--x", "batch", "--y", "decode_tokens_per_s", "--out", "plot.jpg"], "--out", ".png, .svg or .pdf"),
+    # the later value replaced the earlier: half of the rows asked for were plotted, unsaid
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--where", "kv_policy=full", "--where", "kv_policy=snapstream"],
+     "--where", "column 'kv_policy' is given twice ('full' and 'snapstream')"),
 ])
 def test_cli_errors_are_one_line_exit_2(tmp_path, capsys, argv, field, words):
     path = write_csv(tmp_path)
