@@ -129,6 +129,12 @@ def test_set_values_are_read_by_the_same_rules():
                                                                              "c": 1000.0}
     with pytest.raises(InputError, match="--set: cannot read the value"):
         parse_sets(["x=&a [*a]"])
+    # the later replaced the earlier unsaid; a field of a file --set names is not a clash
+    for items in (["serving.seed=1", "serving.seed=2"], ["serving={seed: 3}", "serving.seed=2"],
+                  ["serving.seed=2", "serving={seed: 3}"]):
+        with pytest.raises(InputError, match="--set: serving.* (is set twice|and serving.* are both set): one would"):
+            parse_sets(items)
+    assert parse_sets(["hardware=n.yaml", "hardware.sockets=8"]) == {"hardware": "n.yaml", "hardware.sockets": 8}
 
 
 @pytest.mark.parametrize("value", ["null", "5", "[1, 2]"])

@@ -114,10 +114,19 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         path, sep, text = item.partition("=")
         if not sep or not path.strip():
             raise InputError(f"expected path=value, got {item!r}", field="--set")
+        path = path.strip()
         try:
-            out[path.strip()] = parse_yaml(text, "--set")[0]
+            value = parse_yaml(text, "--set")[0]
         except InputError as exc:
             raise InputError(f"cannot read the value of {item!r}: {exc.message}", field="--set") from None
+        # one would replace the other, in the order written, without a word (a field of a file that
+        # --set hardware=FILE names is another matter: it changes that file's value)
+        clash = next((p for p in out if p == path or (p.startswith(path + ".") and isinstance(value, dict))
+                      or (path.startswith(p + ".") and isinstance(out[p], dict))), None)
+        if clash is not None:
+            what = f"{path} is set twice" if clash == path else f"{clash} and {path} are both set"
+            raise InputError(f"{what}: one would replace the other; expected each field set once", field="--set")
+        out[path] = value
     return out
 
 
