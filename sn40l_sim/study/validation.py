@@ -188,6 +188,10 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                 if name is not None and name not in point_names[exp_path]:
                     raise doc.error(at + (field,), f"measurement {m.id!r} names point {name!r}, but "
                                     f"{exp_path.name} has {point_names[exp_path]}")
+            if m.calibration and (m.value is None or m.tolerance is None):   # else the fit left it out unsaid
+                missing = "value" if m.value is None else "tolerance"
+                raise doc.error(at + (missing,), f"measurement {m.id!r} is a calibration point: the fit needs its "
+                                f"{missing} (or set calibration: false for a held-back prediction)")
             out.append(Reference(m, exp_path, doc.where(at + ("point",))))
     return out
 

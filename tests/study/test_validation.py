@@ -162,7 +162,7 @@ def test_a_quantity_without_a_value_in_a_steps_only_evaluation_is_named(tmp_path
 
 def test_two_measurements_with_one_id_are_refused_at_the_second(tmp_path, capsys):
     # the leave-one-out predictions are kept by id: the second would have shown the first's
-    entry = f"{{id: x, quantity: max_batch, source: s, experiment: {EXPERIMENT}, point: full, calibration: true}}"
+    entry = f"{{id: x, quantity: max_batch, source: s, experiment: {EXPERIMENT}, point: full, calibration: false}}"
     ref = tmp_path / "r.yaml"
     ref.write_text(f"kind: reference\nmeasurements:\n  - {entry}\n  - {entry}\n")
     for command in ("validate", "check"):
@@ -185,6 +185,18 @@ def test_a_key_no_point_has_is_refused_while_one_another_point_has_reads_zero(tm
                                          "expected one of .'attention', 'ffn', 'snapkv'.") as err:
         compare(load_references([ref]), lambda path: records)
     assert err.value.file.endswith("r.yaml") and err.value.line == 3 and err.value.field == "key"
+
+
+@pytest.mark.parametrize("fields, missing", [("", "value"), (", value: 16", "tolerance")])
+def test_a_calibration_point_without_a_value_or_tolerance_is_refused(tmp_path, capsys, fields, missing):
+    # the fit left it out without a word (its residual is None)
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: max_batch, source: s{fields}, "
+                   f"experiment: {EXPERIMENT}, point: full, calibration: true}}\n")
+    assert main(["check", str(ref)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"r.yaml:3: measurements[0].{missing}: measurement 'x' is a calibration point: " \
+        f"the fit needs its {missing}" in err, err
 
 
 def test_fit_recovers_known_parameters_within_bounds():
