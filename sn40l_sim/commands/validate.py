@@ -18,14 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``validate``'s arguments."""
     parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
-    parser.add_argument("--hardware", type=Path, default=Path("hw_configs/sn40l.yaml"),
+    parser.add_argument("--hardware", type=Path, default=None,
                         help="socket YAML whose calibrated values the leave-one-out column must match "
-                             "(default: %(default)s)")
+                             "(default: the project's hw_configs/sn40l.yaml, from any folder)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     """Simulate the referenced points, print the table; 1 if a calibration point misses."""
+    from sn40l_sim.commands.calibrate import default_hardware
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.evaluation import LoadedExperiments
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         record_readers,
     )
 
+    if args.hardware is None:   # a path relative to the folder it runs from was 'file not found' elsewhere
+        args.hardware = default_hardware()
     loaded = LoadedExperiments()
     references = load_references(args.references)
     loo = LeaveOneOut.read()

@@ -335,6 +335,15 @@ def test_calibrate_finds_the_project_hardware_from_any_folder(monkeypatch, tmp_p
     assert default_hardware() == REPO / "hw_configs" / "sn40l.yaml" and default_hardware().is_file()
 
 
+def test_validate_finds_the_project_hardware_from_any_folder(monkeypatch, tmp_path, capsys):
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: max_batch, source: s, "
+                   f"experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
+    monkeypatch.chdir(tmp_path)                 # it was 'hw_configs/sn40l.yaml: file not found' here
+    assert main(["validate", str(ref), "--quiet"]) == 0, capsys.readouterr().err
+    assert "max_batch" in capsys.readouterr().out
+
+
 def test_only_a_fit_to_every_reference_file_rewrites_the_leave_one_out_column(tmp_path):
     every = sorted((REPO / "experiments" / "reference").glob("*.yaml"))
     assert _every_reference([]) and _every_reference(every)
