@@ -187,8 +187,14 @@ def timed(number_range: Range) -> Any:
     return Annotated[float, _quantity("time"), AfterValidator(number_range)]
 
 
+#: a latency of the hardware (a memory tier, a link): nanoseconds to microseconds; at most a
+#: millisecond, so that a value written without its unit (``latency_s: 120`` for 120 ns, read as
+#: 120 s) is refused rather than simulated
+LATENCY = Range("hardware latency", 0, 1e-3, "0 s", "1 ms", "s")
+Latency = timed(LATENCY)
+
 #: every range declared here, by the name of the type that carries it (docs/robustness.md lists them)
-RANGES = {"Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
+RANGES = {"Latency": LATENCY, "Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
           "Seconds": TIME, "FlopsPerSecond": FLOP_RATE, "Fraction": FRACTION, "PositiveInt": POSITIVE_COUNT,
           "NonNegativeInt": COUNT, "RatePerCycle": RATE_PER_CYCLE}
 

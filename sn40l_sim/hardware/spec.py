@@ -20,6 +20,7 @@ from sn40l_sim.schema import (
     FlopsPerSecond,
     Fraction,
     Hertz,
+    Latency,
     PositiveInt,
     RatePerCycle,
     Seconds,
@@ -102,7 +103,7 @@ class MemoryTierSpec(StrictModel):
     units_per_die: PositiveInt
     capacity_bytes_per_unit: Bytes
     bytes_per_s_per_unit: BytesPerSecond
-    latency_s: Seconds
+    latency_s: Latency
     #: achievable fraction of the peak bandwidth, fitted to measurements (docs/design.md §4)
     efficiency: Fraction = Field(json_schema_extra={"bounds": [0.3, 1.0]})
     #: bytes of this tier the runtime keeps for itself (program binaries, buffers)
@@ -142,7 +143,7 @@ class LinkSpec(StrictModel):
     """A point-to-point connection: TLN, die-to-die, or one P2P port."""
 
     bytes_per_s: BytesPerSecond
-    latency_s: Seconds
+    latency_s: Latency
 
 
 class P2PSpec(StrictModel):
@@ -150,7 +151,7 @@ class P2PSpec(StrictModel):
 
     ports: PositiveInt
     bytes_per_s_per_port: BytesPerSecond
-    latency_s: Seconds
+    latency_s: Latency
     #: DMA engines issuing the socket's P2P transfers: each transfer's set-up (calibrated
     #: ``transfer_setup_s``) occupies one, so the set-ups of many transfers queue
     dma_engines: PositiveInt = 1

@@ -52,6 +52,9 @@ SOCKET_CASES = {
     "zero_size": (_edit("capacity_bytes", "0 KiB"), "pmu.capacity_bytes", "positive"),
     "wrong_unit": (_edit("bytes_per_s_per_unit", "409.6 GB"), "memory.hbm.bytes_per_s_per_unit", "bandwidth"),
     "wrong_unit_kind": (_edit("clock_hz", "1.6 GB"), "clock_hz", "frequency"),
+    # a latency written without its unit is seconds: 120 (ns meant) was simulated as 120 s
+    "unitless_latency": (_edit("latency_s", "120"), "memory.hbm.latency_s",
+                         "expected a hardware latency from 0 s to 1 ms, got 120 s"),
     "wrong_type": (_edit("lanes", "many"), "pcu.lanes", "integer"),
     "fractional_count": (_edit("tiles_per_die", "2.5"), "tiles_per_die", "integer"),
     "boolean_count": (_edit("dies", "yes"), "dies", "integer"),
