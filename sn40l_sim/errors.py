@@ -29,6 +29,8 @@ class InputError(Exception):
     --------
     >>> str(InputError("expected a positive integer, got -3", file="hw.yaml", field="socket.dies", line=7))
     'hw.yaml:7: socket.dies: expected a positive integer, got -3'
+    >>> print(InputError("no such point", file="a\\nb.yaml"))
+    a\\nb.yaml: no such point
     """
 
     def __init__(self, message: str, *, file: str | Path | None = None,
@@ -44,7 +46,8 @@ class InputError(Exception):
         if self.file:
             where = self.file + (f":{self.line}" if self.line else "") + ": "
         what = f"{self.field}: " if self.field else ""
-        return f"{where}{what}{self.message}"
+        # one line, whatever text it quotes (a name or a path with a line break in it)
+        return f"{where}{what}{self.message}".replace("\r", "\\r").replace("\n", "\\n")
 
 
 class InfeasibleError(InputError):
