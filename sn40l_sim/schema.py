@@ -164,6 +164,21 @@ def strict_flag(value: Any) -> Any:
 Flag = Annotated[bool, BeforeValidator(strict_flag)]
 
 
+def _one_line_name(value: Any) -> Any:
+    # a name is printed in tables, results rows, point names and one-line errors: a line break in
+    # it split each of them
+    if not isinstance(value, str):
+        raise ValueError(f"expected a name (text), got {value!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"expected a name on one line, without control characters (a line break, a tab), "
+                         f"got {value!r}")
+    return value
+
+
+#: a name shown in results and messages (a policy entry, a model, a hardware file, a measurement id)
+Name = Annotated[str, BeforeValidator(_one_line_name)]
+
+
 def _plain_name(value: Any) -> Any:
     if not isinstance(value, str) or not _PLAIN_NAME.match(value):
         raise ValueError(f"expected a plain name (letters, digits and . _ + -, starting with a letter or digit, "

@@ -84,6 +84,14 @@ def test_every_on_off_field_is_a_flag():
     assert sorted({m for spec in SPECS for m in unchecked_flags(spec, spec.__name__)}) == []
 
 
+@pytest.mark.parametrize("value", ["snap\nstream", "a\tb", "bell\x07", 5, None])
+def test_a_name_is_text_on_one_line(value):
+    # a line break in a policy's name split its rows, its point name and every one-line error naming it
+    with pytest.raises(ValidationError, match="expected a name"):
+        TypeAdapter(schema.Name).validate_python(value)
+    assert TypeAdapter(schema.Name).validate_python("DeepSeek-R1 (FP8), 16 × SN40L") == "DeepSeek-R1 (FP8), 16 × SN40L"
+
+
 @pytest.mark.parametrize("value", ["yes", "off", "no", "true", 0, 1, 1.0, None])
 def test_a_flag_takes_only_true_or_false(value):
     with pytest.raises(ValidationError, match="expected true or false"):
@@ -164,6 +172,8 @@ def test_experiment_names_are_plain(name):
     (("seed: 7", "seed: 7\nexecution: {kernel_looping: off}"), "execution.kernel_looping",
      "expected true or false, got 'off'"),
     (("seed: 7", "seed: 7\n  prefix_cache: 0"), "serving.prefix_cache", "expected true or false, got 0"),
+    (("{name: snapstream, policy", '{name: "snap\\nstream", policy'), "policies[1].name",
+     "expected a name on one line, without control characters (a line break, a tab), got 'snap\\nstream'"),
 ])
 def test_experiment_values_out_of_range_are_one_line(tmp_path, capsys, edit, field, words):
     text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")

@@ -21,6 +21,7 @@ from sn40l_sim.schema import (
     Fraction,
     Hertz,
     Latency,
+    Name,
     PositiveInt,
     RatePerCycle,
     Seconds,
@@ -215,7 +216,7 @@ class CalibratedSpec(StrictModel):
 class SocketSpec(StrictModel):
     """One SN40L (or predecessor) socket."""
 
-    name: str
+    name: Name
     clock_hz: Hertz
     dies: PositiveInt
     tiles_per_die: PositiveInt
@@ -244,7 +245,7 @@ class TopologySpec(StrictModel):
 class NodeSpec(StrictModel):
     """A node: ``sockets`` copies of one socket joined by P2P links."""
 
-    name: str
+    name: Name
     socket: SocketSpec
     sockets: PositiveInt
     topology: TopologySpec

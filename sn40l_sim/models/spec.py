@@ -15,7 +15,7 @@ from pydantic import PrivateAttr, SerializeAsAny, WrapValidator
 
 from sn40l_sim.models.families import AttentionSpec, validate_attention
 from sn40l_sim.models.kv_format import KVDType, KVQuantSpec
-from sn40l_sim.schema import Flag, NonNegativeInt, PositiveInt, StrictModel
+from sn40l_sim.schema import Flag, Name, NonNegativeInt, PositiveInt, StrictModel
 
 WeightDType = Literal["fp8", "bf16"]
 
@@ -42,7 +42,7 @@ class ModelSpec(StrictModel):
     """A decoder-only transformer."""
 
     kind: Literal["model"]
-    name: str
+    name: Name
     layers: PositiveInt
     dense_layers: NonNegativeInt = 0
     hidden: PositiveInt

@@ -114,7 +114,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.schema import Flag, Fraction, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Flag, Fraction, Name, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
 from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401
@@ -159,7 +159,7 @@ class PromptParams(StrictModel):
 class PolicyEntry(StrictModel):
     """One KV policy to simulate, with its parameters (see ``sn40l_sim/kvcache``)."""
 
-    name: str
+    name: Name
     policy: str
     params: dict[str, Any] = Field(default_factory=dict)
     #: parameter -> fraction of the prompt length (rounded to an integer), e.g. ``budget: 0.25``

@@ -21,7 +21,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
-from sn40l_sim.schema import Flag, Range, StrictModel, ranged, validate
+from sn40l_sim.schema import Flag, Name, Range, StrictModel, ranged, validate
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.points import points
 from sn40l_sim.study.preflight import require_workload
@@ -69,7 +69,7 @@ class Tolerance(StrictModel):
 class Measurement(StrictModel):
     """One measurement (or held-back prediction when ``value`` is absent)."""
 
-    id: str
+    id: Name
     quantity: str
     key: str | None = None
     value: Measured | None = None
