@@ -196,7 +196,10 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         rows = [r for r in rows if _matches(r[column], value)]
     if not rows:
         raise InputError(f"no row matches {where}", file=path, field="--where")
-    rows = numeric_rows(path, rows, [y, x] if kind == "scatter" or number_column(rows, x) else [y])
+    numbers = [y, x] if kind == "scatter" or number_column(rows, x) else [y]
+    rows = numeric_rows(path, rows, numbers)
+    for column, option in zip(numbers, ("--y", "--x"), strict=False):
+        _check_magnitude(path, rows, column, option)
     if logy:
         _check_log_axis(path, rows, y, "--logy")
     if logx and kind != "bar":   # a bar plot's x is categories: --logx does not apply
@@ -247,6 +250,18 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
     metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
     return save_figure(fig, out_path, metadata=metadata)
+
+
+#: the largest magnitude an axis shows: matplotlib's ticks over a wider span overflow (a traceback)
+MAX_MAGNITUDE = 1e300
+
+
+def _check_magnitude(path: Path, rows: list[dict[str, str]], column: str, option: str) -> None:
+    """Refuse a finite value too large for an axis to span (``1e308`` beside ``-1e308``)."""
+    big = [r.line for r in rows if abs(finite(r[column]) or 0.0) > MAX_MAGNITUDE]
+    if big:
+        raise InputError(f"{column} is beyond {MAX_MAGNITUDE:g} in magnitude (line {big[0]}): an axis cannot span it",
+                         file=path, field=option)
 
 
 def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option: str) -> None:

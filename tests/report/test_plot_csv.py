@@ -270,3 +270,16 @@ def test_hues_the_results_tell_apart_read_apart_in_the_legend():
     column = ["sweep.hardware.socket.p2p.bytes_per_s_per_port"]
     assert plot_module._legend(column, ("25000000000.0",)) == "25"
     assert plot_module._legend(column, ("25000001000.0",)) == "25.000001"
+
+
+@pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
+def test_a_value_no_axis_can_span_is_one_line(tmp_path, capsys, kind):
+    # 1e308 beside -1e308 (finite both) overflowed matplotlib's ticks: a 58-line traceback
+    path = tmp_path / "results.csv"
+    path.write_text("batch,decode_tokens_per_s\n1,1e308\n2,-1e308\n")
+    assert main(["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--kind", kind]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {path}: --y: decode_tokens_per_s is beyond 1e+300 in magnitude (line 2): an axis cannot "
+                   "span it"]
+    path.write_text("batch,decode_tokens_per_s\n1,1e300\n2,-1e300\n")   # the bound itself is drawn
+    assert main(["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--kind", kind]) == 0
