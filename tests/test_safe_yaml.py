@@ -67,6 +67,9 @@ def test_alias_bomb_stops_at_once(tmp_path, capsys, command, head):
     ("kind: experiment\n---\nkind: model\n", "YAML syntax error"),
     ("- a\n- b\n", "expected a YAML mapping at the top level"),
     ("", "the file is empty"),
+    # a folder was said to be missing
+    ("base: .\nname: x\n", "base: base file '.' is a folder, not a file"),
+    ("base: nope.yaml\nname: x\n", "base: base file 'nope.yaml' not found"),
 ])
 def test_refused_with_one_line(tmp_path, capsys, text, words):
     path = tmp_path / "bad.yaml"
