@@ -52,7 +52,7 @@ def check_file(path: str | Path) -> str:
     >>> check_file("experiments/traces/azure_llm_2023_conv_10min.csv")
     'trace (2867 requests over 600 s)'
     """
-    if Path(path).suffix in TRACE_SUFFIXES:
+    if Path(path).suffix.lower() in TRACE_SUFFIXES:   # trace.CSV too
         from sn40l_sim.serving.traces import read_trace
         rows = read_trace(Path(path))
         arrivals = [row.arrival_s for row in rows]

@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.commands.check import TRACE_SUFFIXES
     from sn40l_sim.errors import InputError
 
-    if Path(args.file).suffix in TRACE_SUFFIXES:   # not YAML: its first line would be read as a text
+    if Path(args.file).suffix.lower() in TRACE_SUFFIXES:   # not YAML: its first line would be read as a text
         raise InputError("a request trace, not a YAML file: `python -m sn40l_sim check FILE` reads it and "
                          "says how many requests it holds over how long", file=args.file)
     kind = file_kind(args.file)

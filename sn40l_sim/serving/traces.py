@@ -78,7 +78,7 @@ def read_trace(path: Path) -> list[TraceRow]:
     except UnicodeDecodeError as exc:
         raise InputError(f"not a text file (byte {exc.start} is not UTF-8); expected a CSV or JSONL trace",
                          file=path) from None
-    if path.suffix == ".jsonl":
+    if path.suffix.lower() == ".jsonl":   # a .JSONL read as CSV was missing the columns it has
         rows = [_simulator_row(path, number, _json_numbers(path, number, item))
                 for number, item in _json_records(path, text)]
     else:

@@ -174,3 +174,14 @@ def test_a_jsonl_record_naming_a_key_twice_is_refused(tmp_path):
     with pytest.raises(InputError) as info:
         read_trace(path)
     assert str(info.value) == f"{path}:1: key 'prompt_len' appears twice in one record; expected each once"
+
+
+@pytest.mark.parametrize("name", ["trace.JSONL", "trace.Jsonl"])
+def test_a_jsonl_trace_is_told_apart_whatever_the_case_of_its_suffix(tmp_path, capsys, name):
+    # read as CSV, it was 'missing column arrival_s' beside a header holding arrival_s
+    path = tmp_path / name
+    path.write_text('{"arrival_s": 0, "prompt_len": 100, "output_len": 10}\n')
+    assert [(r.arrival_s, r.prompt_len) for r in read_trace(path)] == [(0.0, 100)]
+    upper = tmp_path / "trace.CSV"
+    upper.write_text("arrival_s,prompt_len,output_len\n0,100,10\n")
+    assert check_file(upper).startswith("trace")   # a trace, not a YAML file
