@@ -43,7 +43,9 @@ def test_a_scheduler_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypa
     assert line.startswith("error: --scheduler: cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'")
 
 
-@pytest.mark.parametrize("scheduler", ["bogus", "tcp://host", "foo://host:8786"])
+# a port no socket can have was 20 s of connection attempts before the line
+@pytest.mark.parametrize("scheduler", ["bogus", "tcp://host", "foo://host:8786", "tcp://127.0.0.1:99999",
+                                       "tcp://127.0.0.1:0"])
 def test_a_scheduler_that_is_no_address_is_refused_before_anything_starts(tmp_path, capsys, monkeypatch, scheduler):
     pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
     path = write_experiment(tmp_path, SWEEP)

@@ -94,12 +94,15 @@ def check_scheduler(scheduler: str | None, field: str = "--scheduler") -> None:
     if scheduler == "local":
         return
     try:
-        distributed.comm.get_address_host_port(scheduler)
+        _, port = distributed.comm.get_address_host_port(scheduler)
     except NotImplementedError:   # a scheme without host and port (inproc, ucx): the connection checks it
         return
     except (ValueError, TypeError) as exc:
         raise InputError(f"expected local or a Dask scheduler address such as tcp://host:8786, got "
                          f"{scheduler!r}: {exc}", field=field) from None
+    if not 0 < port < 65536:   # else 20 s of connection attempts to an address no socket can have
+        raise InputError(f"expected local or a Dask scheduler address such as tcp://host:8786, got {scheduler!r}: "
+                         f"port {port} is not from 1 to 65535", field=field)
 
 
 @contextmanager
