@@ -5,6 +5,7 @@ in messages are the ones the user gave; a ``base:`` file's paths resolve against
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -86,6 +87,26 @@ def test_binary_and_oversized_files(tmp_path, capsys):
     big.write_text("kind: socket\n" + "# padding\n" * (MAX_FILE_BYTES // 10 + 1))
     assert "a YAML configuration file of at most" in one_error_line(capsys, ["describe", str(big)])
     assert "is a folder" in one_error_line(capsys, ["check", str(tmp_path)])
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not Path("/dev/zero").exists(), reason="POSIX devices and pipes")
+def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path, capsys):
+    # /dev/zero filled memory until the process was killed; a named pipe blocked for a writer
+    pipe = tmp_path / "pipe.yaml"
+    os.mkfifo(pipe)
+    for path in ("/dev/zero", str(pipe)):
+        assert one_error_line(capsys, ["check", path]) == \
+            f"error: {path}: is not a regular file (a device or a pipe); expected a YAML file\n"
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text("base: /dev/zero\n")
+    assert "base: base file '/dev/zero' is not a regular file (a device or a pipe)" in \
+        one_error_line(capsys, ["check", str(experiment)])
+    trace = tmp_path / "pipe.csv"
+    os.mkfifo(trace)
+    assert one_error_line(capsys, ["check", str(trace)]) == \
+        f"error: {trace}: is not a regular file (a device or a pipe); expected a CSV or JSONL trace\n"
+    assert "expected a CSV file (a results.csv)" in \
+        one_error_line(capsys, ["plot", "/dev/zero", "--x", "a", "--y", "b", "--out", str(tmp_path / "p.png")])
 
 
 def test_values_are_what_they_look_like():

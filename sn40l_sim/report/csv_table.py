@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.yamlio import refuse_special_file
 
 #: most line numbers a warning lists for one reason (the count says how many there are)
 LINES_SHOWN = 8
@@ -56,6 +57,7 @@ def read_csv(path: Path) -> tuple[list[str], list[CsvRow]]:
     """
     if path.suffix.lower() == ".json":
         _not_json(path)
+    refuse_special_file(path, "a CSV file (a results.csv)")
     rows: list[CsvRow] = []
     try:
         # a byte-order mark (spreadsheets save one) would become part of the first column's name

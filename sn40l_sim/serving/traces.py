@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.schema import POSITIVE_COUNT, TIME, Range
+from sn40l_sim.yamlio import refuse_special_file
 
 
 class TraceRow(NamedTuple):
@@ -69,6 +70,7 @@ def read_trace(path: Path) -> list[TraceRow]:
         (:data:`~sn40l_sim.schema.TIME`, :data:`~sn40l_sim.schema.POSITIVE_COUNT`), a timestamp
         not after the previous one (Azure format), or no rows at all.
     """
+    refuse_special_file(path, "a CSV or JSONL trace")
     try:
         text = path.read_text(encoding="utf-8-sig")   # a leading byte-order mark (spreadsheets write one) is not text
     except IsADirectoryError:

@@ -296,7 +296,8 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     """
     path = experiment.resolve(relative, field)
     if not path.is_file():
-        kind = "is a folder, not a file" if path.is_dir() else "not found"
+        kind = "is a folder, not a file" if path.is_dir() else \
+            "is not a regular file (a device or a pipe)" if path.exists() else "not found"
         raise experiment.error(field, f"{what} file {relative!r} {kind} (looked for {path})")
     return path
 

@@ -230,7 +230,8 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     base_path = shown_path(path.parent / base_rel)
     if not base_path.is_file():
         file, line = origins.get(("base",), (str(path), None))
-        what = "is a folder, not a file" if base_path.is_dir() else "not found"
+        what = "is a folder, not a file" if base_path.is_dir() else \
+            "is not a regular file (a device or a pipe)" if base_path.exists() else "not found"
         raise InputError(f"base file {base_rel!r} {what} (looked for {base_path})",
                          file=file, field="base", line=line)
     merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))

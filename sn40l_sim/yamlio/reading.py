@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+import stat
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,24 @@ def parse_yaml(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, in
 _PARSED: OrderedDict[str, tuple[Any, dict[FieldPath, int]]] = OrderedDict()
 
 
+def refuse_special_file(path: Path, expected: str) -> None:
+    """Refuse a path that is neither a regular file nor a folder (a device such as ``/dev/zero``, a
+    named pipe): reading one may never end (memory filled until the process was killed) or block
+    until a writer comes. A missing file or a folder is left to the caller's own message.
+
+    Raises
+    ------
+    InputError
+        Naming the path and ``expected`` (what the caller reads, e.g. ``"a YAML file"``).
+    """
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"is not a regular file (a device or a pipe); expected {expected}", file=path)
+
+
 def read_mapping_file(path: Path) -> tuple[Any, dict[FieldPath, tuple[str, int]]]:
     """The data of the YAML file at ``path``, which must hold a mapping, and the (file, line) of
     every value, the file named as ``path`` is written; the text is parsed once per process (see
@@ -249,12 +268,17 @@ def read_mapping_file(path: Path) -> tuple[Any, dict[FieldPath, tuple[str, int]]
         UTF-8, anything :func:`parse_yaml` refuses, an empty file or a top level that is not a
         mapping, naming the file (and the line where there is one).
     """
+    refuse_special_file(path, "a YAML file")
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise InputError(f"the file has {size} bytes; a YAML configuration file of at most "
                              f"{MAX_FILE_BYTES // 2**20} MiB was expected", file=path)
-        raw = path.read_bytes()
+        with open(path, "rb") as handle:   # at most one byte past the limit, whatever the size said
+            raw = handle.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"the file has more than {MAX_FILE_BYTES} bytes; a YAML configuration file of at "
+                             f"most {MAX_FILE_BYTES // 2**20} MiB was expected", file=path)
     except FileNotFoundError:
         raise InputError("file not found", file=path) from None
     except IsADirectoryError:
