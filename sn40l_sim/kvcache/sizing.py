@@ -97,7 +97,7 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
                       row_shards=max(1, tp // groups))
 
 
-def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int, phase: Phase = "decode") -> tuple[int, int]:
+def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int) -> tuple[int, int]:
     """(sequences, KV heads) whose cache the busiest socket holds for ``batch`` sequences: the
     sequences of its attention group and the KV heads it has of each (:func:`kv_bytes_per_socket`).
 
@@ -106,9 +106,10 @@ def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int, phase: Phase = "d
     >>> [kv_share(llama, plan, 8) for plan in (ParallelPlan(16), ParallelPlan(16, 2), ParallelPlan(16, 16))]
     [(8, 1), (4, 1), (1, 8)]
 
-    Prefill splits attention the same way (its graph runs ``ceil(batch / attention_dp)`` sequences
-    over ``tp / attention_dp`` sockets each, :class:`~sn40l_sim.models.context.Ctx`), so ``phase``
-    does not change the answer.
+    The share holds for both phases: prefill splits attention as decode does (its graph runs
+    ``ceil(batch / attention_dp)`` sequences over ``tp / attention_dp`` sockets each,
+    :class:`~sn40l_sim.models.context.Ctx`). Where the phases differ, in the rows of a shared KV
+    head that each socket holds, :func:`kv_bytes_per_socket` decides.
     """
     dp = plan.attention_dp
     return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads
@@ -175,7 +176,7 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     """
     if batch < 0 or cache_len < 0:
         raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
-    sequences, heads = kv_share(model, plan, batch, phase)
+    sequences, heads = kv_share(model, plan, batch)
     # a token's rows on the socket: its share of the KV heads, and of a shared head's rows where
     # the sockets sharing it only write them (see above)
     shards = kv_heads(model)
