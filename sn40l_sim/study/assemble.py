@@ -187,13 +187,6 @@ class Assembly:
         warn_unfilled_slots(self.experiment, point, policy)
         return policy
 
-    def check_points(self) -> None:
-        """Make every point's KV policy and model, so that a bad parameter, tier or model override
-        is reported before anything runs (``check`` does this)."""
-        for point in self.points:
-            self.policy(point)
-            self.model_for(point)
-
     def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:
         """The serving set-up of ``point``."""
         spec = self.experiment.spec

@@ -225,7 +225,6 @@ class PMU:
         self._banks_used: dict[str, tuple[int, set[int]]] = {"read": (-1, set()), "write": (-1, set())}
         self.data: dict[Any, Any] = {}
         self._ready: dict[Any, simpy.events.Event] = {}
-        self.bytes_used = 0
 
     def banks_of(self, address: int, nbytes: int) -> set[int]:
         """Banks touched by an access of ``nbytes`` at byte ``address``.

@@ -175,18 +175,6 @@ def _node_field(node: NodeSpec, dotted: str) -> Any:
     return out
 
 
-def simulate_run(run: SweepRun, on_result=None) -> dict:
-    """The record of one run, named as the sweep names it (:func:`stamp`).
-
-    Raises
-    ------
-    InputError
-        For an infeasible point (a batch that does not fit, ...), located in the experiment file.
-    """
-    (record,) = simulate_assembly(run.assembly, only=[run.point], on_result=on_result)
-    return stamp(run, record)
-
-
 def _experiment_number(spec: Any, path: tuple[str, ...]) -> float | None:
     """The number the validated experiment holds at ``path`` (list entries by index or ``name``),
     or None when the field holds no number."""
