@@ -145,6 +145,8 @@ class PhasePlan(StrictModel):
 
 
 class ParallelSection(StrictModel):
+    """The parallel plans of the two phases (``parallel: {prefill: {tp: 16}, decode: ...}``)."""
+
     prefill: PhasePlan = PhasePlan()
     decode: PhasePlan = PhasePlan()
 

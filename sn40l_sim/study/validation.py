@@ -90,6 +90,8 @@ class Measurement(StrictModel):
 
 
 class ReferenceFile(StrictModel):
+    """A ``kind: reference`` file of ``experiments/reference/``: its measurements."""
+
     kind: Literal["reference"]
     measurements: tuple[Measurement, ...]
 
