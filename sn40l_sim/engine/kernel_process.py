@@ -30,7 +30,9 @@ collective and a memory-hungry kernel slow each other down.
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -95,7 +97,7 @@ class KernelRecord:
 
 def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, collectives: CollectiveModel, *,
                call: bool = True, gate: simpy.Event | None = None, streamed: simpy.Event | None = None,
-               after: list[simpy.Event] | None = None):
+               after: list[simpy.Event] | None = None) -> Generator[simpy.Event, Any, None]:
     """SimPy process running one kernel on socket ``res``; fills ``record`` as it goes.
 
     ``call`` pays the kernel-call boundary and the fill (False for a loop's later iterations);
@@ -166,7 +168,8 @@ def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
     return per_tile
 
 
-def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int):
+def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int,
+           n: int) -> Generator[simpy.Event, Any, None]:
     env = res.env
     start = env.now
     compute = n * costs.compute_cycles_per_tile
@@ -237,7 +240,8 @@ def _alone_cycles(res: SocketResources, costs: SectionCosts, first: int, n: int)
     return out
 
 
-def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCosts, gate: simpy.Event):
+def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCosts,
+                  gate: simpy.Event) -> Generator[simpy.Event, Any, None]:
     """A loop iteration, whose compute must wait for the previous iteration's end (``gate``, its
     output and collectives): its memory streams run ahead into the PMUs chunk by chunk, at most
     ``res.buffer_bytes`` ahead of the compute, which once the gate has opened fills the pipeline
@@ -324,7 +328,8 @@ def _start_collective(res: SocketResources, run: CollectiveRun, delay: int, stag
     return res.env.process(_collective(res, run, delay, staged))
 
 
-def _collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool):
+def _collective(res: SocketResources, run: CollectiveRun, delay: int,
+                staged: bool) -> Generator[simpy.Event, Any, None]:
     """The collective on the socket's links. With ``staged``, the bytes the socket receives are
     written to memory and, unless the collective is overlapped (then it sends tiles straight from
     the PMUs as the kernel produces them), the bytes it sends are read from memory; at the links'

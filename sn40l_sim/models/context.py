@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, AttentionShape, Operator, ParallelPlan, Shape
 from sn40l_sim.models.kv_format import kv_element_bits, kv_op_dtype, kv_quantised, stored_bytes
-from sn40l_sim.models.tensors import Tensor, inventory
+from sn40l_sim.models.tensors import ShardRule, Tensor, inventory
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -86,14 +86,17 @@ class Ctx:
 
     @property
     def phase(self) -> str:
+        """``prefill`` or ``decode``, as the shape says."""
         return self.shape.phase
 
     @property
     def tp(self) -> int:
+        """Sockets the tensor-parallel layers split over."""
         return self.plan.tp
 
     @property
     def dp(self) -> int:
+        """Attention data-parallel groups (``attention_dp``)."""
         return self.plan.attention_dp
 
     @property
@@ -105,6 +108,7 @@ class Ctx:
 
     @property
     def tokens(self) -> int:
+        """Rows through the tensor-parallel layers (module docstring)."""
         return self.shape.batch * self.queries
 
     @property
@@ -117,18 +121,22 @@ class Ctx:
 
     @property
     def seqs(self) -> int:
+        """Sequences whose attention one socket runs (module docstring)."""
         return -(-self.shape.batch // self.dp)
 
     @property
     def head_ways(self) -> int:
+        """Ways one sequence's attention heads are split (module docstring)."""
         return self.tp // self.dp
 
     @property
     def proj_heads(self) -> int:
+        """Query heads a socket holds in the tensor-parallel layout (module docstring)."""
         return -(-self.model.attention.heads // self.tp)
 
     @property
     def attn_heads(self) -> int:
+        """Query heads a socket holds in the attention layout (module docstring)."""
         return -(-self.model.attention.heads // self.head_ways)
 
     @property
@@ -159,9 +167,11 @@ class Ctx:
 
     @cached_property
     def tensors(self) -> dict[str, Tensor]:
+        """The model's weight tensors by name (:func:`~sn40l_sim.models.tensors.inventory`)."""
         return {t.name: t for t in inventory(self.model)}
 
-    def rule(self, tensor: str):
+    def rule(self, tensor: str) -> ShardRule:
+        """How the template splits ``tensor`` over the tensor-parallel sockets."""
         return self.template.sharding[tensor]
 
     def dims(self, tensor: str) -> tuple[int, int]:
@@ -173,9 +183,11 @@ class Ctx:
         return self.tensors[tensor].shard_bytes(self.model, self.rule(tensor), self.tp)
 
     def weight_elements(self, tensor: str) -> int:
+        """Elements of all copies of ``tensor`` one socket holds."""
         return self.tensors[tensor].shard_elements(self.rule(tensor), self.tp)
 
     def fp8(self, tensor: str) -> bool:
+        """Whether ``tensor`` is stored in FP8 (so its GEMM widens it first: module docstring)."""
         return self.tensors[tensor].is_fp8(self.model)
 
     def gemm(self, name: str, m: int, tensor: str | None = None, *, n: int = 0, k: int = 0,

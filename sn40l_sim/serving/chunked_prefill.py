@@ -25,8 +25,10 @@ Examples
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
+
+from sn40l_sim.serving.scheduler import Wait
 
 
 def chunk_cycles(prefill_cycles: Callable[[int], int], start: int, end: int) -> int:
@@ -36,7 +38,7 @@ def chunk_cycles(prefill_cycles: Callable[[int], int], start: int, end: int) -> 
     return max(prefill_cycles(end - start), prefill_cycles(end) - prefill_cycles(start))
 
 
-def chunked_colocated_node(serving: Any, node: Any, chunk: int):
+def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wait, None, None]:
     """The process of one co-located node with chunked prefill (``serving`` is the loop's
     state, :class:`sn40l_sim.serving.loop._Serving`; ``node`` its decode node). It yields the
     cycles to wait or the signal to wait for (:meth:`sn40l_sim.serving.scheduler.Scheduler.process`)."""

@@ -54,6 +54,7 @@ Examples
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,7 +64,7 @@ from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
 from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixTracker
-from sn40l_sim.serving.scheduler import Link, Scheduler, Signal
+from sn40l_sim.serving.scheduler import Link, Scheduler, Signal, Wait
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.setup import ServingSetup
 from sn40l_sim.serving.workload import Request
@@ -175,7 +176,7 @@ class _Serving:
         log.first_token = self.env.now
         log.add_token(self.env.now)
 
-    def _prefill(self, log: RequestLog, node: int, busy: list[int]):
+    def _prefill(self, log: RequestLog, node: int, busy: list[int]) -> Generator[Wait, None, None]:
         cycles = self._start_prefill(log, node)
         yield cycles
         self._end_prefill(log, node, busy, cycles)
@@ -196,7 +197,7 @@ class _Serving:
             node.table.release(log.slot, log.request.id)
             self._finish(log)
 
-    def _decode_steps(self, node: _DecodeNode, most: int | None = None):
+    def _decode_steps(self, node: _DecodeNode, most: int | None = None) -> Generator[Wait, None, None]:
         start, count, cycles = self._start_steps(node, most)
         yield cycles
         self._end_steps(node, start, count, cycles)
@@ -297,7 +298,7 @@ class _Serving:
         self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
-    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0):
+    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0) -> Generator[Wait, None, None]:
         """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other
         graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``)."""
         last, self.last_graph[node.index] = self.last_graph[node.index], graph
@@ -320,7 +321,7 @@ class _Serving:
         else:
             node.arrived.append(log)
 
-    def _colocated_node(self, node: _DecodeNode):
+    def _colocated_node(self, node: _DecodeNode) -> Generator[Wait, None, None]:
         while True:
             if self.waiting and node.table.free:
                 log = self.waiting.popleft()

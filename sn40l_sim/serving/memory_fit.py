@@ -7,7 +7,7 @@ places memory the same way (:func:`place_socket`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 MemoryPlacer = Callable[..., MemoryPlacement]
 
 @contextmanager
-def located(setup_field: str):
+def located(setup_field: str) -> Iterator[None]:
     """Give an :class:`InputError` raised inside, that names no field, the :class:`PointSetup`
     field it is about (the study layer maps it to the experiment's field and line)."""
     try:

@@ -15,7 +15,7 @@ import concurrent.futures as cf
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,8 @@ class SweepRecords(list):
     """The records of a sweep (a ``list`` of dicts) plus ``failures``: ``(point name, one-line
     error)`` for every point that did not run."""
 
-    def __init__(self, records=(), failures=(), total: int | None = None) -> None:
+    def __init__(self, records: Iterable[dict] = (), failures: Iterable[tuple[str, str]] = (),
+                 total: int | None = None) -> None:
         super().__init__(records)
         self.failures: list[tuple[str, str]] = list(failures)
         #: runs that did not fit, with ``infeasible: skip`` (name, one-line reason)
