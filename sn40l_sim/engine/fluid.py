@@ -125,13 +125,15 @@ class Channel:
 
 @dataclass(eq=False)
 class _Flow:
+    """One transfer crossing ``path``: ``remaining`` of its ``n_bytes``, its ``rate`` (the max-min
+    fair share it holds now) and ``cap`` both in bytes per cycle."""
+
     path: tuple[Channel, ...]
     n_bytes: int
     remaining: float
     cap: float
     done: simpy.Event
     rate: float = 0.0
-    seq: int = 0
 
 
 @dataclass(eq=False)
@@ -149,7 +151,6 @@ class FluidNetwork:
     _flows: list[_Flow] = field(default_factory=list)
     _last: int = 0
     _generation: int = 0
-    _seq: int = 0
     _pending: bool = False
     _arrays: FlowArrays | None = None
 
@@ -183,8 +184,7 @@ class FluidNetwork:
             done.succeed()
             return done
         self._advance()
-        self._seq += 1
-        flow = _Flow(tuple(path), int(n_bytes), float(n_bytes), float(cap), done, seq=self._seq)
+        flow = _Flow(tuple(path), int(n_bytes), float(n_bytes), float(cap), done)
         for ch in flow.path:
             ch.active += 1
         self._flows.append(flow)
@@ -213,8 +213,8 @@ class FluidNetwork:
         at once and its wake-ups, each after the cycles its remaining bytes need (at least one),
         until they are within the completion tolerance; this replays that arithmetic step for
         step (the same float operations in the same order), books what the events would (channel
-        bytes and busy cycles, the sequence and generation counters, the clock of the last
-        update) and returns the cycles after which the transfer's event would fire. ``start`` is
+        bytes and busy cycles, the generation counter, the clock of the last update) and returns
+        the cycles after which the transfer's event would fire. ``start`` is
         the cycle it would start at (default: now; a caller accounting several transfers one after
         the other, alone, gives each its own). None when another flow is in the network or a start
         is settling, when nothing is to move, or when the cap is not positive (:meth:`transfer`
@@ -269,10 +269,9 @@ class FluidNetwork:
     def book_alone(self, transfers: int, wakes: int, end: int, busy: dict[Channel, int],
                    moved: dict[Channel, int]) -> None:
         """Book what ``transfers`` lone transfers run one after the other (:meth:`lone_flow`)
-        would have through the events: the sequence and generation counters (a settling and
-        ``wakes`` wake-ups in all), the clock of the last update (``end``, when the last one
-        ended), and each channel's busy cycles and bytes moved."""
-        self._seq += transfers
+        would have through the events: the generation counter (a settling and ``wakes`` wake-ups
+        in all), the clock of the last update (``end``, when the last one ended), and each
+        channel's busy cycles and bytes moved."""
         self._generation += transfers + wakes
         self._last = end
         for ch, cycles in busy.items():
