@@ -13,7 +13,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.yamlio import load_document, parse_yaml, read_mapping_file, reading
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

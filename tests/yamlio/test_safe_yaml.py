@@ -17,7 +17,7 @@ from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.yamlio import MAX_FILE_BYTES, load_document, parse_yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def billion_laughs(head: str = "kind: socket\n") -> str:
