@@ -81,7 +81,7 @@ class KernelRecord:
     gate_cycles: int = 0
     #: index of the loop iteration (0 for a call)
     iteration: int = 0
-    compute_busy: int = 0
+    compute_busy_cycles: int = 0
     #: chunk time where memory finished last (memory-bound) / where compute did
     memory_bound_cycles: int = 0
     compute_bound_cycles: int = 0
@@ -183,7 +183,7 @@ def _chunk(res: SocketResources, record: KernelRecord, costs: SectionCosts, firs
 
 
 def _book_chunk(record: KernelRecord, took: int, compute: int, alone: float) -> None:
-    record.compute_busy += compute
+    record.compute_busy_cycles += compute
     if memory_bound(took, compute, alone):
         record.memory_bound_cycles += took
     else:
@@ -217,7 +217,7 @@ def _lone_section(res: SocketResources, record: KernelRecord, costs: SectionCost
     if plan is None:
         return None
     book_lone_section(res, plan, record.tier_bytes)
-    record.compute_busy += plan.compute_busy
+    record.compute_busy_cycles += plan.compute_busy_cycles
     record.memory_bound_cycles += plan.memory_bound_cycles
     record.compute_bound_cycles += plan.compute_bound_cycles
     return plan.cycles
@@ -301,7 +301,7 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
                 yield loaded[i]
                 if per_tile:
                     yield env.timeout(per_tile)
-            record.compute_busy += n * per_tile
+            record.compute_busy_cycles += n * per_tile
             consumed[i].succeed()
 
     streams, work = env.process(memory()), env.process(compute())

@@ -22,7 +22,7 @@ rate) against 10 cycles of compute: memory-bound.
 >>> sec = SectionCosts(chunks=(1, 1), compute_cycles_per_tile=10, tier_bytes={"hbm": 2002},
 ...                    tier_caps={"hbm": 50.0}, fill_cycles=0)
 >>> plan = lone_section(res, sec)
->>> plan.cycles, plan.compute_busy, plan.memory_bound_cycles, plan.tier_bytes
+>>> plan.cycles, plan.compute_busy_cycles, plan.memory_bound_cycles, plan.tier_bytes
 (42, 20, 42, (('hbm', 2002),))
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class LoneSection:
 
     #: cycles from the section's start to its last chunk's end
     cycles: int
-    compute_busy: int
+    compute_busy_cycles: int
     memory_bound_cycles: int
     compute_bound_cycles: int
     #: (tier, bytes) the streams move, in the order the tiers are first streamed
@@ -89,7 +89,7 @@ def _work_out(res: SocketResources, costs: SectionCosts) -> LoneSection | None:
     plans = [costs.loads(first, n) for first, n in zip(firsts, costs.chunks, strict=True)]
     if any(len(loads) > 1 or (loads and not loads[0][2] > 0) for loads in plans):
         return None
-    total = compute_busy = memory_cycles = compute_cycles = transfers = wakes = 0
+    total = compute_busy_cycles = memory_cycles = compute_cycles = transfers = wakes = 0
     last_end: int | None = None
     tiers: dict[str, int] = {}
     busy: dict[Channel, int] = {}
@@ -112,11 +112,11 @@ def _work_out(res: SocketResources, costs: SectionCosts) -> LoneSection | None:
                 moved[ch] = moved.get(ch, 0) + n_bytes
             took = max(compute, cycles)
             alone = n_bytes / min(cap, res.path_bytes_per_cycle(tier))
-        compute_busy += compute
+        compute_busy_cycles += compute
         if memory_bound(took, compute, alone):
             memory_cycles += took
         else:
             compute_cycles += took
         total += took
-    return LoneSection(total, compute_busy, memory_cycles, compute_cycles, tuple(tiers.items()), transfers,
+    return LoneSection(total, compute_busy_cycles, memory_cycles, compute_cycles, tuple(tiers.items()), transfers,
                        wakes, last_end, busy, moved)

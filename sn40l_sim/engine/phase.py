@@ -163,7 +163,7 @@ def kernel_timing(record: KernelRecord, sums: tuple[int, int, int, int, int] | N
         name=record.name, kind=record.kind, layer=record.layer,
         start_cycle=record.start, end_cycle=record.end,
         overhead_cycles=record.launch_cycles + record.barrier_cycles + record.config_cycles,
-        fill_cycles=record.fill_cycles, compute_busy_cycles=record.compute_busy,
+        fill_cycles=record.fill_cycles, compute_busy_cycles=record.compute_busy_cycles,
         memory_bound_cycles=record.memory_bound_cycles,
         compute_bound_cycles=record.compute_bound_cycles,
         collective_exposed_cycles=max(0, record.end - record.stream_end),

@@ -165,7 +165,7 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
                loops: tuple[Loop, ...], switch_load_cycles: int) -> GraphRun:
     runs = [run for r in records for run in r.collectives]
     busy = {
-        "compute": sum(r.compute_busy for r in records),
+        "compute": sum(r.compute_busy_cycles for r in records),
         **{tier: channel.busy_cycles for tier, channel in res.memory.items()},
         "tln": res.tln.busy_cycles,
         "p2p": sum(run.end - run.start for run in runs),

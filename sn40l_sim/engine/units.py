@@ -208,7 +208,7 @@ def _timeline(record: KernelRecord, origin: int) -> tuple:
     """What ``record`` says, its cycles counted from ``origin``."""
     return (record.start - origin, record.end - origin, record.stream_start - origin, record.stream_end - origin,
             record.launch_cycles, record.barrier_cycles, record.config_cycles, record.fill_cycles,
-            record.gate_cycles, record.compute_busy, record.memory_bound_cycles, record.compute_bound_cycles,
+            record.gate_cycles, record.compute_busy_cycles, record.memory_bound_cycles, record.compute_bound_cycles,
             tuple(record.tier_bytes.items()),
             tuple((run.collective, run.result, run.ready - origin, run.start - origin, run.end - origin,
                    run.staged_bytes) for run in record.collectives))
@@ -220,7 +220,7 @@ def _shift_into(record: KernelRecord, done: KernelRecord, now: int) -> None:
     record.stream_start, record.stream_end = done.stream_start + now, done.stream_end + now
     record.launch_cycles, record.barrier_cycles = done.launch_cycles, done.barrier_cycles
     record.config_cycles, record.fill_cycles, record.gate_cycles = done.config_cycles, done.fill_cycles, done.gate_cycles
-    record.compute_busy = done.compute_busy
+    record.compute_busy_cycles = done.compute_busy_cycles
     record.memory_bound_cycles, record.compute_bound_cycles = done.memory_bound_cycles, done.compute_bound_cycles
     record.tier_bytes = dict(done.tier_bytes)
     record.collectives = [CollectiveRun(run.collective, run.result, run.ready + now, run.start + now, run.end + now,
