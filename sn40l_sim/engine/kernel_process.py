@@ -46,7 +46,8 @@ from sn40l_sim.mapper.placement import PlacedKernel
 
 @dataclass
 class CollectiveRun:
-    """One collective as it ran: when, and what :class:`CollectiveModel` said it costs."""
+    """One collective as it ran: when (``ready``, ``start``, ``end``: absolute cycles), and what
+    :class:`CollectiveModel` said it costs."""
 
     collective: Collective
     result: CollectiveResult

@@ -77,7 +77,7 @@ class _DecodeNode:
     index: int
     table: SlotTable
     wake: Signal
-    #: the node's sequences that are stepping, and what their steps give (:mod:`decode_books`)
+    #: the node's sequences that are stepping, and what their steps give (:mod:`.decode_books`)
     book: StepwiseBook | RunBook
     #: sequences whose cache has arrived and that join at the next step
     arrived: list[RequestLog] = field(default_factory=list)
@@ -120,7 +120,7 @@ class _Serving:
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles, self.holding)
         # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
-        # all start as SimPy processes would, in this order (:mod:`scheduler`)
+        # all start as SimPy processes would, in this order (:mod:`.scheduler`)
         env.soon(lambda: self._arrive(0))
         for i in range(n_prefill):
             env.soon(lambda i=i: self._prefill_next(i))

@@ -104,7 +104,7 @@ class Switch:
 
 @dataclass
 class MultiModelRun:
-    """The outcome of :func:`simulate_models`."""
+    """The outcome of :func:`~sn40l_sim.serving.multi_model.simulate_models`."""
 
     models: list[ModelCosts]
     policy: str
