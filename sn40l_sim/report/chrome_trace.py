@@ -196,9 +196,10 @@ def _memory(stream: Any, detail: dict, offset: float, clock_hz: float, lanes: di
     return out
 
 
-def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int, kv_bytes_per_token: int = 0) -> list[dict]:
+def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> list[dict]:
     """Trace events of a :class:`~sn40l_sim.serving.loop.ServingLog`: prefill nodes (prefill and
-    KV link lanes) and decode nodes (steps, a KV counter, one lane per slot)."""
+    KV link lanes, a transfer's bytes from the log's setup) and decode nodes (steps, a KV counter,
+    one lane per slot)."""
     colocated = log.setup.mode == "colocated"
     n_prefill = 0 if colocated else log.setup.prefill_nodes
     out: list[dict] = []

@@ -161,11 +161,11 @@ def systolic_gemm(env: simpy.Environment, socket: SocketSpec, tiles: int, m: int
         env.process(_psum_reader(wiring, order, p, m, nbl, lanes, ps_in))
         env.process(_psum_writer(wiring, c_out, len(order) * m, p, nbl, k_blocks, m, lanes,
                                  finals, pcus))
-    env.process(_a_reader(env, wiring, order, tiles, m, kpb, k, a_paths))
+    env.process(_a_reader(wiring, order, tiles, m, kpb, k, a_paths))
     return units
 
 
-def _a_reader(env, wiring: GemmWiring, order, tiles, m, kpb, k, paths):
+def _a_reader(wiring: GemmWiring, order, tiles, m, kpb, k, paths):
     def requests(t):
         for tt, _, kb in order:
             if tt != t:
