@@ -117,8 +117,8 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.schema import Flag, Fraction, Name, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
-from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401
-from sn40l_sim.study.serving_section import (  # noqa: F401
+from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401  (re-exported)
+from sn40l_sim.study.serving_section import (  # noqa: F401  (sections re-exported: the schema is imported from here)
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
     ConstantLength,
@@ -133,7 +133,7 @@ from sn40l_sim.study.serving_section import (  # noqa: F401
     UniformLength,
     Workload,
 )
-from sn40l_sim.study.slo_section import LatencySLO, RateSearchSection, SLOSection  # noqa: F401
+from sn40l_sim.study.slo_section import LatencySLO, RateSearchSection, SLOSection  # noqa: F401  (re-exported)
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
 
