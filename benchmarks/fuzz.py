@@ -74,6 +74,9 @@ class Case:
 
 @dataclass(frozen=True)
 class Result:
+    """What one case gave: its outcome (one of :data:`OUTCOMES`), the line that says why, and how
+    long it took."""
+
     case: Case
     outcome: str
     detail: str

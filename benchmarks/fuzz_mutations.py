@@ -76,6 +76,7 @@ def _set_number(value: Callable[[Any], Any]) -> Callable[[str, random.Random], s
 
 
 def delete_key(text: str, rng: random.Random) -> str | None:
+    """A key deleted, anywhere in the file."""
     data = parse_yaml(text, "x")[0]
     path = rng.choice(list(_keys(data)))
     del _parent(data, path)[path[-1]]
@@ -83,6 +84,7 @@ def delete_key(text: str, rng: random.Random) -> str | None:
 
 
 def rename_key(text: str, rng: random.Random) -> str | None:
+    """A key renamed (a suffix added or its last letter dropped), keeping its place."""
     data = parse_yaml(text, "x")[0]
     path = rng.choice(list(_keys(data)))
     parent = _parent(data, path)
@@ -96,6 +98,7 @@ def rename_key(text: str, rng: random.Random) -> str | None:
 
 
 def unknown_key(text: str, rng: random.Random) -> str | None:
+    """A key no schema knows (``frobnicate``) added to a section that is not free-form."""
     data = parse_yaml(text, "x")[0]
     sections = [()] + [p for p in _keys(data) if isinstance(_value(data, p), dict)
                        and p[-1] not in FREE_FORM]
@@ -118,6 +121,7 @@ def _value(data: Any, path: tuple) -> Any:
 
 
 def retype(text: str, rng: random.Random) -> str | None:
+    """A value replaced by one of another type (text, list, mapping, bool, null, number)."""
     data = parse_yaml(text, "x")[0]
     path = rng.choice(list(_keys(data)))
     parent = _parent(data, path)
@@ -126,10 +130,12 @@ def retype(text: str, rng: random.Random) -> str | None:
 
 
 def truncate(text: str, rng: random.Random) -> str | None:
+    """The text cut at a random character."""
     return text[: rng.randrange(0, max(1, len(text)))]
 
 
 def invalid_yaml(text: str, rng: random.Random) -> str | None:
+    """A line that does not parse as YAML inserted."""
     lines = text.splitlines()
     i = rng.randrange(len(lines))
     junk = rng.choice(["key: [unclosed", "key: {a: 1", "\tindented: with a tab", "- a\nb: c", "'unterminated",
@@ -138,6 +144,7 @@ def invalid_yaml(text: str, rng: random.Random) -> str | None:
 
 
 def binary(text: str, rng: random.Random) -> str | bytes | None:
+    """Bytes that are not UTF-8 text: random bytes, a NUL, UTF-16, or Latin-1 in the middle."""
     kind = rng.choice(["random", "nul", "utf16", "latin1"])
     if kind == "random":
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4096)))
@@ -151,6 +158,7 @@ def binary(text: str, rng: random.Random) -> str | bytes | None:
 
 
 def alias_bomb(text: str, rng: random.Random) -> str | None:
+    """A top-level value replaced by a billion-laughs alias chain (9^9 leaves)."""
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     previous = "a"
     for name in "bcdefghi":
@@ -163,6 +171,7 @@ def alias_bomb(text: str, rng: random.Random) -> str | None:
 
 
 def self_alias(text: str, rng: random.Random) -> str | None:
+    """A top-level value that contains itself through an alias."""
     data = parse_yaml(text, "x")[0]
     key = rng.choice(list(data))
     head = "\n".join(f"{k}: {yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in data.items() if k != key)
@@ -170,11 +179,14 @@ def self_alias(text: str, rng: random.Random) -> str | None:
 
 
 def deep_nesting(text: str, rng: random.Random) -> str | None:
+    """A key holding lists or mappings nested thousands deep."""
     depth = rng.choice([40, 200, 1000, 20000])
     return text + "deep: " + ("[" * depth + "]" * depth if rng.random() < 0.5 else "{a: " * depth + "1" + "}" * depth) + "\n"
 
 
 def date_value(text: str, rng: random.Random) -> str | None:
+    """A value replaced by a date (one impossible) or a time, which YAML 1.1 reads as a date, an
+    error or a base-60 integer."""
     lines = [i for i, line in enumerate(text.splitlines()) if ": " in line and not line.lstrip().startswith("#")]
     if not lines:
         return None
@@ -186,17 +198,20 @@ def date_value(text: str, rng: random.Random) -> str | None:
 
 
 def non_text_key(text: str, rng: random.Random) -> str | None:
+    """A top-level key that is not text (a number, a bool, null, a date, a list)."""
     return text + rng.choice(["1: one\n", "true: yes\n", "null: x\n", "2024-01-01: x\n", "? [a, b]\n: c\n",
                               "1.5: x\n"])
 
 
 def duplicate_key(text: str, rng: random.Random) -> str | None:
+    """A top-level key written a second time."""
     data = parse_yaml(text, "x")[0]
     key = rng.choice(list(data))
     return text + f"{key}: {yaml.safe_dump(data[key], default_flow_style=True).strip()}\n"
 
 
 def bad_unit(text: str, rng: random.Random) -> str | None:
+    """A quantity given a wrong, extreme or non-finite unit (``5 parsecs``, ``1e400 B``)."""
     data = parse_yaml(text, "x")[0]
     paths = _quantities(data)
     if not paths:
