@@ -122,7 +122,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
     s, clock = result.setup, result.clock_hz
     log = result.log
     served = log is not None  # False for a steps-only evaluation: no latency or served figures
-    lat = metrics.latencies(log, clock) if served else None
+    latencies = metrics.latencies(log, clock) if served else None
     step_s = result.decode.cycles / clock
     raw = result.batch / step_s
     roofline_s = memory_roofline_s(result.decode, s.node.socket)
@@ -151,9 +151,9 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "sockets": s.node.sockets,
         "parallel": {phase: {"attention_dp": plan.attention_dp, "tp": plan.tp}
                      for phase, plan in (("decode", s.decode_plan), ("prefill", s.prefill_plan))},
-        "ttft_s": lat["ttft_s"]["mean"] if served else None,
-        "tpot_s": lat["tpot_s"]["mean"] if served else None,
-        "latency": lat,
+        "ttft_s": latencies["ttft_s"]["mean"] if served else None,
+        "tpot_s": latencies["tpot_s"]["mean"] if served else None,
+        "latency": latencies,
         **prefill_step_fields(result, prefill_clock),
         "decode_step_s": step_s,
         "decode_step_cycles": int(result.decode.cycles),

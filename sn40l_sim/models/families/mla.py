@@ -44,7 +44,8 @@ def _att(c: Ctx) -> MLAAttentionSpec:
     return c.model.attention  # type: ignore[return-value]
 
 
-def _latent(c: Ctx) -> int:
+def _latent_width(c: Ctx) -> int:
+    """Elements one token caches per layer: the latent and the RoPE key (576 for DeepSeek-R1)."""
     return _att(c).kv_lora_rank + _att(c).qk_rope_head_dim
 
 
@@ -59,7 +60,7 @@ def kv_a(c: Ctx) -> list[Step]:
     """KV down-projection ``[T, hidden] @ [hidden, kv_lora_rank + rope]`` (its shard)."""
     t = c.tokens
     return c.gemm("kv_a", t, "kv_a", reads=(("xn", t * c.model.hidden * ACT),),
-                  writes=(("kv_lat", t * _latent(c) * ACT),))
+                  writes=(("kv_lat", t * _latent_width(c) * ACT),))
 
 
 def q_norm(c: Ctx) -> list[Step]:
@@ -73,7 +74,7 @@ def kv_norm(c: Ctx) -> list[Step]:
     """RMSNorm of the KV latent (the RoPE key part passes through)."""
     t = c.tokens
     return c.simd("kv_norm", "elementwise", t * _att(c).kv_lora_rank, transcendentals=t, weight="kv_norm",
-                  reads=(("kv_lat", t * _latent(c) * ACT),), writes=(("kv_latn", t * _latent(c) * ACT),))
+                  reads=(("kv_lat", t * _latent_width(c) * ACT),), writes=(("kv_latn", t * _latent_width(c) * ACT),))
 
 
 def q_b(c: Ctx) -> list[Step]:
@@ -85,7 +86,7 @@ def q_b(c: Ctx) -> list[Step]:
 def kv_b(c: Ctx) -> list[Step]:
     """Prefill: K-nope and V up-projection, split by heads: ``[T, 512] @ [512, heads/tp * 256]``."""
     t, (_, n) = c.tokens, c.dims("kv_b")
-    return c.gemm("kv_b", t, "kv_b", reads=(("kv_latn", t * _latent(c) * ACT),),
+    return c.gemm("kv_b", t, "kv_b", reads=(("kv_latn", t * _latent_width(c) * ACT),),
                   writes=(("kv_up", t * n * ACT),))
 
 
@@ -104,7 +105,7 @@ def write_qkv(c: Ctx) -> list[Step]:
     return c.simd("write_qkv", "elementwise", t * hp * (2 * qk + a.v_head_dim),
                   reads=(("q", t * hp * qk * ACT), ("q_rot", t * hp * a.qk_rope_head_dim * ACT),
                          ("kv_up", t * hp * (a.qk_nope_head_dim + a.v_head_dim) * ACT),
-                         ("kv_latn", t * _latent(c) * ACT)),
+                         ("kv_latn", t * _latent_width(c) * ACT)),
                   writes=(("q_heads", t * hp * qk * ACT), ("k_heads", t * hp * qk * ACT),
                           ("v_heads", t * hp * a.v_head_dim * ACT)))
 
@@ -112,7 +113,7 @@ def write_qkv(c: Ctx) -> list[Step]:
 def write_latent_cache(c: Ctx) -> list[Step]:
     """Prefill: this socket's ``1 / (tp / dp)`` share of the prompt's 576-wide cache rows."""
     rows = -(-c.seqs * c.shape.prompt_len // c.head_ways)
-    size = rows * _latent(c)
+    size = rows * _latent_width(c)
     return c.simd("write_latent_cache", "scatter", size, reads=(("kv_latn", size * ACT),),
                   kv_write_elements=size)
 
@@ -185,20 +186,20 @@ def q_absorb(c: Ctx) -> list[Step]:
 def cache_write(c: Ctx) -> list[Step]:
     """Decode: write the new tokens' 576-wide latent rows (``queries`` per sequence) of this
     socket's sequences."""
-    size = c.seqs * c.queries * _latent(c)
-    return c.simd("cache_write", "scatter", size, reads=(("kv_latn", c.tokens * _latent(c) * ACT),),
+    size = c.seqs * c.queries * _latent_width(c)
+    return c.simd("cache_write", "scatter", size, reads=(("kv_latn", c.tokens * _latent_width(c) * ACT),),
                   kv_write_elements=size)
 
 
 def absorbed_qk(c: Ctx) -> list[Step]:
     """Decode scores: per sequence ``[heads * queries, 576] @ [576, kv_len]``; streams the cached
     latent once for all the sequence's query rows."""
-    kv_len, lat = c.shape.kv_len, _latent(c)
+    kv_len, width = c.shape.kv_len, _latent_width(c)
     rows = c.attn_heads * c.queries
-    return c.gemm("absorbed_qk", rows, n=kv_len, k=lat, count=c.seqs,
+    return c.gemm("absorbed_qk", rows, n=kv_len, k=width, count=c.seqs,
                   reads=(("q_abs", c.tokens * c.proj_heads * _att(c).kv_lora_rank * ACT),
                          ("q_rot", c.tokens * c.proj_heads * _att(c).qk_rope_head_dim * ACT)),
-                  kv_read_elements=c.seqs * kv_len * lat,
+                  kv_read_elements=c.seqs * kv_len * width,
                   writes=(("scores", c.seqs * rows * kv_len * SCORE),),
                   attention=AttentionShape(c.seqs, rows, kv_len, _att(c).kv_lora_rank))
 
@@ -244,7 +245,7 @@ def mla_q_to_dp(c: Ctx) -> int:
     layout. Bytes one socket sends: its ``heads/tp`` heads of the other sockets' sequences' rows,
     ``(B - B/dp) * queries * heads/tp * 576`` BF16 (the collective contract counts what a member
     sends)."""
-    return (c.tokens - c.seqs * c.queries) * c.proj_heads * _latent(c) * ACT if c.dp > 1 else 0
+    return (c.tokens - c.seqs * c.queries) * c.proj_heads * _latent_width(c) * ACT if c.dp > 1 else 0
 
 
 def mla_o_to_tp(c: Ctx) -> int:
