@@ -43,12 +43,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from sn40l_sim.engine.phase import PhaseTiming
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.base import KVPolicy
 from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
+from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
@@ -63,12 +69,12 @@ class PointSetup:
     """The inputs of one point (spec objects and plain numbers; nothing is parsed here)."""
 
     name: str
-    node: Any                      # NodeSpec
-    model: Any                     # ModelSpec
-    policy: Any                    # KVPolicy
+    node: NodeSpec
+    model: ModelSpec
+    policy: KVPolicy
     prompt_len: int
-    prefill_plan: Any              # ParallelPlan
-    decode_plan: Any               # ParallelPlan
+    prefill_plan: ParallelPlan
+    decode_plan: ParallelPlan
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
     prefill_nodes: int = 1
     decode_nodes: int = 1
@@ -89,7 +95,7 @@ class PointSetup:
     #: co-located: prompt tokens prefilled between two decode steps (serving/chunked_prefill.py)
     prefill_chunk: int | None = None
     #: the prefill nodes' hardware when it is not ``node``'s (disaggregated; None: the same)
-    prefill_node: Any = None
+    prefill_node: NodeSpec | None = None
 
 
 @dataclass
@@ -104,11 +110,14 @@ class PointResult:
     max_batch: int
     #: why the next compiled batch size does not fit (None when all fit)
     next_failure: str | None
-    memory: Any                    # MemoryPlacement of a decode node at ``batch``
-    prefill_memory: Any            # MemoryPlacement of a prefill node (None when co-located)
+    #: a decode node's memory at ``batch``, and a prefill node's (None when co-located)
+    memory: MemoryPlacement
+    prefill_memory: MemoryPlacement | None
     prefill_len_compiled: int
-    prefill: Any                   # PhaseTiming of one prefill of the point's prompt (None: not simulated)
-    decode: Any                    # PhaseTiming of one decode step at (batch, static_cache_len)
+    #: one prefill of the point's prompt (None: not simulated), one decode step at
+    #: (batch, static_cache_len)
+    prefill: PhaseTiming | None
+    decode: PhaseTiming
     #: KV bytes sent from a prefill node to a decode node per request, and their time (0 when co-located)
     transfer_bytes: int
     transfer_cycles: int
@@ -122,7 +131,7 @@ class PointResult:
     include_mtp: bool = False
 
 
-def transfer_seconds(node: Any, kind: str, n_bytes: int) -> float:
+def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int) -> float:
     """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node.
 
     ``host_link``: the node's host link (set-up + latency + bytes / bandwidth). ``p2p``: the P2P
@@ -156,7 +165,7 @@ def check_plans(s: PointSetup) -> None:
                              f"{node.sockets}", field=f"{phase}_plan")
 
 
-def free_cache_tokens(s: PointSetup, memory: Any, include_mtp: bool) -> int:
+def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool) -> int:
     """Cached tokens (every layer) that fit in what ``memory``, a node's placement per socket,
     leaves free of its first tier, a token taking on a socket what a prompt's cache takes there
     under the prefill plan (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket`: a KV head's

@@ -46,8 +46,12 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.engine.phase import PhaseTiming
 from sn40l_sim.errors import InvariantError
 from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.mapper.placement import MemoryPlacement
+from sn40l_sim.serving.loop import ServingLog
 from sn40l_sim.serving.point import PointResult
 from sn40l_sim.serving.workload import Request
 
@@ -100,7 +104,7 @@ def check_bytes(tier_bytes: Mapping[str, int], kernel_tier_bytes: Iterable[Mappi
                     f"the links carried ({link_bytes.get('p2p', 0)} B)")
 
 
-def check_peaks(timing: Any, node: Any) -> None:
+def check_peaks(timing: PhaseTiming, node: NodeSpec) -> None:
     """``units_within_peak`` for one step (a :class:`~sn40l_sim.engine.phase.PhaseTiming`)."""
     socket, cycles = node.socket, int(timing.cycles)
     for name, busy in timing.resource_busy_cycles.items():
@@ -124,7 +128,7 @@ def check_peaks(timing: Any, node: Any) -> None:
                         f"{k.end_cycle} in a step of {cycles}")
 
 
-def check_memory(placements: Sequence[Any], log: Any) -> None:
+def check_memory(placements: Sequence[MemoryPlacement], log: ServingLog | None) -> None:
     """``memory_within_capacity``: every placement within each tier's usable capacity, every decode
     step's KV within the slots' reservation."""
     for placement in placements:
@@ -143,7 +147,7 @@ def check_memory(placements: Sequence[Any], log: Any) -> None:
                         f"{reserved} B for {slots} slots")
 
 
-def check_prefixes(log: Any) -> None:
+def check_prefixes(log: ServingLog | None) -> None:
     """``memory_within_capacity`` for prefix caching: the prefixes a prefill node held stayed within
     the room its memory placement left, and every one was freed with its last user."""
     prefixes = getattr(log, "prefixes", None) if log is not None else None
@@ -157,7 +161,7 @@ def check_prefixes(log: Any) -> None:
         raise _fail("memory_within_capacity", "prefixes still held after every request finished")
 
 
-def check_requests(log: Any, requests: Sequence[Request]) -> None:
+def check_requests(log: ServingLog | None, requests: Sequence[Request]) -> None:
     """``requests_served_once``: the requests that went in come out once each, whole, in order."""
     if log is None:
         return
