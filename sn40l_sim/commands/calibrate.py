@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         write_back,
     )
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.validation import LeaveOneOut, compare, format_table, load_references, prefill_readers
+    from sn40l_sim.study.leave_one_out import LeaveOneOut
+    from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers
 
     references = load_references(args.references)
     if args.hardware is None:

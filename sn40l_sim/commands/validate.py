@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.evaluation import LoadedExperiments
+    from sn40l_sim.study.leave_one_out import LeaveOneOut
     from sn40l_sim.study.validation import (
-        LeaveOneOut,
         compare,
         format_table,
         load_references,

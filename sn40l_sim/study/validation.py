@@ -8,7 +8,6 @@ measurements that read them.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from pydantic import model_validator
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.schema import Flag, Name, Range, StrictModel, ranged, validate
 from sn40l_sim.study.experiment import load_experiment
@@ -337,43 +335,6 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
 
 
 #: where ``calibrate --write`` leaves each calibration point's leave-one-out prediction
-LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
-
-
-@dataclass(frozen=True)
-class LeaveOneOut:
-    """Each calibration point as predicted by a fit without it (``calibrate`` computes them), with
-    the calibrated values of the fit they were computed at."""
-
-    fitted: dict[str, float]
-    predictions: dict[str, float]
-    method: str = ""
-
-    def current(self, calibrated: dict[str, float], rel_tol: float = 1e-4) -> bool:
-        """Whether these predictions belong to the ``calibrated`` values in use."""
-        return set(self.fitted) <= set(calibrated) and all(
-            abs(calibrated[k] - v) <= rel_tol * max(abs(v), 1e-300) for k, v in self.fitted.items())
-
-    def write(self, path: Path = LEAVE_ONE_OUT) -> Path:
-        """Write as JSON (sorted keys, so it diffs as data)."""
-        text = json.dumps({"method": self.method, "fitted": self.fitted, "predictions": self.predictions},
-                          indent=1, sort_keys=True)
-        write_text(path, text + "\n")
-        return path
-
-    @classmethod
-    def read(cls, path: Path = LEAVE_ONE_OUT) -> LeaveOneOut | None:
-        """The file at ``path`` (None when there is none)."""
-        if not path.is_file():
-            return None
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(dict(data["fitted"]), dict(data["predictions"]), str(data.get("method", "")))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"cannot read the leave-one-out predictions: {exc}; rerun "
-                             "`python -m sn40l_sim calibrate --write`", file=path) from None
-
-
 def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = None) -> str:
     """The table ``validate`` prints, with summary lines of the mean and worst absolute error per
     unit (percentage points for shares, percent for rates, counts for batches). With ``loo``
