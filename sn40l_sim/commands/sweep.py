@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; 0 when every run gave a record (or was skipped as infeasible), 1 otherwise."""
     from sn40l_sim.report.outputs import output_path
-    from sn40l_sim.study.sweep.load import parse_sets
+    from sn40l_sim.study.sweep.sets import parse_sets
 
     check_jobs(args.jobs)
     args.out = output_path(args.out, "--out")

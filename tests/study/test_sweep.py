@@ -12,9 +12,10 @@ from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.study.sweep.axes import AxisError, axis_values, combinations
-from sn40l_sim.study.sweep.load import load_sweep, parse_sets
+from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.plan import expand_runs
 from sn40l_sim.study.sweep.run import run_sweep
+from sn40l_sim.study.sweep.sets import parse_sets
 
 # -- axis values -------------------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ def test_base_paths_resolve_against_the_base_file_not_a_decoy(tmp_path):
 
 
 def test_set_values_are_read_by_the_same_rules():
-    from sn40l_sim.study.sweep.load import parse_sets
+    from sn40l_sim.study.sweep.sets import parse_sets
 
     assert parse_sets(["serving.batch=010", "a.b=2024-01-01", "c=1e3"]) == {"serving.batch": 10, "a.b": "2024-01-01",
                                                                              "c": 1000.0}

@@ -65,7 +65,8 @@ from sn40l_sim.study.sweep.axes import (
     value_labels,
     value_text,
 )
-from sn40l_sim.yamlio import Document, load_document, parse_yaml
+from sn40l_sim.study.sweep.sets import check_set_has_effect
+from sn40l_sim.yamlio import Document, load_document
 
 
 @dataclass(frozen=True)
@@ -100,34 +101,6 @@ class Sweep:
     infeasible: str = "fail"
     #: results column -> ``max`` | ``min`` for the Pareto front (None: no front)
     objectives: dict[str, str] | None = None
-
-
-def parse_sets(items: list[str] | None) -> dict[str, Any]:
-    """``["serving.batch=8", "hardware.sockets=8"]`` -> ``{"serving.batch": 8, "hardware.sockets": 8}``
-    (values read as YAML scalars).
-
-    >>> parse_sets(["serving.batch=8", "hardware.socket.memory.hbm.bytes_per_s_per_unit=1 TB/s"])
-    {'serving.batch': 8, 'hardware.socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'}
-    """
-    out: dict[str, Any] = {}
-    for item in items or []:
-        path, sep, text = item.partition("=")
-        if not sep or not path.strip():
-            raise InputError(f"expected path=value, got {item!r}", field="--set")
-        path = path.strip()
-        try:
-            value = parse_yaml(text, "--set")[0]
-        except InputError as exc:
-            raise InputError(f"cannot read the value of {item!r}: {exc.message}", field="--set") from None
-        # one would replace the other, in the order written, without a word (a field of a file that
-        # --set hardware=FILE names is another matter: it changes that file's value)
-        clash = next((p for p in out if p == path or (p.startswith(path + ".") and isinstance(value, dict))
-                      or (path.startswith(p + ".") and isinstance(out[p], dict))), None)
-        if clash is not None:
-            what = f"{path} is set twice" if clash == path else f"{clash} and {path} are both set"
-            raise InputError(f"{what}: one would replace the other; expected each field set once", field="--set")
-        out[path] = value
-    return out
 
 
 def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
@@ -217,7 +190,7 @@ def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis
     base, hardware = copy.deepcopy(base), {}
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
-        _check_set_has_effect(dotted, parts, axes)
+        check_set_has_effect(dotted, parts, axes)
         if any(parts == at for at, _ in _FILE_FIELDS) and isinstance(value, str) and value:
             # a path typed on the command line is relative to the folder it was typed in, not to
             # the file the field came from
@@ -236,24 +209,6 @@ def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis
                 getattr(exc, "message", str(exc))
             raise InputError(f"{value!r}: {inner}", field=f"--set {dotted}") from None
     return base, hardware
-
-
-def _check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) -> None:
-    """Refuse a ``--set`` of the sweep section or of a field an axis sets (a hardware axis that
-    swaps the whole file, ``hardware``, takes the ``hardware.<field>`` sets on top, and a
-    ``hardware.<field>`` axis is applied on top of a ``--set hardware=FILE``)."""
-    if parts[0] == "sweep":
-        raise InputError("the sweep: section is not set with --set; edit the experiment file",
-                         field=f"--set {dotted}")
-    for axis in axes:
-        if axis.path == ("hardware",) and len(parts) > 1 or parts == ("hardware",) and axis.hardware_field:
-            continue
-        shorter = min(len(parts), len(axis.path))
-        if parts[:shorter] == axis.path[:shorter]:
-            axis_path = ".".join(axis.path)
-            what = "it" if len(parts) == len(axis.path) else axis_path
-            raise InputError(f"the axis {axis_path} sets {what} at every sweep point, so this value would "
-                             "have no effect; drop the --set or the axis", field=f"--set {dotted}")
 
 
 def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
@@ -406,4 +361,4 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
     return with_overrides(node, overrides) if overrides else node
 
 
-__all__ = ["Sweep", "SweepPoint", "load_sweep", "parse_sets", "experiment_from_data", "load_node"]
+__all__ = ["Sweep", "SweepPoint", "load_sweep", "experiment_from_data", "load_node"]
