@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from sn40l_sim.study.experiment import Experiment
 
 
+#: the model fields a policy entry's ``model_overrides`` may set: the KV format (sn40l_sim/models/kv_format.py)
+ENTRY_MODEL_FIELDS = frozenset({"kv_dtype", "kv_quant", "kv_shared_layers"})
+
+
 def check_experiment(exp: Experiment) -> None:
     """Cross-field rules pydantic cannot express field by field (every experiment passes them when
     it is loaded).
@@ -40,6 +44,12 @@ def check_experiment(exp: Experiment) -> None:
             raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
                             f"(also policies[{seen[entry.name]}])")
         seen[entry.name] = i
+        # an entry's rows compare KV policies and formats on the experiment's model: another model
+        # field (layers, hidden size, ...) would make its row a different model beside the others
+        for key in sorted(set(entry.model_overrides) - ENTRY_MODEL_FIELDS):
+            raise exp.error(("policies", i, "model_overrides", key), f"a policy entry overrides the KV format "
+                            f"only ({', '.join(sorted(ENTRY_MODEL_FIELDS))}); {key} goes in the experiment's "
+                            "model_overrides, which every entry's points share")
         # prompt_fraction replaces params at every length, a later per_prompt entry an earlier one:
         # the value given first would be dropped without a word
         for key in sorted(set(entry.params) & set(entry.prompt_fraction)):

@@ -122,6 +122,10 @@ def test_a_smaller_ddr_moves_the_batch_limit_to_the_store(tmp_path):
      "policies[0].model_overrides.kv_quant.group", "group 48 must divide the head width 128"),
     ("{name: q, policy: full, model_overrides: {kv_dtype: fp4}}", "policies[0].model_overrides.kv_dtype",
      "'bf16', 'fp8', 'int8' or 'int4'"),
+    # a row of another model beside the others: the entry's own overrides are the KV format's
+    ("{name: q, policy: full, model_overrides: {layers: 2}}", "policies[0].model_overrides.layers",
+     "a policy entry overrides the KV format only (kv_dtype, kv_quant, kv_shared_layers); layers goes in the "
+     "experiment's model_overrides"),
 ])
 def test_bad_parameters_stop_with_one_line_naming_the_field(tmp_path, capsys, entry, where, expected):
     path, text = experiment(tmp_path, policies=f"  - {entry}\n")
