@@ -28,6 +28,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -129,7 +130,13 @@ def open_executor(jobs: int | None, scheduler: str | None,
         cannot be reached.
     """
     scheduler, field = resolve_scheduler(scheduler)
-    workers = max(1, min(jobs or os.cpu_count() or 1, runs or 1))
+    cpus = os.cpu_count() or 1
+    if jobs and jobs > cpus and scheduler in (None, "local"):
+        # the runs are CPU-bound: more processes than CPUs only add memory (each imports the
+        # simulator), and --jobs 100000 on a large sweep would try to start one per run
+        warnings.warn(f"--jobs {jobs}: this machine has {cpus} CPUs; running {cpus} processes", stacklevel=2)
+        jobs = cpus
+    workers = max(1, min(jobs or cpus, runs or 1))
     if scheduler is None:
         if workers == 1:
             yield InlineExecutor(), lambda: 1
