@@ -26,6 +26,52 @@ CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_a
 Phase = Literal["prefill", "decode"]
 
 _T = TypeVar("_T")
+_C = TypeVar("_C", bound=type)
+
+#: what an instance keeps in its ``__dict__`` beside its fields, worked out from them (the hash of
+#: :func:`hashed_once`, :meth:`FusedKernel.signature`)
+DERIVED = frozenset({"_hash", "_signature"})
+
+
+def hashed_once(cls: _C) -> _C:
+    """Class decorator: a frozen dataclass's hash worked out on first use and kept on the instance.
+
+    The mapper's work models are the keys of its innermost memos (:mod:`sn40l_sim.mapper.division`),
+    asked for tens of thousands of times per mapping, and a kernel's operators and its signature
+    are hashed at every call of every graph (the mapper's memo, the calls of each kind, the
+    residency replay); the hash a frozen dataclass generates hashes every field each time. The value
+    is the generated hash's, so it is the same whether kept or not. It is kept in the instance's
+    ``__dict__`` (equality, ``repr`` and ``dataclasses.replace`` read the fields only), dropped by :func:`copied` when it changes a field and left out of a pickle: a
+    string field's hash differs between processes.
+
+    >>> from dataclasses import dataclass
+    >>> @hashed_once
+    ... @dataclass(frozen=True)
+    ... class Pair:
+    ...     a: int
+    ...     b: str
+    >>> p = Pair(1, "x")
+    >>> hash(p) == hash((1, "x")) == hash(p), "_hash" in p.__dict__
+    (True, True)
+    >>> p.__getstate__()                 # what a pickle keeps
+    {'a': 1, 'b': 'x'}
+    """
+    computed = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        state = self.__dict__
+        got = state.get("_hash")
+        if got is None:
+            got = state["_hash"] = computed(self)
+        return got
+
+    def __getstate__(self: Any) -> dict:
+        state = self.__dict__
+        return {k: v for k, v in state.items() if k not in DERIVED} if DERIVED.intersection(state) else state
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
 
 
 def copied(obj: _T, **changes: Any) -> _T:
@@ -43,7 +89,12 @@ def copied(obj: _T, **changes: Any) -> _T:
     (4, 2, True)
     """
     out = object.__new__(type(obj))
-    out.__dict__.update(obj.__dict__, **changes)
+    state = out.__dict__
+    state.update(obj.__dict__, **changes)
+    if changes:
+        # what was worked out from the old fields (a hash, a signature) may not hold for the new
+        for name in DERIVED:
+            state.pop(name, None)
     return out
 
 
@@ -87,6 +138,7 @@ class AttentionShape:
     value_width: int
 
 
+@hashed_once
 @dataclass(frozen=True)
 class Operator:
     """One operator inside a fused kernel, per socket shard.
@@ -142,6 +194,7 @@ class Collective:
     name: str = ""
 
 
+@hashed_once
 @dataclass(frozen=True)
 class FusedKernel:
     """One fused kernel on one socket: a static pipeline of operators, plus its collectives."""
@@ -205,11 +258,14 @@ class FusedKernel:
         """
         if self.name == "" and self.layer is None:
             return self
-        # a copy of the fields with two replaced (``dataclasses.replace`` re-runs ``__init__``
-        # field by field, and the mapper and the engine ask for every kernel's signature)
-        out = object.__new__(type(self))
-        out.__dict__.update(self.__dict__, name="", layer=None)
-        return out
+        # made once per kernel and kept (its hash with it: the mapper and the engine ask for every
+        # kernel's signature, and hash it, at every call of every graph); a copy of the fields
+        # with two replaced, since ``dataclasses.replace`` re-runs ``__init__`` field by field
+        state = self.__dict__
+        got = state.get("_signature")
+        if got is None:
+            got = state["_signature"] = copied(self, name="", layer=None)
+        return got
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ True
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Sequence
@@ -28,46 +28,6 @@ if TYPE_CHECKING:
 
 
 _V = TypeVar("_V")
-_C = TypeVar("_C", bound=type)
-
-
-def hashed_once(cls: _C) -> _C:
-    """Class decorator: a frozen dataclass's hash worked out on first use and kept on the instance.
-
-    The mapper's work models are the keys of its innermost memos (:mod:`.division`), asked for
-    tens of thousands of times per mapping, and the hash a frozen dataclass generates hashes every
-    field each time. The value is the generated hash's, so it is the same whether kept or not. It
-    is kept in the instance's ``__dict__`` (equality, ``repr`` and ``dataclasses.replace`` read the
-    fields only) and left out of a pickle: a string field's hash differs between processes.
-
-    >>> from dataclasses import dataclass
-    >>> @hashed_once
-    ... @dataclass(frozen=True)
-    ... class Pair:
-    ...     a: int
-    ...     b: str
-    >>> p = Pair(1, "x")
-    >>> hash(p) == hash((1, "x")) == hash(p), "_hash" in p.__dict__
-    (True, True)
-    >>> p.__getstate__()                 # what a pickle keeps
-    {'a': 1, 'b': 'x'}
-    """
-    computed = cls.__hash__
-
-    def __hash__(self: Any) -> int:
-        state = self.__dict__
-        got = state.get("_hash")
-        if got is None:
-            got = state["_hash"] = computed(self)
-        return got
-
-    def __getstate__(self: Any) -> dict:
-        state = self.__dict__
-        return {k: v for k, v in state.items() if k != "_hash"} if "_hash" in state else state
-
-    cls.__hash__ = __hash__
-    cls.__getstate__ = __getstate__
-    return cls
 
 
 class IdentityMemo(Generic[_V]):
