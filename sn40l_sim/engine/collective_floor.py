@@ -80,14 +80,21 @@ class Transfers:
 def floor_cycles(table: LinkTable, transfers: Transfers, setup_cycles: int, sync_latency_s: float,
                  dma_engines: int) -> int:
     """Cycles no timing of ``transfers`` on ``table`` goes below (see the module docstring)."""
-    link_bytes: dict[tuple[int, int], int] = {}
-    per_sender: dict[int, list[int]] = {}
+    # the messages between two sockets share a route and its latency: each pair's walked once (a
+    # ring's member sends its successor 2(p - 1) messages)
+    pair_bytes: dict[tuple[int, int], int] = {}
+    sends_by: dict[int, int] = {}
     for src, dst, n_bytes in transfers.sends:
+        pair_bytes[src, dst] = pair_bytes.get((src, dst), 0) + n_bytes
+        sends_by[src] = sends_by.get(src, 0) + 1
+    link_bytes: dict[tuple[int, int], int] = {}
+    first_head: dict[int, int] = {}
+    for (src, dst), n_bytes in pair_bytes.items():
         for link in table.route(src, dst):
             link_bytes[link] = link_bytes.get(link, 0) + n_bytes
         head = ceil_cycles((table.latency_s(src, dst) + sync_latency_s) * table.clock_hz)
-        per_sender.setdefault(src, []).append(head)
+        first_head[src] = min(head, first_head.get(src, head))
     links = max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
-    setups = max((math.ceil(len(heads) / dma_engines) * setup_cycles + min(heads) + 1
-                  for heads in per_sender.values()), default=0)
+    setups = max((math.ceil(sends / dma_engines) * setup_cycles + first_head[src] + 1
+                  for src, sends in sends_by.items()), default=0)
     return max(math.floor(links), setups)

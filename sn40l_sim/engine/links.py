@@ -96,6 +96,9 @@ class LinkTable:
         self._near: dict[int, tuple[int, ...]] = {s: tuple(sorted(near[s])) for s in sorted(near)}
         # a route depends on the neighbours and the routing alone
         self._routes = shared_entry(_routes, (dims, tuple(self._near.items())), dict, _SHARED_TOPOLOGIES)
+        #: each route's latency, summed once (every message of a collective, its floor and its
+        #: schedule ask for it)
+        self._route_latency_s: dict[tuple[int, int], float] = {}
         #: everything a collective's cost depends on, for memos shared between equal tables
         self.signature = (sockets, clock_hz, dims, tuple(sorted((link, bw, self._latency_s[link])
                                                           for link, bw in self.bytes_per_cycle.items())))
@@ -137,7 +140,10 @@ class LinkTable:
 
     def latency_s(self, a: int, b: int) -> float:
         """Sum of link latencies along the route from ``a`` to ``b``."""
-        return sum(self._latency_s[link] for link in self.route(a, b))
+        got = self._route_latency_s.get((a, b))
+        if got is None:
+            got = self._route_latency_s[a, b] = sum(self._latency_s[link] for link in self.route(a, b))
+        return got
 
     def ring_order(self, members: Iterable[int]) -> list[int]:
         """An order of ``members`` for ring algorithms, following physical links where it can.

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import itertools
+import math
+import random
 
 import pytest
 
+from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collectives import ALGORITHMS, CollectiveModel
 from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import Collective
 
 CLOCK = 1.6e9
@@ -65,3 +69,31 @@ def test_auto_does_not_simulate_an_algorithm_its_floor_rules_out():
     assert chosen.algorithm == "tree"
     assert m.floor(coll, "direct") > chosen.cycles
     assert ("all_reduce", 16384, 32, "direct") not in m._memo
+
+
+def _floor_message_by_message(table, sent, setup_cycles, sync_latency_s, dma_engines):
+    """The floor's definition walked for every message (floor_cycles walks each pair once)."""
+    link_bytes, heads = {}, {}
+    for src, dst, n_bytes in sent.sends:
+        for link in table.route(src, dst):
+            link_bytes[link] = link_bytes.get(link, 0) + n_bytes
+        heads.setdefault(src, []).append(ceil_cycles((sum(table._latency_s[x] for x in table.route(src, dst))
+                                                      + sync_latency_s) * table.clock_hz))
+    links = max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
+    setups = max((math.ceil(len(h) / dma_engines) * setup_cycles + min(h) + 1 for h in heads.values()), default=0)
+    return max(math.floor(links), setups)
+
+
+@pytest.mark.parametrize("topology,p", [(mesh, 8), (ring, 8), (line, 6), (ring, 5)])
+@pytest.mark.parametrize("engines", [1, 3])
+def test_the_floor_of_each_pair_once_is_the_floor_of_every_message(topology, p, engines):
+    table, rng = topology(p), random.Random(p * 10 + engines)
+    for algorithm, kind in itertools.product(ALGORITHMS, KINDS):
+        coll = Collective(kind, rng.choice((1, 4096, 3 * 2**20 + 7)), p)
+        if not CollectiveModel.applies(coll, algorithm):
+            continue
+        sent = Transfers()
+        model(table)._issue(sent, kind, coll.bytes, p, algorithm)
+        setup, sync = rng.choice((0, 3040)), rng.choice((0.0, 3.2e-6))
+        assert floor_cycles(table, sent, setup, sync, engines) == _floor_message_by_message(table, sent, setup, sync,
+                                                                                            engines)
