@@ -270,6 +270,12 @@ class CollectiveModel:
         chosen, and on links it shares it is the dearest to simulate."""
         if self.algorithm != "auto":
             return self.simulate(coll, self.algorithm)
+        key = (coll.kind, int(coll.bytes), coll.group, "auto")   # the choice, kept: a graph asks at every call
+        if key not in self._memo:
+            self._memo[key] = self._fastest(coll)
+        return self._memo[key]
+
+    def _fastest(self, coll: Collective) -> CollectiveResult:
         best: CollectiveResult | None = None
         for algorithm in AUTO_ORDER:
             if not self.applies(coll, algorithm):

@@ -97,10 +97,29 @@ def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
     capacity = (socket.tile.pcus, socket.tile.pmus)
     ids: dict[Any, int] = {}
     kinds = [ids.setdefault(k.kernel.signature(), len(ids)) for k in kernels]   # one hash a call
-    loaded: OrderedDict[int, Footprint] = OrderedDict()
     tiles = max((len(k.pcus_per_tile) for k in kernels), default=0)
-    calls = [(kind, (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1)
-             for kind, k in zip(kinds, kernels, strict=True)]
+    calls = tuple((kind, (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1)
+                  for kind, k in zip(kinds, kernels, strict=True))
+    # the replay reads only these: a graph's calls are replayed when it is mapped and again when it
+    # is run, and a looped graph's passes go through its thousand calls several times each
+    key = (capacity, tiles, calls)
+    got = _replays.get(key)
+    if got is None:
+        if len(_replays) >= _REPLAYS_KEPT:
+            _replays.clear()
+        got = _replays[key] = _replay_calls(calls, capacity, tiles)
+    return list(got)
+
+
+#: replays by what they read (:func:`_replay`), at most this many kept
+_REPLAYS_KEPT = 256
+_replays: dict[tuple, tuple[bool, ...]] = {}
+
+
+def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tuple[int, int],
+                  tiles: int) -> tuple[bool, ...]:
+    """:func:`_replay` of the calls as ``(kind, footprint, one section)``."""
+    loaded: OrderedDict[int, Footprint] = OrderedDict()
     passes: list[list[bool]] = []
     states: list[list[tuple[int, Footprint]]] = []
     while not passes or (list(loaded.items()) not in states and len(passes) < MAX_PASSES):
@@ -121,7 +140,7 @@ def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
     if len(passes) == 1:
         # the graph left the units as it found them: empty, so the steady state is the first pass again
         passes.append(passes[0])
-    return passes[0] + passes[-1]
+    return tuple(passes[0] + passes[-1])
 
 
 def _placements(footprint: Footprint, tiles: int) -> list[Footprint]:

@@ -97,3 +97,13 @@ def test_the_floor_of_each_pair_once_is_the_floor_of_every_message(topology, p, 
         setup, sync = rng.choice((0, 3040)), rng.choice((0.0, 3.2e-6))
         assert floor_cycles(table, sent, setup, sync, engines) == _floor_message_by_message(table, sent, setup, sync,
                                                                                             engines)
+
+
+def test_auto_keeps_its_choice_and_gives_it_again():
+    m = model(ring(8))
+    for kind in KINDS:
+        coll = Collective(kind, 64 * 1024 + 3, 8)
+        chosen = m.run(coll)
+        every = [m.simulate(coll, a) for a in ALGORITHMS if CollectiveModel.applies(coll, a)]
+        assert chosen == min(every, key=lambda r: (r.cycles, r.algorithm))
+        assert m.run(Collective(kind, 64 * 1024 + 3, 8, overlapped=True, name="x")) is chosen

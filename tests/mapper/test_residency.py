@@ -3,6 +3,7 @@ step repeated step after step find their kernel's configuration in its units, an
 and the engine make of it."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,8 +14,8 @@ from sn40l_sim.engine.run_graph import run_graph
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
-from sn40l_sim.mapper import map_graph
-from sn40l_sim.mapper.residency import resident_calls, switch_loads
+from sn40l_sim.mapper import map_graph, residency
+from sn40l_sim.mapper.residency import call_residency, resident_calls, switch_loads
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -51,6 +52,21 @@ def test_the_step_wraps_around_and_the_least_recently_called_make_room():
     assert resident_calls(SOCKET, [a, b, c]) == (False, False, False)
     # a kernel called last and first finds itself loaded at the next step's start
     assert resident_calls(SOCKET, [a, b, kernel("big", (200,) * 4), a]) == (True, False, False, False)
+
+
+def test_a_replay_kept_is_the_replay_worked_out_again():
+    # the replays are kept by what they read: steps that differ in a kind's name only, or in a
+    # kernel's units, give what each gives replayed afresh
+    rng = random.Random(5)
+    for _ in range(40):
+        sizes = {name: (rng.choice((1, 60, 100, 140, TILE_PCUS)),) * rng.choice((1, 4)) for name in "abcd"}
+        order = [rng.choice("abcd") for _ in range(rng.randint(1, 12))]
+        step = [kernel(name, sizes[name], sections=1 + (name == "d" and rng.random() < 0.3)) for name in order]
+        kept = call_residency(SOCKET, step)
+        residency._replays.clear()
+        assert call_residency(SOCKET, step) == kept
+        renamed = [kernel(k.kernel.signature() + "'", k.pcus_per_tile, k.pmus_per_tile, k.sections) for k in step]
+        assert call_residency(SOCKET, renamed) == kept
 
 
 def test_kernels_on_one_tile_stay_loaded_on_any_tile():
