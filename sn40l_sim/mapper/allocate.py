@@ -124,21 +124,19 @@ def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: U
 # one per stage (tens of thousands per mapping)
 @dataclass(slots=True)
 class _Limits:
-    """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, and the
-    SRAM cycles at those fewest PMUs; and the answers of :func:`_stage_units` found so far in
-    this allocation, each with the targets it holds for (:func:`_stage_units`)."""
+    """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, most PMUs;
+    and the answers of :func:`_stage_units` found so far in this allocation, each with the targets
+    it holds for (:func:`_stage_units`)."""
 
     min_pmus: int
     max_pcus: int
-    sram_at_min: int
     max_pmus: int
     #: ``(lowest target, highest target, units)`` of every answer found so far
     spans: list[tuple[int, int, tuple[int, int, Division] | None]] = field(default_factory=list, compare=False)
 
 
-def _limits(socket: SocketSpec, rates: PmuRates, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
-    r = _min_pmus(socket, stage, chip_tiles)
-    return _Limits(r, _max_pcus(socket, stage, chip_tiles, budget), sram_cycles(rates, stage, r, chip_tiles),
+def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
+    return _Limits(_min_pmus(socket, stage, chip_tiles), _max_pcus(socket, stage, chip_tiles, budget),
                    budget.pmus_for(stage.name, socket.tile.pmus))
 
 
@@ -269,7 +267,7 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
     rates = pmu_rates(socket)
-    limits = [None if s.is_memory else _limits(socket, rates, s, chip_tiles, budget) for s in stages]
+    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget) for s in stages]
     hi = 0
     for s, lim in zip(stages, limits, strict=True):
         if lim is None:

@@ -114,12 +114,6 @@ def _division(split: Split, pieces: float, pcus: int, efficiency: float) -> Divi
                     sram_read_bytes=2 * moved, sram_write_bytes=moved, mesh_bytes=moved)
 
 
-def _split_cycles(split: Split, pieces: float, pcus: int, efficiency: float) -> int:
-    """``_division(split, pieces, pcus, efficiency).cycles``, without building the division."""
-    n, share = sequence(split.items, pieces, pcus)
-    return split.cycles(n, share, efficiency)
-
-
 def _passes_on(work: SimdWork, pieces: float, pcus: int) -> int:
     if len(work.pass_cycles) > 1 and pcus >= len(work.pass_cycles):
         # each pass on PCUs of its own: the fewest cycles whose PCUs add up to at most ``pcus``
@@ -227,23 +221,24 @@ def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int
     """:func:`fewest_pcus` of a GEMM: over the candidate splits, the fewest PCUs (then fewest
     cycles, then the first split) reaching ``target``.
 
-    :meth:`~sn40l_sim.mapper.work.Split.most_items`, :func:`sequence` and
+    The most sub-items a data tile's budget fits, :func:`sequence` and
     :meth:`~sn40l_sim.mapper.work.Split.cycles` are written out in the loop with the same float
     arithmetic, what depends on the split alone worked out once per piece (:func:`_gemm_terms`):
-    this is the allocator's innermost search."""
+    this is the allocator's innermost search (``tests/mapper/test_mapper_cache.py`` checks it
+    against trying every PCU count with :func:`_division`)."""
     # the best so far as (pcus, cycles, split); a split needing more PCUs than it cannot win, so
     # its search stops there
     best_pcus = best_cycles = 0
     best_split: Split | None = None
     efficiency = work.efficiency
     whole_pieces = pieces >= 1
-    # Split.most_items' budget and sequence's share (at least one piece per data tile: 1.0)
+    # the budget of a data tile's share, and sequence's share (at least one piece per data tile: 1.0)
     budget = target / _share(pieces)
     share = 1.0 if whole_pieces else pieces
     top = most_pcus
     ceil, floor = math.ceil, math.floor
     for split, sequenced, scaled, item, reduce, stream, slowest in _gemm_terms(work, pieces, most_pcus):
-        # Split.most_items: the least of the budget over the item-plus-sum cycles and over the
+        # the most items: the least of the budget over the item-plus-sum cycles and over the
         # stream cycles (those that are positive), which is the budget over the larger of the two
         # (a correctly rounded quotient does not grow with its divisor)
         most = budget / slowest if slowest > 0 else math.inf
@@ -287,7 +282,7 @@ def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int
 
 def _cycles_on(items: int, item_cycles: float, reduce_cycles: float, stream_cycles: float, pieces: float,
                whole_pieces: bool, share: float, pcus: int, efficiency: float) -> int:
-    """``_split_cycles`` of a split with these fields (:func:`sequence`, then
+    """The cycles :func:`_division` gives a split with these fields (:func:`sequence`, then
     :meth:`~sn40l_sim.mapper.work.Split.cycles`, in the same float arithmetic)."""
     n = math.ceil(pieces * items / pcus - _EPS) if whole_pieces else math.ceil(items / pcus - _EPS)
     if n <= 0:

@@ -88,15 +88,6 @@ class Split(NamedTuple):
         return max(compute + math.ceil(share * n * self.reduce_cycles - _EPS),
                    math.ceil(share * n * self.stream_cycles - _EPS))
 
-    def most_items(self, target: int, share: float, efficiency: float) -> float:
-        """Sub-items back to back that fit ``target`` cycles (an upper estimate; callers check)."""
-        budget = target / share
-        per_item = self.item_cycles / efficiency + self.reduce_cycles
-        most = budget / per_item if per_item > 0 else math.inf
-        if self.stream_cycles > 0:
-            most = min(most, budget / self.stream_cycles)
-        return most
-
 
 @hashed_once
 @dataclass(frozen=True)
