@@ -61,6 +61,7 @@ import simpy
 from sn40l_sim.engine.boundary import BoundaryModel
 from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collective_schedule import Schedule
+from sn40l_sim.engine.collective_sizes import direct_sizes, ring_sizes, split_bytes, tree_sizes
 from sn40l_sim.engine.fluid import FluidNetwork
 from sn40l_sim.engine.fluid_quotient import direct_quotient
 from sn40l_sim.engine.links import LinkTable, shared_entry
@@ -105,15 +106,6 @@ class CollectiveResult:
     link_bytes: int
     sent_bytes: int
     transfers: int
-
-
-def split_bytes(total: int, parts: int) -> list[int]:
-    """``total`` bytes in ``parts`` integer chunks that differ by at most one byte.
-
-    >>> split_bytes(10, 4), sum(split_bytes(10, 4))
-    ([2, 3, 2, 3], 10)
-    """
-    return [total * (j + 1) // parts - total * j // parts for j in range(parts)]
 
 
 class _Run:
@@ -332,7 +324,7 @@ class CollectiveModel:
                 return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
         self.simulated += 1
         if self.quotient and algorithm == "direct":
-            sizes, then = _direct_sizes(kind, split_bytes(n_bytes, group), n_bytes, group)
+            sizes, then = direct_sizes(kind, split_bytes(n_bytes, group), n_bytes, group)
             timed = direct_quotient(self.table, ceil_cycles(self.setup_s * self.table.clock_hz), self.sync_latency_s,
                                     self.dma_engines, list(range(group)), sizes, then)
             if timed is not None:
@@ -349,11 +341,11 @@ class CollectiveModel:
         members = list(range(p)) if algorithm != "ring" else self.table.ring_order(range(p))
         chunk = split_bytes(n_bytes, p)
         if algorithm == "ring":
-            run.ring(members, _ring_sizes(kind, chunk, n_bytes, p))
+            run.ring(members, ring_sizes(kind, chunk, n_bytes, p))
         elif algorithm == "tree":
-            run.doubling(members, _tree_sizes(kind, n_bytes, p))
+            run.doubling(members, tree_sizes(kind, n_bytes, p))
         else:
-            sizes, then = _direct_sizes(kind, chunk, n_bytes, p)
+            sizes, then = direct_sizes(kind, chunk, n_bytes, p)
             run.direct(members, sizes, then)
 
 
@@ -362,46 +354,3 @@ def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict[tuple,
     (:class:`~sn40l_sim.engine.collective_schedule.Schedule`), for models with this signature
     (the least recently used beyond :data:`_SHARED_MEMOS` are dropped)."""
     return shared_entry(_shared, key, lambda: ({}, {}, {}, {}), _SHARED_MEMOS)
-
-
-def _ring_sizes(kind: str, chunk: list[int], n_bytes: int, p: int) -> list[list[int]]:
-    """Bytes member ``i`` (in ring position) sends at each step."""
-    if kind == "all_to_all":
-        block = split_bytes(n_bytes, p - 1)   # per-destination blocks of what a member sends
-        # at step k a member forwards the blocks still travelling: those for distances k+1 .. p-1
-        return [[sum(block[k:]) for k in range(p - 1)] for _ in range(p)]
-    # reduce-scatter step k: member i sends chunk (i - k) mod p; all-gather continues the rotation
-    steps = {"all_reduce": 2 * (p - 1), "reduce_scatter": p - 1, "all_gather": p - 1}[kind]
-    return [[chunk[(i - k) % p] for k in range(steps)] for i in range(p)]
-
-
-def _tree_sizes(kind: str, n_bytes: int, p: int) -> list[int]:
-    """Bytes every member sends its partner in each round of recursive doubling (halving),
-    rounded up: a share smaller than a byte is still a byte, so every round runs (and pays its
-    set-up and synchronisation) and no byte of a message shorter than the group is lost.
-
-    >>> _tree_sizes("all_gather", 1, 16), _tree_sizes("all_gather", 17, 16)
-    ([1, 1, 1, 1], [2, 3, 5, 9])
-    """
-    rounds = p.bit_length() - 1
-    if kind == "all_reduce":
-        return [n_bytes] * rounds
-    if n_bytes <= 0:
-        return [0] * rounds
-    if kind == "all_gather":
-        return [-(-n_bytes * 2**r // p) for r in range(rounds)]
-    return [-(-n_bytes // 2 ** (r + 1)) for r in range(rounds)]   # reduce-scatter
-
-
-def _direct_sizes(kind: str, chunk: list[int], n_bytes: int, p: int):
-    """Bytes member ``i`` sends to member ``j`` in the first round, and in the second (or None)."""
-    if kind == "all_to_all":
-        block = split_bytes(n_bytes, p - 1)
-        return [[0 if i == j else block[(j - i) % p - 1] for j in range(p)] for i in range(p)], None
-    scatter = [[0 if i == j else chunk[j] for j in range(p)] for i in range(p)]
-    gather = [[0 if i == j else chunk[i] for j in range(p)] for i in range(p)]
-    if kind == "reduce_scatter":
-        return scatter, None
-    if kind == "all_gather":
-        return gather, None
-    return scatter, gather

@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 
-from sn40l_sim.engine.collectives import CollectiveModel, split_bytes
+from sn40l_sim.engine.collective_sizes import split_bytes
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.units.network import link_cycles

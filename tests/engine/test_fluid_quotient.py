@@ -2,7 +2,8 @@
 network's direct collectives exactly, and steps aside when the collective is not symmetric."""
 import pytest
 
-from sn40l_sim.engine.collectives import CollectiveModel, _direct_sizes, split_bytes
+from sn40l_sim.engine.collective_sizes import direct_sizes, split_bytes
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.fluid_quotient import direct_quotient
 from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.hardware.topology import lattice_dims
@@ -30,7 +31,7 @@ def lattice(p, kind):
 def both(table, kind, n_bytes, setup_s, sync_s, engines):
     """The quotient's (cycles, link bytes, sent bytes, transfers) and the full network's."""
     p = table.sockets
-    sizes, then = _direct_sizes(kind, split_bytes(n_bytes, p), n_bytes, p)
+    sizes, then = direct_sizes(kind, split_bytes(n_bytes, p), n_bytes, p)
     quotient = direct_quotient(table, ceil_cycles(setup_s * CLOCK), sync_s, engines, list(range(p)), sizes, then)
     full = CollectiveModel(table, setup_s, "direct", sync_latency_s=sync_s, dma_engines=engines,
                            schedule=False, quotient=False).simulate(Collective(kind, n_bytes, p), "direct")
@@ -60,10 +61,10 @@ def test_quotient_gives_the_full_networks_result(p, topology, sizes, settings, k
 
 def test_a_collective_that_is_not_symmetric_runs_the_full_network():
     ring = lattice(8, "ring")
-    uneven = _direct_sizes("all_gather", split_bytes(1001, 8), 1001, 8)   # chunks of 125 and 126 bytes
+    uneven = direct_sizes("all_gather", split_bytes(1001, 8), 1001, 8)   # chunks of 125 and 126 bytes
     assert direct_quotient(ring, 0, 0.0, 1, list(range(8)), *uneven) is None
     mesh = LinkTable(8, [(a, b, BW, LAT) for a in range(8) for b in range(a + 1, 8)], CLOCK, EFF)
-    even = _direct_sizes("all_gather", split_bytes(1000, 8), 1000, 8)
+    even = direct_sizes("all_gather", split_bytes(1000, 8), 1000, 8)
     assert direct_quotient(mesh, 0, 0.0, 1, list(range(8)), *even) is None
     assert direct_quotient(ring, 0, 0.0, 1, list(range(8)), *even) is not None
     slow = LinkTable(8, [(i, (i + 1) % 8, BW / 2 if i == 3 else BW, LAT) for i in range(8)], CLOCK, EFF, (8,))
