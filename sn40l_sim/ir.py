@@ -41,8 +41,9 @@ def hashed_once(cls: _C) -> _C:
     are hashed at every call of every graph (the mapper's memo, the calls of each kind, the
     residency replay); the hash a frozen dataclass generates hashes every field each time. The value
     is the generated hash's, so it is the same whether kept or not. It is kept in the instance's
-    ``__dict__`` (equality, ``repr`` and ``dataclasses.replace`` read the fields only), dropped by :func:`copied` when it changes a field and left out of a pickle: a
-    string field's hash differs between processes.
+    ``__dict__`` (equality, ``repr`` and ``dataclasses.replace`` read the fields only), dropped by
+    :func:`copied` when it changes a field and left out of a pickle: a string field's hash differs
+    between processes.
 
     >>> from dataclasses import dataclass
     >>> @hashed_once
@@ -104,9 +105,12 @@ def built(cls: type[_T], **fields: Any) -> _T:
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; the mapper
     builds tens of thousands of its work models, tilings and stages per mapping, and that was most
     of what building them cost. As :func:`copied`, only for classes that compute nothing in
-    ``__init__`` or ``__post_init__``, and every field must be named (there are no defaults).
+    ``__init__`` or ``__post_init__``, and every field must be named (there are no defaults). Name
+    them, not another instance's ``__dict__``: that may hold what :func:`hashed_once` kept (a hash
+    of the old fields), which :func:`copied` drops and this would not.
 
-    >>> built(Operator, **{**Operator("qk", "gemm").__dict__, "m": 4}) == Operator("qk", "gemm", m=4)
+    >>> fields = {name: getattr(Operator("qk", "gemm"), name) for name in Operator.__dataclass_fields__}
+    >>> built(Operator, **{**fields, "m": 4}) == Operator("qk", "gemm", m=4)
     True
     """
     out = object.__new__(cls)
