@@ -207,6 +207,9 @@ def check_context(s: PointSetup) -> None:
     if s.prompt_len > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
                          f"{limit} tokens ({raise_it})", field="prompt_len")
+    if s.prompt_len == limit:   # not "generate at most 0": no output length would do
+        raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
+                         f"{limit} tokens, leaving no position for a generated token ({raise_it})", field="prompt_len")
     if s.prompt_len + s.max_new_tokens > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
                          f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "

@@ -109,10 +109,14 @@ def check_mapping(asm: Assembly) -> None:
     exp = asm.experiment
     _check_graph_options(exp)
     spec = exp.spec
+    # the decode graph map builds holds the generated tokens as run's does (a map experiment may leave
+    # them out: then the one token a prefill gives)
+    new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens or 1
     for point in asm.points:
         setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
                            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
-                           decode_plan=plan_of(spec.parallel.decode), prefill_node=asm.prefill_node)
+                           decode_plan=plan_of(spec.parallel.decode), prefill_node=asm.prefill_node,
+                           max_new_tokens=new_tokens)
         try:
             check_plans(setup)
             check_context(setup)

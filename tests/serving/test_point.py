@@ -243,6 +243,11 @@ def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
                        f"{NEW - 1} after such a prompt") as err:
         run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW - 1}))
     assert err.value.field == "max_new_tokens"
+    # a prompt that fills the context leaves no position for any output: not "generate at most 0"
+    with pytest.raises(InputError, match=f"a prompt of {PROMPT} tokens fills the maximum context of r1-test, "
+                       f"{PROMPT} tokens, leaving no position for a generated token") as err:
+        run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT}))
+    assert err.value.field == "prompt_len"
     # a long-context variant raises it
     assert run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW}))[0].max_batch == 64
 

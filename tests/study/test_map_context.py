@@ -1,0 +1,40 @@
+"""A map experiment (no workload) is held to the model's maximum context as run holds a served
+one: the prompt and the ``max_new_tokens`` its decode graph generates (sn40l_sim/study/preflight.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def map_experiment(tmp_path: Path, prompt_len: int, max_new_tokens: int | None) -> Path:
+    new = "" if max_new_tokens is None else f", max_new_tokens: {max_new_tokens}"
+    path = tmp_path / "m.yaml"
+    path.write_text(f"kind: experiment\nname: m\nhardware: {REPO}/hw_configs/sn40l_node8.yaml\n"
+                    f"model: {REPO}/graphs/llama3_1_8b.yaml\nparallel:\n  prefill: {{tp: 8}}\n  decode: {{tp: 8}}\n"
+                    f"policies:\n  - {{name: full, policy: full}}\n"
+                    f"shape: {{prompt_len: {prompt_len}, batch: 1{new}}}\n")
+    return path
+
+
+@pytest.mark.parametrize("command", [["check"], ["map", "--phase", "decode"]])
+def test_a_map_experiment_whose_output_passes_the_context_is_refused_as_run_refuses_it(tmp_path, capsys, command):
+    # Llama-3.1-8B holds 131,072 positions: 130,816 prompt tokens leave room for 256, not 1,024
+    path = map_experiment(tmp_path, 130816, 1024)
+    assert main([command[0], str(path), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "m.yaml:10: shape.max_new_tokens: a prompt of 130816 tokens and 1024 new ones make 131840, beyond the " \
+           "maximum context of llama-3.1-8b, 131072 tokens: generate at most 256 after such a prompt" in err
+
+
+def test_a_map_experiment_within_the_context_passes_check(tmp_path, capsys):
+    assert main(["check", str(map_experiment(tmp_path, 130816, 256))]) == 0
+    # without max_new_tokens, the one token a prefill gives
+    assert main(["check", str(map_experiment(tmp_path, 131071, None))]) == 0
+    assert main(["check", str(map_experiment(tmp_path, 131072, None))]) == 2
+    assert "fills the maximum context of llama-3.1-8b, 131072 tokens" in capsys.readouterr().err
