@@ -256,6 +256,12 @@ def refuse_special_file(path: Path, expected: str) -> None:
         raise InputError(f"is not a regular file (a device or a pipe); expected {expected}", file=path)
 
 
+#: where what makes a configuration file that large belongs: a long list of requests (the only
+#: list a configuration grows with) is read from a trace file, which has no such limit
+_TOO_BIG_HINT = (" (a long list of requests goes in a CSV or JSONL trace: workload: {kind: trace, path: FILE}, "
+                 "columns arrival_s, prompt_len, output_len)")
+
+
 def read_mapping_file(path: Path) -> tuple[Any, dict[FieldPath, tuple[str, int]]]:
     """The data of the YAML file at ``path``, which must hold a mapping, and the (file, line) of
     every value, the file named as ``path`` is written; the text is parsed once per process (see
@@ -273,12 +279,12 @@ def read_mapping_file(path: Path) -> tuple[Any, dict[FieldPath, tuple[str, int]]
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise InputError(f"the file has {size} bytes; a YAML configuration file of at most "
-                             f"{MAX_FILE_BYTES // 2**20} MiB was expected", file=path)
+                             f"{MAX_FILE_BYTES // 2**20} MiB was expected{_TOO_BIG_HINT}", file=path)
         with open(path, "rb") as handle:   # at most one byte past the limit, whatever the size said
             raw = handle.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise InputError(f"the file has more than {MAX_FILE_BYTES} bytes; a YAML configuration file of at "
-                             f"most {MAX_FILE_BYTES // 2**20} MiB was expected", file=path)
+                             f"most {MAX_FILE_BYTES // 2**20} MiB was expected{_TOO_BIG_HINT}", file=path)
     except FileNotFoundError:
         raise InputError("file not found", file=path) from None
     except IsADirectoryError:
