@@ -84,6 +84,23 @@ def plan_of(phase_plan: Any) -> ParallelPlan:
     return ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
 
 
+def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
+    """The compiled prompt lengths of the static prefill graph: the experiment's
+    ``serving.prefill_lens`` when it gives them, else powers of two closed by the model's maximum
+    context (no graph is compiled for more positions than the model has: DeepSeek-R1's 163,840-token
+    context ran a 150,000-token prompt on a 262,144-token graph, timed and sized as such).
+
+    >>> from types import SimpleNamespace
+    >>> serving = SimpleNamespace(prefill_lens=(1, 2, 4, 8, 16), model_fields_set=set())
+    >>> prefill_lens(serving, SimpleNamespace(max_context=10)), prefill_lens(serving, SimpleNamespace(max_context=None))
+    ((1, 2, 4, 8, 10), (1, 2, 4, 8, 16))
+    """
+    limit = model.max_context
+    if "prefill_lens" in serving.model_fields_set or limit is None:
+        return tuple(serving.prefill_lens)
+    return tuple(n for n in serving.prefill_lens if n < limit) + (limit,)
+
+
 def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
                decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
                idle_units: str = "spend", **timer_options: Any) -> StepTimer:
@@ -191,12 +208,13 @@ class Assembly:
         """The serving set-up of ``point``."""
         spec = self.experiment.spec
         serving = spec.serving
+        model = self.model_for(point)
         return PointSetup(
-            name=point.name, node=self.node, model=self.model_for(point), policy=policy or self.policy(point),
+            name=point.name, node=self.node, model=model, policy=policy or self.policy(point),
             prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
             decode_plan=plan_of(spec.parallel.decode), mode=serving.mode,
             prefill_nodes=self.experiment.prefill_node_count, decode_nodes=serving.decode_nodes,
-            batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=serving.prefill_lens,
+            batch=serving.batch, batch_sizes=serving.batch_sizes, prefill_lens=prefill_lens(serving, model),
             max_new_tokens=self.experiment.max_new_tokens, speculation=self.experiment.speculation,
             seed=serving.seed, kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
             may_spill=spec.memory.may_spill, prefix_cache=serving.prefix_cache,

@@ -31,7 +31,8 @@ Sections:
 ``serving``
     ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
     compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
-    graph (default: powers of two, an assumption), ``max_new_tokens``, ``speculative``
+    graph (default: powers of two, an assumption; for prefill closed by the model's ``max_context``),
+    ``max_new_tokens``, ``speculative``
     (speculative decoding with the model's MTP module as the draft: ``{drafts: k, acceptance: a}``;
     each decode step verifies ``k`` drafts per sequence, the main model over ``k + 1`` rows and the
     MTP module run ``k`` times, and yields ``(1 - a^(k+1)) / (1 - a)`` tokens per sequence on

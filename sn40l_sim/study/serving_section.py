@@ -200,7 +200,7 @@ class ServingSection(StrictModel):
     #: the compiled batches of the static decode graph that ``batch: max`` chooses from
     batch_sizes: tuple[PositiveInt, ...] = POWERS_OF_TWO_BATCH
     #: the compiled prompt lengths of the static prefill graph: a prompt runs the smallest that
-    #: holds it
+    #: holds it (by default, powers of two closed by the model's max_context: study/assemble.py)
     prefill_lens: tuple[PositiveInt, ...] = POWERS_OF_TWO_PREFILL
     #: the static decode graph's maximum generated length (default: ``shape.max_new_tokens``)
     max_new_tokens: PositiveInt | None = None

@@ -1,9 +1,10 @@
 """A prompt as long as each shipped model's maximum context fits on a prefill node of its
 deployment: weights and KV in HBM, the resident activations beside them or spilling to DDR.
 
-(The whole runs, decode included, are ``python -m sn40l_sim run`` of such experiments; this pins the
-memory that used to refuse them: activations counted with FlashAttention's re-reads grew as the
-square of the prompt and, placed first, pushed weights and KV out of HBM.)
+(``run`` serves prompts up to the context less the tokens generated after them, which run the prefill
+graph compiled for the whole context, the one sized here; this pins the memory that used to refuse
+them: activations counted with FlashAttention's re-reads grew as the square of the prompt and,
+placed first, pushed weights and KV out of HBM.)
 """
 from __future__ import annotations
 

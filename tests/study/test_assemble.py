@@ -14,6 +14,7 @@ from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.loader import load_model
+from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.study.assemble import SETUP_FIELDS, assemble, step_timer
 from sn40l_sim.study.experiment import ExperimentSpec, load_experiment
 from sn40l_sim.study.runner import simulate_experiment
@@ -121,3 +122,21 @@ def test_a_step_timer_without_engine_options_maps_for_the_engine_it_runs():
     default = timer().decode_step(64, 4096)
     assert default.cycles == timer(engine=EngineOptions()).decode_step(64, 4096).cycles
     assert default.cycles <= timer().decode_step(64, 4097).cycles
+
+
+def test_the_default_prefill_lengths_stop_at_the_models_context(tmp_path):
+    # DeepSeek-R1 holds 163,840 positions: a 150,000-token prompt ran a 262,144-token graph (22.6 s
+    # of prefill, its memory sized so) where the deployment's longest graph is the context (9.9 s)
+    text = (REPO / "experiments" / "deepseek_tp16.yaml").read_text().replace("../", f"{REPO}/") \
+        .replace("prompt_len: 131072", "prompt_len: 150000")
+    (tmp_path / "e.yaml").write_text(text)
+    asm = assemble(load_experiment(tmp_path / "e.yaml"))
+    lens = asm.setup(asm.points[0]).prefill_lens
+    assert lens[-1] == 163840 and lens[-2] == 131072 and 262144 not in lens
+    assert compiled_size(150000, lens, "prompt length") == 163840
+    assert compiled_size(100000, lens, "prompt length") == 131072   # shorter prompts: powers of two as before
+    # lengths the experiment gives are its own, past the context or not
+    (tmp_path / "e.yaml").write_text(text.replace("  max_new_tokens: 2048\n  # Speculative",
+                                                  "  max_new_tokens: 2048\n  prefill_lens: [131072, 262144]\n  # Speculative"))
+    asm = assemble(load_experiment(tmp_path / "e.yaml"))
+    assert asm.setup(asm.points[0]).prefill_lens == (131072, 262144)
