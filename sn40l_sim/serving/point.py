@@ -188,33 +188,51 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> 
 
 
 def check_context(s: PointSetup) -> None:
-    """The prompt and the tokens generated after it must fit in the model's maximum context
-    (``max_context``, when the model states one), as a serving engine refuses a request whose
-    prompt plus ``max_tokens`` exceeds the model's length: the last token's position is
-    ``prompt + max_new_tokens - 1`` whatever the KV policy keeps. A long-context variant raises
-    the maximum through ``model_overrides``.
+    """The prompt must fit in the model's maximum context (``max_context``, when the model states
+    one) and leave a position for a generated token; a long-context variant raises the maximum
+    through ``model_overrides``. Each request's prompt and output together are checked as the
+    requests are built (:func:`~sn40l_sim.serving.workload.build_requests`), as a serving engine
+    checks a request's prompt plus its ``max_tokens``; :func:`check_output_context` checks a point
+    without requests (``map``).
 
     Raises
     ------
     InputError
-        Naming the :class:`PointSetup` field ``prompt_len`` (a prompt alone too long) or
-        ``max_new_tokens``.
+        Naming the :class:`PointSetup` field ``prompt_len``.
     """
     limit = getattr(s.model, "max_context", None)
     if limit is None:
         return
-    raise_it = "a long-context variant raises it: model_overrides: {max_context: N}"
     if s.prompt_len > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
-                         f"{limit} tokens ({raise_it})", field="prompt_len")
+                         f"{limit} tokens ({RAISE_CONTEXT})", field="prompt_len")
     if s.prompt_len == limit:   # not "generate at most 0": no output length would do
         raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
-                         f"{limit} tokens, leaving no position for a generated token ({raise_it})", field="prompt_len")
-    if s.prompt_len + s.max_new_tokens > limit:
+                         f"{limit} tokens, leaving no position for a generated token ({RAISE_CONTEXT})",
+                         field="prompt_len")
+
+
+def check_output_context(s: PointSetup) -> None:
+    """:func:`check_context`, and the point's prompt with ``max_new_tokens`` generated after it
+    within the maximum context (the last token's position is ``prompt + max_new_tokens - 1``,
+    whatever the KV policy keeps): for a point whose graphs are built without requests (``map``).
+
+    Raises
+    ------
+    InputError
+        Naming the :class:`PointSetup` field ``prompt_len`` or ``max_new_tokens``.
+    """
+    check_context(s)
+    limit = getattr(s.model, "max_context", None)
+    if limit is not None and s.prompt_len + s.max_new_tokens > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
                          f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "
-                         f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt ({raise_it})",
-                         field="max_new_tokens")
+                         f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt "
+                         f"({RAISE_CONTEXT})", field="max_new_tokens")
+
+
+#: how a longer context is had, for the messages refusing one
+RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context: N}"
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,

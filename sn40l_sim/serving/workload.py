@@ -82,7 +82,8 @@ def _request_count(count: int | str, rounds: int, slots: int) -> int:
 
 
 def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: int, seed: int,
-                   clock_hz: float, trace_rows: Sequence[TraceRow] | None = None) -> list[Request]:
+                   clock_hz: float, trace_rows: Sequence[TraceRow] | None = None,
+                   max_context: int | None = None) -> list[Request]:
     """The requests of a workload spec, sorted by arrival (ids in arrival order).
 
     Parameters
@@ -101,6 +102,10 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         Clock that turns arrival seconds into cycles.
     trace_rows : sequence of TraceRow, optional
         The rows of the trace file (:func:`~sn40l_sim.serving.traces.read_trace`), for ``kind: trace``.
+    max_context : int, optional
+        The model's maximum context: no request's prompt and output together may exceed it (as a
+        serving engine refuses a prompt plus ``max_tokens`` longer than the model's length; a trace
+        that caps lengths caps the output to it).
 
     Raises
     ------
@@ -108,7 +113,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         For a request longer than the compiled graphs (naming the trace's file and line, or the
         request), unless a trace workload asks to cap lengths.
     InputError
-        For a trace window holding no request.
+        For a trace window holding no request, or a request longer than the model's context.
     """
     capped: list[tuple[int, int]] | None = None
     if spec.kind == "fixed":
@@ -130,12 +135,13 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     elif spec.kind == "trace":
         if trace_rows is None:
             raise ValueError("a trace workload needs trace_rows (read_trace)")
-        window, capped = trace_window(spec, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens)
+        window, capped = trace_window(spec, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
+                                      max_context=max_context)
         rows = [(r.arrival_s, r.prompt_len, r.output_len, f"{r.file}:{r.line}") for r in window]
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
     for _, p, o, where in rows:
-        _check_lengths(p, o, prompt_len, max_new_tokens, where=where)
+        _check_lengths(p, o, prompt_len, max_new_tokens, max_context, where=where)
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
     requests = [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
                         *(capped[i] if capped is not None else (0, 0)))
@@ -146,8 +152,8 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     return requests
 
 
-def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, max_new_tokens: int
-                 ) -> tuple[list[TraceRow], list[tuple[int, int]] | None]:
+def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, max_new_tokens: int,
+                 max_context: int | None = None) -> tuple[list[TraceRow], list[tuple[int, int]] | None]:
     """The rows of a trace workload's window, its arrivals scaled, lengths capped when the spec asks
     (with the prompt and output tokens each row lost; None when it does not ask), and checked
     against the static graphs. ``check`` calls it too, so it refuses what a run would.
@@ -174,17 +180,28 @@ def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, 
                          "after the first)")
     capped = None
     if spec.cap_lengths:
-        capped = [(max(0, r.prompt_len - prompt_len), max(0, r.output_len - max_new_tokens)) for r in window]
-        window = [r._replace(prompt_len=min(r.prompt_len, prompt_len), output_len=min(r.output_len, max_new_tokens))
-                  for r in window]
+        def longest_output(prompt: int) -> int:   # the graph's, and what the context leaves after the prompt
+            return max_new_tokens if max_context is None else max(1, min(max_new_tokens, max_context - prompt))
+
+        kept = [(min(r.prompt_len, prompt_len), r) for r in window]
+        capped = [(r.prompt_len - p, max(0, r.output_len - longest_output(p))) for p, r in kept]
+        window = [r._replace(prompt_len=p, output_len=min(r.output_len, longest_output(p))) for p, r in kept]
     for r in window:
-        _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, file=r.file, line=r.line)
+        _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, max_context, file=r.file, line=r.line)
     return window, capped
 
 
-def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: int, *, where: str = "",
-                   file: str | None = None, line: int | None = None) -> None:
-    """Refuse a request longer than the static graphs, naming where it comes from."""
+def context_message(where: str, prompt: int, output: int, max_context: int) -> str:
+    """What refuses a request whose prompt and output together exceed the model's context."""
+    return (f"{where}: a prompt of {prompt} tokens and {output} generated after it make {prompt + output}, beyond "
+            f"the model's maximum context of {max_context} tokens: at most {max(0, max_context - prompt)} after such "
+            "a prompt (a long-context variant raises it: model_overrides: {max_context: N})")
+
+
+def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: int, max_context: int | None = None,
+                   *, where: str = "", file: str | None = None, line: int | None = None) -> None:
+    """Refuse a request longer than the static graphs or than the model's context, naming where it
+    comes from."""
     at = f"{where}: " if where else ""
     hint = " (or cap lengths to the compiled graphs: workload.cap_lengths: true)" if file else ""
     if prompt > prompt_len:
@@ -193,3 +210,6 @@ def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: in
     if output > max_new_tokens:
         raise InfeasibleError(f"{at}output_len {output} exceeds max_new_tokens {max_new_tokens}, "
                               f"the static decode graph's maximum generated length{hint}", file=file, line=line)
+    if max_context is not None and prompt + output > max_context:
+        raise InputError(context_message(where or "a request", prompt, output, max_context) + hint, file=file,
+                         line=line)

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from sn40l_sim.engine.collectives import CollectiveModel
@@ -41,15 +40,15 @@ from sn40l_sim.kvcache.base import KVPolicy
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
-from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelTemplates, load_templates_for
+from sn40l_sim.models.template import KernelTemplates
 from sn40l_sim.serving.memory_fit import MemoryPlacer
 from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
-from sn40l_sim.serving.traces import TraceRow, read_trace
+from sn40l_sim.serving.traces import TraceRow
 from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, memory_order
+from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import (
     Point,
     check_budget,
@@ -266,7 +265,8 @@ class Assembly:
             if rows is None and workload.kind == "trace":
                 rows = read_trace_rows(self.experiment)
             return build_requests(workload, prompt_len=point.prompt_len, max_new_tokens=max_new_tokens,
-                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_rows=rows)
+                                  slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_rows=rows,
+                                  max_context=self.model_for(point).max_context)
 
         return requests_for
 
@@ -290,82 +290,6 @@ class Assembly:
                 return False
             data = data[part]
         return True
-
-
-def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, what: str) -> Path:
-    """The file the experiment names at ``field`` (relative to the file that wrote it), which must
-    exist; otherwise an error at that field of the experiment, naming the path looked for.
-
-    >>> from sn40l_sim.study.experiment import load_experiment
-    >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
-    >>> str(named_file(exp, ("hardware",), exp.spec.hardware, "hardware"))
-    'hw_configs/sn40l_node16.yaml'
-    >>> named_file(exp, ("model",), "nope.yaml", "model")
-    Traceback (most recent call last):
-    ...
-    sn40l_sim.errors.InputError: experiments/deepseek_tp16.yaml:9: model: model file 'nope.yaml' not found (looked for experiments/nope.yaml)
-    """
-    path = experiment.resolve(relative, field)
-    if not path.is_file():
-        kind = "is a folder, not a file" if path.is_dir() else \
-            "is not a regular file (a device or a pipe)" if path.exists() else "not found"
-        raise experiment.error(field, f"{what} file {relative!r} {kind} (looked for {path})")
-    return path
-
-
-def experiment_model(experiment: Experiment, field: tuple, relative: str) -> ModelSpec:
-    """The model file the experiment names at ``field``, with the experiment's ``model_overrides``.
-
-    Raises
-    ------
-    InputError
-        The file's own error where it is; an error the overrides cause (the file alone loads) at
-        ``model_overrides.<field>`` of the experiment, as a policy entry's overrides are located
-        (:func:`~sn40l_sim.study.points.make_point_model`), not in the model file they changed.
-    """
-    path = named_file(experiment, field, relative, "model")
-    overrides = experiment.spec.model_overrides or None
-    try:
-        return load_model(path, overrides)
-    except InputError as exc:
-        if not overrides:
-            raise
-        load_model(path)   # the file's own error, if it has one, is the one to fix first
-        message = exc.message
-        if exc.file is not None and Path(exc.file.removesuffix(" (overrides)")).resolve() != Path(path).resolve():
-            # another file (the kernel template) does not fit the overridden model: its field is
-            # not one of the overrides
-            inner = ()
-            message = f"the model's kernel template {exc.file} does not fit the overridden model: {message}"
-        else:
-            inner = tuple(exc.field.split(".")) if exc.field else ()
-        file, line = experiment.doc.where(("model_overrides",) + inner)
-        raise exc.__class__(message, file=file, field=".".join(("model_overrides",) + inner),
-                            line=line) from None
-
-
-def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
-    """The rows of the experiment's trace workload (None for any other workload).
-
-    Raises
-    ------
-    InputError
-        For a trace file that cannot be read or has a bad row, naming the file and the line.
-    """
-    workload = experiment.spec.workload
-    if workload is None or workload.kind != "trace":
-        return None
-    return tuple(read_trace(named_file(experiment, ("workload", "path"), workload.path, "trace")))
-
-
-def load_graph_template(experiment: Experiment, model: ModelSpec) -> KernelTemplates | None:
-    """The kernel template ``graph_options.template`` names, relative to the experiment file,
-    checked against ``model`` (None when it names none; the graph builder reports a value that
-    is not a path)."""
-    path = experiment.spec.graph_options.get("template")
-    if not isinstance(path, str) or not path:
-        return None
-    return load_templates_for(named_file(experiment, ("graph_options", "template"), path, "kernel template"), model)
 
 
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,

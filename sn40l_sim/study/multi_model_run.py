@@ -25,8 +25,9 @@ from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, copy_bytes_per_s, simulate_models
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
-from sn40l_sim.study.assemble import Assembly, assemble, experiment_model
+from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import memory_order
+from sn40l_sim.study.experiment_files import experiment_model
 from sn40l_sim.study.points import Point
 
 #: seeds the draw of each request's model, beside ``serving.seed`` (so that the workload's own

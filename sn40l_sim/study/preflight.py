@@ -29,8 +29,8 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.memory_fit import check_weights_fit, located
-from sn40l_sim.serving.point import PointSetup, check_context, check_plans, transfer_seconds
-from sn40l_sim.serving.workload import trace_window
+from sn40l_sim.serving.point import PointSetup, check_context, check_output_context, check_plans, transfer_seconds
+from sn40l_sim.serving.workload import context_message, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
     assemble,
@@ -119,7 +119,7 @@ def check_mapping(asm: Assembly) -> None:
                            max_new_tokens=new_tokens)
         try:
             check_plans(setup)
-            check_context(setup)
+            check_output_context(setup)
         except InputError as exc:
             raise asm.locate(exc) from None
 
@@ -150,12 +150,14 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
         raise asm.locate(exc) from None
-    _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows)
+    _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context)
 
 
-def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None) -> None:
+def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None,
+                   max_context: int | None = None) -> None:
     """No request may be longer than the static graphs of the point: the prompt than the point's
-    prompt length, the output than ``max_new_tokens`` (what building the requests refuses)."""
+    prompt length, the output than ``max_new_tokens``; nor its prompt and output together than the
+    model's ``max_context`` (what building the requests refuses)."""
     workload = exp.spec.workload
     limits = {"prompt_len": (prompt_len, "the point's prompt length", "which the static decode graph is compiled "
                              "for"),
@@ -182,7 +184,8 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
                 candidates.append((("workload", key) + field, "a request", key, value))
     elif trace_rows is not None:
         try:   # the run's own windowing, capping and length check: the same line, naming the trace's line
-            trace_window(workload, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens)
+            trace_window(workload, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
+                         max_context=max_context)
         except InputError as exc:
             if exc.file is not None:
                 raise
@@ -192,6 +195,18 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
         limit, name, why = limits[key]
         if value > limit:
             raise _at(exp, field, f"{label}: {key} {value} exceeds {name} {limit}, {why}", InfeasibleError)
+    # a request's prompt and output together (a poisson workload's longest of each may meet)
+    lengths: dict[str, dict[str, tuple[FieldPath, int]]] = {}
+    if workload.kind == "poisson" or (workload.kind == "fixed" and workload.requests is None):
+        lengths["a request" if workload.kind == "poisson" else "request 0"] = {}   # the defaults, at least
+    for field, label, key, value in candidates:
+        lengths.setdefault(label, {})[key] = (field, value)
+    for label, got in lengths.items():
+        prompt = got.get("prompt_len", ((), prompt_len))[1]
+        field, output = got.get("output_len", (None, max_new_tokens))
+        if max_context is not None and prompt + output > max_context:
+            where = field or got.get("prompt_len", (("workload",), 0))[0]
+            raise _at(exp, where, context_message(label, prompt, output, max_context), InputError)
 
 
 def _largest(dist: Any) -> tuple[FieldPath, int] | None:

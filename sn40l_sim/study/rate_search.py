@@ -39,8 +39,9 @@ from sn40l_sim.report.slo import served_slo_fields
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.traces import TraceRow, select_window
 from sn40l_sim.serving.workload import Request
-from sn40l_sim.study.assemble import Assembly, read_trace_rows
+from sn40l_sim.study.assemble import Assembly
 from sn40l_sim.study.experiment import Experiment
+from sn40l_sim.study.experiment_files import read_trace_rows
 from sn40l_sim.study.points import Point
 
 

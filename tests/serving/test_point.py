@@ -11,7 +11,13 @@ from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, R1_MTP_KV_PER_TOKE
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
+from sn40l_sim.serving.point import (
+    PointSetup,
+    check_context,
+    check_output_context,
+    simulate_point,
+    transfer_seconds,
+)
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import memory_placer
@@ -236,12 +242,15 @@ def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
     with pytest.raises(InputError, match="a prompt of 131072 tokens exceeds the maximum context of r1-test, 65536") as err:
         run(SNAP, model=short)
     assert err.value.field == "prompt_len"
-    # the tokens generated after the prompt take positions too: a context that holds the prompt but
-    # not its output is refused at the output's length, saying how many tokens would fit
+    # the tokens generated after the prompt take positions too. A run checks each request's prompt
+    # and output as it builds them (tests/serving/test_workload.py); a point built without requests
+    # (map) is checked with max_new_tokens, and refused at the output's length, saying what would fit
+    over = setup(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW - 1}))
+    check_context(over)
     with pytest.raises(InputError, match=f"a prompt of {PROMPT} tokens and {NEW} new ones make {PROMPT + NEW}, "
                        f"beyond the maximum context of r1-test, {PROMPT + NEW - 1} tokens: generate at most "
                        f"{NEW - 1} after such a prompt") as err:
-        run(SNAP, model=MODEL.model_copy(update={"max_context": PROMPT + NEW - 1}))
+        check_output_context(over)
     assert err.value.field == "max_new_tokens"
     # a prompt that fills the context leaves no position for any output: not "generate at most 0"
     with pytest.raises(InputError, match=f"a prompt of {PROMPT} tokens fills the maximum context of r1-test, "

@@ -63,6 +63,25 @@ def test_a_request_longer_than_the_graphs_is_infeasible():
         build(FixedWorkload(kind="fixed", count=2, output_len=200))
 
 
+def test_each_request_must_fit_the_models_context_with_its_own_output(tmp_path):
+    # a serving engine checks a request's prompt plus its max_tokens: a long prompt with a short output
+    # and a short prompt with a long one both fit 4,200 positions, though the longest of each would not
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,4096,64\n0.5,1000,128\n")
+    spec = TraceWorkload(kind="trace", path="t.csv")
+    assert len(build(spec, trace_rows=read_trace(trace), max_context=4200)) == 2
+    with pytest.raises(InputError, match="a request: a prompt of 4096 tokens and 64 generated after it make 4160, "
+                       "beyond the model's maximum context of 4100 tokens: at most 4 after such a prompt") as info:
+        build(spec, trace_rows=read_trace(trace), max_context=4100)
+    assert (info.value.file, info.value.line) == (str(trace), 2)
+    # capping lengths caps the output to what the context leaves after the prompt
+    capped = TraceWorkload(kind="trace", path="t.csv", cap_lengths=True)
+    first = min(build(capped, trace_rows=read_trace(trace), max_context=4100), key=lambda r: r.arrival_cycle)
+    assert (first.prompt_len, first.output_len) == (4096, 4)
+    with pytest.raises(InputError, match="request 0: a prompt of 4096 tokens and 100 generated after it make 4196"):
+        build(FixedWorkload(kind="fixed", count=2, output_len=100), max_context=4100)
+
+
 def test_csv_and_jsonl_traces(tmp_path):
     csv_file = tmp_path / "t.csv"
     csv_file.write_text("arrival_s,prompt_len,output_len\n0.25,100,4\n0,4096,8\n")

@@ -1,5 +1,6 @@
-"""A map experiment (no workload) is held to the model's maximum context as run holds a served
-one: the prompt and the ``max_new_tokens`` its decode graph generates (sn40l_sim/study/preflight.py)."""
+"""A map experiment (no workload) is held to the model's maximum context with the prompt and the
+``max_new_tokens`` its decode graph generates; a served one request by request, each prompt with its
+own output (sn40l_sim/study/preflight.py, sn40l_sim/serving/workload.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,3 +39,25 @@ def test_a_map_experiment_within_the_context_passes_check(tmp_path, capsys):
     assert main(["check", str(map_experiment(tmp_path, 131071, None))]) == 0
     assert main(["check", str(map_experiment(tmp_path, 131072, None))]) == 2
     assert "fills the maximum context of llama-3.1-8b, 131072 tokens" in capsys.readouterr().err
+
+
+def test_a_served_workload_is_held_to_the_context_request_by_request(tmp_path, capsys):
+    # a poisson workload whose longest prompt and longest output together pass the context is refused
+    # at the output's bound by check and run alike; a trace whose requests each fit runs, though its
+    # longest prompt and longest output together would not
+    base = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    over = tmp_path / "over.yaml"
+    over.write_text(base.replace("shape: {prompt_len: 32768}", "shape: {prompt_len: 130800}"))
+    lines = []
+    for argv in (["check", str(over)], ["run", str(over), "--out", str(tmp_path / "o"), "--quiet", "--no-plot"]):
+        assert main(argv) == 2
+        lines.append(capsys.readouterr().err)
+    assert lines[0] == lines[1] and lines[0].count("\n") == 1, lines
+    assert "workload.output_len.high: a request: a prompt of 130800 tokens and 512 generated after it make 131312, " \
+           "beyond the model's maximum context of 131072 tokens: at most 272 after such a prompt" in lines[0]
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n0,130800,64\n0.5,1000,512\n")
+    mixed = tmp_path / "mixed.yaml"
+    poisson = base[base.index("workload:"):base.index("serving:")]
+    mixed.write_text(base.replace("shape: {prompt_len: 32768}", "shape: {prompt_len: 130800}")
+                     .replace(poisson, "workload: {kind: trace, path: t.csv}\n"))
+    assert main(["check", str(mixed)]) == 0, capsys.readouterr().err

@@ -30,14 +30,8 @@ from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overri
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
-from sn40l_sim.study.assemble import (
-    Assembly,
-    experiment_model,
-    load_graph_template,
-    named_file,
-    plan_of,
-    read_trace_rows,
-)
+from sn40l_sim.study.assemble import Assembly, plan_of
+from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
 
