@@ -106,6 +106,25 @@ def check_scheduler(scheduler: str | None, field: str = "--scheduler") -> None:
                          f"port {port} is not from 1 to 65535", field=field)
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows;
+    ``os.cpu_count`` counts the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def usable_jobs(jobs: int | None, scheduler: str | None) -> int | None:
+    """``jobs``, or the CPUs available when it asks for more processes on this machine (a warning
+    says so): the runs are CPU-bound, so more processes only add memory, each importing the
+    simulator, and ``--jobs 100000`` on a large sweep would try to start one per run. The sweep
+    calls it before its progress bar starts, so the warning is a line of its own."""
+    cpus = available_cpus()
+    if jobs and jobs > cpus and resolve_scheduler(scheduler)[0] in (None, "local"):
+        warnings.warn(f"--jobs {jobs}: this machine has {cpus} CPUs for this process; running {cpus} processes",
+                      stacklevel=2)
+        return cpus
+    return jobs
+
+
 @contextmanager
 def open_executor(jobs: int | None, scheduler: str | None,
                   runs: int) -> Iterator[tuple[cf.Executor, Callable[[], int]]]:
@@ -129,14 +148,9 @@ def open_executor(jobs: int | None, scheduler: str | None,
         When a scheduler is asked for and Dask distributed is not installed, or the scheduler
         cannot be reached.
     """
+    jobs = usable_jobs(jobs, scheduler)
     scheduler, field = resolve_scheduler(scheduler)
-    cpus = os.cpu_count() or 1
-    if jobs and jobs > cpus and scheduler in (None, "local"):
-        # the runs are CPU-bound: more processes than CPUs only add memory (each imports the
-        # simulator), and --jobs 100000 on a large sweep would try to start one per run
-        warnings.warn(f"--jobs {jobs}: this machine has {cpus} CPUs; running {cpus} processes", stacklevel=2)
-        jobs = cpus
-    workers = max(1, min(jobs or cpus, runs or 1))
+    workers = max(1, min(jobs or available_cpus(), runs or 1))
     if scheduler is None:
         if workers == 1:
             yield InlineExecutor(), lambda: 1

@@ -29,7 +29,7 @@ from sn40l_sim.report.pareto import pareto_front, pareto_plot
 from sn40l_sim.report.plot_csv import plot_csv
 from sn40l_sim.report.results import to_csv, to_json, write_results
 from sn40l_sim.study.runner import simulate_assembly
-from sn40l_sim.study.sweep.executors import open_executor
+from sn40l_sim.study.sweep.executors import open_executor, usable_jobs
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
 from sn40l_sim.study.sweep.store import Outcome, RunStore
@@ -286,6 +286,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                 outcomes[index] = found
     resumed = len(outcomes)
     tasks = [(index, run) for index, run in enumerate(runs) if index not in outcomes]
+    jobs = usable_jobs(jobs, scheduler) if tasks else jobs   # its warning before the bar, not on it
     bar = tqdm(total=len(runs), initial=resumed, desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
                disable=not progress, dynamic_ncols=True)
     try:
