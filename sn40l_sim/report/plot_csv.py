@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
@@ -147,7 +147,8 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
 
 def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
              kind: str = "line", logx: bool = False, where: dict[str, str] | None = None,
-             logy: bool = False, label: str | None = None) -> Path:
+             logy: bool = False, label: str | None = None,
+             value_names: Mapping[str, Mapping[str, str]] | None = None) -> Path:
     """Plot ``y`` against ``x`` from a results CSV, one series per ``hue`` value; returns the path.
 
     Parameters
@@ -169,6 +170,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         Column -> value: keep only matching rows (numbers compare as numbers).
     label : str, optional
         A column whose value is written beside each point (scatter plots).
+    value_names : mapping, optional
+        Column -> CSV value -> the name the legend gives it (a sweep axis's ``labels:``, for its
+        values written as file paths).
 
     Raises
     ------
@@ -210,7 +214,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     ax = fig.subplots()
     series, numeric_x = ({}, True) if kind == "scatter" else _series(path, rows, x, y, hue, columns)
     if kind == "scatter":
-        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale)
+        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names)
         if logx:
             ax.set_xscale("log")
     elif kind == "bar" or not numeric_x:
@@ -221,7 +225,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             ys = dict(points)
             xs = [j for j, c in enumerate(categories) if c in ys]
             ax.bar([j - 0.4 + width * (i + 0.5) for j in xs], [ys[categories[j]] * y_scale for j in xs], width,
-                   label=_legend(hue, key))
+                   label=_legend(hue, key, value_names))
         ax.set_xticks(range(len(categories)),
                       [_tick(c, x_scale) if numeric_x else c for c in categories],
                       rotation=30 if len(categories) > 6 else 0)
@@ -229,7 +233,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         styles = _styles(list(series))
         for key, points in series.items():
             ax.plot([float(p[0]) * x_scale for p in points], [p[1] * y_scale for p in points],
-                    label=_legend(hue, key), **styles[key])
+                    label=_legend(hue, key, value_names), **styles[key])
         if logx:
             ax.set_xscale("log", base=2 if _powers_of_two(series) else 10)
         xs = sorted({float(p[0]) * x_scale for pts in series.values() for p in pts})
@@ -275,7 +279,7 @@ def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option:
 
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
-             x_scale: float, y_scale: float) -> None:
+             x_scale: float, y_scale: float, names: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """Unjoined points, one colour and marker per hue value, each labelled with ``label``'s value."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
@@ -290,7 +294,7 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
         points = groups[key]
         xs = [float(r[x]) * x_scale for r in points]
         ys = [float(r[y]) * y_scale for r in points]
-        ax.scatter(xs, ys, label=_legend(hue, key), s=28, c=[style.get("color", "C0")] * len(xs),
+        ax.scatter(xs, ys, label=_legend(hue, key, names), s=28, c=[style.get("color", "C0")] * len(xs),
                    marker=style.get("marker", "o"))
         if label:
             for r, px, py in zip(points, xs, ys, strict=True):
@@ -330,14 +334,17 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
     return out
 
 
-def _legend(hue: list[str], key: tuple[str, ...]) -> str:
+def _legend(hue: list[str], key: tuple[str, ...], names: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """A series' legend entry: its hue values in the unit the legend's title names (a bandwidth
-    column titled in GB/s shows 25, not the CSV's 25000000000.0).
+    column titled in GB/s shows 25, not the CSV's 25000000000.0), or by the name ``names`` gives.
 
     >>> _legend(["kv_policy", "sweep.hardware.socket.p2p.bytes_per_s_per_port"], ("full", "25000000000.0"))
     'full, 25'
+    >>> _legend(["sweep.model"], ("../graphs/llama3_1_8b.yaml",), {"sweep.model": {"../graphs/llama3_1_8b.yaml": "8B"}})
+    '8B'
     """
-    return ", ".join(_hue_value(h, v) for h, v in zip(hue, key, strict=True)) if hue else ""
+    names = names or {}
+    return ", ".join(names.get(h, {}).get(v) or _hue_value(h, v) for h, v in zip(hue, key, strict=True)) if hue else ""
 
 
 def _hue_value(column: str, value: str) -> str:

@@ -151,9 +151,18 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
         return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
                         out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
                         logy=bool(spec.get("logy", False)),
-                        where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"))
+                        where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"),
+                        value_names=_value_names(sweep))
     except InputError as exc:
         raise _plot_section_error(sweep, csv_path, exc) from None
+
+
+def _value_names(sweep: Sweep) -> dict[str, dict[str, str]]:
+    """``sweep.<axis>`` column -> value as the CSV holds it -> the axis's label for it, for the axes
+    whose ``labels:`` name text values (a model file's path: the legend shows the label)."""
+    return {f"sweep.{axis.name}": {value: name for value, name in zip(axis.values, axis.value_labels, strict=True)
+                                   if isinstance(value, str) and name != value}
+            for axis in sweep.axes if axis.value_labels}
 
 
 #: the options of ``python -m sn40l_sim plot`` that are keys of a sweep's ``plot:`` section
