@@ -13,18 +13,17 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.engine.trace import TraceEvent
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.models.loader import load_model
 from sn40l_sim.report.chrome_trace import _lay_out, _x, build_trace, phase_events, write_trace
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.runner import simulate_experiment, simulate_points
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def main_results():
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.models.loader import load_model
-    from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.runner import simulate_points
-
     exp = load_experiment(REPO / "experiments/deepseek_tp16.yaml")
     node = load_hardware(exp.resolve(exp.spec.hardware))
     model = load_model(exp.resolve(exp.spec.model), exp.spec.model_overrides or None)
@@ -164,7 +163,6 @@ def test_a_prefill_node_of_another_clock_is_drawn_at_its_own_clock(tmp_path):
     # prefill on a socket clocked at 1.2 GHz, decode at 1.6 GHz: the prefill's kernels count the
     # prefill node's cycles, and drawing them at the decode node's clock showed them 25% shorter
     # than the prefill the same trace's request lanes and results.json report
-    from sn40l_sim.study.runner import simulate_experiment
 
     (tmp_path / "slow.yaml").write_text(f"base: {REPO / 'hw_configs/sn40l.yaml'}\nname: slow\nclock_hz: 1.2 GHz\n"
                                         "stated: {bf16_flops: 479.232 TFLOPS}\n")

@@ -15,6 +15,7 @@ from sn40l_sim.commands import cli
 from sn40l_sim.errors import InputError
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.sweep.sets import parse_sets
 from sn40l_sim.yamlio import MAX_FILE_BYTES, load_document, parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,7 +150,6 @@ def test_base_paths_resolve_against_the_base_file_not_a_decoy(tmp_path):
 
 
 def test_set_values_are_read_by_the_same_rules():
-    from sn40l_sim.study.sweep.sets import parse_sets
 
     assert parse_sets(["serving.batch=010", "a.b=2024-01-01", "c=1e3"]) == {"serving.batch": 10, "a.b": "2024-01-01",
                                                                              "c": 1000.0}
