@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sn40l_sim.ir import DTYPE_BYTES, ParallelPlan, Phase
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, ParallelPlan, Phase
 from sn40l_sim.models.families import CachedTensor
 from sn40l_sim.models.kv_format import kv_stored_bytes
 
@@ -36,7 +36,7 @@ from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
-           "kv_width", "query_head_dim"]
+           "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -127,6 +127,22 @@ def prefill_splits_rows(model: ModelSpec, plan: ParallelPlan) -> bool:
     False
     """
     return model.attention.prefill_key_source == "activations" and _row_shards(model, plan) > 1
+
+
+def prefill_key_activation_bytes_per_token(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Bytes per prompt token, on one prefill socket, of the keys and values that prefill attention
+    reads from activations (MLA's per-head keys and values, written by the QKV kernel for the
+    socket's ``ceil(heads / tp)`` query heads); 0 where it reads them from the cache (GQA). A chunk
+    of a chunked prefill attends over the earlier chunks' keys too, so it holds theirs.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> prefill_key_activation_bytes_per_token(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16))
+    5120
+    >>> prefill_key_activation_bytes_per_token(load_model("graphs/llama3_1_70b.yaml"), ParallelPlan(16))
+    0
+    """
+    attention = model.attention
+    return -(-attention.heads // plan.tp) * attention.prefill_kv_head_width() * ACT_BYTES
 
 
 def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_splits_rows
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
 from sn40l_sim.mapper.placement import MemoryPlacement
+from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.step_costs import StepCosts
 
 if TYPE_CHECKING:
@@ -65,6 +66,24 @@ class MemoryFit:
         with located("graph_options"):
             return self.prefill_costs.prefill_activation_bytes(self.prefill_len)
 
+    def _colocated_prefill_activations(self) -> int:
+        """Activations a co-located node's prefill holds at once: the whole prompt's graph, or
+        with chunked prefill (``prefill_chunk``, serving/chunked_prefill.py) the graph of one
+        chunk (compiled for the longest chunk, ``min(prefill_chunk, prompt)``: each chunk runs
+        its own length's graph) plus the earlier chunks' keys and values where attention reads
+        them from activations rather than the cache (MLA). A prompt's chunk may start as late as
+        its last token (the budget spans prompts), so up to ``prompt_len - 1`` earlier tokens'. What
+        persists across chunks, the cache written so far, is KV, sized by the caller as the whole
+        prompt's."""
+        s = self.s
+        if s.prefill_chunk is None:
+            return self._prefill_activations()
+        with located("prefill_lens"):
+            chunk_len = compiled_size(min(s.prefill_chunk, s.prompt_len), s.prefill_lens, "prefill chunk")
+        with located("graph_options"):
+            own = self.prefill_costs.prefill_activation_bytes(chunk_len)
+        return own + (s.prompt_len - 1) * prefill_key_activation_bytes_per_token(s.model, s.prefill_plan)
+
     def prefill_kv(self) -> int:
         return self._kv("prefill", self.s.prefill_plan, 1, self.prefill_len)
 
@@ -87,11 +106,12 @@ class MemoryFit:
             if s.mode == "colocated":
                 # the node also prefills: the prompt's full cache before compression (compressed
                 # into its slot in place, unless the prefill holds a split of the rows the slot
-                # replicates: MLA's), and the larger of the two phases' activations
+                # replicates: MLA's), and the larger of the two phases' activations (a chunk's,
+                # with chunked prefill)
                 in_place = 0 if prefill_splits_rows(s.model, s.prefill_plan) else \
                     self._kv("decode", s.decode_plan, 1, self.static_len)
                 kv += max(0, self.prefill_kv() - in_place)
-                act = max(act, self._prefill_activations())
+                act = max(act, self._colocated_prefill_activations())
             placement = self._placed(s.decode_plan, kv, act, store)
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]

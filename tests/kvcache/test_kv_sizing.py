@@ -12,6 +12,7 @@ from sn40l_sim.kvcache.sizing import (
     kv_bytes_per_token_layer,
     kv_sharding,
     kv_width,
+    prefill_key_activation_bytes_per_token,
 )
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -106,6 +107,24 @@ def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp, dp, batch)
     written = sum(op.kv_write_bytes for k in graph.kernels() for op in k.operators)
     assert written > 0
     assert kv_bytes_per_socket(spec, plan, batch, 4096, phase="prefill") == written
+
+
+@pytest.mark.parametrize("model", ["deepseek", "70b"])
+def test_the_prefill_keys_held_as_activations_are_those_the_attention_kernel_reads(model):
+    """Chunked prefill holds the earlier chunks' keys and values where prefill attention reads them
+    from activations (MLA): per token, what the QKV kernel writes for the attention kernel. MLA's
+    attention kernel reads Q (192 wide per head), K (192) and V (128) and writes O (128), so its
+    resident bytes are twice its keys and values; GQA's reads them from the cache."""
+    spec = deepseek_r1() if model == "deepseek" else llama(model)
+    plan, tokens = ParallelPlan(tp=16), 4096
+    graph = build_graph(spec, Shape("prefill", 1, tokens), plan, make_policy("full"))
+    (attention,) = {k.signature() for k in graph.kernels() if k.kind in ("mha", "attention")}
+    per_token = prefill_key_activation_bytes_per_token(spec, plan)
+    if model == "deepseek":
+        assert attention.resident_activation_bytes == 2 * tokens * per_token > 0
+        assert not any(op.kv_read_bytes for op in attention.operators)
+    else:
+        assert per_token == 0 and sum(op.kv_read_bytes for op in attention.operators) > 0
 
 
 def test_the_busiest_socket_holds_its_share_of_the_kv_heads_rounded_up():

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.study.assemble import assemble
+from sn40l_sim.study.experiment import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 NODE8 = REPO / "hw_configs/sn40l_node8.yaml"
@@ -63,6 +65,52 @@ def test_a_chunk_longer_than_every_prompt_is_the_colocated_run(tmp_path):
     assert chunked["chunked_prefill"] == {"chunk_tokens": 65536, "prefill_overhead_fraction": 0.0}
     small = run(tmp_path, experiment(tmp_path, serving=", mode: colocated, prefill_chunk: 256", name="small"))[0]
     assert small["chunked_prefill"]["prefill_overhead_fraction"] > 0 and small["throughput"]["requests"] == 40
+
+
+def _activation_bytes(path, phase, *args):
+    """The peak resident activations of one graph of the experiment at ``path``, built directly."""
+    asm = assemble(load_experiment(path))
+    setup = asm.setup(asm.points[0])
+    timer = asm.step_timer(setup)
+    return timer.prefill_activation_bytes(*args) if phase == "prefill" else timer.decode_activation_bytes(*args)
+
+
+def test_a_colocated_chunked_node_holds_one_chunks_activations_not_the_prompts(tmp_path):
+    whole_path = experiment(tmp_path, serving=", mode: colocated", name="whole")
+    whole = run(tmp_path, whole_path)[0]["memory"]["hbm"]
+    decode = _activation_bytes(whole_path, "decode", 8, 1024 + 24)
+    prompt = _activation_bytes(whole_path, "prefill", 1024)
+    assert whole["activations"] == max(decode, prompt) == prompt > decode
+    # a 256-token chunk runs the 256-token graph; GQA's attention reads the earlier chunks' keys
+    # from the cache, which the node holds whole either way
+    chunk_path = experiment(tmp_path, serving=", mode: colocated, prefill_chunk: 256", name="chunk")
+    chunked = run(tmp_path, chunk_path)[0]["memory"]["hbm"]
+    assert chunked["activations"] == max(decode, _activation_bytes(chunk_path, "prefill", 256)) < prompt
+    assert chunked["kv"] == whole["kv"]
+    assert chunked["free"] == whole["free"] + whole["activations"] - chunked["activations"]
+
+
+def test_a_chunk_of_an_mla_prompt_also_holds_the_earlier_chunks_keys(tmp_path):
+    """MLA's prefill attention reads per-head keys and values from activations, not the cache: a
+    chunk's attention over the earlier chunks holds theirs (up to the prompt's last token)."""
+    path = tmp_path / "mla.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: mla_chunks
+        hardware: {NODE16}
+        model: {REPO / 'graphs/deepseek_r1.yaml'}
+        parallel: {{prefill: {{tp: 16}}, decode: {{tp: 16, attention_dp: 16}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: fixed, count: 2, output_len: 4}}
+        serving: {{mode: colocated, batch: 16, batch_sizes: [16], prefill_lens: [256, 1024], max_new_tokens: 4,
+                   prefill_chunk: 256}}
+        """))
+    chunked = run(tmp_path, path)[0]["memory"]["hbm"]["activations"]
+    keys = 1023 * (128 // 16) * (192 + 128) * 2     # 1,023 earlier tokens, 128 heads over 16 sockets, BF16
+    chunk = _activation_bytes(path, "prefill", 256) + keys
+    assert chunked == max(chunk, _activation_bytes(path, "decode", 16, 1024 + 4)) == chunk
+    assert chunk < _activation_bytes(path, "prefill", 1024)
 
 
 def test_a_prefill_node_file_of_its_own(tmp_path):

@@ -14,6 +14,8 @@ the simulator asks about attention, so no other module branches on the kind:
 ``socket_kv_heads``        the KV heads a socket needs for its share of the query heads
 ``query_head_dim``         width of one query head as the prefill QKV kernel writes it
 ``prefill_key_source``     where prefill's per-head keys live (for SnapKV scoring)
+``prefill_kv_head_width``  elements per query head of the keys and values prefill
+                           attention reads from activations (0 when it reads the cache)
 ``problems``               checks across fields that the schema cannot express
 ``reference_plans``        the parallel plans ``describe`` shows the model under
 ``title``                  what ``describe`` calls the family
@@ -113,6 +115,16 @@ class AttentionSpec(StrictModel):
     @abstractmethod
     def query_head_dim(self) -> int:
         """Width of one query head as the prefill QKV kernel writes it."""
+
+    def prefill_kv_head_width(self) -> int:
+        """Elements per query head and token of the key and the value that prefill attention reads
+        from activations rather than the cache (written per head by the QKV kernel): 0 for a
+        family whose ``prefill_key_source`` is ``"cache"``; a family whose keys are activations
+        must say (chunked prefill sizes the earlier chunks' keys by it)."""
+        if self.prefill_key_source == "cache":
+            return 0
+        raise NotImplementedError(f"{type(self).__name__} reads prefill keys from activations: "
+                                  "it must give prefill_kv_head_width")
 
     def kv_width(self) -> int:
         """Elements cached per token and layer."""

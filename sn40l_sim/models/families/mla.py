@@ -300,6 +300,11 @@ class MLAAttentionSpec(AttentionSpec):
         """``qk_nope_head_dim + qk_rope_head_dim`` (192 for DeepSeek)."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
+    def prefill_kv_head_width(self) -> int:
+        """The QKV kernel's per-head key (``qk_nope + qk_rope``, 192) and value (``v_head_dim``,
+        128) that prefill attention reads (``write_qkv``)."""
+        return self.query_head_dim() + self.v_head_dim
+
     def problems(self) -> Iterator[tuple[str, str]]:
         """RoPE rotates pairs of elements."""
         if self.qk_rope_head_dim % 2:
