@@ -131,20 +131,32 @@ class PointResult:
     include_mtp: bool = False
 
 
-def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int) -> float:
-    """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node.
+def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None) -> float:
+    """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node (``node``).
 
     ``host_link``: the node's host link (set-up + latency + bytes / bandwidth). ``p2p``: the P2P
     ports of the receiving socket at the calibrated P2P efficiency (data-parallel attention puts a
-    sequence's whole cache on one socket). Both add the calibrated ``transfer_setup_s``.
+    sequence's whole cache on one socket). Both add the calibrated ``transfer_setup_s``. With
+    ``sender``, the prefill node when its hardware differs (``prefill_hardware``), a host-link
+    transfer crosses both nodes' host links: it streams at the slower one's bandwidth and waits the
+    longer set-up and latency of the two.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> slow = with_overrides(node, {"host_link.bytes_per_s": node.host_link.bytes_per_s / 8})
+    >>> transfer_seconds(node, "host_link", 2**30, sender=slow) == transfer_seconds(slow, "host_link", 2**30)
+    True
     """
-    socket = node.socket
-    setup = socket.calibrated.transfer_setup_s
+    ends = (node,) if sender is None or kind != "host_link" else (sender, node)
+    setup = max(end.socket.calibrated.transfer_setup_s for end in ends)
     if kind == "host_link":
-        if node.host_link is None:
-            raise InputError("the hardware has no host_link to carry the KV cache between nodes "
-                             "(add one, or carry it over the P2P links: kv_transfer p2p)")
-        return setup + node.host_link.latency_s + n_bytes / node.host_link.bytes_per_s
+        for end in ends:
+            if end.host_link is None:
+                raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
+                                 "(add one, or carry it over the P2P links: kv_transfer p2p)")
+        latency = max(end.host_link.latency_s for end in ends)
+        return setup + latency + n_bytes / min(end.host_link.bytes_per_s for end in ends)
+    socket = node.socket
     bandwidth = socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
     return setup + socket.p2p.latency_s + n_bytes / bandwidth
 
@@ -305,7 +317,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     transfer_bytes = 0 if colocated else s.policy.cache_len(s.prompt_len, 0) * per_token
     with located("kv_transfer"):
         transfer_cycles = 0 if colocated else math.ceil(
-            transfer_seconds(s.node, s.kv_transfer, transfer_bytes) * clock_hz)
+            transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node) * clock_hz)
 
     # compiled prompt length -> (prefill cycles, its configuration loads after a decode step)
     prefill_cycles: dict[int, tuple[int, int]] = {}
@@ -330,7 +342,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         if colocated:
             return 0
         n_bytes = s.policy.cache_len(prompt_len, 0) * per_token
-        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes) * clock_hz)
+        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node) * clock_hz)
 
     with located("requests"):
         requests = requests_for(batch * s.decode_nodes)

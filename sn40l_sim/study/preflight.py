@@ -143,7 +143,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
         check_context(setup)
         if setup.mode == "disaggregated":
             with located("kv_transfer"):
-                transfer_seconds(setup.node, setup.kv_transfer, 0)
+                transfer_seconds(setup.node, setup.kv_transfer, 0, setup.prefill_node)
         with located("prefill_lens"):
             compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
         if exp.spec.multi_model is None:   # (the models a multi_model section serves are checked as they run)

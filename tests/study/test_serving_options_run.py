@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
 
@@ -121,6 +122,20 @@ def test_a_prefill_node_file_of_its_own(tmp_path):
     big = run(tmp_path, experiment(tmp_path, top=f"prefill_hardware: {NODE16}\n", prefill_tp=16, name="big"))[0]
     assert big["prefill_hardware"] == "SN40L-16" and big["hardware"] == "SN40L-8"
     assert big["prefill_s"] < base["prefill_s"] and big["decode_step_s"] == base["decode_step_s"]
+
+
+def test_a_prefill_node_with_a_slower_host_link_sends_the_kv_at_its_speed(tmp_path):
+    """The KV leaves the prefill node over its own host link: a transfer crosses both nodes' links,
+    so the slower one sets its speed (the decode node's alone did)."""
+    base = run(tmp_path, experiment(tmp_path, name="base"))[0]
+    slow = tmp_path / "slow_link.yaml"
+    slow.write_text(f"base: {NODE8}\nname: SN40L-8-slow-link\nhost_link: {{bytes_per_s: 8 GB/s, latency_s: 1 us}}\n")
+    record = run(tmp_path, experiment(tmp_path, top=f"prefill_hardware: {slow}\n", name="slow"))[0]
+    node = load_hardware(NODE8)
+    assert node.host_link.bytes_per_s == 64e9 and record["kv_transfer_bytes"] == base["kv_transfer_bytes"] > 0
+    setup = node.socket.calibrated.transfer_setup_s + node.host_link.latency_s
+    assert base["kv_transfer_s"] == pytest.approx(setup + base["kv_transfer_bytes"] / 64e9, rel=1e-6)
+    assert record["kv_transfer_s"] == pytest.approx(setup + base["kv_transfer_bytes"] / 8e9, rel=1e-6)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
