@@ -95,12 +95,14 @@ def steady_state_rate(result: PointResult) -> float | None:
 def base_rate(exp: Experiment, rows: Sequence[TraceRow] | None) -> float:
     """The workload's own arrival rate (requests/s): a Poisson workload's ``rate_per_s``; for a
     trace (its ``rows``), the requests of its window over the window's length (to its last arrival
-    when the window runs to the end of the trace), at ``rate_scale`` 1."""
+    when the window runs to the end of the trace), at ``rate_scale`` 1. The simulator's format takes
+    its rows in any order, so the last arrival is the latest one, not the last row's."""
     workload = exp.spec.workload
     if workload.kind == "poisson":
         return float(workload.rate_per_s)
     window = select_window(rows, workload.start_s, workload.duration_s)
-    span = workload.duration_s if workload.duration_s is not None else (window[-1].arrival_s if window else 0.0)
+    last_s = max((row.arrival_s for row in window), default=0.0)
+    span = workload.duration_s if workload.duration_s is not None else last_s
     if len(window) < 2 or span <= 0:
         raise exp.error(("workload",), "a rate search on a trace needs at least two requests in its window")
     return len(window) / span
