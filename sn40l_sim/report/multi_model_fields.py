@@ -19,8 +19,56 @@ from __future__ import annotations
 
 from typing import Any
 
+from sn40l_sim.report.registry import Field
+from sn40l_sim.report.table_rows import Row
 from sn40l_sim.serving.loop import ServingLog, ServingSetup
 from sn40l_sim.serving.multi_model_specs import MultiModelRun, NodeMemory
+
+#: the ``multi_model`` group's declaration, listed with every other field by
+#: :data:`sn40l_sim.report.fields.RESULTS` (produced by an experiment's multi_model: section; the
+#: record's other served figures are those of its model's requests in that run)
+MULTI_MODEL_FIELD = Field(
+    "multi_model", "", "Several models on one node: the scheduler's run this record's model was served in "
+    "(sn40l_sim/serving/multi_model.py); the switch figures are the node's, over all its models.",
+    group="multi_model", parts=(
+        Field("scheduler", "", "The scheduler policy: on_demand, batch_by_model or prewarm.",
+              axis="scheduler", table=Row(300, "scheduler")),
+        Field("served_model", "", "The name the experiment gives this record's model.", axis="served model",
+              table=Row(301, "served model")),
+        Field("request_share", "1", "Fraction of the run's requests that asked for this model.",
+              axis="share of requests", table=Row(302, "share of requests (%)", ".1f", 100)),
+        Field("switches", "switches", "Times the node changed the model it runs (all models).",
+              axis="model switches", table=Row(303, "model switches (node)")),
+        Field("switches_to_model", "switches", "Times the node switched to this model.",
+              axis="switches to this model"),
+        Field("loads", "loads", "Times this model's weights were copied into the fast tier (prewarmed ones "
+              "included).", axis="weight loads of this model"),
+        Field("switch_time_s", "s", "Time the node waited for copies instead of computing (all models): "
+              "weights and written-back KV over the copy bandwidth.", axis="time lost to switching",
+              table=Row(304, "time lost to switching (s)", ".2f")),
+        Field("switch_time_fraction", "1", "switch_time_s over the run (first arrival to last token).",
+              axis="time lost to switching (fraction)",
+              table=Row(305, "time lost to switching (%)", ".1f", 100)),
+        Field("graph_switch_time_s", "s", "Time the node spent loading kernel configurations again where it ran "
+              "another graph than the one before (another model's, or the other phase of one; all models), "
+              "beside switch_time_s's copies.", axis="configuration reloads between graphs (s)"),
+        Field("copied_bytes", "B", "Bytes copied into the fast tier over the run (all models).",
+              axis="bytes copied in"),
+        Field("written_back_bytes", "B", "KV bytes of evicted models' decoding sequences written back to the "
+              "slow tier (all models).", axis="KV bytes written back"),
+        Field("copy_bytes_per_s", "B/s", "The node's copy bandwidth from the slow tier to the fast one.",
+              axis="copy bandwidth"),
+        Field("weight_bytes", "B", "This model's weights, node total.", axis="model weights"),
+        Field("fast_bytes", "B", "What this model holds in the fast tier while resident (weights, KV "
+              "reserved, activations), node total.", axis="fast-tier footprint of the model"),
+        Field("fast_capacity_bytes", "B", "The fast tier's usable bytes, node total.",
+              axis="fast tier usable"),
+        Field("peak_fast_bytes", "B", "Most bytes the resident models held in the fast tier at once.",
+              axis="peak fast tier held"),
+        Field("slow_capacity_bytes", "B", "The slow tier's usable bytes, node total.", axis="slow tier usable"),
+        Field("peak_slow_bytes", "B", "Most bytes the slow tier held (every model's weights and the KV "
+              "written back).", axis="peak slow tier held"),
+    ))
 
 
 def model_log(run: MultiModelRun, m: int) -> ServingLog:
