@@ -78,7 +78,9 @@ RESULTS = Fields([
     Field("tpot_s", "s", "Time per output token, mean over the served requests with more than one token "
           "((last token - first token) / (tokens - 1)).", csv=10, design=True, golden=True, axis="TPOT",
           table=Row(120, "TPOT mean (ms)", ".2f", 1e3)),
-    Field("latency", "", "Latency distributions over the served requests.", parts=(
+    Field("latency", "", "Latency distributions over the served requests. A percentile interpolates linearly "
+          "between the two nearest ranks (numpy's default: p90 of n sorted values is at rank 0.9 (n - 1) from 0), "
+          "as the SLO percentiles do; a p99 of fewer than 101 values lies between the two largest.", parts=(
         Field("ttft_s", "", "Time to first token of every served request.",
               parts=_summary("TTFT", "times to first token", "requests", Row(110, "TTFT p99 (s)", ".3f"),
                              Row(104, "TTFT p50 (s)", ".3f", shown_with="slo"),
@@ -190,12 +192,14 @@ RESULTS = Fields([
     Field("memory_prefill_node", "B", "The same for a prefill node; empty when prefill is co-located.",
           keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}"),
     # the served run
-    Field("throughput", "", "Rates of the served run (first arrival to last token); empty without a workload.",
-          parts=(
+    Field("throughput", "", "Rates of the served run (first arrival to last token, idle time between requests "
+          "included); empty without a workload.", parts=(
               Field("makespan_s", "s", "First arrival to the last token.", axis="served run makespan"),
               Field("requests", "requests", "Requests served.", axis="requests served",
                     table=Row(180, "requests served")),
-              Field("output_tokens", "tokens", "Output tokens generated.", axis="output tokens served"),
+              Field("output_tokens", "tokens", "Output tokens generated: each request's first (prefill's) "
+                    "included and, under speculative decoding, the drafts accepted, not those rejected.",
+                    axis="output tokens served"),
               Field("requests_per_s", "requests/s", "Requests per second of the run.", axis="served requests/s",
                     table=Row(200, "served requests/s", ".4f")),
               Field("output_tokens_per_s", "tokens/s", "Output tokens per second of the run.",
@@ -214,7 +218,8 @@ RESULTS = Fields([
               Field("ttft_max_s", "s", "The TTFT bound the SLO states.", axis="TTFT SLO bound"),
               Field("ttft_percentile", "1", "The percentile of TTFT the SLO bounds (90: p90).",
                     axis="TTFT SLO percentile"),
-              Field("ttft_at_percentile_s", "s", "The served TTFT at that percentile.", axis="TTFT at the SLO percentile"),
+              Field("ttft_at_percentile_s", "s", "The served TTFT at that percentile (interpolated as latency's "
+                    "percentiles are).", axis="TTFT at the SLO percentile"),
               Field("ttft_attainment", "1", "Fraction of requests whose TTFT is within the bound.",
                     axis="TTFT SLO attainment (fraction of requests)"),
               Field("tpot_max_s", "s", "The TPOT bound the SLO states.", axis="TPOT SLO bound"),
@@ -343,7 +348,8 @@ RESULTS = Fields([
               Field("wall_s", "s", "Wall-clock seconds the simulator took for the point: building, mapping and "
                     "timing its steps, and serving its workload.", axis="simulator wall time"),
               Field("ratio", "1", "simulated_s over wall_s: how many times faster than real time the point was "
-                    "simulated; empty without a workload.", axis="simulated s per wall s",
+                    "simulated; empty without a workload. Idle time between arrivals is simulated time that costs "
+                    "no work, so a trace with long gaps shows a high ratio.", axis="simulated s per wall s",
                     table=Row(400, "speed (simulated s / wall s)", ".0f")),
           )),
     # the run's own checks

@@ -13,6 +13,12 @@ All outputs are in seconds (cycles divided by the clock) or plain fractions:
 * KV occupancy: bytes of cache held by a decode node's sequences after each step, against the
   bytes reserved for its slots.
 
+Percentiles interpolate linearly between the two nearest ranks (numpy's default method, Hyndman and
+Fan's type 7): p of n sorted values is at rank ``p / 100 * (n - 1)`` counting from 0, so the p90 of
+1, 2, 3, 4 is 3.7 (below); :mod:`sn40l_sim.report.slo` uses the same for its SLO percentiles.
+Output tokens count every token once: each request's first (from prefill) and, under speculative
+decoding, the drafts a step accepts, never those it rejects.
+
 Examples
 --------
 >>> {k: round(v, 6) for k, v in summary([1.0, 2.0, 3.0, 4.0]).items()}
