@@ -93,6 +93,12 @@ RESULTS = Fields([
               "speculative decoding a step's accepted drafts come out with its token, gaps of 0 s, so the "
               "median can be 0: TPOT is the per-token figure there.",
               parts=_summary("ITL", "inter-token gaps", "inter-token gaps")),
+        Field("e2e_s", "", "End-to-end latency of every served request: arrival to its last token.",
+              parts=_summary("end-to-end latency", "end-to-end latencies", "requests")),
+        Field("queue_s", "", "Queueing delay of every served request: arrival to the start of its prefill (the "
+              "wait for a prefill node; co-located, for a free slot and the node's turn, any configuration loads "
+              "of a graph switch included). A prefilled sequence's wait for a decode slot shows in TPOT.",
+              parts=_summary("queueing delay", "queueing delays", "requests")),
     )),
     # prefill
     Field("prefill_s", "s", "One prefill of the point's prompt.", axis="prefill of one prompt",

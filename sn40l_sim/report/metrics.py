@@ -5,6 +5,7 @@ All outputs are in seconds (cycles divided by the clock) or plain fractions:
 * TTFT: arrival to the first token (the end of its prefill);
 * TPOT: per request, (last token - first token) / (output_len - 1), for requests with >1 token;
 * inter-token latency (ITL): every gap between consecutive tokens of a request;
+* end-to-end latency: arrival to the last token; queueing: arrival to the start of the prefill;
 * throughput: requests and output tokens per second of the whole run (first arrival to last
   token), and decode tokens per second of decode-step time (the tokens the steps gave, accepted
   drafts of speculative decoding included);
@@ -47,10 +48,13 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 
 
 def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
-    """TTFT, TPOT and inter-token latency summaries, in seconds."""
-    ttft, tpot, gaps = [], [], []
+    """TTFT, TPOT, inter-token, end-to-end and queueing latency summaries, in seconds."""
+    ttft, tpot, gaps, e2e, queue = [], [], [], [], []
     for r in log.requests:
-        ttft.append((r.first_token - r.request.arrival_cycle) / clock_hz)
+        arrival = r.request.arrival_cycle
+        ttft.append((r.first_token - arrival) / clock_hz)
+        e2e.append((r.finish - arrival) / clock_hz)
+        queue.append((r.prefill_start - arrival) / clock_hz)
         tokens = r.token_array()
         if tokens.size > 1:
             tpot.append(float(tokens[-1] - tokens[0]) / (tokens.size - 1) / clock_hz)
@@ -58,7 +62,8 @@ def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     # one array of every inter-token gap (a served run has some 10^5), not a list of floats; the
     # division is elementwise, so dividing once gives the same values as dividing per request
     itl = np.concatenate(gaps) / clock_hz if gaps else []
-    return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl)}
+    return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl), "e2e_s": summary(e2e),
+            "queue_s": summary(queue)}
 
 
 def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:

@@ -1,5 +1,5 @@
 """The served metrics of small workloads worked out by hand (docs/architecture.md, serving/: what
-TTFT, TPOT, throughput and the percentiles count; one cycle a millisecond, so seconds are cycles
+TTFT, TPOT, end-to-end latency, queueing, throughput and the percentiles count; one cycle a millisecond, so seconds are cycles
 over 1,000).
 
 One prefill node (a cycle per prompt token), a transfer of 5 cycles, decode steps of 10:
@@ -53,6 +53,19 @@ def test_ttft_tpot_itl_and_throughput_by_hand():
     assert served["requests_per_s"] == pytest.approx(3 / 0.285)
     # decode tokens over decode-step time: one sequence per step here, a token per 10 ms
     assert served["decode_steps"] == 6 and served["decode_tokens_per_s_observed"] == pytest.approx(100.0)
+
+
+def test_end_to_end_latency_and_queueing_by_hand():
+    lat = latencies(simulate(REQUESTS, setup()), CLOCK_HZ)
+    # arrival to the last token: 125, 215 and 285 - 50 ms
+    assert lat["e2e_s"]["mean"] == pytest.approx((0.125 + 0.215 + 0.235) / 3)
+    assert lat["e2e_s"]["max"] == pytest.approx(0.235)
+    # arrival to the start of the prefill: R1 waits for R0's, R2 for R1's (arrived at 50 ms, starts at 200)
+    assert lat["queue_s"]["mean"] == pytest.approx((0.0 + 0.100 + 0.150) / 3)
+    # co-located, two slots, prefill before decode: R0 prefills 0-100, R1 100-200, one step
+    # 200-210 (R1 done), then R2, waiting since 50 with no free slot, prefills 210-260
+    colocated = latencies(simulate(REQUESTS, setup(mode="colocated")), CLOCK_HZ)
+    assert colocated["queue_s"]["max"] == pytest.approx(0.160)
 
 
 def test_an_slo_percentile_is_interpolated_as_the_latency_percentiles_are():
