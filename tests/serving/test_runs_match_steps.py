@@ -87,6 +87,24 @@ def test_runs_give_the_step_by_step_log(mode, drafts, cache, runs):
     assert max(runs) > 1  # the workloads do have runs of steps advanced in one event
 
 
+@pytest.mark.parametrize("drafts", [1, 3])
+def test_back_pressure_and_other_draft_counts_by_runs_give_the_step_by_step_log(drafts, runs):
+    # a prefill node holding back while its memory is full of caches waiting for a decode slot
+    # (prefill_hold_tokens); the workloads' prompts are up to 200 tokens, so 200 to 1,000 tokens of
+    # room hold one to five of them
+    held_back = 0
+    for seed in range(12):
+        requests, setup = workload(seed, "disaggregated", drafts, sorted(CACHES)[seed % len(CACHES)])
+        setup = replace(setup, prefill_hold_tokens=random.Random(seed).choice([200, 400, 1000]))
+        by_steps = simulate(requests, setup, stepwise=True)
+        by_runs = simulate(requests, setup)
+        assert everything(by_runs) == everything(by_steps), f"seed {seed}"
+        assert latencies(by_runs, 1e3) == latencies(by_steps, 1e3)
+        free = simulate(requests, replace(setup, prefill_hold_tokens=None))
+        held_back += [r.prefill_start for r in free.requests] != [r.prefill_start for r in by_runs.requests]
+    assert max(runs) > 1 and held_back > 0   # runs of steps, and prefills the held caches delayed
+
+
 def prefixes(log):
     tracker = log.prefixes
     return tracker and (tracker.requests_with_prefix, tracker.hits, tracker.prefill_tokens_saved,
