@@ -217,8 +217,11 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> 
         args = {"request": req.id, "prompt_len": req.prompt_len, "output_len": req.output_len}
         if r.prefill_start >= 0:
             pid = decode_pid + r.prefill_node if colocated else first_pid + r.prefill_node
-            add(pid, 0, "prefill", _x(f"prefill req {req.id}", "prefill", 0, r.prefill_start,
-                                      r.first_token - r.prefill_start, clock_hz, args))
+            # a chunked prompt is drawn chunk by chunk: the node's decode steps run between them
+            spans = r.prefill_chunks or [(r.prefill_start, r.first_token)]
+            for i, (start, end) in enumerate(spans):
+                name = f"prefill req {req.id}" + (f" chunk {i}" if len(spans) > 1 else "")
+                add(pid, 0, "prefill", _x(name, "prefill", 0, start, end - start, clock_hz, args))
         if r.transfer_start >= 0:
             add(first_pid + r.prefill_node, 1, "KV link", _x(
                 f"KV req {req.id} -> decode {r.decode_node}", "kv_transfer", 1, r.transfer_start,

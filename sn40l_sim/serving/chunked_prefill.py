@@ -60,6 +60,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
                 log.prefill_start = env.now
             cycles = chunk_cycles(setup.prefill_cycles, done, end)
             yield cycles
+            log.prefill_chunks.append((env.now - cycles, env.now))
             serving.busy["colocated_prefill"][node.index] += cycles
             budget -= end - done
             done = end

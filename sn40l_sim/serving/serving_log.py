@@ -75,6 +75,9 @@ class RequestLog:
     slot_acquired: int = -1
     join: int = -1
     finish: int = -1
+    #: chunked prefill: the (start, end) cycles of each chunk of the prompt (empty: one prefill
+    #: from ``prefill_start`` to ``first_token``; decode steps may run between two chunks)
+    prefill_chunks: list[tuple[int, int]] = field(default_factory=list, repr=False)
     #: tokens given one at a time (the first from prefill), in order, before ``decode``'s
     single_tokens: list[int] = field(default_factory=list, repr=False)
     #: tokens given by a run of decode steps (None when every token was given one at a time)

@@ -1,7 +1,7 @@
 """Chrome traces: the main experiment's trace is valid JSON in the trace-event object format, with
 one process per socket of each phase's tensor-parallel group and per node, named threads, events
 with ts >= 0 and dur >= 0 that nest on every thread, request ids on the serving lanes, and kernel
-lanes that add up to the simulated phase."""
+lanes that add up to the simulated phase; a chunked prompt drawn chunk by chunk."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,9 @@ import pytest
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.report.chrome_trace import _lay_out, _x, build_trace, phase_events, write_trace
+from sn40l_sim.report.chrome_trace import _lay_out, _x, build_trace, phase_events, serving_events, write_trace
+from sn40l_sim.serving.loop import ServingSetup, simulate
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.runner import simulate_experiment, simulate_points
 
@@ -194,3 +196,22 @@ def test_a_prefill_node_of_another_clock_is_drawn_at_its_own_clock(tmp_path):
     decode = spans["full · decode · socket 0"]
     assert max(end for _, end in decode) - min(ts for ts, _ in decode) == pytest.approx(
         records[0]["decode_step_s"] * 1e6, rel=1e-6)
+
+
+def test_a_chunked_prompt_is_drawn_chunk_by_chunk_between_the_decode_steps():
+    # co-located, chunks of 50 tokens (a cycle each), steps of 10: R0 prefills 0-50, 50-100; R1's
+    # chunks (110-160, 170-220) take turns with R0's steps (100-110, 160-170), which one bar from
+    # R1's first chunk to its last token would hide
+    setup = ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=2, decode_step_cycles=10,
+                         prefill_cycles=lambda p: p, transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g,
+                         kv_bytes_per_token=1, slot_cache_tokens=200, prefill_chunk=50)
+    log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
+    events = [e for e in serving_events(log, 1e3, title="t", first_pid=1) if e["ph"] == "X"]
+
+    def spans(category: str) -> list[tuple[float, float]]:
+        return sorted((e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3) for e in events if e["cat"] == category)
+
+    assert spans("prefill") == [(0, 50), (50, 100), (110, 160), (170, 220)]
+    assert spans("decode_step") == [(100, 110), (160, 170), (220, 230)]
+    assert all(b <= c or d <= a for a, b in spans("prefill") for c, d in spans("decode_step"))
+    assert sum(b - a for a, b in spans("prefill")) == log.busy["colocated_prefill"][0]
