@@ -264,11 +264,13 @@ class Schedule:
 
     def doubling(self, members: list[int], sizes: list[int]) -> None:
         """Recursive doubling: in round ``r`` member ``i`` sends ``sizes[r]`` to member ``i XOR 2^r``
-        and goes on once it has received its partner's (as ``_Run.doubling``)."""
+        once both are ready for the round, and goes on once it has received its partner's (as
+        ``_Run.doubling``)."""
         p = len(members)
         ready = [0] * p
         for r, n_bytes in enumerate(sizes):
-            finished = [self.send(members[i], members[i ^ (1 << r)], n_bytes, ready[i]) for i in range(p)]
+            finished = [self.send(members[i], members[i ^ (1 << r)], n_bytes, max(ready[i], ready[i ^ (1 << r)]))
+                        for i in range(p)]
             ready = [max(finished[i], finished[i ^ (1 << r)]) for i in range(p)]
 
     def contended(self) -> bool:

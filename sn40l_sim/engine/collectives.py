@@ -23,6 +23,12 @@ Algorithms (``S`` = :attr:`Collective.bytes`, ``p`` = group, chunks are ``S/p`` 
   ``log2(p)`` rounds, in round ``r`` each member exchanging with the member ``2^r`` away the
   whole vector (all-reduce), what it has gathered so far (all-gather) or half of what is left
   (reduce-scatter). Fewest steps, most bytes: the choice for small messages. Not for all-to-all.
+  Each round is a rendezvous: a pair's messages go out once both members have reached the round
+  (each round a send-receive with its partner, whose large messages wait for the receive to be
+  posted, as MPI's rendezvous protocol does). A pair that finished a round early and started the
+  next at once took a share of links that a slower pair still needed for the round before, so one
+  faster link could slow the collective (a 16 MiB reduce-scatter on a 16-socket ring, 34.7% with
+  one link doubled; ``tests/engine/test_faster_link.py``).
 
 A socket's collectives use the same links, so the engine runs them one at a time; with idle links
 a collective always costs the same, which is why :class:`CollectiveModel` memoises them. When no
@@ -180,13 +186,17 @@ class _Run:
 
     def doubling(self, members: list[int], sizes: list[int]) -> None:
         """Recursive doubling: in round ``r`` member ``i`` sends ``sizes[r]`` bytes to member
-        ``i XOR 2^r`` and goes on once it has received its partner's."""
+        ``i XOR 2^r`` once that partner has reached round ``r`` too (a rendezvous), and goes on
+        once it has received its partner's."""
         rounds = len(sizes)
         arrived = [[self.env.event() for _ in range(rounds)] for _ in members]
+        entered = [[self.env.event() for _ in range(rounds)] for _ in members]
 
         def member(i: int):
             for r in range(rounds):
                 partner = i ^ (1 << r)
+                entered[i][r].succeed()
+                yield entered[partner][r]   # rendezvous: the partner has reached this round
                 yield self.env.process(self.send(members[i], members[partner], sizes[r]))
                 arrived[partner][r].succeed()
                 yield arrived[i][r]
