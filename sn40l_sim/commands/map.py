@@ -88,6 +88,7 @@ def _policy_entry(exp, name: str | None):
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
     from sn40l_sim.engine.collectives import CollectiveModel
+    from sn40l_sim.engine.staging import lone_collective_cycles
     from sn40l_sim.ir import Shape
     from sn40l_sim.kvcache.footprint import kv_bytes_by_use
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
@@ -173,8 +174,9 @@ def run(args: argparse.Namespace) -> int:
         raise exp.error(("shape", "batch") if args.phase == "decode" else ("shape", "prompt_len"), what) from None
     built = time.perf_counter()
     collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
-    placed = map_graph(node, graph, memory, spec.execution.kernel_looping, lambda c: collectives.run(c).cycles,
-                       spec.execution.idle_units == "priced")
+    # as run maps it: each collective timed alone, its staging through the activations' tier included
+    placed = map_graph(node, graph, memory, spec.execution.kernel_looping,
+                       lone_collective_cycles(collectives, node, memory), spec.execution.idle_units == "priced")
     mapped = time.perf_counter()
 
     socket = node.socket
@@ -190,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
     print("per socket, each kernel per call as the graph calls it: its configuration when it is not still "
-          "loaded, a loop's iterations pipelined, the collectives it waits for (each alone on the "
-          "links); kernel-call boundaries (launch, barrier) excluded")
+          "loaded, a loop's iterations pipelined, the collectives it waits for (each alone, staged "
+          "through the activations' tier); kernel-call boundaries (launch, barrier) excluded")
     print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
     print()
     print(format_table(socket, placed.kernels))

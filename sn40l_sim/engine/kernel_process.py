@@ -40,6 +40,7 @@ from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
 from sn40l_sim.engine.kernel_costs import KernelCosts, SectionCosts
 from sn40l_sim.engine.lone_sections import book_lone_section, lone_section, memory_bound
 from sn40l_sim.engine.resources import SocketResources
+from sn40l_sim.engine.staging import staged_bytes
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
 
@@ -345,8 +346,7 @@ def _collective(res: SocketResources, run: CollectiveRun, delay: int,
         run.start = env.now
         cycles = run.result.cycles
         waits = [env.timeout(cycles)] if cycles else []
-        reads = 0 if run.collective.overlapped else run.result.sent_bytes
-        staging = run.result.sent_bytes + reads if staged else 0
+        staging = staged_bytes(run.collective, run.result) if staged else 0
         if staging and cycles:
             waits.append(res.net.transfer(res.memory_path(res.staging_tier), staging, cap=staging / cycles))
             run.staged_bytes = staging

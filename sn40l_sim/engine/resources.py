@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sn40l_sim.engine.fluid import Channel, FluidNetwork
-from sn40l_sim.hardware import figures
+from sn40l_sim.engine.staging import tier_bytes_per_cycle, tln_bytes_per_cycle
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.read_ahead import read_ahead_bytes
 
@@ -83,10 +83,8 @@ class SocketResources:
         spec = node.socket
         net = net if net is not None else FluidNetwork(env)
         clock = spec.clock_hz
-        memory = {tier: net.channel(f"s{socket}.{tier}", figures.memory_bytes_per_s(spec, tier) * tier_spec.efficiency
-                                    / clock)
-                  for tier, tier_spec in spec.memory.items()}
-        tln = net.channel(f"s{socket}.tln", figures.agcus(spec) * spec.tln.bytes_per_s / clock)
+        memory = {tier: net.channel(f"s{socket}.{tier}", tier_bytes_per_cycle(spec, tier)) for tier in spec.memory}
+        tln = net.channel(f"s{socket}.tln", tln_bytes_per_cycle(spec))
         staging = staging_tier if staging_tier is not None else next(iter(memory))
         if staging not in memory:
             raise ValueError(f"socket {socket} has no memory tier {staging!r} (it has {list(memory)})")

@@ -17,7 +17,8 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
   choice; :func:`as_called` adds them, ``after_cycles``).
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
-loop's last iteration and any contention on the links. So the calls of a graph add up to a floor
+loop's last iteration and any contention on the links or in the memory tier a collective's staging
+shares with the kernels' streams. So the calls of a graph add up to a floor
 of the engine's step.
 
 Examples

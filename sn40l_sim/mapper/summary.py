@@ -3,8 +3,8 @@
 A kernel's time is one call as the graph calls it
 (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`, :mod:`.calls`): its configuration
 charged once over a run of consecutive calls of it, a looped call's iteration pipelined, and the
-collectives it waits for (timed alone on the links); the kernel-call boundaries (launch, barrier)
-are left to the engine. So a row's total is what its calls take in the graph, not ``count`` lone
+collectives it waits for (each timed alone, with its staging through the activations' tier); the
+kernel-call boundaries (launch, barrier) are left to the engine. So a row's total is what its calls take in the graph, not ``count`` lone
 calls, and the table's total is a floor of the engine's step. The ``coll us`` column is the part of
 a call spent waiting for collectives (the rest is the kernel's own).
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions
+from sn40l_sim.engine.staging import lone_collective_cycles
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
@@ -123,8 +124,9 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}" + (" idle_units=priced" if priced else "")
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
-                     place=lambda graph, memory=None: map_graph(node, graph, memory, looping,
-                                                                lambda c: collectives.run(c).cycles, priced),
+                     place=lambda graph, memory=None: map_graph(
+                         node, graph, memory, looping,
+                         lone_collective_cycles(collectives, node, memory, engine.stage_collectives), priced),
                      disk_key=disk_key, **timer_options)
 
 

@@ -62,3 +62,30 @@ def test_looping_does_not_lengthen_the_map_total(tmp_path, capsys, steps):
 def test_map_total_is_a_floor_of_the_step_within_the_boundaries(tmp_path, capsys, steps, looping):
     total = _map_total_s(_experiment(tmp_path, looping), capsys)
     assert total <= steps[looping] <= BOUNDARIES_FACTOR * total
+
+
+def _spilled(tmp_path: Path, order: list[str]) -> Path:
+    """Llama-3.1-8B decode at batch 256 on 8 sockets, looping off, the tiers filled in ``order``:
+    every call followed by its all-reduces of 2 MiB."""
+    spec = yaml.safe_load(_experiment(tmp_path, looping=False).read_text())
+    spec.update(name=f"in_{order[0]}", shape={"prompt_len": 1024, "batch": 256, "max_new_tokens": 1024},
+                workload={"kind": "fixed", "count": 256, "output_len": 1024},
+                serving={"batch": 256, "max_new_tokens": 1024}, memory={"order": order})
+    path = tmp_path / f"in_{order[0]}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _collective_waits_s(path: Path, capsys) -> float:
+    assert main(["map", str(path), "--phase", "decode"]) == 0
+    out = capsys.readouterr().out
+    return float(re.search(r"^total .*\(waiting for collectives ([\d.]+) us\)", out, re.M).group(1)) * 1e-6
+
+
+def test_collectives_staged_through_ddr_wait_longer_in_map(tmp_path, capsys):
+    # the same all-reduces on the same links: a collective writes what it receives to the
+    # activations' tier and reads what it sends from it, and DDR (about 80 GB/s a socket) takes
+    # longer than the links do, where HBM takes about a quarter of their time on 8 sockets
+    in_hbm = _collective_waits_s(_spilled(tmp_path, ["hbm", "ddr"]), capsys)
+    in_ddr = _collective_waits_s(_spilled(tmp_path, ["ddr", "hbm"]), capsys)
+    assert in_ddr > in_hbm

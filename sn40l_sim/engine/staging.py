@@ -1,0 +1,76 @@
+"""What a collective moves through its socket's memory, and what that costs a collective alone.
+
+A collective writes what it receives to the tier that holds the activations and, unless it is
+overlapped with its kernel (then it sends tiles straight from the PMUs as the kernel produces
+them), reads what it sends from there (:func:`staged_bytes`); every member sends as much as it
+receives in these collectives. The engine streams those bytes through the tier at the links' pace,
+sharing the tier with the kernels' streams (:func:`~sn40l_sim.engine.kernel_process.run_kernel`),
+so a collective lasts its links' cycles or its staging's, whichever is longer.
+
+:func:`lone_collective_cycles` gives the mapper that time for a collective alone on the socket,
+the way it already has the links' cycles: with the activations in HBM the links are the slower
+(a collective's staging at HBM's rate takes at most about half its links' time on the 16-socket
+node), but a prompt whose activations spill to DDR (about 80 GB/s a socket) stages them up to ten
+times slower than the links move them, and a mapper scoring the links alone chose plans for, and
+``map`` printed, collectives that ``run`` then timed several times longer (docs/validation.md,
+"Reading map's totals").
+
+Examples
+--------
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> round(path_bytes_per_cycle(node.socket, "hbm")), round(path_bytes_per_cycle(node.socket, "ddr"))
+(985, 50)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.hardware.units._cycles import ceil_cycles
+from sn40l_sim.ir import Collective
+from sn40l_sim.mapper.memory import all_in_first_tier
+from sn40l_sim.mapper.placement import MemoryPlacement
+
+
+def tier_bytes_per_cycle(socket: SocketSpec, tier: str) -> float:
+    """Bytes per cycle of memory tier ``tier``: all its units at their achievable fraction."""
+    return figures.memory_bytes_per_s(socket, tier) * socket.memory[tier].efficiency / socket.clock_hz
+
+
+def tln_bytes_per_cycle(socket: SocketSpec) -> float:
+    """Bytes per cycle of the top-level network: every AGCU's port onto it."""
+    return figures.agcus(socket) * socket.tln.bytes_per_s / socket.clock_hz
+
+
+def path_bytes_per_cycle(socket: SocketSpec, tier: str) -> float:
+    """A lone stream's rate to or from ``tier``: the narrower of the tier and the TLN it crosses."""
+    return min(tier_bytes_per_cycle(socket, tier), tln_bytes_per_cycle(socket))
+
+
+def staged_bytes(coll: Collective, result: CollectiveResult) -> int:
+    """Bytes ``coll`` writes to and reads from its socket's memory (see the module docstring)."""
+    reads = 0 if coll.overlapped else result.sent_bytes
+    return result.sent_bytes + reads
+
+
+def lone_collective_cycles(model: CollectiveModel, node: NodeSpec, memory: MemoryPlacement | None = None,
+                           staged: bool = True) -> Callable[[Collective], int]:
+    """A collective's cycles alone on a socket of ``node`` whose activations are placed as in
+    ``memory`` (default: all in the first tier): its links' cycles (``model``), or, with ``staged``
+    (the engine's ``stage_collectives``), its staging through the activations' tier at that tier's
+    whole rate when that takes longer. Streams that share the tier with it are left out, as the
+    mapper leaves out contention on the links."""
+    socket = node.socket
+    tier = (memory if memory is not None else all_in_first_tier(node)).tiers().activations
+    rate = path_bytes_per_cycle(socket, tier)
+
+    def cycles(coll: Collective) -> int:
+        result = model.run(coll)
+        if not staged or not result.cycles:
+            return result.cycles
+        return max(result.cycles, ceil_cycles(staged_bytes(coll, result) / rate))
+
+    return cycles
