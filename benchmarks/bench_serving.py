@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import positive_int  # noqa: E402
 
 from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.kvcache.base import slot_new_tokens  # noqa: E402
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate  # noqa: E402
 from sn40l_sim.serving.speculation import Speculation  # noqa: E402
 from sn40l_sim.serving.workload import Request  # noqa: E402
@@ -58,7 +59,7 @@ def serve_setup(drafts: int = 0) -> tuple[list[Request], ServingSetup]:
     setup = ServingSetup(mode="disaggregated", prefill_nodes=8, decode_nodes=4, slots=1024,
                          decode_step_cycles=int(0.0953 * CLOCK_HZ), prefill_cycles=lambda p: int(0.2527 * CLOCK_HZ),
                          transfer_cycles=lambda p: int(0.020 * CLOCK_HZ), cache_tokens=policy.cache_len,
-                         kv_bytes_per_token=71424, slot_cache_tokens=policy.static_cache_len(32768, 1024 + drafts),
+                         kv_bytes_per_token=71424, slot_cache_tokens=policy.static_cache_len(32768, slot_new_tokens(1024, drafts)),
                          speculation=Speculation(drafts, 0.8 if drafts else 0.0), seed=0)
     return requests, setup
 

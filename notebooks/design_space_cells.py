@@ -24,7 +24,7 @@ def step_figures(hw):
     out = {}
     for name, policy in policies.items():
         timer = step_timer(hw, model, policy, prefill_plan, decode_plan, spec.graph_options, prefill_drafts=DRAFTS)
-        kv_len = policy.static_cache_len(PROMPT, MAX_NEW + DRAFTS)
+        kv_len = policy.static_cache_len(PROMPT, SLOT_NEW)
         out[name] = batches[name] / timer.decode_step(batches[name], kv_len, DRAFTS).seconds
         if name == "snapstream":
             out["prefill_s"] = timer.prefill(PROMPT).seconds

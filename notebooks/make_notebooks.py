@@ -56,7 +56,7 @@ give)."""),
 BATCHES = [1, 16, 64, 256] if QUICK else [1, 2, 4, 8, 16, 32, 64, 128, 256]
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
 for name, timer in timers.items():
-    kv_len = policies[name].static_cache_len(PROMPT, MAX_NEW + DRAFTS)
+    kv_len = policies[name].static_cache_len(PROMPT, SLOT_NEW)
     tps = [b / timer.decode_step(b, kv_len, DRAFTS).seconds for b in BATCHES]
     limit = records[name]["max_batch"]
     ax.plot(BATCHES, tps, ":", color=COLORS[name], alpha=0.7)
@@ -92,7 +92,7 @@ for name, policy_for in variants.items():
         policy = policy_for(prompt)
         timer = timers.get(name) or step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options,
                                                 prefill_drafts=DRAFTS)
-        cache = policy.static_cache_len(prompt, MAX_NEW + DRAFTS)
+        cache = policy.static_cache_len(prompt, SLOT_NEW)
         caches.append(cache)
         tps.append(BATCH / timer.decode_step(BATCH, cache, DRAFTS).seconds)
     ax1.plot(PROMPTS, tps, "o-", color=COLORS[name], label=name)

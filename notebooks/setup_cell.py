@@ -16,6 +16,7 @@ from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.points import make_point_policy, points
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.runner import simulate_points
 
@@ -35,11 +36,13 @@ DRAFTS, MTP = exp.speculation.drafts, exp.speculation.tokens_per_step
 timers = {name: step_timer(node, model, policy, prefill_plan, decode_plan, spec.graph_options, prefill_drafts=DRAFTS)
           for name, policy in policies.items()}
 PROMPT, MAX_NEW = spec.shape.prompt_len, exp.max_new_tokens
+# rows a static decode slot holds after the prompt: the output and the last step's drafts, as run reserves
+SLOT_NEW = slot_new_tokens(MAX_NEW, DRAFTS)
 COLORS = {"full": "#c0504d", "snapstream": "#1f4e8c", "snapstream 4:1": "#7a9cc6"}
 GIB = 2**30
 print(f"{model.name} on {node.name} ({node.sockets} sockets), prompt {PROMPT:,} tokens, "
       f"prefill TP{prefill_plan.tp}, decode TP{decode_plan.tp} with attention DP{decode_plan.attention_dp}")
 for name, policy in policies.items():
-    print(f"  {name:10s} static decode cache: {policy.static_cache_len(PROMPT, MAX_NEW + DRAFTS):,} tokens per sequence")
+    print(f"  {name:10s} static decode cache: {policy.static_cache_len(PROMPT, SLOT_NEW):,} tokens per sequence")
 if QUICK:
     print("quick run (SN40L_SIM_NOTEBOOK_QUICK=1): fewer points per sweep")'''

@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.engine.collectives import CollectiveModel
     from sn40l_sim.engine.staging import lone_collective_cycles
     from sn40l_sim.ir import Shape
+    from sn40l_sim.kvcache.base import slot_new_tokens
     from sn40l_sim.kvcache.footprint import kv_bytes_by_use
     from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
     from sn40l_sim.mapper import map_graph
@@ -137,9 +138,9 @@ def run(args: argparse.Namespace) -> int:
     new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens
     if args.phase == "decode":
         # the static slot as run reserves it: the generated tokens and the drafts after the last one
-        cache_len = policy.static_cache_len(prompt_len, new_tokens + drafts)
+        cache_len = policy.static_cache_len(prompt_len, slot_new_tokens(new_tokens, drafts))
         shape = Shape("decode", batch, prompt_len, cache_len, drafts,
-                      context_len=prompt_len + new_tokens + drafts)
+                      context_len=prompt_len + slot_new_tokens(new_tokens, drafts))
     else:
         cache_len = prompt_len
         shape = Shape("prefill", batch, prompt_len, 0, drafts)   # the MTP module over the prompt
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     store = {}
     if args.phase == "decode":
         # what run reserves: the cache attention reads, the policy's state, a store in its own tier
-        footprint = policy.footprint(model, prompt_len, new_tokens + drafts)
+        footprint = policy.footprint(model, prompt_len, slot_new_tokens(new_tokens, drafts))
         uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
         kv = uses["kv"]
         store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}

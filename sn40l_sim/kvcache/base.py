@@ -112,6 +112,26 @@ class KVPolicy(ABC):
         return cls(**params)
 
 
+def slot_new_tokens(max_new_tokens: int, drafts: int) -> int:
+    """Rows a sequence's static decode slot holds after its prompt: the ``max_new_tokens`` it
+    generates and, with ``drafts`` speculative drafts per step, the last step's drafts.
+
+    A verify step writes ``1 + drafts`` rows per sequence (docs/architecture.md, speculative
+    decoding); the next step overwrites the rejected ones, but the last step's drafts land after
+    the last token, so a slot that grows with the output needs room for them
+    (:mod:`sn40l_sim.serving.speculation`). This is the one statement of that rule: pass it as the
+    ``max_new_tokens`` of :meth:`KVPolicy.static_cache_len` and :meth:`KVPolicy.footprint`, and
+    ``prompt_len`` plus it is the context a decode :class:`~sn40l_sim.ir.Shape` carries
+    (``context_len``).
+
+    Examples
+    --------
+    >>> slot_new_tokens(1024, 0), slot_new_tokens(1024, 2)
+    (1024, 1026)
+    """
+    return max_new_tokens + drafts
+
+
 POLICIES: dict[str, type[KVPolicy]] = {}
 #: the largest token count a parameter takes (the schema's largest count)
 MAX_TOKENS = 2**31 - 1

@@ -19,7 +19,8 @@ Given spec objects (node, model, KV policy, parallel plans) and the serving opti
 With ``k`` speculative drafts the decode graph runs the MTP module, whose layer has a cache of its
 own (reserved, and sent with the rest), and a step writes ``k + 1`` cache rows per sequence of which
 the rejected ones are overwritten by the next step: a static slot that grows with the generated
-tokens (a full cache) holds ``max_new_tokens + k`` of them, so the last step's rows fit.
+tokens (a full cache) holds ``max_new_tokens + k`` of them, so the last step's rows fit
+(:func:`~sn40l_sim.kvcache.base.slot_new_tokens`).
 
 The step costs and the memory placer come from the caller (the study layer's assembly step binds
 the real graph builder, mapper and placer; tests use
@@ -49,7 +50,7 @@ from sn40l_sim.engine.phase import PhaseTiming
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
-from sn40l_sim.kvcache.base import KVPolicy
+from sn40l_sim.kvcache.base import KVPolicy, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper.placement import MemoryPlacement
@@ -289,8 +290,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     include_mtp = drafts > 0
     per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
-    static_len = s.policy.static_cache_len(s.prompt_len, s.max_new_tokens + drafts)
-    footprint = s.policy.footprint(s.model, s.prompt_len, s.max_new_tokens + drafts)
+    new_tokens = slot_new_tokens(s.max_new_tokens, drafts)
+    static_len = s.policy.static_cache_len(s.prompt_len, new_tokens)
+    footprint = s.policy.footprint(s.model, s.prompt_len, new_tokens)
     check_plans(s)
     check_context(s)
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):

@@ -37,7 +37,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
-from sn40l_sim.kvcache.base import KVPolicy
+from sn40l_sim.kvcache.base import KVPolicy, slot_new_tokens
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
@@ -229,7 +229,7 @@ class Assembly:
         execution = self.experiment.spec.execution
         engine = EngineOptions(kernel_looping=execution.kernel_looping,
                                collective_algorithm=execution.collective_algorithm)
-        context_len = setup.prompt_len + setup.max_new_tokens + setup.speculation.drafts
+        context_len = setup.prompt_len + slot_new_tokens(setup.max_new_tokens, setup.speculation.drafts)
         # everything the graph builder is bound to (a template is one object per assembly)
         builds = (setup.model.model_dump_json(), repr(setup.policy), setup.prefill_plan, setup.decode_plan,
                   repr(sorted((k, v if isinstance(v, (str, int, float, bool)) else id(v)) for k, v in options.items())),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import KVPolicy, make_policy
+from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
 
@@ -139,10 +140,10 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
     # a map experiment may leave the output length out (0): its graphs then hold the prompt; a
     # speculative step also writes its drafts' rows after the last token, which run reserves
     # (serving/point.py) and the whole cache would hold too
-    new_tokens = exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens
     drafts = exp.speculation.drafts
-    need = point.prompt_len + new_tokens + drafts
-    slots = policy.static_cache_len(point.prompt_len, new_tokens + drafts)
+    new_tokens = slot_new_tokens(exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens, drafts)
+    need = point.prompt_len + new_tokens
+    slots = policy.static_cache_len(point.prompt_len, new_tokens)
     if slots > need:
         file, line = exp.doc.where(("policies", point.policy_index))
         where = f"{file}:{line}: " if line is not None else f"{file}: "
