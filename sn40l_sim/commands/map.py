@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.errors import InputError
 
 if TYPE_CHECKING:
     from sn40l_sim.hardware.spec import SocketSpec
@@ -74,37 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels to draw with --plot (default: the two that take the most time)")
 
 
-def _policy_entry(exp, name: str | None):
-    entries = exp.spec.policies
-    if name is None:
-        return 0, entries[0]
-    for i, entry in enumerate(entries):
-        if entry.name == name:
-            return i, entry
-    raise InputError(f"--policy {name!r} is not a policy of the experiment (it has "
-                     f"{[e.name for e in entries]})", file=exp.path, field="policies")
-
-
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
-    from sn40l_sim.engine.collectives import CollectiveModel
-    from sn40l_sim.engine.staging import lone_collective_cycles
-    from sn40l_sim.ir import Shape
-    from sn40l_sim.kvcache.base import slot_new_tokens
-    from sn40l_sim.kvcache.footprint import kv_bytes_by_use
-    from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
-    from sn40l_sim.mapper import map_graph
     from sn40l_sim.mapper.loops import find_loops
     from sn40l_sim.mapper.summary import collapse, format_table
-    from sn40l_sim.models.builder import build_graph
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.figure import check_figure_file
     from sn40l_sim.report.outputs import output_path
-    from sn40l_sim.serving.memory_fit import place_socket
-    from sn40l_sim.serving.step_costs import activation_bytes
-    from sn40l_sim.study.assemble import assemble, plan_of
     from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.preflight import check_mapping
+    from sn40l_sim.study.mapping import build_phase, map_phase
 
     started = time.perf_counter()
     args.plot = output_path(args.plot, "--plot")
@@ -117,79 +94,29 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
     exp = load_experiment(args.experiment)
-    spec = exp.spec
-    index, entry = _policy_entry(exp, args.policy)
-    asm = assemble(exp)
-    check_mapping(asm)   # what check refuses of a map experiment
-    point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
-        if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
-    if args.phase == "prefill" and asm.prefill_node is not None:
-        # the prefill runs on the prefill nodes' hardware (the experiment's prefill_hardware), as in run
-        asm = replace(asm, node=asm.prefill_node, prefill_node=None)
-    node, model = asm.node, asm.model_for(point)
-    policy = asm.policy(point)
-    plan = plan_of(getattr(spec.parallel, args.phase))
-    prompt_len = spec.shape.prompt_len
-    batch = args.batch if args.batch is not None else (spec.shape.batch if args.phase == "decode" else 1)
-    if batch < 1:
-        raise InputError(f"--batch must be a positive integer, got {batch}")
-    drafts = exp.speculation.drafts
-    # as run reads it (serving's, else shape's); a map experiment may leave it out (0)
-    new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens
-    if args.phase == "decode":
-        # the static slot as run reserves it: the generated tokens and the drafts after the last one
-        cache_len = policy.static_cache_len(prompt_len, slot_new_tokens(new_tokens, drafts))
-        shape = Shape("decode", batch, prompt_len, cache_len, drafts,
-                      context_len=prompt_len + slot_new_tokens(new_tokens, drafts))
-    else:
-        cache_len = prompt_len
-        shape = Shape("prefill", batch, prompt_len, 0, drafts)   # the MTP module over the prompt
-    graph = build_graph(model, shape, plan, policy, **dict(spec.graph_options))
+    built = build_phase(exp, args.phase, args.policy, args.batch)
     if args.plot_kernels is not None:
         # named kernels the graph lacks are refused before the mapping, not after its table
-        names = [k.name for k in graph.kernels()]
+        names = [k.name for k in built.graph.kernels()]
         missing = [n for n in _kernel_names(args.plot_kernels) if n not in names]
         if missing:
             raise InputError(f"--plot-kernels: no kernel named {missing} in the graph (kernels are named like "
                              f"{names[:4]})")
-    activations = activation_bytes(graph)   # resident, as run reserves them
-    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
-    include_mtp = drafts > 0
-    store = {}
-    if args.phase == "decode":
-        # what run reserves: the cache attention reads, the policy's state, a store in its own tier
-        footprint = policy.footprint(model, prompt_len, slot_new_tokens(new_tokens, drafts))
-        uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
-        kv = uses["kv"]
-        store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
-    else:
-        kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=args.phase)
-    # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does
-    try:
-        memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
-    except InfeasibleError as exc:
-        # name what chose the batch: the option, or the experiment's shape
-        what = f"{args.phase} at batch {batch}: {exc}"
-        if args.batch is not None:
-            raise InfeasibleError(f"{args.experiment}: {what}", field="--batch") from None
-        raise exp.error(("shape", "batch") if args.phase == "decode" else ("shape", "prompt_len"), what) from None
-    built = time.perf_counter()
-    collectives = CollectiveModel.from_node(node, spec.execution.collective_algorithm)
-    # as run maps it: each collective timed alone, its staging through the activations' tier included
-    placed = map_graph(node, graph, memory, spec.execution.kernel_looping,
-                       lone_collective_cycles(collectives, node, memory), spec.execution.idle_units == "priced")
-    mapped = time.perf_counter()
+    built_at = time.perf_counter()
+    placed = map_phase(built)
+    mapped_at = time.perf_counter()
 
+    spec, node, plan, entry, memory, drafts = exp.spec, built.node, built.plan, built.entry, built.memory, built.drafts
     socket = node.socket
-    print(f"{spec.name}: {model.name} on {node.name} ({node.sockets} x {socket.name}), {args.phase}, "
+    print(f"{spec.name}: {built.model.name} on {node.name} ({node.sockets} x {socket.name}), {args.phase}, "
           f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
-    print(f"shape: batch {batch}, prompt {prompt_len}" + (f", cache {cache_len} tokens per sequence"
-                                                          if args.phase == "decode" else "")
+    print(f"shape: batch {built.batch}, prompt {built.prompt_len}" + (f", cache {built.cache_len} tokens per sequence"
+                                                                      if args.phase == "decode" else "")
           + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
              if args.phase == "decode" and drafts else ""))
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
                                              for tier in memory.by_tier)
-                      for use in ("weights", "kv", "activations") + (("kv_offload",) if store else ()))
+                      for use in ("weights", "kv", "activations") + (("kv_offload",) if built.store else ()))
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
     print("per socket, each kernel per call as the graph calls it: its configuration when it is not still "
@@ -198,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
     print()
     print(format_table(socket, placed.kernels))
-    loops = find_loops([pk.kernel for pk in placed.kernels], graph)
+    loops = find_loops([pk.kernel for pk in placed.kernels], built.graph)
     looping = "on" if spec.execution.kernel_looping else "off"
     if loops:
         names = "; ".join(f"{placed.kernels[lp.first].kernel.name} .. {placed.kernels[lp.stop - 1].kernel.name} "
@@ -207,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"kernel loops: none (no run of consecutive calls of one kernel; kernel_looping {looping})")
     print(_residency_line(socket, placed.kernels))
-    print(f"built and placed in {built - started:.2f} s, mapped in {mapped - built:.2f} s "
+    print(f"built and placed in {built_at - started:.2f} s, mapped in {mapped_at - built_at:.2f} s "
           f"({len(collapse(placed.kernels))} distinct kernels)")
     if args.plot is not None:
         from sn40l_sim.mapper.plot import plot_placement

@@ -1,0 +1,164 @@
+"""One phase of an experiment built, placed in a socket's memory tiers and mapped, as ``map``
+reports it (docs/validation.md, "Reading map's totals").
+
+The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
+policy's static cache (:func:`~sn40l_sim.kvcache.base.slot_new_tokens`: the output and the last
+step's drafts) and verifying the experiment's speculative drafts; prefill one prompt at a time
+(batch 1, as the engine runs it) unless a batch is given, on the prefill nodes' hardware when the
+experiment names one (``prefill_hardware``), as ``run`` times it. Weights, KV and the resident
+activations are placed as ``run`` places them
+(:func:`~sn40l_sim.serving.memory_fit.place_socket`): in the experiment's tier order, the uses
+``memory.may_spill`` does not name kept in the first tier, the KV per socket what ``run`` reserves.
+
+Building (:func:`build_phase`) and mapping (:func:`map_phase`) are two steps, so that a caller can
+refuse what it asks of the graph (kernels to draw) before the mapping and time each step.
+
+Examples
+--------
+>>> from sn40l_sim.study.experiment import load_experiment
+>>> built = build_phase(load_experiment("experiments/map_deepseek_tp16.yaml"), "decode")
+>>> built.phase, built.batch, built.cache_len > built.prompt_len, built.plan.tp
+('decode', 16, True, 16)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.staging import lone_collective_cycles
+from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
+from sn40l_sim.kvcache.base import slot_new_tokens
+from sn40l_sim.kvcache.footprint import kv_bytes_by_use
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.mapper import map_graph
+from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.serving.memory_fit import place_socket
+from sn40l_sim.serving.step_costs import activation_bytes
+from sn40l_sim.study.assemble import assemble, plan_of
+from sn40l_sim.study.experiment import Experiment, PolicyEntry
+from sn40l_sim.study.preflight import check_mapping
+
+
+@dataclass(frozen=True)
+class PhaseGraph:
+    """One phase's graph as ``map`` builds it, with its tensors placed on one socket."""
+
+    experiment: Experiment
+    #: the experiment's ``policies`` entry the graph was built for
+    entry: PolicyEntry
+    #: the node the phase runs on (the prefill nodes' hardware for a prefill when the experiment names one)
+    node: NodeSpec
+    model: ModelSpec
+    plan: ParallelPlan
+    phase: str
+    batch: int
+    prompt_len: int
+    #: tokens of cache per sequence decode attention reads (the static slot); the prompt in prefill
+    cache_len: int
+    #: speculative drafts per sequence a decode step verifies (a prefill runs the MTP module for them)
+    drafts: int
+    graph: KernelGraph
+    #: one socket's placement of the weights, the KV and the resident activations
+    memory: MemoryPlacement
+    #: a KV policy's store in a tier of its own: tier -> bytes per socket (empty without one)
+    store: dict[str, int]
+
+
+def policy_entry(exp: Experiment, name: str | None) -> tuple[int, PolicyEntry]:
+    """The index and entry of the experiment's ``policies`` entry called ``name`` (the first if None).
+
+    Raises
+    ------
+    InputError
+        Naming ``--policy`` when no entry has that name.
+    """
+    entries = exp.spec.policies
+    if name is None:
+        return 0, entries[0]
+    for i, entry in enumerate(entries):
+        if entry.name == name:
+            return i, entry
+    raise InputError(f"--policy {name!r} is not a policy of the experiment (it has "
+                     f"{[e.name for e in entries]})", file=exp.path, field="policies")
+
+
+def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: int | None = None) -> PhaseGraph:
+    """Build ``phase``'s graph for the experiment's policy entry called ``policy`` (the first if
+    None) at ``batch`` sequences (None: ``shape.batch`` in decode, 1 in prefill), and place its
+    tensors on one socket.
+
+    Raises
+    ------
+    InputError
+        What ``map`` refuses of the experiment (:func:`~sn40l_sim.study.preflight.check_mapping`),
+        located in its file; an unknown ``policy`` or a ``batch`` below 1, naming ``--policy`` or
+        ``--batch``.
+    InfeasibleError
+        When the tensors do not fit the socket: at ``--batch`` when it was given, else at the
+        experiment's ``shape.batch`` (decode) or ``shape.prompt_len`` (prefill).
+    """
+    spec = exp.spec
+    index, entry = policy_entry(exp, policy)
+    asm = assemble(exp)
+    check_mapping(asm)   # what check refuses of a map experiment
+    point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
+        if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    if phase == "prefill" and asm.prefill_node is not None:
+        # the prefill runs on the prefill nodes' hardware (the experiment's prefill_hardware), as in run
+        asm = replace(asm, node=asm.prefill_node, prefill_node=None)
+    model = asm.model_for(point)
+    kv_policy = asm.policy(point)
+    plan = plan_of(getattr(spec.parallel, phase))
+    prompt_len = spec.shape.prompt_len
+    given = batch
+    batch = given if given is not None else (spec.shape.batch if phase == "decode" else 1)
+    if batch < 1:
+        raise InputError(f"--batch must be a positive integer, got {batch}")
+    drafts = exp.speculation.drafts
+    # as run reads it (serving's, else shape's); a map experiment may leave it out (0)
+    new_tokens = slot_new_tokens(spec.serving.max_new_tokens or spec.shape.max_new_tokens, drafts)
+    if phase == "decode":
+        # the static slot as run reserves it: the generated tokens and the drafts after the last one
+        cache_len = kv_policy.static_cache_len(prompt_len, new_tokens)
+        shape = Shape("decode", batch, prompt_len, cache_len, drafts, context_len=prompt_len + new_tokens)
+    else:
+        cache_len = prompt_len
+        shape = Shape("prefill", batch, prompt_len, 0, drafts)   # the MTP module over the prompt
+    graph = build_graph(model, shape, plan, kv_policy, **dict(spec.graph_options))
+    activations = activation_bytes(graph)   # resident, as run reserves them
+    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
+    include_mtp = drafts > 0
+    store = {}
+    if phase == "decode":
+        # what run reserves: the cache attention reads, the policy's state, a store in its own tier
+        footprint = kv_policy.footprint(model, prompt_len, new_tokens)
+        uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
+        kv = uses["kv"]
+        store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
+    else:
+        kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=phase)
+    # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does
+    try:
+        memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
+    except InfeasibleError as exc:
+        # name what chose the batch: the option, or the experiment's shape
+        what = f"{phase} at batch {batch}: {exc}"
+        if given is not None:
+            raise InfeasibleError(f"{exp.path}: {what}", field="--batch") from None
+        raise exp.error(("shape", "batch") if phase == "decode" else ("shape", "prompt_len"), what) from None
+    return PhaseGraph(exp, entry, asm.node, model, plan, phase, batch, prompt_len, cache_len, drafts, graph,
+                      memory, store)
+
+
+def map_phase(built: PhaseGraph) -> PlacedGraph:
+    """Map every kernel of the built graph on one socket of its node, with the experiment's kernel
+    looping, collective algorithm and idle-unit pricing (as ``run`` maps it)."""
+    execution = built.experiment.spec.execution
+    collectives = CollectiveModel.from_node(built.node, execution.collective_algorithm)
+    # as run maps it: each collective timed alone, its staging through the activations' tier included
+    return map_graph(built.node, built.graph, built.memory, execution.kernel_looping,
+                     lone_collective_cycles(collectives, built.node, built.memory), execution.idle_units == "priced")
