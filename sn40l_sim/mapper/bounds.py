@@ -16,7 +16,7 @@ plan found on another cannot win, so its search is skipped. The floor holds for 
   data tile;
 * **configuration**: a section's configuration covers at least the switches of the tiles in use.
 
-The objective of a plan (:func:`~sn40l_sim.mapper.kernel._plan_kernel`) is at least the reload
+The objective of a plan (:func:`~sn40l_sim.mapper.kernel_cost.plan_kernel`) is at least the reload
 charge plus, per section, the larger of the first two times its data tiles (a looped kernel's
 iteration includes each section's stream and its compute chain alike).
 

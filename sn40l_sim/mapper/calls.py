@@ -2,7 +2,7 @@
 
 :attr:`~sn40l_sim.mapper.placement.PlacedKernel.cycles` is a lone call: its configuration loaded,
 then its data tiles. The mapper chooses each kernel's plan for the way the graph calls it
-(:class:`~sn40l_sim.mapper.kernel.LoopContext`, :mod:`.kernel`), and that time is what a call
+(:class:`~sn40l_sim.mapper.kernel_cost.LoopContext`, :mod:`.kernel_cost`), and that time is what a call
 takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
 
 - a kernel called ``L`` times in a row keeps one section's configuration loaded between the calls,
@@ -48,7 +48,7 @@ from sn40l_sim.ir import copied
 from sn40l_sim.mapper.placement import PlacedKernel
 
 if TYPE_CHECKING:
-    from sn40l_sim.mapper.kernel import LoopContext
+    from sn40l_sim.mapper.kernel_cost import LoopContext
 
 #: what takes most of a call that mostly waits for its own or the previous iteration's collectives
 COLLECTIVE = "collective"

@@ -4,57 +4,9 @@ For each candidate tiling (``n_tiles`` = 1, 2, 4, ... data tiles) and each choic
 of the socket's, or one when the kernel is tiny) the kernel's sections are staged
 (:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.layout`); the
 candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles), and the
-best is tried again with every GEMM in one dataflow. Per section, with ``C`` the slowest stage or
-stream per data tile::
-
-    fill    = sum of every stage's cycles per tile + its fill and drain (hops to and from its
-              PMUs, pipeline, trees, reduction rounds) + the hand-overs between compute stages
-              (data past the neighbouring switch, a control token) + memory latency - C
-    section = fill + n_tiles x C
-
-so a kernel of one stage still pays its stage's fill and drain.
-
-and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
-
-    cycles  = sum of the sections' configuration loads + sections x (fill + n_tiles x C)
-
-with ``fill`` and ``C`` the per-section means (the fill rounded up) when there are several sections,
-and the streaming ``sections x n_tiles x C`` rounded up to whole cycles: ``C`` is a compute stage's
-(or the mesh's) whole cycles per data tile, or a memory stream's share, unrounded, since an off-chip
-stream does not pause at data-tile boundaries (:attr:`~sn40l_sim.mapper.stages.StageWork.paced_cycles`).
-Collectives stay on the kernel for the engine, which times them; but a call's overlapped ones
-(``overlapped=True``) start once its first data tile has left the pipeline and run one after the
-other on the links (:mod:`sn40l_sim.engine.kernel_process`), and the call ends when they have. So a
-call is chosen for (``overlap``, the cycles the engine will charge them, given by the caller)::
-
-    cycles + max(0, fill + C_0 + overlap - (cycles - config_0))
-
-(``C_0`` the first section's slowest stage per data tile; ``config_0`` the configuration loaded by
-the call): the collectives' time past the rest of the kernel. Its collectives that do not overlap
-start when the tiles are done, whatever the plan, and are left out. Fewer, larger data tiles
-shorten the stream but start the collectives later; ``cycles`` alone would not see it. Where the
-collectives outlast the kernel, plans of many tilings end alike; of those, the one of fewer kernel
-cycles wins (then fewer data tiles, as for every call).
-
-A kernel called ``L`` times in a row keeps its configuration loaded between the calls, so a kernel
-of one section is charged ``config / L`` per call. Run as one looped call (kernel looping,
-:mod:`.loops`) it is chosen for its time per iteration instead, the engine's
-(:func:`~.read_ahead.looped_iteration_cycles`): an iteration gets the socket when the previous
-one's tiles are done and its compute waits for that one's collectives (``gate``, the cycles the
-engine will charge them, given by the caller), then the fill, then each of the engine's ``c`` (at
-most 8) chunks of data tiles as it arrives; its first section's stream ``S`` meanwhile runs ahead into
-the PMUs, but only as many whole chunks as fit in half the SRAM (``k``, at least one) ahead of the
-compute. So, with ``C`` the slowest compute stage per data tile and ``n_0`` the data tiles of a chunk::
-
-    iteration ~ max(S + C, gate + fill + n_tiles x C)         k = c: the stream within half the SRAM
-    iteration ~ gate + fill + n_0 x C + (1 - k / c) x S + C   k < c, memory-bound, k chunks loaded during
-                                                              the gate, the rest once the first is computed
-
-and exactly the chunk-by-chunk recurrence of :mod:`.read_ahead`, which equals the engine's iteration
-but for the previous iteration's collectives staging their bytes through the same channel (a few
-hundred cycles in 400,000 at most on the shipped looped decoders). Later sections add their fill and
-stream and reload their configuration every iteration. Of plans with equal iteration times the one
-with the shorter compute chain wins.
+best is tried again with every GEMM in one dataflow. Each candidate's cycles, and the objective it
+is chosen by (a lone call, consecutive calls sharing a configuration, a looped call, overlapped
+collectives), are :mod:`.kernel_cost`'s.
 
 Examples
 --------
@@ -71,24 +23,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, plan_kernel
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.planning import (
-    plan_section,
     section_allocation,
     section_floors,
     section_part_floor,
 )
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
-from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.spending import section_calls
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
@@ -97,70 +47,6 @@ from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
-
-
-@dataclass(frozen=True)
-class LoopContext:
-    """How a kernel is called: one of ``iterations`` consecutive calls of it (its configuration
-    stays loaded between them), run as one looped call if ``pipelined``, each iteration then
-    waiting ``gate_cycles`` for the previous one's collectives; a call not looped has its
-    overlapped collectives take ``overlap_cycles`` from its first tile out; a ``resident`` kernel
-    finds its configuration loaded at every call (:mod:`.residency`). The default is a lone call
-    without collectives."""
-
-    iterations: int = 1
-    gate_cycles: int = 0
-    pipelined: bool = False
-    overlap_cycles: int = 0
-    #: units the balanced allocation leaves idle are given only where they pay for their
-    #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
-    priced: bool = False
-    resident: bool = False
-
-    @property
-    def calls_per_load(self) -> float:
-        """Calls that share one load of a one-section kernel's configuration: the run's
-        ``iterations``, or every call when it stays resident."""
-        return math.inf if self.resident else self.iterations
-
-
-#: a kernel called once
-LONE_CALL = LoopContext()
-
-
-def _plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], spills: list[int],
-                 n_tiles: int, tiers: TierSplit, chip_tiles: int, budget: UnitBudget,
-                 loop: LoopContext = LONE_CALL, planned: str = "") -> KernelPlan | None:
-    plans = []
-    for i, (start, stop) in enumerate(ranges):
-        spill_in = spills[i - 1] if i > 0 else 0
-        spill_out = spills[i] if i < len(spills) else 0
-        plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                            budget, planned, section_calls(loop, len(ranges), i))
-        if plan is None:
-            return None
-        plans.append(plan)
-    n = len(plans)
-    fill = math.ceil(sum(p.fill_cycles for p in plans) / n)
-    # a memory stream's share of a data tile is not rounded (it does not pause at tile boundaries)
-    cpt = sum(p.cycles_per_tile for p in plans) / n
-    # each section's configuration is loaded before it streams (the first one by the kernel call)
-    configs = [figures.config_cycles(socket, p.config_bytes(socket)) for p in plans]
-    cycles = sum(configs) + n * fill + ceil_cycles(n * n_tiles * cpt)
-    # one section stays loaded over consecutive calls; several replace each other every call
-    reload = configs[0] / loop.calls_per_load if n == 1 else sum(configs)
-    objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
-    if loop.overlap_cycles and not loop.pipelined:
-        # the overlapped collectives start after the fill and the first tile (the engine's
-        # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest; of
-        # plans they end alike, the one of fewer kernel cycles wins (it holds the socket for less)
-        exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
-        objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
-    if loop.pipelined:
-        # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
-        iteration = looped_iteration_cycles(socket, plans, fill, loop.gate_cycles, configs)
-        objective = (reload + iteration, sum(p.chain_cycles for p in plans))
-    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 
 
 def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
@@ -300,7 +186,7 @@ def _search_tilings(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[
             floor = floors[taken](socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
             heapq.heappush(queue, (max(bound, floor), index, taken + 1))
             continue
-        plan = _plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
+        plan = plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget, loop, planned)
         if plan is None:
             continue
         if tried is not None:

@@ -119,7 +119,7 @@ def clear_operators_keys() -> None:
 #: model's transfers do): sockets that differ only in them map every kernel alike
 UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
 #: and the one a section's plan does not read either: the configuration load rate only prices the
-#: plans against each other (:func:`~sn40l_sim.mapper.kernel._plan_kernel`), so a calibration pass that moves it re-prices
+#: plans against each other (:func:`~sn40l_sim.mapper.kernel_cost.plan_kernel`), so a calibration pass that moves it re-prices
 #: the memoised section plans instead of planning them again
 UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
 #: parts of a socket no mapping reads: the P2P ports, the TLN and the die-to-die interface (the

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sn40l_sim.mapper.allocate import _Limits
-    from sn40l_sim.mapper.kernel import LoopContext
+    from sn40l_sim.mapper.kernel_cost import LoopContext
 
 #: PCUs, PMUs and division of each stage per tile in use (no division for a memory stage)
 Units = list[tuple[int, int, Division | None]]
@@ -59,7 +59,7 @@ class Calls(NamedTuple):
     """How a section is called, as far as its idle units' worth goes: ``count`` calls share one
     load of its configuration (a kernel of one section keeps it over its run of consecutive calls),
     and each ends no sooner than ``overlap_cycles`` of collectives that start once its first data
-    tile is out (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
+    tile is out (:class:`~sn40l_sim.mapper.kernel_cost.LoopContext`)."""
 
     count: float
     overlap_cycles: int = 0

@@ -187,7 +187,7 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
     """A value the objective of the plan of one tiling (``n_tiles`` data tiles on ``chip_tiles``
     tiles within ``budget``) does not go below, from its sections' :func:`section_floor` (see the
     module docstring); ``iterations``, ``pipelined`` and ``gate_cycles`` say how the kernel is
-    called (:class:`~sn40l_sim.mapper.kernel.LoopContext`)."""
+    called (:class:`~sn40l_sim.mapper.kernel_cost.LoopContext`)."""
     pcus = budget.tile_pcus(socket.tile.pcus)
     # configuration cycles per byte, a single section's shared by consecutive calls
     per_byte = socket.clock_hz / socket.calibrated.config_load_bytes_per_s / (iterations if len(sections) == 1 else 1)

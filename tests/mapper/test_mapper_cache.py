@@ -190,8 +190,8 @@ def test_tile_choices_and_retries_skipped_change_no_plan(node, monkeypatch):
     from sn40l_sim.mapper.stages import TierSplit
 
     built = []
-    real = kernel_mod._plan_kernel
-    monkeypatch.setattr(kernel_mod, "_plan_kernel", lambda *a, **k: built.append((a, real(*a, **k))) or built[-1][1])
+    real = kernel_mod.plan_kernel
+    monkeypatch.setattr(kernel_mod, "plan_kernel", lambda *a, **k: built.append((a, real(*a, **k))) or built[-1][1])
     socket, tiers = node.socket, TierSplit.all_in("hbm")
     kernels = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
                + distinct_kernels(deepseek_graph("decode", kv_len=4096, batch=2, drafts=2))

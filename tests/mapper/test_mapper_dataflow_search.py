@@ -44,7 +44,7 @@ def _every_plan(socket, kernel, tiers, loop):
         planned = socket_key(socket, UNPLANNED_CALIBRATED)
         for budget in [NO_LIMITS] + [replace(NO_LIMITS, dataflows=(d,)) for d in NO_LIMITS.dataflows]:
             for n_tiles in kernel_mod._candidate_tiles(socket, kernel):
-                plan = kernel_mod._plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
+                plan = kernel_mod.plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
                                                loop, planned)
                 if plan is not None:
                     plans.append(plan)

@@ -69,7 +69,7 @@ CASES = {
 def _search(socket, kernel, loop, monkeypatch, prune: bool):
     """The best plan, searched cold, and every tiling planned as ``(arguments, plan)``."""
     planned = []
-    real = kernel_mod._plan_kernel
+    real = kernel_mod.plan_kernel
 
     def record(*args):
         plan = real(*args)
@@ -79,7 +79,7 @@ def _search(socket, kernel, loop, monkeypatch, prune: bool):
     clear_section_memo()
     division.clear_caches()
     with monkeypatch.context() as patch:
-        patch.setattr(kernel_mod, "_plan_kernel", record)
+        patch.setattr(kernel_mod, "plan_kernel", record)
         patch.setattr(kernel_mod, "PRUNE_TILINGS", prune)
         plan = best_plan(socket, kernel, TierSplit.all_in("hbm"), loop=loop)
     return plan, planned
