@@ -98,9 +98,7 @@ def sandbox() -> Path:
 def make_mutant(case: Case) -> str | bytes | None:
     """The mutated content of ``case.file`` (None when the mutation does not apply to it)."""
     text = (REPO / case.file).read_text(encoding="utf-8")
-    rng = random.Random(case.seed)
-    random.seed(case.seed)   # the number mutations draw their value from the module's generator
-    return MUTATIONS[case.mutation](text, rng)
+    return MUTATIONS[case.mutation](text, random.Random(case.seed))
 
 
 @contextlib.contextmanager

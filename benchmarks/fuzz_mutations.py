@@ -3,8 +3,11 @@ and a seeded generator and returns the mutant (text or bytes), or None when it d
 that file. :data:`MUTATIONS` names them; :data:`ALWAYS_INVALID` those whose mutant can never be a
 valid file (docs/robustness.md, "Fuzzing").
 
-The number mutations ``inf`` and ``huge`` draw their value from the ``random`` module's own
-generator, which :func:`fuzz.make_mutant` seeds with the case's seed.
+Every draw comes from the generator a mutation is given, never from the ``random`` module's own,
+so fuzzing leaves other users of that one alone. A number mutation draws the number to change from
+it and the new value (``inf``, ``huge``) from a second generator in the state the first was given
+in: the mutants of a seed are those the fuzzer made when the value came from the module's
+generator seeded with the case's seed.
 """
 from __future__ import annotations
 
@@ -62,15 +65,19 @@ def _quantities(data: Any) -> list[tuple]:
             and v[:1].isdigit()]
 
 
-def _set_number(value: Callable[[Any], Any]) -> Callable[[str, random.Random], str | None]:
+def _set_number(value: Callable[[Any, random.Random], Any]) -> Callable[[str, random.Random], str | None]:
     def mutate(text: str, rng: random.Random) -> str | None:
+        # the value's draws start where the case's generator did, so a seed gives the value it gave
+        # when they came from the module's generator seeded alike (the module docstring)
+        values = random.Random()
+        values.setstate(rng.getstate())
         data = parse_yaml(text, "x")[0]
         paths = _numbers(data)
         if not paths:
             return None
         path = rng.choice(paths)
         parent = _parent(data, path)
-        parent[path[-1]] = value(parent[path[-1]])
+        parent[path[-1]] = value(parent[path[-1]], values)
         return _dump(data)
     return mutate
 
@@ -227,12 +234,12 @@ MUTATIONS: dict[str, Callable[[str, random.Random], str | bytes | None]] = {
     "rename_key": rename_key,
     "unknown_key": unknown_key,
     "retype": retype,
-    "nan": _set_number(lambda v: math.nan),
-    "inf": _set_number(lambda v: random.choice([math.inf, -math.inf])),
-    "huge": _set_number(lambda v: random.choice([1e30, 2**64, 1e300])),
-    "negative": _set_number(lambda v: -abs(v) - 1),
-    "fractional": _set_number(lambda v: v + 0.5 if isinstance(v, int) else v * 1.5),
-    "zero": _set_number(lambda v: 0),
+    "nan": _set_number(lambda v, values: math.nan),
+    "inf": _set_number(lambda v, values: values.choice([math.inf, -math.inf])),
+    "huge": _set_number(lambda v, values: values.choice([1e30, 2**64, 1e300])),
+    "negative": _set_number(lambda v, values: -abs(v) - 1),
+    "fractional": _set_number(lambda v, values: v + 0.5 if isinstance(v, int) else v * 1.5),
+    "zero": _set_number(lambda v, values: 0),
     "bad_unit": bad_unit,
     "date_value": date_value,
     "non_text_key": non_text_key,

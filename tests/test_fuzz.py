@@ -9,6 +9,7 @@ traceback, no hang), or it is a valid file; one that can never be valid is alway
 from __future__ import annotations
 
 import importlib.util
+import random
 import shutil
 import sys
 from pathlib import Path
@@ -55,3 +56,17 @@ def test_mutations_that_cannot_be_valid_are_refused_in_every_file_kind(mutation)
                  "experiments/reference/snapstream_paper.yaml"):
         result = fuzz.run_case(_SANDBOX[-1], fuzz.Case(file, mutation, 5), timeout_s=20)
         assert result is None or result.outcome == "exit 2, one line", (file, result)
+
+
+@pytest.mark.parametrize("mutation", ["inf", "huge", "rename_key", "binary"])
+def test_a_mutant_comes_from_its_seed_alone_and_leaves_the_global_generator_alone(mutation):
+    # the number's value and every other draw come from the case's own generators: whatever the
+    # module's generator did before, a seed gives one mutant, and the module's sequence goes on
+    case = fuzz.Case("hw_configs/sn40l.yaml", mutation, 11)
+    random.seed(3)
+    first = fuzz.make_mutant(case)
+    expected_next = random.Random(3).random()
+    assert random.random() == expected_next
+    random.seed(4)
+    random.random()
+    assert fuzz.make_mutant(case) == first and first is not None
