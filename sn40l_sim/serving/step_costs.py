@@ -112,7 +112,7 @@ class StepTimer:
     engine : EngineOptions, optional
         Engine knobs (collective algorithm, chunking, call overhead).
     context_len : int, optional
-        Tokens of context a sequence has at most in decode (prompt + max_new_tokens): the
+        Tokens of context a sequence has at most in decode (prompt + max_new_tokens + drafts): the
         decode shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy whose
         decode work grows with the whole context. 0 (default): not given.
     disk_key : str, optional

@@ -175,7 +175,7 @@ class ArkVale(Budgeted):
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         if shape.context_len <= 0:
             raise InputError(f"KV policy {self.name!r} scores every page of the context each step: the "
-                             "decode shape must carry context_len (prompt + max_new_tokens)", field="context_len")
+                             "decode shape must carry context_len (prompt + max_new_tokens + drafts)", field="context_len")
         if shape.context_len <= self.budget:
             return []
         return [self._recall_kernel(model, shape, plan)]
