@@ -279,7 +279,9 @@ class Shape:
     phase: Phase
     batch: int
     prompt_len: int
-    #: tokens of cache each sequence's attention reads in decode (after any compression)
+    #: tokens of cache each sequence's attention reads in decode (after any compression); in
+    #: prefill, the prompt's tokens cached before these ``prompt_len`` rows (a later chunk of a
+    #: chunked prefill: its attention also covers them), 0 for a whole prompt
     kv_len: int = 0
     #: speculative decoding: draft tokens per sequence a decode step verifies (it runs the main
     #: model over ``1 + drafts`` query rows per sequence and the draft model ``drafts`` times);

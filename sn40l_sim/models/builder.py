@@ -101,7 +101,8 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     model : ModelSpec
     shape : Shape
         ``phase``, ``batch``, ``prompt_len`` (prefill), ``kv_len`` (tokens each sequence's
-        decode attention reads, after any compression) and ``drafts`` (speculative draft tokens a
+        decode attention reads, after any compression; in prefill, the prompt's tokens cached
+        before a chunk's rows) and ``drafts`` (speculative draft tokens a
         decode step verifies; the MTP module drafts them, so a model needs an ``mtp`` section).
     plan : ParallelPlan
         ``tp`` sockets share the weights; ``attention_dp`` (a divisor of ``tp``) splits the
@@ -224,6 +225,8 @@ def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
         raise InputError(f"shape: batch must be >= 1, got {shape.batch}")
     if shape.phase == "prefill" and shape.prompt_len < 1:
         raise InputError(f"shape: prefill needs prompt_len >= 1, got {shape.prompt_len}")
+    if shape.kv_len < 0:
+        raise InputError(f"shape: kv_len must be >= 0 (cached tokens attention reads), got {shape.kv_len}")
     if shape.phase == "decode" and shape.kv_len < 1:
         raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
     if not 0 <= shape.drafts <= MAX_DRAFTS:

@@ -6,6 +6,9 @@ the formulas use, so each formula reads like the arithmetic it is:
 ``queries``
     query rows per sequence: the prompt in prefill; in decode the new token plus the drafts a
     speculative step verifies, ``1 + drafts``.
+``earlier``
+    prefill: tokens of the prompt already cached before these rows (``Shape.kv_len``: a later chunk
+    of a chunked prefill, whose attention covers them too); 0 in decode.
 ``tokens``
     rows through the tensor-parallel layers, ``batch * queries``; activations in TP layout are
     replicated, so every socket sees all of them.
@@ -105,6 +108,11 @@ class Ctx:
         if self.phase == "prefill":
             return self.shape.prompt_len
         return 1 + self.shape.drafts
+
+    @property
+    def earlier(self) -> int:
+        """Prefill: tokens of the prompt cached before these rows (module docstring); 0 in decode."""
+        return self.shape.kv_len if self.phase == "prefill" else 0
 
     @property
     def tokens(self) -> int:

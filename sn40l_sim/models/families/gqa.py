@@ -10,7 +10,8 @@ all-to-alls switch layouts around the attention, as for MLA.
 
 The cache holds K and V: ``kv_len * kv_heads * head_dim * 2 * kv_bytes`` per layer and sequence.
 Prefill attention is causal FlashAttention reading K/V tiles from the cache the QKV kernel wrote
-(once per query tile and KV head); decode attention streams the whole cache once, for all the
+(once per query tile and KV head; a later chunk of a chunked prefill also reads the earlier
+chunks' from it); decode attention streams the whole cache once, for all the
 ``queries = 1 + drafts`` rows of a sequence in a speculative verify step (the ``group x queries``
 query rows of a KV head form one GEMM against it).
 """
@@ -84,7 +85,7 @@ def kv_cache_write(c: Ctx) -> list[Step]:
 
 def _tiles(c: Ctx):
     f = c.template.flash
-    return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv)
+    return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
 
 
 def _kv_stream(c: Ctx) -> int:

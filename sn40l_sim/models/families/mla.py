@@ -10,7 +10,11 @@ Prefill runs the non-absorbed form, heads split over sockets: each socket expand
 HBM for the attention kernel, and writes its ``1 / tp`` share of the prompt's latent rows to the
 KV cache (the latent is shared by heads, so the sockets split it by tokens for the transfer to the
 decode node). Attention is causal FlashAttention over ``flash.block_q x flash.block_kv`` tiles
-(:mod:`sn40l_sim.models.flash`), K/V tiles streamed from HBM once per query tile.
+(:mod:`sn40l_sim.models.flash`), K/V tiles streamed from HBM once per query tile. A later chunk
+of a chunked prefill (``Shape.kv_len`` earlier tokens) attends over the earlier chunks' per-head
+keys and values too, which the node holds as activations from their QKV kernels (sized in
+``serving/memory_fit.py``) rather than rebuilding them from the cached latents: their ``kv_b``
+up-projection is not repeated, the chunk only streams them.
 
 Decode runs the absorbed form: ``W_UK`` (the K half of ``kv_b``) is folded into the query in the TP
 layout (``q_absorb``: per head ``[B, 128] @ [128, 512]``), an all-to-all moves the 576-wide queries
@@ -118,11 +122,16 @@ def write_latent_cache(c: Ctx) -> list[Step]:
                   kv_write_elements=size)
 
 
+def _tiles(c: Ctx) -> list[tuple[int, int, int]]:
+    """The computed tile pairs of the prompt's rows, over the keys of any earlier chunks too."""
+    f = c.template.flash
+    return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
+
+
 def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> list[Step]:
     """One GEMM per tile shape of causal attention; ``n_dim=None`` means the QK^T product."""
     steps: list[Step] = []
-    f = c.template.flash
-    for i, (rows, cols, pairs) in enumerate(causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv)):
+    for i, (rows, cols, pairs) in enumerate(_tiles(c)):
         count = c.seqs * c.attn_heads * pairs
         m, n, k = (rows, cols, k_dim) if n_dim is None else (rows, n_dim, cols)
         steps += c.gemm(name if i == 0 else f"{name}#{i + 1}", m, n=n, k=k, count=count,
@@ -133,12 +142,12 @@ def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> lis
 def _kv_stream(c: Ctx, name: str, width: int) -> dict:
     """The reads of the K or V tiles (``name``, ``width`` per head), streamed once per computed
     tile pair: the tensor's first full read, and the re-reads of the later query tiles (traffic,
-    not resident memory)."""
-    f = c.template.flash
-    tiles = sum(cols * pairs for _, cols, pairs in causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv))
+    not resident memory). A later chunk reads the earlier chunks' keys and values too: the
+    activations the QKV kernels of those chunks wrote, held for it (``serving/memory_fit.py``)."""
+    tiles = sum(cols * pairs for _, cols, pairs in _tiles(c))
+    keys = c.earlier + c.shape.prompt_len
     per_row = c.seqs * c.attn_heads * width * ACT
-    return dict(reads=((name, c.shape.prompt_len * per_row),),
-                rereads=((name, (tiles - c.shape.prompt_len) * per_row),))
+    return dict(reads=((name, keys * per_row),), rereads=((name, (tiles - keys) * per_row),))
 
 
 def mha_qk(c: Ctx) -> list[Step]:
@@ -153,9 +162,7 @@ def mha_qk(c: Ctx) -> list[Step]:
 
 def _mha_scores(c: Ctx) -> int:
     """Scores computed over the causal tile pairs."""
-    f = c.template.flash
-    return c.seqs * c.attn_heads * sum(r * cl * n for r, cl, n in causal_tile_pairs(c.shape.prompt_len, f.block_q,
-                                                                                     f.block_kv))
+    return c.seqs * c.attn_heads * sum(r * cl * n for r, cl, n in _tiles(c))
 
 
 def mha_softmax(c: Ctx) -> list[Step]:
