@@ -9,10 +9,20 @@ runs one static graph at a time, so a chunk and a decode step run one after the 
 fused into one batch: a decode step waits for at most ``C`` tokens of prefill.
 
 A chunk of prompt tokens ``[start, end)`` costs ``prefill(end)`` cycles when it starts the prompt,
-else ``max(prefill(end - start), prefill(end) - prefill(start))``: the graph compiled for the chunk's
-length, or what the prompt costs beyond the tokens already prefilled, whichever is larger (the
-second keeps the attention over the earlier chunks' keys). The chunks of a prompt therefore cost at
-least its unchunked prefill: the price of the lower interference. The budget spans prompts (a turn
+else those of its own graph (compiled for its length ``end - start``) whose attention also covers
+the ``start`` earlier tokens, reading their keys and values from where the earlier chunks left them
+(the cache; MLA's per-head keys from activations): a :class:`~sn40l_sim.ir.Shape` of phase
+``prefill`` with ``kv_len = start`` (:mod:`sn40l_sim.models.flash`). So a chunk costs more the later
+it comes, as its queries meet more keys. Graphs are timed at the multiples of the chunk size and
+a chunk starting between two of them (the budget spans prompts, so a prompt may start mid-turn)
+interpolated linearly (:func:`interpolated_chunk_cycles`), which bounds the graphs to time
+however the prompts split. The chunks of a prompt cost at least its unchunked prefill where the
+fixed costs of a call (configuration, weights streamed per call) outweigh the attention saved
+by the chunks' finer causal masking (a whole prompt computes its diagonal tiles' masked halves in
+full, a chunk only its own), as it does for the shipped models (tests/study/test_chunk_costs.py):
+the price of the lower interference. Not modelled: a compressing KV policy's prefill kernels
+(SnapKV's selection) run in every chunk's graph over that chunk's tokens, where a real server would
+run them once, after the last chunk, over the whole prompt. The budget spans prompts (a turn
 finishes one prompt and starts the next), so a chunk at least as long as all the prompts that ever
 wait at once gives exactly the unchunked schedule; one as long as a single prompt may still split
 the second of two waiting prompts. Every turn switches graphs twice, so each chunk and each decode
@@ -20,22 +30,37 @@ step after one first loads the configurations the other graph took (the loop's `
 
 Examples
 --------
->>> chunk_cycles(lambda p: p * p, 0, 4), chunk_cycles(lambda p: p * p, 4, 8), chunk_cycles(lambda p: 100 + p, 4, 8)
-(16, 48, 104)
+A call's fixed 100 cycles, 1 per token and 1 per (query, earlier key) pair:
+
+>>> timed = lambda tokens, earlier: 100 + tokens + tokens * earlier
+>>> [interpolated_chunk_cycles(timed, 4, start, 4) for start in (0, 4, 6, 8)]
+[104, 120, 128, 136]
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from typing import Any
 
 from sn40l_sim.serving.scheduler import Wait
 
 
-def chunk_cycles(prefill_cycles: Callable[[int], int], start: int, end: int) -> int:
-    """Cycles of prefilling prompt tokens ``[start, end)`` after ``start`` tokens were prefilled."""
+def interpolated_chunk_cycles(timed: Callable[[int, int], int], chunk: int, earlier: int, tokens: int) -> int:
+    """Cycles of a chunk of ``tokens`` after ``earlier`` tokens of its prompt, from ``timed(tokens,
+    earlier)`` called only at multiples of ``chunk``: exact at one, linear between the two around it."""
+    low = earlier // chunk * chunk
+    at_low = timed(tokens, low)
+    if low == earlier:
+        return at_low
+    return at_low + math.ceil((timed(tokens, low + chunk) - at_low) * (earlier - low) / chunk)
+
+
+def chunk_cycles(setup: Any, start: int, end: int) -> int:
+    """Cycles of prefilling prompt tokens ``[start, end)`` after ``start`` tokens were prefilled
+    (``setup`` a :class:`~sn40l_sim.serving.setup.ServingSetup` with ``prefill_chunk_cycles``)."""
     if start == 0:
-        return prefill_cycles(end)
-    return max(prefill_cycles(end - start), prefill_cycles(end) - prefill_cycles(start))
+        return setup.prefill_cycles(end)
+    return setup.prefill_chunk_cycles(start, end - start)
 
 
 def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wait, None, None]:
@@ -58,7 +83,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
             yield from serving.switch_to(node, "prefill", log.request.prompt_len)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
-            cycles = chunk_cycles(setup.prefill_cycles, done, end)
+            cycles = chunk_cycles(setup, done, end)
             yield cycles
             log.prefill_chunks.append((env.now - cycles, env.now))
             serving.busy["colocated_prefill"][node.index] += cycles

@@ -3,7 +3,8 @@
 Shipped with the package (as httpx ships its mock transport) so that serving studies and tests can
 pin the serving logic to known numbers without building, mapping or simulating any graph:
 
-* a prefill of ``L`` tokens costs ``cycles_per_token[kind] x L`` cycles for each kernel kind;
+* a prefill of ``L`` tokens costs ``cycles_per_token[kind] x L`` cycles for each kernel kind; a
+  chunk of ``L`` tokens after ``S`` cached ones adds ``prefill_cycles_per_earlier_pair x L x S``;
 * a decode step costs ``decode_base_cycles + decode_cycles_per_cached_token x batch x kv_len``,
   plus ``decode_cycles_per_draft x batch x drafts`` when it verifies speculative drafts;
 * every graph's activations take ``activation_bytes``;
@@ -45,6 +46,9 @@ class FixedStepCosts:
     ----------
     prefill_cycles_per_token : dict
         Kernel kind -> cycles per prompt token.
+    prefill_cycles_per_earlier_pair : int
+        A later chunk's attention over the earlier chunks' keys: cycles per (query, earlier key)
+        pair (kernel kind ``earlier_keys``).
     decode_base_cycles : int
         Cycles of a decode step whatever its batch and cache.
     decode_cycles_per_cached_token : int
@@ -56,13 +60,15 @@ class FixedStepCosts:
     decode_cycles_per_draft : int
         Cycles per draft token verified (``batch x drafts`` of them per step).
     calls : list
-        ``("prefill", L)`` and ``("decode", batch, kv_len)`` (``("decode", batch, kv_len, drafts)``
+        ``("prefill", L)`` (``("prefill", L, S)`` for a chunk after ``S`` cached tokens) and
+        ``("decode", batch, kv_len)`` (``("decode", batch, kv_len, drafts)``
         with drafts) in call order.
     memory : dict
         ``"prefill"`` / ``"decode"`` -> the memory placement of the last such call (or None).
     """
 
     prefill_cycles_per_token: dict[str, int] = field(default_factory=lambda: {"mha": 700, "moe_ffn": 300})
+    prefill_cycles_per_earlier_pair: int = 1
     decode_base_cycles: int = 40_000_000
     decode_cycles_per_cached_token: int = 10
     decode_cycles_per_draft: int = 0
@@ -71,11 +77,14 @@ class FixedStepCosts:
     calls: list = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
 
-    def prefill(self, prompt_len: int, memory: Any = None) -> PhaseTiming:
-        """Cycles per token of every kernel kind, times ``prompt_len``."""
-        self.calls.append(("prefill", prompt_len))
+    def prefill(self, prompt_len: int, memory: Any = None, earlier: int = 0) -> PhaseTiming:
+        """Cycles per token of every kernel kind, times ``prompt_len``; a chunk after ``earlier``
+        cached tokens adds :attr:`prefill_cycles_per_earlier_pair` per (query, earlier key) pair."""
+        self.calls.append(("prefill", prompt_len) + ((earlier,) if earlier else ()))
         self.memory["prefill"] = memory
         kinds = {kind: rate * prompt_len for kind, rate in self.prefill_cycles_per_token.items()}
+        if earlier:
+            kinds["earlier_keys"] = self.prefill_cycles_per_earlier_pair * prompt_len * earlier
         return fixed_timing("prefill", kinds, length=prompt_len, clock_hz=self.clock_hz)
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0, memory: Any = None) -> PhaseTiming:

@@ -57,6 +57,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
+from sn40l_sim.serving.chunked_prefill import interpolated_chunk_cycles
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching
@@ -321,18 +322,22 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         transfer_cycles = 0 if colocated else math.ceil(
             transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node) * clock_hz)
 
-    # compiled prompt length -> (prefill cycles, its configuration loads after a decode step)
-    prefill_cycles: dict[int, tuple[int, int]] = {}
+    # (compiled prompt length, earlier tokens of a chunk) -> (prefill cycles, its configuration
+    # loads after a decode step)
+    prefill_cycles: dict[tuple[int, int], tuple[int, int]] = {}
 
-    def prefill_of(prompt_len: int) -> tuple[int, int]:
-        size = compiled_size(prompt_len, s.prefill_lens, "prompt length")
-        if size not in prefill_cycles:
-            timing = prefill_costs.prefill(size, memory=prefill_node_memory)
+    def prefill_of(prompt_len: int, earlier: int = 0) -> tuple[int, int]:
+        key = compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
+        if key not in prefill_cycles:
+            timing = prefill_costs.prefill(key[0], memory=prefill_node_memory, earlier=earlier)
             cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
             if s.prefill_node is not None:   # the serving loop counts the decode node's clock
                 cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
-            prefill_cycles[size] = cycles, switch
-        return prefill_cycles[size]
+            prefill_cycles[key] = cycles, switch
+        return prefill_cycles[key]
+
+    def chunk_for(earlier: int, tokens: int) -> int:
+        return interpolated_chunk_cycles(lambda n, e: prefill_of(n, e)[0], s.prefill_chunk or 1, earlier, tokens)
 
     def prefill_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[0]
@@ -364,7 +369,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
                          speculation=s.speculation, seed=s.seed,
                          prefix_caching=prefix_caching(s, per_token, free_tokens),
-                         prefill_chunk=s.prefill_chunk, decode_switch_cycles=int(decode.switch_load_cycles),
+                         prefill_chunk=s.prefill_chunk, prefill_chunk_cycles=chunk_for if s.prefill_chunk else None,
+                         decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,
                          prefill_hold_tokens=None if colocated else free_tokens)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve

@@ -49,6 +49,10 @@ class ServingSetup:
     prefill_chunk : int or None
         Co-located: prompt tokens prefilled between two decode steps
         (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
+    prefill_chunk_cycles : callable or None
+        With ``prefill_chunk``: ``(earlier, tokens) -> cycles`` of a chunk of ``tokens`` prompt
+        tokens after ``earlier`` of the same prompt were prefilled (its attention covers those
+        too, so it grows with ``earlier``); required with ``prefill_chunk``.
     decode_switch_cycles : int
         Co-located: configuration loads before the first decode step after a prefill (the decode
         graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
@@ -75,11 +79,15 @@ class ServingSetup:
     seed: int = 0
     prefix_caching: PrefixCaching | None = None
     prefill_chunk: int | None = None
+    prefill_chunk_cycles: Callable[[int, int], int] | None = None
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
     prefill_hold_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.prefill_chunk is not None and self.prefill_chunk_cycles is None:
+            raise ValueError("prefill_chunk needs prefill_chunk_cycles: what a later chunk costs, its attention "
+                             "over the earlier chunks' keys included")
         # the prefixes a prefill node keeps share its hold room: kept beyond it, a node held back
         # with no transfer pending would wait for one that never comes (nothing wakes it)
         if self.prefix_caching is not None and self.prefill_hold_tokens is not None:

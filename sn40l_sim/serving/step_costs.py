@@ -65,8 +65,9 @@ class StepCosts(Protocol):
     """What the serving model needs to know about steps: their timings, and the activation bytes
     of their graphs (the working set that memory sizing reserves)."""
 
-    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
-        """Timing of the prefill of one prompt (batch 1), its tensors where ``memory`` put them."""
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None, earlier: int = 0) -> PhaseTiming:
+        """Timing of the prefill of one prompt (batch 1), its tensors where ``memory`` put them; or,
+        with ``earlier`` > 0, of a chunk of ``prompt_len`` tokens after ``earlier`` cached ones."""
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
                     memory: MemoryPlacement | None = None) -> PhaseTiming:
@@ -154,11 +155,16 @@ class StepTimer:
         self._graphs: dict[Shape, KernelGraph] = graphs if graphs is not None else {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
-    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None) -> PhaseTiming:
+    def prefill(self, prompt_len: int, memory: MemoryPlacement | None = None, earlier: int = 0) -> PhaseTiming:
         """Timing of the prefill of one prompt of ``prompt_len`` tokens (batch 1), its tensors
-        where ``memory`` placed them (default: all in the socket's first memory tier)."""
+        where ``memory`` placed them (default: all in the socket's first memory tier). With
+        ``earlier`` > 0: a later chunk of a chunked prefill, ``prompt_len`` tokens whose attention
+        also covers the ``earlier`` tokens of the prompt already cached (its own graph: the
+        :attr:`~sn40l_sim.ir.Shape.kv_len` of a prefill shape)."""
         _positive("prompt_len", prompt_len)
-        return self._timed(_prefill_shape(prompt_len, self.prefill_drafts), memory)
+        if isinstance(earlier, bool) or not isinstance(earlier, int) or earlier < 0:
+            raise InputError(f"earlier must be an integer >= 0, got {earlier!r}", field="earlier")
+        return self._timed(_prefill_shape(prompt_len, self.prefill_drafts, earlier), memory)
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
                     memory: MemoryPlacement | None = None) -> PhaseTiming:
@@ -231,8 +237,8 @@ class StepTimer:
                           repr(list(signatures)), repr(sequence), repr(edges), where])
 
 
-def _prefill_shape(prompt_len: int, drafts: int = 0) -> Shape:
-    return Shape("prefill", 1, prompt_len, 0, drafts)
+def _prefill_shape(prompt_len: int, drafts: int = 0, earlier: int = 0) -> Shape:
+    return Shape("prefill", 1, prompt_len, earlier, drafts)
 
 
 def _decode_shape(batch: int, kv_len: int, drafts: int = 0, context_len: int = 0) -> Shape:

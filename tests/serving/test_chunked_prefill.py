@@ -13,9 +13,12 @@ from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import Request
 
 SETUP = ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=2, slots=8, decode_step_cycles=100,
-                     # a fixed cost per prefill call (the graph's set-up), so that chunks cost more
+                     # a fixed cost per prefill call (the graph's set-up), so that chunks cost more, and
+                     # attention of a cycle per 32 (query, key) pairs: a later chunk's queries meet
+                     # the earlier chunks' keys too
                      prefill_cycles=lambda p: 3000 + 2 * p + p * p // 64, transfer_cycles=lambda p: 0,
-                     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=2200)
+                     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=2200,
+                     prefill_chunk_cycles=lambda s, n: 3000 + 2 * n + (n * n + 2 * s * n) // 64)
 
 
 def requests(n=120, seed=0):

@@ -1,0 +1,78 @@
+"""A later chunk of a chunked prefill costs at least as much as an earlier one: its queries also
+attend over the earlier chunks' keys (serving/chunked_prefill.py, models/flash.py), timed with the
+real builder, mapper and engine for GQA (Llama-3.1-70B) and MLA (DeepSeek-R1).
+
+Expected, and asserted: with chunks of one length, a chunk's cycles do not fall with its position
+and no chunk is cheaper than the first; only the attention kernels grow (the other kernels run the
+same rows); and the chunks of a prompt cost at least its unchunked prefill, since every chunk
+repeats a call's fixed costs (configuration, weights streamed per layer) while the attention they
+compute together is at most the whole prompt's (a chunk's causal mask skips tiles the whole
+prompt's diagonal tiles compute in full)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.serving.batching import compiled_size
+from sn40l_sim.study.assemble import assemble
+from sn40l_sim.study.experiment import load_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+ATTENTION = {"attention", "mha"}
+
+
+def _timer(model: str, prompt_len: int):
+    exp = load_experiment(REPO / "experiments/chunked_prefill.yaml")
+    exp = replace(exp, spec=exp.spec.model_copy(update={"model": str(REPO / model)})) if model else exp
+    asm = assemble(exp)
+    setup = asm.setup(asm.points[0])
+    setup = replace(setup, prompt_len=prompt_len) if prompt_len != setup.prompt_len else setup
+    return setup, asm.step_timer(setup)
+
+
+@pytest.mark.parametrize("model, prompt_len, chunk", [
+    ("", 8192, 1024), ("", 8192, 2048), ("", 8192, 3000), ("graphs/deepseek_r1.yaml", 16384, 4096)])
+def test_a_later_chunk_costs_no_less_and_the_chunks_no_less_than_the_prompt(model, prompt_len, chunk):
+    setup, timer = _timer(model, prompt_len)
+    starts = range(0, prompt_len, chunk)
+    timings = [timer.prefill(compiled_size(min(prompt_len, s + chunk) - s, setup.prefill_lens, "chunk"), earlier=s)
+               for s in starts]
+    cycles = [t.cycles for t in timings]
+    assert cycles == sorted(cycles) and min(cycles) == cycles[0] < cycles[-1]
+    # the chunks' own work is the same wherever they come; what grows is attention
+    for t in timings[1:]:
+        same = {k for k in t.kernel_cycles if k not in ATTENTION}
+        assert {k: t.kernel_cycles[k] for k in same} == {k: timings[0].kernel_cycles[k] for k in same}
+    whole = timer.prefill(compiled_size(prompt_len, setup.prefill_lens, "prompt")).cycles
+    assert sum(cycles) >= whole
+
+
+def test_a_served_prompt_pays_the_chunk_graphs_over_its_earlier_tokens(tmp_path):
+    """Through ``run``: one 1000-token prompt in 256-token chunks (the last one 232 tokens, run by
+    the 256-token graph) costs the four chunk graphs, each over the tokens before it."""
+    path = tmp_path / "one.yaml"
+    path.write_text(f"""\
+kind: experiment
+name: one_prompt
+hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+model: {REPO / 'graphs/llama3_1_8b.yaml'}
+parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 1024}}
+workload: {{kind: poisson, rate_per_s: 1, count: 1, prompt_len: 1000, output_len: 4}}
+serving: {{mode: colocated, batch: 8, batch_sizes: [8], prefill_lens: [256, 1024], max_new_tokens: 8,
+          prefill_chunk: 256}}
+""")
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((out / "results.json").read_text())
+    asm = assemble(load_experiment(path))
+    timer = asm.step_timer(asm.setup(asm.points[0]))
+    chunks = [int(timer.prefill(256, earlier=s).cycles) for s in (0, 256, 512, 768)]
+    whole = int(timer.prefill(1024).cycles)
+    assert chunks == sorted(chunks) and chunks[0] < chunks[-1]
+    assert record["chunked_prefill"]["prefill_overhead_fraction"] == pytest.approx(sum(chunks) / whole - 1, abs=1e-8)
