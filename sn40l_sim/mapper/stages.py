@@ -32,8 +32,9 @@ from sn40l_sim.hardware.units.memory import offchip_cycles
 from sn40l_sim.ir import Operator, built
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
+from sn40l_sim.mapper.halving import clear_halvings
 from sn40l_sim.mapper.keys import IdentityMemo, clear_operators_keys, operators_key
-from sn40l_sim.mapper.tiling import OpTiling, clear_halvings, gemm_tilings, tile_operator
+from sn40l_sim.mapper.tiling import OpTiling, gemm_tilings, tile_operator
 
 #: a memory tier's name (a key of ``SocketSpec.memory``)
 Tier = str

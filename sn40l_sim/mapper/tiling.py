@@ -8,8 +8,10 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
 * **GEMM** ``count x (C[m,n] = A[m,k] @ B[k,n])``: halve whichever of ``count, n, m, k`` shrinks
   the piece's buffer ``A + B + C`` most, never below one systolic block (``n`` below the PCU's
   lanes, ``k`` below one K block, ``m`` below the PCU's stages in rows, where a block stops
-  getting faster: its weights take ``stages`` cycles to load). Splitting ``k`` accumulates partial sums in the output buffer (FlashAttention's
-  K/V tiles are the ``n`` split of ``Q K^T`` and the ``k`` split of ``P V``).
+  getting faster: its weights take ``stages`` cycles to load); where halvings tie, each is
+  followed and the cheapest piece taken (:mod:`~sn40l_sim.mapper.halving`). Splitting ``k``
+  accumulates partial sums in the output buffer (FlashAttention's K/V tiles are the ``n`` split
+  of ``Q K^T`` and the ``k`` split of ``P V``).
 * **SIMD kinds** (softmax, elementwise, reduction, topk, gather, scatter): split into whole rows,
   ``reduce_len`` (``op.n``, else the PCU lanes) elements each.
 
@@ -65,6 +67,7 @@ from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, p
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
 from sn40l_sim.mapper.division import stage_division
+from sn40l_sim.mapper.halving import GEMM_DIMS, tied_pieces
 from sn40l_sim.mapper.work import (
     GemmWork,
     PmuWork,
@@ -76,9 +79,6 @@ from sn40l_sim.mapper.work import (
     simd_work,
     ws_traffic,
 )
-
-#: GEMM dimensions in the order ties are broken when choosing which to halve
-_GEMM_DIMS = ("count", "n", "m", "k")
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def max_pieces(pcu: PCUSpec, op: Operator) -> int:
     """
     if op.kind == "gemm":
         dims, minimum = _gemm_limits(pcu, op)
-        return math.prod(math.ceil(dims[d] / minimum[d]) for d in _GEMM_DIMS)
+        return math.prod(math.ceil(dims[d] / minimum[d]) for d in GEMM_DIMS)
     rows, _ = _simd_rows(pcu, op)
     return rows
 
@@ -199,98 +199,6 @@ def _gemm_limits(pcu: PCUSpec, op: Operator) -> tuple[dict[str, int], dict[str, 
     return dims, minimum
 
 
-def _gemm_buffer(piece: dict[str, int], b_bytes: float) -> float:
-    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    return c * (m * k * ACT_BYTES + k * n * b_bytes + m * n * ACT_BYTES)
-
-
-def _halved(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, target: int,
-            cuts: tuple[str, ...]) -> dict[str, int]:
-    """A GEMM's piece: from the whole, halve the dimension (of ``cuts``, the first of
-    ``_GEMM_DIMS`` on ties) whose halving leaves the smallest buffer (:func:`_gemm_buffer`),
-    until there are ``target`` pieces or nothing can be halved.
-
-    The same choices and the same float arithmetic as halving dicts of the piece and pricing them
-    with :func:`_gemm_buffer`, on plain integers (the mapper tiles thousands of GEMMs).
-
-    >>> _halved({"count": 1, "m": 64, "k": 1024, "n": 4096}, {"count": 1, "m": 32, "k": 64, "n": 32},
-    ...         2.0, 8, ("count", "n", "m", "k"))
-    {'count': 1, 'm': 64, 'k': 1024, 'n': 512}
-    """
-    # _GEMM_DIMS order: count, n, m, k
-    whole = (dims["count"], dims["n"], dims["m"], dims["k"])
-    low = (minimum["count"], minimum["n"], minimum["m"], minimum["k"])
-    allowed = tuple(d in cuts for d in _GEMM_DIMS)
-    key = (whole, low, b_bytes, allowed)
-    steps = _halvings.get(key)
-    if steps is None:
-        if len(_halvings) >= _HALVINGS_SIZE:
-            _halvings.clear()
-        steps = _halvings[key] = [(_pieces(whole, whole), whole)]
-    # the halvings do not depend on the target: the piece is the first step with at least
-    # ``target`` pieces, or the finest (the tilings of one operator at 1, 2, 4, ... data tiles
-    # walk one list, extended as far as a target asks)
-    i = 0
-    while True:
-        if i == len(steps):
-            finer = _halve_once(steps[-1][1], low, b_bytes, allowed)
-            steps.append((0, None) if finer is None else (_pieces(whole, finer), finer))
-        pieces, piece = steps[i]
-        if piece is None:            # nothing left to halve: the finest piece
-            piece = steps[i - 1][1]
-            break
-        if pieces >= target:
-            break
-        i += 1
-    c, n, m, k = piece
-    return {"count": c, "m": m, "k": k, "n": n}
-
-
-#: each GEMM's halvings by (whole, minimum, B bytes, cuts), as (pieces, piece) steps from the
-#: whole; a last step ``(0, None)`` marks the finest found (nothing left to halve). Cleared when full
-_HALVINGS_SIZE = 20_000
-_halvings: dict[tuple, list[tuple[int, tuple[int, int, int, int] | None]]] = {}
-
-
-def clear_halvings() -> None:
-    """Forget every GEMM's memoised halvings."""
-    _halvings.clear()
-
-
-def _pieces(whole: tuple[int, int, int, int], piece: tuple[int, int, int, int]) -> int:
-    return (math.ceil(whole[0] / piece[0]) * math.ceil(whole[1] / piece[1]) * math.ceil(whole[2] / piece[2])
-            * math.ceil(whole[3] / piece[3]))
-
-
-def _halve_once(piece: tuple[int, int, int, int], low: tuple[int, int, int, int], b_bytes: float,
-                allowed: tuple[bool, ...]) -> tuple[int, int, int, int] | None:
-    """The piece ``(count, n, m, k)`` with the dimension halved that leaves the smallest buffer
-    (the first on ties), or None when none can be halved."""
-    c, n, m, k = piece
-    act = ACT_BYTES
-    best_size, best_i, best_half = 0.0, -1, 0
-    for i, value in enumerate(piece):
-        if not allowed[i]:
-            continue
-        half = math.ceil(value / 2)
-        if half < low[i] or half == value:
-            continue
-        # _gemm_buffer of the piece with dimension i halved
-        if i == 0:
-            size = half * (m * k * act + k * n * b_bytes + m * n * act)
-        elif i == 1:
-            size = c * (m * k * act + k * half * b_bytes + m * half * act)
-        elif i == 2:
-            size = c * (half * k * act + k * n * b_bytes + half * n * act)
-        else:
-            size = c * (m * half * act + half * n * b_bytes + m * n * act)
-        if best_i < 0 or size < best_size:
-            best_size, best_i, best_half = size, i, half
-    if best_i < 0:
-        return None
-    return piece[:best_i] + (best_half,) + piece[best_i + 1:]
-
-
 def _tile_gemm(socket: SocketSpec, op: Operator, target: int, efficiency: float,
                budget: UnitBudget) -> OpTiling:
     return min(gemm_tilings(socket, op, target, efficiency, budget), key=lambda o: (o[0], o[1]))[2]
@@ -300,37 +208,46 @@ def gemm_tilings(socket: SocketSpec, op: Operator, target: int, efficiency: floa
                  budget: UnitBudget = NO_LIMITS) -> list[tuple[int, bool, OpTiling]]:
     """GEMM ``op`` cut for ``target`` pieces in each dataflow ``budget`` allows, as ``(cost, not
     weight-stationary, tiling)``: :func:`tile_operator` takes the least, and each tiling is the one
-    it gives under a budget of that dataflow alone (the piece depends on the cuts, not the
-    dataflows), so a caller memoising tilings keeps them all."""
-    pcu = socket.pcu
-    dims, minimum = _gemm_limits(pcu, op)
+    it gives under a budget of that dataflow alone (of the pieces equally small halvings reach,
+    :func:`~sn40l_sim.mapper.halving.tied_pieces`, the least costly in that dataflow, the first on
+    ties), so a caller memoising tilings keeps them all."""
+    dims, minimum = _gemm_limits(socket.pcu, op)
     b_bytes = _b_element_bytes(op)
-    piece = _halved(dims, minimum, b_bytes, target, budget.gemm_cuts)
-    s = {d: math.ceil(dims[d] / piece[d]) for d in _GEMM_DIMS}
+    pieces = tied_pieces(dims, minimum, b_bytes, target, budget.gemm_cuts)
+    options = []
+    for dataflow in budget.dataflows:
+        options.append(min((_gemm_option(socket, op, dims, piece, b_bytes, dataflow, efficiency)
+                            for piece in pieces), key=lambda o: o[0]))
+    return options
+
+
+def _gemm_option(socket: SocketSpec, op: Operator, dims: dict[str, int], piece: dict[str, int], b_bytes: float,
+                 dataflow: str, efficiency: float) -> tuple[int, bool, OpTiling]:
+    """``(cost, not weight-stationary, tiling)`` of ``op`` cut in ``piece`` pieces in ``dataflow``."""
+    pcu = socket.pcu
+    s = {d: math.ceil(dims[d] / piece[d]) for d in GEMM_DIMS}
     pieces = math.prod(s.values())
     c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
     a_piece = c * m * k * ACT_BYTES
     b_piece = math.ceil(c * k * n * b_bytes)
     c_piece = c * m * n * ACT_BYTES
     split_k = s["k"] > 1
-    options = []
-    for dataflow in budget.dataflows:
-        work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
-        traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
-                   else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
-        one = stage_division(work, 1.0, 1)
-        # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile
-        cost = one.cycles + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses)
-        sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
-        # independent GEMMs are counted exactly; m, n, k splits pad their last piece
-        total = pieces * one.cycles + one.latency_cycles
-        tiling = built(OpTiling, op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
-                       total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
-                       buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
-                       sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
-                       resource="compute", work=work)
-        options.append((cost, dataflow != WEIGHT_STATIONARY, tiling))
-    return options
+    work = gemm_work(socket, op, piece, dataflow, efficiency, split_k)
+    traffic = (os_traffic(pcu, piece, b_piece, a_piece, split_k) if dataflow == OUTPUT_STATIONARY
+               else ws_traffic(pcu, op, piece, b_piece, a_piece, split_k))
+    one = stage_division(work, 1.0, 1)
+    # PCU-cycles plus PMU-cycles: every stage draws on both pools, equally large on a tile; of all
+    # the pieces (tied pieces may differ in number)
+    cost = pieces * (one.cycles + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses))
+    sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
+    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
+    total = pieces * one.cycles + one.latency_cycles
+    tiling = built(OpTiling, op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
+                   total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
+                   buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
+                   sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
+                   resource="compute", work=work)
+    return cost, dataflow != WEIGHT_STATIONARY, tiling
 
 
 def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:

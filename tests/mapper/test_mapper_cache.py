@@ -272,7 +272,7 @@ def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
 
 def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
     # one list of halvings per GEMM serves every target, asked in any order
-    from sn40l_sim.mapper import tiling
+    from sn40l_sim.mapper import halving
 
     rng = random.Random(7)
     for _ in range(300):
@@ -282,11 +282,11 @@ def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
                    "n": min(dims["n"], 32)}
         b_bytes, cuts = rng.choice([1.0, 2.0, 0.5]), rng.choice([("count", "n", "m", "k"), ("count", "m")])
         targets = [1 << rng.randint(0, 22) for _ in range(6)]
-        warm = [tiling._halved(dims, minimum, b_bytes, t, cuts) for t in targets]
+        warm = [halving.halved(dims, minimum, b_bytes, t, cuts) for t in targets]
         cold = []
         for t in targets:
-            tiling.clear_halvings()
-            cold.append(tiling._halved(dims, minimum, b_bytes, t, cuts))
+            halving.clear_halvings()
+            cold.append(halving.halved(dims, minimum, b_bytes, t, cuts))
         assert warm == cold
 
 

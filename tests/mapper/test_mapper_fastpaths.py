@@ -118,10 +118,11 @@ def test_tiled_coordinates_are_the_cells_on_every_tile(socket):
 
 
 def _halved_with_dicts(dims, minimum, b_bytes, target, cuts):
-    """The GEMM piece search as it was: dicts of the piece priced by _gemm_buffer."""
+    """The GEMM piece search as it was: dicts of the piece priced by gemm_buffer."""
     import math
 
-    from sn40l_sim.mapper.tiling import _GEMM_DIMS, _gemm_buffer
+    from sn40l_sim.mapper.halving import GEMM_DIMS as _GEMM_DIMS
+    from sn40l_sim.mapper.halving import gemm_buffer as _gemm_buffer
 
     piece = dict(dims)
     while math.prod(math.ceil(dims[d] / piece[d]) for d in _GEMM_DIMS) < target:
@@ -140,7 +141,7 @@ def _halved_with_dicts(dims, minimum, b_bytes, target, cuts):
 
 
 def test_gemm_pieces_halved_on_integers_equal_the_dict_search():
-    from sn40l_sim.mapper.tiling import _halved
+    from sn40l_sim.mapper.halving import halved as _halved
 
     rng = random.Random(11)
     for _ in range(2000):

@@ -1,0 +1,42 @@
+"""GEMM pieces where two halvings leave equally small buffers (mapper/tiling.py, ``tied_pieces``):
+every tied piece is a candidate and the tiling's cost picks one, so a power of two of rows is
+never cut worse than one row more (which has no tie to break)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sn40l_sim.ir import Operator
+from sn40l_sim.mapper.halving import halved, tied_pieces
+from sn40l_sim.mapper.tiling import gemm_tilings
+
+CUTS = ("count", "n", "m", "k")
+LOW = {"count": 1, "m": 32, "k": 64, "n": 32}
+
+
+def gemm(m: int, k: int, n: int) -> Operator:
+    return Operator("g", "gemm", flops=2 * m * k * n, m=m, k=k, n=n, weight_bytes=k * n * 2)
+
+
+@pytest.mark.parametrize("target", [1, 2, 32, 256, 4096])
+@pytest.mark.parametrize("dims", [{"count": 1, "m": 1024, "k": 4096, "n": 3584},
+                                  {"count": 32, "m": 1024, "k": 128, "n": 1024},
+                                  {"count": 1, "m": 1025, "k": 4096, "n": 3584}])
+def test_tied_pieces_start_with_the_greedy_piece_and_each_reaches_the_target(dims, target):
+    pieces = tied_pieces(dims, LOW, 2.0, target, CUTS)
+    assert pieces[0] == halved(dims, LOW, 2.0, target, CUTS)
+    assert len({tuple(p.values()) for p in pieces}) == len(pieces)
+    for piece in pieces:
+        assert math.prod(math.ceil(dims[d] / piece[d]) for d in CUTS) >= target
+        assert all(LOW[d] <= piece[d] <= dims[d] for d in CUTS)
+
+
+def test_a_power_of_two_of_rows_costs_no_more_than_one_row_more(socket):
+    def cost(m, k, n, target):
+        return min(option[0] for option in gemm_tilings(socket, gemm(m, k, n), target, 0.9))
+
+    worse = [(m, k, n, t) for k, n in ((4096, 3584), (1792, 4096), (4096, 768), (4096, 512))
+             for m in (128, 512, 1024, 4096, 8192) for t in (1 << i for i in range(14))
+             if cost(m, k, n, t) > cost(m + 1, k, n, t)]
+    assert not worse
