@@ -199,12 +199,14 @@ def test_a_prefill_node_of_another_clock_is_drawn_at_its_own_clock(tmp_path):
 
 
 def test_a_chunked_prompt_is_drawn_chunk_by_chunk_between_the_decode_steps():
-    # co-located, chunks of 50 tokens (a cycle each), steps of 10: R0 prefills 0-50, 50-100; R1's
+    # co-located, chunks of 50 tokens (a cycle a token, whatever came before: the drawing is tested, not the
+    # cost), steps of 10: R0 prefills 0-50, 50-100; R1's
     # chunks (110-160, 170-220) take turns with R0's steps (100-110, 160-170), which one bar from
     # R1's first chunk to its last token would hide
     setup = ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=2, decode_step_cycles=10,
                          prefill_cycles=lambda p: p, transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g,
-                         kv_bytes_per_token=1, slot_cache_tokens=200, prefill_chunk=50)
+                         kv_bytes_per_token=1, slot_cache_tokens=200, prefill_chunk=50,
+                         prefill_chunk_cycles=lambda earlier, n: n)
     log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
     events = [e for e in serving_events(log, 1e3, title="t", first_pid=1) if e["ph"] == "X"]
 
