@@ -142,3 +142,36 @@ def test_a_fresh_sweep_removes_only_the_runs_it_stored(tmp_path):
     assert "training_2019.json" in left and "notes.tmp" in left
     assert f"{key}.json" not in left and not any(name.startswith(f".{key}") for name in left)
     assert len(left) == 4   # the user's two files and this sweep's two runs
+
+
+def _edit_stored(out, name: str, edit) -> None:
+    """Apply ``edit`` to the parsed file of the stored run called ``name`` and write it back, as a
+    hand edit would (without going through RunStore.save)."""
+    path = next(p for p in (out / "runs").glob("*.json") if json.loads(p.read_text())["name"] == name)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["record"].update(decode_step_s=1.0),                 # a number changed by hand
+    lambda d: d.update(record=None, error=None),                     # neither a record nor an error
+    lambda d: d.update(record=[1, 2]),                               # a record that is not a mapping
+    lambda d: d.update(error="it failed", infeasible=True),          # a record turned into a skip
+], ids=["number", "empty", "list", "to_failure"])
+def test_resume_refuses_a_stored_run_changed_after_it_was_written(tmp_path, capsys, edit):
+    """A run file changed after the sweep wrote it is one line naming the file and exit status 2: a
+    resumed sweep neither puts the edited numbers into results.json as simulated ones nor fails in a
+    traceback on a file that is no longer a run."""
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n")
+    out = tmp_path / "out"
+    run_sweep(path, out, jobs=1, progress=False, plots=False)
+    _edit_stored(out, "full[batch=2]", edit)
+    argv = ["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet", "--no-plot", "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs/" in err[0] and "changed after the sweep wrote it" in err[0], err
+    assert "Traceback" not in err[0] and read_status(out)["status"] == "failed"
+    # without --resume the sweep starts afresh and runs it again
+    assert main(argv[:-1]) == 0
+    assert json.loads((out / "results.json").read_text())[0]["decode_step_s"] < 0.1

@@ -14,6 +14,13 @@ to the session that ran it) or the run's one-line error: a resumed sweep writes 
 Runs that failed with an internal error (a bug, or a worker that died) are not stored: a resumed
 sweep tries them again.
 
+A file also holds a digest of what it stores (:func:`content_digest`): a file changed after it was
+written (a number edited by hand, a record replaced by an error) is refused in one line naming it
+(exit status 2) instead of going into ``results.json`` as a simulated record. The key already names
+the inputs and the simulator's code (a changed sweep file or another version matches no stored run,
+and only what changed runs again), so the digest guards the one thing the key does not: the stored
+outcome itself. It is no signature: whoever edits a file on purpose can recompute it.
+
 Examples
 --------
 >>> import pathlib, tempfile
@@ -26,16 +33,18 @@ Examples
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.results import stable
 
-#: the file format's version (a file of another version is not read)
-FORMAT = 1
+#: the file format's version (a file of another version is not read: its run runs again)
+FORMAT = 2
 #: a stored run (its key, a SHA-256 digest, in hexadecimal) or the temporary file it was written
 #: through (:func:`~sn40l_sim.report.outputs.atomic_path`: ``.<name>.<random>.tmp.json``)
 _RUN_FILE = re.compile(r"[0-9a-f]{64}\.json|\.[0-9a-f]{64}\.json\.\w+\.tmp\.json")
@@ -70,10 +79,14 @@ class RunStore:
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
             return None
-        record = data.get("record")
+        record, error = data.get("record"), data.get("error")
+        whole = (isinstance(record, dict) and error is None) or (record is None and isinstance(error, str))
+        if not whole or data.get("digest") != content_digest(key, record, error, data.get("infeasible")):
+            raise InputError("the stored run was changed after the sweep wrote it (its contents no longer match "
+                             "its digest); expected the file as the sweep wrote it: delete it to run that point "
+                             "again, or run without --resume", file=self.path(key), field="digest")
         # a stored run's wall-clock speed is another session's: a resumed sweep does not report it as its own
-        return Outcome(stable(record) if isinstance(record, dict) else record, data.get("error"),
-                       bool(data.get("infeasible")))
+        return Outcome(stable(record) if isinstance(record, dict) else record, error, bool(data.get("infeasible")))
 
     def save(self, key: str, name: str, outcome: Outcome) -> None:
         """Write the outcome of the run with ``key`` (``name`` is for a reader of the file):
@@ -81,8 +94,9 @@ class RunStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         # without the wall-clock speed: stored runs hold only what the inputs determine
         record = stable(outcome.record) if outcome.record is not None else None
+        digest = content_digest(key, record, outcome.error, outcome.infeasible)
         text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": record,
-                           "error": outcome.error, "infeasible": outcome.infeasible})
+                           "error": outcome.error, "infeasible": outcome.infeasible, "digest": digest})
         write_text(self.path(key), text, sync=True)
 
     def clear(self) -> None:
@@ -94,4 +108,12 @@ class RunStore:
                     path.unlink()
 
 
-__all__ = ["Outcome", "RunStore"]
+def content_digest(key: str, record: Any, error: Any, infeasible: Any) -> str:
+    """SHA-256 of what a run file stores, as JSON (floats written as ``repr`` writes them, so the
+    digest of a file read back equals the digest it was written with)."""
+    text = json.dumps({"key": key, "record": record, "error": error, "infeasible": infeasible}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+__all__ = ["Outcome", "RunStore", "content_digest"]
