@@ -127,6 +127,27 @@ def _number_or_empty(text: str) -> bool:
     return True
 
 
+def one_spelling(rows: Sequence[CsvRow], columns: Sequence[str]) -> list[CsvRow]:
+    """``rows`` with every number of ``columns`` written as the first row that holds it writes it:
+    ``1`` and ``1.0`` (a zipped sweep writes its axis values as given) are one value to group rows
+    by, not two. Text and non-finite cells are left as they are.
+
+    >>> rows = [CsvRow(["rate"], [v], i) for i, v in enumerate(["1", "1.0", "2.0", "2", "full"], start=2)]
+    >>> [r["rate"] for r in one_spelling(rows, ["rate"])]
+    ['1', '1', '2.0', '2.0', 'full']
+    """
+    first: dict[str, dict[float, str]] = {c: {} for c in columns}
+    out = []
+    for row in rows:
+        copy = CsvRow(list(row), list(row.values()), row.line)
+        for column in columns:
+            number = finite(row[column])
+            if number is not None:
+                copy[column] = first[column].setdefault(number, row[column])
+        out.append(copy)
+    return out
+
+
 def numeric_rows(path: Path, rows: Sequence[CsvRow], columns: Sequence[str]) -> list[CsvRow]:
     """The rows whose ``columns`` all hold finite numbers; a warning names the lines of the others
     and why, unless no row is left (the caller's error then says so)."""

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.report.csv_table import finite, number_column, numeric_rows, read_csv
+from sn40l_sim.report.csv_table import finite, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
@@ -202,6 +202,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         raise InputError(f"no row matches {where}", file=path, field="--where")
     numbers = [y, x] if kind == "scatter" or number_column(rows, x) else [y]
     rows = numeric_rows(path, rows, numbers)
+    # rows are grouped by their cells' text: 1 and 1.0 must be one series (and one x), not two
+    rows = one_spelling(rows, list(dict.fromkeys([x, *hue])))
     for column, option in zip(numbers, ("--y", "--x"), strict=False):
         _check_magnitude(path, rows, column, option)
     if logy:

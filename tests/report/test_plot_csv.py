@@ -283,3 +283,36 @@ def test_a_value_no_axis_can_span_is_one_line(tmp_path, capsys, kind):
                    "span it"]
     path.write_text("batch,decode_tokens_per_s\n1,1e300\n2,-1e300\n")   # the bound itself is drawn
     assert main(["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--kind", kind]) == 0
+
+
+@pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
+def test_one_number_written_two_ways_is_one_hue(tmp_path, monkeypatch, kind):
+    """A zipped sweep can write one axis value as 1 in one row and 1.0 in another (the values as
+    written): they are one series, not two with the same number in the legend."""
+    legends = []
+    original = matplotlib.axes.Axes.legend
+
+    def spy(self, *args, **kwargs):
+        legend = original(self, *args, **kwargs)
+        legends.append([t.get_text() for t in legend.get_texts()])
+        return legend
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", spy)
+    path = tmp_path / "results.csv"
+    path.write_text("sweep.rate,batch,decode_step_s\n1,1,0.5\n1.0,2,0.75\n2,1,0.25\n2.0,2,0.5\n")
+    plot_csv(path, x="batch", y="decode_step_s", hue=["sweep.rate"], kind=kind)
+    assert legends == [["1", "2"]]
+
+
+def test_one_x_written_two_ways_is_one_x(tmp_path, monkeypatch):
+    """Rows at x = 1 and x = 1.0 share an x: refused as any two rows at one x are (a line plot drew a
+    vertical zig-zag between them), and a bar plot has one category for them, not two ticks "1"."""
+    path = tmp_path / "results.csv"
+    path.write_text("sweep.rate,batch,decode_step_s\n1,1,0.5\n1.0,2,0.75\n2,1,0.25\n2.0,2,0.5\n")
+    with pytest.raises(InputError, match=r"2 rows have sweep.rate=1 \(all rows\); they differ in batch"):
+        plot_csv(path, x="sweep.rate", y="decode_step_s")
+    ticks = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xticks",
+                        lambda self, positions, labels=None, **k: ticks.append(list(labels or [])))
+    plot_csv(path, x="sweep.rate", y="decode_step_s", hue=["batch"], kind="bar")
+    assert ticks == [["1", "2"]]
