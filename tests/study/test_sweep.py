@@ -117,6 +117,21 @@ def test_hardware_axes_and_sets(tmp_path):
      "sweep.axes.hardware.socket.p2p.bytes_per_s_per_port[1]", 16, "value 0.05TB/s repeats [0]"),
     ("mode: zip\naxes:\n  serving.batch: [1, 1]\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1.6 TB/s, 1600 GB/s]\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit[1]", 18, "point 1 repeats point 0"),
+    # one axis inside another's field: the later one replaced the earlier's value at every point,
+    # while the name and sweep.<axis> column still gave it (batch=1 in the name, batch 4 simulated)
+    ("axes:\n  serving.batch: [1, 2]\n  serving: [{batch: 4}, {batch: 8}]\n", "sweep.axes.serving", 17,
+     "the axes serving.batch and serving both set serving.batch"),
+    ("axes:\n  serving: [{batch: 4}, {batch: 8}]\n  serving.batch: [1, 2]\n", "sweep.axes.serving.batch", 17,
+     "the axes serving and serving.batch both set serving.batch"),
+    # one policy entry named by its name and by its index is one field
+    ("axes:\n  policies.snap.params.sink: [4, 8]\n  policies.1.params.sink: [16, 32]\n",
+     "sweep.axes.policies.1.params.sink", 17, "both set policies.snap.params.sink"),
+    ("axes:\n  hardware.socket.memory.hbm: [{efficiency: 0.5}]\n"
+     "  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1 TB/s]\n",
+     "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit", 17, "both set hardware.socket.memory.hbm."),
+    ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1 TB/s]\n"
+     "  hardware.socket.hbm.bytes_per_s_per_unit: [2 TB/s]\n",    # the old-style path of the same field
+     "sweep.axes.hardware.socket.hbm.bytes_per_s_per_unit", 17, "both set hardware.socket.memory.hbm."),
 ])
 def test_bad_sections_are_located(tmp_path, body, field, line, words):
     path = write_experiment(tmp_path, body)

@@ -65,7 +65,7 @@ from sn40l_sim.study.sweep.axes import (
     value_labels,
     value_text,
 )
-from sn40l_sim.study.sweep.sets import check_set_has_effect
+from sn40l_sim.study.sweep.sets import check_set_has_effect, overlapping_axes
 from sn40l_sim.yamlio import Document, load_document
 
 
@@ -227,10 +227,11 @@ def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
     if mode == "zip" and len({len(a.values) for a in axes}) > 1:
         counts = ", ".join(f"{a.name}: {len(a.values)}" for a in axes)
         raise doc.error(("sweep", "axes", axes[-1].name), f"zip needs axes of equal length, got {counts}")
-    paths = [a.path for a in axes]
-    for a in axes:
-        if paths.count(a.path) > 1:
-            raise doc.error(("sweep", "axes", a.name), f"two axes set {'.'.join(a.path)}")
+    overlap = overlapping_axes(axes, doc.data)
+    if overlap is not None:
+        first, later, field_ = overlap
+        raise doc.error(("sweep", "axes", later.name), f"the axes {first.name} and {later.name} both set {field_}: "
+                        "the later would replace the earlier's value at every point; expected one axis per field")
     _check_no_repeated_point(doc, axes, mode, explicit)
     return axes
 

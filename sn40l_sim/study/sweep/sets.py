@@ -1,11 +1,13 @@
-"""The ``--set PATH=VALUE`` options of ``sweep``: read as YAML scalars (:func:`parse_sets`), each
-field set once, and refused where no sweep point would see them (:func:`check_set_has_effect`).
-:mod:`.load` writes them into the experiment before expanding the points."""
+"""Each field set once: the ``--set PATH=VALUE`` options of ``sweep`` (read as YAML scalars,
+:func:`parse_sets`, and refused where no sweep point would see them, :func:`check_set_has_effect`),
+and the axes themselves (:func:`overlapping_axes`: no axis inside another's field). :mod:`.load`
+writes the sets into the experiment before expanding the points."""
 from __future__ import annotations
 
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.study.sweep.axes import Axis
 from sn40l_sim.yamlio import parse_yaml
 
@@ -54,3 +56,45 @@ def check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) 
             what = "it" if len(parts) == len(axis.path) else axis_path
             raise InputError(f"the axis {axis_path} sets {what} at every sweep point, so this value would "
                              "have no effect; drop the --set or the axis", field=f"--set {dotted}")
+
+
+def overlapping_axes(axes: list[Axis], base: dict[str, Any]) -> tuple[Axis, Axis, str] | None:
+    """The first pair of axes of which one sets a field inside the other's (or the same field), with
+    that field: the later one would replace the earlier's value at every point while the point's
+    name and ``sweep.<axis>`` column still gave it. A policy entry named by its ``name`` or by its
+    index, and a memory tier by its old-style path, are one field. A ``hardware`` axis (the file)
+    and ``hardware.<field>`` axes (applied on top of it) do not overlap.
+
+    >>> a, b = Axis("serving.batch", ("serving", "batch"), (1,), "batch"), Axis("serving", ("serving",), ({},), "s")
+    >>> overlapping_axes([a, b], {})[2]
+    'serving.batch'
+    """
+    paths = [_field_path(axis.path, base) for axis in axes]
+    for j, later in enumerate(axes):
+        for i in range(j):
+            one_is_file = (axes[i].path == ("hardware",)) != (later.path == ("hardware",))
+            if one_is_file and axes[i].path[0] == later.path[0] == "hardware":
+                continue
+            shorter = min(len(paths[i]), len(paths[j]))
+            if paths[i][:shorter] == paths[j][:shorter]:
+                return axes[i], later, ".".join(max(paths[i], paths[j], key=len))
+    return None
+
+
+def _field_path(path: tuple[str, ...], base: Any) -> tuple[str, ...]:
+    """``path`` as one spelling of the field it names: list entries by name (where ``base`` has
+    them), hardware fields by their current path."""
+    if path[0] == "hardware" and len(path) > 1:
+        return ("hardware", *upgrade_dotted(".".join(path[1:])).split("."))
+    out, node = [], base
+    for part in path:
+        if isinstance(node, list):
+            entry = node[int(part)] if part.isdigit() and int(part) < len(node) else \
+                next((e for e in node if isinstance(e, dict) and e.get("name") == part), None)
+            named = entry.get("name") if isinstance(entry, dict) else None
+            out.append(named if isinstance(named, str) else part)
+            node = entry
+        else:
+            out.append(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return tuple(out)
