@@ -313,14 +313,22 @@ def _matches(cell: str, wanted: str) -> bool:
 
 
 def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
-    """Line styles: the last hue column picks the colour (a sequential map when its values are
-    numbers), the first one (when there are two or more) the dash pattern and marker, so that
-    ``--hue kv_policy prefill_len`` reads as one dash per policy and one colour per length."""
+    """Line styles: the first hue column (when there are two or more) picks the dash pattern and
+    marker, the others together the colour (a sequential map when that is one column of numbers),
+    so that ``--hue kv_policy prefill_len`` reads as one dash per policy and one colour per length,
+    and with three columns no two series look alike (the middle one chose nothing when only the
+    last picked the colour)."""
     import matplotlib
 
-    last = sorted({k[-1] for k in keys if k}, key=lambda v: (finite(v) is None, finite(v) or 0, v))
+    def rest(key: tuple[str, ...]) -> tuple[str, ...]:
+        return key[1:] if len(key) > 1 else key
+
+    def order(values: tuple[str, ...]) -> tuple:
+        return tuple((finite(v) is None, finite(v) or 0, v) for v in values)
+
+    colours = sorted({rest(k) for k in keys if k}, key=order)
     first = sorted({k[0] for k in keys if len(k) > 1})
-    numeric = len(last) > 2 and all(finite(v) is not None for v in last)
+    numeric = len(colours) > 2 and all(len(c) == 1 and finite(c[0]) is not None for c in colours)
     cmap = matplotlib.colormaps["viridis"]
     cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     dashes, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D", "v"]
@@ -329,8 +337,8 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
         if not key:
             out[key] = {"marker": "o"}
             continue
-        j = last.index(key[-1])
-        colour = cmap(0.9 * j / max(1, len(last) - 1)) if numeric else cycle[j % len(cycle)]
+        j = colours.index(rest(key))
+        colour = cmap(0.9 * j / max(1, len(colours) - 1)) if numeric else cycle[j % len(cycle)]
         k = first.index(key[0]) if len(key) > 1 else 0
         out[key] = {"color": colour, "linestyle": dashes[k % len(dashes)], "marker": markers[k % len(markers)]}
     return out

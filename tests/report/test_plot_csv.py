@@ -316,3 +316,21 @@ def test_one_x_written_two_ways_is_one_x(tmp_path, monkeypatch):
                         lambda self, positions, labels=None, **k: ticks.append(list(labels or [])))
     plot_csv(path, x="sweep.rate", y="decode_step_s", hue=["batch"], kind="bar")
     assert ticks == [["1", "2"]]
+
+
+@pytest.mark.parametrize("kind", ["line", "scatter"])
+def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkeypatch, kind):
+    """With three hue columns the middle one changed neither colour nor dash nor marker: a sweep's
+    hue [kv_policy, sweep.model, sweep.hbm] drew 8B's and 70B's lines alike, told apart only by where
+    they lay. Each series now differs from every other in colour or in dash and marker."""
+    drawn = []
+    for method in ("plot", "scatter"):
+        original = getattr(matplotlib.axes.Axes, method)
+        monkeypatch.setattr(matplotlib.axes.Axes, method, lambda self, xs, ys, *a, _o=original, **k: (
+            drawn.append((str(k.get("color", k.get("c"))), k.get("linestyle"), k.get("marker"))),
+            _o(self, xs, ys, *a, **k))[1])
+    rows = [{"experiment": "demo", "kv_policy": policy, "model": model, "rate": rate, "batch": batch,
+             "decode_step_s": 0.001 * batch * rate}
+            for policy in ("full", "snap") for model in ("8b", "70b") for rate in (1, 2) for batch in (1, 4)]
+    plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_step_s", hue=["kv_policy", "model", "rate"], kind=kind)
+    assert len(drawn) == 8 and len(set(drawn)) == 8, drawn
