@@ -148,7 +148,8 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
 def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
              kind: str = "line", logx: bool = False, where: dict[str, str] | None = None,
              logy: bool = False, label: str | None = None,
-             value_names: Mapping[str, Mapping[str, str]] | None = None) -> Path:
+             value_names: Mapping[str, Mapping[str, str]] | None = None,
+             label_as: Mapping[str, str] | None = None) -> Path:
     """Plot ``y`` against ``x`` from a results CSV, one series per ``hue`` value; returns the path.
 
     Parameters
@@ -173,6 +174,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     value_names : mapping, optional
         Column -> CSV value -> the name the legend gives it (a sweep axis's ``labels:``, for its
         values written as file paths).
+    label_as : mapping, optional
+        Column -> the column whose label and unit it takes (a sweep axis named apart from its path:
+        ``sweep.hbm`` -> ``sweep.hardware.socket.memory.hbm.bytes_per_s_per_unit``, in GB/s).
 
     Raises
     ------
@@ -210,13 +214,14 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         _check_log_axis(path, rows, y, "--logy")
     if logx and kind != "bar":   # a bar plot's x is categories: --logx does not apply
         _check_log_axis(path, rows, x, "--logx")
-    x_label, x_scale = axis_label(x)
-    y_label, y_scale = axis_label(y)
+    label_as = dict(label_as or {})
+    x_label, x_scale = axis_label(label_as.get(x, x))
+    y_label, y_scale = axis_label(label_as.get(y, y))
     fig = new_figure((7.5, 4.5))
     ax = fig.subplots()
     series, numeric_x = ({}, True) if kind == "scatter" else _series(path, rows, x, y, hue, columns)
     if kind == "scatter":
-        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names)
+        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names, label_as)
         if logx:
             ax.set_xscale("log")
     elif kind == "bar" or not numeric_x:
@@ -227,7 +232,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             ys = dict(points)
             xs = [j for j, c in enumerate(categories) if c in ys]
             ax.bar([j - 0.4 + width * (i + 0.5) for j in xs], [ys[categories[j]] * y_scale for j in xs], width,
-                   label=_legend(hue, key, value_names))
+                   label=_legend(hue, key, value_names, label_as))
         ax.set_xticks(range(len(categories)),
                       [_tick(c, x_scale) if numeric_x else c for c in categories],
                       rotation=30 if len(categories) > 6 else 0)
@@ -235,7 +240,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         styles = _styles(list(series))
         for key, points in series.items():
             ax.plot([float(p[0]) * x_scale for p in points], [p[1] * y_scale for p in points],
-                    label=_legend(hue, key, value_names), **styles[key])
+                    label=_legend(hue, key, value_names, label_as), **styles[key])
         if logx:
             ax.set_xscale("log", base=2 if _powers_of_two(series) else 10)
         xs = sorted({float(p[0]) * x_scale for pts in series.values() for p in pts})
@@ -248,7 +253,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     ax.set_ylabel(y_label)
     ax.grid(True, alpha=0.3)
     if hue:
-        ax.legend(title=", ".join(axis_label(h)[0] if _labelled(h) else h for h in hue), fontsize=8)
+        shown = [label_as.get(h, h) for h in hue]
+        ax.legend(title=", ".join(axis_label(s)[0] if _labelled(s) else h for h, s in zip(hue, shown, strict=True)),
+                  fontsize=8)
     experiments = sorted({r.get("experiment", "") for r in rows} - {""})
     title = ", ".join(experiments) or path.parent.name
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())
@@ -281,7 +288,8 @@ def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option:
 
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
-             x_scale: float, y_scale: float, names: Mapping[str, Mapping[str, str]] | None = None) -> None:
+             x_scale: float, y_scale: float, names: Mapping[str, Mapping[str, str]] | None = None,
+             label_as: Mapping[str, str] | None = None) -> None:
     """Unjoined points, one colour and marker per hue value, each labelled with ``label``'s value."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
@@ -296,7 +304,7 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
         points = groups[key]
         xs = [float(r[x]) * x_scale for r in points]
         ys = [float(r[y]) * y_scale for r in points]
-        ax.scatter(xs, ys, label=_legend(hue, key, names), s=28, c=[style.get("color", "C0")] * len(xs),
+        ax.scatter(xs, ys, label=_legend(hue, key, names, label_as), s=28, c=[style.get("color", "C0")] * len(xs),
                    marker=style.get("marker", "o"))
         if label:
             for r, px, py in zip(points, xs, ys, strict=True):
@@ -344,7 +352,8 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
     return out
 
 
-def _legend(hue: list[str], key: tuple[str, ...], names: Mapping[str, Mapping[str, str]] | None = None) -> str:
+def _legend(hue: list[str], key: tuple[str, ...], names: Mapping[str, Mapping[str, str]] | None = None,
+            label_as: Mapping[str, str] | None = None) -> str:
     """A series' legend entry: its hue values in the unit the legend's title names (a bandwidth
     column titled in GB/s shows 25, not the CSV's 25000000000.0), or by the name ``names`` gives.
 
@@ -353,8 +362,9 @@ def _legend(hue: list[str], key: tuple[str, ...], names: Mapping[str, Mapping[st
     >>> _legend(["sweep.model"], ("../graphs/llama3_1_8b.yaml",), {"sweep.model": {"../graphs/llama3_1_8b.yaml": "8B"}})
     '8B'
     """
-    names = names or {}
-    return ", ".join(names.get(h, {}).get(v) or _hue_value(h, v) for h, v in zip(hue, key, strict=True)) if hue else ""
+    names, label_as = names or {}, label_as or {}
+    return ", ".join(names.get(h, {}).get(v) or _hue_value(label_as.get(h, h), v)
+                     for h, v in zip(hue, key, strict=True)) if hue else ""
 
 
 def _hue_value(column: str, value: str) -> str:

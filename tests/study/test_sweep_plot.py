@@ -17,3 +17,36 @@ def test_a_labelled_axis_of_files_is_named_by_its_labels_in_the_legend():
                                     "../graphs/llama3_1_8b.yaml": "llama3_1_8b"}
     # numbers are shown in the legend's unit, not renamed
     assert names.get("sweep.sockets", {}) == {}
+
+
+def test_an_axis_named_apart_from_its_path_is_labelled_by_its_path(tmp_path, monkeypatch):
+    """axes.py's own example, ``hbm: {path: hardware.socket.memory.hbm.bytes_per_s_per_unit, ...}``:
+    the plot's axis read "hbm" and its legend 409600000000.0, the CSV's bytes/s with no unit; the
+    sweep knows the path, and labels the column as the path's field, in GB/s."""
+    import matplotlib.axes
+    from sweep_helpers import write_experiment
+
+    from sn40l_sim.study.sweep.run import run_sweep
+
+    seen: dict[str, list] = {"xlabel": [], "legend": []}
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda self, text, *a, **k: seen["xlabel"].append(text))
+    original = matplotlib.axes.Axes.legend
+
+    def legend(self, *args, **kwargs):
+        drawn = original(self, *args, **kwargs)
+        seen["legend"].append((drawn.get_title().get_text(), [t.get_text() for t in drawn.get_texts()]))
+        return drawn
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "legend", legend)
+    path = write_experiment(tmp_path, """\
+        axes:
+          hbm: {path: hardware.socket.memory.hbm.bytes_per_s_per_unit, values: [409.6 GB/s, 0.8192 TB/s]}
+          serving.batch: [1, 2]
+        plot: {x: sweep.hbm, y: decode_step_s, hue: [kv_policy, sweep.serving.batch]}
+        """)
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    assert seen["xlabel"] == ["HBM bandwidth per module/channel (GB/s)"]
+    path.write_text(path.read_text().replace("x: sweep.hbm", "x: batch").replace("sweep.serving.batch]", "sweep.hbm]"))
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False)
+    assert seen["legend"][-1] == ("KV policy, HBM bandwidth per module/channel (GB/s)",
+                                  ["full, 409.6", "full, 819.2", "snapstream, 409.6", "snapstream, 819.2"])

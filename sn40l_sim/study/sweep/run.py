@@ -152,7 +152,7 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
                         out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
                         logy=bool(spec.get("logy", False)),
                         where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"),
-                        value_names=_value_names(sweep))
+                        value_names=_value_names(sweep), label_as=_label_as(sweep))
     except InputError as exc:
         raise _plot_section_error(sweep, csv_path, exc) from None
 
@@ -163,6 +163,13 @@ def _value_names(sweep: Sweep) -> dict[str, dict[str, str]]:
     return {f"sweep.{axis.name}": {value: name for value, name in zip(axis.values, axis.value_labels, strict=True)
                                    if isinstance(value, str) and name != value}
             for axis in sweep.axes if axis.value_labels}
+
+
+def _label_as(sweep: Sweep) -> dict[str, str]:
+    """``sweep.<axis>`` -> ``sweep.<its path>`` for the axes named apart from their path, so that the
+    plot labels ``sweep.hbm`` as the field it sets, with its unit."""
+    return {f"sweep.{axis.name}": "sweep." + ".".join(axis.path) for axis in sweep.axes
+            if axis.name != ".".join(axis.path)}
 
 
 #: the options of ``python -m sn40l_sim plot`` that are keys of a sweep's ``plot:`` section
