@@ -79,7 +79,7 @@ def test_local_cluster_writes_the_bytes_of_the_process_pool(tmp_path, capsys):
 def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):
     # a remote worker with another sn40l_sim installed reports another code digest with its outcome
     real = run_module._task
-    monkeypatch.setattr(run_module, "_task", lambda run: (*real(run)[:2], "another version"))
+    monkeypatch.setattr(run_module, "_task", lambda run: (*real(run)[:2], "another version", []))
     records = run_module.run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n"), tmp_path / "out",
                                    jobs=1, progress=False)
     assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2

@@ -40,7 +40,7 @@ WORKER = textwrap.dedent("""\
     from sn40l_sim.study.sweep.run import _task, stamp
     records = []
     for run in runs:
-        outcome, _, _ = _task(run)
+        outcome, _, _, _ = _task(run)
         assert outcome.error is None, outcome.error
         records.append(stamp(run, outcome.record))
     print(json.dumps({"records": records, "opened": opened}))
@@ -94,3 +94,25 @@ def test_a_worker_opens_no_input_file(tmp_path):
     assert result["opened"] == []
     assert to_json(result["records"]) == to_json(expected)
     assert [r["throughput"]["requests"] for r in expected] == [3, 3, 3, 3]  # the trace's requests
+
+
+def test_a_warning_raised_in_a_worker_is_said_once_by_the_main_process(tmp_path):
+    """A run's warning (here a SnapStream budget longer than any sequence fills) was printed by each
+    worker process that met it: once per worker, in Python's two-line format under Dask's spawned
+    workers, and never in the main process, where a caller (or a notebook) catches it. The worker
+    now hands it back with the outcome and the main process says each one once, as with --jobs 1."""
+    import warnings
+
+    from sweep_helpers import write_experiment
+
+    from sn40l_sim.commands.cli import main
+
+    text = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2, 4, 8]\n").read_text()
+    (tmp_path / "e.yaml").write_text(text.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 8192}"))
+    for jobs in ("1", "2"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")   # as outside pytest: each distinct warning once
+            assert main(["sweep", str(tmp_path / "e.yaml"), "--out", str(tmp_path / jobs), "--jobs", jobs,
+                         "--quiet", "--no-plot"]) == 0
+        said = [str(w.message) for w in caught if "slots no sequence fills" in str(w.message)]
+        assert len(said) == 1 and "e.yaml:" in said[0], (jobs, said)

@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import json
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -231,22 +232,31 @@ def axis_values(run: SweepRun) -> dict[str, Any]:
     return values
 
 
-def _task(run: SweepRun) -> tuple[Outcome, bool, str]:
+#: what a worker sends back: the outcome, whether it is worth storing, its code's digest, its warnings
+TaskResult = tuple[Outcome, bool, str, list[tuple[type[Warning], str]]]
+
+
+def _task(run: SweepRun) -> TaskResult:
     """What a worker does: the run's outcome, whether it is worth storing (an internal error is
-    not: a resumed sweep tries it again), and the digest of the worker's simulator code (a remote
-    worker may have another version installed); never raises."""
-    try:
-        (record,) = simulate_assembly(run.assembly, only=[run.point])
-        outcome, keep = Outcome(record, None, False), True
-    except InfeasibleError as exc:
-        outcome, keep = Outcome(None, str(exc), True), True
-    except InputError as exc:
-        outcome, keep = Outcome(None, str(exc), False), True
-    except InvariantError as exc:   # a bug: the sweep stops (exit status 3) and the run is not stored
-        outcome, keep = Outcome(None, exc.detail, False, exc.invariant), False
-    except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
-        outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
-    return outcome, keep, code_digest()
+    not: a resumed sweep tries it again), the digest of the worker's simulator code (a remote
+    worker may have another version installed), and the warnings the run raised, as (category,
+    message), for the main process to say (a worker's own stderr is not the user's: a pool's
+    workers said each warning once per process, Dask's in Python's two-line format); never raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            (record,) = simulate_assembly(run.assembly, only=[run.point])
+            outcome, keep = Outcome(record, None, False), True
+        except InfeasibleError as exc:
+            outcome, keep = Outcome(None, str(exc), True), True
+        except InputError as exc:
+            outcome, keep = Outcome(None, str(exc), False), True
+        except InvariantError as exc:   # a bug: the sweep stops (exit status 3) and the run is not stored
+            outcome, keep = Outcome(None, exc.detail, False, exc.invariant), False
+        except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
+            outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+    said = list(dict.fromkeys((w.category, str(w.message)) for w in caught))
+    return outcome, keep, code_digest(), said
 
 
 def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
@@ -256,6 +266,7 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
     whose worker fails (a process or a cluster worker that dies), or whose worker runs other
     simulator code than this process, gives an internal error."""
     ours = code_digest()
+    seen: set[tuple[type[Warning], str]] = set()
     pending = iter(tasks)
     in_flight: dict[cf.Future, int] = {}
 
@@ -274,10 +285,14 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
             for future in sorted(done, key=in_flight.__getitem__):
                 index = in_flight.pop(future)
                 try:
-                    outcome, keep, theirs = future.result()
+                    outcome, keep, theirs, said = future.result()
                 except Exception as exc:  # noqa: BLE001 - the worker, not the run, failed
                     error = f"internal error {type(exc).__name__}: {exc}"
-                    outcome, keep, theirs = Outcome(None, error, False), False, ours
+                    outcome, keep, theirs, said = Outcome(None, error, False), False, ours, []
+                for category, message in said:
+                    if (category, message) not in seen:   # each said once, however many runs raise it
+                        seen.add((category, message))
+                        warnings.warn(message, category, stacklevel=1)
                 if theirs != ours:
                     outcome, keep = Outcome(None, OTHER_CODE, False), False
                 yield index, outcome, keep
