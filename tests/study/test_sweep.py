@@ -117,6 +117,10 @@ def test_hardware_axes_and_sets(tmp_path):
      "sweep.axes.hardware.socket.p2p.bytes_per_s_per_port[1]", 16, "value 0.05TB/s repeats [0]"),
     ("mode: zip\naxes:\n  serving.batch: [1, 1]\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1.6 TB/s, 1600 GB/s]\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit[1]", 18, "point 1 repeats point 0"),
+    # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
+    ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
+     "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,
+     "a range's ends take no unit; write 4e+11, or list the values with their units"),
     # one axis inside another's field: the later one replaced the earlier's value at every point,
     # while the name and sweep.<axis> column still gave it (batch=1 in the name, batch 4 simulated)
     ("axes:\n  serving.batch: [1, 2]\n  serving: [{batch: 4}, {batch: 8}]\n", "sweep.axes.serving", 17,

@@ -115,6 +115,10 @@ MAX_RANGE_END = 2**53
 
 
 def _number(value: Any, key: str) -> float:
+    if isinstance(value, str) and compared(value) != value:   # a quantity such as "400 GB/s"
+        raise AxisError(f"expected a number in the field's base unit (bytes, bytes/s, Hz, s), got {value!r}: a "
+                        f"range's ends take no unit; write {compared(value):g}, or list the values with their units",
+                        (key,))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AxisError(f"expected a number, got {value!r}", (key,))
     if not (math.isfinite(value) and abs(value) <= MAX_RANGE_END):
