@@ -117,6 +117,10 @@ def test_hardware_axes_and_sets(tmp_path):
      "sweep.axes.hardware.socket.p2p.bytes_per_s_per_port[1]", 16, "value 0.05TB/s repeats [0]"),
     ("mode: zip\naxes:\n  serving.batch: [1, 1]\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: [1.6 TB/s, 1600 GB/s]\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit[1]", 18, "point 1 repeats point 0"),
+    # two values the results cannot tell apart (they keep 9 significant digits) are one point: they
+    # ran as two, named apart, with one sweep.<axis> value and one result in both rows
+    ("axes:\n  hardware.socket.clock_hz: [1.6e9, 1.6000000001e9]\n", "sweep.axes.hardware.socket.clock_hz[1]", 16,
+     "value 1600000000.1 repeats [0] (equal at the 9 significant digits the results keep)"),
     # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
     ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,

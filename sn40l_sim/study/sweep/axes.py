@@ -51,6 +51,7 @@ import numpy as np
 from sn40l_sim.quantities import KINDS, parse_quantity
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
+from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import PathError, set_value
 
 #: keys of a range axis, and of an axis with an explicit path
@@ -341,8 +342,8 @@ def value_text(value: Any) -> str:
 
 def compared(value: Any) -> Any:
     """``value`` as two axis values are compared for repeats: a quantity written with a unit as its
-    number in the unit's base (``1 TB/s`` and ``1000 GB/s`` set one field to one value), anything
-    else as written.
+    number in the unit's base (``1 TB/s`` and ``1000 GB/s`` set one field to one value), a float at
+    the significant digits the results keep, anything else as written.
 
     >>> compared("1 TB/s") == compared("1000 GB/s") == compared(1e12), compared("10 ms") == compared("0.01 s")
     (True, True)
@@ -354,7 +355,9 @@ def compared(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple((k, compared(v)) for k, v in value.items())
     if isinstance(value, float) and math.isfinite(value):
-        return float(f"{value:.12g}")   # "1.6 TB/s" and "1600 GB/s" may differ in the last bit
+        # at the digits results.json keeps: "1.6 TB/s" and "1600 GB/s" may differ in the last bit, and
+        # two values the results cannot tell apart would be two points with one value in every row
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
     if not isinstance(value, str):
         return value
     for kind in KINDS:

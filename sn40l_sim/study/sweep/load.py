@@ -47,6 +47,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document
 from sn40l_sim.study.points import make_point_policy
 from sn40l_sim.study.points import points as experiment_points
@@ -248,7 +249,9 @@ def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explici
             for later, value in enumerate(axis.values):
                 first = seen.index(seen[later])
                 if first < later:
-                    raise doc.error(where(axis, later), f"value {value_text(value)} repeats [{first}]: the "
+                    close = "" if value == axis.values[first] or isinstance(value, str) else \
+                        f" (equal at the {SIGNIFICANT_DIGITS} significant digits the results keep)"
+                    raise doc.error(where(axis, later), f"value {value_text(value)} repeats [{first}]{close}: the "
                                     "grid would run each of its points twice")
         return
     combos = list(zip(*(a.values for a in axes), strict=True))
