@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run on Dask: 'local' (a LocalCluster on this machine) or a scheduler address such "
                              "as tcp://host:8786 (default: $SN40L_SIM_SCHEDULER, else local processes)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the runs already finished in OUT/runs/ and run only the others")
+                        help="keep the runs already finished in OUT/runs/ and run only the others (a stored "
+                             "run changed after it was written is refused, exit status 2)")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
                         help="set a field of the experiment (or hardware.<field>) for every point, not one an "
                              "axis sets (a file's path relative to the current folder); repeatable")
