@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.quantities import KINDS, parse_quantity
+from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import refuse_special_file
 
 #: most line numbers a warning lists for one reason (the count says how many there are)
@@ -146,6 +148,31 @@ def one_spelling(rows: Sequence[CsvRow], columns: Sequence[str]) -> list[CsvRow]
                 copy[column] = first[column].setdefault(number, row[column])
         out.append(copy)
     return out
+
+
+def matches(cell: str, wanted: str) -> bool:
+    """Whether a cell holds the value a ``where`` asks for: numbers compare as numbers (a quantity
+    with its unit as its base-unit number), text as text.
+
+    >>> matches("409600000000.0", "409.6 GB/s"), matches("4096", "4096.0"), matches("full", "full")
+    (True, True, True)
+    """
+    a, b = finite(cell), _wanted_number(str(wanted))
+    return a == b if a is not None and b is not None else cell == str(wanted)
+
+
+def _wanted_number(text: str) -> float | None:
+    """A ``where`` value as a number: plain, or a quantity with its unit (``409.6 GB/s``, as a sweep
+    axis writes it; results hold the base unit) at the digits the results keep."""
+    number = finite(text)
+    if number is not None:
+        return number
+    for kind in KINDS:
+        try:
+            return float(f"{parse_quantity(text, kind):.{SIGNIFICANT_DIGITS}g}")
+        except ValueError:
+            continue
+    return None
 
 
 def numeric_rows(path: Path, rows: Sequence[CsvRow], columns: Sequence[str]) -> list[CsvRow]:

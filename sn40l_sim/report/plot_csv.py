@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.report.csv_table import finite, number_column, numeric_rows, one_spelling, read_csv
+from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
 from sn40l_sim.report.registry import Fields
@@ -201,7 +201,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
     check_figure_suffix(out_path, "--out")
     for column, value in where.items():
-        rows = [r for r in rows if _matches(r[column], value)]
+        rows = [r for r in rows if matches(r[column], value)]
     if not rows:
         raise InputError(f"no row matches {where}", file=path, field="--where")
     numbers = [y, x] if kind == "scatter" or number_column(rows, x) else [y]
@@ -313,11 +313,6 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-
-
-def _matches(cell: str, wanted: str) -> bool:
-    a, b = finite(cell), finite(str(wanted))
-    return a == b if a is not None and b is not None else cell == str(wanted)
 
 
 def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:

@@ -334,3 +334,19 @@ def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkey
             for policy in ("full", "snap") for model in ("8b", "70b") for rate in (1, 2) for batch in (1, 4)]
     plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_step_s", hue=["kv_policy", "model", "rate"], kind=kind)
     assert len(drawn) == 8 and len(set(drawn)) == 8, drawn
+
+
+@pytest.mark.parametrize("wanted", ["409.6 GB/s", "0.4096 TB/s", "409600000000"])
+def test_where_takes_a_value_with_its_unit_as_a_sweep_axis_wrote_it(tmp_path, wanted):
+    """A sweep writes a bandwidth axis in bytes/s; --where (or a sweep plot's where:) given the value
+    as the axis wrote it, 409.6 GB/s, matched no row."""
+    path = tmp_path / "results.csv"
+    path.write_text("sweep.hbm,batch,decode_step_s\n409600000000.0,1,0.5\n409600000000.0,2,0.75\n"
+                    "819200000000.0,1,0.25\n819200000000.0,2,0.5\n")
+    ys = []
+    original = matplotlib.axes.Axes.plot
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.axes.Axes, "plot", lambda self, x, y, *a, **k: (ys.append(list(y)),
+                                                                                 original(self, x, y, *a, **k))[1])
+        plot_csv(path, x="batch", y="decode_step_s", where={"sweep.hbm": wanted})
+    assert ys == [[0.5, 0.75]]
