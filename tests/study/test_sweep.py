@@ -121,6 +121,10 @@ def test_hardware_axes_and_sets(tmp_path):
     # ran as two, named apart, with one sweep.<axis> value and one result in both rows
     ("axes:\n  hardware.socket.clock_hz: [1.6e9, 1.6000000001e9]\n", "sweep.axes.hardware.socket.clock_hz[1]", 16,
      "value 1600000000.1 repeats [0] (equal at the 9 significant digits the results keep)"),
+    # an axis of lists has no column in results.csv (lists stay in results.json): refused before the
+    # runs, not after them with every column of the CSV listed
+    ("axes:\n  prompt_lens: [[1024, 2048], [4096]]\nplot: {x: prefill_len, y: ttft_s, hue: sweep.prompt_lens}\n",
+     "sweep.plot.hue", 17, "'sweep.prompt_lens' holds lists, which results.csv leaves out"),
     # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
     ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,

@@ -226,10 +226,12 @@ def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
     return tuple(labels_)
 
 
-def parse_plot(spec: Any, axis_names: list[str] | None = None) -> dict[str, Any] | None:
+def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The ``plot:`` entry of a sweep section (None when absent); with ``axis_names``, a column
-    ``sweep.<name>`` must name one of them (the results have no other ``sweep.`` column). What only
-    the results can show (rows that share an x, a ``where`` no row matches) is found after the run.
+    ``sweep.<name>`` must name one of them (the results have no other ``sweep.`` column) and not one
+    of the ``nested`` axes (name -> ``lists`` or ``mappings``: results.csv has no column of a list,
+    and a mapping's fields as ``sweep.<name>.<field>``). What only the results can show (rows that
+    share an x, a ``where`` no row matches) is found after the run.
 
     >>> parse_plot({"x": "batch", "y": "ttft_s", "hue": "kv_policy"})["hue"]
     'kv_policy'
@@ -273,6 +275,12 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None) -> dict[str, Any]
         if axis_names is not None and column.startswith("sweep.") and column.removeprefix("sweep.") not in axis_names:
             raise AxisError(f"{column!r} names no axis of this sweep (its axis columns: "
                             f"{', '.join('sweep.' + n for n in axis_names)})", at if isinstance(at, tuple) else (at,))
+        kind = (nested or {}).get(column.removeprefix("sweep."))
+        if kind is not None:
+            what = "lists, which results.csv leaves out (they stay in results.json)" if kind == "lists" else \
+                f"mappings, whose fields are the columns {column}.<field>"
+            raise AxisError(f"{column!r} holds {what}: plot another column (prefill_len for prompt_lens)",
+                            at if isinstance(at, tuple) else (at,))
     return dict(spec)
 
 

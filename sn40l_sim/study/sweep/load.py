@@ -157,7 +157,9 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     for axis in axes:
         checker.check(axis)
     try:
-        plot = parse_plot(section.get("plot"), [a.name for a in axes])
+        nested = {a.name: "lists" if any(isinstance(v, list) for v in a.values) else "mappings"
+                  for a in axes if any(isinstance(v, (list, dict)) for v in a.values)}
+        plot = parse_plot(section.get("plot"), [a.name for a in axes], nested)
     except AxisError as exc:
         raise doc.error(("sweep", "plot") + exc.where, str(exc)) from None
     try:
