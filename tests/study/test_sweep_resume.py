@@ -175,3 +175,11 @@ def test_resume_refuses_a_stored_run_changed_after_it_was_written(tmp_path, caps
     # without --resume the sweep starts afresh and runs it again
     assert main(argv[:-1]) == 0
     assert json.loads((out / "results.json").read_text())[0]["decode_step_s"] < 0.1
+
+
+def test_a_record_with_number_keys_reads_back_as_written(tmp_path):
+    """JSON writes number keys as text, which sort otherwise ({2, 10} -> {"10", "2"}): the digest is
+    of what the file holds, so a record keyed by numbers is not refused as changed."""
+    store = RunStore(tmp_path / "runs")
+    store.save("k1", "full[batch=2]", Outcome({"by_batch": {2: 0.5, 10: 0.25}}, None, False))
+    assert store.load("k1") == Outcome({"by_batch": {"2": 0.5, "10": 0.25}}, None, False)

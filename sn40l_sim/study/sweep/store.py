@@ -92,8 +92,9 @@ class RunStore:
         """Write the outcome of the run with ``key`` (``name`` is for a reader of the file):
         to a temporary file, flushed to disk, then renamed over the final name."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        # without the wall-clock speed: stored runs hold only what the inputs determine
-        record = stable(outcome.record) if outcome.record is not None else None
+        # without the wall-clock speed: stored runs hold only what the inputs determine; through JSON
+        # and back, so that the digest is of what the file holds (number keys become text)
+        record = json.loads(json.dumps(stable(outcome.record))) if outcome.record is not None else None
         digest = content_digest(key, record, outcome.error, outcome.infeasible)
         text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": record,
                            "error": outcome.error, "infeasible": outcome.infeasible, "digest": digest})
