@@ -125,6 +125,10 @@ def test_hardware_axes_and_sets(tmp_path):
     # runs, not after them with every column of the CSV listed
     ("axes:\n  prompt_lens: [[1024, 2048], [4096]]\nplot: {x: prefill_len, y: ttft_s, hue: sweep.prompt_lens}\n",
      "sweep.plot.hue", 17, "'sweep.prompt_lens' holds lists, which results.csv leaves out"),
+    # an axis of prompt_lens replaces shape.prompt_len at every point: a shape.prompt_len axis beside it
+    # had no effect while its column said 4096 beside a prefill_len of 1024
+    ("axes:\n  prompt_lens: [[1024], [2048]]\n  shape.prompt_len: [4096, 8192]\n", "sweep.axes.shape.prompt_len",
+     17, "the axis prompt_lens replaces shape.prompt_len at every point"),
     # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
     ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,

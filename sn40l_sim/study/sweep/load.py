@@ -295,6 +295,10 @@ class _Checker:
         if root == "shape" and axis.path[1:] == ("prompt_len",) and "prompt_lens" in self.base:
             raise self._fail(axis, None, "the experiment lists prompt_lens, which replace shape.prompt_len: "
                              "sweep prompt_lens instead (values such as [[4096], [8192]])")
+        if root == "shape" and axis.path[1:] == ("prompt_len",) and \
+                any(path == ("prompt_lens",) for path in self.points[0].experiment_axes.values()):
+            raise self._fail(axis, None, "the axis prompt_lens replaces shape.prompt_len at every point, so this "
+                             "axis would have no effect: sweep one of them")
         for i, value in enumerate(axis.values):
             try:
                 if axis.hardware_field:
