@@ -129,6 +129,11 @@ def test_hardware_axes_and_sets(tmp_path):
     # had no effect while its column said 4096 beside a prefill_len of 1024
     ("axes:\n  prompt_lens: [[1024], [2048]]\n  shape.prompt_len: [4096, 8192]\n", "sweep.axes.shape.prompt_len",
      17, "the axis prompt_lens replaces shape.prompt_len at every point"),
+    # fields run and sweep do not read here: the rows of every value were the same simulation
+    ("axes:\n  shape.batch: [2, 8]\n", "sweep.axes.shape.batch", 16,
+     "shape.batch is the batch of map's graph; run and sweep simulate serving.batch"),
+    ("axes:\n  shape.max_new_tokens: [4, 16]\n", "sweep.axes.shape.max_new_tokens", 16,
+     "the experiment's serving.max_new_tokens replaces shape.max_new_tokens"),
     # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
     ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,

@@ -295,6 +295,13 @@ class _Checker:
         if root == "shape" and axis.path[1:] == ("prompt_len",) and "prompt_lens" in self.base:
             raise self._fail(axis, None, "the experiment lists prompt_lens, which replace shape.prompt_len: "
                              "sweep prompt_lens instead (values such as [[4096], [8192]])")
+        if axis.path == ("shape", "batch"):
+            raise self._fail(axis, None, "shape.batch is the batch of map's graph; run and sweep simulate "
+                             "serving.batch, so this axis would have no effect: sweep serving.batch")
+        serving = self.base.get("serving")
+        if axis.path == ("shape", "max_new_tokens") and isinstance(serving, dict) and serving.get("max_new_tokens"):
+            raise self._fail(axis, None, "the experiment's serving.max_new_tokens replaces shape.max_new_tokens, so "
+                             "this axis would have no effect: sweep serving.max_new_tokens")
         if root == "shape" and axis.path[1:] == ("prompt_len",) and \
                 any(path == ("prompt_lens",) for path in self.points[0].experiment_axes.values()):
             raise self._fail(axis, None, "the axis prompt_lens replaces shape.prompt_len at every point, so this "
