@@ -172,8 +172,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     label : str, optional
         A column whose value is written beside each point (scatter plots).
     value_names : mapping, optional
-        Column -> CSV value -> the name the legend gives it (a sweep axis's ``labels:``, for its
-        values written as file paths).
+        Column -> CSV value -> the name the legend (and a text x axis) gives it (a sweep axis's
+        ``labels:``, for its values written as file paths).
     label_as : mapping, optional
         Column -> the column whose label and unit it takes (a sweep axis named apart from its path:
         ``sweep.hbm`` -> ``sweep.hardware.socket.memory.hbm.bytes_per_s_per_unit``, in GB/s).
@@ -234,7 +234,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             ax.bar([j - 0.4 + width * (i + 0.5) for j in xs], [ys[categories[j]] * y_scale for j in xs], width,
                    label=_legend(hue, key, value_names, label_as))
         ax.set_xticks(range(len(categories)),
-                      [_tick(c, x_scale) if numeric_x else c for c in categories],
+                      [_tick(c, x_scale) if numeric_x else (value_names or {}).get(x, {}).get(c, c)
+                       for c in categories],
                       rotation=30 if len(categories) > 6 else 0)
     else:
         styles = _styles(list(series))

@@ -350,3 +350,17 @@ def test_where_takes_a_value_with_its_unit_as_a_sweep_axis_wrote_it(tmp_path, wa
                                                                                  original(self, x, y, *a, **k))[1])
         plot_csv(path, x="batch", y="decode_step_s", where={"sweep.hbm": wanted})
     assert ys == [[0.5, 0.75]]
+
+
+def test_a_labelled_axis_of_files_on_x_is_ticked_by_its_labels(tmp_path, monkeypatch):
+    """A sweep's model axis with labels: the legend named each file by its label, the x axis of a bar
+    plot by its path."""
+    ticks = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xticks",
+                        lambda self, positions, labels=None, **k: ticks.append(list(labels or [])))
+    path = tmp_path / "results.csv"
+    path.write_text("sweep.model,kv_policy,decode_step_s\n../graphs/llama3_1_8b.yaml,full,0.5\n"
+                    "../graphs/llama3_1_70b.yaml,full,0.75\n")
+    names = {"sweep.model": {"../graphs/llama3_1_8b.yaml": "8B", "../graphs/llama3_1_70b.yaml": "70B"}}
+    plot_csv(path, x="sweep.model", y="decode_step_s", hue=["kv_policy"], kind="bar", value_names=names)
+    assert ticks == [["70B", "8B"]]
