@@ -213,17 +213,17 @@ def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
 
 
 def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-          target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None
-          ) -> list[tuple[int, int, Division | None]] | None:
+          target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None,
+          compute_only: bool = False) -> list[tuple[int, int, Division | None]] | None:
     """Each stage's fewest units under ``target`` cycles, or None if a stage cannot get there or
-    they exceed a tile; ``seen`` keeps each stage's answers by target across the calls of one
-    bisection."""
+    they exceed a tile (``compute_only``: the memory stages' fixed pace not held to ``target``);
+    ``seen`` keeps each stage's answers by target across the calls of one bisection."""
     units: list[tuple[int, int, Division | None]] = []
     pcus = pmus = 0
     tile_pcus, tile_pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
     for stage, lim in zip(stages, limits, strict=True):
         if lim is None:
-            if stage.fixed_cycles > target:
+            if stage.fixed_cycles > target and not compute_only:
                 return None
             units.append((0, 0, None))
             continue
@@ -244,8 +244,31 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
     return units
 
 
+def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
+                      chip_tiles: int, budget: UnitBudget, seen: list[dict[int, _Units | None]], paced: int
+                      ) -> list[tuple[int, int, Division | None]] | None:
+    """The compute stages' fewest units under the lowest target they reach together on the tile,
+    the memory stages' pace aside (None when that target is ``paced``'s, the balanced one's, or
+    above: nothing to gain). A target reached is reached by every higher one (more cycles never
+    need more units), so the lowest is bisected; and a stage's cycles never rise as the target
+    falls, so a larger budget never makes a stage slower."""
+    if not any(lim is not None for lim in limits):
+        return None
+    lo, hi = 1, paced
+    best = None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = _fits(socket, rates, stages, limits, chip_tiles, mid, budget, seen, compute_only=True)
+        if got is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, got
+    return best
+
+
 def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
-             budget: UnitBudget = NO_LIMITS, price: Pricing | None = None) -> Allocation | None:
+             budget: UnitBudget = NO_LIMITS, price: Pricing | None = None,
+             chain_paced: bool = False) -> Allocation | None:
     """The balanced allocation of ``stages`` on ``chip_tiles`` tiles, or None if they do not fit.
 
     Parameters
@@ -260,6 +283,16 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     price : Pricing, optional
         What the units left idle by the balanced allocation are worth
         (:func:`~sn40l_sim.mapper.spending.pricing`); without it, any that shortens a stage is spent.
+    chain_paced : bool, optional
+        Whether the compute stages' own pace, not the memory stream's, sets the section's time: a
+        looped iteration's first section waits for the previous iteration's collectives while its
+        stream reads ahead into the PMUs, then computes every data tile at its slowest compute
+        stage's pace (:mod:`.read_ahead`). Unpriced, the compute stages then take the fewest units
+        under the lowest target they reach together on the tile, below the stream's pace if they
+        can, and those units are the allocation: the spending gives idle units to the slowest
+        stage first, up to its best cycles, which could leave another stage the bottleneck at
+        nearly the stream's pace (docs/validation.md, "A longer cache can be faster: a looped
+        decoder balanced to its stream"), and, given more room, could make the chain longer.
 
     Returns
     -------
@@ -307,7 +340,10 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         lo = least_fitting(lo, min(hi, lo + step), fits)
     units = found[lo] if lo in found else _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
-    units = spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)
+    balanced = None
+    if chain_paced and price is None:
+        balanced = _compute_balanced(socket, rates, stages, limits, chip_tiles, budget, seen, lo)
+    units = balanced or spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)
     if price is not None:
         # the lowest target takes the most units; a higher one, fewer units and less configuration
         # to load, which can make the call shorter (a stream hidden under overlapped collectives,

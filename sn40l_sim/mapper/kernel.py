@@ -40,7 +40,7 @@ from sn40l_sim.mapper.planning import (
 )
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.spending import section_calls
+from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
@@ -115,7 +115,8 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
     for index, (start, stop, spill_in, spill_out) in enumerate(_sections(ranges, spills)):
         stages, streams, alloc = section_allocation(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles,
                                                     spill_in, spill_out, budget, planned,
-                                                    section_calls(loop, len(ranges), index))
+                                                    section_calls(loop, len(ranges), index),
+                                                    section_chain_paced(loop, index))
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))

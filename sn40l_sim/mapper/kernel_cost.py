@@ -67,7 +67,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.planning import plan_section
 from sn40l_sim.mapper.plans import KernelPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
-from sn40l_sim.mapper.spending import section_calls
+from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
 
 
@@ -112,7 +112,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
         plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                            budget, planned, section_calls(loop, len(ranges), i))
+                            budget, planned, section_calls(loop, len(ranges), i), section_chain_paced(loop, i))
         if plan is None:
             return None
         plans.append(plan)

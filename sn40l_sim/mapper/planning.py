@@ -126,37 +126,47 @@ def _priced(socket: SocketSpec, key: tuple | None, calls: Calls | None) -> tuple
     return (*key, *calls, socket.calibrated.config_load_bytes_per_s)
 
 
+def _paced(key: tuple | None, chain_paced: bool) -> tuple | None:
+    """``key`` for an allocation whose compute stages are balanced for their own pace
+    (:func:`~sn40l_sim.mapper.allocate.allocate`'s ``chain_paced``)."""
+    return (*key, "chain_paced") if key is not None and chain_paced else key
+
+
 def section_allocation(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit,
                        chip_tiles: int, spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
-                       calls: Calls | None = None) -> tuple[list[StageWork], list[Stream], Allocation | None]:
+                       calls: Calls | None = None, chain_paced: bool = False
+                       ) -> tuple[list[StageWork], list[Stream], Allocation | None]:
     """A section's stages, streams and :func:`~sn40l_sim.mapper.allocate.allocate` (None when they
     do not fit; memoised as above), the units the balanced allocation leaves idle priced for the
-    ``calls`` (unpriced without)."""
+    ``calls`` (unpriced without), its compute stages balanced for their own pace when
+    ``chain_paced`` (a looped iteration's section that reads ahead while it waits)."""
     stages, streams = section_work(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
     price = pricing(socket, chip_tiles, n_tiles, calls) if calls else None
     alloc = _memoised(_alloc_memo, _ALLOC_MEMO_SIZE,
-                      _priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget), calls),
-                      lambda: allocate(socket, stages, chip_tiles, budget, price))
+                      _paced(_priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                                                  budget), calls), chain_paced),
+                      lambda: allocate(socket, stages, chip_tiles, budget, price, chain_paced))
     return stages, streams, alloc
 
 
 def plan_section(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
-                 calls: Calls | None = None) -> SectionPlan | None:
+                 calls: Calls | None = None, chain_paced: bool = False) -> SectionPlan | None:
     """:func:`plan_section_cold` through the memo when ``planned`` is given."""
     return _memoised(_section_memo, _SECTION_MEMO_SIZE,
-                     _priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget), calls),
+                     _paced(_priced(socket, _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                                                 budget), calls), chain_paced),
                      lambda: plan_section_cold(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                               planned, calls))
+                                               planned, calls, chain_paced))
 
 
 def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
                       spill_in: int, spill_out: int, budget: UnitBudget, planned: str = "",
-                      calls: Calls | None = None) -> SectionPlan | None:
+                      calls: Calls | None = None, chain_paced: bool = False) -> SectionPlan | None:
     """The section staged, allocated, placed and routed, and its cycles (see :mod:`.kernel`); None
     when it does not fit."""
     stages, streams, alloc = section_allocation(socket, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                                                planned, calls)
+                                                planned, calls, chain_paced)
     if alloc is None:
         return None
     cells = place_stages(socket, stages, alloc)

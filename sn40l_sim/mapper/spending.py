@@ -77,6 +77,16 @@ def section_calls(loop: LoopContext, sections: int, index: int) -> Calls | None:
     return Calls(loop.calls_per_load if sections == 1 else 1, overlap)
 
 
+def section_chain_paced(loop: LoopContext, index: int) -> bool:
+    """Whether section ``index`` of a kernel called as ``loop`` computes at its compute stages'
+    pace rather than its stream's: a looped iteration's first section, whose stream runs ahead
+    into the PMUs while the iteration waits for the previous one's collectives, so that its data
+    tiles then go at the compute chain's pace (:func:`~.read_ahead.looped_iteration_cycles`); the
+    allocator then balances the compute stages for that pace
+    (:func:`~sn40l_sim.mapper.allocate.allocate`'s ``chain_paced``)."""
+    return loop.pipelined and loop.gate_cycles > 0 and index == 0
+
+
 class Pricing(NamedTuple):
     """What idle units are worth to a section streaming ``n_tiles`` data tiles: the configuration
     cycles one more PCU and one more PMU per tile add to each call, and the overlapped collectives

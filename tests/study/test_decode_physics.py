@@ -139,3 +139,21 @@ def test_each_record_says_the_sockets_and_the_split_it_ran_on(looping_records):
         sockets = 8 if "sockets=8," in name else 16
         assert record["sockets"] == sockets, name
         assert record["parallel"] == {phase: {"attention_dp": 1, "tp": sockets} for phase in ("decode", "prefill")}
+
+
+def test_a_longer_cache_is_not_faster_for_a_looped_decoder_at_batch_64(loaded, tmp_path):
+    # Llama-3.1-70B on 16 sockets, looped, 64 sequences: the decoder's stream reads ahead while each
+    # iteration waits for the previous one's all-reduces, so its compute stages' own pace sets the
+    # rest of the iteration. Balanced to the stream's pace, the spending once gave the gate/up GEMM
+    # 176 PCUs a tile and left the output projection at 44 cycles a data tile with a 160-token cache
+    # (8.31 ms), while a 192-token cache happened to balance at 23 (7.70 ms; docs/validation.md, "A
+    # longer cache can be faster: a looped decoder balanced to its stream")
+    steps = {}
+    for cache in (160, 192):
+        path = _experiment(tmp_path, f"cache{cache}", shape={"prompt_len": cache - 64, "max_new_tokens": 64},
+                           workload={"kind": "fixed", "count": 1, "output_len": 64},
+                           serving={"batch": 64, "max_new_tokens": 64})
+        (record,) = loaded.records(path, serve=False, reads_prefill=())
+        assert record["kv_len"] == cache and record["batch"] == 64
+        steps[cache] = record["decode_step_s"]
+    assert steps[160] <= steps[192]
