@@ -15,8 +15,8 @@ the ``start`` earlier tokens, reading their keys and values from where the earli
 ``prefill`` with ``kv_len = start`` (:mod:`sn40l_sim.models.flash`). So a chunk costs more the later
 it comes, as its queries meet more keys. Graphs are timed at the multiples of the chunk size and
 a chunk starting between two of them (the budget spans prompts, so a prompt may start mid-turn)
-interpolated linearly (:func:`interpolated_chunk_cycles`), which bounds the graphs to time
-however the prompts split. The chunks of a prompt cost at least its unchunked prefill where the
+interpolated linearly (:func:`interpolated_chunk_cycles`, :mod:`sn40l_sim.serving.earlier_keys`),
+which bounds the graphs to time however the prompts split. The chunks of a prompt cost at least its unchunked prefill where the
 fixed costs of a call (configuration, weights streamed per call) outweigh the attention saved
 by the chunks' finer causal masking (a whole prompt computes its diagonal tiles' masked halves in
 full, a chunk only its own), as it does for the shipped models (tests/study/test_chunk_costs.py):
@@ -38,21 +38,17 @@ A call's fixed 100 cycles, 1 per token and 1 per (query, earlier key) pair:
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator
 from typing import Any
 
+from sn40l_sim.serving.earlier_keys import between_multiples, interpolated_cycles
 from sn40l_sim.serving.scheduler import Wait
 
 
 def interpolated_chunk_cycles(timed: Callable[[int, int], int], chunk: int, earlier: int, tokens: int) -> int:
     """Cycles of a chunk of ``tokens`` after ``earlier`` tokens of its prompt, from ``timed(tokens,
     earlier)`` called only at multiples of ``chunk``: exact at one, linear between the two around it."""
-    low = earlier // chunk * chunk
-    at_low = timed(tokens, low)
-    if low == earlier:
-        return at_low
-    return at_low + math.ceil((timed(tokens, low + chunk) - at_low) * (earlier - low) / chunk)
+    return interpolated_cycles(timed, tokens, earlier, *between_multiples(chunk, earlier))
 
 
 def chunk_cycles(setup: Any, start: int, end: int) -> int:

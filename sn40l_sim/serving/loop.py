@@ -118,7 +118,8 @@ class _Serving:
         self.holding = [0] * n_prefill
         self.held_back = [False] * n_prefill
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
-            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles, self.holding)
+            setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles, setup.prefix_hit_cycles,
+            self.holding)
         # the disaggregated nodes and the arrivals are callbacks, the co-located nodes processes;
         # all start as SimPy processes would, in this order (:mod:`.scheduler`)
         env.soon(lambda: self._arrive(0))

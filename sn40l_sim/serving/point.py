@@ -60,7 +60,7 @@ from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size,
 from sn40l_sim.serving.chunked_prefill import interpolated_chunk_cycles
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
-from sn40l_sim.serving.prefix_cache import PrefixCaching
+from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
@@ -342,6 +342,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     def prefill_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[0]
 
+    def prefix_hit_for(prompt_len: int, held: int) -> tuple[int, int]:
+        return prefix_hit_cycles(lambda n, e: prefill_of(n, e)[0], s.prefill_lens, prompt_len, held)
+
     def prefill_switch_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[1]
 
@@ -368,7 +371,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
                          speculation=s.speculation, seed=s.seed,
-                         prefix_caching=prefix_caching(s, per_token, free_tokens),
+                         prefix_caching=prefix_caching(s, per_token, free_tokens), prefix_hit_cycles=prefix_hit_for,
                          prefill_chunk=s.prefill_chunk, prefill_chunk_cycles=chunk_for if s.prefill_chunk else None,
                          decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,

@@ -7,11 +7,16 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
 :class:`PrefixTracker`:
 
 * **at prefill**, whether the node already holds the prefix (a request using it is in flight: from
-  its prefill to its last token). A hit prefills the rest of the prompt only:
-  ``max(prefill(prompt - prefix), prefill(prompt) - prefill(prefix))`` cycles (the first is the
-  graph compiled for the suffix alone, the second what the prompt costs beyond its prefix: with the
-  static prefill graphs' compiled lengths neither is exact; the larger keeps the attention of the
-  suffix over the prefix's keys). A miss prefills the whole prompt and holds the prefix from then on.
+  its prefill to its last token). A hit computes the rest of the prompt only, but those queries
+  attend over the prefix's keys too: it runs the suffix's graph over the cached prefix
+  (:func:`prefix_hit_cycles`, timed as a later chunk of a chunked prefill is:
+  :mod:`sn40l_sim.serving.earlier_keys`). With static graphs the suffix runs in the graph compiled
+  for the next length up, so it reuses the prefix's first ``prompt - compiled(prompt - prefix)``
+  tokens and recomputes the rest in rows the graph would otherwise pad (fewer queries over the
+  same keys than with the whole prefix reused), and it prefills the whole prompt when that graph is
+  the prompt's own (or no cheaper): a hit never costs more than a miss, and a longer held prefix
+  no more than a shorter one (fewer queries over the same keys; tests/study/test_prefix_hit_costs.py
+  checks it on the mapped graphs). A miss prefills the whole prompt and holds the prefix from then on.
   The prefix's KV stays on the node until its last user finishes (*freed when the last user leaves*),
   if it fits in what the node's memory placement leaves free of its first tier (else it is not kept);
 * **at each decode step**, the KV its node holds: a prefix shared by several sequences on one
@@ -25,12 +30,14 @@ cache it keeps for one prompt is not the cache of another prompt's first tokens.
 cache is shorter than the prompt, this model therefore keeps the uncompressed prefix KV on the
 prefill node (where the prompt's full cache exists before compression anyway; its bytes are reported
 as ``prefill_prefix_bytes_peak``) and reuses it for prefill compute only; each decode sequence keeps
-its own compressed cache (no decode-side sharing, ``decode_kv_shared`` false).
+its own compressed cache (no decode-side sharing, ``decode_kv_shared`` false). Not modelled, as for a
+later chunk (:mod:`sn40l_sim.serving.chunked_prefill`): a hit's graph runs SnapKV's selection over
+its own rows, where the compressed cache is chosen over the whole prompt's.
 
 Examples
 --------
 >>> tracker = PrefixTracker(PrefixCaching(share_decode_kv=True, kv_bytes_per_token=2), nodes=1,
-...                         prefill_cycles=lambda p: 10 * p)
+...                         prefill_cycles=lambda p: 10 * p, hit_cycles=lambda p, held: (10 * (p - held), held))
 >>> from sn40l_sim.serving.workload import Request
 >>> a, b = Request(0, 0, 100, 4, prefix_id=7, prefix_len=60), Request(1, 0, 100, 4, prefix_id=7, prefix_len=60)
 >>> tracker.prefill_cycles(a, 0), tracker.prefill_cycles(b, 0)     # a misses, b hits
@@ -47,6 +54,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from sn40l_sim.serving.batching import compiled_size
+from sn40l_sim.serving.earlier_keys import between_points, interpolated_cycles
 
 #: seeds the draw of prefixes, beside the workload's seed (so the workload's own draws do not move)
 PREFIX_DRAW_STREAM = 0x7066
@@ -72,11 +82,14 @@ class _Held:
 
 class PrefixTracker:
     """The prefixes each of ``nodes`` nodes holds, and what reusing them saved (see the module
-    docstring); ``prefill_cycles`` is ``prompt_len -> cycles`` of a prefill without reuse."""
+    docstring); ``prefill_cycles`` is ``prompt_len -> cycles`` of a prefill without reuse,
+    ``hit_cycles`` ``(prompt_len, held prefix tokens) -> (cycles, tokens reused)`` of one with
+    (:func:`prefix_hit_cycles`)."""
 
     def __init__(self, caching: PrefixCaching, nodes: int, prefill_cycles: Callable[[int], int],
-                 other_tokens: Sequence[int] = ()) -> None:
+                 hit_cycles: Callable[[int, int], tuple[int, int]], other_tokens: Sequence[int] = ()) -> None:
         self.caching, self.nodes, self.prefill_cycles_of = caching, nodes, prefill_cycles
+        self.hit_cycles_of = hit_cycles
         #: per node, cached tokens it holds besides prefixes in the same room (a disaggregated
         #: prefill node's caches waiting for their transfer), read when a prefix asks for room
         self.other_tokens = other_tokens
@@ -108,9 +121,7 @@ class PrefixTracker:
                 del self.holder[request.id]
             return full
         held.users += 1
-        reused = min(prefix, held.tokens)
-        suffix = request.prompt_len - reused
-        cycles = min(full, max(self.prefill_cycles_of(suffix), full - self.prefill_cycles_of(reused)))
+        cycles, reused = self.hit_cycles_of(request.prompt_len, min(prefix, held.tokens))
         self.hits += 1
         self.prefill_tokens_saved += reused
         self.prefill_cycles_saved += full - cycles
@@ -134,6 +145,32 @@ class PrefixTracker:
         """``(stored, saved)`` cache tokens of a decode node's ``(request, cache tokens)`` pairs
         (:func:`decode_kv_tokens` with this tracker's caching)."""
         return decode_kv_tokens(self.caching, sequences)
+
+
+def prefix_hit_cycles(timed: Callable[[int, int], int], lens: Sequence[int], prompt_len: int,
+                      held: int) -> tuple[int, int]:
+    """``(cycles, tokens reused)`` of prefilling a prompt of ``prompt_len`` tokens whose first
+    ``held`` are cached, with the static graphs compiled for ``lens`` (sorted), ``timed(rows,
+    earlier)`` the cycles of the graph of ``rows`` (a compiled length) after ``earlier`` cached
+    tokens (called with ``earlier`` at 0 and the ``lens``, interpolated between:
+    :mod:`sn40l_sim.serving.earlier_keys`).
+
+    The suffix runs in the graph compiled for its length, filled with the prompt's last ``rows``
+    tokens: it reuses ``prompt_len - rows`` cached tokens (at most ``held``), or none when that
+    graph is the whole prompt's or no cheaper than it. A cost of 100 cycles a call, 10 a row and
+    1 a (row, earlier key) pair, graphs of 4, 8 and 16 rows:
+
+    >>> timed = lambda rows, earlier: 100 + 10 * rows + rows * earlier
+    >>> [prefix_hit_cycles(timed, (4, 8, 16), 16, held) for held in (4, 8, 10, 13)]
+    [(260, 0), (244, 8), (244, 8), (188, 12)]
+    """
+    full = timed(compiled_size(prompt_len, lens, "prompt length"), 0)
+    rows = compiled_size(prompt_len - held, lens, "prompt length")
+    reused = prompt_len - rows
+    if reused <= 0:
+        return full, 0
+    cycles = interpolated_cycles(timed, rows, reused, *between_points((0, *sorted(lens)), reused))
+    return (cycles, reused) if cycles < full else (full, 0)
 
 
 def has_prefix(request: Any) -> bool:

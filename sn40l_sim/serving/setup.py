@@ -46,6 +46,10 @@ class ServingSetup:
     prefix_caching : PrefixCaching or None
         Reuse of shared prompt prefixes (:mod:`sn40l_sim.serving.prefix_cache`; None: every prompt
         prefilled and stored whole).
+    prefix_hit_cycles : callable or None
+        With ``prefix_caching``: ``(prompt_len, held prefix tokens) -> (cycles, tokens reused)`` of
+        a prefill whose prefix the node holds (the suffix's graph over the prefix's keys:
+        :func:`~sn40l_sim.serving.prefix_cache.prefix_hit_cycles`); required with ``prefix_caching``.
     prefill_chunk : int or None
         Co-located: prompt tokens prefilled between two decode steps
         (:mod:`sn40l_sim.serving.chunked_prefill`; None: whole prompts).
@@ -78,6 +82,7 @@ class ServingSetup:
     speculation: Speculation = field(default_factory=Speculation)
     seed: int = 0
     prefix_caching: PrefixCaching | None = None
+    prefix_hit_cycles: Callable[[int, int], tuple[int, int]] | None = None
     prefill_chunk: int | None = None
     prefill_chunk_cycles: Callable[[int, int], int] | None = None
     decode_switch_cycles: int = 0
@@ -88,6 +93,9 @@ class ServingSetup:
         if self.prefill_chunk is not None and self.prefill_chunk_cycles is None:
             raise ValueError("prefill_chunk needs prefill_chunk_cycles: what a later chunk costs, its attention "
                              "over the earlier chunks' keys included")
+        if self.prefix_caching is not None and self.prefix_hit_cycles is None:
+            raise ValueError("prefix_caching needs prefix_hit_cycles: what a prefill costs when its prefix is "
+                             "held, the suffix's attention over the prefix's keys included")
         # the prefixes a prefill node keeps share its hold room: kept beyond it, a node held back
         # with no transfer pending would wait for one that never comes (nothing wakes it)
         if self.prefix_caching is not None and self.prefill_hold_tokens is not None:

@@ -19,7 +19,7 @@ def setup(hold: int | None) -> ServingSetup:
     return ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2, decode_step_cycles=100,
                         prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
                         cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=1000,
-                        prefill_hold_tokens=hold)
+                        prefill_hold_tokens=hold, prefix_hit_cycles=lambda p, held: (p - held, held))
 
 
 def requests(n: int = 40, seed: int = 0) -> list[Request]:

@@ -14,7 +14,10 @@ from sn40l_sim.serving.workload import Request
 def setup(mode="disaggregated", prefill=lambda p: 100, caching=None, cache_tokens=lambda p, g: p + g):
     return ServingSetup(mode=mode, prefill_nodes=0 if mode == "colocated" else 2, decode_nodes=2, slots=4,
                         decode_step_cycles=50, prefill_cycles=prefill, transfer_cycles=lambda p: 7,
-                        cache_tokens=cache_tokens, kv_bytes_per_token=3, slot_cache_tokens=400, prefix_caching=caching)
+                        cache_tokens=cache_tokens, kv_bytes_per_token=3, slot_cache_tokens=400, prefix_caching=caching,
+                        # a hit prefills the suffix alone (tests/study/test_prefix_hit_costs.py times
+                        # the suffix's graph over the prefix)
+                        prefix_hit_cycles=lambda p, held: (prefill(p - held), held))
 
 
 def requests(n=60, seed=0, share=0.7):
@@ -85,3 +88,10 @@ def test_a_prefill_node_keeps_no_more_prefixes_than_its_free_memory_holds():
     assert tight.prefixes.peak_prefill_prefix_tokens <= 200
     assert 0 < tight.prefixes.hits < roomy.prefixes.hits
     assert all(not held for held in tight.prefixes.held) and not tight.prefixes.holder
+
+
+def test_prefix_caching_without_the_cost_of_a_hit_is_refused():
+    with pytest.raises(ValueError, match="prefix_caching needs prefix_hit_cycles"):
+        ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=4, decode_step_cycles=50,
+                     prefill_cycles=lambda p: p, transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g,
+                     kv_bytes_per_token=3, slot_cache_tokens=400, prefix_caching=PrefixCaching(True, 3))

@@ -126,8 +126,10 @@ def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mo
                                 capacity_tokens=rng.choice([None, None, 100]))
         chunk = rng.choice([None, 1, 16, 64, 500]) if mode == "colocated" else None
         # a later chunk pays a cycle per (query, earlier key) pair on top of its own prefill
+        # a hit, the suffix's own prefill (its attention over the prefix is in the real cost only)
         setup = replace(setup, prefix_caching=caching if seed % 3 else None, prefill_chunk=chunk,
-                        prefill_chunk_cycles=lambda earlier, n, p=setup.prefill_cycles: p(n) + n * earlier)
+                        prefill_chunk_cycles=lambda earlier, n, p=setup.prefill_cycles: p(n) + n * earlier,
+                        prefix_hit_cycles=lambda n, held, p=setup.prefill_cycles: (p(n - held), held))
         by_steps = simulate(requests, setup, stepwise=True)
         by_runs = simulate(requests, setup)
         assert everything(by_runs) == everything(by_steps), f"seed {seed}"

@@ -1,0 +1,64 @@
+"""A prefix-cache hit costs the suffix's graph over the cached prefix's keys
+(serving/prefix_cache.py: prefix_hit_cycles), timed with the real builder, mapper and engine for
+experiments/prefix_cache.yaml's Llama-3.1-70B prefill (8K prompts, power-of-two compiled lengths).
+
+Expected, and asserted:
+
+* physically, the suffix's graph over the prefix does less work than the whole prompt (fewer
+  queries, the same keys, the same weights streamed), so it costs less; it costs more than the
+  suffix's graph alone (its queries also meet the prefix's keys);
+* the charge is that graph, exactly where the prefix ends on a compiled length and interpolated
+  between compiled lengths otherwise (within 1%);
+* a static graph pads the suffix up to a compiled length, and the padded graph over the whole
+  prefix can cost more than no hit at all (an 8K graph over 1K cached tokens): the hit reuses only
+  the prefix tokens that leave the suffix filling its graph, so it never costs more than a miss,
+  and a longer prefix held never costs more than a shorter one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.serving.prefix_cache import prefix_hit_cycles
+from sn40l_sim.study.assemble import assemble
+from sn40l_sim.study.experiment import load_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPT = 8192
+
+
+@pytest.fixture(scope="module")
+def costs():
+    asm = assemble(load_experiment(REPO / "experiments/prefix_cache.yaml"))
+    setup = asm.setup(asm.points[0])
+    timer = asm.step_timer(setup)
+    return setup.prefill_lens, lambda rows, earlier=0: int(timer.prefill(rows, earlier=earlier).cycles)
+
+
+@pytest.mark.parametrize("held", [4096, 6144, 7168])
+def test_the_suffix_over_the_prefix_costs_less_than_the_prompt_and_more_than_the_suffix_alone(costs, held):
+    _, timed = costs
+    suffix = PROMPT - held
+    assert timed(suffix) < timed(suffix, held) < timed(PROMPT)
+
+
+@pytest.mark.parametrize("prompt, held, exact", [(8192, 4096, True), (8192, 6144, False), (5000, 1024, False)])
+def test_a_hit_costs_the_suffix_graph_over_the_prefix(costs, prompt, held, exact):
+    lens, timed = costs
+    cycles, reused = prefix_hit_cycles(timed, lens, prompt, held)
+    rows = prompt - reused
+    assert rows in lens and reused == (held if prompt - held in lens else prompt - rows)
+    graph = timed(rows, reused)
+    assert cycles == graph if exact else cycles == pytest.approx(graph, rel=0.01)
+
+
+def test_a_hit_never_costs_more_than_a_miss_nor_a_longer_prefix_more(costs):
+    lens, timed = costs
+    full = timed(PROMPT)
+    # the suffix padded to the prompt's own graph, over the whole prefix: dearer than no hit
+    assert timed(PROMPT, 1024) > full
+    charges = [prefix_hit_cycles(timed, lens, PROMPT, held) for held in (0, 1024, 4096, 5000, 6144, 7168, 8000)]
+    assert charges[0] == charges[1] == (full, 0)
+    cycles = [c for c, _ in charges]
+    assert cycles == sorted(cycles, reverse=True) and cycles[-1] < full
