@@ -22,7 +22,8 @@ compute. The fill covers the pipeline's head (the first tile crossing all stages
 
 Collectives with ``overlapped=True`` start once the first tile is out of the pipeline and run
 beside the compute; the others start when the compute is done. The kernel ends when its compute
-and all its collectives have ended. A collective writes what the socket receives to memory and
+and all its collectives have ended, an overlapped one no sooner than its last data tile's share
+after the last tile (:func:`_end_tails`). A collective writes what the socket receives to memory and
 (unless overlapped, when tiles go out straight from the PMUs) reads what it sends from memory, at
 the pace of the links and sharing the memory channel with the kernel's streams, so an overlapped
 collective and a memory-hungry kernel slow each other down.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import simpy
@@ -155,8 +156,32 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
             yield _start_collective(res, run, 0, costs.stage_collectives)
     if side:
         yield env.all_of(side)
+        end = _end_tails(record, colls, collectives)
+        if end > env.now:
+            yield env.timeout(end - env.now)
     record.collectives = colls
     record.end = env.now
+
+
+def _end_tails(record: KernelRecord, colls: list[CollectiveRun], collectives: CollectiveModel) -> int:
+    """When the kernel's overlapped collectives have carried their last data tile's share.
+
+    An overlapped collective carries each data tile's share as the tile comes out, so the last
+    share (``bytes / n_tiles``) can go only once the last tile is out: the collective is done no
+    sooner than the stream's end plus that share's collective, the tails one after the other (a
+    tile's later operators wait for its earlier collectives: a fused decoder layer's down
+    projection for its ``o_proj`` all-reduce). The links carried the bytes already (``run.end``
+    is their time on the links); the tail is the last share's latency and bytes, which no later
+    tile hides. A share of a small collective costs about what the whole does (its latency), so
+    with few data tiles overlapping hides little; with many, only a large collective's tail is
+    left (docs/validation.md, "Decode all-reduces under the GEMM")."""
+    tiles = record.placed.n_tiles
+    done = record.stream_end
+    for run in colls:
+        if run.collective.overlapped and tiles:
+            share = replace(run.collective, bytes=math.ceil(run.collective.bytes / tiles))
+            done += collectives.run(share).cycles
+    return done
 
 
 def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:

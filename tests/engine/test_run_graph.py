@@ -157,10 +157,21 @@ def test_overlapped_collective_runs_beside_the_compute():
         coll_run = rec.collectives[0]
         # starts after the first tile, not before
         assert coll_run.start == rec.stream_start + 200
-        # the kernel ends no earlier than its compute nor than its collective
-        assert rec.end >= rec.stream_end and rec.end - coll_run.start >= model.run(coll).cycles
-        assert rec.end == max(rec.stream_end, coll_run.start + model.run(coll).cycles)
+        # the kernel ends no earlier than its collective on the links, nor than the last tile's
+        # share of it sent after the last tile is out
+        share = model.run(dataclasses.replace(coll, bytes=math.ceil(coll.bytes / 500))).cycles
+        assert coll_run.end == coll_run.start + model.run(coll).cycles
+        assert rec.end == max(rec.stream_end + share, coll_run.end)
     assert model.run(small).cycles < 500 * 200 < model.run(big).cycles
+
+
+def test_an_overlapped_collective_of_one_data_tile_hides_nothing():
+    # its one tile is its last: the whole collective goes after it, as a plain one does
+    for n_bytes in (2**10, 2**16, 2**24):
+        ends = [run([placed_kernel(NODE, "o_proj", n_tiles=1, compute_cycles_per_tile=5000,
+                                   collectives=(Collective("all_reduce", n_bytes, 16, overlapped=o),))]).records[0].end
+                for o in (False, True)]
+        assert ends[0] == ends[1]
 
 
 def test_plain_collective_follows_the_compute():
