@@ -13,8 +13,9 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
   (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.iteration_cycles`), its compute waiting for the
   previous iteration's collectives;
 - any other call ends no sooner than its overlapped collectives, which start after its first tile,
-  and its other collectives follow its tiles whatever the plan (the mapper leaves them out of the
-  choice; :func:`as_called` adds them, ``after_cycles``).
+  nor than their last data tile's shares after its last tile, and its other collectives follow its
+  tiles whatever the plan (the mapper leaves those and the shares out of the choice;
+  :func:`as_called` adds them, ``after_cycles`` and ``tail_cycles``).
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
 loop's last iteration and any contention on the links or in the memory tier a collective's staging
@@ -36,6 +37,9 @@ Examples
 >>> waiting = as_called(socket, lone, LONE_CALL, after_cycles=5000)
 >>> waiting.call_cycles - lone.call_cycles, waiting.call_collective_cycles
 (5000, 5000)
+>>> tailed = as_called(socket, lone, LONE_CALL, tail_cycles=3000)
+>>> tailed.call_cycles - lone.call_cycles, tailed.call_collective_cycles
+(3000, 3000)
 """
 from __future__ import annotations
 
@@ -55,18 +59,21 @@ COLLECTIVE = "collective"
 
 
 def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0,
-              resident: bool | None = None) -> PlacedKernel:
+              resident: bool | None = None, tail_cycles: int = 0) -> PlacedKernel:
     """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
     plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
     call spent on collectives and what takes most of it (see the module docstring). ``resident``
     says whether the call finds the kernel's configuration loaded (:mod:`.residency`): it is then
     charged none of a one-section configuration, else all of it; None keeps the mapper's charge
-    (``loop.calls_per_load``)."""
+    (``loop.calls_per_load``). ``tail_cycles``: what the call's overlapped collectives take after
+    its last tile (their last data tile's shares, the engine's ``_end_tails``); the call ends no
+    sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
     call = pk.call_cycles + after_cycles
     if not configs:
-        return copied(pk, call_cycles=call, call_collective_cycles=after_cycles,
-                      call_bound=COLLECTIVE if after_cycles else pk.bounding_resource)
+        call += max(0, tail_cycles - max(0, pk.call_cycles - pk.cycles))
+        return copied(pk, call_cycles=call, call_collective_cycles=call - pk.cycles if call > pk.cycles else 0,
+                      call_bound=COLLECTIVE if call > pk.cycles else pk.bounding_resource)
     # as the mapper's objective charges it: one section stays loaded over consecutive calls
     reload = configs[0] / loop.calls_per_load if len(configs) == 1 else sum(configs)
     if resident is not None and len(configs) == 1:
@@ -78,6 +85,8 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
         call += math.floor(actual - reload) if actual > reload else -math.ceil(reload - actual)
         reload = actual
     tiles = pk.iteration_cycles if loop.pipelined else pk.cycles - sum(configs)
+    # the plan's time holds the wait for its overlapped collectives; their tails may outlast it
+    call += max(0, tail_cycles - max(0, call - after_cycles - math.ceil(tiles + reload)))
     waits = max(0, call - math.ceil(tiles + reload))
     # the largest part; a tie goes to the configuration, then to the tiles (as map_kernel's bound)
     parts = (("overhead", reload), (pk.tiles_bound or pk.bounding_resource, tiles), (COLLECTIVE, waits))

@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -275,7 +276,8 @@ def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedK
                ) -> tuple[PlacedKernel, ...]:
     """``plans`` (mapped for ``calls``) as the graph calls them, those whose configuration stays
     loaded charged none."""
-    return tuple(as_called(socket, pk, call, _after(k, call, collective_cycles), r)
+    return tuple(as_called(socket, pk, call, _after(k, call, collective_cycles), r,
+                           _tails(k, pk.n_tiles, call, collective_cycles))
                  for k, pk, call, r in zip(order, plans, calls, resident, strict=True))
 
 
@@ -285,6 +287,17 @@ def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[
     if collective_cycles is None or call.pipelined:
         return 0
     return round(sum(collective_cycles(c) for c in kernel.collectives if not c.overlapped))
+
+
+def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
+           collective_cycles: Callable[[Collective], float] | None) -> int:
+    """Cycles a call's overlapped collectives take after its last tile: each one's share of that
+    tile, one after the other (the engine's ``_end_tails``); a looped call's are in the next
+    iteration's gate."""
+    if collective_cycles is None or call.pipelined or not n_tiles:
+        return 0
+    return round(sum(collective_cycles(replace(c, bytes=math.ceil(c.bytes / n_tiles)))
+                     for c in kernel.collectives if c.overlapped))
 
 
 def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None) -> LoopContext:
