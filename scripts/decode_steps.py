@@ -1,0 +1,73 @@
+"""Decode steps of one model on one node over batches and cache lengths, with where each step goes:
+the table of docs/validation.md ("Decode all-reduces under the GEMM").
+
+    python scripts/decode_steps.py llama3_1_70b 8 --batches 1,64,1024 --kv 128
+    python scripts/decode_steps.py llama3_1_8b 16 --batches 1024 --kv 128 --no-looping
+
+``MODEL`` names a file of ``graphs/`` and ``SOCKETS`` a node of ``hw_configs/`` (``sn40l_node8`` or
+``sn40l_node16``); tensor parallelism over every socket (DeepSeek-R1's attention data-parallel over
+them, as its deployment runs it), the full cache. Prints one line per (batch, cache length): the
+step in ms and its breakdown in ms (causes under 10 ns left out). Steps only, no serving; nothing
+is read from a file of expected values.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from sn40l_sim.engine.breakdown import decode_step_breakdown  # noqa: E402
+from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
+from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
+from sn40l_sim.ir import ParallelPlan  # noqa: E402
+from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.models.loader import load_model  # noqa: E402
+from sn40l_sim.study.assemble import step_timer  # noqa: E402
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def decode_lines(model_name: str, sockets: int, batches: list[int], kv_lens: list[int],
+                 looping: bool = True) -> list[str]:
+    """One line per (batch, cache length): the step in ms and its breakdown in ms."""
+    node = load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml")
+    model = load_model(REPO / "graphs" / f"{model_name}.yaml")
+    decode = ParallelPlan(tp=sockets, attention_dp=sockets if "deepseek" in model_name else 1)
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets), decode,
+                       engine=EngineOptions(kernel_looping=looping))
+    lines = []
+    for batch in batches:
+        for kv in kv_lens:
+            step = timer.decode_step(batch, kv)
+            parts = {k: round(v * 1e3, 3) for k, v in decode_step_breakdown(step).items() if v > 1e-8}
+            lines.append(f"batch {batch} kv {kv}: {step.seconds * 1e3:.3f} ms {parts}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a model file of graphs/, without .yaml (e.g. llama3_1_70b)")
+    parser.add_argument("sockets", type=int, choices=(8, 16), help="the node: hw_configs/sn40l_node{8,16}.yaml")
+    parser.add_argument("--batches", type=_counts, default=[1, 64, 1024])
+    parser.add_argument("--kv", type=_counts, default=[128], help="cache lengths per sequence (tokens)")
+    parser.add_argument("--no-looping", action="store_true", help="kernel looping off")
+    args = parser.parse_args(argv)
+    if not (REPO / "graphs" / f"{args.model}.yaml").is_file():
+        parser.error(f"graphs/{args.model}.yaml: no such model file")
+    for line in decode_lines(args.model, args.sockets, args.batches, args.kv, not args.no_looping):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""``scripts/decode_steps.py``: one line per point whose step is the step timer's, and a model file
+that does not exist refused with exit status 2."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import decode_steps  # noqa: E402
+
+
+def test_one_line_per_point_with_its_step_and_breakdown():
+    lines = decode_steps.decode_lines("llama3_1_8b", 8, [1, 1024], [128])
+    assert [line.split(":")[0] for line in lines] == ["batch 1 kv 128", "batch 1024 kv 128"]
+    steps = [float(line.split(": ")[1].split(" ms")[0]) for line in lines]
+    assert 0 < steps[0] < steps[1]
+    assert all("'collectives'" in line for line in lines)
+
+
+def test_an_unknown_model_exits_2(capsys):
+    with pytest.raises(SystemExit) as stop:
+        decode_steps.main(["llama9", "8"])
+    assert stop.value.code == 2
+    assert "graphs/llama9.yaml" in capsys.readouterr().err
