@@ -214,6 +214,11 @@ class FusedKernel:
     #: figures worth printing that are not costs, e.g. ``("experts_touched", 12.4)``; identical
     #: for identical layers, so they do not break :meth:`signature` equality
     notes: tuple[tuple[str, float], ...] = ()
+    #: the same kernel with its FlashAttention edge tiles padded to whole tiles, the padding masked
+    #: (a prefill attention kernel whose tiles are of several shapes, :mod:`sn40l_sim.models.flash`):
+    #: fewer GEMM stages, more FLOPs and the padding's traffic; the mapper keeps the faster version.
+    #: None for every other kernel.
+    padded: FusedKernel | None = None
 
     @property
     def flops(self) -> int:

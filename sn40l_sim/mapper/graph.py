@@ -74,6 +74,9 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
                 placed = map_kernel(socket, signature, tiers, budget=budget, loop=loop)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
+    if signature.padded is not None and placed.kernel.padded is None:
+        # the mapper kept the kernel's padded version (:func:`~sn40l_sim.mapper.kernel.map_kernel`)
+        kernel = copied(signature.padded, name=kernel.name, layer=kernel.layer)
     # every kernel of every graph comes through here; ``replace`` was a sixth of a warm map_graph
     return copied(placed, kernel=kernel)
 

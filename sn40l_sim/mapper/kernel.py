@@ -4,7 +4,9 @@ For each candidate tiling (``n_tiles`` = 1, 2, 4, ... data tiles) and each choic
 of the socket's, or one when the kernel is tiny) the kernel's sections are staged
 (:mod:`.stages`), given PCUs and PMUs (:mod:`.allocate`), placed and routed (:mod:`.layout`); the
 candidate with the fewest cycles wins (ties: fewer tiles in use, then fewer data tiles), and the
-best is tried again with every GEMM in one dataflow. Each candidate's cycles, and the objective it
+best is tried again with every GEMM in one dataflow; a prefill attention kernel whose FlashAttention
+tiles are of several shapes is mapped as built and with its edge tiles padded
+(:attr:`~sn40l_sim.ir.FusedKernel.padded`), and the faster kept. Each candidate's cycles, and the objective it
 is chosen by (a lone call, consecutive calls sharing a configuration, a looped call, overlapped
 collectives), are :mod:`.kernel_cost`'s.
 
@@ -25,9 +27,10 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.ir import FusedKernel
+from sn40l_sim.ir import FusedKernel, copied
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, plan_kernel
@@ -285,4 +288,13 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
     plan = best_plan(socket, kernel, tiers, budget, loop)
+    if kernel.padded is not None:
+        # FlashAttention's edge tiles padded to whole tiles: fewer GEMM stages for more work
+        # (:mod:`sn40l_sim.models.flash`); the version of the lower objective is kept, ties the exact one
+        try:
+            padded = best_plan(socket, kernel.padded, tiers, budget, loop)
+        except InfeasibleError:
+            padded = None
+        if padded is not None and padded.objective < plan.objective:
+            return placed_kernel(socket, copied(kernel.padded, name=kernel.name, layer=kernel.layer), padded)
     return placed_kernel(socket, kernel, plan)

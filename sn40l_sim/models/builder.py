@@ -19,7 +19,9 @@ runs each MTP module the drafts use once over the prompt, after the main model: 
 layer's cache for the prompt's positions, which the drafts read, and drafts the first token.
 
 Activation traffic is derived, not written by hand, from the activations each operator names
-(:mod:`.activations`: what crosses a kernel boundary, what stays on chip, what is re-read). Kernel names
+(:mod:`.activations`: what crosses a kernel boundary, what stays on chip, what is re-read). A
+prefill whose FlashAttention tiles are of several shapes is built a second time with its edge tiles
+padded, and each kernel that differs carries that version (:mod:`.flash`). Kernel names
 are ``L<layer>.<kernel>`` (``MTP<d>.<kernel>`` for draft run ``d``, whose kernels have the MTP
 module's layer index); identical layers give kernels with equal
 :meth:`~sn40l_sim.ir.FusedKernel.signature`.
@@ -54,6 +56,7 @@ from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, ParallelPlan, Sha
 from sn40l_sim.models.activations import with_activations
 from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
+from sn40l_sim.models.flash import padded_tile_pairs, with_padded
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, KernelTemplates, PhaseTemplate, load_templates, template_for
@@ -136,11 +139,38 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
                          "before drafting fills the MTP layer's cache): add them, as graphs/kernels_deepseek.yaml "
                          "does, or leave serving.speculative out")
     plan_ = _sequence(model, phase, runs)
+    extra = {False: _policy_kernels(policy, model, shape, plan),
+             True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
+    kernels = with_activations(_parts(plan_, phase, contexts, template, extra))
+    flash = template.flash
+    if shape.phase == "prefill" and padded_tile_pairs(shape.prompt_len, flash.block_q, flash.block_kv, shape.kv_len):
+        # FlashAttention's edge tiles as their own GEMMs, or padded to whole tiles: the mapper keeps the faster
+        padded = {draft: replace(ctx, flash_padded=True) for draft, ctx in contexts.items()}
+        kernels = with_padded(kernels, with_activations(_parts(plan_, phase, padded, template, extra)))
+
+    graph = KernelGraph(model=model.name, shape=shape)
+    previous: FusedKernel | None = None
+    # identical layers share one tuple of operators: their hand-off is summed once
+    out_bytes: dict[int, int] = {}
+    for kernel in kernels:
+        handoff = 0
+        if previous is not None:
+            ops = previous.operators
+            handoff = out_bytes.get(id(ops), -1)
+            if handoff < 0:
+                handoff = out_bytes[id(ops)] = sum(op.act_out_bytes for op in ops)
+        graph.add(kernel, after=previous, bytes_=handoff)
+        previous = kernel
+    return graph
+
+
+def _parts(plan_: list[_Entry], phase: PhaseTemplate, contexts: dict[bool, Ctx], template: KernelTemplates,
+           extra: dict[bool, list[FusedKernel]]) -> list[tuple[str, int | None, list[list[Step]], FusedKernel]]:
+    """``(node, layer, steps, kernel)`` of each kernel of the sequence ``plan_``, built once per
+    template kernel and run (main or draft), each layer followed by the policy's ``extra`` kernels."""
     formulas = operators(template.attention), sizes(template.attention)
     built: dict[tuple[str, bool], tuple[list[list[Step]], FusedKernel]] = {}
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
-    extra = {False: _policy_kernels(policy, model, shape, plan),
-             True: _policy_kernels(policy, model, contexts[True].shape, plan) if shape.drafts else []}
     # the last kernel of each layer (a group's last entry), after which a policy's kernels go
     last_of = {entry.group: entry.node for entry in plan_}
     for entry in plan_:
@@ -152,21 +182,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         if extra[entry.draft] and entry.layer is not None and last_of[entry.group] == entry.node:
             for k in extra[entry.draft]:
                 parts.append((f"{entry.group}.{k.name}", entry.layer, [], k))
-
-    graph = KernelGraph(model=model.name, shape=shape)
-    previous: FusedKernel | None = None
-    # identical layers share one tuple of operators: their hand-off is summed once
-    out_bytes: dict[int, int] = {}
-    for kernel in with_activations(parts):
-        handoff = 0
-        if previous is not None:
-            ops = previous.operators
-            handoff = out_bytes.get(id(ops), -1)
-            if handoff < 0:
-                handoff = out_bytes[id(ops)] = sum(op.act_out_bytes for op in ops)
-        graph.add(kernel, after=previous, bytes_=handoff)
-        previous = kernel
-    return graph
+    return parts
 
 
 def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape,

@@ -86,6 +86,9 @@ class Ctx:
     template: KernelTemplates
     expert_loading: str = "touched"
     routing_skew: float = 0.0
+    #: prefill attention computes its FlashAttention edge tiles padded to whole tiles
+    #: (:func:`~sn40l_sim.models.flash.padded_tile_pairs`; the builder's second version of the kernel)
+    flash_padded: bool = False
 
     @property
     def phase(self) -> str:

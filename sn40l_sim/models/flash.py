@@ -9,10 +9,23 @@ which exceed the ``L * (L + 1) / 2`` unmasked scores by the masked halves of the
 A later chunk of a chunked prefill (``prefix`` earlier tokens already cached) runs its ``L`` queries,
 at positions ``[prefix, prefix + L)``, against all ``prefix + L`` keys: the pairs over the earlier
 keys are all unmasked, so a chunk's attention grows with its position in the prompt.
+
+Tiles of several shapes are several GEMMs, and the mapper stages each GEMM on units of its own in
+the kernel's pipeline: Llama-3.1-8B's 16,383-token prompt ran six GEMM stages where 16,384 tokens
+ran two, with about three times their pipeline fill and the PCUs split three ways, and its attention
+took longer than the longer prompt's. A compiler has the choice FlashAttention kernels make: pad
+the sequence to whole tiles and mask the padding, computing it in full. :func:`padded_tile_pairs`
+is that choice; the builder builds a prefill's kernels both ways where they differ and the mapper
+keeps the faster version of each (:attr:`~sn40l_sim.ir.FusedKernel.padded`). The padded version
+streams whole tiles of K, V and the queries (the rows past the prompt are traffic, not a larger
+tensor: the memory sizing is the prompt's) and writes only the prompt's rows of its output.
 """
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+
+from sn40l_sim.ir import FusedKernel, copied
 
 
 def causal_tile_pairs(length: int, block_q: int, block_kv: int, prefix: int = 0) -> list[tuple[int, int, int]]:
@@ -56,3 +69,43 @@ def causal_tile_pairs(length: int, block_q: int, block_kv: int, prefix: int = 0)
             shapes[(rows, block_kv)] += tiles
     return [(r, c, n) for (r, c), n in sorted(shapes.items(), key=lambda rc: (-rc[0][0], -rc[0][1])) if n]
 
+
+
+def padded_tile_pairs(length: int, block_q: int, block_kv: int, prefix: int = 0) -> list[tuple[int, int, int]] | None:
+    """The tile pairs of :func:`causal_tile_pairs` with the edge tiles padded to whole tiles (the
+    padding masked, computed in full): one shape, the same pairs. None when the tiles are of one
+    shape already, whole or not (a prompt shorter than a tile: padding it only adds work).
+
+    >>> padded_tile_pairs(10, 4, 4), padded_tile_pairs(16383, 8192, 8192)
+    ([(4, 4, 6)], [(8192, 8192, 3)])
+    >>> padded_tile_pairs(16384, 8192, 8192) is None, padded_tile_pairs(1000, 8192, 8192) is None
+    (True, True)
+    """
+    tiles = causal_tile_pairs(length, block_q, block_kv, prefix)
+    if len(tiles) < 2:
+        return None
+    return [(block_q, block_kv, sum(pairs for _, _, pairs in tiles))]
+
+
+def padded_rows(length: int, block_q: int) -> int:
+    """Query rows the padded tiles compute past the ``length`` rows of the prompt (or chunk).
+
+    >>> padded_rows(16383, 8192), padded_rows(16384, 8192), padded_rows(10, 4)
+    (1, 0, 2)
+    """
+    return -(-length // block_q) * block_q - length
+
+
+def with_padded(kernels: Sequence[FusedKernel], padded: Sequence[FusedKernel]) -> list[FusedKernel]:
+    """``kernels`` (a graph's, in order), each one that ``padded`` (the same graph built with the
+    edge tiles padded) changes carrying its padded version (:attr:`~sn40l_sim.ir.FusedKernel.padded`,
+    named as a signature: identical layers share it)."""
+    versions: dict[int, FusedKernel] = {}
+    out = []
+    for kernel, other in zip(kernels, padded, strict=True):
+        if other.operators == kernel.operators:
+            out.append(kernel)
+            continue
+        version = versions.setdefault(id(other.operators), copied(other, name="", layer=None))
+        out.append(copied(kernel, padded=version))
+    return out

@@ -1,9 +1,14 @@
 """A longer prompt never prefills faster: Llama-3.1-8B on 8 sockets around powers of two, where a
 tie between two equally small GEMM halvings once made 1025 tokens map faster than 1024
-(mapper/halving.py, ``tied_pieces``)."""
+(mapper/halving.py, ``tied_pieces``); and Llama-3.1-8B and -70B on 8 sockets one token short of
+whole FlashAttention tiles, whose edge tiles, each shape its own GEMM stage, once made 16,383 and
+32,767 tokens prefill slower than 16,384 and 32,768 (models/flash.py, ``padded_tile_pairs``)."""
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
+import yaml
 
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
@@ -11,10 +16,41 @@ from sn40l_sim.study.experiment import load_experiment
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_llama8b_prefill_cycles_do_not_fall_as_the_prompt_grows_past_a_power_of_two():
-    asm = assemble(load_experiment(REPO / "experiments/llama8b_node8.yaml"))
-    timer = asm.step_timer(asm.setup(asm.points[0]))
-    lengths = [2**k + d for k in range(8, 14) for d in (-1, 0, 1)]
+def _timer(path: Path):
+    asm = assemble(load_experiment(path))
+    return asm.step_timer(asm.setup(asm.points[0]))
+
+
+def _falls(timer, lengths: list[int]) -> list[tuple[int, int]]:
     cycles = [timer.prefill(n).cycles for n in lengths]
-    falls = [(lengths[i], lengths[i + 1]) for i in range(len(lengths) - 1) if cycles[i + 1] < cycles[i]]
-    assert not falls
+    return [(lengths[i], lengths[i + 1]) for i in range(len(lengths) - 1) if cycles[i + 1] < cycles[i]]
+
+
+def _llama70b_node8(tmp_path: Path) -> Path:
+    spec = {
+        "kind": "experiment", "name": "llama70b_node8",
+        "hardware": str(REPO / "hw_configs" / "sn40l_node8.yaml"),
+        "model": str(REPO / "graphs" / "llama3_1_70b.yaml"),
+        "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}},
+        "policies": [{"name": "full", "policy": "full"}],
+        "shape": {"prompt_len": 1024, "batch": 1, "max_new_tokens": 64},
+        "workload": {"kind": "fixed", "count": 1, "output_len": 64},
+        "serving": {"batch": 1, "max_new_tokens": 64},
+    }
+    path = tmp_path / "llama70b_node8.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_llama8b_prefill_cycles_do_not_fall_as_the_prompt_grows_past_a_power_of_two():
+    timer = _timer(REPO / "experiments/llama8b_node8.yaml")
+    assert not _falls(timer, [2**k + d for k in range(8, 14) for d in (-1, 0, 1)])
+
+
+@pytest.mark.parametrize("model", ["8b", "70b"])
+def test_a_prompt_short_of_whole_flash_tiles_prefills_no_slower_than_the_whole_tiles(model, tmp_path):
+    # flash tiles of 8192 (graphs/kernels_llama.yaml): when the edge tiles could not be padded, the
+    # 8B's attention kernel took 10,515 cycles longer at 16,383 tokens than at 16,384, and 107,321
+    # and 114,501 longer at 32,704 and 32,767 than at 32,768; 32,256 is faster with its edge tiles
+    path = REPO / "experiments/llama8b_node8.yaml" if model == "8b" else _llama70b_node8(tmp_path)
+    assert not _falls(_timer(path), [16383, 16384, 32256, 32704, 32767, 32768])

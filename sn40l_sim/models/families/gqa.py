@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from sn40l_sim.ir import AttentionShape, ParallelPlan
 from sn40l_sim.models.context import ACT, SCORE
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
-from sn40l_sim.models.flash import causal_tile_pairs
+from sn40l_sim.models.flash import causal_tile_pairs, padded_rows, padded_tile_pairs
 from sn40l_sim.models.tensors import Tensor
 from sn40l_sim.schema import PositiveInt
 
@@ -84,12 +84,16 @@ def kv_cache_write(c: Ctx) -> list[Step]:
 
 
 def _tiles(c: Ctx):
+    """The computed tile pairs: whole tiles in the kernel's padded version (:mod:`..flash`)."""
     f = c.template.flash
+    if c.flash_padded:
+        return padded_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
     return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
 
 
 def _kv_stream(c: Ctx) -> int:
-    """Elements of K (or V) tiles streamed: once per computed tile pair and KV head."""
+    """Elements of K (or V) tiles streamed: once per computed tile pair and KV head (whole tiles
+    when they are padded: the padding is read with them)."""
     cols = sum(cl * n for _, cl, n in _tiles(c))
     return c.seqs * _kv_heads(c, c.head_ways) * cols * _d(c)
 
@@ -111,8 +115,11 @@ def _flash_scores(c: Ctx) -> int:
 
 def flash_qk(c: Ctx) -> list[Step]:
     """Prefill scores over computed causal tile pairs; K tiles read from the cache."""
-    q = c.seqs * c.shape.prompt_len * c.attn_heads * _d(c) * ACT
-    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", q),), kv_read_elements=_kv_stream(c),
+    per_row = c.seqs * c.attn_heads * _d(c) * ACT
+    # the padded version reads whole query tiles: the rows past the prompt traffic, not a larger tensor
+    pad = padded_rows(c.shape.prompt_len, c.template.flash.block_q) * per_row if c.flash_padded else 0
+    return _flash(c, "flash_qk", True, dict(reads=(("q_rot", c.shape.prompt_len * per_row),),
+                                            rereads=(("q_rot", pad),) if pad else (), kv_read_elements=_kv_stream(c),
                                             writes=(("scores", _flash_scores(c) * SCORE),)))
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from sn40l_sim.ir import AttentionShape, ParallelPlan
 from sn40l_sim.models.context import ACT, SCORE
 from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
-from sn40l_sim.models.flash import causal_tile_pairs
+from sn40l_sim.models.flash import causal_tile_pairs, padded_rows, padded_tile_pairs
 from sn40l_sim.models.tensors import Tensor
 from sn40l_sim.schema import PositiveInt
 
@@ -123,9 +123,20 @@ def write_latent_cache(c: Ctx) -> list[Step]:
 
 
 def _tiles(c: Ctx) -> list[tuple[int, int, int]]:
-    """The computed tile pairs of the prompt's rows, over the keys of any earlier chunks too."""
+    """The computed tile pairs of the prompt's rows, over the keys of any earlier chunks too:
+    whole tiles in the kernel's padded version (:mod:`sn40l_sim.models.flash`)."""
     f = c.template.flash
+    if c.flash_padded:
+        return padded_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
     return causal_tile_pairs(c.shape.prompt_len, f.block_q, f.block_kv, c.earlier)
+
+
+def _q_reads(c: Ctx, name: str, width: int) -> dict:
+    """The reads of the queries (``name``, ``width`` per head): the padded version reads whole
+    query tiles, the rows past the prompt traffic rather than a larger tensor."""
+    per_row = c.seqs * c.attn_heads * width * ACT
+    pad = padded_rows(c.shape.prompt_len, c.template.flash.block_q) if c.flash_padded else 0
+    return dict(reads=((name, c.shape.prompt_len * per_row),), rereads=((name, pad * per_row),) if pad else ())
 
 
 def _flash(c: Ctx, name: str, k_dim: int, n_dim: int | None, extra: dict) -> list[Step]:
@@ -154,10 +165,9 @@ def mha_qk(c: Ctx) -> list[Step]:
     """Prefill scores ``Q K^T`` over computed tile pairs (head dim 192)."""
     a = _att(c)
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-    rows = c.seqs * c.shape.prompt_len * c.attn_heads
-    keys = _kv_stream(c, "k_heads", qk)
-    return _flash(c, "mha_qk", qk, None, dict(reads=(("q_heads", rows * qk * ACT),) + keys["reads"],
-                                              rereads=keys["rereads"], writes=(("scores", _mha_scores(c) * SCORE),)))
+    q, keys = _q_reads(c, "q_heads", qk), _kv_stream(c, "k_heads", qk)
+    return _flash(c, "mha_qk", qk, None, dict(reads=q["reads"] + keys["reads"], rereads=q["rereads"] + keys["rereads"],
+                                              writes=(("scores", _mha_scores(c) * SCORE),)))
 
 
 def _mha_scores(c: Ctx) -> int:
