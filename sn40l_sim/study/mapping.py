@@ -105,8 +105,10 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
     index, entry = policy_entry(exp, policy)
     asm = assemble(exp)
     check_mapping(asm)   # what check refuses of a map experiment
-    point = next(p for p in asm.points if p.policy_index == index and p.prompt_len == spec.shape.prompt_len) \
-        if any(p.prompt_len == spec.shape.prompt_len for p in asm.points) else asm.points[0]
+    # the chosen policy's point at the shape's prompt, else its first: a prompt_lens list without
+    # shape.prompt_len once fell back to the experiment's first point, another policy's
+    own = [p for p in asm.points if p.policy_index == index]
+    point = next((p for p in own if p.prompt_len == spec.shape.prompt_len), own[0])
     if phase == "prefill" and asm.prefill_node is not None:
         # the prefill runs on the prefill nodes' hardware (the experiment's prefill_hardware), as in run
         asm = replace(asm, node=asm.prefill_node, prefill_node=None)

@@ -71,6 +71,16 @@ def test_snapstream_decode_reads_a_shorter_cache(capsys):
     assert total(snap) < total(full)
 
 
+def test_the_policy_asked_for_is_mapped_when_prompt_lens_leaves_out_the_shapes_prompt(capsys, tmp_path):
+    # prompt_lens without shape.prompt_len: map fell back to the experiment's first point, the full
+    # cache's, while its header said snapstream
+    exp = tmp_path / "lens.yaml"
+    exp.write_text(f"base: {EXPERIMENT}\nprompt_lens: [65536]\n")
+    assert main(["map", str(exp), "--phase", "decode", "--policy", "snapstream"]) == 0
+    out = capsys.readouterr().out
+    assert "policy snapstream" in out and "cache 32768 tokens" in out
+
+
 def test_prefill_map_with_plot(tmp_path, capsys):
     png = tmp_path / "placement.png"
     assert main(["map", EXPERIMENT, "--phase", "prefill", "--policy", "snapstream", "--plot", str(png),
