@@ -76,7 +76,8 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
                 log.prefill_node = node.index
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
-            yield from serving.switch_to(node, "prefill", log.request.prompt_len)
+            # the chunk runs its own graph (its rows), so it loads that graph's configurations
+            yield from serving.switch_to(node, "prefill", end - done)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
             cycles = chunk_cycles(setup, done, end)

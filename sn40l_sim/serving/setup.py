@@ -61,8 +61,8 @@ class ServingSetup:
         Co-located: configuration loads before the first decode step after a prefill (the decode
         graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
     prefill_switch_cycles : callable
-        Co-located: ``prompt_len ->`` configuration loads before a prefill (or a chunk of one)
-        after decode steps (none by default).
+        Co-located: ``rows ->`` configuration loads before a prefill graph of ``rows`` prompt
+        tokens (a whole prompt, or a chunk of one) after decode steps (none by default).
     prefill_hold_tokens : int or None
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their

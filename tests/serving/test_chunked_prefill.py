@@ -56,3 +56,17 @@ def test_smaller_chunks_lower_the_tpot_tail_at_a_prefill_cost():
         assert all(len(r.token_cycles) == r.request.output_len and r.finish == r.token_cycles[-1]
                    for r in log.requests)
         assert all(s.kv_bytes <= SETUP.kv_capacity_bytes and s.slots_in_use <= SETUP.slots for s in log.steps)
+
+
+def test_a_chunk_after_decode_steps_loads_its_own_graphs_configurations():
+    # a graph of at most 256 rows keeps few configurations (7 cycles to load again), a longer one
+    # many (1,000): with 256-token chunks every switch to prefill runs a graph of at most 256 rows,
+    # so the schedule is the one where every switch costs 7; charged by the prompt's length, the
+    # chunks of the longer prompts paid the whole prompt's graph's loads
+    reqs = requests()
+    chunked = replace(SETUP, prefill_chunk=256, decode_switch_cycles=3)
+    by_rows = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 7 if rows <= 256 else 1000))
+    small = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 7))
+    assert any(r.prompt_len > 256 for r in reqs) and sum(by_rows.busy["graph_switch"]) > 0
+    assert by_rows.busy == small.busy and by_rows.steps == small.steps
+    assert [r.token_cycles for r in by_rows.requests] == [r.token_cycles for r in small.requests]
