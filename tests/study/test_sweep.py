@@ -163,6 +163,18 @@ def test_bad_sections_are_located(tmp_path, body, field, line, words):
     assert words in err.message
 
 
+def test_a_mapping_axis_is_plotted_by_its_fields_columns(tmp_path):
+    # results.csv writes a mapping axis as sweep.<axis>.<field>: the refusal of sweep.serving says
+    # so, and the plot of sweep.serving.batch was then refused as naming no axis of the sweep
+    body = "axes:\n  serving: [{batch: 4}, {batch: 8}]\nplot: {x: %s, y: tpot_s}\n"
+    sweep = load_sweep(write_experiment(tmp_path, body % "sweep.serving.batch"))
+    assert sweep.plot["x"] == "sweep.serving.batch"
+    with pytest.raises(InputError, match="'sweep.serving' holds mappings, whose fields are the columns"):
+        load_sweep(write_experiment(tmp_path, body % "sweep.serving"))
+    with pytest.raises(InputError, match="'sweep.batch' names no axis of this sweep"):
+        load_sweep(write_experiment(tmp_path, body % "sweep.batch"))
+
+
 def test_values_that_agree_in_six_digits_name_two_points(tmp_path):
     # %g named both 0.25 and 0.2500001 "0.25": two points, and their records, of one name
     sweep = load_sweep(write_experiment(tmp_path, "axes:\n  policies.snap.prompt_fraction.budget: [0.25, 0.2500001]\n"))

@@ -272,10 +272,12 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
             raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
-        if axis_names is not None and column.startswith("sweep.") and column.removeprefix("sweep.") not in axis_names:
+        name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
+        if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
+                name.startswith(f"{m}.") for m, k in (nested or {}).items() if k == "mappings"):
             raise AxisError(f"{column!r} names no axis of this sweep (its axis columns: "
                             f"{', '.join('sweep.' + n for n in axis_names)})", at if isinstance(at, tuple) else (at,))
-        kind = (nested or {}).get(column.removeprefix("sweep."))
+        kind = (nested or {}).get(name)
         if kind is not None:
             what = "lists, which results.csv leaves out (they stay in results.json)" if kind == "lists" else \
                 f"mappings, whose fields are the columns {column}.<field>"
