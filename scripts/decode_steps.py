@@ -1,5 +1,5 @@
 """Decode steps of one model on one node over batches and cache lengths, with where each step goes:
-the table of docs/validation.md ("Decode all-reduces under the GEMM").
+the measurement in docs/validation.md ("Decode all-reduces under the GEMM").
 
     python scripts/decode_steps.py llama3_1_70b 8 --batches 1,64,1024 --kv 128
     python scripts/decode_steps.py llama3_1_8b 16 --batches 1024 --kv 128 --no-looping
