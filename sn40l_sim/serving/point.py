@@ -139,9 +139,10 @@ def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec |
     ``host_link``: the node's host link (set-up + latency + bytes / bandwidth). ``p2p``: the P2P
     ports of the receiving socket at the calibrated P2P efficiency (data-parallel attention puts a
     sequence's whole cache on one socket). Both add the calibrated ``transfer_setup_s``. With
-    ``sender``, the prefill node when its hardware differs (``prefill_hardware``), a host-link
-    transfer crosses both nodes' host links: it streams at the slower one's bandwidth and waits the
-    longer set-up and latency of the two.
+    ``sender``, the prefill node when its hardware differs (``prefill_hardware``), a transfer of
+    either kind crosses both nodes' links (the host links, or the sending and the receiving
+    socket's P2P ports): it streams at the slower one's bandwidth and waits the longer set-up and
+    latency of the two.
 
     >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
     >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
@@ -149,18 +150,22 @@ def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec |
     >>> transfer_seconds(node, "host_link", 2**30, sender=slow) == transfer_seconds(slow, "host_link", 2**30)
     True
     """
-    ends = (node,) if sender is None or kind != "host_link" else (sender, node)
+    ends = (node,) if sender is None else (sender, node)
     setup = max(end.socket.calibrated.transfer_setup_s for end in ends)
+    links = [_transfer_link(end, kind) for end in ends]
+    latency = max(latency_s for _, latency_s in links)
+    return setup + latency + n_bytes / min(bytes_per_s for bytes_per_s, _ in links)
+
+
+def _transfer_link(end: NodeSpec, kind: str) -> tuple[float, float]:
+    """(bytes per second, latency in seconds) of one end's side of a KV transfer of ``kind``."""
     if kind == "host_link":
-        for end in ends:
-            if end.host_link is None:
-                raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
-                                 "(add one, or carry it over the P2P links: kv_transfer p2p)")
-        latency = max(end.host_link.latency_s for end in ends)
-        return setup + latency + n_bytes / min(end.host_link.bytes_per_s for end in ends)
-    socket = node.socket
-    bandwidth = socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
-    return setup + socket.p2p.latency_s + n_bytes / bandwidth
+        if end.host_link is None:
+            raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
+                             "(add one, or carry it over the P2P links: kv_transfer p2p)")
+        return end.host_link.bytes_per_s, end.host_link.latency_s
+    socket = end.socket
+    return socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency, socket.p2p.latency_s
 
 
 def check_plans(s: PointSetup) -> None:

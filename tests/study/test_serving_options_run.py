@@ -138,6 +138,24 @@ def test_a_prefill_node_with_a_slower_host_link_sends_the_kv_at_its_speed(tmp_pa
     assert record["kv_transfer_s"] == pytest.approx(setup + base["kv_transfer_bytes"] / 8e9, rel=1e-6)
 
 
+def test_a_prefill_node_with_slower_p2p_ports_sends_the_kv_at_their_speed(tmp_path):
+    """Over P2P too the KV leaves the prefill node's socket by its own ports: the slower socket's
+    P2P bandwidth sets the transfer's speed (the decode node's alone did)."""
+    serving = ", kv_transfer: p2p"
+    base = run(tmp_path, experiment(tmp_path, serving=serving, name="base"))[0]
+    (tmp_path / "slow_socket.yaml").write_text(f"base: {REPO / 'hw_configs/sn40l.yaml'}\nname: slow-p2p\n"
+                                                "p2p: {bytes_per_s_per_port: 6.25 GB/s}\n")
+    slow = tmp_path / "slow_p2p.yaml"
+    slow.write_text(f"base: {NODE8}\nname: SN40L-8-slow-p2p\nsocket: slow_socket.yaml\n")
+    record = run(tmp_path, experiment(tmp_path, serving=serving, top=f"prefill_hardware: {slow}\n", name="slow"))[0]
+    socket = load_hardware(NODE8).socket
+    assert socket.p2p.bytes_per_s_per_port == 50e9 and record["kv_transfer_bytes"] == base["kv_transfer_bytes"] > 0
+    setup = socket.calibrated.transfer_setup_s + socket.p2p.latency_s
+    per_port = socket.p2p.ports * socket.calibrated.p2p_efficiency
+    assert base["kv_transfer_s"] == pytest.approx(setup + base["kv_transfer_bytes"] / (per_port * 50e9), rel=1e-6)
+    assert record["kv_transfer_s"] == pytest.approx(setup + base["kv_transfer_bytes"] / (per_port * 6.25e9), rel=1e-6)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     (dict(serving=", prefix_cache: true"), "serving.prefix_cache: no request shares a prefix"),
     (dict(workload=", prefix: {share: 1.5, tokens: 64}"), "workload.prefix.share"),
