@@ -287,8 +287,12 @@ RESULTS = Fields([
                     "so only the prefill reuses it)."),
               Field("requests_with_prefix", "requests", "Requests whose prompt starts with a shared prefix.",
                     axis="requests with a shared prefix"),
-              Field("hits", "requests", "Of those, the ones whose prefill node held the prefix.",
-                    axis="prefix cache hits"),
+              Field("hits", "requests", "Of those, the ones whose prefill node held the prefix and that "
+                    "reused at least one of its tokens.", axis="prefix cache hits"),
+              Field("held_not_reused", "requests", "Of those, the ones whose prefill node held the prefix "
+                    "but that reused none of it and prefilled the whole prompt (the rest of the prompt "
+                    "needs the prompt's own compiled graph, or is no cheaper in the one it fills).",
+                    axis="prefix held but not reused"),
               Field("hit_rate", "1", "hits over requests_with_prefix.", axis="prefix cache hit rate",
                     table=Row(207, "prefix cache hit rate (%)", ".1f", 100)),
               Field("prefill_tokens_saved", "tokens", "Prompt tokens not prefilled again.",

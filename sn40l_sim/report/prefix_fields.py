@@ -6,7 +6,7 @@ Examples
 --------
 >>> from types import SimpleNamespace
 >>> tracker = SimpleNamespace(caching=SimpleNamespace(share_decode_kv=True, kv_bytes_per_token=2),
-...     requests_with_prefix=4, hits=3, prefill_tokens_saved=300, prefill_cycles_saved=900,
+...     requests_with_prefix=4, hits=3, held_not_reused=0, prefill_tokens_saved=300, prefill_cycles_saved=900,
 ...     peak_prefill_prefix_tokens=100)
 >>> steps = [SimpleNamespace(start=0, end=10, kv_bytes_saved=40), SimpleNamespace(start=10, end=30, kv_bytes_saved=10)]
 >>> log = SimpleNamespace(prefixes=tracker, steps=steps, requests=[0] * 5)
@@ -30,6 +30,7 @@ def prefix_cache_fields(log: Any, clock_hz: float) -> dict[str, Any]:
         "decode_kv_shared": tracker.caching.share_decode_kv,
         "requests_with_prefix": tracker.requests_with_prefix,
         "hits": tracker.hits,
+        "held_not_reused": tracker.held_not_reused,
         "hit_rate": tracker.hits / tracker.requests_with_prefix if tracker.requests_with_prefix else 0.0,
         "prefill_tokens_saved": tracker.prefill_tokens_saved,
         "prefill_s_saved_mean": tracker.prefill_cycles_saved / len(log.requests) / clock_hz,

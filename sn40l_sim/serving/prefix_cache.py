@@ -14,7 +14,8 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
   for the next length up, so it reuses the prefix's first ``prompt - compiled(prompt - prefix)``
   tokens and recomputes the rest in rows the graph would otherwise pad (fewer queries over the
   same keys than with the whole prefix reused), and it prefills the whole prompt when that graph is
-  the prompt's own (or no cheaper): a hit never costs more than a miss, and a longer held prefix
+  the prompt's own (or no cheaper; counted as ``held_not_reused``, not as a hit, since it saves
+  nothing): a hit never costs more than a miss, and a longer held prefix
   no more than a shorter one (fewer queries over the same keys; tests/study/test_prefix_hit_costs.py
   checks it on the mapped graphs). A miss prefills the whole prompt and holds the prefix from then on.
   The prefix's KV stays on the node until its last user finishes (*freed when the last user leaves*),
@@ -97,7 +98,10 @@ class PrefixTracker:
         #: request id -> the node that holds its prefix for it
         self.holder: dict[int, int] = {}
         self.requests_with_prefix = 0
+        #: requests that reused at least one held prefix token (a hit), and those whose node held
+        #: the prefix but reused none of it (the suffix needs the prompt's own compiled graph)
         self.hits = 0
+        self.held_not_reused = 0
         self.prefill_tokens_saved = 0
         self.prefill_cycles_saved = 0
         self.peak_prefill_prefix_tokens = 0
@@ -122,7 +126,10 @@ class PrefixTracker:
             return full
         held.users += 1
         cycles, reused = self.hit_cycles_of(request.prompt_len, min(prefix, held.tokens))
-        self.hits += 1
+        if reused > 0:
+            self.hits += 1
+        else:   # prefilled whole: counting it a hit overstated the hit rate
+            self.held_not_reused += 1
         self.prefill_tokens_saved += reused
         self.prefill_cycles_saved += full - cycles
         return cycles

@@ -3,6 +3,8 @@ freed when its last user leaves (stored + saved = what would be held without sha
 skipping that part of prefill, and a compressed cache reusing the prefix for prefill only."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,19 @@ def test_a_hit_skips_the_prefix_prefill_and_lowers_ttft():
     assert ttft["shared"] < ttft["plain"]
     assert sorted(r.request.id for r in shared.requests) == list(range(len(reqs)))
     assert all(len(r.token_cycles) == r.request.output_len for r in shared.requests)
+
+
+def test_a_held_prefix_that_reuses_nothing_is_not_a_hit():
+    # as with static graphs, a short prompt's rest needs the prompt's own graph: it reuses nothing
+    reqs = requests(seed=1)
+    prefill = lambda p: 10 * p   # noqa: E731
+    s = setup(prefill=prefill, caching=PrefixCaching(True, 3))
+    s = replace(s, prefix_hit_cycles=lambda p, held: (prefill(p - held), held) if p >= 160 else (prefill(p), 0))
+    tracker = simulate(reqs, s).prefixes
+    assert tracker.hits > 0 and tracker.held_not_reused > 0
+    assert tracker.hits + tracker.held_not_reused < tracker.requests_with_prefix   # the first user misses
+    # every hit reuses the whole 48-token prefix, so a hit that reused nothing would break this
+    assert tracker.prefill_tokens_saved == 48 * tracker.hits
 
 
 def test_a_compressed_cache_reuses_the_prefix_for_prefill_only():
