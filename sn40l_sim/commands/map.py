@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
     from sn40l_sim.mapper.loops import find_loops
-    from sn40l_sim.mapper.summary import collapse, format_table
+    from sn40l_sim.mapper.summary import collapse, format_table, padded_footnotes
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.figure import check_figure_file
     from sn40l_sim.report.outputs import output_path
@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
     print()
     print(format_table(socket, placed.kernels))
+    for line in padded_footnotes(placed.kernels):
+        print(line)
     loops = find_loops([pk.kernel for pk in placed.kernels], built.graph)
     looping = "on" if spec.execution.kernel_looping else "off"
     if loops:

@@ -76,7 +76,7 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
         _memo[key] = placed
     if signature.padded is not None and placed.kernel.padded is None:
         # the mapper kept the kernel's padded version (:func:`~sn40l_sim.mapper.kernel.map_kernel`)
-        kernel = copied(signature.padded, name=kernel.name, layer=kernel.layer)
+        kernel = copied(placed.kernel, name=kernel.name, layer=kernel.layer)   # with what it saved
     # every kernel of every graph comes through here; ``replace`` was a sixth of a warm map_graph
     return copied(placed, kernel=kernel)
 

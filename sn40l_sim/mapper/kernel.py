@@ -47,6 +47,7 @@ from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
+from sn40l_sim.models.flash import PADDED_SAVING_NOTE
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -296,5 +297,8 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         except InfeasibleError:
             padded = None
         if padded is not None and padded.objective < plan.objective:
-            return placed_kernel(socket, copied(kernel.padded, name=kernel.name, layer=kernel.layer), padded)
+            # what it saved goes with it: ``map`` names the version it kept and by how much (mapper/summary.py)
+            saved = (PADDED_SAVING_NOTE, round(plan.objective[0] - padded.objective[0]))
+            kept = copied(kernel.padded, name=kernel.name, layer=kernel.layer, notes=kernel.padded.notes + (saved,))
+            return placed_kernel(socket, kept, padded)
     return placed_kernel(socket, kernel, plan)

@@ -13,6 +13,10 @@ BF16 systolic peak, each memory tier's is its bytes over the tier's bandwidth, S
 held over the capacity of the tiles in use. The table shows a column for the socket's first tier
 and for every other tier some kernel uses.
 
+A prefill attention kernel may have been mapped in two versions, its FlashAttention edge tiles
+exact or padded to whole tiles (:mod:`sn40l_sim.models.flash`); a row whose kernel is the padded
+version ends with :data:`PADDED_MARK`, and :func:`padded_footnotes` says what that means and what it saved.
+
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_gemm_kernel
@@ -29,6 +33,11 @@ from dataclasses import dataclass
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.models.flash import PADDED_SAVING_NOTE, padded_tile_tokens
+
+#: what a row's name ends with when the mapper kept the kernel's version with its FlashAttention
+#: edge tiles padded (:mod:`sn40l_sim.models.flash`): no space, so a row still splits into its cells
+PADDED_MARK = "[padded]"
 
 
 @dataclass(frozen=True)
@@ -122,8 +131,9 @@ def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[Pl
         pk = row.placed
         u = utilisation(socket, pk)
         tier_cells = "".join(f"{100 * u.memory[tier]:>6.1f} " for tier in tiers)
+        name = row.name if padded_tile_tokens(pk.kernel) is None else row.name[:22 - len(PADDED_MARK)] + PADDED_MARK
         lines.append(
-            f"{row.name:<22.22} {('x' + str(row.count)) if row.count > 1 else '':>4} {pk.chip_tiles:>5} "
+            f"{name:<22.22} {('x' + str(row.count)) if row.count > 1 else '':>4} {pk.chip_tiles:>5} "
             f"{max(pk.pcus_per_tile, default=0):>8} {max(pk.pmus_per_tile, default=0):>8} "
             f"{100 * u.compute:>6.1f} {100 * u.sram:>6.1f} {tier_cells}{pk.call_bound:<10} "
             f"{pk.n_tiles:>8} {pk.call_cycles:>11} {pk.call_cycles / clock * 1e6:>10.1f} "
@@ -144,3 +154,21 @@ def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[Pl
                  f"collectives {waits / clock * 1e6:.1f} us); compute {100 * comp:.1f}% of peak{memory}; "
                  f"time by bound: {shares}")
     return "\n".join(lines)
+
+
+def padded_footnotes(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[str]:
+    """One line per row of the ``map`` table whose kernel the mapper kept with its FlashAttention
+    edge tiles padded (marked :data:`PADDED_MARK`): the tile they were padded to and the cycles a
+    call it saves over the exact edge tiles, by the objective the mapper chose by. Empty when no
+    kernel was padded (a prompt of whole tiles, or one whose exact edge tiles were faster)."""
+    lines = []
+    for row in collapse(kernels):
+        tile = padded_tile_tokens(row.placed.kernel)
+        if tile is None:
+            continue
+        saved = dict(row.placed.kernel.notes).get(PADDED_SAVING_NOTE)
+        faster = f" (faster than the exact edge tiles by {saved:,.0f} cycles a call)" if saved is not None else ""
+        name = row.name[:22 - len(PADDED_MARK)] + PADDED_MARK
+        lines.append(f"{name}: FlashAttention edge tiles padded to whole {tile:,}-token tiles, the padding "
+                     f"masked{faster}")
+    return lines

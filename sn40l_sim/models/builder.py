@@ -146,7 +146,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     if shape.phase == "prefill" and padded_tile_pairs(shape.prompt_len, flash.block_q, flash.block_kv, shape.kv_len):
         # FlashAttention's edge tiles as their own GEMMs, or padded to whole tiles: the mapper keeps the faster
         padded = {draft: replace(ctx, flash_padded=True) for draft, ctx in contexts.items()}
-        kernels = with_padded(kernels, with_activations(_parts(plan_, phase, padded, template, extra)))
+        kernels = with_padded(kernels, with_activations(_parts(plan_, phase, padded, template, extra)), flash.block_q)
 
     graph = KernelGraph(model=model.name, shape=shape)
     previous: FusedKernel | None = None

@@ -96,16 +96,41 @@ def padded_rows(length: int, block_q: int) -> int:
     return -(-length // block_q) * block_q - length
 
 
-def with_padded(kernels: Sequence[FusedKernel], padded: Sequence[FusedKernel]) -> list[FusedKernel]:
+#: the note (:attr:`~sn40l_sim.ir.FusedKernel.notes`) that marks a kernel's padded version: the
+#: tokens of the whole tiles its edge tiles are padded to
+PADDED_TILE_NOTE = "flash_padded_tile_tokens"
+#: the note the mapper adds to the padded version it keeps: cycles a call it saves over the exact
+#: edge tiles, by the objective the plans were chosen by (:func:`sn40l_sim.mapper.kernel.map_kernel`)
+PADDED_SAVING_NOTE = "flash_padded_saves_cycles"
+
+
+def with_padded(kernels: Sequence[FusedKernel], padded: Sequence[FusedKernel], tile_tokens: int) -> list[FusedKernel]:
     """``kernels`` (a graph's, in order), each one that ``padded`` (the same graph built with the
-    edge tiles padded) changes carrying its padded version (:attr:`~sn40l_sim.ir.FusedKernel.padded`,
-    named as a signature: identical layers share it)."""
+    edge tiles padded to whole tiles of ``tile_tokens`` query rows) changes carrying its padded
+    version (:attr:`~sn40l_sim.ir.FusedKernel.padded`, named as a signature: identical layers share
+    it), marked with :data:`PADDED_TILE_NOTE` so that whoever reads a mapped kernel can tell which
+    version the mapper kept."""
     versions: dict[int, FusedKernel] = {}
     out = []
     for kernel, other in zip(kernels, padded, strict=True):
         if other.operators == kernel.operators:
             out.append(kernel)
             continue
-        version = versions.setdefault(id(other.operators), copied(other, name="", layer=None))
+        version = versions.get(id(other.operators))
+        if version is None:
+            notes = other.notes + ((PADDED_TILE_NOTE, tile_tokens),)
+            version = versions[id(other.operators)] = copied(other, name="", layer=None, notes=notes)
         out.append(copied(kernel, padded=version))
     return out
+
+
+def padded_tile_tokens(kernel: FusedKernel) -> int | None:
+    """The tile the edge tiles of ``kernel`` are padded to when it is a padded version (the mapper
+    kept it, or it is a kernel's :attr:`~sn40l_sim.ir.FusedKernel.padded`), else None.
+
+    >>> from sn40l_sim.ir import FusedKernel
+    >>> k = FusedKernel("L0.attention", "attention", "prefill", ())
+    >>> padded_tile_tokens(k), padded_tile_tokens(copied(k, notes=((PADDED_TILE_NOTE, 8192),)))
+    (None, 8192)
+    """
+    return next((int(value) for name, value in kernel.notes if name == PADDED_TILE_NOTE), None)
