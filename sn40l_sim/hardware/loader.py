@@ -266,7 +266,9 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
 
     Values may be readable quantities (``"800 GB/s"``). The structural checks run again; the
     published totals under ``stated`` are not re-checked, because an overridden part is a
-    hypothetical one.
+    hypothetical one. A node whose fields an override changes is named after the file's node and
+    the changes (``SN40L-16 (sockets 8)``), so records and plots tell it from the file's node;
+    overrides that change nothing, or that set ``name`` themselves, keep the name.
 
     Parameters
     ----------
@@ -285,8 +287,9 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     Examples
     --------
     >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
-    >>> with_overrides(node, {"sockets": 8}).sockets
-    8
+    >>> eight = with_overrides(node, {"sockets": 8})
+    >>> eight.sockets, eight.name, with_overrides(node, {"sockets": 16}).name
+    (8, 'SN40L-16 (sockets 8)', 'SN40L-16')
     >>> with_overrides(node, {"socket.memory.hbm.bytes_per_s_per_unit": "fast"})
     Traceback (most recent call last):
     ...
@@ -305,4 +308,33 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     new = validate(NodeSpec, doc)
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
     check_node(new, doc)
-    return new
+    return _renamed(node, new, overrides)
+
+
+def _renamed(old: NodeSpec, new: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
+    """``new`` named after ``old`` and the overrides that changed a value (as the caller wrote
+    them), so that two nodes with different fields never share a name."""
+    if "name" in overrides:
+        return new
+    before, after = old.model_dump(), new.model_dump()
+    changed = [f"{path} {_override_text(overrides[path])}" for path in sorted(overrides)
+               if _value_at(before, path) != _value_at(after, path)]
+    return new.model_copy(update={"name": f"{old.name} ({', '.join(changed)})"}) if changed else new
+
+
+def _value_at(data: object, dotted_path: str) -> object:
+    """The value at a dotted path of a dumped node (list entries by index or ``name``, as
+    :func:`~sn40l_sim.yamlio.set_value` finds them)."""
+    for part in dotted_path.split("."):
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list):
+            named = [e for e in data if isinstance(e, dict) and e.get("name") == part]
+            data = named[0] if named else data[int(part)] if part.isdigit() and int(part) < len(data) else None
+        else:
+            return None
+    return data
+
+
+def _override_text(value: object) -> str:
+    return str(value.model_dump() if isinstance(value, BaseModel) else value)

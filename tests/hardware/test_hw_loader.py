@@ -78,6 +78,19 @@ def test_with_overrides_returns_a_new_validated_node():
     assert bigger.socket.memory["hbm"].capacity_bytes_per_unit == 24 * 2**30
 
 
+def test_an_override_that_changes_the_node_names_it_after_the_change():
+    # a sweep over hardware.sockets once wrote "SN40L-16" for a 4-socket node, so a plot with the
+    # hardware as hue merged different nodes
+    node16, node8 = load_hardware(HW / "sn40l_node16.yaml"), load_hardware(HW / "sn40l_node8.yaml")
+    assert with_overrides(node16, {"sockets": 4}).name == "SN40L-16 (sockets 4)"
+    assert with_overrides(node8, {"sockets": 16}).name == "SN40L-8 (sockets 16)"
+    fast = with_overrides(node16, {"sockets": 8, "socket.memory.hbm.bytes_per_s_per_unit": "800 GB/s"})
+    assert fast.name == "SN40L-16 (socket.memory.hbm.bytes_per_s_per_unit 800 GB/s, sockets 8)"
+    # an override to the value the file has is the file's node; a name given is kept
+    assert with_overrides(node16, {"sockets": 16, "socket.memory.hbm.bytes_per_s_per_unit": "409.6 GB/s"}) == node16
+    assert with_overrides(node16, {"sockets": 4, "name": "quad"}).name == "quad"
+
+
 @pytest.mark.parametrize("overrides, field, words", [
     ({"socket.memory.hbm.bytez": 1}, "socket.memory.hbm.bytez", "unknown key"),
     ({"socket.nothing.x": 1}, "socket.nothing.x", "not a section"),

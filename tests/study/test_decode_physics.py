@@ -133,11 +133,12 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
 
 
 def test_each_record_says_the_sockets_and_the_split_it_ran_on(looping_records):
-    # the node keeps the file's name (SN40L-16) when a sweep overrides hardware.sockets: the records
-    # carry the sockets and each phase's split, so 8- and 16-socket rows are told apart
+    # the records carry the sockets and each phase's split, and a node the sweep overrode to 8
+    # sockets is named for it (it once kept the file's name, SN40L-16), so rows are told apart
     for name, record in looping_records.items():
         sockets = 8 if "sockets=8," in name else 16
         assert record["sockets"] == sockets, name
+        assert record["hardware"] == ("SN40L-16 (sockets 8)" if sockets == 8 else "SN40L-16"), name
         assert record["parallel"] == {phase: {"attention_dp": 1, "tp": sockets} for phase in ("decode", "prefill")}
 
 
