@@ -169,18 +169,19 @@ class _Serving:
     def _start_prefill(self, log: RequestLog, node: int) -> int:
         """``log``'s prefill starts on ``node``: its cycles."""
         log.prefill_node, log.prefill_start = node, self.env.now
-        return self.setup.prefill_cycles(log.request.prompt_len) if self.prefixes is None else \
-            self.prefixes.prefill_cycles(log.request, node)   # a held prefix is not prefilled again
+        return self._prefill_graph(log, node)[0]
+
+    def _prefill_graph(self, log: RequestLog, node: int) -> tuple[int, int]:
+        """``(cycles, rows)`` of ``log``'s prefill on ``node`` and the prompt tokens of the graph
+        it runs (fewer than the prompt's for a prefix hit: a held prefix is not prefilled again)."""
+        if self.prefixes is None:
+            return self.setup.prefill_cycles(log.request.prompt_len), log.request.prompt_len
+        return self.prefixes.prefill(log.request, node)
 
     def _end_prefill(self, log: RequestLog, node: int, busy: list[int], cycles: int) -> None:
         busy[node] += cycles
         log.first_token = self.env.now
         log.add_token(self.env.now)
-
-    def _prefill(self, log: RequestLog, node: int, busy: list[int]) -> Generator[Wait, None, None]:
-        cycles = self._start_prefill(log, node)
-        yield cycles
-        self._end_prefill(log, node, busy, cycles)
 
     def _start_steps(self, node: _DecodeNode, most: int | None = None) -> tuple[int, int, int]:
         """One event of decode steps starts: as many as the node's book says nothing else can
@@ -328,8 +329,14 @@ class _Serving:
                 log = self.waiting.popleft()
                 log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
                 node.hold(log)
-                yield from self.switch_to(node, "prefill", log.request.prompt_len)
-                yield from self._prefill(log, node.index, self.busy["colocated_prefill"])
+                # a prefix hit runs its suffix's graph, so it loads that graph's configurations:
+                # the hit is known before the switch (only this node's own requests, finishing
+                # in its own steps, release the prefixes it holds)
+                cycles, rows = self._prefill_graph(log, node.index)
+                yield from self.switch_to(node, "prefill", rows)
+                log.prefill_node, log.prefill_start = node.index, self.env.now
+                yield cycles
+                self._end_prefill(log, node.index, self.busy["colocated_prefill"], cycles)
                 self._prefilled_here(node, log)
                 continue
             self._join(node)

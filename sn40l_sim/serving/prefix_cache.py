@@ -108,9 +108,15 @@ class PrefixTracker:
 
     def prefill_cycles(self, request: Any, node: int) -> int:
         """Cycles of ``request``'s prefill on ``node``, its prefix reused when the node holds it."""
+        return self.prefill(request, node)[0]
+
+    def prefill(self, request: Any, node: int) -> tuple[int, int]:
+        """``(cycles, rows)`` of ``request``'s prefill on ``node``: ``rows`` are the prompt tokens
+        of the graph it runs (a hit's suffix, else the whole prompt), whose configurations a
+        co-located node loads after decode steps."""
         full = self.prefill_cycles_of(request.prompt_len)
         if request.prefix_id < 0 or request.prefix_len <= 0:
-            return full
+            return full, request.prompt_len
         self.requests_with_prefix += 1
         prefix = min(request.prefix_len, request.prompt_len - 1)   # the last token is always computed
         held = self.held[node].get(request.prefix_id)
@@ -123,7 +129,7 @@ class PrefixTracker:
                 self.peak_prefill_prefix_tokens = max(self.peak_prefill_prefix_tokens, self.held_tokens(node))
             else:   # no room left on the node: prefilled, not kept
                 del self.holder[request.id]
-            return full
+            return full, request.prompt_len
         held.users += 1
         cycles, reused = self.hit_cycles_of(request.prompt_len, min(prefix, held.tokens))
         if reused > 0:
@@ -132,7 +138,7 @@ class PrefixTracker:
             self.held_not_reused += 1
         self.prefill_tokens_saved += reused
         self.prefill_cycles_saved += full - cycles
-        return cycles
+        return cycles, request.prompt_len - reused
 
     def release(self, request: Any) -> None:
         """``request`` finished: the prefix leaves its node with its last user."""

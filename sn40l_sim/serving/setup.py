@@ -62,7 +62,8 @@ class ServingSetup:
         graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
     prefill_switch_cycles : callable
         Co-located: ``rows ->`` configuration loads before a prefill graph of ``rows`` prompt
-        tokens (a whole prompt, or a chunk of one) after decode steps (none by default).
+        tokens (a whole prompt, a chunk of one, or a prefix hit's suffix) after decode steps (none
+        by default).
     prefill_hold_tokens : int or None
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their

@@ -110,3 +110,21 @@ def test_prefix_caching_without_the_cost_of_a_hit_is_refused():
         ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=4, decode_step_cycles=50,
                      prefill_cycles=lambda p: p, transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g,
                      kv_bytes_per_token=3, slot_cache_tokens=400, prefix_caching=PrefixCaching(True, 3))
+
+
+def test_a_colocated_hit_after_decode_steps_loads_its_suffix_graphs_configurations():
+    # a hit runs the suffix's graph (40 rows here), not the prompt's (240): after decode steps it
+    # loads that graph's configurations. Request 0 misses first (no switch before a node's first
+    # graph) and holds the prefix for the whole run, so every later prefill is a hit: charged by
+    # rows, the schedule is the one where every switch to prefill costs 7; charged by the prompt,
+    # the hits paid the whole prompt's graph's 1,000
+    reqs = [Request(0, 0, 240, 150, prefix_id=0, prefix_len=200)] + \
+        [Request(i, 300 * i, 240, 5, prefix_id=0, prefix_len=200) for i in range(1, 11)]
+    base = replace(setup("colocated", prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3)), decode_nodes=1,
+                   decode_switch_cycles=3)
+    by_rows = simulate(reqs, replace(base, prefill_switch_cycles=lambda rows: 7 if rows <= 40 else 1000))
+    small = simulate(reqs, replace(base, prefill_switch_cycles=lambda rows: 7))
+    assert by_rows.prefixes.hits == 10 and sum(by_rows.busy["graph_switch"]) > 0
+    assert by_rows.busy == small.busy and by_rows.steps == small.steps
+    assert [(r.prefill_start, r.token_cycles) for r in by_rows.requests] == \
+        [(r.prefill_start, r.token_cycles) for r in small.requests]
