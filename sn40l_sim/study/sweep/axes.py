@@ -49,8 +49,6 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.quantities import KINDS, parse_quantity
-from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import PathError, set_value
 
@@ -58,7 +56,6 @@ from sn40l_sim.yamlio import PathError, set_value
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
 PATH_KEYS = frozenset({"path", "values", "labels"})
 SECTION_KEYS = frozenset({"mode", "axes", "plot", "infeasible", "objectives"})
-PLOT_KEYS = frozenset({"x", "y", "hue", "kind", "logx", "logy", "where", "label"})
 
 
 class AxisError(ValueError):
@@ -224,90 +221,6 @@ def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
         if other is not None:
             raise AxisError(f"label {label!r} must name one value: equal values take equal labels", ("labels", i))
     return tuple(labels_)
-
-
-def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The ``plot:`` entry of a sweep section (None when absent); with ``axis_names``, a column
-    ``sweep.<name>`` must name one of them (the results have no other ``sweep.`` column) and not one
-    of the ``nested`` axes (name -> ``lists`` or ``mappings``: results.csv has no column of a list,
-    and a mapping's fields as ``sweep.<name>.<field>``). What only the results can show (rows that
-    share an x, a ``where`` no row matches) is found after the run.
-
-    >>> parse_plot({"x": "batch", "y": "ttft_s", "hue": "kv_policy"})["hue"]
-    'kv_policy'
-    """
-    if spec is None:
-        return None
-    if not isinstance(spec, dict):
-        raise AxisError("expected a mapping {x, y, hue, kind, logx, logy, where, label}")
-    unknown = sorted(set(spec) - PLOT_KEYS, key=str)
-    if unknown:
-        raise AxisError(f"unknown key (expected {', '.join(sorted(PLOT_KEYS))})", (unknown[0],))
-    for key in ("x", "y"):
-        if not isinstance(spec.get(key), str):
-            raise AxisError("required: a column of results.csv", (key,))
-    hue = spec.get("hue")
-    hues = [hue] if isinstance(hue, str) else hue if isinstance(hue, list) else None
-    if hue is not None and (hues is None or not all(isinstance(h, str) for h in hues)):
-        raise AxisError("expected a column of results.csv or a list of them", ("hue",))
-    where = spec.get("where")
-    if where is not None and (not isinstance(where, dict) or any(isinstance(v, (dict, list)) for v in where.values())):
-        raise AxisError("expected a mapping of results column -> value, such as {batch: 16}", ("where",))
-    kind = spec.get("kind", "line")
-    if kind not in ("line", "bar", "scatter"):
-        raise AxisError(f"expected line, bar or scatter, got {kind!r}", ("kind",))
-    label = spec.get("label")
-    if label is not None and not isinstance(label, str):
-        raise AxisError(f"expected a column of results.csv, got {label!r}", ("label",))
-    if label is not None and kind != "scatter":   # what the plot would refuse after every run
-        raise AxisError("labels are written beside the points of a scatter plot: add kind: scatter", ("label",))
-    for key in ("logx", "logy"):
-        if not isinstance(spec.get(key, False), bool):
-            raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
-    # the columns must be ones a sweep's results.csv can have: found now, not after every run
-    columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
-                                                      for i, h in enumerate(hues or [])]
-    columns += [(("where", c), c) for c in (where or {})] + ([("label", label)] if label is not None else [])
-    for at, column in columns:
-        if not isinstance(column, str) or RESULTS.resolve(column) is None:
-            raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
-                            at if isinstance(at, tuple) else (at,))
-        name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
-        if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
-                name.startswith(f"{m}.") for m, k in (nested or {}).items() if k == "mappings"):
-            raise AxisError(f"{column!r} names no axis of this sweep (its axis columns: "
-                            f"{', '.join('sweep.' + n for n in axis_names)})", at if isinstance(at, tuple) else (at,))
-        kind = (nested or {}).get(name)
-        if kind is not None:
-            what = "lists, which results.csv leaves out (they stay in results.json)" if kind == "lists" else \
-                f"mappings, whose fields are the columns {column}.<field>"
-            raise AxisError(f"{column!r} holds {what}: plot another column (prefill_len for prompt_lens)",
-                            at if isinstance(at, tuple) else (at,))
-    return dict(spec)
-
-
-def parse_objectives(spec: Any) -> dict[str, str] | None:
-    """The ``objectives:`` entry of a sweep section, column -> ``max`` | ``min`` (None when absent).
-
-    >>> parse_objectives({"decode_tokens_per_s": "max", "latency.tpot_s.p99": "min"})
-    {'decode_tokens_per_s': 'max', 'latency.tpot_s.p99': 'min'}
-    >>> parse_objectives({"tpot_s": "least"})
-    Traceback (most recent call last):
-    ...
-    sn40l_sim.study.sweep.axes.AxisError: expected max or min, got 'least'
-    """
-    if spec is None:
-        return None
-    if not isinstance(spec, dict) or not spec:
-        raise AxisError("expected a mapping of results column -> max | min, such as {decode_tokens_per_s: max, "
-                        "tpot_s: min}")
-    for column, direction in spec.items():
-        problem = objective_problem(column) if isinstance(column, str) else f"expected a column name, got {column!r}"
-        if problem:
-            raise AxisError(f"{problem} (see docs/results.md)", (column,))
-        if direction not in DIRECTIONS:
-            raise AxisError(f"expected max or min, got {direction!r}", (column,))
-    return dict(spec)
 
 
 def labels(axes: list[tuple[str, tuple[str, ...]]], explicit: set[str]) -> list[str]:

@@ -59,13 +59,12 @@ from sn40l_sim.study.sweep.axes import (
     compared,
     labels,
     parse_axis,
-    parse_objectives,
-    parse_plot,
     point_name,
     set_path,
     value_labels,
     value_text,
 )
+from sn40l_sim.study.sweep.outputs import parse_objectives, parse_plot
 from sn40l_sim.study.sweep.sets import check_set_has_effect, overlapping_axes
 from sn40l_sim.yamlio import Document, load_document
 
