@@ -74,3 +74,15 @@ def lone_collective_cycles(model: CollectiveModel, node: NodeSpec, memory: Memor
         return max(result.cycles, ceil_cycles(staged_bytes(coll, result) / rate))
 
     return cycles
+
+
+def lone_staging_bytes(model: CollectiveModel, staged: bool = True) -> Callable[[Collective], int]:
+    """The bytes a collective stages in its socket's memory (:func:`staged_bytes`; none without
+    ``staged``, the engine's ``stage_collectives``): an overlapped collective stages them while its
+    kernel streams, and the engine shares the activations' tier between the two, which the mapper
+    charges the kernel's call (:func:`~sn40l_sim.mapper.kernel_cost.held_back_cycles`)."""
+
+    def staged_by(coll: Collective) -> int:
+        return staged_bytes(coll, model.run(coll)) if staged else 0
+
+    return staged_by

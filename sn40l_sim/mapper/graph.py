@@ -98,7 +98,7 @@ def _collector_paused() -> Iterator[None]:
 
 def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None = None,
               looping: bool = False, collective_cycles: Callable[[Collective], float] | None = None,
-              priced: bool = False) -> PlacedGraph:
+              priced: bool = False, staging_bytes: Callable[[Collective], int] | None = None) -> PlacedGraph:
     """Place every kernel of ``graph`` on one socket of ``node``.
 
     Parameters
@@ -121,6 +121,11 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     priced : bool, optional
         Whether the units a kernel's balanced allocation leaves idle go only where they pay for
         their configuration (:mod:`.spending`); default: to every stage they shorten.
+    staging_bytes : callable, optional
+        Bytes one collective stages in the activations' tier (the engine's model): a call's
+        overlapped collectives stage them while its own stream runs in the same tier, which the
+        engine shares, and the call is charged what that holds its stream back
+        (:func:`~sn40l_sim.mapper.kernel_cost.held_back_cycles`). Default: not counted.
 
     Returns
     -------
@@ -133,13 +138,14 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     tiers = memory.tiers()
     key = mapping_key(node.socket)
     order = graph.kernels()
-    calls = [_call(k, collective_cycles) for k in order]
+    calls = [_call(k, collective_cycles, staging_bytes) for k in order]
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
         gate = sum(collective_cycles(c) for c in kernel.collectives) if collective_cycles and looping else 0
         context = LoopContext(loop.iterations, round(gate), looping)
         if not looping:
-            context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles)
+            context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles,
+                              overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)
         calls[loop.first:loop.stop] = [context] * loop.iterations
     if priced:
         calls = [replace(call, priced=True) for call in calls]
@@ -303,13 +309,19 @@ def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
                      for c in kernel.collectives if c.overlapped))
 
 
-def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None) -> LoopContext:
+def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,
+          staging_bytes: Callable[[Collective], int] | None = None) -> LoopContext:
     """A lone call of ``kernel``, with its overlapped collectives' cycles when they are known (the
-    engine runs them one after the other on the socket's links)."""
+    engine runs them one after the other on the socket's links) and the bytes they stage in the
+    activations' tier."""
     if collective_cycles is None:
         return LONE_CALL
-    overlap = sum(collective_cycles(c) for c in kernel.collectives if c.overlapped)
-    return LoopContext(overlap_cycles=round(overlap)) if overlap else LONE_CALL
+    overlapped = [c for c in kernel.collectives if c.overlapped]
+    overlap = sum(collective_cycles(c) for c in overlapped)
+    if not overlap:
+        return LONE_CALL
+    staged = sum(staging_bytes(c) for c in overlapped) if staging_bytes is not None else 0
+    return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged)
 
 
 def clear_memo() -> None:

@@ -25,10 +25,12 @@ Collectives stay on the kernel for the engine, which times them; but a call's ov
 other on the links (:mod:`sn40l_sim.engine.kernel_process`), and the call ends when they have. So a
 call is chosen for (``overlap``, the cycles the engine will charge them, given by the caller)::
 
-    cycles + max(0, fill + C_0 + overlap - (cycles - config_0))
+    cycles + held + max(0, fill + C_0 + overlap - (cycles + held - config_0))
 
 (``C_0`` the first section's slowest stage per data tile; ``config_0`` the configuration loaded by
-the call): the collectives' time past the rest of the kernel. Its collectives that do not overlap
+the call; ``held`` what their staging, sharing the activations' tier with the first section's
+stream, holds that stream back: :func:`held_back_cycles`): the collectives' time past the rest of
+the kernel. Its collectives that do not overlap
 start when the tiles are done, whatever the plan, and are left out. Fewer, larger data tiles
 shorten the stream but start the collectives later; ``cycles`` alone would not see it. Where the
 collectives outlast the kernel, plans of many tilings end alike; of those, the one of fewer kernel
@@ -65,7 +67,7 @@ from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.planning import plan_section
-from sn40l_sim.mapper.plans import KernelPlan
+from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
@@ -84,6 +86,9 @@ class LoopContext:
     gate_cycles: int = 0
     pipelined: bool = False
     overlap_cycles: int = 0
+    #: bytes the overlapped collectives stage (write) in the activations' tier, which the call's
+    #: own streams share with them
+    overlap_staged_bytes: int = 0
     #: units the balanced allocation leaves idle are given only where they pay for their
     #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
     priced: bool = False
@@ -129,11 +134,47 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     if loop.overlap_cycles and not loop.pipelined:
         # the overlapped collectives start after the fill and the first tile (the engine's
         # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest; of
-        # plans they end alike, the one of fewer kernel cycles wins (it holds the socket for less)
-        exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles - configs[0])
-        objective = (objective[0] + max(0, exposed), math.ceil(objective[0]))
+        # plans they end alike, the one of fewer kernel cycles wins (it holds the socket for less);
+        # while they run, their staging holds the kernel's own stream in that tier back
+        held = held_back_cycles(socket, tiers.activations, plans[0], n_tiles, loop)
+        exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles + held - configs[0])
+        objective = (objective[0] + held + max(0, exposed), math.ceil(objective[0] + held))
     if loop.pipelined:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
         iteration = looped_iteration_cycles(socket, plans, fill, loop.gate_cycles, configs)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
+
+
+def held_back_cycles(socket: SocketSpec, tier: str, plan: SectionPlan, n_tiles: int, loop: LoopContext) -> int:
+    """Cycles a call's first section loses to its overlapped collectives' staging. From about the
+    stream's start they write ``loop.overlap_staged_bytes`` to ``tier``, at most at the pace their
+    links set (those bytes over ``loop.overlap_cycles``), and the engine shares the tier's rate
+    between that and the section's own stream there, max-min fair (:mod:`sn40l_sim.engine.staging`):
+    where both want more than the rate, the staging takes its pace or half the rate, whichever is
+    less, and the section the rest, until the staging is done. A data tile then takes at least its
+    bytes in the tier over the section's share; once the staging ends the section goes at its own
+    pace again (a compute-bound section does not catch up).
+
+    Llama-3.1-70B's 8K prefill on 16 sockets chose, at 200 GB/s per P2P port, an output projection
+    streaming at 71 cycles a data tile, which the staging of its all-reduce (252 MB) held to 141 for
+    the 511,000 cycles the staging then took (docs/validation.md, "A faster machine is not always
+    faster in the simulator")."""
+    staged, window = loop.overlap_staged_bytes, loop.overlap_cycles
+    own = sum(st.tier_bytes for st in plan.stages if st.is_memory and st.resource == tier)
+    if not staged or not window or not own:
+        return 0
+    # the engine's rate of a stream to the tier: the tier at its achievable fraction, or the TLN
+    rate = min(figures.memory_bytes_per_s(socket, tier) * socket.memory[tier].efficiency,
+               figures.agcus(socket) * socket.tln.bytes_per_s) / socket.clock_hz
+    per_tile = own / n_tiles
+    wanted, pace = per_tile / plan.cycles_per_tile, staged / window
+    if wanted + pace <= rate:
+        return 0
+    staging = min(pace, max(rate / 2, rate - wanted))
+    share = rate - staging
+    held = per_tile / share
+    if held <= plan.cycles_per_tile:
+        return 0
+    lasts = staged / staging
+    return math.ceil(min(n_tiles, lasts / held) * (held - plan.cycles_per_tile))

@@ -32,7 +32,7 @@ from typing import Any
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions
-from sn40l_sim.engine.staging import lone_collective_cycles
+from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
@@ -126,7 +126,8 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
                      place=lambda graph, memory=None: map_graph(
                          node, graph, memory, looping,
-                         lone_collective_cycles(collectives, node, memory, engine.stage_collectives), priced),
+                         lone_collective_cycles(collectives, node, memory, engine.stage_collectives), priced,
+                         lone_staging_bytes(collectives, engine.stage_collectives)),
                      disk_key=disk_key, **timer_options)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sn40l_sim.engine.collectives import CollectiveModel
-from sn40l_sim.engine.staging import lone_collective_cycles
+from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
@@ -163,4 +163,5 @@ def map_phase(built: PhaseGraph) -> PlacedGraph:
     collectives = CollectiveModel.from_node(built.node, execution.collective_algorithm)
     # as run maps it: each collective timed alone, its staging through the activations' tier included
     return map_graph(built.node, built.graph, built.memory, execution.kernel_looping,
-                     lone_collective_cycles(collectives, built.node, built.memory), execution.idle_units == "priced")
+                     lone_collective_cycles(collectives, built.node, built.memory), execution.idle_units == "priced",
+                     lone_staging_bytes(collectives))
