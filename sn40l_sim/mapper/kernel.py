@@ -101,7 +101,7 @@ def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[in
     sections = [sections_of(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
                             budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
     return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.calls_per_load, loop.pipelined,
-                        loop.gate_cycles)
+                        loop.gate_cycles, loop.overlap_cycles)
 
 
 def _part_floor(*args) -> float:
@@ -124,7 +124,8 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))
-    return allocated_floor(socket, sections, n_tiles, loop.calls_per_load, loop.pipelined, loop.gate_cycles)
+    return allocated_floor(socket, sections, n_tiles, loop.calls_per_load, loop.pipelined, loop.gate_cycles,
+                           loop.overlap_cycles)
 
 
 #: the tilings searched with every GEMM in one dataflow: those within this factor of the

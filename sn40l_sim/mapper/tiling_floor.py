@@ -19,7 +19,10 @@ stage's part):
   hand-over, less ``C``; a looped kernel's iteration at least its compute chain after the gate or
   its stream (see :mod:`.read_ahead`);
 * its configuration covers the PCUs, at least the PMUs holding its buffers, and every switch of
-  the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times.
+  the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times;
+* a call whose collectives overlap it ends no sooner than its first section's configuration, fill
+  and first data tile, then the collectives (:mod:`.kernel_cost`): where they outlast the kernel,
+  this is the floor that binds.
 
 Once a tiling's sections are allocated, :func:`allocated_floor` knows their stages' cycles and
 units exactly (only the routes are still to come) and can skip the tiling before it is placed.
@@ -181,21 +184,39 @@ def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequ
                         compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
 
 
+def _overlapped(config: float, first: float, slowest: float, sections: int, overlap_cycles: int) -> float:
+    """A floor under the objective of a call whose overlapped collectives take ``overlap_cycles``
+    from its first data tile out (:mod:`.kernel_cost`): the first section's configuration
+    (``config``, as the call pays it), its fill and first data tile, then the collectives. Its fill
+    and first data tile are at least ``first`` (every stage once, the fills and drains, the
+    hand-overs, the memory latency); of several sections the kernel's fill is their mean, so the
+    first one's counts one ``sections``-th, and its first data tile (``slowest`` at least) whole."""
+    if sections > 1:
+        first = first / sections + (1 - 1 / sections) * slowest
+    return config + first + overlap_cycles
+
+
 def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: int, chip_tiles: int,
                  budget: UnitBudget = NO_LIMITS, iterations: float = 1, pipelined: bool = False,
-                 gate_cycles: int = 0) -> float:
+                 gate_cycles: int = 0, overlap_cycles: int = 0) -> float:
     """A value the objective of the plan of one tiling (``n_tiles`` data tiles on ``chip_tiles``
     tiles within ``budget``) does not go below, from its sections' :func:`section_floor` (see the
-    module docstring); ``iterations``, ``pipelined`` and ``gate_cycles`` say how the kernel is
-    called (:class:`~sn40l_sim.mapper.kernel_cost.LoopContext`)."""
+    module docstring); ``iterations``, ``pipelined``, ``gate_cycles`` and ``overlap_cycles`` say
+    how the kernel is called (:class:`~sn40l_sim.mapper.kernel_cost.LoopContext`)."""
     pcus = budget.tile_pcus(socket.tile.pcus)
     # configuration cycles per byte, a single section's shared by consecutive calls
     per_byte = socket.clock_hz / socket.calibrated.config_load_bytes_per_s / (iterations if len(sections) == 1 else 1)
     pcu_price = chip_tiles * socket.configuration.pcu_bytes * per_byte
-    total = 0.0
+    total = overlapped = 0.0
     for index, sec in enumerate(sections):
         fixed = max(0.0, sec.fixed_config * per_byte - 1)
         least_config = fixed + pcu_price * sum(fl.fewest_pcus for fl in sec.stages)
+        if index == 0 and overlap_cycles and not pipelined:
+            # its configuration, then every stage once (a compute stage at least its floor's
+            # cycles), the fixed part of the fill, and the collectives
+            first = sec.memory_cycles + sec.latency + sum(fl.cycles for fl in sec.stages)
+            overlapped = _overlapped(least_config, first, max(sec.compute, sec.memory_slowest), len(sections),
+                                     overlap_cycles)
         if pipelined:
             # the iteration (:mod:`.read_ahead`) ends no sooner than its stream, nor than its chain
             # after the gate, which elapses while the first of several sections' configuration loads
@@ -207,11 +228,12 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
             slowest = max(sec.compute, sec.memory_slowest)
             chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)
             total += max(n_tiles * slowest + least_config, sec.memory_cycles + sec.latency + chain + fixed)
-    return total * (1 - _SLACK) - len(sections)
+    return max(total, overlapped) * (1 - _SLACK) - len(sections)
 
 
 def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageWork], Sequence[Stream], Allocation]],
-                    n_tiles: int, iterations: float = 1, pipelined: bool = False, gate_cycles: int = 0) -> float:
+                    n_tiles: int, iterations: float = 1, pipelined: bool = False, gate_cycles: int = 0,
+                    overlap_cycles: int = 0) -> float:
     """A floor under the objective of one tiling whose sections are allocated but not yet placed
     and routed (``(stages, streams, allocation)`` each): the stages' cycles and the configuration
     are known; the mesh can only slow the slowest stage, and a hand-over and a memory stream's
@@ -219,7 +241,8 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
     hand_over = mesh_latency_cycles(socket.tile.control_network, 1)
     configs = [figures.config_cycles(socket, figures.config_bytes(socket, sum(alloc.pcus), sum(alloc.pmus),
                                                                   alloc.chip_tiles)) for _, _, alloc in sections]
-    total = 0.0
+    reload = configs[0] / iterations if len(configs) == 1 else sum(configs)
+    total = overlapped = 0.0
     for index, (stages, streams, alloc) in enumerate(sections):
         hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
         latency = (alloc.latency_cycles + hand_over * hand_overs
@@ -237,5 +260,7 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
             paced = [s.paced_cycles if s.is_memory else c for s, c in zip(stages, alloc.cycles, strict=True)]
             slowest = max(paced, default=0)
             total += max(n_tiles * slowest, sum(paced) + latency + (n_tiles - 1) * slowest)
-    reload = configs[0] / iterations if len(configs) == 1 else sum(configs)
-    return (total + reload) * (1 - _SLACK) - len(sections)
+            if index == 0 and overlap_cycles:
+                config = configs[0] / iterations if len(configs) == 1 else configs[0]
+                overlapped = _overlapped(config, sum(paced) + latency, slowest, len(sections), overlap_cycles)
+    return max(total + reload, overlapped) * (1 - _SLACK) - len(sections)

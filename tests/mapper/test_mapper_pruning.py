@@ -1,7 +1,7 @@
 """The kernel mapper skips the tilings whose floor (:mod:`sn40l_sim.mapper.tiling_floor`) exceeds
 the best plan found so far: on real kernels (DeepSeek-R1 decode MLA and MoE FFN with drafts,
 prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped, its stream within and
-beyond what the read-ahead holds) the pruned search returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
+beyond what the read-ahead holds; calls overlapping their collectives) the pruned search returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
 heaviest GEMMs, of all its stages, and once allocated) are below its plan's objective."""
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ CASES = {
     "llama_decoder_repeated": ("slow_config", "llama70b", "L00.decoder", LoopContext(80)),
     "two_sections": ("node", "chain", "chain", LONE_CALL),
     "two_sections_looped": ("slow_config", "chain", "chain", LoopContext(4, 5_000, True)),
+    # overlapped collectives as long as the run's (about the kernel's own cycles), and longer
+    "prefill_moe_overlapped": ("node", "prefill", "L03.moe_ffn", LoopContext(overlap_cycles=24_489_038)),
+    "prefill_o_proj_overlapped": ("node", "prefill", "L00.o_proj_ffn", LoopContext(overlap_cycles=27_460_204)),
+    "two_sections_overlapped": ("node", "chain", "chain", LoopContext(overlap_cycles=3_000_000)),
 }
 
 
