@@ -69,9 +69,15 @@ _HALVINGS_SIZE = 20_000
 _halvings: dict[tuple, list[tuple[int, tuple[int, int, int, int] | None]]] = {}
 
 
+#: the pieces :func:`tied_pieces` found, by (whole, minimum, B bytes, cuts) and then by target;
+#: cleared with :data:`_halvings`
+_tied: dict[tuple, dict[int, frozenset[tuple[int, int, int, int]]]] = {}
+
+
 def clear_halvings() -> None:
     """Forget every GEMM's memoised halvings."""
     _halvings.clear()
+    _tied.clear()
 
 
 def piece_count(whole: tuple[int, int, int, int], piece: tuple[int, int, int, int]) -> int:
@@ -137,7 +143,32 @@ def tied_pieces(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, t
     whole = (dims["count"], dims["n"], dims["m"], dims["k"])
     low = (minimum["count"], minimum["n"], minimum["m"], minimum["k"])
     allowed = tuple(d in cuts for d in GEMM_DIMS)
-    frontier, found = {whole}, set()
+    key = (whole, low, b_bytes, allowed)
+    by_target = _tied.get(key)
+    if by_target is None:
+        if len(_tied) >= _HALVINGS_SIZE:
+            _tied.clear()
+        by_target = _tied[key] = {}
+    found = by_target.get(target)
+    if found is None:
+        # a path stops at its first piece of at least ``target`` pieces, and a halving never
+        # lowers the count, so the paths to a higher target go on from a lower one's ends: the
+        # search starts there (the tilings of one GEMM at 1, 2, 4, ... data tiles)
+        start = max((t for t in by_target if t < target), default=None)
+        found = by_target[target] = _follow_ties(whole, low, b_bytes, allowed, target,
+                                                 {whole} if start is None else by_target[start])
+    return [first] + [{"count": c, "m": m, "k": k, "n": n}
+                      for c, n, m, k in sorted(found) if (c, m, k, n) != (first["count"], first["m"], first["k"],
+                                                                             first["n"])]
+
+
+def _follow_ties(whole: tuple[int, int, int, int], low: tuple[int, int, int, int], b_bytes: float,
+                 allowed: tuple[bool, ...], target: int,
+                 frontier: set[tuple[int, int, int, int]] | frozenset[tuple[int, int, int, int]]
+                 ) -> frozenset[tuple[int, int, int, int]]:
+    """The ends of every path of tied halvings from the pieces ``frontier`` on: each path's first
+    piece of at least ``target`` pieces, or its finest."""
+    found: set[tuple[int, int, int, int]] = set()
     while frontier:
         later: set[tuple[int, int, int, int]] = set()
         for piece in frontier:
@@ -146,5 +177,4 @@ def tied_pieces(dims: dict[str, int], minimum: dict[str, int], b_bytes: float, t
             if not ties:
                 found.add(piece)
         frontier = later
-    found.discard((first["count"], first["n"], first["m"], first["k"]))
-    return [first] + [{"count": c, "m": m, "k": k, "n": n} for c, n, m, k in sorted(found)]
+    return frozenset(found)

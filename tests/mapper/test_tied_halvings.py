@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sn40l_sim.ir import Operator
-from sn40l_sim.mapper.halving import halved, tied_pieces
+from sn40l_sim.mapper.halving import clear_halvings, halved, tied_pieces
 from sn40l_sim.mapper.tiling import gemm_tilings
 
 CUTS = ("count", "n", "m", "k")
@@ -40,3 +40,28 @@ def test_a_power_of_two_of_rows_costs_no_more_than_one_row_more(socket):
              for m in (128, 512, 1024, 4096, 8192) for t in (1 << i for i in range(14))
              if cost(m, k, n, t) > cost(m + 1, k, n, t)]
     assert not worse
+
+
+@pytest.mark.parametrize("order", ["rising", "falling", "shuffled"])
+def test_tied_pieces_from_a_lower_targets_pieces_are_those_searched_from_the_whole(order):
+    """The search for a target goes on from the pieces a lower target found (a halving never
+    lowers the count): in any order of targets, the same pieces as a search from scratch."""
+    targets = [1 << i for i in range(0, 23, 1)]
+    if order == "falling":
+        targets.reverse()
+    elif order == "shuffled":
+        targets = targets[1::2] + targets[::2]
+    shapes = [{"count": 1, "m": 1024, "k": 4096, "n": 3584}, {"count": 32, "m": 1024, "k": 128, "n": 1024},
+              {"count": 256, "m": 64, "k": 7168, "n": 2048}, {"count": 1, "m": 131072, "k": 512, "n": 512}]
+    tied = False
+    for dims in shapes:
+        for cuts in (CUTS, ("m", "n")):
+            clear_halvings()
+            memoised = [tied_pieces(dims, LOW, 2.0, t, cuts) for t in targets]
+            fresh = []
+            for t in targets:
+                clear_halvings()
+                fresh.append(tied_pieces(dims, LOW, 2.0, t, cuts))
+            assert memoised == fresh
+            tied = tied or any(len(p) > 1 for p in fresh)
+    assert tied   # ties do occur on these shapes (else there is nothing to follow)
