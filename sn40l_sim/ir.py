@@ -196,6 +196,12 @@ class Collective:
     #: may start after the kernel's first tile and overlap its compute (P2P in the fused MoE)
     overlapped: bool = False
     name: str = ""
+    #: for an overlapped collective, the operator of the kernel whose output it carries: it then
+    #: runs beside that operator's part of the kernel's stream only, and the stream's later data
+    #: tiles wait for it (the operators after it read the reduced rows;
+    #: :mod:`sn40l_sim.mapper.windows`). Empty: it carries every data tile's output as the tile
+    #: comes out (a token-sliced kernel, prefill's) and runs beside the whole stream.
+    after: str = ""
 
 
 @hashed_once

@@ -15,6 +15,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.read_ahead import chunk_tiles
+from sn40l_sim.mapper.windows import window_fractions
 
 #: stage bounds, besides the memory tiers, whose time the engine models as transfers on shared
 #: channels, not fixed cycles
@@ -89,6 +90,9 @@ class KernelCosts:
     sections: tuple[SectionCosts, ...]
     #: collectives read what they send from memory and write what they receive to it
     stage_collectives: bool = True
+    #: each overlapped collective's window, fractions of the stream, in the kernel's order
+    #: (:func:`~sn40l_sim.mapper.windows.window_fractions`)
+    windows: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel | None,
@@ -119,11 +123,12 @@ class KernelCosts:
                 compute_cycles_per_tile=max(compute, default=0),
                 tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
                 tier_caps=caps, fill_cycles=pk.fill_cycles))
+        windows = tuple(window_fractions(socket, pk.kernel, c) for c in pk.kernel.collectives if c.overlapped)
         if boundary is None:
-            return cls(0, 0, (), tuple(sections), stage_collectives)
+            return cls(0, 0, (), tuple(sections), stage_collectives, windows)
         configs = tuple(figures.config_cycles(socket, b) for b in pk.section_config_bytes)
         return cls(boundary.launch_cycles, boundary.barrier_cycles(max(1, pk.kernel.shards)), configs,
-                   tuple(sections), stage_collectives)
+                   tuple(sections), stage_collectives, windows)
 
 
 def _section_bytes(pk: PlacedKernel, tier: str) -> list[int]:

@@ -20,19 +20,23 @@ and the chunk ends when both have. The weight preload of the next expert in the 
 is this overlap: its bytes are the memory stage of the next tiles, loaded while the current ones
 compute. The fill covers the pipeline's head (the first tile crossing all stages).
 
-Collectives with ``overlapped=True`` start once the first tile is out of the pipeline and run
-beside the compute; the others start when the compute is done. The kernel ends when its compute
-and all its collectives have ended, an overlapped one no sooner than its last data tile's share
-after the last tile (:func:`_end_tails`). A collective writes what the socket receives to memory and
-(unless overlapped, when tiles go out straight from the PMUs) reads what it sends from memory, at
-the pace of the links and sharing the memory channel with the kernel's streams, so an overlapped
-collective and a memory-hungry kernel slow each other down.
+Collectives with ``overlapped=True`` run in their window of the stream (:mod:`.windows`: the
+whole stream, or the part of the operator whose output they carry), starting once its first tile
+is out of the pipeline; the others start when the compute is done. The kernel ends when its
+compute and all its collectives have ended, an overlapped one no sooner than its last data tile's
+share after its window's last tile, a share that takes the links like any transfer; a window that
+closes before the stream's end holds the later tiles until its collective ends (their operators
+read the reduced rows), while the memory streams run ahead into the PMUs (:func:`_stream_ahead`).
+A collective writes what the socket receives to memory and (unless overlapped, when tiles go out
+straight from the PMUs) reads what it sends from memory, at the pace of the links and sharing the
+memory channel with the kernel's streams, so an overlapped collective and a memory-hungry kernel
+slow each other down.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -42,6 +46,7 @@ from sn40l_sim.engine.kernel_costs import KernelCosts, SectionCosts
 from sn40l_sim.engine.lone_sections import book_lone_section, lone_section, memory_bound
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.staging import staged_bytes
+from sn40l_sim.engine.windows import Windows, open_gate
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
 
@@ -120,7 +125,7 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
                     yield env.timeout(cycles)
                     setattr(record, attr, getattr(record, attr) + cycles)
         colls = [CollectiveRun(c, collectives.run(c)) for c in record.placed.kernel.collectives]
-        side = []
+        windows: Windows | None = None
         record.stream_start = env.now
         for index, sec in enumerate(costs.sections):
             load = costs.config_cycles[index] if index < len(costs.config_cycles) else 0
@@ -132,56 +137,57 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
                 record.fill_cycles += sec.fill_cycles
             if index == 0:
                 record.stream_start = env.now
-                side = [_start_collective(res, run, _first_tile_cycles(sec, res), costs.stage_collectives)
-                        for run in colls if run.collective.overlapped]
-            if index == 0 and gate is not None:
-                yield from _stream_ahead(res, record, sec, gate)
+                windows = _windows(res, colls, costs, sec, collectives, ahead=gate is not None)
+            if index == 0 and (gate is not None or windows.points):
+                # a loop iteration, or a call whose stream waits mid-way for a collective its
+                # later operators read: its memory streams run ahead of the waiting compute
+                yield from _stream_ahead(res, record, sec, gate or open_gate(env), windows, refill=gate is not None)
                 continue
-            lone = _lone_section(res, record, sec)
+            offset = index * max(1, record.placed.n_tiles)
+            if index == 0:
+                yield from windows.reach(0)
+            lone = _lone_section(res, record, sec) if not windows.points else None
             if lone is None:
                 tile = 0
                 for n in sec.chunks:
-                    yield from _chunk(res, record, sec, tile, n)
-                    tile += n
+                    for part in windows.split(offset + tile, n):
+                        yield from _chunk(res, record, sec, tile, part)
+                        tile += part
+                        yield from windows.reach(offset + tile)
             elif lone:
                 yield env.timeout(lone)
-        if not costs.sections:
-            side = [_start_collective(res, run, 0, costs.stage_collectives)
-                    for run in colls if run.collective.overlapped]
+        if windows is None:
+            windows = _windows(res, colls, costs, None, collectives)
+            yield from windows.reach(0)
+        yield from windows.reach(windows.total)
+        record.gate_cycles += windows.stalled
         record.stream_end = env.now
     if streamed is not None:
         streamed.succeed()
     for run in colls:
         if not run.collective.overlapped:
             yield _start_collective(res, run, 0, costs.stage_collectives)
-    if side:
-        yield env.all_of(side)
-        end = _end_tails(record, colls, collectives)
-        if end > env.now:
-            yield env.timeout(end - env.now)
+    if windows.items:
+        yield env.all_of(windows.ends())
     record.collectives = colls
     record.end = env.now
 
 
-def _end_tails(record: KernelRecord, colls: list[CollectiveRun], collectives: CollectiveModel) -> int:
-    """When the kernel's overlapped collectives have carried their last data tile's share.
-
-    An overlapped collective carries each data tile's share as the tile comes out, so the last
-    share (``bytes / n_tiles``) can go only once the last tile is out: the collective is done no
-    sooner than the stream's end plus that share's collective, the tails one after the other (a
-    tile's later operators wait for its earlier collectives: a fused decoder layer's down
-    projection for its ``o_proj`` all-reduce). The links carried the bytes already (``run.end``
-    is their time on the links); the tail is the last share's latency and bytes, which no later
-    tile hides. A share of a small collective costs about what the whole does (its latency), so
-    with few data tiles overlapping hides little; with many, only a large collective's tail is
-    left (docs/validation.md, "Decode all-reduces under the GEMM")."""
-    tiles = record.placed.n_tiles
-    done = record.stream_end
-    for run in colls:
-        if run.collective.overlapped and tiles:
-            share = replace(run.collective, bytes=math.ceil(run.collective.bytes / tiles))
-            done += collectives.run(share).cycles
-    return done
+def _windows(res: SocketResources, colls: list[CollectiveRun], costs: KernelCosts, first: SectionCosts | None,
+             collectives: CollectiveModel, ahead: bool = False) -> Windows:
+    """The kernel's overlapped collectives, each starting once its window's first tile is out of
+    the pipeline (:mod:`.windows`); ``first`` the first section (None: a kernel without tiles).
+    ``ahead``: a loop iteration, whose stream ran ahead of its compute, so a tile leaves the
+    pipeline at the compute's pace."""
+    overlapped = [run for run in colls if run.collective.overlapped]
+    if first is None:
+        delay = 0
+    else:
+        delay = first.compute_cycles_per_tile if ahead else _first_tile_cycles(first, res)
+    tiles = max((len(costs.sections) and sum(costs.sections[0].chunks)), 1)
+    return Windows(res, overlapped, costs.windows or [(0.0, 1.0)] * len(overlapped), tiles,
+                   len(costs.sections), collectives, delay,
+                   lambda run, wait: res.env.process(_collective(res, run, wait, costs.stage_collectives)))
 
 
 def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
@@ -268,7 +274,8 @@ def _alone_cycles(res: SocketResources, costs: SectionCosts, first: int, n: int)
 
 
 def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCosts,
-                  gate: simpy.Event) -> Generator[simpy.Event, Any, None]:
+                  gate: simpy.Event, windows: Windows | None = None,
+                  refill: bool = True) -> Generator[simpy.Event, Any, None]:
     """A loop iteration, whose compute must wait for the previous iteration's end (``gate``, its
     output and collectives): its memory streams run ahead into the PMUs chunk by chunk, at most
     ``res.buffer_bytes`` ahead of the compute, which once the gate has opened fills the pipeline
@@ -281,9 +288,15 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     (the gate, the fill, the tiles) ends on the same cycle as the stream, both bound the iteration.
     Which one it is counted for then depends on the order of the cycle's events. If the last chunk's
     arrival comes first, as in Llama-3.1-70B's looped decode on 16 sockets (docs/validation.md),
-    it is counted for the chain: the gate as collectives and the rest as compute."""
+    it is counted for the chain: the gate as collectives and the rest as compute.
+
+    The kernel's ``windows`` (:mod:`.windows`) open and close as the compute passes their tiles; a
+    wait there for a collective the later tiles read is the caller's to book (``windows.stalled``),
+    and the streams run on ahead meanwhile. A call whose compute waits so runs this way too, with
+    its gate open and its pipeline already filled (``refill`` False)."""
     env = res.env
     start = env.now
+    windows = windows if windows is not None else Windows(res, (), (), 1, 1, None, 0, None)
     started = [env.event() for _ in costs.chunks]
     loaded = [env.event() for _ in costs.chunks]
     consumed = [env.event() for _ in costs.chunks]
@@ -291,6 +304,7 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     sizes = [sum(costs.bytes_between(tier, f, f + n) for tier in costs.tier_caps)
              for f, n in zip(firsts, costs.chunks, strict=True)]
     per_tile = costs.compute_cycles_per_tile
+    fill = costs.fill_cycles if refill else 0
     waited_on_memory = [False]
     held_back = [False]   # the stream waited for the compute to free buffer space
 
@@ -315,14 +329,21 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
         yield gate
         gated[0] = env.now - start
         # the first data tile needs the previous iteration's output: the pipeline fills again
-        if costs.fill_cycles:
-            yield env.timeout(costs.fill_cycles)
+        # (a call filled it before streaming: ``refill`` False)
+        if fill:
+            yield env.timeout(fill)
+        yield from windows.reach(0)
         for i, n in enumerate(costs.chunks):
             # a chunk's tiles are computed as they arrive: the chunk's compute, or its last tile's
             # after the chunk has arrived, whichever ends later
             yield started[i]
-            if n * per_tile:
-                yield env.timeout(n * per_tile)
+            tile = firsts[i]
+            for part in windows.split(tile, n):
+                if part * per_tile:
+                    yield env.timeout(part * per_tile)
+                tile += part
+                if tile < firsts[i] + n:
+                    yield from windows.reach(tile)
             waited_on_memory[0] = not loaded[i].triggered
             if waited_on_memory[0]:
                 yield loaded[i]
@@ -330,18 +351,20 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
                     yield env.timeout(per_tile)
             record.compute_busy_cycles += n * per_tile
             consumed[i].succeed()
+            yield from windows.reach(firsts[i] + n)
 
     streams, work = env.process(memory()), env.process(compute())
     yield env.all_of([streams, work])
-    took = env.now - start
+    # the wait mid-way for a window's collective is booked with the gate by the caller
+    took = env.now - start - windows.stalled
     # the stream alone set the iteration's length when the compute waited for its last chunk and
     # the stream never waited for the compute
     if sum(sizes) and waited_on_memory[0] and not held_back[0]:
         record.memory_bound_cycles += took
     else:
         record.gate_cycles += gated[0]
-        record.fill_cycles += costs.fill_cycles
-        rest = took - gated[0] - costs.fill_cycles
+        record.fill_cycles += fill
+        rest = took - gated[0] - fill
         if sum(sizes) and waited_on_memory[0]:
             record.memory_bound_cycles += rest
         else:

@@ -68,7 +68,7 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     says whether the call finds the kernel's configuration loaded (:mod:`.residency`): it is then
     charged none of a one-section configuration, else all of it; None keeps the mapper's charge
     (``loop.calls_per_load``). ``tail_cycles``: what the call's overlapped collectives take after
-    its last tile (their last data tile's shares, the engine's ``_end_tails``); the call ends no
+    its last tile (their last data tile's shares, the engine's ``engine/windows.py``); the call ends no
     sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
     call = pk.call_cycles + after_cycles

@@ -44,6 +44,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKerne
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.windows import overlap_windows
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)
 _MEMO_SIZE = 4096
@@ -152,11 +153,14 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     tiers = memory.tiers()
     key = mapping_key(node.socket)
     order = graph.kernels()
-    calls = [_call(k, collective_cycles, staging_bytes) for k in order]
+    calls = [_call(node.socket, k, collective_cycles, staging_bytes) for k in order]
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
-        gate = sum(collective_cycles(c) for c in kernel.collectives) if collective_cycles and looping else 0
-        context = LoopContext(loop.iterations, round(gate), looping)
+        # the next iteration waits for the collectives after the tiles; those that carry one
+        # operator's output run beside its part of the stream, as the plan's windows say
+        gate = sum(collective_cycles(c) for c in kernel.collectives
+                   if not (c.overlapped and c.after)) if collective_cycles and looping else 0
+        context = LoopContext(loop.iterations, round(gate), looping, windows=calls[loop.first].windows)
         if not looping:
             context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles,
                               overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)
@@ -314,28 +318,30 @@ def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[
 
 def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
            collective_cycles: Callable[[Collective], float] | None) -> int:
-    """Cycles a call's overlapped collectives take after its last tile: each one's share of that
-    tile, one after the other (the engine's ``_end_tails``); a looped call's are in the next
-    iteration's gate."""
+    """Cycles a call's overlapped collectives that name no operator take after its last tile: each
+    one's share of that tile, one after the other, as the engine ends them; a looped call's are in
+    the next iteration's gate. Those naming their operator are in the plan's time already (its
+    windows, :mod:`.windows`)."""
     if collective_cycles is None or call.pipelined or not n_tiles:
         return 0
     return round(sum(collective_cycles(replace(c, bytes=math.ceil(c.bytes / n_tiles)))
-                     for c in kernel.collectives if c.overlapped))
+                     for c in kernel.collectives if c.overlapped and not c.after))
 
 
-def _call(kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,
+def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,
           staging_bytes: Callable[[Collective], int] | None = None) -> LoopContext:
     """A lone call of ``kernel``, with its overlapped collectives' cycles when they are known (the
     engine runs them one after the other on the socket's links) and the bytes they stage in the
     activations' tier."""
     if collective_cycles is None:
         return LONE_CALL
-    overlapped = [c for c in kernel.collectives if c.overlapped]
+    overlapped = [c for c in kernel.collectives if c.overlapped and not c.after]
     overlap = sum(collective_cycles(c) for c in overlapped)
-    if not overlap:
+    staged = sum(staging_bytes(c) for c in overlapped) if staging_bytes is not None and overlap else 0
+    windows = overlap_windows(socket, kernel, collective_cycles)
+    if not overlap and not windows:
         return LONE_CALL
-    staged = sum(staging_bytes(c) for c in overlapped) if staging_bytes is not None else 0
-    return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged)
+    return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows)
 
 
 def clear_memo() -> None:

@@ -120,7 +120,7 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
         stages, streams, alloc = section_allocation(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles,
                                                     spill_in, spill_out, budget, planned,
                                                     section_calls(loop, len(ranges), index),
-                                                    section_chain_paced(loop, index))
+                                                    section_chain_paced(loop, index, len(ranges) * n_tiles))
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))

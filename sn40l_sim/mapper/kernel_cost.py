@@ -71,6 +71,7 @@ from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,12 @@ class LoopContext:
     pipelined: bool = False
     overlap_cycles: int = 0
     #: bytes the overlapped collectives stage (write) in the activations' tier, which the call's
-    #: own streams share with them
+    #: own streams share with them (those without a window; :func:`held_back_cycles`)
     overlap_staged_bytes: int = 0
+    #: the overlapped collectives that carry one operator's output (:mod:`.windows`): a call waits
+    #: for them where its stream reaches their readers and after its last tile, a looped call's
+    #: next iteration at its gate
+    windows: tuple[OverlapWindow, ...] = ()
     #: units the balanced allocation leaves idle are given only where they pay for their
     #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
     priced: bool = False
@@ -117,7 +122,8 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         spill_in = spills[i - 1] if i > 0 else 0
         spill_out = spills[i] if i < len(spills) else 0
         plan = plan_section(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                            budget, planned, section_calls(loop, len(ranges), i), section_chain_paced(loop, i))
+                            budget, planned, section_calls(loop, len(ranges), i),
+                            section_chain_paced(loop, i, len(ranges) * n_tiles))
         if plan is None:
             return None
         plans.append(plan)
@@ -131,6 +137,21 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     # one section stays loaded over consecutive calls; several replace each other every call
     reload = configs[0] / loop.calls_per_load if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
+    # the call's windows: a wait mid-stream for the collectives its later operators read, and
+    # the last ones' time past its tiles (the next iteration's gate when looped). A looped
+    # iteration's stream ran ahead during the gate, and a call's runs ahead while its compute waits
+    # mid-way (the engine's ``_stream_ahead``), so their tiles pass at the compute's pace
+    ahead = loop.pipelined or interior_window(loop.windows, n * n_tiles)
+    pace = plans[0].compute_cycles_per_tile if ahead else cpt
+    stall, after = exposed_cycles(loop.windows, n * n_tiles, pace, pace) if loop.windows else (0, 0)
+    if loop.windows and not loop.pipelined:
+        if ahead:
+            # the wait counted where the compute starts, a floor of it mid-way (the stream ahead
+            # holds at most half the SRAM either way)
+            tiles = looped_iteration_cycles(socket, plans, fill, math.ceil(stall), configs)
+            objective = (reload + (sum(configs[1:]) if n > 1 else 0) + tiles + after, math.ceil(objective[0]))
+        else:
+            objective = (objective[0] + stall + after, math.ceil(objective[0]))
     if loop.overlap_cycles and not loop.pipelined:
         # the overlapped collectives start after the fill and the first tile (the engine's
         # ``_first_tile_cycles``: the first section's slowest stage) and may outlast the rest; of
@@ -138,10 +159,10 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # while they run, their staging holds the kernel's own stream in that tier back
         held = held_back_cycles(socket, tiers.activations, plans[0], n_tiles, loop)
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles + held - configs[0])
-        objective = (objective[0] + held + max(0, exposed), math.ceil(objective[0] + held))
+        objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
     if loop.pipelined:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
-        iteration = looped_iteration_cycles(socket, plans, fill, loop.gate_cycles, configs)
+        iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 

@@ -24,6 +24,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.division import Division, fewest_pcus, stage_division
 from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, sram_cycles
 from sn40l_sim.mapper.stages import StageWork
+from sn40l_sim.mapper.windows import interior_window
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -77,14 +78,19 @@ def section_calls(loop: LoopContext, sections: int, index: int) -> Calls | None:
     return Calls(loop.calls_per_load if sections == 1 else 1, overlap)
 
 
-def section_chain_paced(loop: LoopContext, index: int) -> bool:
+def section_chain_paced(loop: LoopContext, index: int, tiles: int = 0) -> bool:
     """Whether section ``index`` of a kernel called as ``loop`` computes at its compute stages'
     pace rather than its stream's: a looped iteration's first section, whose stream runs ahead
     into the PMUs while the iteration waits for the previous one's collectives, so that its data
-    tiles then go at the compute chain's pace (:func:`~.read_ahead.looped_iteration_cycles`); the
-    allocator then balances the compute stages for that pace
-    (:func:`~sn40l_sim.mapper.allocate.allocate`'s ``chain_paced``)."""
-    return loop.pipelined and loop.gate_cycles > 0 and index == 0
+    tiles then go at the compute chain's pace (:func:`~.read_ahead.looped_iteration_cycles`), and
+    the first section of a call of ``tiles`` data tiles whose compute waits mid-way for a
+    collective its later operators read (:mod:`.windows`); the allocator then balances the
+    compute stages for that pace (:func:`~sn40l_sim.mapper.allocate.allocate`'s ``chain_paced``)."""
+    if index != 0:
+        return False
+    if loop.pipelined:
+        return loop.gate_cycles > 0 or bool(loop.windows)
+    return bool(loop.windows) and interior_window(loop.windows, tiles)
 
 
 class Pricing(NamedTuple):

@@ -305,7 +305,8 @@ def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, Operato
         size = size_of[coll.size](ctx)
         if size > 0 and ctx.tp > 1:
             collectives.append(Collective(kind=coll.kind, bytes=size, group=ctx.tp,
-                                          overlapped=coll.overlapped, name=coll.size))
+                                          overlapped=coll.overlapped, name=coll.size,
+                                          after=coll.after or ""))
     notes = tuple(n for steps in per_op for s in steps for n in s.notes)
     kernel = FusedKernel(name="", kind=entry.kind or entry.name or kernel_id, phase=ctx.phase, operators=(),
                          collectives=tuple(collectives), shards=ctx.plan.sockets, notes=notes)

@@ -38,6 +38,9 @@ class CollectiveEntry(StrictModel):
     size: str
     kind: CollectiveKind
     overlapped: Flag = False
+    #: the kernel's operator whose output an overlapped collective carries (see
+    #: :attr:`sn40l_sim.ir.Collective.after`); only with ``overlapped: true``
+    after: str | None = None
 
 
 class KernelEntry(StrictModel):
@@ -192,6 +195,11 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "size"),
                                     f"unknown collective size formula {coll.size!r} for {template.attention} "
                                     f"attention; known: {', '.join(sorted(known_sizes))}")
+                if coll.after is not None and (not coll.overlapped or coll.after not in entry.operators):
+                    raise doc.error((phase, "kernels", kernel_id, "collectives", i, "after"),
+                                    f"expected one of the kernel's operators ({', '.join(entry.operators)}) "
+                                    f"on an overlapped collective, got {coll.after!r}"
+                                    + ("" if coll.overlapped else " on a collective not overlapped"))
 
 
 def check_dataflow(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:

@@ -112,11 +112,13 @@ def test_collectives_run_where_the_hardware_runs_them(node, timers):
             else:
                 assert ev.start_cycle >= stream.end_cycle
         # the kernel ends when its compute and its last collective have, and no sooner than each
-        # overlapped collective's last data tile's share after the last tile is out
+        # overlapped collective's last data tile's share after the last tile is out; the shares
+        # take the links, so one may wait for another collective's transfer, never for more
         tiles = placed[k.name].n_tiles
         tails = sum(model.run(dataclasses.replace(c, bytes=math.ceil(c.bytes / tiles))).cycles
                     for c in colls if c.overlapped)
-        assert k.end_cycle == max([stream.end_cycle + tails] + [ev.end_cycle for ev in mine]), k.name
+        ends = [ev.end_cycle for ev in mine]
+        assert max([stream.end_cycle + tails] + ends) <= k.end_cycle <= max([stream.end_cycle] + ends) + tails, k.name
     assert overlapped > 0
 
 

@@ -96,3 +96,20 @@ def test_every_operator_left_out_of_a_shipped_template_is_refused(model_file):
                 assert dataflow_problem(broken, model, phase) is not None, f"{phase} {kernel_id} without {op}"
                 checked += 1
     assert checked > 30
+
+
+@pytest.mark.parametrize("entry,words", [
+    ("{size: hidden, kind: all_reduce, overlapped: true, after: dense_down}", ["got 'dense_down'"]),
+    ("{size: hidden, kind: all_reduce, after: o_proj}", ["got 'o_proj' on a collective not overlapped"]),
+])
+def test_a_collective_after_an_operator_names_one_of_its_kernel(tmp_path: Path, entry: str, words: list[str]) -> None:
+    # an overlapped collective's window is its operator's part of its kernel's stream
+    # (sn40l_sim/mapper/windows.py): an operator of another kernel, or a collective not overlapped, has none
+    old = "operators: [o_proj, attn_residual]\n      collectives: [{size: hidden, kind: all_reduce, overlapped: true}]"
+    new = f"operators: [o_proj, attn_residual]\n      collectives: [{entry}]"
+    with pytest.raises(InputError) as info:
+        load_model(_broken_model(tmp_path, old, new))
+    message = str(info.value)
+    assert "kernels_llama.yaml" in message and "prefill.kernels.o_proj.collectives[0].after" in message
+    for word in words:
+        assert word in message

@@ -1,0 +1,140 @@
+"""Where in a fused kernel's stream an overlapped collective may run: its *window*.
+
+An overlapped collective that names the operator whose output it carries
+(:attr:`~sn40l_sim.ir.Collective.after`, a decoder layer's all-reduce after its row-parallel
+output or down projection) runs beside that operator's part of the kernel's stream only: it cannot
+carry rows before they are produced, and the kernel's operators after it read the reduced rows, so
+the stream's later data tiles wait for it (and its last data tile's share, sent after the window's
+last tile). A fused decoder's data tiles at decode are weight tiles (the mapper cuts a GEMM's
+pieces along whichever dimension shrinks its buffer most, and the weights dominate it, so a piece
+holds every token's rows): the FFN after ``o_proj``'s all-reduce needs whole reduced rows, so it
+cannot follow the all-reduce tile by tile (docs/validation.md, "Decode all-reduces under the
+GEMM").
+
+The operators of a kernel run in lockstep in the mapper's pipeline, so their parts of the stream
+are not separate in its plan. A window is placed by each operator's roofline time alone on the
+socket (its FLOPs at the peak rate, its weight and KV bytes at the first tier's bandwidth,
+whichever is longer), as a fraction of the kernel's: the operator's part runs from the sum of
+those before it to the sum up to it. An overlapped collective that names no operator carries every
+data tile's output as the tile comes out (a token-sliced kernel, prefill's) and its window is the
+whole stream.
+
+Examples
+--------
+>>> from sn40l_sim.mapper._examples import example_socket
+>>> from sn40l_sim.ir import Collective, FusedKernel, Operator
+>>> socket = example_socket()
+>>> a = Operator("a", "gemm", flops=2 * 4096 * 4096, m=1, k=4096, n=4096, weight_bytes=2 * 4096 * 4096)
+>>> b = Operator("b", "gemm", flops=2 * 4096 * 4096, m=1, k=4096, n=4096, weight_bytes=2 * 4096 * 4096)
+>>> k = FusedKernel("k", "k", "decode", (a, b), (Collective("all_reduce", 8192, 8, True, after="a"),))
+>>> window_fractions(socket, k, k.collectives[0])
+(0.0, 0.5)
+>>> window_tiles((0.0, 0.5), 64), window_tiles((0.5, 1.0), 64), window_tiles((0.99, 1.0), 8)
+((0, 32), (32, 64), (7, 8))
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.ir import Collective, FusedKernel, Operator
+
+#: the largest data-tile count whose share :class:`OverlapWindow` holds (2**MAX_TILES_LOG2)
+MAX_TILES_LOG2 = 24
+
+
+def operator_seconds(socket: SocketSpec, op: Operator) -> float:
+    """``op``'s roofline time alone on the socket: its FLOPs at the BF16 peak or its weight and KV
+    bytes at the first tier's bandwidth, whichever is longer."""
+    tier = next(iter(socket.memory))
+    streamed = op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes
+    return max(op.flops / figures.peak_flops(socket), streamed / figures.memory_bytes_per_s(socket, tier))
+
+
+def window_fractions(socket: SocketSpec, kernel: FusedKernel, collective: Collective) -> tuple[float, float]:
+    """The part of ``kernel``'s stream ``collective`` may run beside, as fractions of it (see the
+    module docstring); ``(0, 1)`` for one that names no operator."""
+    if not collective.after:
+        return 0.0, 1.0
+    times = [operator_seconds(socket, op) for op in kernel.operators]
+    total = sum(times)
+    names = [op.name for op in kernel.operators]
+    if not total or collective.after not in names:
+        return 0.0, 1.0
+    at = names.index(collective.after)
+    return sum(times[:at]) / total, sum(times[:at + 1]) / total
+
+
+def window_tiles(fractions: tuple[float, float], n_tiles: int) -> tuple[int, int]:
+    """The data tiles ``[first, stop)`` of a stream of ``n_tiles`` a window covers: from the tile
+    its operator starts in to the one it ends in, at least one."""
+    first = min(n_tiles - 1, math.floor(fractions[0] * n_tiles + 1e-9)) if n_tiles else 0
+    stop = max(first + 1, min(n_tiles, math.ceil(fractions[1] * n_tiles - 1e-9)))
+    return first, stop
+
+
+@dataclass(frozen=True)
+class OverlapWindow:
+    """An overlapped collective naming its operator, as the mapper scores a call with it: its
+    window's fractions of the stream, its cycles, and ``tails[j]`` the cycles of its share of
+    ``2**j`` data tiles (``bytes / 2**j``)."""
+
+    start: float
+    end: float
+    body_cycles: int
+    tails: tuple[int, ...]
+
+    def tail_cycles(self, tiles: int) -> int:
+        """The share of a window of ``tiles`` data tiles, at most what the engine charges it (the
+        share of the next power of two's tiles, fewer bytes)."""
+        return self.tails[min(len(self.tails) - 1, max(0, math.ceil(math.log2(max(1, tiles)))))]
+
+
+def overlap_windows(socket: SocketSpec, kernel: FusedKernel,
+                    collective_cycles: Callable[[Collective], float]) -> tuple[OverlapWindow, ...]:
+    """The windows of ``kernel``'s overlapped collectives that name their operator, in order."""
+    out = []
+    for c in kernel.collectives:
+        if c.overlapped and c.after:
+            start, end = window_fractions(socket, kernel, c)
+            tails = tuple(round(collective_cycles(replace(c, bytes=math.ceil(c.bytes / 2**j))))
+                          for j in range(MAX_TILES_LOG2 + 1))
+            out.append(OverlapWindow(start, end, round(collective_cycles(c)), tails))
+    return tuple(out)
+
+
+def interior_window(windows: Sequence[OverlapWindow], n_tiles: int) -> bool:
+    """Whether one of ``windows`` closes before a stream of ``n_tiles`` ends (the stream then waits
+    there for its collective)."""
+    return any(window_tiles((w.start, w.end), n_tiles)[1] < n_tiles for w in windows)
+
+
+def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float) -> tuple[float, float]:
+    """``(stall, after)``: the cycles a stream of ``n_tiles`` data tiles at ``per_tile`` waits
+    mid-way for windows that close before its end, and the cycles its last windows' collectives
+    outlast it; each collective starts ``first`` cycles after its window's first tile, runs after
+    the one before it on the links, and ends no sooner than its share after its window's last
+    tile (the engine's arithmetic when nothing else contends, :mod:`sn40l_sim.engine.windows`).
+
+    >>> w = OverlapWindow(0.0, 0.5, 1000, (300,) * 4)
+    >>> exposed_cycles([w], 8, 100, 100)      # the stream's second half waits for it
+    (700.0, 0.0)
+    >>> exposed_cycles([replace(w, start=0.5, end=1.0)], 8, 100, 100)
+    (0.0, 700.0)
+    """
+    links = stall = after = 0.0
+    for w in windows:
+        first_tile, stop = window_tiles((w.start, w.end), n_tiles)
+        opened = first_tile * per_tile + stall + first
+        body_end = max(opened, links) + w.body_cycles
+        close = stop * per_tile + stall
+        end = max(body_end, close + w.tail_cycles(stop - first_tile))
+        links = end
+        if stop < n_tiles:
+            stall += max(0.0, end - close)
+        else:
+            after = max(after, end - (n_tiles * per_tile + stall))
+    return stall, after
