@@ -68,7 +68,16 @@ def test_kernels_agree_with_the_mapper_and_bounds_hold(node, timers, case):
         configs = sum(figures.config_cycles(node.socket, b) for b in pk.section_config_bytes)
         # each of the (at most 8) chunks of a section ends on a whole cycle, so float rates may
         # round the stream up by a cycle per chunk
-        assert 0 <= rec.stream_end - rec.start - (pk.cycles - configs) <= 8 * pk.sections, rec.name
+        if not any(c.after for c in pk.kernel.collectives):
+            assert 0 <= rec.stream_end - rec.start - (pk.cycles - configs) <= 8 * pk.sections, rec.name
+        else:
+            # an all-reduce in its GEMM's window (sn40l_sim/engine/windows.py) cuts a chunk where the
+            # window opens, and the later tiles that read it wait for it while the weights stream
+            # on ahead, the compute taking each chunk as it arrives (the last tile of a late one
+            # after it): without the wait, the formula within a data tile
+            streamed = rec.stream_end - rec.start - rec.gate_cycles
+            formula = pk.cycles - configs
+            assert formula - pk.cycles_per_tile <= streamed <= formula + pk.cycles_per_tile + 8, rec.name
     for k, pk in zip(step.kernels, placed.kernels, strict=True):
         # a call finding its configuration resident skips loading it; a loop iteration its fill
         floor = pk.cycles - pk.overhead_cycles - (pk.fill_cycles if k.iteration else 0)

@@ -13,9 +13,10 @@ from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.windows import window_fractions, window_tiles
+from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.serving.step_costs import _decode_shape
 from sn40l_sim.study.assemble import step_timer
@@ -83,3 +84,17 @@ def test_a_large_batch_hides_part_of_its_all_reduces_and_stays_above_its_rooflin
     assert step.seconds >= flops / figures.peak_flops(NODE8.socket)
     weights = sum(pk.tier_bytes.get("hbm", 0) for pk in placed.kernels)
     assert step.seconds >= weights / figures.memory_bytes_per_s(NODE8.socket, "hbm")
+
+
+@pytest.mark.parametrize("model_file", ["llama3_1_8b.yaml", "deepseek_r1.yaml"])
+def test_every_decode_all_reduce_of_a_layer_names_the_operator_it_carries(model_file):
+    # the two families' fused decode kernels are treated alike: a layer's all-reduce runs in the
+    # window of the row-parallel GEMM (or the MoE combine) whose output it reduces
+    model = load_model(ROOT / "graphs" / model_file)
+    graph = build_graph(model, Shape("decode", 16, 0, 1024), ParallelPlan(16, 16 if "deepseek" in model_file else 1),
+                        make_policy("full", {}))
+    layer_reduces = [(k, c) for k in graph.kernels() if k.layer is not None
+                     for c in k.collectives if c.kind == "all_reduce"]
+    assert layer_reduces
+    for kernel, coll in layer_reduces:
+        assert coll.overlapped and coll.after in {op.name for op in kernel.operators}, kernel.name
