@@ -1,0 +1,64 @@
+"""Llama decode steps over a grid, with kernel looping on and off and ``map``'s total beside
+``run``'s step: the check in docs/validation.md ("Decode all-reduces under the GEMM") that looping
+is never slower than looping off and that ``map`` stays a floor of ``run``.
+
+    python scripts/decode_grid.py                       # 8B and 70B, 8 and 16 sockets (about 2 min)
+    python scripts/decode_grid.py --models 8b --batches 1,64 --kv 128
+
+Prints one line per (model, sockets, attention_dp, batch): the looped and unlooped steps and map
+totals in ms, and flags ``LOOPED>OFF`` or ``MAP>RUN``; exits 1 if any point is flagged. Attention
+data-parallel over 1 and over all sockets; the full cache. Nothing is read from a file of
+expected values.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
+from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
+from sn40l_sim.ir import ParallelPlan, Shape  # noqa: E402
+from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.models.loader import load_model  # noqa: E402
+from sn40l_sim.study.assemble import step_timer  # noqa: E402
+
+
+def point_ms(model_name: str, sockets: int, attention_dp: int, batch: int, kv: int,
+             looping: bool) -> tuple[float, float]:
+    """``run``'s decode step and ``map``'s total (the calls' cycles), in ms."""
+    node = load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml")
+    model = load_model(REPO / "graphs" / f"llama3_1_{model_name}.yaml")
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets),
+                       ParallelPlan(tp=sockets, attention_dp=attention_dp), engine=EngineOptions(kernel_looping=looping))
+    step = timer.decode_step(batch, kv)
+    placed = timer.placed(Shape("decode", batch, 0, kv))
+    return step.seconds * 1e3, sum(pk.call_cycles for pk in placed.kernels) / node.socket.clock_hz * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="8b,70b", help="comma-separated: 8b, 70b, 405b")
+    parser.add_argument("--batches", default="1,16,64,256,1024")
+    parser.add_argument("--kv", type=int, default=128, help="cache length per sequence (tokens)")
+    args = parser.parse_args(argv)
+    flagged = 0
+    for name in args.models.split(","):
+        if not (REPO / "graphs" / f"llama3_1_{name}.yaml").is_file():
+            parser.error(f"graphs/llama3_1_{name}.yaml: no such model file")
+        for sockets in (8, 16):
+            for dp in (1, sockets):
+                for batch in (int(b) for b in args.batches.split(",")):
+                    (on, map_on), (off, map_off) = (point_ms(name, sockets, dp, batch, args.kv, looping)
+                                                    for looping in (True, False))
+                    flags = (["LOOPED>OFF"] if on > off else []) + (["MAP>RUN"] if map_on > on or map_off > off else [])
+                    flagged += bool(flags)
+                    print(f"{name} {sockets} sockets dp {dp} batch {batch}: run {on:.3f} / {off:.3f} ms, "
+                          f"map {map_on:.3f} / {map_off:.3f} ms (looped / off) {' '.join(flags)}".rstrip())
+    return 1 if flagged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
