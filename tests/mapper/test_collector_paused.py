@@ -44,7 +44,9 @@ def test_objects_a_caller_froze_stay_frozen(collector_on):
     try:
         with _collector_paused():
             after = [[1]]
-        assert gc.get_freeze_count() == frozen and frozen > 0
+        # not unfrozen (that empties the permanent generation); the count itself may fall while
+        # frozen objects another thread drops (xdist's) are freed
+        assert frozen > 0 and gc.get_freeze_count() > 0
         assert not _in_generation(before, 2)             # still in the permanent generation
         assert after[0] == [1]
     finally:
