@@ -208,16 +208,18 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> 
 
 def check_context(s: PointSetup) -> None:
     """The prompt must fit in the model's maximum context (``max_context``, when the model states
-    one) and leave a position for a generated token; a long-context variant raises the maximum
-    through ``model_overrides``. Each request's prompt and output together are checked as the
-    requests are built (:func:`~sn40l_sim.serving.workload.build_requests`), as a serving engine
-    checks a request's prompt plus its ``max_tokens``; :func:`check_output_context` checks a point
-    without requests (``map``).
+    one) and leave a position for a generated token, and so must the prefill graph it runs on; a
+    long-context variant raises the maximum through ``model_overrides``. Each request's prompt and
+    output together are checked as the requests are built
+    (:func:`~sn40l_sim.serving.workload.build_requests`), as a serving engine checks a request's
+    prompt plus its ``max_tokens``; :func:`check_output_context` checks a point without requests
+    (``map``).
 
     Raises
     ------
     InputError
-        Naming the :class:`PointSetup` field ``prompt_len``.
+        Naming the :class:`PointSetup` field ``prompt_len``, or ``prefill_lens`` for a prompt whose
+        compiled prefill length is beyond the maximum context.
     """
     limit = getattr(s.model, "max_context", None)
     if limit is None:
@@ -229,6 +231,13 @@ def check_context(s: PointSetup) -> None:
         raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
                          f"{limit} tokens, leaving no position for a generated token ({RAISE_CONTEXT})",
                          field="prompt_len")
+    # the prompt's graph compiled for more positions than the model has would be timed and sized as
+    # such: a 4096-token prompt on a 1,000,000-token graph took 62 s of prefill instead of 0.06 s
+    compiled = min((n for n in s.prefill_lens if n >= s.prompt_len), default=None)
+    if compiled is not None and compiled > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens runs on the compiled prefill length {compiled}, beyond "
+                         f"the maximum context of {s.model.name}, {limit} tokens (compile lengths up to {limit})",
+                         field="prefill_lens")
 
 
 def check_output_context(s: PointSetup) -> None:

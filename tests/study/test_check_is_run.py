@@ -57,6 +57,12 @@ REFUSED = {
                                             "workload.output_len.high: a request: output_len 600 exceeds max_new_tokens"),
     "prompt longer than every compiled prefill": (("seed: 7", "seed: 7\n  prefill_lens: [1024]"),
                                                   "serving.prefill_lens: prompt length 32768 exceeds"),
+    # a graph compiled for more positions than the model has: a 32K prompt ran on a 1M-token prefill
+    # graph and reported its prefill time (a default list is closed by the context; a given one was not)
+    "compiled prefill length beyond the model's maximum context": (
+        ("seed: 7", "seed: 7\n  prefill_lens: [16384, 1048576]"),
+        "serving.prefill_lens: a prompt of 32768 tokens runs on the compiled prefill length 1048576, beyond the "
+        "maximum context of llama-3.1-8b, 131072 tokens"),
     "prompt beyond the model's maximum context": (("shape: {prompt_len: 32768}", "shape: {prompt_len: 262144}"),
                                                   "shape.prompt_len: a prompt of 262144 tokens exceeds the maximum "
                                                   "context of llama-3.1-8b, 131072 tokens"),
