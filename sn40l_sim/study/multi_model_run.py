@@ -64,6 +64,15 @@ def node_tiers(asm: Assembly) -> tuple[str, str]:
     return order[0], slow
 
 
+def model_error(exp: Any, index: int, exc: InputError) -> InputError:
+    """``exc`` (located in the experiment) about model ``index`` of the section, naming it; an error
+    that blames the model is located at the entry's ``model``, not at the experiment's ``model:``
+    (which only ``map`` and ``check`` read)."""
+    entry = exp.spec.multi_model.models[index]
+    where = exp.error(("multi_model", "models", index, "model"), exc.message) if exc.field == "model" else exc
+    return exc.__class__(f"{exc.message} (model {entry.name})", file=where.file, field=where.field, line=where.line)
+
+
 def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
     """Each model of the section timed on the node alone at ``point`` (its KV policy and prompt)."""
     exp = asm.experiment
@@ -78,9 +87,7 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
         try:
             result = simulate_point(setup, lambda slots: [], timer, place)
         except InputError as exc:
-            located = sub.locate(exc)
-            raise located.__class__(f"{located.message} (model {entry.name})", file=located.file,
-                                    field=located.field, line=located.line) from None
+            raise model_error(exp, i, sub.locate(exc)) from None
         sockets = setup.decode_plan.sockets
         memory = result.memory
 

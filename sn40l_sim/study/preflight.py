@@ -40,7 +40,7 @@ from sn40l_sim.study.assemble import (
     read_trace_rows,
 )
 from sn40l_sim.study.experiment import Experiment
-from sn40l_sim.study.multi_model_run import node_tiers
+from sn40l_sim.study.multi_model_run import model_error, node_tiers
 from sn40l_sim.study.points import Point
 from sn40l_sim.study.rate_search import base_rate
 from sn40l_sim.study.serving_section import ConstantLength, LognormalLength, UniformLength
@@ -90,10 +90,10 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
                 try:
                     check_point(sub, point, rows)
                 except InputError as exc:   # named as time_models names it
-                    raise exc.__class__(f"{exc.message} (model {entry.name})", file=exc.file, field=exc.field,
-                                        line=exc.line) from None
+                    raise model_error(exp, i, exc) from None
     for point in asm.points if only is None else only:
-        check_point(asm, point, rows)
+        # the experiment's own model is served only without a multi_model section
+        check_point(asm, point, rows, served=section is None)
 
 
 def check_mapping(asm: Assembly) -> None:
@@ -134,8 +134,9 @@ def _check_graph_options(exp: Experiment) -> None:
         raise _at(exp, ("graph_options",), exc.message, type(exc)) from None
 
 
-def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None) -> None:
-    """The checks of one point (see the module docstring)."""
+def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None, served: bool = True) -> None:
+    """The checks of one point (see the module docstring); ``served`` False for a model that only
+    ``map`` and ``check`` read (a multi_model experiment's ``model:``), whose weights need not fit."""
     exp = asm.experiment
     setup = asm.setup(point)     # makes the point's KV policy: a bad one is located at its entry
     try:
@@ -146,7 +147,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
                 transfer_seconds(setup.node, setup.kv_transfer, 0, setup.prefill_node)
         with located("prefill_lens"):
             compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
-        if exp.spec.multi_model is None:   # (the models a multi_model section serves are checked as they run)
+        if served:
             check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
         raise asm.locate(exc) from None

@@ -109,7 +109,12 @@ def test_the_trace_draws_every_scheduler_and_model(tmp_path):
      "shape.prompt_len: a prompt of 512 tokens exceeds the maximum context of llama-3.1-8b, 256 tokens"),
     # a file of another kind named as a served model
     ((REPO / "hw_configs/sn40l.yaml").read_text(), "kind: expected 'kind: model' in a model file, got 'socket'"),
-], ids=["context shorter than the prompt", "a hardware file"])
+    # a served model whose weights alone overflow a socket: check accepted it, and run blamed the
+    # experiment's model: line (an 8B model that fits) instead of the served model's entry
+    (M8.read_text().replace("layers: 32 ", "layers: 2000 "),
+     "multi_model.models[1].model: the model does not fit on the decode node at tp=8, whatever the batch and "
+     "prompt"),
+], ids=["context shorter than the prompt", "a hardware file", "weights beyond a socket"])
 def test_check_refuses_a_served_model_run_refuses_with_the_same_line(tmp_path, capsys, model_text, words):
     (tmp_path / "graphs").mkdir()
     served = tmp_path / "graphs" / "served.yaml"
