@@ -107,7 +107,7 @@ def template_for(model: ModelSpec) -> KernelTemplates:
     if model._kernel_templates is not None:
         return model._kernel_templates
     path = Path(model.kernels) if model.kernels else default_template_path(model)
-    template, doc = _load(str(path.resolve()))
+    template, doc = _load(*_keys(path))
     check_against_model(template, doc, model)
     check_dataflow(template, doc, model)
     return template
@@ -140,7 +140,7 @@ def load_templates(path: str | Path) -> KernelTemplates:
     InputError
         Naming the file, field and line of the first problem.
     """
-    return _load(str(Path(path).resolve()))[0]
+    return _load(*_keys(path))[0]
 
 
 def load_templates_for(path: str | Path, model: ModelSpec) -> KernelTemplates:
@@ -152,15 +152,21 @@ def load_templates_for(path: str | Path, model: ModelSpec) -> KernelTemplates:
     InputError
         Naming the file, field and line of the first problem.
     """
-    template, doc = _load(str(Path(path).resolve()))
+    template, doc = _load(*_keys(path))
     check_against_model(template, doc, model)
     check_dataflow(template, doc, model)
     return template
 
 
+def _keys(path: str | Path) -> tuple[str, str]:
+    """``(resolved, as given)``: the cache goes by the file, its messages by the path the user gave
+    (``graphs/k.yaml``, not the absolute path; docs/robustness.md)."""
+    return str(Path(path).resolve()), str(path)
+
+
 @lru_cache(maxsize=16)
-def _load(path: str) -> tuple[KernelTemplates, Document]:
-    doc = load_document(path)
+def _load(resolved: str, shown: str) -> tuple[KernelTemplates, Document]:
+    doc = load_document(shown)
     template = validate(KernelTemplates, doc)
     _check_names(template, doc)
     return template, doc

@@ -149,3 +149,17 @@ def test_a_model_deriving_from_another_folders_file_finds_the_bases_template(tmp
     with pytest.raises(InputError, match=re.escape(f"'{tmp_path / 'nope.yaml'}' does not exist")) as err:
         load_model(derived)
     assert err.value.file == str(derived) and err.value.line == 2
+
+
+def test_a_template_error_shows_the_path_as_given(tmp_path, monkeypatch, capsys):
+    # check of a template (and of a model naming it) printed the template's absolute path, where every
+    # other file is shown as the user wrote it (docs/robustness.md)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "k.yaml").write_text(
+        (GRAPHS_DIR / "kernels_llama.yaml").read_text().replace("block_q: 8192 ", "block_q: -1 "))
+    (tmp_path / "graphs" / "m.yaml").write_text(
+        (GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace("kernels: kernels_llama.yaml", "kernels: k.yaml"))
+    for given in ("graphs/k.yaml", "graphs/m.yaml"):
+        assert main(["check", given]) == 2
+        assert capsys.readouterr().err.startswith("error: graphs/k.yaml:8: flash.block_q: expected a positive integer")
