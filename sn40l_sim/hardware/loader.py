@@ -100,7 +100,8 @@ def _node_socket_document(doc: Document) -> Document:
     try:
         document_kind(socket_doc, ("socket",))
     except InputError as exc:
-        exc.message += f" (this file is named as 'socket:' in {doc.path.name}, which needs a socket file)"
+        # the kind may come from a base: of the file named, so name the file the node wrote
+        exc.message += f" ({socket_ref} is named as 'socket:' in {doc.path.name}, which needs a socket file)"
         raise
     overrides = data.get("socket_overrides", {})
     if not isinstance(overrides, dict):

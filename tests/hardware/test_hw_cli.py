@@ -91,3 +91,15 @@ def test_check_all_shipped_hardware(capsys):
     files = sorted(str(p) for p in HW.glob("*.yaml"))
     assert cli.main(["check", *files]) == 0
     assert capsys.readouterr().out.count("ok: ") == len(files)
+
+
+def test_a_node_file_named_as_socket_is_named_in_the_error(tmp_path, capsys):
+    # sn40l_node8.yaml takes its kind from its base sn40l_node16.yaml: the line is the base's, and the
+    # note said "this file is named as 'socket:'" of a file the node never named
+    path = tmp_path / "n.yaml"
+    path.write_text(f"kind: node\nname: n\nsocket: {HW / 'sn40l_node8.yaml'}\nsockets: 8\n"
+                    "topology: {kind: full_mesh}\n")
+    assert cli.main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sn40l_node16.yaml:3: kind: expected one of ['socket'], got 'node'" in err
+    assert f"({HW / 'sn40l_node8.yaml'} is named as 'socket:' in n.yaml, which needs a socket file)" in err
