@@ -6,6 +6,7 @@ field-by-field rules are the schema's (the section models and their declared ran
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 from sn40l_sim.report.fields import RESULTS
@@ -92,6 +93,7 @@ def check_experiment(exp: Experiment) -> None:
         if not values:
             raise exp.error(("serving", key), "expected at least one compiled size")
     _check_workload(exp)
+    _warn_fraction_percentiles(exp)
     if spec.rate_search is not None:
         if spec.slo is None:
             raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
@@ -162,3 +164,19 @@ def _check_workload(exp: Experiment) -> None:
             raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
         if isinstance(dist, LognormalLength) and dist.high is not None and dist.low > dist.high:
             raise exp.error(at + (key, "low"), f"low ({dist.low}) must not exceed high ({dist.high})")
+
+
+def _warn_fraction_percentiles(exp: Experiment) -> None:
+    """Warn of an SLO percentile below 1, most likely a fraction meant as a percentage: ``percentile:
+    0.9`` bounds the 0.9th percentile, so the SLO holds when about 1% of requests meet it, and the
+    results say it holds where the 90th percentile may be far over the bound."""
+    slo = exp.spec.slo
+    for name in ("ttft", "tpot"):
+        target = getattr(slo, name, None) if slo is not None else None
+        if target is not None and target.percentile < 1:
+            file, line = exp.doc.where(("slo", name, "percentile"))
+            where = f"{file}:{line}: " if line is not None else f"{file}: "
+            warnings.warn(f"{where}slo.{name}.percentile: {target.percentile:g} is the {target.percentile:g}th "
+                          f"percentile, met when {target.percentile:g}% of requests are within the bound; "
+                          f"percentiles are out of 100 (for {100 * target.percentile:g}% of requests write "
+                          f"{100 * target.percentile:g})", stacklevel=2)

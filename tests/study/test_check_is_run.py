@@ -270,6 +270,17 @@ def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
     assert check_warnings(path, LLAMA) == []   # the plan on its own node: no warning
 
 
+def test_an_slo_percentile_written_as_a_fraction_is_warned_of(tmp_path, capsys):
+    # percentile: 0.9 bounds the 0.9th percentile: "SLOs hold" came out True with no word, where
+    # the 90th percentile the writer most likely meant may be far over the bound
+    path = tmp_path / "e.yaml"
+    slo = "seed: 7\nslo: {ttft: {max_s: 2 s, percentile: %s}, tpot: {max_s: 100 ms, percentile: 90}}"
+    (warning,) = check_warnings(path, LLAMA.replace("seed: 7", slo % "0.9"))
+    assert warning.startswith(f"{path}:30: slo.ttft.percentile: 0.9 is the 0.9th percentile")
+    assert "(for 90% of requests write 90)" in warning
+    assert check_warnings(path, LLAMA.replace("seed: 7", slo % "90")) == []
+
+
 def check_warnings(path: Path, text: str) -> list[str]:
     """The warnings ``check`` gives for an experiment file ``text`` written at ``path`` (it passes)."""
     path.write_text(text)
