@@ -61,7 +61,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     'done'
     """
     path = Path(path)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    try:
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     os.close(handle)
     temporary = Path(name)
     try:
@@ -70,9 +73,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         # user's umask, so that results shared with a group (or served by CI) stay readable
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
+    except OSError as exc:
+        # a disk filled (or a folder made read-only) while the run went: one line naming the file,
+        # after the checks of --out and --trace before the run could not foresee it
+        temporary.unlink(missing_ok=True)
+        raise _unwritable(path, exc) from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def _unwritable(path: Path, exc: OSError) -> InputError:
+    return InputError(f"cannot write {path}: {_problem(exc)}")
 
 
 def _umask() -> int:
@@ -270,7 +282,7 @@ class OutputFolder:
                                 outputs=sorted(n for n in self.outputs if (self.path / n).is_file()))
             if exc is not None and state == "failed":
                 self._status["error"] = " ".join(str(exc).split()) or type(exc).__name__
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, InputError):   # the run's own error is the one to report
                 self._write_status()
         finally:
             self._release()

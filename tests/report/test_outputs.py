@@ -1,11 +1,16 @@
-"""Output files: written whole under a temporary name, then given the mode a new file gets."""
+"""Output files: written whole under a temporary name, then given the mode a new file gets; a file that
+cannot be written is one line naming it."""
 from __future__ import annotations
 
+import errno
 import os
+from pathlib import Path
 
 import pytest
 
-from sn40l_sim.report.outputs import write_text
+from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
+from sn40l_sim.report.outputs import read_status, write_text
 
 
 @pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
@@ -19,3 +24,33 @@ def test_an_output_gets_the_mode_of_a_new_file_under_the_umask_not_mkstemps_0600
     finally:
         os.umask(previous)
     assert path.stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def _disk_full_for(name):
+    """``os.replace`` that fails as a full disk does when the file renamed into place is ``name``."""
+    replace = os.replace
+
+    def failing(source, target):
+        if os.path.basename(target) == name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(source, target)
+    return failing
+
+
+def test_a_full_disk_is_one_error_naming_the_file_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr("sn40l_sim.report.outputs.os.replace", _disk_full_for("results.json"))
+    with pytest.raises(InputError, match="cannot write .*results.json: No space left on device"):
+        write_text(tmp_path / "results.json", "[]\n")
+    assert list(tmp_path.iterdir()) == []   # no temporary file left
+
+
+def test_run_onto_a_full_disk_exits_2_in_one_line_and_says_so_in_its_status(tmp_path, monkeypatch, capsys):
+    # the disk filled while the run went: a traceback (exit 1) after the table, where --out had passed
+    experiment = Path(__file__).resolve().parents[2] / "experiments" / "llama8b_node8.yaml"
+    monkeypatch.setattr("sn40l_sim.report.outputs.os.replace", _disk_full_for("results.csv"))
+    out = tmp_path / "out"
+    assert main(["run", str(experiment), "--out", str(out), "--quiet", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: cannot write {out / 'results.csv'}: No space left on device\n"
+    status = read_status(out)
+    assert status["status"] == "failed" and "No space left on device" in status["error"]
