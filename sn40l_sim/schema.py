@@ -254,7 +254,7 @@ def validate(model: type[M], doc: Document, at: FieldPath = (),
             errors.insert(0, typo[0])
         loc = errors[0][0]
         same = [err for where, err in errors if where == loc]
-        message = " or ".join(dict.fromkeys(_explain(err, tag_hints or {}) for err in same))
+        message = _alternatives(same, tag_hints or {})
         if len(errors) > len(same):
             message += f" (and {len(errors) - len(same)} more problem(s) in this file)"
         raise doc.error(tuple(at) + loc, message) from None
@@ -277,6 +277,24 @@ def _data_path(data: Any, loc: tuple) -> tuple:
             continue  # a union tag or validator label: not a field of the file
         path.append(part)
     return tuple(path)
+
+
+def _alternatives(errors: list[dict], tag_hints: dict[str, str]) -> str:
+    """The message of every error at one location. A field that is a number or a word (``count:
+    N | batch``) folds the word into the number's message: ``expected a request count from 1 to
+    10000000 or 'batch', got 0`` rather than ``..., got 0 or Input should be 'batch' (got 0)``.
+
+    >>> _alternatives([{"type": "value_error", "msg": "Value error, expected an integer, got 'x'", "input": "x"},
+    ...                {"type": "literal_error", "msg": "Input should be 'max'", "input": "x",
+    ...                 "ctx": {"expected": "'max'"}}], {})
+    "expected an integer or 'max', got 'x'"
+    """
+    words = [err["ctx"]["expected"] for err in errors if err["type"] == "literal_error" and "ctx" in err]
+    others = list(dict.fromkeys(_explain(err, tag_hints) for err in errors if err["type"] != "literal_error"))
+    if words and len(others) == 1 and others[0].startswith("expected ") and ", got " in others[0]:
+        head, _, got = others[0].rpartition(", got ")
+        return f"{head} or {' or '.join(words)}, got {got}"
+    return " or ".join(dict.fromkeys(_explain(err, tag_hints) for err in errors))
 
 
 def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:

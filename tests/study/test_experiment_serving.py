@@ -74,11 +74,13 @@ def line_of(text, needle):
 
 BAD = [
     # (replace this, with this, field, message part, line marker)
-    ("count: batch", "count: many", "workload.count", "Input should be 'batch'", "count: many"),
+    # a number or a word: one expectation, then what was given (not "..., got X or Input should be 'batch' (got X)")
+    ("count: batch", "count: many", "workload.count", "expected an integer or 'batch', got 'many'", "count: many"),
     ("output_len: 64", "output_len: -2", "workload.output_len", "expected a positive integer", "output_len: -2"),
     ("kind: fixed", "kind: burst", "workload", "kind: fixed | poisson | trace", "kind: burst"),
-    ("batch: max", "batch: 0", "serving.batch", "expected a positive integer", "batch: 0"),
-    ("batch: max", "batch: lots", "serving.batch", "Input should be 'max'", "batch: lots"),
+    ("batch: max", "batch: 0", "serving.batch", "expected a positive integer from 1 to 2147483647 (2**31 - 1) or "
+     "'max', got 0", "batch: 0"),
+    ("batch: max", "batch: lots", "serving.batch", "expected an integer or 'max', got 'lots'", "batch: lots"),
     ("speculative: {drafts: 2", "speculative: {drafts: -1", "serving.speculative.drafts",
      "expected an integer from 0 to 2147483647", "speculative"),
     ("speculative: {drafts: 2", "speculative: {drafts: 1.5", "serving.speculative.drafts",
