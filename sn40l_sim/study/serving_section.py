@@ -30,6 +30,7 @@ from sn40l_sim.schema import (
     timed,
 )
 from sn40l_sim.serving.speculation import Speculation
+from sn40l_sim.serving.workload import MAX_REQUESTS
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
@@ -45,6 +46,9 @@ RequestRate = ranged(Range("positive request rate", 1e-6, 1e6, "1e-6 requests/s"
 Drafts = Annotated[NonNegativeInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
 #: the probability that a draft is accepted when the drafts before it were
 Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
+#: requests a workload generates (serving/workload.py, MAX_REQUESTS: a run keeps them all)
+RequestCount = Annotated[PositiveInt, AfterValidator(Range("request count", 1, MAX_REQUESTS, "1",
+                                                           f"{MAX_REQUESTS} (a run keeps every request)"))]
 #: a trace window's length: a time, not zero
 Duration = timed(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s", low_open=True))
 #: how many times as fast a trace's requests arrive (1e6 would serve a day's trace in a tenth of a second)
@@ -110,8 +114,8 @@ class FixedWorkload(StrictModel):
     """``count`` identical requests ``interval_s`` apart from ``arrival_s``, or a ``requests`` list."""
 
     kind: Literal["fixed"]
-    count: PositiveInt | Literal["batch"] | None = None
-    rounds: PositiveInt = 1
+    count: RequestCount | Literal["batch"] | None = None
+    rounds: RequestCount = 1
     prompt_len: PositiveInt | None = None
     output_len: PositiveInt | None = None
     arrival_s: Seconds = 0.0
@@ -126,8 +130,8 @@ class PoissonWorkload(StrictModel):
 
     kind: Literal["poisson"]
     rate_per_s: RequestRate
-    count: PositiveInt | Literal["batch"] = "batch"
-    rounds: PositiveInt = 1
+    count: RequestCount | Literal["batch"] = "batch"
+    rounds: RequestCount = 1
     #: default: every prompt has the point's prompt length
     prompt_len: LengthDist | None = None
     output_len: LengthDist

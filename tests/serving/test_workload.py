@@ -120,3 +120,18 @@ def test_bad_traces_name_the_file_and_line(tmp_path, name, text, line, match):
 def test_missing_trace_file(tmp_path):
     with pytest.raises(InputError, match="cannot read trace file"):
         read_trace(tmp_path / "nope.csv")
+
+
+def test_a_workload_of_more_requests_than_a_run_can_hold_is_refused():
+    # count: 2000000000 passed the schema and asked numpy for 15 GB of arrivals: a MemoryError
+    # traceback (or the machine's memory filled); a run keeps every request, about 3.3 KB each
+    with pytest.raises(ValueError, match="expected a request count from 1 to 10000000"):
+        PoissonWorkload(kind="poisson", rate_per_s=1, count=2_000_000_000, output_len=8)
+    with pytest.raises(ValueError, match="expected a request count from 1 to 10000000"):
+        FixedWorkload(kind="fixed", count="batch", rounds=20_000_000, output_len=8)
+    # count: batch with rounds is the slots times the rounds, known once the batch is
+    spec = PoissonWorkload(kind="poisson", rate_per_s=1, count="batch", rounds=9_000_000, output_len=8)
+    with pytest.raises(InputError, match=r"makes 512 x 9000000 = 4608000000 requests; expected at most 10000000") \
+            as err:
+        build_requests(spec, prompt_len=128, max_new_tokens=8, slots=512, seed=0, clock_hz=CLOCK)
+    assert err.value.field == "requests"
