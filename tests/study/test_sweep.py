@@ -110,6 +110,10 @@ def test_hardware_axes_and_sets(tmp_path):
     # a repeated value ran the same point twice: two identical rows of one name (a range already
     # refused values that repeat after rounding)
     ("axes:\n  serving.batch: [1, 2, 1]\n", "sweep.axes.serving.batch[2]", 16, "value 1 repeats [0]"),
+    # the range's repeat is named, not its every value (10,000 of them made a 50 kB line)
+    ("axes:\n  serving.batch: {start: 1, stop: 100, num: 10000}\n", "sweep.axes.serving.batch.num", 16,
+     "10000 integer values from 1 to 100 repeat after rounding (1 is value 0 and value 1): lower num, or write "
+     "the ends as 1.0 and 100.0"),
     ("mode: zip\naxes:\n  serving.batch: [1, 2, 1]\n  shape.prompt_len: [1024, 2048, 1024]\n",
      "sweep.axes.shape.prompt_len[2]", 18, "point 2 repeats point 0 (serving.batch=1, shape.prompt_len=1024)"),
     # the same quantity in two units sets the field to one value: compared as numbers, not as text

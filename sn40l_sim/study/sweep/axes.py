@@ -161,7 +161,11 @@ def axis_values(spec: Any) -> list[Any]:
     if isinstance(start, int) and isinstance(stop, int):
         values: list[Any] = [int(round(float(v))) for v in raw]
         if len(set(values)) < len(values):
-            raise AxisError(f"{num} integer values from {start} to {stop} repeat after rounding: {values}", ("num",))
+            # the first repeat, not the list: 10,000 values made a 50 kB line
+            i = next(i for i in range(1, len(values)) if values[i] in values[:i])
+            raise AxisError(f"{num} integer values from {start} to {stop} repeat after rounding ({values[i]} is "
+                            f"value {values.index(values[i])} and value {i}): lower num, or write the ends as "
+                            f"{float(start)} and {float(stop)} for values that are not whole", ("num",))
         return values
     return [float(f"{float(v):.12g}") for v in raw]
 
