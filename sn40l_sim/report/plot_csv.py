@@ -29,6 +29,7 @@ sn40l_sim.errors.InputError: ...results.csv: --y: unknown column 'tpot_s'; the f
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -116,8 +117,19 @@ def _check_columns(path: Path, columns: list[str], wanted: dict[str, Sequence[st
     for option, names in wanted.items():
         for name in names:
             if name not in columns:
-                raise InputError(f"unknown column {name!r}; the file has: {', '.join(columns)}", file=path,
-                                 field=option)
+                raise InputError(f"unknown column {name!r}{_did_you_mean(name, columns)}; the file has: "
+                                 f"{', '.join(columns)}", file=path, field=option)
+
+
+def _did_you_mean(name: str, columns: list[str]) -> str:
+    """The columns ``name`` most likely meant, first in a message that then lists some 150 columns.
+
+    >>> _did_you_mean("policy", ["name", "kv_policy", "batch"]), _did_you_mean("zzz", ["batch"])
+    (" (did you mean 'kv_policy'?)", '')
+    """
+    ends = [c for c in columns if re.search(rf"[._]{re.escape(name)}$", c)]
+    close = list(dict.fromkeys(ends + difflib.get_close_matches(name, columns, n=3, cutoff=0.75)))[:3]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], columns: list[str]):

@@ -135,8 +135,10 @@ def test_png_is_byte_identical_across_runs(tmp_path):
 
 @pytest.mark.parametrize("argv, field, words", [
     (["--x", "batch", "--y", "tpot_s"], "--y", "unknown column 'tpot_s'; the file has: experiment, kv_policy"),
-    (["--x", "bacth", "--y", "decode_tokens_per_s"], "--x", "unknown column 'bacth'"),
-    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "policy"], "--hue", "unknown column 'policy'"),
+    # the likely column first: the list after it has some 150 names in a results.csv
+    (["--x", "bacth", "--y", "decode_tokens_per_s"], "--x", "unknown column 'bacth' (did you mean 'batch'?)"),
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "policy"], "--hue",
+     "unknown column 'policy' (did you mean 'kv_policy'?); the file has: experiment, kv_policy"),
     (["--x", "batch", "--y", "kv_policy"], "--y", "no numeric values"),
     (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--where", "batch=64"],
      "--where", "no row matches"),
