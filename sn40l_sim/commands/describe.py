@@ -164,7 +164,13 @@ def describe_experiment(path: str | Path) -> str:
         axes = spec.sweep.get("axes") if isinstance(spec.sweep, dict) else None   # checked by sweep, not here
         names = ", ".join(map(str, axes)) if isinstance(axes, dict) else "its axes"
         lines.append(f"  sweep      over {names} (the lines above are its base)")
-    lines.append(f"  describe them with: python -m sn40l_sim describe {experiment.resolve(spec.hardware, ('hardware',))}")
+    # each file the experiment reads that describe reads too (it takes one file: one command each)
+    described = [experiment.resolve(rel, field) for label, rel, field in files if rel is not None and label != "trace"]
+    commands = [f"python -m sn40l_sim describe {target}" for target in dict.fromkeys(described) if target.is_file()]
+    for i, command in enumerate(commands):
+        lines.append(f"  {'describe them with:' if i == 0 else '':19s} {command}")
+    # describe lists the files; what run would refuse (a model override of 0 layers, say) is check's
+    lines.append(f"  check it with: python -m sn40l_sim check {path}")
     return "\n".join(lines)
 
 

@@ -349,3 +349,7 @@ def test_describe_resolves_a_base_files_paths_from_the_base(tmp_path, capsys):
     assert f"-> {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\n" in out.replace("  ->  ", " -> ")
     assert f"-> {REPO / 'graphs' / 'llama3_1_8b.yaml'}\n" in out.replace("  ->  ", " -> ") and "MISSING" not in out
     assert f"describe them with: python -m sn40l_sim describe {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\n" in out
+    # describe takes one file: the model got no command (only the hardware did), and describe, which
+    # lists the files without checking them, says what does
+    assert f"{' ' * 22}python -m sn40l_sim describe {REPO / 'graphs' / 'llama3_1_8b.yaml'}\n" in out
+    assert f"  check it with: python -m sn40l_sim check {derived}" in out
