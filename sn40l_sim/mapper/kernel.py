@@ -47,6 +47,7 @@ from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit, operator_tiling
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
+from sn40l_sim.mapper.windows import interior_window
 from sn40l_sim.models.flash import PADDED_SAVING_NOTE
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
@@ -100,8 +101,8 @@ def _tiling_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[in
     floor from ``sections_of``."""
     sections = [sections_of(socket, kernel.operators[start:stop], n_tiles, tiers, chip_tiles, spill_in, spill_out,
                             budget, planned) for start, stop, spill_in, spill_out in _sections(ranges, spills)]
-    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.calls_per_load, loop.pipelined,
-                        loop.gate_cycles, loop.overlap_cycles)
+    return tiling_floor(socket, sections, n_tiles, chip_tiles, budget, loop.calls_per_load,
+                        *_floor_call(loop, len(ranges) * n_tiles))
 
 
 def _part_floor(*args) -> float:
@@ -124,8 +125,18 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
         if alloc is None:
             return math.inf
         sections.append((stages, streams, alloc))
-    return allocated_floor(socket, sections, n_tiles, loop.calls_per_load, loop.pipelined, loop.gate_cycles,
-                           loop.overlap_cycles)
+    return allocated_floor(socket, sections, n_tiles, loop.calls_per_load, *_floor_call(loop, len(ranges) * n_tiles))
+
+
+def _floor_call(loop: LoopContext, tiles: int) -> tuple[bool, int, int]:
+    """``(pipelined, gate_cycles, overlap_cycles)`` as the floors take them for a call of ``tiles``
+    data tiles. A call whose compute waits mid-way for a window's collective is scored as a looped
+    iteration whose stream ran ahead (:func:`~.kernel_cost.plan_kernel`), which can be shorter than
+    a lone call's stream, so it is floored as one with no gate (its wait and the collectives' time
+    past its tiles only add to it), not as a lone call."""
+    if not loop.pipelined and loop.windows and interior_window(loop.windows, tiles):
+        return True, 0, 0
+    return loop.pipelined, loop.gate_cycles, loop.overlap_cycles
 
 
 #: the tilings searched with every GEMM in one dataflow: those within this factor of the

@@ -1,7 +1,8 @@
 """The kernel mapper skips the tilings whose floor (:mod:`sn40l_sim.mapper.tiling_floor`) exceeds
 the best plan found so far: on real kernels (DeepSeek-R1 decode MLA and MoE FFN with drafts,
 prefill attention and MoE, Llama-3.1-70B's decoder layer, lone and looped, its stream within and
-beyond what the read-ahead holds; calls overlapping their collectives) the pruned search returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
+beyond what the read-ahead holds; calls overlapping their collectives, or waiting mid-way for one
+in its operator's window) the pruned search returns exactly the plan of the search that plans every tiling, and every tiling's floors (of its
 heaviest GEMMs, of all its stages, and once allocated) are below its plan's objective."""
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 from conftest import ROOT, deepseek_graph
 
 import sn40l_sim.mapper.kernel as kernel_mod
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.mapper import division
 from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -46,6 +49,8 @@ def _kernel(graph: str, name: str):
         # 32 sequences of 132K tokens: 1.2 GB streamed per layer and socket, beyond the read-ahead
         model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
         g = build_graph(model, Shape("decode", 32, 0, 132096), ParallelPlan(16, 16))
+    elif graph == "decode_b128_32k":
+        g = deepseek_graph("decode", kv_len=32768, batch=128)
     elif graph == "drafts":
         g = deepseek_graph("decode", drafts=2)
     else:
@@ -67,7 +72,19 @@ CASES = {
     "prefill_moe_overlapped": ("node", "prefill", "L03.moe_ffn", LoopContext(overlap_cycles=24_489_038)),
     "prefill_o_proj_overlapped": ("node", "prefill", "L00.o_proj_ffn", LoopContext(overlap_cycles=27_460_204)),
     "two_sections_overlapped": ("node", "chain", "chain", LoopContext(overlap_cycles=3_000_000)),
+    # a lone MLA call whose o_proj all-reduce has its window mid-stream: scored as a stream run
+    # ahead of the waiting compute, which the lone call's floors once exceeded (1.6% at 128 tiles)
+    "decode_mla_window": ("node", "decode_b128_32k", "L03.mla", "windows"),
 }
+
+
+def _loop(loop, socket_kind: str, kernel: FusedKernel) -> LoopContext:
+    """``loop``, or for ``"windows"`` a lone call with ``kernel``'s windows, their collectives
+    timed by the engine's model of the node's links."""
+    if loop != "windows":
+        return loop
+    model = CollectiveModel.from_node(load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml"))
+    return LoopContext(windows=overlap_windows(_socket(socket_kind), kernel, lambda c: model.run(c).cycles))
 
 
 def _search(socket, kernel, loop, monkeypatch, prune: bool):
@@ -93,6 +110,7 @@ def _search(socket, kernel, loop, monkeypatch, prune: bool):
 def test_the_pruned_tiling_search_returns_the_plan_of_the_exhaustive_one(case, monkeypatch):
     socket_kind, graph, name, loop = CASES[case]
     socket, kernel = _socket(socket_kind), _kernel(graph, name)
+    loop = _loop(loop, socket_kind, kernel)
     pruned, pruned_planned = _search(socket, kernel, loop, monkeypatch, prune=True)
     exhaustive, every = _search(socket, kernel, loop, monkeypatch, prune=False)
     assert pruned == exhaustive
