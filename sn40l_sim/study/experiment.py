@@ -338,6 +338,20 @@ def experiment_from_document(doc: Document) -> Experiment:
     InputError
         For any bad field or cross-field inconsistency, located in the document.
     """
+    kind = doc.data.get("kind") if isinstance(doc.data, dict) else None
+    if isinstance(kind, str) and kind != "experiment" and kind in _OTHER_KINDS:
+        # another of the project's files given where an experiment is expected: say so, not the
+        # twenty fields an experiment has and it lacks
+        raise doc.error(("kind",), f"this is a {kind} file ({_OTHER_KINDS[kind]}); this command takes an experiment "
+                                   f"file (kind: experiment, as in experiments/); `python -m sn40l_sim describe "
+                                   f"{doc.path}` shows what it holds")
     exp = Experiment(validate(ExperimentSpec, doc, tag_hints=_TAGS), doc)
     check_experiment(exp)
     return exp
+
+
+#: the other kinds of the project's files, and where they are used
+_OTHER_KINDS = {"socket": "hardware, named by a node file", "node": "hardware, named by an experiment's hardware:",
+                "model": "a model, named by an experiment's model:",
+                "kernels": "a kernel template, named by a model file",
+                "reference": "measurements, read by validate and calibrate"}
