@@ -56,6 +56,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 #: the collector's thresholds while a command runs (young objects, then the two older generations)
 GC_THRESHOLDS = (50_000, 20, 20)
+#: the commands that map kernels: in their process, what a kernel's search keeps goes to the
+#: collector's oldest generation unexamined (``sn40l_sim.mapper.graph.PROMOTE_KEPT_OBJECTS``), a
+#: process-wide move the library does not make for a host that embeds it
+MAPPING_COMMANDS = frozenset({"run", "sweep", "map", "validate", "calibrate", "golden"})
 #: exit statuses besides 0 (success) and 1 (failed checks or runs)
 EXIT_INPUT, EXIT_INVARIANT, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143
 
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     # command; at Python's default the collector walks them again thousands of times (about 5% of
     # a cold run's CPU), and collecting less often costs a few MB
     gc.set_threshold(*GC_THRESHOLDS)
+    mapper_graph = importlib.import_module("sn40l_sim.mapper.graph") if command in MAPPING_COMMANDS else None
+    promoted = mapper_graph.PROMOTE_KEPT_OBJECTS if mapper_graph is not None else False
+    if mapper_graph is not None:
+        mapper_graph.PROMOTE_KEPT_OBJECTS = True
     try:
         with _sigterm_raises():
             return int(args._module.run(args) or 0)
@@ -98,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         warnings.formatwarning = previous
         gc.set_threshold(*thresholds)
+        if mapper_graph is not None:
+            mapper_graph.PROMOTE_KEPT_OBJECTS = promoted
 
 
 @contextlib.contextmanager

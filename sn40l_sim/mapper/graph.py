@@ -99,6 +99,13 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+#: whether a paused search's kept objects go to the oldest generation (:func:`_promote_young`). It
+#: moves every young object of the process, not only the mapper's, so a host that embeds the
+#: library keeps its own collector as it set it; the command line, whose process is the
+#: simulator's alone, turns it on (``sn40l_sim.commands.cli``)
+PROMOTE_KEPT_OBJECTS = False
+
+
 def _promote_young() -> None:
     """Move every object the collector tracks to its oldest generation without examining them,
     unless some are frozen (``gc.freeze``, which this would undo). With the collector paused, the
@@ -106,7 +113,7 @@ def _promote_young() -> None:
     after it resumes would walk them all (about 1 ms per kernel mapped, 4% of a cold ``run``) to
     find what the memos keep alive anyway. Garbage cycles among them, if any, are still collected
     by the next full collection."""
-    if gc.get_freeze_count() == 0:
+    if PROMOTE_KEPT_OBJECTS and gc.get_freeze_count() == 0:
         gc.freeze()
         gc.unfreeze()
 

@@ -7,12 +7,15 @@ import gc
 
 import pytest
 
+from sn40l_sim.mapper import graph
 from sn40l_sim.mapper.graph import _collector_paused
 
 
 @pytest.fixture
-def collector_on():
-    """The collector enabled and nothing frozen, as in a command's process; restored after."""
+def collector_on(monkeypatch):
+    """The collector enabled, nothing frozen and the promotion on, as in a mapping command's process
+    (``commands/cli.py``); restored after."""
+    monkeypatch.setattr(graph, "PROMOTE_KEPT_OBJECTS", True)
     if gc.get_freeze_count():
         pytest.skip("objects frozen by the test process: a paused search leaves them so")
     was_enabled = gc.isenabled()
@@ -58,3 +61,34 @@ def test_a_disabled_collector_stays_disabled(collector_on):
     with _collector_paused():
         pass
     assert not gc.isenabled()
+
+
+def test_a_host_embedding_the_library_keeps_its_young_objects_young(collector_on, monkeypatch):
+    # the promotion moves every young object of the process, so only the command line makes it
+    monkeypatch.setattr(graph, "PROMOTE_KEPT_OBJECTS", False)
+    host = [[i] for i in range(100)]
+    with _collector_paused():
+        pass
+    assert not _in_generation(host, 2)
+
+
+def test_the_command_line_promotes_while_a_mapping_command_runs_and_restores_after(monkeypatch, tmp_path):
+    from sn40l_sim.commands import cli
+
+    seen = []
+    monkeypatch.setattr(graph, "PROMOTE_KEPT_OBJECTS", False)
+    monkeypatch.setattr(cli, "build_parser", lambda command: _Parser(lambda args: seen.append(graph.PROMOTE_KEPT_OBJECTS)))
+    assert cli.main(["map", "x.yaml"]) == 0 and cli.main(["check", "x.yaml"]) == 0
+    assert seen == [True, False] and graph.PROMOTE_KEPT_OBJECTS is False
+
+
+class _Parser:
+    """A stand-in for the CLI's parser whose command only records what it saw."""
+
+    def __init__(self, run):
+        self._module = type("Command", (), {"run": staticmethod(run)})
+
+    def parse_known_args(self, argv):
+        args = type("Args", (), {})()
+        args._module, args._parser = self._module, self
+        return args, []
