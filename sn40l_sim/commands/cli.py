@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import importlib
 import signal
@@ -59,6 +60,8 @@ GC_THRESHOLDS = (50_000, 20, 20)
 #: the commands that map kernels: in their process, what a kernel's search keeps goes to the
 #: collector's oldest generation unexamined (``sn40l_sim.mapper.graph.PROMOTE_KEPT_OBJECTS``), a
 #: process-wide move the library does not make for a host that embeds it
+#: errors of a device that takes no more bytes (standard output redirected to a full disk)
+FULL_DEVICE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 MAPPING_COMMANDS = frozenset({"run", "sweep", "map", "validate", "calibrate", "golden"})
 #: exit statuses besides 0 (success) and 1 (failed checks or runs)
 EXIT_INPUT, EXIT_INVARIANT, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143
@@ -103,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into `head` and closed early: not an error of ours
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        if exc.errno not in FULL_DEVICE:
+            raise
+        # the printed output (files are written through report/outputs.py, which names them)
+        # could not be written: a full disk or pipe target, said in one line
+        print(f"error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return EXIT_INPUT
     finally:
         warnings.formatwarning = previous
         gc.set_threshold(*thresholds)

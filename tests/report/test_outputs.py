@@ -54,3 +54,26 @@ def test_run_onto_a_full_disk_exits_2_in_one_line_and_says_so_in_its_status(tmp_
     assert err == f"error: cannot write {out / 'results.csv'}: No space left on device\n"
     status = read_status(out)
     assert status["status"] == "failed" and "No space left on device" in status["error"]
+
+
+def test_printed_output_onto_a_full_device_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    # `check FILE > /dev/full`: the table or the "ok" line cannot be printed
+    from sn40l_sim.commands import check
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(check, "run", full)
+    assert main(["check", str(tmp_path / "any.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == "error: cannot write the output: No space left on device"
+
+
+def test_other_os_errors_are_not_taken_for_a_full_device(tmp_path, monkeypatch):
+    from sn40l_sim.commands import check
+
+    def denied(args):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(check, "run", denied)
+    with pytest.raises(OSError):
+        main(["check", str(tmp_path / "any.yaml")])
