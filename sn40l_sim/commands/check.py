@@ -56,7 +56,7 @@ def check_file(path: str | Path) -> str:
         from sn40l_sim.serving.traces import read_trace
         rows = read_trace(Path(path))
         arrivals = [row.arrival_s for row in rows]
-        return f"trace ({len(rows)} requests over {max(arrivals) - min(arrivals):.4g} s)"
+        return f"trace ({len(rows)} request{'' if len(rows) == 1 else 's'} over {max(arrivals) - min(arrivals):.4g} s)"
     from sn40l_sim.commands.describe import file_kind
 
     kind = file_kind(path)

@@ -92,6 +92,10 @@ def check_experiment(exp: Experiment) -> None:
         values = getattr(serving, key)
         if not values:
             raise exp.error(("serving", key), "expected at least one compiled size")
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:
+            # one graph per compiled size: a size listed twice is most likely a typo for another
+            raise exp.error(("serving", key), f"{repeated} is listed twice: each compiled size once")
     _check_workload(exp)
     _warn_fraction_percentiles(exp)
     if spec.rate_search is not None:

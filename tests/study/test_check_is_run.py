@@ -353,3 +353,10 @@ def test_describe_resolves_a_base_files_paths_from_the_base(tmp_path, capsys):
     # lists the files without checking them, says what does
     assert f"{' ' * 22}python -m sn40l_sim describe {REPO / 'graphs' / 'llama3_1_8b.yaml'}\n" in out
     assert f"  check it with: python -m sn40l_sim check {derived}" in out
+
+
+def test_a_trace_of_one_request_is_counted_in_the_singular(tmp_path, capsys):
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0.5,128,16\n")
+    assert main(["check", str(trace)]) == 0
+    assert "(kind: trace (1 request over 0 s))" in capsys.readouterr().out
