@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import simpy
@@ -290,19 +291,25 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
     arrival comes first, as in Llama-3.1-70B's looped decode on 16 sockets (docs/validation.md),
     it is counted for the chain: the gate as collectives and the rest as compute.
 
-    The kernel's ``windows`` (:mod:`.windows`) open and close as the compute passes their tiles; a
+    The kernel's ``windows`` (:mod:`.windows`) open and close as the compute passes their tiles,
+    where the chunks are cut so that a window's tile is passed only once its data has arrived; a
     wait there for a collective the later tiles read is the caller's to book (``windows.stalled``),
     and the streams run on ahead meanwhile. A call whose compute waits so runs this way too, with
     its gate open and its pipeline already filled (``refill`` False)."""
     env = res.env
     start = env.now
     windows = windows if windows is not None else Windows(res, (), (), 1, 1, None, 0, None)
-    started = [env.event() for _ in costs.chunks]
-    loaded = [env.event() for _ in costs.chunks]
-    consumed = [env.event() for _ in costs.chunks]
-    firsts = [sum(costs.chunks[:i]) for i in range(len(costs.chunks))]
+    # a window's point is a chunk boundary: its tiles' data must have arrived before the window
+    # opens or closes there (a tile inside a chunk is known to be loaded only at the chunk's end)
+    chunks: list[int] = []
+    for first, n in zip(accumulate(costs.chunks, initial=0), costs.chunks, strict=False):
+        chunks.extend(windows.split(first, n))
+    started = [env.event() for _ in chunks]
+    loaded = [env.event() for _ in chunks]
+    consumed = [env.event() for _ in chunks]
+    firsts = list(accumulate(chunks, initial=0))[:-1]
     sizes = [sum(costs.bytes_between(tier, f, f + n) for tier in costs.tier_caps)
-             for f, n in zip(firsts, costs.chunks, strict=True)]
+             for f, n in zip(firsts, chunks, strict=True)]
     per_tile = costs.compute_cycles_per_tile
     fill = costs.fill_cycles if refill else 0
     waited_on_memory = [False]
@@ -310,7 +317,7 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
 
     def memory():
         ahead, oldest = 0, 0
-        for i, (first, n) in enumerate(zip(firsts, costs.chunks, strict=True)):
+        for i, (first, n) in enumerate(zip(firsts, chunks, strict=True)):
             while oldest < i and ahead + sizes[i] > res.buffer_bytes:
                 held_back[0] = held_back[0] or not consumed[oldest].triggered
                 yield consumed[oldest]
@@ -333,17 +340,12 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
         if fill:
             yield env.timeout(fill)
         yield from windows.reach(0)
-        for i, n in enumerate(costs.chunks):
+        for i, n in enumerate(chunks):
             # a chunk's tiles are computed as they arrive: the chunk's compute, or its last tile's
             # after the chunk has arrived, whichever ends later
             yield started[i]
-            tile = firsts[i]
-            for part in windows.split(tile, n):
-                if part * per_tile:
-                    yield env.timeout(part * per_tile)
-                tile += part
-                if tile < firsts[i] + n:
-                    yield from windows.reach(tile)
+            if n * per_tile:
+                yield env.timeout(n * per_tile)
             waited_on_memory[0] = not loaded[i].triggered
             if waited_on_memory[0]:
                 yield loaded[i]

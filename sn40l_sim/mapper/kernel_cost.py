@@ -71,7 +71,7 @@ from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
-from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window
+from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
 
 
 @dataclass(frozen=True)
@@ -144,11 +144,13 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     ahead = loop.pipelined or interior_window(loop.windows, n * n_tiles)
     pace = plans[0].compute_cycles_per_tile if ahead else cpt
     stall, after = exposed_cycles(loop.windows, n * n_tiles, pace, pace) if loop.windows else (0, 0)
+    # the engine cuts the stream's chunks where a window opens or closes (its data arrived there)
+    points = window_points(loop.windows, n * n_tiles)
     if loop.windows and not loop.pipelined:
         if ahead:
             # the wait counted where the compute starts, a floor of it mid-way (the stream ahead
             # holds at most half the SRAM either way)
-            tiles = looped_iteration_cycles(socket, plans, fill, math.ceil(stall), configs)
+            tiles = looped_iteration_cycles(socket, plans, fill, math.ceil(stall), configs, points=points)
             objective = (reload + (sum(configs[1:]) if n > 1 else 0) + tiles + after, math.ceil(objective[0]))
         else:
             objective = (objective[0] + stall + after, math.ceil(objective[0]))
@@ -162,7 +164,8 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
     if loop.pipelined:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
-        iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs)
+        iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs,
+                                            points=points)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 

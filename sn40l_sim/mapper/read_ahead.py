@@ -11,7 +11,7 @@ to free space once the gate has opened. The engine
 arithmetic, chunk by chunk, for a stream that shares its channel with nothing:
 
 - the data tiles are grouped into the engine's chunks (:func:`chunk_tiles`, at most
-  :data:`CHUNKS_PER_SECTION`), chunk ``i`` carrying ``s_i`` bytes whose stream takes ``d_i``
+  :data:`CHUNKS_PER_SECTION`, cut where a window opens or closes: :func:`cut_chunks`), chunk ``i`` carrying ``s_i`` bytes whose stream takes ``d_i``
   cycles (each tier's bytes at the rate its memory stage issues them, the slowest tier);
 - the stream of chunk ``i`` starts when chunk ``i - 1`` has arrived and, while the chunks loaded
   and not yet consumed would exceed the buffer with it, the oldest of them has been consumed:
@@ -104,11 +104,29 @@ def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Seq
     return compute
 
 
-def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int) -> tuple[tuple[int, ...], list[int], list[int]]:
+def cut_chunks(tiles: Sequence[int], points: Sequence[int]) -> tuple[int, ...]:
+    """``tiles`` (chunks of data tiles) cut at the data tiles ``points``, as the engine's stream
+    ahead cuts them where a window opens or closes (its data must have arrived there).
+
+    >>> cut_chunks((3, 3, 2, 2), (4, 6, 9))
+    (3, 1, 2, 2, 1, 1)
+    """
+    out: list[int] = []
+    first = 0
+    for n in tiles:
+        edges = [first, *(t for t in sorted(set(points)) if first < t < first + n), first + n]
+        out.extend(b - a for a, b in zip(edges, edges[1:], strict=False))
+        first += n
+    return tuple(out)
+
+
+def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
+            points: Sequence[int] = ()) -> tuple[tuple[int, ...], list[int], list[int]]:
     """Tiles, bytes and stream cycles of each chunk of ``plan`` (the engine's
     :class:`~sn40l_sim.engine.kernel_costs.SectionCosts`: integer shares of each tier's bytes, each
-    tier streamed at the rate its slowest memory stage issues, within the tier's channel)."""
-    tiles = chunk_tiles(plan.n_tiles, chunks)
+    tier streamed at the rate its slowest memory stage issues, within the tier's channel), cut at
+    the data tiles ``points``."""
+    tiles = cut_chunks(chunk_tiles(plan.n_tiles, chunks), points)
     n = sum(tiles)
     sizes, loads = [0] * len(tiles), [0] * len(tiles)
     for tier in socket.memory:
@@ -130,16 +148,18 @@ def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int) -> tuple[tuple[i
 
 
 def looped_iteration_cycles(socket: SocketSpec, plans: Sequence[SectionPlan], fill: int, gate: int,
-                            configs: Sequence[int] = (), chunks: int = CHUNKS_PER_SECTION) -> int:
+                            configs: Sequence[int] = (), chunks: int = CHUNKS_PER_SECTION,
+                            points: Sequence[int] = ()) -> int:
     """Cycles of one iteration of a looped kernel of sections ``plans`` (the engine's fill ``fill``
     in every section), waiting ``gate`` cycles for the previous iteration's collectives, the
     configuration loads left out. ``configs``: each section's configuration load when there are
-    several (each is loaded every iteration; the gate elapses while section 0's loads)."""
+    several (each is loaded every iteration; the gate elapses while section 0's loads).
+    ``points``: the data tiles where a window opens or closes, which cut section 0's chunks."""
     buffer = read_ahead_bytes(socket)
     reload_first = configs[0] if len(plans) > 1 and configs else 0
     total = 0
     for index, plan in enumerate(plans):
-        tiles, sizes, loads = _chunks(socket, plan, chunks)
+        tiles, sizes, loads = _chunks(socket, plan, chunks, points if index == 0 else ())
         per_tile = plan.compute_cycles_per_tile
         if index == 0:
             total += stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, max(0, gate - reload_first), buffer)

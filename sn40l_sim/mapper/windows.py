@@ -112,6 +112,13 @@ def interior_window(windows: Sequence[OverlapWindow], n_tiles: int) -> bool:
     return any(window_tiles((w.start, w.end), n_tiles)[1] < n_tiles for w in windows)
 
 
+def window_points(windows: Sequence[OverlapWindow], n_tiles: int) -> tuple[int, ...]:
+    """The data tiles inside a stream of ``n_tiles`` where one of ``windows`` opens or closes (the
+    engine's :attr:`sn40l_sim.engine.windows.Windows.points`)."""
+    edges = {t for w in windows for t in window_tiles((w.start, w.end), n_tiles)}
+    return tuple(sorted(t for t in edges if 0 < t < n_tiles))
+
+
 def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float) -> tuple[float, float]:
     """``(stall, after)``: the cycles a stream of ``n_tiles`` data tiles at ``per_tile`` waits
     mid-way for windows that close before its end, and the cycles its last windows' collectives

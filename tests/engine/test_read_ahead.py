@@ -23,6 +23,7 @@ from sn40l_sim.mapper.graph import map_graph
 from sn40l_sim.mapper.kernel import LoopContext, best_plan
 from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.read_ahead import chunk_tiles, read_ahead_bytes, stream_ahead_cycles
+from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -67,9 +68,12 @@ def test_a_looped_decoders_score_is_the_engines_iteration(batch, kv_len, beyond)
     placed = map_graph(NODE8, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
     (loop,) = find_loops([pk.kernel for pk in placed.kernels], graph)
     pk = placed.kernels[loop.first]
-    gate = round(sum(collectives.run(c).cycles for c in pk.kernel.collectives))
+    # the mapper's context: the gate of the collectives after the tiles, and the windows of those
+    # beside their operator (which cut the stream's chunks as the engine's do)
+    gate = round(sum(collectives.run(c).cycles for c in pk.kernel.collectives if not (c.overlapped and c.after)))
+    windows = overlap_windows(NODE8.socket, pk.kernel, lambda c: collectives.run(c).cycles)
     plan = best_plan(NODE8.socket, pk.kernel.signature(), placed.memory.tiers(),
-                     loop=LoopContext(loop.iterations, gate, True))
+                     loop=LoopContext(loop.iterations, gate, True, windows=windows))
     reload = figures.config_cycles(NODE8.socket, plan.sections[0].config_bytes(NODE8.socket)) / loop.iterations
     # the collectives' bytes staged through memory would share the stream's channel: left out here
     run = run_graph(NODE8, placed, EngineOptions(stage_collectives=False))

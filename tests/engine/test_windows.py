@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import simpy
 from engine_doubles import chain, node16, placed_kernel
 
+from sn40l_sim.engine import windows as windows_module
 from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.windows import window_fractions, window_tiles
@@ -82,3 +85,33 @@ def test_window_tiles_cover_at_least_one_tile():
     assert window_tiles((0.999, 1.0), 8) == (7, 8)
     assert window_tiles((0.0, 0.0001), 8) == (0, 1)
     assert window_tiles((0.25, 0.5), 8) == (2, 4)
+
+
+def test_no_window_opens_or_closes_before_its_tiles_data_has_arrived(monkeypatch):
+    # a memory-bound stream whose compute would reach the window's end long before the memory
+    # brings its operator's last tile: the window closes (and the stream waits there) only once
+    # the data up to that tile has streamed in at the channel's rate, whatever the chunking
+    reached: list[tuple[int, int]] = []
+    plain_reach = windows_module.Windows.reach
+
+    def logged_reach(self, tile):
+        reached.append((tile, self.res.env.now))
+        yield from plain_reach(self, tile)
+
+    monkeypatch.setattr(windows_module.Windows, "reach", logged_reach)
+    n_bytes = 2**31
+    coll = Collective("all_reduce", 2**16, 16, overlapped=True, after="a")
+    pk = _two_operators((coll,))
+    pk = dataclasses.replace(pk, kernel=dataclasses.replace(pk.kernel, operators=tuple(
+        dataclasses.replace(op, weight_bytes=n_bytes // 2) for op in pk.kernel.operators)))
+    moved = placed_kernel(NODE, "k", n_tiles=TILES, compute_cycles_per_tile=PER_TILE, hbm_bytes=n_bytes)
+    pk = dataclasses.replace(moved, kernel=pk.kernel)
+    rec = _run(pk)
+    bytes_per_cycle = SocketResources.build(simpy.Environment(), NODE).path_bytes_per_cycle("hbm")
+    assert n_bytes / TILES / bytes_per_cycle > 2 * PER_TILE          # memory-bound by far
+    stop = window_tiles(window_fractions(NODE.socket, pk.kernel, coll), TILES)[1]
+    assert 0 < stop < TILES
+    for tile, now in reached:
+        if 0 < tile < TILES:
+            assert now - rec.stream_start >= math.floor(tile * n_bytes / TILES / bytes_per_cycle), tile
+    assert any(tile == stop for tile, _ in reached)
