@@ -71,6 +71,7 @@ from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.window_replay import windowed_section_cycles
 from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
 
 
@@ -140,13 +141,39 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     # the call's windows: a wait mid-stream for the collectives its later operators read, and
     # the last ones' time past its tiles (the next iteration's gate when looped). A looped
     # iteration's stream ran ahead during the gate, and a call's runs ahead while its compute waits
-    # mid-way (the engine's ``_stream_ahead``), so their tiles pass at the compute's pace
+    # mid-way (the engine's ``_stream_ahead``), so their tiles pass at the compute's pace, but no
+    # sooner than their data arrives: at the stream's pace (the fastest section's slowest stage),
+    # which starts with the call's compute and a looped iteration's gate and fill before it
     ahead = loop.pipelined or interior_window(loop.windows, n * n_tiles)
     pace = plans[0].compute_cycles_per_tile if ahead else cpt
-    stall, after = exposed_cycles(loop.windows, n * n_tiles, pace, pace) if loop.windows else (0, 0)
+    stream = min(p.cycles_per_tile for p in plans) if ahead else 0.0
+    lead = loop.gate_cycles + fill if loop.pipelined else 0.0
+    stall, after = exposed_cycles(loop.windows, n * n_tiles, pace, pace, stream, lead) if loop.windows else (0, 0)
     # the engine cuts the stream's chunks where a window opens or closes (its data arrived there)
     points = window_points(loop.windows, n * n_tiles)
-    if loop.windows and not loop.pipelined:
+    replayed = loop.windows and ahead and n == 1
+    if replayed:
+        # one section: the engine's stream replayed chunk by chunk, its waits mid-way where they
+        # are, under the stream that runs on (:mod:`.window_replay`); a call fills its pipeline
+        # before its stream starts, a looped iteration's stream runs ahead during its gate, which
+        # holds the previous iteration's collectives' time past its tiles
+        compute = plans[0].compute_cycles_per_tile
+        if loop.pipelined:
+            # the gate holds the previous iteration's time past its tiles, which grows with the
+            # gate (the stream ahead shortens the last window): from below to its steady state
+            after = 0.0
+            for _ in range(4):
+                tiles, later = windowed_section_cycles(socket, plans[0], fill, loop.gate_cycles + after, loop.windows,
+                                                       compute)
+                if later <= after:
+                    break
+                after = later
+            objective = (reload + tiles, sum(p.chain_cycles for p in plans))
+        else:
+            tiles, after = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute)
+            objective = (reload + fill + tiles + after, math.ceil(objective[0]))
+        stall = 0
+    elif loop.windows and not loop.pipelined:
         if ahead:
             # the wait counted where the compute starts, a floor of it mid-way (the stream ahead
             # holds at most half the SRAM either way)
@@ -162,7 +189,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         held = held_back_cycles(socket, tiers.activations, plans[0], n_tiles, loop)
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles + held - configs[0])
         objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
-    if loop.pipelined:
+    if loop.pipelined and not replayed:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
         iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs,
                                             points=points)

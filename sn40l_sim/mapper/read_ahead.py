@@ -120,7 +120,7 @@ def cut_chunks(tiles: Sequence[int], points: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
+def section_chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
             points: Sequence[int] = ()) -> tuple[tuple[int, ...], list[int], list[int]]:
     """Tiles, bytes and stream cycles of each chunk of ``plan`` (the engine's
     :class:`~sn40l_sim.engine.kernel_costs.SectionCosts`: integer shares of each tier's bytes, each
@@ -159,7 +159,7 @@ def looped_iteration_cycles(socket: SocketSpec, plans: Sequence[SectionPlan], fi
     reload_first = configs[0] if len(plans) > 1 and configs else 0
     total = 0
     for index, plan in enumerate(plans):
-        tiles, sizes, loads = _chunks(socket, plan, chunks, points if index == 0 else ())
+        tiles, sizes, loads = section_chunks(socket, plan, chunks, points if index == 0 else ())
         per_tile = plan.compute_cycles_per_tile
         if index == 0:
             total += stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, max(0, gate - reload_first), buffer)

@@ -119,12 +119,20 @@ def window_points(windows: Sequence[OverlapWindow], n_tiles: int) -> tuple[int, 
     return tuple(sorted(t for t in edges if 0 < t < n_tiles))
 
 
-def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float) -> tuple[float, float]:
+def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float,
+                   stream_per_tile: float = 0.0, lead: float = 0.0) -> tuple[float, float]:
     """``(stall, after)``: the cycles a stream of ``n_tiles`` data tiles at ``per_tile`` waits
     mid-way for windows that close before its end, and the cycles its last windows' collectives
     outlast it; each collective starts ``first`` cycles after its window's first tile, runs after
     the one before it on the links, and ends no sooner than its share after its window's last
     tile (the engine's arithmetic when nothing else contends, :mod:`sn40l_sim.engine.windows`).
+
+    The compute passes a tile no sooner than its data has arrived: with its memory streams
+    delivering a tile every ``stream_per_tile`` cycles from ``lead`` cycles before the first
+    tile's compute (a looped iteration's stream runs ahead during its gate), tile ``t`` is passed
+    at ``max(t x per_tile + the stalls before, t x stream_per_tile - lead)``. A memory-bound
+    stream's windows are as long as its memory takes, and the stream runs on while its compute
+    stalls. Both paces are floors of the engine's, so the stall and the stream's length are too.
 
     >>> w = OverlapWindow(0.0, 0.5, 1000, (300,) * 4)
     >>> exposed_cycles([w], 8, 100, 100)      # the stream's second half waits for it
@@ -133,15 +141,19 @@ def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: flo
     (0.0, 700.0)
     """
     links = stall = after = 0.0
+
+    def passed(tile: int) -> float:
+        return max(tile * per_tile + stall, tile * stream_per_tile - lead)
+
     for w in windows:
         first_tile, stop = window_tiles((w.start, w.end), n_tiles)
-        opened = first_tile * per_tile + stall + first
+        opened = passed(first_tile) + first
         body_end = max(opened, links) + w.body_cycles
-        close = stop * per_tile + stall
+        close = passed(stop)
         end = max(body_end, close + w.tail_cycles(stop - first_tile))
         links = end
         if stop < n_tiles:
             stall += max(0.0, end - close)
         else:
-            after = max(after, end - (n_tiles * per_tile + stall))
+            after = max(after, end - passed(n_tiles))
     return stall, after

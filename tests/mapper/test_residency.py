@@ -136,14 +136,16 @@ def test_mapping_the_resident_kernels_again_never_lengthens_the_step(llama8b_dec
 
 
 def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_it():
-    # Llama-3.1-70B (6 layers) on 16 sockets of 180 PCUs a tile, batch 128, 32K caches, looped: the
-    # decoder (161 PCUs on every tile) and lm_head (180 on one) evict each other, so the decoder's
+    # Llama-3.1-70B (6 layers) on 16 sockets of 120 PCUs a tile, batch 128, 32K caches, looped: the
+    # decoder and lm_head evict each other, so the decoder's
     # first layer loads its whole configuration every step and the next five find it loaded. The
     # first call was charged a sixth of it (the run's share) and the others none, so map's total
     # left out five sixths of a load the engine pays, and the graph mapping compared alternatives
     # on that total. (At 200 PCUs a tile the decoder took 176 and lm_head 192 until a looped
-    # decoder's compute stages were balanced for their own pace; it now stays loaded beside it.)
-    node = with_overrides(NODE, {"socket.tile.pcus": 180})
+    # decoder's compute stages were balanced for their own pace, and at 180 until its score
+    # replayed its windows' waits under the stream, which maps it at more data tiles that stay
+    # loaded beside lm_head.)
+    node = with_overrides(NODE, {"socket.tile.pcus": 120})
     model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml", {"layers": 6})
     graph = build_graph(model, Shape("decode", 128, 0, 32768), ParallelPlan(16, 2))
     collectives = CollectiveModel.from_node(node)
