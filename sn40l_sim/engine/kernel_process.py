@@ -331,6 +331,8 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
             loaded[i].succeed()
 
     gated = [0]
+    # cycles of the chunks whose data the compute waited for: the stream held those
+    memory_held = [0]
 
     def compute():
         yield gate
@@ -343,6 +345,7 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
         for i, n in enumerate(chunks):
             # a chunk's tiles are computed as they arrive: the chunk's compute, or its last tile's
             # after the chunk has arrived, whichever ends later
+            began = env.now
             yield started[i]
             if n * per_tile:
                 yield env.timeout(n * per_tile)
@@ -351,6 +354,7 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
                 yield loaded[i]
                 if per_tile:
                     yield env.timeout(per_tile)
+                memory_held[0] += env.now - began
             record.compute_busy_cycles += n * per_tile
             consumed[i].succeed()
             yield from windows.reach(firsts[i] + n)
@@ -367,10 +371,11 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
         record.gate_cycles += gated[0]
         record.fill_cycles += fill
         rest = took - gated[0] - fill
-        if sum(sizes) and waited_on_memory[0]:
-            record.memory_bound_cycles += rest
-        else:
-            record.compute_bound_cycles += rest
+        # each chunk to what held it: a window cut near the end leaves a last chunk that arrived
+        # during the wait for its collective, which says nothing of the chunks before it
+        held = min(rest, memory_held[0]) if sum(sizes) else 0
+        record.memory_bound_cycles += held
+        record.compute_bound_cycles += rest - held
 
 
 def _start_collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool) -> simpy.Process:

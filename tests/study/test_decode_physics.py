@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.study.evaluation import LoadedExperiments
 
@@ -158,3 +159,17 @@ def test_a_longer_cache_is_not_faster_for_a_looped_decoder_at_batch_64(loaded, t
         assert record["kv_len"] == cache and record["batch"] == 64
         steps[cache] = record["decode_step_s"]
     assert steps[160] <= steps[192]
+
+
+def test_the_main_experiments_weight_stream_is_booked_as_weights(loaded):
+    # DeepSeek-R1's all-expert MoE kernel streams every expert each step (experiments/deepseek_tp16.yaml):
+    # its MoE all-reduce runs in the window of combine, its last operator, which cuts the stream's
+    # last chunk short; the chunks the compute waited for are the stream's, whatever the last one
+    # did, so the breakdown books at least most of the weights' time at the HBM rate as weights
+    socket = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml").socket
+    hbm_bytes_per_s = figures.memory_bytes_per_s(socket, "hbm") * socket.memory["hbm"].efficiency
+    for record in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False, reads_prefill=()):
+        parts = record["decode_step_breakdown_s"]
+        weights_s = record["memory"]["hbm"]["weights"] / hbm_bytes_per_s
+        assert parts["weights_streaming"] >= 0.8 * weights_s, record["name"]
+        assert parts["weights_streaming"] > parts["other_compute"], record["name"]
