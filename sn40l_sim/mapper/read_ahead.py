@@ -49,7 +49,7 @@ stream ends 3,200 cycles later than it could.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware import figures
@@ -82,14 +82,17 @@ def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
 
 
 def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
-                        fill: int, gate: int, buffer: float) -> int:
+                        fill: int, gate: float, buffer: float,
+                        reach: Callable[[int, float], float] | None = None) -> float:
     """Cycles of a loop iteration's first section (see the module docstring): chunks of ``tiles``
     data tiles and ``sizes`` bytes whose streams take ``loads`` cycles alone, ``per_tile`` compute
     cycles per data tile, the ``fill`` after the ``gate``, and at most ``buffer`` bytes loaded
-    ahead of the compute."""
-    consumed: list[int] = []
-    memory = ahead = oldest = 0
-    compute = gate + fill
+    ahead of the compute. ``reach(tile, cycle)``, when given, is when the compute goes on after it
+    has reached data tile ``tile`` at ``cycle`` (at the start and after each chunk; a wait there
+    for a window's collective, :mod:`.window_replay`)."""
+    consumed: list[float] = []
+    memory = ahead = oldest = first = 0
+    compute = gate + fill if reach is None else reach(0, gate + fill)
     for i, (n, size, load) in enumerate(zip(tiles, sizes, loads, strict=True)):
         while oldest < i and ahead + size > buffer:
             memory = max(memory, consumed[oldest])
@@ -101,6 +104,9 @@ def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Seq
         if memory > compute:
             compute = memory + per_tile
         consumed.append(compute)
+        first += n
+        if reach is not None:
+            compute = reach(first, compute)
     return compute
 
 

@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.mapper.read_ahead import CHUNKS_PER_SECTION, read_ahead_bytes, section_chunks
+from sn40l_sim.mapper.read_ahead import (
+    CHUNKS_PER_SECTION,
+    read_ahead_bytes,
+    section_chunks,
+    stream_ahead_cycles,
+)
 from sn40l_sim.mapper.windows import OverlapWindow, window_points, window_tiles
 
 if TYPE_CHECKING:
@@ -50,9 +55,6 @@ def replay_windows(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence
     per window, its data tiles ``[first, stop)`` (chunk boundaries), its collective's cycles and
     its last share's; each collective starts ``delay`` cycles after its window opens."""
     n_tiles = sum(tiles)
-    consumed: list[float] = []
-    memory = ahead = 0.0
-    oldest = 0
     links, after = 0.0, 0.0
     bodies: dict[int, float] = {}
     asked: list[tuple[float, int]] = []   # collectives asked for and not yet on the links
@@ -86,22 +88,7 @@ def replay_windows(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence
         after = max([after, *(end - now for end in ends)])
         return now
 
-    compute = reach(0, gate + fill)
-    first = 0
-    for i, (n, size, load) in enumerate(zip(tiles, sizes, loads, strict=True)):
-        while oldest < i and ahead + size > buffer:
-            memory = max(memory, consumed[oldest])
-            ahead -= sizes[oldest]
-            oldest += 1
-        started, memory = memory, memory + load
-        ahead += size
-        compute = max(compute, started) + n * per_tile
-        if memory > compute:
-            compute = memory + per_tile
-        consumed.append(compute)
-        first += n
-        compute = reach(first, compute)
-    return compute, after
+    return float(stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, reach)), float(after)
 
 
 def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate: float,
