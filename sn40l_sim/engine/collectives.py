@@ -277,7 +277,23 @@ class CollectiveModel:
             self._memo[key] = self._fastest(coll)
         return self._memo[key]
 
-    def _fastest(self, coll: Collective) -> CollectiveResult:
+    def excess_cycles(self, coll: Collective, budget: int) -> int:
+        """``max(0, run(coll).cycles - budget)``: by how many cycles the collective outlasts
+        ``budget``. ``auto`` stops its search once an algorithm it would simulate anyway fits in
+        ``budget`` (the fastest fits then too): an engine window's last share usually ends long
+        before its collective does, and the share's odd byte count makes the direct algorithm
+        asymmetric, dear to simulate on shared links (:mod:`.fluid_quotient`)."""
+        key = (coll.kind, int(coll.bytes), coll.group, "auto")
+        if self.algorithm != "auto" or key in self._memo:
+            return max(0, self.run(coll).cycles - budget)
+        best = self._fastest(coll, budget)
+        if best.cycles <= budget:
+            return 0
+        self._memo[key] = best   # the search ran to its end: this is the fastest
+        return best.cycles - budget
+
+    def _fastest(self, coll: Collective, enough: int | None = None) -> CollectiveResult:
+        """The fastest algorithm's result, or, given ``enough``, the first one found within it."""
         best: CollectiveResult | None = None
         for algorithm in AUTO_ORDER:
             if not self.applies(coll, algorithm):
@@ -287,6 +303,8 @@ class CollectiveModel:
             result = self.simulate(coll, algorithm)
             if best is None or (result.cycles, result.algorithm) < (best.cycles, best.algorithm):
                 best = result
+            if enough is not None and best.cycles <= enough:
+                break
         assert best is not None   # the ring and direct algorithms apply to every collective
         return best
 

@@ -28,6 +28,7 @@ from sn40l_sim.mapper.windows import window_tiles
 if TYPE_CHECKING:
     from sn40l_sim.engine.kernel_process import CollectiveRun
     from sn40l_sim.engine.resources import SocketResources
+    from sn40l_sim.ir import Collective
 
 
 def open_gate(env: simpy.Environment) -> simpy.Event:
@@ -42,7 +43,8 @@ class _Window:
     run: CollectiveRun
     first: int
     stop: int
-    tail_cycles: int
+    #: the collective's last share (its bytes over the window's tiles)
+    tail: Collective
     opened: simpy.Event
     closed: simpy.Event
     closed_at: int = 0
@@ -70,9 +72,9 @@ class Windows:
                 first, stop = 0, self.total
             share = max(1, stop - first if run.collective.after else tiles)
             assert model is not None and start is not None, "collectives need their model and start"
-            tail = model.run(replace(run.collective, bytes=math.ceil(run.collective.bytes / share))).cycles
+            tail = replace(run.collective, bytes=math.ceil(run.collective.bytes / share))
             item = _Window(run, first, stop, tail, res.env.event(), res.env.event())
-            item.done = res.env.process(self._run(item, first_tile_cycles, start))
+            item.done = res.env.process(self._run(item, first_tile_cycles, start, model))
             self.items.append(item)
 
     @property
@@ -109,13 +111,14 @@ class Windows:
         return [w.done for w in self.items]
 
     def _run(self, w: _Window, delay: int, start: Callable[[CollectiveRun, int], simpy.Process],
-             ) -> Generator[simpy.Event, Any, None]:
+             model: CollectiveModel) -> Generator[simpy.Event, Any, None]:
         env = self.res.env
         yield w.opened
         yield start(w.run, delay)
         yield w.closed
         # the share's time past the window's end that the collective's own time has not covered
-        needed = w.tail_cycles - max(0, w.run.end - w.closed_at)
+        # (timed only as far as that needs: the share usually fits in what the collective outlasts)
+        needed = model.excess_cycles(w.tail, max(0, w.run.end - w.closed_at))
         if needed > 0:
             with self.res.p2p.request() as links:
                 yield links

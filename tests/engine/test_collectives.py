@@ -129,3 +129,26 @@ def test_a_tree_over_a_message_shorter_than_the_group_runs_every_round(kind, p, 
     assert result.cycles >= rounds * lone
     if kind == "all_gather":
         assert result.link_bytes >= (p - 1) * size
+
+
+@pytest.mark.parametrize("table", [ring_topology(16), mesh(16)], ids=["ring", "mesh"])
+@pytest.mark.parametrize("size", [16 * 4000 + 5, 2**20 + 9, 300])
+def test_excess_cycles_is_what_the_fastest_algorithm_outlasts(monkeypatch, table, size):
+    # an odd size: uneven chunks, the direct algorithm asymmetric (the engine's last shares)
+    from collections import OrderedDict
+
+    from sn40l_sim.engine import collectives
+
+    coll = Collective("all_reduce", size, 16)
+    monkeypatch.setattr(collectives, "_shared", OrderedDict())
+    full = CollectiveModel(table, SETUP).run(coll).cycles
+    tree = CollectiveModel(table, SETUP).simulate(coll, "tree").cycles
+    for budget in (0, full - 1, full, full + 1, tree - 1, tree, 10 * tree):
+        monkeypatch.setattr(collectives, "_shared", OrderedDict())   # nothing memoised: the search runs
+        model = CollectiveModel(table, SETUP)
+        assert model.excess_cycles(coll, budget) == max(0, full - budget)
+        assert model.run(coll).cycles == full   # a search stopped early kept no choice
+    monkeypatch.setattr(collectives, "_shared", OrderedDict())
+    model = CollectiveModel(table, SETUP)
+    assert model.excess_cycles(coll, tree) == 0
+    assert model.scheduled + model.simulated == 1   # the tree fits: nothing else timed
