@@ -35,8 +35,11 @@ would take fewer cycles than that:
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
-from sn40l_sim.engine.links import LinkTable
+import numpy as np
+
+from sn40l_sim.engine.links import LinkTable, shared_entry
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 
 
@@ -87,14 +90,61 @@ def floor_cycles(table: LinkTable, transfers: Transfers, setup_cycles: int, sync
     for src, dst, n_bytes in transfers.sends:
         pair_bytes[src, dst] = pair_bytes.get((src, dst), 0) + n_bytes
         sends_by[src] = sends_by.get(src, 0) + 1
-    link_bytes: dict[tuple[int, int], int] = {}
+    paths = shared_entry(_PATHS, table.signature, lambda: _Paths(table), _TABLES)
+    links = paths.busiest_link_cycles(table, pair_bytes)
+    heads = paths.heads.setdefault(sync_latency_s, {})
     first_head: dict[int, int] = {}
-    for (src, dst), n_bytes in pair_bytes.items():
-        for link in table.route(src, dst):
-            link_bytes[link] = link_bytes.get(link, 0) + n_bytes
-        head = ceil_cycles((table.latency_s(src, dst) + sync_latency_s) * table.clock_hz)
+    for pair in pair_bytes:
+        head = heads.get(pair)
+        if head is None:
+            head = heads[pair] = ceil_cycles((table.latency_s(*pair) + sync_latency_s) * table.clock_hz)
+        src = pair[0]
         first_head[src] = min(head, first_head.get(src, head))
-    links = max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
     setups = max((math.ceil(sends / dma_engines) * setup_cycles + first_head[src] + 1
                   for src, sends in sends_by.items()), default=0)
     return max(math.floor(links), setups)
+
+
+#: per table signature (the most recent few): its links' indices and rates, and routes as indices
+_PATHS: OrderedDict[tuple, _Paths] = OrderedDict()
+_TABLES = 8
+#: link byte counts are summed in float64, exact below this (an integer sum of doubles is exact
+#: while every partial sum is); above it, in Python integers
+_EXACT_SUM = 2**53
+
+
+class _Paths:
+    """A table's links in a fixed order with their rates, each route asked for as their indices and
+    each pair's head (latency and synchronisation) in cycles, so that a collective's bytes per link
+    are one ``bincount`` over its pairs' routes (the direct algorithm's 4,032 routes of up to 32
+    hops on a 64-socket ring were walked link by link, a fifth of the ring's main experiment)."""
+
+    def __init__(self, table: LinkTable) -> None:
+        order = sorted(table.bytes_per_cycle)
+        self.index = {link: i for i, link in enumerate(order)}
+        self.rate = np.array([table.bytes_per_cycle[link] for link in order], dtype=np.float64)
+        self.routes: dict[tuple[int, int], np.ndarray] = {}
+        #: by synchronisation latency: each pair's latency and synchronisation in whole cycles
+        self.heads: dict[float, dict[tuple[int, int], int]] = {}
+
+    def route(self, table: LinkTable, pair: tuple[int, int]) -> np.ndarray:
+        """The indices of the links ``pair``'s route crosses."""
+        got = self.routes.get(pair)
+        if got is None:
+            got = self.routes[pair] = np.array([self.index[link] for link in table.route(*pair)], dtype=np.intp)
+        return got
+
+    def busiest_link_cycles(self, table: LinkTable, pair_bytes: dict[tuple[int, int], int]) -> float:
+        """The most cycles a link needs to move what ``pair_bytes`` routes over it (0 for none)."""
+        routes = [self.route(table, pair) for pair in pair_bytes]
+        hops = [len(r) for r in routes]
+        if not pair_bytes or sum(n * h for n, h in zip(pair_bytes.values(), hops, strict=True)) >= _EXACT_SUM:
+            link_bytes: dict[tuple[int, int], int] = {}
+            for pair, n_bytes in pair_bytes.items():
+                for link in table.route(*pair):
+                    link_bytes[link] = link_bytes.get(link, 0) + n_bytes
+            return max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
+        weights = np.repeat(np.fromiter(pair_bytes.values(), dtype=np.float64, count=len(hops)), hops)
+        moved = np.bincount(np.concatenate(routes), weights=weights, minlength=len(self.rate))
+        # each link's bytes over its rate, as the integer divided by the float gives it
+        return float((moved / self.rate).max())

@@ -99,6 +99,30 @@ def test_the_floor_of_each_pair_once_is_the_floor_of_every_message(topology, p, 
                                                                                             engines)
 
 
+def torus(rows, cols):
+    """A 2-D torus routed in dimension order (the links of a 64-socket 8 x 8 node)."""
+    cells = [(r, c) for r in range(rows) for c in range(cols)]
+    pairs = {tuple(sorted((r * cols + c, r * cols + (c + 1) % cols))) for r, c in cells}
+    pairs |= {tuple(sorted((r * cols + c, ((r + 1) % rows) * cols + c))) for r, c in cells}
+    return LinkTable(rows * cols, [(a, b, BW, LAT) for a, b in sorted(pairs)], CLOCK, EFF, dims=(rows, cols))
+
+
+@pytest.mark.parametrize("table", [ring(16), torus(4, 4), line(7)], ids=["ring", "torus", "line"])
+@pytest.mark.parametrize("size", [141155, 3 * 2**20 + 7, 2**52 + 3])
+def test_the_floor_of_a_collective_with_many_routes_is_the_floor_of_every_message(table, size):
+    # the busiest link's bytes are summed over every pair's route at once: exactly in doubles for
+    # these sizes but the last, whose sums pass 2**53 and are summed in integers
+    p = table.sockets
+    for algorithm, kind in itertools.product(ALGORITHMS, KINDS):
+        coll = Collective(kind, size, p)
+        if not CollectiveModel.applies(coll, algorithm):
+            continue
+        sent = Transfers()
+        model(table)._issue(sent, kind, size, p, algorithm)
+        for sync in (0.0, 3.2e-6):
+            assert floor_cycles(table, sent, 3040, sync, 1) == _floor_message_by_message(table, sent, 3040, sync, 1)
+
+
 def test_auto_keeps_its_choice_and_gives_it_again():
     m = model(ring(8))
     for kind in KINDS:
