@@ -102,7 +102,9 @@ class Schedule:
 
     def send(self, src: int, dst: int, n_bytes: int, ready: int) -> int:
         """One point-to-point transfer requested at cycle ``ready``; the cycle it completes."""
-        if n_bytes <= 0 or src == dst:
+        if n_bytes <= 0 or src == dst or self._overlap:
+            # once two transfers are known to share a link the result is discarded (the caller
+            # simulates), and the rest of the walk need not be timed
             return ready
         self.transfers += 1
         if src == 0:
@@ -129,7 +131,12 @@ class Schedule:
         finish = start + cycles
         busy = self._busy
         for link in links:
-            busy[link].append((start, finish))
+            on = busy[link]
+            # the link's latest transfer still streaming: contended (the multi-hop routes of a
+            # direct collective on a ring, found at once rather than after its thousands of sends)
+            if on and start < on[-1][1] and on[-1][0] < finish:
+                self._overlap = True
+            on.append((start, finish))
         self.link_bytes += n_bytes * len(links)
         if finish > self.end:
             self.end = finish

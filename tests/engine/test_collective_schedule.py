@@ -14,6 +14,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sn40l_sim.engine.collective_floor import Transfers
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.fluid import FluidNetwork, lone_flow_cycles
@@ -95,6 +96,26 @@ def test_transfers_sharing_a_link_are_found():
     on_mesh = Schedule(table(8), 3056, 0.0, 1)
     on_mesh.direct(list(range(8)), sizes)
     assert not on_mesh.contended() and on_mesh.result() is not None
+
+
+@pytest.mark.parametrize("topology,p", [("ring", 8), ("torus2d", 16), ("hypercube", 8), ("ring", 5)])
+def test_a_shared_link_found_mid_walk_is_one_the_full_check_finds(topology, p):
+    # a transfer overlapping the latest one on a link ends the walk at once (the result is
+    # discarded); the intervals recorded until then must show that overlap to the full check
+    links, flagged = table(p, topology), 0
+    model = CollectiveModel(links, 1.3e-6)
+    for kind, algorithm, size in itertools.product(KINDS, ("direct", "ring", "tree"), (7, 2_000_003)):
+        if not CollectiveModel.applies(Collective(kind, size, p), algorithm):
+            continue
+        plan = Schedule(links, 2080, 3.2e-6, 1)
+        model._issue(plan, kind, size, p, algorithm)
+        if plan._overlap:
+            flagged += 1
+            plan._overlap = False
+            every = Transfers()   # the collective's messages, untimed
+            model._issue(every, kind, size, p, algorithm)
+            assert plan.contended() and plan.transfers < len(every.sends)
+    assert flagged >= 1
 
 
 def test_a_duration_on_a_whole_cycle_is_left_to_the_event_loop():
