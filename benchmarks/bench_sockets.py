@@ -49,7 +49,7 @@ GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main comman
 GOAL_SOCKETS = 64   # the node size the goal is on
 SOCKETS = (16, 32, 64)
 #: the node sizes and topologies of ``run_all.py``'s rows: full meshes of each size, then the
-#: 64-socket ring and 2-D torus (about 8 and 9 CPU s, their collectives' flows in the fluid network)
+#: 64-socket ring and 2-D torus (about 3.5 and 3.8 CPU s, their collectives' flows in the fluid network)
 CASES: tuple[tuple[int, str], ...] = tuple((p, "full_mesh") for p in SOCKETS) + ((64, "ring"), (64, "torus2d"))
 
 
