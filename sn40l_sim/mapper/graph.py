@@ -345,7 +345,7 @@ def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[
     overlapped = [c for c in kernel.collectives if c.overlapped and not c.after]
     overlap = sum(collective_cycles(c) for c in overlapped)
     staged = sum(staging_bytes(c) for c in overlapped) if staging_bytes is not None and overlap else 0
-    windows = overlap_windows(socket, kernel, collective_cycles)
+    windows = overlap_windows(socket, kernel, collective_cycles, staging_bytes)
     if not overlap and not windows:
         return LONE_CALL
     return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows)

@@ -52,7 +52,9 @@ compute. So, with ``C`` the slowest compute stage per data tile and ``n_0`` the 
 
 and exactly the chunk-by-chunk recurrence of :mod:`.read_ahead`, which equals the engine's iteration
 but for the previous iteration's collectives staging their bytes through the same channel (a few
-hundred cycles in 400,000 at most on the shipped looped decoders). Later sections add their fill and
+hundred cycles in 400,000 at most on the shipped looped decoders); a one-section kernel whose
+collectives carry one operator's output (its windows) is replayed with their staging
+(:mod:`.window_replay`). Later sections add their fill and
 stream and reload their configuration every iteration. Of plans with equal iteration times the one
 with the shorter compute chain wins.
 """
@@ -161,17 +163,19 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         if loop.pipelined:
             # the gate holds the previous iteration's time past its tiles, which grows with the
             # gate (the stream ahead shortens the last window): from below to its steady state
-            after = 0.0
+            # and the stream shares its first cycles with their staging
+            after, carry = 0.0, ()
             for _ in range(4):
-                tiles, later = windowed_section_cycles(socket, plans[0], fill, loop.gate_cycles + after, loop.windows,
-                                                       compute)
-                if later <= after:
+                got = windowed_section_cycles(socket, plans[0], fill, loop.gate_cycles + after, loop.windows,
+                                              compute, tiers.activations, carry)
+                if got.after <= after and got.carry == carry:
                     break
-                after = later
-            objective = (reload + tiles, sum(p.chain_cycles for p in plans))
+                after, carry = max(after, got.after), got.carry
+            objective = (reload + got.end, sum(p.chain_cycles for p in plans))
         else:
-            tiles, after = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute)
-            objective = (reload + fill + tiles + after, math.ceil(objective[0]))
+            got = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute, tiers.activations)
+            after = got.after
+            objective = (reload + fill + got.end + after, math.ceil(objective[0]))
         stall = 0
     elif loop.windows and not loop.pipelined:
         if ahead:

@@ -29,8 +29,10 @@ before the compute would be done with it: the engine lets a chunk's tiles comput
 and charges the last tile after it only when the chunk is late.
 
 What the engine has and this leaves out: the previous iteration's collectives stage their bytes
-through the same memory channel while the stream runs ahead (they may slow each other), two tiers
-streaming one chunk share the TLN, and the fluid network's whole-cycle wake-ups.
+through the same memory channel while the stream runs ahead (they may slow each other; the replay
+of a section with windows, :mod:`.window_replay`, has its windows' collectives' staging through
+``arrive``), two tiers streaming one chunk share the TLN, and the fluid network's whole-cycle
+wake-ups.
 
 Examples
 --------
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware import figures
@@ -83,13 +86,17 @@ def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:
 
 def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
                         fill: int, gate: float, buffer: float,
-                        reach: Callable[[int, float], float] | None = None) -> float:
+                        reach: Callable[[int, float], float] | None = None,
+                        arrive: Callable[[int, float], float] | None = None) -> float:
     """Cycles of a loop iteration's first section (see the module docstring): chunks of ``tiles``
     data tiles and ``sizes`` bytes whose streams take ``loads`` cycles alone, ``per_tile`` compute
     cycles per data tile, the ``fill`` after the ``gate``, and at most ``buffer`` bytes loaded
     ahead of the compute. ``reach(tile, cycle)``, when given, is when the compute goes on after it
     has reached data tile ``tile`` at ``cycle`` (at the start and after each chunk; a wait there
-    for a window's collective, :mod:`.window_replay`)."""
+    for a window's collective, :mod:`.window_replay`). ``arrive(chunk, cycle)``, when given, is when
+    chunk ``chunk`` whose stream starts at ``cycle`` has arrived (default: ``loads`` after; a
+    stream sharing its channel with collectives' staging, :mod:`.window_replay`); it is asked
+    after every earlier chunk's ``reach``."""
     consumed: list[float] = []
     memory = ahead = oldest = first = 0
     compute = gate + fill if reach is None else reach(0, gate + fill)
@@ -98,7 +105,7 @@ def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Seq
             memory = max(memory, consumed[oldest])
             ahead -= sizes[oldest]
             oldest += 1
-        started, memory = memory, memory + load
+        started, memory = memory, (memory + load if arrive is None else arrive(i, memory))
         ahead += size
         compute = max(compute, started) + n * per_tile
         if memory > compute:
@@ -126,15 +133,14 @@ def cut_chunks(tiles: Sequence[int], points: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def section_chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
-            points: Sequence[int] = ()) -> tuple[tuple[int, ...], list[int], list[int]]:
-    """Tiles, bytes and stream cycles of each chunk of ``plan`` (the engine's
+def tier_chunks(socket: SocketSpec, plan: SectionPlan, tiles: Sequence[int]) -> dict[str, tuple[list[int], float]]:
+    """Tier -> (each chunk's bytes there, the rate in bytes per cycle the section streams them at)
+    for the chunks ``tiles`` of ``plan`` (the engine's
     :class:`~sn40l_sim.engine.kernel_costs.SectionCosts`: integer shares of each tier's bytes, each
-    tier streamed at the rate its slowest memory stage issues, within the tier's channel), cut at
-    the data tiles ``points``."""
-    tiles = cut_chunks(chunk_tiles(plan.n_tiles, chunks), points)
+    tier streamed at the rate its slowest memory stage issues, within the tier's channel); tiers
+    the section does not stream left out."""
     n = sum(tiles)
-    sizes, loads = [0] * len(tiles), [0] * len(tiles)
+    out = {}
     for tier in socket.memory:
         total = plan.tier_bytes(tier)
         # the memory stage's unrounded stream per data tile, as the engine caps the stream
@@ -143,13 +149,21 @@ def section_chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
             continue
         spec = socket.memory[tier]
         channel = figures.memory_bytes_per_s(socket, tier) * spec.efficiency / socket.clock_hz
-        rate = min(total / n / worst, channel)
-        first = 0
-        for i, k in enumerate(tiles):
-            part = total * (first + k) // n - total * first // n
+        edges = [total * first // n for first in accumulate(tiles, initial=0)]
+        out[tier] = ([b - a for a, b in zip(edges, edges[1:], strict=False)], min(total / n / worst, channel))
+    return out
+
+
+def section_chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
+            points: Sequence[int] = ()) -> tuple[tuple[int, ...], list[int], list[int]]:
+    """Tiles, bytes and stream cycles (the slowest tier's, :func:`tier_chunks`) of each chunk of
+    ``plan``, cut at the data tiles ``points``."""
+    tiles = cut_chunks(chunk_tiles(plan.n_tiles, chunks), points)
+    sizes, loads = [0] * len(tiles), [0] * len(tiles)
+    for parts, rate in tier_chunks(socket, plan, tiles).values():
+        for i, part in enumerate(parts):
             sizes[i] += part
             loads[i] = max(loads[i], math.ceil(part / rate - 1e-9))
-            first += k
     return tiles, sizes, loads
 
 

@@ -10,10 +10,14 @@ than its last data tile's share after it closes; the compute waits there for a w
 before the stream's end (its later tiles read the reduced rows) while the memory streams run on.
 The links take the transfers in the order they are asked for: a collective's when its window opens,
 its share's when its window has closed and its collective has ended.
-This replays that arithmetic for a stream that shares nothing (the engine's collectives staging
-their bytes through the stream's channel only slow it down), so where the stream would hide a
-collective's wait the score hides it too; :func:`~.windows.exposed_cycles`, which counts the wait
-where the compute starts, cannot see that.
+This replays that arithmetic, so where the stream would hide a collective's wait the score hides it
+too; :func:`~.windows.exposed_cycles`, which counts the wait where the compute starts, cannot see
+that. A collective writes what it receives to the activations' tier while it holds the links, and
+the engine shares the tier between that and the stream, max-min fair: the replay slows each chunk's
+stream there by the staging running meanwhile (:func:`shared_arrival`), this iteration's and the
+previous one's still running (``carried``). Left out, it made a memory-bound chunk that arrived
+just after the compute was done with it cost a whole data tile more in the engine than scored,
+and the mapper chose such plans (docs/validation.md, "Faster links or HBM, a slower step").
 
 Examples
 --------
@@ -30,15 +34,19 @@ the window opens at 3,100 and its collective outlasts the stream by 500 cycles.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.read_ahead import (
     CHUNKS_PER_SECTION,
     read_ahead_bytes,
     section_chunks,
     stream_ahead_cycles,
+    tier_chunks,
 )
 from sn40l_sim.mapper.windows import OverlapWindow, window_points, window_tiles
 
@@ -46,61 +54,189 @@ if TYPE_CHECKING:
     from sn40l_sim.mapper.plans import SectionPlan
 
 
+#: a collective's staging as the replay runs it: ``(start, end, bytes per cycle)``
+Span = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class StagedStream:
+    """The part of a section's stream in the tier its collectives stage through: each chunk's
+    bytes there (``parts``), the rate the section streams them at alone, the tier's path's
+    ``capacity`` (its channel or the TLN, the narrower; bytes per cycle) and each chunk's stream
+    cycles in the other tiers (``others``), which the staging does not touch."""
+
+    parts: Sequence[int]
+    rate: float
+    capacity: float
+    others: Sequence[int]
+
+
+def stream_share(rate: float, pace: float, capacity: float) -> float:
+    """The rate a stream wanting ``rate`` gets from a path of ``capacity`` while a staging flow
+    wants ``pace`` (the engine's max-min fair sharing, :mod:`sn40l_sim.engine.fluid`).
+
+    >>> stream_share(900, 50, 1000), stream_share(900, 100, 1000), stream_share(300, 900, 1000)
+    (900, 900, 300)
+    >>> stream_share(950, 100, 1000), stream_share(900, 700, 1000)
+    (900, 500.0)
+    """
+    if rate + pace <= capacity:
+        return rate
+    if pace <= capacity / 2:
+        return capacity - pace
+    return min(rate, capacity / 2)
+
+
+def shared_arrival(start: float, n_bytes: float, rate: float, capacity: float, spans: Sequence[Span]) -> float:
+    """When ``n_bytes`` streamed from ``start`` at ``rate`` have arrived, sharing the path with the
+    staging ``spans`` (one at a time: they are the collectives' times on the socket's links).
+
+    >>> shared_arrival(0, 1000, 10, 10, [(20, 60, 5)])   # half the rate for 40 cycles
+    120.0
+    """
+    t, left = float(start), float(n_bytes)
+    rate = min(rate, capacity)
+    for a, e, pace in sorted(spans):
+        if e <= t:
+            continue
+        if a > t:
+            if left <= (a - t) * rate:
+                break
+            left -= (a - t) * rate
+            t = a
+        share = stream_share(rate, pace, capacity)
+        if left <= (e - t) * share:
+            return t + left / share
+        left -= (e - t) * share
+        t = e
+    return t + left / rate
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A replayed stream: when its compute is done (``end``), the cycles its last windows'
+    collectives outlast it (``after``) and the staging of those still running then, counted from
+    its end (``carry``: the next loop iteration's stream shares its first cycles with them)."""
+
+    end: float
+    after: float
+    carry: tuple[Span, ...] = ()
+
+
 def replay_windows(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
-                   fill: int, gate: float, buffer: float, windows: Sequence[tuple[int, int, float, float]],
-                   delay: float) -> tuple[float, float]:
-    """``(end, after)``: when the compute of a stream of chunks (``tiles``, ``sizes``, ``loads`` as
+                   fill: int, gate: float, buffer: float, windows: Sequence[tuple[float, ...]],
+                   delay: float, staged: StagedStream | None = None, carried: Sequence[Span] = ()) -> tuple[float, float]:
+    """``(end, after)`` of :func:`replay_stream`."""
+    got = replay_stream(tiles, sizes, loads, per_tile, fill, gate, buffer, windows, delay, staged, carried)
+    return got.end, got.after
+
+
+def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
+                  fill: int, gate: float, buffer: float, windows: Sequence[tuple[float, ...]],
+                  delay: float, staged: StagedStream | None = None, carried: Sequence[Span] = ()) -> Replay:
+    """When the compute of a stream of chunks (``tiles``, ``sizes``, ``loads`` as
     :func:`~.read_ahead.stream_ahead_cycles` takes them) is done, its waits mid-way included, and
     the cycles its last windows' collectives outlast it. ``windows``: ``(first, stop, body, tail)``
-    per window, its data tiles ``[first, stop)`` (chunk boundaries), its collective's cycles and
-    its last share's; each collective starts ``delay`` cycles after its window opens."""
+    or ``(first, stop, body, tail, staged bytes)`` per window, its data tiles ``[first, stop)``
+    (chunk boundaries), its collective's cycles, its last share's and the bytes it stages while on
+    the links; each collective starts ``delay`` cycles after its window opens. With ``staged``, a
+    chunk's stream in the staging tier shares it with the collectives staging then, and with the
+    ``carried`` staging of the previous loop iteration's."""
     n_tiles = sum(tiles)
-    links, after = 0.0, 0.0
+    links, after, end = 0.0, 0.0, 0.0
     bodies: dict[int, float] = {}
     asked: list[tuple[float, int]] = []   # collectives asked for and not yet on the links
+    spans: list[Span] = list(carried)
+
+    def on_links(at: float, j: int, free: float) -> tuple[float, Span | None]:
+        # a collective asked for at ``at`` on links free from ``free``: its end and its staging
+        body = windows[j][2]
+        begin = max(at, free)
+        rate = windows[j][4] / body if len(windows[j]) > 4 and body else 0.0
+        return begin + body, ((begin, begin + body, rate) if rate else None)
 
     def grant(until: float) -> None:
         # the links take what was asked for by ``until``, in the order it was asked for
         nonlocal links
         while asked and asked[0][0] <= until:
             at, j = asked.pop(0)
-            bodies[j] = links = max(at, links) + windows[j][2]
+            links, span = on_links(at, j, links)
+            bodies[j] = links
+            if span:
+                spans.append(span)
+
+    def arrive(i: int, start: float) -> float:
+        # the staging of the collectives on the links or asked for by now (the later ones are
+        # asked for once the compute is done with this chunk, after its stream)
+        late = list(spans)
+        free = links
+        for at, j in asked:
+            free, span = on_links(at, j, free)
+            if span:
+                late.append(span)
+        alone = start + loads[i]
+        if not staged.parts[i] or not any(a < alone and e > start for a, e, _ in late):
+            return alone
+        shared = shared_arrival(start, staged.parts[i], staged.rate, staged.capacity, late)
+        return max(start + staged.others[i], math.ceil(shared - 1e-9))
 
     def reach(tile: int, now: float) -> float:
-        nonlocal links, after
-        for j, (first, _, _, _) in enumerate(windows):
+        nonlocal links, after, end
+        for j, (first, *_) in enumerate(windows):
             if first == tile:
                 asked.append((now + delay, j))
         ends = []
-        for j, (_, stop, _, tail) in enumerate(windows):
+        for j, (_, stop, _, tail, *_) in enumerate(windows):
             if stop == tile:
                 grant(now + delay if any(k == j for _, k in asked) else now)
                 # the share the collective's own time past the window's end has not covered takes
                 # the links once that has ended, after the transfers asked for before it
                 needed = tail - max(0.0, bodies[j] - now)
-                end = bodies[j]
+                done = bodies[j]
                 if needed > 0:
                     grant(max(now, bodies[j]) - 1e-9)
-                    end = links = max(now, bodies[j], links) + needed
-                ends.append(end)
+                    done = links = max(now, bodies[j], links) + needed
+                ends.append(done)
         if tile < n_tiles:
             return max([now, *ends])
-        after = max([after, *(end - now for end in ends)])
+        after = max([after, *(done - now for done in ends)])
+        end = now
         return now
 
-    return float(stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, reach)), float(after)
+    total = float(stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, reach,
+                                      arrive if staged is not None else None))
+    carry = tuple((a - end, e - end, rate) for a, e, rate in spans if e > end)
+    return Replay(total, float(after), carry)
+
+
+def _path_bytes_per_cycle(socket: SocketSpec, tier: str) -> float:
+    """The engine's capacity for a stream to ``tier``: the tier at its achievable fraction, or the
+    TLN it crosses, the narrower (:func:`sn40l_sim.engine.staging.path_bytes_per_cycle`)."""
+    return min(figures.memory_bytes_per_s(socket, tier) * socket.memory[tier].efficiency,
+               figures.agcus(socket) * socket.tln.bytes_per_s) / socket.clock_hz
 
 
 def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate: float,
-                            windows: Sequence[OverlapWindow], delay: float) -> tuple[float, float]:
-    """``(cycles, after)`` of a one-section call or loop iteration ``plan`` with ``windows`` (see the
-    module docstring): its stream from the ``gate`` and the ``fill`` before its compute, its waits
-    mid-way included, and the cycles its last collectives outlast it."""
+                            windows: Sequence[OverlapWindow], delay: float, tier: str | None = None,
+                            carried: Sequence[Span] = ()) -> Replay:
+    """A one-section call or loop iteration ``plan`` with ``windows`` replayed (see the module
+    docstring): its stream from the ``gate`` and the ``fill`` before its compute, its waits
+    mid-way included, the cycles its last collectives outlast it, and what they stage in ``tier``
+    (the activations', default the socket's first) still running at its end. ``carried``: the
+    previous loop iteration's staging still running at this one's start."""
     n = plan.n_tiles
     tiles, sizes, loads = section_chunks(socket, plan, CHUNKS_PER_SECTION, window_points(windows, n))
     spans = []
     for w in windows:
         first, stop = window_tiles((w.start, w.end), n)
-        spans.append((first, stop, float(w.body_cycles), float(w.tail_cycles(stop - first))))
-    return replay_windows(tiles, sizes, loads, plan.compute_cycles_per_tile, fill, gate,
-                          read_ahead_bytes(socket), spans, delay)
+        spans.append((first, stop, float(w.body_cycles), float(w.tail_cycles(stop - first)), float(w.staged_bytes)))
+    tier = tier if tier is not None else next(iter(socket.memory))
+    staged = None
+    by_tier = tier_chunks(socket, plan, tiles)
+    if tier in by_tier and any(w.staged_bytes for w in windows):
+        parts, rate = by_tier[tier]
+        others = [max((math.ceil(p[i] / r - 1e-9) for t, (p, r) in by_tier.items() if t != tier), default=0)
+                  for i in range(len(tiles))]
+        staged = StagedStream(parts, rate, _path_bytes_per_cycle(socket, tier), others)
+    return replay_stream(tiles, sizes, loads, plan.compute_cycles_per_tile, fill, gate, read_ahead_bytes(socket),
+                         spans, delay, staged, carried)

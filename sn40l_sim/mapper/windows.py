@@ -79,13 +79,15 @@ def window_tiles(fractions: tuple[float, float], n_tiles: int) -> tuple[int, int
 @dataclass(frozen=True)
 class OverlapWindow:
     """An overlapped collective naming its operator, as the mapper scores a call with it: its
-    window's fractions of the stream, its cycles, and ``tails[j]`` the cycles of its share of
-    ``2**j`` data tiles (``bytes / 2**j``)."""
+    window's fractions of the stream, its cycles, ``tails[j]`` the cycles of its share of
+    ``2**j`` data tiles (``bytes / 2**j``), and the bytes it stages in the activations' tier while
+    it runs (:func:`sn40l_sim.engine.staging.staged_bytes`), sharing that tier with the stream."""
 
     start: float
     end: float
     body_cycles: int
     tails: tuple[int, ...]
+    staged_bytes: int = 0
 
     def tail_cycles(self, tiles: int) -> int:
         """The share of a window of ``tiles`` data tiles, at most what the engine charges it (the
@@ -93,16 +95,18 @@ class OverlapWindow:
         return self.tails[min(len(self.tails) - 1, max(0, math.ceil(math.log2(max(1, tiles)))))]
 
 
-def overlap_windows(socket: SocketSpec, kernel: FusedKernel,
-                    collective_cycles: Callable[[Collective], float]) -> tuple[OverlapWindow, ...]:
-    """The windows of ``kernel``'s overlapped collectives that name their operator, in order."""
+def overlap_windows(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float],
+                    staging_bytes: Callable[[Collective], int] | None = None) -> tuple[OverlapWindow, ...]:
+    """The windows of ``kernel``'s overlapped collectives that name their operator, in order, with
+    the bytes each stages (``staging_bytes``; default: none)."""
     out = []
     for c in kernel.collectives:
         if c.overlapped and c.after:
             start, end = window_fractions(socket, kernel, c)
             tails = tuple(round(collective_cycles(replace(c, bytes=math.ceil(c.bytes / 2**j))))
                           for j in range(MAX_TILES_LOG2 + 1))
-            out.append(OverlapWindow(start, end, round(collective_cycles(c)), tails))
+            staged = staging_bytes(c) if staging_bytes is not None else 0
+            out.append(OverlapWindow(start, end, round(collective_cycles(c)), tails, staged))
     return tuple(out)
 
 
