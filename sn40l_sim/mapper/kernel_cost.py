@@ -73,7 +73,7 @@ from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.stages import TierSplit
-from sn40l_sim.mapper.window_replay import windowed_section_cycles
+from sn40l_sim.mapper.window_replay import looped_window_cycles, windowed_section_cycles
 from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
 
 
@@ -158,20 +158,14 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # one section: the engine's stream replayed chunk by chunk, its waits mid-way where they
         # are, under the stream that runs on (:mod:`.window_replay`); a call fills its pipeline
         # before its stream starts, a looped iteration's stream runs ahead during its gate, which
-        # holds the previous iteration's collectives' time past its tiles
+        # holds the previous iteration's collectives' time past its tiles: the loop's iterations
+        # replayed one after the other, their mean (the engine's loop is not at its steady state
+        # from the start)
         compute = plans[0].compute_cycles_per_tile
         if loop.pipelined:
-            # the gate holds the previous iteration's time past its tiles, which grows with the
-            # gate (the stream ahead shortens the last window): from below to its steady state
-            # and the stream shares its first cycles with their staging
-            after, carry = 0.0, ()
-            for _ in range(4):
-                got = windowed_section_cycles(socket, plans[0], fill, loop.gate_cycles + after, loop.windows,
-                                              compute, tiers.activations, carry)
-                if got.after <= after and got.carry == carry:
-                    break
-                after, carry = max(after, got.after), got.carry
-            objective = (reload + got.end, sum(p.chain_cycles for p in plans))
+            mean = looped_window_cycles(socket, plans[0], fill, loop.gate_cycles, loop.windows, compute,
+                                        tiers.activations, loop.iterations)
+            objective = (reload + mean, sum(p.chain_cycles for p in plans))
         else:
             got = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute, tiers.activations)
             after = got.after
