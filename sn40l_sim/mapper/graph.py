@@ -167,7 +167,10 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         # operator's output run beside its part of the stream, as the plan's windows say
         gate = sum(collective_cycles(c) for c in kernel.collectives
                    if not (c.overlapped and c.after)) if collective_cycles and looping else 0
-        context = LoopContext(loop.iterations, round(gate), looping, windows=calls[loop.first].windows)
+        staging = tuple((round(collective_cycles(c)), staging_bytes(c)) for c in kernel.collectives
+                        if not c.overlapped) if collective_cycles and staging_bytes and looping else ()
+        context = LoopContext(loop.iterations, round(gate), looping, gate_staging=staging,
+                              windows=calls[loop.first].windows)
         if not looping:
             context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles,
                               overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)

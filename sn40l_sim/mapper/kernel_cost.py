@@ -93,6 +93,10 @@ class LoopContext:
     #: bytes the overlapped collectives stage (write) in the activations' tier, which the call's
     #: own streams share with them (those without a window; :func:`held_back_cycles`)
     overlap_staged_bytes: int = 0
+    #: ``(cycles, staged bytes)`` of each collective after a looped iteration's tiles (not
+    #: overlapped), in order: they run in the next iteration's gate, staging their bytes through the
+    #: activations' tier while its stream runs ahead (:func:`~.window_replay.looped_window_cycles`)
+    gate_staging: tuple[tuple[int, int], ...] = ()
     #: the overlapped collectives that carry one operator's output (:mod:`.windows`): a call waits
     #: for them where its stream reaches their readers and after its last tile, a looped call's
     #: next iteration at its gate
@@ -164,7 +168,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         compute = plans[0].compute_cycles_per_tile
         if loop.pipelined:
             mean = looped_window_cycles(socket, plans[0], fill, loop.gate_cycles, loop.windows, compute,
-                                        tiers.activations, loop.iterations)
+                                        tiers.activations, loop.iterations, loop.gate_staging)
             objective = (reload + mean, sum(p.chain_cycles for p in plans))
         else:
             got = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute, tiers.activations)

@@ -205,7 +205,8 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
 
     total = float(stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, reach,
                                       arrive if staged is not None else None))
-    carry = tuple((a - end, e - end, rate) for a, e, rate in spans if e > end)
+    # this iteration's collectives still staging at its end (the ones carried in have ended by then)
+    carry = tuple((a - end, e - end, rate) for a, e, rate in spans[len(carried):] if e > end)
     return Replay(total, float(after), carry)
 
 
@@ -243,18 +244,26 @@ def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, ga
 
 
 def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate: float,
-                         windows: Sequence[OverlapWindow], delay: float, tier: str | None, iterations: int) -> float:
+                         windows: Sequence[OverlapWindow], delay: float, tier: str | None, iterations: int,
+                         gate_staging: Sequence[tuple[int, int]] = ()) -> float:
     """The mean iteration of a loop of ``iterations`` iterations of the one-section ``plan`` with
     ``windows``, each replayed (:func:`windowed_section_cycles`) after the one before it, as the
-    engine runs them: its ``gate`` (the collectives after the tiles) and the previous iteration's
-    time past its tiles, its stream sharing its first cycles with their staging. From the first
+    engine runs them: its ``gate`` (the collectives after the tiles, ``(cycles, staged bytes)``
+    each in ``gate_staging``, which take the links once the previous iteration's windows' have
+    ended) and the previous iteration's time past its tiles, its stream sharing its first cycles
+    with their staging. From the first
     (the gate alone) until they repeat, which the rest then do: a loop whose stream hides the
     windows' waits at first takes several iterations to reach its steady state (Llama-3.1-70B's
     decoder at batch 16 on 16 sockets: 112,813, 112,882, 118,060, then 122,043 cycles in the
     engine), which no few replays reached."""
     after, carry, ends = 0.0, (), []
     while len(ends) < iterations:
-        got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, carry)
+        spans, start = list(carry), after
+        for cycles, staged in gate_staging:
+            if cycles and staged:
+                spans.append((start, start + cycles, staged / cycles))
+            start += cycles
+        got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, spans)
         ends.append(got.end)
         if got.after == after and got.carry == carry:
             break
