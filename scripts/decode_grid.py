@@ -7,8 +7,12 @@ is never slower than looping off and that ``map`` stays a floor of ``run``.
 
 Prints one line per (model, sockets, attention_dp, batch): the looped and unlooped steps and map
 totals in ms, and flags ``LOOPED>OFF`` or ``MAP>RUN``; exits 1 if any point is flagged. Attention
-data-parallel over 1 and over all sockets; the full cache. Nothing is read from a file of
-expected values.
+data-parallel over 1 and over all sockets; the full cache. With ``--loop-scores`` each line adds,
+for the looped step's kernel loop, an iteration as the mapper scores it (the loop's second call)
+beside the engine's mean iteration, in cycles (docs/validation.md, "Faster links or HBM, a slower
+step"). Nothing is read from a file of expected values.
+
+    python scripts/decode_grid.py --batches 1,16,256,1024 --loop-scores
 """
 from __future__ import annotations
 
@@ -18,12 +22,31 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
+from sn40l_sim.engine.run_graph import EngineOptions, run_graph  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import ParallelPlan, Shape  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
 from sn40l_sim.study.assemble import step_timer  # noqa: E402
+
+
+def loop_scores(model_name: str, sockets: int, attention_dp: int, batch: int, kv: int) -> str:
+    """The looped step's kernel loop: an iteration as the mapper scores it (the loop's second call,
+    the first loading the configuration) and the engine's mean iteration (its stream from the first
+    iteration's start to the last one's end, over the iterations), in cycles."""
+    node = load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml")
+    model = load_model(REPO / "graphs" / f"llama3_1_{model_name}.yaml")
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets),
+                       ParallelPlan(tp=sockets, attention_dp=attention_dp))
+    placed = timer.placed(Shape("decode", batch, 0, kv))
+    run = run_graph(node, placed, timer.engine)
+    parts = []
+    for loop in run.loops:
+        records = run.records[loop.first:loop.stop]
+        mean = (records[-1].stream_end - records[0].stream_start) / len(records)
+        score = placed.kernels[loop.first + 1].call_cycles
+        parts.append(f"loop score {score} / engine mean {mean:.0f} cycles ({(score - mean) / mean:+.2%})")
+    return "; ".join(parts)
 
 
 def point_ms(model_name: str, sockets: int, attention_dp: int, batch: int, kv: int,
@@ -43,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="8b,70b", help="comma-separated: 8b, 70b, 405b")
     parser.add_argument("--batches", default="1,16,64,256,1024")
     parser.add_argument("--kv", type=int, default=128, help="cache length per sequence (tokens)")
+    parser.add_argument("--loop-scores", action="store_true",
+                        help="add the looped kernel's iteration as scored beside the engine's mean")
     args = parser.parse_args(argv)
     flagged = 0
     for name in args.models.split(","):
@@ -55,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     for looping in (True, False))
                     flags = (["LOOPED>OFF"] if on > off else []) + (["MAP>RUN"] if map_on > on or map_off > off else [])
                     flagged += bool(flags)
+                    scores = f", {loop_scores(name, sockets, dp, batch, args.kv)}" if args.loop_scores else ""
                     print(f"{name} {sockets} sockets dp {dp} batch {batch}: run {on:.3f} / {off:.3f} ms, "
-                          f"map {map_on:.3f} / {map_off:.3f} ms (looped / off) {' '.join(flags)}".rstrip())
+                          f"map {map_on:.3f} / {map_off:.3f} ms (looped / off){scores} {' '.join(flags)}".rstrip())
     return 1 if flagged else 0
 
 
