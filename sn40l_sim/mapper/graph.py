@@ -88,25 +88,25 @@ def _collector_paused() -> Iterator[None]:
     makes and drops hundreds of thousands of small acyclic objects (divisions, splits, keys), which
     reference counting frees, and each collection they trigger walks every live object of the
     process (a few % of a cold mapping). What the search kept (its memos: stages, allocations,
-    plans) then goes to the collector's oldest generation unexamined (:func:`_promote_young`)."""
+    plans) then goes to the collector's oldest generation unexamined (:func:`promote_young`)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            _promote_young()
+            promote_young()
             gc.enable()
 
 
-#: whether a paused search's kept objects go to the oldest generation (:func:`_promote_young`). It
+#: whether a paused search's kept objects go to the oldest generation (:func:`promote_young`). It
 #: moves every young object of the process, not only the mapper's, so a host that embeds the
 #: library keeps its own collector as it set it; the command line, whose process is the
 #: simulator's alone, turns it on (``sn40l_sim.commands.cli``)
 PROMOTE_KEPT_OBJECTS = False
 
 
-def _promote_young() -> None:
+def promote_young() -> None:
     """Move every object the collector tracks to its oldest generation without examining them,
     unless some are frozen (``gc.freeze``, which this would undo). With the collector paused, the
     objects a search made and kept pile up in the youngest generation, and the first allocation

@@ -82,6 +82,19 @@ def test_the_command_line_promotes_while_a_mapping_command_runs_and_restores_aft
     assert seen == [True, False] and graph.PROMOTE_KEPT_OBJECTS is False
 
 
+def test_what_a_mapping_command_kept_is_not_left_young_for_the_callers_thresholds(collector_on, monkeypatch):
+    # restoring the caller's thresholds (Python's default: 700) with the command's objects still
+    # young made the next allocation walk them all, a collection the process exits right after
+    from sn40l_sim.commands import cli
+
+    kept: list[object] = []
+    monkeypatch.setattr(cli, "build_parser", lambda command: _Parser(
+        lambda args: kept.extend([i, str(i)] for i in range(5000))))
+    assert cli.main(["run", "x.yaml"]) == 0
+    assert _in_generation(kept, 2) and _in_generation(kept[-1], 2)
+    assert gc.get_count()[0] < 100 and gc.get_freeze_count() == 0
+
+
 class _Parser:
     """A stand-in for the CLI's parser whose command only records what it saw."""
 
