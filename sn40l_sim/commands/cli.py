@@ -55,13 +55,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-#: the collector's thresholds while a command runs (young objects, then the two older generations)
-GC_THRESHOLDS = (50_000, 20, 20)
+#: the collector's thresholds while a command runs (young objects, then the two older
+#: generations). The young threshold is above the objects that importing a run's libraries leaves
+#: (about 75,000 for the package with numpy and pydantic, as many again for matplotlib), which all
+#: live to the end: at 50,000 a collection walked each import's and freed almost nothing (20-40
+#: ms of a cold run)
+GC_THRESHOLDS = (200_000, 20, 20)
+#: errors of a device that takes no more bytes (standard output redirected to a full disk)
+FULL_DEVICE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 #: the commands that map kernels: in their process, what a kernel's search keeps goes to the
 #: collector's oldest generation unexamined (``sn40l_sim.mapper.graph.PROMOTE_KEPT_OBJECTS``), a
 #: process-wide move the library does not make for a host that embeds it
-#: errors of a device that takes no more bytes (standard output redirected to a full disk)
-FULL_DEVICE = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 MAPPING_COMMANDS = frozenset({"run", "sweep", "map", "validate", "calibrate", "golden"})
 #: exit statuses besides 0 (success) and 1 (failed checks or runs)
 EXIT_INPUT, EXIT_INVARIANT, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 3, 130, 143

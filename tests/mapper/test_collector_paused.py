@@ -4,6 +4,8 @@ as it was, and objects a caller froze stay frozen."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import pytest
 
@@ -93,6 +95,23 @@ def test_what_a_mapping_command_kept_is_not_left_young_for_the_callers_threshold
     assert cli.main(["run", "x.yaml"]) == 0
     assert _in_generation(kept, 2) and _in_generation(kept[-1], 2)
     assert gc.get_count()[0] < 100 and gc.get_freeze_count() == 0
+
+
+def test_importing_a_runs_libraries_leaves_fewer_objects_than_a_young_collection_waits_for():
+    # they all live to the end of the command: a young collection during an import (at 50,000 one
+    # during numpy's and one during matplotlib's) walks them and frees almost nothing
+    from sn40l_sim.commands import cli
+
+    code = ("import gc; gc.disable(); before = len(gc.get_objects())\n"
+            "import sn40l_sim.commands.run, sn40l_sim.mapper.graph, sn40l_sim.study.assemble, sn40l_sim.study.runner\n"
+            "import sn40l_sim.report.results, sn40l_sim.report.plot\n"
+            "package = len(gc.get_objects())\n"
+            "import matplotlib.figure, matplotlib.backends.backend_agg\n"
+            "print(package - before, len(gc.get_objects()) - package)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    package, plotting = map(int, out.split())
+    assert package > 10_000 and plotting > 10_000              # what is counted is what is imported
+    assert package + plotting < cli.GC_THRESHOLDS[0]
 
 
 class _Parser:
