@@ -10,6 +10,7 @@ import pytest
 from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collectives import ALGORITHMS, CollectiveModel
 from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import Collective
 
@@ -69,6 +70,29 @@ def test_auto_does_not_simulate_an_algorithm_its_floor_rules_out():
     assert chosen.algorithm == "tree"
     assert m.floor(coll, "direct") > chosen.cycles
     assert ("all_reduce", 16384, 32, "direct") not in m._memo
+
+
+@pytest.mark.parametrize("group", [8, 16])
+def test_auto_times_every_algorithm_by_its_schedule_among_members_one_hop_apart(group):
+    # no transfer shares a link on a full mesh: the event-free schedule costs less than the floor
+    # that would skip it, and the choice is the same (test_auto_chooses_what_simulating_...)
+    m = model(mesh(16))
+    for kind in KINDS:
+        coll = Collective(kind, 64 * 1024 + 1, group)
+        m.run(coll)
+        applying = [(kind, coll.bytes, group, a) for a in ALGORITHMS if m.applies(coll, a)]
+        assert all(key in m._memo and key not in m._floors for key in applying)
+    assert m.scheduled > m.simulated
+
+
+def test_auto_still_floors_members_that_are_not_one_hop_apart():
+    m = model(mesh(16))
+    too_many = Collective("all_reduce", 4096, 17)
+    with pytest.raises(InfeasibleError, match="needs 17 sockets"):
+        m.run(too_many)
+    m = model(ring(8))
+    m.run(Collective("all_to_all", 2048, 8))
+    assert m._floors
 
 
 def _floor_message_by_message(table, sent, setup_cycles, sync_latency_s, dma_engines):
