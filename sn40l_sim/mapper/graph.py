@@ -160,7 +160,16 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     tiers = memory.tiers()
     key = mapping_key(node.socket)
     order = graph.kernels()
-    calls = [_call(node.socket, k, collective_cycles, staging_bytes) for k in order]
+    # a call's context reads the kernel's operators and collectives, not its name or layer: worked
+    # out once per signature (the identical layers), not for each of a graph's hundreds of kernels
+    contexts: dict[FusedKernel, LoopContext] = {}
+    calls = []
+    for k in order:
+        signature = k.signature()
+        context = contexts.get(signature)
+        if context is None:
+            context = contexts[signature] = _call(node.socket, k, collective_cycles, staging_bytes)
+        calls.append(context)
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
         # the next iteration waits for the collectives after the tiles; those that carry one
@@ -313,9 +322,17 @@ def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedK
                ) -> tuple[PlacedKernel, ...]:
     """``plans`` (mapped for ``calls``) as the graph calls them, those whose configuration stays
     loaded charged none."""
-    return tuple(as_called(socket, pk, call, _after(k, call, collective_cycles), r,
-                           _tails(k, pk.n_tiles, call, collective_cycles))
-                 for k, pk, call, r in zip(order, plans, calls, resident, strict=True))
+    # the collectives' waits read the kernel's collectives, whether the call is looped and its
+    # data tiles: worked out once for the identical layers
+    waits: dict[tuple[FusedKernel, bool, int], tuple[int, int]] = {}
+    out = []
+    for k, pk, call, r in zip(order, plans, calls, resident, strict=True):
+        key = (k.signature(), call.pipelined, pk.n_tiles)
+        wait = waits.get(key)
+        if wait is None:
+            wait = waits[key] = (_after(k, call, collective_cycles), _tails(k, pk.n_tiles, call, collective_cycles))
+        out.append(as_called(socket, pk, call, wait[0], r, wait[1]))
+    return tuple(out)
 
 
 def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[Collective], float] | None) -> int:

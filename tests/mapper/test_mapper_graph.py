@@ -6,6 +6,7 @@ from dataclasses import replace
 from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.mapper import disk_cache, map_graph, map_kernel
 from sn40l_sim.mapper.graph import clear_memo
 
@@ -40,6 +41,34 @@ def test_identical_layers_are_mapped_once(node, monkeypatch):
         mapped = len(calls)
         map_graph(node, graph)
     assert len(calls) == mapped                              # the memo survives between calls
+
+
+def test_a_graphs_call_contexts_and_waits_are_worked_out_once_per_distinct_kernel(node, monkeypatch):
+    # they read a kernel's operators and collectives, not its name or layer: the windows of its
+    # overlapped collectives (a collective timed at 25 sizes each) once, not for each of 61 layers
+    graph = deepseek_graph("decode", drafts=2)
+    collectives = CollectiveModel.from_node(node)
+    asked: dict[str, list] = {"_call": [], "_after": []}
+
+    def recording(name, kernel_at):
+        real, got = getattr(graph_mod, name), asked[name]
+
+        def spy(*args):
+            got.append(args[kernel_at].signature())
+            return real(*args)
+        return spy
+
+    monkeypatch.setattr(graph_mod, "_call", recording("_call", 1))      # (socket, kernel, ...)
+    monkeypatch.setattr(graph_mod, "_after", recording("_after", 0))    # (kernel, call, ...)
+    placed = map_graph(node, graph, collective_cycles=lambda c: collectives.run(c).cycles)
+    distinct = {k.signature() for k in graph.kernels()}
+    assert set(asked["_call"]) == distinct and len(asked["_call"]) == len(distinct)
+    assert set(asked["_after"]) == distinct and len(asked["_after"]) < len(graph.kernels()) // 5
+    assert any(pk.kernel.collectives for pk in placed.kernels)
+    by_sig = {}
+    for pk in placed.kernels:
+        other = by_sig.setdefault(pk.kernel.signature(), pk)
+        assert replace(pk, kernel=other.kernel) == other
 
 
 def test_mapping_is_deterministic(node):
