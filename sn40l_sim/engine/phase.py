@@ -15,17 +15,41 @@ from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.ir import FusedKernel, Operator
 
 #: operators that belong to the attention itself (not its projections): they read the KV cache,
-#: or are its softmax
+#: or are its softmax, or are a GEMM beside a softmax (:func:`attention_flags`)
 ATTENTION_OP_KINDS = frozenset({"softmax"})
 
 
 def is_attention_op(op: Operator) -> bool:
-    """Whether ``op`` is part of the attention proper (scores, softmax, weighted sum of values).
+    """Whether ``op`` alone shows that it is part of the attention proper: it reads the KV cache or
+    is a softmax. The weighted sum of values need not read the cache (:func:`attention_flags`).
 
     >>> is_attention_op(Operator("scores", "gemm", kv_read_bytes=10)), is_attention_op(Operator("q_a", "gemm"))
     (True, False)
     """
     return op.kv_read_bytes > 0 or op.kind in ATTENTION_OP_KINDS
+
+
+def attention_flags(ops: Sequence[Operator]) -> list[bool]:
+    """Which of a kernel's operators (in order) are the attention proper: scores, softmax, weighted
+    sum of values. Those that read the KV cache or are a softmax (:func:`is_attention_op`), and the
+    GEMMs just before and after a softmax: its scores and the weighted sum of its probabilities.
+    MLA's absorbed decode reads the cached latent once, with the scores' tile, so its weighted sum
+    reads no cache bytes of its own (``absorbed_pv``, :mod:`sn40l_sim.models.families.mla`), and a
+    prefill's scores and weighted sum read K and V as activations; counted by cache reads alone,
+    their FLOPs went to ``other_compute`` (docs/validation.md, "Sequences per socket").
+
+    >>> ops = (Operator("q", "gemm"), Operator("qk", "gemm", kv_read_bytes=8), Operator("p", "softmax"),
+    ...        Operator("pv", "gemm"), Operator("o", "gemm"))
+    >>> attention_flags(ops)
+    [False, True, True, True, False]
+    """
+    flags = [is_attention_op(op) for op in ops]
+    for i, op in enumerate(ops):
+        if op.kind in ATTENTION_OP_KINDS:
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(ops) and ops[j].kind == "gemm":
+                    flags[j] = True
+    return flags
 
 
 @dataclass(frozen=True)
@@ -151,7 +175,7 @@ def operator_sums(ops: tuple[Operator, ...]) -> tuple[int, int, int, int, int]:
     """
     return (sum(op.weight_bytes for op in ops), sum(op.kv_read_bytes + op.kv_write_bytes for op in ops),
             sum(op.act_in_bytes + op.act_out_bytes for op in ops), sum(op.flops for op in ops),
-            sum(op.flops for op in ops if is_attention_op(op)))
+            sum(op.flops for op, attention in zip(ops, attention_flags(ops), strict=True) if attention))
 
 
 def kernel_timing(record: KernelRecord, sums: tuple[int, int, int, int, int] | None = None) -> KernelTiming:

@@ -160,6 +160,23 @@ def test_decode_breakdown_explains_the_step(full):
     assert memory >= sum(k.tier_bytes["hbm"] for k in bound) / hbm_per_s * (1 - 1e-9)
 
 
+def test_attention_compute_is_the_mla_kernels_scores_softmax_and_weighted_sum(full):
+    # the absorbed decode reads the cached latent once, with the scores' tile, so its weighted sum
+    # (52 of the 111 attention GFLOP at a 133K cache) reads no cache bytes of its own; it was booked
+    # to other_compute, which was then mostly attention (docs/validation.md, "Sequences per socket")
+    step = full.decode_step(16, 131072)
+    graph = full.graph(Shape("decode", 16, 0, 131072)).graph
+    mla = [k for k in step.kernels if k.kind == "mla"]
+    assert mla
+    for k in mla:
+        ops = {op.name: op for op in graph.nodes[k.name]["kernel"].operators}
+        assert k.attention_flops == sum(ops[n].flops for n in ("absorbed_qk", "absorbed_softmax", "absorbed_pv"))
+    parts = decode_step_breakdown(step)
+    # the MLA kernels hold nearly all the step's compute-bound time, and nearly all of their FLOPs
+    # are attention: what is left for the projections and experts is a small part
+    assert parts["attention_compute"] > 10 * parts["other_compute"]
+
+
 def test_representative_layers(model, full, snap):
     decode = full.decode_step(16, 131072)
     assert decode.layer is not None and decode.layer >= model.dense_layers
