@@ -3,6 +3,7 @@ and for several short ones of the same bytes, the sizes of the split-KV mechanis
 refused with exit status 2."""
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -12,6 +13,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import sequences_per_socket as script  # noqa: E402
+
+from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
+from sn40l_sim.ir import ParallelPlan  # noqa: E402
+from sn40l_sim.kvcache import make_policy  # noqa: E402
+from sn40l_sim.models.loader import load_model  # noqa: E402
+from sn40l_sim.study.assemble import step_timer  # noqa: E402
 
 
 def _number(pattern: str, text: str) -> float:
@@ -36,9 +43,19 @@ def test_equal_bytes_give_equal_flops_and_only_a_split_cache_has_partials_to_mer
 
 
 def test_the_step_lines_are_the_step_timers():
+    # the step is StepTimer.decode_step's for the main experiment's deployment at 16 sequences, and
+    # its breakdown, in ms to two decimals, adds up to it (the causes share the step's critical path)
     line, = script.step_lines([(1, 4096)])
     assert line.startswith("1x4096 step (batch 16): ")
-    assert _number(r": ([\d.]+) ms", line) > 0 and "'configuration'" in line
+    node = load_hardware(REPO / "hw_configs" / "sn40l_node16.yaml")
+    model = load_model(REPO / "graphs" / "deepseek_r1.yaml")
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16),
+                       {"expert_loading": "all"})
+    step_ms = timer.decode_step(16, 4096, 2).seconds * 1e3
+    assert _number(r": ([\d.]+) ms", line) == pytest.approx(step_ms, abs=0.005)
+    parts = ast.literal_eval(line[line.index("{"):])
+    assert {"configuration", "weights_streaming", "attention_compute"} <= set(parts)
+    assert sum(parts.values()) == pytest.approx(step_ms, abs=0.005 * len(parts) + 1e-6)
 
 
 def test_a_bad_case_exits_2(capsys):
