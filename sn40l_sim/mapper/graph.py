@@ -43,6 +43,7 @@ from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.mapper.side_by_side import remap_side_by_side
 from sn40l_sim.mapper.stages import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
@@ -258,39 +259,15 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
                         calls: list[LoopContext], kernels: tuple[PlacedKernel, ...], tiers: TierSplit, key: str,
                         collective_cycles: Callable[[Collective], float] | None) -> tuple[PlacedKernel, ...]:
     """``kernels`` or, when the step is shorter that way, the graph mapped again for its kernels to
-    stay loaded side by side (:mod:`.residency`): each kernel of one section, the longest first, is
-    mapped with its configuration free within the units per tile the others leave (another tile
-    count or tiling may then be faster), so that together they fit on the tiles. A kernel that
-    leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
-    calls_of = _calls_by_kind(order)
-    footprint = {kind: (plans[i[0]].pcus_per_tile, plans[i[0]].pmus_per_tile) for kind, i in calls_of.items()}
-    capacity = (socket.tile.pcus, socket.tile.pmus)
-    plans, contexts = list(plans), list(calls)
-    tried = False
-    for kind in sorted(calls_of, key=lambda k: -sum(kernels[i].call_cycles for i in calls_of[k])):
-        if plans[calls_of[kind][0]].sections != 1:
-            continue
-        free = [min(cap - sum(units[u][t] for other, units in footprint.items() if other != kind)
-                    for t in range(figures.tiles(socket))) for u, cap in enumerate(capacity)]
-        if min(free) <= 0:
-            continue
-        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
-        again: dict[LoopContext, PlacedKernel] = {}
-        try:
-            for i in calls_of[kind]:
-                if calls[i] not in again:
-                    again[calls[i]] = map_kernel_cached(socket, order[i], tiers, key, replace(calls[i], resident=True),
-                                                        budget)
-        except InfeasibleError:
-            continue
-        for i in calls_of[kind]:
-            plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
-        footprint[kind] = (plans[calls_of[kind][0]].pcus_per_tile, plans[calls_of[kind][0]].pmus_per_tile)
-        tried = True
-    if not tried:
-        return kernels
-    other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
-    return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+    stay loaded side by side, their rooms per tile chosen by the step's total
+    (:func:`~.side_by_side.remap_side_by_side`)."""
+    def mapped(kernel: FusedKernel, call: LoopContext, budget: UnitBudget) -> PlacedKernel:
+        return map_kernel_cached(socket, kernel, tiers, key, call, budget)
+
+    def scored(new_plans: list[PlacedKernel], contexts: list[LoopContext]) -> tuple[PlacedKernel, ...]:
+        return _as_called(socket, order, new_plans, contexts, resident_calls(socket, new_plans), collective_cycles)
+
+    return remap_side_by_side(socket, order, plans, calls, kernels, _calls_by_kind(order), mapped, scored)
 
 
 def _calls_by_kind(order: list[FusedKernel]) -> dict[int, list[int]]:

@@ -1,0 +1,142 @@
+"""A step's kernels mapped again to stay loaded side by side, their rooms chosen by the step's
+total: :func:`remap_side_by_side`.
+
+Configurations stay loaded where no other kernel takes their units (:mod:`.residency`), so a step
+whose kernels fit on the tiles together loads none of them. Each kernel of one section is mapped
+again with its configuration free, the longest first, within the units per tile the others leave.
+What the others leave is a choice. Mapped greedily, the longest kernel's room is whatever the
+others' first mappings do not take, and those were made for each kernel alone, as a lone call
+paying its whole configuration: a faster machine may let a kernel the step calls once (``lm_head``,
+the embedding) take a few more units, or a whole tile, and the decoder, mapped in what is left,
+then gets fewer or nothing. The step, and the mapper's own total, were longer on the faster machine
+(docs/validation.md, "Kernels mapped to stay loaded side by side").
+
+So the rooms are tried a few ways and the placement whose step is shortest by the mapper's total
+(the calls as the graph calls them, their residency replayed) is kept. The greedy one is tried
+first, so the result is never longer than it; then the kernels called once, while they are not yet
+mapped again, hold only a share of their first mapping's units per tile (:data:`RESERVED_SHARES`),
+which leaves the kernels called many times (whose calls each gain what their room buys) more room,
+and are then mapped in what those leave, the longest first, each within what the ones after it
+hold. The kernels called many times hold all their first mapping's units as in the greedy
+placement: shrinking them moved a prefill whose four layer kernels share the tiles from one split
+to another with the configuration rate, both ways (docs/validation.md).
+
+Examples
+--------
+>>> [reserved((10, 0, 7), share) for share in (1.0, *RESERVED_SHARES)]
+[(10, 0, 7), (8, 0, 6), (5, 0, 4), (3, 0, 2)]
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+
+from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.ir import FusedKernel, copied
+from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.kernel import LoopContext
+from sn40l_sim.mapper.placement import PlacedKernel
+
+#: shares of its first mapping's units per tile a kernel called once holds while the others are
+#: mapped again, besides all of them (the greedy placement)
+RESERVED_SHARES = (0.75, 0.5, 0.25)
+
+#: maps a kernel called as a context within a budget (the mapper's memo)
+Mapper = Callable[[FusedKernel, LoopContext, UnitBudget], PlacedKernel]
+#: the graph's plans as called (their residency replayed, :mod:`.residency`)
+Scorer = Callable[[list[PlacedKernel], list[LoopContext]], tuple[PlacedKernel, ...]]
+#: PCUs and PMUs per tile
+Units = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def reserved(units: tuple[int, ...], share: float) -> tuple[int, ...]:
+    """``share`` of ``units`` (per tile), rounded up: a kernel that uses a tile holds some of it."""
+    return tuple(math.ceil(n * share) for n in units)
+
+
+def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+                       calls: Sequence[LoopContext], kernels: tuple[PlacedKernel, ...],
+                       calls_of: dict[int, list[int]], mapped: Mapper, scored: Scorer) -> tuple[PlacedKernel, ...]:
+    """``kernels`` or, when the step is shorter that way, the graph mapped again for its kernels to
+    stay loaded side by side (see the module docstring): ``plans`` are the kernels' first mappings
+    for ``calls``, ``kernels`` them as called, ``calls_of`` the indices of each distinct kernel's
+    calls, ``mapped`` maps a kernel within a budget and ``scored`` gives plans as called. A kernel
+    that leaves no room to the others (one on every PCU of every tile) leaves nothing to try."""
+    kinds = sorted((kind for kind, i in calls_of.items() if plans[i[0]].sections == 1),
+                   key=lambda k: -sum(kernels[i].call_cycles for i in calls_of[k]))
+    first = {kind: _units(plans[i[0]]) for kind, i in calls_of.items()}
+    once = {kind for kind in kinds if len(calls_of[kind]) == 1}
+    # a share is tried only where the others' holdings leave the longest kernel some room
+    shares = [1.0] + [share for share in RESERVED_SHARES if once and kinds and
+                      _room(socket, {k: u for k, u in first.items() if k != kinds[0]}, once, share)]
+    best, best_cycles = kernels, sum(pk.call_cycles for pk in kernels)
+    placements: set[tuple[Units, ...]] = set()
+    for share in shares:
+        got = _mapped_beside(socket, order, plans, calls, calls_of, mapped, kinds, first, once, share)
+        if got is None:
+            continue
+        new_plans, contexts = got
+        footprints = tuple(_units(pk) for pk in new_plans)
+        if footprints in placements:
+            continue   # the placement of a larger share again: the same total
+        placements.add(footprints)
+        other = scored(new_plans, contexts)
+        cycles = sum(pk.call_cycles for pk in other)
+        if cycles < best_cycles:
+            best, best_cycles = other, cycles
+    return best
+
+
+def _units(pk: PlacedKernel) -> Units:
+    """The PCUs and PMUs per tile of ``pk``."""
+    return tuple(pk.pcus_per_tile), tuple(pk.pmus_per_tile)
+
+
+def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], share: float) -> bool:
+    """Whether the ``held`` units, ``share`` of those of the ``shrunk`` kernels, leave some of every
+    tile free."""
+    for u, cap in enumerate((socket.tile.pcus, socket.tile.pmus)):
+        for t in range(figures.tiles(socket)):
+            if sum(reserved(units[u], share)[t] if kind in shrunk else units[u][t]
+                   for kind, units in held.items()) >= cap:
+                return False
+    return True
+
+
+def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+                   calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper, kinds: list[int],
+                   first: dict[int, Units], once: Collection[int], share: float,
+                   ) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
+    """The graph's plans and contexts with each of ``kinds`` (kernels of one section), in turn,
+    mapped with its configuration free within the units per tile the others hold: those mapped
+    again their new plan's, those of ``once`` not yet mapped again ``share`` of their ``first``
+    mapping's, the others all of it; None when no kernel found room."""
+    footprint = dict(first)
+    pending = set(kinds)
+    capacity = (socket.tile.pcus, socket.tile.pmus)
+    tiles = figures.tiles(socket)
+    new_plans, contexts = list(plans), list(calls)
+    found = False
+    for kind in kinds:
+        pending.discard(kind)
+        held = [tuple(reserved(per_tile, share) for per_tile in units) if other in pending and other in once
+                else units for other, units in footprint.items() if other != kind]
+        free = [min(cap - sum(units[u][t] for units in held) for t in range(tiles)) for u, cap in enumerate(capacity)]
+        if min(free) <= 0:
+            continue
+        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
+        again: dict[LoopContext, PlacedKernel] = {}
+        try:
+            for i in calls_of[kind]:
+                if calls[i] not in again:
+                    again[calls[i]] = mapped(order[i], replace(calls[i], resident=True), budget)
+        except InfeasibleError:
+            continue
+        for i in calls_of[kind]:
+            new_plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
+        footprint[kind] = _units(new_plans[calls_of[kind][0]])
+        found = True
+    return (new_plans, contexts) if found else None
