@@ -83,6 +83,14 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
                              best.objective[0] if best is not None else math.inf)
         if local is not None and (best is None or (local.objective, index) < best_rank):
             best, best_rank = local, (local.objective, index)
+    if best is None and budget != NO_LIMITS:
+        # a section's fewest units fit the budget, but no tiling's allocation of them does (its
+        # buffers and partial sums need more): the room is too small, as when a section does not fit
+        limits = ", ".join(f"{name} {getattr(budget, name)}" for name in ("chip_tiles", "pcus_per_tile",
+                                                                          "pmus_per_tile", "n_tiles")
+                           if getattr(budget, name) is not None)
+        raise InfeasibleError(f"kernel {kernel.name!r}: no tiling fits within {limits}, "
+                              "though each section's fewest units do")
     if best is None:
         raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
     return best

@@ -54,3 +54,26 @@ def test_an_operator_that_cannot_fit_alone_is_infeasible(socket):
     huge_row = Operator("softmax", "softmax", elements=1 << 28, n=1 << 28, dtype="fp32")
     with pytest.raises(InfeasibleError, match="softmax.*cannot be placed.*PMUs"):
         map_kernel(socket, FusedKernel("big", "big", "prefill", (huge_row,)))
+
+
+def test_a_room_too_small_for_any_tiling_is_infeasible_not_an_internal_error():
+    """Within a room whose PCUs and PMUs fit each section's fewest units but no tiling's allocation
+    (DeepSeek-R1's decode MLA kernel within 4 PCUs and 88 PMUs a tile, a room the side-by-side
+    search may ask about), the mapping is refused as infeasible, which that search skips."""
+    from pathlib import Path
+
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.mapper.budget import UnitBudget
+    from sn40l_sim.models.builder import build_graph
+    from sn40l_sim.models.loader import load_model
+
+    root = Path(__file__).resolve().parents[2]
+    node = load_hardware(root / "hw_configs" / "sn40l_node16.yaml")
+    graph = build_graph(load_model(root / "graphs" / "deepseek_r1.yaml"),
+                        Shape("decode", 1, 131072, 133122, 2, context_len=133122), ParallelPlan(16, 16),
+                        make_policy("full", {}))
+    mla = next(k for k in graph.kernels() if k.name == "L03.mla").signature()
+    with pytest.raises(InfeasibleError, match="no tiling fits within pcus_per_tile 4, pmus_per_tile 88"):
+        map_kernel(node.socket, mla, budget=UnitBudget(pcus_per_tile=4, pmus_per_tile=88))
