@@ -1,14 +1,21 @@
 """Kernels too big for one configuration of the chip are split into sections, or refused."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from mapper_checks import check_all
 
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware import figures
-from sn40l_sim.ir import FusedKernel, Operator
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper import map_kernel
+from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.sections import min_units, output_bytes
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
 
 
 def _chain(n_ops: int, **op) -> FusedKernel:
@@ -60,15 +67,6 @@ def test_a_room_too_small_for_any_tiling_is_infeasible_not_an_internal_error():
     """Within a room whose PCUs and PMUs fit each section's fewest units but no tiling's allocation
     (DeepSeek-R1's decode MLA kernel within 4 PCUs and 88 PMUs a tile, a room the side-by-side
     search may ask about), the mapping is refused as infeasible, which that search skips."""
-    from pathlib import Path
-
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.ir import ParallelPlan, Shape
-    from sn40l_sim.kvcache import make_policy
-    from sn40l_sim.mapper.budget import UnitBudget
-    from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.models.loader import load_model
-
     root = Path(__file__).resolve().parents[2]
     node = load_hardware(root / "hw_configs" / "sn40l_node16.yaml")
     graph = build_graph(load_model(root / "graphs" / "deepseek_r1.yaml"),
