@@ -6,8 +6,9 @@ its allocation (:func:`section_allocation`), then its placement and routes (:fun
 exceeds the best plan so far, then its allocation, whose floor (the stages' cycles and units known,
 the routes not yet) can skip it again, and only then places and routes it. Each step is memoised
 under the same key (the socket as planned, the operators, the tiling, the tiers, the tiles in use,
-the spills and the budget), so no step is done twice whichever asks first; the memos are bounded
-and :func:`clear_section_memo` empties them.
+the spills and the budget; the stages under the part of the budget they read,
+:func:`stages_budget`), so no step is done twice whichever asks first; the memos are bounded and
+:func:`clear_section_memo` empties them.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
-from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.keys import operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
@@ -82,11 +83,30 @@ def section_work(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tier
                  spill_in: int, spill_out: int, budget: UnitBudget, planned: str = ""
                  ) -> tuple[list[StageWork], list[Stream]]:
     """A section's stages and streams, decode attention spread over the tiles merging its partial
-    results (split-KV); memoised when ``planned`` is given."""
+    results (split-KV); memoised when ``planned`` is given.
+
+    They read of ``budget`` only the GEMM dataflows and cuts (:func:`stages_budget`), so they are
+    built and memoised under that part of it: the rooms :mod:`.side_by_side` tries differ by a few
+    units per tile, and each asked for every section's stages again."""
+    reads = stages_budget(budget)
     return _memoised(_stages_memo, _STAGES_MEMO_SIZE,
-                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget),
+                     _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, reads),
                      lambda: section_stages(socket, with_combines(socket, ops, chip_tiles), n_tiles, tiers, chip_tiles,
-                                            spill_in, spill_out, budget, planned))
+                                            spill_in, spill_out, reads, planned))
+
+
+def stages_budget(budget: UnitBudget) -> UnitBudget:
+    """What of ``budget`` a section's stages depend on: its GEMM dataflows and cuts, which
+    :func:`~sn40l_sim.mapper.stages.section_stages` passes to each GEMM's tiling; the units and
+    tiles it allows are the allocation's business (:mod:`.allocate`), not the stages'.
+
+    >>> narrow = UnitBudget(pcus_per_tile=40, chip_tiles=1, dataflows=("weight_stationary",))
+    >>> stages_budget(narrow) == UnitBudget(dataflows=("weight_stationary",)), stages_budget(NO_LIMITS) is NO_LIMITS
+    (True, True)
+    """
+    if budget.dataflows == NO_LIMITS.dataflows and budget.gemm_cuts == NO_LIMITS.gemm_cuts:
+        return NO_LIMITS   # the common case, without building a budget
+    return UnitBudget(dataflows=budget.dataflows, gemm_cuts=budget.gemm_cuts)
 
 
 def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,

@@ -3,6 +3,7 @@ fresh ones whatever the memo holds, and a mapping through every memo equals a co
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from conftest import deepseek_graph, distinct_kernels
 
@@ -31,6 +32,31 @@ def test_memoised_tilings_give_the_stages_fresh_ones_give(socket):
                     memo = section_stages(socket, kernel.operators, n_tiles, tiers, chip_tiles, 0, 64, budget, key)
                     assert memo == fresh
     assert stages_mod._tiling_memo
+
+
+def test_section_stages_memoised_under_the_dataflows_and_cuts_equal_those_of_the_whole_budget(socket):
+    # a section's stages read of the budget only its GEMM dataflows and cuts, so budgets that
+    # differ in units, tiles or stage limits share one memo entry; each equals the stages built
+    # afresh under the whole budget
+    from sn40l_sim.mapper.attention import with_combines
+
+    key = socket_key(socket, UNPLANNED_CALIBRATED)
+    tiers = TierSplit.all_in("hbm")
+    units = (NO_LIMITS, UnitBudget(pcus_per_tile=37, pmus_per_tile=101), UnitBudget(chip_tiles=1, pcus_per_tile=200),
+             UnitBudget(n_tiles=16, stage_pcus=(("scores", 2),), stage_pmus=(("scores", 3),)))
+    planning.clear_section_memo()
+    for kernel in KERNELS[:6]:
+        for n_tiles, chip_tiles in ((1, 1), (16, 4)):
+            ops = with_combines(socket, kernel.operators, chip_tiles)
+            for reads in BUDGETS:
+                shared = None
+                for limits in units:
+                    budget = replace(limits, dataflows=reads.dataflows, gemm_cuts=reads.gemm_cuts)
+                    got = planning.section_work(socket, kernel.operators, n_tiles, tiers, chip_tiles, 0, 64, budget, key)
+                    assert got == section_stages(socket, ops, n_tiles, tiers, chip_tiles, 0, 64, budget)
+                    assert shared is None or got is shared
+                    shared = got
+    planning.clear_section_memo()
 
 
 def test_a_kernel_mapped_through_the_tiling_memo_equals_one_mapped_without(node, monkeypatch):
