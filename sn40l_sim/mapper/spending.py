@@ -12,7 +12,10 @@ the second catches stages that bind together (several at the slowest cycles, non
 the allocator also tries higher targets, which take fewer units. Without a price (the default, the
 experiment's ``execution.idle_units: spend``) every unit that shortens a stage is given; a gather
 stage, whose own compute takes no cycles, then takes every idle PMU (docs/validation.md,
-"Predictions", measures both).
+"Predictions", measures both). Given slowest first, more idle PCUs could go to a slow stage that
+is not the bottleneck and leave a quicker one less than fewer had (DeepSeek-R1's decode MLA: a
+longer fill at 140 PCUs a tile than at 136), so the units are also given where they save most
+cycles per PCU, and that spending kept when it takes no more units and shortens the chain.
 """
 from __future__ import annotations
 
@@ -51,7 +54,12 @@ def spend_spare_units(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     each stage's units alone and giving every useful one."""
     spent = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget)
     if price is None:
-        return spent
+        # no more units than the slowest-first spending: the configuration a call loads (unpriced
+        # here) is then no larger, so the shorter chain cannot lose it to configuration
+        gain = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, by_gain=True)
+        fewer = all(sum(u[k] for u in gain) <= sum(u[k] for u in spent) for k in (0, 1))
+        better = _chain(_paced(rates, stages, chip_tiles, gain)) < _chain(_paced(rates, stages, chip_tiles, spent))
+        return gain if fewer and better else spent
     frugal = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, price)
     return min((frugal, spent), key=lambda u: call_cycles(price, rates, stages, chip_tiles, u))
 
@@ -157,7 +165,7 @@ def _paced(rates: PmuRates, stages: list[StageWork], chip_tiles: int,
 
 def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: Sequence[_Limits | None],
                       chip_tiles: int, units: Units, budget: UnitBudget,
-                      price: Pricing | None = None) -> Units:
+                      price: Pricing | None = None, by_gain: bool = False) -> Units:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
     the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill.
     A stage takes the fewest extra PCUs that reach its best cycles, only while its PMUs, with the
@@ -165,13 +173,16 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     add PMU traffic), and, with a ``price``, only if they pay for their configuration
     (:func:`_pays`). Without those PMUs a stage whose PMUs were balanced to a quicker memory stream
     kept its few PCUs, and faster HBM could slow a looped decoder down (docs/validation.md, "A
-    faster machine is not always faster")."""
+    faster machine is not always faster"). ``by_gain``: the stages in order of the cycles per
+    PCU the idle ones would save them, not of their cycles."""
     units = list(units)
     paced = _paced(rates, stages, chip_tiles, units) if price else []
     spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
     spare_pmus = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
     order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
                    key=lambda i: -units[i][2].cycles)
+    if by_gain:
+        order.sort(key=lambda i: -_gain(stages[i], units[i], limits[i], chip_tiles, spare))
     for i in order:
         q, r, division = units[i]
         lim, stage = limits[i], stages[i]
@@ -200,6 +211,24 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
             if price:
                 paced[i] = after
     return _spend_spare_pmus(socket, rates, stages, limits, chip_tiles, units, budget, price)
+
+
+def _gain(stage: StageWork, unit: tuple[int, int, Division | None], lim: _Limits, chip_tiles: int,
+          spare: int) -> float:
+    """Cycles per data tile a stage saves per PCU when given up to ``spare`` more."""
+    q, _, division = unit
+    top = min(lim.max_pcus, q + spare)
+    if top <= q or division is None or stage.model is None:
+        return 0.0
+    faster = division_on(stage, top, chip_tiles, lim.max_pcus)
+    got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
+    extra = max(1, min(top, ceil_div(got.pcus, chip_tiles)) - q)
+    return max(0.0, division.cycles - faster.cycles) / extra
+
+
+def _chain(paced: list[float]) -> tuple[float, float]:
+    """The slowest stage per data tile, then the sum of all (the fill): what spending shortens."""
+    return max(paced, default=0.0), sum(paced)
 
 
 def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: Sequence[_Limits | None],
