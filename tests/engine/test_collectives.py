@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 
 import pytest
 
+from sn40l_sim.engine import collectives
 from sn40l_sim.engine.collective_sizes import split_bytes
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.links import LinkTable
@@ -135,10 +137,6 @@ def test_a_tree_over_a_message_shorter_than_the_group_runs_every_round(kind, p, 
 @pytest.mark.parametrize("size", [16 * 4000 + 5, 2**20 + 9, 300])
 def test_excess_cycles_is_what_the_fastest_algorithm_outlasts(monkeypatch, table, size):
     # an odd size: uneven chunks, the direct algorithm asymmetric (the engine's last shares)
-    from collections import OrderedDict
-
-    from sn40l_sim.engine import collectives
-
     coll = Collective("all_reduce", size, 16)
     monkeypatch.setattr(collectives, "_shared", OrderedDict())
     full = CollectiveModel(table, SETUP).run(coll).cycles

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sn40l_sim.commands import cli
 from sn40l_sim.mapper import graph
 from sn40l_sim.mapper.graph import _collector_paused
 
@@ -75,8 +76,6 @@ def test_a_host_embedding_the_library_keeps_its_young_objects_young(collector_on
 
 
 def test_the_command_line_promotes_while_a_mapping_command_runs_and_restores_after(monkeypatch, tmp_path):
-    from sn40l_sim.commands import cli
-
     seen = []
     monkeypatch.setattr(graph, "PROMOTE_KEPT_OBJECTS", False)
     monkeypatch.setattr(cli, "build_parser", lambda command: _Parser(lambda args: seen.append(graph.PROMOTE_KEPT_OBJECTS)))
@@ -87,8 +86,6 @@ def test_the_command_line_promotes_while_a_mapping_command_runs_and_restores_aft
 def test_what_a_mapping_command_kept_is_not_left_young_for_the_callers_thresholds(collector_on, monkeypatch):
     # restoring the caller's thresholds (Python's default: 700) with the command's objects still
     # young made the next allocation walk them all, a collection the process exits right after
-    from sn40l_sim.commands import cli
-
     kept: list[object] = []
     monkeypatch.setattr(cli, "build_parser", lambda command: _Parser(
         lambda args: kept.extend([i, str(i)] for i in range(5000))))
@@ -100,8 +97,6 @@ def test_what_a_mapping_command_kept_is_not_left_young_for_the_callers_threshold
 def test_importing_a_runs_libraries_leaves_fewer_objects_than_a_young_collection_waits_for():
     # they all live to the end of the command: a young collection during an import (at 50,000 one
     # during numpy's and one during matplotlib's) walks them and frees almost nothing
-    from sn40l_sim.commands import cli
-
     code = ("import gc; gc.disable(); before = len(gc.get_objects())\n"
             "import sn40l_sim.commands.run, sn40l_sim.mapper.graph, sn40l_sim.study.assemble, sn40l_sim.study.runner\n"
             "import sn40l_sim.report.results, sn40l_sim.report.plot\n"

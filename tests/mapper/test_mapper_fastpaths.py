@@ -9,6 +9,7 @@ from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.stages as stages_mod
 from sn40l_sim.mapper import disk_cache, map_kernel, planning
+from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
@@ -38,8 +39,6 @@ def test_section_stages_memoised_under_the_dataflows_and_cuts_equal_those_of_the
     # a section's stages read of the budget only its GEMM dataflows and cuts, so budgets that
     # differ in units, tiles or stage limits share one memo entry; each equals the stages built
     # afresh under the whole budget
-    from sn40l_sim.mapper.attention import with_combines
-
     key = socket_key(socket, UNPLANNED_CALIBRATED)
     tiers = TierSplit.all_in("hbm")
     units = (NO_LIMITS, UnitBudget(pcus_per_tile=37, pmus_per_tile=101), UnitBudget(chip_tiles=1, pcus_per_tile=200),

@@ -22,15 +22,23 @@ from sn40l_sim.study.assemble import step_timer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_looped_decoders_score_is_the_engines_mean_iteration():
-    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+def _looped_70b(sockets: int):
+    """Llama-3.1-70B's decode at batch 16 with 128-token caches on ``sockets`` sockets, attention
+    data-parallel over them: the graph as placed, the engine's records of its loop's iterations and
+    their mean period."""
+    node = load_hardware(ROOT / "hw_configs" / f"sn40l_node{sockets}.yaml")
     model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
-    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=16), ParallelPlan(tp=16, attention_dp=16))
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets),
+                       ParallelPlan(tp=sockets, attention_dp=sockets))
     placed = timer.placed(Shape("decode", 16, 0, 128))
     run = run_graph(node, placed, timer.engine)
     (loop,) = run.loops
     records = run.records[loop.first:loop.stop]
-    mean = (records[-1].stream_end - records[0].stream_start) / len(records)
+    return placed, loop, records, (records[-1].stream_end - records[0].stream_start) / len(records)
+
+
+def test_a_looped_decoders_score_is_the_engines_mean_iteration():
+    placed, loop, records, mean = _looped_70b(16)
     periods = {b.stream_end - a.stream_end for a, b in zip(records, records[1:], strict=False)}
     assert len(periods) > 1   # the iterations differ before their steady state
     # every iteration but the loop's first (a call, its configuration loaded) as the mapper scores it
@@ -42,13 +50,6 @@ def test_the_all_to_alls_in_the_gate_stage_beside_the_stream_that_runs_ahead():
     # Llama-3.1-70B at batch 16 on 8 sockets, attention data-parallel over them: each iteration's
     # gate holds the previous one's all-to-alls, which write (and read) what they move through HBM
     # while this iteration's weights stream ahead; left out, the score was 130 cycles (0.06%) short
-    node = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
-    model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
-    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=8), ParallelPlan(tp=8, attention_dp=8))
-    placed = timer.placed(Shape("decode", 16, 0, 128))
-    run = run_graph(node, placed, timer.engine)
-    (loop,) = run.loops
-    records = run.records[loop.first:loop.stop]
-    mean = (records[-1].stream_end - records[0].stream_start) / len(records)
+    placed, loop, records, mean = _looped_70b(8)
     assert any(not c.collective.overlapped and c.staged_bytes for c in records[1].collectives)
     assert abs(placed.kernels[loop.first + 1].call_cycles - mean) <= 2
