@@ -37,3 +37,16 @@ def test_a_768_token_cache_is_not_slower_than_a_1024_token_one(timer, batch):
     longer = timer.decode_step(batch, 1024, 2).seconds
     # the extra KV is 0.04% of a socket's weights; 2% leaves room for the plans' own steps
     assert shorter <= longer <= 1.02 * shorter, (shorter, longer)
+
+
+def test_without_attention_data_parallelism_a_longer_cache_is_not_faster():
+    """DeepSeek-R1 at TP16 with every socket holding every sequence's latent cache, batch 16, the
+    experts the rows route to: once 18.06 ms with 192-token caches and 28.11, 28.36 then 23.06 ms
+    with 576, 1,088 and 4,160 (the MLA kernel's first plan left the MoE kernel no room beside it;
+    docs/validation.md, "A longer cache could be much faster")."""
+    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    steps_timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(16), ParallelPlan(16, 1),
+                             engine=EngineOptions())
+    steps = [steps_timer.decode_step(16, kv).seconds for kv in (192, 576, 1088, 4160)]
+    assert steps == sorted(steps), steps
