@@ -12,8 +12,12 @@ are checked before anything is simulated. Physical invariants are checked on eve
 conserved, every request served once, memory within capacity, no unit above its peak): a violated
 one exits with status 3, naming it. Ctrl-C or SIGTERM stop the run with exit status 130 or 143.
 
-example:
+`--set PATH=VALUE` changes one field of the experiment or, under `hardware.`, of its node for this
+run (as `sweep --set`; the changed node is named after the change in the table and the results).
+
+examples:
   python -m sn40l_sim run experiments/deepseek_tp16.yaml --out out/deepseek
+  python -m sn40l_sim run experiments/deepseek_tp16.yaml --set hardware.socket.memory.hbm.bytes_per_s_per_unit="819.2 GB/s"
 """
 from __future__ import annotations
 
@@ -36,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
     parser.add_argument("--no-plot", action="store_true",
                         help="write no plots (they are drawn after the table is printed, and take matplotlib's time)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
+                        help="set a field of the experiment (serving.batch=8) or of its hardware "
+                             "(hardware.socket.memory.hbm.bytes_per_s_per_unit='819.2 GB/s'; the node is then named "
+                             "after the change in the results) for this run, as sweep's --set; repeatable")
 
 
 #: the files run writes into its output folder (those of a previous run are removed when it starts)
@@ -52,25 +60,32 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.preflight import check_assembly, require_workload
     from sn40l_sim.study.runner import simulate_assembly
+    from sn40l_sim.study.sweep.load import experiment_with_sets
+    from sn40l_sim.study.sweep.sets import parse_sets
 
     check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section
     args.out, args.trace = output_path(args.out, "--out"), output_path(args.trace, "--trace")
     if args.trace is not None and args.trace.suffix.lower() != ".json":   # trace viewers go by the suffix
         raise InputError(f"expected a .json file (Chrome trace format), got {str(args.trace)!r}", field="--trace")
+    sets = parse_sets(args.sets)
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
         if args.trace:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
-                          plots=not args.no_plot)
+                          plots=not args.no_plot, sets=sets)
+    hardware_overrides: dict = {}
+    if sets:
+        exp, hardware_overrides = experiment_with_sets(args.experiment, sets)
     require_workload(exp)
-    asm = assemble(exp)
+    asm = assemble(exp, hardware_overrides=hardware_overrides)
     check_assembly(asm)   # what the experiment gets wrong is said before any output is touched
     out = args.out if args.out is not None else Path("out") / exp.spec.name
     if args.trace:
         check_file(args.trace, "--trace")   # before the simulation, not after it
     results: list = []
-    with OutputFolder(out, command=f"run {args.experiment}", outputs=OUTPUTS) as folder:
+    command = " ".join([f"run {args.experiment}", *(f"--set {item}" for item in args.sets)])
+    with OutputFolder(out, command=command, outputs=OUTPUTS) as folder:
         records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])

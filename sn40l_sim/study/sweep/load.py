@@ -169,6 +169,24 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     return Sweep(doc, name, mode, axes, points, plot, infeasible, objectives)
 
 
+def experiment_with_sets(path: str | Path, sets: dict[str, Any]) -> tuple[Experiment, dict[str, Any]]:
+    """An experiment without a ``sweep:`` section with ``run --set`` values written in, and the
+    hardware overrides among them (``hardware.<field>``), checked as ``sweep --set`` checks them: an
+    error names the ``--set`` that caused it. The file's own errors come first.
+
+    >>> exp, hw = experiment_with_sets("experiments/deepseek_tp16.yaml",
+    ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
+    >>> exp.spec.serving.batch, hw
+    (8, {'socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'})
+    """
+    doc = load_document(path)
+    exp = experiment_from_document(doc)
+    if exp.spec.sweep is not None:
+        raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
+    data, hardware = _apply_sets(doc, dict(doc.data), sets, [])
+    return experiment_from_data(data, doc), hardware
+
+
 def _located_at_axes(doc: Document, axes: list[Axis]) -> Document:
     """``doc`` with each experiment field an axis sets located at that axis: a relative path an
     axis gives (a model, a hardware file, a trace) is relative to the file that wrote the axis, as

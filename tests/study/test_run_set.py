@@ -1,0 +1,82 @@
+"""``run --set``: one field of the experiment or of its hardware changed for one run, checked and
+named as ``sweep --set`` checks them, and the same records as the experiment file edited."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from sweep_helpers import REPO
+
+from sn40l_sim.commands.cli import main
+
+
+def _experiment(tmp_path, *, batch: int = 4, extra: str = "", name: str = "e.yaml"):
+    """The sweep tests' small experiment (Llama-3.1-8B on 8 sockets), without a sweep section."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: small_run
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel:
+          prefill: {{tp: 8}}
+          decode: {{tp: 8, attention_dp: 8}}
+        policies:
+          - {{name: full, policy: full}}
+        shape: {{prompt_len: 4096}}
+        workload: {{kind: fixed, count: batch, output_len: 2}}
+        serving: {{batch: {batch}, batch_sizes: [1, 2, 4, 8, 16], max_new_tokens: 2}}
+        """) + extra)
+    return path
+
+
+def _records(out):
+    return json.loads((out / "results.json").read_text())
+
+
+def test_a_set_experiment_field_gives_the_records_of_the_edited_file(tmp_path):
+    base = _experiment(tmp_path)
+    edited = _experiment(tmp_path, batch=8, name="edited.yaml")
+    assert main(["run", str(base), "--set", "serving.batch=8", "--out", str(tmp_path / "set"), "--no-plot",
+                 "--quiet"]) == 0
+    assert main(["run", str(edited), "--out", str(tmp_path / "edited"), "--no-plot", "--quiet"]) == 0
+    got, want = _records(tmp_path / "set"), _records(tmp_path / "edited")
+    assert [r["batch"] for r in got] == [8]
+    drop = ("speed",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in got] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in want]
+    status = json.loads((tmp_path / "set" / "status.json").read_text())
+    assert status["command"].endswith("--set serving.batch=8")
+
+
+def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
+    path = _experiment(tmp_path)
+    assert main(["run", str(path), "--out", str(tmp_path / "base"), "--no-plot", "--quiet"]) == 0
+    assert main(["run", str(path), "--set", "hardware.socket.memory.hbm.bytes_per_s_per_unit=819.2 GB/s",
+                 "--out", str(tmp_path / "fast"), "--no-plot", "--quiet"]) == 0
+    (base,), (fast,) = _records(tmp_path / "base"), _records(tmp_path / "fast")
+    assert fast["hardware"] == f"{base['hardware']} (socket.memory.hbm.bytes_per_s_per_unit 819.2 GB/s)"
+    # the batch-4 decode step streams the 8B's weights: more HBM bandwidth, a shorter step
+    assert fast["decode_step_s"] < base["decode_step_s"]
+
+
+@pytest.mark.parametrize("item, words", [
+    ("serving.batchh=3", "serving.batchh: unknown key; did you mean 'batch'?"),
+    ("hardware.socket.memory.hbm.bytes_per_s_per_unit=fast", "expected a bandwidth quantity"),
+    ("serving.batch", "expected path=value"),
+    ("serving.batch=-1", "serving.batch"),
+])
+def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, item, words):
+    path = _experiment(tmp_path)
+    assert main(["run", str(path), "--set", item, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --set") and words in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_run_passes_its_sets_to_the_sweep(tmp_path):
+    path = _experiment(tmp_path, extra="sweep:\n  axes:\n    serving.max_new_tokens: [2, 3]\n")
+    assert main(["run", str(path), "--set", "serving.batch=2", "--out", str(tmp_path / "out"), "--no-plot",
+                 "--quiet"]) == 0
+    assert {r["batch"] for r in _records(tmp_path / "out")} == {2}
