@@ -21,6 +21,7 @@ total is a floor of ``run``'s step (docs/validation.md).
 examples:
   python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode
   python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase prefill --policy snapstream --plot out/map.png
+  python -m sn40l_sim map experiments/map_deepseek_tp16.yaml --phase decode --set hardware.socket.tile.pcus=280 --set hardware.socket.tile.grid_cols=28
 """
 from __future__ import annotations
 
@@ -71,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draw the placement of --plot-kernels on the tile meshes")
     parser.add_argument("--plot-kernels", default=None, metavar="NAME[,NAME...]",
                         help="kernels to draw with --plot (default: the two that take the most time)")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
+                        help="set a field of the experiment or of its hardware (hardware.<field>) for this "
+                             "mapping, as run's --set; repeatable")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.report.outputs import output_path
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.mapping import build_phase, map_phase
+    from sn40l_sim.study.sweep.base import experiment_with_sets
+    from sn40l_sim.study.sweep.sets import parse_sets
 
     started = time.perf_counter()
     args.plot = output_path(args.plot, "--plot")
@@ -93,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
                          field="--plot-kernels")
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
-    exp = load_experiment(args.experiment)
-    built = build_phase(exp, args.phase, args.policy, args.batch)
+    sets = parse_sets(args.sets)
+    exp, hardware_overrides = experiment_with_sets(args.experiment, sets) if sets else (load_experiment(args.experiment), {})
+    built = build_phase(exp, args.phase, args.policy, args.batch, hardware_overrides)
     if args.plot_kernels is not None:
         # named kernels the graph lacks are refused before the mapping, not after its table
         names = [k.name for k in built.graph.kernels()]

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.preflight import check_assembly, require_workload
     from sn40l_sim.study.runner import simulate_assembly
-    from sn40l_sim.study.sweep.load import experiment_with_sets
+    from sn40l_sim.study.sweep.base import experiment_with_sets
     from sn40l_sim.study.sweep.sets import parse_sets
 
     check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section

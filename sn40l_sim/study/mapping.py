@@ -86,10 +86,12 @@ def policy_entry(exp: Experiment, name: str | None) -> tuple[int, PolicyEntry]:
                      f"{[e.name for e in entries]})", file=exp.path, field="policies")
 
 
-def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: int | None = None) -> PhaseGraph:
+def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: int | None = None,
+                hardware_overrides: dict | None = None) -> PhaseGraph:
     """Build ``phase``'s graph for the experiment's policy entry called ``policy`` (the first if
     None) at ``batch`` sequences (None: ``shape.batch`` in decode, 1 in prefill), and place its
-    tensors on one socket.
+    tensors on one socket of the experiment's node with ``hardware_overrides`` (dotted fields, as
+    ``--set hardware.<field>``).
 
     Raises
     ------
@@ -103,7 +105,7 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
     """
     spec = exp.spec
     index, entry = policy_entry(exp, policy)
-    asm = assemble(exp)
+    asm = assemble(exp, hardware_overrides=hardware_overrides)
     check_mapping(asm)   # what check refuses of a map experiment
     # the chosen policy's point at the shape's prompt, else its first: a prompt_lens list without
     # shape.prompt_len once fell back to the experiment's first point, another policy's

@@ -80,3 +80,45 @@ def test_a_sweep_run_passes_its_sets_to_the_sweep(tmp_path):
     assert main(["run", str(path), "--set", "serving.batch=2", "--out", str(tmp_path / "out"), "--no-plot",
                  "--quiet"]) == 0
     assert {r["batch"] for r in _records(tmp_path / "out")} == {2}
+
+
+def test_hardware_sets_that_only_hold_together_are_kept(tmp_path):
+    # 280 PCUs need a grid of 28 columns: neither set alone is a consistent tile, both together are
+    path = _experiment(tmp_path)
+    sets = ["--set", "hardware.socket.tile.pcus=280", "--set", "hardware.socket.tile.grid_cols=28"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]) == 0
+    (record,) = _records(tmp_path / "out")
+    assert "socket.tile.pcus 280" in record["hardware"] and "socket.tile.grid_cols 28" in record["hardware"]
+
+
+def test_a_hardware_set_that_fails_with_the_others_too_names_itself(tmp_path, capsys):
+    path = _experiment(tmp_path)
+    sets = ["--set", "hardware.socket.tile.pcus=280", "--set", "hardware.socket.tile.grid_cols=27"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    # 27 columns hold 270 PCUs at most: the set that fails alone is the one named
+    assert len(err) == 1 and err[0].startswith("error: --set hardware.socket.tile.pcus: 280: "), err
+    assert "cannot hold 280 PCUs" in err[0], err
+
+
+def test_hardware_sets_that_hold_one_by_one_but_not_together_are_named_together(tmp_path, capsys):
+    # 40 GiB reserved of the socket's 64 GiB of HBM, or 8 GiB modules: each is a socket, both are not
+    path = _experiment(tmp_path)
+    sets = ["--set", "hardware.socket.memory.hbm.reserved_bytes=40 GiB",
+            "--set", "hardware.socket.memory.hbm.capacity_bytes_per_unit=8 GiB"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "error: --set hardware.socket.memory.hbm.capacity_bytes_per_unit, hardware.socket.memory.hbm.reserved_bytes: "
+        "the hardware sets hold one by one but not together: "), err
+    assert "reserves 40.0 GiB but the socket has only 32.0 GiB of HBM" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_map_takes_the_same_sets(tmp_path, capsys):
+    path = _experiment(tmp_path)
+    assert main(["map", str(path), "--phase", "decode", "--set", "hardware.socket.tile.pcus=280",
+                 "--set", "hardware.socket.tile.grid_cols=28", "--set", "shape.batch=2"]) == 0
+    out = capsys.readouterr().out
+    assert "SN40L-8 (socket.tile.grid_cols 28, socket.tile.pcus 280)" in out.splitlines()[0], out.splitlines()[0]
+    assert "shape: batch 2," in out.splitlines()[1], out.splitlines()[1]

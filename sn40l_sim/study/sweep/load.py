@@ -45,12 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
-from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.hardware.loader import OVERRIDES_FILE, with_overrides
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
-from sn40l_sim.study.experiment import Experiment, ExperimentSpec, experiment_from_document
-from sn40l_sim.study.points import make_point_policy
-from sn40l_sim.study.points import points as experiment_points
+from sn40l_sim.study.experiment import ExperimentSpec
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
     Axis,
@@ -64,8 +61,9 @@ from sn40l_sim.study.sweep.axes import (
     value_labels,
     value_text,
 )
+from sn40l_sim.study.sweep.base import apply_sets, check_points, experiment_from_data, load_node
 from sn40l_sim.study.sweep.outputs import parse_objectives, parse_plot
-from sn40l_sim.study.sweep.sets import check_set_has_effect, overlapping_axes
+from sn40l_sim.study.sweep.sets import overlapping_axes
 from sn40l_sim.yamlio import Document, load_document
 
 
@@ -137,7 +135,7 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     experiment_from_data(base, doc)  # the experiment itself, before any value is written in
     axes = _parse_axes(doc, section.get("axes"), mode)
     doc = _located_at_axes(doc, axes)
-    base, base_hw = _apply_sets(doc, base, sets or {}, axes)
+    base, base_hw = apply_sets(doc, base, sets or {}, axes)
     points = []
     for index, values in enumerate(combinations(axes, mode)):
         data, hw = copy.deepcopy(base), dict(base_hw)
@@ -169,24 +167,6 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     return Sweep(doc, name, mode, axes, points, plot, infeasible, objectives)
 
 
-def experiment_with_sets(path: str | Path, sets: dict[str, Any]) -> tuple[Experiment, dict[str, Any]]:
-    """An experiment without a ``sweep:`` section with ``run --set`` values written in, and the
-    hardware overrides among them (``hardware.<field>``), checked as ``sweep --set`` checks them: an
-    error names the ``--set`` that caused it. The file's own errors come first.
-
-    >>> exp, hw = experiment_with_sets("experiments/deepseek_tp16.yaml",
-    ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
-    >>> exp.spec.serving.batch, hw
-    (8, {'socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'})
-    """
-    doc = load_document(path)
-    exp = experiment_from_document(doc)
-    if exp.spec.sweep is not None:
-        raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
-    data, hardware = _apply_sets(doc, dict(doc.data), sets, [])
-    return experiment_from_data(data, doc), hardware
-
-
 def _located_at_axes(doc: Document, axes: list[Axis]) -> Document:
     """``doc`` with each experiment field an axis sets located at that axis: a relative path an
     axis gives (a model, a hardware file, a trace) is relative to the file that wrote the axis, as
@@ -200,35 +180,6 @@ def _located_at_axes(doc: Document, axes: list[Axis]) -> Document:
             del origins[key]
         origins[axis.path] = doc.where(("sweep", "axes", axis.name))
     return Document(doc.data, doc.path, origins)
-
-
-def _apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]) -> tuple[dict, dict[str, Any]]:
-    """The experiment data with ``--set`` values written in, and the hardware overrides; each is
-    checked on its own so that an error names the ``--set`` that caused it. A set that an axis
-    would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
-    refused rather than left without effect."""
-    base, hardware = copy.deepcopy(base), {}
-    for dotted, value in sorted(sets.items()):
-        parts = tuple(dotted.split("."))
-        check_set_has_effect(dotted, parts, axes)
-        if any(parts == at for at, _ in _FILE_FIELDS) and isinstance(value, str) and value:
-            # a path typed on the command line is relative to the folder it was typed in, not to
-            # the file the field came from
-            value = str(Path(value).absolute())
-        try:
-            if parts[0] == "hardware" and len(parts) > 1:
-                with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
-                hardware[".".join(parts[1:])] = value
-                continue
-            trial = copy.deepcopy(base)
-            set_path(trial, parts, value)
-            _check_points(experiment_from_data(trial, doc))
-            base = trial
-        except (AxisError, InputError) as exc:
-            inner = f"{exc.field}: {exc.message}" if isinstance(exc, InputError) and exc.field else \
-                getattr(exc, "message", str(exc))
-            raise InputError(f"{value!r}: {inner}", field=f"--set {dotted}") from None
-    return base, hardware
 
 
 def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
@@ -330,7 +281,7 @@ class _Checker:
                 else:
                     data = copy.deepcopy(self.base)
                     set_path(data, axis.path, value)
-                    _check_points(experiment_from_data(data, self.doc))
+                    check_points(experiment_from_data(data, self.doc))
             except AxisError as exc:
                 raise self._fail(axis, None, str(exc)) from None
             except InputError as exc:
@@ -346,7 +297,7 @@ class _Checker:
     def _point_valid(self, point: SweepPoint) -> bool:
         if point.index not in self._valid:
             try:
-                _check_points(experiment_from_data(point.data, self.doc))
+                check_points(experiment_from_data(point.data, self.doc))
                 self._hardware(point.hardware_overrides)
                 self._valid[point.index] = True
             except InputError:
@@ -359,40 +310,4 @@ class _Checker:
         with_overrides(self._node, overrides)
 
 
-def experiment_from_data(data: dict, doc: Document) -> Experiment:
-    """An :class:`~sn40l_sim.study.experiment.Experiment` from plain data, with ``doc``'s file and lines
-    for errors and relative paths."""
-    return experiment_from_document(Document(data, doc.path, doc.origins))
-
-
-#: the experiment fields that name a file, and what each names (for the message)
-_FILE_FIELDS = ((("model",), "model"), (("hardware",), "hardware"), (("prefill_hardware",), "prefill hardware"),
-                (("workload", "path"), "trace"), (("graph_options", "template"), "kernel template"))
-
-
-def _check_points(exp: Experiment) -> None:
-    """What a sweep point's experiment must pass before any run: its points' KV policies, and the
-    files it names exist (a missing one, given as an axis value, failed only when its runs ran)."""
-    for point in experiment_points(exp):
-        make_point_policy(exp, point)
-    for at, what in _FILE_FIELDS:
-        value: Any = exp.doc.data
-        for key in at:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
-            raise exp.error(at, f"{what} file {value!r} not found (looked for {exp.resolve(value, at)})")
-
-
-def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
-    """The hardware named by ``data["hardware"]`` (relative to the file that wrote it) with ``overrides``."""
-    hardware = data.get("hardware")
-    if not isinstance(hardware, str):
-        raise doc.error(("hardware",), "required: the relative path of a hardware file")
-    path = doc.resolve(hardware, ("hardware",))
-    if not path.is_file():
-        raise doc.error(("hardware",), f"hardware file {hardware!r} not found (looked for {path})")
-    node = load_hardware(path)
-    return with_overrides(node, overrides) if overrides else node
-
-
-__all__ = ["Sweep", "SweepPoint", "load_sweep", "experiment_from_data", "load_node"]
+__all__ = ["Sweep", "SweepPoint", "load_sweep"]

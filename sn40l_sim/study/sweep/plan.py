@@ -33,7 +33,8 @@ from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, plan_of
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
-from sn40l_sim.study.sweep.load import Sweep, SweepPoint, experiment_from_data, load_node
+from sn40l_sim.study.sweep.base import experiment_from_data, load_node
+from sn40l_sim.study.sweep.load import Sweep, SweepPoint
 
 #: bump when the key's contents change meaning (stored runs of an older key are then run again)
 KEY_VERSION = 1

@@ -1,0 +1,127 @@
+"""The experiment a sweep (or one run) starts from: its data as plain values with the file's lines
+for errors, the checks a point's experiment must pass before it runs, the node it names, and the
+``--set PATH=VALUE`` values written into it (``sweep --set``, ``run --set``, ``map --set``).
+
+A set under ``hardware.`` changes a field of the node (applied with
+:func:`~sn40l_sim.hardware.loader.with_overrides`); any other changes the experiment. Each set is
+checked on its own so that an error names the ``--set`` that caused it, and the hardware sets also
+together: a hypothetical tile with more PCUs needs a wider grid, which neither set alone makes
+consistent.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.study.experiment import Experiment, experiment_from_document
+from sn40l_sim.study.points import make_point_policy
+from sn40l_sim.study.points import points as experiment_points
+from sn40l_sim.study.sweep.axes import Axis, AxisError, set_path
+from sn40l_sim.study.sweep.sets import check_set_has_effect
+from sn40l_sim.yamlio import Document, load_document
+
+
+def experiment_from_data(data: dict, doc: Document) -> Experiment:
+    """An :class:`~sn40l_sim.study.experiment.Experiment` from plain data, with ``doc``'s file and lines
+    for errors and relative paths."""
+    return experiment_from_document(Document(data, doc.path, doc.origins))
+
+
+#: the experiment fields that name a file, and what each names (for the message)
+_FILE_FIELDS = ((("model",), "model"), (("hardware",), "hardware"), (("prefill_hardware",), "prefill hardware"),
+                (("workload", "path"), "trace"), (("graph_options", "template"), "kernel template"))
+
+
+def check_points(exp: Experiment) -> None:
+    """What a sweep point's experiment must pass before any run: its points' KV policies, and the
+    files it names exist (a missing one, given as an axis value, failed only when its runs ran)."""
+    for point in experiment_points(exp):
+        make_point_policy(exp, point)
+    for at, what in _FILE_FIELDS:
+        value: Any = exp.doc.data
+        for key in at:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
+            raise exp.error(at, f"{what} file {value!r} not found (looked for {exp.resolve(value, at)})")
+
+
+def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
+    """The hardware named by ``data["hardware"]`` (relative to the file that wrote it) with ``overrides``."""
+    hardware = data.get("hardware")
+    if not isinstance(hardware, str):
+        raise doc.error(("hardware",), "required: the relative path of a hardware file")
+    path = doc.resolve(hardware, ("hardware",))
+    if not path.is_file():
+        raise doc.error(("hardware",), f"hardware file {hardware!r} not found (looked for {path})")
+    node = load_hardware(path)
+    return with_overrides(node, overrides) if overrides else node
+
+
+def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]) -> tuple[dict, dict[str, Any]]:
+    """The experiment data with ``--set`` values written in, and the hardware overrides; each is
+    checked on its own so that an error names the ``--set`` that caused it. A set that an axis
+    would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
+    refused rather than left without effect. A hardware set that fails alone but holds with the
+    other hardware sets is kept (``tile.pcus`` with a wider ``tile.grid_cols``); hardware sets that
+    each hold but not together are refused, naming them all."""
+    base, hardware = copy.deepcopy(base), {}
+    alone_failed: list[InputError] = []
+    for dotted, value in sorted(sets.items()):
+        parts = tuple(dotted.split("."))
+        check_set_has_effect(dotted, parts, axes)
+        if any(parts == at for at, _ in _FILE_FIELDS) and isinstance(value, str) and value:
+            # a path typed on the command line is relative to the folder it was typed in, not to
+            # the file the field came from
+            value = str(Path(value).absolute())
+        try:
+            if parts[0] == "hardware" and len(parts) > 1:
+                hardware[".".join(parts[1:])] = value
+                with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
+                continue
+            trial = copy.deepcopy(base)
+            set_path(trial, parts, value)
+            check_points(experiment_from_data(trial, doc))
+            base = trial
+        except (AxisError, InputError) as exc:
+            error = InputError(f"{value!r}: {_inner(exc)}", field=f"--set {dotted}")
+            if parts[0] != "hardware" or len(parts) == 1 or not isinstance(exc, InputError):
+                raise error from None
+            alone_failed.append(error)
+    if len(hardware) > 1 or alone_failed:
+        try:
+            with_overrides(load_node(doc, base, {}), hardware)
+        except InputError as exc:
+            if alone_failed:
+                raise alone_failed[0] from None
+            names = ", ".join(f"hardware.{k}" for k in hardware)
+            raise InputError(f"the hardware sets hold one by one but not together: {_inner(exc)}",
+                             field=f"--set {names}") from None
+    return base, hardware
+
+
+def _inner(exc: AxisError | InputError) -> str:
+    """An error's message with its field, for the message of the ``--set`` that caused it."""
+    return f"{exc.field}: {exc.message}" if isinstance(exc, InputError) and exc.field else \
+        getattr(exc, "message", str(exc))
+
+
+def experiment_with_sets(path: str | Path, sets: dict[str, Any]) -> tuple[Experiment, dict[str, Any]]:
+    """An experiment without a ``sweep:`` section with ``run --set`` values written in, and the
+    hardware overrides among them (``hardware.<field>``), checked as ``sweep --set`` checks them
+    (:func:`apply_sets`). The file's own errors come first.
+
+    >>> exp, hw = experiment_with_sets("experiments/deepseek_tp16.yaml",
+    ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
+    >>> exp.spec.serving.batch, hw
+    (8, {'socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'})
+    """
+    doc = load_document(path)
+    exp = experiment_from_document(doc)
+    if exp.spec.sweep is not None:
+        raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
+    data, hardware = apply_sets(doc, dict(doc.data), sets, [])
+    return experiment_from_data(data, doc), hardware
