@@ -24,6 +24,13 @@ stream back (the mapper charges that call its estimate, max-min fair as the engi
 tier: :func:`~sn40l_sim.mapper.kernel_cost.held_back_cycles`). So the calls of a graph add up to a
 floor of the engine's step.
 
+What bounds the call (``call_bound``) is what holds the largest part of it: the configuration it
+is charged, its data tiles (their slowest resource) or its collectives. An overlapped collective
+the call waits for (it outlasts the stream, or its window's readers wait for it) holds the call
+from its start, so the tiles that run beside it are its part, not the tiles': a prefill output
+projection whose all-reduce outlasts its GEMM is bound by the all-reduce (docs/validation.md,
+"The output projection's call, part by part").
+
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
@@ -52,6 +59,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import copied
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.windows import hidden_cycles
 
 if TYPE_CHECKING:
     from sn40l_sim.mapper.kernel_cost import LoopContext
@@ -90,7 +98,29 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     # the plan's time holds the wait for its overlapped collectives; their tails may outlast it
     call += max(0, tail_cycles - max(0, call - after_cycles - math.ceil(tiles + reload)))
     waits = max(0, call - math.ceil(tiles + reload))
+    # an overlapped collective the call still waits for holds it from its start: the tiles beside it
+    # are on no path to the call's end, so they are its collective's part, not the tiles'
+    hidden = _hidden_cycles(pk, loop, tiles) if waits > after_cycles else 0.0
     # the largest part; a tie goes to the configuration, then to the tiles (as map_kernel's bound)
-    parts = (("overhead", reload), (pk.tiles_bound or pk.bounding_resource, tiles), (COLLECTIVE, waits))
+    parts = (("overhead", reload), (pk.tiles_bound or pk.bounding_resource, tiles - hidden),
+             (COLLECTIVE, waits + hidden))
     bound = max(parts, key=lambda part: part[1])[0]
     return copied(pk, call_cycles=call, call_collective_cycles=waits, call_bound=bound)
+
+
+def _hidden_cycles(pk: PlacedKernel, loop: LoopContext, tiles: float) -> float:
+    """Cycles of the call's ``tiles`` that run beside overlapped collectives it then waits for
+    (docs/validation.md, "Reading map's totals"): those naming no operator start after the fill and
+    the first data tile and run beside the rest of the stream, if they outlast it; those naming one
+    beside their window's tiles (:func:`~sn40l_sim.mapper.windows.hidden_cycles`, at the call's
+    mean pace)."""
+    n = pk.sections * pk.n_tiles
+    if not n:
+        return 0.0
+    per_tile = tiles / n
+    hidden = hidden_cycles(loop.windows, n, per_tile, per_tile) if loop.windows else 0.0
+    first = pk.fill_cycles + pk.cycles_per_tile
+    if loop.overlap_cycles and not loop.pipelined and first + loop.overlap_cycles > tiles:
+        # they outlast the stream: not only their last tile's shares, which cannot leave before it
+        hidden += tiles - first
+    return min(tiles, max(0.0, hidden))

@@ -107,8 +107,9 @@ class PlacedKernel:
     #: the part of ``call_cycles`` spent waiting for collectives (set by ``map_graph``)
     call_collective_cycles: int = 0
     #: what takes the largest part of the call as it is called: its share of the configuration
-    #: loads (``overhead``), its data tiles (``tiles_bound``) or its ``collective`` s (set by
-    #: ``map_graph``; ``map_kernel`` alone gives a lone call's)
+    #: loads (``overhead``), its data tiles (``tiles_bound``) or its ``collective`` s, the wait for
+    #: them and the tiles that run beside those it waits for (set by ``map_graph``;
+    #: ``map_kernel`` alone gives a lone call's)
     call_bound: Resource = ""
 
 

@@ -6,7 +6,11 @@ charged once over a run of consecutive calls of it, a looped call's iteration pi
 collectives it waits for (each timed alone, with its staging through the activations' tier); the
 kernel-call boundaries (launch, barrier) are left to the engine. So a row's total is what its calls take in the graph, not ``count`` lone
 calls, and the table's total is a floor of the engine's step. The ``coll us`` column is the part of
-a call spent waiting for collectives (the rest is the kernel's own).
+a call spent waiting for collectives (the rest is the kernel's own). The ``bound`` column says what
+holds the largest part of the call (:func:`~.calls.as_called`): its configuration, its data tiles'
+slowest resource, or ``collective`` when the collectives it waits for do, the tiles that run beside
+them counted theirs (a prefill output projection whose all-reduce outlasts its GEMM); the totals'
+``time by bound`` adds the rows up by that label.
 
 Utilisations are achieved over that time, against raw peaks: compute is FLOPs over the socket's
 BF16 systolic peak, each memory tier's is its bytes over the tier's bandwidth, SRAM is the buffers

@@ -144,7 +144,52 @@ def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: flo
     >>> exposed_cycles([replace(w, start=0.5, end=1.0)], 8, 100, 100)
     (0.0, 700.0)
     """
-    links = stall = after = 0.0
+    stall = after = 0.0
+    for span in _window_spans(windows, n_tiles, per_tile, first, stream_per_tile, lead):
+        if span.interior:
+            stall += max(0.0, span.end - span.close)
+        else:
+            after = max(after, span.end - span.close)
+    return stall, after
+
+
+def hidden_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float) -> float:
+    """The cycles of a stream of ``n_tiles`` data tiles at ``per_tile`` that run beside a window's
+    collective which then outlasts its window (the stream waits for it where the window closes,
+    or the call ends with it): time the call would take with nothing to compute there, so its
+    collective, not the tiles, holds it (:func:`exposed_cycles`' arithmetic; ``first`` as there).
+    A window whose collective is done by its close but for its last tile's share holds its tiles:
+    the share cannot leave before them.
+
+    >>> w = OverlapWindow(0.0, 0.5, 1000, (300,) * 4)
+    >>> hidden_cycles([w], 8, 100, 100)          # tiles 1-3 under the collective the stream waits for
+    300.0
+    >>> hidden_cycles([replace(w, body_cycles=100)], 8, 100, 100)   # only its share waited for
+    0.0
+    """
+    return sum((max(0.0, s.close - s.opened) for s in _window_spans(windows, n_tiles, per_tile, first)
+                if s.body_end > s.close), 0.0)
+
+
+@dataclass(frozen=True)
+class _Span:
+    """A window as :func:`exposed_cycles` times it: when its collective may start (``opened``),
+    when the stream passes its last tile (``close``; the stream's end for a window that does not
+    close before it, ``interior`` False), when its collective has ended (``body_end``) and when
+    its share too (``end``)."""
+
+    opened: float
+    close: float
+    body_end: float
+    end: float
+    interior: bool
+
+
+def _window_spans(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: float, first: float,
+                  stream_per_tile: float = 0.0, lead: float = 0.0) -> list[_Span]:
+    """Each of ``windows`` timed as :func:`exposed_cycles` says, the stream's waits mid-way included."""
+    links = stall = 0.0
+    spans = []
 
     def passed(tile: int) -> float:
         return max(tile * per_tile + stall, tile * stream_per_tile - lead)
@@ -157,7 +202,8 @@ def exposed_cycles(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: flo
         end = max(body_end, close + w.tail_cycles(stop - first_tile))
         links = end
         if stop < n_tiles:
+            spans.append(_Span(opened, close, body_end, end, True))
             stall += max(0.0, end - close)
         else:
-            after = max(after, end - passed(n_tiles))
-    return stall, after
+            spans.append(_Span(opened, passed(n_tiles), body_end, end, False))
+    return spans
