@@ -71,7 +71,7 @@ def plot_placement(socket: SocketSpec, kernels: list[PlacedKernel], path: str | 
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"tile {tile}", fontsize=8)
-        axes[row][0].set_ylabel(f"{pk.kernel.name}\n{pk.bounding_resource}-bound", fontsize=8)
+        axes[row][0].set_ylabel(row_label(pk), fontsize=8)
         handles = [Line2D([], [], marker="s", linestyle="", color=colours[i],
                           label=f"{st.operator} ({st.pcus // max(1, len(st.tiles))}/{st.pmus // max(1, len(st.tiles))})")
                    for i, st in enumerate(stages)]
@@ -82,3 +82,10 @@ def plot_placement(socket: SocketSpec, kernels: list[PlacedKernel], path: str | 
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def row_label(pk: PlacedKernel) -> str:
+    """A drawn kernel's name and what bounds it as the graph calls it, as ``map``'s table says
+    (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_bound`; a lone call's bound when it was
+    mapped alone)."""
+    return f"{pk.kernel.name}\n{pk.call_bound or pk.bounding_resource}-bound"

@@ -16,6 +16,7 @@ from sn40l_sim.ir import Collective, FusedKernel, Operator
 from sn40l_sim.mapper._examples import example_gemm_kernel, example_socket
 from sn40l_sim.mapper.calls import COLLECTIVE, as_called
 from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+from sn40l_sim.mapper.plot import row_label
 from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.mapping import build_phase
@@ -48,6 +49,8 @@ def test_an_overlapped_collective_bounds_the_call_once_it_outlasts_the_stream():
     pk = as_called(socket, map_kernel(socket, example_gemm_kernel(), loop=long), long)
     assert 0 < pk.call_collective_cycles < _tiles(socket, pk)
     assert pk.call_bound == COLLECTIVE
+    # map --plot labels the kernel as its table row does, not by its lone call's compute
+    assert pk.bounding_resource == "compute" and row_label(pk) == "proj\ncollective-bound"
 
 
 def test_a_window_collective_the_stream_waits_for_bounds_the_call():
