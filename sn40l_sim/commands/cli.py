@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "map": ("map", "place one phase's kernels on a socket: PCUs/PMUs, utilisation, bound, cycles"),
     "sweep": ("sweep", "run an experiment's sweep: section in parallel processes into one results.csv"),
     "plot": ("plot", "plot two columns of a results.csv, one line per --hue value"),
+    "compare": ("compare", "two runs' results point by point, with the ratio of every figure"),
     "validate": ("validate", "print every reference measurement beside the simulated value and the error"),
     "calibrate": ("calibrate", "fit the hardware YAML's calibrated: parameters to the calibration measurements"),
     "golden": ("golden", "compare the key results of the experiments without a sweep with tests/golden/ (--update "

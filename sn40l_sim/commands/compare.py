@@ -1,0 +1,79 @@
+"""Compare two runs: every point the two results hold (paired by name) in one table, with the base's
+value, the other's and their ratio (other over base) for each figure ``run`` prints, and a heading
+saying what differs (model, hardware, KV policy). A point that only one of them holds is named on
+a note line.
+
+Each argument is a results.json written by run or sweep, or the folder holding it.
+
+examples:
+  python -m sn40l_sim run experiments/deepseek_tp16.yaml --out out/base
+  python -m sn40l_sim run experiments/deepseek_tp16.yaml --out out/hbm2x \\
+      --set hardware.socket.memory.hbm.bytes_per_s_per_unit="819.2 GB/s"
+  python -m sn40l_sim compare out/base out/hbm2x
+  python -m sn40l_sim compare out/base/results.json out/hbm2x/results.json --changed
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sn40l_sim.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``compare``'s arguments."""
+    parser.add_argument("base", type=Path, metavar="BASE", help="results.json (or its folder) of the base run")
+    parser.add_argument("other", type=Path, metavar="OTHER", help="results.json (or its folder) to compare with it")
+    parser.add_argument("--changed", action="store_true", help="show only the rows whose values differ")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the comparison; 0 when the two share at least one point."""
+    from sn40l_sim.report.compare import compare_records
+
+    base, other = load_records(args.base), load_records(args.other)
+    tables, only_base, only_other = compare_records(base, other, changed_only=args.changed)
+    if not tables:
+        raise InputError(f"no point name in common: {_names(base)} against {_names(other)} (points are paired by "
+                         "their names)", file=args.other)
+    print(f"base {results_path(args.base)}, other {results_path(args.other)}")
+    for table in tables:
+        print()
+        print(table)
+    for path, names in ((args.base, only_base), (args.other, only_other)):
+        if names:
+            print(f"note: only in {results_path(path)}: {', '.join(names)}")
+    return 0
+
+
+def results_path(path: Path) -> Path:
+    """``path`` or, for a folder, the results.json in it."""
+    return path / "results.json" if path.is_dir() else path
+
+
+def load_records(path: Path) -> list[dict]:
+    """The records of a results.json (a list of objects with a ``name``), or InputError naming it."""
+    file = results_path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        where = f"{path} holds no results.json" if path.is_dir() else "no such file"
+        raise InputError(f"{where} (expected a results.json written by run or sweep, or its folder)",
+                         file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read it: {exc}", file=file) from None
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON (line {exc.lineno}: {exc.msg}); expected a results.json written by run or "
+                         "sweep", file=file) from None
+    if not isinstance(records, list) or not records or \
+            not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in records):
+        raise InputError("expected a list of result records, each with a name (a results.json written by run or "
+                         "sweep)", file=file)
+    return records
+
+
+def _names(records: list[dict]) -> str:
+    return ", ".join(r["name"] for r in records)

@@ -1,0 +1,102 @@
+"""Two runs' results side by side, point by point, with the ratio of every figure (``python -m
+sn40l_sim compare``): what a changed machine, model or setting did to the numbers ``run`` prints.
+
+Points are paired by name (the policy entry's, with the sweep point's in a sweep). Each pair is
+one table with the rows of ``run``'s (:data:`~sn40l_sim.report.fields.RESULTS`), the base's value,
+the other's and their ratio (other over base) computed from the unrounded values; a row the two
+leave equal shows a ratio of 1 (and only such a row: a ratio that rounds to 1 is given the digits
+that tell it apart), a row either lacks a dash.
+
+Examples
+--------
+>>> base = {"name": "full", "hardware": "SN40L-16", "decode_step_s": 0.08608, "batch": 16}
+>>> other = {"name": "full", "hardware": "SN40L-16 (sockets 8)", "decode_step_s": 0.1549, "batch": 16}
+>>> lines = point_table(base, other).splitlines()
+>>> lines[0]
+'full: hardware SN40L-16 -> SN40L-16 (sockets 8)'
+>>> [" ".join(line.split()) for line in lines if line.startswith(("batch", "decode step"))]
+['batch 16 16 1', 'decode step (ms) 86.08 154.90 1.799']
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.registry import Fields
+from sn40l_sim.report.table_rows import Row, value_at
+
+#: the text fields whose change a pair's heading says
+DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "mode")
+
+
+def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Fields = RESULTS,
+                changed_only: bool = False) -> str:
+    """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
+    row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
+    only the rows whose shown values differ)."""
+    changes = [f"{name} {base.get(name)} -> {other.get(name)}" for name in DESCRIBED
+               if base.get(name) != other.get(name)]
+    heading = f"{base['name']}: " + ("; ".join(changes) if changes else "the same model, hardware and policy")
+    lines: list[tuple[str, str, str, str]] = []
+    for path, row in fields.table_rows():
+        for label, (a, b) in row.lines(path, [base, other]):
+            if a is None and b is None or changed_only and a == b:
+                continue
+            ratio = _ratio(row, path, base, other) if isinstance(row, Row) else _shown_ratio(a, b)
+            lines.append((label, a or "-", b or "-", ratio))
+    if not lines:
+        return heading + "\n(no figure differs)" if changed_only else heading
+    width = max(len(label) for label, *_ in lines) + 2
+    cells = max(len(c) for _, a, b, r in lines for c in (a, b, r, "other/base")) + 2
+    out = [heading, " " * width + "base".rjust(cells) + "other".rjust(cells) + "other/base".rjust(cells)]
+    out += [label.ljust(width) + a.rjust(cells) + b.rjust(cells) + r.rjust(cells) for label, a, b, r in lines]
+    return "\n".join(out)
+
+
+def _ratio(row: Row, path: str, base: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """other/base of a numeric row from the unrounded values, in four significant figures."""
+    a, b = value_at(base, path), value_at(other, path)
+    if not _number(a) or not _number(b) or (row.shown_with and (value_at(base, row.shown_with) is None
+                                                               or value_at(other, row.shown_with) is None)):
+        return "-"
+    return _ratio_text(a, b)
+
+
+def _shown_ratio(a: str | None, b: str | None) -> str:
+    """other/base of a row computed from its shown cells (the memory rows, in GiB)."""
+    try:
+        x, y = float(a or ""), float(b or "")
+    except ValueError:
+        return "-"
+    return _ratio_text(x, y)
+
+
+def _ratio_text(a: float, b: float) -> str:
+    """``b / a`` in four significant figures, "1" only when they are equal (a ratio that rounds to 1
+    gets the digits that tell it apart), "-" over zero.
+
+    >>> _ratio_text(2.0, 2.0), _ratio_text(0.0860849, 0.0775), _ratio_text(1.0, 1.0004), _ratio_text(0, 3)
+    ('1', '0.9003', '1.0004', '-')
+    """
+    if a == b:
+        return "1"
+    if not a:
+        return "-"
+    text = f"{b / a:.4g}"
+    return text if float(text) != 1 else f"{b / a:.9f}".rstrip("0")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def compare_records(base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
+                    changed_only: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """``(tables, names only in base, names only in other)``: one table per point name the two hold
+    (in the base's order)."""
+    others = {r["name"]: r for r in other}
+    tables = [point_table(r, others[r["name"]], changed_only=changed_only) for r in base if r["name"] in others]
+    names = {r["name"] for r in base}
+    return tables, [r["name"] for r in base if r["name"] not in others], \
+        [r["name"] for r in other if r["name"] not in names]

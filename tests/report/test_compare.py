@@ -1,0 +1,96 @@
+"""``compare``: two results files point by point, the ratio of every figure from the unrounded
+values, and one clear line for a file that is not a results.json."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.report.compare import compare_records, point_table
+
+BASE = {"name": "full", "model": "m", "hardware": "SN40L-16", "kv_policy": "full", "batch": 16,
+        "decode_step_s": 0.0860849, "decode_tokens_per_s_reported": 453.54,
+        "memory": {"hbm": {"weights": 40 * 2**30, "kv": 8 * 2**30, "free": 8 * 2**30}}}
+
+
+def _write(tmp_path, name, records):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(records))
+    return folder
+
+
+def _row(table: str, label: str) -> list[str]:
+    (line,) = [line for line in table.splitlines() if line.startswith(label)]
+    return line[len(label):].split()
+
+
+def test_the_ratio_is_of_the_unrounded_values_and_1_only_when_equal():
+    other = dict(BASE, decode_step_s=0.0860849 * 1.0004, decode_tokens_per_s_reported=453.54 * 1.25)
+    table = point_table(BASE, other)
+    # the steps print as 86.08 and 86.12 ms, whose ratio would be 1.0005; four figures would say 1
+    assert _row(table, "decode step (ms)") == ["86.08", "86.12", "1.0004"]
+    assert _row(table, "decode tokens/s (reported)") == ["453.5", "566.9", "1.25"]
+
+
+def test_equal_values_give_exactly_1_and_a_missing_one_a_dash():
+    other = dict(BASE)
+    del other["decode_tokens_per_s_reported"]
+    table = point_table(BASE, other)
+    assert _row(table, "batch") == ["16", "16", "1"]
+    assert _row(table, "decode tokens/s (reported)") == ["453.5", "-", "-"]
+    assert _row(table, "HBM/socket weights (GiB)") == ["40.00", "40.00", "1"]
+
+
+def test_changed_only_keeps_the_rows_that_differ_and_the_heading_says_what_changed():
+    other = dict(BASE, hardware="SN40L-16 (sockets 8)", decode_step_s=0.1549)
+    table = point_table(BASE, other, changed_only=True)
+    lines = table.splitlines()
+    assert lines[0] == "full: hardware SN40L-16 -> SN40L-16 (sockets 8)"
+    assert [line.split()[0] for line in lines[2:]] == ["decode"]
+    assert _row(table, "decode step (ms)") == ["86.08", "154.90", f"{0.1549 / 0.0860849:.4g}"]
+
+
+def test_points_are_paired_by_name_and_the_unpaired_named():
+    snap = dict(BASE, name="snapstream", kv_policy="snapstream")
+    tables, only_base, only_other = compare_records([BASE, snap], [dict(snap), dict(BASE, name="h2o")])
+    assert [t.splitlines()[0].split(":")[0] for t in tables] == ["snapstream"]
+    assert only_base == ["full"] and only_other == ["h2o"]
+
+
+def test_the_command_prints_a_table_per_common_point(tmp_path, capsys):
+    base = _write(tmp_path, "a", [BASE, dict(BASE, name="snap")])
+    other = _write(tmp_path, "b", [dict(BASE, decode_step_s=0.0775)])
+    assert main(["compare", str(base), str(other / "results.json")]) == 0
+    out = capsys.readouterr().out
+    assert "full: the same model, hardware and policy" in out
+    assert _row(out, "decode step (ms)") == ["86.08", "77.50", f"{0.0775 / 0.0860849:.4g}"]
+    assert out.rstrip().splitlines()[-1] == f"note: only in {base / 'results.json'}: snap"
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no such file"),
+    ("{", "not JSON (line 1"),
+    ('{"name": "full"}', "expected a list of result records"),
+    ("[]", "expected a list of result records"),
+    ('[{"batch": 1}]', "expected a list of result records, each with a name"),
+])
+def test_a_bad_results_file_is_one_line_naming_it(tmp_path, capsys, content, words):
+    good = _write(tmp_path, "good", [BASE])
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    assert main(["compare", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {bad}") and words in err[0], err
+
+
+def test_a_folder_without_results_and_points_without_a_common_name_are_refused(tmp_path, capsys):
+    good = _write(tmp_path, "good", [BASE])
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(good), str(tmp_path / "empty")]) == 2
+    assert "holds no results.json" in capsys.readouterr().err
+    other = _write(tmp_path, "other", [dict(BASE, name="snap")])
+    assert main(["compare", str(good), str(other)]) == 2
+    assert "no point name in common: full against snap" in capsys.readouterr().err
