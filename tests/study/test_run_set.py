@@ -3,32 +3,16 @@ named as ``sweep --set`` checks them, and the same records as the experiment fil
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
-from sweep_helpers import REPO
+from sweep_helpers import write_experiment
 
 from sn40l_sim.commands.cli import main
 
 
 def _experiment(tmp_path, *, batch: int = 4, extra: str = "", name: str = "e.yaml"):
-    """The sweep tests' small experiment (Llama-3.1-8B on 8 sockets), without a sweep section."""
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(f"""\
-        kind: experiment
-        name: small_run
-        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
-        model: {REPO / 'graphs/llama3_1_8b.yaml'}
-        parallel:
-          prefill: {{tp: 8}}
-          decode: {{tp: 8, attention_dp: 8}}
-        policies:
-          - {{name: full, policy: full}}
-        shape: {{prompt_len: 4096}}
-        workload: {{kind: fixed, count: batch, output_len: 2}}
-        serving: {{batch: {batch}, batch_sizes: [1, 2, 4, 8, 16], max_new_tokens: 2}}
-        """) + extra)
-    return path
+    """The sweep tests' small experiment (Llama-3.1-8B on 8 sockets, two KV policies), without a sweep section."""
+    return write_experiment(tmp_path, None, extra=extra, name=name, batch=batch)
 
 
 def _records(out):
@@ -42,7 +26,7 @@ def test_a_set_experiment_field_gives_the_records_of_the_edited_file(tmp_path):
                  "--quiet"]) == 0
     assert main(["run", str(edited), "--out", str(tmp_path / "edited"), "--no-plot", "--quiet"]) == 0
     got, want = _records(tmp_path / "set"), _records(tmp_path / "edited")
-    assert [r["batch"] for r in got] == [8]
+    assert [r["batch"] for r in got] == [8, 8]
     drop = ("speed",)
     assert [{k: v for k, v in r.items() if k not in drop} for r in got] == \
         [{k: v for k, v in r.items() if k not in drop} for r in want]
@@ -55,7 +39,7 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
     assert main(["run", str(path), "--out", str(tmp_path / "base"), "--no-plot", "--quiet"]) == 0
     assert main(["run", str(path), "--set", "hardware.socket.memory.hbm.bytes_per_s_per_unit=819.2 GB/s",
                  "--out", str(tmp_path / "fast"), "--no-plot", "--quiet"]) == 0
-    (base,), (fast,) = _records(tmp_path / "base"), _records(tmp_path / "fast")
+    (base, _), (fast, _) = _records(tmp_path / "base"), _records(tmp_path / "fast")
     assert fast["hardware"] == f"{base['hardware']} (socket.memory.hbm.bytes_per_s_per_unit 819.2 GB/s)"
     # the batch-4 decode step streams the 8B's weights: more HBM bandwidth, a shorter step
     assert fast["decode_step_s"] < base["decode_step_s"]
@@ -76,7 +60,7 @@ def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, it
 
 
 def test_a_sweep_run_passes_its_sets_to_the_sweep(tmp_path):
-    path = _experiment(tmp_path, extra="sweep:\n  axes:\n    serving.max_new_tokens: [2, 3]\n")
+    path = write_experiment(tmp_path, "axes:\n  serving.max_new_tokens: [2, 3]\n")
     assert main(["run", str(path), "--set", "serving.batch=2", "--out", str(tmp_path / "out"), "--no-plot",
                  "--quiet"]) == 0
     assert {r["batch"] for r in _records(tmp_path / "out")} == {2}
@@ -87,7 +71,7 @@ def test_hardware_sets_that_only_hold_together_are_kept(tmp_path):
     path = _experiment(tmp_path)
     sets = ["--set", "hardware.socket.tile.pcus=280", "--set", "hardware.socket.tile.grid_cols=28"]
     assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]) == 0
-    (record,) = _records(tmp_path / "out")
+    record = _records(tmp_path / "out")[0]
     assert "socket.tile.pcus 280" in record["hardware"] and "socket.tile.grid_cols 28" in record["hardware"]
 
 
