@@ -106,7 +106,7 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
 def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(loaded, tmp_path):
     # Table 5 row 1's layout: DeepSeek-R1 with one 133K cache per socket (batch 16, full) against
     # four 32K caches per socket (batch 64, SnapStream): equal KV bytes per socket. Attention is not
-    # dearer with the shorter caches. The whole step is (89.4 against 86.3 ms): the batch's
+    # dearer with the shorter caches. The whole step is (88.9 against 86.1 ms): the batch's
     # all-reduces and expert rows grow with it, and the measured step is 5% shorter; the model has no
     # mechanism that makes one long cache dearer than that (docs/validation.md, Table 5's sign)
     records = {r["name"]: r for r in loaded.records(ROOT / "experiments" / "deepseek_tp16.yaml", serve=False,
@@ -117,7 +117,7 @@ def test_more_shorter_sequences_per_socket_are_not_slower_at_equal_kv_bytes(load
     # Llama-3.1-8B on 8 sockets, TP8: 4 sequences of 32K against 16 of 8K. Both steps are bound by
     # reading the cache, the same bytes per socket; more sequences add only their own fixed costs
     # (a sequence's chunks, its combine), so attention is no dearer beyond those, and the whole step
-    # about as long (2.65 against 2.62 ms, docs/validation.md)
+    # about as long (2.62 against 2.60 ms, docs/validation.md)
     common = {"model": str(ROOT / "graphs" / "llama3_1_8b.yaml"),
               "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
     attention = {}
