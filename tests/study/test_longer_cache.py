@@ -50,3 +50,16 @@ def test_without_attention_data_parallelism_a_longer_cache_is_not_faster():
                              engine=EngineOptions())
     steps = [steps_timer.decode_step(16, kv).seconds for kv in (192, 576, 1088, 4160)]
     assert steps == sorted(steps), steps
+
+
+def test_priced_llama8b_batch_64_decode_is_not_faster_with_a_longer_cache():
+    """Llama-3.1-8B on 8 sockets at batch 64 with `execution.idle_units: priced`: once 1.7875 ms with
+    128-token caches and 1.7811 ms with 256 (docs/validation.md, "A longer cache, faster:
+    Llama-3.1-8B at batch 64 on 8 sockets"); falls no more since the side-by-side rooms were also
+    tried with the kernels called once holding part of their units."""
+    node = load_hardware(ROOT / "hw_configs" / "sn40l_node8.yaml")
+    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(8), ParallelPlan(8), {}, "priced",
+                       engine=EngineOptions())
+    steps = [timer.decode_step(64, kv).seconds for kv in (128, 256)]
+    assert steps == sorted(steps), steps
