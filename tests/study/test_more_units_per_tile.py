@@ -1,7 +1,8 @@
-"""More units per tile never make a step slower where docs/validation.md once measured it so ("A
-socket with more tiles can be slower", "Idle units handed out without their configuration"): the
-default spending gave a stage every idle unit that shortened it, whatever its configuration cost,
-so a tile with more PMUs or PCUs could map to a slower step."""
+"""More units per tile, or faster HBM, never make a step slower where docs/validation.md once
+measured it so ("A socket with more tiles can be slower", "Idle units handed out without their
+configuration"): the default spending gives a stage every idle unit that shortens it, whatever its
+configuration costs, so a tile with more PMUs or PCUs, or a faster stream, could map to a slower
+step. Each test fails on the commit before the one that stopped its case (bisected)."""
 from __future__ import annotations
 
 from pathlib import Path
