@@ -106,3 +106,10 @@ def test_map_takes_the_same_sets(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "SN40L-8 (socket.tile.grid_cols 28, socket.tile.pcus 280)" in out.splitlines()[0], out.splitlines()[0]
     assert "shape: batch 2," in out.splitlines()[1], out.splitlines()[1]
+
+
+def test_map_sets_an_experiment_with_a_sweep_as_it_maps_it_without(tmp_path, capsys):
+    # map maps the experiment a sweep starts from; its --set was refused for having a sweep section
+    path = write_experiment(tmp_path, "axes:\n  serving.max_new_tokens: [2, 3]\n")
+    assert main(["map", str(path), "--phase", "decode", "--set", "shape.batch=2"]) == 0
+    assert "shape: batch 2," in capsys.readouterr().out

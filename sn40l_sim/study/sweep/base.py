@@ -109,10 +109,12 @@ def _inner(exc: AxisError | InputError) -> str:
         getattr(exc, "message", str(exc))
 
 
-def experiment_with_sets(path: str | Path, sets: dict[str, Any]) -> tuple[Experiment, dict[str, Any]]:
-    """An experiment without a ``sweep:`` section with ``run --set`` values written in, and the
-    hardware overrides among them (``hardware.<field>``), checked as ``sweep --set`` checks them
-    (:func:`apply_sets`). The file's own errors come first.
+def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
+                         sweep_ignored: bool = False) -> tuple[Experiment, dict[str, Any]]:
+    """An experiment with ``run --set`` values written in, and the hardware overrides among them
+    (``hardware.<field>``), checked as ``sweep --set`` checks them (:func:`apply_sets`). The file's
+    own errors come first. An experiment with a ``sweep:`` section is refused (its sets go to the
+    sweep) unless ``sweep_ignored``: ``map`` maps the experiment the sweep starts from.
 
     >>> exp, hw = experiment_with_sets("experiments/deepseek_tp16.yaml",
     ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
@@ -121,7 +123,7 @@ def experiment_with_sets(path: str | Path, sets: dict[str, Any]) -> tuple[Experi
     """
     doc = load_document(path)
     exp = experiment_from_document(doc)
-    if exp.spec.sweep is not None:
+    if exp.spec.sweep is not None and not sweep_ignored:
         raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
     data, hardware = apply_sets(doc, dict(doc.data), sets, [])
     return experiment_from_data(data, doc), hardware
