@@ -91,12 +91,28 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def tiers_by_capacity(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with its memory tiers smallest first: results.json keeps them in name order
+    (``ddr`` before ``hbm``), and the smaller tier is the nearer one on every socket described
+    (HBM, then DDR), as ``run``'s table lists them.
+
+    >>> list(tiers_by_capacity({"memory": {"ddr": {"capacity": 9}, "hbm": {"capacity": 2}}})["memory"])
+    ['hbm', 'ddr']
+    """
+    memory = record.get("memory")
+    if not isinstance(memory, Mapping):
+        return dict(record)
+    order = sorted(memory, key=lambda tier: (memory[tier] or {}).get("capacity") or 0)
+    return {**record, "memory": {tier: memory[tier] for tier in order}}
+
+
 def compare_records(base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
                     changed_only: bool = False) -> tuple[list[str], list[str], list[str]]:
     """``(tables, names only in base, names only in other)``: one table per point name the two hold
     (in the base's order)."""
-    others = {r["name"]: r for r in other}
-    tables = [point_table(r, others[r["name"]], changed_only=changed_only) for r in base if r["name"] in others]
+    others = {r["name"]: tiers_by_capacity(r) for r in other}
+    tables = [point_table(tiers_by_capacity(r), others[r["name"]], changed_only=changed_only)
+              for r in base if r["name"] in others]
     names = {r["name"] for r in base}
     return tables, [r["name"] for r in base if r["name"] not in others], \
         [r["name"] for r in other if r["name"] not in names]

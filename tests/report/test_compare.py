@@ -94,3 +94,13 @@ def test_a_folder_without_results_and_points_without_a_common_name_are_refused(t
     other = _write(tmp_path, "other", [dict(BASE, name="snap")])
     assert main(["compare", str(good), str(other)]) == 2
     assert "no point name in common: full against snap" in capsys.readouterr().err
+
+
+def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
+    # results.json keeps the tiers in name order, ddr before hbm
+    record = dict(BASE, memory={"ddr": {"weights": 0, "capacity": 2**40, "free": 2**40},
+                                "hbm": {"weights": 40 * 2**30, "capacity": 64 * 2**30, "free": 8 * 2**30}})
+    folder = _write(tmp_path, "a", [record])
+    assert main(["compare", str(folder), str(folder)]) == 0
+    labels = [line.split(" (GiB)")[0] for line in capsys.readouterr().out.splitlines() if "/socket" in line]
+    assert labels[0].startswith("HBM/socket") and labels[-1].startswith("DDR/socket"), labels
