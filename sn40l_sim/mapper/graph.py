@@ -252,7 +252,48 @@ def _remap_one_tile_each(socket: SocketSpec, order: list[FusedKernel], plans: li
                 plans[i], contexts[i] = copied(placed, kernel=order[i]), replace(calls[i], resident=True)
         _take(room, plans[i])
     other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
-    return other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+    best = other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
+    return _beside_the_kernels_called_once(socket, order, plans, contexts, best, repeated, calls_of, tiers, key,
+                                           collective_cycles)
+
+
+def _beside_the_kernels_called_once(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
+                                    contexts: list[LoopContext], best: tuple[PlacedKernel, ...],
+                                    repeated: list[list[int]], calls_of: dict[int, list[int]], tiers: TierSplit,
+                                    key: str, collective_cycles: Callable[[Collective], float] | None,
+                                    ) -> tuple[PlacedKernel, ...]:
+    """``best`` or, when the step is shorter that way, the one-tile placement ``plans`` with one of
+    the kernels called many times (``repeated``) mapped again on its tile less the units the kernels
+    called once hold, where some of those found no room beside the others and reload each step.
+
+    Mapped on a tile alone, a layer kernel may take every unit of it on a faster machine (Llama-3.1-8B's
+    output projection at 200 GB/s per P2P port: 260 PCUs and PMUs, 240 and 154 at 100): lm_head
+    and sampling then reload and evict the first layer's kernels each step, a longer step than on
+    the slower machine (docs/validation.md, "Faster links or HBM, a slower step")."""
+    once = [indices[0] for indices in calls_of.values() if len(indices) == 1 and plans[indices[0]].sections == 1]
+    loaded = resident_calls(socket, plans)
+    if not once or all(loaded[i] for i in once):
+        return best
+    pcus = socket.tile.pcus - sum(max(plans[i].pcus_per_tile, default=0) for i in once)
+    pmus = socket.tile.pmus - sum(max(plans[i].pmus_per_tile, default=0) for i in once)
+    if min(pcus, pmus) < 1:
+        return best
+    budget = UnitBudget(chip_tiles=1, pcus_per_tile=pcus, pmus_per_tile=pmus)
+    for indices in repeated:
+        tried, again = list(plans), {}
+        try:
+            for i in indices:
+                if contexts[i] not in again:
+                    again[contexts[i]] = map_kernel_cached(socket, order[i], tiers, key, contexts[i], budget)
+                tried[i] = copied(again[contexts[i]], kernel=order[i])
+        except InfeasibleError:
+            continue
+        if tried[indices[0]].sections != 1:
+            continue
+        got = _as_called(socket, order, tried, contexts, resident_calls(socket, tried), collective_cycles)
+        if sum(pk.call_cycles for pk in got) < sum(pk.call_cycles for pk in best):
+            best = got
+    return best
 
 
 def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
