@@ -78,13 +78,19 @@ def _ratio_text(a: float, b: float) -> str:
 
     >>> _ratio_text(2.0, 2.0), _ratio_text(0.0860849, 0.0775), _ratio_text(1.0, 1.0004), _ratio_text(0, 3)
     ('1', '0.9003', '1.0004', '-')
+    >>> _ratio_text(41.35, 41.36), _ratio_text(1343.364, 1343.350)
+    ('1.0002', '0.99999')
     """
     if a == b:
         return "1"
     if not a:
         return "-"
-    text = f"{b / a:.4g}"
-    return text if float(text) != 1 else f"{b / a:.9f}".rstrip("0")
+    ratio = b / a
+    for digits in range(4, 16):
+        text = f"{ratio:.{digits}g}"
+        if float(text) != 1:
+            return text
+    return text
 
 
 def _number(value: Any) -> bool:
