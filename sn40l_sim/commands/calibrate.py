@@ -5,7 +5,10 @@ fitted by bounded least squares within the physical bounds declared in the schem
 (sn40l_sim/hardware/spec.py), with a weak pull towards the YAML's current values
 (sn40l_sim/study/calibration.py says why), on the simulator linearised by finite differences from
 the YAML's values (sn40l_sim/study/linear_fit.py: one pass per parameter, reused by the fit and by
-the leave-one-out refits). Prints the fitted values and every residual; with --write,
+the leave-one-out refits). Each calibration point is also predicted by a fit without it, for
+validate's leave-one-out column: on that linearisation (the default, no more simulation), or, with
+--leave-one-out refit, by fitting the simulator itself again without each point (minutes; the
+refits share the passes they repeat). Prints the fitted values and every residual; with --write,
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
 or a node file's socket_overrides), with a provenance note. With --starts K the fit also runs from
 K-1 points spread over the parameters' bounds (a seeded Latin hypercube; the prior stays the YAML's
@@ -17,6 +20,7 @@ example:
   python -m sn40l_sim calibrate                 # fit and print
   python -m sn40l_sim calibrate --write         # and write the values into hw_configs/sn40l.yaml
   python -m sn40l_sim calibrate --starts 8      # fit from the YAML's values and 7 more starts, keep the best
+  python -m sn40l_sim calibrate --write --leave-one-out refit   # and the leave-one-out column by true refits
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--starts", type=int, default=1,
                         help="fit from this many starting points, the YAML's values first, and keep the lowest "
                              "cost; --max-evaluations is each start's budget (default: %(default)s)")
+    parser.add_argument("--leave-one-out", choices=("linearised", "refit"), default="linearised",
+                        help="how each calibration point is predicted without it: by a refit on the fit's "
+                             "linearisation (no more simulation), or by refitting the simulator itself without "
+                             "it, every proposed step simulated (minutes) (default: %(default)s)")
     parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -66,7 +74,7 @@ def _every_reference(given: list[Path]) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
     from sn40l_sim.errors import InputError
-    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.hardware.loader import load_hardware, with_overrides
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.assemble import Assembly
     from sn40l_sim.study.calibration import (
@@ -80,13 +88,14 @@ def run(args: argparse.Namespace) -> int:
         write_back,
     )
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.leave_one_out import LeaveOneOut
+    from sn40l_sim.study.leave_one_out import LeaveOneOut, refit_leave_one_out
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers
 
     references = load_references(args.references)
     if args.hardware is None:
         args.hardware = default_hardware()
-    socket = load_hardware(args.hardware).socket
+    node = load_hardware(args.hardware)
+    socket = node.socket
     start = calibrated_parameters(socket)
     # the fit's own limits, checked before any simulation pass is spent
     if args.starts < 1:
@@ -144,12 +153,32 @@ def run(args: argparse.Namespace) -> int:
         ended = ", ".join(f"{i}: {cost:.4g}" for i, cost in enumerate(result.start_costs))
         print(f"calibrate: cost at the end of each start (0: the YAML's values) {ended}; kept start "
               f"{result.kept_start}", file=sys.stderr, flush=True)
-    if not args.quiet:
-        print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, refitting "
-              "without each calibration point on the fit's Jacobian (no more passes)", file=sys.stderr, flush=True)
-    loo = LeaveOneOut(dict(zip(result.names, result.fitted, strict=True)),
-                      leave_one_out(result, socket, evaluate), method="refit without the point on the simulator "
-                      "linearised by the fit (its Jacobian; study/calibration.py, leave_one_out)")
+    fitted = dict(zip(result.names, result.fitted, strict=True))
+    if args.leave_one_out == "refit":
+        if not args.quiet:
+            print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, fitting "
+                  "the simulator again without each calibration point", file=sys.stderr, flush=True)
+        # every refit starts from the fitted values (and is pulled towards them), as a calibration from
+        # the values written back would
+        refit_from = socket if all(start[k].value == v for k, v in fitted.items()) else \
+            with_overrides(node, {f"socket.{k}": v for k, v in fitted.items()}).socket
+
+        def refitted(point: str, simulated: int) -> None:
+            if not args.quiet:
+                print(f"calibrate: refitted without {point}; {simulated} passes simulated, "
+                      f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+        loo = LeaveOneOut(fitted, refit_leave_one_out(references, refit_from, evaluate, args.max_evaluations,
+                                                      refitted),
+                          method="refit of the simulator without the point, every step simulated "
+                                 "(study/leave_one_out.py, refit_leave_one_out)")
+    else:
+        if not args.quiet:
+            print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, "
+                  "refitting without each calibration point on the fit's Jacobian (no more passes)",
+                  file=sys.stderr, flush=True)
+        loo = LeaveOneOut(fitted, leave_one_out(result, socket, evaluate), method="refit without the point on the "
+                          "simulator linearised by the fit (its Jacobian; study/calibration.py, leave_one_out)")
     print()
     print(format_table(result.comparisons, loo.predictions))
     if args.write:

@@ -1,15 +1,26 @@
 """The leave-one-out predictions ``validate`` prints beside each calibration point:
 :class:`LeaveOneOut`, written by ``calibrate --write`` (docs/validation.md) to
-``experiments/reference/leave_one_out.json``."""
+``experiments/reference/leave_one_out.json``; computed on the fit's linearisation
+(:func:`~sn40l_sim.study.calibration.leave_one_out`, no more simulation) or by refitting the
+simulator itself without each point (:func:`refit_leave_one_out`, ``calibrate --leave-one-out
+refit``).
+
+A linearised refit is a guide to which points constrain which parameters; far from the fit, where
+the simulator is not linear (a mapper plan switching), it can predict what no simulation gives. A
+refit simulates every step it proposes, so its prediction is a simulated value at parameters
+fitted without the point."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
-from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
+from sn40l_sim.study.calibration import Evaluator, calibration_references, fit
+from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Reference
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
 
@@ -46,3 +57,67 @@ class LeaveOneOut:
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"cannot read the leave-one-out predictions: {exc}; rerun "
                              "`python -m sn40l_sim calibrate --write`", file=path) from None
+
+
+class _SharedPasses:
+    """An evaluator for the refits that simulates every calibration point at each parameter set
+    once, whichever points a refit asks for: the refits all start where the full fit ended, so
+    their first pass and their Jacobian's are the same simulations, and a left-out point's value at
+    a refit's parameters is read from the pass that simulated the others."""
+
+    def __init__(self, references: list[Reference], evaluate: Evaluator) -> None:
+        self.references = references
+        self.evaluate = evaluate
+        self._passes: dict[tuple, dict[str, Comparison]] = {}
+        self._answers: list[tuple[list[Comparison], dict[str, Comparison]]] = []
+        self.simulated = 0
+
+    def __call__(self, refs: list[Reference], calibrated: dict[str, float]) -> list[Comparison]:
+        key = tuple(sorted(calibrated.items()))
+        if key not in self._passes:
+            self._passes[key] = {c.reference.measurement.id: c for c in self.evaluate(self.references, calibrated)}
+            self.simulated += 1
+        every = self._passes[key]
+        answer = [every[r.measurement.id] for r in refs]
+        self._answers.append((answer, every))   # the fit returns the answer it ends at: keep its whole pass
+        return answer
+
+    def whole_pass(self, answer: list[Comparison]) -> dict[str, Comparison]:
+        """Every point's comparison in the pass that gave ``answer`` (this very list)."""
+        return next(every for given, every in self._answers if given is answer)
+
+
+def refit_leave_one_out(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
+                        max_evaluations: int = 40,
+                        progress: Callable[[str, int], None] | None = None) -> dict[str, float]:
+    """Each calibration point predicted by a fit of the simulator without it: measurement id ->
+    its simulated value at the parameters that fit the other points.
+
+    Each refit is :func:`~sn40l_sim.study.calibration.fit` from ``socket``'s values (the full
+    fit's, once written) with the same prior, bounds and pass budget, on every calibration point
+    but one; passes at parameters already simulated are not simulated again (:class:`_SharedPasses`).
+
+    Parameters
+    ----------
+    references : list of Reference
+        The references; only calibration points with a measured value are fitted and predicted.
+    socket : SocketSpec
+        The hardware whose calibrated values start every refit.
+    evaluate : callable
+        Simulates references at calibrated overrides (as for ``fit``).
+    max_evaluations : int
+        Each refit's budget of passes.
+    progress : callable, optional
+        Called after each refit with the point left out and the passes simulated so far.
+    """
+    refs = calibration_references(references)
+    shared = _SharedPasses(refs, evaluate)
+    out: dict[str, float] = {}
+    for left in refs:
+        others = [r for r in refs if r is not left]
+        result = fit(others, socket, shared, max_evaluations=max_evaluations)
+        point = left.measurement.id
+        out[point] = float(shared.whole_pass(result.comparisons)[point].simulated)
+        if progress is not None:
+            progress(point, shared.simulated)
+    return out

@@ -203,3 +203,32 @@ def test_a_fit_from_several_starts_finds_the_minimum_a_fit_from_the_yaml_misses(
     assert (again.fitted, again.cost, again.passes) == (single.fitted, single.cost, single.passes)
     with pytest.raises(ValueError, match="at least one start"):
         fit(refs, SOCKET, evaluate, starts=0)
+
+
+def test_a_refit_leave_one_out_predicts_each_point_by_a_fit_of_the_others():
+    from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    from sn40l_sim.study.leave_one_out import refit_leave_one_out
+
+    asked: list[dict[str, float]] = []
+
+    def evaluate(references, calibrated):
+        asked.append(dict(calibrated))
+        return evaluate_with(smooth)(references, calibrated)
+
+    full = fit(REFS, SOCKET, evaluate, max_evaluations=60)
+    node = load_hardware(REPO / "hw_configs" / "sn40l.yaml")
+    fitted = with_overrides(node, {f"socket.{k}": v for k, v in zip(full.names, full.fitted, strict=True)}).socket
+    asked.clear()
+    predicted = refit_leave_one_out(REFS, fitted, evaluate, max_evaluations=60)
+    assert predicted.keys() == {"rate", "share", "step"}
+    for left in REFS:
+        # the same prediction as a fit of the other two, from the same values, and the left-out point simulated there
+        others = fit([r for r in REFS if r is not left], fitted, evaluate_with(smooth), max_evaluations=60)
+        values = smooth(dict(zip(others.names, others.fitted, strict=True)))
+        assert predicted[left.measurement.id] == pytest.approx(values[left.measurement.quantity], rel=1e-6)
+    # every parameter set is simulated once, for all three points: the refits' shared start and Jacobian once
+    keys = [tuple(sorted(a.items())) for a in asked]
+    assert len(keys) == len(set(keys))
+    # three quantities of three parameters: without one, the other two and the prior leave the third
+    # free to move, so the prediction of the one left out is not its measurement
+    assert any(abs(predicted[r.measurement.id] - r.measurement.value) > 1e-6 * abs(r.measurement.value) for r in REFS)
