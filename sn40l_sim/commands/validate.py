@@ -62,5 +62,7 @@ def run(args: argparse.Namespace) -> int:
                   "rerun `python -m sn40l_sim calibrate --write`")
             loo = None
     print(format_table(comparisons, loo.predictions if loo is not None else None))
+    if loo is not None and loo.method:
+        print(f"leave-one-out: {loo.method}")
     missed = [c for c in comparisons if c.reference.measurement.calibration and c.ok is False]
     return 1 if missed else 0

@@ -361,6 +361,11 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
     lines.insert(1, "  ".join("-" * w for w in widths))
     measured = [c for c in comparisons if c.ok is not None]
     lines.append(f"\n{len(measured)} measurements, {sum(bool(c.ok) for c in measured)} within tolerance")
+    if loo is not None:
+        left_out = [Comparison(c.reference, loo[c.reference.measurement.id]) for c in measured
+                    if c.reference.measurement.id in loo]
+        lines.append(f"  left out of the fit, {sum(bool(c.ok) for c in left_out)} of {len(left_out)} predicted "
+                     "within tolerance")
     for kind, errs in sorted(by_kind.items()):
         unit = {"pp": "pp", "count": "", "%": "%"}.get(kind, f" {kind}")
         number = ".2f" if kind in ("pp", "count", "%") else ".3g"

@@ -70,6 +70,13 @@ def test_error_units_and_table():
     assert "+3.31 pp" in table and "+2.4%" in table and "(held back)" in table and "prediction" in table
     assert "+0.0035 s" in table and "s     mean |error| 0.0035 s" in table
     assert "4 measurements, 1 within tolerance" in table
+    # the leave-one-out predictions: their errors in a column, and how many are within tolerance
+    share = comparison(0.7271, id="share", value=0.694, tolerance={"abs": 0.02}, quantity="prefill_kernel_share",
+                       key="mha")
+    rate = comparison(444.4, id="rate", value=434, tolerance={"rel": 0.05})
+    table = format_table([share, rate, batch, step], {"share": 0.70, "rate": 500.0})
+    assert "leave-one-out" in table.splitlines()[0] and "+0.60 pp" in table and "+15.2%" in table
+    assert "left out of the fit, 1 of 2 predicted within tolerance" in table
     # a ratio of two records is not the field's unit: its quantity column says it is a ratio
     lines = format_table([share, ratio]).splitlines()[2:4]
     assert lines[0].split()[1:3] == ["prefill_kernel_share[mha]", "0.6940"]
