@@ -43,6 +43,23 @@ def test_a_scheduler_that_does_not_answer_is_one_line(tmp_path, capsys, monkeypa
     assert line.startswith("error: --scheduler: cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'")
 
 
+def shown_on_a_terminal(err: str) -> list[str]:
+    """The non-blank lines a terminal shows for ``err``: each line as its last carriage return left it
+    (tqdm redraws and clears its bar with ``\\r``)."""
+    return [shown for line in err.split("\n") if (shown := line.rsplit("\r", 1)[-1]).strip()]
+
+
+def test_a_scheduler_that_does_not_answer_leaves_one_line_under_the_progress_bar(tmp_path, capsys, monkeypatch):
+    # the bar is drawn while the scheduler is asked (up to 20 s); when it does not answer the bar is
+    # cleared, so the error stands alone, as docs/distributed.md promises
+    pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install -e '.[cluster]')")
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 0.2)
+    path = write_experiment(tmp_path, SWEEP)
+    assert main(["sweep", str(path), "--scheduler", "tcp://127.0.0.1:1", "--out", str(tmp_path / "out")]) == 2
+    (line,) = shown_on_a_terminal(capsys.readouterr().err)
+    assert line.startswith("error: --scheduler: cannot reach the Dask scheduler at 'tcp://127.0.0.1:1'")
+
+
 # a port no socket can have was 20 s of connection attempts before the line
 @pytest.mark.parametrize("scheduler", ["bogus", "tcp://host", "foo://host:8786", "tcp://127.0.0.1:99999",
                                        "tcp://127.0.0.1:0"])

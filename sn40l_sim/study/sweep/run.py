@@ -336,6 +336,9 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         kept = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
         exc.detail = f"{done} of {len(tasks)} run(s) had finished, {kept}"  # type: ignore[attr-defined]
         raise
+    except Exception:  # a scheduler that does not answer, an invariant broken: the bar is cleared,
+        bar.leave = False  # so the error's one line stands alone (docs/robustness.md)
+        raise
     finally:
         bar.close()
     out = SweepRecords()
