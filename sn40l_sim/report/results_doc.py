@@ -38,8 +38,11 @@ regression goldens read the same declaration.
   order. A mapping's columns are `field.key` (`memory.hbm.kv`).
 - **Golden**: kept in `tests/golden/` (`python -m sn40l_sim golden`); a mapping is kept whole.
 - **Opt-in**: fields of a group that a record carries only when its experiment asks for the group
-  with `report: {extra_fields: [<group>]}`, or, for `slo`, states an `slo:` section and, for `trace`,
-  serves a trace workload (so other experiments' results stay as they were).
+  with `report: {extra_fields: [<group>]}` (`kv_policies`) or has what brings it: `slo` an `slo:`
+  section, `trace` a trace workload, `rate_search` a `rate_search:` section, `multi_model` a
+  `multi_model:` section, `prefix_cache` `serving.prefix_cache: true`, `chunked_prefill`
+  `serving.prefill_chunk`, `prefill_hardware` a `prefill_hardware:` node; so other experiments'
+  results stay as they were. `speed` comes with every simulated point and stays in `status.json`.
 
 The fields marked **(§5)** are the results contract of [design.md](design.md) §5: never renamed or dropped.
 Empty values (`null` in JSON, an empty CSV cell) mean the point has no such figure, e.g. latencies

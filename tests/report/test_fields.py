@@ -148,3 +148,13 @@ def test_an_opt_in_group_is_produced_whole_or_not_at_all(records, name):
     assert RESULTS.mismatches(rec) == [f"{name}: declared but not produced" for name in group[1:]]
     page = render()
     assert all(f"`{RESULTS[name].pattern()}`" in page for name in group) and f"(opt-in: `{name}`)" in page
+
+
+def test_the_page_says_what_brings_every_opt_in_group():
+    # the groups an experiment's sections bring (study/experiment_rules.py) and the one it asks
+    # for by name: a newcomer reads on the page how to get each, so a new group is named there
+    from sn40l_sim.study.experiment_rules import AUTOMATIC_GROUPS
+
+    header = render().split("| Field |")[0]
+    assert set(RESULTS.groups) == set(AUTOMATIC_GROUPS) | {"kv_policies"}
+    assert [g for g in RESULTS.groups if f"`{g}`" not in header] == []
