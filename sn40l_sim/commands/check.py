@@ -45,8 +45,8 @@ def check_file(path: str | Path) -> str:
     --------
     >>> check_file("hw_configs/sn40l_node16.yaml")
     'node'
-    >>> check_file("graphs/kernels_llama.yaml")
-    'kernels'
+    >>> check_file("graphs/kernels_deepseek.yaml")
+    'kernels (checked with deepseek_r1.yaml)'
     >>> check_file("experiments/deepseek_sweep.yaml")
     'experiment (a sweep of 100 runs)'
     >>> check_file("experiments/traces/azure_llm_2023_conv_10min.csv")
@@ -69,6 +69,9 @@ def check_file(path: str | Path) -> str:
     elif kind == "kernels":
         from sn40l_sim.models.template import load_templates
         load_templates(path)
+        users = check_template_users(path)
+        if users:
+            return f"kernels (checked with {', '.join(users)})"
     elif kind == "reference":
         from sn40l_sim.study.validation import load_references
         return f"reference ({len(load_references([Path(path)]))} measurements)"
@@ -78,6 +81,44 @@ def check_file(path: str | Path) -> str:
         from sn40l_sim.yamlio import load_document
         raise load_document(path).error(("kind",), f"expected one of {list(KINDS)}, got {kind!r}")
     return kind
+
+
+def check_template_users(path: str | Path) -> list[str]:
+    """Check a kernel template against the model files beside it that name it (``kernels:``);
+    returns their names.
+
+    What a template owes a model (a sharding rule for each of its tensors, every operator of a
+    layer once in dataflow order, its row-parallel GEMMs' partial sums reduced) can only be checked
+    with one, so a template checked alone passed with its FFN all-reduce deleted, and ran with
+    silently wrong numbers (docs/robustness.md). A model beside it is loaded with it, which checks
+    the template (errors located in the template); a model that is itself invalid is left to its own
+    check, so that the template's result speaks of the template.
+
+    >>> check_template_users("graphs/kernels_llama.yaml")
+    ['llama3_1_405b.yaml', 'llama3_1_70b.yaml', 'llama3_1_8b.yaml']
+    """
+    import yaml
+
+    from sn40l_sim.models.loader import load_model
+
+    template = Path(path).resolve()
+    users = []
+    for sibling in sorted(Path(path).parent.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(sibling.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue   # not a model file this check can read: its own check says why
+        named = data.get("kernels") if isinstance(data, dict) and data.get("kind") == "model" else None
+        if not isinstance(named, str) or (sibling.parent / named).resolve() != template:
+            continue
+        try:
+            load_model(sibling)
+        except InputError as exc:
+            if exc.file is None or Path(exc.file).resolve() != template:
+                continue   # the model's own error, not the template's
+            raise
+        users.append(sibling.name)
+    return users
 
 
 def check_experiment(path: str | Path) -> str:

@@ -163,3 +163,24 @@ def test_every_reduction_left_out_of_a_shipped_template_is_refused_or_another_re
     # is all the rule can tell): the decoder's all-reduce after o_proj, either of the dense prefill
     # o_proj_ffn's two, and either of the MTP projection's two in each phase
     assert (refused, kept) == {"llama3_1_8b.yaml": (5, 1), "deepseek_r1.yaml": (8, 6)}[model_file]
+
+
+def test_check_of_a_template_alone_checks_it_with_the_models_beside_it(tmp_path: Path) -> None:
+    # checked alone, a template with its FFN all-reduce deleted passed `check` (the fuzzer's find):
+    # the models beside it that name it now check it, and a model beside it that is itself broken is
+    # left to its own check
+    from sn40l_sim.commands.check import check_file
+
+    old = ("operators: [ffn_norm, dense_gate_up, dense_act, dense_down, ffn_residual]\n"
+           "      collectives: [{size: hidden, kind: all_reduce, overlapped: true}]")
+    _broken_model(tmp_path, old, old.split("\n")[0])
+    with pytest.raises(InputError) as info:
+        check_file(tmp_path / "kernels_llama.yaml")
+    assert "kernels_llama.yaml" in info.value.file and "'dense_down' reads a row-parallel weight" in str(info.value)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("kernels_llama.yaml", "llama3_1_8b.yaml"):
+        shutil.copy(GRAPHS_DIR / name, shipped / name)
+    (shipped / "broken.yaml").write_text((GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace(
+        "hidden: 4096", "hidden: -1"))
+    assert check_file(shipped / "kernels_llama.yaml") == "kernels (checked with llama3_1_8b.yaml)"
