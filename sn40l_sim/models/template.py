@@ -159,14 +159,21 @@ def load_templates_for(path: str | Path, model: ModelSpec) -> KernelTemplates:
     return template
 
 
-def _keys(path: str | Path) -> tuple[str, str]:
-    """``(resolved, as given)``: the cache goes by the file, its messages by the path the user gave
-    (``graphs/k.yaml``, not the absolute path; docs/robustness.md)."""
-    return str(Path(path).resolve()), str(path)
+def _keys(path: str | Path) -> tuple[str, str, bytes | None]:
+    """``(resolved, as given, its bytes)``: the cache goes by the file and what it holds (a file
+    edited in a notebook's session is read again, as every YAML file is, :mod:`sn40l_sim.yamlio`),
+    its messages by the path the user gave (``graphs/k.yaml``, not the absolute path;
+    docs/robustness.md). A file that cannot be read has no bytes: loading it says why."""
+    resolved = Path(path).resolve()
+    try:
+        held = resolved.read_bytes()
+    except OSError:
+        held = None
+    return str(resolved), str(path), held
 
 
 @lru_cache(maxsize=16)
-def _load(resolved: str, shown: str) -> tuple[KernelTemplates, Document]:
+def _load(resolved: str, shown: str, held: bytes | None = None) -> tuple[KernelTemplates, Document]:
     doc = load_document(shown)
     template = validate(KernelTemplates, doc)
     _check_names(template, doc)

@@ -184,3 +184,15 @@ def test_check_of_a_template_alone_checks_it_with_the_models_beside_it(tmp_path:
     (shipped / "broken.yaml").write_text((GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace(
         "hidden: 4096", "hidden: -1"))
     assert check_file(shipped / "kernels_llama.yaml") == "kernels (checked with llama3_1_8b.yaml)"
+
+
+def test_a_template_edited_in_the_same_process_is_read_again(tmp_path: Path) -> None:
+    # the templates were cached by path alone: a notebook that edited one and loaded its model again
+    # got the old template, checks and all
+    from sn40l_sim.models.template import load_templates
+
+    path = tmp_path / "kernels_llama.yaml"
+    shutil.copy(GRAPHS_DIR / "kernels_llama.yaml", path)
+    assert load_templates(path).flash.block_q == 8192
+    path.write_text(path.read_text().replace("block_q: 8192", "block_q: 4096"))
+    assert load_templates(path).flash.block_q == 4096
