@@ -44,7 +44,6 @@ if str(REPO) not in sys.path:
 
 from sn40l_sim.commands import cli  # noqa: E402
 from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
-from sn40l_sim.models import template  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # fuzz_mutations, beside this file
 from fuzz_mutations import ALWAYS_INVALID, MUTATIONS  # noqa: E402
@@ -119,7 +118,6 @@ def time_limit(seconds: float) -> Iterator[None]:
 def run_command(argv: list[str], timeout_s: float) -> tuple[int | str, str]:
     """``(exit status or what went wrong, stderr)`` of the CLI in this process."""
     err, out = io.StringIO(), io.StringIO()
-    template._load.cache_clear()   # a mutated template at the same path must be read again
     try:
         with time_limit(timeout_s), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             status: int | str = cli.main(argv)
