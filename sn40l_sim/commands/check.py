@@ -97,20 +97,21 @@ def check_template_users(path: str | Path) -> list[str]:
     >>> check_template_users("graphs/kernels_llama.yaml")
     ['llama3_1_405b.yaml', 'llama3_1_70b.yaml', 'llama3_1_8b.yaml']
     """
-    import yaml
-
     from sn40l_sim.models.loader import load_model
+    from sn40l_sim.yamlio import load_document
 
     template = Path(path).resolve()
     users = []
     for sibling in sorted(Path(path).parent.glob("*.yaml")):
-        try:
-            data = yaml.safe_load(sibling.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            continue   # not a model file this check can read: its own check says why
-        named = data.get("kernels") if isinstance(data, dict) and data.get("kind") == "model" else None
-        if not isinstance(named, str) or (sibling.parent / named).resolve() != template:
+        if sibling.resolve() == template:
             continue
+        try:
+            doc = load_document(sibling)
+        except InputError:
+            continue   # not a file this check can read: its own check says why
+        named = doc.data.get("kernels") if doc.data.get("kind") == "model" else None
+        if not isinstance(named, str) or doc.resolve(named, ("kernels",)).resolve() != template:
+            continue   # relative to the file that wrote it, a base: file's too
         try:
             load_model(sibling)
         except InputError as exc:

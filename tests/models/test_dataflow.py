@@ -196,3 +196,16 @@ def test_a_template_edited_in_the_same_process_is_read_again(tmp_path: Path) -> 
     assert load_templates(path).flash.block_q == 8192
     path.write_text(path.read_text().replace("block_q: 8192", "block_q: 4096"))
     assert load_templates(path).flash.block_q == 4096
+
+
+def test_check_of_a_template_with_a_date_for_a_name_is_one_line(tmp_path: Path, capsys) -> None:
+    # the fuzzer's find: the models beside a template were read with PyYAML, which turns 2024-13-45
+    # into a date and raised ValueError on the template itself
+    from sn40l_sim.commands.cli import main
+
+    path = tmp_path / "kernels_llama.yaml"
+    path.write_text((GRAPHS_DIR / "kernels_llama.yaml").read_text().replace("name: llama-3.1-sn40l", "name: 2024-13-45"))
+    shutil.copy(GRAPHS_DIR / "llama3_1_8b.yaml", tmp_path / "llama3_1_8b.yaml")
+    (tmp_path / "not_a_mapping.yaml").write_text("- 1\n- 2\n")
+    assert main(["check", str(path)]) == 0
+    assert "(kind: kernels (checked with llama3_1_8b.yaml))" in capsys.readouterr().out
