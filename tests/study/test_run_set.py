@@ -113,3 +113,24 @@ def test_map_sets_an_experiment_with_a_sweep_as_it_maps_it_without(tmp_path, cap
     path = write_experiment(tmp_path, "axes:\n  serving.max_new_tokens: [2, 3]\n")
     assert main(["map", str(path), "--phase", "decode", "--set", "shape.batch=2"]) == 0
     assert "shape: batch 2," in capsys.readouterr().out
+
+
+def test_experiment_sets_that_only_hold_together_are_kept(tmp_path):
+    # attention_dp=3 alone fails beside the file's tp 8, tp=3 alone beside its attention_dp 8; the
+    # plan tp 3, attention_dp 3 is consistent (it failed, naming attention_dp and "tp (8)")
+    path = _experiment(tmp_path)
+    sets = ["--set", "parallel.decode.tp=3", "--set", "parallel.decode.attention_dp=3"]
+    with pytest.warns(UserWarning, match="uses 3 of the 8 sockets"):
+        assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]) == 0
+    assert [r["parallel"]["decode"] for r in _records(tmp_path / "out")] == [{"attention_dp": 3, "tp": 3}] * 2
+
+
+def test_experiment_sets_that_fail_together_name_the_set_with_the_values_set(tmp_path, capsys):
+    # attention_dp 3 does not divide tp 4: the message gives the tp that was set, not the file's 8
+    path = _experiment(tmp_path)
+    sets = ["--set", "parallel.decode.tp=4", "--set", "parallel.decode.attention_dp=3"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --set parallel.decode.attention_dp: 3: "), err
+    assert "attention_dp (3) must divide tp (4)" in err[0], err
+    assert not (tmp_path / "out").exists()

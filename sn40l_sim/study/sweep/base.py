@@ -67,9 +67,15 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
     would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
     refused rather than left without effect. A hardware set that fails alone but holds with the
     other hardware sets is kept (``tile.pcus`` with a wider ``tile.grid_cols``); hardware sets that
-    each hold but not together are refused, naming them all."""
+    each hold but not together are refused, naming them all. Experiment sets that fail one by one
+    are tried all together (``parallel.decode.tp`` with its ``attention_dp``)."""
     base, hardware = copy.deepcopy(base), {}
+    original = copy.deepcopy(base)
     alone_failed: list[InputError] = []
+    #: experiment sets that failed alone, tried again all together after the loop: a parallel plan
+    #: changed to tp 16 and attention_dp 16 is consistent, but neither set is beside the file's tp 8
+    experiment_failed: InputError | None = None
+    experiment_sets: list[tuple[tuple[str, ...], Any]] = []
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
         check_set_has_effect(dotted, parts, axes)
@@ -82,15 +88,21 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
                 hardware[".".join(parts[1:])] = value
                 with_overrides(load_node(doc, base, {}), {".".join(parts[1:]): value})
                 continue
+            experiment_sets.append((parts, value))
             trial = copy.deepcopy(base)
             set_path(trial, parts, value)
             check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
             error = InputError(f"{value!r}: {_inner(exc)}", field=f"--set {dotted}")
-            if parts[0] != "hardware" or len(parts) == 1 or not isinstance(exc, InputError):
+            if not isinstance(exc, InputError):
                 raise error from None
-            alone_failed.append(error)
+            if parts[0] != "hardware" or len(parts) == 1:
+                experiment_failed = experiment_failed or error
+            else:
+                alone_failed.append(error)
+    if experiment_failed is not None:
+        base = _all_together(doc, original, experiment_sets, experiment_failed)
     if len(hardware) > 1 or alone_failed:
         try:
             with_overrides(load_node(doc, base, {}), hardware)
@@ -101,6 +113,27 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             raise InputError(f"the hardware sets hold one by one but not together: {_inner(exc)}",
                              field=f"--set {names}") from None
     return base, hardware
+
+
+def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], Any]],
+                  first_failed: InputError) -> dict:
+    """``base`` with every experiment set written in at once, when some failed one by one: kept if
+    the whole holds; else the error of the whole, named after the set whose field it is (the
+    attention_dp set of ``tp=4, attention_dp=3`` says "must divide tp (4)", not the file's tp), or,
+    in a field no set names, ``first_failed``, the error of the first set that failed alone."""
+    trial = copy.deepcopy(base)
+    try:
+        for parts, value in sets:
+            set_path(trial, parts, value)
+        check_points(experiment_from_data(trial, doc))
+    except (AxisError, InputError) as exc:
+        field = exc.field if isinstance(exc, InputError) and exc.field else ""
+        named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
+        if named:
+            parts, value = named[0]
+            raise InputError(f"{value!r}: {_inner(exc)}", field=f"--set {'.'.join(parts)}") from None
+        raise first_failed from None
+    return trial
 
 
 def _inner(exc: AxisError | InputError) -> str:
