@@ -8,9 +8,10 @@ the draft runs of the MTP module are rows of their own); prefill one prompt at a
 the engine runs it) unless ``--batch`` says otherwise, on the prefill nodes' hardware when the
 experiment names one (``prefill_hardware``), as ``run`` times it. Activations, weights and KV are
 placed in the socket's memory tiers in the experiment's order (memory.order; default: the socket's,
-HBM then DDR), spilling to the next tier when they do not fit, as ``run`` places them (the uses
-memory.may_spill does not name are placed first when the activations would push them out of the
-first tier); the activations are the resident ones and the KV per socket is what ``run`` reserves
+HBM then DDR), as ``run`` places them: only the uses memory.may_spill names (by default the
+activations) spill to the next tier, and a graph whose weights or KV do not fit the first tier is
+refused as ``run`` refuses it (those uses are placed first when the activations would push them
+out of the first tier); the activations are the resident ones and the KV per socket is what ``run`` reserves
 (:func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`).
 Each kernel's cycles are one call as the graph calls it, the time its plan was chosen by: its
 configuration charged once over a run of consecutive calls, a looped call's iterations pipelined

@@ -36,7 +36,7 @@ from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.serving.memory_fit import place_socket
+from sn40l_sim.serving.memory_fit import in_first_tier, place_socket
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import assemble, plan_of
 from sn40l_sim.study.experiment import Experiment, PolicyEntry
@@ -148,6 +148,8 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
     # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does
     try:
         memory = place_socket(asm.memory_placer(model), spec.memory.may_spill, plan, kv, activations, store)
+        # as run refuses it: a batch whose KV spilled out of HBM was mapped streaming from DDR
+        in_first_tier(memory, spec.memory.may_spill, "the graph's memory")
     except InfeasibleError as exc:
         # name what chose the batch: the option, or the experiment's shape
         what = f"{phase} at batch {batch}: {exc}"

@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -99,7 +100,8 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
 def check_mapping(asm: Assembly) -> None:
     """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
     and model (its entry's ``model_overrides``), the parallel plans against the nodes, the prompt
-    within the model's maximum context, the graph options.
+    within the model's maximum context, the graph options, and weights whose share fits a socket's
+    first memory tier, as ``run`` requires.
 
     Raises
     ------
@@ -116,10 +118,15 @@ def check_mapping(asm: Assembly) -> None:
         setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
                            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
                            decode_plan=plan_of(spec.parallel.decode), prefill_node=asm.prefill_node,
-                           max_new_tokens=new_tokens)
+                           max_new_tokens=new_tokens, mode=spec.serving.mode, may_spill=spec.memory.may_spill)
         try:
             check_plans(setup)
             check_output_context(setup)
+            # map places weights as run does, in the first tier: run refuses a model whose share
+            # spills, and map mapped it streaming from DDR (DeepSeek-R1 on one socket, 9.9 s a step)
+            prefill_place = None if asm.prefill_node is None else \
+                replace(asm, node=asm.prefill_node, prefill_node=None).memory_placer(setup.model)
+            check_weights_fit(setup, asm.memory_placer(setup.model), prefill_place)
         except InputError as exc:
             raise asm.locate(exc) from None
 
