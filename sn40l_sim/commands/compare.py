@@ -66,8 +66,11 @@ def load_records(path: Path) -> list[dict]:
     try:
         records = json.loads(text)
     except json.JSONDecodeError as exc:
+        # run and sweep write results.csv beside it: a user tab-completing one may name the other
+        beside = file.with_name("results.json")
+        hint = f" ({beside} is beside it)" if beside != file and beside.is_file() else ""
         raise InputError(f"not JSON (line {exc.lineno}: {exc.msg}); expected a results.json written by run or "
-                         "sweep", file=file) from None
+                         f"sweep{hint}", file=file) from None
     if not isinstance(records, list) or not records or \
             not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in records):
         raise InputError("expected a list of result records, each with a name (a results.json written by run or "

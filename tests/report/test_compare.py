@@ -86,6 +86,16 @@ def test_a_bad_results_file_is_one_line_naming_it(tmp_path, capsys, content, wor
     assert len(err) == 1 and err[0].startswith(f"error: {bad}") and words in err[0], err
 
 
+def test_a_results_csv_is_refused_naming_the_results_json_beside_it(tmp_path, capsys):
+    good = _write(tmp_path, "good", [BASE])
+    csv = good / "results.csv"
+    csv.write_text("name,batch\nfull,1\n")
+    assert main(["compare", str(good), str(csv)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (f"error: {csv}: not JSON (line 1: Expecting value); expected a results.json "
+                                        f"written by run or sweep ({good / 'results.json'} is beside it)"), err
+
+
 def test_a_folder_without_results_and_points_without_a_common_name_are_refused(tmp_path, capsys):
     good = _write(tmp_path, "good", [BASE])
     (tmp_path / "empty").mkdir()
