@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("csv", type=Path, metavar="RESULTS.csv", help="a results.csv written by run or sweep")
     parser.add_argument("--x", required=True, metavar="COLUMN", help="column on the x axis")
     parser.add_argument("--y", required=True, metavar="COLUMN", help="numeric column on the y axis")
-    parser.add_argument("--hue", nargs="+", default=[], metavar="COLUMN",
-                        help="column(s) whose values pick the series (one line each)")
+    # extend, not store: a second --hue replaced the first without a word
+    parser.add_argument("--hue", nargs="+", action="extend", default=[], metavar="COLUMN",
+                        help="column(s) whose values pick the series (one line each); repeatable")
     parser.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                         help="keep only rows where COLUMN equals VALUE; repeatable")
     parser.add_argument("--out", default=None, metavar="FILE",
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"column {column!r} is given twice ({where[column]!r} and {value!r}); a row is kept when "
                              "it equals every --where: expected each column once", field="--where")
         where[column] = value
+    twice = next((column for i, column in enumerate(args.hue) if column in args.hue[:i]), None)
+    if twice is not None:
+        raise InputError(f"column {twice!r} is given twice; expected each column once", field="--hue")
     if args.out is not None:
         check_file(args.out, "--out")
     path = plot_csv(args.csv, x=args.x, y=args.y, hue=args.hue, out=args.out, kind=args.kind, logx=args.logx,

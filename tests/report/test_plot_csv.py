@@ -193,6 +193,19 @@ def test_cli_missing_file_and_success(tmp_path, capsys):
     assert plot_module.read_csv(path)[0][:2] == ["experiment", "kv_policy"]
 
 
+def test_hue_columns_given_with_repeated_options_all_pick_the_series(tmp_path, capsys):
+    # `--hue kv_policy --hue prefill_len` kept only prefill_len: two rows at batch 4 and 4096 tokens
+    # (full and snapstream) were then refused as one series; both columns tell them apart
+    path = write_csv(tmp_path)
+    argv = ["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--out", str(tmp_path / "x.png")]
+    assert main(argv + ["--hue", "kv_policy", "--hue", "prefill_len"]) == 0
+    assert main(argv + ["--hue", "prefill_len"]) == 2
+    capsys.readouterr()
+    assert main(argv + ["--hue", "kv_policy", "prefill_len", "--hue", "kv_policy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --hue: column 'kv_policy' is given twice; expected each column once"], err
+
+
 def test_scatter_draws_unjoined_labelled_points_sharing_an_x(tmp_path, monkeypatch):
     drawn, notes = [], []
     original = matplotlib.axes.Axes.scatter
