@@ -154,5 +154,21 @@ def probe_lines(records: list[dict]) -> list[str]:
         lines.append(f"{record['name']}: highest rate under the SLOs {answer}")
         lines += [f"  probe {p['rate_per_s']:.4g} requests/s: attainment {100 * p['attainment']:.1f}%, goodput "
                   f"{p['goodput_requests_per_s']:.4g} requests/s, SLOs {'hold' if p['holds'] else 'fail'}"
-                  for p in record["rate_probes"]]
+                  + _unsustained(p) for p in record["rate_probes"]]
     return lines
+
+
+def _unsustained(probe: dict) -> str:
+    """Why a probe whose requests all met the SLOs still fails: its rate is above what the decode
+    slots sustain (a finite run starts with free slots; rate_search.py). Without it the line read
+    "attainment 100.0%, ..., SLOs fail".
+
+    >>> _unsustained({"rate_per_s": 1.0, "holds": False, "steady_state_rate_per_s": 0.9214})
+    ' (above the 0.9214 requests/s the decode slots sustain)'
+    >>> _unsustained({"rate_per_s": 0.5, "holds": False, "steady_state_rate_per_s": 0.9214})
+    ''
+    """
+    sustained = probe.get("steady_state_rate_per_s")
+    if probe["holds"] or sustained is None or probe["rate_per_s"] <= sustained:
+        return ""
+    return f" (above the {sustained:.4g} requests/s the decode slots sustain)"

@@ -152,3 +152,21 @@ def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
     assert best["rate_per_s"] <= best["steady_state_rate_per_s"]
     # without the sustained-rate rule the short run's loose SLO would have held far higher
     assert any(p["rate_per_s"] > p["steady_state_rate_per_s"] and p["attainment"] >= 0.9 for p in probes)
+
+
+def test_a_probe_that_met_the_slos_above_the_sustained_rate_says_why_it_fails():
+    # max_rate.yaml's full cache at 0.988 requests/s: every request met the SLOs in a finite run,
+    # above the 0.921 requests/s its 64 slots sustain; the line read "attainment 100.0%, ... SLOs fail"
+    from sn40l_sim.commands.run import probe_lines
+    record = {"name": "full", "max_rate_per_s": 0.8652, "max_rate_bracketed": True, "rate_probes": [
+        {"rate_per_s": 0.8652, "holds": True, "attainment": 1.0, "goodput_requests_per_s": 0.605,
+         "steady_state_rate_per_s": 0.9214},
+        {"rate_per_s": 0.9883, "holds": False, "attainment": 1.0, "goodput_requests_per_s": 0.6707,
+         "steady_state_rate_per_s": 0.9214},
+        {"rate_per_s": 2.219, "holds": False, "attainment": 0.32, "goodput_requests_per_s": 0.2279,
+         "steady_state_rate_per_s": None}]}
+    assert probe_lines([record])[1:] == [
+        "  probe 0.8652 requests/s: attainment 100.0%, goodput 0.605 requests/s, SLOs hold",
+        "  probe 0.9883 requests/s: attainment 100.0%, goodput 0.6707 requests/s, SLOs fail "
+        "(above the 0.9214 requests/s the decode slots sustain)",
+        "  probe 2.219 requests/s: attainment 32.0%, goodput 0.2279 requests/s, SLOs fail"]
