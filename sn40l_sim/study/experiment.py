@@ -342,6 +342,12 @@ def experiment_from_document(doc: Document) -> Experiment:
     if isinstance(kind, str) and kind != "experiment" and kind in _OTHER_KINDS:
         # another of the project's files given where an experiment is expected: say so, not the
         # twenty fields an experiment has and it lacks
+        origin, _ = doc.where(("kind",))
+        if origin != str(doc.path):
+            # its kind comes through base: (perhaps several files down): name the file given
+            raise InputError(f"this is a {kind} file through its base: ({origin} says kind: {kind}); this command "
+                             "takes an experiment file (kind: experiment, as in experiments/)", file=doc.path,
+                             field="base")
         raise doc.error(("kind",), f"this is a {kind} file ({_OTHER_KINDS[kind]}); this command takes an experiment "
                                    f"file (kind: experiment, as in experiments/); `python -m sn40l_sim describe "
                                    f"{doc.path}` shows what it holds")

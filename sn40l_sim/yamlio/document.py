@@ -235,6 +235,12 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
         raise InputError(f"base file {base_rel!r} {what} (looked for {base_path})",
                          file=file, field="base", line=line)
     merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))
+    base_kind, own_kind = merged.data.get("kind"), data.get("kind")
+    if isinstance(base_kind, str) and isinstance(own_kind, str) and base_kind != own_kind:
+        # an experiment over a node file was refused for the node's keys, named in the node's base
+        file, line = origins.get(("base",), (str(path), None))
+        raise InputError(f"base file {base_rel!r} is a {base_kind} file (kind: {base_kind}); expected a base of "
+                         f"this file's kind, {own_kind}", file=file, field="base", line=line)
     merge_into(merged, data, origins)
     merged.origins[()] = origins[()]  # the overlay is the document: its root is where errors start
     return Document(merged.data, path, merged.origins)

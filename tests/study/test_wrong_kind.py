@@ -25,3 +25,23 @@ def test_another_kind_of_file_is_named_as_such(command, path, kind, capsys):
     assert len(err.splitlines()) == 1
     assert f"kind: this is a {kind} file" in err and "takes an experiment file" in err
     assert "Input should be" not in err
+
+
+def test_a_file_of_another_kind_through_its_base_is_named_not_its_base(tmp_path, capsys):
+    # sn40l_node8.yaml has no kind of its own: its base, sn40l_node16.yaml, was the file named
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"base: {ROOT / 'hw_configs/sn40l_node8.yaml'}\nname: mine\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: base: this is a node file through its base: ("), err
+    assert "takes an experiment file" in err[0], err
+
+
+def test_an_experiment_over_a_base_of_another_kind_names_its_base_line(tmp_path, capsys):
+    # it was refused for the node's keys ("socket: unknown key"), located in sn40l_node16.yaml
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"kind: experiment\nbase: {ROOT / 'hw_configs/sn40l_node8.yaml'}\nname: mine\n")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {path}:2: base: base file '{ROOT / 'hw_configs/sn40l_node8.yaml'}' is a node file "
+                   "(kind: node); expected a base of this file's kind, experiment"], err
