@@ -150,14 +150,24 @@ def dimension_order_path(dims: tuple[int, ...], source: int, target: int) -> lis
 def ports_needed(sockets: int, kind: str, links_per_pair: int) -> int:
     """P2P ports the busiest socket needs for this topology.
 
+    In closed form, the degree of the topology's busiest socket: enumerating the pairs of a full
+    mesh of 100,000 sockets (``--set hardware.sockets=100000``) to count them took 23 GB and the
+    machine's OOM killer, where the answer is 99,999 ports. Each ring of a torus (or dimension of a
+    hypercube) adds two neighbours, one on a ring of two, none on a ring of one.
+
     >>> ports_needed(16, "full_mesh", 1), ports_needed(16, "torus2d", 1), ports_needed(1, "ring", 2)
     (15, 4, 0)
+    >>> ports_needed(8, "hypercube", 2), ports_needed(2, "ring", 1), ports_needed(100_000, "full_mesh", 1)
+    (6, 1, 99999)
     """
-    degree = [0] * sockets
-    for a, b in socket_pairs(sockets, kind):
-        degree[a] += 1
-        degree[b] += 1
-    return max(degree) * links_per_pair if sockets else 0
+    if kind == "full_mesh":
+        degree = sockets - 1
+    elif kind in ("ring", "torus2d", "hypercube"):
+        dims = lattice_dims(sockets, kind) or ()   # the hypercube's power-of-two check
+        degree = sum(2 if size > 2 else 1 for size in dims)
+    else:
+        raise InputError(f"unknown topology {kind!r}", field="topology.kind")
+    return max(degree, 0) * links_per_pair
 
 
 def _ring_cut_links(size: int) -> int:

@@ -100,6 +100,22 @@ def test_ports_needed(n, kind, degree):
     assert ports_needed(n, kind, 3) == 3 * degree
 
 
+def test_ports_needed_is_the_busiest_sockets_degree_of_the_enumerated_pairs():
+    # the closed form against the pairs themselves, on every size up to 64 (odd tori, rings of two)
+    for kind in ("full_mesh", "ring", "torus2d", "hypercube"):
+        for n in (n for n in range(1, 65) if kind != "hypercube" or n & (n - 1) == 0):
+            degree = Counter(s for pair in socket_pairs(n, kind) for s in pair)
+            assert ports_needed(n, kind, 2) == 2 * max(degree.values(), default=0), (kind, n)
+    with pytest.raises(InputError, match="power-of-two"):
+        ports_needed(12, "hypercube", 1)
+
+
+def test_a_full_mesh_of_a_hundred_thousand_sockets_is_refused_without_listing_its_pairs(node16):
+    # its 5e9 pairs were enumerated to count the ports: 23 GB, then the OOM killer
+    with pytest.raises(InputError, match="needs 99999 P2P ports per socket, but socket.p2p.ports is 16"):
+        with_overrides(node16, {"sockets": 100_000})
+
+
 def test_socket_pairs_are_symmetric_topologies():
     assert torus_dims(12) == (3, 4)
     for kind in ("ring", "torus2d", "hypercube"):
