@@ -69,7 +69,13 @@ def model_error(exp: Any, index: int, exc: InputError) -> InputError:
     that blames the model is located at the entry's ``model``, not at the experiment's ``model:``
     (which only ``map`` and ``check`` read)."""
     entry = exp.spec.multi_model.models[index]
-    where = exp.error(("multi_model", "models", index, "model"), exc.message) if exc.field == "model" else exc
+    written = exp.doc.data.get("multi_model", {}).get("models", [])
+    written = written[index] if isinstance(written, list) and index < len(written) else {}
+    # a batch that does not fit is the entry's batch (it was located at serving.batch, which the
+    # section's models do not read), or, without one, the entry's model
+    at = "batch" if exc.field == "serving.batch" and isinstance(written, dict) and "batch" in written else \
+        "model" if exc.field in ("model", "serving.batch") else None
+    where = exp.error(("multi_model", "models", index, at), exc.message) if at else exc
     return exc.__class__(f"{exc.message} (model {entry.name})", file=where.file, field=where.field, line=where.line)
 
 

@@ -61,6 +61,9 @@ def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path):
     (MODELS.replace(str(REPO / "graphs/llama3_1_8b.yaml"), "nope.yaml", 1), "mode: colocated, ", "",
      "multi_model.models[0].model: model file 'nope.yaml' not found"),
     (MODELS, "mode: colocated, ", "  schedulers: [fifo]\n", "multi_model.schedulers[0]"),
+    # an entry's batch that does not fit: it was located at serving.batch, on the serving: line
+    (MODELS.replace("share: 0.3, batch: 4", "share: 0.3, batch: 100000"), "mode: colocated, ", "",
+     "e.yaml:13: multi_model.models[1].batch: a batch of 100000 does not fit"),
 ])
 def test_bad_multi_model_sections_are_one_line_errors(tmp_path, capsys, models, serving, extra, message):
     path = experiment(tmp_path, models, serving, extra)
