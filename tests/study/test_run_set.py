@@ -134,3 +134,16 @@ def test_experiment_sets_that_fail_together_name_the_set_with_the_values_set(tmp
     assert len(err) == 1 and err[0].startswith("error: --set parallel.decode.attention_dp: 3: "), err
     assert "attention_dp (3) must divide tp (4)" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_paths_inside_a_set_section_are_relative_to_the_current_folder(tmp_path, monkeypatch):
+    # --set model=PATH was read from the current folder, but a path inside a whole section set at
+    # once (or a served model of multi_model) from the experiment's folder: 'not found'
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "traces").mkdir()
+    path = _experiment(tmp_path / "exp")
+    (tmp_path / "traces" / "t.csv").write_text("arrival_s,prompt_len,output_len\n0.0,4096,2\n0.5,4096,1\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(path), "--set=workload={kind: trace, path: traces/t.csv}", "--out", "out",
+                 "--no-plot", "--quiet"]) == 0
+    assert [r["throughput"]["requests"] for r in _records(tmp_path / "out")] == [2, 2]

@@ -36,6 +36,33 @@ _FILE_FIELDS = ((("model",), "model"), (("hardware",), "hardware"), (("prefill_h
                 (("workload", "path"), "trace"), (("graph_options", "template"), "kernel template"))
 
 
+#: the fields that name a file, ``*`` for any list entry (by index or name): a served model of the
+#: multi_model section too, whose path a --set gave relative to the experiment's folder
+_PATH_FIELDS = tuple(at for at, _ in _FILE_FIELDS) + (("multi_model", "models", "*", "model"),)
+
+
+def _typed_paths(parts: tuple[str, ...], value: Any) -> Any:
+    """``value``, set at ``parts``, with every file path in it made absolute from the current folder
+    (a whole section set at once, ``workload={kind: trace, path: t.csv}``, holds its paths too).
+
+    >>> import os
+    >>> _typed_paths(("multi_model", "models", "small", "model"), "m.yaml") == os.path.abspath("m.yaml")
+    True
+    >>> _typed_paths(("serving", "batch"), 8), _typed_paths(("model",), "")
+    (8, '')
+    """
+    def convert(at: tuple[str, ...], item: Any) -> Any:
+        if isinstance(item, dict):
+            return {key: convert(at + (str(key),), inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [convert(at + ("*",), inner) for inner in item]
+        named = any(len(at) == len(field) and all(f in ("*", a) for f, a in zip(field, at, strict=True))
+                    for field in _PATH_FIELDS)
+        return str(Path(item).absolute()) if named and isinstance(item, str) and item else item
+
+    return convert(parts, value)
+
+
 def check_points(exp: Experiment) -> None:
     """What a sweep point's experiment must pass before any run: its points' KV policies, and the
     files it names exist (a missing one, given as an axis value, failed only when its runs ran)."""
@@ -79,10 +106,9 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
         check_set_has_effect(dotted, parts, axes)
-        if any(parts == at for at, _ in _FILE_FIELDS) and isinstance(value, str) and value:
-            # a path typed on the command line is relative to the folder it was typed in, not to
-            # the file the field came from
-            value = str(Path(value).absolute())
+        # a path typed on the command line is relative to the folder it was typed in, not to the
+        # file the field came from
+        value = _typed_paths(parts, value)
         try:
             if parts[0] == "hardware" and len(parts) > 1:
                 hardware[".".join(parts[1:])] = value
