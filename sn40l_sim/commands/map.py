@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_figure_file(args.plot, "--plot")   # before the graph is built and mapped
     sets = parse_sets(args.sets)
-    exp, hardware_overrides = experiment_with_sets(args.experiment, sets, sweep_ignored=True) if sets else \
+    exp, hardware_overrides = experiment_with_sets(args.experiment, sets, for_map=True) if sets else \
         (load_experiment(args.experiment), {})
     built = build_phase(exp, args.phase, args.policy, args.batch, hardware_overrides)
     if args.plot_kernels is not None:

@@ -147,3 +147,24 @@ def test_paths_inside_a_set_section_are_relative_to_the_current_folder(tmp_path,
     assert main(["run", str(path), "--set=workload={kind: trace, path: traces/t.csv}", "--out", "out",
                  "--no-plot", "--quiet"]) == 0
     assert [r["throughput"]["requests"] for r in _records(tmp_path / "out")] == [2, 2]
+
+
+@pytest.mark.parametrize("command, item, words", [
+    # run simulated serving.batch's 4 and wrote it without a word
+    (["run"], "shape.batch=2", "shape.batch is the batch of map's graph; run and sweep simulate serving.batch"),
+    (["run"], "shape.max_new_tokens=8", "the experiment's serving.max_new_tokens replaces shape.max_new_tokens"),
+    (["map", "--phase", "decode"], "shape.max_new_tokens=8", "serving.max_new_tokens replaces"),
+])
+def test_a_set_of_a_field_another_replaces_is_refused(tmp_path, capsys, command, item, words):
+    path = _experiment(tmp_path)
+    out = ["--out", str(tmp_path / "out"), "--no-plot"] if command == ["run"] else []
+    assert main([command[0], str(path), *command[1:], "--set", item, *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --set {item.split('=')[0]}: ") and words in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_set_of_a_field_another_replaces_is_refused_as_its_axis_is(tmp_path, capsys):
+    path = write_experiment(tmp_path, "axes:\n  serving.max_new_tokens: [2, 3]\n")
+    assert main(["sweep", str(path), "--set", "shape.batch=2", "--out", str(tmp_path / "out")]) == 2
+    assert "error: --set shape.batch: shape.batch is the batch of map's graph" in capsys.readouterr().err

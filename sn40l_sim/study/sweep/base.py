@@ -21,7 +21,7 @@ from sn40l_sim.study.experiment import Experiment, experiment_from_document
 from sn40l_sim.study.points import make_point_policy
 from sn40l_sim.study.points import points as experiment_points
 from sn40l_sim.study.sweep.axes import Axis, AxisError, set_path
-from sn40l_sim.study.sweep.sets import check_set_has_effect
+from sn40l_sim.study.sweep.sets import check_set_has_effect, check_set_is_read
 from sn40l_sim.yamlio import Document, load_document
 
 
@@ -88,11 +88,13 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
     return with_overrides(node, overrides) if overrides else node
 
 
-def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]) -> tuple[dict, dict[str, Any]]:
+def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis],
+               served: bool = True) -> tuple[dict, dict[str, Any]]:
     """The experiment data with ``--set`` values written in, and the hardware overrides; each is
     checked on its own so that an error names the ``--set`` that caused it. A set that an axis
     would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
-    refused rather than left without effect. A hardware set that fails alone but holds with the
+    refused rather than left without effect, as is one of a field another replaces (``shape.batch``,
+    which only ``map`` reads: ``served`` False). A hardware set that fails alone but holds with the
     other hardware sets is kept (``tile.pcus`` with a wider ``tile.grid_cols``); hardware sets that
     each hold but not together are refused, naming them all. Experiment sets that fail one by one
     are tried all together (``parallel.decode.tp`` with its ``attention_dp``)."""
@@ -106,6 +108,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
     for dotted, value in sorted(sets.items()):
         parts = tuple(dotted.split("."))
         check_set_has_effect(dotted, parts, axes)
+        check_set_is_read(dotted, parts, value, base, served, sets)
         # a path typed on the command line is relative to the folder it was typed in, not to the
         # file the field came from
         value = _typed_paths(parts, value)
@@ -169,11 +172,11 @@ def _inner(exc: AxisError | InputError) -> str:
 
 
 def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
-                         sweep_ignored: bool = False) -> tuple[Experiment, dict[str, Any]]:
+                         for_map: bool = False) -> tuple[Experiment, dict[str, Any]]:
     """An experiment with ``run --set`` values written in, and the hardware overrides among them
     (``hardware.<field>``), checked as ``sweep --set`` checks them (:func:`apply_sets`). The file's
     own errors come first. An experiment with a ``sweep:`` section is refused (its sets go to the
-    sweep) unless ``sweep_ignored``: ``map`` maps the experiment the sweep starts from.
+    sweep) unless ``for_map``: ``map`` maps the experiment the sweep starts from, at ``shape.batch``.
 
     >>> exp, hw = experiment_with_sets("experiments/deepseek_tp16.yaml",
     ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
@@ -182,7 +185,7 @@ def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
     """
     doc = load_document(path)
     exp = experiment_from_document(doc)
-    if exp.spec.sweep is not None and not sweep_ignored:
+    if exp.spec.sweep is not None and not for_map:
         raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
-    data, hardware = apply_sets(doc, dict(doc.data), sets, [])
+    data, hardware = apply_sets(doc, dict(doc.data), sets, [], served=not for_map)
     return experiment_from_data(data, doc), hardware

@@ -58,6 +58,37 @@ def check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) 
                              "have no effect; drop the --set or the axis", field=f"--set {dotted}")
 
 
+def check_set_is_read(dotted: str, parts: tuple[str, ...], value: Any, base: dict[str, Any], served: bool,
+                      sets: dict[str, Any]) -> None:
+    """Refuse a ``--set`` of a field another replaces with another value (in the file or in
+    ``sets``), as the sweep's axes are refused (:mod:`.load`): ``run --set shape.batch=8`` ran at
+    serving.batch's 64 without a word. ``served`` is False for ``map``, which builds its graph at
+    ``shape.batch``. The same value in both (one list of sets given to ``run`` and ``map``) is kept.
+
+    >>> check_set_is_read("shape.batch", ("shape", "batch"), 16, {"serving": {"batch": 16}}, True, {})
+    >>> check_set_is_read("shape.batch", ("shape", "batch"), 8, {"serving": {"batch": "max"}}, False, {})
+    """
+    serving = base.get("serving") if isinstance(base.get("serving"), dict) else {}
+
+    def final(key: str) -> Any:
+        return sets.get(f"serving.{key}", serving.get(key))
+
+    prompt_lens = sets.get("prompt_lens", base.get("prompt_lens"))
+    if served and parts == ("shape", "batch") and value != final("batch"):
+        why = "shape.batch is the batch of map's graph; run and sweep simulate serving.batch, so this value " \
+              "would have no effect: set serving.batch"
+    elif parts == ("shape", "max_new_tokens") and final("max_new_tokens") and value != final("max_new_tokens"):
+        why = "the experiment's serving.max_new_tokens replaces shape.max_new_tokens, so this value would have no " \
+              "effect: set serving.max_new_tokens"
+    elif served and parts == ("shape", "prompt_len") and prompt_lens is not None and \
+            not (isinstance(prompt_lens, list) and value in prompt_lens):
+        why = "the experiment lists prompt_lens, which replace shape.prompt_len, so this value would have no " \
+              "effect: set prompt_lens (a list such as [8192])"
+    else:
+        return
+    raise InputError(why, field=f"--set {dotted}")
+
+
 def overlapping_axes(axes: list[Axis], base: dict[str, Any]) -> tuple[Axis, Axis, str] | None:
     """The first pair of axes of which one sets a field inside the other's (or the same field), with
     that field: the later one would replace the earlier's value at every point while the point's
