@@ -58,8 +58,7 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
         return repeated
     # a model with an MTP module drafts where the phase's blocks have the MTP run (the builder
     # refuses a drafting step or prefill without them; a template without them serves undrafted)
-    blocks = spec.blocks
-    drafts = 1 if model.mtp is not None and (blocks.mtp_head or blocks.mtp_tail) else 0
+    drafts = runs_drafts(spec, model)
     shape = (Shape("prefill", 1, _PROMPT_TOKENS, drafts=drafts) if phase == "prefill"
              else Shape("decode", 1, 0, kv_len=_PROMPT_TOKENS, drafts=drafts))
     main = Ctx(model, shape, ParallelPlan(), template)
@@ -69,7 +68,7 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     written: dict[str, tuple[str, str]] = {}      # activation -> (kernel id, operator) last writing it
     unread: dict[str, tuple[str, str]] = {}       # written and not read since
     previous = "head"
-    for part, kernel_ids in _parts(spec, model, drafts):
+    for part, kernel_ids in phase_parts(spec, model, drafts):
         if part != "head":
             # a layer starts from the residual stream (and the tokens) alone: anything else read
             # was written in this part, not left by another layer
@@ -126,7 +125,14 @@ def _left_unread(unread: dict[str, tuple[str, str]], phase: str, part: str,
     return None
 
 
-def _parts(spec: PhaseTemplate, model: ModelSpec, drafts: int) -> list[tuple[str, list[tuple[str, bool]]]]:
+def runs_drafts(spec: PhaseTemplate, model: ModelSpec) -> int:
+    """1 if the phase runs the model's MTP module (the model has one and the template's blocks call
+    it), else 0."""
+    blocks = spec.blocks
+    return 1 if model.mtp is not None and (blocks.mtp_head or blocks.mtp_tail) else 0
+
+
+def phase_parts(spec: PhaseTemplate, model: ModelSpec, drafts: int) -> list[tuple[str, list[tuple[str, bool]]]]:
     """The phase's parts in execution order, each with its kernel ids and whether each is part of a
     draft run: the head, each layer kind twice (what one layer leaves for the next must be read
     there), the tail, then ``drafts`` MTP runs."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx
+from sn40l_sim.models.dataflow import phase_parts, runs_drafts
 from sn40l_sim.models.formulas import operators
 from sn40l_sim.models.tensors import ShardRule
 
@@ -65,7 +66,12 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     shape = (Shape("prefill", 1, _TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=_TOKENS))
     formulas = operators(template.attention)
     ctx = _RuleRecorder(model, shape, ParallelPlan(tp=2), template)
+    # the kernels this model calls: a template's MTP or MoE kernels are not evaluated for a model
+    # without that module (their formulas read its tensors)
+    called = {k for _, ids in phase_parts(spec, model, runs_drafts(spec, model)) for k, _ in ids}
     for kernel_id, entry in spec.kernels.items():
+        if kernel_id not in called:
+            continue
         last_row = None
         for i, op in enumerate(entry.operators):
             ctx.asked.clear()
