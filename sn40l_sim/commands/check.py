@@ -52,6 +52,9 @@ def check_file(path: str | Path) -> str:
     >>> check_file("experiments/traces/azure_llm_2023_conv_10min.csv")
     'trace (2867 requests over 600 s)'
     """
+    output = simulator_output(path)
+    if output is not None:
+        return output
     if Path(path).suffix.lower() in TRACE_SUFFIXES:   # trace.CSV too
         from sn40l_sim.serving.traces import read_trace
         rows = read_trace(Path(path))
@@ -81,6 +84,38 @@ def check_file(path: str | Path) -> str:
         from sn40l_sim.yamlio import load_document
         raise load_document(path).error(("kind",), f"expected one of {list(KINDS)}, got {kind!r}")
     return kind
+
+
+def simulator_output(path: str | Path) -> str | None:
+    """What a results file written by ``run`` or ``sweep`` is, or None for any other file: a user
+    checking one was told "expected a YAML mapping at the top level, got list" (results.json) or
+    given a trace's 200-column header error (results.csv). Read as ``compare`` and ``plot`` read
+    them; a file that is not quite one is left to the checks of the kinds it may be.
+
+    >>> simulator_output("experiments/deepseek_tp16.yaml") is None
+    True
+    """
+    import csv
+
+    from sn40l_sim.commands.compare import load_records
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        try:
+            records = load_records(Path(path))
+        except InputError:
+            return None
+        return f"results of run or sweep ({len(records)} point{'s' if len(records) != 1 else ''}; read by compare and plot)"
+    if suffix == ".csv":
+        try:
+            with open(path, newline="", encoding="utf-8") as handle:
+                header = next(csv.reader(handle), [])
+                rows = sum(1 for _ in handle)
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return None
+        if {"name", "experiment", "kv_policy"} <= set(header):
+            return f"results table of run or sweep ({rows} row{'s' if rows != 1 else ''}; read by plot)"
+    return None
 
 
 def check_template_users(path: str | Path) -> list[str]:

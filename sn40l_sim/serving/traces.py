@@ -108,9 +108,15 @@ def _columns(path: Path, header: tuple[str, ...]) -> tuple[str, ...]:
     extra = [c for c in header if c not in columns]
     what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}" if extra else \
         "columns out of order"
+    # a wide header (a results.csv given for a trace) is shown by its first columns, not all 200
+    shown = ",".join(header[:_SHOWN_COLUMNS]) + (f",... ({len(header)} columns)" if len(header) > _SHOWN_COLUMNS else "")
     raise InputError(f"{what}: expected the CSV header {','.join(SIMULATOR_COLUMNS)} (the simulator's) or "
-                     f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {','.join(header) or 'none'}",
+                     f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {shown or 'none'}",
                      file=path, line=1)
+
+
+#: columns of a header that does not match that its error shows
+_SHOWN_COLUMNS = 8
 
 
 def _csv_record(path: Path, number: int, header: tuple[str, ...], item: dict) -> dict:

@@ -363,3 +363,20 @@ def test_a_trace_of_one_request_is_counted_in_the_singular(tmp_path, capsys):
     trace.write_text("arrival_s,prompt_len,output_len\n0.5,128,16\n")
     assert main(["check", str(trace)]) == 0
     assert "(kind: trace (1 request over 0 s))" in capsys.readouterr().out
+
+
+def test_check_says_what_a_run_wrote_and_shows_a_wide_header_by_its_first_columns(tmp_path, capsys):
+    # check results.json said "expected a YAML mapping at the top level, got list", and check
+    # results.csv printed the trace reader's error with all 200 columns of the header
+    (tmp_path / "results.json").write_text('[{"name": "full", "decode_step_s": 0.08}, {"name": "snapstream"}]')
+    header = ["name", "experiment", "kv_policy", *(f"field_{i}" for i in range(200))]
+    (tmp_path / "results.csv").write_text(",".join(header) + "\n" + ",".join("1" for _ in header) + "\n")
+    (tmp_path / "wide.csv").write_text(",".join(header[3:]) + "\n" + ",".join("1" for _ in header[3:]) + "\n")
+    assert main(["check", str(tmp_path / "results.json"), str(tmp_path / "results.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "results.json (kind: results of run or sweep (2 points; read by compare and plot))" in out
+    assert "results.csv (kind: results table of run or sweep (1 row; read by plot))" in out
+    assert main(["check", str(tmp_path / "wide.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "got field_0,field_1,field_2" in err and ",... (200 columns)" in err
+    assert "field_199" not in err
