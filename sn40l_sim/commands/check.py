@@ -7,7 +7,9 @@ experiment is assembled and every point checked as run checks it before simulati
 and parameters, its parallel plans against the node, the compiled prefill lengths, the KV link, the
 workload's lengths against the static graphs, the graph options; an experiment with a sweep: section
 has every axis value and every run checked. A .csv or .jsonl file is read as a request trace, as a
-trace workload reads it (the simulator's columns or the Azure LLM trace's). One line per file: "ok" on stdout, or the error (file,
+trace workload reads it (the simulator's columns or the Azure LLM trace's). A kernel template is
+checked with the model files beside it that name it. A results.json or results.csv that run or sweep
+wrote is said to be one. One line per file: "ok" on stdout, or the error (file,
 field, line, what was expected) on stderr. Exit status 0 if every file is valid, 2 if any is not.
 
 examples:
