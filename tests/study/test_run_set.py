@@ -50,6 +50,8 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
     ("hardware.socket.memory.hbm.bytes_per_s_per_unit=fast", "expected a bandwidth quantity"),
     ("serving.batch", "expected path=value"),
     ("serving.batch=-1", "serving.batch"),
+    # an empty value was read as null, and the error spoke of "None"
+    ("serving.batch=", "--set serving.batch: expected a value after '='"),
 ])
 def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, item, words):
     path = _experiment(tmp_path)

@@ -18,6 +18,10 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
 
     >>> parse_sets(["serving.batch=8", "hardware.socket.memory.hbm.bytes_per_s_per_unit=1 TB/s"])
     {'serving.batch': 8, 'hardware.socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'}
+    >>> parse_sets(["serving.batch="])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: --set serving.batch: expected a value after '=' in 'serving.batch=' (write null to clear an optional field)
     """
     out: dict[str, Any] = {}
     for item in items or []:
@@ -25,6 +29,9 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         if not sep or not path.strip():
             raise InputError(f"expected path=value, got {item!r}", field="--set")
         path = path.strip()
+        if not text.strip():   # YAML reads nothing as null: the error then spoke of "None"
+            raise InputError(f"expected a value after '=' in {item!r} (write null to clear an optional field)",
+                             field=f"--set {path}")
         try:
             value = parse_yaml(text, "--set")[0]
         except InputError as exc:
