@@ -116,9 +116,14 @@ def _labelled(column: str, fields: Fields = RESULTS) -> bool:
 def _check_columns(path: Path, columns: list[str], wanted: dict[str, Sequence[str]]) -> None:
     for option, names in wanted.items():
         for name in names:
-            if name not in columns:
-                raise InputError(f"unknown column {name!r}{_did_you_mean(name, columns)}; the file has: "
-                                 f"{', '.join(columns)}", file=path, field=option)
+            if name in columns:
+                continue
+            group = [c for c in columns if c.startswith(name + ".")]   # a nested field, flattened
+            if group:
+                raise InputError(f"{name!r} is a group of {len(group)} columns; name one of them: {', '.join(group)}",
+                                 file=path, field=option)
+            raise InputError(f"unknown column {name!r}{_did_you_mean(name, columns)}; the file has: "
+                             f"{', '.join(columns)}", file=path, field=option)
 
 
 def _did_you_mean(name: str, columns: list[str]) -> str:

@@ -379,3 +379,13 @@ def test_a_labelled_axis_of_files_on_x_is_ticked_by_its_labels(tmp_path, monkeyp
     names = {"sweep.model": {"../graphs/llama3_1_8b.yaml": "8B", "../graphs/llama3_1_70b.yaml": "70B"}}
     plot_csv(path, x="sweep.model", y="decode_step_s", hue=["kv_policy"], kind="bar", value_names=names)
     assert ticks == [["70B", "8B"]]
+
+
+def test_a_group_of_columns_named_for_an_axis_lists_its_columns(tmp_path, capsys):
+    # --y memory listed every one of a results.csv's 150 columns; a nested field's name now lists its parts
+    rows = [{**row, "memory.hbm.kv": 1.0, "memory.hbm.weights": 2.0, "memory.ddr.kv": 0.0} for row in ROWS]
+    path = write_csv(tmp_path, rows)
+    assert main(["plot", str(path), "--x", "batch", "--y", "memory.hbm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--y: 'memory.hbm' is a group of 2 columns; name one of them: memory.hbm.kv, " \
+        "memory.hbm.weights" in err[0] and "memory.ddr.kv" not in err[0], err
