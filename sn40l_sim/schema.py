@@ -208,8 +208,15 @@ def timed(number_range: Range) -> Any:
 LATENCY = Range("hardware latency", 0, 1e-3, "0 s", "1 ms", "s")
 Latency = timed(LATENCY)
 
+#: the capacity of one memory module or channel (an HBM stack, a DDR channel): a mebibyte to a
+#: pebibyte. DRAM devices hold gigabits, so a capacity written without its unit
+#: (``capacity_bytes_per_unit: 16`` for 16 GiB, read as 16 B) is refused at its field rather than
+#: accepted by ``check`` and reported by ``run`` as a model that does not fit
+MEMORY_UNIT_SIZE = Range("memory unit's capacity", 2.0**20, 2.0**50, "1 MiB", "1 PiB", "B")
+MemoryUnitBytes = Annotated[float, _quantity("bytes"), AfterValidator(MEMORY_UNIT_SIZE)]
+
 #: every range declared here, by the name of the type that carries it (docs/robustness.md lists them)
-RANGES = {"Latency": LATENCY, "Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
+RANGES = {"Latency": LATENCY, "MemoryUnitBytes": MEMORY_UNIT_SIZE, "Bytes": SIZE, "BytesOrZero": SIZE_OR_ZERO, "BytesPerSecond": BANDWIDTH, "Hertz": FREQUENCY,
           "Seconds": TIME, "FlopsPerSecond": FLOP_RATE, "Fraction": FRACTION, "PositiveInt": POSITIVE_COUNT,
           "NonNegativeInt": COUNT, "RatePerCycle": RATE_PER_CYCLE}
 

@@ -21,6 +21,7 @@ from sn40l_sim.schema import (
     Fraction,
     Hertz,
     Latency,
+    MemoryUnitBytes,
     Name,
     PositiveInt,
     RatePerCycle,
@@ -102,7 +103,7 @@ class MemoryTierSpec(StrictModel):
 
     #: modules or channels per die (addresses interleave over all of them)
     units_per_die: PositiveInt
-    capacity_bytes_per_unit: Bytes
+    capacity_bytes_per_unit: MemoryUnitBytes
     bytes_per_s_per_unit: BytesPerSecond
     latency_s: Latency
     #: achievable fraction of the peak bandwidth, fitted to measurements (docs/design.md §4)

@@ -55,6 +55,10 @@ SOCKET_CASES = {
     # a latency written without its unit is seconds: 120 (ns meant) was simulated as 120 s
     "unitless_latency": (_edit("latency_s", "120"), "memory.hbm.latency_s",
                          "expected a hardware latency from 0 s to 1 ms, got 120 s"),
+    # a module's capacity written without its unit is bytes: 16 (GiB meant) was accepted by check,
+    # named reserved_bytes as the mistake, or left run to say the model does not fit
+    "unitless_memory_capacity": (_edit("capacity_bytes_per_unit", "16"), "memory.hbm.capacity_bytes_per_unit",
+                                 "expected a memory unit's capacity from 1 MiB to 1 PiB, got 16 B"),
     "wrong_type": (_edit("lanes", "many"), "pcu.lanes", "integer"),
     "fractional_count": (_edit("tiles_per_die", "2.5"), "tiles_per_die", "integer"),
     "boolean_count": (_edit("dies", "yes"), "dies", "integer"),
