@@ -122,22 +122,28 @@ UNMAPPED_CALIBRATED = ("sync_latency_s", "p2p_efficiency", "transfer_setup_s")
 #: plans against each other (:func:`~sn40l_sim.mapper.kernel_cost.plan_kernel`), so a calibration pass that moves it re-prices
 #: the memoised section plans instead of planning them again
 UNPLANNED_CALIBRATED = (*UNMAPPED_CALIBRATED, "config_load_bytes_per_s")
-#: parts of a socket no mapping reads: the P2P ports, the TLN and the die-to-die interface (the
-#: engine's links and collectives), the published totals (the loader checks them) and each memory
-#: tier's capacity and reservation (the memory placer's, :mod:`.memory`; a kernel is mapped onto the
-#: tiers it is given). A sweep over link speeds, socket counts or HBM sizes maps each kernel once.
-UNMAPPED_PARTS = ("p2p", "tln", "die_to_die", "stated")
+#: parts of a socket no mapping reads: the P2P ports and the die-to-die interface (the engine's
+#: links and collectives), the published totals (the loader checks them) and each memory tier's
+#: capacity and reservation (the memory placer's, :mod:`.memory`; a kernel is mapped onto the tiers
+#: it is given). A sweep over link speeds, socket counts or HBM sizes maps each kernel once.
+UNMAPPED_PARTS = ("p2p", "die_to_die", "stated")
 UNMAPPED_TIER_FIELDS = ("capacity_bytes_per_unit", "reserved_bytes")
+#: the TLN's fields no mapping reads: its bandwidth is read (a stream's rate is the narrower of its
+#: tier and the TLN, :mod:`.kernel_cost`, :mod:`.window_replay`), so a socket whose TLN binds maps
+#: otherwise; keyed without it, a mapping cached on another TLN was reused and ``run``'s step
+#: depended on what the disk cache held
+UNMAPPED_TLN_FIELDS = ("latency_s",)
 
 
 def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRATED) -> str:
-    """The socket's JSON as the mapper reads it: :data:`UNMAPPED_PARTS` and the tiers'
-    :data:`UNMAPPED_TIER_FIELDS` left out, and the calibrated values ``leave_out`` names set to 0
+    """The socket's JSON as the mapper reads it: :data:`UNMAPPED_PARTS`, the tiers'
+    :data:`UNMAPPED_TIER_FIELDS` and the TLN's :data:`UNMAPPED_TLN_FIELDS` left out, and the calibrated values ``leave_out`` names set to 0
     (values a computation does not read, so that sockets differing only in them share its results;
     ``tests/mapper/test_mapper_cache.py`` maps kernels on sockets that differ in each of them)."""
     unread = dict.fromkeys(leave_out, 0.0)
     tiers = {name: tier.model_copy(update=dict.fromkeys(UNMAPPED_TIER_FIELDS, 0))
              for name, tier in socket.memory.items()}
     update = {"calibrated": socket.calibrated.model_copy(update=unread), "memory": tiers,
+              "tln": socket.tln.model_copy(update=dict.fromkeys(UNMAPPED_TLN_FIELDS, 0.0)),
               **dict.fromkeys(UNMAPPED_PARTS)}
     return socket.model_copy(update=update).model_dump_json()

@@ -83,16 +83,17 @@ def test_parts_of_a_socket_the_mapper_never_reads_leave_the_mapping_alone(node, 
     socket = node.socket
     moved = with_overrides(node, {
         "socket.p2p.ports": 2 * socket.p2p.ports, "socket.p2p.bytes_per_s_per_port": 3 * socket.p2p.bytes_per_s_per_port,
-        "socket.p2p.latency_s": 7 * socket.p2p.latency_s, "socket.tln.bytes_per_s": socket.tln.bytes_per_s / 2,
-        "socket.tln.latency_s": 5 * socket.tln.latency_s, "socket.die_to_die.latency_s": 9 * socket.die_to_die.latency_s,
+        "socket.p2p.latency_s": 7 * socket.p2p.latency_s, "socket.tln.latency_s": 5 * socket.tln.latency_s, "socket.die_to_die.latency_s": 9 * socket.die_to_die.latency_s,
         "socket.memory.hbm.capacity_bytes_per_unit": 2 * socket.memory["hbm"].capacity_bytes_per_unit,
         "socket.memory.hbm.reserved_bytes": socket.memory["hbm"].reserved_bytes / 2,
         "socket.memory.ddr.capacity_bytes_per_unit": socket.memory["ddr"].capacity_bytes_per_unit / 4,
         "socket.stated.pcus": socket.stated.pcus + 1})
     assert mapping_key(moved.socket) == mapping_key(node.socket)
     assert _cold(moved, graph).kernels == _cold(node, graph).kernels
-    # and what it reads is in the key: the memory tiers' bandwidth and latency, the configuration
+    # and what it reads is in the key: the memory tiers' bandwidth and latency, the TLN's bandwidth,
+    # the configuration
     for field, value in [("socket.memory.hbm.latency_s", 2 * socket.memory["hbm"].latency_s),
+                         ("socket.tln.bytes_per_s", socket.tln.bytes_per_s / 2),
                          ("socket.memory.hbm.bytes_per_s_per_unit", socket.memory["hbm"].bytes_per_s_per_unit / 2),
                          ("socket.configuration.pcu_bytes", 2 * socket.configuration.pcu_bytes)]:
         assert mapping_key(with_overrides(node, {field: value}).socket) != mapping_key(node.socket), field
@@ -307,3 +308,4 @@ def test_a_sections_memoised_traffic_gives_the_stages_and_streams_a_cold_one_giv
                 cold.append(section_stages(node.socket, kernel.operators, n, tiers, c, *spills))
             assert warm == cold
     assert len(kernels) > 5
+
