@@ -85,6 +85,21 @@ def test_a_hardware_set_that_fails_with_the_others_too_names_itself(tmp_path, ca
     # 27 columns hold 270 PCUs at most: the set that fails alone is the one named
     assert len(err) == 1 and err[0].startswith("error: --set hardware.socket.tile.pcus: 280: "), err
     assert "cannot hold 280 PCUs" in err[0], err
+    # the message is about the tile asked for (27 columns), not the file's 26
+    assert "a 20 x 27 checkerboard" in err[0], err
+
+
+def test_a_topology_and_too_few_ports_are_refused_for_the_topology_asked_for(tmp_path, capsys):
+    # 2 ports alone fail the file's full mesh of 8 sockets (7 ports); with a torus they fail too,
+    # and the message was the full mesh's, not the 2 x 4 torus's need of 3 ports (two neighbours
+    # on its ring of 4, one on its ring of 2)
+    path = _experiment(tmp_path)
+    sets = ["--set", "hardware.topology.kind=torus2d", "--set", "hardware.socket.p2p.ports=2"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --set hardware.topology.kind: 'torus2d': "), err
+    assert "a torus2d of 8 sockets with 1 link(s) per pair needs 3 P2P ports per socket, but socket.p2p.ports is 2" \
+        in err[0], err
 
 
 def test_hardware_sets_that_hold_one_by_one_but_not_together_are_named_together(tmp_path, capsys):

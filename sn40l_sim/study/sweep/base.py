@@ -95,12 +95,14 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
     would overwrite at every point, or one inside the ``sweep:`` section (read before the sets), is
     refused rather than left without effect, as is one of a field another replaces (``shape.batch``,
     which only ``map`` reads: ``served`` False). A hardware set that fails alone but holds with the
-    other hardware sets is kept (``tile.pcus`` with a wider ``tile.grid_cols``); hardware sets that
-    each hold but not together are refused, naming them all. Experiment sets that fail one by one
+    other hardware sets is kept (``tile.pcus`` with a wider ``tile.grid_cols``), and one that fails
+    with them too is refused with the error of the whole (:func:`_hardware_whole_error`); hardware
+    sets that each hold but not together are refused, naming them all. Experiment sets that fail one by one
     are tried all together (``parallel.decode.tp`` with its ``attention_dp``)."""
     base, hardware = copy.deepcopy(base), {}
     original = copy.deepcopy(base)
-    alone_failed: list[InputError] = []
+    #: the hardware sets that failed alone, by their path under the node
+    alone_failed: list[str] = []
     #: experiment sets that failed alone, tried again all together after the loop: a parallel plan
     #: changed to tp 16 and attention_dp 16 is consistent, but neither set is beside the file's tp 8
     experiment_failed: InputError | None = None
@@ -129,7 +131,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             if parts[0] != "hardware" or len(parts) == 1:
                 experiment_failed = experiment_failed or error
             else:
-                alone_failed.append(error)
+                alone_failed.append(".".join(parts[1:]))
     if experiment_failed is not None:
         base = _all_together(doc, original, experiment_sets, experiment_failed)
     if len(hardware) > 1 or alone_failed:
@@ -137,7 +139,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             with_overrides(load_node(doc, base, {}), hardware)
         except InputError as exc:
             if alone_failed:
-                raise alone_failed[0] from None
+                raise _hardware_whole_error(exc, hardware, alone_failed[0]) from None
             names = ", ".join(f"hardware.{k}" for k in hardware)
             raise InputError(f"the hardware sets hold one by one but not together: {_inner(exc)}",
                              field=f"--set {names}") from None
@@ -163,6 +165,17 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
             raise InputError(f"{value!r}: {_inner(exc)}", field=f"--set {'.'.join(parts)}") from None
         raise first_failed from None
     return trial
+
+
+def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_failed: str) -> InputError:
+    """The error of the hardware sets applied together, when one of them also failed alone: named
+    after the set whose field it is, else after ``first_failed``. The error of a set alone is about
+    the file's node, not the one asked for: ``topology.kind=torus2d`` with ``socket.p2p.ports=3``
+    was refused as a full mesh needing 15 ports, where the torus needs 4."""
+    field = exc.field or ""
+    named = [key for key in hardware if field == key or field.startswith(key + ".")]
+    key = named[0] if named else first_failed
+    return InputError(f"{hardware[key]!r}: {_inner(exc)}", field=f"--set hardware.{key}")
 
 
 def _inner(exc: AxisError | InputError) -> str:
