@@ -186,16 +186,19 @@ def memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chi
 
     The tier's access latency is paid once (AGCUs keep enough bursts in flight to hide it while
     streaming); the rest, from :func:`~sn40l_sim.hardware.units.memory.offchip_cycles` at the
-    calibrated efficiency over the memory units of the dies in use, is spread over the data
-    tiles. Tiles are spread over the dies first, so two or more tiles reach every die's units.
+    calibrated efficiency over the memory units of the dies in use, through the AGCUs and TLN ports of
+    the tiles in use, is spread over the data tiles. Tiles are spread over the dies first, so two or more tiles reach every die's units.
     """
     spec = socket.memory.get(tier)
     if spec is None:
         raise ValueError(f"socket {socket.name!r} has no memory tier {tier!r} (it has {list(socket.memory)})")
     eff = spec.efficiency
     units = min(chip_tiles, socket.dies) * spec.units_per_die
-    total = offchip_cycles(spec, socket.agcu, socket.clock_hz, n_bytes, eff, units_used=units,
-                           agcus=chip_tiles * socket.tile.agcus)
+    # the tiles' TLN ports carry the stream too, as the engine's TLN channel does
+    # (sn40l_sim/engine/staging.py): where narrower than the AGCUs and the memory, they pace it
+    agcus = chip_tiles * socket.tile.agcus
+    total = offchip_cycles(spec, socket.agcu, socket.clock_hz, n_bytes, eff, units_used=units, agcus=agcus,
+                           link_bytes_per_cycle=agcus * socket.tln.bytes_per_s / socket.clock_hz)
     latency = min(total, figures.cycles(spec.latency_s, socket)) if n_bytes else 0
     return built(StageWork, name=tier, kind="memory", resource=tier, work_cycles=0.0, parallelism=0, buffer_bytes=0,
                  sram_read_bytes=0, sram_write_bytes=0, sram_addresses=0,

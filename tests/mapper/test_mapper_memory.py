@@ -192,3 +192,21 @@ def test_the_map_table_shows_a_column_per_tier_in_use(node, r1):
     ffn = next(pk for pk in spilled.kernels if pk.kernel.kind == "ffn")
     u = utilisation(node.socket, ffn)
     assert set(u.memory) == {"hbm", "ddr"} and 0 < u.memory["ddr"] <= 1
+
+
+@pytest.mark.parametrize("tln, paced_by_tln", [("102.4 GB/s", False), ("10 GB/s", True)])
+def test_a_memory_stage_is_paced_by_the_tln_ports_where_they_are_narrower(tln, paced_by_tln):
+    # the engine's TLN channel carries every memory stream (sn40l_sim/engine/staging.py); the mapper
+    # left it out, so at 10 GB/s a port map said Llama-3.1-70B's decode step took 12.7 ms where run
+    # took 22.8 ms (the stream at 640 GB/s a socket instead of HBM's 1.6 TB/s)
+    from sn40l_sim.mapper.stages import memory_stage
+
+    node = with_overrides(node16(), {"socket.tln.bytes_per_s": tln})
+    socket = node.socket
+    n_bytes, chip_tiles = 2**30, 4
+    stage = memory_stage(socket, "hbm", n_bytes, 1024, chip_tiles)
+    hbm_rate = figures.memory_bytes_per_s(socket, "hbm") * socket.memory["hbm"].efficiency / socket.clock_hz
+    tln_rate = chip_tiles * socket.tile.agcus * socket.tln.bytes_per_s / socket.clock_hz
+    rate = min(hbm_rate, tln_rate)
+    assert (tln_rate < hbm_rate) == paced_by_tln
+    assert stage.stream_cycles == pytest.approx(n_bytes / rate, rel=1e-3)

@@ -50,7 +50,7 @@ def offchip_bytes_per_cycle(tier: MemoryTierSpec, clock_hz: float, efficiency: f
 
 def offchip_cycles(tier: MemoryTierSpec, agcu: AGCUSpec, clock_hz: float, n_bytes: int,
                    efficiency: float, units_used: int | None = None, setup_s: float = 0.0,
-                   agcus: int | None = None) -> int:
+                   agcus: int | None = None, link_bytes_per_cycle: float | None = None) -> int:
     """Cycles to move ``n_bytes`` between a tile and a memory tier.
 
     Parameters
@@ -66,6 +66,9 @@ def offchip_cycles(tier: MemoryTierSpec, agcu: AGCUSpec, clock_hz: float, n_byte
     agcus : int, optional
         AGCUs carrying the transfer. ``None`` leaves the AGCUs out (their aggregate is assumed not
         to bind, which the mapper checks separately).
+    link_bytes_per_cycle : float, optional
+        Bytes per cycle of the links between those AGCUs and the memory controllers (the TLN ports
+        of the tiles in use), where narrower than the rest; ``None`` leaves them out.
 
     Returns
     -------
@@ -101,4 +104,6 @@ def offchip_cycles(tier: MemoryTierSpec, agcu: AGCUSpec, clock_hz: float, n_byte
         access_cycles = max(1, ceil_cycles(tier.latency_s * clock_hz))
         in_flight = agcu.max_outstanding_bursts * agcu.burst_bytes / access_cycles
         rate = min(rate, agcus * min(agcu.bytes_per_cycle, in_flight))
+    if link_bytes_per_cycle is not None:
+        rate = min(rate, link_bytes_per_cycle)
     return latency + ceil_cycles(moved / rate)
