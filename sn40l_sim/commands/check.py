@@ -99,6 +99,11 @@ def simulator_output(path: str | Path) -> str | None:
     """
     import csv
 
+    if not Path(path).is_file():
+        # a named pipe opened here blocked for a writer; a device, a folder or a missing file is
+        # left to the checks of the kinds it may be, which refuse it in one line
+        return None
+
     from sn40l_sim.commands.compare import load_records
 
     suffix = Path(path).suffix.lower()
