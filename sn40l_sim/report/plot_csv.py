@@ -39,33 +39,10 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
+from sn40l_sim.report.input_labels import INPUT_LABELS, TIER_FIELD_LABELS
 from sn40l_sim.report.registry import Fields
 
 GIB = 2.0**30
-
-#: sweep axes, which are experiment and hardware inputs rather than results fields -> axis text
-#: (a unit follows from the name's suffix); a results column is labelled by its declaration
-INPUT_LABELS: dict[str, str] = {
-    "prompt_len": "prompt length (tokens)",
-    "shape.prompt_len": "prompt length (tokens)",
-    "budget": "KV budget (tokens per sequence)",
-    "sink": "sink tokens",
-    "recent": "recent-ring tokens",
-    "topk": "top-K tokens",
-    "sockets": "sockets per node",
-    "socket.p2p.bytes_per_s_per_port": "P2P bandwidth per port",
-    "socket.clock_hz": "clock",
-}
-
-#: field of a memory tier (a sweep axis ``socket.memory.<tier>.<field>``) -> text after the tier's name
-TIER_FIELD_LABELS: dict[str, str] = {
-    "bytes_per_s_per_unit": "bandwidth per module/channel",
-    "capacity_bytes_per_unit": "capacity per module/channel",
-    "units_per_die": "modules/channels per die",
-    "latency_s": "latency",
-    "efficiency": "achievable fraction of peak bandwidth",
-    "reserved_bytes": "reserved by the runtime",
-}
 
 #: (suffix of the last name part, unit text, scale)
 _SUFFIX_UNITS = (("bytes_per_s_per_unit", "GB/s", 1e-9), ("bytes_per_s_per_port", "GB/s", 1e-9),

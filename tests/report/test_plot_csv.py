@@ -389,3 +389,40 @@ def test_a_group_of_columns_named_for_an_axis_lists_its_columns(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--y: 'memory.hbm' is a group of 2 columns; name one of them: memory.hbm.kv, " \
         "memory.hbm.weights" in err[0] and "memory.ddr.kv" not in err[0], err
+
+
+def _numeric_inputs():
+    """Dotted paths of the numeric fields of an experiment's workload, serving and slo sections:
+    the axes of a load sweep (arrival rate, nodes, chunk, acceptance, SLO bounds)."""
+    import typing
+
+    from sn40l_sim.study import serving_section as serving
+    from sn40l_sim.study import slo_section as slo
+
+    def numeric(annotation) -> bool:
+        args = typing.get_args(annotation)
+        return annotation in (int, float) or any(numeric(a) for a in args if a is not type(None))
+
+    sections = [("workload", serving.PoissonWorkload), ("workload", serving.TraceWorkload),
+                ("workload", serving.FixedWorkload), ("workload.prefix", serving.PrefixSharing),
+                ("serving", serving.ServingSection), ("serving.speculative", serving.SpeculativeSection),
+                ("slo.ttft", slo.LatencySLO), ("slo.tpot", slo.LatencySLO)]
+    return sorted({f"{prefix}.{name}" for prefix, model in sections for name, field in model.model_fields.items()
+                   if numeric(field.annotation) and typing.get_origin(field.annotation) is not tuple})
+
+
+@pytest.mark.parametrize("path", _numeric_inputs())
+def test_a_serving_or_workload_axis_is_labelled_in_words_not_by_its_path(path):
+    # a load sweep's x axis (sweep.workload.rate_per_s) was labelled "workload.rate_per_s", no unit
+    label, _ = axis_label(f"sweep.{path}")
+    assert path not in label, label
+
+
+@pytest.mark.parametrize("column, label", [
+    ("sweep.workload.rate_per_s", "arrival rate (requests/s)"),
+    ("sweep.workload.duration_s", "trace window length (s)"),
+    ("sweep.serving.prefill_chunk", "prefill chunk (tokens)"),
+    ("sweep.slo.tpot.max_s", "TPOT objective (s)"),
+])
+def test_load_sweep_axes_carry_their_units(column, label):
+    assert axis_label(column) == (label, 1.0)
