@@ -8,7 +8,8 @@ OUT/results.json and OUT/results.csv in point order, with a progress bar on stde
 fails is reported with its name and error and the others still run (exit status 1). With a
 `plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
 `objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png
-(--no-plot writes every file but the two plots).
+(--no-plot writes every file but the two plots); a record without a number for an objective (an
+SLO figure of an experiment without slo:) is left out of the front, and a warning says how many.
 
 Each finished run is kept in OUT/runs/ at once: after a sweep is stopped (Ctrl-C or SIGTERM stop it
 promptly, workers included, with exit status 130 or 143), `--resume` runs only the runs not kept yet
@@ -29,6 +30,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -89,6 +91,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``)."""
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
+    from sn40l_sim.report.pareto import objectives_missing
     from sn40l_sim.study.sweep.executors import check_scheduler, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
@@ -120,6 +123,11 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     if sweep.objectives:
         goals = ", ".join(f"{d}imise {c} ({_unit(RESULTS, c)})" for c, d in sweep.objectives.items())
         print(f"Pareto front: {len(records.front)} of {len(records)} records ({goals})")
+        for column, empty in objectives_missing(list(records), sweep.objectives).items():
+            where = sweep.doc.error(("sweep", "objectives", column),
+                                    f"{empty} of {len(records)} records have no value for it and are left out of "
+                                    "the Pareto front (docs/results.md says what gives it)")
+            print(f"warning: {where}", file=sys.stderr)
         written += [out / "pareto.json", out / "pareto.csv"]
         if plots and records.front and len(sweep.objectives) >= 2:
             written.append(out / "pareto.png")

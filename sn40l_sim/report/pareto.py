@@ -62,6 +62,20 @@ def objective_values(records: Sequence[Mapping[str, Any]], objectives: Mapping[s
     return np.array(rows, dtype=float).reshape(len(records), len(objectives))
 
 
+def objectives_missing(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str]) -> dict[str, int]:
+    """Objective column -> how many of ``records`` have no number for it (only the columns some
+    record lacks). Such records are left out of the front, so an objective that no record has
+    (``slo.attainment`` of an experiment without ``slo:``) leaves an empty front: the sweep says so.
+
+    >>> objectives_missing([{"tpot_s": 0.1}, {"tpot_s": None}], {"tpot_s": "min", "slo.attainment": "max"})
+    {'tpot_s': 1, 'slo.attainment': 2}
+    """
+    if not records:
+        return {}
+    empty = np.isnan(objective_values(records, objectives)).sum(axis=0)
+    return {column: int(n) for column, n in zip(objectives, empty, strict=True) if n}
+
+
 def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     """True for the rows of ``values`` that no other row dominates (rows with a NaN are False).
 
@@ -132,4 +146,4 @@ def _wide(values: np.ndarray) -> bool:
     return bool(shown.size) and bool((shown > 0).all()) and shown.max() > 100 * shown.min()
 
 
-__all__ = ["DIRECTIONS", "objective_problem", "objective_values", "front_mask", "pareto_front", "pareto_plot"]
+__all__ = ["DIRECTIONS", "objective_problem", "objective_values", "objectives_missing", "front_mask", "pareto_front", "pareto_plot"]

@@ -50,3 +50,29 @@ def test_an_axis_named_apart_from_its_path_is_labelled_by_its_path(tmp_path, mon
     run_sweep(path, tmp_path / "out", jobs=1, progress=False)
     assert seen["legend"][-1] == ("KV policy, HBM bandwidth per module/channel (GB/s)",
                                   ["full, 409.6", "full, 819.2", "snapstream, 409.6", "snapstream, 819.2"])
+
+
+def test_an_objective_no_record_has_is_named_not_left_as_an_empty_front(tmp_path, capsys):
+    # objectives {slo.attainment: max} on an experiment without slo: printed "Pareto front: 0 of 4
+    # records" and wrote an empty pareto.json with nothing saying why
+    from sweep_helpers import write_experiment
+
+    from sn40l_sim.commands.cli import main
+
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n"
+                            "objectives: {decode_tokens_per_s: max, slo.attainment: max}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--quiet", "--no-plot"]) == 0
+    out, err = capsys.readouterr()
+    assert "Pareto front: 0 of 4 records" in out
+    warnings = [line for line in err.splitlines() if "sweep.objectives.slo.attainment" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {path}:")
+    assert "4 of 4 records have no value for it" in warnings[0]
+    assert "decode_tokens_per_s" not in err   # every record has the other objective
+
+
+def test_objectives_missing_counts_the_records_without_a_number():
+    from sn40l_sim.report.pareto import objectives_missing
+
+    records = [{"tpot_s": 0.1, "slo": {"attainment": 1.0}}, {"tpot_s": None, "slo": {"attainment": 0.5}}]
+    assert objectives_missing(records, {"tpot_s": "min", "slo.attainment": "max"}) == {"tpot_s": 1}
+    assert objectives_missing([], {"tpot_s": "min"}) == {}
