@@ -102,6 +102,9 @@ def test_hardware_axes_and_sets(tmp_path):
      "'sweep.batchh' names no axis of this sweep (its axis columns: sweep.serving.batch)"),
     ("axes:\n  b: {path: serving.batch, values: [1]}\nplot: {x: sweep.b, y: tpot_s, hue: [kv_policy, sweep.c]}\n",
      "sweep.plot.hue[1]", 17, "'sweep.c' names no axis"),
+    # the axis's own name, written as the plot's x, is told the column it is
+    ("axes:\n  workload.output_len: [1, 2]\nplot: {x: workload.output_len, y: tpot_s}\n", "sweep.plot.x", 17,
+     "the axis workload.output_len is the column sweep.workload.output_len"),
     ("axes:\n  serving.batch: [1]\nobjectives: {tpot: min}\n", "sweep.objectives.tpot", 17,
      "tpot is not a declared results field"),
     ("axes:\n  serving.batch: [1]\nobjectives: {kv_policy: max}\n", "sweep.objectives.kv_policy", 17, "text"),

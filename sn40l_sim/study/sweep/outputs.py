@@ -67,7 +67,9 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
     columns += [(("where", c), c) for c in (where or {})] + ([("label", label)] if label is not None else [])
     for at, column in columns:
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
-            raise AxisError(f"{column!r} is not a column of the results (see docs/results.md)",
+            # an axis's own name is its column with sweep. before it (the results hold no other)
+            hint = f": the axis {column} is the column sweep.{column}" if column in (axis_names or ()) else ""
+            raise AxisError(f"{column!r} is not a column of the results{hint} (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
         name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
         if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
