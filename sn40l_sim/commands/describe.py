@@ -221,9 +221,13 @@ def describe_reference(path: str | Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
-    from sn40l_sim.commands.check import TRACE_SUFFIXES
+    from sn40l_sim.commands.check import TRACE_SUFFIXES, simulator_output
     from sn40l_sim.errors import InputError
 
+    output = simulator_output(args.file)
+    if output is not None:   # a results.csv was called a request trace, a results.json "not a YAML mapping"
+        raise InputError(f"{output}, not a file describe reads (hardware, model, kernel-template, experiment or "
+                         "reference)", file=args.file)
     if Path(args.file).suffix.lower() in TRACE_SUFFIXES:   # not YAML: its first line would be read as a text
         raise InputError("a request trace, not a YAML file: `python -m sn40l_sim check FILE` reads it and "
                          "says how many requests it holds over how long", file=args.file)

@@ -103,3 +103,16 @@ def test_a_node_file_named_as_socket_is_named_in_the_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "sn40l_node16.yaml:3: kind: expected one of ['socket'], got 'node'" in err
     assert f"({HW / 'sn40l_node8.yaml'} is named as 'socket:' in n.yaml, which needs a socket file)" in err
+
+
+@pytest.mark.parametrize("name, text, kind", [
+    ("results.json", '[{"name": "full", "decode_step_s": 0.08}]', "results of run or sweep (1 point"),
+    ("results.csv", "name,experiment,kv_policy,batch\nfull,e,full,4\n", "results table of run or sweep (1 row"),
+])
+def test_describe_of_results_says_what_they_are(tmp_path, capsys, name, text, kind):
+    # describe called a results.csv "a request trace" and a results.json "not a YAML mapping"
+    (tmp_path / name).write_text(text)
+    assert cli.main(["describe", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{name}: {kind}" in err and "not a file describe reads" in err
+    assert "request trace" not in err
