@@ -351,9 +351,12 @@ def _legend(hue: list[str], key: tuple[str, ...], names: Mapping[str, Mapping[st
     'full, 25'
     >>> _legend(["sweep.model"], ("../graphs/llama3_1_8b.yaml",), {"sweep.model": {"../graphs/llama3_1_8b.yaml": "8B"}})
     '8B'
+    >>> _legend(["sweep.serving.prefill_chunk", "decode_nodes"], ("", "2"))
+    'none, 2'
     """
     names, label_as = names or {}, label_as or {}
-    return ", ".join(names.get(h, {}).get(v) or _hue_value(label_as.get(h, h), v)
+    # an empty cell is a field left out or null (serving.prefill_chunk: whole prompts): "none", not blank
+    return ", ".join(names.get(h, {}).get(v) or _hue_value(label_as.get(h, h), v) or "none"
                      for h, v in zip(hue, key, strict=True)) if hue else ""
 
 

@@ -76,3 +76,10 @@ def test_objectives_missing_counts_the_records_without_a_number():
     records = [{"tpot_s": 0.1, "slo": {"attainment": 1.0}}, {"tpot_s": None, "slo": {"attainment": 0.5}}]
     assert objectives_missing(records, {"tpot_s": "min", "slo.attainment": "max"}) == {"tpot_s": 1}
     assert objectives_missing([], {"tpot_s": "min"}) == {}
+
+
+def test_a_labelled_null_value_is_named_by_its_label_in_the_legend():
+    # experiments/chunked_prefill.yaml's axis [null, 4096, ...] labelled [whole, ...]: the CSV holds
+    # an empty cell for null, and the legend showed ", 1" where it meant "whole, 1"
+    names = _value_names(load_sweep(REPO / "experiments" / "chunked_prefill.yaml"))
+    assert names["sweep.prefill_chunk"] == {"": "whole"}   # the numbers keep their unit, not renamed

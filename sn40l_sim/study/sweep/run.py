@@ -160,9 +160,11 @@ def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
 
 def _value_names(sweep: Sweep) -> dict[str, dict[str, str]]:
     """``sweep.<axis>`` column -> value as the CSV holds it -> the axis's label for it, for the axes
-    whose ``labels:`` name text values (a model file's path: the legend shows the label)."""
-    return {f"sweep.{axis.name}": {value: name for value, name in zip(axis.values, axis.value_labels, strict=True)
-                                   if isinstance(value, str) and name != value}
+    whose ``labels:`` name text values (a model file's path: the legend shows the label) or null
+    (an empty cell: ``prefill_chunk: [null, 2048]`` labelled ``whole`` showed a blank entry)."""
+    return {f"sweep.{axis.name}": {("" if value is None else value): name
+                                   for value, name in zip(axis.values, axis.value_labels, strict=True)
+                                   if (isinstance(value, str) or value is None) and name != value}
             for axis in sweep.axes if axis.value_labels}
 
 
