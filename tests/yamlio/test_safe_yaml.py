@@ -108,6 +108,10 @@ def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path, capsys):
     os.mkfifo(trace)
     assert one_error_line(capsys, ["check", str(trace)]) == \
         f"error: {trace}: is not a regular file (a device or a pipe); expected a CSV or JSONL trace\n"
+    # check and describe first ask whether a .csv or .json is a run's results: that read blocked on a pipe
+    pipe_json = tmp_path / "results.json"
+    os.mkfifo(pipe_json)
+    assert "is not a regular file (a device or a pipe)" in one_error_line(capsys, ["describe", str(pipe_json)])
     assert "expected a CSV file (a results.csv)" in \
         one_error_line(capsys, ["plot", "/dev/zero", "--x", "a", "--y", "b", "--out", str(tmp_path / "p.png")])
 
