@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 #: the graph's input and output: the tokens a step samples and the next one embeds
 GRAPH_TOKENS = "tokens"
 #: a small shape whose formulas every model can evaluate (the check reads names, not bytes)
-_PROMPT_TOKENS = 64
+PROBE_TOKENS = 64
 
 
 def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) -> tuple[tuple, str] | None:
@@ -59,8 +59,8 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     # a model with an MTP module drafts where the phase's blocks have the MTP run (the builder
     # refuses a drafting step or prefill without them; a template without them serves undrafted)
     drafts = runs_drafts(spec, model)
-    shape = (Shape("prefill", 1, _PROMPT_TOKENS, drafts=drafts) if phase == "prefill"
-             else Shape("decode", 1, 0, kv_len=_PROMPT_TOKENS, drafts=drafts))
+    shape = (Shape("prefill", 1, PROBE_TOKENS, drafts=drafts) if phase == "prefill"
+             else Shape("decode", 1, 0, kv_len=PROBE_TOKENS, drafts=drafts))
     main = Ctx(model, shape, ParallelPlan(), template)
     draft = Ctx(model, replace(shape, drafts=0), ParallelPlan(), template)
     formulas = operators(template.attention)

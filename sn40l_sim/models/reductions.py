@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx
-from sn40l_sim.models.dataflow import phase_parts, runs_drafts
+from sn40l_sim.models.dataflow import PROBE_TOKENS, phase_parts, runs_drafts
 from sn40l_sim.models.formulas import operators
 from sn40l_sim.models.tensors import ShardRule
 
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 REDUCING = ("all_reduce", "reduce_scatter")
 #: the size formula of an all-gather that completes the column-split form instead: the residual stream
 GATHERED_WIDTH = "hidden"
-#: tokens of the shape the formulas are evaluated on (as :mod:`.dataflow`'s)
-_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     """The first kernel of ``template``'s ``phase`` that leaves a row-parallel GEMM's partial sums
     unreduced, as (field path in the template file, message), or None."""
     spec = getattr(template, phase)
-    shape = (Shape("prefill", 1, _TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=_TOKENS))
+    shape = (Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=PROBE_TOKENS))
     formulas = operators(template.attention)
     ctx = _RuleRecorder(model, shape, ParallelPlan(tp=2), template)
     # the kernels this model calls: a template's MTP or MoE kernels are not evaluated for a model
