@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.report.token_gaps import inter_token_gaps, weighted_summary
 from sn40l_sim.serving.loop import ServingLog
 
 
@@ -49,20 +50,19 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 
 def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     """TTFT, TPOT, inter-token, end-to-end and queueing latency summaries, in seconds."""
-    ttft, tpot, gaps, e2e, queue = [], [], [], [], []
+    ttft, tpot, e2e, queue = [], [], [], []
     for r in log.requests:
         arrival = r.request.arrival_cycle
         ttft.append((r.first_token - arrival) / clock_hz)
         e2e.append((r.finish - arrival) / clock_hz)
         queue.append((r.prefill_start - arrival) / clock_hz)
-        tokens = r.token_array()
-        if tokens.size > 1:
-            tpot.append(float(tokens[-1] - tokens[0]) / (tokens.size - 1) / clock_hz)
-            gaps.append(np.diff(tokens))
-    # one array of every inter-token gap (a served run has some 10^5), not a list of floats; the
-    # division is elementwise, so dividing once gives the same values as dividing per request
-    itl = np.concatenate(gaps) / clock_hz if gaps else []
-    return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": summary(itl), "e2e_s": summary(e2e),
+        generated = r.generated
+        if generated > 1:
+            tpot.append(float(r.last_token - r.first_token) / (generated - 1) / clock_hz)
+    # every inter-token gap, counted by decode step rather than listed (token_gaps.py: a serve's
+    # gaps are as many as its tokens)
+    itl = weighted_summary(*inter_token_gaps(log), clock_hz=clock_hz)
+    return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": itl, "e2e_s": summary(e2e),
             "queue_s": summary(queue)}
 
 
