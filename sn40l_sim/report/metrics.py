@@ -29,6 +29,7 @@ Examples
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,9 +73,10 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
     start = min(r.request.arrival_cycle for r in log.requests)
     span_s = (log.end_cycle - start) / clock_hz
     tokens = sum(r.generated for r in log.requests)
-    decode_tokens = sum(step.tokens for step in log.steps)
-    stepped = sum(step.active for step in log.steps)
-    decode_s = sum(step.end - step.start for step in log.steps) / clock_hz
+    steps = log.steps
+    decode_tokens = int(steps.column("tokens").sum())
+    stepped = int(steps.column("active").sum())
+    decode_s = int((steps.column("end") - steps.column("start")).sum()) / clock_hz
     return {
         "makespan_s": span_s,
         "requests": len(log.requests),
@@ -110,17 +112,20 @@ def kv_occupancy(log: ServingLog, clock_hz: float, max_points: int = 100) -> dic
                            "mean_fraction": 0.0, "series": []}
     if not log.steps:
         return out
-    peak = max(step.kv_bytes for step in log.steps)
-    weights = [step.end - step.start for step in log.steps]
-    mean = sum(w * step.kv_bytes for w, step in zip(weights, log.steps, strict=True)) / sum(weights)
+    kv_bytes, ends, nodes = log.steps.column("kv_bytes"), log.steps.column("end"), log.steps.column("node")
+    weights = ends - log.steps.column("start")
+    peak = int(kv_bytes.max())
+    # the weighted sum in Python integers: cycles x bytes can pass int64's 9.2e18
+    mean = sum(map(operator.mul, weights.tolist(), kv_bytes.tolist())) / int(weights.sum())
     out.update(peak_bytes=peak, peak_fraction=peak / capacity, mean_fraction=mean / capacity)
-    for node in sorted({step.node for step in log.steps}):
-        steps = [step for step in log.steps if step.node == node]
-        stride = max(1, -(-len(steps) // max_points))
-        peak_index = max(range(len(steps)), key=lambda i: (steps[i].kv_bytes, -i))
-        keep = sorted(set(range(0, len(steps), stride)) | {peak_index, len(steps) - 1})
-        out["series"].extend({"node": node, "t_s": steps[i].end / clock_hz, "kv_bytes": steps[i].kv_bytes,
-                              "slots_in_use": steps[i].slots_in_use} for i in keep)
+    slots_in_use = log.steps.column("slots_in_use")
+    for node in np.unique(nodes).tolist():
+        rows = np.flatnonzero(nodes == node)
+        stride = max(1, -(-rows.size // max_points))
+        peak_index = int(np.argmax(kv_bytes[rows]))   # the first of the node's peak steps
+        keep = sorted(set(range(0, rows.size, stride)) | {peak_index, rows.size - 1})
+        out["series"].extend({"node": node, "t_s": int(ends[rows[i]]) / clock_hz, "kv_bytes": int(kv_bytes[rows[i]]),
+                              "slots_in_use": int(slots_in_use[rows[i]])} for i in keep)
     return out
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -46,6 +47,7 @@ from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.drafts import request_draws, tokens_per_step
 from sn40l_sim.serving.prefix_cache import decode_kv_tokens, has_prefix, prefix_tokens
 from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
+from sn40l_sim.serving.step_table import StepTable
 
 if TYPE_CHECKING:
     from sn40l_sim.serving.scheduler import Scheduler
@@ -116,7 +118,7 @@ class StepwiseBook:
             accepted = spec.accepted(self._draws[request_id])
         return min(1 + accepted, log.request.output_len - log.generated)
 
-    def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
+    def record(self, start: int, count: int, node: _NodeView, steps: StepTable) -> list[RequestLog]:
         """Give the step's tokens, log it (before finished sequences leave, so its peak KV is what
         is recorded) and return the sequences that finished."""
         end = start + self.setup.decode_step_cycles
@@ -174,8 +176,9 @@ class RunBook:
         self._cache_tokens = functools.lru_cache(maxsize=4096)(setup.cache_tokens)
         self._bounds = functools.lru_cache(maxsize=4096)(functools.partial(cache_bounds, self._cache_tokens))
         self._count = np.zeros(0, dtype=np.int64)   # 1, 2, 3, ... (see _counting)
-        #: end cycle of every step the node took
-        self.ends: list[int] = []
+        #: end cycle of every step the node took (int64: a busy serve takes millions of steps, which
+        #: a list of Python integers held at 40 bytes each)
+        self.ends = array("q")
         self._tokens = _Growable()       # tokens each step gives (with drafts; else one per sequence)
         self._cached = _Growable()       # cached tokens of the stepped sequences at each step's end,
         self._constant = 0               # less this, the same at every step while they step
@@ -282,7 +285,7 @@ class RunBook:
                   for log in node.arrived + node.incoming if has_prefix(log.request)]
         return decode_kv_tokens(self.setup.prefix_caching, pairs)[1]
 
-    def record(self, start: int, count: int, node: _NodeView, steps: list[StepLog]) -> list[RequestLog]:
+    def record(self, start: int, count: int, node: _NodeView, steps: StepTable) -> list[RequestLog]:
         """Log ``count`` steps from ``start`` and return the sequences that finished (at the last)."""
         cycles, bpt = self._step_cycles, self._kv_bytes_per_token
         held = self._held_tokens + self._constant
@@ -298,8 +301,8 @@ class RunBook:
             end = start + cycles
             self.ends.append(end)
             tokens = self._tokens.values.item(first) if self._drafts else stepping
-            steps.append(_step_log((index, start, end, stepping, in_use, (self._cached.values.item(first) + held) * bpt,
-                                    tokens, saved * bpt)))
+            steps.append((index, start, end, stepping, in_use, (self._cached.values.item(first) + held) * bpt,
+                          tokens, saved * bpt))
         else:
             cached = self._cached.values[first:last + 1].tolist()
             tokens = self._tokens.values[first:last + 1].tolist() if self._drafts else [stepping] * count
@@ -317,11 +320,6 @@ class RunBook:
                 self._prefixed.pop(log.request.id, None)
         self.stepping -= len(finishing)
         return [log for log, _ in finishing]
-
-
-#: a :class:`StepLog` from the tuple of its fields (the named tuple's own constructor is a Python
-#: function: a serve logs one per node and step)
-_step_log = functools.partial(tuple.__new__, StepLog)
 
 
 class _NodeView(Protocol):

@@ -67,6 +67,7 @@ from sn40l_sim.serving.prefix_cache import PrefixTracker
 from sn40l_sim.serving.scheduler import Link, Scheduler, Signal, Wait
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.setup import ServingSetup
+from sn40l_sim.serving.step_table import StepTable
 from sn40l_sim.serving.workload import Request
 
 __all__ = ["RequestLog", "ServingLog", "ServingSetup", "StepLog", "simulate"]
@@ -98,7 +99,7 @@ class _Serving:
         self.ready: deque[RequestLog] = deque()
         self.arrival = Signal(env)
         self.finished = 0
-        self.steps: list[StepLog] = []
+        self.steps = StepTable()
         self._drafted: dict[int, tuple[int, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes

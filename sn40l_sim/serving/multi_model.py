@@ -63,6 +63,7 @@ from sn40l_sim.errors import InvariantError
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.multi_model_specs import ModelCosts, MultiModelRun, NodeMemory, Switch, copy_bytes_per_s
 from sn40l_sim.serving.serving_log import RequestLog, StepLog
+from sn40l_sim.serving.step_table import StepTable
 from sn40l_sim.serving.workload import Request
 
 #: the scheduler policies, in the order experiments list them
@@ -96,7 +97,7 @@ class _Node:
         self.last_run = [-1] * n
         self.written_back = [0] * n        # KV bytes of a model's sequences held in the slow tier
         self.copy_free = 0                 # the copy engine is busy until this cycle
-        self.run = MultiModelRun(self.models, policy, self.logs, self.model_of, [[] for _ in range(n)], [], 0,
+        self.run = MultiModelRun(self.models, policy, self.logs, self.model_of, [StepTable() for _ in range(n)], [], 0,
                                  [0] * n, [0] * n, loads=[0] * n)
         self.finished = 0
         self._check_memory()

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sn40l_sim.serving.serving_log import RequestLog, StepLog
+from sn40l_sim.serving.serving_log import RequestLog
 from sn40l_sim.serving.setup import no_cycles
+from sn40l_sim.serving.step_table import StepTable
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class MultiModelRun:
     requests: list[RequestLog]
     model_of: list[int]
     #: decode steps by model
-    steps: list[list[StepLog]]
+    steps: list[StepTable]
     switches_log: list[Switch]
     end_cycle: int
     #: per model: cycles of prefill and of decode steps

@@ -17,6 +17,7 @@ Examples
 """
 from __future__ import annotations
 
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -27,6 +28,7 @@ from sn40l_sim.serving.workload import Request
 if TYPE_CHECKING:
     from sn40l_sim.serving.prefix_cache import PrefixTracker
     from sn40l_sim.serving.setup import ServingSetup
+    from sn40l_sim.serving.step_table import StepTable
 
 
 class DecodeTokens(NamedTuple):
@@ -35,15 +37,16 @@ class DecodeTokens(NamedTuple):
 
     Attributes
     ----------
-    ends : list of int
-        End cycle of every step of the node (shared with the node; it grows as the node steps).
+    ends : sequence of int
+        End cycle of every step of the node (shared with the node; it grows as the node steps: an
+        ``array('q')`` by requests, a list in the doctests).
     first_step, steps : int
         Index in ``ends`` of the sequence's first step, and how many steps it took part in.
     per_step : numpy.ndarray or None
         Tokens each of those steps gave it (None: one per step).
     """
 
-    ends: list[int]
+    ends: MutableSequence[int]
     first_step: int
     steps: int
     per_step: np.ndarray | None = None
@@ -141,7 +144,7 @@ class ServingLog:
 
     setup: ServingSetup
     requests: list[RequestLog]
-    steps: list[StepLog]
+    steps: StepTable
     end_cycle: int
     #: busy cycles per node, by role: ``prefill[i]``, ``decode[i]`` (decode steps), ``link[i]``
     busy: dict[str, list[int]]

@@ -140,11 +140,14 @@ def check_memory(placements: Sequence[MemoryPlacement], log: ServingLog | None) 
     if log is None:
         return
     reserved, slots = log.setup.kv_capacity_bytes, log.setup.slots
-    for step in log.steps:
-        if step.kv_bytes > reserved or step.slots_in_use > slots or step.active > step.slots_in_use:
-            raise _fail("memory_within_capacity", f"decode node {step.node} at cycle {step.end}: {step.kv_bytes} B of KV "
-                        f"for {step.active} active sequences in {step.slots_in_use} slots; the node reserves "
-                        f"{reserved} B for {slots} slots")
+    steps = log.steps
+    in_use, active = steps.column("slots_in_use"), steps.column("active")
+    over = np.flatnonzero((steps.column("kv_bytes") > reserved) | (in_use > slots) | (active > in_use))
+    if over.size:
+        step = steps[int(over[0])]
+        raise _fail("memory_within_capacity", f"decode node {step.node} at cycle {step.end}: {step.kv_bytes} B of KV "
+                    f"for {step.active} active sequences in {step.slots_in_use} slots; the node reserves "
+                    f"{reserved} B for {slots} slots")
 
 
 def check_prefixes(log: ServingLog | None) -> None:

@@ -23,7 +23,9 @@ from sn40l_sim.report.records import build_record  # noqa: E402
 from sn40l_sim.report.results import to_csv, to_json, write_results  # noqa: E402
 from sn40l_sim.report.table import side_by_side  # noqa: E402
 from sn40l_sim.serving.point import PointSetup, simulate_point  # noqa: E402
+from sn40l_sim.serving.serving_log import StepLog  # noqa: E402
 from sn40l_sim.serving.speculation import Speculation  # noqa: E402
+from sn40l_sim.serving.step_table import StepTable  # noqa: E402
 from sn40l_sim.serving.workload import Request  # noqa: E402
 from sn40l_sim.study.assemble import memory_placer  # noqa: E402
 from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFILL  # noqa: E402
@@ -135,8 +137,8 @@ def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
 def test_kv_occupancy_mean_is_weighted_by_step_time():
     # two steps of one node, 10 and 30 cycles, holding 100 and 300 B of a 1,000 B reservation: the
     # time-weighted mean is 250 B (an unweighted one would be 200)
-    steps = [NS(node=0, start=0, end=10, kv_bytes=100, slots_in_use=1),
-             NS(node=0, start=10, end=40, kv_bytes=300, slots_in_use=2)]
+    steps = StepTable([StepLog(node=0, start=0, end=10, active=1, kv_bytes=100, slots_in_use=1),
+                       StepLog(node=0, start=10, end=40, active=2, kv_bytes=300, slots_in_use=2)])
     occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=1000), steps=steps), clock_hz=10.0)
     assert occ["mean_fraction"] == pytest.approx(0.25) and occ["peak_fraction"] == pytest.approx(0.3)
     assert [(p["t_s"], p["kv_bytes"]) for p in occ["series"]] == [(1.0, 100), (4.0, 300)]
@@ -146,7 +148,7 @@ def test_a_run_without_decode_steps_has_no_observed_decode_rate():
     # every output one token long: the prefill gives it, no decode step runs; the observed decode
     # rate and the mean filled slots are empty (undefined), not 0 tokens/s and 0 slots
     requests = [NS(request=NS(arrival_cycle=0), generated=1), NS(request=NS(arrival_cycle=5), generated=1)]
-    served = throughput(NS(requests=requests, steps=[], end_cycle=20), clock_hz=10.0)
+    served = throughput(NS(requests=requests, steps=StepTable(), end_cycle=20), clock_hz=10.0)
     assert served["decode_steps"] == 0 and served["output_tokens_per_s"] == pytest.approx(1.0)
     assert served["decode_tokens_per_s_observed"] is None and served["mean_active_slots"] is None
     row = next(csv.DictReader(io.StringIO(to_csv([{"name": "x", "throughput": served}]))))

@@ -123,3 +123,18 @@ def test_a_colocated_node_is_not_busy_longer_than_the_run_over_its_roles():
     nodes["graph_switch"][1] = 0.26
     with pytest.raises(invariants.InvariantError, match="co-located node 1 is busy 1.06"):
         invariants.check_fractions({"utilisation": {"nodes": nodes}})
+
+
+def test_a_decode_step_holding_more_kv_than_its_slots_is_named_by_node_and_cycle():
+    from types import SimpleNamespace
+
+    from sn40l_sim.serving.serving_log import StepLog
+    from sn40l_sim.serving.step_table import StepTable
+    steps = StepTable([StepLog(0, 0, 10, 2, 2, 500), StepLog(1, 0, 12, 2, 2, 1001), StepLog(0, 10, 20, 3, 2, 10)])
+    log = SimpleNamespace(setup=SimpleNamespace(kv_capacity_bytes=1000, slots=4), steps=steps)
+    with pytest.raises(invariants.InvariantError, match="decode node 1 at cycle 12: 1001 B of KV"):
+        invariants.check_memory([], log)
+    steps = StepTable([StepLog(0, 0, 10, 2, 2, 500), StepLog(0, 10, 20, 3, 2, 10)])   # 3 active in 2 slots
+    with pytest.raises(invariants.InvariantError, match="cycle 20: 10 B of KV for 3 active sequences in 2 slots"):
+        invariants.check_memory([], SimpleNamespace(setup=log.setup, steps=steps))
+    invariants.check_memory([], SimpleNamespace(setup=log.setup, steps=StepTable(steps[:1])))
