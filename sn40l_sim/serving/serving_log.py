@@ -62,7 +62,7 @@ class DecodeTokens(NamedTuple):
         return ends if self.per_step is None else np.repeat(ends, self.per_step)
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestLog:
     """What happened to one request (all times in cycles; -1 where a stage did not happen)."""
 

@@ -35,7 +35,7 @@ from sn40l_sim.serving.prefix_cache import with_prefixes
 from sn40l_sim.serving.traces import TraceRow, select_window
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One request: arrives at ``arrival_cycle``, prompt of ``prompt_len`` tokens, ``output_len``
     generated tokens (the first comes out of prefill, the rest out of decode steps)."""
