@@ -38,6 +38,7 @@ def inter_token_gaps(log: ServingLog) -> tuple[np.ndarray, np.ndarray]:
     """Every gap between two consecutive output tokens of a request, in cycles, as distinct values
     (int64, ascending) and how many times each occurs (int64, all positive)."""
     loose: list[np.ndarray] = []          # gaps written out, for the tokens outside a run of steps
+    joins: list[int] = []                 # a prefill's token to the sequence's first decode step
     zeros = 0                             # tokens after the first of a step (accepted drafts)
     runs: dict[int, tuple[list[int], list[int], list[int]]] = {}   # per node's ends: starts, stops
     for r in log.requests:
@@ -53,7 +54,7 @@ def inter_token_gaps(log: ServingLog) -> tuple[np.ndarray, np.ndarray]:
             continue
         first = decode.first_step
         if single:
-            loose.append(np.array([decode.ends[first] - single[-1]], dtype=np.int64))
+            joins.append(decode.ends[first] - single[-1])
         if decode.per_step is not None:
             zeros += int(decode.per_step.sum()) - decode.steps
         if decode.steps > 1:
@@ -66,6 +67,8 @@ def inter_token_gaps(log: ServingLog) -> tuple[np.ndarray, np.ndarray]:
         change = np.bincount(starts, minlength=gaps.size + 1) - np.bincount(stops, minlength=gaps.size + 1)
         values.append(gaps)
         counts.append(np.cumsum(change)[:gaps.size])
+    if joins:
+        loose.append(np.asarray(joins, dtype=np.int64))
     if loose:
         distinct, times = np.unique(np.concatenate(loose), return_counts=True)
         values.append(distinct)
