@@ -77,10 +77,11 @@ def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: in
     raise ValueError(f"unknown length distribution {dist.dist!r}")
 
 
-#: the most requests one run generates: a run keeps every request and its log, about 3.3 KB each
-#: (a million Poisson requests of Llama-3.1-8B peaked at 3.3 GB and took 44 s), so ten million
-#: need some 33 GB; two billion (the integer limit the count had) asked numpy for 15 GB at once
-#: and died in a MemoryError traceback
+#: the most requests one run generates: a run keeps every request, its log and the decode steps,
+#: about 3.2 KB a request in a busy serve (a million Poisson requests of Llama-3.1-8B at 400 a
+#: second, 12.3 million steps, peaked at 3.25 GB: docs/architecture.md, "Serving by requests"), so
+#: ten million need a machine of some 32 GB; two billion (the integer limit the count had) asked
+#: numpy for 15 GB at once and died in a MemoryError traceback
 MAX_REQUESTS = 10**7
 
 
@@ -88,7 +89,7 @@ def _request_count(count: int | str, rounds: int, slots: int) -> int:
     n = slots * rounds if count == "batch" else int(count)
     if n > MAX_REQUESTS:
         raise InputError(f"count: batch with rounds: {rounds} makes {slots} x {rounds} = {n} requests; expected at "
-                         f"most {MAX_REQUESTS} (a run keeps every request, about 3.3 KB each)", field="requests")
+                         f"most {MAX_REQUESTS} (a run keeps every request, about 3.2 KB each)", field="requests")
     return n
 
 

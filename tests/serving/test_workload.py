@@ -124,7 +124,7 @@ def test_missing_trace_file(tmp_path):
 
 def test_a_workload_of_more_requests_than_a_run_can_hold_is_refused():
     # count: 2000000000 passed the schema and asked numpy for 15 GB of arrivals: a MemoryError
-    # traceback (or the machine's memory filled); a run keeps every request, about 3.3 KB each
+    # traceback (or the machine's memory filled); a run keeps every request, about 3.2 KB each
     with pytest.raises(ValueError, match="expected a request count from 1 to 10000000"):
         PoissonWorkload(kind="poisson", rate_per_s=1, count=2_000_000_000, output_len=8)
     with pytest.raises(ValueError, match="expected a request count from 1 to 10000000"):
