@@ -104,17 +104,31 @@ class MemoryFit:
             with located("graph_options"):
                 act = self.costs.decode_activation_bytes(batch, self.static_len, self.s.speculation.drafts)
             if s.mode == "colocated":
-                # the node also prefills: the prompt's full cache before compression (compressed
-                # into its slot in place, unless the prefill holds a split of the rows the slot
-                # replicates: MLA's), and the larger of the two phases' activations (a chunk's,
-                # with chunked prefill)
-                in_place = 0 if prefill_splits_rows(s.model, s.prefill_plan) else \
-                    self._kv("decode", s.decode_plan, 1, self.static_len)
-                kv += max(0, self.prefill_kv() - in_place)
+                # the node also prefills: the prompt's full cache before compression beside the
+                # slots, and the larger of the two phases' activations (a chunk's, with chunked
+                # prefill)
+                kv += max(0, self.prefill_kv() - self._prefill_in_own_slot(batch))
                 act = max(act, self._colocated_prefill_activations())
             placement = self._placed(s.decode_plan, kv, act, store)
             self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
         return self._cache[batch]
+
+    def _prefill_in_own_slot(self, batch: int) -> int:
+        """Bytes of a co-located prompt's prefill cache that the busiest socket can write into the
+        slot the prompt will decode in (compressed there in place), so that they take no room
+        beside the slots.
+
+        A prompt is prefilled only into a free slot, and its cache is written across every socket
+        of the prefill plan. That slot's rows are on every socket only when one attention group
+        spans the node (``attention_dp`` 1); with several groups the slot is in one of them, and a
+        socket of another group holds the prompt's rows beside its own slots, all of them in use
+        (busiest), unless the batch is that one slot. Nothing is in place either where the prefill
+        holds a split of the rows a slot replicates (MLA's latent, written split by tokens).
+        """
+        s = self.s
+        if prefill_splits_rows(s.model, s.prefill_plan) or (s.decode_plan.attention_dp > 1 and batch > 1):
+            return 0
+        return self._kv("decode", s.decode_plan, 1, self.static_len)
 
     def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
                 place: MemoryPlacer | None = None) -> Any:

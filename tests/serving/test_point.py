@@ -10,6 +10,7 @@ from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, R1_MTP_KV_PER_TOKE
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.serving.point import (
     PointSetup,
@@ -141,6 +142,33 @@ def test_colocated_reserves_the_prefill_working_set_and_sends_nothing():
     assert result.memory.by_tier["hbm"]["kv"] == 4 * 32768 * R1_KV_PER_TOKEN + scratch
     assert result.max_batch == 64
     assert all(r.transfer_start == -1 for r in result.log.requests)
+
+
+@pytest.mark.parametrize("attention_dp", [16, 1])
+def test_a_colocated_gqa_prompt_is_in_its_own_slot_only_on_the_sockets_that_hold_the_slot(attention_dp):
+    # Llama-3.1-70B (GQA, 8 KV heads): the tp16 prefill writes one KV head of the prompt's rows on
+    # every socket. With attention_dp 16 the free slot the prompt decodes in is whole on one
+    # socket, so every other socket holds those rows beside slots all in use; with attention_dp 1
+    # every socket holds the prompt's slot's share of the rows, and writes them there in place.
+    from sn40l_sim.models.loader import load_model
+
+    llama = load_model("graphs/llama3_1_70b.yaml")
+    prompt, new = 65536, 64
+    token = 2 * 8 * 128 * 80 * 2                        # K and V, 8 heads of 128, 80 layers, BF16
+    slot, share = (prompt + new) * token, prompt * token // 8
+    plan = ParallelPlan(tp=16, attention_dp=attention_dp)
+    # room for two slots and half a prompt's rows per socket under attention_dp 16
+    placer = FakePlacer(weights=10 * 2**30, free=2 * slot + share // 2)
+    result = simulate_point(setup(FULL, model=llama, prompt_len=prompt, max_new_tokens=new, decode_plan=plan,
+                                  mode="colocated", prefill_nodes=0),
+                            lambda slots: [Request(i, 0, prompt, 8) for i in range(slots)], fixed_costs(FULL), placer)
+    if attention_dp == 16:
+        assert result.max_batch == 16                   # 2 slots + the prompt's rows do not fit
+        assert result.memory.by_tier["hbm"]["kv"] == slot + share
+    else:
+        # a socket holds one of 8 KV heads of every slot, the prompt's rows among them: 16 slots
+        assert result.max_batch == 16
+        assert result.memory.by_tier["hbm"]["kv"] == 16 * slot // 8
 
 
 # --- memory tiers and the experiment's memory options, with the real place_memory
