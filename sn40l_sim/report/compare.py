@@ -26,8 +26,10 @@ from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.registry import Fields
 from sn40l_sim.report.table_rows import Row, value_at
 
-#: the text fields whose change a pair's heading says
-DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "mode")
+#: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget) and
+#: the bytes a token's cache takes (a model override such as ``kv_dtype``) change the point as much
+#: as its model or policy does
+DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "kv_policy_params", "kv_bytes_per_token", "mode")
 
 
 def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Fields = RESULTS,
@@ -35,7 +37,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
     row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
     only the rows whose shown values differ)."""
-    changes = [f"{name} {base.get(name)} -> {other.get(name)}" for name in DESCRIBED
+    changes = [f"{name} {_described(base.get(name))} -> {_described(other.get(name))}" for name in DESCRIBED
                if base.get(name) != other.get(name)]
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else "the same model, hardware and policy")
     lines: list[tuple[str, str, str, str]] = []
@@ -52,6 +54,17 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     out = [heading, " " * width + "base".rjust(cells) + "other".rjust(cells) + "other/base".rjust(cells)]
     out += [label.ljust(width) + a.rjust(cells) + b.rjust(cells) + r.rjust(cells) for label, a, b, r in lines]
     return "\n".join(out)
+
+
+def _described(value: Any) -> str:
+    """A heading's value: a mapping (a policy's parameters) as ``key=value`` pairs, ``{}`` as none.
+
+    >>> _described({"budget": 32768, "sink": 4}), _described({}), _described("SN40L-16")
+    ('budget=32768, sink=4', 'none', 'SN40L-16')
+    """
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
+    return str(value)
 
 
 def _ratio(row: Row, path: str, base: Mapping[str, Any], other: Mapping[str, Any]) -> str:

@@ -52,6 +52,20 @@ def test_changed_only_keeps_the_rows_that_differ_and_the_heading_says_what_chang
     assert _row(table, "decode step (ms)") == ["86.08", "154.90", f"{0.1549 / 0.0860849:.4g}"]
 
 
+def test_the_heading_names_a_changed_policy_budget_and_kv_format():
+    # a SnapStream budget set to half, or the cache stored in FP8, is not "the same policy"
+    snap = dict(BASE, name="snapstream", kv_policy="snapstream", kv_policy_params={"budget": 32768},
+                kv_bytes_per_token=71424)
+    half = dict(snap, kv_policy_params={"budget": 16384})
+    assert point_table(snap, half).splitlines()[0] == "snapstream: kv_policy_params budget=32768 -> budget=16384"
+    fp8 = dict(snap, kv_bytes_per_token=35712)
+    assert point_table(snap, fp8).splitlines()[0] == "snapstream: kv_bytes_per_token 71424 -> 35712"
+    plain = dict(snap, kv_policy="full", kv_policy_params={})
+    assert point_table(snap, plain).splitlines()[0] == \
+        "snapstream: kv_policy snapstream -> full; kv_policy_params budget=32768 -> none"
+    assert point_table(snap, dict(snap)).splitlines()[0] == "snapstream: the same model, hardware and policy"
+
+
 def test_points_are_paired_by_name_and_the_unpaired_named():
     snap = dict(BASE, name="snapstream", kv_policy="snapstream")
     tables, only_base, only_other = compare_records([BASE, snap], [dict(snap), dict(BASE, name="h2o")])
