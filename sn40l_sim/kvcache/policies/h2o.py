@@ -61,7 +61,8 @@ class H2O(Budgeted):
     Parameters
     ----------
     heavy : int
-        Slots for the heavy hitters (default 16384).
+        Slots for the heavy hitters (default 16384). With 0 the cache is a plain ring of the
+        recent tokens (StreamingLLM's without sinks): no score is kept or computed.
     recent : int
         Ring of the most recent tokens (default 16384; >= 1). H2O's own runs split the budget
         evenly between the two, which ``params: {budget: N}`` does too (``recent = N // 2``
@@ -107,19 +108,34 @@ class H2O(Budgeted):
 
     def footprint(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> KVFootprint:
         slots = self.static_cache_len(prompt_len, max_new_tokens)
-        return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES)
+        # no heavy slots: nothing competes on its score, so no score is kept
+        return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES if self.heavy > 0 else 0)
 
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         if prompt_len <= self.budget:
             return []
+        if self.heavy == 0:
+            # a selection of nothing: the recent rows are copied, nothing scored (as snapkv's
+            # topk 0 and snapstream's do)
+            return [h2o_recent_only_kernel(model, tp, self.recent)]
         return [h2o_prefill_kernel(model, prompt_len, tp, heavy=self.heavy, recent=self.recent)]
 
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         # a context that fits the budget never evicts: its static cache is the budget only when the
-        # context fills it exactly (prompt + max_new_tokens + drafts, Shape.context_len, when given)
-        if shape.kv_len < self.budget or 0 < shape.context_len <= self.budget:
+        # context fills it exactly (prompt + max_new_tokens + drafts, Shape.context_len, when given);
+        # with no heavy slots the token leaving the ring is overwritten, a plain ring (streamingllm's)
+        if self.heavy == 0 or shape.kv_len < self.budget or 0 < shape.context_len <= self.budget:
             return []
         return [h2o_evict_kernel(model, shape, plan, heavy=self.heavy)]
+
+
+def h2o_recent_only_kernel(model: ModelSpec, tp: int, recent: int) -> FusedKernel:
+    """H2O's prompt compression with no heavy slots: the last ``recent`` rows gathered into the
+    cache (:func:`h2o_prefill_kernel`'s ``gather_recent``), nothing scored."""
+    shard = kv_sharding(model, tp)
+    ops = copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / shard.row_shards), shard.kv_heads,
+                   gather=True)
+    return FusedKernel(name="h2o_prefill", kind="h2o_prefill", phase="prefill", operators=tuple(ops), shards=tp)
 
 
 def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int, recent: int) -> FusedKernel:
