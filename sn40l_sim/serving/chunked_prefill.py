@@ -20,9 +20,10 @@ which bounds the graphs to time however the prompts split. The chunks of a promp
 fixed costs of a call (configuration, weights streamed per call) outweigh the attention saved
 by the chunks' finer causal masking (a whole prompt computes its diagonal tiles' masked halves in
 full, a chunk only its own), as it does for the shipped models (tests/study/test_chunk_costs.py):
-the price of the lower interference. Not modelled: a compressing KV policy's prefill kernels
-(SnapKV's selection) run in every chunk's graph over that chunk's tokens, where a real server would
-run them once, after the last chunk, over the whole prompt. The budget spans prompts (a turn
+the price of the lower interference. A compressing KV policy's prefill kernels (SnapKV's selection,
+the ring's construction) select from the whole prompt's cache, so they run once, after the last
+chunk, over the whole prompt (``prefill_policy_cycles``: the cycles those kernels take in the whole
+prompt's graph), and no chunk's graph runs them over its own tokens. The budget spans prompts (a turn
 finishes one prompt and starts the next), so a chunk at least as long as all the prompts that ever
 wait at once gives exactly the unchunked schedule; one as long as a single prompt may still split
 the second of two waiting prompts. Every turn switches graphs twice, so each chunk and each decode
@@ -51,12 +52,43 @@ def interpolated_chunk_cycles(timed: Callable[[int, int], int], chunk: int, earl
     return interpolated_cycles(timed, tokens, earlier, *between_multiples(chunk, earlier))
 
 
-def chunk_cycles(setup: Any, start: int, end: int) -> int:
-    """Cycles of prefilling prompt tokens ``[start, end)`` after ``start`` tokens were prefilled
-    (``setup`` a :class:`~sn40l_sim.serving.setup.ServingSetup` with ``prefill_chunk_cycles``)."""
-    if start == 0:
+def chunk_timings(graph: Callable[[int, int], int], whole: Callable[[int], int], chunk: int | None, *,
+                  policy_apart: bool) -> dict[str, Callable[..., int] | None]:
+    """:class:`~sn40l_sim.serving.setup.ServingSetup`'s ``prefill_chunk_cycles`` and
+    ``prefill_policy_cycles`` (both None without a ``chunk``) from ``graph(tokens, earlier)``, the
+    cycles of a chunk's graph timed at multiples of ``chunk``, and ``whole(prompt_len)``, those of a
+    whole prompt's prefill. ``policy_apart``: ``graph`` has none of the KV policy's prefill kernels,
+    which run once, after the last chunk, for the cycles they add to the whole prompt's prefill.
+
+    >>> t = chunk_timings(lambda n, e: 100 + n + e, lambda p: 100 + p + 7, 4, policy_apart=True)
+    >>> t["prefill_chunk_cycles"](4, 4), t["prefill_policy_cycles"](8)
+    (108, 7)
+    """
+    if chunk is None:
+        return {"prefill_chunk_cycles": None, "prefill_policy_cycles": None}
+    return {"prefill_chunk_cycles": lambda earlier, tokens: interpolated_chunk_cycles(graph, chunk, earlier, tokens),
+            "prefill_policy_cycles": (lambda p: max(0, whole(p) - graph(p, 0))) if policy_apart else None}
+
+
+def chunk_cycles(setup: Any, start: int, end: int, prompt_len: int) -> int:
+    """Cycles of prefilling tokens ``[start, end)`` of a prompt of ``prompt_len`` tokens after
+    ``start`` tokens were prefilled (``setup`` a :class:`~sn40l_sim.serving.setup.ServingSetup`
+    with ``prefill_chunk_cycles``): a whole prompt in one chunk as unchunked; with
+    ``prefill_policy_cycles``, each chunk's graph without the KV policy's kernels and the last one
+    followed by them over the whole prompt.
+
+    >>> from types import SimpleNamespace
+    >>> setup = SimpleNamespace(prefill_cycles=lambda n: 100 + n + 5, prefill_policy_cycles=lambda n: 5,
+    ...                         prefill_chunk_cycles=lambda earlier, n: 100 + n + earlier)
+    >>> chunk_cycles(setup, 0, 8, 8), [chunk_cycles(setup, s, s + 4, 8) for s in (0, 4)]
+    (113, [104, 113])
+    """
+    if start == 0 and (end == prompt_len or setup.prefill_policy_cycles is None):
         return setup.prefill_cycles(end)
-    return setup.prefill_chunk_cycles(start, end - start)
+    cycles = setup.prefill_chunk_cycles(start, end - start)
+    if setup.prefill_policy_cycles is not None and end == prompt_len:
+        cycles += setup.prefill_policy_cycles(prompt_len)
+    return cycles
 
 
 def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wait, None, None]:
@@ -80,7 +112,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
             yield from serving.switch_to(node, "prefill", end - done)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
-            cycles = chunk_cycles(setup, done, end)
+            cycles = chunk_cycles(setup, done, end, log.request.prompt_len)
             yield cycles
             log.prefill_chunks.append((env.now - cycles, env.now))
             serving.busy["colocated_prefill"][node.index] += cycles

@@ -41,6 +41,7 @@ True
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
-from sn40l_sim.serving.chunked_prefill import interpolated_chunk_cycles
+from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
@@ -265,7 +266,8 @@ RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
-                   prefill_place: MemoryPlacer | None = None, prefill_step: bool = True) -> PointResult:
+                   prefill_place: MemoryPlacer | None = None, prefill_step: bool = True,
+                   chunk_costs: StepCosts | None = None) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -287,6 +289,11 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         Whether to time the prefill of the point's prompt (:attr:`PointResult.prefill`). False
         leaves it None: a steps-only evaluation that reads nothing of the prefill (a calibration
         point on the decode step) skips its simulation. The requests, if any, are still prefilled.
+    chunk_costs : StepCosts, optional
+        With ``prefill_chunk``: the prefill costs of the same node and model with no KV policy's
+        kernels, which time a chunk's graph; a compressing policy's kernels then run once, after
+        the last chunk, for what they add to the whole prompt's prefill. Without it a chunk's
+        graph carries the policy's kernels over its own tokens.
 
     Raises
     ------
@@ -350,8 +357,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
             prefill_cycles[key] = cycles, switch
         return prefill_cycles[key]
 
-    def chunk_for(earlier: int, tokens: int) -> int:
-        return interpolated_chunk_cycles(lambda n, e: prefill_of(n, e)[0], s.prefill_chunk or 1, earlier, tokens)
+    @functools.cache   # a chunk's own graph: without the policy's kernels when chunk_costs is given
+    def chunk_graph(rows: int, earlier: int) -> int:
+        return int((chunk_costs or prefill_costs).prefill(rows, memory=prefill_node_memory, earlier=earlier).cycles)
 
     def prefill_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[0]
@@ -386,7 +394,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
                          speculation=s.speculation, seed=s.seed,
                          prefix_caching=prefix_caching(s, per_token, free_tokens), prefix_hit_cycles=prefix_hit_for,
-                         prefill_chunk=s.prefill_chunk, prefill_chunk_cycles=chunk_for if s.prefill_chunk else None,
+                         prefill_chunk=s.prefill_chunk, **chunk_timings(
+                             lambda n, e: chunk_graph(compiled_size(n, s.prefill_lens, "prompt length"), e),
+                             prefill_for, s.prefill_chunk, policy_apart=chunk_costs is not None),
                          decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,
                          prefill_hold_tokens=None if colocated else free_tokens)

@@ -56,7 +56,12 @@ class ServingSetup:
     prefill_chunk_cycles : callable or None
         With ``prefill_chunk``: ``(earlier, tokens) -> cycles`` of a chunk of ``tokens`` prompt
         tokens after ``earlier`` of the same prompt were prefilled (its attention covers those
-        too, so it grows with ``earlier``); required with ``prefill_chunk``.
+        too, so it grows with ``earlier``); required with ``prefill_chunk``. With
+        ``prefill_policy_cycles`` it excludes the KV policy's prefill kernels.
+    prefill_policy_cycles : callable or None
+        With ``prefill_chunk``: ``prompt_len ->`` cycles of the KV policy's prefill kernels over a
+        whole prompt (SnapKV's selection, the ring's construction), which a chunked prefill runs
+        once, after its last chunk (None: ``prefill_chunk_cycles`` includes them in every chunk).
     decode_switch_cycles : int
         Co-located: configuration loads before the first decode step after a prefill (the decode
         graph's :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
@@ -86,6 +91,7 @@ class ServingSetup:
     prefix_hit_cycles: Callable[[int, int], tuple[int, int]] | None = None
     prefill_chunk: int | None = None
     prefill_chunk_cycles: Callable[[int, int], int] | None = None
+    prefill_policy_cycles: Callable[[int], int] | None = None
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
     prefill_hold_tokens: int | None = None

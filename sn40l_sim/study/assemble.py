@@ -37,6 +37,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.kvcache.base import KVPolicy, slot_new_tokens
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.memory import place_memory
@@ -241,11 +242,16 @@ class Assembly:
 
     def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
         """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are
-        hardware of their own (an empty dict otherwise)."""
-        if self.prefill_node is None:
-            return {}
-        other = replace(self, node=self.prefill_node, prefill_node=None)
-        return {"prefill_costs": other.step_timer(setup), "prefill_place": other.memory_placer(setup.model)}
+        hardware of their own, and with chunked prefill the costs of a chunk's graph: the same
+        step costs with no KV policy's kernels, which select from the whole prompt once, after its
+        last chunk (an empty dict otherwise)."""
+        options: dict[str, Any] = {}
+        if self.prefill_node is not None:
+            other = replace(self, node=self.prefill_node, prefill_node=None)
+            options.update(prefill_costs=other.step_timer(setup), prefill_place=other.memory_placer(setup.model))
+        if setup.prefill_chunk is not None:
+            options["chunk_costs"] = self.step_timer(replace(setup, policy=make_policy("full", {})))
+        return options
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:
         """The memory placer of this node and ``model`` (default: the experiment's), in the
