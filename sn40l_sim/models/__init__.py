@@ -5,7 +5,8 @@ a decode step (docs/architecture.md). The graph's types are in :mod:`sn40l_sim.i
   :mod:`.params`, :mod:`.tensors` and :mod:`.kv_format` -- parameter counts, weight shards and the
   stored bytes of the KV cache.
 - :mod:`.template` -- the declarative kernel templates (``graphs/kernels_*.yaml``);
-  :mod:`.builder` -- template + formulas -> graph, checked whole by :mod:`.dataflow`.
+  :mod:`.builder` -- template + formulas -> graph, checked whole by :mod:`.dataflow`,
+  :mod:`.reductions` and :mod:`.weight_use`.
 - :mod:`.formulas` -- the operator and collective-size formulas a template names: shared ones in
   :mod:`.common`, :mod:`.ffn`, :mod:`.moe` (with :mod:`.routing`), the attention families as
   plug-ins in :mod:`.families` (FlashAttention tiles: :mod:`.flash`), all reading the per-socket

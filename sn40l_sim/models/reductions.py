@@ -47,7 +47,7 @@ GATHERED_WIDTH = "hidden"
 
 
 @dataclass(frozen=True)
-class _RuleRecorder(Ctx):
+class RuleRecorder(Ctx):
     """A formula context that notes every weight whose sharding rule a formula asks for."""
 
     asked: list[str] = field(default_factory=list)
@@ -63,7 +63,7 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     spec = getattr(template, phase)
     shape = (Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=PROBE_TOKENS))
     formulas = operators(template.attention)
-    ctx = _RuleRecorder(model, shape, ParallelPlan(tp=2), template)
+    ctx = RuleRecorder(model, shape, ParallelPlan(tp=2), template)
     # the kernels this model calls: a template's MTP or MoE kernels are not evaluated for a model
     # without that module (their formulas read its tensors)
     called = {k for _, ids in phase_parts(spec, model, runs_drafts(spec, model)) for k, _ in ids}

@@ -23,6 +23,7 @@ from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.reductions import unreduced_row_parallel
 from sn40l_sim.models.tensors import ShardRule, inventory
+from sn40l_sim.models.weight_use import unread_weight
 from sn40l_sim.schema import Flag, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
 
@@ -218,8 +219,9 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
 
 def check_dataflow(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
     """Each phase of the template must run every operator of a layer once, in dataflow order
-    (:mod:`sn40l_sim.models.dataflow`), and reduce what its row-parallel GEMMs leave partial
-    (:mod:`sn40l_sim.models.reductions`).
+    (:mod:`sn40l_sim.models.dataflow`), reduce what its row-parallel GEMMs leave partial
+    (:mod:`sn40l_sim.models.reductions`) and read every weight the model stores
+    (:mod:`sn40l_sim.models.weight_use`).
 
     Raises
     ------
@@ -227,7 +229,8 @@ def check_dataflow(template: KernelTemplates, doc: Document | None, model: Model
         Naming the kernel whose operators break the chain or whose partial sums are left unreduced.
     """
     for phase in ("prefill", "decode"):
-        problem = dataflow_problem(template, model, phase) or unreduced_row_parallel(template, model, phase)
+        problem = (dataflow_problem(template, model, phase) or unreduced_row_parallel(template, model, phase)
+                   or unread_weight(template, model, phase))
         if problem is not None:
             field, message = problem
             raise doc.error(field, message) if doc else InputError(f"{'.'.join(map(str, field))}: {message}")
