@@ -136,14 +136,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(socket, placed.kernels))
     for line in padded_footnotes(placed.kernels):
         print(line)
-    loops = find_loops([pk.kernel for pk in placed.kernels], built.graph)
-    looping = "on" if spec.execution.kernel_looping else "off"
-    if loops:
-        names = "; ".join(f"{placed.kernels[lp.first].kernel.name} .. {placed.kernels[lp.stop - 1].kernel.name} "
-                          f"x{lp.iterations}" for lp in loops)
-        print(f"kernel loops (execution.kernel_looping {looping}): {names}")
-    else:
-        print(f"kernel loops: none (no run of consecutive calls of one kernel; kernel_looping {looping})")
+    print(_loops_line([pk.kernel.name for pk in placed.kernels],
+                      find_loops([pk.kernel for pk in placed.kernels], built.graph), spec.execution.kernel_looping))
     print(_residency_line(socket, placed.kernels))
     print(f"built and placed in {built_at - started:.2f} s, mapped in {mapped_at - built_at:.2f} s "
           f"({len(collapse(placed.kernels))} distinct kernels)")
@@ -156,6 +150,30 @@ def run(args: argparse.Namespace) -> int:
             plot_placement(socket, chosen, temporary)
         print(f"placement of {', '.join(pk.kernel.name for pk in chosen)} drawn in {args.plot}")
     return 0
+
+
+def _loops_line(names: list[str], loops, looping: bool) -> str:
+    """The runs of consecutive calls of one kernel, and whether the engine runs each as one call
+    with a pipelined loop (kernel looping on) or as a call per iteration (off: no loop is run, so
+    none is called one).
+
+    >>> from sn40l_sim.mapper.loops import Loop
+    >>> names = ["embedding", "L00.decoder", "L01.decoder", "lm_head"]
+    >>> _loops_line(names, [Loop(first=1, iterations=2)], looping=True)
+    'kernel loops (execution.kernel_looping on): L00.decoder .. L01.decoder x2, each run as one call with a pipelined loop'
+    >>> _loops_line(names, [Loop(first=1, iterations=2)], looping=False)
+    'kernel loops: none run (execution.kernel_looping off): L00.decoder .. L01.decoder are 2 separate calls'
+    """
+    if not loops:
+        return (f"kernel loops: none (no run of consecutive calls of one kernel; kernel_looping "
+                f"{'on' if looping else 'off'})")
+    runs = [(names[lp.first], names[lp.stop - 1], lp.iterations) for lp in loops]
+    if looping:
+        return ("kernel loops (execution.kernel_looping on): "
+                + "; ".join(f"{first} .. {last} x{n}" for first, last, n in runs)
+                + ", each run as one call with a pipelined loop")
+    return ("kernel loops: none run (execution.kernel_looping off): "
+            + "; ".join(f"{first} .. {last} are {n} separate calls" for first, last, n in runs))
 
 
 def _kernel_names(text: str) -> list[str]:

@@ -108,3 +108,17 @@ def test_map_counts_what_staging_through_ddr_holds_a_prefill_back(tmp_path, caps
     total = float(re.search(r"^total .* cycles = ([\d.]+) us", capsys.readouterr().out, re.M).group(1)) * 1e-6
     prefill = LoadedExperiments().records(path, serve=False)[0]["prefill_s"]
     assert total <= prefill <= BOUNDARIES_FACTOR * total
+
+
+def test_the_loops_line_says_whether_the_loop_runs(tmp_path, capsys):
+    # with looping off the line read "kernel loops (execution.kernel_looping off): L00.decoder ..
+    # L31.decoder x32", naming as a loop what the engine runs as 32 calls, each with its own
+    # call overhead (the rows' cycles and the step follow the calls)
+    lines = {}
+    for looping in (True, False):
+        assert main(["map", str(_experiment(tmp_path, looping)), "--phase", "decode"]) == 0
+        lines[looping] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kernel loops")]
+    assert lines[True] == ["kernel loops (execution.kernel_looping on): L00.decoder .. L31.decoder x32, each run "
+                           "as one call with a pipelined loop"]
+    assert lines[False] == ["kernel loops: none run (execution.kernel_looping off): L00.decoder .. L31.decoder "
+                            "are 32 separate calls"]
