@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -16,7 +17,7 @@ from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
 from sn40l_sim.mapper.placement import MemoryPlacement
-from sn40l_sim.serving.batching import compiled_size
+from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.step_costs import StepCosts
 
 if TYPE_CHECKING:
@@ -37,6 +38,40 @@ def located(setup_field: str) -> Iterator[None]:
         if exc.field is None and exc.file is None:
             exc.field = setup_field
         raise
+
+
+@dataclass(frozen=True)
+class FittedMemory:
+    """What a point's memory checks chose: the batch search, the batch run and its placement, and
+    a prefill node's placement of one prompt (None co-located)."""
+
+    search: BatchSearch
+    batch: int
+    placement: Any
+    prefill_memory: Any
+
+
+def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
+    """The memory checks ``run`` makes before it times anything, in its order: the weights alone,
+    the compiled decode batches (the largest that fits, or the one asked for), one prompt on a
+    prefill node. They build the graphs (their activations) but simulate nothing, so ``check``
+    makes them too, with the same messages.
+
+    Raises
+    ------
+    InfeasibleError
+        Naming the :class:`PointSetup` field it is about (``model``, ``prefill_plan``,
+        ``prompt_len`` or ``batch``).
+    """
+    # the prompt and the batch are not to blame when the model (or its overrides) does not fit
+    check_weights_fit(s, memory.place, memory.prefill_place)
+    with located("prompt_len"):
+        search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
+    with located("batch"):
+        batch, placement = choose_batch(s.batch, search, memory.decode_fits)
+    with located("prompt_len"):
+        prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
+    return FittedMemory(search, batch, placement, prefill_memory)
 
 
 class MemoryFit:

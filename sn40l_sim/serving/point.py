@@ -57,10 +57,10 @@ from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
+from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
-from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, check_weights_fit, located
+from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
@@ -264,6 +264,18 @@ def check_output_context(s: PointSetup) -> None:
 RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context: N}"
 
 
+def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_costs: StepCosts | None = None,
+                 prefill_place: MemoryPlacer | None = None) -> MemoryFit:
+    """The memory checks of point ``s`` (:func:`~sn40l_sim.serving.memory_fit.fit_memory` makes
+    them): its KV footprint, with the MTP module's cache when it drafts, and the prefill graph
+    compiled for its prompt."""
+    drafts = s.speculation.drafts
+    footprint = s.policy.footprint(s.model, s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
+    with located("prefill_lens"):
+        prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
+    return MemoryFit(s, drafts > 0, footprint, place, costs, prefill_place, prefill_costs or costs, prefill_len)
+
+
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
                    prefill_place: MemoryPlacer | None = None, prefill_step: bool = True,
@@ -312,25 +324,16 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     include_mtp = drafts > 0
     per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
-    new_tokens = slot_new_tokens(s.max_new_tokens, drafts)
-    static_len = s.policy.static_cache_len(s.prompt_len, new_tokens)
-    footprint = s.policy.footprint(s.model, s.prompt_len, new_tokens)
+    static_len = s.policy.static_cache_len(s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
     check_plans(s)
     check_context(s)
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
         raise ValueError("a prefill node of its own needs its step costs and memory placer")
     prefill_costs = prefill_costs or costs
-    with located("prefill_lens"):
-        prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
-    memory = MemoryFit(s, include_mtp, footprint, place, costs, prefill_place, prefill_costs, prefill_len)
-    # the prompt and the batch are not to blame when the model (or its overrides) does not fit
-    check_weights_fit(s, place, prefill_place)
-    with located("prompt_len"):
-        search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
-    with located("batch"):
-        batch, placement = choose_batch(s.batch, search, memory.decode_fits)
-    with located("prompt_len"):
-        prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
+    memory = point_memory(s, costs, place, prefill_costs, prefill_place)
+    footprint, prefill_len = memory.footprint, memory.prefill_len
+    fitted = fit_memory(s, memory)
+    search, batch, placement, prefill_memory = fitted.search, fitted.batch, fitted.placement, fitted.prefill_memory
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
     with located("graph_options"):

@@ -10,9 +10,13 @@ distribution's largest value counts, so a random draw cannot fail later; a trace
 as the run takes them, windowed and capped when the workload asks). Each error is located in the experiment file at the
 field that caused it, with the same message the simulation would give.
 
-Memory: a model whose weights alone do not fit a socket under the plans (no graph needed). What
-needs the simulation is left to it: whether a batch or a prompt fits in memory (the activations
-come from the built graphs) and the timings.
+Memory: a model whose weights alone do not fit a socket under the plans; with an explicit
+``serving.batch``, that batch on a decode socket, with the activations of its graph, built but not
+simulated (as ``run`` places it, with its message; a multi_model experiment's models, which share
+the node, their weights only). Left to ``run``, as each needs graphs of its own (a graph per size
+tried made ``check`` of a 100-run sweep several times as long): the search for the largest batch of
+``batch: max``, so a prompt for which not even the smallest compiled batch fits, and one prompt on a
+prefill node; and the timings.
 
 Examples
 --------
@@ -29,8 +33,15 @@ from typing import Any
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.memory_fit import check_weights_fit, located
-from sn40l_sim.serving.point import PointSetup, check_context, check_output_context, check_plans, transfer_seconds
+from sn40l_sim.serving.memory_fit import MemoryFit, check_weights_fit, fit_memory, located
+from sn40l_sim.serving.point import (
+    PointSetup,
+    check_context,
+    check_output_context,
+    check_plans,
+    point_memory,
+    transfer_seconds,
+)
 from sn40l_sim.serving.workload import context_message, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
@@ -89,7 +100,7 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
                                                                        entry.model))
             for point in asm.points if only is None else only:
                 try:
-                    check_point(sub, point, rows)
+                    check_point(sub, point, rows, fit=False)
                 except InputError as exc:   # named as time_models names it
                     raise model_error(exp, i, exc) from None
     for point in asm.points if only is None else only:
@@ -141,9 +152,12 @@ def _check_graph_options(exp: Experiment) -> None:
         raise _at(exp, ("graph_options",), exc.message, type(exc)) from None
 
 
-def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None, served: bool = True) -> None:
+def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None, served: bool = True,
+                fit: bool = True) -> None:
     """The checks of one point (see the module docstring); ``served`` False for a model that only
-    ``map`` and ``check`` read (a multi_model experiment's ``model:``), whose weights need not fit."""
+    ``map`` and ``check`` read (a multi_model experiment's ``model:``), whose weights need not fit;
+    ``fit`` False checks the weights alone, not the batch and the prompt (a multi_model
+    experiment's models, which share the node as its section says)."""
     exp = asm.experiment
     setup = asm.setup(point)     # makes the point's KV policy: a bad one is located at its entry
     try:
@@ -154,11 +168,29 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
                 transfer_seconds(setup.node, setup.kv_transfer, 0, setup.prefill_node)
         with located("prefill_lens"):
             compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
-        if served:
+        if served and fit and setup.batch != "max":
+            # an explicit batch and one prompt in memory, with the activations of their graphs
+            # (built, not simulated): a batch that did not fit passed check and stopped run
+            _check_batch_fits(setup, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
+                                                  **asm.prefill_side(setup)))
+        elif served:
             check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
         raise asm.locate(exc) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context)
+
+
+def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
+    """Refuse an explicit batch that does not fit on a decode socket, as ``run`` refuses it: its
+    decode graph is built (its activations) and placed; only a refusal goes through ``run``'s whole
+    sequence (:func:`fit_memory`: the weights, then the largest batch that fits, which its message
+    names), so that a sweep of explicit batches is checked at the cost of one graph a run."""
+    check_weights_fit(setup, memory.place, memory.prefill_place)
+    try:
+        memory.decode_fits(int(setup.batch))
+    except InfeasibleError:
+        fit_memory(setup, memory)
+        raise
 
 
 def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None,

@@ -140,6 +140,16 @@ REFUSED = {
         ("  prefill: {tp: 8}\n  decode: {tp: 8, attention_dp: 8}\n",
          "  prefill: {tp: 1}\n  decode: {tp: 8, attention_dp: 8}\nmodel_overrides: {layers: 400}\n"),
         "parallel.prefill: the model does not fit on a prefill node at tp=1, whatever the prompt"),
+    # an explicit batch whose KV does not fit: check said ok (the batch's memory needs its graph's
+    # activations, which check did not build) and run refused it
+    "explicit batch beyond the memory": (
+        ("batch: max", "batch: 100000"),
+        "e.yaml:27: serving.batch: a batch of 100000 does not fit (largest compiled batch that fits: 64): memory "
+        "does not fit on a socket of SN40L"),
+    "explicit batch beyond HBM, within DDR": (
+        ("batch: max", "batch: 128"),
+        "e.yaml:27: serving.batch: a batch of 128 does not fit (largest compiled batch that fits: 64): decode batch "
+        "128 does not fit in HBM per socket: weights 1.87 GiB + kv 65.00 GiB"),
     "experiment override the template cannot build": (
         ("seed: 7", "seed: 7\nmodel_overrides: {moe: {routed_experts: 8, experts_per_token: 2, expert_ffn: 1024, "
          "shared_experts: 0}}"),
@@ -168,6 +178,17 @@ def test_check_refuses_what_run_refuses_with_the_same_line(tmp_path, capsys, cas
         lines.append(err)
     assert lines[0] == lines[1] and words in lines[0], lines
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_an_explicit_batch_that_fits_passes_check_and_runs(tmp_path, capsys):
+    """The batch's memory check builds its graph: a batch that fits (not a compiled power of two)
+    still passes, and run serves it at that batch."""
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace("batch: max", "batch: 7").replace("count: 48", "count: 4"))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    import json
+    assert [r["batch"] for r in json.loads((tmp_path / "out" / "results.json").read_text())] == [7, 7]
 
 
 def test_a_budget_is_held_to_the_effective_models_maximum_context(tmp_path, capsys):
