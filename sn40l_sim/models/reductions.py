@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from sn40l_sim.models.spec import ModelSpec
     from sn40l_sim.models.template import KernelTemplates
 
+#: (operator formula, tensor) whose ``row`` rule leaves no partial sum: a tied output head multiplies
+#: by the embedding table ``[vocab, hidden]`` turned over (:func:`sn40l_sim.models.common.lm_head`), so
+#: the rule splits the logits' columns; sampling asks it only for the width of its vocab slice
+NOT_PARTIAL = frozenset({("lm_head", "embedding"), ("sample", "embedding")})
 #: the collectives that complete a row-parallel GEMM's partial sums
 REDUCING = ("all_reduce", "reduce_scatter")
 #: the size formula of an all-gather that completes the column-split form instead: the residual stream
@@ -74,7 +78,7 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
         for i, op in enumerate(entry.operators):
             ctx.asked.clear()
             formulas[op](ctx)
-            if any(template.sharding.get(t) == "row" for t in ctx.asked):
+            if any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked):
                 last_row = i
         if last_row is None:
             continue
