@@ -22,7 +22,7 @@ from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.reductions import unreduced_row_parallel
-from sn40l_sim.models.tensors import ShardRule, inventory
+from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, inventory
 from sn40l_sim.models.weight_use import unread_weight
 from sn40l_sim.schema import Flag, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
@@ -243,10 +243,16 @@ def check_against_model(template: KernelTemplates, doc: Document | None, model: 
     if template.attention != kind:
         raise where(("attention",), f"template is for {template.attention} attention but model "
                     f"{model.name!r} uses {kind}")
-    missing = [t.name for t in inventory(model) if t.name not in template.sharding]
+    names = [t.name for t in inventory(model)]
+    missing = [name for name in names if name not in template.sharding]
     if missing:
         raise where(("sharding",), f"no sharding rule for tensor(s) {', '.join(missing)} of model "
                     f"{model.name!r} (expected column, row or replicated)")
+    for name in template.sharding:
+        # a rule for no tensor would be ignored: a misspelt key left the rule it meant to change as it was
+        if name not in names and name not in OPTIONAL_TENSORS:
+            raise where(("sharding", name), f"no tensor named {name!r} in model {model.name!r} nor in any model "
+                        f"option (expected one of {', '.join(sorted({*names, *OPTIONAL_TENSORS}))})")
     for phase in ("prefill", "decode"):
         if model.moe is not None and not getattr(template, phase).blocks.moe_layer:
             raise where((phase, "blocks", "moe_layer"), f"model {model.name!r} has MoE layers but "

@@ -109,6 +109,13 @@ def _split(size: int, granule: int, tp: int) -> int:
     return -(-units // tp) * granule
 
 
+#: the tensors :func:`inventory` lists only for a model with the option that holds them (an untied
+#: output head, MoE layers, DeepSeek's router bias, shared experts, an MTP module): a template shared
+#: by models may shard them for the models that have them
+OPTIONAL_TENSORS = frozenset({"lm_head", "router", "router_bias", "expert_gate_up", "expert_down", "shared_gate_up",
+                              "shared_down", "mtp_enorm", "mtp_hnorm", "mtp_proj", "mtp_final_norm"})
+
+
 def inventory(model: ModelSpec) -> tuple[Tensor, ...]:
     """Every weight tensor of ``model``, named as the kernel templates' ``sharding`` tables.
 
