@@ -132,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
           "loaded, a loop's iterations pipelined, the collectives it waits for (each alone, staged "
           "through the activations' tier); kernel-call boundaries (launch, barrier) excluded")
     print(f"clock {socket.clock_hz / 1e9:g} GHz; each row's PCU/PMU are per tile in use")
+    # SRAM% is capacity while the sram bound is the PMUs' ports: a decode MLA row read "bound sram"
+    # beside "SRAM% 5.6", as if the bound were a resource the kernel hardly used
+    print("SRAM% is the buffers held over the SRAM of the tiles in use (capacity); a row bound by sram waits "
+          "on its PMUs' read and write ports")
     print()
     print(format_table(socket, placed.kernels))
     for line in padded_footnotes(placed.kernels):

@@ -122,3 +122,13 @@ def test_the_loops_line_says_whether_the_loop_runs(tmp_path, capsys):
                            "as one call with a pipelined loop"]
     assert lines[False] == ["kernel loops: none run (execution.kernel_looping off): L00.decoder .. L31.decoder "
                             "are 32 separate calls"]
+
+
+def test_the_header_says_srams_column_is_capacity_and_its_bound_ports(tmp_path, capsys):
+    # a row bound by sram (PMU port cycles, mapper/allocate.py) showed a low SRAM% (buffers over
+    # capacity, mapper/summary.py) with nothing saying the two measure different things
+    assert main(["map", str(_experiment(tmp_path, True)), "--phase", "decode"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(out) if line.startswith("kernel ") and "SRAM%" in line)
+    assert any("SRAM% is the buffers held over the SRAM of the tiles in use (capacity)" in line
+               and "bound by sram waits on its PMUs' read and write ports" in line for line in out[:header])
