@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx
 from sn40l_sim.models.dataflow import PROBE_TOKENS, phase_parts, runs_drafts
-from sn40l_sim.models.formulas import operators
+from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.tensors import ShardRule
 
 if TYPE_CHECKING:
@@ -75,20 +75,27 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
         if kernel_id not in called:
             continue
         last_row = None
+        written: list[set[int]] = []   # per operator, the bytes of each activation it writes
         for i, op in enumerate(entry.operators):
             ctx.asked.clear()
-            formulas[op](ctx)
+            written.append({n_bytes for step in formulas[op](ctx) for _, n_bytes in step.writes})
             if any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked):
                 last_row = i
         if last_row is None:
             continue
+        # a collective that completes the partial sums carries them: its size is that of an
+        # activation written from the partial GEMM on (an all-reduce of the MLA latent's width after
+        # a MoE kernel's down projection ran, summing nothing the kernel wrote)
+        carried = set().union(*written[last_row:])
         position = {op: i for i, op in enumerate(entry.operators)}
         if any((c.kind in REDUCING or (c.kind == "all_gather" and c.size == GATHERED_WIDTH))
-               and (c.after is None or position[c.after] >= last_row) for c in entry.collectives):
+               and (c.after is None or position[c.after] >= last_row)
+               and sizes(template.attention)[c.size](ctx) in carried for c in entry.collectives):
             continue
         op = entry.operators[last_row]
         return ((phase, "kernels", kernel_id, "collectives"),
                 f"operator {op!r} reads a row-parallel weight (sharding: row), so its output is a partial sum "
                 f"per socket, but no collective of kernel {kernel_id!r} reduces it (expected an all_reduce or "
-                f"reduce_scatter, or an all_gather of size {GATHERED_WIDTH}, at the kernel's end or after {op!r})")
+                f"reduce_scatter, or an all_gather of size {GATHERED_WIDTH}, at the kernel's end or after {op!r}, "
+                f"of the size of what it or a later operator of the kernel writes)")
     return None

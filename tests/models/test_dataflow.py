@@ -209,3 +209,50 @@ def test_check_of_a_template_with_a_date_for_a_name_is_one_line(tmp_path: Path, 
     (tmp_path / "not_a_mapping.yaml").write_text("- 1\n- 2\n")
     assert main(["check", str(path)]) == 0
     assert "(kind: kernels (checked with llama3_1_8b.yaml))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model_file", ["deepseek_r1.yaml", "llama3_1_8b.yaml"])
+def test_a_reduction_of_another_size_than_what_it_sums_is_refused(model_file):
+    # the reduction rule looked at the collective's kind alone: DeepSeek-R1's decode MoE all-reduce
+    # given the MLA latent's size (size: latent) passed, and map's step total fell by 0.14 ms, summing nothing
+    # the kernel wrote. Each reducing collective is given every other size formula in turn: one of
+    # another size than every activation its kernel writes from the partial GEMM on is refused,
+    # unless another collective of the kernel still reduces
+    from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.models.context import Ctx
+    from sn40l_sim.models.dataflow import PROBE_TOKENS
+    from sn40l_sim.models.formulas import sizes
+
+    model = load_model(GRAPHS_DIR / model_file)
+    template = template_for(model)
+    known = sizes(template.attention)
+    refused = 0
+    for phase in ("prefill", "decode"):
+        spec = getattr(template, phase)
+        shape = Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=PROBE_TOKENS)
+        ctx = Ctx(model, shape, ParallelPlan(tp=2), template)
+        for kernel_id, entry in spec.kernels.items():
+            for i, coll in enumerate(entry.collectives):
+                if coll.kind not in REDUCING:
+                    continue
+                for other in sorted(known):
+                    try:
+                        differs = known[other](ctx) != known[coll.size](ctx)
+                    except (AttributeError, KeyError, TypeError):   # a formula of a module the model lacks
+                        continue
+                    if not differs:
+                        continue
+                    changed = (*entry.collectives[:i], coll.model_copy(update={"size": other}), *entry.collectives[i + 1:])
+                    kernels = {**spec.kernels, kernel_id: entry.model_copy(update={"collectives": changed})}
+                    broken = template.model_copy(update={phase: spec.model_copy(update={"kernels": kernels})})
+                    problem = unreduced_row_parallel(broken, model, phase)
+                    if problem is not None:
+                        assert problem[0] == (phase, "kernels", kernel_id, "collectives")
+                        refused += 1
+    assert refused >= 10
+    if model_file == "deepseek_r1.yaml":
+        moe = template.decode.kernels["moe_ffn"]
+        latent = (moe.collectives[0].model_copy(update={"size": "latent"}),)
+        kernels = {**template.decode.kernels, "moe_ffn": moe.model_copy(update={"collectives": latent})}
+        broken = template.model_copy(update={"decode": template.decode.model_copy(update={"kernels": kernels})})
+        assert "of the size of what it or a later operator" in unreduced_row_parallel(broken, model, "decode")[1]
