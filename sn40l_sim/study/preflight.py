@@ -171,8 +171,9 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
         if served and fit and setup.batch != "max":
             # an explicit batch and one prompt in memory, with the activations of their graphs
             # (built, not simulated): a batch that did not fit passed check and stopped run
+            side = asm.prefill_side(setup)    # (a chunk's graph costs are not placed: run places the prompt's)
             _check_batch_fits(setup, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
-                                                  **asm.prefill_side(setup)))
+                                                  side.get("prefill_costs"), side.get("prefill_place")))
         elif served:
             check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
