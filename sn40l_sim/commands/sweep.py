@@ -137,8 +137,15 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     if records.skipped:
         print(f"{len(records.skipped)} run(s) did not fit and were skipped (infeasible: skip; see "
               f"{out / 'failures.json'})")
+    # a run that does not fit is an outcome of the design point, not a crash: said apart from errors
+    infeasible = sum(1 for name, _ in records.failures if name in records.infeasible)
+    if infeasible:
+        print(f"{infeasible} run(s) did not fit (infeasible; the section's infeasible: fail makes that a failure, "
+              f"infeasible: skip would not; listed above and in {out / 'failures.json'})")
+    if len(records.failures) > infeasible:
+        print(f"{len(records.failures) - infeasible} run(s) failed with an error (listed above and in "
+              f"{out / 'failures.json'})")
     if records.failures:
-        print(f"{len(records.failures)} run(s) failed (listed above and in {out / 'failures.json'})")
         return 1
     return 0
 

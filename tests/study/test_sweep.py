@@ -229,9 +229,11 @@ def test_failing_runs_are_reported_and_the_rest_complete(tmp_path, capsys):
     failures = json.loads((tmp_path / "a" / "failures.json").read_text())
     # full at batch 2048 does not fit in HBM; SnapStream's 4:1 cache does
     assert [f["point"] for f in failures] == ["full[batch=2048]"]
-    assert failures[0]["kind"] == "error" and "does not fit" in failures[0]["error"]
+    # a run that does not fit is infeasible, not an error of the simulator, even when it fails the sweep
+    assert failures[0]["kind"] == "infeasible" and "does not fit" in failures[0]["error"]
     assert failures[0]["sweep"] == {"serving.batch": 2048}   # the values, whatever the point's name
-    assert "point full[batch=2048] failed:" in captured.err
+    assert "point full[batch=2048] did not fit (infeasible): " in captured.err
+    assert "1 run(s) did not fit (infeasible;" in captured.out and "failed with an error" not in captured.out
     assert [r["name"] for r in records] == ["full[batch=2]", "snap[batch=2]", "snap[batch=2048]",
                                             "full[batch=8]", "snap[batch=8]"]
     assert [r["batch"] for r in records] == [2, 2, 2048, 8, 8]
@@ -242,6 +244,30 @@ def test_failing_runs_are_reported_and_the_rest_complete(tmp_path, capsys):
     assert main(["sweep", str(path), "--out", str(tmp_path / "b"), "--jobs", "1", "--quiet"]) == 1
     for name in ("results.json", "results.csv", "failures.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_an_error_is_told_apart_from_a_run_that_does_not_fit(tmp_path, capsys, monkeypatch):
+    # failures.json said "error" for a batch over the KV capacity as for a bad value: a reader could
+    # not tell a design point that does not fit from a run that broke
+    import sn40l_sim.study.sweep.run as run_module
+    real = run_module.simulate_assembly
+
+    def broken_at_batch_8(assembly, only):
+        if assembly.experiment.spec.serving.batch == 8 and only[0].name == "snap":
+            raise InputError("a bad value", file="x.yaml", field="serving.batch")
+        return real(assembly, only=only)
+
+    monkeypatch.setattr(run_module, "simulate_assembly", broken_at_batch_8)
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2048, 8]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "a"), "--jobs", "1", "--quiet", "--no-plot"]) == 1
+    captured = capsys.readouterr()
+    failures = json.loads((tmp_path / "a" / "failures.json").read_text())
+    assert [(f["point"], f["kind"]) for f in failures] == [("full[batch=2048]", "infeasible"),
+                                                           ("snap[batch=8]", "error")]
+    assert "full[batch=2048] did not fit (infeasible): " in captured.err
+    assert "point snap[batch=8] failed: x.yaml: serving.batch: a bad value" in captured.err
+    assert "1 run(s) did not fit (infeasible;" in captured.out
+    assert "1 run(s) failed with an error" in captured.out
 
 
 def test_infeasible_runs_can_be_skipped(tmp_path):

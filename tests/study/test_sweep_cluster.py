@@ -90,7 +90,7 @@ def test_local_cluster_writes_the_bytes_of_the_process_pool(tmp_path, capsys):
     assert "5 of 6 runs gave a record" in dask.out and "on Dask (local)" in dask.out
     # the bar counted every run as it came back, from the processes and from the cluster's workers
     for err in (pool.err, dask.err):
-        assert "6/6" in err and "point full[batch=2048] failed" in err
+        assert "6/6" in err and "point full[batch=2048] did not fit (infeasible)" in err
 
 
 def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):

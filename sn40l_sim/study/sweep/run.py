@@ -42,7 +42,8 @@ OTHER_CODE = ("internal error: the worker runs other sn40l_sim code than this pr
 
 class SweepRecords(list):
     """The records of a sweep (a ``list`` of dicts) plus ``failures``: ``(point name, one-line
-    error)`` for every point that did not run."""
+    error)`` for every point that did not run and fails the sweep (``infeasible`` names those that
+    did not fit), and ``skipped``, those that did not fit under ``infeasible: skip``."""
 
     def __init__(self, records: Iterable[dict] = (), failures: Iterable[tuple[str, str]] = (),
                  total: int | None = None) -> None:
@@ -50,6 +51,10 @@ class SweepRecords(list):
         self.failures: list[tuple[str, str]] = list(failures)
         #: runs that did not fit, with ``infeasible: skip`` (name, one-line reason)
         self.skipped: list[tuple[str, str]] = []
+        #: names of the runs of ``failures`` that did not fit (an :class:`InfeasibleError`: the model or
+        #: the batch too large for the memory, a plan larger than the node): under ``infeasible: fail``
+        #: they fail the sweep, but they are reported as infeasible, not as errors of the simulator
+        self.infeasible: set[str] = set()
         #: runs attempted (records + failures + skipped)
         self.total = len(self) + len(self.failures) if total is None else total
         #: runs whose outcome a resumed sweep found stored
@@ -67,7 +72,8 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
               resume: bool = False, plots: bool = True) -> SweepRecords:
     """Load, run and write a sweep: ``OUT/results.json``, ``OUT/results.csv``, ``OUT/failures.json``
     (``[{"point", "kind": "error" | "infeasible", "error", "sweep": {axis: value as in results}}]``, empty
-    when every run gave a record),
+    when every run gave a record; ``infeasible`` is a run that does not fit, whether the section skips
+    it or fails on it, and ``error`` its reason),
     when the section has ``plot:``, ``OUT/sweep.png``, and when it has ``objectives:``,
     ``OUT/pareto.json``, ``OUT/pareto.csv`` and (two objectives or more) ``OUT/pareto.png``. Each
     run's outcome is kept in ``OUT/runs/`` as it finishes. Failures are printed on stderr.
@@ -116,10 +122,11 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
         store.clear()
     records = run_points(sweep, jobs, progress, scheduler=scheduler, store=store)
     for name, error in records.failures:
-        print(f"point {name} failed: {error}", file=sys.stderr)
+        said = "did not fit (infeasible)" if name in records.infeasible else "failed"
+        print(f"point {name} {said}: {error}", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
-    listed = [{"point": n, "kind": "error", "error": e, "sweep": records.values.get(n, {})}
-              for n, e in records.failures]
+    listed = [{"point": n, "kind": "infeasible" if n in records.infeasible else "error", "error": e,
+               "sweep": records.values.get(n, {})} for n, e in records.failures]
     listed += [{"point": n, "kind": "infeasible", "error": e, "sweep": records.values.get(n, {})}
                for n, e in records.skipped]
     write_text(out_dir / "failures.json", json.dumps(listed, indent=2) + "\n")
@@ -355,6 +362,8 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         if infeasible and sweep.infeasible == "skip":
             out.skipped.append((run.name, error))
         else:
+            if infeasible:
+                out.infeasible.add(run.name)
             failures.append((run.sweep_point.index, run.name, error))
     # sorted() is stable: a sweep point's own runs keep their order
     out.failures = [(name, error) for _, name, error in sorted(failures, key=lambda f: f[0])]
