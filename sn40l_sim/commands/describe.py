@@ -4,7 +4,7 @@ Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak 
 SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
-experiment) list the files they reference; reference files (kind: reference) their measurements.
+experiment) list the files they reference (and a sweep section's axes, values and files); reference files (kind: reference) their measurements.
 
 example:
   python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
@@ -135,43 +135,66 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def describe_experiment(path: str | Path) -> str:
-    """The files an experiment references, and whether they exist."""
+    """The files an experiment references, and whether they exist; with a ``sweep:`` section, each
+    axis with its values and the files the sweep points name beyond the base's."""
     from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.experiment_files import referenced_files
 
     experiment = load_experiment(path)
     spec = experiment.spec
     lines = [f"experiment {spec.name} ({path})"]
     # each path with its field: a base file's paths are relative to the base (Document.resolve)
-    files = [("hardware", spec.hardware, ("hardware",)), ("prefill hw", spec.prefill_hardware, ("prefill_hardware",)),
-             ("model", spec.model, ("model",))]
-    if spec.multi_model is not None:   # the models it serves beside the top-level one
-        files += [(f"model {i}", entry.model, ("multi_model", "models", i, "model"))
-                  for i, entry in enumerate(spec.multi_model.models)]
-    workload = spec.workload
-    if workload is not None and workload.kind == "trace":
-        files.append(("trace", workload.path, ("workload", "path")))
-    if isinstance(spec.graph_options.get("template"), str):
-        files.append(("template", spec.graph_options["template"], ("graph_options", "template")))
-    for label, rel, field in files:
-        if rel is None:
-            continue
-        target = experiment.resolve(rel, field)
+    files = [(label, rel, experiment.resolve(rel, field)) for label, rel, field in referenced_files(experiment)]
+    for label, rel, target in files:
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")
     lines.append(f"  policies   {', '.join(p.name + ' (' + p.policy + ')' for p in spec.policies)}")
     if spec.sweep is not None:
-        axes = spec.sweep.get("axes") if isinstance(spec.sweep, dict) else None   # checked by sweep, not here
-        names = ", ".join(map(str, axes)) if isinstance(axes, dict) else "its axes"
-        lines.append(f"  sweep      over {names} (the lines above are its base)")
+        swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
+        lines += sweep_lines
+        files += swept
     # each file the experiment reads that describe reads too (it takes one file: one command each)
-    described = [experiment.resolve(rel, field) for label, rel, field in files if rel is not None and label != "trace"]
+    described = [target for label, _, target in files if label != "trace"]
     commands = [f"python -m sn40l_sim describe {target}" for target in dict.fromkeys(described) if target.is_file()]
     for i, command in enumerate(commands):
         lines.append(f"  {'describe them with:' if i == 0 else '':19s} {command}")
     # describe lists the files; what run would refuse (a model override of 0 layers, say) is check's
     lines.append(f"  check it with: python -m sn40l_sim check {path}")
     return "\n".join(lines)
+
+
+def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) -> tuple[list, list[str]]:
+    """``(files the sweep names beyond base_files, lines)``: the axes with their values, the section's
+    settings and those files; a section that does not load is named, not raised (check says why)."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.sweep.load import load_sweep
+    from sn40l_sim.study.sweep.outline import section_options, shown_values, sweep_outline
+
+    try:
+        sweep = load_sweep(path)
+    except InputError:
+        axes = section.get("axes") if isinstance(section, dict) else None
+        names = ", ".join(map(str, axes)) if isinstance(axes, dict) else "its axes"
+        return [], [f"  sweep      over {names} (the lines above are its base; the section does not load: "
+                    "check says why)"]
+    outline = sweep_outline(sweep)
+    invalid = f"; {outline.invalid} point(s) whose experiment does not validate" if outline.invalid else ""
+    lines = [f"  sweep      {sweep.mode} over {len(sweep.axes)} axis(es): {len(sweep.points)} sweep point(s), "
+             f"{outline.runs} run(s){invalid} (the lines above are its base)"]
+    width = max(len(_axis_name(axis)) for axis in sweep.axes)
+    lines += [f"    {_axis_name(axis):{width}s}  {shown_values(axis)}" for axis in sweep.axes]
+    lines += [f"    {said}" for said in section_options(sweep)]
+    swept = [(label, rel, target) for label, rel, target in outline.files if target not in base_files]
+    for label, rel, target in swept:
+        lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}  (a sweep point's)")
+    return swept, lines
+
+
+def _axis_name(axis) -> str:
+    """An axis's name, with the field it sets when it is named apart from it."""
+    dotted = ".".join(axis.path)
+    return axis.name if axis.name == dotted else f"{axis.name} ({dotted})"
 
 
 def describe_kernels(path: str | Path) -> str:

@@ -89,3 +89,21 @@ def load_graph_template(experiment: Experiment, model: ModelSpec) -> KernelTempl
     if not isinstance(path, str) or not path:
         return None
     return load_templates_for(named_file(experiment, ("graph_options", "template"), path, "kernel template"), model)
+
+
+def referenced_files(experiment: Experiment) -> list[tuple[str, str, tuple]]:
+    """``(label, path as written, field)`` of every file an experiment names: its hardware, prefill
+    hardware, model (and a multi-model section's models), trace and graph template; paths resolve
+    with ``experiment.resolve(path, field)`` (a base file's paths are relative to the base)."""
+    spec = experiment.spec
+    files = [("hardware", spec.hardware, ("hardware",)), ("prefill hw", spec.prefill_hardware, ("prefill_hardware",)),
+             ("model", spec.model, ("model",))]
+    if spec.multi_model is not None:   # the models it serves beside the top-level one
+        files += [(f"model {i}", entry.model, ("multi_model", "models", i, "model"))
+                  for i, entry in enumerate(spec.multi_model.models)]
+    workload = spec.workload
+    if workload is not None and workload.kind == "trace":
+        files.append(("trace", workload.path, ("workload", "path")))
+    if isinstance(spec.graph_options.get("template"), str):
+        files.append(("template", spec.graph_options["template"], ("graph_options", "template")))
+    return [(label, rel, field) for label, rel, field in files if rel is not None]
