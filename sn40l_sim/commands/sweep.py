@@ -4,7 +4,8 @@ Dask cluster.
 The section lists axes (dotted paths into the experiment, or hardware.<field> for the hardware)
 with their values, combined as a grid or zipped (see sn40l_sim/study/sweep/axes.py). Each sweep point
 runs the experiment's own points (KV policies x prompt lengths); the records of all points go into
-OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. A point that
+OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. What `check` refuses of a run (a trace window holding no request,
+say) is refused before any run starts, with exit status 2. A point that
 fails is reported with its name and error and the others still run (exit status 1). With a
 `plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
 `objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png

@@ -3,7 +3,8 @@ without the simulation because both call :func:`check_assembly`.
 
 For the experiment: a workload, the static decode graph's ``max_new_tokens``, the graph options (and
 the template they name), the trace file's rows, a trace window holding requests (two at least for a
-rate search, which needs the window's own arrival rate). For every point: its KV policy and
+rate search, which needs the window's own arrival rate; :func:`check_window` warns of one running past
+the trace's end). For every point: its KV policy and
 parameters, its parallel plans against the node, a prompt within the model's maximum context, a
 compiled prefill graph long enough for its prompt, a link for the KV transfer, and requests no longer than the static graphs (a length
 distribution's largest value counts, so a random draw cannot fail later; a trace's rows are taken
@@ -26,6 +27,7 @@ Examples
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,6 +44,7 @@ from sn40l_sim.serving.point import (
     point_memory,
     transfer_seconds,
 )
+from sn40l_sim.serving.traces import TraceRow, select_window
 from sn40l_sim.serving.workload import context_message, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
@@ -90,6 +93,8 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     if asm.graph_template is None:
         load_graph_template(exp, asm.model)
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
+    if rows:
+        check_window(exp, rows)
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
     section = exp.spec.multi_model
@@ -106,6 +111,40 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     for point in asm.points if only is None else only:
         # the experiment's own model is served only without a multi_model section
         check_point(asm, point, rows, served=section is None)
+
+
+def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
+    """Refuse a trace window (``workload.start_s``, ``workload.duration_s``) that holds no request,
+    at the field that empties it: ``start_s`` past the trace's last request, or a ``duration_s``
+    that falls between two arrivals; warn of a window that runs past the last request, which then
+    holds fewer seconds of requests than it says (rates and counts read from it are the trace's,
+    not the window's length).
+
+    Raises
+    ------
+    InputError
+        A window holding no request, naming the experiment's field and the trace's file.
+    """
+    workload = exp.spec.workload
+    first = min(r.arrival_s for r in rows)
+    span = max(r.arrival_s for r in rows) - first
+    start, duration = workload.start_s, workload.duration_s
+    trace = rows[0].file
+    if start > span:
+        raise _at(exp, ("workload", "start_s"), f"the window starts {start:g} s after the first request of {trace}, "
+                  f"past its last ({len(rows)} requests, the last {span:g} s after the first): expected a start_s "
+                  f"of at most {span:g} s", InputError)
+    window = select_window(rows, start, duration)
+    if not window:   # only a window between two arrivals is left
+        raise _at(exp, ("workload", "duration_s"), f"no request of {trace} arrives between {start:g} s and "
+                  f"{start + duration:g} s after its first: expected a window holding a request (a longer "
+                  "duration_s, or another start_s)", InputError)
+    if duration is not None and start + duration > span:
+        file, line = exp.doc.where(("workload", "duration_s"))
+        where = f"{file}:{line}: " if line is not None else f"{file}: "
+        warnings.warn(f"{where}workload.duration_s: the window {start:g} s to {start + duration:g} s runs past the "
+                      f"last request of {trace} ({span:g} s after its first): it holds {len(window)} request(s) "
+                      f"arriving over {span - start:.4g} s, not {duration:g} s", stacklevel=2)
 
 
 def check_mapping(asm: Assembly) -> None:
@@ -268,4 +307,4 @@ def _at(exp: Experiment, field: FieldPath, message: str, kind: type[InputError])
     return kind(message, file=located_error.file, field=located_error.field, line=located_error.line)
 
 
-__all__ = ["NO_WORKLOAD", "check_assembly", "check_mapping", "check_point", "require_workload"]
+__all__ = ["NO_WORKLOAD", "check_assembly", "check_mapping", "check_point", "check_window", "require_workload"]

@@ -212,7 +212,9 @@ TRACE_REFUSED = {
                                   "trace.csv:2: TIMESTAMP: expected a date and time"),
     "trace that is not text": (b"arrival_s,prompt_len,output_len\n0,1,1\xff\n", "", "", "not a text file"),
     "window after the trace": (TWO_REQUESTS.encode(), "\n  start_s: 60", "",
-                               "workload.start_s: no request of the trace arrives between 60 s and the end"),
+                               "workload.start_s: the window starts 60 s after the first request of "),
+    "window between two requests": (TWO_REQUESTS.encode(), "\n  start_s: 0.5\n  duration_s: 1", "",
+                                    "workload.duration_s: no request of "),
     "rate search over one request": (TWO_REQUESTS.encode(), "\n  duration_s: 1", SLO + "rate_search: {low_per_s: 1, "
                                      "high_per_s: 8}\n", "a rate search on a trace needs at least two requests"),
 }
@@ -233,6 +235,46 @@ def test_check_refuses_what_run_refuses_for_traces_and_rate_searches(tmp_path, c
         lines.append(err)
     assert lines[0] == lines[1] and words in lines[0], lines
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_window_after_the_trace_names_the_trace_file_and_its_end(tmp_path, capsys):
+    (tmp_path / "trace.csv").write_text(TWO_REQUESTS)
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(POISSON, "kind: trace\n  path: trace.csv\n  start_s: 60"))
+    assert main(["check", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    at = path.read_text().splitlines().index("  start_s: 60") + 1
+    assert line == (f"error: {path}:{at}: workload.start_s: the window starts 60 s after the first request "
+                    f"of {tmp_path / 'trace.csv'}, past its last (2 requests, the last 1.75 s after the first): "
+                    "expected a start_s of at most 1.75 s")
+
+
+def test_a_window_running_past_the_trace_is_said_and_runs(tmp_path, capsys):
+    # the window's 60 s hold the trace's last 1.25 s: a rate read as requests over 60 s would be wrong
+    (tmp_path / "trace.csv").write_text(TWO_REQUESTS)
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(POISSON, "kind: trace\n  path: trace.csv\n  start_s: 0.5\n  duration_s: 60"))
+    with pytest.warns(UserWarning) as said:
+        assert main(["check", str(path)]) == 0
+    (text,) = [str(w.message) for w in said if "workload.duration_s" in str(w.message)]
+    assert text == (f"{path}:{path.read_text().splitlines().index('  duration_s: 60') + 1}: workload.duration_s: the "
+                    f"window 0.5 s to 60.5 s runs past the last request of {tmp_path / 'trace.csv'} (1.75 s after "
+                    "its first): it holds 1 request(s) arriving over 1.25 s, not 60 s")
+
+
+def test_a_sweep_refuses_an_empty_window_before_running(tmp_path, capsys):
+    # each run failed on its own (exit status 1, listed as an error); check refused the file (exit 2)
+    (tmp_path / "trace.csv").write_text(TWO_REQUESTS)
+    path = tmp_path / "e.yaml"
+    text = LLAMA.replace(POISSON, "kind: trace\n  path: trace.csv")
+    path.write_text(text + "sweep:\n  axes:\n    workload.start_s: [0, 60]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    at = path.read_text().splitlines().index("    workload.start_s: [0, 60]") + 1   # the axis that set it
+    assert line.startswith(f"error: {path}:{at}: workload.start_s: the window starts 60 s ")
+    assert line.endswith("(sweep run full[start_s=60])")
+    assert not (out / "results.json").exists() and not list((out / "runs").glob("*.json"))
 
 
 SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()

@@ -29,6 +29,7 @@ from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.pareto import pareto_front, pareto_plot
 from sn40l_sim.report.plot_csv import plot_csv
 from sn40l_sim.report.results import to_csv, to_json, write_results
+from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import open_executor, usable_jobs
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
@@ -311,6 +312,27 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
             future.cancel()
 
 
+def preflight(run: SweepRun) -> None:
+    """Refuse, before anything runs, a run that ``check`` refuses (a trace window holding no
+    request, a request longer than the model's context: bad input, exit status 2, as ``run`` refuses
+    it), but not one that does not fit, which the sweep lists as infeasible.
+
+    Raises
+    ------
+    InputError
+        The run's first problem, with the run's name.
+    """
+    try:
+        with warnings.catch_warnings():   # the run says its warnings once, where it runs
+            warnings.simplefilter("ignore")
+            check_assembly(run.assembly, [run.point])
+    except InfeasibleError:
+        return
+    except InputError as exc:
+        exc.message += f" (sweep run {run.name})"
+        raise
+
+
 def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, scheduler: str | None = None,
                store: RunStore | None = None) -> SweepRecords:
     """Run every point of ``sweep`` (:func:`~.executors.open_executor` chooses where from ``jobs``
@@ -326,6 +348,8 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                 outcomes[index] = found
     resumed = len(outcomes)
     tasks = [(index, run) for index, run in enumerate(runs) if index not in outcomes]
+    for _, run in tasks:
+        preflight(run)
     jobs = usable_jobs(jobs, scheduler) if tasks else jobs   # its warning before the bar, not on it
     bar = tqdm(total=len(runs), initial=resumed, desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
                disable=not progress, dynamic_ncols=True)
