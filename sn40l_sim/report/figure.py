@@ -18,6 +18,7 @@ True
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.report.outputs import atomic_path, check_file
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 #: resolution of every written raster plot
@@ -68,6 +70,83 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
     fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+#: where a point's label may go, tried in turn: (offset right, offset up) in points and the side of
+#: the text that touches the point
+_LABEL_SPOTS = ((4, 3, "left", "bottom"), (4, -3, "left", "top"), (-4, 3, "right", "bottom"),
+                (-4, -3, "right", "top"), (0, 7, "center", "bottom"), (0, -7, "center", "top"))
+#: points closer than this on the canvas (pixels) share one label, their names joined
+_SAME_SPOT_PX = 4.0
+
+
+def place_labels(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[str],
+                 fontsize: float = 7) -> int:
+    """Write each point's name beside it where it overlaps no other label nor the legend and stays
+    inside the axes, trying the spots of :data:`_LABEL_SPOTS` in turn; points drawn on one spot share
+    a label (``"snapkv, h2o"``); a label with no free spot is left out, and the title's last line
+    then says how many. Call it once everything else is drawn (the spots are found on the laid-out
+    canvas). Returns how many labels were left out.
+
+    >>> fig = new_figure((3, 2))
+    >>> ax = fig.subplots()
+    >>> _ = ax.scatter([1, 1, 2], [1, 1, 2])
+    >>> place_labels(ax, [1, 1, 2], [1, 1, 2], ["a", "b", "c"]), sorted(t.get_text() for t in ax.texts)
+    (0, ['a, b', 'c'])
+    """
+    texts, left_out = _place(ax, xs, ys, names, fontsize)
+    if left_out:   # a line under the title says so; the axes it shrinks need the labels placed anew
+        for text in texts:
+            text.remove()
+        title = ax.get_title()
+        ax.set_title(f"{title}\n{left_out} label(s) left out where they would overlap")
+        _, left_out = _place(ax, xs, ys, names, fontsize)
+        ax.set_title(f"{title}\n{left_out} label(s) left out where they would overlap" if left_out else title)
+    return left_out
+
+
+def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[str],
+           fontsize: float) -> tuple[list, int]:
+    """:func:`place_labels`'s one pass: the labels written and how many were left out."""
+    import math
+
+    fig = ax.figure
+    fig.canvas.draw()   # lays the figure out: the canvas positions found below are final
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    legend = ax.get_legend()
+    if legend is not None:   # kept where it was drawn: its "best" place would move to avoid the labels
+        box = legend.get_window_extent(renderer)
+        corner = ax.transAxes.inverted().transform((box.x0, box.y0))
+        (legend.set_loc if hasattr(legend, "set_loc") else legend._set_loc)(tuple(map(float, corner)))
+        taken.append(box)
+    # (data point, canvas point, names) per spot: coincident points wrote their labels over each other
+    groups: list[tuple[tuple[float, float], tuple[float, float], list[str]]] = []
+    for x, y, name in zip(xs, ys, names, strict=True):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            continue
+        px, py = ax.transData.transform((x, y))
+        same = next((g for g in groups if math.hypot(g[1][0] - px, g[1][1] - py) < _SAME_SPOT_PX), None)
+        if same is None:
+            groups.append(((x, y), (px, py), [name]))
+        elif name not in same[2]:
+            same[2].append(name)
+    written, left_out = [], 0
+    for point, _, group in groups:
+        for dx, dy, ha, va in _LABEL_SPOTS:
+            text = ax.annotate(", ".join(group), point, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                               fontsize=fontsize)
+            box = text.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                written.append(text)
+                break
+            text.remove()
+        else:
+            left_out += 1
+    return written, left_out
 
 
 def save_figure(fig: Figure, path: Path, metadata: dict[str, str | None] | None = None) -> Path:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import new_figure, save_figure
+from sn40l_sim.report.figure import new_figure, place_labels, save_figure
 from sn40l_sim.report.results import flatten
 
 DIRECTIONS = ("max", "min")
@@ -125,10 +125,7 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     ax.scatter(x[~mask], y[~mask], s=14, color="#b8b8b8", label="dominated")
     order = np.argsort(x[mask], kind="stable")
     ax.plot(x[mask][order], y[mask][order], "-o", color="#1f4e8c", markersize=5, label="Pareto front")
-    names = [r.get("name", "") for r, keep in zip(records, mask, strict=True) if keep]
-    if len(names) <= 6:  # more labels than that overlap
-        for xi, yi, name in zip(x[mask], y[mask], names, strict=True):
-            ax.annotate(name, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    names = [str(r.get("name", "")) for r, keep in zip(records, mask, strict=True) if keep]
     ax.set_xlabel(f"{labels[0][0]}, {objectives[columns[0]]}imise")
     ax.set_ylabel(f"{labels[1][0]}, {objectives[columns[1]]}imise")
     if _wide(x):
@@ -137,6 +134,9 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
         ax.set_yscale("log")
     ax.set_title(title or "Pareto front")
     ax.legend(fontsize=8)
+    # the front's names where they do not collide (they overlapped when close, and more than six were
+    # all left out); pareto.csv lists every one
+    place_labels(ax, x[mask][order], y[mask][order], [names[i] for i in order], fontsize=6)
     return save_figure(fig, path)
 
 

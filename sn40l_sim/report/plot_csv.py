@@ -38,7 +38,7 @@ from pathlib import Path
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import check_figure_suffix, new_figure, save_figure
+from sn40l_sim.report.figure import check_figure_suffix, new_figure, place_labels, save_figure
 from sn40l_sim.report.input_labels import INPUT_LABELS, TIER_FIELD_LABELS
 from sn40l_sim.report.registry import Fields
 
@@ -214,8 +214,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     fig = new_figure((7.5, 4.5))
     ax = fig.subplots()
     series, numeric_x = ({}, True) if kind == "scatter" else _series(path, rows, x, y, hue, columns)
+    labelled: list[tuple[float, float, str]] = []
     if kind == "scatter":
-        _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names, label_as)
+        labelled = _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names, label_as)
         if logx:
             ax.set_xscale("log")
     elif kind == "bar" or not numeric_x:
@@ -255,6 +256,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     title = ", ".join(experiments) or path.parent.name
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())
     ax.set_title(title + (f" ({suffix})" if suffix else ""))
+    if labelled:   # last: the labels are placed on the laid-out figure, clear of each other and the legend
+        place_labels(ax, *zip(*labelled, strict=True), fontsize=6)
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
     metadata = {"Software": None} if out_path.suffix.lower() == ".png" else {"Date": None}
     return save_figure(fig, out_path, metadata=metadata)
@@ -284,8 +287,9 @@ def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option:
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
              x_scale: float, y_scale: float, names: Mapping[str, Mapping[str, str]] | None = None,
-             label_as: Mapping[str, str] | None = None) -> None:
-    """Unjoined points, one colour and marker per hue value, each labelled with ``label``'s value."""
+             label_as: Mapping[str, str] | None = None) -> list[tuple[float, float, str]]:
+    """Unjoined points, one colour and marker per hue value; returns ``(x, y, label's value)`` of each
+    point to label (none without ``label``)."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         if finite(row[x]) is not None and finite(row[y]) is not None:
@@ -294,6 +298,7 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
         raise InputError(f"columns {x!r} and {y!r} have no numeric pair in the selected rows", file=path, field="--y")
     keys = sorted(groups, key=lambda k: tuple((finite(v) is None, finite(v) or 0, v) for v in k))
     styles = _styles(keys)
+    labelled: list[tuple[float, float, str]] = []
     for key in keys:
         style = {k: v for k, v in styles[key].items() if k != "linestyle"}
         points = groups[key]
@@ -302,8 +307,8 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
         ax.scatter(xs, ys, label=_legend(hue, key, names, label_as), s=28, c=[style.get("color", "C0")] * len(xs),
                    marker=style.get("marker", "o"))
         if label:
-            for r, px, py in zip(points, xs, ys, strict=True):
-                ax.annotate(r[label], (px, py), xytext=(3, 3), textcoords="offset points", fontsize=6)
+            labelled += [(px, py, r[label]) for r, px, py in zip(points, xs, ys, strict=True)]
+    return labelled
 
 
 def _safe(name: str) -> str:

@@ -215,13 +215,19 @@ def test_scatter_draws_unjoined_labelled_points_sharing_an_x(tmp_path, monkeypat
         return original(self, xs, ys, **kwargs)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "scatter", spy)
-    monkeypatch.setattr(matplotlib.axes.Axes, "annotate", lambda self, text, xy, **kw: notes.append((text, xy)))
+    real_save = plot_module.save_figure
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, **kw: notes.append(fig) or
+                        real_save(fig, path, **kw))
     out = plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", hue=["prefill_len"], kind="scatter",
                    label="kv_policy")
     assert out.is_file()
     # the 4096 series holds two rows at batch 4 and two at batch 1: a scatter keeps all four
     assert drawn == [("4096", [4.0, 1.0, 1.0, 4.0], [40.0, 10.0, 11.0, 44.0]), ("8192", [4.0], [42.0])]
-    assert [t for t, _ in notes] == ["full", "full", "snapstream", "snapstream", "snapstream"]
+    # each point named beside it (report/figure.py's place_labels keeps the names apart)
+    (ax,) = notes[0].axes
+    assert sorted((t.get_text(), tuple(t.xy)) for t in ax.texts) == [
+        ("full", (1.0, 10.0)), ("full", (4.0, 40.0)), ("snapstream", (1.0, 11.0)), ("snapstream", (4.0, 42.0)),
+        ("snapstream", (4.0, 44.0))]
     with pytest.raises(InputError, match="add --kind scatter"):
         plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", label="kv_policy")
 
