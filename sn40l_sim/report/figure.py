@@ -149,6 +149,37 @@ def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[s
     return written, left_out
 
 
+#: a log axis spanning at most this many decades is labelled at 1, 2 and 5 times each power of ten
+_PLAIN_LOG_DECADES = 3.0
+
+
+def plain_log_ticks(ax: Axes, which: str) -> None:
+    """Label the log ``which`` axis (``"x"`` or ``"y"``) of ``ax`` at 1, 2 and 5 times each power of
+    ten, written plainly (``20``, ``500``), without minor labels, when it spans at most
+    :data:`_PLAIN_LOG_DECADES` decades. Matplotlib labels the minor ticks of such a short axis as
+    ``3×10^1``, ``4×10^1``, which ran into each other; a longer axis keeps its labelled decades.
+
+    >>> fig = new_figure((4, 3))
+    >>> ax = fig.subplots()
+    >>> _ = ax.scatter([17, 700], [1, 2])
+    >>> ax.set_xscale("log")
+    >>> plain_log_ticks(ax, "x")
+    >>> [t.get_text() for t in ax.get_xticklabels() if 17 <= t.get_position()[0] <= 700]
+    ['20', '50', '100', '200', '500']
+    """
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    low, high = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
+    if low <= 0 or math.log10(high / low) > _PLAIN_LOG_DECADES:
+        return
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def save_figure(fig: Figure, path: Path, metadata: dict[str, str | None] | None = None) -> Path:
     """Write ``fig`` to ``path`` (the format from its suffix, at :data:`DPI`), whole or not at all
     (never a truncated image), creating the folder; returns ``path``."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import new_figure, place_labels, save_figure
+from sn40l_sim.report.figure import new_figure, place_labels, plain_log_ticks, save_figure
 from sn40l_sim.report.results import flatten
 
 DIRECTIONS = ("max", "min")
@@ -130,8 +130,10 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     ax.set_ylabel(f"{labels[1][0]}, {objectives[columns[1]]}imise")
     if _wide(x):
         ax.set_xscale("log")
+        plain_log_ticks(ax, "x")
     if _wide(y):
         ax.set_yscale("log")
+        plain_log_ticks(ax, "y")
     ax.set_title(title or "Pareto front")
     ax.legend(fontsize=8)
     # the front's names where they do not collide (they overlapped when close, and more than six were

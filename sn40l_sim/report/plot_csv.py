@@ -38,7 +38,7 @@ from pathlib import Path
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import check_figure_suffix, new_figure, place_labels, save_figure
+from sn40l_sim.report.figure import check_figure_suffix, new_figure, place_labels, plain_log_ticks, save_figure
 from sn40l_sim.report.input_labels import INPUT_LABELS, TIER_FIELD_LABELS
 from sn40l_sim.report.registry import Fields
 
@@ -219,6 +219,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         labelled = _scatter(ax, path, rows, x, y, hue, label, x_scale, y_scale, value_names, label_as)
         if logx:
             ax.set_xscale("log")
+            plain_log_ticks(ax, "x")
     elif kind == "bar" or not numeric_x:
         categories = sorted({p[0] for pts in series.values() for p in pts},
                             key=lambda v: (finite(v), v) if numeric_x else v)
@@ -243,8 +244,11 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         if len(xs) <= 12:
             ax.set_xticks(xs, [f"{v:g}" for v in xs])
             ax.minorticks_off()
+        elif logx and not _powers_of_two(series):   # a base-2 axis is labelled at its powers already
+            plain_log_ticks(ax, "x")
     if logy:
         ax.set_yscale("log")
+        plain_log_ticks(ax, "y")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.grid(True, alpha=0.3)

@@ -72,3 +72,27 @@ def test_a_pareto_front_of_seven_points_names_every_point(tmp_path, monkeypatch)
     assert sorted(t.get_text() for t in ax.texts) == sorted(r["name"] for r in records[:7])
     boxes, _ = _boxes(ax)
     assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+def test_a_short_log_axis_has_plain_labels_that_do_not_collide(tmp_path, monkeypatch):
+    # decode tokens/s from 17 to 700 on --logx: the minor ticks were labelled 3x10^1, 4x10^1, 2x10^2,
+    # 3x10^2, 4x10^2 and ran into each other
+    import sn40l_sim.report.plot_csv as plot_module
+
+    path = tmp_path / "results.csv"
+    path.write_text("decode_tokens_per_s,tpot_s,batch\n" + "".join(
+        f"{t},{0.03 + 0.005 * i},{2 ** i}\n" for i, t in enumerate([17.5, 33.0, 61.0, 120.0, 240.0, 390.0, 700.0])))
+    drawn = {}
+    real = plot_module.save_figure
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, out, **kw: drawn.setdefault("fig", fig) and
+                        real(fig, out, **kw))
+    plot_module.plot_csv(path, x="decode_tokens_per_s", y="tpot_s", kind="scatter", label="batch", logx=True,
+                         out=tmp_path / "p.png")
+    (ax,) = drawn["fig"].axes
+    renderer = ax.figure.canvas.get_renderer()
+    low, high = ax.get_xlim()
+    shown = [t for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+             if t.get_text() and low <= t.get_position()[0] <= high]
+    assert [t.get_text() for t in shown] == ["20", "50", "100", "200", "500"]
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
