@@ -304,6 +304,14 @@ def _alternatives(errors: list[dict], tag_hints: dict[str, str]) -> str:
     return " or ".join(dict.fromkeys(_explain(err, tag_hints) for err in errors))
 
 
+#: pydantic's error types of a value of the wrong type -> what the field expects, in the words of
+#: the project's other messages (``serving.batch: null`` said "Input should be a valid integer (got
+#: None) or Input should be 'max' (got None)")
+_PLAIN_TYPES = {"string_type": "a text", "int_type": "an integer", "int_parsing": "an integer",
+                "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
+                "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list"}
+
+
 def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:
     kind = error["type"]
     if kind in ("union_tag_not_found", "union_tag_invalid"):
@@ -316,6 +324,8 @@ def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:
         return "required field is missing"
     if kind in ("model_type", "dict_type"):   # pydantic names its class ("instance of ServingSection")
         return f"expected a mapping of keys (got {error.get('input')!r})"
+    if kind in _PLAIN_TYPES:   # pydantic's own wording ("Input should be a valid string") is not the project's
+        return f"expected {_PLAIN_TYPES[kind]}, got {error.get('input')!r}"
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):

@@ -81,6 +81,9 @@ BAD = [
     ("batch: max", "batch: 0", "serving.batch", "expected a positive integer from 1 to 2147483647 (2**31 - 1) or "
      "'max', got 0", "batch: 0"),
     ("batch: max", "batch: lots", "serving.batch", "expected an integer or 'max', got 'lots'", "batch: lots"),
+    # pydantic's words ("Input should be a valid integer (got None) or Input should be 'max'") for a wrong type
+    ("batch: max", "batch: null", "serving.batch", "expected an integer or 'max', got None", "batch: null"),
+    ("model: m.yaml", "model: 12", "model", "expected a text, got 12", "model: 12"),
     ("speculative: {drafts: 2", "speculative: {drafts: -1", "serving.speculative.drafts",
      "expected an integer from 0 to 2147483647", "speculative"),
     ("speculative: {drafts: 2", "speculative: {drafts: 1.5", "serving.speculative.drafts",
