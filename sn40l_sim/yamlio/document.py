@@ -37,7 +37,7 @@ class Document:
 
     data: Any
     path: Path
-    origins: dict[FieldPath, tuple[str, int]] = field(default_factory=dict)
+    origins: dict[FieldPath, tuple[str, int | None]] = field(default_factory=dict)
 
     def where(self, field_path: FieldPath) -> tuple[str, int | None]:
         """The file and line of ``field_path``, or of its nearest ancestor that has one."""

@@ -185,3 +185,21 @@ def test_a_sweep_set_of_a_field_another_replaces_is_refused_as_its_axis_is(tmp_p
     path = write_experiment(tmp_path, "axes:\n  serving.max_new_tokens: [2, 3]\n")
     assert main(["sweep", str(path), "--set", "shape.batch=2", "--out", str(tmp_path / "out")]) == 2
     assert "error: --set shape.batch: shape.batch is the batch of map's graph" in capsys.readouterr().err
+
+
+def test_an_error_found_after_the_set_is_checked_names_the_set(tmp_path, capsys):
+    # a batch that does not fit is found when the run builds its graphs, after the set passed its own
+    # checks: the error named the file's line of serving: (where 2048 is not), as if the file said it
+    path = _experiment(tmp_path)
+    assert main(["run", str(path), "--set", "serving.batch=2048", "--out", str(tmp_path / "out"), "--no-plot",
+                 "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --set serving.batch: serving.batch: a batch of 2048 does not fit"), line
+    # a sweep's set likewise: a trace window past the trace's end is found when the trace is read
+    (tmp_path / "trace.csv").write_text("arrival_s,prompt_len,output_len\n0,100,2\n1.5,100,2\n")
+    sweep = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 4]\n", name="s.yaml")
+    sweep.write_text(sweep.read_text().replace("workload: {kind: fixed, count: batch, output_len: 2}",
+                                               "workload: {kind: trace, path: trace.csv}"))
+    assert main(["sweep", str(sweep), "--set", "workload.start_s=60", "--out", str(tmp_path / "s")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --set workload.start_s: workload.start_s: the window starts 60 s after "), line

@@ -143,7 +143,18 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             names = ", ".join(f"hardware.{k}" for k in hardware)
             raise InputError(f"the hardware sets hold one by one but not together: {_inner(exc)}",
                              field=f"--set {names}") from None
+    _located_at_sets(doc, [parts for parts, _ in experiment_sets])
     return base, hardware
+
+
+def _located_at_sets(doc: Document, sets: list[tuple[str, ...]]) -> None:
+    """Locate each field a ``--set`` wrote at that ``--set`` (in ``doc``, in place): an error found
+    later (a trace window holding no request, a batch that does not fit) named the file's line of
+    the field's parent, where the value is not."""
+    for parts in sets:
+        for key in [k for k in doc.origins if tuple(k[:len(parts)]) == parts]:
+            del doc.origins[key]
+        doc.origins[parts] = (f"--set {'.'.join(parts)}", None)
 
 
 def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], Any]],
