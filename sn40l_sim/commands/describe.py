@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
+
+if TYPE_CHECKING:
+    from sn40l_sim.study.sweep.axes import Axis
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -191,7 +195,7 @@ def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) ->
     return swept, lines
 
 
-def _axis_name(axis) -> str:
+def _axis_name(axis: Axis) -> str:
     """An axis's name, with the field it sets when it is named apart from it."""
     dotted = ".".join(axis.path)
     return axis.name if axis.name == dotted else f"{axis.name} ({dotted})"
