@@ -195,9 +195,13 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
     check_figure_suffix(out_path, "--out")
     for column, value in where.items():
-        rows = [r for r in rows if matches(r[column], value)]
-    if not rows:
-        raise InputError(f"no row matches {where}", file=path, field="--where")
+        kept = [r for r in rows if matches(r[column], value)]
+        if not kept:   # which condition emptied the selection, and the values its column does hold
+            held = list(dict.fromkeys(r[column] for r in rows))
+            shown = ", ".join(repr(v) for v in held[:12]) + (f", ... ({len(held)} values)" if len(held) > 12 else "")
+            raise InputError(f"no row matches {where}: {column} is never {value!r} in the rows selected "
+                             f"(it holds {shown})", file=path, field="--where")
+        rows = kept
     numbers = [y, x] if kind == "scatter" or number_column(rows, x) else [y]
     rows = numeric_rows(path, rows, numbers)
     # rows are grouped by their cells' text: 1 and 1.0 must be one series (and one x), not two

@@ -142,6 +142,10 @@ def test_png_is_byte_identical_across_runs(tmp_path):
     (["--x", "batch", "--y", "kv_policy"], "--y", "no numeric values"),
     (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--where", "batch=64"],
      "--where", "no row matches"),
+    # which value the column does hold: a typo or a batch the sweep left out is seen at once
+    (["--x", "batch", "--y", "decode_tokens_per_s", "--where", "kv_policy=ful"], "--where",
+     "no row matches {'kv_policy': 'ful'}: kv_policy is never 'ful' in the rows selected (it holds 'full', "
+     "'snapstream')"),
     (["--x", "batch", "--y", "decode_tokens_per_s", "--out", "plot.jpg"], "--out", ".png, .svg or .pdf"),
     # the later value replaced the earlier: half of the rows asked for were plotted, unsaid
     (["--x", "batch", "--y", "decode_tokens_per_s", "--where", "kv_policy=full", "--where", "kv_policy=snapstream"],
