@@ -83,9 +83,9 @@ _SAME_SPOT_PX = 4.0
 def place_labels(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[str],
                  fontsize: float = 7) -> int:
     """Write each point's name beside it where it overlaps no other label nor the legend and stays
-    inside the axes, trying the spots of :data:`_LABEL_SPOTS` in turn; points drawn on one spot share
-    a label (``"snapkv, h2o"``); a label with no free spot is left out, and the title's last line
-    then says how many. Call it once everything else is drawn (the spots are found on the laid-out
+    inside the axes, trying the spots of :data:`_LABEL_SPOTS` in turn, first those clear of every
+    marker; points drawn on one spot share a label (``"snapkv, h2o"``); a label with no free spot is
+    left out, and the title's last line then says how many. Call it once everything else is drawn (the spots are found on the laid-out
     canvas). Returns how many labels were left out.
 
     >>> fig = new_figure((3, 2))
@@ -114,6 +114,7 @@ def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[s
     fig.canvas.draw()   # lays the figure out: the canvas positions found below are final
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
+    markers = _markers(ax)   # a label over another point hides it: the points are avoided where a spot allows
     taken = []
     legend = ax.get_legend()
     if legend is not None:   # kept where it was drawn: its "best" place would move to avoid the labels
@@ -134,12 +135,14 @@ def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[s
             same[2].append(name)
     written, left_out = [], 0
     for point, _, group in groups:
-        for dx, dy, ha, va in _LABEL_SPOTS:
+        # a spot clear of the points first; else one over a point (a label beats none), never over a label
+        tries = [(spot, avoid) for avoid in (True, False) for spot in _LABEL_SPOTS]
+        for (dx, dy, ha, va), avoid in tries:
             text = ax.annotate(", ".join(group), point, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
                                fontsize=fontsize)
             box = text.get_window_extent(renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
-            if inside and not any(box.overlaps(other) for other in taken):
+            if inside and not any(box.overlaps(other) for other in taken + (markers if avoid else [])):
                 taken.append(box)
                 written.append(text)
                 break
@@ -178,6 +181,32 @@ def plain_log_ticks(ax: Axes, which: str) -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _markers(ax: Axes) -> list:
+    """The canvas box of every scatter marker (and line marker) drawn on ``ax``."""
+    import math
+
+    import numpy as np
+    from matplotlib.transforms import Bbox
+
+    scale = ax.figure.dpi / 72.0   # marker sizes are in points
+    centres: list[tuple[float, float, float]] = []
+    for collection in ax.collections:
+        offsets = np.asarray(collection.get_offsets(), dtype=float)
+        if not len(offsets):
+            continue
+        sizes = collection.get_sizes() if len(collection.get_sizes()) else [36.0]
+        placed = collection.get_offset_transform().transform(offsets)
+        for i, (px, py) in enumerate(placed):
+            centres.append((px, py, math.sqrt(sizes[i % len(sizes)]) / 2 * scale))
+    for line in ax.lines:
+        if line.get_marker() in (None, "", "None", " "):
+            continue
+        placed = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+        centres += [(px, py, line.get_markersize() / 2 * scale) for px, py in placed]
+    return [Bbox([[px - r, py - r], [px + r, py + r]]) for px, py, r in centres
+            if math.isfinite(px) and math.isfinite(py)]
 
 
 def save_figure(fig: Figure, path: Path, metadata: dict[str, str | None] | None = None) -> Path:

@@ -96,3 +96,18 @@ def test_a_short_log_axis_has_plain_labels_that_do_not_collide(tmp_path, monkeyp
     assert [t.get_text() for t in shown] == ["20", "50", "100", "200", "500"]
     boxes = [t.get_window_extent(renderer) for t in shown]
     assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+def test_a_label_keeps_off_a_neighbouring_point_where_a_spot_allows():
+    # the name written up and to the right of the first point covered the second point's marker
+    from sn40l_sim.report.figure import _markers
+
+    fig = new_figure((5, 3.5))
+    ax = fig.subplots()
+    ax.scatter([0.0, 0.25], [0.0, 0.03])
+    ax.set_xlim(-1, 5)
+    ax.set_ylim(-1, 1)
+    assert place_labels(ax, [0.0, 0.25], [0.0, 0.03], ["first-point-long-name", "second"]) == 0
+    boxes, _ = _boxes(ax)
+    markers = _markers(ax)
+    assert len(boxes) == 2 and not any(b.overlaps(m) for b in boxes for m in markers)
