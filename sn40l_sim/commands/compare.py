@@ -25,12 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``compare``'s arguments."""
     parser.add_argument("base", type=Path, metavar="BASE", help="results.json (or its folder) of the base run")
     parser.add_argument("other", type=Path, metavar="OTHER", help="results.json (or its folder) to compare with it")
-    parser.add_argument("--changed", action="store_true", help="show only the rows whose values differ")
+    parser.add_argument("--changed", action="store_true", help="show only the rows whose values differ (the points where none does are named in one line)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the comparison; 0 when the two share at least one point."""
-    from sn40l_sim.report.compare import compare_records
+    from sn40l_sim.report.compare import SAME_INPUTS, compare_records, unchanged
 
     base, other = load_records(args.base), load_records(args.other)
     tables, only_base, only_other = compare_records(base, other, changed_only=args.changed)
@@ -38,9 +38,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"no point name in common: {_names(base)} against {_names(other)} (points are paired by "
                          "their names)", file=args.other)
     print(f"base {results_path(args.base)}, other {results_path(args.other)}")
+    # --changed: a sweep's points that are the same in both runs would each print a block saying so
+    same = [table.partition("\n")[0].removesuffix(": " + SAME_INPUTS) for table in tables
+            if args.changed and unchanged(table)]
     for table in tables:
+        if not (args.changed and unchanged(table)):
+            print()
+            print(table)
+    if same:
         print()
-        print(table)
+        print(f"{len(same)} of {len(tables)} point(s) with no figure differing ({SAME_INPUTS}): {', '.join(same)}")
     for path, names in ((args.base, only_base), (args.other, only_other)):
         if names:
             print(f"note: only in {results_path(path)}: {', '.join(names)}")

@@ -32,6 +32,18 @@ from sn40l_sim.report.table_rows import Row, value_at
 DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "kv_policy_params", "kv_bytes_per_token", "mode")
 
 
+#: a point's heading when its model, hardware and policy are the same in both runs
+SAME_INPUTS = "the same model, hardware and policy"
+#: what ``changed_only`` shows of a point none of whose figures differ
+NO_FIGURE_DIFFERS = "(no figure differs)"
+
+
+def unchanged(table: str) -> bool:
+    """Whether a ``changed_only`` table says nothing but that the point is the same in both runs."""
+    heading, _, rest = table.partition("\n")
+    return rest == NO_FIGURE_DIFFERS and heading.endswith(": " + SAME_INPUTS)
+
+
 def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Fields = RESULTS,
                 changed_only: bool = False) -> str:
     """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
@@ -39,7 +51,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     only the rows whose shown values differ)."""
     changes = [f"{name} {_described(base.get(name))} -> {_described(other.get(name))}" for name in DESCRIBED
                if base.get(name) != other.get(name)]
-    heading = f"{base['name']}: " + ("; ".join(changes) if changes else "the same model, hardware and policy")
+    heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
         for label, (a, b) in row.lines(path, [base, other]):
@@ -48,7 +60,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
             ratio = _ratio(row, path, base, other) if isinstance(row, Row) else _shown_ratio(a, b)
             lines.append((label, a or "-", b or "-", ratio))
     if not lines:
-        return heading + "\n(no figure differs)" if changed_only else heading
+        return heading + "\n" + NO_FIGURE_DIFFERS if changed_only else heading
     width = max(len(label) for label, *_ in lines) + 2
     cells = max(len(c) for _, a, b, r in lines for c in (a, b, r, "other/base")) + 2
     out = [heading, " " * width + "base".rjust(cells) + "other".rjust(cells) + "other/base".rjust(cells)]

@@ -83,6 +83,24 @@ def test_the_command_prints_a_table_per_common_point(tmp_path, capsys):
     assert out.rstrip().splitlines()[-1] == f"note: only in {base / 'results.json'}: snap"
 
 
+def test_changed_collects_the_points_the_same_in_both_into_one_line(tmp_path, capsys):
+    # two runs of a 70-point sweep printed 70 blocks of "(no figure differs)" to find the one that did
+    same = [dict(BASE, name=f"full[batch={b}]", batch=b) for b in (1, 2, 4)]
+    moved = dict(BASE, name="full[batch=8]", batch=8)
+    base = _write(tmp_path, "a", [*same, moved])
+    other = _write(tmp_path, "b", [*same, dict(moved, decode_step_s=0.0775),
+                                   dict(BASE, name="snap[batch=1]", hardware="SN40L-8")])
+    assert main(["compare", str(base), str(other), "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(no figure differs)") == 0 and out.count("full[batch=8]: ") == 1
+    assert _row(out, "decode step (ms)") == ["86.08", "77.50", f"{0.0775 / 0.0860849:.4g}"]
+    assert ("3 of 4 point(s) with no figure differing (the same model, hardware and policy): full[batch=1], "
+            "full[batch=2], full[batch=4]") in out.splitlines()
+    # without --changed every point keeps its table
+    assert main(["compare", str(base), str(other)]) == 0
+    assert capsys.readouterr().out.count(": the same model, hardware and policy") == 4
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "no such file"),
     ("{", "not JSON (line 1"),
