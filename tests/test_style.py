@@ -56,3 +56,15 @@ def test_nothing_cites_an_issue_number():
     assert offenders == []
     assert all(ISSUE.search(text) for text in ("fixed in issue 12", "Issue #3", "PR #35", "fixes #4", "gh-7"))
     assert not any(ISSUE.search(text) for text in ('color="#1f4e8c"', "one engine issues 2 transfers", "kernels #2"))
+
+
+#: the project's limit on a module's length, about which one that grows is split by what it does
+MODULE_LINES = 400
+
+
+def test_no_serving_module_is_longer_than_the_limit():
+    # serving/point.py grew past it (409 lines); its context checks are serving/context_limit.py
+    lengths = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+               for p in sorted((PACKAGE / "serving").glob("*.py"))}
+    assert {p: n for p, n in lengths.items() if n > MODULE_LINES} == {}
+    assert 0 < lengths["sn40l_sim/serving/point.py"] <= MODULE_LINES

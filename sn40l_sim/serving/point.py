@@ -59,6 +59,7 @@ from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
+from sn40l_sim.serving.context_limit import check_context
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
@@ -205,63 +206,6 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> 
         return None
     return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
                          kv_bytes_per_token=kv_bytes_per_token, capacity_tokens=free_tokens)
-
-
-def check_context(s: PointSetup) -> None:
-    """The prompt must fit in the model's maximum context (``max_context``, when the model states
-    one) and leave a position for a generated token, and so must the prefill graph it runs on; a
-    long-context variant raises the maximum through ``model_overrides``. Each request's prompt and
-    output together are checked as the requests are built
-    (:func:`~sn40l_sim.serving.workload.build_requests`), as a serving engine checks a request's
-    prompt plus its ``max_tokens``; :func:`check_output_context` checks a point without requests
-    (``map``).
-
-    Raises
-    ------
-    InputError
-        Naming the :class:`PointSetup` field ``prompt_len``, or ``prefill_lens`` for a prompt whose
-        compiled prefill length is beyond the maximum context.
-    """
-    limit = getattr(s.model, "max_context", None)
-    if limit is None:
-        return
-    if s.prompt_len > limit:
-        raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
-                         f"{limit} tokens ({RAISE_CONTEXT})", field="prompt_len")
-    if s.prompt_len == limit:   # not "generate at most 0": no output length would do
-        raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
-                         f"{limit} tokens, leaving no position for a generated token ({RAISE_CONTEXT})",
-                         field="prompt_len")
-    # the prompt's graph compiled for more positions than the model has would be timed and sized as
-    # such: a 4096-token prompt on a 1,000,000-token graph took 62 s of prefill instead of 0.06 s
-    compiled = min((n for n in s.prefill_lens if n >= s.prompt_len), default=None)
-    if compiled is not None and compiled > limit:
-        raise InputError(f"a prompt of {s.prompt_len} tokens runs on the compiled prefill length {compiled}, beyond "
-                         f"the maximum context of {s.model.name}, {limit} tokens (compile lengths up to {limit})",
-                         field="prefill_lens")
-
-
-def check_output_context(s: PointSetup) -> None:
-    """:func:`check_context`, and the point's prompt with ``max_new_tokens`` generated after it
-    within the maximum context (the last token's position is ``prompt + max_new_tokens - 1``,
-    whatever the KV policy keeps): for a point whose graphs are built without requests (``map``).
-
-    Raises
-    ------
-    InputError
-        Naming the :class:`PointSetup` field ``prompt_len`` or ``max_new_tokens``.
-    """
-    check_context(s)
-    limit = getattr(s.model, "max_context", None)
-    if limit is not None and s.prompt_len + s.max_new_tokens > limit:
-        raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
-                         f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "
-                         f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt "
-                         f"({RAISE_CONTEXT})", field="max_new_tokens")
-
-
-#: how a longer context is had, for the messages refusing one
-RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context: N}"
 
 
 def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_costs: StepCosts | None = None,

@@ -12,13 +12,8 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.serving.point import (
-    PointSetup,
-    check_context,
-    check_output_context,
-    simulate_point,
-    transfer_seconds,
-)
+from sn40l_sim.serving.context_limit import check_context, check_output_context
+from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import memory_placer

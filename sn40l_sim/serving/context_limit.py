@@ -1,0 +1,73 @@
+"""The model's maximum context against a point's prompt and output: what ``run`` (through
+:func:`~sn40l_sim.serving.point.simulate_point`), ``check`` and ``map`` refuse before simulating.
+
+A model file states the context its positions were trained for (``max_context``; None: not stated)
+and a long-context variant raises it through an experiment's ``model_overrides``
+(README.md, "maximum context"). Errors name the :class:`~sn40l_sim.serving.point.PointSetup` field they are
+about; the study layer turns those into the experiment's field paths.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sn40l_sim.errors import InputError
+
+if TYPE_CHECKING:
+    from sn40l_sim.serving.point import PointSetup
+
+
+def check_context(s: PointSetup) -> None:
+    """The prompt must fit in the model's maximum context (``max_context``, when the model states
+    one) and leave a position for a generated token, and so must the prefill graph it runs on; a
+    long-context variant raises the maximum through ``model_overrides``. Each request's prompt and
+    output together are checked as the requests are built
+    (:func:`~sn40l_sim.serving.workload.build_requests`), as a serving engine checks a request's
+    prompt plus its ``max_tokens``; :func:`check_output_context` checks a point without requests
+    (``map``).
+
+    Raises
+    ------
+    InputError
+        Naming the :class:`PointSetup` field ``prompt_len``, or ``prefill_lens`` for a prompt whose
+        compiled prefill length is beyond the maximum context.
+    """
+    limit = getattr(s.model, "max_context", None)
+    if limit is None:
+        return
+    if s.prompt_len > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
+                         f"{limit} tokens ({RAISE_CONTEXT})", field="prompt_len")
+    if s.prompt_len == limit:   # not "generate at most 0": no output length would do
+        raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
+                         f"{limit} tokens, leaving no position for a generated token ({RAISE_CONTEXT})",
+                         field="prompt_len")
+    # the prompt's graph compiled for more positions than the model has would be timed and sized as
+    # such: a 4096-token prompt on a 1,000,000-token graph took 62 s of prefill instead of 0.06 s
+    compiled = min((n for n in s.prefill_lens if n >= s.prompt_len), default=None)
+    if compiled is not None and compiled > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens runs on the compiled prefill length {compiled}, beyond "
+                         f"the maximum context of {s.model.name}, {limit} tokens (compile lengths up to {limit})",
+                         field="prefill_lens")
+
+
+def check_output_context(s: PointSetup) -> None:
+    """:func:`check_context`, and the point's prompt with ``max_new_tokens`` generated after it
+    within the maximum context (the last token's position is ``prompt + max_new_tokens - 1``,
+    whatever the KV policy keeps): for a point whose graphs are built without requests (``map``).
+
+    Raises
+    ------
+    InputError
+        Naming the :class:`PointSetup` field ``prompt_len`` or ``max_new_tokens``.
+    """
+    check_context(s)
+    limit = getattr(s.model, "max_context", None)
+    if limit is not None and s.prompt_len + s.max_new_tokens > limit:
+        raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
+                         f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "
+                         f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt "
+                         f"({RAISE_CONTEXT})", field="max_new_tokens")
+
+
+#: how a longer context is had, for the messages refusing one
+RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context: N}"
