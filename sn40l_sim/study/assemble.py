@@ -59,6 +59,7 @@ from sn40l_sim.study.points import (
     points,
     warn_idle_sockets,
     warn_unfilled_slots,
+    warn_window_past_prompt,
 )
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
@@ -205,6 +206,7 @@ class Assembly:
                                             f"tiers are {list(tiers)} (point {point.name})")
         check_budget(self.experiment, point, policy, self.model_for(point))
         warn_unfilled_slots(self.experiment, point, policy)
+        warn_window_past_prompt(self.experiment, point, policy)
         return policy
 
     def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:

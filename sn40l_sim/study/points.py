@@ -154,6 +154,23 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
                       "costs less)", stacklevel=2)
 
 
+def warn_window_past_prompt(exp: Experiment, point: Point, policy: KVPolicy) -> None:
+    """Warn when a policy's ``observation_window`` given in the experiment is longer than the
+    point's prompt: only the prompt's queries exist to score the cache, so the selection runs
+    with the window clamped to the prompt (sn40l_sim/kvcache/prefill_kernels.py) and the number
+    written is not the one simulated."""
+    window = getattr(policy, "observation_window", None)
+    if "observation_window" not in point.params or window is None or window <= point.prompt_len:
+        return
+    inner = param_source(exp, point, "observation_window")
+    file, line = exp.doc.where(("policies", point.policy_index) + inner)
+    where = f"{file}:{line}: " if line is not None else f"{file}: "
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inner)
+    warnings.warn(f"{where}policies[{point.policy_index}]{path} (point {point.name}): a {policy.name} observation "
+                  f"window of {window} queries, longer than the prompt of {point.prompt_len} tokens, whose queries are all "
+                  f"a window can hold: it is simulated as {point.prompt_len} (write at most that)", stacklevel=2)
+
+
 def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_sockets: int, node_name: str) -> None:
     """Warn when a phase's plan uses fewer of the node's sockets than it has: the others stay idle,
     so a sweep over the node's sockets with a fixed plan reads as "no gain from more sockets"."""

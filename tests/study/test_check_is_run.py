@@ -324,6 +324,28 @@ def test_a_ring_budget_the_drafts_fill_is_not_warned_of(tmp_path, capsys):
     assert "a snapstream cache of 131203 slots" in warning and "(with its 2 drafts' rows) take at most 131202" in warning
 
 
+def test_an_observation_window_longer_than_the_prompt_is_warned_of(tmp_path, capsys):
+    # 32K prompts: a 64K-query window was clamped to the prompt's 32K queries without a word, so the
+    # file said one window and the simulation ran another
+    path = tmp_path / "e.yaml"
+    entry = "prompt_fraction: {budget: 0.25}"
+    (warning,) = check_warnings(path, LLAMA.replace(entry, entry + ", params: {observation_window: 65536}"))
+    assert warning.startswith(f"{path}:16: policies[1].params.observation_window (point snapstream): a snapstream "
+                              "observation window of 65536 queries, longer than the prompt of 32768 tokens")
+    assert "it is simulated as 32768 (write at most that)" in warning
+    # a window given for one prompt length is located where it was written
+    (warning,) = check_warnings(path, LLAMA.replace(entry, entry + ", per_prompt: [{prompt_len: 32768, params: "
+                                                    "{observation_window: 40000}}]"))
+    assert "e.yaml:16: policies[1].per_prompt[0].params.observation_window (point snapstream)" in warning
+    assert "window of 40000 queries" in warning
+    # SnapKV's window is held to the prompt too; a window of the whole prompt is no clamp
+    snapkv = "policy: snapkv, params: {topk: 0, observation_window: %d}}"
+    (warning,) = check_warnings(path, LLAMA.replace("policy: snapstream, " + entry + "}", snapkv % 32769))
+    assert "a snapkv observation window of 32769 queries" in warning
+    assert check_warnings(path, LLAMA.replace("policy: snapstream, " + entry + "}", snapkv % 32768)) == []
+    assert check_warnings(path, LLAMA.replace(entry, entry + ", params: {observation_window: 32768}")) == []
+
+
 def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
     # the 8-socket plan on the 16-socket node: the same numbers as on 8 sockets, said so
     path = tmp_path / "e.yaml"
