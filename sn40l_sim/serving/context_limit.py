@@ -36,10 +36,12 @@ def check_context(s: PointSetup) -> None:
         return
     if s.prompt_len > limit:
         raise InputError(f"a prompt of {s.prompt_len} tokens exceeds the maximum context of {s.model.name}, "
-                         f"{limit} tokens ({RAISE_CONTEXT})", field="prompt_len")
+                         f"{limit} tokens ({raise_context(s.prompt_len + 1, s.max_context_set, limit)})",
+                         field="prompt_len")
     if s.prompt_len == limit:   # not "generate at most 0": no output length would do
         raise InputError(f"a prompt of {s.prompt_len} tokens fills the maximum context of {s.model.name}, "
-                         f"{limit} tokens, leaving no position for a generated token ({RAISE_CONTEXT})",
+                         f"{limit} tokens, leaving no position for a generated token "
+                         f"({raise_context(s.prompt_len + 1, s.max_context_set, limit)})",
                          field="prompt_len")
     # the prompt's graph compiled for more positions than the model has would be timed and sized as
     # such: a 4096-token prompt on a 1,000,000-token graph took 62 s of prefill instead of 0.06 s
@@ -66,8 +68,22 @@ def check_output_context(s: PointSetup) -> None:
         raise InputError(f"a prompt of {s.prompt_len} tokens and {s.max_new_tokens} new ones make "
                          f"{s.prompt_len + s.max_new_tokens}, beyond the maximum context of {s.model.name}, "
                          f"{limit} tokens: generate at most {limit - s.prompt_len} after such a prompt "
-                         f"({RAISE_CONTEXT})", field="max_new_tokens")
+                         f"({raise_context(s.prompt_len + s.max_new_tokens, s.max_context_set, limit)})",
+                         field="max_new_tokens")
 
 
-#: how a longer context is had, for the messages refusing one
-RAISE_CONTEXT = "a long-context variant raises it: model_overrides: {max_context: N}"
+def raise_context(needed: int, set_at: str | None = None, limit: int | None = None) -> str:
+    """How a maximum context of ``needed`` tokens is had, for the messages refusing a longer
+    sequence: a long-context variant through ``model_overrides`` when the model file's maximum
+    holds; when the experiment's own field ``set_at`` already sets it (to ``limit``), what it sets
+    and what it would take instead (suggesting ``model_overrides`` to an experiment that has it
+    says nothing).
+
+    >>> raise_context(1048577)
+    'a long-context variant raises the maximum: model_overrides: {max_context: N}'
+    >>> raise_context(1048577, "model_overrides.max_context", 1048576)
+    'model_overrides.max_context sets the maximum to 1048576; this needs at least 1048577'
+    """
+    if set_at is None:
+        return "a long-context variant raises the maximum: model_overrides: {max_context: N}"
+    return f"{set_at} sets the maximum to {limit}; this needs at least {needed}"

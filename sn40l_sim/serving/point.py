@@ -100,6 +100,9 @@ class PointSetup:
     prefill_chunk: int | None = None
     #: the prefill nodes' hardware when it is not ``node``'s (disaggregated; None: the same)
     prefill_node: NodeSpec | None = None
+    #: the experiment field that sets the model's max_context (None: the model file's), which the
+    #: messages refusing a longer sequence name (serving/context_limit.py)
+    max_context_set: str | None = None
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.serving.context_limit import raise_context
 from sn40l_sim.serving.prefix_cache import with_prefixes
 from sn40l_sim.serving.traces import TraceRow, select_window
 
@@ -95,7 +96,7 @@ def _request_count(count: int | str, rounds: int, slots: int) -> int:
 
 def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: int, seed: int,
                    clock_hz: float, trace_rows: Sequence[TraceRow] | None = None,
-                   max_context: int | None = None) -> list[Request]:
+                   max_context: int | None = None, max_context_set: str | None = None) -> list[Request]:
     """The requests of a workload spec, sorted by arrival (ids in arrival order).
 
     Parameters
@@ -118,6 +119,9 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         The model's maximum context: no request's prompt and output together may exceed it (as a
         serving engine refuses a prompt plus ``max_tokens`` longer than the model's length; a trace
         that caps lengths caps the output to it).
+    max_context_set : str, optional
+        The experiment field that sets ``max_context`` (None: the model file's), named when a
+        request is refused for it (:func:`~sn40l_sim.serving.context_limit.raise_context`).
 
     Raises
     ------
@@ -148,12 +152,12 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         if trace_rows is None:
             raise ValueError("a trace workload needs trace_rows (read_trace)")
         window, capped = trace_window(spec, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
-                                      max_context=max_context)
+                                      max_context=max_context, max_context_set=max_context_set)
         rows = [(r.arrival_s, r.prompt_len, r.output_len, f"{r.file}:{r.line}") for r in window]
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
     for _, p, o, where in rows:
-        _check_lengths(p, o, prompt_len, max_new_tokens, max_context, where=where)
+        _check_lengths(p, o, prompt_len, max_new_tokens, max_context, where=where, max_context_set=max_context_set)
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
     requests = [Request(new_id, int(round(rows[i][0] * clock_hz)), int(rows[i][1]), int(rows[i][2]),
                         *(capped[i] if capped is not None else (0, 0)))
@@ -165,7 +169,8 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
 
 
 def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, max_new_tokens: int,
-                 max_context: int | None = None) -> tuple[list[TraceRow], list[tuple[int, int]] | None]:
+                 max_context: int | None = None,
+                 max_context_set: str | None = None) -> tuple[list[TraceRow], list[tuple[int, int]] | None]:
     """The rows of a trace workload's window, its arrivals scaled, lengths capped when the spec asks
     (with the prompt and output tokens each row lost; None when it does not ask), and checked
     against the static graphs. ``check`` calls it too, so it refuses what a run would.
@@ -199,19 +204,22 @@ def trace_window(spec: Any, trace_rows: Sequence[TraceRow], *, prompt_len: int, 
         capped = [(r.prompt_len - p, max(0, r.output_len - longest_output(p))) for p, r in kept]
         window = [r._replace(prompt_len=p, output_len=min(r.output_len, longest_output(p))) for p, r in kept]
     for r in window:
-        _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, max_context, file=r.file, line=r.line)
+        _check_lengths(r.prompt_len, r.output_len, prompt_len, max_new_tokens, max_context, file=r.file, line=r.line,
+                       max_context_set=max_context_set)
     return window, capped
 
 
-def context_message(where: str, prompt: int, output: int, max_context: int) -> str:
-    """What refuses a request whose prompt and output together exceed the model's context."""
+def context_message(where: str, prompt: int, output: int, max_context: int, max_context_set: str | None = None) -> str:
+    """What refuses a request whose prompt and output together exceed the model's context (naming
+    the experiment field ``max_context_set`` when it sets the maximum)."""
     return (f"{where}: a prompt of {prompt} tokens and {output} generated after it make {prompt + output}, beyond "
             f"the model's maximum context of {max_context} tokens: at most {max(0, max_context - prompt)} after such "
-            "a prompt (a long-context variant raises it: model_overrides: {max_context: N})")
+            f"a prompt ({raise_context(prompt + output, max_context_set, max_context)})")
 
 
 def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: int, max_context: int | None = None,
-                   *, where: str = "", file: str | None = None, line: int | None = None) -> None:
+                   *, where: str = "", file: str | None = None, line: int | None = None,
+                   max_context_set: str | None = None) -> None:
     """Refuse a request longer than the static graphs or than the model's context, naming where it
     comes from."""
     at = f"{where}: " if where else ""
@@ -223,5 +231,5 @@ def _check_lengths(prompt: int, output: int, prompt_len: int, max_new_tokens: in
         raise InfeasibleError(f"{at}output_len {output} exceeds max_new_tokens {max_new_tokens}, "
                               f"the static decode graph's maximum generated length{hint}", file=file, line=line)
     if max_context is not None and prompt + output > max_context:
-        raise InputError(context_message(where or "a request", prompt, output, max_context) + hint, file=file,
-                         line=line)
+        raise InputError(context_message(where or "a request", prompt, output, max_context, max_context_set) + hint,
+                         file=file, line=line)

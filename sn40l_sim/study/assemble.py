@@ -56,6 +56,7 @@ from sn40l_sim.study.points import (
     check_budget,
     make_point_model,
     make_point_policy,
+    max_context_set,
     points,
     warn_idle_sockets,
     warn_unfilled_slots,
@@ -194,6 +195,11 @@ class Assembly:
             self._entry_models[point.policy_index] = make_point_model(self.experiment, point, self.model)
         return self._entry_models[point.policy_index]
 
+    @property
+    def max_context_set(self) -> str | None:
+        """The experiment field that sets the model's ``max_context`` (:func:`max_context_set`)."""
+        return max_context_set(self.experiment)
+
     def policy(self, point: Point) -> KVPolicy:
         """The point's KV policy; a bad one (a parameter, or a memory tier the hardware does not
         have) is an error at its policy entry."""
@@ -223,7 +229,8 @@ class Assembly:
             max_new_tokens=self.experiment.max_new_tokens, speculation=self.experiment.speculation,
             seed=serving.seed, kv_transfer=serving.kv_transfer, graph_options=dict(spec.graph_options),
             may_spill=spec.memory.may_spill, prefix_cache=serving.prefix_cache,
-            prefill_chunk=serving.prefill_chunk, prefill_node=self.prefill_node)
+            prefill_chunk=serving.prefill_chunk, prefill_node=self.prefill_node,
+            max_context_set=self.max_context_set)
 
     def step_timer(self, setup: PointSetup) -> StepTimer:
         """The step costs of a point: its graphs built, mapped and simulated."""
@@ -277,7 +284,8 @@ class Assembly:
                 rows = read_trace_rows(self.experiment)
             return build_requests(workload, prompt_len=point.prompt_len, max_new_tokens=max_new_tokens,
                                   slots=slots, seed=spec.serving.seed, clock_hz=clock_hz, trace_rows=rows,
-                                  max_context=self.model_for(point).max_context)
+                                  max_context=self.model_for(point).max_context,
+                                  max_context_set=self.max_context_set)
 
         return requests_for
 

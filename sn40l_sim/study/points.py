@@ -22,6 +22,7 @@ from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.serving.context_limit import raise_context
 
 if TYPE_CHECKING:
     from sn40l_sim.study.experiment import Experiment
@@ -111,6 +112,13 @@ def param_source(exp: Experiment, point: Point, name: str) -> tuple[Any, ...]:
     return ("prompt_fraction", name) if name in entry.prompt_fraction else ("params", name)
 
 
+def max_context_set(exp: Experiment) -> str | None:
+    """The experiment field that sets the model's ``max_context`` (None: the model file's; a
+    policy entry's ``model_overrides`` set only the KV format), which the messages refusing a
+    longer sequence name rather than suggest ``model_overrides`` to a file that has it."""
+    return "model_overrides.max_context" if "max_context" in exp.spec.model_overrides else None
+
+
 def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:
     """Refuse a policy budget above the point's model's maximum context (``model`` with its
     overrides: a long-context variant raises it): a cache no sequence of the model can fill (a
@@ -129,8 +137,7 @@ def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSp
     inner = param_source(exp, point, name) if name is not None else ("policy",)
     raise _at_entry(exp, point, inner, InputError(
         f"a {policy.name} budget of {budget} tokens per sequence exceeds the maximum context of {model.name}, "
-        f"{limit} tokens: no sequence can fill it (a long-context variant raises the maximum: "
-        f"model_overrides: {{max_context: N}})"))
+        f"{limit} tokens: no sequence can fill it ({raise_context(budget, max_context_set(exp), limit)})"))
 
 
 def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None:

@@ -162,7 +162,8 @@ def check_mapping(asm: Assembly) -> None:
         setup = PointSetup(name=point.name, node=asm.node, model=asm.model_for(point), policy=asm.policy(point),
                            prompt_len=point.prompt_len, prefill_plan=plan_of(spec.parallel.prefill),
                            decode_plan=plan_of(spec.parallel.decode), prefill_node=asm.prefill_node,
-                           max_new_tokens=new_tokens, mode=spec.serving.mode, may_spill=spec.memory.may_spill)
+                           max_new_tokens=new_tokens, mode=spec.serving.mode, may_spill=spec.memory.may_spill,
+                           max_context_set=asm.max_context_set)
         try:
             check_plans(setup)
             check_output_context(setup)
@@ -211,7 +212,8 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
     except InputError as exc:
         raise asm.locate(exc) from None
-    _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context)
+    _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
+                   asm.max_context_set)
 
 
 def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
@@ -228,7 +230,7 @@ def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
 
 
 def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None,
-                   max_context: int | None = None) -> None:
+                   max_context: int | None = None, max_context_set: str | None = None) -> None:
     """No request may be longer than the static graphs of the point: the prompt than the point's
     prompt length, the output than ``max_new_tokens``; nor its prompt and output together than the
     model's ``max_context`` (what building the requests refuses)."""
@@ -259,7 +261,7 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
     elif trace_rows is not None:
         try:   # the run's own windowing, capping and length check: the same line, naming the trace's line
             trace_window(workload, trace_rows, prompt_len=prompt_len, max_new_tokens=max_new_tokens,
-                         max_context=max_context)
+                         max_context=max_context, max_context_set=max_context_set)
         except InputError as exc:
             if exc.file is not None:
                 raise
@@ -280,7 +282,8 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
         field, output = got.get("output_len", (None, max_new_tokens))
         if max_context is not None and prompt + output > max_context:
             where = field or got.get("prompt_len", (("workload",), 0))[0]
-            raise _at(exp, where, context_message(label, prompt, output, max_context), InputError)
+            raise _at(exp, where, context_message(label, prompt, output, max_context, max_context_set),
+                       InputError)
 
 
 def _largest(dist: Any) -> tuple[FieldPath, int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, R1_MTP_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
@@ -245,8 +246,6 @@ def test_drafts_without_an_mtp_module_are_refused():
 def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_out():
     """Activations are placed first, but they may spill and weights and KV may not: when the
     activations would push the prompt's KV out of HBM, the kept uses are placed first."""
-    from dataclasses import replace
-
     activations = 20 * 2**30                       # more than HBM has left beside weights and KV
     costs = replace(fixed_costs(SNAP), activation_bytes=activations)
     result = simulate_point(setup(SNAP), one_per_slot(), costs, memory_placer(NODE, MODEL))
@@ -275,6 +274,12 @@ def test_a_prompt_longer_than_the_models_maximum_context_is_refused():
                        f"{NEW - 1} after such a prompt") as err:
         check_output_context(over)
     assert err.value.field == "max_new_tokens"
+    assert err.value.message.endswith("(a long-context variant raises the maximum: model_overrides: {max_context: N})")
+    # an experiment that sets the maximum already is told what it sets and what would do instead
+    with pytest.raises(InputError) as err:
+        check_output_context(replace(over, max_context_set="model_overrides.max_context"))
+    assert err.value.message.endswith(f"(model_overrides.max_context sets the maximum to {PROMPT + NEW - 1}; this "
+                                      f"needs at least {PROMPT + NEW})")
     # a prompt that fills the context leaves no position for any output: not "generate at most 0"
     with pytest.raises(InputError, match=f"a prompt of {PROMPT} tokens fills the maximum context of r1-test, "
                        f"{PROMPT} tokens, leaving no position for a generated token") as err:

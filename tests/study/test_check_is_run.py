@@ -199,6 +199,44 @@ def test_a_budget_is_held_to_the_effective_models_maximum_context(tmp_path, caps
     assert main(["check", str(path)]) == 0, capsys.readouterr().err
 
 
+LONG = (REPO / "experiments" / "long_context_1m.yaml").read_text().replace("../", f"{REPO}/")
+
+
+SET = "(model_overrides.max_context sets the maximum to 1048576; this needs at least %d)"
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"prompt_len: 1048320,": "prompt_len: 2000000,"},
+     "shape.prompt_len: a prompt of 2000000 tokens exceeds the maximum context of deepseek-r1, 1048576 tokens "
+     + SET % 2000001),
+    ({"prompt_len: 1048320,": "prompt_len: 1048576,"}, "leaving no position for a generated token " + SET % 1048577),
+    ({"output_len: 256": "output_len: 300", "max_new_tokens: 256\n": "max_new_tokens: 300\n"},
+     "workload.output_len: request 0: a prompt of 1048320 tokens and 300 generated after it make 1048620, beyond the "
+     "model's maximum context of 1048576 tokens: at most 256 after such a prompt " + SET % 1048620),
+    ({"budget: 131072": "budget: 2000000"},
+     "policies[0].params.budget: a snapstream budget of 2000000 tokens per sequence exceeds the maximum context of "
+     "deepseek-r1, 1048576 tokens: no sequence can fill it " + SET % 2000000),
+])
+def test_a_context_refusal_says_what_the_experiments_max_context_is(tmp_path, capsys, changes, words):
+    # the long-context variant sets model_overrides.max_context: its refusals told it to set
+    # model_overrides: {max_context: N}, which it had; they now say what it sets and what is needed
+    text = LONG
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    lines = []
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        lines.append(capsys.readouterr().err)
+    assert lines[0] == lines[1] and words in lines[0] and "model_overrides: {" not in lines[0], lines
+    # without the override, the model file's maximum holds and the message says how to raise it
+    path.write_text(LLAMA.replace("prompt_len: 32768", "prompt_len: 200000"))
+    assert main(["check", str(path)]) == 2
+    assert "(a long-context variant raises the maximum: model_overrides: {max_context: N})" in capsys.readouterr().err
+
+
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 TWO_REQUESTS = AZURE_HEADER + "2023-11-16 18:15:46.5,374,44\n2023-11-16 18:15:48.25,396,109\n"
 POISSON = "kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, high: 512}"
