@@ -123,6 +123,21 @@ def test_disaggregated_transfers_precede_the_join_and_share_their_link():
     assert sum(log.busy["link"]) == sum(e - s for iv in per_link.values() for s, e in iv)
 
 
+def test_with_a_prefill_node_per_request_ttft_is_one_prefill_and_the_transfer_delays_the_second_token():
+    # experiments/long_context_1m.yaml's layout (one prefill node per request, all arriving at once):
+    # its comment said TTFT was one prefill and its KV transfer; TTFT ends at the prefill
+    # (report/metrics.py), and the transfer comes before the first decode step
+    setup = setup_for(prefill_nodes=4, decode_nodes=1, slots=4, step=50, per_token=3, transfer=500)
+    log = simulate([Request(i, 0, 100, 3) for i in range(4)], setup)
+    prefill, transfer = setup.prefill_cycles(100), setup.transfer_cycles(100)
+    assert (prefill, transfer) == (300, 510)
+    assert latencies(log, clock_hz=1.0)["ttft_s"] == {"count": 4, "max": 300.0, "mean": 300.0, "p50": 300.0,
+                                                      "p90": 300.0, "p99": 300.0}
+    # the four transfers share one decode node's ingress: the second token waits for them and a step
+    second = sorted(r.token_cycles[1] - r.token_cycles[0] for r in log.requests)
+    assert second[0] >= transfer + setup.decode_step_cycles
+
+
 def test_colocated_prefill_blocks_decode_on_its_node():
     setup = setup_for(mode="colocated", decode_nodes=2, slots=3)
     log = simulate(random_requests(9), setup)
