@@ -41,7 +41,6 @@ True
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,7 +225,7 @@ def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_c
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
                    prefill_place: MemoryPlacer | None = None, prefill_step: bool = True,
-                   chunk_costs: StepCosts | None = None) -> PointResult:
+                   policy_free_costs: StepCosts | None = None) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -248,11 +247,12 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         Whether to time the prefill of the point's prompt (:attr:`PointResult.prefill`). False
         leaves it None: a steps-only evaluation that reads nothing of the prefill (a calibration
         point on the decode step) skips its simulation. The requests, if any, are still prefilled.
-    chunk_costs : StepCosts, optional
-        With ``prefill_chunk``: the prefill costs of the same node and model with no KV policy's
-        kernels, which time a chunk's graph; a compressing policy's kernels then run once, after
-        the last chunk, for what they add to the whole prompt's prefill. Without it a chunk's
-        graph carries the policy's kernels over its own tokens.
+    policy_free_costs : StepCosts, optional
+        With ``prefill_chunk`` or ``prefix_cache``: the prefill costs of the same (prefill) node and
+        model with no KV policy's kernels, which time a chunk's graph and a prefix hit's suffix
+        graph; a compressing policy's kernels, which select from the whole prompt's cache, then run
+        once, after the last chunk or the suffix, for what they add to the whole prompt's prefill.
+        Without it those graphs carry the policy's kernels over their own tokens.
 
     Raises
     ------
@@ -293,29 +293,33 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         transfer_cycles = 0 if colocated else math.ceil(
             transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node) * clock_hz)
 
-    # (compiled prompt length, earlier tokens of a chunk) -> (prefill cycles, its configuration
-    # loads after a decode step)
-    prefill_cycles: dict[tuple[int, int], tuple[int, int]] = {}
+    # (without the policy's kernels, compiled prompt length, earlier tokens of a chunk or a cached
+    # prefix) -> (prefill cycles, its configuration loads after a decode step)
+    prefill_cycles: dict[tuple[bool, int, int], tuple[int, int]] = {}
 
-    def prefill_of(prompt_len: int, earlier: int = 0) -> tuple[int, int]:
-        key = compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
+    def prefill_of(prompt_len: int, earlier: int = 0, bare: bool = False) -> tuple[int, int]:
+        bare = bare and policy_free_costs is not None
+        key = bare, compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
         if key not in prefill_cycles:
-            timing = prefill_costs.prefill(key[0], memory=prefill_node_memory, earlier=earlier)
+            timing = (policy_free_costs if bare else prefill_costs).prefill(key[1], memory=prefill_node_memory,
+                                                                            earlier=earlier)
             cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
             if s.prefill_node is not None:   # the serving loop counts the decode node's clock
                 cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
             prefill_cycles[key] = cycles, switch
         return prefill_cycles[key]
 
-    @functools.cache   # a chunk's own graph: without the policy's kernels when chunk_costs is given
-    def chunk_graph(rows: int, earlier: int) -> int:
-        return int((chunk_costs or prefill_costs).prefill(rows, memory=prefill_node_memory, earlier=earlier).cycles)
+    def bare_graph(rows: int, earlier: int) -> int:   # without the policy's kernels when policy_free_costs is given
+        return prefill_of(rows, earlier, bare=True)[0]
 
     def prefill_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[0]
 
     def prefix_hit_for(prompt_len: int, held: int) -> tuple[int, int]:
-        return prefix_hit_cycles(lambda n, e: prefill_of(n, e)[0], s.prefill_lens, prompt_len, held)
+        # the suffix's graph, then the policy's selection over the whole prompt (as after a chunked
+        # prefill's last chunk): SnapKV chooses the kept tokens from the whole prompt's cache
+        selection = max(0, prefill_for(prompt_len) - bare_graph(prompt_len, 0)) if policy_free_costs else 0
+        return prefix_hit_cycles(bare_graph, s.prefill_lens, prompt_len, held, policy_cycles=selection)
 
     def prefill_switch_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[1]
@@ -345,8 +349,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          speculation=s.speculation, seed=s.seed,
                          prefix_caching=prefix_caching(s, per_token, free_tokens), prefix_hit_cycles=prefix_hit_for,
                          prefill_chunk=s.prefill_chunk, **chunk_timings(
-                             lambda n, e: chunk_graph(compiled_size(n, s.prefill_lens, "prompt length"), e),
-                             prefill_for, s.prefill_chunk, policy_apart=chunk_costs is not None),
+                             bare_graph, prefill_for, s.prefill_chunk, policy_apart=policy_free_costs is not None),
                          decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,
                          prefill_hold_tokens=None if colocated else free_tokens)

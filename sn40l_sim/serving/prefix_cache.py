@@ -31,9 +31,12 @@ cache it keeps for one prompt is not the cache of another prompt's first tokens.
 cache is shorter than the prompt, this model therefore keeps the uncompressed prefix KV on the
 prefill node (where the prompt's full cache exists before compression anyway; its bytes are reported
 as ``prefill_prefix_bytes_peak``) and reuses it for prefill compute only; each decode sequence keeps
-its own compressed cache (no decode-side sharing, ``decode_kv_shared`` false). Not modelled, as for a
-later chunk (:mod:`sn40l_sim.serving.chunked_prefill`): a hit's graph runs SnapKV's selection over
-its own rows, where the compressed cache is chosen over the whole prompt's.
+its own compressed cache (no decode-side sharing, ``decode_kv_shared`` false). The compressed cache
+is chosen over the whole prompt's, so, as after a chunked prefill's last chunk
+(:mod:`sn40l_sim.serving.chunked_prefill`), a hit runs the suffix's graph without the policy's
+prefill kernels (SnapKV's selection, the ring's construction) and then those kernels over the whole
+prompt, for what they add to its prefill (``policy_cycles``): a hit saves what it saves with the
+full cache, and the kernels cost a hit what they cost a miss.
 
 Examples
 --------
@@ -161,7 +164,7 @@ class PrefixTracker:
 
 
 def prefix_hit_cycles(timed: Callable[[int, int], int], lens: Sequence[int], prompt_len: int,
-                      held: int) -> tuple[int, int]:
+                      held: int, *, policy_cycles: int = 0) -> tuple[int, int]:
     """``(cycles, tokens reused)`` of prefilling a prompt of ``prompt_len`` tokens whose first
     ``held`` are cached, with the static graphs compiled for ``lens`` (sorted), ``timed(rows,
     earlier)`` the cycles of the graph of ``rows`` (a compiled length) after ``earlier`` cached
@@ -170,19 +173,24 @@ def prefix_hit_cycles(timed: Callable[[int, int], int], lens: Sequence[int], pro
 
     The suffix runs in the graph compiled for its length, filled with the prompt's last ``rows``
     tokens: it reuses ``prompt_len - rows`` cached tokens (at most ``held``), or none when that
-    graph is the whole prompt's or no cheaper than it. A cost of 100 cycles a call, 10 a row and
-    1 a (row, earlier key) pair, graphs of 4, 8 and 16 rows:
+    graph is the whole prompt's or no cheaper than it. ``policy_cycles``: when ``timed`` has none
+    of the KV policy's prefill kernels, what they add to the whole prompt's prefill; they select
+    from the whole prompt's cache, so they run once after the suffix (or the whole prompt) and
+    both charges include them. A cost of 100 cycles a call, 10 a row and 1 a (row, earlier key)
+    pair, graphs of 4, 8 and 16 rows:
 
     >>> timed = lambda rows, earlier: 100 + 10 * rows + rows * earlier
     >>> [prefix_hit_cycles(timed, (4, 8, 16), 16, held) for held in (4, 8, 10, 13)]
     [(260, 0), (244, 8), (244, 8), (188, 12)]
+    >>> prefix_hit_cycles(timed, (4, 8, 16), 16, 13, policy_cycles=30)
+    (218, 12)
     """
-    full = timed(compiled_size(prompt_len, lens, "prompt length"), 0)
+    full = timed(compiled_size(prompt_len, lens, "prompt length"), 0) + policy_cycles
     rows = compiled_size(prompt_len - held, lens, "prompt length")
     reused = prompt_len - rows
     if reused <= 0:
         return full, 0
-    cycles = interpolated_cycles(timed, rows, reused, *between_points((0, *sorted(lens)), reused))
+    cycles = interpolated_cycles(timed, rows, reused, *between_points((0, *sorted(lens)), reused)) + policy_cycles
     return (cycles, reused) if cycles < full else (full, 0)
 
 

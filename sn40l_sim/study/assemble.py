@@ -251,15 +251,17 @@ class Assembly:
 
     def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
         """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are
-        hardware of their own, and with chunked prefill the costs of a chunk's graph: the same
-        step costs with no KV policy's kernels, which select from the whole prompt once, after its
-        last chunk (an empty dict otherwise)."""
+        hardware of their own, and with chunked prefill or prefix caching the costs of a chunk's
+        or a prefix hit's suffix graph (on the prefill nodes' hardware): the same step costs with
+        no KV policy's kernels, which select from the whole prompt once, after its last chunk or
+        the suffix (an empty dict otherwise)."""
         options: dict[str, Any] = {}
         if self.prefill_node is not None:
             other = replace(self, node=self.prefill_node, prefill_node=None)
             options.update(prefill_costs=other.step_timer(setup), prefill_place=other.memory_placer(setup.model))
-        if setup.prefill_chunk is not None:
-            options["chunk_costs"] = self.step_timer(replace(setup, policy=make_policy("full", {})))
+        if setup.prefill_chunk is not None or setup.prefix_cache:
+            side = replace(self, node=self.prefill_node, prefill_node=None) if self.prefill_node is not None else self
+            options["policy_free_costs"] = side.step_timer(replace(setup, policy=make_policy("full", {})))
         return options
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:

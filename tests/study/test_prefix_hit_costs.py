@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
+import sn40l_sim.serving.point as point_module
+from sn40l_sim.serving.point import simulate_point
 from sn40l_sim.serving.prefix_cache import prefix_hit_cycles
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
 
@@ -62,3 +65,35 @@ def test_a_hit_never_costs_more_than_a_miss_nor_a_longer_prefix_more(costs):
     assert charges[0] == charges[1] == (full, 0)
     cycles = [c for c, _ in charges]
     assert cycles == sorted(cycles, reverse=True) and cycles[-1] < full
+
+
+def served_setup(asm, entry, monkeypatch):
+    """The serving set-up ``run`` gives the serving loop for ``entry``'s point (captured, not served)."""
+    captured = {}
+    monkeypatch.setattr(point_module, "simulate", lambda requests, serving: captured.setdefault("serving", serving))
+    point = next(p for p in asm.points if p.entry == entry)
+    setup = asm.setup(point)
+    simulate_point(setup, lambda slots: [Request(0, 0, PROMPT, 2)], asm.step_timer(setup),
+                   asm.memory_placer(setup.model), **asm.prefill_side(setup))
+    return captured["serving"]
+
+
+def test_a_compressing_policys_hit_pays_its_selection_over_the_whole_prompt(monkeypatch):
+    """SnapStream's prefill kernels choose the kept tokens from the whole prompt's cache, so a hit
+    runs the suffix's graph without them and then them over the whole prompt (as a chunked
+    prefill does after its last chunk): the kernels cost what a miss pays for them, and a hit
+    saves what it saves with the full cache. A hit's graph used to run them over its own rows:
+    a 400-token prompt over 399 held tokens paid none of them (9.29 ms, now 13.05), a 1,096-token
+    one over 99 held tokens paid them in a 1,024-row graph, where they cost more than over the
+    whole prompt's 2,048 (93.89 ms, now 74.96), and an 8K one over 4K 206.90 ms (now 207.56)."""
+    asm = assemble(load_experiment(REPO / "experiments/prefix_cache.yaml"))
+    full, snap = served_setup(asm, "full", monkeypatch), served_setup(asm, "snapstream", monkeypatch)
+    for prompt, held in ((8192, 4096), (5000, 1024), (1096, 1024), (1096, 99), (400, 399), (8192, 1024)):
+        snap_hit, snap_reused = snap.prefix_hit_cycles(prompt, held)
+        full_hit, full_reused = full.prefix_hit_cycles(prompt, held)
+        assert snap_reused == full_reused
+        assert snap.prefill_cycles(prompt) - snap_hit == full.prefill_cycles(prompt) - full_hit
+    # the selection is real work: the whole 8K prompt's graph with it costs more than without
+    assert snap.prefill_cycles(PROMPT) > full.prefill_cycles(PROMPT)
+    assert snap.prefix_hit_cycles(PROMPT, 4096)[0] - full.prefix_hit_cycles(PROMPT, 4096)[0] == \
+        snap.prefill_cycles(PROMPT) - full.prefill_cycles(PROMPT)
