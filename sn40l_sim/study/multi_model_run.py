@@ -12,6 +12,7 @@ switch by the serving model.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -155,6 +156,21 @@ def assign_models(requests: Sequence[Request], shares: Sequence[float], seed: in
     return by_id
 
 
+def warn_unrequested(exp: Any, model_of: Sequence[int], n_requests: int) -> None:
+    """Warn, naming the entry's line, of each model no request drew: it has no record (nothing was
+    served to report), so without a word its column would just be missing from the table while its
+    weights still take the slow tier and count in every copy figure."""
+    drawn = set(model_of)
+    for i, entry in enumerate(exp.spec.multi_model.models):
+        if i not in drawn:
+            file, line = exp.doc.where(("multi_model", "models", i))
+            where = f"{file}:{line}: " if line is not None else f"{file}: "
+            warnings.warn(f"{where}multi_model.models[{i}] ({entry.name}): no request of the workload's "
+                          f"{n_requests} drew this model (share {entry.share:g}), so it has no record; its "
+                          "weights still sit in the slow tier (raise its share or serve more requests)",
+                          stacklevel=2)
+
+
 def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResult], dict[str, Any]],
                         check: Callable[[PointResult, dict[str, Any], list[Request]], Any],
                         on_result: Callable[[PointResult], None] | None = None) -> list[dict[str, Any]]:
@@ -168,6 +184,7 @@ def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResu
     memory = node_memory(asm, timed)
     requests = asm.requests(point)(sum(t.costs.slots for t in timed))
     model_of = assign_models(requests, [entry.share for entry in section.models], exp.spec.serving.seed)
+    warn_unrequested(exp, model_of, len(requests))
     clock_hz = asm.node.socket.clock_hz
     quantum = to_cycles(section.quantum_s, asm.node.socket)
     records = []

@@ -15,7 +15,8 @@ request asking for one of them, under each scheduler policy (:mod:`sn40l_sim.ser
 Each model is timed on the node alone with the experiment's KV policies, plans and compiled sizes
 (``batch``: a number, or ``max``, the default: the largest compiled batch that fits beside nothing
 else, which leaves no room for a second model in the fast tier). Each request of the workload is
-given a model by a draw from the shares, seeded by ``serving.seed``. The node is one co-located
+given a model by a draw from the shares, seeded by ``serving.seed``. A model no request drew has no
+record (a warning names its entry). The node is one co-located
 node (``serving.mode: colocated``, ``decode_nodes: 1``). The experiment's ``model`` is the one
 ``map`` and ``check`` read; the models served are these.
 

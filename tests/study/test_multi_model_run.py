@@ -128,3 +128,19 @@ def test_check_refuses_a_served_model_run_refuses_with_the_same_line(tmp_path, c
         assert main(argv) == 2
         lines.append(capsys.readouterr().err)
     assert lines[0] == lines[1] and lines[0].count("\n") == 1 and words in lines[0], lines
+
+
+def test_a_model_no_request_drew_is_named_in_a_warning_not_dropped_silently(tmp_path):
+    # with a share of 0.001 none of the 30 requests (seed 0) asks for `other`: it has no record, and
+    # its column used to vanish from the table without a word
+    models = MODELS.replace("share: 0.7", "share: 0.999").replace("share: 0.3", "share: 0.001")
+    path = experiment(tmp_path, models)
+    with pytest.warns(UserWarning) as caught:
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["multi_model"]["served_model"] for r in records} == {"small"}
+    assert all(r["throughput"]["requests"] == 30 for r in records)
+    warned = [str(w.message) for w in caught if "multi_model.models[1]" in str(w.message)]
+    assert len(warned) == 1   # once for the run, not once per scheduler
+    assert warned[0].startswith(f"{path}:13: ")   # the entry's line
+    assert "(other): no request of the workload's 30 drew this model" in warned[0]
