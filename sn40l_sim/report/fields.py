@@ -103,7 +103,8 @@ RESULTS = Fields([
     # prefill
     Field("prefill_s", "s", "One prefill of the point's prompt.", axis="prefill of one prompt",
           table=Row(60, "prefill, one prompt (s)", ".3f")),
-    Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles.", golden=True,
+    Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles of the node that "
+          "prefills it (prefill_hardware's when the experiment names one; prefill_s is the same time in seconds).", golden=True,
           axis="prefill"),
     Field("prefill_kernel_cycles", "cycles", "Cycles of one prefill by kernel kind, summed over the graph.",
           keys=("kernel",), golden=True, axis="prefill time in {kernel} kernels"),

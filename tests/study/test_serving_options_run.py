@@ -172,3 +172,28 @@ def test_bad_serving_options_are_one_line_errors(tmp_path, capsys, kwargs, messa
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert str(path) in err and message in err
+
+
+def test_a_prefill_node_of_another_clock_times_prefill_in_its_own_cycles(tmp_path):
+    """A prefill node whose socket runs at half the clock: its prefill is timed and reported in its
+    own cycles (prefill_s = prefill_cycles / its clock), the decode step in the decode node's, and a
+    lone request's TTFT is that prefill in seconds (the serving loop counts it in the decode node's
+    clock: read in that clock's cycles it would be half as long)."""
+    slow = tmp_path / "slow_clock.yaml"
+    slow.write_text(f"base: {NODE8}\nname: SN40L-8-half-clock\nsocket_overrides: {{clock_hz: 0.8 GHz, stated: null}}\n")
+    records = {}
+    for name, top in (("base", ""), ("slow", f"prefill_hardware: {slow}\n")):
+        path = experiment(tmp_path, top=top, name=name)
+        path.write_text(path.read_text().replace("count: 40, prompt_len: {dist: uniform, low: 300, high: 1024}",
+                                                 "count: 1, prompt_len: 1024"))
+        (records[name],) = run(tmp_path, path)
+    base, record = records["base"], records["slow"]
+    assert record["prefill_hardware"] == "SN40L-8-half-clock"
+    assert record["prefill_s"] == pytest.approx(record["prefill_cycles"] / 0.8e9, rel=1e-6)
+    assert base["prefill_s"] == pytest.approx(base["prefill_cycles"] / 1.6e9, rel=1e-6)
+    assert record["prefill_s"] > base["prefill_s"]
+    assert record["decode_step_s"] == base["decode_step_s"]
+    assert record["decode_step_s"] == pytest.approx(record["decode_step_cycles"] / 1.6e9, rel=1e-6)
+    for r in (base, record):
+        # TTFT runs from arrival to the end of prefill (docs/architecture.md), the transfer after it
+        assert r["ttft_s"] == pytest.approx(r["prefill_s"], rel=1e-6) and r["kv_transfer_s"] > 0
