@@ -51,6 +51,13 @@ RequestCount = Annotated[PositiveInt, AfterValidator(Range("request count", 1, M
                                                            f"{MAX_REQUESTS} (a run keeps every request)"))]
 #: a trace window's length: a time, not zero
 Duration = timed(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s", low_open=True))
+#: the most nodes of one kind a serving point runs: 4,096 16-socket nodes are 65,536 sockets, far
+#: past any published SN40L deployment, and the serving loop keeps state per node and visits them
+#: at its events (10,000 prefill nodes took 17 s for 3,000 requests where 8 take 1 s; 100,000 did
+#: not finish in 100 s; a billion, a typo away, exhausted the machine's memory)
+MAX_NODES = 4096
+NodeCount = Annotated[NonNegativeInt, AfterValidator(Range("node count", 0, MAX_NODES, "0", f"{MAX_NODES}"))]
+PositiveNodeCount = Annotated[PositiveInt, AfterValidator(Range("node count", 1, MAX_NODES, "1", f"{MAX_NODES}"))]
 #: how many times as fast a trace's requests arrive (1e6 would serve a day's trace in a tenth of a second)
 RateScale = ranged(Range("rate multiplier", 1e-6, 1e6, "1e-6", "1e6"))
 
@@ -195,9 +202,9 @@ class ServingSection(StrictModel):
 
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
     #: nodes that only prefill (disaggregated; default 1). Must be absent or 0 when co-located.
-    prefill_nodes: NonNegativeInt | None = None
+    prefill_nodes: NodeCount | None = None
     #: nodes that decode (co-located: nodes that do both)
-    decode_nodes: PositiveInt = 1
+    decode_nodes: PositiveNodeCount = 1
     #: decode slots per node: ``max`` (the largest of ``batch_sizes`` that fits) or a number, which
     #: is the compiled batch itself (not rounded to one of ``batch_sizes``)
     batch: PositiveInt | Literal["max"] = "max"

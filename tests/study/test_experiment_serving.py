@@ -111,6 +111,12 @@ BAD = [
      "prefill_nodes"),
     ("batch: max", "batch: max\n  kv_transfer: pigeon", "serving.kv_transfer", "'host_link' or 'p2p'",
      "kv_transfer"),
+    # node counts past any deployment: a billion prefill nodes ran the machine out of memory, ten
+    # million decode nodes never finished (serving_section.MAX_NODES)
+    ("batch: max", "batch: max\n  prefill_nodes: 1000000000", "serving.prefill_nodes",
+     "expected a node count from 0 to 4096, got 1000000000", "prefill_nodes"),
+    ("batch: max", "batch: max\n  decode_nodes: 10000000", "serving.decode_nodes",
+     "expected a node count from 1 to 4096, got 10000000", "decode_nodes"),
     ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
      "must divide tp (16)", "attention_dp: 3"),
     ("batch: max", "batch: max\n  seeds: 3", "serving.seeds", "unknown key", "seeds"),
