@@ -90,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
         first = records[0]
-        models = first['model'] if exp.spec.multi_model is None else \
-            " + ".join(dict.fromkeys(r["model"] for r in records)) + " sharing one node"
+        # several models are named as the section names them: two entries of one model file (two
+        # copies, each with its own weights) would otherwise print as one model
+        models = first['model'] if exp.spec.multi_model is None else " + ".join(dict.fromkeys(
+            f"{r['multi_model']['served_model']} ({r['model']})" for r in records)) + " sharing one node"
         hardware = first['hardware'] + (f" (prefill on {first['prefill_hardware']})"
                                         if first.get("prefill_hardware") else "")
         print(f"{exp.spec.name}: {models} on {hardware}, {first['mode']} serving")

@@ -36,9 +36,12 @@ def experiment(tmp_path, models=MODELS, serving="mode: colocated, ", extra=""):
     return path
 
 
-def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path):
+def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path, capsys):
     path = experiment(tmp_path)
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    # two entries of one model file are two models on the node (two copies of the weights): the
+    # heading names both, where it used to print "llama-3.1-8b sharing one node"
+    assert "mm_demo: small (llama-3.1-8b) + other (llama-3.1-8b) sharing one node on SN40L-8" in capsys.readouterr().out
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["name"] for r in records] == [f"full/{s}/{m}" for s in ("on_demand", "batch_by_model", "prewarm")
                                             for m in ("small", "other")]
