@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.experiment_files import workload_source
     from sn40l_sim.study.preflight import check_assembly, require_workload
     from sn40l_sim.study.runner import simulate_assembly
     from sn40l_sim.study.sweep.base import experiment_with_sets
@@ -89,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
+        source = workload_source(exp)
+        if source is not None:   # a trace's licence may ask for its attribution beside the results
+            folder.note(trace=source)
         first = records[0]
         # several models are named as the section names them: two entries of one model file (two
         # copies, each with its own weights) would otherwise print as one model
@@ -100,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         print(side_by_side(records))
         for line in capping_notes(records):
             print(line)
+        if source is not None:
+            print(f"note: requests from {source}")
         for line in probe_lines(records):
             print(line)
         # the numbers are out; the plots (matplotlib alone takes a large share of a run's CPU) follow

@@ -52,6 +52,30 @@ class TraceRow(NamedTuple):
 SIMULATOR_COLUMNS = ("arrival_s", "prompt_len", "output_len")
 #: the Azure LLM inference trace's columns (2023 and 2024 releases)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+#: what the Azure LLM inference trace's licence (CC-BY 4.0) asks its users to keep beside it and
+#: beside what they make from it (experiments/traces/README.md)
+AZURE_ATTRIBUTION = ("the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0; Patel, Choukse, Zhang, "
+                     "Shah, Goiri, Maleki, Bianchini, \"Splitwise: Efficient generative LLM inference using phase "
+                     "splitting\", ISCA 2024)")
+
+
+def trace_source(path: Path) -> str:
+    """The trace file's name and, for a file in the Azure format (told apart by its header, as
+    :func:`read_trace` tells it), the attribution its licence asks for: what ``run`` and ``sweep``
+    print and keep in their output folder's ``status.json`` with the results made from it.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "conv.csv"
+    >>> _ = path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\\n2023-11-16 18:15:46.5,374,44\\n")
+    >>> trace_source(path).startswith("conv.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0")
+    True
+    >>> _ = path.write_text("arrival_s,prompt_len,output_len\\n0,374,44\\n")
+    >>> trace_source(path)
+    'conv.csv'
+    """
+    with path.open(encoding="utf-8-sig") as f:   # read_trace has read the whole file already
+        header = tuple(column.strip() for column in f.readline().split(","))
+    return f"{path.name}: {AZURE_ATTRIBUTION}" if header == AZURE_COLUMNS else path.name
 
 
 def read_trace(path: Path) -> list[TraceRow]:

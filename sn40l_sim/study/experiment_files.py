@@ -11,7 +11,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates_for
-from sn40l_sim.serving.traces import TraceRow, read_trace
+from sn40l_sim.serving.traces import TraceRow, read_trace, trace_source
 from sn40l_sim.study.experiment import Experiment
 
 
@@ -107,3 +107,12 @@ def referenced_files(experiment: Experiment) -> list[tuple[str, str, tuple]]:
     if isinstance(spec.graph_options.get("template"), str):
         files.append(("template", spec.graph_options["template"], ("graph_options", "template")))
     return [(label, rel, field) for label, rel, field in files if rel is not None]
+
+
+def workload_source(experiment: Experiment) -> str | None:
+    """The experiment's trace file and, for the Azure LLM inference trace, its attribution
+    (:func:`~sn40l_sim.serving.traces.trace_source`); None for a workload that is not a trace."""
+    workload = experiment.spec.workload
+    if workload is None or workload.kind != "trace":
+        return None
+    return trace_source(named_file(experiment, ("workload", "path"), workload.path, "trace"))

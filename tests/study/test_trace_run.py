@@ -57,3 +57,34 @@ def test_capped_trace_is_served_once_per_request_and_reported(tmp_path, capsys):
         assert label in out
     assert 0 <= record["slo"]["attainment"] <= 1 and record["goodput_requests_per_s"] <= \
         record["throughput"]["requests_per_s"]
+
+
+def test_the_trace_and_its_attribution_are_kept_with_the_results(tmp_path, capsys):
+    # CC-BY 4.0 asks for the Azure trace's attribution beside what is made from it: the results of
+    # a run from it used to name neither the trace nor its source
+    path = experiment(tmp_path, ", cap_lengths: true")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert status["trace"].startswith("azure.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0")
+    assert '"Splitwise: Efficient generative LLM inference using phase splitting", ISCA 2024' in status["trace"]
+    assert f"note: requests from {status['trace']}\n" in capsys.readouterr().out
+    # the simulator's own format: the file's name alone; a workload that is not a trace: nothing
+    (tmp_path / "mine.csv").write_text("arrival_s,prompt_len,output_len\n0,100,8\n0.5,200,4\n")
+    path.write_text(path.read_text().replace("path: azure.csv, cap_lengths: true", "path: mine.csv"))
+    assert main(["run", str(path), "--out", str(tmp_path / "mine"), "--quiet", "--no-plot"]) == 0
+    assert json.loads((tmp_path / "mine" / "status.json").read_text())["trace"] == "mine.csv"
+    assert "note: requests from mine.csv\n" in capsys.readouterr().out
+    path.write_text(path.read_text().replace("{kind: trace, path: mine.csv}",
+                                             "{kind: poisson, rate_per_s: 10, count: 4, output_len: 8}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "poisson"), "--quiet", "--no-plot"]) == 0
+    assert "trace" not in json.loads((tmp_path / "poisson" / "status.json").read_text())
+    assert "requests from" not in capsys.readouterr().out
+
+
+def test_a_sweep_over_a_trace_keeps_its_attribution_too(tmp_path, capsys):
+    path = experiment(tmp_path, ", cap_lengths: true")
+    path.write_text(path.read_text() + "sweep: {axes: {max_new_tokens: {path: serving.max_new_tokens, values: [16, 32]}}}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot", "--jobs", "1"]) == 0
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert status["trace"].startswith("azure.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0")
+    assert f"note: requests from {status['trace']}\n" in capsys.readouterr().out
