@@ -143,6 +143,8 @@ def _strict_int(value: Any) -> Any:
     return int(value) if isinstance(value, float) else value
 
 
+#: an integer written as one (no bool, text or fractional float), for counts with ranges of their own
+StrictInt = Annotated[int, BeforeValidator(_strict_int)]
 PositiveInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(POSITIVE_COUNT)]
 NonNegativeInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(COUNT)]
 Fraction = Annotated[float, Number, AfterValidator(FRACTION)]

@@ -25,6 +25,7 @@ from sn40l_sim.schema import (
     PositiveInt,
     Range,
     Seconds,
+    StrictInt,
     StrictModel,
     ranged,
     timed,
@@ -56,8 +57,8 @@ Duration = timed(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", 
 #: at its events (10,000 prefill nodes took 17 s for 3,000 requests where 8 take 1 s; 100,000 did
 #: not finish in 100 s; a billion, a typo away, exhausted the machine's memory)
 MAX_NODES = 4096
-NodeCount = Annotated[NonNegativeInt, AfterValidator(Range("node count", 0, MAX_NODES, "0", f"{MAX_NODES}"))]
-PositiveNodeCount = Annotated[PositiveInt, AfterValidator(Range("node count", 1, MAX_NODES, "1", f"{MAX_NODES}"))]
+NodeCount = Annotated[StrictInt, AfterValidator(Range("node count", 0, MAX_NODES, "0", f"{MAX_NODES}"))]
+PositiveNodeCount = Annotated[StrictInt, AfterValidator(Range("node count", 1, MAX_NODES, "1", f"{MAX_NODES}"))]
 #: how many times as fast a trace's requests arrive (1e6 would serve a day's trace in a tenth of a second)
 RateScale = ranged(Range("rate multiplier", 1e-6, 1e6, "1e-6", "1e6"))
 

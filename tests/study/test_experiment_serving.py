@@ -117,6 +117,13 @@ BAD = [
      "expected a node count from 0 to 4096, got 1000000000", "prefill_nodes"),
     ("batch: max", "batch: max\n  decode_nodes: 10000000", "serving.decode_nodes",
      "expected a node count from 1 to 4096, got 10000000", "decode_nodes"),
+    # the node count's own range, not the generic 1 to 2**31 - 1 of every count; no bool taken for 1
+    ("batch: max", "batch: max\n  decode_nodes: 0", "serving.decode_nodes",
+     "expected a node count from 1 to 4096, got 0", "decode_nodes"),
+    ("batch: max", "batch: max\n  decode_nodes: true", "serving.decode_nodes", "expected an integer, got True",
+     "decode_nodes"),
+    ("batch: max", "batch: max\n  prefill_nodes: -1", "serving.prefill_nodes",
+     "expected a node count from 0 to 4096, got -1", "prefill_nodes"),
     ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
      "must divide tp (16)", "attention_dp: 3"),
     ("batch: max", "batch: max\n  seeds: 3", "serving.seeds", "unknown key", "seeds"),
