@@ -109,7 +109,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
             # the chunk runs its own graph (its rows), so it loads that graph's configurations
-            yield from serving.switch_to(node, "prefill", end - done)
+            yield from serving.switch_to(node, "prefill", end - done, part=True)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
             cycles = chunk_cycles(setup, done, end, log.request.prompt_len)

@@ -301,14 +301,20 @@ class _Serving:
         self._decode_next(node)
 
     # -- co-located ------------------------------------------------------------------------
-    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0) -> Generator[Wait, None, None]:
+    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0,
+                  part: bool = False) -> Generator[Wait, None, None]:
         """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other
-        graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``)."""
+        graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``);
+        ``part``: a prefill graph of part of a prompt (a chunk, a prefix hit's suffix)."""
         last, self.last_graph[node.index] = self.last_graph[node.index], graph
         if last is None or last == graph:
             return
         setup = self.setup
-        cycles = setup.decode_switch_cycles if graph == "decode" else setup.prefill_switch_cycles(prompt_len)
+        if graph == "decode":
+            cycles = setup.decode_switch_cycles
+        else:
+            switch = setup.prefill_part_switch_cycles if part else None
+            cycles = (switch or setup.prefill_switch_cycles)(prompt_len)
         if cycles:
             self.busy["graph_switch"][node.index] += cycles
             yield cycles
@@ -334,7 +340,7 @@ class _Serving:
                 # the hit is known before the switch (only this node's own requests, finishing
                 # in its own steps, release the prefixes it holds)
                 cycles, rows = self._prefill_graph(log, node.index)
-                yield from self.switch_to(node, "prefill", rows)
+                yield from self.switch_to(node, "prefill", rows, part=rows < log.request.prompt_len)
                 log.prefill_node, log.prefill_start = node.index, self.env.now
                 yield cycles
                 self._end_prefill(log, node.index, self.busy["colocated_prefill"], cycles)

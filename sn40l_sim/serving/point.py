@@ -352,6 +352,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                              bare_graph, prefill_for, s.prefill_chunk, policy_apart=policy_free_costs is not None),
                          decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,
+                         # a chunk's or a hit suffix's graph, without the policy's kernels
+                         prefill_part_switch_cycles=(lambda rows: prefill_of(rows, bare=True)[1])
+                         if policy_free_costs is not None else None,
                          prefill_hold_tokens=None if colocated else free_tokens)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None

@@ -69,6 +69,10 @@ class ServingSetup:
         Co-located: ``rows ->`` configuration loads before a prefill graph of ``rows`` prompt
         tokens (a whole prompt, a chunk of one, or a prefix hit's suffix) after decode steps (none
         by default).
+    prefill_part_switch_cycles : callable or None
+        Co-located: the same for a chunk or a prefix hit's suffix where those graphs run without
+        the KV policy's prefill kernels (which then select once over the whole prompt); None: as
+        ``prefill_switch_cycles``.
     prefill_hold_tokens : int or None
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their
@@ -94,6 +98,7 @@ class ServingSetup:
     prefill_policy_cycles: Callable[[int], int] | None = None
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
+    prefill_part_switch_cycles: Callable[[int], int] | None = None
     prefill_hold_tokens: int | None = None
 
     def __post_init__(self) -> None:

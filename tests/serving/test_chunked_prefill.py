@@ -70,3 +70,20 @@ def test_a_chunk_after_decode_steps_loads_its_own_graphs_configurations():
     assert any(r.prompt_len > 256 for r in reqs) and sum(by_rows.busy["graph_switch"]) > 0
     assert by_rows.busy == small.busy and by_rows.steps == small.steps
     assert [r.token_cycles for r in by_rows.requests] == [r.token_cycles for r in small.requests]
+
+
+def test_a_chunk_without_the_policys_kernels_loads_that_graphs_configurations():
+    # where a chunk's graph runs without the KV policy's kernels (they select once, after the last
+    # chunk), its switch loads that graph's configurations, not the whole prompt graph's: with 7
+    # cycles for the part graph and 1,000 for the whole one, the schedule is the one where every
+    # switch to prefill costs 7
+    reqs = requests()
+    chunked = replace(SETUP, prefill_chunk=256, decode_switch_cycles=3)
+    apart = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 1000,
+                                   prefill_part_switch_cycles=lambda rows: 7))
+    small = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 7))
+    assert sum(apart.busy["graph_switch"]) > 0
+    assert apart.busy == small.busy and apart.steps == small.steps
+    # and without a graph of its own for the parts, a chunk pays the graph of its rows, as before
+    whole = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 1000))
+    assert sum(whole.busy["graph_switch"]) > sum(apart.busy["graph_switch"])

@@ -128,3 +128,19 @@ def test_a_colocated_hit_after_decode_steps_loads_its_suffix_graphs_configuratio
     assert by_rows.busy == small.busy and by_rows.steps == small.steps
     assert [(r.prefill_start, r.token_cycles) for r in by_rows.requests] == \
         [(r.prefill_start, r.token_cycles) for r in small.requests]
+
+
+def test_a_colocated_hit_without_the_policys_kernels_loads_that_graphs_configurations():
+    # where a hit's suffix graph runs without the KV policy's kernels, its switch loads that
+    # graph's configurations (7 cycles here), not those of a graph of its rows with them (1,000);
+    # the first request's miss runs the whole prompt's graph, whose switch it does not pay (the
+    # node's first graph)
+    reqs = [Request(0, 0, 240, 150, prefix_id=0, prefix_len=200)] + \
+        [Request(i, 300 * i, 240, 5, prefix_id=0, prefix_len=200) for i in range(1, 11)]
+    base = replace(setup("colocated", prefill=lambda p: 10 * p, caching=PrefixCaching(True, 3)), decode_nodes=1,
+                   decode_switch_cycles=3)
+    apart = simulate(reqs, replace(base, prefill_switch_cycles=lambda rows: 1000,
+                                   prefill_part_switch_cycles=lambda rows: 7))
+    small = simulate(reqs, replace(base, prefill_switch_cycles=lambda rows: 7))
+    assert apart.prefixes.hits == 10 and sum(apart.busy["graph_switch"]) > 0
+    assert apart.busy == small.busy and apart.steps == small.steps
