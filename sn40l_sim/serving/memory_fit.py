@@ -49,6 +49,9 @@ class FittedMemory:
     batch: int
     placement: Any
     prefill_memory: Any
+    #: with ``batch: max`` and KV allowed to spill, when the chosen batch's KV left the first tier:
+    #: the largest compiled batch whose KV stays there (None otherwise, or when none does)
+    kv_first_tier_batch: int | None = None
 
 
 def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
@@ -71,7 +74,24 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
     with located("prompt_len"):
         prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
-    return FittedMemory(search, batch, placement, prefill_memory)
+    return FittedMemory(search, batch, placement, prefill_memory, _kv_first_tier_batch(s, memory, batch, placement))
+
+
+def _kv_first_tier_batch(s: PointSetup, memory: MemoryFit, batch: int, placement: MemoryPlacement) -> int | None:
+    """The largest compiled batch below ``batch`` whose KV stays in the first tier, where ``batch:
+    max`` chose one whose KV spilled (``may_spill`` lists it): the largest batch that fits is then
+    read from the slower tier at every step, which a planner should hear of (None otherwise)."""
+    if s.batch != "max" or "kv" not in s.may_spill or not placement.outside(placement.first_tier).get("kv"):
+        return None
+    strict = tuple(use for use in s.may_spill if use != "kv")
+    smaller = [b for b in s.batch_sizes if b < batch]
+    if not smaller:
+        return None
+    try:
+        return find_max_batch(lambda b: in_first_tier(memory.decode_fits(b), strict, f"decode batch {b}"),
+                              smaller).max_batch
+    except InfeasibleError:
+        return None
 
 
 class MemoryFit:

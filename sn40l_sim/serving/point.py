@@ -135,6 +135,9 @@ class PointResult:
     footprint: KVFootprint | None = None
     #: whether the decode graph runs the MTP module (whose layer has a cache of its own)
     include_mtp: bool = False
+    #: with ``batch: max`` and KV allowed to spill, where the chosen batch's KV left the first
+    #: tier: the largest compiled batch whose KV stays there (memory_fit.FittedMemory)
+    kv_first_tier_batch: int | None = None
 
 
 def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None) -> float:
@@ -362,4 +365,4 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
                        prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
-                       bool(include_mtp))
+                       bool(include_mtp), fitted.kv_first_tier_batch)

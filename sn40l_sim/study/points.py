@@ -189,6 +189,27 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
                       "to use them; attention_dp divides tp, so it cannot)", stacklevel=2)
 
 
+def warn_kv_spilled(exp: Experiment, point: Point, result: Any) -> None:
+    """Warn when ``batch: max`` chose a batch whose KV left the first tier (``memory.may_spill``
+    lists kv): it is the largest batch that fits, and every decode step reads that KV from the
+    slower tier, so the step and the tokens per second can be far from a smaller batch's."""
+    memory = result.memory
+    spilled = {tier: uses.get("kv", 0) for tier, uses in memory.by_tier.items()
+               if tier != memory.first_tier and uses.get("kv", 0)}
+    if not spilled:
+        return
+    first = memory.first_tier.upper()
+    where_kv = " and ".join(f"{n / 2**30:.1f} GiB in {tier.upper()}" for tier, n in spilled.items())
+    smaller = (f"the largest compiled batch whose KV stays in {first} is {result.kv_first_tier_batch} "
+               f"(serving.batch: {result.kv_first_tier_batch} runs it)" if result.kv_first_tier_batch is not None
+               else f"no compiled batch keeps its KV in {first}")
+    file, line = exp.doc.where(("serving", "batch"))
+    at = f"{file}:{line}: " if line is not None else f"{file}: "
+    warnings.warn(f"{at}serving.batch (point {point.name}): max chose batch {result.batch}, whose KV puts {where_kv} "
+                  f"per socket (memory.may_spill lists kv), read from there at every decode step "
+                  f"({result.decode.seconds * 1e3:.1f} ms a step); {smaller}", stacklevel=2)
+
+
 def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
     """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
     file, line = exp.doc.where(("policies", point.policy_index) + inner)

@@ -26,7 +26,7 @@ from sn40l_sim.study.experiment import Experiment, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
-from sn40l_sim.study.points import Point
+from sn40l_sim.study.points import Point, warn_kv_spilled
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 
@@ -149,6 +149,8 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         except InputError as exc:
             raise asm.locate(exc) from None
         record = point_record(exp, point, result)
+        if setup.batch == "max":
+            warn_kv_spilled(exp, point, result)
         check_point(result, record, served)   # a violated invariant stops the run (InvariantError, exit 3)
         if on_result is not None:
             on_result(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -154,10 +155,16 @@ def test_kv_offload_to_ddr_is_one_experiment_option(tmp_path, capsys):
     path, text = experiment(tmp_path, prompt=65536)
     text = text.replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [8, 16, 32, 64, 128]")
     path.write_text(text)
-    assert main(["run", str(path), "--out", str(tmp_path / "hbm"), "--quiet", "--no-plot"]) == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["run", str(path), "--out", str(tmp_path / "hbm"), "--quiet", "--no-plot"]) == 0
+    assert not [w for w in caught if "memory.may_spill lists kv" in str(w.message)]
     offload = tmp_path / "offload.yaml"
     offload.write_text(text + "memory: {may_spill: [activations, kv]}\n")
-    assert main(["run", str(offload), "--out", str(tmp_path / "ddr"), "--quiet", "--no-plot"]) == 0
+    # the planner is told: the largest batch reads DDR at every step, and which batch stays in HBM
+    with pytest.warns(UserWarning, match=r"serving.batch \(point full\): max chose batch 128, whose KV puts .*"
+                      r"the largest compiled batch whose KV stays in HBM is 32 \(serving.batch: 32 runs it\)"):
+        assert main(["run", str(offload), "--out", str(tmp_path / "ddr"), "--quiet", "--no-plot"]) == 0
     capsys.readouterr()
     in_hbm, spilled = (json.loads((tmp_path / d / "results.json").read_text())[0] for d in ("hbm", "ddr"))
     assert (in_hbm["max_batch"], spilled["max_batch"]) == (32, 128)
