@@ -210,6 +210,22 @@ def warn_kv_spilled(exp: Experiment, point: Point, result: Any) -> None:
                   f"({result.decode.seconds * 1e3:.1f} ms a step); {smaller}", stacklevel=2)
 
 
+def warn_shape_batch_unserved(exp: Experiment, point: Point, served_batch: int) -> None:
+    """Warn when the experiment writes ``shape.batch`` but no ``serving.batch``, and ``max`` (the
+    default) served another batch: ``shape.batch`` is the batch of ``map``'s graph, so an experiment
+    meaning "one sequence at a time" with ``shape: {batch: 1}`` was timed at the largest batch that
+    fits, without a word (Llama-3.1-70B, 16 sockets, 512-token prompts: 2048 sequences a step)."""
+    shape_batch = exp.spec.shape.batch
+    if ("shape", "batch") not in exp.doc.origins or ("serving", "batch") in exp.doc.origins \
+            or served_batch == shape_batch:
+        return
+    file, line = exp.doc.where(("shape", "batch"))
+    at = f"{file}:{line}: " if line is not None else f"{file}: "
+    warnings.warn(f"{at}shape.batch (point {point.name}): {shape_batch} is the batch of map's graph; run serves "
+                  f"serving.batch, which is max when not given and chose {served_batch} here "
+                  f"(write serving.batch: {shape_batch} to serve {shape_batch} at a time)", stacklevel=2)
+
+
 def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
     """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
     file, line = exp.doc.where(("policies", point.policy_index) + inner)

@@ -221,3 +221,22 @@ def test_speculation_errors_are_one_line_naming_the_field(tmp_path, capsys):
     assert main(["run", str(options), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "graph_options.include_mtp: the MTP module runs as the draft" in err and "serving.speculative" in err
+
+
+def test_shape_batch_without_serving_batch_is_warned_when_max_serves_another(tmp_path):
+    # shape.batch is map's graph; run serves serving.batch (max when not given), so a file meaning
+    # "batch 1" with shape.batch alone was timed at the largest batch that fits without a word
+    path, text = experiment(tmp_path)
+    lone = tmp_path / "lone.yaml"
+    lone.write_text(text.replace("shape: {prompt_len: 4096}", "shape: {prompt_len: 4096, batch: 1}")
+                    .replace("  batch: max\n", ""))
+    with pytest.warns(UserWarning, match=r"lone.yaml:\d+: shape.batch \(point full\): 1 is the batch of map's graph; "
+                                         r"run serves serving.batch, which is max when not given and chose 16 here"):
+        assert main(["run", str(lone), "--out", str(tmp_path / "lone"), "--quiet", "--no-plot"]) == 0
+    # serving.batch written (max or a number): the file says what it serves, no warning
+    both = tmp_path / "both.yaml"
+    both.write_text(text.replace("shape: {prompt_len: 4096}", "shape: {prompt_len: 4096, batch: 1}"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["run", str(both), "--out", str(tmp_path / "both"), "--quiet", "--no-plot"]) == 0
+    assert not [w for w in caught if "shape.batch" in str(w.message)]
