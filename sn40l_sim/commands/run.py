@@ -106,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         if source is not None:
             print(f"note: requests from {source}")
+        if exp.spec.multi_model is not None:
+            print("note: the HBM/DDR per-socket rows are each model's alone on the node; what the node held "
+                  "with all its models is in the 'all models' rows")
         for line in probe_lines(records):
             print(line)
         # the numbers are out; the plots (matplotlib alone takes a large share of a run's CPU) follow

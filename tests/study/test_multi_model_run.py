@@ -41,8 +41,15 @@ def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path, cap
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
     # two entries of one model file are two models on the node (two copies of the weights): the
     # heading names both, where it used to print "llama-3.1-8b sharing one node"
-    assert "mm_demo: small (llama-3.1-8b) + other (llama-3.1-8b) sharing one node on SN40L-8" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "mm_demo: small (llama-3.1-8b) + other (llama-3.1-8b) sharing one node on SN40L-8" in out
     records = json.loads((tmp_path / "out" / "results.json").read_text())
+    # the memory rows are each model alone (DDR used 0.00 though the node keeps both models' weights
+    # there); the node's peaks are printed beside them, and a note says which is which
+    assert "note: the HBM/DDR per-socket rows are each model's alone on the node" in out
+    slow_row = next(line for line in out.splitlines() if line.startswith("slow tier held at peak, all models"))
+    assert slow_row.split()[-1] == f"{records[-1]['multi_model']['peak_slow_bytes'] / 2**30:.1f}"
+    assert records[0]["multi_model"]["peak_slow_bytes"] >= 2 * records[0]["multi_model"]["weight_bytes"]
     assert [r["name"] for r in records] == [f"full/{s}/{m}" for s in ("on_demand", "batch_by_model", "prewarm")
                                             for m in ("small", "other")]
     for scheduler in ("on_demand", "batch_by_model", "prewarm"):
