@@ -85,6 +85,19 @@ SOCKET_CASES = {
     "stated_flops_off": (_edit("bf16_flops", "700 TFLOPS"), "stated.bf16_flops",
                          "stated 700 TFLOPS but 1040 PCUs x 32 lanes x 6 stages x 1 MAC x 2 FLOP x 1.6 GHz = 638.976 TFLOPS"),
     "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows", "checkerboard"),
+    # PMUs sit on a checkerboard's odd cells, one fewer than its even ones when both sides are odd:
+    # the 263rd PMU of a 21 x 25 grid was accepted and left out of the layout the mapper places on
+    "grid_pmus_beyond_odd_cells": (lambda: (SOCKET.replace("grid_rows: 20", "grid_rows: 21").replace(
+        "grid_cols: 26", "grid_cols: 25").replace("pmus: 260", "pmus: 263", 1), None), "tile.grid_rows",
+        "262 for PMUs; it cannot hold 260 PCUs and 263 PMUs"),
+    # a grid far larger than its units built a mesh of millions of switches: MemoryError, or all the RAM
+    "grid_rows_to_spare": (_edit("grid_rows", "2000000"), "tile.grid_rows",
+                           "a 20 x 26 one holds them (expected grid_rows at most 20"),
+    "grid_cols_to_spare": (_edit("grid_cols", "27"), "tile.grid_cols",
+                           "a 20 x 26 one holds them (expected grid_cols at most 26"),
+    # the mapper runs GEMMs systolic and the rest as SIMD whatever this says: a one-mode PCU was
+    # accepted and mapped as if it had both
+    "pcu_one_mode": (_edit("modes", "[simd]"), "pcu.modes", "expected both modes"),
     "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
     "reserve_exceeds_hbm": (_edit("reserved_bytes", "100 GiB"), "memory.hbm.reserved_bytes", "only"),
     # a reserve equal to the capacity, in units a reader can compare, leaves nothing to use

@@ -82,8 +82,9 @@ def test_a_hardware_set_that_fails_with_the_others_too_names_itself(tmp_path, ca
     sets = ["--set", "hardware.socket.tile.pcus=280", "--set", "hardware.socket.tile.grid_cols=27"]
     assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    # 27 columns hold 270 PCUs at most: the set that fails alone is the one named
-    assert len(err) == 1 and err[0].startswith("error: --set hardware.socket.tile.pcus: 280: "), err
+    # 27 columns hold 270 PCUs at most, and alone leave a column to spare for the file's 260: both
+    # sets fail alone, and the first is named with the error of the two together
+    assert len(err) == 1 and err[0].startswith("error: --set hardware.socket.tile.grid_cols: 27: "), err
     assert "cannot hold 280 PCUs" in err[0], err
     # the message is about the tile asked for (27 columns), not the file's 26
     assert "a 20 x 27 checkerboard" in err[0], err
