@@ -185,6 +185,26 @@ def test_bad_node_file(case, tmp_path, capsys):
     assert path.name in err
 
 
+# an overlay of the 16-socket node: the topology error is located at the field the overlay wrote,
+# not at the base's topology.kind line, which the user did not change
+OVERLAY_TOPOLOGY_CASES = {
+    "more_sockets": ("sockets: 32\n", "sockets", "needs 31 P2P ports per socket, but socket.p2p.ports is 16"),
+    "fewer_ports": ("socket_overrides: {p2p: {ports: 8}}\n", "socket_overrides.p2p.ports", "needs 15 P2P ports"),
+    "more_links_per_pair": ("topology: {links_per_pair: 2}\n", "topology.links_per_pair", "needs 30 P2P ports"),
+    "its_own_topology": ("topology: {kind: hypercube}\nsockets: 12\n", "topology.kind", "power-of-two"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAY_TOPOLOGY_CASES))
+def test_a_node_overlays_topology_error_names_the_overlays_field(case, tmp_path, capsys):
+    text, field, words = OVERLAY_TOPOLOGY_CASES[case]
+    folder = copy_configs(tmp_path)
+    path = folder / "bigger.yaml"
+    path.write_text(f"base: sn40l_node16.yaml\nname: bigger\n{text}")
+    status, err = _check(path, capsys)
+    _assert_one_clean_line(status, err, "bigger.yaml", field, words, line=3)
+
+
 def test_error_inside_the_referenced_socket_file_names_that_file(tmp_path, capsys):
     folder = copy_configs(tmp_path)
     text, line = set_value(SOCKET, "lanes", "-32")
