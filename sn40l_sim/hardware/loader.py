@@ -34,6 +34,7 @@ from pydantic import BaseModel
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.grid import tile_grid_error
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.hardware.topology import ports_needed
@@ -162,7 +163,9 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
                                              "systolic and other work on SIMD lanes, and models no PCU without "
                                              f"either; got {list(socket.pcu.modes)}")
 
-    _check_grid(socket, doc, at)
+    grid_error = tile_grid_error(socket.tile)
+    if grid_error is not None:
+        raise _fail(doc, at("tile", grid_error[0]), grid_error[1])
     tile = socket.tile
     if tile.agcus > 2 * (tile.grid_cols + 1):
         raise _fail(doc, at("tile", "agcus"), f"{tile.agcus} AGCUs do not fit on the top and bottom edges of a "
@@ -183,53 +186,6 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
                         f"{param.value:g} is outside the physical bounds [{param.low:g}, {param.high:g}]")
     if stated:
         _check_stated(socket, doc, at)
-
-
-def _grid_holds(rows: int, cols: int, pcus: int, pmus: int) -> bool:
-    """Whether a ``rows x cols`` checkerboard holds the units: PCUs sit on its even cells (the
-    ceiling of half), PMUs on its odd cells (the floor), as :func:`~sn40l_sim.hardware.topology.build_topology`
-    and the mapper's layout place them.
-
-    >>> _grid_holds(20, 26, 260, 260), _grid_holds(21, 25, 260, 263), _grid_holds(21, 25, 263, 262)
-    (True, False, True)
-    """
-    cells = rows * cols
-    return pcus <= (cells + 1) // 2 and pmus <= cells // 2
-
-
-def _check_grid(socket: SocketSpec, doc: Document, at) -> None:
-    """The tile's grid holds its PCUs and PMUs, with no row or column to spare: units are placed
-    row by row, so a spare row or column would be a line of empty cells whose switches every
-    kernel's configuration still writes, and a grid written far too large (2,000,000 rows) would
-    build a mesh of millions of switches instead of being refused."""
-    tile = socket.tile
-    rows, cols, pcus, pmus = tile.grid_rows, tile.grid_cols, tile.pcus, tile.pmus
-    cells = rows * cols
-    if not _grid_holds(rows, cols, pcus, pmus):
-        raise _fail(doc, at("tile", "grid_rows"),
-                    f"a {rows} x {cols} checkerboard has {cells} cells, {(cells + 1) // 2} for PCUs (the even "
-                    f"cells) and {cells // 2} for PMUs; it cannot hold {pcus} PCUs and {pmus} PMUs")
-    for field, side, fewer in (("grid_rows", "rows", (rows - 1, cols)), ("grid_cols", "columns", (rows, cols - 1))):
-        if min(fewer) >= 1 and _grid_holds(*fewer, pcus, pmus):
-            smallest = _smallest_side(rows, cols, pcus, pmus, field == "grid_rows")
-            grid = f"{smallest} x {cols}" if field == "grid_rows" else f"{rows} x {smallest}"
-            raise _fail(doc, at("tile", field),
-                        f"a {rows} x {cols} checkerboard has {side} to spare for {pcus} PCUs and {pmus} PMUs: "
-                        f"a {grid} one holds them (expected {field} at most {smallest}, so that every row and "
-                        "column holds units)")
-
-
-def _smallest_side(rows: int, cols: int, pcus: int, pmus: int, of_rows: bool) -> int:
-    """The fewest rows (``of_rows``) or columns that, with the other side kept, hold the units:
-    a bisection, since the grid to check may have millions of rows."""
-    low, high = 1, rows if of_rows else cols
-    while low < high:
-        mid = (low + high) // 2
-        if _grid_holds(mid, cols, pcus, pmus) if of_rows else _grid_holds(rows, mid, pcus, pmus):
-            high = mid
-        else:
-            low = mid + 1
-    return low
 
 
 def _check_stated(socket: SocketSpec, doc: Document, at) -> None:

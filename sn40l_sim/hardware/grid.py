@@ -1,0 +1,56 @@
+"""The checkerboard of a tile: which grids hold its PCUs and PMUs (checked by the loader).
+
+PCUs sit on a grid's even cells (row + column even: the ceiling of half the cells), PMUs on its odd
+cells (the floor), filled row by row, as :func:`~sn40l_sim.hardware.topology.build_topology` and the
+mapper's layout (:mod:`sn40l_sim.mapper.layout`) place them.
+"""
+from __future__ import annotations
+
+from sn40l_sim.hardware.spec import TileSpec
+
+
+def grid_holds(rows: int, cols: int, pcus: int, pmus: int) -> bool:
+    """Whether a ``rows x cols`` checkerboard holds ``pcus`` PCUs and ``pmus`` PMUs.
+
+    >>> grid_holds(20, 26, 260, 260), grid_holds(21, 25, 260, 263), grid_holds(21, 25, 263, 262)
+    (True, False, True)
+    """
+    cells = rows * cols
+    return pcus <= (cells + 1) // 2 and pmus <= cells // 2
+
+
+def tile_grid_error(tile: TileSpec) -> tuple[str, str] | None:
+    """``(field, message)`` when the tile's grid does not hold its units, or holds them with a row
+    or a column to spare, else ``None``. Units are placed row by row, so a spare row or column is
+    a line of empty cells whose switches every kernel's configuration still writes, and a grid
+    written far too large (2,000,000 rows) would build a mesh of millions of switches.
+
+    >>> tile_grid_error(TileSpec.model_construct(grid_rows=21, grid_cols=26, pcus=260, pmus=260))[0]
+    'grid_rows'
+    """
+    rows, cols, pcus, pmus = tile.grid_rows, tile.grid_cols, tile.pcus, tile.pmus
+    cells = rows * cols
+    if not grid_holds(rows, cols, pcus, pmus):
+        return "grid_rows", (f"a {rows} x {cols} checkerboard has {cells} cells, {(cells + 1) // 2} for PCUs (the "
+                             f"even cells) and {cells // 2} for PMUs; it cannot hold {pcus} PCUs and {pmus} PMUs")
+    for field, side, fewer in (("grid_rows", "rows", (rows - 1, cols)), ("grid_cols", "columns", (rows, cols - 1))):
+        if min(fewer) >= 1 and grid_holds(*fewer, pcus, pmus):
+            smallest = _smallest_side(rows, cols, pcus, pmus, field == "grid_rows")
+            grid = f"{smallest} x {cols}" if field == "grid_rows" else f"{rows} x {smallest}"
+            return field, (f"a {rows} x {cols} checkerboard has {side} to spare for {pcus} PCUs and {pmus} PMUs: "
+                           f"a {grid} one holds them (expected {field} at most {smallest}, so that every row and "
+                           "column holds units)")
+    return None
+
+
+def _smallest_side(rows: int, cols: int, pcus: int, pmus: int, of_rows: bool) -> int:
+    """The fewest rows (``of_rows``) or columns that, with the other side kept, hold the units:
+    a bisection, since the grid to check may have millions of rows."""
+    low, high = 1, rows if of_rows else cols
+    while low < high:
+        mid = (low + high) // 2
+        if grid_holds(mid, cols, pcus, pmus) if of_rows else grid_holds(rows, mid, pcus, pmus):
+            high = mid
+        else:
+            low = mid + 1
+    return low
