@@ -28,6 +28,7 @@ Examples
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -81,7 +82,34 @@ def load_socket_document(doc: Document) -> SocketSpec:
     """Validate and check a socket document (``kind`` already popped)."""
     socket = validate(SocketSpec, doc)
     check_socket(socket, doc, stated=True)
+    warn_tier_order(socket, doc)
     return socket
+
+
+def warn_tier_order(socket: SocketSpec, doc: Document) -> None:
+    """Warn, at the faster tier's line, when a file lists a memory tier after a slower one: tiers
+    are placed in the order listed (fastest first, docs/architecture.md), so a file listing
+    ``ddr`` above ``hbm`` ran every weight and cache from DDR, two hundred times slower, without a
+    word. Only files warn: a sweep or ``--set`` that slows a tier keeps the file's placement on
+    purpose."""
+    tiers = list(socket.memory)
+    for i, tier in enumerate(tiers):
+        rate = figures.memory_bytes_per_s(socket, tier)
+        slower = [t for t in tiers[:i] if figures.memory_bytes_per_s(socket, t) < rate]
+        if slower:
+            file, line = doc.where(("memory", tier))
+            where = f"{file}:{line}" if line is not None else file
+            before = slower[0]
+            warnings.warn(f"{where}: memory.{tier}: listed after {before}, a slower tier "
+                          f"({_rate_text(rate)} against {_rate_text(figures.memory_bytes_per_s(socket, before))} a "
+                          f"socket): tiers are placed in the order listed, so weights, KV and activations fill "
+                          f"{before} first; list the tiers fastest first, or order them per experiment with "
+                          "memory.order", stacklevel=2)
+            return
+
+
+def _rate_text(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e12:.4g} TB/s" if bytes_per_s >= 1e12 else f"{bytes_per_s / 1e9:.4g} GB/s"
 
 
 def _node_socket_document(doc: Document) -> Document:

@@ -215,3 +215,33 @@ def test_a_new_tier_is_one_yaml_entry(tmp_path):
     assert sum(1 for _, d in graph.nodes(data=True) if d.get("kind") == "cxl") == 2
     with pytest.raises(InputError, match="outside the physical bounds"):
         with_overrides(load_hardware(folder / "cxl.yaml"), {"socket.memory.cxl.efficiency": 0.2})
+
+
+def _ddr_listed_first(text: str) -> str:
+    """The socket file with its ddr entry moved above its hbm entry."""
+    hbm, ddr, tln = text.index("  hbm:\n"), text.index("  ddr:\n"), text.index("\ntln:")
+    return text[:hbm] + text[ddr:tln + 1] + text[hbm:ddr] + text[tln + 1:]
+
+
+def test_a_file_listing_a_slower_tier_first_is_warned_of_at_the_faster_tier(tmp_path):
+    # tiers are placed in the order listed: with ddr above hbm, DeepSeek-R1's decode step ran from
+    # DDR (17.5 s instead of 86 ms) without a word
+    path = tmp_path / "ddr_first.yaml"
+    path.write_text(_ddr_listed_first((HW / "sn40l.yaml").read_text()))
+    with pytest.warns(UserWarning) as caught:
+        node = load_hardware(path)
+    assert list(node.socket.memory) == ["ddr", "hbm"]
+    (message,) = [str(w.message) for w in caught]
+    # located in the hbm entry (a block mapping's position is that of its first field)
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t == "  hbm:")
+    assert message.split(": memory.hbm")[0] in (f"{path}:{line}", f"{path}:{line + 1}"), message
+    assert "memory.hbm: listed after ddr, a slower tier (1.638 TB/s against 100 GB/s a socket)" in message
+    assert "memory.order" in message
+
+
+def test_shipped_files_and_overrides_that_slow_a_tier_do_not_warn(recwarn):
+    for path in HW.glob("*.yaml"):
+        load_hardware(path)
+    # a sweep that takes HBM below DDR keeps the file's placement on purpose
+    with_overrides(load_hardware(HW / "sn40l_node16.yaml"), {"socket.memory.hbm.bytes_per_s_per_unit": "10 GB/s"})
+    assert not [w for w in recwarn if "listed after" in str(w.message)]
