@@ -52,6 +52,10 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
     ("serving.batch=-1", "serving.batch"),
     # an empty value was read as null, and the error spoke of "None"
     ("serving.batch=", "--set serving.batch: expected a value after '='"),
+    # the published totals are neither simulated nor checked for a changed node: the run was the file's
+    # socket named "(socket.stated.pcus 2080)"
+    ("hardware.socket.stated.pcus=2080", "--set hardware.socket.stated.pcus: the published totals under "
+                                         "socket.stated are neither simulated nor checked for a changed node"),
 ])
 def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, item, words):
     path = _experiment(tmp_path)

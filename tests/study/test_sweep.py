@@ -141,6 +141,10 @@ def test_hardware_axes_and_sets(tmp_path):
      "shape.batch is the batch of map's graph; run and sweep simulate serving.batch"),
     ("axes:\n  shape.max_new_tokens: [4, 16]\n", "sweep.axes.shape.max_new_tokens", 16,
      "the experiment's serving.max_new_tokens replaces shape.max_new_tokens"),
+    # the published totals are not simulated: every point ran the file's socket under another name
+    ("axes:\n  hardware.socket.stated.bf16_flops: [638 TFLOPS, 1276 TFLOPS]\n",
+     "sweep.axes.hardware.socket.stated.bf16_flops[0]", 16,
+     "the published totals under socket.stated are neither simulated nor checked"),
     # a range's ends are numbers: a unit is said to be the problem, with the number to write instead
     ("axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {start: 400 GB/s, stop: 0.8 TB/s, num: 3}\n",
      "sweep.axes.hardware.socket.memory.hbm.bytes_per_s_per_unit.start", 16,

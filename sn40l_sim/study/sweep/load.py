@@ -63,7 +63,7 @@ from sn40l_sim.study.sweep.axes import (
 )
 from sn40l_sim.study.sweep.base import apply_sets, check_points, experiment_from_data, load_node
 from sn40l_sim.study.sweep.outputs import parse_objectives, parse_plot
-from sn40l_sim.study.sweep.sets import overlapping_axes
+from sn40l_sim.study.sweep.sets import overlapping_axes, unsimulated_hardware_field
 from sn40l_sim.yamlio import Document, load_document
 
 
@@ -275,6 +275,9 @@ class _Checker:
             raise self._fail(axis, None, "the axis prompt_lens replaces shape.prompt_len at every point, so this "
                              "axis would have no effect: sweep one of them")
         for i, value in enumerate(axis.values):
+            unread = unsimulated_hardware_field(axis.hardware_field, value) if axis.hardware_field else None
+            if unread is not None:
+                raise self._fail(axis, i, f"value {value!r}: {unread}")
             try:
                 if axis.hardware_field:
                     self._hardware({**self.base_hw, axis.hardware_field: value})

@@ -65,6 +65,26 @@ def check_set_has_effect(dotted: str, parts: tuple[str, ...], axes: list[Axis]) 
                              "have no effect; drop the --set or the axis", field=f"--set {dotted}")
 
 
+def unsimulated_hardware_field(hardware_field: str, value: Any) -> str | None:
+    """Why a hardware override (a path under the node, ``socket.stated.pcus``) would have no
+    effect, or ``None``: the published totals under ``socket.stated`` are checked against a file's
+    per-unit fields and neither simulated nor checked for a changed node (docs/architecture.md), so
+    ``--set hardware.socket.stated.pcus=2080`` ran the shipped socket under a new name. Setting
+    them to null, as a hypothetical part does, is kept.
+
+    >>> unsimulated_hardware_field("socket.stated", None) is None, unsimulated_hardware_field("sockets", 8) is None
+    (True, True)
+    >>> unsimulated_hardware_field("socket.stated.pcus", 2080)[:40]
+    'the published totals under socket.stated'
+    """
+    parts = tuple(upgrade_dotted(hardware_field).split("."))
+    if parts[:2] != ("socket", "stated") or value is None:
+        return None
+    return ("the published totals under socket.stated are neither simulated nor checked for a changed node, so "
+            "this value would have no effect: change the per-unit fields they follow from (socket.tile.pcus, "
+            "socket.memory.<tier>.capacity_bytes_per_unit, socket.clock_hz, ...)")
+
+
 def check_set_is_read(dotted: str, parts: tuple[str, ...], value: Any, base: dict[str, Any], served: bool,
                       sets: dict[str, Any]) -> None:
     """Refuse a ``--set`` of a field another replaces with another value (in the file or in
@@ -91,6 +111,8 @@ def check_set_is_read(dotted: str, parts: tuple[str, ...], value: Any, base: dic
             not (isinstance(prompt_lens, list) and value in prompt_lens):
         why = "the experiment lists prompt_lens, which replace shape.prompt_len, so this value would have no " \
               "effect: set prompt_lens (a list such as [8192])"
+    elif parts[0] == "hardware" and len(parts) > 1 and unsimulated_hardware_field(".".join(parts[1:]), value):
+        why = unsimulated_hardware_field(".".join(parts[1:]), value)
     else:
         return
     raise InputError(why, field=f"--set {dotted}")
