@@ -37,8 +37,8 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.grid import tile_grid_error
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
+from sn40l_sim.hardware.node_checks import check_node
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
-from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, set_value
@@ -277,33 +277,6 @@ def _where(doc: Document, path: FieldPath) -> str:
     file, line = doc.where(path)
     name = ".".join(map(str, path))
     return f"{name} at {Path(file).name}:{line}" if line else name
-
-
-def check_node(node: NodeSpec, doc: Document) -> None:
-    """Node-level checks: the topology must be buildable with the socket's P2P ports. The error is
-    located at the field the node's own file wrote (``sockets: 32`` over a base's full mesh), not
-    at the base's line it disagrees with."""
-    kind, n, per_pair = node.topology.kind, node.sockets, node.topology.links_per_pair
-    topology = (("topology", "kind"), ("sockets",))
-    try:
-        needed = ports_needed(n, kind, per_pair)
-    except InputError as exc:
-        raise _fail(doc, _own_field(doc, topology), exc.message) from None
-    if needed > node.socket.p2p.ports:
-        at = _own_field(doc, topology + (("topology", "links_per_pair"), ("socket_overrides", "p2p", "ports")))
-        raise _fail(doc, at,
-                    f"a {kind} of {n} sockets with {per_pair} link(s) per pair needs {needed} P2P ports per "
-                    f"socket, but socket.p2p.ports is {node.socket.p2p.ports}")
-
-
-def _own_field(doc: Document, candidates: tuple[FieldPath, ...]) -> FieldPath:
-    """The first of ``candidates`` that ``doc``'s own file wrote (not a ``base:`` it starts from),
-    else the first."""
-    for path in candidates:
-        origin = doc.origins.get(path)
-        if origin is not None and origin[0] == str(doc.path):
-            return path
-    return candidates[0]
 
 
 def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:

@@ -188,7 +188,12 @@ def test_bad_node_file(case, tmp_path, capsys):
 # an overlay of the 16-socket node: the topology error is located at the field the overlay wrote,
 # not at the base's topology.kind line, which the user did not change
 OVERLAY_TOPOLOGY_CASES = {
-    "more_sockets": ("sockets: 32\n", "sockets", "needs 31 P2P ports per socket, but socket.p2p.ports is 16"),
+    # the error names the way out: more ports, or the topologies whose need fits the ports there are
+    "more_sockets": ("sockets: 32\n", "sockets", "needs 31 P2P ports per socket, but socket.p2p.ports is 16; "
+                     "raise it, or choose a topology that fits in 16 (ring: 2, torus2d: 4, hypercube: 5)"),
+    "torus_too_few_ports": ("topology: {kind: torus2d}\nsockets: 12\nsocket_overrides: {p2p: {ports: 3}}\n",
+                            "topology.kind", "needs 4 P2P ports per socket, but socket.p2p.ports is 3; raise it, "
+                            "or choose a topology that fits in 3 (ring: 2)"),
     "fewer_ports": ("socket_overrides: {p2p: {ports: 8}}\n", "socket_overrides.p2p.ports", "needs 15 P2P ports"),
     "more_links_per_pair": ("topology: {links_per_pair: 2}\n", "topology.links_per_pair", "needs 30 P2P ports"),
     "its_own_topology": ("topology: {kind: hypercube}\nsockets: 12\n", "topology.kind", "power-of-two"),
