@@ -86,6 +86,11 @@ def load_socket_document(doc: Document) -> SocketSpec:
     return socket
 
 
+#: words of the warning :func:`warn_tier_order` gives, by which an experiment whose ``memory.order``
+#: places the tiers itself silences it (sn40l_sim/study/assemble.py)
+TIER_ORDER_WARNING = "tiers are placed in the order listed"
+
+
 def warn_tier_order(socket: SocketSpec, doc: Document) -> None:
     """Warn, at the faster tier's line, when a file lists a memory tier after a slower one: tiers
     are placed in the order listed (fastest first, docs/architecture.md), so a file listing
@@ -102,7 +107,7 @@ def warn_tier_order(socket: SocketSpec, doc: Document) -> None:
             before = slower[0]
             warnings.warn(f"{where}: memory.{tier}: listed after {before}, a slower tier "
                           f"({_rate_text(rate)} against {_rate_text(figures.memory_bytes_per_s(socket, before))} a "
-                          f"socket): tiers are placed in the order listed, so weights, KV and activations fill "
+                          f"socket): {TIER_ORDER_WARNING}, so weights, KV and activations fill "
                           f"{before} first; list the tiers fastest first, or order them per experiment with "
                           "memory.order", stacklevel=2)
             return

@@ -25,6 +25,7 @@ Examples
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -34,7 +35,7 @@ from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
@@ -313,6 +314,18 @@ class Assembly:
         return True
 
 
+def _load_hardware(experiment: Experiment, field: tuple[str, ...], name: str, what: str) -> NodeSpec:
+    """The hardware file an experiment names; the file's warning that it lists a slower memory
+    tier first is left out when the experiment's ``memory.order`` places the tiers itself (the
+    way out that warning names)."""
+    path = named_file(experiment, field, name, what)
+    if experiment.spec.memory.order is None:
+        return load_hardware(path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=f".*{TIER_ORDER_WARNING}")
+        return load_hardware(path)
+
+
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
              node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
@@ -326,7 +339,7 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     """
     spec = experiment.spec
     if node is None:
-        node = load_hardware(named_file(experiment, ("hardware",), spec.hardware, "hardware"))
+        node = _load_hardware(experiment, ("hardware",), spec.hardware, "hardware")
     if hardware_overrides:
         node = with_overrides(node, hardware_overrides)
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
@@ -338,8 +351,7 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
                                "(leave serving.speculative out, or set drafts: 0)")
     prefill_node = None
     if spec.prefill_hardware is not None:
-        prefill_node = load_hardware(named_file(experiment, ("prefill_hardware",), spec.prefill_hardware,
-                                                "prefill hardware"))
+        prefill_node = _load_hardware(experiment, ("prefill_hardware",), spec.prefill_hardware, "prefill hardware")
         if hardware_overrides:
             prefill_node = with_overrides(prefill_node, hardware_overrides)
         memory_order(experiment, prefill_node)

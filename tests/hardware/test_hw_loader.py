@@ -245,3 +245,23 @@ def test_shipped_files_and_overrides_that_slow_a_tier_do_not_warn(recwarn):
     # a sweep that takes HBM below DDR keeps the file's placement on purpose
     with_overrides(load_hardware(HW / "sn40l_node16.yaml"), {"socket.memory.hbm.bytes_per_s_per_unit": "10 GB/s"})
     assert not [w for w in recwarn if "listed after" in str(w.message)]
+
+
+def test_an_experiment_placing_the_tiers_itself_is_not_told_to(tmp_path, recwarn):
+    # the warning names memory.order as the way out; an experiment that takes it is not warned
+    from sn40l_sim.study.assemble import assemble
+    from sn40l_sim.study.experiment import load_experiment
+
+    (tmp_path / "sn40l.yaml").write_text(_ddr_listed_first((HW / "sn40l.yaml").read_text()))
+    for name in ("sn40l_node16.yaml", "sn40l_node8.yaml"):   # the 8-socket node starts from the 16-socket one
+        (tmp_path / name).write_text((HW / name).read_text())
+    repo = HW.parent
+    text = (f"kind: experiment\nname: e\nhardware: sn40l_node8.yaml\nmodel: {repo / 'graphs/llama3_1_8b.yaml'}\n"
+            "parallel: {prefill: {tp: 8}, decode: {tp: 8}}\npolicies: [{name: full, policy: full}]\n"
+            "shape: {prompt_len: 1024}\n")
+    (tmp_path / "plain.yaml").write_text(text)
+    (tmp_path / "ordered.yaml").write_text(text + "memory: {order: [hbm, ddr]}\n")
+    assemble(load_experiment(tmp_path / "ordered.yaml"))
+    assert not [w for w in recwarn if "listed after" in str(w.message)]
+    with pytest.warns(UserWarning, match="memory.hbm: listed after ddr"):
+        assemble(load_experiment(tmp_path / "plain.yaml"))
