@@ -83,6 +83,16 @@ def test_gqa_heads_must_divide(tmp_path):
     assert info.value.field == "attention.kv_heads" and info.value.line == _line_of(text, r"kv_heads:")
 
 
+def test_gqa_head_dim_must_be_even(tmp_path):
+    # gqa_rope rotates every element of a head in pairs, as MLA's RoPE width, which is checked too
+    text = (GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace("head_dim: 128 ", "head_dim: 127 ")
+    path = tmp_path / "llama.yaml"
+    path.write_text(text.replace("kernels: kernels_llama.yaml\n", ""))
+    with pytest.raises(InputError, match="head_dim must be even, got 127") as info:
+        load_model(path)
+    assert info.value.field == "attention.head_dim" and info.value.line == _line_of(text, r"head_dim:")
+
+
 def test_syntax_error_names_the_line(tmp_path):
     path = _write(tmp_path, GOOD.replace("hidden: 7168 ", "hidden: [7168 "))
     with pytest.raises(InputError, match="YAML syntax error") as info:

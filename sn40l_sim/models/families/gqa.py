@@ -240,9 +240,12 @@ class GQAAttentionSpec(AttentionSpec):
                    for s in range(0, self.heads, per_socket))
 
     def problems(self) -> Iterator[tuple[str, str]]:
-        """Every KV head serves the same number of query heads."""
+        """Every KV head serves the same number of query heads, and RoPE (``gqa_rope``, over the
+        whole head as in Llama) rotates pairs of a head's elements, as MLA's check of its RoPE width."""
         if self.heads % self.kv_heads:
             yield "kv_heads", f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})"
+        if self.head_dim % 2:
+            yield "head_dim", f"RoPE rotates pairs: head_dim must be even, got {self.head_dim}"
 
     def reference_plans(self) -> tuple[ParallelPlan, ParallelPlan]:
         """TP8 in both phases: one socket per KV head of Llama-3.1."""
