@@ -9,7 +9,7 @@ file, the field and the line.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import with_template
+from sn40l_sim.models.tensors import inventory
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document
 
@@ -148,6 +149,7 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
     if model.moe is None and model.dense_layers not in (0, model.layers):
         raise fail(("dense_layers",), "dense_layers splits dense from MoE layers, but the model has no "
                    "moe section (every layer is dense); remove it or add moe")
+    _check_bf16_tensors(model, fail)
     for field, message in model.attention.problems():  # the attention family's own checks
         raise fail(("attention", field), message)
     for path, message in kv_problems(model):  # the KV format's (datatype, scales, shared layers)
@@ -169,3 +171,18 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
         if model.dense_layers == model.layers:
             raise fail(("dense_layers",), "every layer is dense, so the moe section is unused; lower "
                        "dense_layers or remove moe")
+
+
+def _check_bf16_tensors(model: ModelSpec, fail: Callable[[FieldPath, str], InputError]) -> None:
+    """Each group ``bf16_tensors`` keeps in BF16 must be a group of the model's tensors: a name
+    without one would be ignored, and with a tied head the head the user meant to keep in BF16
+    would stream in ``weight_dtype`` (it is the embedding table)."""
+    present = {t.group for t in inventory(model)}
+    for name in model.bf16_tensors:
+        if name in present:
+            continue
+        if name == "lm_head":
+            why = "the output head is the embedding table (tie_embeddings: true): name embedding instead"
+        else:   # the router, the one other optional group
+            why = "the model has no router (no moe section)"
+        raise fail(("bf16_tensors",), f"bf16_tensors names {name!r}, which the model does not have: {why}")

@@ -93,6 +93,26 @@ def test_gqa_head_dim_must_be_even(tmp_path):
     assert info.value.field == "attention.head_dim" and info.value.line == _line_of(text, r"head_dim:")
 
 
+@pytest.mark.parametrize("edits, name, why", [
+    # a dense model has no router: the name would be ignored
+    ((("kv_dtype: bf16", "bf16_tensors: [router]\nkv_dtype: bf16"),), "router", "no moe section"),
+    # a tied head is the embedding table: naming the head would leave it streaming in FP8
+    ((("weight_dtype: bf16", "weight_dtype: fp8\nbf16_tensors: [lm_head]"),
+      ("tie_embeddings: false", "tie_embeddings: true")), "lm_head", "name embedding instead"),
+])
+def test_bf16_tensors_must_name_groups_the_model_has(tmp_path, edits, name, why):
+    text = (GRAPHS_DIR / "llama3_1_8b.yaml").read_text().replace("kernels: kernels_llama.yaml\n", "")
+    for old, new in edits:
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    path = tmp_path / "llama.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"bf16_tensors names '{name}', which the model does not have") as info:
+        load_model(path)
+    assert why in info.value.message
+    assert info.value.field == "bf16_tensors" and info.value.line == _line_of(text, r"^bf16_tensors:")
+
+
 def test_syntax_error_names_the_line(tmp_path):
     path = _write(tmp_path, GOOD.replace("hidden: 7168 ", "hidden: [7168 "))
     with pytest.raises(InputError, match="YAML syntax error") as info:
