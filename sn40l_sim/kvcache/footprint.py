@@ -65,7 +65,7 @@ class KVFootprint:
 
 
 def state_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, state_bytes: int, *,
-                           include_mtp: bool = False) -> int:
+                           include_mtp: bool | int = False) -> int:
     """Bytes of policy state the busiest decode socket holds for ``batch`` sequences.
 
     >>> from sn40l_sim.models.loader import load_model
@@ -80,7 +80,7 @@ def state_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, sta
 
 
 def kv_bytes_by_use(model: ModelSpec, plan: ParallelPlan, batch: int, footprint: KVFootprint, *,
-                    include_mtp: bool = False) -> dict[str, int]:
+                    include_mtp: bool | int = False) -> dict[str, int]:
     """Decode bytes on the busiest socket for ``batch`` sequences: ``kv`` (the cache attention
     reads plus the policy's state) and ``kv_offload`` (the store, 0 without one)."""
     cache = kv_bytes_per_socket(model, plan, batch, footprint.slots, include_mtp=include_mtp)

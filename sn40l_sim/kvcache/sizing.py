@@ -151,7 +151,7 @@ def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:
 
 
 def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
-                        include_mtp: bool = False, phase: Phase = "decode") -> int:
+                        include_mtp: bool | int = False, phase: Phase = "decode") -> int:
     """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
 
     The one rule that ``run`` (memory and maximum batch) and ``map`` (memory placement) use.
@@ -175,8 +175,8 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     to the decode node, the sockets sharing a KV head writing its rows split by tokens
     (:mod:`sn40l_sim.models.families.mla`), so each holds its share of them.
 
-    Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP module's layer
-    with ``include_mtp``) times the socket's share of the KV heads, rounded **up** to whole bytes,
+    Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP modules' layers
+    with ``include_mtp``: all of them, or those a number of drafts runs) times the socket's share of the KV heads, rounded **up** to whole bytes,
     then multiplied by ``cache_len`` and by the sequences the socket holds.
 
     Examples

@@ -151,11 +151,24 @@ def kv_op_dtype(model: ModelSpec) -> str:
     return model.kv_dtype if model.kv_dtype in DTYPE_BYTES else "int8"
 
 
-def kv_cache_layers(model: ModelSpec, include_mtp: bool = False) -> int:
+def kv_cache_layers(model: ModelSpec, include_mtp: bool | int = False) -> int:
     """Layers' worth of cache one token takes: ``ceil(layers / kv_shared_layers)``, plus the MTP
-    modules' own layers with ``include_mtp`` (an MTP block shares with no other layer)."""
+    modules' own layers (an MTP block shares with no other layer): every module's with
+    ``include_mtp=True``; given a number of drafts, the modules those drafts run, draft ``d``
+    running module ``d mod modules`` (:mod:`sn40l_sim.models.builder`), so ``min(drafts, modules)``:
+    a module no draft runs keeps no cache.
+
+    >>> from sn40l_sim.models.spec import ModelSpec
+    >>> m = ModelSpec.model_validate(dict(kind="model", name="m", layers=4, hidden=64, dense_ffn=128,
+    ...     vocab=100, weight_dtype="bf16", mtp=dict(modules=3),
+    ...     attention=dict(kind="gqa", heads=4, kv_heads=2, head_dim=16)))
+    >>> [kv_cache_layers(m, n) for n in (False, 1, 2, 5, True)]
+    [4, 5, 6, 7, 7]
+    """
     layers = math.ceil(model.layers / model.kv_shared_layers)
-    return layers + (model.mtp.modules if include_mtp and model.mtp else 0)
+    if model.mtp is None or not include_mtp:
+        return layers
+    return layers + (model.mtp.modules if include_mtp is True else min(int(include_mtp), model.mtp.modules))
 
 
 def kv_problems(model: ModelSpec) -> Iterator[tuple[tuple[str, ...], str]]:

@@ -80,7 +80,7 @@ def active_params(model: ModelSpec, include_mtp: bool = False) -> int:
     return total
 
 
-def kv_bytes_per_token(model: ModelSpec, include_mtp: bool = False) -> int:
+def kv_bytes_per_token(model: ModelSpec, include_mtp: bool | int = False) -> int:
     """KV-cache bytes per token over all layers.
 
     The width per token and layer is the attention family's
@@ -97,7 +97,7 @@ def kv_bytes_per_token(model: ModelSpec, include_mtp: bool = False) -> int:
     return kv_stored_bytes(model, kv_cache_layers(model, include_mtp) * model.attention.kv_width())
 
 
-def kv_bytes(model: ModelSpec, tokens: int, include_mtp: bool = False) -> int:
+def kv_bytes(model: ModelSpec, tokens: int, include_mtp: bool | int = False) -> int:
     """KV-cache bytes of ``tokens`` cached tokens of one sequence."""
     if tokens < 0:
         raise InputError(f"tokens must be >= 0, got {tokens}")

@@ -99,7 +99,7 @@ class MemoryFit:
     (memoised per batch), each placed in the tiers and refused when a use that must stay in the
     first tier would leave it."""
 
-    def __init__(self, s: PointSetup, include_mtp: bool, footprint: KVFootprint, place: MemoryPlacer,
+    def __init__(self, s: PointSetup, include_mtp: bool | int, footprint: KVFootprint, place: MemoryPlacer,
                  costs: StepCosts, prefill_place: MemoryPlacer | None = None,
                  prefill_costs: StepCosts | None = None, prefill_len: int | None = None) -> None:
         self.s, self.include_mtp, self.footprint = s, include_mtp, footprint

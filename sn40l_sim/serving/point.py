@@ -133,8 +133,9 @@ class PointResult:
     log: ServingLog | None
     #: what one sequence keeps per layer, and where (the decode node's reservation per sequence)
     footprint: KVFootprint | None = None
-    #: whether the decode graph runs the MTP module (whose layer has a cache of its own)
-    include_mtp: bool = False
+    #: the drafts of the decode graph: the MTP modules they run have caches of their own
+    #: (:func:`~sn40l_sim.models.kv_format.kv_cache_layers`); 0 without speculative decoding
+    include_mtp: bool | int = False
     #: with ``batch: max`` and KV allowed to spill, where the chosen batch's KV left the first
     #: tier: the largest compiled batch whose KV stays there (memory_fit.FittedMemory)
     kv_first_tier_batch: int | None = None
@@ -191,7 +192,7 @@ def check_plans(s: PointSetup) -> None:
                              f"{node.sockets}", field=f"{phase}_plan")
 
 
-def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool) -> int:
+def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool | int) -> int:
     """Cached tokens (every layer) that fit in what ``memory``, a node's placement per socket,
     leaves free of its first tier, a token taking on a socket what a prompt's cache takes there
     under the prefill plan (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket`: a KV head's
@@ -222,7 +223,7 @@ def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_c
     footprint = s.policy.footprint(s.model, s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
     with located("prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
-    return MemoryFit(s, drafts > 0, footprint, place, costs, prefill_place, prefill_costs or costs, prefill_len)
+    return MemoryFit(s, drafts, footprint, place, costs, prefill_place, prefill_costs or costs, prefill_len)
 
 
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
@@ -269,9 +270,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     if drafts and s.model.mtp is None:
         raise InputError(f"model {s.model.name!r} has no mtp section: speculative decoding drafts with the "
                          "model's multi-token-prediction module", field="speculation")
-    # the draft runs the MTP module, whose attention layer has a cache of its own: reserve it, and
-    # send it with the rest
-    include_mtp = drafts > 0
+    # the drafts run MTP modules, whose attention layers have caches of their own: reserve those of
+    # the modules the drafts run (not of one no draft runs), and send them with the rest
+    include_mtp = drafts
     per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
     static_len = s.policy.static_cache_len(s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
@@ -365,4 +366,4 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
                        prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
-                       bool(include_mtp), fitted.kv_first_tier_batch)
+                       include_mtp, fitted.kv_first_tier_batch)

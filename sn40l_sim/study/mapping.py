@@ -134,8 +134,8 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
         shape = Shape("prefill", batch, prompt_len, 0, drafts)   # the MTP module over the prompt
     graph = build_graph(model, shape, plan, kv_policy, **dict(spec.graph_options))
     activations = activation_bytes(graph)   # resident, as run reserves them
-    # the KV a socket reserves, as run does: the MTP layer's cache when the decode graph drafts with it
-    include_mtp = drafts > 0
+    # the KV a socket reserves, as run does: the caches of the MTP modules the graph's drafts run
+    include_mtp = drafts
     store = {}
     if phase == "decode":
         # what run reserves: the cache attention reads, the policy's state, a store in its own tier

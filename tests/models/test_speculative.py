@@ -144,6 +144,17 @@ def test_a_prefill_before_drafting_runs_the_mtp_module_once_over_the_prompt(r1):
     assert flops["MTP0.mha"] == flops["L03.mha"] and flops["MTP0.moe_ffn"] == flops["L03.moe_ffn"]
 
 
+def test_a_prefill_writes_the_caches_of_the_mtp_modules_the_drafts_run(r1):
+    """With more MTP modules than drafts, only the modules the drafts run fill a cache: what the
+    prefill writes is what the sizing rule reserves for that number of drafts."""
+    three = r1.model_copy(update={"mtp": r1.mtp.model_copy(update={"modules": 3})})
+    for drafts in (1, 2, 3, 4):
+        graph = build_graph(three, Shape("prefill", 1, 4096, drafts=drafts), ParallelPlan(16))
+        written = sum(op.kv_write_bytes for k in graph.kernels() for op in k.operators)
+        assert written == kv_bytes_per_socket(three, ParallelPlan(16), 1, 4096, include_mtp=drafts, phase="prefill")
+        assert written == kv_bytes_per_socket(r1, ParallelPlan(16), 1, 4096, phase="prefill") * (61 + min(drafts, 3)) // 61
+
+
 def test_the_verify_step_streams_the_experts_its_rows_touch(r1):
     ffn = next(k for k in step(r1, 2).kernels() if k.name == "L03.ffn")
     draft_ffn = next(k for k in step(r1, 2).kernels() if k.name == "MTP0.ffn")

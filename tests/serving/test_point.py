@@ -13,6 +13,7 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
+from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import check_context, check_output_context
 from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
 from sn40l_sim.serving.speculation import Speculation
@@ -235,6 +236,20 @@ def test_speculative_drafts_reach_the_step_the_slots_and_the_serving_loop():
     plain, timer, _ = run(FULL, model=r1_model(mtp=True))
     assert plain.static_cache_len == PROMPT + NEW and plain.kv_bytes_per_token == R1_KV_PER_TOKEN
     assert ("decode", 16, PROMPT + NEW) in timer.calls
+
+
+def test_only_the_mtp_modules_the_drafts_run_keep_a_cache():
+    # a model of three MTP modules drafting one token a step runs module 0 only (draft d runs module
+    # d mod 3): the other two keep no cache, so neither the slots nor the transfer count them
+    model = ModelSpec.model_validate({**r1_model().model_dump(), "mtp": dict(modules=3)})
+    mtp_layer = R1_MTP_KV_PER_TOKEN - R1_KV_PER_TOKEN
+    for drafts, modules_run in ((1, 1), (2, 2), (5, 3)):
+        placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (PROMPT + NEW + 5) * (R1_KV_PER_TOKEN + 3 * mtp_layer)))
+        result, _, _ = run(FULL, placer=placer, model=model, speculation=Speculation(drafts, 0.8))
+        per_token = R1_KV_PER_TOKEN + modules_run * mtp_layer
+        assert result.kv_bytes_per_token == per_token, drafts
+        assert result.memory.by_tier["hbm"]["kv"] == (PROMPT + NEW + drafts) * per_token
+        assert result.transfer_bytes == PROMPT * per_token
 
 
 def test_drafts_without_an_mtp_module_are_refused():
