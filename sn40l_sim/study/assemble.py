@@ -44,7 +44,7 @@ from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelTemplates
+from sn40l_sim.models.template import KernelTemplates, default_template_path, template_for
 from sn40l_sim.serving.memory_fit import MemoryPlacer
 from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
@@ -358,5 +358,27 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     for phase, phase_node in (("prefill", prefill_node or node), ("decode", node)):
         warn_idle_sockets(experiment, phase, plan_of(getattr(spec.parallel, phase)).sockets, phase_node.sockets,
                           phase_node.name)
-    return Assembly(experiment, node, model, graph_template=load_graph_template(experiment, model),
-                    prefill_node=prefill_node)
+    graph_template = load_graph_template(experiment, model)
+    _check_template_drafts(experiment, model, graph_template)
+    return Assembly(experiment, node, model, graph_template=graph_template, prefill_node=prefill_node)
+
+
+def _check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:
+    """Drafts need the template's MTP blocks in both phases (the prefill fills the MTP layer's
+    cache): refused at ``graph_options.template`` when the experiment names the template, else at
+    ``serving.speculative.drafts`` naming the model's template, not at a ``graph_options`` the
+    experiment may not have (the graph builder's own check locates it there)."""
+    if not experiment.speculation.drafts:
+        return
+    template = graph_template or template_for(model)
+    lacking = [phase for phase in ("prefill", "decode")
+               if not (getattr(template, phase).blocks.mtp_head or getattr(template, phase).blocks.mtp_tail)]
+    if not lacking:
+        return
+    named = graph_template is not None
+    source = "this kernel template" if named else \
+        f"the kernel template {str(model.kernels or default_template_path(model))!r} of model {model.name!r}"
+    raise experiment.error(("graph_options", "template") if named else ("serving", "speculative", "drafts"),
+                           f"{source} has no mtp_head / mtp_tail blocks in {' and '.join(lacking)}, but the drafts "
+                           "run the model's MTP module: add them, as graphs/kernels_deepseek.yaml does, or leave "
+                           "serving.speculative out")

@@ -240,3 +240,34 @@ def test_shape_batch_without_serving_batch_is_warned_when_max_serves_another(tmp
         warnings.simplefilter("always")
         assert main(["run", str(both), "--out", str(tmp_path / "both"), "--quiet", "--no-plot"]) == 0
     assert not [w for w in caught if "shape.batch" in str(w.message)]
+
+
+def test_drafts_with_a_template_lacking_the_mtp_blocks_are_located_at_what_the_user_wrote(tmp_path, capsys):
+    # an MTP module added to a Llama model whose template shards its tensors but runs no MTP block:
+    # refused at serving.speculative.drafts, naming the template (the experiment has no graph_options,
+    # where the graph builder's own check put it)
+    template = (REPO / "graphs/kernels_llama.yaml").read_text()
+    assert template.count("  dense_down: row\n") == 1
+    (tmp_path / "k.yaml").write_text(template.replace("  dense_down: row\n", "  dense_down: row\n" + "".join(
+        f"  {t}: replicated\n" for t in ("mtp_enorm", "mtp_hnorm", "mtp_proj", "mtp_final_norm"))))
+    (tmp_path / "m.yaml").write_text(f"kind: model\nbase: {REPO / 'graphs/llama3_1_8b.yaml'}\nname: llama-mtp\n"
+                                     "mtp: {modules: 1}\nkernels: k.yaml\n")
+    _, text = experiment(tmp_path)
+    line = "  speculative: {drafts: 2, acceptance: 0.8}\n"
+    bad_text = text.replace(f"model: {REPO / 'graphs/llama3_1_8b.yaml'}", f"model: {tmp_path / 'm.yaml'}") \
+        .replace("  seed: 3\n", "  seed: 3\n" + line)
+    bad = tmp_path / "drafts.yaml"
+    bad.write_text(bad_text)
+    for command in ("check", "run"):
+        assert main([command, str(bad)] + (["--quiet"] if command == "run" else [])) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert (f"{bad}:{line_of(bad_text, line.strip())}: serving.speculative.drafts: the kernel template "
+                f"'{tmp_path / 'k.yaml'}' of model 'llama-mtp' has no mtp_head / mtp_tail blocks in prefill and decode") in err
+    # named by graph_options.template instead, the template is blamed there
+    named = tmp_path / "named.yaml"
+    named.write_text(bad_text.replace(f"model: {tmp_path / 'm.yaml'}", "model: m.yaml")
+                     + "graph_options: {template: k.yaml}\n")
+    assert main(["check", str(named)]) == 2
+    err = capsys.readouterr().err
+    assert "graph_options.template: this kernel template has no mtp_head / mtp_tail blocks" in err
