@@ -111,9 +111,15 @@ def _summary(model: ModelSpec, plan: ParallelPlan, prompt: int, budget: int) -> 
     out.append(f"attention       {att.title or att.kind} ({att.kind}): {att.heads} query heads, "
                f"{att.kv_width():,} elements cached per token and layer")
     per_token = P.kv_bytes_per_token(model)
-    # the MTP module's layer caches too when its drafts are verified (run counts it then)
-    mtp = (f"; {P.kv_bytes_per_token(model, include_mtp=True):,} B with the MTP layer's cache (speculative "
-           "decoding)") if model.mtp is not None else ""
+    # the MTP module's layer caches too when its drafts are verified (run counts it then); with
+    # several modules, each that the drafts run (kv_format.kv_cache_layers)
+    mtp = ""
+    if model.mtp is not None and model.mtp.modules == 1:
+        mtp = f"; {P.kv_bytes_per_token(model, include_mtp=True):,} B with the MTP layer's cache (speculative decoding)"
+    elif model.mtp is not None:
+        mtp = (f"; {P.kv_bytes_per_token(model, include_mtp=1):,} B with one MTP module's cache, "
+               f"{P.kv_bytes_per_token(model, include_mtp=True):,} B with all {model.mtp.modules} (speculative "
+               "decoding: a cache per module the drafts run)")
     out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
                f"{P.kv_bytes(model, prompt) / 1e9:.2f} GB for {prompt:,} tokens, "
                f"{P.kv_bytes(model, budget) / 1e9:.2f} GB for {budget:,}{mtp}")

@@ -33,3 +33,13 @@ def test_describe_keeps_its_example_prompt_within_the_models_context(tmp_path):
     assert "131,072 tokens" not in described
     assert "8.59 GB for 65,536 tokens, 2.15 GB for 16,384" in described
     assert "prompt 65,536 tokens" in described and "SnapStream cache of 16,384 tokens" in described
+
+
+def test_describe_counts_the_mtp_caches_the_drafts_run(tmp_path):
+    # one module: the MTP layer's cache (576 BF16 elements more per token); three: one module's
+    # cache or all three, as run reserves those of the modules its drafts run
+    assert "71,424 B with the MTP layer's cache" in describe_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    path = tmp_path / "r1_mtp3.yaml"
+    path.write_text(f"kind: model\nbase: {GRAPHS_DIR / 'deepseek_r1.yaml'}\nname: r1-mtp3\nmtp: {{modules: 3}}\n")
+    text = describe_model(path)
+    assert f"{70272 + 1152:,} B with one MTP module's cache, {70272 + 3 * 1152:,} B with all 3" in text
