@@ -60,6 +60,7 @@ from sn40l_sim.study.points import (
     max_context_set,
     points,
     warn_idle_sockets,
+    warn_uneven_heads,
     warn_unfilled_slots,
     warn_window_past_prompt,
 )
@@ -358,6 +359,8 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     for phase, phase_node in (("prefill", prefill_node or node), ("decode", node)):
         warn_idle_sockets(experiment, phase, plan_of(getattr(spec.parallel, phase)).sockets, phase_node.sockets,
                           phase_node.name)
+        warn_uneven_heads(experiment, phase, plan_of(getattr(spec.parallel, phase)).tp, model.attention.heads,
+                          model.name)
     graph_template = load_graph_template(experiment, model)
     _check_template_drafts(experiment, model, graph_template)
     return Assembly(experiment, node, model, graph_template=graph_template, prefill_node=prefill_node)

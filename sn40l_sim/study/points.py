@@ -189,6 +189,22 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
                       "to use them; attention_dp divides tp, so it cannot)", stacklevel=2)
 
 
+def warn_uneven_heads(exp: Experiment, phase: str, tp: int, heads: int, model_name: str) -> None:
+    """Warn when tensor parallelism splits the query heads unevenly: the busiest socket holds
+    ``ceil(heads / tp)`` of them and sets attention's pace (and holds the most of each head-split
+    weight), so the sockets holding one fewer idle for part of it. (With fewer heads than sockets
+    each socket holds one, replicated: none idles.)"""
+    if heads <= tp or heads % tp == 0:
+        return
+    most = -(-heads // tp)
+    fewer = most * tp - heads   # sockets holding most - 1 heads
+    file, line = exp.doc.where(("parallel", phase))
+    where = f"{file}:{line}: " if line is not None else f"{file}: "
+    warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {heads} query heads of {model_name!r} unevenly: "
+                  f"the busiest socket holds {most} and sets the pace, {fewer} of the {tp} hold {most - 1} "
+                  f"(a tp dividing {heads} balances them)", stacklevel=2)
+
+
 def warn_kv_spilled(exp: Experiment, point: Point, result: Any) -> None:
     """Warn when ``batch: max`` chose a batch whose KV left the first tier (``memory.may_spill``
     lists kv): it is the largest batch that fits, and every decode step reads that KV from the
