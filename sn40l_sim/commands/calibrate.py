@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -48,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how each calibration point is predicted without it: by a refit on the fit's "
                              "linearisation (no more simulation), or by refitting the simulator itself without "
                              "it, every proposed step simulated (minutes) (default: %(default)s)")
-    parser.add_argument("--write", action="store_true", help="write the fitted values back into --hardware")
+    parser.add_argument("--write", action="store_true",
+                        help="write the fitted values back into --hardware and, for a fit of the project's "
+                             "hw_configs/sn40l.yaml to every reference file, validate's leave-one-out column into "
+                             "experiments/reference/leave_one_out.json")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -187,9 +191,15 @@ def run(args: argparse.Namespace) -> int:
                   "kernel looping); see docs/validation.md") if every else \
             f"the calibration points of {', '.join(map(str, args.references))}"
         files = write_back(args.hardware, result, f"fitted by `python -m sn40l_sim calibrate` to {source}")
-        if every:   # validate's leave-one-out column is of the whole reference set, not a part of it
-            files.append(loo.write())
+        project = default_hardware().resolve() in {f.resolve() for f in files}
+        if every and project:
+            # validate's leave-one-out column is of the whole reference set and of the project's socket
+            # file; it is shown while that file holds the values it was computed at, so it records them
+            # as written (rounded to the digits a line keeps), not as fitted
+            written = calibrated_parameters(load_hardware(args.hardware).socket)
+            files.append(replace(loo, fitted={k: written[k].value for k in loo.fitted}).write())
+        why = "validate's leave-one-out column is of every reference file" if not every else \
+            "validate's leave-one-out column is of the project's hw_configs/sn40l.yaml"
         print(f"\nwrote the fitted values into {', '.join(map(str, files))}"
-              + ("" if every else " (not experiments/reference/leave_one_out.json: validate's leave-one-out column "
-                                  "is of every reference file)"))
+              + ("" if every and project else f" (not experiments/reference/leave_one_out.json: {why})"))
     return 0

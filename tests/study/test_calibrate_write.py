@@ -1,0 +1,68 @@
+"""What ``calibrate --write`` writes besides the hardware file: validate's leave-one-out column
+(experiments/reference/leave_one_out.json) only for the project's socket file, at the values as
+written. The fit itself is replaced by a fixed result: these tests are of what is written, not of
+the search (tests/study/test_calibration_fit.py)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.hardware.spec import calibrated_parameters
+from sn40l_sim.study import calibration
+from sn40l_sim.study.calibration import FitResult, fitted_names
+from sn40l_sim.study.leave_one_out import LEAVE_ONE_OUT, LeaveOneOut
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fixed_fit(monkeypatch):
+    """calibrate's fit replaced by one that moves the P2P efficiency to 0.30004 (a value the
+    hardware file's line keeps to four decimals, 0.3000) and its leave-one-out by fixed predictions."""
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    fitted = tuple(0.30004 if n == "calibrated.p2p_efficiency" else v for n, v in zip(names, start, strict=True))
+
+    def fake_fit(references, socket, evaluate, **kw):
+        return FitResult(names, start, fitted, [], 0.0)
+
+    monkeypatch.setattr(calibration, "fit", fake_fit)
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {"t4_mha": 0.7})
+    return fitted
+
+
+def test_a_fit_of_another_hardware_file_leaves_the_projects_leave_one_out_column(tmp_path, capsys, fixed_fit):
+    # `calibrate --write --hardware my_copy.yaml` rewrote experiments/reference/leave_one_out.json
+    # with predictions at my copy's values, replacing the shipped refit column
+    mine = tmp_path / "sn40l.yaml"
+    shutil.copy(REPO / "hw_configs" / "sn40l.yaml", mine)
+    shipped = LEAVE_ONE_OUT.read_bytes()
+    assert main(["calibrate", "--write", "--quiet", "--hardware", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert LEAVE_ONE_OUT.read_bytes() == shipped
+    assert calibrated_parameters(load_hardware(mine).socket)["calibrated.p2p_efficiency"].value == 0.3
+    assert f"wrote the fitted values into {mine} (not experiments/reference/leave_one_out.json: validate's " \
+        "leave-one-out column is of the project's hw_configs/sn40l.yaml)" in out
+
+
+def test_the_leave_one_out_column_records_the_values_as_written(tmp_path, monkeypatch, capsys, fixed_fit):
+    # it recorded 0.30004 while the file's line said 0.3000, a relative difference of 1.3e-4, over
+    # the 1e-4 validate allows: right after `calibrate --write` validate dropped the column as stale
+    project = tmp_path / "sn40l.yaml"
+    shutil.copy(REPO / "hw_configs" / "sn40l.yaml", project)
+    column = tmp_path / "leave_one_out.json"
+    monkeypatch.setattr("sn40l_sim.commands.calibrate.default_hardware", lambda: project)
+    write = LeaveOneOut.write
+    monkeypatch.setattr(LeaveOneOut, "write", lambda self, path=column: write(self, column))
+    assert main(["calibrate", "--write", "--quiet"]) == 0
+    assert f"wrote the fitted values into {project}, {column}\n" in capsys.readouterr().out
+    written = LeaveOneOut.read(column)
+    assert written is not None and written.predictions == {"t4_mha": 0.7}
+    assert written.fitted["calibrated.p2p_efficiency"] == 0.3
+    values = {k: p.value for k, p in calibrated_parameters(load_hardware(project).socket).items()}
+    assert written.current(values)
