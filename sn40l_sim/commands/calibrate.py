@@ -8,7 +8,8 @@ the YAML's values (sn40l_sim/study/linear_fit.py: one pass per parameter, reused
 the leave-one-out refits). Each calibration point is also predicted by a fit without it, for
 validate's leave-one-out column: on that linearisation (the default, no more simulation), or, with
 --leave-one-out refit, by fitting the simulator itself again without each point (minutes; the
-refits share the passes they repeat). Prints the fitted values and every residual; with --write,
+refits share the passes they repeat). Prints the fitted values, why the fit stopped (converged, its
+budget spent, or a jump it cannot resolve) and every residual; with --write,
 rewrites each value on the line it was read from (in the socket file, a base: file it starts from,
 or a node file's socket_overrides), with a provenance note. With --starts K the fit also runs from
 K-1 points spread over the parameters' bounds (a seeded Latin hypercube; the prior stays the YAML's
@@ -73,6 +74,22 @@ def _every_reference(given: list[Path]) -> bool:
     from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
 
     return not given or {p.resolve() for p in given} == {p.resolve() for p in DEFAULT_REFERENCE_DIR.glob("*.yaml")}
+
+
+def _stopped(result, budget: int) -> str:
+    """One line saying why the (kept) fit stopped: a fit its budget stopped is no optimum, and one
+    that took no step prints its start as 'fitted'."""
+    moved = result.fitted != result.start
+    if result.stopped == "budget":
+        return (f"the fit stopped at its budget of {budget} passes (--max-evaluations), "
+                + ("after moving: a larger budget may lower the cost further" if moved else
+                   "before taking a step: the fitted values are its start; give a larger budget"))
+    if result.stopped == "resolution":
+        return ("the fit stopped where the simulator jumps on a scale finer than its finite differences (a mapper "
+                "plan switching): no step it could resolve lowers the cost" + ("" if moved else
+                                                                             "; the fitted values are its start"))
+    return ("the fit converged: on a Jacobian measured where it ended, no step lowers the cost"
+            + ("" if moved else "; the fitted values are its start"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,11 +165,13 @@ def run(args: argparse.Namespace) -> int:
     for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
         low, high = start[name].low, start[name].high
         side = bound_reached(f, low, high)
-        note = (f"  (at its {side} bound, {low if side == 'lower' else high:g}: the fit would go further; "
-                "docs/validation.md)") if side else ""
+        # a fit its budget stopped has not found that it would go further
+        further = ": the fit would go further; docs/validation.md" if result.stopped != "budget" else ""
+        note = f"  (at its {side} bound, {low if side == 'lower' else high:g}{further})" if side else ""
         print(f"{name:34s} {s:12.6g} {f:12.6g}{note}")
     for name, why in fixed_parameters(socket).items():
         print(f"{name:34s} {start[name].value:12.6g} (not fitted: {why})")
+    print(_stopped(result, args.max_evaluations))
     if not args.quiet and len(result.start_costs) > 1:
         ended = ", ".join(f"{i}: {cost:.4g}" for i, cost in enumerate(result.start_costs))
         print(f"calibrate: cost at the end of each start (0: the YAML's values) {ended}; kept start "

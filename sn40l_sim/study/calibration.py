@@ -156,8 +156,9 @@ def measured_residual(m: Measurement, simulated: float) -> float | None:
 @dataclass(frozen=True)
 class FitResult:
     """The fitted values, the starting values, the comparisons at the fit, and the simulator's
-    linearisation the fit used (its Jacobian, for :func:`leave_one_out`) with the passes it took;
-    with several starts, the cost each one ended at and which was kept."""
+    linearisation the fit used (its Jacobian, for :func:`leave_one_out`) with the passes it took
+    and why the kept fit stopped (:data:`~sn40l_sim.study.linear_fit.STOPPED`); with several
+    starts, the cost each one ended at and which was kept."""
 
     names: tuple[str, ...]
     start: tuple[float, ...]
@@ -168,6 +169,7 @@ class FitResult:
     passes: int = 0
     start_costs: tuple[float, ...] = ()
     kept_start: int = 0
+    stopped: str = "converged"
 
 
 #: (references to simulate, calibrated overrides) -> comparisons
@@ -264,7 +266,8 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
     # a parameter the fit left at its YAML value keeps it to the last digit
     fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
-                     passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept)
+                     passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept,
+                     best.stopped)
 
 
 #: seed of the starting points after the first, so that a multi-start fit is reproducible

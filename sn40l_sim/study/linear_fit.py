@@ -77,13 +77,19 @@ class Linearisation:
 @dataclass(frozen=True)
 class LinearFit:
     """Where a :func:`trust_region_fit` ended: the point, its simulated values and cost, the
-    Jacobian last measured, and the number of passes it took."""
+    Jacobian last measured, the number of passes it took and why it stopped (:data:`STOPPED`)."""
 
     u: np.ndarray
     values: np.ndarray
     cost: float
     linearisation: Linearisation
     passes: int
+    stopped: str = "converged"
+
+
+#: why a fit stops: the surrogate on a Jacobian measured where the fit is sees no better point; the
+#: pass budget is spent; the trust region shrank below :data:`RESOLUTION` of the step (a jump)
+STOPPED = ("converged", "budget", "resolution")
 
 
 def cost_of(residuals: np.ndarray) -> float:
@@ -167,10 +173,14 @@ def trust_region_fit(simulate: Simulate, residuals: Residuals, u0: np.ndarray, *
         moved = float(np.max(np.abs(trial - u)))
         if predicted <= FTOL * cost or moved == 0.0:
             if fresh or passes + len(u) > max_passes:
-                break   # converged: the surrogate sees nothing better
+                # converged: the surrogate sees nothing better (or, on an old Jacobian, no pass is left
+                # to look again)
+                stopped = "converged" if fresh else "budget"
+                break
             lin = linearise(run, u, values, step)   # the Jacobian was measured elsewhere: look again
             continue
         if passes >= max_passes:
+            stopped = "budget"
             break
         trial_values = run(trial)
         trial_cost = cost_of(residuals(trial_values, trial))
@@ -187,7 +197,9 @@ def trust_region_fit(simulate: Simulate, residuals: Residuals, u0: np.ndarray, *
             lin = linearise(run, u, values, step)   # refused by a Jacobian measured elsewhere: measure it here
             continue
         else:
+            stopped = "budget"
             break
         if radius < RESOLUTION * step:
-            break   # the simulator disagrees on a scale the linearisation cannot resolve
-    return LinearFit(u, values, cost, lin, passes)
+            stopped = "resolution"   # the simulator disagrees on a scale the linearisation cannot resolve
+            break
+    return LinearFit(u, values, cost, lin, passes, stopped)

@@ -66,3 +66,24 @@ def test_the_leave_one_out_column_records_the_values_as_written(tmp_path, monkey
     assert written.fitted["calibrated.p2p_efficiency"] == 0.3
     values = {k: p.value for k, p in calibrated_parameters(load_hardware(project).socket).items()}
     assert written.current(values)
+
+
+@pytest.mark.parametrize("stopped, words, bound", [
+    ("budget", "the fit stopped at its budget of 7 passes (--max-evaluations), before taking a step: the fitted "
+               "values are its start; give a larger budget", "(at its upper bound, 1)\n"),
+    ("converged", "the fit converged: on a Jacobian measured where it ended, no step lowers the cost; the fitted "
+                  "values are its start", "(at its upper bound, 1: the fit would go further; docs/validation.md)\n"),
+])
+def test_calibrate_says_why_the_fit_stopped(monkeypatch, capsys, stopped, words, bound):
+    # `calibrate --max-evaluations 7` spends its passes on the start and the Jacobian and printed the
+    # start as 'fitted', with the systolic efficiency's 'the fit would go further', like a converged fit
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    monkeypatch.setattr(calibration, "fit", lambda *a, **kw: FitResult(names, start, start, [], 0.0, stopped=stopped))
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {})
+    assert main(["calibrate", "--quiet", "--max-evaluations", "7"]) == 0
+    out = capsys.readouterr().out
+    assert words in out
+    systolic = next(line for line in out.splitlines() if line.startswith("calibrated.systolic_efficiency"))
+    assert systolic.endswith(bound.rstrip("\n")), systolic

@@ -150,6 +150,19 @@ def test_trust_region_fit_keeps_to_its_budget_and_the_unit_box():
         trust_region_fit(simulate, lambda v, u: v, np.array([0.5, 0.5]), max_passes=2)
 
 
+def test_a_fit_says_why_it_stopped():
+    # calibrate printed a fit its budget stopped before any step as 'fitted', like a converged one
+    target = np.array([0.3, 0.9])
+    residuals = lambda v, u: (v - target) / 0.01   # noqa: E731
+    spent = trust_region_fit(lambda u: u.copy(), residuals, np.array([0.5, 0.5]), max_passes=3)
+    assert spent.stopped == "budget" and spent.u.tolist() == [0.5, 0.5] and spent.passes == 3
+    done = trust_region_fit(lambda u: u.copy(), residuals, np.array([0.5, 0.5]), max_passes=40)
+    assert done.stopped == "converged" and np.allclose(done.u, target)
+    on_jump = fit([reference("rate", 1000 * SOCKET.memory["hbm"].efficiency * 1.03, {"rel": 0.02})], SOCKET,
+                  evaluate_with(jump), max_evaluations=60)
+    assert on_jump.stopped == "resolution" and on_jump.fitted == on_jump.start
+
+
 def test_a_steps_only_evaluation_simulates_only_the_prefills_it_is_asked_for():
     loaded = LoadedExperiments()
     path = REPO / "experiments" / "llama8b_node8.yaml"
