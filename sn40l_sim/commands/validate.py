@@ -2,7 +2,9 @@
 
 Measurements come from experiments/reference/*.yaml (or the files given). Calibration points are
 marked as such; entries the paper measured but this project holds back are printed as
-predictions. Exit status 1 when a calibration point is outside its tolerance.
+predictions. The leave-one-out column (calibrate --write, docs/validation.md) is shown for the
+measurements of experiments/reference/ only: a file of your own was not part of that fit. Exit
+status 1 when a calibration point is outside its tolerance.
 
 example:
   python -m sn40l_sim validate
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -32,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut
     from sn40l_sim.study.validation import (
+        DEFAULT_REFERENCE_DIR,
         compare,
         format_table,
         load_references,
@@ -56,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
         return loaded.records(path, serve=False, reads=readers[path], reads_prefill=prefill[path])
 
     comparisons = compare(references, simulate)
+    if loo is not None:
+        # the column is of the shipped reference files: a file of the user's (a copy of one, whose ids
+        # are the shipped ones, too) was not fitted, and its measured values may differ
+        shipped = {c.reference.measurement.id for c in comparisons
+                   if Path(c.reference.origin[0]).resolve().parent == DEFAULT_REFERENCE_DIR}
+        loo = replace(loo, predictions={k: v for k, v in loo.predictions.items() if k in shipped})
+        if not loo.predictions:
+            loo = None
     if loo is not None:
         if not loo.current({k: p.value for k, p in calibrated_parameters(socket).items()}):
             print(f"note: the leave-one-out predictions are for other calibrated values than {args.hardware}'s; "

@@ -1,0 +1,34 @@
+"""What ``validate`` prints for reference files of the user's: no leave-one-out column (it is of
+the shipped files' fit)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DEEPSEEK = REPO / "experiments" / "deepseek_tp16.yaml"
+
+
+def test_a_reference_file_of_the_users_has_no_leave_one_out_column(tmp_path, capsys):
+    # it printed an empty leave-one-out column, 'left out of the fit, 0 of 0 predicted within
+    # tolerance' and the shipped column's method; with a shipped id in a copy, the shipped fit's
+    # prediction beside a measured value that fit never saw
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: t5_128k_full_batch, quantity: max_batch, value: 8, tolerance: {{abs: 0}}, source: s, "
+                    f"experiment: {DEEPSEEK}, point: full, calibration: true}}\n"
+                    f"  - {{id: my_step, quantity: decode_step_s, value: 0.0885, tolerance: {{rel: 0.05}}, source: s, "
+                    f"experiment: {DEEPSEEK}, point: full, calibration: false}}\n")
+    assert main(["validate", "--quiet", str(mine)]) == 1   # the batch of 8 misses
+    out = capsys.readouterr().out
+    assert "leave-one-out" not in out and "left out of the fit" not in out, out
+    assert "2 measurements, 1 within tolerance" in out
+
+
+def test_the_shipped_files_named_keep_their_leave_one_out_column(capsys):
+    assert main(["validate", "--quiet", str(REPO / "experiments" / "reference" / "kernel_looping.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "  left out of the fit, 6 of 6 predicted within tolerance" in out
+    rows = [line for line in out.splitlines() if " calibration " in line]
+    assert len(rows) == 6 and all(line.split(" calibration ")[1].strip()[0] in "+-" for line in rows)
