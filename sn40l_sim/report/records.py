@@ -30,6 +30,10 @@ from sn40l_sim.serving.point import PointResult
 #: measurements read it from)
 PREFILL_STEP_FIELDS = ("prefill_s", "prefill_cycles", "prefill_kernel_cycles", "prefill_kernel_share",
                        "prefill_kernel_share_layer", "prefill_policy_overhead", "prefill_switch_load_s")
+#: the fields, and the groups of fields, of the served run: empty in a steps-only evaluation (what
+#: ``validate`` and ``calibrate`` simulate), so a reference measurement cannot name them
+SERVED_FIELDS = ("ttft_s", "tpot_s")
+SERVED_GROUPS = ("slo", "rate_search")
 
 
 def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) -> float:

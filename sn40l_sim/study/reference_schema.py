@@ -11,6 +11,7 @@ from pydantic import model_validator
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
+from sn40l_sim.report.records import SERVED_FIELDS, SERVED_GROUPS
 from sn40l_sim.schema import Flag, Name, Range, StrictModel, ranged
 
 #: a measured quantity: every results field a measurement names is a count, a fraction, a time or a
@@ -97,6 +98,10 @@ def check_quantity(m: Measurement, error: Callable[[tuple, str], InputError] | N
     if declared.parts or declared.is_list or declared.unit == "" or len(declared.keys) > 1:
         raise fail("quantity", f"{m.quantity} is not a number or a mapping of numbers by one key; expected a field "
                    "such as decode_tokens_per_s or prefill_kernel_share (docs/results.md)")
+    if m.quantity in SERVED_FIELDS or declared.group in SERVED_GROUPS:   # else refused after the simulations
+        raise fail("quantity", f"{m.quantity} is a figure of the served workload, which validate and calibrate do "
+                   "not simulate (memory and one prefill and decode step only); expected a step figure such as "
+                   "decode_step_s or prefill_s (docs/results.md)")
     if declared.keys and m.key is None:
         raise fail("key", f"{m.quantity} is a mapping by {declared.keys[0]}: give the key of the value measured")
     if not declared.keys and m.key is not None:

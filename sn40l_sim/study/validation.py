@@ -122,7 +122,14 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                 raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} not found (looked for "
                                 f"{exp_path})")
             if exp_path not in point_names:
+                kind = load_document(exp_path).data.get("kind")   # else an error located in that other file
+                if kind != "experiment":
+                    raise doc.error(at + ("experiment",), f"{m.experiment!r} is a {kind or 'kind-less'} file; "
+                                    "expected an experiment file (kind: experiment, as in experiments/)")
                 point_names[exp_path] = _point_names(exp_path)
+            if m.relative_to is not None and m.relative_to == m.point:
+                raise doc.error(at + ("relative_to",), f"measurement {m.id!r} is relative to its own point "
+                                f"{m.point!r}: the ratio is 1 whatever is simulated; expected another point")
             for field, name in (("point", m.point), ("relative_to", m.relative_to)):
                 if name is not None and name not in point_names[exp_path]:
                     raise doc.error(at + (field,), f"measurement {m.id!r} names point {name!r}, but "
@@ -131,6 +138,9 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                 missing = "value" if m.value is None else "tolerance"
                 raise doc.error(at + (missing,), f"measurement {m.id!r} is a calibration point: the fit needs its "
                                 f"{missing} (or set calibration: false for a held-back prediction)")
+            if m.value is not None and m.tolerance is None:   # else its error printed, but never judged or counted
+                raise doc.error(at + ("tolerance",), f"measurement {m.id!r} has a value but no tolerance to judge it "
+                                "by; expected one of abs, rel or range (or no value: a held-back prediction)")
             out.append(Reference(m, exp_path, doc.where(at + ("point",))))
     return out
 

@@ -145,6 +145,20 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
     ("quantity: max_batch, point: nope", "point", "names point 'nope', but llama8b_node8.yaml has ['full', 'snapstream']"),
     ("quantity: decode_step_s, value: 0, tolerance: {rel: 0.1}", "value", "a measured value of 0 has no relative error"),
     ("quantity: decode_step_s, value: 0, tolerance: {range: [0,1]}", "value", "give an abs tolerance"),
+    # refused by validate only after its simulations, and not at all by check
+    ("quantity: ttft_s", "quantity", "ttft_s is a figure of the served workload, which validate and calibrate do "
+                                     "not simulate"),
+    ("quantity: goodput_tokens_per_s", "quantity", "goodput_tokens_per_s is a figure of the served workload"),
+    # printed with its error, but judged by no band, left out of the count of measurements and counted
+    # in the mean error beneath it
+    ("quantity: decode_step_s, value: 0.01, calibration: false", "tolerance",
+     "measurement 'x' has a value but no tolerance to judge it by"),
+    # a ratio of the point to itself: 1, within any band, whatever is simulated
+    ("quantity: decode_step_s, value: 1, tolerance: {rel: 0.1}, relative_to: full", "relative_to",
+     "measurement 'x' is relative to its own point 'full': the ratio is 1 whatever is simulated"),
+    # the error named the other file's kind: field, not the reference's experiment: field
+    (f"quantity: max_batch, experiment: {REPO / 'hw_configs' / 'sn40l.yaml'}", "experiment",
+     "is a socket file; expected an experiment file (kind: experiment"),
 ])
 def test_bad_measurements_are_one_located_line(tmp_path, capsys, entry, field, words):
     ref = tmp_path / "r.yaml"
@@ -159,11 +173,12 @@ def test_bad_measurements_are_one_located_line(tmp_path, capsys, entry, field, w
 
 
 def test_a_quantity_without_a_value_in_a_steps_only_evaluation_is_named(tmp_path):
+    # a field of an opt-in group the experiment does not ask for
     ref = tmp_path / "r.yaml"
-    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: ttft_s, source: s, "
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: kv_retained_token_fraction, source: s, "
                    f"experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
-    with pytest.raises(InputError, match="ttft_s has no value in this evaluation") as err:
-        compare(load_references([ref]), lambda path: [{"name": "full", "ttft_s": None}])
+    with pytest.raises(InputError, match="kv_retained_token_fraction has no value in this evaluation") as err:
+        compare(load_references([ref]), lambda path: [{"name": "full"}])
     assert err.value.file.endswith("r.yaml") and err.value.line == 3
 
 
