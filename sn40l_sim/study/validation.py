@@ -101,7 +101,11 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                                  for p in sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))]
     out: list[Reference] = []
     ids: dict[str, str] = {}   # id -> where: leave_one_out.json and the tables key measurements by id
+    read: set[Path] = set()
     for path in files:
+        if Path(path).resolve() in read:   # else refused at its first id, as the id of the measurement itself
+            raise InputError(f"{path} is given twice; expected each reference file once", field="REFERENCE.yaml")
+        read.add(Path(path).resolve())
         doc = load_document(path)
         if doc.data.get("kind") != "reference":
             raise doc.error(("kind",), f"expected 'kind: reference' in a reference file, got {doc.data.get('kind')!r}")

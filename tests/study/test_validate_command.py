@@ -32,3 +32,12 @@ def test_the_shipped_files_named_keep_their_leave_one_out_column(capsys):
     assert "  left out of the fit, 6 of 6 predicted within tolerance" in out
     rows = [line for line in out.splitlines() if " calibration " in line]
     assert len(rows) == 6 and all(line.split(" calibration ")[1].strip()[0] in "+-" for line in rows)
+
+
+def test_a_reference_file_given_twice_is_one_line_naming_it(capsys):
+    # it was refused at its first measurement's id 'as the id of the measurement at' that very line
+    looping = REPO / "experiments" / "reference" / "kernel_looping.yaml"
+    for command in ("validate", "calibrate"):
+        assert main([command, str(looping), str(looping)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: REFERENCE.yaml: {looping} is given twice; expected each reference file once\n", err
