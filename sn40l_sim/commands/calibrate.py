@@ -186,15 +186,21 @@ def run(args: argparse.Namespace) -> int:
         refit_from = socket if all(start[k].value == v for k, v in fitted.items()) else \
             with_overrides(node, {f"socket.{k}": v for k, v in fitted.items()}).socket
 
-        def refitted(point: str, simulated: int) -> None:
+        spent: list[str] = []   # refits their budget stopped before any step: they predict at the full fit
+
+        def refitted(point: str, simulated: int, refit) -> None:
+            if refit.stopped == "budget" and refit.fitted == refit.start:
+                spent.append(point)
             if not args.quiet:
                 print(f"calibrate: refitted without {point}; {simulated} passes simulated, "
                       f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
-        loo = LeaveOneOut(fitted, refit_leave_one_out(references, refit_from, evaluate, args.max_evaluations,
-                                                      refitted),
-                          method="refit of the simulator without the point, every step simulated "
-                                 "(study/leave_one_out.py, refit_leave_one_out)")
+        predictions = refit_leave_one_out(references, refit_from, evaluate, args.max_evaluations, refitted)
+        caveat = "" if not spent else (
+            f"; {len(spent)} of {len(predictions)} refits spent their budget of {args.max_evaluations} passes before "
+            "taking a step, so they predict their point at the full fit's values (a larger --max-evaluations)")
+        loo = LeaveOneOut(fitted, predictions, method="refit of the simulator without the point, every step "
+                          "simulated (study/leave_one_out.py, refit_leave_one_out)" + caveat)
     else:
         if not args.quiet:
             print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, "
@@ -204,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
                           "simulator linearised by the fit (its Jacobian; study/calibration.py, leave_one_out)")
     print()
     print(format_table(result.comparisons, loo.predictions))
+    print(f"leave-one-out: {loo.method}")
     if args.write:
         every = _every_reference(args.references)
         source = ("the calibration points of experiments/reference/ (SnapStream Tables 4 and 5, prefill overhead, "

@@ -19,7 +19,7 @@ from pathlib import Path
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
-from sn40l_sim.study.calibration import Evaluator, calibration_references, fit
+from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
 from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Reference
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
@@ -89,7 +89,7 @@ class _SharedPasses:
 
 def refit_leave_one_out(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
                         max_evaluations: int = 40,
-                        progress: Callable[[str, int], None] | None = None) -> dict[str, float]:
+                        progress: Callable[[str, int, FitResult], None] | None = None) -> dict[str, float]:
     """Each calibration point predicted by a fit of the simulator without it: measurement id ->
     its simulated value at the parameters that fit the other points.
 
@@ -108,7 +108,9 @@ def refit_leave_one_out(references: list[Reference], socket: SocketSpec, evaluat
     max_evaluations : int
         Each refit's budget of passes.
     progress : callable, optional
-        Called after each refit with the point left out and the passes simulated so far.
+        Called after each refit with the point left out, the passes simulated so far and the refit
+        (where it ended and why it stopped: a refit its budget stopped before any step predicts
+        the point at the values it started from).
     """
     refs = calibration_references(references)
     shared = _SharedPasses(refs, evaluate)
@@ -119,5 +121,5 @@ def refit_leave_one_out(references: list[Reference], socket: SocketSpec, evaluat
         point = left.measurement.id
         out[point] = float(shared.whole_pass(result.comparisons)[point].simulated)
         if progress is not None:
-            progress(point, shared.simulated)
+            progress(point, shared.simulated, result)
     return out

@@ -87,3 +87,21 @@ def test_calibrate_says_why_the_fit_stopped(monkeypatch, capsys, stopped, words,
     assert words in out
     systolic = next(line for line in out.splitlines() if line.startswith("calibrated.systolic_efficiency"))
     assert systolic.endswith(bound.rstrip("\n")), systolic
+
+
+def test_calibrate_says_which_refits_spent_their_budget_before_a_step(monkeypatch, capsys):
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    monkeypatch.setattr(calibration, "fit", lambda *a, **kw: FitResult(names, start, start, [], 0.0))
+
+    def refits(references, socket, evaluate, max_evaluations, progress):
+        progress("t4_mha", 7, FitResult(names, start, start, [], 0.0, stopped="budget"))
+        progress("t4_qkv", 9, FitResult(names, start, start, [], 0.0, stopped="resolution"))
+        return {"t4_mha": 0.69, "t4_qkv": 0.04}
+
+    monkeypatch.setattr("sn40l_sim.study.leave_one_out.refit_leave_one_out", refits)
+    assert main(["calibrate", "--quiet", "--max-evaluations", "7", "--leave-one-out", "refit"]) == 0
+    assert "leave-one-out: refit of the simulator without the point, every step simulated (study/leave_one_out.py, " \
+        "refit_leave_one_out); 1 of 2 refits spent their budget of 7 passes before taking a step, so they predict " \
+        "their point at the full fit's values (a larger --max-evaluations)\n" in capsys.readouterr().out

@@ -245,3 +245,19 @@ def test_a_refit_leave_one_out_predicts_each_point_by_a_fit_of_the_others():
     # three quantities of three parameters: without one, the other two and the prior leave the third
     # free to move, so the prediction of the one left out is not its measurement
     assert any(abs(predicted[r.measurement.id] - r.measurement.value) > 1e-6 * abs(r.measurement.value) for r in REFS)
+
+
+def test_a_refit_its_budget_stops_before_any_step_says_so_and_predicts_at_its_start():
+    # `calibrate --leave-one-out refit --max-evaluations 7` printed every point 'predicted' within
+    # tolerance by refits that had spent their 7 passes on the start and the Jacobian
+    from sn40l_sim.study.leave_one_out import refit_leave_one_out
+
+    evaluate = evaluate_with(smooth)
+    budget = 1 + len(ParameterSpace(SOCKET).names)
+    refits: dict[str, FitResult] = {}
+    predicted = refit_leave_one_out(REFS, SOCKET, evaluate, max_evaluations=budget,
+                                    progress=lambda point, simulated, refit: refits.__setitem__(point, refit))
+    assert refits.keys() == predicted.keys() == {"rate", "share", "step"}
+    assert all(r.stopped == "budget" and r.fitted == r.start for r in refits.values())
+    at_start = smooth(dict(zip(refits["rate"].names, refits["rate"].start, strict=True)))
+    assert predicted == {r.measurement.id: pytest.approx(at_start[r.measurement.quantity]) for r in REFS}
