@@ -12,6 +12,7 @@ fitted without the point."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,12 +52,25 @@ class LeaveOneOut:
         """The file at ``path`` (None when there is none)."""
         if not path.is_file():
             return None
+        rerun = "; rerun `python -m sn40l_sim calibrate --write`"
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(dict(data["fitted"]), dict(data["predictions"]), str(data.get("method", "")))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"cannot read the leave-one-out predictions: {exc}; rerun "
-                             "`python -m sn40l_sim calibrate --write`", file=path) from None
+        except ValueError as exc:
+            raise InputError(f"cannot read the leave-one-out predictions: {exc}{rerun}", file=path) from None
+        if not isinstance(data, dict):
+            raise InputError(f"expected a JSON object of fitted, predictions and method, got {type(data).__name__}"
+                             f"{rerun}", file=path)
+        tables = {}
+        for key in ("fitted", "predictions"):   # else a traceback when validate computes with a value
+            table = data.get(key)
+            if not isinstance(table, dict):
+                raise InputError(f"expected an object of numbers by name, got {table!r}{rerun}", file=path, field=key)
+            for name, value in table.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise InputError(f"expected a finite number, got {value!r}{rerun}", file=path,
+                                     field=f"{key}.{name}")
+            tables[key] = {name: float(value) for name, value in table.items()}
+        return cls(tables["fitted"], tables["predictions"], str(data.get("method", "")))
 
 
 class _SharedPasses:

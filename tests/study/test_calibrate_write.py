@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.hardware.spec import calibrated_parameters
 from sn40l_sim.study import calibration
@@ -105,3 +106,23 @@ def test_calibrate_says_which_refits_spent_their_budget_before_a_step(monkeypatc
     assert "leave-one-out: refit of the simulator without the point, every step simulated (study/leave_one_out.py, " \
         "refit_leave_one_out); 1 of 2 refits spent their budget of 7 passes before taking a step, so they predict " \
         "their point at the full fit's values (a larger --max-evaluations)\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, field, words", [
+    ('{"fitted": {"calibrated.p2p_efficiency": "0.5489"}, "predictions": {}}', "fitted.calibrated.p2p_efficiency",
+     "expected a finite number, got '0.5489'"),
+    ('{"fitted": {}, "predictions": {"t4_mha": null}}', "predictions.t4_mha", "expected a finite number, got None"),
+    ('{"fitted": {}, "predictions": {"t4_mha": NaN}}', "predictions.t4_mha", "expected a finite number, got nan"),
+    ('{"fitted": {}, "predictions": {"t4_mha": true}}', "predictions.t4_mha", "expected a finite number, got True"),
+    ('{"fitted": {}}', "predictions", "expected an object of numbers by name, got None"),
+    ("[]", None, "expected a JSON object of fitted, predictions and method, got list"),
+    ("{", None, "cannot read the leave-one-out predictions: Expecting property name"),
+])
+def test_a_hand_edited_leave_one_out_file_is_one_located_error(tmp_path, text, field, words):
+    # a string or null among the values was a TypeError traceback from validate
+    path = tmp_path / "leave_one_out.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        LeaveOneOut.read(path)
+    assert err.value.file == str(path) and err.value.field == field and words in err.value.message, str(err.value)
+    assert err.value.message.endswith("; rerun `python -m sn40l_sim calibrate --write`")
