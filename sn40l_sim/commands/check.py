@@ -78,8 +78,12 @@ def check_file(path: str | Path) -> str:
         if users:
             return f"kernels (checked with {', '.join(users)})"
     elif kind == "reference":
-        from sn40l_sim.study.validation import load_references
-        return f"reference ({len(load_references([Path(path)]))} measurements)"
+        from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, load_references
+        count = len(load_references([Path(path)]))
+        if Path(path).resolve().parent == DEFAULT_REFERENCE_DIR:
+            # validate reads the folder's files together: an id another of them has is refused there
+            load_references(sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml")))
+        return f"reference ({count} measurements)"
     elif kind == "experiment":
         return check_experiment(path)
     else:

@@ -41,3 +41,23 @@ def test_a_reference_file_given_twice_is_one_line_naming_it(capsys):
         assert main([command, str(looping), str(looping)]) == 2
         err = capsys.readouterr().err
         assert err == f"error: REFERENCE.yaml: {looping} is given twice; expected each reference file once\n", err
+
+
+def test_check_refuses_an_id_another_file_of_the_reference_folder_has(tmp_path, monkeypatch, capsys):
+    # `check experiments/reference/mine.yaml` said ok, and validate, reading the folder's files
+    # together, refused mine.yaml's id as the id of a kernel_looping.yaml measurement
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    shipped = (REPO / "experiments" / "reference" / "kernel_looping.yaml").read_text()
+    (folder / "kernel_looping.yaml").write_text(shipped.replace("experiment: ../", f"experiment: {REPO}/experiments/"))
+    mine = folder / "mine.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: kl_70b_8_roofline, quantity: max_batch, source: s, experiment: {DEEPSEEK}, "
+                    "point: full, calibration: false}\n")
+    assert main(["check", str(mine)]) == 0   # read alone, it is a good file
+    capsys.readouterr()
+    monkeypatch.setattr("sn40l_sim.study.validation.DEFAULT_REFERENCE_DIR", folder)
+    assert main(["check", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {mine}:3: measurements[0].id: id 'kl_70b_8_roofline' is also the id of the measurement " \
+        f"at {folder / 'kernel_looping.yaml'}:16; expected each id once (leave-one-out predictions are kept by id)\n", err
