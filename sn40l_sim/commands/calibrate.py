@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut, refit_leave_one_out
-    from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers
+    from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers
 
     references = load_references(args.references)
     if args.hardware is None:
@@ -140,9 +140,10 @@ def run(args: argparse.Namespace) -> int:
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}
-        readers = prefill_readers(refs)   # a point's prefill is simulated only if a measurement reads it
+        # a point is simulated only if a measurement reads it, and its prefill only if one reads that
+        readers, prefill = record_readers(refs), prefill_readers(refs)
         return compare(refs, lambda path: loaded.records(path, serve=False, hardware_overrides=overrides,
-                                                         reads_prefill=readers[path]))
+                                                         reads=readers[path], reads_prefill=prefill[path]))
 
     started = time.perf_counter()
     budget = args.max_evaluations * args.starts

@@ -126,3 +126,36 @@ def test_a_hand_edited_leave_one_out_file_is_one_located_error(tmp_path, text, f
         LeaveOneOut.read(path)
     assert err.value.file == str(path) and err.value.field == field and words in err.value.message, str(err.value)
     assert err.value.message.endswith("; rerun `python -m sn40l_sim calibrate --write`")
+
+
+def test_a_fit_simulates_only_the_points_its_measurements_read(tmp_path, monkeypatch, capsys):
+    # each pass simulated every point of a calibration point's experiment: all six of
+    # snapstream_table5.yaml's for a measurement of one
+    from sn40l_sim.study.evaluation import LoadedExperiments
+
+    table5 = REPO / "experiments" / "snapstream_table5.yaml"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: b, quantity: max_batch, value: 64, tolerance: {{abs: 0}}, source: s, experiment: {table5}, "
+                    "point: full@32K, calibration: true}\n")
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+
+    def one_pass(references, socket, evaluate, **kw):
+        return FitResult(names, start, start, evaluate(calibration.calibration_references(references), {}), 0.0)
+
+    monkeypatch.setattr(calibration, "fit", one_pass)
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {})
+    simulated: list[str] = []
+    records = LoadedExperiments.records
+
+    def counted(self, path, **kw):
+        out = records(self, path, **kw)
+        simulated.extend(r["name"] for r in out)
+        return out
+
+    monkeypatch.setattr(LoadedExperiments, "records", counted)
+    assert main(["calibrate", "--quiet", str(mine)]) == 0
+    assert simulated == ["full@32K"]
+    assert "b   max_batch  64        64         +0     yes  calibration" in capsys.readouterr().out
