@@ -300,11 +300,20 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
 
 
 def _error_text(c: Comparison) -> str:
+    """The error as the table shows it; a miss that would round to its band's edge (0.020031
+    against 0.02: '+2.00 pp' beside 'NO') with the digits that show it past the band."""
     err = c.error
     if err is None:
         return ""
     kind = c.error_kind
-    return {"pp": f"{err:+.2f} pp", "count": f"{err:+.0f}", "%": f"{err:+.1f}%"}.get(kind, f"{err:+.3g} {kind}")
+    t = c.reference.measurement.tolerance
+    band = None if t is None else t.abs * 100 if kind == "pp" else t.rel * 100 if kind == "%" and t.rel else None
+    if kind in ("pp", "%"):
+        digits = 2 if kind == "pp" else 1
+        while c.ok is False and band is not None and abs(round(err, digits)) <= band and digits < 6:
+            digits += 1
+        return f"{err:+.{digits}f}" + (" pp" if kind == "pp" else "%")
+    return {"count": f"{err:+.0f}"}.get(kind, f"{err:+.3g} {kind}")
 
 
 def _fmt(value: float | None) -> str:

@@ -61,3 +61,23 @@ def test_check_refuses_an_id_another_file_of_the_reference_folder_has(tmp_path, 
     err = capsys.readouterr().err
     assert err == f"error: {mine}:3: measurements[0].id: id 'kl_70b_8_roofline' is also the id of the measurement " \
         f"at {folder / 'kernel_looping.yaml'}:16; expected each id once (leave-one-out predictions are kept by id)\n", err
+
+
+def test_a_miss_by_a_hair_shows_the_digits_that_put_it_past_its_band():
+    # the output projection's share, 0.0784309 against 0.0584 +- 0.02, read '+2.00 pp' beside 'NO'
+    from sn40l_sim.study.validation import Comparison, Measurement, Reference, format_table
+
+    def row(value, simulated, tolerance, id="m", quantity="prefill_kernel_share", key="o_proj"):
+        m = Measurement(id=id, quantity=quantity, key=key, value=value, tolerance=tolerance, source="s",
+                        experiment="e.yaml", point="p", calibration=True)
+        return Comparison(Reference(m, Path("e.yaml")), simulated)
+
+    table = format_table([row(0.0584, 0.0784309, {"abs": 0.02}, "o_proj"),
+                          row(0.0584, 0.0783, {"abs": 0.02}, "inside"),
+                          row(1832, 1923.69, {"rel": 0.05}, "tps", "decode_tokens_per_s_reported", None),
+                          row(1832, 1760.0, {"rel": 0.05}, "near", "decode_tokens_per_s_reported", None)])
+    lines = {line.split()[0]: line.split() for line in table.splitlines()[2:6]}
+    assert lines["o_proj"][4:7] == ["+2.003", "pp", "NO"]
+    assert lines["inside"][4:7] == ["+1.99", "pp", "yes"]
+    assert lines["tps"][4:6] == ["+5.005%", "NO"]   # 5.0049%: "+5.0%" and "+5.00%" would read as the band
+    assert lines["near"][4:6] == ["-3.9%", "yes"]
