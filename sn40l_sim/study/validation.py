@@ -142,6 +142,11 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                 missing = "value" if m.value is None else "tolerance"
                 raise doc.error(at + (missing,), f"measurement {m.id!r} is a calibration point: the fit needs its "
                                 f"{missing} (or set calibration: false for a held-back prediction)")
+            if m.value is not None and m.tolerance is not None and m.tolerance.range is not None and \
+                    not m.tolerance.range[0] <= m.value <= m.tolerance.range[1]:   # its own band refuses it
+                raise doc.error(at + ("value",), f"measurement {m.id!r}: the value {m.value:g} is outside its own "
+                                f"tolerance range [{m.tolerance.range[0]:g}, {m.tolerance.range[1]:g}]; expected a "
+                                "value within it (the range is the values accepted)")
             if m.value is not None and m.tolerance is None:   # else its error printed, but never judged or counted
                 raise doc.error(at + ("tolerance",), f"measurement {m.id!r} has a value but no tolerance to judge it "
                                 "by; expected one of abs, rel or range (or no value: a held-back prediction)")

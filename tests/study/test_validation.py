@@ -153,6 +153,9 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
     # in the mean error beneath it
     ("quantity: decode_step_s, value: 0.01, calibration: false", "tolerance",
      "measurement 'x' has a value but no tolerance to judge it by"),
+    # the error column judged a simulated value against a measurement its own range refuses
+    ("quantity: decode_step_s, value: 0.5, tolerance: {range: [0.9,1.0]}", "value",
+     "measurement 'x': the value 0.5 is outside its own tolerance range [0.9, 1]"),
     # a ratio of the point to itself: 1, within any band, whatever is simulated
     ("quantity: decode_step_s, value: 1, tolerance: {rel: 0.1}, relative_to: full", "relative_to",
      "measurement 'x' is relative to its own point 'full': the ratio is 1 whatever is simulated"),
