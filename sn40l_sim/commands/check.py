@@ -79,7 +79,10 @@ def check_file(path: str | Path) -> str:
             return f"kernels (checked with {', '.join(users)})"
     elif kind == "reference":
         from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, load_references
-        count = len(load_references([Path(path)]))
+        references = load_references([Path(path)])
+        count = len(references)
+        for experiment in sorted({r.experiment_path for r in references}):   # as validate will simulate them
+            check_experiment(experiment)
         if Path(path).resolve().parent == DEFAULT_REFERENCE_DIR:
             # validate reads the folder's files together: an id another of them has is refused there
             load_references(sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml")))

@@ -81,3 +81,17 @@ def test_a_miss_by_a_hair_shows_the_digits_that_put_it_past_its_band():
     assert lines["inside"][4:7] == ["+1.99", "pp", "yes"]
     assert lines["tps"][4:6] == ["+5.005%", "NO"]   # 5.0049%: "+5.0%" and "+5.00%" would read as the band
     assert lines["near"][4:6] == ["-3.9%", "yes"]
+
+
+def test_check_of_a_reference_file_checks_the_experiments_it_names(tmp_path, capsys):
+    # check said ok, then validate stopped at a batch of the experiment that does not fit in memory
+    experiment = tmp_path / "big.yaml"
+    experiment.write_text(DEEPSEEK.read_text().replace("../", f"{REPO}/").replace("  batch: max", "  batch: 4096"))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: m, quantity: decode_step_s, source: s, experiment: {experiment}, point: full, "
+                    "calibration: false}\n")
+    assert main(["check", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {experiment}:") and "serving.batch: a batch of 4096 does not fit" in err, err
+    assert err.count("\n") == 1
