@@ -296,10 +296,11 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
                     if c.reference.measurement.id in loo]
         lines.append(f"  left out of the fit, {sum(bool(c.ok) for c in left_out)} of {len(left_out)} predicted "
                      "within tolerance")
+    width = max([5, *map(len, by_kind)])   # a field's unit (tokens/s) is longer than pp, % and count
     for kind, errs in sorted(by_kind.items()):
         unit = {"pp": "pp", "count": "", "%": "%"}.get(kind, f" {kind}")
         number = ".2f" if kind in ("pp", "count", "%") else ".3g"
-        lines.append(f"  {kind:5s} mean |error| {sum(errs) / len(errs):{number}}{unit}, "
+        lines.append(f"  {kind:{width}s} mean |error| {sum(errs) / len(errs):{number}}{unit}, "
                      f"worst {max(errs):{number}}{unit} ({len(errs)} measurements)")
     return "\n".join(lines)
 

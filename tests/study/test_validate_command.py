@@ -95,3 +95,18 @@ def test_check_of_a_reference_file_checks_the_experiments_it_names(tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith(f"error: {experiment}:") and "serving.batch: a batch of 4096 does not fit" in err, err
     assert err.count("\n") == 1
+
+
+def test_the_summary_lines_align_whatever_the_units():
+    # 'tokens/s mean |error|' stood three columns right of '%     mean |error|'
+    from sn40l_sim.study.validation import Comparison, Measurement, Reference, format_table
+
+    def row(id, quantity, value, simulated, tolerance):
+        m = Measurement(id=id, quantity=quantity, value=value, tolerance=tolerance, source="s",
+                        experiment="e.yaml", point="p", calibration=False)
+        return Comparison(Reference(m, Path("e.yaml")), simulated)
+
+    table = format_table([row("a", "decode_tokens_per_s", 180, 185.9, {"abs": 10}),
+                          row("b", "decode_step_s", 0.0885, 0.0861, {"rel": 0.05})])
+    summary = [line for line in table.splitlines() if "mean |error|" in line]
+    assert [line.index("mean |error|") for line in summary] == [11, 11], summary
