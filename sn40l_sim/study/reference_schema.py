@@ -5,9 +5,9 @@ the simulator."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
@@ -59,6 +59,27 @@ class Measurement(StrictModel):
     #: quantities (e.g. a step with kernel looping off over the same step with it on)
     relative_to: str | None = None
     calibration: Flag
+
+    @field_validator("value", "tolerance", mode="before")
+    @classmethod
+    def _a_number_in_the_fields_unit(cls, given: Any, info: ValidationInfo) -> Any:
+        # a value or an absolute band with a unit ('88.5 ms') was 'expected a number', which did not
+        # say in what unit to give it
+        quantity = info.data.get("quantity")
+        unit = RESULTS[quantity].unit if quantity in RESULTS else ""
+        number = given
+        if info.field_name == "tolerance":
+            if not isinstance(given, dict):
+                return given
+            if isinstance(given.get("rel"), str):
+                raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {given['rel']!r}")
+            number = given.get("abs")
+        if isinstance(number, str) and unit == "1":
+            raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {number!r}")
+        if isinstance(number, str) and unit:
+            raise ValueError(f"expected a number in {quantity}'s unit, {unit}, without the unit (e.g. 88.5 ms as "
+                             f"0.0885 for a field in s), got {number!r}")
+        return given
 
     @property
     def label(self) -> str:

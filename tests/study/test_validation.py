@@ -153,6 +153,15 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
     # in the mean error beneath it
     ("quantity: decode_step_s, value: 0.01, calibration: false", "tolerance",
      "measurement 'x' has a value but no tolerance to judge it by"),
+    # 'expected a number', which did not say in what unit
+    ("quantity: decode_step_s, value: 88.5 ms, tolerance: {rel: 0.1}", "value",
+     "expected a number in decode_step_s's unit, s, without the unit (e.g. 88.5 ms as 0.0885 for a field in s), "
+     "got '88.5 ms'"),
+    ("quantity: decode_step_s, value: 0.0885, tolerance: {abs: 2 ms}", "tolerance", "in decode_step_s's unit, s"),
+    ("quantity: decode_step_s, value: 0.0885, tolerance: {rel: 5%}", "tolerance",
+     "expected a fraction, without % (0.05 for 5%), got '5%'"),
+    ("quantity: prefill_kernel_share, key: mha, value: 69.4%, tolerance: {abs: 0.02}", "value",
+     "expected a fraction, without % (0.05 for 5%), got '69.4%'"),
     # the error column judged a simulated value against a measurement its own range refuses
     ("quantity: decode_step_s, value: 0.5, tolerance: {range: [0.9,1.0]}", "value",
      "measurement 'x': the value 0.5 is outside its own tolerance range [0.9, 1]"),
