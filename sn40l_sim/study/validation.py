@@ -126,10 +126,14 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                 raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} not found (looked for "
                                 f"{exp_path})")
             if exp_path not in point_names:
-                kind = load_document(exp_path).data.get("kind")   # else an error located in that other file
-                if kind != "experiment":
-                    raise doc.error(at + ("experiment",), f"{m.experiment!r} is a {kind or 'kind-less'} file; "
-                                    "expected an experiment file (kind: experiment, as in experiments/)")
+                data = load_document(exp_path).data
+                if data.get("kind") != "experiment":   # else an error located in that other file
+                    raise doc.error(at + ("experiment",), f"{m.experiment!r} is a {data.get('kind') or 'kind-less'} "
+                                    "file; expected an experiment file (kind: experiment, as in experiments/)")
+                if "multi_model" in data:   # else its top-level model simulated alone, a record run never gives
+                    raise doc.error(at + ("experiment",), f"{m.experiment!r} serves several models (multi_model:), "
+                                    "which validate does not simulate (one model's memory, prefill and decode "
+                                    "step); expected an experiment of one model")
                 point_names[exp_path] = _point_names(exp_path)
             if m.relative_to is not None and m.relative_to == m.point:
                 raise doc.error(at + ("relative_to",), f"measurement {m.id!r} is relative to its own point "

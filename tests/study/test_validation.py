@@ -162,6 +162,9 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
      "expected a fraction, without % (0.05 for 5%), got '5%'"),
     ("quantity: prefill_kernel_share, key: mha, value: 69.4%, tolerance: {abs: 0.02}", "value",
      "expected a fraction, without % (0.05 for 5%), got '69.4%'"),
+    # its top-level model (Llama-3.1-8B) was simulated alone, a record `run` never gives
+    (f"quantity: decode_step_s, experiment: {REPO / 'experiments' / 'multi_model.yaml'}", "experiment",
+     "serves several models (multi_model:), which validate does not simulate"),
     # the error column judged a simulated value against a measurement its own range refuses
     ("quantity: decode_step_s, value: 0.5, tolerance: {range: [0.9,1.0]}", "value",
      "measurement 'x': the value 0.5 is outside its own tolerance range [0.9, 1]"),
