@@ -70,12 +70,19 @@ class Comparison:
     @property
     def error(self) -> float | None:
         """Signed error in the unit of :attr:`error_kind` (percentage points, a count, percent, or
-        the field's unit)."""
+        the field's unit); for a range, the percent outside it (0 inside)."""
         m = self.reference.measurement
         if m.value is None:
             return None
         if self.error_kind == "pp":
             return (self.simulated - m.value) * 100
+        if m.tolerance is not None and m.tolerance.range is not None:
+            # a range is the values the measurement accepts ("up to 2.2x", "over 90%"): the error is
+            # how far outside it the simulation lies, in percent of the nearer end (as the fit's
+            # residual counts only the part outside it, study/calibration.py); its value is nominal
+            low, high = m.tolerance.range
+            end = low if self.simulated < low else high if self.simulated > high else None
+            return 0.0 if end is None else (self.simulated - end) / end * 100 if end else float("inf")
         if self.error_kind == "%":
             # a measured 0 with a relative band is refused when the reference file is read
             return (self.simulated - m.value) / m.value * 100 if m.value else float("inf")
@@ -278,14 +285,19 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
     if loo is not None:
         rows[0] = rows[0] + ("leave-one-out",)
     by_kind: dict[str, list[float]] = {}
+    ranged: list[Comparison] = []   # their errors are distances outside a range, apart from the means
     for c in comparisons:
         m = c.reference.measurement
         quantity = m.label
         err = c.error
         text = _error_text(c)
-        if err is not None:
+        if err is not None and _ranged(c):
+            ranged.append(c)
+        elif err is not None:
             by_kind.setdefault(c.error_kind, []).append(abs(err))
-        row = (m.id, quantity, _fmt(c.measured), _fmt(c.simulated), text,
+        shown = "{:g} to {:g}".format(*m.tolerance.range) if c.measured is not None and _ranged(c) \
+            else _fmt(c.measured)
+        row = (m.id, quantity, shown, _fmt(c.simulated), text,
                {True: "yes", False: "NO", None: "-"}[c.ok], "calibration" if m.calibration else "prediction")
         if loo is not None:
             row = row + (_error_text(Comparison(c.reference, loo[m.id])) if m.id in loo else "",)
@@ -306,7 +318,17 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
         number = ".2f" if kind in ("pp", "count", "%") else ".3g"
         lines.append(f"  {kind:{width}s} mean |error| {sum(errs) / len(errs):{number}}{unit}, "
                      f"worst {max(errs):{number}}{unit} ({len(errs)} measurements)")
+    if ranged:
+        outside = [abs(c.error) for c in ranged if c.error]
+        worst = f", worst {max(outside):.2f}% outside" if outside else ""
+        lines.append(f"  {'range':{width}s} {len(ranged) - len(outside)} of {len(ranged)} within their range{worst}")
     return "\n".join(lines)
+
+
+def _ranged(c: Comparison) -> bool:
+    """Whether ``c``'s measurement is a range of accepted values."""
+    t = c.reference.measurement.tolerance
+    return t is not None and t.range is not None
 
 
 def _error_text(c: Comparison) -> str:
@@ -315,6 +337,8 @@ def _error_text(c: Comparison) -> str:
     err = c.error
     if err is None:
         return ""
+    if _ranged(c) and err == 0:
+        return "in range"
     kind = c.error_kind
     t = c.reference.measurement.tolerance
     band = None if t is None else t.abs * 100 if kind == "pp" else t.rel * 100 if kind == "%" and t.rel else None

@@ -112,8 +112,9 @@ def test_validate_at_the_shipped_calibration_misses_only_the_documented_points(c
     missed = sorted(line.split()[0] for line in calibration_rows if " NO " in line)
     assert missed == ["t4_o_proj"]
     assert "18 measurements, 17 within tolerance" in out
-    # the leave-one-out column: a signed error after the role of every calibration row
-    assert all(line.split(" calibration ")[1].strip()[0] in "+-" for line in calibration_rows)
+    # the leave-one-out column: a signed error (or "in range" for a range) after every calibration row's role
+    assert all(line.split(" calibration ")[1].strip()[0] in "+-" or line.split(" calibration ")[1].strip() == "in range"
+               for line in calibration_rows)
     predictions = [line for line in out.splitlines() if line.endswith(" prediction")]
     assert len(predictions) == 10 and all("(held back)" in line for line in predictions)
 
@@ -390,3 +391,23 @@ def test_only_a_fit_to_every_reference_file_rewrites_the_leave_one_out_column(tm
     mine = tmp_path / "mine.yaml"
     mine.write_text((REPO / "experiments" / "reference" / "kernel_looping.yaml").read_text())
     assert not _every_reference([*every, mine])
+
+
+def test_a_range_is_shown_as_the_range_and_its_error_is_the_part_outside_it():
+    # the kernel-looping facts are ranges ("up to 2.2x"): their nominal middle (1.6) was shown as
+    # measured and the error taken from it (-32.6% for a ratio of 1.08 inside 1 to 2.2), and those
+    # errors made the % summary's mean (13.01%)
+    from sn40l_sim.study.validation import Comparison, format_table
+
+    (ref,) = [r for r in load_references() if r.measurement.id == "kl_70b_8_speedup"]
+    inside, above, below = Comparison(ref, 1.08), Comparison(ref, 2.42), Comparison(ref, 0.9)
+    assert (inside.error, inside.ok) == (0.0, True)
+    assert above.error == pytest.approx(10.0) and above.ok is False
+    assert below.error == pytest.approx(-10.0) and below.ok is False
+    table = format_table([inside, above])
+    rows = [line for line in table.splitlines() if line.startswith("kl_70b_8_speedup")]
+    assert [row.split()[3:7] for row in rows] == [["1", "to", "2.2", "1.0800"], ["1", "to", "2.2", "2.4200"]]
+    assert "in range" in rows[0] and "+10.0%" in rows[1]
+    # apart from the means of the other kinds, counted by whether they are inside
+    assert "  range 1 of 2 within their range, worst 10.00% outside" in table
+    assert "mean |error|" not in table
