@@ -24,7 +24,6 @@ from typing import Any
 
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.registry import Fields
-from sn40l_sim.report.table_rows import Row, value_at
 
 #: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget) and
 #: the bytes a token's cache takes (a model override such as ``kv_dtype``) change the point as much
@@ -54,11 +53,13 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
-        for label, (a, b) in row.lines(path, [base, other]):
-            if a is None and b is None or changed_only and a == b:
+        pair = [base, other]
+        for (label, (a, b)), (_, (x, y)) in zip(row.lines(path, pair), row.values(path, pair), strict=True):
+            # changed: the unrounded values differ (two memory rows shown as 0.002 GiB may not)
+            same = x == y if _number(x) and _number(y) else a == b
+            if a is None and b is None or changed_only and same:
                 continue
-            ratio = _ratio(row, path, base, other) if isinstance(row, Row) else _shown_ratio(a, b)
-            lines.append((label, a or "-", b or "-", ratio))
+            lines.append((label, a or "-", b or "-", _ratio(x, y)))
     if not lines:
         return heading + "\n" + NO_FIGURE_DIFFERS if changed_only else heading
     width = max(len(label) for label, *_ in lines) + 2
@@ -79,22 +80,10 @@ def _described(value: Any) -> str:
     return str(value)
 
 
-def _ratio(row: Row, path: str, base: Mapping[str, Any], other: Mapping[str, Any]) -> str:
-    """other/base of a numeric row from the unrounded values, in four significant figures."""
-    a, b = value_at(base, path), value_at(other, path)
-    if not _number(a) or not _number(b) or (row.shown_with and (value_at(base, row.shown_with) is None
-                                                               or value_at(other, row.shown_with) is None)):
-        return "-"
-    return _ratio_text(a, b)
-
-
-def _shown_ratio(a: str | None, b: str | None) -> str:
-    """other/base of a row computed from its shown cells (the memory rows, in GiB)."""
-    try:
-        x, y = float(a or ""), float(b or "")
-    except ValueError:
-        return "-"
-    return _ratio_text(x, y)
+def _ratio(a: Any, b: Any) -> str:
+    """other/base of a row from its unrounded values (bytes for a memory row shown in GiB), in four
+    significant figures; "-" unless both are numbers."""
+    return _ratio_text(a, b) if _number(a) and _number(b) else "-"
 
 
 def _ratio_text(a: float, b: float) -> str:

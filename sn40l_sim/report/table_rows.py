@@ -49,7 +49,11 @@ class Row:
     def lines(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str | None]]]:
         """``[(label, cell per record)]``; a cell is None where the record has no value (or not
         the field ``shown_with`` names)."""
-        return [(self.label, [self.cell(value_at(r, path)) if not self.shown_with or value_at(r, self.shown_with)
+        return [(label, [self.cell(v) for v in values]) for label, values in self.values(path, records)]
+
+    def values(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+        """``[(label, unrounded value per record)]``, the values :meth:`lines` shows."""
+        return [(self.label, [value_at(r, path) if not self.shown_with or value_at(r, self.shown_with)
                               is not None else None for r in records])]
 
     def describe(self) -> str:
@@ -88,6 +92,16 @@ class TierRows:
 
     def lines(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str | None]]]:
         """``[(label, cell per record)]`` for every tier present under ``path``."""
+        return [(self._label(tier, use), [self._cell(use, v) for v in values])
+                for tier, use, values in self._rows(path, records)]
+
+    def values(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+        """``[(label, unrounded bytes per record)]``, the values :meth:`lines` shows in GiB (a ratio
+        of the shown cells would say 1 for 0.002 GiB against 0.0024)."""
+        return [(self._label(tier, use), values) for tier, use, values in self._rows(path, records)]
+
+    def _rows(self, path: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[Any]]]:
+        """``[(tier, use, bytes per record)]`` in the order the rows are shown."""
         tables = [value_at(r, path) or {} for r in records]
         tiers = list(dict.fromkeys(tier for table in tables for tier in table))
         out = []
@@ -97,10 +111,9 @@ class TierRows:
             holds = any(row.get(use) for row in rows for use in present)
             uses = [u for u in self.uses if u in present] + sorted(present - set(self.uses)) if holds else ["used"]
             for use in uses:
-                cells = [self._cell(use, self._used(row) if use == "used" else row.get(use)) for row in rows]
-                out.append((self._label(tier, use), cells))
+                out.append((tier, use, [self._used(row) if use == "used" else row.get(use) for row in rows]))
             for total in self.totals:
-                out.append((self._label(tier, total), [self._cell(total, row.get(total)) for row in rows]))
+                out.append((tier, total, [row.get(total) for row in rows]))
         return out
 
     def describe(self) -> str:

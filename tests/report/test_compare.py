@@ -43,6 +43,27 @@ def test_equal_values_give_exactly_1_and_a_missing_one_a_dash():
     assert _row(table, "HBM/socket weights (GiB)") == ["40.00", "40.00", "1"]
 
 
+def test_memory_rows_take_their_ratio_from_the_bytes_not_the_rounded_gib():
+    # DeepSeek-R1's and Llama-3.1-8B's activations per socket, 2,066,688 and 2,576,384 B, both print
+    # as 0.002 GiB: the ratio of the shown cells said 1, and --changed hid the row
+    base = dict(BASE, memory={"hbm": {"activations": 2066688, "free": 8 * 2**30}})
+    other = dict(BASE, memory={"hbm": {"activations": 2576384, "free": 8 * 2**30 + 2**20}})
+    table = point_table(base, other)
+    assert _row(table, "HBM/socket activations (GiB)") == ["0.002", "0.002", f"{2576384 / 2066688:.4g}"]
+    assert _row(table, "HBM/socket free (GiB)") == ["8.00", "8.00", "1.0001"]
+    changed = point_table(base, other, changed_only=True)
+    assert [line.split(" (GiB)")[0] for line in changed.splitlines()[2:]] == \
+        ["HBM/socket activations", "HBM/socket free"]
+
+
+def test_changed_only_keeps_a_row_whose_unrounded_values_differ_though_its_cells_read_alike():
+    # 86.0849 and 86.0843 ms both print as 86.08; their ratio (0.99999) is what moved
+    other = dict(BASE, decode_step_s=0.0860843)
+    table = point_table(BASE, other, changed_only=True)
+    assert _row(table, "decode step (ms)") == ["86.08", "86.08", "0.99999"]
+    assert point_table(BASE, dict(BASE), changed_only=True).endswith("(no figure differs)")
+
+
 def test_changed_only_keeps_the_rows_that_differ_and_the_heading_says_what_changed():
     other = dict(BASE, hardware="SN40L-16 (sockets 8)", decode_step_s=0.1549)
     table = point_table(BASE, other, changed_only=True)
