@@ -66,8 +66,13 @@ def load_records(path: Path) -> list[dict]:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
+        from sn40l_sim.report.outputs import run_outcome
+
+        # a folder whose run failed or was interrupted: say so, as its status.json does
+        outcome = run_outcome(file.parent)
         where = f"{path} holds no results.json" if path.is_dir() else "no such file"
-        raise InputError(f"{where} (expected a results.json written by run or sweep, or its folder)",
+        raise InputError(f"{where}" + (f": {outcome}" if outcome else
+                                       " (expected a results.json written by run or sweep, or its folder)"),
                          file=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read it: {exc}", file=file) from None

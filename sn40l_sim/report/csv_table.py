@@ -31,6 +31,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.quantities import KINDS, parse_quantity
+from sn40l_sim.report.outputs import run_outcome
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import refuse_special_file
 
@@ -77,9 +78,13 @@ def read_csv(path: Path) -> tuple[list[str], list[CsvRow]]:
                                      f"{len(values)}", file=path, line=start)
                 rows.append(CsvRow(columns, values, start))
     except FileNotFoundError:
-        raise InputError("file not found", file=path) from None
+        outcome = run_outcome(path.parent)   # the folder of a run that failed or was interrupted
+        raise InputError("file not found" + (f": {outcome}" if outcome else ""), file=path) from None
     except IsADirectoryError:
-        raise InputError("is a folder; expected a CSV file (a results.csv)", file=path) from None
+        inside = path / "results.csv"
+        hint = f"; {inside} is in it" if inside.is_file() else \
+            f"; {outcome}" if (outcome := run_outcome(path)) else ""
+        raise InputError(f"is a folder; expected a CSV file (a results.csv){hint}", file=path) from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"cannot read the CSV file: {exc}", file=path) from None
     if not columns or not rows:

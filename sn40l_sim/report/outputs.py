@@ -190,6 +190,31 @@ def read_status(folder: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def run_outcome(folder: str | Path) -> str | None:
+    """Why an output folder may lack a result, as its ``status.json`` says: ``"its run (run x.yaml)
+    failed, as F says: ..."``, ``"... was interrupted, ..."``, ``"... is still running or was killed
+    (pid N), ..."``; None
+    when the folder has no status or its run completed (for ``compare`` and ``plot``, which were
+    given a folder of a run that wrote nothing and could only say the file was missing).
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / STATUS_FILE).write_text('{"status": "failed", "command": "run x.yaml", "error": "bad"}')
+    >>> run_outcome(folder).replace(str(folder), "F"), run_outcome(folder / "none")
+    ('its run (run x.yaml) failed, as F/status.json says: bad', None)
+    """
+    status = read_status(folder) or {}
+    state, command = status.get("status"), status.get("command", "?")
+    says = f"as {Path(folder) / STATUS_FILE} says"
+    if state == "failed":
+        return f"its run ({command}) failed, {says}" + (f": {status['error']}" if status.get("error") else "")
+    if state == "interrupted":
+        return f"its run ({command}) was interrupted, {says}"
+    if state == "running":   # a run killed outright (SIGKILL, power) leaves this status too
+        return f"its run ({command}) is still running or was killed (pid {status.get('pid', '?')}), {says}"
+    return None
+
+
 class OutputFolder:
     """A run's output folder for the length of a ``with`` block: checked, locked, previous outputs
     removed, ``status.json`` written at the start and at the end.
@@ -288,4 +313,5 @@ class OutputFolder:
             self._release()
 
 
-__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "write_text", "STATUS_FILE"]
+__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "run_outcome", "write_text",
+           "STATUS_FILE"]

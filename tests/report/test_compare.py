@@ -159,6 +159,23 @@ def test_a_folder_without_results_and_points_without_a_common_name_are_refused(t
     assert "no point name in common: full against snap" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("ending, state", [(KeyboardInterrupt, "was interrupted"),
+                                            (RuntimeError, "failed, as {status} says: stopped")])
+def test_a_run_that_wrote_no_results_is_named_with_how_it_ended(tmp_path, capsys, ending, state):
+    from sn40l_sim.report.outputs import OutputFolder
+
+    good = _write(tmp_path, "good", [BASE])
+    out = tmp_path / "out"
+    with pytest.raises(ending), OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+        raise ending("stopped")
+    status = out / "status.json"
+    for given, missing in ((out, f"{out} holds no results.json"), (out / "results.json", "no such file")):
+        assert main(["compare", str(good), str(given)]) == 2
+        err = capsys.readouterr().err
+        said = state.format(status=status) + ("" if "says" in state else f", as {status} says")
+        assert err == f"error: {given}: {missing}: its run (run x.yaml) {said}\n", err
+
+
 def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     # results.json keeps the tiers in name order, ddr before hbm
     record = dict(BASE, memory={"ddr": {"weights": 0, "capacity": 2**40, "free": 2**40},

@@ -261,6 +261,25 @@ def test_a_folder_is_named_as_one_and_a_byte_order_mark_is_not_a_column(tmp_path
     assert plot_module.read_csv(path) == (["a", "b"], [{"a": "1", "b": "2"}])
 
 
+def test_a_run_folder_points_to_its_csv_or_says_why_it_has_none(tmp_path, capsys):
+    from sn40l_sim.report.outputs import OutputFolder
+
+    (tmp_path / "done").mkdir()
+    done = write_csv(tmp_path / "done").parent
+    assert main(["plot", str(done), "--x", "a", "--y", "b"]) == 2
+    assert capsys.readouterr().err == (f"error: {done}: is a folder; expected a CSV file (a results.csv); "
+                                       f"{done / 'results.csv'} is in it\n")
+    # a run that stopped before writing its results: "file not found" alone left the user to guess
+    failed = tmp_path / "failed"
+    with pytest.raises(RuntimeError), OutputFolder(failed, command="run x.yaml", outputs=("results.csv",)):
+        raise RuntimeError("invariant broken")
+    for given in (failed, failed / "results.csv"):
+        assert main(["plot", str(given), "--x", "a", "--y", "b"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {given}: ") and err.rstrip().endswith(
+            f"its run (run x.yaml) failed, as {failed / 'status.json'} says: invariant broken"), err
+
+
 @pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
 def test_rows_without_a_number_to_plot_are_named_in_a_warning(tmp_path, monkeypatch, kind):
     # results.csv leaves a value a point does not have empty; a nan or inf was dropped without a word
