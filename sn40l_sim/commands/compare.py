@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     tables, only_base, only_other = compare_records(base, other, changed_only=args.changed)
     if not tables:
         raise InputError(f"no point name in common: {_names(base)} against {_names(other)} (points are paired by "
-                         "their names)", file=args.other)
+                         f"their names{_kinds(base, other)})", file=args.other)
     print(f"base {results_path(args.base)}, other {results_path(args.other)}")
     # --changed: a sweep's points that are the same in both runs would each print a block saying so
     same = [table.partition("\n")[0].removesuffix(": " + SAME_INPUTS) for table in tables
@@ -91,5 +91,22 @@ def load_records(path: Path) -> list[dict]:
     return records
 
 
+#: names a refusal lists of each side: a sweep has hundreds, and the line must stay readable
+SHOWN_NAMES = 4
+
+
 def _names(records: list[dict]) -> str:
-    return ", ".join(r["name"] for r in records)
+    """The first :data:`SHOWN_NAMES` point names, and how many more there are."""
+    names = [r["name"] for r in records]
+    more = len(names) - SHOWN_NAMES
+    return ", ".join(names[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
+
+
+def _kinds(base: list[dict], other: list[dict]) -> str:
+    """``; ... is a sweep ...`` when one side is a sweep and the other a run: a sweep's point names
+    carry the sweep point (``full[batch=8]``), so none pairs with a run's (``full``)."""
+    swept = [any("sweep_point" in r for r in records) for records in (base, other)]
+    if swept[0] == swept[1]:
+        return ""
+    return (f"; {'BASE' if swept[0] else 'OTHER'} is a sweep, whose point names carry the sweep point, and "
+            f"{'OTHER' if swept[0] else 'BASE'} a single run: compare a sweep with a sweep of the same axes")

@@ -176,6 +176,19 @@ def test_a_run_that_wrote_no_results_is_named_with_how_it_ended(tmp_path, capsys
         assert err == f"error: {given}: {missing}: its run (run x.yaml) {said}\n", err
 
 
+def test_a_sweep_against_a_single_run_is_said_to_be_one_in_a_readable_line(tmp_path, capsys):
+    # the refusal listed all 70 points of deepseek_sweep and did not say why none paired
+    run = _write(tmp_path, "run", [BASE, dict(BASE, name="snapstream")])
+    sweep = _write(tmp_path, "sweep", [dict(BASE, name=f"full[batch={b}]", sweep_point=f"batch={b}") for b in range(70)])
+    assert main(["compare", str(run), str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 400, err
+    assert "against full[batch=0], full[batch=1], full[batch=2], full[batch=3] and 66 more" in err
+    assert "OTHER is a sweep, whose point names carry the sweep point, and BASE a single run" in err
+    assert main(["compare", str(sweep), str(run)]) == 2
+    assert "BASE is a sweep" in capsys.readouterr().err
+
+
 def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     # results.json keeps the tiers in name order, ddr before hbm
     record = dict(BASE, memory={"ddr": {"weights": 0, "capacity": 2**40, "free": 2**40},
