@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(same)} of {len(tables)} point(s) with no figure differing ({SAME_INPUTS}): {', '.join(same)}")
     for path, names in ((args.base, only_base), (args.other, only_other)):
         if names:
-            print(f"note: only in {results_path(path)}: {', '.join(names)}")
+            print(f"note: only in {results_path(path)}: {_names([{'name': n} for n in names])}")
     return 0
 
 
@@ -84,7 +84,11 @@ def load_records(path: Path) -> list[dict]:
         hint = f" ({beside} is beside it)" if beside != file and beside.is_file() else ""
         raise InputError(f"not JSON (line {exc.lineno}: {exc.msg}); expected a results.json written by run or "
                          f"sweep{hint}", file=file) from None
-    if not isinstance(records, list) or not records or \
+    if records == []:   # a sweep none of whose runs gave a record writes an empty list
+        from sn40l_sim.report.outputs import no_records_reason
+
+        raise InputError(f"holds no record: {no_records_reason(file.parent)}", file=file)
+    if not isinstance(records, list) or \
             not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in records):
         raise InputError("expected a list of result records, each with a name (a results.json written by run or "
                          "sweep)", file=file)

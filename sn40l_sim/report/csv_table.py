@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.quantities import KINDS, parse_quantity
-from sn40l_sim.report.outputs import run_outcome
+from sn40l_sim.report.outputs import no_records_reason, run_outcome
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import refuse_special_file
 
@@ -88,7 +88,9 @@ def read_csv(path: Path) -> tuple[list[str], list[CsvRow]]:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"cannot read the CSV file: {exc}", file=path) from None
     if not columns or not rows:
-        raise InputError("expected a header and at least one row (a results.csv)", file=path)
+        # a sweep none of whose runs gave a record writes an empty results.csv beside failures.json
+        empty = f"; {no_records_reason(path.parent)}" if path.name == "results.csv" else ""
+        raise InputError(f"expected a header and at least one row (a results.csv){empty}", file=path)
     return columns, rows
 
 

@@ -215,6 +215,29 @@ def run_outcome(folder: str | Path) -> str | None:
     return None
 
 
+def no_records_reason(folder: str | Path) -> str:
+    """Why a run's results file holds no record: a sweep whose every run failed or was skipped still
+    writes an empty ``results.json`` and ``results.csv``, and lists the runs in ``failures.json``.
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> no_records_reason(folder)
+    'the run that wrote it gave no record'
+    >>> _ = (folder / "failures.json").write_text('[{"point": "full[batch=1024]"}, {"point": "snap[batch=1024]"}]')
+    >>> no_records_reason(folder).replace(str(folder), "F")
+    'no run of its sweep gave a record: the 2 runs are in F/failures.json, with why each failed or was skipped'
+    """
+    failures = Path(folder) / "failures.json"
+    try:
+        listed = json.loads(failures.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        listed = None
+    if isinstance(listed, list) and listed:
+        runs = "the run is" if len(listed) == 1 else f"the {len(listed)} runs are"
+        return f"no run of its sweep gave a record: {runs} in {failures}, with why each failed or was skipped"
+    return "the run that wrote it gave no record"
+
+
 class OutputFolder:
     """A run's output folder for the length of a ``with`` block: checked, locked, previous outputs
     removed, ``status.json`` written at the start and at the end.
@@ -313,5 +336,5 @@ class OutputFolder:
             self._release()
 
 
-__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "run_outcome", "write_text",
-           "STATUS_FILE"]
+__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "no_records_reason", "read_status", "run_outcome",
+           "write_text", "STATUS_FILE"]

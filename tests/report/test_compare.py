@@ -126,7 +126,7 @@ def test_changed_collects_the_points_the_same_in_both_into_one_line(tmp_path, ca
     (None, "no such file"),
     ("{", "not JSON (line 1"),
     ('{"name": "full"}', "expected a list of result records"),
-    ("[]", "expected a list of result records"),
+    ("[]", "holds no record: the run that wrote it gave no record"),
     ('[{"batch": 1}]', "expected a list of result records, each with a name"),
 ])
 def test_a_bad_results_file_is_one_line_naming_it(tmp_path, capsys, content, words):
@@ -187,6 +187,26 @@ def test_a_sweep_against_a_single_run_is_said_to_be_one_in_a_readable_line(tmp_p
     assert "OTHER is a sweep, whose point names carry the sweep point, and BASE a single run" in err
     assert main(["compare", str(sweep), str(run)]) == 2
     assert "BASE is a sweep" in capsys.readouterr().err
+
+
+def test_a_sweep_whose_every_run_failed_is_named_as_such_with_its_failures_file(tmp_path, capsys):
+    # such a sweep writes "[]": "expected a list of result records (a results.json written by run or
+    # sweep)" told the user that the file the sweep had just written was not one
+    good = _write(tmp_path, "good", [BASE])
+    empty = _write(tmp_path, "empty", [])
+    (empty / "failures.json").write_text(json.dumps([{"point": "full[batch=1024]"}, {"point": "snap[batch=1024]"}]))
+    assert main(["compare", str(good), str(empty)]) == 2
+    assert capsys.readouterr().err == (f"error: {empty / 'results.json'}: holds no record: no run of its sweep gave a "
+                                       f"record: the 2 runs are in {empty / 'failures.json'}, with why each failed or "
+                                       "was skipped\n")
+
+
+def test_the_points_only_one_side_holds_are_counted_past_four(tmp_path, capsys):
+    base = _write(tmp_path, "a", [BASE])
+    other = _write(tmp_path, "b", [BASE, *(dict(BASE, name=f"p{i}") for i in range(10))])
+    assert main(["compare", str(base), str(other)]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == \
+        f"note: only in {other / 'results.json'}: p0, p1, p2, p3 and 6 more"
 
 
 def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):

@@ -280,6 +280,15 @@ def test_a_run_folder_points_to_its_csv_or_says_why_it_has_none(tmp_path, capsys
             f"its run (run x.yaml) failed, as {failed / 'status.json'} says: invariant broken"), err
 
 
+def test_the_empty_results_csv_of_a_sweep_that_gave_no_record_points_to_its_failures(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("\n")
+    (tmp_path / "failures.json").write_text('[{"point": "full[batch=1024]"}]')
+    assert main(["plot", str(tmp_path / "results.csv"), "--x", "a", "--y", "b"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'results.csv'}: expected a header and at least one row (a results.csv); no run of its "
+        f"sweep gave a record: the run is in {tmp_path / 'failures.json'}, with why each failed or was skipped\n")
+
+
 @pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
 def test_rows_without_a_number_to_plot_are_named_in_a_warning(tmp_path, monkeypatch, kind):
     # results.csv leaves a value a point does not have empty; a nan or inf was dropped without a word
