@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.lines import Line2D
+
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.figure import new_figure, save_figure
+from sn40l_sim.report.figure import new_figure, plain_log_ticks, save_figure
 
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
@@ -71,8 +73,8 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
 
     >>> import tempfile, pathlib
     >>> rec = {"name": "full", "max_rate_per_s": 2.0, "rate_probes": [
-    ...     {"rate_per_s": 1.0, "attainment": 1.0}, {"rate_per_s": 2.0, "attainment": 0.95},
-    ...     {"rate_per_s": 4.0, "attainment": 0.2}]}
+    ...     {"rate_per_s": 1.0, "attainment": 1.0, "holds": True}, {"rate_per_s": 2.0, "attainment": 0.95, "holds": True},
+    ...     {"rate_per_s": 4.0, "attainment": 0.2, "holds": False}]}
     >>> slo_attainment_plot([rec], pathlib.Path(tempfile.mkdtemp()) / "slo.png").stat().st_size > 0
     True
     """
@@ -80,19 +82,33 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     if not searched:
         return None
     probe = {part.name: part for part in RESULTS["rate_probes"].parts}
-    fig = new_figure((6.4, 4.2))
+    fig = new_figure((7.8, 4.2))
     ax = fig.subplots()
     for r in searched:
         probes = sorted(r["rate_probes"], key=lambda p: p["rate_per_s"])
-        (line,) = ax.plot([p["rate_per_s"] for p in probes], [p["attainment"] for p in probes], marker="o",
-                          label=r["name"])
+        (line,) = ax.plot([p["rate_per_s"] for p in probes], [p["attainment"] for p in probes], label=r["name"])
+        # a probe above the rate the decode slots sustain fails though all its requests met the SLOs
+        # (a finite run starts with free slots): drawn alike, it read as a rate that held
+        for holds, face in ((True, line.get_color()), (False, "white")):
+            shown = [p for p in probes if bool(p.get("holds")) == holds]
+            if shown:
+                ax.plot([p["rate_per_s"] for p in shown], [p["attainment"] for p in shown], linestyle="none",
+                        marker="o", color=line.get_color(), markerfacecolor=face)
         best = r.get("max_rate_per_s")
         if best is not None:
             ax.axvline(best, color=line.get_color(), linestyle=":", linewidth=1)
     ax.set_xscale("log")
+    plain_log_ticks(ax, "x")
     ax.set_xlabel(probe["rate_per_s"].axis_label()[0])
     ax.set_ylabel(probe["attainment"].axis_label()[0])
     ax.set_ylim(0, 1.05)
-    ax.set_title(title or "SLO attainment against arrival rate (dotted: highest rate under the SLOs)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(title or "SLO attainment against arrival rate", fontsize=9)
+    # what the markers and the dotted lines mean, whatever the title (run's names the experiment)
+    key = [Line2D([], [], color="grey", marker="o", linestyle="none", label="SLOs hold"),
+           Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none",
+                  label="SLOs fail (or the rate is above\nwhat the decode slots sustain)"),
+           Line2D([], [], color="grey", linestyle=":", label="highest rate under the SLOs")]
+    # beside the axes: inside, it hid the lines where they fall (at the rates searched)
+    ax.legend(handles=[*ax.get_legend_handles_labels()[0], *key], fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1))
     return save_figure(fig, path, metadata={"Software": None} if path.suffix == ".png" else None)
