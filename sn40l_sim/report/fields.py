@@ -341,8 +341,8 @@ RESULTS = Fields([
                     table=Row(210, "peak KV occupancy (%)", ".1f", 100)),
               Field("mean_fraction", "1", "Time-weighted mean occupancy over capacity_bytes_per_node.",
                     axis="mean KV occupancy (fraction of reserved)"),
-              Field("series", "", "Occupancy after every k-th step (at most 100 per node, the peak step "
-                    "included).", is_list=True, parts=(
+              Field("series", "", "Occupancy after every k-th step (k chosen for at most 100 per node) and "
+                    "after the node's peak step and its last: at most 102 per node.", is_list=True, parts=(
                         Field("node", "1", "Decode node index."),
                         Field("t_s", "s", "End of the step."),
                         Field("kv_bytes", "B", "KV bytes the node held."),

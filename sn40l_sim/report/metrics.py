@@ -105,8 +105,8 @@ def resource_utilisation(timing: Any) -> dict[str, float]:
 
 
 def kv_occupancy(log: ServingLog, clock_hz: float, max_points: int = 100) -> dict[str, Any]:
-    """Peak and mean KV occupancy of the decode nodes, and a series of at most ``max_points``
-    samples per node (every k-th step, always including the peak step)."""
+    """Peak and mean KV occupancy of the decode nodes, and a series per node of every k-th step (at
+    most ``max_points`` of them) and the node's peak step and last step: ``max_points + 2`` at most."""
     capacity = log.setup.kv_capacity_bytes
     out: dict[str, Any] = {"capacity_bytes_per_node": capacity, "peak_bytes": 0, "peak_fraction": 0.0,
                            "mean_fraction": 0.0, "series": []}

@@ -134,6 +134,18 @@ def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
     assert all(p["slots_in_use"] <= rec["batch"] for p in occ["series"])
 
 
+def test_kv_occupancy_series_is_every_kth_step_with_the_peak_and_the_last_as_results_md_says():
+    # 1,000 steps whose peak (step 555) and last (999) fall between the strided samples: 100 strided
+    # samples and those two (results.md said "at most 100 per node"; the runs wrote up to 102)
+    steps = StepTable([StepLog(node=0, start=i, end=i + 1, active=1, kv_bytes=1000 if i == 555 else i,
+                               slots_in_use=1) for i in range(1000)])
+    occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=2000), steps=steps), clock_hz=1.0)
+    ends = [p["t_s"] for p in occ["series"]]
+    assert len(ends) == 102 and ends[:3] == [1.0, 11.0, 21.0] and 556.0 in ends and ends[-1] == 1000.0
+    (series,) = [part for part in RESULTS["kv_occupancy"].parts if part.name == "series"]
+    assert "at most 102 per node" in series.description
+
+
 def test_kv_occupancy_mean_is_weighted_by_step_time():
     # two steps of one node, 10 and 30 cycles, holding 100 and 300 B of a 1,000 B reservation: the
     # time-weighted mean is 250 B (an unweighted one would be 200)
