@@ -50,7 +50,8 @@ RESULTS = Fields([
           "(budget, sink, recent, ...), but for ArkVale's pages (a count of pages), recall_fraction (a fraction) "
           "and tier (a memory tier's name).", keys=("param",), axis="KV policy {param}",
           key_units=(("pages", "pages"), ("recall_fraction", "1"), ("tier", ""))),
-    Field("prefill_len", "tokens", "Prompt length of the point's requests.", csv=5, design=True,
+    Field("prefill_len", "tokens", "Prompt length of the point's requests (shape.prompt_len); with a trace "
+          "workload, whose requests bring their own, the longest prompt the point serves.", csv=5, design=True,
           axis="prompt length", table=Row(20, "prompt (tokens)")),
     Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",
           axis="compiled prefill length"),
@@ -101,7 +102,8 @@ RESULTS = Fields([
               parts=_summary("queueing delay", "queueing delays", "requests")),
     )),
     # prefill
-    Field("prefill_s", "s", "One prefill of the point's prompt.", axis="prefill of one prompt",
+    Field("prefill_s", "s", "One prefill of a prompt of prefill_len tokens (a trace's shorter prompts take less).",
+          axis="prefill of one prompt",
           table=Row(60, "prefill, one prompt (s)", ".3f")),
     Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles of the node that "
           "prefills it (prefill_hardware's when the experiment names one; prefill_s is the same time in seconds).", golden=True,
@@ -164,8 +166,9 @@ RESULTS = Fields([
     # KV cache
     Field("kv_bytes_per_token", "B", "KV-cache bytes of one token, all layers.",
           axis="KV bytes per token (all layers)"),
-    Field("kv_transfer_bytes", "B", "KV cache sent from a prefill node to a decode node per request (0 when "
-          "co-located).", golden=True, axis="KV transfer per request",
+    Field("kv_transfer_bytes", "B", "KV cache sent from a prefill node to a decode node per request of prefill_len "
+          "tokens (0 when co-located; a trace's shorter prompts send less).", golden=True,
+          axis="KV transfer per request",
           table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),

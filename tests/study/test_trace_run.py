@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.report.fields import RESULTS
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -88,3 +89,14 @@ def test_a_sweep_over_a_trace_keeps_its_attribution_too(tmp_path, capsys):
     status = json.loads((tmp_path / "out" / "status.json").read_text())
     assert status["trace"].startswith("azure.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0")
     assert f"note: requests from {status['trace']}\n" in capsys.readouterr().out
+
+
+def test_the_prompt_prefill_and_transfer_figures_of_a_trace_are_those_of_its_longest_prompt(tmp_path, capsys):
+    # results.md said "prompt length of the point's requests" and "per request": a trace's requests
+    # (here 91 to 512 tokens once capped) each have their own; the figures are for prefill_len
+    path = experiment(tmp_path, ", cap_lengths: true")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert record["prefill_len"] == 512 and record["kv_transfer_bytes"] == 512 * record["kv_bytes_per_token"]
+    for name in ("prefill_len", "prefill_s", "kv_transfer_bytes"):
+        assert "trace" in RESULTS[name].description, name
