@@ -53,7 +53,7 @@ OUTPUTS = ("results.json", "results.csv", "throughput.png", "slo_attainment.png"
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the table, write the results; 0 on success."""
     from sn40l_sim.commands.sweep import check_jobs, sweep_main
-    from sn40l_sim.report.outputs import OutputFolder, check_file, output_path
+    from sn40l_sim.report.outputs import LOCK_FILE, STATUS_FILE, OutputFolder, check_file, output_path
     from sn40l_sim.report.results import write_results
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.assemble import assemble
@@ -86,7 +86,13 @@ def run(args: argparse.Namespace) -> int:
         check_file(args.trace, "--trace")   # before the simulation, not after it
     results: list = []
     command = " ".join([f"run {args.experiment}", *(f"--set {item}" for item in args.sets)])
-    with OutputFolder(out, command=command, outputs=OUTPUTS) as folder:
+    # a trace written into the output folder is one of the run's outputs: listed in status.json and
+    # removed when a later run into the folder starts, so it never sits beside another run's results
+    inside = args.trace is not None and args.trace.resolve().parent == out.resolve()
+    if inside and args.trace.name in (*OUTPUTS, STATUS_FILE, LOCK_FILE):   # the trace overwrote the results
+        raise InputError(f"{args.trace} is where run writes its own {args.trace.name}; expected another file name "
+                         "(e.g. trace.json)", field="--trace")
+    with OutputFolder(out, command=command, outputs=OUTPUTS + ((args.trace.name,) if inside else ())) as folder:
         records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])

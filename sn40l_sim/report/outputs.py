@@ -190,6 +190,17 @@ def read_status(folder: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _previous_outputs(folder: Path) -> list[str]:
+    """The files the folder's previous run listed as its outputs in ``status.json`` (plain names of
+    regular files in the folder only): a ``run --trace`` into the folder wrote a trace.json that a
+    later run without ``--trace`` would otherwise leave beside its own results."""
+    listed = (read_status(folder) or {}).get("outputs")
+    if not isinstance(listed, list):
+        return []
+    return [name for name in listed if isinstance(name, str) and name == Path(name).name
+            and name not in ("", ".", "..", STATUS_FILE, LOCK_FILE) and (folder / name).is_file()]
+
+
 def run_outcome(folder: str | Path) -> str | None:
     """Why an output folder may lack a result, as its ``status.json`` says: ``"its run (run x.yaml)
     failed, as F says: ..."``, ``"... was interrupted, ..."``, ``"... is still running or was killed
@@ -283,7 +294,7 @@ class OutputFolder:
                                  "rename it, or choose another folder", field=self.option)
         self._take_lock()
         try:
-            for name in self.outputs:
+            for name in (*self.outputs, *_previous_outputs(self.path)):
                 (self.path / name).unlink(missing_ok=True)
             self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now()}
             self._write_status()
@@ -336,5 +347,5 @@ class OutputFolder:
             self._release()
 
 
-__all__ = ["OutputFolder", "atomic_path", "check_file", "check_folder", "no_records_reason", "read_status", "run_outcome",
-           "write_text", "STATUS_FILE"]
+__all__ = ["LOCK_FILE", "OutputFolder", "atomic_path", "check_file", "check_folder", "no_records_reason", "read_status",
+           "run_outcome", "write_text", "STATUS_FILE"]

@@ -3,6 +3,7 @@ cannot be written is one line naming it."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
-from sn40l_sim.report.outputs import read_status, write_text
+from sn40l_sim.report.outputs import OutputFolder, read_status, write_text
 
 
 @pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
@@ -77,3 +78,19 @@ def test_other_os_errors_are_not_taken_for_a_full_device(tmp_path, monkeypatch):
     monkeypatch.setattr(check, "run", denied)
     with pytest.raises(OSError):
         main(["check", str(tmp_path / "any.yaml")])
+
+
+def test_a_new_run_removes_the_previous_run_s_listed_outputs_and_nothing_else(tmp_path):
+    # the previous run's status.json lists what it wrote (a trace.json among them); a name that is a
+    # path, the folder's own files or a file the run did not write stays
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("trace.json", "notes.txt"):
+        (out / name).write_text("x")
+    (tmp_path / "outside.json").write_text("x")
+    write_text(out / "status.json", json.dumps({"status": "complete", "outputs": [
+        "trace.json", "../outside.json", ".lock", "status.json", "", 7]}))
+    with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+        pass
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "notes.txt", "status.json"]
+    assert (tmp_path / "outside.json").is_file()

@@ -119,6 +119,28 @@ def test_a_run_writes_whole_files_and_a_complete_status(tmp_path, capsys):
     assert json.loads((tmp_path / "t" / "trace.json").read_text())["traceEvents"]
 
 
+def test_a_trace_in_the_output_folder_is_an_output_and_goes_with_its_run(tmp_path, capsys):
+    # a run with --trace OUT/trace.json, then one without: the first run's trace stayed beside the
+    # second's results, and its point names (full, snapstream) could not tell the two runs apart
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot", "--trace", str(out / "trace.json")]) == 0
+    assert read_status(out)["outputs"] == ["results.csv", "results.json", "trace.json"]
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "results.csv", "results.json", "status.json"]
+
+
+@pytest.mark.parametrize("name", ["results.json", "status.json"])
+def test_a_trace_named_as_one_of_the_run_s_own_files_is_refused(tmp_path, capsys, name):
+    # --trace OUT/results.json wrote the trace over the results it had just written, exit 0
+    path = experiment(tmp_path)
+    out = tmp_path / "out"
+    err = one_line(capsys, 2, ["run", str(path), "--out", str(out), "--quiet", "--trace", str(out / name)])
+    assert err == f"error: --trace: {out / name} is where run writes its own {name}; expected another file name " \
+        "(e.g. trace.json)\n"
+    assert not (out / "results.json").exists()
+
+
 def test_a_kill_while_writing_leaves_no_truncated_or_stale_file(tmp_path, capsys, monkeypatch):
     """A previous run's files are in the folder; the new run is killed (Ctrl-C) once results.json is
     written and while results.csv is being written: no half file, nothing of the previous run beside
