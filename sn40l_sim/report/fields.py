@@ -252,7 +252,9 @@ RESULTS = Fields([
     # the highest rate under the SLOs (produced by an experiment's rate_search: section; the record's
     # served figures are those of the probe at that rate)
     Field("max_rate_per_s", "requests/s", "The highest arrival rate probed at which every SLO held (empty when "
-          "even the search's low end fails).", axis="highest rate under the SLOs", group="rate_search",
+          "even the search's low end fails). The record's served figures (throughput, latencies, slo, goodput, "
+          "kv_occupancy) are the run at this rate (at the low end when it is empty), not at the workload's "
+          "rate_per_s.", axis="highest rate under the SLOs", group="rate_search",
           table=Row(206, "highest rate under the SLOs (requests/s)", ".3f")),
     Field("max_rate_bracketed", "", "Whether the search's high end failed, so that the answer lies below it "
           "(false: even the high end held; search higher).", axis="rate bracketed", group="rate_search"),

@@ -152,6 +152,9 @@ def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
     assert best["rate_per_s"] <= best["steady_state_rate_per_s"]
     # without the sustained-rate rule the short run's loose SLO would have held far higher
     assert any(p["rate_per_s"] > p["steady_state_rate_per_s"] and p["attainment"] >= 0.9 for p in probes)
+    # the record's served figures are the answer's probe's run (results.md), not the workload's rate
+    assert record["goodput_requests_per_s"] == best["goodput_requests_per_s"]
+    assert record["slo"]["attainment"] == best["attainment"]
 
 
 def test_a_probe_that_met_the_slos_above_the_sustained_rate_says_why_it_fails():
