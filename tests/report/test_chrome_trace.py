@@ -15,7 +15,15 @@ import pytest
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.report.chrome_trace import _lay_out, _x, build_trace, phase_events, serving_events, write_trace
+from sn40l_sim.report.chrome_trace import (
+    SOCKET_LANES,
+    _lay_out,
+    _x,
+    build_trace,
+    phase_events,
+    serving_events,
+    write_trace,
+)
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.experiment import load_experiment
@@ -217,3 +225,12 @@ def test_a_chunked_prompt_is_drawn_chunk_by_chunk_between_the_decode_steps():
     assert spans("decode_step") == [(100, 110), (160, 170), (220, 230)]
     assert all(b <= c or d <= a for a, b in spans("prefill") for c, d in spans("decode_step"))
     assert sum(b - a for a, b in spans("prefill")) == log.busy["colocated_prefill"][0]
+
+
+def test_the_notebooks_tour_names_every_thread_of_a_socket_process():
+    # docs/notebooks.md listed kernels, set-up, tile stream, traffic and collectives: not the
+    # kernel loops a Llama decode step shows, nor the "#2" rows its looped kernels fill
+    tour = " ".join((REPO / "docs" / "notebooks.md").read_text(encoding="utf-8").split())
+    for _, name in SOCKET_LANES.values():
+        assert f"`{name}`" in tour, name
+    assert "`HBM traffic`" in tour and "`#2`" in tour
