@@ -326,7 +326,10 @@ RESULTS = Fields([
           )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(
         Field("nodes", "1", "Busy fraction of each node (and KV link) by role over the served run, one value per "
-              "node; empty without a workload.", keys=("role",), is_list=True),
+              "node; empty without a workload. Roles: prefill (each prefill node), link (each prefill node's KV "
+              "link), decode (each decode node's steps); a co-located node's time is split into decode, "
+              "colocated_prefill (its prefills) and graph_switch (configurations loaded again between the two "
+              "graphs), which add up to the node's busy fraction.", keys=("role",), is_list=True),
         Field("prefill_step", "1", "Busy cycles of each hardware resource in one prefill, as a fraction of its "
               "cycles.", keys=("resource",), axis="prefill busy fraction: {resource}"),
         Field("decode_step", "1", "Busy cycles of each hardware resource in one decode step, as a fraction of its "

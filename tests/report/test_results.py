@@ -125,6 +125,19 @@ def test_a_colocated_point_transfers_no_kv(records):
     assert row.split()[-1] == "0.00"
 
 
+def test_a_colocated_node_s_busy_time_is_split_into_the_roles_results_md_names():
+    # a co-located node reported decode 0.48 beside colocated_prefill 0.51 and graph_switch 0.008,
+    # roles results.md did not name: decode alone read as the node's busy fraction
+    rec, result = simulate("full", {}, mode="colocated")
+    nodes = rec["utilisation"]["nodes"]
+    assert set(nodes) == {"prefill", "link", "decode", "colocated_prefill", "graph_switch"}
+    assert nodes["prefill"] == nodes["link"] == []
+    busy = nodes["decode"][0] + nodes["colocated_prefill"][0] + nodes["graph_switch"][0]
+    assert nodes["colocated_prefill"][0] > 0 and nodes["decode"][0] > 0 and busy <= 1 + 1e-9
+    (field,) = [part for part in RESULTS["utilisation"].parts if part.name == "nodes"]
+    assert all(role in field.description for role in nodes)
+
+
 def test_kv_occupancy_series_stays_under_capacity_and_keeps_the_peak():
     rec, result = simulate("full", {}, arrivals=tuple(0.01 * i for i in range(4)))
     occ = rec["kv_occupancy"]
