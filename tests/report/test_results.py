@@ -125,6 +125,13 @@ def test_a_colocated_point_transfers_no_kv(records):
     assert row.split()[-1] == "0.00"
 
 
+def test_full_s_static_slot_holds_the_prompt_the_output_and_the_last_drafts(records):
+    # results.md said "prompt plus new tokens": 131,072 + 2,048 = 133,120, where run shows 133,122
+    full = records[0]
+    assert full["kv_len"] == PROMPT + full["max_new_tokens"] + full["speculative_drafts"] == PROMPT + 18
+    assert "drafts' rows" in RESULTS["kv_len"].description
+
+
 def test_a_colocated_node_s_busy_time_is_split_into_the_roles_results_md_names():
     # a co-located node reported decode 0.48 beside colocated_prefill 0.51 and graph_switch 0.008,
     # roles results.md did not name: decode alone read as the node's busy fraction
