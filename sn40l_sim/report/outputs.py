@@ -204,9 +204,9 @@ def _previous_outputs(folder: Path) -> list[str]:
 def run_outcome(folder: str | Path) -> str | None:
     """Why an output folder may lack a result, as its ``status.json`` says: ``"its run (run x.yaml)
     failed, as F says: ..."``, ``"... was interrupted, ..."``, ``"... is still running or was killed
-    (pid N), ..."``; None
-    when the folder has no status or its run completed (for ``compare`` and ``plot``, which were
-    given a folder of a run that wrote nothing and could only say the file was missing).
+    (pid N), ..."``; None when the folder has no status or its run completed. For ``compare`` and
+    ``plot``, which were given the folder of a run that wrote nothing and could only say the file
+    was missing.
 
     >>> import pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
