@@ -121,9 +121,12 @@ for name in ("sockets", "capacity"):
     print(f"{name}: {len(swept[name])} records; did not fit: {[n for n, _ in swept[name].skipped]}")
 workdir.cleanup()'''),
     ("code", '''\
+# the capacity axis sets one HBM module; a socket holds the hardware file's modules per die x dies
+MODULES = node.socket.memory["hbm"].units_per_die * node.socket.dies
+print(f"HBM per socket = {MODULES} modules x the swept module capacity")
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
 for ax, (name, axis, unit, scale) in zip(axes, [("sockets", "sockets", "sockets per node", 1),
-                                                ("capacity", "hbm_module", "HBM per socket (GiB)", 4 / GIB)]):
+                                                ("capacity", "hbm_module", "HBM per socket (GiB)", MODULES / GIB)]):
     for policy in policies:
         rows = sorted((r["sweep"][axis] * scale, r) for r in swept[name] if r["kv_policy"] == policy)
         xs = [x for x, _ in rows]

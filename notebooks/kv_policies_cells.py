@@ -53,13 +53,14 @@ the whole cache sits in DDR."""),
     ("code", '''\
 records = {r["policy_entry"]: r for r in simulate_assembly(asm, only=points, serve=False)}
 GIB = 2**30
-print(f"{'policy':18s} {'batch':>6s} {'HBM KV/socket':>14s} {'DDR store':>10s} {'step ms':>8s} {'tokens/s':>9s} "
-      f"{'prefill +':>9s} {'DDR/step':>9s}")
+# memory and DDR traffic are per socket (results.md: memory, decode_tier_bytes), tokens/s per node
+print(f"{'policy':18s} {'batch':>6s} {'HBM KV/socket':>14s} {'DDR store/socket':>16s} {'step ms':>8s} {'tokens/s':>9s} "
+      f"{'prefill +':>9s} {'DDR/step/socket':>15s}")
 for name, r in records.items():
     store = sum(t.get("kv_offload", 0) for t in r["memory"].values())
-    print(f"{name:18s} {r['max_batch']:6d} {r['memory']['hbm']['kv'] / GIB:11.2f} GiB {store / GIB:6.1f} GiB "
+    print(f"{name:18s} {r['max_batch']:6d} {r['memory']['hbm']['kv'] / GIB:11.2f} GiB {store / GIB:12.1f} GiB "
           f"{r['decode_step_s'] * 1e3:8.1f} {r['decode_tokens_per_s']:9.0f} {100 * r['prefill_policy_overhead']:8.1f}% "
-          f"{r['decode_tier_bytes']['ddr'] / 1e9:6.2f} GB")'''),
+          f"{r['decode_tier_bytes']['ddr'] / 1e9:12.2f} GB")'''),
     ("md", """\
 ## Bytes per token against throughput
 

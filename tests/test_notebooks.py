@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from sn40l_sim.hardware.loader import load_hardware
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 NAMES = ["throughput.ipynb", "prefill_breakdown.ipynb", "design_space.ipynb", "validation.ipynb",
@@ -121,3 +123,16 @@ def test_notebook_runs_top_to_bottom(name, kernel):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "deepseek-r1 on SN40L-16" in text
     assert "quick run (SN40L_SIM_NOTEBOOK_QUICK=1)" in text   # the kernel saw the setting
+    for line in SAID.get(name, ()):
+        assert line in text, (name, line)
+
+
+def _hbm_modules() -> int:
+    socket = load_hardware(REPO / "hw_configs" / "sn40l_node16.yaml").socket
+    return socket.memory["hbm"].units_per_die * socket.dies
+
+
+#: lines a notebook prints: design_space's HBM axis scales a module by the hardware file's count of
+#: modules (it multiplied by a literal 4), and kv_policies' table says its memory is per socket
+SAID = {"design_space.ipynb": [f"HBM per socket = {_hbm_modules()} modules x the swept module capacity"],
+        "kv_policies.ipynb": ["DDR store/socket", "DDR/step/socket"]}
