@@ -267,8 +267,13 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
     # prefill nodes of other hardware count their phase in their own clock, the serving log in the
     # decode node's: each phase is drawn at its node's clock, its start moved to that clock
     prefill_clock = s.prefill_node.socket.clock_hz if s.prefill_node is not None else clock
+    # a chunked prompt is served chunk by chunk, but the socket detail is the whole prompt's prefill:
+    # drawn at the first chunk without a word, it ran on through the node's decode steps
+    chunk = getattr(s, "prefill_chunk", None)
+    prefill_title = "prefill" + (f" (the whole {s.prompt_len}-token prompt; served in {chunk}-token chunks)"
+                                 if chunk else "")
     for phase, timing, plan, at, phase_clock in (
-            ("prefill", result.prefill, s.prefill_plan, prefill_at, prefill_clock),
+            (prefill_title, result.prefill, s.prefill_plan, prefill_at, prefill_clock),
             ("decode", result.decode, s.decode_plan, decode_at, clock)):
         group = list(range(max(1, plan.tp))) if sockets == "group" else [0]
         out += phase_events(timing.events, phase_clock, title=f"{s.name} · {phase}", sockets=group, first_pid=pid,

@@ -9,11 +9,13 @@ import textwrap
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.report.chrome_trace import (
     SOCKET_LANES,
@@ -21,6 +23,7 @@ from sn40l_sim.report.chrome_trace import (
     _x,
     build_trace,
     phase_events,
+    point_events,
     serving_events,
     write_trace,
 )
@@ -234,3 +237,17 @@ def test_the_notebooks_tour_names_every_thread_of_a_socket_process():
     for _, name in SOCKET_LANES.values():
         assert f"`{name}`" in tour, name
     assert "`HBM traffic`" in tour and "`#2`" in tour
+
+
+@pytest.mark.parametrize("chunk, name", [
+    (None, "full · prefill · socket 0"),
+    (1024, "full · prefill (the whole 8192-token prompt; served in 1024-token chunks) · socket 0")])
+def test_the_prefill_detail_of_a_chunked_point_says_it_is_the_whole_prompt(chunk, name):
+    # chunked_prefill.yaml at 1K chunks: the node's lane shows 69 ms chunks, the socket's the 285 ms
+    # prefill of the whole prompt, drawn from the first chunk on through the decode steps
+    timing = NS(events=[TraceEvent("embedding", "embedding", None, 0, 100)], kernels=[], cycles=100)
+    setup = NS(name="full", mode="colocated", prefill_nodes=0, decode_nodes=1, prefill_node=None, prompt_len=8192,
+               prefill_chunk=chunk, prefill_plan=ParallelPlan(1, 1), decode_plan=ParallelPlan(1, 1))
+    result = NS(setup=setup, clock_hz=1.6e9, log=None, prefill=timing, decode=timing)
+    names = [e["args"]["name"] for e in point_events(result) if e["ph"] == "M" and e["name"] == "process_name"]
+    assert names == [name, "full · decode · socket 0"]
