@@ -177,15 +177,19 @@ def probe_lines(records: list[dict]) -> list[str]:
 
 def _unsustained(probe: dict) -> str:
     """Why a probe whose requests all met the SLOs still fails: its rate is above what the decode
-    slots sustain (a finite run starts with free slots; rate_search.py). Without it the line read
-    "attainment 100.0%, ..., SLOs fail".
+    slots or the prefilling nodes sustain (a finite run starts with free slots and idle nodes;
+    rate_search.py). Without it the line read "attainment 100.0%, ..., SLOs fail".
 
     >>> _unsustained({"rate_per_s": 1.0, "holds": False, "steady_state_rate_per_s": 0.9214})
     ' (above the 0.9214 requests/s the decode slots sustain)'
+    >>> _unsustained({"rate_per_s": 20.0, "holds": False, "steady_state_rate_per_s": 90.0, "prefill_rate_per_s": 17.43})
+    ' (above the 17.43 requests/s the prefilling nodes sustain)'
     >>> _unsustained({"rate_per_s": 0.5, "holds": False, "steady_state_rate_per_s": 0.9214})
     ''
     """
-    sustained = probe.get("steady_state_rate_per_s")
-    if probe["holds"] or sustained is None or probe["rate_per_s"] <= sustained:
+    if probe["holds"]:
         return ""
-    return f" (above the {sustained:.4g} requests/s the decode slots sustain)"
+    above = [f"the {bound:.4g} requests/s the {what} sustain" for key, what in
+             (("steady_state_rate_per_s", "decode slots"), ("prefill_rate_per_s", "prefilling nodes"))
+             if (bound := probe.get(key)) is not None and probe["rate_per_s"] > bound]
+    return f" (above {' and '.join(above)})" if above else ""

@@ -261,9 +261,9 @@ RESULTS = Fields([
           "(false: even the high end held; search higher).", axis="rate bracketed", group="rate_search"),
     Field("rate_probes", "", "Every probe of the search, by rate.", group="rate_search", is_list=True, parts=(
         Field("rate_per_s", "requests/s", "The probe's arrival rate.", axis="arrival rate"),
-        Field("holds", "", "Whether every SLO held at it, at a rate the decode slots sustain (at most "
-              "steady_state_rate_per_s: a finite run above it starts with free slots and may meet the SLOs "
-              "before its queue has grown)."),
+        Field("holds", "", "Whether every SLO held at it, at a rate the decode slots and the prefilling nodes "
+              "sustain (at most steady_state_rate_per_s and prefill_rate_per_s: a finite run above them starts "
+              "with free slots and idle nodes and may meet the SLOs before its queue has grown)."),
         Field("attainment", "1", "Fraction of its requests that met every SLO.",
               axis="SLO attainment (fraction of requests)"),
         Field("goodput_requests_per_s", "requests/s", "Its goodput.", axis="goodput"),
@@ -274,6 +274,10 @@ RESULTS = Fields([
         Field("steady_state_rate_per_s", "requests/s", "Requests per second the decode slots sustain: every "
               "decode node's slots over the mean time the probe's requests held one (empty when none took "
               "a slot).", axis="sustained rate of the decode slots"),
+        Field("prefill_rate_per_s", "requests/s", "Requests per second the nodes that prefill sustain: their "
+              "number over the mean time a request's prefill kept one busy (co-located, with its share of "
+              "decode steps run with every slot filled; empty when nothing was prefilled).",
+              axis="sustained rate of the prefilling nodes"),
     )),
     # a trace's lengths capped to the compiled graphs (produced for a trace workload)
     Field("trace_capped", "", "What capping the trace's lengths to the compiled graphs cut (workload.cap_lengths); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import build_requests
 from sn40l_sim.study.experiment import PoissonWorkload
-from sn40l_sim.study.rate_search import bisect_rate, steady_state_rate
+from sn40l_sim.study.rate_search import bisect_rate, prefill_sustained_rate, steady_state_rate
 
 REPO = Path(__file__).resolve().parents[2]
 CLOCK = 1e9
@@ -173,3 +174,47 @@ def test_a_probe_that_met_the_slos_above_the_sustained_rate_says_why_it_fails():
         "  probe 0.9883 requests/s: attainment 100.0%, goodput 0.6707 requests/s, SLOs fail "
         "(above the 0.9214 requests/s the decode slots sustain)",
         "  probe 2.219 requests/s: attainment 32.0%, goodput 0.2279 requests/s, SLOs fail"]
+
+
+def test_the_prefilling_nodes_bound_the_sustained_rate():
+    # one prefill node at 0.2 s a prompt serves at most 5 requests/s, whatever the decode slots
+    requests, log = served(8.0)
+    assert prefill_sustained_rate(SimpleNamespace(log=log, clock_hz=CLOCK)) == pytest.approx(5.0)
+    two = simulate(requests, replace(SETUP, prefill_nodes=2))
+    assert prefill_sustained_rate(SimpleNamespace(log=two, clock_hz=CLOCK)) == pytest.approx(10.0)
+    # co-located, a node also runs the decode steps: a request costs its 0.2 s of prefill and its
+    # output_len - 1 tokens' share of 50 ms steps of 4 slots (the fewest steps its tokens take)
+    colocated = simulate(requests, replace(SETUP, mode="colocated", prefill_nodes=0))
+    per_request_s = 0.2 + sum(r.output_len - 1 for r in requests) * 0.05 / 4 / len(requests)
+    assert prefill_sustained_rate(SimpleNamespace(log=colocated, clock_hz=CLOCK)) == pytest.approx(1 / per_request_s)
+
+
+def test_the_search_takes_no_rate_above_what_the_prefill_node_sustains(tmp_path):
+    # Llama-3.1-8B on 8 sockets: one prefill node prefills a 4K prompt in about 57 ms (17.4
+    # requests/s); 300 requests at 1.7 times that still met a 5 s TTFT SLO at p90, and the search
+    # answered 29.3 requests/s, a rate at which the prompts' queue grows without bound
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: prefill_bound
+        hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
+        model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 4096}}
+        workload: {{kind: poisson, rate_per_s: 1, count: 300, output_len: 32}}
+        serving: {{batch: 512, max_new_tokens: 32, prefill_nodes: 1, seed: 3}}
+        slo: {{ttft: {{max_s: 5 s, percentile: 90}}}}
+        rate_search: {{low_per_s: 1, high_per_s: 64, probes: 10, tolerance: 0.01}}
+        """)
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    probes = record["rate_probes"]
+    prefill_s = record["prefill_s"]
+    assert all(p["prefill_rate_per_s"] == pytest.approx(1 / prefill_s) for p in probes)
+    assert record["max_rate_per_s"] <= 1 / prefill_s
+    assert all(not p["holds"] for p in probes if p["rate_per_s"] > p["prefill_rate_per_s"])
+    # the decode slots are far from the limit, and above the prefill node's speed a finite run met the SLO
+    assert all(p["steady_state_rate_per_s"] > 2 / prefill_s for p in probes if p["rate_per_s"] < 1 / prefill_s)
+    assert any(p["rate_per_s"] > 1.3 / prefill_s and p["attainment"] >= 0.9 for p in probes)
