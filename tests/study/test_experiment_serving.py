@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.points import make_point_policy, points
+from sn40l_sim.study.runner import simulate_experiment
 
 BASE = textwrap.dedent("""\
     kind: experiment
@@ -215,3 +217,29 @@ def test_run_exits_2_with_one_line_for_bad_experiments(tmp_path, capsys, text, m
     assert err.count("\n") == 1 and "Traceback" not in err
     assert str(path) in err and match in err
     assert not (tmp_path / "out").exists()
+
+
+def test_compiled_sizes_are_a_set_whose_order_changes_nothing(tmp_path):
+    # batch_sizes and prefill_lens name the compiled graphs: batch: max takes the largest that fits
+    # and a prompt the smallest that holds it, whatever order the list gives them in (a repeated
+    # size is refused: most likely a typo for another)
+    repo = Path(__file__).resolve().parents[2]
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: order
+        hardware: {repo / 'hw_configs' / 'sn40l_node8.yaml'}
+        model: {repo / 'graphs' / 'llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 3000}}
+        workload: {{kind: poisson, rate_per_s: 8, count: 40, output_len: 16,
+                   prompt_len: {{dist: uniform, low: 100, high: 3000}}}}
+        serving: {{batch: max, max_new_tokens: 16, batch_sizes: SIZES, prefill_lens: LENS}}
+        """)
+    records = [simulate_experiment(write(tmp_path, text.replace("SIZES", sizes).replace("LENS", lens), f"{i}.yaml"))[1][0]
+               for i, (sizes, lens) in enumerate((("[16, 64, 256]", "[512, 2048, 4096]"),
+                                                   ("[256, 16, 64]", "[4096, 512, 2048]")))]
+    keep = ("batch", "max_batch", "prefill_len_compiled", "decode_step_s", "prefill_s", "latency", "throughput")
+    sorted_lists, shuffled = ({k: r[k] for k in keep} for r in records)
+    assert sorted_lists == shuffled
+    assert (records[1]["batch"], records[1]["prefill_len_compiled"]) == (256, 4096)
