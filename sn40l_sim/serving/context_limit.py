@@ -3,7 +3,7 @@
 
 A model file states the context its positions were trained for (``max_context``; None: not stated)
 and a long-context variant raises it through an experiment's ``model_overrides``
-(README.md, "maximum context"). Errors name the :class:`~sn40l_sim.serving.point.PointSetup` field they are
+(README.md, "Million-token prompts"). Errors name the :class:`~sn40l_sim.serving.point.PointSetup` field they are
 about; the study layer turns those into the experiment's field paths.
 """
 from __future__ import annotations
