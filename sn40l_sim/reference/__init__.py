@@ -1,2 +1,4 @@
 """Oracles imported by tests only: the unit-level cycle-by-cycle simulator (:mod:`.unit_level`) and
-the numpy SnapStream (:mod:`.snapstream`). Nothing in the package imports this folder."""
+the numpy references of the KV policies' selection rules and the KV formats (:mod:`.snapstream`,
+:mod:`.h2o`, :mod:`.arkvale`, :mod:`.kv_quant`; docs/architecture.md, "Two fidelities"). Nothing in
+the package imports this folder."""
