@@ -219,19 +219,21 @@ def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
                        operators=tuple(ops), shards=tp)
 
 
-def scoring_key_reads(model: ModelSpec, qh: int, kvh: int, qk_dim: int, key_rows: int, q_bytes: int,
-                      dequant_name: str, distinct_rows: int | None = None) -> tuple[dict[str, int], list[Operator]]:
-    """The bytes a prefill kernel that scores queries against ``key_rows`` prompt keys per head
+def scoring_key_reads(model: ModelSpec, query_heads: int, kv_heads: int, qk_dim: int, key_rows: int,
+                      q_bytes: int, dequant_name: str,
+                      distinct_rows: int | None = None) -> tuple[dict[str, int], list[Operator]]:
+    """The bytes a prefill kernel that scores the queries of its socket's ``query_heads`` against
+    ``key_rows`` prompt keys per head (of ``qk_dim`` elements; ``kv_heads`` key heads on the socket)
     reads for its first GEMM (its queries' ``q_bytes`` and the keys), and the dequantisation of a
     quantised cache's keys it runs first (named ``dequant_name``). When the keys are streamed more
     than once (tile by tile, as FlashAttention does), ``distinct_rows`` are the keys in memory and
     the other reads of activation keys are re-reads (``act_reread_bytes``: traffic, not resident)."""
     if model.attention.prefill_key_source == "activations":
         # every query head has its own key, materialised by the QKV kernel (MLA)
-        reread = qh * (key_rows - (key_rows if distinct_rows is None else distinct_rows)) * qk_dim * ACT_BYTES
-        return dict(act_in_bytes=q_bytes + qh * key_rows * qk_dim * ACT_BYTES, act_reread_bytes=reread), []
+        reread = query_heads * (key_rows - (key_rows if distinct_rows is None else distinct_rows)) * qk_dim * ACT_BYTES
+        return dict(act_in_bytes=q_bytes + query_heads * key_rows * qk_dim * ACT_BYTES, act_reread_bytes=reread), []
     # the keys are the cached ones, one per KV head (GQA)
-    key_elems = kvh * key_rows * qk_dim
+    key_elems = kv_heads * key_rows * qk_dim
     ops = [Operator(dequant_name, "elementwise", elements=key_elems, dtype=kv_op_dtype(model))] \
         if kv_quantised(model) else []
     return dict(act_in_bytes=q_bytes, kv_read_bytes=kv_stored_bytes(model, key_elems)), ops
