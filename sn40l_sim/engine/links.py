@@ -109,22 +109,22 @@ class LinkTable:
         return cls(node.sockets, p2p_links(node), node.socket.clock_hz,
                    node.socket.calibrated.p2p_efficiency, lattice_dims(node.sockets, node.topology.kind))
 
-    def route(self, a: int, b: int) -> tuple[Link, ...]:
-        """Directed links from socket ``a`` to socket ``b`` (empty for ``a == b``)."""
-        got = self._routes.get((a, b))
+    def route(self, src: int, dst: int) -> tuple[Link, ...]:
+        """Directed links from socket ``src`` to socket ``dst`` (empty for ``src == dst``)."""
+        got = self._routes.get((src, dst))
         if got is None:
-            got = self._routes[(a, b)] = self._route(a, b)
+            got = self._routes[(src, dst)] = self._route(src, dst)
         return got
 
-    def _route(self, a: int, b: int) -> tuple[Link, ...]:
-        if a == b:
+    def _route(self, src: int, dst: int) -> tuple[Link, ...]:
+        if src == dst:
             return ()
         if self.dims is not None:
-            hops: list[int] | None = dimension_order_path(self.dims, a, b)
+            hops: list[int] | None = dimension_order_path(self.dims, src, dst)
         else:
-            hops = shortest_path(self._near, a, b)
+            hops = shortest_path(self._near, src, dst)
         if hops is None:
-            raise InfeasibleError(f"no P2P path from socket {a} to socket {b} in the node topology",
+            raise InfeasibleError(f"no P2P path from socket {src} to socket {dst} in the node topology",
                                   field="topology")
         return tuple(zip(hops[:-1], hops[1:], strict=True))
 
@@ -138,11 +138,11 @@ class LinkTable:
         """Whether sockets ``a`` and ``b`` are neighbours."""
         return b in self._near.get(a, ())
 
-    def latency_s(self, a: int, b: int) -> float:
-        """Sum of link latencies along the route from ``a`` to ``b``."""
-        got = self._route_latency_s.get((a, b))
+    def latency_s(self, src: int, dst: int) -> float:
+        """Sum of link latencies along the route from ``src`` to ``dst``."""
+        got = self._route_latency_s.get((src, dst))
         if got is None:
-            got = self._route_latency_s[a, b] = sum(self._latency_s[link] for link in self.route(a, b))
+            got = self._route_latency_s[src, dst] = sum(self._latency_s[link] for link in self.route(src, dst))
         return got
 
     def ring_order(self, members: Iterable[int]) -> list[int]:
