@@ -194,6 +194,7 @@ def check_experiment(path: str | Path) -> str:
 def run(args: argparse.Namespace) -> int:
     """Check every file; 0 if all are valid, 2 if any is not."""
     bad = 0
+    references = []
     for path in args.files:
         try:
             kind = check_file(path)
@@ -202,4 +203,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
         else:
             print(f"ok: {path} (kind: {kind})")
+            if kind.startswith("reference"):
+                references.append(Path(path))
+    if len(references) > 1:
+        # validate reads the reference files it is given together: an id two of them share is refused there
+        from sn40l_sim.study.validation import load_references
+        try:
+            load_references(references)
+        except InputError as exc:
+            bad += 1
+            print(f"error: {exc}", file=sys.stderr)
     return 2 if bad else 0

@@ -64,6 +64,24 @@ def test_check_refuses_an_id_another_file_of_the_reference_folder_has(tmp_path, 
         f"at {folder / 'kernel_looping.yaml'}:16; expected each id once (leave-one-out predictions are kept by id)\n", err
 
 
+def test_check_of_several_reference_files_refuses_an_id_two_of_them_share(tmp_path, capsys):
+    # each was checked alone and passed, and validate, reading the files it is given together,
+    # refused the second's id
+    files = []
+    for name, step in (("a.yaml", 0.0885), ("b.yaml", 0.09)):
+        files.append(tmp_path / name)
+        files[-1].write_text("kind: reference\nmeasurements:\n"
+                             f"  - {{id: my_step, quantity: decode_step_s, value: {step}, tolerance: {{rel: 0.05}}, "
+                             f"source: s, experiment: {DEEPSEEK}, point: full, calibration: false}}\n")
+    assert main(["check", str(files[0])]) == 0 and main(["check", str(files[1])]) == 0
+    capsys.readouterr()
+    assert main(["check", *map(str, files)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("ok: ") == 2
+    assert captured.err == f"error: {files[1]}:3: measurements[0].id: id 'my_step' is also the id of the measurement " \
+        f"at {files[0]}:3; expected each id once (leave-one-out predictions are kept by id)\n"
+
+
 def test_a_miss_by_a_hair_shows_the_digits_that_put_it_past_its_band():
     # the output projection's share, 0.0784309 against 0.0584 +- 0.02, read '+2.00 pp' beside 'NO'
     from sn40l_sim.study.validation import Comparison, Measurement, Reference, format_table
