@@ -28,16 +28,7 @@ the real graph builder, mapper and placer; tests use
 :class:`PointSetup` field they are about (``batch``, ``prompt_len``, ``prefill_lens``, ...); the
 study layer turns those into the experiment's field paths.
 
-Examples
---------
-The KV transfer of a 32K-token SnapStream cache of DeepSeek-R1 (71,424 B per token with the MTP
-layer) over the 16-socket node's host link:
-
->>> from sn40l_sim.hardware.loader import load_hardware
->>> node = load_hardware("hw_configs/sn40l_node16.yaml")
->>> seconds = transfer_seconds(node, "host_link", 32768 * 71424)
->>> seconds == node.socket.calibrated.transfer_setup_s + node.host_link.latency_s + 32768 * 71424 / node.host_link.bytes_per_s
-True
+The KV transfer's time is :mod:`sn40l_sim.serving.kv_transfer`'s.
 """
 from __future__ import annotations
 
@@ -59,6 +50,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.context_limit import check_context
+from sn40l_sim.serving.kv_transfer import socket_shares, transfer_seconds
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
@@ -139,41 +131,6 @@ class PointResult:
     #: with ``batch: max`` and KV allowed to spill, where the chosen batch's KV left the first
     #: tier: the largest compiled batch whose KV stays there (memory_fit.FittedMemory)
     kv_first_tier_batch: int | None = None
-
-
-def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None) -> float:
-    """Seconds to move ``n_bytes`` of KV from a prefill node to a decode node (``node``).
-
-    ``host_link``: the node's host link (set-up + latency + bytes / bandwidth). ``p2p``: the P2P
-    ports of the receiving socket at the calibrated P2P efficiency (data-parallel attention puts a
-    sequence's whole cache on one socket). Both add the calibrated ``transfer_setup_s``. With
-    ``sender``, the prefill node when its hardware differs (``prefill_hardware``), a transfer of
-    either kind crosses both nodes' links (the host links, or the sending and the receiving
-    socket's P2P ports): it streams at the slower one's bandwidth and waits the longer set-up and
-    latency of the two.
-
-    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
-    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
-    >>> slow = with_overrides(node, {"host_link.bytes_per_s": node.host_link.bytes_per_s / 8})
-    >>> transfer_seconds(node, "host_link", 2**30, sender=slow) == transfer_seconds(slow, "host_link", 2**30)
-    True
-    """
-    ends = (node,) if sender is None else (sender, node)
-    setup = max(end.socket.calibrated.transfer_setup_s for end in ends)
-    links = [_transfer_link(end, kind) for end in ends]
-    latency = max(latency_s for _, latency_s in links)
-    return setup + latency + n_bytes / min(bytes_per_s for bytes_per_s, _ in links)
-
-
-def _transfer_link(end: NodeSpec, kind: str) -> tuple[float, float]:
-    """(bytes per second, latency in seconds) of one end's side of a KV transfer of ``kind``."""
-    if kind == "host_link":
-        if end.host_link is None:
-            raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
-                             "(add one, or carry it over the P2P links: kv_transfer p2p)")
-        return end.host_link.bytes_per_s, end.host_link.latency_s
-    socket = end.socket
-    return socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency, socket.p2p.latency_s
 
 
 def check_plans(s: PointSetup) -> None:
@@ -293,9 +250,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     colocated = s.mode == "colocated"
     # a co-located node prefills into its own cache: no bytes cross a link (results say 0, not the cache size)
     transfer_bytes = 0 if colocated else s.policy.cache_len(s.prompt_len, 0) * per_token
+    shares = socket_shares(s.model, s.prefill_plan, s.decode_plan, include_mtp)
     with located("kv_transfer"):
         transfer_cycles = 0 if colocated else math.ceil(
-            transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node) * clock_hz)
+            transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node, shares=shares) * clock_hz)
 
     # (without the policy's kernels, compiled prompt length, earlier tokens of a chunk or a cached
     # prefix) -> (prefill cycles, its configuration loads after a decode step)
@@ -332,7 +290,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         if colocated:
             return 0
         n_bytes = s.policy.cache_len(prompt_len, 0) * per_token
-        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node) * clock_hz)
+        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node, shares=shares) * clock_hz)
 
     with located("requests"):
         requests = requests_for(batch * s.decode_nodes)

@@ -36,8 +36,9 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.context_limit import check_context, check_output_context
+from sn40l_sim.serving.kv_transfer import transfer_seconds
 from sn40l_sim.serving.memory_fit import MemoryFit, check_weights_fit, fit_memory, located
-from sn40l_sim.serving.point import PointSetup, check_plans, point_memory, transfer_seconds
+from sn40l_sim.serving.point import PointSetup, check_plans, point_memory
 from sn40l_sim.serving.traces import TraceRow, select_window
 from sn40l_sim.serving.workload import context_message, trace_window
 from sn40l_sim.study.assemble import (

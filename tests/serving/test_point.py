@@ -15,7 +15,8 @@ from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import check_context, check_output_context
-from sn40l_sim.serving.point import PointSetup, simulate_point, transfer_seconds
+from sn40l_sim.serving.kv_transfer import transfer_seconds
+from sn40l_sim.serving.point import PointSetup, simulate_point
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import memory_placer
@@ -121,6 +122,23 @@ def test_kv_transfer_time_follows_the_link_spec():
     result, _, _ = run(FULL)
     assert result.transfer_cycles == math.ceil(
         transfer_seconds(NODE, "host_link", result.transfer_bytes) * NODE.socket.clock_hz)
+
+
+def test_p2p_moves_the_part_of_the_cache_each_socket_holds():
+    # data-parallel decode attention puts a sequence's cache whole on one socket, which receives it
+    # all over its ports; tensor-parallel attention splits it, each socket receiving its part beside
+    # the others (the whole cache went through one socket's ports in both)
+    dp, _, _ = run(FULL, kv_transfer="p2p")
+    tp, _, _ = run(FULL, kv_transfer="p2p", decode_plan=ParallelPlan(16))
+    p2p, calibrated = NODE.socket.p2p, NODE.socket.calibrated
+    port_bytes_per_s = p2p.ports * p2p.bytes_per_s_per_port * calibrated.p2p_efficiency
+    whole = calibrated.transfer_setup_s + p2p.latency_s + dp.transfer_bytes / port_bytes_per_s
+    assert dp.transfer_cycles == math.ceil(whole * NODE.socket.clock_hz)
+    # MLA's one latent head is held whole by every socket of a tensor-parallel decode (each runs
+    # the attention of its query heads over every row), and the prefill sockets send a sixteenth
+    assert tp.transfer_bytes == dp.transfer_bytes and tp.transfer_cycles == dp.transfer_cycles
+    assert transfer_seconds(NODE, "p2p", dp.transfer_bytes, shares=(1 / 16, 1 / 8)) == pytest.approx(
+        calibrated.transfer_setup_s + p2p.latency_s + dp.transfer_bytes / 8 / port_bytes_per_s)
 
 
 def test_no_host_link_is_a_located_input_error():

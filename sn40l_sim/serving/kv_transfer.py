@@ -1,0 +1,88 @@
+"""The KV cache's trip from a prefill node to a decode node (disaggregated serving).
+
+``host_link``: the node's host link carries the whole cache (set-up + latency + bytes / bandwidth).
+``p2p``: each socket holding part of the cache moves its own part over its P2P ports, so the busiest
+socket sets the time: the part it holds (:func:`socket_shares`, the parts
+:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket` gives to the sockets of the phase's plan) over
+its ports at the calibrated P2P efficiency. Data-parallel decode attention puts a sequence's whole
+cache on one socket, which then receives all of it; tensor-parallel attention splits it by KV heads,
+and each socket receives its heads' rows beside the others. Both kinds add the calibrated
+``transfer_setup_s``. A prefill node of other hardware (``prefill_hardware``) sends over its own
+links: the transfer takes the longer of the two ends and waits the longer set-up and latency.
+
+Examples
+--------
+The KV of a 32K-token SnapStream cache of DeepSeek-R1 (71,424 B per token with the MTP layer) over
+the 16-socket node's host link, and over P2P where a decode socket receives all of it and the
+prefill sockets send a sixteenth each:
+
+>>> from sn40l_sim.hardware.loader import load_hardware
+>>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+>>> n = 32768 * 71424
+>>> host = transfer_seconds(node, "host_link", n)
+>>> host == node.socket.calibrated.transfer_setup_s + node.host_link.latency_s + n / node.host_link.bytes_per_s
+True
+>>> p2p, socket = node.socket.p2p, node.socket
+>>> port_bytes_per_s = p2p.ports * p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
+>>> transfer_seconds(node, "p2p", n, shares=(1 / 16, 1.0)) == (socket.calibrated.transfer_setup_s + p2p.latency_s
+...                                                          + n / port_bytes_per_s)
+True
+"""
+from __future__ import annotations
+
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.models.params import kv_bytes_per_token
+from sn40l_sim.models.spec import ModelSpec
+
+
+def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: ParallelPlan,
+                  include_mtp: bool | int = False) -> tuple[float, float]:
+    """The fractions of one sequence's cache that the busiest prefill socket sends and the busiest
+    decode socket receives: what each holds of it (:func:`kv_bytes_per_socket` at batch 1) over
+    the cache's bytes.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> socket_shares(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16), ParallelPlan(16, 16))
+    (0.0625, 1.0)
+    >>> socket_shares(load_model("graphs/llama3_1_70b.yaml"), ParallelPlan(8), ParallelPlan(16))
+    (0.125, 0.125)
+    """
+    per_token = kv_bytes_per_token(model, include_mtp=include_mtp)
+    send = kv_bytes_per_socket(model, prefill_plan, 1, 1, include_mtp=include_mtp, phase="prefill")
+    receive = kv_bytes_per_socket(model, decode_plan, 1, 1, include_mtp=include_mtp)
+    return send / per_token, receive / per_token
+
+
+def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None, *,
+                     shares: tuple[float, float] = (1.0, 1.0)) -> float:
+    """Seconds to move ``n_bytes`` of KV from a prefill node (``sender``, or one of ``node``'s
+    hardware) to a decode node (``node``); ``shares``: the fractions of them the busiest sending and
+    receiving socket move over P2P (:func:`socket_shares`; the host link carries them all).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> slow = with_overrides(node, {"host_link.bytes_per_s": node.host_link.bytes_per_s / 8})
+    >>> transfer_seconds(node, "host_link", 2**30, sender=slow) == transfer_seconds(slow, "host_link", 2**30)
+    True
+    """
+    ends = (sender or node, node)
+    setup = max(end.socket.calibrated.transfer_setup_s for end in ends)
+    links = [_transfer_link(end, kind) for end in ends]
+    latency = max(latency_s for _, latency_s in links)
+    parts = shares if kind == "p2p" else (1.0, 1.0)
+    return setup + latency + max(n_bytes * part / bytes_per_s for part, (bytes_per_s, _) in zip(parts, links, strict=True))
+
+
+def _transfer_link(end: NodeSpec, kind: str) -> tuple[float, float]:
+    """(bytes per second, latency in seconds) of one end's side of a KV transfer of ``kind``: the
+    node's host link, or one socket's P2P ports."""
+    if kind == "host_link":
+        if end.host_link is None:
+            raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
+                             "(add one, or carry it over the P2P links: kv_transfer p2p)")
+        return end.host_link.bytes_per_s, end.host_link.latency_s
+    socket = end.socket
+    return socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency, socket.p2p.latency_s
