@@ -41,17 +41,20 @@ PRIOR_WEIGHT = 0.3
 
 
 def fixed_parameters(socket: SocketSpec) -> dict[str, str]:
-    """Calibrated parameters no calibration measurement can inform, kept at their YAML value, with
-    the reason: the efficiency of every memory tier after the first (the reference deployment
-    keeps weights and KV in the first tier, so no measurement moves bytes through the others).
+    """Calibrated parameters the fit keeps at their YAML value, with the reason: the efficiency of
+    every memory tier after the first (the reference deployment keeps weights and KV in the first
+    tier, so its measurements move no bytes through the others). The reason is the fit's rule, not
+    a claim about the files given: a reference file of the user's may time a step from DDR, and
+    the DDR efficiency is still not fitted to it.
 
     >>> from sn40l_sim.hardware.loader import load_hardware
     >>> list(fixed_parameters(load_hardware("hw_configs/sn40l.yaml").socket))
     ['memory.ddr.efficiency']
     """
     first, *others = socket.memory
-    return {f"memory.{tier}.efficiency": f"no reference measurement exercises {tier.upper()} (the deployment "
-            f"keeps weights and KV in {first.upper()})" for tier in others}
+    return {f"memory.{tier}.efficiency": f"only the first tier's efficiency is fitted: the paper's deployment "
+            f"keeps weights and KV in {first.upper()}, so its measurements move nothing through {tier.upper()}"
+            for tier in others}
 
 
 def check_fitted_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Path, list[SocketSpec]]) -> None:
