@@ -192,7 +192,7 @@ RESULTS = Fields([
     Field("kv_bit_fraction", "1", "Bits stored per cached element (scales and mixed precision included) over "
           "BF16's 16.", axis="bits per cached element (fraction of BF16)", group="kv_policies"),
     Field("kv_layer_fraction", "1", "Layers' worth of cache over layers (below 1 when adjacent layers share a "
-          "cache, CLA).", axis="cached layers (fraction)", group="kv_policies"),
+          "cache, CLA; the MTP layer decode runs counted in both, as in kv_bytes_per_token).", axis="cached layers (fraction)", group="kv_policies"),
     Field("decode_tier_bytes", "B", "Bytes one decode step moves to and from each memory tier of the simulated "
           "socket, summed over its placed kernels (a DDR store's recalled pages are the DDR entry).",
           keys=("tier",), axis="decode step traffic, {TIER}", group="kv_policies"),

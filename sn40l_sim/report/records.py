@@ -19,6 +19,7 @@ from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
+from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report import metrics
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.prefix_fields import chunked_prefill_fields, prefix_cache_fields
@@ -69,6 +70,14 @@ def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> di
     return out
 
 
+def kv_layer_fraction(model: ModelSpec, include_mtp: bool | int) -> float:
+    """Layers' worth of cache over those of the same model without shared layers, the MTP layers
+    the decode runs counted on both sides (as in ``kv_bytes_per_token``), so that the bytes per
+    token are BF16's times ``kv_bit_fraction`` times this."""
+    unshared = model.model_copy(update={"kv_shared_layers": 1})
+    return kv_cache_layers(model, include_mtp) / kv_cache_layers(unshared, include_mtp)
+
+
 def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
     """The ``kv_policies`` fields of a point: where a sequence's KV lives per token of its context,
     the fractions of tokens, bits and layers it keeps, and a decode step's traffic per tier."""
@@ -91,7 +100,7 @@ def kv_policy_fields(result: PointResult, policy_entry: str) -> dict[str, Any]:
         "kv_retained_token_fraction": s.policy.cache_len(s.prompt_len, s.max_new_tokens) / context,
         "kv_attended_token_fraction": min(1.0, footprint.slots / context),
         "kv_bit_fraction": kv_bit_fraction(s.model),
-        "kv_layer_fraction": kv_cache_layers(s.model) / s.model.layers,
+        "kv_layer_fraction": kv_layer_fraction(s.model, result.include_mtp),
         "decode_tier_bytes": tiers,
     }
 
