@@ -108,7 +108,8 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
         sequences of attention.
     policy : KVPolicyHooks, optional
         Its ``prefill_kernels`` (in prefill) or ``decode_kernels`` (in decode) are appended to
-        every layer.
+        every layer that writes a cache: with ``kv_shared_layers`` (CLA), to the first layer of each
+        group sharing one, as the group's cache is selected, evicted or recalled once.
     expert_loading : {"touched", "all"}
         Expert weights streamed per MoE call: those the call's rows route to (default), or every
         expert (a static fused kernel); see :mod:`sn40l_sim.models.moe`.
@@ -173,16 +174,25 @@ def _parts(plan_: list[_Entry], phase: PhaseTemplate, contexts: dict[bool, Ctx],
     parts: list[tuple[str, int | None, list[list[Step]], FusedKernel]] = []
     # the last kernel of each layer (a group's last entry), after which a policy's kernels go
     last_of = {entry.group: entry.node for entry in plan_}
+    model = contexts[False].model
     for entry in plan_:
         key = (entry.kernel_id, entry.draft)
         if key not in built:
             built[key] = _kernel(contexts[entry.draft], entry.kernel_id, phase.kernels[entry.kernel_id], *formulas)
         steps, kernel = built[key]
         parts.append((entry.node, entry.layer, steps, kernel))
-        if extra[entry.draft] and entry.layer is not None and last_of[entry.group] == entry.node:
+        if (extra[entry.draft] and entry.layer is not None and last_of[entry.group] == entry.node
+                and writes_cache(model, entry.layer)):
             for k in extra[entry.draft]:
                 parts.append((f"{entry.group}.{k.name}", entry.layer, [], k))
     return parts
+
+
+def writes_cache(model: ModelSpec, layer: int) -> bool:
+    """Whether ``layer`` writes a KV cache of its own: with CLA only the first of each group of
+    ``kv_shared_layers`` (:mod:`sn40l_sim.models.kv_format`) does, and an MTP layer
+    (``layer >= layers``) shares with none."""
+    return layer >= model.layers or layer % model.kv_shared_layers == 0
 
 
 def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape,

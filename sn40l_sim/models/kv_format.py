@@ -21,7 +21,10 @@ the format decides *how many bytes* each holds and what reading and writing them
     attends over it, so attention reads and FLOPs do not change. Simplification, not modelled: only
     the first layer of a group needs K and V projections and writes the cache, but the graph gives
     every layer both (their weights, about 2% of Llama-3.1-8B's at two layers a group, and the
-    cache writes, twice what the cache holds then, are counted).
+    cache writes, twice what the cache holds then, are counted). A KV policy's own kernels (prefill
+    selection, decode eviction or recall) run once per group, after its first layer
+    (:func:`sn40l_sim.models.builder.writes_cache`): the group's one cache is compressed, evicted
+    from or recalled into once.
 
 What the simulator charges (the formulas in :mod:`sn40l_sim.models.context`):
 

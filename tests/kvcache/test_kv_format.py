@@ -91,3 +91,32 @@ def test_per_channel_keys_need_no_channel_grouping_but_per_token_values_do():
         with_overrides(deepseek_r1(), {"kv_dtype": "int4", "kv_quant": {"group": 96}})
     with pytest.raises(InputError, match="'rope_key'"):
         with_overrides(deepseek_r1(), {"kv_dtype": "int4", "kv_quant": {"group": 128, "key_scales": "per_token"}})
+
+
+def _policy_kernels(graph, kind):
+    return [k for k in graph.kernels() if k.kind == kind]
+
+
+@pytest.mark.parametrize("shared, drafts", [(1, 0), (2, 0), (3, 0), (2, 1)])
+def test_a_cla_group_selects_and_recalls_its_shared_cache_once(shared, drafts):
+    # ArkVale's buffer and store hold one cache per group (kv_bytes_per_token), so the group's
+    # pages are scored and recalled once, by the layer that writes the cache, not by each layer
+    ark = make_policy("arkvale", {"budget": 8192})
+    r1 = with_overrides(deepseek_r1(), {"kv_shared_layers": shared})
+    shape = Shape("decode", 16, 0, 8192, drafts=drafts, context_len=32768 + 1024 + drafts)
+    graph = build_graph(r1, shape, ParallelPlan(16, 16), policy=ark)
+    recalls = _policy_kernels(graph, "recall")
+    groups = -(-61 // shared)
+    assert len(recalls) == groups + drafts          # the MTP layer shares with no other layer
+    ddr_reads = sum(op.kv_offload_read_bytes for k in recalls for op in k.operators)
+    # one sequence per socket: 28 of 224 pages of 32 rows of 576 BF16 elements, per cache layer
+    assert ddr_reads == kv_bytes_per_token(r1, include_mtp=drafts) * 28 * 32
+    assert ddr_reads == 28 * 32 * 576 * 2 * (groups + drafts)
+
+
+def test_a_cla_group_compresses_its_shared_cache_once_in_prefill():
+    snap, shape, plan = make_policy("snapstream", {"budget": 8192}), Shape("prefill", 1, 32768), ParallelPlan(16)
+    kinds = {k.kind for k in snap.prefill_kernels(llama("70b"), 32768, 16)}
+    counts = [sum(k.kind in kinds for k in build_graph(with_overrides(llama("70b"), {"kv_shared_layers": n}),
+                                                       shape, plan, policy=snap).kernels()) for n in (1, 2)]
+    assert counts == [80 * len(kinds), 40 * len(kinds)]
