@@ -7,7 +7,12 @@ named after the **code version**, a hash of every source file of the package: an
 simulator starts an empty cache, so an entry can only be read back by the code that wrote it. The
 file holds the key text beside the value and a read checks it, so even a hash collision cannot
 return another computation's answer. Writes go to a temporary file renamed into place (parallel
-sweep workers may write the same entry; each write is whole). An unreadable entry is a miss.
+sweep workers may write the same entry; each write is whole). The file starts with a tag and the
+SHA-256 of the pickled pair, checked before anything is unpickled: a pickle survives most damage
+(a quarter of single-bit flips in a mapped kernel's entry still unpickled, under the right key,
+into a different value, which ran to exit status 0 with other numbers), so without the digest a
+damaged entry was trusted. An entry that is unreadable, damaged, truncated or of another format is
+a miss, and is computed again and rewritten (docs/robustness.md, "The disk cache").
 
 The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (``~/.cache/sn40l_sim``);
 ``SN40L_SIM_CACHE=off`` turns the disk cache off. Deleting the folder at any time is safe.
@@ -42,6 +47,9 @@ from typing import Any
 
 #: environment variable naming the cache folder (``off`` disables the disk cache)
 CACHE_ENV = "SN40L_SIM_CACHE"
+#: first bytes of an entry, then the SHA-256 of the pickle that follows (:func:`load` checks both)
+_MAGIC = b"sn40l_sim cache 1\n"
+_DIGEST_BYTES = hashlib.sha256().digest_size
 _PACKAGE = Path(__file__).resolve().parents[1]
 _override: list[Path | None] = []
 
@@ -96,9 +104,16 @@ def load(namespace: str, key: str) -> Any | None:
     if path is None:
         return None
     try:
-        with open(path, "rb") as f:
-            stored_key, value = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
+        data = path.read_bytes()
+    except OSError:
+        return None
+    head = len(_MAGIC) + _DIGEST_BYTES
+    payload = data[head:]
+    if data[:len(_MAGIC)] != _MAGIC or data[len(_MAGIC):head] != hashlib.sha256(payload).digest():
+        return None
+    try:
+        stored_key, value = pickle.loads(payload)
+    except Exception:   # whole yet unloadable (written by hand, say): a miss, never an error
         return None
     return value if stored_key == key else None
 
@@ -112,8 +127,9 @@ def store(namespace: str, key: str, value: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
+            payload = pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
             with os.fdopen(fd, "wb") as f:
-                pickle.dump((key, value), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
