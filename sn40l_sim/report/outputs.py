@@ -30,6 +30,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -201,6 +202,19 @@ def _previous_outputs(folder: Path) -> list[str]:
             and name not in ("", ".", "..", STATUS_FILE, LOCK_FILE) and (folder / name).is_file()]
 
 
+def _leftover_temporaries(folder: Path, names: Sequence[str]) -> list[Path]:
+    """The temporary files :func:`atomic_path` made for ``names`` in ``folder`` and a run killed
+    outright (SIGKILL, a power cut) left there: a rerun into the folder replaced the outputs and kept
+    ``.throughput.png.ksllpmvu.tmp.png`` beside them, a file of no run ``status.json`` describes. Only
+    while the folder's lock is held: no other run is writing one of them then."""
+    found = []
+    for name in names:
+        # mkstemp's random part has no dot: the pattern cannot reach another output's file
+        pattern = re.compile(rf"\.{re.escape(name)}\.[A-Za-z0-9_]+\.tmp{re.escape(Path(name).suffix)}")
+        found += [path for path in folder.iterdir() if pattern.fullmatch(path.name) and path.is_file()]
+    return found
+
+
 def run_outcome(folder: str | Path) -> str | None:
     """Why an output folder may lack a result, as its ``status.json`` says: ``"its run (run x.yaml)
     failed, as F says: ..."``, ``"... was interrupted, ..."``, ``"... is still running or was killed
@@ -296,6 +310,8 @@ class OutputFolder:
         try:
             for name in (*self.outputs, *_previous_outputs(self.path)):
                 (self.path / name).unlink(missing_ok=True)
+            for leftover in _leftover_temporaries(self.path, (*self.outputs, STATUS_FILE)):
+                leftover.unlink(missing_ok=True)
             self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now()}
             self._write_status()
         except BaseException:

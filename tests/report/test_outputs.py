@@ -94,3 +94,18 @@ def test_a_new_run_removes_the_previous_run_s_listed_outputs_and_nothing_else(tm
         pass
     assert sorted(p.name for p in out.iterdir()) == [".lock", "notes.txt", "status.json"]
     assert (tmp_path / "outside.json").is_file()
+
+
+def test_a_new_run_removes_the_temporary_files_a_killed_run_left_and_nothing_else(tmp_path):
+    # a run killed outright while writing its plot left ``.throughput.png.<random>.tmp.png``, and every
+    # later run into the folder kept it beside its own outputs
+    out = tmp_path / "out"
+    out.mkdir()
+    left = [".throughput.png.ksllpmvu.tmp.png", ".results.json.a_1b2c3d.tmp.json", ".status.json.x9y8z7w6.tmp.json"]
+    kept = [".throughput.png.notes", "throughput.png.ksllpmvu.tmp.png", ".other.png.ksllpmvu.tmp.png",
+            ".results.json.a.b.tmp.json"]
+    for name in (*left, *kept):
+        (out / name).write_text("x")
+    with OutputFolder(out, command="run x.yaml", outputs=("results.json", "throughput.png")):
+        pass
+    assert sorted(p.name for p in out.iterdir()) == sorted([".lock", "status.json", *kept])
