@@ -14,7 +14,8 @@ into a different value, which ran to exit status 0 with other numbers), so witho
 damaged entry was trusted. An entry that is unreadable, damaged, truncated or of another format is
 a miss, and is computed again and rewritten (docs/robustness.md, "The disk cache").
 
-The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (``~/.cache/sn40l_sim``);
+The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (an absolute one), else
+``~/.cache/sn40l_sim``, and none (the disk cache off) when no home folder is known either;
 ``SN40L_SIM_CACHE=off`` turns the disk cache off. Deleting the folder at any time is safe.
 
 The code version sees the source files, not functions replaced while a process runs: inside a
@@ -75,8 +76,15 @@ def cache_root() -> Path | None:
     env = os.environ.get(CACHE_ENV)
     if env is not None:
         return None if env.strip().lower() in ("", "0", "off", "no", "false") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "sn40l_sim"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):   # the XDG spec: a relative path is to be ignored (it would follow the cwd)
+        return Path(xdg) / "sn40l_sim"
+    try:
+        return Path.home() / ".cache" / "sn40l_sim"
+    except (RuntimeError, KeyError, OSError):
+        # no HOME and no passwd entry (a CI container run as an arbitrary uid): Path.home() raised
+        # in the middle of the first simulation, a traceback; the cache is a speed-up, so none
+        return None
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import io
 import os
 import pickle
 import random
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +88,31 @@ def test_a_cache_folder_that_cannot_be_written_is_no_cache(tmp_path, monkeypatch
         disk_cache.store("t", "key", VALUE)
         assert disk_cache.load("t", "key") is None
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []   # no temporary file left behind
+
+
+def _cache_root_from(monkeypatch, **env):
+    monkeypatch.setattr(disk_cache, "_override", [])
+    monkeypatch.delitem(disk_cache.sys.modules, "pytest", raising=False)   # as in a command's process
+    for name in (disk_cache.CACHE_ENV, "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return disk_cache.cache_root()
+
+
+def test_no_home_folder_known_is_no_disk_cache_not_a_traceback(monkeypatch):
+    # a CI container run as a uid with no passwd entry and no HOME: Path.home() raises RuntimeError,
+    # which stopped the first simulation of a run with a traceback
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+    monkeypatch.setattr("pwd.getpwuid", no_entry)
+    assert _cache_root_from(monkeypatch) is None
+    assert _cache_root_from(monkeypatch, HOME="/home/ci") == Path("/home/ci/.cache/sn40l_sim")
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE=str(tmp_path)) == tmp_path
+    assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE="off") is None
+    assert _cache_root_from(monkeypatch, XDG_CACHE_HOME=str(tmp_path)) == tmp_path / "sn40l_sim"
+    # a relative XDG_CACHE_HOME is to be ignored (XDG Base Directory spec): not a folder that moves with the cwd
+    assert _cache_root_from(monkeypatch, XDG_CACHE_HOME="rel", HOME="/home/ci") == Path("/home/ci/.cache/sn40l_sim")
