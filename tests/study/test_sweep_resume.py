@@ -53,15 +53,31 @@ def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
     whole = run_sweep(path, tmp_path / "whole", jobs=jobs, progress=False, plots=False)
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as stopped:
             run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, plots=False)
     runs = tmp_path / "cut" / "runs"
+    # the line counts the runs kept, the third (stored as the interrupt came) among them: it said 2
+    assert stopped.value.detail == f"3 of 6 run(s) had finished, kept in {runs} (resume with --resume)"
     assert len(list(runs.glob("*.json"))) == 3 and not (tmp_path / "cut" / "results.json").exists()
     (runs / ".deadbeef.tmp").write_text('{"format": 1, "rec')  # a write a kill cut short: ignored
     resumed = run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, resume=True, plots=False)
     assert resumed.resumed == 3 and len(list(runs.glob("*.json"))) == whole.total == 6
     for name in OUTPUTS:
         assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_sweep_stopped_before_any_run_finished_says_nothing_was_kept(tmp_path, monkeypatch):
+    # it said "0 of 6 run(s) had finished, kept in OUT/runs", a folder that did not exist
+    path = write_experiment(tmp_path, SWEEP)
+
+    def stopped(*_):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(run_module, "execute", stopped)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_sweep(path, tmp_path / "cut", jobs=1, progress=False, plots=False)
+    assert caught.value.detail == "none of the 6 run(s) had finished; nothing kept"
 
 
 def test_resume_runs_only_what_is_missing(tmp_path, simulated):

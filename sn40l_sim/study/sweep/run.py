@@ -365,9 +365,11 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                     bar.update(1)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped; say what is kept
         bar.leave = False
-        done = len(outcomes) - resumed
-        kept = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
-        exc.detail = f"{done} of {len(tasks)} run(s) had finished, {kept}"  # type: ignore[attr-defined]
+        # the files, not the outcomes gathered: a run stored as the interrupt came is kept all the same
+        kept = len(outcomes) - resumed if store is None else sum(store.path(r.key).is_file() for _, r in tasks)
+        where = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
+        exc.detail = (f"{kept} of {len(tasks)} run(s) had finished, {where}" if kept  # type: ignore[attr-defined]
+                      else f"none of the {len(tasks)} run(s) had finished; nothing kept")
         raise
     except Exception:  # a scheduler that does not answer, an invariant broken: the bar is cleared,
         bar.leave = False  # so the error's one line stands alone (docs/robustness.md)
