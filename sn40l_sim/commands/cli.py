@@ -13,6 +13,7 @@ import contextlib
 import errno
 import gc
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if mapper_graph is not None:
         mapper_graph.PROMOTE_KEPT_OBJECTS = True
     try:
-        with _sigterm_raises():
+        with _sigterm_raises(), _files_only_backend():
             return int(args._module.run(args) or 0)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -145,6 +146,24 @@ def _sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _files_only_backend():
+    """While a command runs, ``MPLBACKEND`` says ``agg`` to a matplotlib not yet imported. The
+    commands draw files on the Agg canvas and open no window (:mod:`sn40l_sim.report.figure`), so
+    the variable means nothing to them; but ``import matplotlib`` refuses one that names no backend
+    (``MPLBACKEND=bogus``, a typo left in a CI job), which stopped ``run`` with a traceback after the
+    whole simulation. Put back afterwards: a notebook or a test calling :func:`main` keeps its own."""
+    previous = os.environ.get("MPLBACKEND")
+    if previous is None or "matplotlib" in sys.modules:
+        yield
+        return
+    os.environ["MPLBACKEND"] = "agg"
+    try:
+        yield
+    finally:
+        os.environ["MPLBACKEND"] = previous
 
 
 def _warning_line(message, category, filename, lineno, line=None) -> str:

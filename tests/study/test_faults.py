@@ -310,3 +310,26 @@ def test_an_unknown_argument_is_named_with_the_commands_own_usage(capsys, argv):
     err = capsys.readouterr().err
     assert info.value.code == 2
     assert f"usage: python -m sn40l_sim {argv[0]} " in err and "unrecognized arguments" in err
+
+
+@pytest.mark.parametrize("backend", ["bogus", "TkAgg"])
+def test_a_run_draws_its_plot_whatever_mplbackend_says(tmp_path, backend):
+    # the commands draw files on the Agg canvas; MPLBACKEND=bogus made `import matplotlib` raise after
+    # the whole simulation (a traceback, exit 1), and TkAgg without a display must not matter either
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    done = subprocess.run([sys.executable, "-m", "sn40l_sim", "run", str(experiment(tmp_path)), "--out",
+                           str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(env, PYTHONPATH=str(REPO), MPLBACKEND=backend))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "out" / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_cli_puts_mplbackend_back_for_its_caller(tmp_path, monkeypatch):
+    # a notebook or a test calling main() keeps its own backend setting
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    seen = []
+    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)   # as in a process yet to plot
+    monkeypatch.setattr("sn40l_sim.commands.check.run", lambda args: seen.append(os.environ["MPLBACKEND"]) or 0)
+    assert main(["check", str(experiment(tmp_path))]) == 0
+    assert seen == ["agg"] and os.environ["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
