@@ -4,7 +4,8 @@ Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak 
 SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
-experiment) list the files they reference (and a sweep section's axes, values and files); reference files (kind: reference) their measurements.
+experiment) list the files they reference, the policies with their parameters, each phase's parallel
+plan, the shape and the memory placement (and a sweep section's axes, values and files); reference files (kind: reference) their measurements.
 
 example:
   python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
@@ -19,6 +20,7 @@ from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
 
 if TYPE_CHECKING:
+    from sn40l_sim.study.experiment import ExperimentSpec, PhasePlan, PolicyEntry
     from sn40l_sim.study.sweep.axes import Axis
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -153,7 +155,8 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")
-    lines.append(f"  policies   {', '.join(p.name + ' (' + p.policy + ')' for p in spec.policies)}")
+    lines.append(f"  policies   {', '.join(_policy_text(p) for p in spec.policies)}")
+    lines += _plan_lines(spec, path)
     if spec.sweep is not None:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
         lines += sweep_lines
@@ -166,6 +169,31 @@ def describe_experiment(path: str | Path) -> str:
     # describe lists the files; what run would refuse (a model override of 0 layers, say) is check's
     lines.append(f"  check it with: python -m sn40l_sim check {path}")
     return "\n".join(lines)
+
+
+def _policy_text(entry: PolicyEntry) -> str:
+    """``name (policy, key value, ...)``: the parameters are what tells two entries of one policy apart."""
+    params = "".join(f", {key} {value:,}" if isinstance(value, int) and not isinstance(value, bool)
+                     else f", {key} {value}" for key, value in entry.params.items())
+    return f"{entry.name} ({entry.policy}{params})"
+
+
+def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
+    """The parallel plan of each phase, the shape and the memory placement, as the spec gives them
+    (docs/architecture.md); the bytes each socket holds need the graph, which ``map`` builds."""
+    def phase(plan: PhasePlan) -> str:
+        return f"TP{plan.tp}" + (f", attention DP{plan.attention_dp}" if plan.attention_dp > 1 else "")
+
+    prompts = spec.prompt_lens or (spec.shape.prompt_len,)
+    shape = spec.shape
+    memory = spec.memory
+    order = ", ".join(memory.order) if memory.order else "the hardware file's tiers, fastest first"
+    return [f"  plan       prefill {phase(spec.parallel.prefill)}; decode {phase(spec.parallel.decode)}",
+            f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
+            + (f", up to {shape.max_new_tokens:,} new tokens" if shape.max_new_tokens else "")
+            + f"; serving batch {spec.serving.batch}",
+            f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",
+            f"             bytes per socket: python -m sn40l_sim map {path} --phase decode"]
 
 
 def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) -> tuple[list, list[str]]:
