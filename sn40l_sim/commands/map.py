@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         names = [k.name for k in built.graph.kernels()]
         missing = [n for n in _kernel_names(args.plot_kernels) if n not in names]
         if missing:
-            raise InputError(f"--plot-kernels: no kernel named {missing} in the graph (kernels are named like "
-                             f"{names[:4]})")
+            raise InputError(f"--plot-kernels: no kernel named {missing} in the graph; its kernels are "
+                             f"{_name_ranges(names)}")
     built_at = time.perf_counter()
     placed = map_phase(built)
     mapped_at = time.perf_counter()
@@ -178,6 +178,19 @@ def _loops_line(names: list[str], loops, looping: bool) -> str:
                 + ", each run as one call with a pipelined loop")
     return ("kernel loops: none run (execution.kernel_looping off): "
             + "; ".join(f"{first} .. {last} are {n} separate calls" for first, last, n in runs))
+
+
+def _name_ranges(names: list[str]) -> str:
+    """Every kernel name of a graph, each layer-numbered family as one range (``L00-L60.mla``): the
+    first four names alone never reached a MoE layer's or the MTP module's kernels."""
+    families: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        prefix, dot, stem = name.partition(".")
+        key = (prefix.rstrip("0123456789"), stem) if dot else ("", name)
+        families.setdefault(key, []).append(prefix if dot else name)
+    return ", ".join(f"{prefixes[0]}-{prefixes[-1]}.{stem}" if len(prefixes) > 1 else
+                     (f"{prefixes[0]}.{stem}" if family else prefixes[0])
+                     for (family, stem), prefixes in families.items())
 
 
 def _kernel_names(text: str) -> list[str]:

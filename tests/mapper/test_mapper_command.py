@@ -168,3 +168,13 @@ def test_a_prefill_plan_larger_than_the_prefill_node_is_refused(capsys, tmp_path
     assert main(["map", exp, "--phase", "prefill"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "parallel.prefill" in err
+
+
+def test_an_unknown_plot_kernel_is_answered_with_every_kernel_family(capsys, tmp_path):
+    # the hint listed the first four names (embedding, L00.mla, L00.ffn, L01.mla): the MoE layers'
+    # and the MTP module's kernels, the ones worth drawing, were nowhere in it
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--plot", str(tmp_path / "x.png"),
+                 "--plot-kernels", "L03.moe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("its kernels are embedding, L00-L60.mla, L00-L60.ffn, lm_head, sampling, "
+                        "MTP0-MTP1.mtp_proj, MTP0-MTP1.mla, MTP0-MTP1.ffn, MTP0-MTP1.lm_head, MTP0-MTP1.sampling")
