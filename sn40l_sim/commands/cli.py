@@ -23,7 +23,7 @@ from sn40l_sim.errors import InputError, InvariantError, Terminated
 
 #: command name -> (module under sn40l_sim.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "describe": ("describe", "print the derived figures of a hardware, model, kernel-template, experiment or reference file"),
+    "describe": ("describe", "print the derived figures of a hardware, model, kernel-template, experiment, reference or request-trace file"),
     "check": ("check", "validate hardware, model, kernel-template, experiment, reference and trace files"),
     "run": ("run", "simulate an experiment's points and write results.json/csv and a plot"),
     "map": ("map", "place one phase's kernels on a socket: PCUs/PMUs, utilisation, bound, cycles"),

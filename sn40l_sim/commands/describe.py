@@ -5,7 +5,8 @@ SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth 
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
 experiment) list the files they reference, the policies with their parameters, each phase's parallel
-plan, the shape and the memory placement (and a sweep section's axes, values and files); reference files (kind: reference) their measurements.
+plan, the shape and the memory placement (and a sweep section's axes, values and files); reference files (kind:
+reference) their measurements; request traces (.csv, .jsonl) their requests, rate and token lengths.
 
 example:
   python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
@@ -28,8 +29,8 @@ _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``describe``'s arguments."""
-    parser.add_argument("file", help="a hardware (hw_configs/), model or kernel-template (graphs/), experiment or "
-                        "reference (experiments/) file")
+    parser.add_argument("file", help="a hardware (hw_configs/), model or kernel-template (graphs/), experiment, "
+                        "reference (experiments/) or request-trace (experiments/traces/) file")
 
 
 def si(value: float, unit: str, digits: int = 5) -> str:
@@ -161,8 +162,8 @@ def describe_experiment(path: str | Path) -> str:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
         lines += sweep_lines
         files += swept
-    # each file the experiment reads that describe reads too (it takes one file: one command each)
-    described = [target for label, _, target in files if label != "trace"]
+    # each file the experiment reads, its trace too (describe takes one file: one command each)
+    described = [target for _, _, target in files]
     commands = [f"python -m sn40l_sim describe {target}" for target in dict.fromkeys(described) if target.is_file()]
     for i, command in enumerate(commands):
         lines.append(f"  {'describe them with:' if i == 0 else '':19s} {command}")
@@ -274,6 +275,26 @@ def describe_reference(path: str | Path) -> str:
     return f"reference file {path}: {len(references)} measurements\n" + _table(header, rows)
 
 
+def describe_trace(path: str | Path) -> str:
+    """A request trace (.csv or .jsonl, as a trace workload reads it): its requests, span and mean
+    rate, and the spread of its prompt and output lengths, which decide the KV cache it needs."""
+    import numpy as np
+
+    from sn40l_sim.serving.traces import read_trace, trace_source
+
+    rows = read_trace(Path(path))
+    arrivals = [row.arrival_s for row in rows]
+    span_s = max(arrivals) - min(arrivals)
+    rate = f" ({len(rows) / span_s:.3g} requests/s)" if span_s > 0 else ""
+    lines = [f"trace {path}: {len(rows)} request{'' if len(rows) == 1 else 's'} over {span_s:.4g} s{rate}",
+             f"  source  {trace_source(Path(path))}"]
+    table = [("tokens per request", "mean", "median", "p99", "max")]
+    for label, values in (("prompt", [row.prompt_len for row in rows]), ("output", [row.output_len for row in rows])):
+        mean, median, p99 = np.mean(values), np.median(values), np.percentile(values, 99)
+        table.append((label, f"{mean:,.0f}", f"{median:,.0f}", f"{p99:,.0f}", f"{max(values):,}"))
+    return "\n".join(lines + ["  " + line for line in _table(table[0], table[1:]).splitlines()])
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
     from sn40l_sim.commands.check import TRACE_SUFFIXES, simulator_output
@@ -281,11 +302,11 @@ def run(args: argparse.Namespace) -> int:
 
     output = simulator_output(args.file)
     if output is not None:   # a results.csv was called a request trace, a results.json "not a YAML mapping"
-        raise InputError(f"{output}, not a file describe reads (hardware, model, kernel-template, experiment or "
-                         "reference)", file=args.file)
+        raise InputError(f"{output}, not a file describe reads (hardware, model, kernel-template, experiment, "
+                         "reference or trace)", file=args.file)
     if Path(args.file).suffix.lower() in TRACE_SUFFIXES:   # not YAML: its first line would be read as a text
-        raise InputError("a request trace, not a YAML file: `python -m sn40l_sim check FILE` reads it and "
-                         "says how many requests it holds over how long", file=args.file)
+        print(describe_trace(args.file))
+        return 0
     kind = file_kind(args.file)
     if kind in ("socket", "node"):
         print(describe_hardware(args.file))

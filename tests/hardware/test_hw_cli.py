@@ -71,12 +71,13 @@ def test_describe_unknown_kind_is_a_clean_error(tmp_path, capsys):
     assert err.count("\n") == 1 and "x.yaml:1: kind:" in err
 
 
-def test_describe_of_a_request_trace_points_to_check(capsys):
-    # a trace is not YAML: describe said "expected a YAML mapping at the top level, got str"
+def test_describe_of_a_request_trace_reads_it_as_a_trace(capsys):
+    # a trace is not YAML: describe said "expected a YAML mapping at the top level, got str", then
+    # refused it; it is now read as a trace workload reads it (tests/serving/test_describe_trace.py)
     trace = HW.parent / "experiments" / "traces" / "azure_llm_2023_conv_10min.csv"
-    assert cli.main(["describe", str(trace)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "azure_llm_2023_conv_10min.csv: a request trace" in err and "check" in err
+    assert cli.main(["describe", str(trace)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith(f"trace {trace}: 2867 requests over 600 s")
 
 
 @pytest.mark.parametrize("command", ["describe", "check"])
