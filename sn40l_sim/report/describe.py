@@ -105,7 +105,9 @@ def _summary(model: ModelSpec, plan: ParallelPlan, prompt: int, budget: int) -> 
     parts = ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in groups.items() if v)
     mtp = " with the MTP module" if model.mtp is not None else ""
     out.append(f"weights         {P.weight_bytes(model) / 1e9:.2f} GB stored{mtp} ({model.weight_dtype}; {parts})")
-    out.append(f"                {P.weight_bytes_per_socket(model, plan) / 2**30:.2f} GiB per socket at TP{plan.tp}; "
+    # GiB as the HBM capacity is stated (64 GiB), with GB beside it: the line above is in GB
+    per_socket = P.weight_bytes_per_socket(model, plan)
+    out.append(f"                {per_socket / 2**30:.2f} GiB ({per_socket / 1e9:.2f} GB) per socket at TP{plan.tp}; "
                f"replicated: {', '.join(P.replicated_tensors(model))}")
     att = model.attention
     out.append(f"attention       {att.title or att.kind} ({att.kind}): {att.heads} query heads, "

@@ -22,6 +22,14 @@ def test_describe_llama():
     assert "8.03 B total" in text and "131,072 B per token" in text and "L00.attention" in text
 
 
+def test_describe_gives_the_weights_per_socket_in_the_total_s_unit_too():
+    # the total was in GB (16.06 GB) and the share per socket only in GiB (1.87 GiB): 16.06 / 8 did
+    # not read as 1.87; the share is 1/8 of the total (2.007 GB) and the replicated norms (under 1 MB)
+    text = describe_model(GRAPHS_DIR / "llama3_1_8b.yaml")
+    assert "weights         16.06 GB stored" in text
+    assert "                1.87 GiB (2.01 GB) per socket at TP8;" in text
+
+
 def test_describe_keeps_its_example_prompt_within_the_models_context(tmp_path):
     # a 64K-context variant was described at a 128K prompt, which run refuses
     text = (GRAPHS_DIR / "llama3_1_8b.yaml").read_text()
