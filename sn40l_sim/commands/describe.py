@@ -156,7 +156,11 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")
-    lines.append(f"  policies   {', '.join(_policy_text(p) for p in spec.policies)}")
+    policies = [_policy_text(p) for p in spec.policies]
+    if len(", ".join(policies)) <= 90:
+        lines.append(f"  policies   {', '.join(policies)}")
+    else:   # one a line: a dozen entries with their overrides made one line of 600 characters
+        lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
     lines += _plan_lines(spec, path)
     if spec.sweep is not None:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
@@ -173,10 +177,17 @@ def describe_experiment(path: str | Path) -> str:
 
 
 def _policy_text(entry: PolicyEntry) -> str:
-    """``name (policy, key value, ...)``: the parameters are what tells two entries of one policy apart."""
-    params = "".join(f", {key} {value:,}" if isinstance(value, int) and not isinstance(value, bool)
-                     else f", {key} {value}" for key, value in entry.params.items())
-    return f"{entry.name} ({entry.policy}{params})"
+    """``name (policy, key value, ...)``: the parameters, fractions of the prompt, per-prompt values
+    and model overrides are what tell two entries of one policy apart."""
+    def value_text(value: object) -> str:
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+    parts = [entry.policy] + [f"{key} {value_text(value)}" for key, value in entry.params.items()]
+    parts += [f"{key} {float(fraction):g} of the prompt" for key, fraction in entry.prompt_fraction.items()]
+    parts += [f"at prompt {p.prompt_len:,}: " + " ".join(f"{k} {value_text(v)}" for k, v in p.params.items())
+              for p in entry.per_prompt]
+    parts += [f"{key}={value}" for key, value in entry.model_overrides.items()]
+    return f"{entry.name} ({', '.join(parts)})"
 
 
 def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:

@@ -27,8 +27,21 @@ def test_a_derived_plan_and_memory_order_are_the_files_own(tmp_path, capsys):
     derived = tmp_path / "derived.yaml"
     derived.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: derived\n"
                        "parallel: {prefill: {tp: 4}, decode: {tp: 2, attention_dp: 1}}\n"
-                       "prompt_lens: [1024, 2048]\nmemory: {order: [ddr, hbm], may_spill: []}\n")
+                       "prompt_lens: [1024, 2048]\nmemory: {order: [ddr, hbm], may_spill: []}\n"
+                       "policies: [{name: s, policy: snapstream, per_prompt: [{prompt_len: 1024, params: {budget: 256}},"
+                       " {prompt_len: 2048, params: {budget: 512}}]}]\n")
     lines = _describe(derived, capsys)
     assert "  plan       prefill TP4; decode TP2" in lines       # DP1 is not worth a word
     assert "  shape      prompt 1,024, 2,048 tokens, batch 1; serving batch max" in lines   # no new tokens: none said
     assert "  memory     placed in ddr, hbm; may spill: nothing" in lines
+    assert "  policies   s (snapstream, at prompt 1,024: budget 256, at prompt 2,048: budget 512)" in lines
+
+
+def test_fractions_of_the_prompt_and_model_overrides_tell_entries_apart(capsys):
+    # kv_policies.yaml has 13 entries, six of policy full or snapstream: their names alone told
+    # nothing of the 4:1 budget or the FP8 cache; with so many, one entry a line
+    lines = _describe(REPO / "experiments" / "kv_policies.yaml", capsys)
+    assert "  policies   full (full)" in lines
+    assert "             fp8 (full, kv_dtype=fp8)" in lines
+    assert "             snapstream_fp8 (snapstream, budget 0.25 of the prompt, kv_dtype=fp8)" in lines
+    assert "             arkvale_16x (arkvale, budget 0.0625 of the prompt)" in lines
