@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         trace_path = None
         if args.trace:
             from sn40l_sim.report.chrome_trace import write_trace
-            trace_path = write_trace(args.trace, results)
+            trace_path = write_trace(args.trace, results, workload_source=source)
     plots = "".join(f", {p}" for p in (plot_path, slo_plot) if p)
     print(f"\nwrote {json_path}, {csv_path}{plots}")
     if trace_path is not None:

@@ -282,7 +282,7 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
     return out
 
 
-def build_trace(results: Sequence[Any], *, sockets: str = "group") -> dict:
+def build_trace(results: Sequence[Any], *, sockets: str = "group", workload_source: str | None = None) -> dict:
     """The trace object of several points (each in its own block of processes).
 
     Parameters
@@ -291,6 +291,10 @@ def build_trace(results: Sequence[Any], *, sockets: str = "group") -> dict:
         Simulated points (``run`` collects them).
     sockets : {"group", "simulated"}
         Draw every socket of each phase's tensor-parallel group, or the simulated socket only.
+    workload_source : str, optional
+        The request trace the points served and the attribution its licence asks for
+        (:func:`~sn40l_sim.serving.traces.trace_source`), kept in ``otherData``: the file carries
+        every request's arrival and lengths, a copy of the trace, wherever it is written.
     """
     if sockets not in ("group", "simulated"):
         raise ValueError(f"sockets must be 'group' or 'simulated', got {sockets!r}")
@@ -299,8 +303,10 @@ def build_trace(results: Sequence[Any], *, sockets: str = "group") -> dict:
         first = 1 + max((e["pid"] for e in events), default=0)
         events += point_events(result, first_pid=first, sockets=sockets)
     names = [r.setup.name for r in results]
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "sn40l_sim", "points": names, "time_unit": "us"}}
+    other: dict[str, Any] = {"generator": "sn40l_sim", "points": names, "time_unit": "us"}
+    if workload_source is not None:
+        other["workload_source"] = workload_source
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
 def phase_trace(timing: Any, *, title: str = "phase", sockets: Sequence[int] = (0,)) -> dict:
@@ -310,7 +316,7 @@ def phase_trace(timing: Any, *, title: str = "phase", sockets: Sequence[int] = (
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_trace(path: str | Path, source: Any, *, sockets: str = "group") -> Path:
+def write_trace(path: str | Path, source: Any, *, sockets: str = "group", workload_source: str | None = None) -> Path:
     """Write a trace file and return its path.
 
     Parameters
@@ -319,17 +325,17 @@ def write_trace(path: str | Path, source: Any, *, sockets: str = "group") -> Pat
         The ``.json`` file to write (folders are created).
     source : PointResult, sequence of PointResult, PhaseTiming, or dict
         What to draw; a dict is written as it is (a trace object already built).
-    sockets : {"group", "simulated"}
-        See :func:`build_trace`.
+    sockets, workload_source
+        See :func:`build_trace` (for points).
     """
     if isinstance(source, dict):
         trace = source
     elif hasattr(source, "events") and hasattr(source, "kernels"):
         trace = phase_trace(source, title=source.phase)
     elif hasattr(source, "setup") and hasattr(source, "prefill"):
-        trace = build_trace([source], sockets=sockets)
+        trace = build_trace([source], sockets=sockets, workload_source=workload_source)
     else:
-        trace = build_trace(list(source), sockets=sockets)
+        trace = build_trace(list(source), sockets=sockets, workload_source=workload_source)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(trace, separators=(",", ":")) + "\n")

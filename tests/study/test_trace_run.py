@@ -82,6 +82,24 @@ def test_the_trace_and_its_attribution_are_kept_with_the_results(tmp_path, capsy
     assert "requests from" not in capsys.readouterr().out
 
 
+def test_a_chrome_trace_of_a_trace_run_carries_the_attribution(tmp_path, capsys):
+    # --trace writes every request's arrival and lengths, a copy of the Azure trace, possibly outside
+    # the output folder whose status.json holds the attribution: the file itself lacked it
+    path = experiment(tmp_path, ", cap_lengths: true")
+    chrome = tmp_path / "elsewhere" / "serve.json"
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot", "--trace", str(chrome)]) == 0
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    other = json.loads(chrome.read_text())["otherData"]
+    assert other["workload_source"] == status["trace"]
+    assert other["workload_source"].startswith("azure.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY")
+    # a workload that is not a trace has no source to name
+    path.write_text(path.read_text().replace("{kind: trace, path: azure.csv, cap_lengths: true}",
+                                             "{kind: poisson, rate_per_s: 10, count: 4, output_len: 8}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "poisson"), "--quiet", "--no-plot", "--trace",
+                 str(chrome)]) == 0
+    assert "workload_source" not in json.loads(chrome.read_text())["otherData"]
+
+
 def test_a_sweep_over_a_trace_keeps_its_attribution_too(tmp_path, capsys):
     path = experiment(tmp_path, ", cap_lengths: true")
     path.write_text(path.read_text() + "sweep: {axes: {max_new_tokens: {path: serving.max_new_tokens, values: [16, 32]}}}\n")
