@@ -265,13 +265,24 @@ def _ranged(path: Path, number: int, column: str, value: Any, declared: Range) -
         raise InputError(str(exc), file=path, field=column, line=number) from None
 
 
-def _integer(value: Any) -> int:
+def _integer(value: Any) -> int | float:
+    """A token count as written: integer text exactly (through a float, 99999999999999999999999 was
+    refused as 99999999999999991611392, a number the file does not hold), and a whole number
+    written otherwise (``1e3``, ``7.0``) as its integer; one past 2**53, which no float holds
+    exactly, stays the float, shown as written by the range's message (``1e+30``)."""
     if isinstance(value, bool):
         raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
     number = float(value)
     if not number.is_integer():
         raise ValueError(value)
-    return int(number)
+    return int(number) if abs(number) < 2**53 else number
 
 
 def select_window(rows: Sequence[TraceRow], start_s: float = 0.0, duration_s: float | None = None,

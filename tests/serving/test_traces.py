@@ -139,6 +139,21 @@ def test_a_csv_row_has_one_value_per_column_of_the_header(tmp_path, text, got):
     assert (info.value.file, info.value.line) == (str(path), 2)
 
 
+@pytest.mark.parametrize("text, shown", [
+    # integer text was read through a float: the message named 99999999999999991611392
+    (HEADER + "2023-11-16 18:00:01.0,99999999999999999999999,1\n", "got 99999999999999999999999"),
+    ("arrival_s,prompt_len,output_len\n0,1,2147483648\n", "got 2147483648"),
+    ("arrival_s,prompt_len,output_len\n0,1e30,1\n", "got 1e+30"),
+    ('{"arrival_s": 0, "prompt_len": 12345678901234567890123, "output_len": 1}\n', "got 12345678901234567890123"),
+])
+def test_an_out_of_range_length_is_shown_as_written(tmp_path, text, shown):
+    path = tmp_path / ("long.jsonl" if text.startswith("{") else "long.csv")
+    path.write_text(text)
+    with pytest.raises(InputError, match="expected a positive integer from 1 to 2147483647") as info:
+        read_trace(path)
+    assert str(info.value).endswith(shown)
+
+
 def test_csv_values_are_text_parsed_as_numbers(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text('arrival_s,prompt_len,output_len\n"0.5", 1e3 ,"7"\n\n2,3,4\n')
