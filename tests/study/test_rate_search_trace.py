@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from sn40l_sim.serving.traces import TraceRow
 from sn40l_sim.study.experiment import TraceWorkload
 from sn40l_sim.study.rate_search import base_rate
@@ -38,3 +40,21 @@ def test_a_window_counts_its_span_from_its_start():
     # the window [2 s, end): 3, 5, 7 and 10 s, counted from 2 s, so the last at 8 s
     assert base_rate(experiment(start_s=2.0), rows(arrivals)) == 4 / 8.0
     assert base_rate(experiment(start_s=2.0, duration_s=4.0), rows(arrivals)) == 2 / 4.0
+
+
+def test_a_window_running_past_the_trace_counts_to_its_last_arrival():
+    # 20 requests over 9.5 s: a window of 100 s holds no arrival after 9.5 s, so its rate is the
+    # trace's (read as 20 / 100, every probe arrived 10x faster than it was reported)
+    arrivals = [0.5 * i for i in range(20)]
+    assert base_rate(experiment(duration_s=100.0), rows(arrivals)) == 20 / 9.5
+    assert base_rate(experiment(start_s=2.0, duration_s=100.0), rows(arrivals)) == 16 / 7.5
+    # a window ending inside the trace, even at its last arrival, is its own length
+    assert base_rate(experiment(duration_s=9.5), rows(arrivals)) == 19 / 9.5
+    assert base_rate(experiment(start_s=2.0, duration_s=4.0), rows(arrivals)) == 8 / 4.0
+
+
+def test_requests_all_arriving_at_once_have_no_rate_and_say_so():
+    with pytest.raises(ValueError, match="the 3 requests of the trace's window all arrive at once"):
+        base_rate(experiment(), rows([0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="needs at least two requests"):
+        base_rate(experiment(), rows([4.0]))
