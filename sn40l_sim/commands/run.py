@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if args.trace:
             print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
-                          plots=not args.no_plot, sets=sets)
+                          plots=not args.no_plot, sets=sets, set_items=args.sets)
     hardware_overrides: dict = {}
     if sets:
         exp, hardware_overrides = experiment_with_sets(args.experiment, sets)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     check_jobs(args.jobs)
     args.out = output_path(args.out, "--out")
     return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet, sets=parse_sets(args.sets),
-                      scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot)
+                      scheduler=args.scheduler, resume=args.resume, plots=not args.no_plot, set_items=args.sets)
 
 
 def check_jobs(jobs: int | None) -> None:
@@ -87,9 +87,12 @@ TABLE_MAX_RECORDS = 8
 
 def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None = None, progress: bool = True,
                sets: dict | None = None, scheduler: str | None = None, resume: bool = False,
-               plots: bool = True) -> int:
+               plots: bool = True, set_items: list[str] | None = None) -> int:
     """Run a sweep, print its summary and return the exit status (``run`` delegates here when the
-    experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``)."""
+    experiment has a ``sweep:`` section; ``plots=False`` draws no plot, as ``--no-plot``).
+    ``set_items`` are the ``--set`` arguments as given, which ``OUT/status.json``'s ``command``
+    names: a field changed for every run leaves no other trace in the records (a trace's
+    ``workload.rate_scale``), so without them the folder read as the file's own sweep."""
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
     from sn40l_sim.report.pareto import objectives_missing
@@ -104,7 +107,8 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     sweep = load_sweep(experiment, sets)  # checked (and named) before anything runs
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
-    with OutputFolder(out, command=f"sweep {experiment}", outputs=OUTPUTS, folders=("runs",)) as folder:
+    command = " ".join([f"sweep {experiment}", *(f"--set {item}" for item in set_items or ())])
+    with OutputFolder(out, command=command, outputs=OUTPUTS, folders=("runs",)) as folder:
         records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
                             scheduler=scheduler, resume=resume, plots=plots)
         # the wall-clock speed of the runs simulated now, kept where run keeps it (not in the results)

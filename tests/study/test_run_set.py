@@ -70,6 +70,14 @@ def test_a_sweep_run_passes_its_sets_to_the_sweep(tmp_path):
     assert main(["run", str(path), "--set", "serving.batch=2", "--out", str(tmp_path / "out"), "--no-plot",
                  "--quiet"]) == 0
     assert {r["batch"] for r in _records(tmp_path / "out")} == {2}
+    # the records do not say a set experiment field (a trace's workload.rate_scale would leave no
+    # trace in them): the folder's status.json named the sweep alone, as if the file's own values ran
+    status = json.loads((tmp_path / "out" / "status.json").read_text())
+    assert status["command"] == f"sweep {path} --set serving.batch=2"
+    assert main(["sweep", str(path), "--set", "serving.batch=2", "--set", "serving.seed=3", "--out",
+                 str(tmp_path / "swept"), "--no-plot", "--quiet"]) == 0
+    status = json.loads((tmp_path / "swept" / "status.json").read_text())
+    assert status["command"] == f"sweep {path} --set serving.batch=2 --set serving.seed=3"
 
 
 def test_hardware_sets_that_only_hold_together_are_kept(tmp_path):
