@@ -7,8 +7,9 @@ Two formats, told apart by the CSV header:
   from the first request);
 * the Azure LLM inference trace as published (Patel et al., "Splitwise", ISCA 2024; the Azure
   Public Dataset, CC-BY 4.0): ``TIMESTAMP, ContextTokens, GeneratedTokens``, the timestamp a date
-  and time (``2023-11-16 18:15:46.6805900``), strictly increasing down the file. A request's
-  arrival is its timestamp's seconds after the file's first.
+  and time (``2023-11-16 18:15:46.6805900``), never decreasing down the file (requests stamped
+  alike arrive together; an earlier stamp below a later one is a damaged or reordered file). A
+  request's arrival is its timestamp's seconds after the file's first.
 
 Every row keeps its file and line (:class:`TraceRow`), so a value found wrong later (a prompt
 longer than the compiled graphs) is reported at its line. :func:`select_window` takes a time window
@@ -218,9 +219,9 @@ def _azure_rows(path: Path, records: Any) -> list[TraceRow]:
         # whole seconds as datetimes, the fraction apart: a float of seconds since 2023 loses the
         # last of the trace's seven fractional digits
         arrival = (stamp[0] - first[0]).total_seconds() + (stamp[1] - first[1])
-        if rows and not arrival > previous:
-            raise InputError(f"expected a timestamp after the previous line's, got {item['TIMESTAMP']!r} "
-                             "(timestamps must increase down the file)", file=path, field="TIMESTAMP", line=number)
+        if rows and not arrival >= previous:
+            raise InputError(f"expected a timestamp no earlier than the previous line's, got {item['TIMESTAMP']!r} "
+                             "(timestamps must not decrease down the file)", file=path, field="TIMESTAMP", line=number)
         previous = _ranged(path, number, "TIMESTAMP", arrival, TIME)
         rows.append(TraceRow(arrival, _length(path, number, item, "ContextTokens"),
                              _length(path, number, item, "GeneratedTokens"), str(path), number))
