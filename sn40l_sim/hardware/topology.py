@@ -246,12 +246,17 @@ def bisection_bytes_per_s(graph: nx.Graph, weight: str = "bytes_per_s") -> float
         a, b = nx.algorithms.community.kernighan_lin_bisection(graph, weight=weight, seed=0)
         return float(nx.cut_size(graph, a, b, weight=weight))
     w = nx.to_numpy_array(graph, nodelist=nodes, weight=weight, nonedge=0.0)
-    # one side of size n // 2; for even n only the sides holding node 0, so each split counts once
-    halves = [c for c in itertools.combinations(range(n), n // 2) if n % 2 or c[0] == 0]
-    side = np.zeros((len(halves), n))
-    for i, members in enumerate(halves):
-        side[i, list(members)] = 1.0
-    cut = np.einsum("ki,ij,kj->k", side, w, 1.0 - side)
+    # one side of size n // 2; for even n only the sides holding node 0, so each split counts once;
+    # built as arrays (row by row in Python took ~2 s for the halvings of 17 to 20 nodes)
+    first, size = (0, n // 2) if n % 2 else (1, n // 2 - 1)
+    picks = itertools.chain.from_iterable(itertools.combinations(range(first, n), size))
+    count = math.comb(n - first, size)
+    members = np.fromiter(picks, dtype=np.intp, count=count * size).reshape(count, size)
+    side = np.zeros((count, n))
+    side[np.arange(count)[:, None], members] = 1.0
+    if not n % 2:
+        side[:, 0] = 1.0
+    cut = ((side @ w) * (1.0 - side)).sum(axis=1)
     return float(cut.min())
 
 
