@@ -6,12 +6,11 @@ silently wrong numbers."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from sn40l_sim.commands import cli
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.loader import load_model
@@ -60,7 +59,7 @@ def test_the_shipped_templates_pass_for_every_shipped_model() -> None:
             assert load_model(path).name   # the loader checks the model's template
 
 
-def test_check_refuses_an_experiment_whose_template_drops_an_operator(tmp_path: Path) -> None:
+def test_check_refuses_an_experiment_whose_template_drops_an_operator(tmp_path: Path, capsys) -> None:
     old, new, words = BROKEN["ffn_gemms_dropped"]
     _broken_model(tmp_path, old, new)
     text = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
@@ -70,11 +69,11 @@ def test_check_refuses_an_experiment_whose_template_drops_an_operator(tmp_path: 
     text = text.replace("../graphs/llama3_1_8b.yaml", (GRAPHS_DIR / "llama3_1_8b.yaml").as_posix())
     exp = tmp_path / "exp.yaml"
     exp.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "sn40l_sim", "check", str(exp)], capture_output=True, text=True,
-                          cwd=REPO)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    assert "kernels_llama.yaml" in done.stderr and words[1] in done.stderr
+    # the CLI's main in this process (a traceback would be an exception here, not a line on stderr)
+    status, err = cli.main(["check", str(exp)]), capsys.readouterr()
+    assert status == 2, err.out + err.err
+    assert "Traceback" not in err.err
+    assert "kernels_llama.yaml" in err.err and words[1] in err.err
 
 
 @pytest.mark.parametrize("model_file", ["deepseek_r1.yaml", "llama3_1_8b.yaml"])

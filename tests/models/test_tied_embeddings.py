@@ -4,10 +4,9 @@ reading the table's ``row`` rule (vocab rows split) as a row-parallel GEMM's par
 tied head splits the logits' columns and sampling only asks for its vocab slice."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
+from sn40l_sim.commands import cli
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.reductions import unreduced_row_parallel
 from sn40l_sim.models.template import GRAPHS_DIR, template_for
@@ -36,13 +35,15 @@ def test_a_tied_model_loads_and_still_reduces_its_embedding(tmp_path: Path) -> N
     assert unreduced_row_parallel(broken, model, "prefill")[0] == ("prefill", "kernels", "embedding", "collectives")
 
 
-def test_a_tied_model_runs(tmp_path: Path) -> None:
+def test_a_tied_model_runs(tmp_path: Path, capsys) -> None:
+    # check and run through the CLI's main in this process (a subprocess each paid ~2 CPU-s of start-up
+    # and imports; what a command returns and prints is the same)
     exp = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
     exp = exp.replace("../hw_configs/sn40l_node8.yaml", (REPO / "hw_configs" / "sn40l_node8.yaml").as_posix())
     exp = exp.replace("../graphs/llama3_1_8b.yaml", _tied_llama(tmp_path).as_posix()).replace("count: 48", "count: 4")
     (tmp_path / "e.yaml").write_text(exp)
     for command in (["check", str(tmp_path / "e.yaml")],
                     ["run", str(tmp_path / "e.yaml"), "--out", str(tmp_path / "out"), "--no-plot"]):
-        done = subprocess.run([sys.executable, "-m", "sn40l_sim", *command], capture_output=True, text=True, cwd=REPO)
-        assert done.returncode == 0, done.stderr
+        status = cli.main(command)
+        assert status == 0, capsys.readouterr().err
     assert (tmp_path / "out" / "results.json").exists()
