@@ -25,7 +25,8 @@ def test_more_pmus_per_tile_do_not_slow_llama8b_node8s_snapstream_step():
     exp = ROOT / "experiments" / "llama8b_node8.yaml"
     steps = []
     for pmus in (130, 200, 260):
-        records = loaded.records(exp, serve=False, reads_prefill=(), hardware_overrides={"socket.tile.pmus": pmus})
+        records = loaded.records(exp, serve=False, reads_prefill=(), reads=("snapstream",),
+                                 hardware_overrides={"socket.tile.pmus": pmus})
         steps.append({r["name"]: r for r in records}["snapstream"]["decode_step_s"])
     assert steps == sorted(steps, reverse=True), steps
 

@@ -39,8 +39,8 @@ def _steps_and_totals(path: Path, policy: str, batch: int | None, field: str, va
     steps, totals = [], []
     for value in values:
         overrides = {f"socket.{field}": value}
-        record = next(r for r in loaded.records(path, serve=False, hardware_overrides=overrides, reads_prefill=())
-                      if r["name"] == policy)
+        # only the policy's point is simulated (its record is the one of a run of every point)
+        (record,) = loaded.records(path, serve=False, hardware_overrides=overrides, reads_prefill=(), reads=(policy,))
         steps.append(record["decode_step_s"])
         placed = map_phase(replace(built, node=with_overrides(built.node, overrides)))
         totals.append(sum(pk.call_cycles for pk in placed.kernels))
