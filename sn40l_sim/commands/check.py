@@ -49,8 +49,8 @@ def check_file(path: str | Path) -> str:
     'node'
     >>> check_file("graphs/kernels_deepseek.yaml")
     'kernels (checked with deepseek_r1.yaml)'
-    >>> check_file("experiments/deepseek_sweep.yaml")
-    'experiment (a sweep of 100 runs)'
+    >>> check_file("experiments/kernel_looping.yaml")
+    'experiment (a sweep of 8 runs)'
     >>> check_file("experiments/traces/azure_llm_2023_conv_10min.csv")
     'trace (2867 requests over 600 s)'
     """

@@ -8,8 +8,8 @@ fit is fine when the section says ``infeasible: skip``.
 
 Examples
 --------
->>> check_sweep(load_sweep("experiments/deepseek_sweep.yaml"))
-100
+>>> check_sweep(load_sweep("experiments/kernel_looping.yaml"))
+8
 """
 from __future__ import annotations
 
