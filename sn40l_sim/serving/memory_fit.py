@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
@@ -69,12 +70,87 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
     # the prompt and the batch are not to blame when the model (or its overrides) does not fit
     check_weights_fit(s, memory.place, memory.prefill_place)
     with located("prompt_len"):
-        search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
+        try:
+            search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
+        except InfeasibleError as exc:
+            # a refusal says what would fit (docs/robustness.md): here the longest prompt
+            raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}") from None
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
-    with located("prompt_len"):
-        prefill_memory = memory.prefill_fits() if s.mode == "disaggregated" else None
+    prefill_memory = check_prompt_fits(s, memory)
     return FittedMemory(search, batch, placement, prefill_memory, _kv_first_tier_batch(s, memory, batch, placement))
+
+
+def check_prompt_fits(s: PointSetup, memory: MemoryFit) -> Any:
+    """One prompt's placement on a prefill node (None co-located, where the decode batch's check
+    holds the prompt), refused with what would fit.
+
+    Raises
+    ------
+    InfeasibleError
+        Naming the :class:`PointSetup` field ``prompt_len``.
+    """
+    if s.mode != "disaggregated":
+        return None
+    with located("prompt_len"):
+        try:
+            return memory.prefill_fits()
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"{exc}{prefill_prompt_hint(s, memory)}") from None
+
+
+def decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
+    """What would fit where not even the smallest compiled decode batch does: the longest prompt
+    whose slot fits at ``batch`` on a decode node, found by bisection over the prompt (the slot,
+    its policy state and the decode activations grow with it), or that no prompt does when the
+    policy's slot does not depend on the prompt. Empty co-located, where the prompt's prefill
+    shares the node (its compiled graph and cache would enter the search too)."""
+    if s.mode != "disaggregated":
+        return ""
+    try:
+        return _decode_prompt_hint(s, memory, batch)
+    except InputError:       # a policy that refuses a shorter prompt (too short to select from)
+        return ""
+
+
+def _decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
+    new_tokens = slot_new_tokens(s.max_new_tokens, s.speculation.drafts)
+
+    def fits(prompt: int) -> bool:
+        footprint = s.policy.footprint(s.model, prompt, new_tokens)
+        try:
+            memory.decode_fits_footprint(batch, footprint)
+        except InfeasibleError:
+            return False
+        return True
+
+    if s.policy.footprint(s.model, 1, new_tokens) == memory.footprint or not fits(1):
+        return (f"; no prompt fits at batch {batch} (what a sequence keeps does not shrink with the prompt "
+                "below it): more sockets, a narrower kv_dtype or a smaller KV budget would")
+    lo, hi = 1, s.prompt_len       # lo fits, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return (f"; at batch {batch} prompts of up to {lo} tokens fit, with {s.max_new_tokens} generated after "
+            "each")
+
+
+def prefill_prompt_hint(s: PointSetup, memory: MemoryFit) -> str:
+    """What would fit where one prompt does not fit a prefill node: the longest compiled prefill
+    length that does (every prompt up to it runs a graph no longer), and the uses that, let spill
+    (``memory.may_spill``), would let this prompt run."""
+    hints = []
+    # the weights are not offered: streamed from DDR they would slow every kernel of the prompt
+    options = [(*s.may_spill, *extra) for extra in (("activations",), ("kv",), ("activations", "kv"))
+               if not set(extra) & set(s.may_spill)]
+    spill = next((option for option in options if memory.prefill_fits_with(memory.prefill_len, option)), None)
+    if spill is not None:
+        hints.append(f"it runs with memory.may_spill: [{', '.join(spill)}]")
+    shorter = next((n for n in sorted(s.prefill_lens, reverse=True)
+                    if n < memory.prefill_len and memory.prefill_fits_with(n, s.may_spill)), None)
+    hints.append(f"prompts of up to {shorter} tokens fit as it is" if shorter is not None
+                 else "no compiled prefill length fits as it is")
+    return "; " + "; ".join(hints)
 
 
 def _kv_first_tier_batch(s: PointSetup, memory: MemoryFit, batch: int, placement: MemoryPlacement) -> int | None:
@@ -149,24 +225,38 @@ class MemoryFit:
         return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
                                                 place=self.prefill_place), what)
 
+    def prefill_fits_with(self, prefill_len: int, may_spill: tuple[str, ...]) -> bool:
+        """Whether one prompt's prefill graph compiled for ``prefill_len`` fits a prefill socket
+        when ``may_spill`` may leave the first tier (for a refusal's hint)."""
+        kv = self._kv("prefill", self.s.prefill_plan, 1, prefill_len)
+        with located("graph_options"):
+            act = self.prefill_costs.prefill_activation_bytes(prefill_len)
+        placement = place_socket(self.prefill_place, may_spill, self.s.prefill_plan, kv, act)
+        return not spilled_uses(placement, may_spill)
+
     def decode_fits(self, batch: int) -> Any:
         if batch not in self._cache:
-            s = self.s
-            # the cache attention reads and the policy's state, and a store in a tier of its own
-            uses = kv_bytes_by_use(s.model, s.decode_plan, batch, self.footprint, include_mtp=self.include_mtp)
-            kv = uses["kv"]
-            store = {self.footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
-            with located("graph_options"):
-                act = self.costs.decode_activation_bytes(batch, self.static_len, self.s.speculation.drafts)
-            if s.mode == "colocated":
-                # the node also prefills: the prompt's full cache before compression beside the
-                # slots, and the larger of the two phases' activations (a chunk's, with chunked
-                # prefill)
-                kv += max(0, self.prefill_kv() - self._prefill_in_own_slot(batch))
-                act = max(act, self._colocated_prefill_activations())
-            placement = self._placed(s.decode_plan, kv, act, store)
-            self._cache[batch] = self._in_first_tier(placement, f"decode batch {batch}")
+            self._cache[batch] = self.decode_fits_footprint(batch, self.footprint)
         return self._cache[batch]
+
+    def decode_fits_footprint(self, batch: int, footprint: KVFootprint) -> Any:
+        """:meth:`decode_fits` of a sequence that keeps ``footprint`` (the point's, or a shorter
+        prompt's for a refusal's hint), not memoised."""
+        s = self.s
+        # the cache attention reads and the policy's state, and a store in a tier of its own
+        uses = kv_bytes_by_use(s.model, s.decode_plan, batch, footprint, include_mtp=self.include_mtp)
+        kv = uses["kv"]
+        store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
+        with located("graph_options"):
+            act = self.costs.decode_activation_bytes(batch, footprint.slots, self.s.speculation.drafts)
+        if s.mode == "colocated":
+            # the node also prefills: the prompt's full cache before compression beside the
+            # slots, and the larger of the two phases' activations (a chunk's, with chunked
+            # prefill)
+            kv += max(0, self.prefill_kv() - self._prefill_in_own_slot(batch))
+            act = max(act, self._colocated_prefill_activations())
+        placement = self._placed(s.decode_plan, kv, act, store)
+        return self._in_first_tier(placement, f"decode batch {batch}")
 
     def _prefill_in_own_slot(self, batch: int) -> int:
         """Bytes of a co-located prompt's prefill cache that the busiest socket can write into the
@@ -203,7 +293,7 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
         gib = 2**30
         need = {use: placement.total(use) for use in _USE_NAMES}
         detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
-        spill = ", ".join(f"{use} {n / gib:.2f} GiB" for use, n in spilled.items())
+        spill = ", ".join(f"{use} {_gib(n)} GiB" for use, n in spilled.items())
         to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
                           if tier != first and any(uses.get(use, 0) for use in spilled))
         keeps = " and ".join(_USE_NAMES[use] for use in kept)
@@ -211,6 +301,17 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
                               f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
                               f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
     return placement
+
+
+def _gib(n: int) -> str:
+    """``n`` bytes in GiB to two decimals, or two significant figures where that would print a
+    shortfall of a few KiB as "0.00 GiB would spill" (a prompt one token too long).
+
+    >>> _gib(2**30), _gib(327680), _gib(0)
+    ('1.00', '0.00031', '0.00')
+    """
+    text = f"{n / 2**30:.2f}"
+    return f"{n / 2**30:.2g}" if n and float(text) == 0 else text
 
 
 def weights_alone_exceed(may_spill: tuple[str, ...], place: MemoryPlacer, plan: Any) -> str | None:
@@ -260,14 +361,18 @@ def place_socket(place: MemoryPlacer, may_spill: tuple[str, ...], plan: Any, kv:
     """One socket's placement by ``place``, in its default priority (activations first, the most
     used); when that pushes a use that must stay in the first tier (not in ``may_spill``) out of it,
     as the activations of a long prompt do, the uses that must stay are placed first and those that
-    may spill after them, if that keeps them all in the first tier (else the default placement
-    stands, and the refusal names what it spilled). ``run`` and ``map`` place memory this way."""
+    may spill after them. ``run`` and ``map`` place memory this way.
+
+    When even that leaves a kept use outside the first tier, that placement is the one returned
+    (and refused): the weights first, then the kept uses that grow with the prompt or the batch,
+    so that the refusal names as spilling what is over the tier once every use that may spill
+    has left it, never the weights for a long prompt's activations (the default order put the
+    activations first and said "weights 26.10 GiB would spill" of a 1M-token prefill)."""
     extra = {"kv_offload": kv_offload} if kv_offload else {}
     placement = place(plan, kv, activations, **extra)
     if spilled_uses(placement, may_spill):
-        kept = [use for use in PLACEMENT_PRIORITY if use not in may_spill]
-        kept_first = place(plan, kv, activations, **extra,
-                           priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
-        if not spilled_uses(kept_first, may_spill):
-            return kept_first
+        kept = sorted((use for use in PLACEMENT_PRIORITY if use not in may_spill),
+                      key=lambda use: (use != "weights", PLACEMENT_PRIORITY.index(use)))
+        return place(plan, kv, activations, **extra,
+                     priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
     return placement

@@ -12,9 +12,9 @@ as the run takes them, windowed and capped when the workload asks). Each error i
 field that caused it, with the same message the simulation would give.
 
 Memory: a model whose weights alone do not fit a socket under the plans; with an explicit
-``serving.batch``, that batch on a decode socket, with the activations of its graph, built but not
-simulated (as ``run`` places it, with its message; a multi_model experiment's models, which share
-the node, their weights only). Left to ``run``, as each needs graphs of its own (a graph per size
+``serving.batch``, that batch on a decode socket and one prompt on a prefill node, with the
+activations of their graphs, built but not simulated (as ``run`` places them, with its messages; a
+multi_model experiment's models, which share the node, their weights only). Left to ``run``, as each needs graphs of its own (a graph per size
 tried made ``check`` of a 100-run sweep several times as long): the search for the largest batch of
 ``batch: max``, so a prompt for which not even the smallest compiled batch fits, and one prompt on a
 prefill node; and the timings.
@@ -37,7 +37,7 @@ from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.context_limit import check_context, check_output_context
 from sn40l_sim.serving.kv_transfer import transfer_seconds
-from sn40l_sim.serving.memory_fit import MemoryFit, check_weights_fit, fit_memory, located
+from sn40l_sim.serving.memory_fit import MemoryFit, check_prompt_fits, check_weights_fit, fit_memory, located
 from sn40l_sim.serving.point import PointSetup, check_plans, point_memory
 from sn40l_sim.serving.traces import TraceRow, select_window
 from sn40l_sim.serving.workload import context_message, trace_window
@@ -218,16 +218,20 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
 
 
 def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
-    """Refuse an explicit batch that does not fit on a decode socket, as ``run`` refuses it: its
-    decode graph is built (its activations) and placed; only a refusal goes through ``run``'s whole
-    sequence (:func:`fit_memory`: the weights, then the largest batch that fits, which its message
-    names), so that a sweep of explicit batches is checked at the cost of one graph a run."""
+    """Refuse an explicit batch that does not fit on a decode socket, or its prompt on a prefill
+    node, as ``run`` refuses them: their graphs are built (their activations) and placed; only a
+    refused batch goes through ``run``'s whole sequence (:func:`fit_memory`: the weights, then the
+    largest batch that fits, which its message names), so that a sweep of explicit batches is
+    checked at the cost of a decode graph a run and a prefill graph a prompt length."""
     check_weights_fit(setup, memory.place, memory.prefill_place)
     try:
         memory.decode_fits(int(setup.batch))
     except InfeasibleError:
         fit_memory(setup, memory)
         raise
+    # and the prompt on a prefill node (one graph more): a 1M-token prompt whose activations may
+    # not spill passed check with an explicit batch and stopped run
+    check_prompt_fits(setup, memory)
 
 
 def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_rows: Sequence[Any] | None,

@@ -1,0 +1,100 @@
+"""A memory refusal names what is over the tier and says what would fit (docs/robustness.md):
+sn40l_sim/serving/memory_fit.py, and ``check`` of an explicit batch's prompt (study/preflight.py).
+
+A 1M-token DeepSeek-R1 prompt whose activations might not spill was refused with "weights 26.10
+GiB would spill" (the weights fit; the prompt's activations do not), with no word of the shorter
+prompt or the ``may_spill`` that would run; a Llama-3.1-70B prompt for which not even batch 1 fits
+was refused without the longest prompt that does; and ``check`` passed the 1M-token prompt with an
+explicit batch that ``run`` then refused.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sn40l_sim.commands.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+LONG_CONTEXT = (REPO / "experiments" / "long_context_1m.yaml").read_text().replace("../", f"{REPO}/")
+
+
+def long_context(tmp_path: Path, may_spill: str, prompt: int = 1048320) -> Path:
+    """experiments/long_context_1m.yaml with ``may_spill``, an explicit batch of 1 (which ``check``
+    places) and ``prompt``."""
+    path = tmp_path / f"lc_{len(list(tmp_path.iterdir()))}.yaml"
+    text = (LONG_CONTEXT.replace("may_spill: [activations, kv]", f"may_spill: {may_spill}")
+            .replace("  batch: max", "  batch: 1").replace("prompt_len: 1048320", f"prompt_len: {prompt}"))
+    assert f"may_spill: {may_spill}" in text and "  batch: 1\n" in text
+    path.write_text(text)
+    return path
+
+
+def test_a_prompt_too_long_for_a_prefill_node_names_the_activations_and_what_would_fit(tmp_path, capsys):
+    assert main(["check", str(long_context(tmp_path, "[]"))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    # 40.05 GiB of weights fit the 56 usable; the prompt's 42.05 GiB of activations and 4.36 of KV
+    # do not: 30.46 GiB over, of which the activations 26.10
+    assert "weights 40.05 GiB + kv 4.36 GiB + activations 42.05 GiB > 56.00 GiB usable HBM" in err, err
+    assert "(activations 26.10 GiB, kv 4.36 GiB would spill to DDR;" in err, err
+    assert "weights 26.10" not in err, err
+    assert err.rstrip().endswith("it runs with memory.may_spill: [activations]; prompts of up to 262144 tokens "
+                                 "fit as it is"), err
+    # and each of the two is so: the activations let spill, or the longest prompt it names, fit; one
+    # token more runs the next compiled prefill graph (524,288 tokens), which does not
+    assert main(["check", str(long_context(tmp_path, "[activations]"))]) == 0
+    assert main(["check", str(long_context(tmp_path, "[]", prompt=262144))]) == 0
+    assert main(["check", str(long_context(tmp_path, "[]", prompt=262145))]) == 2
+    assert "prompts of up to 262144 tokens fit as it is" in capsys.readouterr().err
+    # with the KV let spill, the activations are still named, not the weights
+    assert main(["check", str(long_context(tmp_path, "[kv]"))]) == 2
+    err = capsys.readouterr().err
+    assert "(activations 26.10 GiB would spill to DDR; the serving model keeps weights and activations in HBM); " \
+           "it runs with memory.may_spill: [kv, activations]" in err, err
+
+
+LLAMA_70B = f"""kind: experiment
+name: l70
+hardware: {REPO}/hw_configs/sn40l_node8.yaml
+model: {REPO}/graphs/llama3_1_70b.yaml
+parallel:
+  prefill: {{tp: 8}}
+  decode: {{tp: 8, attention_dp: 8}}
+policies:
+  - {{name: p, policy: POLICY}}
+shape: {{prompt_len: PROMPT}}
+workload: {{kind: fixed, count: batch, output_len: 128}}
+serving: {{mode: disaggregated, prefill_nodes: 1, decode_nodes: 1, batch: BATCH, max_new_tokens: 128, seed: 0}}
+"""
+
+
+def llama(tmp_path: Path, prompt: int, batch: str = "max", policy: str = "full") -> Path:
+    path = tmp_path / f"l70_{prompt}_{batch}_{len(policy)}.yaml"
+    path.write_text(LLAMA_70B.replace("PROMPT", str(prompt)).replace("BATCH", batch).replace("POLICY", policy))
+    return path
+
+
+def test_a_prompt_for_which_not_even_batch_1_fits_is_told_the_longest_that_does(tmp_path, capsys):
+    # attention DP8 puts a sequence's whole cache on one socket: 327,680 B a token beside 16.43 GiB
+    # of weights, so about (56 GiB - 17,640,734,720 B) / 327,680 = 129,665 tokens of slot, 128 of
+    # them the output's
+    assert main(["run", str(llama(tmp_path, 130944)), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not even 1" in err, err
+    longest = int(re.search(r"at batch 1 prompts of up to (\d+) tokens fit, with 128 generated after each", err)[1])
+    by_hand = (56 * 2**30 - 17_640_734_720) // 327_680 - 128
+    assert by_hand - 8 <= longest <= by_hand       # the decode graph's activations take a few tokens' worth
+    # it is the longest: batch 1 fits it and not one token more (check places an explicit batch),
+    # and the shortfall of that one token is not shown as "0.00 GiB"
+    assert main(["check", str(llama(tmp_path, longest, batch="1"))]) == 0
+    assert main(["check", str(llama(tmp_path, longest + 1, batch="1"))]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"\(kv 0\.000\d+ GiB would spill to DDR", err), err
+
+
+def test_a_slot_that_does_not_shrink_with_the_prompt_is_not_blamed_on_the_prompt(tmp_path, capsys):
+    # SnapStream's 131,072-token slot is 40 GiB on one socket whatever the prompt
+    path = llama(tmp_path, 130944, policy="snapstream, params: {budget: 131072}")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "; no prompt fits at batch 1 (what a sequence keeps does not shrink with the prompt below it)" in err, err
