@@ -112,18 +112,23 @@ def _number(value: Any) -> bool:
 
 
 def tiers_by_capacity(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` with its memory tiers smallest first: results.json keeps them in name order
+    """``record`` with its memory tiers (decode and prefill node) smallest first: results.json keeps them in name order
     (``ddr`` before ``hbm``), and the smaller tier is the nearer one on every socket described
     (HBM, then DDR), as ``run``'s table lists them.
 
     >>> list(tiers_by_capacity({"memory": {"ddr": {"capacity": 9}, "hbm": {"capacity": 2}}})["memory"])
     ['hbm', 'ddr']
+    >>> list(tiers_by_capacity({"memory_prefill_node": {"ddr": {"capacity": 9}, "hbm": {"capacity": 2}}})
+    ...      ["memory_prefill_node"])
+    ['hbm', 'ddr']
     """
-    memory = record.get("memory")
-    if not isinstance(memory, Mapping):
-        return dict(record)
-    order = sorted(memory, key=lambda tier: (memory[tier] or {}).get("capacity") or 0)
-    return {**record, "memory": {tier: memory[tier] for tier in order}}
+    out = dict(record)
+    for field in ("memory", "memory_prefill_node"):
+        memory = record.get(field)
+        if isinstance(memory, Mapping):
+            order = sorted(memory, key=lambda tier: (memory[tier] or {}).get("capacity") or 0)
+            out[field] = {tier: memory[tier] for tier in order}
+    return out
 
 
 def compare_records(base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],

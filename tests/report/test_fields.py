@@ -108,7 +108,8 @@ def test_memory_rows_follow_the_tiers_the_record_holds(records):
     rec = dict(records[0])
     rec["memory"] = dict(rec["memory"], cxl={"weights": 0, "kv": 3 * 2**30, "activations": 0, "reserved": 0,
                                              "capacity": 512 * 2**30, "free": 509 * 2**30})
-    labels = [line[:32].strip() for line in side_by_side([rec]).splitlines() if "/socket" in line]
+    labels = [line[:32].strip() for line in side_by_side([rec]).splitlines()
+              if "/socket" in line and not line.startswith("prefill node")]   # the decode node's rows
     assert labels == ["HBM/socket weights (GiB)", "HBM/socket KV (GiB)", "HBM/socket activations (GiB)",
                       "HBM/socket reserved (GiB)", "HBM/socket free (GiB)", "DDR/socket used (GiB)",
                       "DDR/socket reserved (GiB)", "DDR/socket free (GiB)", "CXL/socket weights (GiB)",
@@ -158,3 +159,25 @@ def test_the_page_says_what_brings_every_opt_in_group():
     header = render().split("| Field |")[0]
     assert set(RESULTS.groups) == set(AUTOMATIC_GROUPS) | {"kv_policies"}
     assert [g for g in RESULTS.groups if f"`{g}`" not in header] == []
+
+
+def test_a_prefill_nodes_memory_is_shown_beside_the_decode_nodes():
+    # a 1M-token prompt's activations and cache are on the prefill node (42 GiB of activations, 26
+    # of them in DDR): the table showed only the decode node's rows, "DDR/socket used 0.00"
+    gib = 2**30
+    rec = {"name": "snap", "memory": {"hbm": {"weights": 40 * gib, "kv": 9 * gib, "activations": 0,
+                                              "reserved": 8 * gib, "free": 7 * gib},
+                                      "ddr": {"weights": 0, "kv": 0, "activations": 0, "free": 1520 * gib}},
+           "memory_prefill_node": {"hbm": {"weights": 40 * gib, "kv": 0, "activations": 16 * gib,
+                                           "reserved": 8 * gib, "free": 0},
+                                   "ddr": {"weights": 0, "kv": 4 * gib, "activations": 26 * gib,
+                                           "free": 1490 * gib}}}
+    cells = {line[:44].strip(): line.split()[-1] for line in side_by_side([rec]).splitlines()}
+    assert cells["DDR/socket used (GiB)"] == "0.00"
+    assert cells["prefill node HBM/socket activations (GiB)"] == "16.000"
+    assert cells["prefill node DDR/socket activations (GiB)"] == "26.000"
+    assert cells["prefill node DDR/socket KV (GiB)"] == "4.00"
+    assert cells["prefill node HBM/socket free (GiB)"] == "0.00"
+    # co-located, a record has no prefill node and the table no such row
+    colocated = dict(rec, memory_prefill_node=None)
+    assert "prefill node" not in side_by_side([colocated])
