@@ -5,7 +5,8 @@ cycles (identical layers collapsed into one row "xN"), then a totals line.
 The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
 policy's static cache and verifying the experiment's speculative drafts (``serving.speculative``:
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
-the engine runs it) unless ``--batch`` says otherwise, on the prefill nodes' hardware when the
+the engine runs it) unless ``--batch`` says otherwise, on the graph compiled for the smallest of
+``serving.prefill_lens`` that holds the prompt, on the prefill nodes' hardware when the
 experiment names one (``prefill_hardware``), as ``run`` times it. Activations, weights and KV are
 placed in the socket's memory tiers in the experiment's order (memory.order; default: the socket's,
 HBM then DDR), as ``run`` places them: only the uses memory.may_spill names (by default the
@@ -119,8 +120,10 @@ def run(args: argparse.Namespace) -> int:
     socket = node.socket
     print(f"{spec.name}: {built.model.name} on {node.name} ({node.sockets} x {socket.name}), {args.phase}, "
           f"policy {entry.name} ({entry.policy}), tp {plan.tp}, attention_dp {plan.attention_dp}")
-    print(f"shape: batch {built.batch}, prompt {built.prompt_len}" + (f", cache {built.cache_len} tokens per sequence"
-                                                                      if args.phase == "decode" else "")
+    print(f"shape: batch {built.batch}, prompt {built.prompt_len}"
+          + (f", cache {built.cache_len} tokens per sequence" if args.phase == "decode" else
+             f" (run on the prefill graph compiled for {built.cache_len})" if built.cache_len != built.prompt_len
+             else "")
           + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
              if args.phase == "decode" and drafts else ""))
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"

@@ -18,7 +18,9 @@ BASE = ROOT / "experiments" / "llama8b_node8.yaml"
 
 def _experiment(tmp_path, prompt: int) -> str:
     path = tmp_path / f"llama8b_{prompt}.yaml"
-    path.write_text(f"base: {BASE}\nshape: {{prompt_len: {prompt}}}\n")
+    # a graph compiled for the prompt's own length (map maps the compiled prefill graph run runs;
+    # the default lengths are powers of two, whole tiles)
+    path.write_text(f"base: {BASE}\nshape: {{prompt_len: {prompt}}}\nserving: {{prefill_lens: [{prompt}]}}\n")
     return str(path)
 
 

@@ -1,0 +1,54 @@
+"""``map --phase prefill`` builds the graph ``run`` runs: the prompt's compiled prefill length, not
+the prompt's own (sn40l_sim/study/mapping.py). A 196,608-token DeepSeek-R1 prompt, which runs the
+262,144-token graph, was mapped at its own length: 25% fewer activations, KV rows and cycles than
+``run`` reported for it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.mapping import build_phase
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def experiment(tmp_path: Path, prompt_len: int) -> Path:
+    path = tmp_path / f"p{prompt_len}.yaml"
+    path.write_text(f"kind: experiment\nname: p\nhardware: {REPO}/hw_configs/sn40l_node8.yaml\n"
+                    f"model: {REPO}/graphs/llama3_1_8b.yaml\nparallel:\n  prefill: {{tp: 8}}\n  decode: {{tp: 8}}\n"
+                    f"policies:\n  - {{name: full, policy: full}}\n"
+                    f"shape: {{prompt_len: {prompt_len}, batch: 1, max_new_tokens: 8}}\n"
+                    "workload: {kind: fixed, count: 1, output_len: 8}\n"
+                    "serving: {mode: disaggregated, prefill_nodes: 1, decode_nodes: 1, batch: 1, max_new_tokens: 8}\n")
+    return path
+
+
+def test_map_sizes_a_prompt_on_its_compiled_prefill_graph_as_run_does(tmp_path, capsys):
+    built = build_phase(load_experiment(experiment(tmp_path, 50000)), "prefill")
+    padded = build_phase(load_experiment(experiment(tmp_path, 65536)), "prefill")
+    assert (built.prompt_len, built.cache_len) == (50000, 65536)
+    # Llama-3.1-8B caches 131,072 B a token over 8 KV heads; TP8 puts one head, 16,384 B, on a socket
+    assert built.memory.total("kv") == 65536 * 16384 == padded.memory.total("kv")
+    assert built.memory.total("activations") == padded.memory.total("activations")
+    # and run reports the same prefill node
+    out = tmp_path / "out"
+    assert main(["run", str(experiment(tmp_path, 50000)), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((out / "results.json").read_text())
+    assert record["prefill_len_compiled"] == 65536
+    prefill = record["memory_prefill_node"]["hbm"]
+    assert (prefill["kv"], prefill["activations"]) == (built.memory.by_tier["hbm"]["kv"],
+                                                       built.memory.by_tier["hbm"]["activations"])
+    capsys.readouterr()
+    assert main(["map", str(experiment(tmp_path, 50000)), "--phase", "prefill"]) == 0
+    assert "shape: batch 1, prompt 50000 (run on the prefill graph compiled for 65536)\n" in capsys.readouterr().out
+
+
+def test_a_prompt_longer_than_every_compiled_prefill_is_refused_by_map_at_the_field(tmp_path, capsys):
+    path = experiment(tmp_path, 50000)
+    path.write_text(path.read_text().replace("serving: {mode", "serving: {prefill_lens: [32768], mode"))
+    assert main(["map", str(path), "--phase", "prefill"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "serving.prefill_lens: prompt length 50000 exceeds the largest compiled size 32768" in err, err
