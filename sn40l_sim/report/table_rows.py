@@ -131,7 +131,8 @@ class TierRows:
         if value is None:
             return None
         gib = value / GIB
-        return format(gib, dict(self.use_fmts).get(use, self.wide_fmt if gib >= 1000 else self.fmt))
+        # as Row's cells: 64 KiB of decode activations showed as "0.000", a silently wrong number
+        return shown(gib, dict(self.use_fmts).get(use, self.wide_fmt if gib >= 1000 else self.fmt))
 
 
 def shown(value: float, fmt: str) -> str:

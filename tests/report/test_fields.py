@@ -181,3 +181,12 @@ def test_a_prefill_nodes_memory_is_shown_beside_the_decode_nodes():
     # co-located, a record has no prefill node and the table no such row
     colocated = dict(rec, memory_prefill_node=None)
     assert "prefill node" not in side_by_side([colocated])
+
+
+def test_a_few_kib_of_memory_is_not_shown_as_zero():
+    # Llama-3.1-405B's decode at batch 1 on 16 sockets holds 64 KiB of activations a socket
+    rec = {"name": "full", "memory": {"hbm": {"weights": 47 * 2**30, "kv": 0, "activations": 65536,
+                                              "reserved": 8 * 2**30, "free": 0}}}
+    cells = {line[:32].strip(): line.split()[-1] for line in side_by_side([rec]).splitlines()}
+    assert cells["HBM/socket activations (GiB)"] == "6.1e-05"
+    assert (cells["HBM/socket KV (GiB)"], cells["HBM/socket free (GiB)"]) == ("0.00", "0.00")   # a zero stays
