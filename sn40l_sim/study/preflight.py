@@ -12,12 +12,12 @@ as the run takes them, windowed and capped when the workload asks). Each error i
 field that caused it, with the same message the simulation would give.
 
 Memory: a model whose weights alone do not fit a socket under the plans; with an explicit
-``serving.batch``, that batch on a decode socket and one prompt on a prefill node, with the
-activations of their graphs, built but not simulated (as ``run`` places them, with its messages; a
-multi_model experiment's models, which share the node, their weights only). Left to ``run``, as each needs graphs of its own (a graph per size
-tried made ``check`` of a 100-run sweep several times as long): the search for the largest batch of
-``batch: max``, so a prompt for which not even the smallest compiled batch fits, and one prompt on a
-prefill node; and the timings.
+``serving.batch``, that batch on a decode socket, with ``batch: max`` the smallest compiled batch,
+and one prompt on a prefill node, with the activations of their graphs, built but not simulated (as
+``run`` places them, with its messages; a multi_model experiment's models, which share the node,
+their weights only). Left to ``run``, as it needs graphs of its own (a graph per size tried made
+``check`` of a 100-run sweep several times as long): the search for the largest batch of ``batch:
+max``; and the timings.
 
 Examples
 --------
@@ -210,7 +210,13 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             _check_batch_fits(setup, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
                                                   side.get("prefill_costs"), side.get("prefill_place")))
         elif served:
-            check_weights_fit(setup, asm.memory_placer(setup.model), asm.prefill_side(setup).get("prefill_place"))
+            # batch: max: the smallest compiled batch (not the search for the largest, a graph per
+            # size) and one prompt on a prefill node, a graph each: a 1M-token prompt whose cache
+            # or activations fit no batch passed check and stopped run
+            side = asm.prefill_side(setup)
+            _check_smallest_batch_fits(setup, point_memory(setup, asm.step_timer(setup),
+                                                           asm.memory_placer(setup.model),
+                                                           side.get("prefill_costs"), side.get("prefill_place")))
     except InputError as exc:
         raise asm.locate(exc) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
@@ -231,6 +237,19 @@ def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
         raise
     # and the prompt on a prefill node (one graph more): a 1M-token prompt whose activations may
     # not spill passed check with an explicit batch and stopped run
+    check_prompt_fits(setup, memory)
+
+
+def _check_smallest_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
+    """Refuse, as ``run`` refuses it, a ``batch: max`` point for which not even the smallest
+    compiled batch fits a decode socket (with the longest prompt that would), or whose prompt does
+    not fit a prefill node."""
+    check_weights_fit(setup, memory.place, memory.prefill_place)
+    try:
+        memory.decode_fits(min(setup.batch_sizes))
+    except InfeasibleError:
+        fit_memory(setup, memory)
+        raise
     check_prompt_fits(setup, memory)
 
 

@@ -5,7 +5,7 @@ A 1M-token DeepSeek-R1 prompt whose activations might not spill was refused with
 GiB would spill" (the weights fit; the prompt's activations do not), with no word of the shorter
 prompt or the ``may_spill`` that would run; a Llama-3.1-70B prompt for which not even batch 1 fits
 was refused without the longest prompt that does; and ``check`` passed the 1M-token prompt with an
-explicit batch that ``run`` then refused.
+explicit batch that ``run`` then refused, as it passed both with ``batch: max``.
 """
 from __future__ import annotations
 
@@ -98,3 +98,16 @@ def test_a_slot_that_does_not_shrink_with_the_prompt_is_not_blamed_on_the_prompt
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "; no prompt fits at batch 1 (what a sequence keeps does not shrink with the prompt below it)" in err, err
+
+
+def test_check_refuses_with_batch_max_what_run_refuses_before_simulating(tmp_path, capsys):
+    # batch: max: check places the smallest compiled batch and the prompt, as run does first
+    assert main(["check", str(llama(tmp_path, 130944))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not even 1" in err and "prompts of up to 129537 tokens fit" in err, err
+    assert main(["check", str(llama(tmp_path, 129537))]) == 0
+    path = long_context(tmp_path, "[]")
+    path.write_text(path.read_text().replace("  batch: 1\n", "  batch: max\n"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "one prompt on a prefill node" in err and "prompts of up to 262144 tokens fit as it is" in err, err

@@ -196,9 +196,18 @@ def test_an_explicit_batch_that_fits_passes_check_and_runs(tmp_path, capsys):
 def test_a_budget_is_held_to_the_effective_models_maximum_context(tmp_path, capsys):
     """A long-context variant (model_overrides raising max_context) takes a budget the base model refuses."""
     path = tmp_path / "e.yaml"
-    path.write_text(LLAMA.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 1000000}")
-                    .replace("seed: 7", "seed: 7\nmodel_overrides: {max_context: 1048576}"))
-    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+    # 200,000 tokens: past the base model's 131,072, and a slot (24.4 GiB of Llama-3.1-8B's cache on
+    # one socket) that fits beside the weights, which check now places as run does (1,000,000 did not)
+    for budget, status in ((200000, 0), (1000000, 2)):
+        path.write_text(LLAMA.replace("prompt_fraction: {budget: 0.25}", f"params: {{budget: {budget}}}")
+                        .replace("seed: 7", "seed: 7\nmodel_overrides: {max_context: 1048576}"))
+        assert main(["check", str(path)]) == status
+        err = capsys.readouterr().err
+        assert "maximum context" not in err, err
+    assert "no compiled batch size fits, not even 1" in err, err
+    path.write_text(LLAMA.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 200000}"))
+    assert main(["check", str(path)]) == 2
+    assert "exceeds the maximum context of llama-3.1-8b, 131072 tokens" in capsys.readouterr().err
 
 
 LONG = (REPO / "experiments" / "long_context_1m.yaml").read_text().replace("../", f"{REPO}/")
