@@ -25,10 +25,11 @@ from typing import Any
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.registry import Fields
 
-#: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget) and
-#: the bytes a token's cache takes (a model override such as ``kv_dtype``) change the point as much
-#: as its model or policy does
-DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "kv_policy_params", "kv_bytes_per_token", "mode")
+#: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget), the
+#: bytes a token's cache takes (a model override such as ``kv_dtype``) and the requests served (a
+#: trace's ``rate_scale``) change the point as much as its model or policy does
+DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "kv_policy_params", "kv_bytes_per_token", "mode",
+             "workload")
 
 
 #: a point's heading when its model, hardware and policy are the same in both runs

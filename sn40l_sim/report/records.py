@@ -125,11 +125,12 @@ def prefill_step_fields(result: PointResult, clock_hz: float) -> dict[str, Any]:
 
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
                  extra_fields: Iterable[str] = (), policy_entry: str | None = None,
-                 slo: SLO | None = None, invariants: Sequence[str] = ()) -> dict[str, Any]:
+                 slo: SLO | None = None, invariants: Sequence[str] = (), workload: str | None = None) -> dict[str, Any]:
     """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
     opt-in field groups ``extra_fields`` asks for (``kv_policies``, with ``policy_entry`` naming the
     point's policy entry, by default the point's name; ``slo``, against the SLOs ``slo``; ``trace``,
     what capping a trace's lengths cut). A group's fields are empty for a steps-only evaluation.
+    ``workload`` describes the served requests in one line (kept only when they were served).
     ``invariants`` names the physical invariants the caller checks on it
     (:mod:`sn40l_sim.study.invariants`)."""
     s, clock = result.setup, result.clock_hz
@@ -159,6 +160,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "max_batch": result.max_batch,
         "max_batch_limit": result.next_failure,
         "mode": s.mode,
+        "workload": workload if served else None,
         "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,
         "decode_nodes": s.decode_nodes,
         "sockets": s.node.sockets,

@@ -29,6 +29,7 @@ from sn40l_sim.study.multi_model_run import multi_model_records
 from sn40l_sim.study.points import Point, warn_kv_spilled, warn_shape_batch_unserved
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
+from sn40l_sim.study.serving_section import workload_summary
 
 
 def simulate_experiment(experiment: str | Path | Experiment, progress: bool = False, *, serve: bool = True,
@@ -177,5 +178,7 @@ def point_record(exp: Experiment, point: Point, result: PointResult) -> dict:
     """The results record of a simulated point, with the groups of fields its experiment asks for
     and the invariants the runner checks on it."""
     slo = exp.spec.slo.target() if exp.spec.slo is not None else None
+    workload = workload_summary(exp.spec.workload) if exp.spec.workload is not None else None
     return build_record(result, experiment=exp.spec.name, policy_params=point.params,
-                        extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo, invariants=NAMES)
+                        extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo, invariants=NAMES,
+                        workload=workload)

@@ -13,6 +13,7 @@ ConstantLength(dist='constant', value=64)
 """
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
@@ -169,6 +170,28 @@ class TraceWorkload(StrictModel):
 
 
 Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
+
+
+def workload_summary(workload: FixedWorkload | PoissonWorkload | TraceWorkload) -> str:
+    """The workload in one line, as the experiment gives it: its kind, then every setting that
+    differs from its default (a list of requests as its length), so two runs that served different
+    requests say so in their results (``compare`` names it in a point's heading).
+
+    >>> workload_summary(TraceWorkload(kind="trace", path="t.csv", rate_scale=3))
+    'trace, path=t.csv, rate_scale=3.0'
+    >>> workload_summary(PoissonWorkload(kind="poisson", rate_per_s=2, output_len={"dist": "uniform", "low": 1, "high": 9}))
+    'poisson, rate_per_s=2.0, output_len={"dist":"uniform","low":1,"high":9}'
+    """
+    settings = workload.model_dump(exclude_defaults=True, exclude={"kind"}, mode="json")
+    return ", ".join([workload.kind, *(f"{key}={_setting_text(value)}" for key, value in settings.items())])
+
+
+def _setting_text(value: object) -> str:
+    if isinstance(value, list):
+        return f"[{len(value)} entries]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
 
 
 class SpeculativeSection(StrictModel):

@@ -118,3 +118,20 @@ def test_the_prompt_prefill_and_transfer_figures_of_a_trace_are_those_of_its_lon
     assert record["prefill_len"] == 512 and record["kv_transfer_bytes"] == 512 * record["kv_bytes_per_token"]
     for name in ("prefill_len", "prefill_s", "kv_transfer_bytes"):
         assert "trace" in RESULTS[name].description, name
+
+
+def test_compare_names_the_workload_two_runs_served(tmp_path, capsys):
+    # the same model, hardware and policy serving the trace three times as fast is another point:
+    # its record says which requests it served, and compare's heading names the change
+    path = experiment(tmp_path, ", cap_lengths: true")
+    base, fast = tmp_path / "base", tmp_path / "fast"
+    assert main(["run", str(path), "--out", str(base), "--quiet", "--no-plot"]) == 0
+    assert main(["run", str(path), "--out", str(fast), "--quiet", "--no-plot", "--set", "workload.rate_scale=3"]) == 0
+    (record,) = json.loads((base / "results.json").read_text())
+    assert record["workload"] == "trace, path=azure.csv, cap_lengths=True"
+    capsys.readouterr()
+    assert main(["compare", str(base), str(fast), "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert ("full: workload trace, path=azure.csv, cap_lengths=True -> "
+            "trace, path=azure.csv, rate_scale=3.0, cap_lengths=True") in out
+    assert "the same model, hardware and policy" not in out
