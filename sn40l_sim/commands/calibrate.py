@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         fitted_names,
         fixed_parameters,
         leave_one_out,
-        write_back,
     )
+    from sn40l_sim.study.calibration_file import write_back
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut, refit_leave_one_out
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers

@@ -17,12 +17,10 @@ Parameters are dotted paths under the socket (``calibrated.config_load_bytes_per
 ``memory.hbm.efficiency``), with the physical bounds the schema declares
 (:func:`~sn40l_sim.hardware.spec.calibrated_parameters`). Only parameters a measurement can inform
 are fitted; the rest keep their YAML value (:func:`fixed_parameters` says why). ``--write`` edits
-the exact line each value was read from (:attr:`~sn40l_sim.yamlio.Document.origins`), in whichever
-file of a ``base:`` chain or node file wrote it.
+the exact line each value was read from (:mod:`~sn40l_sim.study.calibration_file`).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import socket_document
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
-from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.linear_fit import Linearisation, linearise, surrogate_minimum, trust_region_fit
 from sn40l_sim.study.validation import Comparison, Measurement, Reference
 
@@ -342,61 +338,3 @@ def leave_one_out(result: FitResult, socket: SocketSpec, evaluate: Evaluator | N
                                 lin.jacobian, u_fit, base, low, high)
         out[left.reference.measurement.id] = float(base[i] + lin.jacobian[i] @ (u_i - u_fit))
     return out
-
-
-#: one ``key: value  # comment`` line of a block mapping
-_VALUE_LINE = re.compile(r"^(?P<head>\s*(?P<key>[A-Za-z_][\w-]*):[ \t]+)(?P<value>[^#\n{\[]*?)(?P<comment>\s*#.*)?$")
-
-
-def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
-    """Rewrite the fitted values where they were read from, keeping every other line, and replace
-    each value's comment with the provenance ``note``; returns the files changed.
-
-    The line of each value is the one the loader recorded for its field path
-    (:func:`~sn40l_sim.hardware.loader.socket_document`), so a key name that appears twice (an
-    ``efficiency`` under two tiers) is no ambiguity, and a value inherited from a ``base:`` file, or
-    set by a node file's ``socket_overrides``, is written in that file.
-
-    Raises
-    ------
-    InputError
-        When a value is not written in any file (it takes the schema's default), or its line is not
-        a plain ``key: value`` line (flow style, a value on the next line).
-    """
-    doc = socket_document(hardware_path)
-    edits: dict[Path, dict[int, tuple[str, str]]] = {}
-    for name, value in zip(result.names, result.fitted, strict=True):
-        field = tuple(name.split("."))
-        if field not in doc.origins:
-            raise InputError(f"{name} is not written in {hardware_path} or the files it starts from (it takes "
-                             "its default); write it there before calibrating it", file=hardware_path, field=name)
-        file, line = doc.origins[field]
-        edits.setdefault(Path(file), {})[line] = (name, f"{_format_value(name, value)}  # calibrated: {note}")
-    for file, by_line in edits.items():
-        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
-        for line, (name, new) in sorted(by_line.items()):
-            text = lines[line - 1].rstrip("\n")
-            match = _VALUE_LINE.match(text)
-            last = name.rsplit(".", 1)[-1]
-            # the line's key is the field's (or, in an old-style file, e.g. hbm_efficiency)
-            if match is None or not (match["key"] == last or match["key"].endswith("_" + last)):
-                raise InputError(f"cannot rewrite {name}: its line is not a plain '{last}: value' line; write it "
-                                 "on a line of its own", file=file, field=name, line=line)
-            lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
-        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
-    return list(edits)
-
-
-def _format_value(name: str, value: float) -> str:
-    """A calibrated value in the readable unit its name says (units in names, as everywhere).
-
-    >>> _format_value("calibrated.sync_latency_s", 2.5e-6), _format_value("calibrated.config_load_bytes_per_s", 3.2e10)
-    ('2.5 us', '32 GB/s')
-    >>> _format_value("memory.hbm.efficiency", 0.91234)
-    '0.9123'
-    """
-    if name.endswith("_bytes_per_s"):
-        return f"{value / 1e9:.6g} GB/s"
-    if name.endswith("_s"):
-        return f"{value * 1e6:.6g} us"
-    return f"{value:.4f}"

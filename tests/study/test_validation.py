@@ -12,7 +12,8 @@ from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import calibrated_parameters
-from sn40l_sim.study.calibration import FitResult, bounds, fit, fitted_names, residual, write_back
+from sn40l_sim.study.calibration import FitResult, bounds, fit, fitted_names, residual
+from sn40l_sim.study.calibration_file import write_back
 from sn40l_sim.study.validation import (
     Comparison,
     Measurement,
