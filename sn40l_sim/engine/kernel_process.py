@@ -42,28 +42,13 @@ from typing import Any
 
 import simpy
 
-from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
+from sn40l_sim.engine.collective_run import CollectiveRun, collective_process, start_collective
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.kernel_costs import KernelCosts, SectionCosts
 from sn40l_sim.engine.lone_sections import book_lone_section, lone_section, memory_bound
 from sn40l_sim.engine.resources import SocketResources
-from sn40l_sim.engine.staging import staged_bytes
 from sn40l_sim.engine.windows import Windows, open_gate
-from sn40l_sim.ir import Collective
 from sn40l_sim.mapper.placement import PlacedKernel
-
-
-@dataclass
-class CollectiveRun:
-    """One collective as it ran: when (``ready``, ``start``, ``end``: absolute cycles), and what
-    :class:`CollectiveModel` said it costs."""
-
-    collective: Collective
-    result: CollectiveResult
-    ready: int = 0
-    start: int = 0
-    end: int = 0
-    #: bytes the collective read from and wrote to the socket's memory
-    staged_bytes: int = 0
 
 
 @dataclass
@@ -167,7 +152,7 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
         streamed.succeed()
     for run in colls:
         if not run.collective.overlapped:
-            yield _start_collective(res, run, 0, costs.stage_collectives)
+            yield start_collective(res, run, 0, costs.stage_collectives)
     if windows.items:
         yield env.all_of(windows.ends())
     record.collectives = colls
@@ -188,7 +173,7 @@ def _windows(res: SocketResources, colls: list[CollectiveRun], costs: KernelCost
     tiles = max((len(costs.sections) and sum(costs.sections[0].chunks)), 1)
     return Windows(res, overlapped, costs.windows or [(0.0, 1.0)] * len(overlapped), tiles,
                    len(costs.sections), collectives, delay,
-                   lambda run, wait: res.env.process(_collective(res, run, wait, costs.stage_collectives)))
+                   lambda run, wait: res.env.process(collective_process(res, run, wait, costs.stage_collectives)))
 
 
 def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
@@ -376,36 +361,3 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
         held = min(rest, memory_held[0]) if sum(sizes) else 0
         record.memory_bound_cycles += held
         record.compute_bound_cycles += rest - held
-
-
-def _start_collective(res: SocketResources, run: CollectiveRun, delay: int, staged: bool) -> simpy.Process:
-    """:func:`_collective` as a process, counted alive (``res.live_collectives``) from now until
-    it ends."""
-    res.live_collectives += 1
-    return res.env.process(_collective(res, run, delay, staged))
-
-
-def _collective(res: SocketResources, run: CollectiveRun, delay: int,
-                staged: bool) -> Generator[simpy.Event, Any, None]:
-    """The collective on the socket's links. With ``staged``, the bytes the socket receives are
-    written to memory and, unless the collective is overlapped (then it sends tiles straight from
-    the PMUs as the kernel produces them), the bytes it sends are read from memory; at the links'
-    pace, sharing the memory channel with the kernel's streams (a starved stream slows the
-    collective down). Every member sends as much as it receives in these collectives."""
-    env = res.env
-    if delay:
-        yield env.timeout(delay)
-    run.ready = env.now
-    with res.p2p.request() as links:
-        yield links
-        run.start = env.now
-        cycles = run.result.cycles
-        waits = [env.timeout(cycles)] if cycles else []
-        staging = staged_bytes(run.collective, run.result) if staged else 0
-        if staging and cycles:
-            waits.append(res.net.transfer(res.memory_path(res.staging_tier), staging, cap=staging / cycles))
-            run.staged_bytes = staging
-        if waits:
-            yield env.all_of(waits) if len(waits) > 1 else waits[0]
-        run.end = env.now
-    res.live_collectives -= 1

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 
 import simpy
 
+from sn40l_sim.engine.collective_run import CollectiveRun
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.kernel_costs import KernelCosts
-from sn40l_sim.engine.kernel_process import CollectiveRun, KernelRecord, run_kernel
+from sn40l_sim.engine.kernel_process import KernelRecord, run_kernel
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.mapper.loops import Loop

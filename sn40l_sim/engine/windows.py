@@ -26,7 +26,7 @@ from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.mapper.windows import window_tiles
 
 if TYPE_CHECKING:
-    from sn40l_sim.engine.kernel_process import CollectiveRun
+    from sn40l_sim.engine.collective_run import CollectiveRun
     from sn40l_sim.engine.resources import SocketResources
     from sn40l_sim.ir import Collective
 
