@@ -26,12 +26,12 @@ from collections import deque
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
+from sn40l_sim.hardware.tile_mesh import tile_mesh
 from sn40l_sim.hardware.topology import (
     EXACT_BISECTION_MAX,
     bisection_bytes_per_s,
     bisection_links,
     p2p_graph,
-    tile_mesh,
 )
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)

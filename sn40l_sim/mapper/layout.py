@@ -11,7 +11,7 @@ AGCUs, on average, for a memory stage); its hop latency goes into the pipeline f
 either end are limited where they are modelled (a PMU's write port in the PMU model, an AGCU's in
 the off-chip model). The mesh as a whole is one more per-data-tile constraint: every stream
 occupies ``bytes x hops`` link-cycles' worth of the tile's vector-network links (both directions
-of every switch-to-switch link of :func:`~sn40l_sim.hardware.topology.tile_switch_graph`), and
+of every switch-to-switch link of :func:`~sn40l_sim.hardware.tile_mesh.tile_switch_graph`), and
 the share of one link is serialised by :func:`~sn40l_sim.hardware.units.network.mesh_cycles`.
 Fused kernels are DAGs whose edges the kernel contract does not carry, so a stage's input is taken
 to come from the stage before it (which is also why stages are placed in that order); an
@@ -36,7 +36,7 @@ from functools import lru_cache
 from itertools import chain
 
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.topology import agcu_switches, tile_mesh
+from sn40l_sim.hardware.tile_mesh import agcu_switches, tile_mesh
 from sn40l_sim.hardware.units.network import mesh_cycles, mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation
 from sn40l_sim.mapper.stages import StageWork, Stream
@@ -106,7 +106,7 @@ def tiled_coords(socket: SocketSpec, cells: tuple[Cell, ...], tiles: int) -> tup
 
 def agcu_spots(socket: SocketSpec) -> list[Cell]:
     """Switch ``(row, col)`` of each AGCU: half along the top edge, half along the bottom (the
-    layout rule of :func:`sn40l_sim.hardware.topology.agcu_switches`, so placement and the topology
+    layout rule of :func:`sn40l_sim.hardware.tile_mesh.agcu_switches`, so placement and the topology
     graph agree)."""
     return agcu_switches(socket)
 

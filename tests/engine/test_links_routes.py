@@ -11,7 +11,8 @@ import pytest
 from sn40l_sim.engine.links import LinkTable, shortest_path
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.hardware.topology import p2p_links, tile_mesh, tile_switch_graph
+from sn40l_sim.hardware.tile_mesh import tile_mesh, tile_switch_graph
+from sn40l_sim.hardware.topology import p2p_links
 
 NODES = sorted(str(p) for p in Path("hw_configs").glob("*.yaml"))
 
