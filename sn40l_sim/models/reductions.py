@@ -8,11 +8,18 @@ graph, with silently wrong numbers: a tensor-parallel kernel whose partial sums 
 runs faster than it could (docs/robustness.md). The rule checked here: a kernel whose operators
 read a row-parallel weight carries an all-reduce or a reduce-scatter, or an all-gather of the
 residual stream's width (``size: hidden``), that runs at the kernel's end or after its last such
-operator. The all-gather is the column-split form: DeepSeek-R1's prefill MoE kernel gathers its
+operator, one for each group of row-parallel GEMMs whose partial sums an operator of the kernel
+reads before the next such GEMM. A fused decoder layer's output projection and down projection are
+two groups (its residual add reads the projection's partial sum, and the norm and FFN GEMMs after
+it would read it unreduced): each needs its own reduction, placed after the group's last GEMM and,
+when ``after`` names an operator, before the next group's first. The all-gather is the column-split form: DeepSeek-R1's prefill MoE kernel gathers its
 activations before the down GEMM, splits that GEMM by output columns and gathers the hidden rows
 (``graphs/kernels_deepseek.yaml``); an all-gather of anything else (the MLA kernel's latent) does not
 complete a projection's output. A kernel that sums several row-parallel outputs before one
-all-reduce (the decode MoE kernel's experts and shared expert) passes with that one.
+all-reduce (the decode MoE kernel's experts and shared expert: nothing reads the experts' partial
+output before the shared expert's down GEMM) passes with that one. The rule cannot tell a linear
+reader (a sum) from a non-linear one, so a reduction placed after the first reader of a partial sum
+but before the next group passes too.
 
 Which weights an operator reads is what its formula asks the sharding table about, recorded on the
 small shape of :mod:`.dataflow` (the rule is structural, not a matter of sizes).
@@ -38,7 +45,7 @@ from sn40l_sim.models.tensors import ShardRule
 
 if TYPE_CHECKING:
     from sn40l_sim.models.spec import ModelSpec
-    from sn40l_sim.models.template import KernelTemplates
+    from sn40l_sim.models.template import KernelEntry, KernelTemplates
 
 #: (operator formula, tensor) whose ``row`` rule leaves no partial sum: a tied output head multiplies
 #: by the embedding table ``[vocab, hidden]`` turned over (:func:`sn40l_sim.models.common.lm_head`), so
@@ -74,28 +81,61 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     for kernel_id, entry in spec.kernels.items():
         if kernel_id not in called:
             continue
-        last_row = None
+        groups: list[list[int]] = []   # operator positions of each group of row-parallel GEMMs
         written: list[set[int]] = []   # per operator, the bytes of each activation it writes
+        partial: set[str] = set()      # activations holding the open group's partial sums
+        closed = True                  # an operator has read the open group's partial sums
         for i, op in enumerate(entry.operators):
             ctx.asked.clear()
-            written.append({n_bytes for step in formulas[op](ctx) for _, n_bytes in step.writes})
-            if any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked):
-                last_row = i
-        if last_row is None:
-            continue
+            steps = formulas[op](ctx)
+            written.append({n_bytes for step in steps for _, n_bytes in step.writes})
+            reads = {name for step in steps for name, _ in step.reads}
+            writes = {name for step in steps for name, _ in step.writes}
+            # a GEMM (or lookup) over a row-split weight; an operator that only asks such a weight's
+            # width (the FFN's activation, sized by the down GEMM's input slice) reads no weight
+            if (any(step.op.weight_bytes for step in steps)
+                    and any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked)):
+                if closed:
+                    groups.append([])
+                    partial, closed = set(), False
+                groups[-1].append(i)
+                partial |= writes
+            elif reads & partial:
+                # what reads a partial sum is partial too (a residual add, a combine), and the group
+                # is complete: a row-parallel GEMM after it starts another that needs its own reduction
+                partial |= writes
+                closed = True
+        g = _unmatched_group(template, ctx, entry, groups, written)
+        if g is not None:
+            op = entry.operators[groups[g][-1]]
+            before = f" and before {entry.operators[groups[g + 1][0]]!r}" if g + 1 < len(groups) else ""
+            each = f"; each of its {len(groups)} groups of row-parallel GEMMs needs its own" if len(groups) > 1 else ""
+            return ((phase, "kernels", kernel_id, "collectives"),
+                    f"operator {op!r} reads a row-parallel weight (sharding: row), so its output is a partial sum "
+                    f"per socket, but no collective of kernel {kernel_id!r} reduces it (expected an all_reduce or "
+                    f"reduce_scatter, or an all_gather of size {GATHERED_WIDTH}, at the kernel's end or after {op!r}"
+                    f"{before}, of the size of what it or a later operator of the kernel writes{each})")
+    return None
+
+
+def _unmatched_group(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, groups: list[list[int]],
+                     written: list[set[int]]) -> int | None:
+    """The first group of row-parallel GEMMs (by operator positions) that no collective of the kernel
+    reduces, each collective reducing one group at most, or None."""
+    position = {op: i for i, op in enumerate(entry.operators)}
+    free = list(entry.collectives)
+    for g, group in enumerate(groups):
+        end = groups[g + 1][0] if g + 1 < len(groups) else len(entry.operators)
         # a collective that completes the partial sums carries them: its size is that of an
         # activation written from the partial GEMM on (an all-reduce of the MLA latent's width after
         # a MoE kernel's down projection ran, summing nothing the kernel wrote)
-        carried = set().union(*written[last_row:])
-        position = {op: i for i, op in enumerate(entry.operators)}
-        if any((c.kind in REDUCING or (c.kind == "all_gather" and c.size == GATHERED_WIDTH))
-               and (c.after is None or position[c.after] >= last_row)
-               and sizes(template.attention)[c.size](ctx) in carried for c in entry.collectives):
-            continue
-        op = entry.operators[last_row]
-        return ((phase, "kernels", kernel_id, "collectives"),
-                f"operator {op!r} reads a row-parallel weight (sharding: row), so its output is a partial sum "
-                f"per socket, but no collective of kernel {kernel_id!r} reduces it (expected an all_reduce or "
-                f"reduce_scatter, or an all_gather of size {GATHERED_WIDTH}, at the kernel's end or after {op!r}, "
-                f"of the size of what it or a later operator of the kernel writes)")
+        carried = set().union(*written[group[0]:end])
+        fits = [c for c in free
+                if (c.kind in REDUCING or (c.kind == "all_gather" and c.size == GATHERED_WIDTH))
+                and (c.after is None or group[-1] <= position[c.after] < end)
+                and sizes(template.attention)[c.size](ctx) in carried]
+        if not fits:
+            return g
+        # one placed in the group's window before one left for the kernel's end, which a later group may need
+        free.remove(min(fits, key=lambda c: c.after is None))
     return None
