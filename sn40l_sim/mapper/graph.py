@@ -174,16 +174,18 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
         # the next iteration waits for the collectives after the tiles; those that carry one
-        # operator's output run beside its part of the stream, as the plan's windows say
+        # operator's output run beside its part of the stream, as the plan's windows say, and the
+        # other overlapped ones beside the whole stream from its first tile out (a token-sliced
+        # kernel's, prefill's), as the engine runs a looped iteration's: the next iteration waits
+        # for their end (``overlap_cycles``), not for all of their time after the tiles
         gate = sum(collective_cycles(c) for c in kernel.collectives
-                   if not (c.overlapped and c.after)) if collective_cycles and looping else 0
+                   if not c.overlapped) if collective_cycles and looping else 0
         staging = tuple((round(collective_cycles(c)), staging_bytes(c)) for c in kernel.collectives
                         if not c.overlapped) if collective_cycles and staging_bytes and looping else ()
         context = LoopContext(loop.iterations, round(gate), looping, gate_staging=staging,
-                              windows=calls[loop.first].windows)
+                              windows=calls[loop.first].windows, overlap_cycles=calls[loop.first].overlap_cycles)
         if not looping:
-            context = replace(context, overlap_cycles=calls[loop.first].overlap_cycles,
-                              overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)
+            context = replace(context, overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)
         calls[loop.first:loop.stop] = [context] * loop.iterations
     if priced:
         calls = [replace(call, priced=True) for call in calls]

@@ -81,8 +81,9 @@ from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_win
 class LoopContext:
     """How a kernel is called: one of ``iterations`` consecutive calls of it (its configuration
     stays loaded between them), run as one looped call if ``pipelined``, each iteration then
-    waiting ``gate_cycles`` for the previous one's collectives; a call not looped has its
-    overlapped collectives take ``overlap_cycles`` from its first tile out; a ``resident`` kernel
+    waiting ``gate_cycles`` for the previous one's collectives after its tiles; a call has its
+    overlapped collectives that name no operator take ``overlap_cycles`` from its first tile out
+    (a looped iteration's too, the next iteration waiting for their end); a ``resident`` kernel
     finds its configuration loaded at every call (:mod:`.residency`). The default is a lone call
     without collectives."""
 
@@ -196,6 +197,12 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs,
                                             points=points)
         objective = (reload + iteration, sum(p.chain_cycles for p in plans))
+    if loop.pipelined and loop.overlap_cycles:
+        # the overlapped collectives naming no operator start with the iteration's first data tile
+        # out, after its gate and fill, and the next iteration's compute waits for their end (the
+        # engine's loop, :mod:`sn40l_sim.engine.units`): an iteration lasts at least that long
+        least = loop.gate_cycles + fill + plans[0].cycles_per_tile + loop.overlap_cycles
+        objective = (max(objective[0], reload + least), objective[1])
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 
 

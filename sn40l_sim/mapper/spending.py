@@ -97,7 +97,7 @@ def section_chain_paced(loop: LoopContext, index: int, tiles: int = 0) -> bool:
     if index != 0:
         return False
     if loop.pipelined:
-        return loop.gate_cycles > 0 or bool(loop.windows)
+        return loop.gate_cycles > 0 or loop.overlap_cycles > 0 or bool(loop.windows)
     return bool(loop.windows) and interior_window(loop.windows, tiles)
 
 
