@@ -254,6 +254,33 @@ def check_against_model(template: KernelTemplates, doc: Document | None, model: 
             raise where(("sharding", name), f"no tensor named {name!r} in model {model.name!r} nor in any model "
                         f"option (expected one of {', '.join(sorted({*names, *OPTIONAL_TENSORS}))})")
     for phase in ("prefill", "decode"):
+        _check_names_unique(template, phase, model, where)
         if model.moe is not None and not getattr(template, phase).blocks.moe_layer:
             raise where((phase, "blocks", "moe_layer"), f"model {model.name!r} has MoE layers but "
                         f"the template defines no {phase} moe_layer kernels")
+
+
+def _check_names_unique(template: KernelTemplates, phase: str, model: ModelSpec, where) -> None:
+    """The graph names a call ``<layer>.<name>`` (the head's and the tail's by ``<name>`` alone,
+    :mod:`sn40l_sim.models.builder`): two kernels of one layer, of an MTP run, or of the head and the
+    tail together, named alike would be one node of the graph."""
+    spec: PhaseTemplate = getattr(template, phase)
+    b = spec.blocks
+    body = ("moe_layer", b.moe_layer) if model.moe is not None else ("dense_layer", b.dense_layer)
+    groups = [("head and tail", [("head", b.head), ("tail", b.tail)]),
+              ("dense_layer", [("dense_layer", b.dense_layer)]), ("moe_layer", [("moe_layer", b.moe_layer)]),
+              ("an MTP run", [("mtp_head", b.mtp_head), body, ("mtp_tail", b.mtp_tail)] if b.mtp_head or b.mtp_tail
+               else [])]
+    for group, parts in groups:
+        seen: dict[str, str] = {}
+        for part, kernel_ids in parts:
+            for i, kernel_id in enumerate(kernel_ids):
+                name = spec.kernels[kernel_id].name or kernel_id
+                if name in seen and seen[name] != kernel_id:
+                    # the name: field that made them alike, else the block entry
+                    named = [k for k in (kernel_id, seen[name]) if spec.kernels[k].name]
+                    field = (phase, "kernels", named[0], "name") if named else (phase, "blocks", part, i)
+                    raise where(field, f"kernels {seen[name]!r} and {kernel_id!r} of {phase}'s {group} are both "
+                                f"named {name!r}: the graph names each call by its layer and name, so they would "
+                                f"be one kernel (expected distinct names)")
+                seen[name] = kernel_id

@@ -152,6 +152,32 @@ def test_a_fused_decoder_reduces_each_row_parallel_gemm_before_it_is_read(tmp_pa
         assert word in message
 
 
+@pytest.mark.parametrize("old,new,words", [
+    # two kernels of one layer: the builder refused with "kernel template gives two kernels of one
+    # layer the same name", located at the experiment's line 1 (graph_options), while `check` of
+    # the template passed
+    ("    o_proj:\n      operators: [o_proj, attn_residual]", "    o_proj:\n      name: ffn\n      operators: [o_proj, attn_residual]",
+     ["prefill.kernels.o_proj.name", "kernels 'o_proj' and 'ffn' of prefill's dense_layer are both named 'ffn'"]),
+    # the head's and the tail's calls are named without a layer
+    ("    sampling:\n      operators: [sample]\n      collectives: [{size: candidates, kind: all_gather}]\n\ndecode:",
+     "    sampling:\n      name: embedding\n      operators: [sample]\n"
+     "      collectives: [{size: candidates, kind: all_gather}]\n\ndecode:",
+     ["prefill.kernels.sampling.name", "prefill's head and tail are both named 'embedding'"]),
+])
+def test_two_kernels_one_call_name_is_refused_in_the_template(tmp_path: Path, old: str, new: str,
+                                                               words: list[str]) -> None:
+    from sn40l_sim.commands.check import check_file
+
+    _broken_model(tmp_path, old, new)
+    for path in (tmp_path / "llama3_1_8b.yaml", tmp_path / "kernels_llama.yaml"):
+        with pytest.raises(InputError) as info:
+            check_file(path)
+        message = str(info.value)
+        assert "kernels_llama.yaml" in message and "expected distinct names" in message
+        for word in words:
+            assert word in message
+
+
 @pytest.mark.parametrize("model_file", ["deepseek_r1.yaml", "llama3_1_8b.yaml"])
 def test_every_reduction_left_out_of_a_shipped_template_is_refused_or_another_reduces(model_file):
     # each all-reduce, reduce-scatter and hidden-wide all-gather removed in turn: the kernel is
