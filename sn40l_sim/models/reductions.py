@@ -45,7 +45,7 @@ from sn40l_sim.models.tensors import ShardRule
 
 if TYPE_CHECKING:
     from sn40l_sim.models.spec import ModelSpec
-    from sn40l_sim.models.template import KernelEntry, KernelTemplates
+    from sn40l_sim.models.template import CollectiveEntry, KernelEntry, KernelTemplates
 
 #: (operator formula, tensor) whose ``row`` rule leaves no partial sum: a tied output head multiplies
 #: by the embedding table ``[vocab, hidden]`` turned over (:func:`sn40l_sim.models.common.lm_head`), so
@@ -105,7 +105,18 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
                 # is complete: a row-parallel GEMM after it starts another that needs its own reduction
                 partial |= writes
                 closed = True
-        g = _unmatched_group(template, ctx, entry, groups, written)
+        g, left = _unmatched_group(template, ctx, entry, groups, written)
+        surplus = [i for i, c in enumerate(entry.collectives) if c.kind in REDUCING and any(c is f for f in left)]
+        if g is None and surplus:
+            # a sum over the sockets of what each holds whole is the tensor times the TP degree
+            c = entry.collectives[surplus[0]]
+            return ((phase, "kernels", kernel_id, "collectives", surplus[0]),
+                    f"{c.kind} of size {c.size} reduces no row-parallel GEMM's partial sums: kernel {kernel_id!r} "
+                    f"has {len(groups) or 'no'} group(s) of row-parallel GEMMs and " +
+                    (f"its other collectives reduce {'it' if len(groups) == 1 else 'them'}" if groups
+                     else "so nothing partial") +
+                    ", and summing a tensor every socket holds whole multiplies it by the TP degree "
+                    "(expected one reduction per group of row-parallel GEMMs)")
         if g is not None:
             op = entry.operators[groups[g][-1]]
             before = f" and before {entry.operators[groups[g + 1][0]]!r}" if g + 1 < len(groups) else ""
@@ -119,9 +130,9 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
 
 
 def _unmatched_group(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, groups: list[list[int]],
-                     written: list[set[int]]) -> int | None:
+                     written: list[set[int]]) -> tuple[int | None, list[CollectiveEntry]]:
     """The first group of row-parallel GEMMs (by operator positions) that no collective of the kernel
-    reduces, each collective reducing one group at most, or None."""
+    reduces, each collective reducing one group at most, or None; and the collectives no group took."""
     position = {op: i for i, op in enumerate(entry.operators)}
     free = list(entry.collectives)
     for g, group in enumerate(groups):
@@ -135,7 +146,9 @@ def _unmatched_group(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, gr
                 and (c.after is None or group[-1] <= position[c.after] < end)
                 and sizes(template.attention)[c.size](ctx) in carried]
         if not fits:
-            return g
-        # one placed in the group's window before one left for the kernel's end, which a later group may need
-        free.remove(min(fits, key=lambda c: c.after is None))
-    return None
+            return g, free
+        # one placed in the group's window before one left for the kernel's end, which a later group
+        # may need; of those alike, a reducing one before a gathering one
+        taken = min(fits, key=lambda c: (c.after is None, c.kind not in REDUCING))
+        free = [c for c in free if c is not taken]
+    return None, free

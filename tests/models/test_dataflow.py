@@ -178,6 +178,28 @@ def test_two_kernels_one_call_name_is_refused_in_the_template(tmp_path: Path, ol
             assert word in message
 
 
+@pytest.mark.parametrize("old,new,words", [
+    # the decoder's all-reduce after o_proj written twice: o_proj's rows were summed over the 8 sockets
+    # twice (eight times the output projection) and the decode step paid a third all-reduce a layer
+    ("        - {size: hidden, kind: all_reduce, overlapped: true, after: o_proj}\n",
+     "        - {size: hidden, kind: all_reduce, overlapped: true, after: o_proj}\n" * 2,
+     ["decode.kernels.decoder.collectives[3]", "all_reduce of size hidden reduces no row-parallel GEMM's partial sums",
+      "has 2 group(s)"]),
+    # an all-reduce on the attention kernel, which reads no row-parallel weight
+    ("    attention:\n      operators: [flash_qk, flash_softmax, flash_pv]\n",
+     "    attention:\n      operators: [flash_qk, flash_softmax, flash_pv]\n"
+     "      collectives: [{size: hidden, kind: all_reduce}]\n",
+     ["prefill.kernels.attention.collectives[0]", "has no group(s) of row-parallel GEMMs and so nothing partial"]),
+])
+def test_a_reduction_of_nothing_partial_is_refused(tmp_path: Path, old: str, new: str, words: list[str]) -> None:
+    with pytest.raises(InputError) as info:
+        load_model(_broken_model(tmp_path, old, new))
+    message = str(info.value)
+    assert "kernels_llama.yaml" in message and "multiplies it by the TP degree" in message
+    for word in words:
+        assert word in message
+
+
 @pytest.mark.parametrize("model_file", ["deepseek_r1.yaml", "llama3_1_8b.yaml"])
 def test_every_reduction_left_out_of_a_shipped_template_is_refused_or_another_reduces(model_file):
     # each all-reduce, reduce-scatter and hidden-wide all-gather removed in turn: the kernel is
@@ -296,7 +318,10 @@ def test_a_reduction_of_another_size_than_what_it_sums_is_refused(model_file):
                     broken = template.model_copy(update={phase: spec.model_copy(update={"kernels": kernels})})
                     problem = unreduced_row_parallel(broken, model, phase)
                     if problem is not None:
-                        assert problem[0] == (phase, "kernels", kernel_id, "collectives")
+                        # at the collective itself when another one of the kernel reduces in its place:
+                        # it then sums nothing partial
+                        assert problem[0] in ((phase, "kernels", kernel_id, "collectives"),
+                                              (phase, "kernels", kernel_id, "collectives", i))
                         refused += 1
     assert refused >= 10
     if model_file == "deepseek_r1.yaml":
