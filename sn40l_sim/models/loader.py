@@ -58,6 +58,8 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
         if not isinstance(kernels, str):
             raise doc.error(("kernels",), "expected a path (relative to this file) to a kind: kernels file")
         resolved = doc.resolve(kernels, ("kernels",))   # relative to the file that wrote it (a base: too)
+        if resolved.is_dir():
+            raise doc.error(("kernels",), f"{str(resolved)!r} is a folder; expected a path to a kind: kernels file")
         if not resolved.is_file():
             raise doc.error(("kernels",), f"kernel template file {str(resolved)!r} does not exist")
         doc.data["kernels"] = str(resolved)

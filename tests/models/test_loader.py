@@ -181,6 +181,17 @@ def test_a_model_deriving_from_another_folders_file_finds_the_bases_template(tmp
     assert err.value.file == str(derived) and err.value.line == 2
 
 
+def test_a_kernels_path_naming_a_folder_says_so(tmp_path):
+    # `kernels: .` (or any folder) was refused as "kernel template file '...' does not exist", of
+    # a folder that does
+    derived = tmp_path / "mine.yaml"
+    derived.write_text(f"base: {GRAPHS_DIR / 'llama3_1_8b.yaml'}\nkernels: .\n")
+    with pytest.raises(InputError, match=re.escape(f"'{tmp_path}' is a folder; expected a path to a kind: "
+                                                   "kernels file")) as err:
+        load_model(derived)
+    assert err.value.file == str(derived) and err.value.line == 2
+
+
 def test_a_template_error_shows_the_path_as_given(tmp_path, monkeypatch, capsys):
     # check of a template (and of a model naming it) printed the template's absolute path, where every
     # other file is shown as the user wrote it (docs/robustness.md)
