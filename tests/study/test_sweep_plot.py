@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sn40l_sim.study.sweep.figures import _value_names
 from sn40l_sim.study.sweep.load import load_sweep
-from sn40l_sim.study.sweep.run import _value_names
 
 REPO = Path(__file__).resolve().parents[2]
 

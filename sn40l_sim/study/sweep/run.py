@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,12 +25,11 @@ from sn40l_sim.errors import InfeasibleError, InputError, InvariantError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.outputs import write_text
-from sn40l_sim.report.pareto import pareto_front, pareto_plot
-from sn40l_sim.report.plot_csv import plot_csv
-from sn40l_sim.report.results import to_csv, to_json, write_results
+from sn40l_sim.report.results import write_results
 from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import open_executor, usable_jobs
+from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
 from sn40l_sim.study.sweep.store import Outcome, RunStore
@@ -135,65 +133,8 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     if sweep.objectives:
         records.front = write_front(records, sweep.objectives, out_dir, title=sweep.name, plot=plots)
     if plots and records and sweep.plot is not None:
-        _plot(sweep, csv_path, out_dir / "sweep.png")
+        plot_sweep(sweep, csv_path, out_dir / "sweep.png")
     return records
-
-
-def write_front(records: Sequence[dict], objectives: dict[str, str], out_dir: Path, title: str = "",
-                plot: bool = True) -> list[dict]:
-    """Write the records on the Pareto front of ``objectives`` to ``pareto.json`` and
-    ``pareto.csv`` (the format of the results) and, with two objectives or more and ``plot``, draw
-    ``pareto.png``; returns the front."""
-    front = [dict(r) for r in pareto_front(records, objectives)]
-    write_text(out_dir / "pareto.json", to_json(front))
-    write_text(out_dir / "pareto.csv", to_csv(front) if front else "")
-    if plot and front and len(objectives) >= 2:
-        pareto_plot(records, objectives, out_dir / "pareto.png", title=f"{title}: Pareto front")
-    return front
-
-
-def _plot(sweep: Sweep, csv_path: Path, out: Path) -> Path:
-    spec = sweep.plot or {}
-    hue = spec.get("hue")
-    where = spec.get("where") or {}
-    try:
-        return plot_csv(csv_path, x=spec["x"], y=spec["y"], hue=[hue] if isinstance(hue, str) else hue,
-                        out=out, kind=spec.get("kind", "line"), logx=bool(spec.get("logx", False)),
-                        logy=bool(spec.get("logy", False)),
-                        where={str(k): str(v) for k, v in where.items()}, label=spec.get("label"),
-                        value_names=_value_names(sweep), label_as=_label_as(sweep))
-    except InputError as exc:
-        raise _plot_section_error(sweep, csv_path, exc) from None
-
-
-def _value_names(sweep: Sweep) -> dict[str, dict[str, str]]:
-    """``sweep.<axis>`` column -> value as the CSV holds it -> the axis's label for it, for the axes
-    whose ``labels:`` name text values (a model file's path: the legend shows the label) or null
-    (an empty cell: ``prefill_chunk: [null, 2048]`` labelled ``whole`` showed a blank entry)."""
-    return {f"sweep.{axis.name}": {("" if value is None else value): name
-                                   for value, name in zip(axis.values, axis.value_labels, strict=True)
-                                   if (isinstance(value, str) or value is None) and name != value}
-            for axis in sweep.axes if axis.value_labels}
-
-
-def _label_as(sweep: Sweep) -> dict[str, str]:
-    """``sweep.<axis>`` -> ``sweep.<its path>`` for the axes named apart from their path, so that the
-    plot labels ``sweep.hbm`` as the field it sets, with its unit."""
-    return {f"sweep.{axis.name}": "sweep." + ".".join(axis.path) for axis in sweep.axes
-            if axis.name != ".".join(axis.path)}
-
-
-#: the options of ``python -m sn40l_sim plot`` that are keys of a sweep's ``plot:`` section
-_PLOT_OPTIONS = re.compile(r"--(x|y|hue|where|logx|logy|kind|label)\b")
-
-
-def _plot_section_error(sweep: Sweep, csv_path: Path, exc: InputError) -> InputError:
-    """:func:`plot_csv`'s error, which names the plot command's options (``--x``), located instead at
-    the experiment's ``plot:`` section (``sweep.plot.x``, with its line), the results it plotted named."""
-    key = (exc.field or "").removeprefix("--")
-    at = ("sweep", "plot") + ((key,) if _PLOT_OPTIONS.fullmatch(exc.field or "") and key in (sweep.plot or {}) else ())
-    message = _PLOT_OPTIONS.sub(r"sweep.plot.\1", exc.message.replace("--where COLUMN=VALUE", "--where {COLUMN: VALUE}"))
-    return sweep.doc.error(at, f"{message} (plotting {csv_path})")
 
 
 def _node_field(node: NodeSpec, dotted: str) -> Any:
