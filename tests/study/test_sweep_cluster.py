@@ -101,3 +101,44 @@ def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):
                                    jobs=1, progress=False)
     assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2
     assert list((tmp_path / "out" / "runs").glob("*.json")) == []  # not kept: a resume runs them again
+
+
+def test_a_scheduler_lost_mid_sweep_is_one_line_naming_the_runs_kept(tmp_path, capsys, monkeypatch):
+    # a scheduler stopped (or crashed) while a sweep ran on it was a page of Dask's client traceback,
+    # exit status 1; it is one line naming it and the runs kept, and --resume finishes the sweep
+    distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed "
+                                                            "(pip install -e '.[cluster]')")
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [1, 2, 4]\n")
+    out = tmp_path / "out"
+    # a real scheduler with one in-process worker thread, closed as the first run is stored
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None,
+                                       protocol="tcp", host="127.0.0.1")
+    address = cluster.scheduler_address
+    save = run_module.RunStore.save
+
+    def save_then_lose_the_scheduler(self, *args):
+        save(self, *args)
+        if not cluster.status.name == "closed":
+            cluster.close()
+
+    monkeypatch.setattr(run_module.RunStore, "save", save_then_lose_the_scheduler)
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 2)   # the client's reconnection attempts, as at the start
+    try:
+        status = main(["sweep", str(path), "--scheduler", address, "--out", str(out)])
+    finally:
+        cluster.close()
+    err = capsys.readouterr().err
+    (line,) = shown_on_a_terminal(err)
+    assert "Traceback" not in err and status == 2, err
+    kept = len(list((out / "runs").glob("*.json")))
+    assert 1 <= kept < 6
+    assert line.startswith(f"error: --scheduler: lost the Dask scheduler at {address!r} mid-sweep (")
+    assert line.endswith(f"; {kept} of 6 run(s) had finished, kept in {out / 'runs'} (resume with --resume)")
+    assert '"status": "failed"' in (out / "status.json").read_text()
+    monkeypatch.undo()
+    # the rest on this machine: the results of an uninterrupted sweep
+    assert main(["sweep", str(path), "--out", str(out), "--resume", "--jobs", "1", "--quiet"]) == 0
+    assert f"resumed: {kept} run(s) were already done" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--out", str(tmp_path / "whole"), "--jobs", "1", "--quiet"]) == 0
+    for name in OUTPUTS:
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name

@@ -43,6 +43,12 @@ INSTALL_HINT = 'pip install -e ".[cluster]" (or pip install distributed)'
 CONNECT_TIMEOUT_S = 20
 
 
+class SchedulerLost(InputError):
+    """The Dask scheduler a sweep runs on went away mid-sweep (stopped, crashed, its network lost):
+    one line naming it (exit status 2, as a scheduler that does not answer at the start), to which
+    the sweep adds the runs it kept for ``--resume``, not Dask's client traceback."""
+
+
 class InlineExecutor(cf.Executor):
     """Runs each task in this process when it is submitted: ``--jobs 1`` goes through the same
     loop as the pools, with no process to start and no pickling."""
@@ -142,6 +148,9 @@ def open_executor(jobs: int | None, scheduler: str | None,
     runs : int
         Runs to execute (no more processes than runs are started).
 
+    The window function of a cluster asks its scheduler, and raises :class:`SchedulerLost` when
+    the scheduler no longer answers.
+
     Raises
     ------
     InputError
@@ -165,9 +174,17 @@ def open_executor(jobs: int | None, scheduler: str | None,
         return
     distributed = import_distributed(field)
     with _client(distributed, scheduler, workers, field) as client:
+        def window() -> int:
+            # a round trip to the scheduler, asked as each run comes back: where a lost scheduler shows
+            try:
+                return 2 * max(1, sum(client.nthreads().values()))
+            except (OSError, cf.CancelledError) as exc:   # CommClosedError, a reconnection timed out
+                raise SchedulerLost(f"lost the Dask scheduler at {scheduler!r} mid-sweep ({type(exc).__name__}: "
+                                    f"{exc}); expected it to answer until the sweep ends", field=field) from None
+
         # pure=False: every run is its own task (Dask would otherwise hash the arguments to share
         # results between equal calls, which costs time and which the runs never have)
-        yield client.get_executor(pure=False), lambda: 2 * max(1, sum(client.nthreads().values()))
+        yield client.get_executor(pure=False), window
 
 
 #: seconds between a worker's checks that the process that started it is alive
@@ -236,5 +253,5 @@ def _client(distributed: Any, scheduler: str, workers: int, field: str) -> Itera
         yield client
 
 
-__all__ = ["InlineExecutor", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed",
+__all__ = ["InlineExecutor", "SchedulerLost", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed",
            "check_scheduler", "SCHEDULER_ENV", "INSTALL_HINT"]

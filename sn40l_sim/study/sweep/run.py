@@ -28,7 +28,7 @@ from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.results import write_results
 from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.runner import simulate_assembly
-from sn40l_sim.study.sweep.executors import open_executor, usable_jobs
+from sn40l_sim.study.sweep.executors import SchedulerLost, open_executor, usable_jobs
 from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
@@ -237,6 +237,12 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
                 index = in_flight.pop(future)
                 try:
                     outcome, keep, theirs, said = future.result()
+                except cf.CancelledError:
+                    # a task this loop did not cancel: Dask cancels every task when it loses its
+                    # scheduler, which the window then says (SchedulerLost) rather than an error per run
+                    window()
+                    outcome, keep, theirs, said = Outcome(None, "internal error: the task was cancelled", False), \
+                        False, ours, []
                 except Exception as exc:  # noqa: BLE001 - the worker, not the run, failed
                     error = f"internal error {type(exc).__name__}: {exc}"
                     outcome, keep, theirs, said = Outcome(None, error, False), False, ours, []
@@ -274,6 +280,15 @@ def preflight(run: SweepRun) -> None:
         raise
 
 
+def _kept(store: RunStore | None, tasks: Sequence[tuple[int, SweepRun]], finished: int) -> str:
+    """What a stopped sweep kept of its ``tasks``, for its last line."""
+    # the files, not the outcomes gathered: a run stored as the interrupt came is kept all the same
+    kept = finished if store is None else sum(store.path(r.key).is_file() for _, r in tasks)
+    where = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
+    return (f"{kept} of {len(tasks)} run(s) had finished, {where}" if kept
+            else f"none of the {len(tasks)} run(s) had finished; nothing kept")
+
+
 def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, scheduler: str | None = None,
                store: RunStore | None = None) -> SweepRecords:
     """Run every point of ``sweep`` (:func:`~.executors.open_executor` chooses where from ``jobs``
@@ -306,11 +321,11 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                     bar.update(1)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the workers are stopped; say what is kept
         bar.leave = False
-        # the files, not the outcomes gathered: a run stored as the interrupt came is kept all the same
-        kept = len(outcomes) - resumed if store is None else sum(store.path(r.key).is_file() for _, r in tasks)
-        where = f"kept in {store.folder} (resume with --resume)" if store is not None else "not kept (no store)"
-        exc.detail = (f"{kept} of {len(tasks)} run(s) had finished, {where}" if kept  # type: ignore[attr-defined]
-                      else f"none of the {len(tasks)} run(s) had finished; nothing kept")
+        exc.detail = _kept(store, tasks, len(outcomes) - resumed)  # type: ignore[attr-defined]
+        raise
+    except SchedulerLost as exc:   # the cluster went away: what finished is kept, as on Ctrl-C
+        bar.leave = False
+        exc.message += f"; {_kept(store, tasks, len(outcomes) - resumed)}"
         raise
     except Exception:  # a scheduler that does not answer, an invariant broken: the bar is cleared,
         bar.leave = False  # so the error's one line stands alone (docs/robustness.md)
