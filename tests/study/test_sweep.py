@@ -488,3 +488,24 @@ def test_a_path_set_on_the_command_line_is_relative_to_the_folder_it_was_typed_i
     monkeypatch.chdir(tmp_path)
     sweep = load_sweep(path, parse_sets(["model=graphs/mine.yaml"]))
     assert [p.data["model"] for p in sweep.points] == [str(mine)]
+
+
+@pytest.mark.parametrize("axis, field, first", [
+    ("model: [{repo}/graphs/llama3_1_8b.yaml, {repo}/graphs/../graphs/llama3_1_8b.yaml]", "sweep.axes.model[1]",
+     "model={repo}/graphs/llama3_1_8b.yaml"),
+    ("m: {{path: hardware, values: [{repo}/hw_configs/sn40l_node8.yaml, copy/sn40l_node8.yaml]}}", "sweep.axes.m.values[1]",
+     "m={repo}/hw_configs/sn40l_node8.yaml"),
+])
+def test_two_values_that_simulate_one_point_are_refused_before_any_run(tmp_path, capsys, axis, field, first):
+    # two spellings of one file, or a copy of it, passed the repeated-value check (which compares
+    # values as written): the grid ran each point twice, under two names
+    (tmp_path / "copy").mkdir()
+    for name in ("sn40l.yaml", "sn40l_node16.yaml", "sn40l_node8.yaml"):   # the node file and its bases
+        (tmp_path / "copy" / name).write_text((REPO / "hw_configs" / name).read_text())
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 4]\n  " + axis.format(repo=REPO) + "\n")
+    for command in (["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1"], ["check", str(path)]):
+        assert main(command) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"error: {path}:17: {field}: value ") and "simulates what [0] " in line, line
+        assert line.endswith(f"the sweep would run point batch=2,{first.format(repo=REPO)} twice"), line
+    assert not (tmp_path / "out" / "runs").exists()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.sweep.load import Sweep, load_sweep  # noqa: F401  (load_sweep: the docstring's example)
-from sn40l_sim.study.sweep.plan import expand_runs
+from sn40l_sim.study.sweep.plan import expand_runs, refuse_repeated_points
 
 
 def check_sweep(sweep: Sweep) -> int:
@@ -28,6 +28,7 @@ def check_sweep(sweep: Sweep) -> int:
         The first sweep point or run that would fail, with its name.
     """
     runs, failures = expand_runs(sweep)
+    refuse_repeated_points(sweep, runs)
     for _, name, error in failures:
         raise InputError(f"{error} (sweep point {name})")
     for run in runs:

@@ -33,6 +33,7 @@ from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, plan_of
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
+from sn40l_sim.study.sweep.axes import value_text
 from sn40l_sim.study.sweep.base import experiment_from_data, load_node
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint
 
@@ -137,6 +138,39 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
         except InputError as exc:
             failures.append((sp.index, sp.name, str(_at_axis(sweep, exc))))
     return runs, failures
+
+
+def refuse_repeated_points(sweep: Sweep, runs: list[SweepRun]) -> None:
+    """Refuse a sweep two of whose points simulate the same thing (equal :attr:`SweepRun.key`: the
+    same experiment, node and model, read from the files they name), which the section's own check
+    of repeated values cannot see: two spellings of one file (``graphs/a.yaml`` and
+    ``graphs/../graphs/a.yaml``), two files of equal contents. The sweep would run each of its runs twice.
+
+    Raises
+    ------
+    InputError
+        At the later point's value of the last axis on which the two points differ.
+    """
+    # the first run of each sweep point stands for it: the runs of a point differ only in the
+    # experiment point, and two points whose experiments, nodes and models match have the same runs
+    seen: dict[str, SweepPoint] = {}
+    for run in runs:
+        sp = run.sweep_point
+        if seen.get(run.key, sp) is sp:
+            seen.setdefault(run.key, sp)
+            continue
+        earlier = seen[run.key]
+        differ = [a for a in sweep.axes if sp.values[a.name] != earlier.values[a.name]]
+        if not differ:   # one point twice (a grid repeats no point; _check_no_repeated_point refuses a zip's)
+            continue
+        axis = differ[-1]
+        spec = sweep.doc.data["sweep"]["axes"][axis.name]
+        at = ("sweep", "axes", axis.name) + (("values",) if isinstance(spec, dict) else ())
+        index = next(i for i, v in enumerate(axis.values) if v is sp.values[axis.name])
+        first = next(i for i, v in enumerate(axis.values) if v is earlier.values[axis.name])
+        raise sweep.doc.error(at + (index,), f"value {value_text(axis.values[index])} simulates what [{first}] "
+                              f"{value_text(axis.values[first])} does (the same experiment, hardware and model, "
+                              f"read from the files they name): the sweep would run point {earlier.name} twice")
 
 
 def _at_axis(sweep: Sweep, exc: InputError) -> InputError:

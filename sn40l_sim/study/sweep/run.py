@@ -31,7 +31,7 @@ from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import SchedulerLost, open_executor, usable_jobs
 from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
-from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs
+from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs, refuse_repeated_points
 from sn40l_sim.study.sweep.store import Outcome, RunStore
 
 #: the error of a run done by a worker whose sn40l_sim sources differ from this process's
@@ -296,6 +296,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
     order, with the failures. With ``store``, the runs stored there are not run again, and each
     run is stored as it finishes."""
     runs, failures = expand_runs(sweep)
+    refuse_repeated_points(sweep, runs)
     outcomes: dict[int, Outcome] = {}
     if store is not None:
         for index, run in enumerate(runs):
