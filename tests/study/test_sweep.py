@@ -509,3 +509,19 @@ def test_two_values_that_simulate_one_point_are_refused_before_any_run(tmp_path,
         assert line.startswith(f"error: {path}:17: {field}: value ") and "simulates what [0] " in line, line
         assert line.endswith(f"the sweep would run point batch=2,{first.format(repo=REPO)} twice"), line
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_file_an_axis_names_that_does_not_load_is_refused_before_any_run(tmp_path, capsys):
+    # a model file that is there but does not load passed the axis check (which only looked for the
+    # file): sweep ran the other points and listed its points as failed (exit 1), while check refused it
+    (tmp_path / "kernels_llama.yaml").write_text((REPO / "graphs" / "kernels_llama.yaml").read_text())
+    broken = (REPO / "graphs" / "llama3_1_8b.yaml").read_text().replace("\nlayers: 32 ", "\nlayers: -3 ")
+    (tmp_path / "broken.yaml").write_text(broken)
+    path = write_experiment(tmp_path, f"axes:\n  model: [{REPO / 'graphs/llama3_1_8b.yaml'}, broken.yaml]\n")
+    lines = []
+    for command in (["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1"], ["check", str(path)]):
+        assert main(command) == 2
+        lines += capsys.readouterr().err.splitlines()
+    assert lines == [f"error: {path}:16: sweep.axes.model[1]: value 'broken.yaml': {tmp_path / 'broken.yaml'}:6: "
+                     "layers: expected a positive integer from 1 to 2147483647 (2**31 - 1), got -3"] * 2
+    assert not (tmp_path / "out" / "runs").exists()

@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import OVERRIDES_FILE, with_overrides
+from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.study.experiment import ExperimentSpec
+from sn40l_sim.study.experiment_files import experiment_model, named_file
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
     Axis,
@@ -234,6 +235,10 @@ def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explici
                             "sweep would run it twice")
 
 
+#: the axes that name a file: a value is checked by loading the file, not only by finding it
+FILE_AXES = (("model",), ("hardware",), ("prefill_hardware",))
+
+
 class _Checker:
     """Checks each value of each axis against the base experiment and hardware. A value that fails
     alone is still accepted when some sweep point that uses it is valid as a whole (coupled axes,
@@ -285,6 +290,8 @@ class _Checker:
                     data = copy.deepcopy(self.base)
                     set_path(data, axis.path, value)
                     check_points(experiment_from_data(data, self.doc))
+                    if axis.path in FILE_AXES:   # the file's contents too, as check and each run read them
+                        self._files(data, self.base_hw)
             except AxisError as exc:
                 raise self._fail(axis, None, str(exc)) from None
             except InputError as exc:
@@ -301,11 +308,21 @@ class _Checker:
         if point.index not in self._valid:
             try:
                 check_points(experiment_from_data(point.data, self.doc))
-                self._hardware(point.hardware_overrides)
+                self._files(point.data, point.hardware_overrides)
                 self._valid[point.index] = True
             except InputError:
                 self._valid[point.index] = False
         return self._valid[point.index]
+
+    def _files(self, data: dict, overrides: dict[str, Any]) -> None:
+        """Load the model and hardware files ``data`` names, with the hardware ``overrides``, as
+        :func:`~.plan.expand_runs` loads them for the runs (a file that is there but does not load)."""
+        exp = experiment_from_data(data, self.doc)
+        experiment_model(exp, ("model",), exp.spec.model)
+        load_node(exp.doc, data, overrides)
+        if exp.spec.prefill_hardware is not None:
+            node = load_hardware(named_file(exp, ("prefill_hardware",), exp.spec.prefill_hardware, "prefill hardware"))
+            with_overrides(node, overrides)
 
     def _hardware(self, overrides: dict[str, Any]) -> None:
         if self._node is None:
