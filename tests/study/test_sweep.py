@@ -525,3 +525,16 @@ def test_a_file_an_axis_names_that_does_not_load_is_refused_before_any_run(tmp_p
     assert lines == [f"error: {path}:16: sweep.axes.model[1]: value 'broken.yaml': {tmp_path / 'broken.yaml'}:6: "
                      "layers: expected a positive integer from 1 to 2147483647 (2**31 - 1), got -3"] * 2
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_bad_value_of_a_policy_axis_is_not_located_in_the_base_file(tmp_path):
+    # an axis naming a policy entry by its name: the entry's validation error (which names it by its
+    # index) cited the base file's line, where the value is 0.25, as if the 2.0 stood there
+    base = write_experiment(tmp_path, None, name="base.yaml")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: {base}\nsweep:\n  axes:\n    policies.snap.prompt_fraction.budget: [0.25, 2.0]\n")
+    with pytest.raises(InputError) as info:
+        load_sweep(path)
+    assert str(info.value) == (f"{path}:4: sweep.axes.policies.snap.prompt_fraction.budget[1]: value 2.0: "
+                               "policies[1].prompt_fraction.budget: expected a fraction greater than 0 and at most "
+                               "1, got 2")

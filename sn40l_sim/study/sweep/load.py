@@ -177,10 +177,36 @@ def _located_at_axes(doc: Document, axes: list[Axis]) -> Document:
     for axis in axes:
         if axis.hardware_field:
             continue
-        for key in [k for k in origins if tuple(k[:len(axis.path)]) == axis.path]:
-            del origins[key]
-        origins[axis.path] = doc.where(("sweep", "axes", axis.name))
+        # a list entry named by its name (policies.snap.params.budget) is located, as validation
+        # names it, by its index too (policies[1].params.budget): else an error about the axis's
+        # value cited the line of the base's value
+        for path in dict.fromkeys((axis.path, _indexed(doc.data, axis.path))):
+            for key in [k for k in origins if tuple(k[:len(path)]) == path]:
+                del origins[key]
+            origins[path] = doc.where(("sweep", "axes", axis.name))
     return Document(doc.data, doc.path, origins)
+
+
+def _indexed(data: Any, path: tuple[str, ...]) -> tuple:
+    """``path`` with each list entry given by its index, as far as ``data`` holds it.
+
+    >>> _indexed({"policies": [{"name": "full"}, {"name": "snap"}]}, ("policies", "snap", "params", "budget"))
+    ('policies', 1, 'params', 'budget')
+    """
+    out: list = []
+    node = data
+    for part in path:
+        if isinstance(node, list):
+            names = [e.get("name") if isinstance(e, dict) else None for e in node]
+            index = int(part) if part.isdigit() else names.index(part) if part in names else None
+            if index is None or index >= len(node):
+                return (*out, *path[len(out):])
+            out.append(index)
+            node = node[index]
+        else:
+            out.append(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return tuple(out)
 
 
 def _parse_axes(doc: Document, spec: Any, mode: str) -> list[Axis]:
