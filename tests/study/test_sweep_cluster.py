@@ -142,3 +142,24 @@ def test_a_scheduler_lost_mid_sweep_is_one_line_naming_the_runs_kept(tmp_path, c
     assert main(["sweep", str(path), "--out", str(tmp_path / "whole"), "--jobs", "1", "--quiet"]) == 0
     for name in OUTPUTS:
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_scheduler_without_workers_is_said_not_left_as_a_still_bar(tmp_path):
+    # a scheduler with no worker left the bar at 0% with no word: the sweep waits (workers may
+    # join), and says so once, with the command that starts one
+    distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed "
+                                                            "(pip install -e '.[cluster]')")
+    said: list[str] = []
+    with distributed.LocalCluster(n_workers=0, threads_per_worker=1, processes=False, dashboard_address=None, protocol="tcp",
+                                  host="127.0.0.1") as cluster:
+        address = cluster.scheduler_address
+        with executors.open_executor(jobs=None, scheduler=address, runs=4, say=said.append) as (_, window):
+            assert window() == 2
+        assert said == [f"warning: --scheduler: the Dask scheduler at {address!r} has no worker yet: the sweep waits "
+                        f"for one to join (dask worker {address} --nthreads 1; docs/distributed.md)"]
+        cluster.scale(1)
+        cluster.wait_for_workers(1)
+        said.clear()
+        with executors.open_executor(jobs=None, scheduler=address, runs=4, say=said.append) as (_, window):
+            assert window() == 2
+        assert said == []

@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -132,8 +133,8 @@ def usable_jobs(jobs: int | None, scheduler: str | None) -> int | None:
 
 
 @contextmanager
-def open_executor(jobs: int | None, scheduler: str | None,
-                  runs: int) -> Iterator[tuple[cf.Executor, Callable[[], int]]]:
+def open_executor(jobs: int | None, scheduler: str | None, runs: int,
+                  say: Callable[[str], None] | None = None) -> Iterator[tuple[cf.Executor, Callable[[], int]]]:
     """The executor for ``runs`` runs, and a function giving how many runs to keep submitted at
     once: enough to keep every worker busy, few enough that a stopped sweep loses little and that
     runs are pickled as they are needed (a cluster's count follows the workers that join or leave).
@@ -147,6 +148,9 @@ def open_executor(jobs: int | None, scheduler: str | None,
         ``local`` or a scheduler address; None reads :data:`SCHEDULER_ENV`.
     runs : int
         Runs to execute (no more processes than runs are started).
+    say : callable, optional
+        Where to say that a scheduler has no worker yet (the sweep waits for one; default: stderr),
+        so that a bar that does not move is explained.
 
     The window function of a cluster asks its scheduler, and raises :class:`SchedulerLost` when
     the scheduler no longer answers.
@@ -174,6 +178,10 @@ def open_executor(jobs: int | None, scheduler: str | None,
         return
     distributed = import_distributed(field)
     with _client(distributed, scheduler, workers, field) as client:
+        if scheduler != "local" and not client.nthreads():
+            (say or _stderr)(f"warning: {field}: the Dask scheduler at {scheduler!r} has no worker yet: the sweep "
+                             f"waits for one to join (dask worker {scheduler} --nthreads 1; docs/distributed.md)")
+
         def window() -> int:
             # a round trip to the scheduler, asked as each run comes back: where a lost scheduler shows
             try:
@@ -185,6 +193,10 @@ def open_executor(jobs: int | None, scheduler: str | None,
         # pure=False: every run is its own task (Dask would otherwise hash the arguments to share
         # results between equal calls, which costs time and which the runs never have)
         yield client.get_executor(pure=False), window
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 #: seconds between a worker's checks that the process that started it is alive

@@ -312,7 +312,8 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
                disable=not progress, dynamic_ncols=True)
     try:
         if tasks:
-            with open_executor(jobs, scheduler, len(tasks)) as (executor, window):
+            with open_executor(jobs, scheduler, len(tasks), say=lambda line: bar.write(line, file=sys.stderr)) \
+                    as (executor, window):
                 for index, outcome, keep in execute(executor, tasks, window):
                     if outcome.invariant is not None:
                         raise InvariantError(outcome.invariant, outcome.error or "", point=runs[index].name)
