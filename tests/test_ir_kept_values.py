@@ -2,7 +2,8 @@
 a copy with a field changed works them out again, and a pickle carries none of them."""
 import pickle
 
-from sn40l_sim.ir import Collective, FusedKernel, Operator, copied
+from sn40l_sim.frozen import copied
+from sn40l_sim.ir import Collective, FusedKernel, Operator
 
 
 def _kernel(m: int = 64, name: str = "L0.attn", layer: int | None = 0) -> FusedKernel:

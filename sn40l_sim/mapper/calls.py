@@ -55,9 +55,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.ir import copied
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.windows import hidden_cycles
 

@@ -30,9 +30,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
-from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, copied
+from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
 from sn40l_sim.mapper import disk_cache, division
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.calls import as_called

@@ -28,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.ir import FusedKernel, copied
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, plan_kernel

@@ -33,9 +33,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.ir import FusedKernel, copied
+from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sn40l_sim.frozen import built
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.memory import offchip_cycles
-from sn40l_sim.ir import Operator, built
+from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
 from sn40l_sim.mapper.halving import clear_halvings

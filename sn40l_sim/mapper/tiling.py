@@ -61,10 +61,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sn40l_sim.frozen import built
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.pcu import gemm_geometry
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
 from sn40l_sim.mapper.division import stage_division
 from sn40l_sim.mapper.halving import GEMM_DIMS, tied_pieces

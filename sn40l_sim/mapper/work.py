@@ -48,11 +48,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+from sn40l_sim.frozen import built, hashed_once
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
-from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator, built, hashed_once
+from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.keys import IdentityMemo
 
 _EPS = 1e-9

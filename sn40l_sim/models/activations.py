@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sn40l_sim.ir import FusedKernel, Operator, copied
+from sn40l_sim.frozen import copied
+from sn40l_sim.ir import FusedKernel, Operator
 from sn40l_sim.models.context import Step
 
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from sn40l_sim.ir import FusedKernel, copied
+from sn40l_sim.frozen import copied
+from sn40l_sim.ir import FusedKernel
 
 
 def causal_tile_pairs(length: int, block_q: int, block_kv: int, prefix: int = 0) -> list[tuple[int, int, int]]:

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from sn40l_sim.commands.cli import main
-from sn40l_sim.ir import copied
+from sn40l_sim.frozen import copied
 from sn40l_sim.mapper.summary import PADDED_MARK
 
 #: Llama-3.1-8B on 8 sockets; its flash tiles are 8,192 query rows (graphs/kernels_llama.yaml)

@@ -180,7 +180,7 @@ def test_gemm_pieces_halved_on_integers_equal_the_dict_search():
 
 
 def test_objects_built_without_init_hold_every_field_and_equal_constructed_ones(socket):
-    # stages, tilings and work models are made by ir.built, which skips __init__ and so would not
+    # stages, tilings and work models are made by frozen.built, which skips __init__ and so would not
     # notice a field left out (a new field with a default, say): each must hold every field and
     # equal the object its dataclass constructs from those fields
     from dataclasses import fields

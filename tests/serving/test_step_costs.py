@@ -8,8 +8,9 @@ import pytest
 
 from sn40l_sim.engine.breakdown import kernel_breakdown
 from sn40l_sim.engine.phase import KernelTiming
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
-from sn40l_sim.ir import KernelGraph, Operator, copied
+from sn40l_sim.ir import KernelGraph, Operator
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper._examples import example_decode_kernel
 from sn40l_sim.mapper.placement import MemoryPlacement
