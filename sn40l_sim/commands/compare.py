@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.yamlio import refuse_special_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,8 @@ def results_path(path: Path) -> Path:
 def load_records(path: Path) -> list[dict]:
     """The records of a results.json (a list of objects with a ``name``), or InputError naming it."""
     file = results_path(path)
+    # a device or a named pipe (/dev/zero, a FIFO) would be read forever or wait for a writer
+    refuse_special_file(file, "a results.json written by run or sweep")
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
