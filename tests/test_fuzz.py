@@ -9,6 +9,7 @@ traceback, no hang), or it is a valid file; one that can never be valid is alway
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import shutil
 import sys
@@ -70,3 +71,33 @@ def test_a_mutant_comes_from_its_seed_alone_and_leaves_the_global_generator_alon
     random.seed(4)
     random.random()
     assert fuzz.make_mutant(case) == first and first is not None
+
+
+# -- command lines: bad arguments, paths and files the YAML mutants do not reach -----------------
+
+#: (command line, words its one line must hold). ``{tmp}`` is a fresh folder holding ``fifo`` (a
+#: named pipe), ``results.json`` (one record) and ``afile``; ``{exp}`` a shipped experiment. Each
+#: is refused before anything is simulated, so the table stays fast.
+BAD_COMMAND_LINES = [
+    # a named pipe or a device read as a results.json waited for a writer, or read forever
+    (["compare", "{tmp}/fifo", "{tmp}/results.json"], "fifo: is not a regular file"),
+    # (a device such as /dev/zero is refused by the same test; reading it filled memory, so not here)
+    (["compare", "{tmp}/results.json", "{tmp}/fifo"], "fifo: is not a regular file"),
+    # a list entry as every message writes it (policies[0].policy) made a key named 'policies[0]'
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "policies[0].policy=nosuch"],
+     "--set policies.0.policy: 'nosuch': policies[0].policy: unknown KV policy 'nosuch'"),
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "policies[1].prompt_fraction.budget=2"],
+     "policies[1].prompt_fraction.budget: expected a fraction greater than 0 and at most 1, got 2"),
+]
+
+
+@pytest.mark.parametrize(("argv", "words"), BAD_COMMAND_LINES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_bad_command_line_is_refused_in_one_line(tmp_path, argv, words):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "results.json").write_text('[{"name": "full"}]', encoding="utf-8")
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    values = {"tmp": str(tmp_path), "exp": str(REPO / "experiments" / "llama8b_node8.yaml")}
+    status, err = fuzz.run_command([a.format(**values) for a in argv], timeout_s=20)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("error: "), (status, err)
+    assert words.format(**values) in lines[0], lines[0]

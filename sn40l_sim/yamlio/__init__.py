@@ -9,10 +9,11 @@ from sn40l_sim.yamlio.reading import (
     FieldPath,
     dotted,
     parse_yaml,
+    path_parts,
     read_mapping_file,
     refuse_special_file,
 )
 
 __all__ = ["Document", "PathError", "load_document", "merge_into", "set_value", "shown_path", "MAX_ALIAS_VALUES",
-           "MAX_DEPTH", "MAX_FILE_BYTES", "FieldPath", "dotted", "parse_yaml", "read_mapping_file",
+           "MAX_DEPTH", "MAX_FILE_BYTES", "FieldPath", "dotted", "parse_yaml", "path_parts", "read_mapping_file",
            "refuse_special_file"]

@@ -74,6 +74,20 @@ def dotted(field_path: FieldPath) -> str:
     return out
 
 
+def path_parts(text: str) -> tuple[str, ...]:
+    """The parts of a dotted path a user typed (``--set``, a sweep axis's ``path:``), a list index
+    written either way: as :func:`dotted` prints it in every message (``policies[1].params``) or
+    dotted (``policies.1.params``). Copying a field from an error into ``--set`` made a key named
+    ``policies[1]``, refused as unknown with "did you mean 'policies'?".
+
+    >>> path_parts("policies[1].params.budget"), path_parts("policies.1.params.budget")
+    (('policies', '1', 'params', 'budget'), ('policies', '1', 'params', 'budget'))
+    >>> path_parts("a[0][2]")
+    ('a', '0', '2')
+    """
+    return tuple(re.sub(r"\[(\d+)\]", r".\1", text).split("."))
+
+
 
 _TAG = "tag:yaml.org,2002:"
 #: the YAML 1.2 core schema's plain scalars (YAML 1.1's yes/no/on/off, dates, sexagesimal and

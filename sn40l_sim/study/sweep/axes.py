@@ -50,7 +50,7 @@ import numpy as np
 
 from sn40l_sim.quantities import KINDS, parse_quantity
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
-from sn40l_sim.yamlio import PathError, set_value
+from sn40l_sim.yamlio import PathError, path_parts, set_value
 
 #: keys of a range axis, and of an axis with an explicit path
 RANGE_KEYS = frozenset({"start", "stop", "num", "scale"})
@@ -195,7 +195,7 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
         value_labels(spec, values)
     else:
         values = axis_values(spec)
-    parts = tuple(path_text.split("."))
+    parts = path_parts(path_text)   # policies[1].params.budget as messages write it
     if any(not p for p in parts):
         raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}",
                         ("path",) if path_text != name else ())

@@ -9,7 +9,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.study.sweep.axes import Axis
-from sn40l_sim.yamlio import parse_yaml
+from sn40l_sim.yamlio import parse_yaml, path_parts
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         path, sep, text = item.partition("=")
         if not sep or not path.strip():
             raise InputError(f"expected path=value, got {item!r}", field="--set")
-        path = path.strip()
+        path = ".".join(path_parts(path.strip()))   # policies[1].budget, as messages write it, is policies.1.budget
         if not text.strip():   # YAML reads nothing as null: the error then spoke of "None"
             raise InputError(f"expected a value after '=' in {item!r} (write null to clear an optional field)",
                              field=f"--set {path}")
