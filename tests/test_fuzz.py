@@ -75,9 +75,18 @@ def test_a_mutant_comes_from_its_seed_alone_and_leaves_the_global_generator_alon
 
 # -- command lines: bad arguments, paths and files the YAML mutants do not reach -----------------
 
-#: (command line, words its one line must hold). ``{tmp}`` is a fresh folder holding ``fifo`` (a
-#: named pipe), ``results.json`` (one record) and ``afile``; ``{exp}`` a shipped experiment. Each
-#: is refused before anything is simulated, so the table stays fast.
+#: files each case's fresh folder ``{tmp}`` holds besides ``fifo``, a named pipe
+BAD_FILES = {
+    "results.json": '[{"name": "full"}]',
+    "afile": "x",
+    # JSON nested past Python's recursion limit, or with an integer past its 4,300 digits: json.loads
+    # raised RecursionError and ValueError, not a decode error
+    "deep.jsonl": "[" * 100_000 + "]" * 100_000 + "\n",
+    "bignum.jsonl": '{"arrival_s": 0, "prompt_len": 1' + "0" * 5000 + ', "output_len": 10}\n',
+    "deep.json": "[" * 100_000 + "]" * 100_000,
+}
+#: (command line, words its one line must hold); ``{exp}`` is a shipped experiment. Each is refused
+#: before anything is simulated, so the table stays fast.
 BAD_COMMAND_LINES = [
     # a named pipe or a device read as a results.json waited for a writer, or read forever
     (["compare", "{tmp}/fifo", "{tmp}/results.json"], "fifo: is not a regular file"),
@@ -88,14 +97,17 @@ BAD_COMMAND_LINES = [
      "--set policies.0.policy: 'nosuch': policies[0].policy: unknown KV policy 'nosuch'"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "policies[1].prompt_fraction.budget=2"],
      "policies[1].prompt_fraction.budget: expected a fraction greater than 0 and at most 1, got 2"),
+    (["check", "{tmp}/deep.jsonl"], "deep.jsonl:1: invalid JSON: nested deeper than Python's recursion allows"),
+    (["describe", "{tmp}/bignum.jsonl"], "bignum.jsonl:1: invalid JSON: an integer of more than 4300 digits"),
+    (["compare", "{tmp}/results.json", "{tmp}/deep.json"], "deep.json: not JSON (line 1: nested deeper"),
 ]
 
 
 @pytest.mark.parametrize(("argv", "words"), BAD_COMMAND_LINES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_a_bad_command_line_is_refused_in_one_line(tmp_path, argv, words):
     os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "results.json").write_text('[{"name": "full"}]', encoding="utf-8")
-    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    for name, text in BAD_FILES.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
     values = {"tmp": str(tmp_path), "exp": str(REPO / "experiments" / "llama8b_node8.yaml")}
     status, err = fuzz.run_command([a.format(**values) for a in argv], timeout_s=20)
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]

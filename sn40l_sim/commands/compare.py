@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.yamlio import refuse_special_file
+from sn40l_sim.yamlio import parse_json, refuse_special_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +79,7 @@ def load_records(path: Path) -> list[dict]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read it: {exc}", file=file) from None
     try:
-        records = json.loads(text)
+        records = parse_json(text)
     except json.JSONDecodeError as exc:
         # run and sweep write results.csv beside it: a user tab-completing one may name the other
         beside = file.with_name("results.json")

@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.yamlio import parse_json
 
 try:  # advisory locks: POSIX; elsewhere a second run is not detected (the status file still says running)
     import fcntl
@@ -185,7 +186,7 @@ def _now() -> str:
 def read_status(folder: str | Path) -> dict[str, Any] | None:
     """The ``status.json`` of an output folder (None when there is none or it cannot be read)."""
     try:
-        data = json.loads((Path(folder) / STATUS_FILE).read_text(encoding="utf-8"))
+        data = parse_json((Path(folder) / STATUS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -254,7 +255,7 @@ def no_records_reason(folder: str | Path) -> str:
     """
     failures = Path(folder) / "failures.json"
     try:
-        listed = json.loads(failures.read_text(encoding="utf-8"))
+        listed = parse_json(failures.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         listed = None
     if isinstance(listed, list) and listed:

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.schema import POSITIVE_COUNT, TIME, Range
-from sn40l_sim.yamlio import refuse_special_file
+from sn40l_sim.yamlio import parse_json, refuse_special_file
 
 
 class TraceRow(NamedTuple):
@@ -186,7 +186,7 @@ def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            item = json.loads(line, object_pairs_hook=_once_each)
+            item = parse_json(line, object_pairs_hook=_once_each)
         except json.JSONDecodeError as exc:
             raise InputError(f"invalid JSON: {exc.msg}", file=path, line=number) from None
         except _Repeated as exc:   # json keeps the last of a repeated key: a typo would pass unseen

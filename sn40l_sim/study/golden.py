@@ -20,7 +20,7 @@ from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.registry import Fields
 from sn40l_sim.study.runner import simulate_experiment
-from sn40l_sim.yamlio import load_document
+from sn40l_sim.yamlio import load_document, parse_json
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS_DIR = REPO / "experiments"
@@ -153,7 +153,7 @@ def load(experiment: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:   # a hand edit or a merge gone wrong: say which file, no traceback
         raise InputError(f"cannot read the golden ({exc}); regenerate it with `python -m sn40l_sim golden "
                          "--update`", file=path) from None

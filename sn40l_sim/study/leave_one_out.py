@@ -22,6 +22,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
 from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Reference
+from sn40l_sim.yamlio import parse_json
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
 
@@ -54,7 +55,7 @@ class LeaveOneOut:
             return None
         rerun = "; rerun `python -m sn40l_sim calibrate --write`"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise InputError(f"cannot read the leave-one-out predictions: {exc}{rerun}", file=path) from None
         if not isinstance(data, dict):

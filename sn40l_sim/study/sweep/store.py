@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.results import stable
+from sn40l_sim.yamlio import parse_json
 
 #: the file format's version (a file of another version is not read: its run runs again)
 FORMAT = 2
@@ -74,7 +75,7 @@ class RunStore:
         """The stored outcome of the run with ``key``, or None (not run, or a file of another
         format or key, which is then run again)."""
         try:
-            data = json.loads(self.path(key).read_text(encoding="utf-8"))
+            data = parse_json(self.path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
