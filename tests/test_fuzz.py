@@ -84,6 +84,9 @@ BAD_FILES = {
     "deep.jsonl": "[" * 100_000 + "]" * 100_000 + "\n",
     "bignum.jsonl": '{"arrival_s": 0, "prompt_len": 1' + "0" * 5000 + ', "output_len": 10}\n',
     "deep.json": "[" * 100_000 + "]" * 100_000,
+    # a socket or model named '' ran, with a blank for the hardware in results rows and messages
+    "noname_socket.yaml": f"base: {REPO}/hw_configs/sn40l.yaml\nname: ''\n",
+    "noname_model.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nname: '  '\n",
 }
 #: (command line, words its one line must hold); ``{exp}`` is a shipped experiment. Each is refused
 #: before anything is simulated, so the table stays fast.
@@ -100,6 +103,9 @@ BAD_COMMAND_LINES = [
     (["check", "{tmp}/deep.jsonl"], "deep.jsonl:1: invalid JSON: nested deeper than Python's recursion allows"),
     (["describe", "{tmp}/bignum.jsonl"], "bignum.jsonl:1: invalid JSON: an integer of more than 4300 digits"),
     (["compare", "{tmp}/results.json", "{tmp}/deep.json"], "deep.json: not JSON (line 1: nested deeper"),
+    (["check", "{tmp}/noname_socket.yaml"], "noname_socket.yaml:2: name: expected a name, got an empty one"),
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "model={tmp}/noname_model.yaml"],
+     "noname_model.yaml:2: name: expected a name, got '  '"),
 ]
 
 
