@@ -172,7 +172,8 @@ def _one_line_name(value: Any) -> Any:
     if not isinstance(value, str):
         raise ValueError(f"expected a name (text), got {value!r}")
     if not value.strip():   # a hardware or model named '' gave results rows and messages with a blank where it goes
-        raise ValueError(f"expected a name, got {'an empty one' if not value else repr(value)}")
+        raise ValueError(f"expected a name (results rows and messages show it), got "
+                         f"{'an empty one' if not value else repr(value)}")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"expected a name on one line, without control characters (a line break, a tab), "
                          f"got {value!r}")

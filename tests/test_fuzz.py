@@ -87,6 +87,13 @@ BAD_FILES = {
     # a socket or model named '' ran, with a blank for the hardware in results rows and messages
     "noname_socket.yaml": f"base: {REPO}/hw_configs/sn40l.yaml\nname: ''\n",
     "noname_model.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nname: '  '\n",
+    # validate of no measurement printed "0 measurements, 0 within tolerance", exit status 0
+    "no_measurements.yaml": "kind: reference\nmeasurements: []\n",
+    # a folder or a pipe named as the experiment, socket or kernel template was "not found"
+    "fifo_experiment.yaml": ("kind: reference\nmeasurements:\n  - {id: a, quantity: decode_step_s, value: 0.02, "
+                             "tolerance: {rel: 0.1}, source: x, experiment: fifo, point: full, calibration: false}\n"),
+    "folder_socket.yaml": f"base: {REPO}/hw_configs/sn40l_node8.yaml\nsocket: adir\n",
+    "folder_kernels.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nkernels: adir\n",
 }
 #: (command line, words its one line must hold); ``{exp}`` is a shipped experiment. Each is refused
 #: before anything is simulated, so the table stays fast.
@@ -103,15 +110,21 @@ BAD_COMMAND_LINES = [
     (["check", "{tmp}/deep.jsonl"], "deep.jsonl:1: invalid JSON: nested deeper than Python's recursion allows"),
     (["describe", "{tmp}/bignum.jsonl"], "bignum.jsonl:1: invalid JSON: an integer of more than 4300 digits"),
     (["compare", "{tmp}/results.json", "{tmp}/deep.json"], "deep.json: not JSON (line 1: nested deeper"),
-    (["check", "{tmp}/noname_socket.yaml"], "noname_socket.yaml:2: name: expected a name, got an empty one"),
+    (["check", "{tmp}/noname_socket.yaml"], "noname_socket.yaml:2: name: expected a name (results rows and messages show it), got an empty one"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "model={tmp}/noname_model.yaml"],
-     "noname_model.yaml:2: name: expected a name, got '  '"),
+     "noname_model.yaml:2: name: expected a name (results rows and messages show it), got '  '"),
+    (["validate", "{tmp}/no_measurements.yaml"], "no_measurements.yaml:2: measurements: expected at least one measurement"),
+    (["check", "{tmp}/fifo_experiment.yaml"], "experiment file 'fifo' is not a regular file (a device or a pipe)"),
+    (["check", "{tmp}/folder_socket.yaml"], "socket: socket file 'adir' is a folder, not a file"),
+    (["describe", "{tmp}/folder_kernels.yaml"], "kernels: kernel template file '{tmp}/adir' is a folder, not a file"),
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/adir"], "hardware file '{tmp}/adir' is a folder"),
 ]
 
 
 @pytest.mark.parametrize(("argv", "words"), BAD_COMMAND_LINES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_a_bad_command_line_is_refused_in_one_line(tmp_path, argv, words):
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "adir").mkdir()
     for name, text in BAD_FILES.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     values = {"tmp": str(tmp_path), "exp": str(REPO / "experiments" / "llama8b_node8.yaml")}

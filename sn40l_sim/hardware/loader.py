@@ -41,7 +41,7 @@ from sn40l_sim.hardware.node_checks import check_node
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.schema import validate
-from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, set_value
+from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, not_a_file, set_value
 
 HARDWARE_KINDS = ("socket", "node")
 #: the file an error in hardware overrides (a sweep axis, --set, a calibration pass) names
@@ -128,7 +128,7 @@ def _node_socket_document(doc: Document) -> Document:
         raise doc.error(("socket",), f"expected the relative path of a socket file, got {type(socket_ref).__name__}")
     socket_path = doc.resolve(socket_ref, ("socket",))   # relative to the file that wrote it (a base: too)
     if not socket_path.is_file():
-        raise doc.error(("socket",), f"socket file {socket_ref!r} not found (looked for {socket_path})")
+        raise doc.error(("socket",), f"socket file {socket_ref!r} {not_a_file(socket_path)} (looked for {socket_path})")
     socket_doc = load_document(socket_path, upgrade=upgrade_socket_document)
     try:
         document_kind(socket_doc, ("socket",))

@@ -19,7 +19,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import with_template
 from sn40l_sim.models.tensors import inventory
 from sn40l_sim.schema import validate
-from sn40l_sim.yamlio import Document, FieldPath, load_document
+from sn40l_sim.yamlio import Document, FieldPath, load_document, not_a_file
 
 
 def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
@@ -61,7 +61,7 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
         if resolved.is_dir():
             raise doc.error(("kernels",), f"{str(resolved)!r} is a folder; expected a path to a kind: kernels file")
         if not resolved.is_file():
-            raise doc.error(("kernels",), f"kernel template file {str(resolved)!r} does not exist")
+            raise doc.error(("kernels",), f"kernel template file {str(resolved)!r} {not_a_file(resolved)}")
         doc.data["kernels"] = str(resolved)
     model = validate(ModelSpec, doc)
     check_consistency(model, doc)

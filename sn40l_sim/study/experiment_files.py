@@ -13,6 +13,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates_for
 from sn40l_sim.serving.traces import TraceRow, read_trace, trace_source
 from sn40l_sim.study.experiment import Experiment
+from sn40l_sim.yamlio import not_a_file
 
 
 def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, what: str) -> Path:
@@ -30,9 +31,7 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     """
     path = experiment.resolve(relative, field)
     if not path.is_file():
-        kind = "is a folder, not a file" if path.is_dir() else \
-            "is not a regular file (a device or a pipe)" if path.exists() else "not found"
-        raise experiment.error(field, f"{what} file {relative!r} {kind} (looked for {path})")
+        raise experiment.error(field, f"{what} file {relative!r} {not_a_file(path)} (looked for {path})")
     return path
 
 

@@ -38,9 +38,6 @@ def check_experiment(exp: Experiment) -> None:
         raise exp.error(("prompt_lens",), f"prompt lengths repeat: {list(exp.prompt_lens)}")
     seen: dict[str, int] = {}
     for i, entry in enumerate(spec.policies):
-        if not entry.name.strip():   # it names the entry's points, rows and sweep paths
-            raise exp.error(("policies", i, "name"), f"expected a name for the policy's points and results rows, "
-                            f"got {entry.name!r}")
         if entry.name in seen:
             raise exp.error(("policies", i, "name"), f"duplicate policy name {entry.name!r} "
                             f"(also policies[{seen[entry.name]}])")

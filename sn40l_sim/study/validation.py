@@ -25,7 +25,7 @@ from sn40l_sim.study.reference_schema import Measurement, ReferenceFile, check_q
 from sn40l_sim.study.reference_schema import Tolerance as Tolerance  # re-exported: tests and notebooks name it here
 from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.plan import expand_runs
-from sn40l_sim.yamlio import load_document, shown_path
+from sn40l_sim.yamlio import load_document, not_a_file, shown_path
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "reference"
 
@@ -117,6 +117,8 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
         if doc.data.get("kind") != "reference":
             raise doc.error(("kind",), f"expected 'kind: reference' in a reference file, got {doc.data.get('kind')!r}")
         spec = validate(ReferenceFile, doc)
+        if not spec.measurements:   # validate printed "0 measurements, 0 within tolerance" and exit status 0
+            raise doc.error(("measurements",), "expected at least one measurement, got an empty list")
         point_names: dict[Path, list[str]] = {}
         for i, m in enumerate(spec.measurements):
             at = ("measurements", i)
@@ -130,7 +132,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                                 "to judge or print; give an abs tolerance for it (or measure a nonzero value)")
             exp_path = doc.resolve(m.experiment, at + ("experiment",))
             if not exp_path.is_file():
-                raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} not found (looked for "
+                raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} {not_a_file(exp_path)} (looked for "
                                 f"{exp_path})")
             if exp_path not in point_names:
                 data = load_document(exp_path).data

@@ -74,6 +74,17 @@ def shown_path(path: str | Path) -> Path:
 
 
 
+def not_a_file(path: Path) -> str:
+    """Why ``path``, which is not a regular file, cannot be read as one, as messages say it: a
+    folder or a named pipe given where a file goes was called "not found" though it is there.
+
+    >>> not_a_file(Path("/")), not_a_file(Path("/no/such/file.yaml")), not_a_file(Path("/dev/null"))
+    ('is a folder, not a file', 'not found', 'is not a regular file (a device or a pipe)')
+    """
+    return "is a folder, not a file" if path.is_dir() else \
+        "is not a regular file (a device or a pipe)" if path.exists() else "not found"
+
+
 class PathError(ValueError):
     """A dotted path that does not lead anywhere in a document's data."""
 
@@ -230,9 +241,7 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     base_path = shown_path(path.parent / base_rel)
     if not base_path.is_file():
         file, line = origins.get(("base",), (str(path), None))
-        what = "is a folder, not a file" if base_path.is_dir() else \
-            "is not a regular file (a device or a pipe)" if base_path.exists() else "not found"
-        raise InputError(f"base file {base_rel!r} {what} (looked for {base_path})",
+        raise InputError(f"base file {base_rel!r} {not_a_file(base_path)} (looked for {base_path})",
                          file=file, field="base", line=line)
     merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))
     base_kind, own_kind = merged.data.get("kind"), data.get("kind")

@@ -54,7 +54,7 @@ BAD = [
     ("scoring: sigmoid ", "scoring: relu ", "moe.scoring", r"scoring:", "softmax"),
     ("bf16_tensors: [embedding, lm_head, router, norms]", "bf16_tensors: [embedding, bias]", "bf16_tensors",
      r"^bf16_tensors:", ""),
-    ("kernels: kernels_deepseek.yaml", "kernels: nowhere.yaml", "kernels", r"^kernels:", "does not exist"),
+    ("kernels: kernels_deepseek.yaml", "kernels: nowhere.yaml", "kernels", r"^kernels:", "not found"),
     ("kind: model", "kind: node", "kind", r"^kind:", "kind: model"),
 ]
 
@@ -176,7 +176,7 @@ def test_a_model_deriving_from_another_folders_file_finds_the_bases_template(tmp
     model = load_model(derived)
     assert model.name == "my-8b" and model.kernels == str(GRAPHS_DIR / "kernels_llama.yaml")
     derived.write_text(f"base: {GRAPHS_DIR / 'llama3_1_8b.yaml'}\nkernels: nope.yaml\n")   # its own: beside it
-    with pytest.raises(InputError, match=re.escape(f"'{tmp_path / 'nope.yaml'}' does not exist")) as err:
+    with pytest.raises(InputError, match=re.escape(f"'{tmp_path / 'nope.yaml'}' not found")) as err:
         load_model(derived)
     assert err.value.file == str(derived) and err.value.line == 2
 

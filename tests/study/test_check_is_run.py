@@ -77,7 +77,7 @@ REFUSED = {
                             "high: 512}", "kind: trace\n  path: nowhere.csv"), "workload.path: trace file"),
     "no workload": (("workload:\n  kind: poisson", "unused:\n  kind: poisson"), None),
     "empty policy name": (("{name: snapstream, policy", "{name: '', policy"),
-                          "policies[1].name: expected a name for the policy's points and results rows, got ''"),
+                          "policies[1].name: expected a name (results rows and messages show it), got an empty one"),
     "H2O parameter": (("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: h2o, params: {budget: 1024, "
                        "recent: .nan}"), "policies[1].params.recent: KV policy 'h2o': expected an integer >= 1"),
     "ArkVale store in a tier the node lacks": (

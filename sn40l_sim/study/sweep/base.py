@@ -22,7 +22,7 @@ from sn40l_sim.study.points import make_point_policy
 from sn40l_sim.study.points import points as experiment_points
 from sn40l_sim.study.sweep.axes import Axis, AxisError, set_path
 from sn40l_sim.study.sweep.sets import check_set_has_effect, check_set_is_read
-from sn40l_sim.yamlio import Document, load_document
+from sn40l_sim.yamlio import Document, load_document, not_a_file
 
 
 def experiment_from_data(data: dict, doc: Document) -> Experiment:
@@ -73,7 +73,8 @@ def check_points(exp: Experiment) -> None:
         for key in at:
             value = value.get(key) if isinstance(value, dict) else None
         if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
-            raise exp.error(at, f"{what} file {value!r} not found (looked for {exp.resolve(value, at)})")
+            path = exp.resolve(value, at)
+            raise exp.error(at, f"{what} file {value!r} {not_a_file(path)} (looked for {path})")
 
 
 def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
@@ -83,7 +84,7 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
     path = doc.resolve(hardware, ("hardware",))
     if not path.is_file():
-        raise doc.error(("hardware",), f"hardware file {hardware!r} not found (looked for {path})")
+        raise doc.error(("hardware",), f"hardware file {hardware!r} {not_a_file(path)} (looked for {path})")
     node = load_hardware(path)
     return with_overrides(node, overrides) if overrides else node
 
