@@ -118,6 +118,10 @@ BAD_COMMAND_LINES = [
     (["check", "{tmp}/folder_socket.yaml"], "socket: socket file 'adir' is a folder, not a file"),
     (["describe", "{tmp}/folder_kernels.yaml"], "kernels: kernel template file '{tmp}/adir' is a folder, not a file"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/adir"], "hardware file '{tmp}/adir' is a folder"),
+    # an output bound past the whole context was refused as "no compiled batch fits" at shape.prompt_len
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "serving.max_new_tokens=2147483647"],
+     "serving.max_new_tokens: 2147483647 new tokens leave no position for the prompt in the maximum context of "
+     "llama-3.1-8b, 131072 tokens: generate at most 98304 after a prompt of 32768 tokens"),
 ]
 
 

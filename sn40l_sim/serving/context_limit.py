@@ -43,6 +43,14 @@ def check_context(s: PointSetup) -> None:
                          f"{limit} tokens, leaving no position for a generated token "
                          f"({raise_context(s.prompt_len + 1, s.max_context_set, limit)})",
                          field="prompt_len")
+    # each request is held to the context with its own output (build_requests), so the static graph
+    # may reserve a few slots past it; but an output bound of the whole context or more is no bound
+    # (max_new_tokens: 2147483647 was refused as "no compiled batch fits" at shape.prompt_len)
+    if s.max_new_tokens >= limit:
+        raise InputError(f"{s.max_new_tokens} new tokens leave no position for the prompt in the maximum context of "
+                         f"{s.model.name}, {limit} tokens: generate at most {limit - s.prompt_len} after a prompt of "
+                         f"{s.prompt_len} tokens ({raise_context(s.prompt_len + s.max_new_tokens, s.max_context_set, limit)})",
+                         field="max_new_tokens")
     # the prompt's graph compiled for more positions than the model has would be timed and sized as
     # such: a 4096-token prompt on a 1,000,000-token graph took 62 s of prefill instead of 0.06 s
     compiled = min((n for n in s.prefill_lens if n >= s.prompt_len), default=None)
