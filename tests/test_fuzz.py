@@ -94,6 +94,11 @@ BAD_FILES = {
                              "tolerance: {rel: 0.1}, source: x, experiment: fifo, point: full, calibration: false}\n"),
     "folder_socket.yaml": f"base: {REPO}/hw_configs/sn40l_node8.yaml\nsocket: adir\n",
     "folder_kernels.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nkernels: adir\n",
+    # an axis path written as messages write a list entry is the same field as its dotted spelling
+    "two_spellings.yaml": (REPO / "experiments" / "llama8b_node8.yaml").read_text(encoding="utf-8")
+    .replace("../", f"{REPO}/") + "sweep:\n  mode: grid\n  axes:\n"
+    "    a: {path: 'policies[1].prompt_fraction.budget', values: [0.25]}\n"
+    "    b: {path: policies.1.prompt_fraction.budget, values: [0.5]}\n",
 }
 #: (command line, words its one line must hold); ``{exp}`` is a shipped experiment. Each is refused
 #: before anything is simulated, so the table stays fast.
@@ -118,6 +123,8 @@ BAD_COMMAND_LINES = [
     (["check", "{tmp}/folder_socket.yaml"], "socket: socket file 'adir' is a folder, not a file"),
     (["describe", "{tmp}/folder_kernels.yaml"], "kernels: kernel template file '{tmp}/adir' is a folder, not a file"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/adir"], "hardware file '{tmp}/adir' is a folder"),
+    (["check", "{tmp}/two_spellings.yaml"],
+     "sweep.axes.b: the axes a and b both set policies.snapstream.prompt_fraction.budget"),
     # an output bound past the whole context was refused as "no compiled batch fits" at shape.prompt_len
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "serving.max_new_tokens=2147483647"],
      "serving.max_new_tokens: 2147483647 new tokens leave no position for the prompt in the maximum context of "
