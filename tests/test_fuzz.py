@@ -123,6 +123,9 @@ BAD_COMMAND_LINES = [
     (["check", "{tmp}/folder_socket.yaml"], "socket: socket file 'adir' is a folder, not a file"),
     (["describe", "{tmp}/folder_kernels.yaml"], "kernels: kernel template file '{tmp}/adir' is a folder, not a file"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/adir"], "hardware file '{tmp}/adir' is a folder"),
+    # a --set path leading nowhere was called an "axis path"
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "policies[5].name=x"],
+     "--set policies.5.name: 'x': unknown path 'policies.5.name': policies has 2 entries, no index 5"),
     (["check", "{tmp}/two_spellings.yaml"],
      "sweep.axes.b: the axes a and b both set policies.snapstream.prompt_fraction.budget"),
     # an output bound past the whole context was refused as "no compiled batch fits" at shape.prompt_len

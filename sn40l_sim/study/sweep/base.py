@@ -191,9 +191,11 @@ def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_faile
 
 
 def _inner(exc: AxisError | InputError) -> str:
-    """An error's message with its field, for the message of the ``--set`` that caused it."""
-    return f"{exc.field}: {exc.message}" if isinstance(exc, InputError) and exc.field else \
-        getattr(exc, "message", str(exc))
+    """An error's message with its field, for the message of the ``--set`` that caused it (a path
+    that leads nowhere is a --set's path there, not a sweep axis's)."""
+    if isinstance(exc, InputError):
+        return f"{exc.field}: {exc.message}" if exc.field else exc.message
+    return getattr(exc, "message", str(exc)).replace("unknown axis path ", "unknown path ", 1)
 
 
 def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
