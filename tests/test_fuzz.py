@@ -121,7 +121,7 @@ BAD_COMMAND_LINES = [
     (["validate", "{tmp}/no_measurements.yaml"], "no_measurements.yaml:2: measurements: expected at least one measurement"),
     (["check", "{tmp}/fifo_experiment.yaml"], "experiment file 'fifo' is not a regular file (a device or a pipe)"),
     (["check", "{tmp}/folder_socket.yaml"], "socket: socket file 'adir' is a folder, not a file"),
-    (["describe", "{tmp}/folder_kernels.yaml"], "kernels: kernel template file '{tmp}/adir' is a folder, not a file"),
+    (["describe", "{tmp}/folder_kernels.yaml"], "kernels: '{tmp}/adir' is a folder; expected a path to a kind: kernels file"),
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/adir"], "hardware file '{tmp}/adir' is a folder"),
     # a --set path leading nowhere was called an "axis path"
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "policies[5].name=x"],
