@@ -112,24 +112,36 @@ class KVPolicy(ABC):
         return cls(**params)
 
 
-def slot_new_tokens(max_new_tokens: int, drafts: int) -> int:
+def slot_new_tokens(max_new_tokens: int, drafts: int, room: int | None = None) -> int:
     """Rows a sequence's static decode slot holds after its prompt: the ``max_new_tokens`` it
-    generates and, with ``drafts`` speculative drafts per step, the last step's drafts.
+    generates and, with ``drafts`` speculative drafts per step, the last step's drafts; at most
+    ``room``, the positions the model's maximum context leaves after the prompt
+    (:func:`context_room`).
 
     A verify step writes ``1 + drafts`` rows per sequence (docs/architecture.md, speculative
     decoding); the next step overwrites the rejected ones, but the last step's drafts land after
     the last token, so a slot that grows with the output needs room for them
-    (:mod:`sn40l_sim.serving.speculation`). This is the one statement of that rule: pass it as the
-    ``max_new_tokens`` of :meth:`KVPolicy.static_cache_len` and :meth:`KVPolicy.footprint`, and
-    ``prompt_len`` plus it is the context a decode :class:`~sn40l_sim.ir.Shape` carries
-    (``context_len``).
+    (:mod:`sn40l_sim.serving.speculation`). No request goes past the maximum context (each is held
+    to it with its own output as the requests are built), and a serving engine drafts no position
+    beyond it, so a slot longer than the context would be reserved and never filled. This is the
+    one statement of that rule: pass it as the ``max_new_tokens`` of
+    :meth:`KVPolicy.static_cache_len` and :meth:`KVPolicy.footprint`, and ``prompt_len`` plus it
+    is the context a decode :class:`~sn40l_sim.ir.Shape` carries (``context_len``).
 
     Examples
     --------
-    >>> slot_new_tokens(1024, 0), slot_new_tokens(1024, 2)
-    (1024, 1026)
+    >>> slot_new_tokens(1024, 0), slot_new_tokens(1024, 2), slot_new_tokens(1024, 2, room=1024)
+    (1024, 1026, 1024)
     """
-    return max_new_tokens + drafts
+    rows = max_new_tokens + drafts
+    return rows if room is None else min(rows, max(room, 1))
+
+
+def context_room(model: object, prompt_len: int) -> int | None:
+    """Positions the model's maximum context (``max_context``) leaves after a prompt of
+    ``prompt_len`` tokens; None for a model that states no maximum."""
+    limit = getattr(model, "max_context", None)
+    return None if limit is None else limit - prompt_len
 
 
 POLICIES: dict[str, type[KVPolicy]] = {}

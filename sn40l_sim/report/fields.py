@@ -57,7 +57,7 @@ RESULTS = Fields([
           axis="compiled prefill length"),
     Field("kv_len", "tokens", "Decode KV-cache length per sequence: the static cache the decode step is simulated "
           "at (for full, the prompt, max_new_tokens and, under speculative decoding, the last step's drafts' rows: "
-          "131,072 + 2,048 + 2; the policy's budget for a compressing policy).", csv=6, design=True,
+          "131,072 + 2,048 + 2, at most the model's maximum context; the policy's budget for a compressing policy).", csv=6, design=True,
           golden=True, axis="KV cache per sequence", table=Row(30, "KV cache per sequence (tokens)")),
     Field("max_new_tokens", "tokens", "Most tokens a request generates.", axis="max new tokens"),
     Field("batch", "sequences", "Decode batch the point is simulated at (sequences per decode node).", csv=7,

@@ -43,8 +43,8 @@ def check_context(s: PointSetup) -> None:
                          f"{limit} tokens, leaving no position for a generated token "
                          f"({raise_context(s.prompt_len + 1, s.max_context_set, limit)})",
                          field="prompt_len")
-    # each request is held to the context with its own output (build_requests), so the static graph
-    # may reserve a few slots past it; but an output bound of the whole context or more is no bound
+    # each request is held to the context with its own output (build_requests), so the static slot
+    # stops at it (kvcache.base.slot_new_tokens); but an output bound of the whole context or more is no bound
     # (max_new_tokens: 2147483647 was refused as "no compiled batch fits" at shape.prompt_len)
     if s.max_new_tokens >= limit:
         raise InputError(f"{s.max_new_tokens} new tokens leave no position for the prompt in the maximum context of "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.kvcache.base import slot_new_tokens
+from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
@@ -114,17 +114,18 @@ def decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
 
 
 def _decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
-    new_tokens = slot_new_tokens(s.max_new_tokens, s.speculation.drafts)
+    def footprint(prompt: int) -> KVFootprint:
+        new_tokens = slot_new_tokens(s.max_new_tokens, s.speculation.drafts, context_room(s.model, prompt))
+        return s.policy.footprint(s.model, prompt, new_tokens)
 
     def fits(prompt: int) -> bool:
-        footprint = s.policy.footprint(s.model, prompt, new_tokens)
         try:
-            memory.decode_fits_footprint(batch, footprint)
+            memory.decode_fits_footprint(batch, footprint(prompt))
         except InfeasibleError:
             return False
         return True
 
-    if s.policy.footprint(s.model, 1, new_tokens) == memory.footprint or not fits(1):
+    if footprint(1) == memory.footprint or not fits(1):
         return (f"; no prompt fits at batch {batch} (what a sequence keeps does not shrink with the prompt "
                 "below it): more sockets, a narrower kv_dtype or a smaller KV budget would")
     lo, hi = 1, s.prompt_len       # lo fits, hi does not

@@ -41,7 +41,7 @@ from sn40l_sim.engine.phase import PhaseTiming
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
-from sn40l_sim.kvcache.base import KVPolicy, slot_new_tokens
+from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper.placement import MemoryPlacement
@@ -177,7 +177,8 @@ def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_c
     them): its KV footprint, with the MTP module's cache when it drafts, and the prefill graph
     compiled for its prompt."""
     drafts = s.speculation.drafts
-    footprint = s.policy.footprint(s.model, s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
+    new_tokens = slot_new_tokens(s.max_new_tokens, drafts, context_room(s.model, s.prompt_len))
+    footprint = s.policy.footprint(s.model, s.prompt_len, new_tokens)
     with located("prefill_lens"):
         prefill_len = compiled_size(s.prompt_len, s.prefill_lens, "prompt length")
     return MemoryFit(s, drafts, footprint, place, costs, prefill_place, prefill_costs or costs, prefill_len)
@@ -232,7 +233,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     include_mtp = drafts
     per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
-    static_len = s.policy.static_cache_len(s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts))
+    # (within the model's context: no sequence goes past it)
+    static_len = s.policy.static_cache_len(
+        s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts, context_room(s.model, s.prompt_len)))
     check_plans(s)
     check_context(s)
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):

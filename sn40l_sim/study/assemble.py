@@ -39,7 +39,7 @@ from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware, with_ov
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.kvcache.base import KVPolicy, slot_new_tokens
+from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.memory import place_memory
 from sn40l_sim.models.builder import build_graph
@@ -242,7 +242,8 @@ class Assembly:
         execution = self.experiment.spec.execution
         engine = EngineOptions(kernel_looping=execution.kernel_looping,
                                collective_algorithm=execution.collective_algorithm)
-        context_len = setup.prompt_len + slot_new_tokens(setup.max_new_tokens, setup.speculation.drafts)
+        context_len = setup.prompt_len + slot_new_tokens(setup.max_new_tokens, setup.speculation.drafts,
+                                                         context_room(setup.model, setup.prompt_len))
         # everything the graph builder is bound to (a template is one object per assembly)
         builds = (setup.model.model_dump_json(), repr(setup.policy), setup.prefill_plan, setup.decode_plan,
                   repr(sorted((k, v if isinstance(v, (str, int, float, bool)) else id(v)) for k, v in options.items())),

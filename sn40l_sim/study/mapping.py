@@ -30,7 +30,7 @@ from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
-from sn40l_sim.kvcache.base import slot_new_tokens
+from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.mapper import map_graph
@@ -127,7 +127,8 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
         raise InputError(f"--batch must be a positive integer, got {batch}")
     drafts = exp.speculation.drafts
     # as run reads it (serving's, else shape's); a map experiment may leave it out (0)
-    new_tokens = slot_new_tokens(spec.serving.max_new_tokens or spec.shape.max_new_tokens, drafts)
+    new_tokens = slot_new_tokens(spec.serving.max_new_tokens or spec.shape.max_new_tokens, drafts,
+                                 context_room(model, prompt_len))
     if phase == "decode":
         # the static slot as run reserves it: the generated tokens and the drafts after the last one
         cache_len = kv_policy.static_cache_len(prompt_len, new_tokens)

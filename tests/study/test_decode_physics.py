@@ -174,3 +174,19 @@ def test_the_main_experiments_weight_stream_is_booked_as_weights(loaded):
         weights_s = record["memory"]["hbm"]["weights"] / hbm_bytes_per_s
         assert parts["weights_streaming"] >= 0.8 * weights_s, record["name"]
         assert parts["weights_streaming"] > parts["other_compute"], record["name"]
+
+
+def test_a_slot_past_the_models_context_is_reserved_only_up_to_it(loaded, tmp_path):
+    # no request goes past Llama-3.1-8B's 131,072 positions (each is held to them with its own
+    # output), so 120,000 new tokens after a 32K prompt reserve what 98,304 do, not 152,768 slots
+    # a sequence can never fill (which shrank the batch that fits)
+    base = yaml.safe_load((ROOT / "experiments" / "llama8b_node8.yaml").read_text())
+    base.update(hardware=str(ROOT / "hw_configs" / "sn40l_node8.yaml"), model=str(ROOT / "graphs" / "llama3_1_8b.yaml"))
+    records = {}
+    for new_tokens in (120_000, 131_072 - 32_768):
+        path = tmp_path / f"e{new_tokens}.yaml"
+        path.write_text(yaml.safe_dump({**base, "serving": {**base["serving"], "max_new_tokens": new_tokens}}))
+        records[new_tokens] = loaded.records(path, serve=False, reads_prefill=(), reads=("full",))[0]
+    past, at = records[120_000], records[98_304]
+    assert past["kv_len"] == at["kv_len"] == 131_072
+    assert past["max_batch"] == at["max_batch"] and past["decode_step_s"] == at["decode_step_s"]
