@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sn40l_sim import schema
+from sn40l_sim import schema_keys
 from sn40l_sim.commands import cli
 from sn40l_sim.study.experiment import ExperimentSpec
 
@@ -49,8 +49,8 @@ def test_a_misspelt_hardware_field_names_the_field_meant(tmp_path, capsys):
 def test_known_keys_follow_the_data_through_lists_tags_and_subclasses():
     data = {"workload": {"kind": "trace", "path": "t.csv"}, "policies": [{"name": "a"}],
             "model_overrides": {"attention": {"kind": "mla"}}}
-    assert "cap_lengths" in schema.known_keys(ExperimentSpec, data, ("workload", "trace"))
-    assert "rate_per_s" in schema.known_keys(ExperimentSpec, {"workload": {"kind": "poisson"}}, ("workload",))
-    assert "prompt_fraction" in schema.known_keys(ExperimentSpec, data, ("policies", 0))
+    assert "cap_lengths" in schema_keys.known_keys(ExperimentSpec, data, ("workload", "trace"))
+    assert "rate_per_s" in schema_keys.known_keys(ExperimentSpec, {"workload": {"kind": "poisson"}}, ("workload",))
+    assert "prompt_fraction" in schema_keys.known_keys(ExperimentSpec, data, ("policies", 0))
     # a free-form mapping (checked later, against the model file) has no declared fields here
-    assert schema.known_keys(ExperimentSpec, data, ("model_overrides", "attention")) == []
+    assert schema_keys.known_keys(ExperimentSpec, data, ("model_overrides", "attention")) == []
