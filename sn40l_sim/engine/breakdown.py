@@ -27,7 +27,7 @@ from __future__ import annotations
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 
 #: the uses of ``PhaseTiming.byte_seconds``: weights, KV and activations in the order of the
 #: categories they are charged to, and a KV policy's store (charged to ``kv_reads``)

@@ -8,6 +8,6 @@ in :mod:`sn40l_sim.mapper.placement`.
 from sn40l_sim.mapper.graph import map_graph
 from sn40l_sim.mapper.kernel import map_kernel
 from sn40l_sim.mapper.memory import place_memory
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 
 __all__ = ["map_graph", "map_kernel", "place_memory", "TierSplit"]

@@ -20,7 +20,8 @@ limited.
 Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
->>> from sn40l_sim.mapper.stages import TierSplit, section_stages
+>>> from sn40l_sim.mapper.stages import section_stages
+>>> from sn40l_sim.mapper.tier_split import TierSplit
 >>> socket = example_socket()
 >>> stages, _ = section_stages(socket, example_decode_kernel().operators, 16, TierSplit.all_in("hbm"), 4)
 >>> alloc = allocate(socket, stages, 4)

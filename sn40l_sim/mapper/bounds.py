@@ -28,7 +28,7 @@ Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
 >>> from sn40l_sim.mapper.kernel import best_plan
->>> from sn40l_sim.mapper.stages import TierSplit
+>>> from sn40l_sim.mapper.tier_split import TierSplit
 >>> socket, kernel, tiers = example_socket(), example_decode_kernel(), TierSplit.all_in("hbm")
 >>> plan = best_plan(socket, kernel, tiers)
 >>> ranges = [(0, len(kernel.operators))]
@@ -47,7 +47,8 @@ from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate, pcu_peak_flops
 from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.stages import TierSplit, memory_stage
+from sn40l_sim.mapper.stages import memory_stage
+from sn40l_sim.mapper.tier_split import TierSplit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

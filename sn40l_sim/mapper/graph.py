@@ -45,7 +45,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKerne
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.mapper.side_by_side import remap_side_by_side
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
 #: distinct (socket, kernel, tiers) kept; cleared when full (a decode sweep has a few hundred)

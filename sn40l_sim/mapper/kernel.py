@@ -45,7 +45,8 @@ from sn40l_sim.mapper.planning import (
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
-from sn40l_sim.mapper.stages import TierSplit, operator_tiling
+from sn40l_sim.mapper.stages import operator_tiling
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 from sn40l_sim.mapper.windows import interior_window

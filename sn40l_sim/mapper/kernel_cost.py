@@ -72,7 +72,7 @@ from sn40l_sim.mapper.planning import plan_section
 from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.window_replay import looped_window_cycles, windowed_section_cycles
 from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
 

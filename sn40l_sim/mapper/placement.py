@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sn40l_sim.ir import FusedKernel, KernelGraph
-from sn40l_sim.mapper.stages import USES, TierSplit
+from sn40l_sim.mapper.tier_split import USES, TierSplit
 
 #: what bounds a stage or a kernel: ``compute``, ``simd``, ``sram``, ``mesh``, ``p2p``,
 #: ``overhead``, or the name of a memory tier (``hbm``, ``ddr``, ...); a call as it is called
@@ -156,7 +156,7 @@ class MemoryPlacement:
 
     def tiers(self) -> TierSplit:
         """The fraction of weights and of KV in each tier, and the activations' tier, as a
-        :class:`~sn40l_sim.mapper.stages.TierSplit` for the mapper.
+        :class:`~sn40l_sim.mapper.tier_split.TierSplit` for the mapper.
 
         Tiers are taken in placement order; a use with no bytes lives in the first tier, and the
         activations in the tier holding most of them (the earlier one on a tie), with their

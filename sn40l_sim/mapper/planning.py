@@ -27,12 +27,12 @@ from sn40l_sim.mapper.spending import Calls, pricing
 from sn40l_sim.mapper.stages import (
     StageWork,
     Stream,
-    TierSplit,
     clear_tiling_memo,
     paced_cycles,
     section_stages,
     some_stages,
 )
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.tiling_floor import SectionFloor, clear_stage_floor_memo, section_floor
 
 if TYPE_CHECKING:

@@ -37,7 +37,8 @@ Examples
 --------
 >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
 >>> from sn40l_sim.mapper.kernel import best_plan
->>> from sn40l_sim.mapper.stages import TierSplit, section_stages
+>>> from sn40l_sim.mapper.stages import section_stages
+>>> from sn40l_sim.mapper.tier_split import TierSplit
 >>> socket, kernel, tiers = example_socket(), example_decode_kernel(), TierSplit.all_in("hbm")
 >>> plan = best_plan(socket, kernel, tiers)
 >>> stages, streams = section_stages(socket, kernel.operators, plan.n_tiles, tiers, plan.chip_tiles)

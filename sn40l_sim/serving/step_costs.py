@@ -52,7 +52,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
 from sn40l_sim.mapper import disk_cache
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 
 #: ``(shape, plan) -> graph``: the graph builder, bound to a model, a KV policy and graph options
 GraphBuilder = Callable[[Shape, ParallelPlan], KernelGraph]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from sn40l_sim.hardware import figures
 from sn40l_sim.mapper.layout import pcu_cells, pmu_cells
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 
 #: bounds that are not memory tiers (a kernel may also be bound by any tier of its socket)
 RESOURCES = {"compute", "simd", "sram", "mesh", "p2p", "overhead"}

@@ -14,7 +14,7 @@ from sn40l_sim.mapper.budget import NO_LIMITS
 from sn40l_sim.mapper.kernel import LoopContext, best_plan
 from sn40l_sim.mapper.planning import section_allocation
 from sn40l_sim.mapper.spending import section_chain_paced
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 

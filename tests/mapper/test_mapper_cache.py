@@ -188,7 +188,7 @@ def test_tile_choices_and_retries_skipped_change_no_plan(node, monkeypatch):
     # distinct kernel of decode (with and without MTP drafts) and prefill steps, alone and looped
     import sn40l_sim.mapper.kernel as kernel_mod
     from sn40l_sim.mapper.bounds import plan_floor
-    from sn40l_sim.mapper.stages import TierSplit
+    from sn40l_sim.mapper.tier_split import TierSplit
 
     built = []
     real = kernel_mod.plan_kernel
@@ -294,7 +294,8 @@ def test_memoised_gemm_halvings_give_the_piece_halving_from_the_whole_gives():
 def test_a_sections_memoised_traffic_gives_the_stages_and_streams_a_cold_one_gives(node):
     # a section's bytes per tier are worked out once for all its tilings and tile choices
     from sn40l_sim.mapper import stages
-    from sn40l_sim.mapper.stages import TierSplit, section_stages
+    from sn40l_sim.mapper.stages import section_stages
+    from sn40l_sim.mapper.tier_split import TierSplit
 
     tiers = TierSplit((("hbm", 0.75), ("ddr", 0.25)), (("hbm", 1.0),), "hbm")
     kernels = distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))

@@ -23,7 +23,7 @@ from sn40l_sim.mapper.budget import NO_LIMITS
 from sn40l_sim.mapper.kernel import LoopContext, best_plan
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.sections import output_bytes, split_sections
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 

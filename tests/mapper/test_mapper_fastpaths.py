@@ -13,7 +13,8 @@ from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
-from sn40l_sim.mapper.stages import TierSplit, section_stages
+from sn40l_sim.mapper.stages import section_stages
+from sn40l_sim.mapper.tier_split import TierSplit
 
 KERNELS = (distinct_kernels(deepseek_graph("decode", kv_len=32768, batch=8))
            + distinct_kernels(deepseek_graph("prefill")))

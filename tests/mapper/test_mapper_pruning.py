@@ -18,7 +18,7 @@ from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.mapper import division
 from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan
 from sn40l_sim.mapper.planning import clear_section_memo
-from sn40l_sim.mapper.stages import TierSplit
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
