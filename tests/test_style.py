@@ -62,9 +62,11 @@ def test_nothing_cites_an_issue_number():
 MODULE_LINES = 400
 
 
-def test_no_serving_module_is_longer_than_the_limit():
-    # serving/point.py grew past it (409 lines); its context checks are serving/context_limit.py
+def test_no_module_of_the_package_is_longer_than_the_limit():
+    # modules that grew past it were split by what they do: serving/point.py's context checks are
+    # serving/context_limit.py, a collective's process engine/collective_run.py, the tier split
+    # mapper/tier_split.py, the frozen-dataclass helpers frozen.py, and so on
     lengths = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
-               for p in sorted((PACKAGE / "serving").glob("*.py"))}
+               for p in sorted(PACKAGE.rglob("*.py"))}
     assert {p: n for p, n in lengths.items() if n > MODULE_LINES} == {}
-    assert 0 < lengths["sn40l_sim/serving/point.py"] <= MODULE_LINES
+    assert 0 < lengths["sn40l_sim/serving/point.py"] <= MODULE_LINES and len(lengths) > 100
