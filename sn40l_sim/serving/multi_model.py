@@ -59,7 +59,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 
-from sn40l_sim.errors import InvariantError
+from sn40l_sim.errors import InfeasibleError, InvariantError
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.multi_model_specs import ModelCosts, MultiModelRun, NodeMemory, Switch, copy_bytes_per_s
 from sn40l_sim.serving.serving_log import RequestLog, StepLog
@@ -70,6 +70,27 @@ from sn40l_sim.serving.workload import Request
 POLICIES = ("on_demand", "batch_by_model", "prewarm")
 #: arrivals the prewarm policy counts to predict the next model when none is waiting
 PREDICT_WINDOW = 32
+
+
+class SlowTierFull(InfeasibleError):
+    """Evicting a model would write back more KV than the slow tier has room for beside every
+    model's weights: the node's capacity, not a bug (the weights alone fit; the study layer checked).
+
+    Attributes
+    ----------
+    model : str
+        The model whose eviction overflows (the first of those evicted at once).
+    cycle : int
+        When.
+    held_bytes, capacity_bytes : int
+        What the slow tier would hold (weights and KV written back) and its usable bytes.
+    """
+
+    def __init__(self, model: str, cycle: int, held_bytes: int, capacity_bytes: int) -> None:
+        super().__init__(f"evicting model {model} at cycle {cycle} writes its sequences' KV back: the slow tier "
+                         f"would hold {held_bytes} B (every model's weights and the KV written back) of its "
+                         f"usable {capacity_bytes} B")
+        self.model, self.cycle, self.held_bytes, self.capacity_bytes = model, cycle, held_bytes, capacity_bytes
 
 
 class _Node:
@@ -106,9 +127,11 @@ class _Node:
     def _fast_held(self) -> int:
         return sum(self.models[m].fast_bytes for m in self.resident)
 
+    def _slow_held(self) -> int:
+        return sum(m.weight_bytes for m in self.models) + sum(self.written_back)
+
     def _check_memory(self) -> None:
-        fast = self._fast_held()
-        slow = sum(m.weight_bytes for m in self.models) + sum(self.written_back)
+        fast, slow = self._fast_held(), self._slow_held()
         self.run.peak_fast_bytes = max(self.run.peak_fast_bytes, fast)
         self.run.peak_slow_bytes = max(self.run.peak_slow_bytes, slow)
         if fast > self.memory.fast_bytes or slow > self.memory.slow_bytes:
@@ -136,6 +159,13 @@ class _Node:
             held -= self.models[m].fast_bytes
         if held + need > self.memory.fast_bytes:
             return None
+        # the evicted sequences' KV goes to the slow tier before the target's own written-back KV
+        # leaves it (the copy engine writes back first), so both count at once; a tier too small for
+        # that is the input's capacity (one clear line), not the invariant _check_memory guards
+        slow = self._slow_held() + sum(self._live_kv(m) for m in chosen)
+        self.run.peak_slow_bytes = max(self.run.peak_slow_bytes, slow)
+        if chosen and slow > self.memory.slow_bytes:
+            raise SlowTierFull(self.models[chosen[0]].name, self.now, slow, self.memory.slow_bytes)
         cycles = 0
         for m in chosen:
             kv = self._live_kv(m)
@@ -303,6 +333,8 @@ def simulate_models(requests: Sequence[Request], model_of: Sequence[int], models
     ------
     ValueError
         For an unknown policy, a request id that is not its index, or a model index out of range.
+    SlowTierFull
+        If evicting a model would write back more KV than the slow tier holds beside the weights.
     InvariantError
         If the fast or slow tier would hold more than its usable bytes (a bug: every step checks it).
     """
@@ -320,5 +352,5 @@ def simulate_models(requests: Sequence[Request], model_of: Sequence[int], models
     return node.run
 
 
-__all__ = ["POLICIES", "PREDICT_WINDOW", "ModelCosts", "MultiModelRun", "NodeMemory", "Switch", "copy_bytes_per_s",
-           "simulate_models"]
+__all__ = ["POLICIES", "PREDICT_WINDOW", "ModelCosts", "MultiModelRun", "NodeMemory", "SlowTierFull", "Switch",
+           "copy_bytes_per_s", "simulate_models"]

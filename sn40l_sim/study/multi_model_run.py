@@ -23,7 +23,7 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.figures import cycles as to_cycles
 from sn40l_sim.report.multi_model_fields import model_log, multi_model_fields
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, copy_bytes_per_s, simulate_models
+from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, SlowTierFull, copy_bytes_per_s, simulate_models
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
@@ -139,6 +139,23 @@ def node_memory(asm: Assembly, timed: Sequence[TimedModel]) -> NodeMemory:
     return memory
 
 
+def slow_tier_error(asm: Assembly, timed: Sequence[TimedModel], scheduler: str, full: SlowTierFull
+                    ) -> InfeasibleError:
+    """``full`` as one line located at ``multi_model.models``: the weights fit the slow tier, but not
+    with the KV an eviction writes back (:func:`node_memory` checked the weights alone)."""
+    exp = asm.experiment
+    _, slow = node_tiers(asm)
+    weights = sum(t.costs.weight_bytes for t in timed)
+    file, line = exp.doc.where(("multi_model", "models"))
+    return InfeasibleError(
+        f"under scheduler {scheduler}, evicting {full.model} at {full.cycle / asm.node.socket.clock_hz:.1f} s writes "
+        f"its sequences' KV back to {slow.upper()}: the models' weights ({weights / 2**30:.1f} GiB) and the KV written "
+        f"back would take {full.held_bytes / 2**30:.1f} GiB of the node's usable {slow.upper()} "
+        f"({full.capacity_bytes / 2**30:.1f} GiB), {(full.held_bytes - full.capacity_bytes) / 2**30:.3g} GiB over; give "
+        "it more room or the models fewer slots (batch)",
+        file=file, field="multi_model.models", line=line)
+
+
 def assign_models(requests: Sequence[Request], shares: Sequence[float], seed: int) -> list[int]:
     """The model each request asks for (by request id): a seeded draw from ``shares``.
 
@@ -189,7 +206,11 @@ def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResu
     quantum = to_cycles(section.quantum_s, asm.node.socket)
     records = []
     for scheduler in section.schedulers:
-        run = simulate_models(requests, model_of, [t.costs for t in timed], memory, scheduler, quantum_cycles=quantum)
+        try:
+            run = simulate_models(requests, model_of, [t.costs for t in timed], memory, scheduler,
+                                  quantum_cycles=quantum)
+        except SlowTierFull as full:
+            raise slow_tier_error(asm, timed, scheduler, full) from None
         for m, t in enumerate(timed):
             log = model_log(run, m)
             if not log.requests:

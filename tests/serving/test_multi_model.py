@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sn40l_sim.errors import InvariantError
-from sn40l_sim.serving.multi_model import POLICIES, ModelCosts, NodeMemory, simulate_models
+from sn40l_sim.errors import InputError, InvariantError
+from sn40l_sim.serving.multi_model import POLICIES, ModelCosts, NodeMemory, SlowTierFull, simulate_models
 from sn40l_sim.serving.workload import Request
 
 
@@ -125,3 +125,22 @@ def test_unknown_policy_and_bad_model_index_are_refused():
     with pytest.raises(ValueError, match="not served"):
         simulate_models([Request(0, 0, 4, 1)], [3], [model("a", 1)], NodeMemory(1000, 10_000, 1.0), "on_demand",
                         quantum_cycles=1)
+
+
+def test_a_slow_tier_too_small_for_the_kv_written_back_is_the_inputs_capacity_not_a_bug():
+    # a's sequence (10 prompt tokens, 1 B a token) is evicted for b after its first token: its 10 B
+    # of KV would join the 1100 B of weights, 1 B over a slow tier of 1109 B
+    a, b = model("a", 600, slots=1), model("b", 500, slots=1)
+    reqs = [Request(0, 0, 10, 3), Request(1, 0, 10, 2)]
+    with pytest.raises(SlowTierFull) as info:
+        simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1109, 1.0), "on_demand", quantum_cycles=1)
+    assert (info.value.model, info.value.held_bytes, info.value.capacity_bytes) == ("a", 1110, 1109)
+    assert isinstance(info.value, InputError) and not isinstance(info.value, InvariantError)
+    # the run writes back 10 + 10 + 11 B, each while the KV of the model coming back in is still
+    # in the slow tier (written back first, then read in): at most 10 + 11 beside the weights. With
+    # room for that it finishes; with 1 B less, a's second eviction overflows
+    run = simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1121, 1.0), "on_demand", quantum_cycles=1)
+    assert run.peak_slow_bytes == 1121 and run.written_back_bytes == 31
+    with pytest.raises(SlowTierFull) as info:
+        simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1120, 1.0), "on_demand", quantum_cycles=1)
+    assert (info.value.model, info.value.held_bytes) == ("a", 1121)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.hardware.loader import load_hardware
 
 REPO = Path(__file__).resolve().parents[2]
 M8 = REPO / "graphs/llama3_1_8b.yaml"
@@ -154,3 +155,29 @@ def test_a_model_no_request_drew_is_named_in_a_warning_not_dropped_silently(tmp_
     assert len(warned) == 1   # once for the run, not once per scheduler
     assert warned[0].startswith(f"{path}:13: ")   # the entry's line
     assert "(other): no request of the workload's 30 drew this model" in warned[0]
+
+
+def test_a_slow_tier_holding_the_weights_but_not_the_kv_written_back_is_refused_in_one_line(tmp_path, capsys):
+    # HBM for one model at a time, so on_demand evicts models with sequences decoding: their KV is
+    # written back to DDR beside both models' weights
+    hbm = ["--set", "hardware.socket.memory.hbm.capacity_bytes_per_unit=2.75 GiB"]
+    path = experiment(tmp_path, extra="  schedulers: [on_demand]\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot", *hbm]) == 0
+    record = json.loads((tmp_path / "out" / "results.json").read_text())[0]
+    mm, sockets = record["multi_model"], record["sockets"]
+    weights, peak = 2 * mm["weight_bytes"], mm["peak_slow_bytes"]
+    assert peak > weights and mm["written_back_bytes"] > 0
+    # a DDR with room for the weights and half that KV: the run used to stop as "a bug in the
+    # simulator" (invariant memory_within_capacity, exit 3)
+    socket = load_hardware(REPO / "hw_configs/sn40l_node8.yaml").socket
+    units = socket.memory["ddr"].units_per_die * socket.dies
+    usable = (weights + (peak - weights) // 2) // sockets
+    per_unit = (usable + record["memory"]["ddr"]["reserved"]) // units + 1
+    argv = ["run", str(path), "--out", str(tmp_path / "out2"), "--quiet", "--no-plot", *hbm,
+            "--set", f"hardware.socket.memory.ddr.capacity_bytes_per_unit={per_unit}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "invariant" not in err
+    assert f"{path}:12: multi_model.models: under scheduler on_demand, evicting" in err
+    assert " GiB over; give it more room or the models fewer slots (batch)" in err
+    assert f"the models' weights ({weights / 2**30:.1f} GiB) and the KV written back" in err
