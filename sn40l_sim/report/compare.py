@@ -26,10 +26,11 @@ from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.registry import Fields
 
 #: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget), the
-#: bytes a token's cache takes (a model override such as ``kv_dtype``) and the requests served (a
-#: trace's ``rate_scale``) change the point as much as its model or policy does
-DESCRIBED = ("model", "hardware", "prefill_hardware", "kv_policy", "kv_policy_params", "kv_bytes_per_token", "mode",
-             "workload")
+#: bytes a token's cache takes (a model override such as ``kv_dtype``), the requests served (a
+#: trace's ``rate_scale``), the parallel plans (a prefill on 4 of 8 sockets) and the number of
+#: prefill and decode nodes change the point as much as its model or policy does
+DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "kv_policy_params",
+             "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "workload")
 
 
 #: a point's heading when its model, hardware and policy are the same in both runs
@@ -49,8 +50,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
     row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
     only the rows whose shown values differ)."""
-    changes = [f"{name} {_described(base.get(name))} -> {_described(other.get(name))}" for name in DESCRIBED
-               if base.get(name) != other.get(name)]
+    changes = [_change(name, base.get(name), other.get(name)) for name in DESCRIBED if base.get(name) != other.get(name)]
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
@@ -68,6 +68,22 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     out = [heading, " " * width + "base".rjust(cells) + "other".rjust(cells) + "other/base".rjust(cells)]
     out += [label.ljust(width) + a.rjust(cells) + b.rjust(cells) + r.rjust(cells) for label, a, b, r in lines]
     return "\n".join(out)
+
+
+def _change(name: str, a: Any, b: Any) -> str:
+    """A heading's ``name a -> b``; of two mappings of mappings (the parallel plans by phase), only the
+    entries that differ, each as ``key(k=v, ...)``.
+
+    >>> _change("parallel", {"decode": {"tp": 16}, "prefill": {"tp": 8}}, {"decode": {"tp": 16}, "prefill": {"tp": 4}})
+    'parallel prefill(tp=8) -> prefill(tp=4)'
+    """
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and \
+            all(isinstance(v, Mapping) for v in (*a.values(), *b.values())):
+        keys = [k for k in dict.fromkeys((*a, *b)) if a.get(k) != b.get(k)]
+        def side(m: Mapping[str, Any]) -> str:
+            return ", ".join(f"{k}({_described(m[k])})" if k in m else f"{k}(none)" for k in keys)
+        return f"{name} {side(a)} -> {side(b)}"
+    return f"{name} {_described(a)} -> {_described(b)}"
 
 
 def _described(value: Any) -> str:

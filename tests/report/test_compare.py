@@ -217,3 +217,17 @@ def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     assert main(["compare", str(folder), str(folder)]) == 0
     labels = [line.split(" (GiB)")[0] for line in capsys.readouterr().out.splitlines() if "/socket" in line]
     assert labels[0].startswith("HBM/socket") and labels[-1].startswith("DDR/socket"), labels
+
+
+def test_the_heading_names_a_changed_parallel_plan_and_node_count():
+    # a prefill on 4 of the 8 sockets, or a second prefill node, used to be headed "the same model,
+    # hardware and policy" above a TTFT 30 times the base's
+    plans = {"decode": {"attention_dp": 16, "tp": 16}, "prefill": {"attention_dp": 1, "tp": 8}}
+    base = dict(BASE, parallel=plans, prefill_nodes=1, decode_nodes=1)
+    tp4 = dict(base, parallel=dict(plans, prefill={"attention_dp": 1, "tp": 4}))
+    assert point_table(base, tp4).splitlines()[0] == \
+        "full: parallel prefill(attention_dp=1, tp=8) -> prefill(attention_dp=1, tp=4)"
+    two = dict(base, prefill_nodes=2, prefill_hardware="SN40L-8")
+    assert point_table(dict(base, prefill_hardware="SN40L-16"), two).splitlines()[0] == \
+        "full: prefill_hardware SN40L-16 -> SN40L-8; prefill_nodes 1 -> 2"
+    assert point_table(base, dict(base)).splitlines()[0] == "full: the same model, hardware and policy"
