@@ -5,7 +5,9 @@ SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth 
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
 experiment) list the files they reference, the policies with their parameters, each phase's parallel
-plan, the shape and the memory placement (and a sweep section's axes, values and files); reference files (kind:
+plan, the shape, the memory placement and the nodes that serve (with a multi_model section, each model
+by name with its share and batch, and the schedulers; with a sweep section, its axes, values and
+files); reference files (kind:
 reference) their measurements; request traces (.csv, .jsonl) their requests, rate and token lengths.
 
 example:
@@ -162,6 +164,7 @@ def describe_experiment(path: str | Path) -> str:
     else:   # one a line: a dozen entries with their overrides made one line of 600 characters
         lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
     lines += _plan_lines(spec, path)
+    lines += _serving_lines(spec)
     if spec.sweep is not None:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
         lines += sweep_lines
@@ -203,9 +206,29 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
     return [f"  plan       prefill {phase(spec.parallel.prefill)}; decode {phase(spec.parallel.decode)}",
             f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
             + (f", up to {shape.max_new_tokens:,} new tokens" if shape.max_new_tokens else "")
-            + f"; serving batch {spec.serving.batch}",
+            + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}"),
             f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",
             f"             bytes per socket: python -m sn40l_sim map {path} --phase decode"]
+
+
+def _serving_lines(spec: ExperimentSpec) -> list[str]:
+    """Which nodes serve and, with several models on a node, each model by its name (the name the
+    results give it) with its share of the requests and its batch, and the schedulers."""
+    serving, section = spec.serving, spec.multi_model
+    if section is not None:
+        # each by the name its records carry, tied to its file's line above ("model i")
+        models = [f"{m.name} (model {i}, share {m.share:g} of the requests, batch {m.batch})"
+                  for i, m in enumerate(section.models)]
+        tier = section.weights_tier or "the placement order's second tier"
+        return [f"  {'serves' if i == 0 else '':10s} {text}" for i, text in enumerate(models)] + \
+            [f"             on one co-located node; every model's weights in {tier}",
+             f"  schedulers {', '.join(section.schedulers)} (quantum {section.quantum_s:g} s)"]
+    if serving.mode == "colocated":
+        return [f"  serving    co-located: {serving.decode_nodes} node(s) that prefill and decode"]
+    prefill_hw = "the prefill hw above" if spec.prefill_hardware else "the hardware above"
+    return [f"  serving    disaggregated: {serving.prefill_nodes or 1} prefill node(s) on {prefill_hw}, "
+            f"{serving.decode_nodes} decode node(s) on the hardware; the KV crosses "
+            + ("the host links" if serving.kv_transfer == "host_link" else "the P2P links")]
 
 
 def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) -> tuple[list, list[str]]:

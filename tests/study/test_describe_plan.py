@@ -45,3 +45,25 @@ def test_fractions_of_the_prompt_and_model_overrides_tell_entries_apart(capsys):
     assert "             fp8 (full, kv_dtype=fp8)" in lines
     assert "             snapstream_fp8 (snapstream, budget 0.25 of the prompt, kv_dtype=fp8)" in lines
     assert "             arkvale_16x (arkvale, budget 0.0625 of the prompt)" in lines
+
+
+def test_several_models_are_named_as_their_records_name_them_with_share_batch_and_schedulers(capsys):
+    # describe listed "model 0/1/2" files and "serving batch max", the batch no model but 405B runs
+    lines = _describe(REPO / "experiments" / "multi_model.yaml", capsys)
+    assert "  shape      prompt 8,192 tokens, batch 1, up to 1,024 new tokens; serving batch per model (below)" in lines
+    start = lines.index("  serves     llama8b (model 0, share 0.6 of the requests, batch 64)")
+    assert lines[start + 1:start + 5] == [
+        "             llama70b (model 1, share 0.3 of the requests, batch 64)",
+        "             llama405b (model 2, share 0.1 of the requests, batch max)",
+        "             on one co-located node; every model's weights in the placement order's second tier",
+        "  schedulers on_demand, batch_by_model, prewarm (quantum 2 s)"]
+    assert f"  model 2    ../graphs/llama3_1_405b.yaml  ->  {REPO / 'graphs/llama3_1_405b.yaml'}" in lines
+
+
+def test_disaggregated_serving_says_which_nodes_prefill_and_decode_and_the_kv_link(capsys):
+    lines = _describe(REPO / "experiments" / "hetero_nodes.yaml", capsys)
+    assert f"  prefill hw ../hw_configs/sn40l_node8.yaml  ->  {REPO / 'hw_configs/sn40l_node8.yaml'}" in lines
+    assert ("  serving    disaggregated: 1 prefill node(s) on the prefill hw above, 1 decode node(s) on the "
+            "hardware; the KV crosses the host links") in lines
+    lines = _describe(REPO / "experiments" / "chunked_prefill.yaml", capsys)
+    assert any(line.startswith("  serving    co-located: 1 node(s) that prefill and decode") for line in lines)
