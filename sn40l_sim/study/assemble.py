@@ -328,6 +328,15 @@ def _load_hardware(experiment: Experiment, field: tuple[str, ...], name: str, wh
         return load_hardware(path)
 
 
+def check_drafts_have_mtp(experiment: Experiment, model: ModelSpec) -> None:
+    """Refuse speculative drafts (``serving.speculative.drafts``) for a model without an MTP module
+    to draft them; :func:`assemble` and a sweep's runs (which assemble their own) both ask."""
+    if experiment.speculation.drafts and model.mtp is None:
+        raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
+                               "speculative decoding drafts with the model's multi-token-prediction module "
+                               "(leave serving.speculative out, or set drafts: 0)")
+
+
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
              node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
@@ -347,10 +356,7 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
     if model is None:
         model = experiment_model(experiment, ("model",), spec.model)
-    if experiment.speculation.drafts and model.mtp is None:
-        raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
-                               "speculative decoding drafts with the model's multi-token-prediction module "
-                               "(leave serving.speculative out, or set drafts: 0)")
+    check_drafts_have_mtp(experiment, model)
     prefill_node = None
     if spec.prefill_hardware is not None:
         prefill_node = _load_hardware(experiment, ("prefill_hardware",), spec.prefill_hardware, "prefill hardware")

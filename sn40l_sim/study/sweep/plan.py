@@ -30,7 +30,7 @@ from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overri
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
-from sn40l_sim.study.assemble import Assembly, plan_of
+from sn40l_sim.study.assemble import Assembly, check_drafts_have_mtp, plan_of
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
 from sn40l_sim.study.sweep.axes import value_text
@@ -114,6 +114,7 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             model_key = json.dumps([spec.model, spec.model_overrides], sort_keys=True, default=str)
             if model_key not in models:
                 models[model_key] = experiment_model(exp, ("model",), spec.model)
+            check_drafts_have_mtp(exp, models[model_key])   # assemble's check: a run never reaches it
             workload = spec.workload
             is_trace = workload is not None and workload.kind == "trace"
             trace = exp.resolve(workload.path, ("workload", "path")) if is_trace else None
