@@ -45,7 +45,9 @@ Tokens = ranged(Range("token count", 1, MAX_COUNT, "1", f"{MAX_COUNT} tokens"))
 LogSigma = ranged(Range("log-space sigma", 0, 10, "0", "10", low_open=True))
 RequestRate = ranged(Range("positive request rate", 1e-6, 1e6, "1e-6 requests/s", "1e6 requests/s", "requests/s"))
 #: speculative decoding: drafts a verify step checks per sequence (published schemes use a few)
-Drafts = Annotated[NonNegativeInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
+#: (a StrictInt, not a NonNegativeInt, whose own range 0 .. 2**31 - 1 would be the one a negative
+#: value is told)
+Drafts = Annotated[StrictInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
 #: the probability that a draft is accepted when the drafts before it were
 Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
 #: requests a workload generates (serving/workload.py, MAX_REQUESTS: a run keeps them all)

@@ -86,8 +86,11 @@ BAD = [
     # pydantic's words ("Input should be a valid integer (got None) or Input should be 'max'") for a wrong type
     ("batch: max", "batch: null", "serving.batch", "expected an integer or 'max', got None", "batch: null"),
     ("model: m.yaml", "model: 12", "model", "expected a text, got 12", "model: 12"),
+    # the drafts' own range, for a negative count as for one too large (not 0 to 2**31 - 1)
     ("speculative: {drafts: 2", "speculative: {drafts: -1", "serving.speculative.drafts",
-     "expected an integer from 0 to 2147483647", "speculative"),
+     "expected a number of drafts from 0 to 15, got -1", "speculative"),
+    ("speculative: {drafts: 2", "speculative: {drafts: 16", "serving.speculative.drafts",
+     "expected a number of drafts from 0 to 15, got 16", "speculative"),
     ("speculative: {drafts: 2", "speculative: {drafts: 1.5", "serving.speculative.drafts",
      "expected an integer", "speculative"),
     ("acceptance: 0.8}", "acceptance: 1.2}", "serving.speculative.acceptance",
