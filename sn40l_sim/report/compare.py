@@ -27,10 +27,12 @@ from sn40l_sim.report.registry import Fields
 
 #: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget), the
 #: bytes a token's cache takes (a model override such as ``kv_dtype``), the requests served (a
-#: trace's ``rate_scale``), the parallel plans (a prefill on 4 of 8 sockets) and the number of
-#: prefill and decode nodes change the point as much as its model or policy does
+#: trace's ``rate_scale``), the parallel plans (a prefill on 4 of 8 sockets), the number of prefill
+#: and decode nodes and the speculation (``serving.speculative``: two drafts against three, or
+#: another acceptance, whose value no table row shows) change the point as much as its model or policy does
 DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "kv_policy_params",
-             "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "workload")
+             "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "workload", "speculative_drafts",
+             "draft_acceptance")
 
 
 #: a point's heading when its model, hardware and policy are the same in both runs

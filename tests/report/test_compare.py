@@ -231,3 +231,14 @@ def test_the_heading_names_a_changed_parallel_plan_and_node_count():
     assert point_table(dict(base, prefill_hardware="SN40L-16"), two).splitlines()[0] == \
         "full: prefill_hardware SN40L-16 -> SN40L-8; prefill_nodes 1 -> 2"
     assert point_table(base, dict(base)).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+def test_the_heading_names_a_changed_speculation():
+    # two drafts against three, or 80% acceptance against 60%, is not "the same model, hardware and
+    # policy": the acceptance has no row of its own, so only the heading can say it changed
+    spec = dict(BASE, speculative_drafts=2, draft_acceptance=0.8, tokens_per_forward=2.44)
+    three = dict(spec, speculative_drafts=3, tokens_per_forward=2.952)
+    assert point_table(spec, three).splitlines()[0] == "full: speculative_drafts 2 -> 3"
+    lower = dict(spec, draft_acceptance=0.6, tokens_per_forward=1.96)
+    assert point_table(spec, lower, changed_only=True).splitlines()[0] == "full: draft_acceptance 0.8 -> 0.6"
+    assert point_table(spec, dict(spec)).splitlines()[0] == "full: the same model, hardware and policy"
