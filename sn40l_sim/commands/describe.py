@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
@@ -207,6 +207,7 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
             f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
             + (f", up to {shape.max_new_tokens:,} new tokens" if shape.max_new_tokens else "")
             + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}"),
+            *_drafts_line(spec.serving.speculative),
             f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",
             f"             bytes per socket: python -m sn40l_sim map {path} --phase decode"]
 
@@ -229,6 +230,16 @@ def _serving_lines(spec: ExperimentSpec) -> list[str]:
     return [f"  serving    disaggregated: {serving.prefill_nodes or 1} prefill node(s) on {prefill_hw}, "
             f"{serving.decode_nodes} decode node(s) on the hardware; the KV crosses "
             + ("the host links" if serving.kv_transfer == "host_link" else "the P2P links")]
+
+
+def _drafts_line(section: Any) -> list[str]:
+    """The speculation ``serving.speculative`` sets (none without drafts): what a decode step computes
+    and the tokens it yields on average (docs/architecture.md, speculative decoding)."""
+    if section is None or not section.drafts:
+        return []
+    spec = section.speculation()
+    return [f"  drafts     {spec.drafts} per decode step by the model's MTP module, each accepted with probability "
+            f"{spec.acceptance:g}: {spec.tokens_per_step:.4g} tokens per step on average (serving.speculative)"]
 
 
 def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) -> tuple[list, list[str]]:

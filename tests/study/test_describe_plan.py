@@ -19,6 +19,8 @@ def test_the_shipped_experiment_states_its_plan_shape_and_budgets(capsys):
     assert "  policies   full (full), snapstream (snapstream, budget 32,768)" in lines
     assert "  plan       prefill TP16; decode TP16, attention DP16" in lines
     assert "  shape      prompt 131,072 tokens, batch 1, up to 2,048 new tokens; serving batch max" in lines
+    assert "  drafts     2 per decode step by the model's MTP module, each accepted with probability 0.8: 2.44 " \
+           "tokens per step on average (serving.speculative)" in lines
     assert "  memory     placed in the hardware file's tiers, fastest first; may spill: activations" in lines
     assert f"             bytes per socket: python -m sn40l_sim map {path} --phase decode" in lines
 
@@ -67,3 +69,13 @@ def test_disaggregated_serving_says_which_nodes_prefill_and_decode_and_the_kv_li
             "hardware; the KV crosses the host links") in lines
     lines = _describe(REPO / "experiments" / "chunked_prefill.yaml", capsys)
     assert any(line.startswith("  serving    co-located: 1 node(s) that prefill and decode") for line in lines)
+
+
+def test_an_experiment_without_drafts_says_nothing_of_them(tmp_path, capsys):
+    # the speculation is stated only where a decode step drafts: drafts 0 is plain decode
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(f"base: {REPO / 'experiments' / 'deepseek_tp16.yaml'}\nname: plain\n"
+                     "serving: {speculative: {drafts: 0, acceptance: 0.8}}\n")
+    assert not [line for line in _describe(plain, capsys) if line.startswith("  drafts")]
+    assert not [line for line in _describe(REPO / "experiments" / "llama8b_node8.yaml", capsys)
+                if line.startswith("  drafts")]
