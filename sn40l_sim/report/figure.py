@@ -120,6 +120,7 @@ def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[s
     if legend is not None:   # kept where it was drawn: its "best" place would move to avoid the labels
         box = legend.get_window_extent(renderer)
         corner = ax.transAxes.inverted().transform((box.x0, box.y0))
+        legend.set_bbox_to_anchor(None)   # the corner is in the axes' coordinates, also beside them
         (legend.set_loc if hasattr(legend, "set_loc") else legend._set_loc)(tuple(map(float, corner)))
         taken.append(box)
     # (data point, canvas point, names) per spot: coincident points wrote their labels over each other
@@ -150,6 +151,44 @@ def _place(ax: Axes, xs: Sequence[float], ys: Sequence[float], names: Sequence[s
         else:
             left_out += 1
     return written, left_out
+
+
+def legend_clear_of_data(ax: Axes) -> bool:
+    """Move ``ax``'s legend beside the axes (right, top) when, where matplotlib placed it, it covers
+    a drawn point, line or bar; returns whether it moved. With ten series ("best" finds no empty
+    corner) the legend hid the ends of two sweep curves. Call it once everything is drawn.
+
+    >>> fig = new_figure((3, 2))
+    >>> ax = fig.subplots()
+    >>> for i in range(8):
+    ...     _ = ax.plot([0, 1], [i, i], marker="o", label=f"series {i}")
+    >>> _ = ax.legend()
+    >>> legend_clear_of_data(ax)
+    True
+    """
+    from matplotlib.path import Path as CanvasPath
+
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    fig = ax.figure
+    fig.canvas.draw()   # the legend's "best" place is only known on the laid-out canvas
+    renderer = fig.canvas.get_renderer()
+    box = legend.get_window_extent(renderer)
+    covered = any(box.overlaps(marker) for marker in _markers(ax))
+    covered = covered or any(patch.get_window_extent(renderer).overlaps(box) for patch in ax.patches)
+    for line in ax.lines:
+        if covered:
+            break
+        if line.get_linestyle() not in ("None", "", " ") and len(line.get_xydata()) > 1:
+            covered = CanvasPath(line.get_transform().transform(line.get_xydata())).intersects_bbox(box, filled=False)
+    if covered:
+        if hasattr(legend, "set_loc"):
+            legend.set_loc("upper left")
+        else:   # matplotlib 3.7 has no set_loc; 2 is "upper left"
+            legend._set_loc(2)
+        legend.set_bbox_to_anchor((1.01, 1.0), transform=ax.transAxes)
+    return covered
 
 
 #: a log axis spanning at most this many decades is labelled at 1, 2 and 5 times each power of ten

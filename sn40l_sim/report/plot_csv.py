@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.report import figure
 from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, place_labels, plain_log_ticks, save_figure
@@ -264,6 +265,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     title = ", ".join(experiments) or path.parent.name
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())
     ax.set_title(title + (f" ({suffix})" if suffix else ""))
+    figure.legend_clear_of_data(ax)   # after the title: the legend is placed on the laid-out axes
     if labelled:   # last: the labels are placed on the laid-out figure, clear of each other and the legend
         place_labels(ax, *zip(*labelled, strict=True), fontsize=6)
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"

@@ -3,6 +3,7 @@ cannot be told apart refused, unknown columns reported with the available ones (
 from __future__ import annotations
 
 import csv
+import itertools
 from pathlib import Path
 
 import matplotlib
@@ -464,3 +465,32 @@ def test_a_serving_or_workload_axis_is_labelled_in_words_not_by_its_path(path):
 ])
 def test_load_sweep_axes_carry_their_units(column, label):
     assert axis_label(column) == (label, 1.0)
+
+
+def test_a_legend_of_many_series_moves_beside_the_axes_rather_than_hide_points(tmp_path, monkeypatch):
+    """Ten series spanning the axes (the demo sweep's plot): no corner was free, and matplotlib's
+    "best" legend covered the first points of two curves; it now sits beside the axes."""
+    from sn40l_sim.report import figure as figure_module
+
+    rows = [{"experiment": "demo", "kv_policy": policy, "prefill_len": length, "batch": batch,
+             "decode_tokens_per_s": 0.05 + 0.01 * i + 0.001 * batch}
+            for i, (policy, length) in enumerate(itertools.product(("full", "snapstream"), (1, 2, 3, 4, 5)))
+            for batch in (1, 2, 4, 8, 16)]
+    saved = []
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, metadata=None: saved.append(fig) or path)
+    plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_tokens_per_s", hue=["kv_policy", "prefill_len"], logx=True)
+    (ax,) = saved[0].axes
+    renderer = saved[0].canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not any(legend.overlaps(marker) for marker in figure_module._markers(ax))
+    assert legend.x0 >= ax.get_window_extent(renderer).x1   # beside the axes, not shrunk over them
+    assert len(ax.get_legend().get_texts()) == 10
+
+
+def test_a_legend_clear_of_the_points_stays_inside_the_axes(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, metadata=None: saved.append(fig) or path)
+    plot_csv(write_csv(tmp_path), x="batch", y="decode_tokens_per_s", hue=["kv_policy", "prefill_len"])
+    (ax,) = saved[0].axes
+    renderer = saved[0].canvas.get_renderer()
+    assert ax.get_window_extent(renderer).contains(*ax.get_legend().get_window_extent(renderer).p1)
