@@ -29,9 +29,12 @@ _UNUSED = "#dddddd"
 
 
 def _palette(n: int) -> list:
+    """``n`` stage colours, none of them grey: tab20's two greys read as unused cells (a decode
+    MLA kernel's 15th and 16th stages, its softmax and its 103-PCU P.V product, looked empty)."""
     import matplotlib
 
     colours = list(matplotlib.colormaps["tab20"].colors) + list(matplotlib.colormaps["tab20b"].colors)
+    colours = [c for c in colours if max(c[:3]) - min(c[:3]) > 0.05]
     return [colours[i % len(colours)] for i in range(n)]
 
 
