@@ -211,7 +211,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
         _check_magnitude(path, rows, column, option)
     if logy:
         _check_log_axis(path, rows, y, "--logy")
-    if logx and kind != "bar":   # a bar plot's x is categories: --logx does not apply
+    if logx and kind != "bar":   # a bar plot's x is categories: --logx is refused below
         _check_log_axis(path, rows, x, "--logx")
     label_as = dict(label_as or {})
     x_label, x_scale = axis_label(label_as.get(x, x))
@@ -226,6 +226,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             ax.set_xscale("log")
             plain_log_ticks(ax, "x")
     elif kind == "bar" or not numeric_x:
+        if logx:   # categories have no log scale: the option was dropped without a word
+            raise InputError(f"{x} is drawn as categories ({'--kind bar' if kind == 'bar' else 'not all numbers'}), "
+                             "which have no logarithmic scale: drop --logx", file=path, field="--logx")
         categories = sorted({p[0] for pts in series.values() for p in pts},
                             key=lambda v: (finite(v), v) if numeric_x else v)
         width = 0.8 / max(1, len(series))

@@ -494,3 +494,18 @@ def test_a_legend_clear_of_the_points_stays_inside_the_axes(tmp_path, monkeypatc
     (ax,) = saved[0].axes
     renderer = saved[0].canvas.get_renderer()
     assert ax.get_window_extent(renderer).contains(*ax.get_legend().get_window_extent(renderer).p1)
+
+
+@pytest.mark.parametrize("x, hue, kind, words", [
+    ("batch", "kv_policy", "bar", "batch is drawn as categories (--kind bar)"),
+    ("kv_policy", "batch", "line", "kv_policy is drawn as categories (not all numbers)"),
+])
+def test_logx_on_an_axis_of_categories_is_refused_not_dropped(tmp_path, capsys, x, hue, kind, words):
+    """A bar plot (or a text x) was drawn on a linear axis of categories, --logx dropped without a word."""
+    path = write_csv(tmp_path)
+    out = tmp_path / "p.png"
+    assert main(["plot", str(path), "--x", x, "--y", "decode_tokens_per_s", "--kind", kind, "--logx",
+                 "--hue", hue, "--where", "prefill_len=4096", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {path}: --logx: {words}") and line.endswith("drop --logx")
+    assert not out.exists()

@@ -341,6 +341,8 @@ SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()
      "sweep.plot.label: labels are written beside the points of a scatter plot"),
     ("plot: {x: batch,", "plot: {kind: scatter, label: kv_policys, x: batch,", "sweep.plot.label: 'kv_policys'"),
     ("plot: {x: batch,", "plot: {kind: pie, x: batch,", "sweep.plot.kind: expected line, bar or scatter"),
+    ("plot: {x: batch,", "plot: {kind: bar, x: batch,",   # logx: true is the section's own
+     "sweep.plot.logx: a bar plot's x axis is categories"),   # the bars drew on a linear axis unsaid
 ])
 def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
     assert old in SWEEP

@@ -61,6 +61,9 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
     for key in ("logx", "logy"):
         if not isinstance(spec.get(key, False), bool):
             raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
+    if spec.get("logx") and kind == "bar":   # a bar plot's x is categories: the log axis was dropped unsaid
+        raise AxisError("a bar plot's x axis is categories, which have no logarithmic scale: drop logx or use "
+                        "kind: line", ("logx",))
     # the columns must be ones a sweep's results.csv can have: found now, not after every run
     columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
                                                       for i, h in enumerate(hues or [])]
