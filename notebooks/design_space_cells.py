@@ -124,7 +124,9 @@ workdir.cleanup()'''),
 # the capacity axis sets one HBM module; a socket holds the hardware file's modules per die x dies
 MODULES = node.socket.memory["hbm"].units_per_die * node.socket.dies
 print(f"HBM per socket = {MODULES} modules x the swept module capacity")
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+# constrained layout and margins: the batch written right of the last point ran past the frame,
+# into the right panel's y label
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
 for ax, (name, axis, unit, scale) in zip(axes, [("sockets", "sockets", "sockets per node", 1),
                                                 ("capacity", "hbm_module", "HBM per socket (GiB)", MODULES / GIB)]):
     for policy in policies:
@@ -135,6 +137,7 @@ for ax, (name, axis, unit, scale) in zip(axes, [("sockets", "sockets", "sockets 
             ax.annotate(f"batch {r['batch']}", (x, r["decode_tokens_per_s_reported"]), fontsize=7,
                         textcoords="offset points", xytext=(4, -10))
     ax.set_xlabel(unit)
+    ax.margins(x=0.15, y=0.1)
     ax.set_xticks(sorted({x for x, _ in rows}))
     ax.grid(alpha=0.3)
     ax.legend()
