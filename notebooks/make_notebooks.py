@@ -195,7 +195,8 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
 ax1.axhspan(100 * low, 100 * high, color="#c9a227", alpha=0.25, label="paper (DeepSeek-R1 deployment): about 2-5%")
 ax1.plot(PROMPTS, [100 * r[2] for r in rows], "o-", color="#1f4e8c", label="simulated")
 ax1.set_ylabel("SnapStream kernels / rest of prefill (%)")
-ax1.legend()
+# lower left: the overhead is highest at short prompts, and the default corner hid the 4K point's line
+ax1.legend(loc="lower left", fontsize=8)
 bottom = np.zeros(len(rows))
 for kind in sorted({k for r in rows for k in r[3]}, key=lambda k: -rows[-1][3].get(k, 0)):
     values = np.array([100 * r[3].get(kind, 0) for r in rows])
