@@ -39,8 +39,11 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     x = range(len(records))
     width = 0.38
     ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / sequence and step)", color="#7a9cc6")
+    per_step = records[0].get("tokens_per_forward", 1)
+    # without speculative decoding the two bars are equal: "x 1 tokens / step" read as a typo
     bars = ax_bar.bar([i + width / 2 for i in x], reported, width, color="#1f4e8c",
-                      label=f"reported (x {records[0].get('tokens_per_forward', 1):.3g} tokens / step)")
+                      label=f"reported (x {per_step:.3g} tokens / step)" if per_step != 1
+                      else "reported (= raw: no speculative decoding)")
     for bar, r in zip(bars, records, strict=True):
         ax_bar.annotate(f"batch {r['batch']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)

@@ -42,3 +42,20 @@ def test_the_legend_says_what_markers_and_dotted_lines_mean_under_run_s_title(tm
     assert labels[1:] == ["SLOs hold", "SLOs fail (or the rate is above\nwhat the decode slots sustain)",
                           "highest rate under the SLOs"]
     assert ax.get_title() == "max_rate: SLO attainment"
+
+
+def _throughput_legend(tmp_path, monkeypatch, tokens_per_forward):
+    figures = []
+    original = plot_module.save_figure
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, **kw: (figures.append(fig),
+                                                                           original(fig, path, **kw))[1])
+    rec = {"name": "full", "batch": 64, "decode_tokens_per_s": 944.0, "tokens_per_forward": tokens_per_forward,
+           "decode_tokens_per_s_reported": 944.0 * tokens_per_forward, "kv_occupancy": None}
+    plot_module.throughput_plot([rec], tmp_path / "throughput.png")
+    return [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+
+
+def test_the_reported_bar_says_when_there_is_no_speculative_decoding(tmp_path, monkeypatch):
+    """max_rate.yaml decodes one token per step: its legend read "reported (x 1 tokens / step)"."""
+    assert _throughput_legend(tmp_path, monkeypatch, 1.0)[1] == "reported (= raw: no speculative decoding)"
+    assert _throughput_legend(tmp_path, monkeypatch, 2.44)[1] == "reported (x 2.44 tokens / step)"
