@@ -164,11 +164,14 @@ def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> 
     """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
     prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
     a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in the ``free_tokens`` its
-    placement leaves free (:func:`free_cache_tokens`)."""
+    placement leaves free (:func:`free_cache_tokens`). A co-located node keeping whole caches needs
+    no room for them: the prefix it reuses is the cache of a request in flight, in that request's
+    decode slot (stored once for its users), so a node whose slots fill its memory still reuses it."""
     if not s.prefix_cache:
         return None
-    return PrefixCaching(share_decode_kv=s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len,
-                         kv_bytes_per_token=kv_bytes_per_token, capacity_tokens=free_tokens)
+    share = s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len
+    capacity = None if share and s.mode == "colocated" else free_tokens
+    return PrefixCaching(share_decode_kv=share, kv_bytes_per_token=kv_bytes_per_token, capacity_tokens=capacity)
 
 
 def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_costs: StepCosts | None = None,

@@ -19,7 +19,8 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
   no more than a shorter one (fewer queries over the same keys; tests/study/test_prefix_hit_costs.py
   checks it on the mapped graphs). A miss prefills the whole prompt and holds the prefix from then on.
   The prefix's KV stays on the node until its last user finishes (*freed when the last user leaves*),
-  if it fits in what the node's memory placement leaves free of its first tier (else it is not kept);
+  if it fits in what the node's memory placement leaves free of its first tier (else it is not kept;
+  a co-located node keeping whole caches needs no such room: the prefix is its users' own cache);
 * **at each decode step**, the KV its node holds: a prefix shared by several sequences on one
   decode node is stored once, so the node holds every sequence's own tokens plus each distinct
   prefix once, and saves ``(users - 1) x prefix`` tokens' bytes (stored + saved is always what the

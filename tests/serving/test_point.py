@@ -351,3 +351,22 @@ def test_a_prefill_socket_holds_the_compiled_prefill_graph_not_the_prompt():
         simulate_point(setup(FULL, prompt_len=prompt, prefill_node=NODE), lambda slots: [], costs,
                        FakePlacer(weights=40 * 2**30, free=FREE), prefill_costs=costs, prefill_place=tight)
     assert err.value.field == "prompt_len"
+
+
+@pytest.mark.parametrize("policy, hits", [(FULL, 3), (SNAP, 0)])
+def test_a_colocated_node_whose_slots_fill_its_memory_reuses_a_whole_cache_prefix(policy, hits):
+    # Four prompts of 64K + 512 tokens sharing a 512-token prefix, on a co-located node whose
+    # placement leaves no byte free. With the whole cache the prefix the later three reuse is the
+    # first one's cache, in its decode slot: no room is needed beyond the slots, so all three hit.
+    # SnapStream's slots hold compressed caches, so the node would have to keep the uncompressed
+    # prefix beside them, and with no room left it keeps none.
+    def requests(slots):
+        return [Request(i, 0, 65536 + 512, 8, prefix_id=0, prefix_len=512) for i in range(4)]
+
+    kw = dict(mode="colocated", prefill_nodes=0, prefix_cache=True, batch=16, requests=requests)
+    roomy, _, _ = run(policy, placer=FakePlacer(weights=40 * 2**30, free=10**13), **kw)
+    assert roomy.log.prefixes.hits == 3
+    hbm = roomy.memory.by_tier["hbm"]
+    full, _, _ = run(policy, placer=FakePlacer(weights=40 * 2**30, free=hbm["kv"] + hbm["activations"]), **kw)
+    assert full.memory.capacity["hbm"] == sum(full.memory.by_tier["hbm"].values())
+    assert full.log.prefixes.requests_with_prefix == 4 and full.log.prefixes.hits == hits
