@@ -63,7 +63,7 @@ RESULTS = Fields([
     Field("batch", "sequences", "Decode batch the point is simulated at (sequences per decode node).", csv=7,
           design=True, golden=True, axis="decode batch (sequences per node)", table=Row(50, "batch")),
     Field("max_batch", "sequences", "Largest compiled decode batch whose weights, KV and activations fit in a "
-          "decode node's memory.", csv=8, design=True, golden=True,
+          "decode node's memory (0 when none of serving.batch_sizes does and an explicit serving.batch runs).", csv=8, design=True, golden=True,
           axis="largest decode batch that fits (sequences)", table=Row(40, "max batch")),
     Field("max_batch_limit", "", "Why the next compiled batch does not fit (empty when every one fits).",
           axis="batch limit"),

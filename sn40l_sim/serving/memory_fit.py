@@ -73,12 +73,26 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
         try:
             search: BatchSearch = find_max_batch(memory.decode_fits, s.batch_sizes)
         except InfeasibleError as exc:
-            # a refusal says what would fit (docs/robustness.md): here the longest prompt
-            raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}") from None
+            # a batch given as a number is the compiled batch (batch_sizes bound only ``max``): it
+            # runs when it fits though none of batch_sizes does, reported as a largest of 0
+            if s.batch != "max" and _fits(memory, int(s.batch)):
+                search = BatchSearch(0, None, exc)
+            else:
+                # a refusal says what would fit (docs/robustness.md): here the longest prompt
+                raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}") from None
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
     prefill_memory = check_prompt_fits(s, memory)
     return FittedMemory(search, batch, placement, prefill_memory, _kv_first_tier_batch(s, memory, batch, placement))
+
+
+def _fits(memory: MemoryFit, batch: int) -> bool:
+    """Whether a decode batch of ``batch`` fits the decode node."""
+    try:
+        memory.decode_fits(batch)
+    except InfeasibleError:
+        return False
+    return True
 
 
 def check_prompt_fits(s: PointSetup, memory: MemoryFit) -> Any:

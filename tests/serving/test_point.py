@@ -95,6 +95,18 @@ def test_explicit_batch_within_the_maximum_runs_and_beyond_it_is_infeasible():
     assert f"exceed the free {FREE} B" in message
 
 
+def test_an_explicit_batch_that_fits_runs_when_none_of_the_compiled_sizes_does():
+    # batch_sizes bound only ``max``: a batch of 16 (one full cache a socket) fits though 64 (four)
+    # does not, so it runs at its own step, the largest compiled size that fits being none (0)
+    result, timer, _ = run(FULL, batch=16, batch_sizes=(64,))
+    assert result.batch == 16 and result.max_batch == 0
+    assert "no compiled batch size fits, not even 64" in result.next_failure
+    assert ("decode", 16, PROMPT + NEW) in timer.calls and len(result.log.requests) == 16
+    with pytest.raises(InfeasibleError) as info:   # one that does not fit either is still refused
+        run(FULL, batch=32, batch_sizes=(64,))
+    assert info.value.field == "prompt_len" and "not even 64" in str(info.value)
+
+
 def test_a_context_that_does_not_fit_even_at_batch_1_is_infeasible():
     with pytest.raises(InfeasibleError) as info:
         run(FULL, placer=FakePlacer(weights=40 * 2**30, free=FULL_SLOT // 2))
