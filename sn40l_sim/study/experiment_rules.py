@@ -95,6 +95,7 @@ def check_experiment(exp: Experiment) -> None:
             raise exp.error(("serving", key), f"{repeated} is listed twice: each compiled size once")
     _check_workload(exp)
     _warn_fraction_percentiles(exp)
+    _warn_padded_chunk(exp)
     if spec.rate_search is not None:
         if spec.slo is None:
             raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
@@ -181,3 +182,24 @@ def _warn_fraction_percentiles(exp: Experiment) -> None:
                           f"percentile, met when {target.percentile:g}% of requests are within the bound; "
                           f"percentiles are out of 100 (for {100 * target.percentile:g}% of requests write "
                           f"{100 * target.percentile:g})", stacklevel=2)
+
+
+def _warn_padded_chunk(exp: Experiment) -> None:
+    """Warn of a ``serving.prefill_chunk`` that is not a compiled prefill length: each full chunk
+    runs the static graph of the next compiled length up (serving/chunked_prefill.py), so it pays
+    for the padded rows, and a chunk of 3,000 among powers of two costs as much as 4,096 tokens
+    while prefilling fewer of them between two decode steps."""
+    serving = exp.spec.serving
+    chunk, lens = serving.prefill_chunk, sorted(serving.prefill_lens)
+    # only a chunk that ends inside a prompt runs a graph of its own length (prompts are at most
+    # shape.prompt_len; past it every chunk is a whole prompt, or a prompt's rest, in its own graph)
+    if chunk is None or chunk in lens or chunk >= min(exp.spec.shape.prompt_len, lens[-1]):
+        return
+    compiled = next(n for n in lens if n > chunk)
+    below = [n for n in lens if n < chunk]
+    file, line = exp.doc.where(("serving", "prefill_chunk"))
+    where = f"{file}:{line}: " if line is not None else f"{file}: "
+    fits = f"{below[-1]} or {compiled}" if below else f"{compiled}"
+    warnings.warn(f"{where}serving.prefill_chunk: {chunk} is not one of serving.prefill_lens: each full chunk runs "
+                  f"the {compiled}-token graph, {compiled - chunk} of its rows padding; a chunk of {fits} "
+                  "fills its graph", stacklevel=2)

@@ -438,6 +438,20 @@ def test_an_slo_percentile_written_as_a_fraction_is_warned_of(tmp_path, capsys):
     assert check_warnings(path, LLAMA.replace("seed: 7", slo % "90")) == []
 
 
+def test_a_prefill_chunk_between_compiled_lengths_is_warned_of(tmp_path):
+    # a chunk of 3,000 runs the 4,096-token graph: it costs what 4,096 tokens do and prefills fewer
+    path = tmp_path / "e.yaml"
+    colocated = LLAMA.replace("mode: disaggregated", "mode: colocated").replace("  prefill_nodes: 1\n", "")
+    chunked = "seed: 7\n  prefill_chunk: %s"
+    (warning,) = check_warnings(path, colocated.replace("seed: 7", chunked % "3000"))
+    assert warning.startswith(f"{path}:29: serving.prefill_chunk: 3000 is not one of serving.prefill_lens: "
+                              "each full chunk runs the 4096-token graph, 1096 of its rows padding")
+    assert warning.endswith("a chunk of 2048 or 4096 fills its graph")
+    assert check_warnings(path, colocated.replace("seed: 7", chunked % "2048")) == []
+    # from the longest prompt up no chunk ends inside a prompt: each runs its prompt's own graph
+    assert check_warnings(path, colocated.replace("seed: 7", chunked % "40000")) == []
+
+
 def check_warnings(path: Path, text: str) -> list[str]:
     """The warnings ``check`` gives for an experiment file ``text`` written at ``path`` (it passes)."""
     path.write_text(text)
