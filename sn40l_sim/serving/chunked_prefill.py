@@ -108,8 +108,11 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
                 log.prefill_node = node.index
                 node.hold(log)
             end = min(log.request.prompt_len, done + budget)
-            # the chunk runs its own graph (its rows), so it loads that graph's configurations
-            yield from serving.switch_to(node, "prefill", end - done, part=True)
+            # the chunk runs its own graph (its rows), so it loads that graph's configurations; a
+            # whole prompt in one chunk runs the prompt's graph, with the KV policy's kernels
+            # (chunk_cycles), as unchunked
+            whole = done == 0 and end == log.request.prompt_len
+            yield from serving.switch_to(node, "prefill", end - done, part=not whole)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
             cycles = chunk_cycles(setup, done, end, log.request.prompt_len)

@@ -76,8 +76,9 @@ def test_a_chunk_without_the_policys_kernels_loads_that_graphs_configurations():
     # where a chunk's graph runs without the KV policy's kernels (they select once, after the last
     # chunk), its switch loads that graph's configurations, not the whole prompt graph's: with 7
     # cycles for the part graph and 1,000 for the whole one, the schedule is the one where every
-    # switch to prefill costs 7
-    reqs = requests()
+    # switch to prefill costs 7 (every prompt longer than a chunk: a whole prompt in one chunk runs
+    # the whole prompt's graph, the next test)
+    reqs = [replace(r, prompt_len=max(r.prompt_len, 257)) for r in requests()]
     chunked = replace(SETUP, prefill_chunk=256, decode_switch_cycles=3)
     apart = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 1000,
                                    prefill_part_switch_cycles=lambda rows: 7))
@@ -87,3 +88,18 @@ def test_a_chunk_without_the_policys_kernels_loads_that_graphs_configurations():
     # and without a graph of its own for the parts, a chunk pays the graph of its rows, as before
     whole = simulate(reqs, replace(chunked, prefill_switch_cycles=lambda rows: 1000))
     assert sum(whole.busy["graph_switch"]) > sum(apart.busy["graph_switch"])
+
+
+def test_a_chunk_as_long_as_the_prompts_is_the_unchunked_schedule_with_the_policys_kernels_apart():
+    # with a compressing policy's kernels apart (they select once, over the whole prompt) a chunk
+    # that is the whole prompt runs the whole prompt's graph, kernels included (chunk_cycles), so
+    # its switch loads that graph's configurations (30 cycles), not those of the graph without
+    # them (7): a chunk longer than every prompt is the unchunked schedule, switches included
+    reqs = requests()
+    setup = replace(SETUP, decode_switch_cycles=3, prefill_switch_cycles=lambda rows: 30,
+                    prefill_part_switch_cycles=lambda rows: 7, prefill_policy_cycles=lambda p: p // 8)
+    whole, chunked = simulate(reqs, setup), simulate(reqs, replace(setup, prefill_chunk=10**9))
+    assert sum(whole.busy["graph_switch"]) > 0
+    assert [(r.prefill_start, r.first_token, r.token_cycles) for r in whole.requests] == \
+        [(r.prefill_start, r.first_token, r.token_cycles) for r in chunked.requests]
+    assert whole.steps == chunked.steps and whole.busy == chunked.busy and whole.end_cycle == chunked.end_cycle
