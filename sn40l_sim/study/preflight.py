@@ -203,53 +203,36 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
                 transfer_seconds(setup.node, setup.kv_transfer, 0, setup.prefill_node)
         with located("prefill_lens"):
             compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
-        if served and fit and setup.batch != "max":
-            # an explicit batch and one prompt in memory, with the activations of their graphs
-            # (built, not simulated): a batch that did not fit passed check and stopped run
+        if served:
+            # an explicit batch (else, for batch: max, the smallest compiled batch: not the search for
+            # the largest, a graph per size) and one prompt on a prefill node, with the activations
+            # of their graphs (built, not simulated): a batch that did not fit, or a 1M-token prompt
+            # whose cache or activations fit no batch, passed check and stopped run
+            batch = int(setup.batch) if fit and setup.batch != "max" else min(setup.batch_sizes)
             side = asm.prefill_side(setup)    # (a chunk's graph costs are not placed: run places the prompt's)
-            _check_batch_fits(setup, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
-                                                  side.get("prefill_costs"), side.get("prefill_place")))
-        elif served:
-            # batch: max: the smallest compiled batch (not the search for the largest, a graph per
-            # size) and one prompt on a prefill node, a graph each: a 1M-token prompt whose cache
-            # or activations fit no batch passed check and stopped run
-            side = asm.prefill_side(setup)
-            _check_smallest_batch_fits(setup, point_memory(setup, asm.step_timer(setup),
-                                                           asm.memory_placer(setup.model),
-                                                           side.get("prefill_costs"), side.get("prefill_place")))
+            _check_batch_fits(setup, batch, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
+                                                         side.get("prefill_costs"), side.get("prefill_place")))
     except InputError as exc:
         raise asm.locate(exc) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
                    asm.max_context_set)
 
 
-def _check_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
-    """Refuse an explicit batch that does not fit on a decode socket, or its prompt on a prefill
-    node, as ``run`` refuses them: their graphs are built (their activations) and placed; only a
-    refused batch goes through ``run``'s whole sequence (:func:`fit_memory`: the weights, then the
-    largest batch that fits, which its message names), so that a sweep of explicit batches is
+def _check_batch_fits(setup: PointSetup, batch: int, memory: MemoryFit) -> None:
+    """Refuse, as ``run`` refuses them, a ``batch`` that does not fit on a decode socket (an explicit
+    one, or the smallest compiled batch of ``batch: max``) or the prompt on a prefill node: their
+    graphs are built (their activations) and placed; only a refused batch goes through ``run``'s
+    whole sequence (:func:`fit_memory`: the weights, then the largest batch that fits, which its
+    message names, with the longest prompt that would), so that a sweep of explicit batches is
     checked at the cost of a decode graph a run and a prefill graph a prompt length."""
     check_weights_fit(setup, memory.place, memory.prefill_place)
     try:
-        memory.decode_fits(int(setup.batch))
+        memory.decode_fits(batch)
     except InfeasibleError:
         fit_memory(setup, memory)
         raise
     # and the prompt on a prefill node (one graph more): a 1M-token prompt whose activations may
     # not spill passed check with an explicit batch and stopped run
-    check_prompt_fits(setup, memory)
-
-
-def _check_smallest_batch_fits(setup: PointSetup, memory: MemoryFit) -> None:
-    """Refuse, as ``run`` refuses it, a ``batch: max`` point for which not even the smallest
-    compiled batch fits a decode socket (with the longest prompt that would), or whose prompt does
-    not fit a prefill node."""
-    check_weights_fit(setup, memory.place, memory.prefill_place)
-    try:
-        memory.decode_fits(min(setup.batch_sizes))
-    except InfeasibleError:
-        fit_memory(setup, memory)
-        raise
     check_prompt_fits(setup, memory)
 
 
