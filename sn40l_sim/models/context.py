@@ -15,6 +15,10 @@ the formulas use, so each formula reads like the arithmetic it is:
 ``seqs``
     sequences whose attention one socket runs: ``ceil(batch / attention_dp)``; their rows are
     ``seqs * queries``.
+``fewest_seqs``
+    sequences the least loaded socket runs, ``floor(batch / attention_dp)`` (0 when the batch is
+    smaller than ``attention_dp``): that socket keeps the fewest of its rows in the switch to the
+    data-parallel layout, so it sends the most.
 ``head_ways``
     how many ways attention heads are split for one sequence: ``tp / attention_dp``.
 ``proj_heads`` / ``attn_heads``
@@ -134,6 +138,11 @@ class Ctx:
     def seqs(self) -> int:
         """Sequences whose attention one socket runs (module docstring)."""
         return -(-self.shape.batch // self.dp)
+
+    @property
+    def fewest_seqs(self) -> int:
+        """Sequences the least loaded socket runs (module docstring)."""
+        return self.shape.batch // self.dp
 
     @property
     def head_ways(self) -> int:

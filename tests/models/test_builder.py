@@ -273,3 +273,22 @@ def test_llama_attention_data_parallel_holds_whole_sequences(llama8b):
     tp_only = layer(decode(llama8b, batch=16, kv_len=1000, plan=ParallelPlan(tp=8)), 0)["decoder"]
     assert {c.kind for c in tp_only.collectives} == {"all_reduce"}
     assert att.flops == tp_only.flops  # same work, split by sequences instead of heads
+
+
+@pytest.mark.parametrize("batch, fewest", [(16, 1), (20, 1), (4, 0), (1, 0)])
+def test_queries_to_data_parallel_count_the_busiest_sender(r1, llama8b, batch, fewest):
+    # In the switch from heads (TP) to sequences (DP), a socket sends its heads' rows of every
+    # sequence it does not run; the one running the fewest, floor(B / dp), sends the most. Below
+    # dp sequences most sockets run none and still send their heads of every sequence (the
+    # all-to-all used to vanish at batch 1 and count the owner's share at batch 4 and 20).
+    mla = layer(decode(r1, batch=batch, kv_len=1024, drafts=2), 3)["mla"]
+    sent = {c.name: c.bytes for c in mla.collectives if c.kind == "all_to_all"}
+    assert sent["mla_q_to_dp"] == (batch - fewest) * 3 * 8 * 576 * 2
+    # the way back is sent by the socket running the most sequences, ceil(B / dp)
+    assert sent["mla_o_to_tp"] == -(-batch // 16) * 3 * 120 * 512 * 2
+    gqa = layer(decode(llama8b, batch=batch // 2 or 1, kv_len=1000, plan=ParallelPlan(tp=8, attention_dp=8)),
+                0)["decoder"]
+    b8 = batch // 2 or 1
+    # 4 query heads and one K and one V head of 128 per socket at TP8
+    q = {c.name: c.bytes for c in gqa.collectives if c.kind == "all_to_all"}["gqa_q_to_dp"]
+    assert q == (b8 - b8 // 8) * (4 + 2) * 128 * 2

@@ -177,9 +177,10 @@ OPERATORS = {f.__name__: f for f in (q_proj, k_proj, v_proj, gqa_rope, kv_cache_
 
 def gqa_q_to_dp(c: Ctx) -> int:
     """All-to-all of the new Q, K, V rows from the TP to the DP layout. Bytes one socket sends:
-    its heads' rows of the other sockets' sequences."""
+    its heads' rows of the other sockets' sequences; the busiest sender runs the fewest sequences
+    (:attr:`~sn40l_sim.models.context.Ctx.fewest_seqs`, as in the MLA family's ``mla_q_to_dp``)."""
     heads = c.proj_heads + 2 * _kv_heads(c, c.tp)
-    return (c.tokens - c.seqs * c.queries) * heads * _d(c) * ACT if c.dp > 1 else 0
+    return (c.tokens - c.fewest_seqs * c.queries) * heads * _d(c) * ACT if c.dp > 1 else 0
 
 
 def gqa_o_to_tp(c: Ctx) -> int:

@@ -260,9 +260,12 @@ def latent(c: Ctx) -> int:
 def mla_q_to_dp(c: Ctx) -> int:
     """All-to-all of the absorbed 576-wide queries from the TP (heads) to the DP (sequences)
     layout. Bytes one socket sends: its ``heads/tp`` heads of the other sockets' sequences' rows,
-    ``(B - B/dp) * queries * heads/tp * 576`` BF16 (the collective contract counts what a member
-    sends)."""
-    return (c.tokens - c.seqs * c.queries) * c.proj_heads * _latent_width(c) * ACT if c.dp > 1 else 0
+    ``(B - floor(B/dp)) * queries * heads/tp * 576`` BF16. The collective contract counts what a
+    member sends, and the busiest sender is the socket running the fewest sequences
+    (:attr:`~sn40l_sim.models.context.Ctx.fewest_seqs`): when ``dp`` does not divide the batch,
+    or the batch is below ``dp``, some socket runs ``floor(B/dp)`` of them, none below ``dp``,
+    and sends its heads of every sequence."""
+    return (c.tokens - c.fewest_seqs * c.queries) * c.proj_heads * _latent_width(c) * ACT if c.dp > 1 else 0
 
 
 def mla_o_to_tp(c: Ctx) -> int:
