@@ -96,8 +96,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
     from sn40l_sim.report.pareto import objectives_missing
-    from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.experiment_files import workload_source
+    from sn40l_sim.study.sweep.base import point_sources
     from sn40l_sim.study.sweep.executors import check_scheduler, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
@@ -113,11 +112,11 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
                             scheduler=scheduler, resume=resume, plots=plots)
         # the wall-clock speed of the runs simulated now, kept where run keeps it (not in the results)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
-        # the base experiment's trace (an axis over workload.path is not followed): its licence may ask
-        # for its attribution beside the results
-        source = workload_source(load_experiment(experiment))
-        if source is not None:
-            folder.note(trace=source)
+        # the traces the points served (after --set and the axes): a licence may ask for the
+        # attribution beside the results
+        sources = point_sources(sweep.points, sweep.doc)
+        if sources:
+            folder.note(trace="; ".join(sources))
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
     where = f" on Dask ({chosen})" if chosen else ""
@@ -131,7 +130,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
         print(side_by_side(list(records)))
         for line in capping_notes(list(records)):
             print(line)
-    if source is not None:
+    for source in sources:
         print(f"note: requests from {source}")
     written = [out / "results.json", out / "results.csv"]
     if sweep.objectives:

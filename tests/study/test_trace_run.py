@@ -109,6 +109,26 @@ def test_a_sweep_over_a_trace_keeps_its_attribution_too(tmp_path, capsys):
     assert f"note: requests from {status['trace']}\n" in capsys.readouterr().out
 
 
+def test_a_sweep_names_the_trace_its_points_served_not_the_files(tmp_path, capsys):
+    # `run azure_conv.yaml --set workload.path=<the hour's trace>` printed and kept the 10-minute
+    # trace the file names as the requests' source; an axis over the trace was not followed either
+    path = experiment(tmp_path, ", cap_lengths: true")
+    (tmp_path / "mine.csv").write_text("arrival_s,prompt_len,output_len\n0,100,8\n0.5,200,4\n")
+    path.write_text(path.read_text() + "sweep: {axes: {max_new_tokens: {path: serving.max_new_tokens, values: [16, 32]}}}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "set"), "--quiet", "--no-plot", "--jobs", "1",
+                 "--set", f"workload.path={tmp_path / 'mine.csv'}"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads((tmp_path / "set" / "status.json").read_text())["trace"] == "mine.csv"
+    assert "note: requests from mine.csv\n" in out and "azure.csv" not in out
+    path.write_text(path.read_text().replace("max_new_tokens: {path: serving.max_new_tokens, values: [16, 32]}",
+                                             "trace: {path: workload.path, values: [azure.csv, mine.csv]}"))
+    assert main(["run", str(path), "--out", str(tmp_path / "axis"), "--quiet", "--no-plot", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    trace = json.loads((tmp_path / "axis" / "status.json").read_text())["trace"]
+    assert trace.startswith("azure.csv: the Azure LLM inference trace") and trace.endswith("; mine.csv")
+    assert "note: requests from mine.csv\n" in out and "note: requests from azure.csv: the Azure" in out
+
+
 def test_the_prompt_prefill_and_transfer_figures_of_a_trace_are_those_of_its_longest_prompt(tmp_path, capsys):
     # results.md said "prompt length of the point's requests" and "per request": a trace's requests
     # (here 91 to 512 tokens once capped) each have their own; the figures are for prefill_len

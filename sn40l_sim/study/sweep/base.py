@@ -18,6 +18,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.study.experiment import Experiment, experiment_from_document
+from sn40l_sim.study.experiment_files import workload_source
 from sn40l_sim.study.points import make_point_policy
 from sn40l_sim.study.points import points as experiment_points
 from sn40l_sim.study.sweep.axes import Axis, AxisError, set_path
@@ -29,6 +30,20 @@ def experiment_from_data(data: dict, doc: Document) -> Experiment:
     """An :class:`~sn40l_sim.study.experiment.Experiment` from plain data, with ``doc``'s file and lines
     for errors and relative paths."""
     return experiment_from_document(Document(data, doc.path, doc.origins))
+
+
+def point_sources(points: list[Any], doc: Document) -> list[str]:
+    """The trace (with its attribution: :func:`~sn40l_sim.study.experiment_files.workload_source`)
+    each sweep point serves, in point order, each once: the points' own, after ``--set`` and the
+    axes, not the base file's (a ``--set workload.path=`` was named as the file's trace)."""
+    sources: dict[str, None] = {}
+    for point in points:
+        workload = point.data.get("workload")
+        if isinstance(workload, dict) and workload.get("kind") == "trace":
+            source = workload_source(experiment_from_data(point.data, doc))
+            if source is not None:
+                sources[source] = None
+    return list(sources)
 
 
 #: the experiment fields that name a file, and what each names (for the message)
