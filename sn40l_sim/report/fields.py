@@ -353,12 +353,15 @@ RESULTS = Fields([
           parts=(
               Field("capacity_bytes_per_node", "B", "KV bytes reserved for a decode node's slots.",
                     axis="KV reserved per decode node"),
-              Field("peak_bytes", "B", "Most KV bytes a decode node held after a step.",
+              Field("peak_bytes", "B", "Most KV bytes a decode node held after a step (the sequences "
+                    "stepping and those whose slot is reserved while their cache arrives).",
                     axis="peak KV per decode node"),
               Field("peak_fraction", "1", "peak_bytes over capacity_bytes_per_node.",
                     axis="peak KV occupancy (fraction of reserved)",
                     table=Row(210, "peak KV occupancy (%)", ".1f", 100)),
-              Field("mean_fraction", "1", "Time-weighted mean occupancy over capacity_bytes_per_node.",
+              Field("mean_fraction", "1", "Mean occupancy over capacity_bytes_per_node, each step weighted "
+                    "by its duration: the mean over the time decode steps ran, not over the makespan (a "
+                    "node idle between requests adds nothing; several nodes' steps are pooled).",
                     axis="mean KV occupancy (fraction of reserved)"),
               Field("series", "", "Occupancy after every k-th step (k chosen for at most 100 per node) and "
                     "after the node's peak step and its last: at most 102 per node.", is_list=True, parts=(

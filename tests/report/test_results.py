@@ -176,6 +176,18 @@ def test_kv_occupancy_mean_is_weighted_by_step_time():
     assert [(p["t_s"], p["kv_bytes"]) for p in occ["series"]] == [(1.0, 100), (4.0, 300)]
 
 
+def test_kv_occupancy_mean_counts_step_time_only_as_results_md_says():
+    # a node steps for 10 cycles at 400 B, sits idle for 90 and steps 10 more at 400 B: its mean is
+    # 0.4 of the 1,000 B over the time steps ran, not 0.08 over the 110-cycle span (results.md said
+    # "time-weighted", which read as over the run)
+    steps = StepTable([StepLog(node=0, start=0, end=10, active=1, kv_bytes=400, slots_in_use=1),
+                       StepLog(node=0, start=100, end=110, active=1, kv_bytes=400, slots_in_use=1)])
+    occ = kv_occupancy(NS(setup=NS(kv_capacity_bytes=1000), steps=steps), clock_hz=10.0)
+    assert occ["mean_fraction"] == pytest.approx(0.4)
+    (mean,) = [part for part in RESULTS["kv_occupancy"].parts if part.name == "mean_fraction"]
+    assert "over the time decode steps ran, not over the makespan" in mean.description
+
+
 def test_a_run_without_decode_steps_has_no_observed_decode_rate():
     # every output one token long: the prefill gives it, no decode step runs; the observed decode
     # rate and the mean filled slots are empty (undefined), not 0 tokens/s and 0 slots
