@@ -5,6 +5,8 @@ by the engine, then the workload served through prefill, KV transfer and continu
 Prints a side-by-side table and writes OUT/results.json, OUT/results.csv and OUT/throughput.png,
 and OUT/slo_attainment.png for a rate search (OUT defaults to out/<experiment name>; the plots are
 drawn after the table is printed, and --no-plot skips them). The same inputs and seed give the same results.json.
+--requests FILE.csv also writes one row per served request (sn40l_sim/report/request_table.py), the
+records that results.json's latencies, served throughput and SLO figures summarise.
 
 Every file is written whole or not at all; OUT/status.json says whether the run is running, complete,
 failed or interrupted; a second run into the same OUT while one runs is refused; --out and --trace
@@ -38,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes when the experiment has a sweep: section (default: the number of CPUs)")
     parser.add_argument("--trace", default=None, metavar="FILE.json",
                         help="also write a Chrome trace (open in Perfetto): nodes, requests and per-socket kernels")
+    parser.add_argument("--requests", default=None, metavar="FILE.csv",
+                        help="also write one row per served request and point (arrival, lengths, stage times, "
+                             "queueing, TTFT, TPOT, end-to-end latency), from which results.json's latency and "
+                             "served throughput figures can be recomputed (sn40l_sim/report/request_table.py)")
     parser.add_argument("--no-plot", action="store_true",
                         help="write no plots (they are drawn after the table is printed, and take matplotlib's time)")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="sets",
@@ -66,13 +72,17 @@ def run(args: argparse.Namespace) -> int:
 
     check_jobs(args.jobs)   # as sweep checks it, whether or not the experiment has a sweep: section
     args.out, args.trace = output_path(args.out, "--out"), output_path(args.trace, "--trace")
+    args.requests = output_path(args.requests, "--requests")
     if args.trace is not None and args.trace.suffix.lower() != ".json":   # trace viewers go by the suffix
         raise InputError(f"expected a .json file (Chrome trace format), got {str(args.trace)!r}", field="--trace")
+    if args.requests is not None and args.requests.suffix.lower() != ".csv":
+        raise InputError(f"expected a .csv file, got {str(args.requests)!r}", field="--requests")
     sets = parse_sets(args.sets)
     exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
-        if args.trace:
-            print("note: --trace is ignored for a sweep (trace one point with its own experiment)", file=sys.stderr)
+        for option, given in (("--trace", args.trace), ("--requests", args.requests)):
+            if given:
+                print(f"note: {option} is ignored for a sweep (run one point with its own experiment)", file=sys.stderr)
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
                           plots=not args.no_plot, sets=sets, set_items=args.sets)
     hardware_overrides: dict = {}
@@ -82,18 +92,25 @@ def run(args: argparse.Namespace) -> int:
     asm = assemble(exp, hardware_overrides=hardware_overrides)
     check_assembly(asm)   # what the experiment gets wrong is said before any output is touched
     out = args.out if args.out is not None else Path("out") / exp.spec.name
-    if args.trace:
-        check_file(args.trace, "--trace")   # before the simulation, not after it
+    extra = [(option, path, example) for option, path, example in
+             (("--trace", args.trace, "trace.json"), ("--requests", args.requests, "requests.csv")) if path is not None]
+    if args.trace and args.requests and args.trace.resolve() == args.requests.resolve():
+        raise InputError(f"{args.requests} is where --trace writes; expected another file", field="--requests")
+    inside: tuple[str, ...] = ()
+    for option, path, example in extra:
+        check_file(path, option)   # before the simulation, not after it
+        # a file written into the output folder is one of the run's outputs: listed in status.json and
+        # removed when a later run into the folder starts, so it never sits beside another run's results
+        if path.resolve().parent == out.resolve():
+            if path.name in (*OUTPUTS, STATUS_FILE, LOCK_FILE):   # it would overwrite the results
+                raise InputError(f"{path} is where run writes its own {path.name}; expected another file name "
+                                 f"(e.g. {example})", field=option)
+            inside += (path.name,)
     results: list = []
     command = " ".join([f"run {args.experiment}", *(f"--set {item}" for item in args.sets)])
-    # a trace written into the output folder is one of the run's outputs: listed in status.json and
-    # removed when a later run into the folder starts, so it never sits beside another run's results
-    inside = args.trace is not None and args.trace.resolve().parent == out.resolve()
-    if inside and args.trace.name in (*OUTPUTS, STATUS_FILE, LOCK_FILE):   # the trace overwrote the results
-        raise InputError(f"{args.trace} is where run writes its own {args.trace.name}; expected another file name "
-                         "(e.g. trace.json)", field="--trace")
-    with OutputFolder(out, command=command, outputs=OUTPUTS + ((args.trace.name,) if inside else ())) as folder:
-        records = simulate_assembly(asm, progress=not args.quiet, on_result=results.append if args.trace else None)
+    with OutputFolder(out, command=command, outputs=OUTPUTS + inside) as folder:
+        records = simulate_assembly(asm, progress=not args.quiet,
+                                    on_result=results.append if extra else None)
         json_path, csv_path = write_results(records, out)
         folder.note(speed=[{"name": r["name"], **r["speed"]} for r in records if "speed" in r])
         source = workload_source(exp)
@@ -125,14 +142,18 @@ def run(args: argparse.Namespace) -> int:
             plot_path = throughput_plot(records, out / "throughput.png", title=exp.spec.name)
             slo_plot = slo_attainment_plot(records, out / "slo_attainment.png",
                                            title=f"{exp.spec.name}: SLO attainment")
-        trace_path = None
+        trace_path = requests_path = None
         if args.trace:
             from sn40l_sim.report.chrome_trace import write_trace
             trace_path = write_trace(args.trace, results, workload_source=source)
+        if args.requests:
+            from sn40l_sim.report.request_table import write_requests
+            requests_path = write_requests(args.requests, results)
     plots = "".join(f", {p}" for p in (plot_path, slo_plot) if p)
     print(f"\nwrote {json_path}, {csv_path}{plots}")
-    if trace_path is not None:
-        print(f"wrote {trace_path}")
+    for path in (trace_path, requests_path):
+        if path is not None:
+            print(f"wrote {path}")
     return 0
 
 
