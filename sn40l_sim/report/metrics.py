@@ -70,7 +70,7 @@ def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
 def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
     """Request and token rates of the run, and decode tokens per second of decode-step time (None,
     an empty cell, for a run without a decode step: every output one token long)."""
-    start = min(r.request.arrival_cycle for r in log.requests)
+    start = log.span_start
     span_s = (log.end_cycle - start) / clock_hz
     tokens = sum(r.generated for r in log.requests)
     steps = log.steps
@@ -93,7 +93,7 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
 
 def node_utilisation(log: ServingLog) -> dict[str, list[float]]:
     """Busy fraction of every node (and link) by role over the run (first arrival to the end)."""
-    start = min(r.request.arrival_cycle for r in log.requests)
+    start = log.span_start
     span = max(1, log.end_cycle - start)
     return {role: [b / span for b in busy] for role, busy in sorted(log.busy.items())}
 

@@ -12,7 +12,8 @@ start for a trace) and its latencies, as :mod:`sn40l_sim.report.metrics` defines
 
 From the rows of a point: ``latency.<x>_s`` is ``count``, ``mean``, numpy's linear ``p50``, ``p90``,
 ``p99`` and ``max`` of the column (``tpot_s`` without its empty cells); ``throughput.makespan_s`` is
-the last ``last_token_s`` minus the first ``arrival_s``, ``output_tokens`` the sum of ``tokens``,
+the last ``last_token_s`` minus the first ``arrival_s`` (of a model sharing a node, over the rows of
+every model of its scheduler's run: the node's window), ``output_tokens`` the sum of ``tokens``,
 ``output_tokens_per_s`` and ``requests_per_s`` those over the makespan; ``slo.attainment`` is the
 fraction of rows within every bound, and the goodput those rows (and their tokens) over the
 makespan. ``latency.itl_s`` needs every token's time, which the rows do not hold (a request's gaps

@@ -91,6 +91,6 @@ def slo_fields(ttft: Sequence[float], tpot: Sequence[float | None], tokens: Sequ
 def served_slo_fields(log: ServingLog, clock_hz: float, slo: SLO) -> dict[str, Any]:
     """:func:`slo_fields` of a served run (makespan from the first arrival to the last token, as
     :func:`sn40l_sim.report.metrics.throughput` counts it)."""
-    start = min(r.request.arrival_cycle for r in log.requests)
+    start = log.span_start
     ttft, tpot, tokens = request_latencies(log, clock_hz)
     return slo_fields(ttft, tpot, tokens, makespan_s=(log.end_cycle - start) / clock_hz, slo=slo)

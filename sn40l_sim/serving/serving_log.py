@@ -150,3 +150,14 @@ class ServingLog:
     busy: dict[str, list[int]]
     #: what prefix caching reused (None without it)
     prefixes: PrefixTracker | None = None
+    #: where the window the run's rates are over starts (None: its first request's arrival): a
+    #: model's share of a run of several models on one node starts where the node's run does, so
+    #: that every model's rates are over one window (report/multi_model_fields.py)
+    start_cycle: int | None = None
+
+    @property
+    def span_start(self) -> int:
+        """Start of the window the run's rates are over (it ends at ``end_cycle``)."""
+        if self.start_cycle is not None:
+            return self.start_cycle
+        return min(r.request.arrival_cycle for r in self.requests)

@@ -192,7 +192,7 @@ def test_a_run_without_decode_steps_has_no_observed_decode_rate():
     # every output one token long: the prefill gives it, no decode step runs; the observed decode
     # rate and the mean filled slots are empty (undefined), not 0 tokens/s and 0 slots
     requests = [NS(request=NS(arrival_cycle=0), generated=1), NS(request=NS(arrival_cycle=5), generated=1)]
-    served = throughput(NS(requests=requests, steps=StepTable(), end_cycle=20), clock_hz=10.0)
+    served = throughput(NS(requests=requests, steps=StepTable(), end_cycle=20, span_start=0), clock_hz=10.0)
     assert served["decode_steps"] == 0 and served["output_tokens_per_s"] == pytest.approx(1.0)
     assert served["decode_tokens_per_s_observed"] is None and served["mean_active_slots"] is None
     row = next(csv.DictReader(io.StringIO(to_csv([{"name": "x", "throughput": served}]))))
