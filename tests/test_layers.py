@@ -9,6 +9,7 @@ because such an import is how a cycle hides.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -97,3 +98,18 @@ def test_the_check_catches_an_upward_import(tmp_path):
 def test_every_part_of_the_package_is_in_the_picture(layer):
     assert any(layer in names for names in contract())
     assert (PACKAGE / layer).is_dir() or (PACKAGE / f"{layer}.py").is_file()
+
+
+def readme_layers(text: str) -> list[list[str]]:
+    """The layer chain of the README's layout table (``commands/ -> study/ -> ... -> quantities.py,
+    errors.py``), top first, each a list of names as the contract writes them."""
+    chain = re.search(r"in layers: `([^`]+)`", text)
+    assert chain, "README.md's layout table has no `in layers: ...` chain"
+    return [[name.strip().removesuffix("/").removesuffix(".py") for name in row.split(",")]
+            for row in chain[1].split("->")]
+
+
+def test_the_readmes_layer_chain_is_the_contracts():
+    # a newcomer reads the layers off the README first: frozen.py and schema_keys.py were missing
+    assert readme_layers((REPO / "README.md").read_text(encoding="utf-8")) == contract()
+    assert readme_layers("in layers: `a/ -> b/, c/ -> d.py`") == [["a"], ["b", "c"], ["d"]]
