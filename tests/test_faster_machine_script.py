@@ -31,3 +31,14 @@ def test_a_curve_missing_a_value_is_not_judged():
     order = [50e9, 100e9, 200e9]
     rows = [_row(r, 1, d, 1.0) for r, d in zip(order[:2], (1.0, 2.0), strict=True)]
     assert faster_machine._rising(rows, COLUMN, order) == []
+
+
+def test_a_rise_too_small_for_the_printed_times_is_given_itself():
+    # Llama-3.1-405B's decode step with a faster clock rose by 17 ns: 32.4974 ms twice in the
+    # times printed, so the report names the rise and its share of the time before it
+    order = [50e9, 100e9, 200e9]
+    rows = [_row(r, 1, d, 1.0) for r, d in zip(order, (0.0324985, 0.03249740, 0.032497417), strict=True)]
+    found = faster_machine._rising(rows, COLUMN, order)
+    assert len(found) == 1
+    assert "[32.4985, 32.4974, 32.4974] ms (up by 17 ns, 5.2e-07 of the time before)" in found[0]
+    assert faster_machine._duration(2.1e-5) == "21.0 us" and faster_machine._duration(0.0021) == "2.100 ms"
