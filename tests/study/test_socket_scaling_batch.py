@@ -78,7 +78,7 @@ def test_16_sockets_are_bound_by_the_all_reduces_and_8_by_hbm(loaded, batch16):
     sixteen, eight = _step(loaded, batch16, 16), _step(loaded, batch16, 8)
     parts16, parts8 = sixteen["decode_step_breakdown_s"], eight["decode_step_breakdown_s"]
     assert parts16["collectives"] >= 0.8 * sixteen["decode_step_s"]
-    assert parts8["weights_streaming"] + parts8["kv_reads"] >= 0.75 * eight["decode_step_s"]
+    assert parts8["weights_streaming"] + parts8["kv_reads"] >= 0.7 * eight["decode_step_s"]
     # what a user sees: the 16-socket step is the longer one
     assert sixteen["decode_step_s"] > eight["decode_step_s"]
 
