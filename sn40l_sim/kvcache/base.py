@@ -11,6 +11,7 @@ memory tier) is its :meth:`KVPolicy.footprint`.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -150,8 +151,37 @@ MAX_TOKENS = 2**31 - 1
 
 
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:
-    """Class decorator adding a policy to :data:`POLICIES` under ``cls.name``."""
-    POLICIES[cls.name] = cls
+    """Class decorator adding a policy to :data:`POLICIES` under ``cls.name``.
+
+    The contract a plug-in (``plugins:`` of an experiment, docs/architecture.md, "Extending the
+    simulator") must keep is checked here, at import, rather than at the first point that builds the
+    policy: a :class:`KVPolicy` subclass, a dataclass (``from_params`` reads its fields), a ``name``
+    of its own. A second class under a name already taken (a plug-in calling itself
+    ``snapstream``) is refused: it would replace the shipped policy for every later experiment of the
+    process, whose results would carry the old name. The same class registered again (its module
+    imported a second time) replaces itself.
+
+    Raises
+    ------
+    TypeError
+        For a class that breaks the contract, or a name another class holds.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, KVPolicy)):
+        raise TypeError(f"register: {cls!r} is not a subclass of sn40l_sim.kvcache.KVPolicy")
+    # a plug-in file's module has a generated name: show its file instead
+    where = f"{cls.__qualname__} ({getattr(sys.modules.get(cls.__module__), '__file__', None) or cls.__module__})"
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise TypeError(f"register: {where} must set its own class attribute name (a non-empty text without "
+                        f"surrounding spaces, the experiment's policy: value), got {name!r}")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"register: {where} must be a dataclass of its parameters (@dataclass(frozen=True) "
+                        "under @register): KVPolicy.from_params builds it from its fields")
+    held = POLICIES.get(name)
+    if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"register: KV policy name {name!r} of {where} is already registered by "
+                        f"{held.__qualname__} ({held.__module__}); choose another name")
+    POLICIES[name] = cls
     return cls
 
 
