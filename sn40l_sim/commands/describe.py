@@ -148,6 +148,7 @@ def describe_experiment(path: str | Path) -> str:
     axis with its values and the files the sweep points name beyond the base's."""
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.experiment_files import referenced_files
+    from sn40l_sim.study.plugins import is_file_entry
 
     experiment = load_experiment(path)
     spec = experiment.spec
@@ -158,6 +159,10 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")
+    for i, entry in enumerate(spec.plugins):
+        # a file as the other paths are shown; a dotted module name as written
+        shown = experiment.resolve(entry, ("plugins", i)) if is_file_entry(entry) else entry
+        lines.append(f"  {'plugins' if i == 0 else '':10s} {entry}  ->  {shown}")
     policies = [_policy_text(p) for p in spec.policies]
     if len(", ".join(policies)) <= 90:
         lines.append(f"  policies   {', '.join(policies)}")

@@ -119,6 +119,7 @@ from sn40l_sim.schema import Flag, Fraction, Name, NonNegativeInt, PlainName, Po
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
 from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401  (re-exported)
+from sn40l_sim.study.plugins import load_plugins
 from sn40l_sim.study.serving_section import (  # noqa: F401  (sections re-exported: the schema is imported from here)
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
@@ -224,6 +225,9 @@ class ExperimentSpec(StrictModel):
     prefill_hardware: str | None = None
     model: str
     model_overrides: dict[str, Any] = Field(default_factory=dict)
+    #: Python modules imported before the policies are looked up (a ``.py`` file relative to this
+    #: file, or a dotted module name): KV policies written outside the package (study/plugins.py)
+    plugins: tuple[str, ...] = ()
     parallel: ParallelSection = ParallelSection()
     policies: tuple[PolicyEntry, ...]
     shape: ShapeSection
@@ -352,6 +356,8 @@ def experiment_from_document(doc: Document) -> Experiment:
                                    f"file (kind: experiment, as in experiments/); `python -m sn40l_sim describe "
                                    f"{doc.path}` shows what it holds")
     exp = Experiment(validate(ExperimentSpec, doc, tag_hints=_TAGS), doc)
+    # before the checks: they look the policies up by name, and a plug-in registers its own
+    load_plugins(doc, exp.spec.plugins)
     check_experiment(exp)
     return exp
 

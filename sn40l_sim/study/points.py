@@ -97,6 +97,11 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
         # make_policy names the field inside the entry ("policy" or "params.<name>"); a parameter
         # the point took from prompt_fraction or per_prompt is located there
         inner = tuple((exc.field or "params").split("."))
+        if inner == ("policy",):
+            # a policy of the user's own is unknown until a plug-in registers it: say how
+            exc = InputError(f"{exc.message} (a policy written outside the package is loaded by listing its "
+                             "module under plugins:, docs/architecture.md, \"Extending the simulator\")",
+                             field=exc.field)
         if inner[0] == "params" and len(inner) == 2:
             inner = param_source(exp, point, inner[1])
         raise _at_entry(exp, point, inner, exc) from None

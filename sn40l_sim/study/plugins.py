@@ -1,0 +1,115 @@
+"""An experiment's ``plugins:``: Python modules imported before its policies are looked up, so a KV
+policy written outside the package (a class under :func:`sn40l_sim.kvcache.register`) can be named
+by ``policies[*].policy`` from the command line (docs/architecture.md, "Extending the simulator").
+
+Each entry is a ``.py`` file, relative to the file that wrote it as every path of an experiment is,
+or a dotted module name importable from ``sys.path`` (a package installed beside the simulator).
+A file is imported once per process under a name derived from its resolved path, so loading the
+experiment again (each run of a sweep, ``check`` then ``run`` in one process) does not register its
+classes twice; a sweep's worker processes load the experiment, and with it the plug-ins, themselves.
+
+A plug-in is code: loading the experiment runs it (``check`` and ``describe`` too). Anything its
+import raises is bad input of the experiment: one line at ``plugins[i]`` naming the plug-in's file
+and line where it failed, exit status 2, rather than a traceback from inside the loader.
+
+>>> from pathlib import Path
+>>> from sn40l_sim.yamlio import Document
+>>> load_plugins(Document({"plugins": ["nowhere.py"]}, Path("exp.yaml"), {}), ("nowhere.py",))
+Traceback (most recent call last):
+...
+sn40l_sim.errors.InputError: exp.yaml: plugins[0]: plug-in file 'nowhere.py' not found (looked for nowhere.py)
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from sn40l_sim.yamlio import Document, not_a_file
+
+#: plug-in files imported in this process, by resolved path
+_LOADED: dict[Path, ModuleType] = {}
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def load_plugins(doc: Document, entries: tuple[str, ...]) -> list[ModuleType]:
+    """Import each plug-in the experiment ``doc`` lists (``entries``, the validated
+    ``plugins:``), in order.
+
+    Raises
+    ------
+    InputError
+        At ``plugins[i]``: a file that does not exist, a name that is neither a ``.py`` file nor a
+        dotted module name, or a module whose import raised (its file, line and message).
+    """
+    modules = []
+    for i, entry in enumerate(entries):
+        field = ("plugins", i)
+        if is_file_entry(entry):
+            path = doc.resolve(entry, field)
+            if not path.is_file():
+                raise doc.error(field, f"plug-in file {entry!r} {not_a_file(path)} (looked for {path})")
+            modules.append(_import_file(doc, field, entry, path.resolve()))
+        elif _DOTTED.fullmatch(entry):
+            modules.append(_import_module(doc, field, entry))
+        else:
+            raise doc.error(field, f"expected a .py file (relative to this file) or a dotted module name, got {entry!r}")
+    return modules
+
+
+def is_file_entry(entry: str) -> bool:
+    """Whether a ``plugins:`` entry names a file (a ``.py`` suffix or a folder in it) rather than a
+    dotted module name."""
+    return entry.endswith(".py") or "/" in entry or "\\" in entry
+
+
+def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleType:
+    if path in _LOADED:
+        return _LOADED[path]
+    name = f"sn40l_sim_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{_digest(path)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise doc.error(field, f"plug-in file {entry!r} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # in sys.modules while it runs, as an import does: dataclasses and pickling look the module up
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:   # the plug-in's own failure, of any kind, is the experiment's bad input
+        del sys.modules[name]
+        raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, path)}") from None
+    _LOADED[path] = module
+    return module
+
+
+def _import_module(doc: Document, field: tuple, entry: str) -> ModuleType:
+    try:
+        return importlib.import_module(entry)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (entry == exc.name or entry.startswith(exc.name + ".")):
+            raise doc.error(field, f"no module named {entry!r} on the Python path (a plug-in file is written "
+                                   "with its .py suffix, relative to this file)") from None
+        raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, None)}") from None
+    except Exception as exc:
+        raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, None)}") from None
+
+
+def _failure(exc: BaseException, path: Path | None) -> str:
+    """``FILE:LINE: Type: message`` of where ``exc`` was raised: the plug-in's own line when the
+    traceback passes through ``path`` (else its deepest frame), the offending line of a syntax error."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: SyntaxError: {exc.msg}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if path is not None and Path(f.filename) == path]
+    where = (own or frames)[-1] if frames else None
+    text = f"{type(exc).__name__}: {exc}"
+    return f"{where.filename}:{where.lineno}: {text}" if where is not None else text
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(str(path).encode()).hexdigest()[:12]

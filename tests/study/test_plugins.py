@@ -1,0 +1,154 @@
+"""An experiment's ``plugins:`` (sn40l_sim/study/plugins.py): a KV policy written outside the package
+runs from an experiment file as the shipped ones do, its numbers are not ignored, and every way a
+plug-in can be wrong is one line at ``plugins[i]`` naming the plug-in's file and line, exit status 2.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
+from sn40l_sim.kvcache import POLICIES
+from sn40l_sim.study import plugins
+from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.runner import simulate_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "experiments" / "plugins" / "recent_window.yaml"
+#: the shipped example's header, made absolute so a copy in tmp_path runs
+HEAD = (f"kind: experiment\nname: plug\nhardware: {REPO}/hw_configs/sn40l_node8.yaml\n"
+        f"model: {REPO}/graphs/llama3_1_8b.yaml\nparallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}\n"
+        "shape: {prompt_len: 32768}\nworkload: {kind: fixed, count: 8, output_len: 64}\n"
+        "serving: {batch: max, max_new_tokens: 64}\n")
+WINDOW = """from dataclasses import dataclass
+from sn40l_sim.kvcache import KVFootprint, KVPolicy, register
+
+@register
+@dataclass(frozen=True)
+class Window(KVPolicy):
+    name = "{name}"
+    window: int = 4096
+    state_bytes_per_slot: int = 0
+    def cache_len(self, prompt_len, generated):
+        return min(prompt_len + generated, self.window)
+    def static_cache_len(self, prompt_len, max_new_tokens):
+        return self.window
+    def prefill_kernels(self, model, prompt_len, tp):
+        return []
+    def footprint(self, model, prompt_len, max_new_tokens):
+        return KVFootprint(slots=self.window, state_bytes=self.window * self.state_bytes_per_slot)
+"""
+
+
+@pytest.fixture(autouse=True)
+def registry():
+    """Each test's plug-ins leave the registry (and the loaded files) as they found them: a policy
+    left registered would change the names other modules' tests and doctests expect."""
+    policies, loaded, modules = dict(POLICIES), dict(plugins._LOADED), set(sys.modules)
+    yield
+    POLICIES.clear()
+    POLICIES.update(policies)
+    plugins._LOADED.clear()
+    plugins._LOADED.update(loaded)
+    for name in set(sys.modules) - modules:
+        if name.startswith("sn40l_sim_plugin_"):
+            del sys.modules[name]
+
+
+def write(tmp_path: Path, plugin: str, entry: str, policies: str, name: str = "exp.yaml") -> Path:
+    if plugin:
+        (tmp_path / "plug.py").write_text(plugin)
+    path = tmp_path / name
+    path.write_text(f"plugins: [{entry}]\n{HEAD}policies:\n{policies}")
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(InputError) as info:
+        load_experiment(path)
+    return str(info.value)
+
+
+def test_the_example_plugin_gives_the_numbers_of_the_shipped_policy_it_restates():
+    # recent_window (a file beside the experiment) is streamingllm without sinks: run from the same
+    # experiment, every figure of the two records is the same, so nothing of the plug-in is dropped
+    # or replaced on the way, and it differs from the full cache's
+    _, records = simulate_experiment(EXAMPLE)
+    full, window, streaming = records
+    assert window["kv_policy"] == "recent_window" and streaming["kv_policy"] == "streamingllm"
+    differ = {k for k in window if k not in ("name", "kv_policy", "kv_policy_params", "speed") and window[k] != streaming[k]}
+    assert differ == set()
+    assert window["max_batch"] == 4 * full["max_batch"] == 256
+    assert window["kv_len"] == 8192 and window["prefill_s"] > full["prefill_s"]
+
+
+def test_a_plugins_state_bytes_are_counted_in_the_kv_memory(tmp_path):
+    plugin = WINDOW.format(name="window_state")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: bare, policy: window_state, params: {window: 8192}}\n"
+                 "  - {name: state, policy: window_state, params: {window: 8192, state_bytes_per_slot: 512}}\n")
+    _, (bare, state) = simulate_experiment(path, serve=False)
+    # a large state per slot halves the batch that fits: the plug-in's footprint is what is reserved
+    assert state["max_batch"] < bare["max_batch"]
+    per_seq_bare = bare["memory"]["hbm"]["kv"] / bare["max_batch"]
+    per_seq_state = state["memory"]["hbm"]["kv"] / state["max_batch"]
+    assert per_seq_state > per_seq_bare
+
+
+def test_a_plugin_loaded_twice_registers_once(tmp_path):
+    path = write(tmp_path, WINDOW.format(name="window_twice"), "plug.py",
+                 "  - {name: w, policy: window_twice}\n")
+    load_experiment(path)
+    first = POLICIES["window_twice"]
+    load_experiment(path)                     # a sweep's runs, check then run: the file is not re-run
+    assert POLICIES["window_twice"] is first
+
+
+@pytest.mark.parametrize(("plugin", "entry", "expected"), [
+    ("", "nowhere.py", "exp.yaml:1: plugins[0]: plug-in file 'nowhere.py' not found (looked for "),
+    ("x = (\n", "plug.py", "exp.yaml:1: plugins[0]: importing plug-in 'plug.py' failed: {dir}/plug.py:1: "
+                           "SyntaxError: '(' was never closed"),
+    ("import math\n\n\ndef f():\n    return 1 / 0\n\n\nf()\n", "plug.py",
+     "plugins[0]: importing plug-in 'plug.py' failed: {dir}/plug.py:5: ZeroDivisionError: division by zero"),
+    ("import no_such_dependency_xyz\n", "plug.py",
+     "{dir}/plug.py:1: ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
+    # a second class under a shipped policy's name would silently replace it
+    (WINDOW.format(name="snapstream"), "plug.py",
+     "{dir}/plug.py:4: TypeError: register: KV policy name 'snapstream' of Window ({dir}/plug.py) is already "
+     "registered by SnapStream (sn40l_sim.kvcache.policies.snapstream); choose another name"),
+    ("", "no_such_plugin_module", "plugins[0]: no module named 'no_such_plugin_module' on the Python path"),
+    ("", "'a b'", "plugins[0]: expected a .py file (relative to this file) or a dotted module name, got 'a b'"),
+])
+def test_a_bad_plugin_is_one_line_at_its_entry(tmp_path, plugin, entry, expected):
+    path = write(tmp_path, plugin, entry, "  - {name: full, policy: full}\n")
+    message = error_of(path)
+    assert expected.format(dir=tmp_path.resolve()) in message and "\n" not in message
+    assert "snapstream" not in POLICIES or POLICIES["snapstream"].__module__ == "sn40l_sim.kvcache.policies.snapstream"
+
+
+def test_an_unknown_policy_says_how_to_load_one_of_ones_own(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"{HEAD}policies:\n  - {{name: w, policy: window}}\n")
+    with pytest.raises(InputError) as info:
+        simulate_experiment(path, serve=False)
+    message = str(info.value)
+    assert "policies[0].policy: unknown KV policy 'window'; expected one of arkvale, full" in message
+    assert "listing its module under plugins:" in message
+
+
+def test_the_cli_refuses_a_broken_plugin_with_exit_status_2(tmp_path):
+    path = write(tmp_path, "raise RuntimeError('half written')\n", "plug.py", "  - {name: full, policy: full}\n")
+    done = subprocess.run([sys.executable, "-m", "sn40l_sim", "check", str(path)], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"error: {path}:1: plugins[0]: importing plug-in 'plug.py' failed: "
+                                   f"{tmp_path.resolve()}/plug.py:1: RuntimeError: half written")
+
+
+def test_describe_and_check_name_the_plugin(capsys):
+    assert main(["describe", str(EXAMPLE)]) == 0
+    assert f"  plugins    recent_window.py  ->  {EXAMPLE.parent / 'recent_window.py'}" in capsys.readouterr().out
+    assert main(["check", str(EXAMPLE)]) == 0
