@@ -55,6 +55,7 @@ from sn40l_sim.study.experiment_files import experiment_model, load_graph_templa
 from sn40l_sim.study.points import (
     Point,
     check_budget,
+    check_policy_answers,
     make_point_model,
     make_point_policy,
     max_context_set,
@@ -206,6 +207,7 @@ class Assembly:
         """The point's KV policy; a bad one (a parameter, or a memory tier the hardware does not
         have) is an error at its policy entry."""
         policy = make_point_policy(self.experiment, point)
+        check_policy_answers(self.experiment, point, policy)
         tiers = self.node.socket.memory
         for param, tier in policy.memory_tiers().items():
             if tier not in tiers:

@@ -13,6 +13,7 @@ quarter of the prompt (``prompt_fraction: {budget: 0.25}``):
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,30 @@ def max_context_set(exp: Experiment) -> str | None:
     policy entry's ``model_overrides`` set only the KV format), which the messages refusing a
     longer sequence name rather than suggest ``model_overrides`` to a file that has it."""
     return "model_overrides.max_context" if "max_context" in exp.spec.model_overrides else None
+
+
+def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy) -> None:
+    """Refuse a policy whose lengths at the point are not token counts: a plug-in's
+    (docs/architecture.md, "Extending the simulator") answers reach the graph builder and the
+    memory sizing unchecked, where a slot of 0 was blamed on ``graph_options``, a negative one or a
+    text stopped with a traceback, and a fraction was reported at line 1 as ``kv_len``.
+
+    Raises
+    ------
+    InputError
+        At the entry's ``policy``, naming the method, its arguments, what it returned and the
+        policy's file.
+    """
+    prompt = point.prompt_len
+    new = exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens or 0
+    answers = [(f"static_cache_len({prompt}, {new})", policy.static_cache_len(prompt, new), 1)]
+    answers += [(f"cache_len({prompt}, {g})", policy.cache_len(prompt, g), 0) for g in sorted({0, new})]
+    for call, value, least in answers:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            source = getattr(sys.modules.get(type(policy).__module__), "__file__", None) or type(policy).__module__
+            raise _at_entry(exp, point, ("policy",), InputError(
+                f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected an integer >= {least} "
+                "(tokens per sequence and layer)"))
 
 
 def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:

@@ -152,3 +152,16 @@ def test_describe_and_check_name_the_plugin(capsys):
     assert main(["describe", str(EXAMPLE)]) == 0
     assert f"  plugins    recent_window.py  ->  {EXAMPLE.parent / 'recent_window.py'}" in capsys.readouterr().out
     assert main(["check", str(EXAMPLE)]) == 0
+
+
+@pytest.mark.parametrize("slots", ["0", "-5", "100.5", "'x'"])
+def test_a_plugin_answering_other_than_a_token_count_is_refused_at_its_entry(tmp_path, slots):
+    # before: 0 was blamed on graph_options, -5 and 'x' stopped with a traceback, 100.5 was kv_len at line 1
+    plugin = WINDOW.format(name="window_answers").replace("window: int = 4096", f"window: int = {slots}") \
+        .replace("        return min(prompt_len + generated, self.window)", "        return 1")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_answers}\n")
+    with pytest.raises(InputError) as info:
+        simulate_experiment(path, serve=False)
+    assert str(info.value) == (f"{path}:11: policies[0].policy: KV policy 'window_answers' ({tmp_path.resolve()}/plug.py): "
+                               f"static_cache_len(32768, 64) returned {eval(slots)!r}; expected an integer >= 1 "
+                               "(tokens per sequence and layer) (point w)")
