@@ -165,3 +165,14 @@ def test_a_plugin_answering_other_than_a_token_count_is_refused_at_its_entry(tmp
     assert str(info.value) == (f"{path}:11: policies[0].policy: KV policy 'window_answers' ({tmp_path.resolve()}/plug.py): "
                                f"static_cache_len(32768, 64) returned {eval(slots)!r}; expected an integer >= 1 "
                                "(tokens per sequence and layer) (point w)")
+
+
+def test_a_plugin_given_by_set_is_relative_to_the_folder_it_was_typed_in(tmp_path, monkeypatch, capsys):
+    # as --set model=... is: before, it was looked for beside the experiment (exp/plug.py, not found)
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "plug.py").write_text(WINDOW.format(name="window_set"))
+    (tmp_path / "exp" / "e.yaml").write_text(f"{HEAD}policies:\n  - {{name: full, policy: full}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "exp/e.yaml", "--out", str(tmp_path / "out"), "--no-plot", "--set", "plugins=[plug.py]",
+                 "--set", "policies.0={name: w, policy: window_set, params: {window: 8192}}"]) == 0
+    assert "window_set" in capsys.readouterr().out

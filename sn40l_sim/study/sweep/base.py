@@ -19,6 +19,7 @@ from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.study.experiment import Experiment, experiment_from_document
 from sn40l_sim.study.experiment_files import workload_source
+from sn40l_sim.study.plugins import is_file_entry
 from sn40l_sim.study.points import make_point_policy
 from sn40l_sim.study.points import points as experiment_points
 from sn40l_sim.study.sweep.axes import Axis, AxisError, set_path
@@ -53,7 +54,7 @@ _FILE_FIELDS = ((("model",), "model"), (("hardware",), "hardware"), (("prefill_h
 
 #: the fields that name a file, ``*`` for any list entry (by index or name): a served model of the
 #: multi_model section too, whose path a --set gave relative to the experiment's folder
-_PATH_FIELDS = tuple(at for at, _ in _FILE_FIELDS) + (("multi_model", "models", "*", "model"),)
+_PATH_FIELDS = tuple(at for at, _ in _FILE_FIELDS) + (("multi_model", "models", "*", "model"), ("plugins", "*"))
 
 
 def _typed_paths(parts: tuple[str, ...], value: Any) -> Any:
@@ -65,6 +66,8 @@ def _typed_paths(parts: tuple[str, ...], value: Any) -> Any:
     True
     >>> _typed_paths(("serving", "batch"), 8), _typed_paths(("model",), "")
     (8, '')
+    >>> _typed_paths(("plugins",), ["p.py", "my_pkg.policies"]) == [os.path.abspath("p.py"), "my_pkg.policies"]
+    True
     """
     def convert(at: tuple[str, ...], item: Any) -> Any:
         if isinstance(item, dict):
@@ -73,6 +76,8 @@ def _typed_paths(parts: tuple[str, ...], value: Any) -> Any:
             return [convert(at + ("*",), inner) for inner in item]
         named = any(len(at) == len(field) and all(f in ("*", a) for f, a in zip(field, at, strict=True))
                     for field in _PATH_FIELDS)
+        # a plug-in given as a dotted module name is not a path
+        named = named and (at[0] != "plugins" or isinstance(item, str) and is_file_entry(item))
         return str(Path(item).absolute()) if named and isinstance(item, str) and item else item
 
     return convert(parts, value)
