@@ -19,6 +19,7 @@ from sn40l_sim.models import params as P
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.context import ACT, Ctx, Step
 from sn40l_sim.models.families import FAMILIES, AttentionSpec, CachedTensor, register_family
+from sn40l_sim.models.families.gqa import GQAAttentionSpec
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import load_templates
@@ -179,3 +180,17 @@ def test_without_registration_the_kind_is_unknown(tmp_path):
     with pytest.raises(InputError, match="unknown attention kind 'toy'") as info:
         load_templates(tmp_path / "kernels_toy.yaml")
     assert info.value.field == "attention"
+
+
+def test_a_second_family_under_a_registered_kind_is_refused():
+    # it would silently replace grouped-query attention for every Llama model loaded after it
+    class Impostor(ToyAttentionSpec):
+        """Calls itself gqa."""
+
+        kind: Literal["gqa"]
+
+    with pytest.raises(TypeError, match="attention kind 'gqa' of .*Impostor .* is already registered by GQAAttentionSpec"):
+        register_family(Impostor)
+    assert FAMILIES["gqa"] is GQAAttentionSpec
+    register_family(GQAAttentionSpec)          # the same class again: its module imported a second time
+    assert FAMILIES["gqa"] is GQAAttentionSpec

@@ -157,11 +157,19 @@ S = TypeVar("S", bound=type[AttentionSpec])
 
 
 def register_family(cls: S) -> S:
-    """Class decorator adding an attention family to :data:`FAMILIES` under its ``kind``."""
+    """Class decorator adding an attention family to :data:`FAMILIES` under its ``kind``.
+
+    A second class under a kind another holds is refused (a family calling itself ``gqa`` would
+    silently replace Llama-3.1's for every model loaded after it); the same class registered again
+    (its module imported twice) replaces itself."""
     kind = cls.model_fields["kind"].annotation
     args = getattr(kind, "__args__", ())
     if len(args) != 1 or not isinstance(args[0], str):
         raise TypeError(f"{cls.__name__}.kind must be Literal['<kind>'], got {kind!r}")
+    held = FAMILIES.get(args[0])
+    if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"register_family: attention kind {args[0]!r} of {cls.__qualname__} ({cls.__module__}) is "
+                        f"already registered by {held.__qualname__} ({held.__module__}); choose another kind")
     FAMILIES[args[0]] = cls
     return cls
 
