@@ -65,7 +65,10 @@ class KVPolicy(ABC):
         by default its static slot and nothing else."""
         return KVFootprint(slots=self.static_cache_len(prompt_len, max_new_tokens))
 
-    # -- additions to the contract: everything below derives from the three methods above --
+    # -- derived figures, not hooks: everything below follows from static_cache_len and the model.
+    # The simulation never calls them (it reads static_cache_len, cache_len, footprint and the
+    # kernels); tests and scripts do. register refuses a class that overrides one (DERIVED), which
+    # would otherwise be silently ignored.
 
     def decode_read_tokens(self, prompt_len: int, generated: int, max_new_tokens: int) -> int:
         """Cache slots per layer that one decode step's attention reads for one sequence.
@@ -146,6 +149,10 @@ def context_room(model: object, prompt_len: int) -> int | None:
 
 
 POLICIES: dict[str, type[KVPolicy]] = {}
+#: KVPolicy's derived figures: no part of the simulation calls them, so a policy overriding one
+#: would change nothing it reports (register refuses it)
+DERIVED = ("decode_read_tokens", "decode_write_tokens", "bytes_per_sequence", "decode_read_bytes",
+           "decode_write_bytes")
 #: the largest token count a parameter takes (the schema's largest count)
 MAX_TOKENS = 2**31 - 1
 
@@ -156,7 +163,7 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     The contract a plug-in (``plugins:`` of an experiment, docs/architecture.md, "Extending the
     simulator") must keep is checked here, at import, rather than at the first point that builds the
     policy: a :class:`KVPolicy` subclass, a dataclass (``from_params`` reads its fields), a ``name``
-    of its own. A second class under a name already taken (a plug-in calling itself
+    of its own, none of the derived figures (:data:`DERIVED`) overridden. A second class under a name already taken (a plug-in calling itself
     ``snapstream``) is refused: it would replace the shipped policy for every later experiment of the
     process, whose results would carry the old name. The same class registered again (its module
     imported a second time) replaces itself.
@@ -177,6 +184,12 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"register: {where} must be a dataclass of its parameters (@dataclass(frozen=True) "
                         "under @register): KVPolicy.from_params builds it from its fields")
+    overridden = [m for m in DERIVED if getattr(cls, m) is not getattr(KVPolicy, m)]
+    if overridden:
+        raise TypeError(f"register: {where} overrides {', '.join(overridden)}, which the simulation never calls "
+                        "(derived from static_cache_len, for tests and scripts): decode attention reads the static "
+                        "slot, static_cache_len; other bytes a policy reads or writes go in the kernels it adds "
+                        "(prefill_kernels, decode_kernels) and what it keeps in footprint")
     held = POLICIES.get(name)
     if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
         raise TypeError(f"register: KV policy name {name!r} of {where} is already registered by "

@@ -79,3 +79,17 @@ def test_a_class_breaking_the_contract_is_refused_naming_what_it_lacks():
     with pytest.raises(TypeError, match="is not a subclass of sn40l_sim.kvcache.KVPolicy"):
         register(dict)   # type: ignore[arg-type]
     assert {"plain_for_test", " "} & set(POLICIES) == set()
+
+
+@pytest.mark.parametrize("method", ["decode_read_tokens", "bytes_per_sequence"])
+def test_overriding_a_figure_the_simulation_never_calls_is_refused(method):
+    # a Quest-style policy that reads a quarter of its slot by overriding decode_read_tokens ran to
+    # exit status 0 with the bytes of the whole slot: nothing in the simulation calls it
+    def quarter(self, *args):
+        return 1
+
+    Reader = dataclass(frozen=True)(type("Reader", (Kept,), {"name": "reader_for_test", method: quarter,
+                                                            "__doc__": "Overrides a derived figure."}))
+    with pytest.raises(TypeError, match=f"Reader .* overrides {method}, which the simulation never calls"):
+        register(Reader)
+    assert "reader_for_test" not in POLICIES
