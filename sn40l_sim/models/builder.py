@@ -199,9 +199,36 @@ def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape
                     plan: ParallelPlan) -> list[FusedKernel]:
     if policy is None:
         return []
-    if shape.phase == "prefill":
-        return list(policy.prefill_kernels(model, shape.prompt_len, plan.tp))
-    return list(policy.decode_kernels(model, shape, plan))
+    prefill = shape.phase == "prefill"
+    hook = "prefill_kernels" if prefill else "decode_kernels"
+    kernels = policy.prefill_kernels(model, shape.prompt_len, plan.tp) if prefill \
+        else policy.decode_kernels(model, shape, plan)
+    check_policy_kernels(getattr(policy, "name", type(policy).__name__), hook, kernels, shape.phase, plan.sockets)
+    return list(kernels)
+
+
+def check_policy_kernels(policy: str, hook: str, kernels: Any, phase: str, sockets: int) -> None:
+    """Refuse what a policy's ``hook`` returned unless it is a list of :class:`FusedKernel` of the
+    graph's ``phase`` on its ``sockets`` (a plug-in's, docs/architecture.md, "Extending the
+    simulator"): ``None`` or an operator stopped the build with a traceback, and a kernel on other
+    sockets than the graph's was timed with their barrier, a silently different step.
+
+    >>> check_policy_kernels("mine", "decode_kernels", None, "decode", 8)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: policy: KV policy 'mine': decode_kernels returned None; expected a list of FusedKernel (sn40l_sim.ir), [] for none
+    """
+    if not isinstance(kernels, (list, tuple)) or not all(isinstance(k, FusedKernel) for k in kernels):
+        shown = repr(kernels)
+        raise InputError(f"KV policy {policy!r}: {hook} returned {shown[:120]}{'...' if len(shown) > 120 else ''}; "
+                         "expected a list of FusedKernel (sn40l_sim.ir), [] for none", field="policy")
+    for k in kernels:
+        if k.phase != phase:
+            raise InputError(f"KV policy {policy!r}: {hook} returned kernel {k.name!r} of phase {k.phase!r}; "
+                             f"expected {phase!r}", field="policy")
+        if k.shards != sockets:
+            raise InputError(f"KV policy {policy!r}: {hook} returned kernel {k.name!r} on {k.shards} sockets "
+                             f"(shards); the {phase} graph runs every kernel on its plan's {sockets}", field="policy")
 
 
 def check_graph_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from sn40l_sim.study.experiment import Experiment, memory_order
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.points import (
     Point,
+    at_entry,
     check_budget,
     check_policy_answers,
     make_point_model,
@@ -82,6 +83,7 @@ SETUP_FIELDS = {
     "group": "parallel",
     "speculation": "serving.speculative",
     "model": ("model_overrides", "model"),
+    "policy": "policies",   # a policy's kernels; locate names the point's entry when given the point
 }
 
 
@@ -296,11 +298,13 @@ class Assembly:
 
         return requests_for
 
-    def locate(self, exc: InputError) -> InputError:
-        """An error from the simulation that names no file, located in the experiment file: a
-        :class:`PointSetup` field becomes the experiment field it comes from."""
+    def locate(self, exc: InputError, point: Point | None = None) -> InputError:
+        """An error from the simulation naming no file, located in the experiment file: a
+        :class:`PointSetup` field becomes its experiment field (``policy``: ``point``'s entry)."""
         if exc.file is not None:
             return exc
+        if exc.field == "policy" and point is not None:
+            return at_entry(self.experiment, point, ("policy",), exc)
         field = SETUP_FIELDS.get(exc.field or "", exc.field)
         if isinstance(field, tuple):
             field = next((f for f in field if self._written(f)), field[-1])

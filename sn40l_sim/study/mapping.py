@@ -142,7 +142,11 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
         except InfeasibleError as exc:   # as run names it
             raise exp.error(("serving", "prefill_lens"), str(exc)) from None
         shape = Shape("prefill", batch, cache_len, 0, drafts)   # the MTP module over the prompt
-    graph = build_graph(model, shape, plan, kv_policy, **dict(spec.graph_options))
+    try:
+        graph = build_graph(model, shape, plan, kv_policy, **dict(spec.graph_options))
+    except InputError as exc:
+        # a policy's kernels the builder refused: at the policy's entry, as run names it
+        raise (asm.locate(exc, point) if exc.field == "policy" else exc) from None
     activations = activation_bytes(graph)   # resident, as run reserves them
     # the KV a socket reserves, as run does: the caches of the MTP modules the graph's drafts run
     include_mtp = drafts

@@ -105,7 +105,7 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
                              field=exc.field)
         if inner[0] == "params" and len(inner) == 2:
             inner = param_source(exp, point, inner[1])
-        raise _at_entry(exp, point, inner, exc) from None
+        raise at_entry(exp, point, inner, exc) from None
 
 
 def param_source(exp: Experiment, point: Point, name: str) -> tuple[Any, ...]:
@@ -144,7 +144,7 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy) -> Non
     for call, value, least in answers:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             source = getattr(sys.modules.get(type(policy).__module__), "__file__", None) or type(policy).__module__
-            raise _at_entry(exp, point, ("policy",), InputError(
+            raise at_entry(exp, point, ("policy",), InputError(
                 f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected an integer >= {least} "
                 "(tokens per sequence and layer)"))
 
@@ -165,7 +165,7 @@ def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSp
     given = {k: v for k, v in point.params.items() if isinstance(v, int)}
     name = "budget" if "budget" in given else max(given, key=given.__getitem__, default=None)
     inner = param_source(exp, point, name) if name is not None else ("policy",)
-    raise _at_entry(exp, point, inner, InputError(
+    raise at_entry(exp, point, inner, InputError(
         f"a {policy.name} budget of {budget} tokens per sequence exceeds the maximum context of {model.name}, "
         f"{limit} tokens: no sequence can fill it ({raise_context(budget, max_context_set(exp), limit)})"))
 
@@ -272,7 +272,7 @@ def warn_shape_batch_unserved(exp: Experiment, point: Point, served_batch: int) 
                   f"(write serving.batch: {shape_batch} to serve {shape_batch} at a time)", stacklevel=2)
 
 
-def _at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
+def at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:
     """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
     file, line = exp.doc.where(("policies", point.policy_index) + inner)
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inner)

@@ -174,7 +174,7 @@ def check_mapping(asm: Assembly) -> None:
                 replace(asm, node=asm.prefill_node, prefill_node=None).memory_placer(setup.model)
             check_weights_fit(setup, asm.memory_placer(setup.model), prefill_place)
         except InputError as exc:
-            raise asm.locate(exc) from None
+            raise asm.locate(exc, point) from None
 
 
 def _check_graph_options(exp: Experiment) -> None:
@@ -213,7 +213,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             _check_batch_fits(setup, batch, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
                                                          side.get("prefill_costs"), side.get("prefill_place")))
     except InputError as exc:
-        raise asm.locate(exc) from None
+        raise asm.locate(exc, point) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
                    asm.max_context_set)
 

@@ -192,7 +192,7 @@ def search_point(asm: Assembly, point: Point, *,
         try:
             result = simulate_point(setup, requests_for, costs, place, **prefill_side)
         except InputError as exc:
-            raise asm.locate(exc) from None
+            raise asm.locate(exc, point) from None
         if on_probe is not None:
             on_probe(result, went_in)
         results[rate] = result

@@ -148,7 +148,7 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
             result = simulate_point(setup, requests_for, asm.step_timer(setup), asm.memory_placer(setup.model),
                                     **options)
         except InputError as exc:
-            raise asm.locate(exc) from None
+            raise asm.locate(exc, point) from None
         record = point_record(exp, point, result)
         if setup.batch == "max":
             warn_kv_spilled(exp, point, result)

@@ -176,3 +176,45 @@ def test_a_plugin_given_by_set_is_relative_to_the_folder_it_was_typed_in(tmp_pat
     assert main(["run", "exp/e.yaml", "--out", str(tmp_path / "out"), "--no-plot", "--set", "plugins=[plug.py]",
                  "--set", "policies.0={name: w, policy: window_set, params: {window: 8192}}"]) == 0
     assert "window_set" in capsys.readouterr().out
+
+
+KERNELS = """from dataclasses import dataclass
+from sn40l_sim.ir import FusedKernel, Operator
+from sn40l_sim.kvcache import KVPolicy, register
+
+@register
+@dataclass(frozen=True)
+class Kern(KVPolicy):
+    name = "kern"
+    mode: str = "ok"
+    def cache_len(self, prompt_len, generated):
+        return min(prompt_len + generated, 4096)
+    def static_cache_len(self, prompt_len, max_new_tokens):
+        return 4096
+    def prefill_kernels(self, model, prompt_len, tp):
+        return []
+    def decode_kernels(self, model, shape, plan):
+        op = Operator("score", "reduction", elements=shape.batch * 4096, dtype="fp32")
+        phase, shards = ("prefill" if self.mode == "phase" else "decode"), (3 if self.mode == "shards" else plan.sockets)
+        kernel = FusedKernel(name="k", kind="k", phase=phase, operators=(op,), shards=shards)
+        return {"none": None, "operator": [op]}.get(self.mode, [kernel])
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("none", "decode_kernels returned None; expected a list of FusedKernel (sn40l_sim.ir), [] for none"),
+    ("operator", "decode_kernels returned [Operator(name='score'"),
+    ("phase", "decode_kernels returned kernel 'k' of phase 'prefill'; expected 'decode'"),
+    # before: timed with a 3-socket barrier on an 8-socket plan, a silently different step
+    ("shards", "decode_kernels returned kernel 'k' on 3 sockets (shards); the decode graph runs every kernel on "
+               "its plan's 8"),
+])
+def test_a_plugins_kernels_that_do_not_fit_the_graph_are_refused_at_its_entry(tmp_path, capsys, mode, expected):
+    path = write(tmp_path, KERNELS, "plug.py", f"  - {{name: k, policy: kern, params: {{mode: {mode}}}}}\n")
+    for command in (["check", str(path)], ["map", str(path), "--phase", "decode"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {path}:11: policies[0].policy: KV policy 'kern': ") and expected in err
+        assert err.endswith("(point k)") and "\n" not in err
+    path.write_text(path.read_text().replace(f"mode: {mode}", "mode: ok"))
+    assert main(["check", str(path)]) == 0
