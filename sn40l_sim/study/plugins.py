@@ -4,9 +4,11 @@ by ``policies[*].policy`` from the command line (docs/architecture.md, "Extendin
 
 Each entry is a ``.py`` file, relative to the file that wrote it as every path of an experiment is,
 or a dotted module name importable from ``sys.path`` (a package installed beside the simulator).
-A file is imported once per process under a name derived from its resolved path, so loading the
-experiment again (each run of a sweep, ``check`` then ``run`` in one process) does not register its
-classes twice; a sweep's worker processes load the experiment, and with it the plug-ins, themselves.
+A file is imported once per process and content under a name derived from its resolved path:
+loading the experiment again (each run of a sweep, ``check`` then ``run`` in one process) does not
+run it again, and a file edited since (a notebook iterating on its policy) is imported again, its
+classes replacing their earlier versions, rather than simulated as it was. A sweep's worker
+processes load the experiment, and with it the plug-ins, themselves.
 
 A plug-in is code: loading the experiment runs it (``check`` and ``describe`` too). Anything its
 import raises is bad input of the experiment: one line at ``plugins[i]`` naming the plug-in's file
@@ -32,8 +34,8 @@ from types import ModuleType
 
 from sn40l_sim.yamlio import Document, not_a_file
 
-#: plug-in files imported in this process, by resolved path
-_LOADED: dict[Path, ModuleType] = {}
+#: plug-in files imported in this process, by resolved path: the digest of the text imported, the module
+_LOADED: dict[Path, tuple[str, ModuleType]] = {}
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -69,8 +71,12 @@ def is_file_entry(entry: str) -> bool:
 
 
 def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleType:
-    if path in _LOADED:
-        return _LOADED[path]
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise doc.error(field, f"plug-in file {entry!r} cannot be read: {exc.strerror}") from None
+    if path in _LOADED and _LOADED[path][0] == digest:
+        return _LOADED[path][1]
     name = f"sn40l_sim_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{_digest(path)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -83,7 +89,7 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
     except Exception as exc:   # the plug-in's own failure, of any kind, is the experiment's bad input
         del sys.modules[name]
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, path)}") from None
-    _LOADED[path] = module
+    _LOADED[path] = (digest, module)
     return module
 
 

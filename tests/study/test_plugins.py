@@ -218,3 +218,14 @@ def test_a_plugins_kernels_that_do_not_fit_the_graph_are_refused_at_its_entry(tm
         assert err.endswith("(point k)") and "\n" not in err
     path.write_text(path.read_text().replace(f"mode: {mode}", "mode: ok"))
     assert main(["check", str(path)]) == 0
+
+
+def test_a_plugin_edited_between_loads_is_imported_again(tmp_path):
+    # a notebook iterating on its policy: the second load ran the first version, silently
+    path = write(tmp_path, WINDOW.format(name="window_edit"), "plug.py", "  - {name: w, policy: window_edit}\n")
+    load_experiment(path)
+    assert POLICIES["window_edit"]().window == 4096
+    (tmp_path / "plug.py").write_text(WINDOW.format(name="window_edit").replace("window: int = 4096",
+                                                                                 "window: int = 2048"))
+    load_experiment(path)
+    assert POLICIES["window_edit"]().window == 2048
