@@ -99,9 +99,12 @@ def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:
         # the point took from prompt_fraction or per_prompt is located there
         inner = tuple((exc.field or "params").split("."))
         if inner == ("policy",):
-            # a policy of the user's own is unknown until a plug-in registers it: say how
-            exc = InputError(f"{exc.message} (a policy written outside the package is loaded by listing its "
-                             "module under plugins:, docs/architecture.md, \"Extending the simulator\")",
+            # a policy of the user's own is unknown until a plug-in registers it: say how, or that
+            # the plug-ins listed registered none of that name (a class without @register)
+            hint = (f"the plug-ins listed ({', '.join(exp.spec.plugins)}) register none of that name: a policy "
+                    "class needs @register and that name" if exp.spec.plugins else
+                    "a policy written outside the package is loaded by listing its module under plugins:")
+            exc = InputError(f"{exc.message} ({hint}, docs/architecture.md, \"Extending the simulator\")",
                              field=exc.field)
         if inner[0] == "params" and len(inner) == 2:
             inner = param_source(exp, point, inner[1])

@@ -229,3 +229,13 @@ def test_a_plugin_edited_between_loads_is_imported_again(tmp_path):
                                                                                  "window: int = 2048"))
     load_experiment(path)
     assert POLICIES["window_edit"]().window == 2048
+
+
+def test_a_policy_the_listed_plugins_do_not_register_says_so(tmp_path):
+    # a class without @register: the message said to list the module under plugins:, which it was
+    path = write(tmp_path, WINDOW.format(name="window_unregistered").replace("@register\n", ""), "plug.py",
+                 "  - {name: w, policy: window_unregistered}\n")
+    with pytest.raises(InputError) as info:
+        simulate_experiment(path, serve=False)
+    assert "unknown KV policy 'window_unregistered'" in str(info.value)
+    assert "the plug-ins listed (plug.py) register none of that name: a policy class needs @register" in str(info.value)
