@@ -7,7 +7,8 @@ or a dotted module name importable from ``sys.path`` (a package installed beside
 A file is imported once per process and content under a name derived from its resolved path:
 loading the experiment again (each run of a sweep, ``check`` then ``run`` in one process) does not
 run it again, and a file edited since (a notebook iterating on its policy) is imported again, its
-classes replacing their earlier versions, rather than simulated as it was. A sweep's worker
+classes replacing their earlier versions, rather than simulated as it was. While a file runs its
+folder is on ``sys.path``, as a script's is, so it may import a helper module beside it. A sweep's worker
 processes load the experiment, and with it the plug-ins, themselves.
 
 A plug-in is code: loading the experiment runs it (``check`` and ``describe`` too). Anything its
@@ -84,11 +85,15 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
     module = importlib.util.module_from_spec(spec)
     # in sys.modules while it runs, as an import does: dataclasses and pickling look the module up
     sys.modules[name] = module
+    # its folder on the path while it runs, as for a script: a plug-in may import a module beside it
+    sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
     except Exception as exc:   # the plug-in's own failure, of any kind, is the experiment's bad input
         del sys.modules[name]
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, path)}") from None
+    finally:
+        sys.path.remove(str(path.parent))
     _LOADED[path] = (digest, module)
     return module
 

@@ -239,3 +239,14 @@ def test_a_policy_the_listed_plugins_do_not_register_says_so(tmp_path):
         simulate_experiment(path, serve=False)
     assert "unknown KV policy 'window_unregistered'" in str(info.value)
     assert "the plug-ins listed (plug.py) register none of that name: a policy class needs @register" in str(info.value)
+
+
+def test_a_plugin_imports_a_module_beside_it_as_a_script_does(tmp_path):
+    (tmp_path / "window_helpers.py").write_text("DEFAULT_WINDOW = 1536\n")
+    plugin = "from window_helpers import DEFAULT_WINDOW\n" + WINDOW.format(name="window_helped").replace(
+        "window: int = 4096", "window: int = DEFAULT_WINDOW")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_helped}\n")
+    before = list(sys.path)
+    load_experiment(path)
+    assert POLICIES["window_helped"]().window == 1536 and sys.path == before
+    sys.modules.pop("window_helpers", None)
