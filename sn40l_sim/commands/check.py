@@ -62,6 +62,12 @@ def check_file(path: str | Path) -> str:
         rows = read_trace(Path(path))
         arrivals = [row.arrival_s for row in rows]
         return f"trace ({len(rows)} request{'' if len(rows) == 1 else 's'} over {max(arrivals) - min(arrivals):.4g} s)"
+    if Path(path).suffix.lower() == ".py":
+        # a plug-in's module (docs/architecture.md, "Extending the simulator"), not a YAML file with
+        # a syntax error on its first line
+        raise InputError("a Python file: check reads YAML files and request traces; a KV-policy plug-in is "
+                         "checked through an experiment listing it under plugins: (check that experiment)",
+                         file=str(path))
     from sn40l_sim.commands.describe import file_kind
 
     kind = file_kind(path)

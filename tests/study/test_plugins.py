@@ -250,3 +250,10 @@ def test_a_plugin_imports_a_module_beside_it_as_a_script_does(tmp_path):
     load_experiment(path)
     assert POLICIES["window_helped"]().window == 1536 and sys.path == before
     sys.modules.pop("window_helpers", None)
+
+
+def test_check_given_the_plugin_file_itself_says_what_checks_it(capsys):
+    # before: "YAML syntax error" at the module docstring's first line
+    assert main(["check", str(EXAMPLE.with_suffix(".py"))]) == 2
+    assert "a Python file: check reads YAML files and request traces; a KV-policy plug-in is checked through an " \
+           "experiment listing it under plugins:" in capsys.readouterr().err
