@@ -75,7 +75,9 @@ class KVPolicyHooks(Protocol):
 
     The builder owns this contract so that models/ does not know kvcache/:
     :class:`sn40l_sim.kvcache.base.KVPolicy` satisfies it, and so does any object with these two
-    methods. Kernels are per socket shard, as every kernel of the graph; the builder names them
+    methods. Kernels are per socket shard, as every kernel of the graph: each a
+    :class:`~sn40l_sim.ir.FusedKernel` of the graph's phase with ``shards`` the plan's sockets
+    (:func:`check_policy_kernels` refuses others); the builder names them
     ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
     runs (draft runs of the MTP module included).
     """
