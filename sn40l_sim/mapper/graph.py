@@ -74,7 +74,7 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
         placed = disk_cache.load("mapped_kernel", text)
         if placed is None:
             with _collector_paused():
-                placed = map_kernel(socket, signature, tiers, budget=budget, loop=loop)
+                placed = map_kernel(socket, signature, tiers, budget=budget, loop=loop, called=kernel.name)
             disk_cache.store("mapped_kernel", text, placed)
         _memo[key] = placed
     if signature.padded is not None and placed.kernel.padded is None:

@@ -51,6 +51,7 @@ from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
 from sn40l_sim.mapper.windows import interior_window
 from sn40l_sim.models.flash import PADDED_SAVING_NOTE
+from sn40l_sim.quantities import format_bytes
 
 #: finest tiling tried (data tiles per section); beyond it fills are negligible anyway
 MAX_TILES = 2**22
@@ -65,10 +66,45 @@ def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
 def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LONE_CALL) -> KernelPlan:
     """The fastest tiling and tile choice of ``kernel`` within ``budget``, called as ``loop``
-    says (see the module docstring)."""
+    says (see the module docstring).
+
+    The sections are cut by each operator's fewest units (:func:`~.sections.split_sections`), which
+    on a small tile (a few PMUs, or PMUs of a few KiB) can fall short of what a tiling's buffers and
+    partial sums then need together; a kernel none of whose tilings fits is then cut one operator a
+    section, as a compiler splits a graph that does not fit. Under a ``budget`` (a room left by
+    other kernels, a hand-placed layout) it is not: the caller asked for that room.
+    """
     all_tiles = figures.tiles(socket)
     tile_choices = budget.tiles_for(all_tiles)
     ranges = split_sections(socket, kernel.operators, max(tile_choices), kernel.name, budget)
+    best = _best_of_sections(socket, kernel, tiers, budget, loop, tile_choices, ranges)
+    if best is None and budget == NO_LIMITS and len(ranges) < len(kernel.operators):
+        best = _best_of_sections(socket, kernel, tiers, budget, loop, tile_choices,
+                                 [(i, i + 1) for i in range(len(kernel.operators))])
+    if best is None and budget != NO_LIMITS:
+        # a section's fewest units fit the budget, but no tiling's allocation of them does (its
+        # buffers and partial sums need more): the room is too small, as when a section does not fit
+        limits = ", ".join(f"{name} {getattr(budget, name)}" for name in ("chip_tiles", "pcus_per_tile",
+                                                                          "pmus_per_tile", "n_tiles")
+                           if getattr(budget, name) is not None)
+        raise InfeasibleError(f"kernel {kernel.name!r}: no tiling fits within {limits}, "
+                              "though each section's fewest units do")
+    if best is None:
+        # bad input, not a bug: a hypothetical socket whose tiles are too small for the model
+        names = ", ".join(op.name for op in kernel.operators[:4]) + (", ..." if len(kernel.operators) > 4 else "")
+        raise InfeasibleError(
+            f"kernel {kernel.name!r} ({names}): no tiling fits a tile of {socket.tile.pcus} PCUs and "
+            f"{socket.tile.pmus} PMUs of {format_bytes(socket.pmu.capacity_bytes)}, even one operator a section "
+            f"on 1 or {all_tiles} tiles; expected larger tiles (tile.pcus, tile.pmus, pmu.capacity_bytes "
+            f"of socket {socket.name!r}) or a wider tensor parallelism")
+    return best
+
+
+def _best_of_sections(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit, budget: UnitBudget,
+                      loop: LoopContext, tile_choices: tuple[int, ...],
+                      ranges: list[tuple[int, int]]) -> KernelPlan | None:
+    """The fastest plan of ``kernel`` cut into the sections ``ranges`` over the ``tile_choices``,
+    or None when no tiling fits."""
     spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
     planned = socket_key(socket, UNPLANNED_CALIBRATED)
     # the tile choices in order of their floors (the likeliest winner first), so that a choice
@@ -85,16 +121,6 @@ def best_plan(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit,
                              best.objective[0] if best is not None else math.inf)
         if local is not None and (best is None or (local.objective, index) < best_rank):
             best, best_rank = local, (local.objective, index)
-    if best is None and budget != NO_LIMITS:
-        # a section's fewest units fit the budget, but no tiling's allocation of them does (its
-        # buffers and partial sums need more): the room is too small, as when a section does not fit
-        limits = ", ".join(f"{name} {getattr(budget, name)}" for name in ("chip_tiles", "pcus_per_tile",
-                                                                          "pmus_per_tile", "n_tiles")
-                           if getattr(budget, name) is not None)
-        raise InfeasibleError(f"kernel {kernel.name!r}: no tiling fits within {limits}, "
-                              "though each section's fewest units do")
-    if best is None:
-        raise AssertionError(f"kernel {kernel.name!r}: no tiling fits although its sections do")
     return best
 
 
@@ -274,7 +300,7 @@ def _all_in(plan: KernelPlan, dataflow: str) -> bool:
 
 
 def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None = None,
-               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LONE_CALL) -> PlacedKernel:
+               budget: UnitBudget = NO_LIMITS, loop: LoopContext = LONE_CALL, called: str = "") -> PlacedKernel:
     """Place ``kernel`` on one socket and predict its cycles.
 
     Parameters
@@ -290,6 +316,8 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
         Consecutive calls run as one looped call and the wait for their collectives (default: a
         plain call); a looped kernel's plan is chosen for its time per iteration (see the module
         docstring).
+    called : str, optional
+        The name an error gives the kernel when ``kernel`` is a nameless signature (the graph's).
 
     Returns
     -------
@@ -310,7 +338,12 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
                             compute_cycles=0, memory_cycles=0, bounding_resource="overhead",
                             cycles=0, pcus_per_tile=zeros, pmus_per_tile=zeros,
                             sram_bytes_per_tile=zeros, overhead_cycles=0, chip_tiles=0)
-    plan = best_plan(socket, kernel, tiers, budget, loop)
+    try:
+        plan = best_plan(socket, kernel, tiers, budget, loop)
+    except InfeasibleError as exc:
+        if not called or kernel.name:
+            raise
+        raise InfeasibleError(exc.message.replace("kernel ''", f"kernel {called!r}", 1)) from None
     if kernel.padded is not None:
         # FlashAttention's edge tiles padded to whole tiles: fewer GEMM stages for more work
         # (:mod:`sn40l_sim.models.flash`); the version of the lower objective is kept, ties the exact one

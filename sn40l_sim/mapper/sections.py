@@ -69,7 +69,9 @@ def split_sections(socket: SocketSpec, ops: tuple[Operator, ...], chip_tiles: in
             raise InfeasibleError(
                 f"kernel {kernel_name!r}: operator {op.name!r} cannot be placed: its smallest piece needs "
                 f"{r} PMUs ({need:.0f} B double-buffered) per tile, a tile has {tile_pmus} "
-                f"({tile_pmus * socket.pmu.capacity_bytes:.0f} B)")
+                f"({tile_pmus * socket.pmu.capacity_bytes:.0f} B)"
+                + (f"; expected larger tiles (tile.pmus, pmu.capacity_bytes of socket {socket.name!r}) or a wider "
+                   "tensor parallelism" if budget == NO_LIMITS else ""))
         if i > start and (pcus + q > tile_pcus or pmus + r > tile_pmus):
             out.append((start, i))
             start, pcus, pmus = i, 0, 0

@@ -51,7 +51,13 @@ from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.traces import TraceRow
 from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, memory_order
-from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
+from sn40l_sim.study.experiment_files import (
+    experiment_model,
+    load_graph_template,
+    mapped_at,
+    named_file,
+    read_trace_rows,
+)
 from sn40l_sim.study.points import (
     Point,
     at_entry,
@@ -111,10 +117,10 @@ def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
 
 def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
                decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
-               idle_units: str = "spend", **timer_options: Any) -> StepTimer:
+               idle_units: str = "spend", hardware_field: str = "hardware", **timer_options: Any) -> StepTimer:
     """A :class:`StepTimer` with the real graph builder (bound to ``model``, ``policy`` and
     ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
-    given, says which tier each tensor streams from)."""
+    given, says which tier each tensor streams from; an unplaceable kernel an error at ``hardware_field``)."""
     options = dict(graph_options or {})
     # the compiler maps a looped kernel for its time per iteration, which waits on its collectives;
     # without engine options the timer runs the default engine (kernel looping on), so the kernels
@@ -132,10 +138,10 @@ def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefil
     disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}" + (" idle_units=priced" if priced else "")
     return StepTimer(node, prefill_plan, decode_plan,
                      build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
-                     place=lambda graph, memory=None: map_graph(
+                     place=lambda graph, memory=None: mapped_at(hardware_field, lambda: map_graph(
                          node, graph, memory, looping,
                          lone_collective_cycles(collectives, node, memory, engine.stage_collectives), priced,
-                         lone_staging_bytes(collectives, engine.stage_collectives)),
+                         lone_staging_bytes(collectives, engine.stage_collectives))),
                      disk_key=disk_key, **timer_options)
 
 
@@ -238,8 +244,8 @@ class Assembly:
             prefill_chunk=serving.prefill_chunk, prefill_node=self.prefill_node,
             max_context_set=self.max_context_set)
 
-    def step_timer(self, setup: PointSetup) -> StepTimer:
-        """The step costs of a point: its graphs built, mapped and simulated."""
+    def step_timer(self, setup: PointSetup, hardware_field: str = "hardware") -> StepTimer:
+        """The step costs of a point: its graphs built, mapped and simulated on :attr:`node` (``hardware_field``)."""
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
@@ -253,7 +259,7 @@ class Assembly:
                   repr(sorted((k, v if isinstance(v, (str, int, float, bool)) else id(v)) for k, v in options.items())),
                   context_len)
         return step_timer(self.node, setup.model, setup.policy, setup.prefill_plan, setup.decode_plan, options,
-                          execution.idle_units, engine=engine, context_len=context_len,
+                          execution.idle_units, hardware_field, engine=engine, context_len=context_len,
                           graphs=self.graphs.setdefault(builds, {}), prefill_drafts=setup.speculation.drafts)
 
     def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
@@ -263,12 +269,12 @@ class Assembly:
         no KV policy's kernels, which select from the whole prompt once, after its last chunk or
         the suffix (an empty dict otherwise)."""
         options: dict[str, Any] = {}
+        side, field = (replace(self, node=self.prefill_node, prefill_node=None), "prefill_hardware") \
+            if self.prefill_node is not None else (self, "hardware")
         if self.prefill_node is not None:
-            other = replace(self, node=self.prefill_node, prefill_node=None)
-            options.update(prefill_costs=other.step_timer(setup), prefill_place=other.memory_placer(setup.model))
+            options.update(prefill_costs=side.step_timer(setup, field), prefill_place=side.memory_placer(setup.model))
         if setup.prefill_chunk is not None or setup.prefix_cache:
-            side = replace(self, node=self.prefill_node, prefill_node=None) if self.prefill_node is not None else self
-            options["policy_free_costs"] = side.step_timer(replace(setup, policy=make_policy("full", {})))
+            options["policy_free_costs"] = side.step_timer(replace(setup, policy=make_policy("full", {})), field)
         return options
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:

@@ -2,18 +2,23 @@
 file, which must exist), :func:`experiment_model` (the model with the experiment's
 ``model_overrides``), :func:`read_trace_rows` (a trace workload's rows) and
 :func:`load_graph_template` (``graph_options.template``). Errors are located at the experiment's
-field (or in the named file, for that file's own errors)."""
+field (or in the named file, for that file's own errors); :func:`mapped_at` locates a kernel the
+mapper cannot place on the named hardware's tiles at the field naming that hardware."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates_for
 from sn40l_sim.serving.traces import TraceRow, read_trace, trace_source
 from sn40l_sim.study.experiment import Experiment
 from sn40l_sim.yamlio import not_a_file
+
+T = TypeVar("T")
 
 
 def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, what: str) -> Path:
@@ -115,3 +120,23 @@ def workload_source(experiment: Experiment) -> str | None:
     if workload is None or workload.kind != "trace":
         return None
     return trace_source(named_file(experiment, ("workload", "path"), workload.path, "trace"))
+
+
+def mapped_at(hardware_field: str, map_it: Callable[[], T]) -> T:
+    """``map_it()``; a kernel the mapper cannot place on the tiles (its message names the socket's
+    fields), which names no file or field, is located at ``hardware_field`` (``hardware`` or
+    ``prefill_hardware``), the experiment field that names the hardware file.
+
+    >>> def too_big():
+    ...     raise InfeasibleError("kernel 'k': no tiling fits a tile of 1 PCUs")
+    >>> mapped_at("hardware", too_big)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InfeasibleError: hardware: kernel 'k': no tiling fits a tile of 1 PCUs
+    """
+    try:
+        return map_it()
+    except InfeasibleError as exc:
+        if exc.file is not None or exc.field is not None:
+            raise
+        raise InfeasibleError(exc.message, field=hardware_field) from None

@@ -179,7 +179,14 @@ def map_phase(built: PhaseGraph) -> PlacedGraph:
     looping, collective algorithm and idle-unit pricing (as ``run`` maps it)."""
     execution = built.experiment.spec.execution
     collectives = CollectiveModel.from_node(built.node, execution.collective_algorithm)
-    # as run maps it: each collective timed alone, its staging through the activations' tier included
-    return map_graph(built.node, built.graph, built.memory, execution.kernel_looping,
-                     lone_collective_cycles(collectives, built.node, built.memory), execution.idle_units == "priced",
-                     lone_staging_bytes(collectives))
+    # the prefill maps on the prefill nodes' hardware when the experiment names one (build_phase)
+    field = "prefill_hardware" if built.phase == "prefill" and built.experiment.spec.prefill_hardware else "hardware"
+    try:
+        # as run maps it: each collective timed alone, its staging through the activations' tier included
+        return map_graph(built.node, built.graph, built.memory, execution.kernel_looping,
+                         lone_collective_cycles(collectives, built.node, built.memory),
+                         execution.idle_units == "priced", lone_staging_bytes(collectives))
+    except InfeasibleError as exc:   # a kernel the tiles cannot hold: at the field naming the hardware, as run says
+        if exc.file is not None or exc.field is not None:
+            raise
+        raise built.experiment.error((field,), exc.message) from None
