@@ -196,6 +196,12 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
                                              "systolic and other work on SIMD lanes, and models no PCU without "
                                              f"either; got {list(socket.pcu.modes)}")
 
+    pmu = socket.pmu
+    row = pmu.banks * pmu.bank_width_bytes   # a port reads one row across all banks (hardware/units/pmu.py)
+    if pmu.capacity_bytes < row or pmu.capacity_bytes % row:
+        raise _fail(doc, at("pmu", "capacity_bytes"), f"a PMU of {pmu.banks} banks x {pmu.bank_width_bytes} B holds "
+                                                      f"whole rows of {row} B; expected a multiple of {row} B, got "
+                                                      f"{pmu.capacity_bytes:g} B")
     grid_error = tile_grid_error(socket.tile)
     if grid_error is not None:
         raise _fail(doc, at("tile", grid_error[0]), grid_error[1])

@@ -98,6 +98,12 @@ SOCKET_CASES = {
     # the mapper runs GEMMs systolic and the rest as SIMD whatever this says: a one-mode PCU was
     # accepted and mapped as if it had both
     "pcu_one_mode": (_edit("modes", "[simd]"), "pcu.modes", "expected both modes"),
+    # a PMU port reads a row across its banks: a scratchpad of less than one row, or of a part of
+    # one, cannot be built (a 1 B PMU was taken, and ran until a kernel did not fit)
+    "pmu_below_one_row": (_edit("capacity_bytes", "64 B"), "pmu.capacity_bytes",
+                          "a PMU of 32 banks x 4 B holds whole rows of 128 B; expected a multiple of 128 B, got 64 B"),
+    "pmu_not_whole_rows": (lambda: (set_value(SOCKET, "banks", "3")[0], None), "pmu.capacity_bytes",
+                           "whole rows of 12 B; expected a multiple of 12 B, got 524288 B"),
     "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
     "reserve_exceeds_hbm": (_edit("reserved_bytes", "100 GiB"), "memory.hbm.reserved_bytes", "only"),
     # a reserve equal to the capacity, in units a reader can compare, leaves nothing to use

@@ -47,7 +47,7 @@ def test_a_kernel_whose_one_section_fits_no_tiling_is_cut_one_operator_a_section
 
 
 def test_a_kernel_that_fits_no_tile_even_alone_is_infeasible_naming_the_fields():
-    socket = _socket("64 B")
+    socket = _socket("128 B")   # one row of its 32 banks of 4 B: the smallest PMU the loader takes
     with pytest.raises(InfeasibleError) as raised:
         map_kernel(socket, _prefill_attention(8192, 1088))
     message = str(raised.value)

@@ -17,7 +17,8 @@ HW = ROOT / "hw_configs"
 
 def _write(tmp_path: Path, prefill_only: bool) -> Path:
     (tmp_path / "small.yaml").write_text(
-        f"base: {HW / 'sn40l.yaml'}\nname: SmallPMU\npmu: {{capacity_bytes: 1 B}}\nstated: null\n")
+        f"base: {HW / 'sn40l.yaml'}\nname: SmallPMU\npmu: {{capacity_bytes: 128 B}}\nstated: null\n"
+        "tile: {grid_rows: 1, grid_cols: 2, pcus: 1, pmus: 1, agcus: 1}\n")
     (tmp_path / "node.yaml").write_text(
         f"kind: node\nbase: {HW / 'sn40l_node8.yaml'}\nname: SmallPMU-8\nsocket: small.yaml\n")
     hardware = f"hardware: {HW / 'sn40l_node8.yaml'}\nprefill_hardware: node.yaml" if prefill_only \
