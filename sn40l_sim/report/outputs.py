@@ -141,17 +141,47 @@ def output_path(text: str | None, option: str) -> Path | None:
     return Path(text)
 
 
+# the simulator's own source folder: outputs written there sit among its modules (and a run's
+# removal of the previous run's outputs would act on files beside them)
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _reserved_folder(path: Path) -> str | None:
+    """What ``path`` is when it is no place for a run's outputs, else None: the root of the file
+    system (writable by root, where ``results.json`` and ``.lock`` would land in ``/``) or the
+    simulator's package folder or a folder inside it.
+
+    >>> _reserved_folder(Path("/"))
+    'the root of the file system'
+    >>> _reserved_folder(_PACKAGE_DIR / "report") == f"in the simulator's own package folder ({_PACKAGE_DIR})"
+    True
+    >>> _reserved_folder(Path("out/x")) is None
+    True
+    """
+    resolved = path.resolve()   # follows symbolic links and "..": /tmp/.. is the root too
+    if resolved == Path(resolved.anchor):
+        return "the root of the file system"
+    if resolved == _PACKAGE_DIR or _PACKAGE_DIR in resolved.parents:
+        return f"in the simulator's own package folder ({_PACKAGE_DIR})"
+    return None
+
+
 def check_folder(path: str | Path, option: str = "--out") -> Path:
     """``path`` as an output folder: created if missing, and writable.
 
     Raises
     ------
     InputError
-        At ``option`` when ``path`` is a file, or cannot be created or written.
+        At ``option`` when ``path`` is a file, the root of the file system or inside the package's
+        own folder, or cannot be created or written.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{path} is a file; expected a folder for the outputs", field=option)
+    reserved = _reserved_folder(path)
+    if reserved is not None:   # checked before mkdir: a refused folder is not created either
+        raise InputError(f"{path} is {reserved}; expected a folder of its own for the outputs "
+                         "(e.g. out/NAME)", field=option)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):

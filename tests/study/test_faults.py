@@ -10,6 +10,7 @@ import concurrent.futures as cf
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from sweep_helpers import REPO, write_experiment
 
 from sn40l_sim.commands import cli
 from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
 from sn40l_sim.report import outputs
 from sn40l_sim.report.outputs import OutputFolder, read_status
 from sn40l_sim.study.sweep.executors import stop_workers
@@ -66,6 +68,38 @@ def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path
     absolute.write_text(path.read_text().replace("name: small_sweep", f"name: {tmp_path / 'x'}"))
     assert "name: expected a plain name" in one_line(capsys, 2, ["check", str(absolute)])
     assert simulated == []
+
+
+def test_out_at_the_file_system_root_or_in_the_package_is_refused_before_simulating(tmp_path, capsys, monkeypatch):
+    # run as root, --out / wrote results.json, status.json and .lock into /, and --out sn40l_sim
+    # wrote them among the package's modules (a sub-folder of the package was created first). The
+    # root is checked through check_folder alone, so that a regression leaves nothing in /
+    package = Path(outputs.__file__).resolve().parents[1]
+    for root in ("/", str(tmp_path / ".." / ".." / ".." / ".." / ".." / ".." / "..")):
+        with pytest.raises(InputError, match="is the root of the file system; expected a folder of its own"):
+            outputs.check_folder(root, "--out")
+    with pytest.raises(InputError, match="^--trace: cannot write /trace.json: / is the root of the file"):
+        outputs.check_file("/trace.json", "--trace")
+    path = experiment(tmp_path)
+    simulated = []
+    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", lambda *a, **k: simulated.append(1))
+    before = sorted(p.name for p in package.iterdir())
+    inside = package / "report" / f"out_{tmp_path.name}"   # a name of this test's own, removed if made
+    try:
+        for out in (package, inside):
+            err = one_line(capsys, 2, ["run", str(path), "--out", str(out), "--quiet"])
+            assert err == (f"error: --out: {out} is in the simulator's own package folder ({package}); expected a "
+                           "folder of its own for the outputs (e.g. out/NAME)\n"), err
+        err = one_line(capsys, 2, ["sweep", str(write_experiment(tmp_path, SWEEP, name="sweep.yaml")), "--out",
+                                   str(inside), "--quiet"])
+        assert "is in the simulator's own package folder" in err, err
+        assert simulated == [] and sorted(p.name for p in package.iterdir()) == before and not inside.exists()
+    finally:
+        for name in (".lock", "status.json", "results.json", "results.csv"):
+            if name not in before:
+                (package / name).unlink(missing_ok=True)
+        if inside.is_dir():
+            shutil.rmtree(inside)
 
 
 @pytest.mark.parametrize("command, entry, is_file", [
