@@ -9,6 +9,74 @@ other exception is a bug in the simulator and is allowed to traceback.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+#: the longest quoted value a message shows whole: a 5,000-character string or a list of 2,000
+#: numbers given to a field was repeated whole, burying the one line that says what was wrong
+QUOTE_LIMIT = 80
+
+
+def shown(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, shortened when longer than ``limit`` characters: a text to
+    its start and its length, a list, tuple or mapping to its first entries and its length.
+
+    Examples
+    --------
+    >>> shown("max"), shown([1, 2]), shown(None)
+    ("'max'", '[1, 2]', 'None')
+    >>> shown("x" * 5000)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' (5,000 characters)"
+    >>> shown([1] * 2000)
+    '[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...] (2,000 items)'
+    >>> shown({"kind": "y" * 300})
+    "{'kind': 'yyyyyyyyyyyyyyyyyyyy...' (300 characters)} (1 item)"
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        head = repr(value[:limit // 2])
+        return f"{head[:-1]}...{head[-1]} ({len(value):,} characters)"
+    if isinstance(value, (list, tuple, dict)):
+        if isinstance(value, dict):
+            items = [f"{shown(k, limit // 2)}: {shown(v, limit // 2)}" for k, v in _first(value.items(), limit)]
+            opening, closing = "{", "}"
+        else:
+            items = [shown(v, limit // 2) for v in _first(value, limit)]
+            opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
+        kept: list[str] = []
+        for item in items:   # as many entries as the limit holds, at least one
+            if kept and len(", ".join([*kept, item])) > limit - 8:
+                break
+            kept.append(item)
+        more = ", ..." if len(kept) < len(value) else ""
+        count = f"{len(value):,} item{'s' if len(value) != 1 else ''}"
+        return f"{opening}{', '.join(kept)}{more}{closing} ({count})"
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _shown_file(file: str, limit: int = 4 * QUOTE_LIMIT) -> str:
+    """A file's path as an error's prefix: whole, or past ``limit`` characters (a path longer than
+    any folder holds, given on the command line) its start and its end, with its length.
+
+    >>> _shown_file("hw_configs/sn40l.yaml")
+    'hw_configs/sn40l.yaml'
+    >>> _shown_file("/tmp/" + "x" * 5000 + ".yaml")
+    '/tmp/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.yaml (a path of 5,010 characters)'
+    """
+    if len(file) <= limit:
+        return file
+    return f"{file[:QUOTE_LIMIT // 2]}...{file[-QUOTE_LIMIT // 2:]} (a path of {len(file):,} characters)"
+
+
+def _first(items: Any, limit: int) -> list:
+    """The first entries of a collection, no more than a limit's worth of one-character reprs."""
+    first = []
+    for item in items:
+        if len(first) >= limit:
+            break
+        first.append(item)
+    return first
 
 
 class InputError(Exception):
@@ -44,7 +112,7 @@ class InputError(Exception):
     def __str__(self) -> str:
         where = ""
         if self.file:
-            where = self.file + (f":{self.line}" if self.line else "") + ": "
+            where = _shown_file(self.file) + (f":{self.line}" if self.line else "") + ": "
         what = f"{self.field}: " if self.field else ""
         # one line, whatever text it quotes (a name or a path with a line break in it)
         return f"{where}{what}{self.message}".replace("\r", "\\r").replace("\n", "\\n")

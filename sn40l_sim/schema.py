@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from sn40l_sim.errors import shown
 from sn40l_sim.quantities import parse_quantity
 from sn40l_sim.schema_keys import known_keys, unknown_key_text
 from sn40l_sim.yamlio import Document, FieldPath
@@ -81,9 +82,9 @@ class Range:
         low_ok = value > self.low if self.low_open else value >= self.low
         high_ok = value < self.high if self.high_open else value <= self.high
         if not (low_ok and high_ok):
-            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            written = f"{value:g}" if isinstance(value, float) else str(value)
             article = "an" if self.what[:1] in "aeiou" else "a"
-            raise ValueError(f"expected {article} {self.what} {self.text()}, got {shown}"
+            raise ValueError(f"expected {article} {self.what} {self.text()}, got {written}"
                              f"{' ' + self.unit if self.unit else ''}")
         return value
 
@@ -103,14 +104,31 @@ COUNT = Range("integer", 0, MAX_COUNT, "0", f"{MAX_COUNT} (2**31 - 1)")
 
 
 def _quantity(kind: str):
-    return BeforeValidator(lambda v: parse_quantity(v, kind))
+    return BeforeValidator(lambda v: _parsed_quantity(v, kind))
+
+
+def _parsed_quantity(value: Any, kind: str) -> float:
+    """``parse_quantity``, its message quoting a long value shortened (quantities.py, below
+    errors.py's :func:`shown`, quotes it whole).
+
+    >>> _parsed_quantity("1 GiB", "bytes")
+    1073741824.0
+    >>> _parsed_quantity("9" * 200 + " parsecs", "bytes")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected a bytes unit such as '64 GiB', got unit 'parsecs' in '9999999999999999999999999999999999999999...' (208 characters)
+    """
+    try:
+        return parse_quantity(value, kind)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace(repr(value), shown(value))) from None
 
 
 def _plain_number(value: Any) -> Any:
     # YAML gives text for "12 tokens" or a quoted "0.5", and a bool for true: a number field
     # takes a number, never a string or a bool converted behind the user's back
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {value!r}")
+        raise ValueError(f"expected a number, got {shown(value)}")
     return value
 
 
@@ -135,7 +153,7 @@ def _strict_int(value: Any) -> Any:
     # an integer (an integral float such as 4.0 is one)
     if isinstance(value, bool) or isinstance(value, str) \
             or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(f"expected an integer, got {value!r}")
+        raise ValueError(f"expected an integer, got {shown(value)}")
     # an integral float becomes the integer it is (pydantic refuses one as large as 1e30 with a
     # message of its own; the range then says what is expected)
     return int(value) if isinstance(value, float) else value
@@ -156,7 +174,7 @@ def strict_flag(value: Any) -> Any:
     as text, which pydantic would take for a boolean as quietly as it takes ``0`` or ``1.0`` (so
     ``kernel_looping: off`` switched looping off, ``calibration: "no"`` dropped a calibration point)."""
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise ValueError(f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -168,13 +186,13 @@ def _one_line_name(value: Any) -> Any:
     # a name is printed in tables, results rows, point names and one-line errors: a line break in
     # it split each of them
     if not isinstance(value, str):
-        raise ValueError(f"expected a name (text), got {value!r}")
+        raise ValueError(f"expected a name (text), got {shown(value)}")
     if not value.strip():   # a hardware or model named '' gave results rows and messages with a blank where it goes
         raise ValueError(f"expected a name (results rows and messages show it), got "
                          f"{'an empty one' if not value else repr(value)}")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"expected a name on one line, without control characters (a line break, a tab), "
-                         f"got {value!r}")
+                         f"got {shown(value)}")
     return value
 
 
@@ -185,7 +203,7 @@ Name = Annotated[str, BeforeValidator(_one_line_name)]
 def _plain_name(value: Any) -> Any:
     if not isinstance(value, str) or not _PLAIN_NAME.match(value):
         raise ValueError(f"expected a plain name (letters, digits and . _ + -, starting with a letter or digit, "
-                         f"at most 100 characters: it names the output folder), got {value!r}")
+                         f"at most 100 characters: it names the output folder), got {shown(value)}")
     return value
 
 
@@ -320,17 +338,17 @@ def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         key = error.get("ctx", {}).get("discriminator", "").strip("'")
         if key in (tag_hints or {}):  # else pydantic's message, which lists the expected tags
-            return f"expected {tag_hints[key]} (got {error.get('input')!r})"
+            return f"expected {tag_hints[key]} (got {shown(error.get('input'))})"
     if kind == "extra_forbidden":
         return unknown_key_text(str(error["loc"][-1]), error.get("known_keys", ()))
     if kind == "missing":
         return "required field is missing"
     if kind in ("model_type", "dict_type"):   # pydantic names its class ("instance of ServingSection")
-        return f"expected a mapping of keys (got {error.get('input')!r})"
+        return f"expected a mapping of keys (got {shown(error.get('input'))})"
     if kind in _PLAIN_TYPES:   # pydantic's own wording ("Input should be a valid string") is not the project's
-        return f"expected {_PLAIN_TYPES[kind]}, got {error.get('input')!r}"
+        return f"expected {_PLAIN_TYPES[kind]}, got {shown(error.get('input'))}"
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
             message = message[len(prefix):]
-    return f"{message} (got {error['input']!r})" if "input" in error and kind != "value_error" else message
+    return f"{message} (got {shown(error['input'])})" if "input" in error and kind != "value_error" else message

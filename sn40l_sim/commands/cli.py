@@ -19,7 +19,7 @@ import sys
 import threading
 import warnings
 
-from sn40l_sim.errors import InputError, InvariantError, Terminated
+from sn40l_sim.errors import InputError, InvariantError, Terminated, shown
 
 #: command name -> (module under sn40l_sim.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            # a path longer than the file system takes, given on the command line or in a file: the
+            # check of whether it is a file (pathlib's is_file) raised it in a traceback
+            print(f"error: {shown(exc.filename)}: {exc.strerror}; expected a path the file system can hold "
+                  f"(a name of at most {_name_max()} characters)", file=sys.stderr)
+            return EXIT_INPUT
         if exc.errno not in FULL_DEVICE:
             raise
         # the printed output (files are written through report/outputs.py, which names them)
@@ -127,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
             mapper_graph.promote_young()
             mapper_graph.PROMOTE_KEPT_OBJECTS = promoted
         gc.set_threshold(*thresholds)
+
+
+def _name_max() -> int:
+    """The longest file name the current folder's file system takes (255 on most)."""
+    try:
+        return os.pathconf(".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):   # pragma: no cover - not POSIX
+        return 255
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.kvcache import policies as _policies  # noqa: F401  (registers the shipped policies)
 from sn40l_sim.kvcache.base import POLICIES, KVPolicy
 
@@ -41,11 +41,11 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> KVPolicy:
         experiment loader adds the entry's place in its file).
     """
     if not isinstance(name, str) or name not in POLICIES:
-        raise InputError(f"unknown KV policy {name!r}; expected one of {', '.join(sorted(POLICIES))}",
+        raise InputError(f"unknown KV policy {shown(name)}; expected one of {', '.join(sorted(POLICIES))}",
                          field="policy")
     params = {} if params is None else params
     if not isinstance(params, Mapping):
-        raise InputError(f"expected a mapping of parameters, got {params!r}", field="params")
+        raise InputError(f"expected a mapping of parameters, got {shown(params)}", field="params")
     try:
         return POLICIES[name].from_params(params)
     except InputError as exc:

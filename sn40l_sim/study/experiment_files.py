@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.errors import InfeasibleError, InputError, shown
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, load_templates_for
@@ -35,8 +35,12 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     sn40l_sim.errors.InputError: experiments/deepseek_tp16.yaml:9: model: model file 'nope.yaml' not found (looked for experiments/nope.yaml)
     """
     path = experiment.resolve(relative, field)
-    if not path.is_file():
-        raise experiment.error(field, f"{what} file {relative!r} {not_a_file(path)} (looked for {path})")
+    try:
+        found = path.is_file()
+    except OSError as exc:   # a name longer than the file system takes (pathlib raises ENAMETOOLONG)
+        raise experiment.error(field, f"{what} file {shown(relative)}: {exc.strerror}") from None
+    if not found:
+        raise experiment.error(field, f"{what} file {shown(relative)} {not_a_file(path)} (looked for {path})")
     return path
 
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.records import SERVED_FIELDS, SERVED_GROUPS
 from sn40l_sim.schema import Flag, Name, Range, StrictModel, ranged
@@ -72,13 +72,13 @@ class Measurement(StrictModel):
             if not isinstance(given, dict):
                 return given
             if isinstance(given.get("rel"), str):
-                raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {given['rel']!r}")
+                raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {shown(given['rel'])}")
             number = given.get("abs")
         if isinstance(number, str) and unit == "1":
-            raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {number!r}")
+            raise ValueError(f"expected a fraction, without % (0.05 for 5%), got {shown(number)}")
         if isinstance(number, str) and unit:
             raise ValueError(f"expected a number in {quantity}'s unit, {unit}, without the unit (e.g. 88.5 ms as "
-                             f"0.0885 for a field in s), got {number!r}")
+                             f"0.0885 for a field in s), got {shown(number)}")
         return given
 
     @property

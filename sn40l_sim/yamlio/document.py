@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.yamlio.reading import FieldPath, dotted, read_mapping_file
 
 
@@ -241,7 +241,7 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     base_path = shown_path(path.parent / base_rel)
     if not base_path.is_file():
         file, line = origins.get(("base",), (str(path), None))
-        raise InputError(f"base file {base_rel!r} {not_a_file(base_path)} (looked for {base_path})",
+        raise InputError(f"base file {shown(base_rel)} {not_a_file(base_path)} (looked for {base_path})",
                          file=file, field="base", line=line)
     merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))
     base_kind, own_kind = merged.data.get("kind"), data.get("kind")

@@ -48,7 +48,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 
 #: largest YAML file read (configuration files are a few kB)
 MAX_FILE_BYTES = 4 * 2**20
@@ -178,9 +178,9 @@ class _Walk:
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _TAG + "str":
-                    shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else "a list or mapping"
-                    raise self.error(key_node, prefix, f"mapping keys must be text, got {shown}"
-                                     + (f" (quote it: '{shown}')" if isinstance(key_node, yaml.ScalarNode) else ""))
+                    written = key_node.value if isinstance(key_node, yaml.ScalarNode) else "a list or mapping"
+                    raise self.error(key_node, prefix, f"mapping keys must be text, got {written}"
+                                     + (f" (quote it: '{written}')" if isinstance(key_node, yaml.ScalarNode) else ""))
                 key = key_node.value
                 if key == "<<" and key_node.style is None:
                     # PyYAML's merge key: not part of YAML 1.2 and not honoured here, so say so
@@ -188,7 +188,7 @@ class _Walk:
                     raise self.error(key_node, prefix + (key,), "YAML merge keys (<<: *name) are not supported; "
                                      "write the keys out, or use an alias (*name) for a whole value")
                 if key in out:
-                    raise self.error(key_node, prefix + (key,), f"duplicate key {key!r}")
+                    raise self.error(key_node, prefix + (key,), f"duplicate key {shown(key)}")
                 out[key] = self.value(value_node, prefix + (key,), inside, aliased)
             return out
         if isinstance(node, yaml.SequenceNode):
@@ -214,7 +214,7 @@ class _Walk:
             return float(text.replace("_", ""))
         except ValueError:
             raise self.error(node, prefix, f"expected {'an integer' if kind == 'int' else 'a ' + kind}, got "
-                             f"{text!r}") from None
+                             f"{shown(text)}") from None
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, dict[FieldPath, tuple[str, int]]]:

@@ -14,7 +14,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.study.experiment import Experiment, experiment_from_document
@@ -94,7 +94,7 @@ def check_points(exp: Experiment) -> None:
             value = value.get(key) if isinstance(value, dict) else None
         if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
             path = exp.resolve(value, at)
-            raise exp.error(at, f"{what} file {value!r} {not_a_file(path)} (looked for {path})")
+            raise exp.error(at, f"{what} file {shown(value)} {not_a_file(path)} (looked for {path})")
 
 
 def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
@@ -104,7 +104,7 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
     path = doc.resolve(hardware, ("hardware",))
     if not path.is_file():
-        raise doc.error(("hardware",), f"hardware file {hardware!r} {not_a_file(path)} (looked for {path})")
+        raise doc.error(("hardware",), f"hardware file {shown(hardware)} {not_a_file(path)} (looked for {path})")
     node = load_hardware(path)
     return with_overrides(node, overrides) if overrides else node
 
@@ -146,7 +146,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
-            error = InputError(f"{value!r}: {_inner(exc)}", field=f"--set {dotted}")
+            error = InputError(f"{shown(value)}: {_inner(exc)}", field=f"--set {dotted}")
             if not isinstance(exc, InputError):
                 raise error from None
             if parts[0] != "hardware" or len(parts) == 1:
@@ -194,7 +194,7 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
         named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
         if named:
             parts, value = named[0]
-            raise InputError(f"{value!r}: {_inner(exc)}", field=f"--set {'.'.join(parts)}") from None
+            raise InputError(f"{shown(value)}: {_inner(exc)}", field=f"--set {'.'.join(parts)}") from None
         raise first_failed from None
     return trial
 
@@ -207,7 +207,7 @@ def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_faile
     field = exc.field or ""
     named = [key for key in hardware if field == key or field.startswith(key + ".")]
     key = named[0] if named else first_failed
-    return InputError(f"{hardware[key]!r}: {_inner(exc)}", field=f"--set hardware.{key}")
+    return InputError(f"{shown(hardware[key])}: {_inner(exc)}", field=f"--set hardware.{key}")
 
 
 def _inner(exc: AxisError | InputError) -> str:

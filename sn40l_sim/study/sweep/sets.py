@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.study.sweep.axes import Axis
 from sn40l_sim.yamlio import parse_yaml, path_parts
@@ -27,15 +27,15 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     for item in items or []:
         path, sep, text = item.partition("=")
         if not sep or not path.strip():
-            raise InputError(f"expected path=value, got {item!r}", field="--set")
+            raise InputError(f"expected path=value, got {shown(item)}", field="--set")
         path = ".".join(path_parts(path.strip()))   # policies[1].budget, as messages write it, is policies.1.budget
         if not text.strip():   # YAML reads nothing as null: the error then spoke of "None"
-            raise InputError(f"expected a value after '=' in {item!r} (write null to clear an optional field)",
+            raise InputError(f"expected a value after '=' in {shown(item)} (write null to clear an optional field)",
                              field=f"--set {path}")
         try:
             value = parse_yaml(text, "--set")[0]
         except InputError as exc:
-            raise InputError(f"cannot read the value of {item!r}: {exc.message}", field="--set") from None
+            raise InputError(f"cannot read the value of {shown(item)}: {exc.message}", field="--set") from None
         # one would replace the other, in the order written, without a word (a field of a file that
         # --set hardware=FILE names is another matter: it changes that file's value)
         clash = next((p for p in out if p == path or (p.startswith(path + ".") and isinstance(value, dict))
