@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.schema import POSITIVE_COUNT, TIME, Range
 from sn40l_sim.yamlio import parse_json, refuse_special_file
 
@@ -134,9 +134,9 @@ def _columns(path: Path, header: tuple[str, ...]) -> tuple[str, ...]:
     what = f"missing column {missing[0]!r}" if missing else f"unknown column {extra[0]!r}" if extra else \
         "columns out of order"
     # a wide header (a results.csv given for a trace) is shown by its first columns, not all 200
-    shown = ",".join(header[:_SHOWN_COLUMNS]) + (f",... ({len(header)} columns)" if len(header) > _SHOWN_COLUMNS else "")
+    columns = ",".join(header[:_SHOWN_COLUMNS]) + (f",... ({len(header)} columns)" if len(header) > _SHOWN_COLUMNS else "")
     raise InputError(f"{what}: expected the CSV header {','.join(SIMULATOR_COLUMNS)} (the simulator's) or "
-                     f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {shown or 'none'}",
+                     f"{','.join(AZURE_COLUMNS)} (the Azure LLM inference trace's), got {columns or 'none'}",
                      file=path, line=1)
 
 
@@ -160,9 +160,9 @@ def _json_numbers(path: Path, number: int, item: dict) -> dict:
     for column in SIMULATOR_COLUMNS:
         value = item.get(column)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            shown = json.dumps(value)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            what = f"the string {shown} (write it without quotes)" if isinstance(value, str) else shown
+            quoted = json.dumps(value)
+            quoted = quoted if len(quoted) <= 40 else quoted[:37] + "..."
+            what = f"the string {quoted} (write it without quotes)" if isinstance(value, str) else quoted
             raise InputError(f"expected a JSON number, got {what}", file=path, field=column, line=number)
     return item
 
@@ -246,12 +246,28 @@ def _timestamp(text: str) -> tuple[datetime.datetime, float]:
 def _value(path: Path, number: int, item: dict, column: str, parse: Any) -> Any:
     if item.get(column) in (None, ""):
         raise InputError("missing value", file=path, field=column, line=number)
+    text = item[column]
+    what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction, no time-zone offset)" if parse is _timestamp else \
+        "an integer" if parse is _integer else "a number"
+    if isinstance(text, str) and not _plain(text):
+        # Python's int() and float() take 1_000 (a literal's digit grouping) and digits of other
+        # scripts (٣٩٦); a trace is a data file, written with ASCII digits alone
+        raise InputError(f"expected {what} written in plain digits (0-9, no _ or other separators), got "
+                         f"{shown(text)}", file=path, field=column, line=number)
     try:
-        return parse(item[column])
+        return parse(text)
     except (TypeError, ValueError, OverflowError):
-        what = "a date and time (YYYY-MM-DD HH:MM:SS.fraction, no time-zone offset)" if parse is _timestamp else \
-            "an integer" if parse is _integer else "a number"
-        raise InputError(f"expected {what}, got {item[column]!r}", file=path, field=column, line=number) from None
+        raise InputError(f"expected {what}, got {shown(text)}", file=path, field=column, line=number) from None
+
+
+def _plain(text: str) -> bool:
+    """Whether a CSV value holds no character a data file's number or date would not: ASCII only,
+    no underscore.
+
+    >>> _plain("1000"), _plain(" 1e3 "), _plain("2023-11-16 18:15:46.68"), _plain("1_000"), _plain("\u0663\u0669")
+    (True, True, True, False, False)
+    """
+    return text.isascii() and "_" not in text
 
 
 def _length(path: Path, number: int, item: dict, column: str) -> int:

@@ -168,6 +168,27 @@ def test_csv_values_are_text_parsed_as_numbers(tmp_path):
         [(0.5, 1000, 7, 2), (2.0, 3, 4, 4)]
 
 
+@pytest.mark.parametrize("text, line, column, written", [
+    # Python's int() and float() read 1_000 as 1000 and Arabic-Indic digits as theirs: the trace
+    # ran with numbers no data file writes that way
+    ("arrival_s,prompt_len,output_len\n0.0,1_000,64\n", 2, "prompt_len", "'1_000'"),
+    ("arrival_s,prompt_len,output_len\n0.0,100,64\n0.5,2000,6_4\n", 3, "output_len", "'6_4'"),
+    ("arrival_s,prompt_len,output_len\n1_0.5,100,10\n", 2, "arrival_s", "'1_0.5'"),
+    (HEADER + "2023-11-16 18:00:01.0,3_74,44\n", 2, "ContextTokens", "'3_74'"),
+    (HEADER + "2023-11-16 18:00:01.0,374,44\n2023-11-16 18:00:02.0,\u0663\u0669\u0666,1\n", 3, "ContextTokens",
+     "'\u0663\u0669\u0666'"),
+    (HEADER + "2023-11-16 18:00:01.0,374,\uff14\uff14\n", 2, "GeneratedTokens", "'\uff14\uff14'"),
+])
+def test_a_csv_number_is_plain_ascii_digits_without_separators(tmp_path, text, line, column, written):
+    path = tmp_path / "grouped.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        read_trace(path)
+    what = "a number" if column == "arrival_s" else "an integer"
+    assert str(info.value) == (f"{path}:{line}: {column}: expected {what} written in plain digits (0-9, no _ or "
+                               f"other separators), got {written}")
+
+
 @pytest.mark.parametrize("value, shown", [
     ('"0"', 'the string "0" (write it without quotes)'), ("true", "true"), ("[1]", "[1]"),
 ])
