@@ -167,21 +167,24 @@ def at_rate(asm: Assembly, rate: float) -> Assembly:
 
 
 def search_point(asm: Assembly, point: Point, *,
-                 on_probe: Callable[[PointResult, list[Request]], Any] | None = None
-                 ) -> tuple[PointResult, dict[str, Any]]:
+                 on_probe: Callable[[PointResult, list[Request], Experiment], Any] | None = None
+                 ) -> tuple[PointResult, dict[str, Any], Experiment]:
     """The rate search of one point: the served result at the highest rate that held (at the low
-    end when even that fails) and the ``rate_search`` fields of its record. ``on_probe`` is called
-    with each probe's result and the requests that went in (the runner checks the invariants)."""
+    end when even that fails), the ``rate_search`` fields of its record and the experiment at that
+    rate (its workload is the one the result served: the record's ``workload`` line showed the
+    experiment's own rate, not the rate found). ``on_probe`` is called with each probe's result, the
+    requests that went in and the experiment at its rate (the runner checks the invariants)."""
     exp = asm.experiment
     search, slo = exp.spec.rate_search, exp.spec.slo.target()
     setup = asm.setup(point)
     costs, place = asm.step_timer(setup), asm.memory_placer(setup.model)   # shared by every probe
     prefill_side = asm.prefill_side(setup)
-    results: dict[float, PointResult] = {}
+    results: dict[float, tuple[PointResult, Experiment]] = {}
     rows: list[dict[str, Any]] = []
 
     def holds(rate: float) -> bool:
-        probe_requests = at_rate(asm, rate).requests(point)
+        probe = at_rate(asm, rate)
+        probe_requests = probe.requests(point)
         went_in: list[Request] = []
 
         def requests_for(slots: int) -> list[Request]:
@@ -194,8 +197,8 @@ def search_point(asm: Assembly, point: Point, *,
         except InputError as exc:
             raise asm.locate(exc, point) from None
         if on_probe is not None:
-            on_probe(result, went_in)
-        results[rate] = result
+            on_probe(result, went_in, probe.experiment)
+        results[rate] = result, probe.experiment
         fields = served_slo_fields(result.log, result.clock_hz, slo)
         s = fields["slo"]
         sustained, prefilled = steady_state_rate(result), prefill_sustained_rate(result)
@@ -211,4 +214,5 @@ def search_point(asm: Assembly, point: Point, *,
                                      tolerance=search.tolerance)
     fields = {"max_rate_per_s": best, "max_rate_bracketed": bracketed,
               "rate_probes": sorted(rows, key=lambda row: row["rate_per_s"])}
-    return results[best if best is not None else search.low_per_s], fields
+    result, ran = results[best if best is not None else search.low_per_s]
+    return result, fields, ran

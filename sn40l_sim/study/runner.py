@@ -121,9 +121,10 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         started = time.perf_counter()
         if exp.spec.rate_search is not None and serve:
             # every probe is a served run, so every probe's invariants are checked
-            result, searched = search_point(asm, point, on_probe=lambda probe, requests, point=point:
-                                            check_point(probe, point_record(exp, point, probe), requests))
-            records.append(with_speed({**point_record(exp, point, result), **searched}, started))
+            result, searched, ran = search_point(
+                asm, point, on_probe=lambda probe, requests, at_rate, point=point:
+                check_point(probe, point_record(at_rate, point, probe), requests))
+            records.append(with_speed({**point_record(ran, point, result), **searched}, started))
             if on_result is not None:
                 on_result(result)
             continue

@@ -218,3 +218,37 @@ def test_the_search_takes_no_rate_above_what_the_prefill_node_sustains(tmp_path)
     # the decode slots are far from the limit, and above the prefill node's speed a finite run met the SLO
     assert all(p["steady_state_rate_per_s"] > 2 / prefill_s for p in probes if p["rate_per_s"] < 1 / prefill_s)
     assert any(p["rate_per_s"] > 1.3 / prefill_s and p["attainment"] >= 0.9 for p in probes)
+
+
+@pytest.mark.parametrize("workload", ["poisson", "trace"])
+def test_the_record_s_workload_line_is_the_rate_its_figures_were_served_at(tmp_path, workload):
+    # the record's figures are the answer's probe's run, but its workload line showed the
+    # experiment's own rate (max_rate.yaml: "poisson, rate_per_s=1.0" beside 0.865 requests/s found)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n" + "".join(f"{i * 0.5},1000,16\n" for i in range(40)))
+    given = "{kind: poisson, rate_per_s: 1, count: 40, output_len: 16}" if workload == "poisson" \
+        else f"{{kind: trace, path: {trace}}}"
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: workload_line
+        hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
+        model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {given}
+        serving: {{batch: 4, max_new_tokens: 16, prefill_nodes: 4}}
+        slo: {{ttft: {{max_s: 600 s, percentile: 90}}}}
+        rate_search: {{low_per_s: 1, high_per_s: 1000, probes: 6}}
+        """)
+    path = tmp_path / "e.yaml"
+    path.write_text(text)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    rate = record["max_rate_per_s"]
+    assert rate is not None and rate != 1.0 and record["max_rate_bracketed"]
+    if workload == "poisson":
+        assert record["workload"] == f"poisson, rate_per_s={rate}, count=40, output_len=" \
+            '{"dist":"constant","value":16}'
+    else:   # 40 requests over 19.5 s: 2.05 requests/s at rate_scale 1
+        assert record["workload"] == f"trace, path={trace}, rate_scale={rate / (40 / 19.5)}"
