@@ -70,7 +70,8 @@ RESULTS = Fields([
     Field("mode", "", "Serving mode: disaggregated (prefill and decode nodes) or colocated.", axis="serving mode"),
     Field("workload", "", "The served workload as the experiment gives it: its kind, then each setting that differs "
           "from its default (a trace's path and rate_scale, a Poisson rate, ...; a list of requests as its length); "
-          "empty for a steps-only evaluation.", axis="workload"),
+          "with a rate search, the workload at the rate the record's figures were served at (max_rate_per_s, or the "
+          "search's low end); empty for a steps-only evaluation.", axis="workload"),
     Field("prefill_nodes", "nodes", "Prefill nodes (0 when co-located).", axis="prefill nodes"),
     Field("decode_nodes", "nodes", "Decode nodes.", axis="decode nodes"),
     Field("sockets", "sockets", "Sockets per decode node (after any override of hardware.sockets).", axis="sockets"),
