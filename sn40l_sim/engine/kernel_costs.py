@@ -15,6 +15,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.read_ahead import chunk_tiles
+from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import window_fractions
 
 #: stage bounds, besides the memory tiers, whose time the engine models as transfers on shared
@@ -96,7 +97,8 @@ class KernelCosts:
 
     @classmethod
     def from_placed(cls, pk: PlacedKernel, socket: SocketSpec, boundary: BoundaryModel | None,
-                    chunks_per_section: int, stage_collectives: bool = True) -> KernelCosts:
+                    chunks_per_section: int, stage_collectives: bool = True,
+                    placement: TierSplit | None = None) -> KernelCosts:
         """Costs of ``pk``, section by section (stages carry their section).
 
         Compute per tile is the slowest non-memory stage of the section (PCU, SIMD, PMU or mesh
@@ -104,6 +106,8 @@ class KernelCosts:
         section's bytes of a tier are what its streams to and from that tier's memory
         stage carry; each tier's stream is capped at (bytes per tile) / (its memory stage's
         cycles per tile), the rate the mapper's unit models allow (AGCUs, memory units in reach).
+        The windows of its overlapped collectives are placed by the tiers ``placement`` puts its
+        operators' bytes in, as the mapper placed them (default: the socket's first tier).
         """
         n = pk.sections
         sections = []
@@ -123,7 +127,7 @@ class KernelCosts:
                 compute_cycles_per_tile=max(compute, default=0),
                 tier_bytes={tier: per_section[index] for tier, per_section in tiers.items()},
                 tier_caps=caps, fill_cycles=pk.fill_cycles))
-        windows = tuple(window_fractions(socket, pk.kernel, c) for c in pk.kernel.collectives if c.overlapped)
+        windows = tuple(window_fractions(socket, pk.kernel, c, placement) for c in pk.kernel.collectives if c.overlapped)
         if boundary is None:
             return cls(0, 0, (), tuple(sections), stage_collectives, windows)
         configs = tuple(figures.config_cycles(socket, b) for b in pk.section_config_bytes)

@@ -125,7 +125,9 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         collectives = CollectiveModel.from_node(node, options.collective_algorithm)
     env = simpy.Environment()
     # collectives move activations: they stage through the activations' tier
-    staging = placed.memory.tiers().activations if placed.memory.order else None
+    # where each kernel's bytes live, as the mapper placed them (none: the socket's first tier)
+    tiers = placed.memory.tiers() if placed.memory.order else None
+    staging = tiers.activations if tiers is not None else None
     res = SocketResources.build(env, node, socket, staging_tier=staging)
     res.lone_streams = True   # nothing but the kernels below and their collectives uses its channels
     boundary = collectives.boundary or BoundaryModel.from_node(node, collectives.table)
@@ -147,7 +149,7 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         if costs is None:
             costs = costs_of[key] = KernelCosts.from_placed(
                 pk, node.socket, boundary if options.kernel_boundaries else None, options.chunks_per_section,
-                options.stage_collectives)
+                options.stage_collectives, tiers)
         preds = tuple(sorted(graph.predecessors(kernel.name))) if kernel.name in graph else ()
         entries.append(KernelEntry(record, costs, preds))
     records = tuple(entry.record for entry in entries)

@@ -170,7 +170,7 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         signature = k.signature()
         context = contexts.get(signature)
         if context is None:
-            context = contexts[signature] = _call(node.socket, k, collective_cycles, staging_bytes)
+            context = contexts[signature] = _call(node.socket, k, collective_cycles, staging_bytes, tiers)
         calls.append(context)
     for loop in find_loops(order, graph):
         kernel = order[loop.first]
@@ -377,16 +377,16 @@ def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
 
 
 def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,
-          staging_bytes: Callable[[Collective], int] | None = None) -> LoopContext:
+          staging_bytes: Callable[[Collective], int] | None = None, tiers: TierSplit | None = None) -> LoopContext:
     """A lone call of ``kernel``, with its overlapped collectives' cycles when they are known (the
-    engine runs them one after the other on the socket's links) and the bytes they stage in the
-    activations' tier."""
+    engine runs them one after the other on the socket's links), the bytes they stage in the
+    activations' tier, and the windows of those naming an operator placed by its bytes' tiers."""
     if collective_cycles is None:
         return LONE_CALL
     overlapped = [c for c in kernel.collectives if c.overlapped and not c.after]
     overlap = sum(collective_cycles(c) for c in overlapped)
     staged = sum(staging_bytes(c) for c in overlapped) if staging_bytes is not None and overlap else 0
-    windows = overlap_windows(socket, kernel, collective_cycles, staging_bytes)
+    windows = overlap_windows(socket, kernel, collective_cycles, staging_bytes, tiers)
     if not overlap and not windows:
         return LONE_CALL
     return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows)

@@ -13,8 +13,9 @@ GEMM").
 
 The operators of a kernel run in lockstep in the mapper's pipeline, so their parts of the stream
 are not separate in its plan. A window is placed by each operator's roofline time alone on the
-socket (its FLOPs at the peak rate, its weight and KV bytes at the first tier's bandwidth,
-whichever is longer), as a fraction of the kernel's: the operator's part runs from the sum of
+socket (its FLOPs at the peak rate, its weight and KV bytes at the bandwidths of the tiers they
+live in, as the memory placement's :class:`~sn40l_sim.mapper.tier_split.TierSplit` says, whichever
+is longer), as a fraction of the kernel's: the operator's part runs from the sum of
 those before it to the sum up to it. An overlapped collective that names no operator carries every
 data tile's output as the tile comes out (a token-sliced kernel, prefill's) and its window is the
 whole stream.
@@ -41,25 +42,42 @@ from dataclasses import dataclass, replace
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import Collective, FusedKernel, Operator
+from sn40l_sim.mapper.tier_split import TierSplit
 
 #: the largest data-tile count whose share :class:`OverlapWindow` holds (2**MAX_TILES_LOG2)
 MAX_TILES_LOG2 = 24
 
 
-def operator_seconds(socket: SocketSpec, op: Operator) -> float:
+def operator_seconds(socket: SocketSpec, op: Operator, tiers: TierSplit | None = None) -> float:
     """``op``'s roofline time alone on the socket: its FLOPs at the BF16 peak or its weight and KV
-    bytes at the first tier's bandwidth, whichever is longer."""
-    tier = next(iter(socket.memory))
-    streamed = op.weight_bytes + op.kv_read_bytes + op.kv_write_bytes
-    return max(op.flops / figures.peak_flops(socket), streamed / figures.memory_bytes_per_s(socket, tier))
+    bytes at the bandwidth of the tiers ``tiers`` puts them in (the tiers stream side by side, so
+    the slowest one's share), whichever is longer. Without ``tiers``, everything is in the socket's
+    first tier.
+
+    The hardware file's first tier timed weights the placement had put in DDR (an experiment's
+    ``memory.order`` listing DDR first, or weights spilled there) at HBM's bandwidth:
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> socket = example_socket()
+    >>> op = Operator("w", "gemm", flops=2 * 4096 * 4096, m=1, k=4096, n=4096, weight_bytes=2 * 4096 * 4096)
+    >>> in_hbm, in_ddr = operator_seconds(socket, op), operator_seconds(socket, op, TierSplit.all_in("ddr"))
+    >>> in_hbm == operator_seconds(socket, op, TierSplit.all_in("hbm")), round(in_ddr / in_hbm, 1)
+    (True, 16.4)
+    """
+    tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
+    streamed = tiers.split_bytes(op.weight_bytes, op.kv_read_bytes + op.kv_write_bytes, 0, 0)
+    memory_s = max((n / figures.memory_bytes_per_s(socket, tier) for tier, n in streamed.items() if n), default=0.0)
+    return max(op.flops / figures.peak_flops(socket), memory_s)
 
 
-def window_fractions(socket: SocketSpec, kernel: FusedKernel, collective: Collective) -> tuple[float, float]:
+def window_fractions(socket: SocketSpec, kernel: FusedKernel, collective: Collective,
+                     tiers: TierSplit | None = None) -> tuple[float, float]:
     """The part of ``kernel``'s stream ``collective`` may run beside, as fractions of it (see the
-    module docstring); ``(0, 1)`` for one that names no operator."""
+    module docstring), its operators' bytes in the tiers of ``tiers``; ``(0, 1)`` for one that
+    names no operator."""
     if not collective.after:
         return 0.0, 1.0
-    times = [operator_seconds(socket, op) for op in kernel.operators]
+    times = [operator_seconds(socket, op, tiers) for op in kernel.operators]
     total = sum(times)
     names = [op.name for op in kernel.operators]
     if not total or collective.after not in names:
@@ -96,13 +114,15 @@ class OverlapWindow:
 
 
 def overlap_windows(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float],
-                    staging_bytes: Callable[[Collective], int] | None = None) -> tuple[OverlapWindow, ...]:
+                    staging_bytes: Callable[[Collective], int] | None = None,
+                    tiers: TierSplit | None = None) -> tuple[OverlapWindow, ...]:
     """The windows of ``kernel``'s overlapped collectives that name their operator, in order, with
-    the bytes each stages (``staging_bytes``; default: none)."""
+    the bytes each stages (``staging_bytes``; default: none), its operators' bytes in the tiers of
+    ``tiers`` (default: the socket's first)."""
     out = []
     for c in kernel.collectives:
         if c.overlapped and c.after:
-            start, end = window_fractions(socket, kernel, c)
+            start, end = window_fractions(socket, kernel, c, tiers)
             tails = tuple(round(collective_cycles(replace(c, bytes=math.ceil(c.bytes / 2**j))))
                           for j in range(MAX_TILES_LOG2 + 1))
             staged = staging_bytes(c) if staging_bytes is not None else 0
