@@ -1,8 +1,10 @@
 """The KV cache's trip from a prefill node to a decode node (disaggregated serving).
 
 ``host_link``: the node's host link carries the whole cache (set-up + latency + bytes / bandwidth).
-``p2p``: each socket holding part of the cache moves its own part over its P2P ports, so the busiest
-socket sets the time: the part it holds (:func:`socket_shares`, the parts
+``p2p``: each socket holding part of the cache moves its own part over the P2P ports its node's
+own topology leaves spare (:func:`spare_ports`: a 16-socket full mesh takes 15 of a socket's 16,
+leaving one to join another node; every port was counted, 16 times the one that is there), so the
+busiest socket sets the time: the part it holds (:func:`socket_shares`, the parts
 :func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket` gives to the sockets of the phase's plan) over
 its ports at the calibrated P2P efficiency. Data-parallel decode attention puts a sequence's whole
 cache on one socket, which then receives all of it; tensor-parallel attention splits it by KV heads,
@@ -23,7 +25,7 @@ prefill sockets send a sixteenth each:
 >>> host == node.socket.calibrated.transfer_setup_s + node.host_link.latency_s + n / node.host_link.bytes_per_s
 True
 >>> p2p, socket = node.socket.p2p, node.socket
->>> port_bytes_per_s = p2p.ports * p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
+>>> port_bytes_per_s = spare_ports(node) * p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency
 >>> transfer_seconds(node, "p2p", n, shares=(1 / 16, 1.0)) == (socket.calibrated.transfer_setup_s + p2p.latency_s
 ...                                                          + n / port_bytes_per_s)
 True
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.params import kv_bytes_per_token
@@ -76,13 +79,32 @@ def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec |
     return setup + latency + max(n_bytes * part / bytes_per_s for part, (bytes_per_s, _) in zip(parts, links, strict=True))
 
 
+def spare_ports(node: NodeSpec) -> int:
+    """The P2P ports of each of ``node``'s sockets that its own topology leaves free, to join
+    another node (at most none: the node's check refuses a topology needing more than there are).
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> spare_ports(load_hardware("hw_configs/sn40l_node16.yaml")), spare_ports(load_hardware("hw_configs/sn40l_node8.yaml"))
+    (1, 9)
+    """
+    needed = ports_needed(node.sockets, node.topology.kind, node.topology.links_per_pair)
+    return max(0, node.socket.p2p.ports - needed)
+
+
 def _transfer_link(end: NodeSpec, kind: str) -> tuple[float, float]:
     """(bytes per second, latency in seconds) of one end's side of a KV transfer of ``kind``: the
-    node's host link, or one socket's P2P ports."""
+    node's host link, or one socket's P2P ports its node's topology leaves spare."""
     if kind == "host_link":
         if end.host_link is None:
             raise InputError(f"the hardware {end.name} has no host_link to carry the KV cache between nodes "
                              "(add one, or carry it over the P2P links: kv_transfer p2p)")
         return end.host_link.bytes_per_s, end.host_link.latency_s
     socket = end.socket
-    return socket.p2p.ports * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency, socket.p2p.latency_s
+    spare = spare_ports(end)
+    if spare == 0:
+        needed = ports_needed(end.sockets, end.topology.kind, end.topology.links_per_pair)
+        raise InputError(f"the hardware {end.name} has no P2P port to spare to join another node: its "
+                         f"{end.topology.kind} of {end.sockets} sockets takes {needed} of each socket's "
+                         f"socket.p2p.ports ({socket.p2p.ports}); expected at least one more port, or the KV "
+                         "carried over the host link (kv_transfer host_link)")
+    return spare * socket.p2p.bytes_per_s_per_port * socket.calibrated.p2p_efficiency, socket.p2p.latency_s

@@ -246,7 +246,8 @@ class ServingSection(StrictModel):
     #: refused with a message saying what to write instead (it was a plain multiplier of the
     #: reported throughput; ``speculative`` now states what the decode step computes)
     tokens_per_forward: Annotated[Any, AfterValidator(_refuse_tokens_per_forward)] = None
-    #: link carrying the KV cache from a prefill node to a decode node
+    #: link carrying the KV cache from a prefill node to a decode node (``p2p``: the P2P ports each
+    #: socket's node topology leaves spare, at least one; serving/kv_transfer.py)
     kv_transfer: Literal["host_link", "p2p"] = "host_link"
     seed: NonNegativeInt = 0
     #: reuse the KV of prompt prefixes that requests share (workload.prefix says which do;

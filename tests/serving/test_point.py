@@ -15,7 +15,7 @@ from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import check_context, check_output_context
-from sn40l_sim.serving.kv_transfer import transfer_seconds
+from sn40l_sim.serving.kv_transfer import spare_ports, transfer_seconds
 from sn40l_sim.serving.point import PointSetup, simulate_point
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
@@ -128,9 +128,10 @@ def test_kv_transfer_time_follows_the_link_spec():
     link = NODE.host_link
     assert host == pytest.approx(NODE.socket.calibrated.transfer_setup_s + link.latency_s + n / link.bytes_per_s)
     p2p = NODE.socket.p2p
+    # the one port of 16 that the node's full mesh of 16 sockets (15 ports) leaves spare
     assert transfer_seconds(NODE, "p2p", n) == pytest.approx(
         NODE.socket.calibrated.transfer_setup_s + p2p.latency_s
-        + n / (p2p.ports * p2p.bytes_per_s_per_port * NODE.socket.calibrated.p2p_efficiency))
+        + n / (1 * p2p.bytes_per_s_per_port * NODE.socket.calibrated.p2p_efficiency))
     result, _, _ = run(FULL)
     assert result.transfer_cycles == math.ceil(
         transfer_seconds(NODE, "host_link", result.transfer_bytes) * NODE.socket.clock_hz)
@@ -143,7 +144,7 @@ def test_p2p_moves_the_part_of_the_cache_each_socket_holds():
     dp, _, _ = run(FULL, kv_transfer="p2p")
     tp, _, _ = run(FULL, kv_transfer="p2p", decode_plan=ParallelPlan(16))
     p2p, calibrated = NODE.socket.p2p, NODE.socket.calibrated
-    port_bytes_per_s = p2p.ports * p2p.bytes_per_s_per_port * calibrated.p2p_efficiency
+    port_bytes_per_s = spare_ports(NODE) * p2p.bytes_per_s_per_port * calibrated.p2p_efficiency
     whole = calibrated.transfer_setup_s + p2p.latency_s + dp.transfer_bytes / port_bytes_per_s
     assert dp.transfer_cycles == math.ceil(whole * NODE.socket.clock_hz)
     # MLA's one latent head is held whole by every socket of a tensor-parallel decode (each runs
@@ -151,6 +152,35 @@ def test_p2p_moves_the_part_of_the_cache_each_socket_holds():
     assert tp.transfer_bytes == dp.transfer_bytes and tp.transfer_cycles == dp.transfer_cycles
     assert transfer_seconds(NODE, "p2p", dp.transfer_bytes, shares=(1 / 16, 1 / 8)) == pytest.approx(
         calibrated.transfer_setup_s + p2p.latency_s + dp.transfer_bytes / 8 / port_bytes_per_s)
+
+
+def test_p2p_between_nodes_takes_only_the_ports_the_nodes_topology_leaves_spare():
+    # every port of a socket was counted for the trip to the other node, the 15 its node's full
+    # mesh is wired with too: 16 times the bandwidth of the one port there is to spare
+    assert spare_ports(NODE) == NODE.socket.p2p.ports - 15 == 1
+    n, p2p, calibrated = 2_000_000_000, NODE.socket.p2p, NODE.socket.calibrated
+    fixed = calibrated.transfer_setup_s + p2p.latency_s
+    one_port = transfer_seconds(NODE, "p2p", n) - fixed
+    assert one_port == pytest.approx(n / (p2p.bytes_per_s_per_port * calibrated.p2p_efficiency))
+    # a ring of 16 takes 2 ports, leaving 14: the same bytes in a fourteenth of the time
+    ring = NODE.model_copy(update={"topology": NODE.topology.model_copy(update={"kind": "ring"})})
+    assert spare_ports(ring) == 14
+    assert transfer_seconds(ring, "p2p", n) - fixed == pytest.approx(one_port / 14)
+    # each end its own: a prefill node on a ring sends faster, the decode node's one port sets the time
+    assert transfer_seconds(NODE, "p2p", n, sender=ring) == pytest.approx(transfer_seconds(NODE, "p2p", n))
+
+
+def test_a_node_with_no_p2p_port_to_spare_cannot_join_another_over_p2p():
+    full = NODE.model_copy(update={"socket": NODE.socket.model_copy(
+        update={"p2p": NODE.socket.p2p.model_copy(update={"ports": 15})})})
+    with pytest.raises(InputError) as info:
+        run(FULL, node=full, kv_transfer="p2p")
+    assert info.value.field == "kv_transfer"
+    assert info.value.message == (
+        "the hardware SN40L-16 has no P2P port to spare to join another node: its full_mesh of 16 sockets "
+        "takes 15 of each socket's socket.p2p.ports (15); expected at least one more port, or the KV carried "
+        "over the host link (kv_transfer host_link)")
+    run(FULL, node=full)   # over the host link it serves
 
 
 def test_no_host_link_is_a_located_input_error():

@@ -246,3 +246,23 @@ def test_compiled_sizes_are_a_set_whose_order_changes_nothing(tmp_path):
     sorted_lists, shuffled = ({k: r[k] for k in keep} for r in records)
     assert sorted_lists == shuffled
     assert (records[1]["batch"], records[1]["prefill_len_compiled"]) == (256, 4096)
+
+
+def test_p2p_between_nodes_without_a_spare_port_is_refused_before_simulating(tmp_path, capsys):
+    # a 16-socket full mesh of sockets with 15 ports has no port left to reach the other node; the
+    # transfer was timed over all 15 (its mesh's own ports) as if they led there
+    root = Path(__file__).resolve().parents[2]
+    node = tmp_path / "node.yaml"
+    node.write_text(f"base: {root / 'hw_configs' / 'sn40l_node16.yaml'}\nname: SN40L-16-15\n"
+                    "socket_overrides: {p2p: {ports: 15}}\n")
+    text = (root / "experiments" / "deepseek_tp16.yaml").read_text()
+    text = text.replace("../hw_configs/sn40l_node16.yaml", str(node)).replace("../graphs/", f"{root}/graphs/")
+    assert "kv_transfer: host_link" in text
+    path = write(tmp_path, text.replace("kv_transfer: host_link", "kv_transfer: p2p"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {path}:{line_of(text, 'kv_transfer')}: serving.kv_transfer: the hardware SN40L-16-15 has "
+                   "no P2P port to spare to join another node: its full_mesh of 16 sockets takes 15 of each socket's "
+                   "socket.p2p.ports (15); expected at least one more port, or the KV carried over the host link "
+                   "(kv_transfer host_link)\n")
+    assert main(["check", str(write(tmp_path, text))]) == 0   # over the host link it runs

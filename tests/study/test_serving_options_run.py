@@ -11,6 +11,7 @@ import pytest
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.serving.kv_transfer import spare_ports
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
 
@@ -139,10 +140,10 @@ def test_a_prefill_node_with_a_slower_host_link_sends_the_kv_at_its_speed(tmp_pa
 
 
 def test_a_prefill_node_with_slower_p2p_ports_sends_the_kv_at_their_speed(tmp_path):
-    """Over P2P too the KV leaves the prefill node's sockets by their own ports: the slower socket's
-    P2P bandwidth sets the transfer's speed (the decode node's alone did). Each socket moves the
-    part of the cache it holds: Llama-3.1-8B's 8 KV heads over tp 8 on both nodes, an eighth (the
-    whole cache went through one socket's ports)."""
+    """Over P2P too the KV leaves the prefill node's sockets by their own ports (those their node's
+    topology leaves spare): the slower socket's P2P bandwidth sets the transfer's speed (the decode
+    node's alone did). Each socket moves the part of the cache it holds: Llama-3.1-8B's 8 KV heads
+    over tp 8 on both nodes, an eighth (the whole cache went through one socket's ports)."""
     serving = ", kv_transfer: p2p"
     base = run(tmp_path, experiment(tmp_path, serving=serving, name="base"))[0]
     (tmp_path / "slow_socket.yaml").write_text(f"base: {REPO / 'hw_configs/sn40l.yaml'}\nname: slow-p2p\n"
@@ -153,7 +154,9 @@ def test_a_prefill_node_with_slower_p2p_ports_sends_the_kv_at_their_speed(tmp_pa
     socket = load_hardware(NODE8).socket
     assert socket.p2p.bytes_per_s_per_port == 50e9 and record["kv_transfer_bytes"] == base["kv_transfer_bytes"] > 0
     setup = socket.calibrated.transfer_setup_s + socket.p2p.latency_s
-    per_port = socket.p2p.ports * socket.calibrated.p2p_efficiency
+    # the ports the 8-socket full mesh (7 of 16) leaves spare, on both nodes
+    per_port = spare_ports(load_hardware(NODE8)) * socket.calibrated.p2p_efficiency
+    assert spare_ports(load_hardware(NODE8)) == spare_ports(load_hardware(slow)) == 9
     part = base["kv_transfer_bytes"] / 8
     cycle = 1 / socket.clock_hz   # the transfer is counted in whole cycles
     assert base["kv_transfer_s"] == pytest.approx(setup + part / (per_port * 50e9), abs=cycle)
