@@ -8,6 +8,7 @@ other exception is a bug in the simulator and is allowed to traceback.
 """
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,16 @@ def shown(value: Any, limit: int = QUOTE_LIMIT) -> str:
     if len(text) <= limit:
         return text
     if isinstance(value, str):
+        if len(value) <= limit // 2:   # long only by its escapes ('\x00' for one character): nothing to cut
+            return text
         head = repr(value[:limit // 2])
         return f"{head[:-1]}...{head[-1]} ({len(value):,} characters)"
     if isinstance(value, (list, tuple, dict)):
         if isinstance(value, dict):
-            items = [f"{shown(k, limit // 2)}: {shown(v, limit // 2)}" for k, v in _first(value.items(), limit)]
+            items = [f"{shown(k, limit // 2)}: {shown(v, limit // 2)}" for k, v in islice(value.items(), limit)]
             opening, closing = "{", "}"
         else:
-            items = [shown(v, limit // 2) for v in _first(value, limit)]
+            items = [shown(v, limit // 2) for v in islice(value, limit)]
             opening, closing = ("[", "]") if isinstance(value, list) else ("(", ")")
         kept: list[str] = []
         for item in items:   # as many entries as the limit holds, at least one
@@ -67,16 +70,6 @@ def _shown_file(file: str, limit: int = 4 * QUOTE_LIMIT) -> str:
     if len(file) <= limit:
         return file
     return f"{file[:QUOTE_LIMIT // 2]}...{file[-QUOTE_LIMIT // 2:]} (a path of {len(file):,} characters)"
-
-
-def _first(items: Any, limit: int) -> list:
-    """The first entries of a collection, no more than a limit's worth of one-character reprs."""
-    first = []
-    for item in items:
-        if len(first) >= limit:
-            break
-        first.append(item)
-    return first
 
 
 class InputError(Exception):

@@ -27,6 +27,8 @@ def test_shown_keeps_a_short_value_whole_and_shortens_a_long_one_with_its_length
     assert nested.startswith("{'kind': 'xxxx") and "(5,000 characters)" in nested and nested.endswith("(2 items)")
     assert len(nested) < 2 * QUOTE_LIMIT
     assert shown(["z" * 500]) == f"['{'z' * (QUOTE_LIMIT // 4)}...' (500 characters)] (1 item)"
+    # a text long only by its escapes has nothing to cut
+    assert shown("\x00" * 30) == repr("\x00" * 30)
     # a long value of another type: its representation, cut, with that representation's length
     assert shown(range(10**100)).endswith(f"... ({len(repr(range(10**100))):,} characters)")
 
