@@ -213,8 +213,7 @@ RESULTS = Fields([
     Field("throughput", "", "Rates of the served run (first arrival to last token, idle time between requests "
           "included); empty without a workload.", parts=(
               Field("makespan_s", "s", "First arrival to the last token (with several models on one node, the "
-                    "node's: any model's first arrival to its last token, the same for every model of a run).",
-                    axis="served run makespan"),
+                    "node's: any model's first arrival to its last token).", axis="served run makespan"),
               Field("requests", "requests", "Requests served.", axis="requests served",
                     table=Row(180, "requests served")),
               Field("output_tokens", "tokens", "Output tokens generated: each request's first (prefill's) "
