@@ -29,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -323,7 +324,12 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     Traceback (most recent call last):
     ...
     sn40l_sim.errors.InputError: <overrides>: socket.memory.hbm.bytes_per_s_per_unit: expected a bandwidth quantity such as '1.6 TB/s', got 'fast'
+    >>> with_overrides(node, [("sockets", 8)])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: <overrides>: expected a mapping of dotted field paths to values, such as {'sockets': 8}, got a list
     """
+    _check_override_paths(overrides)
     overrides = upgrade_overrides(overrides)
     data = node.model_dump()
     for dotted_path in sorted(overrides):
@@ -338,6 +344,18 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
     check_node(new, doc)
     return _renamed(node, new, overrides)
+
+
+def _check_override_paths(overrides: object) -> None:
+    """Refuse overrides that are not a mapping of dotted paths (a Python caller's list of pairs, a
+    number as a key) in the words of the other override errors, not as an ``AttributeError``."""
+    if not isinstance(overrides, Mapping):
+        raise InputError("expected a mapping of dotted field paths to values, such as {'sockets': 8}, "
+                         f"got a {type(overrides).__name__}", file=OVERRIDES_FILE)
+    for path in overrides:
+        if not isinstance(path, str) or not path or "" in path.split("."):
+            raise InputError(f"override keys must be dotted field paths such as 'socket.clock_hz', got {path!r}",
+                             file=OVERRIDES_FILE)
 
 
 def _renamed(old: NodeSpec, new: NodeSpec, overrides: dict[str, object]) -> NodeSpec:

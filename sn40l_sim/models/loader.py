@@ -88,6 +88,10 @@ def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> Mod
     Traceback (most recent call last):
     ...
     sn40l_sim.errors.InputError: llama-3.1-8b (overrides): kv_quant.group: group 48 must divide the head width 128 of the cached 'values' (per-token scales group the channels of one head's row)
+    >>> with_overrides(llama, [("layers", 2)])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: llama-3.1-8b (overrides): expected a mapping of field names to values, such as {'kv_dtype': 'fp8'}, got a list
     """
     if not overrides:
         return model
@@ -100,6 +104,10 @@ def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> Mod
 
 def _apply_overrides(doc: Document, overrides: Mapping[str, Any]) -> None:
     label = f"{doc.path} (overrides)"
+    if not isinstance(overrides, Mapping):
+        # a Python caller's list of pairs: refused in the words of the other override errors
+        raise InputError("expected a mapping of field names to values, such as {'kv_dtype': 'fp8'}, "
+                         f"got a {type(overrides).__name__}", file=label)
     for key, value in overrides.items():
         if not isinstance(key, str) or not key:
             raise InputError(f"override keys must be field names, got {key!r}", file=label)

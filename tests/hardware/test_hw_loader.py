@@ -1,6 +1,8 @@
 """Loading hardware files: round trips, node -> socket references, overlays, overrides."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from hw_test_helpers import HW, copy_configs, set_value
 
@@ -76,6 +78,19 @@ def test_with_overrides_returns_a_new_validated_node():
     # a hypothetical part: stated totals are not re-checked
     bigger = with_overrides(node, {"socket.memory.hbm.capacity_bytes_per_unit": "24 GiB"})
     assert bigger.socket.memory["hbm"].capacity_bytes_per_unit == 24 * 2**30
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([("sockets", 8)], "expected a mapping of dotted field paths to values, such as {'sockets': 8}, got a list"),
+    ({3: 8}, "override keys must be dotted field paths such as 'socket.clock_hz', got 3"),
+    ({"socket..clock_hz": "1 GHz"}, "override keys must be dotted field paths"),
+])
+def test_overrides_of_the_wrong_shape_are_input_errors(overrides, expected):
+    # a Python caller got AttributeError ('list' object has no attribute 'items', 'int' object has
+    # no attribute 'split'), where the CLI's --set says what was wrong
+    with pytest.raises(InputError, match=re.escape(expected)) as info:
+        with_overrides(load_hardware(HW / "sn40l_node8.yaml"), overrides)
+    assert str(info.value).startswith("<overrides>: ")
 
 
 def test_an_override_that_changes_the_node_names_it_after_the_change():

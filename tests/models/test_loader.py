@@ -130,6 +130,16 @@ def test_overrides_are_validated_and_named(r1):
     assert nested.moe.routed_experts == 128 and nested.moe.expert_ffn == r1.moe.expert_ffn
 
 
+def test_overrides_not_a_mapping_are_refused_as_input(r1):
+    # a notebook passed a list of pairs and got AttributeError: 'list' object has no attribute 'items'
+    from sn40l_sim.models.loader import with_overrides
+    with pytest.raises(InputError, match=r"expected a mapping of field names to values.*got a list"):
+        with_overrides(r1, [("layers", 2)])
+    with pytest.raises(InputError, match=r"\(overrides\): expected a mapping.*got a tuple"):
+        load_model(GRAPHS_DIR / "deepseek_r1.yaml", overrides=(("layers", 2),))
+    assert with_overrides(r1, {"layers": 4}).layers == 4
+
+
 def test_template_errors_are_located(tmp_path):
     text = (GRAPHS_DIR / "kernels_deepseek.yaml").read_text().replace("[mha_qk, mha_softmax, mha_pv]",
                                                                       "[mha_qk, mha_softmaxx, mha_pv]")
