@@ -3,6 +3,8 @@ named as ``sweep --set`` checks them, and the same records as the experiment fil
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from sweep_helpers import write_experiment
@@ -216,3 +218,18 @@ def test_an_error_found_after_the_set_is_checked_names_the_set(tmp_path, capsys)
     assert main(["sweep", str(sweep), "--set", "workload.start_s=60", "--out", str(tmp_path / "s")]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --set workload.start_s: workload.start_s: the window starts 60 s after "), line
+
+
+@pytest.mark.parametrize("sets, words", [
+    ([("serving.batch", 8)], "expected the sets as a mapping of dotted field paths to values"),
+    ({3: 8}, "set keys must be dotted field paths such as 'serving.batch', got 3"),
+])
+def test_sets_from_python_of_the_wrong_shape_are_input_errors(sets, words):
+    # experiment_with_sets is run --set from Python: a list of pairs or a number as a key gave an
+    # AttributeError from inside, where every other bad set is an InputError naming the file
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.sweep.base import experiment_with_sets
+    path = Path(__file__).resolve().parents[2] / "experiments" / "llama8b_node8.yaml"
+    with pytest.raises(InputError, match=re.escape(words)) as info:
+        experiment_with_sets(path, sets)
+    assert info.value.file == str(path)

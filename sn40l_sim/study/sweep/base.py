@@ -11,6 +11,7 @@ consistent.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +230,18 @@ def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
     ...                                {"serving.batch": 8, "hardware.socket.memory.hbm.bytes_per_s_per_unit": "1 TB/s"})
     >>> exp.spec.serving.batch, hw
     (8, {'socket.memory.hbm.bytes_per_s_per_unit': '1 TB/s'})
+    >>> experiment_with_sets("experiments/deepseek_tp16.yaml", [("serving.batch", 8)])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: experiments/deepseek_tp16.yaml: expected the sets as a mapping of dotted field paths to values, such as {'serving.batch': 8}, got a list
     """
+    # a Python caller's sets, which argparse never makes: refused as input, not as AttributeError
+    if not isinstance(sets, Mapping):
+        raise InputError("expected the sets as a mapping of dotted field paths to values, such as "
+                         f"{{'serving.batch': 8}}, got a {type(sets).__name__}", file=path)
+    for dotted in sets:
+        if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
+            raise InputError(f"set keys must be dotted field paths such as 'serving.batch', got {dotted!r}", file=path)
     doc = load_document(path)
     exp = experiment_from_document(doc)
     if exp.spec.sweep is not None and not for_map:
