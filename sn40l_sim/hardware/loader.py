@@ -66,10 +66,28 @@ def document_kind(doc: Document, expected: tuple[str, ...] | None = None) -> str
 def load_hardware(path: str | Path) -> NodeSpec:
     """Load a socket or node file into a validated :class:`NodeSpec`.
 
+    Parameters
+    ----------
+    path : str or Path
+        A ``kind: node`` or ``kind: socket`` YAML file (``hw_configs/``; a socket file is a node of
+        one socket).
+
+    Returns
+    -------
+    NodeSpec
+        The node, every quantity in base units (bytes, bytes/s, Hz, seconds), frozen: change a field
+        with :func:`with_overrides`.
+
     Raises
     ------
     InputError
         Naming the file, the field path and the line, for any syntax, schema or consistency error.
+
+    Examples
+    --------
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> node.name, node.sockets, node.socket.clock_hz, node.socket.memory["hbm"].bytes_per_s_per_unit
+    ('SN40L-16', 16, 1600000000.0, 409600000000.0)
     """
     doc = load_document(path, upgrade=upgrade_socket_document)
     kind = document_kind(doc, HARDWARE_KINDS)

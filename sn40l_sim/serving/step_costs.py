@@ -160,7 +160,36 @@ class StepTimer:
         where ``memory`` placed them (default: all in the socket's first memory tier). With
         ``earlier`` > 0: a later chunk of a chunked prefill, ``prompt_len`` tokens whose attention
         also covers the ``earlier`` tokens of the prompt already cached (its own graph: the
-        :attr:`~sn40l_sim.ir.Shape.kv_len` of a prefill shape)."""
+        :attr:`~sn40l_sim.ir.Shape.kv_len` of a prefill shape).
+
+        Parameters
+        ----------
+        prompt_len : int
+            Prompt tokens, > 0 (``run`` times the compiled length that holds the prompt, the
+            record's ``prefill_len_compiled``; this times the length given).
+        memory : MemoryPlacement, optional
+            Where the step's tensors live (default: all in the socket's first memory tier).
+        earlier : int
+            Tokens of the prompt already cached, >= 0 (a later chunk of a chunked prefill).
+
+        Returns
+        -------
+        PhaseTiming
+            ``cycles`` and ``seconds`` of the prefill, per-kernel cycles, resource busy cycles,
+            bytes per memory tier and link; the same object for the same arguments (memoised:
+            read it, do not change it).
+
+        Raises
+        ------
+        InputError
+            Naming the argument, for a ``prompt_len`` that is not a positive integer or an
+            ``earlier`` that is not a non-negative one. Memory is not checked here (the serving
+            model checks it: :func:`~sn40l_sim.serving.point.simulate_point`).
+
+        See Also
+        --------
+        sn40l_sim.study.assemble.Assembly.step_timer : the timer of an experiment's point, with an example.
+        """
         _positive("prompt_len", prompt_len)
         if isinstance(earlier, bool) or not isinstance(earlier, int) or earlier < 0:
             raise InputError(f"earlier must be an integer >= 0, got {earlier!r}", field="earlier")
@@ -170,7 +199,35 @@ class StepTimer:
                     memory: MemoryPlacement | None = None) -> PhaseTiming:
         """Timing of one decode step of ``batch`` sequences, each reading ``kv_len`` cached tokens
         and verifying ``drafts`` speculative tokens (0: plain decode), its tensors where ``memory``
-        placed them (default: all in the socket's first memory tier)."""
+        placed them (default: all in the socket's first memory tier).
+
+        Parameters
+        ----------
+        batch : int
+            Sequences in the step, > 0 (the compiled batch: a record's ``batch``).
+        kv_len : int
+            Cached tokens each sequence reads, > 0 (a record's ``kv_len``: what its KV policy keeps).
+        drafts : int
+            Speculative tokens each sequence verifies (0: plain decode; ``serving.speculative.drafts``).
+        memory : MemoryPlacement, optional
+            Where the step's tensors live (default: all in the socket's first memory tier).
+
+        Returns
+        -------
+        PhaseTiming
+            ``cycles`` and ``seconds`` of the step and where they went
+            (:func:`~sn40l_sim.engine.breakdown.decode_step_breakdown` splits ``seconds`` by cause);
+            the same object for the same arguments (memoised: read it, do not change it).
+
+        Raises
+        ------
+        InputError
+            Naming the argument, for a ``batch`` or ``kv_len`` that is not a positive integer.
+
+        See Also
+        --------
+        sn40l_sim.study.assemble.Assembly.step_timer : the timer of an experiment's point, with an example.
+        """
         _positive("batch", batch)
         _positive("kv_len", kv_len)
         return self._timed(_decode_shape(batch, kv_len, drafts, self.context_len), memory)

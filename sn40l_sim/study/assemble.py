@@ -31,20 +31,15 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions
-from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
-from sn40l_sim.mapper import map_graph
-from sn40l_sim.mapper.memory import place_memory
-from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelTemplates, default_template_path, template_for
+from sn40l_sim.models.template import KernelTemplates
 from sn40l_sim.serving.memory_fit import MemoryPlacer
 from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
@@ -52,9 +47,10 @@ from sn40l_sim.serving.traces import TraceRow
 from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, memory_order
 from sn40l_sim.study.experiment_files import (
+    check_drafts_have_mtp,
+    check_template_drafts,
     experiment_model,
     load_graph_template,
-    mapped_at,
     named_file,
     read_trace_rows,
 )
@@ -72,6 +68,7 @@ from sn40l_sim.study.points import (
     warn_unfilled_slots,
     warn_window_past_prompt,
 )
+from sn40l_sim.study.step_timing import memory_placer, step_timer  # notebooks and scripts import them from here
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
 #: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
@@ -113,46 +110,6 @@ def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
     if "prefill_lens" in serving.model_fields_set or limit is None:
         return tuple(serving.prefill_lens)
     return tuple(n for n in serving.prefill_lens if n < limit) + (limit,)
-
-
-def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
-               decode_plan: ParallelPlan | None, graph_options: dict[str, Any] | None = None,
-               idle_units: str = "spend", hardware_field: str = "hardware", **timer_options: Any) -> StepTimer:
-    """A :class:`StepTimer` with the real graph builder (bound to ``model``, ``policy`` and
-    ``graph_options``) and the real mapper (bound to ``node``; a step's memory placement, when
-    given, says which tier each tensor streams from; an unplaceable kernel an error at ``hardware_field``)."""
-    options = dict(graph_options or {})
-    # the compiler maps a looped kernel for its time per iteration, which waits on its collectives;
-    # without engine options the timer runs the default engine (kernel looping on), so the kernels
-    # are mapped for it: a mapping for unlooped calls run looped made a 4096-token Llama-70B step
-    # 30% slower than a 4097-token one
-    engine = timer_options.get("engine")
-    if engine is None:
-        engine = timer_options["engine"] = EngineOptions()
-    looping = engine.kernel_looping
-    algorithm = engine.collective_algorithm
-    collectives = CollectiveModel.from_node(node, algorithm)
-    # a step is a pure function of the node, the engine options, the graph and this: the disk
-    # cache keys it so (the graph itself stands for the model, the policy and the graph options)
-    priced = idle_units == "priced"
-    disk_key = f"map_graph looping={looping} collective_algorithm={algorithm}" + (" idle_units=priced" if priced else "")
-    return StepTimer(node, prefill_plan, decode_plan,
-                     build=lambda shape, plan: build_graph(model, shape, plan, policy, **options),
-                     place=lambda graph, memory=None: mapped_at(hardware_field, lambda: map_graph(
-                         node, graph, memory, looping,
-                         lone_collective_cycles(collectives, node, memory, engine.stage_collectives), priced,
-                         lone_staging_bytes(collectives, engine.stage_collectives))),
-                     disk_key=disk_key, **timer_options)
-
-
-def memory_placer(node: NodeSpec, model: ModelSpec, order: tuple[str, ...] | None = None) -> MemoryPlacer:
-    """:func:`~sn40l_sim.mapper.memory.place_memory` bound to ``node``, ``model`` and the tier
-    ``order`` (default: the node's tiers, fastest first)."""
-    def place(plan: ParallelPlan, kv_bytes: int, activation_bytes: int, kv_offload=None, priority=None):
-        return place_memory(node, model, plan, kv_bytes, activation_bytes, order, kv_offload=kv_offload,
-                            priority=priority)
-
-    return place
 
 
 @dataclass(frozen=True)
@@ -228,7 +185,10 @@ class Assembly:
         return policy
 
     def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:
-        """The serving set-up of ``point``."""
+        """The serving set-up of ``point`` (one of :attr:`points`), with ``policy`` instead of the
+        point's own KV policy when given: a :class:`PointSetup`, everything the serving model reads
+        (node, model, policy, plans, compiled batches and prompt lengths, speculation). A bad policy
+        parameter or model override is an :class:`InputError` at the point's policy entry."""
         spec = self.experiment.spec
         serving = spec.serving
         model = self.model_for(point)
@@ -245,7 +205,41 @@ class Assembly:
             max_context_set=self.max_context_set)
 
     def step_timer(self, setup: PointSetup, hardware_field: str = "hardware") -> StepTimer:
-        """The step costs of a point: its graphs built, mapped and simulated on :attr:`node` (``hardware_field``)."""
+        """The step costs of a point: its graphs built, mapped and simulated, as ``run`` times them.
+
+        Parameters
+        ----------
+        setup : PointSetup
+            The point's set-up (:meth:`setup`).
+        hardware_field : str
+            The experiment field naming :attr:`node`'s file, where a kernel no tile holds is reported.
+
+        Returns
+        -------
+        StepTimer
+            Its :meth:`~sn40l_sim.serving.step_costs.StepTimer.prefill` and
+            :meth:`~sn40l_sim.serving.step_costs.StepTimer.decode_step` return a
+            :class:`~sn40l_sim.engine.phase.PhaseTiming` (``cycles``, ``seconds``), memoised per
+            shape in the timer and kept in the disk cache. A record's ``decode_step_s`` is
+            ``decode_step(record["batch"], record["kv_len"], drafts=setup.speculation.drafts)``.
+
+        Examples
+        --------
+        One decode step and one prefill of Llama-3.1-8B on an 8-socket node, the step by cause:
+
+        >>> from sn40l_sim.engine.breakdown import decode_step_breakdown
+        >>> from sn40l_sim.study.experiment import load_experiment
+        >>> asm = assemble(load_experiment("experiments/llama8b_node8.yaml"))
+        >>> timer = asm.step_timer(asm.setup(asm.points[0]))      # the "full" policy
+        >>> step = timer.decode_step(64, 33280)    # 64 sequences, each reading 33,280 cached tokens
+        >>> f"{step.seconds * 1e3:.1f} ms", step.cycles == round(step.seconds * asm.node.socket.clock_hz)
+        ('23.5 ms', True)
+        >>> by_cause = decode_step_breakdown(step)                 # seconds per cause, summing to the step
+        >>> max(by_cause, key=by_cause.get), abs(sum(by_cause.values()) - step.seconds) < 1e-12
+        ('kv_reads', True)
+
+        ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.289 s).
+        """
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
@@ -340,18 +334,28 @@ def _load_hardware(experiment: Experiment, field: tuple[str, ...], name: str, wh
         return load_hardware(path)
 
 
-def check_drafts_have_mtp(experiment: Experiment, model: ModelSpec) -> None:
-    """Refuse speculative drafts (``serving.speculative.drafts``) for a model without an MTP module
-    to draft them; :func:`assemble` and a sweep's runs (which assemble their own) both ask."""
-    if experiment.speculation.drafts and model.mtp is None:
-        raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
-                               "speculative decoding drafts with the model's multi-token-prediction module "
-                               "(leave serving.speculative out, or set drafts: 0)")
-
-
 def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
              node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        A loaded experiment (:func:`~sn40l_sim.study.experiment.load_experiment`).
+    hardware_overrides : dict, optional
+        Dotted hardware fields to change, validated as the file is
+        (:func:`~sn40l_sim.hardware.loader.with_overrides`), also on a given ``node``.
+    node : NodeSpec, optional
+        The hardware to use instead of the experiment's ``hardware`` file.
+    model : ModelSpec, optional
+        The model to use instead of the experiment's (``model_overrides`` are then not applied:
+        :func:`~sn40l_sim.models.loader.with_overrides` changes a loaded model's fields).
+
+    Returns
+    -------
+    Assembly
+        Frozen: its :attr:`~Assembly.points`, :meth:`~Assembly.setup` and :meth:`~Assembly.step_timer`
+        (single steps); :func:`sn40l_sim.study.runner.simulate_assembly` simulates its points.
 
     Raises
     ------
@@ -359,6 +363,18 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         For a missing workload, a bad hardware or model file (naming the experiment field that
         led to it when the file is missing), a ``memory.order`` naming a tier the hardware lacks, or
         speculative drafts for a model without an MTP module to draft them.
+
+    Examples
+    --------
+    >>> from sn40l_sim.study.experiment import load_experiment
+    >>> exp = load_experiment("experiments/llama8b_node8.yaml")
+    >>> asm = assemble(exp, hardware_overrides={"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
+    >>> asm.node.name, asm.model.name, [point.name for point in asm.points]
+    ('SN40L-8 (socket.memory.hbm.bytes_per_s_per_unit 819.2 GB/s)', 'llama-3.1-8b', ['full', 'snapstream'])
+    >>> assemble(exp, hardware_overrides={"socket.memory.hbm.bandwidth": "1 TB/s"})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: <overrides>: socket.memory.hbm.bandwidth: unknown key (expected one of bytes_per_s_per_unit, capacity_bytes_per_unit, efficiency, latency_s, reserved_bytes, units_per_die)
     """
     spec = experiment.spec
     if node is None:
@@ -381,26 +397,5 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
         warn_uneven_heads(experiment, phase, plan_of(getattr(spec.parallel, phase)).tp, model.attention.heads,
                           model.name)
     graph_template = load_graph_template(experiment, model)
-    _check_template_drafts(experiment, model, graph_template)
+    check_template_drafts(experiment, model, graph_template)
     return Assembly(experiment, node, model, graph_template=graph_template, prefill_node=prefill_node)
-
-
-def _check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:
-    """Drafts need the template's MTP blocks in both phases (the prefill fills the MTP layer's
-    cache): refused at ``graph_options.template`` when the experiment names the template, else at
-    ``serving.speculative.drafts`` naming the model's template, not at a ``graph_options`` the
-    experiment may not have (the graph builder's own check locates it there)."""
-    if not experiment.speculation.drafts:
-        return
-    template = graph_template or template_for(model)
-    lacking = [phase for phase in ("prefill", "decode")
-               if not (getattr(template, phase).blocks.mtp_head or getattr(template, phase).blocks.mtp_tail)]
-    if not lacking:
-        return
-    named = graph_template is not None
-    source = "this kernel template" if named else \
-        f"the kernel template {str(model.kernels or default_template_path(model))!r} of model {model.name!r}"
-    raise experiment.error(("graph_options", "template") if named else ("serving", "speculative", "drafts"),
-                           f"{source} has no mtp_head / mtp_tail blocks in {' and '.join(lacking)}, but the drafts "
-                           "run the model's MTP module: add them, as graphs/kernels_deepseek.yaml does, or leave "
-                           "serving.speculative out")

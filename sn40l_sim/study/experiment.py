@@ -320,10 +320,33 @@ def memory_order(exp: Experiment, node: Any) -> tuple[str, ...]:
 def load_experiment(path: str | Path) -> Experiment:
     """Load and validate an experiment file (hardware and model files are loaded by the caller).
 
+    Parameters
+    ----------
+    path : str or Path
+        A ``kind: experiment`` YAML file (``experiments/``); the files it names are relative to it.
+
+    Returns
+    -------
+    Experiment
+        The validated spec (:attr:`Experiment.spec`, an :class:`ExperimentSpec`) and its document,
+        which locates later errors. :func:`sn40l_sim.study.assemble.assemble` loads its hardware and
+        model; :func:`sn40l_sim.study.runner.simulate_experiment` simulates it;
+        :func:`sn40l_sim.study.sweep.base.experiment_with_sets` loads it with ``run --set`` values.
+
     Raises
     ------
     InputError
         For the first bad field, naming the file, the field path and the line.
+
+    Examples
+    --------
+    >>> exp = load_experiment("experiments/llama8b_node8.yaml")
+    >>> exp.spec.name, [entry.name for entry in exp.spec.policies], exp.prompt_lens, exp.max_new_tokens
+    ('llama8b_node8', ['full', 'snapstream'], (32768,), 512)
+    >>> load_experiment("experiments/no_such_file.yaml")
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: experiments/no_such_file.yaml: file not found
     """
     doc = load_document(path)
     return experiment_from_document(doc)

@@ -13,7 +13,7 @@ from typing import TypeVar
 from sn40l_sim.errors import InfeasibleError, InputError, shown
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import KernelTemplates, load_templates_for
+from sn40l_sim.models.template import KernelTemplates, default_template_path, load_templates_for, template_for
 from sn40l_sim.serving.traces import TraceRow, read_trace, trace_source
 from sn40l_sim.study.experiment import Experiment
 from sn40l_sim.yamlio import not_a_file
@@ -144,3 +144,33 @@ def mapped_at(hardware_field: str, map_it: Callable[[], T]) -> T:
         if exc.file is not None or exc.field is not None:
             raise
         raise InfeasibleError(exc.message, field=hardware_field) from None
+
+
+def check_drafts_have_mtp(experiment: Experiment, model: ModelSpec) -> None:
+    """Refuse speculative drafts (``serving.speculative.drafts``) for a model without an MTP module
+    to draft them; :func:`assemble` and a sweep's runs (which assemble their own) both ask."""
+    if experiment.speculation.drafts and model.mtp is None:
+        raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
+                               "speculative decoding drafts with the model's multi-token-prediction module "
+                               "(leave serving.speculative out, or set drafts: 0)")
+
+
+def check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:
+    """Drafts need the template's MTP blocks in both phases (the prefill fills the MTP layer's
+    cache): refused at ``graph_options.template`` when the experiment names the template, else at
+    ``serving.speculative.drafts`` naming the model's template, not at a ``graph_options`` the
+    experiment may not have (the graph builder's own check locates it there)."""
+    if not experiment.speculation.drafts:
+        return
+    template = graph_template or template_for(model)
+    lacking = [phase for phase in ("prefill", "decode")
+               if not (getattr(template, phase).blocks.mtp_head or getattr(template, phase).blocks.mtp_tail)]
+    if not lacking:
+        return
+    named = graph_template is not None
+    source = "this kernel template" if named else \
+        f"the kernel template {str(model.kernels or default_template_path(model))!r} of model {model.name!r}"
+    raise experiment.error(("graph_options", "template") if named else ("serving", "speculative", "drafts"),
+                           f"{source} has no mtp_head / mtp_tail blocks in {' and '.join(lacking)}, but the drafts "
+                           "run the model's MTP module: add them, as graphs/kernels_deepseek.yaml does, or leave "
+                           "serving.speculative out")

@@ -52,10 +52,30 @@ def simulate_experiment(experiment: str | Path | Experiment, progress: bool = Fa
     on_result : callable, optional
         Called with each point's :class:`~sn40l_sim.serving.point.PointResult` (traces).
 
+    Returns
+    -------
+    tuple of (Experiment, list of dict)
+        The experiment and one record per point (KV policy x prompt length, in file order): the
+        ``results.json`` record ``run`` writes, plain JSON values, every field named with its unit
+        or listed with it in docs/results.md (``decode_step_s``, ``ttft_s``, ``memory.hbm.kv`` in
+        bytes). The same inputs give the same numbers (the ``speed`` group, wall time, aside).
+
     Raises
     ------
     InputError
         For a bad experiment, hardware or model file, or an infeasible point.
+    InvariantError
+        For a physical invariant a run broke (a bug in the simulator, as for ``run``'s exit status 3).
+
+    Examples
+    --------
+    Llama-3.1-8B serving 48 Poisson requests, without KV compression and with SnapStream:
+
+    >>> exp, (full, snap) = simulate_experiment("experiments/llama8b_node8.yaml")
+    >>> (full["kv_policy"], full["max_batch"]), (snap["kv_policy"], snap["max_batch"])
+    (('full', 64), ('snapstream', 256))
+    >>> f"{snap['decode_tokens_per_s'] / full['decode_tokens_per_s']:.2f}x", full["throughput"]["requests"]
+    ('4.00x', 48)
     """
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     if exp.spec.sweep is not None:
@@ -89,7 +109,7 @@ def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progre
     Examples
     --------
     >>> from sn40l_sim.hardware.loader import with_overrides
-    >>> exp = load_experiment("experiments/deepseek_tp16.yaml")
+    >>> exp = load_experiment("experiments/llama8b_node8.yaml")
     >>> asm = assemble(exp)
     >>> fast = with_overrides(asm.node, {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"})
     >>> base, faster = (simulate_points(exp, n, asm.model, serve=False)[0] for n in (asm.node, fast))
@@ -103,7 +123,8 @@ def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progre
 def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progress: bool = False,
                       serve: bool = True, on_result: Callable[[PointResult], None] | None = None,
                       without_prefill: Collection[str] = ()) -> list[dict]:
-    """One record per point of an assembled experiment (or of the points in ``only``).
+    """One record per point of an assembled experiment (or of the points in ``only``), as
+    :func:`simulate_experiment` returns them; ``progress``, ``serve`` and ``on_result`` as there.
 
     ``without_prefill`` names points (with ``serve=False``) whose prefill step is not simulated:
     their prefill fields are empty (:data:`~sn40l_sim.report.records.PREFILL_STEP_FIELDS`), for an
