@@ -5,6 +5,7 @@ FLOP/s. Plain numbers pass through unchanged (they are taken to be in the base u
 """
 from __future__ import annotations
 
+import numbers
 import re
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -69,7 +70,7 @@ def parse_quantity(value: object, kind: str) -> float:
         raise KeyError(f"unknown quantity kind {kind!r}")
     if isinstance(value, bool):
         raise ValueError(f"expected a {kind} quantity, got a boolean")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):   # numpy's numbers too (np.float32 is not a float)
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a {kind} quantity such as {_example(kind)!r}, got {value!r}")

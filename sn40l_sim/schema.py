@@ -10,6 +10,7 @@ a unit of its kind (``"64 GiB"``).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -126,10 +127,11 @@ def _parsed_quantity(value: Any, kind: str) -> float:
 
 def _plain_number(value: Any) -> Any:
     # YAML gives text for "12 tokens" or a quoted "0.5", and a bool for true: a number field
-    # takes a number, never a string or a bool converted behind the user's back
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    # takes a number, never a string or a bool converted behind the user's back; a Python caller's
+    # override may be a numpy number (np.float32 is not a float), taken as the number it is
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"expected a number, got {shown(value)}")
-    return value
+    return value if isinstance(value, (int, float)) else float(value)
 
 
 #: a plain number (no unit, no text); give it a :class:`Range` at the field

@@ -40,6 +40,7 @@ DeepSeek-R1 on the 16-socket node, one decode step at batch 16 with a 128K cache
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Protocol
 
@@ -190,9 +191,7 @@ class StepTimer:
         --------
         sn40l_sim.study.assemble.Assembly.step_timer : the timer of an experiment's point, with an example.
         """
-        _positive("prompt_len", prompt_len)
-        if isinstance(earlier, bool) or not isinstance(earlier, int) or earlier < 0:
-            raise InputError(f"earlier must be an integer >= 0, got {earlier!r}", field="earlier")
+        prompt_len, earlier = _count("prompt_len", prompt_len, 1), _count("earlier", earlier, 0)
         return self._timed(_prefill_shape(prompt_len, self.prefill_drafts, earlier), memory)
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
@@ -222,14 +221,14 @@ class StepTimer:
         Raises
         ------
         InputError
-            Naming the argument, for a ``batch`` or ``kv_len`` that is not a positive integer.
+            Naming the argument, for a ``batch`` or ``kv_len`` that is not a positive integer or
+            ``drafts`` that is not a non-negative one.
 
         See Also
         --------
         sn40l_sim.study.assemble.Assembly.step_timer : the timer of an experiment's point, with an example.
         """
-        _positive("batch", batch)
-        _positive("kv_len", kv_len)
+        batch, kv_len, drafts = _count("batch", batch, 1), _count("kv_len", kv_len, 1), _count("drafts", drafts, 0)
         return self._timed(_decode_shape(batch, kv_len, drafts, self.context_len), memory)
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
@@ -302,6 +301,11 @@ def _decode_shape(batch: int, kv_len: int, drafts: int = 0, context_len: int = 0
     return Shape("decode", batch, 0, kv_len, drafts, context_len)
 
 
-def _positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{name} must be a positive integer, got {value!r}", field=name)
+def _count(name: str, value: int, least: int) -> int:
+    """``value`` as a plain ``int`` when it is an integer of at least ``least``: numpy's integers too
+    (a notebook's ``2 ** np.arange(8)``), which were refused as not integers, and converted, so that
+    a step's shape, memo and disk-cache key are the same whichever integer type asked for it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        expected = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise InputError(f"{name} must be {expected}, got {value!r}", field=name)
+    return int(value)

@@ -93,6 +93,18 @@ def test_overrides_of_the_wrong_shape_are_input_errors(overrides, expected):
     assert str(info.value).startswith("<overrides>: ")
 
 
+def test_numpy_numbers_override_as_the_numbers_they_are():
+    # a notebook sweeping np.linspace(0.5, 0.9, 5) as float32 got "expected a number, got np.float32(0.5)"
+    np = pytest.importorskip("numpy")
+    node = load_hardware(HW / "sn40l_node8.yaml")
+    new = with_overrides(node, {"socket.memory.hbm.efficiency": np.float32(0.5), "sockets": np.int64(4),
+                                "socket.memory.hbm.bytes_per_s_per_unit": np.float32(8e11)})
+    assert new.socket.memory["hbm"].efficiency == 0.5 and new.sockets == 4
+    assert new.socket.memory["hbm"].bytes_per_s_per_unit == pytest.approx(8e11, rel=1e-7)
+    with pytest.raises(InputError, match="efficiency"):
+        with_overrides(node, {"socket.memory.hbm.efficiency": np.float32(1.5)})
+
+
 def test_an_override_that_changes_the_node_names_it_after_the_change():
     # a sweep over hardware.sockets once wrote "SN40L-16" for a 4-socket node, so a plot with the
     # hardware as hue merged different nodes

@@ -116,6 +116,29 @@ def test_bad_step_arguments_are_input_errors(args):
         timer().prefill(0)
 
 
+@pytest.mark.parametrize("call, field", [
+    (lambda t: t.decode_step(8, 4096, drafts=-1), "drafts"),
+    (lambda t: t.decode_step(8, 4096, drafts=1.5), "drafts"),
+    (lambda t: t.prefill(4096, earlier=-1), "earlier"),
+])
+def test_bad_drafts_and_earlier_are_input_errors_naming_them(call, field):
+    # as batch and kv_len are: the graph builder refused a bad drafts too, but at field "shape"
+    with pytest.raises(InputError) as info:
+        call(timer())
+    assert info.value.field == field
+
+
+def test_numpy_integers_time_the_step_a_python_int_does():
+    # a notebook's batches from np.arange were refused: "batch must be a positive integer, got np.int64(8)"
+    np = pytest.importorskip("numpy")
+    t = timer()
+    step = t.decode_step(np.int64(8), np.int32(4096), drafts=np.int64(0))
+    assert step is t.decode_step(8, 4096) and type(step.batch) is int and type(step.kv_len) is int
+    assert t.prefill(np.int64(1000)) is t.prefill(1000)
+    with pytest.raises(InputError, match=r"batch must be a positive integer, got np.int64\(0\)"):
+        t.decode_step(np.int64(0), 4096)
+
+
 def one_kernel_timer() -> StepTimer:
     """A timer of graphs of one example decode kernel, with the real mapper."""
 
