@@ -86,14 +86,14 @@ def simulate_experiment(experiment: str | Path | Experiment, progress: bool = Fa
     return exp, simulate_assembly(asm, progress=progress, serve=serve, on_result=on_result)
 
 
-def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progress: bool = False,
+def simulate_points(exp: str | Path | Experiment, node: NodeSpec, model: ModelSpec, *, progress: bool = False,
                     serve: bool = True, on_result: Callable[[PointResult], None] | None = None) -> list[dict]:
     """One results record per point of ``exp`` (policies x prompt lengths), simulated on ``node``.
 
     Parameters
     ----------
-    exp : Experiment
-        A loaded experiment (its ``sweep`` section, if any, is ignored).
+    exp : str or Path or Experiment
+        The experiment file, or the experiment loaded (its ``sweep`` section, if any, is ignored).
     node : NodeSpec
         The hardware (possibly with overrides).
     model : ModelSpec
@@ -116,6 +116,8 @@ def simulate_points(exp: Experiment, node: NodeSpec, model: ModelSpec, *, progre
     >>> base["name"], base["ttft_s"], faster["decode_step_s"] < base["decode_step_s"]
     ('full', None, True)
     """
+    # a path as simulate_experiment takes one (a str was an AttributeError: no attribute 'spec')
+    exp = exp if isinstance(exp, Experiment) else load_experiment(exp)
     return simulate_assembly(assemble(exp, node=node, model=model), progress=progress, serve=serve,
                              on_result=on_result)
 

@@ -272,3 +272,15 @@ def test_drafts_with_a_template_lacking_the_mtp_blocks_are_located_at_what_the_u
     assert main(["check", str(named)]) == 2
     err = capsys.readouterr().err
     assert "graph_options.template: this kernel template has no mtp_head / mtp_tail blocks" in err
+
+
+def test_simulate_points_takes_a_path_as_simulate_experiment_does(tmp_path):
+    # a str gave AttributeError: 'str' object has no attribute 'spec'; now the file is loaded, and a
+    # missing one is the InputError run prints
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.study.runner import simulate_points
+    node = load_hardware(Path(__file__).resolve().parents[2] / "hw_configs" / "sn40l_node8.yaml")
+    with pytest.raises(InputError, match="file not found") as info:
+        simulate_points(str(tmp_path / "missing.yaml"), node, None, serve=False)
+    assert info.value.file == str(tmp_path / "missing.yaml")
