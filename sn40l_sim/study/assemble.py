@@ -212,7 +212,7 @@ class Assembly:
         setup : PointSetup
             The point's set-up (:meth:`setup`).
         hardware_field : str
-            The experiment field naming :attr:`node`'s file, where a kernel no tile holds is reported.
+            The field naming :attr:`node`'s file (a kernel no tile holds is reported there).
 
         Returns
         -------
@@ -238,8 +238,7 @@ class Assembly:
         >>> max(by_cause, key=by_cause.get), abs(sum(by_cause.values()) - step.seconds) < 1e-12
         ('kv_reads', True)
 
-        ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.289 s).
-        """
+        ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.289 s)."""
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
