@@ -119,6 +119,11 @@ OPERATORS = {f.__name__: f for f in (embed_gather, mtp_embed, attn_norm, ffn_nor
                                      ffn_residual, o_proj, final_norm, mtp_final_norm, lm_head, sample,
                                      mtp_norms, mtp_proj)}
 
+#: formula (operator or collective size) -> (weight tensor it reads that only some models have, the
+#: model part that holds it): a template naming it for a model without it is refused (``models/dataflow.py``)
+FORMULA_WEIGHTS = {"mtp_norms": ("mtp_enorm", "an mtp section"), "mtp_proj": ("mtp_proj", "an mtp section"),
+                    "mtp_final_norm": ("mtp_final_norm", "an mtp section")}
+
 
 def hidden(c: Ctx) -> int:
     """``[T, hidden]`` BF16: the all-reduce after a row-parallel GEMM (or the all-gather after a

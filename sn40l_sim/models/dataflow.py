@@ -35,18 +35,32 @@ from typing import TYPE_CHECKING
 
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.context import Ctx, Step
-from sn40l_sim.models.formulas import operators
+from sn40l_sim.models.formulas import formula_weights, operators
 from sn40l_sim.models.tensors import dense_layer_count
 
 if TYPE_CHECKING:
     # type-only: the template module checks templates with this one
     from sn40l_sim.models.spec import ModelSpec
-    from sn40l_sim.models.template import KernelTemplates, PhaseTemplate
+    from sn40l_sim.models.template import KernelEntry, KernelTemplates, PhaseTemplate
 
 #: the graph's input and output: the tokens a step samples and the next one embeds
 GRAPH_TOKENS = "tokens"
 #: a small shape whose formulas every model can evaluate (the check reads names, not bytes)
 PROBE_TOKENS = 64
+
+
+def _missing_weight(kernel: KernelEntry, ctx: Ctx, needs: dict[str, tuple[str, str]], at: tuple) -> tuple[tuple, str] | None:
+    """The first operator or collective size of ``kernel`` that needs a weight the model lacks (an
+    MoE formula for a dense model, MLA's compressed query for one projecting it directly): it
+    cannot be built, so it is refused here, named, rather than failing inside its formula."""
+    named = [("operators", op) for op in kernel.operators] + [("collectives", c.size) for c in kernel.collectives]
+    for field, formula in named:
+        tensor, holder = needs.get(formula, (None, ""))
+        if tensor is not None and tensor not in ctx.tensors:
+            kind = "operator" if field == "operators" else "collective size"
+            return ((*at, field), f"{kind} {formula!r} needs weight {tensor!r}, which model {ctx.model.name!r} "
+                    f"does not have (it comes with {holder}): remove it, or use a template for this model")
+    return None
 
 
 def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) -> tuple[tuple, str] | None:
@@ -64,6 +78,7 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
     main = Ctx(model, shape, ParallelPlan(), template)
     draft = Ctx(model, replace(shape, drafts=0), ParallelPlan(), template)
     formulas = operators(template.attention)
+    needs = formula_weights(template.attention)
     steps_of: dict[tuple[str, bool], list[tuple[str, Step]]] = {}
     written: dict[str, tuple[str, str]] = {}      # activation -> (kernel id, operator) last writing it
     unread: dict[str, tuple[str, str]] = {}       # written and not read since
@@ -82,6 +97,9 @@ def dataflow_problem(template: KernelTemplates, model: ModelSpec, phase: str) ->
             key = (kernel_id, is_draft)
             if key not in steps_of:
                 ctx = draft if is_draft else main
+                problem = _missing_weight(spec.kernels[kernel_id], ctx, needs, (phase, "kernels", kernel_id))
+                if problem is not None:
+                    return problem
                 steps_of[key] = [(op, s) for op in spec.kernels[kernel_id].operators for s in formulas[op](ctx)]
             for op, step in steps_of[key]:
                 writes_cache = writes_cache or step.op.kv_write_bytes > 0

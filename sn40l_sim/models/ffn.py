@@ -32,3 +32,5 @@ def dense_down(c: Ctx) -> list[Step]:
 
 OPERATORS = {f.__name__: f for f in (dense_gate_up, dense_act, dense_down)}
 SIZES: dict = {}
+#: every model has the dense FFN's tensors (``models/tensors.py``), so no operator needs an option
+FORMULA_WEIGHTS: dict = {}

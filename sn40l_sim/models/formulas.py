@@ -34,6 +34,16 @@ def sizes(kind: str) -> dict[str, SizeFormula]:
     return _merged(kind, "SIZES", FAMILIES[kind].sizes)
 
 
+def formula_weights(kind: str) -> dict[str, tuple[str, str]]:
+    """Operator or collective-size formula -> (the weight tensor it needs that only some models
+    have, the model part that holds it), for the formulas a template for attention ``kind`` may name.
+
+    >>> formula_weights("gqa")["router_gemm"], formula_weights("mla")["expert_intermediate"]
+    (('router', 'a moe section'), ('expert_gate_up', 'a moe section'))
+    """
+    return _merged(kind, "FORMULA_WEIGHTS", FAMILIES[kind].formula_weights)
+
+
 def _merged(kind: str, table: str, family: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for source, formulas in [*((m.__name__, getattr(m, table)) for m in SHARED),

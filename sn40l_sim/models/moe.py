@@ -156,6 +156,14 @@ OPERATORS = {f.__name__: f for f in (router_gemm, router_score, router_topk, dis
                                      expert_act, expert_down, shared_gate_up, shared_act, shared_down,
                                      combine)}
 
+#: formula (operator or collective size) -> (weight tensor it needs that only MoE models have, the
+#: model part that holds it);
+#: the shared-expert operators need none (they add nothing without shared experts)
+FORMULA_WEIGHTS = {**{op: ("router", "a moe section") for op in ("router_gemm", "router_score", "router_topk")},
+                    **{op: ("expert_gate_up", "a moe section")
+                       for op in ("dispatch", "expert_gate_up", "expert_act", "combine")},
+                    "expert_down": ("expert_down", "a moe section")}
+
 
 def expert_intermediate(c: Ctx) -> int:
     """``[T x (k routed + shared), expert_ffn]`` BF16: the activated expert intermediates, the tensor
@@ -166,3 +174,4 @@ def expert_intermediate(c: Ctx) -> int:
 
 
 SIZES: dict = {f.__name__: f for f in (expert_intermediate,)}
+FORMULA_WEIGHTS["expert_intermediate"] = ("expert_gate_up", "a moe section")

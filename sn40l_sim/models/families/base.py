@@ -7,6 +7,8 @@ the simulator asks about attention, so no other module branches on the kind:
 
 =========================  ==============================================================
 ``operators``, ``sizes``   operator and collective-size formulas the kernel templates name
+``formula_weights``        the operator and collective-size formulas that need a weight only
+                           some models of the family have, with the field that gives it
 ``default_template``       kernel template used when a model file names none
 ``weight_tensors``         the attention weights one layer adds to the tensor inventory
 ``cached_tensors``         what one layer caches per token (widths and KV heads; the KV
@@ -95,6 +97,10 @@ class AttentionSpec(StrictModel):
     operators: ClassVar[Mapping[str, OperatorFormula]] = {}
     #: collective-size formulas (name -> formula)
     sizes: ClassVar[Mapping[str, SizeFormula]] = {}
+    #: operator or collective-size formula -> (weight tensor it needs that only some models of the
+    #: family have, the field that gives it): a template naming it for a model without the tensor
+    #: is refused by name
+    formula_weights: ClassVar[Mapping[str, tuple[str, str]]] = {}
     #: kernel template (a file in ``graphs/``, or an absolute path) used when the model names none
     default_template: ClassVar[str]
     #: where prefill attention's per-query-head keys are when SnapKV scores the prompt:
