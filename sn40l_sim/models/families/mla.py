@@ -4,6 +4,10 @@ Shapes per token (docs/reference.md §2): ``q = q_b(norm(q_a(x)))`` gives ``head
 (128 x 192); ``kv_a(x)`` gives the 512-wide latent plus the 64-wide RoPE key, which is what the
 cache stores (576 elements, shared by all heads); ``kv_b`` expands the latent into per-head
 ``k_nope`` (128) and ``v`` (128).
+A model without query compression (``q_lora_rank: null``, DeepSeek-V2-Lite's configuration)
+projects the query in one head-split GEMM, ``q_proj``, where the template would run ``q_a``,
+``q_norm`` and ``q_b``; its template names ``q_proj`` instead (a template naming the other form
+is refused by name).
 
 Prefill runs the non-absorbed form, heads split over sockets: each socket expands K and V for its
 ``ceil(heads / tp)`` heads, writes Q, K (192 wide, the shared RoPE key broadcast) and V (128) to
@@ -58,6 +62,13 @@ def q_a(c: Ctx) -> list[Step]:
     t = c.tokens
     return c.gemm("q_a", t, "q_a", reads=(("xn", t * c.model.hidden * ACT),),
                   writes=(("q_lat", t * _att(c).q_lora_rank * ACT),))
+
+
+def q_proj(c: Ctx) -> list[Step]:
+    """Query projection without compression (``q_lora_rank: null``, DeepSeek-V2-Lite), split by
+    heads: ``[T, hidden] @ [hidden, heads/tp * 192]``; it stands for ``q_a``, ``q_norm`` and ``q_b``."""
+    t, (k, n) = c.tokens, c.dims("q_proj")
+    return c.gemm("q_proj", t, "q_proj", reads=(("xn", t * k * ACT),), writes=(("q", t * n * ACT),))
 
 
 def kv_a(c: Ctx) -> list[Step]:
@@ -246,14 +257,15 @@ def v_unabsorb(c: Ctx) -> list[Step]:
                   writes=(("attn_o", t * hp * a.v_head_dim * ACT),))
 
 
-OPERATORS = {f.__name__: f for f in (q_a, kv_a, q_norm, kv_norm, q_b, kv_b, mla_rope, write_qkv,
+OPERATORS = {f.__name__: f for f in (q_a, q_proj, kv_a, q_norm, kv_norm, q_b, kv_b, mla_rope, write_qkv,
                                      write_latent_cache, mha_qk, mha_softmax, mha_pv, q_absorb,
                                      cache_write, absorbed_qk, absorbed_softmax, absorbed_pv, v_unabsorb)}
 
 
 def latent(c: Ctx) -> int:
     """All-gather of the column-split down-projections' outputs ``[T, q_lora + kv_lora + rope]``."""
-    width = sum(c.tensors[t].cols for t in ("q_a", "kv_a") if c.rule(t) == "column")
+    # a model without query compression has no q_a: its q_proj is split by heads and needs no gather
+    width = sum(c.tensors[t].cols for t in ("q_a", "kv_a") if t in c.tensors and c.rule(t) == "column")
     return c.tokens * width * ACT if c.tp > 1 else 0
 
 
@@ -277,13 +289,20 @@ def mla_o_to_tp(c: Ctx) -> int:
 
 SIZES = {f.__name__: f for f in (latent, mla_q_to_dp, mla_o_to_tp)}
 
+#: the query's two forms: compressed (``q_a``, ``q_norm``, ``q_b``) or projected directly (``q_proj``)
+FORMULA_WEIGHTS = {**{op: (op, "attention.q_lora_rank") for op in ("q_a", "q_norm", "q_b")},
+                    "q_proj": ("q_proj", "attention.q_lora_rank: null")}
+
 
 @register_family
 class MLAAttentionSpec(AttentionSpec):
     """Multi-head latent attention (DeepSeek): one cached latent + RoPE key per token and layer."""
 
     kind: Literal["mla"]
-    q_lora_rank: PositiveInt
+    #: width of the compressed query (``q_a``, ``q_norm``, ``q_b``); written ``null`` for a model
+    #: that projects the query directly (DeepSeek-V2-Lite's ``q_lora_rank: null``: one ``q_proj``).
+    #: Required either way, so a model file that forgets it is refused rather than read as ``null``
+    q_lora_rank: PositiveInt | None
     kv_lora_rank: PositiveInt
     qk_nope_head_dim: PositiveInt
     qk_rope_head_dim: PositiveInt
@@ -291,19 +310,24 @@ class MLAAttentionSpec(AttentionSpec):
 
     operators: ClassVar = OPERATORS
     sizes: ClassVar = SIZES
+    formula_weights: ClassVar = FORMULA_WEIGHTS
     default_template: ClassVar[str] = "kernels_deepseek.yaml"
     # prefill runs the non-absorbed form: the QKV kernel writes a 192-wide key per query head
     prefill_key_source: ClassVar = "activations"
     title: ClassVar[str] = "multi-head latent attention"
 
     def weight_tensors(self, hidden: int) -> list[Tensor]:
-        """``q_a``, ``q_norm``, ``q_b``, ``kv_a``, ``kv_norm``, ``kv_b``, ``o_proj`` (heads kept
-        whole when split)."""
+        """``q_a``, ``q_norm``, ``q_b`` (or ``q_proj`` without query compression), ``kv_a``,
+        ``kv_norm``, ``kv_b``, ``o_proj`` (heads kept whole when split)."""
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank is None:
+            query = [Tensor("q_proj", rows=hidden, cols=self.heads * qk, col_granule=qk)]
+        else:
+            query = [Tensor("q_a", rows=hidden, cols=self.q_lora_rank),
+                     Tensor("q_norm", rows=self.q_lora_rank, group="norms", vector=True),
+                     Tensor("q_b", rows=self.q_lora_rank, cols=self.heads * qk, col_granule=qk)]
         return [
-            Tensor("q_a", rows=hidden, cols=self.q_lora_rank),
-            Tensor("q_norm", rows=self.q_lora_rank, group="norms", vector=True),
-            Tensor("q_b", rows=self.q_lora_rank, cols=self.heads * qk, col_granule=qk),
+            *query,
             Tensor("kv_a", rows=hidden, cols=self.kv_lora_rank + self.qk_rope_head_dim),
             Tensor("kv_norm", rows=self.kv_lora_rank, group="norms", vector=True),
             Tensor("kv_b", rows=self.kv_lora_rank, cols=self.heads * (self.qk_nope_head_dim + self.v_head_dim),
