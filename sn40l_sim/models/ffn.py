@@ -32,5 +32,6 @@ def dense_down(c: Ctx) -> list[Step]:
 
 OPERATORS = {f.__name__: f for f in (dense_gate_up, dense_act, dense_down)}
 SIZES: dict = {}
-#: every model has the dense FFN's tensors (``models/tensors.py``), so no operator needs an option
-FORMULA_WEIGHTS: dict = {}
+#: a model whose every layer is MoE has no dense FFN tensors (``dense_ffn`` left out)
+FORMULA_WEIGHTS = {"dense_gate_up": ("dense_gate_up", "dense_ffn"), "dense_act": ("dense_gate_up", "dense_ffn"),
+                   "dense_down": ("dense_down", "dense_ffn")}

@@ -17,7 +17,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import with_template
-from sn40l_sim.models.tensors import inventory
+from sn40l_sim.models.tensors import dense_ffn_needed, dense_layer_count, inventory
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document, not_a_file
 
@@ -159,6 +159,12 @@ def check_consistency(model: ModelSpec, doc: Document | None = None) -> None:
     if model.moe is None and model.dense_layers not in (0, model.layers):
         raise fail(("dense_layers",), "dense_layers splits dense from MoE layers, but the model has no "
                    "moe section (every layer is dense); remove it or add moe")
+    if dense_ffn_needed(model) and model.dense_ffn is None:
+        raise fail(("dense_ffn",), f"required: the model has {dense_layer_count(model)} dense layer(s) "
+                   "(expected the SwiGLU width of their FFN, intermediate_size in a Hugging Face config)")
+    if not dense_ffn_needed(model) and model.dense_ffn is not None:
+        raise fail(("dense_ffn",), "every layer is MoE (dense_layers: 0), so dense_ffn would be unused; "
+                   "remove it (the experts' width is moe.expert_ffn)")
     _check_bf16_tensors(model, fail)
     for field, message in model.attention.problems():  # the attention family's own checks
         raise fail(("attention", field), message)

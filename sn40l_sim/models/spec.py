@@ -46,7 +46,9 @@ class ModelSpec(StrictModel):
     layers: PositiveInt
     dense_layers: NonNegativeInt = 0
     hidden: PositiveInt
-    dense_ffn: PositiveInt
+    #: SwiGLU width of the dense FFN layers: required when the model has one (a dense MTP block
+    #: included), refused when every layer is MoE (Mixtral), where it would be ignored
+    dense_ffn: PositiveInt | None = None
     vocab: PositiveInt
     #: the spec of the registered attention family that ``kind`` names (``models/families/``):
     #: a bad kind gets one error at ``attention.kind`` listing the known ones

@@ -22,7 +22,7 @@ from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.reductions import unreduced_row_parallel
-from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, inventory
+from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, dense_layer_count, inventory
 from sn40l_sim.models.weight_use import unread_weight
 from sn40l_sim.schema import Flag, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
@@ -58,7 +58,8 @@ class Blocks(StrictModel):
     """Kernel sequences (template ids) of each part of a phase's graph."""
 
     head: tuple[str, ...] = ()
-    dense_layer: tuple[str, ...]
+    #: required for a model with dense layers (checked against the model), as moe_layer for one with experts
+    dense_layer: tuple[str, ...] = ()
     moe_layer: tuple[str, ...] = ()
     tail: tuple[str, ...] = ()
     #: around an MTP module's transformer block (decode only)
@@ -255,6 +256,9 @@ def check_against_model(template: KernelTemplates, doc: Document | None, model: 
                         f"option (expected one of {', '.join(sorted({*names, *OPTIONAL_TENSORS}))})")
     for phase in ("prefill", "decode"):
         _check_names_unique(template, phase, model, where)
+        if dense_layer_count(model) and not getattr(template, phase).blocks.dense_layer:
+            raise where((phase, "blocks", "dense_layer"), f"model {model.name!r} has dense layers but "
+                        f"the template defines no {phase} dense_layer kernels")
         if model.moe is not None and not getattr(template, phase).blocks.moe_layer:
             raise where((phase, "blocks", "moe_layer"), f"model {model.name!r} has MoE layers but "
                         f"the template defines no {phase} moe_layer kernels")

@@ -110,9 +110,9 @@ def _split(size: int, granule: int, tp: int) -> int:
 
 
 #: the tensors :func:`inventory` lists only for a model with the option that holds them (an untied
-#: output head, MoE layers, DeepSeek's router bias, shared experts, an MTP module): a template shared
-#: by models may shard them for the models that have them
-OPTIONAL_TENSORS = frozenset({"lm_head", "router", "router_bias", "expert_gate_up", "expert_down", "shared_gate_up",
+#: output head, dense layers, MoE layers, DeepSeek's router bias, shared experts, an MTP module): a
+#: template shared by models may shard them for the models that have them
+OPTIONAL_TENSORS = frozenset({"lm_head", "dense_gate_up", "dense_down", "router", "router_bias", "expert_gate_up", "expert_down", "shared_gate_up",
                               "shared_down", "mtp_enorm", "mtp_hnorm", "mtp_proj", "mtp_final_norm"})
 
 
@@ -141,8 +141,9 @@ def inventory(model: ModelSpec) -> tuple[Tensor, ...]:
     out += [Tensor("attn_norm", rows=h, group="norms", vector=True),
             Tensor("ffn_norm", rows=h, group="norms", vector=True)]
     out += model.attention.weight_tensors(h)
-    out += [Tensor("dense_gate_up", rows=h, cols=2 * model.dense_ffn, where="dense", col_granule=2),
-            Tensor("dense_down", rows=model.dense_ffn, cols=h, where="dense")]
+    if model.dense_ffn is not None:   # every model with a dense layer has it (models/loader.py)
+        out += [Tensor("dense_gate_up", rows=h, cols=2 * model.dense_ffn, where="dense", col_granule=2),
+                Tensor("dense_down", rows=model.dense_ffn, cols=h, where="dense")]
     moe = model.moe
     if moe is not None:
         out.append(Tensor("router", rows=h, cols=moe.routed_experts, where="moe", group="router"))
@@ -190,3 +191,9 @@ def holders(model: ModelSpec, tensor: Tensor, include_mtp: bool) -> int:
 def dense_layer_count(model: ModelSpec) -> int:
     """Layers with a dense FFN: all of them without an ``moe`` section, else ``dense_layers``."""
     return model.layers if model.moe is None else model.dense_layers
+
+
+def dense_ffn_needed(model: ModelSpec) -> bool:
+    """True when some block of the model has a dense FFN: a dense layer, or an MTP module's block
+    in a model without experts."""
+    return dense_layer_count(model) > 0 or (model.mtp is not None and model.moe is None)

@@ -153,8 +153,9 @@ REFUSED = {
         "e.yaml:27: serving.batch: a batch of 128 does not fit (largest compiled batch that fits: 64): decode batch "
         "128 does not fit in HBM per socket: weights 1.87 GiB + kv 65.00 GiB"),
     "experiment override the template cannot build": (
-        ("seed: 7", "seed: 7\nmodel_overrides: {moe: {routed_experts: 8, experts_per_token: 2, expert_ffn: 1024, "
-         "shared_experts: 0}}"),
+        # (every layer MoE: the dense FFN width goes, or it is refused as unused before the template)
+        ("seed: 7", "seed: 7\nmodel_overrides: {dense_ffn: null, moe: {routed_experts: 8, experts_per_token: 2, "
+         "expert_ffn: 1024, shared_experts: 0}}"),
         "e.yaml:30: model_overrides: the model's kernel template"),
 }
 
