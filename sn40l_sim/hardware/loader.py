@@ -39,6 +39,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.grid import tile_grid_error
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
 from sn40l_sim.hardware.node_checks import check_node
+from sn40l_sim.hardware.node_names import renamed_node
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.schema import validate
@@ -361,7 +362,7 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     new = validate(NodeSpec, doc)
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
     check_node(new, doc)
-    return _renamed(node, new, overrides)
+    return renamed_node(node, new, overrides)
 
 
 def _check_override_paths(overrides: object) -> None:
@@ -374,32 +375,3 @@ def _check_override_paths(overrides: object) -> None:
         if not isinstance(path, str) or not path or "" in path.split("."):
             raise InputError(f"override keys must be dotted field paths such as 'socket.clock_hz', got {path!r}",
                              file=OVERRIDES_FILE)
-
-
-def _renamed(old: NodeSpec, new: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
-    """``new`` named after ``old`` and the overrides that changed a value (as the caller wrote
-    them), so that two nodes with different fields never share a name."""
-    if "name" in overrides:
-        return new
-    before, after = old.model_dump(), new.model_dump()
-    changed = [f"{path} {_override_text(overrides[path])}" for path in sorted(overrides)
-               if _value_at(before, path) != _value_at(after, path)]
-    return new.model_copy(update={"name": f"{old.name} ({', '.join(changed)})"}) if changed else new
-
-
-def _value_at(data: object, dotted_path: str) -> object:
-    """The value at a dotted path of a dumped node (list entries by index or ``name``, as
-    :func:`~sn40l_sim.yamlio.set_value` finds them)."""
-    for part in dotted_path.split("."):
-        if isinstance(data, dict):
-            data = data.get(part)
-        elif isinstance(data, list):
-            named = [e for e in data if isinstance(e, dict) and e.get("name") == part]
-            data = named[0] if named else data[int(part)] if part.isdigit() and int(part) < len(data) else None
-        else:
-            return None
-    return data
-
-
-def _override_text(value: object) -> str:
-    return str(value.model_dump() if isinstance(value, BaseModel) else value)
