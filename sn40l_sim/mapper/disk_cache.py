@@ -16,7 +16,10 @@ a miss, and is computed again and rewritten (docs/robustness.md, "The disk cache
 
 The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (an absolute one), else
 ``~/.cache/sn40l_sim``, and none (the disk cache off) when no home folder is known either;
-``SN40L_SIM_CACHE=off`` turns the disk cache off. Deleting the folder at any time is safe.
+``SN40L_SIM_CACHE=off`` (or empty, ``0``, ``no``, ``false``) turns the disk cache off; a relative
+path is taken from the working folder. Deleting the folder at any time is safe. It stays bounded:
+the generations of older code and, past a size, the least recently used entries are deleted
+(:mod:`.cache_upkeep`).
 
 The code version sees the source files, not functions replaced while a process runs: inside a
 pytest process (whose tests patch unit models to see the goldens move) the disk cache is off
@@ -46,6 +49,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sn40l_sim.mapper.cache_upkeep import upkeep
+
 #: environment variable naming the cache folder (``off`` disables the disk cache)
 CACHE_ENV = "SN40L_SIM_CACHE"
 #: first bytes of an entry, then the SHA-256 of the pickle that follows (:func:`load` checks both)
@@ -53,6 +58,8 @@ _MAGIC = b"sn40l_sim cache 1\n"
 _DIGEST_BYTES = hashlib.sha256().digest_size
 _PACKAGE = Path(__file__).resolve().parents[1]
 _override: list[Path | None] = []
+#: cache folders this process has kept bounded (:func:`~.cache_upkeep.upkeep`, once per folder)
+_kept_up: set[Path] = set()
 
 
 @lru_cache(maxsize=1)
@@ -102,6 +109,9 @@ def _entry(namespace: str, key: str) -> Path | None:
     root = cache_root()
     if root is None:
         return None
+    if root not in _kept_up:
+        _kept_up.add(root)
+        upkeep(root, code_version())
     name = hashlib.sha256(key.encode()).hexdigest()
     return root / code_version() / namespace / name[:2] / f"{name}.pkl"
 
@@ -123,7 +133,11 @@ def load(namespace: str, key: str) -> Any | None:
         stored_key, value = pickle.loads(payload)
     except Exception:   # whole yet unloadable (written by hand, say): a miss, never an error
         return None
-    return value if stored_key == key else None
+    if stored_key != key:
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)   # recently used: the last the size cap deletes (:mod:`.cache_upkeep`)
+    return value
 
 
 def store(namespace: str, key: str, value: Any) -> None:
