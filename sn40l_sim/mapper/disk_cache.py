@@ -3,9 +3,9 @@ worker or a test process would otherwise map again (docs/architecture.md, "Speed
 
 An entry is found by the SHA-256 of its key text, which must spell out *every* input of the
 computation (the caller's job: a socket's JSON, a kernel signature's ``repr``, ...), under a folder
-named after the **code version**, a hash of every source file of the package: any edit to the
-simulator starts an empty cache, so an entry can only be read back by the code that wrote it. The
-file holds the key text beside the value and a read checks it, so even a hash collision cannot
+named after the **code version**, a hash of every source file of the package and of the
+interpreter's and the libraries' versions: any edit to the simulator, or upgrade, starts an empty
+cache, so an entry can only be read back by the code that wrote it. The file holds the key text beside the value and a read checks it, so even a hash collision cannot
 return another computation's answer. Writes go to a temporary file renamed into place (parallel
 sweep workers may write the same entry; each write is whole). The file starts with a tag and the
 SHA-256 of the pickled pair, checked before anything is unpickled: a pickle survives most damage
@@ -46,6 +46,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,28 @@ _override: list[Path | None] = []
 _kept_up: set[Path] = set()
 
 
+#: the distributions whose code computes what the cache keeps, beside the package's own
+#: (``pyproject.toml``'s dependencies that parse the inputs, map, simulate or do the arithmetic)
+RUNTIME_DISTRIBUTIONS = ("numpy", "simpy", "networkx", "pydantic", "PyYAML")
+
+
+def runtime() -> str:
+    """The interpreter's and :data:`RUNTIME_DISTRIBUTIONS`' versions, part of the code version: an
+    upgraded library may compute otherwise, and entries kept under the old one must not be read."""
+    versions = [sys.version]
+    for name in RUNTIME_DISTRIBUTIONS:
+        try:
+            versions.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} absent")
+    return "\n".join(versions)
+
+
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    """Hash of every ``.py`` file of the package (path and bytes): the cache's generation."""
-    digest = hashlib.sha256()
+    """Hash of every ``.py`` file of the package (path and bytes) and of :func:`runtime`: the
+    cache's generation."""
+    digest = hashlib.sha256(runtime().encode() + b"\0")
     for path in sorted(_PACKAGE.rglob("*.py")):
         digest.update(str(path.relative_to(_PACKAGE)).encode())
         digest.update(b"\0")

@@ -117,3 +117,26 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert _cache_root_from(monkeypatch, XDG_CACHE_HOME=str(tmp_path)) == tmp_path / "sn40l_sim"
     # a relative XDG_CACHE_HOME is to be ignored (XDG Base Directory spec): not a folder that moves with the cwd
     assert _cache_root_from(monkeypatch, XDG_CACHE_HOME="rel", HOME="/home/ci") == Path("/home/ci/.cache/sn40l_sim")
+
+
+def test_an_upgraded_library_starts_an_empty_cache(tmp_path, monkeypatch):
+    # the code version hashed the package's source only: entries a run computed under one numpy
+    # (or simpy, pydantic, ...) were read back under another, which may compute otherwise
+    real = disk_cache.metadata.version
+    monkeypatch.setattr(disk_cache, "_kept_up", set())
+    disk_cache.code_version.cache_clear()
+    try:
+        with disk_cache.cache_in(tmp_path):
+            disk_cache.store("t", "key", VALUE)
+            before = disk_cache.code_version()
+            monkeypatch.setattr(disk_cache.metadata, "version",
+                                lambda name: "99.0" if name == "simpy" else real(name))
+            disk_cache.code_version.cache_clear()
+            assert disk_cache.code_version() != before
+            assert disk_cache.load("t", "key") is None
+            monkeypatch.setattr(disk_cache.metadata, "version", real)
+            disk_cache.code_version.cache_clear()
+            assert disk_cache.code_version() == before
+            assert disk_cache.load("t", "key") == VALUE
+    finally:
+        disk_cache.code_version.cache_clear()
