@@ -69,3 +69,14 @@ def test_upkeep_of_a_folder_that_is_a_file_or_missing_is_nothing(tmp_path):
     assert root.read_text() == "not a folder"
     cache_upkeep.upkeep(tmp_path / "new" / "cache", "a" * 20, now=2000.0)
     assert (tmp_path / "new" / "cache" / ("a" * 20)).is_dir()
+
+
+def test_upkeep_of_a_folder_it_cannot_write_deletes_nothing(tmp_path, monkeypatch):
+    # a read-only folder (root ignores the mode, hence the error raised where the write meets it)
+    old = [_generation(tmp_path, f"{i:020x}", 1000.0 + i) for i in range(4)]
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(args[0])
+    monkeypatch.setattr(cache_upkeep.os, "utime", refuse)
+    cache_upkeep.upkeep(tmp_path, old[0].name, keep=1, max_bytes=0, now=2000.0)
+    assert all(g.is_dir() for g in old) and len(list(tmp_path.rglob("*.pkl"))) == 4

@@ -140,3 +140,19 @@ def test_an_upgraded_library_starts_an_empty_cache(tmp_path, monkeypatch):
             assert disk_cache.load("t", "key") == VALUE
     finally:
         disk_cache.code_version.cache_clear()
+
+
+def test_an_entry_that_cannot_be_read_is_a_miss(tmp_path, monkeypatch):
+    # chmod 000 (which root ignores, hence the error raised where the read would meet it), or an
+    # entry's name taken by a folder
+    with disk_cache.cache_in(tmp_path):
+        entry = _stored(tmp_path)
+        with monkeypatch.context() as patched:
+            patched.setattr(disk_cache.Path, "read_bytes", lambda self: (_ for _ in ()).throw(PermissionError(self)))
+            assert disk_cache.load("t", "key") is None
+        assert disk_cache.load("t", "key") == VALUE
+        entry.unlink()
+        entry.mkdir()
+        assert disk_cache.load("t", "key") is None
+        disk_cache.store("t", "key", VALUE)            # cannot replace the folder: nothing, no error
+        assert disk_cache.load("t", "key") is None
