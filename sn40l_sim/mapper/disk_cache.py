@@ -14,12 +14,12 @@ into a different value, which ran to exit status 0 with other numbers), so witho
 damaged entry was trusted. An entry that is unreadable, damaged, truncated or of another format is
 a miss, and is computed again and rewritten (docs/robustness.md, "The disk cache").
 
-The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (an absolute one), else
-``~/.cache/sn40l_sim``, and none (the disk cache off) when no home folder is known either;
+The folder is ``$SN40L_SIM_CACHE`` if set, else ``$XDG_CACHE_HOME/sn40l_sim`` (an absolute one),
+else ``~/.cache/sn40l_sim``, and none (the disk cache off) when no home folder is known either;
 ``SN40L_SIM_CACHE=off`` (or empty, ``0``, ``no``, ``false``) turns the disk cache off; a relative
-path is taken from the working folder. Deleting the folder at any time is safe. It stays bounded:
-the generations of older code and, past a size, the least recently used entries are deleted
-(:mod:`.cache_upkeep`).
+path is taken from the working folder, a leading ``~`` as the home folder. Deleting the folder at
+any time is safe. It stays bounded: the generations of older code and, past a size, the least
+recently used entries are deleted (:mod:`.cache_upkeep`).
 
 The code version sees the source files, not functions replaced while a process runs: inside a
 pytest process (whose tests patch unit models to see the goldens move) the disk cache is off
@@ -101,7 +101,13 @@ def cache_root() -> Path | None:
         return None
     env = os.environ.get(CACHE_ENV)
     if env is not None:
-        return None if env.strip().lower() in ("", "0", "off", "no", "false") else Path(env)
+        if env.strip().lower() in ("", "0", "off", "no", "false"):
+            return None
+        # a ``~`` the shell did not expand (quoted, or from an env file) made a folder named ``~``
+        # in the working folder; the home folder is what it says
+        with contextlib.suppress(RuntimeError, KeyError, OSError):
+            return Path(env).expanduser()
+        return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):   # the XDG spec: a relative path is to be ignored (it would follow the cwd)
         return Path(xdg) / "sn40l_sim"

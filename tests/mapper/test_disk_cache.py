@@ -114,6 +114,10 @@ def test_no_home_folder_known_is_no_disk_cache_not_a_traceback(monkeypatch):
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE=str(tmp_path)) == tmp_path
     assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE="off") is None
+    assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE="") is None
+    assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE="rel/cache") == Path("rel/cache")
+    # a "~" no shell expanded (quoted, or from an env file) is the home folder, not a folder named "~"
+    assert _cache_root_from(monkeypatch, SN40L_SIM_CACHE="~/sim", HOME="/home/ci") == Path("/home/ci/sim")
     assert _cache_root_from(monkeypatch, XDG_CACHE_HOME=str(tmp_path)) == tmp_path / "sn40l_sim"
     # a relative XDG_CACHE_HOME is to be ignored (XDG Base Directory spec): not a folder that moves with the cwd
     assert _cache_root_from(monkeypatch, XDG_CACHE_HOME="rel", HOME="/home/ci") == Path("/home/ci/.cache/sn40l_sim")
