@@ -120,3 +120,15 @@ def test_snapkv_without_top_k_slots_copies_its_window_and_scores_nothing():
     assert {op.name: op.kv_write_bytes for op in kept.operators}.items() <= \
         {op.name: op.kv_write_bytes for op in scored.operators}.items()
     assert _ops(scored)["scores"].flops > 0
+
+
+def test_a_middle_exactly_as_long_as_the_top_k_slots_is_copied_not_scored():
+    # sink 4 + ring 1024 + top-K 7164: a prompt of exactly 8192 tokens leaves a middle of 7164
+    # positions, one per top-K slot, so the selection would keep every one of them: scoring them
+    # is work for nothing (the boundary between the two cases of the test above)
+    snap = make_policy("snapstream", {"budget": 8192})
+    assert (snap.sink, snap.recent, snap.topk) == (4, 1024, 7164)
+    kinds = {k.kind: k for k in snap.prefill_kernels(deepseek_r1(), 8192, 16)}
+    kept = kinds["snapkv"]
+    assert sum(op.flops for op in kept.operators) == 0 and "scores" not in _ops(kept)
+    assert sum(op.kv_write_bytes for op in kept.operators) == math.ceil(7164 / 16) * 576 * 2
