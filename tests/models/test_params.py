@@ -104,3 +104,18 @@ def test_tied_head_reads_the_whole_embedding_table(llama8b):
     assert P.total_params(tied) == P.total_params(llama8b) - table
     # untied: one embedding row + the head (table); tied: the table once, as the head
     assert P.active_params(tied) == P.active_params(llama8b) - llama8b.hidden
+
+
+def test_an_fp8_tensor_pays_a_scale_for_every_block_it_overlaps_even_a_partial_one(r1):
+    # DeepSeek-R1's kv_a projection, 7168 x 576 FP8: 576 columns are 4.5 blocks of 128, and the
+    # half block still has its FP32 scale (kv_a_proj_with_mqa.weight_scale_inv is 5 x 56 in the
+    # published checkpoint)
+    from sn40l_sim.models.tensors import Tensor
+    assert r1.fp8_block == 128 and r1.weight_dtype == "fp8"
+    kv_a = Tensor("kv_a", rows=7168, cols=576)
+    assert kv_a.shard_bytes(r1, "replicated", 1) == 7168 * 576 + 56 * 5 * 4
+    # a tensor smaller than one block still has one scale
+    assert Tensor("tiny", rows=100, cols=100).shard_bytes(r1, "replicated", 1) == 100 * 100 + 4
+    # a column shard of a whole number of blocks: 24576 / 16 = 1536 columns, 12 blocks
+    q_b = Tensor("q_b", rows=1536, cols=128 * 192, col_granule=192)
+    assert q_b.shard_bytes(r1, "column", 16) == 1536 * 1536 + 12 * 12 * 4
