@@ -1,0 +1,32 @@
+"""Bytes per member of each collective algorithm against the textbook counts (Thakur, Rabenseifner
+and Gropp, "Optimization of collective communication operations in MPICH", IJHPCA 2005): with
+``n`` bytes per member over ``p`` members, ring and recursive halving/doubling reduce-scatter and
+all-gather each send ``n (p - 1) / p`` bytes per member, a ring all-reduce twice that, and recursive
+doubling all-reduce ``n log2 p``."""
+from __future__ import annotations
+
+import pytest
+
+from sn40l_sim.engine.collective_sizes import ring_sizes, split_bytes, tree_sizes
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_recursive_halving_and_doubling_send_the_textbook_bytes(p):
+    n = 3 * 2**20   # a multiple of every p: no rounding
+    rounds = p.bit_length() - 1
+    scatter, gather = tree_sizes("reduce_scatter", n, p), tree_sizes("all_gather", n, p)
+    assert len(scatter) == len(gather) == rounds
+    assert sum(scatter) == sum(gather) == n * (p - 1) // p
+    # halving: half of what is left at each round; doubling the reverse
+    assert scatter == [n // 2 ** (r + 1) for r in range(rounds)] == gather[::-1]
+    assert tree_sizes("all_reduce", n, p) == [n] * rounds
+
+
+@pytest.mark.parametrize("p", [2, 3, 8, 16])
+def test_a_ring_sends_the_textbook_bytes_per_member(p):
+    n = 5 * 2**20 + 3
+    chunk = split_bytes(n, p)
+    for kind, factor in (("reduce_scatter", 1), ("all_gather", 1), ("all_reduce", 2)):
+        per_member = [sum(steps) for steps in ring_sizes(kind, chunk, n, p)]
+        # every member sends every chunk but one (twice for an all-reduce): n (p - 1) / p on average
+        assert sum(per_member) == factor * (p - 1) * n
