@@ -210,3 +210,21 @@ def test_a_memory_stage_is_paced_by_the_tln_ports_where_they_are_narrower(tln, p
     rate = min(hbm_rate, tln_rate)
     assert (tln_rate < hbm_rate) == paced_by_tln
     assert stage.stream_cycles == pytest.approx(n_bytes / rate, rel=1e-3)
+
+
+def test_the_last_byte_that_fits_in_the_tiers_fits_and_one_more_does_not():
+    # a socket holds what its tiers hold after their reservations, to the byte: KV of exactly the
+    # room the weights and activations leave fits (the last tier full), one byte more is refused
+    node = node16()
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    plan = ParallelPlan(16)
+    weights = weight_bytes_per_socket(model, plan)
+    activations = 3 * 2**30
+    usable = sum(int(figures.usable_memory_bytes(node.socket, tier)) for tier in node.socket.memory)
+    room = usable - weights - activations
+    full = place_memory(node, model, plan, room, activations)
+    last = full.order[-1]
+    assert sum(full.by_tier[last].values()) == full.capacity[last]
+    assert sum(sum(uses.values()) for uses in full.by_tier.values()) == usable
+    with pytest.raises(InfeasibleError, match="by 1 bytes"):
+        place_memory(node, model, plan, room + 1, activations)
