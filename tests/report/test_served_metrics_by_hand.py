@@ -98,3 +98,19 @@ def test_accepted_drafts_count_once_and_rejected_ones_never():
     # with no draft accepted the same requests take a step per token
     none = simulate(requests, setup(speculation=Speculation(2, 0.0)))
     assert throughput(none, CLOCK_HZ)["output_tokens"] == 12 and len(none.steps) == 6 + 3
+
+
+def test_mean_active_slots_is_the_decode_tokens_over_the_steps():
+    # without drafts each token after a request's first comes from one decode step of its slot, so
+    # the slots the steps ran add up to those tokens. R0 (10 tokens, 4 out): prefill 0-10, sent
+    # 10-15, steps 15-25-35-45; R1 (8 tokens, 2 out): prefill 10-18, sent 18-23, joins the step
+    # 25-35. Three steps ran 1, 2 and 1 slots
+    requests = [Request(0, 0, 10, 4), Request(1, 0, 8, 2)]
+    log = simulate(requests, setup())
+    assert [r.token_cycles for r in log.requests] == [[10, 25, 35, 45], [18, 35]]
+    served = throughput(log, CLOCK_HZ)
+    assert served["decode_steps"] == 3
+    assert served["mean_active_slots"] == pytest.approx((3 + 1) / 3)
+    # the workload of the other tests never has two sequences in a step
+    by_hand = throughput(simulate(REQUESTS, setup()), CLOCK_HZ)
+    assert by_hand["mean_active_slots"] == pytest.approx((2 + 1 + 3) / 6)
