@@ -113,3 +113,13 @@ def test_tile_mesh_diameter(sn40l):
     # (rows + 1) x (cols + 1) switches: corner to corner is rows + cols hops
     assert f.tile_mesh_diameter_hops(sn40l) == 20 + 26
     assert f.network_bytes_per_s(sn40l, "vector") == pytest.approx(128 * 1.6e9)
+
+
+def test_configuration_bytes_count_each_unit_kind_at_its_own_size(sn40l):
+    # hw_configs/sn40l.yaml: 1 KiB per PCU, 512 B per PMU, 256 B per switch, and a tile's switches
+    # all routed; 40 PCUs and 7 PMUs on each of 2 tiles (unequal counts: a PCU counted as a PMU
+    # or the other way round changes the total)
+    switches = f.switches_per_tile(sn40l)
+    assert f.config_bytes(sn40l, 40, 7, 2) == 2 * (40 * 1024 + 7 * 512 + switches * 256)
+    assert f.config_bytes(sn40l, 7, 40, 2) == 2 * (7 * 1024 + 40 * 512 + switches * 256)
+    assert f.config_bytes(sn40l, 0, 0, 1) == switches * 256
