@@ -23,9 +23,10 @@ knows nothing of kernels:
   configurations the other took are loaded again first (``decode_switch_cycles``,
   ``prefill_switch_cycles``; busy as ``graph_switch``).
 * **Decode**: a node's static graph steps all its slots at once in ``decode_step_cycles``; a
-  sequence that arrived during a step joins at the next step boundary; each step gives every
-  active sequence one token, plus, with speculative decoding (``speculation``, see
-  :mod:`sn40l_sim.serving.speculation`), the drafts it accepts: ``1 + A`` tokens, ``A`` drawn per
+  sequence that arrived during a step joins at the next step boundary, and one whose cache arrives
+  at the very cycle a step starts joins that step (the step starts after the cycle's other
+  events); each step gives every active sequence one token, plus, with speculative decoding
+  (``speculation``, see :mod:`sn40l_sim.serving.speculation`), the drafts it accepts: ``1 + A`` tokens, ``A`` drawn per
   sequence and step (a geometric count truncated at the drafts) from a generator seeded by
   ``(seed, request id)``, so a request's draws do not depend on what else is served, and capped
   so that no sequence exceeds its ``output_len``. All of a step's tokens come out at its end. A
@@ -283,13 +284,19 @@ class _Serving:
 
         env.soon(lambda: link.request(lambda: ingress.request(start)))
 
+    def _step_boundary(self, node: _DecodeNode) -> None:
+        """``node`` is at a step boundary (or woken by an arrival): its next step starts after every
+        other event of this cycle, so a cache that arrives at the cycle joins it (a tie broken
+        toward joining, whatever order the events were scheduled in)."""
+        self.env.last(lambda: self._decode_next(node))
+
     def _decode_next(self, node: _DecodeNode) -> None:
-        """At a step boundary of ``node`` (or woken by an arrival): the arrived sequences join,
-        then the next steps run, or the node waits for a sequence."""
+        """At a step boundary of ``node``, the cycle's other events done: the arrived sequences
+        join, then the next steps run, or the node waits for a sequence."""
         if node.arrived:
             self._join(node)
         if not node.book.stepping:
-            node.wake.wait(lambda: self._decode_next(node))
+            node.wake.wait(lambda: self._step_boundary(node))
             return
         start, count, cycles = self._start_steps(node)
         self.env.at(cycles, lambda: self._decoded(node, start, count, cycles))
@@ -298,7 +305,7 @@ class _Serving:
         self._end_steps(node, start, count, cycles)
         if self.ready:
             self._dispatch()
-        self._decode_next(node)
+        self._step_boundary(node)
 
     # -- co-located ------------------------------------------------------------------------
     def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0,

@@ -20,6 +20,11 @@ listens to), which change neither what happens nor the order of the others:
 * :meth:`Scheduler.stop` ends :meth:`Scheduler.run` as ``env.run(until=event)`` does when the
   event succeeds now. The tests run each piece against SimPy's own.
 
+One priority is the loop's own, not SimPy's: :meth:`Scheduler.last` (``LATE``) runs after every
+other event of its cycle, those the cycle's events schedule for it included. A decode step starts
+there, so that a cache that arrives at the cycle a step starts joins that step whatever order the
+two events were scheduled in (a model rule, not an accident of scheduling; ``docs/architecture.md``).
+
 Examples
 --------
 >>> clock = Scheduler()
@@ -41,8 +46,9 @@ from collections import deque
 from collections.abc import Callable, Generator
 from typing import Union
 
-#: SimPy's priorities: a process's start, then every other event of the cycle
-URGENT, NORMAL = 0, 1
+#: SimPy's priorities: a process's start, then every other event of the cycle; and the loop's
+#: own, after both (:meth:`Scheduler.last`)
+URGENT, NORMAL, LATE = 0, 1, 2
 
 #: what a process yields: cycles to wait, or a signal to wait for
 Wait = Union[int, "Signal"]
@@ -74,6 +80,11 @@ class Scheduler:
     def soon(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` at this cycle where a SimPy process started now would start."""
         heapq.heappush(self._queue, (self.now, URGENT, next(self._order), callback))
+
+    def last(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` at this cycle after every other event due at it, including the ones
+        those events schedule for it (no SimPy counterpart: see the module's docstring)."""
+        heapq.heappush(self._queue, (self.now, LATE, next(self._order), callback))
 
     def peek(self) -> float:
         """The cycle of the next event (infinity when none is due)."""

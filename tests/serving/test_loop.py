@@ -293,3 +293,34 @@ def test_speculative_draws_are_seeded_per_request():
     # without drafts the step gives one token, as plain decode
     plain = simulate(reqs, setup_for(slots=3, speculation=Speculation(0, 0.8)))
     assert all(s.tokens == s.active for s in plain.steps)
+
+
+def _tie_setup(**changes):
+    """Hand-checkable numbers: prefill one cycle per prompt token, transfers 5 cycles, steps 10."""
+    setup = ServingSetup(mode="disaggregated", prefill_nodes=2, decode_nodes=1, slots=2, decode_step_cycles=10,
+                         prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5, cache_tokens=lambda p, g: p + g,
+                         kv_bytes_per_token=1, slot_cache_tokens=110)
+    return replace(setup, **changes)
+
+
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_a_cache_that_arrives_as_a_step_starts_joins_that_step(stepwise):
+    # request 0 steps 15-25, 25-35, ...; request 1 (sent at 20, prefilled by 20 on the other
+    # prefill node) has its cache on the decode node at 25, the cycle a step starts: it joins that
+    # step, its second token at 35 (the step end scheduled first used to start the step without it: 45)
+    log = simulate([Request(0, 0, 10, 5), Request(1, 10, 10, 2)], _tie_setup(), stepwise=stepwise)
+    first, second = log.requests
+    assert (first.join, first.token_cycles) == (15, [10, 25, 35, 45, 55])
+    assert (second.transfer_end, second.join, second.token_cycles) == (25, 25, [20, 35])
+    assert log.end_cycle == 55
+
+
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_caches_that_arrive_together_on_an_idle_node_join_one_step(stepwise):
+    # instant transfers: both caches land at cycle 10 on the idle node, each in its own event (the
+    # first wakes the node); both join the step that starts then
+    setup = _tie_setup(transfer_cycles=lambda p: 0)
+    log = simulate([Request(0, 0, 10, 3), Request(1, 0, 10, 3)], setup, stepwise=stepwise)
+    assert [(r.transfer_end, r.join, r.token_cycles) for r in log.requests] == \
+           [(10, 10, [10, 20, 30]), (10, 10, [10, 20, 30])]
+

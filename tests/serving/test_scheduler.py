@@ -92,3 +92,13 @@ def test_a_signal_no_one_waits_on_schedules_nothing_and_a_run_without_a_stop_is_
     assert clock.peek() == float("inf")
     with pytest.raises(RuntimeError, match="no event left"):
         clock.run()
+
+
+def test_a_late_event_runs_after_every_other_event_of_its_cycle_even_those_scheduled_during_it():
+    clock, seen = Scheduler(), []
+    clock.at(5, lambda: clock.last(lambda: seen.append("late")))
+    clock.at(5, lambda: (seen.append("normal"), clock.at(0, lambda: seen.append("chained"))))
+    clock.at(5, lambda: clock.soon(lambda: seen.append("urgent")))
+    clock.at(6, clock.stop)
+    clock.run()
+    assert seen == ["normal", "urgent", "chained", "late"]
