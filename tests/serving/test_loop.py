@@ -324,3 +324,11 @@ def test_caches_that_arrive_together_on_an_idle_node_join_one_step(stepwise):
     assert [(r.transfer_end, r.join, r.token_cycles) for r in log.requests] == \
            [(10, 10, [10, 20, 30]), (10, 10, [10, 20, 30])]
 
+
+def test_a_prefilled_sequence_goes_to_the_decode_node_with_most_free_slots_the_lowest_index_on_ties():
+    # four prompts prefilled at once on four prefill nodes, dispatched in request order to three
+    # decode nodes of two slots: all tie (node 0), then nodes 1 and 2 tie with two free (node 1),
+    # then node 2 has most, then all tie at one free (node 0)
+    setup = _tie_setup(prefill_nodes=4, decode_nodes=3, slots=2)
+    log = simulate([Request(i, 0, 10, 3) for i in range(4)], setup)
+    assert [(r.decode_node, r.slot) for r in log.requests] == [(0, 0), (1, 0), (2, 0), (0, 1)]
