@@ -73,9 +73,10 @@ def is_file_entry(entry: str) -> bool:
 
 def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleType:
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        source = path.read_bytes()
     except OSError as exc:
         raise doc.error(field, f"plug-in file {entry!r} cannot be read: {exc.strerror}") from None
+    digest = hashlib.sha256(source).hexdigest()
     if path in _LOADED and _LOADED[path][0] == digest:
         return _LOADED[path][1]
     name = f"sn40l_sim_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{_digest(path)}"
@@ -88,7 +89,9 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
     # its folder on the path while it runs, as for a script: a plug-in may import a module beside it
     sys.path.insert(0, str(path.parent))
     try:
-        spec.loader.exec_module(module)
+        # the bytes just hashed, compiled here: the loader would read a __pycache__ file that Python
+        # trusts by the source's size and whole-second mtime, stale after an edit within a second
+        exec(compile(source, str(path), "exec"), module.__dict__)
     except Exception as exc:   # the plug-in's own failure, of any kind, is the experiment's bad input
         del sys.modules[name]
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, path)}") from None
