@@ -8,7 +8,10 @@ modules and sections, and a stale name sends them nowhere.
 - a citation of a page's section by its title (``docs/validation.md, "Reading map's totals"``) in
   code, docs or data names a heading, a bold lead-in or the first words of a paragraph of that page;
 - every ``--option`` the docs give a command (``python -m sn40l_sim map ... --plot-kernels``, or
-  ``run --set`` in prose) is an option of that command's parser.
+  ``run --set`` in prose) is an option of that command's parser, and every option a command's
+  parser has is in that command's row of README.md's table of commands;
+- every ``--option`` the docs give a script (``python scripts/faster_machine.py --fields ...``,
+  ``python benchmarks/run_all.py --skip sweep``) is one its parser declares.
 """
 from __future__ import annotations
 
@@ -131,6 +134,50 @@ def test_every_option_the_docs_give_a_command_is_one_of_its_options():
     assert unknown == []
     assert unknown_options("`python -m sn40l_sim map x.yaml --phase decode \\\n    --plots f.png`; `run --set`",
                            {"map": {"--phase"}, "run": {"--set"}}) == ["map --plots"]
+
+
+def test_every_option_of_a_command_is_in_the_readmes_table():
+    rows = [line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `python -m sn40l_sim ")]
+    missing = []
+    for command in COMMANDS:
+        row = next((r for r in rows if r.startswith(f"| `python -m sn40l_sim {command} ")), "")
+        missing += [f"{command} {option}" for option in sorted(command_options(command) - {"-h", "--help"})
+                    if not re.search(re.escape(option) + r"(?![\w-])", row)]
+    assert missing == []
+
+
+def script_options(script: Path) -> set[str]:
+    """The ``--option`` strings ``script`` declares with ``add_argument`` (read, not run: a script's
+    parser is built inside its ``main``)."""
+    return {arg.value for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument"
+            for arg in node.args if isinstance(arg, ast.Constant) and str(arg.value).startswith("-")}
+
+
+def unknown_script_options(text: str, root: Path = REPO) -> list[str]:
+    """``python scripts/x.py --option`` (or ``benchmarks/``, ``notebooks/``) in ``text``, its lines
+    joined, whose script is missing or declares no such option."""
+    flat = re.sub(r"\s*\n\s*", " ", text.replace("\\\n", " "))
+    out = []
+    for use in re.finditer(r"python ((?:scripts|benchmarks|notebooks)/\w+\.py)([^`|;)]*)", flat):
+        script = root / use[1]
+        if not script.is_file():
+            out.append(f"{use[1]}: no such script")
+            continue
+        declared = script_options(script)
+        out += [f"{use[1]} {option}" for option in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", use[2])
+                if option not in declared]
+    return out
+
+
+def test_every_option_the_docs_give_a_script_is_one_of_its_options():
+    unknown = [f"{doc.relative_to(REPO)}: {use}" for doc in DOCS
+               for use in unknown_script_options(doc.read_text(encoding="utf-8"))]
+    assert unknown == []
+    assert unknown_script_options("`python scripts/faster_machine.py --fields hbm --fast`, `python\n"
+                                  "benchmarks/bench_sockets.py --sockets 64`, `python scripts/nope.py`") == \
+        ["scripts/faster_machine.py --fast", "scripts/nope.py: no such script"]
 
 
 def test_every_quoted_path_exists():
