@@ -100,6 +100,16 @@ def test_every_part_of_the_package_is_in_the_picture(layer):
     assert (PACKAGE / layer).is_dir() or (PACKAGE / f"{layer}.py").is_file()
 
 
+def test_the_forbidden_contract_covers_every_layer():
+    # docs/architecture.md: "a second contract that nothing in the package imports reference/";
+    # frozen and schema_keys, layers of the first contract, were missing from the second's sources
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    forbidden = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "forbidden")
+    assert forbidden["forbidden_modules"] == ["sn40l_sim.reference"]
+    sources = {name.removeprefix("sn40l_sim.") for name in forbidden["source_modules"]}
+    assert sources == {name for layer in contract() for name in layer}
+
+
 def readme_layers(text: str) -> list[list[str]]:
     """The layer chain of the README's layout table (``commands/ -> study/ -> ... -> quantities.py,
     errors.py``), top first, each a list of names as the contract writes them."""
