@@ -10,6 +10,8 @@ modules and sections, and a stale name sends them nowhere.
 - every ``--option`` the docs give a command (``python -m sn40l_sim map ... --plot-kernels``, or
   ``run --set`` in prose) is an option of that command's parser, and every option a command's
   parser has is in that command's row of README.md's table of commands;
+- every markdown link (``[results.md](results.md)``, ``![...](figures/x.png)``) reaches a file of the
+  repository, and a ``#anchor`` in it a heading of that page;
 - every ``--option`` the docs give a script (``python scripts/faster_machine.py --fields ...``,
   ``python benchmarks/run_all.py --skip sweep``) is one its parser declares.
 """
@@ -178,6 +180,37 @@ def test_every_option_the_docs_give_a_script_is_one_of_its_options():
     assert unknown_script_options("`python scripts/faster_machine.py --fields hbm --fast`, `python\n"
                                   "benchmarks/bench_sockets.py --sockets 64`, `python scripts/nope.py`") == \
         ["scripts/faster_machine.py --fast", "scripts/nope.py: no such script"]
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative links of ``page`` (markdown) to a file that does not exist or an anchor no heading of
+    the target page has."""
+    out = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):   # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            out.append(f"{target}: no such file")
+        elif anchor and anchor not in {slug(h) for h in re.findall(r"(?m)^#+ (.+)$", file.read_text(encoding="utf-8"))}:
+            out.append(f"{target}: no such heading")
+    return out
+
+
+def test_every_markdown_link_resolves(tmp_path):
+    broken = [f"{doc.relative_to(REPO)}: {link}" for doc in DOCS for link in broken_links(doc)]
+    assert broken == []
+    (tmp_path / "a.md").write_text("# A page\n## The disk cache\n")
+    page = tmp_path / "b.md"
+    page.write_text("[a](a.md#the-disk-cache), [b](a.md#speed), ![f](figures/f.png), [c](https://x.org), [d](#a-page)")
+    assert broken_links(page) == ["a.md#speed: no such heading", "figures/f.png: no such file",
+                                  "#a-page: no such heading"]
 
 
 def test_every_quoted_path_exists():
