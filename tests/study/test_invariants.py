@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
 import pytest
 from sweep_helpers import write_experiment
@@ -138,3 +140,11 @@ def test_a_decode_step_holding_more_kv_than_its_slots_is_named_by_node_and_cycle
     with pytest.raises(invariants.InvariantError, match="cycle 20: 10 B of KV for 3 active sequences in 2 slots"):
         invariants.check_memory([], SimpleNamespace(setup=log.setup, steps=steps))
     invariants.check_memory([], SimpleNamespace(setup=log.setup, steps=StepTable(steps[:1])))
+
+
+def test_docs_robustness_lists_every_invariant_once():
+    # the page's table names the invariants a record lists; one added or renamed in INVARIANTS
+    # must reach it (docs/robustness.md, "Invariants")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "robustness.md").read_text(encoding="utf-8")
+    section = text[text.index("## Invariants"):text.index("\n## ", text.index("## Invariants") + 1)]
+    assert re.findall(r"(?m)^\| `(\w+)` \|", section) == list(invariants.INVARIANTS)
