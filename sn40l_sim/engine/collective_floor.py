@@ -47,70 +47,101 @@ class Transfers:
     """The point-to-point messages of one collective, without their timing.
 
     It takes the calls :class:`~sn40l_sim.engine.collectives._Run` and
-    :class:`~sn40l_sim.engine.collective_schedule.Schedule` take, and keeps ``(source,
-    destination, bytes)`` for every message that moves bytes (an empty one is never set up).
+    :class:`~sn40l_sim.engine.collective_schedule.Schedule` take, and keeps the source, destination
+    and bytes of every message that moves bytes (an empty one is never set up), as arrays: a
+    64-socket ring or direct collective sends 8,064 messages, and a Python tuple for each was most
+    of the floor's cost.
     """
 
     def __init__(self) -> None:
-        self.sends: list[tuple[int, int, int]] = []
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def _send(self, src: int, dst: int, n_bytes: int) -> None:
-        if n_bytes > 0 and src != dst:
-            self.sends.append((src, dst, n_bytes))
+    def _add(self, src: np.ndarray, dst: np.ndarray, sizes: object) -> None:
+        try:
+            n_bytes = np.asarray(sizes, dtype=np.int64).ravel()
+        except OverflowError:   # beyond 2^63 bytes: Python integers (floor_cycles sums them as such)
+            n_bytes = np.asarray(sizes, dtype=object).ravel()
+        keep = (n_bytes > 0) & (src != dst)
+        self._parts.append((src[keep], dst[keep], n_bytes[keep]))
 
     def ring(self, order: list[int], sizes: list[list[int]]) -> None:
         """Each member of ``order`` sends ``sizes[i][k]`` bytes to its successor at step ``k``."""
-        p = len(order)
-        for i in range(p):
-            for n_bytes in sizes[i]:
-                self._send(order[i], order[(i + 1) % p], n_bytes)
+        steps = len(sizes[0]) if sizes else 0
+        members = np.asarray(order, dtype=np.int64)
+        self._add(np.repeat(members, steps), np.repeat(np.roll(members, -1), steps), sizes)
 
     def direct(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None = None) -> None:
         """Member ``i`` sends ``sizes[i][j]`` to member ``j``, then (with ``then``) ``then[j][k]``
         from member ``j`` to member ``k``."""
+        p = len(members)
+        who = np.asarray(members, dtype=np.int64)
         for rows in (sizes, then or []):
-            for i, row in enumerate(rows):
-                for j, n_bytes in enumerate(row):
-                    self._send(members[i], members[j], n_bytes)
+            if len(rows):
+                self._add(np.repeat(who, p), np.tile(who, p), rows)
 
     def doubling(self, members: list[int], sizes: list[int]) -> None:
         """In round ``r`` member ``i`` sends ``sizes[r]`` bytes to member ``i XOR 2^r``."""
+        p = len(members)
+        who, index = np.asarray(members, dtype=np.int64), np.arange(p)
         for r, n_bytes in enumerate(sizes):
-            for i in range(len(members)):
-                self._send(members[i], members[i ^ (1 << r)], n_bytes)
+            self._add(who, who[index ^ (1 << r)], [n_bytes] * p)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sources, destinations and bytes of every message, in the order they were issued."""
+        if not self._parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        src, dst, n_bytes = (np.concatenate(column) for column in zip(*self._parts, strict=True))
+        return src, dst, n_bytes
+
+    @property
+    def sends(self) -> list[tuple[int, int, int]]:
+        """``(source, destination, bytes)`` of every message, in the order they were issued."""
+        return [(int(s), int(d), int(n)) for s, d, n in zip(*self.arrays(), strict=True)]
 
 
 def floor_cycles(table: LinkTable, transfers: Transfers, setup_cycles: int, sync_latency_s: float,
                  dma_engines: int) -> int:
     """Cycles no timing of ``transfers`` on ``table`` goes below (see the module docstring)."""
+    src, dst, n_bytes = transfers.arrays()
+    if not len(src):
+        return 0
+    p = table.sockets
     # the messages between two sockets share a route and its latency: each pair's walked once (a
-    # ring's member sends its successor 2(p - 1) messages)
-    pair_bytes: dict[tuple[int, int], int] = {}
-    sends_by: dict[int, int] = {}
-    for src, dst, n_bytes in transfers.sends:
-        pair_bytes[src, dst] = pair_bytes.get((src, dst), 0) + n_bytes
-        sends_by[src] = sends_by.get(src, 0) + 1
+    # ring's member sends its successor 2(p - 1) messages); pairs in ascending order, by source
+    key = src * p + dst
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    pairs = key[first]
     paths = shared_entry(_PATHS, table.signature, lambda: _Paths(table), _TABLES)
-    links = paths.busiest_link_cycles(table, pair_bytes)
-    heads = paths.heads.setdefault(sync_latency_s, {})
-    first_head: dict[int, int] = {}
-    for pair in pair_bytes:
-        head = heads.get(pair)
-        if head is None:
-            head = heads[pair] = ceil_cycles((table.latency_s(*pair) + sync_latency_s) * table.clock_hz)
-        src = pair[0]
-        first_head[src] = min(head, first_head.get(src, head))
-    setups = max((math.ceil(sends / dma_engines) * setup_cycles + first_head[src] + 1
-                  for src, sends in sends_by.items()), default=0)
+    if n_bytes.dtype == object or float(n_bytes.sum(dtype=np.float64)) >= _EXACT_SUM / 2:
+        # (half the bound: the float total only estimates the integer one)
+        ends = np.r_[first[1:], len(key)].tolist()
+        by_pair = n_bytes[order].tolist()
+        links = paths.busiest_link_cycles(table, {divmod(k, p): sum(by_pair[a:b]) for k, a, b
+                                                  in zip(pairs.tolist(), first.tolist(), ends, strict=True)})
+    else:
+        links = paths.busiest_pairs_cycles(table, pairs, np.add.reduceat(n_bytes[order], first))
+    heads = paths.head_cycles(table, sync_latency_s, pairs)
+    # each source's pairs are consecutive: its smallest head, and its number of messages
+    sources, first_of = np.unique(pairs // p, return_index=True)
+    first_head = np.minimum.reduceat(heads, first_of)
+    sends = np.bincount(src, minlength=p)[sources]
+    setups = int(((sends + dma_engines - 1) // dma_engines * setup_cycles + first_head + 1).max())
     return max(math.floor(links), setups)
 
 
 #: per table signature (the most recent few): its links' indices and rates, and routes as indices
 _PATHS: OrderedDict[tuple, _Paths] = OrderedDict()
 _TABLES = 8
-#: link byte counts are summed in float64, exact below this (an integer sum of doubles is exact
-#: while every partial sum is); above it, in Python integers
+#: link byte counts are summed in float64, exact while the collective's bytes stay below this (an
+#: integer sum of doubles is exact while every partial sum is, and a link carries each pair's
+#: bytes at most once); from half of it on, in Python integers
 _EXACT_SUM = 2**53
+#: the concatenated routes of this many recent sets of pairs (a direct collective's 4,032 pairs
+#: recur at every size)
+_ROUTE_SETS = 8
 
 
 class _Paths:
@@ -124,8 +155,10 @@ class _Paths:
         self.index = {link: i for i, link in enumerate(order)}
         self.rate = np.array([table.bytes_per_cycle[link] for link in order], dtype=np.float64)
         self.routes: dict[tuple[int, int], np.ndarray] = {}
-        #: by synchronisation latency: each pair's latency and synchronisation in whole cycles
-        self.heads: dict[float, dict[tuple[int, int], int]] = {}
+        #: by synchronisation latency: each pair's (``src * sockets + dst``) latency and
+        #: synchronisation in whole cycles, -1 until asked for
+        self.heads: dict[float, np.ndarray] = {}
+        self.route_sets: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def route(self, table: LinkTable, pair: tuple[int, int]) -> np.ndarray:
         """The indices of the links ``pair``'s route crosses."""
@@ -134,17 +167,40 @@ class _Paths:
             got = self.routes[pair] = np.array([self.index[link] for link in table.route(*pair)], dtype=np.intp)
         return got
 
-    def busiest_link_cycles(self, table: LinkTable, pair_bytes: dict[tuple[int, int], int]) -> float:
-        """The most cycles a link needs to move what ``pair_bytes`` routes over it (0 for none)."""
-        routes = [self.route(table, pair) for pair in pair_bytes]
-        hops = [len(r) for r in routes]
-        if not pair_bytes or sum(n * h for n, h in zip(pair_bytes.values(), hops, strict=True)) >= _EXACT_SUM:
-            link_bytes: dict[tuple[int, int], int] = {}
-            for pair, n_bytes in pair_bytes.items():
-                for link in table.route(*pair):
-                    link_bytes[link] = link_bytes.get(link, 0) + n_bytes
-            return max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
-        weights = np.repeat(np.fromiter(pair_bytes.values(), dtype=np.float64, count=len(hops)), hops)
-        moved = np.bincount(np.concatenate(routes), weights=weights, minlength=len(self.rate))
-        # each link's bytes over its rate, as the integer divided by the float gives it
+    def head_cycles(self, table: LinkTable, sync_latency_s: float, pairs: np.ndarray) -> np.ndarray:
+        """Each pair's route latency and synchronisation in whole cycles (pairs as ``src * sockets + dst``)."""
+        p = table.sockets
+        heads = self.heads.get(sync_latency_s)
+        if heads is None:
+            heads = self.heads[sync_latency_s] = np.full(p * p, -1, dtype=np.int64)
+        got = heads[pairs]
+        for key in pairs[got < 0].tolist():
+            heads[key] = ceil_cycles((table.latency_s(*divmod(key, p)) + sync_latency_s) * table.clock_hz)
+        return heads[pairs]
+
+    def busiest_pairs_cycles(self, table: LinkTable, pairs: np.ndarray, pair_bytes: np.ndarray) -> float:
+        """:meth:`busiest_link_cycles` of ``pair_bytes`` (int64, summing below 2^53) over ``pairs``
+        (``src * sockets + dst``, ascending)."""
+        tag = pairs.tobytes()
+        got = self.route_sets.get(tag)
+        if got is None:
+            p = table.sockets
+            routes = [self.route(table, divmod(key, p)) for key in pairs.tolist()]
+            got = (np.concatenate(routes), np.array([len(r) for r in routes], dtype=np.intp))
+            shared_entry(self.route_sets, tag, lambda: got, _ROUTE_SETS)
+        else:
+            self.route_sets.move_to_end(tag)
+        links, hops = got
+        moved = np.bincount(links, weights=np.repeat(pair_bytes.astype(np.float64), hops), minlength=len(self.rate))
+        # each link's bytes over its rate, as the integer divided by the float gives it; every
+        # partial sum of the integers is below 2^53, so exact in doubles
         return float((moved / self.rate).max())
+
+    def busiest_link_cycles(self, table: LinkTable, pair_bytes: dict[tuple[int, int], int]) -> float:
+        """The most cycles a link needs to move what ``pair_bytes`` routes over it, summed in
+        Python integers (sums from 2^53 bytes on)."""
+        link_bytes: dict[tuple[int, int], int] = {}
+        for pair, n_bytes in pair_bytes.items():
+            for link in table.route(*pair):
+                link_bytes[link] = link_bytes.get(link, 0) + n_bytes
+        return max((n / table.bytes_per_cycle[link] for link, n in link_bytes.items()), default=0.0)
