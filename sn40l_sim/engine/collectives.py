@@ -35,7 +35,8 @@ a collective always costs the same, which is why :class:`CollectiveModel` memois
 link is ever crossed by two transfers at once (a full mesh, where each step sends one message per
 link), every transfer runs alone and the model times the collective with
 :class:`~sn40l_sim.engine.collective_schedule.Schedule` -- the same steps as integer arithmetic,
-giving the event loop's cycles exactly -- and runs the event loop only when links are shared.
+giving the event loop's cycles exactly -- and otherwise with the exact shortcuts of
+:mod:`.fluid_quotient` and :mod:`.collective_doubling` where they apply, or the event loop.
 
 Examples
 --------
@@ -65,6 +66,7 @@ from typing import Literal
 import simpy
 
 from sn40l_sim.engine.boundary import BoundaryModel
+from sn40l_sim.engine.collective_doubling import doubling_in_step
 from sn40l_sim.engine.collective_floor import Transfers, floor_cycles
 from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.collective_sizes import direct_sizes, ring_sizes, split_bytes, tree_sizes
@@ -83,7 +85,8 @@ ALGORITHMS: tuple[Algorithm, ...] = ("direct", "ring", "tree")
 AUTO_ORDER: tuple[Algorithm, ...] = ("tree", "ring", "direct")
 
 #: collective costs shared by every model of equal links and calibration in the process (the step
-#: timers of an experiment's points, a sweep's or a fit's repeated nodes), for this many of them
+#: timers of an experiment's points, a sweep's or a fit's repeated nodes), for this many of them:
+#: the memos of costs, of floors, and of the schedule's (and doubling's) pairs and durations
 _SHARED_MEMOS = 32
 _shared: OrderedDict[tuple, tuple[dict[tuple, CollectiveResult], dict[tuple, int], dict, dict]] = OrderedDict()
 
@@ -228,13 +231,14 @@ class CollectiveModel:
         ``False`` always simulates (for tests that compare the two).
     quotient : bool
         Simulate a translation-symmetric direct collective on member 0's flows alone
-        (:mod:`.fluid_quotient`, same cycles); ``False`` always simulates every member.
+        (:mod:`.fluid_quotient`), and time recursive doubling whose members keep in step round by
+        round (:mod:`.collective_doubling`), same cycles; ``False`` always simulates every member.
 
     Attributes
     ----------
     scheduled, simulated : int
-        Collectives this model timed by the schedule and by the event loop (one already costed by
-        an equal model in the process is neither).
+        Collectives this model timed by the schedule and otherwise (the event loop, the quotient
+        network, doubling in step; one already costed by an equal model in the process is neither).
     """
 
     def __init__(self, table: LinkTable, setup_s: float, algorithm: str = "auto", *, sync_latency_s: float = 0.0,
@@ -253,8 +257,9 @@ class CollectiveModel:
         self.quotient = quotient
         self.scheduled = 0
         self.simulated = 0
-        self._memo, self._floors, self._pairs, self._durations = _shared_memo(
-            (table.signature, setup_s, sync_latency_s, dma_engines, schedule, quotient))
+        self._memo, self._floors, self._pairs, self._durations = shared_entry(
+            _shared, (table.signature, setup_s, sync_latency_s, dma_engines, schedule, quotient),
+            lambda: ({}, {}, {}, {}), _SHARED_MEMOS)
 
     @classmethod
     def from_node(cls, node: NodeSpec, algorithm: str = "auto") -> CollectiveModel:
@@ -356,21 +361,24 @@ class CollectiveModel:
                                   f"{self.table.sockets}", field="group")
         if group < 2 or n_bytes <= 0:
             return CollectiveResult(kind, algorithm, n_bytes, group, 0, 0, 0, 0)
+        setup, members = ceil_cycles(self.setup_s * self.table.clock_hz), list(range(group))
         if self.schedule:
-            plan = Schedule(self.table, ceil_cycles(self.setup_s * self.table.clock_hz), self.sync_latency_s,
-                            self.dma_engines, self._pairs, self._durations)
+            plan = Schedule(self.table, setup, self.sync_latency_s, self.dma_engines, self._pairs, self._durations)
             self._issue(plan, kind, n_bytes, group, algorithm)
             timed = plan.result()
             if timed is not None:
                 self.scheduled += 1
                 return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
         self.simulated += 1
+        timed = None
         if self.quotient and algorithm == "direct":
-            sizes, then = direct_sizes(kind, split_bytes(n_bytes, group), n_bytes, group)
-            timed = direct_quotient(self.table, ceil_cycles(self.setup_s * self.table.clock_hz), self.sync_latency_s,
-                                    self.dma_engines, list(range(group)), sizes, then)
-            if timed is not None:
-                return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
+            timed = direct_quotient(self.table, setup, self.sync_latency_s, self.dma_engines, members,
+                                    *direct_sizes(kind, split_bytes(n_bytes, group), n_bytes, group))
+        elif self.quotient and algorithm == "tree":
+            timed = doubling_in_step(self.table, setup, self.sync_latency_s, members, tree_sizes(kind, n_bytes, group),
+                                     self._pairs)
+        if timed is not None:
+            return CollectiveResult(kind, algorithm, n_bytes, group, *timed)
         run = _Run(self.table, self.setup_s, self.sync_latency_s, self.dma_engines)
         self._issue(run, kind, n_bytes, group, algorithm)
         run.env.run()
@@ -390,9 +398,3 @@ class CollectiveModel:
             sizes, then = direct_sizes(kind, chunk, n_bytes, p)
             run.direct(members, sizes, then)
 
-
-def _shared_memo(key: tuple) -> tuple[dict[tuple, CollectiveResult], dict[tuple, int], dict, dict]:
-    """The memos of collective costs, of their floors, and of the schedule's pairs and durations
-    (:class:`~sn40l_sim.engine.collective_schedule.Schedule`), for models with this signature
-    (the least recently used beyond :data:`_SHARED_MEMOS` are dropped)."""
-    return shared_entry(_shared, key, lambda: ({}, {}, {}, {}), _SHARED_MEMOS)

@@ -279,6 +279,10 @@ class FluidNetwork:
         for ch, n_bytes in moved.items():
             ch.bytes_moved += n_bytes
 
+    def rates(self) -> list[float]:
+        """The rate (bytes per cycle) each flow holds now, in the order the flows started."""
+        return self._arrays.rate.tolist() if self._arrays is not None else [flow.rate for flow in self._flows]
+
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self._last
