@@ -200,14 +200,21 @@ class Schedule:
         if self._direct_arrays(members, sizes, then):
             return
         p, dims = len(members), self.table.member_dims(members)
-        received = [0] * p
-        for i in range(p):
-            for j in peer_order(i, p, dims):
+        received, peers = [0] * p, [peer_order(i, p, dims) for i in range(p)]
+        # every member's k-th transfer, then every member's (k+1)-th (each member's still in its
+        # own order, which is all its engines see): transfers that start together are walked one
+        # after the other, so two crossing one link are found at once, not after thousands of sends
+        for k in range(p - 1):
+            if self._overlap:
+                return   # the result is discarded: the rest need not be walked
+            for i in range(p):
+                j = peers[i][k]
                 received[j] = max(received[j], self.send(members[i], members[j], sizes[i][j], 0))
-        if then is not None:
+        for k in range(p - 1 if then is not None else 0):
+            if self._overlap:
+                return
             for j in range(p):
-                for k in peer_order(j, p, dims):
-                    self.send(members[j], members[k], then[j][k], received[j])
+                self.send(members[j], members[peers[j][k]], then[j][peers[j][k]], received[j])
 
     def _direct_arrays(self, members: list[int], sizes: list[list[int]], then: list[list[int]] | None) -> bool:
         """:meth:`direct` as array arithmetic when every pair of members has a link of its own and
