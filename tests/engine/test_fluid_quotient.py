@@ -4,8 +4,9 @@ import pytest
 
 from sn40l_sim.engine.collective_sizes import direct_sizes, split_bytes
 from sn40l_sim.engine.collectives import CollectiveModel
-from sn40l_sim.engine.fluid_quotient import direct_quotient
+from sn40l_sim.engine.fluid_quotient import _symmetry, direct_quotient
 from sn40l_sim.engine.links import LinkTable
+from sn40l_sim.engine.peer_order import translations
 from sn40l_sim.hardware.topology import lattice_dims
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import Collective
@@ -77,3 +78,36 @@ def test_the_model_times_a_symmetric_direct_collective_by_the_quotient():
     fast = CollectiveModel(table, 1.9e-6, "direct", sync_latency_s=3.2e-6, schedule=False)
     slow = CollectiveModel(table, 1.9e-6, "direct", sync_latency_s=3.2e-6, schedule=False, quotient=False)
     assert fast.simulate(coll, "direct") == slow.simulate(coll, "direct")
+
+
+@pytest.mark.parametrize("p,topology,sizes,settings,kinds", [
+    # chunks of two sizes in a pattern that repeats every 2 or 4 members (or columns): invariant
+    # under a subgroup of the translations only
+    (8, "ring", (1002, 2**20 + 4, 2**20 + 6), SETTINGS, KINDS),
+    (16, "ring", (2**20 + 4, 2**20 + 8), SETTINGS, KINDS),
+    (16, "torus2d", (2**20 + 4, 2**20 + 8), SETTINGS, KINDS),
+    (16, "hypercube", (2**20 + 4, 2**20 + 8), SETTINGS[:2], KINDS),
+    # the main experiment's one: an all-reduce whose chunks are 7,935 and 7,936 bytes
+    (64, "torus2d", (507_888,), SETTINGS[:1], ("all_reduce",)),
+    (64, "ring", (507_888,), SETTINGS[:1], ("all_gather",)),
+])
+def test_a_quotient_by_some_translations_gives_the_full_networks_result(p, topology, sizes, settings, kinds):
+    table, quotients = lattice(p, topology), 0
+    for setup_s, sync_s, engines in settings:
+        for kind in kinds:
+            for n_bytes in sizes:
+                quotient, full = both(table, kind, n_bytes, setup_s, sync_s, engines)
+                assert quotient is None or quotient == full, (kind, n_bytes, setup_s, engines)
+                quotients += quotient is not None
+    assert quotients >= 1
+
+
+def test_uneven_chunks_are_simulated_on_one_member_of_each_orbit():
+    # 1,002 bytes among 8: chunks of 125, 125, 125, 126, repeating every 4 members, so the
+    # translations by 0 and 4 leave the all-gather invariant: members 0..3 stand for all 8
+    sizes, _ = direct_sizes("all_gather", split_bytes(1002, 8), 1002, 8)
+    assert split_bytes(1002, 8) == [125, 125, 125, 126, 125, 125, 125, 126]
+    assert _symmetry([sizes], translations(8, (8,)), (8,)) == [0, 4]
+    assert _symmetry([[[0] * 8 for _ in range(8)]], translations(8, (8,)), (8,)) == list(range(8))
+    quotient, full = both(lattice(8, "ring"), "all_gather", 1002, *SETTINGS[0])
+    assert quotient is not None and quotient == full
