@@ -49,7 +49,9 @@ GOAL_S = 5.0        # a 64-socket node in at most 5 s (the 16-socket main comman
 GOAL_SOCKETS = 64   # the node size the goal is on
 SOCKETS = (16, 32, 64)
 #: the node sizes and topologies of ``run_all.py``'s rows: full meshes of each size, then the
-#: 64-socket ring and 2-D torus (about 3.5 and 3.8 CPU s, their collectives' flows in the fluid network)
+#: 64-socket ring and 2-D torus, their collectives' flows in the fluid network (3.9-4.0 and 3.4-4.4
+#: CPU s, 0.6-0.7 of them in collectives, on a loaded machine where the 64-socket full mesh took
+#: 3.1-3.4 s; 5.3-6.0 and 5.5-6.3 s, 1.8-2.4 in collectives, before the trees were timed in step)
 CASES: tuple[tuple[int, str], ...] = tuple((p, "full_mesh") for p in SOCKETS) + ((64, "ring"), (64, "torus2d"))
 
 
