@@ -26,7 +26,8 @@ import pytest
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.report.metrics import kv_occupancy, latencies, throughput
+from sn40l_sim.report.metrics import kv_occupancy, latencies, summary, throughput
+from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
 from sn40l_sim.serving.speculation import Speculation
@@ -203,6 +204,22 @@ def check_serve(case: Case, log: ServingLog, clock_hz: float = CLOCK_HZ) -> None
     assert lat["tpot_s"]["count"] == len(tpots)
     if tpots:
         assert lat["tpot_s"]["mean"] == pytest.approx(sum(tpots) / len(tpots), rel=1e-12)
+    # the inter-token gaps, counted by step, are every gap written out
+    gaps = [(b - a) / clock_hz for r in log.requests for a, b in pairwise(r.token_cycles)]
+    itl = summary(gaps)
+    assert lat["itl_s"] == {**itl, "mean": pytest.approx(itl["mean"], rel=1e-12) if gaps else None}
+    # the goodput is the requests (and tokens) within every SLO over the same window
+    slo = SLO(ttft=LatencyTarget(max_s=float(np.median(ttft)), percentile=90),
+              tpot=LatencyTarget(max_s=float(np.median(tpots)) if tpots else 1.0, percentile=50))
+    met = [t <= slo.ttft.max_s and (r.generated == 1 or (r.finish - r.first_token) / (r.generated - 1) / clock_hz
+                                    <= slo.tpot.max_s) for t, r in zip(ttft, log.requests, strict=True)]
+    good = served_slo_fields(log, clock_hz, slo)
+    assert good["slo"]["attainment"] == sum(met) / len(met)
+    if span_s > 0:
+        assert good["goodput_requests_per_s"] == pytest.approx(sum(met) / span_s, rel=1e-12)
+        assert good["goodput_tokens_per_s"] == pytest.approx(
+            sum(r.generated for r, m in zip(log.requests, met, strict=True) if m) / span_s, rel=1e-12)
+        assert good["goodput_tokens_per_s"] <= rates["output_tokens_per_s"] * (1 + 1e-12)
 
 
 def check_first_come_first_served(case: Case, log: ServingLog) -> None:
