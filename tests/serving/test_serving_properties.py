@@ -11,7 +11,8 @@ promises (``serving/loop.py``: one waiting queue that every prefill takes from i
 The workloads come from a seeded numpy generator: bursts of simultaneous arrivals, 1-token
 outputs, prompts of one token, full and capped (SnapStream-like) caches, drafts, prefix caching,
 chunked prefill and back-pressure on the prefill nodes, with small cycle counts so that events
-often fall on one cycle.
+often fall on one cycle. ``test_real_serve_properties.py`` checks the same on a serve through the
+real step timer; ``test_multi_model_properties.py`` those of a node serving several models.
 """
 from __future__ import annotations
 
@@ -19,12 +20,10 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.report.metrics import kv_occupancy, latencies, summary, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
@@ -32,7 +31,6 @@ from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import Request
-from sn40l_sim.study.runner import simulate_experiment
 
 #: cached tokens per layer: growing with the output (full), capped at a budget (SnapStream's)
 CACHES = {"full": make_policy("full", {}).cache_len,
@@ -303,78 +301,37 @@ def test_an_identical_request_arriving_later_never_finishes_earlier_on_one_node_
                 assert times == sorted(times), f"seed {seed}: {stage} {times}"
 
 
-# -- one serve through the real step timer (mapped kernels), and the model's context at its edge --
+# -- metamorphic: settings that must change nothing but what they are about --------------------
 
-ROOT = Path(__file__).resolve().parents[2]
-#: Llama-3.1-8B with its context cut to 2,100 tokens: prompts of 2,048 and 52 tokens after them
-#: fill it exactly; a tie of three at 0, a tie of two at 10 ms, 1-token outputs, a 1-token prompt
-EXPERIMENT = f"""
-kind: experiment
-name: props
-hardware: {ROOT}/hw_configs/sn40l_node8.yaml
-model: {ROOT}/graphs/llama3_1_8b.yaml
-model_overrides: {{max_context: 2100}}
-parallel:
-  prefill: {{tp: 8}}
-  decode: {{tp: 8, attention_dp: 8}}
-policies:
-  - {{name: full, policy: full}}
-  - {{name: snapstream, policy: snapstream, prompt_fraction: {{budget: 0.25}}}}
-shape: {{prompt_len: PROMPT}}
-workload:
-  kind: fixed
-  requests:
-    - {{arrival_s: 0.0, prompt_len: 2048, output_len: OUTPUT}}
-    - {{arrival_s: 0.0, prompt_len: 2048, output_len: 1}}
-    - {{arrival_s: 0.0, prompt_len: 1, output_len: 52}}
-    - {{arrival_s: 0.01, prompt_len: 1000, output_len: 30}}
-    - {{arrival_s: 0.01, prompt_len: 1000, output_len: 30}}
-    - {{arrival_s: 0.5, prompt_len: 2000, output_len: 2}}
-serving:
-  MODE
-  decode_nodes: 1
-  batch: 2
-  max_new_tokens: 60
-  seed: 7
-"""
+def timeline(log: ServingLog) -> list:
+    return [(r.prefill_start, r.first_token, r.transfer_end, r.join, r.finish, r.token_cycles) for r in log.requests]
 
 
-def experiment(tmp_path: Path, prompt: int = 2048, output: int = 52, mode: str = "disaggregated") -> Path:
-    path = tmp_path / f"props_{prompt}_{output}_{mode}.yaml"
-    # co-located, with chunked prefill; disaggregated, one prefill node
-    serving = {"colocated": "mode: colocated\n  prefill_chunk: 512",
-               "disaggregated": "mode: disaggregated\n  prefill_nodes: 1"}[mode]
-    path.write_text(EXPERIMENT.replace("PROMPT", str(prompt)).replace("OUTPUT", str(output)).replace("MODE", serving))
-    return path
+def test_drafts_never_accepted_serve_as_no_drafts():
+    # a step's cost is the setup's whatever the drafts (the point times the draft graph), so drafts
+    # all rejected give one token per step: the log of plain decoding
+    for seed in range(0, 400, 2):
+        case = random_case(seed, drafts=2)
+        rejected = simulate(case.requests, replace(case.setup, speculation=Speculation(2, 0.0)))
+        plain = simulate(case.requests, replace(case.setup, speculation=Speculation()))
+        assert timeline(rejected) == timeline(plain) and rejected.steps == plain.steps, f"seed {seed}"
 
 
-@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
-def test_a_serve_with_the_real_step_timer_keeps_every_property(tmp_path, mode):
-    results: list = []
-    _, records = simulate_experiment(experiment(tmp_path, mode=mode), on_result=results.append)
-    assert [r.setup.policy.name for r in results] == ["full", "snapstream"]
-    for result, record in zip(results, records, strict=True):
-        log = result.log
-        assert log.setup.slots == 2 and len(log.requests) == 6
-        # a prompt and its output filling the context exactly is served, all its tokens
-        assert [r.generated for r in log.requests] == [52, 1, 52, 30, 30, 2]
-        case = Case([r.request for r in log.requests], log.setup)
-        check_serve(case, log, result.clock_hz)
-        check_first_come_first_served(case, log)
-        # the record reports what the log holds
-        span_s = (log.end_cycle - log.span_start) / result.clock_hz
-        served = record["throughput"]
-        assert served["output_tokens"] == 167 and served["requests"] == 6
-        assert served["output_tokens_per_s"] == pytest.approx(167 / span_s, rel=1e-6)
-        assert served["makespan_s"] == pytest.approx(span_s, rel=1e-6)
-
-
-def test_prompts_at_and_beyond_the_context_are_refused_before_serving_naming_why(tmp_path):
-    # one output token past the context: refused, the request named, nothing served
-    with pytest.raises(InputError, match=r"requests\[0\]: a prompt of 2048 tokens and 53 generated after it make 2101"):
-        simulate_experiment(experiment(tmp_path, output=53))
-    # a point prompt filling the context leaves no position for a token; one over exceeds it
-    with pytest.raises(InputError, match="a prompt of 2100 tokens fills the maximum context"):
-        simulate_experiment(experiment(tmp_path, prompt=2100))
-    with pytest.raises(InputError, match="a prompt of 2101 tokens exceeds the maximum context"):
-        simulate_experiment(experiment(tmp_path, prompt=2101))
+def test_sharing_a_prefix_on_decode_nodes_moves_bytes_only():
+    # storing a shared prefix once changes what a step holds, never when anything happens: the
+    # bytes held and saved add up to what the node holds without sharing, step by step
+    cases = saved = 0
+    for seed in range(800):
+        case = random_case(seed)
+        if case.setup.prefix_caching is None:
+            continue
+        setup = replace(case.setup, cache_tokens=CACHES["full"])
+        on, off = (simulate(case.requests, replace(setup, prefix_caching=replace(setup.prefix_caching,
+                                                                                  share_decode_kv=share)))
+                   for share in (True, False))
+        assert timeline(on) == timeline(off), f"seed {seed}"
+        for shared, alone in zip(on.steps, off.steps, strict=True):
+            assert shared.kv_bytes + shared.kv_bytes_saved == alone.kv_bytes and alone.kv_bytes_saved == 0
+        cases += 1
+        saved += any(step.kv_bytes_saved for step in on.steps)
+    assert cases > 150 and saved > 50
