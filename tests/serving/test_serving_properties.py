@@ -163,6 +163,17 @@ def check_serve(case: Case, log: ServingLog, clock_hz: float = CLOCK_HZ) -> None
         tpot = (r.finish - r.first_token) / (r.generated - 1)
         assert tpot * (r.generated - 1) == pytest.approx(r.finish - r.first_token)
         assert tpot >= setup.decode_step_cycles / (1 + drafts) * len(ends) / (r.generated - 1) - 1e-9
+    # back-pressure: a prefill node starts a prompt only while the caches it holds for their
+    # transfer fit in its room (a cache prefilled at the same cycle before it in the queue counts)
+    room = setup.prefill_hold_tokens
+    if room is not None and setup.prefix_caching is None:
+        for r in log.requests:
+            t = r.prefill_start
+            ahead = (t, r.request.arrival_cycle, r.request.id)
+            held = sum(setup.cache_tokens(q.request.prompt_len, 0) for q in log.requests
+                       if q is not r and q.prefill_node == r.prefill_node and q.request.output_len > 1
+                       and t < q.transfer_end and (q.first_token, q.request.arrival_cycle, q.request.id) < ahead)
+            assert held <= room, r.request
     capacity = setup.kv_capacity_bytes
     for step in log.steps:
         got = stepped_at.get((step.node, step.end), [])
