@@ -156,6 +156,9 @@ def check_serve(case: Case, log: ServingLog, clock_hz: float = CLOCK_HZ) -> None
         ends = sorted(set(decode))
         took = [s for s in steps_by_node[r.decode_node] if r.join <= s.start and s.end <= r.finish]
         assert [s.end for s in took] == ends, r.request
+        # it joins the first step its node starts once its cache is there (sent, or prefilled there)
+        ready = r.transfer_end if setup.mode == "disaggregated" else r.first_token
+        assert took[0].start == min(s.start for s in steps_by_node[r.decode_node] if s.start >= ready), r.request
         for end in ends:
             stepped_at[(r.decode_node, end)].append(decode.count(end))
         assert all(1 <= decode.count(e) <= 1 + drafts for e in ends), r.request
