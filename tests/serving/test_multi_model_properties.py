@@ -44,7 +44,7 @@ def random_node(seed: int):
 @pytest.mark.parametrize("block", range(4))
 def test_random_multi_model_serves_keep_every_property(block):
     served = 0
-    for seed in range(block, 600, 4):
+    for seed in range(block, 320, 4):
         requests, model_of, models, memory, policy, quantum = random_node(seed)
         try:
             run = simulate_models(requests, model_of, models, memory, policy, quantum_cycles=quantum)
@@ -85,4 +85,4 @@ def test_random_multi_model_serves_keep_every_property(block):
                          key=lambda log: (log.request.arrival_cycle, log.request.id))
             taken = [log.slot_acquired for log in own]
             assert taken == sorted(taken), (seed, m, taken)
-    assert served > 100
+    assert served > 60
