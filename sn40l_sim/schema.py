@@ -195,6 +195,9 @@ def _one_line_name(value: Any) -> Any:
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"expected a name on one line, without control characters (a line break, a tab), "
                          f"got {shown(value)}")
+    if value != value.strip():   # 'full ' printed as 'full' in every table, and --policy full did not find it
+        raise ValueError(f"expected a name without spaces at its start or end (tables show it without them), "
+                         f"got {shown(value)}")
     return value
 
 

@@ -174,6 +174,9 @@ def test_experiment_names_are_plain(name):
     (("seed: 7", "seed: 7\n  prefix_cache: 0"), "serving.prefix_cache", "expected true or false, got 0"),
     (("{name: snapstream, policy", '{name: "snap\\nstream", policy'), "policies[1].name",
      "expected a name on one line, without control characters (a line break, a tab), got 'snap\\nstream'"),
+    # 'snapstream ' was shown as 'snapstream' in every table, and map --policy snapstream did not find it
+    (("{name: snapstream, policy", '{name: "snapstream ", policy'), "policies[1].name",
+     "expected a name without spaces at its start or end (tables show it without them), got 'snapstream '"),
 ])
 def test_experiment_values_out_of_range_are_one_line(tmp_path, capsys, edit, field, words):
     text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")

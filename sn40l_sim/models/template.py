@@ -24,7 +24,7 @@ from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.reductions import unreduced_row_parallel
 from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, dense_layer_count, inventory
 from sn40l_sim.models.weight_use import unread_weight
-from sn40l_sim.schema import Flag, PositiveInt, StrictModel, validate
+from sn40l_sim.schema import Flag, Name, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
 
 if TYPE_CHECKING:
@@ -48,8 +48,9 @@ class CollectiveEntry(StrictModel):
 class KernelEntry(StrictModel):
     """One fused kernel: the node name suffix, its kind, its operators and collectives."""
 
-    name: str | None = None
-    kind: str | None = None
+    #: shown in map's table and the Chrome trace: one line, not blank (a blank one fell back to the id unsaid)
+    name: Name | None = None
+    kind: Name | None = None
     operators: tuple[str, ...] = Field(min_length=1)
     collectives: tuple[CollectiveEntry, ...] = ()
 
@@ -85,7 +86,7 @@ class KernelTemplates(StrictModel):
     """A ``kind: kernels`` file."""
 
     kind: Literal["kernels"]
-    name: str
+    name: Name
     #: kind of a registered attention family (:mod:`sn40l_sim.models.families`)
     attention: str
     flash: FlashSpec
