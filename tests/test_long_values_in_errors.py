@@ -89,3 +89,22 @@ def test_a_path_longer_than_the_file_system_takes_is_one_line_not_a_traceback(tm
     assert main([*command, str(tmp_path / f"{LONG}.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < SHORT_LINE and "characters)" in err, err[:300]
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("  blocks:\n    head: [embedding]", f"  blocks:\n    head: [{LONG}]",
+     "prefill.blocks.head[0]: kernel 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' (5,000 characters) is not defined"),
+    ("operators: [sample]", f"operators: [{LONG}]", "unknown operator formula 'xxxx"),
+    ("{size: hidden, kind: all_reduce", f"{{size: {LONG}, kind: all_reduce", "unknown collective size formula 'xxxx"),
+    ("attention: gqa", f"attention: {LONG}", "attention: unknown attention kind 'xxxx"),
+], ids=["block_kernel", "operator", "collective_size", "attention"])
+def test_a_long_value_in_a_kernel_template_is_quoted_short(tmp_path, capsys, old, new, expected):
+    # a 5,000-character kernel id in a block was repeated whole in the line that refused it
+    text = (REPO / "graphs" / "kernels_llama.yaml").read_text()
+    assert old in text
+    path = tmp_path / "kernels_llama.yaml"
+    path.write_text(text.replace(old, new, 1))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 3 * SHORT_LINE, (len(err), err[:300])
+    assert expected in err and "(5,000 characters)" in err, err[:300]

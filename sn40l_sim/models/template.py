@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.ir import CollectiveKind
 from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
@@ -176,8 +176,8 @@ def _keys(path: str | Path) -> tuple[str, str, bytes | None]:
 
 
 @lru_cache(maxsize=16)
-def _load(resolved: str, shown: str, held: bytes | None = None) -> tuple[KernelTemplates, Document]:
-    doc = load_document(shown)
+def _load(resolved: str, given: str, held: bytes | None = None) -> tuple[KernelTemplates, Document]:
+    doc = load_document(given)
     template = validate(KernelTemplates, doc)
     _check_names(template, doc)
     return template, doc
@@ -185,7 +185,7 @@ def _load(resolved: str, shown: str, held: bytes | None = None) -> tuple[KernelT
 
 def _check_names(template: KernelTemplates, doc: Document) -> None:
     if template.attention not in FAMILIES:
-        raise doc.error(("attention",), f"unknown attention kind {template.attention!r}; expected one of "
+        raise doc.error(("attention",), f"unknown attention kind {shown(template.attention)}; expected one of "
                         f"{known_kinds()}")
     known_ops, known_sizes = operators(template.attention), sizes(template.attention)
     for phase in ("prefill", "decode"):
@@ -194,28 +194,28 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
             for i, kernel_id in enumerate(ids):
                 if kernel_id not in spec.kernels:
                     raise doc.error((phase, "blocks", part, i),
-                                    f"kernel {kernel_id!r} is not defined under {phase}.kernels "
+                                    f"kernel {shown(kernel_id)} is not defined under {phase}.kernels "
                                     f"(defined: {', '.join(sorted(spec.kernels))})")
         used = {kernel_id for ids in spec.blocks.model_dump().values() for kernel_id in ids}
         for kernel_id in spec.kernels:
             if kernel_id not in used:   # a block entry deleted by mistake would drop the kernel silently
-                raise doc.error((phase, "kernels", kernel_id), f"kernel {kernel_id!r} is defined but no block of "
+                raise doc.error((phase, "kernels", kernel_id), f"kernel {shown(kernel_id)} is defined but no block of "
                                 f"{phase} uses it (blocks: head, dense_layer, moe_layer, tail, mtp_head, mtp_tail)")
         for kernel_id, entry in spec.kernels.items():
             for i, op in enumerate(entry.operators):
                 if op not in known_ops:
                     raise doc.error((phase, "kernels", kernel_id, "operators", i),
-                                    f"unknown operator formula {op!r} for {template.attention} attention; "
+                                    f"unknown operator formula {shown(op)} for {template.attention} attention; "
                                     f"known: {', '.join(sorted(known_ops))}")
             for i, coll in enumerate(entry.collectives):
                 if coll.size not in known_sizes:
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "size"),
-                                    f"unknown collective size formula {coll.size!r} for {template.attention} "
+                                    f"unknown collective size formula {shown(coll.size)} for {template.attention} "
                                     f"attention; known: {', '.join(sorted(known_sizes))}")
                 if coll.after is not None and (not coll.overlapped or coll.after not in entry.operators):
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "after"),
                                     f"expected one of the kernel's operators ({', '.join(entry.operators)}) "
-                                    f"on an overlapped collective, got {coll.after!r}"
+                                    f"on an overlapped collective, got {shown(coll.after)}"
                                     + ("" if coll.overlapped else " on a collective not overlapped"))
 
 
