@@ -2,8 +2,8 @@
 be positive is refused in one line by argparse (exit 2), rather than giving an empty run, an
 endless one or a traceback.
 
->>> positive_int("3"), positive_float("0.5")
-(3, 0.5)
+>>> positive_int("3"), positive_float("0.5"), input_path("a.yaml")
+(3, 0.5, PosixPath('a.yaml'))
 >>> positive_int("0")
 Traceback (most recent call last):
 ...
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -35,3 +36,18 @@ def positive_float(text: str) -> float:
     if not (0 < value and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def input_path(text: str) -> Path:
+    """An argparse type: a file or folder to read, given as a non-empty path. ``Path('')`` is the
+    current folder, so an empty argument (an unset shell variable, ``compare out/a ""``) read
+    whatever the working folder held instead of saying that no path was given."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {'an empty one' if not text else repr(text)}")
+    return Path(text)
+
+
+def input_path_text(text: str) -> str:
+    """:func:`input_path` for the commands that take the path as text (an experiment, a file to check)."""
+    input_path(text)
+    return text   # as given: messages show paths as they were written

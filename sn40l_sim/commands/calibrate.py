@@ -31,12 +31,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``calibrate``'s arguments."""
-    parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
+    parser.add_argument("references", nargs="*", type=input_path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
-    parser.add_argument("--hardware", type=Path, default=None,
+    parser.add_argument("--hardware", type=input_path, default=None,
                         help="socket or node YAML whose calibrated values are fitted and written; its socket must be the "
                              "one the calibration experiments run on, but for the calibrated values (default: the "
                              "project's hw_configs/sn40l.yaml, from any folder)")

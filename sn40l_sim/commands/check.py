@@ -22,6 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path_text
 from sn40l_sim.errors import InputError
 
 #: the kinds of file the simulator reads
@@ -32,7 +33,7 @@ TRACE_SUFFIXES = (".csv", ".jsonl")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``check``'s arguments."""
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files (or .csv/.jsonl request traces) to validate")
+    parser.add_argument("files", nargs="+", type=input_path_text, metavar="FILE", help="YAML files (or .csv/.jsonl request traces) to validate")
 
 
 def check_file(path: str | Path) -> str:

@@ -19,14 +19,15 @@ import argparse
 import json
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path
 from sn40l_sim.errors import InputError
 from sn40l_sim.yamlio import parse_json, refuse_special_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``compare``'s arguments."""
-    parser.add_argument("base", type=Path, metavar="BASE", help="results.json (or its folder) of the base run")
-    parser.add_argument("other", type=Path, metavar="OTHER", help="results.json (or its folder) to compare with it")
+    parser.add_argument("base", type=input_path, metavar="BASE", help="results.json (or its folder) of the base run")
+    parser.add_argument("other", type=input_path, metavar="OTHER", help="results.json (or its folder) to compare with it")
     parser.add_argument("--changed", action="store_true", help="show only the rows whose values differ (the points where none does are named in one line)")
 
 

@@ -19,6 +19,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sn40l_sim.commands.argtypes import input_path_text
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
 
@@ -31,7 +32,7 @@ _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``describe``'s arguments."""
-    parser.add_argument("file", help="a hardware (hw_configs/), model or kernel-template (graphs/), experiment, "
+    parser.add_argument("file", type=input_path_text, help="a hardware (hw_configs/), model or kernel-template (graphs/), experiment, "
                         "reference (experiments/) or request-trace (experiments/traces/) file")
 
 

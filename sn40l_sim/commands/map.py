@@ -31,6 +31,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
+from sn40l_sim.commands.argtypes import input_path_text
 from sn40l_sim.errors import InputError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def _residency_line(socket: SocketSpec, kernels: tuple[PlacedKernel, ...]) -> st
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``map``'s arguments."""
-    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
+    parser.add_argument("experiment", type=input_path_text, metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
     parser.add_argument("--phase", choices=("prefill", "decode"), required=True, help="which graph to map")
     parser.add_argument("--policy", metavar="NAME", default=None,
                         help="name of a policies entry of the experiment (default: the first)")

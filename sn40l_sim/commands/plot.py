@@ -16,12 +16,13 @@ examples:
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from sn40l_sim.commands.argtypes import input_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``plot``'s arguments."""
-    parser.add_argument("csv", type=Path, metavar="RESULTS.csv", help="a results.csv written by run or sweep")
+    parser.add_argument("csv", type=input_path, metavar="RESULTS.csv", help="a results.csv written by run or sweep")
     parser.add_argument("--x", required=True, metavar="COLUMN", help="column on the x axis")
     parser.add_argument("--y", required=True, metavar="COLUMN", help="numeric column on the y axis")
     # extend, not store: a second --hue replaced the first without a word

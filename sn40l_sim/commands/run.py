@@ -27,12 +27,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path_text
 from sn40l_sim.errors import InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``run``'s arguments."""
-    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
+    parser.add_argument("experiment", type=input_path_text, metavar="EXPERIMENT.yaml", help="experiment file (kind: experiment)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--quiet", action="store_true", help="do not print per-point progress on stderr")

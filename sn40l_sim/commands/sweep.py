@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path_text
+
 #: the files a sweep writes into its output folder besides runs/ (a previous sweep's are removed when it
 #: starts; runs/ is kept for --resume)
 OUTPUTS = ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv", "pareto.png", "sweep.png")
@@ -42,7 +44,7 @@ OUTPUTS = ("results.json", "results.csv", "failures.json", "pareto.json", "paret
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``sweep``'s arguments."""
-    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="experiment file with a sweep: section")
+    parser.add_argument("experiment", type=input_path_text, metavar="EXPERIMENT.yaml", help="experiment file with a sweep: section")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="output folder (default: out/<experiment name>)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",

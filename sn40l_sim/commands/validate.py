@@ -16,12 +16,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from sn40l_sim.commands.argtypes import input_path
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``validate``'s arguments."""
-    parser.add_argument("references", nargs="*", type=Path, metavar="REFERENCE.yaml",
+    parser.add_argument("references", nargs="*", type=input_path, metavar="REFERENCE.yaml",
                         help="reference files (default: experiments/reference/*.yaml)")
-    parser.add_argument("--hardware", type=Path, default=None,
+    parser.add_argument("--hardware", type=input_path, default=None,
                         help="socket YAML whose calibrated values the leave-one-out column must match "
                              "(default: the project's hw_configs/sn40l.yaml, from any folder)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
