@@ -68,7 +68,7 @@ class Range:
     high_open: bool = False
 
     def text(self) -> str:
-        """``from 1 MB/s to 1 PB/s``, ``greater than 0 B and at most 1 PiB`` or ``greater than 0 and
+        """``from 1 MB/s to 1 PB/s``, ``greater than 0 s and at most 86400 s`` or ``greater than 0 and
         less than 1``."""
         high = f"less than {self.high_text}" if self.high_open else f"at most {self.high_text}"
         if self.low_open:
@@ -93,7 +93,9 @@ class Range:
 #: largest count a field takes (token counts, batches, layers, units): 2**31 - 1
 MAX_COUNT = 2**31 - 1
 
-SIZE = Range("positive size", 0, 2.0**50, "0 B", "1 PiB", "B", low_open=True)
+#: at least a byte: every such field is a memory's or a configuration's size, and a value below one byte
+#: (``pcu_bytes: 1e-300``) mapped and ran, costing no configuration at all
+SIZE = Range("positive size", 1, 2.0**50, "1 B", "1 PiB", "B")
 SIZE_OR_ZERO = Range("size", 0, 2.0**50, "0 B", "1 PiB", "B")
 BANDWIDTH = Range("bandwidth", 1e6, 1e15, "1 MB/s", "1 PB/s", "B/s")
 FREQUENCY = Range("frequency", 1e6, 1e11, "1 MHz", "100 GHz", "Hz")
@@ -184,7 +186,11 @@ def strict_flag(value: Any) -> Any:
 Flag = Annotated[bool, BeforeValidator(strict_flag)]
 
 
-def _one_line_name(value: Any) -> Any:
+#: longest name (a policy entry, a model, a hardware file, a measurement id, a kernel), as a plain name's
+NAME_LIMIT = 100
+
+
+def _one_line_name(value: Any, limit: int | None = NAME_LIMIT) -> Any:
     # a name is printed in tables, results rows, point names and one-line errors: a line break in
     # it split each of them
     if not isinstance(value, str):
@@ -195,14 +201,25 @@ def _one_line_name(value: Any) -> Any:
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"expected a name on one line, without control characters (a line break, a tab), "
                          f"got {shown(value)}")
+    if limit is not None and len(value) > limit:   # a 5,000-character model name filled every table and results row
+        raise ValueError(name_too_long(value, limit))
     if value != value.strip():   # 'full ' printed as 'full' in every table, and --policy full did not find it
         raise ValueError(f"expected a name without spaces at its start or end (tables show it without them), "
                          f"got {shown(value)}")
     return value
 
 
+def name_too_long(value: str, limit: int = NAME_LIMIT) -> str:
+    """What a name longer than ``limit`` characters is told."""
+    return f"expected a name of at most {limit} characters (tables and results rows show it), got {shown(value)}"
+
+
 #: a name shown in results and messages (a policy entry, a model, a hardware file, a measurement id)
 Name = Annotated[str, BeforeValidator(_one_line_name)]
+#: a node's name, which ``--set`` and sweep overrides lengthen with what they changed
+#: (``SN40L-16 (socket.calibrated.config_load_bytes_per_s 1e+10, ...)``); a file's is held to
+#: :data:`NAME_LIMIT` where the hardware loader reads it
+DerivedName = Annotated[str, BeforeValidator(lambda value: _one_line_name(value, limit=None))]
 
 
 def _plain_name(value: Any) -> Any:

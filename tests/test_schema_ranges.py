@@ -121,8 +121,9 @@ def test_every_number_field_declares_its_range():
     ("Hertz", 200e9, "from 1 MHz to 100 GHz"),
     ("Seconds", float("nan"), "finite time"),
     ("Seconds", -1e-9, "from 0 s"),
-    ("Bytes", 0, "greater than 0 B and at most 1 PiB"),
-    ("Bytes", "2 PiB", "at most 1 PiB"),
+    ("Bytes", 0, "from 1 B to 1 PiB"),
+    ("Bytes", 1e-300, "from 1 B to 1 PiB, got 1e-300 B"),   # a configuration of no size mapped and ran
+    ("Bytes", "2 PiB", "to 1 PiB, got 2.2518e+15 B"),
     ("PositiveInt", 2**31, "from 1 to 2147483647"),
     ("PositiveInt", 1e30, "from 1 to 2147483647"),
     ("PositiveInt", float("nan"), "expected an integer"),
@@ -146,6 +147,16 @@ def test_out_of_range_values_are_refused(type_name, value, words):
 ])
 def test_in_range_values_are_read(type_name, value, expected):
     assert TypeAdapter(getattr(schema, type_name)).validate_python(value) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name, words", [
+    ("x" * 101, "at most 100 characters"), (" full", "without spaces at its start or end"),
+    ("full\t", "without control characters"), ("", "got an empty one"),
+])
+def test_names_are_one_short_visible_line(name, words):
+    assert TypeAdapter(schema.Name).validate_python("x" * 100) == "x" * 100
+    with pytest.raises(ValidationError, match=words):
+        TypeAdapter(schema.Name).validate_python(name)
 
 
 @pytest.mark.parametrize("name", ["../../x", "/abs/x", "a/b", "..", ".hidden", "-rf", "", "x" * 101, "a b"])

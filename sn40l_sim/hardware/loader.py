@@ -42,7 +42,7 @@ from sn40l_sim.hardware.node_checks import check_node
 from sn40l_sim.hardware.node_names import renamed_node
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec, TopologySpec, calibrated_parameters
 from sn40l_sim.quantities import format_bytes
-from sn40l_sim.schema import validate
+from sn40l_sim.schema import NAME_LIMIT, name_too_long, validate
 from sn40l_sim.yamlio import Document, FieldPath, PathError, load_document, merge_into, not_a_file, set_value
 
 HARDWARE_KINDS = ("socket", "node")
@@ -185,6 +185,8 @@ def _load_node(doc: Document) -> NodeSpec:
     node_data = {k: v for k, v in doc.data.items() if k != "socket_overrides"}
     node_data["socket"] = socket
     node = validate(NodeSpec, Document(node_data, doc.path, doc.origins))
+    if len(node.name) > NAME_LIMIT:   # a node's name may grow by overrides, not in its file (schema.DerivedName)
+        raise doc.error(("name",), name_too_long(node.name))
     check_node(node, doc)
     return node
 

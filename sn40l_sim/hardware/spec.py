@@ -17,6 +17,7 @@ from sn40l_sim.schema import (
     Bytes,
     BytesOrZero,
     BytesPerSecond,
+    DerivedName,
     FlopsPerSecond,
     Fraction,
     Hertz,
@@ -246,7 +247,7 @@ class TopologySpec(StrictModel):
 class NodeSpec(StrictModel):
     """A node: ``sockets`` copies of one socket joined by P2P links."""
 
-    name: Name
+    name: DerivedName
     socket: SocketSpec
     sockets: PositiveInt
     topology: TopologySpec

@@ -292,3 +292,19 @@ def test_an_experiment_placing_the_tiers_itself_is_not_told_to(tmp_path, recwarn
     assert not [w for w in recwarn if "listed after" in str(w.message)]
     with pytest.warns(UserWarning, match="memory.hbm: listed after ddr"):
         assemble(load_experiment(tmp_path / "plain.yaml"))
+
+
+def test_a_node_name_is_short_in_its_file_but_may_grow_by_overrides(tmp_path):
+    # the names limit (100 characters) refused the name overrides give a node, which names what they
+    # changed: calibrate's second round of overrides stopped with "expected a name of at most 100"
+    node = load_hardware(HW / "sn40l_node16.yaml")
+    long_path = "socket.calibrated.config_load_bytes_per_s"
+    grown = with_overrides(node, {long_path: "12.5 GB/s", "socket.calibrated.sync_latency_s": "1.5 us",
+                                  "socket.calibrated.transfer_setup_s": "2.5 us"})
+    assert len(grown.name) > 100
+    assert with_overrides(grown, {"sockets": 8}).sockets == 8
+    folder = copy_configs(tmp_path)
+    text, line = set_value((folder / "sn40l_node16.yaml").read_text(), "name", "N" * 101)
+    (folder / "sn40l_node16.yaml").write_text(text)
+    with pytest.raises(InputError, match=rf"sn40l_node16.yaml:{line}: name: expected a name of at most 100"):
+        load_hardware(folder / "sn40l_node16.yaml")
