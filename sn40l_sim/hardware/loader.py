@@ -60,6 +60,13 @@ def document_kind(doc: Document, expected: tuple[str, ...] | None = None) -> str
         raise doc.error(("kind",), f"required field is missing: expected 'kind: <{' | '.join(expected or HARDWARE_KINDS)}>' "
                                    "at the top of the file")
     if expected is not None and kind not in expected:
+        origin, _ = doc.where(("kind",))
+        if origin != str(doc.path):
+            # the kind comes through base: (a node overlay without a kind of its own whose base: names a
+            # model file): the file given is named, not the base the user did not touch, as an
+            # experiment's loader does (sn40l_sim/study/experiment.py)
+            raise InputError(f"this is a {kind} file through its base: ({origin} says kind: {kind}); expected one "
+                             f"of {list(expected)}", file=doc.path, field="base")
         raise doc.error(("kind",), f"expected one of {list(expected)}, got {kind!r}")
     return kind
 

@@ -13,6 +13,8 @@ import pytest
 from hw_test_helpers import HW, copy_configs, delete_key, set_value
 
 from sn40l_sim.commands import cli
+from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.loader import load_hardware
 
 SOCKET = (HW / "sn40l.yaml").read_text()
 
@@ -174,7 +176,8 @@ NODE_CASES = {
     # an old-style override is converted, and its error names the new path at the line written
     "bad_old_style_override": (NODE16 + "socket_overrides:\n  hbm: {bytes_per_s_per_unit: fast}\n",
                                "socket_overrides.memory.hbm.bytes_per_s_per_unit", "bandwidth"),
-    "socket_file_is_a_node": (set_value(NODE16, "socket", "sn40l_node8.yaml")[0], "kind", "expected one of ['socket']"),
+    "socket_file_is_a_node": (set_value(NODE16, "socket", "sn40l_node8.yaml")[0], "base",
+                              "this is a node file through its base:"),
 }
 
 
@@ -184,9 +187,10 @@ def test_bad_node_file(case, tmp_path, capsys):
     text, field, words = NODE_CASES[case]
     path = _node_case(tmp_path, text)
     status, err = _check(path, capsys)
-    # a node file named as the socket: the error names the file whose kind is wrong (node8 is an overlay of
-    # node16, where its kind line stands) and the node file that referenced it
-    expected_file = "sn40l_node16.yaml" if case == "socket_file_is_a_node" else path.name
+    # a node file named as the socket: the error names the file whose kind is wrong (node8, an overlay of
+    # node16 without a kind of its own: node16 is named as the file saying it) and the node file that
+    # referenced it
+    expected_file = "sn40l_node8.yaml" if case == "socket_file_is_a_node" else path.name
     _assert_one_clean_line(status, err, expected_file, field, words)
     assert path.name in err
 
@@ -291,3 +295,19 @@ def test_real_process_exit_status(edit, tmp_path):
                           cwd=HW.parent)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "bad.yaml" in done.stderr
+
+
+@pytest.mark.parametrize("other, kind", [("graphs/llama3_1_8b.yaml", "model"),
+                                         ("experiments/llama8b_node8.yaml", "experiment")])
+def test_a_base_of_another_kind_is_named_at_the_overlay_not_its_base(other, kind, tmp_path):
+    # sn40l_node8.yaml has no kind: of its own; with base: naming a model file it was refused at the
+    # model file's kind: line, a file the user had not touched
+    folder = copy_configs(tmp_path)
+    node = folder / "sn40l_node8.yaml"
+    text = node.read_text()
+    assert "\nbase: sn40l_node16.yaml\n" in text and "\nkind:" not in text
+    node.write_text(text.replace("\nbase: sn40l_node16.yaml\n", f"\nbase: {HW.parent / other}\n"))
+    with pytest.raises(InputError) as caught:
+        load_hardware(node)
+    assert str(caught.value) == (f"{node}: base: this is a {kind} file through its base: ({HW.parent / other} says "
+                                 f"kind: {kind}); expected one of ['socket', 'node']")

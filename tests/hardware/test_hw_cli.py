@@ -95,14 +95,15 @@ def test_check_all_shipped_hardware(capsys):
 
 
 def test_a_node_file_named_as_socket_is_named_in_the_error(tmp_path, capsys):
-    # sn40l_node8.yaml takes its kind from its base sn40l_node16.yaml: the line is the base's, and the
-    # note said "this file is named as 'socket:'" of a file the node never named
+    # sn40l_node8.yaml takes its kind from its base sn40l_node16.yaml: the file named is node8, whose
+    # base says the kind, and the note said "this file is named as 'socket:'" of a file the node never named
     path = tmp_path / "n.yaml"
     path.write_text(f"kind: node\nname: n\nsocket: {HW / 'sn40l_node8.yaml'}\nsockets: 8\n"
                     "topology: {kind: full_mesh}\n")
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sn40l_node16.yaml:3: kind: expected one of ['socket'], got 'node'" in err
+    assert err.count("\n") == 1 and (f"{HW / 'sn40l_node8.yaml'}: base: this is a node file through its base: "
+                                     f"({HW / 'sn40l_node16.yaml'} says kind: node); expected one of ['socket']") in err
     assert f"({HW / 'sn40l_node8.yaml'} is named as 'socket:' in n.yaml, which needs a socket file)" in err
 
 
