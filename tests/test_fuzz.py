@@ -94,6 +94,7 @@ BAD_FILES = {
                              "tolerance: {rel: 0.1}, source: x, experiment: fifo, point: full, calibration: false}\n"),
     "folder_socket.yaml": f"base: {REPO}/hw_configs/sn40l_node8.yaml\nsocket: adir\n",
     "folder_kernels.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nkernels: adir\n",
+    "node_over_model.yaml": f"base: {REPO}/graphs/llama3_1_8b.yaml\nsockets: 8\n",
     # an axis path written as messages write a list entry is the same field as its dotted spelling
     "two_spellings.yaml": (REPO / "experiments" / "llama8b_node8.yaml").read_text(encoding="utf-8")
     .replace("../", f"{REPO}/") + "sweep:\n  mode: grid\n  axes:\n"
@@ -132,6 +133,14 @@ BAD_COMMAND_LINES = [
     (["run", "{exp}", "--out", "{tmp}/o", "--set", "serving.max_new_tokens=2147483647"],
      "serving.max_new_tokens: 2147483647 new tokens leave no position for the prompt in the maximum context of "
      "llama-3.1-8b, 131072 tokens: generate at most 98304 after a prompt of 32768 tokens"),
+    # a path with an empty part was refused naming the experiment ("set keys must be ..."), not --set
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "serving..batch=8"],
+     "error: --set: expected a dotted field path such as 'serving.batch', got 'serving..batch'"),
+    (["map", "{exp}", "--phase", "decode", "--set", ".serving.batch=8"],
+     "error: --set: expected a dotted field path such as 'serving.batch', got '.serving.batch'"),
+    # a kind that came through base: was located in the base file, which the user had not touched
+    (["run", "{exp}", "--out", "{tmp}/o", "--set", "hardware={tmp}/node_over_model.yaml"],
+     "node_over_model.yaml: base: this is a model file through its base: ("),
 ]
 
 

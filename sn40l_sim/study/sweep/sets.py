@@ -22,13 +22,21 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
     Traceback (most recent call last):
     ...
     sn40l_sim.errors.InputError: --set serving.batch: expected a value after '=' in 'serving.batch=' (write null to clear an optional field)
+    >>> parse_sets(["serving..batch=8"])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: --set: expected a dotted field path such as 'serving.batch', got 'serving..batch'
     """
     out: dict[str, Any] = {}
     for item in items or []:
         path, sep, text = item.partition("=")
         if not sep or not path.strip():
             raise InputError(f"expected path=value, got {shown(item)}", field="--set")
-        path = ".".join(path_parts(path.strip()))   # policies[1].budget, as messages write it, is policies.1.budget
+        parts = path_parts(path.strip())
+        if "" in parts:   # 'serving..batch' was refused as 'set keys must be ...', naming the experiment, not --set
+            raise InputError(f"expected a dotted field path such as 'serving.batch', got {shown(path.strip())}",
+                             field="--set")
+        path = ".".join(parts)   # policies[1].budget, as messages write it, is policies.1.budget
         if not text.strip():   # YAML reads nothing as null: the error then spoke of "None"
             raise InputError(f"expected a value after '=' in {shown(item)} (write null to clear an optional field)",
                              field=f"--set {path}")
