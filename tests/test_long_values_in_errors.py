@@ -108,3 +108,13 @@ def test_a_long_value_in_a_kernel_template_is_quoted_short(tmp_path, capsys, old
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and len(err) < 3 * SHORT_LINE, (len(err), err[:300])
     assert expected in err and "(5,000 characters)" in err, err[:300]
+
+
+def test_a_long_graph_option_is_quoted_short(tmp_path, capsys):
+    # graph_options.expert_loading of 5,000 characters was repeated whole in the line refusing it
+    path = _experiment(tmp_path, "seed: 7", f"seed: 7\ngraph_options: {{expert_loading: {LONG}}}")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < SHORT_LINE, (len(err), err[:300])
+    assert "graph_options.expert_loading: expected 'touched' or 'all', got 'xxxx" in err
+    assert "(5,000 characters)" in err, err

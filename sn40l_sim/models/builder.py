@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, ParallelPlan, Shape
 from sn40l_sim.models.activations import with_activations
 from sn40l_sim.models.context import Ctx, Step
@@ -257,14 +257,14 @@ def check_graph_options(options: dict[str, Any]) -> dict[str, Any]:
         raise InputError(f"unknown graph option(s) {', '.join(map(str, unknown))}; known: {', '.join(OPTIONS)}")
     opts = {**OPTIONS, **options}
     if opts["expert_loading"] not in ("all", "touched"):
-        raise InputError(f"expert_loading: expected 'touched' or 'all', got {opts['expert_loading']!r}")
+        raise InputError(f"expert_loading: expected 'touched' or 'all', got {shown(opts['expert_loading'])}")
     skew = opts["routing_skew"]
     if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not 0 <= skew <= MAX_ROUTING_SKEW:
         raise InputError(f"routing_skew: expected a finite number from 0 to {MAX_ROUTING_SKEW} (0 = uniform), "
-                         f"got {skew!r}")
+                         f"got {shown(skew)}")
     template = opts["template"]
     if template is not None and not isinstance(template, (str, Path, KernelTemplates)):
-        raise InputError(f"template: expected the path of a kind: kernels file, got {template!r}")
+        raise InputError(f"template: expected the path of a kind: kernels file, got {shown(template)}")
     return opts
 
 
