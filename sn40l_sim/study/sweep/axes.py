@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.errors import shown
 from sn40l_sim.quantities import KINDS, parse_quantity
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.yamlio import PathError, path_parts, set_value
@@ -202,6 +203,10 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
     return parts, values
 
 
+#: longest label of an axis value, as a plain name's (sn40l_sim.schema.PlainName)
+MAX_LABEL = 100
+
+
 def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
     """The ``labels:`` of an axis with an explicit path: one plain name per value (default: none).
 
@@ -215,15 +220,21 @@ def value_labels(spec: Any, values: list[Any]) -> tuple[str, ...]:
     labels_ = spec.get("labels") if isinstance(spec, dict) else None
     if labels_ is None:
         return ()
-    if not isinstance(labels_, list) or not all(isinstance(x, str) and x and x.replace("_", "").replace(
-            "-", "").replace(".", "").isalnum() for x in labels_):
+    if not isinstance(labels_, list):
         raise AxisError("expected a list of plain names (letters, digits, '.', '-', '_')", ("labels",))
+    for i, label in enumerate(labels_):
+        # a label names the value in every point name, results row and legend: a 5,000-character one
+        # was accepted and filled them all
+        if not (isinstance(label, str) and 0 < len(label) <= MAX_LABEL
+                and label.replace("_", "").replace("-", "").replace(".", "").isalnum()):
+            raise AxisError(f"expected a plain name (letters, digits, '.', '-', '_'; at most {MAX_LABEL} "
+                            f"characters), got {shown(label)}", ("labels", i))
     if len(labels_) != len(values):
         raise AxisError(f"expected one label per value ({len(values)}), got {len(labels_)}", ("labels",))
     for i, (value, label) in enumerate(zip(values, labels_, strict=True)):
         other = next((j for j, v in enumerate(values[:i]) if (v == value) != (labels_[j] == label)), None)
         if other is not None:
-            raise AxisError(f"label {label!r} must name one value: equal values take equal labels", ("labels", i))
+            raise AxisError(f"label {shown(label)} must name one value: equal values take equal labels", ("labels", i))
     return tuple(labels_)
 
 
