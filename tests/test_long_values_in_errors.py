@@ -118,3 +118,21 @@ def test_a_long_graph_option_is_quoted_short(tmp_path, capsys):
     assert err.count("\n") == 1 and len(err) < SHORT_LINE, (len(err), err[:300])
     assert "graph_options.expert_loading: expected 'touched' or 'all', got 'xxxx" in err
     assert "(5,000 characters)" in err, err
+
+
+@pytest.mark.parametrize("file, old, new, field", [
+    ("kv_policies.yaml", "hue: [model, prefill_len]", f"hue: [model, {LONG}]", "sweep.plot.hue[1]"),
+    ("deepseek_sweep.yaml", "infeasible: skip", f"infeasible: {LONG}", "sweep.infeasible"),
+    ("deepseek_sweep.yaml", "mode: grid", f"mode: {LONG}", "sweep.mode"),
+], ids=["hue", "infeasible", "mode"])
+def test_a_long_value_in_a_sweep_section_is_quoted_short(tmp_path, capsys, file, old, new, field):
+    # a 5,000-character plot column or infeasible: value was repeated whole in the line refusing it
+    text = (REPO / "experiments" / file).read_text()
+    assert old in text
+    for name in ("deepseek_tp16.yaml", file):   # the sweep's base: beside it
+        (tmp_path / name).write_text((REPO / "experiments" / name).read_text().replace("../", f"{REPO}/"))
+    (tmp_path / file).write_text(text.replace("../", f"{REPO}/").replace(old, new, 1))
+    assert main(["check", str(tmp_path / file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 2 * SHORT_LINE, (len(err), err[:300])
+    assert f": {field}: " in err and "(5,000 characters)" in err, err[:400]

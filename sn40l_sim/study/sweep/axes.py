@@ -115,13 +115,13 @@ MAX_RANGE_END = 2**53
 
 def _number(value: Any, key: str) -> float:
     if isinstance(value, str) and compared(value) != value:   # a quantity such as "400 GB/s"
-        raise AxisError(f"expected a number in the field's base unit (bytes, bytes/s, Hz, s), got {value!r}: a "
+        raise AxisError(f"expected a number in the field's base unit (bytes, bytes/s, Hz, s), got {shown(value)}: a "
                         f"range's ends take no unit; write {compared(value):g}, or list the values with their units",
                         (key,))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AxisError(f"expected a number, got {value!r}", (key,))
+        raise AxisError(f"expected a number, got {shown(value)}", (key,))
     if not (math.isfinite(value) and abs(value) <= MAX_RANGE_END):
-        raise AxisError(f"expected a finite number of magnitude at most 2**53, got {value!r}", (key,))
+        raise AxisError(f"expected a finite number of magnitude at most 2**53, got {shown(value)}", (key,))
     return value
 
 
@@ -139,23 +139,23 @@ def axis_values(spec: Any) -> list[Any]:
             raise AxisError("expected at least one value")
         return list(spec)
     if not isinstance(spec, dict):
-        raise AxisError(f"expected a list of values or a mapping {{start, stop, num, scale}}, got {spec!r}")
+        raise AxisError(f"expected a list of values or a mapping {{start, stop, num, scale}}, got {shown(spec)}")
     unknown = sorted(set(spec) - RANGE_KEYS)
     if unknown:
-        raise AxisError(f"unknown key {unknown[0]!r} (expected start, stop, num, scale)", (unknown[0],))
+        raise AxisError(f"unknown key {shown(unknown[0])} (expected start, stop, num, scale)", (unknown[0],))
     missing = [k for k in ("start", "stop", "num") if k not in spec]
     if missing:
         raise AxisError("required field is missing", (missing[0],))
     start, stop = _number(spec["start"], "start"), _number(spec["stop"], "stop")
     num = spec["num"]
     if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_AXIS_VALUES:
-        raise AxisError(f"expected a positive integer of at most {MAX_AXIS_VALUES}, got {num!r}", ("num",))
+        raise AxisError(f"expected a positive integer of at most {MAX_AXIS_VALUES}, got {shown(num)}", ("num",))
     if num == 1 and start != stop:
         raise AxisError(f"num 1 gives one value, which cannot include both ends {start} and {stop}: expected num "
                         "of at least 2, or start equal to stop", ("num",))
     scale = spec.get("scale", "linear")
     if scale not in ("linear", "log"):
-        raise AxisError(f"expected linear or log, got {scale!r}", ("scale",))
+        raise AxisError(f"expected linear or log, got {shown(scale)}", ("scale",))
     if scale == "log" and (start <= 0 or stop <= 0):
         raise AxisError(f"a log scale needs start and stop > 0, got {start} and {stop}", ("start",))
     raw = np.geomspace(start, stop, num) if scale == "log" else np.linspace(start, stop, num)
@@ -178,17 +178,17 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
     (('model',), ['a.yaml', 'b.yaml'])
     """
     if not isinstance(name, str) or not name:
-        raise AxisError(f"expected an axis name, got {name!r}")
+        raise AxisError(f"expected an axis name, got {shown(name)}")
     path_text = name
     if isinstance(spec, dict) and "path" in spec:
         unknown = sorted(set(spec) - PATH_KEYS)
         if unknown:
-            raise AxisError(f"unknown key {unknown[0]!r} (expected path, values and labels)", (unknown[0],))
+            raise AxisError(f"unknown key {shown(unknown[0])} (expected path, values and labels)", (unknown[0],))
         if "values" not in spec:
             raise AxisError("required field is missing", ("values",))
         path_text = spec["path"]
         if not isinstance(path_text, str) or not path_text:
-            raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}", ("path",))
+            raise AxisError(f"expected a dotted path such as serving.batch, got {shown(path_text)}", ("path",))
         try:
             values = axis_values(spec["values"])
         except AxisError as exc:
@@ -198,7 +198,7 @@ def parse_axis(name: Any, spec: Any) -> tuple[tuple[str, ...], list[Any]]:
         values = axis_values(spec)
     parts = path_parts(path_text)   # policies[1].params.budget as messages write it
     if any(not p for p in parts):
-        raise AxisError(f"expected a dotted path such as serving.batch, got {path_text!r}",
+        raise AxisError(f"expected a dotted path such as serving.batch, got {shown(path_text)}",
                         ("path",) if path_text != name else ())
     return parts, values
 
@@ -327,4 +327,4 @@ def set_path(data: Any, path: tuple[str, ...], value: Any) -> None:
     try:
         set_value(data, path, value)
     except PathError as exc:
-        raise AxisError(f"unknown axis path {'.'.join(path)!r}: {exc}") from None
+        raise AxisError(f"unknown axis path {shown('.'.join(path))}: {exc}") from None

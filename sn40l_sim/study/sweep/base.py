@@ -241,7 +241,7 @@ def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
                          f"{{'serving.batch': 8}}, got a {type(sets).__name__}", file=path)
     for dotted in sets:
         if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
-            raise InputError(f"set keys must be dotted field paths such as 'serving.batch', got {dotted!r}", file=path)
+            raise InputError(f"set keys must be dotted field paths such as 'serving.batch', got {shown(dotted)}", file=path)
     doc = load_document(path)
     exp = experiment_from_document(doc)
     if exp.spec.sweep is not None and not for_map:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.study.experiment import ExperimentSpec
@@ -128,10 +128,10 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         raise doc.error(("sweep", unknown[0]), "unknown key (expected mode, axes, plot, infeasible, objectives)")
     mode = section.get("mode", "grid")
     if mode not in ("grid", "zip"):
-        raise doc.error(("sweep", "mode"), f"expected grid or zip, got {mode!r}")
+        raise doc.error(("sweep", "mode"), f"expected grid or zip, got {shown(mode)}")
     infeasible = section.get("infeasible", "fail")
     if infeasible not in ("fail", "skip"):
-        raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {infeasible!r}")
+        raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {shown(infeasible)}")
     base = {k: v for k, v in doc.data.items() if k != "sweep"}
     experiment_from_data(base, doc)  # the experiment itself, before any value is written in
     axes = _parse_axes(doc, section.get("axes"), mode)
@@ -289,7 +289,7 @@ class _Checker:
         root = axis.path[0]
         if root not in ExperimentSpec.model_fields or root == "sweep":
             known = ", ".join(sorted(set(ExperimentSpec.model_fields) - {"sweep"}))
-            raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: expected a field of the "
+            raise self._fail(axis, None, f"unknown axis path {shown('.'.join(axis.path))}: expected a field of the "
                              f"experiment ({known}) or hardware.<field of the hardware>")
         if root == "shape" and axis.path[1:] == ("prompt_len",) and "prompt_lens" in self.base:
             raise self._fail(axis, None, "the experiment lists prompt_lens, which replace shape.prompt_len: "
@@ -308,7 +308,7 @@ class _Checker:
         for i, value in enumerate(axis.values):
             unread = unsimulated_hardware_field(axis.hardware_field, value) if axis.hardware_field else None
             if unread is not None:
-                raise self._fail(axis, i, f"value {value!r}: {unread}")
+                raise self._fail(axis, i, f"value {shown(value)}: {unread}")
             try:
                 if axis.hardware_field:
                     self._hardware({**self.base_hw, axis.hardware_field: value})
@@ -325,10 +325,10 @@ class _Checker:
                 if exc.file and exc.file not in (str(self.doc.path), OVERRIDES_FILE):
                     inner = str(exc)  # a problem in another file (the hardware's): name it
                 if exc.message.startswith("unknown key") or "is not a section" in exc.message:
-                    raise self._fail(axis, None, f"unknown axis path {'.'.join(axis.path)!r}: {inner}") from None
+                    raise self._fail(axis, None, f"unknown axis path {shown('.'.join(axis.path))}: {inner}") from None
                 users = [p for p in self.points if p.values[axis.name] is value]
                 if not any(self._point_valid(p) for p in users):
-                    raise self._fail(axis, i, f"value {value!r}: {inner}") from None
+                    raise self._fail(axis, i, f"value {shown(value)}: {inner}") from None
 
     def _point_valid(self, point: SweepPoint) -> bool:
         if point.index not in self._valid:

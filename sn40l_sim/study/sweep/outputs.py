@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sn40l_sim.errors import shown
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import DIRECTIONS, objective_problem
 from sn40l_sim.study.sweep.axes import AxisError
@@ -52,15 +53,15 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
         raise AxisError("expected a mapping of results column -> value, such as {batch: 16}", ("where",))
     kind = spec.get("kind", "line")
     if kind not in ("line", "bar", "scatter"):
-        raise AxisError(f"expected line, bar or scatter, got {kind!r}", ("kind",))
+        raise AxisError(f"expected line, bar or scatter, got {shown(kind)}", ("kind",))
     label = spec.get("label")
     if label is not None and not isinstance(label, str):
-        raise AxisError(f"expected a column of results.csv, got {label!r}", ("label",))
+        raise AxisError(f"expected a column of results.csv, got {shown(label)}", ("label",))
     if label is not None and kind != "scatter":   # what the plot would refuse after every run
         raise AxisError("labels are written beside the points of a scatter plot: add kind: scatter", ("label",))
     for key in ("logx", "logy"):
         if not isinstance(spec.get(key, False), bool):
-            raise AxisError(f"expected true or false, got {spec[key]!r}", (key,))
+            raise AxisError(f"expected true or false, got {shown(spec[key])}", (key,))
     if spec.get("logx") and kind == "bar":   # a bar plot's x is categories: the log axis was dropped unsaid
         raise AxisError("a bar plot's x axis is categories, which have no logarithmic scale: drop logx or use "
                         "kind: line", ("logx",))
@@ -72,18 +73,18 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
             # an axis's own name is its column with sweep. before it (the results hold no other)
             hint = f": the axis {column} is the column sweep.{column}" if column in (axis_names or ()) else ""
-            raise AxisError(f"{column!r} is not a column of the results{hint} (see docs/results.md)",
+            raise AxisError(f"{shown(column)} is not a column of the results{hint} (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
         name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
         if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
                 name.startswith(f"{m}.") for m, k in (nested or {}).items() if k == "mappings"):
-            raise AxisError(f"{column!r} names no axis of this sweep (its axis columns: "
+            raise AxisError(f"{shown(column)} names no axis of this sweep (its axis columns: "
                             f"{', '.join('sweep.' + n for n in axis_names)})", at if isinstance(at, tuple) else (at,))
         kind = (nested or {}).get(name)
         if kind is not None:
             what = "lists, which results.csv leaves out (they stay in results.json)" if kind == "lists" else \
                 f"mappings, whose fields are the columns {column}.<field>"
-            raise AxisError(f"{column!r} holds {what}: plot another column (prefill_len for prompt_lens)",
+            raise AxisError(f"{shown(column)} holds {what}: plot another column (prefill_len for prompt_lens)",
                             at if isinstance(at, tuple) else (at,))
     return dict(spec)
 
@@ -104,9 +105,9 @@ def parse_objectives(spec: Any) -> dict[str, str] | None:
         raise AxisError("expected a mapping of results column -> max | min, such as {decode_tokens_per_s: max, "
                         "tpot_s: min}")
     for column, direction in spec.items():
-        problem = objective_problem(column) if isinstance(column, str) else f"expected a column name, got {column!r}"
+        problem = objective_problem(column) if isinstance(column, str) else f"expected a column name, got {shown(column)}"
         if problem:
             raise AxisError(f"{problem} (see docs/results.md)", (column,))
         if direction not in DIRECTIONS:
-            raise AxisError(f"expected max or min, got {direction!r}", (column,))
+            raise AxisError(f"expected max or min, got {shown(direction)}", (column,))
     return dict(spec)
