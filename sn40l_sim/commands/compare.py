@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from sn40l_sim.commands.argtypes import input_path
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.yamlio import parse_json, refuse_special_file
 
 
@@ -96,6 +96,19 @@ def load_records(path: Path) -> list[dict]:
             not all(isinstance(r, dict) and isinstance(r.get("name"), str) for r in records):
         raise InputError("expected a list of result records, each with a name (a results.json written by run or "
                          "sweep)", file=file)
+    from sn40l_sim.report.record_shape import record_problem
+
+    seen: set[str] = set()
+    for i, record in enumerate(records):
+        # points are paired by name: a second record of one name replaced the first unsaid
+        if record["name"] in seen:
+            raise InputError(f"records[{i}]: point name {shown(record['name'])} appears twice; expected each point "
+                             "once (a results.json written by run or sweep)", file=file)
+        seen.add(record["name"])
+        problem = record_problem(record)
+        if problem:   # a figure edited into text stopped the table with a TypeError traceback
+            raise InputError(f"records[{i}] ({shown(record['name'])}): {problem} (a results.json written by run or "
+                             "sweep)", file=file)
     return records
 
 
