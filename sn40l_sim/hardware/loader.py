@@ -334,7 +334,8 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
         The starting point (left unchanged).
     overrides : dict
         Dotted path under the node (``"socket.memory.hbm.bytes_per_s_per_unit"``, ``"sockets"``) ->
-        value. Old-style memory paths (``socket.hbm.*``, ``socket.calibrated.hbm_efficiency``) are
+        value; ``"socket"`` may name a socket (or node) file, whose socket replaces the node's.
+        Old-style memory paths (``socket.hbm.*``, ``socket.calibrated.hbm_efficiency``) are
         converted with a deprecation warning.
 
     Raises
@@ -356,12 +357,20 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
     Traceback (most recent call last):
     ...
     sn40l_sim.errors.InputError: <overrides>: expected a mapping of dotted field paths to values, such as {'sockets': 8}, got a list
+    >>> sn30 = with_overrides(node, {"socket": "hw_configs/sn30.yaml"})
+    >>> sn30.socket.name, sn30.sockets, sn30.name
+    ('SN30', 16, 'SN40L-16 (socket hw_configs/sn30.yaml)')
     """
     _check_override_paths(overrides)
     overrides = upgrade_overrides(overrides)
+    values = dict(overrides)
+    if isinstance(values.get("socket"), (str, Path)):
+        # a socket file's path, as a node file's socket: takes (--set hardware.socket=hw_configs/sn10.yaml
+        # was refused as "expected a mapping"); the node is named after the path as given
+        values["socket"] = load_hardware(values["socket"]).socket
     data = node.model_dump()
-    for dotted_path in sorted(overrides):
-        value = overrides[dotted_path]
+    for dotted_path in sorted(values):
+        value = values[dotted_path]
         try:
             set_value(data, tuple(dotted_path.split(".")), value.model_dump() if isinstance(value, BaseModel)
                       else value, create=False)

@@ -294,6 +294,22 @@ def test_an_experiment_placing_the_tiers_itself_is_not_told_to(tmp_path, recwarn
         assemble(load_experiment(tmp_path / "plain.yaml"))
 
 
+def test_an_override_of_the_socket_may_name_a_socket_file_as_a_node_file_does(capsys):
+    # a node file's socket: takes a path; --set hardware.socket=hw_configs/sn30.yaml was refused as
+    # "socket: expected a mapping of keys"
+    from sn40l_sim.commands.cli import main
+
+    node = load_hardware(HW / "sn40l_node8.yaml")
+    sn30 = with_overrides(node, {"socket": str(HW / "sn30.yaml")})
+    assert sn30.socket == load_hardware(HW / "sn30.yaml").socket and sn30.sockets == 8
+    assert sn30.name == f"SN40L-8 (socket {HW / 'sn30.yaml'})"
+    assert with_overrides(node, {"socket": str(HW / "sn40l.yaml")}).name == "SN40L-8"   # the same socket
+    exp = str(HW.parent / "experiments" / "llama8b_node8.yaml")
+    assert main(["map", exp, "--phase", "decode", "--set", "hardware.socket=nope/sn99.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --set hardware.socket: 'nope/sn99.yaml': file not found\n", err
+
+
 def test_a_node_name_is_short_in_its_file_but_may_grow_by_overrides(tmp_path):
     # the names limit (100 characters) refused the name overrides give a node, which names what they
     # changed: calibrate's second round of overrides stopped with "expected a name of at most 100"
