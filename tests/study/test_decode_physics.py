@@ -90,7 +90,7 @@ def test_twice_the_hbm_bandwidth_brings_a_memory_bound_step_within_15_percent_of
     # Llama-3.1-405B at batch 1 on 16 sockets: its weights hold most of the step. (Llama-3.1-70B on
     # 16 sockets, near its roofline too, reached only 0.77 and then 0.65 with earlier calibrations
     # and allocators: its chain of latency-bound all-reduces and of compute on weights streamed
-    # ahead was nearly as long as the halved stream; it is 0.51 now; docs/validation.md.)
+    # ahead was nearly as long as the halved stream; it is 0.50 now; docs/validation.md.)
     exp = ROOT / "experiments" / "per_user_speed.yaml"
     name = "full[model=llama3_1_405b,speculative=none]"
     # only that run of the sweep is simulated (its record is the one of a run of the whole sweep)
