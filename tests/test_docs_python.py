@@ -1,5 +1,6 @@
-"""docs/notebooks.md's section on the Python entry points: its code block runs as written and gives
-the figures the text quotes, so a Python user following it meets no stale name."""
+"""The Python code blocks of the docs run as written and give the figures the text quotes, so a
+Python user following them meets no stale name: docs/notebooks.md's section on the Python entry
+points, and docs/validation.md's record of the output projection's prefill call, part by part."""
 from __future__ import annotations
 
 import re
@@ -40,3 +41,33 @@ def test_the_code_block_runs_and_gives_the_quoted_figures(monkeypatch, capsys):
     assert names["records"]["full"]["decode_step_s"] == pytest.approx(names["step"].seconds, rel=0)
     printed = capsys.readouterr().out.strip()
     assert printed.startswith("<overrides>: socket.memory.hbm.bandwith: unknown key (expected one of bytes_per_s_per_unit")
+
+
+def test_validation_output_projection_block_gives_its_table(monkeypatch, capsys):
+    """docs/validation.md, "The output projection's call, part by part": the snippet prints the
+    engine's record of layer 3's output projection, and the table under it quotes that record."""
+    monkeypatch.chdir(REPO)
+    text = (REPO / "docs" / "validation.md").read_text(encoding="utf-8")
+    start = text.index("#### The output projection's call, part by part")
+    section = text[start:text.index("\n#", start + 1)]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    names: dict = {}
+    exec(compile(code, "docs/validation.md", "exec"), names)
+    assert capsys.readouterr().out.count("\n") == 1 + len(names["r"].collectives)   # what it prints
+    r, (c,) = names["r"], names["r"].collectives
+    mhz = names["asm"].node.socket.clock_hz / 1e6
+    quoted = " ".join(section.split())
+
+    def us(cycles: int) -> str:
+        return f"{cycles / mhz:,.1f}"
+
+    total = r.end - r.start
+    assert f"takes {total:,} cycles ({us(total)} µs" in quoted
+    assert f"| launch + barrier | {us(r.launch_cycles)} + {us(r.barrier_cycles)} |" in quoted
+    assert f"| configuration load | {us(r.config_cycles)} |" in quoted
+    assert f"| pipeline fill | {us(r.fill_cycles)} |" in quoted
+    assert f"({c.ready - r.stream_start} cycles into the stream) | {us(c.end - c.start)} |" in quoted
+    assert f"| of which under the GEMM's stream | {us(r.stream_end - r.stream_start)} |" in quoted
+    assert f"| of which after it (exposed) | {us(r.end - r.stream_end)} |" in quoted
+    assert f"{c.staged_bytes / 1e9:.2f} GB, {c.staged_bytes / 15 / 1e6:.1f} MB on each of its 15 links" in quoted
+    assert f"The streams move {r.tier_bytes['hbm'] / 1e9:.2f} GB of HBM traffic" in quoted
