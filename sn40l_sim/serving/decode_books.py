@@ -39,6 +39,7 @@ import functools
 import heapq
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -50,7 +51,7 @@ from sn40l_sim.serving.serving_log import DecodeTokens, RequestLog, StepLog
 from sn40l_sim.serving.step_table import StepTable
 
 if TYPE_CHECKING:
-    from sn40l_sim.serving.scheduler import Scheduler
+    from sn40l_sim.serving.scheduler import Scheduler, Signal
     from sn40l_sim.serving.setup import ServingSetup
 
 
@@ -257,6 +258,11 @@ class RunBook:
                 heapq.heappush(self._finish_steps, last_step)
         self.stepping += len(logs)
 
+    @property
+    def next_finish_step(self) -> int:
+        """The first step (index into :attr:`ends`) in which a stepping sequence finishes."""
+        return self._finish_steps[0]
+
     def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
         steps that end before anything else is due (the next event of the simulation)."""
@@ -320,6 +326,32 @@ class RunBook:
                 self._prefixed.pop(log.request.id, None)
         self.stepping -= len(finishing)
         return [log for log, _ in finishing]
+
+
+@dataclass
+class DecodeNode:
+    """A decode node of the serving loop (:mod:`sn40l_sim.serving.loop`): its slots, its book and
+    the sequences it holds that are not stepping."""
+
+    index: int
+    table: SlotTable
+    wake: Signal
+    #: the node's sequences that are stepping, and what their steps give (the books above)
+    book: StepwiseBook | RunBook
+    #: sequences whose cache has arrived and that join at the next step
+    arrived: list[RequestLog] = field(default_factory=list)
+    #: sequences with a reserved slot whose cache is still crossing the link (or being prefilled)
+    incoming: list[RequestLog] = field(default_factory=list)
+    #: its boundaries' place among other nodes' on a cycle; a boundary due now; its run's end cycle
+    #: and last step (the loop's ``_step_boundary``, :mod:`.run_bounds`)
+    chain: int = 0
+    late_pending: bool = False
+    run_end: tuple[int, int] | None = None
+
+    def hold(self, log: RequestLog) -> None:
+        """A slot is reserved for ``log``: its cache is on its way (or being prefilled here)."""
+        self.incoming.append(log)
+        self.book.hold(log)
 
 
 class _NodeView(Protocol):

@@ -33,12 +33,11 @@ knows nothing of kernels:
   sequence that has its ``output_len`` tokens frees its slot at the end of the step.
 * **By requests**: a node's book (:mod:`sn40l_sim.serving.decode_books`) takes each sequence's
   tokens and cached tokens for all its steps when it joins, and a run of steps that ends before
-  anything else is due advances in one event; ``stepwise=True`` walks every step and sequence
-  instead (the reference: the same log). Prefix caching (``prefix_caching``,
-  :mod:`sn40l_sim.serving.prefix_cache`) shortens prefills that reuse a held prefix and stores a
-  prefix shared on a decode node once; chunked prefill (``prefill_chunk``,
-  :mod:`sn40l_sim.serving.chunked_prefill`) alternates a co-located node's prefill chunks with
-  single decode steps. Both work by requests and step by step alike.
+  anything that can change the node is due (disaggregated, :mod:`sn40l_sim.serving.run_bounds`;
+  co-located, anything at all) advances in one event; ``stepwise=True`` walks every step (the
+  reference: the same log). Prefix caching (:mod:`sn40l_sim.serving.prefix_cache`) and chunked
+  prefill (a co-located node's prefill chunks alternate with single decode steps,
+  :mod:`sn40l_sim.serving.chunked_prefill`) work by requests and step by step alike.
 
 Examples
 --------
@@ -56,15 +55,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
-from sn40l_sim.serving.decode_books import RunBook, StepwiseBook
+from sn40l_sim.serving.decode_books import DecodeNode, RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixTracker
+from sn40l_sim.serving.run_bounds import RunBounds, RunEnd
 from sn40l_sim.serving.scheduler import Link, Scheduler, Signal, Wait
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.setup import ServingSetup
@@ -72,24 +71,6 @@ from sn40l_sim.serving.step_table import StepTable
 from sn40l_sim.serving.workload import Request
 
 __all__ = ["RequestLog", "ServingLog", "ServingSetup", "StepLog", "simulate"]
-
-
-@dataclass
-class _DecodeNode:
-    index: int
-    table: SlotTable
-    wake: Signal
-    #: the node's sequences that are stepping, and what their steps give (:mod:`.decode_books`)
-    book: StepwiseBook | RunBook
-    #: sequences whose cache has arrived and that join at the next step
-    arrived: list[RequestLog] = field(default_factory=list)
-    #: sequences with a reserved slot whose cache is still crossing the link (or being prefilled)
-    incoming: list[RequestLog] = field(default_factory=list)
-
-    def hold(self, log: RequestLog) -> None:
-        """A slot is reserved for ``log``: its cache is on its way (or being prefilled here)."""
-        self.incoming.append(log)
-        self.book.hold(log)
 
 
 class _Serving:
@@ -110,8 +91,10 @@ class _Serving:
             self.busy["graph_switch"] = [0] * setup.decode_nodes
         #: the graph each co-located node ran last (``"prefill"``, ``"decode"``; None before any)
         self.last_graph: list[str | None] = [None] * setup.decode_nodes
-        self.nodes = [_DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
+        self.nodes = [DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
+        #: runs up to what can change their node (:mod:`.run_bounds`)
+        self.bounds = RunBounds(env, self.nodes, setup) if not (stepwise or colocated) and setup.decode_nodes > 1 else None
         self.links = [Link(env) for _ in range(n_prefill)]
         #: each decode node's end of the transfers (its host link or P2P ports take one at a time)
         self.ingress = [Link(env) for _ in range(0 if colocated else setup.decode_nodes)]
@@ -185,28 +168,30 @@ class _Serving:
         log.first_token = self.env.now
         log.add_token(self.env.now)
 
-    def _start_steps(self, node: _DecodeNode, most: int | None = None) -> tuple[int, int, int]:
+    def _start_steps(self, node: DecodeNode, most: int | None = None) -> tuple[int, int, int]:
         """One event of decode steps starts: as many as the node's book says nothing else can
         happen in (at most ``most``: chunked prefill has a chunk to run after the next step).
         Returns the start cycle, the steps and their cycles."""
-        count = node.book.steps_to_run(self.env)
+        count = node.book.steps_to_run(self.env if self.bounds is None else self.bounds.clock(node))
         if most is not None:
             count = min(count, most)
         return self.env.now, count, count * self.setup.decode_step_cycles
 
-    def _end_steps(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+    def _end_steps(self, node: DecodeNode, start: int, count: int, cycles: int) -> None:
         """The steps are done: log them; the sequences that finished leave their slots."""
         self.busy["decode"][node.index] += cycles
+        if self.bounds is not None:
+            self.bounds.logged(node, count)
         for log in node.book.record(start, count, node, self.steps):
             node.table.release(log.slot, log.request.id)
             self._finish(log)
 
-    def _decode_steps(self, node: _DecodeNode, most: int | None = None) -> Generator[Wait, None, None]:
+    def _decode_steps(self, node: DecodeNode, most: int | None = None) -> Generator[Wait, None, None]:
         start, count, cycles = self._start_steps(node, most)
         yield cycles
         self._end_steps(node, start, count, cycles)
 
-    def _join(self, node: _DecodeNode) -> None:
+    def _join(self, node: DecodeNode) -> None:
         if not node.arrived:
             return
         for log in node.arrived:
@@ -257,7 +242,7 @@ class _Serving:
             node.hold(log)
             self._transfer(log, node)
 
-    def _transfer(self, log: RequestLog, node: _DecodeNode) -> None:
+    def _transfer(self, log: RequestLog, node: DecodeNode) -> None:
         """``log``'s cache crosses its prefill node's link and ``node``'s when both are free, then
         waits to join ``node``'s next step (the events a SimPy process holding the links would
         take)."""
@@ -284,31 +269,36 @@ class _Serving:
 
         env.soon(lambda: link.request(lambda: ingress.request(start)))
 
-    def _step_boundary(self, node: _DecodeNode) -> None:
+    def _step_boundary(self, node: DecodeNode, woken: bool = False) -> None:
         """``node`` is at a step boundary (or woken by an arrival): its next step starts after every
         other event of this cycle, so a cache that arrives at the cycle joins it (a tie broken
-        toward joining, whatever order the events were scheduled in)."""
-        self.env.last(lambda: self._decode_next(node))
+        toward joining, whatever order the events were scheduled in); nodes' boundaries on one cycle
+        in the order of their chains of steps, a chain starting where a node is woken (:mod:`.run_bounds`)."""
+        node.late_pending, node.chain = True, self.env.new_order() if woken else node.chain
+        self.env.last(lambda: self._decode_next(node), node.chain)
 
-    def _decode_next(self, node: _DecodeNode) -> None:
+    def _decode_next(self, node: DecodeNode) -> None:
         """At a step boundary of ``node``, the cycle's other events done: the arrived sequences
         join, then the next steps run, or the node waits for a sequence."""
+        node.late_pending = False
         if node.arrived:
             self._join(node)
         if not node.book.stepping:
-            node.wake.wait(lambda: self._step_boundary(node))
+            node.wake.wait(lambda: self._step_boundary(node, woken=True))
             return
         start, count, cycles = self._start_steps(node)
-        self.env.at(cycles, lambda: self._decoded(node, start, count, cycles))
+        node.run_end = (start + cycles, len(node.book.ends) + count - 1) if self.bounds else None
+        self.env.at(cycles, RunEnd(lambda: self._decoded(node, start, count, cycles)))
 
-    def _decoded(self, node: _DecodeNode, start: int, count: int, cycles: int) -> None:
+    def _decoded(self, node: DecodeNode, start: int, count: int, cycles: int) -> None:
+        node.run_end = None
         self._end_steps(node, start, count, cycles)
         if self.ready:
             self._dispatch()
         self._step_boundary(node)
 
     # -- co-located ------------------------------------------------------------------------
-    def switch_to(self, node: _DecodeNode, graph: str, prompt_len: int = 0,
+    def switch_to(self, node: DecodeNode, graph: str, prompt_len: int = 0,
                   part: bool = False) -> Generator[Wait, None, None]:
         """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other
         graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``);
@@ -326,7 +316,7 @@ class _Serving:
             self.busy["graph_switch"][node.index] += cycles
             yield cycles
 
-    def _prefilled_here(self, node: _DecodeNode, log: RequestLog) -> None:
+    def _prefilled_here(self, node: DecodeNode, log: RequestLog) -> None:
         """``log``'s prompt is prefilled on its own decode node: a one-token request is done and
         frees its slot; any other joins the node's batch at the next step boundary."""
         node.incoming.remove(log)
@@ -337,7 +327,7 @@ class _Serving:
         else:
             node.arrived.append(log)
 
-    def _colocated_node(self, node: _DecodeNode) -> Generator[Wait, None, None]:
+    def _colocated_node(self, node: DecodeNode) -> Generator[Wait, None, None]:
         while True:
             if self.waiting and node.table.free:
                 log = self.waiting.popleft()
@@ -383,5 +373,7 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
     env = Scheduler()
     serving = _Serving(env, requests, setup, stepwise)
     env.run()
+    if serving.bounds is not None:
+        serving.bounds.sort(serving.steps)
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
                       int(env.now), serving.busy, serving.prefixes)

@@ -81,10 +81,19 @@ class Scheduler:
         """Run ``callback`` at this cycle where a SimPy process started now would start."""
         heapq.heappush(self._queue, (self.now, URGENT, next(self._order), callback))
 
-    def last(self, callback: Callable[[], None]) -> None:
+    def last(self, callback: Callable[[], None], order: int | None = None) -> None:
         """Run ``callback`` at this cycle after every other event due at it, including the ones
-        those events schedule for it (no SimPy counterpart: see the module's docstring)."""
-        heapq.heappush(self._queue, (self.now, LATE, next(self._order), callback))
+        those events schedule for it (no SimPy counterpart: see the module's docstring); among
+        themselves in the order they were scheduled, or by ``order`` (from :meth:`new_order`)."""
+        heapq.heappush(self._queue, (self.now, LATE, next(self._order) if order is None else order, callback))
+
+    def new_order(self) -> int:
+        """The place of an event scheduled now, for :meth:`last`'s ``order``."""
+        return next(self._order)
+
+    def pending(self) -> list[tuple[int, int, int, Callable[[], None]]]:
+        """The events due, as ``(cycle, priority, order, callback)``, in no particular order."""
+        return self._queue
 
     def peek(self) -> float:
         """The cycle of the next event (infinity when none is due)."""

@@ -57,6 +57,12 @@ class StepTable:
         """One field of every step, in order (a new int64 array)."""
         return np.frombuffer(self._flat, dtype=np.int64).reshape(-1, _WIDTH)[:, StepLog._fields.index(field)].copy()
 
+    def reorder(self, order: np.ndarray) -> None:
+        """Put the steps in ``order`` (indices of the steps, each once)."""
+        rows = np.frombuffer(self._flat, dtype=np.int64).reshape(-1, _WIDTH)[order]
+        self._flat = array("q")
+        self._flat.frombytes(rows.tobytes())
+
     def __len__(self) -> int:
         return len(self._flat) // _WIDTH
 

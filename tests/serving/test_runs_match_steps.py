@@ -15,6 +15,7 @@ import pytest
 from sn40l_sim.kvcache import POLICIES, make_policy
 from sn40l_sim.report.metrics import kv_occupancy, latencies, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
+from sn40l_sim.serving import loop
 from sn40l_sim.serving.decode_books import RunBook, cached_tokens
 from sn40l_sim.serving.drafts import tokens_per_step
 from sn40l_sim.serving.loop import ServingSetup, simulate
@@ -139,6 +140,31 @@ def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mo
         assert kv_occupancy(by_runs, clock) == kv_occupancy(by_steps, clock)
         saved += sum(step.kv_bytes_saved for step in by_runs.steps)
     assert max(runs) > 1 and saved > 0  # runs of steps, and steps where sharing saved KV
+
+
+@pytest.mark.parametrize("drafts", [0, 2])
+def test_runs_on_several_disaggregated_decode_nodes_span_the_other_nodes_steps(drafts, monkeypatch):
+    # a run is cut only by what can change its node (sn40l_sim/serving/run_bounds.py), so it spans
+    # the other nodes' step boundaries; with short steps (1 and 7 cycles) boundaries of two nodes
+    # often fall on one cycle, where their order decides which node a cache is sent to
+    starts = loop._Serving._start_steps
+    runs: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(loop._Serving, "_start_steps", lambda self, node, most=None: runs.append(
+        (node.index, *starts(self, node, most)[:2])) or starts(self, node, most))
+    spanned = 0
+    for seed in range(40):
+        requests, setup = workload(seed, "disaggregated", drafts, sorted(CACHES)[seed % len(CACHES)])
+        setup = replace(setup, decode_nodes=2 + seed % 2, decode_step_cycles=[1, 7, 50][seed % 3])
+        by_steps = simulate(requests, setup, stepwise=True)
+        runs.clear()
+        by_runs = simulate(requests, setup)
+        assert everything(by_runs) == everything(by_steps), f"seed {seed}"
+        ends = {(step.node, step.end) for step in by_runs.steps}
+        cycles = setup.decode_step_cycles
+        spanned += any((other, end) in ends for node, start, count in runs if count > 1
+                       for other in range(setup.decode_nodes) if other != node
+                       for end in range(start + 1, start + count * cycles))
+    assert spanned >= 10
 
 
 def test_a_lone_node_runs_to_the_next_finish_in_one_event(runs):
