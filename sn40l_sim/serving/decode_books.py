@@ -11,10 +11,10 @@ in one event, then has it record them: the tokens each step gave its sequences, 
   reads one step at a time, for all requests at once when the serve starts:
   :mod:`sn40l_sim.serving.drafts`) and its cached tokens at the end of each of its steps are added to the
   node's arrays of steps to come, indexed by step. A step then reads its tokens and KV there, and
-  a run of steps in which nothing else can happen (no arrival, prefill, transfer or other node's
-  event before its end, no sequence finishing before its last step) is advanced in one event.
-  Nothing is reordered: every event the run skips is one of the node's own steps that changes no
-  shared state, so the serving log is identical to the reference's.
+  a run of steps in which nothing can change the node (no event before its end that can reach it,
+  :mod:`sn40l_sim.serving.run_bounds`; no sequence finishing before its last step) is advanced in
+  one event. Every event the run skips is one of the node's own steps that changes no shared
+  state, so the serving log is identical to the reference's.
 
 With prefix caching sharing decode KV (:mod:`sn40l_sim.serving.prefix_cache`), a step's KV bytes
 lose what the node's sequences save by storing each shared prefix once. Within a run the node holds
@@ -265,7 +265,8 @@ class RunBook:
 
     def steps_to_run(self, env: Scheduler) -> int:
         """Steps to advance in one event: up to the first step a sequence finishes in, and only
-        steps that end before anything else is due (the next event of the simulation)."""
+        steps that end before ``env.peek()``: the next event of the simulation, or on several
+        decode nodes the first that can change this one (:mod:`sn40l_sim.serving.run_bounds`)."""
         own = self._finish_steps[0] - len(self.ends) + 1
         if own == 1:   # a sequence finishes at the next step (most events of a full node)
             return 1
@@ -342,11 +343,11 @@ class DecodeNode:
     arrived: list[RequestLog] = field(default_factory=list)
     #: sequences with a reserved slot whose cache is still crossing the link (or being prefilled)
     incoming: list[RequestLog] = field(default_factory=list)
-    #: its boundaries' place among other nodes' on a cycle; a boundary due now; its run's end cycle
-    #: and last step (the loop's ``_step_boundary``, :mod:`.run_bounds`)
+    #: its boundaries' place among other nodes' on a cycle; a boundary due now; its run's end cycle,
+    #: last step and whether a prefill chunk follows (the loop's ``_step_boundary``, :mod:`.run_bounds`)
     chain: int = 0
     late_pending: bool = False
-    run_end: tuple[int, int] | None = None
+    run_end: tuple[int, int, bool] | None = None
 
     def hold(self, log: RequestLog) -> None:
         """A slot is reserved for ``log``: its cache is on its way (or being prefilled here)."""

@@ -63,8 +63,8 @@ from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
 from sn40l_sim.serving.decode_books import DecodeNode, RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixTracker
-from sn40l_sim.serving.run_bounds import RunBounds, RunEnd
-from sn40l_sim.serving.scheduler import Link, Scheduler, Signal, Wait
+from sn40l_sim.serving.run_bounds import RunBounds
+from sn40l_sim.serving.scheduler import Link, RunEnd, RunWait, Scheduler, Signal, Wait
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
 from sn40l_sim.serving.setup import ServingSetup
 from sn40l_sim.serving.step_table import StepTable
@@ -94,7 +94,7 @@ class _Serving:
         self.nodes = [DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
         #: runs up to what can change their node (:mod:`.run_bounds`)
-        self.bounds = RunBounds(env, self.nodes, setup) if not (stepwise or colocated) and setup.decode_nodes > 1 else None
+        self.bounds = RunBounds(env, self.nodes, setup, self.waiting) if not stepwise and setup.decode_nodes > 1 else None
         self.links = [Link(env) for _ in range(n_prefill)]
         #: each decode node's end of the transfers (its host link or P2P ports take one at a time)
         self.ingress = [Link(env) for _ in range(0 if colocated else setup.decode_nodes)]
@@ -175,11 +175,15 @@ class _Serving:
         count = node.book.steps_to_run(self.env if self.bounds is None else self.bounds.clock(node))
         if most is not None:
             count = min(count, most)
+        # its end and last step, and whether a chunk may follow (for the other nodes' runs)
+        node.run_end = (self.env.now + count * self.setup.decode_step_cycles, len(node.book.ends) + count - 1,
+                        most is not None) if self.bounds is not None else None
         return self.env.now, count, count * self.setup.decode_step_cycles
 
     def _end_steps(self, node: DecodeNode, start: int, count: int, cycles: int) -> None:
         """The steps are done: log them; the sequences that finished leave their slots."""
         self.busy["decode"][node.index] += cycles
+        node.run_end = None
         if self.bounds is not None:
             self.bounds.logged(node, count)
         for log in node.book.record(start, count, node, self.steps):
@@ -188,7 +192,7 @@ class _Serving:
 
     def _decode_steps(self, node: DecodeNode, most: int | None = None) -> Generator[Wait, None, None]:
         start, count, cycles = self._start_steps(node, most)
-        yield cycles
+        yield RunWait(cycles)
         self._end_steps(node, start, count, cycles)
 
     def _join(self, node: DecodeNode) -> None:
@@ -287,11 +291,9 @@ class _Serving:
             node.wake.wait(lambda: self._step_boundary(node, woken=True))
             return
         start, count, cycles = self._start_steps(node)
-        node.run_end = (start + cycles, len(node.book.ends) + count - 1) if self.bounds else None
         self.env.at(cycles, RunEnd(lambda: self._decoded(node, start, count, cycles)))
 
     def _decoded(self, node: DecodeNode, start: int, count: int, cycles: int) -> None:
-        node.run_end = None
         self._end_steps(node, start, count, cycles)
         if self.ready:
             self._dispatch()

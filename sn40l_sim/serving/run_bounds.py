@@ -1,6 +1,6 @@
-"""How far a disaggregated decode node's run of steps may go: to the first event that can change
-what the node does, not to the next event of the whole serve (docs/architecture.md, the serving
-loop in "The layers, bottom up").
+"""How far a decode node's run of steps may go, on several decode nodes: to the first event that
+can change what the node does, not to the next event of the whole serve (docs/architecture.md, the
+serving loop in "The layers, bottom up").
 
 A run is advanced in one event (:class:`~sn40l_sim.serving.decode_books.RunBook`); the steps it
 skips must be steps the step-by-step loop takes with the same state and in the same order. What can
@@ -15,30 +15,40 @@ change a disaggregated node ``A``'s steps, or be changed by them:
 * ``A``'s own steps change nothing outside the node until one of its sequences finishes (its own
   limit): a step without a finish releases no slot and its dispatch finds no node with room.
 
-So a run ends before the first event due that is not another node's decode step (an arrival,
-prefill, link grant, transfer or signal: each can start a chain that reaches ``A``), and before the
-first step in which another node's sequence can finish (a lower bound from its book: its sequences
-change only through joins, which need a transfer's end, itself a bound). Everything between is
-another node's steps without a finish, which touch nothing ``A`` reads. Their order against
-``A``'s events matters only through the order of the nodes' step boundaries on one cycle, which
-:meth:`~sn40l_sim.serving.scheduler.Scheduler.last` takes from each node's chain of steps, and
-through the order of the steps in the log, which :class:`RunBounds` sorts back into the
-step-by-step order (by end, then chain).
+A co-located node takes a waiting request at a step boundary where it has a free slot, and goes to
+wait for an arrival when it has nothing to step; the nodes share only the queue of waiting requests
+and that wait. A node with requests waiting runs to the next event of the serve, as before; with
+none, nothing reaches it before an arrival, and another node's steps that follow a step (no prompt
+of its own to prefill, no sequence finishing) touch neither.
 
-A node's chain starts where it is woken (its first boundary's place in the order of events); step
-by step, each boundary schedules the step's end, whose event schedules the next boundary, so nodes
-stepping in step keep the order they had, and one stepping since an earlier cycle comes before one
-woken at this cycle: the order of their chains, which runs that skip those events keep.
+So a run ends before the first event due that is not another node's decode steps (an arrival,
+prefill, chunk, graph switch, link grant, transfer or signal: each can start a chain that reaches
+``A``), and before the first step in which another node's sequence can finish or after which it
+prefills (a lower bound from its book: its sequences change only through joins, which need one of
+those events first). Everything between is other nodes' steps, which touch nothing ``A`` reads. The
+order of the events on one cycle matters only between such steps of two nodes whose boundaries fall
+on the same cycles, and in the log:
+
+* disaggregated, a node's boundaries are ordered among other nodes' on one cycle by their chains of
+  steps (:meth:`~sn40l_sim.serving.scheduler.Scheduler.last`). A node's chain starts where it is
+  woken (its first boundary's place in the order of events); step by step, each boundary schedules
+  the step's end, whose event schedules the next boundary, so nodes stepping in step keep the order
+  they had, and one stepping since an earlier cycle comes before one woken at this cycle: the order
+  of their chains, which runs that skip those events keep;
+* co-located, a node runs one step per event while another node's steps end on its boundaries'
+  cycles (each step scheduled where the step-by-step loop schedules it);
+* the log is sorted back into the step-by-step order, by end cycle and then chain
+  (:class:`RunBounds`).
 """
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sn40l_sim.serving.scheduler import LATE
+from sn40l_sim.serving.scheduler import LATE, RunEnd
 
 if TYPE_CHECKING:
     from sn40l_sim.serving.scheduler import Scheduler
@@ -46,19 +56,6 @@ if TYPE_CHECKING:
     from sn40l_sim.serving.step_table import StepTable
 
 INFINITY = float("inf")
-
-
-class RunEnd:
-    """The event that ends a run of a decode node's steps (told apart from every other event by
-    :func:`run_bound`)."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-
-    def __call__(self) -> None:
-        self.callback()
 
 
 class BoundedClock:
@@ -75,48 +72,53 @@ class BoundedClock:
 
 
 def earliest_finish(node: Any, now: int, step_cycles: int) -> float:
-    """The first cycle a step of ``node`` (a disaggregated decode node) can end with a sequence
-    finishing, while nothing joins it but what has already arrived (a lower bound)."""
+    """The first cycle a step of ``node`` can end with a sequence finishing, or after which it runs a
+    chunk of prefill, while nothing joins it but what has already arrived (a lower bound)."""
     book = node.book
     if node.late_pending:            # its next step starts now, after this cycle's other events
         first = now + step_cycles if node.arrived else INFINITY
         if book.stepping:
             first = min(first, now + (book.next_finish_step - len(book.ends) + 1) * step_cycles)
         return first
-    if node.run_end is None:          # waiting for a cache: it joins at a transfer's end
+    if node.run_end is None:          # waiting for a cache or a request, prefilling, switching graphs
         return INFINITY
-    end_cycle, last_step = node.run_end
+    end_cycle, last_step, then_prefill = node.run_end
+    if then_prefill:
+        return end_cycle
     first = end_cycle + (book.next_finish_step - last_step) * step_cycles
     return min(first, end_cycle + step_cycles) if node.arrived else first
 
 
-def run_bound(env: Scheduler, nodes: list[Any], node: Any, step_cycles: int) -> float:
-    """The first cycle at which an event that can change ``node``'s steps may happen (the run's
-    steps must end before it)."""
-    if node.incoming or node.arrived:
-        return env.peek()
-    due = INFINITY
-    for cycle, priority, _, callback in env.pending():
-        if cycle < due and priority != LATE and not isinstance(callback, RunEnd):
-            due = cycle
-    for other in nodes:
-        if other is not node:
-            due = min(due, earliest_finish(other, env.now, step_cycles))
-    return due
-
-
 class RunBounds:
-    """The runs of a disaggregated serve by requests on several decode nodes: each run's clock
-    (:func:`run_bound`), and the chain of every logged step, to sort the log into the order the
-    step-by-step loop logs it (by end cycle; on one cycle, the order of the nodes' chains)."""
+    """The runs of a serve by requests on several decode nodes: each run's clock (:meth:`clock`),
+    and the chain of every logged step, to sort the log into the order the step-by-step loop logs
+    it (by end cycle; on one cycle, the order of the nodes' chains)."""
 
-    def __init__(self, env: Scheduler, nodes: list[Any], setup: ServingSetup) -> None:
-        self.env, self.nodes, self.step_cycles = env, nodes, setup.decode_step_cycles
+    def __init__(self, env: Scheduler, nodes: list[Any], setup: ServingSetup, waiting: deque[Any]) -> None:
+        self.env, self.nodes, self.step_cycles, self.waiting = env, nodes, setup.decode_step_cycles, waiting
+        self.colocated = setup.mode == "colocated"
         self.chains = array("q")
 
     def clock(self, node: Any) -> BoundedClock:
         """The clock ``node``'s next run reads: now, and the first cycle something can change it."""
-        return BoundedClock(self.env.now, run_bound(self.env, self.nodes, node, self.step_cycles))
+        return BoundedClock(self.env.now, self.bound(node))
+
+    def bound(self, node: Any) -> float:
+        """The first cycle at which an event that can change ``node``'s steps may happen (the run's
+        steps must end before it)."""
+        env, now, cycles = self.env, self.env.now, self.step_cycles
+        if node.incoming or node.arrived or (self.colocated and self.waiting):
+            return env.peek()
+        due = INFINITY
+        for cycle, priority, _, callback in env.pending():
+            if cycle < due and priority != LATE and not isinstance(callback, RunEnd):
+                due = cycle
+        for other in self.nodes:
+            if other is not node:
+                due = min(due, earliest_finish(other, now, cycles))
+                if self.colocated and other.run_end is not None and (other.run_end[0] - now) % cycles == 0:
+                    due = min(due, now + cycles)     # its steps end with ours: one step per event
+        return due
 
     def logged(self, node: Any, count: int) -> None:
         """``node`` logged ``count`` steps."""

@@ -110,6 +110,8 @@ class Scheduler:
             return
         if isinstance(wait, Signal):
             wait.wait(lambda: self._resume(generator))
+        elif isinstance(wait, RunWait):
+            self.at(wait, RunEnd(lambda: self._resume(generator)))
         else:
             self.at(wait, lambda: self._resume(generator))
 
@@ -137,6 +139,23 @@ class Scheduler:
 
 def _raise_stop() -> None:
     raise _Stop
+
+
+class RunWait(int):
+    """Cycles a process waits for a run of decode steps: its resume is a :class:`RunEnd`."""
+
+
+class RunEnd:
+    """The event that ends a run of a decode node's steps (told apart from every other event by
+    :mod:`sn40l_sim.serving.run_bounds`)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
+    def __call__(self) -> None:
+        self.callback()
 
 
 class Signal:

@@ -142,18 +142,19 @@ def test_prefix_caching_and_chunked_prefill_by_runs_give_the_step_by_step_log(mo
     assert max(runs) > 1 and saved > 0  # runs of steps, and steps where sharing saved KV
 
 
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 @pytest.mark.parametrize("drafts", [0, 2])
-def test_runs_on_several_disaggregated_decode_nodes_span_the_other_nodes_steps(drafts, monkeypatch):
+def test_runs_on_several_decode_nodes_span_the_other_nodes_steps(mode, drafts, monkeypatch):
     # a run is cut only by what can change its node (sn40l_sim/serving/run_bounds.py), so it spans
     # the other nodes' step boundaries; with short steps (1 and 7 cycles) boundaries of two nodes
-    # often fall on one cycle, where their order decides which node a cache is sent to
+    # often fall on one cycle, where their order decides which node gets a cache or a request
     starts = loop._Serving._start_steps
     runs: list[tuple[int, int, int]] = []
     monkeypatch.setattr(loop._Serving, "_start_steps", lambda self, node, most=None: runs.append(
         (node.index, *starts(self, node, most)[:2])) or starts(self, node, most))
     spanned = 0
     for seed in range(40):
-        requests, setup = workload(seed, "disaggregated", drafts, sorted(CACHES)[seed % len(CACHES)])
+        requests, setup = workload(seed, mode, drafts, sorted(CACHES)[seed % len(CACHES)])
         setup = replace(setup, decode_nodes=2 + seed % 2, decode_step_cycles=[1, 7, 50][seed % 3])
         by_steps = simulate(requests, setup, stepwise=True)
         runs.clear()
