@@ -60,15 +60,24 @@ INFINITY = float("inf")
 
 class BoundedClock:
     """What :meth:`RunBook.steps_to_run` reads of the clock: the cycle now and the first cycle
-    something that can change its node is due (``peek``)."""
+    something that can change its node is due (``peek``), worked out only when read: a full node's
+    next step usually finishes a sequence, and then the run is one step whatever is due."""
 
-    __slots__ = ("now", "_due")
+    __slots__ = ("now", "_bounds", "_node")
 
-    def __init__(self, now: int, due: float) -> None:
-        self.now, self._due = now, due
+    def __init__(self, now: int, bounds: RunBounds, node: Any) -> None:
+        self.now, self._bounds, self._node = now, bounds, node
 
     def peek(self) -> float:
-        return self._due
+        bounds, node = self._bounds, self._node
+        due = bounds.env.peek()
+        if not bounds.colocated:
+            # disaggregated, the bound is never before the serve's next event, so when that comes
+            # after the node's own next finish the run ends there either way: no need to look further
+            book = node.book
+            if due > self.now + (book.next_finish_step - len(book.ends) + 1) * bounds.step_cycles:
+                return due
+        return bounds.bound(node)
 
 
 def earliest_finish(node: Any, now: int, step_cycles: int) -> float:
@@ -101,7 +110,7 @@ class RunBounds:
 
     def clock(self, node: Any) -> BoundedClock:
         """The clock ``node``'s next run reads: now, and the first cycle something can change it."""
-        return BoundedClock(self.env.now, self.bound(node))
+        return BoundedClock(self.env.now, self, node)
 
     def bound(self, node: Any) -> float:
         """The first cycle at which an event that can change ``node``'s steps may happen (the run's
@@ -109,8 +118,15 @@ class RunBounds:
         env, now, cycles = self.env, self.env.now, self.step_cycles
         if node.incoming or node.arrived or (self.colocated and self.waiting):
             return env.peek()
+        pending = env.pending()
+        if pending and not self.colocated:
+            # disaggregated, the bound is never before the serve's next event: when that event can
+            # change the node, it is the bound (the heap's first entry is the next event)
+            cycle, priority, _, callback = pending[0]
+            if priority != LATE and not isinstance(callback, RunEnd):
+                return cycle
         due = INFINITY
-        for cycle, priority, _, callback in env.pending():
+        for cycle, priority, _, callback in pending:
             if cycle < due and priority != LATE and not isinstance(callback, RunEnd):
                 due = cycle
         for other in self.nodes:

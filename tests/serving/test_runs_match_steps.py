@@ -168,6 +168,28 @@ def test_runs_on_several_decode_nodes_span_the_other_nodes_steps(mode, drafts, m
     assert spanned >= 10
 
 
+def test_a_disaggregated_nodes_bound_is_never_before_the_serves_next_event(monkeypatch):
+    # BoundedClock.peek and RunBounds.bound stop looking once the serve's next event settles the
+    # run, which holds only while no bound falls before that event; co-located nodes are exempt
+    # (their steps ending on one cycle take one step per event), and are not shortcut
+    from sn40l_sim.serving.run_bounds import RunBounds
+
+    bound, checked = RunBounds.bound, []
+
+    def checked_bound(self, node):
+        got = bound(self, node)
+        checked.append(got >= self.env.peek())
+        return got
+
+    monkeypatch.setattr(RunBounds, "bound", checked_bound)
+    for seed in range(60):
+        requests, setup = workload(seed, "disaggregated", seed % 3, sorted(CACHES)[seed % len(CACHES)])
+        by_runs = simulate(requests, replace(setup, decode_nodes=2 + seed % 3,
+                                             decode_step_cycles=[1, 7, 50][seed % 3]))
+        assert by_runs.requests
+    assert checked and all(checked), f"{checked.count(False)} of {len(checked)} bounds before the next event"
+
+
 def test_a_lone_node_runs_to_the_next_finish_in_one_event(runs):
     # nothing else is due once every request has joined: one event per finishing sequence
     setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=4, decode_step_cycles=10,
