@@ -42,7 +42,6 @@ on the same cycles, and in the log:
 """
 from __future__ import annotations
 
-from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -106,11 +105,16 @@ class RunBounds:
     def __init__(self, env: Scheduler, nodes: list[Any], setup: ServingSetup, waiting: deque[Any]) -> None:
         self.env, self.nodes, self.step_cycles, self.waiting = env, nodes, setup.decode_step_cycles, waiting
         self.colocated = setup.mode == "colocated"
-        self.chains = array("q")
+        # each run's chain and steps, expanded to one chain per step only to sort the log
+        self.run_chains: list[int] = []
+        self.run_steps: list[int] = []
+        self._clocks = {id(node): BoundedClock(0, self, node) for node in nodes}
 
     def clock(self, node: Any) -> BoundedClock:
         """The clock ``node``'s next run reads: now, and the first cycle something can change it."""
-        return BoundedClock(self.env.now, self, node)
+        clock = self._clocks[id(node)]    # one per node, read before the next run asks for it
+        clock.now = self.env.now
+        return clock
 
     def bound(self, node: Any) -> float:
         """The first cycle at which an event that can change ``node``'s steps may happen (the run's
@@ -138,8 +142,10 @@ class RunBounds:
 
     def logged(self, node: Any, count: int) -> None:
         """``node`` logged ``count`` steps."""
-        self.chains.extend(array("q", [node.chain]) * count)
+        self.run_chains.append(node.chain)
+        self.run_steps.append(count)
 
     def sort(self, steps: StepTable) -> None:
         """Put ``steps`` (all logged, each with :meth:`logged`) in step-by-step order."""
-        steps.reorder(np.lexsort((np.frombuffer(self.chains, dtype=np.int64), steps.column("end"))))
+        chains = np.repeat(np.array(self.run_chains, dtype=np.int64), np.array(self.run_steps, dtype=np.int64))
+        steps.reorder(np.lexsort((chains, steps.column("end"))))
