@@ -16,7 +16,7 @@ from sn40l_sim.kvcache import POLICIES, make_policy
 from sn40l_sim.report.metrics import kv_occupancy, latencies, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving import loop
-from sn40l_sim.serving.decode_books import RunBook, cached_tokens
+from sn40l_sim.serving.decode_books import cached_tokens
 from sn40l_sim.serving.drafts import tokens_per_step
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
@@ -58,16 +58,6 @@ def everything(log):
                  r.decode_node, r.slot, r.slot_acquired, r.join, r.finish, r.token_cycles, r.generated)
                 for r in log.requests]
     return requests, log.steps, log.end_cycle, log.busy
-
-
-@pytest.fixture
-def runs(monkeypatch):
-    """The number of steps each run of the by-requests book advanced in one event, as they happen."""
-    lengths: list[int] = []
-    steps_to_run = RunBook.steps_to_run
-    monkeypatch.setattr(RunBook, "steps_to_run",
-                        lambda self, env: lengths.append(steps_to_run(self, env)) or lengths[-1])
-    return lengths
 
 
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])

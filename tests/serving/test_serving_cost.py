@@ -12,21 +12,10 @@ import random
 import pytest
 
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.serving.decode_books import RunBook
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import Request
 
 REQUESTS = 100
-
-
-@pytest.fixture
-def runs(monkeypatch):
-    """The steps each event of the by-requests book advanced, as they happen."""
-    lengths: list[int] = []
-    steps_to_run = RunBook.steps_to_run
-    monkeypatch.setattr(RunBook, "steps_to_run",
-                        lambda self, env: lengths.append(steps_to_run(self, env)) or lengths[-1])
-    return lengths
 
 
 def _serve(mode: str, decode_nodes: int, scale: int, runs: list[int]) -> tuple[int, int]:
