@@ -24,6 +24,8 @@ cycles exactly (up to float rounding of the proportional splits).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
@@ -89,28 +91,46 @@ def byte_seconds(socket: SocketSpec, split: TierSplit) -> tuple[tuple[str, float
     return () if len({s for _, s in out}) == 1 else out
 
 
-def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
-    """Cycles of ``timing`` by cause, over all kernels and the gaps between them."""
-    out = dict.fromkeys(CATEGORIES, 0.0)
+def _held_until(kernels: Sequence[KernelTiming], i: int) -> int:
+    # a loop iteration hands the socket to the next one when its tiles are done; its
+    # collectives then overlap the next iteration, which counts what it waits for them
+    looped_on = i + 1 < len(kernels) and kernels[i + 1].iteration > 0
+    return kernels[i].stream_end_cycle if looped_on else kernels[i].end_cycle
+
+
+def kernel_causes(kernels: Sequence[KernelTiming],
+                  byte_seconds: dict[str, float] | None = None) -> list[tuple[int, int, dict[str, float]]]:
+    """Each kernel's share of the phase by cause, each cycle of the socket counted once: ``(index
+    in kernels, idle cycles before it, its cycles by cause)`` in the order the kernels started.
+    The shares and the gaps, summed in this order, are :func:`step_breakdown_cycles` (the Chrome
+    trace puts each kernel's share on its event: :mod:`sn40l_sim.report.chrome_trace`)."""
+    out = []
     cursor = 0
-    kernels = timing.kernels
-    byte_seconds = dict(timing.byte_seconds)
     for i, k in sorted(enumerate(kernels), key=lambda ik: (ik[1].start_cycle, ik[1].end_cycle)):
-        if k.start_cycle > cursor:
-            out["idle"] += k.start_cycle - cursor
-        # a loop iteration hands the socket to the next one when its tiles are done; its
-        # collectives then overlap the next iteration, which counts what it waits for them
-        looped_on = i + 1 < len(kernels) and kernels[i + 1].iteration > 0
-        end = k.stream_end_cycle if looped_on else k.end_cycle
+        gap = max(0, k.start_cycle - cursor)
+        end = _held_until(kernels, i)
         span = end - k.start_cycle
         # other kernels only overlap on the socket when one waits for its collectives while the
         # next, independent one computes; count each cycle once
         overlap = max(0, cursor - k.start_cycle)
         parts = kernel_breakdown(k, end, byte_seconds)
         scale = (span - min(overlap, span)) / span if span else 0.0
-        for cat, v in parts.items():
-            out[cat] += v * scale
+        out.append((i, gap, {cat: v * scale for cat, v in parts.items()}))
         cursor = max(cursor, end)
+    return out
+
+
+def step_breakdown_cycles(timing: PhaseTiming) -> dict[str, float]:
+    """Cycles of ``timing`` by cause, over all kernels and the gaps between them."""
+    out = dict.fromkeys(CATEGORIES, 0.0)
+    cursor = 0
+    kernels = timing.kernels
+    for i, gap, parts in kernel_causes(kernels, dict(timing.byte_seconds)):
+        if gap:
+            out["idle"] += gap
+        for cat, v in parts.items():
+            out[cat] += v
+        cursor = max(cursor, _held_until(kernels, i))
     out["idle"] += max(0, timing.cycles - cursor)
     # idle is what the proportional splits leave: float rounding can leave it a hair below zero
     # (-1e-18 s), which is no time at all and must not read as negative time

@@ -66,7 +66,8 @@ class KernelTiming:
     fill_cycles: int
     #: cycles the compute stages worked
     compute_busy_cycles: int
-    #: streaming time bounded by memory / by compute (they add up to the streaming time)
+    #: streaming time bounded by memory / by compute: with ``gate_cycles`` (and a loop iteration's
+    #: ``fill_cycles``, paid after its stream started) they add up to the streaming time
     memory_bound_cycles: int
     compute_bound_cycles: int
     #: time after the compute finished spent waiting for collectives
@@ -87,7 +88,8 @@ class KernelTiming:
     config_cycles: int = 0
     #: when the tiles were done (collectives may go on)
     stream_end_cycle: int = 0
-    #: a loop iteration's compute waiting for the previous iteration's collectives
+    #: waits inside the stream for a collective: a loop iteration's compute for the previous
+    #: iteration's, later data tiles for an earlier operator's overlapped one (``Collective.after``)
     gate_cycles: int = 0
     #: index of the iteration in its kernel loop (0: a call)
     iteration: int = 0

@@ -190,8 +190,11 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
         events.append(TraceEvent(r.name, r.kind, socket, r.stream_start, r.stream_end, r.layer, "stream"))
         for run in r.collectives:
             label = f"{r.name}.{run.collective.name or run.collective.kind}"
+            moved = (("bytes", run.collective.bytes), ("group", run.collective.group),
+                     ("sent_bytes", run.result.sent_bytes), ("link_bytes", run.result.link_bytes),
+                     ("staged_bytes", run.staged_bytes))
             events.append(TraceEvent(label, run.collective.kind, socket, run.start, run.end, r.layer,
-                                     "collective"))
+                                     "collective", moved))
     for loop in loops:
         first, last = records[loop.first], records[loop.stop - 1]
         events.append(TraceEvent(f"loop {first.name}..{last.name} x{loop.iterations}", first.kind, socket,

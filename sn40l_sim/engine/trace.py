@@ -31,6 +31,10 @@ class TraceEvent:
     category : str
         ``kernel`` (the whole kernel), ``setup`` (launch, barrier, configuration and pipeline fill),
         ``stream`` (tiles streaming), ``collective``, or ``loop`` (the calls a kernel loop runs as one).
+    detail : tuple of (str, int)
+        What else the interval carries, shown with it: a collective's bytes as the graph gives them
+        (``bytes`` of the whole tensor, ``group``) and as they moved (``sent_bytes`` by this socket,
+        ``link_bytes`` over every link, ``staged_bytes`` through its memory).
     """
 
     name: str
@@ -40,6 +44,7 @@ class TraceEvent:
     end_cycle: int
     layer: int | None = None
     category: str = "kernel"
+    detail: tuple[tuple[str, int], ...] = ()
 
     @property
     def cycles(self) -> int:

@@ -16,7 +16,14 @@ naming every process and thread. One process (``pid``) per node or per socket:
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
     and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
     ``P2P collectives``, ``kernel loops`` = the calls a kernel loop runs as one), with FLOPs, bytes and
-    bound cycles in ``args``. The detail is placed at
+    bound cycles in ``args``: a kernel's ``cycles_by_cause`` is its share of the phase by cause, each
+    cycle of the socket counted once, so that they add up over the ``kernels`` lane to
+    ``decode_step_breakdown_s`` in ``results.json`` (at the clock; the gaps between kernels, none in
+    the shipped graphs, are ``idle``) even where its interval overlaps the next kernel's; its
+    ``gate_cycles`` are the waits inside its stream for a collective (an earlier operator's, or the
+    previous loop iteration's), which ``memory_bound_cycles`` and ``compute_bound_cycles`` leave out; a
+    collective's ``args`` hold the graph's ``bytes`` (the whole tensor) and ``group``, and the
+    ``sent_bytes``, ``link_bytes`` and ``staged_bytes`` it moved. The detail is placed at
     the first prefill of node 0 and at the first decode step of decode node 0 (every step of the
     static graph is the same); without a serving log they follow each other from 0.
 
@@ -50,6 +57,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sn40l_sim.engine.breakdown import kernel_causes
 from sn40l_sim.report.outputs import write_text
 
 #: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
@@ -120,7 +128,8 @@ def _lay_out(events: list[dict], names: dict[int, str], pid: int) -> list[dict]:
 
 
 def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets: Sequence[int] = (0,),
-                 first_pid: int = 1, offset_cycles: float = 0, kernels: Iterable[Any] = ()) -> list[dict]:
+                 first_pid: int = 1, offset_cycles: float = 0, kernels: Iterable[Any] = (),
+                 byte_seconds: Sequence[tuple[str, float]] = ()) -> list[dict]:
     """Trace events of one phase: one process per socket in ``sockets`` (the first is the simulated
     one, the others repeat its schedule).
 
@@ -140,15 +149,22 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
         Where the phase starts, in cycles of ``clock_hz``.
     kernels : iterable of KernelTiming
         Per-kernel detail (FLOPs, bytes, bounds) for the ``args`` and the memory lanes.
+    byte_seconds : sequence of (str, float)
+        The phase's :attr:`~sn40l_sim.engine.phase.PhaseTiming.byte_seconds`, by which a kernel's
+        memory-bound time is shared among its uses in ``cycles_by_cause``.
     """
+    kernels = tuple(kernels)
     detail = {(k.name, k.start_cycle): k for k in kernels}
+    # each kernel's share of the phase by cause, as the step's breakdown counts it (each cycle once)
+    causes = {(kernels[i].name, kernels[i].start_cycle): parts
+              for i, _, parts in kernel_causes(kernels, dict(byte_seconds))}
     tiers = list(dict.fromkeys(tier for k in detail.values() for tier in k.tier_bytes))
     lanes = {**{cat: tid for cat, (tid, _) in SOCKET_LANES.items()},
              **{tier: memory_lane(i) for i, tier in enumerate(tiers)}}
     base: list[dict] = []
     for ev in events:
         lane = lanes.get(ev.category, _OTHER_LANE)
-        args: dict[str, Any] = {"kind": ev.kind, "layer": ev.layer, "cycles": ev.cycles}
+        args: dict[str, Any] = {"kind": ev.kind, "layer": ev.layer, "cycles": ev.cycles, **dict(ev.detail)}
         k = detail.get((ev.name, ev.start_cycle)) if ev.category == "kernel" else None
         if k is not None:
             args["flops"] = k.flops
@@ -156,7 +172,11 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
             args.update(weight_bytes=k.weight_bytes,
                         kv_bytes=k.kv_bytes, activation_bytes=k.activation_bytes,
                         memory_bound_cycles=k.memory_bound_cycles, compute_bound_cycles=k.compute_bound_cycles,
-                        collective_exposed_cycles=k.collective_exposed_cycles)
+                        collective_exposed_cycles=k.collective_exposed_cycles,
+                        launch_cycles=k.launch_cycles, barrier_cycles=k.barrier_cycles,
+                        config_cycles=k.config_cycles, fill_cycles=k.fill_cycles, gate_cycles=k.gate_cycles,
+                        iteration=k.iteration,
+                        cycles_by_cause={c: round(v, 3) for c, v in causes[(k.name, k.start_cycle)].items() if v})
         base.append(_x(ev.name, ev.category, lane, ev.start_cycle + offset_cycles, ev.cycles, clock_hz, args))
         if ev.category == "stream":
             base += _memory(ev, detail, offset_cycles, clock_hz, lanes)
@@ -277,7 +297,8 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
             ("decode", result.decode, s.decode_plan, decode_at, clock)):
         group = list(range(max(1, plan.tp))) if sockets == "group" else [0]
         out += phase_events(timing.events, phase_clock, title=f"{s.name} · {phase}", sockets=group, first_pid=pid,
-                            offset_cycles=at if phase_clock == clock else at * (phase_clock / clock), kernels=timing.kernels)
+                            offset_cycles=at if phase_clock == clock else at * (phase_clock / clock), kernels=timing.kernels,
+                            byte_seconds=timing.byte_seconds)
         pid += len(group)
     return out
 
@@ -312,7 +333,8 @@ def build_trace(results: Sequence[Any], *, sockets: str = "group", workload_sour
 def phase_trace(timing: Any, *, title: str = "phase", sockets: Sequence[int] = (0,)) -> dict:
     """The trace object of one :class:`~sn40l_sim.engine.phase.PhaseTiming` alone (from 0)."""
     clock = timing.cycles / timing.seconds if timing.seconds else 1.0
-    events = phase_events(timing.events, clock, title=title, sockets=sockets, kernels=timing.kernels)
+    events = phase_events(timing.events, clock, title=title, sockets=sockets, kernels=timing.kernels,
+                          byte_seconds=timing.byte_seconds)
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

@@ -316,3 +316,20 @@ def test_a_graph_run_after_another_pays_its_kernels_loads_once_more_on_the_criti
 
     monkeypatch.setattr(run_graph_module, "call_residency", after_a_switch)
     assert run(pks, options).cycles == steady.cycles + steady.switch_load_cycles
+
+
+def test_a_collectives_trace_event_carries_the_graphs_bytes_and_what_it_moved():
+    # the trace showed a collective's kind and cycles only; its bytes were nowhere in it
+    colls = (Collective("all_gather", 2**20, 16, name="latent"), Collective("all_reduce", 3 * 2**18, 16, name="hidden"))
+    pks = [placed_kernel(NODE, "mla", "mla", n_tiles=8, compute_cycles_per_tile=50, collectives=colls),
+           placed_kernel(NODE, "ffn", "ffn", n_tiles=8, compute_cycles_per_tile=50, collectives=colls[1:])]
+    result = run(pks, EngineOptions())
+    events = [e for e in result.events if e.category == "collective"]
+    assert [(e.name, dict(e.detail)["bytes"], dict(e.detail)["group"]) for e in events] == [
+        ("mla.latent", 2**20, 16), ("mla.hidden", 3 * 2**18, 16), ("ffn.hidden", 3 * 2**18, 16)]
+    # each socket sends 15/16 of an all-gather's tensor and twice that of an all-reduce's
+    assert [dict(e.detail)["sent_bytes"] for e in events] == [2**20 * 15 // 16, 2 * 3 * 2**18 * 15 // 16,
+                                                              2 * 3 * 2**18 * 15 // 16]
+    for key, total in (("link_bytes", "p2p"), ("sent_bytes", "p2p_sent"), ("staged_bytes", "p2p_staged")):
+        assert sum(dict(e.detail)[key] for e in events) == result.link_bytes[total] > 0
+    assert all(e.detail == () for e in result.events if e.category != "collective")
