@@ -97,26 +97,41 @@ def collapse(kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> list[Row
     """One row per distinct kernel signature called alike, in order of first appearance, with its
     count.
 
-    The row is named after the first kernel, with its layer replaced by ``*`` when it repeats
-    (``L03.ffn`` x58 becomes ``L*.ffn``). Calls of one kernel that cost differently as they are
-    called (a run of consecutive calls and a lone one) are rows of their own.
+    The row is named by a pattern every kernel of it matches (``*`` for any prefix, as a shell
+    pattern): its kernel's name when it is one kernel, ``*.ffn`` for ``L03.ffn`` .. ``L60.ffn``,
+    ``*sampling`` for ``sampling`` and ``MTP0.sampling`` (named ``sampling`` x2, the row read as one
+    kernel called twice where the graph and the trace show two). Calls of one kernel that cost
+    differently as they are called (a run of consecutive calls and a lone one) are rows of their own.
+
+    >>> from types import SimpleNamespace as NS
+    >>> pk = lambda name: NS(kernel=NS(name=name, signature=lambda: "s"), call_cycles=1, call_bound="hbm")
+    >>> [(r.name, r.count) for r in collapse([pk("L03.ffn"), pk("L04.ffn")])]
+    [('*.ffn', 2)]
+    >>> [(r.name, r.count) for r in collapse([pk("sampling"), pk("MTP0.sampling")])]
+    [('*sampling', 2)]
     """
     order: list = []
     rows: dict = {}
+    names: dict = {}
     for pk in kernels:
         sig = (pk.kernel.signature(), pk.call_cycles, pk.call_bound)
         if sig not in rows:
             order.append(sig)
             rows[sig] = [pk, 0]
         rows[sig][1] += 1
-    out = []
-    for sig in order:
-        pk, count = rows[sig]
-        name = pk.kernel.name
-        if count > 1 and "." in name:
-            name = "*." + name.split(".", 1)[1]
-        out.append(Row(name, count, pk))
-    return out
+        names.setdefault(sig, set()).add(pk.kernel.name)
+    return [Row(_pattern(names[sig]), rows[sig][1], rows[sig][0]) for sig in order]
+
+
+def _pattern(names: set[str]) -> str:
+    """A name every one of ``names`` matches, ``*`` standing for a layer's prefix (``L03.``)."""
+    if len(names) == 1:
+        return next(iter(names))
+    bases = {name.split(".", 1)[-1] for name in names}
+    if len(bases) > 1:
+        return "*"
+    base = bases.pop()
+    return ("*." if all("." in name for name in names) else "*") + base
 
 
 def format_table(socket: SocketSpec, kernels: tuple[PlacedKernel, ...] | list[PlacedKernel]) -> str:

@@ -178,3 +178,30 @@ def test_an_unknown_plot_kernel_is_answered_with_every_kernel_family(capsys, tmp
     err = capsys.readouterr().err.strip()
     assert err.endswith("its kernels are embedding, L00-L60.mla, L00-L60.ffn, lm_head, sampling, "
                         "MTP0-MTP1.mtp_proj, MTP0-MTP1.mla, MTP0-MTP1.ffn, MTP0-MTP1.lm_head, MTP0-MTP1.sampling")
+
+
+def test_every_row_is_named_by_a_pattern_all_its_kernels_match(capsys):
+    # DeepSeek-R1's prefill samples after the main model and after its MTP module: the row of the
+    # two was named "sampling" x2, which reads as one kernel called twice, while the graph and the
+    # trace (run --trace) show "sampling" and "MTP0.sampling"
+    from fnmatch import fnmatchcase
+
+    assert main(["map", EXPERIMENT, "--phase", "prefill"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    from sn40l_sim.ir import ParallelPlan, Shape
+    from sn40l_sim.models.builder import build_graph
+    from sn40l_sim.models.loader import load_model
+
+    # the prefill that fills the MTP module's cache for the decode's two drafts, as map builds it
+    graph = build_graph(load_model(ROOT / "graphs" / "deepseek_r1.yaml"), Shape("prefill", 1, 131072, drafts=2),
+                        ParallelPlan(16, 1), expert_loading="all")
+    names = [k.name for k in graph.kernels()]
+    assert "sampling" in names and "MTP0.sampling" in names
+    counted = 0
+    for row in rows:
+        count = int(row[1][1:]) if row[1].startswith("x") else 1
+        matching = [n for n in names if fnmatchcase(n, row[0])]
+        assert len(matching) >= count, row[0]
+        counted += count
+    assert counted == len(names)
+    assert ["*sampling", "x2"] == next(r[:2] for r in rows if r[0].endswith("sampling"))
