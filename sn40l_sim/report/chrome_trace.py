@@ -24,8 +24,9 @@ naming every process and thread. One process (``pid``) per node or per socket:
     previous loop iteration's), which ``memory_bound_cycles`` and ``compute_bound_cycles`` leave out; a
     collective's ``args`` hold the graph's ``bytes`` (the whole tensor) and ``group``, and the
     ``sent_bytes``, ``link_bytes`` and ``staged_bytes`` it moved. The detail is placed at
-    the first prefill of node 0 and at the first decode step of decode node 0 (every step of the
-    static graph is the same); without a serving log they follow each other from 0.
+    the first prefill that ran the prefill's graph whole (node 0's first; a trace's shorter prompts
+    run shorter graphs) and at the first decode step of decode node 0 (every step of the static
+    graph is the same); without a serving log they follow each other from 0.
 
 The engine simulates one socket (``engine/run_graph.py``: tensor-parallel peers run the same
 kernels at the same time and meet at every collective), so the other sockets of a phase's
@@ -271,17 +272,32 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> 
     return out
 
 
+def _prefill_detail_at(log: Any, prompt_len: int) -> tuple[int, bool]:
+    """Where a point's prefill detail (the graph of a ``prompt_len``-token prompt) is drawn: at the
+    first prefill that ran that graph whole, node 0's first; and whether any request ran it.
+
+    A trace's requests bring their own prompts, most of them shorter than the graph's: drawn at node
+    0's first prefill (``hetero_nodes.yaml``'s: 374 tokens, 67 ms), the graph's 455 ms of kernels ran
+    on long after the prefill the node's lane ended. A request that ran it in chunks, or after a
+    prefix hit, ran it in parts: the detail then starts at its first part."""
+    graph = log.setup.prefill_cycles(prompt_len)
+    started = [r for r in log.requests if r.prefill_start >= 0]
+    ran = [r for r in started if log.setup.prefill_cycles(r.request.prompt_len) == graph]
+    whole = [r for r in ran if r.first_token - r.prefill_start == graph]
+    first = min(whole or ran or started, key=lambda r: (r.prefill_node != 0, r.prefill_start), default=None)
+    return (first.prefill_start if first is not None else 0), bool(ran) or not started
+
+
 def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> list[dict]:
     """All trace events of one :class:`~sn40l_sim.serving.point.PointResult`."""
     s, clock, log = result.setup, result.clock_hz, result.log
     out: list[dict] = []
     pid = first_pid
-    prefill_at, decode_at = 0, int(result.prefill.cycles)
+    prefill_at, decode_at, ran = 0, int(result.prefill.cycles), True
     if log is not None:
         out += serving_events(log, clock, title=s.name, first_pid=pid)
         pid += (0 if s.mode == "colocated" else s.prefill_nodes) + s.decode_nodes
-        node0 = [r.prefill_start for r in log.requests if r.prefill_start >= 0 and r.prefill_node == 0]
-        prefill_at = min(node0, default=0)
+        prefill_at, ran = _prefill_detail_at(log, s.prompt_len)
         steps0 = [st.start for st in log.steps if st.node == 0]
         decode_at = min(steps0, default=decode_at)
     # prefill nodes of other hardware count their phase in their own clock, the serving log in the
@@ -292,6 +308,8 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
     chunk = getattr(s, "prefill_chunk", None)
     prefill_title = "prefill" + (f" (the whole {s.prompt_len}-token prompt; served in {chunk}-token chunks)"
                                  if chunk else "")
+    if log is not None and not ran:
+        prefill_title += f" (the {s.prompt_len}-token prompt's graph, which no request ran: drawn at the first prefill)"
     for phase, timing, plan, at, phase_clock in (
             (prefill_title, result.prefill, s.prefill_plan, prefill_at, prefill_clock),
             ("decode", result.decode, s.decode_plan, decode_at, clock)):

@@ -332,3 +332,41 @@ def test_a_collectives_bytes_are_the_graphs_and_add_up_to_the_phases_link_bytes(
             # a collective moves some of its tensor at least (tests/engine/test_run_graph.py checks the
             # tensor's bytes against the graph's and what each algorithm sends)
             assert all(e["args"]["bytes"] > 0 and e["args"]["sent_bytes"] > 0 for e in colls)
+
+
+@pytest.mark.parametrize("prompts, ran", [((100, 1000), True), ((100, 120), False)])
+def test_the_prefill_detail_is_drawn_at_a_prefill_that_ran_its_graph(tmp_path, prompts, ran):
+    # a trace's requests bring their own prompts: hetero_nodes.yaml's prefill node 0 first prefilled
+    # 374 tokens in 67 ms, and the socket lanes drew the 8192-token graph's 455 ms of kernels from
+    # there, running on long after that prefill had ended; the graph's one request was on node 1
+    (tmp_path / "requests.csv").write_text("arrival_s,prompt_len,output_len\n" +
+                                           "".join(f"{i * 0.5},{p},3\n" for i, p in enumerate(prompts)))
+    (tmp_path / "e.yaml").write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: own_prompts
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: trace, path: requests.csv}}
+        serving: {{mode: disaggregated, prefill_nodes: 2, batch: 2, batch_sizes: [2], prefill_lens: [128, 1024],
+                   max_new_tokens: 4}}
+        """))
+    results = []
+    _, records = simulate_experiment(tmp_path / "e.yaml", on_result=results.append)
+    trace = build_trace(results, sockets="simulated")
+    names = process_names(trace)
+    kernels = [(e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+               if e["ph"] == "X" and e["cat"] == "kernel" and " · prefill" in names[e["pid"]]]
+    prefills = {e["args"]["request"]: (e["ts"], e["ts"] + e["dur"]) for e in trace["traceEvents"]
+                if e["ph"] == "X" and e["cat"] == "prefill"}
+    drawn = (min(a for a, _ in kernels), max(b for _, b in kernels))
+    title = next(n for n in names.values() if " · prefill" in n and "socket 0" in n)
+    if ran:   # request 1's prompt runs the 1024-token graph: the detail is its prefill
+        assert drawn == pytest.approx(prefills[1], abs=0.002)
+        assert drawn[1] - drawn[0] == pytest.approx(records[0]["prefill_s"] * 1e6, rel=1e-6)
+        assert title == f"{results[0].setup.name} · prefill · socket 0"
+    else:     # no request ran it: drawn at the first prefill, and the process says so
+        assert drawn[0] == pytest.approx(prefills[0][0], abs=0.002)
+        assert "which no request ran" in title
