@@ -11,7 +11,9 @@ naming every process and thread. One process (``pid``) per node or per socket:
     transfer of its cache to a decode node, with the bytes).
 ``<point> · decode node j``
     ``decode steps`` (active sequences and KV bytes of each step), a ``KV held`` counter, and one
-    thread per slot with the request occupying it.
+    thread per slot with the request occupying it; a co-located node (``<point> · node j``) also has
+    ``prefill`` and ``graph switch`` (the configurations of the graph it runs next, loaded again
+    after the other graph ran: ``graph_switch`` in the node's busy time).
 ``<point> · prefill|decode · socket s``
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
     and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
@@ -261,6 +263,11 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> 
                                         "kv_bytes": step.kv_bytes}))
         events[pid].append({"name": "KV held (GiB)", "ph": "C", "pid": pid, "tid": 0,
                             "ts": _us(step.end, clock_hz), "args": {"GiB": round(step.kv_bytes / 2**30, 4)}})
+    # a co-located node loads a graph's configurations again before running it after the other
+    # graph: busy time the node's lanes showed as a gap between a prefill and the next decode step
+    for node, start, end, graph in log.switches:
+        add(decode_pid + node, 2, "graph switch (configuration loads)",
+            _x(f"load {graph} configurations", "graph_switch", 2, start, end - start, clock_hz, {"graph": graph}))
     for i in range(n_prefill):
         out += _meta(first_pid + i, f"{title} · prefill node {i}", first_pid + i)
     for j in range(log.setup.decode_nodes):

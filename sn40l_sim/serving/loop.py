@@ -89,6 +89,8 @@ class _Serving:
         if colocated:
             self.busy["colocated_prefill"] = [0] * setup.decode_nodes
             self.busy["graph_switch"] = [0] * setup.decode_nodes
+        #: the graph switches of the co-located nodes, as :attr:`ServingLog.switches` lists them
+        self.switches: list[tuple[int, int, int, str]] = []
         #: the graph each co-located node ran last (``"prefill"``, ``"decode"``; None before any)
         self.last_graph: list[str | None] = [None] * setup.decode_nodes
         self.nodes = [DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
@@ -316,6 +318,7 @@ class _Serving:
             cycles = (switch or setup.prefill_switch_cycles)(prompt_len)
         if cycles:
             self.busy["graph_switch"][node.index] += cycles
+            self.switches.append((node.index, self.env.now, self.env.now + cycles, graph))
             yield cycles
 
     def _prefilled_here(self, node: DecodeNode, log: RequestLog) -> None:
@@ -378,4 +381,4 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
     if serving.bounds is not None:
         serving.bounds.sort(serving.steps)
     return ServingLog(setup, sorted(serving.logs, key=lambda log: log.request.id), serving.steps,
-                      int(env.now), serving.busy, serving.prefixes)
+                      int(env.now), serving.busy, serving.prefixes, switches=serving.switches)

@@ -154,6 +154,9 @@ class ServingLog:
     #: model's share of a run of several models on one node starts where the node's run does, so
     #: that every model's rates are over one window (report/multi_model_fields.py)
     start_cycle: int | None = None
+    #: each graph switch of a co-located node: ``(node, start, end, graph)``, the configurations of
+    #: ``graph`` loaded again before it runs (their cycles are ``busy["graph_switch"]``)
+    switches: list[tuple[int, int, int, str]] = field(default_factory=list)
 
     @property
     def span_start(self) -> int:

@@ -370,3 +370,25 @@ def test_the_prefill_detail_is_drawn_at_a_prefill_that_ran_its_graph(tmp_path, p
     else:     # no request ran it: drawn at the first prefill, and the process says so
         assert drawn[0] == pytest.approx(prefills[0][0], abs=0.002)
         assert "which no request ran" in title
+
+
+def test_a_colocated_nodes_graph_switches_are_drawn_where_its_lanes_left_gaps():
+    # a co-located node loads the decode graph's configurations again after a prefill (5 cycles
+    # here) and the prefill's after a decode step (7): busy time (busy["graph_switch"]) that the
+    # node's lanes showed as gaps between a prefill and the next decode step
+    setup = ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=2, decode_step_cycles=10,
+                         prefill_cycles=lambda p: p, transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g,
+                         kv_bytes_per_token=1, slot_cache_tokens=200, decode_switch_cycles=5,
+                         prefill_switch_cycles=lambda p: 7)
+    log = simulate([Request(0, 0, 100, 3), Request(1, 150, 100, 2)], setup)
+    events = [e for e in serving_events(log, 1e3, title="t", first_pid=1) if e["ph"] == "X"]
+    switches = [e for e in events if e["cat"] == "graph_switch"]
+    assert sum(e["dur"] for e in switches) / 1e3 == log.busy["graph_switch"][0] > 0
+    assert {e["name"] for e in switches} == {"load decode configurations", "load prefill configurations"}
+    # the node's prefills, switches and steps follow each other without a gap while it has work
+    busy = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["cat"] in ("prefill", "graph_switch", "decode_step"))
+    assert all(b <= c for (_, b), (c, _) in pairwise(busy))
+    assert sum(b - a for a, b in busy) / 1e3 == sum(log.busy[k][0] for k in ("colocated_prefill", "graph_switch", "decode"))
+    names = {e["tid"]: e["args"]["name"] for e in serving_events(log, 1e3, title="t", first_pid=1)
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names[switches[0]["tid"]] == "graph switch (configuration loads)"
