@@ -89,7 +89,8 @@ def model_log(run: MultiModelRun, m: int) -> ServingLog:
     return ServingLog(setup, requests, run.steps[m], run.end_cycle,
                       {"prefill": [], "decode": [run.decode_busy[m]], "link": [],
                        "colocated_prefill": [run.prefill_busy[m]]},
-                      start_cycle=min(log.request.arrival_cycle for log in run.requests))
+                      start_cycle=min(log.request.arrival_cycle for log in run.requests),
+                      switches=[(0, start, end, graph) for model, start, end, graph in run.graph_switches if model == m])
 
 
 def multi_model_fields(run: MultiModelRun, m: int, memory: NodeMemory, name: str, clock_hz: float

@@ -227,6 +227,8 @@ class _Node:
         last, self.last_graph = self.last_graph, (m, graph)
         if last is not None and last != (m, graph):
             cycles = self.models[m].switch_cycles(graph, prompt_len)
+            if cycles:
+                self.run.graph_switches.append((m, self.now, self.now + cycles, graph))
             self.now += cycles
             self.run.graph_switch_cycles += cycles
 

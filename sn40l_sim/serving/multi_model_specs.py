@@ -128,6 +128,8 @@ class MultiModelRun:
     loads: list[int] = field(default_factory=list)
     #: cycles of configuration loads where the node ran another graph than the one before
     graph_switch_cycles: int = 0
+    #: each of those loads: ``(model, start, end, graph)``, ``graph`` that model's next
+    graph_switches: list[tuple[int, int, int, str]] = field(default_factory=list)
 
     @property
     def switches(self) -> int:

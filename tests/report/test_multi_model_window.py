@@ -32,3 +32,21 @@ def test_every_model_of_a_run_has_the_nodes_makespan_and_their_rates_add_up():
     slo = served_slo_fields(model_log(run, 1), clock, SLO(ttft=LatencyTarget(max_s=1e9, percentile=50)))
     assert slo["goodput_requests_per_s"] == pytest.approx(2 / span_s)
     assert node_utilisation(model_log(run, 1))["decode"] == [run.decode_busy[1] / run.end_cycle]
+
+
+def test_a_models_graph_switches_are_in_its_log_as_a_co_located_nodes_are():
+    # the node loads a graph's configurations again when it runs it after another graph (any
+    # model's); the run kept only their total, so a model's trace lanes had gaps where it loaded them
+    from sn40l_sim.report.chrome_trace import serving_events
+
+    a = ModelCosts("a", 1, 10, lambda p: 5, lambda p, g: p + g, 1, 20, 600, 700, decode_switch_cycles=3,
+                   prefill_switch_cycles=lambda p: 2)
+    b = ModelCosts("b", 1, 10, lambda p: 5, lambda p, g: p + g, 1, 20, 500, 600, decode_switch_cycles=4)
+    requests = [Request(0, 0, 4, 3), Request(1, 40, 4, 5), Request(2, 200, 4, 2), Request(3, 210, 4, 4)]
+    run = simulate_models(requests, [0, 0, 1, 1], [a, b], NodeMemory(1000, 10_000, 10.0), "on_demand", quantum_cycles=1)
+    logs = [model_log(run, m) for m in (0, 1)]
+    assert sum(end - start for log in logs for _, start, end, _ in log.switches) == run.graph_switch_cycles > 0
+    assert {graph for _, _, _, graph in logs[0].switches} == {"prefill", "decode"}
+    for log in logs:
+        drawn = [e for e in serving_events(log, 10.0, title="t", first_pid=1) if e["ph"] == "X" and e["cat"] == "graph_switch"]
+        assert sum(e["dur"] for e in drawn) * 10.0 / 1e6 == pytest.approx(sum(end - start for _, start, end, _ in log.switches))
