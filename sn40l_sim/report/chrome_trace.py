@@ -266,8 +266,9 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> 
     # a co-located node loads a graph's configurations again before running it after the other
     # graph: busy time the node's lanes showed as a gap between a prefill and the next decode step
     for node, start, end, graph in log.switches:
+        what = "wait for the model's weights" if graph == "weights" else f"load {graph} configurations"
         add(decode_pid + node, 2, "graph switch (configuration loads)",
-            _x(f"load {graph} configurations", "graph_switch", 2, start, end - start, clock_hz, {"graph": graph}))
+            _x(what, "graph_switch", 2, start, end - start, clock_hz, {"graph": graph}))
     for i in range(n_prefill):
         out += _meta(first_pid + i, f"{title} · prefill node {i}", first_pid + i)
     for j in range(log.setup.decode_nodes):

@@ -90,7 +90,9 @@ def model_log(run: MultiModelRun, m: int) -> ServingLog:
                       {"prefill": [], "decode": [run.decode_busy[m]], "link": [],
                        "colocated_prefill": [run.prefill_busy[m]]},
                       start_cycle=min(log.request.arrival_cycle for log in run.requests),
-                      switches=[(0, start, end, graph) for model, start, end, graph in run.graph_switches if model == m])
+                      switches=sorted([(0, start, end, graph) for model, start, end, graph in run.graph_switches if model == m]
+                                      + [(0, s.cycle, s.cycle + s.waited_cycles, "weights") for s in run.switches_log
+                                         if s.model == m and s.waited_cycles]))
 
 
 def multi_model_fields(run: MultiModelRun, m: int, memory: NodeMemory, name: str, clock_hz: float

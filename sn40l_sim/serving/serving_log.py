@@ -155,7 +155,8 @@ class ServingLog:
     #: that every model's rates are over one window (report/multi_model_fields.py)
     start_cycle: int | None = None
     #: each graph switch of a co-located node: ``(node, start, end, graph)``, the configurations of
-    #: ``graph`` loaded again before it runs (their cycles are ``busy["graph_switch"]``)
+    #: ``graph`` loaded again before it runs (their cycles are ``busy["graph_switch"]``); of a model
+    #: sharing a node, also ``"weights"``: the node waiting for the model's weights to be copied in
     switches: list[tuple[int, int, int, str]] = field(default_factory=list)
 
     @property
