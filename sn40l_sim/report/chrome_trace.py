@@ -13,7 +13,8 @@ naming every process and thread. One process (``pid``) per node or per socket:
     ``decode steps`` (active sequences and KV bytes of each step), a ``KV held`` counter, and one
     thread per slot with the request occupying it; a co-located node (``<point> · node j``) also has
     ``prefill`` and ``graph switch`` (the configurations of the graph it runs next, loaded again
-    after the other graph ran: ``graph_switch`` in the node's busy time).
+    after the other graph ran: ``graph_switch`` in the node's busy time; for a model sharing the
+    node, also the wait for its weights to be copied in).
 ``<point> · prefill|decode · socket s``
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
     and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
