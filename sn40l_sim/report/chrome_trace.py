@@ -17,7 +17,8 @@ naming every process and thread. One process (``pid``) per node or per socket:
     node, also the wait for its weights to be copied in).
 ``<point> · prefill|decode · socket s``
     The phase's kernels on the socket (``kernels``, ``setup`` = call overhead, reconfiguration
-    and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier,
+    and pipeline fill, ``tiles`` = the tile stream, ``HBM``/``DDR``/... = the kernel's traffic per memory tier
+    (its collectives' staging through the activations' tier is theirs: ``staged_bytes``, below),
     ``P2P collectives``, ``kernel loops`` = the calls a kernel loop runs as one), with FLOPs, bytes and
     bound cycles in ``args``: a kernel's ``cycles_by_cause`` is its share of the phase by cause, each
     cycle of the socket counted once, so that they add up over the ``kernels`` lane to

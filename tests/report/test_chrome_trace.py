@@ -327,6 +327,10 @@ def test_a_collectives_bytes_are_the_graphs_and_add_up_to_the_phases_link_bytes(
             assert colls and sum(e["args"]["link_bytes"] for e in colls) == timing.link_bytes["p2p"]
             assert sum(e["args"]["sent_bytes"] for e in colls) == timing.link_bytes["p2p_sent"]
             assert sum(e["args"]["staged_bytes"] for e in colls) == timing.link_bytes["p2p_staged"]
+            # HBM moved the kernels' bytes (its lane) and the collectives' staging (theirs): a third of
+            # DeepSeek-R1's 128K prefill traffic is the staging
+            hbm = sum(e["args"]["bytes"] for e in events if e["cat"] == "hbm")
+            assert hbm + timing.link_bytes["p2p_staged"] == timing.tier_bytes["hbm"]
             plan = result.setup.decode_plan if phase == "decode" else result.setup.prefill_plan
             assert {e["args"]["group"] for e in colls} <= {plan.tp, plan.tp * max(1, plan.attention_dp)}
             # a collective moves some of its tensor at least (tests/engine/test_run_graph.py checks the
