@@ -112,3 +112,51 @@ def test_requests_is_checked_before_the_run_and_ignored_for_a_sweep(tmp_path, ca
                  "--requests", str(tmp_path / "r.csv")]) == 0
     assert "note: --requests is ignored for a sweep" in capsys.readouterr().err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_the_inter_token_gaps_are_recomputed_from_the_rows_and_the_trace(tmp_path, capsys):
+    # the module's docstring sends a user to run --trace for latency.itl_s: a request's decode tokens
+    # come at its node's step ends, and under speculative decoding each accepted draft a gap of 0
+    # after the token before it, which the rows' token counts give (tokens - 1 - steps)
+    path = tmp_path / "e.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: gaps
+        hardware: {REPO / 'hw_configs/sn40l_node16.yaml'}
+        model: {REPO / 'graphs/deepseek_r1.yaml'}
+        parallel: {{prefill: {{tp: 16}}, decode: {{tp: 16, attention_dp: 16}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: poisson, rate_per_s: 40, count: 5, output_len: {{dist: uniform, low: 8, high: 40}}}}
+        serving: {{mode: disaggregated, prefill_nodes: 2, batch: 2, batch_sizes: [2], prefill_lens: [1024],
+                   max_new_tokens: 40, speculative: {{drafts: 2, acceptance: 0.7}}, seed: 3}}
+        """))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot", "--requests", str(tmp_path / "r.csv"),
+                 "--trace", str(tmp_path / "t.json")]) == 0
+    capsys.readouterr()
+    with (tmp_path / "r.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    nodes = {e["pid"]: int(e["args"]["name"].rsplit(" ", 1)[1]) for e in events
+             if e["ph"] == "M" and e["name"] == "process_name" and " · decode node " in e["args"]["name"]}
+    ends: dict[int, list[float]] = {node: [] for node in nodes.values()}
+    for e in events:
+        if e["ph"] == "X" and e["cat"] == "decode_step":
+            ends[nodes[e["pid"]]].append(round(e["ts"] + e["dur"], 3))
+    gaps, zeros = [], 0
+    for r in rows:
+        if int(r["tokens"]) < 2:
+            continue
+        join, last = float(r["join_s"]) * 1e6, float(r["last_token_s"]) * 1e6
+        # the steps after it joined (the one ending as it joins, to the trace's nanosecond, is not one)
+        steps = sorted(t for t in ends[int(r["decode_node"])] if join + 0.001 < t <= last + 0.001)
+        gaps += list(np.diff([float(r["first_token_s"]) * 1e6, *steps]) / 1e6)
+        zeros += int(r["tokens"]) - 1 - len(steps)
+    assert zeros > 0   # drafts were accepted
+    gaps += [0.0] * zeros
+    p50, p90, p99 = np.percentile(gaps, [50, 90, 99])
+    itl = json.loads((out / "results.json").read_text())[0]["latency"]["itl_s"]
+    assert itl["count"] == len(gaps)
+    for key, value in (("mean", float(np.mean(gaps))), ("max", max(gaps)), ("p50", p50), ("p90", p90), ("p99", p99)):
+        assert itl[key] == pytest.approx(value, abs=2e-9), key   # the trace's times are to the nanosecond
