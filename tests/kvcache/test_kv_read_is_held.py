@@ -11,6 +11,7 @@ import pytest
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.families.gqa import GQAAttentionSpec
 from sn40l_sim.models.loader import load_model
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
@@ -37,3 +38,38 @@ def test_a_socket_whose_query_heads_span_two_kv_groups_holds_and_reads_both() ->
     head_dim = model.attention.head_dim
     assert qk.kv_read_bytes == 2 * kv_len * head_dim * 2
     assert kv_bytes_per_socket(model, plan, 1, kv_len) == 2 * kv_len * 2 * head_dim * 2 * model.layers
+
+
+@pytest.mark.parametrize("tp, dp", [(8, 1), (16, 1), (16, 2)])
+def test_sockets_split_a_group_of_their_own_when_tp_is_a_multiple_of_the_kv_heads(tp: int, dp: int) -> None:
+    # Qwen2-7B: 28 query heads in 4 groups of 7. Over 8 (or 16) head-splitting sockets each group
+    # gets 2 (4) sockets of its own, holding 4 + 3 (2 + 2 + 2 + 1) of its heads: at most
+    # ceil(28 / ways) query heads, as the consecutive split, and one KV head, where the consecutive
+    # split gave the socket of heads 4-7 (6-7) groups 0 and 1, so twice the cache per socket
+    model = load_model(Path(__file__).parents[1] / "models" / "public_models" / "qwen2_7b.yaml")
+    plan, kv_len, batch = ParallelPlan(tp, dp), 1000, 4
+    ways, d = tp // dp, model.attention.head_dim
+    graph = build_graph(model, Shape("decode", batch, 0, kv_len), plan)
+    qk = next(op for op in graph.graph.nodes["L00.decoder"]["kernel"].operators if op.name == "gqa_qk")
+    seqs = -(-batch // dp)
+    assert qk.kv_read_bytes == seqs * 1 * kv_len * d * 2
+    assert kv_bytes_per_socket(model, plan, batch, kv_len) == seqs * kv_len * 2 * d * 2 * model.layers
+    # the layout exists: each group's 7 heads dealt over its ways / 4 sockets
+    group, sockets_per_group = 7, ways // 4
+    loads = [len(range(s, group, sockets_per_group)) for s in range(sockets_per_group)]
+    assert sum(loads) == group and max(loads) == -(-28 // ways)
+
+
+def test_the_group_split_needs_no_more_kv_heads_than_the_consecutive_one() -> None:
+    # every head count, KV head count dividing it and power-of-two ways up to 16: the count never
+    # exceeds the consecutive split's, and is 1 exactly when each group can have sockets of its own
+    for heads in range(1, 49):
+        for kv in (k for k in range(1, heads + 1) if heads % k == 0):
+            spec = GQAAttentionSpec(kind="gqa", heads=heads, kv_heads=kv, head_dim=64)
+            group = heads // kv
+            for ways in (1, 2, 4, 8, 16):
+                per = -(-heads // ways)
+                consecutive = max((min(heads, s + per) - 1) // group - s // group + 1 for s in range(0, heads, per))
+                got = spec.socket_kv_heads(ways)
+                assert got <= consecutive, (heads, kv, ways)
+                assert (got == 1) == (ways % kv == 0 or consecutive == 1), (heads, kv, ways)

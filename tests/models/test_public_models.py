@@ -88,6 +88,7 @@ PUBLISHED = {
     "llama3_2_3b.yaml": (3_212_749_824, "meta-llama/Llama-3.2-3B"),
     "qwen2_5_72b.yaml": (72_706_203_648, "Qwen/Qwen2.5-72B"),
     "mixtral_8x7b.yaml": (46_702_792_704, "mistralai/Mixtral-8x7B-v0.1"),
+    "qwen2_7b.yaml": (7_615_616_512, "Qwen/Qwen2-7B"),
     "deepseek_v2.yaml": (236e9, "deepseek-ai/DeepSeek-V2"),
 }
 
@@ -113,6 +114,7 @@ def test_the_counts_that_are_exact_stay_exact() -> None:
     # Qwen2.5's Q, K and V projections carry biases, which the schema has no field for: the count
     # is short by exactly them, 80 layers x (8192 + 2 x 1024)
     assert PUBLISHED["qwen2_5_72b.yaml"][0] - total_params(load_model(PUBLIC / "qwen2_5_72b.yaml")) == 80 * 10240
+    assert PUBLISHED["qwen2_7b.yaml"][0] - total_params(load_model(PUBLIC / "qwen2_7b.yaml")) == 28 * (3584 + 2 * 512)
 
 
 def test_tied_heads_stream_the_embedding_table_once() -> None:

@@ -4,7 +4,9 @@
 a socket holds ``ceil(heads / tp)`` consecutive query heads and the KV heads of their groups
 (``ceil(kv_heads / tp)`` when the split follows the groups; one more where a socket's heads span two
 groups), so with more sockets than KV heads each KV head is replicated on ``tp / kv_heads`` sockets
-(and so is its cache).
+(and so is its cache). When ``tp`` is a multiple of ``kv_heads`` each group has sockets of its own
+and the split follows the groups even when ``heads / tp`` is not whole
+(:meth:`GQAAttentionSpec.socket_kv_heads`).
 With ``attention_dp > 1`` the sequences are split ``dp`` ways and the heads ``tp / dp`` ways, and
 all-to-alls switch layouts around the attention, as for MLA.
 
@@ -231,11 +233,22 @@ class GQAAttentionSpec(AttentionSpec):
         can span two KV groups (24 heads in 6 groups of 4 over 8 sockets: the second socket has
         heads 3-5, of groups 0 and 1), and each group's K and V must be on the socket.
 
+        When the ways are a multiple of the KV heads, each group is given ``ways / kv_heads``
+        sockets of its own, which split its query heads (``ceil(heads / ways)`` at most each, as
+        the consecutive split) and hold one KV head: Qwen2-7B's 28 heads in 4 groups of 7 over 8
+        sockets run 4 + 3 heads per group, where the consecutive split would give the second
+        socket heads 4-7, of groups 0 and 1. (This is the split ``check`` describes when it warns
+        of heads split unevenly: 4 of the 8 sockets hold 3.)
+
         >>> GQAAttentionSpec(kind="gqa", heads=24, kv_heads=6, head_dim=128).socket_kv_heads(8)
         2
         >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).socket_kv_heads(16)
         1
+        >>> GQAAttentionSpec(kind="gqa", heads=28, kv_heads=4, head_dim=128).socket_kv_heads(8)
+        1
         """
+        if ways % self.kv_heads == 0:
+            return 1
         per_socket, group = -(-self.heads // ways), self.heads // self.kv_heads
         return max(((min(self.heads, s + per_socket) - 1) // group - s // group + 1)
                    for s in range(0, self.heads, per_socket))
