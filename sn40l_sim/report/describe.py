@@ -97,6 +97,11 @@ def describe_model(path: str | Path) -> str:
 def _summary(model: ModelSpec, plan: ParallelPlan, prompt: int, budget: int) -> list[str]:
     total, active = P.total_params(model), P.active_params(model)
     out = [f"parameters      {total / 1e9:.2f} B total, {active / 1e9:.2f} B active per token"]
+    if not model.tie_embeddings:
+        # active counts the one embedding row a token gathers; some model cards (Mixtral's 12.9B,
+        # Qwen1.5-MoE's A2.7B) count the whole table, and a reader compares with them
+        whole = active - model.hidden + model.vocab * model.hidden
+        out[0] += f" ({whole / 1e9:.2f} B with the whole embedding table, the count some model cards quote)"
     if model.mtp is not None:
         out.append(f"                MTP module(s) not included: {P.mtp_params(model) / 1e9:.2f} B of their own "
                    f"({P.mtp_params(model, with_shared_copies=True) / 1e9:.2f} B with the checkpoint's copies of "

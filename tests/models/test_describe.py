@@ -1,7 +1,13 @@
 """``describe`` of model files: the headline numbers appear, SnapStream is used when available."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from sn40l_sim.commands.cli import main
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.params import active_params
 from sn40l_sim.models.template import GRAPHS_DIR
 from sn40l_sim.report.describe import describe_model
 
@@ -51,3 +57,18 @@ def test_describe_counts_the_mtp_caches_the_drafts_run(tmp_path):
     path.write_text(f"kind: model\nbase: {GRAPHS_DIR / 'deepseek_r1.yaml'}\nname: r1-mtp3\nmtp: {{modules: 3}}\n")
     text = describe_model(path)
     assert f"{70272 + 1152:,} B with one MTP module's cache, {70272 + 3 * 1152:,} B with all 3" in text
+
+
+def test_describe_gives_the_active_count_with_the_whole_embedding_table(capsys):
+    # Mixtral-8x7B's card quotes 12.9B active: its one-row count (12.75B) was the only figure shown,
+    # 1% short for Mixtral and 12% for Qwen1.5-MoE-A2.7B, which reads as a wrong model file
+    path = Path(__file__).parent / "public_models" / "mixtral_8x7b.yaml"
+    model = load_model(path)
+    assert main(["describe", str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("parameters"))
+    whole = active_params(model) - 4096 + 32000 * 4096
+    assert whole == pytest.approx(12.9e9, rel=0.002)
+    assert f"{active_params(model) / 1e9:.2f} B active per token ({whole / 1e9:.2f} B with the whole embedding table" in line
+    # a tied head reads the whole table already: one count
+    assert main(["describe", str(Path(__file__).parent / "public_models" / "llama3_2_1b.yaml")]) == 0
+    assert "whole embedding table" not in capsys.readouterr().out
