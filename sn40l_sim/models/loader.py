@@ -16,7 +16,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
-from sn40l_sim.models.template import with_template
+from sn40l_sim.models.template import default_template_path, with_template
 from sn40l_sim.models.tensors import dense_ffn_needed, dense_layer_count, inventory
 from sn40l_sim.schema import validate
 from sn40l_sim.yamlio import Document, FieldPath, load_document, not_a_file
@@ -66,7 +66,17 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     model = validate(ModelSpec, doc)
     check_consistency(model, doc)
     # the template loaded and checked now (errors located in its file) and carried by the model
-    return with_template(model)
+    if model.kernels is not None:
+        return with_template(model)
+    try:
+        return with_template(model)
+    except InputError as error:
+        # the family's default template, which the file never named: the error would point into a
+        # shipped file (graphs/kernels_llama.yaml for a Mixtral-like MoE) as if it were the mistake
+        raise doc.error(("kernels",), f"no kernels: given, so the {model.attention.kind} family's default "
+                        f"template {default_template_path(model)} is used, and it does not fit model "
+                        f"{model.name!r}: {error}; expected kernels: naming a template for this model "
+                        "(docs/architecture.md, \"Writing a model file\")") from None
 
 
 def with_overrides(model: ModelSpec, overrides: Mapping[str, Any] | None) -> ModelSpec:

@@ -214,3 +214,18 @@ def test_a_template_error_shows_the_path_as_given(tmp_path, monkeypatch, capsys)
     for given in ("graphs/k.yaml", "graphs/m.yaml"):
         assert main(["check", given]) == 2
         assert capsys.readouterr().err.startswith("error: graphs/k.yaml:8: flash.block_q: expected a positive integer")
+
+
+def test_a_model_the_default_template_does_not_fit_is_refused_at_its_own_file(tmp_path, capsys):
+    # a Mixtral-like MoE with GQA written without kernels: gets the gqa family's default template,
+    # graphs/kernels_llama.yaml, which has no router or experts; the error named only that shipped
+    # file's line, as if it were the file to fix
+    mixtral = (Path(__file__).parent / "public_models" / "mixtral_8x7b.yaml").read_text()
+    path = _write(tmp_path, mixtral.replace("kernels: kernels_gqa_moe.yaml\n", ""), "mixtral.yaml")
+    with pytest.raises(InputError) as info:
+        load_model(path)
+    assert info.value.file == str(path) and info.value.field == "kernels"
+    assert "kernels_llama.yaml" in info.value.message and "router, expert_gate_up, expert_down" in info.value.message
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and len(err.strip().splitlines()) == 1
