@@ -11,7 +11,8 @@ one of three rules, written in the kernel template's ``sharding:`` table:
 ``column``
     output features split: each socket holds ``ceil(cols / granule / tp) * granule`` columns
     (``granule`` keeps attention heads whole; when there are fewer heads than sockets, a head is
-    replicated on several sockets).
+    replicated on several sockets), or as many granules as ``socket_granules`` says where the
+    family places heads otherwise (GQA's K and V projections follow the query heads' groups).
 ``row``
     input features split the same way (the partial products are summed by an all-reduce).
 ``replicated``
@@ -31,6 +32,7 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -63,6 +65,10 @@ class Tensor:
     vector: bool = False
     #: fixed element size overriding the dtype rules (DeepSeek keeps the router bias in FP32)
     element_bytes: int | None = None
+    #: column granules (heads) the busiest socket holds of a split over ``tp`` sockets, where the family
+    #: places them otherwise than ``ceil(granules / tp)``: GQA's K and V projections follow the
+    #: query heads, whose groups a socket may span (``GQAAttentionSpec.socket_kv_heads``)
+    socket_granules: Callable[[int], int] | None = None
 
     @property
     def params(self) -> int:
@@ -72,6 +78,8 @@ class Tensor:
     def shard_dims(self, rule: ShardRule, tp: int) -> tuple[int, int]:
         """``(rows, cols)`` one socket holds under ``rule`` (the busiest socket if uneven)."""
         if rule == "column":
+            if self.socket_granules is not None:
+                return self.rows, self.socket_granules(tp) * self.col_granule
             return self.rows, _split(self.cols, self.col_granule, tp)
         if rule == "row":
             return _split(self.rows, self.row_granule, tp), self.cols

@@ -73,3 +73,21 @@ def test_the_group_split_needs_no_more_kv_heads_than_the_consecutive_one() -> No
                 got = spec.socket_kv_heads(ways)
                 assert got <= consecutive, (heads, kv, ways)
                 assert (got == 1) == (ways % kv == 0 or consecutive == 1), (heads, kv, ways)
+
+
+@pytest.mark.parametrize("tp", [8, 16])
+def test_a_socket_whose_query_heads_span_two_kv_groups_projects_both(tp: int) -> None:
+    # Phi-3-medium's shape: 40 query heads in 10 groups of 4. Over 16 sockets a socket runs 3 heads
+    # and the second (heads 3-5) spans groups 0 and 1: it writes two KV heads to its cache, so its K
+    # and V projections hold two heads' columns, not ceil(10 / 16) = 1 (the weights and FLOPs were a
+    # head short while the cache write read two heads' rows)
+    llama = load_model(Path(__file__).parents[2] / "graphs" / "llama3_1_8b.yaml")
+    model = llama.model_copy(update={"attention": llama.attention.model_copy(update={"heads": 40, "kv_heads": 10})})
+    batch, d, hidden = 4, model.attention.head_dim, model.hidden
+    graph = build_graph(model, Shape("decode", batch, 0, kv_len=1000), ParallelPlan(tp))
+    ops = {op.name: op for op in graph.graph.nodes["L00.decoder"]["kernel"].operators}
+    assert model.attention.socket_kv_heads(tp) == 2
+    for name in ("k_proj", "v_proj"):
+        assert ops[name].n == 2 * d and ops[name].weight_bytes == hidden * 2 * d * 2
+    # the cache write stores, per new token, the K and V rows the projections made
+    assert ops["kv_cache_write"].kv_write_bytes == batch * 2 * (ops["k_proj"].n * 2)

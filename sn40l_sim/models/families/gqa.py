@@ -20,6 +20,7 @@ query rows of a KV head form one GEMM against it).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sn40l_sim.ir import AttentionShape, ParallelPlan
@@ -194,6 +195,28 @@ def gqa_o_to_tp(c: Ctx) -> int:
 SIZES = {f.__name__: f for f in (gqa_q_to_dp, gqa_o_to_tp)}
 
 
+def kv_heads_per_socket(heads: int, kv_heads: int, ways: int) -> int:
+    """KV heads the busiest of ``ways`` head-splitting sockets needs (see
+    :meth:`GQAAttentionSpec.socket_kv_heads`)."""
+    if ways % kv_heads == 0:
+        return 1
+    per_socket, group = -(-heads // ways), heads // kv_heads
+    return max(((min(heads, s + per_socket) - 1) // group - s // group + 1)
+               for s in range(0, heads, per_socket))
+
+
+@dataclass(frozen=True)
+class KVHeadSplit:
+    """:func:`kv_heads_per_socket` of one model, as a value (equal, hashed and pickled by its
+    numbers) that a weight tensor carries to size its K and V projections' shards."""
+
+    heads: int
+    kv_heads: int
+
+    def __call__(self, ways: int) -> int:
+        return kv_heads_per_socket(self.heads, self.kv_heads, ways)
+
+
 @register_family
 class GQAAttentionSpec(AttentionSpec):
     """Grouped-query attention (Llama): ``kv_heads`` K/V heads shared by ``heads`` query heads."""
@@ -211,11 +234,12 @@ class GQAAttentionSpec(AttentionSpec):
 
     def weight_tensors(self, hidden: int) -> list[Tensor]:
         """``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` (heads kept whole when split)."""
-        d = self.head_dim
+        d, split = self.head_dim, KVHeadSplit(self.heads, self.kv_heads)
         return [
             Tensor("q_proj", rows=hidden, cols=self.heads * d, col_granule=d),
-            Tensor("k_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d),
-            Tensor("v_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d),
+            # a socket projects the K and V heads of its query heads' groups, two where they span two
+            Tensor("k_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d, socket_granules=split),
+            Tensor("v_proj", rows=hidden, cols=self.kv_heads * d, col_granule=d, socket_granules=split),
             Tensor("o_proj", rows=self.heads * d, cols=hidden, row_granule=d),
         ]
 
@@ -247,11 +271,7 @@ class GQAAttentionSpec(AttentionSpec):
         >>> GQAAttentionSpec(kind="gqa", heads=28, kv_heads=4, head_dim=128).socket_kv_heads(8)
         1
         """
-        if ways % self.kv_heads == 0:
-            return 1
-        per_socket, group = -(-self.heads // ways), self.heads // self.kv_heads
-        return max(((min(self.heads, s + per_socket) - 1) // group - s // group + 1)
-                   for s in range(0, self.heads, per_socket))
+        return kv_heads_per_socket(self.heads, self.kv_heads, ways)
 
     def problems(self) -> Iterator[tuple[str, str]]:
         """Every KV head serves the same number of query heads, and RoPE (``gqa_rope``, over the
