@@ -149,3 +149,32 @@ def test_a_smaller_model_of_a_family_is_faster(tmp_path: Path, capsys) -> None:
     small, large = (_run(tmp_path, name, capsys) for name in ("llama3_2_1b.yaml", "llama3_2_3b.yaml"))
     assert small["decode_step_s"] < large["decode_step_s"]
     assert small["prefill_s"] < large["prefill_s"]
+
+
+def test_qwen2_7b_on_sixteen_sockets_without_attention_dp_is_physically_sane(tmp_path: Path, capsys) -> None:
+    # 28 query heads, 4 KV heads, TP16 and no attention DP: each KV group has 4 sockets of its own,
+    # so a socket caches one KV head of every sequence (it cached two: half the batch, twice the
+    # reads). The batch is the largest power of two whose cache fits beside the weights, the step
+    # no shorter than the busiest socket's weights and cache read at the HBM's peak, and the
+    # tokens per second are the batch over the step.
+    exp = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
+    for old, new in (("../hw_configs/sn40l_node8.yaml", (REPO / "hw_configs" / "sn40l_node16.yaml").as_posix()),
+                     ("../graphs/llama3_1_8b.yaml", (PUBLIC / "qwen2_7b.yaml").as_posix()),
+                     ("{tp: 8}", "{tp: 16}"), ("{tp: 8, attention_dp: 8}", "{tp: 16, attention_dp: 1}"),
+                     ("count: 48", "count: 2"), ("low: 64, high: 512", "low: 16, high: 32"),
+                     ("max_new_tokens: 512", "max_new_tokens: 32")):
+        assert exp.count(old) == 1, old
+        exp = exp.replace(old, new)
+    path, out = tmp_path / "qwen.exp.yaml", tmp_path / "qwen"
+    path.write_text(exp)
+    assert cli.main(["run", str(path), "--out", str(out), "--no-plot", "--quiet"]) == 0, capsys.readouterr().err
+    (full, _) = json.loads((out / "results.json").read_text())
+    kv_len = 32768 + 32
+    per_sequence = kv_len * 28 * 1 * 128 * 2 * 2        # layers x one KV head x K and V x BF16
+    hbm = full["memory"]["hbm"]
+    assert hbm["kv"] == full["batch"] * per_sequence
+    usable = hbm["capacity"] - hbm["reserved"] - hbm["weights"] - hbm["activations"]
+    assert full["batch"] * per_sequence <= usable < 2 * full["batch"] * per_sequence
+    assert full["batch"] == 64
+    assert full["decode_step_s"] >= (hbm["weights"] - 152064 // 16 * 3584 * 2 + hbm["kv"]) / 1638.4e9
+    assert full["decode_tokens_per_s"] == pytest.approx(full["batch"] / full["decode_step_s"], rel=1e-6)
