@@ -218,14 +218,25 @@ def test_a_template_error_shows_the_path_as_given(tmp_path, monkeypatch, capsys)
 
 def test_a_model_the_default_template_does_not_fit_is_refused_at_its_own_file(tmp_path, capsys):
     # a Mixtral-like MoE with GQA written without kernels: gets the gqa family's default template,
-    # graphs/kernels_llama.yaml, which has no router or experts; the error named only that shipped
-    # file's line, as if it were the file to fix
+    # graphs/kernels_llama.yaml, which has no MoE kernels; the error named only that shipped file's
+    # line, as if it were the file to fix
     mixtral = (Path(__file__).parent / "public_models" / "mixtral_8x7b.yaml").read_text()
     path = _write(tmp_path, mixtral.replace("kernels: kernels_gqa_moe.yaml\n", ""), "mixtral.yaml")
     with pytest.raises(InputError) as info:
         load_model(path)
     assert info.value.file == str(path) and info.value.field == "kernels"
-    assert "kernels_llama.yaml" in info.value.message and "router, expert_gate_up, expert_down" in info.value.message
+    assert "kernels_llama.yaml" in info.value.message and "has MoE layers but the template defines no" in info.value.message
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}") and len(err.strip().splitlines()) == 1
+
+
+def test_a_dense_template_given_to_an_moe_model_is_refused_for_its_missing_moe_kernels(tmp_path):
+    # the kernels it lacks, not the expert tensors' sharding rules that follow from them
+    mixtral = (Path(__file__).parent / "public_models" / "mixtral_8x7b.yaml").read_text()
+    path = _write(tmp_path, mixtral.replace("kernels: kernels_gqa_moe.yaml",
+                                            f"kernels: {GRAPHS_DIR / 'kernels_llama.yaml'}"), "mixtral.yaml")
+    with pytest.raises(InputError) as info:
+        load_model(path)
+    assert info.value.field == "prefill.blocks.moe_layer" and info.value.file.endswith("kernels_llama.yaml")
+    assert "model 'mixtral-8x7b' has MoE layers but the template defines no prefill moe_layer kernels" in str(info.value)
