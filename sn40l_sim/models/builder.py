@@ -80,6 +80,17 @@ class KVPolicyHooks(Protocol):
     (:func:`check_policy_kernels` refuses others); the builder names them
     ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
     runs (draft runs of the MTP module included).
+
+    Examples
+    --------
+    H2O evicts at every decode step once the cache is full, so each layer gains a kernel:
+
+    >>> from sn40l_sim.kvcache import make_policy
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama, h2o = load_model("graphs/llama3_1_8b.yaml"), make_policy("h2o", {"budget": 1024})
+    >>> shape = Shape("decode", batch=8, prompt_len=0, kv_len=1024, context_len=4096)
+    >>> [k.name for k in build_graph(llama, shape, ParallelPlan(tp=8), h2o).kernels()[:4]]
+    ['embedding', 'L00.decoder', 'L00.h2o_evict', 'L01.decoder']
     """
 
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
@@ -89,7 +100,8 @@ class KVPolicyHooks(Protocol):
 
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         """Kernels added to each layer of one decode step of ``shape`` under ``plan`` (a policy
-        that scores and evicts every step, as H2O does; none for the shipped policies)."""
+        that scores and evicts every step, as H2O does, or recalls pages from a store, as ArkVale
+        does; none for ``full``, ``snapstream``, ``streamingllm`` and ``snapkv``)."""
         ...
 
 
@@ -120,10 +132,37 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     template : str or Path or KernelTemplates, optional
         A kernel template file replacing the model's, or that template already loaded.
 
+    Returns
+    -------
+    KernelGraph
+        One socket's shard of every kernel, in call order (:meth:`~sn40l_sim.ir.KernelGraph.kernels`).
+
     Raises
     ------
     InputError
         For an unknown option or a shape or plan the graph cannot be built for.
+
+    Examples
+    --------
+    One decode step of Llama-3.1-8B on 8 sockets: an embedding, one fused decoder kernel per layer,
+    the LM head and sampling, each with one socket's share of the work:
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama = load_model("graphs/llama3_1_8b.yaml")
+    >>> graph = build_graph(llama, Shape("decode", batch=8, prompt_len=0, kv_len=1024), ParallelPlan(tp=8))
+    >>> kernels = graph.kernels()
+    >>> len(kernels), llama.layers, [k.name for k in kernels[:2]], kernels[-1].name
+    (35, 32, ['embedding', 'L00.decoder'], 'sampling')
+    >>> q = kernels[1].operators[1]        # 8 rows x 512 of the 4,096 query columns (4 heads of 32) x 4,096
+    >>> q.name, (q.m, q.n, q.k), q.flops == 2 * 8 * 512 * 4096
+    ('q_proj', (8, 512, 4096), True)
+    >>> [(c.kind, c.group) for c in kernels[1].collectives]     # after o_proj and after the FFN's down projection
+    [('all_reduce', 8), ('all_reduce', 8)]
+
+    Identical layers give kernels with equal signatures, which the mapper maps once:
+
+    >>> kernels[1].signature() == kernels[2].signature()
+    True
     """
     opts = check_graph_options(options)
     _check(model, shape, plan)
@@ -193,7 +232,15 @@ def _parts(plan_: list[_Entry], phase: PhaseTemplate, contexts: dict[bool, Ctx],
 def writes_cache(model: ModelSpec, layer: int) -> bool:
     """Whether ``layer`` writes a KV cache of its own: with CLA only the first of each group of
     ``kv_shared_layers`` (:mod:`sn40l_sim.models.kv_format`) does, and an MTP layer
-    (``layer >= layers``) shares with none."""
+    (``layer >= layers``) shares with none.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.loader import load_model
+    >>> cla = load_model("graphs/llama3_1_8b.yaml", overrides={"kv_shared_layers": 2})
+    >>> [writes_cache(cla, layer) for layer in (0, 1, 2)], writes_cache(cla, cla.layers)   # the MTP layer's own
+    ([True, False, True], True)
+    """
     return layer >= model.layers or layer % model.kv_shared_layers == 0
 
 
