@@ -194,7 +194,18 @@ class FusedKernel:
 
 @dataclass(frozen=True)
 class Shape:
-    """The shape a graph is built for."""
+    """The shape a graph is built for: ``phase``, sequences (``batch``), prompt tokens
+    (``prompt_len``, prefill) and cached tokens each sequence reads (``kv_len``, decode).
+
+    Examples
+    --------
+    One decode step of 8 sequences, each reading 1,024 cached tokens, and one 4,096-token prefill:
+
+    >>> Shape("decode", batch=8, prompt_len=0, kv_len=1024)
+    Shape(phase='decode', batch=8, prompt_len=0, kv_len=1024, drafts=0, context_len=0)
+    >>> Shape("prefill", 1, 4096).kv_len
+    0
+    """
 
     phase: Phase
     batch: int
@@ -305,6 +316,14 @@ class ParallelPlan:
 
     ``tp`` shards weights (projections, experts) over sockets; ``attention_dp`` splits the batch's
     sequences over sockets for the attention itself (each socket holds its own sequences' KV).
+
+    Examples
+    --------
+    DeepSeek-R1's decode plan on 16 sockets (``experiments/deepseek_tp16.yaml``): weights and
+    sequences both split 16 ways:
+
+    >>> ParallelPlan(tp=16, attention_dp=16).sockets, ParallelPlan(tp=8).sockets
+    (16, 8)
     """
 
     tp: int = 1

@@ -73,7 +73,15 @@ def config_cycles(socket: SocketSpec, n_bytes: int) -> int:
 
 
 def pcus(socket: SocketSpec) -> int:
-    """PCUs per socket."""
+    """PCUs per socket (tiles x PCUs per tile).
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> pcus(socket), tiles(socket), socket.tile.pcus
+    (1040, 4, 260)
+    """
     return tiles(socket) * socket.tile.pcus
 
 
@@ -103,7 +111,17 @@ def macs_per_pcu_cycle(socket: SocketSpec, dtype: str = "bf16") -> float:
 
 
 def peak_flops(socket: SocketSpec, dtype: str = "bf16") -> float:
-    """Peak FLOP/s of one socket in ``dtype`` (2 FLOPs per MAC, every PCU busy every cycle)."""
+    """Peak FLOP/s of one socket in ``dtype`` (2 FLOPs per MAC, every PCU busy every cycle).
+
+    Examples
+    --------
+    The published 638 BF16 TFLOPS; INT8 runs two MACs per lane and stage, FP32 a quarter of one:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> [round(peak_flops(socket, dtype) / 1e12, 1) for dtype in ("bf16", "int8", "fp32")]
+    [639.0, 1278.0, 159.7]
+    """
     return 2.0 * macs_per_pcu_cycle(socket, dtype) * pcus(socket) * socket.clock_hz
 
 
@@ -147,12 +165,30 @@ def reserved_bytes(socket: SocketSpec, tier: str) -> float:
 
 
 def usable_memory_bytes(socket: SocketSpec, tier: str) -> float:
-    """Capacity of ``tier`` left after the runtime's reservation."""
+    """Capacity of ``tier`` left after the runtime's reservation.
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> [memory_bytes(socket, "hbm") / 2**30, reserved_bytes(socket, "hbm") / 2**30, usable_memory_bytes(socket, "hbm") / 2**30]
+    [64.0, 8.0, 56.0]
+    >>> usable_memory_bytes(socket, "sram")     # a tier the socket does not have
+    0.0
+    """
     return memory_bytes(socket, tier) - reserved_bytes(socket, tier)
 
 
 def node_peak_flops(node: NodeSpec, dtype: str = "bf16") -> float:
-    """Peak FLOP/s of the whole node."""
+    """Peak FLOP/s of the whole node.
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> node.sockets, round(node_peak_flops(node) / 1e15, 2)    # PFLOP/s in BF16
+    (16, 10.22)
+    """
     return node.sockets * peak_flops(node.socket, dtype)
 
 
@@ -167,7 +203,15 @@ def node_memory_bytes(node: NodeSpec, tier: str) -> float:
 
 
 def node_memory_bytes_per_s(node: NodeSpec, tier: str) -> float:
-    """Peak bandwidth of ``tier`` over the whole node."""
+    """Peak bandwidth of ``tier`` over the whole node.
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> node_memory_bytes_per_s(node, "hbm") / 1e12, node_memory_bytes(node, "ddr") / 2**40  # TB/s, TiB
+    (26.2144, 24.0)
+    """
     return node.sockets * memory_bytes_per_s(node.socket, tier)
 
 
@@ -192,12 +236,32 @@ seconds_from_cycles = seconds
 
 
 def bytes_per_cycle(bytes_per_s: float, socket: SocketSpec) -> float:
-    """A bandwidth in bytes per RDU cycle."""
+    """A bandwidth in bytes per RDU cycle.
+
+    Examples
+    --------
+    One socket's HBM moves 1,024 bytes in each 1.6 GHz cycle:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> bytes_per_cycle(memory_bytes_per_s(socket, "hbm"), socket)
+    1024.0
+    """
     return bytes_per_s / socket.clock_hz
 
 
 def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
-    """Bandwidth of one switch-to-switch hop of a tile network, per direction."""
+    """Bandwidth of one switch-to-switch hop of a tile network, per direction.
+
+    ``network`` is ``"vector"`` or ``"scalar"`` (the tile's ``<network>_network`` field).
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> network_bytes_per_s(socket) / 1e9, network_bytes_per_s(socket, "scalar") / 1e9    # GB/s
+    (204.8, 6.4)
+    """
     spec = getattr(socket.tile, f"{network}_network")
     return spec.link_bytes_per_cycle * spec.links_per_direction * socket.clock_hz
 
@@ -242,7 +306,16 @@ def _hops_from(adjacency: dict[str, list[str]], start: str) -> dict[str, int]:
 
 
 def p2p_diameter_hops(node: NodeSpec) -> int:
-    """Socket-to-socket hops between the farthest two sockets of the node (0 for one socket)."""
+    """Socket-to-socket hops between the farthest two sockets of the node (0 for one socket).
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> node16 = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> ring16 = with_overrides(node16, {"topology.kind": "ring"})
+    >>> p2p_diameter_hops(node16), p2p_diameter_hops(ring16), p2p_diameter_hops(load_hardware("hw_configs/sn40l.yaml"))
+    (1, 8, 0)
+    """
     import networkx as nx  # a large import, needed by this figure only
 
     graph = p2p_graph(node)
@@ -275,7 +348,17 @@ def p2p_bisection_is_exact(node: NodeSpec) -> bool:
 
 
 def p2p_bytes_per_s_per_socket(node: NodeSpec) -> float:
-    """Peak P2P bandwidth one socket can drive over its connected links (one direction)."""
+    """Peak P2P bandwidth one socket can drive over its connected links (one direction).
+
+    Examples
+    --------
+    A 16-socket full mesh: 15 peers, one 50 GB/s link to each:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> p2p_bytes_per_s_per_socket(node) / 1e9, node.socket.p2p.bytes_per_s_per_port / 1e9
+    (750.0, 50.0)
+    """
     graph = p2p_graph(node)
     if graph.number_of_edges() == 0:
         return 0.0

@@ -100,6 +100,18 @@ class MemoryTierSpec(StrictModel):
     A socket lists its tiers under ``memory:`` fastest first; that order is the default placement
     order (:func:`sn40l_sim.mapper.memory.place_memory`). Nothing in the code names a tier: a new
     tier is one YAML entry.
+
+    The YAML's readable quantities (``16 GiB``, ``409.6 GB/s``, ``120 ns``) are held in base units:
+    bytes, bytes/s, seconds. Per-socket totals are :mod:`sn40l_sim.hardware.figures`'.
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> memory = load_hardware("hw_configs/sn40l.yaml").socket.memory
+    >>> list(memory), memory["hbm"].units_per_die, memory["hbm"].capacity_bytes_per_unit / 2**30
+    (['hbm', 'ddr'], 2, 16.0)
+    >>> memory["hbm"].bytes_per_s_per_unit, memory["hbm"].latency_s
+    (409600000000.0, 1.2e-07)
     """
 
     #: modules or channels per die (addresses interleave over all of them)

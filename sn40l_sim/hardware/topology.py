@@ -212,6 +212,17 @@ def p2p_links(node: NodeSpec) -> list[tuple[int, int, float, float]]:
     """Socket-to-socket links ``(socket_a, socket_b, bytes_per_s, latency_s)``, ``a < b``, sorted.
 
     ``bytes_per_s`` is per direction, all ``links_per_pair`` parallel ports of the pair together.
+
+    Examples
+    --------
+    The 8-socket node is a full mesh, 28 pairs; as a ring, each socket links to its two neighbours:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> node8 = load_hardware("hw_configs/sn40l_node8.yaml")
+    >>> len(p2p_links(node8)), p2p_links(node8)[0]        # 50 GB/s, 93.75 ns
+    (28, (0, 1, 50000000000.0, 9.375e-08))
+    >>> [(a, b) for a, b, _, _ in p2p_links(with_overrides(node8, {"topology.kind": "ring"}))]
+    [(0, 1), (0, 7), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7)]
     """
     per_pair = node.topology.links_per_pair * node.socket.p2p.bytes_per_s_per_port
     return [(a, b, per_pair, node.socket.p2p.latency_s)
@@ -219,7 +230,15 @@ def p2p_links(node: NodeSpec) -> list[tuple[int, int, float, float]]:
 
 
 def p2p_graph(node: NodeSpec) -> nx.Graph:
-    """Socket-level graph: nodes are socket indices, edges carry ``bytes_per_s``, ``latency_s``, ``links``."""
+    """Socket-level graph: nodes are socket indices, edges carry ``bytes_per_s``, ``latency_s``, ``links``.
+
+    Examples
+    --------
+    >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    >>> ring = p2p_graph(with_overrides(load_hardware("hw_configs/sn40l_node8.yaml"), {"topology.kind": "ring"}))
+    >>> ring.number_of_edges(), sorted(ring.neighbors(0)), ring.edges[0, 1]["bytes_per_s"] / 1e9
+    (8, [1, 7], 50.0)
+    """
     import networkx as nx  # a large import: only the figures of ``describe`` and the topology need it
 
     graph = nx.Graph(name=node.name)

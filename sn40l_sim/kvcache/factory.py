@@ -39,6 +39,21 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> KVPolicy:
         Unknown policy name, unknown parameter, or a parameter of the wrong type or range; the
         error's field is ``policy`` or ``params.<parameter>``, inside the policy entry (the
         experiment loader adds the entry's place in its file).
+
+    Examples
+    --------
+    An experiment's ``{policy: snapstream, params: {budget: 4096}}``: a total budget split into sink,
+    recent ring and top-K, a 4,096-token slot whatever the prompt:
+
+    >>> snap = make_policy("snapstream", {"budget": 4096})
+    >>> snap
+    SnapStream(sink=4, recent=512, topk=3580, observation_window=512, pool_kernel=7)
+    >>> snap.static_cache_len(prompt_len=131072, max_new_tokens=1024), make_policy("full").static_cache_len(131072, 1024)
+    (4096, 132096)
+    >>> make_policy("snapstream", {"budjet": 4096})
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: params.budjet: unknown parameter of KV policy 'snapstream'; expected one of sink, recent, topk, observation_window, pool_kernel or budget
     """
     if not isinstance(name, str) or name not in POLICIES:
         raise InputError(f"unknown KV policy {shown(name)}; expected one of {', '.join(sorted(POLICIES))}",

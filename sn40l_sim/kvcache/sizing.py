@@ -56,12 +56,31 @@ def kv_dtype_bytes(model: ModelSpec) -> int:
 
 
 def kv_bytes_per_token_layer(model: ModelSpec) -> int:
-    """Bytes cached per token in one layer (scales included, rounded up)."""
+    """Bytes cached per token in one layer (scales included, rounded up).
+
+    Examples
+    --------
+    Llama-3.1-70B caches keys and values of 8 heads of 128 in BF16; an FP8 cache halves it:
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama = load_model("graphs/llama3_1_70b.yaml")
+    >>> kv_bytes_per_token_layer(llama), kv_bytes_per_token_layer(load_model("graphs/llama3_1_70b.yaml", {"kv_dtype": "fp8"}))
+    (4096, 2048)
+    >>> kv_bytes_per_token(llama) == llama.layers * 4096     # every layer
+    True
+    """
     return kv_stored_bytes(model, kv_width(model))
 
 
 def kv_heads(model: ModelSpec) -> int:
-    """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA."""
+    """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA.
+
+    Examples
+    --------
+    >>> from sn40l_sim.models.loader import load_model
+    >>> kv_heads(load_model("graphs/deepseek_r1.yaml")), kv_heads(load_model("graphs/llama3_1_70b.yaml"))
+    (1, 8)
+    """
     return model.attention.cache_heads()
 
 
@@ -86,7 +105,16 @@ class KVSharding:
 
 
 def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
-    """Heads per socket and sockets per KV head under tensor parallelism ``tp``."""
+    """Heads per socket and sockets per KV head under tensor parallelism ``tp``.
+
+    Examples
+    --------
+    Llama-3.1-70B on 16 sockets: 64 query heads, 4 a socket; 8 KV heads, each shared by 2 sockets:
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> kv_sharding(load_model("graphs/llama3_1_70b.yaml"), tp=16)
+    KVSharding(query_heads=4, kv_heads=1, row_shards=2)
+    """
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
     heads = model.attention.heads

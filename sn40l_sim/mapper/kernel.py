@@ -327,6 +327,25 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     ------
     InfeasibleError
         If an operator cannot be placed even alone at its finest tiling.
+
+    Examples
+    --------
+    Llama-3.1-8B's LM head on one socket of eight, a decode step of 8 sequences: it streams the
+    socket's 131 MB share of the vocabulary's weights from HBM on one tile, so HBM bounds it; its
+    cycles are the configuration load, the pipeline fill and the data tiles:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> from sn40l_sim.ir import ParallelPlan, Shape
+    >>> from sn40l_sim.models.builder import build_graph
+    >>> from sn40l_sim.models.loader import load_model
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> graph = build_graph(load_model("graphs/llama3_1_8b.yaml"), Shape("decode", 8, 0, 1024), ParallelPlan(tp=8))
+    >>> head = graph.kernels()[-2]
+    >>> pk = map_kernel(socket, head)
+    >>> head.name, head.weight_bytes, pk.bounding_resource, pk.cycles, pk.pcus_per_tile
+    ('lm_head', 131342336, 'hbm', 329914, (33, 0, 0, 0))
+    >>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + math.ceil(pk.n_tiles * pk.cycles_per_tile)
+    True
     """
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     all_tiles = figures.tiles(socket)

@@ -56,7 +56,25 @@ class Utilisation:
 
 def utilisation(socket: SocketSpec, pk: PlacedKernel) -> Utilisation:
     """Compute, SRAM and per-tier memory utilisation of ``pk`` over one call as it is called
-    (``call_cycles``; 0 for a kernel of no cycles)."""
+    (``call_cycles``; 0 for a kernel of no cycles), each a fraction of the socket's peak.
+
+    Examples
+    --------
+    Llama-3.1-8B's LM head (:func:`~sn40l_sim.mapper.kernel.map_kernel`'s example): a decode step's
+    8 rows leave the PCUs idle while the weights stream at 39% of the socket's HBM peak, as much as
+    the AGCUs of the one tile it runs on draw:
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> from sn40l_sim.ir import ParallelPlan, Shape
+    >>> from sn40l_sim.mapper import map_kernel
+    >>> from sn40l_sim.models.builder import build_graph
+    >>> from sn40l_sim.models.loader import load_model
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> graph = build_graph(load_model("graphs/llama3_1_8b.yaml"), Shape("decode", 8, 0, 1024), ParallelPlan(tp=8))
+    >>> u = utilisation(socket, map_kernel(socket, graph.kernels()[-2]))
+    >>> f"{u.compute:.1%}", f"{u.memory['hbm']:.0%}", u.memory["ddr"]
+    ('0.8%', '39%', 0.0)
+    """
     seconds = pk.call_cycles / socket.clock_hz
     if seconds <= 0:
         return Utilisation(0.0, 0.0, dict.fromkeys(socket.memory, 0.0))

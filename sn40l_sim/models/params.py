@@ -41,7 +41,16 @@ __all__ = ["total_params", "active_params", "mtp_params", "kv_bytes_per_token", 
 
 
 def total_params(model: ModelSpec, include_mtp: bool = False) -> int:
-    """All parameters (MTP module's own weights only with ``include_mtp``)."""
+    """All parameters (MTP module's own weights only with ``include_mtp``).
+
+    Examples
+    --------
+    The shipped Llama-3.1 files give the parameter counts their names round:
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> [round(total_params(load_model(f"graphs/llama3_1_{size}.yaml")) / 1e9, 2) for size in ("8b", "70b", "405b")]
+    [8.03, 70.55, 405.85]
+    """
     return sum(t.params * holders(model, t, include_mtp) for t in inventory(model))
 
 
@@ -121,7 +130,19 @@ def weight_bytes(model: ModelSpec, include_mtp: bool | None = None) -> int:
 
 
 def weight_bytes_by_group(model: ModelSpec, include_mtp: bool | None = None) -> dict[str, int]:
-    """Unsharded weight bytes split into ``fp8`` elements, ``fp8_scales`` and ``bf16`` / ``fp32``."""
+    """Unsharded weight bytes split into ``fp8`` elements, ``fp8_scales`` and ``bf16`` / ``fp32``.
+
+    Examples
+    --------
+    DeepSeek-R1 without its MTP module, in GB: FP8 weights with one FP32 scale per 128x128 block,
+    the tensors the file keeps in BF16 (``bf16_tensors``: embedding, LM head, router, norms) and
+    the FP32 router bias (59 KB):
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> groups = weight_bytes_by_group(load_model("graphs/deepseek_r1.yaml"), include_mtp=False)
+    >>> {group: round(n / 1e9, 2) for group, n in groups.items()}
+    {'fp8': 669.07, 'fp8_scales': 0.16, 'bf16': 3.92, 'fp32': 0.0}
+    """
     out = {"fp8": 0, "fp8_scales": 0, "bf16": 0, "fp32": 0}
     mtp = _mtp(model, include_mtp)
     for t in inventory(model):
