@@ -64,7 +64,13 @@ def to_json(records: Sequence[dict[str, Any]]) -> str:
 
 
 def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Scalars of a nested record under dotted keys (lists dropped)."""
+    """Scalars of a nested record under dotted keys (lists dropped): the columns of ``results.csv``.
+
+    Examples
+    --------
+    >>> flatten({"name": "full", "memory": {"hbm": {"weights": 2**30}}, "probes": [1, 2]})
+    {'name': 'full', 'memory.hbm.weights': 1073741824}
+    """
     out: dict[str, Any] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
@@ -77,7 +83,16 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def to_csv(records: Sequence[dict[str, Any]], fields: Fields = RESULTS) -> str:
     """The text of ``results.csv``, columns in the declaration's CSV order (without the
-    :data:`VOLATILE` groups)."""
+    :data:`VOLATILE` groups), floats rounded to :data:`SIGNIFICANT_DIGITS` digits.
+
+    Examples
+    --------
+    >>> rec = {"name": "full", "batch": 16, "decode_step_s": 0.0881234567891,
+    ...        "memory": {"hbm": {"weights": 2**30}}, "speed": {"wall_s": 1.5}}
+    >>> print(to_csv([rec]), end="")
+    name,batch,decode_step_s,memory.hbm.weights
+    full,16,0.0881234568,1073741824
+    """
     rows = [flatten(rounded(stable(r))) for r in records]
     header = fields.csv_order({key for row in rows for key in row})
     buffer = io.StringIO()

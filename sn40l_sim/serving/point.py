@@ -61,7 +61,12 @@ from sn40l_sim.serving.workload import Request
 
 @dataclass(frozen=True)
 class PointSetup:
-    """The inputs of one point (spec objects and plain numbers; nothing is parsed here)."""
+    """The inputs of one point (spec objects and plain numbers; nothing is parsed here).
+
+    The study layer makes one from an experiment (:meth:`sn40l_sim.study.assemble.Assembly.setup`);
+    :func:`simulate_point` shows one made by hand. Lengths are in tokens, ``batch`` and
+    ``batch_sizes`` in sequences per decode node.
+    """
 
     name: str
     node: NodeSpec
@@ -225,6 +230,35 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         When no compiled batch fits, an explicit batch does not fit, a prompt does not fit on a
         prefill node, or a request is longer than the compiled graphs; the error names the
         :class:`PointSetup` field it is about.
+
+    Examples
+    --------
+    Llama-3.1-8B on an 8-socket node, 4K prompts, a full cache, with hand-checkable step costs
+    (:class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts`) and the real memory placement: the
+    largest compiled batch whose weights and KV stay in HBM is 512 (64 sequences of 4,352 cached
+    tokens a socket), and the placement says why 1,024 is not:
+
+    >>> from functools import partial
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> from sn40l_sim.kvcache import make_policy
+    >>> from sn40l_sim.mapper import place_memory
+    >>> from sn40l_sim.models.loader import load_model
+    >>> from sn40l_sim.serving.fixed_costs import FixedStepCosts
+    >>> node, llama = load_hardware("hw_configs/sn40l_node8.yaml"), load_model("graphs/llama3_1_8b.yaml")
+    >>> s = PointSetup("full", node, llama, make_policy("full"), prompt_len=4096,
+    ...                prefill_plan=ParallelPlan(tp=8), decode_plan=ParallelPlan(tp=8, attention_dp=8),
+    ...                batch_sizes=(256, 512, 1024, 2048), prefill_lens=(4096,), max_new_tokens=256)
+    >>> costs = FixedStepCosts()    # prefill 1,000 cycles a token; decode 40M + 10 a cached token read
+    >>> result = simulate_point(s, lambda slots: [Request(i, 0, 4096, 4) for i in range(2)],
+    ...                         costs, partial(place_memory, node, llama))
+    >>> result.max_batch, result.static_cache_len, result.kv_bytes_per_token
+    (512, 4352, 131072)
+    >>> print(result.next_failure)
+    decode batch 1024 does not fit in HBM per socket: weights 1.87 GiB + kv 68.00 GiB + activations 0.00 GiB > 56.00 GiB usable HBM (kv 13.87 GiB would spill to DDR; the serving model keeps weights and KV in HBM)
+    >>> result.prefill.cycles, result.decode.cycles == 40_000_000 + 10 * 512 * 4352
+    (4096000, True)
+    >>> [r.first_token for r in result.log.requests]      # one prefill node: the second prompt waits for the first
+    [4096000, 8192000]
     """
     clock_hz = s.node.socket.clock_hz
     drafts = s.speculation.drafts

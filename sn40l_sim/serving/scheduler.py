@@ -65,6 +65,23 @@ class Scheduler:
     ----------
     now : int
         The current cycle.
+
+    Examples
+    --------
+    A process yields the cycles it waits; :meth:`last` runs after everything else due at its
+    cycle, even an event scheduled later for the same cycle:
+
+    >>> clock, seen = Scheduler(), []
+    >>> def decode_node():
+    ...     yield 10
+    ...     clock.last(lambda: seen.append(("step starts", clock.now)))
+    ...     clock.at(0, lambda: seen.append(("cache arrives", clock.now)))
+    ...     yield 5
+    ...     clock.stop()
+    >>> clock.process(decode_node())
+    >>> clock.run()
+    >>> seen, clock.now
+    ([('cache arrives', 10), ('step starts', 10)], 15)
     """
 
     def __init__(self) -> None:
@@ -160,7 +177,24 @@ class RunEnd:
 
 class Signal:
     """A re-armable event: ``wait(callback)`` until the next ``fire()``, which wakes every waiter,
-    in the order they came, in one event (none scheduled when no one waits)."""
+    in the order they came, in one event (none scheduled when no one waits).
+
+    Examples
+    --------
+    A process waiting for a free slot yields the signal; it resumes in the event ``fire`` schedules:
+
+    >>> clock = Scheduler()
+    >>> freed, seen = Signal(clock), []
+    >>> def waiting_request():
+    ...     yield freed
+    ...     seen.append(clock.now)
+    ...     clock.stop()
+    >>> clock.process(waiting_request())
+    >>> clock.at(7, freed.fire)
+    >>> clock.run()
+    >>> seen
+    [7]
+    """
 
     def __init__(self, clock: Scheduler) -> None:
         self.clock = clock

@@ -94,6 +94,21 @@ def read_trace(path: Path) -> list[TraceRow]:
         JSON number: not ``"0"`` nor ``true``), a time or length outside the schema's ranges
         (:data:`~sn40l_sim.schema.TIME`, :data:`~sn40l_sim.schema.POSITIVE_COUNT`), a timestamp
         not after the previous one (Azure format), or no rows at all.
+
+    Examples
+    --------
+    The simulator's own format as JSONL, rows in file order (the requests are sorted by arrival
+    later, :func:`~sn40l_sim.serving.workload.build_requests`), each with its line; the module's
+    example reads the Azure format, as ``experiments/traces/azure_llm_2023_conv_10min.csv`` is:
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "mine.jsonl"
+    ...     _ = path.write_text('{"arrival_s": 0.25, "prompt_len": 512, "output_len": 64}\\n'
+    ...                         '{"arrival_s": 0.0, "prompt_len": 128, "output_len": 8}\\n')
+    ...     rows = read_trace(path)
+    >>> [(r.arrival_s, r.prompt_len, r.output_len, r.line) for r in rows]
+    [(0.25, 512, 64, 1), (0.0, 128, 8, 2)]
     """
     refuse_special_file(path, "a CSV or JSONL trace")
     try:

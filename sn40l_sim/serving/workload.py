@@ -130,6 +130,21 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         request), unless a trace workload asks to cap lengths.
     InputError
         For a trace window holding no request, or a request longer than the model's context.
+
+    Examples
+    --------
+    A Poisson workload of 4 requests at 2 a second, each generating 16 tokens after a 1,024-token
+    prompt; arrivals are cycles of the 1.6 GHz clock:
+
+    >>> from sn40l_sim.study.experiment import PoissonWorkload
+    >>> spec = PoissonWorkload(kind="poisson", rate_per_s=2.0, count=4, output_len={"dist": "constant", "value": 16})
+    >>> requests = build_requests(spec, prompt_len=1024, max_new_tokens=64, slots=8, seed=0, clock_hz=1.6e9)
+    >>> [round(r.arrival_cycle / 1.6e9, 3) for r in requests], {(r.prompt_len, r.output_len) for r in requests}
+    ([0.34, 0.85, 0.86, 0.861], {(1024, 16)})
+    >>> build_requests(spec, prompt_len=1024, max_new_tokens=8, slots=8, seed=0, clock_hz=1.6e9)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InfeasibleError: request 0: output_len 16 exceeds max_new_tokens 8, the static decode graph's maximum generated length
     """
     capped: list[tuple[int, int]] | None = None
     if spec.kind == "fixed":

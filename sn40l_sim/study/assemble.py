@@ -20,8 +20,8 @@ Examples
 >>> asm.node.sockets, asm.model.name, [p.name for p in asm.points]
 (16, 'deepseek-r1', ['full', 'snapstream'])
 >>> setup = asm.setup(asm.points[1])
->>> setup.policy.name, setup.prompt_len, setup.decode_plan
-('snapstream', 131072, ParallelPlan(tp=16, attention_dp=16))
+>>> setup.policy, setup.prompt_len, setup.decode_plan, len(asm.requests(asm.points[1])(16))   # a request a slot
+(SnapStream(sink=4, recent=4096, topk=28668, observation_window=4096, pool_kernel=7), 131072, ParallelPlan(tp=16, attention_dp=16), 16)
 """
 from __future__ import annotations
 

@@ -71,7 +71,17 @@ def length_label(tokens: int) -> str:
 
 
 def points(exp: Experiment) -> list[Point]:
-    """Expand policies x prompt lengths into named points (policy order, then prompt order)."""
+    """Expand policies x prompt lengths into named points (policy order, then prompt order).
+
+    Examples
+    --------
+    ``experiments/snapstream_table5.yaml``: two policy entries over three prompt lengths, SnapStream's
+    budget a quarter of each prompt (``prompt_fraction``):
+
+    >>> from sn40l_sim.study.experiment import load_experiment
+    >>> [(p.name, p.params) for p in points(load_experiment("experiments/snapstream_table5.yaml"))]
+    [('full@128K', {}), ('full@64K', {}), ('full@32K', {}), ('snapstream@128K', {'budget': 32768}), ('snapstream@64K', {'budget': 16384}), ('snapstream@32K', {'budget': 8192})]
+    """
     several = len(exp.prompt_lens) > 1
     out = []
     for index, entry in enumerate(exp.spec.policies):
