@@ -373,19 +373,16 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
 
     Examples
     --------
-    Two requests arriving together, 100-token prompts (a prefill of a cycle a token), 3 and 2
-    output tokens, decode steps of 10 cycles, a KV transfer of 5: disaggregated (the module's
-    example), the first request decodes while the second prefills; co-located, one node prefills
-    both prompts before its first decode step:
+    Two 100-token prompts at once (a cycle a token), 3 and 2 outputs, 10-cycle steps: apart, the
+    first decodes while the second prefills; co-located, both prefill before the first step:
 
     >>> from dataclasses import replace
     >>> from sn40l_sim.serving.workload import Request
     >>> apart = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2,
     ...     decode_step_cycles=10, prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
     ...     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=110)
-    >>> requests = [Request(0, 0, 100, 3), Request(1, 0, 100, 2)]
     >>> for setup in (apart, replace(apart, mode="colocated")):
-    ...     log = simulate(requests, setup)
+    ...     log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
     ...     print(setup.mode, [r.token_cycles for r in log.requests], log.end_cycle)
     disaggregated [[100, 115, 125], [200, 215]] 215
     colocated [[100, 210, 220], [200, 210]] 220
