@@ -69,7 +69,8 @@ class LinkTable:
     sockets : int
         Sockets in the node (numbered 0 .. sockets-1).
     links : iterable of (a, b, bytes_per_s, latency_s)
-        Undirected connections; ``bytes_per_s`` is per direction.
+        Undirected connections (:class:`~sn40l_sim.hardware.topology.P2PLink` s or plain tuples);
+        ``bytes_per_s`` is per direction.
     clock_hz : float
         RDU clock, to express bandwidths in bytes per cycle.
     efficiency : float

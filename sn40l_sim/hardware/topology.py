@@ -20,7 +20,7 @@ Examples
 >>> from sn40l_sim.hardware.loader import load_hardware
 >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
 >>> len(p2p_links(node)), p2p_links(node)[0]
-(120, (0, 1, 50000000000.0, 9.375e-08))
+(120, P2PLink(socket_a=0, socket_b=1, bytes_per_s=50000000000.0, latency_s=9.375e-08))
 >>> g = build_topology(node)
 >>> g.nodes["s0.t0.pcu.0.0"]["kind"], g.edges["s0.p2p", "s1.p2p"]["bytes_per_s"]
 ('pcu', 50000000000.0)
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -208,10 +208,19 @@ def bisection_links(sockets: int, kind: str) -> int | None:
     return min(_ring_cut_links(size) * (sockets // size) for size in dims if size % 2 == 0)
 
 
-def p2p_links(node: NodeSpec) -> list[tuple[int, int, float, float]]:
-    """Socket-to-socket links ``(socket_a, socket_b, bytes_per_s, latency_s)``, ``a < b``, sorted.
+class P2PLink(NamedTuple):
+    """One socket-to-socket connection of a node (a tuple: ``a, b, bytes_per_s, latency_s = link``)."""
 
-    ``bytes_per_s`` is per direction, all ``links_per_pair`` parallel ports of the pair together.
+    socket_a: int
+    #: the higher-numbered end (``socket_a < socket_b``)
+    socket_b: int
+    #: per direction, all ``links_per_pair`` parallel ports of the pair together
+    bytes_per_s: float
+    latency_s: float
+
+
+def p2p_links(node: NodeSpec) -> list[P2PLink]:
+    """Socket-to-socket links, one :class:`P2PLink` per connected pair, sorted.
 
     Examples
     --------
@@ -220,12 +229,12 @@ def p2p_links(node: NodeSpec) -> list[tuple[int, int, float, float]]:
     >>> from sn40l_sim.hardware.loader import load_hardware, with_overrides
     >>> node8 = load_hardware("hw_configs/sn40l_node8.yaml")
     >>> len(p2p_links(node8)), p2p_links(node8)[0]        # 50 GB/s, 93.75 ns
-    (28, (0, 1, 50000000000.0, 9.375e-08))
+    (28, P2PLink(socket_a=0, socket_b=1, bytes_per_s=50000000000.0, latency_s=9.375e-08))
     >>> [(a, b) for a, b, _, _ in p2p_links(with_overrides(node8, {"topology.kind": "ring"}))]
     [(0, 1), (0, 7), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7)]
     """
     per_pair = node.topology.links_per_pair * node.socket.p2p.bytes_per_s_per_port
-    return [(a, b, per_pair, node.socket.p2p.latency_s)
+    return [P2PLink(a, b, per_pair, node.socket.p2p.latency_s)
             for a, b in socket_pairs(node.sockets, node.topology.kind)]
 
 
@@ -243,8 +252,9 @@ def p2p_graph(node: NodeSpec) -> nx.Graph:
 
     graph = nx.Graph(name=node.name)
     graph.add_nodes_from(range(node.sockets))
-    for a, b, bandwidth, latency in p2p_links(node):
-        graph.add_edge(a, b, bytes_per_s=bandwidth, latency_s=latency, links=node.topology.links_per_pair)
+    for link in p2p_links(node):
+        graph.add_edge(link.socket_a, link.socket_b, bytes_per_s=link.bytes_per_s, latency_s=link.latency_s,
+                       links=node.topology.links_per_pair)
     return graph
 
 
@@ -341,7 +351,7 @@ def build_topology(node: NodeSpec) -> nx.Graph:
                            latency_s=node.host_link.latency_s)
     if node.host_link is not None:
         graph.nodes["host"].update(kind="host", parent="node")
-    for a, b, bandwidth, latency in p2p_links(node):
-        graph.add_edge(f"s{a}.p2p", f"s{b}.p2p", kind="p2p", bytes_per_s=bandwidth, latency_s=latency,
-                       links=node.topology.links_per_pair)
+    for link in p2p_links(node):
+        graph.add_edge(f"s{link.socket_a}.p2p", f"s{link.socket_b}.p2p", kind="p2p", bytes_per_s=link.bytes_per_s,
+                       latency_s=link.latency_s, links=node.topology.links_per_pair)
     return graph

@@ -86,11 +86,22 @@ def test_sn10_has_no_hbm_and_one_die():
 def test_p2p_links_and_graph(node16):
     links = p2p_links(node16)
     assert len(links) == 16 * 15 // 2
-    assert all(a < b and bw == 50e9 and lat == pytest.approx(93.75e-9) for a, b, bw, lat in links)
+    assert all(link.socket_a < link.socket_b and link.bytes_per_s == 50e9
+               and link.latency_s == pytest.approx(93.75e-9) for link in links)
     doubled = with_overrides(node16, {"topology.links_per_pair": 2, "sockets": 8})
-    assert {bw for _, _, bw, _ in p2p_links(doubled)} == {100e9}
+    assert {link.bytes_per_s for link in p2p_links(doubled)} == {100e9}
     g = p2p_graph(doubled)
     assert g.number_of_nodes() == 8 and all(d["links"] == 2 for _, _, d in g.edges(data=True))
+
+
+def test_p2p_links_name_their_units_and_still_unpack(node16):
+    # the fields say what each number is (bytes per second, seconds); callers that unpack the old
+    # 4-tuples (LinkTable, scripts) keep working
+    link = p2p_links(node16)[0]
+    assert link._fields == ("socket_a", "socket_b", "bytes_per_s", "latency_s")
+    a, b, bytes_per_s, latency_s = link
+    assert (a, b, bytes_per_s, latency_s) == (link.socket_a, link.socket_b, link.bytes_per_s, link.latency_s)
+    assert (a, b, bytes_per_s) == (0, 1, 50e9)
 
 
 @pytest.mark.parametrize("n, kind, degree", [(16, "full_mesh", 15), (16, "ring", 2), (2, "ring", 1), (16, "torus2d", 4),
