@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Literal, get_args
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
@@ -33,6 +34,9 @@ from sn40l_sim.hardware.topology import (
     bisection_links,
     p2p_graph,
 )
+
+#: the on-tile networks of a :class:`~sn40l_sim.hardware.spec.TileSpec` (its ``<network>_network`` fields)
+TileNetwork = Literal["vector", "scalar", "control"]
 
 #: float noise tolerated when rounding seconds up to whole cycles (in cycles)
 _CYCLE_SLACK = 1e-6
@@ -250,10 +254,11 @@ def bytes_per_cycle(bytes_per_s: float, socket: SocketSpec) -> float:
     return bytes_per_s / socket.clock_hz
 
 
-def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
+def network_bytes_per_s(socket: SocketSpec, network: TileNetwork = "vector") -> float:
     """Bandwidth of one switch-to-switch hop of a tile network, per direction.
 
-    ``network`` is ``"vector"`` or ``"scalar"`` (the tile's ``<network>_network`` field).
+    ``network`` is ``"vector"``, ``"scalar"`` or ``"control"`` (the tile's ``<network>_network``
+    field); another name is a ValueError naming these (callers pass a constant, never user input).
 
     Examples
     --------
@@ -262,6 +267,8 @@ def network_bytes_per_s(socket: SocketSpec, network: str = "vector") -> float:
     >>> network_bytes_per_s(socket) / 1e9, network_bytes_per_s(socket, "scalar") / 1e9    # GB/s
     (204.8, 6.4)
     """
+    if network not in get_args(TileNetwork):
+        raise ValueError(f"network must be one of {', '.join(get_args(TileNetwork))}, got {network!r}")
     spec = getattr(socket.tile, f"{network}_network")
     return spec.link_bytes_per_cycle * spec.links_per_direction * socket.clock_hz
 

@@ -115,6 +115,15 @@ def test_tile_mesh_diameter(sn40l):
     assert f.network_bytes_per_s(sn40l, "vector") == pytest.approx(128 * 1.6e9)
 
 
+def test_network_bandwidth_is_a_checked_choice(sn40l):
+    # each network's own link: hw_configs/sn40l.yaml, 128, 4 and 1 bytes a cycle, one link, 1.6 GHz
+    got = [f.network_bytes_per_s(sn40l, n) for n in ("vector", "scalar", "control")]
+    assert got == pytest.approx([128 * 1.6e9, 4 * 1.6e9, 1 * 1.6e9])
+    # a typo names the allowed networks instead of an AttributeError about the tile spec
+    with pytest.raises(ValueError, match="network must be one of vector, scalar, control, got 'vectr'"):
+        f.network_bytes_per_s(sn40l, "vectr")  # type: ignore[arg-type]
+
+
 def test_configuration_bytes_count_each_unit_kind_at_its_own_size(sn40l):
     # hw_configs/sn40l.yaml: 1 KiB per PCU, 512 B per PMU, 256 B per switch, and a tile's switches
     # all routed; 40 PCUs and 7 PMUs on each of 2 tiles (unequal counts: a PCU counted as a PMU
