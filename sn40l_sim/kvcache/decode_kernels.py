@@ -14,9 +14,9 @@ Examples
 >>> from sn40l_sim.models.loader import load_model
 >>> r1, llama = load_model("graphs/deepseek_r1.yaml"), load_model("graphs/llama3_1_70b.yaml")
 >>> decode_shard(r1, Shape("decode", 64, 0, 32768), ParallelPlan(16, 16))
-DecodeShard(seqs=4, query_heads=128, kv_heads=1, row_shards=1, queries=1)
+DecodeShard(seqs=4, query_heads=128, kv_heads_per_socket=1, row_shards=1, queries=1)
 >>> decode_shard(llama, Shape("decode", 8, 0, 32768), ParallelPlan(16))
-DecodeShard(seqs=8, query_heads=4, kv_heads=1, row_shards=2, queries=1)
+DecodeShard(seqs=8, query_heads=4, kv_heads_per_socket=1, row_shards=2, queries=1)
 >>> scored_width(r1), row_width(r1), scored_width(llama), row_width(llama)
 (576, 576, 128, 256)
 """
@@ -39,8 +39,8 @@ class DecodeShard:
     seqs: int
     #: query heads of those sequences on the socket
     query_heads: int
-    #: KV heads of those sequences on the socket
-    kv_heads: int
+    #: KV heads of those sequences on the socket (the model's total is :func:`~sn40l_sim.kvcache.sizing.kv_heads`)
+    kv_heads_per_socket: int
     #: sockets sharing one KV head, each with a replica of its rows (1 when each socket has its own KV heads)
     row_shards: int
     #: query rows per sequence a step runs: 1, plus its speculative drafts
@@ -49,7 +49,7 @@ class DecodeShard:
     @property
     def group(self) -> int:
         """Query heads per KV head on the socket."""
-        return math.ceil(self.query_heads / self.kv_heads)
+        return math.ceil(self.query_heads / self.kv_heads_per_socket)
 
 
 def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeShard:
@@ -58,7 +58,7 @@ def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeSh
     groups = kv_heads(model)
     return DecodeShard(seqs=math.ceil(shape.batch / plan.attention_dp),
                        query_heads=math.ceil(model.attention.heads / ways),
-                       kv_heads=math.ceil(groups / ways), row_shards=max(1, ways // groups),
+                       kv_heads_per_socket=math.ceil(groups / ways), row_shards=max(1, ways // groups),
                        queries=1 + shape.drafts)
 
 
@@ -79,12 +79,12 @@ def rescore_ops(model: ModelSpec, shard: DecodeShard, kv_len: int, prefix: str) 
     softmax. FlashAttention-style decode attention never forms normalised probabilities of every
     token, so a policy that needs them (H2O) pays this pass."""
     d = scored_width(model)
-    elements = shard.seqs * shard.kv_heads * kv_len * d
+    elements = shard.seqs * shard.kv_heads_per_socket * kv_len * d
     ops: list[Operator] = []
     if kv_quantised(model):
         ops.append(Operator(f"{prefix}_dequant_keys", "elementwise", elements=elements, dtype=kv_op_dtype(model)))
     # every query row of the step (its drafts' too) against every cached token
-    m, count = shard.group * shard.queries, shard.seqs * shard.kv_heads
+    m, count = shard.group * shard.queries, shard.seqs * shard.kv_heads_per_socket
     ops.append(Operator(f"{prefix}_scores", "gemm", flops=2 * m * kv_len * d * count, m=m, n=kv_len, k=d,
                         count=count, act_in_bytes=shard.seqs * shard.query_heads * shard.queries * d * ACT_BYTES,
                         kv_read_bytes=kv_stored_bytes(model, elements)))

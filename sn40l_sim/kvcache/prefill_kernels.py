@@ -115,7 +115,7 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
         return None
     obs = min(window, prompt_len)
     shard = kv_sharding(model, tp)
-    qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
+    qh, kvh, rs = shard.query_heads, shard.kv_heads_per_socket, shard.row_shards
     qk_dim = query_head_dim(model)
     # per-head queries of the window and their (max, evictable sum) rows from the MHA kernel
     q_obs_bytes = obs * qh * (qk_dim * ACT_BYTES + 2 * SCORE_BYTES)
@@ -161,7 +161,7 @@ def kept_middle_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
     if evict == 0:
         return None
     shard = kv_sharding(model, tp)
-    ops = copy_ops("gather_middle", "topk_rows", model, math.ceil(evict / shard.row_shards), shard.kv_heads,
+    ops = copy_ops("gather_middle", "topk_rows", model, math.ceil(evict / shard.row_shards), shard.kv_heads_per_socket,
                    gather=True)
     return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops), shards=tp)
 
@@ -179,7 +179,7 @@ def kept_window_kernel(model: ModelSpec, tp: int, window: int) -> FusedKernel:
     ['gather_window_keys', 'gather_window_values', 'write_window_rows']
     """
     shard = kv_sharding(model, tp)
-    ops = copy_ops("gather_window", "window_rows", model, math.ceil(window / shard.row_shards), shard.kv_heads,
+    ops = copy_ops("gather_window", "window_rows", model, math.ceil(window / shard.row_shards), shard.kv_heads_per_socket,
                    gather=True)
     return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops), shards=tp)
 
@@ -202,7 +202,7 @@ def ring_buffer_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int,
     if prompt_len < sink + recent:
         return None
     shard = kv_sharding(model, tp)
-    kvh, rs = shard.kv_heads, shard.row_shards
+    kvh, rs = shard.kv_heads_per_socket, shard.row_shards
     ring_rows = math.ceil(recent / rs)
     ops: list[Operator] = []
     for tensor in cached_tensors(model):

@@ -19,7 +19,7 @@ Examples
 >>> [(t.name, t.width) for t in cached_tensors(r1)]
 [('latent', 512), ('rope_key', 64)]
 >>> kv_sharding(r1, tp=16)
-KVSharding(query_heads=8, kv_heads=1, row_shards=16)
+KVSharding(query_heads=8, kv_heads_per_socket=1, row_shards=16)
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def kv_bytes_per_token_layer(model: ModelSpec) -> int:
 
 
 def kv_heads(model: ModelSpec) -> int:
-    """KV heads of the cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA.
+    """KV heads of the whole model's cache: 1 for MLA (a shared latent), ``kv_heads`` for GQA (one
+    socket's share is :attr:`KVSharding.kv_heads_per_socket`).
 
     Examples
     --------
@@ -93,14 +94,14 @@ def query_head_dim(model: ModelSpec) -> int:
 class KVSharding:
     """How one layer's attention cache work splits over ``tp`` sockets (busiest socket).
 
-    ``query_heads`` and ``kv_heads`` are the heads one socket owns. When there are fewer KV heads
-    than sockets (always for MLA), ``row_shards`` sockets share a KV head: they split its query
-    heads, reduce their partial SnapKV scores among themselves, and each builds
-    ``1/row_shards`` of the compressed cache's rows.
+    ``query_heads`` and ``kv_heads_per_socket`` are the heads one socket owns (the model's totals are
+    ``attention.heads`` and :func:`kv_heads`). When there are fewer KV heads than sockets (always for
+    MLA), ``row_shards`` sockets share a KV head: they split its query heads, reduce their partial
+    SnapKV scores among themselves, and each builds ``1/row_shards`` of the compressed cache's rows.
     """
 
     query_heads: int
-    kv_heads: int
+    kv_heads_per_socket: int
     row_shards: int
 
 
@@ -113,7 +114,7 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
 
     >>> from sn40l_sim.models.loader import load_model
     >>> kv_sharding(load_model("graphs/llama3_1_70b.yaml"), tp=16)
-    KVSharding(query_heads=4, kv_heads=1, row_shards=2)
+    KVSharding(query_heads=4, kv_heads_per_socket=1, row_shards=2)
     """
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
@@ -121,7 +122,7 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
     groups = kv_heads(model)
     # the family's count: a socket's query heads may span two KV groups, whose caches it then holds
     return KVSharding(query_heads=math.ceil(heads / tp),
-                      kv_heads=model.attention.socket_kv_heads(tp),
+                      kv_heads_per_socket=model.attention.socket_kv_heads(tp),
                       row_shards=max(1, tp // groups))
 
 
@@ -140,7 +141,7 @@ def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int) -> tuple[int, int
     head that each socket holds, :func:`kv_bytes_per_socket` decides.
     """
     dp = plan.attention_dp
-    return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads
+    return math.ceil(batch / dp), kv_sharding(model, max(1, plan.tp // dp)).kv_heads_per_socket
 
 
 def prefill_splits_rows(model: ModelSpec, plan: ParallelPlan) -> bool:

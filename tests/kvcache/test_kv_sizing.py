@@ -44,11 +44,11 @@ def test_fp8_cache_halves_the_bytes():
 
 def test_sharding_mla_shares_one_kv_head_over_all_sockets():
     s = kv_sharding(deepseek_r1(), 16)
-    assert (s.query_heads, s.kv_heads, s.row_shards) == (8, 1, 16)
+    assert (s.query_heads, s.kv_heads_per_socket, s.row_shards) == (8, 1, 16)
     s = kv_sharding(llama("8b"), 16)      # 8 KV heads over 16 sockets: 2 sockets per KV head
-    assert (s.query_heads, s.kv_heads, s.row_shards) == (2, 1, 2)
+    assert (s.query_heads, s.kv_heads_per_socket, s.row_shards) == (2, 1, 2)
     s = kv_sharding(llama("8b"), 4)
-    assert (s.query_heads, s.kv_heads, s.row_shards) == (8, 2, 1)
+    assert (s.query_heads, s.kv_heads_per_socket, s.row_shards) == (8, 2, 1)
 
 
 def test_per_layer_widths_agree_with_the_models_whole_model_count():

@@ -183,7 +183,7 @@ class ArkVale(Budgeted):
     def _digest_build_kernel(self, model: ModelSpec, prompt_len: int, tp: int) -> FusedKernel:
         """Digests of the prompt's pages and the first buffer, one layer, per socket shard."""
         shard = kv_sharding(model, tp)
-        kvh, rs = shard.kv_heads, shard.row_shards
+        kvh, rs = shard.kv_heads_per_socket, shard.row_shards
         d, rows = scored_width(model), math.ceil(prompt_len / rs)
         pages = math.ceil(prompt_len / self.page_tokens / rs)
         digests = kvh * pages * self._digest_rows * d
@@ -207,7 +207,7 @@ class ArkVale(Budgeted):
     def _recall_kernel(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> FusedKernel:
         """Score the digests, select and recall pages, store the new row: one layer, one decode step."""
         shard = decode_shard(model, shape, plan)
-        seqs, kvh, rs = shard.seqs, shard.kv_heads, shard.row_shards
+        seqs, kvh, rs = shard.seqs, shard.kv_heads_per_socket, shard.row_shards
         qh = shard.query_heads * shard.queries   # every query row of the step scores the digests
         d, width = scored_width(model), row_width(model)
         pages = math.ceil(shape.context_len / self.page_tokens)

@@ -133,7 +133,7 @@ def h2o_recent_only_kernel(model: ModelSpec, tp: int, recent: int) -> FusedKerne
     """H2O's prompt compression with no heavy slots: the last ``recent`` rows gathered into the
     cache (:func:`h2o_prefill_kernel`'s ``gather_recent``), nothing scored."""
     shard = kv_sharding(model, tp)
-    ops = copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / shard.row_shards), shard.kv_heads,
+    ops = copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / shard.row_shards), shard.kv_heads_per_socket,
                    gather=True)
     return FusedKernel(name="h2o_prefill", kind="h2o_prefill", phase="prefill", operators=tuple(ops), shards=tp)
 
@@ -141,7 +141,7 @@ def h2o_recent_only_kernel(model: ModelSpec, tp: int, recent: int) -> FusedKerne
 def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int, recent: int) -> FusedKernel:
     """The H2O prompt compression of one layer, per socket shard under ``tp`` (module docstring)."""
     shard = kv_sharding(model, tp)
-    qh, kvh, rs = shard.query_heads, shard.kv_heads, shard.row_shards
+    qh, kvh, rs = shard.query_heads, shard.kv_heads_per_socket, shard.row_shards
     d = query_head_dim(model)
     flash = template_for(model).flash
     tiles = causal_tile_pairs(prompt_len, flash.block_q, flash.block_kv)
@@ -178,7 +178,7 @@ def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int
 def h2o_evict_kernel(model: ModelSpec, shape: Shape, plan: ParallelPlan, *, heavy: int) -> FusedKernel:
     """The H2O accumulation and eviction of one layer in one decode step, per socket shard."""
     shard = decode_shard(model, shape, plan)
-    kv_len, seqs, kvh = shape.kv_len, shard.seqs, shard.kv_heads
+    kv_len, seqs, kvh = shape.kv_len, shard.seqs, shard.kv_heads_per_socket
     slots = seqs * kvh * kv_len
     ops = rescore_ops(model, shard, kv_len, "h2o")
     # each socket sharing a KV head keeps a replica of its rows, and moves the rows in its own: one
