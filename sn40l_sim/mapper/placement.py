@@ -56,12 +56,17 @@ class PlacedKernel:
     ``section_config_bytes`` at the calibrated configuration-load bandwidth), then streams
     ``n_tiles`` data tiles through its stages at ``cycles_per_tile`` (the slowest stage, memory
     included) after a ``fill_cycles`` pipeline fill.
+
+    "Tile" names two things here: ``n_tiles`` and ``cycles_per_tile`` count *data tiles* (the pieces
+    the kernel's work is cut into and streamed); ``chip_tiles`` and the ``*_per_tile`` tuples count
+    the socket's compute *tiles* (hardware: grids of PCUs and PMUs, README.md "Terms").
     """
 
     kernel: FusedKernel
     stages: tuple[StagePlacement, ...]
     sections: int
     reconfig_cycles: int
+    #: data tiles each section streams (not the socket's compute tiles: those are ``chip_tiles``)
     n_tiles: int
     #: the slowest stage per data tile (a memory stream's unrounded share when it is the slowest)
     cycles_per_tile: float
@@ -77,6 +82,8 @@ class PlacedKernel:
     #: predicted cycles of the kernel on its own, its configuration loaded (tile-level formula);
     #: collectives and the kernel-call boundary (launch, barrier) excluded
     cycles: int
+    #: PCUs, PMUs and SRAM bytes the kernel uses on each compute tile of the socket (one entry per
+    #: hardware tile, the most any section uses; zeros on the tiles it does not run on)
     pcus_per_tile: tuple[int, ...]
     pmus_per_tile: tuple[int, ...]
     sram_bytes_per_tile: tuple[int, ...]
@@ -84,7 +91,7 @@ class PlacedKernel:
     #: it only when the configuration is not still loaded, :mod:`.residency`; it reads the parts,
     #: not ``cycles``)
     overhead_cycles: int = 0
-    #: compute tiles of the socket the kernel runs on
+    #: compute tiles of the socket (hardware tiles) the kernel runs on, not its data tiles (``n_tiles``)
     chip_tiles: int = 0
     #: configuration bytes of each section (PCUs, PMUs and switches it uses)
     section_config_bytes: tuple[int, ...] = ()
