@@ -167,7 +167,9 @@ def test_qwen2_7b_on_sixteen_sockets_without_attention_dp_is_physically_sane(tmp
         exp = exp.replace(old, new)
     path, out = tmp_path / "qwen.exp.yaml", tmp_path / "qwen"
     path.write_text(exp)
-    assert cli.main(["run", str(path), "--out", str(out), "--no-plot", "--quiet"]) == 0, capsys.readouterr().err
+    with pytest.warns(UserWarning, match="tp 16 splits the 28 query heads of 'qwen2-7b' unevenly") as said:
+        assert cli.main(["run", str(path), "--out", str(out), "--no-plot", "--quiet"]) == 0, capsys.readouterr().err
+    assert len(said) == 2  # parallel.prefill and parallel.decode, each once
     (full, _) = json.loads((out / "results.json").read_text())
     kv_len = 32768 + 32
     per_sequence = kv_len * 28 * 1 * 128 * 2 * 2        # layers x one KV head x K and V x BF16
