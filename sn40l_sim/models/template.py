@@ -219,23 +219,43 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                                     + ("" if coll.overlapped else " on a collective not overlapped"))
 
 
+#: the (template, attention family, model) triples whose dataflow passed :func:`check_dataflow`, by
+#: the template's and the family's identity and the model's fields (held in the value, so that
+#: neither identity is reused while its entry stands). The check reads nothing else, and a model is
+#: loaded again, and checked again, for every run of a sweep, every ``check`` of a sweep point and
+#: most tests: some 1,700 checks of a few dozen distinct models in a run of the test suite, 2-8 ms
+#: each. A check that fails is never kept: it raises again, located in the document it is given.
+_DATAFLOW_PASSED: dict[tuple[int, int, str], tuple[KernelTemplates, object]] = {}
+#: entries kept at most (distinct models in one process are a few dozen; a sweep over model fields more)
+DATAFLOW_PASSED_KEPT = 512
+
+
 def check_dataflow(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
     """Each phase of the template must run every operator of a layer once, in dataflow order
     (:mod:`sn40l_sim.models.dataflow`), reduce what its row-parallel GEMMs leave partial
     (:mod:`sn40l_sim.models.reductions`) and read every weight the model stores
-    (:mod:`sn40l_sim.models.weight_use`).
+    (:mod:`sn40l_sim.models.weight_use`). A triple that passed once is not checked again
+    (:data:`_DATAFLOW_PASSED`).
 
     Raises
     ------
     InputError
         Naming the kernel whose operators break the chain or whose partial sums are left unreduced.
     """
+    family = FAMILIES.get(model.attention.kind)
+    key = (id(template), id(family), model.model_dump_json())
+    passed = _DATAFLOW_PASSED.get(key)
+    if passed is not None and passed[0] is template and passed[1] is family:
+        return
     for phase in ("prefill", "decode"):
         problem = (dataflow_problem(template, model, phase) or unreduced_row_parallel(template, model, phase)
                    or unread_weight(template, model, phase))
         if problem is not None:
             field, message = problem
             raise doc.error(field, message) if doc else InputError(f"{'.'.join(map(str, field))}: {message}")
+    if len(_DATAFLOW_PASSED) >= DATAFLOW_PASSED_KEPT:
+        _DATAFLOW_PASSED.clear()
+    _DATAFLOW_PASSED[key] = (template, family)
 
 
 def check_against_model(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
