@@ -198,5 +198,5 @@ def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResour
     for loop in loops:
         first, last = records[loop.first], records[loop.stop - 1]
         events.append(TraceEvent(f"loop {first.name}..{last.name} x{loop.iterations}", first.kind, socket,
-                                 first.start, last.end, None, "loop"))
+                                 first.start, last.end, None, "loop", (("iterations", loop.iterations),)))
     return GraphRun(cycles, records, busy, tiers, links, tuple(events), loops, switch_load_cycles)

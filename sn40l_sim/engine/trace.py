@@ -34,7 +34,7 @@ class TraceEvent:
     detail : tuple of (str, int)
         What else the interval carries, shown with it: a collective's bytes as the graph gives them
         (``bytes`` of the whole tensor, ``group``) and as they moved (``sent_bytes`` by this socket,
-        ``link_bytes`` over every link, ``staged_bytes`` through its memory).
+        ``link_bytes`` over every link, ``staged_bytes`` through its memory); a loop's ``iterations``.
     """
 
     name: str

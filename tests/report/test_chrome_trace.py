@@ -396,3 +396,20 @@ def test_a_colocated_nodes_graph_switches_are_drawn_where_its_lanes_left_gaps():
     names = {e["tid"]: e["args"]["name"] for e in serving_events(log, 1e3, title="t", first_pid=1)
              if e["ph"] == "M" and e["name"] == "thread_name"}
     assert names[switches[0]["tid"]] == "graph switch (configuration loads)"
+
+
+def test_a_loop_event_says_its_iterations_and_spans_its_kernels(looped_results):
+    # a loop's iteration count was only in its name ("x32"); its args carry it, and the loop's
+    # interval holds exactly that many calls of its first kernel (one per iteration)
+    trace = build_trace([looped_results[0][0]], sockets="simulated")
+    events = _socket0_kernels(trace, "full · decode")
+    loops = [e for e in events if e["cat"] == "loop"]
+    assert loops
+    for loop in loops:
+        first = loop["name"].split()[1].split("..")[0]
+        iterations = loop["args"]["iterations"]
+        assert loop["name"].endswith(f"x{iterations}") and iterations > 1
+        inside = [e for e in events if e["cat"] == "kernel" and e["ts"] >= loop["ts"]
+                  and e["ts"] + e["dur"] <= loop["ts"] + loop["dur"] + 1e-6]
+        kinds = {e["args"]["kind"] for e in inside if e["name"] == first}
+        assert len([e for e in inside if e["args"]["kind"] in kinds]) == iterations
