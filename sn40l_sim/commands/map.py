@@ -2,7 +2,8 @@
 tile, the utilisation of compute, SRAM and HBM bandwidth, the bounding resource and the predicted
 cycles (identical layers collapsed into one row "xN"), then a totals line.
 
-The graph is built for the experiment's shape: decode at ``shape.batch`` sequences reading the
+The graph is built for the experiment's shape: decode at ``shape.batch`` sequences (a line says
+so when ``run`` decodes at another ``serving.batch``) reading the
 policy's static cache and verifying the experiment's speculative drafts (``serving.speculative``:
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
 the engine runs it) unless ``--batch`` says otherwise, on the graph compiled for the smallest of
@@ -127,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
              else "")
           + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
              if args.phase == "decode" and drafts else ""))
+    if args.phase == "decode" and args.batch is None and spec.serving.batch != built.batch:
+        # a user reading map beside run compares batch 1 with the batch run decodes at
+        print(f"  (shape.batch; run decodes at serving.batch: {spec.serving.batch}"
+              + (", the largest compiled batch whose KV fits, which run prints" if spec.serving.batch == "max" else "")
+              + "; --batch N maps another)")
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
                                              for tier in memory.by_tier)
                       for use in ("weights", "kv", "activations") + (("kv_offload",) if built.store else ()))

@@ -205,3 +205,21 @@ def test_every_row_is_named_by_a_pattern_all_its_kernels_match(capsys):
         counted += count
     assert counted == len(names)
     assert ["*sampling", "x2"] == next(r[:2] for r in rows if r[0].endswith("sampling"))
+
+
+def test_a_decode_map_says_run_decodes_at_the_serving_batch(capsys):
+    # map decodes shape.batch (16 here) where run decodes serving.batch (max: the fit's largest), so
+    # a user reading the two side by side was comparing different batches without being told
+    assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("shape: batch 16,")
+    assert lines[2] == ("  (shape.batch; run decodes at serving.batch: max, the largest compiled batch whose KV "
+                        "fits, which run prints; --batch N maps another)")
+    # asked for a batch, or serving a fixed one equal to the shape's, map says nothing more
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--batch", "4"]) == 0
+    assert "run decodes at" not in capsys.readouterr().out
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--set", "serving.batch=16"]) == 0
+    assert "run decodes at" not in capsys.readouterr().out
+    # nor for a prefill, which run also runs one prompt at a time
+    assert main(["map", EXPERIMENT, "--phase", "prefill"]) == 0
+    assert "run decodes at" not in capsys.readouterr().out
