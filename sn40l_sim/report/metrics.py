@@ -26,6 +26,29 @@ Examples
 {'count': 4, 'max': 4.0, 'mean': 2.5, 'p50': 2.5, 'p90': 3.7, 'p99': 3.97}
 >>> summary([])
 {'count': 0, 'max': None, 'mean': None, 'p50': None, 'p90': None, 'p99': None}
+
+A served log (the serving loop's example, :mod:`sn40l_sim.serving.loop`) at a clock of 100 Hz, so
+that a second is 100 cycles: request 0's tokens at cycles 100, 115 and 125, request 1's at 200 and
+215 after queueing for the prefill node until cycle 100; 5 tokens in 2.15 s, the 3 decode steps
+giving 3 in 0.3 s of step time; of the 215 cycles the prefill node busy 200, the decode node 30,
+the KV link 10 (two transfers):
+
+>>> from sn40l_sim.serving.loop import ServingSetup, simulate
+>>> from sn40l_sim.serving.workload import Request
+>>> setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2,
+...     decode_step_cycles=10, prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
+...     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=110)
+>>> log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
+>>> lat = latencies(log, clock_hz=100.0)
+>>> {name: [lat[name][k] for k in ("p50", "max")] for name in ("ttft_s", "tpot_s", "queue_s", "e2e_s")}
+{'ttft_s': [1.5, 2.0], 'tpot_s': [0.1375, 0.15], 'queue_s': [0.5, 1.0], 'e2e_s': [1.7, 2.15]}
+>>> rates = throughput(log, clock_hz=100.0)
+>>> rates["makespan_s"], rates["output_tokens"], round(rates["output_tokens_per_s"], 4)
+(2.15, 5, 2.3256)
+>>> rates["decode_steps"], rates["decode_tokens_per_s_observed"], rates["mean_active_slots"]
+(3, 10.0, 1.0)
+>>> {role: [round(f * 215) for f in busy] for role, busy in node_utilisation(log).items()}
+{'decode': [30], 'link': [10], 'prefill': [200]}
 """
 from __future__ import annotations
 
@@ -52,21 +75,7 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
 def latencies(log: ServingLog, clock_hz: float) -> dict[str, dict[str, Any]]:
     """TTFT, TPOT, inter-token, end-to-end and queueing latency summaries, in seconds.
 
-    Examples
-    --------
-    The serving loop's example (:mod:`sn40l_sim.serving.loop`) at a clock of 100 Hz, so that a
-    second is 100 cycles: request 0's tokens at cycles 100, 115 and 125, request 1's at 200 and 215,
-    request 1 queued for the prefill node until cycle 100:
-
-    >>> from sn40l_sim.serving.loop import ServingSetup, simulate
-    >>> from sn40l_sim.serving.workload import Request
-    >>> setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2,
-    ...     decode_step_cycles=10, prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
-    ...     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=110)
-    >>> log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
-    >>> lat = latencies(log, clock_hz=100.0)
-    >>> {name: [lat[name][k] for k in ("p50", "max")] for name in ("ttft_s", "tpot_s", "queue_s", "e2e_s")}
-    {'ttft_s': [1.5, 2.0], 'tpot_s': [0.1375, 0.15], 'queue_s': [0.5, 1.0], 'e2e_s': [1.7, 2.15]}
+    The module's second example serves two requests and reads them with it.
     """
     ttft, tpot, e2e, queue = [], [], [], []
     for r in log.requests:
@@ -88,22 +97,7 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
     """Request and token rates of the run, and decode tokens per second of decode-step time (None,
     an empty cell, for a run without a decode step: every output one token long).
 
-    Examples
-    --------
-    :func:`latencies`' run: 5 tokens in 2.15 s (first arrival to last token); the 3 decode steps
-    gave 3 tokens in 0.3 s of step time:
-
-    >>> from sn40l_sim.serving.loop import ServingSetup, simulate
-    >>> from sn40l_sim.serving.workload import Request
-    >>> setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2,
-    ...     decode_step_cycles=10, prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
-    ...     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=110)
-    >>> log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
-    >>> rates = throughput(log, clock_hz=100.0)
-    >>> rates["makespan_s"], rates["output_tokens"], round(rates["output_tokens_per_s"], 4)
-    (2.15, 5, 2.3256)
-    >>> rates["decode_steps"], rates["decode_tokens_per_s_observed"], rates["mean_active_slots"]
-    (3, 10.0, 1.0)
+    The module's second example serves two requests and reads them with it.
     """
     start = log.span_start
     span_s = (log.end_cycle - start) / clock_hz
@@ -129,19 +123,7 @@ def throughput(log: ServingLog, clock_hz: float) -> dict[str, float | None]:
 def node_utilisation(log: ServingLog) -> dict[str, list[float]]:
     """Busy fraction of every node (and link) by role over the run (first arrival to the end).
 
-    Examples
-    --------
-    :func:`latencies`' run of 215 cycles: the prefill node busy 200 of them, the decode node 30
-    (three steps), the KV link 10 (two transfers):
-
-    >>> from sn40l_sim.serving.loop import ServingSetup, simulate
-    >>> from sn40l_sim.serving.workload import Request
-    >>> setup = ServingSetup(mode="disaggregated", prefill_nodes=1, decode_nodes=1, slots=2,
-    ...     decode_step_cycles=10, prefill_cycles=lambda p: p, transfer_cycles=lambda p: 5,
-    ...     cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1, slot_cache_tokens=110)
-    >>> log = simulate([Request(0, 0, 100, 3), Request(1, 0, 100, 2)], setup)
-    >>> {role: [round(f * 215) for f in busy] for role, busy in node_utilisation(log).items()}
-    {'decode': [30], 'link': [10], 'prefill': [200]}
+    The module's second example serves two requests and reads them with it.
     """
     start = log.span_start
     span = max(1, log.end_cycle - start)
