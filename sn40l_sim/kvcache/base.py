@@ -43,6 +43,17 @@ class KVPolicy(ABC):
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         """Extra kernels per layer that prefill runs for this policy (empty for ``full``)."""
 
+    def context_prefill_kernels(self, model: ModelSpec, prompt_len: int, context_len: int,
+                                tp: int) -> list[FusedKernel]:
+        """Extra kernels per layer of the prefill of a ``prompt_len``-token prompt whose sequence
+        reaches ``context_len`` tokens in decode (prompt + max_new_tokens + drafts:
+        :attr:`~sn40l_sim.ir.Shape.context_len`), which the graph builder calls when the prefill
+        shape carries it. By default :meth:`prefill_kernels`. A policy whose decode evicts or recalls
+        by state its prefill builds (H2O's accumulated scores, ArkVale's page digests) overrides it:
+        a prompt that fits the budget compresses nothing, but a context that outgrows it still needs
+        that state for every prompt token."""
+        return self.prefill_kernels(model, prompt_len, tp)
+
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         """Extra kernels per layer that each decode step runs for this policy, per socket shard
         (a policy that scores and evicts every step, or recalls from a store, overrides this)."""

@@ -75,11 +75,11 @@ class KVPolicyHooks(Protocol):
 
     The builder owns this contract so that models/ does not know kvcache/:
     :class:`sn40l_sim.kvcache.base.KVPolicy` satisfies it, and so does any object with these two
-    methods. Kernels are per socket shard, as every kernel of the graph: each a
-    :class:`~sn40l_sim.ir.FusedKernel` of the graph's phase with ``shards`` the plan's sockets
-    (:func:`check_policy_kernels` refuses others); the builder names them
-    ``L<layer>.<name>`` and places them after the layer's own kernels, in every layer the graph
-    runs (draft runs of the MTP module included).
+    methods (a prefill shape with ``context_len`` asks ``KVPolicy.context_prefill_kernels``, if any).
+    Kernels are per socket shard, as every kernel of the graph: each a :class:`~sn40l_sim.ir.FusedKernel`
+    of the graph's phase with ``shards`` the plan's sockets (:func:`check_policy_kernels` refuses
+    others); the builder names them ``L<layer>.<name>`` and places them after the layer's own
+    kernels, in every layer the graph runs (draft runs of the MTP module included).
 
     Examples
     --------
@@ -244,14 +244,15 @@ def writes_cache(model: ModelSpec, layer: int) -> bool:
     return layer >= model.layers or layer % model.kv_shared_layers == 0
 
 
-def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape,
-                    plan: ParallelPlan) -> list[FusedKernel]:
+def _policy_kernels(policy: KVPolicyHooks | None, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
     if policy is None:
         return []
-    prefill = shape.phase == "prefill"
-    hook = "prefill_kernels" if prefill else "decode_kernels"
-    kernels = policy.prefill_kernels(model, shape.prompt_len, plan.tp) if prefill \
-        else policy.decode_kernels(model, shape, plan)
+    prefill = shape.phase == "prefill"   # the context reached in decode decides what a prefill prepares
+    in_context = getattr(policy, "context_prefill_kernels", None) if prefill and shape.context_len > 0 else None
+    hook = "context_prefill_kernels" if in_context else "prefill_kernels" if prefill else "decode_kernels"
+    kernels = (in_context(model, shape.prompt_len, shape.context_len, plan.tp) if in_context
+               else policy.prefill_kernels(model, shape.prompt_len, plan.tp) if prefill
+               else policy.decode_kernels(model, shape, plan))
     check_policy_kernels(getattr(policy, "name", type(policy).__name__), hook, kernels, shape.phase, plan.sockets)
     return list(kernels)
 

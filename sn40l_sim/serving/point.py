@@ -271,8 +271,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     per_token = kv_bytes_per_token(s.model, include_mtp=include_mtp)
     # a step writes 1 + drafts rows per sequence: the slot holds the drafts after the last token
     # (within the model's context: no sequence goes past it)
-    static_len = s.policy.static_cache_len(
-        s.prompt_len, slot_new_tokens(s.max_new_tokens, drafts, context_room(s.model, s.prompt_len)))
+    new_rows = slot_new_tokens(s.max_new_tokens, drafts, context_room(s.model, s.prompt_len))
+    static_len = s.policy.static_cache_len(s.prompt_len, new_rows)
     check_plans(s)
     check_context(s)
     if s.prefill_node is not None and (prefill_costs is None or prefill_place is None):
@@ -360,7 +360,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          prefill_hold_tokens=None if colocated else free_tokens)
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
-    kinds = tuple(sorted({k.kind for k in s.policy.prefill_kernels(s.model, prefill_len, s.prefill_plan.tp)}))
+    # the kernels the prefill graph holds: what the prompt's sequence reaches in decode decides them
+    policy_kernels = s.policy.context_prefill_kernels(s.model, prefill_len, s.prompt_len + new_rows, s.prefill_plan.tp)
+    kinds = tuple(sorted({k.kind for k in policy_kernels}))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
                        prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,

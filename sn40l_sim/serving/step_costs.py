@@ -115,8 +115,9 @@ class StepTimer:
         Engine knobs (collective algorithm, chunking, call overhead).
     context_len : int, optional
         Tokens of context a sequence has at most in decode (prompt + max_new_tokens + drafts): the
-        decode shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy whose
-        decode work grows with the whole context. 0 (default): not given.
+        decode and prefill shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy
+        whose decode work grows with the whole context, or whose prefill prepares decode's eviction
+        or recall state when the context outgrows its budget. 0 (default): not given.
     disk_key : str, optional
         Text naming everything ``place`` does beyond mapping the graph on ``node`` (the real
         mapper's options). Given, a step is also looked up in, and kept in, the disk cache
@@ -192,7 +193,7 @@ class StepTimer:
         sn40l_sim.study.assemble.Assembly.step_timer : the timer of an experiment's point, with an example.
         """
         prompt_len, earlier = _count("prompt_len", prompt_len, 1), _count("earlier", earlier, 0)
-        return self._timed(_prefill_shape(prompt_len, self.prefill_drafts, earlier), memory)
+        return self._timed(_prefill_shape(prompt_len, self.prefill_drafts, earlier, self.context_len), memory)
 
     def decode_step(self, batch: int, kv_len: int, drafts: int = 0,
                     memory: MemoryPlacement | None = None) -> PhaseTiming:
@@ -233,7 +234,7 @@ class StepTimer:
 
     def prefill_activation_bytes(self, prompt_len: int) -> int:
         """Peak activation bytes per socket of the prefill graph of one prompt."""
-        return activation_bytes(self.graph(_prefill_shape(prompt_len, self.prefill_drafts)))
+        return activation_bytes(self.graph(_prefill_shape(prompt_len, self.prefill_drafts, 0, self.context_len)))
 
     def decode_activation_bytes(self, batch: int, kv_len: int, drafts: int = 0) -> int:
         """Peak activation bytes per socket of the decode graph at ``(batch, kv_len, drafts)``."""
@@ -293,8 +294,8 @@ class StepTimer:
                           repr(list(signatures)), repr(sequence), repr(edges), where])
 
 
-def _prefill_shape(prompt_len: int, drafts: int = 0, earlier: int = 0) -> Shape:
-    return Shape("prefill", 1, prompt_len, earlier, drafts)
+def _prefill_shape(prompt_len: int, drafts: int = 0, earlier: int = 0, context_len: int = 0) -> Shape:
+    return Shape("prefill", 1, prompt_len, earlier, drafts, context_len)
 
 
 def _decode_shape(batch: int, kv_len: int, drafts: int = 0, context_len: int = 0) -> Shape:

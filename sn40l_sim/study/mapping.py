@@ -141,7 +141,8 @@ def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: i
             cache_len = compiled_size(prompt_len, prefill_lens(spec.serving, model), "prompt length")
         except InfeasibleError as exc:   # as run names it
             raise exp.error(("serving", "prefill_lens"), str(exc)) from None
-        shape = Shape("prefill", batch, cache_len, 0, drafts)   # the MTP module over the prompt
+        # the MTP module over the prompt; the context decides what a policy's prefill prepares
+        shape = Shape("prefill", batch, cache_len, 0, drafts, context_len=prompt_len + new_tokens)
     try:
         graph = build_graph(model, shape, plan, kv_policy, **dict(spec.graph_options))
     except InputError as exc:

@@ -135,3 +135,33 @@ def test_h2o_without_heavy_slots_is_a_plain_ring_it_scores_nothing_for():
         [(op.name, op.kv_read_bytes, op.kv_write_bytes) for op in recent_ops]
     graph = build_graph(model, Shape("decode", 16, 0, 4096, context_len=66560), plan, ring)
     assert not any(k.kind == "h2o_evict" for k in graph.kernels())
+
+
+@pytest.mark.parametrize("name, kind, state_op", [("h2o", "h2o_prefill", "write_scores"),
+                                                  ("arkvale", "digest_build", "write_digests")])
+def test_a_prompt_within_the_budget_whose_context_outgrows_it_prepares_what_decode_reads(name, kind, state_op):
+    # decode evicts by accumulated scores (H2O) or scores every page's digest (ArkVale) once the
+    # context outgrows the budget; a prompt that fits it was compressed by nothing, and its scores or
+    # digests were built by nothing either (Llama-3.1-70B, 32K prompts and a 32K budget, 1K
+    # outputs: H2O's prefill 0.918 s against 1.052 s at a 32,000-token budget, which scores them)
+    model, plan = llama("70b"), ParallelPlan(16)
+    policy = make_policy(name, {"budget": 4096})
+    assert not policy.context_prefill_kernels(model, 4096, 4096, 16)       # the context fits: nothing
+    (prepared,) = policy.context_prefill_kernels(model, 4096, 4097, 16)
+    (compressed,) = policy.context_prefill_kernels(model, 4097, 5000, 16)
+    assert prepared.kind == compressed.kind == kind
+    ops = {op.name: op for op in prepared.operators}
+    # the prompt's state is written, and nothing is selected or gathered: its rows stay in place
+    assert ops[state_op].kv_write_bytes > 0
+    assert not [op for op in prepared.operators if op.kind in ("topk", "gather")]
+    assert [op for op in compressed.operators if op.kind == "gather"]
+    if name == "h2o":    # the causal Q K^T of the whole prompt, as a compressed prompt's
+        assert ops["h2o_scores"].flops > 0 and ops["write_scores"].kv_write_bytes == 1 * 4096 * 4
+    # the builder asks the context's hook when the prefill shape carries the context
+    graph = build_graph(model, Shape("prefill", 1, 4096, context_len=4097), plan, policy)
+    assert sum(k.kind == kind for k in graph.kernels()) == model.layers
+    bare = build_graph(model, Shape("prefill", 1, 4096), plan, policy)
+    assert not any(k.kind == kind for k in bare.kernels())
+    # a policy that never evicts by prefill state keeps its prefill kernels whatever the context
+    snap = make_policy("snapstream", {"budget": 4096})
+    assert snap.context_prefill_kernels(model, 8192, 9000, 16) == snap.prefill_kernels(model, 8192, 16)

@@ -25,7 +25,9 @@ Time, per layer (modelling choices; ArkVale's kernels are GPU ones):
 * **Prefill** (prompts longer than the buffer): the digests of the prompt's pages (a min and max per
   channel over each page's rows) and the first buffer (the recent ring and the pages the last
   prompt query selects), on the prefill node; the whole prompt's cache then goes to the decode
-  node's store with the KV transfer.
+  node's store with the KV transfer. A prompt that fits the buffer but whose context outgrows it
+  (prompt + max_new_tokens + drafts) gets its pages' digests alone, since decode scores them
+  (:meth:`ArkVale.context_prefill_kernels`).
 
 >>> a = ArkVale.from_params({"budget": 8192})
 >>> (a.recent, a.pages, a.page_tokens), a.static_cache_len(131072, 128), a.cache_len(131072, 5)
@@ -172,6 +174,14 @@ class ArkVale(Budgeted):
             return []
         return [self._digest_build_kernel(model, prompt_len, tp)]
 
+    def context_prefill_kernels(self, model: ModelSpec, prompt_len: int, context_len: int,
+                                tp: int) -> list[FusedKernel]:
+        if prompt_len <= self.budget < context_len:
+            # the prompt fills the buffer as it is, but decode scores the digests of every page of
+            # the context (recall): its pages' digests are built here, as for a longer prompt
+            return [self._digest_build_kernel(model, prompt_len, tp, fill_buffer=False)]
+        return self.prefill_kernels(model, prompt_len, tp)
+
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         if shape.context_len <= 0:
             raise InputError(f"KV policy {self.name!r} scores every page of the context each step: the "
@@ -180,8 +190,10 @@ class ArkVale(Budgeted):
             return []
         return [self._recall_kernel(model, shape, plan)]
 
-    def _digest_build_kernel(self, model: ModelSpec, prompt_len: int, tp: int) -> FusedKernel:
-        """Digests of the prompt's pages and the first buffer, one layer, per socket shard."""
+    def _digest_build_kernel(self, model: ModelSpec, prompt_len: int, tp: int, *,
+                             fill_buffer: bool = True) -> FusedKernel:
+        """Digests of the prompt's pages and (``fill_buffer``: a prompt longer than the buffer) the
+        first buffer, one layer, per socket shard."""
         shard = kv_sharding(model, tp)
         kvh, rs = shard.kv_heads_per_socket, shard.row_shards
         d, rows = scored_width(model), math.ceil(prompt_len / rs)
@@ -193,10 +205,12 @@ class ArkVale(Budgeted):
             Operator("digest_reduce", "reduction", elements=self._digest_rows * keys, n=self.page_tokens,
                      kv_read_bytes=kv_stored_bytes(model, keys)),
             Operator("write_digests", "elementwise", elements=digests, kv_write_bytes=digests * DIGEST_BYTES),
-            # the pages the last prompt query selects fill the buffer with the recent ring
-            Operator("select_pages", "topk", elements=kvh * math.ceil(prompt_len / self.page_tokens), dtype="fp32"),
         ]
-        ops += copy_ops("gather_buffer", "buffer_rows", model, math.ceil(self.budget / rs), kvh, gather=True)
+        if fill_buffer:
+            # the pages the last prompt query selects fill the buffer with the recent ring
+            ops.append(Operator("select_pages", "topk", elements=kvh * math.ceil(prompt_len / self.page_tokens),
+                                dtype="fp32"))
+            ops += copy_ops("gather_buffer", "buffer_rows", model, math.ceil(self.budget / rs), kvh, gather=True)
         collectives: tuple[Collective, ...] = ()
         if rs > 1:   # the sockets sharing a KV head exchange their pages' digests
             collectives = (Collective("all_gather", kvh * math.ceil(prompt_len / self.page_tokens)

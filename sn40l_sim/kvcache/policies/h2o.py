@@ -17,7 +17,9 @@ Time (modelling choices; H2O publishes no kernels):
   :mod:`sn40l_sim.kvcache.prefill_kernels`), sums columns over query rows and heads, picks the
   ``heavy`` top positions of ``[0, L - recent)`` and gathers them and the ``recent`` last rows into
   the fixed cache, writing their scores. Sockets sharing a KV head all-reduce the per-position
-  scores (FP32) and each gathers ``1 / row_shards`` of the rows.
+  scores (FP32) and each gathers ``1 / row_shards`` of the rows. A prompt within the budget whose
+  context outgrows it (prompt + max_new_tokens + drafts) is scored the same way, since decode
+  evicts by those scores, but nothing is selected or gathered (:meth:`H2O.context_prefill_kernels`).
 * **Decode** (``h2o_evict``, every step of a context longer than the budget): the step's attention
   probabilities of every cached token are needed again (a flash-style decode kernel does not keep
   them), so the scores are recomputed against the cached keys and softmaxed
@@ -120,6 +122,15 @@ class H2O(Budgeted):
             return [h2o_recent_only_kernel(model, tp, self.recent)]
         return [h2o_prefill_kernel(model, prompt_len, tp, heavy=self.heavy, recent=self.recent)]
 
+    def context_prefill_kernels(self, model: ModelSpec, prompt_len: int, context_len: int,
+                                tp: int) -> list[FusedKernel]:
+        if self.heavy > 0 and prompt_len <= self.budget < context_len:
+            # the prompt fits, but decode evicts by accumulated attention (h2o_evict): the prompt's
+            # tokens start with the attention their later prompt queries gave them, as when it is
+            # compressed, though nothing is selected or moved
+            return [h2o_prefill_kernel(model, prompt_len, tp, heavy=self.heavy, recent=self.recent, select=False)]
+        return self.prefill_kernels(model, prompt_len, tp)
+
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         # a context that fits the budget never evicts: its static cache is the budget only when the
         # context fills it exactly (prompt + max_new_tokens + drafts, Shape.context_len, when given);
@@ -138,8 +149,11 @@ def h2o_recent_only_kernel(model: ModelSpec, tp: int, recent: int) -> FusedKerne
     return FusedKernel(name="h2o_prefill", kind="h2o_prefill", phase="prefill", operators=tuple(ops), shards=tp)
 
 
-def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int, recent: int) -> FusedKernel:
-    """The H2O prompt compression of one layer, per socket shard under ``tp`` (module docstring)."""
+def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int, recent: int,
+                       select: bool = True) -> FusedKernel:
+    """The H2O prompt compression of one layer, per socket shard under ``tp`` (module docstring).
+    With ``select`` False (a prompt within the budget whose context outgrows it) only the scores:
+    the prompt's rows stay where prefill wrote them and their accumulated scores are written."""
     shard = kv_sharding(model, tp)
     qh, kvh, rs = shard.query_heads, shard.kv_heads_per_socket, shard.row_shards
     d = query_head_dim(model)
@@ -161,13 +175,17 @@ def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int
         Operator("h2o_probs", "elementwise", elements=scores, transcendentals=scores, dtype="fp32"),
         # over the query rows and this socket's heads of each KV head: one score per position
         Operator("h2o_column_sums", "reduction", elements=scores, dtype="fp32"),
-        Operator("h2o_topk", "topk", elements=kvh * evict, dtype="fp32"),
     ]
-    ops += copy_ops("gather_heavy", "heavy_rows", model, math.ceil(min(heavy, evict) / rs), kvh, gather=True)
-    ops += copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / rs), kvh, gather=True)
+    kept = heavy + recent
+    if select:
+        ops.append(Operator("h2o_topk", "topk", elements=kvh * evict, dtype="fp32"))
+        ops += copy_ops("gather_heavy", "heavy_rows", model, math.ceil(min(heavy, evict) / rs), kvh, gather=True)
+        ops += copy_ops("gather_recent", "recent_rows", model, math.ceil(recent / rs), kvh, gather=True)
+    else:
+        kept = prompt_len
     # the kept tokens' accumulated scores start the decode accumulator
-    ops.append(Operator("write_scores", "elementwise", elements=kvh * (heavy + recent), dtype="fp32",
-                        kv_write_bytes=kvh * (heavy + recent) * SCORE_BYTES))
+    ops.append(Operator("write_scores", "elementwise", elements=kvh * kept, dtype="fp32",
+                        kv_write_bytes=kvh * kept * SCORE_BYTES))
     collectives: tuple[Collective, ...] = ()
     if rs > 1:
         collectives = (Collective("all_reduce", kvh * prompt_len * SCORE_BYTES, rs, name="h2o_scores"),)
