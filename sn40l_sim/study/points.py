@@ -269,6 +269,34 @@ def warn_kv_spilled(exp: Experiment, point: Point, result: Any) -> None:
                   f"({result.decode.seconds * 1e3:.1f} ms a step); {smaller}", stacklevel=2)
 
 
+def warn_prefill_activations_spilled(exp: Experiment, point: Point, result: Any) -> None:
+    """Warn when one prompt's activations left a prefill node's first tier (``memory.may_spill``
+    lists activations, as it does by default): every kernel of the prefill then reads and writes
+    them at the slower tier's pace, so the prefill, the TTFT, can be several times what the same
+    prompt takes with them in the first tier (Llama-3.1-405B at 128K on 16 sockets: 66.9 s where
+    20.4 s with room in HBM; docs/validation.md, "Prefill across models, lengths and sockets").
+    Co-located nodes share one placement between the two phases and are left to ``memory``."""
+    memory = result.prefill_memory
+    if memory is None or result.prefill is None:
+        return
+    spilled = {tier: uses.get("activations", 0) for tier, uses in memory.by_tier.items()
+               if tier != memory.first_tier and uses.get("activations", 0)}
+    if not spilled:
+        return
+    total = memory.total("activations")
+    where = " and ".join(f"{n / 2**30:.2f} GiB in {tier.upper()}" for tier, n in spilled.items())
+    written = ("memory", "may_spill") in exp.doc.origins
+    file, line = exp.doc.where(("memory", "may_spill") if written else ("shape", "prompt_len"))
+    at = f"{file}:{line}: " if line is not None else f"{file}: "
+    field = "memory.may_spill" if written else "shape.prompt_len"
+    why = "" if written else " (memory.may_spill lists activations by default)"
+    warnings.warn(f"{at}{field} (point {point.name}): one prompt's prefill puts {where} of its "
+                  f"{total / 2**30:.2f} GiB of activations per socket{why}, where the prefill node's weights and KV "
+                  f"leave {memory.first_tier.upper()} too little room; every kernel streams them from there "
+                  f"(prefill {result.prefill.seconds:.3f} s); more prefill sockets or a shorter compiled prompt "
+                  "need fewer per socket", stacklevel=2)
+
+
 def warn_shape_batch_unserved(exp: Experiment, point: Point, served_batch: int) -> None:
     """Warn when the experiment writes ``shape.batch`` but no ``serving.batch``, and ``max`` (the
     default) served another batch: ``shape.batch`` is the batch of ``map``'s graph, so an experiment

@@ -26,7 +26,7 @@ from sn40l_sim.study.experiment import Experiment, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
-from sn40l_sim.study.points import Point, warn_kv_spilled, warn_shape_batch_unserved
+from sn40l_sim.study.points import Point, warn_kv_spilled, warn_prefill_activations_spilled, warn_shape_batch_unserved
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 from sn40l_sim.study.serving_section import workload_summary
@@ -174,6 +174,7 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
         except InputError as exc:
             raise asm.locate(exc, point) from None
         record = point_record(exp, point, result)
+        warn_prefill_activations_spilled(exp, point, result)
         if setup.batch == "max":
             warn_kv_spilled(exp, point, result)
             warn_shape_batch_unserved(exp, point, result.batch)
