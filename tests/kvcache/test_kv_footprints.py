@@ -64,6 +64,20 @@ def test_h2o_keeps_an_fp32_score_per_slot_and_kv_head():
     assert fp == KVFootprint(slots=4096, state_bytes=4096 * 4)
 
 
+def test_h2o_keeps_no_scores_for_a_context_that_never_outgrows_its_budget():
+    # a 1K prompt and 1K output under a 32K budget never evict (no h2o_evict kernel), yet each
+    # slot reserved an FP32 score per KV head and layer: Llama-3.1-8B on 16 sockets at batch 2048
+    # held 32.25 GiB of KV per socket where the full cache held 32.00
+    h2o = make_policy("h2o", {"budget": 32768})
+    assert h2o.footprint(llama("70b"), 1024, 1024) == KVFootprint(slots=2048)
+    assert h2o.footprint(llama("70b"), 32767, 1) == KVFootprint(slots=32768)      # fills it exactly
+    assert h2o.footprint(llama("70b"), 32767, 2) == KVFootprint(slots=32768, state_bytes=32768 * 4)
+    plan = ParallelPlan(16, 16)
+    same = [kv_bytes_by_use(llama("70b"), plan, 4096, make_policy(name, params).footprint(llama("70b"), 1024, 1024))
+            for name, params in (("full", {}), ("h2o", {"budget": 32768}))]
+    assert same[0] == same[1]
+
+
 def test_arkvale_store_holds_the_whole_context_in_pages_and_hbm_holds_buffer_and_digests():
     ark = make_policy("arkvale", {"budget": 8192, "page_tokens": 64})
     fp = ark.footprint(deepseek_r1(), 131072, 100)

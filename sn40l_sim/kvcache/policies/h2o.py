@@ -3,7 +3,8 @@ tokens plus the tokens with the largest accumulated attention, evicting during d
 (Scissorhands keeps the same kind of statistic over a window of recent queries).
 
 Capacity: a ``[heavy | ring of recent tokens]`` cache of ``heavy + recent`` slots per layer,
-plus one FP32 accumulated score per slot and KV head (the policy's state, beside the cache).
+plus one FP32 accumulated score per slot and KV head (the policy's state, beside the cache)
+when the context can outgrow the budget (one that cannot never evicts and keeps none).
 A prompt longer than the budget is compressed in prefill; from then on every decode step adds one
 token and evicts one.
 
@@ -110,8 +111,11 @@ class H2O(Budgeted):
 
     def footprint(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> KVFootprint:
         slots = self.static_cache_len(prompt_len, max_new_tokens)
-        # no heavy slots: nothing competes on its score, so no score is kept
-        return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES if self.heavy > 0 else 0)
+        # no heavy slots: nothing competes on its score, so no score is kept; nor does a context
+        # that never outgrows the budget, which never evicts (no h2o_evict kernel accumulates
+        # scores: decode_kernels), as ArkVale keeps no digests for a sequence its buffer holds
+        evicts = self.heavy > 0 and prompt_len + max_new_tokens > self.budget
+        return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES if evicts else 0)
 
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         if prompt_len <= self.budget:
