@@ -19,7 +19,8 @@ and the tier must hold it.
 A use that spills puts the same fraction of every layer in the later tier (identical layers stay
 identical, so they still map once); :meth:`MemoryPlacement.tiers` gives that split to the
 mapper, which then streams those bytes at that tier's bandwidth. When the tiers together cannot
-hold everything, :class:`~sn40l_sim.errors.InfeasibleError` says what does not fit and by how much.
+hold everything, :class:`TiersOverflow` (an :class:`~sn40l_sim.errors.InfeasibleError`) says what
+does not fit and by how much.
 
 Examples
 --------
@@ -51,6 +52,17 @@ GIB = 2**30
 
 #: the order uses are placed in, most-used first (activations, weights, KV)
 PLACEMENT_PRIORITY = ("activations", "weights", "kv")
+
+
+class TiersOverflow(InfeasibleError):
+    """The tiers together cannot hold a socket's uses. ``placement`` is the fill that overflowed
+    (its last tier over capacity), for a caller that refuses it by a rule of its own first: the
+    serving model, keeping weights and KV in the first tier, names what is over that tier
+    (:func:`sn40l_sim.serving.memory_fit.place_socket`), not what is over the last."""
+
+    def __init__(self, message: str, placement: MemoryPlacement) -> None:
+        super().__init__(message)
+        self.placement = placement
 
 
 def placement_order(socket: SocketSpec, order: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -109,10 +121,11 @@ def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
                        f"{figures.reserved_bytes(socket, tier) / GIB:.2f} GiB, and " for tier in tiers[:-1])
         rest = "the rest" if len(tiers) > 1 else "all of it"
         beside = f" beside the KV store's {store[last] / GIB:.2f} GiB" if store.get(last) else ""
-        raise InfeasibleError(
+        raise TiersOverflow(
             f"memory does not fit on a socket of {socket.name}: weights {weights / GIB:.2f} GiB + KV cache "
             f"{kv / GIB:.2f} GiB + activations {activations / GIB:.2f} GiB; {held}{rest} ({parts}) exceeds the "
-            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB{beside} by {short} bytes ({short / GIB:.2f} GiB)")
+            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB{beside} by {short} bytes ({short / GIB:.2f} GiB)",
+            MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers))
     return MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers)
 
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
-from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY
+from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY, TiersOverflow
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
+from sn40l_sim.serving.fit_hints import decode_prompt_hint, prefill_prompt_hint
 from sn40l_sim.serving.step_costs import StepCosts
 
 if TYPE_CHECKING:
@@ -111,61 +111,6 @@ def check_prompt_fits(s: PointSetup, memory: MemoryFit) -> Any:
             return memory.prefill_fits()
         except InfeasibleError as exc:
             raise InfeasibleError(f"{exc}{prefill_prompt_hint(s, memory)}") from None
-
-
-def decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
-    """What would fit where not even the smallest compiled decode batch does: the longest prompt
-    whose slot fits at ``batch`` on a decode node, found by bisection over the prompt (the slot,
-    its policy state and the decode activations grow with it), or that no prompt does when the
-    policy's slot does not depend on the prompt. Empty co-located, where the prompt's prefill
-    shares the node (its compiled graph and cache would enter the search too)."""
-    if s.mode != "disaggregated":
-        return ""
-    try:
-        return _decode_prompt_hint(s, memory, batch)
-    except InputError:       # a policy that refuses a shorter prompt (too short to select from)
-        return ""
-
-
-def _decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
-    def footprint(prompt: int) -> KVFootprint:
-        new_tokens = slot_new_tokens(s.max_new_tokens, s.speculation.drafts, context_room(s.model, prompt))
-        return s.policy.footprint(s.model, prompt, new_tokens)
-
-    def fits(prompt: int) -> bool:
-        try:
-            memory.decode_fits_footprint(batch, footprint(prompt))
-        except InfeasibleError:
-            return False
-        return True
-
-    if footprint(1) == memory.footprint or not fits(1):
-        return (f"; no prompt fits at batch {batch} (what a sequence keeps does not shrink with the prompt "
-                "below it): more sockets, a narrower kv_dtype or a smaller KV budget would")
-    lo, hi = 1, s.prompt_len       # lo fits, hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return (f"; at batch {batch} prompts of up to {lo} tokens fit, with {s.max_new_tokens} generated after "
-            "each")
-
-
-def prefill_prompt_hint(s: PointSetup, memory: MemoryFit) -> str:
-    """What would fit where one prompt does not fit a prefill node: the longest compiled prefill
-    length that does (every prompt up to it runs a graph no longer), and the uses that, let spill
-    (``memory.may_spill``), would let this prompt run."""
-    hints = []
-    # the weights are not offered: streamed from DDR they would slow every kernel of the prompt
-    options = [(*s.may_spill, *extra) for extra in (("activations",), ("kv",), ("activations", "kv"))
-               if not set(extra) & set(s.may_spill)]
-    spill = next((option for option in options if memory.prefill_fits_with(memory.prefill_len, option)), None)
-    if spill is not None:
-        hints.append(f"it runs with memory.may_spill: [{', '.join(spill)}]")
-    shorter = next((n for n in sorted(s.prefill_lens, reverse=True)
-                    if n < memory.prefill_len and memory.prefill_fits_with(n, s.may_spill)), None)
-    hints.append(f"prompts of up to {shorter} tokens fit as it is" if shorter is not None
-                 else "no compiled prefill length fits as it is")
-    return "; " + "; ".join(hints)
 
 
 def _kv_first_tier_batch(s: PointSetup, memory: MemoryFit, batch: int, placement: MemoryPlacement) -> int | None:
@@ -384,10 +329,22 @@ def place_socket(place: MemoryPlacer, may_spill: tuple[str, ...], plan: Any, kv:
     has left it, never the weights for a long prompt's activations (the default order put the
     activations first and said "weights 26.10 GiB would spill" of a 1M-token prefill)."""
     extra = {"kv_offload": kv_offload} if kv_offload else {}
-    placement = place(plan, kv, activations, **extra)
+    placement = _placed_or_refused(place, may_spill, plan, kv, activations, **extra)
     if spilled_uses(placement, may_spill):
         kept = sorted((use for use in PLACEMENT_PRIORITY if use not in may_spill),
                       key=lambda use: (use != "weights", PLACEMENT_PRIORITY.index(use)))
-        return place(plan, kv, activations, **extra,
-                     priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
+        return _placed_or_refused(place, may_spill, plan, kv, activations, **extra,
+                                  priority=tuple(kept + [use for use in PLACEMENT_PRIORITY if use not in kept]))
     return placement
+
+
+def _placed_or_refused(place: MemoryPlacer, may_spill: tuple[str, ...], *args: Any, **kwargs: Any) -> MemoryPlacement:
+    """``place(...)``, or the fill that overflowed every tier when a use that must stay in the first
+    tier left it: the caller refuses it by the shortfall over that tier (a batch overflowing DDR too
+    was said to exceed the DDR, by an amount no DDR would cure, its KV being barred from DDR)."""
+    try:
+        return place(*args, **kwargs)
+    except TiersOverflow as exc:
+        if not spilled_uses(exc.placement, may_spill):
+            raise
+        return exc.placement

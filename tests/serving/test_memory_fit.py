@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from sn40l_sim.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +113,21 @@ def test_check_refuses_with_batch_max_what_run_refuses_before_simulating(tmp_pat
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert "one prompt on a prefill node" in err and "prompts of up to 262144 tokens fit as it is" in err, err
+
+
+def test_a_batch_beyond_hbm_and_ddr_together_is_refused_by_its_shortfall_over_hbm(tmp_path, capsys):
+    # 8,192 sequences of 32,896 tokens (327,680 B each) on 8 sockets: 1,024 a socket, 10,280 GiB of
+    # KV beside 16.43 GiB of weights, over HBM and DDR together (1,576 GiB). It was refused as
+    # "the rest (kv 10240.80 GiB) exceeds the usable DDR of 1520.00 GiB by ... (8720.80 GiB)": a
+    # shortfall more DDR would not cure, the serving model keeping KV in HBM
+    path = llama(tmp_path, 32768, batch="8192")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    kv_gib = 8192 // 8 * 32896 * 327_680 / 2**30
+    assert f"decode batch 8192 does not fit in HBM per socket: weights 16.43 GiB + kv {kv_gib:.2f} GiB" in err, err
+    assert "usable DDR" not in err and "the serving model keeps weights and KV in HBM" in err, err
+    # the shortfall named is the KV over what HBM leaves beside the weights (activations placed after it)
+    spill = float(re.search(r"\(kv ([\d.]+) GiB would spill to DDR", err)[1])
+    assert spill == pytest.approx(kv_gib - (56 - 17_640_734_720 / 2**30), abs=0.01)
+    assert "largest compiled batch that fits: 16" in err, err

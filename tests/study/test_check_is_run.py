@@ -146,8 +146,9 @@ REFUSED = {
     # activations, which check did not build) and run refused it
     "explicit batch beyond the memory": (
         ("batch: max", "batch: 100000"),
-        "e.yaml:27: serving.batch: a batch of 100000 does not fit (largest compiled batch that fits: 64): memory "
-        "does not fit on a socket of SN40L"),
+        # (over HBM and DDR together, named by what is over HBM, where the KV must stay)
+        "e.yaml:27: serving.batch: a batch of 100000 does not fit (largest compiled batch that fits: 64): decode "
+        "batch 100000 does not fit in HBM per socket: weights 1.87 GiB + kv "),
     "explicit batch beyond HBM, within DDR": (
         ("batch: max", "batch: 128"),
         "e.yaml:27: serving.batch: a batch of 128 does not fit (largest compiled batch that fits: 64): decode batch "
