@@ -1,15 +1,18 @@
 """What would fit, said where a point's memory does not (docs/robustness.md): the longest prompt whose
-decode slot fits at a batch, and on a prefill node the longest compiled prefill length that fits
-and the ``memory.may_spill`` that would let the prompt run. :func:`sn40l_sim.serving.memory_fit.fit_memory`
-adds them to its refusals.
+decode slot fits at a batch, what a sequence's KV takes of a socket without data-parallel attention,
+and on a prefill node the longest compiled prefill length that fits and the ``memory.may_spill``
+that would let the prompt run. :func:`sn40l_sim.serving.memory_fit.fit_memory` adds them to its
+refusals.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.base import context_room, slot_new_tokens
-from sn40l_sim.kvcache.footprint import KVFootprint
+from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 
 if TYPE_CHECKING:
     from sn40l_sim.serving.memory_fit import MemoryFit
@@ -69,3 +72,23 @@ def prefill_prompt_hint(s: PointSetup, memory: MemoryFit) -> str:
     hints.append(f"prompts of up to {shorter} tokens fit as it is" if shorter is not None
                  else "no compiled prefill length fits as it is")
     return "; " + "; ".join(hints)
+
+
+def attention_dp_hint(s: PointSetup, memory: MemoryFit) -> str:
+    """Where not even the smallest compiled decode batch fits under data-parallel attention, what
+    one sequence's KV takes of a socket there and under ``attention_dp: 1``, when that splits it
+    over more sockets (GQA's KV heads; MLA's latent is whole on every socket either way): attention
+    DP over every socket puts a sequence's whole cache on one socket while the others hold none
+    (Llama-3.1-405B at 32K on 16 sockets: no batch fits at attention DP 16, four at 1)."""
+    plan = s.decode_plan
+    if plan.attention_dp == 1:
+        return ""
+
+    def one_sequence(p: ParallelPlan) -> int:
+        return kv_bytes_by_use(s.model, p, 1, memory.footprint, include_mtp=memory.include_mtp)["kv"]
+
+    here, split = one_sequence(plan), one_sequence(replace(plan, attention_dp=1))
+    if split >= here:
+        return ""
+    return (f"; one sequence's KV takes {here / 2**30:.2f} GiB of a socket at attention_dp {plan.attention_dp}, "
+            f"{split / 2**30:.2f} GiB with parallel.decode.attention_dp: 1 (its KV heads split over {plan.tp} sockets)")

@@ -18,7 +18,7 @@ from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY, TiersOverflow
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
-from sn40l_sim.serving.fit_hints import decode_prompt_hint, prefill_prompt_hint
+from sn40l_sim.serving.fit_hints import attention_dp_hint, decode_prompt_hint, prefill_prompt_hint
 from sn40l_sim.serving.step_costs import StepCosts
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
                 search = BatchSearch(0, None, exc)
             else:
                 # a refusal says what would fit (docs/robustness.md): here the longest prompt
-                raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}") from None
+                raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}"
+                                      f"{attention_dp_hint(s, memory)}") from None
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
     prefill_memory = check_prompt_fits(s, memory)

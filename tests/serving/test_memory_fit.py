@@ -131,3 +131,17 @@ def test_a_batch_beyond_hbm_and_ddr_together_is_refused_by_its_shortfall_over_hb
     spill = float(re.search(r"\(kv ([\d.]+) GiB would spill to DDR", err)[1])
     assert spill == pytest.approx(kv_gib - (56 - 17_640_734_720 / 2**30), abs=0.01)
     assert "largest compiled batch that fits: 16" in err, err
+
+
+def test_no_batch_under_data_parallel_attention_is_told_what_attention_dp_1_leaves_a_sequence(tmp_path, capsys):
+    # attention DP8 holds a sequence's 131,072 x 327,680 B = 40 GiB whole on one socket, beside
+    # 16.43 GiB of weights; without DP its 8 KV heads split over the 8 sockets, 5 GiB each, and
+    # batches fit: the refusal said only how much shorter a prompt would have to be
+    assert main(["check", str(llama(tmp_path, 130944))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.rstrip().endswith("; one sequence's KV takes 40.00 GiB of a socket at attention_dp 8, 5.00 GiB with "
+                                 "parallel.decode.attention_dp: 1 (its KV heads split over 8 sockets)"), err
+    path = llama(tmp_path, 130944, batch="4")
+    path.write_text(path.read_text().replace("attention_dp: 8", "attention_dp: 1"))
+    assert main(["check", str(path)]) == 0
