@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
                                         if first.get("prefill_hardware") else "")
         print(f"{exp.spec.name}: {models} on {hardware}, {first['mode']} serving")
         print(side_by_side(records))
-        for line in capping_notes(records):
+        for line in capping_notes(records) + batch_cap_notes(records):
             print(line)
         if source is not None:
             print(f"note: requests from {source}")
@@ -174,6 +174,19 @@ def capping_notes(records: list[dict]) -> list[str]:
                          f"tokens cut; {capped['outputs']} output{'s' * (capped['outputs'] != 1)}, "
                          f"{capped['output_tokens']} tokens cut)")
     return notes
+
+
+def batch_cap_notes(records: list[dict]) -> list[str]:
+    """One line per point whose largest compiled batch fit: its max batch is where
+    ``serving.batch_sizes`` ends, which the table's "max batch" row alone reads as memory's limit.
+
+    >>> batch_cap_notes([{"name": "snap", "max_batch": 4096, "max_batch_limit": "none: every compiled batch fits"},
+    ...                  {"name": "full", "max_batch": 64, "max_batch_limit": "decode batch 128 does not fit"}])
+    ['note: snap: max batch 4096 is the largest of serving.batch_sizes, not a memory limit (add larger sizes to find it)']
+    """
+    return [f"note: {r['name']}: max batch {r['max_batch']} is the largest of serving.batch_sizes, not a memory "
+            "limit (add larger sizes to find it)"
+            for r in records if str(r.get("max_batch_limit") or "").startswith("none:")]
 
 
 def probe_lines(records: list[dict]) -> list[str]:

@@ -65,8 +65,8 @@ RESULTS = Fields([
     Field("max_batch", "sequences", "Largest compiled decode batch whose weights, KV and activations fit in a "
           "decode node's memory (0 when none of serving.batch_sizes does and an explicit serving.batch runs).", csv=8, design=True, golden=True,
           axis="largest decode batch that fits (sequences)", table=Row(40, "max batch")),
-    Field("max_batch_limit", "", "Why the next compiled batch does not fit (empty when every one fits).",
-          axis="batch limit"),
+    Field("max_batch_limit", "", "Why the next compiled batch does not fit (if all fit: the last of serving.batch_sizes "
+          "set max_batch, not memory).", axis="batch limit"),
     Field("mode", "", "Serving mode: disaggregated (prefill and decode nodes) or colocated.", axis="serving mode"),
     Field("workload", "", "The served workload as the experiment gives it: its kind, then each setting that differs "
           "from its default (a trace's path and rate_scale, a Poisson rate, ...; a list of requests as its length); "

@@ -123,6 +123,15 @@ def prefill_step_fields(result: PointResult, clock_hz: float) -> dict[str, Any]:
     }
 
 
+def _every_batch_fits(max_batch: int) -> str | None:
+    """``max_batch_limit`` when no compiled batch failed: the largest of ``serving.batch_sizes`` fit,
+    so the maximum is the list's end, not memory's (None when none was searched: ``max_batch`` 0)."""
+    if max_batch <= 0:
+        return None
+    return (f"none: every compiled batch fits, up to the largest of serving.batch_sizes ({max_batch}); "
+            "memory may hold more (add larger sizes to find its limit)")
+
+
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
                  extra_fields: Iterable[str] = (), policy_entry: str | None = None,
                  slo: SLO | None = None, invariants: Sequence[str] = (), workload: str | None = None) -> dict[str, Any]:
@@ -158,7 +167,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "max_new_tokens": s.max_new_tokens,
         "batch": result.batch,
         "max_batch": result.max_batch,
-        "max_batch_limit": result.next_failure,
+        "max_batch_limit": result.next_failure or _every_batch_fits(result.max_batch),
         "mode": s.mode,
         "workload": workload if served else None,
         "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,

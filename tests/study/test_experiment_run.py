@@ -284,3 +284,25 @@ def test_simulate_points_takes_a_path_as_simulate_experiment_does(tmp_path):
     with pytest.raises(InputError, match="file not found") as info:
         simulate_points(str(tmp_path / "missing.yaml"), node, None, serve=False)
     assert info.value.file == str(tmp_path / "missing.yaml")
+
+
+def test_a_max_batch_at_the_end_of_batch_sizes_is_not_called_a_memory_limit(tmp_path, capsys):
+    """Llama-3.1-8B's 4K caches leave HBM room far past batch 16, the last of the experiment's
+    batch_sizes: the maximum is the list's, and run and results.json say so, where the table's
+    "max batch" row read as memory's limit and max_batch_limit was empty."""
+    path, _ = experiment(tmp_path)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    for r in records:
+        assert r["max_batch"] == 16
+        assert r["max_batch_limit"].startswith("none: every compiled batch fits, up to the largest of "
+                                               "serving.batch_sizes (16)")
+        assert f"note: {r['name']}: max batch 16 is the largest of serving.batch_sizes, not a memory limit" in out
+    # one size more than memory holds: the limit is memory's again, and no note
+    path.write_text(path.read_text().replace("batch_sizes: [1, 2, 4, 8, 16]", "batch_sizes: [16, 8192]"))
+    assert main(["run", str(path), "--out", str(tmp_path / "big"), "--quiet", "--no-plot"]) == 0
+    assert "not a memory limit" not in capsys.readouterr().out
+    big = json.loads((tmp_path / "big" / "results.json").read_text())
+    assert [r["max_batch"] for r in big] == [16, 16]
+    assert all(r["max_batch_limit"].startswith("decode batch 8192 does not fit") for r in big)
