@@ -48,7 +48,7 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
 
 
 @pytest.mark.parametrize("item, words", [
-    ("serving.batchh=3", "serving.batchh: unknown key; did you mean 'batch'?"),
+    ("serving.batchh=3", "--set serving.batchh: 3: unknown key; did you mean 'batch'?"),   # the field named once
     ("hardware.socket.memory.hbm.bytes_per_s_per_unit=fast", "expected a bandwidth quantity"),
     ("serving.batch", "expected path=value"),
     ("serving.batch=-1", "serving.batch"),

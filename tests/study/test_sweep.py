@@ -427,7 +427,7 @@ def test_a_hardware_file_set_takes_the_hardware_axes_on_top(tmp_path):
 
 
 @pytest.mark.parametrize("item, words", [
-    ("serving.batchh=8", "serving.batchh: unknown key"),
+    ("serving.batchh=8", "serving.batchh: 8: unknown key"),   # the field named once
     ("serving.batch=-1", "serving.batch:"),
     ("hardware.socket.memory.hbm.bytes_per_s_per_unit=fast", "bandwidth"),
 ])

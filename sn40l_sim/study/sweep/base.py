@@ -147,7 +147,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
-            error = InputError(f"{shown(value)}: {_inner(exc)}", field=f"--set {dotted}")
+            error = InputError(f"{shown(value)}: {_inner(exc, dotted)}", field=f"--set {dotted}")
             if not isinstance(exc, InputError):
                 raise error from None
             if parts[0] != "hardware" or len(parts) == 1:
@@ -195,7 +195,7 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
         named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
         if named:
             parts, value = named[0]
-            raise InputError(f"{shown(value)}: {_inner(exc)}", field=f"--set {'.'.join(parts)}") from None
+            raise InputError(f"{shown(value)}: {_inner(exc, '.'.join(parts))}", field=f"--set {'.'.join(parts)}") from None
         raise first_failed from None
     return trial
 
@@ -208,14 +208,15 @@ def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_faile
     field = exc.field or ""
     named = [key for key in hardware if field == key or field.startswith(key + ".")]
     key = named[0] if named else first_failed
-    return InputError(f"{shown(hardware[key])}: {_inner(exc)}", field=f"--set hardware.{key}")
+    return InputError(f"{shown(hardware[key])}: {_inner(exc, key)}", field=f"--set hardware.{key}")
 
 
-def _inner(exc: AxisError | InputError) -> str:
+def _inner(exc: AxisError | InputError, set_field: str = "") -> str:
     """An error's message with its field, for the message of the ``--set`` that caused it (a path
-    that leads nowhere is a --set's path there, not a sweep axis's)."""
+    that leads nowhere is a --set's path there, not a sweep axis's); a field that is the set's own
+    (``set_field``) is not named twice."""
     if isinstance(exc, InputError):
-        return f"{exc.field}: {exc.message}" if exc.field else exc.message
+        return f"{exc.field}: {exc.message}" if exc.field and exc.field != set_field else exc.message
     return getattr(exc, "message", str(exc)).replace("unknown axis path ", "unknown path ", 1)
 
 
