@@ -1,0 +1,50 @@
+"""``scripts/hardware_sensitivity.py`` varies every numeric hardware field but the calibrated ones,
+scales each in the file's own units, and tabulates real runs (one cheap workload here)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import hardware_sensitivity  # noqa: E402
+
+
+def test_every_numeric_field_but_the_calibrated_ones_is_varied():
+    fields = hardware_sensitivity.fields()
+    assert fields["clock_hz"] == ("hardware.socket.clock_hz", "1.6 GHz")
+    assert fields["node.host_link.bytes_per_s"][0] == "hardware.host_link.bytes_per_s"
+    assert "p2p.dma_engines" in fields and "configuration.switch_bytes" in fields
+    assert not any(name.startswith(("calibrated", "stated")) for name in fields)
+    assert "memory.hbm.efficiency" not in fields and "memory.ddr.efficiency" in fields   # fitted / assumed
+
+
+def test_values_scale_in_their_own_units_and_integers_are_not_rounded():
+    assert hardware_sensitivity.scaled("409.6 GB/s", 2) == "819.2 GB/s"
+    assert hardware_sensitivity.scaled("512 KiB", 0.5) == "256 KiB"
+    assert hardware_sensitivity.scaled(5, 0.5) == "2.5"     # a fraction of a cycle, to be refused
+    assert hardware_sensitivity.scaled(260, 0.5) == "130"
+
+
+def test_one_field_on_the_prefill_workload(tmp_path, monkeypatch):
+    monkeypatch.setattr(hardware_sensitivity, "WORKLOADS",
+                        {"llama8b_8k": hardware_sensitivity.WORKLOADS["llama8b_8k"]})
+    monkeypatch.setattr(hardware_sensitivity, "COLUMNS", {"l8_8k": hardware_sensitivity.COLUMNS["l8_8k"]})
+    table = hardware_sensitivity.measure(["clock_hz"], [0.5, 2.0], tmp_path, jobs=2, reuse=False)
+    base, _ = table[("base", 1.0)]["l8_8k"]
+    slower, _ = table[("clock_hz", 0.5)]["l8_8k"]
+    faster, _ = table[("clock_hz", 2.0)]["l8_8k"]
+    assert slower > base > faster   # the prefill is partly compute-bound: the clock moves it both ways
+    text = hardware_sensitivity.markdown(table, ["clock_hz"], [0.5, 2.0])
+    assert f"| `clock_hz` | 3.2 GHz | {faster / base:.3f} |" in text
+    # half a port is bad input: the run is refused (exit 2) and the table says why
+    refused = hardware_sensitivity._run("llama8b_8k", {"hardware.socket.pmu.read_ports": "0.5"}, tmp_path / "r", False)
+    assert refused.startswith("exit 2:") and "expected an integer, got 0.5" in refused
+
+
+def test_bad_factors_are_refused():
+    with pytest.raises(SystemExit) as exc:
+        hardware_sensitivity.main(["--factors", "0"])
+    assert exc.value.code == 2
