@@ -110,7 +110,9 @@ def scaled(value: Any, factor: float) -> str:
 
 def _run(workload: str, sets: dict[str, str], out: Path, reuse: bool) -> dict[str, Any] | str:
     """The rows of one ``run`` (by KV policy), or the one-line reason it was refused."""
-    results = out / "results.json"
+    results, refused = out / "results.json", out / "refused.txt"
+    if reuse and refused.exists():
+        return refused.read_text().strip()
     if not (reuse and results.exists()):
         spec = WORKLOADS[workload]
         out.mkdir(parents=True, exist_ok=True)
@@ -123,10 +125,13 @@ def _run(workload: str, sets: dict[str, str], out: Path, reuse: bool) -> dict[st
         for path, value in sets.items():
             command += ["--set", f"{path}={value}"]
         results.unlink(missing_ok=True)
+        refused.unlink(missing_ok=True)
         done = subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            return f"exit {done.returncode}: {last.replace(str(REPO) + '/', '')}"
+            reason = f"exit {done.returncode}: {last.replace(str(REPO) + '/', '')}"
+            refused.write_text(reason + "\n")
+            return reason
     return {row["name"]: row for row in json.loads(results.read_text())}
 
 
@@ -190,6 +195,35 @@ def markdown(table: dict[tuple, dict], chosen: list[str], factors: list[float]) 
     return "\n".join(lines + ([""] + unique if unique else []))
 
 
+def compact(table: dict[tuple, dict], chosen: list[str], factors: list[float], flat: float = 1e-3) -> str:
+    """One row per field, its factors side by side (``a / b / c / d``, the columns in order); the
+    fields whose every figure is within ``flat`` (relative) of the shipped one are named after the table."""
+    base = table[("base", 1.0)]
+    head = "| field | " + " | ".join(f"x{f:g}: " + " / ".join(COLUMNS) for f in factors) + " |"
+    lines, still = [head, "|" + "---|" * (len(factors) + 1)], []
+    for name in chosen:
+        cells, moved = [], False
+        for factor in factors:
+            parts = []
+            for column in COLUMNS:
+                value = table[(name, factor)][column]
+                if isinstance(value, str) or isinstance(base[column], str):
+                    parts.append("refused" if isinstance(value, str) else f"{value[0] * 1e3:.2f} ms")
+                    moved = True
+                    continue
+                ratio = value[0] / base[column][0]
+                moved |= abs(ratio - 1) > flat or value[1] != base[column][1]
+                parts.append(f"{ratio:.3f}" + (f" (b{value[1]})" if value[1] != base[column][1] else ""))
+            cells.append(" / ".join(parts))
+        if moved:
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        else:
+            still.append(f"`{name}`")
+    if still:
+        lines += ["", f"Within {flat:.1%} of the shipped figures at every factor: " + ", ".join(still) + "."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     known = fields()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -199,11 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("out") / "hardware_sensitivity")
     parser.add_argument("--reuse", action="store_true", help="reuse results.json already under --out")
+    parser.add_argument("--compact", action="store_true",
+                        help="one row per field, its factors side by side; unmoved fields listed after")
     args = parser.parse_args(argv)
     if args.jobs < 1 or any(f <= 0 for f in args.factors):
         parser.error("--jobs and every --factors value must be positive")
     table = measure(args.fields, args.factors, args.out.resolve(), args.jobs, args.reuse)
-    print(markdown(table, args.fields, args.factors))
+    print((compact if args.compact else markdown)(table, args.fields, args.factors))
     return 0
 
 
