@@ -27,12 +27,20 @@ def tile_grid_error(tile: TileSpec) -> tuple[str, str] | None:
 
     >>> tile_grid_error(TileSpec.model_construct(grid_rows=21, grid_cols=26, pcus=260, pmus=260))[0]
     'grid_rows'
+    >>> tile_grid_error(TileSpec.model_construct(grid_rows=20, grid_cols=13, pcus=260, pmus=260))[1].split("(")[-1]
+    'expected grid_rows at least 40 with 13 columns, or grid_cols at least 26 with 20 rows)'
     """
     rows, cols, pcus, pmus = tile.grid_rows, tile.grid_cols, tile.pcus, tile.pmus
     cells = rows * cols
     if not grid_holds(rows, cols, pcus, pmus):
+        # the grid is two fields: say what either would need, so that a change of grid_cols or of
+        # the unit counts (reported here at grid_rows) reads as what to write
+        need_rows = _smallest_side(_enough(pcus, pmus), cols, pcus, pmus, True)
+        need_cols = _smallest_side(rows, _enough(pcus, pmus), pcus, pmus, False)
         return "grid_rows", (f"a {rows} x {cols} checkerboard has {cells} cells, {(cells + 1) // 2} for PCUs (the "
-                             f"even cells) and {cells // 2} for PMUs; it cannot hold {pcus} PCUs and {pmus} PMUs")
+                             f"even cells) and {cells // 2} for PMUs; it cannot hold {pcus} PCUs and {pmus} PMUs "
+                             f"(expected grid_rows at least {need_rows} with {cols} columns, or grid_cols at least "
+                             f"{need_cols} with {rows} rows)")
     for field, side, fewer in (("grid_rows", "rows", (rows - 1, cols)), ("grid_cols", "columns", (rows, cols - 1))):
         if min(fewer) >= 1 and grid_holds(*fewer, pcus, pmus):
             smallest = _smallest_side(rows, cols, pcus, pmus, field == "grid_rows")
@@ -41,6 +49,12 @@ def tile_grid_error(tile: TileSpec) -> tuple[str, str] | None:
                            f"a {grid} one holds them (expected {field} at most {smallest}, so that every row and "
                            "column holds units)")
     return None
+
+
+def _enough(pcus: int, pmus: int) -> int:
+    """A side long enough for the units whatever the other side (at least 1): its cells alone,
+    ``2 * max(pcus, pmus)``, give each kind half of them."""
+    return 2 * max(pcus, pmus, 1)
 
 
 def _smallest_side(rows: int, cols: int, pcus: int, pmus: int, of_rows: bool) -> int:

@@ -86,7 +86,9 @@ SOCKET_CASES = {
                                "2 dies x 2 HBM units x 8.0 GiB = 32.0 GiB"),
     "stated_flops_off": (_edit("bf16_flops", "700 TFLOPS"), "stated.bf16_flops",
                          "stated 700 TFLOPS but 1040 PCUs x 32 lanes x 6 stages x 1 MAC x 2 FLOP x 1.6 GHz = 638.976 TFLOPS"),
-    "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows", "checkerboard"),
+    # the grid is two fields: the refusal says what either one needs (it named neither)
+    "grid_too_small": (_edit("grid_rows", "10"), "tile.grid_rows",
+                       "(expected grid_rows at least 20 with 26 columns, or grid_cols at least 52 with 10 rows)"),
     # PMUs sit on a checkerboard's odd cells, one fewer than its even ones when both sides are odd:
     # the 263rd PMU of a 21 x 25 grid was accepted and left out of the layout the mapper places on
     "grid_pmus_beyond_odd_cells": (lambda: (SOCKET.replace("grid_rows: 20", "grid_rows: 21").replace(
@@ -311,3 +313,12 @@ def test_a_base_of_another_kind_is_named_at_the_overlay_not_its_base(other, kind
         load_hardware(node)
     assert str(caught.value) == (f"{node}: base: this is a {kind} file through its base: ({HW.parent / other} says "
                                  f"kind: {kind}); expected one of ['socket', 'node']")
+
+
+def test_a_grid_too_narrow_says_what_either_side_needs(tmp_path, capsys):
+    # a change of grid_cols is refused at grid_rows (the pair is one grid), so the line names both
+    path = tmp_path / "narrow.yaml"
+    path.write_text(set_value(SOCKET, "grid_cols", "13")[0])
+    status, err = _check(path, capsys)
+    _assert_one_clean_line(status, err, "narrow.yaml", "tile.grid_rows",
+                           "(expected grid_rows at least 40 with 13 columns, or grid_cols at least 26 with 20 rows)")
