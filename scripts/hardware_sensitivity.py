@@ -22,7 +22,11 @@ left alone. Each change is run (``python -m sn40l_sim run ... --no-plot --quiet`
     Llama-3.1-8B's 8K-token prompt on 16 sockets, one request: its TTFT (``ttft_s``: arrival to the
     end of the prefill, docs/results.md; the KV transfer to the decode node comes after it).
 
-The table gives each figure over the shipped machine's (1.000 = unchanged), with the decode batch
+``--compact`` puts a field's factors on one row and flags a figure that moves the same way at x0.5
+and x2 (``both up``: not monotonic in the field) or whose smaller move is over 0.6 of its larger
+(``not convex``: with the plans held, a rate's doubling saves at most half of what its halving costs,
+the figure being a sum of max(time, work / rate) terms, and a size's halving at most half of what its
+doubling costs; more means the mapper changed regime, e.g. kernels that now stay loaded). The table gives each figure over the shipped machine's (1.000 = unchanged), with the decode batch
 where a change of HBM capacity moved the experiment's largest batch (``batch: max``), or says the
 run was refused (the reasons follow the table). The disk cache of mapped kernels (``SN40L_SIM_CACHE``) makes a second pass quick;
 ``--reuse`` also reuses the ``results.json`` of a run already in ``--out``. The figures are the
@@ -195,14 +199,45 @@ def markdown(table: dict[tuple, dict], chosen: list[str], factors: list[float]) 
     return "\n".join(lines + ([""] + unique if unique else []))
 
 
+#: a figure is moved when it is further than this (relative) from the shipped one
+MOVED = 5e-3
+#: with the plans held, a rate's doubling saves at most half of what its halving costs (a sum of
+#: max(time, work / rate) terms) and a size's halving at most half of what its doubling costs: above
+#: this ratio of the smaller move to the larger the mapper changed plans, which the flag points to
+CONVEX = 0.6
+
+
+def flag(low: float, high: float) -> str:
+    """What is odd about a figure at x0.5 (``low``) and x2 (``high``) of a field, both over the
+    shipped figure: ``'both up'``/``'both down'`` (not monotonic in the field), ``'not convex'``
+    (the smaller move over ``CONVEX`` of the larger), else ``''``.
+
+    >>> flag(1.289, 0.884), flag(1.169, 1.025), flag(1.305, 0.656), flag(0.897, 1.206)
+    ('', 'both up', 'not convex', '')
+    """
+    down, up = low - 1, high - 1
+    if abs(down) <= MOVED or abs(up) <= MOVED:
+        return ""
+    if down * up > 0:
+        return "both up" if up > 0 else "both down"
+    return "not convex" if min(abs(down), abs(up)) > CONVEX * max(abs(down), abs(up)) else ""
+
+
 def compact(table: dict[tuple, dict], chosen: list[str], factors: list[float], flat: float = 1e-3) -> str:
     """One row per field, its factors side by side (``a / b / c / d``, the columns in order); the
     fields whose every figure is within ``flat`` (relative) of the shipped one are named after the table."""
     base = table[("base", 1.0)]
-    head = "| field | " + " | ".join(f"x{f:g}: " + " / ".join(COLUMNS) for f in factors) + " |"
-    lines, still = [head, "|" + "---|" * (len(factors) + 1)], []
+    head = "| field | " + " | ".join(f"x{f:g}: " + " / ".join(COLUMNS) for f in factors) + " | flags |"
+    lines, still = [head, "|" + "---|" * (len(factors) + 2)], []
     for name in chosen:
-        cells, moved = [], False
+        cells, moved, flags = [], False, []
+        if {0.5, 2.0} <= set(factors):
+            for column in COLUMNS:
+                low, high = table[(name, 0.5)][column], table[(name, 2.0)][column]
+                usable = not any(isinstance(v, str) for v in (low, high, base[column]))
+                same_batch = usable and low[1] == high[1] == base[column][1]
+                odd = flag(low[0] / base[column][0], high[0] / base[column][0]) if same_batch else ""
+                flags += [f"{column} {odd}"] if odd else []
         for factor in factors:
             parts = []
             for column in COLUMNS:
@@ -216,7 +251,7 @@ def compact(table: dict[tuple, dict], chosen: list[str], factors: list[float], f
                 parts.append(f"{ratio:.3f}" + (f" (b{value[1]})" if value[1] != base[column][1] else ""))
             cells.append(" / ".join(parts))
         if moved:
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " | " + ", ".join(flags) + " |")
         else:
             still.append(f"`{name}`")
     if still:

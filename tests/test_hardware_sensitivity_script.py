@@ -48,3 +48,26 @@ def test_bad_factors_are_refused():
     with pytest.raises(SystemExit) as exc:
         hardware_sensitivity.main(["--factors", "0"])
     assert exc.value.code == 2
+
+
+def test_flags_name_a_non_monotonic_or_regime_changing_response():
+    flag = hardware_sensitivity.flag
+    assert flag(1.169, 1.025) == "both up"            # deeper PCUs: slower at both factors
+    assert flag(0.98, 0.97) == "both down"
+    assert flag(1.305, 0.656) == "not convex"         # doubling saves more than halving costs
+    assert flag(1.289, 0.884) == flag(0.897, 1.206) == ""   # a rate, and a size linear in its field
+    assert flag(1.003, 0.5) == ""                     # a move within noise is not judged
+
+
+def test_compact_puts_both_factors_on_one_row_and_lists_the_unmoved_fields(monkeypatch):
+    monkeypatch.setattr(hardware_sensitivity, "COLUMNS", {"a": ("w", "full", "decode_step_s")})
+    table = {("base", 1.0): {"a": (2.0, 16)},
+             ("clock_hz", 0.5): {"a": (2.6, 16)}, ("clock_hz", 2.0): {"a": (1.3, 16)},
+             ("tln.latency_s", 0.5): {"a": (2.0, 16)}, ("tln.latency_s", 2.0): {"a": (2.0001, 16)},
+             ("memory.hbm.capacity_bytes_per_unit", 0.5): {"a": "exit 2: error: does not fit"},
+             ("memory.hbm.capacity_bytes_per_unit", 2.0): {"a": (4.4, 128)}}
+    names = ["clock_hz", "tln.latency_s", "memory.hbm.capacity_bytes_per_unit"]
+    text = hardware_sensitivity.compact(table, names, [0.5, 2.0])
+    assert "| `clock_hz` | 1.300 | 0.650 | a not convex |" in text     # column a's flag
+    assert "| `memory.hbm.capacity_bytes_per_unit` | refused | 2.200 (b128) |  |" in text
+    assert text.endswith("Within 0.1% of the shipped figures at every factor: `tln.latency_s`.")
