@@ -125,7 +125,9 @@ def _run(workload: str, sets: dict[str, str], out: Path, reuse: bool) -> dict[st
             experiment.write_text(yaml.safe_dump(spec, sort_keys=False))
         else:
             experiment = spec
-        command = [sys.executable, "-m", "sn40l_sim", "run", str(experiment), "--no-plot", "--quiet", "--out", str(out)]
+        # one process a run: the script runs --jobs of them side by side, and a pool each costs a second
+        command = [sys.executable, "-m", "sn40l_sim", "run", str(experiment), "--no-plot", "--quiet", "--jobs", "1",
+                   "--out", str(out)]
         for path, value in sets.items():
             command += ["--set", f"{path}={value}"]
         results.unlink(missing_ok=True)
