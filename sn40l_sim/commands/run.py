@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from sn40l_sim.commands.argtypes import input_path_text
@@ -79,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     if args.requests is not None and args.requests.suffix.lower() != ".csv":
         raise InputError(f"expected a .csv file, got {str(args.requests)!r}", field="--requests")
     sets = parse_sets(args.sets)
-    exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
+    with warnings.catch_warnings():
+        if sets:   # warned of by the experiment the sets make (a file's value they replace is not run)
+            warnings.simplefilter("ignore")
+        exp = load_experiment(args.experiment)  # parsed once: the sweep or the runner takes it from here
     if exp.spec.sweep is not None:
         for option, given in (("--trace", args.trace), ("--requests", args.requests)):
             if given:

@@ -233,3 +233,29 @@ def test_sets_from_python_of_the_wrong_shape_are_input_errors(sets, words):
     with pytest.raises(InputError, match=re.escape(words)) as info:
         experiment_with_sets(path, sets)
     assert info.value.file == str(path)
+
+
+def _run_warnings(path: Path, *args: str) -> list[str]:
+    """The UserWarnings of one ``run`` (every one, not Python's once per place)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["run", str(path), *args, "--out", str(path.parent / "out"), "--no-plot", "--quiet"]) == 0
+    return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def test_a_set_that_is_warned_of_is_warned_of_once_at_its_set(tmp_path):
+    # a value written by --set that the run warns of was said twice: first at the file's line of
+    # its parent section (where the value is not), then at the --set
+    path = _experiment(tmp_path, extra="slo: {ttft: {max_s: 2 s, percentile: 90}}\n")
+    (warning,) = _run_warnings(path, "--set", "slo.ttft.percentile=0.9")
+    assert warning.startswith("--set slo.ttft.percentile: slo.ttft.percentile: 0.9 is the 0.9th percentile")
+
+
+def test_a_files_value_that_a_set_replaces_is_not_warned_of(tmp_path):
+    # the file's percentile 0.9 is not run when --set gives 90: it was warned of all the same; one
+    # the sets leave is warned of at its line
+    path = _experiment(tmp_path, extra="slo: {ttft: {max_s: 2 s, percentile: 0.9}, tpot: {max_s: 1 s, percentile: 0.5}}\n")
+    (warning,) = _run_warnings(path, "--set", "slo.ttft.percentile=90")
+    assert warning.startswith(f"{path}:14: slo.tpot.percentile: 0.5 is the 0.5th percentile"), warning
+    assert _run_warnings(path, "--set", "slo.ttft.percentile=90", "--set", "slo.tpot.percentile=50") == []

@@ -11,7 +11,9 @@ consistent.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +146,8 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
             experiment_sets.append((parts, value))
             trial = copy.deepcopy(base)
             set_path(trial, parts, value)
-            check_points(experiment_from_data(trial, doc))
+            with _unwarned():
+                check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
             error = InputError(f"{shown(value)}: {_inner(exc, dotted)}", field=f"--set {dotted}")
@@ -169,6 +172,18 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
     return base, hardware
 
 
+@contextmanager
+def _unwarned() -> Iterator[None]:
+    """Parse an experiment without its warnings: one before the ``--set`` values are written in (or
+    before each field they write is located at its ``--set``) warned of a value the run does not
+    use, or at the file's line of the field's parent, where the value is not
+    (``run --set serving.prefill_chunk=3000`` said it twice, once at the ``serving:`` line). The
+    experiment with every set written in and located says them, once, where they are."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _located_at_sets(doc: Document, sets: list[tuple[str, ...]]) -> None:
     """Locate each field a ``--set`` wrote at that ``--set`` (in ``doc``, in place): an error found
     later (a trace window holding no request, a batch that does not fit) named the file's line of
@@ -189,7 +204,8 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
     try:
         for parts, value in sets:
             set_path(trial, parts, value)
-        check_points(experiment_from_data(trial, doc))
+        with _unwarned():
+            check_points(experiment_from_data(trial, doc))
     except (AxisError, InputError) as exc:
         field = exc.field if isinstance(exc, InputError) and exc.field else ""
         named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
@@ -244,7 +260,8 @@ def experiment_with_sets(path: str | Path, sets: dict[str, Any], *,
         if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
             raise InputError(f"set keys must be dotted field paths such as 'serving.batch', got {shown(dotted)}", file=path)
     doc = load_document(path)
-    exp = experiment_from_document(doc)
+    with _unwarned():   # the file's warnings come from the experiment the sets make, below
+        exp = experiment_from_document(doc)
     if exp.spec.sweep is not None and not for_map:
         raise doc.error(("sweep",), "this experiment has a sweep: section; its --set values go to the sweep")
     data, hardware = apply_sets(doc, dict(doc.data), sets, [], served=not for_map)
