@@ -235,3 +235,9 @@ def test_every_request_once_in_order_and_littles_law(modes, mode):
     sampling = 3 / math.sqrt(len(rows)) + latency / (t1 - t0)
     assert mean_in_system == pytest.approx(rate * latency, rel=sampling)
     assert record["throughput"]["requests"] == len(rows)
+    if mode == "disaggregated":
+        # the same law on the decode node, which steps whenever it holds a sequence: the filled
+        # slots a step are the sequences' decode spans (join to last token) over the steps' time
+        steps = record["throughput"]["decode_steps"] * record["decode_step_s"]
+        assert record["throughput"]["mean_active_slots"] == pytest.approx(
+            float(np.sum(last - column(rows, "join_s"))) / steps, rel=1e-6)
