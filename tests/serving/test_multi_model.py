@@ -144,3 +144,21 @@ def test_a_slow_tier_too_small_for_the_kv_written_back_is_the_inputs_capacity_no
     with pytest.raises(SlowTierFull) as info:
         simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1120, 1.0), "on_demand", quantum_cycles=1)
     assert (info.value.model, info.value.held_bytes) == ("a", 1121)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_decoding_model_is_not_starved_by_the_others_under_a_load_the_node_carries(policy):
+    # c's one long request decodes while a and b take one-token requests (12 cycles of prefill
+    # each, one every 20 cycles on average): the longest wait between two of c's tokens is the
+    # same whether the others' stream lasts 200 or 3200 requests. (Beyond the node's capacity,
+    # one every 3 cycles, every policy prefills first and c waits until the stream ends, as the
+    # single-model co-located loop's decoding sequences do.)
+    def longest_gap(n):
+        rng = np.random.default_rng(0)
+        arrivals = 1 + np.cumsum(rng.integers(10, 30, size=n))
+        reqs = [Request(0, 0, 4, 40)] + [Request(i, int(arrivals[i]), 4, 1) for i in range(1, n)]
+        models = [model("a", 300), model("b", 300), model("c", 300, slots=1)]
+        run = simulate_models(reqs, [2] + [i % 2 for i in range(1, n)], models,
+                              NodeMemory(2000, 10**6, 10.0), policy, quantum_cycles=50)
+        return int(np.diff(run.requests[0].token_cycles).max())
+    assert longest_gap(200) == longest_gap(3200) < 300
