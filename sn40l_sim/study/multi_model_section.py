@@ -72,8 +72,9 @@ def check_multi_model(exp: Experiment) -> None:
     ------
     InputError
         Located at the field: fewer than two models, a name used twice, shares that do not add up
-        to 1 or a zero share, no scheduler or one listed twice, serving that is not one co-located
-        node, or a rate search (not supported with several models).
+        to 1 or a zero share, no scheduler or one listed twice, a ``serving.batch`` (each model has
+        its own), serving that is not one co-located node, or a rate search (not supported with
+        several models).
     """
     section = exp.spec.multi_model
     if section is None:
@@ -98,6 +99,11 @@ def check_multi_model(exp: Experiment) -> None:
         if name in section.schedulers[:i]:
             raise exp.error(at + ("schedulers", i), f"scheduler {name!r} is listed twice")
     serving = exp.spec.serving
+    if "batch" in serving.model_fields_set:
+        # each model runs its entry's batch (``max`` when it gives none): a serving.batch written
+        # beside them would be read by nothing, and the run would print another batch than asked
+        raise exp.error(("serving", "batch"), "several models on a node take each model's batch from its "
+                        "entry (multi_model.models[i].batch, default max); remove serving.batch")
     if serving.mode != "colocated":
         raise exp.error(("serving", "mode"), "several models share one co-located node: set mode: colocated")
     if serving.decode_nodes != 1:

@@ -26,13 +26,15 @@ HEAD = f"""\
     policies: [{{name: full, policy: full}}]
     shape: {{prompt_len: 512}}
     workload: {{kind: poisson, rate_per_s: RATE, count: 30, output_len: {{dist: uniform, low: 1, high: 16}}}}
-    serving: {{mode: colocated, batch_sizes: [4], prefill_lens: [512], max_new_tokens: 16, batch: 4}}
+    serving: {{mode: colocated, batch_sizes: [4], prefill_lens: [512], max_new_tokens: 16BATCH}}
 """
 
 
 def write(tmp_path: Path, name: str, rate: float, section: str = "") -> Path:
+    """The experiment; without a multi_model ``section``, one 8B at the batch the entries give."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(textwrap.dedent(HEAD).replace("RATE", str(rate)) + textwrap.dedent(section))
+    head = textwrap.dedent(HEAD).replace("RATE", str(rate)).replace("BATCH", "" if section else ", batch: 4")
+    path.write_text(head + textwrap.dedent(section))
     return path
 
 

@@ -72,6 +72,9 @@ def test_each_scheduler_serves_every_request_once_within_the_tiers(tmp_path, cap
     (MODELS.replace(str(REPO / "graphs/llama3_1_8b.yaml"), "nope.yaml", 1), "mode: colocated, ", "",
      "multi_model.models[0].model: model file 'nope.yaml' not found"),
     (MODELS, "mode: colocated, ", "  schedulers: [fifo]\n", "multi_model.schedulers[0]"),
+    # a serving.batch beside the entries' batches: no model read it, and the run printed batch 4
+    (MODELS, "mode: colocated, batch: 2, ", "", "serving.batch: several models on a node take each model's batch "
+     "from its entry (multi_model.models[i].batch, default max); remove serving.batch"),
     # an entry's batch that does not fit: it was located at serving.batch, on the serving: line
     (MODELS.replace("share: 0.3, batch: 4", "share: 0.3, batch: 100000"), "mode: colocated, ", "",
      "e.yaml:13: multi_model.models[1].batch: a batch of 100000 does not fit"),
