@@ -68,8 +68,8 @@ MULTI_MODEL_FIELD = Field(
               # the memory rows above them are this model's alone on the node; these two are the node's
               table=Row(306, "fast tier held at peak, all models (node, GiB)", ".1f", 2**-30)),
         Field("slow_capacity_bytes", "B", "The slow tier's usable bytes, node total.", axis="slow tier usable"),
-        Field("peak_slow_bytes", "B", "Most bytes the slow tier held (every model's weights and the KV "
-              "written back).", axis="peak slow tier held",
+        Field("peak_slow_bytes", "B", "Most bytes the slow tier held (every model's weights, the KV the "
+              "models keep there, such as ArkVale's store, and the KV written back).", axis="peak slow tier held",
               table=Row(307, "slow tier held at peak, all models (node, GiB)", ".1f", 2**-30)),
     ))
 

@@ -74,7 +74,8 @@ PREDICT_WINDOW = 32
 
 class SlowTierFull(InfeasibleError):
     """Evicting a model would write back more KV than the slow tier has room for beside every
-    model's weights: the node's capacity, not a bug (the weights alone fit; the study layer checked).
+    model's weights and the KV the models keep there: the node's capacity, not a bug (those alone
+    fit; the study layer checked).
 
     Attributes
     ----------
@@ -88,8 +89,8 @@ class SlowTierFull(InfeasibleError):
 
     def __init__(self, model: str, cycle: int, held_bytes: int, capacity_bytes: int) -> None:
         super().__init__(f"evicting model {model} at cycle {cycle} writes its sequences' KV back: the slow tier "
-                         f"would hold {held_bytes} B (every model's weights and the KV written back) of its "
-                         f"usable {capacity_bytes} B")
+                         f"would hold {held_bytes} B (every model's weights, the KV the models keep there and the KV "
+                         f"written back) of its usable {capacity_bytes} B")
         self.model, self.cycle, self.held_bytes, self.capacity_bytes = model, cycle, held_bytes, capacity_bytes
 
 
@@ -128,7 +129,8 @@ class _Node:
         return sum(self.models[m].fast_bytes for m in self.resident)
 
     def _slow_held(self) -> int:
-        return sum(m.weight_bytes for m in self.models) + sum(self.written_back)
+        # a model's store in the slow tier (ArkVale's pages) stays there whether it runs or not
+        return sum(m.weight_bytes + m.slow_bytes for m in self.models) + sum(self.written_back)
 
     def _check_memory(self) -> None:
         fast, slow = self._fast_held(), self._slow_held()

@@ -38,6 +38,9 @@ class ModelCosts:
     fast_bytes : int
         What the model holds in the fast tier while resident: weights, the KV its slots reserve and
         its activations.
+    slow_bytes : int
+        What the model keeps in the slow tier beside its weights, resident or not: a KV policy's
+        store placed there (ArkVale's offloaded pages), KV its placement spilled there.
     decode_switch_cycles : int
         Configuration loads of a decode step run after another graph (another model's, or this
         model's prefill; :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
@@ -54,6 +57,7 @@ class ModelCosts:
     slot_cache_tokens: int
     weight_bytes: int
     fast_bytes: int
+    slow_bytes: int = 0
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
 
@@ -119,7 +123,8 @@ class MultiModelRun:
     #: per model: cycles of prefill and of decode steps
     prefill_busy: list[int]
     decode_busy: list[int]
-    #: most bytes the fast and slow tiers held at once (resident models; every weight and written-back KV)
+    #: most bytes the fast and slow tiers held at once (resident models; every weight, every model's
+    #: slow-tier bytes and the written-back KV)
     peak_fast_bytes: int = 0
     peak_slow_bytes: int = 0
     #: bytes copied in and written back, over the run

@@ -83,7 +83,7 @@ def model_error(exp: Any, index: int, exc: InputError) -> InputError:
 def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
     """Each model of the section timed on the node alone at ``point`` (its KV policy and prompt)."""
     exp = asm.experiment
-    fast, _ = node_tiers(asm)
+    fast, slow = node_tiers(asm)
     timed = []
     for i, entry in enumerate(exp.spec.multi_model.models):
         at = ("multi_model", "models", i, "model")
@@ -110,6 +110,7 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
                            result.kv_bytes_per_token, result.footprint.context_rows,
                            weight_bytes=int(memory.total("weights")) * sockets,
                            fast_bytes=int(sum(memory.by_tier[fast].values())) * sockets,
+                           slow_bytes=int(sum(memory.by_tier[slow].values())) * sockets,
                            decode_switch_cycles=int(result.decode.switch_load_cycles),
                            prefill_switch_cycles=prefill_switch)
         timed.append(TimedModel(entry.name, result, costs))
@@ -130,11 +131,13 @@ def node_memory(asm: Assembly, timed: Sequence[TimedModel]) -> NodeMemory:
     memory = NodeMemory(int(capacity[fast]) * sockets, int(capacity[slow]) * sockets,
                         copy_bytes_per_s(socket, slow, fast) * sockets / socket.clock_hz)
     weights = sum(t.costs.weight_bytes for t in timed)
-    if weights > memory.slow_bytes:
+    stores = sum(t.costs.slow_bytes for t in timed)
+    if weights + stores > memory.slow_bytes:
         exp = asm.experiment
         file, line = exp.doc.where(("multi_model", "models"))
-        raise InfeasibleError(f"the models' weights ({weights / 2**30:.1f} GiB) do not fit in the node's usable "
-                              f"{slow.upper()} ({memory.slow_bytes / 2**30:.1f} GiB)", file=file,
+        kept = f" and the KV they keep there ({stores / 2**30:.1f} GiB)" if stores else ""
+        raise InfeasibleError(f"the models' weights ({weights / 2**30:.1f} GiB){kept} do not fit in the node's "
+                              f"usable {slow.upper()} ({memory.slow_bytes / 2**30:.1f} GiB)", file=file,
                               field="multi_model.models", line=line)
     return memory
 
@@ -145,11 +148,12 @@ def slow_tier_error(asm: Assembly, timed: Sequence[TimedModel], scheduler: str, 
     with the KV an eviction writes back (:func:`node_memory` checked the weights alone)."""
     exp = asm.experiment
     _, slow = node_tiers(asm)
-    weights = sum(t.costs.weight_bytes for t in timed)
+    weights = sum(t.costs.weight_bytes + t.costs.slow_bytes for t in timed)
+    kept = " with the KV they keep there" if any(t.costs.slow_bytes for t in timed) else ""
     file, line = exp.doc.where(("multi_model", "models"))
     return InfeasibleError(
         f"under scheduler {scheduler}, evicting {full.model} at {full.cycle / asm.node.socket.clock_hz:.1f} s writes "
-        f"its sequences' KV back to {slow.upper()}: the models' weights ({weights / 2**30:.1f} GiB) and the KV written "
+        f"its sequences' KV back to {slow.upper()}: the models' weights{kept} ({weights / 2**30:.1f} GiB) and the KV written "
         f"back would take {full.held_bytes / 2**30:.1f} GiB of the node's usable {slow.upper()} "
         f"({full.capacity_bytes / 2**30:.1f} GiB), {(full.held_bytes - full.capacity_bytes) / 2**30:.3g} GiB over; give "
         "it more room or the models fewer slots (batch)",

@@ -162,3 +162,14 @@ def test_a_decoding_model_is_not_starved_by_the_others_under_a_load_the_node_car
                               NodeMemory(2000, 10**6, 10.0), policy, quantum_cycles=50)
         return int(np.diff(run.requests[0].token_cycles).max())
     assert longest_gap(200) == longest_gap(3200) < 300
+
+
+def test_what_a_model_keeps_in_the_slow_tier_counts_there_resident_or_not():
+    # each model keeps 40 B in the slow tier beside its weights (a KV store such as ArkVale's):
+    # the slow tier holds 600 + 500 + 2 x 40 B from the start, and one byte less is an overflow
+    a, b = (dataclasses.replace(model(name, w, slots=1), slow_bytes=40) for name, w in (("a", 600), ("b", 500)))
+    reqs = [Request(0, 0, 4, 1), Request(1, 0, 4, 1)]
+    run = simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1180, 1.0), "batch_by_model", quantum_cycles=1)
+    assert run.peak_slow_bytes == 1180
+    with pytest.raises(InvariantError, match="slow tier 1180 B of 1179"):
+        simulate_models(reqs, [0, 1], [a, b], NodeMemory(1000, 1179, 1.0), "batch_by_model", quantum_cycles=1)

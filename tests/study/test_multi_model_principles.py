@@ -125,3 +125,42 @@ def test_switches_wait_for_their_bytes_over_the_copy_bandwidth_and_the_node_time
             tokens_per_step = r["throughput"]["output_tokens"] - r["throughput"]["requests"]
             assert tokens_per_step <= r["batch"] * r["throughput"]["decode_steps"]
             assert math.isclose(r["decode_step_s"], pair[0]["decode_step_s"])
+
+
+ARKVALE = f"""\
+    kind: experiment
+    name: mm_store
+    hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+    model: {M8}
+    parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+    policies: [{{name: arkvale, policy: arkvale, prompt_fraction: {{budget: 0.25}}}}]
+    shape: {{prompt_len: 32768}}
+    workload: {{kind: poisson, rate_per_s: 20, count: 6, output_len: 4}}
+    serving: {{mode: colocated, batch_sizes: [4], prefill_lens: [32768], max_new_tokens: 4}}
+    multi_model:
+      models:
+        - {{name: a, model: {M8}, share: 0.5, batch: 4}}
+        - {{name: b, model: {M8}, share: 0.5, batch: 4}}
+      schedulers: [batch_by_model]
+"""
+
+
+def test_a_kv_store_each_model_keeps_in_ddr_counts_in_the_slow_tier(tmp_path, capsys):
+    # ArkVale keeps each model's offloaded pages in DDR whether or not the model is resident: the
+    # node's DDR holds both stores beside both models' weights. The peak left them out (the
+    # weights alone), and a DDR too small for them ran without a word
+    path = tmp_path / "store.yaml"
+    path.write_text(textwrap.dedent(ARKVALE))
+    records, _ = run(path)
+    mm, sockets, ddr = records[0]["multi_model"], records[0]["sockets"], records[0]["memory"]["ddr"]
+    assert ddr["kv_offload"] > 0 and ddr["weights"] == 0
+    assert mm["peak_slow_bytes"] >= 2 * (mm["weight_bytes"] + ddr["kv_offload"] * sockets)
+    # a DDR with room for the weights and one store: one line naming both, exit 2
+    usable = (mm["weight_bytes"] * 2 + ddr["kv_offload"] * sockets) // sockets
+    per_unit = (usable + ddr["reserved"]) // 6 + 1
+    argv = ["run", str(path), "--out", str(tmp_path / "out2"), "--quiet", "--no-plot",
+            "--set", f"hardware.socket.memory.ddr.capacity_bytes_per_unit={per_unit}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}:12: multi_model.models: the models' weights (" in err
+    assert f"and the KV they keep there ({2 * ddr['kv_offload'] * sockets / 2**30:.1f} GiB) do not fit" in err
