@@ -164,3 +164,19 @@ def test_a_kv_store_each_model_keeps_in_ddr_counts_in_the_slow_tier(tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}:12: multi_model.models: the models' weights (" in err
     assert f"and the KV they keep there ({2 * ddr['kv_offload'] * sockets / 2**30:.1f} GiB) do not fit" in err
+
+
+def test_weights_that_do_not_fit_the_slow_tier_together_are_one_line(tmp_path, capsys):
+    # two 8B models on 8 sockets: 2 x 14.96 GiB of weights against 8 x (6 x 2.9 - 16) = 11.2 GiB of DDR
+    section = f"""\
+        multi_model:
+          models:
+            - {{name: a, model: {M8}, share: 0.5, batch: 4}}
+            - {{name: b, model: {M8}, share: 0.5, batch: 4}}
+        """
+    path = write(tmp_path, "small_ddr", 20, section)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot",
+                 "--set", "hardware.socket.memory.ddr.capacity_bytes_per_unit=2.9 GiB"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {path}:12: multi_model.models: the models' weights (29.9 GiB) do not fit in the node's "
+                   "usable DDR (11.2 GiB)\n")
