@@ -45,6 +45,11 @@ Quantum = Annotated[Seconds, AfterValidator(Range("scheduling quantum", 0, 86400
                                                   low_open=True))]
 
 
+#: why an experiment with a ``multi_model`` section takes no ``sweep`` (``run`` and ``sweep`` say it)
+NO_SWEEP = "a sweep with several models on a node is not supported; run each value with --set, or remove sweep " \
+    "or multi_model"
+
+
 class ServedModel(StrictModel):
     """One model the node serves: its name in the results, its model file, its share of the
     requests and its compiled decode batch."""
@@ -73,8 +78,8 @@ def check_multi_model(exp: Experiment) -> None:
     InputError
         Located at the field: fewer than two models, a name used twice, shares that do not add up
         to 1 or a zero share, no scheduler or one listed twice, a ``serving.batch`` (each model has
-        its own), serving that is not one co-located node, or a rate search (not supported with
-        several models).
+        its own), serving that is not one co-located node, or a sweep or a rate search (not
+        supported with several models).
     """
     section = exp.spec.multi_model
     if section is None:
@@ -108,6 +113,10 @@ def check_multi_model(exp: Experiment) -> None:
         raise exp.error(("serving", "mode"), "several models share one co-located node: set mode: colocated")
     if serving.decode_nodes != 1:
         raise exp.error(("serving", "decode_nodes"), "several models share one node: decode_nodes must be 1")
+    if exp.spec.sweep is not None:
+        # a sweep point gives one record per policy (study/sweep/run.py), these runs one per
+        # scheduler and model: every point failed as an internal error
+        raise exp.error(("sweep",), NO_SWEEP)
     if exp.spec.rate_search is not None:
         raise exp.error(("rate_search",), "a rate search with several models on a node is not supported; "
                         "remove rate_search or multi_model")

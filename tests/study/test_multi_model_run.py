@@ -184,3 +184,14 @@ def test_a_slow_tier_holding_the_weights_but_not_the_kv_written_back_is_refused_
     assert f"{path}:12: multi_model.models: under scheduler on_demand, evicting" in err
     assert " GiB over; give it more room or the models fewer slots (batch)" in err
     assert f"the models' weights ({weights / 2**30:.1f} GiB) and the KV written back" in err
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_sweep_of_several_models_is_refused_in_one_line(tmp_path, capsys, command):
+    # every point of such a sweep failed as "internal error ValueError: too many values to unpack"
+    # (a sweep point gives one record per policy; these runs give one per scheduler and model)
+    path = experiment(tmp_path, extra="sweep:\n  axes:\n    quantum: {path: multi_model.quantum_s, values: [0.01, 1]}\n")
+    assert main([command, str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {path}:15: sweep: a sweep with several models on a node is not supported; run each value "
+                   "with --set, or remove sweep or multi_model\n")

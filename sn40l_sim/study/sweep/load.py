@@ -49,6 +49,7 @@ from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overri
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.study.experiment import ExperimentSpec
 from sn40l_sim.study.experiment_files import experiment_model, named_file
+from sn40l_sim.study.multi_model_section import NO_SWEEP
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
     Axis,
@@ -133,6 +134,8 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
     if infeasible not in ("fail", "skip"):
         raise doc.error(("sweep", "infeasible"), f"expected fail or skip, got {shown(infeasible)}")
     base = {k: v for k, v in doc.data.items() if k != "sweep"}
+    if "multi_model" in base:   # each point would give a record per scheduler and model, not one
+        raise doc.error(("sweep",), NO_SWEEP)
     experiment_from_data(base, doc)  # the experiment itself, before any value is written in
     axes = _parse_axes(doc, section.get("axes"), mode)
     doc = _located_at_axes(doc, axes)
