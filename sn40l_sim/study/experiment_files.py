@@ -6,6 +6,7 @@ field (or in the named file, for that file's own errors); :func:`mapped_at` loca
 mapper cannot place on the named hardware's tiles at the field naming that hardware."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -148,11 +149,28 @@ def mapped_at(hardware_field: str, map_it: Callable[[], T]) -> T:
 
 def check_drafts_have_mtp(experiment: Experiment, model: ModelSpec) -> None:
     """Refuse speculative drafts (``serving.speculative.drafts``) for a model without an MTP module
-    to draft them; :func:`assemble` and a sweep's runs (which assemble their own) both ask."""
+    to draft them, and warn of drafts never accepted (:func:`warn_drafts_never_accepted`);
+    :func:`assemble` and a sweep's runs (which assemble their own) both ask."""
     if experiment.speculation.drafts and model.mtp is None:
         raise experiment.error(("serving", "speculative", "drafts"), f"model {model.name!r} has no mtp section: "
                                "speculative decoding drafts with the model's multi-token-prediction module "
                                "(leave serving.speculative out, or set drafts: 0)")
+    warn_drafts_never_accepted(experiment)
+
+
+def warn_drafts_never_accepted(experiment: Experiment) -> None:
+    """Warn of drafts whose acceptance is 0: every step still verifies ``drafts + 1`` rows per
+    sequence and runs the MTP module ``drafts`` times (the step is timed with them), for the one
+    token plain decoding gives, so it serves fewer tokens/s than no drafts (docs/architecture.md,
+    "Speculative decoding: the numbers")."""
+    spec = experiment.speculation
+    if not spec.drafts or spec.acceptance > 0:
+        return
+    file, line = experiment.doc.where(("serving", "speculative", "acceptance"))
+    where = f"{file}:{line}: " if line is not None else f"{file}: "
+    warnings.warn(f"{where}serving.speculative.acceptance: 0 with {spec.drafts} drafts: every step runs the MTP module "
+                  f"{spec.drafts} times and verifies {spec.drafts + 1} rows per sequence for one token, slower than "
+                  "no drafts (set drafts: 0, or the acceptance the draft reaches)", stacklevel=2)
 
 
 def check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:
