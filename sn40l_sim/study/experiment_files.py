@@ -168,9 +168,10 @@ def warn_drafts_never_accepted(experiment: Experiment) -> None:
         return
     file, line = experiment.doc.where(("serving", "speculative", "acceptance"))
     where = f"{file}:{line}: " if line is not None else f"{file}: "
-    warnings.warn(f"{where}serving.speculative.acceptance: 0 with {spec.drafts} drafts: every step runs the MTP module "
-                  f"{spec.drafts} times and verifies {spec.drafts + 1} rows per sequence for one token, slower than "
-                  "no drafts (set drafts: 0, or the acceptance the draft reaches)", stacklevel=2)
+    drafts, runs = ("1 draft", "once") if spec.drafts == 1 else (f"{spec.drafts} drafts", f"{spec.drafts} times")
+    warnings.warn(f"{where}serving.speculative.acceptance: 0 with {drafts}: every step runs the MTP module {runs} "
+                  f"and verifies {spec.drafts + 1} rows per sequence for one token, slower than no drafts (set "
+                  "drafts: 0, or the acceptance the draft reaches)", stacklevel=2)
 
 
 def check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:

@@ -564,6 +564,8 @@ def test_drafts_never_accepted_are_warned_of(tmp_path, capsys):
                               "the MTP module 2 times and verifies 3 rows per sequence for one token")
     assert check_warnings(path, main_experiment) == []
     assert check_warnings(path, main_experiment.replace("drafts: 2, acceptance: 0.8", "drafts: 0, acceptance: 0")) == []
+    (warning,) = check_warnings(path, main_experiment.replace("drafts: 2, acceptance: 0.8", "drafts: 1, acceptance: 0"))
+    assert "acceptance: 0 with 1 draft: every step runs the MTP module once and verifies 2 rows" in warning
     # each sweep point with acceptance 0 is warned of, and only those
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"base: {REPO / 'experiments' / 'deepseek_tp16.yaml'}\nname: acceptance\nsweep:\n  axes:\n"

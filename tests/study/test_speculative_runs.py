@@ -20,6 +20,8 @@ import yaml
 from sn40l_sim.study.evaluation import LoadedExperiments
 
 ROOT = Path(__file__).resolve().parents[2]
+# drafts never accepted are run on purpose here (tests/study/test_check_is_run.py checks the warning)
+pytestmark = pytest.mark.filterwarnings("ignore:.*serving.speculative.acceptance. 0 with:UserWarning")
 PROMPT, NEW = 1024, 64
 R1_KV_PER_TOKEN = (512 + 64) * 61 * 2    # MLA's latent and RoPE key, BF16, 61 layers
 
