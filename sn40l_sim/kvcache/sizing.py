@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, ParallelPlan, Phase
 from sn40l_sim.models.families import CachedTensor
 from sn40l_sim.models.kv_format import kv_stored_bytes
@@ -179,6 +181,20 @@ def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:
     return kv_sharding(model, max(1, plan.tp // plan.attention_dp)).row_shards
 
 
+def _check_sizing_args(plan: ParallelPlan, batch: int, cache_len: int, phase: str) -> None:
+    """A Python caller's bad argument as an :class:`InputError` naming it, not a wrong number
+    (``tp=0`` read as one socket, ``phase="decod"`` as decode) or an ``AttributeError`` deep inside."""
+    if not isinstance(plan, ParallelPlan):
+        raise InputError(f"plan: expected a ParallelPlan, such as ParallelPlan(tp=8), got {shown(plan)}")
+    if plan.tp < 1 or plan.attention_dp < 1 or plan.tp % plan.attention_dp:
+        raise InputError(f"plan: attention_dp ({plan.attention_dp}) must divide tp ({plan.tp}), both >= 1")
+    for name, value in (("batch", batch), ("cache_len", cache_len)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+            raise InputError(f"{name}: expected an integer >= 0, got {shown(value)}")
+    if phase not in ("prefill", "decode"):
+        raise InputError(f"phase: expected 'prefill' or 'decode', got {shown(phase)}")
+
+
 def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, *,
                         include_mtp: bool | int = False, phase: Phase = "decode") -> int:
     """KV bytes the busiest socket holds for ``batch`` sequences of ``cache_len`` cached tokens.
@@ -208,6 +224,13 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     with ``include_mtp``: all of them, or those a number of drafts runs) times the socket's share of the KV heads, rounded **up** to whole bytes,
     then multiplied by ``cache_len`` and by the sequences the socket holds.
 
+    Raises
+    ------
+    InputError
+        Naming the argument, for a ``plan`` that is not a :class:`~sn40l_sim.ir.ParallelPlan` of
+        ``tp >= 1`` divided by its ``attention_dp``, a ``batch`` or ``cache_len`` that is not an
+        integer >= 0, or a ``phase`` other than ``"prefill"`` and ``"decode"``.
+
     Examples
     --------
     >>> from sn40l_sim.models.loader import load_model
@@ -219,8 +242,7 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272 // 16
     True
     """
-    if batch < 0 or cache_len < 0:
-        raise ValueError(f"need batch >= 0 and cache_len >= 0, got {batch}, {cache_len}")
+    _check_sizing_args(plan, batch, cache_len, phase)
     sequences, heads = kv_share(model, plan, batch)
     # a token's rows on the socket: its share of the KV heads, and of a shared head's rows where
     # the sockets sharing it only write them (see above)

@@ -138,3 +138,28 @@ def test_the_busiest_socket_holds_its_share_of_the_kv_heads_rounded_up():
     assert kv_bytes_per_socket(tiny(3), ParallelPlan(tp=2), 3, 5) == 3 * 5 * 8
     assert kv_bytes_per_socket(tiny(7), ParallelPlan(tp=2), 1, 1) == 16
     assert kv_bytes_per_socket(tiny(3), ParallelPlan(tp=4), 1, 1) == 4
+
+
+@pytest.mark.parametrize("plan, batch, cache_len, phase, named", [
+    (ParallelPlan(0), 1, 1024, "decode", "plan: attention_dp (1) must divide tp (0)"),
+    (ParallelPlan(8, 3), 1, 1024, "decode", "plan: attention_dp (3) must divide tp (8)"),
+    (8, 1, 1024, "decode", "plan: expected a ParallelPlan, such as ParallelPlan(tp=8), got 8"),
+    (ParallelPlan(8), -1, 1024, "decode", "batch: expected an integer >= 0, got -1"),
+    (ParallelPlan(8), 1, -1024, "decode", "cache_len: expected an integer >= 0, got -1024"),
+    (ParallelPlan(8), 1.5, 1024, "decode", "batch: expected an integer >= 0, got 1.5"),
+    (ParallelPlan(8), 1, 1024, "decod", "phase: expected 'prefill' or 'decode', got 'decod'"),
+])
+def test_kv_bytes_per_socket_names_a_bad_argument(plan, batch, cache_len, phase, named):
+    """A Python caller's bad argument is an InputError naming it: tp=0 used to give the bytes of
+    one socket and phase="decod" those of decode, silently; a negative batch a bare ValueError."""
+    from sn40l_sim.errors import InputError
+    with pytest.raises(InputError) as caught:
+        kv_bytes_per_socket(llama("8b"), plan, batch, cache_len, phase=phase)
+    assert str(caught.value).startswith(named)
+
+
+def test_kv_bytes_per_socket_takes_numpy_integers():
+    import numpy as np
+    model = llama("8b")
+    assert kv_bytes_per_socket(model, ParallelPlan(8), np.int64(4), np.int64(1024)) \
+        == kv_bytes_per_socket(model, ParallelPlan(8), 4, 1024) == 4 * 1024 * 128 * 1024 // 8   # one of the 8 KV heads a socket
