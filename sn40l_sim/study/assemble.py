@@ -25,15 +25,15 @@ Examples
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware, with_overrides
+from sn40l_sim.hardware.loader import with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
@@ -45,13 +45,13 @@ from sn40l_sim.serving.point import PointSetup
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.serving.traces import TraceRow
 from sn40l_sim.serving.workload import Request, build_requests
-from sn40l_sim.study.experiment import Experiment, memory_order
+from sn40l_sim.study.experiment import Experiment, load_experiment, memory_order
 from sn40l_sim.study.experiment_files import (
     check_drafts_have_mtp,
     check_template_drafts,
+    experiment_hardware,
     experiment_model,
     load_graph_template,
-    named_file,
     read_trace_rows,
 )
 from sn40l_sim.study.points import (
@@ -62,6 +62,7 @@ from sn40l_sim.study.points import (
     make_point_model,
     make_point_policy,
     max_context_set,
+    point_of,
     points,
     warn_idle_sockets,
     warn_uneven_heads,
@@ -184,11 +185,13 @@ class Assembly:
         warn_window_past_prompt(self.experiment, point, policy)
         return policy
 
-    def setup(self, point: Point, policy: KVPolicy | None = None) -> PointSetup:
-        """The serving set-up of ``point`` (one of :attr:`points`), with ``policy`` instead of the
-        point's own KV policy when given: a :class:`PointSetup`, everything the serving model reads
-        (node, model, policy, plans, compiled batches and prompt lengths, speculation). A bad policy
-        parameter or model override is an :class:`InputError` at the point's policy entry."""
+    def setup(self, point: Point | str, policy: KVPolicy | None = None) -> PointSetup:
+        """The serving set-up of ``point`` (one of :attr:`points`, or its name: ``asm.setup("full")``),
+        with ``policy`` instead of the point's own KV policy when given: a :class:`PointSetup`,
+        everything the serving model reads (node, model, policy, plans, compiled batches and prompt
+        lengths, speculation). A bad policy parameter or model override is an :class:`InputError` at
+        the point's policy entry; a name no point has, one naming the points."""
+        point = point_of(self.points, point)
         spec = self.experiment.spec
         serving = spec.serving
         model = self.model_for(point)
@@ -239,6 +242,8 @@ class Assembly:
         ('kv_reads', True)
 
         ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.289 s)."""
+        if not isinstance(setup, PointSetup):   # a Point, say: an AttributeError deep inside otherwise
+            raise InputError(f"setup: expected a PointSetup, such as asm.setup(asm.points[0]), got {type(setup).__name__}")
         options = setup.graph_options
         if self.graph_template is not None:
             options = {**options, "template": self.graph_template}
@@ -321,26 +326,14 @@ class Assembly:
         return True
 
 
-def _load_hardware(experiment: Experiment, field: tuple[str, ...], name: str, what: str) -> NodeSpec:
-    """The hardware file an experiment names; the file's warning that it lists a slower memory
-    tier first is left out when the experiment's ``memory.order`` places the tiers itself (the
-    way out that warning names)."""
-    path = named_file(experiment, field, name, what)
-    if experiment.spec.memory.order is None:
-        return load_hardware(path)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=f".*{TIER_ORDER_WARNING}")
-        return load_hardware(path)
-
-
-def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | None = None,
+def assemble(experiment: Experiment | str | Path, *, hardware_overrides: dict[str, Any] | None = None,
              node: NodeSpec | None = None, model: ModelSpec | None = None) -> Assembly:
     """Load the experiment's hardware (with ``hardware_overrides``) and model, unless given.
 
     Parameters
     ----------
-    experiment : Experiment
-        A loaded experiment (:func:`~sn40l_sim.study.experiment.load_experiment`).
+    experiment : Experiment or str or Path
+        A loaded experiment (:func:`~sn40l_sim.study.experiment.load_experiment`), or its file.
     hardware_overrides : dict, optional
         Dotted hardware fields to change, validated as the file is
         (:func:`~sn40l_sim.hardware.loader.with_overrides`), also on a given ``node``.
@@ -375,9 +368,11 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     ...
     sn40l_sim.errors.InputError: <overrides>: socket.memory.hbm.bandwidth: unknown key (expected one of bytes_per_s_per_unit, capacity_bytes_per_unit, efficiency, latency_s, reserved_bytes, units_per_die)
     """
+    if not isinstance(experiment, Experiment):   # a path, as simulate_experiment takes
+        experiment = load_experiment(experiment)
     spec = experiment.spec
     if node is None:
-        node = _load_hardware(experiment, ("hardware",), spec.hardware, "hardware")
+        node = experiment_hardware(experiment, ("hardware",), spec.hardware, "hardware")
     if hardware_overrides:
         node = with_overrides(node, hardware_overrides)
     memory_order(experiment, node)   # the tiers the experiment names must be the hardware's
@@ -386,7 +381,7 @@ def assemble(experiment: Experiment, *, hardware_overrides: dict[str, Any] | Non
     check_drafts_have_mtp(experiment, model)
     prefill_node = None
     if spec.prefill_hardware is not None:
-        prefill_node = _load_hardware(experiment, ("prefill_hardware",), spec.prefill_hardware, "prefill hardware")
+        prefill_node = experiment_hardware(experiment, ("prefill_hardware",), spec.prefill_hardware, "prefill hardware")
         if hardware_overrides:
             prefill_node = with_overrides(prefill_node, hardware_overrides)
         memory_order(experiment, prefill_node)

@@ -109,12 +109,13 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.schema import Flag, Fraction, Name, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
@@ -348,6 +349,8 @@ def load_experiment(path: str | Path) -> Experiment:
     ...
     sn40l_sim.errors.InputError: experiments/no_such_file.yaml: file not found
     """
+    if not isinstance(path, (str, PathLike)):   # from Python: a TypeError deep in pathlib otherwise
+        raise InputError(f"experiment: expected the path of a kind: experiment file, got {shown(path)}")
     doc = load_document(path)
     return experiment_from_document(doc)
 

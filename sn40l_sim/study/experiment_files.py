@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from sn40l_sim.errors import InfeasibleError, InputError, shown
+from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware
+from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, default_template_path, load_templates_for, template_for
@@ -43,6 +45,18 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     if not found:
         raise experiment.error(field, f"{what} file {shown(relative)} {not_a_file(path)} (looked for {path})")
     return path
+
+
+def experiment_hardware(experiment: Experiment, field: tuple[str, ...], name: str, what: str) -> NodeSpec:
+    """The hardware file an experiment names; the file's warning that it lists a slower memory
+    tier first is left out when the experiment's ``memory.order`` places the tiers itself (the
+    way out that warning names)."""
+    path = named_file(experiment, field, name, what)
+    if experiment.spec.memory.order is None:
+        return load_hardware(path)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=f".*{TIER_ORDER_WARNING}")
+        return load_hardware(path)
 
 
 def experiment_model(experiment: Experiment, field: tuple, relative: str) -> ModelSpec:

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.kvcache import KVPolicy, make_policy
 from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
@@ -94,6 +94,28 @@ def points(exp: Experiment) -> list[Point]:
             out.append(Point(name, entry.name, entry.policy, dict(sorted(params.items())), prompt_len, index,
                              dict(entry.model_overrides)))
     return out
+
+
+def point_of(points: list[Point], point: Any) -> Point:
+    """``point`` itself when it is a :class:`Point`, else the point of ``points`` it names: a Python
+    caller's ``asm.setup("snapstream")``; anything else is an :class:`InputError` naming the points.
+
+    >>> from sn40l_sim.study.experiment import load_experiment
+    >>> every = points(load_experiment("experiments/llama8b_node8.yaml"))
+    >>> point_of(every, "snapstream") is every[1]
+    True
+    >>> point_of(every, 0)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: point: expected one of the experiment's points or its name ('full', 'snapstream'), got 0
+    """
+    if isinstance(point, Point):
+        return point
+    named = [p for p in points if isinstance(point, str) and p.name == point]
+    if not named:
+        names = ", ".join(repr(p.name) for p in points)
+        raise InputError(f"point: expected one of the experiment's points or its name ({names}), got {shown(point)}")
+    return named[0]
 
 
 def make_point_policy(exp: Experiment, point: Point) -> KVPolicy:

@@ -140,3 +140,30 @@ def test_the_default_prefill_lengths_stop_at_the_models_context(tmp_path):
                                                   "  max_new_tokens: 2048\n  prefill_lens: [131072, 262144]\n  # Speculative"))
     asm = assemble(load_experiment(tmp_path / "e.yaml"))
     assert asm.setup(asm.points[0]).prefill_lens == (131072, 262144)
+
+
+def test_python_callers_pass_a_path_or_a_point_name_and_bad_arguments_are_named(monkeypatch):
+    """From a script: ``assemble`` takes the experiment's path as ``simulate_experiment`` does,
+    ``setup`` a point's name; a wrong type is an InputError naming the argument, where each was an
+    AttributeError deep inside ('str' object has no attribute 'spec', ... 'model_overrides', 'Point'
+    object has no attribute 'graph_options')."""
+    monkeypatch.chdir(REPO)
+    path = "experiments/llama8b_node8.yaml"
+    loaded = assemble(load_experiment(path))
+    for given in (path, Path(path), REPO / path):
+        asm = assemble(given)
+        assert (asm.node, asm.model.name, asm.points) == (loaded.node, loaded.model.name, loaded.points)
+    named = asm.setup("snapstream")
+    assert named == asm.setup(asm.points[1]) and named.policy.name == "snapstream"
+    with pytest.raises(InputError, match=r"^point: expected one of the experiment's points or its name "
+                                         r"\('full', 'snapstream'\), got 'snap'$"):
+        asm.setup("snap")
+    with pytest.raises(InputError, match=r"^point: .* got 0$"):
+        asm.setup(0)
+    with pytest.raises(InputError, match=r"^setup: expected a PointSetup, such as asm.setup\(asm.points\[0\]\), "
+                                         r"got Point$"):
+        asm.step_timer(asm.points[0])
+    with pytest.raises(InputError, match="^experiments/nope.yaml: file not found$"):
+        assemble("experiments/nope.yaml")
+    with pytest.raises(InputError, match="^experiment: expected the path of a kind: experiment file, got 5$"):
+        simulate_experiment(5)
