@@ -24,10 +24,11 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
-from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.errors import InfeasibleError, InputError, shown
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
 from sn40l_sim.kvcache.base import context_room, slot_new_tokens
@@ -41,7 +42,7 @@ from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.memory_fit import in_first_tier, place_socket
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import assemble, plan_of, prefill_lens
-from sn40l_sim.study.experiment import Experiment, PolicyEntry
+from sn40l_sim.study.experiment import Experiment, PolicyEntry, load_experiment
 from sn40l_sim.study.preflight import check_mapping
 
 
@@ -89,23 +90,28 @@ def policy_entry(exp: Experiment, name: str | None) -> tuple[int, PolicyEntry]:
                      f"{[e.name for e in entries]})", file=exp.path, field="policies")
 
 
-def build_phase(exp: Experiment, phase: str, policy: str | None = None, batch: int | None = None,
+def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = None, batch: int | None = None,
                 hardware_overrides: dict | None = None) -> PhaseGraph:
-    """Build ``phase``'s graph for the experiment's policy entry called ``policy`` (the first if
-    None) at ``batch`` sequences (None: ``shape.batch`` in decode, 1 in prefill), and place its
-    tensors on one socket of the experiment's node with ``hardware_overrides`` (dotted fields, as
-    ``--set hardware.<field>``).
+    """Build ``phase``'s graph for the experiment's (or its file's) policy entry called ``policy``
+    (the first if None) at ``batch`` sequences (None: ``shape.batch`` in decode, 1 in prefill), and
+    place its tensors on one socket of the experiment's node with ``hardware_overrides`` (dotted
+    fields, as ``--set hardware.<field>``).
 
     Raises
     ------
     InputError
         What ``map`` refuses of the experiment (:func:`~sn40l_sim.study.preflight.check_mapping`),
-        located in its file; an unknown ``policy`` or a ``batch`` below 1, naming ``--policy`` or
-        ``--batch``.
+        located in its file; an unknown ``policy`` or a ``batch`` that is not an integer >= 1,
+        naming ``--policy`` or ``--batch``; a ``phase`` other than ``"prefill"`` and ``"decode"``.
     InfeasibleError
         When the tensors do not fit the socket: at ``--batch`` when it was given, else at the
         experiment's ``shape.batch`` (decode) or ``shape.prompt_len`` (prefill).
     """
+    if phase not in ("prefill", "decode"):   # from Python: an AttributeError on the parallel section otherwise
+        raise InputError(f"phase: expected 'prefill' or 'decode', got {shown(phase)}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
+        raise InputError(f"--batch must be a positive integer, got {shown(batch)}")
+    exp = exp if isinstance(exp, Experiment) else load_experiment(exp)   # a path, as assemble takes
     spec = exp.spec
     index, entry = policy_entry(exp, policy)
     asm = assemble(exp, hardware_overrides=hardware_overrides)

@@ -26,7 +26,13 @@ from sn40l_sim.study.experiment import Experiment, load_experiment
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
-from sn40l_sim.study.points import Point, warn_kv_spilled, warn_prefill_activations_spilled, warn_shape_batch_unserved
+from sn40l_sim.study.points import (
+    Point,
+    point_of,
+    warn_kv_spilled,
+    warn_prefill_activations_spilled,
+    warn_shape_batch_unserved,
+)
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
 from sn40l_sim.study.serving_section import workload_summary
@@ -122,10 +128,11 @@ def simulate_points(exp: str | Path | Experiment, node: NodeSpec, model: ModelSp
                              on_result=on_result)
 
 
-def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progress: bool = False,
+def simulate_assembly(asm: Assembly, *, only: list[Point | str] | None = None, progress: bool = False,
                       serve: bool = True, on_result: Callable[[PointResult], None] | None = None,
                       without_prefill: Collection[str] = ()) -> list[dict]:
-    """One record per point of an assembled experiment (or of the points in ``only``), as
+    """One record per point of an assembled experiment (or of the points in ``only``, or their
+    names), as
     :func:`simulate_experiment` returns them; ``progress``, ``serve`` and ``on_result`` as there.
 
     ``without_prefill`` names points (with ``serve=False``) whose prefill step is not simulated:
@@ -134,8 +141,12 @@ def simulate_assembly(asm: Assembly, *, only: list[Point] | None = None, progres
     """
     if without_prefill and serve:
         raise ValueError("a served point needs its prefill step: without_prefill goes with serve=False")
+    if not isinstance(asm, Assembly):   # an Experiment or a path: an AttributeError deep inside otherwise
+        raise InputError(f"asm: expected an Assembly (assemble(experiment)), got {type(asm).__name__}: "
+                         "simulate_experiment takes an experiment or its path")
     exp = asm.experiment
-    points = asm.points if only is None else only
+    # a point or its name, as Assembly.setup takes them
+    points = asm.points if only is None else [point_of(asm.points, point) for point in only]
     check_assembly(asm, points)   # everything refused before anything is simulated (as check does)
     records = []
     for point in points:
