@@ -58,6 +58,7 @@ from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
 from sn40l_sim.models.flash import padded_tile_pairs, with_padded
 from sn40l_sim.models.formulas import operators, sizes
+from sn40l_sim.models.graph_inputs import MAX_DRAFTS, check_graph_inputs  # noqa: F401  (MAX_DRAFTS re-exported)
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelEntry, KernelTemplates, PhaseTemplate, load_templates, template_for
 from sn40l_sim.models.tensors import dense_layer_count
@@ -66,8 +67,6 @@ from sn40l_sim.models.tensors import dense_layer_count
 OPTIONS = {"expert_loading": "touched", "routing_skew": 0.0, "template": None}
 #: the largest Zipf exponent of expert popularity (10 already puts almost every token on one expert)
 MAX_ROUTING_SKEW = 10
-#: the most speculative drafts a verify step checks (serving.speculative.drafts declares the same range)
-MAX_DRAFTS = 15
 
 
 class KVPolicyHooks(Protocol):
@@ -165,7 +164,7 @@ def build_graph(model: ModelSpec, shape: Shape, plan: ParallelPlan, policy: KVPo
     True
     """
     opts = check_graph_options(options)
-    _check(model, shape, plan)
+    check_graph_inputs(model, shape, plan)
     template = opts["template"]
     if not isinstance(template, KernelTemplates):
         template = load_templates(template) if template else template_for(model)
@@ -314,31 +313,6 @@ def check_graph_options(options: dict[str, Any]) -> dict[str, Any]:
     if template is not None and not isinstance(template, (str, Path, KernelTemplates)):
         raise InputError(f"template: expected the path of a kind: kernels file, got {shown(template)}")
     return opts
-
-
-def _check(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> None:
-    if plan.tp < 1 or plan.attention_dp < 1 or plan.tp % plan.attention_dp:
-        raise InputError(f"parallel plan: attention_dp ({plan.attention_dp}) must divide tp ({plan.tp}), "
-                         "both >= 1")
-    if shape.batch < 1:
-        raise InputError(f"shape: batch must be >= 1, got {shape.batch}")
-    if shape.phase == "prefill" and shape.prompt_len < 1:
-        raise InputError(f"shape: prefill needs prompt_len >= 1, got {shape.prompt_len}")
-    if shape.kv_len < 0:
-        raise InputError(f"shape: kv_len must be >= 0 (cached tokens attention reads), got {shape.kv_len}")
-    if shape.phase == "decode" and shape.kv_len < 1:
-        raise InputError(f"shape: decode needs kv_len >= 1 (tokens each sequence attends to), got {shape.kv_len}")
-    if not 0 <= shape.drafts <= MAX_DRAFTS:
-        raise InputError(f"shape: drafts must be from 0 to {MAX_DRAFTS} (each runs the MTP module once), "
-                         f"got {shape.drafts}")
-    if shape.phase not in ("prefill", "decode"):
-        raise InputError(f"shape: phase must be 'prefill' or 'decode', got {shape.phase!r}")
-    drafts = shape.drafts
-    if isinstance(drafts, bool) or not isinstance(drafts, int) or drafts < 0:
-        raise InputError(f"shape: drafts must be an integer >= 0 (0: plain decode), got {drafts!r}")
-    if drafts and model.mtp is None:
-        raise InputError(f"shape: drafts={drafts}, but model {model.name!r} has no mtp section: speculative "
-                         "decoding drafts with the model's multi-token-prediction module")
 
 
 class _Entry(NamedTuple):
