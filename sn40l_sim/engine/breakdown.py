@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
+from sn40l_sim.errors import InputError
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.tier_split import TierSplit
@@ -154,6 +155,8 @@ def decode_step_breakdown(timing: PhaseTiming) -> dict[str, float]:
     >>> {c: round(v * 1.6e9) for c, v in decode_step_breakdown(t).items() if v}
     {'weights_streaming': 200, 'kv_reads': 400, 'collectives': 250, 'launch': 20, 'synchronisation': 30, 'configuration': 50, 'pipeline_fill': 50}
     """
+    if not isinstance(timing, PhaseTiming):   # a PlacedGraph, say: an AttributeError deep inside otherwise
+        raise InputError(f"timing: expected a PhaseTiming (StepTimer.decode_step or .prefill), got {type(timing).__name__}")
     cycles = step_breakdown_cycles(timing)
     per_cycle = timing.seconds / timing.cycles if timing.cycles else 0.0
     return {cat: v * per_cycle for cat, v in cycles.items()}

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
@@ -327,6 +327,9 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     ------
     InfeasibleError
         If an operator cannot be placed even alone at its finest tiling.
+    InputError
+        For a ``socket`` that is not a SocketSpec (a node's is ``node.socket``) or a ``kernel`` that
+        is not a FusedKernel.
 
     Examples
     --------
@@ -347,6 +350,9 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     >>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + math.ceil(pk.n_tiles * pk.cycles_per_tile)
     True
     """
+    if not isinstance(socket, SocketSpec) or not isinstance(kernel, FusedKernel):   # a node, a graph: from Python
+        raise InputError(f"map_kernel: expected a SocketSpec (node.socket) and a FusedKernel (graph.kernels()[i]), "
+                         f"got {type(socket).__name__} and {type(kernel).__name__}")
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
     all_tiles = figures.tiles(socket)
     if not kernel.operators:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.registry import Fields
 
@@ -150,10 +151,27 @@ def tiers_by_capacity(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _records(what: str, records: Any) -> list[Mapping[str, Any]]:
+    """``records`` as a list, checked: one record alone (a dict) was a TypeError deep inside."""
+    if not isinstance(records, (Mapping, str)) and hasattr(records, "__iter__"):
+        records = list(records)
+        if all(isinstance(r, Mapping) and "name" in r for r in records):
+            return records
+    raise InputError(f"{what}: expected a list of records (dicts with a name), got a {type(records).__name__}")
+
+
 def compare_records(base: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
                     changed_only: bool = False) -> tuple[list[str], list[str], list[str]]:
     """``(tables, names only in base, names only in other)``: one table per point name the two hold
-    (in the base's order)."""
+    (in the base's order). Each is a list of records (``simulate_experiment``'s second value, or a
+    ``results.json`` read with :func:`json.load`); one record alone is an :class:`InputError`.
+
+    >>> compare_records({"name": "full"}, [])
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: base: expected a list of records (dicts with a name), got a dict
+    """
+    base, other = _records("base", base), _records("other", other)
     others = {r["name"]: tiers_by_capacity(r) for r in other}
     tables = [point_table(tiers_by_capacity(r), others[r["name"]], changed_only=changed_only)
               for r in base if r["name"] in others]

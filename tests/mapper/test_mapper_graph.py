@@ -81,3 +81,18 @@ def test_mapping_is_deterministic(node):
     assert first.kernels == second.kernels
     for kernel in distinct_kernels(graph)[:4]:
         assert map_kernel(node.socket, kernel) == map_kernel(node.socket, kernel)
+
+
+def test_map_kernel_names_a_node_or_a_graph_given_for_its_socket_or_kernel(node):
+    """From Python, ``map_kernel(node, graph.kernels()[i])`` (the node, not its socket) was an
+    AttributeError from pydantic; ``map_kernel(node.socket, graph)`` one from the mapper."""
+    import pytest
+
+    from sn40l_sim.errors import InputError
+    graph = deepseek_graph("decode")
+    kernel = graph.kernels()[1]
+    assert map_kernel(node.socket, kernel).cycles > 0
+    for socket, given, named in ((node, kernel, "NodeSpec and FusedKernel"), (node.socket, graph, "SocketSpec and KernelGraph")):
+        with pytest.raises(InputError, match=rf"^map_kernel: expected a SocketSpec \(node.socket\) and a FusedKernel "
+                                             rf"\(graph.kernels\(\)\[i\]\), got {named}$"):
+            map_kernel(socket, given)

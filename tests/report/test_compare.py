@@ -242,3 +242,17 @@ def test_the_heading_names_a_changed_speculation():
     lower = dict(spec, draft_acceptance=0.6, tokens_per_forward=1.96)
     assert point_table(spec, lower, changed_only=True).splitlines()[0] == "full: draft_acceptance 0.8 -> 0.6"
     assert point_table(spec, dict(spec)).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+@pytest.mark.parametrize("base, kind", [(BASE, "dict"), ("results.json", "str"), ([{"decode_step_s": 1.0}], "list"),
+                                        (3, "int")])
+def test_compare_records_names_what_is_not_a_list_of_records(base, kind):
+    """From Python, one record (a dict) where a list is taken was a TypeError deep inside."""
+    from sn40l_sim.errors import InputError
+    with pytest.raises(InputError, match=f"^base: expected a list of records \\(dicts with a name\\), got a {kind}$"):
+        compare_records(base, [BASE])
+
+
+def test_compare_records_takes_any_iterable_of_records():
+    tables, only_base, only_other = compare_records(iter([BASE]), (BASE,))
+    assert len(tables) == 1 and only_base == only_other == []

@@ -1,0 +1,24 @@
+"""decode_step_breakdown from Python: a PhaseTiming is what it splits; a mapped graph (map_phase's
+PlacedGraph, which has kernels but no timing) is named, where it was an AttributeError inside."""
+from __future__ import annotations
+
+import pytest
+
+from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
+from sn40l_sim.errors import InputError
+from sn40l_sim.mapper.placement import PlacedGraph
+
+
+def test_a_phase_timing_splits_and_anything_else_is_named():
+    k = KernelTiming("L0.ffn", "ffn", 0, 0, 1000, overhead_cycles=100, fill_cycles=50, compute_busy_cycles=300,
+                     memory_bound_cycles=600, compute_bound_cycles=0, collective_exposed_cycles=0,
+                     collective_cycles=0, tier_bytes={"hbm": 3000}, weight_bytes=3000, kv_bytes=0,
+                     activation_bytes=0, flops=10, attention_flops=0, launch_cycles=20, barrier_cycles=30,
+                     config_cycles=50, stream_end_cycle=750)
+    timing = PhaseTiming("decode", 1, 1, 1, 1000, 1e-6 * 1000 / 1600, {}, {}, 0, {}, {}, {}, {}, (), (k,))
+    assert sum(decode_step_breakdown(timing).values()) == pytest.approx(timing.seconds, rel=1e-12)
+    for wrong, kind in ((PlacedGraph(graph=None, kernels=(), memory=None), "PlacedGraph"), ({}, "dict")):
+        with pytest.raises(InputError, match=rf"^timing: expected a PhaseTiming \(StepTimer.decode_step or "
+                                             rf"\.prefill\), got {kind}$"):
+            decode_step_breakdown(wrong)
