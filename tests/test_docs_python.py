@@ -71,3 +71,39 @@ def test_validation_output_projection_block_gives_its_table(monkeypatch, capsys)
     assert f"| of which after it (exposed) | {us(r.end - r.stream_end)} |" in quoted
     assert f"{c.staged_bytes / 1e9:.2f} GB, {c.staged_bytes / 15 / 1e6:.1f} MB on each of its 15 links" in quoted
     assert f"The streams move {r.tier_bytes['hbm'] / 1e9:.2f} GB of HBM traffic" in quoted
+
+
+def test_architecture_python_guide_runs_and_gives_its_figures(monkeypatch):
+    """docs/architecture.md, "Using sn40l_sim from Python": the block runs as written, and every
+    figure the text under it quotes is the block's own."""
+    monkeypatch.chdir(REPO)
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index("## Using sn40l_sim from Python")
+    section = text[start:text.index("\n## ", start + 1)]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    n: dict = {}
+    exec(compile(code, "docs/architecture.md", "exec"), n)
+    quoted = " ".join(section.split("```")[-1].split())
+    kernels, layer, placed, phase = n["kernels"], n["layer"], n["placed"], n["phase"]
+    clock_hz = phase.node.socket.clock_hz
+    assert f"The graph has {len(kernels)} kernels" in quoted
+    assert [k.name for k in kernels[:2]] + [k.name for k in kernels[-2:]] == \
+        ["embedding", "L00.decoder", "lm_head", "sampling"] and len(kernels) == 3 + n["llama"].layers
+    ops = [op.name for op in layer.operators]
+    assert f"fuses {len(ops)} operators, from `{ops[0]}` to `{ops[-1]}`" in quoted
+    tiles = [p for p in placed.pcus_per_tile if p]
+    assert f"takes {placed.cycles:,} cycles ({placed.cycles / clock_hz * 1e6:.1f} µs at {clock_hz / 1e9:g} GHz), " \
+           f"bound by {placed.bounding_resource.upper()}, on {len(tiles)} tiles of {tiles[0]} PCUs and " \
+           f"{placed.pmus_per_tile[0]} PMUs each" in quoted
+    assert len(set(tiles)) == 1 and set(placed.pmus_per_tile[:len(tiles)]) == {placed.pmus_per_tile[0]}
+    kv, usable = n["kv"], phase.memory.capacity["hbm"]
+    assert f"hold {kv:,} bytes of KV a socket ({kv / 2**30:.1f} GiB)" in quoted
+    assert f"the {usable / 2**30:.0f} GiB of HBM left after the reserve" in quoted
+    assert kv == phase.memory.by_tier["hbm"]["kv"] and kv + phase.memory.total("weights") <= usable < 2 * kv
+    base, fast = n["base"], n["fast"]
+    assert base[0]["max_batch"] == 64 and f"`run`'s `max_batch` is {base[0]['max_batch']}" in quoted
+    assert f"add up to {n['floor_s'] * 1e3:.2f} ms" in quoted and n["floor_s"] <= base[0]["decode_step_s"]
+    assert f"the {base[0]['decode_step_s'] * 1e3:.2f} ms step" in quoted
+    ratio = fast[0]["decode_step_s"] / base[0]["decode_step_s"]
+    assert f"the step is {fast[0]['decode_step_s'] * 1e3:.2f} ms, {ratio:.3f} of the base" in quoted
+    assert f"{ratio:.4f}" in n["tables"][0] and n["only_base"] == n["only_fast"] == []
