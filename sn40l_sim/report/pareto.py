@@ -28,6 +28,7 @@ import numpy as np
 
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import new_figure, place_labels, plain_log_ticks, save_figure
+from sn40l_sim.report.registry import Field
 from sn40l_sim.report.results import flatten
 
 DIRECTIONS = ("max", "min")
@@ -40,13 +41,31 @@ def objective_problem(column: str) -> str | None:
     if found is None:
         return f"{column} is not a declared results field"
     field = found[0]
-    if field.parts or field.is_list or (field.keys and column.count(".") < len(field.keys)):
+    if field.parts and not field.is_list:
+        # the numbers under the column, not the field's bare name: latency.tpot_s suggested "tpot_s",
+        # another field (the step model's mean TPOT), not one of latency.tpot_s's percentiles
+        leaves = _numeric_leaves(field, column + ".")
+        shown = ", ".join(leaves[:6]) + (f" and {len(leaves) - 6} more" if len(leaves) > 6 else "")
+        return f"{column} holds several values; name one of them: {shown}"
+    if field.is_list or (field.keys and column.count(".") < len(field.keys)):
         return f"{column} holds several values; name one of them (e.g. {field.pattern()})"
     if field.sweep_only:
         return f"{column} is a sweep axis value, not a result"
     if field.unit == "":
         return f"{column} is text, not a number"
     return None
+
+
+def _numeric_leaves(field: Field, prefix: str) -> list[str]:
+    """Dotted columns of the numbers below ``field``'s parts (``prefix`` is the field's own column
+    and a dot), a mapping's as its pattern (``<key>`` for each key level)."""
+    leaves: list[str] = []
+    for part in field.parts:
+        if part.parts:
+            leaves += _numeric_leaves(part, f"{prefix}{part.name}.")
+        elif not part.is_list and part.unit != "":
+            leaves.append(part.pattern(prefix))
+    return leaves
 
 
 def objective_values(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str]) -> np.ndarray:

@@ -73,6 +73,18 @@ def test_which_columns_can_be_objectives():
     assert "sweep axis" in objective_problem("sweep.serving.batch")
 
 
+def test_a_group_of_numbers_suggests_the_numbers_under_it_not_another_field():
+    # latency.tpot_s suggested "tpot_s": another field (the step model's mean TPOT), not one of its
+    # percentiles; the suggestions are the group's own numbers, each of which is an objective
+    problem = objective_problem("latency.tpot_s")
+    assert problem == ("latency.tpot_s holds several values; name one of them: latency.tpot_s.count, "
+                       "latency.tpot_s.max, latency.tpot_s.mean, latency.tpot_s.p50, latency.tpot_s.p90, "
+                       "latency.tpot_s.p99")
+    suggested = objective_problem("slo").split(": ", 1)[1].split(" and ")[0].split(", ")
+    assert suggested[0] == "slo.ttft_max_s" and all(objective_problem(c) is None for c in suggested)
+    assert objective_problem("latency").endswith("latency.ttft_s.p99 and 24 more")
+
+
 def test_the_plot_draws_the_front_joined_and_the_dominated_apart(tmp_path, monkeypatch):
     drawn: dict[str, list] = {}
 
