@@ -1,13 +1,19 @@
 """Resumable sweeps: a sweep stopped after some runs and resumed writes the bytes of one that was
 never stopped and runs only what was missing; runs are matched by what they simulate (not their
-place in the sweep); each run's file is written whole or not at all. (The sweeps here draw no
+place in the sweep); each run's file is written whole or not at all; a sweep killed outright (SIGKILL,
+workers and all) resumes to the same bytes too. (The sweeps here draw no
 pareto.png: it is drawn from the records compared, and test_sweep.py looks at it.)"""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from sweep_helpers import write_experiment
+from sweep_helpers import REPO, write_experiment
 
 from sn40l_sim.commands.cli import main
 from sn40l_sim.report.outputs import read_status
@@ -199,3 +205,30 @@ def test_a_record_with_number_keys_reads_back_as_written(tmp_path):
     store = RunStore(tmp_path / "runs")
     store.save("k1", "full[batch=2]", Outcome({"by_batch": {2: 0.5, 10: 0.25}}, None, False))
     assert store.load("k1") == Outcome({"by_batch": {"2": 0.5, "10": 0.25}}, None, False)
+
+
+def test_a_sweep_killed_by_sigkill_resumes_to_the_bytes_of_one_never_stopped(tmp_path):
+    # the stop above is an exception the sweep sees; a SIGKILL gives it no say: the runs stored before
+    # it are all --resume has, and a write it cut short must not count as a run
+    sweep = "axes:\n  serving.batch: [1, 2, 4, 8, 16, 32, 64, 2048]\n" \
+            "objectives: {decode_tokens_per_s: max, tpot_s: min}\ninfeasible: skip\n"
+    path = write_experiment(tmp_path, sweep)
+    # a cache of its own: the killed sweep computes its steps, as slowly as a first sweep does
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SN40L_SIM_CACHE": str(tmp_path / "cache")}
+    runs = tmp_path / "cut" / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "sn40l_sim", "sweep", str(path), "--out", str(tmp_path / "cut"),
+                             "--jobs", "2", "--no-plot", "--quiet"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(list(runs.glob("*.json"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the workers too, as a lost machine would lose them
+    assert proc.wait() == -signal.SIGKILL
+    kept = len(list(runs.glob("*.json")))
+    assert 2 <= kept < 16 and not (tmp_path / "cut" / "results.json").exists()
+    assert main(["sweep", str(path), "--out", str(tmp_path / "cut"), "--jobs", "2", "--no-plot", "--quiet",
+                 "--resume"]) == 0
+    assert main(["sweep", str(path), "--out", str(tmp_path / "whole"), "--jobs", "1", "--no-plot", "--quiet"]) == 0
+    for name in OUTPUTS:
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    assert len(json.loads((tmp_path / "whole" / "failures.json").read_text())) == 1  # full at 2048 does not fit
