@@ -29,7 +29,7 @@ import numpy as np
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import new_figure, place_labels, plain_log_ticks, save_figure
 from sn40l_sim.report.registry import Field
-from sn40l_sim.report.results import flatten
+from sn40l_sim.report.results import flatten, rounded
 
 DIRECTIONS = ("max", "min")
 
@@ -69,14 +69,20 @@ def _numeric_leaves(field: Field, prefix: str) -> list[str]:
 
 
 def objective_values(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, str]) -> np.ndarray:
-    """``len(records) x len(objectives)`` values, NaN where a record has none."""
+    """``len(records) x len(objectives)`` values as the results files hold them (rounded to
+    :data:`~sn40l_sim.report.results.SIGNIFICANT_DIGITS` significant digits), NaN where a record has
+    none (or an infinite value, which the results files hold as empty)."""
     rows = []
     for record in records:
         flat = flatten(dict(record))
         row = []
         for column in objectives:
             value = flat.get(column)
-            row.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan)
+            # compared as results.json and results.csv hold them (9 significant digits): two records
+            # that differ only past those digits (float noise) tie, so the front is the one a reader
+            # recomputes from the results files, rather than one of the two dropped on noise
+            row.append(rounded(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool)
+                       else np.nan)
         rows.append(row)
     return np.array(rows, dtype=float).reshape(len(records), len(objectives))
 

@@ -2,6 +2,9 @@
 columns, one and three objectives, a brute-force comparison, and which columns can be objectives."""
 from __future__ import annotations
 
+import csv
+import io
+
 import matplotlib.axes
 import numpy as np
 import pytest
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import front_mask, objective_problem, pareto_front, pareto_plot
+from sn40l_sim.report.results import to_csv
 
 
 def rec(name, tokens, tpot, p99=None):
@@ -83,6 +87,22 @@ def test_a_group_of_numbers_suggests_the_numbers_under_it_not_another_field():
     suggested = objective_problem("slo").split(": ", 1)[1].split(" and ")[0].split(", ")
     assert suggested[0] == "slo.ttft_max_s" and all(objective_problem(c) is None for c in suggested)
     assert objective_problem("latency").endswith("latency.ttft_s.p99 and 24 more")
+
+
+def test_the_front_is_the_one_recomputed_from_the_results_csv():
+    # b's throughput exceeds a's past the 9 significant digits results.csv holds: the front kept b
+    # alone, while the two rows of results.csv tie and a reader recomputing the front found both
+    a = {"name": "a", "decode_tokens_per_s": 1234.56789, "tpot_s": 0.0125}
+    b = {"name": "b", "decode_tokens_per_s": 1234.56789 * (1 + 1e-12), "tpot_s": 0.0125}
+    c = {"name": "c", "decode_tokens_per_s": 1234.56789, "tpot_s": 0.0125 * (1 + 1e-6)}  # slower: off
+    objectives = {"decode_tokens_per_s": "max", "tpot_s": "min"}
+    rows = list(csv.DictReader(io.StringIO(to_csv([a, b, c]))))
+    values = [(float(r["decode_tokens_per_s"]), -float(r["tpot_s"])) for r in rows]
+    recomputed = [r["name"] for r, v in zip(rows, values, strict=True)
+                  if not any(w[0] >= v[0] and w[1] >= v[1] and w != v for w in values)]
+    assert recomputed == ["a", "b"] == names(pareto_front([a, b, c], objectives))
+    # an infinite value is an empty cell of results.csv: left out, as an empty one is
+    assert names(pareto_front([a, {**b, "tpot_s": float("-inf")}], objectives)) == ["a"]
 
 
 def test_the_plot_draws_the_front_joined_and_the_dominated_apart(tmp_path, monkeypatch):
