@@ -38,6 +38,11 @@ def objective_problem(column: str) -> str | None:
     """Why ``column`` cannot be an objective (None when it can): it must be a declared results
     field holding a number (not text, a mapping, a list or a sweep axis)."""
     found = RESULTS.resolve(column)
+    top, given = column.split(".")[0], column.count(".")
+    if found is None and top in RESULTS and 0 < given < len(RESULTS[top].keys) and not RESULTS[top].path_key:
+        # memory.hbm: some of a mapping's key levels, a group (it was "not a declared results field")
+        rest = "".join(f".<{k}>" for k in RESULTS[top].keys[given:])
+        return f"{column} holds several values; name one of them (e.g. {column}{rest})"
     if found is None:
         return f"{column} is not a declared results field"
     field = found[0]

@@ -87,6 +87,9 @@ def test_a_group_of_numbers_suggests_the_numbers_under_it_not_another_field():
     suggested = objective_problem("slo").split(": ", 1)[1].split(" and ")[0].split(", ")
     assert suggested[0] == "slo.ttft_max_s" and all(objective_problem(c) is None for c in suggested)
     assert objective_problem("latency").endswith("latency.ttft_s.p99 and 24 more")
+    # some of a mapping's key levels: a group too, not an undeclared field
+    assert objective_problem("memory.hbm") == "memory.hbm holds several values; name one of them (e.g. memory.hbm.<use>)"
+    assert objective_problem("memory.hbm.kv") is None and objective_problem("memory.hbmx.kv.extra") is not None
 
 
 def test_the_front_is_the_one_recomputed_from_the_results_csv():
