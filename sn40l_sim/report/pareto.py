@@ -147,7 +147,8 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
                 title: str = "") -> Path:
     """Every record on the first two objectives, the front highlighted and joined, to ``path``
     (PNG or SVG by suffix). With more objectives the front is still that of all of them, so some
-    of its points may look dominated on these two axes.
+    of its points may look dominated on these two axes: its points are then not joined, and the
+    legend says whose front it is.
 
     Raises
     ------
@@ -165,7 +166,11 @@ def pareto_plot(records: Sequence[Mapping[str, Any]], objectives: Mapping[str, s
     ax = fig.subplots()
     ax.scatter(x[~mask], y[~mask], s=14, color="#b8b8b8", label="dominated")
     order = np.argsort(x[mask], kind="stable")
-    ax.plot(x[mask][order], y[mask][order], "-o", color="#1f4e8c", markersize=5, label="Pareto front")
+    # with more objectives the front is not a curve on these two axes: a line joining its points
+    # drew a zig-zag read as a trade-off curve, through points the plot shows as dominated
+    joined = len(objectives) == 2
+    ax.plot(x[mask][order], y[mask][order], "-o" if joined else "o", color="#1f4e8c", markersize=5,
+            label="Pareto front" if joined else f"Pareto front of all {len(objectives)} objectives")
     names = [str(r.get("name", "")) for r, keep in zip(records, mask, strict=True) if keep]
     ax.set_xlabel(f"{labels[0][0]}, {objectives[columns[0]]}imise")
     ax.set_ylabel(f"{labels[1][0]}, {objectives[columns[1]]}imise")

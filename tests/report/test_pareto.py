@@ -129,3 +129,20 @@ def test_the_plot_draws_the_front_joined_and_the_dominated_apart(tmp_path, monke
     assert [y for _, y in drawn["front"]] == pytest.approx([y * sy for _, y in front])
     assert [x for x, _ in drawn["dominated"]] == pytest.approx([200 * sx])
     assert [y for _, y in drawn["dominated"]] == pytest.approx([0.030 * sy])
+
+
+def test_a_front_of_three_objectives_is_not_drawn_as_a_curve_on_two(tmp_path, monkeypatch):
+    # the front of three objectives, drawn on the first two, was joined by a line: a zig-zag through
+    # points that look dominated on those two axes, read as a trade-off curve
+    styles: list[tuple[str, str]] = []
+    original = matplotlib.axes.Axes.plot
+
+    def draw(self, xs, ys, fmt, **kwargs):
+        styles.append((fmt, kwargs["label"]))
+        return original(self, xs, ys, fmt, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", draw)
+    two = {"decode_tokens_per_s": "max", "tpot_s": "min"}
+    pareto_plot(RECORDS, two, tmp_path / "two.png")
+    pareto_plot(RECORDS, {**two, "latency.tpot_s.p99": "min"}, tmp_path / "three.png")
+    assert styles == [("-o", "Pareto front"), ("o", "Pareto front of all 3 objectives")]
