@@ -15,7 +15,8 @@ conserved, every request served once, memory within capacity, no unit above its 
 one exits with status 3, naming it. Ctrl-C or SIGTERM stop the run with exit status 130 or 143.
 
 `--set PATH=VALUE` changes one field of the experiment or, under `hardware.`, of its node for this
-run (as `sweep --set`; the changed node is named after the change in the table and the results).
+run (as `sweep --set`; the changed node is named after the change in the table and the results);
+with `prefill_hardware` it changes the prefill nodes too, so give a prefill node of its own a file.
 
 examples:
   python -m sn40l_sim run experiments/deepseek_tp16.yaml --out out/deepseek
