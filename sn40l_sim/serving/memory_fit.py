@@ -22,6 +22,8 @@ from sn40l_sim.serving.fit_hints import attention_dp_hint, decode_prompt_hint, p
 from sn40l_sim.serving.step_costs import StepCosts
 
 if TYPE_CHECKING:
+    from sn40l_sim.hardware.spec import NodeSpec
+    from sn40l_sim.ir import ParallelPlan
     from sn40l_sim.serving.point import PointSetup
 
 #: ``(plan, kv_bytes_per_socket, activation_bytes) -> MemoryPlacement`` of one socket; called with
@@ -298,13 +300,23 @@ def check_weights_fit(s: PointSetup, place: MemoryPlacer, prefill_place: MemoryP
     why = weights_alone_exceed(s.may_spill, place, s.decode_plan)
     if why is not None:
         raise InfeasibleError(f"the model does not fit on the decode node at tp={s.decode_plan.tp}, whatever the "
-                              f"batch and prompt: {why}; use more sockets (parallel.decode.tp), a narrower "
-                              "weight_dtype or a smaller model", field="model")
+                              f"batch and prompt: {why}; {_more_sockets(s.decode_plan, s.node, 'decode')}, a "
+                              "narrower weight_dtype or a smaller model", field="model")
     if s.mode == "disaggregated" and \
             (why := weights_alone_exceed(s.may_spill, prefill_place or place, s.prefill_plan)) is not None:
+        prefill_node = s.prefill_node if s.prefill_node is not None else s.node
         raise InfeasibleError(f"the model does not fit on a prefill node at tp={s.prefill_plan.tp}, whatever the "
-                              f"prompt: {why}; use more sockets (parallel.prefill.tp), a narrower "
-                              "weight_dtype or a smaller model", field="prefill_plan")
+                              f"prompt: {why}; {_more_sockets(s.prefill_plan, prefill_node, 'prefill')}, a "
+                              "narrower weight_dtype or a smaller model", field="prefill_plan")
+
+
+def _more_sockets(plan: ParallelPlan, node: NodeSpec, phase: str) -> str:
+    """The hint to spread the weights over more sockets: a wider plan while the phase's node has
+    sockets to spare, else a node with more (a plan wider than its node is refused)."""
+    if plan.sockets < node.sockets:
+        return f"use more sockets (parallel.{phase}.tp, up to the {node.sockets} of {node.name})"
+    field = "prefill_hardware" if phase == "prefill" else "hardware"
+    return f"a {phase} node with more sockets than {node.name}'s {node.sockets} (the experiment's {field})"
 
 
 #: the uses of memory, in the order messages list them, and how they read in a sentence

@@ -94,6 +94,9 @@ def test_a_model_whose_weights_alone_do_not_fit_is_blamed_not_the_prompt(tmp_pat
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}:{line_of(text, 'parallel:')}: model_overrides: the model does not fit on the decode node" in err
     assert "whatever the batch and prompt" in err and "weights" in err
+    # tp 8 already spans the 8-socket node: a wider plan would be refused, so the hint is a bigger node
+    assert "a decode node with more sockets than SN40L-8's 8 (the experiment's hardware)" in err, err
+    assert "parallel.decode.tp" not in err
 
 
 def test_a_prefill_plan_whose_weights_share_does_not_fit_is_blamed_not_the_prompt(tmp_path, capsys):
@@ -107,6 +110,7 @@ def test_a_prefill_plan_whose_weights_share_does_not_fit_is_blamed_not_the_promp
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{path}:{line_of(text, 'prefill: {tp: 8}') + 1}: parallel.prefill: the model does not fit on a prefill " \
            "node at tp=1, whatever the prompt" in err, err
+    assert "use more sockets (parallel.prefill.tp, up to the 8 of SN40L-8)" in err, err
 
 
 def test_a_context_that_does_not_fit_at_batch_1_exits_2(tmp_path, capsys):
