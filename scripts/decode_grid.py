@@ -22,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.commands.argtypes import positive_int, positive_ints  # noqa: E402
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import ParallelPlan, Shape  # noqa: E402
@@ -61,32 +62,16 @@ def point_ms(model_name: str, sockets: int, attention_dp: int, batch: int, kv: i
     return step.seconds * 1e3, sum(pk.call_cycles for pk in placed.kernels) / node.socket.clock_hz * 1e3
 
 
-def _positive_int(text: str) -> int:
-    """A positive integer (``--kv``), or argparse's one-line error (exit status 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
-def _positive_ints(text: str) -> list[int]:
-    """Comma-separated positive integers (``--batches``), or argparse's one-line error."""
-    try:
-        return [_positive_int(item) for item in text.split(",")]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers (e.g. 1,16,256), "
-                                         f"got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="8b,70b", help="comma-separated: 8b, 70b, 405b")
-    parser.add_argument("--batches", type=_positive_ints, default=[1, 16, 64, 256, 1024],
+    parser.add_argument("--batches", type=positive_ints, default=[1, 16, 64, 256, 1024],
                         help="comma-separated decode batches (default 1,16,64,256,1024)")
-    parser.add_argument("--kv", type=_positive_int, default=128, help="cache length per sequence (tokens)")
+    parser.add_argument("--kv", type=positive_int, default=128, help="cache length per sequence (tokens)")
     parser.add_argument("--loop-scores", action="store_true",
                         help="add the looped kernel's iteration as scored beside the engine's mean")
     args = parser.parse_args(argv)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
 from sn40l_sim.engine.breakdown import decode_step_breakdown  # noqa: E402
 from sn40l_sim.hardware import figures  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
@@ -224,20 +225,12 @@ def _labels(text: str) -> list[str]:
     return labels
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=_labels, default=list(CASES), help=f"of: {', '.join(CASES)}")
-    parser.add_argument("--max-batch", type=_positive, default=4096, help="the largest batch tried (default 4096)")
+    parser.add_argument("--max-batch", type=positive_int, default=4096, help="the largest batch tried (default 4096)")
     args = parser.parse_args(argv)
     bad = 0
     for label in args.cases:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.commands.argtypes import positive_ints  # noqa: E402
 from sn40l_sim.engine.breakdown import decode_step_breakdown  # noqa: E402
 from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
@@ -25,16 +26,6 @@ from sn40l_sim.ir import ParallelPlan  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
 from sn40l_sim.study.assemble import step_timer  # noqa: E402
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
-    return values
 
 
 def decode_lines(model_name: str, sockets: int, batches: list[int], kv_lens: list[int],
@@ -58,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a model file of graphs/, without .yaml (e.g. llama3_1_70b)")
     parser.add_argument("sockets", type=int, choices=(8, 16), help="the node: hw_configs/sn40l_node{8,16}.yaml")
-    parser.add_argument("--batches", type=_counts, default=[1, 64, 1024])
-    parser.add_argument("--kv", type=_counts, default=[128], help="cache lengths per sequence (tokens)")
+    parser.add_argument("--batches", type=positive_ints, default=[1, 64, 1024])
+    parser.add_argument("--kv", type=positive_ints, default=[128], help="cache lengths per sequence (tokens)")
     parser.add_argument("--no-looping", action="store_true", help="kernel looping off")
     args = parser.parse_args(argv)
     if not (REPO / "graphs" / f"{args.model}.yaml").is_file():

@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from sn40l_sim.commands.argtypes import positive_ints  # noqa: E402
 from sn40l_sim.errors import InputError  # noqa: E402
 from sn40l_sim.hardware import figures  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
@@ -118,21 +119,13 @@ def rows(models: list[str], sockets: list[int], lens: list[int], experiment: Pat
     return out
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
-    return values
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="model files of graphs/, without .yaml")
-    parser.add_argument("--sockets", type=_ints, default=[8, 16], help="sockets of the node (tp over all)")
-    parser.add_argument("--lens", type=_ints, default=list(LENS), help="prompt lengths (tokens)")
+    parser.add_argument("--sockets", type=positive_ints, default=[8, 16], help="sockets of the node (tp over all)")
+    parser.add_argument("--lens", type=positive_ints, default=list(LENS), help="prompt lengths (tokens)")
     parser.add_argument("--write-experiment", type=Path, metavar="FILE", help="write the experiment and stop")
     args = parser.parse_args(argv)
     text = EXPERIMENT.format(repo=REPO)

@@ -2,8 +2,8 @@
 be positive is refused in one line by argparse (exit 2), rather than giving an empty run, an
 endless one or a traceback.
 
->>> positive_int("3"), positive_float("0.5"), input_path("a.yaml")
-(3, 0.5, PosixPath('a.yaml'))
+>>> positive_int("3"), positive_ints("1,16,256"), positive_float("0.5"), input_path("a.yaml")
+(3, [1, 16, 256], 0.5, PosixPath('a.yaml'))
 >>> positive_int("0")
 Traceback (most recent call last):
 ...
@@ -25,6 +25,18 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
     return value
+
+
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated whole numbers of at least 1 (batches, cache or prompt lengths)."""
+    try:
+        values = [int(item) for item in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive whole numbers (e.g. 1,16,256), "
+                                         f"got {text!r}")
+    return values
 
 
 def positive_float(text: str) -> float:
