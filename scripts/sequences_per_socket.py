@@ -49,7 +49,7 @@ PLAN = ParallelPlan(tp=SOCKETS, attention_dp=SOCKETS)
 #: the main experiment's speculation (docs/validation.md): two MTP drafts verified per step
 DRAFTS = 2
 ATTENTION = ("absorbed_qk", "absorbed_softmax", "absorbed_pv")
-DEFAULT_CASES = ((1, 133122), (4, 32768), (1, 131072), (4, 33280))
+DEFAULT_CASES = ((1, 133121), (4, 32768), (1, 131072), (4, 33280))
 
 
 def _cases(text: str) -> list[tuple[int, int]]:
@@ -134,7 +134,7 @@ def step_lines(cases: list[tuple[int, int]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=_cases, default=list(DEFAULT_CASES),
-                        help="comma-separated SEQUENCESxTOKENS per socket (default 1x133122,4x32768,1x131072,4x33280)")
+                        help="comma-separated SEQUENCESxTOKENS per socket (default 1x133121,4x32768,1x131072,4x33280)")
     parser.add_argument("--no-steps", action="store_true", help="leave out the whole decode steps")
     args = parser.parse_args(argv)
     for seqs, kv in args.cases:

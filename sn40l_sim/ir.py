@@ -219,7 +219,7 @@ class Shape:
     #: 0 is plain decode. In prefill: the drafts its decode will verify, so the MTP module runs
     #: over the prompt to fill its own cache
     drafts: int = 0
-    #: tokens of context a sequence has at most in decode (prompt + max_new_tokens + drafts, the
+    #: tokens of context a sequence has at most in decode (prompt + max_new_tokens - 1 + drafts, the
     #: decode slot rule of :func:`sn40l_sim.kvcache.base.slot_new_tokens`), for a KV policy
     #: whose decode work grows with the whole context rather than with ``kv_len`` (page digests
     #: scored every step) and, in prefill, one that prepares decode's eviction or recall state

@@ -46,7 +46,7 @@ class KVPolicy(ABC):
     def context_prefill_kernels(self, model: ModelSpec, prompt_len: int, context_len: int,
                                 tp: int) -> list[FusedKernel]:
         """Extra kernels per layer of the prefill of a ``prompt_len``-token prompt whose sequence
-        reaches ``context_len`` tokens in decode (prompt + max_new_tokens + drafts:
+        reaches ``context_len`` tokens in decode (prompt + max_new_tokens - 1 + drafts:
         :attr:`~sn40l_sim.ir.Shape.context_len`), which the graph builder calls when the prefill
         shape carries it. By default :meth:`prefill_kernels`. A policy whose decode evicts or recalls
         by state its prefill builds (H2O's accumulated scores, ArkVale's page digests) overrides it:
@@ -128,14 +128,17 @@ class KVPolicy(ABC):
 
 
 def slot_new_tokens(max_new_tokens: int, drafts: int, room: int | None = None) -> int:
-    """Rows a sequence's static decode slot holds after its prompt: the ``max_new_tokens`` it
-    generates and, with ``drafts`` speculative drafts per step, the last step's drafts; at most
-    ``room``, the positions the model's maximum context leaves after the prompt
-    (:func:`context_room`).
+    """Rows a sequence's static decode slot holds after its prompt: the rows its decode steps write
+    for ``max_new_tokens`` generated tokens and, with ``drafts`` speculative drafts per step, the
+    last step's drafts; at most ``room``, the positions the model's maximum context leaves after the
+    prompt (:func:`context_room`).
 
-    A verify step writes ``1 + drafts`` rows per sequence (docs/architecture.md, speculative
-    decoding); the next step overwrites the rejected ones, but the last step's drafts land after
-    the last token, so a slot that grows with the output needs room for them
+    Prefill gives the first token; each decode step writes the K and V of the token it is fed (the
+    previous step's output) and gives the next, so ``max_new_tokens`` tokens take
+    ``max_new_tokens - 1`` decode steps and rows: the last token is returned, never fed back, and
+    has no row. A verify step writes ``1 + drafts`` rows per sequence (docs/architecture.md,
+    speculative decoding); the next step overwrites the rejected ones, but the last step's drafts
+    land after its own token, so a slot that grows with the output needs room for them
     (:mod:`sn40l_sim.serving.speculation`). No request goes past the maximum context (each is held
     to it with its own output as the requests are built), and a serving engine drafts no position
     beyond it, so a slot longer than the context would be reserved and never filled. This is the
@@ -146,9 +149,15 @@ def slot_new_tokens(max_new_tokens: int, drafts: int, room: int | None = None) -
     Examples
     --------
     >>> slot_new_tokens(1024, 0), slot_new_tokens(1024, 2), slot_new_tokens(1024, 2, room=1024)
-    (1024, 1026, 1024)
+    (1023, 1025, 1024)
+    >>> slot_new_tokens(1, 0)   # the prefill's token alone: no decode step, no row
+    0
+    >>> slot_new_tokens(5000, 0, room=1024)   # held to 1,024 tokens by the context
+    1023
     """
-    rows = max_new_tokens + drafts
+    # a request is held to the context with its own output, so at most ``room`` tokens are generated
+    generated = max_new_tokens if room is None else min(max_new_tokens, max(room, 1))
+    rows = max(generated - 1, 0) + drafts
     return rows if room is None else min(rows, max(room, 1))
 
 

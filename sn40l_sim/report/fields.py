@@ -56,8 +56,8 @@ RESULTS = Fields([
     Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",
           axis="compiled prefill length"),
     Field("kv_len", "tokens", "Decode KV-cache length per sequence: the static cache the decode step is simulated "
-          "at (for full, the prompt, max_new_tokens and, under speculative decoding, the last step's drafts' rows: "
-          "131,072 + 2,048 + 2, at most the model's maximum context; the policy's budget for a compressing policy).", csv=6, design=True,
+          "at (for full, the rows of the prompt, of the max_new_tokens - 1 tokens fed back and, under speculative decoding, "
+          "of the last step's drafts: 131,072 + 2,047 + 2, at most the model's maximum context; the policy's budget for a compressing policy).", csv=6, design=True,
           golden=True, axis="KV cache per sequence", table=Row(30, "KV cache per sequence (tokens)")),
     Field("max_new_tokens", "tokens", "Most tokens a request generates.", axis="max new tokens"),
     Field("batch", "sequences", "Decode batch the point is simulated at (sequences per decode node).", csv=7,

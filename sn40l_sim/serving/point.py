@@ -252,10 +252,10 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     >>> result = simulate_point(s, lambda slots: [Request(i, 0, 4096, 4) for i in range(2)],
     ...                         costs, partial(place_memory, node, llama))
     >>> result.max_batch, result.static_cache_len, result.kv_bytes_per_token
-    (512, 4352, 131072)
+    (512, 4351, 131072)
     >>> print(result.next_failure)
-    decode batch 1024 does not fit in HBM per socket: weights 1.87 GiB + kv 68.00 GiB + activations 0.00 GiB > 56.00 GiB usable HBM (kv 13.87 GiB would spill to DDR; the serving model keeps weights and KV in HBM)
-    >>> result.prefill.cycles, result.decode.cycles == 40_000_000 + 10 * 512 * 4352
+    decode batch 1024 does not fit in HBM per socket: weights 1.87 GiB + kv 67.98 GiB + activations 0.00 GiB > 56.00 GiB usable HBM (kv 13.85 GiB would spill to DDR; the serving model keeps weights and KV in HBM)
+    >>> result.prefill.cycles, result.decode.cycles == 40_000_000 + 10 * 512 * 4351
     (4096000, True)
     >>> [r.first_token for r in result.log.requests]      # one prefill node: the second prompt waits for the first
     [4096000, 8192000]

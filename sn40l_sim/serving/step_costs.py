@@ -114,7 +114,7 @@ class StepTimer:
     engine : EngineOptions, optional
         Engine knobs (collective algorithm, chunking, call overhead).
     context_len : int, optional
-        Tokens of context a sequence has at most in decode (prompt + max_new_tokens + drafts): the
+        Tokens of context a sequence has at most in decode (prompt + max_new_tokens - 1 + drafts): the
         decode and prefill shapes carry it (:attr:`~sn40l_sim.ir.Shape.context_len`) for a KV policy
         whose decode work grows with the whole context, or whose prefill prepares decode's eviction
         or recall state when the context outgrows its budget. 0 (default): not given.

@@ -221,7 +221,8 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
         where = f"{file}:{line}: " if line is not None else f"{file}: "
         with_drafts = f" (with its {drafts} drafts' rows)" if drafts else ""
         warnings.warn(f"{where}policies[{point.policy_index}] (point {point.name}): a {policy.name} cache of {slots} "
-                      f"slots per sequence, where a prompt and its output{with_drafts} take at most {need} tokens: the static "
+                      f"slots per sequence, where a prompt and its output but the last token{with_drafts} take at most "
+                      f"{need}: the static "
                       "graph reserves and reads slots no sequence fills (a budget of at most that, or full, "
                       "costs less)", stacklevel=2)
 

@@ -73,14 +73,15 @@ def test_records_have_the_design_fields_with_consistent_values(records):
             assert {"weights", "kv", "activations", "reserved", "free", "capacity"} <= set(row)
             assert row["free"] == row["capacity"] - row["weights"] - row["kv"] - row["activations"] - row["reserved"]
         assert rec["throughput"]["output_tokens"] == sum(4 + 3 * i for i in range(4))
-    # a full slot holds max_new_tokens and the two drafts after the last token; the ring does not grow
-    assert (full["kv_len"], snap["kv_len"]) == (PROMPT + 16 + 2, 8192)
+    # a full slot holds the rows of the max_new_tokens - 1 tokens fed back and the two drafts after
+    # the last of them; the ring does not grow
+    assert (full["kv_len"], snap["kv_len"]) == (PROMPT + 16 - 1 + 2, 8192)
     assert full["prefill_policy_overhead"] == 0.0
     # the fake prefill: mha 700 + moe_ffn 300 cycles per token, each SnapStream kernel 10
     assert snap["prefill_policy_overhead"] == pytest.approx(20 / 1000)
     assert snap["memory"]["hbm"]["reserved"] == NODE.socket.memory["hbm"].reserved_bytes
     # the fake decode step reads batch x kv_len tokens at 10 cycles each on top of 40M
-    assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16 + 2)
+    assert full["decode_step_cycles"] == 40_000_000 + 10 * 4 * (PROMPT + 16 - 1 + 2)
 
 
 def test_json_is_byte_identical_across_runs_and_sorted():
@@ -126,10 +127,11 @@ def test_a_colocated_point_transfers_no_kv(records):
 
 
 def test_full_s_static_slot_holds_the_prompt_the_output_and_the_last_drafts(records):
-    # results.md said "prompt plus new tokens": 131,072 + 2,048 = 133,120, where run shows 133,122
+    # results.md said "prompt plus new tokens": 131,072 + 2,048 = 133,120, where run showed 133,122;
+    # the last token is never fed back, so it has no row: 131,072 + 2,047 + 2
     full = records[0]
-    assert full["kv_len"] == PROMPT + full["max_new_tokens"] + full["speculative_drafts"] == PROMPT + 18
-    assert "drafts' rows" in RESULTS["kv_len"].description
+    assert full["kv_len"] == PROMPT + full["max_new_tokens"] - 1 + full["speculative_drafts"] == PROMPT + 17
+    assert "last step's drafts" in RESULTS["kv_len"].description
 
 
 def test_a_colocated_node_s_busy_time_is_split_into_the_roles_results_md_names():

@@ -78,13 +78,13 @@ def llama(tmp_path: Path, prompt: int, batch: str = "max", policy: str = "full")
 
 def test_a_prompt_for_which_not_even_batch_1_fits_is_told_the_longest_that_does(tmp_path, capsys):
     # attention DP8 puts a sequence's whole cache on one socket: 327,680 B a token beside 16.43 GiB
-    # of weights, so about (56 GiB - 17,640,734,720 B) / 327,680 = 129,665 tokens of slot, 128 of
-    # them the output's
+    # of weights, so about (56 GiB - 17,640,734,720 B) / 327,680 = 129,665 tokens of slot, 127 of
+    # them the output's (its 128 tokens but the last, never fed back)
     assert main(["run", str(llama(tmp_path, 130944)), "--out", str(tmp_path / "out"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not even 1" in err, err
     longest = int(re.search(r"at batch 1 prompts of up to (\d+) tokens fit, with 128 generated after each", err)[1])
-    by_hand = (56 * 2**30 - 17_640_734_720) // 327_680 - 128
+    by_hand = (56 * 2**30 - 17_640_734_720) // 327_680 - 127
     assert by_hand - 8 <= longest <= by_hand       # the decode graph's activations take a few tokens' worth
     # it is the longest: batch 1 fits it and not one token more (check places an explicit batch),
     # and the shortfall of that one token is not shown as "0.00 GiB"
@@ -106,8 +106,8 @@ def test_check_refuses_with_batch_max_what_run_refuses_before_simulating(tmp_pat
     # batch: max: check places the smallest compiled batch and the prompt, as run does first
     assert main(["check", str(llama(tmp_path, 130944))]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not even 1" in err and "prompts of up to 129537 tokens fit" in err, err
-    assert main(["check", str(llama(tmp_path, 129537))]) == 0
+    assert err.count("\n") == 1 and "not even 1" in err and "prompts of up to 129538 tokens fit" in err, err
+    assert main(["check", str(llama(tmp_path, 129538))]) == 0
     path = long_context(tmp_path, "[]")
     path.write_text(path.read_text().replace("  batch: 1\n", "  batch: max\n"))
     assert main(["check", str(path)]) == 2
@@ -116,7 +116,7 @@ def test_check_refuses_with_batch_max_what_run_refuses_before_simulating(tmp_pat
 
 
 def test_a_batch_beyond_hbm_and_ddr_together_is_refused_by_its_shortfall_over_hbm(tmp_path, capsys):
-    # 8,192 sequences of 32,896 tokens (327,680 B each) on 8 sockets: 1,024 a socket, 10,280 GiB of
+    # 8,192 sequences of 32,895 tokens (327,680 B each) on 8 sockets: 1,024 a socket, 10,280 GiB of
     # KV beside 16.43 GiB of weights, over HBM and DDR together (1,576 GiB). It was refused as
     # "the rest (kv 10240.80 GiB) exceeds the usable DDR of 1520.00 GiB by ... (8720.80 GiB)": a
     # shortfall more DDR would not cure, the serving model keeping KV in HBM
@@ -124,7 +124,7 @@ def test_a_batch_beyond_hbm_and_ddr_together_is_refused_by_its_shortfall_over_hb
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    kv_gib = 8192 // 8 * 32896 * 327_680 / 2**30
+    kv_gib = 8192 // 8 * 32895 * 327_680 / 2**30
     assert f"decode batch 8192 does not fit in HBM per socket: weights 16.43 GiB + kv {kv_gib:.2f} GiB" in err, err
     assert "usable DDR" not in err and "the serving model keeps weights and KV in HBM" in err, err
     # the shortfall named is the KV over what HBM leaves beside the weights (activations placed after it)

@@ -25,7 +25,9 @@ from sn40l_sim.study.experiment import POWERS_OF_TWO_BATCH, POWERS_OF_TWO_PREFIL
 NODE = load_hardware("hw_configs/sn40l_node16.yaml")
 MODEL = r1_model()
 PROMPT, NEW = 131072, 64
-FULL_SLOT = (PROMPT + NEW) * R1_KV_PER_TOKEN
+#: a full slot: the prompt and the rows of the tokens fed back (all but the last, which is returned)
+SLOT = PROMPT + NEW - 1
+FULL_SLOT = SLOT * R1_KV_PER_TOKEN
 # free HBM for 1.5 full 128K caches per socket: 1 full sequence, or 6 SnapStream 32K ones
 FREE = int(1.5 * FULL_SLOT)
 
@@ -63,7 +65,7 @@ def test_max_batch_is_the_largest_compiled_size_whose_kv_fits():
     assert full.memory.by_tier["hbm"]["kv"] == FULL_SLOT and snap.memory.by_tier["hbm"]["kv"] == 4 * 32768 * R1_KV_PER_TOKEN
     assert "exceed the free" in full.next_failure
     # the decode step is timed at the compiled batch and the static cache length
-    assert ("decode", 16, PROMPT + NEW) in timer_f.calls and ("decode", 64, 32768) in timer_s.calls
+    assert ("decode", 16, SLOT) in timer_f.calls and ("decode", 64, 32768) in timer_s.calls
     # a prefill socket holds its share of one uncompressed prompt: the 16 sockets write MLA's latent
     # rows split by tokens (its attention reads the keys it expanded, not the cache)
     assert placer_f.calls[-1] == (PREFILL, PROMPT * R1_KV_PER_TOKEN // 16, 0)
@@ -101,7 +103,7 @@ def test_an_explicit_batch_that_fits_runs_when_none_of_the_compiled_sizes_does()
     result, timer, _ = run(FULL, batch=16, batch_sizes=(64,))
     assert result.batch == 16 and result.max_batch == 0
     assert "no compiled batch size fits, not even 64" in result.next_failure
-    assert ("decode", 16, PROMPT + NEW) in timer.calls and len(result.log.requests) == 16
+    assert ("decode", 16, SLOT) in timer.calls and len(result.log.requests) == 16
     with pytest.raises(InfeasibleError) as info:   # one that does not fit either is still refused
         run(FULL, batch=32, batch_sizes=(64,))
     assert info.value.field == "prompt_len" and "not even 64" in str(info.value)
@@ -212,7 +214,7 @@ def test_a_colocated_gqa_prompt_is_in_its_own_slot_only_on_the_sockets_that_hold
     llama = load_model("graphs/llama3_1_70b.yaml")
     prompt, new = 65536, 64
     token = 2 * 8 * 128 * 80 * 2                        # K and V, 8 heads of 128, 80 layers, BF16
-    slot, share = (prompt + new) * token, prompt * token // 8
+    slot, share = (prompt + new - 1) * token, prompt * token // 8
     plan = ParallelPlan(tp=16, attention_dp=attention_dp)
     # room for two slots and half a prompt's rows per socket under attention_dp 16
     placer = FakePlacer(weights=10 * 2**30, free=2 * slot + share // 2)
@@ -278,15 +280,15 @@ def test_a_yaml_only_tier_can_take_the_kv():
 
 def test_speculative_drafts_reach_the_step_the_slots_and_the_serving_loop():
     spec = Speculation(drafts=2, acceptance=0.8)
-    placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (PROMPT + NEW + 2) * R1_MTP_KV_PER_TOKEN))
+    placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (SLOT + 2) * R1_MTP_KV_PER_TOKEN))
     result, timer, placer = run(FULL, placer=placer, model=r1_model(mtp=True), speculation=spec, seed=4,
                                 requests=one_per_slot(output_len=NEW))
-    # a full slot holds the generated tokens and the two drafts written after the last one
-    assert result.static_cache_len == PROMPT + NEW + 2
-    assert ("decode", 16, PROMPT + NEW + 2, 2) in timer.calls
+    # a full slot holds the tokens fed back and the two drafts written after the last one
+    assert result.static_cache_len == SLOT + 2
+    assert ("decode", 16, SLOT + 2, 2) in timer.calls
     # the draft runs the MTP module, whose layer has a cache of its own: reserved and sent
     assert result.kv_bytes_per_token == R1_MTP_KV_PER_TOKEN
-    assert result.memory.by_tier["hbm"]["kv"] == (PROMPT + NEW + 2) * R1_MTP_KV_PER_TOKEN
+    assert result.memory.by_tier["hbm"]["kv"] == (SLOT + 2) * R1_MTP_KV_PER_TOKEN
     assert result.transfer_bytes == PROMPT * R1_MTP_KV_PER_TOKEN
     log = result.log
     assert log.setup.speculation == spec and log.setup.seed == 4
@@ -294,8 +296,8 @@ def test_speculative_drafts_reach_the_step_the_slots_and_the_serving_loop():
     assert sum(s.tokens for s in log.steps) > sum(s.active for s in log.steps)  # drafts were accepted
     # without drafts the same model runs plain decode: no MTP layer cache
     plain, timer, _ = run(FULL, model=r1_model(mtp=True))
-    assert plain.static_cache_len == PROMPT + NEW and plain.kv_bytes_per_token == R1_KV_PER_TOKEN
-    assert ("decode", 16, PROMPT + NEW) in timer.calls
+    assert plain.static_cache_len == SLOT and plain.kv_bytes_per_token == R1_KV_PER_TOKEN
+    assert ("decode", 16, SLOT) in timer.calls
 
 
 def test_only_the_mtp_modules_the_drafts_run_keep_a_cache():
@@ -304,11 +306,11 @@ def test_only_the_mtp_modules_the_drafts_run_keep_a_cache():
     model = ModelSpec.model_validate({**r1_model().model_dump(), "mtp": dict(modules=3)})
     mtp_layer = R1_MTP_KV_PER_TOKEN - R1_KV_PER_TOKEN
     for drafts, modules_run in ((1, 1), (2, 2), (5, 3)):
-        placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (PROMPT + NEW + 5) * (R1_KV_PER_TOKEN + 3 * mtp_layer)))
+        placer = FakePlacer(weights=40 * 2**30, free=int(1.5 * (SLOT + 5) * (R1_KV_PER_TOKEN + 3 * mtp_layer)))
         result, _, _ = run(FULL, placer=placer, model=model, speculation=Speculation(drafts, 0.8))
         per_token = R1_KV_PER_TOKEN + modules_run * mtp_layer
         assert result.kv_bytes_per_token == per_token, drafts
-        assert result.memory.by_tier["hbm"]["kv"] == (PROMPT + NEW + drafts) * per_token
+        assert result.memory.by_tier["hbm"]["kv"] == (SLOT + drafts) * per_token
         assert result.transfer_bytes == PROMPT * per_token
 
 

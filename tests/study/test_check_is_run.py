@@ -357,24 +357,24 @@ def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
 
 
 def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
-    # 32K prompts and 512 output tokens: a 65,536-slot ring reserves 32,256 slots that stay empty
+    # 32K prompts and 512 output tokens (511 fed back): a 65,536-slot ring reserves 32,257 slots that stay empty
     path = tmp_path / "e.yaml"
     (warning,) = check_warnings(path, LLAMA.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 65536}"))
     assert "e.yaml:16: policies[1] (point snapstream): a snapstream cache of 65536 slots" in warning
-    assert "at most 33280 tokens" in warning
+    assert "but the last token take at most 33279:" in warning
     assert check_warnings(path, LLAMA) == []   # a quarter of the prompt: no warning
 
 
 def test_a_ring_budget_the_drafts_fill_is_not_warned_of(tmp_path, capsys):
-    # 128K prompts, 128 output tokens and 2 drafts: run reserves 131202 slots for the whole cache, so a
-    # ring of 131201 holds less, and one of 131203 leaves a slot empty
+    # 128K prompts, 128 output tokens (127 fed back) and 2 drafts: run reserves 131201 slots for the
+    # whole cache, so a ring of 131200 holds less, and one of 131202 leaves a slot empty
     path = tmp_path / "e.yaml"
     table5 = (REPO / "experiments" / "snapstream_table5.yaml").read_text().replace("../", f"{REPO}/")
     table5 = table5.replace("prompt_lens: [131072, 65536, 32768]", "prompt_lens: [131072]")
-    fills = table5.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 131201}")
+    fills = table5.replace("prompt_fraction: {budget: 0.25}", "params: {budget: 131200}")
     assert check_warnings(path, fills) == []
-    (warning,) = check_warnings(path, fills.replace("131201", "131203"))
-    assert "a snapstream cache of 131203 slots" in warning and "(with its 2 drafts' rows) take at most 131202" in warning
+    (warning,) = check_warnings(path, fills.replace("131200", "131202"))
+    assert "a snapstream cache of 131202 slots" in warning and "(with its 2 drafts' rows) take at most 131201:" in warning
 
 
 def test_an_observation_window_longer_than_the_prompt_is_warned_of(tmp_path, capsys):

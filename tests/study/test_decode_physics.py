@@ -153,7 +153,8 @@ def test_a_longer_cache_is_not_faster_for_a_looped_decoder_at_batch_64(loaded, t
     # longer cache can be faster: a looped decoder balanced to its stream")
     steps = {}
     for cache in (160, 192):
-        path = _experiment(tmp_path, f"cache{cache}", shape={"prompt_len": cache - 64, "max_new_tokens": 64},
+        # the slot holds the prompt and the 63 tokens fed back (the last is never fed back)
+        path = _experiment(tmp_path, f"cache{cache}", shape={"prompt_len": cache - 63, "max_new_tokens": 64},
                            workload={"kind": "fixed", "count": 1, "output_len": 64},
                            serving={"batch": 64, "max_new_tokens": 64})
         (record,) = loaded.records(path, serve=False, reads_prefill=())
@@ -178,8 +179,9 @@ def test_the_main_experiments_weight_stream_is_booked_as_weights(loaded):
 
 def test_a_slot_past_the_models_context_is_reserved_only_up_to_it(loaded, tmp_path):
     # no request goes past Llama-3.1-8B's 131,072 positions (each is held to them with its own
-    # output), so 120,000 new tokens after a 32K prompt reserve what 98,304 do, not 152,768 slots
-    # a sequence can never fill (which shrank the batch that fits)
+    # output), so 120,000 new tokens after a 32K prompt reserve what 98,304 do, not 152,767 slots
+    # a sequence can never fill (which shrank the batch that fits): the prompt and the 98,303
+    # tokens fed back (the last is returned, never fed back)
     base = yaml.safe_load((ROOT / "experiments" / "llama8b_node8.yaml").read_text())
     base.update(hardware=str(ROOT / "hw_configs" / "sn40l_node8.yaml"), model=str(ROOT / "graphs" / "llama3_1_8b.yaml"))
     records = {}
@@ -188,5 +190,5 @@ def test_a_slot_past_the_models_context_is_reserved_only_up_to_it(loaded, tmp_pa
         path.write_text(yaml.safe_dump({**base, "serving": {**base["serving"], "max_new_tokens": new_tokens}}))
         records[new_tokens] = loaded.records(path, serve=False, reads_prefill=(), reads=("full",))[0]
     past, at = records[120_000], records[98_304]
-    assert past["kv_len"] == at["kv_len"] == 131_072
+    assert past["kv_len"] == at["kv_len"] == 131_071
     assert past["max_batch"] == at["max_batch"] and past["decode_step_s"] == at["decode_step_s"]

@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2
 LAYERS, KV_HEADS, HEAD_DIM = 32, 8, 128
 NEW_TOKENS, BATCH, SEQS_PER_SOCKET = 256, 64, 8
+#: rows the output adds to a slot that grows: every generated token but the last is fed back
+FED_BACK = NEW_TOKENS - 1
 PROMPTS = (16384, 32768)
 GIB = 2**30
 
@@ -81,11 +83,12 @@ def point(records: dict[str, dict], name: str, prompt: int) -> dict:
 def slots(name: str, prompt: int) -> int:
     """The static slot of each policy by hand: sink + recent + top-K for the rings, the kept prompt
     plus the output for SnapKV (it grows in decode), the budget capped by the context for H2O and
-    ArkVale's HBM buffer, the whole context for full."""
-    return {"full": prompt + NEW_TOKENS, "ss8k": 4 + 1024 + 7164, "ss8k_w64": 8192, "ss4k": 4 + 512 + 3580,
-            "sllm8k": 4 + 8188, "snapkv8k": 32 + 8160 + NEW_TOKENS, "snapkv8k_w256": 256 + 7936 + NEW_TOKENS,
-            "h2o8k": min(prompt + NEW_TOKENS, 4096 + 4096), "ark8k": min(prompt + NEW_TOKENS, 1024 + 224 * 32),
-            "h2o16k": min(prompt + NEW_TOKENS, 8192 + 8192), "ark16k": min(prompt + NEW_TOKENS, 2048 + 448 * 32)}[name]
+    ArkVale's HBM buffer, the whole context for full; the output's rows are those of the tokens fed
+    back, all but the last (kvcache/base.py, slot_new_tokens)."""
+    return {"full": prompt + FED_BACK, "ss8k": 4 + 1024 + 7164, "ss8k_w64": 8192, "ss4k": 4 + 512 + 3580,
+            "sllm8k": 4 + 8188, "snapkv8k": 32 + 8160 + FED_BACK, "snapkv8k_w256": 256 + 7936 + FED_BACK,
+            "h2o8k": min(prompt + FED_BACK, 4096 + 4096), "ark8k": min(prompt + FED_BACK, 1024 + 224 * 32),
+            "h2o16k": min(prompt + FED_BACK, 8192 + 8192), "ark16k": min(prompt + FED_BACK, 2048 + 448 * 32)}[name]
 
 
 def state_bytes(name: str, prompt: int) -> int:
@@ -94,7 +97,7 @@ def state_bytes(name: str, prompt: int) -> int:
     if name.startswith("h2o"):
         return slots(name, prompt) * 4 * KV_HEADS * LAYERS
     if name.startswith("ark"):
-        return math.ceil((prompt + NEW_TOKENS) / 32) * 2 * KV_HEADS * HEAD_DIM * 2 * LAYERS
+        return math.ceil((prompt + FED_BACK) / 32) * 2 * KV_HEADS * HEAD_DIM * 2 * LAYERS
     return 0
 
 

@@ -80,7 +80,7 @@ def test_drafting_adds_the_mtp_layers_cache_and_the_last_steps_drafts_to_the_slo
     for k in (1, 2, 3):   # DeepSeek-R1's one MTP module: one more layer's cache whatever k
         assert records[k]["kv_bytes_per_token"] * 61 == R1_KV_PER_TOKEN * 62
     for k, r in records.items():
-        assert r["kv_len"] == PROMPT + NEW + k
+        assert r["kv_len"] == PROMPT + NEW - 1 + k   # the tokens fed back and the last step's drafts
 
 
 def test_more_drafts_do_more_work(loaded, tmp_path):

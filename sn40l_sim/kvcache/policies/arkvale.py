@@ -26,7 +26,7 @@ Time, per layer (modelling choices; ArkVale's kernels are GPU ones):
   channel over each page's rows) and the first buffer (the recent ring and the pages the last
   prompt query selects), on the prefill node; the whole prompt's cache then goes to the decode
   node's store with the KV transfer. A prompt that fits the buffer but whose context outgrows it
-  (prompt + max_new_tokens + drafts) gets its pages' digests alone, since decode scores them
+  (prompt + max_new_tokens - 1 + drafts) gets its pages' digests alone, since decode scores them
   (:meth:`ArkVale.context_prefill_kernels`).
 
 >>> a = ArkVale.from_params({"budget": 8192})
@@ -185,7 +185,7 @@ class ArkVale(Budgeted):
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         if shape.context_len <= 0:
             raise InputError(f"KV policy {self.name!r} scores every page of the context each step: the "
-                             "decode shape must carry context_len (prompt + max_new_tokens + drafts)", field="context_len")
+                             "decode shape must carry context_len (prompt + max_new_tokens - 1 + drafts)", field="context_len")
         if shape.context_len <= self.budget:
             return []
         return [self._recall_kernel(model, shape, plan)]

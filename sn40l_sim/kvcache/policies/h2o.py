@@ -19,7 +19,7 @@ Time (modelling choices; H2O publishes no kernels):
   ``heavy`` top positions of ``[0, L - recent)`` and gathers them and the ``recent`` last rows into
   the fixed cache, writing their scores. Sockets sharing a KV head all-reduce the per-position
   scores (FP32) and each gathers ``1 / row_shards`` of the rows. A prompt within the budget whose
-  context outgrows it (prompt + max_new_tokens + drafts) is scored the same way, since decode
+  context outgrows it (prompt + max_new_tokens - 1 + drafts) is scored the same way, since decode
   evicts by those scores, but nothing is selected or gathered (:meth:`H2O.context_prefill_kernels`).
 * **Decode** (``h2o_evict``, every step of a context longer than the budget): the step's attention
   probabilities of every cached token are needed again (a flash-style decode kernel does not keep
@@ -137,7 +137,7 @@ class H2O(Budgeted):
 
     def decode_kernels(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> list[FusedKernel]:
         # a context that fits the budget never evicts: its static cache is the budget only when the
-        # context fills it exactly (prompt + max_new_tokens + drafts, Shape.context_len, when given);
+        # context fills it exactly (prompt + max_new_tokens - 1 + drafts, Shape.context_len, when given);
         # with no heavy slots the token leaving the ring is overwritten, a plain ring (streamingllm's)
         if self.heavy == 0 or shape.kv_len < self.budget or 0 < shape.context_len <= self.budget:
             return []
