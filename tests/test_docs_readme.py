@@ -1,0 +1,119 @@
+"""README.md's figures of the main experiment are the simulator's, so the first numbers a reader
+meets cannot go stale: "What it shows" quotes `run experiments/deepseek_tp16.yaml` (the batches,
+steps, reported tokens/s and the prefill's cost), the table of where the full-cache step goes
+(`decode_step_breakdown_s`), and the same run with twice the HBM bandwidth per module."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.study.evaluation import LoadedExperiments
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN = REPO / "experiments" / "deepseek_tp16.yaml"
+HBM_2X = {"socket.memory.hbm.bytes_per_s_per_unit": "819.2 GB/s"}   # README's --set, without `hardware.`
+
+
+def _section() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("## What it shows")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _quoted() -> str:
+    return " ".join(_section().split())
+
+
+def _by_name(records: list[dict]) -> tuple[dict, dict]:
+    by_name = {r["name"]: r for r in records}
+    assert by_name.keys() == {"full", "snapstream"}
+    return by_name["full"], by_name["snapstream"]
+
+
+@pytest.fixture(scope="module")
+def loaded() -> LoadedExperiments:
+    return LoadedExperiments()
+
+
+@pytest.fixture(scope="module")
+def main(loaded) -> tuple[dict, dict]:
+    return _by_name(loaded.records(MAIN, serve=False))
+
+
+def test_the_main_experiments_batches_steps_and_throughput(main):
+    full, snap = main
+    quoted = _quoted()
+    assert (f"the largest decode batch that fits in HBM is {full['max_batch']} "
+            f"({full['decode_step_s'] * 1e3:.1f} ms per step, {full['decode_tokens_per_s_reported']:.0f} "
+            f"reported tokens/s with two MTP drafts") in quoted
+    assert (f"cache it is {snap['max_batch']} ({snap['decode_step_s'] * 1e3:.1f} ms, "
+            f"{snap['decode_tokens_per_s_reported']:.0f} reported tokens/s)") in quoted
+    tokens = snap["decode_tokens_per_s_reported"] / full["decode_tokens_per_s_reported"]
+    prefill = snap["prefill_s"] / full["prefill_s"] - 1
+    assert (f"{snap['max_batch'] // full['max_batch']}x the batch and {tokens:.1f}x the decode throughput, "
+            f"for {prefill:.1%} more prefill time") in quoted
+    assert snap["max_batch"] % full["max_batch"] == 0
+
+
+# README's rows, each the causes of `decode_step_breakdown_s` it sums (every cause in one row)
+ROWS = {"loading kernel configurations": ("configuration",),
+        "weights streaming": ("weights_streaming",),
+        "attention": ("attention_compute", "kv_reads"),
+        "collectives": ("collectives",),
+        "barriers, pipeline fill, activations, launch": ("synchronisation", "pipeline_fill", "activations",
+                                                         "launch", "idle"),
+        "other compute": ("other_compute",)}
+
+
+def _table() -> dict[str, tuple[str, str]]:
+    """README's breakdown table: the row's label (up to its first parenthesis) -> (ms, share)."""
+    section = _section()
+    start = section.index("| cause | ms | share |")
+    rows = {}
+    for line in section[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        label, ms, share = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[label.split(" (")[0]] = (ms, share)
+    return rows
+
+
+def test_the_table_of_where_the_full_cache_step_goes(main):
+    full, _ = main
+    breakdown, step_s = full["decode_step_breakdown_s"], full["decode_step_s"]
+    assert sorted(c for causes in ROWS.values() for c in causes) == sorted(breakdown)
+    table = _table()
+    assert table.keys() == ROWS.keys()
+    for label, causes in ROWS.items():
+        seconds = sum(breakdown[c] for c in causes)
+        share = seconds / step_s
+        # a share under 1% keeps a decimal, as the table writes it
+        assert table[label] == (f"{seconds * 1e3:.1f}", f"{share:.1%}" if share < 0.01 else f"{share:.0%}"), label
+
+
+def test_the_tables_rows_add_up_to_the_step_the_paragraph_quotes(main):
+    # every interval of the critical path is given to one cause, so the rows, each rounded to
+    # 0.05 ms, add up to the step; this also shows the parser read the rows, not the header
+    full, _ = main
+    table = _table()
+    total_ms = sum(float(ms) for ms, _ in table.values())
+    assert total_ms == pytest.approx(full["decode_step_s"] * 1e3, abs=0.05 * len(table))
+    assert f"{full['decode_step_s'] * 1e3:.1f} ms per step" in _quoted()
+
+
+def test_twice_the_hbm_bandwidth(loaded, main):
+    full, snap = main
+    fast_full, fast_snap = _by_name(loaded.records(MAIN, serve=False, hardware_overrides=HBM_2X))
+    quoted = _quoted()
+
+    def step(base: dict, fast: dict) -> str:
+        ratio = fast["decode_step_s"] / base["decode_step_s"]
+        return f"from {base['decode_step_s'] * 1e3:.2f} to {fast['decode_step_s'] * 1e3:.2f} ms ({ratio:.3f})"
+
+    assert f"shortens the full-cache decode step {step(full, fast_full)}" in quoted
+    assert f"SnapStream's {step(snap, fast_snap)}" in quoted
+    fall = 1 - fast_full["prefill_s"] / full["prefill_s"]
+    assert (f"the 128K prefill by {fall:.0%} ({full['prefill_s']:.2f} to {fast_full['prefill_s']:.2f} s)"
+            in quoted)
+    assert fast_full["decode_step_s"] < full["decode_step_s"] and fast_snap["decode_step_s"] < snap["decode_step_s"]
