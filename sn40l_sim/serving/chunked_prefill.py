@@ -16,7 +16,13 @@ the ``start`` earlier tokens, reading their keys and values from where the earli
 it comes, as its queries meet more keys. Graphs are timed at the multiples of the chunk size and
 a chunk starting between two of them (the budget spans prompts, so a prompt may start mid-turn)
 interpolated linearly (:func:`interpolated_chunk_cycles`, :mod:`sn40l_sim.serving.earlier_keys`),
-which bounds the graphs to time however the prompts split. The chunks of a prompt cost at least its unchunked prefill where the
+which bounds the graphs to time however the prompts split. A prompt of more than
+:data:`CHUNK_PREFIX_INTERVALS` chunks (a small chunk: an 8K prompt in 1-token chunks is 8,192
+graphs, about half an hour of mapping) times each chunk graph at no more than
+``CHUNK_PREFIX_INTERVALS + 1`` multiples, chosen where its cycles bend
+(:func:`~sn40l_sim.serving.earlier_keys.refined_points`: the mapper changes plan at some counts of
+keys, so the cycles jump there), and interpolates linearly between them (:class:`ChunkCycles`;
+docs/validation.md gives the error measured against timing every multiple). The chunks of a prompt cost at least its unchunked prefill where the
 fixed costs of a call (configuration, weights streamed per call) outweigh the attention saved
 by the chunks' finer causal masking (a whole prompt computes its diagonal tiles' masked halves in
 full, a chunk only its own), as it does for the shipped models (tests/study/test_chunk_costs.py):
@@ -42,8 +48,19 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from sn40l_sim.serving.earlier_keys import between_multiples, interpolated_cycles
+from sn40l_sim.serving.earlier_keys import between_multiples, between_points, interpolated_cycles, refined_points
 from sn40l_sim.serving.scheduler import Wait
+
+#: The most intervals between the prefixes (multiples of the chunk) one chunk graph is timed at for a
+#: prompt: a prompt of at most this many chunks times its graph at every multiple, as many as it has
+#: chunks (the shipped experiments' chunks: 16 at most); a longer one at this many + 1 chosen by
+#: :func:`~sn40l_sim.serving.earlier_keys.refined_points`, which bounds a small chunk's cost to a
+#: few seconds of mapping a graph length (docs/validation.md, "Chunked prefill costs more prefill").
+CHUNK_PREFIX_INTERVALS = 64
+#: The equal spans :func:`~sn40l_sim.serving.earlier_keys.refined_points` starts from (17 of the 65
+#: points), the others going where the cycles stray from a line. Against every multiple timed (docs/
+#: validation.md) 16 and 32 kept every chunk within 0.75% of its cycles, 8 one at 1.03%.
+CHUNK_PREFIX_SPANS = 16
 
 
 def interpolated_chunk_cycles(timed: Callable[[int, int], int], chunk: int, earlier: int, tokens: int) -> int:
@@ -52,21 +69,64 @@ def interpolated_chunk_cycles(timed: Callable[[int, int], int], chunk: int, earl
     return interpolated_cycles(timed, tokens, earlier, *between_multiples(chunk, earlier))
 
 
+class ChunkCycles:
+    """``prefill_chunk_cycles(earlier, tokens)`` of prompts of at most ``prompt_len`` tokens in
+    chunks of ``chunk``, from ``graph(tokens, earlier)`` timed at multiples of ``chunk``: at every
+    one a prompt can reach while there are at most ``intervals`` chunks to a prompt
+    (:func:`interpolated_chunk_cycles`); else, for each chunk length, at the ``intervals + 1`` of them
+    :func:`~sn40l_sim.serving.earlier_keys.refined_points` chooses (timed when that length first
+    runs), linear between.
+
+    Chunks of 4 tokens of 8K prompts (2,048 chunks to a prompt), whose graph costs 500 cycles more
+    from 2,000 earlier tokens on (the mapper changing plan): 24 prefixes timed, two of them either
+    side of the jump, and every chunk's cycles exact.
+
+    >>> timed = lambda tokens, earlier: 100 + tokens + tokens * earlier + (500 if earlier >= 2000 else 0)
+    >>> cycles = ChunkCycles(timed, 4, 8192, intervals=64)
+    >>> cycles(12, 4), cycles(2000, 4), cycles(1996, 4), len(cycles.prefixes(4))
+    (152, 8604, 8088, 24)
+    """
+
+    def __init__(self, graph: Callable[[int, int], int], chunk: int, prompt_len: int,
+                 intervals: int = CHUNK_PREFIX_INTERVALS, spans: int = CHUNK_PREFIX_SPANS) -> None:
+        self.graph, self.chunk, self.intervals, self.spans = graph, chunk, intervals, spans
+        self.multiples = -(-prompt_len // chunk)     # the last multiple a chunk's start lies below
+        self._prefixes: dict[int, tuple[int, ...]] = {}
+
+    def prefixes(self, tokens: int) -> tuple[int, ...]:
+        """The earlier-token counts a chunk of ``tokens`` is timed at (all multiples up to the
+        prompt's while there are at most ``intervals`` chunks to a prompt)."""
+        if tokens not in self._prefixes:
+            if self.multiples <= self.intervals:
+                points = range(self.multiples + 1)
+            else:
+                points = refined_points(self.multiples, lambda i: self.graph(tokens, i * self.chunk),
+                                        self.intervals + 1, self.spans).keys()
+            self._prefixes[tokens] = tuple(sorted(i * self.chunk for i in points))
+        return self._prefixes[tokens]
+
+    def __call__(self, earlier: int, tokens: int) -> int:
+        if self.multiples <= self.intervals:    # timed lazily, at the two multiples around
+            return interpolated_chunk_cycles(self.graph, self.chunk, earlier, tokens)
+        return interpolated_cycles(self.graph, tokens, earlier, *between_points(self.prefixes(tokens), earlier))
+
+
 def chunk_timings(graph: Callable[[int, int], int], whole: Callable[[int], int], chunk: int | None, *,
-                  policy_apart: bool) -> dict[str, Callable[..., int] | None]:
+                  policy_apart: bool, prompt_len: int) -> dict[str, Callable[..., int] | None]:
     """:class:`~sn40l_sim.serving.setup.ServingSetup`'s ``prefill_chunk_cycles`` and
     ``prefill_policy_cycles`` (both None without a ``chunk``) from ``graph(tokens, earlier)``, the
-    cycles of a chunk's graph timed at multiples of ``chunk``, and ``whole(prompt_len)``, those of a
-    whole prompt's prefill. ``policy_apart``: ``graph`` has none of the KV policy's prefill kernels,
-    which run once, after the last chunk, for the cycles they add to the whole prompt's prefill.
+    cycles of a chunk's graph timed at multiples of ``chunk`` (:class:`ChunkCycles`, for prompts of
+    at most ``prompt_len`` tokens), and ``whole(prompt_len)``, those of a whole prompt's prefill.
+    ``policy_apart``: ``graph`` has none of the KV policy's prefill kernels, which run once, after
+    the last chunk, for the cycles they add to the whole prompt's prefill.
 
-    >>> t = chunk_timings(lambda n, e: 100 + n + e, lambda p: 100 + p + 7, 4, policy_apart=True)
+    >>> t = chunk_timings(lambda n, e: 100 + n + e, lambda p: 100 + p + 7, 4, policy_apart=True, prompt_len=8)
     >>> t["prefill_chunk_cycles"](4, 4), t["prefill_policy_cycles"](8)
     (108, 7)
     """
     if chunk is None:
         return {"prefill_chunk_cycles": None, "prefill_policy_cycles": None}
-    return {"prefill_chunk_cycles": lambda earlier, tokens: interpolated_chunk_cycles(graph, chunk, earlier, tokens),
+    return {"prefill_chunk_cycles": ChunkCycles(graph, chunk, prompt_len),
             "prefill_policy_cycles": (lambda p: max(0, whole(p) - graph(p, 0))) if policy_apart else None}
 
 

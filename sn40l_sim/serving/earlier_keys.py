@@ -24,7 +24,9 @@ earlier tokens:
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 
@@ -52,3 +54,46 @@ def between_points(points: Sequence[int], earlier: int) -> tuple[int, int]:
     if i == 0 or i == len(points):
         raise ValueError(f"{earlier} earlier tokens lie outside the timed points {points[0]}..{points[-1]}")
     return points[i - 1], points[i]
+
+
+def refined_points(last: int, timed: Callable[[int], int], most: int, spans: int) -> dict[int, int]:
+    """At most ``most`` of the integers ``0..last`` with ``timed`` at each, chosen so that linear
+    interpolation between consecutive ones follows ``timed`` closely; all of them when they are at
+    most ``most``. First the ends of ``spans`` equal spans; then, one at a time, the middle of the
+    interval (of two or more integers) that strays most, until ``most`` are timed or none strays by a
+    cycle. An interval strays by its width times the larger of two slope differences: its own slope
+    against the nearer of its neighbours' (a jump inside it makes it steeper than both; an end
+    interval's other neighbour counts as having the median slope), and against
+    the median slope (a run of jumps makes a staircase whose steps agree with one another but not
+    with the slope between jumps). So the points gather at the jumps and bends of ``timed`` (the
+    mapper changing plan at some count of keys) and stay sparse where it is straight.
+
+    A line with a jump of 1,000 between 20 and 21: the points close in on it, and once it lies
+    between two neighbours nothing strays, so 9 of the 15 allowed are timed.
+
+    >>> points = refined_points(64, lambda i: 10 * i + (1000 if i >= 21 else 0), 15, 4)
+    >>> sorted(points)
+    [0, 16, 20, 21, 22, 24, 32, 48, 64]
+    >>> points[20], points[21]
+    (200, 1210)
+    """
+    if last + 1 <= most:
+        return {i: timed(i) for i in range(last + 1)}
+    values = {i: timed(i) for i in sorted({round(k * last / spans) for k in range(spans + 1)})}
+    while len(values) < most:
+        xs = sorted(values)
+        slopes = [(values[b] - values[a]) / (b - a) for a, b in itertools.pairwise(xs)]
+        median = statistics.median_low(slopes)
+        around = [median, *slopes, median]       # an end interval's missing neighbour: the median
+        worst, at = 1.0, None     # strays of less than a cycle are rounding
+        for j, (a, b) in enumerate(itertools.pairwise(xs)):
+            if b - a < 2:
+                continue
+            beside = min(abs(slopes[j] - around[j]), abs(slopes[j] - around[j + 2]))
+            stray = max(beside, abs(slopes[j] - median)) * (b - a)
+            if stray >= worst and (at is None or stray > worst):
+                worst, at = stray, (a + b) // 2
+        if at is None:
+            break
+        values[at] = timed(at)
+    return dict(sorted(values.items()))
