@@ -18,7 +18,7 @@ a chunk starting between two of them (the budget spans prompts, so a prompt may 
 interpolated linearly (:func:`interpolated_chunk_cycles`, :mod:`sn40l_sim.serving.earlier_keys`),
 which bounds the graphs to time however the prompts split. A prompt of more than
 :data:`CHUNK_PREFIX_INTERVALS` chunks (a small chunk: an 8K prompt in 1-token chunks is 8,192
-graphs, about half an hour of mapping) times each chunk graph at no more than
+graphs, over ten minutes of mapping) times each chunk graph at no more than
 ``CHUNK_PREFIX_INTERVALS + 1`` multiples, chosen where its cycles bend
 (:func:`~sn40l_sim.serving.earlier_keys.refined_points`: the mapper changes plan at some counts of
 keys, so the cycles jump there), and interpolates linearly between them (:class:`ChunkCycles`;
@@ -55,7 +55,8 @@ from sn40l_sim.serving.scheduler import Wait
 #: prompt: a prompt of at most this many chunks times its graph at every multiple, as many as it has
 #: chunks (the shipped experiments' chunks: 16 at most); a longer one at this many + 1 chosen by
 #: :func:`~sn40l_sim.serving.earlier_keys.refined_points`, which bounds a small chunk's cost to a
-#: few seconds of mapping a graph length (docs/validation.md, "Chunked prefill costs more prefill").
+#: few seconds of mapping a graph length (docs/validation.md, "A small chunk's graphs are timed at
+#: 65 prefixes at most").
 CHUNK_PREFIX_INTERVALS = 64
 #: The equal spans :func:`~sn40l_sim.serving.earlier_keys.refined_points` starts from (17 of the 65
 #: points), the others going where the cycles stray from a line. Against every multiple timed (docs/

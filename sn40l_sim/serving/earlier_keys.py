@@ -6,9 +6,10 @@ Each runs the graph compiled for its own rows whose queries also attend over the
 tokens' keys: a :class:`~sn40l_sim.ir.Shape` of phase ``prefill`` with ``kv_len = earlier``
 (:mod:`sn40l_sim.models.flash`). Timing one graph per count of earlier tokens would time as many
 graphs as there are ways prompts split (or prefixes end); instead each caller times graphs at a few
-counts (the multiples of the chunk; the compiled prefill lengths) and interpolates linearly between
-the two around ``earlier``: only the attention over the earlier keys depends on their count, and it
-grows with it about linearly (one (query, key) tile pair per block of keys).
+counts (the multiples of the chunk, at most 65 of them chosen by :func:`refined_points`; the
+compiled prefill lengths) and interpolates linearly between the two around ``earlier``: only the
+attention over the earlier keys depends on their count, and it grows with it about linearly (one
+(query, key) tile pair per block of keys) but for jumps where the mapper changes plan.
 
 Examples
 --------
