@@ -80,6 +80,8 @@ def refined_points(last: int, timed: Callable[[int], int], most: int, spans: int
     """
     if last + 1 <= most:
         return {i: timed(i) for i in range(last + 1)}
+    if spans + 1 > most:
+        raise ValueError(f"the ends of {spans} spans are more than the {most} points allowed")
     values = {i: timed(i) for i in sorted({round(k * last / spans) for k in range(spans + 1)})}
     while len(values) < most:
         xs = sorted(values)
@@ -92,7 +94,7 @@ def refined_points(last: int, timed: Callable[[int], int], most: int, spans: int
                 continue
             beside = min(abs(slopes[j] - around[j]), abs(slopes[j] - around[j + 2]))
             stray = max(beside, abs(slopes[j] - median)) * (b - a)
-            if stray >= worst and (at is None or stray > worst):
+            if stray > worst or (at is None and stray == worst):    # the first of the worst
                 worst, at = stray, (a + b) // 2
         if at is None:
             break

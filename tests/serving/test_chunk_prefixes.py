@@ -81,8 +81,14 @@ def test_the_points_find_every_jump_and_are_few_where_the_cycles_are_straight():
     assert len(refined_points(8191, lambda i: 7 * i + 3, 65, 16)) == 17
     values = refined_points(8191, lambda i: 7 * i + (900 if i >= 5000 else 0), 65, 16)
     assert 4999 in values and 5000 in values and len(values) < 65
+    # two jumps in neighbouring spans make them equally steep: against each other neither strays,
+    # against the slope elsewhere both do
+    values = refined_points(8192, lambda i: 7 * i + 1000 * ((i >= 4200) + (i >= 4700)), 65, 16)
+    assert {4199, 4200, 4699, 4700} <= set(values)
     # the first points are a uniform grid; a function that bends everywhere uses all 65
     assert len(refined_points(8191, lambda i: i * i, 65, 16)) == 65
+    with pytest.raises(ValueError, match="16 spans"):
+        refined_points(8191, lambda i: i, 16, 16)
     with pytest.raises(ValueError):   # no point lies outside them
         ChunkCycles(jumpy, 1, 8192)(8193, 1)
 
