@@ -52,16 +52,30 @@ def spend_spare_units(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     """The balanced allocation ``units`` with the idle PCUs and PMUs given to stages they shorten:
     all of them without a ``price``; with one, the cheaper call (:func:`call_cycles`) of pricing
     each stage's units alone and giving every useful one."""
-    spent = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget)
+    slowest = _slowest_first(units, limits)
+    spent = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, slowest)
     if price is None:
         # no more units than the slowest-first spending: the configuration a call loads (unpriced
         # here) is then no larger, so the shorter chain cannot lose it to configuration
-        gain = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, by_gain=True)
+        spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
+        by_gain = sorted(slowest, key=lambda i: -_gain(stages[i], units[i], limits[i], chip_tiles, spare)) \
+            if spare > 0 else slowest
+        if by_gain == slowest:
+            # the same spending in the same order gives the same units (a third of the main
+            # command's allocations), which the comparison below would keep
+            return spent
+        gain = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, by_gain)
         fewer = all(sum(u[k] for u in gain) <= sum(u[k] for u in spent) for k in (0, 1))
         better = _chain(_paced(rates, stages, chip_tiles, gain)) < _chain(_paced(rates, stages, chip_tiles, spent))
         return gain if fewer and better else spent
-    frugal = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, price)
+    frugal = _spend_spare_pcus(socket, rates, stages, limits, chip_tiles, units, budget, slowest, price)
     return min((frugal, spent), key=lambda u: call_cycles(price, rates, stages, chip_tiles, u))
+
+
+def _slowest_first(units: Units, limits: Sequence[_Limits | None]) -> list[int]:
+    """The compute stages that may take PCUs, slowest first (the first on ties)."""
+    return sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
+                  key=lambda i: -units[i][2].cycles)
 
 
 class Calls(NamedTuple):
@@ -164,8 +178,8 @@ def _paced(rates: PmuRates, stages: list[StageWork], chip_tiles: int,
 
 
 def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: Sequence[_Limits | None],
-                      chip_tiles: int, units: Units, budget: UnitBudget,
-                      price: Pricing | None = None, by_gain: bool = False) -> Units:
+                      chip_tiles: int, units: Units, budget: UnitBudget, order: list[int],
+                      price: Pricing | None = None) -> Units:
     """Give the PCUs the bottleneck leaves idle to the slowest other stages (then the idle PMUs to
     the stages their PMUs slow down): a stage's cycles per data tile also add to the pipeline fill.
     A stage takes the fewest extra PCUs that reach its best cycles, only while its PMUs, with the
@@ -173,16 +187,13 @@ def _spend_spare_pcus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     add PMU traffic), and, with a ``price``, only if they pay for their configuration
     (:func:`_pays`). Without those PMUs a stage whose PMUs were balanced to a quicker memory stream
     kept its few PCUs, and faster HBM could slow a looped decoder down (docs/validation.md, "A
-    faster machine is not always faster"). ``by_gain``: the stages in order of the cycles per
-    PCU the idle ones would save them, not of their cycles."""
+    faster machine is not always faster"). ``order``: the stages in the order they are offered
+    the idle PCUs, slowest first (:func:`_slowest_first`) or by the cycles per PCU the idle ones
+    would save them (:func:`spend_spare_units`)."""
     units = list(units)
     paced = _paced(rates, stages, chip_tiles, units) if price else []
     spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
     spare_pmus = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
-    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i] and limits[i].max_pcus),
-                   key=lambda i: -units[i][2].cycles)
-    if by_gain:
-        order.sort(key=lambda i: -_gain(stages[i], units[i], limits[i], chip_tiles, spare))
     for i in order:
         q, r, division = units[i]
         lim, stage = limits[i], stages[i]
@@ -238,20 +249,24 @@ def _spend_spare_pmus(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
     the fewest that bring the stage's PMU cycles down to its PCU cycles, or all that are left; with
     a ``price``, only if they pay for their configuration (:func:`_pays`)."""
     spare = budget.tile_pmus(socket.tile.pmus) - sum(u[1] for u in units)
+    if spare <= 0:
+        return units
     paced = _paced(rates, stages, chip_tiles, units) if price else []
-    order = sorted((i for i, u in enumerate(units) if u[2] is not None and limits[i]),
-                   key=lambda i: -sram_cycles(rates, stages[i], units[i][1], chip_tiles, units[i][2]))
-    for i in order:
+    # each stage's PMU cycles as it stands: its units change only when its turn comes
+    sram = {i: sram_cycles(rates, stages[i], u[1], chip_tiles, u[2])
+            for i, u in enumerate(units) if u[2] is not None and limits[i]}
+    for i in sorted(sram, key=lambda i: -sram[i]):
         q, r, division = units[i]
         lim, stage = limits[i], stages[i]
         assert lim is not None and division is not None
         top = min(lim.max_pmus, r + spare)
-        if spare <= 0 or top <= r or sram_cycles(rates, stage, r, chip_tiles, division) <= division.cycles:
+        now = sram[i]
+        if spare <= 0 or top <= r or now <= division.cycles:
             continue
         # the fewest PMUs above r serving it within its PCU cycles, or all it may take if none do
         enough = sram_cycles(rates, stage, top, chip_tiles, division) <= division.cycles
         lo = fewest_pmus(rates, stage, chip_tiles, division, division.cycles, r + 1, top) if enough else top
-        now, then = (sram_cycles(rates, stage, n, chip_tiles, division) for n in (r, lo))
+        then = sram_cycles(rates, stage, lo, chip_tiles, division)
         if then < now and (price is None
                            or _pays(price, paced, i, max(then, division.cycles), lo - r, price.pmu_cycles)):
             units[i] = (q, lo, division)
