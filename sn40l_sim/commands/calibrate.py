@@ -109,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
         fixed_parameters,
         leave_one_out,
     )
-    from sn40l_sim.study.calibration_file import write_back
+    from sn40l_sim.study.calibration_file import check_writable, write_back, write_targets
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.leave_one_out import LeaveOneOut, refit_leave_one_out
+    from sn40l_sim.study.leave_one_out import LEAVE_ONE_OUT, LeaveOneOut, refit_leave_one_out
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers
 
     references = load_references(args.references)
@@ -131,6 +131,14 @@ def run(args: argparse.Namespace) -> int:
     if args.max_evaluations < needed:
         raise InputError(f"a fit of {needed - 1} parameters needs at least {needed} passes, got "
                          f"{args.max_evaluations}", field="--max-evaluations")
+
+    if args.write:
+        # what --write will write, checked before any pass is spent: a read-only file (or a value the
+        # file does not write) was refused only after the fit, minutes of it with --leave-one-out refit
+        targets = list(write_targets(args.hardware, fitted_names(socket)))
+        writes_column = _every_reference(args.references) and \
+            default_hardware().resolve() in {f.resolve() for f in targets}
+        check_writable(targets + ([LEAVE_ONE_OUT] if writes_column else []))
 
     loaded = LoadedExperiments()  # each experiment parsed and assembled once for the whole fit
     # the fit simulates the experiments' own hardware: it must be the one whose values are fitted

@@ -6,6 +6,8 @@ file of a ``base:`` chain or node file wrote it, in the unit its name says, with
 from __future__ import annotations
 
 import re
+import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from sn40l_sim.errors import InputError
@@ -29,31 +31,71 @@ def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
     Raises
     ------
     InputError
+        As :func:`write_targets`.
+    """
+    values = dict(zip(result.names, result.fitted, strict=True))
+    targets = write_targets(hardware_path, result.names)
+    for file, by_line in targets.items():
+        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+        for line, name in sorted(by_line.items()):
+            text = lines[line - 1].rstrip("\n")
+            match = _VALUE_LINE.match(text)
+            assert match is not None   # write_targets checked the line
+            new = f"{_format_value(name, values[name])}  # calibrated: {note}"
+            lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
+        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
+    return list(targets)
+
+
+def write_targets(hardware_path: Path, names: Sequence[str]) -> dict[Path, dict[int, str]]:
+    """Where :func:`write_back` writes each of ``names``: file -> line -> dotted path. Checked before
+    a fit (``calibrate --write``), so that a value it cannot write is refused before the passes are
+    spent, not after them.
+
+    Raises
+    ------
+    InputError
         When a value is not written in any file (it takes the schema's default), or its line is not
         a plain ``key: value`` line (flow style, a value on the next line).
     """
     doc = socket_document(hardware_path)
-    edits: dict[Path, dict[int, tuple[str, str]]] = {}
-    for name, value in zip(result.names, result.fitted, strict=True):
+    targets: dict[Path, dict[int, str]] = {}
+    for name in names:
         field = tuple(name.split("."))
         if field not in doc.origins:
             raise InputError(f"{name} is not written in {hardware_path} or the files it starts from (it takes "
                              "its default); write it there before calibrating it", file=hardware_path, field=name)
         file, line = doc.origins[field]
-        edits.setdefault(Path(file), {})[line] = (name, f"{_format_value(name, value)}  # calibrated: {note}")
-    for file, by_line in edits.items():
-        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
-        for line, (name, new) in sorted(by_line.items()):
-            text = lines[line - 1].rstrip("\n")
-            match = _VALUE_LINE.match(text)
+        targets.setdefault(Path(file), {})[line] = name
+    for file, by_line in targets.items():
+        lines = file.read_text(encoding="utf-8").splitlines()
+        for line, name in sorted(by_line.items()):
+            match = _VALUE_LINE.match(lines[line - 1])
             last = name.rsplit(".", 1)[-1]
             # the line's key is the field's (or, in an old-style file, e.g. hbm_efficiency)
             if match is None or not (match["key"] == last or match["key"].endswith("_" + last)):
                 raise InputError(f"cannot rewrite {name}: its line is not a plain '{last}: value' line; write it "
                                  "on a line of its own", file=file, field=name, line=line)
-            lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
-        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
-    return list(edits)
+    return targets
+
+
+def check_writable(files: Iterable[Path]) -> None:
+    """Refuse, before a fit, files ``--write`` could not replace: each is written whole into a
+    temporary file beside it and renamed (:func:`~sn40l_sim.report.outputs.write_text`), so its
+    folder must take a new file (a read-only folder or file system, a folder of another user's).
+
+    Raises
+    ------
+    InputError
+        At ``--write``, naming the file and the system's reason.
+    """
+    for file in files:
+        try:
+            with tempfile.TemporaryFile(dir=Path(file).parent):
+                pass
+        except OSError as exc:
+            raise InputError(f"cannot write {file}: {exc.strerror or exc} (checked before the fit, which would "
+                             "write it at its end)", field="--write") from None
 
 
 def _format_value(name: str, value: float) -> str:

@@ -159,3 +159,50 @@ def test_a_fit_simulates_only_the_points_its_measurements_read(tmp_path, monkeyp
     assert main(["calibrate", "--quiet", str(mine)]) == 0
     assert simulated == ["full@32K"]
     assert "b   max_batch  64        64         +0     yes  calibration" in capsys.readouterr().out
+
+
+def _no_fit(*args, **kwargs):
+    raise AssertionError("the fit ran before calibrate --write's files were checked")
+
+
+def test_a_read_only_hardware_file_is_refused_before_the_fit(tmp_path, monkeypatch, capsys):
+    # `calibrate --write --hardware` into a read-only folder ran the whole fit (30 s; minutes with
+    # --leave-one-out refit), printed its table, then stopped at 'cannot write'
+    import errno
+    import tempfile
+
+    mine = tmp_path / "ro" / "sn40l.yaml"
+    mine.parent.mkdir()
+    shutil.copy(REPO / "hw_configs" / "sn40l.yaml", mine)
+    temporary = tempfile.TemporaryFile
+
+    def read_only(*args, dir=None, **kwargs):   # the tests may run as root, whom chmod does not stop
+        if dir is not None and Path(dir) == mine.parent:
+            raise PermissionError(errno.EROFS, "Read-only file system")
+        return temporary(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr("sn40l_sim.study.calibration_file.tempfile.TemporaryFile", read_only)
+    monkeypatch.setattr(calibration, "fit", _no_fit)
+    assert main(["calibrate", "--write", "--quiet", "--hardware", str(mine)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"error: --write: cannot write {mine}: Read-only file system (checked before the fit, "
+                            "which would write it at its end)\n")
+
+
+def test_a_value_on_a_line_calibrate_cannot_rewrite_is_refused_before_the_fit(tmp_path, monkeypatch, capsys):
+    # a calibrated: block in flow style loads, but --write cannot rewrite one value of it: that was
+    # found after the fit
+    mine = tmp_path / "sn40l.yaml"
+    text = (REPO / "hw_configs" / "sn40l.yaml").read_text()
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    block = ", ".join(f"{k}: {getattr(socket.calibrated, k)!r}" for k in type(socket.calibrated).model_fields)
+    start = text.index("\ncalibrated:")
+    end = text.index("\n", text.index("systolic_efficiency:", start))
+    mine.write_text(text[:start] + f"\ncalibrated: {{{block}}}" + text[end:])
+    assert load_hardware(mine).socket.calibrated == socket.calibrated
+    monkeypatch.setattr(calibration, "fit", _no_fit)
+    assert main(["calibrate", "--write", "--quiet", "--hardware", str(mine)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {mine}:128: calibrated.") and "its line is not a plain" in err, err
+    assert err.count("\n") == 1
