@@ -325,13 +325,25 @@ class _Checker:
                 raise self._fail(axis, None, str(exc)) from None
             except InputError as exc:
                 inner = f"{exc.field}: {exc.message}" if exc.field else exc.message
-                if exc.file and exc.file not in (str(self.doc.path), OVERRIDES_FILE):
+                elsewhere = bool(exc.file) and exc.file not in (str(self.doc.path), OVERRIDES_FILE)
+                if elsewhere:
                     inner = str(exc)  # a problem in another file (the hardware's): name it
-                if exc.message.startswith("unknown key") or "is not a section" in exc.message:
+                # an unknown key in another file (a misspelt hardware field) is that file's, not the axis path's
+                if not elsewhere and (exc.message.startswith("unknown key") or "is not a section" in exc.message):
                     raise self._fail(axis, None, f"unknown axis path {shown('.'.join(axis.path))}: {inner}") from None
                 users = [p for p in self.points if p.values[axis.name] is value]
                 if not any(self._point_valid(p) for p in users):
+                    if elsewhere and not self._implicates(axis, value, exc.file):
+                        raise exc from None   # the base hardware file's own problem: no value of the axis is at fault
                     raise self._fail(axis, i, f"value {shown(value)}: {inner}") from None
+
+    def _implicates(self, axis: Axis, value: Any, file: str) -> bool:
+        """Whether an error in ``file`` (not the experiment) may be the axis value's doing: a hardware
+        axis, or the file the value names (a model file). A model axis's check also loads the
+        experiment's hardware file, whose problem was reported as the first model's."""
+        if axis.hardware_field or axis.path in (("hardware",), ("prefill_hardware",)):
+            return True
+        return isinstance(value, str) and (self.doc.path.parent / value).resolve() == Path(file).resolve()
 
     def _point_valid(self, point: SweepPoint) -> bool:
         if point.index not in self._valid:
