@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from sn40l_sim.study.calibration_file import check_writable, write_back, write_targets
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.leave_one_out import LEAVE_ONE_OUT, LeaveOneOut, refit_leave_one_out
+    from sn40l_sim.study.leave_one_out import LEAVE_ONE_OUT, LeaveOneOut, fitted_measurements, refit_leave_one_out
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers
 
     references = load_references(args.references)
@@ -234,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
             # file; it is shown while that file holds the values it was computed at, so it records them
             # as written (rounded to the digits a line keeps), not as fitted
             written = calibrated_parameters(load_hardware(args.hardware).socket)
-            files.append(replace(loo, fitted={k: written[k].value for k in loo.fitted}).write())
+            files.append(replace(loo, fitted={k: written[k].value for k in loo.fitted},
+                                 measurements=fitted_measurements(references)).write())
         why = "validate's leave-one-out column is of every reference file" if not every else \
             "validate's leave-one-out column is of the project's hw_configs/sn40l.yaml"
         print(f"\nwrote the fitted values into {', '.join(map(str, files))}"

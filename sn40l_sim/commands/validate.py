@@ -71,9 +71,19 @@ def run(args: argparse.Namespace) -> int:
         if not loo.predictions:
             loo = None
     if loo is not None:
+        # the refits were fitted to the shipped measurements as they read then: one edited since (a
+        # value, a tolerance, a point added or held back) leaves every other point's prediction stale
+        changed = loo.changed_measurement([c.reference for c in comparisons
+                                           if Path(c.reference.origin[0]).resolve().parent == DEFAULT_REFERENCE_DIR])
         if not loo.current({k: p.value for k, p in calibrated_parameters(socket).items()}):
             print(f"note: the leave-one-out predictions are for other calibrated values than {args.hardware}'s; "
                   "rerun `python -m sn40l_sim calibrate --write`")
+            loo = None
+        elif loo.measurements is None or changed is not None:
+            why = f"were fitted to other measurements than experiments/reference/'s now ({changed})" if changed else \
+                "do not record the measurements they were fitted to"
+            print(f"note: the leave-one-out predictions {why}; rerun `python -m sn40l_sim calibrate --write "
+                  "--leave-one-out refit`")
             loo = None
     print(format_table(comparisons, loo.predictions if loo is not None else None))
     if loo is not None and loo.method:

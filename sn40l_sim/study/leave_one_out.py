@@ -21,6 +21,7 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
+from sn40l_sim.study.reference_schema import Measurement
 from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Reference
 from sn40l_sim.yamlio import parse_json
 
@@ -35,16 +36,36 @@ class LeaveOneOut:
     fitted: dict[str, float]
     predictions: dict[str, float]
     method: str = ""
+    #: each calibration point the fit read, as it read it (:func:`measured_as`); None in a file
+    #: written before these were recorded
+    measurements: dict[str, dict] | None = None
 
     def current(self, calibrated: dict[str, float], rel_tol: float = 1e-4) -> bool:
         """Whether these predictions belong to the ``calibrated`` values in use."""
         return set(self.fitted) <= set(calibrated) and all(
             abs(calibrated[k] - v) <= rel_tol * max(abs(v), 1e-300) for k, v in self.fitted.items())
 
+    def changed_measurement(self, references: list[Reference]) -> str | None:
+        """The first of ``references`` that these predictions were not fitted to as it now reads (a
+        value, tolerance, quantity or point edited, a calibration point added or held back), as
+        ``"id: was ..., now ..."``; None when every one reads as it did (or none was recorded: see
+        :attr:`measurements`)."""
+        if self.measurements is None:
+            return None
+        for r in references:
+            m = r.measurement
+            now = measured_as(m) if m.calibration and m.value is not None else None
+            was = self.measurements.get(m.id)
+            if now != was:
+                return f"{m.id}: was {_shown(was)}, now {_shown(now)}"
+        return None
+
     def write(self, path: Path = LEAVE_ONE_OUT) -> Path:
         """Write as JSON (sorted keys, so it diffs as data)."""
-        text = json.dumps({"method": self.method, "fitted": self.fitted, "predictions": self.predictions},
-                          indent=1, sort_keys=True)
+        data = {"method": self.method, "fitted": self.fitted, "predictions": self.predictions}
+        if self.measurements is not None:
+            data["measurements"] = self.measurements
+        text = json.dumps(data, indent=1, sort_keys=True)
         write_text(path, text + "\n")
         return path
 
@@ -71,7 +92,35 @@ class LeaveOneOut:
                     raise InputError(f"expected a finite number, got {value!r}{rerun}", file=path,
                                      field=f"{key}.{name}")
             tables[key] = {name: float(value) for name, value in table.items()}
-        return cls(tables["fitted"], tables["predictions"], str(data.get("method", "")))
+        measurements = data.get("measurements")
+        if measurements is not None and not (isinstance(measurements, dict) and
+                                             all(isinstance(v, dict) for v in measurements.values())):
+            raise InputError(f"expected an object of measurements by id, each an object, got {measurements!r}{rerun}",
+                             file=path, field="measurements")
+        return cls(tables["fitted"], tables["predictions"], str(data.get("method", "")), measurements)
+
+
+def measured_as(m: Measurement) -> dict:
+    """What a fit reads of a measurement, as JSON data: its quantity (and key, and the record it is
+    relative to), value, tolerance and the experiment point it names; its source text and id are
+    not read.
+
+    >>> measured_as(Measurement(id="a", quantity="max_batch", value=16, tolerance={"abs": 0}, source="s",
+    ...                         experiment="../x.yaml", point="full", calibration=True))["tolerance"]
+    {'abs': 0.0}
+    """
+    return m.model_dump(mode="json", include={"quantity", "key", "value", "tolerance", "experiment", "point",
+                                              "relative_to"}, exclude_none=True)
+
+
+def _shown(read: dict | None) -> str:
+    """A measurement as :func:`measured_as` reads it, in one line (None: not a calibration point)."""
+    return "not a calibration point" if read is None else json.dumps(read, sort_keys=True, separators=(", ", ": "))
+
+
+def fitted_measurements(references: list[Reference]) -> dict[str, dict]:
+    """Each calibration point of ``references`` a fit reads, by id, as :func:`measured_as` gives it."""
+    return {r.measurement.id: measured_as(r.measurement) for r in calibration_references(references)}
 
 
 class _SharedPasses:

@@ -5,6 +5,7 @@ the search (tests/study/test_calibration_fit.py)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,29 @@ def test_a_value_on_a_line_calibrate_cannot_rewrite_is_refused_before_the_fit(tm
     err = capsys.readouterr().err
     assert err.startswith(f"error: {mine}:128: calibrated.") and "its line is not a plain" in err, err
     assert err.count("\n") == 1
+
+
+def test_the_measurements_a_leave_one_out_column_was_fitted_to_are_compared_as_the_fit_reads_them():
+    from sn40l_sim.study.leave_one_out import fitted_measurements
+    from sn40l_sim.study.validation import load_references
+
+    references = load_references([REPO / "experiments" / "reference" / "snapstream_paper.yaml"])
+    column = LeaveOneOut({}, {}, measurements=fitted_measurements(references))
+    assert column.changed_measurement(references) is None
+    assert set(column.measurements) == {r.measurement.id for r in references if r.measurement.calibration}
+
+    def edited(id_, **fields):
+        return [replace(r, measurement=r.measurement.model_copy(update=fields)) if r.measurement.id == id_ else r
+                for r in references]
+
+    # its source text is not read by the fit: no change
+    assert column.changed_measurement(edited("t4_mha", source="another citation")) is None
+    changed = column.changed_measurement(edited("t5_128k_full_tps", value=480.0))
+    assert changed.startswith("t5_128k_full_tps: was {") and '"value": 434.0' in changed and '"value": 480.0' in changed
+    held_back = column.changed_measurement(edited("t4_mha", calibration=False))
+    assert held_back.startswith("t4_mha: was {") and held_back.endswith(", now not a calibration point")
+    from sn40l_sim.study.reference_schema import Tolerance
+
+    added = column.changed_measurement(edited("t5_64k_full_tps", value=900.0, tolerance=Tolerance(rel=0.05),
+                                              calibration=True))
+    assert added.startswith("t5_64k_full_tps: was not a calibration point, now {")

@@ -2,6 +2,7 @@
 the shipped files' fit)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sn40l_sim.commands.cli import main
@@ -129,3 +130,48 @@ def test_the_summary_lines_align_whatever_the_units():
                           row("b", "decode_step_s", 0.0885, 0.0861, {"rel": 0.05})])
     summary = [line for line in table.splitlines() if "mean |error|" in line]
     assert [line.index("mean |error|") for line in summary] == [11, 11], summary
+
+
+def test_the_shipped_leave_one_out_column_records_the_measurements_as_they_read():
+    from sn40l_sim.study.leave_one_out import LeaveOneOut, fitted_measurements
+    from sn40l_sim.study.validation import load_references
+
+    shipped = LeaveOneOut.read()
+    references = load_references([])
+    assert shipped is not None and shipped.measurements == fitted_measurements(references)
+    assert shipped.changed_measurement(references) is None
+
+
+def test_an_edited_measurement_drops_the_leave_one_out_column_naming_it(monkeypatch, capsys):
+    # a measured value or tolerance edited in experiments/reference/ kept the column of refits fitted
+    # to the old one, every other point's prediction with it, and counted it 'predicted within tolerance'
+    from dataclasses import replace
+
+    from sn40l_sim.study.leave_one_out import LeaveOneOut
+
+    shipped = LeaveOneOut.read()
+    assert shipped is not None and shipped.measurements is not None
+    was = shipped.measurements["kl_8b_8_speedup"]
+    edited = replace(shipped, measurements={**shipped.measurements, "kl_8b_8_speedup": {**was, "tolerance": {"range": [1.0, 2.5]}}})
+    assert edited.measurements["kl_8b_8_speedup"] != was
+    monkeypatch.setattr(LeaveOneOut, "read", classmethod(lambda cls, path=None: edited))
+    assert main(["validate", "--quiet", str(REPO / "experiments" / "reference" / "kernel_looping.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("note: the leave-one-out predictions were fitted to other measurements than "
+                          "experiments/reference/'s now (kl_8b_8_speedup: was ")
+    assert f", now {json.dumps(was, sort_keys=True, separators=(', ', ': '))}); rerun `python -m sn40l_sim calibrate --write --leave-one-out refit`\n" in out
+    assert "left out of the fit" not in out and "leave-one-out" not in out.split("\n", 1)[1]
+
+
+def test_a_leave_one_out_column_that_does_not_record_its_measurements_is_not_shown(monkeypatch, capsys):
+    from dataclasses import replace
+
+    from sn40l_sim.study.leave_one_out import LeaveOneOut
+
+    shipped = LeaveOneOut.read()
+    monkeypatch.setattr(LeaveOneOut, "read", classmethod(lambda cls, path=None: replace(shipped, measurements=None)))
+    assert main(["validate", "--quiet", str(REPO / "experiments" / "reference" / "kernel_looping.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("note: the leave-one-out predictions do not record the measurements they were fitted "
+                          "to; rerun `python -m sn40l_sim calibrate --write --leave-one-out refit`\n")
+    assert "left out of the fit" not in out
