@@ -173,11 +173,13 @@ def run(args: argparse.Namespace) -> int:
     result = fit(references, socket, evaluate, max_evaluations=args.max_evaluations, progress=progress,
                  starts=args.starts)
     print(f"{'parameter':34s} {'start':>12} {'fitted':>12}")
-    for name, s, f in zip(result.names, result.start, result.fitted, strict=True):
+    for i, (name, s, f) in enumerate(zip(result.names, result.start, result.fitted, strict=True)):
         low, high = start[name].low, start[name].high
         side = bound_reached(f, low, high)
-        # a fit its budget stopped has not found that it would go further
-        further = ": the fit would go further; docs/validation.md" if result.stopped != "budget" else ""
+        # a fit its budget stopped has not found that it would go further; one that stopped at a jump
+        # has, only if the cost falls past the bound (a parameter the measurements leave alone would not)
+        pressing = result.falling[i] == side if result.falling else result.stopped == "converged"
+        further = ": the fit would go further; docs/validation.md" if result.stopped != "budget" and pressing else ""
         note = f"  (at its {side} bound, {low if side == 'lower' else high:g}{further})" if side else ""
         print(f"{name:34s} {s:12.6g} {f:12.6g}{note}")
     for name, why in fixed_parameters(socket).items():

@@ -29,7 +29,16 @@ import numpy as np
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import SocketSpec, calibrated_parameters
-from sn40l_sim.study.linear_fit import Linearisation, linearise, surrogate_minimum, trust_region_fit
+from sn40l_sim.study.linear_fit import (
+    RESOLUTION,
+    STEP,
+    LinearFit,
+    Linearisation,
+    cost_of,
+    linearise,
+    surrogate_minimum,
+    trust_region_fit,
+)
 from sn40l_sim.study.validation import Comparison, Measurement, Reference
 
 #: weight of the pull towards the prior value, relative to one tolerance band
@@ -169,6 +178,10 @@ class FitResult:
     start_costs: tuple[float, ...] = ()
     kept_start: int = 0
     stopped: str = "converged"
+    #: each parameter: ``"upper"`` or ``"lower"`` when the cost, on the fit's Jacobian, falls as it moves
+    #: that way from where the fit ended (:func:`falling_sides`), else ``""``: at a bound, the fit
+    #: would go further only that way
+    falling: tuple[str, ...] = ()
 
 
 #: (references to simulate, calibrated overrides) -> comparisons
@@ -266,7 +279,34 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
     fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
                      passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept,
-                     best.stopped)
+                     best.stopped, falling_sides(residuals, best))
+
+
+def falling_sides(residuals: Callable[[np.ndarray, np.ndarray], np.ndarray], found: LinearFit) -> tuple[str, ...]:
+    """For each parameter, the way the cost falls from where ``found`` ended, on its Jacobian (the
+    linear prediction of the simulated values, no more passes): ``"upper"``, ``"lower"`` or ``""``
+    (it rises or stays both ways). A parameter at a bound is where the fit would have gone further
+    only if the cost falls past that bound; one the measurements do not move would not.
+
+    >>> import numpy as np
+    >>> from sn40l_sim.study.linear_fit import LinearFit, Linearisation
+    >>> u = np.array([1.0, 0.5])
+    >>> lin = Linearisation(u, np.eye(2), np.array([-0.01, 0.01]))
+    >>> falling_sides(lambda v, x: v - np.array([2.0, 0.5]), LinearFit(u, u.copy(), 0.5, lin, 3))
+    ('upper', '')
+    """
+    h = RESOLUTION * STEP
+    out = []
+    for j in range(len(found.u)):
+        costs = {}
+        for side, sign in (("upper", 1.0), ("lower", -1.0)):
+            moved = found.u.copy()
+            moved[j] += sign * h
+            predicted = found.values + found.linearisation.jacobian @ (moved - found.u)
+            costs[side] = cost_of(residuals(predicted, moved))
+        low = min(costs, key=costs.__getitem__)
+        out.append(low if costs[low] < found.cost * (1 - 1e-9) else "")
+    return tuple(out)
 
 
 #: seed of the starting points after the first, so that a multi-start fit is reproducible

@@ -233,3 +233,25 @@ def test_the_measurements_a_leave_one_out_column_was_fitted_to_are_compared_as_t
     added = column.changed_measurement(edited("t5_64k_full_tps", value=900.0, tolerance=Tolerance(rel=0.05),
                                               calibration=True))
     assert added.startswith("t5_64k_full_tps: was not a calibration point, now {")
+
+
+@pytest.mark.parametrize("falling, bound", [
+    ("upper", "(at its upper bound, 1: the fit would go further; docs/validation.md)"),
+    # the cost rises (or stays) past the bound on the fit's Jacobian: nothing says the fit would go on
+    ("", "(at its upper bound, 1)"),
+    ("lower", "(at its upper bound, 1)"),
+])
+def test_at_a_bound_the_fit_would_go_further_only_if_the_cost_falls_past_it(monkeypatch, capsys, falling, bound):
+    # a refit without t4_mha stopped at a jump with the systolic efficiency at 1 and said 'the fit
+    # would go further' whichever way the cost went there
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    sides = tuple(falling if n == "calibrated.systolic_efficiency" else "" for n in names)
+    monkeypatch.setattr(calibration, "fit", lambda *a, **kw: FitResult(names, start, start, [], 0.0,
+                                                                       stopped="resolution", falling=sides))
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {})
+    assert main(["calibrate", "--quiet"]) == 0
+    systolic = next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("calibrated.systolic_efficiency"))
+    assert systolic.endswith(bound), systolic

@@ -261,3 +261,19 @@ def test_a_refit_its_budget_stops_before_any_step_says_so_and_predicts_at_its_st
     assert all(r.stopped == "budget" and r.fitted == r.start for r in refits.values())
     at_start = smooth(dict(zip(refits["rate"].names, refits["rate"].start, strict=True)))
     assert predicted == {r.measurement.id: pytest.approx(at_start[r.measurement.quantity]) for r in REFS}
+
+
+def test_the_side_the_cost_falls_is_read_from_the_fits_jacobian():
+    # a parameter the measurements do not move sits where the prior holds it: no side falls; one a
+    # measurement pulls past the box's edge falls that way
+    import numpy as np
+
+    from sn40l_sim.study.calibration import falling_sides
+    from sn40l_sim.study.linear_fit import trust_region_fit
+
+    target = np.array([1.4, 0.0])
+    found = trust_region_fit(lambda u: np.array([u[0], 0.0]), lambda v, u: np.concatenate([(v - target) / 0.1,
+                                                                                            0.3 * (u - 0.5)]),
+                             np.array([0.5, 0.5]), max_passes=40)
+    assert found.u[0] == pytest.approx(1.0) and found.u[1] == 0.5
+    assert falling_sides(lambda v, u: np.concatenate([(v - target) / 0.1, 0.3 * (u - 0.5)]), found) == ("upper", "")
