@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true",
                         help="write the fitted values back into --hardware and, for a fit of the project's "
                              "hw_configs/sn40l.yaml to every reference file, validate's leave-one-out column into "
-                             "experiments/reference/leave_one_out.json")
+                             "experiments/reference/leave_one_out.json (a column of true refits made at the same "
+                             "values and measurements is kept unless --leave-one-out refit)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -76,6 +77,22 @@ def _every_reference(given: list[Path]) -> bool:
     from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR
 
     return not given or {p.resolve() for p in given} == {p.resolve() for p in DEFAULT_REFERENCE_DIR.glob("*.yaml")}
+
+
+def _refits_of(column) -> bool:
+    """Whether experiments/reference/leave_one_out.json already holds a column of true refits made at
+    ``column``'s calibrated values and measurements: ``calibrate --write`` from the shipped values
+    (the documented way to refit) replaced it with the linearised guess, which can predict what no
+    simulation gives. An unreadable file is replaced."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.leave_one_out import REFIT_METHOD, LeaveOneOut
+
+    try:
+        shipped = LeaveOneOut.read()
+    except InputError:
+        return False
+    return shipped is not None and shipped.method.startswith(REFIT_METHOD) and shipped.current(column.fitted) \
+        and shipped.measurements == column.measurements and set(shipped.fitted) == set(column.fitted)
 
 
 def _stopped(result, budget: int) -> str:
@@ -111,7 +128,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from sn40l_sim.study.calibration_file import check_writable, write_back, write_targets
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.leave_one_out import LEAVE_ONE_OUT, LeaveOneOut, fitted_measurements, refit_leave_one_out
+    from sn40l_sim.study.leave_one_out import (
+        LEAVE_ONE_OUT,
+        REFIT_METHOD,
+        LeaveOneOut,
+        fitted_measurements,
+        refit_leave_one_out,
+    )
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers
 
     references = load_references(args.references)
@@ -212,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
         caveat = "" if not spent else (
             f"; {len(spent)} of {len(predictions)} refits spent their budget of {args.max_evaluations} passes before "
             "taking a step, so they predict their point at the full fit's values (a larger --max-evaluations)")
-        loo = LeaveOneOut(fitted, predictions, method="refit of the simulator without the point, every step "
-                          "simulated (study/leave_one_out.py, refit_leave_one_out)" + caveat)
+        loo = LeaveOneOut(fitted, predictions, method=f"{REFIT_METHOD}, every step simulated (study/leave_one_out.py, "
+                          "refit_leave_one_out)" + caveat)
     else:
         if not args.quiet:
             print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, "
@@ -231,15 +254,22 @@ def run(args: argparse.Namespace) -> int:
             f"the calibration points of {', '.join(map(str, args.references))}"
         files = write_back(args.hardware, result, f"fitted by `python -m sn40l_sim calibrate` to {source}")
         project = default_hardware().resolve() in {f.resolve() for f in files}
+        kept = ""
         if every and project:
             # validate's leave-one-out column is of the whole reference set and of the project's socket
             # file; it is shown while that file holds the values it was computed at, so it records them
             # as written (rounded to the digits a line keeps), not as fitted
             written = calibrated_parameters(load_hardware(args.hardware).socket)
-            files.append(replace(loo, fitted={k: written[k].value for k in loo.fitted},
-                                 measurements=fitted_measurements(references)).write())
+            column = replace(loo, fitted={k: written[k].value for k in loo.fitted},
+                             measurements=fitted_measurements(references))
+            if args.leave_one_out == "linearised" and _refits_of(column):
+                kept = (" (experiments/reference/leave_one_out.json keeps its column of true refits, made at these "
+                        "values and measurements, rather than the linearised guess; --leave-one-out refit makes it "
+                        "again)")
+            else:
+                files.append(column.write())
         why = "validate's leave-one-out column is of every reference file" if not every else \
             "validate's leave-one-out column is of the project's hw_configs/sn40l.yaml"
         print(f"\nwrote the fitted values into {', '.join(map(str, files))}"
-              + ("" if every and project else f" (not experiments/reference/leave_one_out.json: {why})"))
+              + (kept if every and project else f" (not experiments/reference/leave_one_out.json: {why})"))
     return 0

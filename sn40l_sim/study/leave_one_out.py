@@ -26,6 +26,8 @@ from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Refere
 from sn40l_sim.yamlio import parse_json
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
+#: how the method of a column of true refits (:func:`refit_leave_one_out`) begins
+REFIT_METHOD = "refit of the simulator without the point"
 
 
 @dataclass(frozen=True)

@@ -255,3 +255,45 @@ def test_at_a_bound_the_fit_would_go_further_only_if_the_cost_falls_past_it(monk
     systolic = next(line for line in capsys.readouterr().out.splitlines()
                     if line.startswith("calibrated.systolic_efficiency"))
     assert systolic.endswith(bound), systolic
+
+
+@pytest.mark.parametrize("option, measurements_edited, keeps", [
+    ((), False, True),
+    # a refit column of other measurements, or a refit asked for, is replaced
+    ((), True, False),
+    (("--leave-one-out", "refit"), False, False),
+])
+def test_a_linearised_write_keeps_a_refit_column_of_the_same_values_and_measurements(
+        tmp_path, monkeypatch, capsys, option, measurements_edited, keeps):
+    # `calibrate --write` from the shipped values (the fit writes them back unchanged) replaced the
+    # shipped column of true refits (15 of 18 within tolerance) with the linearised one (13 of 18, and
+    # kl_8b_16_speedup at a ratio below one that no simulation gives)
+    from sn40l_sim.study.leave_one_out import REFIT_METHOD, fitted_measurements
+    from sn40l_sim.study.validation import load_references
+
+    project = tmp_path / "sn40l.yaml"
+    shutil.copy(REPO / "hw_configs" / "sn40l.yaml", project)
+    socket = load_hardware(project).socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    monkeypatch.setattr(calibration, "fit", lambda *a, **kw: FitResult(names, start, start, [], 0.0))
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {"t4_mha": 0.5})
+    monkeypatch.setattr("sn40l_sim.study.leave_one_out.refit_leave_one_out",
+                        lambda references, socket, evaluate, max_evaluations, progress: {"t4_mha": 0.6})
+    monkeypatch.setattr("sn40l_sim.commands.calibrate.default_hardware", lambda: project)
+    column = tmp_path / "leave_one_out.json"
+    write, read = LeaveOneOut.write, LeaveOneOut.read.__func__
+    monkeypatch.setattr(LeaveOneOut, "write", lambda self, path=column: write(self, column))
+    monkeypatch.setattr(LeaveOneOut, "read", classmethod(lambda cls, path=column: read(cls, column)))
+    measured = fitted_measurements(load_references([]))
+    if measurements_edited:
+        measured["t4_mha"] = {**measured["t4_mha"], "value": 0.7}
+    LeaveOneOut(dict(zip(names, start, strict=True)), {"t4_mha": 0.698}, f"{REFIT_METHOD}, every step simulated",
+                measured).write(column)
+    before = column.read_bytes()
+    assert main(["calibrate", "--write", "--quiet", *option]) == 0
+    out = capsys.readouterr().out
+    assert (column.read_bytes() == before) is keeps
+    assert ("keeps its column of true refits" in out) is keeps, out
+    if not keeps:
+        assert LeaveOneOut.read(column).predictions == {"t4_mha": 0.6 if option else 0.5}
