@@ -33,6 +33,11 @@ from pathlib import Path
 
 from sn40l_sim.commands.argtypes import input_path
 
+#: most starting points --starts takes: each start is a fit of its own (the default 40 passes of a
+#: few CPU seconds each, so 1,024 starts are about a day of CPU), and the starts are drawn as one
+#: Latin hypercube up front (a billion asked for held the run at its first step, allocating it)
+MAX_STARTS = 1024
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``calibrate``'s arguments."""
@@ -46,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulation budget of the fit, in passes over the calibration points, the finite "
                              "differences' included (default: %(default)s)")
     parser.add_argument("--starts", type=int, default=1,
-                        help="fit from this many starting points, the YAML's values first, and keep the lowest "
+                        help=f"fit from this many starting points (at most {MAX_STARTS:,}), the YAML's values first, and keep the lowest "
                              "cost; --max-evaluations is each start's budget (default: %(default)s)")
     parser.add_argument("--leave-one-out", choices=("linearised", "refit"), default="linearised",
                         help="how each calibration point is predicted without it: by a refit on the fit's "
@@ -146,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
     # the fit's own limits, checked before any simulation pass is spent
     if args.starts < 1:
         raise InputError(f"expected at least 1 starting point, got {args.starts}", field="--starts")
+    if args.starts > MAX_STARTS:
+        raise InputError(f"expected at most {MAX_STARTS:,} starting points, got {args.starts:,} (each start is a fit of up "
+                         "to --max-evaluations simulation passes, a few CPU seconds each)", field="--starts")
     if not calibration_references(references):   # a fit to nothing would keep the prior and rewrite files
         named = ", ".join(map(str, args.references)) or "experiments/reference/"
         raise InputError(f"no calibration measurement (calibration: true, with a value) in {named}: nothing to "

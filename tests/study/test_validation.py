@@ -357,6 +357,7 @@ def test_calibrate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_
     (["calibrate", "--max-evaluations", "0"], "--max-evaluations: a fit of 6 parameters needs at least 7 passes, got 0"),
     (["calibrate", "--max-evaluations", "6"], "needs at least 7 passes, got 6"),
     (["calibrate", "--starts", "0"], "--starts: expected at least 1 starting point, got 0"),
+    (["calibrate", "--starts", "1000000000"], "--starts: expected at most 1,024 starting points, got 1,000,000,000"),
     (["validate", "--hardware", "experiments"], "experiments: is a folder; expected a YAML file"),
 ])
 def test_bad_options_are_one_line_before_anything_is_simulated(capsys, arguments, words):
