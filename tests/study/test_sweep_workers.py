@@ -9,6 +9,7 @@ every file it opens. It must open no YAML, CSV or JSONL file and nothing under t
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -88,8 +89,11 @@ def test_a_worker_opens_no_input_file(tmp_path):
     shipped = pickle.dumps(runs)
     assert len(shipped) < 200_000  # specs, not file trees
     shutil.rmtree(inputs)
+    # the worker runs outside the repository (cwd), so it finds this checkout's package on its path,
+    # installed or not, and not another checkout an editable install may point to
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", WORKER, str(REPO), str(inputs)], input=shipped,
-                          capture_output=True, check=True, cwd=tmp_path)
+                          capture_output=True, check=True, cwd=tmp_path, env=env)
     result = json.loads(done.stdout)
     assert result["opened"] == []
     assert to_json(result["records"]) == to_json(expected)
