@@ -36,6 +36,10 @@ DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "
              "draft_acceptance")
 
 
+#: the names whose record also holds a digest of what they describe (``<name>_digest``): an edited copy
+#: of a hardware or model file keeps its name, and the heading must not call the two the same
+DIGESTED = ("hardware", "model")
+
 #: a point's heading when its model, hardware and policy are the same in both runs
 SAME_INPUTS = "the same model, hardware and policy"
 #: what ``changed_only`` shows of a point none of whose figures differ
@@ -54,6 +58,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
     only the rows whose shown values differ)."""
     changes = [_change(name, base.get(name), other.get(name)) for name in DESCRIBED if base.get(name) != other.get(name)]
+    changes += [_described_otherwise(name, base, other) for name in DIGESTED if _same_name_other_digest(name, base, other)]
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
@@ -87,6 +92,24 @@ def _change(name: str, a: Any, b: Any) -> str:
             return ", ".join(f"{k}({_described(m[k])})" if k in m else f"{k}(none)" for k in keys)
         return f"{name} {side(a)} -> {side(b)}"
     return f"{name} {_described(a)} -> {_described(b)}"
+
+
+def _same_name_other_digest(name: str, base: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether ``name`` is the same in both records but its digest differs (both records holding
+    one: results written before digests were kept compare by name alone)."""
+    a, b = base.get(f"{name}_digest"), other.get(f"{name}_digest")
+    return base.get(name) == other.get(name) and a is not None and b is not None and a != b
+
+
+def _described_otherwise(name: str, base: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """A heading's ``name N described otherwise (digest a -> b)``: one name for two descriptions.
+
+    >>> _described_otherwise("hardware", {"hardware": "SN40L-16", "hardware_digest": "3f2a"},
+    ...                      {"hardware": "SN40L-16", "hardware_digest": "9b1c"})
+    'hardware SN40L-16 described otherwise (digest 3f2a -> 9b1c)'
+    """
+    return (f"{name} {_described(base.get(name))} described otherwise "
+            f"(digest {base[f'{name}_digest']} -> {other[f'{name}_digest']})")
 
 
 def _described(value: Any) -> str:

@@ -21,6 +21,7 @@ from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report import metrics
+from sn40l_sim.report.digests import digest
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.prefix_fields import chunked_prefill_fields, prefix_cache_fields
 from sn40l_sim.report.slo import SLO, served_slo_fields
@@ -159,6 +160,9 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "name": s.name,
         "model": s.model.name,
         "hardware": s.node.name,
+        # the prefill nodes' description too when they are other hardware (prefill_hardware)
+        "hardware_digest": digest(s.node, s.prefill_node if s.prefill_node != s.node else None),
+        "model_digest": digest(s.model),
         "kv_policy": s.policy.name,
         "kv_policy_params": dict(sorted(policy_params.items())),
         "prefill_len": s.prompt_len,

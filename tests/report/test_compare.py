@@ -3,6 +3,7 @@ values, and one clear line for a file that is not a results.json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +257,57 @@ def test_compare_records_names_what_is_not_a_list_of_records(base, kind):
 def test_compare_records_takes_any_iterable_of_records():
     tables, only_base, only_other = compare_records(iter([BASE]), (BASE,))
     assert len(tables) == 1 and only_base == only_other == []
+
+
+def test_one_hardware_name_with_two_digests_is_not_called_the_same():
+    # an edited copy of hw_configs/sn40l.yaml keeps the name SN40L: the heading said "the same model,
+    # hardware and policy" over a decode step 10% shorter
+    other = dict(BASE, hardware_digest="945402bb3238", decode_step_s=0.07715)
+    base = dict(BASE, hardware_digest="010aea8d8801")
+    assert point_table(base, other).splitlines()[0] == \
+        "full: hardware SN40L-16 described otherwise (digest 010aea8d8801 -> 945402bb3238)"
+    model = dict(base, model_digest="aaaaaaaaaaaa")
+    assert point_table(model, dict(model, model_digest="bbbbbbbbbbbb"), changed_only=True).splitlines() == \
+        ["full: model m described otherwise (digest aaaaaaaaaaaa -> bbbbbbbbbbbb)", "(no figure differs)"]
+    # a renamed node says its names only; a record without digests (older results) compares by name
+    renamed = dict(other, hardware="SN40L-16 (hbm)")
+    assert point_table(base, renamed).splitlines()[0] == "full: hardware SN40L-16 -> SN40L-16 (hbm)"
+    assert point_table(BASE, other).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+def test_runs_on_an_edited_copy_of_the_hardware_compare_as_other_hardware(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[2]
+    for name in ("sn40l.yaml", "sn40l_node16.yaml"):
+        for copy, rate in (("a", "409.6 GB/s"), ("b", "819.2 GB/s")):
+            (tmp_path / copy).mkdir(exist_ok=True)
+            text = (root / "hw_configs" / name).read_text()
+            (tmp_path / copy / name).write_text(text.replace("bytes_per_s_per_unit: 409.6 GB/s",
+                                                             f"bytes_per_s_per_unit: {rate}"))
+    outs = []
+    for copy in ("a", "b"):
+        experiment = tmp_path / copy / "exp.yaml"
+        experiment.write_text(EXPERIMENT.format(model=root / "graphs" / "llama3_1_8b.yaml"))
+        outs.append(tmp_path / copy / "out")
+        assert main(["run", str(experiment), "--out", str(outs[-1]), "--no-plot", "--quiet"]) == 0
+    records = [json.loads((out / "results.json").read_text())[0] for out in outs]
+    assert records[0]["hardware"] == records[1]["hardware"] == "SN40L-16"
+    assert records[0]["model_digest"] == records[1]["model_digest"]
+    assert records[0]["hardware_digest"] != records[1]["hardware_digest"]
+    assert records[1]["decode_step_s"] < records[0]["decode_step_s"]  # the faster machine ran
+    capsys.readouterr()
+    assert main(["compare", str(outs[0]), str(outs[1]), "--changed"]) == 0
+    heading = capsys.readouterr().out.splitlines()[2]
+    assert heading == (f"full: hardware SN40L-16 described otherwise (digest {records[0]['hardware_digest']} -> "
+                       f"{records[1]['hardware_digest']})")
+
+
+EXPERIMENT = """kind: experiment
+name: digest
+hardware: sn40l_node16.yaml
+model: {model}
+parallel: {{prefill: {{tp: 16}}, decode: {{tp: 16}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 1024, batch: 1, max_new_tokens: 4}}
+workload: {{kind: fixed, count: 1, output_len: 4}}
+serving: {{batch: 1, max_new_tokens: 4}}
+"""

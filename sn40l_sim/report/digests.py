@@ -1,0 +1,33 @@
+"""Short digests of the hardware and the model a point simulated, kept in its record so that
+``compare`` can tell two machines (or models) of one name apart: an architect's edited copy of
+``hw_configs/sn40l.yaml`` keeps the name ``SN40L``, and without a digest the two runs' records would
+name the same hardware while their numbers differ.
+
+Examples
+--------
+>>> from pydantic import BaseModel
+>>> class Toy(BaseModel):
+...     name: str
+...     rate: float
+>>> a, b = digest(Toy(name="x", rate=1.0)), digest(Toy(name="x", rate=2.0))
+>>> len(a), a == digest(Toy(name="x", rate=1.0)), a == b
+(12, True, False)
+"""
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import BaseModel
+
+#: hex digits kept: 48 bits, far from a chance collision between the handful of runs compared
+DIGEST_DIGITS = 12
+
+
+def digest(*specs: BaseModel | None) -> str:
+    """The first :data:`DIGEST_DIGITS` hex digits of the SHA-256 of ``specs``' JSON dumps (``None``
+    entries skipped), the same for equal specs in every process."""
+    h = hashlib.sha256()
+    for spec in specs:
+        if spec is not None:
+            h.update(spec.model_dump_json().encode("utf-8") + b"\0")
+    return h.hexdigest()[:DIGEST_DIGITS]
