@@ -102,6 +102,30 @@ class InputError(Exception):
         self.field = field
         self.line = line
 
+    def located_at(self, *, file: str | Path | None, field: str | None, line: int | None,
+                   message: str | None = None) -> InputError:
+        """This error of its own class at another place (and, given one, with another message).
+        A copy, not ``self.__class__(...)``: a subclass's constructor may take other arguments
+        (:class:`~sn40l_sim.mapper.memory.TiersOverflow` takes its placement), and rebuilding one
+        through ``InputError``'s raised a ``TypeError`` traceback in place of the message.
+
+        >>> class Odd(InputError):
+        ...     def __init__(self, message, extra):
+        ...         super().__init__(message)
+        ...         self.extra = extra
+        >>> moved = Odd("does not fit", 3).located_at(file="exp.yaml", field="shape.prompt_len", line=4)
+        >>> str(moved), type(moved).__name__, moved.extra
+        ('exp.yaml:4: shape.prompt_len: does not fit', 'Odd', 3)
+        """
+        moved = type(self).__new__(type(self))  # not copy.copy: it calls the constructor with args
+        moved.__dict__.update(self.__dict__)
+        moved.message = self.message if message is None else message
+        moved.args = (moved.message,)
+        moved.file = str(file) if file is not None else None
+        moved.field = field
+        moved.line = line
+        return moved
+
     def __str__(self) -> str:
         where = ""
         if self.file:

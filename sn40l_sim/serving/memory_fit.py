@@ -194,7 +194,12 @@ class MemoryFit:
         kv = self._kv("prefill", self.s.prefill_plan, 1, prefill_len)
         with located("graph_options"):
             act = self.prefill_costs.prefill_activation_bytes(prefill_len)
-        placement = place_socket(self.prefill_place, may_spill, self.s.prefill_plan, kv, act)
+        try:
+            placement = place_socket(self.prefill_place, may_spill, self.s.prefill_plan, kv, act)
+        except TiersOverflow:
+            # over every tier with nothing kept out of the first (a socket with no tier to spill to):
+            # it does not fit, which the hint says, not a second refusal in place of the first
+            return False
         return not spilled_uses(placement, may_spill)
 
     def decode_fits(self, batch: int) -> Any:

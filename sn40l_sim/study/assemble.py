@@ -314,7 +314,7 @@ class Assembly:
             field = next((f for f in field if self._written(f)), field[-1])
         path = tuple(field.split(".")) if field else ()
         file, line = self.experiment.doc.where(path)
-        return exc.__class__(exc.message, file=file, field=field, line=line)
+        return exc.located_at(file=file, field=field, line=line)
 
     def _written(self, field: str) -> bool:
         """Whether the experiment file (or its base) writes ``field`` (a dotted path)."""

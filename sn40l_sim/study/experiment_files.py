@@ -86,8 +86,8 @@ def experiment_model(experiment: Experiment, field: tuple, relative: str) -> Mod
         else:
             inner = tuple(exc.field.split(".")) if exc.field else ()
         file, line = experiment.doc.where(("model_overrides",) + inner)
-        raise exc.__class__(message, file=file, field=".".join(("model_overrides",) + inner),
-                            line=line) from None
+        raise exc.located_at(message=message, file=file, field=".".join(("model_overrides",) + inner),
+                             line=line) from None
 
 
 def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:

@@ -77,7 +77,8 @@ def model_error(exp: Any, index: int, exc: InputError) -> InputError:
     at = "batch" if exc.field == "serving.batch" and isinstance(written, dict) and "batch" in written else \
         "model" if exc.field in ("model", "serving.batch") else None
     where = exp.error(("multi_model", "models", index, at), exc.message) if at else exc
-    return exc.__class__(f"{exc.message} (model {entry.name})", file=where.file, field=where.field, line=where.line)
+    return exc.located_at(message=f"{exc.message} (model {entry.name})", file=where.file, field=where.field,
+                          line=where.line)
 
 
 def time_models(asm: Assembly, point: Point) -> list[TimedModel]:

@@ -339,8 +339,8 @@ def at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputEr
     """``exc`` located at ``inner`` of the point's policy entry, naming the point."""
     file, line = exp.doc.where(("policies", point.policy_index) + inner)
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inner)
-    return exc.__class__(f"{exc.message} (point {point.name})", file=file,
-                         field=f"policies[{point.policy_index}]{path}", line=line)
+    return exc.located_at(message=f"{exc.message} (point {point.name})", file=file,
+                          field=f"policies[{point.policy_index}]{path}", line=line)
 
 
 def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSpec:
@@ -352,6 +352,6 @@ def make_point_model(exp: Experiment, point: Point, model: ModelSpec) -> ModelSp
         inner = tuple((exc.field or "").split(".")) if exc.field else ()
         at = ("policies", point.policy_index, "model_overrides") + inner
         file, line = exp.doc.where(at)
-        raise exc.__class__(f"{exc.message} (point {point.name})", file=file,
-                            field=f"policies[{point.policy_index}].model_overrides" + "".join(f".{p}" for p in inner),
-                            line=line) from None
+        raise exc.located_at(message=f"{exc.message} (point {point.name})", file=file,
+                             field=f"policies[{point.policy_index}].model_overrides" + "".join(f".{p}" for p in inner),
+                             line=line) from None

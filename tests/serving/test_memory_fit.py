@@ -145,3 +145,39 @@ def test_no_batch_under_data_parallel_attention_is_told_what_attention_dp_1_leav
     path = llama(tmp_path, 130944, batch="4")
     path.write_text(path.read_text().replace("attention_dp: 8", "attention_dp: 1"))
     assert main(["check", str(path)]) == 0
+
+
+def test_a_prompt_over_a_socket_with_no_tier_to_spill_to_is_one_line(tmp_path, capsys):
+    # a copy of the socket with its DDR tier removed (an HBM-only what-if): the 1M-token prompt may
+    # spill its activations and KV but has nowhere to; the hint's placements overflowed the last
+    # tier too, escaped as TiersOverflow, and relocating that (its constructor takes a placement)
+    # was a TypeError traceback
+    socket = (REPO / "hw_configs" / "sn40l.yaml").read_text()
+    socket = re.sub(r"  ddr:\n(    .*\n)+", "", socket).replace("    ddr: 1.5 TiB", "")
+    assert "ddr" not in socket.split("tln:")[0].split("memory:")[1]
+    (tmp_path / "sn40l.yaml").write_text(socket)
+    node = (REPO / "hw_configs" / "sn40l_node16.yaml").read_text()
+    (tmp_path / "node.yaml").write_text(node)
+    experiment = tmp_path / "lc.yaml"
+    experiment.write_text(LONG_CONTEXT.replace(f"{REPO}/hw_configs/sn40l_node16.yaml", "node.yaml"))
+    for command in ("check", "run"):
+        assert main([command, str(experiment)] + (["--out", str(tmp_path / "out"), "--no-plot"]
+                                                  if command == "run" else [])) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"error: {experiment}:") and "shape.prompt_len: memory does not fit" in err, err
+        # 40.05 + 4.36 + 42.05 GiB against 56 usable: 30.46 GiB over, and a shorter prompt fits
+        assert "exceeds the usable HBM of 56.00 GiB" in err and "(30.46 GiB)" in err, err
+        assert "prompts of up to 262144 tokens fit as it is" in err, err
+
+
+def test_an_overflow_of_every_tier_is_located_in_the_experiment_as_itself():
+    # Assembly.locate rebuilt errors as exc.__class__(message, file=..., ...), which TiersOverflow's
+    # constructor (message, placement) does not take
+    from sn40l_sim.mapper.memory import TiersOverflow
+
+    exc = TiersOverflow("memory does not fit on a socket of SN40L", placement="the fill")
+    moved = exc.located_at(file="exp.yaml", field="shape.prompt_len", line=28)
+    assert isinstance(moved, TiersOverflow) and moved.placement == "the fill"
+    assert str(moved) == "exp.yaml:28: shape.prompt_len: memory does not fit on a socket of SN40L"
+    assert exc.file is None  # the original is left as it was
