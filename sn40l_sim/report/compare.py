@@ -38,7 +38,7 @@ DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "
 
 #: the names whose record also holds a digest of what they describe (``<name>_digest``): an edited copy
 #: of a hardware or model file keeps its name, and the heading must not call the two the same
-DIGESTED = ("hardware", "model")
+DIGESTED = ("hardware", "prefill_hardware", "model")
 
 #: a point's heading when its model, hardware and policy are the same in both runs
 SAME_INPUTS = "the same model, hardware and policy"

@@ -41,15 +41,16 @@ RESULTS = Fields([
           csv=1, design=True, axis="point"),
     Field("model", "", "The model's name.", csv=2, design=True, axis="model"),
     Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
-    Field("hardware_digest", "", "12 hex digits of the SHA-256 of the hardware as simulated (the decode node with "
-          "its socket, after any --set, and the prefill nodes' when other): two records of one hardware name and "
-          "different digests ran different machines (an edited copy of a hardware file keeps its name).",
-          axis="hardware digest"),
+    Field("hardware_digest", "", "12 hex digits of the SHA-256 of the node as simulated (the decode node with its "
+          "socket, after any --set): two records of one hardware name and different digests ran different "
+          "machines (an edited copy of a hardware file keeps its name).", axis="hardware digest"),
     Field("model_digest", "", "12 hex digits of the SHA-256 of the model as simulated (after model_overrides): two "
           "records of one model name and different digests ran different models.", axis="model digest"),
     Field("prefill_hardware", "", "The prefill nodes' name when they are other hardware than the decode nodes "
           "(the experiment's prefill_hardware; hardware is then the decode nodes').", axis="prefill hardware",
           group="prefill_hardware", table=Row(15, "prefill hardware")),
+    Field("prefill_hardware_digest", "", "12 hex digits of the SHA-256 of the prefill nodes' description, as "
+          "hardware_digest is of the decode node's.", axis="prefill hardware digest", group="prefill_hardware"),
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
     Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them: token counts "

@@ -160,8 +160,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "name": s.name,
         "model": s.model.name,
         "hardware": s.node.name,
-        # the prefill nodes' description too when they are other hardware (prefill_hardware)
-        "hardware_digest": digest(s.node, s.prefill_node if s.prefill_node != s.node else None),
+        "hardware_digest": digest(s.node),
         "model_digest": digest(s.model),
         "kv_policy": s.policy.name,
         "kv_policy_params": dict(sorted(policy_params.items())),
@@ -226,6 +225,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         record.update(prefix_cache_fields(log, clock) if served else {"prefix_cache": None})
     if "prefill_hardware" in extra_fields:
         record["prefill_hardware"] = prefill_node.name
+        record["prefill_hardware_digest"] = digest(prefill_node)
     if "chunked_prefill" in extra_fields:
         record.update(chunked_prefill_fields(log, s.prefill_chunk) if served else {"chunked_prefill": None})
     return record

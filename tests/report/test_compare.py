@@ -269,6 +269,9 @@ def test_one_hardware_name_with_two_digests_is_not_called_the_same():
     model = dict(base, model_digest="aaaaaaaaaaaa")
     assert point_table(model, dict(model, model_digest="bbbbbbbbbbbb"), changed_only=True).splitlines() == \
         ["full: model m described otherwise (digest aaaaaaaaaaaa -> bbbbbbbbbbbb)", "(no figure differs)"]
+    prefill = dict(base, prefill_hardware="SN40L-8", prefill_hardware_digest="072a6d612f78")
+    assert point_table(prefill, dict(prefill, prefill_hardware_digest="8c158d3943bd")).splitlines()[0] == \
+        "full: prefill_hardware SN40L-8 described otherwise (digest 072a6d612f78 -> 8c158d3943bd)"
     # a renamed node says its names only; a record without digests (older results) compares by name
     renamed = dict(other, hardware="SN40L-16 (hbm)")
     assert point_table(base, renamed).splitlines()[0] == "full: hardware SN40L-16 -> SN40L-16 (hbm)"
