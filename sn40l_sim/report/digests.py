@@ -19,6 +19,8 @@ import hashlib
 
 from pydantic import BaseModel
 
+from sn40l_sim.report.registry import Field
+
 #: hex digits kept: 48 bits, far from a chance collision between the handful of runs compared
 DIGEST_DIGITS = 12
 
@@ -31,3 +33,18 @@ def digest(*specs: BaseModel | None) -> str:
         if spec is not None:
             h.update(spec.model_dump_json().encode("utf-8") + b"\0")
     return h.hexdigest()[:DIGEST_DIGITS]
+
+
+#: the results fields :func:`~sn40l_sim.report.records.build_record` fills with :func:`digest`
+#: (declared here, spliced into :data:`~sn40l_sim.report.fields.RESULTS` after ``hardware``)
+DIGEST_FIELDS = (
+    Field("hardware_digest", "", "12 hex digits of the SHA-256 of the node as simulated (the decode node with its "
+          "socket, after any --set): two records of one hardware name and different digests ran different "
+          "machines (an edited copy of a hardware file keeps its name).", axis="hardware digest"),
+    Field("model_digest", "", "12 hex digits of the SHA-256 of the model as simulated (after model_overrides): two "
+          "records of one model name and different digests ran different models.", axis="model digest"),
+)
+#: the prefill nodes' digest, in the ``prefill_hardware`` group of fields
+PREFILL_HARDWARE_DIGEST = Field(
+    "prefill_hardware_digest", "", "12 hex digits of the SHA-256 of the prefill nodes' description, as "
+    "hardware_digest is of the decode node's.", axis="prefill hardware digest", group="prefill_hardware")

@@ -18,6 +18,7 @@ Examples
 """
 from __future__ import annotations
 
+from sn40l_sim.report.digests import DIGEST_FIELDS, PREFILL_HARDWARE_DIGEST
 from sn40l_sim.report.multi_model_fields import MULTI_MODEL_FIELD
 from sn40l_sim.report.registry import Field, Fields
 from sn40l_sim.report.table_rows import Row, TierRows
@@ -41,16 +42,11 @@ RESULTS = Fields([
           csv=1, design=True, axis="point"),
     Field("model", "", "The model's name.", csv=2, design=True, axis="model"),
     Field("hardware", "", "The node's name.", csv=3, design=True, axis="hardware"),
-    Field("hardware_digest", "", "12 hex digits of the SHA-256 of the node as simulated (the decode node with its "
-          "socket, after any --set): two records of one hardware name and different digests ran different "
-          "machines (an edited copy of a hardware file keeps its name).", axis="hardware digest"),
-    Field("model_digest", "", "12 hex digits of the SHA-256 of the model as simulated (after model_overrides): two "
-          "records of one model name and different digests ran different models.", axis="model digest"),
+    *DIGEST_FIELDS,
     Field("prefill_hardware", "", "The prefill nodes' name when they are other hardware than the decode nodes "
           "(the experiment's prefill_hardware; hardware is then the decode nodes').", axis="prefill hardware",
           group="prefill_hardware", table=Row(15, "prefill hardware")),
-    Field("prefill_hardware_digest", "", "12 hex digits of the SHA-256 of the prefill nodes' description, as "
-          "hardware_digest is of the decode node's.", axis="prefill hardware digest", group="prefill_hardware"),
+    PREFILL_HARDWARE_DIGEST,
     Field("kv_policy", "", "The KV-cache policy (full, snapstream, ...).", csv=4, design=True, axis="KV policy",
           table=Row(10, "KV policy")),
     Field("kv_policy_params", "tokens", "The policy's parameters as the experiment gives them: token counts "
@@ -115,8 +111,7 @@ RESULTS = Fields([
     )),
     # prefill
     Field("prefill_s", "s", "One prefill of a prompt of prefill_len tokens (a trace's shorter prompts take less).",
-          axis="prefill of one prompt",
-          table=Row(60, "prefill, one prompt (s)", ".3f")),
+          axis="prefill of one prompt", table=Row(60, "prefill, one prompt (s)", ".3f")),
     Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles of the node that "
           "prefills it (prefill_hardware's when the experiment names one; prefill_s is the same time in seconds).", golden=True,
           axis="prefill"),
@@ -138,8 +133,7 @@ RESULTS = Fields([
     # decode
     Field("decode_step_s", "s", "One step of the static decode graph at the point's batch and kv_len.", csv=11,
           design=True, axis="decode step", table=Row(140, "decode step (ms)", ".2f", 1e3)),
-    Field("decode_step_cycles", "cycles", "One decode step, in socket clock cycles.", golden=True,
-          axis="decode step"),
+    Field("decode_step_cycles", "cycles", "One decode step, in socket clock cycles.", golden=True, axis="decode step"),
     Field("decode_kernel_cycles", "cycles", "Cycles of one decode step by kernel kind, summed over the graph; each "
           "cycle of the socket counts once (a loop iteration's collectives overlapping the next iteration count "
           "in the next), so the kinds add up to the step less any gaps between kernels.",
@@ -180,8 +174,7 @@ RESULTS = Fields([
           axis="KV bytes per token (all layers)"),
     Field("kv_transfer_bytes", "B", "KV cache sent from a prefill node to a decode node per request of prefill_len "
           "tokens (0 when co-located; a trace's shorter prompts send less).", golden=True,
-          axis="KV transfer per request",
-          table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
+          axis="KV transfer per request", table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),
     # KV policies side by side (opt-in: report: {extra_fields: [kv_policies]})
