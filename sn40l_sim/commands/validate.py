@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="reference files (default: experiments/reference/*.yaml)")
     parser.add_argument("--hardware", type=input_path, default=None,
                         help="socket YAML whose calibrated values the leave-one-out column must match "
-                             "(default: the project's hw_configs/sn40l.yaml, from any folder)")
+                             "(default: the project's hw_configs/sn40l.yaml, from any folder); the experiments "
+                             "run on the hardware they name, so one of another socket is refused")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.commands.calibrate import default_hardware
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
+    from sn40l_sim.study.assemble import Assembly
+    from sn40l_sim.study.calibration import check_validated_hardware
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut
     from sn40l_sim.study.validation import (
@@ -45,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         record_readers,
     )
 
+    given = args.hardware is not None
     if args.hardware is None:   # a path relative to the folder it runs from was 'file not found' elsewhere
         args.hardware = default_hardware()
     loaded = LoadedExperiments()
@@ -52,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     loo = LeaveOneOut.read()
     # the hardware the leave-one-out column is checked against: a bad --hardware is refused before
     # the simulations, not after them
-    socket = load_hardware(args.hardware).socket if loo is not None else None
+    socket = load_hardware(args.hardware).socket if loo is not None or given else None
+    if given:   # ... and one the experiments do not run on, whose figures the table would seem to give
+        assemblies = {path: loaded.load(path) for path in sorted({r.experiment_path for r in references})}
+        check_validated_hardware(socket, args.hardware, {
+            path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
+            for path, a in assemblies.items()})
     # a point is simulated only if a measurement reads it, and its prefill only if one reads that
     readers, prefill = record_readers(references), prefill_readers(references)
 

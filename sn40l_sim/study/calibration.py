@@ -87,6 +87,23 @@ def check_fitted_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Pa
                                  "(calibrate fits the hardware the reference experiments name)", field="--hardware")
 
 
+def check_validated_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Path, list[SocketSpec]]) -> None:
+    """Refuse a ``validate --hardware`` whose socket is not the one the reference experiments run on
+    (``simulated`` as for :func:`check_fitted_hardware`): ``validate`` simulates each experiment on the
+    hardware it names, as it is, and ``--hardware`` only names the calibrated values the leave-one-out
+    column is checked against. An edited copy (twice the HBM rate) printed the shipped machine's figures."""
+    mine = socket.model_dump(mode="json")
+    for experiment, sockets in simulated.items():
+        for other in sockets:
+            field = _first_difference(mine, other.model_dump(mode="json"))
+            if field is not None:
+                raise InputError(f"the reference experiment {experiment} runs on a socket that differs from {hardware}'s "
+                                 f"in {field}: validate simulates the hardware each experiment names, so its figures "
+                                 f"would not be {hardware}'s (--hardware only names the calibrated values the "
+                                 "leave-one-out column must match; run an experiment on the changed hardware, or "
+                                 "`run --set hardware.<field>=...`, and `compare`)", field="--hardware")
+
+
 def _uncalibrated(data: dict, fitted: dict) -> dict:
     """A socket's data without its calibrated parameters (dotted paths under the socket)."""
     data = dict(data)

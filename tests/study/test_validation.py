@@ -413,3 +413,25 @@ def test_a_range_is_shown_as_the_range_and_its_error_is_the_part_outside_it():
     # apart from the means of the other kinds, counted by whether they are inside
     assert "  range 1 of 2 within their range, worst 10.00% outside" in table
     assert "mean |error|" not in table
+
+
+def test_validate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_path, capsys):
+    # validate simulates the experiments' own hardware, as it is: with a faster HBM in --hardware it
+    # printed the shipped socket's figures (453.5 reported tokens/s for Table 5's full cache, as
+    # without it) and the leave-one-out column, as if they were that socket's
+    faster = tmp_path / "faster_hbm.yaml"
+    shipped = (REPO / "hw_configs/sn40l.yaml").read_text()
+    faster.write_text(shipped.replace("bytes_per_s_per_unit: 409.6 GB/s", "bytes_per_s_per_unit: 819.2 GB/s", 1))
+    assert main(["validate", "--hardware", str(faster)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured   # refused before any simulation
+    assert captured.err.startswith("error: --hardware: the reference experiment ")
+    assert "in memory.hbm.bytes_per_s_per_unit: validate simulates the hardware each experiment names" in captured.err
+    # an unedited copy is the socket the experiments run on
+    same = tmp_path / "same.yaml"
+    same.write_text(shipped)
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: max_batch, source: s, "
+                   f"experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
+    assert main(["validate", str(ref), "--hardware", str(same), "--quiet"]) == 0, capsys.readouterr().err
+    assert "max_batch" in capsys.readouterr().out
