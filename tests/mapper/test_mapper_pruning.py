@@ -121,3 +121,40 @@ def test_the_pruned_tiling_search_returns_the_plan_of_the_exhaustive_one(case, m
             # of the heaviest GEMMs, of every stage, allocated before placing
             for floor in (kernel_mod._part_floor, kernel_mod._tiling_floor, kernel_mod._allocated_floor):
                 assert floor(*args) <= plan.objective[0], (floor.__name__, args[4], args[6], args[7])
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_the_tile_choices_searched_in_either_order_give_one_plan(windowed, monkeypatch):
+    """DeepSeek-R1's MTP attention in decode with two drafts has a third of the main layers' query
+    rows (128 against 384), so its floor on one tile (of the stream, the GEMMs over one tile's PCUs
+    and the switches' configuration) stays below the plans on four, which load four tiles'
+    configuration: both tile choices are searched, four tiles first (the lower floor) and one tile
+    wins. Searched the other way round, the winner first, whose objective then cuts the other's
+    search, the plan is the same: the choice and its cut-offs only skip plans that cannot win."""
+    socket = _socket("node")
+    kernel = _kernel("drafts", "MTP0.mla")
+    loop = _loop("windows", "node", kernel) if windowed else LONE_CALL
+    real_floor, real_tiling = kernel_mod.plan_floor, kernel_mod._best_tiling
+
+    def search(order: dict[int, float] | None):
+        searched = []
+
+        def tiling(*args, **kwargs):
+            searched.append(args[5])
+            return real_tiling(*args, **kwargs)
+
+        clear_section_memo()
+        division.clear_caches()
+        with monkeypatch.context() as patch:
+            patch.setattr(kernel_mod, "_best_tiling", tiling)
+            if order is not None:    # negative floors: an order, and no choice skipped
+                patch.setattr(kernel_mod, "plan_floor", lambda *args, **kwargs: order[args[5]])
+            plan = best_plan(socket, kernel, TierSplit.all_in("hbm"), loop=loop)
+        return plan, searched
+
+    plan, searched = search(None)
+    assert searched == [4, 1] and plan.chip_tiles == 1
+    assert real_floor(socket, kernel.operators, [(0, len(kernel.operators))], [], TierSplit.all_in("hbm"), 1,
+                      iterations=loop.calls_per_load) < plan.objective[0]
+    winner_first, searched = search({1: -2.0, 4: -1.0})
+    assert searched == [1, 4] and winner_first == plan
