@@ -53,6 +53,7 @@ Examples
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Generator
 
@@ -82,13 +83,14 @@ class _Serving:
         self.arrival = Signal(env)
         self.finished = 0
         self.steps = StepTable()
+        # a prompt's cache, held on its prefill node until its transfer ends (prompts share a few lengths)
+        self._prefilled_tokens = functools.lru_cache(maxsize=4096)(lambda p: setup.cache_tokens(p, 0))
         self._drafted: dict[int, tuple[int, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes
         self.busy = {"prefill": [0] * n_prefill, "decode": [0] * setup.decode_nodes, "link": [0] * n_prefill}
         if colocated:
-            self.busy["colocated_prefill"] = [0] * setup.decode_nodes
-            self.busy["graph_switch"] = [0] * setup.decode_nodes
+            self.busy.update(colocated_prefill=[0] * setup.decode_nodes, graph_switch=[0] * setup.decode_nodes)
         #: the graph switches of the co-located nodes, as :attr:`ServingLog.switches` lists them
         self.switches: list[tuple[int, int, int, str]] = []
         #: the graph each co-located node ran last (``"prefill"``, ``"decode"``; None before any)
@@ -102,8 +104,7 @@ class _Serving:
         self.ingress = [Link(env) for _ in range(0 if colocated else setup.decode_nodes)]
         #: per prefill node: cached tokens of the prefilled sequences whose transfer has not ended,
         #: and whether the node waits for one to end before its next prefill
-        self.holding = [0] * n_prefill
-        self.held_back = [False] * n_prefill
+        self.holding, self.held_back = [0] * n_prefill, [False] * n_prefill
         self.prefixes = None if setup.prefix_caching is None else PrefixTracker(
             setup.prefix_caching, n_prefill or setup.decode_nodes, setup.prefill_cycles, setup.prefix_hit_cycles,
             self.holding)
@@ -198,12 +199,11 @@ class _Serving:
         self._end_steps(node, start, count, cycles)
 
     def _join(self, node: DecodeNode) -> None:
-        if not node.arrived:
-            return
-        for log in node.arrived:
-            log.join = self.env.now
-        node.book.join(node.arrived)
-        node.arrived = []
+        if node.arrived:
+            for log in node.arrived:
+                log.join = self.env.now
+            node.book.join(node.arrived)
+            node.arrived = []
 
     # -- disaggregated ---------------------------------------------------------------------
     def _prefill_next(self, index: int) -> None:
@@ -229,7 +229,7 @@ class _Serving:
         if log.request.output_len == 1:
             self._finish(log)
         else:
-            self.holding[index] += self.setup.cache_tokens(log.request.prompt_len, 0)
+            self.holding[index] += self._prefilled_tokens(log.request.prompt_len)
             self.ready.append(log)
             self._dispatch()
         self._prefill_next(index)
@@ -268,7 +268,7 @@ class _Serving:
             node.incoming.remove(log)
             node.arrived.append(log)
             node.wake.fire()
-            self.holding[source] -= self.setup.cache_tokens(log.request.prompt_len, 0)
+            self.holding[source] -= self._prefilled_tokens(log.request.prompt_len)
             if self.held_back[source]:   # the cache has left: the node may have room again
                 self.held_back[source] = False
                 env.soon(lambda: self._prefill_next(source))
@@ -281,7 +281,7 @@ class _Serving:
         toward joining, whatever order the events were scheduled in); nodes' boundaries on one cycle
         in the order of their chains of steps, a chain starting where a node is woken (:mod:`.run_bounds`)."""
         node.late_pending, node.chain = True, self.env.new_order() if woken else node.chain
-        self.env.last(lambda: self._decode_next(node), node.chain)
+        self.env.last(functools.partial(self._decode_next, node), node.chain)
 
     def _decode_next(self, node: DecodeNode) -> None:
         """At a step boundary of ``node``, the cycle's other events done: the arrived sequences
@@ -293,7 +293,7 @@ class _Serving:
             node.wake.wait(lambda: self._step_boundary(node, woken=True))
             return
         start, count, cycles = self._start_steps(node)
-        self.env.at(cycles, RunEnd(lambda: self._decoded(node, start, count, cycles)))
+        self.env.at(cycles, RunEnd(self._decoded, node, start, count, cycles))
 
     def _decoded(self, node: DecodeNode, start: int, count: int, cycles: int) -> None:
         self._end_steps(node, start, count, cycles)

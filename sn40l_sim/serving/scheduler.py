@@ -128,7 +128,7 @@ class Scheduler:
         if isinstance(wait, Signal):
             wait.wait(lambda: self._resume(generator))
         elif isinstance(wait, RunWait):
-            self.at(wait, RunEnd(lambda: self._resume(generator)))
+            self.at(wait, RunEnd(self._resume, generator))
         else:
             self.at(wait, lambda: self._resume(generator))
 
@@ -162,17 +162,12 @@ class RunWait(int):
     """Cycles a process waits for a run of decode steps: its resume is a :class:`RunEnd`."""
 
 
-class RunEnd:
+class RunEnd(functools.partial):  # type: ignore[type-arg]
     """The event that ends a run of a decode node's steps (told apart from every other event by
-    :mod:`sn40l_sim.serving.run_bounds`)."""
+    :mod:`sn40l_sim.serving.run_bounds`): ``RunEnd(callback, *args)`` calls ``callback(*args)``
+    (a partial: no Python frame of its own to call through at every run's end)."""
 
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-
-    def __call__(self) -> None:
-        self.callback()
+    __slots__ = ()
 
 
 class Signal:

@@ -332,3 +332,14 @@ def test_a_prefilled_sequence_goes_to_the_decode_node_with_most_free_slots_the_l
     setup = _tie_setup(prefill_nodes=4, decode_nodes=3, slots=2)
     log = simulate([Request(i, 0, 10, 3) for i in range(4)], setup)
     assert [(r.decode_node, r.slot) for r in log.requests] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+
+
+def test_a_prompts_cache_after_prefill_is_asked_once_per_prompt_length():
+    # the loop adds and takes back each prompt's prefilled cache on its prefill node (and each
+    # decode node books it): a pure function of the prompt length, asked once per length
+    asked = []
+    cache = lambda p, g: asked.append((p, g)) or p + g   # noqa: E731
+    requests = [Request(i, 40 * i, 100 + 50 * (i % 2), 5) for i in range(30)]
+    log = simulate(requests, setup_for(prefill_nodes=2, decode_nodes=2, slots=4, cache=cache))
+    assert all(len(r.token_cycles) == 5 for r in log.requests)
+    assert sorted(p for p, g in asked if g == 0).count(100) <= 3 and len(asked) < 30

@@ -9,7 +9,7 @@ import random
 import pytest
 import simpy
 
-from sn40l_sim.serving.scheduler import Link, Scheduler, Signal
+from sn40l_sim.serving.scheduler import Link, RunEnd, Scheduler, Signal
 
 
 class SimpySignal:
@@ -102,3 +102,13 @@ def test_a_late_event_runs_after_every_other_event_of_its_cycle_even_those_sched
     clock.at(6, clock.stop)
     clock.run()
     assert seen == ["normal", "urgent", "chained", "late"]
+
+
+def test_a_run_end_calls_its_callback_with_its_arguments_and_is_told_apart_from_other_events():
+    clock, seen = Scheduler(), []
+    clock.at(3, RunEnd(lambda node, steps: seen.append((clock.now, node, steps)), 1, 4))
+    clock.at(2, lambda: seen.append((clock.now, "other")))
+    clock.at(4, clock.stop)
+    ends = [callback for *_, callback in clock.pending() if isinstance(callback, RunEnd)]
+    clock.run()
+    assert seen == [(2, "other"), (3, 1, 4)] and len(ends) == 1
