@@ -576,3 +576,28 @@ def test_drafts_never_accepted_are_warned_of(tmp_path, capsys):
     messages = [str(w.message) for w in caught if "speculative" in str(w.message)]
     assert messages and all(m.startswith(f"{sweep}:5: serving.speculative.acceptance: 0 with 2 drafts")
                             for m in messages)
+
+
+def test_checking_a_sweep_builds_each_graph_once_whatever_the_hardware_axis(tmp_path, monkeypatch):
+    """The graphs do not depend on the node: a sweep over three HBM bandwidths builds, while it is
+    checked, the graphs one point builds (they were built once per point). (What a checked sweep
+    still refuses, named with its run, the tests above show.)"""
+    from sn40l_sim.study import step_timing
+    from sn40l_sim.study.sweep.check import check_sweep
+    from sn40l_sim.study.sweep.load import load_sweep
+    from tests.study.sweep_helpers import write_experiment
+
+    built = []
+    real = step_timing.build_graph
+    monkeypatch.setattr(step_timing, "build_graph", lambda *a, **k: built.append(a[1]) or real(*a, **k))
+
+    def graphs_built(values: str) -> list:
+        built.clear()
+        path = write_experiment(tmp_path, f"axes:\n  hardware.socket.memory.hbm.bytes_per_s_per_unit: {values}\n",
+                                name=f"e{len(values)}.yaml")
+        assert check_sweep(load_sweep(path)) == 2 * (values.count(",") + 1)
+        return list(built)
+
+    one = graphs_built("[1.6 TB/s]")
+    assert {s.phase for s in one} == {"prefill", "decode"}
+    assert graphs_built("[0.8 TB/s, 1.6 TB/s, 3.2 TB/s]") == one
