@@ -240,17 +240,20 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
                       deepseek_graph("prefill")):
             map_graph(node, graph)
     assert len(calls) > 300
-    inferred = [real(*args) for args in calls]
     asked = []
     real_units = allocate._stage_units
     monkeypatch.setattr(allocate, "_stage_units", lambda *a: asked.append(a[-1]) or real_units(*a))
+    # (each pass over the calls recomputes every allocation, ~0.5 CPU-s: the stages asked are
+    # counted in the same pass that gives the inferred allocations)
+    inferred = [real(*args) for args in calls]
+    asked_inferred = len(asked)
+    asked.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(allocate, "_known_units", lambda seen, target: None)
         every = [real(*args) for args in calls]
         asked_every = len(asked)
-    asked.clear()
-    assert [real(*args) for args in calls] == inferred == every
-    assert len(asked) < 0.9 * asked_every          # and asks the stages less
+    assert inferred == every
+    assert asked_inferred < 0.9 * asked_every          # and asks the stages less
 
 
 def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
