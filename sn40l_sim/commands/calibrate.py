@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.errors import InputError
     from sn40l_sim.hardware.loader import load_hardware, with_overrides
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.assemble import Assembly
     from sn40l_sim.study.calibration import (
         bound_reached,
         calibration_references,
@@ -174,10 +173,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = LoadedExperiments()  # each experiment parsed and assembled once for the whole fit
     # the fit simulates the experiments' own hardware: it must be the one whose values are fitted
     experiments = sorted({r.experiment_path for r in references if r.measurement.calibration})
-    assemblies = {path: loaded.load(path) for path in experiments}
-    check_fitted_hardware(socket, args.hardware, {
-        path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
-        for path, a in assemblies.items()})
+    check_fitted_hardware(socket, args.hardware, loaded.sockets(experiments))
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}

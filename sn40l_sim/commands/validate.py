@@ -35,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.commands.calibrate import default_hardware
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.assemble import Assembly
     from sn40l_sim.study.calibration import check_validated_hardware
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut
@@ -58,10 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # the simulations, not after them
     socket = load_hardware(args.hardware).socket if loo is not None or given else None
     if given:   # ... and one the experiments do not run on, whose figures the table would seem to give
-        assemblies = {path: loaded.load(path) for path in sorted({r.experiment_path for r in references})}
-        check_validated_hardware(socket, args.hardware, {
-            path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
-            for path, a in assemblies.items()})
+        check_validated_hardware(socket, args.hardware, loaded.sockets(sorted({r.experiment_path for r in references})))
     # a point is simulated only if a measurement reads it, and its prefill only if one reads that
     readers, prefill = record_readers(references), prefill_readers(references)
 

@@ -77,14 +77,10 @@ def check_fitted_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Pa
         At ``--hardware``, naming the experiment and the first field that differs.
     """
     fitted = calibrated_parameters(socket)
-    mine = _uncalibrated(socket.model_dump(mode="json"), fitted)
-    for experiment, sockets in simulated.items():
-        for other in sockets:
-            field = _first_difference(mine, _uncalibrated(other.model_dump(mode="json"), fitted))
-            if field is not None:
-                raise InputError(f"the calibration experiment {experiment} runs on a socket that differs from "
-                                 f"{hardware}'s in {field}: the fit would be of that socket, not of {hardware} "
-                                 "(calibrate fits the hardware the reference experiments name)", field="--hardware")
+    _refuse_another_socket(socket, simulated, lambda data: _uncalibrated(data, fitted), lambda experiment, field: (
+        f"the calibration experiment {experiment} runs on a socket that differs from {hardware}'s in {field}: "
+        f"the fit would be of that socket, not of {hardware} (calibrate fits the hardware the reference "
+        "experiments name)"))
 
 
 def check_validated_hardware(socket: SocketSpec, hardware: Path, simulated: dict[Path, list[SocketSpec]]) -> None:
@@ -92,16 +88,23 @@ def check_validated_hardware(socket: SocketSpec, hardware: Path, simulated: dict
     (``simulated`` as for :func:`check_fitted_hardware`): ``validate`` simulates each experiment on the
     hardware it names, as it is, and ``--hardware`` only names the calibrated values the leave-one-out
     column is checked against. An edited copy (twice the HBM rate) printed the shipped machine's figures."""
-    mine = socket.model_dump(mode="json")
+    _refuse_another_socket(socket, simulated, lambda data: data, lambda experiment, field: (
+        f"the reference experiment {experiment} runs on a socket that differs from {hardware}'s in {field}: "
+        f"validate simulates the hardware each experiment names, so its figures would not be {hardware}'s "
+        "(--hardware only names the calibrated values the leave-one-out column must match; run an experiment "
+        "on the changed hardware, or `run --set hardware.<field>=...`, and `compare`)"))
+
+
+def _refuse_another_socket(socket: SocketSpec, simulated: dict[Path, list[SocketSpec]],
+                           compared: Callable[[dict], dict], why: Callable[[Path, str], str]) -> None:
+    """Raise an InputError at ``--hardware`` saying ``why`` of the first experiment of ``simulated`` whose
+    socket differs from ``socket`` in what ``compared`` keeps of a socket's data, and of that field."""
+    mine = compared(socket.model_dump(mode="json"))
     for experiment, sockets in simulated.items():
         for other in sockets:
-            field = _first_difference(mine, other.model_dump(mode="json"))
+            field = _first_difference(mine, compared(other.model_dump(mode="json")))
             if field is not None:
-                raise InputError(f"the reference experiment {experiment} runs on a socket that differs from {hardware}'s "
-                                 f"in {field}: validate simulates the hardware each experiment names, so its figures "
-                                 f"would not be {hardware}'s (--hardware only names the calibrated values the "
-                                 "leave-one-out column must match; run an experiment on the changed hardware, or "
-                                 "`run --set hardware.<field>=...`, and `compare`)", field="--hardware")
+                raise InputError(why(experiment, field), field="--hardware")
 
 
 def _uncalibrated(data: dict, fitted: dict) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.hardware.loader import with_overrides
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.preflight import require_workload
@@ -62,6 +63,13 @@ class LoadedExperiments:
                     raise exp.error(("sweep",), f"sweep point {name} does not assemble: {error}")
                 self._loaded[key] = runs
         return self._loaded[key]
+
+    def sockets(self, paths: Collection[str | Path]) -> dict[Path, list[SocketSpec]]:
+        """Each experiment of ``paths`` -> the sockets its runs simulate (one for a plain experiment),
+        as ``calibrate`` and ``validate`` check them against their ``--hardware``."""
+        loaded = {Path(path): self.load(path) for path in paths}
+        return {path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
+                for path, a in loaded.items()}
 
     def records(self, path: str | Path, *, serve: bool = True, hardware_overrides: dict[str, Any] | None = None,
                 reads_prefill: Collection[str] | None = None, reads: Collection[str] | None = None) -> list[dict]:
