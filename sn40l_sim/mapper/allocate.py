@@ -41,6 +41,7 @@ from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work
+from sn40l_sim.mapper.lowest_target import Probe, lowest_reached, probe_tile
 from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, least_fitting, pmu_rates, sram_cycles
 from sn40l_sim.mapper.spending import Pricing, call_cycles, division_on, spend_spare_units
 from sn40l_sim.mapper.stages import StageWork
@@ -153,16 +154,24 @@ def _stage_units(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles:
     and on no fewer (none reached ``T >= T'``), and the splits reaching ``T'`` on ``q`` PCUs are
     some of those that reached ``T``, the winner among them; the fewest PMUs ``r`` serving the
     division within ``T`` serve it within any ``T'`` at least their cycles, and ``r - 1`` did
-    not serve it within ``T``. No division reaching ``T`` reaches a lower target either. (This
+    not serve it within ``T``. No division reaching ``T`` reaches a lower target either, and
+    where the division's PMUs, even all it may take, cannot serve it within ``T``, nor within a
+    target down to its cycles, where the division is the same. (This
     rests on :func:`~sn40l_sim.mapper.division.fewest_pcus` giving the fewest PCUs, as the
     bisection of :func:`allocate` and :func:`_known_units` do; a test compares allocations with
     every answer computed afresh.)"""
+    return _stage_span(rates, stage, limits, chip_tiles, target)[0]
+
+
+def _stage_span(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
+                target: int) -> tuple[tuple[int, int, Division] | None, int]:
+    """:func:`_stage_units`, and the lowest target its answer holds for."""
     for low, high, units in limits.spans:
         if low <= target <= high:
-            return units
+            return units, low
     units, low = _stage_units_at(rates, stage, limits, chip_tiles, target)
     limits.spans.append((low, target, units))
-    return units
+    return units, low
 
 
 def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
@@ -185,8 +194,9 @@ def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_til
     if sram > target:
         lo, hi = max(r, 1), limits.max_pmus
         if sram_cycles(rates, stage, hi, chip_tiles, division) > target:
-            # a lower target may take more PCUs, whose division may need fewer PMUs: this target only
-            return None, target
+            # a target below the division's cycles may take more PCUs, whose division may need fewer
+            # PMUs; down to them the division is this one (see _stage_units), and its PMUs too slow
+            return None, low
         r = fewest_pmus(rates, stage, chip_tiles, division, target, lo, hi)
         sram = sram_cycles(rates, stage, r, chip_tiles, division)
     return (q, r, division), max(low, sram)
@@ -250,9 +260,10 @@ def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
                       ) -> list[tuple[int, int, Division | None]] | None:
     """The compute stages' fewest units under the lowest target they reach together on the tile,
     the memory stages' pace aside (None when that target is ``paced``'s, the balanced one's, or
-    above: nothing to gain). A target reached is reached by every higher one (more cycles never
-    need more units), so the lowest is bisected; and a stage's cycles never rise as the target
-    falls, so a larger budget never makes a stage slower."""
+    above: nothing to gain); a stage's cycles never rise as the target falls, so a larger budget
+    never makes a stage slower. A target reached is not always reached by every higher one (fewer
+    PCUs can need more PMUs), so a bisection finds a target reached, and the walk of
+    :mod:`.lowest_target` the lowest below it."""
     if not any(lim is not None for lim in limits):
         return None
     lo, hi = 1, paced
@@ -264,7 +275,16 @@ def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
             lo = mid + 1
         else:
             hi, best = mid, got
-    return best
+    lowest = lowest_reached(lambda target: _probe(socket, rates, stages, limits, chip_tiles, budget, target), hi)
+    if lowest is None:
+        return best
+    return _fits(socket, rates, stages, limits, chip_tiles, lowest, budget, compute_only=True)
+
+
+def _probe(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
+           chip_tiles: int, budget: UnitBudget, target: int) -> Probe:
+    answers = (_stage_span(rates, s, lim, chip_tiles, target) for s, lim in zip(stages, limits, strict=True) if lim)
+    return probe_tile(answers, budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus), target)
 
 
 def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
