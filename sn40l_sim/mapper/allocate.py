@@ -41,8 +41,8 @@ from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work
-from sn40l_sim.mapper.lowest_target import Probe, lowest_reached, probe_tile
-from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, least_fitting, pmu_rates, sram_cycles
+from sn40l_sim.mapper.lowest_target import Probe, galloping_fit, lowest_reached, probe_tile
+from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
 from sn40l_sim.mapper.spending import Pricing, call_cycles, division_on, spend_spare_units
 from sn40l_sim.mapper.stages import StageWork
 
@@ -255,29 +255,42 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
     return units
 
 
+def _compute_floor(socket: SocketSpec, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
+                   budget: UnitBudget) -> int:
+    """A target below which the compute stages reach none: each stage's best division on its most
+    PCUs (least_work's cycles, the same number, memoised for the stage floors that came before,
+    :mod:`.tiling_floor`), and every PCU of the tiles busy."""
+    work = sum(s.work_cycles for s in stages if not s.is_memory)
+    return max([least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles
+                for s, lim in zip(stages, limits, strict=True) if lim and lim.max_pcus and s.model is not None]
+               + [math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))])
+
+
 def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
-                      chip_tiles: int, budget: UnitBudget, seen: list[dict[int, _Units | None]], paced: int
-                      ) -> list[tuple[int, int, Division | None]] | None:
+                      chip_tiles: int, budget: UnitBudget, seen: list[dict[int, _Units | None]], floor: int,
+                      paced: int) -> list[tuple[int, int, Division | None]] | None:
     """The compute stages' fewest units under the lowest target they reach together on the tile,
     the memory stages' pace aside (None when that target is ``paced``'s, the balanced one's, or
-    above: nothing to gain); a stage's cycles never rise as the target falls, so a larger budget
-    never makes a stage slower. A target reached is not always reached by every higher one (fewer
-    PCUs can need more PMUs), so a bisection finds a target reached, and the walk of
-    :mod:`.lowest_target` the lowest below it."""
-    if not any(lim is not None for lim in limits):
+    above: nothing to gain; none is below ``floor``); a stage's cycles never rise as the target
+    falls, so a larger budget never makes a stage slower. A target reached is not always reached by
+    every higher one (fewer PCUs can need more PMUs), so the search from the floor finds a target
+    reached, and the walk of :mod:`.lowest_target` the lowest below it."""
+    if not any(lim is not None for lim in limits) or floor >= paced:
         return None
-    lo, hi = 1, paced
-    best = None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        got = _fits(socket, rates, stages, limits, chip_tiles, mid, budget, seen, compute_only=True)
-        if got is None:
-            lo = mid + 1
-        else:
-            hi, best = mid, got
-    lowest = lowest_reached(lambda target: _probe(socket, rates, stages, limits, chip_tiles, budget, target), hi)
+    found: dict[int, list[tuple[int, int, Division | None]]] = {}
+
+    def fits(target: int) -> bool:
+        if target >= paced:
+            return True
+        units = _fits(socket, rates, stages, limits, chip_tiles, target, budget, seen, compute_only=True)
+        if units is not None:
+            found[target] = units
+        return units is not None
+
+    reached = galloping_fit(max(1, floor), paced, fits)
+    lowest = lowest_reached(lambda target: _probe(socket, rates, stages, limits, chip_tiles, budget, target), reached)
     if lowest is None:
-        return best
+        return found.get(reached)
     return _fits(socket, rates, stages, limits, chip_tiles, lowest, budget, compute_only=True)
 
 
@@ -333,19 +346,8 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
     if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
     top = hi
-    # each stage's best division on its most PCUs: least_work's cycles, the same number, memoised
-    # for the stage floors that came before (:mod:`.tiling_floor`)
-    lo = max([s.fixed_cycles for s in stages if s.is_memory]
-             + [least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles
-                for s, lim in zip(stages, limits, strict=True) if lim and lim.max_pcus and s.model is not None]
-             + [0])
-    # every PCU of the tiles busy is a lower bound too
-    work = sum(s.work_cycles for s in stages if not s.is_memory)
-    lo = min(hi, max(lo, math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))))
-    # the answer is most often the bound itself: try it, then gallop up from it and bisect; the units
-    # of the targets that fit are kept for the answer. Where the bound is not the answer, the answer
-    # was a median 17% above it in a cold run (deepseek_tp16), so the gallop's first step is an
-    # eighth of it (a 64th asked 7% more stage answers in `run`'s and `validate`'s allocations)
+    floor = _compute_floor(socket, stages, limits, chip_tiles, budget)
+    lo = min(hi, max([s.fixed_cycles for s in stages if s.is_memory] + [floor]))
     found: dict[int, list[tuple[int, int, Division | None]]] = {}
 
     def fits(target: int) -> bool:
@@ -354,18 +356,12 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
             found[target] = units
         return units is not None
 
-    if lo < hi and not fits(lo):
-        lo += 1
-        step = max(1, lo // 8)
-        while lo < hi and not fits(min(hi, lo + step)):
-            lo = min(hi, lo + step + 1)
-            step *= 2
-        lo = least_fitting(lo, min(hi, lo + step), fits)
+    lo = galloping_fit(lo, hi, fits)
     units = found[lo] if lo in found else _fits(socket, rates, stages, limits, chip_tiles, lo, budget, seen)
     assert units is not None
     balanced = None
     if chain_paced and price is None:
-        balanced = _compute_balanced(socket, rates, stages, limits, chip_tiles, budget, seen, lo)
+        balanced = _compute_balanced(socket, rates, stages, limits, chip_tiles, budget, seen, floor, lo)
     units = balanced or spend_spare_units(socket, rates, stages, limits, chip_tiles, units, budget, price)
     if price is not None:
         # the lowest target takes the most units; a higher one, fewer units and less configuration

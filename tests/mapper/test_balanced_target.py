@@ -61,14 +61,17 @@ def test_a_chain_paced_allocation_balances_at_the_lowest_target_its_compute_stag
 ])
 def test_the_chain_paced_search_gives_the_units_of_the_lowest_target_every_target_asked_gives(
         node, kernel, n_tiles, chip_tiles, budget):
-    # the search (a bisection, then the walk below its target) against asking every target from 1
+    # the search (a gallop up from the compute stages' floor and a bisection, then the walk below
+    # the target they find) against asking every target from 1
     # up to the stream-paced balance, each afresh
     socket = node.socket
     stages = _stages(socket, kernel, n_tiles, chip_tiles, budget)
     paced = allocate.allocate(socket, stages, chip_tiles, budget).cycles_per_tile
     scanned = next((got for t in range(1, paced)
                     if (got := _reached(socket, stages, chip_tiles, budget, t)) is not None), None)
-    searched = allocate._compute_balanced(socket, pmu_rates(socket), stages,
-                                          _fresh_limits(socket, stages, chip_tiles, budget), chip_tiles, budget,
-                                          [{} for _ in stages], paced)
+    limits = _fresh_limits(socket, stages, chip_tiles, budget)
+    floor = allocate._compute_floor(socket, stages, limits, chip_tiles, budget)
+    searched = allocate._compute_balanced(socket, pmu_rates(socket), stages, limits, chip_tiles, budget,
+                                          [{} for _ in stages], floor, paced)
     assert searched == scanned
+    assert _reached(socket, stages, chip_tiles, budget, floor - 1) is None      # the search starts there
