@@ -154,9 +154,9 @@ def _stage_units(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles:
     and on no fewer (none reached ``T >= T'``), and the splits reaching ``T'`` on ``q`` PCUs are
     some of those that reached ``T``, the winner among them; the fewest PMUs ``r`` serving the
     division within ``T`` serve it within any ``T'`` at least their cycles, and ``r - 1`` did
-    not serve it within ``T``. No division reaching ``T`` reaches a lower target either, and
-    where the division's PMUs, even all it may take, cannot serve it within ``T``, nor within a
-    target down to its cycles, where the division is the same. (This
+    not serve it within ``T``. When no division reaches ``T``, none reaches a lower target either;
+    when the most PMUs the stage may take cannot serve its division within ``T``, they cannot
+    within a target down to the division's cycles either, where the division is the same. (This
     rests on :func:`~sn40l_sim.mapper.division.fewest_pcus` giving the fewest PCUs, as the
     bisection of :func:`allocate` and :func:`_known_units` do; a test compares allocations with
     every answer computed afresh.)"""
@@ -296,6 +296,7 @@ def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
 
 def _probe(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
            chip_tiles: int, budget: UnitBudget, target: int) -> Probe:
+    """What the compute stages' answers at ``target`` say (:func:`.lowest_target.probe_tile`)."""
     answers = (_stage_span(rates, s, lim, chip_tiles, target) for s, lim in zip(stages, limits, strict=True) if lim)
     return probe_tile(answers, budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus), target)
 
