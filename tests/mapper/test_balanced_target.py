@@ -11,6 +11,7 @@ from conftest import deepseek_graph
 
 from sn40l_sim.mapper import allocate, planning
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.lowest_target import lowest_reached
 from sn40l_sim.mapper.pmus import pmu_rates
 from sn40l_sim.mapper.tier_split import TierSplit
 
@@ -49,15 +50,29 @@ def test_a_chain_paced_allocation_balances_at_the_lowest_target_its_compute_stag
     assert slowest <= lowest
 
 
+def test_the_walk_from_any_target_the_compute_stages_reach_finds_the_lowest(node):
+    # the search may stop at any target reached (the bisection from 1 stopped at 354, the gallop
+    # from the stages' floor stops at 342): from each, the walk down gives 342
+    socket = node.socket
+    stages = _stages(socket, "L00.mla", 128, 4, WEIGHT_STATIONARY)
+    reached = [t for t in range(342, 448) if _reached(socket, stages, 4, WEIGHT_STATIONARY, t) is not None]
+    assert 354 in reached and 345 not in reached
+    for start in reached:
+        limits = _fresh_limits(socket, stages, 4, WEIGHT_STATIONARY)
+        walked = lowest_reached(lambda t, limits=limits: allocate._probe(socket, pmu_rates(socket), stages, limits,
+                                                                         4, WEIGHT_STATIONARY, t), start + 1)
+        assert walked == 342, start
+
+
 @pytest.mark.parametrize(("kernel", "n_tiles", "chip_tiles", "budget"), [
-    ("L00.mla", 128, 4, WEIGHT_STATIONARY),    # the bisection's target is not the lowest
-    ("L00.mla", 128, 4, NO_LIMITS),
-    ("L00.mla", 1024, 4, WEIGHT_STATIONARY),   # no target below the stream's is reached
-    ("L00.mla", 1024, 4, NO_LIMITS),
-    ("L00.mla", 128, 1, NO_LIMITS),
-    ("L00.ffn", 16, 1, NO_LIMITS),
-    ("L00.ffn", 128, 4, WEIGHT_STATIONARY),
-    ("lm_head", 128, 4, NO_LIMITS),
+    pytest.param("L00.mla", 128, 4, WEIGHT_STATIONARY, id="mla-128-4-ws"),   # a bisection from 1 gives 354
+    pytest.param("L00.mla", 128, 4, NO_LIMITS, id="mla-128-4"),
+    pytest.param("L00.mla", 1024, 4, WEIGHT_STATIONARY, id="mla-1024-4-ws"),  # none below the stream's reached
+    pytest.param("L00.mla", 1024, 4, NO_LIMITS, id="mla-1024-4"),
+    pytest.param("L00.mla", 128, 1, NO_LIMITS, id="mla-128-1"),
+    pytest.param("L00.ffn", 16, 1, NO_LIMITS, id="ffn-16-1"),
+    pytest.param("L00.ffn", 128, 4, WEIGHT_STATIONARY, id="ffn-128-4-ws"),
+    pytest.param("lm_head", 128, 4, NO_LIMITS, id="lm_head-128-4"),
 ])
 def test_the_chain_paced_search_gives_the_units_of_the_lowest_target_every_target_asked_gives(
         node, kernel, n_tiles, chip_tiles, budget):
