@@ -6,8 +6,9 @@ experiment / reference; the files an experiment or a reference file names are ch
 experiment is assembled and every point checked as run checks it before simulating: its KV policy
 and parameters, its parallel plans against the node, the compiled prefill lengths, the KV link, the
 workload's lengths against the static graphs, the graph options; an experiment with a sweep: section
-has every axis value and every run checked. A .csv or .jsonl file is read as a request trace, as a
-trace workload reads it (the simulator's columns or the Azure LLM trace's). A kernel template is
+has every axis value and every run checked. A .csv or .jsonl file, or a file of another suffix
+whose first line is a trace's header, is read as a request trace, as a trace workload reads it (the
+simulator's columns or the Azure LLM trace's). A kernel template is
 checked with the model files beside it that name it. A results.json or results.csv that run or sweep
 wrote is said to be one. One line per file: "ok" on stdout, or the error (file,
 field, line, what was expected) on stderr. Exit status 0 if every file is valid, 2 if any is not.
@@ -29,6 +30,33 @@ from sn40l_sim.errors import InputError
 KINDS = ("socket", "node", "model", "kernels", "experiment", "reference")
 #: files read as request traces (a trace workload's ``path``), not as YAML
 TRACE_SUFFIXES = (".csv", ".jsonl")
+#: files read as YAML whatever their first line
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def is_trace_file(path: str | Path) -> bool:
+    """Whether ``path`` is read as a request trace: a .csv or .jsonl file, or a file of another
+    suffix (``trace.txt``, ``trace.tsv``, none) whose first line is a trace's CSV header, as a trace
+    workload reads any such file (:func:`~sn40l_sim.serving.traces.read_trace`). ``run`` served a
+    ``trace.txt`` while ``check`` and ``describe`` said "expected a YAML mapping at the top level,
+    got str" of it.
+
+    >>> is_trace_file("experiments/traces/azure_llm_2023_conv_10min.csv"), is_trace_file("experiments/deepseek_tp16.yaml")
+    (True, False)
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in TRACE_SUFFIXES:   # trace.CSV too
+        return True
+    if suffix in YAML_SUFFIXES or not Path(path).is_file():
+        return False
+    from sn40l_sim.serving.traces import AZURE_COLUMNS, SIMULATOR_COLUMNS
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            first = handle.readline(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    header = tuple(column.strip().strip('"') for column in first.strip().split(","))
+    return header in (SIMULATOR_COLUMNS, AZURE_COLUMNS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +86,7 @@ def check_file(path: str | Path) -> str:
     output = simulator_output(path)
     if output is not None:
         return output
-    if Path(path).suffix.lower() in TRACE_SUFFIXES:   # trace.CSV too
+    if is_trace_file(path):
         from sn40l_sim.serving.traces import read_trace
         rows = read_trace(Path(path))
         arrivals = [row.arrival_s for row in rows]

@@ -348,14 +348,14 @@ def describe_trace(path: str | Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
-    from sn40l_sim.commands.check import TRACE_SUFFIXES, simulator_output
+    from sn40l_sim.commands.check import is_trace_file, simulator_output
     from sn40l_sim.errors import InputError
 
     output = simulator_output(args.file)
     if output is not None:   # a results.csv was called a request trace, a results.json "not a YAML mapping"
         raise InputError(f"{output}, not a file describe reads (hardware, model, kernel-template, experiment, "
                          "reference or trace)", file=args.file)
-    if Path(args.file).suffix.lower() in TRACE_SUFFIXES:   # not YAML: its first line would be read as a text
+    if is_trace_file(args.file):   # not YAML: its first line would be read as a text
         print(describe_trace(args.file))
         return 0
     kind = file_kind(args.file)
