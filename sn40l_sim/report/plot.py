@@ -90,8 +90,9 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     for r in searched:
         probes = sorted(r["rate_probes"], key=lambda p: p["rate_per_s"])
         (line,) = ax.plot([p["rate_per_s"] for p in probes], [p["attainment"] for p in probes], label=r["name"])
-        # a probe above the rate the decode slots sustain fails though all its requests met the SLOs
-        # (a finite run starts with free slots): drawn alike, it read as a rate that held
+        # a probe above the rate the decode slots or the prefilling nodes sustain fails though all its
+        # requests met the SLOs (a finite run starts with free slots and an empty queue): drawn
+        # alike, it read as a rate that held
         for holds, face in ((True, line.get_color()), (False, "white")):
             shown = [p for p in probes if bool(p.get("holds")) == holds]
             if shown:
@@ -109,7 +110,7 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     # what the markers and the dotted lines mean, whatever the title (run's names the experiment)
     key = [Line2D([], [], color="grey", marker="o", linestyle="none", label="SLOs hold"),
            Line2D([], [], color="grey", marker="o", markerfacecolor="white", linestyle="none",
-                  label="SLOs fail (or the rate is above\nwhat the decode slots sustain)"),
+                  label="SLOs fail (or the rate is above what\nthe decode slots or prefill sustain)"),
            Line2D([], [], color="grey", linestyle=":", label="highest rate under the SLOs")]
     # beside the axes: inside, it hid the lines where they fall (at the rates searched)
     ax.legend(handles=[*ax.get_legend_handles_labels()[0], *key], fontsize=7, loc="upper left",
