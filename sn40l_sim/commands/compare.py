@@ -1,8 +1,8 @@
 """Compare two runs: every point the two results hold (paired by name) in one table, with the base's
 value, the other's and their ratio (other over base) for each figure ``run`` prints, and a heading
 saying what differs (model, hardware, prefill hardware, parallel plans, KV policy and its parameters,
-KV bytes per token, serving mode, prefill and decode nodes, workload, speculative drafts and
-acceptance; a hardware or model of one name whose description differs, as an edited copy of
+KV bytes per token, serving mode, prefill and decode nodes, KV link, generated length, workload and
+seed, speculative drafts and acceptance, SLOs; a hardware or model of one name whose description differs, as an edited copy of
 hw_configs/sn40l.yaml, by its digest). A point that only one of them holds is named on a note line.
 
 Each argument is a results.json written by run or sweep, or the folder holding it.

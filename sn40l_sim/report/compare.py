@@ -28,12 +28,17 @@ from sn40l_sim.report.registry import Fields
 
 #: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget), the
 #: bytes a token's cache takes (a model override such as ``kv_dtype``), the requests served (a
-#: trace's ``rate_scale``), the parallel plans (a prefill on 4 of 8 sockets), the number of prefill
-#: and decode nodes and the speculation (``serving.speculative``: two drafts against three, or
-#: another acceptance, whose value no table row shows) change the point as much as its model or policy does
+#: trace's ``rate_scale``, another ``serving.seed``), the parallel plans (a prefill on 4 of 8 sockets),
+#: the number of prefill and decode nodes, the KV link, the graphs' generated length and the
+#: speculation (``serving.speculative``: two drafts against three, or another acceptance, whose value
+#: no table row shows) change the point as much as its model or policy does
 DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "kv_policy_params",
-             "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "workload", "speculative_drafts",
-             "draft_acceptance")
+             "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "kv_transfer", "max_new_tokens",
+             "workload", "seed", "speculative_drafts", "draft_acceptance")
+#: fields results written before them lack: such a record compares by the others
+KEPT_LATER = ("kv_transfer", "seed")
+#: the objectives an ``slo`` record states (the rest of it is what the run served against them)
+SLO_STATED = (("ttft", "ttft_max_s", "ttft_percentile"), ("tpot", "tpot_max_s", "tpot_percentile"))
 
 
 #: the names whose record also holds a digest of what they describe (``<name>_digest``): an edited copy
@@ -57,8 +62,13 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
     row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
     only the rows whose shown values differ)."""
-    changes = [_change(name, base.get(name), other.get(name)) for name in DESCRIBED if base.get(name) != other.get(name)]
+    changes = [_change(name, base.get(name), other.get(name)) for name in DESCRIBED
+               if base.get(name) != other.get(name) and not (name in KEPT_LATER and (name not in base or name not in other))]
     changes += [_described_otherwise(name, base, other) for name in DIGESTED if _same_name_other_digest(name, base, other)]
+    if _slo_stated(base) != _slo_stated(other):
+        # another bound moves the attainment and goodput rows alone: the heading said "the same model,
+        # hardware and policy" above an attainment of 0% against 100%
+        changes.append(f"slo {_slo_stated(base)} -> {_slo_stated(other)}")
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
@@ -110,6 +120,24 @@ def _described_otherwise(name: str, base: Mapping[str, Any], other: Mapping[str,
     """
     return (f"{name} {_described(base.get(name))} described otherwise "
             f"(digest {base[f'{name}_digest']} -> {other[f'{name}_digest']})")
+
+
+def _slo_stated(record: Mapping[str, Any]) -> str:
+    """The SLOs a record was served against, as a heading shows them (``none`` without an ``slo``).
+
+    >>> _slo_stated({"slo": {"ttft_max_s": 2.0, "ttft_percentile": 90.0, "tpot_max_s": None, "tpot_percentile": None}})
+    'ttft p90 <= 2 s'
+    >>> _slo_stated({"slo": {"ttft_max_s": 2.0, "ttft_percentile": 90.0, "tpot_max_s": 0.05, "tpot_percentile": 99.0}})
+    'ttft p90 <= 2 s, tpot p99 <= 0.05 s'
+    >>> _slo_stated({}), _slo_stated({"slo": None})
+    ('none', 'none')
+    """
+    slo = record.get("slo")
+    if not isinstance(slo, Mapping):
+        return "none"
+    parts = [f"{what} p{slo.get(percentile):g} <= {slo[bound]:g} s" for what, bound, percentile in SLO_STATED
+             if slo.get(bound) is not None]
+    return ", ".join(parts) or "none"
 
 
 def _described(value: Any) -> str:

@@ -1,15 +1,13 @@
 """Every results field, declared once: name, unit, description, plot axis text, printed-table row,
 CSV position, and whether the goldens keep it (the types are in :mod:`sn40l_sim.report.registry`).
 
-:func:`sn40l_sim.report.records.build_record` produces the values; ``results.csv``
-(:mod:`~sn40l_sim.report.results`), the table ``run`` prints (:mod:`~sn40l_sim.report.table`),
-plot axis labels (:mod:`~sn40l_sim.report.plot_csv`), the goldens
-(:mod:`~sn40l_sim.study.golden`) and ``docs/results.md`` (:mod:`~sn40l_sim.report.results_doc`)
-read this declaration. Adding a field is an entry here and a line in ``build_record``, then
-``python scripts/make_results_doc.py`` (tests fail while either is missing or the page is stale).
+:func:`sn40l_sim.report.records.build_record` produces the values; ``results.csv`` (:mod:`~sn40l_sim.report.results`),
+the table ``run`` prints (:mod:`~sn40l_sim.report.table`), plot axis labels (:mod:`~sn40l_sim.report.plot_csv`), the
+goldens (:mod:`~sn40l_sim.study.golden`) and ``docs/results.md`` (:mod:`~sn40l_sim.report.results_doc`) read this
+declaration. Adding a field is an entry here and a line in ``build_record``, then ``python
+scripts/make_results_doc.py`` (tests fail while either is missing or the page is stale).
 
-Units are those of the record: seconds, bytes, cycles of the socket clock, tokens; ``1`` marks a
-fraction or a plain number, an empty unit a text.
+Units are those of the record: seconds, bytes, cycles of the socket clock, tokens; ``1`` a fraction or a number.
 
 Examples
 --------
@@ -77,6 +75,8 @@ RESULTS = Fields([
           "search's low end); empty for a steps-only evaluation.", axis="workload"),
     Field("prefill_nodes", "nodes", "Prefill nodes (0 when co-located).", axis="prefill nodes"),
     Field("decode_nodes", "nodes", "Decode nodes.", axis="decode nodes"),
+    Field("kv_transfer", "", "The KV cache's link from a prefill to a decode node (serving.kv_transfer); empty co-located.", axis="KV link"),
+    Field("seed", "1", "serving.seed, which draws Poisson arrivals and lengths, shared prefixes and accepted drafts.", axis="seed"),
     Field("sockets", "sockets", "Sockets per decode node (after any override of hardware.sockets).", axis="sockets"),
     Field("parallel", "1", "How each phase splits over a node's sockets: tp, the sockets sharing each weight; "
           "attention_dp, the groups splitting the batch for attention.", keys=("phase", "split"), axis="{phase} {split}"),

@@ -175,6 +175,8 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "workload": workload if served else None,
         "prefill_nodes": s.prefill_nodes if s.mode == "disaggregated" else 0,
         "decode_nodes": s.decode_nodes,
+        "kv_transfer": s.kv_transfer if s.mode == "disaggregated" else None,
+        "seed": s.seed,
         "sockets": s.node.sockets,
         "parallel": {phase: {"attention_dp": plan.attention_dp, "tp": plan.tp}
                      for phase, plan in (("decode", s.decode_plan), ("prefill", s.prefill_plan))},

@@ -314,3 +314,53 @@ shape: {{prompt_len: 1024, batch: 1, max_new_tokens: 4}}
 workload: {{kind: fixed, count: 1, output_len: 4}}
 serving: {{batch: 1, max_new_tokens: 4}}
 """
+
+
+SLO = {"ttft_max_s": 1.0, "ttft_percentile": 90.0, "tpot_max_s": 0.05, "tpot_percentile": 99.0,
+       "attainment": 0.0, "holds": False}
+
+
+def test_the_heading_names_changed_slos():
+    # a looser TPOT bound moved SLO attainment from 0% to 100% under "the same model, hardware and policy"
+    base = dict(BASE, slo=SLO)
+    looser = dict(BASE, slo=dict(SLO, tpot_max_s=0.07, attainment=1.0, holds=True))
+    assert point_table(base, looser, changed_only=True).splitlines()[0] == \
+        "full: slo ttft p90 <= 1 s, tpot p99 <= 0.05 s -> ttft p90 <= 1 s, tpot p99 <= 0.07 s"
+    assert point_table(BASE, base).splitlines()[0] == "full: slo none -> ttft p90 <= 1 s, tpot p99 <= 0.05 s"
+    # what the run served against the same SLOs is a figure, not an input
+    served_otherwise = dict(base, slo=dict(SLO, attainment=0.5))
+    assert point_table(base, served_otherwise).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+@pytest.mark.parametrize("field, a, b", [("seed", 0, 5), ("kv_transfer", "host_link", "p2p"),
+                                         ("max_new_tokens", 512, 1024)])
+def test_the_heading_names_a_changed_seed_link_or_generated_length(field, a, b):
+    # each served other numbers (other requests drawn, a slower transfer, a longer static cache) under
+    # "the same model, hardware and policy"
+    assert point_table(dict(BASE, **{field: a}), dict(BASE, **{field: b})).splitlines()[0] == \
+        f"full: {field} {a} -> {b}"
+    if field != "max_new_tokens":   # results written before seed and link were kept compare by the rest
+        assert point_table(BASE, dict(BASE, **{field: b})).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+def test_runs_of_another_seed_link_or_slo_are_named_end_to_end(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[2]
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text((root / "experiments" / "llama8b_node8.yaml").read_text()
+                          .replace("../hw_configs/", str(root / "hw_configs") + "/")
+                          .replace("../graphs/", str(root / "graphs") + "/")
+                          .replace("count: 48", "count: 6")
+                          + "slo:\n  ttft: {max_s: 2 s, percentile: 90}\n")
+    outs = {}
+    for label, sets in (("base", []), ("other", ["serving.seed=8", "serving.kv_transfer=p2p", "slo.ttft.max_s=1 s"])):
+        argv = ["run", str(experiment), "--out", str(tmp_path / label), "--no-plot", "--quiet"]
+        for value in sets:
+            argv += ["--set", value]
+        assert main(argv) == 0
+        outs[label] = json.loads((tmp_path / label / "results.json").read_text())
+    assert outs["base"][0]["seed"] == 7 and outs["other"][0]["seed"] == 8
+    assert outs["base"][0]["kv_transfer"] == "host_link" and outs["other"][0]["kv_transfer"] == "p2p"
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "other"), "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert "full: kv_transfer host_link -> p2p; seed 7 -> 8; slo ttft p90 <= 2 s -> ttft p90 <= 1 s" in out, out
