@@ -145,8 +145,9 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def describe_experiment(path: str | Path) -> str:
-    """The files an experiment references, and whether they exist; with a ``sweep:`` section, each
-    axis with its values and the files the sweep points name beyond the base's."""
+    """The files an experiment references, and whether they exist, its plans, serving nodes,
+    workload and SLOs; with a ``sweep:`` section, each axis with its values and the files the sweep
+    points name beyond the base's."""
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.experiment_files import referenced_files
     from sn40l_sim.study.plugins import is_file_entry
@@ -171,6 +172,7 @@ def describe_experiment(path: str | Path) -> str:
         lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
     lines += _plan_lines(spec, path)
     lines += _serving_lines(spec)
+    lines += _workload_lines(spec)
     if spec.sweep is not None:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
         lines += sweep_lines
@@ -236,6 +238,20 @@ def _serving_lines(spec: ExperimentSpec) -> list[str]:
     return [f"  serving    disaggregated: {serving.prefill_nodes or 1} prefill node(s) on {prefill_hw}, "
             f"{serving.decode_nodes} decode node(s) on the hardware; the KV crosses "
             + ("the host links" if serving.kv_transfer == "host_link" else "the P2P links")]
+
+
+def _workload_lines(spec: ExperimentSpec) -> list[str]:
+    """The requests served, as results' ``workload`` gives them, the SLOs they are held to and the
+    rate search: what a serving study sets, which describe did not show."""
+    from sn40l_sim.study.serving_section import workload_summary
+
+    slo, search = spec.slo, spec.rate_search
+    bounds = [f"{what} p{bound.percentile:g} <= {float(bound.max_s):g} s" for what, bound in
+              (("TTFT", slo.ttft), ("TPOT", slo.tpot)) if bound is not None] if slo is not None else []
+    return [f"  workload   {workload_summary(spec.workload) if spec.workload else 'none: the steps alone'}"] + \
+        ([f"  slo        {', '.join(bounds)}"] if bounds else []) + \
+        ([f"  rate search {search.low_per_s:g} to {search.high_per_s:g} requests/s, {search.probes} probes, "
+          f"tolerance {search.tolerance:g}"] if search is not None else [])
 
 
 def _drafts_line(section: Any) -> list[str]:
