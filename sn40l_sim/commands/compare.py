@@ -2,7 +2,7 @@
 value, the other's and their ratio (other over base) for each figure ``run`` prints, and a heading
 saying what differs (model, hardware, prefill hardware, parallel plans, KV policy and its parameters,
 KV bytes per token, serving mode, prefill and decode nodes, KV link, generated length, workload and
-seed, speculative drafts and acceptance, SLOs; a hardware or model of one name whose description differs, as an edited copy of
+seed, speculative drafts and acceptance, SLOs, graph_options/execution/memory settings; a hardware or model of one name whose description differs, as an edited copy of
 hw_configs/sn40l.yaml, by its digest). A point that only one of them holds is named on a note line.
 
 Each argument is a results.json written by run or sweep, or the folder holding it.

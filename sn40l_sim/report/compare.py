@@ -29,14 +29,15 @@ from sn40l_sim.report.registry import Fields
 #: the fields whose change a pair's heading says: a policy's parameters (a SnapStream budget), the
 #: bytes a token's cache takes (a model override such as ``kv_dtype``), the requests served (a
 #: trace's ``rate_scale``, another ``serving.seed``), the parallel plans (a prefill on 4 of 8 sockets),
-#: the number of prefill and decode nodes, the KV link, the graphs' generated length and the
+#: the number of prefill and decode nodes, the KV link, the graphs' generated length, the
 #: speculation (``serving.speculative``: two drafts against three, or another acceptance, whose value
-#: no table row shows) change the point as much as its model or policy does
+#: no table row shows) and the simulation's options (``graph_options.expert_loading``) change the
+#: point as much as its model or policy does
 DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "kv_policy_params",
              "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "kv_transfer", "max_new_tokens",
-             "workload", "seed", "speculative_drafts", "draft_acceptance")
+             "workload", "seed", "speculative_drafts", "draft_acceptance", "options")
 #: fields results written before them lack: such a record compares by the others
-KEPT_LATER = ("kv_transfer", "seed")
+KEPT_LATER = ("kv_transfer", "seed", "options")
 #: the objectives an ``slo`` record states (the rest of it is what the run served against them)
 SLO_STATED = (("ttft", "ttft_max_s", "ttft_percentile"), ("tpot", "tpot_max_s", "tpot_percentile"))
 
@@ -141,11 +142,14 @@ def _slo_stated(record: Mapping[str, Any]) -> str:
 
 
 def _described(value: Any) -> str:
-    """A heading's value: a mapping (a policy's parameters) as ``key=value`` pairs, ``{}`` as none.
+    """A heading's value: a mapping (a policy's parameters) as ``key=value`` pairs, ``{}`` and a value
+    the record leaves empty (no prefill hardware of its own, every option its default) as none.
 
-    >>> _described({"budget": 32768, "sink": 4}), _described({}), _described("SN40L-16")
-    ('budget=32768, sink=4', 'none', 'SN40L-16')
+    >>> _described({"budget": 32768, "sink": 4}), _described({}), _described("SN40L-16"), _described(None)
+    ('budget=32768, sink=4', 'none', 'SN40L-16', 'none')
     """
+    if value is None:
+        return "none"
     if isinstance(value, Mapping):
         return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
     return str(value)

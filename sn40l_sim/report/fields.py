@@ -17,6 +17,7 @@ Examples
 from __future__ import annotations
 
 from sn40l_sim.report.digests import DIGEST_FIELDS, PREFILL_HARDWARE_DIGEST
+from sn40l_sim.report.input_fields import INPUT_FIELDS
 from sn40l_sim.report.multi_model_fields import MULTI_MODEL_FIELD
 from sn40l_sim.report.registry import Field, Fields
 from sn40l_sim.report.table_rows import Row, TierRows
@@ -75,8 +76,7 @@ RESULTS = Fields([
           "search's low end); empty for a steps-only evaluation.", axis="workload"),
     Field("prefill_nodes", "nodes", "Prefill nodes (0 when co-located).", axis="prefill nodes"),
     Field("decode_nodes", "nodes", "Decode nodes.", axis="decode nodes"),
-    Field("kv_transfer", "", "The KV cache's link from a prefill to a decode node (serving.kv_transfer); empty co-located.", axis="KV link"),
-    Field("seed", "1", "serving.seed, which draws Poisson arrivals and lengths, shared prefixes and accepted drafts.", axis="seed"),
+    *INPUT_FIELDS,
     Field("sockets", "sockets", "Sockets per decode node (after any override of hardware.sockets).", axis="sockets"),
     Field("parallel", "1", "How each phase splits over a node's sockets: tp, the sockets sharing each weight; "
           "attention_dp, the groups splitting the batch for attention.", keys=("phase", "split"), axis="{phase} {split}"),

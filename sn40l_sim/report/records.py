@@ -135,12 +135,14 @@ def _every_batch_fits(max_batch: int) -> str | None:
 
 def build_record(result: PointResult, *, experiment: str, policy_params: dict[str, Any],
                  extra_fields: Iterable[str] = (), policy_entry: str | None = None,
-                 slo: SLO | None = None, invariants: Sequence[str] = (), workload: str | None = None) -> dict[str, Any]:
+                 slo: SLO | None = None, invariants: Sequence[str] = (), workload: str | None = None,
+                 options: str | None = None) -> dict[str, Any]:
     """The results record of one point (plain JSON types; seconds, bytes, fractions), with the
     opt-in field groups ``extra_fields`` asks for (``kv_policies``, with ``policy_entry`` naming the
     point's policy entry, by default the point's name; ``slo``, against the SLOs ``slo``; ``trace``,
     what capping a trace's lengths cut). A group's fields are empty for a steps-only evaluation.
-    ``workload`` describes the served requests in one line (kept only when they were served).
+    ``workload`` describes the served requests in one line (kept only when they were served),
+    ``options`` the simulation's settings that are not their defaults.
     ``invariants`` names the physical invariants the caller checks on it
     (:mod:`sn40l_sim.study.invariants`)."""
     s, clock = result.setup, result.clock_hz
@@ -177,6 +179,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "decode_nodes": s.decode_nodes,
         "kv_transfer": s.kv_transfer if s.mode == "disaggregated" else None,
         "seed": s.seed,
+        "options": options or None,
         "sockets": s.node.sockets,
         "parallel": {phase: {"attention_dp": plan.attention_dp, "tp": plan.tp}
                      for phase, plan in (("decode", s.decode_plan), ("prefill", s.prefill_plan))},

@@ -364,3 +364,28 @@ def test_runs_of_another_seed_link_or_slo_are_named_end_to_end(tmp_path, capsys)
     assert main(["compare", str(tmp_path / "base"), str(tmp_path / "other"), "--changed"]) == 0
     out = capsys.readouterr().out
     assert "full: kv_transfer host_link -> p2p; seed 7 -> 8; slo ttft p90 <= 2 s -> ttft p90 <= 1 s" in out, out
+
+
+def test_the_heading_names_changed_simulation_options(tmp_path, capsys):
+    # graph_options.expert_loading, execution.kernel_looping or the memory placement move the decode
+    # step under "the same model, hardware and policy"
+    options = "graph_options.expert_loading=all, execution.kernel_looping=False"
+    assert point_table(dict(BASE, options=None), dict(BASE, options=options)).splitlines()[0] == \
+        f"full: options none -> {options}"
+    root = Path(__file__).resolve().parents[2]
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text((root / "experiments" / "llama8b_node8.yaml").read_text()
+                          .replace("../hw_configs/", str(root / "hw_configs") + "/")
+                          .replace("../graphs/", str(root / "graphs") + "/").replace("count: 48", "count: 4"))
+    for label, sets in (("base", []), ("other", ["execution.kernel_looping=false", "execution.collective_algorithm=ring"])):
+        argv = ["run", str(experiment), "--out", str(tmp_path / label), "--no-plot", "--quiet"]
+        for value in sets:
+            argv += ["--set", value]
+        assert main(argv) == 0
+    records = [json.loads((tmp_path / label / "results.json").read_text()) for label in ("base", "other")]
+    assert records[0][0]["options"] is None
+    assert records[1][0]["options"] == "execution.collective_algorithm=ring, execution.kernel_looping=False"
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "other")]) == 0
+    out = capsys.readouterr().out
+    assert "full: options none -> execution.collective_algorithm=ring, execution.kernel_looping=False" in out, out
