@@ -9,9 +9,10 @@ Making a generator costs about 18 µs (numpy hashes the seed words with its ``Se
 seeds ``PCG64`` from four hashed words), more than all the rest a serve spends on a request.
 :func:`drafted_tokens` does the same for every request of a serve at once: the ``SeedSequence``
 hash of ``[seed, id]`` on arrays of ids (numpy's documented algorithm, the constants below, on
-wrapping ``uint32`` arithmetic), PCG64's seeding on Python integers, then each request's uniforms
-read into one array (per few hundred requests) by setting a single ``PCG64``'s state, and the
-tokens per step derived by array operations on that array. The uniforms are the very numbers
+wrapping ``uint32`` arithmetic), PCG64's seeding on arrays too (128-bit integers as pairs of
+``uint64`` words), then each request's uniforms read into one array (per few hundred requests)
+by setting a single ``PCG64``'s state (copied into the object where this numpy keeps it:
+:func:`state_setter`), and the tokens per step derived by array operations on that array. The uniforms are the very numbers
 ``request_draws`` gives (a stream of doubles, one 64-bit output each, read the same whatever the
 chunks), so the tokens are identical; numpy keeps ``SeedSequence`` and ``PCG64`` streams stable
 across versions, and the tests check seed words, states and tokens against numpy's own; each bulk
@@ -33,6 +34,9 @@ Examples
 """
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
+
 import numpy as np
 
 from sn40l_sim.serving.speculation import Speculation
@@ -44,7 +48,7 @@ _MIX_MULT_L, _MIX_MULT_R, _XSHIFT = 0xCA01F9DD, 0x4973F715, 16
 _POOL_SIZE = 4
 # PCG64's 128-bit LCG multiplier (numpy/random/src/pcg64/pcg64.h)
 _PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
-_MASK128 = (1 << 128) - 1
+_MASK64 = (1 << 64) - 1
 
 
 def request_draws(seed: int, request_id: int) -> np.random.Generator:
@@ -125,13 +129,32 @@ def seed_words(seed: int, ids: np.ndarray) -> list[np.ndarray]:
     return [state[2 * k] | (state[2 * k + 1] << np.uint64(32)) for k in range(4)]
 
 
-def pcg64_state(words: tuple[int, int, int, int]) -> tuple[int, int]:
-    """The ``(state, inc)`` of ``PCG64`` seeded from four seed words (``pcg64_set_seed``: the
-    first two the initial state, the last two the stream, high word first)."""
-    initstate, initseq = (words[0] << 64) | words[1], (words[2] << 64) | words[3]
-    inc = ((initseq << 1) | 1) & _MASK128
-    state = (inc + initstate) & _MASK128          # one step from state 0, then the initial state added
-    return (state * _PCG_MULT + inc) & _MASK128, inc
+def pcg64_states(words: list[np.ndarray]) -> np.ndarray:
+    """The state and increment of ``PCG64`` seeded from each lane of :func:`seed_words`' four
+    arrays (``pcg64_set_seed``: the first two words the initial state, the last two the stream,
+    high word first; one step from state 0, then the initial state added), as one row per lane:
+    the state's low and high 64-bit words, then the increment's (128-bit sums and products as
+    pairs of ``uint64`` words, wrapping)."""
+    w0, w1, w2, w3 = (np.asarray(w, dtype=np.uint64) for w in words)
+    one, shift = np.uint64(1), np.uint64(63)
+    inc_lo, inc_hi = (w3 << one) | one, (w2 << one) | (w3 >> shift)
+    lo = inc_lo + w1                                    # inc + initstate
+    hi = inc_hi + w0 + (lo < w1)
+    mult_lo, mult_hi = np.uint64(_PCG_MULT & _MASK64), np.uint64(_PCG_MULT >> 64)
+    prod_lo, carry = _mul_64x64(lo, mult_lo)            # (inc + initstate) * multiplier + inc
+    prod_hi = carry + lo * mult_hi + hi * mult_lo
+    state_lo = prod_lo + inc_lo
+    state_hi = prod_hi + inc_hi + (state_lo < inc_lo)
+    return np.stack([state_lo, state_hi, inc_lo, inc_hi], axis=1)
+
+
+def _mul_64x64(a: np.ndarray, b: np.uint64) -> tuple[np.ndarray, np.ndarray]:
+    """The low and high 64-bit words of each ``a * b`` (full 128-bit products, by 32-bit halves)."""
+    half, low32 = np.uint64(32), np.uint64(_MASK32)
+    a0, a1, b0, b1 = a & low32, a >> half, b & low32, b >> half
+    low, cross1, cross2 = a0 * b0, a0 * b1, a1 * b0
+    middle = (low >> half) + (cross1 & low32) + (cross2 & low32)
+    return (middle << half) | (low & low32), a1 * b1 + (cross1 >> half) + (cross2 >> half) + (middle >> half)
 
 
 def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> dict[int, np.ndarray]:
@@ -146,51 +169,104 @@ def drafted_tokens(spec: Speculation, seed: int, remaining: dict[int, int]) -> d
     if not spec.drafts or not ids or not 0 <= seed <= _MASK32 or not all(0 <= i <= _MASK32 for i in ids) \
             or min(remaining.values()) < 1:
         return one_by_one()
-    words = list(zip(*(w.tolist() for w in seed_words(seed, np.array(ids, dtype=np.int64))), strict=True))
-    if not _agrees_with_numpy(seed, ids[0], words[0]):
+    states = pcg64_states(seed_words(seed, np.array(ids, dtype=np.int64)))
+    own = request_draws(seed, ids[0]).bit_generator.state["state"]
+    if _as_ints(states[0]) != (own["state"], own["inc"]):
         return one_by_one()   # the numpy installed seeds otherwise than the algorithm above: slower, same numbers
+    bits = np.random.PCG64(0)   # (its state is set for each request)
+    setter = state_setter(bits)
     out: dict[int, np.ndarray] = {}
     for at in range(0, len(ids), _CHUNK):
         chunk = ids[at:at + _CHUNK]
-        out.update(_drafted_chunk(spec, seed, chunk, [remaining[i] for i in chunk], words[at:at + _CHUNK]))
+        out.update(_drafted_chunk(spec, seed, chunk, [remaining[i] for i in chunk], states[at:at + _CHUNK],
+                                  bits, setter))
     return out
 
 
-def _agrees_with_numpy(seed: int, request_id: int, words: tuple[int, int, int, int]) -> bool:
-    """Whether the seeding reproduced here gives the state numpy's own generator of
-    ``(seed, request_id)`` starts from (one generator made: a check at every bulk draw, so that a
-    numpy whose seeding differed would cost speed, never change a result)."""
-    own = request_draws(seed, request_id).bit_generator.state["state"]
-    return pcg64_state(words) == (own["state"], own["inc"])
+def _as_ints(row: np.ndarray) -> tuple[int, int]:
+    """A row of :func:`pcg64_states` as the ``(state, inc)`` integers of ``PCG64.state``."""
+    lo, hi, inc_lo, inc_hi = row.tolist()
+    return (hi << 64) | lo, (inc_hi << 64) | inc_lo
+
+
+def documented_setter(bits: np.random.PCG64) -> Callable[[np.ndarray], None]:
+    """A function that sets ``bits``' state and increment to a row of :func:`pcg64_states`
+    through ``PCG64.state`` (numpy's documented way)."""
+    state = {"bit_generator": "PCG64", "state": {"state": 0, "inc": 0}, "has_uint32": 0, "uinteger": 0}
+
+    def documented(row: np.ndarray) -> None:
+        state["state"]["state"], state["state"]["inc"] = _as_ints(row)
+        bits.state = state
+
+    return documented
+
+
+def state_setter(bits: np.random.PCG64) -> Callable[[np.ndarray], None]:
+    """A faster :func:`documented_setter`, where this numpy keeps ``PCG64``'s state as expected.
+
+    ``bits.state = {...}`` takes about 1.5 µs (a dict read, four Python integers split into
+    words), half of what drawing a request's uniforms costs. numpy keeps a ``PCG64``'s state as
+    two 128-bit integers inside the object, reached through the pointer at the address its
+    ``ctypes`` interface gives (numpy/random/_pcg64.pyx, src/pcg64/pcg64.h), so a row is copied
+    into them, in 0.3 µs. That layout is numpy's own, not its API: it is used only after a state
+    set the documented way reads back, at that place, as the four words expected (the 32 bytes
+    read lying inside the object); any other numpy gets the documented setter: slower, never
+    other numbers.
+    """
+    documented = documented_setter(bits)
+    documented(_PROBE)
+    address = _pcg_address(bits)
+    if address is None or not id(bits) <= address <= id(bits) + type(bits).__basicsize__ - _PROBE.nbytes:
+        return documented
+    words = np.ctypeslib.as_array((ctypes.c_uint64 * len(_PROBE)).from_address(address))
+    if not np.array_equal(words, _PROBE):
+        return documented
+
+    def copied(row: np.ndarray) -> None:
+        words[:] = row
+
+    return copied
+
+
+#: a state and increment that read back as four distinct words in the layout expected
+_PROBE = np.array([0x0123456789ABCDEF, 0x1111111111111111, 0x2222222222222223, 0x0FEDCBA987654321], np.uint64)
+
+
+def _pcg_address(bits: np.random.PCG64) -> int | None:
+    """Where ``bits``' state would be: the pointer at the start of the structure its ``ctypes``
+    interface points to (None if it has none)."""
+    try:
+        return ctypes.c_void_p.from_address(bits.ctypes.state_address).value
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 #: requests drawn together (their uniforms about 2 MB)
 _CHUNK = 512
 
 
-def _drafted_chunk(spec: Speculation, seed: int, ids: list[int], remaining: list[int],
-                   words: list[tuple[int, int, int, int]]) -> dict[int, np.ndarray]:
+def _drafted_chunk(spec: Speculation, seed: int, ids: list[int], remaining: list[int], states: np.ndarray,
+                   bits: np.random.PCG64, set_state: Callable[[np.ndarray], None]) -> dict[int, np.ndarray]:
     needed = np.array(remaining, dtype=np.int64)
     # more uniforms than tokens_per_step reads at first (the stream is the same): fewer re-reads
     counts = (needed / spec.tokens_per_step * 1.1).astype(np.int64) + 16
     ends = np.cumsum(counts)
     starts = ends - counts
     uniforms = np.empty(int(ends[-1]))
-    bits = np.random.PCG64(0)   # (its state is set for each request)
-    draw = np.random.Generator(bits)
-    seeded = {"state": 0, "inc": 0}
-    state = {"bit_generator": "PCG64", "state": seeded, "has_uint32": 0, "uinteger": 0}
-    for words_of_id, a, b in zip(words, starts.tolist(), ends.tolist(), strict=True):
-        seeded["state"], seeded["inc"] = pcg64_state(words_of_id)
-        bits.state = state
-        draw.random(out=uniforms[a:b])
+    draw = np.random.Generator(bits).random
+    for row, a, b in zip(states, starts.tolist(), ends.tolist(), strict=True):
+        set_state(row)
+        draw(out=uniforms[a:b])
     # tokens per step over all the requests' uniforms at once (small ints: k + 1 at most), and
-    # their running total: each request's last step is the first whose total, less the request's
-    # start, reaches what it needs
-    per_step = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64).astype(np.int64)
-    running = per_step.cumsum()
+    # their running total (in 32 bits while it fits: half the memory traffic); each request's
+    # last step is the first whose total, less the request's start, reaches what it needs
+    small = _per_step(spec, uniforms, np.int8 if spec.drafts < 127 else np.int64)
+    wide = len(uniforms) * (spec.drafts + 1) + int(needed.max()) >= 2**31
+    running = small.cumsum(dtype=np.int64 if wide else np.int32)
+    per_step = small.astype(np.int64)
     bases = np.where(starts > 0, running[starts - 1], 0)
-    lasts = running.searchsorted(bases + needed)
+    # (the totals sought in the running totals' type: searchsorted would otherwise widen a copy of them)
+    lasts = running.searchsorted((bases + needed).astype(running.dtype))
     read = lasts < ends
     lasts = lasts[read]
     per_step[lasts] -= running[lasts] - (bases + needed)[read]    # the last step gives only what is still needed
