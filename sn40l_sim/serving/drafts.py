@@ -221,11 +221,21 @@ def state_setter(bits: np.random.PCG64) -> Callable[[np.ndarray], None]:
     words = np.ctypeslib.as_array((ctypes.c_uint64 * len(_PROBE)).from_address(address))
     if not np.array_equal(words, _PROBE):
         return documented
+    return StateCopy(bits, words)
 
-    def copied(row: np.ndarray) -> None:
-        words[:] = row
 
-    return copied
+class StateCopy:
+    """Sets a ``PCG64``'s state and increment by copying a row of :func:`pcg64_states` into the
+    words where it keeps them (:func:`state_setter` found them); it holds the generator, so that
+    the memory written stays the generator's for as long as this can write it."""
+
+    __slots__ = ("bits", "words")
+
+    def __init__(self, bits: np.random.PCG64, words: np.ndarray) -> None:
+        self.bits, self.words = bits, words
+
+    def __call__(self, row: np.ndarray) -> None:
+        self.words[:] = row
 
 
 #: a state and increment that read back as four distinct words in the layout expected
