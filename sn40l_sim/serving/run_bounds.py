@@ -76,7 +76,9 @@ class BoundedClock:
             book = node.book
             if due > self.now + (book.next_finish_step - len(book.ends) + 1) * bounds.step_cycles:
                 return due
-        return bounds.bound(node)
+        # a bound two steps away or less makes the run one step (steps_to_run): where it lies then
+        # changes nothing, and on full nodes the others' next finishes usually put it there
+        return bounds.bound(node, one_step=self.now + 2 * bounds.step_cycles)
 
 
 def earliest_finish(node: Any, now: int, step_cycles: int) -> float:
@@ -116,9 +118,10 @@ class RunBounds:
         clock.now = self.env.now
         return clock
 
-    def bound(self, node: Any) -> float:
+    def bound(self, node: Any, one_step: float = -INFINITY) -> float:
         """The first cycle at which an event that can change ``node``'s steps may happen (the run's
-        steps must end before it)."""
+        steps must end before it); or, once one at or before ``one_step`` is found, that one (the
+        caller runs a single step for any bound up to ``one_step``)."""
         env, now, cycles = self.env, self.env.now, self.step_cycles
         if node.incoming or node.arrived or (self.colocated and self.waiting):
             return env.peek()
@@ -130,14 +133,16 @@ class RunBounds:
             if priority != LATE and not isinstance(callback, RunEnd):
                 return cycle
         due = INFINITY
-        for cycle, priority, _, callback in pending:
-            if cycle < due and priority != LATE and not isinstance(callback, RunEnd):
-                due = cycle
-        for other in self.nodes:
+        for other in self.nodes:   # (first: a node that is full finishes a sequence within a step or two)
             if other is not node:
                 due = min(due, earliest_finish(other, now, cycles))
                 if self.colocated and other.run_end is not None and (other.run_end[0] - now) % cycles == 0:
                     due = min(due, now + cycles)     # its steps end with ours: one step per event
+                if due <= one_step:
+                    return due
+        for cycle, priority, _, callback in pending:
+            if cycle < due and priority != LATE and not isinstance(callback, RunEnd):
+                due = cycle
         return due
 
     def logged(self, node: Any, count: int) -> None:

@@ -166,8 +166,8 @@ def test_a_disaggregated_nodes_bound_is_never_before_the_serves_next_event(monke
 
     bound, checked = RunBounds.bound, []
 
-    def checked_bound(self, node):
-        got = bound(self, node)
+    def checked_bound(self, node, **one_step):
+        got = bound(self, node, **one_step)
         checked.append(got >= self.env.peek())
         return got
 
@@ -178,6 +178,31 @@ def test_a_disaggregated_nodes_bound_is_never_before_the_serves_next_event(monke
                                              decode_step_cycles=[1, 7, 50][seed % 3]))
         assert by_runs.requests
     assert checked and all(checked), f"{checked.count(False)} of {len(checked)} bounds before the next event"
+
+
+def test_a_bound_cut_short_at_one_step_is_the_bound_wherever_it_decides_more_than_one_step(monkeypatch):
+    # BoundedClock.peek lets RunBounds.bound stop at the first cycle within two steps (the run is then
+    # one step wherever the bound lies): the whole bound whenever it is later, one within the two steps otherwise
+    from sn40l_sim.serving.run_bounds import INFINITY, RunBounds
+
+    bound, seen = RunBounds.bound, {"short": 0, "whole": 0}
+
+    def checked_bound(self, node, one_step=-INFINITY):
+        got, whole = bound(self, node, one_step), bound(self, node)
+        if whole <= one_step:
+            assert whole <= got <= one_step
+            seen["short"] += got != whole
+        else:
+            assert got == whole
+            seen["whole"] += 1
+        return got
+
+    monkeypatch.setattr(RunBounds, "bound", checked_bound)
+    for seed in range(40):
+        mode = ("disaggregated", "colocated")[seed % 2]
+        requests, setup = workload(seed, mode, seed % 3, sorted(CACHES)[seed % len(CACHES)])
+        simulate(requests, replace(setup, decode_nodes=2 + seed % 3, decode_step_cycles=[1, 7, 50][seed % 3]))
+    assert seen["short"] and seen["whole"]
 
 
 def test_a_lone_node_runs_to_the_next_finish_in_one_event(runs):
