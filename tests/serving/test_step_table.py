@@ -44,3 +44,26 @@ def test_a_step_of_the_wrong_width_is_refused():
 def test_a_step_costs_64_bytes():
     table = StepTable(STEPS * 10_000)
     assert sys.getsizeof(table._flat) < 64 * len(table) * 1.15
+
+
+def test_steps_appended_between_reads_read_back_in_order():
+    # appends are packed into the array a few hundred steps at a time; any read sees every step
+    rng, table, steps = np.random.default_rng(4), StepTable(), []
+    for i in range(3000):
+        step = StepLog(i % 4, i, i + 10, int(rng.integers(0, 1024)), 1024, int(rng.integers(0, 2**62)), 3, i)
+        table.append(step)
+        steps.append(step)
+        if rng.random() < 0.01:
+            assert len(table) == len(steps) and table[-1] == step
+    assert table == steps and table.column("kv_bytes").tolist() == [s.kv_bytes for s in steps]
+    table.reorder(np.arange(len(steps))[::-1])
+    table.append(steps[0])
+    assert list(table) == steps[::-1] + steps[:1]
+
+
+@pytest.mark.parametrize("field", [2**63, -(2**63) - 1, 1.5, "7"])
+def test_a_field_that_is_no_64_bit_integer_is_refused(field):
+    table = StepTable(STEPS)
+    with pytest.raises((OverflowError, TypeError)):
+        table.append(StepLog(0, 0, 10, 1, 1, field, 1))
+        len(table)
