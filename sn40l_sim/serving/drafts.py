@@ -12,13 +12,14 @@ hash of ``[seed, id]`` on arrays of ids (numpy's documented algorithm, the const
 wrapping ``uint32`` arithmetic), PCG64's seeding on arrays too (128-bit integers as pairs of
 ``uint64`` words), then each request's uniforms read into one array (per few hundred requests)
 by setting a single ``PCG64``'s state (copied into the object where this numpy keeps it:
-:func:`state_setter`), and the tokens per step derived by array operations on that array. The uniforms are the very numbers
-``request_draws`` gives (a stream of doubles, one 64-bit output each, read the same whatever the
-chunks), so the tokens are identical; numpy keeps ``SeedSequence`` and ``PCG64`` streams stable
-across versions, and the tests check seed words, states and tokens against numpy's own; each bulk
-draw also compares one request's starting state with numpy's generator and, should they differ
-(another numpy), draws one request at a time: slower, never other numbers. A seed or id outside
-``[0, 2**32)`` (hashed as several words) takes the one-request path too.
+:func:`state_setter`), and the tokens per step derived by array operations on that array. The
+uniforms are the very numbers ``request_draws`` gives (a stream of doubles, one 64-bit output
+each, read the same whatever the chunks), so the tokens are identical; numpy keeps
+``SeedSequence`` and ``PCG64`` streams stable across versions, and the tests check seed words,
+states and tokens against numpy's own; each bulk draw also compares one request's starting state
+with numpy's generator and, should they differ (another numpy), draws one request at a time:
+slower, never other numbers. A seed or id outside ``[0, 2**32)`` (hashed as several words) takes
+the one-request path too.
 
 Examples
 --------
