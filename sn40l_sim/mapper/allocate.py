@@ -33,17 +33,22 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from bisect import bisect_left
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_div
-from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.division import Division, PmuWork, fewest_pcus, least_work
+from sn40l_sim.mapper.division import Division, fewest_pcus, least_work
 from sn40l_sim.mapper.lowest_target import Probe, galloping_fit, lowest_reached, probe_tile
 from sn40l_sim.mapper.pmus import PmuRates, fewest_pmus, pmu_rates, sram_cycles
 from sn40l_sim.mapper.spending import Pricing, call_cycles, division_on, spend_spare_units
+from sn40l_sim.mapper.stage_limits import Answers as _Seen
+from sn40l_sim.mapper.stage_limits import StageLimits as _Limits
+from sn40l_sim.mapper.stage_limits import max_pcus as _max_pcus
+from sn40l_sim.mapper.stage_limits import min_pmus as _min_pmus
+from sn40l_sim.mapper.stage_limits import stage_limits as _limits
 from sn40l_sim.mapper.stages import StageWork
 
 _EPS = 1e-9
@@ -77,18 +82,6 @@ class Allocation:
         return max(self.cycles, default=0)
 
 
-def _min_pmus(socket: SocketSpec, stage: StageWork, chip_tiles: int) -> int:
-    needs = stage.buffer_bytes or stage.sram_read_bytes or stage.sram_write_bytes
-    held = pmus_for_buffer(socket.pmu, math.ceil(stage.buffer_bytes / chip_tiles), double_buffered=True)
-    return max(held, 1 if needs else 0)
-
-
-def _max_pcus(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> int:
-    if isinstance(stage.model, PmuWork):
-        return 0
-    return max(1, min(budget.pcus_for(stage.name, socket.tile.pcus), math.ceil(stage.parallelism / chip_tiles)))
-
-
 class StageFloor(NamedTuple):
     """What any allocation of a compute stage gives it at least (:func:`stage_floor`)."""
 
@@ -120,26 +113,6 @@ def stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: U
     work = least_work(stage.model, stage.pieces, max(1, most) * chip_tiles)
     return StageFloor(max(work.cycles, sram), work.work, work.latency, 1 if most else 0, most,
                       _min_pmus(socket, stage, chip_tiles))
-
-
-# not frozen: a frozen dataclass sets each field through object.__setattr__, and an allocation makes
-# one per stage (tens of thousands per mapping)
-@dataclass(slots=True)
-class _Limits:
-    """What a stage needs whatever the target: fewest PMUs (buffers), most useful PCUs, most PMUs;
-    and the answers of :func:`_stage_units` found so far in this allocation, each with the targets
-    it holds for (:func:`_stage_units`)."""
-
-    min_pmus: int
-    max_pcus: int
-    max_pmus: int
-    #: ``(lowest target, highest target, units)`` of every answer found so far
-    spans: list[tuple[int, int, tuple[int, int, Division] | None]] = field(default_factory=list, compare=False)
-
-
-def _limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> _Limits:
-    return _Limits(_min_pmus(socket, stage, chip_tiles), _max_pcus(socket, stage, chip_tiles, budget),
-                   budget.pmus_for(stage.name, socket.tile.pmus))
 
 
 def _stage_units(rates: PmuRates, stage: StageWork, limits: _Limits, chip_tiles: int,
@@ -205,30 +178,26 @@ def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_til
 _Units = tuple[int, int, Division]
 
 
-def _known_units(seen: dict[int, _Units | None], target: int) -> _Units | None:
-    """A stage's units at ``target`` if two targets already asked, one below and one above it, got
-    the same: the fewest PCUs, the division on them (the first split of fewest cycles among those
-    reaching a target on the fewest PCUs) and the fewest PMUs serving it within the target move
-    monotonically with the target, so between two equal answers the answer is the same."""
-    below = above = -1
-    for t in seen:
-        if t < target:
-            if t > below:
-                below = t
-        elif t > target and (above < 0 or t < above):
-            above = t
-    if below < 0 or above < 0:
+def _known_units(seen: _Seen, target: int) -> _Units | None:
+    """A stage's units at ``target`` (not in ``seen``) if two targets already asked, the nearest
+    below and the nearest above it, got the same: the fewest PCUs, the division on them (the first
+    split of fewest cycles among those reaching a target on the fewest PCUs) and the fewest PMUs
+    serving it within the target move monotonically with the target, so between two equal answers
+    the answer is the same."""
+    targets = seen.targets
+    i = bisect_left(targets, target)
+    if i == 0 or i == len(targets):
         return None
-    got = seen[below]
-    return got if got is not None and got == seen[above] else None
+    got = seen[targets[i - 1]]
+    return got if got is not None and got == seen[targets[i]] else None
 
 
 def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None], chip_tiles: int,
-          target: int, budget: UnitBudget, seen: list[dict[int, _Units | None]] | None = None,
+          target: int, budget: UnitBudget, seen: list[_Seen] | None = None,
           compute_only: bool = False) -> list[tuple[int, int, Division | None]] | None:
     """Each stage's fewest units under ``target`` cycles, or None if a stage cannot get there or
     they exceed a tile (``compute_only``: the memory stages' fixed pace not held to ``target``);
-    ``seen`` keeps each stage's answers by target across the calls of one bisection."""
+    ``seen`` keeps each stage's answers by target (across allocations: :func:`_limits`)."""
     units: list[tuple[int, int, Division | None]] = []
     pcus = pmus = 0
     tile_pcus, tile_pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
@@ -242,9 +211,13 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
             got = _stage_units(rates, stage, lim, chip_tiles, target)
         else:
             mine = seen[len(units)]
-            got = mine[target] if target in mine else _known_units(mine, target)
-            if got is None and target not in mine:
-                got = mine[target] = _stage_units(rates, stage, lim, chip_tiles, target)
+            if target in mine:
+                got = mine[target]
+            else:
+                got = _known_units(mine, target)
+                if got is None:
+                    got = _stage_units(rates, stage, lim, chip_tiles, target)
+                    mine.keep(target, got)
         if got is None:
             return None
         pcus += got[0]
@@ -267,7 +240,7 @@ def _compute_floor(socket: SocketSpec, stages: list[StageWork], limits: list[_Li
 
 
 def _compute_balanced(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: list[_Limits | None],
-                      chip_tiles: int, budget: UnitBudget, seen: list[dict[int, _Units | None]], floor: int,
+                      chip_tiles: int, budget: UnitBudget, seen: list[_Seen], floor: int,
                       paced: int) -> list[tuple[int, int, Division | None]] | None:
     """The compute stages' fewest units under the lowest target they reach together on the tile,
     the memory stages' pace aside (None when that target is ``paced``'s, the balanced one's, or
@@ -335,20 +308,29 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
         None when even one PCU per stage and the PMUs holding the buffers exceed a tile.
     """
     rates = pmu_rates(socket)
-    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget) for s in stages]
-    hi = 0
+    limits = [None if s.is_memory else _limits(socket, s, chip_tiles, budget, rates) for s in stages]
+    hi = lo = 0
     for s, lim in zip(stages, limits, strict=True):
         if lim is None:
             hi = max(hi, s.fixed_cycles)
-        else:
+            lo = max(lo, s.fixed_cycles)
+            continue
+        if lim.top < 0:
             one = division_on(s, 1 if lim.max_pcus else 0, chip_tiles, 1 if lim.max_pcus else 0)
-            hi = max(hi, one.cycles, sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
-    seen: list[dict[int, _Units | None]] = [{} for _ in stages]
+            lim.top = max(one.cycles, sram_cycles(rates, s, lim.min_pmus, chip_tiles, one), 1)
+            # its best division on its most PCUs: least_work's cycles, the same number, memoised
+            # for the stage floors that came before (:mod:`.tiling_floor`)
+            lim.least = least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles \
+                if lim.max_pcus and s.model is not None else 0
+        hi = max(hi, lim.top)
+        lo = max(lo, lim.least)
+    seen: list[_Seen] = [_Seen() if lim is None else lim.seen for lim in limits]
     if _fits(socket, rates, stages, limits, chip_tiles, hi, budget, seen) is None:
         return None
     top = hi
+    # lo: no stage goes below its best division on its most PCUs, nor a memory stage below its pace
     floor = _compute_floor(socket, stages, limits, chip_tiles, budget)
-    lo = min(hi, max([s.fixed_cycles for s in stages if s.is_memory] + [floor]))
+    lo = min(hi, max(lo, floor))
     found: dict[int, list[tuple[int, int, Division | None]]] = {}
 
     def fits(target: int) -> bool:

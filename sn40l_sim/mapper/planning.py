@@ -24,6 +24,7 @@ from sn40l_sim.mapper.keys import operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
 from sn40l_sim.mapper.spending import Calls, pricing
+from sn40l_sim.mapper.stage_limits import clear_limits_memo
 from sn40l_sim.mapper.stages import (
     StageWork,
     Stream,
@@ -57,6 +58,7 @@ def clear_section_memo() -> None:
         memo.clear()
     clear_tiling_memo()
     clear_stage_floor_memo()
+    clear_limits_memo()
 
 
 def _key(planned: str, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int, spill_in: int,

@@ -32,8 +32,8 @@ from sn40l_sim.mapper.windows import interior_window
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sn40l_sim.mapper.allocate import _Limits
     from sn40l_sim.mapper.kernel_cost import LoopContext
+    from sn40l_sim.mapper.stage_limits import StageLimits as _Limits
 
 #: PCUs, PMUs and division of each stage per tile in use (no division for a memory stage)
 Units = list[tuple[int, int, Division | None]]

@@ -13,6 +13,7 @@ from sn40l_sim.mapper import allocate, planning
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.lowest_target import lowest_reached
 from sn40l_sim.mapper.pmus import pmu_rates
+from sn40l_sim.mapper.stage_limits import Answers, StageLimits
 from sn40l_sim.mapper.tier_split import TierSplit
 
 WEIGHT_STATIONARY = UnitBudget(dataflows=("weight_stationary",))
@@ -26,7 +27,10 @@ def _stages(socket, kernel_name: str, n_tiles: int, chip_tiles: int, budget: Uni
 
 
 def _fresh_limits(socket, stages, chip_tiles: int, budget: UnitBudget):
-    return [None if s.is_memory else allocate._limits(socket, s, chip_tiles, budget) for s in stages]
+    # the allocator shares one StageLimits (with the answers it found) per stage work and limits:
+    # copies of its limits alone, so that a scan never reads an answer the search computed
+    shared = [None if s.is_memory else allocate._limits(socket, s, chip_tiles, budget) for s in stages]
+    return [None if lim is None else StageLimits(lim.min_pmus, lim.max_pcus, lim.max_pmus) for lim in shared]
 
 
 def _reached(socket, stages, chip_tiles: int, budget: UnitBudget, target: int):
@@ -87,6 +91,6 @@ def test_the_chain_paced_search_gives_the_units_of_the_lowest_target_every_targe
     limits = _fresh_limits(socket, stages, chip_tiles, budget)
     floor = allocate._compute_floor(socket, stages, limits, chip_tiles, budget)
     searched = allocate._compute_balanced(socket, pmu_rates(socket), stages, limits, chip_tiles, budget,
-                                          [{} for _ in stages], floor, paced)
+                                          [Answers() for _ in stages], floor, paced)
     assert searched == scanned
     assert _reached(socket, stages, chip_tiles, budget, floor - 1) is None      # the search starts there

@@ -8,7 +8,7 @@ from conftest import deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
 from sn40l_sim.hardware.loader import with_overrides
-from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel, planning
+from sn40l_sim.mapper import allocate, disk_cache, division, map_graph, map_kernel, planning, stage_limits
 from sn40l_sim.mapper.graph import clear_memo, mapping_key
 from sn40l_sim.mapper.keys import UNMAPPED_CALIBRATED, UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.work import GemmWork
@@ -245,13 +245,16 @@ def test_units_inferred_between_two_equal_answers_allocate_as_asking_every_targe
     monkeypatch.setattr(allocate, "_stage_units", lambda *a: asked.append(a[-1]) or real_units(*a))
     # (each pass over the calls recomputes every allocation, ~0.5 CPU-s: the stages asked are
     # counted in the same pass that gives the inferred allocations)
+    stage_limits.clear_limits_memo()       # each pass from no answers kept across allocations
     inferred = [real(*args) for args in calls]
     asked_inferred = len(asked)
     asked.clear()
+    stage_limits.clear_limits_memo()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(allocate, "_known_units", lambda seen, target: None)
         every = [real(*args) for args in calls]
         asked_every = len(asked)
+    stage_limits.clear_limits_memo()
     assert inferred == every
     assert asked_inferred < 0.9 * asked_every          # and asks the stages less
 
