@@ -156,13 +156,15 @@ def stage_division(work: StageModel, pieces: float, pcus: int, most_pcus: int | 
         return Division(0, 0, work.latency)
     if isinstance(work, SimdWork):
         return Division(pcus, _passes_on(work, pieces, pcus), work.latency)
+    if most_pcus:
+        return _best_gemm_division(work, pieces, pcus, most_pcus)
     # every split's (cycles, latency) as _division gives them; the division built for the best only
     best_split: Split | None = None
     best_cycles = best_latency = 0
     efficiency = work.efficiency
     whole_pieces = pieces >= 1
     share = 1.0 if whole_pieces else pieces
-    for split in work.candidates(pieces, most_pcus or pcus):
+    for split in work.candidates(pieces, pcus):
         cycles = _cycles_on(split.items, split.item_cycles, split.reduce_cycles, split.stream_cycles, pieces,
                             whole_pieces, share, pcus, efficiency)
         if best_split is not None and cycles > best_cycles:
@@ -215,6 +217,34 @@ def _gemm_terms(work: GemmWork, pieces: float, most_pcus: int) -> _Terms:
                   split.item_cycles, split.reduce_cycles, split.stream_cycles,
                   max(split.item_cycles / efficiency + split.reduce_cycles, split.stream_cycles))
                  for split in work.candidates(pieces, most_pcus))
+
+
+def _best_gemm_division(work: GemmWork, pieces: float, pcus: int, most_pcus: int) -> Division:
+    """:func:`stage_division` of a GEMM among the splits tried on ``most_pcus``: the split's
+    fields read from :func:`_gemm_terms` (memoised with :func:`fewest_pcus`' searches of the same
+    piece) and :func:`_cycles_on` written out in the loop, in the same float arithmetic."""
+    best_split: Split | None = None
+    best_cycles = best_latency = 0
+    efficiency = work.efficiency
+    share = 1.0 if pieces >= 1 else pieces
+    ceil, floor = math.ceil, math.floor
+    for split, sequenced, _, item, reduce, stream, _ in _gemm_terms(work, pieces, most_pcus):
+        n = ceil(sequenced / pcus - _EPS)
+        if n <= 0:
+            cycles = 0
+        else:
+            done = share * n
+            cycles = ceil(done * item / efficiency - _EPS) + ceil(done * reduce - _EPS)
+            streamed = ceil(done * stream - _EPS)
+            if streamed > cycles:
+                cycles = streamed
+        if best_split is not None and cycles > best_cycles:
+            continue
+        latency = max(0, split.latency + floor(split.offset / efficiency))
+        if best_split is None or cycles < best_cycles or latency < best_latency:
+            best_split, best_cycles, best_latency = split, cycles, latency
+    assert best_split is not None
+    return _division(best_split, pieces, pcus, efficiency)
 
 
 def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int) -> Division | None:

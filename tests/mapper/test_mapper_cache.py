@@ -132,6 +132,42 @@ def test_the_pruned_fewest_pcus_search_finds_what_trying_every_count_finds(node,
         assert division.fewest_pcus(work, pieces, target, most) == _fewest_by_definition(work, pieces, target, most)
 
 
+def _best_by_definition(work, pieces, pcus, most_pcus):
+    """The division of fewest cycles (then least latency, then the first split) on ``pcus`` PCUs
+    over the splits tried on ``most_pcus``, each built by ``_division``."""
+    best = None
+    for split in work.candidates(pieces, most_pcus):
+        d = division._division(split, pieces, pcus, work.efficiency)
+        if best is None or (d.cycles, d.latency_cycles) < (best.cycles, best.latency_cycles):
+            best = d
+    return best
+
+
+def test_the_best_division_among_the_splits_is_what_building_each_finds(node, monkeypatch):
+    # stage_division of a GEMM on its most PCUs reads the splits' fields memoised with fewest_pcus'
+    # searches and works their cycles out in its loop: the same division as building every one
+    import sn40l_sim.mapper.spending as spending
+
+    asked = []
+    real = spending.stage_division
+
+    def spy(work, pieces, pcus, most_pcus=None):
+        if isinstance(work, GemmWork) and most_pcus:
+            asked.append((work, pieces, pcus, most_pcus))
+        return real(work, pieces, pcus, most_pcus)
+
+    monkeypatch.setattr(spending, "stage_division", spy)
+    with disk_cache.cache_in(None):
+        clear_memo()
+        for kernel in distinct_kernels(deepseek_graph("decode", kv_len=8192, batch=4))[:6]:
+            map_kernel(node.socket, kernel)
+        clear_memo()
+    assert len(asked) > 100 and any(pcus < most for _, _, pcus, most in asked)
+    for work, pieces, pcus, most in random.Random(0).sample(asked, 150):
+        division.clear_caches()
+        assert division.stage_division(work, pieces, pcus, most) == _best_by_definition(work, pieces, pcus, most)
+
+
 def test_section_plans_reused_under_another_configuration_load_rate_map_as_a_cold_mapping(node, monkeypatch):
 
     graph = deepseek_graph("decode", kv_len=32768, batch=8)
