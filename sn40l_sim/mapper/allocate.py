@@ -176,6 +176,8 @@ def _stage_units_at(rates: PmuRates, stage: StageWork, limits: _Limits, chip_til
 
 
 _Units = tuple[int, int, Division]
+#: what a stage's answers hold for a target not asked yet (its answer may be None)
+_UNASKED: object = object()
 
 
 def _known_units(seen: _Seen, target: int) -> _Units | None:
@@ -211,9 +213,8 @@ def _fits(socket: SocketSpec, rates: PmuRates, stages: list[StageWork], limits: 
             got = _stage_units(rates, stage, lim, chip_tiles, target)
         else:
             mine = seen[len(units)]
-            if target in mine:
-                got = mine[target]
-            else:
+            got = mine.get(target, _UNASKED)
+            if got is _UNASKED:
                 got = _known_units(mine, target)
                 if got is None:
                     got = _stage_units(rates, stage, lim, chip_tiles, target)

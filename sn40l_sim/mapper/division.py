@@ -114,6 +114,13 @@ def _division(split: Split, pieces: float, pcus: int, efficiency: float) -> Divi
                     sram_read_bytes=2 * moved, sram_write_bytes=moved, mesh_bytes=moved)
 
 
+def _divided(split: Split, pieces: float, pcus: int, cycles: int, latency: int) -> Division:
+    """:func:`_division` of a split whose cycles and latency on ``pcus`` the caller has worked out
+    (in :func:`_division`'s arithmetic): the searches below build one for each answer."""
+    moved = pieces * split.items * split.reduce_bytes
+    return Division(pcus, cycles, latency, (split.s_m, split.s_k), 2 * moved, moved, moved)
+
+
 def _passes_on(work: SimdWork, pieces: float, pcus: int) -> int:
     if len(work.pass_cycles) > 1 and pcus >= len(work.pass_cycles):
         # each pass on PCUs of its own: the fewest cycles whose PCUs add up to at most ``pcus``
@@ -244,7 +251,7 @@ def _best_gemm_division(work: GemmWork, pieces: float, pcus: int, most_pcus: int
         if best_split is None or cycles < best_cycles or latency < best_latency:
             best_split, best_cycles, best_latency = split, cycles, latency
     assert best_split is not None
-    return _division(best_split, pieces, pcus, efficiency)
+    return _divided(best_split, pieces, pcus, best_cycles, best_latency)
 
 
 def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int) -> Division | None:
@@ -307,7 +314,10 @@ def _fewest_gemm_pcus(work: GemmWork, pieces: float, target: int, most_pcus: int
         if best_split is None or lo < best_pcus or (lo == best_pcus and cycles < best_cycles):
             best_pcus, best_cycles, best_split = lo, cycles, split
             top = lo
-    return None if best_split is None else _division(best_split, pieces, best_pcus, efficiency)
+    if best_split is None:
+        return None
+    return _divided(best_split, pieces, best_pcus, best_cycles,
+                    max(0, best_split.latency + floor(best_split.offset / efficiency)))
 
 
 def _cycles_on(items: int, item_cycles: float, reduce_cycles: float, stream_cycles: float, pieces: float,
