@@ -157,6 +157,26 @@ def _stage(tiling: OpTiling, n_tiles: int, socket_key: str) -> StageWork:
     return _stage_memo.get(tiling, (n_tiles,), lambda: compute_stage(tiling, n_tiles))
 
 
+#: memory stages by (socket key, tier, bytes, data tiles, tiles in use): a kernel's part floors and
+#: whole sections ask for the same ones at each tiling (three asks in five of a cold validate's)
+_memory_memo: dict[tuple, StageWork] = {}
+
+
+def _memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, chip_tiles: int,
+                  socket_key: str) -> StageWork:
+    """:func:`memory_stage` through the memo when ``socket_key`` (the socket as the mapper sees
+    it, which holds every field the stage reads) is given."""
+    if not socket_key:
+        return memory_stage(socket, tier, n_bytes, n_tiles, chip_tiles)
+    key = (socket_key, tier, n_bytes, n_tiles, chip_tiles)
+    got = _memory_memo.get(key)
+    if got is None:
+        if len(_memory_memo) >= _TILING_MEMO_SIZE:
+            _memory_memo.clear()
+        got = _memory_memo[key] = memory_stage(socket, tier, n_bytes, n_tiles, chip_tiles)
+    return got
+
+
 #: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's
 #: tiling reads); cleared when full
 _TILING_MEMO_SIZE = 50_000
@@ -202,6 +222,7 @@ def clear_tiling_memo() -> None:
     _tiling_memo.clear()
     clear_operators_keys()
     _stage_memo.clear()
+    _memory_memo.clear()
     _traffic_memo.clear()
     clear_halvings()
 
@@ -241,7 +262,7 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     for tier, total in totals:
         if total:
             index[tier] = len(stages)
-            stages.append(memory_stage(socket, tier, total, n_tiles, chip_tiles))
+            stages.append(_memory_stage(socket, tier, total, n_tiles, chip_tiles, socket_key))
     first = len(stages)
     stages += [_stage(t, n_tiles, socket_key) for t in tilings]
     streams: list[Stream] = []
@@ -262,7 +283,7 @@ def some_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], 
     that is quick to build (a GEMM's tiling is most of the work)."""
     eff = socket.calibrated.systolic_efficiency
     totals, _ = _section_traffic(socket, tuple(ops), tiers, spill_in_bytes, spill_out_bytes)
-    stages = [memory_stage(socket, tier, total, n_tiles, chip_tiles) for tier, total in totals if total]
+    stages = [_memory_stage(socket, tier, total, n_tiles, chip_tiles, socket_key) for tier, total in totals if total]
     return stages + [_stage(_tiling(socket, ops[i], n_tiles, eff, budget, socket_key), n_tiles, socket_key)
                      for i in chosen]
 

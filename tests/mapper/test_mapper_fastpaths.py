@@ -34,6 +34,7 @@ def test_memoised_tilings_give_the_stages_fresh_ones_give(socket):
                     memo = section_stages(socket, kernel.operators, n_tiles, tiers, chip_tiles, 0, 64, budget, key)
                     assert memo == fresh
     assert stages_mod._tiling_memo
+    assert stages_mod._memory_memo          # the memory stages memoised too, equal to fresh ones
 
 
 def test_section_stages_memoised_under_the_dataflows_and_cuts_equal_those_of_the_whole_budget(socket):
