@@ -8,7 +8,9 @@ policy's static cache and verifying the experiment's speculative drafts (``servi
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
 the engine runs it) unless ``--batch`` says otherwise, on the graph compiled for the smallest of
 ``serving.prefill_lens`` that holds the prompt, on the prefill nodes' hardware when the
-experiment names one (``prefill_hardware``), as ``run`` times it. Activations, weights and KV are
+experiment names one (``prefill_hardware``), as ``run`` times it; a line under the shape says
+when ``run`` serves otherwise (a prompt in chunks, ``serving.prefill_chunk``; the models of a
+``multi_model:`` section, where this maps the experiment's ``model:``). Activations, weights and KV are
 placed in the socket's memory tiers in the experiment's order (memory.order; default: the socket's,
 HBM then DDR), as ``run`` places them: only the uses memory.may_spill names (by default the
 activations) spill to the next tier, and a graph whose weights or KV do not fit the first tier is
@@ -128,11 +130,13 @@ def run(args: argparse.Namespace) -> int:
              else "")
           + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
              if args.phase == "decode" and drafts else ""))
-    if args.phase == "decode" and args.batch is None and spec.serving.batch != built.batch:
+    if args.phase == "decode" and args.batch is None and spec.serving.batch != built.batch and spec.multi_model is None:
         # a user reading map beside run compares batch 1 with the batch run decodes at
         print(f"  (shape.batch; run decodes at serving.batch: {spec.serving.batch}"
               + (", the largest compiled batch whose KV fits, which run prints" if spec.serving.batch == "max" else "")
               + "; --batch N maps another)")
+    for note in _run_differs_notes(spec, args.phase, built.prompt_len):
+        print(note)
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"
                                              for tier in memory.by_tier)
                       for use in ("weights", "kv", "activations") + (("kv_offload",) if built.store else ()))
@@ -164,6 +168,36 @@ def run(args: argparse.Namespace) -> int:
             plot_placement(socket, chosen, temporary)
         print(f"placement of {', '.join(pk.kernel.name for pk in chosen)} drawn in {args.plot}")
     return 0
+
+
+def _run_differs_notes(spec, phase: str, prompt_len: int) -> list[str]:
+    """Lines naming what ``run`` serves otherwise than the graph ``map`` shows: a prompt run serves
+    in chunks (``serving.prefill_chunk``, :mod:`sn40l_sim.serving.chunked_prefill`) and the models of
+    a ``multi_model:`` section (map maps the experiment's ``model:``). Without them a user read the
+    whole prompt's graph, or one model at ``shape.batch``, as what run had timed.
+
+    >>> from types import SimpleNamespace as NS
+    >>> plain = NS(serving=NS(prefill_chunk=None), multi_model=None)
+    >>> _run_differs_notes(plain, "prefill", 8192)
+    []
+    >>> chunked = NS(serving=NS(prefill_chunk=1024), multi_model=None)
+    >>> _run_differs_notes(chunked, "decode", 8192), len(_run_differs_notes(chunked, "prefill", 8192))
+    ([], 1)
+    >>> _run_differs_notes(chunked, "prefill", 1024)   # one chunk holds the prompt: run prefills it whole
+    []
+    """
+    notes = []
+    chunk = spec.serving.prefill_chunk
+    if phase == "prefill" and chunk is not None and chunk < prompt_len:
+        notes.append(f"  (the whole prompt's graph, run's 'prefill, one prompt'; with serving.prefill_chunk "
+                     f"{chunk} run serves the prompt in {-(-prompt_len // chunk)} chunks between decode steps, "
+                     f"each on the graph compiled for its length attending the earlier chunks' keys and holding "
+                     f"one chunk's activations, and reports what they add as 'chunking prefill overhead')")
+    if spec.multi_model is not None:
+        names = ", ".join(m.name for m in spec.multi_model.models)
+        notes.append(f"  (the experiment's model: line; run serves the models of multi_model ({names}), each at "
+                     f"its own batch; --set model=FILE and --batch N map another)")
+    return notes
 
 
 def _loops_line(names: list[str], loops, looping: bool) -> str:

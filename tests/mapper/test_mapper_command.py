@@ -224,3 +224,47 @@ def test_a_decode_map_says_run_decodes_at_the_serving_batch(capsys):
     # nor for a prefill, which run also runs one prompt at a time
     assert main(["map", EXPERIMENT, "--phase", "prefill"]) == 0
     assert "run decodes at" not in capsys.readouterr().out
+
+
+def _llama8b_experiment(tmp_path, extra: str) -> str:
+    """Llama-3.1-8B on SN40L-8 with 4K prompts, co-located, with ``extra`` lines of YAML."""
+    exp = tmp_path / "served.yaml"
+    exp.write_text(f"""kind: experiment
+name: served
+hardware: {ROOT / "hw_configs" / "sn40l_node8.yaml"}
+model: {ROOT / "graphs" / "llama3_1_8b.yaml"}
+parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 4096, batch: 1}}
+{extra}""")
+    return str(exp)
+
+
+def test_a_chunked_prefill_map_says_run_serves_the_prompt_in_chunks(capsys, tmp_path):
+    # with serving.prefill_chunk run prefills a prompt in chunks (each on its own graph, attending the
+    # earlier chunks' keys) and reports their extra as the chunking overhead; map showed the whole
+    # prompt's graph without a word, so a user read its total as what run had served the prompt in
+    exp = _llama8b_experiment(tmp_path, "serving: {mode: colocated, batch: 1, prefill_chunk: 1024}\n")
+    assert main(["map", exp, "--phase", "prefill"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "shape: batch 1, prompt 4096"
+    assert lines[2].startswith("  (the whole prompt's graph, run's 'prefill, one prompt'; with serving.prefill_chunk "
+                               "1024 run serves the prompt in 4 chunks between decode steps,")
+    assert lines[2].endswith("'chunking prefill overhead')")
+    # a chunk holding the whole prompt is the unchunked schedule, and decode is not chunked
+    for extra, phase in (("serving: {mode: colocated, batch: 1, prefill_chunk: 4096}\n", "prefill"),
+                         ("serving: {mode: colocated, batch: 1, prefill_chunk: 1024}\n", "decode"),
+                         ("serving: {mode: colocated, batch: 1}\n", "prefill")):
+        assert main(["map", _llama8b_experiment(tmp_path, extra), "--phase", phase]) == 0
+        assert "chunk" not in capsys.readouterr().out
+
+
+def test_a_multi_model_map_says_run_serves_the_sections_models(capsys):
+    # map maps the experiment's model: line at shape.batch, while run serves multi_model's models,
+    # each at its own batch; map said run decodes at serving.batch, which a multi_model run does not use
+    assert main(["map", str(ROOT / "experiments" / "multi_model.yaml"), "--phase", "decode"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("multi_model: llama-3.1-8b on SN40L-16")
+    assert lines[2] == ("  (the experiment's model: line; run serves the models of multi_model (llama8b, llama70b, "
+                        "llama405b), each at its own batch; --set model=FILE and --batch N map another)")
+    assert not any("run decodes at serving.batch" in line for line in lines)
