@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build, place and print; returns 0."""
     from sn40l_sim.mapper.loops import find_loops
-    from sn40l_sim.mapper.summary import collapse, format_table, padded_footnotes
+    from sn40l_sim.mapper.summary import collapse, format_table, padded_footnotes, shown_tiers
     from sn40l_sim.quantities import format_bytes
     from sn40l_sim.report.figure import check_figure_file
     from sn40l_sim.report.outputs import output_path
@@ -150,6 +150,13 @@ def run(args: argparse.Namespace) -> int:
     # beside "SRAM% 5.6", as if the bound were a resource the kernel hardly used
     print("SRAM% is the buffers held over the SRAM of the tiles in use (capacity); a row bound by sram waits "
           "on its PMUs' read and write ports")
+    # comp% and the tiers' % are over the whole socket's peaks (mapper/summary.py): Llama-3.1-8B's 32K
+    # prefill output projection, on one tile of four, read "comp% 8.4" beside "bound compute"
+    columns = ["comp%"] + [f"{tier.upper()}%" for tier in shown_tiers(socket, placed.kernels)]
+    print(f"{', '.join(columns[:-1])} and {columns[-1]} are the call's "
+          "FLOPs and bytes over the whole socket's peaks (BF16 on every tile, each tier's bandwidth), so a row on "
+          "fewer tiles reads low though bound; tiles are the chip's tiles a call runs on, n_tiles the data tiles "
+          "it streams")
     print()
     print(format_table(socket, placed.kernels))
     for line in padded_footnotes(placed.kernels):

@@ -168,3 +168,22 @@ def test_a_looped_prefill_layer_waits_for_its_all_reduces_once(tmp_path, capsys,
     assert ("L00.layer .. L31.layer x32, each run as one call" in out) == looping
     prefill = LoadedExperiments().records(path, serve=False)[0]["prefill_s"]
     assert total <= prefill <= BOUNDARIES_FACTOR * total
+
+
+def test_the_header_says_comp_and_tier_columns_are_of_the_whole_socket(capsys):
+    # Llama-3.1-8B's 32K prefill maps its output projection on one tile of four: "bound compute" beside
+    # "comp% 8.4", with nothing saying the column is over the socket's four tiles' peak, nor that
+    # "tiles" and "n_tiles" count different things
+    assert main(["map", str(ROOT / "experiments" / "llama8b_node8.yaml"), "--phase", "prefill"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(out) if line.startswith("kernel ") and "comp%" in line)
+    note = [line for line in out[:header] if line.startswith("comp%")]
+    assert note == ["comp% and HBM% are the call's FLOPs and bytes over the whole socket's peaks (BF16 on every "
+                    "tile, each tier's bandwidth), so a row on fewer tiles reads low though bound; tiles are the "
+                    "chip's tiles a call runs on, n_tiles the data tiles it streams"]
+    # as the note says: a row's comp% is at most its tiles' share of the socket's (four tiles) peak
+    rules = [i for i, line in enumerate(out) if line and set(line) == {"-"}]
+    rows = [line.split() for line in out[rules[0] + 1:rules[1]]]
+    rows = [row if row[1].startswith("x") else row[:1] + [""] + row[1:] for row in rows]   # the count column
+    assert all(float(row[5]) <= 100 * int(row[2]) / 4 for row in rows)
+    assert any(int(row[2]) == 1 for row in rows)
