@@ -10,7 +10,8 @@ the engine runs it) unless ``--batch`` says otherwise, on the graph compiled for
 ``serving.prefill_lens`` that holds the prompt, on the prefill nodes' hardware when the
 experiment names one (``prefill_hardware``), as ``run`` times it; a line under the shape says
 when ``run`` serves otherwise (a prompt in chunks, ``serving.prefill_chunk``; the models of a
-``multi_model:`` section, where this maps the experiment's ``model:``). Activations, weights and KV are
+``multi_model:`` section, where this maps the experiment's ``model:``; a ``sweep:`` section, which
+``map`` does not apply: ``--set`` maps a point). Activations, weights and KV are
 placed in the socket's memory tiers in the experiment's order (memory.order; default: the socket's,
 HBM then DDR), as ``run`` places them: only the uses memory.may_spill names (by default the
 activations) spill to the next tier, and a graph whose weights or KV do not fit the first tier is
@@ -181,13 +182,15 @@ def _run_differs_notes(spec, phase: str, prompt_len: int) -> list[str]:
     """Lines naming what ``run`` serves otherwise than the graph ``map`` shows: a prompt run serves
     in chunks (``serving.prefill_chunk``, :mod:`sn40l_sim.serving.chunked_prefill`) and the models of
     a ``multi_model:`` section (map maps the experiment's ``model:``). Without them a user read the
-    whole prompt's graph, or one model at ``shape.batch``, as what run had timed.
+    whole prompt's graph, or one model at ``shape.batch``, as what run had timed. And a ``sweep:``
+    section, which ``run`` runs and ``map`` does not apply: per_user_speed.yaml's first run is
+    DeepSeek-R1 with MTP drafts, its map Llama-3.1-8B, the base's model, without a word.
 
     >>> from types import SimpleNamespace as NS
-    >>> plain = NS(serving=NS(prefill_chunk=None), multi_model=None)
+    >>> plain = NS(serving=NS(prefill_chunk=None), multi_model=None, sweep=None)
     >>> _run_differs_notes(plain, "prefill", 8192)
     []
-    >>> chunked = NS(serving=NS(prefill_chunk=1024), multi_model=None)
+    >>> chunked = NS(serving=NS(prefill_chunk=1024), multi_model=None, sweep=None)
     >>> _run_differs_notes(chunked, "decode", 8192), len(_run_differs_notes(chunked, "prefill", 8192))
     ([], 1)
     >>> _run_differs_notes(chunked, "prefill", 1024)   # one chunk holds the prompt: run prefills it whole
@@ -200,6 +203,12 @@ def _run_differs_notes(spec, phase: str, prompt_len: int) -> list[str]:
                      f"{chunk} run serves the prompt in {-(-prompt_len // chunk)} chunks between decode steps, "
                      f"each on the graph compiled for its length attending the earlier chunks' keys and holding "
                      f"one chunk's activations, and reports what they add as 'chunking prefill overhead')")
+    axes = spec.sweep.get("axes") if isinstance(spec.sweep, dict) else None
+    if isinstance(axes, dict) and axes:
+        paths = ", ".join(str(axis.get("path", name)) if isinstance(axis, dict) else str(name)
+                          for name, axis in axes.items())
+        notes.append(f"  (the experiment's base: run runs its sweep: section, over {paths}, which map does not "
+                     f"apply; --set PATH=VALUE maps one of its points)")
     if spec.multi_model is not None:
         names = ", ".join(m.name for m in spec.multi_model.models)
         notes.append(f"  (the experiment's model: line; run serves the models of multi_model ({names}), each at "

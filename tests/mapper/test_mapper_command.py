@@ -268,3 +268,21 @@ def test_a_multi_model_map_says_run_serves_the_sections_models(capsys):
     assert lines[2] == ("  (the experiment's model: line; run serves the models of multi_model (llama8b, llama70b, "
                         "llama405b), each at its own batch; --set model=FILE and --batch N map another)")
     assert not any("run decodes at serving.batch" in line for line in lines)
+
+
+def test_a_sweep_map_says_run_runs_the_section_map_does_not_apply(capsys):
+    # run runs per_user_speed's four points (the first DeepSeek-R1 with two MTP drafts); map maps the
+    # base, Llama-3.1-8B, and said nothing of the sweep
+    exp = str(ROOT / "experiments" / "per_user_speed.yaml")
+    assert main(["map", exp, "--phase", "decode"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("per_user_speed: llama-3.1-8b on SN40L-16")
+    assert lines[2] == ("  (the experiment's base: run runs its sweep: section, over model, serving.speculative, "
+                        "which map does not apply; --set PATH=VALUE maps one of its points)")
+    # as it says: --set maps a point (the first: DeepSeek-R1 verifying two drafts)
+    assert main(["map", exp, "--phase", "decode", "--set", f"model={ROOT / 'graphs' / 'deepseek_r1.yaml'}",
+                 "--set", "serving.speculative={drafts: 2, acceptance: 0.8}"]) == 0
+    assert "2 speculative drafts per sequence verified" in capsys.readouterr().out
+    # an experiment without a sweep says nothing of one
+    assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
+    assert "sweep" not in capsys.readouterr().out
