@@ -229,22 +229,15 @@ def _gemm_terms(work: GemmWork, pieces: float, most_pcus: int) -> _Terms:
 def _best_gemm_division(work: GemmWork, pieces: float, pcus: int, most_pcus: int) -> Division:
     """:func:`stage_division` of a GEMM among the splits tried on ``most_pcus``: the split's
     fields read from :func:`_gemm_terms` (memoised with :func:`fewest_pcus`' searches of the same
-    piece) and :func:`_cycles_on` written out in the loop, in the same float arithmetic."""
+    piece) and their cycles from :func:`_cycles_on`, in the same float arithmetic."""
     best_split: Split | None = None
     best_cycles = best_latency = 0
     efficiency = work.efficiency
-    share = 1.0 if pieces >= 1 else pieces
-    ceil, floor = math.ceil, math.floor
-    for split, sequenced, _, item, reduce, stream, _ in _gemm_terms(work, pieces, most_pcus):
-        n = ceil(sequenced / pcus - _EPS)
-        if n <= 0:
-            cycles = 0
-        else:
-            done = share * n
-            cycles = ceil(done * item / efficiency - _EPS) + ceil(done * reduce - _EPS)
-            streamed = ceil(done * stream - _EPS)
-            if streamed > cycles:
-                cycles = streamed
+    whole_pieces = pieces >= 1
+    share = 1.0 if whole_pieces else pieces
+    floor = math.floor
+    for split, _, _, item, reduce, stream, _ in _gemm_terms(work, pieces, most_pcus):
+        cycles = _cycles_on(split.items, item, reduce, stream, pieces, whole_pieces, share, pcus, efficiency)
         if best_split is not None and cycles > best_cycles:
             continue
         latency = max(0, split.latency + floor(split.offset / efficiency))
