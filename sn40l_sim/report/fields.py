@@ -19,6 +19,7 @@ from __future__ import annotations
 from sn40l_sim.report.digests import DIGEST_FIELDS, PREFILL_HARDWARE_DIGEST
 from sn40l_sim.report.input_fields import INPUT_FIELDS
 from sn40l_sim.report.multi_model_fields import MULTI_MODEL_FIELD
+from sn40l_sim.report.prefill_fields import PREFILL_FIELDS
 from sn40l_sim.report.registry import Field, Fields
 from sn40l_sim.report.table_rows import Row, TierRows
 
@@ -109,27 +110,7 @@ RESULTS = Fields([
               "of a graph switch included). A prefilled sequence's wait for a decode slot shows in TPOT.",
               parts=_summary("queueing delay", "queueing delays", "requests")),
     )),
-    # prefill
-    Field("prefill_s", "s", "One prefill of a prompt of prefill_len tokens (a trace's shorter prompts take less).",
-          axis="prefill of one prompt", table=Row(60, "prefill, one prompt (s)", ".3f")),
-    Field("prefill_cycles", "cycles", "One prefill of the point's prompt, in socket clock cycles of the node that "
-          "prefills it (prefill_hardware's when the experiment names one; prefill_s is the same time in seconds).", golden=True,
-          axis="prefill"),
-    Field("prefill_kernel_cycles", "cycles", "Cycles of one prefill by kernel kind, summed over the graph.",
-          keys=("kernel",), golden=True, axis="prefill time in {kernel} kernels"),
-    Field("prefill_kernel_share", "1", "Fraction of one MoE layer's prefill time by kernel kind (the engine's "
-          "representative layer: the first with a MoE kernel, else the first layer).", keys=("kernel",), csv=15,
-          design=True, golden=True, axis="share of a prefill MoE layer: {kernel}"),
-    Field("prefill_kernel_share_layer", "1", "Index of the layer prefill_kernel_share describes.",
-          axis="representative prefill layer"),
-    Field("prefill_policy_overhead", "1", "Cycles of the kernels the KV policy adds to prefill over the cycles of "
-          "the rest (SnapStream's prefill overhead; 0 for full).",
-          axis="KV-policy prefill overhead (fraction of prefill)",
-          table=Row(70, "KV-policy prefill overhead (%)", ".2f", 100)),
-    Field("prefill_switch_load_s", "s", "Configuration loads the prefill adds when the node ran another graph just "
-          "before (a co-located node's decode step, another model): the loads of its kernels that stay loaded "
-          "from one prefill to the next. Charged by co-located serving, not part of prefill_s.",
-          axis="prefill configuration reload after another graph (s)"),
+    *PREFILL_FIELDS,
     # decode
     Field("decode_step_s", "s", "One step of the static decode graph at the point's batch and kv_len.", csv=11,
           design=True, axis="decode step", table=Row(140, "decode step (ms)", ".2f", 1e3)),

@@ -31,10 +31,12 @@ from sn40l_sim.serving.point import PointResult
 #: simulate it (``validate`` and ``calibrate`` skip the prefill of a point none of their
 #: measurements read it from)
 PREFILL_STEP_FIELDS = ("prefill_s", "prefill_cycles", "prefill_kernel_cycles", "prefill_kernel_share",
-                       "prefill_kernel_share_layer", "prefill_policy_overhead", "prefill_switch_load_s")
+                       "prefill_kernel_share_layer", "prefill_policy_overhead", "prefill_policy_slowdown",
+                       "prefill_switch_load_s")
 #: the fields, and the groups of fields, of the served run: empty in a steps-only evaluation (what
-#: ``validate`` and ``calibrate`` simulate), so a reference measurement cannot name them
-SERVED_FIELDS = ("ttft_s", "tpot_s")
+#: ``validate`` and ``calibrate`` simulate), so a reference measurement cannot name them (the prefill
+#: without the policy's kernels that ``prefill_policy_slowdown`` compares with is timed by a served run)
+SERVED_FIELDS = ("ttft_s", "tpot_s", "prefill_policy_slowdown")
 SERVED_GROUPS = ("slo", "rate_search")
 
 
@@ -43,6 +45,18 @@ def policy_overhead(kernel_cycles: dict[str, int], policy_kinds: Iterable[str]) 
     extra = sum(kernel_cycles.get(kind, 0) for kind in policy_kinds)
     rest = sum(kernel_cycles.values()) - extra
     return extra / rest if rest > 0 else 0.0
+
+
+def policy_slowdown(result: PointResult) -> float | None:
+    """The point's prefill over the same prompt's prefill without the KV policy's kernels, less 1:
+    0 for a policy that adds none, None when the prefill without them was not timed (a steps-only
+    evaluation, several models on one node)."""
+    if not result.policy_kernel_kinds:
+        return 0.0
+    bare = result.prefill_without_policy
+    if result.prefill is None or bare is None:
+        return None
+    return result.prefill.cycles / bare.cycles - 1 if bare.cycles > 0 else None
 
 
 def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> dict[str, dict[str, int]] | None:
@@ -120,6 +134,7 @@ def prefill_step_fields(result: PointResult, clock_hz: float) -> dict[str, Any]:
         "prefill_kernel_share": dict(sorted(prefill.layer_shares().items())),
         "prefill_kernel_share_layer": prefill.layer,
         "prefill_policy_overhead": policy_overhead(kernel_cycles, result.policy_kernel_kinds),
+        "prefill_policy_slowdown": policy_slowdown(result),
         "prefill_switch_load_s": prefill.switch_load_cycles / clock_hz,
     }
 

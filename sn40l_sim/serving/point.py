@@ -136,6 +136,10 @@ class PointResult:
     #: with ``batch: max`` and KV allowed to spill, where the chosen batch's KV left the first
     #: tier: the largest compiled batch whose KV stays there (memory_fit.FittedMemory)
     kv_first_tier_batch: int | None = None
+    #: the point's prefill with no KV policy's kernels, on the same node and memory placement (None
+    #: when the policy adds none, the prefill was not simulated or no policy-free costs were given):
+    #: what the policy adds to the prefill, configuration reloads it causes in other kernels included
+    prefill_without_policy: PhaseTiming | None = None
 
 
 def check_plans(s: PointSetup) -> None:
@@ -195,7 +199,8 @@ def point_memory(s: PointSetup, costs: StepCosts, place: MemoryPlacer, prefill_c
 def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], costs: StepCosts,
                    place: MemoryPlacer, *, prefill_costs: StepCosts | None = None,
                    prefill_place: MemoryPlacer | None = None, prefill_step: bool = True,
-                   policy_free_costs: StepCosts | None = None) -> PointResult:
+                   policy_free_costs: StepCosts | None = None,
+                   policy_free_prefill: StepCosts | None = None) -> PointResult:
     """Simulate one point.
 
     Parameters
@@ -223,6 +228,9 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         graph; a compressing policy's kernels, which select from the whole prompt's cache, then run
         once, after the last chunk or the suffix, for what they add to the whole prompt's prefill.
         Without it those graphs carry the policy's kernels over their own tokens.
+    policy_free_prefill : StepCosts, optional
+        The same policy-free prefill costs, given only to time the point's prompt without the policy's
+        kernels (:attr:`PointResult.prefill_without_policy`); ``policy_free_costs`` serves when given.
 
     Raises
     ------
@@ -364,7 +372,14 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # the kernels the prefill graph holds: what the prompt's sequence reaches in decode decides them
     policy_kernels = s.policy.context_prefill_kernels(s.model, prefill_len, s.prompt_len + new_rows, s.prefill_plan.tp)
     kinds = tuple(sorted({k.kind for k in policy_kernels}))
+    # the same prompt without those kernels: their own cycles are not all they cost, since the units
+    # they take can make the other kernels reload their configurations at every layer
+    bare_costs = policy_free_costs or policy_free_prefill
+    without = None
+    if prefill is not None and kinds and bare_costs is not None:
+        with located("graph_options"):
+            without = bare_costs.prefill(prefill_len, memory=prefill_node_memory)
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
                        prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
-                       include_mtp, fitted.kv_first_tier_batch)
+                       include_mtp, fitted.kv_first_tier_batch, without)

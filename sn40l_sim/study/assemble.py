@@ -260,12 +260,15 @@ class Assembly:
                           execution.idle_units, hardware_field, engine=engine, context_len=context_len,
                           graphs=self.graphs.setdefault(builds, {}), prefill_drafts=setup.speculation.drafts)
 
-    def prefill_side(self, setup: PointSetup) -> dict[str, Any]:
+    def prefill_side(self, setup: PointSetup, *, policy_free_prefill: bool = False) -> dict[str, Any]:
         """``simulate_point``'s prefill step costs and memory placer when the prefill nodes are
         hardware of their own, and with chunked prefill or prefix caching the costs of a chunk's
         or a prefix hit's suffix graph (on the prefill nodes' hardware): the same step costs with
         no KV policy's kernels, which select from the whole prompt once, after its last chunk or
-        the suffix (an empty dict otherwise)."""
+        the suffix; without either and with ``policy_free_prefill``, the same costs as
+        ``policy_free_prefill``, which only time the prompt without the policy's kernels (what they
+        add to its prefill: ``prefill_policy_slowdown``, a served run's figure); an empty dict
+        otherwise."""
         options: dict[str, Any] = {}
         side, field = (replace(self, node=self.prefill_node, prefill_node=None), "prefill_hardware") \
             if self.prefill_node is not None else (self, "hardware")
@@ -273,6 +276,8 @@ class Assembly:
             options.update(prefill_costs=side.step_timer(setup, field), prefill_place=side.memory_placer(setup.model))
         if setup.prefill_chunk is not None or setup.prefix_cache:
             options["policy_free_costs"] = side.step_timer(replace(setup, policy=make_policy("full", {})), field)
+        elif policy_free_prefill:
+            options["policy_free_prefill"] = side.step_timer(replace(setup, policy=make_policy("full", {})), field)
         return options
 
     def memory_placer(self, model: ModelSpec | None = None) -> MemoryPlacer:

@@ -178,7 +178,7 @@ def search_point(asm: Assembly, point: Point, *,
     search, slo = exp.spec.rate_search, exp.spec.slo.target()
     setup = asm.setup(point)
     costs, place = asm.step_timer(setup), asm.memory_placer(setup.model)   # shared by every probe
-    prefill_side = asm.prefill_side(setup)
+    prefill_side = asm.prefill_side(setup, policy_free_prefill=True)
     results: dict[float, tuple[PointResult, Experiment]] = {}
     rows: list[dict[str, Any]] = []
 

@@ -176,7 +176,8 @@ def simulate_assembly(asm: Assembly, *, only: list[Point | str] | None = None, p
             served.extend(made)
             return made
 
-        options = asm.prefill_side(setup)
+        # a served run also times the prompt without the policy's kernels (prefill_policy_slowdown)
+        options = asm.prefill_side(setup, policy_free_prefill=serve)
         if point.name in without_prefill:
             options["prefill_step"] = False
         try:

@@ -76,7 +76,7 @@ def test_every_invariant_has_a_fault_here():
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_a_broken_invariant_stops_the_run_with_exit_3(tmp_path, capsys, monkeypatch, name):
     path, _ = plain_experiment(tmp_path)
-    monkeypatch.setattr(runner, "simulate_point", lambda *args: FAULTS[name](REAL(*args)))
+    monkeypatch.setattr(runner, "simulate_point", lambda *args, **options: FAULTS[name](REAL(*args, **options)))
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 3
     err = capsys.readouterr().err
@@ -87,7 +87,7 @@ def test_a_broken_invariant_stops_the_run_with_exit_3(tmp_path, capsys, monkeypa
 
 def test_a_broken_invariant_stops_a_sweep_with_exit_3(tmp_path, capsys, monkeypatch):
     _, sweep = plain_experiment(tmp_path)
-    monkeypatch.setattr(runner, "simulate_point", lambda *args: broken_peak(REAL(*args)))
+    monkeypatch.setattr(runner, "simulate_point", lambda *args, **options: broken_peak(REAL(*args, **options)))
     assert main(["sweep", str(sweep), "--out", str(tmp_path / "out"), "--quiet", "--jobs", "1"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invariant units_within_peak violated at point full[seed=1]" in err, err

@@ -29,4 +29,4 @@ def test_every_field_a_measurement_may_name_has_a_value_in_a_steps_only_evaluati
         if not field.group and not field.sweep_only:
             assert record.get(field.name) is not None, field.name
     assert {"decode_step_s", "prefill_kernel_share", "max_batch", "decode_roofline_fraction"} <= set(accepted)
-    assert not {"ttft_s", "tpot_s", "goodput_tokens_per_s", "max_rate_per_s"} & set(accepted)
+    assert not {"ttft_s", "tpot_s", "goodput_tokens_per_s", "max_rate_per_s", "prefill_policy_slowdown"} & set(accepted)
