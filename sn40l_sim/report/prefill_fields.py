@@ -8,7 +8,8 @@ Two figures say what a compressing policy costs in prefill, and they differ at s
 at 128K, a calibration point: docs/reference.md §4), and ``prefill_policy_slowdown`` is the whole
 prefill over the same prompt's without those kernels, which also counts the configurations the other
 kernels reload when the policy's kernels take their units between layers (docs/validation.md,
-"SnapStream's prefill at short prompts").
+"SnapStream's prefill at short prompts"); ``served_prefill_policy_slowdown`` is the latter over the
+prompts a run served, which a trace brings at lengths of their own.
 """
 from __future__ import annotations
 
@@ -38,7 +39,13 @@ PREFILL_FIELDS: tuple[Field, ...] = (
           "configuration reloads its kernels cause in the others included (prefill_policy_overhead counts only "
           "its kernels' own cycles); 0 for full; empty in a steps-only evaluation (validate) and with several "
           "models on one node.", axis="prefill slowdown from the KV policy (fraction)",
-          table=Row(71, "prefill slowdown from KV policy (%)", ".2f", 100)),
+          table=Row(71, "KV-policy prefill slowdown (%)", ".2f", 100)),
+    Field("served_prefill_policy_slowdown", "1", "The same over the served requests: their prompts, each prefilled "
+          "whole at its compiled length (a prefix hit or a chunk aside), with the KV policy's kernels over without "
+          "them, less 1. A trace's prompts shorter than prefill_len run shorter graphs, where the policy may cost "
+          "a different share; 0 for full; empty in a steps-only evaluation.",
+          axis="prefill slowdown from the KV policy over the served prompts (fraction)",
+          table=Row(72, "KV-policy prefill slowdown, served (%)", ".2f", 100)),
     Field("prefill_switch_load_s", "s", "Configuration loads the prefill adds when the node ran another graph just "
           "before (a co-located node's decode step, another model): the loads of its kernels that stay loaded "
           "from one prefill to the next. Charged by co-located serving, not part of prefill_s.",

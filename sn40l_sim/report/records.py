@@ -36,7 +36,7 @@ PREFILL_STEP_FIELDS = ("prefill_s", "prefill_cycles", "prefill_kernel_cycles", "
 #: the fields, and the groups of fields, of the served run: empty in a steps-only evaluation (what
 #: ``validate`` and ``calibrate`` simulate), so a reference measurement cannot name them (the prefill
 #: without the policy's kernels that ``prefill_policy_slowdown`` compares with is timed by a served run)
-SERVED_FIELDS = ("ttft_s", "tpot_s", "prefill_policy_slowdown")
+SERVED_FIELDS = ("ttft_s", "tpot_s", "prefill_policy_slowdown", "served_prefill_policy_slowdown")
 SERVED_GROUPS = ("slo", "rate_search")
 
 
@@ -57,6 +57,17 @@ def policy_slowdown(result: PointResult) -> float | None:
     if result.prefill is None or bare is None:
         return None
     return result.prefill.cycles / bare.cycles - 1 if bare.cycles > 0 else None
+
+
+def served_policy_slowdown(result: PointResult) -> float | None:
+    """The served prompts' whole prefills with the KV policy's kernels over those without, less 1: 0
+    for a policy that adds none, None without served requests or policy-free costs."""
+    if not result.policy_kernel_kinds:
+        return 0.0
+    if result.served_prefill_cycles is None:
+        return None
+    with_policy, without = result.served_prefill_cycles
+    return with_policy / without - 1 if without > 0 else None
 
 
 def memory_table(placement: Any, reserved: dict[str, float] | None = None) -> dict[str, dict[str, int]] | None:
@@ -202,6 +213,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "tpot_s": latencies["tpot_s"]["mean"] if served else None,
         "latency": latencies,
         **prefill_step_fields(result, prefill_clock),
+        "served_prefill_policy_slowdown": served_policy_slowdown(result),
         "decode_step_s": step_s,
         "decode_step_cycles": int(result.decode.cycles),
         "decode_kernel_cycles": {k: int(v) for k, v in sorted(result.decode.kernel_cycles.items())},

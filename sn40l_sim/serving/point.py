@@ -140,6 +140,9 @@ class PointResult:
     #: when the policy adds none, the prefill was not simulated or no policy-free costs were given):
     #: what the policy adds to the prefill, configuration reloads it causes in other kernels included
     prefill_without_policy: PhaseTiming | None = None
+    #: the served requests' prompts prefilled whole at their compiled lengths, with and without the
+    #: policy's kernels, in cycles (None as ``prefill_without_policy``, or without served requests)
+    served_prefill_cycles: tuple[int, int] | None = None
 
 
 def check_plans(s: PointSetup) -> None:
@@ -307,12 +310,14 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # prefix) -> (prefill cycles, its configuration loads after a decode step)
     prefill_cycles: dict[tuple[bool, int, int], tuple[int, int]] = {}
 
-    def prefill_of(prompt_len: int, earlier: int = 0, bare: bool = False) -> tuple[int, int]:
-        bare = bare and policy_free_costs is not None
+    def prefill_of(prompt_len: int, earlier: int = 0, bare: bool = False,
+                   free: StepCosts | None = None) -> tuple[int, int]:
+        free = free or policy_free_costs
+        bare = bare and free is not None
         key = bare, compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
         if key not in prefill_cycles:
-            timing = (policy_free_costs if bare else prefill_costs).prefill(key[1], memory=prefill_node_memory,
-                                                                            earlier=earlier)
+            timing = (free if bare else prefill_costs).prefill(key[1], memory=prefill_node_memory,
+                                                               earlier=earlier)
             cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
             if s.prefill_node is not None:   # the serving loop counts the decode node's clock
                 cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
@@ -372,14 +377,18 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     # the kernels the prefill graph holds: what the prompt's sequence reaches in decode decides them
     policy_kernels = s.policy.context_prefill_kernels(s.model, prefill_len, s.prompt_len + new_rows, s.prefill_plan.tp)
     kinds = tuple(sorted({k.kind for k in policy_kernels}))
-    # the same prompt without those kernels: their own cycles are not all they cost, since the units
+    # the same prompts without those kernels: their own cycles are not all they cost, since the units
     # they take can make the other kernels reload their configurations at every layer
     bare_costs = policy_free_costs or policy_free_prefill
-    without = None
-    if prefill is not None and kinds and bare_costs is not None:
+    without, served = None, None
+    if kinds and bare_costs is not None:
         with located("graph_options"):
-            without = bare_costs.prefill(prefill_len, memory=prefill_node_memory)
+            if prefill is not None:
+                without = bare_costs.prefill(prefill_len, memory=prefill_node_memory)
+            if log is not None:   # every served prompt whole, at its compiled length
+                served = tuple(sum(prefill_of(r.request.prompt_len, bare=bare, free=bare_costs)[0]
+                                   for r in log.requests) for bare in (False, True))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
                        prefill_len, prefill, decode, transfer_bytes, transfer_cycles, kinds, log, footprint,
-                       include_mtp, fitted.kv_first_tier_batch, without)
+                       include_mtp, fitted.kv_first_tier_batch, without, served)

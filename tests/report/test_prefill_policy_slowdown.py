@@ -21,19 +21,21 @@ ROOT = Path(__file__).resolve().parents[2]
 POLICY_KINDS = ("ring_buffer", "snapkv")
 
 
-def _experiment(directory: Path, prompt_len: int) -> Path:
+def _experiment(directory: Path, prompt_len: int, snapstream: dict | None = None, trace: Path | None = None) -> Path:
     spec = {
         "kind": "experiment", "name": f"slowdown_{prompt_len}",
         "hardware": str(ROOT / "hw_configs" / "sn40l_node16.yaml"),
         "model": str(ROOT / "graphs" / "llama3_1_70b.yaml"),
         "parallel": {"prefill": {"tp": 16}, "decode": {"tp": 16, "attention_dp": 16}},
         "policies": [{"name": "full", "policy": "full"},
-                     {"name": "snapstream", "policy": "snapstream", "prompt_fraction": {"budget": 0.25}}],
+                     snapstream or {"name": "snapstream", "policy": "snapstream", "prompt_fraction": {"budget": 0.25}}],
         "shape": {"prompt_len": prompt_len, "batch": 1, "max_new_tokens": 4},
         "workload": {"kind": "fixed", "count": 1, "output_len": 4},
         "serving": {"batch": 1, "max_new_tokens": 4},
     }
-    path = directory / f"slowdown_{prompt_len}.yaml"
+    if trace is not None:
+        spec["workload"] = {"kind": "trace", "path": str(trace)}
+    path = directory / f"slowdown_{prompt_len}_{trace is not None}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
@@ -68,7 +70,7 @@ def test_run_prints_both_figures_under_names_that_say_which(served):
     table = side_by_side([served["full"], served["snapstream"]])
     rows = {line[:50].strip(): line[50:].split() for line in table.splitlines()}
     slowdown = served["snapstream"]["prefill_policy_slowdown"]
-    assert rows["prefill slowdown from KV policy (%)"] == ["0.00", f"{100 * slowdown:.2f}"]
+    assert rows["KV-policy prefill slowdown (%)"] == ["0.00", f"{100 * slowdown:.2f}"]
     assert "KV-policy prefill kernels (% of rest)" in rows
 
 
@@ -76,5 +78,26 @@ def test_a_steps_only_evaluation_leaves_the_slowdown_empty(tmp_path):
     # validate and calibrate do not time the prompt a second time without the policy
     records = {r["kv_policy"]: r for r in simulate_experiment(_experiment(tmp_path, 1024), serve=False)[1]}
     assert records["snapstream"]["prefill_policy_slowdown"] is None
+    assert records["snapstream"]["served_prefill_policy_slowdown"] is None
     assert records["snapstream"]["prefill_policy_overhead"] > 0
     assert records["full"]["prefill_policy_slowdown"] == 0.0
+
+
+def test_over_a_trace_the_served_slowdown_weighs_each_prompt_at_its_compiled_length(tmp_path):
+    # two 512-token prompts and one of 1,024 against the 1,024-token point, SnapStream's budget fixed
+    snap = {"name": "snapstream", "policy": "snapstream", "params": {"budget": 256}}
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,512,4\n1,1000,4\n2,300,4\n")
+    cycles = {}
+    for prompt in (512, 1024):
+        for r in simulate_experiment(_experiment(tmp_path, prompt, snap))[1]:
+            cycles[r["kv_policy"], prompt] = r["prefill_cycles"]
+    records = {r["kv_policy"]: r for r in simulate_experiment(_experiment(tmp_path, 1024, snap, trace))[1]}
+    expected = sum(cycles["snapstream", p] for p in (512, 1024, 512)) / \
+        sum(cycles["full", p] for p in (512, 1024, 512)) - 1
+    assert records["snapstream"]["served_prefill_policy_slowdown"] == pytest.approx(expected, rel=1e-12)
+    # the point's own figure is the 1,024-token prompt's, which the served prompts dilute
+    point = cycles["snapstream", 1024] / cycles["full", 1024] - 1
+    assert records["snapstream"]["prefill_policy_slowdown"] == pytest.approx(point, rel=1e-12)
+    assert records["snapstream"]["served_prefill_policy_slowdown"] < point
+    assert records["full"]["served_prefill_policy_slowdown"] == 0.0

@@ -70,7 +70,8 @@ def test_a_hit_never_costs_more_than_a_miss_nor_a_longer_prefix_more(costs):
 def served_setup(asm, entry, monkeypatch):
     """The serving set-up ``run`` gives the serving loop for ``entry``'s point (captured, not served)."""
     captured = {}
-    monkeypatch.setattr(point_module, "simulate", lambda requests, serving: captured.setdefault("serving", serving))
+    # nothing served: simulate_point reads no log (None, as a steps-only evaluation's)
+    monkeypatch.setattr(point_module, "simulate", lambda requests, serving: captured.update(serving=serving))
     point = next(p for p in asm.points if p.entry == entry)
     setup = asm.setup(point)
     simulate_point(setup, lambda slots: [Request(0, 0, PROMPT, 2)], asm.step_timer(setup),
