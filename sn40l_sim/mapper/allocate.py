@@ -233,9 +233,10 @@ def _compute_floor(socket: SocketSpec, stages: list[StageWork], limits: list[_Li
                    budget: UnitBudget) -> int:
     """A target below which the compute stages reach none: each stage's best division on its most
     PCUs (least_work's cycles, the same number, memoised for the stage floors that came before,
-    :mod:`.tiling_floor`), and every PCU of the tiles busy."""
+    :mod:`.tiling_floor`; :func:`allocate` keeps it in the stage's limits, ``least``), and every
+    PCU of the tiles busy."""
     work = sum(s.work_cycles for s in stages if not s.is_memory)
-    return max([least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles
+    return max([lim.least if lim.least >= 0 else least_work(s.model, s.pieces, lim.max_pcus * chip_tiles).cycles
                 for s, lim in zip(stages, limits, strict=True) if lim and lim.max_pcus and s.model is not None]
                + [math.floor(work / (chip_tiles * budget.tile_pcus(socket.tile.pcus)))])
 

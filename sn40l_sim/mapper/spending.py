@@ -58,8 +58,9 @@ def spend_spare_units(socket: SocketSpec, rates: PmuRates, stages: list[StageWor
         # no more units than the slowest-first spending: the configuration a call loads (unpriced
         # here) is then no larger, so the shorter chain cannot lose it to configuration
         spare = budget.tile_pcus(socket.tile.pcus) - sum(u[0] for u in units)
+        # one stage or none is in the same order by any key (a stable sort)
         by_gain = sorted(slowest, key=lambda i: -_gain(stages[i], units[i], limits[i], chip_tiles, spare)) \
-            if spare > 0 else slowest
+            if spare > 0 and len(slowest) > 1 else slowest
         if by_gain == slowest:
             # the same spending in the same order gives the same units (a third of the main
             # command's allocations), which the comparison below would keep
@@ -232,6 +233,9 @@ def _gain(stage: StageWork, unit: tuple[int, int, Division | None], lim: _Limits
     if top <= q or division is None or stage.model is None:
         return 0.0
     faster = division_on(stage, top, chip_tiles, lim.max_pcus)
+    if faster.cycles >= division.cycles:
+        # no cycles saved: the gain is 0.0 whatever the PCUs it would take (at least one)
+        return 0.0
     got = fewest_pcus(stage.model, stage.pieces, faster.cycles, top * chip_tiles) or faster
     extra = max(1, min(top, ceil_div(got.pcus, chip_tiles)) - q)
     return max(0.0, division.cycles - faster.cycles) / extra
