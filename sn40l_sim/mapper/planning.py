@@ -134,10 +134,15 @@ def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     memory stages and its heaviest GEMMs (:func:`heavy_operators`). Its floor is below the whole
     section's: every term of :func:`~sn40l_sim.mapper.tiling_floor.tiling_floor` adds over the
     stages, and the other stages' PCUs can only be taken from these (the decode attention's
-    partial results are left out too; merging them only adds memory traffic)."""
-    stages = some_stages(socket, ops, heavy_operators(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out, budget,
-                         planned)
-    return section_floor(socket, stages, [], chip_tiles, budget)
+    partial results are left out too; merging them only adds memory traffic). Memoised as
+    :func:`section_floors` is, apart from it: the tilings searched ask for some sections' part
+    floors again (428 of a cold ``validate``'s 3,961 asks)."""
+    def compute():
+        stages = some_stages(socket, ops, heavy_operators(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out,
+                             budget, planned)
+        return section_floor(socket, stages, [], chip_tiles, budget)
+    key = _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
+    return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key if key is None else (*key, "part"), compute)
 
 
 def _priced(socket: SocketSpec, key: tuple | None, calls: Calls | None) -> tuple | None:

@@ -1,6 +1,7 @@
 """The mapper's shortcuts on a cold mapping give the numbers of the long way: the compute stages'
-floor read from the limits the allocation worked out (:func:`sn40l_sim.mapper.allocate._compute_floor`) and
-a stage's gain per idle PCU when the PCUs save no cycles (:func:`sn40l_sim.mapper.spending._gain`)."""
+floor read from the limits the allocation worked out (:func:`sn40l_sim.mapper.allocate._compute_floor`),
+a stage's gain per idle PCU when the PCUs save no cycles (:func:`sn40l_sim.mapper.spending._gain`)
+and a section's part floor memoised (:func:`sn40l_sim.mapper.planning.section_part_floor`)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ from sn40l_sim.hardware.units._cycles import ceil_div
 from sn40l_sim.mapper import allocate, planning
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import fewest_pcus, least_work
+from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.spending import _gain, division_on
 from sn40l_sim.mapper.stage_limits import StageLimits
 from sn40l_sim.mapper.tier_split import TierSplit
@@ -69,3 +71,20 @@ def test_a_stages_gain_per_idle_pcu_is_the_gain_worked_out_in_full(node):
                 saved_none += got == 0.0 and min(lim.max_pcus, pcus + spare) > pcus
     assert asked > 20 and saved_none > 0
 
+
+def test_a_sections_part_floor_asked_again_is_the_floor_worked_out_afresh(node):
+    socket = node.socket
+    kernel = next(k for k in deepseek_graph("decode", kv_len=32768, batch=8).kernels() if k.name == "L00.mla")
+    planned = socket_key(socket, UNPLANNED_CALIBRATED)
+    tiers = TierSplit.all_in("hbm")
+    narrow = UnitBudget(pcus_per_tile=64)
+    for budget in (NO_LIMITS, narrow):
+        first = planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, budget, planned)
+        assert planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, budget, planned) is first
+        # unmemoised (no socket key): the same floor
+        assert first == planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, budget)
+    # the whole section's floor, kept in the same memo, is another (higher) one
+    whole = planning.section_floors(socket, kernel.operators, 128, tiers, 4, 0, 0, NO_LIMITS, planned)
+    part = planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, NO_LIMITS, planned)
+    assert len(whole.stages) > len(part.stages)
+    assert planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, narrow, planned) != part
