@@ -71,7 +71,10 @@ def parse_quantity(value: object, kind: str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a {kind} quantity, got a boolean")
     if isinstance(value, numbers.Real):   # numpy's numbers too (np.float32 is not a float)
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:   # an integer past a float's range (400 digits): no quantity is that large
+            raise ValueError(f"expected a finite {kind} quantity such as {_example(kind)!r}, got {value!r}") from None
     if not isinstance(value, str):
         raise ValueError(f"expected a {kind} quantity such as {_example(kind)!r}, got {value!r}")
     match = _QUANTITY.match(value.strip())

@@ -78,12 +78,14 @@ class Range:
         return f"from {self.low_text} to {self.high_text}"
 
     def __call__(self, value: Any) -> Any:
-        if not math.isfinite(value):
+        # an int is finite whatever its size, and math.isfinite of one past a float's range (an
+        # integer of 400 digits in a YAML file or a trace) raised OverflowError, a traceback
+        if not isinstance(value, int) and not math.isfinite(value):
             raise ValueError(f"expected a finite {self.what} {self.text()}, got {value}")
         low_ok = value > self.low if self.low_open else value >= self.low
         high_ok = value < self.high if self.high_open else value <= self.high
         if not (low_ok and high_ok):
-            written = f"{value:g}" if isinstance(value, float) else str(value)
+            written = f"{value:g}" if isinstance(value, float) else shown(value)
             article = "an" if self.what[:1] in "aeiou" else "a"
             raise ValueError(f"expected {article} {self.what} {self.text()}, got {written}"
                              f"{' ' + self.unit if self.unit else ''}")

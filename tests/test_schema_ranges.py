@@ -133,6 +133,10 @@ def test_every_number_field_declares_its_range():
     ("Fraction", 1.5, "greater than 0 and at most 1"),
     ("Fraction", "0.5", "expected a number, got '0.5'"),
     ("RatePerCycle", 0, "greater than 0"),
+    # an integer past a float's range (a YAML value of 400 digits) stopped with OverflowError
+    pytest.param("PositiveInt", 10**400, "(2**31 - 1), got 1000000000", id="PositiveInt-401-digits"),
+    pytest.param("Hertz", 10**400, "expected a finite frequency quantity", id="Hertz-401-digits"),
+    pytest.param("Bytes", -10**400, "expected a finite bytes quantity", id="Bytes-minus-401-digits"),
 ])
 def test_out_of_range_values_are_refused(type_name, value, words):
     with pytest.raises(ValidationError) as info:

@@ -152,6 +152,10 @@ def test_a_csv_row_has_one_value_per_column_of_the_header(tmp_path, text, got):
     ("arrival_s,prompt_len,output_len\n0,1,2147483648\n", "got 2147483648"),
     ("arrival_s,prompt_len,output_len\n0,1e30,1\n", "got 1e+30"),
     ('{"arrival_s": 0, "prompt_len": 12345678901234567890123, "output_len": 1}\n', "got 12345678901234567890123"),
+    # past a float's range the range check's isfinite raised OverflowError, a traceback
+    pytest.param("arrival_s,prompt_len,output_len\n0,1," + "9" * 400 + "\n", "... (400 characters)",
+                 id="simulator-400-digits"),
+    pytest.param(HEADER + "2023-11-16 18:00:01.0," + "9" * 400 + ",1\n", "... (400 characters)", id="azure-400-digits"),
 ])
 def test_an_out_of_range_length_is_shown_as_written(tmp_path, text, shown):
     path = tmp_path / ("long.jsonl" if text.startswith("{") else "long.csv")
