@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
@@ -26,6 +26,8 @@ from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Refere
 from sn40l_sim.yamlio import parse_json
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
+#: the keys :meth:`LeaveOneOut.write` writes, the only ones :meth:`LeaveOneOut.read` takes
+FILE_KEYS = ("fitted", "predictions", "method", "measurements")
 #: how the method of a column of true refits (:func:`refit_leave_one_out`) begins
 REFIT_METHOD = "refit of the simulator without the point"
 
@@ -84,22 +86,39 @@ class LeaveOneOut:
         if not isinstance(data, dict):
             raise InputError(f"expected a JSON object of fitted, predictions and method, got {type(data).__name__}"
                              f"{rerun}", file=path)
+        unknown = sorted(set(data) - set(FILE_KEYS))
+        if unknown:   # a misspelt "predictions" was read as none, a column silently dropped
+            raise InputError(f"unknown key {shown(unknown[0])}; expected {', '.join(FILE_KEYS)}{rerun}", file=path)
         tables = {}
         for key in ("fitted", "predictions"):   # else a traceback when validate computes with a value
             table = data.get(key)
             if not isinstance(table, dict):
-                raise InputError(f"expected an object of numbers by name, got {table!r}{rerun}", file=path, field=key)
-            for name, value in table.items():
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise InputError(f"expected a finite number, got {value!r}{rerun}", file=path,
-                                     field=f"{key}.{name}")
-            tables[key] = {name: float(value) for name, value in table.items()}
+                raise InputError(f"expected an object of numbers by name, got {shown(table)}{rerun}", file=path,
+                                 field=key)
+            tables[key] = {name: _finite(path, f"{key}.{name}", value, rerun) for name, value in table.items()}
         measurements = data.get("measurements")
         if measurements is not None and not (isinstance(measurements, dict) and
                                              all(isinstance(v, dict) for v in measurements.values())):
-            raise InputError(f"expected an object of measurements by id, each an object, got {measurements!r}{rerun}",
-                             file=path, field="measurements")
-        return cls(tables["fitted"], tables["predictions"], str(data.get("method", "")), measurements)
+            raise InputError(f"expected an object of measurements by id, each an object, got {shown(measurements)}"
+                             f"{rerun}", file=path, field="measurements")
+        method = data.get("method", "")
+        if not isinstance(method, str):   # str() of a list or a number was shown as the column's method
+            raise InputError(f"expected the method as text, got {shown(method)}{rerun}", file=path, field="method")
+        return cls(tables["fitted"], tables["predictions"], method, measurements)
+
+
+def _finite(path: Path, field: str, value: object, rerun: str) -> float:
+    """``value`` as a float if it is a finite JSON number (an integer of 400 digits, past a float's
+    range, stopped math.isfinite with an OverflowError traceback), else an error at ``field``."""
+    number = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = None
+    if number is None or not math.isfinite(number):
+        raise InputError(f"expected a finite number, got {shown(value)}{rerun}", file=path, field=field)
+    return number
 
 
 def measured_as(m: Measurement) -> dict:

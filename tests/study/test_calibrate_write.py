@@ -118,6 +118,15 @@ def test_calibrate_says_which_refits_spent_their_budget_before_a_step(monkeypatc
     ('{"fitted": {}}', "predictions", "expected an object of numbers by name, got None"),
     ("[]", None, "expected a JSON object of fitted, predictions and method, got list"),
     ("{", None, "cannot read the leave-one-out predictions: Expecting property name"),
+    # an integer past a float's range stopped math.isfinite with an OverflowError traceback
+    pytest.param('{"fitted": {"calibrated.p2p_efficiency": ' + "9" * 400 + '}, "predictions": {}}',
+                 "fitted.calibrated.p2p_efficiency", "got 99999999", id="integer-of-400-digits"),
+    # a value of 10,000 entries was repeated whole in the message
+    pytest.param('{"fitted": [' + ",".join(["1"] * 10000) + '], "predictions": {}}', "fitted",
+                 "...] (10,000 items)", id="long-list"),
+    # a misspelt key was ignored (the column read as no predictions); a method of another type was str()'d
+    ('{"fitted": {}, "predictions": {}, "predictons": {"t4_mha": 0.5}}', None, "unknown key 'predictons'; expected"),
+    ('{"fitted": {}, "predictions": {}, "method": ["refit"]}', "method", "expected the method as text, got ['refit']"),
 ])
 def test_a_hand_edited_leave_one_out_file_is_one_located_error(tmp_path, text, field, words):
     # a string or null among the values was a TypeError traceback from validate
