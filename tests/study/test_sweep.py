@@ -37,6 +37,9 @@ def test_ranges_include_both_ends_and_round_integers():
     ({"start": "a", "stop": 4, "num": 3}, ("start",)),
     ({"start": 1, "stop": 4, "num": 3, "step": 1}, ("step",)),
     ({"start": 1, "stop": 8, "num": 1}, ("num",)),          # one value cannot include both ends: 8 was dropped
+    # an end of 400 digits stopped math.isfinite with an OverflowError traceback
+    pytest.param({"start": 1, "stop": 10**400, "num": 3}, ("stop",), id="stop-of-401-digits"),
+    pytest.param({"start": -10**400, "stop": 4, "num": 3}, ("start",), id="start-of-minus-401-digits"),
 ])
 def test_bad_ranges_name_the_key(spec, where):
     with pytest.raises(AxisError) as info:

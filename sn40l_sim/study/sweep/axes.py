@@ -120,7 +120,8 @@ def _number(value: Any, key: str) -> float:
                         (key,))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AxisError(f"expected a number, got {shown(value)}", (key,))
-    if not (math.isfinite(value) and abs(value) <= MAX_RANGE_END):
+    # an int is finite whatever its size (math.isfinite of one of 400 digits raised OverflowError)
+    if not ((isinstance(value, int) or math.isfinite(value)) and abs(value) <= MAX_RANGE_END):
         raise AxisError(f"expected a finite number of magnitude at most 2**53, got {shown(value)}", (key,))
     return value
 
