@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from sn40l_sim.commands.argtypes import input_path
@@ -106,11 +107,42 @@ def load_records(path: Path) -> list[dict]:
             raise InputError(f"records[{i}]: point name {shown(record['name'])} appears twice; expected each point "
                              "once (a results.json written by run or sweep)", file=file)
         seen.add(record["name"])
-        problem = record_problem(record)
+        problem = record_problem(record) or _unreadable_number(record)
         if problem:   # a figure edited into text stopped the table with a TypeError traceback
             raise InputError(f"records[{i}] ({shown(record['name'])}): {problem} (a results.json written by run or "
                              "sweep)", file=file)
     return records
+
+
+def _unreadable_number(value: object, where: str = "") -> str | None:
+    """``path: what was expected`` for the first number in ``value`` that run never writes, or None:
+    run writes a figure that is not finite as null (report/results.py), so a NaN or Infinity was
+    compared as a figure, and an integer past a float's range stopped compare with an
+    OverflowError traceback.
+
+    >>> _unreadable_number({"memory": {"hbm": {"kv": float("nan")}}, "batch": 8})
+    'memory.hbm.kv: expected a finite number or null, got nan'
+    >>> _unreadable_number({"latency": [1.0, 10**400]})[:46]
+    'latency[1]: expected a finite number or null, '
+    """
+    if isinstance(value, dict):
+        items = ((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
+    else:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                finite = math.isfinite(value)
+            except OverflowError:
+                finite = False
+            if not finite:
+                return f"{where}: expected a finite number or null, got {shown(value)}"
+        return None
+    for at, item in items:
+        problem = _unreadable_number(item, at)
+        if problem:
+            return problem
+    return None
 
 
 #: names a refusal lists of each side: a sweep has hundreds, and the line must stay readable
