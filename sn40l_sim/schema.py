@@ -170,8 +170,11 @@ StrictInt = Annotated[int, BeforeValidator(_strict_int)]
 PositiveInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(POSITIVE_COUNT)]
 NonNegativeInt = Annotated[int, BeforeValidator(_strict_int), AfterValidator(COUNT)]
 Fraction = Annotated[float, Number, AfterValidator(FRACTION)]
-#: operations per unit (a lane, a stage) per clock cycle
-RATE_PER_CYCLE = Range("positive rate per cycle", 0, 1024, "0", "1024 per cycle", low_open=True)
+#: operations per unit (a lane, a stage) per clock cycle. At least one per 1024 cycles, as at most 1024
+#: per cycle: a datapath slower than that is no machine to study, and a rate of 1e-12 MACs per cycle
+#: made a step longer than the serving loop's clock holds (an OverflowError traceback from run; at
+#: 1e-9 the 4K prefill of Llama-3.1-8B took 45,000 s)
+RATE_PER_CYCLE = Range("positive rate per cycle", 1 / 1024, 1024, "1/1024", "1024 per cycle")
 RatePerCycle = Annotated[float, Number, AfterValidator(RATE_PER_CYCLE)]
 
 

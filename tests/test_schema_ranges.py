@@ -132,7 +132,10 @@ def test_every_number_field_declares_its_range():
     ("NonNegativeInt", -1, "from 0 to"),
     ("Fraction", 1.5, "greater than 0 and at most 1"),
     ("Fraction", "0.5", "expected a number, got '0.5'"),
-    ("RatePerCycle", 0, "greater than 0"),
+    ("RatePerCycle", 0, "from 1/1024 to 1024 per cycle, got 0"),
+    # a MAC or transcendental rate of 1e-12 per cycle passed, and run stopped with an OverflowError
+    # traceback from the serving loop's clock
+    ("RatePerCycle", 1e-12, "from 1/1024 to 1024 per cycle, got 1e-12"),
     # an integer past a float's range (a YAML value of 400 digits) stopped with OverflowError
     pytest.param("PositiveInt", 10**400, "(2**31 - 1), got 1000000000", id="PositiveInt-401-digits"),
     pytest.param("Hertz", 10**400, "expected a finite frequency quantity", id="Hertz-401-digits"),
@@ -148,6 +151,7 @@ def test_out_of_range_values_are_refused(type_name, value, words):
 @pytest.mark.parametrize("type_name, value, expected", [
     ("BytesPerSecond", "1.6 TB/s", 1.6e12), ("Hertz", "1.6 GHz", 1.6e9), ("Seconds", "150 ns", 150e-9),
     ("Bytes", "64 GiB", 64 * 2**30), ("PositiveInt", 4.0, 4), ("Fraction", 1, 1.0),
+    ("RatePerCycle", 1 / 1024, 1 / 1024), ("RatePerCycle", 0.25, 0.25),
 ])
 def test_in_range_values_are_read(type_name, value, expected):
     assert TypeAdapter(getattr(schema, type_name)).validate_python(value) == pytest.approx(expected)
