@@ -1,4 +1,5 @@
-"""The checkerboard of a tile: which grids hold its PCUs and PMUs (checked by the loader).
+"""The checkerboard of a tile: which grids hold its PCUs and PMUs, and how many tiles a socket may
+have (checked by the loader).
 
 PCUs sit on a grid's even cells (row + column even: the ceiling of half the cells), PMUs on its odd
 cells (the floor), filled row by row, as :func:`~sn40l_sim.hardware.topology.build_topology` and the
@@ -17,6 +18,27 @@ def grid_holds(rows: int, cols: int, pcus: int, pmus: int) -> bool:
     """
     cells = rows * cols
     return pcus <= (cells + 1) // 2 and pmus <= cells // 2
+
+
+#: the most tiles a socket may have (dies x tiles_per_die): a run's cost grows with them (Llama-3.1-8B's
+#: 4K point on 8 sockets took about 20 s at 256 tiles a socket, 33 s at 512, and did not finish in two
+#: minutes at 2,048), and a socket of 2**31 dies, which the counts' range allowed, ran out of memory
+MAX_TILES_PER_SOCKET = 256
+
+
+def socket_tiles_error(dies: int, tiles_per_die: int) -> tuple[str, str] | None:
+    """``(field, message)`` when a socket has more than :data:`MAX_TILES_PER_SOCKET` tiles, else None;
+    the field is the larger count.
+
+    >>> socket_tiles_error(2, 2) is None, socket_tiles_error(2, 129)[0]
+    (True, 'tiles_per_die')
+    """
+    tiles = dies * tiles_per_die
+    if tiles <= MAX_TILES_PER_SOCKET:
+        return None
+    return ("dies" if dies >= tiles_per_die else "tiles_per_die",
+            f"a socket of {dies} dies x {tiles_per_die} tiles has {tiles:,} tiles; expected at most "
+            f"{MAX_TILES_PER_SOCKET} (the SN40L has 4)")
 
 
 def tile_grid_error(tile: TileSpec) -> tuple[str, str] | None:

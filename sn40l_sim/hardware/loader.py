@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware import figures
-from sn40l_sim.hardware.grid import tile_grid_error
+from sn40l_sim.hardware.grid import socket_tiles_error, tile_grid_error
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
 from sn40l_sim.hardware.node_checks import check_node
 from sn40l_sim.hardware.node_names import renamed_node
@@ -238,6 +238,9 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
     if tile.agcus > 2 * (tile.grid_cols + 1):
         raise _fail(doc, at("tile", "agcus"), f"{tile.agcus} AGCUs do not fit on the top and bottom edges of a "
                                               f"{tile.grid_cols + 1}-switch-wide mesh (at most {2 * (tile.grid_cols + 1)})")
+    tiles_error = socket_tiles_error(socket.dies, socket.tiles_per_die)
+    if tiles_error is not None:
+        raise _fail(doc, at(tiles_error[0]), tiles_error[1])
     if socket.dies > 1 and socket.die_to_die is None:
         raise _fail(doc, at("die_to_die"), f"a socket of {socket.dies} dies needs a die_to_die link")
 

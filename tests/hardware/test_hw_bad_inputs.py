@@ -64,6 +64,12 @@ SOCKET_CASES = {
     "wrong_type": (_edit("lanes", "many"), "pcu.lanes", "integer"),
     "fractional_count": (_edit("tiles_per_die", "2.5"), "tiles_per_die", "integer"),
     "boolean_count": (_edit("dies", "yes"), "dies", "integer"),
+    # a socket of 2**31 dies, which the counts' range allowed, ran out of memory in run; one of
+    # 2,048 tiles did not finish in two minutes
+    "too_many_dies": (_edit("dies", "2147483647"), "dies",
+                      "a socket of 2147483647 dies x 2 tiles has 4,294,967,294 tiles; expected at most 256"),
+    "too_many_tiles_per_die": (_edit("tiles_per_die", "129"), "tiles_per_die",
+                               "a socket of 2 dies x 129 tiles has 258 tiles; expected at most 256"),
     "missing_field": (lambda: (delete_key(SOCKET, "clock_hz"), None), "clock_hz", "required field is missing"),
     "missing_bf16_rate": (lambda: (delete_key(SOCKET, "bf16"), None), "pcu.macs_per_lane_stage_per_cycle", "bf16"),
     "duplicate_key": (_add_line("dies", "dies: 2"), "dies", "duplicate key"),
