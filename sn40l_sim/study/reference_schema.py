@@ -60,6 +60,17 @@ class Measurement(StrictModel):
     relative_to: str | None = None
     calibration: Flag
 
+    @field_validator("source", "key")
+    @classmethod
+    def _not_blank(cls, given: str | None, info: ValidationInfo) -> str | None:
+        # an empty source passed check, validate and calibrate: a measurement citing nothing; an
+        # empty key passed check and was refused by validate only after its simulations
+        if given is not None and not given.strip():
+            what = ("where the measurement comes from (a publication and its table or figure)"
+                    if info.field_name == "source" else "the key of the value measured")
+            raise ValueError(f"expected {what}, got {shown(given)}")
+        return given
+
     @field_validator("value", "tolerance", mode="before")
     @classmethod
     def _a_number_in_the_fields_unit(cls, given: Any, info: ValidationInfo) -> Any:

@@ -176,6 +176,12 @@ EXPERIMENT = REPO / "experiments" / "llama8b_node8.yaml"
     # the error named the other file's kind: field, not the reference's experiment: field
     (f"quantity: max_batch, experiment: {REPO / 'hw_configs' / 'sn40l.yaml'}", "experiment",
      "is a socket file; expected an experiment file (kind: experiment"),
+    # a measurement citing nothing passed check, validate and calibrate
+    ("quantity: max_batch, source: ''", "source", "expected where the measurement comes from (a publication and "
+                                                  "its table or figure), got ''"),
+    ("quantity: max_batch, source: '  '", "source", "got '  '"),
+    # refused by validate only after its simulations, and not at all by check
+    ("quantity: prefill_kernel_share, key: ''", "key", "expected the key of the value measured, got ''"),
 ])
 def test_bad_measurements_are_one_located_line(tmp_path, capsys, entry, field, words):
     ref = tmp_path / "r.yaml"
