@@ -92,7 +92,8 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
         # the bytes just hashed, compiled here: the loader would read a __pycache__ file that Python
         # trusts by the source's size and whole-second mtime, stale after an edit within a second
         exec(compile(source, str(path), "exec"), module.__dict__)
-    except Exception as exc:   # the plug-in's own failure, of any kind, is the experiment's bad input
+    except (Exception, SystemExit) as exc:   # the plug-in's own failure, of any kind, is the experiment's bad
+        # input; a sys.exit(0) in it ended check or run at once, with exit status 0 and no word
         del sys.modules[name]
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, path)}") from None
     finally:
@@ -109,7 +110,7 @@ def _import_module(doc: Document, field: tuple, entry: str) -> ModuleType:
             raise doc.error(field, f"no module named {entry!r} on the Python path (a plug-in file is written "
                                    "with its .py suffix, relative to this file)") from None
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, None)}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise doc.error(field, f"importing plug-in {entry!r} failed: {_failure(exc, None)}") from None
 
 

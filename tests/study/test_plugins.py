@@ -120,6 +120,8 @@ def test_a_plugin_loaded_twice_registers_once(tmp_path):
      "{dir}/plug.py:4: TypeError: register: KV policy name 'snapstream' of Window ({dir}/plug.py) is already "
      "registered by SnapStream (sn40l_sim.kvcache.policies.snapstream); choose another name"),
     ("", "no_such_plugin_module", "plugins[0]: no module named 'no_such_plugin_module' on the Python path"),
+    # a plug-in that ends the process, as a script may, ended check or run with exit status 0 and no word
+    ("import sys\n\nsys.exit(0)\n", "plug.py", "failed: {dir}/plug.py:3: SystemExit: 0"),
     ("", "'a b'", "plugins[0]: expected a .py file (relative to this file) or a dotted module name, got 'a b'"),
 ])
 def test_a_bad_plugin_is_one_line_at_its_entry(tmp_path, plugin, entry, expected):
