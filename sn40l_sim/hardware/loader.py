@@ -155,7 +155,7 @@ def _node_socket_document(doc: Document) -> Document:
         raise doc.error(("socket",), f"expected the relative path of a socket file, got {type(socket_ref).__name__}")
     socket_path = doc.resolve(socket_ref, ("socket",))   # relative to the file that wrote it (a base: too)
     if not socket_path.is_file():
-        raise doc.error(("socket",), f"socket file {socket_ref!r} {not_a_file(socket_path)} (looked for {socket_path})")
+        raise doc.error(("socket",), f"socket file {socket_ref!r} {not_a_file(socket_path, socket_ref)} (looked for {socket_path})")
     socket_doc = load_document(socket_path, upgrade=upgrade_socket_document)
     try:
         document_kind(socket_doc, ("socket",))

@@ -55,8 +55,9 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
         raise doc.error(("kind",), f"expected 'kind: model' in a model file, got {doc.data.get('kind')!r}")
     kernels = doc.data.get("kernels")
     if kernels is not None:
-        if not isinstance(kernels, str):
-            raise doc.error(("kernels",), "expected a path (relative to this file) to a kind: kernels file")
+        if not isinstance(kernels, str) or not kernels.strip():   # '' resolved to this file's folder
+            raise doc.error(("kernels",), "expected a path (relative to this file) to a kind: kernels file"
+                            + (f", got {kernels!r}" if isinstance(kernels, str) else ""))
         resolved = doc.resolve(kernels, ("kernels",))   # relative to the file that wrote it (a base: too)
         if resolved.is_dir():
             raise doc.error(("kernels",), f"{str(resolved)!r} is a folder; expected a path to a kind: kernels file")

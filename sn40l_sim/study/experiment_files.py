@@ -43,7 +43,7 @@ def named_file(experiment: Experiment, field: tuple[str, ...], relative: str, wh
     except OSError as exc:   # a name longer than the file system takes (pathlib raises ENAMETOOLONG)
         raise experiment.error(field, f"{what} file {shown(relative)}: {exc.strerror}") from None
     if not found:
-        raise experiment.error(field, f"{what} file {shown(relative)} {not_a_file(path)} (looked for {path})")
+        raise experiment.error(field, f"{what} file {shown(relative)} {not_a_file(path, relative)} (looked for {path})")
     return path
 
 

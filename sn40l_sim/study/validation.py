@@ -132,7 +132,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                                 "to judge or print; give an abs tolerance for it (or measure a nonzero value)")
             exp_path = doc.resolve(m.experiment, at + ("experiment",))
             if not exp_path.is_file():
-                raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} {not_a_file(exp_path)} (looked for "
+                raise doc.error(at + ("experiment",), f"experiment file {m.experiment!r} {not_a_file(exp_path, m.experiment)} (looked for "
                                 f"{exp_path})")
             if exp_path not in point_names:
                 data = load_document(exp_path).data

@@ -74,13 +74,19 @@ def shown_path(path: str | Path) -> Path:
 
 
 
-def not_a_file(path: Path) -> str:
+def not_a_file(path: Path, written: object = None) -> str:
     """Why ``path``, which is not a regular file, cannot be read as one, as messages say it: a
     folder or a named pipe given where a file goes was called "not found" though it is there.
+    ``written``, the path as the file gave it, says when it was empty (``hardware: ""`` resolves to
+    the file's folder, and was "a folder, not a file").
 
     >>> not_a_file(Path("/")), not_a_file(Path("/no/such/file.yaml")), not_a_file(Path("/dev/null"))
     ('is a folder, not a file', 'not found', 'is not a regular file (a device or a pipe)')
+    >>> not_a_file(Path("."), "")
+    'is an empty path; expected the path of a file'
     """
+    if isinstance(written, str) and not written.strip():
+        return "is an empty path; expected the path of a file"
     return "is a folder, not a file" if path.is_dir() else \
         "is not a regular file (a device or a pipe)" if path.exists() else "not found"
 
@@ -241,7 +247,7 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     base_path = shown_path(path.parent / base_rel)
     if not base_path.is_file():
         file, line = origins.get(("base",), (str(path), None))
-        raise InputError(f"base file {shown(base_rel)} {not_a_file(base_path)} (looked for {base_path})",
+        raise InputError(f"base file {shown(base_rel)} {not_a_file(base_path, base_rel)} (looked for {base_path})",
                          file=file, field="base", line=line)
     merged = load_document(base_path, upgrade=upgrade, _seen=_seen + (path.resolve(),))
     base_kind, own_kind = merged.data.get("kind"), data.get("kind")

@@ -97,7 +97,7 @@ def check_points(exp: Experiment) -> None:
             value = value.get(key) if isinstance(value, dict) else None
         if isinstance(value, str) and value and not exp.resolve(value, at).is_file():
             path = exp.resolve(value, at)
-            raise exp.error(at, f"{what} file {shown(value)} {not_a_file(path)} (looked for {path})")
+            raise exp.error(at, f"{what} file {shown(value)} {not_a_file(path, value)} (looked for {path})")
 
 
 def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
@@ -107,7 +107,7 @@ def load_node(doc: Document, data: dict, overrides: dict[str, Any]) -> NodeSpec:
         raise doc.error(("hardware",), "required: the relative path of a hardware file")
     path = doc.resolve(hardware, ("hardware",))
     if not path.is_file():
-        raise doc.error(("hardware",), f"hardware file {shown(hardware)} {not_a_file(path)} (looked for {path})")
+        raise doc.error(("hardware",), f"hardware file {shown(hardware)} {not_a_file(path, hardware)} (looked for {path})")
     node = load_hardware(path)
     return with_overrides(node, overrides) if overrides else node
 
