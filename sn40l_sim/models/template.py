@@ -21,6 +21,7 @@ from sn40l_sim.ir import CollectiveKind
 from sn40l_sim.models.dataflow import dataflow_problem
 from sn40l_sim.models.families import FAMILIES, known_kinds
 from sn40l_sim.models.formulas import operators, sizes
+from sn40l_sim.models.gathers import ungathered_column_parallel
 from sn40l_sim.models.reductions import unreduced_row_parallel
 from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, dense_layer_count, inventory
 from sn40l_sim.models.weight_use import unread_weight
@@ -233,7 +234,9 @@ DATAFLOW_PASSED_KEPT = 512
 def check_dataflow(template: KernelTemplates, doc: Document | None, model: ModelSpec) -> None:
     """Each phase of the template must run every operator of a layer once, in dataflow order
     (:mod:`sn40l_sim.models.dataflow`), reduce what its row-parallel GEMMs leave partial
-    (:mod:`sn40l_sim.models.reductions`) and read every weight the model stores
+    (:mod:`sn40l_sim.models.reductions`), gather what its column-parallel ones leave split before a
+    whole reader and switch layouts around data-parallel decode attention
+    (:mod:`sn40l_sim.models.gathers`) and read every weight the model stores
     (:mod:`sn40l_sim.models.weight_use`). A triple that passed once is not checked again
     (:data:`_DATAFLOW_PASSED`).
 
@@ -249,7 +252,7 @@ def check_dataflow(template: KernelTemplates, doc: Document | None, model: Model
         return
     for phase in ("prefill", "decode"):
         problem = (dataflow_problem(template, model, phase) or unreduced_row_parallel(template, model, phase)
-                   or unread_weight(template, model, phase))
+                   or ungathered_column_parallel(template, model, phase) or unread_weight(template, model, phase))
         if problem is not None:
             field, message = problem
             raise doc.error(field, message) if doc else InputError(f"{'.'.join(map(str, field))}: {message}")

@@ -47,6 +47,17 @@ def toy_attend(c: Ctx) -> list[Step]:
                   kv_read=c.seqs * kv_len * 2 * d * c.kv_bytes)
 
 
+def toy_q_to_dp(c: Ctx) -> int:
+    """All-to-all of the new query rows to the sequences' sockets when attention runs data-parallel
+    over the batch (``toy_attend`` counts the socket's sequences: models/gathers.py)."""
+    return (c.tokens - c.fewest_seqs) * c.proj_heads * c.model.attention.head_dim * ACT if c.dp > 1 else 0
+
+
+def toy_o_to_tp(c: Ctx) -> int:
+    """And of the head outputs back to the heads' sockets."""
+    return c.seqs * (c.attn_heads - c.proj_heads) * c.model.attention.head_dim * ACT if c.dp > 1 else 0
+
+
 class ToyAttentionSpec(AttentionSpec):
     """Multi-query attention: one K/V head for all query heads."""
 
@@ -54,6 +65,7 @@ class ToyAttentionSpec(AttentionSpec):
     head_dim: PositiveInt
 
     operators: ClassVar = {"toy_qkv": toy_qkv, "toy_attend": toy_attend}
+    sizes: ClassVar = {"toy_q_to_dp": toy_q_to_dp, "toy_o_to_tp": toy_o_to_tp}
     default_template: ClassVar[str] = "kernels_toy.yaml"
     title: ClassVar[str] = "toy multi-query attention"
 
@@ -82,18 +94,26 @@ sharding: {embedding: row, final_norm: replicated, lm_head: column, attn_norm: r
            ffn_norm: replicated, wqkv: column, o_proj: row, dense_gate_up: column, dense_down: row}
 prefill:
   blocks: {head: [embedding], dense_layer: [attention, ffn], tail: [lm_head]}
-  kernels: &kernels
+  kernels:
     embedding: {operators: [embed_gather], collectives: [{size: embed_reduce, kind: all_reduce}]}
     attention:
       operators: [attn_norm, toy_qkv, toy_attend, o_proj, attn_residual]
       collectives: [{size: hidden, kind: all_reduce}]
-    ffn:
+    ffn: &ffn
       operators: [ffn_norm, dense_gate_up, dense_act, dense_down, ffn_residual]
       collectives: [{size: hidden, kind: all_reduce}]
-    lm_head: {operators: [final_norm, lm_head, sample]}
+    # sampling over the vocab-parallel logits gathers each socket's candidates (models/gathers.py)
+    lm_head: &lm_head {operators: [final_norm, lm_head, sample], collectives: [{size: candidates, kind: all_gather}]}
 decode:
   blocks: {head: [embedding], dense_layer: [attention, ffn], tail: [lm_head]}
-  kernels: *kernels
+  kernels:
+    embedding: {operators: [embed_gather], collectives: [{size: embed_reduce, kind: all_reduce}]}
+    attention:
+      operators: [attn_norm, toy_qkv, toy_attend, o_proj, attn_residual]
+      collectives: [{size: toy_q_to_dp, kind: all_to_all}, {size: toy_o_to_tp, kind: all_to_all},
+                    {size: hidden, kind: all_reduce}]
+    ffn: *ffn
+    lm_head: *lm_head
 """
 
 MODEL = f"""\

@@ -1,0 +1,202 @@
+"""Whether a kernel template gathers what its column-split operators leave split before an operator
+reads it whole, and switches layouts around data-parallel decode attention.
+
+The twin of :mod:`.reductions`. A ``column`` sharding rule splits a weight's output features over
+the tensor-parallel sockets, so each socket holds a slice of the GEMM's output columns (Megatron-style
+tensor parallelism, docs/reference.md). Per-head work (RoPE, attention over the socket's heads, an
+activation function) runs on the slice, and a row-parallel GEMM consumes it as it is; but an operator
+that reads the whole row needs the slice all-gathered first. The builder takes a kernel's collectives
+from its template entry as written, so a template whose gather was deleted still builds a graph that
+runs faster than it could (docs/robustness.md). The rules checked here, from what each operator's
+formula asks the sharding table (as :mod:`.reductions` does) and which activations it reads and
+writes (:mod:`.dataflow`):
+
+* an operator that applies a ``replicated`` weight to the rows it reads (a norm over the hidden or
+  latent width, the router) reads them whole: a split activation it reads needs an ``all_gather``
+  in its kernel (DeepSeek's ``latent`` before ``q_norm`` and ``kv_norm``);
+* a row-parallel GEMM in a kernel with no all-reduce or reduce-scatter is the column-split form that
+  :mod:`.reductions` accepts with an all-gather of the hidden rows: it is split by output columns, so
+  it reads its input whole (DeepSeek's prefill MoE kernel: ``expert_intermediate`` before
+  ``expert_down``);
+* what one part of the graph hands the next, the residual stream ``x`` and the sampled ``tokens``,
+  leaves its kernel whole: written split (the MTP projection, sampling over a vocab slice) it needs an
+  all-gather, of size ``hidden`` for the residual stream and of the candidates for the tokens;
+* in decode, attention runs data-parallel over the batch when ``attention_dp > 1`` (its formulas
+  count the socket's sequences, :attr:`~sn40l_sim.models.context.Ctx.seqs`): an operator counting
+  sequences that reads a head-split activation needs an ``all_to_all`` (TP to DP layout: ``mla_q_to_dp``,
+  ``gqa_q_to_dp``), and an operator of the TP layout reading what such an operator wrote needs another
+  (``mla_o_to_tp``, ``gqa_o_to_tp``). Their sizes are zero with ``attention_dp = 1``, so a decode
+  template carries them whatever the plan.
+
+What it cannot see. A collective without ``after`` has no place in the kernel's order, so only one
+with ``after`` can be found too late (after the operator that reads the gathered tensor); one all-gather
+in a kernel passes for every split activation its operators read whole (the rule does not tell which
+tensor a gather carries, nor its size); a split activation handed to another kernel may be gathered in
+either. Prefill templates run attention head-parallel, and the layout switch is not asked of them:
+a prefill plan with ``attention_dp > 1`` is not checked here.
+
+Examples
+--------
+>>> from sn40l_sim.models.loader import load_model
+>>> from sn40l_sim.models.template import GRAPHS_DIR, template_for
+>>> model = load_model(GRAPHS_DIR / "deepseek_r1.yaml")
+>>> ungathered_column_parallel(template_for(model), model, "decode") is None
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.models.dataflow import GRAPH_TOKENS, PROBE_TOKENS, phase_parts, runs_drafts
+from sn40l_sim.models.formulas import operators
+from sn40l_sim.models.reductions import GATHERED_WIDTH, NOT_PARTIAL, REDUCING, RuleRecorder
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.context import Step
+    from sn40l_sim.models.spec import ModelSpec
+    from sn40l_sim.models.template import CollectiveEntry, KernelEntry, KernelTemplates
+
+#: layouts of an activation: on every socket whole, split by columns (heads) over the TP sockets, or
+#: split by sequences over the attention data-parallel groups
+WHOLE, SPLIT, DP = "whole", "split", "dp"
+#: what one part of the graph hands the next, which must leave its kernel whole
+HANDED = ("x", GRAPH_TOKENS)
+
+
+@dataclass(frozen=True)
+class LayoutRecorder(RuleRecorder):
+    """A formula context that also notes whether a formula counts the socket's sequences (the
+    data-parallel layout of attention)."""
+
+    counted: list[str] = field(default_factory=list)
+
+    @property
+    def seqs(self) -> int:
+        self.counted.append("seqs")
+        return super().seqs
+
+    @property
+    def fewest_seqs(self) -> int:
+        self.counted.append("fewest_seqs")
+        return super().fewest_seqs
+
+
+@dataclass(frozen=True)
+class _Op:
+    """One operator of a kernel as the rule sees it."""
+
+    name: str
+    reads: frozenset[str]
+    writes: frozenset[str]
+    out: str                 # layout it writes when its inputs are as it needs them
+    whole_reader: bool       # reads its inputs whole
+    counts_seqs: bool        # runs in the data-parallel layout (decode)
+
+
+def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phase: str) -> tuple[tuple, str] | None:
+    """The first kernel of ``template``'s ``phase`` that leaves a column-split activation ungathered
+    before an operator reads it whole, or switches no layout around data-parallel attention, as
+    (field path in the template file, message), or None."""
+    spec = getattr(template, phase)
+    # attention_dp = 2 so that a formula counting sequences is seen to (a decode template serves any plan)
+    shape = (Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 2, 0, kv_len=PROBE_TOKENS))
+    ctx = LayoutRecorder(model, shape, ParallelPlan(tp=2, attention_dp=2), template)
+    formulas = operators(template.attention)
+    seen: dict[str, list[_Op]] = {}
+    for _, ids in phase_parts(spec, model, runs_drafts(spec, model)):
+        layout = {name: WHOLE for name in HANDED}
+        for kernel_id, _ in ids:
+            entry = spec.kernels[kernel_id]
+            if kernel_id not in seen:
+                seen[kernel_id] = [_classify(template, ctx, entry, op, formulas[op](ctx), phase) for op in entry.operators]
+            problem = _kernel_problem(entry, seen[kernel_id], layout)
+            if problem is not None:
+                return (phase, "kernels", kernel_id, "collectives"), f"kernel {kernel_id!r}: {problem}"
+    return None
+
+
+def _classify(template: KernelTemplates, ctx: LayoutRecorder, entry: KernelEntry, op: str, steps: list[Step],
+              phase: str) -> _Op:
+    """How operator ``op`` (its formula's ``steps``, evaluated with ``ctx``) treats layouts."""
+    asked = list(ctx.asked)
+    counts = bool(ctx.counted) and phase == "decode"
+    ctx.asked.clear()
+    ctx.counted.clear()
+    rules = {t: template.sharding.get(t) for t in asked}
+    weighted = any(step.op.weight_bytes for step in steps)
+    reads = frozenset(name for step in steps for name, _ in step.reads)
+    writes = frozenset(name for step in steps for name, _ in step.writes)
+    reduced_here = any(c.kind in REDUCING for c in entry.collectives)
+    if weighted and "replicated" in rules.values():
+        return _Op(op, reads, writes, WHOLE, True, counts)
+    if weighted and any(r == "column" or (r == "row" and (op, t) in NOT_PARTIAL) for t, r in rules.items()):
+        return _Op(op, reads, writes, SPLIT, False, counts)
+    if weighted and "row" in rules.values():
+        # its partial sums are :mod:`.reductions`' concern; without a reducing collective in the
+        # kernel it is the column-split form, which reads its input whole
+        return _Op(op, reads, writes, WHOLE, not reduced_here, counts)
+    return _Op(op, reads, writes, DP if counts else "", False, counts)
+
+
+def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) -> str | None:
+    """The first gather or layout switch the kernel lacks, updating ``layout`` with what it writes."""
+    gathers = [c for c in entry.collectives if c.kind == "all_gather"]
+    switches = [c for c in entry.collectives if c.kind == "all_to_all"]
+    position = {op: i for i, op in enumerate(entry.operators)}
+    written_at: dict[str, int] = {}      # activation -> position of the operator of this kernel writing it
+    switched: dict[str, CollectiveEntry] = {}   # direction (from TP, from DP) -> the all-to-all taking it
+    for i, op in enumerate(ops):
+        ins = {name: layout.get(name, WHOLE) for name in op.reads}
+        split_in = sorted(n for n, lay in ins.items() if lay == SPLIT)
+        if op.whole_reader and split_in:
+            name = split_in[0]
+            if not _fits([c for c in gathers if c.size != GATHERED_WIDTH], position, written_at.get(name, -1), i):
+                return (f"operator {op.name!r} reads {name!r} whole, but a column-split operator (sharding: "
+                        f"column) left it split over the tensor-parallel sockets and no all_gather of the kernel "
+                        f"gathers it before {op.name!r} (expected an all_gather, without `after` or after the "
+                        f"operator writing {name!r} and before {op.name!r})")
+        switch_from = None
+        if op.counts_seqs and split_in:
+            switch_from = ("TP", split_in[0], "its heads' rows to the sequences each socket runs")
+        elif not op.counts_seqs and any(lay == DP for lay in ins.values()):
+            switch_from = ("DP", sorted(n for n, lay in ins.items() if lay == DP)[0], "the sequences' rows back to heads")
+        if switch_from is not None and switch_from[0] not in switched:
+            # one all-to-all moves every activation of one direction (the queries with the new keys
+            # and values): the first reader of that direction needs it
+            free = [c for c in switches if not any(c is s for s in switched.values())]
+            name = switch_from[1]
+            fit = _fits(free, position, written_at.get(name, -1), i)
+            if not fit:
+                return (f"operator {op.name!r} reads {name!r} in the {'DP' if switch_from[0] == 'TP' else 'TP'} "
+                        f"layout (attention data-parallel over the batch with attention_dp > 1), but it was "
+                        f"written in the {switch_from[0]} layout and no all_to_all of the kernel moves "
+                        f"{switch_from[2]} before {op.name!r} (expected one all_to_all for each switch of layout)")
+            switched[switch_from[0]] = fit
+        if op.out:
+            out = op.out
+        else:
+            out = SPLIT if any(lay in (SPLIT, DP) for lay in ins.values()) else WHOLE
+        for name in op.writes:
+            layout[name] = out
+            written_at[name] = i
+            if name in HANDED and out != WHOLE:
+                wanted = [c for c in gathers if (c.size == GATHERED_WIDTH) == (name == "x")]
+                if not _fits(wanted, position, i, len(entry.operators)):
+                    size = f"of size {GATHERED_WIDTH}" if name == "x" else "of what each socket picked"
+                    return (f"operator {op.name!r} writes {name!r}, which the next part of the graph reads whole, "
+                            f"split over the tensor-parallel sockets, and no all_gather {size} of the kernel "
+                            f"gathers it (expected one, without `after` or after {op.name!r})")
+                layout[name] = WHOLE
+    return None
+
+
+def _fits(collectives: list[CollectiveEntry], position: dict[str, int], written: int, read: int) -> CollectiveEntry | None:
+    """One of ``collectives`` that can run between the operator at position ``written`` (-1: an
+    earlier kernel) and the one at ``read``: unplaced (its order is not written), or placed after an
+    operator in that window."""
+    for c in collectives:
+        if c.after is None or written <= position.get(c.after, -2) < read:
+            return c
+    return None

@@ -1,0 +1,160 @@
+"""A kernel template must gather what its column-parallel GEMMs leave split before an operator reads
+it whole, and switch layouts around data-parallel decode attention (sn40l_sim.models.gathers): one
+that drops or misplaces such a collective is refused where it is loaded, naming its file, kernel,
+operator and the collective, instead of building a graph that runs faster than it could."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.commands import cli
+from sn40l_sim.errors import InputError
+from sn40l_sim.models.gathers import ungathered_column_parallel
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.models.reductions import unreduced_row_parallel
+from sn40l_sim.models.template import GRAPHS_DIR, KernelTemplates, template_for
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLIC = Path(__file__).resolve().parent / "public_models"
+
+
+def _models() -> list[Path]:
+    return [p for d in (GRAPHS_DIR, PUBLIC) for p in sorted(d.glob("*.yaml")) if not p.name.startswith("kernels_")]
+
+
+def _without(template: KernelTemplates, phase: str, kernel_id: str, drop) -> KernelTemplates:
+    """``template`` with the collectives of ``phase``'s ``kernel_id`` for which ``drop`` holds removed."""
+    spec = getattr(template, phase)
+    entry = spec.kernels[kernel_id]
+    left = tuple(c for c in entry.collectives if not drop(c))
+    assert len(left) < len(entry.collectives), (phase, kernel_id)
+    kernels = {**spec.kernels, kernel_id: entry.model_copy(update={"collectives": left})}
+    return template.model_copy(update={phase: spec.model_copy(update={"kernels": kernels})})
+
+
+def _with(template: KernelTemplates, phase: str, kernel_id: str, size: str, **update) -> KernelTemplates:
+    """``template`` with the collective of ``size`` in ``phase``'s ``kernel_id`` changed by ``update``."""
+    spec = getattr(template, phase)
+    entry = spec.kernels[kernel_id]
+    collectives = tuple(c.model_copy(update=update) if c.size == size else c for c in entry.collectives)
+    kernels = {**spec.kernels, kernel_id: entry.model_copy(update={"collectives": collectives})}
+    return template.model_copy(update={phase: spec.model_copy(update={"kernels": kernels})})
+
+
+@pytest.mark.parametrize("path", _models(), ids=lambda p: p.name)
+def test_every_shipped_and_public_model_gathers_what_it_splits(path: Path) -> None:
+    model = load_model(path)
+    for phase in ("prefill", "decode"):
+        assert ungathered_column_parallel(template_for(model), model, phase) is None
+
+
+#: the fuzzer's deletions (docs/robustness.md): (model, phase, kernel, dropped sizes, operator and
+#: collective the message must name)
+DELETIONS = {
+    "mla_all_to_alls": ("deepseek_r1.yaml", "decode", "mla", {"mla_q_to_dp", "mla_o_to_tp"},
+                        "'absorbed_qk'", "all_to_all"),
+    "mla_router_all_to_alls": ("deepseek_r1.yaml", "decode", "mla_router", {"mla_q_to_dp", "mla_o_to_tp"},
+                               "'absorbed_qk'", "all_to_all"),
+    "mla_back_to_tp": ("deepseek_r1.yaml", "decode", "mla", {"mla_o_to_tp"}, "'v_unabsorb'", "all_to_all"),
+    "gqa_all_to_alls": ("llama3_1_8b.yaml", "decode", "decoder", {"gqa_q_to_dp", "gqa_o_to_tp"},
+                        "'kv_cache_write'", "all_to_all"),
+    "gqa_back_to_tp": ("llama3_1_8b.yaml", "decode", "decoder", {"gqa_o_to_tp"}, "'o_proj'", "all_to_all"),
+    "sampling_decode": ("llama3_1_8b.yaml", "decode", "sampling", {"candidates"}, "'sample'", "all_gather"),
+    "sampling_prefill": ("deepseek_r1.yaml", "prefill", "sampling", {"candidates"}, "'sample'", "all_gather"),
+    "prefill_latent": ("deepseek_r1.yaml", "prefill", "qkv", {"latent"}, "'q_norm'", "all_gather"),
+    "decode_latent": ("deepseek_r1.yaml", "decode", "mla", {"latent"}, "'q_norm'", "all_gather"),
+    "expert_intermediate": ("deepseek_r1.yaml", "prefill", "moe_ffn", {"expert_intermediate"},
+                            "'expert_down'", "all_gather"),
+    "mtp_hidden": ("deepseek_r1.yaml", "decode", "mtp_proj", {"hidden"}, "'mtp_proj'", "all_gather of size hidden"),
+    "public_no_q_lora_latent": ("deepseek_v2_lite.yaml", "prefill", "qkv", {"latent"}, "'kv_norm'", "all_gather"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DELETIONS))
+def test_a_dropped_gather_or_all_to_all_is_refused(case: str) -> None:
+    name, phase, kernel_id, sizes, operator, collective = DELETIONS[case]
+    model = load_model(GRAPHS_DIR / name if (GRAPHS_DIR / name).exists() else PUBLIC / name)
+    broken = _without(template_for(model), phase, kernel_id, lambda c: c.size in sizes)
+    # the reduction rule still passes: only the new rule sees it
+    assert unreduced_row_parallel(broken, model, phase) is None
+    field, message = ungathered_column_parallel(broken, model, phase)
+    assert field == (phase, "kernels", kernel_id, "collectives")
+    assert f"kernel {kernel_id!r}" in message and f"operator {operator}" in message and collective in message
+
+
+@pytest.mark.parametrize("model_file", ["deepseek_r1.yaml", "llama3_1_8b.yaml"])
+def test_every_gather_and_all_to_all_left_out_of_a_shipped_template_is_refused(model_file: str) -> None:
+    # each all-gather and all-to-all removed in turn is refused by this rule or, for the hidden rows a
+    # row-parallel GEMM's column-split form gathers, by the reduction rule
+    model = load_model(GRAPHS_DIR / model_file)
+    template = template_for(model)
+    removed = 0
+    for phase in ("prefill", "decode"):
+        for kernel_id, entry in getattr(template, phase).kernels.items():
+            for coll in entry.collectives:
+                if coll.kind not in ("all_gather", "all_to_all"):
+                    continue
+                broken = _without(template, phase, kernel_id, lambda c, coll=coll: c is coll)
+                assert (ungathered_column_parallel(broken, model, phase)
+                        or unreduced_row_parallel(broken, model, phase)), (phase, kernel_id, coll.size)
+                removed += 1
+    # DeepSeek-R1: prefill MTP projection, latent, MoE (two), sampling; decode MLA and MLA with the
+    # router (three each), MTP projection, sampling. Llama-3.1: sampling (each phase), two all-to-alls
+    assert removed == (13 if model_file == "deepseek_r1.yaml" else 4)
+
+
+def test_a_gather_placed_after_its_reader_is_refused_and_one_before_it_passes() -> None:
+    model = load_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    template = template_for(model)
+    late = _with(template, "prefill", "moe_ffn", "expert_intermediate", after="expert_down")
+    field, message = ungathered_column_parallel(late, model, "prefill")
+    assert field == ("prefill", "kernels", "moe_ffn", "collectives") and "'expert_down'" in message
+    # placed after the routed experts' activation, it runs before the shared expert writes its own
+    early = _with(template, "prefill", "moe_ffn", "expert_intermediate", after="expert_act")
+    assert "operator 'shared_down' reads 'shared_act'" in ungathered_column_parallel(early, model, "prefill")[1]
+    # without a shared expert (Mixtral, tests/models/public_models/kernels_gqa_moe.yaml) that place is right
+    mixtral = load_model(PUBLIC / "mixtral_8x7b.yaml")
+    early = _with(template_for(mixtral), "prefill", "moe_ffn", "expert_intermediate", after="expert_act")
+    assert ungathered_column_parallel(early, mixtral, "prefill") is None
+    late = _with(template_for(mixtral), "prefill", "moe_ffn", "expert_intermediate", after="expert_down")
+    assert "operator 'expert_down'" in ungathered_column_parallel(late, mixtral, "prefill")[1]
+    # the latent gathered after the query norm: q_norm read the query latent split
+    late = _with(template, "prefill", "qkv", "latent", overlapped=True, after="q_norm")
+    assert "operator 'q_norm'" in ungathered_column_parallel(late, model, "prefill")[1]
+    # an all-to-all placed after the attention it feeds
+    late = _with(template, "decode", "mla", "mla_q_to_dp", overlapped=True, after="absorbed_pv")
+    late = _with(late, "decode", "mla", "mla_o_to_tp", overlapped=True, after="absorbed_pv")
+    assert "operator 'absorbed_qk'" in ungathered_column_parallel(late, model, "decode")[1]
+
+
+def test_a_replicated_vocabulary_needs_no_sampling_gather() -> None:
+    # the rule follows the sharding table: logits over the whole vocabulary are not split
+    model = load_model(GRAPHS_DIR / "llama3_1_8b.yaml")
+    template = template_for(model)
+    whole = template.model_copy(update={"sharding": {**template.sharding, "lm_head": "replicated"}})
+    for phase in ("prefill", "decode"):
+        assert ungathered_column_parallel(_without(whole, phase, "sampling", lambda c: True), model, phase) is None
+
+
+def test_check_refuses_a_template_without_its_all_to_alls_in_one_line(tmp_path: Path, capsys) -> None:
+    text = (GRAPHS_DIR / "kernels_llama.yaml").read_text()
+    for line in ("        - {size: gqa_q_to_dp, kind: all_to_all}     # only with attention_dp > 1\n",
+                 "        - {size: gqa_o_to_tp, kind: all_to_all}\n"):
+        assert text.count(line) == 1, line
+        text = text.replace(line, "")
+    (tmp_path / "kernels_llama.yaml").write_text(text)
+    shutil.copy(GRAPHS_DIR / "llama3_1_8b.yaml", tmp_path / "llama3_1_8b.yaml")
+    with pytest.raises(InputError):
+        load_model(tmp_path / "llama3_1_8b.yaml")
+    exp = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
+    assert "graph_options" not in exp
+    exp = exp.replace("../hw_configs/sn40l_node8.yaml", (REPO / "hw_configs" / "sn40l_node8.yaml").as_posix())
+    exp = exp.replace("../graphs/llama3_1_8b.yaml", (GRAPHS_DIR / "llama3_1_8b.yaml").as_posix())
+    (tmp_path / "exp.yaml").write_text(exp + "graph_options: {template: kernels_llama.yaml}\n")
+    status, err = cli.main(["check", str(tmp_path / "exp.yaml")]), capsys.readouterr()
+    assert status == 2, err.out + err.err
+    assert "Traceback" not in err.err and len(err.err.strip().splitlines()) == 1, err.err
+    assert "kernels_llama.yaml" in err.err and "kernel 'decoder'" in err.err
+    assert "operator 'kv_cache_write'" in err.err and "all_to_all" in err.err
