@@ -58,7 +58,7 @@ MAX_TILES = 2**22
 
 
 def _candidate_tiles(socket: SocketSpec, kernel: FusedKernel) -> list[int]:
-    finest = max(max_pieces(socket.pcu, op) for op in kernel.operators)
+    finest = max(max_pieces(socket, op) for op in kernel.operators)
     top = min(MAX_TILES, 1 << max(0, math.ceil(math.log2(max(1, finest)))))
     return [1 << i for i in range(top.bit_length())]
 

@@ -33,7 +33,7 @@ def min_units(socket: SocketSpec, op: Operator, chip_tiles: int) -> tuple[int, i
     >>> min_units(example_socket(), Operator("x", "elementwise", elements=4096), 4)
     (1, 1)
     """
-    finest = tile_operator(socket, op, max_pieces(socket.pcu, op), socket.calibrated.systolic_efficiency)
+    finest = tile_operator(socket, op, max_pieces(socket, op), socket.calibrated.systolic_efficiency)
     pcus = 0 if finest.resource == "sram" else 1
     return pcus, max(1, pmus_for_buffer(socket.pmu, math.ceil(finest.buffer_bytes / chip_tiles)))
 

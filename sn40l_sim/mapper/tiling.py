@@ -7,13 +7,15 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
 
 * **GEMM** ``count x (C[m,n] = A[m,k] @ B[k,n])``: halve whichever of ``count, n, m, k`` shrinks
   the piece's buffer ``A + B + C`` most, never below one systolic block (``n`` below the PCU's
-  lanes, ``k`` below one K block, ``m`` below the PCU's stages in rows, where a block stops
-  getting faster: its weights take ``stages`` cycles to load); where halvings tie, each is
+  lanes, or below the FP32 partial sums one stream feeds a cycle if fewer,
+  :func:`~sn40l_sim.mapper.work.fed_width`; ``k`` below one K block, ``m`` below the PCU's stages
+  in rows, where a block stops getting faster: its weights take ``stages`` cycles to load); where
+  halvings tie, each is
   followed and the cheapest piece taken (:mod:`~sn40l_sim.mapper.halving`). Splitting ``k``
   accumulates partial sums in the output buffer (FlashAttention's K/V tiles are the ``n`` split
   of ``Q K^T`` and the ``k`` split of ``P V``).
 * **SIMD kinds** (softmax, elementwise, reduction, topk, gather, scatter): split into whole rows,
-  ``reduce_len`` (``op.n``, else the PCU lanes) elements each.
+  ``reduce_len`` (``op.n``, else one vector as wide as the stream feeds) elements each.
 
 A piece's work is a :mod:`~sn40l_sim.mapper.work` model (items, their cycles on one PCU from
 :mod:`sn40l_sim.hardware.units.pcu`, the stage's fill and drain); the allocator divides it over the
@@ -62,23 +64,24 @@ import math
 from dataclasses import dataclass
 
 from sn40l_sim.frozen import built
-from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.pcu import gemm_geometry
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
 from sn40l_sim.mapper.division import stage_division
 from sn40l_sim.mapper.halving import GEMM_DIMS, tied_pieces
+from sn40l_sim.mapper.pmu_traffic import os_traffic, ws_traffic
 from sn40l_sim.mapper.work import (
+    PSUM_BYTES,
     GemmWork,
     PmuWork,
     StageModel,
+    fed_width,
     gemm_work,
     local_hop,
-    os_traffic,
     reduce_len,
     simd_work,
-    ws_traffic,
 )
 
 
@@ -168,18 +171,19 @@ def tile_operator(socket: SocketSpec, op: Operator, target_pieces: int, efficien
     return _tile_simd(socket, op, target_pieces)
 
 
-def max_pieces(pcu: PCUSpec, op: Operator) -> int:
+def max_pieces(socket: SocketSpec, op: Operator) -> int:
     """The most pieces ``op`` can be cut into (every dimension at its minimum piece).
 
-    >>> from sn40l_sim.hardware.units._examples import example_pcu
-    >>> max_pieces(example_pcu(), Operator("x", "elementwise", elements=32 * 100))
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> max_pieces(example_socket(), Operator("x", "elementwise", elements=32 * 100))
     100
     """
     if op.kind == "gemm":
-        dims, minimum = _gemm_limits(pcu, op)
+        dims, minimum = _gemm_limits(socket, op)
         return math.prod(math.ceil(dims[d] / minimum[d]) for d in GEMM_DIMS)
-    rows, _ = _simd_rows(pcu, op)
+    rows, _ = _simd_rows(socket, op)
     return rows
+
 
 
 def _b_element_bytes(op: Operator) -> float:
@@ -189,14 +193,15 @@ def _b_element_bytes(op: Operator) -> float:
     return float(ACT_BYTES)
 
 
-def _gemm_limits(pcu: PCUSpec, op: Operator) -> tuple[dict[str, int], dict[str, int]]:
+def _gemm_limits(socket: SocketSpec, op: Operator) -> tuple[dict[str, int], dict[str, int]]:
+    pcu = socket.pcu
     if min(op.m, op.k, op.n, op.count) <= 0:
         raise ValueError(f"GEMM operator {op.name!r} needs positive m, k, n and count "
                          f"(got m={op.m}, k={op.k}, n={op.n}, count={op.count})")
     k_per_block, _ = gemm_geometry(pcu, op.dtype)
     dims = {"count": op.count, "m": op.m, "k": op.k, "n": op.n}
     minimum = {"count": 1, "m": min(op.m, pcu.stages),
-               "k": min(op.k, k_per_block), "n": min(op.n, pcu.lanes)}
+               "k": min(op.k, k_per_block), "n": min(op.n, fed_width(socket, PSUM_BYTES))}
     return dims, minimum
 
 
@@ -212,7 +217,7 @@ def gemm_tilings(socket: SocketSpec, op: Operator, target: int, efficiency: floa
     it gives under a budget of that dataflow alone (of the pieces equally small halvings reach,
     :func:`~sn40l_sim.mapper.halving.tied_pieces`, the least costly in that dataflow, the first on
     ties), so a caller memoising tilings keeps them all."""
-    dims, minimum = _gemm_limits(socket.pcu, op)
+    dims, minimum = _gemm_limits(socket, op)
     b_bytes = _b_element_bytes(op)
     pieces = tied_pieces(dims, minimum, b_bytes, target, budget.gemm_cuts)
     options = []
@@ -251,9 +256,11 @@ def _gemm_option(socket: SocketSpec, op: Operator, dims: dict[str, int], piece: 
     return cost, dataflow != WEIGHT_STATIONARY, tiling
 
 
-def _simd_rows(pcu: PCUSpec, op: Operator) -> tuple[int, int]:
-    """``(rows, row_len)``: whole rows for row-wise kinds, lanes-wide vectors otherwise."""
-    row = reduce_len(pcu, op) if op.kind in ("softmax", "reduction", "topk") else pcu.lanes
+def _simd_rows(socket: SocketSpec, op: Operator) -> tuple[int, int]:
+    """``(rows, row_len)``: whole rows for row-wise kinds, vectors as wide as the stream feeds
+    otherwise (:func:`fed_width`)."""
+    size = DTYPE_BYTES.get(op.dtype, ACT_BYTES)
+    row = reduce_len(socket, op) if op.kind in ("softmax", "reduction", "topk") else fed_width(socket, size)
     return max(1, math.ceil(op.elements / row)), row
 
 
@@ -261,7 +268,7 @@ def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
     pcu = socket.pcu
     if op.elements < 0:
         raise ValueError(f"operator {op.name!r} has negative elements")
-    rows, row_len = _simd_rows(pcu, op)
+    rows, row_len = _simd_rows(socket, op)
     pieces = min(target, rows)
     rows_per_piece = math.ceil(rows / pieces)
     pieces = math.ceil(rows / rows_per_piece)

@@ -49,7 +49,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from sn40l_sim.frozen import built, hashed_once
-from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
+from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
 from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
@@ -109,6 +109,11 @@ class GemmWork:
     row_cycles: int
     stages: int
     lanes: int
+    #: columns of a column block that carry data, ``min(n, lanes)``: a piece narrower than the PCU
+    #: reads only its own weights and writes only its own output (idle lanes are masked, not fed
+    #: zeros); its FP32 partial sums stay whole vectors, as the unit-level reference moves them
+    #: (:mod:`sn40l_sim.reference.unit_level.systolic`)
+    width: int
     pipeline_latency: int
     accumulate_latency: int
     efficiency: float
@@ -153,8 +158,8 @@ class GemmWork:
             k_part = math.ceil(self.k / s_k)
             item = max(math.ceil(k_part / self.k_per_stage) * self.row_cycles, self.stages)
             offset = 0.0
-            out = psum if s_k > 1 else self.lanes * self.out_bytes
-            stream = max(k_part * self.lanes * self.b_bytes, k_part * self.stages * self.a_bytes, rows * out) / rate
+            out = psum if s_k > 1 else self.width * self.out_bytes
+            stream = max(k_part * self.width * self.b_bytes, k_part * self.stages * self.a_bytes, rows * out) / rate
             fixed = self.stages + self.pipeline_latency
             items = self.items * s_k
         else:
@@ -168,7 +173,7 @@ class GemmWork:
             offset = float(rows * self.row_cycles - first)
             k_per_block = self.k_per_stage * self.stages
             stream = max(blocks * rows * psum, blocks * rows * k_per_block * self.a_bytes,
-                         blocks * self.stages * self.lanes * self.b_bytes) / rate
+                         blocks * self.stages * self.width * self.b_bytes) / rate
             fixed = 1 + self.pipeline_latency
             items = self.items * s_m * s_k
         reduce_cycles = rows * vec * (s_k - 1) / s_k if s_k > 1 else 0.0
@@ -291,10 +296,11 @@ def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow:
     """The work of one GEMM piece (``count``, ``m``, ``k``, ``n``) in ``dataflow``; ``split_k``
     when the piece is one K range of outputs other pieces accumulate into too."""
     u = _gemm_units(socket, op.dtype)
+    width = min(piece["n"], u.lanes)
     return built(
         GemmWork, dataflow=dataflow, count=piece["count"], m=piece["m"], k=piece["k"],
         n_blocks=math.ceil(piece["n"] / u.lanes), k_blocks=math.ceil(piece["k"] / u.k_per_block),
-        k_per_stage=u.k_per_stage, row_cycles=u.row_cycles, stages=u.stages, lanes=u.lanes,
+        k_per_stage=u.k_per_stage, row_cycles=u.row_cycles, stages=u.stages, lanes=u.lanes, width=width,
         pipeline_latency=u.pipeline_latency,
         # the partial sum's trip to the output PMU and back between K blocks; B reaches the PCU as
         # BF16 whatever it is stored as (weights are widened on the way)
@@ -304,56 +310,19 @@ def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow:
         hop_cycles=u.hop_cycles, reduce_round_cycles=u.reduce_round_cycles, continues_k=split_k)
 
 
-@dataclass(frozen=True)
-class Traffic:
-    """Bytes a piece's PMUs read and write, and the addresses they generate."""
-
-    reads: int
-    writes: int
-    addresses: int
+def reduce_len(socket: SocketSpec, op: Operator) -> int:
+    """Length of the rows a row-wise SIMD operator reduces: ``op.n``, else one vector as wide as
+    the stream feeds (:func:`fed_width`; the PCU's lanes at SN40L's 32)."""
+    return op.n if op.n > 0 else fed_width(socket, DTYPE_BYTES.get(op.dtype, ACT_BYTES))
 
 
-def ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, a_piece: int,
-               split_k: bool) -> Traffic:
-    """PMU traffic of a weight-stationary piece: every row of every (column block, K block) reads
-    back its FP32 partial-sum vector (except in the first K block of the output) and writes it
-    again, reads a ``k_per_block`` slice of A; the weights are read once; the inputs arriving from
-    the producers (``a_piece``, ``b_piece`` bytes) are written once."""
-    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    k_per_block, _ = gemm_geometry(pcu, op.dtype)
-    n_blocks, k_blocks = math.ceil(n / pcu.lanes), math.ceil(k / k_per_block)
-    rows = c * n_blocks * k_blocks * m
-    first = c * n_blocks * m
-    psum = pcu.lanes * PSUM_BYTES
-    # a k split accumulates into the same output: the partial sums of earlier k pieces come back
-    psum_reads = rows - (0 if split_k else first)
-    weights = c * n_blocks * k_blocks * pcu.stages * pcu.lanes * ACT_BYTES
-    reads = psum_reads * psum + rows * k_per_block * ACT_BYTES + weights
-    writes = rows * psum + a_piece + b_piece
-    addresses = psum_reads + rows + rows + c * n_blocks * k_blocks * pcu.stages
-    return Traffic(reads, writes, addresses)
-
-
-def os_traffic(pcu: PCUSpec, piece: dict[str, int], b_piece: int, a_piece: int, split_k: bool) -> Traffic:
-    """PMU traffic of an output-stationary piece: B once per ``stages`` rows of A, A once per
-    column block, one B row and one A column slice addressed per K step, the output written once
-    (FP32 partial sums, reloaded, when other pieces share its K range); inputs written once."""
-    c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
-    n_blocks, groups = math.ceil(n / pcu.lanes), math.ceil(m / pcu.stages)
-    tiles = c * n_blocks * groups
-    # B once per row group, A once per column block (a column slice of `stages` rows per k); both
-    # are read as BF16, as the weight-stationary mapping reads its weights
-    reads = tiles * k * (pcu.lanes + pcu.stages) * ACT_BYTES
-    out = tiles * pcu.stages * pcu.lanes * (PSUM_BYTES if split_k else ACT_BYTES)
-    if split_k:
-        # a k split reloads each tile's accumulators (all but the first k piece, on average)
-        reads += tiles * pcu.stages * pcu.lanes * PSUM_BYTES
-    return Traffic(reads, out + a_piece + b_piece, 2 * tiles * k + (tiles * pcu.stages if split_k else 0))
-
-
-def reduce_len(pcu: PCUSpec, op: Operator) -> int:
-    """Length of the rows a row-wise SIMD operator reduces: ``op.n``, else the PCU's lanes."""
-    return op.n if op.n > 0 else pcu.lanes
+def fed_width(socket: SocketSpec, element_bytes: int) -> int:
+    """The narrowest vector a piece is cut to: the PCU's lanes, or as many values as one stream
+    (a PMU port, a mesh link) carries a cycle if fewer. A vector wider than the stream takes more
+    than a cycle to feed whatever the lanes, so a piece cut to the stream's width loses nothing,
+    and the pieces of a PCU wider than its stream are as fine as those of one as wide (at SN40L's
+    32 lanes, 32 FP32 partial sums or 64 BF16 values fill the 128-byte port: the lanes bind)."""
+    return max(1, min(socket.pcu.lanes, stream_bytes_per_cycle(socket) // element_bytes))
 
 
 def simd_work(socket: SocketSpec, op: Operator, elements: int, transcendentals: int, size: int) -> SimdWork:
@@ -363,16 +332,20 @@ def simd_work(socket: SocketSpec, op: Operator, elements: int, transcendentals: 
     lanes, lat, tree = pcu.lanes, pcu.pipeline_latency_cycles, pcu.reduction_tree_latency_cycles
     hop = local_hop(socket)
     tail_rate = pcu.tail_stage.transcendentals_per_lane_per_cycle * lanes
-    # one input vector per item pass through the PCU's input stream
-    vector_in = lanes * size / stream_bytes_per_cycle(socket)
-    row_len = reduce_len(pcu, op)
+    # an item's values pass through the PCU's input stream once; only the lanes that carry data
+    # are fed (idle lanes are masked, as a GEMM block narrower than the PCU: GemmWork.width), so a
+    # wider PCU never streams more bytes for the same piece
+    rate = stream_bytes_per_cycle(socket)
+    row_len = reduce_len(socket, op)
     if op.kind in ("softmax", "reduction", "topk"):
+        rows_in = max(1, math.ceil(elements / row_len))
         if row_len >= lanes:
             items, per_item = math.ceil(elements / row_len), math.ceil(row_len / lanes)
         else:
             items, per_item = math.ceil(elements / (lanes // row_len * row_len)), 1
-        rows_in = max(1, math.ceil(elements / row_len))
-        row = max(per_item, per_item * vector_in)
+        # the piece's values over its items: the last item may hold fewer (a row of op.n = 0 is
+        # lanes long, and rows packed in a vector may not fill it)
+        row = max(per_item, elements / max(1, items) * size / rate)
         if op.kind == "reduction":
             return SimdWork(items, (row,), 2 * hop + lat + tree)
         if op.kind == "topk":
@@ -386,6 +359,7 @@ def simd_work(socket: SocketSpec, op: Operator, elements: int, transcendentals: 
         return SimdWork(items, (row, max(row, exp), max(row, rest)), latency)
     if op.kind in ("elementwise",):
         items = math.ceil(elements / lanes)
-        passes = max(1.0, vector_in, transcendentals / max(1, items) / tail_rate)
+        # the piece's values over its vectors: the last vector's idle lanes are not fed either
+        passes = max(1.0, elements / max(1, items) * size / rate, transcendentals / max(1, items) / tail_rate)
         return SimdWork(items, (passes,), 2 * hop + lat)
     raise ValueError(f"operator {op.name!r} has unknown kind {op.kind!r}")
