@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from sn40l_sim.schema import (
     Bytes,
@@ -25,8 +25,10 @@ from sn40l_sim.schema import (
     MemoryUnitBytes,
     Name,
     PositiveInt,
+    Range,
     RatePerCycle,
     Seconds,
+    StrictInt,
     StrictModel,
 )
 
@@ -60,11 +62,32 @@ class TailStageSpec(StrictModel):
     transcendentals_per_lane_per_cycle: RatePerCycle
 
 
+#: How wide a PCU the model is checked on: 1 to 4,096 lanes, 128 times SN40L's 32 (DFModel's
+#: geometry, docs/reference.md). The mapper feeds a PCU through one stream, a PMU port and a mesh
+#: link (128 B a cycle: 32 FP32 partial sums, 64 BF16 values), so lanes past the stream's width
+#: compute no faster, and a wider PCU is about as fast as a narrower one up to this bound:
+#: DeepSeek-R1's decode step 78.4 ms at 128 lanes and 78.4 ms at 4,096, Llama-3.1-8B's 4K prefill
+#: on 8 sockets 38.5 and 39.1 ms. Past it the mapper's plans leave the range they were checked on
+#: (at 2**31 - 1 lanes, accepted until then, the 8B prefill took 877,288 s before a piece narrower
+#: than the PCU stopped streaming its idle lanes).
+#: docs/validation.md, "Sensitivity to each hardware field", has the ladders.
+PCU_LANES = Range("positive PCU lane count", 1, 4096, "1", "4096 (128 x SN40L's 32)")
+#: How deep a PCU the model is checked on: 1 to 1,024 stages. A K block (``stages`` rows of
+#: weights, the ``stages`` cycles they take to load) is the mapper's smallest piece of a GEMM's K
+#: and M, so a deeper PCU coarsens every tiling: at 4,096 stages a K block is all of
+#: Llama-3.1-8B's hidden size, its 4K prefill's kernels run 4 to 32 data tiles over all 4 tiles and
+#: reload their configuration every call (57.5 ms against 24.2 ms at 96 stages and 25.9 at 1,024),
+#: and DeepSeek-R1's decode step is 91.0 ms against 49.0 at 1,024.
+PCU_STAGES = Range("positive PCU stage count", 1, 1024, "1", "1024")
+PCULanes = Annotated[StrictInt, AfterValidator(PCU_LANES)]
+PCUStages = Annotated[StrictInt, AfterValidator(PCU_STAGES)]
+
+
 class PCUSpec(StrictModel):
     """Pattern compute unit: ``lanes`` x ``stages`` ALUs, systolic or SIMD."""
 
-    lanes: PositiveInt
-    stages: PositiveInt
+    lanes: PCULanes
+    stages: PCUStages
     modes: tuple[Literal["systolic", "simd"], ...]
     #: MACs per lane per stage per cycle for each datatype (BF16 = 1 by definition of the geometry)
     macs_per_lane_stage_per_cycle: dict[DataType, RatePerCycle]

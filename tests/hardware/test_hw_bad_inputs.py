@@ -70,6 +70,11 @@ SOCKET_CASES = {
                       "a socket of 2147483647 dies x 2 tiles has 4,294,967,294 tiles; expected at most 256"),
     "too_many_tiles_per_die": (_edit("tiles_per_die", "129"), "tiles_per_die",
                                "a socket of 2 dies x 129 tiles has 258 tiles; expected at most 256"),
+    # a PCU past the width and depth the model is checked on (sn40l_sim/hardware/spec.py, PCU_LANES and
+    # PCU_STAGES): 2**31 - 1 lanes ran, and Llama-3.1-8B's 4K prefill took 877,288 s
+    "too_many_lanes": (_edit("lanes", "2147483647"), "pcu.lanes",
+                       "expected a positive PCU lane count from 1 to 4096 (128 x SN40L's 32), got 2147483647"),
+    "too_many_stages": (_edit("stages", "4096"), "pcu.stages", "expected a positive PCU stage count from 1 to 1024, got 4096"),
     "missing_field": (lambda: (delete_key(SOCKET, "clock_hz"), None), "clock_hz", "required field is missing"),
     "missing_bf16_rate": (lambda: (delete_key(SOCKET, "bf16"), None), "pcu.macs_per_lane_stage_per_cycle", "bf16"),
     "duplicate_key": (_add_line("dies", "dies: 2"), "dies", "duplicate key"),
