@@ -32,8 +32,8 @@ What it cannot see. A collective without ``after`` has no place in the kernel's 
 with ``after`` can be found too late (after the operator that reads the gathered tensor); one all-gather
 in a kernel passes for every split activation its operators read whole (the rule does not tell which
 tensor a gather carries, nor its size); a split activation handed to another kernel may be gathered in
-either. Prefill templates run attention head-parallel, and the layout switch is not asked of them:
-a prefill plan with ``attention_dp > 1`` is not checked here.
+either. Prefill templates run attention head-parallel, and the layout switch is not asked of them: an
+experiment refuses a prefill plan with ``attention_dp > 1`` (a prefill runs one prompt).
 
 Examples
 --------

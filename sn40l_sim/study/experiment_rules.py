@@ -65,6 +65,13 @@ def check_experiment(exp: Experiment) -> None:
         if plan.tp % plan.attention_dp:
             raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) must "
                             f"divide tp ({plan.tp}): attention shards the batch over the tensor-parallel sockets")
+        # a prefill graph runs one prompt, so a batch split leaves all but one group idle and runs the
+        # whole prompt's attention unsplit on one; the prefill templates carry no all-to-alls between
+        # the two layouts either (sn40l_sim/models/gathers.py checks decode's), so its cost is not modelled
+        if phase == "prefill" and plan.attention_dp > 1:
+            raise exp.error(("parallel", phase, "attention_dp"), f"attention_dp ({plan.attention_dp}) splits a "
+                            "batch of sequences, and prefill runs one prompt at a time: leave it at 1 for prefill "
+                            "(decode's attention_dp splits the decode batch)")
     for i, group in enumerate(spec.report.extra_fields):
         if group in AUTOMATIC_GROUPS:
             raise exp.error(("report", "extra_fields", i), f"the {group} fields come with {AUTOMATIC_GROUPS[group]}; "

@@ -131,6 +131,10 @@ BAD = [
      "expected a node count from 0 to 4096, got -1", "prefill_nodes"),
     ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
      "must divide tp (16)", "attention_dp: 3"),
+    # one prompt a prefill: a batch split ran its attention unsplit on one socket (Llama-3.1-8B's 32K
+    # prefill on 8 sockets 0.812 s against 0.289 s) and priced no layout switch
+    ("prefill: {tp: 16}", "prefill: {tp: 16, attention_dp: 16}", "parallel.prefill.attention_dp",
+     "prefill runs one prompt at a time", "prefill: {tp: 16, attention_dp"),
     ("batch: max", "batch: max\n  seeds: 3", "serving.seeds", "unknown key", "seeds"),
     ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, 131072]", "prompt_lens", "repeat", "prompt_lens"),
     ("prompt_lens: [131072, 32768]", "prompt_lens: [131072, -1]", "prompt_lens[1]", "positive", "prompt_lens"),
