@@ -58,6 +58,18 @@ def shown(value: Any, limit: int = QUOTE_LIMIT) -> str:
     return f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an", as its first letter asks, for a message naming a kind that the
+    file gave ("is an experiment file", not "is a experiment file").
+
+    Examples
+    --------
+    >>> with_article("experiment"), with_article("socket"), with_article("")
+    ('an experiment', 'a socket', 'a ')
+    """
+    return f"{'an' if noun[:1].lower() in set('aeiou') else 'a'} {noun}"
+
+
 def _shown_file(file: str, limit: int = 4 * QUOTE_LIMIT) -> str:
     """A file's path as an error's prefix: whole, or past ``limit`` characters (a path longer than
     any folder holds, given on the command line) its start and its end, with its length.

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, with_article
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.grid import socket_tiles_error, tile_grid_error
 from sn40l_sim.hardware.legacy import upgrade_overrides, upgrade_socket_document
@@ -65,7 +65,7 @@ def document_kind(doc: Document, expected: tuple[str, ...] | None = None) -> str
             # the kind comes through base: (a node overlay without a kind of its own whose base: names a
             # model file): the file given is named, not the base the user did not touch, as an
             # experiment's loader does (sn40l_sim/study/experiment.py)
-            raise InputError(f"this is a {kind} file through its base: ({origin} says kind: {kind}); expected one "
+            raise InputError(f"this is {with_article(kind)} file through its base: ({origin} says kind: {kind}); expected one "
                              f"of {list(expected)}", file=doc.path, field="base")
         raise doc.error(("kind",), f"expected one of {list(expected)}, got {kind!r}")
     return kind

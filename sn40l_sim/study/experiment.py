@@ -115,7 +115,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from sn40l_sim.errors import InputError, shown
+from sn40l_sim.errors import InputError, shown, with_article
 from sn40l_sim.schema import Flag, Fraction, Name, NonNegativeInt, PlainName, PositiveInt, StrictModel, validate
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.study.experiment_rules import check_experiment
@@ -375,10 +375,10 @@ def experiment_from_document(doc: Document) -> Experiment:
         origin, _ = doc.where(("kind",))
         if origin != str(doc.path):
             # its kind comes through base: (perhaps several files down): name the file given
-            raise InputError(f"this is a {kind} file through its base: ({origin} says kind: {kind}); this command "
+            raise InputError(f"this is {with_article(kind)} file through its base: ({origin} says kind: {kind}); this command "
                              "takes an experiment file (kind: experiment, as in experiments/)", file=doc.path,
                              field="base")
-        raise doc.error(("kind",), f"this is a {kind} file ({_OTHER_KINDS[kind]}); this command takes an experiment "
+        raise doc.error(("kind",), f"this is {with_article(kind)} file ({_OTHER_KINDS[kind]}); this command takes an experiment "
                                    f"file (kind: experiment, as in experiments/); `python -m sn40l_sim describe "
                                    f"{doc.path}` shows what it holds")
     exp = Experiment(validate(ExperimentSpec, doc, tag_hints=_TAGS), doc)

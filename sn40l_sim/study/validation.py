@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, with_article
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.schema import validate
@@ -137,7 +137,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
             if exp_path not in point_names:
                 data = load_document(exp_path).data
                 if data.get("kind") != "experiment":   # else an error located in that other file
-                    raise doc.error(at + ("experiment",), f"{m.experiment!r} is a {data.get('kind') or 'kind-less'} "
+                    raise doc.error(at + ("experiment",), f"{m.experiment!r} is {with_article(data.get('kind') or 'kind-less')} "
                                     "file; expected an experiment file (kind: experiment, as in experiments/)")
                 if "multi_model" in data:   # else its top-level model simulated alone, a record run never gives
                     raise doc.error(at + ("experiment",), f"{m.experiment!r} serves several models (multi_model:), "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError, shown
+from sn40l_sim.errors import InputError, shown, with_article
 from sn40l_sim.yamlio.reading import FieldPath, dotted, read_mapping_file
 
 
@@ -254,7 +254,7 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     if isinstance(base_kind, str) and isinstance(own_kind, str) and base_kind != own_kind:
         # an experiment over a node file was refused for the node's keys, named in the node's base
         file, line = origins.get(("base",), (str(path), None))
-        raise InputError(f"base file {base_rel!r} is a {base_kind} file (kind: {base_kind}); expected a base of "
+        raise InputError(f"base file {base_rel!r} is {with_article(base_kind)} file (kind: {base_kind}); expected a base of "
                          f"this file's kind, {own_kind}", file=file, field="base", line=line)
     merge_into(merged, data, origins)
     merged.origins[()] = origins[()]  # the overlay is the document: its root is where errors start

@@ -310,8 +310,8 @@ def test_real_process_exit_status(edit, tmp_path):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "bad.yaml" in done.stderr
 
 
-@pytest.mark.parametrize("other, kind", [("graphs/llama3_1_8b.yaml", "model"),
-                                         ("experiments/llama8b_node8.yaml", "experiment")])
+@pytest.mark.parametrize("other, kind", [("graphs/llama3_1_8b.yaml", "a model"),
+                                         ("experiments/llama8b_node8.yaml", "an experiment")])
 def test_a_base_of_another_kind_is_named_at_the_overlay_not_its_base(other, kind, tmp_path):
     # sn40l_node8.yaml has no kind: of its own; with base: naming a model file it was refused at the
     # model file's kind: line, a file the user had not touched
@@ -322,8 +322,8 @@ def test_a_base_of_another_kind_is_named_at_the_overlay_not_its_base(other, kind
     node.write_text(text.replace("\nbase: sn40l_node16.yaml\n", f"\nbase: {HW.parent / other}\n"))
     with pytest.raises(InputError) as caught:
         load_hardware(node)
-    assert str(caught.value) == (f"{node}: base: this is a {kind} file through its base: ({HW.parent / other} says "
-                                 f"kind: {kind}); expected one of ['socket', 'node']")
+    assert str(caught.value) == (f"{node}: base: this is {kind} file through its base: ({HW.parent / other} says "
+                                 f"kind: {kind.split()[1]}); expected one of ['socket', 'node']")
 
 
 def test_a_grid_too_narrow_says_what_either_side_needs(tmp_path, capsys):

@@ -45,3 +45,13 @@ def test_an_experiment_over_a_base_of_another_kind_names_its_base_line(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {path}:2: base: base file '{ROOT / 'hw_configs/sn40l_node8.yaml'}' is a node file "
                    "(kind: node); expected a base of this file's kind, experiment"], err
+
+
+def test_a_node_over_an_experiment_base_says_an_experiment_file(tmp_path, capsys):
+    # the kind came after a fixed "a": "is a experiment file"
+    path = tmp_path / "node.yaml"
+    path.write_text(f"kind: node\nbase: {ROOT / 'experiments/deepseek_tp16.yaml'}\nname: mine\n")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is an experiment file (kind: experiment); expected a base of this file's kind, node" \
+        in err[0], err
