@@ -224,6 +224,11 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
         raise _fail(doc, at("pcu", "modes"), "expected both modes, [systolic, simd]: the simulator maps GEMMs "
                                              "systolic and other work on SIMD lanes, and models no PCU without "
                                              f"either; got {list(socket.pcu.modes)}")
+    if socket.pcu.pipeline_latency_cycles < socket.pcu.stages:
+        # a value crosses every stage, one cycle each; the unit-level PCUs refuse less (reference/unit_level/)
+        raise _fail(doc, at("pcu", "pipeline_latency_cycles"),
+                    f"a value crosses each of the {socket.pcu.stages} stages in a cycle at least; expected at least "
+                    f"{socket.pcu.stages} cycles, got {socket.pcu.pipeline_latency_cycles}")
 
     pmu = socket.pmu
     row = pmu.banks * pmu.bank_width_bytes   # a port reads one row across all banks (hardware/units/pmu.py)

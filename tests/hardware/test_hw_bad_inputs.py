@@ -113,6 +113,10 @@ SOCKET_CASES = {
     # the mapper runs GEMMs systolic and the rest as SIMD whatever this says: a one-mode PCU was
     # accepted and mapped as if it had both
     "pcu_one_mode": (_edit("modes", "[simd]"), "pcu.modes", "expected both modes"),
+    # a value crosses every stage, a cycle each: a latency under the stage count was accepted (the
+    # unit-level PCUs raised a ValueError on it) and gave the mapper a fill shorter than the pipeline
+    "pcu_latency_under_stages": (_edit("pipeline_latency_cycles", "5"), "pcu.pipeline_latency_cycles",
+                                 "expected at least 6 cycles, got 5"),
     # a PMU port reads a row across its banks: a scratchpad of less than one row, or of a part of
     # one, cannot be built (a 1 B PMU was taken, and ran until a kernel did not fit)
     "pmu_below_one_row": (_edit("capacity_bytes", "64 B"), "pmu.capacity_bytes",
