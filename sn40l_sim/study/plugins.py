@@ -65,6 +65,35 @@ def load_plugins(doc: Document, entries: tuple[str, ...]) -> list[ModuleType]:
     return modules
 
 
+def plugin_digests(doc: Document, entries: tuple[str, ...]) -> list[str]:
+    """A SHA-256 per entry of the code it runs: a file's bytes with those of every ``.py`` file
+    beside it (it may import them, :func:`_import_file`), or an imported dotted module's file.
+
+    A sweep's run key holds them (:func:`~sn40l_sim.study.sweep.plan.run_parameters`): it held the
+    entries' paths only, so ``--resume`` after an edit to a plug-in served the records of the code
+    as it was (a window halved in its ``cache_len`` still gave the old ``kv_len``). A file that
+    cannot be read gives the digest of what could be read (loading the experiment reports it)."""
+    digests = []
+    for i, entry in enumerate(entries):
+        if is_file_entry(entry):
+            path = doc.resolve(entry, ("plugins", i)).resolve()
+            # the modules beside it too: which of them it imports is known only by running it
+            files = [path, *sorted(p for p in path.parent.glob("*.py") if p != path)]
+        else:
+            module_file = getattr(sys.modules.get(entry), "__file__", None)
+            files = [Path(module_file)] if module_file else []
+        digest = hashlib.sha256(entry.encode() + b"\0")
+        for file in files:
+            digest.update(file.name.encode() + b"\0")
+            try:
+                digest.update(file.read_bytes())
+            except OSError:
+                digest.update(b"unreadable")
+            digest.update(b"\0")
+        digests.append(digest.hexdigest())
+    return digests
+
+
 def is_file_entry(entry: str) -> bool:
     """Whether a ``plugins:`` entry names a file (a ``.py`` suffix or a folder in it) rather than a
     dotted module name."""

@@ -17,7 +17,9 @@ import pytest
 from sweep_helpers import REPO, write_experiment
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.kvcache import POLICIES
 from sn40l_sim.report.outputs import read_status
+from sn40l_sim.study import plugins
 from sn40l_sim.study.sweep import run as run_module
 from sn40l_sim.study.sweep.run import run_sweep
 from sn40l_sim.study.sweep.store import Outcome, RunStore
@@ -259,3 +261,67 @@ def test_a_sweep_killed_by_sigkill_resumes_to_the_bytes_of_one_never_stopped(tmp
     for name in OUTPUTS:
         assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     assert len(json.loads((tmp_path / "whole" / "failures.json").read_text())) == 1  # full at 2048 does not fit
+
+
+#: a KV-policy plug-in keeping the last WINDOW tokens (the policy of tests/study/test_plugins.py)
+PLUGIN = """from dataclasses import dataclass
+from sn40l_sim.kvcache import KVFootprint, KVPolicy, register
+
+@register
+@dataclass(frozen=True)
+class Window(KVPolicy):
+    name = "window_resumed"
+    window: int = WINDOW
+    def cache_len(self, prompt_len, generated):
+        return min(prompt_len + generated, self.window)
+    def static_cache_len(self, prompt_len, max_new_tokens):
+        return self.window
+    def prefill_kernels(self, model, prompt_len, tp):
+        return []
+    def footprint(self, model, prompt_len, max_new_tokens):
+        return KVFootprint(slots=self.window)
+"""
+
+
+@pytest.fixture
+def plugin_experiment(tmp_path):
+    """A sweep over the batch of a policy a plug-in beside it defines (``plug.py``, importing its
+    window from ``helper.py`` beside it); the registry and the loaded plug-ins as they were after."""
+    policies, loaded, modules = dict(POLICIES), dict(plugins._LOADED), set(sys.modules)
+    (tmp_path / "helper.py").write_text("WINDOW = 4096\n")
+    (tmp_path / "plug.py").write_text("from helper import WINDOW\n" + PLUGIN)
+    path = tmp_path / "e.yaml"
+    path.write_text(f"kind: experiment\nname: plugged\nplugins: [plug.py]\n"
+                    f"hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}\nmodel: {REPO / 'graphs/llama3_1_8b.yaml'}\n"
+                    "parallel: {prefill: {tp: 8}, decode: {tp: 8, attention_dp: 8}}\n"
+                    "policies: [{name: w, policy: window_resumed}]\nshape: {prompt_len: 8192}\n"
+                    "workload: {kind: fixed, count: batch, output_len: 2}\nserving: {batch: 2, max_new_tokens: 2}\n"
+                    "sweep:\n  axes:\n    serving.batch: [2, 4]\n")
+    yield path
+    POLICIES.clear()
+    POLICIES.update(policies)
+    plugins._LOADED.clear()
+    plugins._LOADED.update(loaded)
+    for name in set(sys.modules) - modules:
+        if name.startswith("sn40l_sim_plugin_") or name == "helper":
+            del sys.modules[name]
+
+
+def test_a_plugin_edited_since_the_runs_were_stored_runs_them_again(plugin_experiment, simulated):
+    """The run key held the plug-in's path, not its code: after an edit, --resume served the
+    records of the code as it was (the old window's kv_len and step) as simulated ones."""
+    out = plugin_experiment.parent / "out"
+    first = run_sweep(plugin_experiment, out, jobs=1, progress=False, plots=False)
+    assert [r["kv_len"] for r in first] == [4096, 4096]
+    simulated.clear()
+    assert run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False).resumed == 2
+    plug = plugin_experiment.parent / "plug.py"
+    plug.write_text(plug.read_text().replace("window: int = WINDOW", "window: int = WINDOW // 2"))
+    edited = run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False)
+    assert edited.resumed == 0 and simulated == [2, 4] and [r["kv_len"] for r in edited] == [2048, 2048]
+    # a module beside it, which it may import (here its window), is part of its code too
+    (plugin_experiment.parent / "helper.py").write_text("WINDOW = 1024\n")
+    plugins._LOADED.clear()           # as a new process finds them: a process imports each once
+    sys.modules.pop("helper", None)
+    helped = run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False)
+    assert helped.resumed == 0 and [r["kv_len"] for r in helped] == [512, 512]

@@ -32,6 +32,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, check_drafts_have_mtp, plan_of
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
+from sn40l_sim.study.plugins import plugin_digests
 from sn40l_sim.study.points import Point, points, warn_idle_sockets
 from sn40l_sim.study.sweep.axes import value_text
 from sn40l_sim.study.sweep.base import experiment_from_data, load_node
@@ -79,10 +80,11 @@ def run_parameters(run: SweepRun) -> dict[str, Any]:
     """Everything a run's result depends on, as plain data: the experiment as validated (without
     its sweep section and the paths of the files it names, whose contents follow), the point, the
     node (hardware file and overrides applied), the model with its kernel template, the graph
-    options' template, the trace rows and the simulator's code. Two runs with equal parameters give
-    the same record."""
+    options' template, the trace rows, the plug-ins' code (:func:`~sn40l_sim.study.plugins.plugin_digests`)
+    and the simulator's code. Two runs with equal parameters give the same record."""
     asm = run.assembly
-    experiment = asm.experiment.spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
+    spec = asm.experiment.spec
+    experiment = spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
     point = {"name": run.point.name, "policy": run.point.policy, "params": run.point.params,
              "prompt_len": run.point.prompt_len}
     graph_template = asm.graph_template.model_dump(mode="json") if asm.graph_template is not None else None
@@ -93,7 +95,8 @@ def run_parameters(run: SweepRun) -> dict[str, Any]:
             "graph_template": graph_template,
             "trace": [list(row[:3]) for row in asm.trace_rows] if asm.trace_rows is not None else None,
             # only when there is one, so that the keys of other runs stay as they were
-            **({"prefill_node": asm.prefill_node.model_dump(mode="json")} if asm.prefill_node is not None else {})}
+            **({"prefill_node": asm.prefill_node.model_dump(mode="json")} if asm.prefill_node is not None else {}),
+            **({"plugins": plugin_digests(asm.experiment.doc, spec.plugins)} if spec.plugins else {})}
 
 
 def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]]]:
