@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from sn40l_sim.kvcache import POLICIES
 from sn40l_sim.report.outputs import read_status
 from sn40l_sim.study import plugins
 from sn40l_sim.study.sweep import run as run_module
+from sn40l_sim.study.sweep.plan import installed
 from sn40l_sim.study.sweep.run import run_sweep
 from sn40l_sim.study.sweep.store import Outcome, RunStore
 
@@ -325,3 +327,18 @@ def test_a_plugin_edited_since_the_runs_were_stored_runs_them_again(plugin_exper
     sys.modules.pop("helper", None)
     helped = run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False)
     assert helped.resumed == 0 and [r["kv_len"] for r in helped] == [512, 512]
+
+
+def test_runs_stored_under_other_libraries_run_again(tmp_path, simulated, monkeypatch):
+    """The key held the package's sources but not the interpreter's and libraries' versions, which
+    the disk cache keys its entries by (an upgraded numpy may compute otherwise): a sweep resumed
+    after an upgrade mixed records of both."""
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n")
+    run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)
+    simulated.clear()
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0" if name == "numpy" else real(name))   # an upgrade
+    installed.cache_clear()   # read once per process: a new process after the upgrade
+    again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True, plots=False)
+    installed.cache_clear()
+    assert again.resumed == 0 and len(simulated) == 4

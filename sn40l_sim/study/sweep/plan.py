@@ -28,6 +28,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.mapper.disk_cache import runtime
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, check_drafts_have_mtp, plan_of
@@ -52,6 +53,13 @@ def code_digest() -> str:
         digest.update(path.relative_to(PACKAGE).as_posix().encode("utf-8") + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def installed() -> str:
+    """The interpreter's and libraries' versions (:func:`~sn40l_sim.mapper.disk_cache.runtime`),
+    read once per process: 3.5 ms a read, and every run's key holds them."""
+    return runtime()
 
 
 @dataclass(frozen=True)
@@ -80,15 +88,17 @@ def run_parameters(run: SweepRun) -> dict[str, Any]:
     """Everything a run's result depends on, as plain data: the experiment as validated (without
     its sweep section and the paths of the files it names, whose contents follow), the point, the
     node (hardware file and overrides applied), the model with its kernel template, the graph
-    options' template, the trace rows, the plug-ins' code (:func:`~sn40l_sim.study.plugins.plugin_digests`)
-    and the simulator's code. Two runs with equal parameters give the same record."""
+    options' template, the trace rows, the plug-ins' code (:func:`~sn40l_sim.study.plugins.plugin_digests`),
+    the simulator's code and the interpreter and libraries it runs on (:func:`installed`, as the
+    disk cache keys its entries: an upgraded library may compute otherwise, and a resumed sweep
+    mixed records of both). Two runs with equal parameters give the same record."""
     asm = run.assembly
     spec = asm.experiment.spec
     experiment = spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
     point = {"name": run.point.name, "policy": run.point.policy, "params": run.point.params,
              "prompt_len": run.point.prompt_len}
     graph_template = asm.graph_template.model_dump(mode="json") if asm.graph_template is not None else None
-    return {"version": KEY_VERSION, "code": code_digest(), "experiment": experiment, "point": point,
+    return {"version": KEY_VERSION, "code": code_digest(), "runtime": installed(), "experiment": experiment, "point": point,
             "node": asm.node.model_dump(mode="json"),
             "model": asm.model.model_dump(mode="json", exclude={"kernels"}),
             "template": template_for(asm.model).model_dump(mode="json"),
