@@ -86,7 +86,7 @@ def _every_reference(given: list[Path]) -> bool:
 
 def _refits_of(column) -> bool:
     """Whether experiments/reference/leave_one_out.json already holds a column of true refits made at
-    ``column``'s calibrated values and measurements: ``calibrate --write`` from the shipped values
+    ``column``'s calibrated values, measurements and inputs: ``calibrate --write`` from the shipped values
     (the documented way to refit) replaced it with the linearised guess, which can predict what no
     simulation gives. An unreadable file is replaced."""
     from sn40l_sim.errors import InputError
@@ -97,7 +97,8 @@ def _refits_of(column) -> bool:
     except InputError:
         return False
     return shipped is not None and shipped.method.startswith(REFIT_METHOD) and shipped.current(column.fitted) \
-        and shipped.measurements == column.measurements and set(shipped.fitted) == set(column.fitted)
+        and shipped.measurements == column.measurements and set(shipped.fitted) == set(column.fitted) \
+        and shipped.inputs == column.inputs
 
 
 def _stopped(result, budget: int) -> str:
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         REFIT_METHOD,
         LeaveOneOut,
         fitted_measurements,
+        inputs_digest,
         refit_leave_one_out,
     )
     from sn40l_sim.study.validation import compare, format_table, load_references, prefill_readers, record_readers
@@ -265,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
             # as written (rounded to the digits a line keeps), not as fitted
             written = calibrated_parameters(load_hardware(args.hardware).socket)
             column = replace(loo, fitted={k: written[k].value for k in loo.fitted},
-                             measurements=fitted_measurements(references))
+                             measurements=fitted_measurements(references),
+                             inputs=inputs_digest(loaded, references, list(loo.fitted)))
             if args.leave_one_out == "linearised" and _refits_of(column):
                 kept = (" (experiments/reference/leave_one_out.json keeps its column of true refits, made at these "
                         "values and measurements, rather than the linearised guess; --leave-one-out refit makes it "

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import check_validated_hardware
     from sn40l_sim.study.evaluation import LoadedExperiments
-    from sn40l_sim.study.leave_one_out import LeaveOneOut
+    from sn40l_sim.study.leave_one_out import LeaveOneOut, inputs_digest
     from sn40l_sim.study.validation import (
         DEFAULT_REFERENCE_DIR,
         compare,
@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if loo is not None:
         # the refits were fitted to the shipped measurements as they read then: one edited since (a
         # value, a tolerance, a point added or held back) leaves every other point's prediction stale
-        changed = loo.changed_measurement([c.reference for c in comparisons
-                                           if Path(c.reference.origin[0]).resolve().parent == DEFAULT_REFERENCE_DIR])
+        shipped_refs = [c.reference for c in comparisons
+                        if Path(c.reference.origin[0]).resolve().parent == DEFAULT_REFERENCE_DIR]
+        changed = loo.changed_measurement(shipped_refs)
         if not loo.current({k: p.value for k, p in calibrated_parameters(socket).items()}):
             print(f"note: the leave-one-out predictions are for other calibrated values than {args.hardware}'s; "
                   "rerun `python -m sn40l_sim calibrate --write`")
@@ -87,6 +88,16 @@ def run(args: argparse.Namespace) -> int:
         elif loo.measurements is None or changed is not None:
             why = f"were fitted to other measurements than experiments/reference/'s now ({changed})" if changed else \
                 "do not record the measurements they were fitted to"
+            print(f"note: the leave-one-out predictions {why}; rerun `python -m sn40l_sim calibrate --write "
+                  "--leave-one-out refit`")
+            loo = None
+        elif loo.inputs != inputs_digest(loaded, load_references([]), list(loo.fitted)):
+            # the calibrated values and measurements as they were, but a hardware, model or experiment
+            # file of the calibration points (all of them: each refit fitted to the others) edited
+            # since: the predictions are of another simulation
+            why = "do not record the inputs they were made for" if loo.inputs is None else \
+                "were made for other inputs than the calibration points' experiments now (their hardware, model " \
+                "or experiment files)"
             print(f"note: the leave-one-out predictions {why}; rerun `python -m sn40l_sim calibrate --write "
                   "--leave-one-out refit`")
             loo = None

@@ -11,23 +11,27 @@ refit simulates every step it proposes, so its prediction is a simulated value a
 fitted without the point."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.study.assemble import Assembly
 from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
+from sn40l_sim.study.evaluation import LoadedExperiments
 from sn40l_sim.study.reference_schema import Measurement
+from sn40l_sim.study.sweep.plan import assembly_parameters
 from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, Comparison, Reference
 from sn40l_sim.yamlio import parse_json
 
 LEAVE_ONE_OUT = DEFAULT_REFERENCE_DIR / "leave_one_out.json"
 #: the keys :meth:`LeaveOneOut.write` writes, the only ones :meth:`LeaveOneOut.read` takes
-FILE_KEYS = ("fitted", "predictions", "method", "measurements")
+FILE_KEYS = ("fitted", "predictions", "method", "measurements", "inputs")
 #: how the method of a column of true refits (:func:`refit_leave_one_out`) begins
 REFIT_METHOD = "refit of the simulator without the point"
 
@@ -43,6 +47,9 @@ class LeaveOneOut:
     #: each calibration point the fit read, as it read it (:func:`measured_as`); None in a file
     #: written before these were recorded
     measurements: dict[str, dict] | None = None
+    #: the digest of what the calibration points' experiments simulate, less the fitted values
+    #: (:func:`inputs_digest`); None in a file written before it was recorded
+    inputs: str | None = None
 
     def current(self, calibrated: dict[str, float], rel_tol: float = 1e-4) -> bool:
         """Whether these predictions belong to the ``calibrated`` values in use."""
@@ -69,6 +76,8 @@ class LeaveOneOut:
         data = {"method": self.method, "fitted": self.fitted, "predictions": self.predictions}
         if self.measurements is not None:
             data["measurements"] = self.measurements
+        if self.inputs is not None:
+            data["inputs"] = self.inputs
         text = json.dumps(data, indent=1, sort_keys=True)
         write_text(path, text + "\n")
         return path
@@ -104,7 +113,10 @@ class LeaveOneOut:
         method = data.get("method", "")
         if not isinstance(method, str):   # str() of a list or a number was shown as the column's method
             raise InputError(f"expected the method as text, got {shown(method)}{rerun}", file=path, field="method")
-        return cls(tables["fitted"], tables["predictions"], method, measurements)
+        inputs = data.get("inputs")
+        if inputs is not None and not isinstance(inputs, str):
+            raise InputError(f"expected the inputs' digest as text, got {shown(inputs)}{rerun}", file=path, field="inputs")
+        return cls(tables["fitted"], tables["predictions"], method, measurements, inputs)
 
 
 def _finite(path: Path, field: str, value: object, rerun: str) -> float:
@@ -137,6 +149,42 @@ def measured_as(m: Measurement) -> dict:
 def _shown(read: dict | None) -> str:
     """A measurement as :func:`measured_as` reads it, in one line (None: not a calibration point)."""
     return "not a calibration point" if read is None else json.dumps(read, sort_keys=True, separators=(", ", ": "))
+
+
+def inputs_digest(loaded: LoadedExperiments, references: list[Reference], fitted: Collection[str]) -> str:
+    """SHA-256 of everything the calibration points' experiments simulate (each experiment's or
+    sweep run's :func:`~sn40l_sim.study.sweep.plan.assembly_parameters`: the experiment, node,
+    model, kernel template, trace, plug-ins) with the ``fitted`` values of its sockets left out, in
+    the order of the experiments as the measurements name them; no path and no simulator code.
+
+    The leave-one-out column records it: it was checked against the calibrated values and the
+    measurements only, so a hardware, model or experiment file edited since (HBM at half its
+    bandwidth, 20% fewer tokens/s simulated) still showed the predictions made for the old one."""
+    def blanked(node: dict) -> dict:
+        node["name"] = None   # named after any override, a fitted value's too; simulated by no one
+        for name in fitted:   # "calibrated.sync_latency_s", "memory.hbm.efficiency": fitted values
+            *parents, leaf = name.split(".")
+            held = node["socket"]
+            for part in parents:
+                held = held[part]
+            held[leaf] = None
+        return node
+
+    def parameters(asm: Assembly) -> dict:
+        data = assembly_parameters(asm)
+        for key in ("node", "prefill_node"):
+            if key in data:
+                data[key] = blanked(data[key])
+        return data
+
+    experiments = {r.measurement.experiment: r.experiment_path for r in calibration_references(references)}
+    inputs = []
+    for name in sorted(experiments):
+        got = loaded.load(experiments[name])
+        runs = [got] if isinstance(got, Assembly) else [run.assembly for run in got]
+        inputs.append([name, [parameters(asm) for asm in runs]])
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def fitted_measurements(references: list[Reference]) -> dict[str, dict]:

@@ -266,18 +266,21 @@ def test_at_a_bound_the_fit_would_go_further_only_if_the_cost_falls_past_it(monk
     assert systolic.endswith(bound), systolic
 
 
-@pytest.mark.parametrize("option, measurements_edited, keeps", [
-    ((), False, True),
-    # a refit column of other measurements, or a refit asked for, is replaced
-    ((), True, False),
-    (("--leave-one-out", "refit"), False, False),
+@pytest.mark.parametrize("option, measurements_edited, inputs_edited, keeps", [
+    ((), False, False, True),
+    # a refit column of other measurements or other inputs (a hardware, model or experiment file of
+    # the calibration points edited since), or a refit asked for, is replaced
+    ((), True, False, False),
+    ((), False, True, False),
+    (("--leave-one-out", "refit"), False, False, False),
 ])
 def test_a_linearised_write_keeps_a_refit_column_of_the_same_values_and_measurements(
-        tmp_path, monkeypatch, capsys, option, measurements_edited, keeps):
+        tmp_path, monkeypatch, capsys, option, measurements_edited, inputs_edited, keeps):
     # `calibrate --write` from the shipped values (the fit writes them back unchanged) replaced the
     # shipped column of true refits (15 of 18 within tolerance) with the linearised one (13 of 18, and
     # kl_8b_16_speedup at a ratio below one that no simulation gives)
-    from sn40l_sim.study.leave_one_out import REFIT_METHOD, fitted_measurements
+    from sn40l_sim.study.evaluation import LoadedExperiments
+    from sn40l_sim.study.leave_one_out import REFIT_METHOD, fitted_measurements, inputs_digest
     from sn40l_sim.study.validation import load_references
 
     project = tmp_path / "sn40l.yaml"
@@ -297,8 +300,9 @@ def test_a_linearised_write_keeps_a_refit_column_of_the_same_values_and_measurem
     measured = fitted_measurements(load_references([]))
     if measurements_edited:
         measured["t4_mha"] = {**measured["t4_mha"], "value": 0.7}
+    inputs = inputs_digest(LoadedExperiments(), load_references([]), names)
     LeaveOneOut(dict(zip(names, start, strict=True)), {"t4_mha": 0.698}, f"{REFIT_METHOD}, every step simulated",
-                measured).write(column)
+                measured, "0" * 64 if inputs_edited else inputs).write(column)
     before = column.read_bytes()
     assert main(["calibrate", "--write", "--quiet", *option]) == 0
     out = capsys.readouterr().out

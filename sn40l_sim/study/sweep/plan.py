@@ -85,20 +85,28 @@ class SweepRun:
 
 
 def run_parameters(run: SweepRun) -> dict[str, Any]:
-    """Everything a run's result depends on, as plain data: the experiment as validated (without
-    its sweep section and the paths of the files it names, whose contents follow), the point, the
-    node (hardware file and overrides applied), the model with its kernel template, the graph
-    options' template, the trace rows, the plug-ins' code (:func:`~sn40l_sim.study.plugins.plugin_digests`),
-    the simulator's code and the interpreter and libraries it runs on (:func:`installed`, as the
-    disk cache keys its entries: an upgraded library may compute otherwise, and a resumed sweep
-    mixed records of both). Two runs with equal parameters give the same record."""
-    asm = run.assembly
-    spec = asm.experiment.spec
-    experiment = spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
+    """Everything a run's result depends on, as plain data: its assembly's inputs
+    (:func:`assembly_parameters`), the point, the simulator's code and the interpreter and libraries
+    it runs on (:func:`installed`, as the disk cache keys its entries: an upgraded library may
+    compute otherwise, and a resumed sweep mixed records of both). Two runs with equal parameters
+    give the same record."""
     point = {"name": run.point.name, "policy": run.point.policy, "params": run.point.params,
              "prompt_len": run.point.prompt_len}
+    return {"version": KEY_VERSION, "code": code_digest(), "runtime": installed(), "point": point,
+            **assembly_parameters(run.assembly)}
+
+
+def assembly_parameters(asm: Assembly) -> dict[str, Any]:
+    """What an assembly's records depend on besides the point and the code, as plain data: the
+    experiment as validated (without its sweep section and the paths of the files it names, whose
+    contents follow), the node (hardware file and overrides applied), the model with its kernel
+    template, the graph options' template, the trace rows and the plug-ins' code
+    (:func:`~sn40l_sim.study.plugins.plugin_digests`); no path, so a copy of the project elsewhere
+    gives the same data."""
+    spec = asm.experiment.spec
+    experiment = spec.model_dump(mode="json", exclude={"sweep", "hardware", "model"})
     graph_template = asm.graph_template.model_dump(mode="json") if asm.graph_template is not None else None
-    return {"version": KEY_VERSION, "code": code_digest(), "runtime": installed(), "experiment": experiment, "point": point,
+    return {"experiment": experiment,
             "node": asm.node.model_dump(mode="json"),
             "model": asm.model.model_dump(mode="json", exclude={"kernels"}),
             "template": template_for(asm.model).model_dump(mode="json"),
