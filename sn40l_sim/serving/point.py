@@ -146,7 +146,7 @@ class PointResult:
 
 
 def check_plans(s: PointSetup) -> None:
-    """Each phase's parallel plan must fit on the node (before anything is simulated).
+    """Each phase's plan must fit on the node, a co-located node's two alike (before simulating).
 
     Raises
     ------
@@ -159,6 +159,12 @@ def check_plans(s: PointSetup) -> None:
         if plan.sockets > node.sockets:
             raise InfeasibleError(f"the {phase} plan needs {plan.sockets} sockets; {node.name} has "
                              f"{node.sockets}", field=f"{phase}_plan")
+    if s.mode == "colocated" and s.prefill_plan.tp != s.decode_plan.tp:
+        # memory_fit places the weights once, by the decode plan: a 70B prefill at tp 1 read 141 GB from 16.4 GiB
+        raise InfeasibleError(f"a co-located node prefills and decodes with one copy of the weights, split "
+                              f"{s.decode_plan.tp} ways by the decode plan; a prefill at tp={s.prefill_plan.tp} would "
+                              f"need a second copy split its own way, which the memory model does not hold: set "
+                              f"parallel.prefill.tp to {s.decode_plan.tp}, or serve disaggregated", field="prefill_plan")
 
 
 def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool | int) -> int:
