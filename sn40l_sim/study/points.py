@@ -222,9 +222,18 @@ def warn_unfilled_slots(exp: Experiment, point: Point, policy: KVPolicy) -> None
         with_drafts = f" (with its {drafts} drafts' rows)" if drafts else ""
         warnings.warn(f"{where}policies[{point.policy_index}] (point {point.name}): a {policy.name} cache of {slots} "
                       f"slots per sequence, where a prompt and its output but the last token{with_drafts} take at most "
-                      f"{need}: the static "
-                      "graph reserves and reads slots no sequence fills (a budget of at most that, or full, "
-                      "costs less)", stacklevel=2)
+                      f"{need}: the static graph reserves and reads slots no sequence fills "
+                      f"({_fewer_slots_hint(policy)})", stacklevel=2)
+
+
+def _fewer_slots_hint(policy: KVPolicy) -> str:
+    """What would reserve fewer slots: a smaller budget, or, for a policy without one (``full``),
+    no padding (a full cache padded past its sequence was told to try "full")."""
+    if policy.budget_tokens() is not None:
+        return "a budget of at most that, or full, costs less"
+    if getattr(policy, "pad_to", 1) > 1:
+        return "pad_to: 1 costs less"
+    return "fewer slots cost less"
 
 
 def warn_window_past_prompt(exp: Experiment, point: Point, policy: KVPolicy) -> None:

@@ -365,6 +365,16 @@ def test_a_ring_budget_no_sequence_fills_is_warned_of(tmp_path, capsys):
     assert check_warnings(path, LLAMA) == []   # a quarter of the prompt: no warning
 
 
+def test_a_padded_full_cache_no_sequence_fills_is_told_to_pad_less(tmp_path, capsys):
+    # 32K prompts and 512 output tokens: padded to 65,536 slots; the hint said to try "full", which it is
+    path = tmp_path / "e.yaml"
+    padded = LLAMA.replace("policy: snapstream, prompt_fraction: {budget: 0.25}", "policy: full, params: {pad_to: 65536}")
+    (warning,) = check_warnings(path, padded)
+    assert "a full cache of 65536 slots" in warning and "take at most 33279:" in warning
+    assert warning.endswith("slots no sequence fills (pad_to: 1 costs less)"), warning
+    assert check_warnings(path, padded.replace("pad_to: 65536", "pad_to: 1")) == []
+
+
 def test_a_ring_budget_the_drafts_fill_is_not_warned_of(tmp_path, capsys):
     # 128K prompts, 128 output tokens (127 fed back) and 2 drafts: run reserves 131201 slots for the
     # whole cache, so a ring of 131200 holds less, and one of 131202 leaves a slot empty
