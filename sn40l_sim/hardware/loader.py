@@ -224,11 +224,9 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
         raise _fail(doc, at("pcu", "modes"), "expected both modes, [systolic, simd]: the simulator maps GEMMs "
                                              "systolic and other work on SIMD lanes, and models no PCU without "
                                              f"either; got {list(socket.pcu.modes)}")
-    if socket.pcu.pipeline_latency_cycles < socket.pcu.stages:
-        # a value crosses every stage, one cycle each; the unit-level PCUs refuse less (reference/unit_level/)
-        raise _fail(doc, at("pcu", "pipeline_latency_cycles"),
-                    f"a value crosses each of the {socket.pcu.stages} stages in a cycle at least; expected at least "
-                    f"{socket.pcu.stages} cycles, got {socket.pcu.pipeline_latency_cycles}")
+    if socket.pcu.pipeline_latency_cycles < socket.pcu.stages:   # a value crosses each stage, a cycle each
+        raise _fail(doc, at("pcu", "pipeline_latency_cycles"), f"a value crosses each of the {socket.pcu.stages} stages "
+                    f"in a cycle at least; expected at least {socket.pcu.stages} cycles, got {socket.pcu.pipeline_latency_cycles}")
 
     pmu = socket.pmu
     row = pmu.banks * pmu.bank_width_bytes   # a port reads one row across all banks (hardware/units/pmu.py)
@@ -243,8 +241,7 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
     if tile.agcus > 2 * (tile.grid_cols + 1):
         raise _fail(doc, at("tile", "agcus"), f"{tile.agcus} AGCUs do not fit on the top and bottom edges of a "
                                               f"{tile.grid_cols + 1}-switch-wide mesh (at most {2 * (tile.grid_cols + 1)})")
-    tiles_error = socket_tiles_error(socket.dies, socket.tiles_per_die)
-    if tiles_error is not None:
+    if (tiles_error := socket_tiles_error(socket.dies, socket.tiles_per_die)) is not None:
         raise _fail(doc, at(tiles_error[0]), tiles_error[1])
     if socket.dies > 1 and socket.die_to_die is None:
         raise _fail(doc, at("die_to_die"), f"a socket of {socket.dies} dies needs a die_to_die link")
