@@ -12,6 +12,7 @@ from sweep_helpers import write_experiment
 from sn40l_sim.commands.cli import main
 from sn40l_sim.study.sweep import executors
 from sn40l_sim.study.sweep import run as run_module
+from sn40l_sim.study.sweep.plan import installed
 
 #: 3 sweep points x 2 policies; full at batch 2048 does not fit (exit status 1)
 SWEEP = "axes:\n  serving.batch: [2, 2048, 8]\n"
@@ -101,6 +102,26 @@ def test_a_worker_with_other_code_gives_no_record(tmp_path, monkeypatch):
                                    jobs=1, progress=False)
     assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2
     assert list((tmp_path / "out" / "runs").glob("*.json")) == []  # not kept: a resume runs them again
+
+
+def test_a_worker_with_other_libraries_gives_no_record(tmp_path, monkeypatch):
+    # a worker with the same sn40l_sim but another numpy computed records that the main process would
+    # store under its own libraries' key (the run key holds them), mixing two installations
+    real, ours = run_module._task, installed()
+
+    def worker_with_another_numpy(run):
+        # the worker's own libraries, seen only while it runs the task
+        monkeypatch.setattr(run_module, "installed", lambda: ours.replace("numpy==", "numpy==0.0+"), raising=False)
+        try:
+            return real(run)
+        finally:
+            monkeypatch.setattr(run_module, "installed", installed, raising=False)
+
+    monkeypatch.setattr(run_module, "_task", worker_with_another_numpy)
+    records = run_module.run_sweep(write_experiment(tmp_path, "axes:\n  serving.batch: [2]\n"), tmp_path / "out",
+                                   jobs=1, progress=False)
+    assert len(records) == 0 and [e for _, e in records.failures] == [run_module.OTHER_CODE] * 2
+    assert "other sn40l_sim code or libraries" in run_module.OTHER_CODE
 
 
 def test_a_scheduler_lost_mid_sweep_is_one_line_naming_the_runs_kept(tmp_path, capsys, monkeypatch):

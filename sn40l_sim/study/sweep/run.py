@@ -31,11 +31,11 @@ from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import SchedulerLost, open_executor, usable_jobs
 from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
-from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs, refuse_repeated_points
+from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs, installed, refuse_repeated_points
 from sn40l_sim.study.sweep.store import Outcome, RunStore
 
 #: the error of a run done by a worker whose sn40l_sim sources differ from this process's
-OTHER_CODE = ("internal error: the worker runs other sn40l_sim code than this process (install the same version "
+OTHER_CODE = ("internal error: the worker runs other sn40l_sim code or libraries than this process (install the same versions "
               "on every worker: docs/distributed.md)")
 
 
@@ -187,6 +187,13 @@ def axis_values(run: SweepRun) -> dict[str, Any]:
 TaskResult = tuple[Outcome, bool, str, list[tuple[type[Warning], str]]]
 
 
+def _identity() -> str:
+    """What a worker's records depend on besides the run: its simulator code and its interpreter's
+    and libraries' versions, both in a stored run's key (:func:`~.plan.run_parameters`), so a
+    record made under another numpy is not stored under this process's key."""
+    return code_digest() + "\n" + installed()
+
+
 def _task(run: SweepRun) -> TaskResult:
     """What a worker does: the run's outcome, whether it is worth storing (an internal error is
     not: a resumed sweep tries it again), the digest of the worker's simulator code (a remote
@@ -207,7 +214,7 @@ def _task(run: SweepRun) -> TaskResult:
         except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
             outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
     said = list(dict.fromkeys((w.category, str(w.message)) for w in caught))
-    return outcome, keep, code_digest(), said
+    return outcome, keep, _identity(), said
 
 
 def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
@@ -216,7 +223,7 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
     ``window()`` tasks are submitted at a time, and each is submitted when a slot frees. A task
     whose worker fails (a process or a cluster worker that dies), or whose worker runs other
     simulator code than this process, gives an internal error."""
-    ours = code_digest()
+    ours = _identity()
     seen: set[tuple[type[Warning], str]] = set()
     pending = iter(tasks)
     in_flight: dict[cf.Future, int] = {}
