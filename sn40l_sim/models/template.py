@@ -24,7 +24,7 @@ from sn40l_sim.models.formulas import operators, sizes
 from sn40l_sim.models.gathers import ungathered_column_parallel
 from sn40l_sim.models.reductions import unreduced_row_parallel
 from sn40l_sim.models.tensors import OPTIONAL_TENSORS, ShardRule, dense_layer_count, inventory
-from sn40l_sim.models.weight_use import unread_weight
+from sn40l_sim.models.weight_use import split_weight_of_whole_rows, unread_weight
 from sn40l_sim.schema import Flag, Name, PositiveInt, StrictModel, validate
 from sn40l_sim.yamlio import Document, load_document
 
@@ -252,7 +252,8 @@ def check_dataflow(template: KernelTemplates, doc: Document | None, model: Model
         return
     for phase in ("prefill", "decode"):
         problem = (dataflow_problem(template, model, phase) or unreduced_row_parallel(template, model, phase)
-                   or ungathered_column_parallel(template, model, phase) or unread_weight(template, model, phase))
+                   or ungathered_column_parallel(template, model, phase) or unread_weight(template, model, phase)
+                   or split_weight_of_whole_rows(template, model, phase))
         if problem is not None:
             field, message = problem
             raise doc.error(field, message) if doc else InputError(f"{'.'.join(map(str, field))}: {message}")

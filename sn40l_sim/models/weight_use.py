@@ -65,3 +65,42 @@ def unread_weight(template: KernelTemplates, model: ModelSpec, phase: str) -> tu
                 f"socket stores: the kernel that uses it is missing from the blocks (expected every "
                 f"operator of each layer exactly once)")
     return None
+
+
+def split_weight_of_whole_rows(template: KernelTemplates, model: ModelSpec, phase: str) -> tuple[tuple, str] | None:
+    """The first weight that ``template`` splits (``column`` or ``row``) while the elementwise
+    operator applying it (a norm) works on whole rows at every tensor-parallel degree, as (field
+    path in the template file, message), or None.
+
+    A norm's weight scales every element of the row the norm reads whole (its mean square), and its
+    formula does the whole row's work whatever the rule says; the gather rule (:mod:`.gathers`) takes
+    the rule's word for which operators read whole rows, so a norm marked split let a template drop
+    the gather before it (DeepSeek-R1's ``latent``, 6.832 -> 6.753 s for the 128K prefill).
+    """
+    spec = getattr(template, phase)
+    drafts = runs_drafts(spec, model)
+    shape = (Shape("prefill", 1, PROBE_TOKENS, drafts=drafts) if phase == "prefill"
+             else Shape("decode", 1, 0, kv_len=PROBE_TOKENS, drafts=drafts))
+    formulas = operators(template.attention)
+    seen: set[tuple[str, bool]] = set()
+    for _, kernel_ids in phase_parts(spec, model, drafts):
+        for kernel_id, is_draft in kernel_ids:
+            for op in spec.kernels[kernel_id].operators:
+                if (op, is_draft) in seen:
+                    continue
+                seen.add((op, is_draft))
+                work = []
+                for tp in (2, 4):
+                    ctx = RuleRecorder(model, replace(shape, drafts=0) if is_draft else shape, ParallelPlan(tp=tp),
+                                       template)
+                    steps = formulas[op](ctx)
+                    elementwise = all(s.op.kind == "elementwise" for s in steps) and any(s.op.weight_bytes for s in steps)
+                    work.append((elementwise, sum(s.op.elements for s in steps), ctx.asked))
+                (whole, at_2, asked), (_, at_4, _) = work
+                split = [t for t in dict.fromkeys(asked) if template.sharding.get(t) in ("column", "row")]
+                if whole and split and at_2 == at_4:
+                    return (("sharding", split[0]),
+                            f"{template.sharding[split[0]]} splits weight {split[0]!r}, but operator {op!r} applies "
+                            f"it to whole rows ({at_2:,} elements on each socket at tp 2 and at tp 4: a norm reads "
+                            f"its row whole); expected replicated")
+    return None
