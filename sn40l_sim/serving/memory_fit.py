@@ -186,7 +186,7 @@ class MemoryFit:
         if self.prefill_len != self.s.prompt_len:
             what += f" (its {self.s.prompt_len} tokens run the prefill graph compiled for {self.prefill_len})"
         return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
-                                                place=self.prefill_place), what)
+                                                what=what, place=self.prefill_place), what)
 
     def prefill_fits_with(self, prefill_len: int, may_spill: tuple[str, ...]) -> bool:
         """Whether one prompt's prefill graph compiled for ``prefill_len`` fits a prefill socket
@@ -223,8 +223,8 @@ class MemoryFit:
             # prefill)
             kv += max(0, self.prefill_kv() - self._prefill_in_own_slot(batch))
             act = max(act, self._colocated_prefill_activations())
-        placement = self._placed(s.decode_plan, kv, act, store)
-        return self._in_first_tier(placement, f"decode batch {batch}")
+        what = f"decode batch {batch}"
+        return self._in_first_tier(self._placed(s.decode_plan, kv, act, store, what=what), what)
 
     def _prefill_in_own_slot(self, batch: int) -> int:
         """Bytes of a co-located prompt's prefill cache that the busiest socket can write into the
@@ -243,9 +243,17 @@ class MemoryFit:
             return 0
         return self._kv("decode", s.decode_plan, 1, self.static_len)
 
-    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *,
+    def _placed(self, plan: Any, kv: int, act: int, store: dict[str, int] | None = None, *, what: str,
                 place: MemoryPlacer | None = None) -> Any:
-        return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)
+        try:
+            return place_socket(place or self.place, self.s.may_spill, plan, kv, act, store)
+        except InfeasibleError as exc:
+            # over every tier, or a store over its own tier: say which batch or prompt, as a use over
+            # the first tier says it (in_first_tier); max_batch_limit read "memory does not fit on a
+            # socket" beside the max batch, of the next batch's bytes, and a prefill node's overflow
+            # did not say it was one
+            raise exc.located_at(file=exc.file, field=exc.field, line=exc.line,
+                                 message=f"{what}: {exc.message}") from None
 
     def _in_first_tier(self, placement: Any, what: str) -> Any:
         return in_first_tier(placement, self.s.may_spill, what)

@@ -9,6 +9,7 @@ explicit batch that ``run`` then refused, as it passed both with ``batch: max``.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -165,7 +166,9 @@ def test_a_prompt_over_a_socket_with_no_tier_to_spill_to_is_one_line(tmp_path, c
                                                   if command == "run" else [])) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, err
-        assert err.startswith(f"error: {experiment}:") and "shape.prompt_len: memory does not fit" in err, err
+        assert err.startswith(f"error: {experiment}:") and ("shape.prompt_len: one prompt on a prefill node (its "
+                                                            "1048320 tokens run the prefill graph compiled for "
+                                                            "1048576): memory does not fit") in err, err
         # 40.05 + 4.36 + 42.05 GiB against 56 usable: 30.46 GiB over, and a shorter prompt fits
         assert "exceeds the usable HBM of 56.00 GiB" in err and "(30.46 GiB)" in err, err
         assert "prompts of up to 262144 tokens fit as it is" in err, err
@@ -181,3 +184,56 @@ def test_an_overflow_of_every_tier_is_located_in_the_experiment_as_itself():
     assert isinstance(moved, TiersOverflow) and moved.placement == "the fill"
     assert str(moved) == "exp.yaml:28: shape.prompt_len: memory does not fit on a socket of SN40L"
     assert exc.file is None  # the original is left as it was
+
+
+LLAMA_8B = f"""kind: experiment
+name: l8
+hardware: {REPO}/hw_configs/sn40l_node8.yaml
+model: {REPO}/graphs/llama3_1_8b.yaml
+parallel:
+  prefill: {{tp: 8}}
+  decode: {{tp: 8, attention_dp: DP}}
+policies:
+  - {{name: p, policy: POLICY}}
+shape: {{prompt_len: PROMPT}}
+workload: {{kind: fixed, count: 1, output_len: 16}}
+serving: {{mode: disaggregated, prefill_nodes: 1, decode_nodes: 1, batch: max, max_new_tokens: 16, seed: 0}}
+memory: {{may_spill: [activations, kv]}}
+"""
+
+
+def llama8b(tmp_path: Path, prompt: int, dp: int = 8, policy: str = "full") -> Path:
+    path = tmp_path / f"l8_{prompt}_{dp}_{len(policy)}.yaml"
+    path.write_text(LLAMA_8B.replace("PROMPT", str(prompt)).replace("DP", str(dp)).replace("POLICY", policy))
+    return path
+
+
+@pytest.mark.parametrize("policy, prompt, why", [
+    # KV let spill, over HBM and DDR together
+    ("full", 32768, "memory does not fit on a socket of SN40L"),
+    # ArkVale's store of the whole context over its DDR
+    ("arkvale, params: {budget: 4608}", 30000, "the KV store of"),
+])
+def test_the_batch_limit_over_every_tier_names_the_batch(tmp_path, policy, prompt, why):
+    # max_batch_limit named "decode batch 256" when the KV was over HBM, but over every tier it was
+    # only "memory does not fit on a socket of SN40L: ... KV cache 128.06 GiB", beside a max batch
+    # of 128 whose KV is 64.03 GiB: the batch it was about was nowhere
+    out = tmp_path / "out"
+    assert main(["run", str(llama8b(tmp_path, prompt, policy=policy)), "--out", str(out), "--no-plot", "--quiet",
+                 "--set", "hardware.socket.memory.ddr.capacity_bytes_per_unit=8 GiB"]) == 0
+    record = json.loads((out / "results.json").read_text())[0]
+    assert record["max_batch_limit"].startswith(f"decode batch {2 * record['max_batch']}: {why}"), record
+
+
+def test_a_prompt_over_every_tier_of_a_prefill_node_says_it_is_the_prefill_node(tmp_path, capsys):
+    # 2 GiB of usable HBM and 3 of DDR a socket: the decode node holds one sequence split over 8
+    # sockets (1.87 GiB of weights and 1.98 of KV), the prefill node not the prompt's graph (its
+    # KV and activations, 2 GiB each, beside the weights): that refusal did not say which node
+    path = llama8b(tmp_path, 130000, dp=1)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet",
+                 "--set", "hardware.socket.memory.hbm.capacity_bytes_per_unit=2.5 GiB",
+                 "--set", "hardware.socket.memory.ddr.capacity_bytes_per_unit=3.1667 GiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("shape.prompt_len: one prompt on a prefill node (its 130000 tokens run the prefill graph compiled for "
+            "131072): memory does not fit on a socket of SN40L: weights 1.87 GiB + KV cache 2.00 GiB") in err, err
