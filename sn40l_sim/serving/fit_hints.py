@@ -23,7 +23,8 @@ def decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
     """What would fit where not even the smallest compiled decode batch does: the longest prompt
     whose slot fits at ``batch`` on a decode node, found by bisection over the prompt (the slot,
     its policy state and the decode activations grow with it), or that no prompt does when the
-    policy's slot does not depend on the prompt. Empty co-located, where the prompt's prefill
+    policy's slot does not depend on the prompt or when not even a 1-token prompt's does (the output's
+    rows alone too many). Empty co-located, where the prompt's prefill
     shares the node (its compiled graph and cache would enter the search too)."""
     if s.mode != "disaggregated":
         return ""
@@ -45,9 +46,14 @@ def _decode_prompt_hint(s: PointSetup, memory: MemoryFit, batch: int) -> str:
             return False
         return True
 
-    if footprint(1) == memory.footprint or not fits(1):
+    if footprint(1) == memory.footprint:
         return (f"; no prompt fits at batch {batch} (what a sequence keeps does not shrink with the prompt "
                 "below it): more sockets, a narrower kv_dtype or a smaller KV budget would")
+    if not fits(1):
+        # the slot shrinks with the prompt, but what is left of it is the output's rows: blaming a
+        # slot that "does not shrink" sent a 131,000-token output looking for a smaller KV budget
+        return (f"; not even a 1-token prompt fits at batch {batch} with {s.max_new_tokens} generated after it: "
+                "fewer new tokens (max_new_tokens), more sockets, a narrower kv_dtype or a smaller KV budget would")
     lo, hi = 1, s.prompt_len       # lo fits, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -237,3 +237,18 @@ def test_a_prompt_over_every_tier_of_a_prefill_node_says_it_is_the_prefill_node(
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert ("shape.prompt_len: one prompt on a prefill node (its 130000 tokens run the prefill graph compiled for "
             "131072): memory does not fit on a socket of SN40L: weights 1.87 GiB + KV cache 2.00 GiB") in err, err
+
+
+def test_an_output_too_long_for_batch_1_is_not_blamed_on_a_slot_that_does_not_shrink(tmp_path, capsys):
+    # a 50-token prompt with up to 131,000 generated after it: a full cache's slot of 131,049 rows,
+    # 39.99 GiB on one socket beside 16.43 GiB of weights. The slot shrinks with the prompt, but not
+    # even a 1-token prompt fits with that output: the refusal said the slot "does not shrink with
+    # the prompt" and never named the output length
+    path = llama(tmp_path, 50)
+    path.write_text(path.read_text().replace("max_new_tokens: 128", "max_new_tokens: 131000"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not even 1" in err, err
+    assert "does not shrink" not in err, err
+    assert ("; not even a 1-token prompt fits at batch 1 with 131000 generated after it: fewer new tokens "
+            "(max_new_tokens)") in err, err
