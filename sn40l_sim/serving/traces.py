@@ -329,8 +329,27 @@ def select_window(rows: Sequence[TraceRow], start_s: float = 0.0, duration_s: fl
     [(0.0, 3), (0.5, 4)]
     >>> [r.arrival_s for r in select_window([TraceRow(1000.0, 10, 5, "t.csv", 2)])]
     [0.0]
+
+    A window's bounds are compared to the nanosecond (:func:`window_offset`): a request arriving
+    exactly at its end is outside it, one arriving exactly at its start inside.
+
+    >>> rows = [TraceRow(t, 10, 5, "t.csv", i + 2) for i, t in enumerate([0.1, 0.2, 0.3])]
+    >>> [r.line for r in select_window(rows, 0.0, 0.2)], [r.line for r in select_window(rows, 0.2)]
+    ([2, 3], [4])
     """
     first = min((row.arrival_s for row in rows), default=0.0)
-    start, end = first + start_s, float("inf") if duration_s is None else first + start_s + duration_s
-    return [row._replace(arrival_s=(row.arrival_s - start) / rate_scale)
-            for row in rows if start <= row.arrival_s < end]
+    start, end = window_offset(start_s), float("inf") if duration_s is None else window_offset(start_s + duration_s)
+    return [row._replace(arrival_s=max(0.0, row.arrival_s - (first + start_s)) / rate_scale)
+            for row in rows if start <= window_offset(row.arrival_s - first) < end]
+
+
+def window_offset(seconds: float) -> float:
+    """A time after a trace's first request as a window compares it: to the nanosecond (about a
+    cycle of the simulated clock, finer than any trace's timestamps). Subtracting two arrivals leaves binary noise (0.3 s - 0.1 s is
+    0.19999999999999998 s), which put a request arriving exactly at a window's end inside it and
+    one arriving exactly at its start outside.
+
+    >>> window_offset(0.3 - 0.1), window_offset(0.1 + 0.2)
+    (0.2, 0.3)
+    """
+    return round(seconds, 9)

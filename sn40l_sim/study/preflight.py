@@ -39,7 +39,7 @@ from sn40l_sim.serving.context_limit import check_context, check_output_context
 from sn40l_sim.serving.kv_transfer import transfer_seconds
 from sn40l_sim.serving.memory_fit import MemoryFit, check_prompt_fits, check_weights_fit, fit_memory, located
 from sn40l_sim.serving.point import PointSetup, check_plans, point_memory
-from sn40l_sim.serving.traces import TraceRow, select_window
+from sn40l_sim.serving.traces import TraceRow, select_window, window_offset
 from sn40l_sim.serving.workload import context_message, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
@@ -125,7 +125,7 @@ def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
     span = max(r.arrival_s for r in rows) - first
     start, duration = workload.start_s, workload.duration_s
     trace = rows[0].file
-    if start > span:
+    if window_offset(start) > window_offset(span):   # as select_window compares them
         raise _at(exp, ("workload", "start_s"), f"the window starts {start:g} s after the first request of {trace}, "
                   f"past its last ({len(rows)} requests, the last {span:g} s after the first): expected a start_s "
                   f"of at most {span:g} s", InputError)
@@ -134,7 +134,7 @@ def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
         raise _at(exp, ("workload", "duration_s"), f"no request of {trace} arrives between {start:g} s and "
                   f"{start + duration:g} s after its first: expected a window holding a request (a longer "
                   "duration_s, or another start_s)", InputError)
-    if duration is not None and start + duration > span:
+    if duration is not None and window_offset(start + duration) > window_offset(span):
         file, line = exp.doc.where(("workload", "duration_s"))
         where = f"{file}:{line}: " if line is not None else f"{file}: "
         warnings.warn(f"{where}workload.duration_s: the window {start:g} s to {start + duration:g} s runs past the "

@@ -39,7 +39,7 @@ from typing import Any
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.slo import served_slo_fields
 from sn40l_sim.serving.point import PointResult, simulate_point
-from sn40l_sim.serving.traces import TraceRow, select_window
+from sn40l_sim.serving.traces import TraceRow, select_window, window_offset
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly
 from sn40l_sim.study.experiment import Experiment
@@ -143,7 +143,7 @@ def base_rate(exp: Experiment, rows: Sequence[TraceRow] | None) -> float:
     last_s = max((row.arrival_s for row in window), default=0.0)
     arrivals = [row.arrival_s for row in rows]
     inside = workload.duration_s is not None and \
-        workload.start_s + workload.duration_s <= max(arrivals) - min(arrivals)
+        window_offset(workload.start_s + workload.duration_s) <= window_offset(max(arrivals) - min(arrivals))
     span = workload.duration_s if inside else last_s
     if len(window) < 2:
         raise exp.error(("workload",), "a rate search on a trace needs at least two requests in its window")

@@ -66,6 +66,17 @@ def test_window_and_rate_scale(tmp_path):
     assert select_window(rows, 0, None, 1.0) == rows
 
 
+def test_a_window_bound_falling_on_an_arrival_is_exact(tmp_path):
+    # 0.3 s - 0.1 s is 0.19999999999999998 s in binary: a window of 0.2 s held the request arriving
+    # 0.2 s after the first (3 requests, not 2), and start_s: 0.2 left out the one arriving at 0.2 s
+    path = tmp_path / "decimal.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n0.1,100,10\n0.2,100,10\n0.3,100,10\n")
+    rows = read_trace(path)
+    assert [r.arrival_cycle for r in build(rows, duration_s=0.2)] == [0, 100_000_000]
+    assert [r.arrival_cycle for r in build(rows, start_s=0.2)] == [0]
+    assert [r.arrival_cycle for r in build(rows, start_s=0.1, duration_s=0.1)] == [0]
+
+
 def test_a_window_of_a_simulator_trace_counts_from_its_first_request(tmp_path):
     # as the schema says for both formats: a trace whose clock starts at 1000 s was windowed (and its
     # rate, for a rate search, taken) from 0 s, so duration_s: 5 found no request and the base rate

@@ -300,6 +300,16 @@ def test_a_window_after_the_trace_names_the_trace_file_and_its_end(tmp_path, cap
                     "expected a start_s of at most 1.75 s")
 
 
+def test_a_window_starting_at_the_last_request_is_accepted(tmp_path, capsys):
+    # the last request arrives 0.2 s after the first (0.3 s - 0.1 s, 0.19999999999999998 s in binary):
+    # start_s: 0.2 was refused as "starts 0.2 s ... past its last (... 0.2 s after the first): expected
+    # a start_s of at most 0.2 s"
+    (tmp_path / "trace.csv").write_text("arrival_s,prompt_len,output_len\n0.1,100,10\n0.2,100,10\n0.3,100,10\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(POISSON, "kind: trace\n  path: trace.csv\n  start_s: 0.2"))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+
+
 def test_a_window_running_past_the_trace_is_said_and_runs(tmp_path, capsys):
     # the window's 60 s hold the trace's last 1.25 s: a rate read as requests over 60 s would be wrong
     (tmp_path / "trace.csv").write_text(TWO_REQUESTS)
