@@ -48,7 +48,8 @@ from sn40l_sim.report.outputs import write_text
 #: the columns, in order, and what each holds (the CSV's header)
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("point", "the point's name, as results.json's name"),
-    ("request", "request id (workload order; a trace's rows in file order)"),
+    ("request", "request id: arrival order, requests arriving together in workload order (a trace in "
+                "the simulator's format may list its rows in any order)"),
     ("arrival_s", "arrival, simulated seconds"),
     ("prompt_len", "prompt tokens"),
     ("output_len", "output tokens asked (after capping)"),

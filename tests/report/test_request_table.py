@@ -160,3 +160,17 @@ def test_the_inter_token_gaps_are_recomputed_from_the_rows_and_the_trace(tmp_pat
     assert itl["count"] == len(gaps)
     for key, value in (("mean", float(np.mean(gaps))), ("max", max(gaps)), ("p50", p50), ("p90", p90), ("p99", p99)):
         assert itl[key] == pytest.approx(value, abs=2e-9), key   # the trace's times are to the nanosecond
+
+
+def test_request_ids_follow_arrivals_not_the_trace_files_rows(tmp_path, capsys):
+    # the simulator's trace format takes its rows in any order; the request column was described as
+    # "a trace's rows in file order", where the ids follow arrival (build_requests sorts by it)
+    (tmp_path / "unsorted.csv").write_text("arrival_s,prompt_len,output_len\n0.5,100,2\n0.1,200,3\n0.3,300,4\n")
+    path = experiment(tmp_path, "disaggregated")
+    path.write_text(path.read_text().replace("path: azure.csv, cap_lengths: true", "path: unsorted.csv"))
+    table = tmp_path / "requests.csv"
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot", "--requests", str(table)]) == 0
+    with table.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["point"] == "full"]
+    assert [(r["request"], r["prompt_len"]) for r in rows] == [("0", "200"), ("1", "300"), ("2", "100")]
+    assert "arrival order" in dict(COLUMNS)["request"] and "file order" not in dict(COLUMNS)["request"]
