@@ -261,7 +261,7 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
     elif workload.kind == "poisson":
         for key in ("prompt_len", "output_len"):
             dist = getattr(workload, key)
-            largest = _largest(dist)
+            largest = _largest(dist, limits[key][0])
             if largest is not None:
                 field, value = largest
                 candidates.append((("workload", key) + field, "a request", key, value))
@@ -293,15 +293,18 @@ def _check_lengths(exp: Experiment, prompt_len: int, max_new_tokens: int, trace_
                        InputError)
 
 
-def _largest(dist: Any) -> tuple[FieldPath, int] | None:
+def _largest(dist: Any, limit: int) -> tuple[FieldPath, int] | None:
     """The field and value of the largest length a distribution can draw (None: no fixed bound, or
-    one that defaults to the point's limit)."""
+    one that defaults to the point's ``limit``)."""
     if isinstance(dist, ConstantLength):
         return (), dist.value
     if isinstance(dist, UniformLength):
         return ("high",), dist.high
     if isinstance(dist, LognormalLength) and dist.high is not None:
         return ("high",), dist.high
+    if isinstance(dist, LognormalLength) and dist.low > limit:
+        # the default high is the limit, and draws are clipped to at least low: every one is low
+        return ("low",), dist.low
     return None
 
 

@@ -60,6 +60,11 @@ REFUSED = {
     "missing model file": (("llama3_1_8b.yaml", "llama3_1_9b.yaml"), "model: model file"),
     "output longer than the static graph": (("high: 512", "high: 600"),
                                             "workload.output_len.high: a request: output_len 600 exceeds max_new_tokens"),
+    # a lognormal without high is clipped to [low, max_new_tokens]: a low above it draws only low, which
+    # check passed and run refused at "workload: request 0" (the high it defaults to is not in the file)
+    "lognormal output whose low exceeds the static graph": (
+        ("{dist: uniform, low: 64, high: 512}", "{dist: lognormal, median: 200, sigma: 1, low: 600}"),
+        "workload.output_len.low: a request: output_len 600 exceeds max_new_tokens 512"),
     "prompt longer than every compiled prefill": (("seed: 7", "seed: 7\n  prefill_lens: [1024]"),
                                                   "serving.prefill_lens: prompt length 32768 exceeds"),
     # a graph compiled for more positions than the model has: a 32K prompt ran on a 1M-token prefill
