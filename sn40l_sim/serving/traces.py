@@ -248,9 +248,11 @@ def _timestamp(text: str) -> tuple[datetime.datetime, float]:
 
     A time-zone offset (``+05:00``, ``Z``) is refused: the published trace has none, one written
     after a fraction was already refused, and a file mixing stamps with and without one has no
-    order to compare them in (it stopped with a ``TypeError`` traceback)."""
+    order to compare them in (it stopped with a ``TypeError`` traceback). A date without a time of
+    day is refused too: it was read as midnight, so a row stamped ``2023-11-16`` arrived hours before
+    the rows around it (a damaged row, then refused as decreasing only if it came after them)."""
     whole, _, fraction = text.strip().partition(".")
-    if fraction and not fraction.isdigit():
+    if (fraction and not fraction.isdigit()) or not any(sep in whole for sep in (" ", "T")):
         raise ValueError(text)
     stamp = datetime.datetime.fromisoformat(whole)
     if stamp.tzinfo is not None:

@@ -130,6 +130,9 @@ def test_a_trace_that_is_not_text_is_one_line(tmp_path):
     # an offset beside stamps without one was a TypeError traceback; the published trace has none
     (HEADER + "2023-11-16 18:00:01+05:00,1,1\n2023-11-16 18:00:02,1,1\n", 2, "no time-zone offset"),
     (HEADER + "2023-11-16 18:00:01,1,1\n2023-11-16 18:00:02Z,1,1\n", 3, "no time-zone offset"),
+    # a date alone was read as midnight: the first row's day, so a trace starting with it began hours early
+    (HEADER + "2023-11-16,1,1\n2023-11-16 18:00:02,1,1\n", 2, "TIMESTAMP: expected a date and time"),
+    (HEADER + "2023-11-16 18:00:01,1,1\n2023-11-17,1,1\n", 3, "TIMESTAMP: expected a date and time"),
     (HEADER + "2023-11-16 18:00:01.0,0,1\n", 2, "ContextTokens: expected a positive integer from 1"),
     ("arrival_s,prompt_len,output_len\n-0.5,1,1\n", 2, "arrival_s: expected a time from 0 s"),
     (HEADER + "2023-11-16 18:00:01.0,1,1\n2024-11-16 18:00:01.0,1,1\n", 3, "TIMESTAMP: expected a time from 0 s"),
