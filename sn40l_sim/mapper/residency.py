@@ -18,7 +18,12 @@ on every call (they take turns on the same units), so its calls are never reside
 kernel on several tiles uses is the mapper's choice (its ``pcus_per_tile``, ``pmus_per_tile`` per
 tile index); a kernel on one tile is mapped alike on every tile (the tiles are the same), so its
 configuration is loaded on the tile where it was last, else on the first where it fits, and only
-when it fits on none do the least recently called give up their units.
+when it fits on none do the least recently called give up their units. Loaded in calling order,
+small kernels can take room on every tile that a larger one called later needs, though the step's
+kernels fit together placed the largest first; the compiler places a static graph's
+configurations knowing them all, so when they fit that way (those on several tiles where the
+mapper put them, those on one tile first fit, the largest first) each has a place of its own and
+every call after its kind's first finds its configuration loaded.
 
 Examples
 --------
@@ -140,7 +145,35 @@ def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tupl
     if len(passes) == 1:
         # the graph left the units as it found them: empty, so the steady state is the first pass again
         passes.append(passes[0])
+    if not all(passes[-1]) and _packed(calls, capacity, tiles):
+        # each configuration has a place of its own: loaded at its kind's first call, found after
+        first_calls = {kind: i for i, (kind, _, _) in reversed(list(enumerate(calls)))}
+        cold = [first_calls[kind] != i for i, (kind, _, _) in enumerate(calls)]
+        return tuple(cold + [any(f[0]) or any(f[1]) for _, f, _ in calls])
     return tuple(passes[0] + passes[-1])
+
+
+def _packed(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tuple[int, int], tiles: int) -> bool:
+    """Whether every kernel of one section among ``calls`` fits on the tiles together: those on
+    several tiles where the mapper put them, those on one tile first fit, the largest first."""
+    kinds = {kind: f for kind, f, one_section in calls if one_section and (any(f[0]) or any(f[1]))}
+    if any(not one_section for _, f, one_section in calls if any(f[0]) or any(f[1])):
+        return False
+    loaded: list[Footprint] = []
+    singles = []
+    for f in kinds.values():
+        if len(_placements(f, tiles)) > 1:
+            singles.append(f)
+        elif _fits(loaded, f, capacity):
+            loaded.append(f)
+        else:
+            return False
+    for f in sorted(singles, key=lambda f: (-sum(f[0]), -sum(f[1]))):
+        spot = next((g for g in _placements(f, tiles) if _fits(loaded, g, capacity)), None)
+        if spot is None:
+            return False
+        loaded.append(spot)
+    return True
 
 
 def _placements(footprint: Footprint, tiles: int) -> list[Footprint]:

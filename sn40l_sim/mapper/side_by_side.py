@@ -75,8 +75,9 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
                       _room(socket, {k: u for k, u in first.items() if k != kinds[0]}, once, share)]
     best, best_cycles = kernels, sum(pk.call_cycles for pk in kernels)
     placements: set[tuple[Units, ...]] = set()
-    for share in shares:
-        got = _mapped_beside(socket, order, plans, calls, calls_of, mapped, kinds, first, once, share)
+    tried = [(share, packed) for share in shares for packed in (False, True)]
+    for share, packed in tried:
+        got = _mapped_beside(socket, order, plans, calls, calls_of, mapped, kinds, first, once, share, packed)
         if got is None:
             continue
         new_plans, contexts = got
@@ -109,12 +110,13 @@ def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], s
 
 def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                    calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper, kinds: list[int],
-                   first: dict[int, Units], once: Collection[int], share: float,
+                   first: dict[int, Units], once: Collection[int], share: float, packed: bool = False,
                    ) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
     """The graph's plans and contexts with each of ``kinds`` (kernels of one section), in turn,
     mapped with its configuration free within the units per tile the others hold: those mapped
     again their new plan's, those of ``once`` not yet mapped again ``share`` of their ``first``
-    mapping's, the others all of it; None when no kernel found room."""
+    mapping's, the others all of it; None when no kernel found room (``packed``: none of those
+    the rooms of every tile leave nothing found room on one tile either, :func:`_room_on_one_tile`)."""
     footprint = dict(first)
     pending = set(kinds)
     capacity = (socket.tile.pcus, socket.tile.pmus)
@@ -126,9 +128,10 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
         held = [tuple(reserved(per_tile, share) for per_tile in units) if other in pending and other in once
                 else units for other, units in footprint.items() if other != kind]
         free = [min(cap - sum(units[u][t] for units in held) for t in range(tiles)) for u, cap in enumerate(capacity)]
-        if min(free) <= 0:
+        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1]) if min(free) > 0 else \
+            _room_on_one_tile(held, capacity, tiles) if packed and _on_one_tile(first[kind]) else None
+        if budget is None:
             continue
-        budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1])
         again: dict[LoopContext, PlacedKernel] = {}
         try:
             for i in calls_of[kind]:
@@ -141,3 +144,34 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
         footprint[kind] = _units(new_plans[calls_of[kind][0]])
         found = True
     return (new_plans, contexts) if found else None
+
+
+def _on_one_tile(units: Units) -> bool:
+    """Whether a footprint uses one tile (a one-tile kernel, mapped alike on every tile)."""
+    return sum(1 for pcus, pmus in zip(*units, strict=True) if pcus or pmus) <= 1
+
+
+def _room_on_one_tile(held: list[Units], capacity: tuple[int, int], tiles: int) -> UnitBudget | None:
+    """The most units one tile has left beside the ``held`` footprints, or None when none has any.
+
+    A footprint is a tile index's units, and a one-tile kernel's names the first tile, where the
+    rooms of every tile stack them all; but it is loaded on any tile where it fits
+    (:mod:`.residency`). So those on several tiles take what they name, those on one tile are
+    packed first fit, the largest first (one that fits on no tile beside the others is left out:
+    it evicts some whatever the room), and a one-tile kernel goes where most is left."""
+    free = [[cap] * tiles for cap in capacity]
+    singles = []
+    for units in held:
+        if _on_one_tile(units):
+            singles.append((sum(units[0]), sum(units[1])))
+            continue
+        for u in range(2):
+            for t in range(tiles):
+                free[u][t] -= units[u][t]
+    for pcus, pmus in sorted(singles, reverse=True):
+        t = next((t for t in range(tiles) if free[0][t] >= pcus and free[1][t] >= pmus), None)
+        if t is not None:
+            free[0][t] -= pcus
+            free[1][t] -= pmus
+    pcus, pmus = max(zip(*free, strict=True))
+    return UnitBudget(chip_tiles=1, pcus_per_tile=pcus, pmus_per_tile=pmus) if min(pcus, pmus) > 0 else None

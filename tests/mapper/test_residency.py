@@ -82,6 +82,20 @@ def test_kernels_on_one_tile_stay_loaded_on_any_tile():
     assert resident_calls(SOCKET, whole) == (False,) * 5
 
 
+def test_one_tile_kernels_that_fit_together_placed_the_largest_first_all_stay_loaded():
+    # 960 PCUs on four tiles of 260: loaded as called, the 60 fills the first tile and the last
+    # 160 finds no tile, so it and the least recently called reload every step; placed the largest
+    # first (250 | 160 100 | 160 100 | 130 60) every one has a place, as a compiler placing the
+    # static step gives it
+    assert TILE_PCUS == 260
+    calls = [kernel(f"k{i}", (n,)) for i, n in enumerate((100, 250, 100, 130, 160, 60, 160))]
+    assert resident_calls(SOCKET, calls) == (True,) * 7
+    # called again after another graph took every unit, each loads once: at its first call
+    assert switch_loads(SOCKET, calls + calls) == (True,) * 7 + (False,) * 7
+    # one more of 90 PCUs (1,050 on 1,040) and they fit no way: the calls evict one another as before
+    assert not all(resident_calls(SOCKET, calls + [kernel("k7", (90,))]))
+
+
 def test_a_kernel_of_several_sections_reloads_them_at_every_call():
     two = kernel("big", (TILE_PCUS,) * 4, sections=2)
     assert resident_calls(SOCKET, [two, two]) == (False, False)
