@@ -32,7 +32,10 @@ class KVPolicy(ABC):
 
     @abstractmethod
     def cache_len(self, prompt_len: int, generated: int) -> int:
-        """Tokens held per layer for one sequence after prefill and ``generated`` decode steps."""
+        """Tokens held per layer for one sequence after prefill and ``generated`` decode steps: one
+        more per step from ``cache_len(prompt_len, 0)`` until a cap, ``min(cache_len(p, 0) + g, cap)``,
+        the one growth the serving model reads (:mod:`sn40l_sim.serving.decode_books`); an
+        experiment refuses another at the policy's entry."""
 
     @abstractmethod
     def static_cache_len(self, prompt_len: int, max_new_tokens: int) -> int:

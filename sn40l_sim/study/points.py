@@ -24,6 +24,7 @@ from sn40l_sim.kvcache.base import slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import raise_context
+from sn40l_sim.serving.decode_books import cache_bounds
 
 if TYPE_CHECKING:
     from sn40l_sim.study.experiment import Experiment
@@ -176,12 +177,23 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy) -> Non
     new = exp.spec.serving.max_new_tokens or exp.spec.shape.max_new_tokens or 0
     answers = [(f"static_cache_len({prompt}, {new})", policy.static_cache_len(prompt, new), 1)]
     answers += [(f"cache_len({prompt}, {g})", policy.cache_len(prompt, g), 0) for g in sorted({0, new})]
+    source = getattr(sys.modules.get(type(policy).__module__), "__file__", None) or type(policy).__module__
     for call, value, least in answers:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            source = getattr(sys.modules.get(type(policy).__module__), "__file__", None) or type(policy).__module__
             raise at_entry(exp, point, ("policy",), InputError(
                 f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected an integer >= {least} "
                 "(tokens per sequence and layer)"))
+    # the serving books read a sequence's cache as min(cache_len(p, 0) + g, cap) from three calls
+    # (serving/decode_books.py): any other growth (a token kept every k-th step) stopped run with
+    # a traceback from inside the serving loop, after check had said ok
+    try:
+        cache_bounds(policy.cache_len, prompt, new)
+    except ValueError:
+        raise at_entry(exp, point, ("policy",), InputError(
+            f"KV policy {policy.name!r} ({source}): cache_len({prompt}, g) is {policy.cache_len(prompt, 0)} at g = 0 "
+            f"and {policy.cache_len(prompt, new)} at g = {new}; expected one more token per generated token until a "
+            "cap, min(cache_len(p, 0) + g, cap), the one growth the serving model takes (docs/architecture.md, "
+            "\"Extending the simulator\")")) from None
 
 
 def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:

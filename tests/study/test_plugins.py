@@ -259,3 +259,18 @@ def test_check_given_the_plugin_file_itself_says_what_checks_it(capsys):
     assert main(["check", str(EXAMPLE.with_suffix(".py"))]) == 2
     assert "a Python file: check reads YAML files and request traces; a KV-policy plug-in is checked through an " \
            "experiment listing it under plugins:" in capsys.readouterr().err
+
+
+def test_a_plugin_whose_cache_grows_other_than_one_token_a_step_is_refused_at_its_entry(tmp_path, capsys):
+    # a cache keeping every 8th token: check said ok and run stopped with a ValueError traceback from
+    # the serving loop's books, which read min(cache_len(p, 0) + g, cap) from three calls
+    plugin = WINDOW.format(name="window_strided").replace(
+        "        return min(prompt_len + generated, self.window)", "        return 4000 + (prompt_len + generated) // 8")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_strided}\n")
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: {path}:11: policies[0].policy: KV policy 'window_strided' ({tmp_path.resolve()}/plug.py): "
+                       "cache_len(32768, g) is 8096 at g = 0 and 8104 at g = 64; expected one more token per generated "
+                       "token until a cap, min(cache_len(p, 0) + g, cap), the one growth the serving model takes "
+                       "(docs/architecture.md, \"Extending the simulator\") (point w)")
