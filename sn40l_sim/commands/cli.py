@@ -2,7 +2,8 @@
 
 Each command lives in its own module under :mod:`sn40l_sim.commands` with ``add_arguments(parser)``
 and ``run(args) -> int``; this file only dispatches. An :class:`~sn40l_sim.errors.InputError`
-becomes one line on stderr and exit status 2; an :class:`~sn40l_sim.errors.InvariantError` one line
+becomes one line on stderr and exit status 2, as does an exception raised in a KV-policy plug-in's
+code (:func:`~sn40l_sim.study.plugins.plugin_failure`); an :class:`~sn40l_sim.errors.InvariantError` one line
 naming the invariant and exit status 3; Ctrl-C and SIGTERM one line and exit status 130 and 143; a
 warning (e.g. an old-style hardware file) one line ``warning: ...``.
 """
@@ -120,11 +121,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"(a name of at most {_name_max()} characters)", file=sys.stderr)
             return EXIT_INPUT
         if exc.errno not in FULL_DEVICE:
-            raise
+            return _plugin_failed(exc)
         # the printed output (files are written through report/outputs.py, which names them)
         # could not be written: a full disk or pipe target, said in one line
         print(f"error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return EXIT_INPUT
+    except Exception as exc:
+        return _plugin_failed(exc)
     finally:
         warnings.formatwarning = previous
         if mapper_graph is not None:
@@ -133,6 +136,18 @@ def main(argv: list[str] | None = None) -> int:
             mapper_graph.promote_young()
             mapper_graph.PROMOTE_KEPT_OBJECTS = promoted
         gc.set_threshold(*thresholds)
+
+
+def _plugin_failed(exc: Exception) -> int:
+    """Exit status 2 with one line for an exception a KV-policy plug-in's code raised while the
+    command ran it (it is the experiment's code, as a failed import of it is); anything else is
+    raised on, a traceback of a bug in the simulator."""
+    from sn40l_sim.study.plugins import plugin_failure  # loaded only when something failed
+    message = plugin_failure(exc)
+    if message is None:
+        raise exc
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_INPUT
 
 
 def _name_max() -> int:

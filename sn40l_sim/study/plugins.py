@@ -37,6 +37,8 @@ from sn40l_sim.yamlio import Document, not_a_file
 
 #: plug-in files imported in this process, by resolved path: the digest of the text imported, the module
 _LOADED: dict[Path, tuple[str, ModuleType]] = {}
+#: the files of the dotted plug-in modules imported in this process
+_MODULE_FILES: set[str] = set()
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -131,9 +133,26 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
     return module
 
 
+def plugin_failure(exc: BaseException) -> str | None:
+    """One line for ``exc`` raised while the simulation ran a plug-in's code (a policy's
+    ``__post_init__``, ``cache_len``, ``prefill_kernels``, ...): the plug-in's innermost file and
+    line, its function and the message; None when no frame of its traceback is a plug-in's. The
+    commands print it with exit status 2, as a failure while importing the plug-in is, rather than
+    a traceback through the simulator's code."""
+    files = {str(path) for path in _LOADED} | _MODULE_FILES
+    own = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    if not own:
+        return None
+    return (f"{own[-1].filename}:{own[-1].lineno}: plug-in code raised {type(exc).__name__}: {exc} (in {own[-1].name}; "
+            "docs/architecture.md, \"Extending the simulator\")")
+
+
 def _import_module(doc: Document, field: tuple, entry: str) -> ModuleType:
     try:
-        return importlib.import_module(entry)
+        module = importlib.import_module(entry)
+        if getattr(module, "__file__", None):
+            _MODULE_FILES.add(module.__file__)
+        return module
     except ModuleNotFoundError as exc:
         if exc.name is not None and (entry == exc.name or entry.startswith(exc.name + ".")):
             raise doc.error(field, f"no module named {entry!r} on the Python path (a plug-in file is written "

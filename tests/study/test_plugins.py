@@ -274,3 +274,26 @@ def test_a_plugin_whose_cache_grows_other_than_one_token_a_step_is_refused_at_it
                        "cache_len(32768, g) is 8096 at g = 0 and 8104 at g = 64; expected one more token per generated "
                        "token until a cap, min(cache_len(p, 0) + g, cap), the one growth the serving model takes "
                        "(docs/architecture.md, \"Extending the simulator\") (point w)")
+
+
+@pytest.mark.parametrize(("method", "line"), [
+    ("    def __post_init__(self):\n        raise ValueError('window must be even')\n", 19),
+    ("    def prefill_kernels(self, model, prompt_len, tp):\n        raise ValueError('window must be even')\n", 19),
+])
+def test_a_plugin_raising_while_simulated_is_one_line_naming_its_file_and_line(tmp_path, capsys, method, line):
+    # before: a traceback through the simulator's code and exit status 1, where the same error raised
+    # while importing the plug-in was one line and exit status 2
+    plugin = WINDOW.format(name="window_raising") + method
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_raising}\n")
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {tmp_path.resolve()}/plug.py:{line}: plug-in code raised ValueError: "
+                              "window must be even (in ") and "\n" not in err
+
+
+def test_an_error_not_raised_in_a_plugin_is_not_blamed_on_one():
+    try:
+        raise RuntimeError("a bug of the simulator")
+    except RuntimeError as exc:
+        assert plugins.plugin_failure(exc) is None
