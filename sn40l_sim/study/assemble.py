@@ -173,7 +173,7 @@ class Assembly:
         """The point's KV policy; a bad one (a parameter, or a memory tier the hardware does not
         have) is an error at its policy entry."""
         policy = make_point_policy(self.experiment, point)
-        check_policy_answers(self.experiment, point, policy)
+        check_policy_answers(self.experiment, point, policy, self.model_for(point))
         tiers = self.node.socket.memory
         for param, tier in policy.memory_tiers().items():
             if tier not in tiers:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InputError, shown
 from sn40l_sim.kvcache import KVPolicy, make_policy
-from sn40l_sim.kvcache.base import slot_new_tokens
+from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import raise_context
@@ -161,7 +161,7 @@ def max_context_set(exp: Experiment) -> str | None:
     return "model_overrides.max_context" if "max_context" in exp.spec.model_overrides else None
 
 
-def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy) -> None:
+def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:
     """Refuse a policy whose lengths at the point are not token counts: a plug-in's
     (docs/architecture.md, "Extending the simulator") answers reach the graph builder and the
     memory sizing unchecked, where a slot of 0 was blamed on ``graph_options``, a negative one or a
@@ -194,6 +194,14 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy) -> Non
             f"and {policy.cache_len(prompt, new)} at g = {new}; expected one more token per generated token until a "
             "cap, min(cache_len(p, 0) + g, cap), the one growth the serving model takes (docs/architecture.md, "
             "\"Extending the simulator\")")) from None
+    # a sequence holding more rows than its footprint reserves overfilled its node's memory, which
+    # the invariant check then reported as a bug in the simulator (exit status 3)
+    rows = slot_new_tokens(new, exp.speculation.drafts, context_room(model, prompt))
+    held, reserved = policy.cache_len(prompt, rows), policy.footprint(model, prompt, rows).context_rows
+    if held > reserved:
+        raise at_entry(exp, point, ("policy",), InputError(
+            f"KV policy {policy.name!r} ({source}): cache_len({prompt}, {rows}) returned {held}, more rows than "
+            f"footprint({prompt}, {rows}) reserves ({reserved}, its slots or its store's rows); expected at most that"))
 
 
 def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSpec) -> None:

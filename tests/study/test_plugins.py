@@ -297,3 +297,16 @@ def test_an_error_not_raised_in_a_plugin_is_not_blamed_on_one():
         raise RuntimeError("a bug of the simulator")
     except RuntimeError as exc:
         assert plugins.plugin_failure(exc) is None
+
+
+def test_a_plugin_holding_more_than_its_footprint_reserves_is_refused_at_its_entry(tmp_path, capsys):
+    # a cache of the whole sequence in a 4,096-slot footprint: check said ok and run stopped at the
+    # memory_within_capacity invariant as "a bug in the simulator", exit status 3
+    plugin = WINDOW.format(name="window_overfull").replace(
+        "        return min(prompt_len + generated, self.window)", "        return prompt_len + generated")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_overfull}\n")
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {path}:11: policies[0].policy: KV policy 'window_overfull' ({tmp_path.resolve()}/plug.py): "
+        "cache_len(32768, 63) returned 32831, more rows than footprint(32768, 63) reserves (4096, its slots or its "
+        "store's rows); expected at most that (point w)")
