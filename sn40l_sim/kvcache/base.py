@@ -11,6 +11,7 @@ memory tier) is its :meth:`KVPolicy.footprint`.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -207,6 +208,17 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"register: {where} must be a dataclass of its parameters (@dataclass(frozen=True) "
                         "under @register): KVPolicy.from_params builds it from its fields")
+    # a hook misspelt (decode_kernel for decode_kernels) is a method nothing calls: a required one
+    # stopped the first run with a traceback, an optional one was silently ignored
+    hooks = [m for m in vars(KVPolicy) if not m.startswith("_") and callable(getattr(KVPolicy, m))]
+    misspelt = {m: close[0] for m, v in vars(cls).items() if callable(v) and m not in hooks
+                and (close := difflib.get_close_matches(m.lower(), hooks, n=1, cutoff=0.8))}
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if misspelt or missing:
+        said = "; ".join([f"{m} is not a KVPolicy method (did you mean {h}?)" for m, h in misspelt.items()]
+                         + [f"it does not define {', '.join(missing)}"] * bool(missing))
+        raise TypeError(f"register: {where}: {said}; the methods a policy defines are "
+                        f"{', '.join(m for m in hooks if m not in DERIVED and m != 'from_params')} (kvcache/base.py)")
     overridden = [m for m in DERIVED if getattr(cls, m) is not getattr(KVPolicy, m)]
     if overridden:
         raise TypeError(f"register: {where} overrides {', '.join(overridden)}, which the simulation never calls "

@@ -93,3 +93,23 @@ def test_overriding_a_figure_the_simulation_never_calls_is_refused(method):
     with pytest.raises(TypeError, match=f"Reader .* overrides {method}, which the simulation never calls"):
         register(Reader)
     assert "reader_for_test" not in POLICIES
+
+
+@pytest.mark.parametrize(("method", "expected"), [
+    # before: a traceback, "Can't instantiate abstract class ...", at the first point built
+    ("cache_length", "cache_length is not a KVPolicy method (did you mean cache_len?); it does not define cache_len"),
+    # before: silently ignored, the policy simulated without its decode kernels
+    ("decode_kernel", "decode_kernel is not a KVPolicy method (did you mean decode_kernels?); the methods a policy "
+                      "defines are cache_len, static_cache_len, prefill_kernels, context_prefill_kernels, "
+                      "decode_kernels, budget_tokens, memory_tiers, footprint (kvcache/base.py)"),
+])
+def test_a_misspelt_method_is_refused_naming_the_one_meant(method, expected):
+    body = {"name": "misspelt_for_test", method: lambda self, *args: [], "__doc__": "A typo.",
+            "static_cache_len": Kept.static_cache_len, "prefill_kernels": Kept.prefill_kernels}
+    if method != "cache_length":
+        body["cache_len"] = Kept.cache_len
+    Typo = dataclass(frozen=True)(type("Typo", (KVPolicy,), body))
+    with pytest.raises(TypeError) as info:
+        register(Typo)
+    assert expected in str(info.value)
+    assert "misspelt_for_test" not in POLICIES
