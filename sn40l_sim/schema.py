@@ -357,7 +357,8 @@ def _alternatives(errors: list[dict], tag_hints: dict[str, str]) -> str:
 #: None) or Input should be 'max' (got None)")
 _PLAIN_TYPES = {"string_type": "a text", "int_type": "an integer", "int_parsing": "an integer",
                 "int_from_float": "an integer", "float_type": "a number", "float_parsing": "a number",
-                "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list"}
+                "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
+                "tuple_type": "a list"}   # a YAML list read into a tuple field ("a valid tuple")
 
 
 def _explain(error: dict, tag_hints: dict[str, str] | None = None) -> str:

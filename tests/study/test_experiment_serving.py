@@ -106,6 +106,9 @@ BAD = [
      "batch_sizes"),
     ("batch: max", "batch: max\n  batch_sizes: []", "serving.batch_sizes", "at least one compiled size",
      "batch_sizes"),
+    # a single value where a list goes: pydantic's "Input should be a valid tuple", Python's word
+    ("batch: max", "batch: max\n  batch_sizes: 64", "serving.batch_sizes", "expected a list, got 64",
+     "batch_sizes"),
     ("batch: max", "batch: max\n  batch_sizes: [4, 8, 4]", "serving.batch_sizes", "4 is listed twice",
      "batch_sizes"),
     ("batch: max", "batch: max\n  prefill_lens: [1024, 1024]", "serving.prefill_lens", "1024 is listed twice",
