@@ -181,6 +181,15 @@ DERIVED = ("decode_read_tokens", "decode_write_tokens", "bytes_per_sequence", "d
 MAX_TOKENS = 2**31 - 1
 
 
+#: the prefix of the generated module names of plug-in files (study/plugins.py), which name no file
+PLUGIN_MODULES = "sn40l_sim_plugin_"
+
+
+def _class_file(cls: type) -> str:
+    """``Class (its file)``: a plug-in file's module has a generated name, so its file is shown."""
+    return f"{cls.__qualname__} ({getattr(sys.modules.get(cls.__module__), '__file__', None) or cls.__module__})"
+
+
 def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     """Class decorator adding a policy to :data:`POLICIES` under ``cls.name``.
 
@@ -199,8 +208,7 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     """
     if not (isinstance(cls, type) and issubclass(cls, KVPolicy)):
         raise TypeError(f"register: {cls!r} is not a subclass of sn40l_sim.kvcache.KVPolicy")
-    # a plug-in file's module has a generated name: show its file instead
-    where = f"{cls.__qualname__} ({getattr(sys.modules.get(cls.__module__), '__file__', None) or cls.__module__})"
+    where = _class_file(cls)
     name = cls.__dict__.get("name")
     if not isinstance(name, str) or not name.strip() or name != name.strip():
         raise TypeError(f"register: {where} must set its own class attribute name (a non-empty text without "
@@ -228,7 +236,8 @@ def register(cls: type[KVPolicy]) -> type[KVPolicy]:
     held = POLICIES.get(name)
     if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
         raise TypeError(f"register: KV policy name {name!r} of {where} is already registered by "
-                        f"{held.__qualname__} ({held.__module__}); choose another name")
+                        f"{_class_file(held) if held.__module__.startswith(PLUGIN_MODULES) else f'{held.__qualname__} ({held.__module__})'}; "
+                        "choose another name")
     POLICIES[name] = cls
     return cls
 

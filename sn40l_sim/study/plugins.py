@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
+from sn40l_sim.kvcache.base import PLUGIN_MODULES
 from sn40l_sim.yamlio import Document, not_a_file
 
 #: plug-in files imported in this process, by resolved path: the digest of the text imported, the module
@@ -110,7 +111,7 @@ def _import_file(doc: Document, field: tuple, entry: str, path: Path) -> ModuleT
     digest = hashlib.sha256(source).hexdigest()
     if path in _LOADED and _LOADED[path][0] == digest:
         return _LOADED[path][1]
-    name = f"sn40l_sim_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{_digest(path)}"
+    name = f"{PLUGIN_MODULES}{re.sub(r'[^A-Za-z0-9_]', '_', path.stem)}_{_digest(path)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise doc.error(field, f"plug-in file {entry!r} cannot be imported as a Python module")

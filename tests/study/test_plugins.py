@@ -310,3 +310,11 @@ def test_a_plugin_holding_more_than_its_footprint_reserves_is_refused_at_its_ent
         f"error: {path}:11: policies[0].policy: KV policy 'window_overfull' ({tmp_path.resolve()}/plug.py): "
         "cache_len(32768, 63) returned 32831, more rows than footprint(32768, 63) reserves (4096, its slots or its "
         "store's rows); expected at most that (point w)")
+
+
+def test_two_plugin_files_taking_one_name_are_named_by_their_files(tmp_path):
+    # before: the first was named by its generated module, sn40l_sim_plugin_plug_<digest>
+    (tmp_path / "copy.py").write_text(WINDOW.format(name="window_twin"))
+    path = write(tmp_path, WINDOW.format(name="window_twin"), "plug.py, copy.py", "  - {name: w, policy: window_twin}\n")
+    dir_ = tmp_path.resolve()
+    assert f"is already registered by Window ({dir_}/plug.py); choose another name" in error_of(path)
