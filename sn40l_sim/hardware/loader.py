@@ -129,14 +129,14 @@ def warn_tier_order(socket: SocketSpec, doc: Document) -> None:
         rate = figures.memory_bytes_per_s(socket, tier)
         slower = [t for t in tiers[:i] if figures.memory_bytes_per_s(socket, t) < rate]
         if slower:
-            file, line = doc.where(("memory", tier))
+            (file, line), before = doc.where(("memory", tier)), slower[0]
             where = f"{file}:{line}" if line is not None else file
-            before = slower[0]
             warnings.warn(f"{where}: memory.{tier}: listed after {before}, a slower tier "
                           f"({_rate_text(rate)} against {_rate_text(figures.memory_bytes_per_s(socket, before))} a "
                           f"socket): {TIER_ORDER_WARNING}, so weights, KV and activations fill "
-                          f"{before} first; list the tiers fastest first, or order them per experiment with "
-                          "memory.order", stacklevel=2)
+                          f"{before} first; list the tiers fastest first (a tier an overlay adds goes after its "
+                          "base's wherever it is written: write a whole socket file), or order them per experiment "
+                          "with memory.order", stacklevel=2)
             return
 
 

@@ -266,6 +266,17 @@ def test_a_file_listing_a_slower_tier_first_is_warned_of_at_the_faster_tier(tmp_
     assert "memory.order" in message
 
 
+def test_a_faster_tier_an_overlay_adds_is_told_it_goes_after_the_bases(tmp_path):
+    # the overlay wrote its tier first and was told to "list the tiers fastest first", which it had
+    path = tmp_path / "fast_first.yaml"
+    path.write_text(f"base: {HW / 'sn40l.yaml'}\nname: X\nstated: null\nmemory:\n  fast: {{units_per_die: 1, "
+                    "capacity_bytes_per_unit: 8 GiB, bytes_per_s_per_unit: 4 TB/s, latency_s: 50 ns, efficiency: 0.9, "
+                    "reserved_bytes: 0}\n")
+    with pytest.warns(UserWarning, match="a tier an overlay adds goes after its base's wherever it is written: write "
+                                         "a whole socket file"):
+        assert list(load_hardware(path).socket.memory) == ["hbm", "ddr", "fast"]
+
+
 def test_shipped_files_and_overrides_that_slow_a_tier_do_not_warn(recwarn):
     for path in HW.glob("*.yaml"):
         load_hardware(path)
