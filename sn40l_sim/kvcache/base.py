@@ -128,6 +128,11 @@ class KVPolicy(ABC):
                             else f"one of {', '.join(names[:-1])} or {names[-1]}")
                 raise InputError(f"unknown parameter of KV policy {cls.name!r}; expected {expected}",
                                  field=str(key))
+        # a plug-in's field without a default stopped with a TypeError traceback when left out
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.init and f.name not in params and f.default is f.default_factory is dataclasses.MISSING:
+                raise InputError(f"required parameter of KV policy {cls.name!r} is missing (its class gives it no default)",
+                                 field=f.name)
         return cls(**params)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InputError, shown
-from sn40l_sim.kvcache import KVPolicy, make_policy
+from sn40l_sim.kvcache import KVFootprint, KVPolicy, make_policy
 from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.models.loader import with_overrides as model_with_overrides
 from sn40l_sim.models.spec import ModelSpec
@@ -183,6 +183,17 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy, model:
             raise at_entry(exp, point, ("policy",), InputError(
                 f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected an integer >= {least} "
                 "(tokens per sequence and layer)"))
+    # the other answers, used unchecked: a footprint, budget or tiers of another type stopped with a traceback
+    rows = slot_new_tokens(new, exp.speculation.drafts, context_room(model, prompt))
+    footprint, budget, tiers = policy.footprint(model, prompt, rows), policy.budget_tokens(), policy.memory_tiers()
+    for call, value, fits, expected in (
+            (f"footprint({prompt}, {rows})", footprint, isinstance(footprint, KVFootprint), "a KVFootprint (sn40l_sim.kvcache)"),
+            ("budget_tokens()", budget, budget is None or (type(budget) is int and budget >= 1), "an integer >= 1 or None"),
+            ("memory_tiers()", tiers, isinstance(tiers, dict) and all(type(k) is str and type(v) is str for k, v in tiers.items()),
+             "a mapping of parameter name to memory tier name")):
+        if not fits:
+            raise at_entry(exp, point, ("policy",), InputError(
+                f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected {expected}"))
     # the serving books read a sequence's cache as min(cache_len(p, 0) + g, cap) from three calls
     # (serving/decode_books.py): any other growth (a token kept every k-th step) stopped run with
     # a traceback from inside the serving loop, after check had said ok
@@ -196,8 +207,7 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy, model:
             "\"Extending the simulator\")")) from None
     # a sequence holding more rows than its footprint reserves overfilled its node's memory, which
     # the invariant check then reported as a bug in the simulator (exit status 3)
-    rows = slot_new_tokens(new, exp.speculation.drafts, context_room(model, prompt))
-    held, reserved = policy.cache_len(prompt, rows), policy.footprint(model, prompt, rows).context_rows
+    held, reserved = policy.cache_len(prompt, rows), footprint.context_rows
     if held > reserved:
         raise at_entry(exp, point, ("policy",), InputError(
             f"KV policy {policy.name!r} ({source}): cache_len({prompt}, {rows}) returned {held}, more rows than "

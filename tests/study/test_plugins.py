@@ -318,3 +318,31 @@ def test_two_plugin_files_taking_one_name_are_named_by_their_files(tmp_path):
     path = write(tmp_path, WINDOW.format(name="window_twin"), "plug.py, copy.py", "  - {name: w, policy: window_twin}\n")
     dir_ = tmp_path.resolve()
     assert f"is already registered by Window ({dir_}/plug.py); choose another name" in error_of(path)
+
+
+@pytest.mark.parametrize(("method", "expected"), [
+    # before: each stopped check with a traceback (AttributeError, TypeError) through the simulator
+    ("    def footprint(self, model, prompt_len, max_new_tokens):\n        return 4096\n",
+     "footprint(32768, 63) returned 4096; expected a KVFootprint (sn40l_sim.kvcache)"),
+    ("    def budget_tokens(self):\n        return 'lots'\n", "budget_tokens() returned 'lots'; expected an integer >= 1 or None"),
+    ("    def memory_tiers(self):\n        return ['ddr']\n",
+     "memory_tiers() returned ['ddr']; expected a mapping of parameter name to memory tier name"),
+])
+def test_a_plugin_answering_with_another_type_is_refused_at_its_entry(tmp_path, capsys, method, expected):
+    plugin = WINDOW.format(name="window_typed").replace("    def footprint(self, model, prompt_len, max_new_tokens):\n"
+                                                        "        return KVFootprint(", "    def _unused(self):\n"
+                                                        "        return KVFootprint(") + method
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_typed}\n")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {path}:11: policies[0].policy: KV policy 'window_typed' ({tmp_path.resolve()}/plug.py): {expected} (point w)"
+
+
+def test_a_plugin_parameter_without_a_default_left_out_is_refused_at_its_entry(tmp_path):
+    # before: TypeError: Window.__init__() missing 1 required positional argument, a traceback
+    plugin = WINDOW.format(name="window_required").replace("window: int = 4096", "window: int")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_required}\n")
+    with pytest.raises(InputError) as info:
+        simulate_experiment(path, serve=False)
+    assert str(info.value) == (f"{path}:11: policies[0].params.window: required parameter of KV policy "
+                               "'window_required' is missing (its class gives it no default) (point w)")
