@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         # could not be written: a full disk or pipe target, said in one line
         print(f"error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return EXIT_INPUT
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:   # a plug-in's sys.exit(0) ended run with status 0 and no word
         return _plugin_failed(exc)
     finally:
         warnings.formatwarning = previous
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.set_threshold(*thresholds)
 
 
-def _plugin_failed(exc: Exception) -> int:
+def _plugin_failed(exc: BaseException) -> int:
     """Exit status 2 with one line for an exception a KV-policy plug-in's code raised while the
     command ran it (it is the experiment's code, as a failed import of it is); anything else is
     raised on, a traceback of a bug in the simulator."""

@@ -276,11 +276,14 @@ def test_a_plugin_whose_cache_grows_other_than_one_token_a_step_is_refused_at_it
                        "(docs/architecture.md, \"Extending the simulator\") (point w)")
 
 
-@pytest.mark.parametrize(("method", "line"), [
-    ("    def __post_init__(self):\n        raise ValueError('window must be even')\n", 19),
-    ("    def prefill_kernels(self, model, prompt_len, tp):\n        raise ValueError('window must be even')\n", 19),
+@pytest.mark.parametrize(("method", "raised"), [
+    ("    def __post_init__(self):\n        raise ValueError('window must be even')\n", "ValueError: window must be even"),
+    ("    def prefill_kernels(self, model, prompt_len, tp):\n        raise ValueError('window must be even')\n",
+     "ValueError: window must be even"),
+    # before: run ended with exit status 0 and no word
+    ("    def __post_init__(self):\n        import sys; sys.exit(0)\n", "SystemExit: 0"),
 ])
-def test_a_plugin_raising_while_simulated_is_one_line_naming_its_file_and_line(tmp_path, capsys, method, line):
+def test_a_plugin_raising_while_simulated_is_one_line_naming_its_file_and_line(tmp_path, capsys, method, raised):
     # before: a traceback through the simulator's code and exit status 1, where the same error raised
     # while importing the plug-in was one line and exit status 2
     plugin = WINDOW.format(name="window_raising") + method
@@ -288,8 +291,7 @@ def test_a_plugin_raising_while_simulated_is_one_line_naming_its_file_and_line(t
     for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]):
         assert main(command) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith(f"error: {tmp_path.resolve()}/plug.py:{line}: plug-in code raised ValueError: "
-                              "window must be even (in ") and "\n" not in err
+        assert err.startswith(f"error: {tmp_path.resolve()}/plug.py:19: plug-in code raised {raised} (in ") and "\n" not in err
 
 
 def test_an_error_not_raised_in_a_plugin_is_not_blamed_on_one():
