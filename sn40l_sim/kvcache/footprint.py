@@ -29,6 +29,7 @@ Examples
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from sn40l_sim.ir import ParallelPlan
@@ -57,6 +58,16 @@ class KVFootprint:
     state_bytes: int = 0
     store_rows: int = 0
     store_tier: str | None = None
+
+    def __post_init__(self) -> None:
+        # a plug-in's footprint was used unchecked: negative state bytes were taken off the KV memory
+        # without a word, and a fractional slot count was blamed on cache_len at line 1 of the experiment
+        for name, least in (("slots", 1), ("state_bytes", 0), ("store_rows", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"KVFootprint.{name}: expected an integer >= {least}, got {value!r}")
+        if self.store_tier is not None and not isinstance(self.store_tier, str):
+            raise ValueError(f"KVFootprint.store_tier: expected a memory tier's name or None, got {self.store_tier!r}")
 
     @property
     def context_rows(self) -> int:

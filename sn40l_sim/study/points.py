@@ -194,6 +194,10 @@ def check_policy_answers(exp: Experiment, point: Point, policy: KVPolicy, model:
         if not fits:
             raise at_entry(exp, point, ("policy",), InputError(
                 f"KV policy {policy.name!r} ({source}): {call} returned {value!r}; expected {expected}"))
+    if footprint.store_tier not in (None, *tiers.values()):   # memory_tiers' are checked against the hardware
+        raise at_entry(exp, point, ("policy",), InputError(
+            f"KV policy {policy.name!r} ({source}): footprint({prompt}, {rows}) keeps its store in {footprint.store_tier!r}, "
+            f"which memory_tiers() ({tiers!r}) does not name; expected memory_tiers() to map the parameter choosing it to it"))
     # the serving books read a sequence's cache as min(cache_len(p, 0) + g, cap) from three calls
     # (serving/decode_books.py): any other growth (a token kept every k-th step) stopped run with
     # a traceback from inside the serving loop, after check had said ok

@@ -348,3 +348,20 @@ def test_a_plugin_parameter_without_a_default_left_out_is_refused_at_its_entry(t
         simulate_experiment(path, serve=False)
     assert str(info.value) == (f"{path}:11: policies[0].params.window: required parameter of KV policy "
                                "'window_required' is missing (its class gives it no default) (point w)")
+
+
+@pytest.mark.parametrize(("footprint", "expected"), [
+    # before: -100 bytes of state a slot were taken off the KV memory and the run ended with exit status 0
+    ("KVFootprint(slots=4096, state_bytes=-100)",
+     "{dir}/plug.py:17: plug-in code raised ValueError: KVFootprint.state_bytes: expected an integer >= 0, got -100"),
+    # before: a traceback, "socket 'SN40L' has no memory tier 'cxl' for the KV store", from the memory sizing
+    ("KVFootprint(slots=4096, store_rows=40000, store_tier='cxl')",
+     "{path}:11: policies[0].policy: KV policy 'window_fp' ({dir}/plug.py): footprint(32768, 63) keeps its store in "
+     "'cxl', which memory_tiers() ({{}}) does not name"),
+])
+def test_a_plugins_footprint_is_checked(tmp_path, capsys, footprint, expected):
+    plugin = WINDOW.format(name="window_fp").replace(
+        "KVFootprint(slots=self.window, state_bytes=self.window * self.state_bytes_per_slot)", footprint)
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_fp}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]) == 2
+    assert expected.format(dir=tmp_path.resolve(), path=path) in capsys.readouterr().err
