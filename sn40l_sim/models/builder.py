@@ -47,12 +47,13 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import numbers
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, get_args
 
 from sn40l_sim.errors import InputError, shown
-from sn40l_sim.ir import Collective, FusedKernel, KernelGraph, ParallelPlan, Shape
+from sn40l_sim.ir import DTYPE_BITS, Collective, FusedKernel, KernelGraph, OpKind, ParallelPlan, Shape
 from sn40l_sim.models.activations import with_activations
 from sn40l_sim.models.context import Ctx, Step
 from sn40l_sim.models.families.base import OperatorFormula, SizeFormula
@@ -278,6 +279,18 @@ def check_policy_kernels(policy: str, hook: str, kernels: Any, phase: str, socke
         if k.shards != sockets:
             raise InputError(f"KV policy {policy!r}: {hook} returned kernel {k.name!r} on {k.shards} sockets "
                              f"(shards); the {phase} graph runs every kernel on its plan's {sockets}", field="policy")
+        # an operator's counts reach the mapper unchecked: a negative one stopped with a traceback
+        # deep in it, an unknown dtype was costed as bf16 and an unknown kind as nothing, silently
+        for op in k.operators:
+            bad = [f"{f.name}={getattr(op, f.name)!r}" for f in fields(op) if f.type == "int"
+                   and (isinstance(getattr(op, f.name), bool) or not isinstance(getattr(op, f.name), numbers.Integral)
+                        or getattr(op, f.name) < 0)]
+            bad += [f"kind={op.kind!r}"] * (op.kind not in get_args(OpKind)) + [f"dtype={op.dtype!r}"] * (op.dtype not in DTYPE_BITS)
+            if bad:
+                raise InputError(f"KV policy {policy!r}: {hook} returned kernel {k.name!r} whose operator {op.name!r} has "
+                                 f"{', '.join(bad)}; expected counts and bytes that are integers >= 0, a kind of "
+                                 f"{', '.join(get_args(OpKind))} and a dtype of {', '.join(DTYPE_BITS)} (sn40l_sim.ir)",
+                                 field="policy")
 
 
 def check_graph_options(options: dict[str, Any]) -> dict[str, Any]:

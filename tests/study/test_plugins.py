@@ -196,7 +196,8 @@ class Kern(KVPolicy):
     def prefill_kernels(self, model, prompt_len, tp):
         return []
     def decode_kernels(self, model, shape, plan):
-        op = Operator("score", "reduction", elements=shape.batch * 4096, dtype="fp32")
+        op = Operator("score", "reduction", elements=shape.batch * 4096 * (-1 if self.mode == "negative" else 1),
+                      dtype="fp99" if self.mode == "dtype" else "fp32")
         phase, shards = ("prefill" if self.mode == "phase" else "decode"), (3 if self.mode == "shards" else plan.sockets)
         kernel = FusedKernel(name="k", kind="k", phase=phase, operators=(op,), shards=shards)
         return {"none": None, "operator": [op]}.get(self.mode, [kernel])
@@ -210,6 +211,11 @@ class Kern(KVPolicy):
     # before: timed with a 3-socket barrier on an 8-socket plan, a silently different step
     ("shards", "decode_kernels returned kernel 'k' on 3 sockets (shards); the decode graph runs every kernel on "
                "its plan's 8"),
+    # before: a traceback from the mapper ("operator 'score' has negative elements"), and an unknown
+    # dtype costed as bf16 without a word
+    ("negative", "decode_kernels returned kernel 'k' whose operator 'score' has elements=-4096; expected counts and "
+                 "bytes that are integers >= 0"),
+    ("dtype", "decode_kernels returned kernel 'k' whose operator 'score' has dtype='fp99'"),
 ])
 def test_a_plugins_kernels_that_do_not_fit_the_graph_are_refused_at_its_entry(tmp_path, capsys, mode, expected):
     path = write(tmp_path, KERNELS, "plug.py", f"  - {{name: k, policy: kern, params: {{mode: {mode}}}}}\n")
