@@ -4,6 +4,7 @@ plug-in can be wrong is one line at ``plugins[i]`` naming the plug-in's file and
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -371,3 +372,16 @@ def test_a_plugins_footprint_is_checked(tmp_path, capsys, footprint, expected):
     path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_fp}\n")
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--no-plot", "--quiet"]) == 2
     assert expected.format(dir=tmp_path.resolve(), path=path) in capsys.readouterr().err
+
+
+def test_a_plugin_raising_in_a_sweeps_run_is_named_not_an_internal_error(tmp_path):
+    # before: "internal error RuntimeError: too many", the words of a bug in the simulator
+    plugin = WINDOW.format(name="window_late") + ("    def decode_kernels(self, model, shape, plan):\n"
+                                                  "        if shape.batch > 64:\n"
+                                                  "            raise RuntimeError('too many')\n        return []\n")
+    path = write(tmp_path, plugin, "plug.py", "  - {name: w, policy: window_late}\n")
+    path.write_text(path.read_text() + "sweep:\n  mode: grid\n  axes:\n    policies.0.params.window: [4096, 8192]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--quiet", "--jobs", "1"]) == 1
+    errors = {f["error"] for f in json.loads((tmp_path / "out" / "failures.json").read_text())}
+    assert errors == {f"{tmp_path.resolve()}/plug.py:20: plug-in code raised RuntimeError: too many (in decode_kernels; "
+                      "docs/architecture.md, \"Extending the simulator\")"}

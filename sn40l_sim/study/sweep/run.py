@@ -26,6 +26,7 @@ from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.results import write_results
+from sn40l_sim.study.plugins import plugin_failure
 from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.executors import SchedulerLost, open_executor, usable_jobs
@@ -212,7 +213,10 @@ def _task(run: SweepRun) -> TaskResult:
         except InvariantError as exc:   # a bug: the sweep stops (exit status 3) and the run is not stored
             outcome, keep = Outcome(None, exc.detail, False, exc.invariant), False
         except Exception as exc:  # noqa: BLE001 - a bug at one point must not lose the others
-            outcome, keep = Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False
+            # a plug-in's own failure is the experiment's bad input, named at its line, not "internal error"
+            plugin = plugin_failure(exc)
+            outcome, keep = (Outcome(None, plugin, False), True) if plugin else \
+                (Outcome(None, f"internal error {type(exc).__name__}: {exc}", False), False)
     said = list(dict.fromkeys((w.category, str(w.message)) for w in caught))
     return outcome, keep, _identity(), said
 
