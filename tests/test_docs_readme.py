@@ -1,7 +1,8 @@
 """README.md's figures of the main experiment are the simulator's, so the first numbers a reader
 meets cannot go stale: "What it shows" quotes `run experiments/deepseek_tp16.yaml` (the batches,
 steps, reported tokens/s and the prefill's cost), the table of where the full-cache step goes
-(`decode_step_breakdown_s`), and the same run with twice the HBM bandwidth per module."""
+(`decode_step_breakdown_s`), and the same run with twice the HBM bandwidth per module; and
+max_rate's decode steps and the rates its slots sustain."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -117,3 +118,18 @@ def test_twice_the_hbm_bandwidth(loaded, main):
     assert (f"the 128K prefill by {fall:.0%} ({full['prefill_s']:.2f} to {fast_full['prefill_s']:.2f} s)"
             in quoted)
     assert fast_full["decode_step_s"] < full["decode_step_s"] and fast_snap["decode_step_s"] < snap["decode_step_s"]
+
+
+def test_max_rates_steps_and_steady_state_rates(loaded):
+    # "Serving a production trace" quotes max_rate's decode steps and the rate its slots sustain
+    # (every slot held for 1,024 steps and the KV transfer); both move with the decode physics
+    full, snap = _by_name(loaded.records(REPO / "experiments" / "max_rate.yaml", serve=False))
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Serving a production trace")
+    quoted = " ".join(text[start:text.index("\n## ", start + 1)].split())
+
+    def sustained(r: dict) -> float:
+        return r["max_batch"] / (1024 * r["decode_step_s"] + r["kv_transfer_s"])
+
+    assert (f"1,024 steps of {full['decode_step_s'] * 1e3:.1f} or {snap['decode_step_s'] * 1e3:.1f} ms, "
+            f"a steady state of {sustained(full):.2f} and {sustained(snap):.2f} requests/s") in quoted
