@@ -8,9 +8,11 @@ Run from the repository root::
 The serve: DeepSeek-R1 with SnapStream on 16-socket nodes, eight prefill nodes and four decode
 nodes of 1,024 slots (4,096 sequences decoding at once when the slots are full), 4,096 requests
 of 32K-token prompts and 1,024 output tokens arriving as a Poisson stream at 24 per second (about
-what the prefill nodes take: the slots fill and stay full). The step costs are those of the
-``azure_conv`` experiment's DeepSeek-R1 SnapStream point (decode step 95.3 ms at batch 1,024,
-prefill 0.25 s; ``python -m sn40l_sim run experiments/azure_conv.yaml``), the KV transfer 20 ms.
+what the prefill nodes take: the slots fill and stay full). The step costs are fixed, so that the
+figure measures the loop and not the step model: those of the ``azure_conv`` experiment's
+DeepSeek-R1 SnapStream point when this benchmark was written (decode step 95.3 ms at batch 1,024,
+prefill 0.25 s; 100.2 ms and 0.28 s at the commit that last checked them,
+``python -m sn40l_sim run experiments/azure_conv.yaml``), the KV transfer 20 ms.
 The figure is given without speculative decoding and with two drafts at 80% acceptance (the
 ``deepseek_tp16`` experiment's setting). ``--reference`` also times the step-by-step loop
 (``simulate(..., stepwise=True)``: each decode step walks every sequence), as the loop
