@@ -2,9 +2,13 @@
 meets cannot go stale: "What it shows" quotes `run experiments/deepseek_tp16.yaml` (the batches,
 steps, reported tokens/s and the prefill's cost), the table of where the full-cache step goes
 (`decode_step_breakdown_s`), and the same run with twice the HBM bandwidth per module; and
-max_rate's decode steps and the rates its slots sustain."""
+max_rate's decode steps and the rates its slots sustain; and the step benchmark's SimPy events."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,17 @@ def test_max_rates_steps_and_steady_state_rates(loaded):
 
     assert (f"1,024 steps of {full['decode_step_s'] * 1e3:.1f} or {snap['decode_step_s'] * 1e3:.1f} ms, "
             f"a steady state of {sustained(full):.2f} and {sustained(snap):.2f} requests/s") in quoted
+
+
+def test_the_step_benchmarks_simpy_events():
+    # README's speed table and docs/architecture.md ("Speed") quote the SimPy events of
+    # benchmarks/bench_step.py's first case, a count that does not depend on the machine
+    env = dict(os.environ, PYTHONPATH=str(REPO), SN40L_SIM_CACHE="off")
+    out = subprocess.run([sys.executable, "benchmarks/bench_step.py", "--case", "0"], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=True)
+    events = json.loads(out.stdout.strip().splitlines()[-1])["events"]
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"step decode batch 16, kv 131072, full, SimPy events {events} - -" in readme
+    assert f"SimPy events, 950 then and {events} now" in readme
+    architecture = " ".join((REPO / "docs" / "architecture.md").read_text(encoding="utf-8").split())
+    assert f"({events} today at batch 16 and a 128K cache" in architecture
