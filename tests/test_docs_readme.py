@@ -2,7 +2,8 @@
 meets cannot go stale: "What it shows" quotes `run experiments/deepseek_tp16.yaml` (the batches,
 steps, reported tokens/s and the prefill's cost), the table of where the full-cache step goes
 (`decode_step_breakdown_s`), and the same run with twice the HBM bandwidth per module; and
-max_rate's decode steps and the rates its slots sustain; and the step benchmark's SimPy events."""
+max_rate's decode steps and the rates its slots sustain; and the counts of the speed table that do not
+depend on the machine (the step benchmark's SimPy events, the build benchmark's graphs)."""
 from __future__ import annotations
 
 import json
@@ -151,3 +152,15 @@ def test_the_step_benchmarks_simpy_events():
     assert f"SimPy events, 950 then and {events} now" in readme
     architecture = " ".join((REPO / "docs" / "architecture.md").read_text(encoding="utf-8").split())
     assert f"({events} today at batch 16 and a 128K cache" in architecture
+
+
+def test_the_build_benchmarks_graph_counts():
+    # the speed table's graphs built and mapped (benchmarks/bench_build.py, disk cache off)
+    env = dict(os.environ, PYTHONPATH=str(REPO), SN40L_SIM_CACHE="off")
+    out = subprocess.run([sys.executable, "benchmarks/bench_build.py", "--profile", str(MAIN)], cwd=REPO, env=env,
+                         capture_output=True, text=True, check=True)
+    calls = json.loads(out.stdout.strip().splitlines()[-1])["calls"]
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert f"main experiment, {calls['build']} graphs built, CPU s" in readme
+    assert f"main experiment, {calls['map']} graphs mapped (cold), CPU s" in readme
+    assert f"graphs mapped, 4 then and {calls['map']} now" in readme
