@@ -47,10 +47,18 @@ def one_line(capsys, status: int, argv: list[str]) -> str:
     return err
 
 
+def instead_of_simulating(monkeypatch: pytest.MonkeyPatch, stand_in) -> None:
+    """Replace simulate_assembly for ``run`` and for ``sweep``'s workers. The sweep module binds its
+    own name at import: patched on the runner alone while a command imported it first, it kept the
+    stand-in for the rest of the process, and a later test's sweep got None for every run."""
+    monkeypatch.setattr("sn40l_sim.study.sweep.run.simulate_assembly", stand_in)
+    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", stand_in)
+
+
 def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path, capsys, monkeypatch):
     path = experiment(tmp_path)
     simulated = []
-    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", lambda *a, **k: simulated.append(1))
+    instead_of_simulating(monkeypatch, lambda *a, **k: simulated.append(1))
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert "--out: " in one_line(capsys, 2, ["run", str(path), "--out", str(afile), "--quiet"])
@@ -82,7 +90,7 @@ def test_out_at_the_file_system_root_or_in_the_package_is_refused_before_simulat
         outputs.check_file("/trace.json", "--trace")
     path = experiment(tmp_path)
     simulated = []
-    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", lambda *a, **k: simulated.append(1))
+    instead_of_simulating(monkeypatch, lambda *a, **k: simulated.append(1))
     before = sorted(p.name for p in package.iterdir())
     inside = package / "report" / f"out_{tmp_path.name}"   # a name of this test's own, removed if made
     try:
@@ -221,7 +229,7 @@ def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
         time.sleep(30)
 
-    monkeypatch.setattr("sn40l_sim.study.runner.simulate_assembly", slow)
+    instead_of_simulating(monkeypatch, slow)
     start = time.perf_counter()
     assert one_line(capsys, 143, ["run", str(path), "--out", str(out), "--quiet"]).startswith("terminated (SIGTERM)")
     assert time.perf_counter() - start < 10
