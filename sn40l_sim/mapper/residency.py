@@ -154,26 +154,44 @@ def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tupl
 
 
 def _packed(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tuple[int, int], tiles: int) -> bool:
-    """Whether every kernel of one section among ``calls`` fits on the tiles together: those on
-    several tiles where the mapper put them, those on one tile first fit, the largest first."""
-    kinds = {kind: f for kind, f, one_section in calls if one_section and (any(f[0]) or any(f[1]))}
+    """Whether every kernel of one section among ``calls`` fits on the tiles together, placed as
+    :func:`packed_largest_first` places them (none of several sections: they reload anyway)."""
     if any(not one_section for _, f, one_section in calls if any(f[0]) or any(f[1])):
         return False
-    loaded: list[Footprint] = []
+    kinds = {kind: f for kind, f, _ in calls}
+    free, left_out = packed_largest_first(list(kinds.values()), capacity, tiles)
+    return not left_out and min(min(per_tile) for per_tile in free) >= 0
+
+
+def packed_largest_first(footprints: list[Footprint], capacity: tuple[int, int], tiles: int,
+                         ) -> tuple[list[list[int]], int]:
+    """Free PCUs and PMUs per tile (negative where too many) once ``footprints`` are placed as a
+    compiler places a static step's configurations: those on several tiles where the mapper put
+    them, those on one tile first fit, the largest first; and how many of those fit on no tile
+    (left out).
+
+    >>> packed_largest_first([((100, 0), (10, 0)), ((0, 200), (0, 5)), ((150, 0), (1, 0))], (260, 260), 2)
+    ([[60, 10], [255, 249]], 0)
+    """
+    free = [[cap] * tiles for cap in capacity]
     singles = []
-    for f in kinds.values():
-        if len(_placements(f, tiles)) > 1:
-            singles.append(f)
-        elif _fits(loaded, f, capacity):
-            loaded.append(f)
-        else:
-            return False
-    for f in sorted(singles, key=lambda f: (-sum(f[0]), -sum(f[1]))):
-        spot = next((g for g in _placements(f, tiles) if _fits(loaded, g, capacity)), None)
-        if spot is None:
-            return False
-        loaded.append(spot)
-    return True
+    for f in footprints:
+        used = [t for t in range(len(f[0])) if f[0][t] or f[1][t]]
+        if len(used) == 1:
+            singles.append((f[0][used[0]], f[1][used[0]]))
+            continue
+        for unit in range(2):
+            for t, n in enumerate(f[unit]):
+                free[unit][t] -= n
+    left_out = 0
+    for pcus, pmus in sorted(singles, reverse=True):
+        t = next((t for t in range(tiles) if free[0][t] >= pcus and free[1][t] >= pmus), None)
+        if t is None:
+            left_out += 1
+            continue
+        free[0][t] -= pcus
+        free[1][t] -= pmus
+    return free, left_out
 
 
 def _placements(footprint: Footprint, tiles: int) -> list[Footprint]:

@@ -40,6 +40,7 @@ from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.residency import packed_largest_first
 
 #: shares of its first mapping's units per tile a kernel called once holds while the others are
 #: mapped again, besides all of them (the greedy placement)
@@ -156,22 +157,9 @@ def _room_on_one_tile(held: list[Units], capacity: tuple[int, int], tiles: int) 
 
     A footprint is a tile index's units, and a one-tile kernel's names the first tile, where the
     rooms of every tile stack them all; but it is loaded on any tile where it fits
-    (:mod:`.residency`). So those on several tiles take what they name, those on one tile are
-    packed first fit, the largest first (one that fits on no tile beside the others is left out:
-    it evicts some whatever the room), and a one-tile kernel goes where most is left."""
-    free = [[cap] * tiles for cap in capacity]
-    singles = []
-    for units in held:
-        if _on_one_tile(units):
-            singles.append((sum(units[0]), sum(units[1])))
-            continue
-        for u in range(2):
-            for t in range(tiles):
-                free[u][t] -= units[u][t]
-    for pcus, pmus in sorted(singles, reverse=True):
-        t = next((t for t in range(tiles) if free[0][t] >= pcus and free[1][t] >= pmus), None)
-        if t is not None:
-            free[0][t] -= pcus
-            free[1][t] -= pmus
+    (:mod:`.residency`). So they are packed as the residency replay packs them
+    (:func:`~.residency.packed_largest_first`; one that fits on no tile beside the others is left
+    out: it evicts some whatever the room), and a one-tile kernel goes where most is left."""
+    free, _ = packed_largest_first(held, capacity, tiles)
     pcus, pmus = max(zip(*free, strict=True))
     return UnitBudget(chip_tiles=1, pcus_per_tile=pcus, pmus_per_tile=pmus) if min(pcus, pmus) > 0 else None
