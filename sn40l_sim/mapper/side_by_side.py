@@ -19,7 +19,11 @@ which leaves the kernels called many times (whose calls each gain what their roo
 and are then mapped in what those leave, the longest first, each within what the ones after it
 hold. The kernels called many times hold all their first mapping's units as in the greedy
 placement: shrinking them moved a prefill whose four layer kernels share the tiles from one split
-to another with the configuration rate, both ways (docs/validation.md).
+to another with the configuration rate, both ways (docs/validation.md). Each of those is tried again
+with the longest kernel's first mapping made on every tile when it was made on one
+(:func:`_spread_longest`): a lone call's choice of one tile or all, made paying its configuration,
+can flip from one batch to the next, and the kernels beside it then take whole tiles or leave it
+room on each.
 
 Examples
 --------
@@ -76,9 +80,13 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
                       _room(socket, {k: u for k, u in first.items() if k != kinds[0]}, once, share)]
     best, best_cycles = kernels, sum(pk.call_cycles for pk in kernels)
     placements: set[tuple[Units, ...]] = set()
-    tried = [(share, packed) for share in shares for packed in (False, True)]
-    for share, packed in tried:
-        got = _mapped_beside(socket, order, plans, calls, calls_of, mapped, kinds, first, once, share, packed)
+    tried = [(share, packed, plans, first) for share in shares for packed in (False, True)]
+    spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
+    if spread is not None:
+        tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
+    for share, packed, firsts, footprints_first in tried:
+        got = _mapped_beside(socket, order, firsts, calls, calls_of, mapped, kinds, footprints_first, once, share,
+                             packed)
         if got is None:
             continue
         new_plans, contexts = got
@@ -91,6 +99,35 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
         if cycles < best_cycles:
             best, best_cycles = other, cycles
     return best
+
+
+def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+                    calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
+                    kinds: list[int], first: dict[int, Units]) -> tuple[list[PlacedKernel], dict[int, Units]] | None:
+    """The first mappings with the longest kernel's made on every tile when it was made on one
+    (still a lone call paying its configuration), and their footprints; None when there is nothing
+    to try.
+
+    A lone call chooses one tile or all of them by its time with its whole configuration to load,
+    and near a tie the choice flips with the batch (DeepSeek-R1's MoE kernel with touched experts:
+    one tile at 10 sequences, 328 us, four at 11, 343 us). Once the step keeps configurations loaded
+    the choice decides the step: beside a one-tile kernel the others take whole tiles, beside a
+    four-tile one they leave it room on each and its calls are shorter (188 us against 272)."""
+    if not kinds or figures.tiles(socket) < 2 or not _on_one_tile(first[kinds[0]]):
+        return None
+    kind = kinds[0]
+    budget = UnitBudget(chip_tiles=figures.tiles(socket))
+    spread, again = list(plans), {}
+    try:
+        for i in calls_of[kind]:
+            if calls[i] not in again:
+                again[calls[i]] = mapped(order[i], calls[i], budget)
+            spread[i] = copied(again[calls[i]], kernel=order[i])
+    except InfeasibleError:
+        return None
+    if spread[calls_of[kind][0]].sections != 1:
+        return None
+    return spread, {**first, kind: _units(spread[calls_of[kind][0]])}
 
 
 def _units(pk: PlacedKernel) -> Units:

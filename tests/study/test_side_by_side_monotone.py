@@ -102,3 +102,25 @@ def test_a_prefill_whose_layer_kernels_outnumber_the_tiles_stays_loaded_on_faste
     # fourth tile, gets 201 of 260 (11.90 ms against 11.53; docs/validation.md, "A faster machine is not
     # always faster in the simulator")
     assert totals["100 GB/s"] < 1.05 * totals["50 GB/s"], totals
+
+
+def test_deepseek_touched_experts_step_does_not_fall_from_10_to_11_sequences():
+    # DeepSeek-R1's plain 4K decode streaming only the experts the batch touches: alone, paying its
+    # configuration, the MoE kernel maps on one tile at 10 sequences (328 us) and on four at 11
+    # (343 us); with the step's configurations kept loaded the four-tile one leaves the other kernels
+    # room beside it and takes 188 us a call, the one-tile one 272. The step fell from 21.25 ms at 10
+    # sequences to 16.49 at 11 before the longest kernel was also tried on every tile.
+    from sn40l_sim.engine.run_graph import EngineOptions
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.ir import ParallelPlan
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.study.assemble import step_timer
+
+    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(16), ParallelPlan(16, 16),
+                       {"expert_loading": "touched"}, engine=EngineOptions())
+    steps = [timer.decode_step(batch, 4096).seconds for batch in (9, 10, 11)]
+    assert steps == sorted(steps), steps
+    assert steps[1] < 0.8 * 21.25e-3, steps   # the four-tile MoE kernel at 10 sequences too
