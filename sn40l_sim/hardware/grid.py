@@ -66,10 +66,14 @@ def tile_grid_error(tile: TileSpec) -> tuple[str, str] | None:
     for field, side, fewer in (("grid_rows", "rows", (rows - 1, cols)), ("grid_cols", "columns", (rows, cols - 1))):
         if min(fewer) >= 1 and grid_holds(*fewer, pcus, pmus):
             smallest = _smallest_side(rows, cols, pcus, pmus, field == "grid_rows")
-            grid = f"{smallest} x {cols}" if field == "grid_rows" else f"{rows} x {smallest}"
+            # the rows cut, the columns can be to spare in turn (a 30 x 30 grid for 260 + 260 units
+            # holds them in 18 x 30, which is refused for its columns): name a grid both checks accept
+            fit_cols = _smallest_side(smallest, cols, pcus, pmus, False) if field == "grid_rows" else smallest
+            grid = f"{smallest} x {fit_cols}" if field == "grid_rows" else f"{rows} x {smallest}"
+            also = f" and grid_cols at most {fit_cols}" if field == "grid_rows" and fit_cols < cols else ""
             return field, (f"a {rows} x {cols} checkerboard has {side} to spare for {pcus} PCUs and {pmus} PMUs: "
-                           f"a {grid} one holds them (expected {field} at most {smallest}, so that every row and "
-                           "column holds units)")
+                           f"a {grid} one holds them (expected {field} at most {smallest}{also}, so that no row or "
+                           "column is to spare)")
     return None
 
 

@@ -110,6 +110,10 @@ SOCKET_CASES = {
                            "a 20 x 26 one holds them (expected grid_rows at most 20"),
     "grid_cols_to_spare": (_edit("grid_cols", "27"), "tile.grid_cols",
                            "a 20 x 26 one holds them (expected grid_cols at most 26"),
+    # rows and columns both to spare: the refusal named an 18 x 30 grid, itself refused for a column
+    "grid_both_to_spare": (lambda: (SOCKET.replace("grid_rows: 20", "grid_rows: 30").replace(
+        "grid_cols: 26", "grid_cols: 30"), None), "tile.grid_rows",
+        "a 18 x 29 one holds them (expected grid_rows at most 18 and grid_cols at most 29, so that no row or column"),
     # the mapper runs GEMMs systolic and the rest as SIMD whatever this says: a one-mode PCU was
     # accepted and mapped as if it had both
     "pcu_one_mode": (_edit("modes", "[simd]"), "pcu.modes", "expected both modes"),
