@@ -71,8 +71,10 @@ class ModelSpec(StrictModel):
     max_context: PositiveInt | None = None
     #: side of the square blocks that share one FP32 scale in FP8 weights (128 x 128 in DeepSeek-V3)
     fp8_block: PositiveInt = 128
-    #: fused-kernel template file (absolute path, resolved by the loader from the path written
-    #: relative to the model file); ``None`` means the default template of the attention kind
+    #: fused-kernel template file (resolved by the loader from the path written relative to the model
+    #: file: relative to the working folder when the model file was named by a relative path, so
+    #: records digest the template's contents instead, :func:`~sn40l_sim.report.digests.model_digest`);
+    #: ``None`` means the default template of the attention kind
     kernels: str | None = None
     #: the loaded, checked kernel template (set by the loader; None for a model built in code)
     _kernel_templates: Any = PrivateAttr(default=None)

@@ -19,6 +19,8 @@ import hashlib
 
 from pydantic import BaseModel
 
+from sn40l_sim.models.spec import ModelSpec
+from sn40l_sim.models.template import template_for
 from sn40l_sim.report.registry import Field
 
 #: hex digits kept: 48 bits, far from a chance collision between the handful of runs compared
@@ -35,14 +37,24 @@ def digest(*specs: BaseModel | None) -> str:
     return h.hexdigest()[:DIGEST_DIGITS]
 
 
+def model_digest(model: ModelSpec) -> str:
+    """:func:`digest` of ``model`` with its kernel template's contents in place of the template's path
+    (as a sweep's run key holds them, :func:`~sn40l_sim.study.sweep.plan.assembly_parameters`): the
+    path is spelled from the working folder the model file was named from, so one model run from two
+    folders had two digests and ``compare`` called it another model, while a template edited under
+    its own name kept its digest."""
+    return digest(model.model_copy(update={"kernels": None}), template_for(model))
+
+
 #: the results fields :func:`~sn40l_sim.report.records.build_record` fills with :func:`digest`
 #: (declared here, spliced into :data:`~sn40l_sim.report.fields.RESULTS` after ``hardware``)
 DIGEST_FIELDS = (
     Field("hardware_digest", "", "12 hex digits of the SHA-256 of the node as simulated (the decode node with its "
           "socket, after any --set): two records of one hardware name and different digests ran different "
           "machines (an edited copy of a hardware file keeps its name).", axis="hardware digest"),
-    Field("model_digest", "", "12 hex digits of the SHA-256 of the model as simulated (after model_overrides): two "
-          "records of one model name and different digests ran different models.", axis="model digest"),
+    Field("model_digest", "", "12 hex digits of the SHA-256 of the model as simulated (after model_overrides, with "
+          "its kernel template's contents, not its path): two records of one model name and different digests "
+          "ran different models.", axis="model digest"),
 )
 #: the prefill nodes' digest, in the ``prefill_hardware`` group of fields
 PREFILL_HARDWARE_DIGEST = Field(

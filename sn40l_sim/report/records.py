@@ -21,7 +21,7 @@ from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.models.kv_format import kv_bit_fraction, kv_cache_layers
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report import metrics
-from sn40l_sim.report.digests import digest
+from sn40l_sim.report.digests import digest, model_digest
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.prefix_fields import chunked_prefill_fields, prefix_cache_fields
 from sn40l_sim.report.slo import SLO, served_slo_fields
@@ -189,7 +189,7 @@ def build_record(result: PointResult, *, experiment: str, policy_params: dict[st
         "model": s.model.name,
         "hardware": s.node.name,
         "hardware_digest": digest(s.node),
-        "model_digest": digest(s.model),
+        "model_digest": model_digest(s.model),
         "kv_policy": s.policy.name,
         "kv_policy_params": dict(sorted(policy_params.items())),
         "prefill_len": s.prompt_len,
