@@ -29,10 +29,10 @@ Sections:
     a prompt prefix: ``prefix: {share: 0.6, tokens: 1024, groups: 4}`` (drawn with ``serving.seed``;
     :mod:`sn40l_sim.serving.prefix_cache`).
 ``serving``
-    ``mode`` (disaggregated | colocated), node counts, ``batch`` (``max`` or a number), the
-    compiled ``batch_sizes`` of the static decode graph and ``prefill_lens`` of the static prefill
-    graph (default: powers of two, an assumption; for prefill closed by the model's ``max_context``),
-    ``max_new_tokens``, ``speculative``
+    ``mode`` (disaggregated | colocated), node counts (``prefill_nodes``, ``decode_nodes``),
+    ``batch`` (``max`` or a number), the compiled ``batch_sizes`` of the static decode graph and
+    ``prefill_lens`` of the static prefill graph (default: powers of two, an assumption; for
+    prefill closed by the model's ``max_context``), ``max_new_tokens``, ``speculative``
     (speculative decoding with the model's MTP module as the draft: ``{drafts: k, acceptance: a}``;
     each decode step verifies ``k`` drafts per sequence, the main model over ``k + 1`` rows and the
     MTP module run ``k`` times, and yields ``(1 - a^(k+1)) / (1 - a)`` tokens per sequence on
@@ -72,8 +72,10 @@ Sections:
     ``memory: {order: [hbm, ddr], may_spill: [activations, kv]}`` offloads KV to DDR.
 ``execution``
     How the compiled graphs run: ``kernel_looping`` (default on, as SN40L runs decode: consecutive
-    calls of one kernel become one call with a pipelined outer loop, SambaNova arXiv 2410.23668)
-    and ``collective_algorithm`` (``auto``, ``ring``, ``direct`` or ``tree``).
+    calls of one kernel become one call with a pipelined outer loop, SambaNova arXiv 2410.23668),
+    ``collective_algorithm`` (``auto``, ``ring``, ``direct`` or ``tree``) and ``idle_units``
+    (``spend``, the default, or ``priced``: what the mapper does with the units a kernel's balanced
+    allocation leaves idle).
 ``graph_options``
     Passed to the graph builder (:func:`sn40l_sim.models.builder.build_graph`):
     ``expert_loading`` (``touched``, the default: a MoE call streams the experts its rows route

@@ -273,3 +273,16 @@ def test_p2p_between_nodes_without_a_spare_port_is_refused_before_simulating(tmp
                    "socket.p2p.ports (15); expected at least one more port, or the KV carried over the host link "
                    "(kv_transfer host_link)\n")
     assert main(["check", str(write(tmp_path, text))]) == 0   # over the host link it runs
+
+
+def test_the_schema_docstring_names_every_field_of_the_sections_it_describes():
+    """The experiment module's docstring is the file format's reference: a section it describes
+    names each of its fields (``execution`` once listed two of its three, leaving out
+    ``idle_units``)."""
+    import sn40l_sim.study.experiment as experiment
+    from sn40l_sim.study.multi_model_section import MultiModelSection
+    sections = [experiment.ServingSection, experiment.SLOSection, experiment.RateSearchSection, MultiModelSection,
+                experiment.MemorySection, experiment.ExecutionSection, experiment.ReportSection]
+    unnamed = [f"{section.__name__}.{field}" for section in sections for field in section.model_fields
+               if f"``{field}" not in experiment.__doc__]
+    assert unnamed == []
