@@ -1,5 +1,6 @@
 """The serving sections of an experiment file: ``workload`` (with its length distributions) and
-``serving``. Part of :mod:`sn40l_sim.study.experiment`, which re-exports every name here.
+``serving``. Part of :mod:`sn40l_sim.study.experiment`, which re-exports the sections' models (all
+but ``PrefixSharing``) and the default compiled sizes, not the field types or helpers.
 
 Examples
 --------

@@ -1,5 +1,6 @@
 """The ``slo`` and ``rate_search`` sections of an experiment file. Part of
-:mod:`sn40l_sim.study.experiment`, which re-exports every name here.
+:mod:`sn40l_sim.study.experiment`, which re-exports the three models (``LatencySLO``,
+``SLOSection``, ``RateSearchSection``), not the field types.
 
 ``slo`` states service-level objectives: a bound on TTFT and/or TPOT at a percentile. The results
 then report, beside throughput, the latency at each percentile, the SLO attainment (the fraction

@@ -286,3 +286,22 @@ def test_the_schema_docstring_names_every_field_of_the_sections_it_describes():
     unnamed = [f"{section.__name__}.{field}" for section in sections for field in section.model_fields
                if f"``{field}" not in experiment.__doc__]
     assert unnamed == []
+
+
+def test_the_section_modules_say_truly_what_experiment_re_exports():
+    """serving_section and slo_section say which of their names study.experiment re-exports (it
+    once said every name, yet ``PrefixSharing``, ``workload_summary`` and the field types are not)."""
+    import re
+
+    import pydantic
+
+    import sn40l_sim.study.experiment as experiment
+    from sn40l_sim.study import serving_section, slo_section
+    for module in (serving_section, slo_section):
+        said = " ".join(module.__doc__.split())
+        assert "every name here" not in said or all(hasattr(experiment, n) for n in vars(module) if n[0] != "_")
+        excepted = set(re.findall(r"all but ``(\w+)``", said))
+        models = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, pydantic.BaseModel)
+                  and v.__module__ == module.__name__]
+        assert [n for n in models if n not in excepted and not hasattr(experiment, n)] == []
+        assert all(not hasattr(experiment, n) for n in excepted)
