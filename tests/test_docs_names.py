@@ -13,12 +13,16 @@ modules and sections, and a stale name sends them nowhere.
 - every markdown link (``[results.md](results.md)``, ``![...](figures/x.png)``) reaches a file of the
   repository, and a ``#anchor`` in it a heading of that page;
 - every ``--option`` the docs give a script (``python scripts/faster_machine.py --fields ...``,
-  ``python benchmarks/run_all.py --skip sweep``) is one its parser declares.
+  ``python benchmarks/run_all.py --skip sweep``) is one its parser declares;
+- every fully qualified name the docs and docstrings quote (``sn40l_sim.kvcache.register``,
+  ``:meth:`~sn40l_sim.serving.step_costs.StepTimer.decode_step```) is defined where it says, and
+  every ``Class.member`` of a package class (``StepTimer.prefill``) is a member of it or a base.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -241,3 +245,112 @@ def test_the_checks_find_what_they_look_for():
     pages = {"README.md": ["## Million-token prompts".lower(), "million-token prompts"]}
     assert stale_citations('(README.md, "Million-token prompts")', pages) == []
     assert stale_citations('(README.md,\n    # "maximum context")', pages) == ['README.md, "maximum context"']
+
+
+def _module_file(dotted: str, root: Path = REPO) -> Path | None:
+    """The source file of the module ``dotted`` (``sn40l_sim.mapper.graph``), or None."""
+    base = root.joinpath(*dotted.split("."))
+    for file in (base.with_suffix(".py"), base / "__init__.py"):
+        if file.is_file():
+            return file
+    return None
+
+
+@functools.cache
+def _parsed(module: Path) -> ast.Module:
+    return ast.parse(module.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _package_classes(root: Path = REPO) -> dict[str, list[ast.ClassDef]]:
+    """The package's classes by name (a name may be two modules' classes)."""
+    out: dict[str, list[ast.ClassDef]] = {}
+    for module in sorted((root / "sn40l_sim").rglob("*.py")):
+        for node in ast.walk(_parsed(module)):
+            if isinstance(node, ast.ClassDef):
+                out.setdefault(node.name, []).append(node)
+    return out
+
+
+def _has_member(cls: str, name: str, root: Path = REPO) -> bool:
+    """Whether a package class called ``cls``, or a base of it, has the member ``name``; a base
+    outside the package (``NamedTuple``, a library's class) is trusted with dunders only, pydantic's
+    ``BaseModel`` with its ``model_*`` names too."""
+    chain, seen = [cls], set()
+    while chain:
+        current = chain.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for node in _package_classes(root).get(current, []):
+            if _class_defines(node, name):
+                return True
+            chain += [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases]
+        if current not in _package_classes(root) and (name.startswith("__") or (
+                current == "BaseModel" and name.startswith("model_"))):
+            return True
+    return False
+
+
+@functools.cache
+def _top_level(module: Path) -> frozenset[str]:
+    """The names ``module`` defines at its top level (in an ``if`` or ``try`` there too)."""
+    names = set()
+    for node in _parsed(module).body:
+        for inner in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(inner.name)
+            for target in inner.targets if isinstance(inner, ast.Assign) else [inner.target] if isinstance(
+                    inner, (ast.AnnAssign, ast.AugAssign)) else []:
+                names.update(t.id for t in ast.walk(target) if isinstance(t, ast.Name))
+    return frozenset(names)
+
+
+def _class_defines(cls: ast.ClassDef, name: str) -> bool:
+    """Whether ``cls`` defines ``name`` in its body or assigns ``self.name`` in a method."""
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []:
+            if isinstance(target, ast.Name) and target.id == name and node in cls.body:
+                return True
+            if isinstance(target, ast.Attribute) and target.attr == name and getattr(target.value, "id", "") == "self":
+                return True
+    return False
+
+
+def unresolved_qualified_names(text: str, root: Path = REPO) -> list[str]:
+    """Names quoted in ``text``, in markdown backticks or a Sphinx role, that do not exist: a
+    package class's ``Class.member`` that neither it nor a base has, and a fully qualified
+    ``sn40l_sim.module.name`` (or ``.Class.member``) that the module does not define (a top-level definition or
+    import, or a member of the class or of one of its bases)."""
+    out = [f"{cls}.{member}" for cls, member in sorted(set(re.findall(r"`~?([A-Z]\w*)\.(\w+)\b(?![.\w])", text)))
+           if cls in _package_classes(root) and not _has_member(cls, member, root)]
+    for dotted in sorted(set(re.findall(r"`~?(sn40l_sim(?:\.\w+)+)", text))):
+        parts = dotted.split(".")
+        split = next((k for k in range(len(parts), 0, -1) if _module_file(".".join(parts[:k]), root)), None)
+        module, rest = _module_file(".".join(parts[:split]), root), parts[split:]
+        if not rest:
+            continue
+        tree = _parsed(module)
+        imported = {(a.asname or a.name).split(".")[0] for node in tree.body
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+        if not (rest[0] in _top_level(module) or rest[0] in imported or _module_file(f"{dotted}", root)):
+            out.append(dotted)
+        elif len(rest) == 2 and rest[0] in _package_classes(root) and not _has_member(rest[0], rest[1], root):
+            out.append(dotted)
+    return out
+
+
+def test_every_qualified_name_the_docs_and_docstrings_quote_exists():
+    files = [*DOCS, *(p for folder in ("sn40l_sim", "scripts", "benchmarks", "notebooks", "tests")
+                      for p in sorted((REPO / folder).rglob("*.py")) if p != Path(__file__).resolve())]
+    missing = [f"{p.relative_to(REPO)}: {name}" for p in files
+               for name in unresolved_qualified_names(p.read_text(encoding="utf-8"))]
+    assert missing == []
+    assert unresolved_qualified_names("`sn40l_sim.mapper.graph.map_graph`, `sn40l_sim.mapper.graph.gone()`, "
+                                      ":meth:`~sn40l_sim.serving.step_costs.StepTimer.decode_step`, "
+                                      ":attr:`sn40l_sim.serving.step_costs.StepTimer.nowhere`, "
+                                      "`StepTimer.prefill`, :meth:`StepTimer.decode`, `SocketSpec.memory`") == \
+        ["StepTimer.decode", "sn40l_sim.mapper.graph.gone", "sn40l_sim.serving.step_costs.StepTimer.nowhere"]
