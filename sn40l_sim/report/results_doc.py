@@ -32,8 +32,8 @@ regression goldens read the same declaration.
 - **Unit**: of the value as written: seconds, bytes, cycles of the socket clock, tokens; `1` for a
   fraction or a plain number, `text` for a name. Plots show bytes in GiB and bytes/s in GB/s.
 - **Printed as**: the row of the table `run` prints (its own unit in the label); a non-zero value the
-  row's format would round to zero is printed in two significant figures (`1e-06`), never as zero
-  (the per-tier memory rows excepted: they keep their fixed decimals of a GiB).
+  row's format would round to zero is printed in two significant figures (`1e-06`), never as zero,
+  the per-tier memory rows' GiB included (64 KiB of activations: `6.1e-05`).
 - **CSV**: position among the leading columns of `results.csv`; all other columns follow in name
   order. A mapping's columns are `field.key` (`memory.hbm.kv`).
 - **Golden**: kept in `tests/golden/` (`python -m sn40l_sim golden`); a mapping is kept whole.

@@ -190,3 +190,5 @@ def test_a_few_kib_of_memory_is_not_shown_as_zero():
     cells = {line[:32].strip(): line.split()[-1] for line in side_by_side([rec]).splitlines()}
     assert cells["HBM/socket activations (GiB)"] == "6.1e-05"
     assert (cells["HBM/socket KV (GiB)"], cells["HBM/socket free (GiB)"]) == ("0.00", "0.00")   # a zero stays
+    # and docs/results.md says so, not that the memory rows keep their fixed decimals
+    assert "6.1e-05" in render() and "fixed decimals" not in render()
