@@ -182,8 +182,9 @@ RESULTS = Fields([
           "socket, summed over its placed kernels (a DDR store's recalled pages are the DDR entry).",
           keys=("tier",), axis="decode step traffic, {TIER}", group="kv_policies"),
     # memory
-    Field("memory", "B", "Bytes per socket of a decode node by memory tier and use (weights, kv, activations, and "
-          "what the runtime reserves), with the tier's free bytes and physical capacity.", keys=("tier", "use"),
+    Field("memory", "B", "Bytes per socket of a decode node by memory tier and use (weights, kv, activations, "
+          "kv_offload: the store a KV policy keeps in another tier, ArkVale's, and what the runtime reserves), "
+          "with the tier's free bytes and physical capacity.", keys=("tier", "use"),
           csv=14, design=True, axis="{TIER} per socket: {use}", table=TierRows(220)),
     # shown too: a long prompt's activations and cache are on the prefill node, which the rows above
     # (the decode node's) did not show, "DDR/socket used 0.00" beside a 1M-token prompt's 30 GB there
@@ -334,7 +335,10 @@ RESULTS = Fields([
     )),
     Field("kv_occupancy", "", "KV cache held by the decode nodes over the served run; empty without a workload.",
           parts=(
-              Field("capacity_bytes_per_node", "B", "KV bytes reserved for a decode node's slots.",
+              Field("capacity_bytes_per_node", "B", "KV bytes reserved for a decode node's slots: batch x kv_len x "
+                    "kv_bytes_per_token; for a policy that keeps every sequence's whole cache in a store in "
+                    "another tier (ArkVale), the store's, memory.<tier>.kv_offload of the node, against which "
+                    "the bytes held are counted.",
                     axis="KV reserved per decode node"),
               Field("peak_bytes", "B", "Most KV bytes a decode node held after a step (the sequences "
                     "stepping and those whose slot is reserved while their cache arrives).",

@@ -192,3 +192,14 @@ def test_a_few_kib_of_memory_is_not_shown_as_zero():
     assert (cells["HBM/socket KV (GiB)"], cells["HBM/socket free (GiB)"]) == ("0.00", "0.00")   # a zero stays
     # and docs/results.md says so, not that the memory rows keep their fixed decimals
     assert "6.1e-05" in render() and "fixed decimals" not in render()
+
+
+def test_the_memory_uses_and_the_kv_occupancy_capacity_say_where_a_store_is_counted():
+    # ArkVale's records hold memory.ddr.kv_offload, a use the memory field did not name, and their
+    # kv_occupancy is counted against that store (2.83 TB a node at 70B, batch 256), not against
+    # batch x kv_len x kv_bytes_per_token (0.69 TB) as for every other policy
+    from sn40l_sim.engine.breakdown import USES
+    described = {path: field.description for path, field in RESULTS.walk()}
+    assert all(use in described["memory.<tier>.<use>"] for use in USES)
+    assert "kv_offload" in described["kv_occupancy.capacity_bytes_per_node"]
+    assert "batch x kv_len x kv_bytes_per_token" in described["kv_occupancy.capacity_bytes_per_node"]
