@@ -54,7 +54,9 @@ RESULTS = Fields([
           "and tier (a memory tier's name).", keys=("param",), axis="KV policy {param}",
           key_units=(("pages", "pages"), ("recall_fraction", "1"), ("tier", ""))),
     Field("prefill_len", "tokens", "Prompt length of the point's requests (shape.prompt_len); with a trace "
-          "workload, whose requests bring their own, the longest prompt the point serves.", csv=5, design=True,
+          "workload, whose requests bring their own, the longest prompt the point can serve: its prefill graph's "
+          "length, not the trace's longest (a longer prompt is capped to it with workload.cap_lengths, refused "
+          "without).", csv=5, design=True,
           axis="prompt length", table=Row(20, "prompt (tokens)")),
     Field("prefill_len_compiled", "tokens", "The compiled prefill length the prompt runs at.",
           axis="compiled prefill length"),

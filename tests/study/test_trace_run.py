@@ -140,6 +140,17 @@ def test_the_prompt_prefill_and_transfer_figures_of_a_trace_are_those_of_its_lon
         assert "trace" in RESULTS[name].description, name
 
 
+
+def test_prefill_len_of_a_trace_is_its_graphs_not_its_longest_prompt(tmp_path, capsys):
+    # results.md said "the longest prompt the point serves": a window of one 91-token prompt, none
+    # capped, reports prefill_len 512 (the shipped Azure trace's longest prompt is 7,930 against 8,192)
+    path = experiment(tmp_path, ", start_s: 1")
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert record["throughput"]["requests"] == 1 and record["trace_capped"]["requests"] == 0
+    assert record["prefill_len"] == 512
+    assert "not the trace's longest" in RESULTS["prefill_len"].description
+
 def test_compare_names_the_workload_two_runs_served(tmp_path, capsys):
     # the same model, hardware and policy serving the trace three times as fast is another point:
     # its record says which requests it served, and compare's heading names the change
