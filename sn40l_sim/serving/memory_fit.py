@@ -268,7 +268,7 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
     if spilled:
         gib = 2**30
         need = {use: placement.total(use) for use in _USE_NAMES}
-        detail = " + ".join(f"{use} {n / gib:.2f} GiB" for use, n in need.items())
+        detail = " + ".join(f"{use} {_gib(n)} GiB" for use, n in need.items())
         spill = ", ".join(f"{use} {_gib(n)} GiB" for use, n in spilled.items())
         to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
                           if tier != first and any(uses.get(use, 0) for use in spilled))
@@ -281,7 +281,8 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
 
 def _gib(n: int) -> str:
     """``n`` bytes in GiB to two decimals, or two significant figures where that would print a
-    shortfall of a few KiB as "0.00 GiB would spill" (a prompt one token too long).
+    shortfall of a few KiB as "0.00 GiB would spill" (a prompt one token too long), or a decode
+    batch's few MiB of activations as "activations 0.00 GiB" among what it needs.
 
     >>> _gib(2**30), _gib(327680), _gib(0)
     ('1.00', '0.00031', '0.00')

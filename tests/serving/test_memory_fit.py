@@ -252,3 +252,16 @@ def test_an_output_too_long_for_batch_1_is_not_blamed_on_a_slot_that_does_not_sh
     assert "does not shrink" not in err, err
     assert ("; not even a 1-token prompt fits at batch 1 with 131000 generated after it: fewer new tokens "
             "(max_new_tokens)") in err, err
+
+
+def test_the_batch_limit_does_not_print_a_few_mib_of_activations_as_zero(tmp_path, capsys):
+    # experiments/llama8b_node8.yaml: batch 128 needs about 5 MiB of decode activations a socket,
+    # which max_batch_limit printed as "activations 0.00 GiB" beside the weights and KV
+    experiment = REPO / "experiments" / "llama8b_node8.yaml"
+    assert main(["run", str(experiment), "--out", str(tmp_path), "--quiet", "--no-plot",
+                 "--set", "workload.count=2", "--set", "policies=[{name: full, policy: full}]"]) == 0
+    (record,) = json.loads((tmp_path / "results.json").read_text())
+    limit = record["max_batch_limit"]
+    assert limit.startswith("decode batch 128 does not fit in HBM per socket"), limit
+    activations = float(re.search(r"activations ([\d.e-]+) GiB", limit)[1])
+    assert activations == pytest.approx(2 * record["memory"]["hbm"]["activations"] / 2**30, rel=0.05), limit
