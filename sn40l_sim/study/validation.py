@@ -286,7 +286,7 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
     rows = [("id", "quantity", "measured", "simulated", "error", "ok", "role")]
     if loo is not None:
         rows[0] = rows[0] + ("leave-one-out",)
-    by_kind: dict[str, list[float]] = {}
+    by_kind: dict[str, list[Comparison]] = {}
     ranged: list[Comparison] = []   # their errors are distances outside a range, apart from the means
     for c in comparisons:
         m = c.reference.measurement
@@ -296,7 +296,7 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
         if err is not None and _ranged(c):
             ranged.append(c)
         elif err is not None:
-            by_kind.setdefault(c.error_kind, []).append(abs(err))
+            by_kind.setdefault(c.error_kind, []).append(c)
         shown = "{:g} to {:g}".format(*m.tolerance.range) if c.measured is not None and _ranged(c) \
             else _fmt(c.measured)
         row = (m.id, quantity, shown, _fmt(c.simulated), text,
@@ -315,11 +315,15 @@ def format_table(comparisons: list[Comparison], loo: dict[str, float] | None = N
         lines.append(f"  left out of the fit, {sum(bool(c.ok) for c in left_out)} of {len(left_out)} predicted "
                      "within tolerance")
     width = max([5, *map(len, by_kind)])   # a field's unit (tokens/s) is longer than pp, % and count
-    for kind, errs in sorted(by_kind.items()):
+    for kind, compared in sorted(by_kind.items()):
         unit = {"pp": "pp", "count": "", "%": "%"}.get(kind, f" {kind}")
         number = ".2f" if kind in ("pp", "count", "%") else ".3g"
+        errs = [abs(c.error) for c in compared]
+        worst = max(compared, key=lambda c: abs(c.error))
+        # the worst miss with the digits its row shows, not rounded back to its band's edge
+        worst_number = f".{_digits(worst, 2)}f" if kind in ("pp", "%") else number
         lines.append(f"  {kind:{width}s} mean |error| {sum(errs) / len(errs):{number}}{unit}, "
-                     f"worst {max(errs):{number}}{unit} ({len(errs)} measurements)")
+                     f"worst {abs(worst.error):{worst_number}}{unit} ({len(errs)} measurements)")
     if ranged:
         outside = [abs(c.error) for c in ranged if c.error]
         worst = f", worst {max(outside):.2f}% outside" if outside else ""
@@ -342,14 +346,19 @@ def _error_text(c: Comparison) -> str:
     if _ranged(c) and err == 0:
         return "in range"
     kind = c.error_kind
+    if kind in ("pp", "%"):
+        return f"{err:+.{_digits(c, 2 if kind == 'pp' else 1)}f}" + (" pp" if kind == "pp" else "%")
+    return {"count": f"{err:+.0f}"}.get(kind, f"{err:+.3g} {kind}")
+
+
+def _digits(c: Comparison, digits: int) -> int:
+    """``digits``, or more when ``c`` is a miss (pp or %) that would round to its band's edge."""
+    kind = c.error_kind
     t = c.reference.measurement.tolerance
     band = None if t is None else t.abs * 100 if kind == "pp" else t.rel * 100 if kind == "%" and t.rel else None
-    if kind in ("pp", "%"):
-        digits = 2 if kind == "pp" else 1
-        while c.ok is False and band is not None and abs(round(err, digits)) <= band and digits < 6:
-            digits += 1
-        return f"{err:+.{digits}f}" + (" pp" if kind == "pp" else "%")
-    return {"count": f"{err:+.0f}"}.get(kind, f"{err:+.3g} {kind}")
+    while c.ok is False and band is not None and abs(round(c.error, digits)) <= band and digits < 6:
+        digits += 1
+    return digits
 
 
 def _fmt(value: float | None) -> str:

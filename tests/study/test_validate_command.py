@@ -101,6 +101,10 @@ def test_a_miss_by_a_hair_shows_the_digits_that_put_it_past_its_band():
     assert lines["inside"][4:7] == ["+1.99", "pp", "yes"]
     assert lines["tps"][4:6] == ["+5.005%", "NO"]   # 5.0049%: "+5.0%" and "+5.00%" would read as the band
     assert lines["near"][4:6] == ["-3.9%", "yes"]
+    # the summary's worst miss as its row shows it, not rounded back to the band ('worst 2.00pp')
+    summary = {line.split()[0]: line for line in table.splitlines() if "worst" in line}
+    assert "worst 2.003pp (2 measurements)" in summary["pp"]
+    assert "worst 5.005% (2 measurements)" in summary["%"]
 
 
 def test_check_of_a_reference_file_checks_the_experiments_it_names(tmp_path, capsys):
