@@ -117,17 +117,30 @@ def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Seq
         return None
     kind = kinds[0]
     budget = UnitBudget(chip_tiles=figures.tiles(socket))
-    spread, again = list(plans), {}
+    spread = list(plans)
     try:
-        for i in calls_of[kind]:
-            if calls[i] not in again:
-                again[calls[i]] = mapped(order[i], calls[i], budget)
-            spread[i] = copied(again[calls[i]], kernel=order[i])
+        for i, placed in _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=False).items():
+            spread[i] = placed
     except InfeasibleError:
         return None
     if spread[calls_of[kind][0]].sections != 1:
         return None
     return spread, {**first, kind: _units(spread[calls_of[kind][0]])}
+
+
+def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], indices: list[int], mapped: Mapper,
+                  budget: UnitBudget, resident: bool) -> dict[int, PlacedKernel]:
+    """Each call ``indices`` names mapped within ``budget`` (its configuration free when
+    ``resident``), once per distinct call context (the identical layers share a plan); raises
+    :class:`~sn40l_sim.errors.InfeasibleError` when one does not fit."""
+    plans: dict[LoopContext, PlacedKernel] = {}
+    out = {}
+    for i in indices:
+        call = replace(calls[i], resident=True) if resident else calls[i]
+        if call not in plans:
+            plans[call] = mapped(order[i], call, budget)
+        out[i] = copied(plans[call], kernel=order[i])
+    return out
 
 
 def _units(pk: PlacedKernel) -> Units:
@@ -170,15 +183,12 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
             _room_on_one_tile(held, capacity, tiles) if packed and _on_one_tile(first[kind]) else None
         if budget is None:
             continue
-        again: dict[LoopContext, PlacedKernel] = {}
         try:
-            for i in calls_of[kind]:
-                if calls[i] not in again:
-                    again[calls[i]] = mapped(order[i], replace(calls[i], resident=True), budget)
+            again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
         except InfeasibleError:
             continue
-        for i in calls_of[kind]:
-            new_plans[i], contexts[i] = copied(again[calls[i]], kernel=order[i]), replace(calls[i], resident=True)
+        for i, placed in again.items():
+            new_plans[i], contexts[i] = placed, replace(calls[i], resident=True)
         footprint[kind] = _units(new_plans[calls_of[kind][0]])
         found = True
     return (new_plans, contexts) if found else None

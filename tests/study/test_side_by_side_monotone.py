@@ -23,8 +23,13 @@ from pathlib import Path
 
 import yaml
 
-from sn40l_sim.hardware.loader import with_overrides
+from sn40l_sim.engine.run_graph import EngineOptions
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.study.assemble import step_timer
 from sn40l_sim.study.evaluation import LoadedExperiments
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.mapping import build_phase, map_phase
@@ -110,13 +115,6 @@ def test_deepseek_touched_experts_step_does_not_fall_from_10_to_11_sequences():
     # (343 us); with the step's configurations kept loaded the four-tile one leaves the other kernels
     # room beside it and takes 188 us a call, the one-tile one 272. The step fell from 21.25 ms at 10
     # sequences to 16.49 at 11 before the longest kernel was also tried on every tile.
-    from sn40l_sim.engine.run_graph import EngineOptions
-    from sn40l_sim.hardware.loader import load_hardware
-    from sn40l_sim.ir import ParallelPlan
-    from sn40l_sim.kvcache import make_policy
-    from sn40l_sim.models.loader import load_model
-    from sn40l_sim.study.assemble import step_timer
-
     node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
     timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(16), ParallelPlan(16, 16),
