@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_results import simulate  # noqa: E402
 
+from sn40l_sim.engine.breakdown import USES  # noqa: E402
 from sn40l_sim.report.fields import RESULTS  # noqa: E402
 from sn40l_sim.report.plot_csv import axis_label  # noqa: E402
 from sn40l_sim.report.registry import Field  # noqa: E402
@@ -198,7 +199,6 @@ def test_the_memory_uses_and_the_kv_occupancy_capacity_say_where_a_store_is_coun
     # ArkVale's records hold memory.ddr.kv_offload, a use the memory field did not name, and their
     # kv_occupancy is counted against that store (2.83 TB a node at 70B, batch 256), not against
     # batch x kv_len x kv_bytes_per_token (0.69 TB) as for every other policy
-    from sn40l_sim.engine.breakdown import USES
     described = {path: field.description for path, field in RESULTS.walk()}
     assert all(use in described["memory.<tier>.<use>"] for use in USES)
     assert "kv_offload" in described["kv_occupancy.capacity_bytes_per_node"]

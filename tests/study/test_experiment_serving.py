@@ -1,14 +1,19 @@
 """Experiment files: the serving sections, point expansion, and located errors (exit 2 via the CLI)."""
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
+import pydantic
 import pytest
 
+import sn40l_sim.study.experiment as experiment
 from sn40l_sim.commands.cli import main
 from sn40l_sim.errors import InputError
+from sn40l_sim.study import serving_section, slo_section
 from sn40l_sim.study.experiment import load_experiment
+from sn40l_sim.study.multi_model_section import MultiModelSection
 from sn40l_sim.study.points import make_point_policy, points
 from sn40l_sim.study.runner import simulate_experiment
 
@@ -279,8 +284,6 @@ def test_the_schema_docstring_names_every_field_of_the_sections_it_describes():
     """The experiment module's docstring is the file format's reference: a section it describes
     names each of its fields (``execution`` once listed two of its three, leaving out
     ``idle_units``)."""
-    import sn40l_sim.study.experiment as experiment
-    from sn40l_sim.study.multi_model_section import MultiModelSection
     sections = [experiment.ServingSection, experiment.SLOSection, experiment.RateSearchSection, MultiModelSection,
                 experiment.MemorySection, experiment.ExecutionSection, experiment.ReportSection]
     unnamed = [f"{section.__name__}.{field}" for section in sections for field in section.model_fields
@@ -291,12 +294,6 @@ def test_the_schema_docstring_names_every_field_of_the_sections_it_describes():
 def test_the_section_modules_say_truly_what_experiment_re_exports():
     """serving_section and slo_section say which of their names study.experiment re-exports (it
     once said every name, yet ``PrefixSharing``, ``workload_summary`` and the field types are not)."""
-    import re
-
-    import pydantic
-
-    import sn40l_sim.study.experiment as experiment
-    from sn40l_sim.study import serving_section, slo_section
     for module in (serving_section, slo_section):
         said = " ".join(module.__doc__.split())
         assert "every name here" not in said or all(hasattr(experiment, n) for n in vars(module) if n[0] != "_")
