@@ -111,3 +111,16 @@ def format_bytes(n_bytes: float) -> str:
         if abs(n_bytes) >= scale:
             return f"{n_bytes / scale:.1f} {unit}"
     return f"{n_bytes:.0f} B"
+
+
+def gib_text(n_bytes: float) -> str:
+    """``n_bytes`` in GiB to two decimals, or to two significant figures where two decimals would
+    print a nonzero size as zero: a shortfall of a few KiB as "0.00 GiB would spill" (a prompt one
+    token too long), or a decode batch's few MiB of activations as "activations 0.00 GiB" among
+    what a socket needs.
+
+    >>> gib_text(2**30), gib_text(327680), gib_text(0)
+    ('1.00', '0.00031', '0.00')
+    """
+    text = f"{n_bytes / 2**30:.2f}"
+    return f"{n_bytes / 2**30:.2g}" if n_bytes and float(text) == 0 else text

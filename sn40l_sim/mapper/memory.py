@@ -47,6 +47,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import weight_bytes_per_socket
+from sn40l_sim.quantities import gib_text
 
 GIB = 2**30
 
@@ -116,15 +117,15 @@ def _place(socket: SocketSpec, weights: int, kv: int, activations: int,
     room = capacity[last] - store.get(last, 0)
     if spilled > room:
         short = spilled - room
-        parts = ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in last_need.items() if v)
+        parts = ", ".join(f"{k} {gib_text(v)} GiB" for k, v in last_need.items() if v)
         held = "".join(f"{tier.upper()} holds {capacity[tier] / GIB:.2f} GiB after the reserved "
                        f"{figures.reserved_bytes(socket, tier) / GIB:.2f} GiB, and " for tier in tiers[:-1])
         rest = "the rest" if len(tiers) > 1 else "all of it"
         beside = f" beside the KV store's {store[last] / GIB:.2f} GiB" if store.get(last) else ""
         raise TiersOverflow(
             f"memory does not fit on a socket of {socket.name}: weights {weights / GIB:.2f} GiB + KV cache "
-            f"{kv / GIB:.2f} GiB + activations {activations / GIB:.2f} GiB; {held}{rest} ({parts}) exceeds the "
-            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB{beside} by {short} bytes ({short / GIB:.2f} GiB)",
+            f"{gib_text(kv)} GiB + activations {gib_text(activations)} GiB; {held}{rest} ({parts}) exceeds the "
+            f"usable {last.upper()} of {capacity[last] / GIB:.2f} GiB{beside} by {short} bytes ({gib_text(short)} GiB)",
             MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers))
     return MemoryPlacement(by_tier=by_tier, capacity=capacity, order=tiers)
 

@@ -17,6 +17,7 @@ from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
 from sn40l_sim.mapper.memory import PLACEMENT_PRIORITY, TiersOverflow
 from sn40l_sim.mapper.placement import MemoryPlacement
+from sn40l_sim.quantities import gib_text
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
 from sn40l_sim.serving.fit_hints import attention_dp_hint, decode_prompt_hint, prefill_prompt_hint
 from sn40l_sim.serving.step_costs import StepCosts
@@ -268,8 +269,8 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
     if spilled:
         gib = 2**30
         need = {use: placement.total(use) for use in _USE_NAMES}
-        detail = " + ".join(f"{use} {_gib(n)} GiB" for use, n in need.items())
-        spill = ", ".join(f"{use} {_gib(n)} GiB" for use, n in spilled.items())
+        detail = " + ".join(f"{use} {gib_text(n)} GiB" for use, n in need.items())
+        spill = ", ".join(f"{use} {gib_text(n)} GiB" for use, n in spilled.items())
         to = " and ".join(tier.upper() for tier, uses in placement.by_tier.items()
                           if tier != first and any(uses.get(use, 0) for use in spilled))
         keeps = " and ".join(_USE_NAMES[use] for use in kept)
@@ -277,18 +278,6 @@ def in_first_tier(placement: MemoryPlacement, may_spill: tuple[str, ...], what: 
                               f"{placement.capacity[first] / gib:.2f} GiB usable {first.upper()} ({spill} would "
                               f"spill to {to}; the serving model keeps {keeps} in {first.upper()})")
     return placement
-
-
-def _gib(n: int) -> str:
-    """``n`` bytes in GiB to two decimals, or two significant figures where that would print a
-    shortfall of a few KiB as "0.00 GiB would spill" (a prompt one token too long), or a decode
-    batch's few MiB of activations as "activations 0.00 GiB" among what it needs.
-
-    >>> _gib(2**30), _gib(327680), _gib(0)
-    ('1.00', '0.00031', '0.00')
-    """
-    text = f"{n / 2**30:.2f}"
-    return f"{n / 2**30:.2g}" if n and float(text) == 0 else text
 
 
 def weights_alone_exceed(may_spill: tuple[str, ...], place: MemoryPlacer, plan: Any) -> str | None:

@@ -228,3 +228,19 @@ def test_the_last_byte_that_fits_in_the_tiers_fits_and_one_more_does_not():
     assert sum(sum(uses.values()) for uses in full.by_tier.values()) == usable
     with pytest.raises(InfeasibleError, match="by 1 bytes"):
         place_memory(node, model, plan, room + 1, activations)
+
+
+def test_an_overflow_prints_a_few_mib_of_activations_and_one_byte_short_as_nonzero():
+    # a decode batch's few MiB of activations and a shortfall of one byte rounded to "0.00 GiB"
+    # read as if nothing were needed; two significant figures keep them nonzero
+    node = node16()
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml")
+    plan = ParallelPlan(16)
+    activations = 5 * 2**20
+    usable = sum(int(figures.usable_memory_bytes(node.socket, tier)) for tier in node.socket.memory)
+    room = usable - weight_bytes_per_socket(model, plan) - activations
+    with pytest.raises(InfeasibleError) as info:
+        place_memory(node, model, plan, room + 1, activations)
+    message = str(info.value)
+    assert "activations 0.0049 GiB;" in message
+    assert "by 1 bytes (9.3e-10 GiB)" in message
