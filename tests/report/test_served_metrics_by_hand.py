@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from sn40l_sim.report.metrics import latencies, throughput
+from sn40l_sim.report.metrics import latencies, node_utilisation, throughput
 from sn40l_sim.report.slo import SLO, LatencyTarget, served_slo_fields
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.speculation import Speculation
@@ -114,3 +114,14 @@ def test_mean_active_slots_is_the_decode_tokens_over_the_steps():
     # the workload of the other tests never has two sequences in a step
     by_hand = throughput(simulate(REQUESTS, setup()), CLOCK_HZ)
     assert by_hand["mean_active_slots"] == pytest.approx((2 + 1 + 3) / 6)
+
+
+def test_node_busy_fractions_are_of_the_span_from_the_first_arrival():
+    # the workload of the other tests 1,000 cycles later: the run spans cycles 1000-1285, not 0-1285.
+    # The prefill node is busy 100 + 100 + 50 cycles, the decode node 6 steps of 10, the link 3
+    # transfers of 5
+    later = [Request(r.id, r.arrival_cycle + 1000, r.prompt_len, r.output_len) for r in REQUESTS]
+    busy = node_utilisation(simulate(later, setup()))
+    assert busy["prefill"] == [pytest.approx(250 / 285)]
+    assert busy["decode"] == [pytest.approx(60 / 285)]
+    assert busy["link"] == [pytest.approx(15 / 285)]
