@@ -163,3 +163,16 @@ def test_kv_bytes_per_socket_takes_numpy_integers():
     model = llama("8b")
     assert kv_bytes_per_socket(model, ParallelPlan(8), np.int64(4), np.int64(1024)) \
         == kv_bytes_per_socket(model, ParallelPlan(8), 4, 1024) == 4 * 1024 * 128 * 1024 // 8   # one of the 8 KV heads a socket
+
+
+def test_a_share_of_a_token_not_whole_bytes_is_rounded_up():
+    # int4 with an FP16 scale and zero point per 32 elements is 4 + 32/32 = 5 bits an element: 3 KV
+    # heads of 1-element keys and values are 6 elements, 30 bits, 4 bytes a token (3.75 rounded
+    # up). Over 3 sockets each holds one head's third of them, 4/3 bytes, rounded up to 2 a token
+    model = ModelSpec.model_validate(dict(
+        kind="model", name="tiny", layers=1, hidden=8, dense_ffn=8, vocab=8, weight_dtype="bf16",
+        kv_dtype="int4", kv_quant=dict(group=32),
+        attention=dict(kind="gqa", heads=6, kv_heads=3, head_dim=1)))
+    assert kv_bytes_per_token(model) == 4
+    assert kv_bytes_per_socket(model, ParallelPlan(tp=3), 1, 10) == 10 * 2
+
