@@ -176,3 +176,11 @@ def test_a_share_of_a_token_not_whole_bytes_is_rounded_up():
     assert kv_bytes_per_token(model) == 4
     assert kv_bytes_per_socket(model, ParallelPlan(tp=3), 1, 10) == 10 * 2
 
+
+def test_the_busiest_socket_runs_the_rounded_up_share_of_the_query_heads():
+    # 6 query heads over 4 sockets: two sockets run 2 of them, the busiest's share is 2, not 6 // 4
+    model = ModelSpec.model_validate(dict(
+        kind="model", name="tiny", layers=1, hidden=8, dense_ffn=8, vocab=8, weight_dtype="bf16",
+        attention=dict(kind="gqa", heads=6, kv_heads=2, head_dim=1)))
+    assert kv_sharding(model, 4).query_heads == 2
+    assert kv_sharding(model, 6).query_heads == 1
