@@ -8,8 +8,11 @@ placed first, pushed weights and KV out of HBM.)
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
@@ -17,6 +20,7 @@ from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR
+from sn40l_sim.serving.context_limit import check_output_context
 from sn40l_sim.serving.memory_fit import place_socket, spilled_uses
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import memory_placer
@@ -45,3 +49,14 @@ def test_a_prompt_of_the_maximum_context_fits_on_a_prefill_node(model_file):
     placement = place_socket(memory_placer(node, model), ("activations",), plan, kv, activation_bytes(graph))
     assert spilled_uses(placement, ("activations",)) == {}
     assert placement.by_tier["hbm"]["kv"] == kv and placement.total("activations") == activation_bytes(graph)
+
+
+def test_a_prompt_and_its_output_may_fill_the_maximum_context_exactly():
+    # positions 0 .. prompt + new - 1 of a 100-position model: a prompt of 60 with 40 new tokens
+    # ends at position 99, the last there is; one more new token needs position 100
+    def point(new: int) -> SimpleNamespace:
+        return SimpleNamespace(model=SimpleNamespace(name="m", max_context=100), prompt_len=60, max_new_tokens=new,
+                               prefill_lens=(64,), max_context_set=None)
+    check_output_context(point(40))
+    with pytest.raises(InputError, match="make 101, beyond the maximum context of m, 100 tokens"):
+        check_output_context(point(41))
