@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sn40l_sim.serving.loop import ServingSetup, simulate
-from sn40l_sim.serving.prefix_cache import PrefixCaching, with_prefixes
+from sn40l_sim.serving.prefix_cache import PrefixCaching, PrefixTracker, with_prefixes
 from sn40l_sim.serving.workload import Request
 
 
@@ -103,6 +103,19 @@ def test_a_prefill_node_keeps_no_more_prefixes_than_its_free_memory_holds():
     assert tight.prefixes.peak_prefill_prefix_tokens <= 200
     assert 0 < tight.prefixes.hits < roomy.prefixes.hits
     assert all(not held for held in tight.prefixes.held) and not tight.prefixes.holder
+
+
+@pytest.mark.parametrize("prefix, kept", [(100, True), (101, False)])
+def test_a_prefix_that_fills_the_free_room_exactly_is_kept(prefix, kept):
+    # a node with room for 100 prefix tokens keeps a prefix of 100 and the next user reuses it;
+    # one of 101 does not fit: prefilled and not kept, so the next user prefills it again
+    tracker = PrefixTracker(PrefixCaching(True, 3, capacity_tokens=100), 1, prefill_cycles=lambda p: 10 * p,
+                            hit_cycles=lambda p, held: (10 * (p - held), held))
+    first, second = (Request(i, 0, prefix + 20, 4, prefix_id=7, prefix_len=prefix) for i in (0, 1))
+    assert tracker.prefill(first, 0) == (10 * (prefix + 20), prefix + 20)
+    assert tracker.held_tokens(0) == (prefix if kept else 0)
+    assert tracker.prefill(second, 0) == ((200, 20) if kept else (10 * (prefix + 20), prefix + 20))
+    assert tracker.hits == int(kept)
 
 
 def test_prefix_caching_without_the_cost_of_a_hit_is_refused():
