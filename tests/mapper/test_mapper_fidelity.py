@@ -105,3 +105,14 @@ def test_twice_the_pcus_per_tile_speed_up_a_compute_bound_prefill_gemm(socket, m
     speedup = _streamed(base) / _streamed(doubled)
     # HBM and the PMUs (as many as before) take some of it back; the PCUs alone would give 2x
     assert 1.5 <= speedup <= 2.0, f"x{speedup:.2f}"
+
+
+@pytest.mark.parametrize("dtype, size", [("bf16", 2), ("fp32", 4)])
+def test_a_softmax_reads_its_scores_twice_and_its_exponentials_once(socket, dtype, size):
+    # one piece of 4,096 scores: written into the PMUs and read for the row maximum and again for
+    # exp(x - max); the BF16 exponentials written, read for the sum and the probabilities written
+    scores = 4096
+    t = tile_operator(socket, Operator("s", "softmax", elements=scores, transcendentals=scores, dtype=dtype), 1, 1.0)
+    assert (t.pieces, t.in_bytes) == (1, scores * size)
+    assert t.sram_read_bytes == 2 * scores * size + scores * 2
+    assert t.sram_write_bytes == scores * size + 2 * scores * 2
