@@ -42,6 +42,9 @@ def test_tolerances():
     assert Tolerance(abs=0.02).accepts(0.694, 0.71) and not Tolerance(abs=0.02).accepts(0.694, 0.72)
     assert Tolerance(rel=0.05).accepts(434, 455) and not Tolerance(rel=0.05).accepts(434, 456)
     assert Tolerance(range=(0.02, 0.05)).accepts(0, 0.03) and not Tolerance(range=(0.02, 0.05)).accepts(0, 0.01)
+    # a band reaches below the measurement as far as above it
+    assert Tolerance(abs=0.02).accepts(0.694, 0.68) and not Tolerance(abs=0.02).accepts(0.694, 0.67)
+    assert Tolerance(rel=0.05).accepts(434, 413) and not Tolerance(rel=0.05).accepts(434, 412)
     with pytest.raises(ValueError):
         Tolerance(abs=0.1, rel=0.1)
 
