@@ -7,7 +7,7 @@ and reused, and the leave-one-out refits reuse it too):
 
 - one residual per calibration measurement with a value: ``(simulated - measured) / band``,
   where ``band`` is the measurement's tolerance (absolute, or relative times the value; a range
-  contributes only outside the range), so "within tolerance" means ``|residual| <= 1``;
+  counts only its outside, in half its width), so "within tolerance" means ``|residual| <= 1``;
 - one weak prior residual per parameter, ``PRIOR_WEIGHT * (p - p0) / (upper - lower)``, pulling
   towards the value in the YAML. Several parameters act on the decode step alike (a per-kernel
   overhead and an HBM efficiency both lengthen it), so the measurements alone leave a valley; the

@@ -277,3 +277,15 @@ def test_the_side_the_cost_falls_is_read_from_the_fits_jacobian():
                              np.array([0.5, 0.5]), max_passes=40)
     assert found.u[0] == pytest.approx(1.0) and found.u[1] == 0.5
     assert falling_sides(lambda v, u: np.concatenate([(v - target) / 0.1, 0.3 * (u - 0.5)]), found) == ("upper", "")
+
+
+def test_a_residual_is_the_miss_in_units_of_the_measurements_band():
+    # relative: 10% of 50 is a band of 5, so a simulated 60 misses by two bands and 47.5 by half
+    # of one; absolute: a band of 0.02. Within the band |residual| <= 1
+    rel = reference("r", 50.0, {"rel": 0.1}).measurement
+    assert measured_residual(rel, 60.0) == pytest.approx(2.0) and measured_residual(rel, 47.5) == pytest.approx(-0.5)
+    assert measured_residual(reference("a", 0.5, {"abs": 0.02}).measurement, 0.45) == pytest.approx(-2.5)
+    # a range counts only its outside, in its half-widths: the band of a measurement at its middle
+    ranged = reference("g", 2.0, {"range": (1.0, 3.0)}).measurement
+    assert [measured_residual(ranged, v) for v in (2.9, 1.1)] == [0.0, 0.0]
+    assert measured_residual(ranged, 4.0) == pytest.approx(1.0) and measured_residual(ranged, 0.5) == pytest.approx(-0.5)
