@@ -18,6 +18,14 @@ def test_deepseek_total_is_671b_without_mtp(r1):
     assert P.total_params(r1, include_mtp=True) - P.total_params(r1) == P.mtp_params(r1)
 
 
+def test_each_mtp_module_stores_its_own_copies_of_the_embedding_and_head(r1):
+    # two modules: twice one module's weights, and the checkpoint's copies of the 129,280 x 7,168
+    # embedding and LM head twice over
+    two = load_model(GRAPHS_DIR / "deepseek_r1.yaml", {"mtp": {"modules": 2}})
+    assert P.mtp_params(two) == 2 * P.mtp_params(r1)
+    assert P.mtp_params(two, with_shared_copies=True) - P.mtp_params(two) == 2 * 2 * 129280 * 7168
+
+
 def test_deepseek_active_is_37b(r1):
     assert P.active_params(r1) == pytest.approx(37e9, rel=0.015)
 
