@@ -2,9 +2,11 @@
 PlacedGraph, which has kernels but no timing) is named, where it was an AttributeError inside."""
 from __future__ import annotations
 
+from types import SimpleNamespace as NS
+
 import pytest
 
-from sn40l_sim.engine.breakdown import decode_step_breakdown
+from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 from sn40l_sim.errors import InputError
 from sn40l_sim.mapper.placement import PlacedGraph
@@ -22,3 +24,15 @@ def test_a_phase_timing_splits_and_anything_else_is_named():
         with pytest.raises(InputError, match=rf"^timing: expected a PhaseTiming \(StepTimer.decode_step or "
                                              rf"\.prefill\), got {kind}$"):
             decode_step_breakdown(wrong)
+
+
+@pytest.mark.parametrize("ddr_bytes, seconds", [(50e6, 1e-3), (200e6, 2e-3)])
+def test_the_memory_roofline_is_the_slowest_tiers_time_not_their_sum(ddr_bytes, seconds):
+    # the tiers stream side by side: 1.6384 GB over 1,638.4 GB/s of HBM is 1 ms, and the DDR's
+    # 100 GB/s take 0.5 ms of 50 MB (the step still 1 ms) or 2 ms of 200 MB (the DDR sets it)
+    socket = NS(dies=2, memory={"hbm": NS(units_per_die=2, bytes_per_s_per_unit=409.6e9),
+                                "ddr": NS(units_per_die=3, bytes_per_s_per_unit=100e9 / 6)})
+    kernels = (NS(tier_bytes={"hbm": 1_000_000_000, "ddr": ddr_bytes / 2}), NS(tier_bytes={"hbm": 638_400_000,
+                                                                                         "ddr": ddr_bytes / 2}))
+    assert memory_roofline_s(NS(kernels=kernels), socket) == pytest.approx(seconds)
+
