@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s
+from sn40l_sim.engine.breakdown import decode_step_breakdown, memory_roofline_s, step_breakdown_cycles
 from sn40l_sim.engine.phase import KernelTiming, PhaseTiming
 from sn40l_sim.errors import InputError
 from sn40l_sim.mapper.placement import PlacedGraph
@@ -36,3 +36,16 @@ def test_the_memory_roofline_is_the_slowest_tiers_time_not_their_sum(ddr_bytes, 
                                                                                          "ddr": ddr_bytes / 2}))
     assert memory_roofline_s(NS(kernels=kernels), socket) == pytest.approx(seconds)
 
+
+def test_two_kernels_overlapping_on_the_socket_count_each_cycle_once():
+    # an independent kernel computes from cycle 600 while the first waits for its collectives until
+    # 1000: the step is 1,600 cycles, and its causes add up to those, not to the kernels' 2,000
+    def kernel(name, start, end):
+        return KernelTiming(name, "ffn", 0, start, end, overhead_cycles=100, fill_cycles=50, compute_busy_cycles=300,
+                            memory_bound_cycles=400, compute_bound_cycles=0, collective_exposed_cycles=0,
+                            collective_cycles=0, tier_bytes={"hbm": 3000}, weight_bytes=3000, kv_bytes=0,
+                            activation_bytes=0, flops=10, attention_flops=0, launch_cycles=20, barrier_cycles=30,
+                            config_cycles=50, stream_end_cycle=start + 600)
+    timing = PhaseTiming("decode", 1, 1, 1, 1600, 1e-6, {}, {}, 0, {}, {}, {}, {}, (),
+                         (kernel("a", 0, 1000), kernel("b", 600, 1600)))
+    assert sum(step_breakdown_cycles(timing).values()) == pytest.approx(1600)
