@@ -205,6 +205,14 @@ def test_bad_policy_parameters_are_located_at_the_entry(tmp_path):
     assert info.value.line == line_of(text, "sink: -1")
 
 
+@pytest.mark.parametrize("dist", ["{dist: uniform, low: 9, high: 9}", "{dist: lognormal, median: 9, sigma: 1, low: 9, high: 9}"])
+def test_a_length_range_of_one_value_is_accepted(tmp_path, dist):
+    # low may equal high (every request of that length): only low above high is refused
+    text = BASE.replace("kind: fixed\n  count: batch\n  output_len: 64", f"kind: poisson\n  rate_per_s: 1\n  output_len: {dist}")
+    output = load_experiment(write(tmp_path, text)).spec.workload.output_len
+    assert (output.low, output.high) == (9, 9)
+
+
 def test_memory_defaults_keep_weights_and_kv_in_the_first_tier(tmp_path):
     spec = load_experiment(write(tmp_path, BASE)).spec
     assert spec.memory.order is None and spec.memory.may_spill == ("activations",)
