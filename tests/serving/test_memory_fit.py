@@ -12,10 +12,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.footprint import KVFootprint
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.serving.memory_fit import MemoryFit
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_CONTEXT = (REPO / "experiments" / "long_context_1m.yaml").read_text().replace("../", f"{REPO}/")
@@ -265,3 +270,15 @@ def test_the_batch_limit_does_not_print_a_few_mib_of_activations_as_zero(tmp_pat
     assert limit.startswith("decode batch 128 does not fit in HBM per socket"), limit
     activations = float(re.search(r"activations ([\d.e-]+) GiB", limit)[1])
     assert activations == pytest.approx(2 * record["memory"]["hbm"]["activations"] / 2**30, rel=0.05), limit
+
+
+def test_a_colocated_chunk_holds_the_keys_of_up_to_all_but_one_earlier_prompt_token():
+    # DeepSeek-R1 on 16 sockets: prefill attention reads per-head keys (192 wide) and values (128)
+    # from activations, 8 heads a socket, so 8 x 320 x 2 = 5,120 bytes a token. A 10,000-token
+    # prompt in chunks of 4,096 (each chunk runs its compiled graph, here 1,000 bytes) has a chunk
+    # starting as late as its last token, after 9,999 earlier tokens' keys
+    point = SimpleNamespace(prompt_len=10000, prefill_chunk=4096, prefill_lens=(4096, 16384),
+                            model=load_model(REPO / "graphs" / "deepseek_r1.yaml"), prefill_plan=ParallelPlan(16))
+    costs = SimpleNamespace(prefill_activation_bytes=lambda rows: 1000 if rows == 4096 else None)
+    fit = MemoryFit(point, False, KVFootprint(slots=1), place=None, costs=costs)
+    assert fit._colocated_prefill_activations() == 1000 + 9999 * 8 * (192 + 128) * 2
