@@ -99,8 +99,6 @@ class OpTiling:
         rows of a piece and ``k`` the row length.
     elements : int
         Elements of one piece (SIMD kinds; ``count * m * n`` outputs for a GEMM).
-    total_cycles : int
-        Cycles of the whole operator on ONE PCU (all pieces, padding included, one fill and drain).
     in_bytes, out_bytes : int
         Bytes entering and leaving the stage per piece (its inputs written into its PMUs; the
         stream to the next stage).
@@ -126,7 +124,6 @@ class OpTiling:
     k: int
     n: int
     elements: int
-    total_cycles: int
     in_bytes: int
     out_bytes: int
     buffer_bytes: int
@@ -246,10 +243,8 @@ def _gemm_option(socket: SocketSpec, op: Operator, dims: dict[str, int], piece: 
     # the pieces (tied pieces may differ in number)
     cost = pieces * (one.cycles + pmu_cycles(socket.pmu, traffic.reads, traffic.writes, traffic.addresses))
     sub_items = work.items * (work.m if work.dataflow == WEIGHT_STATIONARY else 1) * max(1, work.k_blocks)
-    # independent GEMMs are counted exactly; m, n, k splits pad their last piece
-    total = pieces * one.cycles + one.latency_cycles
     tiling = built(OpTiling, op=op, pieces=pieces, count=c, m=m, k=k, n=n, elements=c * m * n,
-                   total_cycles=total, in_bytes=a_piece + b_piece, out_bytes=c_piece,
+                   in_bytes=a_piece + b_piece, out_bytes=c_piece,
                    buffer_bytes=a_piece + b_piece + c_piece, sram_read_bytes=traffic.reads,
                    sram_write_bytes=traffic.writes, addresses=traffic.addresses, parallelism=sub_items,
                    resource="compute", work=work)
@@ -294,9 +289,8 @@ def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
         if op.kind == "softmax":
             # the scores are read twice (row max; exp), exp(x - max) written and read, P written
             reads, writes = 2 * in_bytes + elements * ACT_BYTES, in_bytes + 2 * elements * ACT_BYTES
-    one = stage_division(work, 1.0, 1)
     return built(OpTiling, op=op, pieces=pieces, count=1, m=rows_per_piece, k=row_len, n=0,
-                 elements=elements, total_cycles=pieces * one.cycles + one.latency_cycles, in_bytes=in_bytes,
+                 elements=elements, in_bytes=in_bytes,
                  out_bytes=out_bytes, buffer_bytes=in_bytes + out_bytes, sram_read_bytes=reads,
                  sram_write_bytes=writes, addresses=addresses,
                  parallelism=0 if isinstance(work, PmuWork) else work.items * len(work.pass_cycles),
