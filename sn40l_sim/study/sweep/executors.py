@@ -5,7 +5,7 @@ one loop:
 
 - ``jobs=1`` and no scheduler: :class:`InlineExecutor`, each run in this process as it is submitted;
 - ``jobs=N``: a :class:`~concurrent.futures.ProcessPoolExecutor` of ``N`` processes (default: the
-  number of CPUs);
+  number of CPUs), started anew when a worker dies (:class:`RenewedPool`);
 - a scheduler (``--scheduler``, else the ``SN40L_SIM_SCHEDULER`` environment variable): Dask
   distributed's ``Client.get_executor()``. ``local`` starts a ``LocalCluster`` of ``N`` one-thread
   worker processes on this machine (the simulator is pure Python: threads would share one
@@ -31,6 +31,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any
 
@@ -62,6 +63,31 @@ class InlineExecutor(cf.Executor):
         except Exception as exc:  # noqa: BLE001 - handed to the caller through the future, as a pool does
             future.set_exception(exc)
         return future
+
+
+class RenewedPool(cf.Executor):
+    """A process pool that starts a new one when a worker has died: a worker killed outright (the
+    out-of-memory killer, a kill -9) breaks a :class:`~concurrent.futures.ProcessPoolExecutor` for
+    good, and the next run submitted stopped the sweep with a ``BrokenProcessPool`` traceback. The
+    runs in flight then fail (:data:`~.run.WORKER_DIED`) and the others run on the new pool."""
+
+    def __init__(self, start: Callable[[], cf.ProcessPoolExecutor]) -> None:
+        self._start = start
+        #: the pool the runs are submitted to now
+        self.current = start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        """Submit to the current pool, or to a new one when a worker of the current one died."""
+        try:
+            return self.current.submit(fn, *args, **kwargs)
+        except BrokenProcessPool:
+            stop_workers(self.current)
+            self.current = self._start()
+            return self.current.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the current pool down."""
+        self.current.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def resolve_scheduler(scheduler: str | None) -> tuple[str | None, str]:
@@ -168,11 +194,12 @@ def open_executor(jobs: int | None, scheduler: str | None, runs: int,
         if workers == 1:
             yield InlineExecutor(), lambda: 1
             return
-        pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(os.getpid(),))
+        pool = RenewedPool(lambda: cf.ProcessPoolExecutor(max_workers=workers, initializer=_worker_start,
+                                                          initargs=(os.getpid(),)))
         try:
             yield pool, lambda: 2 * workers
         except BaseException:
-            stop_workers(pool)   # Ctrl-C, SIGTERM or an error: not a minute of queued runs
+            stop_workers(pool.current)   # Ctrl-C, SIGTERM or an error: not a minute of queued runs
             raise
         pool.shutdown(wait=True)
         return
@@ -265,5 +292,5 @@ def _client(distributed: Any, scheduler: str, workers: int, field: str) -> Itera
         yield client
 
 
-__all__ = ["InlineExecutor", "SchedulerLost", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed",
+__all__ = ["InlineExecutor", "RenewedPool", "SchedulerLost", "open_executor", "stop_workers", "resolve_scheduler", "import_distributed",
            "check_scheduler", "SCHEDULER_ENV", "INSTALL_HINT"]

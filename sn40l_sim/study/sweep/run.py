@@ -16,6 +16,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,11 @@ from sn40l_sim.study.sweep.store import Outcome, RunStore
 #: the error of a run done by a worker whose sn40l_sim sources differ from this process's
 OTHER_CODE = ("internal error: the worker runs other sn40l_sim code or libraries than this process (install the same versions "
               "on every worker: docs/distributed.md)")
+
+
+#: the error of a run in flight when a worker process of the local pool died (executors.RenewedPool)
+WORKER_DIED = ("internal error: a worker process ended abruptly (killed, out of memory, or crashed) while this run was "
+               "in flight, and the runs in flight were lost with it; --resume runs it again")
 
 
 class SweepRecords(list):
@@ -254,6 +260,8 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
                     window()
                     outcome, keep, theirs, said = Outcome(None, "internal error: the task was cancelled", False), \
                         False, ours, []
+                except BrokenProcessPool:   # every run in flight is lost with the pool; a new one runs the rest
+                    outcome, keep, theirs, said = Outcome(None, WORKER_DIED, False), False, ours, []
                 except Exception as exc:  # noqa: BLE001 - the worker, not the run, failed
                     error = f"internal error {type(exc).__name__}: {exc}"
                     outcome, keep, theirs, said = Outcome(None, error, False), False, ours, []
