@@ -3,7 +3,8 @@ value, the other's and their ratio (other over base) for each figure ``run`` pri
 saying what differs (model, hardware, prefill hardware, parallel plans, KV policy and its parameters,
 KV bytes per token, serving mode, prefill and decode nodes, KV link, generated length, workload and
 seed, speculative drafts and acceptance, SLOs, graph_options/execution/memory settings; a hardware or model of one name whose description differs, as an edited copy of
-hw_configs/sn40l.yaml, by its digest). A point that only one of them holds is named on a note line.
+hw_configs/sn40l.yaml, by its digest). A point that only one of them holds is named on a note line,
+with whether the other's sweep lists it in its failures.json (did not fit, or failed).
 
 Each argument is a results.json written by run or sweep, or the folder holding it.
 
@@ -53,10 +54,30 @@ def run(args: argparse.Namespace) -> int:
     if same:
         print()
         print(f"{len(same)} of {len(tables)} point(s) with no figure differing ({SAME_INPUTS}): {', '.join(same)}")
-    for path, names in ((args.base, only_base), (args.other, only_other)):
+    for path, names, there in ((args.base, only_base, args.other), (args.other, only_other, args.base)):
         if names:
-            print(f"note: only in {results_path(path)}: {_names([{'name': n} for n in names])}")
+            print(f"note: only in {results_path(path)}: {_names([{'name': n} for n in names])}"
+                  f"{_failed_there(names, there)}")
     return 0
+
+
+def _failed_there(names: list[str], path: Path) -> str:
+    """`` (in F: p did not fit)`` for the ``names`` the sweep of ``path`` ran and lists in its
+    failures.json F (a point that did not fit, or failed), or empty: a point a capacity change
+    made infeasible read as one the other sweep never had."""
+    failures = results_path(path).with_name("failures.json")
+    if not failures.is_file():   # a named pipe there would be waited on for ever
+        return ""
+    try:
+        listed = parse_json(failures.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    kinds = {f["point"]: f.get("kind") for f in listed if isinstance(f, dict) and isinstance(f.get("point"), str)} \
+        if isinstance(listed, list) else {}
+    said = [f"{_names([{'name': n} for n in names if kinds.get(n) == kind])} {what}"
+            for kind, what in (("infeasible", "did not fit"), ("error", "failed"))
+            if any(kinds.get(n) == kind for n in names)]
+    return f" (in {failures}: {'; '.join(said)})" if said else ""
 
 
 def results_path(path: Path) -> Path:

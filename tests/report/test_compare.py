@@ -210,6 +210,20 @@ def test_the_points_only_one_side_holds_are_counted_past_four(tmp_path, capsys):
         f"note: only in {other / 'results.json'}: p0, p1, p2, p3 and 6 more"
 
 
+def test_a_point_only_one_side_holds_says_when_the_other_sweep_could_not_run_it(tmp_path, capsys):
+    # a sweep on a smaller HBM where batch 32 no longer fits read "note: only in BASE: full[batch=32]",
+    # as if the other sweep never had that point
+    base = _write(tmp_path, "a", [dict(BASE, name=f"full[batch={b}]") for b in (4, 32, 64, 128)])
+    other = _write(tmp_path, "b", [dict(BASE, name="full[batch=4]")])
+    (other / "failures.json").write_text(json.dumps([
+        {"point": "full[batch=32]", "kind": "infeasible", "error": "does not fit", "sweep": {}},
+        {"point": "full[batch=64]", "kind": "error", "error": "internal error", "sweep": {}}]))
+    assert main(["compare", str(base), str(other)]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == \
+        f"note: only in {base / 'results.json'}: full[batch=32], full[batch=64], full[batch=128] (in " \
+        f"{other / 'failures.json'}: full[batch=32] did not fit; full[batch=64] failed)"
+
+
 def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     # results.json keeps the tiers in name order, ddr before hbm
     record = dict(BASE, memory={"ddr": {"weights": 0, "capacity": 2**40, "free": 2**40},
