@@ -103,9 +103,17 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
                     check_point(sub, point, rows, fit=False)
                 except InputError as exc:   # named as time_models names it
                     raise model_error(exp, i, exc) from None
-    for point in asm.points if only is None else only:
-        # the experiment's own model is served only without a multi_model section
-        check_point(asm, point, rows, served=section is None)
+    checked = asm.points if only is None else only
+    for point in checked:
+        try:
+            # the experiment's own model is served only without a multi_model section
+            check_point(asm, point, rows, served=section is None)
+        except InfeasibleError as exc:
+            # which point: another may fit (a shorter prompt, a policy that compresses the cache),
+            # and "a batch of 64 does not fit" read as true of the whole experiment
+            if len(checked) > 1:
+                exc.message += f" (point {point.name})"
+            raise
 
 
 def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:

@@ -189,6 +189,17 @@ def test_check_refuses_what_run_refuses_with_the_same_line(tmp_path, capsys, cas
     assert not (tmp_path / "out" / "results.json").exists()
 
 
+def test_a_point_that_does_not_fit_is_named_when_the_others_may(tmp_path, capsys):
+    """Batch 128 fits SnapStream's 8K cache but not the full 32K one: the refusal named no point, and
+    "a batch of 128 does not fit (largest compiled batch that fits: 64)" read as true of both."""
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace("batch: max", "batch: 128"))
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.endswith(" (point full)\n") and err.count("\n") == 1, err
+
+
 def test_an_explicit_batch_that_fits_passes_check_and_runs(tmp_path, capsys):
     """The batch's memory check builds its graph: a batch that fits (not a compiled power of two)
     still passes, and run serves it at that batch."""
