@@ -122,8 +122,11 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     wall = time.perf_counter() - start
     axes = ", ".join(a.name for a in sweep.axes)
     where = f" on Dask ({chosen})" if chosen else ""
+    # a sweep point whose experiment is invalid as a whole has no runs to count: said apart
+    unassembled = len(records.unassembled)
+    lost = f", and {unassembled} sweep point(s) failed before any of their runs" if unassembled else ""
     print(f"{sweep.name}: {len(sweep.points)} sweep points ({sweep.mode} over {axes}); "
-          f"{len(records)} of {records.total} runs gave a record, in {wall:.1f} s{where}")
+          f"{len(records)} of {records.total} runs gave a record{lost}, in {wall:.1f} s{where}")
     if resume:
         print(f"resumed: {records.resumed} run(s) were already done in {out / 'runs'}")
     if 0 < len(records) <= TABLE_MAX_RECORDS:
@@ -157,9 +160,12 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     if infeasible:
         print(f"{infeasible} run(s) did not fit (infeasible; the section's infeasible: fail makes that a failure, "
               f"infeasible: skip would not; listed above and in {out / 'failures.json'})")
-    if len(records.failures) > infeasible:
-        print(f"{len(records.failures) - infeasible} run(s) failed with an error (listed above and in "
+    if len(records.failures) > infeasible + unassembled:
+        print(f"{len(records.failures) - infeasible - unassembled} run(s) failed with an error (listed above and in "
               f"{out / 'failures.json'})")
+    if unassembled:
+        print(f"{unassembled} sweep point(s) failed with an error before any of their runs (their experiment is "
+              f"invalid as a whole; listed above and in {out / 'failures.json'})")
     if records.failures:
         return 1
     return 0

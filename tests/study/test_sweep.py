@@ -277,6 +277,18 @@ def test_an_error_is_told_apart_from_a_run_that_does_not_fit(tmp_path, capsys, m
     assert "1 run(s) failed with an error" in captured.out
 
 
+def test_a_sweep_point_invalid_as_a_whole_is_counted_as_a_point_not_as_one_run(tmp_path, capsys):
+    # tp 4 with attention_dp 8 (each value valid alone) has no runs: the summary counted it as one
+    # run, "6 of 7 runs gave a record" for 4 points of 2 policies, and "1 run(s) failed"
+    path = write_experiment(tmp_path, "axes: {parallel.decode.tp: [8, 4], parallel.decode.attention_dp: [8, 4]}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "a"), "--jobs", "1", "--quiet", "--no-plot"]) == 1
+    out = capsys.readouterr().out
+    failures = json.loads((tmp_path / "a" / "failures.json").read_text())
+    assert [(f["point"], f["kind"]) for f in failures] == [("tp=4,attention_dp=8", "error")]
+    assert "6 of 6 runs gave a record, and 1 sweep point(s) failed before any of their runs, in " in out
+    assert "1 sweep point(s) failed with an error before any of their runs" in out and "run(s) failed" not in out
+
+
 def test_infeasible_runs_can_be_skipped(tmp_path):
     path = write_experiment(tmp_path, "axes:\n  serving.batch: [2048]\ninfeasible: skip\n"
                             "plot: {x: batch, y: decode_tokens_per_s, hue: kv_policy}\n")

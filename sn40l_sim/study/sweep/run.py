@@ -61,7 +61,10 @@ class SweepRecords(list):
         #: the batch too large for the memory, a plan larger than the node): under ``infeasible: fail``
         #: they fail the sweep, but they are reported as infeasible, not as errors of the simulator
         self.infeasible: set[str] = set()
-        #: runs attempted (records + failures + skipped)
+        #: names of the sweep points of ``failures`` whose experiment failed as a whole (a combination
+        #: of values that passed one by one): each stands for all its runs, which never ran
+        self.unassembled: set[str] = set()
+        #: runs attempted (records + failures of runs + skipped)
         self.total = len(self) + len(self.failures) if total is None else total
         #: runs whose outcome a resumed sweep found stored
         self.resumed = 0
@@ -356,6 +359,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
     out = SweepRecords()
     by_index = {sp.index: sp for sp in sweep.points}
     out.values = {name: dict(by_index[index].values) for index, name, _ in failures}
+    out.unassembled = {name for _, name, _ in failures}
     for i, run in enumerate(runs):
         record, error, infeasible, _ = outcomes[i]
         if error is None:
@@ -370,6 +374,6 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
             failures.append((run.sweep_point.index, run.name, error))
     # sorted() is stable: a sweep point's own runs keep their order
     out.failures = [(name, error) for _, name, error in sorted(failures, key=lambda f: f[0])]
-    out.total = len(out) + len(out.failures) + len(out.skipped)
+    out.total = len(out) + len(out.failures) - len(out.unassembled) + len(out.skipped)
     out.resumed = resumed
     return out
