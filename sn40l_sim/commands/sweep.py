@@ -5,8 +5,10 @@ The section lists axes (dotted paths into the experiment, or hardware.<field> fo
 with their values, combined as a grid or zipped (see sn40l_sim/study/sweep/axes.py). Each sweep point
 runs the experiment's own points (KV policies x prompt lengths); the records of all points go into
 OUT/results.json and OUT/results.csv in point order, with a progress bar on stderr. What `check` refuses of a run (a trace window holding no request,
-say) is refused before any run starts, with exit status 2. A point that
-fails is reported with its name and error and the others still run (exit status 1). With a
+say) is refused before any run starts, with exit status 2, but for two that `check` refuses and a sweep
+runs around: a run that does not fit (unless the section says infeasible: skip) and a sweep point whose
+values are invalid together (tp 4 with attention_dp 8). A point that fails is reported with its name
+and error, also in OUT/failures.json, and the others still run (exit status 1). With a
 `plot:` entry in the section, OUT/sweep.png is drawn as `python -m sn40l_sim plot` would; with
 `objectives:`, the records on their Pareto front go to OUT/pareto.json/csv and OUT/pareto.png
 (--no-plot writes every file but the two plots); a record without a number for an objective (an
