@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -342,3 +343,43 @@ def test_runs_stored_under_other_libraries_run_again(tmp_path, simulated, monkey
     again = run_sweep(path, tmp_path / "out", jobs=1, progress=False, resume=True, plots=False)
     installed.cache_clear()
     assert again.resumed == 0 and len(simulated) == 4
+
+
+
+def test_a_runs_folder_the_sweep_cannot_write_is_one_line_before_any_run(tmp_path, capsys, monkeypatch, simulated):
+    # runs/ of another user (or made immutable): the stored runs of the previous sweep could not be
+    # removed (a PermissionError traceback), and a runs/ that takes no file stopped the sweep at its
+    # first finished run, that run's simulation lost
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n")
+    out = tmp_path / "out"
+    argv = ["sweep", str(path), "--out", str(out), "--jobs", "1", "--quiet", "--no-plot"]
+    assert main(argv) == 0
+    stored = sorted((out / "runs").glob("*.json"))
+    real_unlink, real_temporary = Path.unlink, tempfile.TemporaryFile
+
+    def no_removal(self, *args, **kwargs):
+        if self.parent.name == "runs":
+            raise PermissionError(1, "Operation not permitted")
+        return real_unlink(self, *args, **kwargs)
+
+    def no_new_file(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir).name == "runs":
+            raise PermissionError(1, "Operation not permitted")
+        return real_temporary(*args, dir=dir, **kwargs)
+
+    simulated.clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "unlink", no_removal)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    named = err.removeprefix("error: --out: cannot remove ").partition(",")[0]
+    assert Path(named) in stored and err.endswith(
+        ", a run the previous sweep into this folder stored: Operation not permitted; expected a folder this sweep "
+        "may write (or --resume, which keeps them)\n"), err
+    stored[-1].unlink()   # one run left to do on --resume
+    with monkeypatch.context() as patched:
+        patched.setattr(tempfile, "TemporaryFile", no_new_file)
+        assert main([*argv, "--resume"]) == 2
+    assert capsys.readouterr().err == (f"error: --out: cannot write into {out / 'runs'}: Operation not permitted, "
+                                       "the folder where the sweep keeps each finished run for --resume\n")
+    assert simulated == []   # both refused before simulating

@@ -329,6 +329,8 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
     tasks = [(index, run) for index, run in enumerate(runs) if index not in outcomes]
     for _, run in tasks:
         preflight(run)
+    if tasks and store is not None:
+        store.check_writable()
     jobs = usable_jobs(jobs, scheduler) if tasks else jobs   # its warning before the bar, not on it
     bar = tqdm(total=len(runs), initial=resumed, desc=f"sweep {sweep.name}", unit="run", file=sys.stderr,
                disable=not progress, dynamic_ncols=True)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.outputs import check_folder, write_text
 from sn40l_sim.report.results import stable
 from sn40l_sim.yamlio import parse_json
 
@@ -107,7 +107,21 @@ class RunStore:
         if self.folder.is_dir():
             for path in self.folder.iterdir():
                 if _RUN_FILE.fullmatch(path.name) and path.is_file():
-                    path.unlink()
+                    try:
+                        path.unlink()
+                    except OSError as exc:   # another user's runs/: a PermissionError traceback before
+                        raise InputError(f"cannot remove {path}, a run the previous sweep into this folder stored: "
+                                         f"{exc.strerror or exc}; expected a folder this sweep may write (or "
+                                         "--resume, which keeps them)", field="--out") from None
+
+    def check_writable(self) -> None:
+        """Refuse, before any run, a folder the finished runs cannot be written into: the sweep
+        stopped at the first run that finished, its simulation lost."""
+        try:
+            check_folder(self.folder, "--out")
+        except InputError as exc:
+            raise InputError(f"{exc.message}, the folder where the sweep keeps each finished run for --resume",
+                             field="--out") from None
 
 
 def content_digest(key: str, record: Any, error: Any, infeasible: Any) -> str:
