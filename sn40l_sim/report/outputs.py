@@ -339,10 +339,12 @@ class OutputFolder:
                                  "rename it, or choose another folder", field=self.option)
         self._take_lock()
         try:
-            for name in (*self.outputs, *_previous_outputs(self.path)):
-                (self.path / name).unlink(missing_ok=True)
-            for leftover in _leftover_temporaries(self.path, (*self.outputs, STATUS_FILE)):
-                leftover.unlink(missing_ok=True)
+            stale = [self.path / n for n in (*self.outputs, *_previous_outputs(self.path))]
+            for path in stale + _leftover_temporaries(self.path, (*self.outputs, STATUS_FILE)):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:   # another user's file in a shared folder: a traceback before
+                    raise InputError(f"cannot remove {path}: {_problem(exc)}", field=self.option) from None
             self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now()}
             self._write_status()
         except BaseException:

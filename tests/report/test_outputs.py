@@ -109,3 +109,25 @@ def test_a_new_run_removes_the_temporary_files_a_killed_run_left_and_nothing_els
     with OutputFolder(out, command="run x.yaml", outputs=("results.json", "throughput.png")):
         pass
     assert sorted(p.name for p in out.iterdir()) == sorted([".lock", "status.json", *kept])
+
+
+def test_a_previous_output_that_cannot_be_removed_is_one_line_and_frees_the_folder(tmp_path, monkeypatch, capsys):
+    # another user's results.json in a shared folder (or one made immutable) stopped run and sweep
+    # with a PermissionError traceback, exit status 1
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("[]\n")
+    real_unlink = Path.unlink
+
+    def refused(self, *args, **kwargs):
+        if self.name == "results.json":
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    with pytest.raises(InputError) as refusal:
+        with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+            pass
+    assert str(refusal.value) == f"--out: cannot remove {out / 'results.json'}: Operation not permitted"
+    with OutputFolder(out, command="run y.yaml", outputs=("other.json",)):   # the lock was released
+        pass
