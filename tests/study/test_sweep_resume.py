@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -100,6 +101,43 @@ def test_resume_runs_only_what_is_missing(tmp_path, simulated):
     assert simulated == [] and again.resumed == 6 and len(again) == 5
     run_sweep(path, tmp_path / "out", jobs=1, progress=False, plots=False)  # without --resume: from scratch
     assert len(simulated) == 6
+
+
+#: every decode slot filled at 32K prompts: the batch that fits puts its KV in DDR, which the run warns of
+SPILLING = f"""\
+kind: experiment
+name: spilling
+hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+model: {REPO / 'graphs/llama3_1_8b.yaml'}
+parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 32768}}
+memory: {{may_spill: [kv, activations]}}
+workload: {{kind: fixed, count: 2, output_len: 2}}
+serving: {{batch: max, max_new_tokens: 2}}
+sweep: {{axes: {{serving.max_new_tokens: [2, 3]}}}}
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_resumed_sweep_says_the_warnings_its_stored_runs_raised(tmp_path, jobs):
+    # a warning raised while a run was simulated (here: the batch chosen spills its KV to DDR) was
+    # said when the run was made and never again: a resumed sweep printed the same table without it
+    path = tmp_path / "spilling.yaml"
+    path.write_text(SPILLING)
+    args = ["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", str(jobs), "--quiet", "--no-plot"]
+
+    def said(*more: str) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")   # as outside pytest: each distinct warning once
+            assert main([*args, *more]) == 0
+        return [str(w.message) for w in caught if "whose KV puts" in str(w.message)]
+
+    fresh = said()
+    assert len(fresh) == 2   # one a run: their steps differ with the cache's length
+    stored = [json.loads(f.read_text())["warnings"] for f in (tmp_path / "out" / "runs").glob("*.json")]
+    assert sorted(message for ((category, message),) in stored if category == "UserWarning") == sorted(fresh)
+    assert said("--resume") == fresh
 
 
 def test_stored_runs_hold_no_wall_clock_and_a_resumed_run_reports_no_speed_of_its_own(tmp_path, capsys):

@@ -11,6 +11,7 @@ physical invariant (:mod:`~sn40l_sim.study.invariants`) stops the sweep: it is a
 """
 from __future__ import annotations
 
+import builtins
 import concurrent.futures as cf
 import json
 import sys
@@ -230,14 +231,26 @@ def _task(run: SweepRun) -> TaskResult:
     return outcome, keep, _identity(), said
 
 
+def _say(category: type[Warning] | str, message: str, seen: set[tuple[str, str]]) -> None:
+    """Warn ``message`` unless ``seen`` holds it: each said once, however many runs raise it. A
+    stored run names its category (a builtin warning class, else a plain warning)."""
+    if isinstance(category, str):
+        found = getattr(builtins, category, None)
+        category = found if isinstance(found, type) and issubclass(found, Warning) else UserWarning
+    if (category.__name__, message) not in seen:
+        seen.add((category.__name__, message))
+        warnings.warn(message, category, stacklevel=2)
+
+
 def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
-            window: Callable[[], int]) -> Iterator[tuple[int, Outcome, bool]]:
+            window: Callable[[], int], seen: set[tuple[str, str]] | None = None) -> Iterator[tuple[int, Outcome, bool]]:
     """``(index, outcome, worth storing)`` of each task as it finishes, on any executor: at most
     ``window()`` tasks are submitted at a time, and each is submitted when a slot frees. A task
     whose worker fails (a process or a cluster worker that dies), or whose worker runs other
-    simulator code than this process, gives an internal error."""
+    simulator code than this process, gives an internal error. Each warning a task raised is said
+    once (``seen``: those already said) and kept in its outcome's ``said``."""
     ours = _identity()
-    seen: set[tuple[type[Warning], str]] = set()
+    seen = set() if seen is None else seen
     pending = iter(tasks)
     in_flight: dict[cf.Future, int] = {}
 
@@ -269,9 +282,8 @@ def execute(executor: cf.Executor, tasks: Sequence[tuple[int, SweepRun]],
                     error = f"internal error {type(exc).__name__}: {exc}"
                     outcome, keep, theirs, said = Outcome(None, error, False), False, ours, []
                 for category, message in said:
-                    if (category, message) not in seen:   # each said once, however many runs raise it
-                        seen.add((category, message))
-                        warnings.warn(message, category, stacklevel=1)
+                    _say(category, message, seen)
+                outcome = outcome._replace(said=tuple((category.__name__, message) for category, message in said))
                 if theirs != ours:
                     outcome, keep = Outcome(None, OTHER_CODE, False), False
                 yield index, outcome, keep
@@ -325,7 +337,10 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
             found = store.load(run.key)
             if found is not None:
                 outcomes[index] = found
-    resumed = len(outcomes)
+    resumed, seen = len(outcomes), set()
+    for index in sorted(outcomes):   # a stored run's warnings, as when it ran
+        for category, message in outcomes[index].said:
+            _say(category, message, seen)
     tasks = [(index, run) for index, run in enumerate(runs) if index not in outcomes]
     for _, run in tasks:
         preflight(run)
@@ -338,7 +353,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
         if tasks:
             with open_executor(jobs, scheduler, len(tasks), say=lambda line: bar.write(line, file=sys.stderr)) \
                     as (executor, window):
-                for index, outcome, keep in execute(executor, tasks, window):
+                for index, outcome, keep in execute(executor, tasks, window, seen):
                     if outcome.invariant is not None:
                         raise InvariantError(outcome.invariant, outcome.error or "", point=runs[index].name)
                     if keep and store is not None:
@@ -363,7 +378,7 @@ def run_points(sweep: Sweep, jobs: int | None = None, progress: bool = True, *, 
     out.values = {name: dict(by_index[index].values) for index, name, _ in failures}
     out.unassembled = {name for _, name, _ in failures}
     for i, run in enumerate(runs):
-        record, error, infeasible, _ = outcomes[i]
+        record, error, infeasible = outcomes[i].record, outcomes[i].error, outcomes[i].infeasible
         if error is None:
             out.append(stamp(run, record))
             continue

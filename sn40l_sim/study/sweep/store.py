@@ -8,8 +8,9 @@ the files of the runs it is about to start and skips those it finds; the runs ar
 they simulate, not by their place in the sweep, so a sweep whose axes gained values, or whose
 values were reordered, reruns only what is new. A file holds the record as the worker returned it
 (before the sweep point's name is written in, and without its wall-clock ``speed``, which belongs
-to the session that ran it) or the run's one-line error: a resumed sweep writes the same
-``results.json`` bytes as an uninterrupted one.
+to the session that ran it) or the run's one-line error, and the warnings the run raised, which a
+resumed sweep says again: it writes the same ``results.json`` bytes as an uninterrupted one and
+says the same warnings.
 
 Runs that failed with an internal error (a bug, or a worker that died) are not stored: a resumed
 sweep tries them again.
@@ -27,7 +28,7 @@ Examples
 >>> store = RunStore(pathlib.Path(tempfile.mkdtemp()) / "runs")
 >>> store.save("ab12", "full[batch=1]", Outcome({"batch": 1}, None, False))
 >>> store.load("ab12"), store.load("cd34")
-(Outcome(record={'batch': 1}, error=None, infeasible=False, invariant=None), None)
+(Outcome(record={'batch': 1}, error=None, infeasible=False, invariant=None, said=()), None)
 >>> sorted(p.name for p in store.folder.iterdir())
 ['ab12.json']
 """
@@ -53,12 +54,15 @@ _RUN_FILE = re.compile(r"[0-9a-f]{64}\.json|\.[0-9a-f]{64}\.json\.\w+\.tmp\.json
 
 class Outcome(NamedTuple):
     """What one run gave: a record, or a one-line error (``infeasible`` when the run does not fit;
-    ``invariant`` names the physical invariant the run broke, a bug: such an outcome is never stored)."""
+    ``invariant`` names the physical invariant the run broke, a bug: such an outcome is never stored),
+    and the warnings it raised as ``(category name, message)``, stored with it so that a resumed
+    sweep says them again (a batch whose KV spilled to DDR is as true of a stored run as of a new one)."""
 
     record: dict[str, Any] | None
     error: str | None
     infeasible: bool
     invariant: str | None = None
+    said: tuple[tuple[str, str], ...] = ()
 
 
 class RunStore:
@@ -80,14 +84,17 @@ class RunStore:
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
             return None
-        record, error = data.get("record"), data.get("error")
+        record, error, said = data.get("record"), data.get("error"), data.get("warnings", [])
         whole = (isinstance(record, dict) and error is None) or (record is None and isinstance(error, str))
-        if not whole or data.get("digest") != content_digest(key, record, error, data.get("infeasible")):
+        whole = whole and isinstance(said, list) and all(
+            isinstance(w, list) and len(w) == 2 and all(isinstance(s, str) for s in w) for w in said)
+        if not whole or data.get("digest") != content_digest(key, record, error, data.get("infeasible"), said):
             raise InputError("the stored run was changed after the sweep wrote it (its contents no longer match "
                              "its digest); expected the file as the sweep wrote it: delete it to run that point "
                              "again, or run without --resume", file=self.path(key), field="digest")
         # a stored run's wall-clock speed is another session's: a resumed sweep does not report it as its own
-        return Outcome(stable(record) if isinstance(record, dict) else record, error, bool(data.get("infeasible")))
+        return Outcome(stable(record) if isinstance(record, dict) else record, error, bool(data.get("infeasible")),
+                       said=tuple((category, message) for category, message in said))
 
     def save(self, key: str, name: str, outcome: Outcome) -> None:
         """Write the outcome of the run with ``key`` (``name`` is for a reader of the file):
@@ -96,9 +103,10 @@ class RunStore:
         # without the wall-clock speed: stored runs hold only what the inputs determine; through JSON
         # and back, so that the digest is of what the file holds (number keys become text)
         record = json.loads(json.dumps(stable(outcome.record))) if outcome.record is not None else None
-        digest = content_digest(key, record, outcome.error, outcome.infeasible)
-        text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": record,
-                           "error": outcome.error, "infeasible": outcome.infeasible, "digest": digest})
+        said = [list(warning) for warning in outcome.said]
+        digest = content_digest(key, record, outcome.error, outcome.infeasible, said)
+        text = json.dumps({"format": FORMAT, "key": key, "name": name, "record": record, "error": outcome.error,
+                           "infeasible": outcome.infeasible, "warnings": said, "digest": digest})
         write_text(self.path(key), text, sync=True)
 
     def clear(self) -> None:
@@ -124,11 +132,11 @@ class RunStore:
                              field="--out") from None
 
 
-def content_digest(key: str, record: Any, error: Any, infeasible: Any) -> str:
+def content_digest(key: str, record: Any, error: Any, infeasible: Any, said: Any = ()) -> str:
     """SHA-256 of what a run file stores, as JSON (floats written as ``repr`` writes them, so the
-    digest of a file read back equals the digest it was written with)."""
-    text = json.dumps({"key": key, "record": record, "error": error, "infeasible": infeasible}, sort_keys=True,
-                      separators=(",", ":"))
+    digest of a file read back equals the digest it was written with); ``said`` its warnings."""
+    text = json.dumps({"key": key, "record": record, "error": error, "infeasible": infeasible,
+                       "warnings": [list(warning) for warning in said]}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
