@@ -10,6 +10,7 @@ import pytest
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.engine.staging import lone_collective_cycles, path_bytes_per_cycle, staged_bytes
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import Collective, KernelGraph, Shape
 from sn40l_sim.mapper import map_graph
@@ -60,3 +61,14 @@ def test_the_mapper_charges_a_lone_collective_what_the_engine_takes(tier):
 def test_without_staging_the_links_alone_set_the_collective():
     charged, took, links = mapped_and_run("ddr", stage=False)
     assert charged == took == links.cycles
+
+
+def test_a_narrow_tln_sets_a_lone_streams_rate():
+    # the shipped sockets' TLN outpaces every tier, so only a narrower one shows that a stream to
+    # HBM crosses it too: at 100 bytes per cycle across all the AGCUs it, not HBM's 985, sets the pace
+    socket = NODE.socket
+    agcus = figures.agcus(socket)
+    narrow = socket.model_copy(update={"tln": socket.tln.model_copy(update={"bytes_per_s": 100 * socket.clock_hz / agcus})})
+    assert path_bytes_per_cycle(socket, "hbm") > 900
+    assert path_bytes_per_cycle(narrow, "hbm") == pytest.approx(100)
+    assert path_bytes_per_cycle(narrow, "ddr") == pytest.approx(path_bytes_per_cycle(socket, "ddr"))
