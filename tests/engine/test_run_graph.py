@@ -333,3 +333,12 @@ def test_a_collectives_trace_event_carries_the_graphs_bytes_and_what_it_moved():
     for key, total in (("link_bytes", "p2p"), ("sent_bytes", "p2p_sent"), ("staged_bytes", "p2p_staged")):
         assert sum(dict(e.detail)[key] for e in events) == result.link_bytes[total] > 0
     assert all(e.detail == () for e in result.events if e.category != "collective")
+
+
+@pytest.mark.parametrize("sockets,rounds", [(2, 1), (3, 2), (6, 3), (12, 4), (16, 4)])
+def test_a_barrier_takes_the_ceiling_of_log2_sockets_rounds(sockets, rounds):
+    # a dissemination barrier among n members needs ceil(log2 n) rounds (engine/boundary.py's
+    # docstring); a group that is not a power of two takes the round a floor would drop. Each
+    # round on this full mesh: the 93.75 ns link latency plus the synchronisation latency
+    per_round = figures.cycles(93.75e-9 + NODE.socket.calibrated.sync_latency_s, NODE.socket)
+    assert BOUNDARY.barrier_cycles(sockets) == BOUNDARY.on_chip_cycles + rounds * per_round
