@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sn40l_sim.report.metrics import latencies
+from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.loop import ServingSetup, simulate
 from sn40l_sim.serving.workload import Request
 
@@ -103,3 +104,12 @@ def test_a_chunk_as_long_as_the_prompts_is_the_unchunked_schedule_with_the_polic
     assert [(r.prefill_start, r.first_token, r.token_cycles) for r in whole.requests] == \
         [(r.prefill_start, r.first_token, r.token_cycles) for r in chunked.requests]
     assert whole.steps == chunked.steps and whole.busy == chunked.busy and whole.end_cycle == chunked.end_cycle
+
+
+def test_the_policys_kernels_never_take_negative_cycles():
+    # the KV policy's prefill kernels cost what they add to the whole prompt's prefill; where the
+    # mapper times the chunk graph without them slower than the whole prompt with them (another
+    # plan), they add nothing, rather than making the last chunk cheaper than its own graph
+    slower_alone = chunk_timings(lambda n, e: 100 + n + e + 9, lambda p: 100 + p + 7, 4, policy_apart=True,
+                                 prompt_len=8)
+    assert slower_alone["prefill_policy_cycles"](8) == 0
