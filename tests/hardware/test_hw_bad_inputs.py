@@ -14,6 +14,7 @@ from hw_test_helpers import HW, copy_configs, delete_key, set_value
 
 from sn40l_sim.commands import cli
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware.grid import MAX_TILES_PER_SOCKET, socket_tiles_error
 from sn40l_sim.hardware.loader import load_hardware
 
 SOCKET = (HW / "sn40l.yaml").read_text()
@@ -341,3 +342,10 @@ def test_a_grid_too_narrow_says_what_either_side_needs(tmp_path, capsys):
     status, err = _check(path, capsys)
     _assert_one_clean_line(status, err, "narrow.yaml", "tile.grid_rows",
                            "(expected grid_rows at least 40 with 13 columns, or grid_cols at least 26 with 20 rows)")
+
+
+def test_a_socket_may_have_exactly_the_most_tiles():
+    # "at most MAX_TILES_PER_SOCKET": 2 dies x 128 tiles is the limit itself, one tile more is not
+    assert socket_tiles_error(2, MAX_TILES_PER_SOCKET // 2) is None
+    assert socket_tiles_error(2, MAX_TILES_PER_SOCKET // 2 + 1)[0] == "tiles_per_die"
+    assert socket_tiles_error(MAX_TILES_PER_SOCKET // 2 + 1, 2)[0] == "dies"
