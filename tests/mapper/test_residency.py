@@ -177,3 +177,12 @@ def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_i
     # and map's totals stay a floor of the engine's step (the boundaries aside)
     boundaries = sum(r.launch_cycles + r.barrier_cycles for r in run.records)
     assert sum(pk.call_cycles for pk in placed.kernels) <= run.cycles - boundaries
+
+
+def test_a_kernel_fills_the_units_left_beside_a_loaded_one():
+    # a step whose kernels do not all fit together: a wide one takes every PCU, so the two small
+    # ones load after it; the second fills exactly the PCUs the first leaves (a unit left over is
+    # not needed), so the first is still loaded at its second call
+    first, rest = kernel("a", (100,) * 4, (1,) * 4), kernel("b", (TILE_PCUS - 100,) * 4, (1,) * 4)
+    step = [first, rest, first, kernel("wide", (TILE_PCUS,) * 4, (1,) * 4)]
+    assert resident_calls(SOCKET, step) == (False, False, True, False)
