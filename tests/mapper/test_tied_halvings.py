@@ -65,3 +65,12 @@ def test_tied_pieces_from_a_lower_targets_pieces_are_those_searched_from_the_who
             assert memoised == fresh
             tied = tied or any(len(p) > 1 for p in fresh)
     assert tied   # ties do occur on these shapes (else there is nothing to follow)
+
+
+def test_a_dimension_may_be_halved_down_to_its_minimum():
+    # the minimum is a piece's smallest allowed size, itself allowed: 64 rows with a minimum of 32
+    # halve once, to 32, however many pieces are asked for (the only dimension cut)
+    dims = {"count": 1, "m": 64, "k": 4096, "n": 4096}
+    assert halved(dims, LOW, 2.0, 2, ("m",))["m"] == 32
+    assert halved(dims, LOW, 2.0, 4, ("m",))["m"] == 32
+    assert [p["m"] for p in tied_pieces(dims, LOW, 2.0, 2, ("m",))] == [32]
