@@ -224,6 +224,15 @@ def test_a_point_only_one_side_holds_says_when_the_other_sweep_could_not_run_it(
         f"{other / 'failures.json'}: full[batch=32] did not fit; full[batch=64] failed)"
 
 
+@pytest.mark.parametrize("extra,tail", [(4, ""), (5, " and 1 more")])
+def test_one_point_past_four_is_counted_and_four_are_all_named(tmp_path, capsys, extra, tail):
+    base = _write(tmp_path, "a", [BASE])
+    other = _write(tmp_path, "b", [BASE, *(dict(BASE, name=f"p{i}") for i in range(extra))])
+    assert main(["compare", str(base), str(other)]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == \
+        f"note: only in {other / 'results.json'}: p0, p1, p2, p3{tail}"
+
+
 def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     # results.json keeps the tiers in name order, ddr before hbm
     record = dict(BASE, memory={"ddr": {"weights": 0, "capacity": 2**40, "free": 2**40},
