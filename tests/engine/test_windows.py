@@ -115,3 +115,16 @@ def test_no_window_opens_or_closes_before_its_tiles_data_has_arrived(monkeypatch
         if 0 < tile < TILES:
             assert now - rec.stream_start >= math.floor(tile * n_bytes / TILES / bytes_per_cycle), tile
     assert any(tile == stop for tile, _ in reached)
+
+
+def test_a_whole_stream_windows_last_share_is_of_one_sections_tiles():
+    # a kernel of 2 sections streams 2 x 100 data tiles; a collective naming no operator has the
+    # whole stream and "its share of tiles" (Windows' docstring), one section's: its last share is
+    # 1/100 of its bytes, as for one section, not 1/200
+    coll = Collective("all_reduce", 2**22, 16, overlapped=True)
+    rec = _run(placed_kernel(NODE, "k", n_tiles=TILES, compute_cycles_per_tile=PER_TILE, sections=2,
+                             collectives=(coll,)))
+    share = MODEL.run(dataclasses.replace(coll, bytes=math.ceil(coll.bytes / TILES))).cycles
+    assert share > MODEL.run(dataclasses.replace(coll, bytes=math.ceil(coll.bytes / (2 * TILES)))).cycles
+    assert rec.collectives[0].end < rec.stream_end
+    assert rec.end == rec.stream_end + share
