@@ -186,3 +186,20 @@ def test_a_kernel_fills_the_units_left_beside_a_loaded_one():
     first, rest = kernel("a", (100,) * 4, (1,) * 4), kernel("b", (TILE_PCUS - 100,) * 4, (1,) * 4)
     step = [first, rest, first, kernel("wide", (TILE_PCUS,) * 4, (1,) * 4)]
     assert resident_calls(SOCKET, step) == (False, False, True, False)
+
+
+@pytest.mark.parametrize("unit", [0, 1])
+def test_a_room_leaves_some_of_every_tile_free(unit):
+    # the kernels held, or their reserved shares, must leave a unit of each kind on every tile for
+    # the kernel mapped in what they leave: one unit left is room, none is not
+    cap = (TILE_PCUS, TILE_PMUS)[unit]
+
+    def held(n):
+        units = [(1,) * 4, (1,) * 4]
+        units[unit] = (1, 1, n, 1)
+        return {0: tuple(units)}
+
+    assert side_by_side._room(SOCKET, held(cap - 1), (), 1.0)
+    assert not side_by_side._room(SOCKET, held(cap), (), 1.0)
+    # a kernel called once holding half its units: ceil(cap / 2) of them, cap - ceil(cap / 2) left
+    assert side_by_side._room(SOCKET, held(cap), (0,), 0.5)
