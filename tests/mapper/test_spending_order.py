@@ -53,3 +53,11 @@ def test_the_spending_skipped_where_both_orders_agree_is_the_one_made(monkeypatc
     same_order = [agree for _, (_, agree) in calls]
     assert any(same_order) and not all(same_order)      # both cases met
     assert all(got == want for got, (want, _) in calls)
+
+
+def test_a_calls_stream_is_every_stage_once_then_the_slowest_per_further_tile():
+    # 5 data tiles through stages of 10, 30 and 20 cycles: 60 for the first tile, then 4 x 30;
+    # collectives outlasting that set the end instead
+    assert spending._streaming([10.0, 30.0, 20.0], spending.Pricing(0.0, 0.0, 5)) == 60 + 4 * 30
+    assert spending._streaming([10.0, 30.0, 20.0], spending.Pricing(0.0, 0.0, 5, overlap_cycles=500)) == 60 + 500
+    assert spending._streaming([10.0, 30.0, 20.0], spending.Pricing(0.0, 0.0, 1)) == 60
