@@ -163,3 +163,19 @@ def test_lone_flow_cycles_is_what_the_network_does(n_bytes, rate, other_start, o
     if cycles is not None:
         assert _lone_flow_in_the_network(n_bytes, rate, other_start, other_bytes) == cycles
         assert cycles == max(1, math.ceil(n_bytes / rate))
+
+
+def test_a_transfer_over_two_hops_streams_at_its_slower_links_rate():
+    # a 4-socket ring, the first hop of both routes from 0 to 2 twice as fast: the second hop is
+    # the narrower one and sets the transfer's pace, as on the uniform ring
+    def ring(fast: set[tuple[int, int]]) -> LinkTable:
+        return LinkTable(4, [(a, b, 100e9 if (a, b) in fast else 50e9, LAT) for a, b in socket_pairs(4, "ring")],
+                         CLOCK, 1.0)
+
+    def send(table: LinkTable, n_bytes: int) -> int:
+        return Schedule(table, 0, 0.0, 1).send(0, 2, n_bytes, 0)
+
+    n_bytes = 2**20
+    assert send(ring({(0, 1), (0, 3)}), n_bytes) == send(ring(set()), n_bytes)
+    # 50 GB/s at 1.6 GHz is 31.25 bytes a cycle: about 33,554 cycles after the two hops' latency
+    assert send(ring(set()), n_bytes) - math.ceil(2 * LAT * CLOCK) == pytest.approx(n_bytes / 31.25, abs=2)
