@@ -209,6 +209,9 @@ def test_a_csv_number_is_plain_ascii_digits_without_separators(tmp_path, text, l
 
 @pytest.mark.parametrize("value, shown", [
     ('"0"', 'the string "0" (write it without quotes)'), ("true", "true"), ("[1]", "[1]"),
+    # a value is shown whole up to 40 characters, quotes included, else cut to 37 and "..."
+    (f'"{"a" * 38}"', f'the string "{"a" * 38}" (write it without quotes)'),
+    (f'"{"a" * 39}"', f'the string "{"a" * 36}... (write it without quotes)'),
 ])
 @pytest.mark.parametrize("column", ["arrival_s", "prompt_len"])
 def test_a_jsonl_trace_takes_json_numbers(tmp_path, value, shown, column):
