@@ -8,7 +8,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sn40l_sim.engine.fluid import FluidNetwork
+from sn40l_sim.engine.fluid import Channel, FluidNetwork
 
 
 def _run(starts, n_bytes, capacity, caps=None, paths=None, channels=1):
@@ -33,6 +33,13 @@ def test_lone_transfer_takes_bytes_over_capacity_rounded_up():
     _, chans, ends = _run([0], [1001], 10.0)
     assert ends[0] == 101
     assert chans[0].busy_cycles == 101 and chans[0].bytes_moved == 1001
+
+
+def test_a_lone_capped_transfer_moves_at_its_cap():
+    # 1,000 bytes capped at 4 B/cycle through a channel of 10: 250 cycles, not the channel's 100
+    _, chans, ends = _run([0], [1000], 10.0, caps=[4.0])
+    assert ends[0] == 250 and chans[0].busy_cycles == 250
+    assert FluidNetwork.lone_flow((Channel("c", 10.0),), 1000, cap=4.0)[0] == 250
 
 
 def test_equal_share_between_simultaneous_flows():
