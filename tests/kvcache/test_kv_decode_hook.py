@@ -13,6 +13,7 @@ from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.kvcache import POLICIES, KVPolicy, make_policy, register
+from sn40l_sim.kvcache.decode_kernels import decode_shard
 from sn40l_sim.kvcache.sizing import kv_dtype_bytes, kv_sharding, kv_width
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -141,3 +142,10 @@ def test_a_policys_decode_kernel_serves_every_query_row_of_a_verify_step(policy,
     else:
         assert verify[scored].elements == 3 * plain[scored].elements
     assert verify[written].elements == 3 * plain[written].elements
+
+
+def test_the_busiest_socket_decodes_the_batchs_ceiling_share(llama8b):
+    # 17 sequences over 4 attention data-parallel groups: the busiest socket holds 5 of them; 32
+    # query and 8 KV heads over the 4 sockets of each group: 8 and 2 a socket, 4 query heads a KV head
+    shard = decode_shard(llama8b, Shape("decode", 17, 0, 4096), ParallelPlan(tp=16, attention_dp=4))
+    assert (shard.seqs, shard.query_heads, shard.kv_heads_per_socket, shard.row_shards, shard.group) == (5, 8, 2, 1, 4)
