@@ -128,6 +128,9 @@ SOCKET_CASES = {
                           "a PMU of 32 banks x 4 B holds whole rows of 128 B; expected a multiple of 128 B, got 64 B"),
     "pmu_not_whole_rows": (lambda: (set_value(SOCKET, "banks", "3")[0], None), "pmu.capacity_bytes",
                            "whole rows of 12 B; expected a multiple of 12 B, got 524288 B"),
+    # AGCUs sit on the top and bottom edges of the tile's mesh, one a switch: 2 x 27 at most
+    "agcus_beyond_the_edges": (_edit("agcus", "55"), "tile.agcus",
+                               "55 AGCUs do not fit on the top and bottom edges of a 27-switch-wide mesh (at most 54)"),
     "two_dies_no_link": (lambda: (_drop_block("die_to_die"), None), "die_to_die", "die_to_die link"),
     "reserve_exceeds_hbm": (_edit("reserved_bytes", "100 GiB"), "memory.hbm.reserved_bytes", "only"),
     # a reserve equal to the capacity, in units a reader can compare, leaves nothing to use
@@ -349,3 +352,10 @@ def test_a_socket_may_have_exactly_the_most_tiles():
     assert socket_tiles_error(2, MAX_TILES_PER_SOCKET // 2) is None
     assert socket_tiles_error(2, MAX_TILES_PER_SOCKET // 2 + 1)[0] == "tiles_per_die"
     assert socket_tiles_error(MAX_TILES_PER_SOCKET // 2 + 1, 2)[0] == "dies"
+
+
+def test_agcus_may_fill_both_edges_of_the_mesh(tmp_path, capsys):
+    # 2 x 27 AGCUs on a 26-column grid's 27-switch-wide mesh: the edges full, not past them
+    path = tmp_path / "edges.yaml"
+    path.write_text(set_value(SOCKET, "agcus", "54")[0])
+    assert _check(path, capsys)[0] == 0
