@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 from hw_test_helpers import HW, copy_configs, set_value
 
 from sn40l_sim.errors import InputError
+from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
 
@@ -264,6 +266,20 @@ def test_a_file_listing_a_slower_tier_first_is_warned_of_at_the_faster_tier(tmp_
     assert message.split(": memory.hbm")[0] in (f"{path}:{line}", f"{path}:{line + 1}"), message
     assert "memory.hbm: listed after ddr, a slower tier (1.638 TB/s against 100 GB/s a socket)" in message
     assert "memory.order" in message
+
+
+def test_a_tier_as_fast_as_the_one_before_it_is_not_warned_of(tmp_path):
+    # only a tier listed after a slower one is out of order: one with DDR's units and rate (2 dies x
+    # 3 x 16.6667 GB/s, about 100 GB/s a socket) listed after DDR is not
+    path = tmp_path / "as_fast.yaml"
+    path.write_text(f"base: {HW / 'sn40l.yaml'}\nname: X\nstated: null\nmemory:\n  cxl: {{units_per_die: 3, "
+                    "capacity_bytes_per_unit: 64 GiB, bytes_per_s_per_unit: 16.6667 GB/s, latency_s: 300 ns, "
+                    "efficiency: 0.9, reserved_bytes: 0}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        node = load_hardware(path)
+    assert list(node.socket.memory) == ["hbm", "ddr", "cxl"]
+    assert figures.memory_bytes_per_s(node.socket, "cxl") == figures.memory_bytes_per_s(node.socket, "ddr")
 
 
 def test_a_faster_tier_an_overlay_adds_is_told_it_goes_after_the_bases(tmp_path):
