@@ -1,0 +1,38 @@
+"""A KV transfer between a prefill and a decode node (sn40l_sim/serving/kv_transfer.py): the slower
+end's set-up, latency and rate set it, and the host link carries the whole cache whatever the
+sockets' shares."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
+from sn40l_sim.serving.kv_transfer import transfer_seconds
+
+NODE = load_hardware(Path(__file__).resolve().parents[2] / "hw_configs" / "sn40l_node16.yaml")
+GIB = 2**30
+#: the shipped node's host link: 64 GB/s, 1 us; its sockets' calibrated DMA set-up
+HOST_BYTES_PER_S, HOST_LATENCY_S = 64e9, 1e-6
+SETUP_S = NODE.socket.calibrated.transfer_setup_s
+
+
+def test_the_shipped_host_link_as_read():
+    assert (NODE.host_link.bytes_per_s, NODE.host_link.latency_s) == (HOST_BYTES_PER_S, HOST_LATENCY_S)
+    assert transfer_seconds(NODE, "host_link", GIB) == pytest.approx(SETUP_S + HOST_LATENCY_S + GIB / HOST_BYTES_PER_S)
+
+
+@pytest.mark.parametrize("slow_end", ["sender", "receiver"])
+def test_the_slower_ends_setup_and_latency_set_the_transfer(slow_end):
+    slow = with_overrides(NODE, {"socket.calibrated.transfer_setup_s": 2e-6, "host_link.latency_s": 5e-6})
+    sender, receiver = (slow, NODE) if slow_end == "sender" else (NODE, slow)
+    assert transfer_seconds(receiver, "host_link", GIB, sender=sender) == \
+        pytest.approx(2e-6 + 5e-6 + GIB / HOST_BYTES_PER_S)
+
+
+def test_the_host_link_carries_the_whole_cache_whatever_the_sockets_shares():
+    # shares are what the busiest socket moves over its own P2P ports; the host link moves it all
+    whole = transfer_seconds(NODE, "host_link", GIB)
+    assert transfer_seconds(NODE, "host_link", GIB, shares=(0.25, 0.5)) == whole
+    p2p = transfer_seconds(NODE, "p2p", GIB)
+    assert transfer_seconds(NODE, "p2p", GIB, shares=(0.25, 0.5)) < p2p
