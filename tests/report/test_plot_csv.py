@@ -49,6 +49,8 @@ def write_csv(tmp_path: Path, rows=ROWS) -> Path:
     ("sweep.hardware.socket.memory.hbm.bytes_per_s_per_unit", "HBM bandwidth per module/channel (GB/s)", 1e-9),
     ("sweep.hardware.socket.memory.cxl.latency_s", "CXL latency (s)", 1.0),
     ("memory.cxl.kv", "CXL per socket: kv (GiB)", 2.0**-30),
+    # a swept size in bytes is plotted in GiB, 2**30 bytes (not 1e9)
+    ("sweep.hardware.socket.memory.hbm.reserved_bytes", "HBM reserved by the runtime (GiB)", 2.0**-30),
     ("sweep.serving.batch", "decode batch (sequences per node)", 1.0),
     ("throughput.output_tokens_per_s", "served output tokens/s", 1.0),
     ("prefill_kernel_share.mha", "share of a prefill MoE layer: mha", 1.0),
@@ -509,3 +511,14 @@ def test_logx_on_an_axis_of_categories_is_refused_not_dropped(tmp_path, capsys, 
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {path}: --logx: {words}") and line.endswith("drop --logx")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("values, held", [
+    (12, ", ".join(f"'{b}'" for b in range(1, 13))),
+    (13, ", ".join(f"'{b}'" for b in range(1, 13)) + ", ... (13 values)"),
+])
+def test_where_lists_twelve_values_a_column_holds_and_counts_more(tmp_path, capsys, values, held):
+    rows = [dict(ROWS[0], batch=b, decode_tokens_per_s=10.0 * b) for b in range(1, values + 1)]
+    path = write_csv(tmp_path, rows)
+    assert main(["plot", str(path), "--x", "decode_tokens_per_s", "--y", "prefill_len", "--where", "batch=99"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"batch is never '99' in the rows selected (it holds {held})")
