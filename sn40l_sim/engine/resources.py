@@ -61,8 +61,9 @@ class SocketResources:
     clock_hz: float
     #: tier collectives read what they send from and write what they receive to (the activations')
     staging_tier: str
-    #: bytes a loop iteration may stream into the PMUs ahead of its compute: half the socket's SRAM,
-    #: since the PMUs double-buffer (the other half holds what the running compute reads); the
+    #: bytes a loop iteration may stream into the PMUs ahead of its compute: ``pmu.read_ahead_share``
+    #: of the socket's SRAM (half on the SN40L: the PMUs double-buffer, the other half holds what the
+    #: running compute reads); the
     #: mapper's loop score reads the same figure (:func:`~sn40l_sim.mapper.read_ahead.read_ahead_bytes`)
     buffer_bytes: float = 0.0
     #: only the engine's kernels and their collectives use the socket's channels, so a kernel's

@@ -107,6 +107,12 @@ class PMUSpec(StrictModel):
     read_ports: PositiveInt
     write_ports: PositiveInt
     addresses_per_cycle: PositiveInt
+    #: share of the socket's SRAM a loop iteration may stream into ahead of its compute
+    #: (:func:`~sn40l_sim.mapper.read_ahead.read_ahead_bytes`; the rest holds what the running compute reads)
+    read_ahead_share: Fraction
+    #: share of a tile's SRAM the waiting score rows of a decode attention may take before a cache is
+    #: cut into chunks whose partials are merged (:mod:`sn40l_sim.mapper.attention`; the rest holds the streams)
+    score_share: Fraction
 
 
 class AGCUSpec(StrictModel):

@@ -8,8 +8,8 @@ work evenly over the ``chip_tiles`` tiles in use, which is only possible by spli
 * **across tiles** -- with fewer caches than tiles, each cache is split into ``ceil(tiles /
   caches)`` fragments (split-KV, as flash-decoding does on GPUs), one per tile;
 * **by capacity** -- a fragment's score rows (``rows x tokens`` FP32 values) wait on chip between
-  the scores and the weighted sum; they may take half of a tile's SRAM (the other half is the
-  kernel's streams' double buffers), so a longer fragment is cut into chunks that fit.
+  the scores and the weighted sum; they may take the hardware file's ``pmu.score_share`` of a tile's
+  SRAM (half on the SN40L: the other half is the kernel's streams' double buffers), so a longer fragment is cut into chunks that fit.
 
 Every fragment and chunk beyond the first of a cache leaves a partial result per row -- its running
 maximum and sum and its ``value_width`` partial output, FP32 -- that must be merged: rescaled by
@@ -43,8 +43,6 @@ from sn40l_sim.ir import DTYPE_BYTES, Operator
 
 #: scores and partial results are kept in FP32 (the softmax's accumulation precision)
 PARTIAL_BYTES = DTYPE_BYTES["fp32"]
-#: the share of a tile's SRAM the waiting score rows may take (the rest double-buffers the streams)
-SCORE_SHARE = 0.5
 
 
 def partials_per_cache(socket: SocketSpec, sequences: int, rows: int, kv_tokens: int, chip_tiles: int) -> int:
@@ -55,7 +53,7 @@ def partials_per_cache(socket: SocketSpec, sequences: int, rows: int, kv_tokens:
     (4, 1)
     """
     fragments = math.ceil(chip_tiles / sequences) if sequences < chip_tiles else 1
-    capacity = SCORE_SHARE * figures.sram_bytes(socket) / figures.tiles(socket)
+    capacity = socket.pmu.score_share * figures.sram_bytes(socket) / figures.tiles(socket)
     chunk_tokens = max(1, int(capacity // (rows * PARTIAL_BYTES)))
     return fragments * math.ceil(math.ceil(kv_tokens / fragments) / chunk_tokens)
 
@@ -72,7 +70,7 @@ def combine_operator(socket: SocketSpec, scores: Operator, chip_tiles: int) -> O
     width = shape.value_width + 2                      # output, running max, running sum
     merges = shape.sequences * shape.rows * (partials - 1)
     held = shape.sequences * shape.rows * partials * width * PARTIAL_BYTES
-    capacity = SCORE_SHARE * figures.sram_bytes(socket) / figures.tiles(socket) * chip_tiles
+    capacity = socket.pmu.score_share * figures.sram_bytes(socket) / figures.tiles(socket) * chip_tiles
     spilled = held if held > capacity else 0
     return Operator(f"{scores.name}.combine", "elementwise", elements=merges * width, transcendentals=merges,
                     act_in_bytes=spilled, act_out_bytes=spilled, dtype="fp32")

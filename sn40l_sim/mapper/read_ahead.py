@@ -4,8 +4,8 @@
 A loop iteration (kernel looping, :mod:`.loops`) gets the socket when the previous iteration's
 tiles are done and waits ``gate`` cycles for that iteration's collectives (its output). Meanwhile its
 first section's memory streams run ahead into the PMUs, chunk by chunk, but at most
-:func:`read_ahead_bytes` (half the SRAM: the PMUs double-buffer, the other half holds what the
-running compute reads) ahead of the compute, so a stream larger than that waits for the compute
+:func:`read_ahead_bytes` (``pmu.read_ahead_share`` of the SRAM, half on the SN40L: the PMUs
+double-buffer, the other half holds what the running compute reads) ahead of the compute, so a stream larger than that waits for the compute
 to free space once the gate has opened. The engine
 (:func:`sn40l_sim.engine.kernel_process._stream_ahead`) runs it as events; this replays the same
 arithmetic, chunk by chunk, for a stream that shares its channel with nothing:
@@ -67,9 +67,15 @@ CHUNKS_PER_SECTION = 8
 
 
 def read_ahead_bytes(socket: SocketSpec) -> float:
-    """Bytes a loop iteration may stream into the PMUs ahead of its compute: half the socket's
-    SRAM, since the PMUs double-buffer (the other half holds what the running compute reads)."""
-    return figures.sram_bytes(socket) / 2
+    """Bytes a loop iteration may stream into the PMUs ahead of its compute: the socket's SRAM times
+    the hardware file's ``pmu.read_ahead_share`` (half on the SN40L: the PMUs double-buffer, the
+    other half holds what the running compute reads).
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> read_ahead_bytes(example_socket()) / 2**20
+    260.0
+    """
+    return figures.sram_bytes(socket) * socket.pmu.read_ahead_share
 
 
 def chunk_tiles(n_tiles: int, chunks: int) -> tuple[int, ...]:

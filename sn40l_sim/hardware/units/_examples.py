@@ -28,7 +28,8 @@ def example_pmu() -> PMUSpec:
     64
     """
     return PMUSpec(capacity_bytes="512 KiB", banks=16, bank_width_bytes=4, read_ports=1,
-                   write_ports=1, addresses_per_cycle=4)
+                   write_ports=1, addresses_per_cycle=4,
+                   read_ahead_share=0.5, score_share=0.5)
 
 
 def example_agcu() -> AGCUSpec:
