@@ -197,8 +197,9 @@ class P2PSpec(StrictModel):
     bytes_per_s_per_port: BytesPerSecond
     latency_s: Latency
     #: DMA engines issuing the socket's P2P transfers: each transfer's set-up (calibrated
-    #: ``transfer_setup_s``) occupies one, so the set-ups of many transfers queue
-    dma_engines: PositiveInt = 1
+    #: ``transfer_setup_s``) occupies one, so the set-ups of many transfers queue. Required, as every
+    #: count of units is: a default here was a machine figure without a provenance note
+    dma_engines: PositiveInt
 
 
 class ConfigurationSpec(StrictModel):

@@ -86,6 +86,9 @@ SOCKET_CASES = {
     "block_calibrated_out_of_bounds": (_edit("p2p_efficiency", "0.1"), "calibrated.p2p_efficiency", "bounds"),
     "tier_without_efficiency": (lambda: (delete_key(SOCKET, "efficiency"), None), "memory.hbm.efficiency",
                                 "required field is missing"),
+    # a count of units has no default: a file without it was given one DMA engine silently
+    "p2p_without_dma_engines": (lambda: (delete_key(SOCKET, "dma_engines"), None), "p2p.dma_engines",
+                                "required field is missing"),
     "tier_named_like_a_resource": (_add_line("memory", "  tln: null"), "memory", "taken by another resource"),
     "tier_name_not_a_name": (_add_line("memory", "  Fast RAM: null"), "memory", "lower case"),
     "no_tier_left": (lambda: (_drop_block("memory"), None), "memory", "at least one memory tier"),
