@@ -37,7 +37,7 @@ from sn40l_sim.hardware import figures  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
-from sn40l_sim.mapper.attention import PARTIAL_BYTES, partials_per_cache  # noqa: E402
+from sn40l_sim.mapper.attention import PARTIAL_BYTES, partials_per_cache, score_bytes_per_tile  # noqa: E402
 from sn40l_sim.mapper.kernel import map_kernel  # noqa: E402
 from sn40l_sim.models.builder import build_graph  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
@@ -105,7 +105,7 @@ def size_lines(seqs: int, kv: int) -> list[str]:
     tln_bytes_per_s = figures.agcus(socket) / tiles * socket.tln.bytes_per_s     # one tile's TLN ports
     fragment = math.ceil(shape.kv_tokens / max(1, math.ceil(tiles / shape.sequences)))
     per_tile = math.ceil(shape.sequences / tiles) * shape.rows * fragment * PARTIAL_BYTES
-    capacity = socket.pmu.score_share * figures.sram_bytes(socket) / tiles
+    capacity = score_bytes_per_tile(socket)
     hbm = socket.memory["hbm"]
     compute_s = sum(op.flops for op in ops.values()) / figures.peak_flops(socket)
     return [f"{seqs}x{kv} sizes: {partials} partial result(s) per cache, "

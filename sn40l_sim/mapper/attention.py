@@ -45,6 +45,12 @@ from sn40l_sim.ir import DTYPE_BYTES, Operator
 PARTIAL_BYTES = DTYPE_BYTES["fp32"]
 
 
+def score_bytes_per_tile(socket: SocketSpec) -> float:
+    """Bytes of a tile's SRAM the waiting score rows and partials may take: the hardware file's
+    ``pmu.score_share`` of the tile's share of the socket's SRAM."""
+    return socket.pmu.score_share * figures.sram_bytes(socket) / figures.tiles(socket)
+
+
 def partials_per_cache(socket: SocketSpec, sequences: int, rows: int, kv_tokens: int, chip_tiles: int) -> int:
     """Partial results each cache leaves: fragments across tiles times chunks that fit on chip.
 
@@ -53,7 +59,7 @@ def partials_per_cache(socket: SocketSpec, sequences: int, rows: int, kv_tokens:
     (4, 1)
     """
     fragments = math.ceil(chip_tiles / sequences) if sequences < chip_tiles else 1
-    capacity = socket.pmu.score_share * figures.sram_bytes(socket) / figures.tiles(socket)
+    capacity = score_bytes_per_tile(socket)
     chunk_tokens = max(1, int(capacity // (rows * PARTIAL_BYTES)))
     return fragments * math.ceil(math.ceil(kv_tokens / fragments) / chunk_tokens)
 
@@ -70,7 +76,7 @@ def combine_operator(socket: SocketSpec, scores: Operator, chip_tiles: int) -> O
     width = shape.value_width + 2                      # output, running max, running sum
     merges = shape.sequences * shape.rows * (partials - 1)
     held = shape.sequences * shape.rows * partials * width * PARTIAL_BYTES
-    capacity = socket.pmu.score_share * figures.sram_bytes(socket) / figures.tiles(socket) * chip_tiles
+    capacity = score_bytes_per_tile(socket) * chip_tiles
     spilled = held if held > capacity else 0
     return Operator(f"{scores.name}.combine", "elementwise", elements=merges * width, transcendentals=merges,
                     act_in_bytes=spilled, act_out_bytes=spilled, dtype="fp32")
