@@ -33,6 +33,8 @@ from sn40l_sim.schema import (
 )
 
 DataType = Literal["bf16", "fp16", "fp32", "int32", "int8", "fp8"]
+#: datatypes a PCU may keep its GEMM partial sums in (the accumulator a K block's products add to)
+AccumulatorType = Literal["fp32", "bf16", "fp16"]
 
 
 class NetworkSpec(StrictModel):
@@ -96,6 +98,10 @@ class PCUSpec(StrictModel):
     #: cycles of one pass through the cross-lane reduction tree
     reduction_tree_latency_cycles: PositiveInt
     tail_stage: TailStageSpec
+    #: datatype of a GEMM's partial sums: what a K block's products add to, what travels to the
+    #: output PMU and back between K blocks and across PCUs when K is split
+    #: (:func:`~sn40l_sim.hardware.units.pcu.accumulator_bytes`)
+    accumulator_dtype: AccumulatorType
 
 
 class PMUSpec(StrictModel):

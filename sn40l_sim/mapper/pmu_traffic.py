@@ -8,9 +8,8 @@ import math
 from dataclasses import dataclass
 
 from sn40l_sim.hardware.spec import PCUSpec
-from sn40l_sim.hardware.units.pcu import gemm_geometry
+from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry
 from sn40l_sim.ir import ACT_BYTES, Operator
-from sn40l_sim.mapper.work import PSUM_BYTES
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class Traffic:
 def ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, a_piece: int,
                split_k: bool) -> Traffic:
     """PMU traffic of a weight-stationary piece: every row of every (column block, K block) reads
-    back its FP32 partial-sum vector (except in the first K block of the output) and writes it
+    back its partial-sum vector (``pcu.accumulator_dtype``) (except in the first K block of the output) and writes it
     again, reads a ``k_per_block`` slice of A; the weights are read once; the inputs arriving from
     the producers (``a_piece``, ``b_piece`` bytes) are written once."""
     c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
@@ -34,7 +33,7 @@ def ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, 
     width = min(n, pcu.lanes)   # a block's columns that carry data (GemmWork.width)
     rows = c * n_blocks * k_blocks * m
     first = c * n_blocks * m
-    psum = pcu.lanes * PSUM_BYTES
+    psum = pcu.lanes * accumulator_bytes(pcu)
     # a k split accumulates into the same output: the partial sums of earlier k pieces come back
     psum_reads = rows - (0 if split_k else first)
     weights = c * n_blocks * k_blocks * pcu.stages * width * ACT_BYTES
@@ -47,7 +46,7 @@ def ws_traffic(pcu: PCUSpec, op: Operator, piece: dict[str, int], b_piece: int, 
 def os_traffic(pcu: PCUSpec, piece: dict[str, int], b_piece: int, a_piece: int, split_k: bool) -> Traffic:
     """PMU traffic of an output-stationary piece: B once per ``stages`` rows of A, A once per
     column block, one B row and one A column slice addressed per K step, the output written once
-    (FP32 partial sums, reloaded, when other pieces share its K range); inputs written once."""
+    (partial sums, reloaded, when other pieces share its K range); inputs written once."""
     c, m, k, n = piece["count"], piece["m"], piece["k"], piece["n"]
     n_blocks, groups = math.ceil(n / pcu.lanes), math.ceil(m / pcu.stages)
     width = min(n, pcu.lanes)   # a block's columns that carry data (GemmWork.width)
@@ -55,8 +54,8 @@ def os_traffic(pcu: PCUSpec, piece: dict[str, int], b_piece: int, a_piece: int, 
     # B once per row group, A once per column block (a column slice of `stages` rows per k); both
     # are read as BF16, as the weight-stationary mapping reads its weights
     reads = tiles * k * (width + pcu.stages) * ACT_BYTES
-    out = tiles * pcu.stages * width * (PSUM_BYTES if split_k else ACT_BYTES)
+    out = tiles * pcu.stages * width * (accumulator_bytes(pcu) if split_k else ACT_BYTES)
     if split_k:
         # a k split reloads each tile's accumulators (all but the first k piece, on average)
-        reads += tiles * pcu.stages * width * PSUM_BYTES
+        reads += tiles * pcu.stages * width * accumulator_bytes(pcu)
     return Traffic(reads, out + a_piece + b_piece, 2 * tiles * k + (tiles * pcu.stages if split_k else 0))

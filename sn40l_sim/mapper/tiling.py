@@ -7,7 +7,7 @@ its stage holds in PMUs at once (double-buffered by the allocator) and computes 
 
 * **GEMM** ``count x (C[m,n] = A[m,k] @ B[k,n])``: halve whichever of ``count, n, m, k`` shrinks
   the piece's buffer ``A + B + C`` most, never below one systolic block (``n`` below the PCU's
-  lanes, or below the FP32 partial sums one stream feeds a cycle if fewer,
+  lanes, or below the partial sums, ``pcu.accumulator_dtype``, one stream feeds a cycle if fewer,
   :func:`~sn40l_sim.mapper.work.fed_width`; ``k`` below one K block, ``m`` below the PCU's stages
   in rows, where a block stops getting faster: its weights take ``stages`` cycles to load); where
   halvings tie, each is
@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 from sn40l_sim.frozen import built
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.hardware.units.pcu import gemm_geometry
+from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_port_bytes_per_cycle, pmu_random_access_rate
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, OUTPUT_STATIONARY, WEIGHT_STATIONARY, UnitBudget
@@ -73,7 +73,6 @@ from sn40l_sim.mapper.division import stage_division
 from sn40l_sim.mapper.halving import GEMM_DIMS, tied_pieces
 from sn40l_sim.mapper.pmu_traffic import os_traffic, ws_traffic
 from sn40l_sim.mapper.work import (
-    PSUM_BYTES,
     GemmWork,
     PmuWork,
     StageModel,
@@ -198,7 +197,7 @@ def _gemm_limits(socket: SocketSpec, op: Operator) -> tuple[dict[str, int], dict
     k_per_block, _ = gemm_geometry(pcu, op.dtype)
     dims = {"count": op.count, "m": op.m, "k": op.k, "n": op.n}
     minimum = {"count": 1, "m": min(op.m, pcu.stages),
-               "k": min(op.k, k_per_block), "n": min(op.n, fed_width(socket, PSUM_BYTES))}
+               "k": min(op.k, k_per_block), "n": min(op.n, fed_width(socket, accumulator_bytes(pcu)))}
     return dims, minimum
 
 

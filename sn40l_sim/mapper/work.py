@@ -10,7 +10,8 @@ link width, hop latency) through :mod:`sn40l_sim.hardware.units`; nothing here i
   over the piece's K blocks and rows. An item's rows may be split over ``s_m`` PCUs (each loads the
   same weights; a K block lasts at least ``stages`` cycles and, for few rows, the partial sum's
   round trip: ``accumulate_latency``, a mesh hop each way to the output PMU) or its K blocks over
-  ``s_k`` PCUs. A K split leaves ``s_k`` partial-sum sets of ``rows x lanes`` FP32 values that are
+  ``s_k`` PCUs. A K split leaves ``s_k`` partial-sum sets of ``rows x lanes`` values (FP32 on
+  SN40L, ``pcu.accumulator_dtype``) that are
   added pairwise in ``ceil(log2 s_k)`` rounds: each round the partner's vectors cross the mesh
   (to a partner ``2^round`` PCUs away) and go through the receiving PCU's pipeline, one per
   ``psum vector / stream width`` cycles; the ``s_k - 1`` partial sets per item are read twice,
@@ -51,14 +52,12 @@ from typing import NamedTuple
 from sn40l_sim.frozen import built, hashed_once
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import gemm_geometry, mac_rate
+from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.keys import IdentityMemo
 
 _EPS = 1e-9
-#: the systolic array accumulates in FP32: a partial-sum vector is lanes x 4 bytes
-PSUM_BYTES = DTYPE_BYTES["fp32"]
 #: passes of a softmax over each row: row max (lane tree); exp(x - max) in the tail stage with the
 #: row sum through the tree; normalisation (a multiply by the reciprocal sum, or a division in the
 #: tail stage for transcendentals beyond one per element)
@@ -272,6 +271,7 @@ class _GemmUnits(NamedTuple):
     hop_cycles: int
     stream_bytes_per_cycle: int
     reduce_round_cycles: tuple[int, ...]
+    psum_bytes: int
 
 
 #: each socket's :class:`_GemmUnits` by datatype, by the socket's identity (specs are frozen)
@@ -287,7 +287,8 @@ def _gemm_units(socket: SocketSpec, dtype: str) -> _GemmUnits:
         k_per_block, row_cycles = gemm_geometry(pcu, dtype)
         per_stage = k_per_block // pcu.stages if mac_rate(pcu, dtype) >= 1 else 1
         return _GemmUnits(k_per_block, row_cycles, per_stage, pcu.stages, pcu.lanes, pcu.pipeline_latency_cycles,
-                          local_hop(socket), stream_bytes_per_cycle(socket), reduce_rounds(socket))
+                          local_hop(socket), stream_bytes_per_cycle(socket), reduce_rounds(socket),
+                          accumulator_bytes(pcu))
     return _units_memo.get(socket, (dtype,), compute)
 
 
@@ -305,8 +306,8 @@ def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow:
         # the partial sum's trip to the output PMU and back between K blocks; B reaches the PCU as
         # BF16 whatever it is stored as (weights are widened on the way)
         accumulate_latency=2 * u.hop_cycles, efficiency=efficiency, a_bytes=ACT_BYTES,
-        b_bytes=ACT_BYTES, out_bytes=PSUM_BYTES if split_k else ACT_BYTES,
-        psum_vector_bytes=u.lanes * PSUM_BYTES, stream_bytes_per_cycle=u.stream_bytes_per_cycle,
+        b_bytes=ACT_BYTES, out_bytes=u.psum_bytes if split_k else ACT_BYTES,
+        psum_vector_bytes=u.lanes * u.psum_bytes, stream_bytes_per_cycle=u.stream_bytes_per_cycle,
         hop_cycles=u.hop_cycles, reduce_round_cycles=u.reduce_round_cycles, continues_k=split_k)
 
 

@@ -67,6 +67,16 @@ def test_narrow_pmu_ports_really_slow_the_gemm_in_both_models():
     assert narrow_tile == pytest.approx(2 * base_tile, rel=0.02)
 
 
+def test_bf16_partial_sums_undo_the_narrow_ports_in_both_models():
+    # the partial-sum vector (32 lanes x 2 B) fits one cycle of a 64 B port again, so the GEMM the
+    # narrow ports slowed twofold runs as on the 128 B ports; the weights and A slices were BF16
+    kernel = GemmKernel(64, 64, 64, 2)
+    base, base_tile = _check(kernel, socket_name="base")
+    bf16, bf16_tile = _check(kernel, socket_name="narrow_bf16_sums")
+    assert bf16.cycles == pytest.approx(base.cycles, rel=0.02)
+    assert bf16_tile == pytest.approx(base_tile, rel=0.02)
+
+
 def test_compute_bound_gemm_doubles_with_n_in_the_unit_level_sim():
     one = simulate(GemmKernel(32, 60, 64, 1), SOCKET).cycles
     two = simulate(GemmKernel(32, 60, 128, 1), SOCKET).cycles

@@ -45,6 +45,9 @@ VARIANTS = [
     ("narrow_links", dict(tile__vector_network__link_bytes_per_cycle=64),
      [GemmKernel(64, 64, 64, 2), GatherKernel(512, 64, 512)]),
     ("two_addresses", dict(pmu__addresses_per_cycle=2), [GatherKernel(4096, 1, 2048)]),
+    # BF16 partial sums on the 64 B ports: a partial-sum vector is one port cycle again
+    ("narrow_bf16_sums", dict(pmu__banks=16, pcu__accumulator_dtype="bf16"),
+     [GemmKernel(64, 64, 64, 2), GemmKernel(8, 64, 64, 2), AttentionKernel(32, 64, 16, 8)]),
 ]
 CHANGES = {name: changes for name, changes, _ in VARIANTS}
 

@@ -18,7 +18,7 @@ def example_pcu() -> PCUSpec:
     return PCUSpec(lanes=32, stages=6, modes=("systolic", "simd"),
                    macs_per_lane_stage_per_cycle={"bf16": 1, "fp32": 0.5, "int8": 2},
                    pipeline_latency_cycles=10, reduction_tree_latency_cycles=5,
-                   tail_stage={"transcendentals_per_lane_per_cycle": 0.5})
+                   tail_stage={"transcendentals_per_lane_per_cycle": 0.5}, accumulator_dtype="fp32")
 
 
 def example_pmu() -> PMUSpec:

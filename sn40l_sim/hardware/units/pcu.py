@@ -96,6 +96,23 @@ def gemm_geometry(pcu: PCUSpec, dtype: str = "bf16") -> tuple[int, int]:
     return pcu.stages, int(math.ceil(1.0 / rate - 1e-9))
 
 
+#: bytes of one partial sum in each datatype a PCU may accumulate in
+_ACCUMULATOR_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def accumulator_bytes(pcu: PCUSpec) -> int:
+    """Bytes of one GEMM partial sum (``pcu.accumulator_dtype``): a partial-sum vector is
+    ``lanes`` of them, which is what crosses a PMU port and the mesh between K blocks.
+
+    Examples
+    --------
+    >>> pcu = example_pcu()
+    >>> accumulator_bytes(pcu), accumulator_bytes(pcu.model_copy(update={"accumulator_dtype": "bf16"}))
+    (4, 2)
+    """
+    return _ACCUMULATOR_BYTES[pcu.accumulator_dtype]
+
+
 
 def _no_work(m: int, k: int, n: int, efficiency: float) -> bool:
     """Whether an m x k x n GEMM is empty, after checking its arguments (both dataflows' rule)."""

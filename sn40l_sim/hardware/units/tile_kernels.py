@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles, ceil_div
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import gemm_cycles, gemm_geometry, reduction_cycles, simd_cycles
+from sn40l_sim.hardware.units.pcu import (
+    accumulator_bytes,
+    gemm_cycles,
+    gemm_geometry,
+    reduction_cycles,
+    simd_cycles,
+)
 from sn40l_sim.hardware.units.pmu import pmu_cycles, pmu_gather_cycles
 
 
@@ -53,8 +59,9 @@ class GatherKernel:
     seed: int = 0
 
 
-#: bytes per element of the operands (BF16) and of partial sums and scores (FP32)
-_BF16, _FP32 = 2, 4
+#: bytes per element of the operands (BF16); partial sums, and the scores a QK^T GEMM leaves in
+#: its output PMU, are as wide as the PCU's accumulator (:func:`~sn40l_sim.hardware.units.pcu.accumulator_bytes`)
+_BF16 = 2
 
 
 @dataclass(frozen=True)
@@ -107,7 +114,7 @@ def _gemm_stage(socket: SocketSpec, m: int, k: int, n: int, pcus: int, hops: int
     # partial sums go to the output PMU and come back: two trips over the mesh
     compute = gemm_cycles(pcu, m, k, n_blocks_local * pcu.lanes, dtype, 1.0, 2 * hop)
     fixed = 1 + pcu.pipeline_latency_cycles
-    psum = pcu.lanes * _FP32
+    psum = pcu.lanes * accumulator_bytes(pcu)
     rows = n_blocks_local * k_blocks * m
     busiest = max(
         compute - fixed,
@@ -132,8 +139,9 @@ def _softmax_stage(socket: SocketSpec, kernel: AttentionKernel) -> StageTime:
     per_row = ceil_div(kernel.kv_len, pcu.lanes)
     vectors = kernel.q_tile * per_row
     padded = vectors * pcu.lanes
-    # S (FP32) is read twice: once for the row max, once for exp; E written, read, P written
-    s_port = pmu_cycles(pmu, 2 * padded * _FP32, 0, 2 * vectors)
+    # S (the accumulator's width) is read twice: once for the row max, once for exp; E written,
+    # read, P written
+    s_port = pmu_cycles(pmu, 2 * padded * accumulator_bytes(pcu), 0, 2 * vectors)
     p_port = pmu_cycles(pmu, padded * _BF16, 2 * padded * _BF16, 3 * vectors)
     row_max = reduction_cycles(pcu, padded, per_row * pcu.lanes) - lat - tree
     exp_sum = max(simd_cycles(pcu, padded, 1, elements) - lat, row_max)

@@ -21,7 +21,7 @@ from sn40l_sim.reference.unit_level.fabric import PMU, Packet, forward, mesh_pat
 from sn40l_sim.reference.unit_level.gemm import BF16_BYTES, UnitLevelResult
 from sn40l_sim.reference.unit_level.simd import SimdPCU, SimdProgram
 from sn40l_sim.reference.unit_level.systolic import (
-    PSUM_BYTES,
+    SUM_BYTES,
     GemmWiring,
     psum_address,
     systolic_gemm,
@@ -48,6 +48,7 @@ def simulate_attention(kernel: AttentionKernel, socket: SocketSpec, seed: int = 
     tiles = kernel.q_len // qt
     pcu, lanes = socket.pcu, socket.pcu.lanes
     nc = -(-kv // lanes)                      # S vectors per row
+    s_vector = lanes * SUM_BYTES[pcu.accumulator_dtype]  # S is the QK^T GEMM's last partial sums, left in its output PMU
     q = rng.standard_normal((kernel.q_len, d)) / math.sqrt(d)
     k = rng.standard_normal((kv, d))
     v = rng.standard_normal((kv, d))
@@ -104,8 +105,8 @@ def simulate_attention(kernel: AttentionKernel, socket: SocketSpec, seed: int = 
         for row in range(qt):
             for c in range(nc):
                 valid = min(lanes, kv - c * lanes)
-                yield ((t, 0, c, k_last_qk, row), psum_address(row, c, nc, lanes), lanes * PSUM_BYTES,
-                       lambda s, tag=(t, row, c), valid=valid: Packet(tag, (s, valid), lanes * PSUM_BYTES))
+                yield ((t, 0, c, k_last_qk, row), psum_address(row, c, nc, s_vector), s_vector,
+                       lambda s, tag=(t, row, c), valid=valid: Packet(tag, (s, valid), s_vector))
 
     s_reads_done = [0] * tiles
 

@@ -22,8 +22,9 @@ import simpy
 from sn40l_sim.hardware.spec import PCUSpec, SocketSpec
 from sn40l_sim.reference.unit_level.fabric import PMU, Packet, Wire, forward, mesh_path
 
-#: bytes of one partial-sum element: accumulation is in FP32
-PSUM_BYTES = 4
+#: bytes of one partial sum by the PCU's ``accumulator_dtype`` (written out here: the unit-level
+#: simulation uses none of the tile-level unit models it checks)
+SUM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def systolic_geometry(pcu: PCUSpec, dtype: str) -> tuple[int, int, int]:
@@ -98,7 +99,7 @@ class SystolicPCU:
                 self.busy_cycles += self.row_cycles
             tok[3] = tok[3] + tok[2][lo:hi] @ weights
             if last:
-                tok = Packet((tok[0], tok[1]), tok[3], self.pcu.lanes * PSUM_BYTES)
+                tok = Packet((tok[0], tok[1]), tok[3], self.pcu.lanes * SUM_BYTES[self.pcu.accumulator_dtype])
             yield nxt.put(tok)
 
 
@@ -134,6 +135,7 @@ def systolic_gemm(env: simpy.Environment, socket: SocketSpec, tiles: int, m: int
     """
     pcu, net = socket.pcu, socket.tile.vector_network
     lanes, stages = pcu.lanes, pcu.stages
+    psum_vector = lanes * SUM_BYTES[pcu.accumulator_dtype]     # bytes of one row's partial sums in a column block
     r, kpb, _ = systolic_geometry(pcu, dtype)
     n_blocks, k_blocks = -(-n // lanes), -(-k // kpb)
     if n_blocks % pcus:
@@ -158,8 +160,8 @@ def systolic_gemm(env: simpy.Environment, socket: SocketSpec, tiles: int, m: int
         env.process(forward(unit.out, c_in))
         ps_in, ps_out = mesh_path(env, net, hops)
         env.process(forward(ps_out, unit.psum_in))
-        env.process(_psum_reader(wiring, order, p, m, nbl, lanes, ps_in))
-        env.process(_psum_writer(wiring, c_out, len(order) * m, p, nbl, k_blocks, m, lanes,
+        env.process(_psum_reader(wiring, order, p, m, nbl, psum_vector, ps_in))
+        env.process(_psum_writer(wiring, c_out, len(order) * m, p, nbl, k_blocks, m, psum_vector,
                                  finals, pcus))
     env.process(_a_reader(wiring, order, tiles, m, kpb, k, a_paths))
     return units
@@ -208,19 +210,19 @@ def _weight_packet(rows, r: int, lanes: int, nbytes: int, stored) -> Packet:
     return Packet(None, w, nbytes)
 
 
-def psum_address(row: int, j: int, nbl: int, lanes: int) -> int:
-    """Byte address of row ``row``, local column block ``j`` in a PCU's partial-sum buffer.
+def psum_address(row: int, j: int, nbl: int, vector_bytes: int) -> int:
+    """Byte address of row ``row``, local column block ``j`` in a PCU's partial-sum buffer of
+    ``vector_bytes``-byte vectors (``lanes`` partial sums each).
 
-    >>> psum_address(row=2, j=1, nbl=4, lanes=32)    # (2 * 4 + 1) vectors of 32 FP32
+    >>> psum_address(row=2, j=1, nbl=4, vector_bytes=32 * 4)    # (2 * 4 + 1) vectors of 32 FP32
     1152
     """
-    return (row * nbl + j) * lanes * PSUM_BYTES
+    return (row * nbl + j) * vector_bytes
 
 
-def _psum_reader(wiring: GemmWiring, order, p, m, nbl, lanes, path_in):
-    nbytes = lanes * PSUM_BYTES
+def _psum_reader(wiring: GemmWiring, order, p, m, nbl, nbytes, path_in):
     for t in sorted({t for t, _, _ in order}):
-        requests = [((t, p, j, kb - 1, row), psum_address(row, j, nbl, lanes), nbytes,
+        requests = [((t, p, j, kb - 1, row), psum_address(row, j, nbl, nbytes), nbytes,
                      partial(_psum_packet, nbytes))
                     for tt, j, kb in order if tt == t and kb > 0 for row in range(m)]
         yield from wiring.c_pmu(t, p).reader(requests, [path_in])
@@ -230,13 +232,13 @@ def _psum_packet(nbytes: int, stored) -> Packet:
     return Packet(None, stored, nbytes)
 
 
-def _psum_writer(wiring: GemmWiring, inbound: Wire, count, p, nbl, k_blocks, m, lanes, finals,
+def _psum_writer(wiring: GemmWiring, inbound: Wire, count, p, nbl, k_blocks, m, vector_bytes, finals,
                  pcus):
     for _ in range(count):
         pkt = yield from inbound.get()
         (t, j, kb), row = pkt.tag
         pmu = wiring.c_pmu(t, p)
-        yield from pmu.access("write", psum_address(row, j, nbl, lanes), pkt.nbytes)
+        yield from pmu.access("write", psum_address(row, j, nbl, vector_bytes), pkt.nbytes)
         pmu.store((t, p, j, kb, row), pkt.data)
         if kb == k_blocks - 1:
             finals[t] += 1
