@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"note: {option} is ignored for a sweep (run one point with its own experiment)", file=sys.stderr)
         return sweep_main(args.experiment, args.out, jobs=args.jobs, progress=not args.quiet,
                           plots=not args.no_plot, sets=sets, set_items=args.sets)
+    if args.jobs is not None:
+        print("note: --jobs is ignored: the experiment has no sweep: section, and its points run one after "
+              "another in this process", file=sys.stderr)
     hardware_overrides: dict = {}
     if sets:
         exp, hardware_overrides = experiment_with_sets(args.experiment, sets)
