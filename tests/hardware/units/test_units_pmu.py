@@ -89,3 +89,11 @@ def test_gather_cycles():
     n = 4096
     assert pmu_gather_cycles(PMU, n, 2) == math.ceil(n / pmu_random_access_rate(PMU, 2))
     assert pmu_gather_cycles(PMU, n, 2) >= n / PMU.addresses_per_cycle
+
+
+def test_writes_go_at_the_write_ports_rate_not_the_read_ports():
+    # 2 read ports and 1 write port of 128 B (32 banks x 4 B): 128 KiB of writes take 1024 cycles,
+    # as many reads 512; each side divides by its own port count
+    pmu = PMU.model_copy(update={"read_ports": 2, "write_ports": 1})
+    assert pmu_cycles(pmu, 0, 128 * 1024) == 1024
+    assert pmu_cycles(pmu, 128 * 1024, 0) == 512
