@@ -141,6 +141,14 @@ def test_simd_reaches_lanes_times_stages_when_every_stage_works():
     assert elements * PCU.stages / cycles > 0.99 * PCU.lanes * PCU.stages
 
 
+def test_simd_passes_are_the_ceiling_of_ops_over_stages():
+    # 32 lanes x 6 stages, 8-cycle pipeline (hw_configs/sn40l.yaml): 1024 elements are 32 vectors;
+    # 6 ops fill one pass, 7 need two, and a pure copy (no op) still streams every vector once
+    assert simd_cycles(PCU, 1024, ops_per_element=6) == 32 + 8
+    assert simd_cycles(PCU, 1024, ops_per_element=7) == 2 * 32 + 8
+    assert simd_cycles(PCU, 1024, ops_per_element=0) == 32 + 8
+
+
 def test_transcendentals_limited_by_the_tail_stage():
     elements = PCU.lanes * 4096
     tail_rate = PCU.tail_stage.transcendentals_per_lane_per_cycle * PCU.lanes
