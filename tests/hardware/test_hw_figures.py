@@ -109,6 +109,13 @@ def test_p2p_figures(node16):
     assert f.p2p_bisection_bytes_per_s(one) == 0.0 and f.p2p_diameter_hops(one) == 0
 
 
+def test_p2p_bisection_is_exact_up_to_20_sockets_inclusive(node16):
+    # a torus2d whose longer side is odd has no closed form (4 x 5 and 3 x 7): every halving is
+    # tried up to 20 sockets, so a 20-socket one is exact and a 21-socket one a heuristic's bound
+    assert f.p2p_bisection_is_exact(with_overrides(node16, {"sockets": 20, "topology.kind": "torus2d"}))
+    assert not f.p2p_bisection_is_exact(with_overrides(node16, {"sockets": 21, "topology.kind": "torus2d"}))
+
+
 def test_tile_mesh_diameter(sn40l):
     # (rows + 1) x (cols + 1) switches: corner to corner is rows + cols hops
     assert f.tile_mesh_diameter_hops(sn40l) == 20 + 26
