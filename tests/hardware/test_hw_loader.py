@@ -138,6 +138,16 @@ def test_with_overrides_rejects_bad_values(overrides, field, words):
     assert words in info.value.message
 
 
+def test_calibrated_values_may_sit_on_their_bounds():
+    # the bounds are a closed interval: hbm efficiency in [0.3, 1.0], sync latency in [0, 50 us]
+    node = load_hardware(HW / "sn40l_node16.yaml")
+    for overrides in ({"socket.memory.hbm.efficiency": 1.0}, {"socket.memory.hbm.efficiency": 0.3},
+                      {"socket.calibrated.sync_latency_s": 0.0}, {"socket.calibrated.sync_latency_s": 50e-6}):
+        with_overrides(node, overrides)
+    with pytest.raises(InputError, match="outside the physical bounds"):
+        with_overrides(node, {"socket.memory.hbm.efficiency": 0.29})
+
+
 def test_with_overrides_on_a_part_without_hbm_names_the_missing_section():
     sn10 = load_hardware(HW / "sn10.yaml")
     with pytest.raises(InputError, match="'socket.memory.hbm' is not a section"):
