@@ -4,8 +4,9 @@ splits over the sockets, and the widths of the cached rows they read.
 Counts mirror the attention formulas of the model's family (:mod:`sn40l_sim.models.context`):
 ``attention_dp`` splits the sequences, the remaining ``tp / attention_dp`` ways split the heads;
 a socket runs the attention of ``ceil(batch / dp)`` sequences with ``ceil(heads / ways)`` query
-heads and ``ceil(kv_heads / ways)`` KV heads, and when there are fewer KV heads than ways
-``ways / kv_heads`` sockets share one (``row_shards``: each holds a replica of its rows,
+heads and the KV heads those span (the family's ``socket_kv_heads``, as for the cache the socket
+holds, :func:`~sn40l_sim.kvcache.sizing.kv_share`: two where its query heads straddle a group
+boundary), and when there are fewer KV heads than ways ``ways / kv_heads`` sockets share one (``row_shards``: each holds a replica of its rows,
 :func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`, and they must agree on what they keep).
 
 Examples
@@ -58,7 +59,7 @@ def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeSh
     groups = kv_heads(model)
     return DecodeShard(seqs=math.ceil(shape.batch / plan.attention_dp),
                        query_heads=math.ceil(model.attention.heads / ways),
-                       kv_heads_per_socket=math.ceil(groups / ways), row_shards=max(1, ways // groups),
+                       kv_heads_per_socket=model.attention.socket_kv_heads(ways), row_shards=max(1, ways // groups),
                        queries=1 + shape.drafts)
 
 

@@ -14,7 +14,7 @@ from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.kvcache import POLICIES, KVPolicy, make_policy, register
 from sn40l_sim.kvcache.decode_kernels import decode_shard
-from sn40l_sim.kvcache.sizing import kv_dtype_bytes, kv_sharding, kv_width
+from sn40l_sim.kvcache.sizing import kv_dtype_bytes, kv_sharding, kv_share, kv_width
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
@@ -149,3 +149,17 @@ def test_the_busiest_socket_decodes_the_batchs_ceiling_share(llama8b):
     # query and 8 KV heads over the 4 sockets of each group: 8 and 2 a socket, 4 query heads a KV head
     shard = decode_shard(llama8b, Shape("decode", 17, 0, 4096), ParallelPlan(tp=16, attention_dp=4))
     assert (shard.seqs, shard.query_heads, shard.kv_heads_per_socket, shard.row_shards, shard.group) == (5, 8, 2, 1, 4)
+
+
+def test_a_socket_whose_query_heads_straddle_two_kv_groups_holds_both(llama8b):
+    # 32 query heads in 8 groups of 4 over 12 sockets: ceil(32 / 12) = 3 heads a socket, and the
+    # second socket's heads 3-5 belong to groups 0 and 1, so its decode policy kernels read the
+    # cache of 2 KV heads (as the cache it holds, kv_share), not ceil(8 / 12) = 1
+    plan = ParallelPlan(tp=12)
+    shard = decode_shard(llama8b, Shape("decode", 8, 0, 4096), plan)
+    assert (shard.seqs, shard.query_heads, shard.kv_heads_per_socket, shard.row_shards) == (8, 3, 2, 1)
+    assert kv_share(llama8b, plan, 8) == (8, 2)
+    kernel = make_policy("h2o", {"heavy": 2048, "recent": 2048}).decode_kernels(
+        llama8b, Shape("decode", 8, 0, 4096), plan)[0]
+    scores = next(op for op in kernel.operators if op.name == "h2o_scores")
+    assert scores.kv_read_bytes == 8 * 2 * 4096 * 128 * 2   # seqs x KV heads x tokens x head_dim x BF16
