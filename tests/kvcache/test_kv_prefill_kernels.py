@@ -132,3 +132,21 @@ def test_a_middle_exactly_as_long_as_the_top_k_slots_is_copied_not_scored():
     kept = kinds["snapkv"]
     assert sum(op.flops for op in kept.operators) == 0 and "scores" not in _ops(kept)
     assert sum(op.kv_write_bytes for op in kept.operators) == math.ceil(7164 / 16) * 576 * 2
+
+
+def test_an_observation_window_longer_than_the_prompt_scores_with_every_prompt_query():
+    # the last min(window, L) queries score the middle: a 4096-query window over a 1000-token
+    # prompt has 1000 queries (its middle, 1000 - 4 - 60 = 936 positions, is still over the top-K)
+    params = {"sink": 4, "recent": 60, "topk": 64, "observation_window": 4096}
+    snapkv = make_policy("snapstream", params).prefill_kernels(llama("8b"), 1000, 1)[0]
+    assert _ops(snapkv)["scores"].m == 1000
+    assert _ops(snapkv)["scores"].n == 936
+
+
+def test_plain_snapkv_copies_the_ceiling_share_of_the_window_on_sockets_sharing_a_kv_head():
+    # Llama-3.1-8B at tp 16: 8 KV heads, 2 sockets each; a 5-row window is 3 rows on the busiest
+    # socket, of its one KV head's 128-wide keys and values
+    kernel = make_policy("snapkv", {"observation_window": 5, "topk": 64}).prefill_kernels(llama("8b"), 1000, 16)[0]
+    ops = _ops(kernel)
+    assert ops["gather_window_keys"].elements == ops["gather_window_values"].elements == 3 * 128
+    assert ops["write_window_rows"].elements == 3 * 256
