@@ -11,6 +11,7 @@ import ast
 
 import numpy as np
 import pytest
+import simpy
 from unit_level_cases import (
     ATTENTIONS,
     GATHERS,
@@ -23,8 +24,11 @@ from unit_level_cases import (
 )
 
 import sn40l_sim.hardware.units as units
+from sn40l_sim.hardware.units._examples import example_pcu
 from sn40l_sim.hardware.units.tile_kernels import AttentionKernel, GatherKernel, GemmKernel, tile_level_cycles
 from sn40l_sim.reference.unit_level import simulate
+from sn40l_sim.reference.unit_level.fabric import Packet
+from sn40l_sim.reference.unit_level.simd import SimdPCU, SimdProgram
 
 TOLERANCE = 0.05
 
@@ -126,3 +130,28 @@ def test_unit_level_does_not_use_the_tile_level_formulas():
 def test_deterministic():
     kernel = AttentionKernel(16, 32, 16, 8)
     assert simulate(kernel, SOCKET).cycles == simulate(kernel, SOCKET).cycles
+
+
+def test_the_tail_stage_takes_the_ceiling_of_a_partial_vectors_transcendentals():
+    # example PCU: 6 stages, 10-cycle pipeline, tail at 0.5 x 32 lanes = 16 exp per cycle. A vector
+    # with n valid lanes spends ceil(n / 16) cycles in the tail instead of one: 16 lanes leave after
+    # the 10-cycle pipeline, 17 (a second tail cycle for the 17th) after 11
+    def leaves_at(valid):
+        env = simpy.Environment()
+        unit = SimdPCU(env, example_pcu(), SimdProgram(tail=lambda x, s: np.exp(x), transcendentals=1),
+                       rows=[0], vectors_per_row=1, out_bytes=64)
+        done = []
+
+        def feed():
+            yield unit.inp.put(Packet((0, 0), (np.zeros(32), valid), 64))
+
+        def collect():
+            yield from unit.vector_out.get()
+            done.append(env.now)
+
+        env.process(feed())
+        env.process(collect())
+        env.run()
+        return done[0]
+
+    assert [leaves_at(n) for n in (1, 16, 17, 32)] == [10, 10, 11, 11]
