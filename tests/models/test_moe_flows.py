@@ -43,3 +43,13 @@ def test_the_prefill_gather_before_the_down_gemm_holds_routed_and_shared_interme
     assert (r1.moe.experts_per_token, r1.moe.shared_experts, r1.moe.expert_ffn) == (8, 1, 2048)
     ctx = Ctx(r1, SHAPES["prefill"], ParallelPlan(tp=16), template_for(r1))
     assert moe.expert_intermediate(ctx) == 4096 * (8 + 1) * 2048 * 2
+
+
+def test_the_router_scores_every_expert_and_writes_an_index_and_a_weight_per_choice(r1):
+    # decode of 16 sequences: 16 tokens x 256 experts, one sigmoid each; the top-8 routing
+    # table holds an int32 expert index and a BF16 weight (4 + 2 bytes) per (token, expert)
+    ctx = Ctx(r1, SHAPES["decode"], ParallelPlan(tp=16), template_for(r1))
+    (score,) = moe.router_score(ctx)
+    assert score.op.elements == score.op.transcendentals == 16 * 256
+    (topk,) = moe.router_topk(ctx)
+    assert topk.writes == (("routing", 16 * 8 * (4 + 2)),)
