@@ -20,13 +20,14 @@ import pytest
 from sweep_helpers import REPO, write_experiment
 
 from sn40l_sim.commands.cli import main
+from sn40l_sim.errors import InputError
 from sn40l_sim.kvcache import POLICIES
 from sn40l_sim.report.outputs import read_status
 from sn40l_sim.study import plugins
 from sn40l_sim.study.sweep import run as run_module
 from sn40l_sim.study.sweep.plan import installed
 from sn40l_sim.study.sweep.run import run_sweep
-from sn40l_sim.study.sweep.store import Outcome, RunStore
+from sn40l_sim.study.sweep.store import Outcome, RunStore, content_digest
 
 #: 3 sweep points x 2 policies (full at batch 2048 fails: a stored failure), with a Pareto front
 SWEEP = "axes:\n  serving.batch: [2, 2048, 8]\nobjectives: {decode_tokens_per_s: max, tpot_s: min}\n"
@@ -252,6 +253,22 @@ def test_a_record_with_number_keys_reads_back_as_written(tmp_path):
     store = RunStore(tmp_path / "runs")
     store.save("k1", "full[batch=2]", Outcome({"by_batch": {2: 0.5, 10: 0.25}}, None, False))
     assert store.load("k1") == Outcome({"by_batch": {"2": 0.5, "10": 0.25}}, None, False)
+
+
+def test_a_stored_failure_whose_kind_or_warnings_were_changed_is_refused(tmp_path):
+    """The digest covers whether a failed run did not fit (a skip) or failed, and a warnings list of
+    the wrong shape is refused in one line even under a digest recomputed to match it."""
+    store = RunStore(tmp_path / "runs")
+    store.save("k1", "full[batch=2048]", Outcome(None, "needs 90 GiB", True, said=(("UserWarning", "spilled"),)))
+    written = json.loads(store.path("k1").read_text())
+    store.path("k1").write_text(json.dumps({**written, "infeasible": False}))
+    with pytest.raises(InputError, match="changed after the sweep wrote it"):
+        store.load("k1")
+    said = [["UserWarning", "spilled", "a third part"]]
+    store.path("k1").write_text(json.dumps({**written, "warnings": said,
+                                            "digest": content_digest("k1", None, "needs 90 GiB", True, said)}))
+    with pytest.raises(InputError, match="changed after the sweep wrote it"):
+        store.load("k1")
 
 
 def _running_in_group(pgid: int) -> bool:
