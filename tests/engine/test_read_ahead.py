@@ -80,3 +80,19 @@ def test_a_looped_decoders_score_is_the_engines_iteration(batch, kv_len, beyond)
     middle = run.records[loop.first + loop.iterations // 2: loop.first + loop.iterations // 2 + 2]
     assert plan.objective[0] - reload == middle[1].start - middle[0].start
     assert (sum(pk.tier_bytes.values()) > read_ahead_bytes(NODE8.socket)) == beyond
+
+
+def test_the_first_tile_leaves_after_its_bytes_in_whole_cycles():
+    # 4 tiles of 1001 HBM bytes each at 100 bytes a cycle: the first tile's bytes take 10.01 cycles,
+    # so it leaves after 11 whole cycles, not the 10 of its compute
+    from types import SimpleNamespace
+
+    from sn40l_sim.engine.kernel_process import _first_tile_cycles
+
+    res = SimpleNamespace(memory_path=lambda tier: (SimpleNamespace(bytes_per_cycle=100.0),))
+    section = SectionCosts(chunks=(4,), compute_cycles_per_tile=10, tier_bytes={"hbm": 4 * 1001},
+                           tier_caps={"hbm": 1000.0}, fill_cycles=0)
+    assert _first_tile_cycles(section, res) == 11
+    slower = SectionCosts(chunks=(4,), compute_cycles_per_tile=10, tier_bytes={"hbm": 4 * 1001},
+                          tier_caps={"hbm": 50.0}, fill_cycles=0)
+    assert _first_tile_cycles(slower, res) == 21   # the section's own cap binds: 1001 / 50 = 20.02
