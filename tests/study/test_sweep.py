@@ -25,6 +25,8 @@ def test_ranges_include_both_ends_and_round_integers():
     assert axis_values({"start": 0.0, "stop": 1.0, "num": 5}) == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert axis_values({"start": 2.0, "stop": 8.0, "num": 3, "scale": "log"}) == [2.0, 4.0, 8.0]
     assert axis_values({"start": 4, "stop": 4, "num": 1}) == [4]
+    # ends of magnitude at most 2**53 (the error's words) are taken, that limit included
+    assert axis_values({"start": -2**53, "stop": 2**53, "num": 3}) == [-2**53, 0, 2**53]
 
 
 @pytest.mark.parametrize("spec, where", [
@@ -40,6 +42,7 @@ def test_ranges_include_both_ends_and_round_integers():
     # an end of 400 digits stopped math.isfinite with an OverflowError traceback
     pytest.param({"start": 1, "stop": 10**400, "num": 3}, ("stop",), id="stop-of-401-digits"),
     pytest.param({"start": -10**400, "stop": 4, "num": 3}, ("start",), id="start-of-minus-401-digits"),
+    pytest.param({"start": 1, "stop": 2**53 + 1, "num": 3}, ("stop",), id="stop-past-2**53"),
 ])
 def test_bad_ranges_name_the_key(spec, where):
     with pytest.raises(AxisError) as info:
