@@ -91,6 +91,26 @@ def test_events_are_well_formed_and_threads_named(main_trace):
             stack.append(end)
 
 
+def test_memory_rates_are_in_gb_per_s_and_kv_held_in_gib(main_trace):
+    # a memory lane's rate is its bytes over its duration (us) in 10**9 bytes a second; the KV
+    # counter is in 2**30 bytes, each decode step's kv_bytes at the step's end
+    events = main_trace["traceEvents"]
+    memory = [e for e in events if e["ph"] == "X" and "GB_per_s" in e["args"] and e["dur"] >= 1]
+    assert memory
+    for e in memory:
+        assert e["args"]["GB_per_s"] == pytest.approx(e["args"]["bytes"] / (e["dur"] * 1e-6) / 1e9, rel=1e-3)
+    steps, held = defaultdict(list), defaultdict(list)
+    for e in events:
+        if e["ph"] == "X" and e["name"] == "decode step":
+            steps[e["pid"]].append(e["args"]["kv_bytes"])
+        elif e["ph"] == "C" and e["name"] == "KV held (GiB)":
+            held[e["pid"]].append(e["args"]["GiB"])
+    assert steps and steps.keys() == held.keys()
+    for pid, kv_bytes in steps.items():
+        assert held[pid] == [round(n / 2**30, 4) for n in kv_bytes]
+        assert max(held[pid]) > 0
+
+
 def test_serving_lanes_carry_request_ids(main_trace, main_results):
     events = [e for e in main_trace["traceEvents"] if e["ph"] == "X"]
     names = process_names(main_trace)
