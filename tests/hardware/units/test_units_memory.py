@@ -53,6 +53,10 @@ def test_one_byte_costs_a_whole_burst():
     one = offchip_cycles(tier, SOCKET.agcu, SOCKET.clock_hz, 1, 1.0)
     assert one == offchip_cycles(tier, SOCKET.agcu, SOCKET.clock_hz, SOCKET.agcu.burst_bytes, 1.0)
     assert one == _latency(tier) + -(-SOCKET.agcu.burst_bytes // rate)
+    # where a burst takes more than a cycle the rounding shows: one DDR channel (16.67 GB/s, 10.4
+    # bytes a cycle at 1.6 GHz) moves one byte as a 64-byte burst in ceil(64 / 10.4) = 7 cycles
+    ddr = SOCKET.memory["ddr"]
+    assert offchip_cycles(ddr, SOCKET.agcu, SOCKET.clock_hz, 1, 1.0, units_used=1) == _latency(ddr) + 7
 
 
 def test_setup_time_added_once():
