@@ -153,6 +153,18 @@ def test_no_batch_under_data_parallel_attention_is_told_what_attention_dp_1_leav
     assert main(["check", str(path)]) == 0
 
 
+def test_an_mla_cache_is_not_told_attention_dp_1_would_split_it(tmp_path, capsys):
+    # DeepSeek-R1's latent is whole on every socket with or without attention DP: a 1M-token prompt
+    # whose 69.75 GiB of KV may not spill is refused without offering attention_dp: 1, which would
+    # leave the sequence the same 69.75 GiB a socket
+    path = long_context(tmp_path, "[activations]")
+    path.write_text(path.read_text().replace("{name: snapstream, policy: snapstream, params: {budget: 131072}}",
+                                             "{name: full, policy: full}"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kv 69.75 GiB" in err and "attention_dp" not in err, err
+
+
 def test_a_prompt_over_a_socket_with_no_tier_to_spill_to_is_one_line(tmp_path, capsys):
     # a copy of the socket with its DDR tier removed (an HBM-only what-if): the 1M-token prompt may
     # spill its activations and KV but has nowhere to; the hint's placements overflowed the last
