@@ -177,13 +177,14 @@ def _windows(res: SocketResources, colls: list[CollectiveRun], costs: KernelCost
 
 
 def _first_tile_cycles(costs: SectionCosts, res: SocketResources) -> int:
-    """Cycles until the first tile leaves the pipeline once the fill is done."""
+    """Cycles until the first tile leaves the pipeline once the fill is done: its compute, or its
+    bytes at the narrowest rate of their path (the tier's channel, the top-level network, the
+    section's own cap), as the chunks' streams are timed (:func:`_alone_cycles`)."""
     per_tile = costs.compute_cycles_per_tile
     for tier, cap in costs.tier_caps.items():
         n_bytes = costs.bytes_between(tier, 0, 1)
         if n_bytes:
-            channel = res.memory_path(tier)[0]
-            per_tile = max(per_tile, math.ceil(n_bytes / min(cap, channel.bytes_per_cycle)))
+            per_tile = max(per_tile, math.ceil(n_bytes / min(cap, res.path_bytes_per_cycle(tier))))
     return per_tile
 
 

@@ -89,10 +89,16 @@ def test_the_first_tile_leaves_after_its_bytes_in_whole_cycles():
 
     from sn40l_sim.engine.kernel_process import _first_tile_cycles
 
-    res = SimpleNamespace(memory_path=lambda tier: (SimpleNamespace(bytes_per_cycle=100.0),))
+    def on_path(*rates: float) -> SimpleNamespace:   # a socket whose path to HBM crosses channels of these rates
+        return SimpleNamespace(memory_path=lambda tier: tuple(SimpleNamespace(bytes_per_cycle=r) for r in rates),
+                               path_bytes_per_cycle=lambda tier: min(rates))
+
+    res = on_path(100.0, 4096.0)
     section = SectionCosts(chunks=(4,), compute_cycles_per_tile=10, tier_bytes={"hbm": 4 * 1001},
                            tier_caps={"hbm": 1000.0}, fill_cycles=0)
     assert _first_tile_cycles(section, res) == 11
     slower = SectionCosts(chunks=(4,), compute_cycles_per_tile=10, tier_bytes={"hbm": 4 * 1001},
                           tier_caps={"hbm": 50.0}, fill_cycles=0)
     assert _first_tile_cycles(slower, res) == 21   # the section's own cap binds: 1001 / 50 = 20.02
+    # a top-level network narrower than the memory channel binds as it binds the chunks' streams
+    assert _first_tile_cycles(section, on_path(100.0, 40.0)) == 26   # 1001 / 40 = 25.03
