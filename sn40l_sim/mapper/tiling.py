@@ -280,8 +280,18 @@ def _tile_simd(socket: SocketSpec, op: Operator, target: int) -> OpTiling:
         # issued at the rate random banks allow
         width = op.k if op.k > 0 else pcu.lanes
         indexed = math.ceil(elements / width)
-        rate = pmu_random_access_rate(socket.pmu, width * size)
-        addresses = math.ceil(indexed * socket.pmu.addresses_per_cycle / rate) if width * size < pmu_port_bytes_per_cycle(socket.pmu) else indexed
+        if width * size < pmu_port_bytes_per_cycle(socket.pmu):
+            rate = pmu_random_access_rate(socket.pmu, width * size)
+            addresses = math.ceil(indexed * socket.pmu.addresses_per_cycle / rate)
+        elif op.k > 0:
+            # a row the operator names, wider than the port, takes whole port cycles, one access
+            # each: a 200-byte row on a 128-byte port takes two, not the 1.56 its bytes alone would
+            # (:func:`~sn40l_sim.hardware.units.pmu.pmu_gather_cycles`)
+            port = pmu_port_bytes_per_cycle(socket.pmu) * socket.pmu.read_ports
+            addresses = indexed * math.ceil(width * size / port) * socket.pmu.addresses_per_cycle
+        else:
+            # lanes-wide pieces of rows the operator does not name: their bytes bind
+            addresses = indexed
         work, resource = PmuWork(local_hop(socket)), "sram"
     else:
         work = simd_work(socket, op, elements, trans, size)
