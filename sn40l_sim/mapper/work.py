@@ -52,7 +52,7 @@ from typing import NamedTuple
 from sn40l_sim.frozen import built, hashed_once
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry, mac_rate
+from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry, gemm_pipeline_cycles, mac_rate
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.keys import IdentityMemo
@@ -286,7 +286,7 @@ def _gemm_units(socket: SocketSpec, dtype: str) -> _GemmUnits:
         pcu = socket.pcu
         k_per_block, row_cycles = gemm_geometry(pcu, dtype)
         per_stage = k_per_block // pcu.stages if mac_rate(pcu, dtype) >= 1 else 1
-        return _GemmUnits(k_per_block, row_cycles, per_stage, pcu.stages, pcu.lanes, pcu.pipeline_latency_cycles,
+        return _GemmUnits(k_per_block, row_cycles, per_stage, pcu.stages, pcu.lanes, gemm_pipeline_cycles(pcu, dtype),
                           local_hop(socket), stream_bytes_per_cycle(socket), reduce_rounds(socket),
                           accumulator_bytes(pcu))
     return _units_memo.get(socket, (dtype,), compute)

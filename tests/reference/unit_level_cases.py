@@ -21,7 +21,9 @@ Kernel = GemmKernel | AttentionKernel | GatherKernel
 
 GEMMS = [GemmKernel(64, 64, 64, 1), GemmKernel(64, 64, 64, 2), GemmKernel(32, 96, 64, 2),
          GemmKernel(16, 48, 128, 4), GemmKernel(8, 64, 64, 2), GemmKernel(1, 64, 32, 1),
-         GemmKernel(64, 64, 64, 2, dtype="int8"), GemmKernel(32, 64, 64, 2, dtype="fp32")]
+         GemmKernel(64, 64, 64, 2, dtype="int8"), GemmKernel(32, 64, 64, 2, dtype="fp32"),
+         # few FP32 rows: a K block waits for its partial sums to cross stages of four cycles each
+         GemmKernel(6, 50, 48, 1, dtype="fp32")]
 ATTENTIONS = [AttentionKernel(16, 32, 16, 8), AttentionKernel(64, 64, 32, 16),
               AttentionKernel(32, 64, 16, 8), AttentionKernel(32, 128, 8, 8),
               AttentionKernel(64, 32, 32, 8)]

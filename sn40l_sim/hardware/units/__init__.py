@@ -11,6 +11,7 @@ from sn40l_sim.hardware.units.pcu import (
                                              gemm_cycles,
                                              gemm_geometry,
                                              gemm_padding_waste,
+                                             gemm_pipeline_cycles,
                                              mac_rate,
                                              output_stationary_cycles,
                                              output_stationary_tile_cycles,
@@ -28,7 +29,7 @@ from sn40l_sim.hardware.units.pmu import (
 )
 
 __all__ = [
-    "gemm_cycles", "gemm_geometry", "gemm_padding_waste", "link_cycles", "mac_rate",
+    "gemm_cycles", "gemm_geometry", "gemm_padding_waste", "gemm_pipeline_cycles", "link_cycles", "mac_rate",
     "mesh_bytes_per_cycle", "mesh_cycles", "mesh_latency_cycles", "offchip_bytes_per_cycle", "offchip_cycles",
     "output_stationary_cycles", "output_stationary_tile_cycles", "pcu_peak_flops_per_cycle", "pmu_cycles", "pmu_gather_cycles", "pmu_port_bytes_per_cycle",
     "pmu_random_access_rate", "pmus_for_buffer",

@@ -12,7 +12,9 @@ Systolic mapping of a GEMM ``C[M,N] = A[M,K] @ B[K,N]`` (weight-stationary)
   adds its products to the partial sum flowing down the chain. One block covers
   ``k_per_block = stages * r`` values of K, so K is padded to a multiple of that.
   Datatypes slower than one MAC per cycle (``rate < 1``) keep ``k_per_block = stages`` and hold
-  each row for ``ceil(1 / rate)`` cycles.
+  each row for ``ceil(1 / rate)`` cycles, in every stage: a row crosses the PCU in
+  ``pipeline_latency_cycles + stages x (row_cycles - 1)`` cycles (:func:`gemm_pipeline_cycles`,
+  the *pipeline latency* below), which is ``pipeline_latency_cycles`` for the others.
 * **M -> time.** Rows of A stream through the block, one per ``row_cycles``; each row's
   partial-sum vector for the previous K block is read back from the output buffer and enters the
   first stage with it (chained accumulation), so C is complete after the last K block.
@@ -113,6 +115,20 @@ def accumulator_bytes(pcu: PCUSpec) -> int:
     return _ACCUMULATOR_BYTES[pcu.accumulator_dtype]
 
 
+def gemm_pipeline_cycles(pcu: PCUSpec, dtype: str = "bf16") -> int:
+    """Cycles a row of a GEMM in ``dtype`` takes to cross the PCU: ``pipeline_latency_cycles``,
+    each of the ``stages`` holding a row of a datatype slower than one MAC per cycle for its
+    ``row_cycles`` (module docstring) instead of one.
+
+    Examples
+    --------
+    >>> gemm_pipeline_cycles(example_pcu(), "bf16"), gemm_pipeline_cycles(example_pcu(), "fp32")
+    (10, 16)
+    """
+    _, row_cycles = gemm_geometry(pcu, dtype)
+    return pcu.pipeline_latency_cycles + pcu.stages * (row_cycles - 1)
+
+
 
 def _no_work(m: int, k: int, n: int, efficiency: float) -> bool:
     """Whether an m x k x n GEMM is empty, after checking its arguments (both dataflows' rule)."""
@@ -170,7 +186,7 @@ def gemm_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16",
     k_per_block, _ = gemm_geometry(pcu, dtype)
     steady = weight_stationary_steady_cycles(pcu, m, ceil_div(k, k_per_block), ceil_div(n, pcu.lanes), dtype,
                                              accumulate_latency_cycles)
-    return 1 + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
+    return 1 + ceil_cycles(steady / efficiency) + gemm_pipeline_cycles(pcu, dtype)
 
 
 def weight_stationary_steady_cycles(pcu: PCUSpec, rows: int, k_blocks: int, col_blocks: int,
@@ -191,7 +207,7 @@ def weight_stationary_steady_cycles(pcu: PCUSpec, rows: int, k_blocks: int, col_
         return 0
     _, row_cycles = gemm_geometry(pcu, dtype)
     first = max(rows * row_cycles, pcu.stages)
-    later = max(first, pcu.pipeline_latency_cycles + accumulate_latency_cycles)
+    later = max(first, gemm_pipeline_cycles(pcu, dtype) + accumulate_latency_cycles)
     return col_blocks * (k_blocks - 1) * later + (col_blocks - 1) * first + rows * row_cycles
 
 
@@ -231,7 +247,7 @@ def output_stationary_cycles(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = 
         return 0
     tiles = ceil_div(m, pcu.stages) * ceil_div(n, pcu.lanes)
     steady = tiles * output_stationary_tile_cycles(pcu, k, dtype)
-    return pcu.stages + ceil_cycles(steady / efficiency) + pcu.pipeline_latency_cycles
+    return pcu.stages + ceil_cycles(steady / efficiency) + gemm_pipeline_cycles(pcu, dtype)
 
 
 def gemm_padding_waste(pcu: PCUSpec, m: int, k: int, n: int, dtype: str = "bf16") -> float:

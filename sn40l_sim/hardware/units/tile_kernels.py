@@ -15,6 +15,7 @@ from sn40l_sim.hardware.units.pcu import (
     accumulator_bytes,
     gemm_cycles,
     gemm_geometry,
+    gemm_pipeline_cycles,
     reduction_cycles,
     simd_cycles,
 )
@@ -113,7 +114,7 @@ def _gemm_stage(socket: SocketSpec, m: int, k: int, n: int, pcus: int, hops: int
     k_blocks = ceil_div(k, k_per_block)
     # partial sums go to the output PMU and come back: two trips over the mesh
     compute = gemm_cycles(pcu, m, k, n_blocks_local * pcu.lanes, dtype, 1.0, 2 * hop)
-    fixed = 1 + pcu.pipeline_latency_cycles
+    fixed = 1 + gemm_pipeline_cycles(pcu, dtype)
     psum = pcu.lanes * accumulator_bytes(pcu)
     rows = n_blocks_local * k_blocks * m
     busiest = max(
