@@ -9,7 +9,8 @@ link width, hop latency) through :mod:`sn40l_sim.hardware.units`; nothing here i
 * **GEMM, weight-stationary** (:mod:`sn40l_sim.hardware.units.pcu`): an item is one column block
   over the piece's K blocks and rows. An item's rows may be split over ``s_m`` PCUs (each loads the
   same weights; a K block lasts at least ``stages`` cycles and, for few rows, the partial sum's
-  round trip: ``accumulate_latency``, a mesh hop each way to the output PMU) or its K blocks over
+  round trip: ``accumulate_latency``, a mesh hop each way to the output PMU and its ports,
+  :func:`~sn40l_sim.hardware.units.pcu.partial_sum_round_trip_cycles`) or its K blocks over
   ``s_k`` PCUs. A K split leaves ``s_k`` partial-sum sets of ``rows x lanes`` values (FP32 on
   SN40L, ``pcu.accumulator_dtype``) that are
   added pairwise in ``ceil(log2 s_k)`` rounds: each round the partner's vectors cross the mesh
@@ -52,7 +53,13 @@ from typing import NamedTuple
 from sn40l_sim.frozen import built, hashed_once
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
-from sn40l_sim.hardware.units.pcu import accumulator_bytes, gemm_geometry, gemm_pipeline_cycles, mac_rate
+from sn40l_sim.hardware.units.pcu import (
+    accumulator_bytes,
+    gemm_geometry,
+    gemm_pipeline_cycles,
+    mac_rate,
+    partial_sum_round_trip_cycles,
+)
 from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Operator
 from sn40l_sim.mapper.keys import IdentityMemo
@@ -272,6 +279,8 @@ class _GemmUnits(NamedTuple):
     stream_bytes_per_cycle: int
     reduce_round_cycles: tuple[int, ...]
     psum_bytes: int
+    #: the partial sum's trip to a neighbouring output PMU and back between K blocks
+    round_trip_cycles: int
 
 
 #: each socket's :class:`_GemmUnits` by datatype, by the socket's identity (specs are frozen)
@@ -288,7 +297,8 @@ def _gemm_units(socket: SocketSpec, dtype: str) -> _GemmUnits:
         per_stage = k_per_block // pcu.stages if mac_rate(pcu, dtype) >= 1 else 1
         return _GemmUnits(k_per_block, row_cycles, per_stage, pcu.stages, pcu.lanes, gemm_pipeline_cycles(pcu, dtype),
                           local_hop(socket), stream_bytes_per_cycle(socket), reduce_rounds(socket),
-                          accumulator_bytes(pcu))
+                          accumulator_bytes(pcu),
+                          partial_sum_round_trip_cycles(pcu, socket.pmu, socket.tile.vector_network, 1))
     return _units_memo.get(socket, (dtype,), compute)
 
 
@@ -305,7 +315,7 @@ def gemm_work(socket: SocketSpec, op: Operator, piece: dict[str, int], dataflow:
         pipeline_latency=u.pipeline_latency,
         # the partial sum's trip to the output PMU and back between K blocks; B reaches the PCU as
         # BF16 whatever it is stored as (weights are widened on the way)
-        accumulate_latency=2 * u.hop_cycles, efficiency=efficiency, a_bytes=ACT_BYTES,
+        accumulate_latency=u.round_trip_cycles, efficiency=efficiency, a_bytes=ACT_BYTES,
         b_bytes=ACT_BYTES, out_bytes=u.psum_bytes if split_k else ACT_BYTES,
         psum_vector_bytes=u.lanes * u.psum_bytes, stream_bytes_per_cycle=u.stream_bytes_per_cycle,
         hop_cycles=u.hop_cycles, reduce_round_cycles=u.reduce_round_cycles, continues_k=split_k)

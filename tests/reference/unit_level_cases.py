@@ -34,9 +34,11 @@ GATHERS = [GatherKernel(4096, 1, 2048), GatherKernel(2048, 4, 2048), GatherKerne
 
 # Each variant moves the bottleneck to another unit; agreement must hold there too.
 VARIANTS = [
-    # 64 B PMU ports: FP32 partial sums and scores take two port cycles
+    # 64 B PMU ports: FP32 partial sums and scores take two port cycles (and a few rows wait for
+    # the extra cycle of each partial sum's write and read between K blocks)
     ("narrow_pmu_ports", dict(pmu__banks=16),
-     [GemmKernel(64, 64, 64, 2), AttentionKernel(32, 64, 16, 8), GatherKernel(2048, 4, 2048)]),
+     [GemmKernel(64, 64, 64, 2), AttentionKernel(32, 64, 16, 8), GatherKernel(2048, 4, 2048),
+      GemmKernel(4, 64, 64, 2)]),
     # far, slow hops: small-M GEMMs wait for the partial-sum round trip
     ("slow_hops", dict(tile__vector_network__hop_latency_cycles=6,
                        tile__scalar_network__hop_latency_cycles=6),
@@ -47,7 +49,7 @@ VARIANTS = [
     ("long_pipeline", dict(pcu__pipeline_latency_cycles=16, pcu__reduction_tree_latency_cycles=9),
      [GemmKernel(8, 64, 64, 2), AttentionKernel(32, 64, 16, 8)]),
     ("narrow_links", dict(tile__vector_network__link_bytes_per_cycle=64),
-     [GemmKernel(64, 64, 64, 2), GatherKernel(512, 64, 512)]),
+     [GemmKernel(64, 64, 64, 2), GatherKernel(512, 64, 512), GemmKernel(1, 64, 32, 1)]),
     ("two_addresses", dict(pmu__addresses_per_cycle=2), [GatherKernel(4096, 1, 2048)]),
     # BF16 partial sums on the 64 B ports: a partial-sum vector is one port cycle again
     ("narrow_bf16_sums", dict(pmu__banks=16, pcu__accumulator_dtype="bf16"),

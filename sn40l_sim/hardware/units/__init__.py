@@ -15,6 +15,7 @@ from sn40l_sim.hardware.units.pcu import (
                                              mac_rate,
                                              output_stationary_cycles,
                                              output_stationary_tile_cycles,
+                                             partial_sum_round_trip_cycles,
                                              pcu_peak_flops_per_cycle,
                                              reduction_cycles,
                                              simd_cycles,
@@ -31,7 +32,7 @@ from sn40l_sim.hardware.units.pmu import (
 __all__ = [
     "gemm_cycles", "gemm_geometry", "gemm_padding_waste", "gemm_pipeline_cycles", "link_cycles", "mac_rate",
     "mesh_bytes_per_cycle", "mesh_cycles", "mesh_latency_cycles", "offchip_bytes_per_cycle", "offchip_cycles",
-    "output_stationary_cycles", "output_stationary_tile_cycles", "pcu_peak_flops_per_cycle", "pmu_cycles", "pmu_gather_cycles", "pmu_port_bytes_per_cycle",
+    "output_stationary_cycles", "output_stationary_tile_cycles", "partial_sum_round_trip_cycles", "pcu_peak_flops_per_cycle", "pmu_cycles", "pmu_gather_cycles", "pmu_port_bytes_per_cycle",
     "pmu_random_access_rate", "pmus_for_buffer",
     "reduction_cycles", "simd_cycles", "weight_stationary_steady_cycles",
 ]

@@ -57,9 +57,11 @@ from __future__ import annotations
 import math
 
 from sn40l_sim.errors import InputError
-from sn40l_sim.hardware.spec import PCUSpec
+from sn40l_sim.hardware.spec import NetworkSpec, PCUSpec, PMUSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles, ceil_div
-from sn40l_sim.hardware.units._examples import example_pcu  # noqa: F401  (docstring examples)
+from sn40l_sim.hardware.units._examples import example_network, example_pcu, example_pmu  # noqa: F401  (docstring examples)
+from sn40l_sim.hardware.units.network import mesh_bytes_per_cycle, mesh_latency_cycles
+from sn40l_sim.hardware.units.pmu import pmu_port_bytes_per_cycle
 
 
 def mac_rate(pcu: PCUSpec, dtype: str) -> float:
@@ -113,6 +115,28 @@ def accumulator_bytes(pcu: PCUSpec) -> int:
     (4, 2)
     """
     return _ACCUMULATOR_BYTES[pcu.accumulator_dtype]
+
+
+def partial_sum_round_trip_cycles(pcu: PCUSpec, pmu: PMUSpec, net: NetworkSpec, hops: int) -> int:
+    """Cycles a partial-sum vector spends outside the PCU between two K blocks of a row: ``hops``
+    mesh hops to the output PMU and back, each hop taking in the whole vector before passing it on
+    (a vector wider than a link pays its extra link cycles at every hop), and the PMU's write port
+    and then its read port each moving it in port-wide pieces. On SN40L a vector (32 FP32 sums,
+    128 B) fits a link and a port, and the trip is the two ways' hop latency.
+
+    Examples
+    --------
+    128-byte vectors over 64-byte links and ports: a cycle more at the hop and at the port, each way
+
+    >>> partial_sum_round_trip_cycles(example_pcu(), example_pmu(), example_network(), 1)
+    8
+    >>> 2 * (2 + 1 + 1)
+    8
+    """
+    vector = pcu.lanes * accumulator_bytes(pcu)
+    link_extra = ceil_div(vector, mesh_bytes_per_cycle(net)) - 1
+    port_extra = ceil_div(vector, pmu_port_bytes_per_cycle(pmu)) - 1
+    return 2 * (mesh_latency_cycles(net, hops) + max(hops, 1) * link_extra + port_extra)
 
 
 def gemm_pipeline_cycles(pcu: PCUSpec, dtype: str = "bf16") -> int:

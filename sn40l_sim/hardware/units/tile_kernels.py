@@ -16,6 +16,7 @@ from sn40l_sim.hardware.units.pcu import (
     gemm_cycles,
     gemm_geometry,
     gemm_pipeline_cycles,
+    partial_sum_round_trip_cycles,
     reduction_cycles,
     simd_cycles,
 )
@@ -113,7 +114,8 @@ def _gemm_stage(socket: SocketSpec, m: int, k: int, n: int, pcus: int, hops: int
     n_blocks_local = ceil_div(ceil_div(n, pcu.lanes), pcus)
     k_blocks = ceil_div(k, k_per_block)
     # partial sums go to the output PMU and come back: two trips over the mesh
-    compute = gemm_cycles(pcu, m, k, n_blocks_local * pcu.lanes, dtype, 1.0, 2 * hop)
+    compute = gemm_cycles(pcu, m, k, n_blocks_local * pcu.lanes, dtype, 1.0,
+                          partial_sum_round_trip_cycles(pcu, pmu, net, hops))
     fixed = 1 + gemm_pipeline_cycles(pcu, dtype)
     psum = pcu.lanes * accumulator_bytes(pcu)
     rows = n_blocks_local * k_blocks * m
