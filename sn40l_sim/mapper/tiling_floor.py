@@ -223,8 +223,14 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
             # after the gate, which elapses while the first of several sections' configuration loads
             chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
             gate = gate_cycles if index == 0 else 0
-            head = gate + fixed if len(sections) == 1 else max(gate, fixed)
-            total += max(sec.stream + least_config, head + sec.latency + chain)
+            if len(sections) == 1:
+                head = gate + fixed + chain
+            else:
+                # the gate elapses while the whole configuration loads, its PCUs' part too: the
+                # chain after the gate pays no PCU price (the price is configuration, not compute)
+                bare = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, 0.0) if gate else 0.0
+                head = max(gate + bare, fixed + chain)
+            total += max(sec.stream + least_config, head + sec.latency)
         else:
             slowest = max(sec.compute, sec.memory_slowest)
             chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)

@@ -68,6 +68,9 @@ CASES = {
     "llama_decoder_repeated": ("slow_config", "llama70b", "L00.decoder", LoopContext(80)),
     "two_sections": ("node", "chain", "chain", LONE_CALL),
     "two_sections_looped": ("slow_config", "chain", "chain", LoopContext(4, 5_000, True)),
+    # a gate longer than the first section's whole configuration, which loads while it elapses:
+    # its PCUs' part too, which the floor of all its stages once added after the gate (1.5% over)
+    "two_sections_gated": ("node", "chain", "chain", LoopContext(4, 1_000_000, True)),
     # overlapped collectives as long as the run's (about the kernel's own cycles), and longer
     "prefill_moe_overlapped": ("node", "prefill", "L03.moe_ffn", LoopContext(overlap_cycles=24_489_038)),
     "prefill_o_proj_overlapped": ("node", "prefill", "L00.o_proj_ffn", LoopContext(overlap_cycles=27_460_204)),
