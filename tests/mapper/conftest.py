@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
+import sn40l_sim.mapper.kernel as kernel_mod
 from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.mapper import division
+from sn40l_sim.mapper.budget import NO_LIMITS
+from sn40l_sim.mapper.planning import clear_section_memo
+from sn40l_sim.mapper.tier_split import TierSplit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +69,29 @@ def node():
 @pytest.fixture(scope="session")
 def socket():
     return node16().socket
+
+
+def searched_plans(socket, kernel, loop, monkeypatch, prune: bool, tiers=None, budget=NO_LIMITS,
+                   every_tile_choice: bool = False):
+    """``best_plan`` of ``kernel`` searched cold (memos cleared), with (``prune``) or without the
+    floors that skip tilings, and every tiling it planned as ``(arguments, plan)``; with
+    ``every_tile_choice`` and no pruning the tile choices' floors are 0 too, so each is searched
+    (tests/mapper/test_mapper_pruning.py and its random twin compare the two searches)."""
+    planned = []
+    real = kernel_mod.plan_kernel
+
+    def record(*args):
+        plan = real(*args)
+        planned.append((args, plan))
+        return plan
+
+    clear_section_memo()
+    division.clear_caches()
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel_mod, "plan_kernel", record)
+        patch.setattr(kernel_mod, "PRUNE_TILINGS", prune)
+        if every_tile_choice and not prune:
+            patch.setattr(kernel_mod, "plan_floor", lambda *args, **kwargs: 0.0)
+        plan = kernel_mod.best_plan(socket, kernel, tiers if tiers is not None else TierSplit.all_in("hbm"), budget,
+                                    loop=loop)
+    return plan, planned

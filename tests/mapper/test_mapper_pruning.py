@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from conftest import ROOT, deepseek_graph
+from conftest import ROOT, deepseek_graph, searched_plans
 
 import sn40l_sim.mapper.kernel as kernel_mod
 from sn40l_sim.engine.collectives import CollectiveModel
@@ -92,21 +92,7 @@ def _loop(loop, socket_kind: str, kernel: FusedKernel) -> LoopContext:
 
 def _search(socket, kernel, loop, monkeypatch, prune: bool):
     """The best plan, searched cold, and every tiling planned as ``(arguments, plan)``."""
-    planned = []
-    real = kernel_mod.plan_kernel
-
-    def record(*args):
-        plan = real(*args)
-        planned.append((args, plan))
-        return plan
-
-    clear_section_memo()
-    division.clear_caches()
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel_mod, "plan_kernel", record)
-        patch.setattr(kernel_mod, "PRUNE_TILINGS", prune)
-        plan = best_plan(socket, kernel, TierSplit.all_in("hbm"), loop=loop)
-    return plan, planned
+    return searched_plans(socket, kernel, loop, monkeypatch, prune)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -13,18 +13,16 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, searched_plans
 
 import sn40l_sim.mapper.kernel as kernel_mod
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.errors import InfeasibleError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import DTYPE_BYTES, Collective, FusedKernel, Operator
-from sn40l_sim.mapper import division
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import DATAFLOWS, NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, best_plan
-from sn40l_sim.mapper.planning import clear_section_memo
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
@@ -133,23 +131,7 @@ def _search(case, monkeypatch, prune: bool):
     """The best plan, searched cold, and every tiling planned as ``(arguments, plan)``; unpruned,
     every tile choice is searched too (their floors all 0)."""
     socket, kernel, tiers, budget, loop = case
-    planned = []
-    real = kernel_mod.plan_kernel
-
-    def record(*args):
-        plan = real(*args)
-        planned.append((args, plan))
-        return plan
-
-    clear_section_memo()
-    division.clear_caches()
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel_mod, "plan_kernel", record)
-        patch.setattr(kernel_mod, "PRUNE_TILINGS", prune)
-        if not prune:
-            patch.setattr(kernel_mod, "plan_floor", lambda *args, **kwargs: 0.0)
-        plan = best_plan(socket, kernel, tiers, budget, loop)
-    return plan, planned
+    return searched_plans(socket, kernel, loop, monkeypatch, prune, tiers, budget, every_tile_choice=True)
 
 
 #: the sampler's first dozen seeds (every one fits), and two looped kernels of many sections
