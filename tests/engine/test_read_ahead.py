@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import simpy
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.kernel_costs import SectionCosts
-from sn40l_sim.engine.kernel_process import KernelRecord, _stream_ahead
+from sn40l_sim.engine.kernel_process import KernelRecord, _first_tile_cycles, _stream_ahead
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph
 from sn40l_sim.hardware import figures
@@ -85,10 +86,6 @@ def test_a_looped_decoders_score_is_the_engines_iteration(batch, kv_len, beyond)
 def test_the_first_tile_leaves_after_its_bytes_in_whole_cycles():
     # 4 tiles of 1001 HBM bytes each at 100 bytes a cycle: the first tile's bytes take 10.01 cycles,
     # so it leaves after 11 whole cycles, not the 10 of its compute
-    from types import SimpleNamespace
-
-    from sn40l_sim.engine.kernel_process import _first_tile_cycles
-
     def on_path(*rates: float) -> SimpleNamespace:   # a socket whose path to HBM crosses channels of these rates
         return SimpleNamespace(memory_path=lambda tier: tuple(SimpleNamespace(bytes_per_cycle=r) for r in rates),
                                path_bytes_per_cycle=lambda tier: min(rates))
