@@ -30,7 +30,9 @@ ATTENTIONS = [AttentionKernel(16, 32, 16, 8), AttentionKernel(64, 64, 32, 16),
 GATHERS = [GatherKernel(4096, 1, 2048), GatherKernel(2048, 4, 2048), GatherKernel(1024, 16, 1024),
            GatherKernel(512, 64, 512), GatherKernel(256, 128, 256),
            # 200-byte rows on the 128-byte port: two port cycles a row, not the 1.56 of their bytes
-           GatherKernel(586, 100, 1155, seed=17)]
+           GatherKernel(586, 100, 1155, seed=17),
+           # rows of three BF16 values (6 bytes) packed in the table: neighbours share banks
+           GatherKernel(4000, 3, 4000)]
 
 # Each variant moves the bottleneck to another unit; agreement must hold there too.
 VARIANTS = [

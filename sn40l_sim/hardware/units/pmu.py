@@ -8,6 +8,9 @@ a linear stream needs one address per row, an indexed access one per element or 
 """
 from __future__ import annotations
 
+import functools
+import math
+
 from sn40l_sim.hardware.spec import PMUSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles, ceil_div
 from sn40l_sim.hardware.units._examples import example_pmu  # noqa: F401  (docstring examples)
@@ -82,15 +85,19 @@ def pmus_for_buffer(pmu: PMUSpec, buffer_bytes: int, double_buffered: bool = Tru
 
 
 def pmu_random_access_rate(pmu: PMUSpec, access_bytes: int) -> float:
-    """Expected accesses per cycle when each access goes to a random aligned row (a gather).
+    """Expected accesses per cycle when each access reads a random row of a packed table (a gather).
 
-    An access of ``access_bytes`` covers ``c = ceil(access_bytes / bank_width_bytes)`` banks; rows
-    aligned to their size make ``G = banks // c`` disjoint bank groups, each equally likely. The
-    address generators issue accesses in order, up to ``S = min(addresses_per_cycle, G, port
-    bytes // access_bytes)`` per cycle, and stop at the first one whose group is already busy
-    that cycle (it goes first in the next). Each cycle thus starts afresh and issues ``j``
-    accesses with probability that the first ``j`` groups differ:
-    ``E = sum_{j=1..S} prod_{i<j} (G - i) / G``.
+    The table is stored row after row (row ``r`` at byte ``r * access_bytes``), so a row's start
+    falls on one of ``R = port row / gcd(access_bytes, port row)`` byte offsets within the banks'
+    row, each equally likely, and covers the banks from the one holding its first byte to the one
+    holding its last, wrapping. The address generators issue accesses in order, up to ``S =
+    min(addresses_per_cycle, port bytes // access_bytes)`` per cycle, and stop at the first one
+    that touches a bank already read that cycle (it goes first in the next). Each cycle thus starts
+    afresh and issues ``j`` accesses with the probability that the first ``j`` touch no bank twice:
+    ``E = sum_{j=1..S} P(j rows pairwise disjoint)``, counted exactly over the ``R`` offsets
+    (:func:`_disjoint_row_tuples`). Rows of a power-of-two number of banks fall on ``banks // c``
+    disjoint bank groups, and ``P`` is ``prod_{i<j} (G - i) / G``; rows of 3 banks' width overlap
+    their neighbours' and conflict more often than ``banks // 3`` disjoint groups would.
 
     Examples
     --------
@@ -100,18 +107,64 @@ def pmu_random_access_rate(pmu: PMUSpec, access_bytes: int) -> float:
     3.4243
     >>> pmu_random_access_rate(example_pmu(), 64)       # a full port row: one per cycle
     1.0
+
+    Rows of 16 bytes fall on four disjoint groups of four banks (1 + 3/4 + 3/4 * 2/4 + ...); rows
+    of 12 bytes start at any of the 16 banks and overlap their neighbours', so they conflict more
+    often than five disjoint groups of three banks would (2.472):
+
+    >>> pmu_random_access_rate(example_pmu(), 16)
+    2.21875
+    >>> round(pmu_random_access_rate(example_pmu(), 12), 4)
+    2.02
     """
     if access_bytes <= 0:
         raise ValueError(f"access_bytes must be positive, got {access_bytes}")
     port = pmu_port_bytes_per_cycle(pmu) * pmu.read_ports
-    covered = max(1, ceil_div(int(access_bytes), pmu.bank_width_bytes))
-    groups = max(1, pmu.banks // covered)
-    slots = max(1, min(pmu.addresses_per_cycle, groups, port // max(1, int(access_bytes))))
-    expected, all_distinct = 0.0, 1.0
-    for j in range(slots):
-        all_distinct *= (groups - j) / groups
-        expected += all_distinct
-    return expected
+    slots = max(1, min(pmu.addresses_per_cycle, port // max(1, int(access_bytes))))
+    disjoint = _disjoint_row_tuples(pmu.banks, pmu.bank_width_bytes, max(1, int(access_bytes)), slots)
+    return sum(disjoint)
+
+
+@functools.cache
+def _disjoint_row_tuples(banks: int, bank_width_bytes: int, row_bytes: int, most: int) -> tuple[float, ...]:
+    """``P(j random rows of a packed table touch no bank twice)`` for ``j = 1 .. most``.
+
+    Walks the banks once per way a row may wrap from the last bank to the first, keeping the
+    number of banks the current row still covers and the rows placed; a set of ``j`` disjoint rows
+    is counted once and ordered ``j!`` ways, over the ``R ** j`` equally likely offset tuples.
+
+    >>> _disjoint_row_tuples(16, 4, 8, 3)      # 8 groups of two banks: 1, 7/8, 7/8 * 6/8
+    (1.0, 0.875, 0.65625)
+    """
+    row = banks * bank_width_bytes
+    offsets = range(0, row, math.gcd(row_bytes, row))
+    starts: dict[int, list[int]] = {}   # first bank -> the widths (in banks) of the rows starting there
+    for offset in offsets:
+        first, last = offset // bank_width_bytes, (offset + row_bytes - 1) // bank_width_bytes
+        starts.setdefault(first, []).append(last - first + 1)
+    widest = max(w for widths in starts.values() for w in widths)
+    if widest >= banks:   # every row touches every bank: one a cycle
+        return (1.0,) + (0.0,) * (most - 1)
+    sets = [0] * (most + 1)
+    for wrapped in range(widest):   # banks 0 .. wrapped-1 covered by a row started near the end
+        # (banks still covered after this one, rows placed) -> ways
+        ways = {(wrapped, 0): 1}
+        for bank in range(banks):
+            after: dict[tuple[int, int], int] = {}
+            for (covered, placed), n in ways.items():
+                if covered:
+                    after[(covered - 1, placed)] = after.get((covered - 1, placed), 0) + n
+                    continue
+                after[(0, placed)] = after.get((0, placed), 0) + n
+                if placed < most:
+                    for width in starts.get(bank, ()):
+                        key = (width - 1, placed + 1)
+                        after[key] = after.get(key, 0) + n
+            ways = after
+        for (covered, placed), n in ways.items():
+            if covered == wrapped:
+                sets[placed] += n
+    return tuple(math.factorial(j) * sets[j] / len(offsets) ** j for j in range(1, most + 1))
 
 
 def pmu_gather_cycles(pmu: PMUSpec, rows: int, row_bytes: int) -> int:

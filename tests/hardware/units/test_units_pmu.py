@@ -1,6 +1,7 @@
 """PMU unit model: port bandwidth, concurrent read/write, address generation, capacity."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -81,6 +82,46 @@ def test_random_access_rate_closed_form_for_one_bank_accesses():
     expected = sum(math.prod((groups - i) / groups for i in range(j)) for j in range(1, slots + 1))
     assert pmu_random_access_rate(PMU, PMU.bank_width_bytes) == pytest.approx(expected)
     assert expected < PMU.addresses_per_cycle    # bank conflicts cost something
+
+
+def _disjoint_by_enumeration(banks, bank_width, row_bytes, most):
+    """P(j rows of a packed table touch no bank twice), every ordered tuple of offsets counted."""
+    row = banks * bank_width
+    offsets = range(0, row, math.gcd(row_bytes, row))
+
+    def touched(offset):
+        first, last = offset // bank_width, (offset + row_bytes - 1) // bank_width
+        return frozenset(b % banks for b in range(first, min(last, first + banks - 1) + 1))
+
+    masks = [touched(o) for o in offsets]
+    shares = []
+    for j in range(1, most + 1):
+        disjoint = sum(sum(len(m) for m in t) == len(frozenset().union(*t))
+                       for t in itertools.product(masks, repeat=j))
+        shares.append(disjoint / len(masks) ** j)
+    return shares
+
+
+@pytest.mark.parametrize("banks, bank_width, row_bytes", [
+    (16, 4, 2), (16, 4, 8), (16, 4, 6), (16, 4, 12), (16, 4, 20), (16, 2, 5), (12, 4, 8), (8, 4, 3),
+    (16, 4, 40), (32, 4, 6)])
+def test_random_access_rate_counts_every_tuple_of_row_offsets(banks, bank_width, row_bytes):
+    # the walk over the banks gives what enumerating every ordered tuple of offsets gives
+    pmu = PMU.model_copy(update={"banks": banks, "bank_width_bytes": bank_width, "read_ports": 1,
+                                 "addresses_per_cycle": 3})
+    slots = max(1, min(3, banks * bank_width // row_bytes))
+    expected = sum(_disjoint_by_enumeration(banks, bank_width, row_bytes, slots))
+    assert pmu_random_access_rate(pmu, row_bytes) == pytest.approx(expected, rel=1e-12)
+
+
+def test_packed_rows_of_three_banks_overlap_their_neighbours():
+    # 12-byte rows on 4-byte banks start at every bank, so two conflict when their starts are
+    # within two banks: more often than 32 // 3 = 10 disjoint groups of three banks would
+    pmu = PMU.model_copy(update={"banks": 32, "bank_width_bytes": 4, "read_ports": 1, "addresses_per_cycle": 2})
+    assert pmu_random_access_rate(pmu, 12) == pytest.approx(1 + 27 / 32)
+    assert pmu_random_access_rate(pmu, 12) < 1 + 9 / 10
+    # 16-byte rows are aligned to their four banks: eight disjoint groups
+    assert pmu_random_access_rate(pmu, 16) == pytest.approx(1 + 7 / 8)
 
 
 def test_gather_cycles():
