@@ -1,0 +1,62 @@
+"""A kernel called at every layer, mapped alone on one tile, is also tried spread over every tile
+beside the other layer kernels (sn40l_sim/mapper/side_by_side.py, ``_spread_repeated``).
+
+A lone call chooses its tiles paying its whole configuration; once the step keeps every
+configuration loaded it pays none. Mixtral-8x7B's decode on tiles of twice the PCUs and PMUs
+(docs/validation.md, "Found by fuzzing valid experiments"): its MoE kernel alone chose one tile of
+520 PCUs, and the side-by-side rooms then left it one tile, so the step was longer than on the
+shipped tile (34.4 against 31.7 ms by ``map``'s total).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.study.mapping import build_phase, map_phase
+
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLED = {"socket.tile.pcus": 520, "socket.tile.pmus": 520, "socket.tile.grid_cols": 52}
+
+
+@pytest.fixture(scope="module")
+def mixtral(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mixtral") / "mixtral.yaml"
+    path.write_text(f"""kind: experiment
+name: mixtral_doubled_tiles
+hardware: {ROOT / 'hw_configs' / 'sn40l_node16.yaml'}
+model: {ROOT / 'tests' / 'models' / 'public_models' / 'mixtral_8x7b.yaml'}
+parallel:
+  prefill: {{tp: 16}}
+  decode: {{tp: 16, attention_dp: 16}}
+policies:
+  - {{name: streaming, policy: streamingllm, params: {{budget: 385}}}}
+shape: {{prompt_len: 1024, batch: 4096, max_new_tokens: 4}}
+workload: {{kind: fixed, count: 1, output_len: 4}}
+serving: {{batch: 4096}}
+""")
+    placed = {}
+    for label, tile in (("shipped", {}), ("doubled", DOUBLED)):
+        built = build_phase(path, "decode", hardware_overrides={"socket.clock_hz": 3.2e9, **tile})
+        placed[label] = (built.node.socket, map_phase(built))
+    return placed
+
+
+def test_twice_the_units_per_tile_is_not_a_longer_step(mixtral):
+    totals = {label: sum(pk.call_cycles for pk in placed.kernels) for label, (_, placed) in mixtral.items()}
+    assert totals["doubled"] <= totals["shipped"]
+
+
+def test_the_moe_kernel_runs_on_every_tile_beside_the_attention_and_both_stay_loaded(mixtral):
+    socket, placed = mixtral["doubled"]
+    loaded = resident_calls(socket, placed.kernels)
+    layers = [(i, pk) for i, pk in enumerate(placed.kernels) if pk.kernel.name.startswith("L")]
+    moe = [pk for _, pk in layers if pk.kernel.name.endswith("moe_ffn")]
+    assert all(min(pk.pcus_per_tile) > 0 for pk in moe)   # every tile, not one
+    # lm_head, called once, takes a tile's PCUs and reloads each step, evicting the first layer's
+    # kernels there; every later layer's stay loaded
+    assert all(loaded[i] for i, pk in layers if not pk.kernel.name.startswith("L00."))
+    for t in range(len(moe[0].pcus_per_tile)):
+        assert sum(max(pk.pcus_per_tile[t] for pk in placed.kernels if pk.kernel.name.endswith(part))
+                   for part in ("attn_router", "moe_ffn")) <= socket.tile.pcus
