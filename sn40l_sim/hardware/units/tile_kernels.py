@@ -79,7 +79,8 @@ def tile_level_cycles(kernel: GemmKernel | AttentionKernel | GatherKernel, socke
 
     A kernel is a pipeline of stages handing whole tiles over through double-buffered PMUs; it
     takes the sum of its stages' first-tile times (plus a control token per hand-over) and then
-    one period of its slowest stage per further tile. A stage's period is the busiest of its units
+    one period of its slowest stage per further tile, or of the loop a double buffer closes, when
+    that is longer (an attention's softmax waits for PV to hand back the buffer of two tiles before). A stage's period is the busiest of its units
     (PCU steady state, PMU ports and address generators, mesh links); its first-tile time adds the
     latencies on its critical path (mesh hops, pipeline fill and drain, reduction tree).
 
@@ -96,11 +97,15 @@ def tile_level_cycles(kernel: GemmKernel | AttentionKernel | GatherKernel, socke
     if isinstance(kernel, AttentionKernel):
         tiles = kernel.q_len // kernel.q_tile
         ctrl = mesh_latency_cycles(socket.tile.control_network, kernel.hops)
-        stages = [_gemm_stage(socket, kernel.q_tile, kernel.head_dim, kernel.kv_len, 1, kernel.hops),
-                  _softmax_stage(socket, kernel),
-                  _gemm_stage(socket, kernel.q_tile, kernel.kv_len, kernel.head_dim, 1, kernel.hops)]
+        softmax = _softmax_stage(socket, kernel)
+        pv = _gemm_stage(socket, kernel.q_tile, kernel.kv_len, kernel.head_dim, 1, kernel.hops)
+        stages = [_gemm_stage(socket, kernel.q_tile, kernel.head_dim, kernel.kv_len, 1, kernel.hops), softmax, pv]
+        # the P buffers are two: the softmax starts a tile's scores once PV has handed back the
+        # buffer of the tile two before, so two tiles take at least one softmax, one PV and two
+        # control tokens (short tiles a few hops away are paced by that loop, not by a stage)
+        handed_back = ceil_div(softmax.first + pv.first + 2 * ctrl, 2)
         return (sum(s.first for s in stages) + ctrl * (len(stages) - 1)
-                + (tiles - 1) * max(s.period for s in stages))
+                + (tiles - 1) * max(handed_back, *(s.period for s in stages)))
     if isinstance(kernel, GatherKernel):
         return _gather_cycles(socket, kernel)
     raise TypeError(f"unknown kernel {kernel!r}")
