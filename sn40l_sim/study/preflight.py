@@ -78,13 +78,7 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     exp = asm.experiment
     require_workload(exp)
     exp.max_new_tokens  # noqa: B018 - raises when neither serving nor shape gives it
-    _check_graph_options(exp)
-    if asm.model.moe is None:
-        for option in ("expert_loading", "routing_skew"):
-            if option in exp.spec.graph_options:   # it would change nothing: say so rather than ignore it
-                raise _at(exp, ("graph_options", option), f"model {asm.model.name!r} has no MoE layers, so "
-                          f"{option} (which experts a MoE call streams) has nothing to act on; remove it",
-                          InputError)
+    _check_graph_options(exp, asm.model)
     if asm.graph_template is None:
         load_graph_template(exp, asm.model)
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
@@ -162,7 +156,7 @@ def check_mapping(asm: Assembly) -> None:
         The first problem, located in the experiment file.
     """
     exp = asm.experiment
-    _check_graph_options(exp)
+    _check_graph_options(exp, asm.model)
     spec = exp.spec
     # the decode graph map builds holds the generated tokens as run's does (a map experiment may leave
     # them out: then the one token a prefill gives)
@@ -185,7 +179,7 @@ def check_mapping(asm: Assembly) -> None:
             raise asm.locate(exc, point) from None
 
 
-def _check_graph_options(exp: Experiment) -> None:
+def _check_graph_options(exp: Experiment, model: Any) -> None:
     try:
         check_graph_options(dict(exp.spec.graph_options))
     except InputError as exc:
@@ -193,6 +187,12 @@ def _check_graph_options(exp: Experiment) -> None:
         if option in exp.spec.graph_options:   # the message starts with the option's name: locate it there
             raise _at(exp, ("graph_options", option), rest, type(exc)) from None
         raise _at(exp, ("graph_options",), exc.message, type(exc)) from None
+    if model.moe is None:
+        for option in ("expert_loading", "routing_skew"):
+            if option in exp.spec.graph_options:   # it would change nothing: say so rather than ignore it
+                raise _at(exp, ("graph_options", option), f"model {model.name!r} has no MoE layers, so "
+                          f"{option} (which experts a MoE call streams) has nothing to act on; remove it",
+                          InputError)
 
 
 def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None, served: bool = True,
