@@ -61,3 +61,17 @@ def test_a_served_workload_is_held_to_the_context_request_by_request(tmp_path, c
     mixed.write_text(base.replace("shape: {prompt_len: 32768}", "shape: {prompt_len: 130800}")
                      .replace(poisson, "workload: {kind: trace, path: t.csv}\n"))
     assert main(["check", str(mixed)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["check"], ["map", "--phase", "prefill"], ["map", "--phase", "decode"]])
+def test_a_map_experiment_compiling_its_prefill_beyond_the_context_is_refused_as_run_refuses_it(tmp_path, capsys,
+                                                                                                 command):
+    # a 1,024-token prompt on a 262,144-token graph of a 131,072-token model: check passed it and map
+    # timed the prefill as that graph (5.4 s instead of the 1,024-token graph's 15 ms)
+    path = map_experiment(tmp_path, 1024, None)
+    path.write_text(path.read_text() + "serving: {prefill_lens: [262144]}\n")
+    assert main([command[0], str(path), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "m.yaml:11: serving.prefill_lens: a prompt of 1024 tokens runs on the compiled prefill length 262144, " \
+           "beyond the maximum context of llama-3.1-8b, 131072 tokens (compile lengths up to 131072)" in err
