@@ -148,8 +148,8 @@ def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
 def check_mapping(asm: Assembly) -> None:
     """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
     and model (its entry's ``model_overrides``), the parallel plans against the nodes, the prompt
-    within the model's maximum context, the graph options, and weights whose share fits a socket's
-    first memory tier, as ``run`` requires.
+    within the model's maximum context and on a compiled prefill graph, the graph options, and
+    weights whose share fits a socket's first memory tier, as ``run`` requires.
 
     Raises
     ------
@@ -175,6 +175,9 @@ def check_mapping(asm: Assembly) -> None:
         try:
             check_plans(setup)
             check_output_context(setup)
+            # a prompt no compiled prefill graph holds: map --phase prefill refuses it, as run does
+            with located("prefill_lens"):
+                compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
             # map places weights as run does, in the first tier: run refuses a model whose share
             # spills, and map mapped it streaming from DDR (DeepSeek-R1 on one socket, 9.9 s a step)
             prefill_place = None if asm.prefill_node is None else \

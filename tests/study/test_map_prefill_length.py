@@ -52,3 +52,16 @@ def test_a_prompt_longer_than_every_compiled_prefill_is_refused_by_map_at_the_fi
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert "serving.prefill_lens: prompt length 50000 exceeds the largest compiled size 32768" in err, err
+
+
+def test_a_map_experiment_whose_prompt_no_compiled_prefill_holds_fails_check_as_map_refuses_it(tmp_path, capsys):
+    # without a workload check took it for a map experiment and passed it, though map --phase prefill
+    # (and run) refuse it; map --phase decode refuses it too, as the same file
+    path = experiment(tmp_path, 50000)
+    text = path.read_text().replace("serving: {mode", "serving: {prefill_lens: [32768], mode")
+    path.write_text(text.replace("workload: {kind: fixed, count: 1, output_len: 8}\n", ""))
+    for argv in (["check", str(path)], ["map", str(path), "--phase", "prefill"], ["map", str(path), "--phase", "decode"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert "p50000.yaml:11: serving.prefill_lens: prompt length 50000 exceeds the largest compiled size 32768" in err
