@@ -209,11 +209,12 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
 
     prompts = spec.prompt_lens or (spec.shape.prompt_len,)
     shape = spec.shape
+    new_tokens = spec.serving.max_new_tokens or shape.max_new_tokens   # as run and map read it: serving's first
     memory = spec.memory
     order = ", ".join(memory.order) if memory.order else "the hardware file's tiers, fastest first"
     return [f"  plan       prefill {phase(spec.parallel.prefill)}; decode {phase(spec.parallel.decode)}",
             f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
-            + (f", up to {shape.max_new_tokens:,} new tokens" if shape.max_new_tokens else "")
+            + (f", up to {new_tokens:,} new tokens" if new_tokens else "")
             + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}"),
             *_drafts_line(spec.serving.speculative),
             f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",

@@ -34,9 +34,23 @@ def test_a_derived_plan_and_memory_order_are_the_files_own(tmp_path, capsys):
                        " {prompt_len: 2048, params: {budget: 512}}]}]\n")
     lines = _describe(derived, capsys)
     assert "  plan       prefill TP4; decode TP2" in lines       # DP1 is not worth a word
-    assert "  shape      prompt 1,024, 2,048 tokens, batch 1; serving batch max" in lines   # no new tokens: none said
+    # the base's shape gives no new tokens, its serving.max_new_tokens does: what run generates
+    assert "  shape      prompt 1,024, 2,048 tokens, batch 1, up to 512 new tokens; serving batch max" in lines
     assert "  memory     placed in ddr, hbm; may spill: nothing" in lines
     assert "  policies   s (snapstream, at prompt 1,024: budget 256, at prompt 2,048: budget 512)" in lines
+
+
+def test_the_new_tokens_are_serving_s_when_it_gives_them_as_run_reads_them(tmp_path, capsys):
+    # shape.max_new_tokens 16 under serving.max_new_tokens 64: run compiles and serves 64, and
+    # describe said "up to 16 new tokens"
+    both = tmp_path / "both.yaml"
+    both.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: both\n"
+                    "shape: {prompt_len: 1024, max_new_tokens: 16}\nserving: {max_new_tokens: 64}\n")
+    assert "  shape      prompt 1,024 tokens, batch 1, up to 64 new tokens; serving batch max" in _describe(both, capsys)
+    # and no new tokens anywhere says none
+    none = tmp_path / "none.yaml"
+    none.write_text(f"base: {REPO / 'experiments' / 'map_deepseek_tp16.yaml'}\nname: none\n")
+    assert "  shape      prompt 131,072 tokens, batch 16; serving batch max" in _describe(none, capsys)
 
 
 def test_fractions_of_the_prompt_and_model_overrides_tell_entries_apart(capsys):
