@@ -2,8 +2,9 @@
 tile, the utilisation of compute, SRAM and HBM bandwidth, the bounding resource and the predicted
 cycles (identical layers collapsed into one row "xN"), then a totals line.
 
-The graph is built for the experiment's shape: decode at ``shape.batch`` sequences (a line says
-so when ``run`` decodes at another ``serving.batch``) reading the
+The graph is built for the experiment's shape (its prompt ``shape.prompt_len``, or when
+``prompt_lens`` leaves that out the policy's first point there, as a line says): decode at
+``shape.batch`` sequences (a line says so when ``run`` decodes at another ``serving.batch``) reading the
 policy's static cache and verifying the experiment's speculative drafts (``serving.speculative``:
 the draft runs of the MTP module are rows of their own); prefill one prompt at a time (batch 1, as
 the engine runs it) unless ``--batch`` says otherwise, on the graph compiled for the smallest of
@@ -136,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  (shape.batch; run decodes at serving.batch: {spec.serving.batch}"
               + (", the largest compiled batch whose KV fits, which run prints" if spec.serving.batch == "max" else "")
               + "; --batch N maps another)")
+    if built.prompt_len != spec.shape.prompt_len:   # the point's prompt, not the shape's: say which
+        print(f"  (shape.prompt_len {spec.shape.prompt_len} is not one of prompt_lens: this is the policy's "
+              f"point at {built.prompt_len}, as run simulates it)")
     for note in _run_differs_notes(spec, args.phase, built.prompt_len):
         print(note)
     tiers = ", ".join(use + " " + " + ".join(f"{format_bytes(memory.by_tier[tier].get(use, 0))} {tier.upper()}"

@@ -105,7 +105,8 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
         naming ``--policy`` or ``--batch``; a ``phase`` other than ``"prefill"`` and ``"decode"``.
     InfeasibleError
         When the tensors do not fit the socket: at ``--batch`` when it was given, else at the
-        experiment's ``shape.batch`` (decode) or ``shape.prompt_len`` (prefill).
+        experiment's ``shape.batch`` (decode) or the prompt's field (prefill): ``shape.prompt_len``, or
+        the ``prompt_lens`` entry mapped when that list leaves the shape's prompt out.
     """
     if phase not in ("prefill", "decode"):   # from Python: an AttributeError on the parallel section otherwise
         raise InputError(f"phase: expected 'prefill' or 'decode', got {shown(phase)}")
@@ -126,7 +127,11 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
     model = asm.model_for(point)
     kv_policy = asm.policy(point)
     plan = plan_of(getattr(spec.parallel, phase))
-    prompt_len = spec.shape.prompt_len
+    # the point's prompt, which its policy was resolved at and check_mapping checked: the shape's
+    # when prompt_lens lists it, else the point run simulates (a 1,024-token point's 256-token
+    # SnapStream cache was mapped under shape.prompt_len 4096, and a shape prompt past the
+    # model's maximum context was mapped)
+    prompt_len = point.prompt_len
     given = batch
     batch = given if given is not None else (spec.shape.batch if phase == "decode" else 1)
     if batch < 1:
@@ -176,7 +181,9 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
         what = f"{phase} at batch {batch}: {exc}"
         if given is not None:
             raise InfeasibleError(f"{exp.path}: {what}", field="--batch") from None
-        raise exp.error(("shape", "batch") if phase == "decode" else ("shape", "prompt_len"), what) from None
+        prompt_field = ("shape", "prompt_len") if prompt_len == spec.shape.prompt_len else \
+            ("prompt_lens", exp.prompt_lens.index(prompt_len))
+        raise exp.error(("shape", "batch") if phase == "decode" else prompt_field, what) from None
     return PhaseGraph(exp, entry, asm.node, model, plan, phase, batch, prompt_len, cache_len, drafts, graph,
                       memory, store)
 

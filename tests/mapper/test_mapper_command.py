@@ -286,3 +286,21 @@ def test_a_sweep_map_says_run_runs_the_section_map_does_not_apply(capsys):
     # an experiment without a sweep says nothing of one
     assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
     assert "sweep" not in capsys.readouterr().out
+
+
+def test_a_shape_prompt_left_out_of_prompt_lens_maps_the_point_run_simulates(capsys, tmp_path):
+    # prompt_lens [1024] under shape.prompt_len 4096: map resolved SnapStream's quarter of the prompt
+    # at the 1,024-token point (a 256-token cache) and built the graph for 4,096 tokens; at 200,000
+    # tokens, past Llama-3.1-8B's maximum context, check passed the file and map mapped it
+    exp = tmp_path / "lens.yaml"
+    for shape_prompt in (4096, 200000):
+        exp.write_text(f"kind: experiment\nname: lens\nhardware: {ROOT}/hw_configs/sn40l_node8.yaml\n"
+                       f"model: {ROOT}/graphs/llama3_1_8b.yaml\nparallel:\n  prefill: {{tp: 8}}\n  decode: {{tp: 8}}\n"
+                       "policies:\n  - {name: snap, policy: snapstream, prompt_fraction: {budget: 0.25}}\n"
+                       f"prompt_lens: [1024]\nshape: {{prompt_len: {shape_prompt}, batch: 1}}\n")
+        for phase in ("decode", "prefill"):
+            assert main(["map", str(exp), "--phase", phase]) == 0
+            out = capsys.readouterr().out
+            assert f"shape: batch 1, prompt 1024{', cache 256 tokens per sequence' if phase == 'decode' else ''}\n" in out
+            assert f"  (shape.prompt_len {shape_prompt} is not one of prompt_lens: this is the policy's point at " \
+                   "1024, as run simulates it)\n" in out
