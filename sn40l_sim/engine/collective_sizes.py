@@ -2,6 +2,8 @@
 :mod:`.collectives` (ring, recursive doubling, direct): byte counts only, no timing."""
 from __future__ import annotations
 
+from sn40l_sim.errors import InputError
+
 
 def split_bytes(total: int, parts: int) -> list[int]:
     """``total`` bytes in ``parts`` integer chunks that differ by at most one byte.
@@ -30,7 +32,18 @@ def tree_sizes(kind: str, n_bytes: int, p: int) -> list[int]:
 
     >>> tree_sizes("all_gather", 1, 16), tree_sizes("all_gather", 17, 16)
     ([1, 1, 1, 1], [2, 3, 5, 9])
+
+    Raises
+    ------
+    InputError
+        At ``collective_algorithm`` for a group that is not a power of two (its partners ``2^r``
+        away: a group of 6 indexed past its last member) or an all-to-all (which has no doubling:
+        it was timed as a reduce-scatter), which an experiment's ``tree`` then asks of it.
     """
+    if kind == "all_to_all" or p & (p - 1):
+        raise InputError(f"the tree algorithm (recursive doubling) needs a power-of-two group and no all-to-all; "
+                         f"the plan has a collective ({kind}) among {p} sockets "
+                         "(expected auto, ring or direct)", field="collective_algorithm")
     rounds = p.bit_length() - 1
     if kind == "all_reduce":
         return [n_bytes] * rounds

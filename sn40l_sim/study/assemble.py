@@ -72,7 +72,7 @@ from sn40l_sim.study.points import (
 from sn40l_sim.study.step_timing import memory_placer, step_timer  # notebooks and scripts import them from here
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
-#: collective ``group``) -> the experiment field it comes from, for error locations (a tuple: the
+#: collective ``group`` and ``collective_algorithm``) -> the experiment field it comes from, for error locations (a tuple: the
 #: first of them the file has, since the field named must be one the user can find)
 SETUP_FIELDS = {
     "prompt_len": ("prompt_lens", "shape.prompt_len"),
@@ -84,7 +84,7 @@ SETUP_FIELDS = {
     "graph_options": "graph_options",
     "prefill_plan": "parallel.prefill",
     "decode_plan": "parallel.decode",
-    "group": "parallel",
+    "group": "parallel", "collective_algorithm": "execution.collective_algorithm",
     "speculation": "serving.speculative",
     "model": ("model_overrides", "model"),
     "policy": "policies",   # a policy's kernels; locate names the point's entry when given the point

@@ -204,3 +204,7 @@ def map_phase(built: PhaseGraph) -> PlacedGraph:
         if exc.file is not None or exc.field is not None:
             raise
         raise built.experiment.error((field,), exc.message) from None
+    except InputError as exc:   # a tree over a group it cannot pair (engine/collective_sizes.py): at the option, as run says
+        if exc.file is None and exc.field == "collective_algorithm":
+            raise built.experiment.error(("execution", "collective_algorithm"), exc.message) from None
+        raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sn40l_sim.engine.collective_sizes import ring_sizes, split_bytes, tree_sizes
+from sn40l_sim.errors import InputError
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
@@ -30,3 +31,12 @@ def test_a_ring_sends_the_textbook_bytes_per_member(p):
         per_member = [sum(steps) for steps in ring_sizes(kind, chunk, n, p)]
         # every member sends every chunk but one (twice for an all-reduce): n (p - 1) / p on average
         assert sum(per_member) == factor * (p - 1) * n
+
+
+@pytest.mark.parametrize("kind, p", [("all_reduce", 6), ("all_gather", 3), ("reduce_scatter", 12), ("all_to_all", 16)])
+def test_recursive_doubling_refuses_a_group_it_cannot_pair_at_the_algorithm(kind, p):
+    # a group of 6 indexed its partners past the last member (an IndexError through run), and an
+    # all-to-all was timed as a halving reduce-scatter
+    with pytest.raises(InputError, match=r"needs a power-of-two group and no all-to-all") as info:
+        tree_sizes(kind, 1 << 20, p)
+    assert info.value.field == "collective_algorithm"
