@@ -248,6 +248,10 @@ class StepTimer:
             self._graphs[shape] = self.build(shape, plan)
         return self._graphs[shape]
 
+    def built_graphs(self) -> tuple[KernelGraph, ...]:
+        """The graphs built so far (by memory sizing or timing), in the order they were built."""
+        return tuple(self._graphs.values())
+
     def placed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PlacedGraph:
         """The placed graph of ``shape`` (built and mapped, not simulated), for inspection."""
         if memory is None:

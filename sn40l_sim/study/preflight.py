@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from sn40l_sim.engine.collective_sizes import tree_sizes
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.ir import KernelGraph
 from sn40l_sim.models.builder import check_graph_options
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.context_limit import check_context, check_output_context
@@ -226,12 +228,28 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             # whose cache or activations fit no batch, passed check and stopped run
             batch = int(setup.batch) if fit and setup.batch != "max" else min(setup.batch_sizes)
             side = asm.prefill_side(setup)    # (a chunk's graph costs are not placed: run places the prompt's)
-            _check_batch_fits(setup, batch, point_memory(setup, asm.step_timer(setup), asm.memory_placer(setup.model),
+            timer = asm.step_timer(setup)
+            _check_batch_fits(setup, batch, point_memory(setup, timer, asm.memory_placer(setup.model),
                                                          side.get("prefill_costs"), side.get("prefill_place")))
+            if exp.spec.execution.collective_algorithm == "tree":
+                _check_tree_groups(timer.built_graphs())
     except InputError as exc:
         raise asm.locate(exc, point) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
                    asm.max_context_set)
+
+
+def _check_tree_groups(graphs: Sequence[KernelGraph]) -> None:
+    """Refuse ``execution.collective_algorithm: tree`` where the point's graphs (built to size their
+    activations, not simulated) have a collective recursive doubling cannot run, as ``run`` refuses
+    it when it times the collective (:func:`~sn40l_sim.engine.collective_sizes.tree_sizes`: a group
+    that is not a power of two, or an all-to-all); a collective of one socket or no bytes costs
+    nothing and is never run."""
+    for graph in graphs:
+        for kernel in graph.kernels():
+            for coll in kernel.collectives:
+                if coll.group >= 2 and coll.bytes > 0:
+                    tree_sizes(coll.kind, int(coll.bytes), coll.group)
 
 
 def _check_batch_fits(setup: PointSetup, batch: int, memory: MemoryFit) -> None:

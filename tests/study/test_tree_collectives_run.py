@@ -1,6 +1,7 @@
 """``execution.collective_algorithm: tree`` on a plan whose groups recursive doubling cannot pair
 (tp 6) is refused by run and map at the option, exit status 2, not a traceback
-(sn40l_sim/engine/collective_sizes.py)."""
+(sn40l_sim/engine/collective_sizes.py), and by check, which finds the collectives in the graphs it
+builds to size the activations."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from sn40l_sim.commands.cli import main
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("command", [["run", "--quiet", "--no-plot"], ["map", "--phase", "decode"]])
+@pytest.mark.parametrize("command", [["run", "--quiet", "--no-plot"], ["map", "--phase", "decode"], ["check"]])
 def test_a_tree_over_six_sockets_is_refused_at_the_option(tmp_path, capsys, command):
     path = tmp_path / "tree.yaml"
     path.write_text(f"kind: experiment\nname: tree\nhardware: {REPO}/hw_configs/sn40l_node8.yaml\n"
