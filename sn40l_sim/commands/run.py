@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.report.table import side_by_side
     from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
-    from sn40l_sim.study.experiment_files import workload_source
+    from sn40l_sim.study.experiment_files import referenced_files, workload_source
     from sn40l_sim.study.preflight import check_assembly, require_workload
     from sn40l_sim.study.runner import simulate_assembly
     from sn40l_sim.study.sweep.base import experiment_with_sets
@@ -105,8 +105,15 @@ def run(args: argparse.Namespace) -> int:
              (("--trace", args.trace, "trace.json"), ("--requests", args.requests, "requests.csv")) if path is not None]
     if args.trace and args.requests and args.trace.resolve() == args.requests.resolve():
         raise InputError(f"{args.requests} is where --trace writes; expected another file", field="--requests")
+    # an output written over a file the run reads (--requests onto the workload's trace) replaced the
+    # user's input with the run's output and exited 0
+    inputs = {exp.resolve(rel, field).resolve(): f"{'.'.join(map(str, field))}"
+              for _, rel, field in referenced_files(exp)}
     inside: tuple[str, ...] = ()
     for option, path, example in extra:
+        if path.resolve() in inputs:
+            raise InputError(f"{path} is the experiment's {inputs[path.resolve()]}, which run reads; expected "
+                             f"another file name (e.g. {example})", field=option)
         check_file(path, option)   # before the simulation, not after it
         # a file written into the output folder is one of the run's outputs: listed in status.json and
         # removed when a later run into the folder starts, so it never sits beside another run's results
