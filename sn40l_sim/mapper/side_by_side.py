@@ -60,6 +60,9 @@ Mapper = Callable[[FusedKernel, LoopContext, UnitBudget], PlacedKernel]
 Scorer = Callable[[list[PlacedKernel], list[LoopContext]], tuple[PlacedKernel, ...]]
 #: PCUs and PMUs per tile
 Units = tuple[tuple[int, ...], tuple[int, ...]]
+#: a graph's plans with one kernel's calls mapped again, the footprints with its new one, and the
+#: calls' contexts
+Spread = tuple[list[PlacedKernel], dict[int, Units], list[LoopContext]]
 
 
 def reserved(units: tuple[int, ...], share: float) -> tuple[int, ...]:
@@ -87,7 +90,7 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
     tried = [(share, packed, plans, first) for share in shares for packed in (False, True)]
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if spread is not None:
-        tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
+        tried += [(share, packed, *spread[:2]) for share in shares for packed in (False, True)]
     in_room = _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if in_room is not None:
         # as it is (the kernels called once reload where it leaves them no room), and with the others
@@ -115,10 +118,10 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
 
 def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                     calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
-                    kinds: list[int], first: dict[int, Units]) -> tuple[list[PlacedKernel], dict[int, Units]] | None:
+                    kinds: list[int], first: dict[int, Units]) -> Spread | None:
     """The first mappings with the longest kernel's made on every tile when it was made on one
-    (still a lone call paying its configuration), and their footprints; None when there is nothing
-    to try.
+    (still a lone call paying its configuration), with their footprints and call contexts; None
+    when there is nothing to try.
 
     A lone call chooses one tile or all of them by its time with its whole configuration to load,
     and near a tie the choice flips with the batch (DeepSeek-R1's MoE kernel with touched experts:
@@ -127,23 +130,13 @@ def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Seq
     four-tile one they leave it room on each and its calls are shorter (188 us against 272)."""
     if not kinds or figures.tiles(socket) < 2 or not _on_one_tile(first[kinds[0]]):
         return None
-    kind = kinds[0]
-    budget = UnitBudget(chip_tiles=figures.tiles(socket))
-    spread = list(plans)
-    try:
-        for i, placed in _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=False).items():
-            spread[i] = placed
-    except InfeasibleError:
-        return None
-    if spread[calls_of[kind][0]].sections != 1:
-        return None
-    return spread, {**first, kind: _units(spread[calls_of[kind][0]])}
+    return _spread(order, plans, calls, calls_of[kinds[0]], mapped, first, kinds[0],
+                   UnitBudget(chip_tiles=figures.tiles(socket)), resident=False)
 
 
 def _spread_repeated(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                      calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
-                     kinds: list[int], first: dict[int, Units],
-                     ) -> tuple[list[PlacedKernel], dict[int, Units], list[LoopContext]] | None:
+                     kinds: list[int], first: dict[int, Units]) -> Spread | None:
     """The first mappings with the longest kernel called more than once whose first mapping is on
     one tile mapped again on every tile, its configuration free, within the units per tile the
     other repeated kernels' first mappings leave; with their footprints and call contexts. None
@@ -162,21 +155,34 @@ def _spread_repeated(socket: SocketSpec, order: Sequence[FusedKernel], plans: Se
     if tiles < 2 or not one_tile:
         return None
     kind = one_tile[0]
-    held = [first[other] for other in repeated if other != kind]
-    free = [min(cap - sum(units[u][t] for units in held) for t in range(tiles))
-            for u, cap in enumerate((socket.tile.pcus, socket.tile.pmus))]
+    free = _free_per_tile(socket, [first[other] for other in repeated if other != kind])
     if min(free) <= 0:
         return None
-    budget = UnitBudget(chip_tiles=tiles, pcus_per_tile=free[0], pmus_per_tile=free[1])
+    return _spread(order, plans, calls, calls_of[kind], mapped, first, kind,
+                   UnitBudget(chip_tiles=tiles, pcus_per_tile=free[0], pmus_per_tile=free[1]), resident=True)
+
+
+def _spread(order: Sequence[FusedKernel], plans: Sequence[PlacedKernel], calls: Sequence[LoopContext],
+            indices: list[int], mapped: Mapper, first: dict[int, Units], kind: int, budget: UnitBudget,
+            resident: bool) -> Spread | None:
+    """The graph's plans and call contexts with the calls ``indices`` of ``kind`` mapped within
+    ``budget`` (:func:`_mapped_calls`), and the footprints with its new one; None when it does not
+    fit or takes more than one section."""
     spread, contexts = list(plans), list(calls)
     try:
-        for i, placed in _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True).items():
-            spread[i], contexts[i] = placed, replace(calls[i], resident=True)
+        for i, placed in _mapped_calls(order, calls, indices, mapped, budget, resident).items():
+            spread[i], contexts[i] = placed, replace(calls[i], resident=True) if resident else calls[i]
     except InfeasibleError:
         return None
-    if spread[calls_of[kind][0]].sections != 1:
+    if spread[indices[0]].sections != 1:
         return None
-    return spread, {**first, kind: _units(spread[calls_of[kind][0]])}, contexts
+    return spread, {**first, kind: _units(spread[indices[0]])}, contexts
+
+
+def _free_per_tile(socket: SocketSpec, held: Sequence[Units]) -> list[int]:
+    """The PCUs and PMUs every tile has left beside the ``held`` footprints (the least over the tiles)."""
+    return [min(cap - sum(units[u][t] for units in held) for t in range(figures.tiles(socket)))
+            for u, cap in enumerate((socket.tile.pcus, socket.tile.pmus))]
 
 
 def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], indices: list[int], mapped: Mapper,
@@ -229,7 +235,7 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
         pending.discard(kind)
         held = [tuple(reserved(per_tile, share) for per_tile in units) if other in pending and other in once
                 else units for other, units in footprint.items() if other != kind]
-        free = [min(cap - sum(units[u][t] for units in held) for t in range(tiles)) for u, cap in enumerate(capacity)]
+        free = _free_per_tile(socket, held)
         budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1]) if min(free) > 0 else \
             _room_on_one_tile(held, capacity, tiles) if packed and _on_one_tile(first[kind]) else None
         if budget is None:
