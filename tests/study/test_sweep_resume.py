@@ -272,21 +272,56 @@ def test_a_stored_failure_whose_kind_or_warnings_were_changed_is_refused(tmp_pat
 
 
 def _running_in_group(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (a zombie holds no lock: its files are closed,
-    and a container's init may never reap it)."""
+    """Whether a thread of a process of group ``pgid`` still runs. A zombie holds no lock (its files
+    are closed, and a container's init may never reap it), but a process's files are closed only
+    when its last thread ends: a killed process whose main thread has ended shows "Z" in its own
+    ``stat`` while its other threads (the pool's manager, a worker's watchdog) are still exiting
+    with the output folder's lock, so every thread is looked at."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
         try:
             # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its closing bracket
             state, _, pgrp = stat.read_text().rpartition(")")[2].split()[:3]
         except (OSError, ValueError):
             continue
-        if int(pgrp) == pgid and state != "Z":
+        if int(pgrp) == pgid and state not in ("Z", "X"):
             return True
     return not Path("/proc/self/stat").exists()
+
+
+#: a process whose main thread ends (the exit system call, not exit_group) while a second thread
+#: lives on for a few seconds, holding the process's files
+MAIN_THREAD_ENDS_FIRST = """import ctypes, os, threading, time
+threading.Thread(target=time.sleep, args=(5,)).start()
+print(os.getpid(), flush=True)
+time.sleep(0.3)
+ctypes.CDLL(None).syscall(60, 0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine != "x86_64",
+                    reason="the exit system call's number (60) is x86-64 Linux's")
+def test_a_process_whose_main_thread_ended_still_runs_while_another_thread_does():
+    """The wait below once looked at each process's main thread only: a killed sweep whose main
+    thread had ended looked gone while its other threads still held the folder's lock, and the
+    resume that followed was told another run was writing."""
+    proc = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_ENDS_FIRST], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        pid = int(proc.stdout.readline())
+        deadline = time.monotonic() + 4
+        while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z" \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+        assert _running_in_group(pid)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not _running_in_group(proc.pid)
 
 
 def test_a_sweep_killed_by_sigkill_resumes_to_the_bytes_of_one_never_stopped(tmp_path):
