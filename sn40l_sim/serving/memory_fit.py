@@ -80,6 +80,10 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
             # runs when it fits though none of batch_sizes does, reported as a largest of 0
             if s.batch != "max" and _fits(memory, int(s.batch)):
                 search = BatchSearch(0, None, exc)
+            elif _fits(memory, 1):
+                # a smaller batch fits this prompt: the batch asked for, or the compiled sizes, are
+                # to blame, not the prompt (whose hint would say a 1-token prompt does not fit)
+                raise _smaller_batches_fit(s, memory, exc) from None
             else:
                 # a refusal says what would fit (docs/robustness.md): here the longest prompt
                 raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}"
@@ -88,6 +92,29 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
     prefill_memory = check_prompt_fits(s, memory)
     return FittedMemory(search, batch, placement, prefill_memory, _kv_first_tier_batch(s, memory, batch, placement))
+
+
+def _smaller_batches_fit(s: PointSetup, memory: MemoryFit, exc: InfeasibleError) -> InfeasibleError:
+    """The refusal where no compiled batch size (and no explicit batch) fits but batch 1 does: it
+    names ``batch`` or ``batch_sizes`` and the largest decode batch that fits (fitting is monotone
+    in the batch, so a bisection below the smallest that does not finds it)."""
+    if s.batch != "max":
+        failed = int(s.batch)
+        try:
+            memory.decode_fits(failed)
+        except InfeasibleError as why:
+            exc = why
+    else:
+        failed = min(s.batch_sizes)
+    fits, fails = 1, failed
+    while fails - fits > 1:
+        mid = (fits + fails) // 2
+        fits, fails = (mid, fails) if _fits(memory, mid) else (fits, mid)
+    if s.batch != "max":
+        return InfeasibleError(f"a batch of {failed} does not fit (decode batches of 1 to {fits} do; none of "
+                               f"serving.batch_sizes does): {exc}", field="batch")
+    return InfeasibleError(f"{exc}; decode batches of 1 to {fits} fit: serving.batch_sizes needs a size among them",
+                           field="batch_sizes")
 
 
 def _fits(memory: MemoryFit, batch: int) -> bool:

@@ -76,7 +76,7 @@ from sn40l_sim.study.step_timing import memory_placer, step_timer  # notebooks a
 #: first of them the file has, since the field named must be one the user can find)
 SETUP_FIELDS = {
     "prompt_len": ("prompt_lens", "shape.prompt_len"),
-    "batch": "serving.batch",
+    "batch": "serving.batch", "batch_sizes": "serving.batch_sizes",
     "max_new_tokens": ("serving.max_new_tokens", "shape.max_new_tokens"),
     "prefill_lens": "serving.prefill_lens",
     "kv_transfer": "serving.kv_transfer",

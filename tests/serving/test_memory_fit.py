@@ -294,3 +294,21 @@ def test_a_colocated_chunk_holds_the_keys_of_up_to_all_but_one_earlier_prompt_to
     costs = SimpleNamespace(prefill_activation_bytes=lambda rows: 1000 if rows == 4096 else None)
     fit = MemoryFit(point, False, KVFootprint(slots=1), place=None, costs=costs)
     assert fit._colocated_prefill_activations() == 1000 + 9999 * 8 * (192 + 128) * 2
+
+
+def test_compiled_sizes_too_large_for_the_prompt_are_refused_at_their_own_line(tmp_path, capsys):
+    # a 32K prompt of Llama-3.1-70B fits at small batches but at none of serving.batch_sizes: the
+    # refusal named shape.prompt_len and said a 1-token prompt did not fit at the smallest size
+    path = llama(tmp_path, 32768)
+    path.write_text(path.read_text().replace("seed: 0}", "seed: 0, batch_sizes: [4096, 8192]}"))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "batch_sizes" in text)
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path}:{line}: serving.batch_sizes: no compiled batch size fits" in err, err
+        largest = int(re.search(r"decode batches of 1 to (\d+) fit: serving.batch_sizes needs a size among them", err)[1])
+        assert 1 <= largest < 4096 and "1-token prompt" not in err
+    # the largest it names fits, and one more does not
+    for batch, status in ((largest, 0), (largest + 1, 2)):
+        path.write_text(path.read_text().replace("batch: max", f"batch: {batch}").replace(f"batch: {largest}", f"batch: {batch}"))
+        assert main(["check", str(path)]) == status, capsys.readouterr().err

@@ -106,7 +106,22 @@ def test_an_explicit_batch_that_fits_runs_when_none_of_the_compiled_sizes_does()
     assert ("decode", 16, SLOT) in timer.calls and len(result.log.requests) == 16
     with pytest.raises(InfeasibleError) as info:   # one that does not fit either is still refused
         run(FULL, batch=32, batch_sizes=(64,))
-    assert info.value.field == "prompt_len" and "not even 64" in str(info.value)
+    # ... as the batch's fault, not the prompt's (which was blamed, though batch 16 fits it)
+    assert info.value.field == "batch", info.value.field
+    assert "a batch of 32 does not fit (decode batches of 1 to 16 do; none of serving.batch_sizes does)" \
+        in str(info.value)
+
+
+def test_compiled_sizes_all_too_large_for_a_prompt_a_smaller_batch_fits_name_the_sizes():
+    # the maximum over sizes of which none fits, where batch 16 would: the sizes are to blame, and
+    # the message says which batches fit (it blamed the prompt and said a 1-token prompt did not fit)
+    with pytest.raises(InfeasibleError) as info:
+        run(FULL, batch_sizes=(64, 128))
+    assert info.value.field == "batch_sizes", info.value.field
+    message = str(info.value)
+    assert "not even 64" in message and "decode batches of 1 to 16 fit: serving.batch_sizes needs a size among them" \
+        in message
+    assert "1-token prompt" not in message
 
 
 def test_a_context_that_does_not_fit_even_at_batch_1_is_infeasible():
