@@ -150,7 +150,8 @@ def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
 def check_mapping(asm: Assembly) -> None:
     """What ``map`` needs of an experiment (which may have no workload): every point's KV policy
     and model (its entry's ``model_overrides``), the parallel plans against the nodes, the prompt
-    within the model's maximum context and on a compiled prefill graph, the graph options, and
+    within the model's maximum context (with its ``max_new_tokens``, or for an experiment with a
+    workload, its requests one by one as ``run`` holds them) and on a compiled prefill graph, the graph options, and
     weights whose share fits a socket's first memory tier, as ``run`` requires.
 
     Raises
@@ -164,6 +165,9 @@ def check_mapping(asm: Assembly) -> None:
     # the decode graph map builds holds the generated tokens as run's does (a map experiment may leave
     # them out: then the one token a prefill gives)
     new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens or 1
+    # a served experiment's requests are held to the context one by one, as run holds them (its
+    # decode slot stops at the context); only a map experiment's max_new_tokens must fit whole
+    rows = None if spec.workload is None else asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     for point in asm.points:
         model = asm.model_for(point)
         # the compiled prefill lengths as run and map read them: without them, a graph compiled for more
@@ -176,7 +180,7 @@ def check_mapping(asm: Assembly) -> None:
                            prefill_lens=prefill_lens(spec.serving, model), max_context_set=asm.max_context_set)
         try:
             check_plans(setup)
-            check_output_context(setup)
+            (check_output_context if spec.workload is None else check_context)(setup)
             # a prompt no compiled prefill graph holds: map --phase prefill refuses it, as run does
             with located("prefill_lens"):
                 compiled_size(point.prompt_len, setup.prefill_lens, "prompt length")
@@ -187,6 +191,8 @@ def check_mapping(asm: Assembly) -> None:
             check_weights_fit(setup, asm.memory_placer(setup.model), prefill_place)
         except InputError as exc:
             raise asm.locate(exc, point) from None
+        if spec.workload is not None:
+            _check_lengths(exp, point.prompt_len, new_tokens, rows, model.max_context, asm.max_context_set)
 
 
 def _check_graph_options(exp: Experiment, model: Any) -> None:

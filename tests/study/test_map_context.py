@@ -75,3 +75,27 @@ def test_a_map_experiment_compiling_its_prefill_beyond_the_context_is_refused_as
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "m.yaml:11: serving.prefill_lens: a prompt of 1024 tokens runs on the compiled prefill length 262144, " \
            "beyond the maximum context of llama-3.1-8b, 131072 tokens (compile lengths up to 131072)" in err
+
+
+def test_map_holds_a_served_experiment_to_the_context_request_by_request_as_run_does(tmp_path, capsys):
+    # 131,009 prompt tokens leave room for 63 generated ones: requests of 63 run under a
+    # max_new_tokens of 64 (run's decode slot stops at the context), and map refused the file at
+    # serving.max_new_tokens as if it were a map experiment; requests of 64 are refused by all alike
+    base = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    poisson = base[base.index("workload:"):base.index("serving:")]
+    text = base.replace("shape: {prompt_len: 32768}", "shape: {prompt_len: 131009}") \
+        .replace(poisson, "workload: {kind: fixed, count: 2, output_len: OUT}\n").replace("max_new_tokens: 512",
+                                                                                         "max_new_tokens: 64")
+    fits, over = tmp_path / "fits.yaml", tmp_path / "over.yaml"
+    fits.write_text(text.replace("OUT", "63"))
+    over.write_text(text.replace("OUT", "64"))
+    commands = (["check"], ["map", "--phase", "decode"], ["map", "--phase", "prefill"])
+    for command in commands:
+        assert main([command[0], str(fits), *command[1:]]) == 0, (command, capsys.readouterr().err)
+    capsys.readouterr()
+    lines = []
+    for command in commands:
+        assert main([command[0], str(over), *command[1:]]) == 2
+        lines.append(capsys.readouterr().err)
+    assert len(set(lines)) == 1 and lines[0].count("\n") == 1, lines
+    assert "workload.output_len: request 0: a prompt of 131009 tokens and 64 generated after it make 131073" in lines[0]
