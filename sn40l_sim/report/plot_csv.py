@@ -37,6 +37,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report import figure
+from sn40l_sim.report.axis_text import category_ticks, fit_axis_label, natural_key
 from sn40l_sim.report.csv_table import finite, matches, number_column, numeric_rows, one_spelling, read_csv
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import check_figure_suffix, new_figure, place_labels, plain_log_ticks, save_figure
@@ -135,7 +136,7 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
                                  f"{', '.join(differ[:6]) or 'no column'}: add one to --hue or select rows "
                                  "with --where COLUMN=VALUE", file=path, field="--x")
         points = [(value, float(same[0][y])) for value, same in by_x.items()]
-        points.sort(key=lambda p: (finite(p[0]), p[0]) if numeric_x else p[0])
+        points.sort(key=lambda p: (finite(p[0]), p[0]) if numeric_x else natural_key(p[0]))
         out[key] = points
     return dict(sorted(out.items(), key=lambda kv: tuple((finite(v) is None, finite(v) or 0, v) for v in kv[0]))), numeric_x
 
@@ -230,17 +231,15 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
             raise InputError(f"{x} is drawn as categories ({'--kind bar' if kind == 'bar' else 'not all numbers'}), "
                              "which have no logarithmic scale: drop --logx", file=path, field="--logx")
         categories = sorted({p[0] for pts in series.values() for p in pts},
-                            key=lambda v: (finite(v), v) if numeric_x else v)
+                            key=lambda v: (finite(v), v) if numeric_x else natural_key(v))
         width = 0.8 / max(1, len(series))
         for i, (key, points) in enumerate(series.items()):
             ys = dict(points)
             xs = [j for j, c in enumerate(categories) if c in ys]
             ax.bar([j - 0.4 + width * (i + 0.5) for j in xs], [ys[categories[j]] * y_scale for j in xs], width,
                    label=_legend(hue, key, value_names, label_as))
-        ax.set_xticks(range(len(categories)),
-                      [_tick(c, x_scale) if numeric_x else (value_names or {}).get(x, {}).get(c, c)
-                       for c in categories],
-                      rotation=30 if len(categories) > 6 else 0)
+        ax.set_xticks(range(len(categories)), [_tick(c, x_scale) if numeric_x else
+                                               (value_names or {}).get(x, {}).get(c, c) for c in categories])
     else:
         styles = _styles(list(series))
         for key, points in series.items():
@@ -269,6 +268,9 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     suffix = ", ".join(f"{k}={v}" for k, v in where.items())
     ax.set_title(title + (f" ({suffix})" if suffix else ""))
     figure.legend_clear_of_data(ax)   # after the title: the legend is placed on the laid-out axes
+    if kind == "bar" or (kind != "scatter" and not numeric_x):   # turned as far as the axes left need
+        category_ticks(ax)
+    fit_axis_label(ax, "y")
     if labelled:   # last: the labels are placed on the laid-out figure, clear of each other and the legend
         place_labels(ax, *zip(*labelled, strict=True), fontsize=6)
     matplotlib.rcParams["svg.hashsalt"] = "sn40l_sim"
