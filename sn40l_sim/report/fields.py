@@ -156,7 +156,8 @@ RESULTS = Fields([
     Field("kv_bytes_per_token", "B", "KV-cache bytes of one token, all layers.",
           axis="KV bytes per token (all layers)"),
     Field("kv_transfer_bytes", "B", "KV cache sent from a prefill node to a decode node per request of prefill_len "
-          "tokens (0 when co-located; a trace's shorter prompts send less).", golden=True,
+          "tokens, with the KV policy's state that prefill builds for decode (H2O's accumulated scores, "
+          "ArkVale's page digests) (0 when co-located; a trace's shorter prompts send less).", golden=True,
           axis="KV transfer per request", table=Row(80, "KV transfer per request (GB)", ".2f", 1e-9)),
     Field("kv_transfer_s", "s", "Time of that transfer.", axis="KV transfer per request",
           table=Row(90, "KV transfer per request (ms)", ".1f", 1e3)),

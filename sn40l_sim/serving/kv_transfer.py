@@ -36,6 +36,8 @@ from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
+from sn40l_sim.kvcache.footprint import state_bytes_per_socket
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
@@ -57,6 +59,28 @@ def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: Par
     send = kv_bytes_per_socket(model, prefill_plan, 1, 1, include_mtp=include_mtp, phase="prefill")
     receive = kv_bytes_per_socket(model, decode_plan, 1, 1, include_mtp=include_mtp)
     return send / per_token, receive / per_token
+
+
+def sent_bytes(model: ModelSpec, policy: KVPolicy, prompt_len: int, max_new_tokens: int, drafts: int = 0) -> int:
+    """Bytes of one request's trip: the cache ``policy`` keeps after a prompt of ``prompt_len``
+    tokens and the state beside it that prefill's kernels build and decode's read (H2O's
+    accumulated scores, ArkVale's page digests), whole, as the decode node reserves them for a
+    sequence generating ``max_new_tokens`` with ``drafts`` drafts a step (whose MTP layers' caches
+    go too).
+
+    >>> from sn40l_sim.kvcache import make_policy
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama = load_model("graphs/llama3_1_8b.yaml")
+    >>> sent_bytes(llama, make_policy("full", {}), 4096, 128) == 4096 * kv_bytes_per_token(llama)
+    True
+    >>> h2o = make_policy("h2o", {"budget": 1024})
+    >>> sent_bytes(llama, h2o, 4096, 128) > 1024 * kv_bytes_per_token(llama)   # the scores go too
+    True
+    """
+    rows = slot_new_tokens(max_new_tokens, drafts, context_room(model, prompt_len))
+    state = policy.footprint(model, prompt_len, rows).state_bytes
+    return (policy.cache_len(prompt_len, 0) * kv_bytes_per_token(model, include_mtp=drafts)
+            + state_bytes_per_socket(model, ParallelPlan(), 1, state, include_mtp=drafts))
 
 
 def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None, *,

@@ -50,7 +50,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.context_limit import check_context
-from sn40l_sim.serving.kv_transfer import socket_shares, transfer_seconds
+from sn40l_sim.serving.kv_transfer import sent_bytes, socket_shares, transfer_seconds
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
@@ -305,12 +305,18 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory) if prefill_step else None
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     colocated = s.mode == "colocated"
-    # a co-located node prefills into its own cache: no bytes cross a link (results say 0, not the cache size)
-    transfer_bytes = 0 if colocated else s.policy.cache_len(s.prompt_len, 0) * per_token
+
     shares = socket_shares(s.model, s.prefill_plan, s.decode_plan, include_mtp)
+
+    def transfer_for(prompt_len: int) -> int:   # the cache and the policy's state prefill builds for decode
+        if colocated:   # a co-located node prefills into its own cache: no bytes cross a link
+            return 0
+        n_bytes = sent_bytes(s.model, s.policy, prompt_len, s.max_new_tokens, drafts)
+        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node, shares=shares) * clock_hz)
+
+    transfer_bytes = 0 if colocated else sent_bytes(s.model, s.policy, s.prompt_len, s.max_new_tokens, drafts)
     with located("kv_transfer"):
-        transfer_cycles = 0 if colocated else math.ceil(
-            transfer_seconds(s.node, s.kv_transfer, transfer_bytes, s.prefill_node, shares=shares) * clock_hz)
+        transfer_cycles = transfer_for(s.prompt_len)
 
     # (without the policy's kernels, compiled prompt length, earlier tokens of a chunk or a cached
     # prefix) -> (prefill cycles, its configuration loads after a decode step)
@@ -344,12 +350,6 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
 
     def prefill_switch_for(prompt_len: int) -> int:
         return prefill_of(prompt_len)[1]
-
-    def transfer_for(prompt_len: int) -> int:
-        if colocated:
-            return 0
-        n_bytes = s.policy.cache_len(prompt_len, 0) * per_token
-        return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node, shares=shares) * clock_hz)
 
     with located("requests"):
         requests = requests_for(batch * s.decode_nodes)

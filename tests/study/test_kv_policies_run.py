@@ -99,6 +99,19 @@ def test_arkvale_moves_the_cache_to_ddr_and_recalls_over_it(records):
     assert full["decode_tier_bytes"]["ddr"] == 0
 
 
+
+def test_the_kv_transfer_carries_the_policy_s_state_with_the_cache(records):
+    # prefill builds H2O's scores and ArkVale's page digests and decode reads them, so they cross
+    # to the decode node with the cache (they were left behind: the transfer was the cache alone)
+    for name, kept, state in (("full", 65536, 0), ("snap_fp8", 8191, 0),
+                              # an FP32 score per slot, KV head and layer
+                              ("h2o", 8192, 8192 * 4 * 8 * 32),
+                              # per page of the store (65,551 rows in 32-token pages), KV head and
+                              # layer: a max and a min key of 128 BF16 channels
+                              ("ark", 65536, 2049 * 2 * 128 * 2 * 8 * 32)):
+        r = records[name]
+        assert r["kv_transfer_bytes"] == kept * r["kv_bytes_per_token"] + state, name
+
 def test_a_smaller_ddr_moves_the_batch_limit_to_the_store(tmp_path):
     path, _ = experiment(tmp_path, policies="  - {name: ark, policy: arkvale, params: {budget: 8192}}\n")
     exp = load_experiment(path)
