@@ -101,8 +101,6 @@ def check_experiment(exp: Experiment) -> None:
             # one graph per compiled size: a size listed twice is most likely a typo for another
             raise exp.error(("serving", key), f"{repeated} is listed twice: each compiled size once")
     _check_workload(exp)
-    _warn_fraction_percentiles(exp)
-    _warn_padded_chunk(exp)
     if spec.rate_search is not None:
         if spec.slo is None:
             raise exp.error(("rate_search",), "a rate search needs SLOs to hold: add an slo: section")
@@ -124,6 +122,10 @@ def check_experiment(exp: Experiment) -> None:
     if serving.prefix_cache and spec.multi_model is not None:
         raise exp.error(("serving", "prefix_cache"), "prefix caching with several models on a node is not "
                         "supported; remove serving.prefix_cache or multi_model")
+    # warnings last: a file refused by a rule above gets its one-line error alone, not a warning
+    # about a value (a chunk's padding) that the error then refuses
+    _warn_fraction_percentiles(exp)
+    _warn_padded_chunk(exp)
 
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields

@@ -490,6 +490,23 @@ def test_a_prefill_chunk_between_compiled_lengths_is_warned_of(tmp_path):
     assert check_warnings(path, colocated.replace("seed: 7", chunked % "40000")) == []
 
 
+def test_a_refused_prefill_chunk_is_not_also_warned_of(tmp_path, capsys):
+    # a chunk between compiled lengths on disaggregated nodes, or beside prefix caching, is refused:
+    # the error alone, not first a warning about its padding (two lines where one was promised)
+    path = tmp_path / "e.yaml"
+    chunk = "seed: 7\n  prefill_chunk: 3000"
+    colocated = LLAMA.replace("mode: disaggregated", "mode: colocated").replace("  prefill_nodes: 1\n", "")
+    shared = colocated.replace("  output_len:", "  prefix: {share: 1, tokens: 64}\n  output_len:") \
+        .replace("seed: 7", chunk + "\n  prefix_cache: true")
+    for text in (LLAMA.replace("seed: 7", chunk), shared):
+        path.write_text(text)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["check", str(path)]) == 2
+        assert "serving.prefill_chunk: chunked prefill" in capsys.readouterr().err
+        assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == []
+
+
 def check_warnings(path: Path, text: str) -> list[str]:
     """The warnings ``check`` gives for an experiment file ``text`` written at ``path`` (it passes)."""
     path.write_text(text)
