@@ -51,8 +51,9 @@ RequestRate = ranged(Range("positive request rate", 1e-6, 1e6, "1e-6 requests/s"
 Drafts = Annotated[StrictInt, AfterValidator(Range("number of drafts", 0, 15, "0", "15"))]
 #: the probability that a draft is accepted when the drafts before it were
 Acceptance = ranged(Range("acceptance probability", 0, 1, "0", "1"))
-#: requests a workload generates (serving/workload.py, MAX_REQUESTS: a run keeps them all)
-RequestCount = Annotated[PositiveInt, AfterValidator(Range("request count", 1, MAX_REQUESTS, "1",
+#: requests a workload generates (serving/workload.py, MAX_REQUESTS: a run keeps them all; a StrictInt,
+#: as Drafts, so that 0 is told this range and not PositiveInt's 1 .. 2**31 - 1)
+RequestCount = Annotated[StrictInt, AfterValidator(Range("request count", 1, MAX_REQUESTS, "1",
                                                            f"{MAX_REQUESTS} (a run keeps every request)"))]
 #: a trace window's length: a time, not zero
 Duration = timed(Range("positive duration", 0, 1e6, "0 s", "1e6 s (11.6 days)", "s", low_open=True))

@@ -27,14 +27,15 @@ from typing import Annotated
 from pydantic import AfterValidator, model_validator
 
 from sn40l_sim.report.slo import SLO, LatencyTarget
-from sn40l_sim.schema import PositiveInt, Range, StrictModel, ranged, timed
+from sn40l_sim.schema import Range, StrictInt, StrictModel, ranged, timed
 from sn40l_sim.study.serving_section import RequestRate
 
 #: the physical ranges of these sections' numbers (docs/robustness.md): no latency bound of a
 #: serving study comes near a day; a bisection halves its bracket 30 times at most (2**-30 of it)
 LatencyBound = timed(Range("latency bound", 0, 86400, "0 s", "86400 s (a day)", "s", low_open=True))
 Percentile = ranged(Range("percentile", 0, 100, "0", "100", low_open=True))
-Probes = Annotated[PositiveInt, AfterValidator(Range("number of probes", 1, 30, "1", "30"))]
+#: (a StrictInt, so that 0 is told this range and not PositiveInt's 1 .. 2**31 - 1)
+Probes = Annotated[StrictInt, AfterValidator(Range("number of probes", 1, 30, "1", "30"))]
 RelativeTolerance = ranged(Range("relative tolerance", 0, 1, "0", "1", low_open=True))
 
 

@@ -137,6 +137,13 @@ BAD = [
      "decode_nodes"),
     ("batch: max", "batch: max\n  prefill_nodes: -1", "serving.prefill_nodes",
      "expected a node count from 0 to 4096, got -1", "prefill_nodes"),
+    # a request count's and a probe count's own ranges, for 0 as for one too large (not 1 to 2**31 - 1)
+    ("count: batch", "count: 0", "workload.count",
+     "expected a request count from 1 to 10000000 (a run keeps every request) or 'batch', got 0", "count: 0"),
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: batch\n  rounds: 0\n  output_len: 64",
+     "workload.rounds", "expected a request count from 1 to 10000000 (a run keeps every request), got 0", "rounds: 0"),
+    ("serving:\n", "slo: {ttft: {max_s: 1}}\nrate_search: {low_per_s: 1, high_per_s: 2, probes: 0}\nserving:\n",
+     "rate_search.probes", "expected a number of probes from 1 to 30, got 0", "rate_search:"),
     ("decode: {tp: 16, attention_dp: 16}", "decode: {tp: 16, attention_dp: 3}", "parallel.decode.attention_dp",
      "must divide tp (16)", "attention_dp: 3"),
     # one prompt a prefill: a batch split ran its attention unsplit on one socket (Llama-3.1-8B's 32K
