@@ -124,8 +124,10 @@ from sn40l_sim.study.experiment_rules import check_experiment
 from sn40l_sim.study.multi_model_section import MultiModelSection, ServedModel  # noqa: F401  (re-exported)
 from sn40l_sim.study.plugins import load_plugins
 from sn40l_sim.study.serving_section import (  # noqa: F401  (sections re-exported: the schema is imported from here)
+    LENGTH_EXPECTED,
     POWERS_OF_TWO_BATCH,
     POWERS_OF_TWO_PREFILL,
+    WORKLOAD_EXPECTED,
     ConstantLength,
     FixedWorkload,
     LengthDist,
@@ -358,8 +360,7 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 #: what the experiment's tagged unions expect, for the message when a tag is missing or unknown
-_TAGS = {"dist": "an integer, or a mapping with dist: constant | uniform | lognormal",
-         "kind": "a mapping with kind: fixed | poisson | trace"}
+_TAGS = {"dist": LENGTH_EXPECTED, "kind": WORKLOAD_EXPECTED}
 
 
 def experiment_from_document(doc: Document) -> Experiment:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
+from sn40l_sim.errors import shown
 from sn40l_sim.schema import (
     MAX_COUNT,
     Flag,
@@ -68,10 +69,26 @@ PositiveNodeCount = Annotated[StrictInt, AfterValidator(Range("node count", 1, M
 RateScale = ranged(Range("rate multiplier", 1e-6, 1e6, "1e-6", "1e6"))
 
 
+#: what the tagged unions of these sections take (also the messages of a missing or unknown tag,
+#: study/experiment.py)
+LENGTH_EXPECTED = "an integer, or a mapping with dist: constant | uniform | lognormal"
+WORKLOAD_EXPECTED = "a mapping with kind: fixed | poisson | trace"
+
+
+def _a_mapping(expected: str) -> Any:
+    """A check before a tagged union's: a value that is no mapping is told what the field takes,
+    not pydantic's "Input should be a valid dictionary or object to extract fields from"."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, (dict, BaseModel)):
+            raise ValueError(f"expected {expected} (got {shown(value)})")
+        return value
+    return check
+
+
 def _int_is_constant(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return {"dist": "constant", "value": value}
-    return value
+    return _a_mapping(LENGTH_EXPECTED)(value)
 
 
 class ConstantLength(StrictModel):
@@ -173,7 +190,8 @@ class TraceWorkload(StrictModel):
     prefix: PrefixSharing | None = None
 
 
-Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind")]
+Workload = Annotated[FixedWorkload | PoissonWorkload | TraceWorkload, Field(discriminator="kind"),
+                     BeforeValidator(_a_mapping(WORKLOAD_EXPECTED))]
 
 
 def workload_summary(workload: FixedWorkload | PoissonWorkload | TraceWorkload) -> str:

@@ -176,6 +176,13 @@ BAD = [
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3", "workload.output_len",
      "required for a fixed workload", "kind: fixed"),
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: trace", "workload.path", "required", "kind: trace"),
+    # a tagged union given no mapping: what the field takes, not pydantic's "Input should be a valid
+    # dictionary or object to extract fields from"
+    ("kind: fixed\n  count: batch\n  output_len: 64", "kind: poisson\n  rate_per_s: 2\n  output_len: 1.5",
+     "workload.output_len", "expected an integer, or a mapping with dist: constant | uniform | lognormal (got 1.5)",
+     "output_len"),
+    ("workload:\n  kind: fixed\n  count: batch\n  output_len: 64", "workload: 5", "workload",
+     "expected a mapping with kind: fixed | poisson | trace (got 5)", "workload: 5"),
     # values the workload would drop without a word: rounds of a numbered count, the shorthand's
     # arrival beside a list whose requests give their own
     ("kind: fixed\n  count: batch\n  output_len: 64", "kind: fixed\n  count: 3\n  rounds: 2\n  output_len: 64",
