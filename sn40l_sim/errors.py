@@ -142,7 +142,8 @@ class InputError(Exception):
         where = ""
         if self.file:
             where = _shown_file(self.file) + (f":{self.line}" if self.line else "") + ": "
-        what = f"{self.field}: " if self.field else ""
+        # a value given on the command line is located at its option, which names the field already
+        what = f"{self.field}: " if self.field and self.file != f"--set {self.field}" else ""
         # one line, whatever text it quotes (a name or a path with a line break in it)
         return f"{where}{what}{self.message}".replace("\r", "\\r").replace("\n", "\\n")
 

@@ -180,12 +180,10 @@ def warn_drafts_never_accepted(experiment: Experiment) -> None:
     spec = experiment.speculation
     if not spec.drafts or spec.acceptance > 0:
         return
-    file, line = experiment.doc.where(("serving", "speculative", "acceptance"))
-    where = f"{file}:{line}: " if line is not None else f"{file}: "
     drafts, runs = ("1 draft", "once") if spec.drafts == 1 else (f"{spec.drafts} drafts", f"{spec.drafts} times")
-    warnings.warn(f"{where}serving.speculative.acceptance: 0 with {drafts}: every step runs the MTP module {runs} "
-                  f"and verifies {spec.drafts + 1} rows per sequence for one token, slower than no drafts (set "
-                  "drafts: 0, or the acceptance the draft reaches)", stacklevel=2)
+    experiment.doc.warn(("serving", "speculative", "acceptance"), f"0 with {drafts}: every step runs the MTP module "
+                        f"{runs} and verifies {spec.drafts + 1} rows per sequence for one token, slower than no drafts "
+                        "(set drafts: 0, or the acceptance the draft reaches)")
 
 
 def check_template_drafts(experiment: Experiment, model: ModelSpec, graph_template: KernelTemplates | None) -> None:

@@ -6,7 +6,6 @@ field-by-field rules are the schema's (the section models and their declared ran
 """
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
 from sn40l_sim.report.fields import RESULTS
@@ -126,6 +125,7 @@ def check_experiment(exp: Experiment) -> None:
     # about a value (a chunk's padding) that the error then refuses
     _warn_fraction_percentiles(exp)
     _warn_padded_chunk(exp)
+    _warn_unsent_cache(exp)
 
 
 #: groups of results fields an experiment gets from a section rather than from report.extra_fields
@@ -185,12 +185,10 @@ def _warn_fraction_percentiles(exp: Experiment) -> None:
     for name in ("ttft", "tpot"):
         target = getattr(slo, name, None) if slo is not None else None
         if target is not None and target.percentile < 1:
-            file, line = exp.doc.where(("slo", name, "percentile"))
-            where = f"{file}:{line}: " if line is not None else f"{file}: "
-            warnings.warn(f"{where}slo.{name}.percentile: {target.percentile:g} is the {target.percentile:g}th "
-                          f"percentile, met when {target.percentile:g}% of requests are within the bound; "
-                          f"percentiles are out of 100 (for {100 * target.percentile:g}% of requests write "
-                          f"{100 * target.percentile:g})", stacklevel=2)
+            exp.doc.warn(("slo", name, "percentile"), f"{target.percentile:g} is the {target.percentile:g}th "
+                         f"percentile, met when {target.percentile:g}% of requests are within the bound; "
+                         f"percentiles are out of 100 (for {100 * target.percentile:g}% of requests write "
+                         f"{100 * target.percentile:g})")
 
 
 def _warn_padded_chunk(exp: Experiment) -> None:
@@ -206,9 +204,17 @@ def _warn_padded_chunk(exp: Experiment) -> None:
         return
     compiled = next(n for n in lens if n > chunk)
     below = [n for n in lens if n < chunk]
-    file, line = exp.doc.where(("serving", "prefill_chunk"))
-    where = f"{file}:{line}: " if line is not None else f"{file}: "
     fits = f"{below[-1]} or {compiled}" if below else f"{compiled}"
-    warnings.warn(f"{where}serving.prefill_chunk: {chunk} is not one of serving.prefill_lens: each full chunk runs "
-                  f"the {compiled}-token graph, {compiled - chunk} of its rows padding; a chunk of {fits} "
-                  "fills its graph", stacklevel=2)
+    exp.doc.warn(("serving", "prefill_chunk"), f"{chunk} is not one of serving.prefill_lens: each full chunk runs "
+                 f"the {compiled}-token graph, {compiled - chunk} of its rows padding; a chunk of {fits} fills its graph")
+
+
+def _warn_unsent_cache(exp: Experiment) -> None:
+    """Warn of a ``serving.kv_transfer`` written for co-located nodes, which prefill into their own
+    cache: no cache crosses a link, so the link named changes nothing (a co-located
+    ``prefill_nodes`` is refused; this one is left as a warning, since a sweep over the mode shares
+    the section with its disaggregated points)."""
+    serving = exp.doc.data.get("serving")
+    if exp.spec.serving.mode == "colocated" and isinstance(serving, dict) and "kv_transfer" in serving:
+        exp.doc.warn(("serving", "kv_transfer"), f"{exp.spec.serving.kv_transfer}: co-located nodes prefill into their "
+                     "own cache, so no cache is sent and the link has no effect (it applies to mode: disaggregated)")

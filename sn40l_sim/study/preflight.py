@@ -27,7 +27,6 @@ Examples
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -136,15 +135,13 @@ def check_window(exp: Experiment, rows: Sequence[TraceRow]) -> None:
                   f"of at most {span:g} s", InputError)
     window = select_window(rows, start, duration)
     if not window:   # only a window between two arrivals is left
-        raise _at(exp, ("workload", "duration_s"), f"no request of {trace} arrives between {start:g} s and "
-                  f"{start + duration:g} s after its first: expected a window holding a request (a longer "
+        raise _at(exp, ("workload", "duration_s"), f"no request of {trace} arrives in the {duration:g} s "
+                  f"from {start:g} s after its first: expected a window holding a request (a longer "
                   "duration_s, or another start_s)", InputError)
     if duration is not None and window_offset(start + duration) > window_offset(span):
-        file, line = exp.doc.where(("workload", "duration_s"))
-        where = f"{file}:{line}: " if line is not None else f"{file}: "
-        warnings.warn(f"{where}workload.duration_s: the window {start:g} s to {start + duration:g} s runs past the "
-                      f"last request of {trace} ({span:g} s after its first): it holds {len(window)} request(s) "
-                      f"arriving over {span - start:.4g} s, not {duration:g} s", stacklevel=2)
+        exp.doc.warn(("workload", "duration_s"), f"the window {start:g} s to {start + duration:g} s runs past the "
+                     f"last request of {trace} ({span:g} s after its first): it holds {len(window)} request(s) "
+                     f"arriving over {span - start:.4g} s, not {duration:g} s")
 
 
 def check_mapping(asm: Assembly) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,11 @@ class Document:
         """An :class:`InputError` located at ``field_path``."""
         file, line = self.where(field_path)
         return InputError(message, file=file, field=dotted(field_path) or None, line=line)
+
+    def warn(self, field_path: FieldPath, message: str) -> None:
+        """A ``UserWarning`` of ``message`` located as :meth:`error` locates an error (a value given
+        with ``--set`` is named once, by its option), attributed to the caller's caller."""
+        warnings.warn(str(self.error(field_path, message)), stacklevel=3)
 
     def resolve(self, relative: str, at: FieldPath = ()) -> Path:
         """A path written in this document at field ``at``, relative to the folder of the file

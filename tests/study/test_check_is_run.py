@@ -654,3 +654,14 @@ def test_checking_a_sweep_builds_each_graph_once_whatever_the_hardware_axis(tmp_
     one = graphs_built("[1.6 TB/s]")
     assert {s.phase for s in one} == {"prefill", "decode"}
     assert graphs_built("[0.8 TB/s, 1.6 TB/s, 3.2 TB/s]") == one
+
+
+def test_a_window_too_short_to_hold_a_request_says_how_short(tmp_path, capsys):
+    # duration_s: 0.000001 from 0.5 s was refused as holding no request "between 0.5 s and 0.5 s"
+    (tmp_path / "trace.csv").write_text(TWO_REQUESTS)
+    path = tmp_path / "e.yaml"
+    path.write_text(LLAMA.replace(POISSON, "kind: trace\n  path: trace.csv\n  start_s: 0.5\n  duration_s: 0.000001"))
+    assert main(["check", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"workload.duration_s: no request of {tmp_path / 'trace.csv'} arrives in the 1e-06 s from 0.5 s after its " \
+           "first" in line, line

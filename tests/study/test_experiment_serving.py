@@ -16,7 +16,9 @@ from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.multi_model_section import MultiModelSection
 from sn40l_sim.study.points import make_point_policy, points
 from sn40l_sim.study.runner import simulate_experiment
+from sn40l_sim.study.sweep.base import experiment_with_sets
 
+REPO = Path(__file__).resolve().parents[2]
 BASE = textwrap.dedent("""\
     kind: experiment
     name: demo
@@ -324,3 +326,42 @@ def test_the_section_modules_say_truly_what_experiment_re_exports():
                   and v.__module__ == module.__name__]
         assert [n for n in models if n not in excepted and not hasattr(experiment, n)] == []
         assert all(not hasattr(experiment, n) for n in excepted)
+
+
+def test_a_link_named_for_colocated_nodes_is_warned_of_at_its_line(tmp_path, capsys):
+    # co-located nodes send no cache: kv_transfer: p2p passed check without a word, where a co-located
+    # prefill_nodes is refused
+    base = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    path = tmp_path / "c.yaml"
+    path.write_text(base.replace("  mode: disaggregated\n  prefill_nodes: 1\n", "  mode: colocated\n  kv_transfer: p2p\n"))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "kv_transfer" in text)
+    with pytest.warns(UserWarning) as caught:
+        load_experiment(path)
+    (warning,) = [str(w.message) for w in caught]
+    assert warning.startswith(f"{path}:{line}: serving.kv_transfer: p2p: co-located nodes prefill into their own "
+                              "cache"), warning
+    # the disaggregated file names it without a warning
+    disaggregated = tmp_path / "d.yaml"
+    disaggregated.write_text(base.replace("  prefill_nodes: 1\n", "  prefill_nodes: 1\n  kv_transfer: p2p\n"))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_experiment(disaggregated)
+
+
+def test_a_set_value_is_named_once_in_errors_and_warnings(tmp_path, capsys):
+    # "--set serving.prefill_lens: serving.prefill_lens: prompt length 32768 exceeds ...": the option
+    # names the field already
+    experiment = str(REPO / "experiments" / "llama8b_node8.yaml")
+    assert main(["run", experiment, "--set", "serving.prefill_lens=[512]", "--out", str(tmp_path / "o"),
+                 "--no-plot", "--quiet"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --set serving.prefill_lens: prompt length 32768 exceeds the largest compiled "
+                           "size 512"), line
+    # a warning of a value set so: experiment_with_sets is run --set from Python
+    with pytest.warns(UserWarning) as caught:
+        experiment_with_sets(experiment, {"serving.mode": "colocated", "serving.prefill_nodes": 0,
+                                          "serving.prefill_chunk": 3000})
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("--set serving.prefill_chunk: 3000 is not one of serving.prefill_lens") for m in messages), \
+        messages
