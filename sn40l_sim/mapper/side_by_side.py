@@ -87,10 +87,10 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
                       _room(socket, {k: u for k, u in first.items() if k != kinds[0]}, once, share)]
     best, best_cycles = kernels, sum(pk.call_cycles for pk in kernels)
     placements: set[tuple[Units, ...]] = set()
-    tried = [(share, packed, plans, first) for share in shares for packed in (False, True)]
+    tried = [(share, packed, plans, first, calls) for share in shares for packed in (False, True)]
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if spread is not None:
-        tried += [(share, packed, *spread[:2]) for share in shares for packed in (False, True)]
+        tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
     in_room = _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if in_room is not None:
         # as it is (the kernels called once reload where it leaves them no room), and with the others
@@ -98,9 +98,11 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
         other = scored(*in_room[::2])
         if sum(pk.call_cycles for pk in other) < best_cycles:
             best, best_cycles = other, sum(pk.call_cycles for pk in other)
-        tried += [(share, packed, *in_room[:2]) for share in shares for packed in (False, True)]
-    for share, packed, firsts, footprints_first in tried:
-        got = _mapped_beside(socket, order, firsts, calls, calls_of, mapped, kinds, footprints_first, once, share,
+        # with its contexts: its calls were mapped with their configuration free, and a kernel
+        # that then finds no room beside the others keeps that plan, so it must keep that context
+        tried += [(share, packed, *in_room) for share in shares for packed in (False, True)]
+    for share, packed, firsts, footprints_first, first_calls in tried:
+        got = _mapped_beside(socket, order, firsts, first_calls, calls_of, mapped, kinds, footprints_first, once, share,
                              packed)
         if got is None:
             continue

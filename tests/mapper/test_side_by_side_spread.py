@@ -60,3 +60,51 @@ def test_the_moe_kernel_runs_on_every_tile_beside_the_attention_and_both_stay_lo
     for t in range(len(moe[0].pcus_per_tile)):
         assert sum(max(pk.pcus_per_tile[t] for pk in placed.kernels if pk.kernel.name.endswith(part))
                    for part in ("attn_router", "moe_ffn")) <= socket.tile.pcus
+
+
+# A model found by fuzzing random model files: an MLA decoder whose layer kernel, spread over every
+# tile with its configuration free (``_spread_repeated``), found no room when the others were mapped
+# again beside it and kept that plan; it was then scored with the context of a call that pays its
+# configuration, which took a load it never held off the call: -245,156 cycles a call in map's table.
+SMALL_MLA = """kind: model
+name: small-mla
+layers: 16
+dense_layers: 2
+hidden: 3072
+dense_ffn: 12288
+vocab: 32000
+attention: {kind: mla, heads: 8, q_lora_rank: null, kv_lora_rank: 256, qk_nope_head_dim: 64,
+            qk_rope_head_dim: 64, v_head_dim: 64}
+moe: {routed_experts: 64, shared_experts: 1, experts_per_token: 3, expert_ffn: 512, groups: 2, topk_groups: 1}
+weight_dtype: fp8
+kv_dtype: fp8
+kv_quant: {group: 64, zero_point: false}
+kernels: %s
+"""
+
+
+def test_a_spread_kernel_kept_beside_the_others_is_scored_with_its_configuration_free(tmp_path):
+    model = tmp_path / "small_mla.yaml"
+    model.write_text(SMALL_MLA % (ROOT / "tests" / "models" / "public_models" / "kernels_deepseek_no_q_lora.yaml"))
+    experiment = tmp_path / "small_mla_decode.yaml"
+    experiment.write_text(f"""kind: experiment
+name: small_mla_decode
+hardware: {ROOT / 'hw_configs' / 'sn40l_node8.yaml'}
+model: {model}
+parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+policies:
+  - {{name: full, policy: full}}
+shape: {{prompt_len: 4096, batch: 2, max_new_tokens: 32}}
+workload: {{kind: fixed, count: batch, output_len: 32}}
+serving: {{batch: 2}}
+""")
+    built = build_phase(experiment, "decode")
+    placed = map_phase(built)
+    spread = [pk for pk in placed.kernels if pk.kernel.name.endswith(".mla") and min(pk.pcus_per_tile) > 0]
+    assert spread   # the case: the layer's attention kernel spread over every tile
+    for pk in placed.kernels:
+        # a call takes at least its data tiles' time (a looped one's pipelined iteration), whatever
+        # configuration it is charged
+        tiles = pk.cycles - pk.overhead_cycles
+        assert pk.call_cycles >= (min(tiles, pk.iteration_cycles) if pk.iteration_cycles else tiles) > 0, \
+            pk.kernel.name
