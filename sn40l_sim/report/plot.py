@@ -2,9 +2,9 @@
 display: :mod:`.figure`).
 
 Left: decode tokens/s per point, raw and reported (x the expected tokens per step of speculative
-decoding), with the batch
-written on each bar. Right: KV occupancy of the decode node over the served run, as a fraction of
-the memory reserved for its slots.
+decoding), with the batch written on each bar; beyond :data:`MANY_POINTS` points (a sweep run by
+``run``) the bars lie on their side, one name a line. Right: KV occupancy of the decode node over
+the served run, as a fraction of the memory reserved for its slots (a legend for a few points).
 
 Examples
 --------
@@ -28,29 +28,49 @@ from matplotlib.lines import Line2D
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import new_figure, plain_log_ticks, save_figure
 
+#: points beyond which the bars lie on their side, one name a line down the axis, and the occupancy
+#: panel keeps no legend: a sweep of 52 points run by ``run`` wrote its names and batches into each
+#: other, and its legend ran off the figure
+MANY_POINTS = 12
+
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Draw the plot to ``path`` (PNG or SVG by suffix) and return the path."""
     names = [r["name"] for r in records]
     raw = [r["decode_tokens_per_s"] for r in records]
     reported = [r["decode_tokens_per_s_reported"] for r in records]
-    fig = new_figure((11, 4.2))
+    many = len(records) > MANY_POINTS
+    fig = new_figure((12, max(4.2, 1.6 + 0.2 * len(records))) if many else (11, 4.2))
     ax_bar, ax_kv = fig.subplots(1, 2)
     x = range(len(records))
     width = 0.38
-    ax_bar.bar([i - width / 2 for i in x], raw, width, label="raw (1 token / sequence and step)", color="#7a9cc6")
     per_step = records[0].get("tokens_per_forward", 1)
     # without speculative decoding the two bars are equal: "x 1 tokens / step" read as a typo
-    bars = ax_bar.bar([i + width / 2 for i in x], reported, width, color="#1f4e8c",
-                      label=f"reported (x {per_step:.3g} tokens / step)" if per_step != 1
-                      else "reported (= raw: no speculative decoding)")
+    labels = ("raw (1 token / sequence and step)", f"reported (x {per_step:.3g} tokens / step)" if per_step != 1
+              else "reported (= raw: no speculative decoding)")
+    draw = ax_bar.barh if many else ax_bar.bar
+    draw([i - width / 2 for i in x], raw, width, label=labels[0], color="#7a9cc6")
+    bars = draw([i + width / 2 for i in x], reported, width, color="#1f4e8c", label=labels[1])
     for bar, r in zip(bars, records, strict=True):
-        ax_bar.annotate(f"batch {r['batch']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
-    ax_bar.set_xticks(list(x), names, rotation=20 if len(names) > 3 else 0, ha="right" if len(names) > 3 else "center")
-    ax_bar.set_ylabel("decode tokens/s per node")
+        if many:   # at the end of its bar, read across
+            ax_bar.annotate(f"batch {r['batch']}", (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                            xytext=(2, 0), textcoords="offset points", ha="left", va="center", fontsize=6)
+        else:
+            ax_bar.annotate(f"batch {r['batch']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=8)
+    if many:
+        ax_bar.set_yticks(list(x), names, fontsize=7)
+        ax_bar.invert_yaxis()   # the first point at the top, as the results list it
+        ax_bar.set_xlabel("decode tokens/s per node")
+    else:
+        ax_bar.set_xticks(list(x), names, rotation=20 if len(names) > 3 else 0,
+                          ha="right" if len(names) > 3 else "center")
+        ax_bar.set_ylabel("decode tokens/s per node")
     ax_bar.set_title("Decode throughput at each point's batch")
-    ax_bar.legend(fontsize=8)
+    if many:   # under the figure: inside the axes it hid the first bars' batches
+        fig.legend(*ax_bar.get_legend_handles_labels(), loc="outside lower left", ncols=2, fontsize=8)
+    else:
+        ax_bar.legend(fontsize=8)
     for r in records:
         occ = r.get("kv_occupancy") or {}
         series = [p for p in occ.get("series", []) if p["node"] == 0]
@@ -61,8 +81,8 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     ax_kv.set_xlabel("simulated time (s)")
     ax_kv.set_ylabel("KV held / KV reserved (decode node 0)")
     ax_kv.set_ylim(0, 1.05)
-    ax_kv.set_title("KV occupancy over the served run")
-    if ax_kv.lines:
+    ax_kv.set_title("KV occupancy over the served run" + ("\n(a line a point)" if many else ""))
+    if ax_kv.lines and not many:
         ax_kv.legend(fontsize=8)
     if title:
         fig.suptitle(title)

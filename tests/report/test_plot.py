@@ -62,3 +62,33 @@ def test_the_reported_bar_says_when_there_is_no_speculative_decoding(tmp_path, m
     """max_rate.yaml decodes one token per step: its legend read "reported (x 1 tokens / step)"."""
     assert _throughput_legend(tmp_path, monkeypatch, 1.0)[1] == "reported (= raw: no speculative decoding)"
     assert _throughput_legend(tmp_path, monkeypatch, 2.44)[1] == "reported (x 2.44 tokens / step)"
+
+
+def test_many_points_lie_on_their_side_one_name_a_line(tmp_path, monkeypatch):
+    # kv_policies.yaml run by run draws 52 points: their names, turned 20 degrees under the bars, were
+    # written into each other, the batches over each other, and the occupancy legend ran off the figure
+    import warnings
+    figures = []
+    original = plot_module.save_figure
+    monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, **kw: (figures.append(fig),
+                                                                           original(fig, path, **kw))[1])
+    records = [{"name": f"policy{i}@32K[model=../graphs/deepseek_r1.yaml]", "batch": 2 ** (i % 8),
+                "decode_tokens_per_s": 100.0 * (i + 1), "decode_tokens_per_s_reported": 100.0 * (i + 1),
+                "kv_occupancy": {"capacity_bytes_per_node": 10, "series": [
+                    {"node": 0, "t_s": t, "kv_bytes": t % 10, "slots_in_use": 1} for t in range(5)]}}
+               for i in range(52)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # "constrained_layout not applied because axes sizes collapsed to zero"
+        plot_module.throughput_plot(records, tmp_path / "throughput.png", title="kv_policies")
+    fig = figures[0]
+    ax_bar, ax_kv = fig.axes
+    assert [t.get_text() for t in ax_bar.get_yticklabels()] == [r["name"] for r in records]
+    assert ax_bar.get_legend() is None and ax_kv.get_legend() is None and len(fig.legends) == 1
+    renderer = fig.canvas.get_renderer()
+    names = [t.get_window_extent(renderer) for t in ax_bar.get_yticklabels()]
+    assert all(not a.overlaps(b) for a, b in zip(names, names[1:], strict=False))
+    batches = [t.get_window_extent(renderer) for t in ax_bar.texts]
+    assert len(batches) == 52 and all(not a.overlaps(b) for a, b in zip(batches, batches[1:], strict=False))
+    # every name inside the figure
+    assert all(box.x0 >= 0 and box.y0 >= 0 and box.y1 <= fig.bbox.height for box in names)
+
