@@ -310,8 +310,10 @@ def validate(model: type[M], doc: Document, at: FieldPath = (),
         loc = errors[0][0]
         same = [err for where, err in errors if where == loc]
         message = _alternatives(same, tag_hints or {})
-        if len(errors) > len(same):
-            message += f" (and {len(errors) - len(same)} more problem(s) in this file)"
+        # counted by field: pydantic reports a value against a union once per alternative
+        others = len({where for where, _ in errors} - {loc})
+        if others:
+            message += f" (and {others} more field{'s' if others > 1 else ''} with a problem)"
         raise doc.error(tuple(at) + loc, message) from None
 
 

@@ -58,6 +58,8 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
     # socket named "(socket.stated.pcus 2080)"
     ("hardware.socket.stated.pcus=2080", "--set hardware.socket.stated.pcus: the published totals under "
                                          "socket.stated are neither simulated nor checked for a changed node"),
+    # a message that quotes the value already is not led by it ("'abc': expected an integer, got 'abc'")
+    ("shape.prompt_len=abc", "--set shape.prompt_len: expected an integer, got 'abc'"),
 ])
 def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, item, words):
     path = _experiment(tmp_path)
@@ -65,6 +67,16 @@ def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, it
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --set") and words in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_other_bad_fields_are_counted_by_field_not_by_union_alternative(tmp_path, capsys):
+    # serving.batch takes an integer or 'max': pydantic refuses 'xyz' once per alternative, and the
+    # message counted "2 more problem(s) in this file" for one field, set on the command line
+    path = _experiment(tmp_path)
+    sets = ["--set", "shape.prompt_len=abc", "--set", "serving.batch=xyz"]
+    assert main(["run", str(path), *sets, "--out", str(tmp_path / "out"), "--no-plot"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err == "error: --set shape.prompt_len: expected an integer, got 'abc' (and 1 more field with a problem)"
 
 
 def test_a_sweep_run_passes_its_sets_to_the_sweep(tmp_path):

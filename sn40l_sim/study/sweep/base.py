@@ -150,7 +150,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
                 check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
-            error = InputError(f"{shown(value)}: {_inner(exc, dotted)}", field=f"--set {dotted}")
+            error = InputError(_with_value(value, _inner(exc, dotted)), field=f"--set {dotted}")
             if not isinstance(exc, InputError):
                 raise error from None
             if parts[0] != "hardware" or len(parts) == 1:
@@ -211,7 +211,7 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
         named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
         if named:
             parts, value = named[0]
-            raise InputError(f"{shown(value)}: {_inner(exc, '.'.join(parts))}", field=f"--set {'.'.join(parts)}") from None
+            raise InputError(_with_value(value, _inner(exc, '.'.join(parts))), field=f"--set {'.'.join(parts)}") from None
         raise first_failed from None
     return trial
 
@@ -225,6 +225,18 @@ def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_faile
     named = [key for key in hardware if field == key or field.startswith(key + ".")]
     key = named[0] if named else first_failed
     return InputError(f"{shown(hardware[key])}: {_inner(exc, key)}", field=f"--set hardware.{key}")
+
+
+def _with_value(value: Any, message: str) -> str:
+    """A ``--set``'s message led by the value set, unless the message already quotes it ("expected
+    an integer, got 'abc'" was said as "'abc': expected an integer, got 'abc'").
+
+    >>> _with_value(3, "must divide tp (4)")
+    '3: must divide tp (4)'
+    >>> _with_value("abc", "expected an integer, got 'abc'")
+    "expected an integer, got 'abc'"
+    """
+    return message if f"got {shown(value)}" in message else f"{shown(value)}: {message}"
 
 
 def _inner(exc: AxisError | InputError, set_field: str = "") -> str:
