@@ -85,8 +85,11 @@ def fit_memory(s: PointSetup, memory: MemoryFit) -> FittedMemory:
                 # to blame, not the prompt (whose hint would say a 1-token prompt does not fit)
                 raise _smaller_batches_fit(s, memory, exc) from None
             else:
-                # a refusal says what would fit (docs/robustness.md): here the longest prompt
-                raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, min(s.batch_sizes))}"
+                # a refusal says what would fit (docs/robustness.md): here the longest prompt, at
+                # the batch that would be compiled (a batch given as a number, not batch_sizes')
+                batch = min(s.batch_sizes) if s.batch == "max" else int(s.batch)
+                exc = exc if s.batch == "max" else _refusal(memory, batch) or exc
+                raise InfeasibleError(f"{exc}{decode_prompt_hint(s, memory, batch)}"
                                       f"{attention_dp_hint(s, memory)}") from None
     with located("batch"):
         batch, placement = choose_batch(s.batch, search, memory.decode_fits)
@@ -100,10 +103,7 @@ def _smaller_batches_fit(s: PointSetup, memory: MemoryFit, exc: InfeasibleError)
     in the batch, so a bisection below the smallest that does not finds it)."""
     if s.batch != "max":
         failed = int(s.batch)
-        try:
-            memory.decode_fits(failed)
-        except InfeasibleError as why:
-            exc = why
+        exc = _refusal(memory, failed) or exc
     else:
         failed = min(s.batch_sizes)
     fits, fails = 1, failed
@@ -117,13 +117,18 @@ def _smaller_batches_fit(s: PointSetup, memory: MemoryFit, exc: InfeasibleError)
                            field="batch_sizes")
 
 
-def _fits(memory: MemoryFit, batch: int) -> bool:
-    """Whether a decode batch of ``batch`` fits the decode node."""
+def _refusal(memory: MemoryFit, batch: int) -> InfeasibleError | None:
+    """Why a decode batch of ``batch`` does not fit the decode node (None when it fits)."""
     try:
         memory.decode_fits(batch)
-    except InfeasibleError:
-        return False
-    return True
+    except InfeasibleError as why:
+        return why
+    return None
+
+
+def _fits(memory: MemoryFit, batch: int) -> bool:
+    """Whether a decode batch of ``batch`` fits the decode node."""
+    return _refusal(memory, batch) is None
 
 
 def check_prompt_fits(s: PointSetup, memory: MemoryFit) -> Any:

@@ -312,3 +312,18 @@ def test_compiled_sizes_too_large_for_the_prompt_are_refused_at_their_own_line(t
     for batch, status in ((largest, 0), (largest + 1, 2)):
         path.write_text(path.read_text().replace("batch: max", f"batch: {batch}").replace(f"batch: {largest}", f"batch: {batch}"))
         assert main(["check", str(path)]) == status, capsys.readouterr().err
+
+
+def test_an_explicit_batch_too_large_for_any_prompt_is_told_the_longest_prompt_at_that_batch(tmp_path, capsys):
+    # a batch given as a number is the batch compiled (batch_sizes bound only batch: max); where not
+    # even batch 1 fits the prompt, the hint named batch_sizes' smallest, a batch that would not run
+    path = llama(tmp_path, 130944, batch="2")
+    path.write_text(path.read_text().replace("seed: 0}", "seed: 0, batch_sizes: [64]}"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "decode batch 2 does not fit" in err and "batch 64" not in err, err
+    longest = int(re.search(r"at batch 2 prompts of up to (\d+) tokens fit", err)[1])
+    # the longest at batch 2 fits at batch 2, and one token more does not
+    for prompt, status in ((longest, 0), (longest + 1, 2)):
+        path.write_text(re.sub(r"prompt_len: \d+", f"prompt_len: {prompt}", path.read_text()))
+        assert main(["check", str(path)]) == status, capsys.readouterr().err
