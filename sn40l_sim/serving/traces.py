@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,7 +125,7 @@ def read_trace(path: Path) -> list[TraceRow]:
         rows = [_simulator_row(path, number, _json_numbers(path, number, item))
                 for number, item in _json_records(path, text)]
     else:
-        reader = csv.DictReader(text.splitlines())
+        reader = csv.DictReader(_lines(text))
         header = tuple(f.strip() for f in reader.fieldnames or ())
         columns = _columns(path, header)
         records = ((reader.line_num, _csv_record(path, reader.line_num, header, item)) for item in reader)
@@ -135,6 +136,18 @@ def read_trace(path: Path) -> list[TraceRow]:
     if not rows:
         raise InputError("the trace has no requests", file=path)
     return rows
+
+
+def _lines(text: str) -> list[str]:
+    """The file's lines as an editor numbers them: ended by LF, CRLF or CR alone. ``str.splitlines``
+    also ends a line at a form feed, a vertical tab, the separators ``\\x1c``-``\\x1e``, NEL, U+2028
+    and U+2029, so a row holding one was split in two and every error below it named the line after
+    its own.
+
+    >>> _lines("a\\x0cb\\r\\nc\\rd\\n")
+    ['a\\x0cb', 'c', 'd']
+    """
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
 
 
 def _columns(path: Path, header: tuple[str, ...]) -> tuple[str, ...]:
@@ -197,7 +210,7 @@ def _once_each(pairs: list[tuple[str, object]]) -> dict:
 
 def _json_records(path: Path, text: str) -> list[tuple[int, dict]]:
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         try:

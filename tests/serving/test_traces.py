@@ -249,3 +249,21 @@ def test_a_jsonl_trace_is_told_apart_whatever_the_case_of_its_suffix(tmp_path, c
     upper = tmp_path / "trace.CSV"
     upper.write_text("arrival_s,prompt_len,output_len\n0,100,10\n")
     assert check_file(upper).startswith("trace")   # a trace, not a YAML file
+
+
+
+@pytest.mark.parametrize("inside", ["\x0c", "\x0b", "\x1c", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_an_error_names_the_line_an_editor_numbers(tmp_path, inside):
+    # str.splitlines ends a line at these too: a row holding one counted as two, and every error
+    # below it named the line after its own
+    csv_path, jsonl_path = tmp_path / "t.csv", tmp_path / "t.jsonl"
+    csv_path.write_text(f"arrival_s,prompt_len,output_len\n0,10,10{inside}\n1,10,10\n2,abc,10\n", encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        read_trace(csv_path)
+    # the row holding the character is refused at its line, or read, and the next error is at its own
+    assert info.value.line == (4 if "abc" in str(info.value) else 2)
+    record = '{"arrival_s": 0, "prompt_len": %d, "output_len": 5}'
+    jsonl_path.write_text(f"{record % 10}\n{record % 10}{inside}\n{record % -1}\n", encoding="utf-8")
+    with pytest.raises(InputError, match="invalid JSON") as info:   # JSON's whitespace is space, tab, CR, LF
+        read_trace(jsonl_path)
+    assert info.value.line == 2
