@@ -76,7 +76,10 @@ def trace_source(path: Path) -> str:
     'conv.csv'
     """
     with path.open(encoding="utf-8-sig") as f:   # read_trace has read the whole file already
-        header = tuple(column.strip() for column in f.readline().split(","))
+        # read as read_trace reads it, through csv: a header written quoted ("TIMESTAMP",...), as
+        # spreadsheets and pandas' QUOTE_ALL write it, is the Azure format there and was served
+        # without its attribution
+        header = tuple(column.strip() for column in next(csv.reader([f.readline()]), []))
     return f"{path.name}: {AZURE_ATTRIBUTION}" if header == AZURE_COLUMNS else path.name
 
 

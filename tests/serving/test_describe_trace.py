@@ -42,3 +42,12 @@ def test_an_experiment_with_a_trace_says_how_to_describe_it(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any("python -m sn40l_sim describe " in line and line.endswith("traces/azure_llm_2023_conv_10min.csv")
                for line in lines)
+
+
+def test_an_azure_trace_with_a_quoted_header_keeps_its_attribution(tmp_path, capsys):
+    # the csv reader serves a header written quoted (spreadsheets, pandas' QUOTE_ALL) as the Azure
+    # format: its licence's attribution goes with it (here, run's note, status.json, otherData)
+    trace = tmp_path / "quoted.csv"
+    trace.write_text('"TIMESTAMP","ContextTokens","GeneratedTokens"\n"2023-11-16 18:15:46.5","374","44"\n')
+    assert main(["describe", str(trace)]) == 0
+    assert "quoted.csv: the Azure LLM inference trace (Azure Public Dataset, CC-BY 4.0" in capsys.readouterr().out
