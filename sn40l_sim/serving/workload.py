@@ -86,6 +86,58 @@ def sample_lengths(dist: Any, n: int, rng: np.random.Generator, high_default: in
 MAX_REQUESTS = 10**7
 
 
+#: the latest cycle a request may arrive at: the serving loop counts cycles in 64-bit integers (to
+#: 2**63 - 1, 9.2e18) and the serve runs on after its last arrival, so this leaves it 7/8 of them;
+#: at 1.6 GHz it is 22.8 years. A Poisson rate of 1e-6 requests/s over 20,000 requests, or a
+#: trace spanning 1e6 s at rate_scale 1e-6, arrived past it and stopped run with an OverflowError
+#: traceback after the steps were timed
+MAX_ARRIVAL_CYCLES = 2**60
+
+
+def check_arrivals(last_s: float, clock_hz: float) -> None:
+    """Refuse a workload whose last request arrives later than the serving clock counts
+    (:data:`MAX_ARRIVAL_CYCLES`), naming the seconds it may span at this clock (``check`` calls it
+    too, so it refuses what a run would).
+
+    >>> check_arrivals(1e6, 1.6e9)
+    >>> check_arrivals(1e12, 1.6e9)
+    Traceback (most recent call last):
+    ...
+    sn40l_sim.errors.InputError: requests: the last request arrives 1e+12 s after the serve starts, 1.6e+21 cycles of the 1.6 GHz clock, past the 1.15e+18 (2**60) the serving loop counts to: expected arrivals within 7.21e+08 s (a higher arrival rate or rate_scale, or fewer requests)
+    """
+    if last_s * clock_hz > MAX_ARRIVAL_CYCLES:
+        raise InputError(f"the last request arrives {last_s:.3g} s after the serve starts, {last_s * clock_hz:.3g} cycles "
+                         f"of the {clock_hz / 1e9:g} GHz clock, past the {MAX_ARRIVAL_CYCLES:.3g} (2**60) the serving "
+                         f"loop counts to: expected arrivals within {MAX_ARRIVAL_CYCLES / clock_hz:.3g} s (a higher "
+                         "arrival rate or rate_scale, or fewer requests)", field="requests")
+
+
+def last_arrival_s(spec: Any, seed: int, trace_rows: Sequence[TraceRow] | None = None) -> float | None:
+    """The seconds after the serve starts at which :func:`build_requests` has the workload's last
+    request arrive, without building the requests; None for a count that depends on the decode
+    slots (``count: batch``).
+
+    >>> from sn40l_sim.study.experiment import FixedWorkload
+    >>> last_arrival_s(FixedWorkload(kind="fixed", count=5, interval_s=2.0, arrival_s=1.0, output_len=8), seed=0)
+    9.0
+    """
+    if spec.kind == "trace":
+        window = select_window(trace_rows or (), spec.start_s, spec.duration_s, spec.rate_scale)
+        return max((r.arrival_s for r in window), default=0.0)
+    if spec.kind == "fixed" and spec.requests is not None:
+        return max(r.arrival_s for r in spec.requests)
+    if spec.count in ("batch", None):
+        return None
+    if spec.kind == "fixed":
+        return spec.arrival_s + (int(spec.count) - 1) * spec.interval_s
+    # the generator's first draws are the gaps, as build_requests draws them
+    return float(_poisson_arrivals(np.random.Generator(np.random.PCG64(seed)), spec.rate_per_s, int(spec.count))[-1])
+
+
+def _poisson_arrivals(rng: np.random.Generator, rate_per_s: float, n: int) -> np.ndarray:
+    return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
+
+
 def _request_count(count: int | str, rounds: int, slots: int) -> int:
     n = slots * rounds if count == "batch" else int(count)
     if n > MAX_REQUESTS:
@@ -158,7 +210,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
     elif spec.kind == "poisson":
         n = _request_count(spec.count, spec.rounds, slots)
         rng = np.random.Generator(np.random.PCG64(seed))
-        arrivals = np.cumsum(rng.exponential(1.0 / spec.rate_per_s, size=n))
+        arrivals = _poisson_arrivals(rng, spec.rate_per_s, n)
         prompts = ([prompt_len] * n if spec.prompt_len is None
                    else sample_lengths(spec.prompt_len, n, rng, prompt_len))
         outputs = sample_lengths(spec.output_len, n, rng, max_new_tokens)
@@ -171,6 +223,7 @@ def build_requests(spec: Any, *, prompt_len: int, max_new_tokens: int, slots: in
         rows = [(r.arrival_s, r.prompt_len, r.output_len, f"{r.file}:{r.line}") for r in window]
     else:
         raise ValueError(f"unknown workload kind {spec.kind!r}")
+    check_arrivals(max((row[0] for row in rows), default=0.0), clock_hz)
     for _, p, o, where in rows:
         _check_lengths(p, o, prompt_len, max_new_tokens, max_context, where=where, max_context_set=max_context_set)
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))

@@ -41,7 +41,7 @@ from sn40l_sim.serving.kv_transfer import transfer_seconds
 from sn40l_sim.serving.memory_fit import MemoryFit, check_prompt_fits, check_weights_fit, fit_memory, located
 from sn40l_sim.serving.point import PointSetup, check_plans, point_memory
 from sn40l_sim.serving.traces import TraceRow, select_window, window_offset
-from sn40l_sim.serving.workload import context_message, trace_window
+from sn40l_sim.serving.workload import check_arrivals, context_message, last_arrival_s, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
     assemble,
@@ -86,6 +86,12 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     if rows:
         check_window(exp, rows)
+    last = last_arrival_s(exp.spec.workload, exp.spec.serving.seed, rows)
+    if last is not None:   # as building the requests refuses it, before the steps are timed
+        try:
+            check_arrivals(last, asm.node.socket.clock_hz)
+        except InputError as exc:
+            raise asm.locate(exc) from None
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
     section = exp.spec.multi_model

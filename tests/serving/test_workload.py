@@ -135,3 +135,13 @@ def test_a_workload_of_more_requests_than_a_run_can_hold_is_refused():
             as err:
         build_requests(spec, prompt_len=128, max_new_tokens=8, slots=512, seed=0, clock_hz=CLOCK)
     assert err.value.field == "requests"
+
+
+def test_a_request_arriving_later_than_the_serving_clock_counts_is_refused():
+    # 1,000 rounds of 16 requests 1e6 s apart arrive over 1.6e10 s, 2.6e19 cycles: past the 64-bit
+    # cycles of the serving loop, an OverflowError traceback once the decode steps were booked
+    spec = FixedWorkload(kind="fixed", count="batch", rounds=1000, output_len=8, interval_s=1e6)
+    with pytest.raises(InputError, match=r"the last request arrives 1.6e\+10 s after the serve starts") as err:
+        build(spec, slots=16)
+    assert err.value.field == "requests"
+    assert build(spec, slots=16, clock_hz=1e6)[-1].arrival_cycle == 15_999 * 10**12   # at 1 MHz it fits

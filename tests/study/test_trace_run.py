@@ -166,3 +166,22 @@ def test_compare_names_the_workload_two_runs_served(tmp_path, capsys):
     assert ("full: workload trace, path=azure.csv, cap_lengths=True -> "
             "trace, path=azure.csv, rate_scale=3.0, cap_lengths=True") in out
     assert "the same model, hardware and policy" not in out
+
+
+def test_arrivals_later_than_the_serving_clock_counts_are_refused_by_check_and_run(tmp_path, capsys):
+    # the trace's 4.7 s at rate_scale 1e-6 arrive over 4.7e6 s, within the clock; a trace of 1e6 s,
+    # or a Poisson rate of 1e-6 over 20,000 requests, arrived past the 64-bit cycles the serving
+    # loop counts in: run stopped with an OverflowError traceback after the steps were timed, and
+    # check said ok
+    path = experiment(tmp_path, ", cap_lengths: true, rate_scale: 1e-6")
+    (tmp_path / "azure.csv").write_text(TRACE + "2023-11-27 18:15:51.3910170,91,16\n")   # 11 days on
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{path}:8: workload: the last request arrives 9.5e+11 s after the serve starts" in err
+    poisson = path.read_text().replace("{kind: trace, path: azure.csv, cap_lengths: true, rate_scale: 1e-6}",
+                                       "{kind: poisson, rate_per_s: 1e-6, count: 20000, output_len: 8}")
+    path.write_text(poisson)
+    assert main(["check", str(path)]) == 2
+    assert "the last request arrives 1.99e+10 s after the serve starts" in capsys.readouterr().err
