@@ -181,7 +181,10 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
                         launch_cycles=k.launch_cycles, barrier_cycles=k.barrier_cycles,
                         config_cycles=k.config_cycles, fill_cycles=k.fill_cycles, gate_cycles=k.gate_cycles,
                         iteration=k.iteration,
-                        cycles_by_cause={c: round(v, 3) for c, v in causes[(k.name, k.start_cycle)].items() if v})
+                        # kept as written: a share rounding to no cycle (idle is what the other
+                        # causes leave, which float rounding can leave at -1e-13) read as "-0.0"
+                        cycles_by_cause={c: r for c, v in causes[(k.name, k.start_cycle)].items()
+                                         if (r := round(v, 3))})
         base.append(_x(ev.name, ev.category, lane, ev.start_cycle + offset_cycles, ev.cycles, clock_hz, args))
         if ev.category == "stream":
             base += _memory(ev, detail, offset_cycles, clock_hz, lanes)
