@@ -54,7 +54,7 @@ from sn40l_sim.study.assemble import (
 from sn40l_sim.study.experiment import Experiment
 from sn40l_sim.study.multi_model_run import model_error, node_tiers
 from sn40l_sim.study.points import Point
-from sn40l_sim.study.rate_search import base_rate
+from sn40l_sim.study.rate_search import at_rate, base_rate
 from sn40l_sim.study.serving_section import ConstantLength, LognormalLength, UniformLength
 from sn40l_sim.yamlio import FieldPath
 
@@ -86,14 +86,9 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
     rows = asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)
     if rows:
         check_window(exp, rows)
-    last = last_arrival_s(exp.spec.workload, exp.spec.serving.seed, rows)
-    if last is not None:   # as building the requests refuses it, before the steps are timed
-        try:
-            check_arrivals(last, asm.node.socket.clock_hz)
-        except InputError as exc:
-            raise asm.locate(exc) from None
     if rows is not None and exp.spec.rate_search is not None:
         base_rate(exp, rows)   # a window of fewer than two requests has no arrival rate to scale
+    _check_last_arrival(asm, rows)
     section = exp.spec.multi_model
     if section is not None:   # the models and the tiers they live in, as time_models reads them
         node_tiers(asm)
@@ -246,6 +241,25 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
         raise asm.locate(exc, point) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
                    asm.max_context_set)
+
+
+def _check_last_arrival(asm: Assembly, rows: Sequence[TraceRow] | None) -> None:
+    """Refuse, as building the requests refuses it once the steps are timed, a workload whose last
+    request arrives later than the serving clock counts; with a rate search, at its slowest probe
+    (``low_per_s``: the later probes come faster), at that field."""
+    exp = asm.experiment
+    search = exp.spec.rate_search
+    slowest = asm if search is None else at_rate(asm, search.low_per_s)
+    last = last_arrival_s(slowest.experiment.spec.workload, exp.spec.serving.seed, rows)
+    if last is None:   # count: batch, known with the batch
+        return
+    try:
+        check_arrivals(last, asm.node.socket.clock_hz)
+    except InputError as exc:
+        if search is not None:
+            raise _at(exp, ("rate_search", "low_per_s"), f"at the search's low end, {exc.message}", InputError) \
+                from None
+        raise asm.locate(exc) from None
 
 
 def _check_tree_groups(graphs: Sequence[KernelGraph]) -> None:

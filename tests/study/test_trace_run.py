@@ -185,3 +185,9 @@ def test_arrivals_later_than_the_serving_clock_counts_are_refused_by_check_and_r
     path.write_text(poisson)
     assert main(["check", str(path)]) == 2
     assert "the last request arrives 1.99e+10 s after the serve starts" in capsys.readouterr().err
+    # a rate search's slowest probe, its low end, arrives that late at a rate it may pass: refused there
+    path.write_text(poisson.replace("rate_per_s: 1e-6, count: 20000", "rate_per_s: 1, count: 2000")
+                    + "rate_search: {low_per_s: 1e-6, high_per_s: 10}\n")
+    assert main(["check", str(path)]) == 2
+    assert ":13: rate_search.low_per_s: at the search's low end, the last request arrives 2.02e+09 s" in \
+        capsys.readouterr().err
