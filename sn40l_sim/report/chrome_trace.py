@@ -8,7 +8,7 @@ naming every process and thread. One process (``pid``) per node or per socket:
 
 ``<point> · prefill node i``
     ``prefill`` (one event per request, with its id and prompt length) and ``KV link`` (the
-    transfer of its cache to a decode node, with the bytes).
+    transfer of its cache to a decode node, with the bytes, the KV policy's state included).
 ``<point> · decode node j``
     ``decode steps`` (active sequences and KV bytes of each step), a ``KV held`` counter, and one
     thread per slot with the request occupying it; a co-located node (``<point> · node j``) also has
@@ -58,12 +58,13 @@ Examples
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sn40l_sim.engine.breakdown import kernel_causes
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.serving.kv_transfer import sent_bytes
 
 #: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
 #: come from :func:`memory_lane`, other categories share lane 6
@@ -224,10 +225,13 @@ def _memory(stream: Any, detail: dict, offset: float, clock_hz: float, lanes: di
     return out
 
 
-def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> list[dict]:
+def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int,
+                   sent: Callable[[int], int] | None = None) -> list[dict]:
     """Trace events of a :class:`~sn40l_sim.serving.loop.ServingLog`: prefill nodes (prefill and
-    KV link lanes, a transfer's bytes from the log's setup) and decode nodes (steps, a KV counter,
-    one lane per slot)."""
+    KV link lanes) and decode nodes (steps, a KV counter, one lane per slot). A transfer's bytes are
+    ``sent(prompt_len)``, what its time was reckoned from
+    (:func:`~sn40l_sim.serving.kv_transfer.sent_bytes`: the policy's state too), or without it the
+    cache alone at the log setup's bytes a token."""
     colocated = log.setup.mode == "colocated"
     n_prefill = 0 if colocated else log.setup.prefill_nodes
     out: list[dict] = []
@@ -254,7 +258,8 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int) -> 
             add(first_pid + r.prefill_node, 1, "KV link", _x(
                 f"KV req {req.id} -> decode {r.decode_node}", "kv_transfer", 1, r.transfer_start,
                 r.transfer_end - r.transfer_start, clock_hz,
-                dict(args, bytes=log.setup.cache_tokens(req.prompt_len, 0) * log.setup.kv_bytes_per_token)))
+                dict(args, bytes=sent(req.prompt_len) if sent is not None
+                     else log.setup.cache_tokens(req.prompt_len, 0) * log.setup.kv_bytes_per_token)))
         if r.join >= 0:
             tid = 10 + r.slot
             end = r.finish if r.finish >= 0 else log.end_cycle
@@ -308,7 +313,10 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
     pid = first_pid
     prefill_at, decode_at, ran = 0, int(result.prefill.cycles), True
     if log is not None:
-        out += serving_events(log, clock, title=s.name, first_pid=pid)
+        # the bytes each transfer's time was reckoned from: H2O's scores and ArkVale's digests
+        # went with the cache but were left out of the KV link's bytes
+        out += serving_events(log, clock, title=s.name, first_pid=pid, sent=lambda prompt_len: sent_bytes(
+            s.model, s.policy, prompt_len, s.max_new_tokens, s.speculation.drafts))
         pid += (0 if s.mode == "colocated" else s.prefill_nodes) + s.decode_nodes
         prefill_at, ran = _prefill_detail_at(log, s.prompt_len)
         steps0 = [st.start for st in log.steps if st.node == 0]

@@ -448,3 +448,27 @@ def test_a_kernels_causes_hold_no_negative_zero():
     (causes,) = [e["args"]["cycles_by_cause"] for e in events if e["ph"] == "X"]
     assert all(v > 0 for v in causes.values()), causes
     assert sum(causes.values()) == pytest.approx(1000, abs=5e-3)
+
+
+def test_a_kv_transfer_carries_the_bytes_its_time_was_reckoned_from(tmp_path):
+    # H2O's accumulated scores go with its cache (results' kv_transfer_bytes, and the transfer's
+    # time): the KV link's event counted the cache alone, 262,144 bytes fewer than it moved
+    from sn40l_sim.commands.cli import main
+    path = tmp_path / "e.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        kind: experiment
+        name: h2o_transfer
+        hardware: {REPO / 'hw_configs/sn40l_node8.yaml'}
+        model: {REPO / 'graphs/llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+        policies: [{{name: h2o, policy: h2o, prompt_fraction: {{budget: 0.25}}}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: fixed, count: 1, output_len: 4}}
+        serving: {{batch: 1, batch_sizes: [1], prefill_lens: [1024], max_new_tokens: 4}}
+        """))
+    trace = tmp_path / "t.json"
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--trace", str(trace), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    (kv,) = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "kv_transfer"]
+    assert kv["args"]["bytes"] == record["kv_transfer_bytes"] > 1024 // 4 * record["kv_bytes_per_token"]
+    assert kv["dur"] == pytest.approx(record["kv_transfer_s"] * 1e6, abs=2e-3)
