@@ -41,7 +41,7 @@ from sn40l_sim.serving.kv_transfer import transfer_seconds
 from sn40l_sim.serving.memory_fit import MemoryFit, check_prompt_fits, check_weights_fit, fit_memory, located
 from sn40l_sim.serving.point import PointSetup, check_plans, point_memory
 from sn40l_sim.serving.traces import TraceRow, select_window, window_offset
-from sn40l_sim.serving.workload import check_arrivals, context_message, last_arrival_s, trace_window
+from sn40l_sim.serving.workload import MAX_ARRIVAL_CYCLES, check_arrivals, context_message, last_arrival_s, trace_window
 from sn40l_sim.study.assemble import (
     Assembly,
     assemble,
@@ -250,11 +250,12 @@ def _check_last_arrival(asm: Assembly, rows: Sequence[TraceRow] | None) -> None:
     exp = asm.experiment
     search = exp.spec.rate_search
     slowest = asm if search is None else at_rate(asm, search.low_per_s)
-    last = last_arrival_s(slowest.experiment.spec.workload, exp.spec.serving.seed, rows)
+    clock_hz = asm.node.socket.clock_hz
+    last = last_arrival_s(slowest.experiment.spec.workload, exp.spec.serving.seed, rows, MAX_ARRIVAL_CYCLES / clock_hz)
     if last is None:   # count: batch, known with the batch
         return
     try:
-        check_arrivals(last, asm.node.socket.clock_hz)
+        check_arrivals(last, clock_hz)
     except InputError as exc:
         if search is not None:
             raise _at(exp, ("rate_search", "low_per_s"), f"at the search's low end, {exc.message}", InputError) \
