@@ -182,10 +182,8 @@ def phase_events(events: Iterable[Any], clock_hz: float, *, title: str, sockets:
                         launch_cycles=k.launch_cycles, barrier_cycles=k.barrier_cycles,
                         config_cycles=k.config_cycles, fill_cycles=k.fill_cycles, gate_cycles=k.gate_cycles,
                         iteration=k.iteration,
-                        # kept as written: a share rounding to no cycle (idle is what the other
-                        # causes leave, which float rounding can leave at -1e-13) read as "-0.0"
-                        cycles_by_cause={c: r for c, v in causes[(k.name, k.start_cycle)].items()
-                                         if (r := round(v, 3))})
+                        # a share rounding to no cycle (idle at -1e-13, float noise) read "-0.0"
+                        cycles_by_cause={c: r for c, v in causes[(k.name, k.start_cycle)].items() if (r := round(v, 3))})
         base.append(_x(ev.name, ev.category, lane, ev.start_cycle + offset_cycles, ev.cycles, clock_hz, args))
         if ev.category == "stream":
             base += _memory(ev, detail, offset_cycles, clock_hz, lanes)
@@ -229,9 +227,8 @@ def serving_events(log: Any, clock_hz: float, *, title: str, first_pid: int,
                    sent: Callable[[int], int] | None = None) -> list[dict]:
     """Trace events of a :class:`~sn40l_sim.serving.loop.ServingLog`: prefill nodes (prefill and
     KV link lanes) and decode nodes (steps, a KV counter, one lane per slot). A transfer's bytes are
-    ``sent(prompt_len)``, what its time was reckoned from
-    (:func:`~sn40l_sim.serving.kv_transfer.sent_bytes`: the policy's state too), or without it the
-    cache alone at the log setup's bytes a token."""
+    ``sent(prompt_len)`` (:func:`~sn40l_sim.serving.kv_transfer.sent_bytes`, the policy's state
+    too), or without it the cache alone at the log setup's bytes a token."""
     colocated = log.setup.mode == "colocated"
     n_prefill = 0 if colocated else log.setup.prefill_nodes
     out: list[dict] = []
@@ -313,8 +310,7 @@ def point_events(result: Any, *, first_pid: int = 1, sockets: str = "group") -> 
     pid = first_pid
     prefill_at, decode_at, ran = 0, int(result.prefill.cycles), True
     if log is not None:
-        # the bytes each transfer's time was reckoned from: H2O's scores and ArkVale's digests
-        # went with the cache but were left out of the KV link's bytes
+        # the bytes a transfer's time was reckoned from (H2O's scores and ArkVale's digests too)
         out += serving_events(log, clock, title=s.name, first_pid=pid, sent=lambda prompt_len: sent_bytes(
             s.model, s.policy, prompt_len, s.max_new_tokens, s.speculation.drafts))
         pid += (0 if s.mode == "colocated" else s.prefill_nodes) + s.decode_nodes
