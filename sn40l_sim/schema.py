@@ -85,11 +85,28 @@ class Range:
         low_ok = value > self.low if self.low_open else value >= self.low
         high_ok = value < self.high if self.high_open else value <= self.high
         if not (low_ok and high_ok):
-            written = f"{value:g}" if isinstance(value, float) else shown(value)
+            written = _written(value)
             article = "an" if self.what[:1] in "aeiou" else "a"
             raise ValueError(f"expected {article} {self.what} {self.text()}, got {written}"
                              f"{' ' + self.unit if self.unit else ''}")
         return value
+
+
+def _written(value: Any) -> str:
+    """A refused number as the file most likely wrote it. A count written as a float (``1e300``) is
+    made an integer before its range is checked (:func:`_strict_int`), and past 2**53 that integer
+    carries the float's binary digits (1e300 is 1000000000000000052504760255...), which no file
+    held: such a value is shown as the float it came from. An integer too large for a float (a
+    YAML value of 400 digits) is shown shortened as it was written."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and abs(value) > 2**53:
+        try:
+            if int(float(value)) == value:
+                return f"{float(value):g}"
+        except OverflowError:
+            pass
+    return shown(value)
 
 
 #: largest count a field takes (token counts, batches, layers, units): 2**31 - 1

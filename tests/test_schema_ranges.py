@@ -126,6 +126,11 @@ def test_every_number_field_declares_its_range():
     ("Bytes", "2 PiB", "to 1 PiB, got 2.2518e+15 B"),
     ("PositiveInt", 2**31, "from 1 to 2147483647"),
     ("PositiveInt", 1e30, "from 1 to 2147483647"),
+    # a count written as a float too large to be an exact integer was quoted as the integer the
+    # float converts to, 300 digits the file never held (1e300: "got 100...0525047602...")
+    ("PositiveInt", 1e30, "(2**31 - 1), got 1e+30"),
+    ("PositiveInt", -1e300, "(2**31 - 1), got -1e+300"),
+    ("PositiveInt", 1e10, "(2**31 - 1), got 10000000000"),
     ("PositiveInt", float("nan"), "expected an integer"),
     ("PositiveInt", "8", "expected an integer, got '8'"),
     ("PositiveInt", True, "expected an integer, got True"),
@@ -181,7 +186,7 @@ def test_experiment_names_are_plain(name):
     (("rate_per_s: 4", "rate_per_s: .inf"), "workload.rate_per_s", "finite positive request rate"),
     (("rate_per_s: 4", "rate_per_s: '4'"), "workload.rate_per_s", "expected a number, got '4'"),
     (("seed: 7", "seed: 2147483648"), "serving.seed", "from 0 to 2147483647"),
-    (("high: 512", "high: 1e30"), "workload.output_len.high", "from 1 to 2147483647"),
+    (("high: 512", "high: 1e30"), "workload.output_len.high", "from 1 to 2147483647 (2**31 - 1), got 1e+30"),
     (("name: llama8b_node8", "name: ../../escaped"), "name", "plain name"),
     (("budget: 0.25", "budget: 30"), "policies[1].prompt_fraction.budget", "at most 1"),
     # a negative time was answered with the range of every time (0 to 1e6 s), not the field's own
