@@ -77,8 +77,7 @@ def load_hardware(path: str | Path) -> NodeSpec:
     Parameters
     ----------
     path : str or Path
-        A ``kind: node`` or ``kind: socket`` YAML file (``hw_configs/``; a socket file is a node of
-        one socket).
+        A ``kind: node`` or ``kind: socket`` YAML file (``hw_configs/``; a socket is a 1-socket node).
 
     Returns
     -------
@@ -381,7 +380,8 @@ def with_overrides(node: NodeSpec, overrides: dict[str, object]) -> NodeSpec:
                       else value, create=False)
         except PathError as exc:
             raise InputError(f"cannot override {dotted_path!r}: {exc}", file=OVERRIDES_FILE, field=dotted_path) from None
-    doc = Document(data, Path(OVERRIDES_FILE), {})
+    # the overridden fields are the ones written: check_node blames the one changed, not its first
+    doc = Document(data, Path(OVERRIDES_FILE), {tuple(path.split(".")): (OVERRIDES_FILE, None) for path in values})
     new = validate(NodeSpec, doc)
     check_socket(new.socket, doc, stated=False, prefix=("socket",))
     check_node(new, doc)

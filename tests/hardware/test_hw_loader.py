@@ -125,7 +125,7 @@ def test_an_override_that_changes_the_node_names_it_after_the_change():
     ({"socket.nothing.x": 1}, "socket.nothing.x", "not a section"),
     ({"socket.memory.hbm.bytes_per_s_per_unit": "800 GB"}, "socket.memory.hbm.bytes_per_s_per_unit", "bandwidth"),
     ({"sockets": 0}, "sockets", "positive"),
-    ({"sockets": 32}, "topology.kind", "needs 31 P2P ports"),
+    ({"sockets": 32}, "sockets", "needs 31 P2P ports"),   # the field changed, not the topology it outgrows
     ({"socket.memory.hbm.efficiency": 0.1}, "socket.memory.hbm.efficiency", "bounds"),
     ({"socket.memory.ddr.reserved_bytes": "2 TiB"}, "socket.memory.ddr.reserved_bytes", "only"),
     ({"socket.tile.grid_rows": 2}, "socket.tile.grid_rows", "checkerboard"),

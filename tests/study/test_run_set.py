@@ -60,6 +60,9 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
                                          "socket.stated are neither simulated nor checked for a changed node"),
     # a message that quotes the value already is not led by it ("'abc': expected an integer, got 'abc'")
     ("shape.prompt_len=abc", "--set shape.prompt_len: expected an integer, got 'abc'"),
+    # a node check blaming one of several fields names the one set, not topology.kind, which it lists first
+    ("hardware.topology.links_per_pair=4", "--set hardware.topology.links_per_pair: 4: a full_mesh of 8 sockets "
+                                           "with 4 link(s) per pair needs 28 P2P ports"),
 ])
 def test_a_bad_set_is_one_line_naming_it_with_exit_status_2(tmp_path, capsys, item, words):
     path = _experiment(tmp_path)
