@@ -371,6 +371,12 @@ SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()
     ("plot: {x: batch,", "plot: {kind: pie, x: batch,", "sweep.plot.kind: expected line, bar or scatter"),
     ("plot: {x: batch,", "plot: {kind: bar, x: batch,",   # logx: true is the section's own
      "sweep.plot.logx: a bar plot's x axis is categories"),   # the bars drew on a linear axis unsaid
+    # a group of columns, or text on y: refused by the plot after every run of the sweep (exit status 2)
+    ("y: decode_step_s", "y: latency.tpot_s", "sweep.plot.y: latency.tpot_s holds several values"),
+    ("y: decode_step_s", "y: kv_policy", "sweep.plot.y: kv_policy is text, not a number"),
+    ("y: decode_step_s", "y: sweep_point", "sweep.plot.y: sweep_point is text, not a number"),
+    ("plot: {x: batch,", "plot: {x: memory,", "sweep.plot.x: memory holds several values"),
+    ("plot: {x: batch,", "plot: {where: {memory: 0}, x: batch,", "sweep.plot.where.memory: memory holds several"),
 ])
 def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):
     assert old in SWEEP

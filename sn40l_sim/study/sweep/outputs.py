@@ -75,6 +75,9 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
             hint = f": the axis {column} is the column sweep.{column}" if column in (axis_names or ()) else ""
             raise AxisError(f"{shown(column)} is not a column of the results{hint} (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
+        problem = _not_plotted(column, numeric=at == "y")
+        if problem:
+            raise AxisError(f"{problem} (see docs/results.md)", at if isinstance(at, tuple) else (at,))
         name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
         if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
                 name.startswith(f"{m}.") for m, k in (nested or {}).items() if k == "mappings"):
@@ -87,6 +90,26 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
             raise AxisError(f"{shown(column)} holds {what}: plot another column (prefill_len for prompt_lens)",
                             at if isinstance(at, tuple) else (at,))
     return dict(spec)
+
+
+def _not_plotted(column: str, numeric: bool) -> str | None:
+    """Why a declared results name cannot be the plot's column (None when it can): a group of
+    columns (``memory``, ``latency.tpot_s``) is no column of results.csv, and y takes numbers, which
+    a text field (``kv_policy``, ``sweep_point``) never holds. Both were refused by the plot only
+    after every run of the sweep; an axis's column (``sweep.<name>``) is left to its values.
+
+    >>> _not_plotted("memory", numeric=False), _not_plotted("kv_policy", numeric=True)
+    ('memory holds several values; name one of them (e.g. memory.<tier>.<use>)', 'kv_policy is text, not a number')
+    >>> _not_plotted("kv_policy", numeric=False), _not_plotted("sweep.batch", numeric=True)
+    (None, None)
+    """
+    problem = objective_problem(column)
+    if problem is None or column.startswith("sweep."):
+        return None
+    field = RESULTS.resolve(column)[0]
+    if field.parts or field.is_list or (field.keys and column.count(".") < len(field.keys)):
+        return problem   # a group: the problem names its columns
+    return f"{column} is text, not a number" if numeric and field.unit == "" else None
 
 
 def parse_objectives(spec: Any) -> dict[str, str] | None:
