@@ -309,6 +309,9 @@ def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: li
     for row in rows:
         if finite(row[x]) is not None and finite(row[y]) is not None:
             groups.setdefault(tuple(row[h] for h in hue), []).append(row)
+    if not any(finite(row[x]) is not None for row in rows):   # text on x: not --y's fault, as this said
+        raise InputError(f"column {x!r} has no numeric values in the selected rows: a scatter plot places points "
+                         "by their numbers (--kind line or bar draws categories)", file=path, field="--x")
     if not groups:
         raise InputError(f"columns {x!r} and {y!r} have no numeric pair in the selected rows", file=path, field="--y")
     keys = sorted(groups, key=lambda k: tuple((finite(v) is None, finite(v) or 0, v) for v in k))

@@ -143,6 +143,9 @@ def test_png_is_byte_identical_across_runs(tmp_path):
     (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "policy"], "--hue",
      "unknown column 'policy' (did you mean 'kv_policy'?); the file has: experiment, kv_policy"),
     (["--x", "batch", "--y", "kv_policy"], "--y", "no numeric values"),
+    # a text x has no place on a scatter plot's number line: the refusal named --y, whose numbers were fine
+    (["--x", "kv_policy", "--y", "decode_tokens_per_s", "--kind", "scatter"], "--x",
+     "column 'kv_policy' has no numeric values in the selected rows: a scatter plot places points by their numbers"),
     (["--x", "batch", "--y", "decode_tokens_per_s", "--hue", "kv_policy", "prefill_len", "--where", "batch=64"],
      "--where", "no row matches"),
     # which value the column does hold: a typo or a batch the sweep left out is seen at once

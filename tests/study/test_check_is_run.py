@@ -376,6 +376,11 @@ SWEEP = (REPO / "experiments" / "deepseek_sweep.yaml").read_text()
     ("y: decode_step_s", "y: kv_policy", "sweep.plot.y: kv_policy is text, not a number"),
     ("y: decode_step_s", "y: sweep_point", "sweep.plot.y: sweep_point is text, not a number"),
     ("plot: {x: batch,", "plot: {x: memory,", "sweep.plot.x: memory holds several values"),
+    ("plot: {x: batch,", "plot: {x: kv_policy,",   # the section's logx: true
+     "sweep.plot.x: kv_policy is text, not a number: a logarithmic x axis"),
+    ("plot: {x: batch, y: decode_step_s, hue: [kv_policy, prefill_len], logx: true}",
+     "plot: {x: kv_policy, y: decode_step_s, hue: [prefill_len], kind: scatter}",
+     "sweep.plot.x: kv_policy is text, not a number: a scatter plot places points by their numbers"),
     ("plot: {x: batch,", "plot: {where: {memory: 0}, x: batch,", "sweep.plot.where.memory: memory holds several"),
 ])
 def test_check_refuses_bad_sweep_sections(tmp_path, capsys, old, new, words):

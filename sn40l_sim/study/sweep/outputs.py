@@ -69,15 +69,19 @@ def parse_plot(spec: Any, axis_names: list[str] | None = None, nested: dict[str,
     columns = [("x", spec["x"]), ("y", spec["y"])] + [(("hue", i) if isinstance(hue, list) else "hue", h)
                                                       for i, h in enumerate(hues or [])]
     columns += [(("where", c), c) for c in (where or {})] + ([("label", label)] if label is not None else [])
+    # x is placed by its numbers on a scatter plot and on a log axis (the plot refuses text there)
+    numeric_x = ": a scatter plot places points by their numbers" if kind == "scatter" else \
+        ": a logarithmic x axis needs numbers" if spec.get("logx") else None
     for at, column in columns:
         if not isinstance(column, str) or RESULTS.resolve(column) is None:
             # an axis's own name is its column with sweep. before it (the results hold no other)
             hint = f": the axis {column} is the column sweep.{column}" if column in (axis_names or ()) else ""
             raise AxisError(f"{shown(column)} is not a column of the results{hint} (see docs/results.md)",
                             at if isinstance(at, tuple) else (at,))
-        problem = _not_plotted(column, numeric=at == "y")
+        problem = _not_plotted(column, numeric=at == "y" or (at == "x" and numeric_x is not None))
         if problem:
-            raise AxisError(f"{problem} (see docs/results.md)", at if isinstance(at, tuple) else (at,))
+            why = numeric_x if at == "x" and problem.endswith("is text, not a number") else ""
+            raise AxisError(f"{problem}{why} (see docs/results.md)", at if isinstance(at, tuple) else (at,))
         name = column.removeprefix("sweep.")   # a mapping axis's field is sweep.<name>.<field>
         if axis_names is not None and column.startswith("sweep.") and name not in axis_names and not any(
                 name.startswith(f"{m}.") for m, k in (nested or {}).items() if k == "mappings"):
