@@ -40,6 +40,7 @@ Examples
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.loader import OVERRIDES_FILE, load_hardware, with_overrides
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
 from sn40l_sim.study.experiment import ExperimentSpec
-from sn40l_sim.study.experiment_files import experiment_model, named_file
+from sn40l_sim.study.experiment_files import check_drafts_have_mtp, experiment_model, named_file
 from sn40l_sim.study.multi_model_section import NO_SWEEP
 from sn40l_sim.study.sweep.axes import (
     SECTION_KEYS,
@@ -266,6 +267,14 @@ def _check_no_repeated_point(doc: Document, axes: list[Axis], mode: str, explici
 
 #: the axes that name a file: a value is checked by loading the file, not only by finding it
 FILE_AXES = (("model",), ("hardware",), ("prefill_hardware",))
+#: the fields whose values are checked against the loaded model too: drafts need its MTP module
+MODEL_CHECKED = (("serving", "speculative"),)
+
+
+def _reads_files(path: tuple[str, ...]) -> bool:
+    """Whether an axis at ``path`` sets a file or a field checked against one (``serving`` swaps the
+    speculative drafts with the rest of the section)."""
+    return path in FILE_AXES or any(path[:len(f)] == f or f[:len(path)] == path for f in MODEL_CHECKED)
 
 
 class _Checker:
@@ -319,7 +328,7 @@ class _Checker:
                     data = copy.deepcopy(self.base)
                     set_path(data, axis.path, value)
                     check_points(experiment_from_data(data, self.doc))
-                    if axis.path in FILE_AXES:   # the file's contents too, as check and each run read them
+                    if _reads_files(axis.path):   # the file's contents too, as check and each run read them
                         self._files(data, self.base_hw)
             except AxisError as exc:
                 raise self._fail(axis, None, str(exc)) from None
@@ -359,7 +368,11 @@ class _Checker:
         """Load the model and hardware files ``data`` names, with the hardware ``overrides``, as
         :func:`~.plan.expand_runs` loads them for the runs (a file that is there but does not load)."""
         exp = experiment_from_data(data, self.doc)
-        experiment_model(exp, ("model",), exp.spec.model)
+        model = experiment_model(exp, ("model",), exp.spec.model)
+        with warnings.catch_warnings():   # said where the runs are expanded (plan.expand_runs), once
+            warnings.simplefilter("ignore")
+            # drafts without the model's MTP module failed each sweep point at its run, not the sweep
+            check_drafts_have_mtp(exp, model)
         load_node(exp.doc, data, overrides)
         if exp.spec.prefill_hardware is not None:
             node = load_hardware(named_file(exp, ("prefill_hardware",), exp.spec.prefill_hardware, "prefill hardware"))
