@@ -93,11 +93,10 @@ class Range:
 
 
 def _written(value: Any) -> str:
-    """A refused number as the file most likely wrote it. A count written as a float (``1e300``) is
-    made an integer before its range is checked (:func:`_strict_int`), and past 2**53 that integer
-    carries the float's binary digits (1e300 is 1000000000000000052504760255...), which no file
-    held: such a value is shown as the float it came from. An integer too large for a float (a
-    YAML value of 400 digits) is shown shortened as it was written."""
+    """A refused number as the file most likely wrote it. A count written as a float (``1e300``) is made an
+    integer before its range is checked (:func:`_strict_int`), and past 2**53 that integer carries the float's
+    binary digits (1e300 is 1000000000000000052504760255...), which no file held: such a value is shown as the
+    float it came from. An integer too large for a float (a YAML value of 400 digits) is shown shortened."""
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, int) and abs(value) > 2**53:
@@ -327,8 +326,7 @@ def validate(model: type[M], doc: Document, at: FieldPath = (),
         loc = errors[0][0]
         same = [err for where, err in errors if where == loc]
         message = _alternatives(same, tag_hints or {})
-        # counted by field: pydantic reports a value against a union once per alternative
-        others = len({where for where, _ in errors} - {loc})
+        others = len({where for where, _ in errors} - {loc})   # by field: a union's alternatives each complain
         if others:
             message += f" (and {others} more field{'s' if others > 1 else ''} with a problem)"
         raise doc.error(tuple(at) + loc, message) from None

@@ -1,12 +1,11 @@
 """Plot two columns of a ``results.csv`` against each other (``python -m sn40l_sim plot``).
 
-One line (or bar group) per value of the ``hue`` columns, x sorted, axis labels with units from
-:func:`axis_label` (the declared results fields of :mod:`sn40l_sim.report.fields`; sizes shown in GiB,
-bandwidths in GB/s), and the experiment's name as the title.
-Rows can be filtered with ``where`` (column -> value). When several rows of one hue share an x the
-plot refuses to average them silently: the :class:`~sn40l_sim.errors.InputError` names the columns
-that tell them apart, to add to ``hue`` or to ``where``. A row without a finite number for ``y`` (or
-for ``x``, when that is a column of numbers) is left out with a warning naming its line
+One line (or bar group) per value of the ``hue`` columns, x sorted, axis labels with units from :func:`axis_label`
+(the declared results fields of :mod:`sn40l_sim.report.fields`; sizes shown in GiB, bandwidths in GB/s), and the
+experiment's name as the title. Rows can be filtered with ``where`` (column -> value). When several rows of one hue
+share an x the plot refuses to average them silently: the :class:`~sn40l_sim.errors.InputError` names the columns
+that tell them apart, to add to ``hue`` or to ``where``. A row without a finite number for ``y`` (or for ``x``, when
+that is a column of numbers) is left out with a warning naming its line
 (:func:`~sn40l_sim.report.csv_table.numeric_rows`). Matplotlib runs with the Agg backend.
 
 Examples
@@ -142,9 +141,8 @@ def _series(path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[st
 
 
 def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = None, out: str | Path | None = None,
-             kind: str = "line", logx: bool = False, where: dict[str, str] | None = None,
-             logy: bool = False, label: str | None = None,
-             value_names: Mapping[str, Mapping[str, str]] | None = None,
+             kind: str = "line", logx: bool = False, where: dict[str, str] | None = None, logy: bool = False,
+             label: str | None = None, value_names: Mapping[str, Mapping[str, str]] | None = None,
              label_as: Mapping[str, str] | None = None) -> Path:
     """Plot ``y`` against ``x`` from a results CSV, one series per ``hue`` value; returns the path.
 
@@ -159,8 +157,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     out : str or Path, optional
         ``.png``, ``.svg`` or ``.pdf``; default ``<csv folder>/<y>_vs_<x>.png``.
     kind : {"line", "bar", "scatter"}
-        Lines with markers, grouped bars (x as categories), or unjoined points (a Pareto plot:
-        several rows of a series may share an x).
+        Lines with markers, grouped bars (x as categories), or unjoined points (a Pareto plot: several rows of a
+        series may share an x, which must be numbers).
     logx, logy : bool
         Logarithmic x axis (line and scatter plots) / y axis.
     where : dict, optional
@@ -192,8 +190,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     if kind not in ("line", "bar", "scatter"):
         raise InputError(f"expected line, bar or scatter, got {kind!r}", field="--kind")
     if label and kind != "scatter":
-        raise InputError("labels are written beside the points of a scatter plot: add --kind scatter",
-                         field="--label")
+        raise InputError("labels are written beside the points of a scatter plot: add --kind scatter", field="--label")
     out_path = Path(out) if out is not None else path.parent / f"{_safe(y)}_vs_{_safe(x)}.png"
     check_figure_suffix(out_path, "--out")
     for column, value in where.items():
