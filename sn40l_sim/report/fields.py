@@ -190,10 +190,12 @@ RESULTS = Fields([
           "with the tier's free bytes and physical capacity.", keys=("tier", "use"),
           csv=14, design=True, axis="{TIER} per socket: {use}", table=TierRows(220)),
     # shown too: a long prompt's activations and cache are on the prefill node, which the rows above
-    # (the decode node's) did not show, "DDR/socket used 0.00" beside a 1M-token prompt's 30 GB there
+    # (the decode node's) did not show, "DDR/socket used 0.00" beside a 1M-token prompt's 30 GB there;
+    # its reserved bytes too, so that its rows add up to its capacity (a prefill_hardware may reserve
+    # other than the decode node)
     Field("memory_prefill_node", "B", "The same for a prefill node; empty when prefill is co-located.",
           keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}",
-          table=TierRows(221, label="prefill node {TIER}/socket {use} (GiB)", totals=("free",))),
+          table=TierRows(221, label="prefill node {TIER}/socket {use} (GiB)")),
     # the served run
     Field("throughput", "", "Rates of the served run (first arrival to last token, idle time between requests "
           "included); empty without a workload.", parts=(

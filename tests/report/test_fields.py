@@ -203,3 +203,16 @@ def test_the_memory_uses_and_the_kv_occupancy_capacity_say_where_a_store_is_coun
     assert all(use in described["memory.<tier>.<use>"] for use in USES)
     assert "kv_offload" in described["kv_occupancy.capacity_bytes_per_node"]
     assert "batch x kv_len x kv_bytes_per_token" in described["kv_occupancy.capacity_bytes_per_node"]
+
+
+def test_a_prefill_nodes_rows_add_up_to_its_capacity_when_it_reserves_other_than_the_decode_node():
+    # a prefill_hardware reserving 54 GiB of its 64: the prefill rows had no reserved row and added
+    # up to 10 GiB, with nothing on screen saying why
+    gib = 2**30
+    tier = {"weights": 2 * gib, "kv": 1 * gib, "activations": 3 * gib, "reserved": 8 * gib, "free": 50 * gib}
+    prefill = {"weights": 2 * gib, "kv": 1 * gib, "activations": 3 * gib, "reserved": 54 * gib, "free": 4 * gib}
+    rec = {"name": "p", "memory": {"hbm": tier}, "memory_prefill_node": {"hbm": prefill}}
+    cells = {line[:44].strip(): float(line.split()[-1]) for line in side_by_side([rec]).splitlines()
+             if line.startswith("prefill node HBM/socket")}
+    assert cells["prefill node HBM/socket reserved (GiB)"] == 54.0
+    assert sum(cells.values()) == 64.0
