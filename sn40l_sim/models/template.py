@@ -208,6 +208,13 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                     raise doc.error((phase, "kernels", kernel_id, "operators", i),
                                     f"unknown operator formula {shown(op)} for {template.attention} attention; "
                                     f"known: {', '.join(sorted(known_ops))}")
+                only = FAMILIES[template.attention].phase_operators.get(op, phase)
+                if only != phase:
+                    # its formula reads the other phase's shape: a decode attention in prefill
+                    # attends over no prompt token, a FlashAttention in decode over no tile
+                    raise doc.error((phase, "kernels", kernel_id, "operators", i),
+                                    f"operator {op!r} runs only in {only}, not in {phase} (expected "
+                                    f"{_phase_ops(template.attention, phase)} for {phase} attention)")
             for i, coll in enumerate(entry.collectives):
                 if coll.size not in known_sizes:
                     raise doc.error((phase, "kernels", kernel_id, "collectives", i, "size"),
@@ -218,6 +225,12 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                                     f"expected one of the kernel's operators ({', '.join(entry.operators)}) "
                                     f"on an overlapped collective, got {shown(coll.after)}"
                                     + ("" if coll.overlapped else " on a collective not overlapped"))
+
+
+
+def _phase_ops(kind: str, phase: str) -> str:
+    """The attention operators family ``kind`` runs in ``phase`` only, for a message."""
+    return ", ".join(op for op, only in FAMILIES[kind].phase_operators.items() if only == phase)
 
 
 #: the (template, attention family, model) triples whose dataflow passed :func:`check_dataflow`, by

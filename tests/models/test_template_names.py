@@ -38,3 +38,28 @@ def test_the_template_name_is_a_name_too(tmp_path, capsys):
     assert main(["check", str(tmp_path / "kernels_llama.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ": name: expected a name (results rows and messages show it), got '  '" in err, err
+
+
+@pytest.mark.parametrize("phase, old, new, line", [
+    # decode's attention in a prefill kernel: it attends over the cached kv_len tokens only, none of
+    # the prompt's own (run raised a ValueError for its zero-wide GEMM; a later chunk would be short)
+    ("prefill", "operators: [flash_qk, flash_softmax, flash_pv]", "operators: [gqa_qk, gqa_softmax, gqa_pv]", 39),
+    ("decode", "gqa_qk, gqa_softmax,\n                  gqa_pv,", "flash_qk, flash_softmax,\n                  flash_pv,", 65),
+])
+def test_an_attention_operator_of_the_other_phase_is_refused_by_check_and_run(tmp_path, capsys, phase, old, new, line):
+    text = (REPO / "graphs" / "kernels_llama.yaml").read_text()
+    assert text.count(old) == 1
+    (tmp_path / "kernels_llama.yaml").write_text(text.replace(old, new))
+    (tmp_path / "llama.yaml").write_text((REPO / "graphs" / "llama3_1_8b.yaml").read_text())
+    experiment = (REPO / "experiments" / "llama8b_node8.yaml").read_text()
+    experiment = experiment.replace("../graphs/llama3_1_8b.yaml", "llama.yaml").replace(
+        "../hw_configs/", str(REPO / "hw_configs") + "/")
+    (tmp_path / "exp.yaml").write_text(experiment)
+    for args in (["check", str(tmp_path / "kernels_llama.yaml")],
+                 ["run", str(tmp_path / "exp.yaml"), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        first = "gqa_qk" if phase == "prefill" else "flash_qk"
+        assert err.count("\n") == 1, err
+        assert f"kernels_llama.yaml:{line}: {phase}.kernels." in err and f"operator {first!r} " in err, err
+        assert f"runs only in {'decode' if phase == 'prefill' else 'prefill'}, not in {phase}" in err, err

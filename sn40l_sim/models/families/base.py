@@ -9,6 +9,8 @@ the simulator asks about attention, so no other module branches on the kind:
 ``operators``, ``sizes``   operator and collective-size formulas the kernel templates name
 ``formula_weights``        the operator and collective-size formulas that need a weight only
                            some models of the family have, with the field that gives it
+``phase_operators``        the attention formulas that model one phase only (prefill's over the
+                           prompt, decode's over the cache): another phase's are refused
 ``default_template``       kernel template used when a model file names none
 ``weight_tensors``         the attention weights one layer adds to the tensor inventory
 ``cached_tensors``         what one layer caches per token (widths and KV heads; the KV
@@ -101,6 +103,10 @@ class AttentionSpec(StrictModel):
     #: family have, the field that gives it): a template naming it for a model without the tensor
     #: is refused by name
     formula_weights: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    #: operator formula -> the one phase it models ("prefill" or "decode"): decode attention attends
+    #: over the cached ``kv_len`` tokens alone and prefill's over the prompt's tiles, so either in the
+    #: other phase's kernels would build a graph without the attention that phase runs
+    phase_operators: ClassVar[Mapping[str, str]] = {}
     #: kernel template (a file in ``graphs/``, or an absolute path) used when the model names none
     default_template: ClassVar[str]
     #: where prefill attention's per-query-head keys are when SnapKV scores the prompt:

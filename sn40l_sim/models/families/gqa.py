@@ -227,6 +227,9 @@ class GQAAttentionSpec(AttentionSpec):
 
     operators: ClassVar = OPERATORS
     sizes: ClassVar = SIZES
+    # FlashAttention covers the prompt's causal tiles, the decode GEMMs the cached kv_len tokens
+    phase_operators: ClassVar = {**dict.fromkeys(("flash_qk", "flash_softmax", "flash_pv"), "prefill"),
+                                 **dict.fromkeys(("gqa_qk", "gqa_softmax", "gqa_pv"), "decode")}
     default_template: ClassVar[str] = "kernels_llama.yaml"
     # the prefill attention kernel reads K tiles from the cache the QKV kernel wrote
     prefill_key_source: ClassVar = "cache"

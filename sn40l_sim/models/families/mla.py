@@ -311,6 +311,9 @@ class MLAAttentionSpec(AttentionSpec):
     operators: ClassVar = OPERATORS
     sizes: ClassVar = SIZES
     formula_weights: ClassVar = FORMULA_WEIGHTS
+    # prefill runs the non-absorbed form over the prompt's tiles, decode the absorbed one over the cache
+    phase_operators: ClassVar = {**dict.fromkeys(("mha_qk", "mha_softmax", "mha_pv"), "prefill"),
+                                 **dict.fromkeys(("absorbed_qk", "absorbed_softmax", "absorbed_pv"), "decode")}
     default_template: ClassVar[str] = "kernels_deepseek.yaml"
     # prefill runs the non-absorbed form: the QKV kernel writes a 192-wide key per query head
     prefill_key_source: ClassVar = "activations"
