@@ -18,6 +18,11 @@ writes (:mod:`.dataflow`):
   :mod:`.reductions` accepts with an all-gather of the hidden rows: it is split by output columns, so
   it reads its input whole (DeepSeek's prefill MoE kernel: ``expert_intermediate`` before
   ``expert_down``);
+* a row-parallel GEMM reduced by a ``reduce_scatter`` leaves each socket its share of the reduced
+  rows (sequence parallelism): row-local operators (a residual add, a norm) run on them as they are,
+  from kernel to kernel and layer to layer, but a GEMM of a weight split over the sockets reads every
+  row, so an ``all_gather`` of size ``hidden`` must come first (docs/validation.md: "a reduce-scatter
+  alone would not do");
 * what one part of the graph hands the next, the residual stream ``x`` and the sampled ``tokens``,
   leaves its kernel whole: written split (the MTP projection, sampling over a vocab slice) it needs an
   all-gather, of size ``hidden`` for the residual stream and of the candidates for the tokens;
@@ -61,6 +66,11 @@ if TYPE_CHECKING:
 #: layouts of an activation: on every socket whole, split by columns (heads) over the TP sockets, or
 #: split by sequences over the attention data-parallel groups
 WHOLE, SPLIT, DP = "whole", "split", "dp"
+#: a row-parallel GEMM's output after a reduce-scatter: each socket holds its share of the reduced
+#: rows, which an all-gather of the hidden width makes whole again (docs/validation.md: "a
+#: reduce-scatter alone would not do"). A row-local operator (a norm, a residual add) runs on the
+#: socket's rows as they are; a GEMM of a weight split over the sockets needs every row
+SCATTERED = "scattered"
 #: what one part of the graph hands the next, which must leave its kernel whole
 HANDED = ("x", GRAPH_TOKENS)
 
@@ -93,6 +103,7 @@ class _Op:
     out: str                 # layout it writes when its inputs are as it needs them
     whole_reader: bool       # reads its inputs whole
     counts_seqs: bool        # runs in the data-parallel layout (decode)
+    sharded: bool = False    # applies a weight split over the TP sockets (column or row)
 
 
 def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phase: str) -> tuple[tuple, str] | None:
@@ -105,8 +116,11 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
     ctx = LayoutRecorder(model, shape, ParallelPlan(tp=2, attention_dp=2), template)
     formulas = operators(template.attention)
     seen: dict[str, list[_Op]] = {}
+    layout: dict[str, str] = {}
     for _, ids in phase_parts(spec, model, runs_drafts(spec, model)):
-        layout = {name: WHOLE for name in HANDED}
+        # the residual stream stays reduce-scattered from part to part (sequence parallelism:
+        # each socket's rows), gathered before each GEMM of a split weight that reads it
+        layout = {name: SCATTERED if layout.get(name) == SCATTERED else WHOLE for name in HANDED}
         for kernel_id, _ in ids:
             entry = spec.kernels[kernel_id]
             if kernel_id not in seen:
@@ -128,16 +142,28 @@ def _classify(template: KernelTemplates, ctx: LayoutRecorder, entry: KernelEntry
     weighted = any(step.op.weight_bytes for step in steps)
     reads = frozenset(name for step in steps for name, _ in step.reads)
     writes = frozenset(name for step in steps for name, _ in step.writes)
-    reduced_here = any(c.kind in REDUCING for c in entry.collectives)
+    reducing = [c for c in entry.collectives if c.kind in REDUCING]
     if weighted and "replicated" in rules.values():
         return _Op(op, reads, writes, WHOLE, True, counts)
     if weighted and any(r == "column" or (r == "row" and (op, t) in NOT_PARTIAL) for t, r in rules.items()):
-        return _Op(op, reads, writes, SPLIT, False, counts)
+        return _Op(op, reads, writes, SPLIT, False, counts, True)
     if weighted and "row" in rules.values():
         # its partial sums are :mod:`.reductions`' concern; without a reducing collective in the
-        # kernel it is the column-split form, which reads its input whole
-        return _Op(op, reads, writes, WHOLE, not reduced_here, counts)
+        # kernel it is the column-split form, which reads its input whole; reduced by
+        # reduce-scatters alone, its rows stay split over the sockets
+        out = SCATTERED if _reduction_of(entry, op, reducing) == "reduce_scatter" else WHOLE
+        return _Op(op, reads, writes, out, not reducing, counts, True)
     return _Op(op, reads, writes, DP if counts else "", False, counts)
+
+
+def _reduction_of(entry: KernelEntry, op: str, reducing: list[CollectiveEntry]) -> str | None:
+    """The kind of the collective that reduces row-parallel ``op``: the first placed at or after it,
+    else one placed nowhere (at the kernel's end), as :mod:`.reductions` pairs them."""
+    position = {name: i for i, name in enumerate(entry.operators)}
+    placed = sorted((position[c.after], c.kind) for c in reducing
+                    if c.after is not None and position[c.after] >= position[op])
+    unplaced = [c.kind for c in reducing if c.after is None]
+    return placed[0][1] if placed else (unplaced[0] if unplaced else None)
 
 
 def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) -> str | None:
@@ -150,6 +176,18 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) 
     for i, op in enumerate(ops):
         ins = {name: layout.get(name, WHOLE) for name in op.reads}
         split_in = sorted(n for n, lay in ins.items() if lay == SPLIT)
+        scattered_in = sorted(n for n, lay in ins.items() if lay == SCATTERED)
+        if op.sharded and scattered_in:
+            # a socket's GEMM slice of a split weight runs over every row, of which a
+            # reduce-scattered tensor holds the socket's share: the hidden rows are gathered first
+            name = scattered_in[0]
+            if not _fits([c for c in gathers if c.size == GATHERED_WIDTH], position, written_at.get(name, -1), i):
+                return (f"operator {op.name!r} reads {name!r}, which a reduce_scatter left split over the "
+                        f"tensor-parallel sockets, and no all_gather of size {GATHERED_WIDTH} of the kernel gathers "
+                        f"it before {op.name!r} (expected one, without `after` or after the operator writing "
+                        f"{name!r} and before {op.name!r}, or an all_reduce in place of the reduce_scatter)")
+            ins.update(dict.fromkeys(scattered_in, WHOLE))
+        row_local = bool(scattered_in) and not op.sharded
         if op.whole_reader and split_in:
             name = split_in[0]
             if not _fits([c for c in gathers if c.size != GATHERED_WIDTH], position, written_at.get(name, -1), i):
@@ -174,14 +212,19 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) 
                         f"written in the {switch_from[0]} layout and no all_to_all of the kernel moves "
                         f"{switch_from[2]} before {op.name!r} (expected one all_to_all for each switch of layout)")
             switched[switch_from[0]] = fit
-        if op.out:
+        if row_local and not any(lay in (SPLIT, DP) for lay in ins.values()):
+            out = SCATTERED
+        elif op.out:
             out = op.out
         else:
-            out = SPLIT if any(lay in (SPLIT, DP) for lay in ins.values()) else WHOLE
+            out = (SPLIT if any(lay in (SPLIT, DP) for lay in ins.values())
+                   else SCATTERED if SCATTERED in ins.values() else WHOLE)
         for name in op.writes:
             layout[name] = out
             written_at[name] = i
-            if name in HANDED and out != WHOLE:
+            # reduce-scattered rows may be gathered in a later kernel or part (before a GEMM of a
+            # split weight, above)
+            if name in HANDED and out not in (WHOLE, SCATTERED):
                 wanted = [c for c in gathers if (c.size == GATHERED_WIDTH) == (name == "x")]
                 if not _fits(wanted, position, i, len(entry.operators)):
                     size = f"of size {GATHERED_WIDTH}" if name == "x" else "of what each socket picked"
@@ -189,6 +232,12 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) 
                             f"split over the tensor-parallel sockets, and no all_gather {size} of the kernel "
                             f"gathers it (expected one, without `after` or after {op.name!r})")
                 layout[name] = WHOLE
+    # an all-gather of the hidden rows placed after a reduce-scattered tensor is written gathers it
+    # for what follows (which tensor a gather carries is not written, as for the column-split ones)
+    regathered = [c for c in gathers if c.size == GATHERED_WIDTH]
+    for name, lay in list(layout.items()):
+        if lay == SCATTERED and _fits(regathered, position, written_at.get(name, -1), len(entry.operators)):
+            layout[name] = WHOLE
     return None
 
 
