@@ -227,7 +227,6 @@ def _check_names(template: KernelTemplates, doc: Document) -> None:
                                     + ("" if coll.overlapped else " on a collective not overlapped"))
 
 
-
 def _phase_ops(kind: str, phase: str) -> str:
     """The attention operators family ``kind`` runs in ``phase`` only, for a message."""
     return ", ".join(op for op, only in FAMILIES[kind].phase_operators.items() if only == phase)
