@@ -246,13 +246,22 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
 def _check_last_arrival(asm: Assembly, rows: Sequence[TraceRow] | None) -> None:
     """Refuse, as building the requests refuses it once the steps are timed, a workload whose last
     request arrives later than the serving clock counts; with a rate search, at its slowest probe
-    (``low_per_s``: the later probes come faster), at that field."""
+    (``low_per_s``: the later probes come faster), at that field. ``count: batch`` counts the
+    decode slots, with ``batch: max`` the smallest compiled batch's: a larger one may still pass
+    the clock, which ``run`` then refuses once it knows the batch."""
     exp = asm.experiment
     search = exp.spec.rate_search
     slowest = asm if search is None else at_rate(asm, search.low_per_s)
     clock_hz = asm.node.socket.clock_hz
-    last = last_arrival_s(slowest.experiment.spec.workload, exp.spec.serving.seed, rows, MAX_ARRIVAL_CYCLES / clock_hz)
-    if last is None:   # count: batch, known with the batch
+    workload = slowest.experiment.spec.workload
+    serving = exp.spec.serving
+    if getattr(workload, "count", None) == "batch" and exp.spec.multi_model is None:
+        # as many requests a round as decode slots: with batch: max at least the smallest compiled
+        # batch's (a larger batch that fits only adds arrivals, later ones: the same draws first)
+        batch = min(serving.batch_sizes) if serving.batch == "max" else int(serving.batch)
+        workload = workload.model_copy(update={"count": batch * serving.decode_nodes * workload.rounds})
+    last = last_arrival_s(workload, serving.seed, rows, MAX_ARRIVAL_CYCLES / clock_hz)
+    if last is None:   # count: batch of several models' slots, known with their batches
         return
     try:
         check_arrivals(last, clock_hz)

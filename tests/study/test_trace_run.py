@@ -191,3 +191,23 @@ def test_arrivals_later_than_the_serving_clock_counts_are_refused_by_check_and_r
     assert main(["check", str(path)]) == 2
     assert ":13: rate_search.low_per_s: at the search's low end, the last request arrives 2.02e+09 s" in \
         capsys.readouterr().err
+
+
+def test_a_count_of_batch_arriving_later_than_the_serving_clock_is_refused_by_check_as_by_run(tmp_path, capsys):
+    # count: batch makes as many requests a round as decode slots (4 here): check left their last
+    # arrival to run, which refused it once the steps were timed, while check said ok
+    path = experiment(tmp_path)
+    fixed = "{kind: fixed, count: batch, rounds: 300, interval_s: 1e6, output_len: 8}"
+    path.write_text(path.read_text().replace("{kind: trace, path: azure.csv}", fixed))
+    for command in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"{path}:8: workload: the last request arrives 1.2e+09 s after the serve starts" in err
+    # 4 x 100 requests arrive within the clock's 7.2e8 s: both accept it
+    path.write_text(path.read_text().replace("rounds: 300", "rounds: 100"))
+    assert main(["check", str(path)]) == 0
+    # with batch: max, at least the smallest compiled batch's slots arrive: 8 x 100 arriving 1e6 s apart pass it
+    path.write_text(path.read_text().replace("batch: 4, batch_sizes: [4]", "batch: max, batch_sizes: [8, 16]"))
+    assert main(["check", str(path)]) == 2
+    assert "the last request arrives 7.99e+08 s after the serve starts" in capsys.readouterr().err
