@@ -109,7 +109,8 @@ class Collective:
     #: runs beside that operator's part of the kernel's stream only, and the stream's later data
     #: tiles wait for it (the operators after it read the reduced rows;
     #: :mod:`sn40l_sim.mapper.windows`). Empty: it carries every data tile's output as the tile
-    #: comes out (a token-sliced kernel, prefill's) and runs beside the whole stream.
+    #: comes out (a token-sliced kernel, prefill's, whatever its template's ``after:``) and runs
+    #: beside the whole stream.
     after: str = ""
 
 

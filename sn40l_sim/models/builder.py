@@ -375,12 +375,17 @@ def _kernel(ctx: Ctx, kernel_id: str, entry: KernelEntry, ops: dict[str, Operato
             size_of: dict[str, SizeFormula]) -> tuple[list[list[Step]], FusedKernel]:
     per_op = [ops[name](ctx) for name in entry.operators]
     collectives = []
+    # a window of the stream is a decode kernel's: its data tiles are weight tiles holding every
+    # token's rows. Prefill's are token slices, each carrying its rows as it comes out, so there
+    # `after` only places the collective in the kernel's order for the template checks
+    # (Collective.after; docs/validation.md, "Decode all-reduces under the GEMM")
+    windowed = ctx.phase == "decode"
     for coll in entry.collectives:
         size = size_of[coll.size](ctx)
         if size > 0 and ctx.tp > 1:
             collectives.append(Collective(kind=coll.kind, bytes=size, group=ctx.tp,
                                           overlapped=coll.overlapped, name=coll.size,
-                                          after=coll.after or ""))
+                                          after=(coll.after or "") if windowed else ""))
     notes = tuple(n for steps in per_op for s in steps for n in s.notes)
     kernel = FusedKernel(name="", kind=entry.kind or entry.name or kernel_id, phase=ctx.phase, operators=(),
                          collectives=tuple(collectives), shards=ctx.plan.sockets, notes=notes)

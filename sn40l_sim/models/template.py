@@ -42,7 +42,9 @@ class CollectiveEntry(StrictModel):
     kind: CollectiveKind
     overlapped: Flag = False
     #: the kernel's operator whose output an overlapped collective carries (see
-    #: :attr:`sn40l_sim.ir.Collective.after`); only with ``overlapped: true``
+    #: :attr:`sn40l_sim.ir.Collective.after`); only with ``overlapped: true``. In decode it runs in
+    #: that operator's window of the stream; in prefill, whose data tiles are token slices, it only
+    #: places the collective in the kernel's order for the template checks
     after: str | None = None
 
 
