@@ -31,7 +31,8 @@ writes (:mod:`.dataflow`):
   sequences that reads a head-split activation needs an ``all_to_all`` (TP to DP layout: ``mla_q_to_dp``,
   ``gqa_q_to_dp``), and an operator of the TP layout reading what such an operator wrote needs another
   (``mla_o_to_tp``, ``gqa_o_to_tp``). Their sizes are zero with ``attention_dp = 1``, so a decode
-  template carries them whatever the plan.
+  template carries them whatever the plan. An all-to-all that no switch takes (one written twice)
+  would move rows already in the layout their readers need, and is refused.
 
 What it cannot see. A collective without ``after`` has no place in the kernel's order, so only one
 with ``after`` can be found too late (after the operator that reads the gathered tensor); one all-gather
@@ -117,6 +118,7 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
     formulas = operators(template.attention)
     seen: dict[str, list[_Op]] = {}
     layout: dict[str, str] = {}
+    idle: list[tuple[str, str]] = []   # (kernel, message): said once no switch is missing anywhere
     for _, ids in phase_parts(spec, model, runs_drafts(spec, model)):
         # the residual stream stays reduce-scattered from part to part (sequence parallelism:
         # each socket's rows), gathered before each GEMM of a split weight that reads it
@@ -125,9 +127,13 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
             entry = spec.kernels[kernel_id]
             if kernel_id not in seen:
                 seen[kernel_id] = [_classify(template, ctx, entry, op, formulas[op](ctx), phase) for op in entry.operators]
-            problem = _kernel_problem(entry, seen[kernel_id], layout)
+            problem = _kernel_problem(entry, seen[kernel_id], layout, idle, kernel_id)
             if problem is not None:
                 return (phase, "kernels", kernel_id, "collectives"), f"kernel {kernel_id!r}: {problem}"
+    if idle:
+        # after the switches missing: an all-to-all in the kernel before its reader's is idle there
+        kernel_id, problem = idle[0]
+        return (phase, "kernels", kernel_id, "collectives"), f"kernel {kernel_id!r}: {problem}"
     return None
 
 
@@ -166,8 +172,10 @@ def _reduction_of(entry: KernelEntry, op: str, reducing: list[CollectiveEntry]) 
     return placed[0][1] if placed else (unplaced[0] if unplaced else None)
 
 
-def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) -> str | None:
-    """The first gather or layout switch the kernel lacks, updating ``layout`` with what it writes."""
+def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str], idle: list[tuple[str, str]],
+                    kernel_id: str) -> str | None:
+    """The first gather or layout switch the kernel lacks, updating ``layout`` with what it writes
+    and noting in ``idle`` an all-to-all of ``kernel_id`` that switches nothing."""
     gathers = [c for c in entry.collectives if c.kind == "all_gather"]
     switches = [c for c in entry.collectives if c.kind == "all_to_all"]
     position = {op: i for i, op in enumerate(entry.operators)}
@@ -232,6 +240,14 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str]) 
                             f"split over the tensor-parallel sockets, and no all_gather {size} of the kernel "
                             f"gathers it (expected one, without `after` or after {op.name!r})")
                 layout[name] = WHOLE
+    # an all-to-all no switch took moves rows already in the layout their readers need (a second
+    # one of a direction, or one in a kernel without data-parallel attention): its bytes and time
+    # would be counted for nothing, as a reduction no group takes is (:mod:`.reductions`)
+    unused = [c for c in switches if not any(c is s for s in switched.values())]
+    if unused:
+        idle.append((kernel_id, f"all_to_all of size {unused[0].size} switches no layout: no operator of the kernel "
+                     f"reads in the data-parallel layout what was written in the tensor-parallel one, or back, that "
+                     f"another all_to_all does not already move (expected one all_to_all for each switch of layout)"))
     # an all-gather of the hidden rows placed after a reduce-scattered tensor is written gathers it
     # for what follows (which tensor a gather carries is not written, as for the column-split ones)
     regathered = [c for c in gathers if c.size == GATHERED_WIDTH]
