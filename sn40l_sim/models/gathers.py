@@ -14,10 +14,10 @@ writes (:mod:`.dataflow`):
 * an operator that applies a ``replicated`` weight to the rows it reads (a norm over the hidden or
   latent width, the router) reads them whole: a split activation it reads needs an ``all_gather``
   in its kernel (DeepSeek's ``latent`` before ``q_norm`` and ``kv_norm``);
-* a row-parallel GEMM in a kernel with no all-reduce or reduce-scatter is the column-split form that
-  :mod:`.reductions` accepts with an all-gather of the hidden rows: it is split by output columns, so
-  it reads its input whole (DeepSeek's prefill MoE kernel: ``expert_intermediate`` before
-  ``expert_down``);
+* a row-parallel GEMM whose group of partial sums :mod:`.reductions` pairs with an all-gather of the
+  hidden rows is the column-split form: it is split by output columns, so it reads its input whole
+  (DeepSeek's prefill MoE kernel: ``expert_intermediate`` before ``expert_down``), whatever reduces
+  the kernel's other groups, and rows switched back from the sequences to the heads are head-split;
 * a row-parallel GEMM reduced by a ``reduce_scatter`` leaves each socket its share of the reduced
   rows (sequence parallelism): row-local operators (a residual add, a norm) run on them as they are,
   from kernel to kernel and layer to layer, but a GEMM of a weight split over the sockets reads every
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.models.dataflow import GRAPH_TOKENS, PROBE_TOKENS, phase_parts, runs_drafts
 from sn40l_sim.models.formulas import operators
-from sn40l_sim.models.reductions import GATHERED_WIDTH, NOT_PARTIAL, REDUCING, RuleRecorder
+from sn40l_sim.models.reductions import GATHERED_WIDTH, NOT_PARTIAL, REDUCING, RuleRecorder, completing
 
 if TYPE_CHECKING:
     from sn40l_sim.models.context import Step
@@ -126,7 +126,10 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
         for kernel_id, _ in ids:
             entry = spec.kernels[kernel_id]
             if kernel_id not in seen:
-                seen[kernel_id] = [_classify(template, ctx, entry, op, formulas[op](ctx), phase) for op in entry.operators]
+                paired = completing(template, ctx, entry)
+                ctx.counted.clear()
+                seen[kernel_id] = [_classify(template, ctx, entry, op, formulas[op](ctx), phase, paired.get(i))
+                                   for i, op in enumerate(entry.operators)]
             problem = _kernel_problem(entry, seen[kernel_id], layout, idle, kernel_id)
             if problem is not None:
                 return (phase, "kernels", kernel_id, "collectives"), f"kernel {kernel_id!r}: {problem}"
@@ -138,8 +141,9 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
 
 
 def _classify(template: KernelTemplates, ctx: LayoutRecorder, entry: KernelEntry, op: str, steps: list[Step],
-              phase: str) -> _Op:
-    """How operator ``op`` (its formula's ``steps``, evaluated with ``ctx``) treats layouts."""
+              phase: str, completer: CollectiveEntry | None = None) -> _Op:
+    """How operator ``op`` (its formula's ``steps``, evaluated with ``ctx``) treats layouts; a
+    row-parallel GEMM's ``completer`` is the collective :mod:`.reductions` pairs with its group."""
     asked = list(ctx.asked)
     counts = bool(ctx.counted) and phase == "decode"
     ctx.asked.clear()
@@ -157,6 +161,11 @@ def _classify(template: KernelTemplates, ctx: LayoutRecorder, entry: KernelEntry
         # its partial sums are :mod:`.reductions`' concern; without a reducing collective in the
         # kernel it is the column-split form, which reads its input whole; reduced by
         # reduce-scatters alone, its rows stay split over the sockets
+        if completer is not None:
+            # paired by group: a fused decoder's o_proj completed by an all-gather is the
+            # column-split form even when a later group's all-reduce is in the kernel
+            return _Op(op, reads, writes, SCATTERED if completer.kind == "reduce_scatter" else WHOLE,
+                       completer.kind == "all_gather", counts, True)
         out = SCATTERED if _reduction_of(entry, op, reducing) == "reduce_scatter" else WHOLE
         return _Op(op, reads, writes, out, not reducing, counts, True)
     return _Op(op, reads, writes, DP if counts else "", False, counts)
@@ -183,7 +192,8 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str], 
     switched: dict[str, CollectiveEntry] = {}   # direction (from TP, from DP) -> the all-to-all taking it
     for i, op in enumerate(ops):
         ins = {name: layout.get(name, WHOLE) for name in op.reads}
-        split_in = sorted(n for n, lay in ins.items() if lay == SPLIT)
+        # rows switched back from the sequences to the heads (an all-to-all) are head-split again
+        split_in = sorted(n for n, lay in ins.items() if lay == SPLIT or (lay == DP and not op.counts_seqs))
         scattered_in = sorted(n for n, lay in ins.items() if lay == SCATTERED)
         if op.sharded and scattered_in:
             # a socket's GEMM slice of a split weight runs over every row, of which a

@@ -73,7 +73,6 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     unreduced, as (field path in the template file, message), or None."""
     spec = getattr(template, phase)
     shape = (Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 1, 0, kv_len=PROBE_TOKENS))
-    formulas = operators(template.attention)
     ctx = RuleRecorder(model, shape, ParallelPlan(tp=2), template)
     # the kernels this model calls: a template's MTP or MoE kernels are not evaluated for a model
     # without that module (their formulas read its tensors)
@@ -81,31 +80,8 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     for kernel_id, entry in spec.kernels.items():
         if kernel_id not in called:
             continue
-        groups: list[list[int]] = []   # operator positions of each group of row-parallel GEMMs
-        written: list[set[int]] = []   # per operator, the bytes of each activation it writes
-        partial: set[str] = set()      # activations holding the open group's partial sums
-        closed = True                  # an operator has read the open group's partial sums
-        for i, op in enumerate(entry.operators):
-            ctx.asked.clear()
-            steps = formulas[op](ctx)
-            written.append({n_bytes for step in steps for _, n_bytes in step.writes})
-            reads = {name for step in steps for name, _ in step.reads}
-            writes = {name for step in steps for name, _ in step.writes}
-            # a GEMM (or lookup) over a row-split weight; an operator that only asks such a weight's
-            # width (the FFN's activation, sized by the down GEMM's input slice) reads no weight
-            if (any(step.op.weight_bytes for step in steps)
-                    and any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked)):
-                if closed:
-                    groups.append([])
-                    partial, closed = set(), False
-                groups[-1].append(i)
-                partial |= writes
-            elif reads & partial:
-                # what reads a partial sum is partial too (a residual add, a combine), and the group
-                # is complete: a row-parallel GEMM after it starts another that needs its own reduction
-                partial |= writes
-                closed = True
-        g, left = _unmatched_group(template, ctx, entry, groups, written)
+        groups, written = _groups(template, ctx, entry)
+        g, left, _ = _matched(template, ctx, entry, groups, written)
         surplus = [i for i, c in enumerate(entry.collectives) if c.kind in REDUCING and any(c is f for f in left)]
         if g is None and surplus:
             # a sum over the sockets of what each holds whole is the tensor times the TP degree
@@ -129,12 +105,55 @@ def unreduced_row_parallel(template: KernelTemplates, model: ModelSpec, phase: s
     return None
 
 
-def _unmatched_group(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, groups: list[list[int]],
-                     written: list[set[int]]) -> tuple[int | None, list[CollectiveEntry]]:
+def completing(template: KernelTemplates, ctx: RuleRecorder, entry: KernelEntry) -> dict[int, CollectiveEntry]:
+    """Each row-parallel GEMM of ``entry`` (by operator position) and the collective that completes
+    its group's partial sums, paired as the rule pairs them (an all-gather of the hidden rows: the
+    column-split form, whose GEMMs read their input whole, :mod:`.gathers`)."""
+    groups, written = _groups(template, ctx, entry)
+    pairs = _matched(template, ctx, entry, groups, written)[2]
+    return {i: c for group, c in zip(groups, pairs, strict=False) for i in group}
+
+
+def _groups(template: KernelTemplates, ctx: RuleRecorder, entry: KernelEntry) -> tuple[list[list[int]], list[set[int]]]:
+    """The operator positions of each group of ``entry``'s row-parallel GEMMs, and per operator the
+    bytes of each activation it writes."""
+    formulas = operators(template.attention)
+    groups: list[list[int]] = []
+    written: list[set[int]] = []
+    partial: set[str] = set()      # activations holding the open group's partial sums
+    closed = True                  # an operator has read the open group's partial sums
+    for i, op in enumerate(entry.operators):
+        ctx.asked.clear()
+        steps = formulas[op](ctx)
+        written.append({n_bytes for step in steps for _, n_bytes in step.writes})
+        reads = {name for step in steps for name, _ in step.reads}
+        writes = {name for step in steps for name, _ in step.writes}
+        # a GEMM (or lookup) over a row-split weight; an operator that only asks such a weight's
+        # width (the FFN's activation, sized by the down GEMM's input slice) reads no weight
+        if (any(step.op.weight_bytes for step in steps)
+                and any(template.sharding.get(t) == "row" and (op, t) not in NOT_PARTIAL for t in ctx.asked)):
+            if closed:
+                groups.append([])
+                partial, closed = set(), False
+            groups[-1].append(i)
+            partial |= writes
+        elif reads & partial:
+            # what reads a partial sum is partial too (a residual add, a combine), and the group
+            # is complete: a row-parallel GEMM after it starts another that needs its own reduction
+            partial |= writes
+            closed = True
+    ctx.asked.clear()
+    return groups, written
+
+
+def _matched(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, groups: list[list[int]],
+             written: list[set[int]]) -> tuple[int | None, list[CollectiveEntry], list[CollectiveEntry]]:
     """The first group of row-parallel GEMMs (by operator positions) that no collective of the kernel
-    reduces, each collective reducing one group at most, or None; and the collectives no group took."""
+    reduces, each collective reducing one group at most, or None; the collectives no group took; and
+    the collective each group before that one took."""
     position = {op: i for i, op in enumerate(entry.operators)}
     free = list(entry.collectives)
+    taken_by: list[CollectiveEntry] = []
     for g, group in enumerate(groups):
         end = groups[g + 1][0] if g + 1 < len(groups) else len(entry.operators)
         # a collective that completes the partial sums carries them: its size is that of an
@@ -146,9 +165,10 @@ def _unmatched_group(template: KernelTemplates, ctx: Ctx, entry: KernelEntry, gr
                 and (c.after is None or group[-1] <= position[c.after] < end)
                 and sizes(template.attention)[c.size](ctx) in carried]
         if not fits:
-            return g, free
+            return g, free, taken_by
         # one placed in the group's window before one left for the kernel's end, which a later group
         # may need; of those alike, a reducing one before a gathering one
         taken = min(fits, key=lambda c: (c.after is None, c.kind not in REDUCING))
         free = [c for c in free if c is not taken]
-    return None, free
+        taken_by.append(taken)
+    return None, free, taken_by
