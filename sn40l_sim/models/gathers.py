@@ -22,7 +22,7 @@ writes (:mod:`.dataflow`):
   rows (sequence parallelism): row-local operators (a residual add, a norm) run on them as they are,
   from kernel to kernel and layer to layer, but a GEMM of a weight split over the sockets reads every
   row, so an ``all_gather`` of size ``hidden`` must come first (docs/validation.md: "a reduce-scatter
-  alone would not do");
+  alone would not do"), not one that completes a column-split GEMM's output after it;
 * what one part of the graph hands the next, the residual stream ``x`` and the sampled ``tokens``,
   leaves its kernel whole: written split (the MTP projection, sampling over a vocab slice) it needs an
   all-gather, of size ``hidden`` for the residual stream and of the candidates for the tokens;
@@ -116,7 +116,7 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
     shape = (Shape("prefill", 1, PROBE_TOKENS) if phase == "prefill" else Shape("decode", 2, 0, kv_len=PROBE_TOKENS))
     ctx = LayoutRecorder(model, shape, ParallelPlan(tp=2, attention_dp=2), template)
     formulas = operators(template.attention)
-    seen: dict[str, list[_Op]] = {}
+    seen: dict[str, tuple[list[_Op], list[CollectiveEntry]]] = {}
     layout: dict[str, str] = {}
     idle: list[tuple[str, str]] = []   # (kernel, message): said once no switch is missing anywhere
     for _, ids in phase_parts(spec, model, runs_drafts(spec, model)):
@@ -128,9 +128,9 @@ def ungathered_column_parallel(template: KernelTemplates, model: ModelSpec, phas
             if kernel_id not in seen:
                 paired = completing(template, ctx, entry)
                 ctx.counted.clear()
-                seen[kernel_id] = [_classify(template, ctx, entry, op, formulas[op](ctx), phase, paired.get(i))
-                                   for i, op in enumerate(entry.operators)]
-            problem = _kernel_problem(entry, seen[kernel_id], layout, idle, kernel_id)
+                seen[kernel_id] = ([_classify(template, ctx, entry, op, formulas[op](ctx), phase, paired.get(i))
+                                    for i, op in enumerate(entry.operators)], list(paired.values()))
+            problem = _kernel_problem(entry, *seen[kernel_id], layout, idle, kernel_id)
             if problem is not None:
                 return (phase, "kernels", kernel_id, "collectives"), f"kernel {kernel_id!r}: {problem}"
     if idle:
@@ -181,10 +181,11 @@ def _reduction_of(entry: KernelEntry, op: str, reducing: list[CollectiveEntry]) 
     return placed[0][1] if placed else (unplaced[0] if unplaced else None)
 
 
-def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str], idle: list[tuple[str, str]],
-                    kernel_id: str) -> str | None:
+def _kernel_problem(entry: KernelEntry, ops: list[_Op], paired: list[CollectiveEntry], layout: dict[str, str],
+                    idle: list[tuple[str, str]], kernel_id: str) -> str | None:
     """The first gather or layout switch the kernel lacks, updating ``layout`` with what it writes
-    and noting in ``idle`` an all-to-all of ``kernel_id`` that switches nothing."""
+    and noting in ``idle`` an all-to-all of ``kernel_id`` that switches nothing (``paired``: the
+    collectives :mod:`.reductions` pairs with the kernel's row-parallel GEMMs)."""
     gathers = [c for c in entry.collectives if c.kind == "all_gather"]
     switches = [c for c in entry.collectives if c.kind == "all_to_all"]
     position = {op: i for i, op in enumerate(entry.operators)}
@@ -199,7 +200,9 @@ def _kernel_problem(entry: KernelEntry, ops: list[_Op], layout: dict[str, str], 
             # a socket's GEMM slice of a split weight runs over every row, of which a
             # reduce-scattered tensor holds the socket's share: the hidden rows are gathered first
             name = scattered_in[0]
-            if not _fits([c for c in gathers if c.size == GATHERED_WIDTH], position, written_at.get(name, -1), i):
+            # not one that completes a column-split GEMM's output: it runs after that GEMM
+            unpaired = [c for c in gathers if c.size == GATHERED_WIDTH and not any(c is p for p in paired)]
+            if not _fits(unpaired, position, written_at.get(name, -1), i):
                 return (f"operator {op.name!r} reads {name!r}, which a reduce_scatter left split over the "
                         f"tensor-parallel sockets, and no all_gather of size {GATHERED_WIDTH} of the kernel gathers "
                         f"it before {op.name!r} (expected one, without `after` or after the operator writing "

@@ -218,3 +218,29 @@ def test_a_fused_decoder_all_reduce_swapped_for_an_all_gather_is_refused(tmp_pat
     with pytest.raises(InputError) as err:
         _reduce_scattered(tmp_path, line, line.replace("all_reduce", "all_gather"))
     assert f"operator {op!r} reads {read!r} whole" in str(err.value), err.value
+
+
+DEEPSEEK_O_PROJ = ("      # P2P starts after the first output tile and runs under the rest of the GEMM\n"
+                   "      collectives: [{size: hidden, kind: all_reduce, overlapped: true}]\n")
+
+
+@pytest.mark.parametrize("router, passes", [("", False), ("\n      collectives: [{size: hidden, kind: all_gather}]", True)])
+def test_the_moe_kernels_output_gather_does_not_gather_its_input_too(tmp_path: Path, router: str, passes: bool) -> None:
+    # DeepSeek-R1's prefill output projection reduce-scattered: the MoE kernel's all-gather of the hidden
+    # rows completes its column-split down GEMM and runs after it, so the gate/up GEMMs before it read
+    # the socket's share of the rows as every row (16% fewer prefill collective bytes) unless another
+    # kernel gathers them (the router, docs/validation.md's sequence-parallel layout)
+    text = (GRAPHS_DIR / "kernels_deepseek.yaml").read_text()
+    router_ops = "      operators: [ffn_norm, router_gemm, router_score, router_topk]\n"
+    assert text.count(DEEPSEEK_O_PROJ) == 1 and text.count(router_ops) == 1
+    text = text.replace(DEEPSEEK_O_PROJ, DEEPSEEK_O_PROJ.replace("all_reduce", "reduce_scatter"))
+    text = text.replace(router_ops, router_ops.rstrip("\n") + router + "\n")
+    path = tmp_path / "kernels_deepseek.yaml"
+    path.write_text(text)
+    model = load_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    if passes:
+        load_templates_for(path, model)
+        return
+    with pytest.raises(InputError) as err:
+        load_templates_for(path, model)
+    assert "kernel 'moe_ffn': operator 'expert_gate_up'" in str(err.value), err.value
