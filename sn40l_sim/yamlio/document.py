@@ -238,6 +238,10 @@ def load_document(path: str | Path, *, upgrade: Callable[[Document], None] | Non
     >>> doc.where(("y", "q"))[1], doc.where(("y", "p"))[1]
     (2, 2)
     """
+    # a Python caller's argument (load_hardware, load_model, experiment_with_sets): None or a number
+    # was a TypeError from os.path, and "" read as the working folder (".: is a folder")
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, str) and not path.strip():
+        raise InputError(f"path: expected the path of a YAML file, got {shown(path)}")
     path = shown_path(path)
     if path.resolve() in _seen:
         raise InputError("'base:' files refer to each other in a cycle", file=path, field="base")

@@ -42,3 +42,17 @@ def test_an_empty_path_is_refused_as_one(tmp_path, capsys, case):
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err and "is a folder" not in err, err
+
+
+@pytest.mark.parametrize("wrong", [None, 3, b"hw.yaml", ["hw.yaml"], "", "  "])
+def test_a_python_caller_passing_no_path_is_told_so(wrong):
+    """From Python, a loader given no path (None, a number, bytes, "") raised a TypeError from
+    os.path, or read "" as the working folder; the argparse commands refuse an empty one already."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.study.sweep.base import experiment_with_sets
+
+    for load in (load_hardware, load_model, lambda path: experiment_with_sets(path, {})):
+        with pytest.raises(InputError, match=r"^path: expected the path of a YAML file, got "):
+            load(wrong)
