@@ -181,13 +181,21 @@ def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:
     return kv_sharding(model, max(1, plan.tp // plan.attention_dp)).row_shards
 
 
-def _check_sizing_args(plan: ParallelPlan, batch: int, cache_len: int, phase: str) -> None:
+def _check_sizing_args(model: ModelSpec, plan: ParallelPlan, batch: int, cache_len: int, phase: str,
+                       include_mtp: bool | int = False) -> None:
     """A Python caller's bad argument as an :class:`InputError` naming it, not a wrong number
-    (``tp=0`` read as one socket, ``phase="decod"`` as decode) or an ``AttributeError`` deep inside."""
+    (``tp=0`` read as one socket, ``phase="decod"`` as decode, ``include_mtp=-1`` as one layer
+    fewer than none) or an ``AttributeError`` or ``TypeError`` deep inside."""
+    if not isinstance(model, ModelSpec):
+        raise InputError(f"model: expected a ModelSpec, such as load_model('graphs/llama3_1_8b.yaml'), got {shown(model)}")
     if not isinstance(plan, ParallelPlan):
         raise InputError(f"plan: expected a ParallelPlan, such as ParallelPlan(tp=8), got {shown(plan)}")
-    if plan.tp < 1 or plan.attention_dp < 1 or plan.tp % plan.attention_dp:
-        raise InputError(f"plan: attention_dp ({plan.attention_dp}) must divide tp ({plan.tp}), both >= 1")
+    if not all(isinstance(n, Integral) and not isinstance(n, bool) for n in (plan.tp, plan.attention_dp)) \
+            or plan.tp < 1 or plan.attention_dp < 1 or plan.tp % plan.attention_dp:
+        raise InputError(f"plan: attention_dp ({shown(plan.attention_dp)}) must divide tp ({shown(plan.tp)}), "
+                         "both integers >= 1")
+    if not isinstance(include_mtp, (bool, Integral)) or include_mtp < 0:
+        raise InputError(f"include_mtp: expected True, False or a number of drafts >= 0, got {shown(include_mtp)}")
     for name, value in (("batch", batch), ("cache_len", cache_len)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
             raise InputError(f"{name}: expected an integer >= 0, got {shown(value)}")
@@ -227,9 +235,11 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     Raises
     ------
     InputError
-        Naming the argument, for a ``plan`` that is not a :class:`~sn40l_sim.ir.ParallelPlan` of
-        ``tp >= 1`` divided by its ``attention_dp``, a ``batch`` or ``cache_len`` that is not an
-        integer >= 0, or a ``phase`` other than ``"prefill"`` and ``"decode"``.
+        Naming the argument, for a ``model`` that is not a :class:`~sn40l_sim.models.spec.ModelSpec`,
+        a ``plan`` that is not a :class:`~sn40l_sim.ir.ParallelPlan` of integers ``tp >= 1`` divided
+        by its ``attention_dp``, a ``batch`` or ``cache_len`` that is not an integer >= 0, an
+        ``include_mtp`` that is neither a bool nor an integer >= 0, or a ``phase`` other than
+        ``"prefill"`` and ``"decode"``.
 
     Examples
     --------
@@ -242,7 +252,7 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     >>> kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, phase="prefill") == 131072 * 70272 // 16
     True
     """
-    _check_sizing_args(plan, batch, cache_len, phase)
+    _check_sizing_args(model, plan, batch, cache_len, phase, include_mtp)
     sequences, heads = kv_share(model, plan, batch)
     # a token's rows on the socket: its share of the KV heads, and of a shared head's rows where
     # the sockets sharing it only write them (see above)

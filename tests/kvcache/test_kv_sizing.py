@@ -158,6 +158,25 @@ def test_kv_bytes_per_socket_names_a_bad_argument(plan, batch, cache_len, phase,
     assert str(caught.value).startswith(named)
 
 
+@pytest.mark.parametrize("model, plan, include_mtp, named", [
+    (None, ParallelPlan(16), False, "model: expected a ModelSpec"),
+    ("r1", ParallelPlan("16"), False, "plan: attention_dp (1) must divide tp ('16'), both integers >= 1"),
+    ("r1", ParallelPlan(None), False, "plan: attention_dp (1) must divide tp (None)"),
+    ("r1", ParallelPlan(16), -1, "include_mtp: expected True, False or a number of drafts >= 0, got -1"),
+    ("r1", ParallelPlan(16), 1.5, "include_mtp: expected True, False or a number of drafts >= 0, got 1.5"),
+    ("r1", ParallelPlan(16), "x", "include_mtp: expected True, False or a number of drafts >= 0, got 'x'"),
+])
+def test_kv_bytes_per_socket_names_a_bad_model_plan_or_include_mtp(model, plan, include_mtp, named):
+    """include_mtp=-1 gave one layer's bytes fewer than no MTP at all (a silently wrong number, the
+    count of modules being min(drafts, modules)); a model of None an AttributeError, a tp of '16' a
+    TypeError, include_mtp='x' a ValueError, each from deep inside."""
+    from sn40l_sim.errors import InputError
+    r1 = deepseek_r1() if model == "r1" else model
+    with pytest.raises(InputError) as caught:
+        kv_bytes_per_socket(r1, plan, 1, 1, include_mtp=include_mtp)
+    assert str(caught.value).startswith(named)
+
+
 def test_kv_bytes_per_socket_takes_numpy_integers():
     import numpy as np
     model = llama("8b")
