@@ -35,7 +35,6 @@ from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import with_overrides
 from sn40l_sim.hardware.spec import NodeSpec
-from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.models.spec import ModelSpec
@@ -48,6 +47,7 @@ from sn40l_sim.serving.workload import Request, build_requests
 from sn40l_sim.study.experiment import Experiment, load_experiment, memory_order
 from sn40l_sim.study.experiment_files import (
     check_drafts_have_mtp,
+    check_given_specs,
     check_template_drafts,
     experiment_hardware,
     experiment_model,
@@ -69,7 +69,7 @@ from sn40l_sim.study.points import (
     warn_unfilled_slots,
     warn_window_past_prompt,
 )
-from sn40l_sim.study.step_timing import memory_placer, step_timer  # notebooks and scripts import them from here
+from sn40l_sim.study.step_timing import memory_placer, plan_of, prefill_lens, step_timer  # imported from here too
 
 #: the lower layers' word for what was wrong (a :class:`PointSetup` field, or the engine's
 #: collective ``group`` and ``collective_algorithm``) -> the experiment field it comes from, for error locations (a tuple: the
@@ -89,28 +89,6 @@ SETUP_FIELDS = {
     "model": ("model_overrides", "model"),
     "policy": "policies",   # a policy's kernels; locate names the point's entry when given the point
 }
-
-
-def plan_of(phase_plan: Any) -> ParallelPlan:
-    """The IR's :class:`ParallelPlan` of an experiment's ``parallel.<phase>`` section."""
-    return ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
-
-
-def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
-    """The compiled prompt lengths of the static prefill graph: the experiment's
-    ``serving.prefill_lens`` when it gives them, else powers of two closed by the model's maximum
-    context (no graph is compiled for more positions than the model has: DeepSeek-R1's 163,840-token
-    context ran a 150,000-token prompt on a 262,144-token graph, timed and sized as such).
-
-    >>> from types import SimpleNamespace
-    >>> serving = SimpleNamespace(prefill_lens=(1, 2, 4, 8, 16), model_fields_set=set())
-    >>> prefill_lens(serving, SimpleNamespace(max_context=10)), prefill_lens(serving, SimpleNamespace(max_context=None))
-    ((1, 2, 4, 8, 10), (1, 2, 4, 8, 16))
-    """
-    limit = model.max_context
-    if "prefill_lens" in serving.model_fields_set or limit is None:
-        return tuple(serving.prefill_lens)
-    return tuple(n for n in serving.prefill_lens if n < limit) + (limit,)
 
 
 @dataclass(frozen=True)
@@ -376,6 +354,7 @@ def assemble(experiment: Experiment | str | Path, *, hardware_overrides: dict[st
     if not isinstance(experiment, Experiment):   # a path, as simulate_experiment takes
         experiment = load_experiment(experiment)
     spec = experiment.spec
+    check_given_specs(node, model)
     if node is None:
         node = experiment_hardware(experiment, ("hardware",), spec.hardware, "hardware")
     if hardware_overrides:

@@ -90,6 +90,16 @@ def experiment_model(experiment: Experiment, field: tuple, relative: str) -> Mod
                              line=line) from None
 
 
+def check_given_specs(node: object, model: object) -> None:
+    """Refuse a ``node`` or ``model`` given to :func:`~sn40l_sim.study.assemble.assemble` (or
+    ``simulate_points``) that is not a :class:`NodeSpec` or :class:`ModelSpec`: ``node.socket``, say,
+    given for the node was an AttributeError from deep inside."""
+    for name, value, kind, example in (("node", node, NodeSpec, "load_hardware(path)"),
+                                       ("model", model, ModelSpec, "load_model(path)")):
+        if value is not None and not isinstance(value, kind):
+            raise InputError(f"{name}: expected a {kind.__name__} ({example}) or None, got {type(value).__name__}")
+
+
 def read_trace_rows(experiment: Experiment) -> tuple[TraceRow, ...] | None:
     """The rows of the experiment's trace workload (None for any other workload).
 

@@ -3,6 +3,7 @@ Python: the entry points"): a path where an Experiment is taken, a point's name 
 and a wrong argument named in an InputError, never an AttributeError or TypeError deep inside."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,17 @@ def test_build_phase_takes_a_path_and_names_a_bad_phase_or_batch():
     for batch in ("8", 8.0, True):
         with pytest.raises(InputError, match=rf"^--batch must be a positive integer, got {batch!r}$"):
             build_phase(EXP, "decode", batch=batch)
+
+
+def test_assemble_and_simulate_points_name_a_node_or_model_of_the_wrong_type():
+    """simulate_points(exp, node.socket, model) raised an AttributeError from pydantic, and a path
+    given for the node another from deep inside: the node and model are named, as the experiment is."""
+    from sn40l_sim.study.runner import simulate_points
+    asm = assemble(EXP)
+    for node, model, named in ((asm.node.socket, asm.model, "node: expected a NodeSpec (load_hardware(path)) or None, got SocketSpec"),
+                               ("hw_configs/sn40l_node8.yaml", None, "node: expected a NodeSpec (load_hardware(path)) or None, got str"),
+                               (asm.node, asm.node, "model: expected a ModelSpec (load_model(path)) or None, got NodeSpec")):
+        with pytest.raises(InputError, match=rf"^{re.escape(named)}$"):
+            simulate_points(EXP, node, model, serve=False)
+        with pytest.raises(InputError, match=rf"^{re.escape(named)}$"):
+            assemble(EXP, node=node, model=model)
