@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.report.records import build_record
@@ -145,6 +145,9 @@ def simulate_assembly(asm: Assembly, *, only: list[Point | str] | None = None, p
         raise InputError(f"asm: expected an Assembly (assemble(experiment)), got {type(asm).__name__}: "
                          "simulate_experiment takes an experiment or its path")
     exp = asm.experiment
+    if isinstance(only, (str, Point)):   # iterated, a name was its letters: "got 'f'" for only="full"
+        raise InputError(f"only: expected a list of points or their names, such as [{shown(getattr(only, 'name', only))}], "
+                         f"got {shown(only)}")
     # a point or its name, as Assembly.setup takes them
     points = asm.points if only is None else [point_of(asm.points, point) for point in only]
     check_assembly(asm, points)   # everything refused before anything is simulated (as check does)

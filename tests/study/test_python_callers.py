@@ -63,3 +63,11 @@ def test_assemble_and_simulate_points_name_a_node_or_model_of_the_wrong_type():
             simulate_points(EXP, node, model, serve=False)
         with pytest.raises(InputError, match=rf"^{re.escape(named)}$"):
             assemble(EXP, node=node, model=model)
+
+
+def test_simulate_assembly_names_a_single_point_given_for_its_list():
+    """only="full" was iterated letter by letter and refused as "got 'f'"."""
+    asm = assemble(EXP)
+    for wrong in ("full", asm.points[0]):
+        with pytest.raises(InputError, match=r"^only: expected a list of points or their names, such as \['full'\], got "):
+            simulate_assembly(asm, only=wrong, serve=False)
