@@ -64,6 +64,7 @@ from typing import Any
 
 from sn40l_sim.engine.breakdown import kernel_causes
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.point_results import TRACE_SOURCE, point_results
 from sn40l_sim.serving.kv_transfer import sent_bytes
 
 #: lanes (threads) of a socket's process: category -> (tid, thread name); the memory tiers' lanes
@@ -392,7 +393,7 @@ def write_trace(path: str | Path, source: Any, *, sockets: str = "group", worklo
     elif hasattr(source, "setup") and hasattr(source, "prefill"):
         trace = build_trace([source], sockets=sockets, workload_source=workload_source)
     else:
-        trace = build_trace(list(source), sockets=sockets, workload_source=workload_source)
+        trace = build_trace(point_results(source, "source", TRACE_SOURCE), sockets=sockets, workload_source=workload_source)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(trace, separators=(",", ":")) + "\n")

@@ -472,3 +472,15 @@ def test_a_kv_transfer_carries_the_bytes_its_time_was_reckoned_from(tmp_path):
     (kv,) = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "kv_transfer"]
     assert kv["args"]["bytes"] == record["kv_transfer_bytes"] > 1024 // 4 * record["kv_bytes_per_token"]
     assert kv["dur"] == pytest.approx(record["kv_transfer_s"] * 1e6, abs=2e-3)
+
+
+@pytest.mark.parametrize("source, got", [(None, "NoneType"), ("results.json", "str"),
+                                         ([{"name": "full"}], "dict in a list"), ([1], "int in a list")])
+def test_a_source_it_cannot_draw_is_named(tmp_path, source, got):
+    """The records simulate_experiment returns, given where its PointResults go, raised an
+    AttributeError ('dict' object has no attribute 'setup'), and None a TypeError, from inside."""
+    from sn40l_sim.errors import InputError
+    with pytest.raises(InputError, match=rf"^source: expected a PointResult \(simulate_experiment's on_result\), a "
+                                         rf"list of them, a PhaseTiming or a trace dict, got {got}$"):
+        write_trace(tmp_path / "t.json", source)
+    assert not (tmp_path / "t.json").exists()
