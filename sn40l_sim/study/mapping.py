@@ -191,6 +191,8 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
 def map_phase(built: PhaseGraph) -> PlacedGraph:
     """Map every kernel of the built graph on one socket of its node, with the experiment's kernel
     looping, collective algorithm and idle-unit pricing (as ``run`` maps it)."""
+    if not isinstance(built, PhaseGraph):   # an experiment or its path: an AttributeError deep inside otherwise
+        raise InputError(f"built: expected a PhaseGraph (build_phase(experiment, phase)), got {type(built).__name__}")
     execution = built.experiment.spec.execution
     collectives = CollectiveModel.from_node(built.node, execution.collective_algorithm)
     # the prefill maps on the prefill nodes' hardware when the experiment names one (build_phase)

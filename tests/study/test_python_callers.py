@@ -71,3 +71,12 @@ def test_simulate_assembly_names_a_single_point_given_for_its_list():
     for wrong in ("full", asm.points[0]):
         with pytest.raises(InputError, match=r"^only: expected a list of points or their names, such as \['full'\], got "):
             simulate_assembly(asm, only=wrong, serve=False)
+
+
+def test_map_phase_names_what_it_takes():
+    """map_phase(path), the step build_phase takes skipped, raised "'str' object has no attribute
+    'experiment'"."""
+    from sn40l_sim.study.mapping import map_phase
+    for wrong, kind in ((EXP, "str"), (load_experiment(EXP), "Experiment"), (None, "NoneType")):
+        with pytest.raises(InputError, match=rf"^built: expected a PhaseGraph \(build_phase\(experiment, phase\)\), got {kind}$"):
+            map_phase(wrong)
