@@ -18,7 +18,7 @@ True
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,23 @@ def check_figure_suffix(path: str | Path, option: str) -> Path:
     if path.suffix.lower() not in FIGURE_SUFFIXES:
         raise InputError(f"expected a .png, .svg or .pdf file, got {path.name!r}", field=option)
     return path
+
+
+def checked_columns(x: object, y: object, where: object) -> dict:
+    """``where`` as a dict, once ``x`` and ``y`` are column names and ``where`` a mapping (or None):
+    a Python caller's arguments to ``plot_csv``, which argparse never makes (``where`` written as the
+    command line writes it, ``["batch=16"]``, raised a ValueError from ``dict()``, an ``x`` of None a
+    TypeError), refused at their option as the command's are.
+
+    >>> checked_columns("batch", "ttft_s", None), checked_columns("batch", "ttft_s", {"batch": 16})
+    ({}, {'batch': 16})
+    """
+    for option, value in (("x", x), ("y", y)):
+        if not isinstance(value, str):
+            raise InputError(f"expected a column name, got {value!r}", field=f"--{option}")
+    if where is not None and not isinstance(where, Mapping):
+        raise InputError(f"expected a mapping of column to value, such as {{'batch': '16'}}, got {where!r}", field="--where")
+    return dict(where or {})
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

@@ -182,8 +182,8 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     import matplotlib
 
     path = Path(csv_path)
-    hue = list(hue or [])
-    where = dict(where or {})
+    hue = [hue] if isinstance(hue, str) else list(hue or [])   # one column's name, not its letters ("unknown column 'k'")
+    where = figure.checked_columns(x, y, where)
     columns, rows = read_csv(path)
     _check_columns(path, columns, {"--x": [x], "--y": [y], "--hue": hue, "--where": list(where),
                                    "--label": [label] if label else []})

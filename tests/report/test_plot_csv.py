@@ -525,3 +525,21 @@ def test_where_lists_twelve_values_a_column_holds_and_counts_more(tmp_path, caps
     path = write_csv(tmp_path, rows)
     assert main(["plot", str(path), "--x", "decode_tokens_per_s", "--y", "prefill_len", "--where", "batch=99"]) == 2
     assert capsys.readouterr().err.rstrip().endswith(f"batch is never '99' in the rows selected (it holds {held})")
+
+
+def test_a_python_callers_hue_where_and_columns_are_read_or_named(tmp_path):
+    """From Python, hue="kv_policy" was read letter by letter ("unknown column 'k'"), where given as
+    the command line writes it (["batch=4"]) raised a ValueError from dict(), and x=None a TypeError."""
+    path = write_csv(tmp_path)
+    one = plot_csv(path, "batch", "decode_tokens_per_s", hue="kv_policy", where={"prefill_len": 4096},
+                   out=tmp_path / "one.png")
+    listed = plot_csv(path, "batch", "decode_tokens_per_s", hue=["kv_policy"], where={"prefill_len": 4096},
+                      out=tmp_path / "listed.png")
+    assert one.read_bytes() == listed.read_bytes()
+    for kwargs, named in ((dict(where=["batch=4"]), "--where: expected a mapping of column to value, such as "
+                                                    "{'batch': '16'}, got ['batch=4']"),
+                          (dict(x=None), "--x: expected a column name, got None"),
+                          (dict(y=3), "--y: expected a column name, got 3")):
+        with pytest.raises(InputError) as caught:
+            plot_csv(path, **{"x": "batch", "y": "decode_tokens_per_s", "out": tmp_path / "w.png", **kwargs})
+        assert str(caught.value) == named
