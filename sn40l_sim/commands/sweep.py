@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_jobs(jobs: int | None) -> None:
-    """Refuse a ``--jobs`` below 1 (``sweep``'s, and ``run``'s, which is the sweep's process count)."""
-    from sn40l_sim.errors import InputError
+    """Refuse a ``--jobs`` below 1 (``sweep``'s, and ``run``'s, which is the sweep's process count),
+    as ``run_sweep`` refuses its ``jobs``."""
+    from sn40l_sim.study.sweep.executors import check_jobs as check
 
-    if jobs is not None and jobs < 1:
-        raise InputError(f"expected a positive number of processes, got {jobs}", field="--jobs")
+    check(jobs)
 
 
 #: a sweep of at most this many records prints them side by side, as ``run`` prints an experiment's

@@ -4,6 +4,7 @@ counts, failures that do not stop the others, and hardware axes that change the 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from sweep_helpers import REPO, write_experiment
@@ -362,6 +363,26 @@ def test_no_plot_writes_every_file_but_the_plots(tmp_path, capsys):
         assert {p.name for p in out.iterdir()} >= {"results.json", "pareto.json"} and not list(out.glob("*.png"))
     for name in ("results.json", "results.csv", "failures.json", "pareto.json", "pareto.csv"):
         assert (tmp_path / "sweep" / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(jobs=0), "--jobs: expected a positive number of processes, got 0"),
+    (dict(jobs=-1), "--jobs: expected a positive number of processes, got -1"),
+    (dict(jobs="2"), "--jobs: expected a positive number of processes, got '2'"),
+    (dict(jobs=1.5), "--jobs: expected a positive number of processes, got 1.5"),
+    (dict(out_dir=None), "out_dir: expected the path of the output folder, got None"),
+    (dict(sets=["serving.batch=4"]), "expected the sets as a mapping of dotted field paths to values"),
+    (dict(sets={3: 4}), "set keys must be dotted field paths such as 'serving.batch', got 3"),
+])
+def test_run_sweep_refuses_what_the_commands_refuse_from_python(tmp_path, kwargs, named):
+    """run_sweep(jobs=0) and (jobs=-1) ran the sweep in this process where sweep --jobs 0 is refused,
+    jobs="2" or 1.5 raised a TypeError, out_dir=None another, and sets given as a list or with a key
+    that is not a path an AttributeError, each from inside."""
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n")
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=re.escape(named)):
+        run_sweep(path, **{"out_dir": out, "jobs": 1, "progress": False, "plots": False, **kwargs})
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("command, has_sweep", [("run", False), ("run", True), ("sweep", True)])

@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from numbers import Integral
 from typing import Any
 
 from sn40l_sim.errors import InputError
@@ -143,6 +144,14 @@ def available_cpus() -> int:
     """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows;
     ``os.cpu_count`` counts the machine's)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_jobs(jobs: int | None) -> None:
+    """Refuse a ``--jobs`` (``run_sweep``'s ``jobs``) that is not a whole number of processes >= 1:
+    from Python, 0 and -1 ran the sweep in this process unsaid, and "2" or 1.5 raised a TypeError
+    from inside."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, Integral) or jobs < 1):
+        raise InputError(f"expected a positive number of processes, got {jobs!r}", field="--jobs")
 
 
 def usable_jobs(jobs: int | None, scheduler: str | None) -> int | None:

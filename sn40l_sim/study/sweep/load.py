@@ -121,6 +121,12 @@ def load_sweep(path: str | Path, sets: dict[str, Any] | None = None) -> Sweep:
         For a missing or malformed sweep section, an unknown axis path or a bad value, located at
         ``sweep.<field>`` of the experiment file.
     """
+    if sets is not None and not isinstance(sets, dict):   # run_sweep's sets=[...]: an AttributeError inside
+        raise InputError("expected the sets as a mapping of dotted field paths to values, such as "
+                         f"{{'serving.batch': 8}}, got a {type(sets).__name__}", file=path)
+    for dotted in sets or {}:   # as experiment_with_sets says it of run's sets
+        if not isinstance(dotted, str) or not dotted or "" in dotted.split("."):
+            raise InputError(f"set keys must be dotted field paths such as 'serving.batch', got {shown(dotted)}", file=path)
     doc = load_document(path)
     section = doc.data.get("sweep")
     if not isinstance(section, dict):

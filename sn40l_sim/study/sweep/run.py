@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import concurrent.futures as cf
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from sn40l_sim.errors import InfeasibleError, InputError, InvariantError
+from sn40l_sim.errors import InfeasibleError, InputError, InvariantError, shown
 from sn40l_sim.hardware.legacy import upgrade_dotted
 from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.outputs import write_text
@@ -31,7 +32,7 @@ from sn40l_sim.report.results import write_results
 from sn40l_sim.study.plugins import plugin_failure
 from sn40l_sim.study.preflight import check_assembly
 from sn40l_sim.study.runner import simulate_assembly
-from sn40l_sim.study.sweep.executors import SchedulerLost, open_executor, usable_jobs
+from sn40l_sim.study.sweep.executors import SchedulerLost, check_jobs, open_executor, usable_jobs
 from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs, installed, refuse_repeated_points
@@ -125,6 +126,9 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
         used, or a ``plot:`` naming a column the results do not have (after they are written, when
         the plots are drawn).
     """
+    check_jobs(jobs)   # before anything runs, as the commands check --jobs
+    if not isinstance(out_dir, (str, os.PathLike)):   # a TypeError from pathlib, after the sweep's loading
+        raise InputError(f"expected the path of the output folder, got {shown(out_dir)}", field="out_dir")
     sweep = sweep if sweep is not None else load_sweep(experiment_path, sets)
     out_dir = Path(out_dir)
     store = RunStore(out_dir / "runs")
