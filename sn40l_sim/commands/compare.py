@@ -111,6 +111,11 @@ def load_records(path: Path) -> list[dict]:
         hint = f" ({beside} is beside it)" if beside != file and beside.is_file() else ""
         raise InputError(f"not JSON (line {exc.lineno}: {exc.msg}); expected a results.json written by run or "
                          f"sweep{hint}", file=file) from None
+    beside = file.with_name("results.json")
+    if records == [] and beside != file and beside.is_file():   # a sweep's failures.json when none failed:
+        # "the run that wrote it gave no record" said of a sweep that gave them all
+        raise InputError(f"holds no record (an empty list); expected a results.json written by run or sweep ({beside} "
+                         "is beside it)", file=file)
     if records == []:   # a sweep none of whose runs gave a record writes an empty list
         from sn40l_sim.report.outputs import no_records_reason
 

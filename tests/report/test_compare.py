@@ -202,6 +202,16 @@ def test_a_sweep_whose_every_run_failed_is_named_as_such_with_its_failures_file(
                                        "was skipped\n")
 
 
+def test_a_sweeps_empty_failures_file_is_not_said_to_be_a_run_that_gave_no_record(tmp_path, capsys):
+    # a sweep none of whose runs failed writes failures.json as "[]": named in place of its
+    # results.json, it was "holds no record: the run that wrote it gave no record"
+    good = _write(tmp_path, "good", [BASE])
+    (good / "failures.json").write_text("[]\n")
+    assert main(["compare", str(good / "failures.json"), str(good)]) == 2
+    assert capsys.readouterr().err == (f"error: {good / 'failures.json'}: holds no record (an empty list); expected a "
+                                       f"results.json written by run or sweep ({good / 'results.json'} is beside it)\n")
+
+
 def test_the_points_only_one_side_holds_are_counted_past_four(tmp_path, capsys):
     base = _write(tmp_path, "a", [BASE])
     other = _write(tmp_path, "b", [BASE, *(dict(BASE, name=f"p{i}") for i in range(10))])
