@@ -25,6 +25,7 @@ from typing import Any
 
 from matplotlib.lines import Line2D
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import new_figure, plain_log_ticks, save_figure
 
@@ -36,6 +37,9 @@ MANY_POINTS = 12
 
 def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Draw the plot to ``path`` (PNG or SVG by suffix) and return the path."""
+    if not records:   # from Python, an IndexError (records[0]) after the figure was made
+        raise InputError("records: expected at least one result record, such as results.json's, got none")
+    path = Path(path)   # a str, as a notebook writes it, was an AttributeError ('str' has no 'suffix')
     names = [r["name"] for r in records]
     raw = [r["decode_tokens_per_s"] for r in records]
     reported = [r["decode_tokens_per_s_reported"] for r in records]
@@ -101,6 +105,7 @@ def slo_attainment_plot(records: Sequence[dict[str, Any]], path: Path, title: st
     >>> slo_attainment_plot([rec], pathlib.Path(tempfile.mkdtemp()) / "slo.png").stat().st_size > 0
     True
     """
+    path = Path(path)
     searched = [r for r in records if r.get("rate_probes")]
     if not searched:
         return None

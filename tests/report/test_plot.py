@@ -92,3 +92,19 @@ def test_many_points_lie_on_their_side_one_name_a_line(tmp_path, monkeypatch):
     # every name inside the figure
     assert all(box.x0 >= 0 and box.y0 >= 0 and box.y1 <= fig.bbox.height for box in names)
 
+
+
+def test_a_notebooks_str_path_is_drawn_to_and_no_record_is_named(tmp_path):
+    """From Python, a str path was an AttributeError ('str' object has no attribute 'suffix') after
+    the figure was drawn, and no record an IndexError."""
+    import pytest
+
+    from sn40l_sim.errors import InputError
+    rec = {"name": "full", "batch": 4, "decode_tokens_per_s": 10.0, "decode_tokens_per_s_reported": 10.0,
+           "max_rate_per_s": 2.957, "rate_probes": PROBES}
+    for draw in (plot_module.throughput_plot, plot_module.slo_attainment_plot):
+        drawn = draw([rec], str(tmp_path / f"{draw.__name__}.png"))
+        assert drawn == tmp_path / f"{draw.__name__}.png" and drawn.is_file()
+    with pytest.raises(InputError, match=r"^records: expected at least one result record"):
+        plot_module.throughput_plot([], tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
