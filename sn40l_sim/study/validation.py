@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError, with_article
+from sn40l_sim.errors import InputError, shown, with_article
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.schema import validate
@@ -104,6 +104,10 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
     InputError
         For a malformed reference file, located at the field.
     """
+    # one path given for the list was read letter by letter ("e: file not found"), a number raised a TypeError
+    if isinstance(paths, (str, os.PathLike)) or any(not isinstance(p, (str, os.PathLike)) for p in paths or ()):
+        raise InputError(f"paths: expected a list of reference files, such as [Path('experiments/reference/"
+                         f"snapstream_paper.yaml')], got {shown(paths)}")
     files = paths if paths else [shown_path(os.path.relpath(p)) if p.is_relative_to(Path.cwd()) else p
                                  for p in sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml"))]
     out: list[Reference] = []

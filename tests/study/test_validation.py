@@ -444,3 +444,13 @@ def test_validate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_p
                    f"experiment: {EXPERIMENT}, point: full, calibration: false}}\n")
     assert main(["validate", str(ref), "--hardware", str(same), "--quiet"]) == 0, capsys.readouterr().err
     assert "max_batch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("paths", [str(REPO / "experiments/reference/snapstream_paper.yaml"),
+                                   REPO / "experiments/reference/snapstream_paper.yaml", [3], [None]])
+def test_load_references_names_a_single_path_given_for_its_list(paths):
+    """A notebook's load_references("experiments/reference/snapstream_paper.yaml") read the path
+    letter by letter ("/: is a folder" or "e: file not found"); [3] raised a TypeError."""
+    with pytest.raises(InputError, match=r"^paths: expected a list of reference files, such as \[Path\("):
+        load_references(paths)
+    assert load_references([str(paths)] if isinstance(paths, str) else [paths] if isinstance(paths, Path) else None)
