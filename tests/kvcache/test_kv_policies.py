@@ -66,3 +66,16 @@ def test_snapstream_32k_for_128k_is_a_quarter_of_full():
     assert full.decode_read_bytes(r1, L128K, 1, 1024) == (L128K + 1024) * R1_TOKEN
     assert full.decode_read_tokens(L128K, 1, 1024) == L128K + 1024
     assert snap.decode_write_bytes(r1) == full.decode_write_bytes(r1) == R1_TOKEN
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("prompt_len, steps", [(1.5, 0), (100, 2.0), (None, 0), ("100", 0), (True, 0),
+                                               (0, 0), (100, -1)])
+def test_every_policy_names_lengths_that_are_not_whole_counts(name, prompt_len, steps):
+    """From Python, Full().cache_len(1.5, 0) returned a cache of 1.5 tokens and its static length 2,
+    None and "100" raised a TypeError, and a negative count a ValueError; each is now an InputError."""
+    from sn40l_sim.errors import InputError
+    policy = make_policy(name, {})
+    for method, other in ((policy.cache_len, "generated"), (policy.static_cache_len, "max_new_tokens")):
+        with pytest.raises(InputError, match=rf"^need integers prompt_len >= 1 and {other} >= 0, got "):
+            method(prompt_len, steps)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from numbers import Integral
 from typing import Any
 
 from sn40l_sim.errors import InputError
@@ -36,9 +37,12 @@ DEFAULT_BUDGET = 32768
 
 
 def check_lengths(prompt_len: int, other: int, other_name: str) -> None:
-    """Lengths a policy accepts: a prompt of at least one token, a count of steps >= 0."""
-    if prompt_len < 1 or other < 0:
-        raise ValueError(f"need prompt_len >= 1 and {other_name} >= 0, got {prompt_len}, {other}")
+    """Lengths a policy accepts: a prompt of at least one token, a count of steps >= 0, whole numbers
+    (a Python caller's 1.5 came back as a cache of 1.5 tokens, None was a TypeError, and a negative
+    count a ValueError, where bad input is an InputError)."""
+    if not all(isinstance(n, Integral) and not isinstance(n, bool) for n in (prompt_len, other)) \
+            or prompt_len < 1 or other < 0:
+        raise InputError(f"need integers prompt_len >= 1 and {other_name} >= 0, got {prompt_len!r}, {other!r}")
 
 
 def ring_cache_len(prompt_len: int, generated: int, sink: int, recent: int, topk: int) -> int:
