@@ -133,9 +133,11 @@ class Assembly:
     def _entry_models(self) -> dict[int, ModelSpec]:
         return {}
 
-    def model_for(self, point: Point) -> ModelSpec:
+    def model_for(self, point: Point | str) -> ModelSpec:
         """The model of ``point``: :attr:`model` with its policy entry's ``model_overrides`` (the
-        KV format), built once per entry; a bad override is an error at the entry's field."""
+        KV format), built once per entry; a bad override is an error at the entry's field. ``point``
+        may be named, as for :meth:`setup` and :meth:`policy` and :meth:`requests`."""
+        point = point_of(self.points, point)
         if not point.model_overrides:
             return self.model
         if point.policy_index not in self._entry_models:
@@ -147,9 +149,10 @@ class Assembly:
         """The experiment field that sets the model's ``max_context`` (:func:`max_context_set`)."""
         return max_context_set(self.experiment)
 
-    def policy(self, point: Point) -> KVPolicy:
+    def policy(self, point: Point | str) -> KVPolicy:
         """The point's KV policy; a bad one (a parameter, or a memory tier the hardware does not
         have) is an error at its policy entry."""
+        point = point_of(self.points, point)
         policy = make_point_policy(self.experiment, point)
         check_policy_answers(self.experiment, point, policy, self.model_for(point))
         tiers = self.node.socket.memory
@@ -263,8 +266,9 @@ class Assembly:
         experiment's tier order."""
         return memory_placer(self.node, model or self.model, memory_order(self.experiment, self.node))
 
-    def requests(self, point: Point, serve: bool = True) -> Callable[[int], list[Request]]:
+    def requests(self, point: Point | str, serve: bool = True) -> Callable[[int], list[Request]]:
         """``slots -> requests`` of the workload at ``point`` (none when ``serve`` is False)."""
+        point = point_of(self.points, point)
         spec = self.experiment.spec
         workload = spec.workload
         if workload is None:

@@ -80,3 +80,16 @@ def test_map_phase_names_what_it_takes():
     for wrong, kind in ((EXP, "str"), (load_experiment(EXP), "Experiment"), (None, "NoneType")):
         with pytest.raises(InputError, match=rf"^built: expected a PhaseGraph \(build_phase\(experiment, phase\)\), got {kind}$"):
             map_phase(wrong)
+
+
+def test_an_assemblys_point_methods_take_a_points_name_as_setup_does():
+    """asm.setup("snapstream") takes a name, but asm.policy("snapstream"), asm.model_for(...) and
+    asm.requests(...)(slots) raised an AttributeError ('str' object has no attribute 'policy')."""
+    asm = assemble(EXP)
+    point = asm.points[1]
+    assert asm.policy("snapstream") == asm.policy(point)
+    assert asm.model_for("snapstream") is asm.model_for(point)
+    assert asm.requests("snapstream")(4) == asm.requests(point)(4)
+    for method in (asm.policy, asm.model_for, asm.requests):
+        with pytest.raises(InputError, match=r"^point: expected one of the experiment's points or its name"):
+            method("snap")
