@@ -385,6 +385,19 @@ def test_run_sweep_refuses_what_the_commands_refuse_from_python(tmp_path, kwargs
     assert not out.exists()
 
 
+def test_run_points_refuses_jobs_and_a_sweep_it_cannot_run(tmp_path):
+    """design_space.ipynb calls run_points(load_sweep(path), jobs=1): jobs=0 ran unsaid, "2" raised a
+    TypeError, and the sweep's path given for the Sweep an AttributeError."""
+    from sn40l_sim.study.sweep.run import run_points
+    path = write_experiment(tmp_path, "axes:\n  serving.batch: [2, 8]\n")
+    sweep = load_sweep(path)
+    for jobs in (0, "2"):
+        with pytest.raises(InputError, match=rf"^--jobs: expected a positive number of processes, got {jobs!r}$"):
+            run_points(sweep, jobs=jobs, progress=False)
+    with pytest.raises(InputError, match=r"^sweep: expected a Sweep \(load_sweep\(path\)\), got PosixPath$"):
+        run_points(path, jobs=1, progress=False)
+
+
 @pytest.mark.parametrize("command, has_sweep", [("run", False), ("run", True), ("sweep", True)])
 @pytest.mark.parametrize("jobs", ["0", "-2"])
 def test_jobs_below_one_are_refused_by_run_and_sweep_alike(tmp_path, capsys, command, has_sweep, jobs):

@@ -158,7 +158,10 @@ def usable_jobs(jobs: int | None, scheduler: str | None) -> int | None:
     """``jobs``, or the CPUs available when it asks for more processes on this machine (a warning
     says so): the runs are CPU-bound, so more processes only add memory, each importing the
     simulator, and ``--jobs 100000`` on a large sweep would try to start one per run. The sweep
-    calls it before its progress bar starts, so the warning is a line of its own."""
+    calls it before its progress bar starts, so the warning is a line of its own. A ``jobs`` that is
+    not a count of processes is refused (:func:`check_jobs`: design_space.ipynb calls run_points,
+    which calls this, directly)."""
+    check_jobs(jobs)
     cpus = available_cpus()
     if jobs and jobs > cpus and resolve_scheduler(scheduler)[0] in (None, "local"):
         warnings.warn(f"--jobs {jobs}: this machine has {cpus} CPUs for this process; running {cpus} processes",

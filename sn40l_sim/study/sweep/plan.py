@@ -121,6 +121,8 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
     """The runs of every sweep point, and ``(index, name, error)`` of the sweep points whose
     experiment is invalid as a whole (a combination of values that passed one by one) or whose
     hardware, model, trace or template does not load."""
+    if not isinstance(sweep, Sweep):   # run_points(path), the sweep's file for its Sweep: an AttributeError otherwise
+        raise InputError(f"sweep: expected a Sweep (load_sweep(path)), got {type(sweep).__name__}")
     runs, failures = [], []
     nodes: dict[str, NodeSpec] = {}
     models: dict[str, ModelSpec] = {}
