@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.point_results import point_results
 
 #: the columns, in order, and what each holds (the CSV's header)
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -117,4 +118,6 @@ def requests_csv(rows: Iterable[dict[str, Any]]) -> str:
 
 def write_requests(path: str | Path, results: Sequence[Any]) -> Path:
     """Write the rows of every served point of ``results`` to ``path`` (whole or not at all)."""
+    # simulate_experiment's records (dicts) in their place: an AttributeError ('dict' object has no attribute 'log')
+    results = point_results(results, "results", "a list of PointResults (simulate_experiment's on_result)", "log")
     return write_text(path, requests_csv(row for result in results for row in request_rows(result)))

@@ -174,3 +174,16 @@ def test_request_ids_follow_arrivals_not_the_trace_files_rows(tmp_path, capsys):
         rows = [r for r in csv.DictReader(f) if r["point"] == "full"]
     assert [(r["request"], r["prompt_len"]) for r in rows] == [("0", "200"), ("1", "300"), ("2", "100")]
     assert "arrival order" in dict(COLUMNS)["request"] and "file order" not in dict(COLUMNS)["request"]
+
+
+@pytest.mark.parametrize("results, got", [(None, "NoneType"), ([{"name": "full"}], "dict in a list"),
+                                          ({"name": "full"}, "dict")])
+def test_write_requests_names_results_that_are_not_point_results(tmp_path, results, got):
+    """simulate_experiment's records given where their PointResults go raised an AttributeError
+    ('dict' object has no attribute 'log'), and None a TypeError, from inside."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.report.request_table import write_requests
+    with pytest.raises(InputError, match=rf"^results: expected a list of PointResults \(simulate_experiment's "
+                                         rf"on_result\), got {got}$"):
+        write_requests(tmp_path / "requests.csv", results)
+    assert not (tmp_path / "requests.csv").exists()
