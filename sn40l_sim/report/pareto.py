@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.figure import new_figure, place_labels, plain_log_ticks, save_figure
 from sn40l_sim.report.registry import Field
@@ -112,6 +113,9 @@ def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     >>> front_mask(np.array([[1.0, 5.0], [2.0, 4.0], [1.0, 6.0], [2.0, 4.0]]), ["max", "min"]).tolist()
     [False, True, False, True]
     """
+    wrong = [d for d in directions if d not in DIRECTIONS]
+    if wrong:   # any other word was read as "min" (a sweep's objectives are checked before; a Python caller's not)
+        raise InputError(f"objectives: expected {' or '.join(map(repr, DIRECTIONS))} for each column, got {wrong[0]!r}")
     # every objective turned into one to minimise
     costs = values * np.array([-1.0 if d == "max" else 1.0 for d in directions])
     valid = ~np.isnan(costs).any(axis=1)

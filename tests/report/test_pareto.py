@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
 from sn40l_sim.report.pareto import front_mask, objective_problem, pareto_front, pareto_plot
 from sn40l_sim.report.results import to_csv
@@ -146,3 +147,11 @@ def test_a_front_of_three_objectives_is_not_drawn_as_a_curve_on_two(tmp_path, mo
     pareto_plot(RECORDS, two, tmp_path / "two.png")
     pareto_plot(RECORDS, {**two, "latency.tpot_s.p99": "min"}, tmp_path / "three.png")
     assert styles == [("-o", "Pareto front"), ("o", "Pareto front of all 3 objectives")]
+
+
+def test_a_direction_other_than_max_or_min_is_refused():
+    # "up" was read as "min": a Python caller's front came out upside down without a word
+    runs = [{"decode_tokens_per_s": 100.0}, {"decode_tokens_per_s": 200.0}]
+    with pytest.raises(InputError, match="objectives: expected 'max' or 'min' for each column, got 'up'"):
+        pareto_front(runs, {"decode_tokens_per_s": "up"})
+    assert pareto_front(runs, {"decode_tokens_per_s": "max"}) == runs[1:]
