@@ -161,8 +161,10 @@ def check_mapping(asm: Assembly) -> None:
     _check_graph_options(exp, asm.model)
     spec = exp.spec
     # the decode graph map builds holds the generated tokens as run's does (a map experiment may leave
-    # them out: then the one token a prefill gives)
-    new_tokens = spec.serving.max_new_tokens or spec.shape.max_new_tokens or 1
+    # them out: then the one token a prefill gives). A served experiment must set them, as run says:
+    # the default of 1 refused its requests at output_len, naming a max_new_tokens the file never wrote
+    new_tokens = exp.max_new_tokens if spec.workload is not None else \
+        spec.serving.max_new_tokens or spec.shape.max_new_tokens or 1
     # a served experiment's requests are held to the context one by one, as run holds them (its
     # decode slot stops at the context); only a map experiment's max_new_tokens must fit whole
     rows = None if spec.workload is None else asm.trace_rows if asm.trace_rows is not None else read_trace_rows(exp)

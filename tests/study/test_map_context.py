@@ -99,3 +99,19 @@ def test_map_holds_a_served_experiment_to_the_context_request_by_request_as_run_
         lines.append(capsys.readouterr().err)
     assert len(set(lines)) == 1 and lines[0].count("\n") == 1, lines
     assert "workload.output_len: request 0: a prompt of 131009 tokens and 64 generated after it make 131073" in lines[0]
+
+
+@pytest.mark.parametrize("command", [["map", "--phase", "decode"], ["map", "--phase", "prefill"]])
+def test_a_served_experiment_without_max_new_tokens_is_refused_by_map_as_run_refuses_it(tmp_path, capsys, command):
+    # a workload and neither serving.max_new_tokens nor shape.max_new_tokens: run and check name the
+    # missing field, and map refused the file at the workload's output_len, against a max_new_tokens
+    # of 1 the file never wrote (the one token a map experiment without a workload generates)
+    base = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    path = tmp_path / "unbounded.yaml"
+    path.write_text(base.replace("  max_new_tokens: 512\n", ""))
+    assert "max_new_tokens" not in path.read_text()
+    assert main(["check", str(path)]) == 2
+    expected = capsys.readouterr().err
+    assert "serving.max_new_tokens: required" in expected
+    assert main([command[0], str(path), *command[1:]]) == 2
+    assert capsys.readouterr().err == expected
