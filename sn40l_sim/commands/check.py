@@ -210,6 +210,7 @@ def check_experiment(path: str | Path) -> str:
     """Check an experiment as run (or sweep) would before simulating; returns what it is."""
     from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
+    from sn40l_sim.study.mapping import check_phases
     from sn40l_sim.study.preflight import check_assembly, check_mapping
 
     exp = load_experiment(path)
@@ -221,6 +222,7 @@ def check_experiment(path: str | Path) -> str:
     asm = assemble(exp)
     if exp.spec.workload is None:  # an experiment for map: everything but the serving, which only run needs
         check_mapping(asm)
+        check_phases(exp)   # and its graphs as map builds and places them
         return "experiment (no workload: for map; run needs one)"
     check_assembly(asm)
     return "experiment"

@@ -43,7 +43,7 @@ from sn40l_sim.serving.memory_fit import in_first_tier, place_socket
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import assemble, plan_of, prefill_lens
 from sn40l_sim.study.experiment import Experiment, PolicyEntry, load_experiment
-from sn40l_sim.study.preflight import check_mapping
+from sn40l_sim.study.preflight import check_mapping, check_tree_groups
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,23 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
         raise exp.error(("shape", "batch") if phase == "decode" else prompt_field, what) from None
     return PhaseGraph(exp, entry, asm.node, model, plan, phase, batch, prompt_len, cache_len, drafts, graph,
                       memory, store)
+
+
+def check_phases(exp: Experiment) -> None:
+    """Refuse what ``map`` refuses of the experiment before it times a kernel, for every policy entry
+    and both phases: each graph built and placed as :func:`build_phase` does it (a decode batch
+    whose KV does not fit), and ``execution.collective_algorithm: tree`` where a graph has a
+    collective recursive doubling cannot run (``map`` refuses it at the first one it times). ``check``
+    of an experiment without a workload held it to :func:`~sn40l_sim.study.preflight.check_mapping`
+    alone and said "ok" of both, which ``map`` then refused."""
+    for entry in exp.spec.policies:
+        for phase in ("prefill", "decode"):
+            built = build_phase(exp, phase, entry.name)
+            if exp.spec.execution.collective_algorithm == "tree":
+                try:
+                    check_tree_groups([built.graph])
+                except InputError as exc:   # at the option, as map_phase says
+                    raise exp.error(("execution", "collective_algorithm"), exc.message) from None
 
 
 def map_phase(built: PhaseGraph) -> PlacedGraph:

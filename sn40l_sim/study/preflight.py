@@ -238,7 +238,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             _check_batch_fits(setup, batch, point_memory(setup, timer, asm.memory_placer(setup.model),
                                                          side.get("prefill_costs"), side.get("prefill_place")))
             if exp.spec.execution.collective_algorithm == "tree":
-                _check_tree_groups(timer.built_graphs())
+                check_tree_groups(timer.built_graphs())
     except InputError as exc:
         raise asm.locate(exc, point) from None
     _check_lengths(exp, point.prompt_len, setup.max_new_tokens, trace_rows, setup.model.max_context,
@@ -274,7 +274,7 @@ def _check_last_arrival(asm: Assembly, rows: Sequence[TraceRow] | None) -> None:
         raise asm.locate(exc) from None
 
 
-def _check_tree_groups(graphs: Sequence[KernelGraph]) -> None:
+def check_tree_groups(graphs: Sequence[KernelGraph]) -> None:
     """Refuse ``execution.collective_algorithm: tree`` where the point's graphs (built to size their
     activations, not simulated) have a collective recursive doubling cannot run, as ``run`` refuses
     it when it times the collective (:func:`~sn40l_sim.engine.collective_sizes.tree_sizes`: a group
@@ -383,4 +383,5 @@ def _at(exp: Experiment, field: FieldPath, message: str, kind: type[InputError])
     return kind(message, file=located_error.file, field=located_error.field, line=located_error.line)
 
 
-__all__ = ["NO_WORKLOAD", "check_assembly", "check_mapping", "check_point", "check_window", "require_workload"]
+__all__ = ["NO_WORKLOAD", "check_assembly", "check_mapping", "check_point", "check_tree_groups", "check_window",
+           "require_workload"]

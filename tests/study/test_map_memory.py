@@ -49,3 +49,13 @@ def test_kv_that_may_spill_is_mapped_in_ddr(tmp_path, capsys):
     path = map_experiment(tmp_path, "llama3_1_8b.yaml", 128, "memory: {may_spill: [activations, kv]}\n")
     assert main(["map", str(path), "--phase", "decode"]) == 0
     assert "kv 54.1 GiB HBM + 9.9 GiB DDR" in capsys.readouterr().out
+
+
+def test_check_refuses_the_decode_batch_map_refuses(tmp_path, capsys):
+    # check said "ok" of a map experiment whose shape.batch map then refused: check held the
+    # experiment to what map needs of it (sn40l_sim/study/preflight.py) but never placed its graphs
+    path = map_experiment(tmp_path, "llama3_1_8b.yaml", 128)
+    assert main(["map", str(path), "--phase", "decode"]) == 2
+    expected = capsys.readouterr().err
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err == expected

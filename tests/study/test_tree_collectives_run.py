@@ -28,3 +28,21 @@ def test_a_tree_over_six_sockets_is_refused_at_the_option(tmp_path, capsys, comm
     assert "tree.yaml:13: execution.collective_algorithm: the tree algorithm (recursive doubling) needs a " \
            "power-of-two group and no all-to-all; the plan has a collective (all_reduce) among 6 sockets " \
            "(expected auto, ring or direct)" in err[0]
+
+
+def test_a_map_experiment_with_a_tree_map_cannot_run_is_refused_by_check(tmp_path, capsys):
+    # no workload: check held the experiment to what map needs of it and said "ok", and map then
+    # refused the tree at the first collective it timed (an all-to-all of attention DP2 over TP8)
+    path = tmp_path / "tree.yaml"
+    path.write_text(f"kind: experiment\nname: tree\nhardware: {REPO}/hw_configs/sn40l_node8.yaml\n"
+                    f"model: {REPO}/graphs/llama3_1_8b.yaml\nparallel:\n  prefill: {{tp: 8}}\n"
+                    "  decode: {tp: 8, attention_dp: 2}\npolicies:\n  - {name: full, policy: full}\n"
+                    "shape: {prompt_len: 1024, batch: 8}\nexecution: {collective_algorithm: tree}\n")
+    assert main(["map", str(path), "--phase", "prefill"]) == 0
+    capsys.readouterr()
+    assert main(["map", str(path), "--phase", "decode"]) == 2
+    expected = capsys.readouterr().err
+    assert "tree.yaml:11: execution.collective_algorithm: the tree algorithm (recursive doubling) needs a " \
+           "power-of-two group and no all-to-all; the plan has a collective (all_to_all) among 8 sockets" in expected
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err == expected
