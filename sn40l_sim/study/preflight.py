@@ -14,8 +14,8 @@ field that caused it, with the same message the simulation would give.
 Memory: a model whose weights alone do not fit a socket under the plans; with an explicit
 ``serving.batch``, that batch on a decode socket, with ``batch: max`` the smallest compiled batch,
 and one prompt on a prefill node, with the activations of their graphs, built but not simulated (as
-``run`` places them, with its messages; a multi_model experiment's models, which share the node,
-their weights only). Left to ``run``, as it needs graphs of its own (a graph per size tried made
+``run`` places them, with its messages; a multi_model experiment's models each alone on the node
+at its entry's batch, as ``run`` times them). Left to ``run``, as it needs graphs of its own (a graph per size tried made
 ``check`` of a 100-run sweep several times as long): the search for the largest batch of ``batch:
 max``; and the timings.
 
@@ -97,7 +97,7 @@ def check_assembly(asm: Assembly, only: Sequence[Point] | None = None) -> None:
                                                                        entry.model))
             for point in asm.points if only is None else only:
                 try:
-                    check_point(sub, point, rows, fit=False)
+                    check_point(sub, point, rows, batch=entry.batch)
                 except InputError as exc:   # named as time_models names it
                     raise model_error(exp, i, exc) from None
     checked = asm.points if only is None else only
@@ -212,13 +212,15 @@ def _check_graph_options(exp: Experiment, model: Any) -> None:
 
 
 def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = None, served: bool = True,
-                fit: bool = True) -> None:
+                batch: int | str | None = None) -> None:
     """The checks of one point (see the module docstring); ``served`` False for a model that only
     ``map`` and ``check`` read (a multi_model experiment's ``model:``), whose weights need not fit;
-    ``fit`` False checks the weights alone, not the batch and the prompt (a multi_model
-    experiment's models, which share the node as its section says)."""
+    ``batch`` in place of ``serving.batch``: a multi_model entry's own, with which ``run`` times
+    that model on the node alone (``multi_model_run.time_models``)."""
     exp = asm.experiment
     setup = asm.setup(point)     # makes the point's KV policy: a bad one is located at its entry
+    if batch is not None:
+        setup = replace(setup, batch=batch)
     try:
         check_plans(setup)
         check_context(setup)
@@ -232,7 +234,7 @@ def check_point(asm: Assembly, point: Point, trace_rows: Sequence[Any] | None = 
             # the largest, a graph per size) and one prompt on a prefill node, with the activations
             # of their graphs (built, not simulated): a batch that did not fit, or a 1M-token prompt
             # whose cache or activations fit no batch, passed check and stopped run
-            batch = int(setup.batch) if fit and setup.batch != "max" else min(setup.batch_sizes)
+            batch = int(setup.batch) if setup.batch != "max" else min(setup.batch_sizes)
             side = asm.prefill_side(setup)    # (a chunk's graph costs are not placed: run places the prompt's)
             timer = asm.step_timer(setup)
             _check_batch_fits(setup, batch, point_memory(setup, timer, asm.memory_placer(setup.model),

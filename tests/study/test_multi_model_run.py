@@ -144,6 +144,18 @@ def test_check_refuses_a_served_model_run_refuses_with_the_same_line(tmp_path, c
     assert lines[0] == lines[1] and lines[0].count("\n") == 1 and words in lines[0], lines
 
 
+def test_check_refuses_an_entrys_batch_run_refuses_with_the_same_line(tmp_path, capsys):
+    """An entry's explicit batch whose KV does not fit the node: check said ok (it checked each
+    served model at the smallest compiled batch) and run refused it at the entry's batch."""
+    path = experiment(tmp_path, MODELS.replace("share: 0.3, batch: 4", "share: 0.3, batch: 100000"))
+    lines = []
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]):
+        assert main(argv) == 2
+        lines.append(capsys.readouterr().err)
+    assert lines[0] == lines[1] and lines[0].count("\n") == 1, lines
+    assert "multi_model.models[1].batch: a batch of 100000 does not fit" in lines[0] and "(model other)" in lines[0]
+
+
 def test_a_model_no_request_drew_is_named_in_a_warning_not_dropped_silently(tmp_path):
     # with a share of 0.001 none of the 30 requests (seed 0) asks for `other`: it has no record, and
     # its column used to vanish from the table without a word
