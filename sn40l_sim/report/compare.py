@@ -70,6 +70,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
         # another bound moves the attainment and goodput rows alone: the heading said "the same model,
         # hardware and policy" above an attainment of 0% against 100%
         changes.append(f"slo {_slo_stated(base)} -> {_slo_stated(other)}")
+    changes += _multi_model_changes(base, other)
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
@@ -139,6 +140,23 @@ def _slo_stated(record: Mapping[str, Any]) -> str:
     parts = [f"{what} p{slo.get(percentile):g} <= {slo[bound]:g} s" for what, bound, percentile in SLO_STATED
              if slo.get(bound) is not None]
     return ", ".join(parts) or "none"
+
+
+def _multi_model_changes(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """A heading's ``multi_model ...`` when the sections of two runs of several models on a node differ:
+    the models sharing it, the quantum or the weights' tier moved a model's figures under "the same
+    model, hardware and policy" (records written before they were kept compare by the rest).
+
+    >>> _multi_model_changes({"multi_model": {"quantum_s": 2.0}}, {"multi_model": {"quantum_s": 0.5}})
+    ['multi_model quantum 2 s -> quantum 0.5 s']
+    """
+    a, b = base.get("multi_model"), other.get("multi_model")
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return []
+    shown = {"models": str, "quantum_s": lambda v: f"quantum {v:g} s", "slow_tier": lambda v: f"weights in {v}"}
+    parts = [f"{show(a[key])} -> {show(b[key])}" for key, show in shown.items()
+             if key in a and key in b and a[key] != b[key]]
+    return [f"multi_model {', '.join(parts)}"] if parts else []
 
 
 def _described(value: Any) -> str:

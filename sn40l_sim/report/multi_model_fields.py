@@ -33,6 +33,14 @@ MULTI_MODEL_FIELD = Field(
     group="multi_model", parts=(
         Field("scheduler", "", "The scheduler policy: on_demand, batch_by_model or prewarm.",
               axis="scheduler", table=Row(300, "scheduler")),
+        # the section's settings, which move this model's figures as much as its own inputs do
+        # (compare names them when they differ)
+        Field("models", "", "The models sharing the node, in the section's order: name=model (share of the "
+              "requests, decode batch).", axis="models on the node"),
+        Field("quantum_s", "s", "multi_model.quantum_s: the longest stay on a model while others wait "
+              "(batch_by_model and prewarm).", axis="scheduling quantum"),
+        Field("slow_tier", "", "The memory tier holding every model's weights (multi_model.weights_tier).",
+              axis="weights tier"),
         Field("served_model", "", "The name the experiment gives this record's model.", axis="served model",
               table=Row(301, "served model")),
         Field("request_share", "1", "Fraction of the run's requests that asked for this model.",

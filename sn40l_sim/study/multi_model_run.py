@@ -209,6 +209,9 @@ def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResu
     warn_unrequested(exp, model_of, len(requests))
     clock_hz = asm.node.socket.clock_hz
     quantum = to_cycles(section.quantum_s, asm.node.socket)
+    settings = {"models": ", ".join(f"{t.name}={t.result.setup.model.name} (share {entry.share:g}, batch "
+                                    f"{t.result.batch})" for t, entry in zip(timed, section.models, strict=True)),
+                "quantum_s": section.quantum_s, "slow_tier": node_tiers(asm)[1]}
     records = []
     for scheduler in section.schedulers:
         try:
@@ -223,6 +226,7 @@ def multi_model_records(asm: Assembly, point: Point, record: Callable[[PointResu
             name = f"{point.name}/{scheduler}/{t.name}"
             result = replace(t.result, setup=replace(t.result.setup, name=name), log=log)
             rec = {**record(result), **multi_model_fields(run, m, memory, t.name, clock_hz)}
+            rec["multi_model"].update(settings)
             check(result, rec, [log.request for log in log.requests])
             if on_result is not None:
                 on_result(result)

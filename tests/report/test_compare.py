@@ -422,3 +422,46 @@ def test_the_heading_names_changed_simulation_options(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "base"), str(tmp_path / "other")]) == 0
     out = capsys.readouterr().out
     assert "full: options none -> execution.collective_algorithm=ring, execution.kernel_looping=False" in out, out
+
+
+def test_the_heading_names_a_changed_multi_model_section(tmp_path, capsys):
+    # two runs of several models on a node differing in the scheduling quantum (or in the model served
+    # beside this one) moved TTFT 2x under "the same model, hardware and policy"
+    root = Path(__file__).resolve().parents[2]
+    m8 = root / "graphs" / "llama3_1_8b.yaml"
+    experiment = tmp_path / "e.yaml"
+    experiment.write_text(f"""\
+kind: experiment
+name: mm
+hardware: {root / 'hw_configs' / 'sn40l_node8.yaml'}
+model: {m8}
+parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8}}}}
+policies: [{{name: full, policy: full}}]
+shape: {{prompt_len: 512}}
+workload: {{kind: poisson, rate_per_s: 20, count: 12, output_len: 16}}
+serving: {{mode: colocated, batch_sizes: [4], prefill_lens: [512], max_new_tokens: 16}}
+multi_model:
+  models:
+    - {{name: a, model: {m8}, share: 0.5, batch: 4}}
+    - {{name: b, model: {m8}, share: 0.5, batch: 4}}
+  schedulers: [batch_by_model]
+  quantum_s: 1 s
+""")
+    for label, sets in (("base", []), ("other", ["multi_model.quantum_s=0.001 s"])):
+        argv = ["run", str(experiment), "--out", str(tmp_path / label), "--no-plot", "--quiet"]
+        for value in sets:
+            argv += ["--set", value]
+        assert main(argv) == 0
+    records = [json.loads((tmp_path / label / "results.json").read_text()) for label in ("base", "other")]
+    assert records[0][0]["multi_model"]["quantum_s"] == 1.0 and records[1][0]["multi_model"]["quantum_s"] == 0.001
+    assert records[0][0]["multi_model"]["models"] == \
+        "a=llama-3.1-8b (share 0.5, batch 4), b=llama-3.1-8b (share 0.5, batch 4)"
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "other")]) == 0
+    out = capsys.readouterr().out
+    assert "full/batch_by_model/a: multi_model quantum 1 s -> quantum 0.001 s" in out, out
+    # the models sharing the node (another model beside this one, another share or batch) are named too
+    other = dict(records[0][0], multi_model=dict(records[0][0]["multi_model"], models="a=x (share 1, batch 4)"))
+    assert point_table(records[0][0], other).splitlines()[0] == (
+        "full/batch_by_model/a: multi_model a=llama-3.1-8b (share 0.5, batch 4), b=llama-3.1-8b (share 0.5, batch 4)"
+        " -> a=x (share 1, batch 4)")
