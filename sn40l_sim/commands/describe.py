@@ -233,12 +233,13 @@ def _serving_lines(spec: ExperimentSpec) -> list[str]:
         return [f"  {'serves' if i == 0 else '':10s} {text}" for i, text in enumerate(models)] + \
             [f"             on one co-located node; every model's weights in {tier}",
              f"  schedulers {', '.join(section.schedulers)} (quantum {section.quantum_s:g} s)"]
+    settings = serving.node_settings()   # a prefill chunk, prefix caching
     if serving.mode == "colocated":
-        return [f"  serving    co-located: {serving.decode_nodes} node(s) that prefill and decode"]
+        return [f"  serving    co-located: {serving.decode_nodes} node(s) that prefill and decode{settings}"]
     prefill_hw = "the prefill hw above" if spec.prefill_hardware else "the hardware above"
     return [f"  serving    disaggregated: {serving.prefill_nodes or 1} prefill node(s) on {prefill_hw}, "
             f"{serving.decode_nodes} decode node(s) on the hardware; the KV crosses "
-            + ("the host links" if serving.kv_transfer == "host_link" else "the P2P links")]
+            + ("the host links" if serving.kv_transfer == "host_link" else "the P2P links") + settings]
 
 
 def _workload_lines(spec: ExperimentSpec) -> list[str]:

@@ -276,3 +276,14 @@ class ServingSection(StrictModel):
     #: co-located: prompt tokens prefilled between two decode steps (None: whole prompts first;
     #: serving/chunked_prefill.py)
     prefill_chunk: PositiveInt | None = None
+
+    def node_settings(self) -> str:
+        """What chunked prefill and prefix caching change in what a node does, for ``describe``'s
+        serving line (run's records carry their groups); empty without them.
+
+        >>> ServingSection(mode="colocated", prefill_chunk=2048, prefix_cache=True).node_settings()
+        '; at most 2,048 prompt tokens prefilled between two decode steps (serving.prefill_chunk); prompt prefixes requests share reused (serving.prefix_cache)'
+        """
+        chunk = f"; at most {self.prefill_chunk:,} prompt tokens prefilled between two decode steps " \
+            "(serving.prefill_chunk)" if self.prefill_chunk else ""
+        return chunk + ("; prompt prefixes requests share reused (serving.prefix_cache)" if self.prefix_cache else "")

@@ -93,3 +93,18 @@ def test_an_experiment_without_drafts_says_nothing_of_them(tmp_path, capsys):
     assert not [line for line in _describe(plain, capsys) if line.startswith("  drafts")]
     assert not [line for line in _describe(REPO / "experiments" / "llama8b_node8.yaml", capsys)
                 if line.startswith("  drafts")]
+
+
+def test_chunked_prefill_and_prefix_caching_are_stated(tmp_path, capsys):
+    # run's records of these experiments carry a chunked_prefill or prefix_cache group, and describe
+    # said nothing of the setting that produced it
+    chunked = tmp_path / "chunked.yaml"
+    chunked.write_text(f"base: {REPO / 'experiments' / 'chunked_prefill.yaml'}\nname: chunked\n"
+                       "serving: {prefill_chunk: 2048}\n")
+    assert ("  serving    co-located: 1 node(s) that prefill and decode; at most 2,048 prompt tokens prefilled "
+            "between two decode steps (serving.prefill_chunk)") in _describe(chunked, capsys)
+    assert ("  serving    disaggregated: 1 prefill node(s) on the hardware above, 1 decode node(s) on the hardware; "
+            "the KV crosses the host links; prompt prefixes requests share reused (serving.prefix_cache)") \
+        in _describe(REPO / "experiments" / "prefix_cache.yaml", capsys)
+    assert not [line for line in _describe(REPO / "experiments" / "hetero_nodes.yaml", capsys)
+                if "prefix_cache" in line or "prefill_chunk" in line]
