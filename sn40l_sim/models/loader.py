@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sn40l_sim.errors import InputError
+from sn40l_sim.errors import InputError, with_article
 from sn40l_sim.models.kv_format import kv_problems
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import default_template_path, with_template
@@ -51,8 +51,15 @@ def load_model(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     doc = load_document(path)
     if overrides:
         _apply_overrides(doc, overrides)
-    if doc.data.get("kind") != "model":
-        raise doc.error(("kind",), f"expected 'kind: model' in a model file, got {doc.data.get('kind')!r}")
+    kind = doc.data.get("kind")
+    if kind != "model":
+        origin, _ = doc.where(("kind",))
+        if kind is not None and origin != str(doc.path):
+            # its kind comes through base: (a node file built on another): the file given is named, not
+            # the base it names, as the hardware and experiment loaders name it
+            raise InputError(f"this is {with_article(str(kind))} file through its base: ({origin} says kind: {kind}); "
+                             "expected 'kind: model' in a model file", file=doc.path, field="base")
+        raise doc.error(("kind",), f"expected 'kind: model' in a model file, got {kind!r}")
     kernels = doc.data.get("kernels")
     if kernels is not None:
         if not isinstance(kernels, str) or not kernels.strip():   # '' resolved to this file's folder

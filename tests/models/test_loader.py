@@ -240,3 +240,14 @@ def test_a_dense_template_given_to_an_moe_model_is_refused_for_its_missing_moe_k
         load_model(path)
     assert info.value.field == "prefill.blocks.moe_layer" and info.value.file.endswith("kernels_llama.yaml")
     assert "model 'mixtral-8x7b' has MoE layers but the template defines no prefill moe_layer kernels" in str(info.value)
+
+
+def test_a_file_whose_kind_comes_through_its_base_is_named_not_its_base():
+    # the 8-socket node file has no kind of its own (base: sn40l_node16.yaml): given as a model,
+    # the error named the base at its kind: line, a file the user did not give
+    node8 = GRAPHS_DIR.parent / "hw_configs" / "sn40l_node8.yaml"
+    with pytest.raises(InputError) as info:
+        load_model(node8)
+    assert info.value.file == str(node8) and info.value.field == "base"
+    assert "this is a node file through its base:" in info.value.message
+    assert "expected 'kind: model' in a model file" in info.value.message
