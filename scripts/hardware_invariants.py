@@ -290,11 +290,23 @@ def hunt(seed: int, probes: int, tolerance: float, progress: Callable[[str], Non
     return found
 
 
+def _tolerance(text: str) -> float:
+    """An argparse type: a relative slack in [0, 1). A negative one flags every unchanged step and
+    NaN compares false everywhere: either makes exit status 1 report violations that are not there."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a relative slack of at least 0 and below 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--probes", type=positive_int, default=40)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tolerance", type=float, default=0.01,
+    parser.add_argument("--tolerance", type=_tolerance, default=0.01,
                         help="relative slack of the monotonic checks (default 0.01: 1%%)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)

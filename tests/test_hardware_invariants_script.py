@@ -94,3 +94,12 @@ def test_real_probes_hold():
 def test_random_probes_hold():
     found = hi.hunt(0, int(os.environ["SN40L_SIM_INVARIANT_PROBES"]), 0.01)
     assert found.violations == []
+
+
+@pytest.mark.parametrize("tolerance", ["-1", "nan", "1", "x"])
+def test_a_tolerance_outside_zero_to_one_is_a_bad_argument(tolerance, capsys):
+    # a negative slack flags every unchanged step, NaN none: exit 1 would report made-up violations
+    with pytest.raises(SystemExit) as exc:
+        hi.main(["--probes", "1", "--tolerance", tolerance])
+    assert exc.value.code == 2
+    assert "--tolerance" in capsys.readouterr().err
