@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO))
 from sn40l_sim.commands.argtypes import positive_ints  # noqa: E402
 from sn40l_sim.engine.breakdown import decode_step_breakdown  # noqa: E402
 from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
+from sn40l_sim.errors import InputError  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import ParallelPlan  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (REPO / "graphs" / f"{args.model}.yaml").is_file():
         parser.error(f"graphs/{args.model}.yaml: no such model file")
+    try:   # a file of graphs/ that is not a model (a kernel template) is bad input, not a traceback
+        load_model(REPO / "graphs" / f"{args.model}.yaml")
+    except InputError as exc:
+        parser.error(str(exc))
     for line in decode_lines(args.model, args.sockets, args.batches, args.kv, not args.no_looping):
         print(line)
     return 0

@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         if not (REPO / "graphs" / f"{name}.yaml").is_file():
             parser.error(f"graphs/{name}.yaml: no such model file")
+        try:   # a file of graphs/ that is not a model (a kernel template) is bad input, not a traceback
+            load_model(REPO / "graphs" / f"{name}.yaml")
+        except InputError as exc:
+            parser.error(str(exc))
     with tempfile.TemporaryDirectory() as tmp:
         experiment = Path(tmp) / "prefill_lengths.yaml"
         experiment.write_text(text)

@@ -25,3 +25,11 @@ def test_an_unknown_model_exits_2(capsys):
         decode_steps.main(["llama9", "8"])
     assert stop.value.code == 2
     assert "graphs/llama9.yaml" in capsys.readouterr().err
+
+
+def test_a_file_of_graphs_that_is_not_a_model_exits_2(capsys):
+    # graphs/ holds the kernel templates too: naming one is bad input, one line, not a traceback
+    with pytest.raises(SystemExit) as stop:
+        decode_steps.main(["kernels_llama", "8", "--batches", "1"])
+    assert stop.value.code == 2
+    assert "kernels_llama.yaml" in capsys.readouterr().err

@@ -46,3 +46,11 @@ def test_an_unknown_model_exits_2(capsys):
         prefill_table.main(["--models", "llama9"])
     assert stop.value.code == 2
     assert "graphs/llama9.yaml" in capsys.readouterr().err
+
+
+def test_a_file_of_graphs_that_is_not_a_model_exits_2(capsys):
+    # graphs/ holds the kernel templates too: naming one is bad input, one line, not a traceback
+    with pytest.raises(SystemExit) as stop:
+        prefill_table.main(["--models", "kernels_llama", "--sockets", "8", "--lens", "128"])
+    assert stop.value.code == 2
+    assert "kernels_llama.yaml" in capsys.readouterr().err
