@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sn40l_sim.commands import cli  # noqa: E402
-from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
+from sn40l_sim.commands.argtypes import positive_float, positive_int  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # fuzz_mutations, beside this file
 from fuzz_mutations import ALWAYS_INVALID, MUTATIONS  # noqa: E402
@@ -213,15 +213,29 @@ def summary(results: list[Result], title: str) -> str:
     return "\n".join(lines)
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (``--run``: ``accepted[:-1]`` would run all but one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the cases, print the tables (and the worst cases), optionally write them to a file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=positive_int, default=10000, help="mutants through check (default: %(default)s)")
-    parser.add_argument("--run", type=int, default=0, metavar="N",
+    parser.add_argument("--run", type=_count, default=0, metavar="N",
                         help="also put N of the experiment mutants check accepted through run")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per case before it counts as a hang")
-    parser.add_argument("--memory-gib", type=float, default=3.0, help="address-space limit of this process")
+    # positive and finite: a timeout of 0 or less made every case's timer fail, counted as the
+    # simulator's traceback; a negative limit is RLIM_INFINITY, no limit at all
+    parser.add_argument("--timeout", type=positive_float, default=20.0,
+                        help="seconds per case before it counts as a hang")
+    parser.add_argument("--memory-gib", type=positive_float, default=3.0, help="address-space limit of this process")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables to this file")
     args = parser.parse_args(argv)
     limit = int(args.memory_gib * 2**30)

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import random
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -157,3 +158,14 @@ def test_a_bad_command_line_is_refused_in_one_line(tmp_path, argv, words):
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
     assert status == 2 and len(lines) == 1 and lines[0].startswith("error: "), (status, err)
     assert words.format(**values) in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("option", [["--timeout", "-1"], ["--timeout", "nan"], ["--memory-gib", "-1"],
+                                    ["--run", "-1"]])
+def test_a_bad_limit_is_refused_not_counted_as_the_simulators_traceback(option):
+    # --timeout -1 made every case's timer fail, reported as tracebacks of the simulator (exit 0);
+    # in a child, as main sets this process's address-space limit
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz.py"), "--cases", "1", *option],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout
+    assert option[0] in done.stderr
