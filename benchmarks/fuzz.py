@@ -44,6 +44,8 @@ if str(REPO) not in sys.path:
 
 from sn40l_sim.commands import cli  # noqa: E402
 from sn40l_sim.commands.argtypes import positive_float, positive_int  # noqa: E402
+from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.report.outputs import check_file  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # fuzz_mutations, beside this file
 from fuzz_mutations import ALWAYS_INVALID, MUTATIONS  # noqa: E402
@@ -238,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-gib", type=positive_float, default=3.0, help="address-space limit of this process")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables to this file")
     args = parser.parse_args(argv)
+    if args.markdown is not None:
+        try:   # before the cases, not after hours of them: a folder or an unwritable place
+            check_file(args.markdown, "--markdown")
+        except InputError as exc:
+            parser.error(str(exc))
     limit = int(args.memory_gib * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     root = sandbox()

@@ -169,3 +169,12 @@ def test_a_bad_limit_is_refused_not_counted_as_the_simulators_traceback(option):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout
     assert option[0] in done.stderr
+
+
+def test_a_markdown_path_that_is_a_folder_is_refused_before_the_cases(tmp_path):
+    # it was written after every case had run (hours at 10,000), and then failed with a traceback
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz.py"), "--cases", "1",
+                           "--markdown", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout
+    assert "--markdown" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
