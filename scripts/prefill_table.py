@@ -37,6 +37,7 @@ from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
 from sn40l_sim.models.params import active_params  # noqa: E402
 from sn40l_sim.models.spec import ModelSpec  # noqa: E402
+from sn40l_sim.report.outputs import check_file  # noqa: E402
 from sn40l_sim.study.runner import simulate_experiment  # noqa: E402
 from sn40l_sim.study.sweep.base import experiment_with_sets  # noqa: E402
 
@@ -130,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = EXPERIMENT.format(repo=REPO)
     if args.write_experiment is not None:
+        try:   # a folder or an unwritable place: one line, as run's --trace refuses it
+            check_file(args.write_experiment, "--write-experiment")
+        except InputError as exc:
+            parser.error(str(exc))
         args.write_experiment.write_text(text)
         return 0
     models = args.models.split(",")

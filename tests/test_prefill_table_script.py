@@ -54,3 +54,10 @@ def test_a_file_of_graphs_that_is_not_a_model_exits_2(capsys):
         prefill_table.main(["--models", "kernels_llama", "--sockets", "8", "--lens", "128"])
     assert stop.value.code == 2
     assert "kernels_llama.yaml" in capsys.readouterr().err
+
+
+def test_write_experiment_into_a_folder_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        prefill_table.main(["--write-experiment", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "--write-experiment" in capsys.readouterr().err
