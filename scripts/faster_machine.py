@@ -29,7 +29,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from sn40l_sim.commands.argtypes import positive_int  # noqa: E402
+from sn40l_sim.errors import InputError  # noqa: E402
 from sn40l_sim.quantities import parse_quantity  # noqa: E402
+from sn40l_sim.report.outputs import check_folder  # noqa: E402
 
 #: field -> (path under hardware.socket, values from slower to faster, quantity kind)
 FIELDS: dict[str, tuple[str, list[str], str]] = {
@@ -119,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # the sweeps run from the repository root: a relative --out means the caller's folder, not the root's
     args.out = args.out.resolve()
+    try:   # a file there ended the first sweep's mkdir in a traceback (exit 1, read as "a curve rose")
+        check_folder(args.out, "--out")
+    except InputError as exc:
+        parser.error(str(exc))
     rising = []
     for field in args.fields:
         path, values, kind = FIELDS[field]

@@ -47,6 +47,10 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.report.outputs import check_folder  # noqa: E402
+
 SOCKET_FILE = REPO / "hw_configs" / "sn40l.yaml"
 NODE_FILE = REPO / "hw_configs" / "sn40l_node16.yaml"
 #: leaves not varied: calibrated (fitted; docs/validation.md), the loader's published totals, the
@@ -275,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or any(f <= 0 for f in args.factors):
         parser.error("--jobs and every --factors value must be positive")
+    try:   # a file there ended the first run's mkdir in a traceback
+        check_folder(args.out, "--out")
+    except InputError as exc:
+        parser.error(str(exc))
     table = measure(args.fields, args.factors, args.out.resolve(), args.jobs, args.reuse)
     print((compact if args.compact else markdown)(table, args.fields, args.factors))
     return 0

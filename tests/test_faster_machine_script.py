@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import faster_machine  # noqa: E402
@@ -42,3 +44,12 @@ def test_a_rise_too_small_for_the_printed_times_is_given_itself():
     assert len(found) == 1
     assert "[32.4985, 32.4974, 32.4974] ms (up by 17 ns, 5.2e-07 of the time before)" in found[0]
     assert faster_machine._duration(2.1e-5) == "21.0 us" and faster_machine._duration(0.0021) == "2.100 ms"
+
+
+def test_an_out_that_is_a_file_is_refused_not_read_as_a_rise(tmp_path, capsys):
+    # a traceback is exit 1, which this script's callers read as "a curve rose"
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        faster_machine.main(["--fields", "hbm_latency", "--out", str(tmp_path / "f")])
+    assert exc.value.code == 2
+    assert "--out" in capsys.readouterr().err

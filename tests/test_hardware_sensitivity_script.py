@@ -71,3 +71,11 @@ def test_compact_puts_both_factors_on_one_row_and_lists_the_unmoved_fields(monke
     assert "| `clock_hz` | 1.300 | 0.650 | a not convex |" in text     # column a's flag
     assert "| `memory.hbm.capacity_bytes_per_unit` | refused | 2.200 (b128) |  |" in text
     assert text.endswith("Within 0.1% of the shipped figures at every factor: `tln.latency_s`.")
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        hardware_sensitivity.main(["--fields", "clock_hz", "--out", str(tmp_path / "f")])
+    assert exc.value.code == 2
+    assert "--out" in capsys.readouterr().err
