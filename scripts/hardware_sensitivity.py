@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compact", action="store_true",
                         help="one row per field, its factors side by side; unmoved fields listed after")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or any(f <= 0 for f in args.factors):
+    # NaN compares false with 0 and inf is no factor: both would only be refused run by run
+    if args.jobs < 1 or not all(0 < f < math.inf for f in args.factors):
         parser.error("--jobs and every --factors value must be positive")
     try:   # a file there ended the first run's mkdir in a traceback
         check_folder(args.out, "--out")

@@ -79,3 +79,11 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
         hardware_sensitivity.main(["--fields", "clock_hz", "--out", str(tmp_path / "f")])
     assert exc.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("factor", ["nan", "inf"])
+def test_a_factor_that_is_not_a_finite_number_is_refused(factor, tmp_path):
+    # NaN passed the "positive" check and each run was then refused, the script exiting 0
+    with pytest.raises(SystemExit) as exc:
+        hardware_sensitivity.main(["--fields", "clock_hz", "--factors", factor, "--out", str(tmp_path)])
+    assert exc.value.code == 2
