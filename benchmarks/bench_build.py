@@ -22,6 +22,7 @@ from pathlib import Path
 from measure import (  # benchmarks/ is on sys.path (run as a script or by run_all.py)
     child_env,
     existing_file,
+    loaded,
     warm_bytecode,
 )
 
@@ -77,6 +78,9 @@ def main() -> None:
     parser.add_argument("experiment", nargs="?", type=existing_file, default=MAIN)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.profile:
+        from sn40l_sim.study.experiment import load_experiment
+        loaded(parser, "experiment", load_experiment, args.experiment)
     if args.profile:
         print(json.dumps(profile(args.experiment)))
     else:

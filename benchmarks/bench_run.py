@@ -32,6 +32,7 @@ from measure import (  # noqa: E402
     best,
     child_env,
     existing_file,
+    loaded,
     positive_int,
     print_figures,
     simulator,
@@ -100,6 +101,9 @@ def main() -> None:
     parser.add_argument("experiments", nargs="*", type=existing_file, default=[MAIN])
     parser.add_argument("--repeat", type=positive_int, default=1)
     args = parser.parse_args()
+    from sn40l_sim.study.experiment import load_experiment
+    for experiment in args.experiments:
+        loaded(parser, "experiments", load_experiment, experiment)
     for experiment in args.experiments:
         print_figures(figures_of(experiment, args.repeat))
 

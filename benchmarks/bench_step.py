@@ -31,6 +31,7 @@ from pathlib import Path
 from measure import (  # benchmarks/ is on sys.path (run as a script or by run_all.py)
     child_env,
     existing_file,
+    loaded,
     warm_bytecode,
 )
 
@@ -109,6 +110,13 @@ def main() -> None:
     parser.add_argument("--model", type=existing_file, default="graphs/deepseek_r1.yaml")
     parser.add_argument("--case", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.case is None:
+        from sn40l_sim.hardware.loader import load_hardware
+        from sn40l_sim.models.loader import load_model
+        node = loaded(parser, "--hardware", load_hardware, args.hardware)
+        if node.sockets != 16:   # every case is tensor-parallel over 16 sockets (run_case)
+            parser.error(f"argument --hardware: expected a node of 16 sockets, got {node.sockets} ({args.hardware})")
+        loaded(parser, "--model", load_model, args.model)
     if args.case is not None:
         print(json.dumps(run_case(args.case, args.hardware, args.model)))
         return

@@ -123,6 +123,17 @@ def existing_file(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
 
 
+def loaded(parser: argparse.ArgumentParser, option: str, load, path: str):
+    """``load(path)`` in this process, or one line and exit 2 when the file is of another kind or
+    refused (a socket file where a node or an experiment is expected, a kernel template for a model):
+    the children would end in a traceback here, as :func:`existing_file` says of a missing file."""
+    from sn40l_sim.errors import InputError
+    try:
+        return load(path)
+    except InputError as exc:
+        parser.error(f"argument {option}: {exc}")
+
+
 def print_figures(figures: list[tuple[str, object, str]]) -> None:
     """Print a benchmark's figures as ``what: figure (goal ...)`` lines."""
     for what, figure, goal in figures:

@@ -1,0 +1,28 @@
+"""The benchmarks refuse a file of the wrong kind in one line with exit 2 before starting a child
+(benchmarks/measure.py, ``loaded``), as they refuse a missing one: a child's failure is a traceback
+in the parent."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["bench_step.py", "--hardware", "hw_configs/sn40l.yaml"], "--hardware"),        # a socket file
+    (["bench_step.py", "--hardware", "hw_configs/sn40l_node8.yaml"], "--hardware"),  # the cases need 16 sockets
+    (["bench_step.py", "--model", "graphs/kernels_llama.yaml"], "--model"),          # a kernel template
+    (["bench_run.py", "hw_configs/sn40l.yaml"], "experiments"),
+    (["bench_build.py", "graphs/llama3_1_8b.yaml"], "experiment"),
+])
+def test_a_file_of_the_wrong_kind_is_one_line_and_exit_2(args, option):
+    env = dict(os.environ, PYTHONPATH=str(REPO), SN40L_SIM_CACHE="off")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / args[0]), *args[1:]], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert "Traceback" not in done.stderr and f"argument {option}" in done.stderr
