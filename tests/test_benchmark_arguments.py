@@ -26,3 +26,14 @@ def test_a_file_of_the_wrong_kind_is_one_line_and_exit_2(args, option):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-500:]
     assert "Traceback" not in done.stderr and f"argument {option}" in done.stderr
+
+
+def test_bench_sockets_reports_a_refused_run_instead_of_its_seconds():
+    # DeepSeek-R1 does not fit 4 sockets: the run exits 2 in a fraction of a second, which was
+    # printed as the case's CPU seconds (and on 64 sockets would have met the goal)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_sockets.py"), "--sockets", "4"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout
+    assert "exited 2" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stdout.strip().splitlines()) == 1   # the header only, no row of a run that did not run
