@@ -83,12 +83,18 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def one_sweep(path: Path, workers: int, scheduler: str | None) -> tuple[float, float]:
-    """Wall and CPU seconds of one sweep in this process (the ``--child`` side)."""
+def one_sweep(path: Path, workers: int, scheduler: str | None) -> tuple[float, float, list[str]]:
+    """Wall and CPU seconds of one sweep in this process (the ``--child`` side), and the one-line
+    errors of its runs that failed (a batch that does not fit: from ``--points 22`` the zipped
+    batches reach 1,024 sequences of 4K tokens)."""
     sweep = load_sweep(path)
     start, cpu = time.perf_counter(), cpu_seconds()
-    run_points(sweep, jobs=workers, progress=False, scheduler=scheduler)
-    return time.perf_counter() - start, cpu_seconds() - cpu
+    records = run_points(sweep, jobs=workers, progress=False, scheduler=scheduler)
+    return time.perf_counter() - start, cpu_seconds() - cpu, [f"{name}: {error}" for name, error in records.failures]
+
+
+class SweepFailed(RuntimeError):
+    """Some runs of the benchmark's sweep failed."""
 
 
 def best_seconds(path: Path, workers: int, scheduler: str | None, repeat: int) -> tuple[float, float]:
@@ -101,7 +107,11 @@ def best_seconds(path: Path, workers: int, scheduler: str | None, repeat: int) -
         if scheduler:
             argv += ["--scheduler", scheduler]
         out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO, env=env)
-        wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+        wall, cpu, failures = json.loads(out.stdout.strip().splitlines()[-1])
+        if failures:
+            # a failed run is refused in a fraction of a second: counted, it inflates points/s
+            raise SweepFailed(f"{len(failures)} of the sweep's runs failed, so its time is no figure; "
+                              f"the first: {failures[0]}")
         best = min(best, (wall, cpu))
     return best
 
@@ -140,7 +150,11 @@ def main() -> None:
         for label, scheduler in executors:
             one = None
             for workers in args.workers:
-                seconds, cpu = best_seconds(path, workers, scheduler, args.repeat)
+                try:
+                    seconds, cpu = best_seconds(path, workers, scheduler, args.repeat)
+                except SweepFailed as exc:
+                    print(f"error: --points {args.points}: {exc}", file=sys.stderr)
+                    sys.exit(2)
                 one = seconds if one is None and workers == 1 else one
                 speedup = one / seconds if one else float("nan")
                 goal = ""

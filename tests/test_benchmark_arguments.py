@@ -37,3 +37,14 @@ def test_bench_sockets_reports_a_refused_run_instead_of_its_seconds():
     assert done.returncode == 2, done.stdout
     assert "exited 2" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stdout.strip().splitlines()) == 1   # the header only, no row of a run that did not run
+
+
+def test_bench_sweep_does_not_time_a_sweep_whose_runs_failed(tmp_path):
+    # from --points 22 the zipped batches reach 1,024 sequences of 4K tokens, which do not fit: the
+    # failed runs took a fraction of a second each and were counted in points/s
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_sweep
+    path = bench_sweep.write_sweep(tmp_path, 2)
+    path.write_text(path.read_text().replace("serving.batch: [1, 1]", "serving.batch: [4096, 4096]"))
+    with pytest.raises(bench_sweep.SweepFailed, match="of the sweep's runs failed"):
+        bench_sweep.best_seconds(path, 1, None, 1)
