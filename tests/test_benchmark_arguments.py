@@ -48,3 +48,11 @@ def test_bench_sweep_does_not_time_a_sweep_whose_runs_failed(tmp_path):
     path.write_text(path.read_text().replace("serving.batch: [1, 1]", "serving.batch: [4096, 4096]"))
     with pytest.raises(bench_sweep.SweepFailed, match="of the sweep's runs failed"):
         bench_sweep.best_seconds(path, 1, None, 1)
+
+
+def test_run_all_says_when_a_benchmark_it_is_asked_for_has_no_figures(capsys):
+    # bench_sweep prints its own table and has no goal_figures: --only sweep printed an empty table
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import run_all
+    assert run_all.main(["--only", "sweep"]) == 0
+    assert "python benchmarks/bench_sweep.py prints its own" in capsys.readouterr().out
