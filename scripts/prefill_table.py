@@ -84,6 +84,20 @@ def model_flops(model: ModelSpec, prompt: int) -> tuple[float, float]:
     return linear, attention
 
 
+def _reason(message: str) -> str:
+    """The first clause of a refusal, for a row: "the model does not fit on the decode node at tp=8"
+    of "...: a socket's share of the weights ...". A ``--set`` refusal begins with the value it
+    refuses ("32: a full_mesh of 32 sockets ... needs 31 P2P ports ..."), which alone says nothing.
+
+    >>> _reason("32: a full_mesh of 32 sockets needs 31 P2P ports; raise it, or (ring: 2)")
+    'a full_mesh of 32 sockets needs 31 P2P ports'
+    """
+    clauses = message.split(": ")
+    if len(clauses) > 1 and " " not in clauses[0].strip():
+        clauses = clauses[1:]
+    return clauses[0].split(";")[0]
+
+
 def rows(models: list[str], sockets: list[int], lens: list[int], experiment: Path) -> list[str]:
     peak = figures.peak_flops(load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket, "bf16")
     out = [f"{'model':<14} {'S':>2} {'L':>7} {'full ms':>10} {'snap ms':>10} {'ovh%':>5} {'MFU':>5} "
@@ -104,7 +118,7 @@ def rows(models: list[str], sockets: list[int], lens: list[int], experiment: Pat
                         warnings.simplefilter("ignore", UserWarning)
                         _, records = simulate_experiment(exp, serve=False, hardware_overrides=hw)
                 except InputError as exc:
-                    out.append(f"{name:<14} {s:>2} {prompt:>7}  does not run: {exc.message.split(':')[0]}")
+                    out.append(f"{name:<14} {s:>2} {prompt:>7}  does not run: {_reason(exc.message)}")
                     continue
                 full, snap = (next(r for r in records if r["kv_policy"] == p) for p in ("full", "snapstream"))
                 t = full["prefill_s"]

@@ -61,3 +61,11 @@ def test_write_experiment_into_a_folder_exits_2(tmp_path, capsys):
         prefill_table.main(["--write-experiment", str(tmp_path)])
     assert stop.value.code == 2
     assert "--write-experiment" in capsys.readouterr().err
+
+
+def test_a_node_the_socket_cannot_mesh_says_why(tmp_path):
+    # --sockets 32 on the 16-port socket: the row said only "does not run: 32" (the value refused)
+    experiment = tmp_path / "prefill.yaml"
+    prefill_table.main(["--write-experiment", str(experiment)])
+    lines = prefill_table.rows(["llama3_1_8b"], [32], [1024], experiment)
+    assert "does not run: a full_mesh of 32 sockets" in lines[1] and "P2P ports" in lines[1]
