@@ -22,11 +22,18 @@ from sn40l_sim.commands.argtypes import positive_ints  # noqa: E402
 from sn40l_sim.engine.breakdown import decode_step_breakdown  # noqa: E402
 from sn40l_sim.engine.run_graph import EngineOptions  # noqa: E402
 from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.hardware import figures  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import ParallelPlan  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
+from sn40l_sim.models.params import weight_bytes_per_socket  # noqa: E402
 from sn40l_sim.study.assemble import step_timer  # noqa: E402
+
+
+def decode_plan(model_name: str, sockets: int) -> ParallelPlan:
+    """Tensor parallelism over every socket; DeepSeek-R1's attention data-parallel over them."""
+    return ParallelPlan(tp=sockets, attention_dp=sockets if "deepseek" in model_name else 1)
 
 
 def decode_lines(model_name: str, sockets: int, batches: list[int], kv_lens: list[int],
@@ -34,7 +41,7 @@ def decode_lines(model_name: str, sockets: int, batches: list[int], kv_lens: lis
     """One line per (batch, cache length): the step in ms and its breakdown in ms."""
     node = load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml")
     model = load_model(REPO / "graphs" / f"{model_name}.yaml")
-    decode = ParallelPlan(tp=sockets, attention_dp=sockets if "deepseek" in model_name else 1)
+    decode = decode_plan(model_name, sockets)
     timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets), decode,
                        engine=EngineOptions(kernel_looping=looping))
     lines = []
@@ -57,9 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     if not (REPO / "graphs" / f"{args.model}.yaml").is_file():
         parser.error(f"graphs/{args.model}.yaml: no such model file")
     try:   # a file of graphs/ that is not a model (a kernel template) is bad input, not a traceback
-        load_model(REPO / "graphs" / f"{args.model}.yaml")
+        model = load_model(REPO / "graphs" / f"{args.model}.yaml")
     except InputError as exc:
         parser.error(str(exc))
+    # a deployment whose weights alone overflow a socket's HBM is one run refuses, whatever the
+    # batch (DeepSeek-R1 on 8 sockets): no step is printed for it
+    socket = load_hardware(REPO / "hw_configs" / f"sn40l_node{args.sockets}.yaml").socket
+    held = weight_bytes_per_socket(model, decode_plan(args.model, args.sockets))
+    usable = figures.usable_memory_bytes(socket, "hbm")
+    if held > usable:
+        parser.error(f"graphs/{args.model}.yaml on {args.sockets} sockets: a socket's share of the weights, "
+                     f"{held / 2**30:.2f} GiB, does not fit its {usable / 2**30:.2f} GiB of usable HBM")
     for line in decode_lines(args.model, args.sockets, args.batches, args.kv, not args.no_looping):
         print(line)
     return 0

@@ -33,3 +33,11 @@ def test_a_file_of_graphs_that_is_not_a_model_exits_2(capsys):
         decode_steps.main(["kernels_llama", "8", "--batches", "1"])
     assert stop.value.code == 2
     assert "kernels_llama.yaml" in capsys.readouterr().err
+
+
+def test_a_model_whose_weights_do_not_fit_the_node_exits_2(capsys):
+    # run refuses DeepSeek-R1 on 8 sockets whatever the batch; the script printed an 8.5 ms step
+    with pytest.raises(SystemExit) as stop:
+        decode_steps.main(["deepseek_r1", "8", "--batches", "1"])
+    assert stop.value.code == 2
+    assert "does not fit" in capsys.readouterr().err
