@@ -24,10 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from sn40l_sim.commands.argtypes import positive_int, positive_ints  # noqa: E402
 from sn40l_sim.engine.run_graph import EngineOptions, run_graph  # noqa: E402
+from sn40l_sim.hardware import figures  # noqa: E402
 from sn40l_sim.hardware.loader import load_hardware  # noqa: E402
 from sn40l_sim.ir import ParallelPlan, Shape  # noqa: E402
 from sn40l_sim.kvcache import make_policy  # noqa: E402
 from sn40l_sim.models.loader import load_model  # noqa: E402
+from sn40l_sim.models.params import weight_bytes_per_socket  # noqa: E402
 from sn40l_sim.study.assemble import step_timer  # noqa: E402
 
 
@@ -80,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (REPO / "graphs" / f"llama3_1_{name}.yaml").is_file():
             parser.error(f"graphs/llama3_1_{name}.yaml: no such model file")
         for sockets in (8, 16):
+            held = weight_bytes_per_socket(load_model(REPO / "graphs" / f"llama3_1_{name}.yaml"), ParallelPlan(tp=sockets))
+            usable = figures.usable_memory_bytes(load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml").socket,
+                                                 "hbm")
+            if held > usable:   # run refuses it whatever the batch (405B on 8 sockets): no point to judge
+                print(f"{name} {sockets} sockets: does not run, a socket's share of the weights "
+                      f"({held / 2**30:.2f} GiB) is over its usable HBM ({usable / 2**30:.2f} GiB)")
+                continue
             for dp in (1, sockets):
                 for batch in args.batches:
                     (on, map_on), (off, map_off) = (point_ms(name, sockets, dp, batch, args.kv, looping)

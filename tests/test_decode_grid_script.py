@@ -31,3 +31,12 @@ def test_the_loop_score_is_the_engines_mean_iteration_within_one_percent():
     score, mean, percent = int(found[1]), int(found[2]), float(found[3])
     assert abs(score - mean) <= 0.01 * mean
     assert percent == pytest.approx((score - mean) / mean * 100, abs=0.01)
+
+
+def test_a_node_the_weights_do_not_fit_is_said_not_timed(monkeypatch, capsys):
+    # Llama-3.1-405B on 8 sockets: run refuses it whatever the batch, so its steps are no points
+    timed = []
+    monkeypatch.setattr(script, "point_ms", lambda name, sockets, *rest: timed.append(sockets) or (1.0, 0.5))
+    assert script.main(["--models", "405b", "--batches", "1", "--kv", "128"]) == 0
+    assert set(timed) == {16}
+    assert "405b 8 sockets: does not run" in capsys.readouterr().out
