@@ -116,11 +116,14 @@ def existing_file(text: str) -> str:
     """An argparse type: a file that exists, as given from this folder or from the repository root
     (the children run from the root), returned as an absolute path; a missing one is refused in
     one line here rather than by a child's traceback."""
+    found = "no such file"
     for base in (Path.cwd(), ROOT):
         path = (base / text).resolve()
         if path.is_file():
             return str(path)
-    raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
+        if path.is_dir():   # an experiment folder given for its file: say so, not "no such file"
+            found = "a folder"
+    raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} ({found})")
 
 
 def loaded(parser: argparse.ArgumentParser, option: str, load, path: str):

@@ -56,3 +56,14 @@ def test_run_all_says_when_a_benchmark_it_is_asked_for_has_no_figures(capsys):
     import run_all
     assert run_all.main(["--only", "sweep"]) == 0
     assert "python benchmarks/bench_sweep.py prints its own" in capsys.readouterr().out
+
+
+def test_a_folder_given_for_a_file_is_called_a_folder():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import argparse
+
+    import measure
+    with pytest.raises(argparse.ArgumentTypeError, match=r"\(a folder\)"):
+        measure.existing_file("experiments")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"\(no such file\)"):
+        measure.existing_file("experiments/nope.yaml")
