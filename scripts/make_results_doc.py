@@ -9,9 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from sn40l_sim.report.results_doc import render
+REPO = Path(__file__).resolve().parents[1]
+# this checkout's package, as every script here imports it: Python puts scripts/ on the path, not
+# the checkout, so without it the page was rendered (and --check judged) from whatever sn40l_sim
+# is installed, another checkout's declaration of the results
+sys.path.insert(0, str(REPO))
+from sn40l_sim.report.results_doc import render  # noqa: E402
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "results.md"
+PAGE = REPO / "docs" / "results.md"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -216,3 +218,17 @@ def test_a_prefill_nodes_rows_add_up_to_its_capacity_when_it_reserves_other_than
              if line.startswith("prefill node HBM/socket")}
     assert cells["prefill node HBM/socket reserved (GiB)"] == 54.0
     assert sum(cells.values()) == 64.0
+
+
+def test_the_page_script_renders_its_own_checkouts_declaration(tmp_path):
+    # an installed sn40l_sim of another checkout (here a decoy ahead on the path) must not be the
+    # one rendered: --check then judged this checkout's page against the other's fields
+    decoy = tmp_path / "sn40l_sim" / "report"
+    decoy.mkdir(parents=True)
+    (decoy.parent / "__init__.py").write_text("")
+    (decoy / "__init__.py").write_text("")
+    (decoy / "results_doc.py").write_text("def render():\n    return 'another checkout'\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "make_results_doc.py"), "--check"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
