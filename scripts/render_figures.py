@@ -22,6 +22,9 @@ import nbformat
 from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parents[1]
+# the sweeps below run in this process: this checkout's package, not whatever sn40l_sim is
+# installed (Python puts scripts/ on the path, not the checkout); the notebooks' kernel gets it too
+sys.path.insert(0, str(REPO))
 NOTEBOOKS = REPO / "notebooks"
 FIGURES = REPO / "docs" / "figures"
 
