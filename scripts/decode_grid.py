@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         if not (REPO / "graphs" / f"llama3_1_{name}.yaml").is_file():
             parser.error(f"graphs/llama3_1_{name}.yaml: no such model file")
+        context = load_model(REPO / "graphs" / f"llama3_1_{name}.yaml").max_context
+        if args.kv > context:   # run refuses a sequence longer than the model's context
+            parser.error(f"argument --kv: {args.kv} tokens exceed the maximum context of llama3_1_{name}, "
+                         f"{context} tokens")
         for sockets in (8, 16):
             held = weight_bytes_per_socket(load_model(REPO / "graphs" / f"llama3_1_{name}.yaml"), ParallelPlan(tp=sockets))
             usable = figures.usable_memory_bytes(load_hardware(REPO / "hw_configs" / f"sn40l_node{sockets}.yaml").socket,

@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(REPO / "graphs" / f"{args.model}.yaml")
     except InputError as exc:
         parser.error(str(exc))
+    if max(args.kv) > model.max_context:   # run refuses a sequence longer than the model's context
+        parser.error(f"argument --kv: {max(args.kv)} tokens exceed the maximum context of {model.name}, "
+                     f"{model.max_context} tokens")
     # a deployment whose weights alone overflow a socket's HBM is one run refuses, whatever the
     # batch (DeepSeek-R1 on 8 sockets): no step is printed for it
     socket = load_hardware(REPO / "hw_configs" / f"sn40l_node{args.sockets}.yaml").socket

@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated SEQUENCESxTOKENS per socket (default 1x133121,4x32768,1x131072,4x33280)")
     parser.add_argument("--no-steps", action="store_true", help="leave out the whole decode steps")
     args = parser.parse_args(argv)
+    context = load_model(REPO / "graphs" / "deepseek_r1.yaml").max_context
+    longest = max(kv for _, kv in args.cases)
+    if longest > context:   # run refuses a sequence longer than the model's context
+        parser.error(f"argument --cases: {longest} tokens exceed DeepSeek-R1's maximum context, {context} tokens")
     for seqs, kv in args.cases:
         print("\n".join(kernel_lines(seqs, kv) + size_lines(seqs, kv)))
     if not args.no_steps:

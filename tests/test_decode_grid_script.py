@@ -40,3 +40,10 @@ def test_a_node_the_weights_do_not_fit_is_said_not_timed(monkeypatch, capsys):
     assert script.main(["--models", "405b", "--batches", "1", "--kv", "128"]) == 0
     assert set(timed) == {16}
     assert "405b 8 sockets: does not run" in capsys.readouterr().out
+
+
+def test_a_cache_longer_than_the_models_context_exits_2(capsys):
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--models", "8b", "--batches", "1", "--kv", "10000000"])
+    assert stop.value.code == 2
+    assert "maximum context" in capsys.readouterr().err

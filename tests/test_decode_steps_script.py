@@ -41,3 +41,11 @@ def test_a_model_whose_weights_do_not_fit_the_node_exits_2(capsys):
         decode_steps.main(["deepseek_r1", "8", "--batches", "1"])
     assert stop.value.code == 2
     assert "does not fit" in capsys.readouterr().err
+
+
+def test_a_cache_longer_than_the_models_context_exits_2(capsys):
+    # run refuses such a sequence; the script timed a 10M-token cache of Llama-3.1-8B (104.7 ms)
+    with pytest.raises(SystemExit) as stop:
+        decode_steps.main(["llama3_1_8b", "16", "--batches", "1", "--kv", "128,10000000"])
+    assert stop.value.code == 2
+    assert "maximum context" in capsys.readouterr().err

@@ -63,3 +63,11 @@ def test_a_bad_case_exits_2(capsys):
         script.main(["--cases", "1x"])
     assert stop.value.code == 2
     assert "SEQUENCESxTOKENS" in capsys.readouterr().err
+
+
+def test_a_cache_longer_than_the_models_context_exits_2(capsys):
+    # DeepSeek-R1's context is 163,840 tokens: a 100M-token cache was mapped and sized all the same
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--cases", "1x100000000", "--no-steps"])
+    assert stop.value.code == 2
+    assert "maximum context" in capsys.readouterr().err
