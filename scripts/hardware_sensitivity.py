@@ -176,15 +176,28 @@ def measure(chosen: list[str], factors: list[float], out: Path, jobs: int, reuse
     return table
 
 
+def _unrun(reason: str) -> str:
+    """A cell for a run that gave no figure: ``refused`` for bad input (exit 2, e.g. half a port),
+    ``failed`` otherwise (a traceback or a broken invariant, exit 1 or 3: a bug, not the field)."""
+    return "refused" if reason.startswith("exit 2:") else "failed"
+
+
+def _reasons(table: dict[tuple, dict], chosen: list[str], factors: list[float]) -> list[str]:
+    """One line per run that gave no figure, the shipped machine's first, for after either table."""
+    keys = [("base", 1.0)] + [(name, f) for name in chosen for f in factors]
+    lines = [f"- `{name}` x{factor:g}: {value}" if name != "base" else f"- (shipped): {value}"
+             for name, factor in keys for value in table[(name, factor)].values() if isinstance(value, str)]
+    return list(dict.fromkeys(lines))
+
+
 def markdown(table: dict[tuple, dict], chosen: list[str], factors: list[float]) -> str:
     """The table: the shipped figures, then each change's figures over them."""
     known = fields()
     base = table[("base", 1.0)]
     head = "| field | value | " + " | ".join(COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
-    shipped = ["refused" if isinstance(base[c], str) else f"{base[c][0] * 1e3:.2f} ms" for c in COLUMNS]
+    shipped = [_unrun(base[c]) if isinstance(base[c], str) else f"{base[c][0] * 1e3:.2f} ms" for c in COLUMNS]
     lines.append("| (shipped) | | " + " | ".join(shipped) + " |")
-    refusals = []
     for name in chosen:
         for factor in factors:
             got = table[(name, factor)]
@@ -192,8 +205,7 @@ def markdown(table: dict[tuple, dict], chosen: list[str], factors: list[float]) 
             for column in COLUMNS:
                 value = got[column]
                 if isinstance(value, str):
-                    cells.append("refused")
-                    refusals.append(f"- `{name}` x{factor:g}: {value}")
+                    cells.append(_unrun(value))
                 else:
                     figure, batch = value
                     cell = (f"{figure * 1e3:.2f} ms" if isinstance(base[column], str)
@@ -202,8 +214,8 @@ def markdown(table: dict[tuple, dict], chosen: list[str], factors: list[float]) 
                     moved = isinstance(base[column], str) or batch != base[column][1]
                     cells.append(f"{cell} (batch {batch})" if moved else cell)
             lines.append(f"| `{name}` | {scaled(known[name][1], factor)} | " + " | ".join(cells) + " |")
-    unique = list(dict.fromkeys(refusals))
-    return "\n".join(lines + ([""] + unique if unique else []))
+    reasons = _reasons(table, chosen, factors)
+    return "\n".join(lines + ([""] + reasons if reasons else []))
 
 
 #: a figure is moved when it is further than this (relative) from the shipped one
@@ -250,7 +262,7 @@ def compact(table: dict[tuple, dict], chosen: list[str], factors: list[float], f
             for column in COLUMNS:
                 value = table[(name, factor)][column]
                 if isinstance(value, str) or isinstance(base[column], str):
-                    parts.append("refused" if isinstance(value, str) else f"{value[0] * 1e3:.2f} ms")
+                    parts.append(_unrun(value) if isinstance(value, str) else f"{value[0] * 1e3:.2f} ms")
                     moved = True
                     continue
                 ratio = value[0] / base[column][0]
@@ -263,7 +275,8 @@ def compact(table: dict[tuple, dict], chosen: list[str], factors: list[float], f
             still.append(f"`{name}`")
     if still:
         lines += ["", f"Within {flat:.1%} of the shipped figures at every factor: " + ", ".join(still) + "."]
-    return "\n".join(lines)
+    reasons = _reasons(table, chosen, factors)   # the docstring's "the reasons follow the table" here too
+    return "\n".join(lines + ([""] + reasons if reasons else []))
 
 
 def main(argv: list[str] | None = None) -> int:

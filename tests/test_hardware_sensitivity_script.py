@@ -70,7 +70,8 @@ def test_compact_puts_both_factors_on_one_row_and_lists_the_unmoved_fields(monke
     text = hardware_sensitivity.compact(table, names, [0.5, 2.0])
     assert "| `clock_hz` | 1.300 | 0.650 | a not convex |" in text     # column a's flag
     assert "| `memory.hbm.capacity_bytes_per_unit` | refused | 2.200 (b128) |  |" in text
-    assert text.endswith("Within 0.1% of the shipped figures at every factor: `tln.latency_s`.")
+    assert "\nWithin 0.1% of the shipped figures at every factor: `tln.latency_s`.\n" in text
+    assert text.endswith("- `memory.hbm.capacity_bytes_per_unit` x0.5: exit 2: error: does not fit")
 
 
 def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
@@ -87,3 +88,15 @@ def test_a_factor_that_is_not_a_finite_number_is_refused(factor, tmp_path):
     with pytest.raises(SystemExit) as exc:
         hardware_sensitivity.main(["--fields", "clock_hz", "--factors", factor, "--out", str(tmp_path)])
     assert exc.value.code == 2
+
+
+def test_a_run_that_failed_is_not_called_refused_and_its_reason_follows_both_tables(monkeypatch):
+    # exit 3 (a broken invariant) is a bug, not bad input; --compact printed no reason at all
+    monkeypatch.setattr(hardware_sensitivity, "COLUMNS", {"a": ("w", "full", "decode_step_s")})
+    table = {("base", 1.0): {"a": (2.0, 16)},
+             ("clock_hz", 0.5): {"a": "exit 3: invariant violated: units_within_peak"},
+             ("clock_hz", 2.0): {"a": (1.3, 16)}}
+    for render in (hardware_sensitivity.markdown, hardware_sensitivity.compact):
+        text = render(table, ["clock_hz"], [0.5, 2.0])
+        assert "failed" in text and "refused" not in text
+        assert text.endswith("- `clock_hz` x0.5: exit 3: invariant violated: units_within_peak")
