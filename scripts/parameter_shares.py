@@ -21,10 +21,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from sn40l_sim.errors import InputError  # noqa: E402
+from sn40l_sim.errors import InfeasibleError, InputError  # noqa: E402
 from sn40l_sim.study.assemble import Assembly  # noqa: E402
 from sn40l_sim.study.calibration import fitted_names, parameter_bounds  # noqa: E402
 from sn40l_sim.study.evaluation import LoadedExperiments  # noqa: E402
+from sn40l_sim.study.sweep.load import load_sweep  # noqa: E402
 
 #: the project's aim for the largest share of one fitted parameter (docs/validation.md)
 LIMIT = 0.25
@@ -47,14 +48,26 @@ def shares(experiment: Path) -> list[tuple[str, str, float, float, float]]:
     """``(parameter, point, step at the fitted values, step at the ideal value, share)`` for every
     fitted parameter and every point of ``experiment`` (seconds; share = 1 - ideal / fitted)."""
     loaded = LoadedExperiments()
-    base = loaded.records(experiment, serve=False, reads_prefill=())
     assembled = loaded.load(experiment)      # an Assembly, or a sweep's runs (each with its own)
+    reads = None
+    if not isinstance(assembled, Assembly) and load_sweep(experiment).infeasible == "skip":
+        # as `sweep` runs it: a run that does not fit is skipped, not the end of the table
+        reads = []
+        for run in assembled:
+            try:
+                loaded.records(experiment, serve=False, reads_prefill=(), reads=[run.name])
+            except InfeasibleError:
+                continue
+            reads.append(run.name)
+        if not reads:
+            raise InputError(f"{experiment}: no run of the sweep fits (infeasible: skip skipped them all)")
+    base = loaded.records(experiment, serve=False, reads_prefill=(), reads=reads)
     node = assembled.node if isinstance(assembled, Assembly) else assembled[0].assembly.node
     bounds = parameter_bounds(node.socket)
     rows = []
     for path in fitted_names(node.socket):
         ideal = ideal_value(path, *bounds[path])
-        records = loaded.records(experiment, serve=False, reads_prefill=(),
+        records = loaded.records(experiment, serve=False, reads_prefill=(), reads=reads,
                                  hardware_overrides={f"socket.{path}": ideal})
         for fitted, faster in zip(base, records, strict=True):
             step, ideal_step = fitted["decode_step_s"], faster["decode_step_s"]

@@ -45,3 +45,13 @@ def test_every_fitted_parameter_is_measured_at_the_faster_end_of_its_bounds(rows
     # no share is above 1 (the ideal step is never negative) and the shipped step is the same in every row
     assert all(share < 1 for *_, share in rows)
     assert len({(point, step) for _, point, step, _, _ in rows}) == 2
+
+
+def test_a_sweep_skips_the_runs_that_do_not_fit_as_sweep_does(tmp_path):
+    # sweep skips such runs under infeasible: skip; the script refused the whole experiment (exit 2)
+    text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    text = text.replace("prompt_len: 32768", "prompt_len: 1024")
+    experiment = tmp_path / "skip.yaml"
+    experiment.write_text(text + "sweep:\n  infeasible: skip\n  axes:\n    serving.batch: [1, 1048576]\n")
+    rows = parameter_shares.shares(experiment)
+    assert rows and {point for _, point, *_ in rows} == {"full[batch=1]", "snapstream[batch=1]"}
