@@ -35,6 +35,9 @@ class GemmKernel:
     hops: int = 1
     dtype: str = "bf16"
 
+    def __post_init__(self) -> None:
+        _check_fields(self, ("m", "k", "n", "pcus"))
+
 
 @dataclass(frozen=True)
 class AttentionKernel:
@@ -48,6 +51,11 @@ class AttentionKernel:
     q_tile: int
     hops: int = 1
 
+    def __post_init__(self) -> None:
+        _check_fields(self, ("q_len", "kv_len", "head_dim", "q_tile"))
+        if self.q_len % self.q_tile:
+            raise ValueError(f"AttentionKernel.q_len: expected a multiple of q_tile {self.q_tile}, got {self.q_len}")
+
 
 @dataclass(frozen=True)
 class GatherKernel:
@@ -59,6 +67,21 @@ class GatherKernel:
     n_indices: int
     hops: int = 1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_fields(self, ("table_rows", "row_elems", "n_indices"), ("seed",))
+
+
+def _check_fields(kernel, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
+    """Refuse a kernel the simulations cannot run, naming the field: an empty dimension would
+    otherwise end in a KeyError deep in the unit level or a silent 0 cycles, and negative hops
+    ran there as zero while :func:`mesh_latency_cycles` refuses them (zero hops, two units on one
+    switch, is a real layout)."""
+    for name, least in [(n, 1) for n in positive] + [(n, 0) for n in ("hops", *non_negative)]:
+        value = getattr(kernel, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            what = "a positive integer" if least else "an integer >= 0"
+            raise ValueError(f"{type(kernel).__name__}.{name}: expected {what}, got {value!r}")
 
 
 #: bytes per element of the operands (BF16); partial sums, and the scores a QK^T GEMM leaves in

@@ -35,6 +35,9 @@ def simulate_gemm(kernel: GemmKernel, socket: SocketSpec, seed: int = 0) -> Unit
     >>> res.cycles > 32 * 6       # 32 rows x 6 K blocks at least
     True
     """
+    rates = socket.pcu.macs_per_lane_stage_per_cycle
+    if kernel.dtype not in rates:
+        raise ValueError(f"GemmKernel.dtype: expected one of the PCU's datatypes {sorted(rates)}, got {kernel.dtype!r}")
     env = simpy.Environment()
     rng = np.random.default_rng(seed)
     m, k, n, pcus = kernel.m, kernel.k, kernel.n, kernel.pcus
