@@ -258,8 +258,9 @@ def _name_ranges(names: list[str]) -> str:
 
 
 def _kernel_names(text: str) -> list[str]:
-    """The names in ``--plot-kernels`` (commas between them, blanks ignored)."""
-    return [n.strip() for n in text.split(",") if n.strip()]
+    """The names in ``--plot-kernels`` (commas between them, blanks ignored), each once: a name
+    given twice would draw its kernel twice."""
+    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
 
 
 def _plot_choice(kernels, names: str | None) -> list:

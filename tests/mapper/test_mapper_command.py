@@ -90,6 +90,12 @@ def test_prefill_map_with_plot(tmp_path, capsys):
     assert "*.snapkv" in out and "*.mha" in out
 
 
+def test_a_kernel_named_twice_in_plot_kernels_is_drawn_once():
+    from sn40l_sim.commands.map import _kernel_names
+
+    assert _kernel_names("L03.mha, L03.moe_ffn,L03.mha,") == ["L03.mha", "L03.moe_ffn"]
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--policy", "nope"], "--policy 'nope' is not a policy of the experiment"),
     (["--plot", "x.png", "--plot-kernels", "L99.nothing"], "no kernel named ['L99.nothing']"),
