@@ -12,7 +12,7 @@ EXPERIMENT being the file ``--write-experiment`` writes (hw_configs/sn40l_node16
 and SnapStream's 32K cache, one request of one output token). The steps only are simulated here
 (``serve=False``), the same prefill ``run`` times. A prompt of the model's whole ``max_context`` is
 run one token short (131,071 for Llama-3.1: the output token needs a position); it runs the graph
-compiled for 131,072 (``serving.prefill_lens``).
+compiled for 131,072 (``serving.prefill_lens``); a longer one is a row that says it does not run.
 
 Columns: the TTFT in ms, full cache and SnapStream; MFU = (2 x active parameters x L + causal
 attention 2 x layers x heads x (d_qk + d_v) x L^2 / 2) / (sockets x BF16 peak x TTFT), the
@@ -106,6 +106,10 @@ def rows(models: list[str], sockets: list[int], lens: list[int], experiment: Pat
         model = load_model(REPO / "graphs" / f"{name}.yaml")
         for s in sockets:
             for length in lens:
+                if length > model.max_context:   # not capped: a row of another length would read as this one
+                    out.append(f"{name:<14} {s:>2} {length:>7}  does not run: longer than the model's "
+                               f"max_context ({model.max_context:,} tokens)")
+                    continue
                 prompt = min(length, model.max_context - 1)
                 sets = {"model": str(REPO / "graphs" / f"{name}.yaml"), "hardware.sockets": s,
                         "parallel.prefill.tp": s, "parallel.decode.tp": s, "shape.prompt_len": prompt}

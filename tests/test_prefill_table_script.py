@@ -41,6 +41,15 @@ def test_a_model_that_does_not_fit_is_one_line(tmp_path):
     assert "does not run: the model does not fit" in lines[1]
 
 
+def test_a_prompt_longer_than_the_models_context_is_a_row_that_says_so(tmp_path):
+    # before, 200,000 tokens ran as 131,071 and printed a row of that length: two rows alike
+    experiment = tmp_path / "prefill.yaml"
+    prefill_table.main(["--write-experiment", str(experiment)])
+    lines = prefill_table.rows(["llama3_1_8b"], [8], [200_000], experiment)
+    assert lines[1].split()[:3] == ["llama3_1_8b", "8", "200000"]
+    assert "does not run: longer than the model's max_context (131,072 tokens)" in lines[1]
+
+
 def test_an_unknown_model_exits_2(capsys):
     with pytest.raises(SystemExit) as stop:
         prefill_table.main(["--models", "llama9"])
