@@ -294,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     # NaN compares false with 0 and inf is no factor: both would only be refused run by run
     if args.jobs < 1 or not all(0 < f < math.inf for f in args.factors):
         parser.error("--jobs and every --factors value must be positive")
+    # a factor or field given twice would run into the folder of the first (factors by their
+    # folder name, f"{factor:g}": 2 and 2.0000001 share one) and print its row twice
+    for option, names in (("--factors", [f"{f:g}" for f in args.factors]), ("--fields", args.fields)):
+        if len(set(names)) < len(names):
+            parser.error(f"{option}: each value once, got {' '.join(names)}")
     try:   # a file there ended the first run's mkdir in a traceback
         check_folder(args.out, "--out")
     except InputError as exc:

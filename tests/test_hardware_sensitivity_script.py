@@ -50,6 +50,16 @@ def test_bad_factors_are_refused():
     assert exc.value.code == 2
 
 
+@pytest.mark.parametrize("argv", [["--factors", "2", "2"], ["--factors", "2", "2.0000001"],
+                                  ["--fields", "clock_hz", "clock_hz"]])
+def test_a_value_given_twice_is_refused(argv, capsys):
+    # both would be run into one folder, the second reading the first's results
+    with pytest.raises(SystemExit) as exc:
+        hardware_sensitivity.main(argv)
+    assert exc.value.code == 2
+    assert "each value once" in capsys.readouterr().err
+
+
 def test_flags_name_a_non_monotonic_or_regime_changing_response():
     flag = hardware_sensitivity.flag
     assert flag(1.169, 1.025) == "both up"            # deeper PCUs: slower at both factors
