@@ -180,14 +180,14 @@ def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool 
 
 def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> PrefixCaching | None:
     """How the point reuses shared prefixes (None without ``prefix_cache``): decode nodes share a
-    prefix's KV only when the policy keeps the whole prompt (a compressed cache cannot be extended as
-    a prefix; serving/prefix_cache.py); a prefill node keeps prefixes in the ``free_tokens`` its
-    placement leaves free (:func:`free_cache_tokens`). A co-located node keeping whole caches needs
-    no room for them: the prefix it reuses is the cache of a request in flight, in that request's
-    decode slot (stored once for its users), so a node whose slots fill its memory still reuses it."""
+    prefix's KV only when the policy keeps the whole prompt up to the slot's last row (not a compressed
+    cache, a ring wrapping over the prompt or H2O evicting from it: serving/prefix_cache.py); a prefill
+    node keeps prefixes in the ``free_tokens`` its placement leaves free (:func:`free_cache_tokens`),
+    but a co-located node sharing them needs none: it reuses the cache of a request in flight."""
     if not s.prefix_cache:
         return None
-    share = s.policy.cache_len(s.prompt_len, 0) >= s.prompt_len
+    rows = slot_new_tokens(s.max_new_tokens, s.speculation.drafts, context_room(s.model, s.prompt_len))
+    share = s.policy.cache_len(s.prompt_len, rows) >= s.prompt_len + rows
     capacity = None if share and s.mode == "colocated" else free_tokens
     return PrefixCaching(share_decode_kv=share, kv_bytes_per_token=kv_bytes_per_token, capacity_tokens=capacity)
 

@@ -28,8 +28,10 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
 
 **SnapStream and other compressing policies.** A compressed cache cannot be extended as a prefix:
 SnapKV chooses the tokens each sequence keeps from the attention of the prompt's last window, so the
-cache it keeps for one prompt is not the cache of another prompt's first tokens. With a policy whose
-cache is shorter than the prompt, this model therefore keeps the uncompressed prefix KV on the
+cache it keeps for one prompt is not the cache of another prompt's first tokens; nor is a cache that
+drops prompt tokens in decode (a ring wrapping over them, H2O evicting), each sequence writing its own
+tokens over the prefix's. With a policy whose cache does not keep the whole prompt for the sequence's
+life, this model therefore keeps the uncompressed prefix KV on the
 prefill node (where the prompt's full cache exists before compression anyway; its bytes are reported
 as ``prefill_prefix_bytes_peak``) and reuses it for prefill compute only; each decode sequence keeps
 its own compressed cache (no decode-side sharing, ``decode_kv_shared`` false). The compressed cache

@@ -87,6 +87,35 @@ def test_a_compressed_cache_reuses_the_prefix_for_prefill_only():
     assert all(s.kv_bytes_saved == 0 for s in shared.steps)
 
 
+@pytest.mark.parametrize("policy, params, shared", [
+    ("full", {}, True),
+    ("snapkv", {"budget": 8192}, True),             # the prompt kept whole, decode appends
+    ("h2o", {"budget": 8192}, True),                # the whole context fits: nothing is evicted
+    ("streamingllm", {"budget": 8192}, True),       # the ring never wraps
+    ("h2o", {"budget": 4352}, False),               # evicts once the context passes 4,352 tokens
+    ("streamingllm", {"budget": 4352}, False),      # the ring wraps over the prompt's tokens
+    ("snapstream", {"budget": 16384, "recent": 8192}, True),    # prompt and output within sink + ring
+    ("snapstream", {"budget": 16384, "recent": 4096}, False),   # a 4,100-token ring wraps over the prompt
+    ("snapstream", {"budget": 2048}, False),        # compressed in prefill
+])
+def test_decode_nodes_share_a_prefix_only_with_a_cache_that_never_drops_a_prompt_token(policy, params, shared):
+    """A 4,096-token prompt and 2,048 output tokens (a 6,143-token context). H2O and StreamingLLM
+    with a 4,352-token budget keep the whole prompt after prefill, so they were counted as storing a
+    shared prefix once on a decode node (3,072 tokens saved per extra user, as with a full cache),
+    though each sequence evicts (H2O) or overwrites (the ring) the prefix's tokens with its own."""
+    from types import SimpleNamespace
+
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.serving.point import prefix_caching
+    from sn40l_sim.serving.speculation import Speculation
+
+    point = SimpleNamespace(prefix_cache=True, policy=make_policy(policy, params), prompt_len=4096,
+                            max_new_tokens=2048, speculation=Speculation(), mode="disaggregated",
+                            model=load_model("graphs/llama3_1_8b.yaml"))
+    assert prefix_caching(point, kv_bytes_per_token=3, free_tokens=10**6).share_decode_kv is shared
+
+
 def test_without_prefix_caching_the_loop_is_unchanged():
     reqs = requests(seed=3)
     bare = [Request(r.id, r.arrival_cycle, r.prompt_len, r.output_len) for r in reqs]
