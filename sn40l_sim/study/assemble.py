@@ -48,6 +48,7 @@ from sn40l_sim.study.experiment import Experiment, load_experiment, memory_order
 from sn40l_sim.study.experiment_files import (
     check_drafts_have_mtp,
     check_given_specs,
+    check_ring_holds_drafts,
     check_template_drafts,
     experiment_hardware,
     experiment_model,
@@ -162,6 +163,7 @@ class Assembly:
                                             f"the hardware ({self.node.name}) has no memory tier {tier!r}; its "
                                             f"tiers are {list(tiers)} (point {point.name})")
         check_budget(self.experiment, point, policy, self.model_for(point))
+        check_ring_holds_drafts(self.experiment, point, policy)
         warn_unfilled_slots(self.experiment, point, policy)
         warn_window_past_prompt(self.experiment, point, policy)
         return policy

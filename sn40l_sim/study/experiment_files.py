@@ -14,11 +14,13 @@ from typing import TypeVar
 from sn40l_sim.errors import InfeasibleError, InputError, shown
 from sn40l_sim.hardware.loader import TIER_ORDER_WARNING, load_hardware
 from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.kvcache import KVPolicy
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.models.template import KernelTemplates, default_template_path, load_templates_for, template_for
 from sn40l_sim.serving.traces import TraceRow, read_trace, trace_source
 from sn40l_sim.study.experiment import Experiment
+from sn40l_sim.study.points import Point, at_entry, param_source
 from sn40l_sim.yamlio import not_a_file
 
 T = TypeVar("T")
@@ -180,6 +182,21 @@ def check_drafts_have_mtp(experiment: Experiment, model: ModelSpec) -> None:
                                "speculative decoding drafts with the model's multi-token-prediction module "
                                "(leave serving.speculative out, or set drafts: 0)")
     warn_drafts_never_accepted(experiment)
+
+
+def check_ring_holds_drafts(experiment: Experiment, point: Point, policy: KVPolicy) -> None:
+    """Refuse a ring of recent tokens (a policy's ``recent``: SnapStream's, StreamingLLM's, H2O's,
+    ArkVale's buffer's) shorter than a verify step's rows: with ``k`` speculative drafts a step writes
+    ``k + 1`` rows per sequence into the ring and its queries attend to them (docs/architecture.md,
+    speculative decoding), so a ring of ``k`` slots or fewer overwrites rows the same step reads."""
+    drafts, recent = experiment.speculation.drafts, getattr(policy, "recent", None)
+    if not drafts or not isinstance(recent, int) or recent > drafts:
+        return
+    given = [name for name in ("recent", "budget") if name in point.params]
+    inner = param_source(experiment, point, given[0]) if given else ("policy",)
+    raise at_entry(experiment, point, inner, InputError(
+        f"a {policy.name} ring of {recent} recent tokens cannot hold a verify step's {drafts + 1} rows per sequence "
+        f"(serving.speculative.drafts {drafts} + the token fed back); expected recent >= {drafts + 1}"))
 
 
 def warn_drafts_never_accepted(experiment: Experiment) -> None:

@@ -676,3 +676,21 @@ def test_a_window_too_short_to_hold_a_request_says_how_short(tmp_path, capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert f"workload.duration_s: no request of {tmp_path / 'trace.csv'} arrives in the 1e-06 s from 0.5 s after its " \
            "first" in line, line
+
+
+@pytest.mark.parametrize("params, field", [("{sink: 4, recent: 2, topk: 100}", "params.recent"),
+                                           ("{budget: 16}", "params.budget")])   # an eighth of 16: a ring of 2
+def test_a_ring_shorter_than_a_verify_steps_rows_is_refused_by_check_and_run(tmp_path, capsys, params, field):
+    """DeepSeek-R1 with 2 drafts writes 3 rows per sequence a step into SnapStream's ring, and the
+    step's queries read them: check said ok to a ring of 2, and run simulated it."""
+    text = (REPO / "experiments" / "deepseek_tp16.yaml").read_text().replace("../", f"{REPO}/")
+    path = tmp_path / "ring.yaml"
+    path.write_text(text.replace("params: {budget: 32768}", f"params: {params}"))
+    lines = []
+    for command in (["check", str(path)], ["run", str(path), "--quiet", "--no-plot", "--out", str(tmp_path / "o")]):
+        assert main(command) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        lines.append(line)
+    assert lines[0] == lines[1]
+    assert f"policies[1].{field}: a snapstream ring of 2 recent tokens cannot hold a verify step's 3 rows" in lines[0]
+    assert "expected recent >= 3" in lines[0]
