@@ -52,6 +52,32 @@ def _alternating(pcus: int) -> list:
             for pk, kind in zip(pks, kinds, strict=True)]
 
 
+
+def test_a_memory_bound_loop_hides_its_windows_wait_under_the_stream_too():
+    # as above, with each iteration's all-reduce in the window of its first operator ("a"), whose
+    # later tiles read the reduced rows: the weights stream on through that wait and still set the
+    # iteration's length, so the wait is hidden and the iteration all memory-bound (the step
+    # breakdown's rule, sn40l_sim/engine/breakdown.py; it booked the wait as collectives before)
+    def looped_kernel(i):
+        pk = placed_kernel(NODE, f"L{i}.dec", layer=i, n_tiles=64, compute_cycles_per_tile=50,
+                           hbm_bytes=10**8, config_bytes=10**6,
+                           collectives=(Collective("all_reduce", 2**20, 16, overlapped=True, after="a"),))
+        op = pk.kernel.operators[0]
+        half = dataclasses.replace(op, flops=op.flops // 2, weight_bytes=op.weight_bytes // 2)
+        ops = (dataclasses.replace(half, name="a"), dataclasses.replace(half, name="b"))
+        return dataclasses.replace(pk, kernel=dataclasses.replace(pk.kernel, operators=ops))
+
+    looped = run([looped_kernel(i) for i in range(4)], EngineOptions(stage_collectives=False))
+    stream_alone = 10**8 / hbm_bytes_per_cycle(NODE)
+    for b in looped.records[1:]:
+        assert b.stream_end == pytest.approx(b.start + stream_alone, rel=0.02)
+        assert b.gate_cycles == 0
+        assert b.memory_bound_cycles == b.stream_end - b.start
+    timing = phase_timing(looped, phase="decode", batch=1, prompt_len=1, kv_len=1, clock_hz=1.6e9)
+    parts = step_breakdown_cycles(timing)
+    assert sum(parts.values()) == pytest.approx(timing.cycles, abs=1e-6)
+    assert parts["weights_streaming"] > 0.95 * 4 * stream_alone
+
 @pytest.mark.parametrize("pcus", [64, 200])
 def test_every_call_pays_its_launch_and_barrier_and_its_configuration_only_when_not_resident(pcus):
     # two kernels alternating, step after step: on 64 PCUs of every tile each they stay loaded side by
