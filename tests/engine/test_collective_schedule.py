@@ -19,7 +19,7 @@ from sn40l_sim.engine.collective_schedule import Schedule
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.fluid import FluidNetwork, lone_flow_cycles
 from sn40l_sim.engine.links import LinkTable
-from sn40l_sim.hardware.topology import socket_pairs
+from sn40l_sim.hardware.topology import lattice_dims, socket_pairs
 from sn40l_sim.ir import Collective
 
 CLOCK = 1.6e9
@@ -179,3 +179,35 @@ def test_a_transfer_over_two_hops_streams_at_its_slower_links_rate():
     assert send(ring({(0, 1), (0, 3)}), n_bytes) == send(ring(set()), n_bytes)
     # 50 GB/s at 1.6 GHz is 31.25 bytes a cycle: about 33,554 cycles after the two hops' latency
     assert send(ring(set()), n_bytes) - math.ceil(2 * LAT * CLOCK) == pytest.approx(n_bytes / 31.25, abs=2)
+
+
+@st.composite
+def _deployments(draw):
+    """A node (topology, sockets, link rate and latency 0.5 to 2 times the SN40L's, efficiency),
+    a collective over its first ``group`` sockets, an algorithm that applies, and the set-up."""
+    topology = draw(st.sampled_from(["full_mesh", "ring", "torus2d", "hypercube"]))
+    p = draw(st.sampled_from([2, 4, 8]) if topology == "hypercube" else st.integers(2, 12))
+    kind = draw(st.sampled_from(KINDS))
+    group = draw(st.integers(2, p))
+    algorithms = [a for a in ("direct", "ring", "tree") if CollectiveModel.applies(Collective(kind, 1, group), a)]
+    scale = draw(st.floats(0.5, 2.0))
+    links = LinkTable(p, [(a, b, 50e9 * scale, LAT / scale) for a, b in socket_pairs(p, topology)], CLOCK,
+                      draw(st.floats(0.4, 1.0)), lattice_dims(p, topology))
+    return (links, Collective(kind, draw(st.integers(1, 3 * 2**20)), group), draw(st.sampled_from(algorithms)),
+            draw(st.sampled_from([0.0, 0.685e-6, 1.9e-6])), draw(st.sampled_from([0.0, 1.16e-6])),
+            draw(st.integers(1, 2)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_deployments())
+def test_random_deployments_time_alike_by_every_path_and_grow_with_bytes(case):
+    # the schedule (links never shared), the quotient and in-step doubling answer what the event
+    # loop over every member's flows answers, on any topology, group and message; and a collective
+    # of more bytes never costs fewer cycles
+    links, coll, algorithm, setup_s, sync_s, engines = case
+    fast = CollectiveModel(links, setup_s, sync_latency_s=sync_s, dma_engines=engines)
+    slow = CollectiveModel(links, setup_s, sync_latency_s=sync_s, dma_engines=engines, schedule=False, quotient=False)
+    result = fast.simulate(coll, algorithm)
+    assert result == slow.simulate(coll, algorithm)
+    bigger = fast.simulate(Collective(coll.kind, 2 * coll.bytes + 1, coll.group), algorithm)
+    assert bigger.cycles >= result.cycles
