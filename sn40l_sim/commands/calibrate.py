@@ -120,7 +120,7 @@ def _stopped(result, budget: int) -> str:
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and optionally write back."""
     from sn40l_sim.errors import InputError
-    from sn40l_sim.hardware.loader import load_hardware, with_overrides
+    from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
     from sn40l_sim.study.calibration import (
         bound_reached,
@@ -223,12 +223,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"calibrate: {result.passes} passes, {time.perf_counter() - started:.0f} s; leave one out, fitting "
                   "the simulator again without each calibration point", file=sys.stderr, flush=True)
-        # every refit starts from the fitted values (and is pulled towards them), as a calibration from
-        # the values written back would
-        refit_from = socket if all(start[k].value == v for k, v in fitted.items()) else \
-            with_overrides(node, {f"socket.{k}": v for k, v in fitted.items()}).socket
+        # every refit starts from the values the full fit started from and is pulled towards them, as
+        # it was: the fitted values were fitted to the point left out, so a refit pulled towards them
+        # read it (without other points it predicted the point at the fit to it, within tolerance
+        # whatever was measured)
 
-        spent: list[str] = []   # refits their budget stopped before any step: they predict at the full fit
+        spent: list[str] = []   # refits their budget stopped before any step: they predict at the start
 
         def refitted(point: str, simulated: int, refit) -> None:
             if refit.stopped == "budget" and refit.fitted == refit.start:
@@ -237,10 +237,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"calibrate: refitted without {point}; {simulated} passes simulated, "
                       f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
-        predictions = refit_leave_one_out(references, refit_from, evaluate, args.max_evaluations, refitted)
+        predictions = refit_leave_one_out(references, socket, evaluate, args.max_evaluations, refitted)
         caveat = "" if not spent else (
             f"; {len(spent)} of {len(predictions)} refits spent their budget of {args.max_evaluations} passes before "
-            "taking a step, so they predict their point at the full fit's values (a larger --max-evaluations)")
+            "taking a step, so they predict their point at the hardware file's values (a larger --max-evaluations)")
         loo = LeaveOneOut(fitted, predictions, method=f"{REFIT_METHOD}, every step simulated (study/leave_one_out.py, "
                           "refit_leave_one_out)" + caveat)
     else:

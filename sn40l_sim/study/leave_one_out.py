@@ -194,7 +194,7 @@ def fitted_measurements(references: list[Reference]) -> dict[str, dict]:
 
 class _SharedPasses:
     """An evaluator for the refits that simulates every calibration point at each parameter set
-    once, whichever points a refit asks for: the refits all start where the full fit ended, so
+    once, whichever points a refit asks for: the refits all start where the full fit started, so
     their first pass and their Jacobian's are the same simulations, and a left-out point's value at
     a refit's parameters is read from the pass that simulated the others."""
 
@@ -226,16 +226,18 @@ def refit_leave_one_out(references: list[Reference], socket: SocketSpec, evaluat
     """Each calibration point predicted by a fit of the simulator without it: measurement id ->
     its simulated value at the parameters that fit the other points.
 
-    Each refit is :func:`~sn40l_sim.study.calibration.fit` from ``socket``'s values (the full
-    fit's, once written) with the same prior, bounds and pass budget, on every calibration point
-    but one; passes at parameters already simulated are not simulated again (:class:`_SharedPasses`).
+    Each refit is :func:`~sn40l_sim.study.calibration.fit` from ``socket``'s values with the same
+    prior, bounds and pass budget, on every calibration point but one; passes at parameters already
+    simulated are not simulated again (:class:`_SharedPasses`). ``socket`` is the one the full fit
+    started from: its fitted values were fitted to the point left out, and a refit pulled towards
+    them would read it.
 
     Parameters
     ----------
     references : list of Reference
         The references; only calibration points with a measured value are fitted and predicted.
     socket : SocketSpec
-        The hardware whose calibrated values start every refit.
+        The hardware whose calibrated values start every refit and are its prior.
     evaluate : callable
         Simulates references at calibrated overrides (as for ``fit``).
     max_evaluations : int

@@ -106,7 +106,7 @@ def test_calibrate_says_which_refits_spent_their_budget_before_a_step(monkeypatc
     assert main(["calibrate", "--quiet", "--max-evaluations", "7", "--leave-one-out", "refit"]) == 0
     assert "leave-one-out: refit of the simulator without the point, every step simulated (study/leave_one_out.py, " \
         "refit_leave_one_out); 1 of 2 refits spent their budget of 7 passes before taking a step, so they predict " \
-        "their point at the full fit's values (a larger --max-evaluations)\n" in capsys.readouterr().out
+        "their point at the hardware file's values (a larger --max-evaluations)\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("text, field, words", [
