@@ -202,6 +202,8 @@ class FitResult:
     #: that way from where the fit ended (:func:`falling_sides`), else ``""``: at a bound, the fit
     #: would go further only that way
     falling: tuple[str, ...] = ()
+    #: the comparisons at the start (the YAML's values): where a fit of no measurement stays
+    at_start: list[Comparison] | None = None
 
 
 #: (references to simulate, calibrated overrides) -> comparisons
@@ -299,7 +301,7 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
     fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
                      passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept,
-                     best.stopped, falling_sides(residuals, best))
+                     best.stopped, falling_sides(residuals, best), passes[u0.tobytes()])
 
 
 def falling_sides(residuals: Callable[[np.ndarray, np.ndarray], np.ndarray], found: LinearFit) -> tuple[str, ...]:
@@ -376,12 +378,17 @@ def leave_one_out(result: FitResult, socket: SocketSpec, evaluate: Evaluator | N
     same residuals, prior and bounds as :func:`fit`: a refit without point ``i`` moves the
     parameters by ``delta_i`` to fit the others, and ``simulated_i + dsimulated_i/du . delta_i`` is
     its prediction.
+
+    A refit without the only point has just the prior, which holds it at the start: the point is
+    predicted as simulated there, not by a linear model through values fitted to it.
     """
     space = ParameterSpace(socket)
     u_fit = space.to_unit(np.array(result.fitted, dtype=float))
     u0 = space.to_unit(space.start)
     comps = [c for c in result.comparisons if c.reference.measurement.value is not None]
     refs = [c.reference for c in comps]
+    if len(comps) == 1 and result.at_start is not None:
+        return {comps[0].reference.measurement.id: float(result.at_start[0].simulated)}
     base = np.array([c.simulated for c in comps], dtype=float)
     lin = result.linearisation
     if lin is None:

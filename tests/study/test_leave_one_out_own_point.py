@@ -57,3 +57,16 @@ def test_a_refit_without_the_only_point_predicts_at_the_hardware_files_values(tm
         assert main(["calibrate", str(reference_file(tmp_path, measured)), "--quiet", "--max-evaluations", "20",
                      "--leave-one-out", "refit"]) == 0
     assert [loo["step"] for loo in stand_in] == [pytest.approx(at_yaml, rel=1e-12)] * 2
+
+
+def test_a_linearised_leave_one_out_of_the_only_point_is_its_value_at_the_hardware_files(tmp_path, stand_in, capsys):
+    # the only point of a file was predicted on the fit's Jacobian from the values fitted to it, so
+    # its prediction moved with its measured value (a decode step measured by hand: -4.5%, 'within
+    # tolerance', where the hardware file's values, which a fit of nothing keeps, simulate -10.9%)
+    at_yaml = step_s({})
+    for measured in (0.8 * at_yaml, 1.3 * at_yaml):
+        assert main(["calibrate", str(reference_file(tmp_path, measured)), "--quiet", "--max-evaluations", "20"]) == 0
+        out = capsys.readouterr().out   # the socket file as a relative path when run from the repository
+        assert "; the only calibration point: a fit without it has no measurement, so it keeps " in out
+        assert "hw_configs/sn40l.yaml's values, where the point is predicted\n" in out
+    assert [loo["step"] for loo in stand_in] == [pytest.approx(at_yaml, rel=1e-12)] * 2
