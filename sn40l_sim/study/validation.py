@@ -274,7 +274,12 @@ def compare(references: list[Reference], simulate: Simulator) -> list[Comparison
         try:
             value = extract(by_name[m.point], m)
             if m.relative_to is not None:
-                value /= extract(by_name[m.relative_to], m)
+                over = extract(by_name[m.relative_to], m)
+                if over == 0:   # a ZeroDivisionError traceback, after the simulations
+                    what = m.quantity + (f"[{m.key}]" if m.key else "")
+                    raise InputError(f"measurement {m.id!r} is a ratio over point {m.relative_to!r}, whose {what} is 0: "
+                                     "the ratio has no value; expected a point where it is not 0", field="relative_to")
+                value /= over
         except InputError as exc:
             raise InputError(exc.message, file=ref.origin[0], line=ref.origin[1], field=exc.field) from None
         out.append(Comparison(ref, value))

@@ -235,6 +235,20 @@ def test_a_key_no_point_has_is_refused_while_one_another_point_has_reads_zero(tm
     assert err.value.file.endswith("r.yaml") and err.value.line == 3 and err.value.field == "key"
 
 
+def test_a_ratio_over_a_point_whose_value_is_zero_is_refused_at_relative_to(tmp_path):
+    # SnapStream's prefill overhead over full's (0: full adds no kernel) stopped validate and
+    # calibrate with a ZeroDivisionError traceback after the simulations
+    ref = tmp_path / "r.yaml"
+    ref.write_text(f"kind: reference\nmeasurements:\n  - {{id: x, quantity: prefill_policy_overhead, value: 1.5, "
+                   f"tolerance: {{rel: 0.1}}, source: s, experiment: {EXPERIMENT}, point: snapstream, "
+                   "relative_to: full, calibration: false}\n")
+    records = [{"name": "full", "prefill_policy_overhead": 0.0}, {"name": "snapstream", "prefill_policy_overhead": 0.03}]
+    with pytest.raises(InputError, match="measurement 'x' is a ratio over point 'full', whose prefill_policy_overhead "
+                                         "is 0: the ratio has no value; expected a point where it is not 0") as err:
+        compare(load_references([ref]), lambda path: records)
+    assert err.value.file.endswith("r.yaml") and err.value.line == 3 and err.value.field == "relative_to"
+
+
 @pytest.mark.parametrize("fields, missing", [("", "value"), (", value: 16", "tolerance")])
 def test_a_calibration_point_without_a_value_or_tolerance_is_refused(tmp_path, capsys, fields, missing):
     # the fit left it out without a word (its residual is None)
