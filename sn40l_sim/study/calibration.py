@@ -114,9 +114,12 @@ def _uncalibrated(data: dict, fitted: dict) -> dict:
         *parents, last = name.split(".")
         holder = data
         for part in parents:   # copied on the way down: the caller's data is left as it was
+            if not isinstance(holder.get(part), dict):   # a socket without that tier (SN30 has no HBM):
+                break                                   # the difference is then the tier, named by the caller
             holder[part] = dict(holder[part])
             holder = holder[part]
-        holder.pop(last, None)
+        else:
+            holder.pop(last, None)
     return data
 
 

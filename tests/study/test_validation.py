@@ -362,6 +362,18 @@ def test_calibrate_refuses_references_without_a_calibration_point(tmp_path, caps
     assert (REPO / "experiments/reference/leave_one_out.json").read_bytes() == loo
 
 
+def test_calibrate_refuses_a_reference_experiment_on_a_socket_without_its_memory_tier():
+    # a measurement of the user's on SN30 (DDR only) against the SN40L's fit stopped calibrate with
+    # a KeyError traceback: the check removed the fitted memory.hbm.efficiency from SN30's socket
+    from sn40l_sim.study.calibration import check_fitted_hardware
+
+    sn40l, sn30 = (load_hardware(REPO / "hw_configs" / name).socket for name in ("sn40l.yaml", "sn30.yaml"))
+    with pytest.raises(InputError, match=r"the calibration experiment mine.yaml runs on a socket that differs from "
+                                         r"sn40l.yaml's in \w") as err:
+        check_fitted_hardware(sn40l, Path("sn40l.yaml"), {Path("mine.yaml"): [sn30]})
+    assert err.value.field == "--hardware"
+
+
 def test_calibrate_refuses_hardware_the_reference_experiments_do_not_run_on(tmp_path, capsys):
     # the fit simulates the experiments' own hardware with the calibrated values overridden: with a
     # faster HBM in --hardware it fitted (and --write wrote) the shipped socket's values into it
