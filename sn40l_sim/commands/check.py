@@ -6,7 +6,8 @@ experiment / reference; the files an experiment or a reference file names are ch
 experiment is assembled and every point checked as run checks it before simulating: its KV policy
 and parameters, its parallel plans against the node, the compiled prefill lengths, the KV link, the
 workload's lengths against the static graphs, the graph options; an experiment with a sweep: section
-has every axis value and every run checked. A .csv or .jsonl file, or a file of another suffix
+has every axis value and every run checked; for a reference file, the points (or runs) its
+measurements read, the ones validate simulates. A .csv or .jsonl file, or a file of another suffix
 whose first line is a trace's header, is read as a request trace, as a trace workload reads it (the
 simulator's columns or the Azure LLM trace's). A kernel template is
 checked with the model files beside it that name it. A results.json or results.csv that run or sweep
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from sn40l_sim.commands.argtypes import input_path_text
@@ -113,11 +115,13 @@ def check_file(path: str | Path) -> str:
         if users:
             return f"kernels (checked with {', '.join(users)})"
     elif kind == "reference":
-        from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, load_references
+        from sn40l_sim.study.validation import DEFAULT_REFERENCE_DIR, load_references, record_readers
         references = load_references([Path(path)])
         count = len(references)
-        for experiment in sorted({r.experiment_path for r in references}):   # as validate will simulate them
-            check_experiment(experiment)
+        # as validate will simulate them: the points the measurements read, not the others (a batch
+        # the full cache's point does not fit refused a reference to SnapStream's, which validate ran)
+        for experiment, reads in sorted(record_readers(references).items()):
+            check_experiment(experiment, reads)
         if Path(path).resolve().parent == DEFAULT_REFERENCE_DIR:
             # validate reads the folder's files together: an id another of them has is refused there
             load_references(sorted(DEFAULT_REFERENCE_DIR.glob("*.yaml")))
@@ -206,8 +210,9 @@ def check_template_users(path: str | Path) -> list[str]:
     return users
 
 
-def check_experiment(path: str | Path) -> str:
-    """Check an experiment as run (or sweep) would before simulating; returns what it is."""
+def check_experiment(path: str | Path, only: Collection[str] | None = None) -> str:
+    """Check an experiment as run (or sweep) would before simulating, or only the points (or sweep
+    runs) named in ``only``, as validate simulates them; returns what it is."""
     from sn40l_sim.study.assemble import assemble
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.mapping import check_phases
@@ -217,14 +222,14 @@ def check_experiment(path: str | Path) -> str:
     if exp.spec.sweep is not None:
         from sn40l_sim.study.sweep.check import check_sweep
         from sn40l_sim.study.sweep.load import load_sweep
-        runs = check_sweep(load_sweep(path))
+        runs = check_sweep(load_sweep(path), only)
         return f"experiment (a sweep of {runs} run{'s' if runs != 1 else ''})"
     asm = assemble(exp)
     if exp.spec.workload is None:  # an experiment for map: everything but the serving, which only run needs
         check_mapping(asm)
         check_phases(exp)   # and its graphs as map builds and places them
         return "experiment (no workload: for map; run needs one)"
-    check_assembly(asm)
+    check_assembly(asm, None if only is None else [p for p in asm.points if p.name in only])
     return "experiment"
 
 

@@ -121,6 +121,23 @@ def test_check_of_a_reference_file_checks_the_experiments_it_names(tmp_path, cap
     assert err.count("\n") == 1
 
 
+def test_check_of_a_reference_file_checks_only_the_points_validate_simulates(tmp_path, capsys):
+    # check refused a reference to SnapStream's point at a batch of 32 because the full cache's
+    # point of the same experiment does not fit it, while validate simulated the point and printed it
+    experiment = tmp_path / "batch32.yaml"
+    experiment.write_text(DEEPSEEK.read_text().replace("../", f"{REPO}/").replace("  batch: max", "  batch: 32"))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: m, quantity: decode_step_s, source: s, experiment: {experiment}, point: snapstream, "
+                    "calibration: false}\n")
+    assert main(["check", str(mine)]) == 0, capsys.readouterr().err
+    assert main(["validate", "--quiet", str(mine)]) == 0
+    capsys.readouterr()
+    mine.write_text(mine.read_text().replace("point: snapstream", "point: full"))
+    assert main(["check", str(mine)]) == main(["validate", "--quiet", str(mine)]) == 2
+    assert "serving.batch: a batch of 32 does not fit" in capsys.readouterr().err
+
+
 def test_the_summary_lines_align_whatever_the_units():
     # 'tokens/s mean |error|' stood three columns right of '%     mean |error|'
     from sn40l_sim.study.validation import Comparison, Measurement, Reference, format_table

@@ -13,6 +13,7 @@ Examples
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from sn40l_sim.errors import InfeasibleError, InputError
@@ -21,8 +22,9 @@ from sn40l_sim.study.sweep.load import Sweep, load_sweep  # noqa: F401  (load_sw
 from sn40l_sim.study.sweep.plan import expand_runs, refuse_repeated_points
 
 
-def check_sweep(sweep: Sweep) -> int:
-    """Check every run of a loaded sweep; returns the number of runs.
+def check_sweep(sweep: Sweep, only: Collection[str] | None = None) -> int:
+    """Check every run of a loaded sweep (or those named in ``only``, the runs a reference file
+    reads); returns the number of runs.
 
     Raises
     ------
@@ -40,6 +42,8 @@ def check_sweep(sweep: Sweep) -> int:
     graphs: dict = {}
     shared = {id(asm): replace(asm, graphs=graphs) for asm in {id(r.assembly): r.assembly for r in runs}.values()}
     for run in runs:
+        if only is not None and run.name not in only:
+            continue
         try:
             check_assembly(shared[id(run.assembly)], [run.point])
         except InputError as exc:
