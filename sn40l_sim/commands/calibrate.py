@@ -125,13 +125,13 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.study.calibration import (
         bound_reached,
         calibration_references,
-        check_fitted_hardware,
         fit,
         fitted_names,
         fixed_parameters,
         leave_one_out,
     )
     from sn40l_sim.study.calibration_file import check_writable, write_back, write_targets
+    from sn40l_sim.study.calibration_hardware import check_fitted_hardware
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import (
         LEAVE_ONE_OUT,

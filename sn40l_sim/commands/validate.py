@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from sn40l_sim.commands.calibrate import default_hardware
     from sn40l_sim.hardware.loader import load_hardware
     from sn40l_sim.hardware.spec import calibrated_parameters
-    from sn40l_sim.study.calibration import check_validated_hardware
+    from sn40l_sim.study.calibration_hardware import check_validated_hardware
     from sn40l_sim.study.evaluation import LoadedExperiments
     from sn40l_sim.study.leave_one_out import LeaveOneOut, inputs_digest
     from sn40l_sim.study.validation import (

@@ -365,7 +365,7 @@ def test_calibrate_refuses_references_without_a_calibration_point(tmp_path, caps
 def test_calibrate_refuses_a_reference_experiment_on_a_socket_without_its_memory_tier():
     # a measurement of the user's on SN30 (DDR only) against the SN40L's fit stopped calibrate with
     # a KeyError traceback: the check removed the fitted memory.hbm.efficiency from SN30's socket
-    from sn40l_sim.study.calibration import check_fitted_hardware
+    from sn40l_sim.study.calibration_hardware import check_fitted_hardware
 
     sn40l, sn30 = (load_hardware(REPO / "hw_configs" / name).socket for name in ("sn40l.yaml", "sn30.yaml"))
     with pytest.raises(InputError, match=r"the calibration experiment mine.yaml runs on a socket that differs from "
