@@ -65,10 +65,12 @@ class LoadedExperiments:
         return self._loaded[key]
 
     def sockets(self, paths: Collection[str | Path]) -> dict[Path, list[SocketSpec]]:
-        """Each experiment of ``paths`` -> the sockets its runs simulate (one for a plain experiment),
-        as ``calibrate`` and ``validate`` check them against their ``--hardware``."""
+        """Each experiment of ``paths`` -> the sockets its runs simulate (one for a plain experiment,
+        and its prefill_hardware's, whose nodes the overrides change too), as ``calibrate`` and
+        ``validate`` check them against their ``--hardware``."""
         loaded = {Path(path): self.load(path) for path in paths}
-        return {path: [a.node.socket] if isinstance(a, Assembly) else [run.assembly.node.socket for run in a]
+        return {path: [node.socket for asm in ([a] if isinstance(a, Assembly) else [run.assembly for run in a])
+                       for node in (asm.node, asm.prefill_node) if node is not None]
                 for path, a in loaded.items()}
 
     def records(self, path: str | Path, *, serve: bool = True, hardware_overrides: dict[str, Any] | None = None,
@@ -101,4 +103,9 @@ def _unread(point: str, record: str, reads_prefill: Collection[str] | None) -> t
 
 
 def _overridden(asm: Assembly, overrides: dict[str, Any] | None) -> Assembly:
-    return replace(asm, node=with_overrides(asm.node, overrides)) if overrides else asm
+    """``asm`` with ``overrides`` on its nodes: the decode node's and the prefill nodes' of a
+    prefill_hardware, as assemble and `run --set` apply them (a prefill there kept the YAML's values)."""
+    if not overrides:
+        return asm
+    prefill = None if asm.prefill_node is None else with_overrides(asm.prefill_node, overrides)
+    return replace(asm, node=with_overrides(asm.node, overrides), prefill_node=prefill)

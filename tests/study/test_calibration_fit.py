@@ -190,6 +190,29 @@ def test_an_evaluation_simulates_only_the_points_it_reads():
     assert [r["name"] for r in loaded.records(sweep, serve=False, reads=[name], reads_prefill=())] == [name]
 
 
+def test_an_evaluation_overrides_the_prefill_nodes_of_prefill_hardware_too():
+    # calibrate's overrides reached the decode node only: a prefill on prefill_hardware's nodes (the
+    # same SN40L socket) kept the YAML's values, so a measured prefill moved nothing (a fit of it
+    # 'converged' at its start, every finite difference the same cost), where `run --set` and
+    # assemble change both nodes
+    from sn40l_sim.study.assemble import assemble
+    from sn40l_sim.study.runner import simulate_assembly
+
+    path = REPO / "experiments" / "hetero_nodes.yaml"
+    name = "full[prefill_nodes=one_prefill_node]"
+    slower = {"socket.calibrated.systolic_efficiency": 0.5}
+    loaded = LoadedExperiments()
+    as_is, overridden = (loaded.records(path, serve=False, hardware_overrides=o, reads=[name], reads_prefill=[name])[0]
+                         for o in (None, slower))
+    assert overridden["prefill_s"] > 1.5 * as_is["prefill_s"]
+    run = next(r for r in loaded.load(path) if r.name == name)
+    assembled = assemble(run.assembly.experiment, hardware_overrides=slower)
+    expected = simulate_assembly(assembled, only=[run.point], serve=False)[0]
+    assert overridden["prefill_s"] == expected["prefill_s"]
+    assert overridden["prefill_hardware_digest"] == expected["prefill_hardware_digest"]
+    assert {p: [s.name for s in sockets] for p, sockets in loaded.sockets([path]).items()} == {path: ["SN40L"] * 8}   # each run's two nodes
+
+
 def two_wells(calibrated: dict[str, float]) -> dict[str, float]:
     """A rate whose misfit has two minima in the HBM efficiency: an exact one at 0.4 and a local one
     near 0.93, on the YAML's side (0.9439) of the ridge at about 0.70 between them."""
