@@ -335,11 +335,11 @@ def describe_reference(path: str | Path) -> str:
     for ref in references:
         m = ref.measurement
         t = m.tolerance
-        band = "" if t is None else (f"+-{t.abs:g}" if t.abs is not None else f"+-{t.rel:.0%}" if t.rel is not None
-                                     else f"[{t.range[0]:g}, {t.range[1]:g}]")
-        rows.append((m.id, m.label,
-                     "(held back)" if m.value is None else f"{m.value:g}", band,
-                     f"{ref.experiment_path.name}: {m.point}", "calibration" if m.calibration else "prediction"))
+        band = "" if t is None else (f"+-{t.abs:g}" if t.abs is not None else f"+-{t.rel * 100:.6g}%"   # 0.005: not 0%
+                                     if t.rel is not None else f"[{t.range[0]:g}, {t.range[1]:g}]")
+        rows.append((m.id, m.label, "(held back)" if m.value is None else f"{m.value:g}", band,   # a ratio: both records
+                     f"{ref.experiment_path.name}: {m.point}" + (f" over {m.relative_to}" if m.relative_to else ""),
+                     "calibration" if m.calibration else "prediction"))
     header = ("id", "quantity", "measured", "tolerance", "experiment: point", "role")
     return f"reference file {path}: {len(references)} measurements\n" + _table(header, rows)
 
