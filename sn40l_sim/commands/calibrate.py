@@ -176,6 +176,15 @@ def run(args: argparse.Namespace) -> int:
     # the fit simulates the experiments' own hardware: it must be the one whose values are fitted
     experiments = sorted({r.experiment_path for r in references if r.measurement.calibration})
     check_fitted_hardware(socket, args.hardware, loaded.sockets(experiments))
+    # ... but for the calibrated values: one whose node overrides one (socket_overrides), or that runs on
+    # another copy of the file, is fitted at the values tried in its place, and --write does not reach it
+    for experiment, sockets in loaded.sockets(experiments).items():
+        other = next(((n, theirs[n].value) for theirs in map(calibrated_parameters, sockets)
+                      for n in fitted_names(socket) if theirs[n].value != start[n].value), None)
+        if other is not None:
+            print(f"note: {experiment} runs on {other[0]} {other[1]:g}, not {start[other[0]].value:g} as "
+                  f"{args.hardware} says: the fit simulates it at the values it tries, but what --write writes "
+                  "will not reach it (its node's socket_overrides, or another socket file, set its own)")
 
     def evaluate(refs, calibrated):
         overrides = {f"socket.{path}": v for path, v in calibrated.items()}

@@ -311,3 +311,29 @@ def test_a_linearised_write_keeps_a_refit_column_of_the_same_values_and_measurem
     assert ("keeps its column of true refits" in out) is keeps, out
     if not keeps:
         assert LeaveOneOut.read(column).predictions == {"t4_mha": 0.6 if option else 0.5}
+
+
+def test_calibrate_says_when_an_experiment_runs_on_other_calibrated_values(tmp_path, monkeypatch, capsys):
+    # an experiment on a node whose socket_overrides set the sync latency (5 us) was fitted at the
+    # values tried in place of it and printed within tolerance; --write into the socket file then
+    # did not reach it, and validate gave the node's 5 us (-49.7% where calibrate had said -1.8%)
+    socket = load_hardware(REPO / "hw_configs" / "sn40l.yaml").socket
+    names = tuple(fitted_names(socket))
+    start = tuple(calibrated_parameters(socket)[n].value for n in names)
+    monkeypatch.setattr(calibration, "fit", lambda *a, **kw: FitResult(names, start, start, [], 0.0))
+    monkeypatch.setattr(calibration, "leave_one_out", lambda result, socket, evaluate=None: {})
+    node = tmp_path / "slow_sync.yaml"
+    node.write_text(f"base: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\nname: slow sync\n"
+                    "socket_overrides:\n  calibrated:\n    sync_latency_s: 5 us\n")
+    experiment = tmp_path / "mine.yaml"
+    experiment.write_text((REPO / "experiments" / "llama8b_node8.yaml").read_text()
+                          .replace("../hw_configs/sn40l_node8.yaml", str(node)).replace("../", f"{REPO}/"))
+    mine = tmp_path / "refs.yaml"
+    mine.write_text("kind: reference\nmeasurements:\n"
+                    f"  - {{id: m, quantity: decode_step_s, value: 0.02, tolerance: {{rel: 0.05}}, source: s, "
+                    f"experiment: {experiment}, point: full, calibration: true}}\n")
+    assert main(["calibrate", "--quiet", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {experiment} runs on calibrated.sync_latency_s 5e-06, not 1.15592e-06 as " in out, out
+    assert main(["calibrate", "--quiet", str(REPO / "experiments" / "reference" / "kernel_looping.yaml")]) == 0
+    assert "note:" not in capsys.readouterr().out
