@@ -49,9 +49,18 @@ def throughput_plot(records: Sequence[dict[str, Any]], path: Path, title: str = 
     x = range(len(records))
     width = 0.38
     per_step = records[0].get("tokens_per_forward", 1)
-    # without speculative decoding the two bars are equal: "x 1 tokens / step" read as a typo
-    labels = ("raw (1 token / sequence and step)", f"reported (x {per_step:.3g} tokens / step)" if per_step != 1
-              else "reported (= raw: no speculative decoding)")
+    shown = f"{per_step:.3g}"
+    # the drafts a step verifies, not the tokens it yields, say whether it decodes speculatively:
+    # drafts never accepted (acceptance 0, which run warns of) are timed in the step and yield one token
+    drafts = records[0].get("speculative_drafts", 0 if per_step == 1 else None)
+    if drafts == 0:
+        # without speculative decoding the two bars are equal: "x 1 tokens / step" read as a typo
+        reported_label = "reported (= raw: no speculative decoding)"
+    elif shown == "1" and drafts is not None:
+        reported_label = f"reported (= raw: {drafts} draft{'s' if drafts != 1 else ''} a step, none accepted)"
+    else:
+        reported_label = f"reported (x {shown} tokens / step)"
+    labels = ("raw (1 token / sequence and step)", reported_label)
     draw = ax_bar.barh if many else ax_bar.bar
     draw([i - width / 2 for i in x], raw, width, label=labels[0], color="#7a9cc6")
     bars = draw([i + width / 2 for i in x], reported, width, color="#1f4e8c", label=labels[1])

@@ -47,14 +47,16 @@ def test_the_legend_says_what_markers_and_dotted_lines_mean_under_run_s_title(tm
     assert ax.get_title() == "max_rate: SLO attainment"
 
 
-def _throughput_legend(tmp_path, monkeypatch, tokens_per_forward):
+def _throughput_legend(tmp_path, monkeypatch, tokens_per_forward, **fields):
     figures = []
     original = plot_module.save_figure
     monkeypatch.setattr(plot_module, "save_figure", lambda fig, path, **kw: (figures.append(fig),
                                                                            original(fig, path, **kw))[1])
     rec = {"name": "full", "batch": 64, "decode_tokens_per_s": 944.0, "tokens_per_forward": tokens_per_forward,
-           "decode_tokens_per_s_reported": 944.0 * tokens_per_forward, "kv_occupancy": None}
+           "decode_tokens_per_s_reported": 944.0 * tokens_per_forward, "kv_occupancy": None, **fields}
     plot_module.throughput_plot([rec], tmp_path / "throughput.png")
+    # the bars are the record's rates whatever the legend says of them
+    assert [bar.get_height() for bar in figures[0].axes[0].patches] == [944.0, rec["decode_tokens_per_s_reported"]]
     return [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
 
 
@@ -62,6 +64,18 @@ def test_the_reported_bar_says_when_there_is_no_speculative_decoding(tmp_path, m
     """max_rate.yaml decodes one token per step: its legend read "reported (x 1 tokens / step)"."""
     assert _throughput_legend(tmp_path, monkeypatch, 1.0)[1] == "reported (= raw: no speculative decoding)"
     assert _throughput_legend(tmp_path, monkeypatch, 2.44)[1] == "reported (x 2.44 tokens / step)"
+
+
+def test_drafts_never_accepted_are_still_speculative_decoding(tmp_path, monkeypatch):
+    """Two drafts at acceptance 0 (run warns of them): the step was timed verifying them, one token a
+    step came of it, and the legend read "no speculative decoding"."""
+    legend = _throughput_legend(tmp_path, monkeypatch, 1.0, speculative_drafts=2)[1]
+    assert legend == "reported (= raw: 2 drafts a step, none accepted)"
+    # an acceptance so small its tokens per step print as 1: not "x 1 tokens / step"
+    legend = _throughput_legend(tmp_path, monkeypatch, 1 + 1e-9, speculative_drafts=1)[1]
+    assert legend == "reported (= raw: 1 draft a step, none accepted)"
+    assert _throughput_legend(tmp_path, monkeypatch, 1.0, speculative_drafts=0)[1] == \
+        "reported (= raw: no speculative decoding)"
 
 
 def test_many_points_lie_on_their_side_one_name_a_line(tmp_path, monkeypatch):
