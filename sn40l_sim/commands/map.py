@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
           + (f", cache {built.cache_len} tokens per sequence" if args.phase == "decode" else
              f" (run on the prefill graph compiled for {built.cache_len})" if built.cache_len != built.prompt_len
              else "")
-          + (f", {drafts} speculative drafts per sequence verified, the MTP module run {drafts} times"
+          + (f", {drafts} speculative draft{'s' * (drafts > 1)} per sequence verified, the MTP module run "
+             f"{'once' if drafts == 1 else f'{drafts} times'}"
              if args.phase == "decode" and drafts else ""))
     if args.phase == "decode" and args.batch is None and spec.serving.batch != built.batch and spec.multi_model is None:
         # a user reading map beside run compares batch 1 with the batch run decodes at

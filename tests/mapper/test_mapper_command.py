@@ -288,7 +288,10 @@ def test_a_sweep_map_says_run_runs_the_section_map_does_not_apply(capsys):
     # as it says: --set maps a point (the first: DeepSeek-R1 verifying two drafts)
     assert main(["map", exp, "--phase", "decode", "--set", f"model={ROOT / 'graphs' / 'deepseek_r1.yaml'}",
                  "--set", "serving.speculative={drafts: 2, acceptance: 0.8}"]) == 0
-    assert "2 speculative drafts per sequence verified" in capsys.readouterr().out
+    assert "2 speculative drafts per sequence verified, the MTP module run 2 times" in capsys.readouterr().out
+    assert main(["map", exp, "--phase", "decode", "--set", f"model={ROOT / 'graphs' / 'deepseek_r1.yaml'}",
+                 "--set", "serving.speculative={drafts: 1, acceptance: 0.8}"]) == 0
+    assert "1 speculative draft per sequence verified, the MTP module run once" in capsys.readouterr().out
     # an experiment without a sweep says nothing of one
     assert main(["map", EXPERIMENT, "--phase", "decode"]) == 0
     assert "sweep" not in capsys.readouterr().out
