@@ -114,6 +114,29 @@ def macs_per_pcu_cycle(socket: SocketSpec, dtype: str = "bf16") -> float:
     return socket.pcu.lanes * socket.pcu.stages * rates[dtype]
 
 
+def mac_rate_problem(socket: SocketSpec, dtype: str) -> str | None:
+    """Why the systolic array cannot run ``dtype``'s rate as written, or None. It holds ``floor(rate)``
+    values of K per stage from 1 up, and a row ``ceil(1 / rate)`` cycles below
+    (:func:`~sn40l_sim.hardware.units.pcu.gemm_geometry`), so 1.5 BF16 MACs ran as 1 while
+    :func:`peak_flops`, describe and the rooflines quoted 1.5.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> socket = load_hardware("hw_configs/sn40l.yaml").socket
+    >>> mac_rate_problem(socket, "int8")
+    >>> pcu = socket.pcu.model_copy(update={"macs_per_lane_stage_per_cycle": {"bf16": 1, "fp32": 0.3}})
+    >>> mac_rate_problem(socket.model_copy(update={"pcu": pcu}), "fp32")
+    'expected a whole number (1, 2, ...) or a unit fraction (0.5, 0.25, ...) of MACs: 0.3 would run as 0.25'
+    """
+    from sn40l_sim.hardware.units.pcu import gemm_geometry
+
+    rate = socket.pcu.macs_per_lane_stage_per_cycle[dtype]
+    k_per_block, row_cycles = gemm_geometry(socket.pcu, dtype)
+    runs_at = k_per_block / socket.pcu.stages / row_cycles
+    if math.isclose(runs_at, rate, rel_tol=1e-9):
+        return None
+    return f"expected a whole number (1, 2, ...) or a unit fraction (0.5, 0.25, ...) of MACs: {rate:g} would run as {runs_at:g}"
+
+
 def peak_flops(socket: SocketSpec, dtype: str = "bf16") -> float:
     """Peak FLOP/s of one socket in ``dtype`` (2 FLOPs per MAC, every PCU busy every cycle).
 

@@ -214,9 +214,9 @@ def check_socket(socket: SocketSpec, doc: Document, *, stated: bool = True, pref
 
     if "bf16" not in socket.pcu.macs_per_lane_stage_per_cycle:
         raise _fail(doc, at("pcu", "macs_per_lane_stage_per_cycle"), "a rate for bf16 is required")
-    for dtype, rate in socket.pcu.macs_per_lane_stage_per_cycle.items():
-        if not rate > 0:
-            raise _fail(doc, at("pcu", "macs_per_lane_stage_per_cycle", dtype), f"expected a positive rate, got {rate:g}")
+    for dtype in socket.pcu.macs_per_lane_stage_per_cycle:   # positive by the schema; whole MACs or whole cycles
+        if (problem := figures.mac_rate_problem(socket, dtype)) is not None:
+            raise _fail(doc, at("pcu", "macs_per_lane_stage_per_cycle", dtype), problem)
     if sorted(socket.pcu.modes) != ["simd", "systolic"]:
         # the mapper runs every GEMM on the systolic array and the rest on the SIMD lanes
         # (sn40l_sim/mapper/tiling.py): a PCU lacking either is not modelled, and was mapped as if it had both

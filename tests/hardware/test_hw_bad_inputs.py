@@ -78,6 +78,11 @@ SOCKET_CASES = {
     "too_many_stages": (_edit("stages", "4096"), "pcu.stages", "expected a positive PCU stage count from 1 to 1024, got 4096"),
     "missing_field": (lambda: (delete_key(SOCKET, "clock_hz"), None), "clock_hz", "required field is missing"),
     "missing_bf16_rate": (lambda: (delete_key(SOCKET, "bf16"), None), "pcu.macs_per_lane_stage_per_cycle", "bf16"),
+    # the systolic array holds a whole number of K values per stage, or a row a whole number of
+    # cycles: 1.5 BF16 MACs ran as 1 (the same prefill as 1.0) while describe quoted 1.5 times the peak
+    "fractional_mac_rate": (_edit("int8", "1.5"), "pcu.macs_per_lane_stage_per_cycle.int8", "1.5 would run as 1"),
+    "mac_rate_not_a_unit_fraction": (_edit("fp32", "0.3"), "pcu.macs_per_lane_stage_per_cycle.fp32",
+                                     "0.3 would run as 0.25"),
     "duplicate_key": (_add_line("dies", "dies: 2"), "dies", "duplicate key"),
     "fraction_out_of_range": (_edit("efficiency", "1.5"), "memory.hbm.efficiency", "fraction"),
     "calibrated_out_of_bounds": (_edit("efficiency", "0.1"), "memory.hbm.efficiency", "bounds"),
