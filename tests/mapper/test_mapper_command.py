@@ -313,3 +313,18 @@ def test_a_shape_prompt_left_out_of_prompt_lens_maps_the_point_run_simulates(cap
             assert f"shape: batch 1, prompt 1024{', cache 256 tokens per sequence' if phase == 'decode' else ''}\n" in out
             assert f"  (shape.prompt_len {shape_prompt} is not one of prompt_lens: this is the policy's point at " \
                    "1024, as run simulates it)\n" in out
+
+
+def test_map_names_the_datatypes_its_graph_was_built_in(capsys, tmp_path):
+    # the weights' and the cache's datatypes set every byte map prints, and an experiment's or a
+    # policy entry's model_overrides may change them; map named neither, so FP8 weights or an INT4
+    # cache were told only by a smaller memory line
+    exp = _llama8b_experiment(tmp_path, "serving: {mode: colocated, batch: 1}\n"
+                                        "model_overrides: {weight_dtype: fp8}\n")
+    assert main(["map", exp, "--phase", "decode", "--set", "model_overrides.kv_dtype=int4",
+                 "--set", "model_overrides.kv_quant.group=32"]) == 0
+    assert ("datatypes: weights fp8 (FP32 scales a 128 x 128 block), KV cache int4 (5 bits an element with "
+            "its scales), activations bf16\n") in capsys.readouterr().out
+    assert main(["map", EXPERIMENT, "--phase", "decode", "--batch", "1"]) == 0
+    assert ("datatypes: weights fp8 (FP32 scales a 128 x 128 block; embedding, lm_head, router, norms bf16), "
+            "KV cache bf16, activations bf16\n") in capsys.readouterr().out
