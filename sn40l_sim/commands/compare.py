@@ -93,7 +93,7 @@ def load_records(path: Path) -> list[dict]:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        from sn40l_sim.report.outputs import run_outcome
+        from sn40l_sim.report.run_outcome import run_outcome
 
         # a folder whose run failed or was interrupted: say so, as its status.json does
         outcome = run_outcome(file.parent)
@@ -117,7 +117,7 @@ def load_records(path: Path) -> list[dict]:
         raise InputError(f"holds no record (an empty list); expected a results.json written by run or sweep ({beside} "
                          "is beside it)", file=file)
     if records == []:   # a sweep none of whose runs gave a record writes an empty list
-        from sn40l_sim.report.outputs import no_records_reason
+        from sn40l_sim.report.run_outcome import no_records_reason
 
         raise InputError(f"holds no record: {no_records_reason(file.parent)}", file=file)
     if not isinstance(records, list) or \

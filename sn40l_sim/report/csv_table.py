@@ -31,8 +31,8 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.quantities import KINDS, parse_quantity
-from sn40l_sim.report.outputs import no_records_reason, run_outcome
 from sn40l_sim.report.results import SIGNIFICANT_DIGITS
+from sn40l_sim.report.run_outcome import no_records_reason, run_outcome
 from sn40l_sim.yamlio import refuse_special_file
 
 #: most line numbers a warning lists for one reason (the count says how many there are)

@@ -246,54 +246,6 @@ def _leftover_temporaries(folder: Path, names: Sequence[str]) -> list[Path]:
     return found
 
 
-def run_outcome(folder: str | Path) -> str | None:
-    """Why an output folder may lack a result, as its ``status.json`` says: ``"its run (run x.yaml)
-    failed, as F says: ..."``, ``"... was interrupted, ..."``, ``"... is still running or was killed
-    (pid N), ..."``; None when the folder has no status or its run completed. For ``compare`` and
-    ``plot``, which were given the folder of a run that wrote nothing and could only say the file
-    was missing.
-
-    >>> import pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / STATUS_FILE).write_text('{"status": "failed", "command": "run x.yaml", "error": "bad"}')
-    >>> run_outcome(folder).replace(str(folder), "F"), run_outcome(folder / "none")
-    ('its run (run x.yaml) failed, as F/status.json says: bad', None)
-    """
-    status = read_status(folder) or {}
-    state, command = status.get("status"), status.get("command", "?")
-    says = f"as {Path(folder) / STATUS_FILE} says"
-    if state == "failed":
-        return f"its run ({command}) failed, {says}" + (f": {status['error']}" if status.get("error") else "")
-    if state == "interrupted":
-        return f"its run ({command}) was interrupted, {says}"
-    if state == "running":   # a run killed outright (SIGKILL, power) leaves this status too
-        return f"its run ({command}) is still running or was killed (pid {status.get('pid', '?')}), {says}"
-    return None
-
-
-def no_records_reason(folder: str | Path) -> str:
-    """Why a run's results file holds no record: a sweep whose every run failed or was skipped still
-    writes an empty ``results.json`` and ``results.csv``, and lists the runs in ``failures.json``.
-
-    >>> import pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> no_records_reason(folder)
-    'the run that wrote it gave no record'
-    >>> _ = (folder / "failures.json").write_text('[{"point": "full[batch=1024]"}, {"point": "snap[batch=1024]"}]')
-    >>> no_records_reason(folder).replace(str(folder), "F")
-    'no run of its sweep gave a record: the 2 runs are in F/failures.json, with why each failed or was skipped'
-    """
-    failures = Path(folder) / "failures.json"
-    try:
-        listed = parse_json(failures.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        listed = None
-    if isinstance(listed, list) and listed:
-        runs = "the run is" if len(listed) == 1 else f"the {len(listed)} runs are"
-        return f"no run of its sweep gave a record: {runs} in {failures}, with why each failed or was skipped"
-    return "the run that wrote it gave no record"
-
-
 class OutputFolder:
     """A run's output folder for the length of a ``with`` block: checked, locked, previous outputs
     removed, ``status.json`` written at the start and at the end.
@@ -396,5 +348,5 @@ class OutputFolder:
             self._release()
 
 
-__all__ = ["LOCK_FILE", "OutputFolder", "atomic_path", "check_file", "check_folder", "no_records_reason", "read_status",
-           "run_outcome", "write_text", "STATUS_FILE"]
+__all__ = ["LOCK_FILE", "OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "write_text",
+           "STATUS_FILE"]
