@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - not POSIX
 
 STATUS_FILE = "status.json"
 LOCK_FILE = ".lock"
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)   # POSIX
 
 
 @contextlib.contextmanager
@@ -305,7 +306,15 @@ class OutputFolder:
         return self
 
     def _take_lock(self) -> None:
-        handle = open(self.path / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run
+        path = self.path / LOCK_FILE
+        try:   # O_NONBLOCK: a named pipe there would wait for a writer; no effect on a regular file
+            try:   # read-write where it can (NFS emulates flock by locks that need it)
+                handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | _NONBLOCK, 0o666), "r+b")
+            except PermissionError:   # another user's .lock in a shared folder: a traceback before;
+                handle = os.fdopen(os.open(path, os.O_RDONLY | _NONBLOCK), "rb")   # flock takes it read-only
+        except OSError as exc:
+            raise InputError(f"cannot open {path}, the lock that keeps a second run out of the folder: "
+                             f"{_problem(exc)}; remove it, or choose another folder", field=self.option) from None
         if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -131,3 +131,52 @@ def test_a_previous_output_that_cannot_be_removed_is_one_line_and_frees_the_fold
     assert str(refusal.value) == f"--out: cannot remove {out / 'results.json'}: Operation not permitted"
     with OutputFolder(out, command="run y.yaml", outputs=("other.json",)):   # the lock was released
         pass
+
+
+def _lock_not_writable(monkeypatch):
+    """Opening ``.lock`` for writing fails as it does for another user's lock file in a shared
+    folder (the tests may run as root, whom file modes do not stop)."""
+    import builtins
+
+    def denied(path):
+        return PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if str(file).endswith(".lock") and any(c in mode for c in "wa+x"):
+            raise denied(file)
+        return builtins.open(file, mode, *args, **kwargs)
+
+    real_os_open = os.open
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        if str(path).endswith(".lock") and flags & (os.O_WRONLY | os.O_RDWR):
+            raise denied(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr("sn40l_sim.report.outputs.open", guarded_open, raising=False)
+    monkeypatch.setattr("sn40l_sim.report.outputs.os.open", guarded_os_open)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="advisory locks are POSIX")
+def test_another_user_s_lock_file_still_locks_the_folder(tmp_path, monkeypatch):
+    # a shared folder where another user ran before holds their .lock, readable but not writable:
+    # opening it to append stopped run and sweep with a PermissionError traceback, exit status 1
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").write_text("")
+    _lock_not_writable(monkeypatch)
+    with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+        with pytest.raises(InputError, match="another run is writing into"):
+            with OutputFolder(out, command="run y.yaml", outputs=("results.json",)):
+                pass
+    assert read_status(out)["status"] == "complete"
+
+
+def test_a_lock_file_that_cannot_be_opened_is_one_line(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").symlink_to(tmp_path / "gone" / "lock")   # a dangling link: nothing to open
+    with pytest.raises(InputError) as refusal:
+        with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+            pass
+    assert str(refusal.value).startswith(f"--out: cannot open {out / '.lock'}, the lock")
