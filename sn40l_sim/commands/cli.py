@@ -89,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     # command; at Python's default the collector walks them again thousands of times (about 5% of
     # a cold run's CPU), and collecting less often costs a few MB
     gc.set_threshold(*GC_THRESHOLDS)
-    mapper_graph = importlib.import_module("sn40l_sim.mapper.graph") if command in MAPPING_COMMANDS else None
-    promoted = mapper_graph.PROMOTE_KEPT_OBJECTS if mapper_graph is not None else False
-    if mapper_graph is not None:
-        mapper_graph.PROMOTE_KEPT_OBJECTS = True
+    mapper_graph, promoted = None, False
     try:
         with _sigterm_raises(), _files_only_backend():
+            # imported in here: loading the mapper and its libraries is most of a second, and a
+            # Ctrl-C then printed a 30-line KeyboardInterrupt traceback (SIGTERM: no line at all)
+            if command in MAPPING_COMMANDS:
+                mapper_graph = importlib.import_module("sn40l_sim.mapper.graph")
+                promoted, mapper_graph.PROMOTE_KEPT_OBJECTS = mapper_graph.PROMOTE_KEPT_OBJECTS, True
             return int(args._module.run(args) or 0)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

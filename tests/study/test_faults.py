@@ -237,6 +237,45 @@ def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL    # the CLI's handler is gone
 
 
+def _stopped_while_loading(monkeypatch, stop) -> None:
+    """``stop()`` while the CLI imports the mapper (the libraries' first second of a run)."""
+    real = cli.importlib.import_module
+
+    def loading(name, *args):
+        if name == "sn40l_sim.mapper.graph":
+            stop()
+        return real(name, *args)
+
+    monkeypatch.setattr(cli.importlib, "import_module", loading)
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line_and_130(tmp_path, capsys, monkeypatch):
+    # a Ctrl-C in the first second of a run printed a 30-line KeyboardInterrupt traceback
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    _stopped_while_loading(monkeypatch, ctrl_c)
+    out = tmp_path / "out"
+    try:
+        err = one_line(capsys, 130, ["run", str(experiment(tmp_path)), "--out", str(out), "--quiet"])
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C left main as a KeyboardInterrupt: a traceback")
+    assert err.startswith("interrupted (Ctrl-C): stopped") and not out.exists()
+
+
+def test_sigterm_while_the_libraries_load_is_one_line_and_143(tmp_path, capsys, monkeypatch):
+    # SIGTERM then met Python's default action: the process ended with no line
+    def sigterm():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would end the process unsaid"
+        signal.raise_signal(signal.SIGTERM)
+
+    _stopped_while_loading(monkeypatch, sigterm)
+    out = tmp_path / "out"
+    assert one_line(capsys, 143, ["run", str(experiment(tmp_path)), "--out", str(out), "--quiet"]).startswith(
+        "terminated (SIGTERM)")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
