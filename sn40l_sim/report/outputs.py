@@ -226,12 +226,16 @@ def read_status(folder: str | Path) -> dict[str, Any] | None:
 def _previous_outputs(folder: Path) -> list[str]:
     """The files the folder's previous run listed as its outputs in ``status.json`` (plain names of
     regular files in the folder only): a ``run --trace`` into the folder wrote a trace.json that a
-    later run without ``--trace`` would otherwise leave beside its own results."""
-    listed = (read_status(folder) or {}).get("outputs")
-    if not isinstance(listed, list):
-        return []
-    return [name for name in listed if isinstance(name, str) and name == Path(name).name
-            and name not in ("", ".", "..", STATUS_FILE, LOCK_FILE) and (folder / name).is_file()]
+    later run without ``--trace`` would otherwise leave beside its own results. Those it wrote
+    (``outputs``, listed when it ended) and those it writes (``writes``, listed when it started): a
+    sweep killed outright (SIGKILL, the out-of-memory killer) while writing its files listed none,
+    and a later ``run`` into the folder kept its failures.json and pareto.json beside its own
+    results."""
+    status = read_status(folder) or {}
+    listed = [name for key in ("outputs", "writes") if isinstance(status.get(key), list) for name in status[key]]
+    return [name for name in dict.fromkeys(n for n in listed if isinstance(n, str))
+            if name == Path(name).name and name not in ("", ".", "..", STATUS_FILE, LOCK_FILE)
+            and (folder / name).is_file()]
 
 
 def _leftover_temporaries(folder: Path, names: Sequence[str]) -> list[Path]:
@@ -298,7 +302,8 @@ class OutputFolder:
                     path.unlink(missing_ok=True)
                 except OSError as exc:   # another user's file in a shared folder: a traceback before
                     raise InputError(f"cannot remove {path}: {_problem(exc)}", field=self.option) from None
-            self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now()}
+            self._status = {"status": "running", "command": self.command, "pid": os.getpid(), "started": _now(),
+                            "writes": sorted(self.outputs)}
             self._write_status()
         except BaseException:
             self._release()

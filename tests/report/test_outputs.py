@@ -180,3 +180,19 @@ def test_a_lock_file_that_cannot_be_opened_is_one_line(tmp_path, monkeypatch):
         with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
             pass
     assert str(refusal.value).startswith(f"--out: cannot open {out / '.lock'}, the lock")
+
+
+def test_a_new_run_removes_what_a_run_killed_outright_was_writing(tmp_path):
+    # a sweep killed outright (SIGKILL) while writing its files left status.json "running" with no
+    # list of outputs, and a later run into the folder kept the sweep's failures.json and pareto.json
+    # beside its own results, under a status.json that described the run alone
+    out = tmp_path / "out"
+    killed = OutputFolder(out, command="sweep x.yaml", outputs=("results.json", "failures.json", "pareto.json"))
+    killed.__enter__()
+    for name in ("results.json", "failures.json", "pareto.json"):
+        write_text(out / name, "[]\n")
+    killed._release()   # the process died: its lock went with it, its status stayed "running"
+    (out / "notes.txt").write_text("x")
+    with OutputFolder(out, command="run y.yaml", outputs=("results.json",)):
+        pass
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "notes.txt", "status.json"]
