@@ -42,6 +42,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -147,6 +148,10 @@ def load(namespace: str, key: str) -> Any | None:
     if path is None:
         return None
     try:
+        # a regular file only: a named pipe in the entry's place blocked the run for ever, and a
+        # link to a device (/dev/zero) would be read until memory ran out
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
         data = path.read_bytes()
     except OSError:
         return None

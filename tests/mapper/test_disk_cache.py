@@ -160,3 +160,27 @@ def test_an_entry_that_cannot_be_read_is_a_miss(tmp_path, monkeypatch):
         assert disk_cache.load("t", "key") is None
         disk_cache.store("t", "key", VALUE)            # cannot replace the folder: nothing, no error
         assert disk_cache.load("t", "key") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_an_entry_that_is_a_named_pipe_or_a_device_is_a_miss_not_a_hang(tmp_path):
+    # a named pipe in an entry's place blocked the run's read for ever (a device would be read
+    # until memory ran out): whatever is in the cache, a run computes what it cannot read
+    import threading
+
+    with disk_cache.cache_in(tmp_path):
+        entry = _stored(tmp_path)
+        entry.unlink()
+        os.mkfifo(entry)
+        found = []
+        reader = threading.Thread(target=lambda: found.append(disk_cache.load("t", "key")), daemon=True)
+        reader.start()
+        reader.join(timeout=10)
+        if reader.is_alive():   # let the blocked read go before failing
+            os.close(os.open(entry, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(timeout=10)
+            pytest.fail("load waited on a named pipe")
+        assert found == [None]
+        entry.unlink()
+        entry.symlink_to(os.devnull)
+        assert disk_cache.load("t", "key") is None
