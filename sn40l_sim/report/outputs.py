@@ -31,6 +31,7 @@ import datetime as _dt
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -51,10 +52,11 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)   # POSIX
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, mode: int | None = None) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix, so writers that go by the suffix, such as
     matplotlib, pick the right format) that becomes ``path`` when the block ends without an error;
-    on an error (or Ctrl-C) the temporary file is removed and ``path`` is left as it was.
+    on an error (or Ctrl-C) the temporary file is removed and ``path`` is left as it was. The file
+    gets ``mode`` (default: the mode any new file gets under the umask).
 
     >>> import pathlib, tempfile
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "x.txt"
@@ -74,7 +76,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield temporary
         # mkstemp makes the file private (0600); an output gets the mode any new file gets under the
         # user's umask, so that results shared with a group (or served by CI) stay readable
-        os.chmod(temporary, 0o666 & ~_umask())
+        os.chmod(temporary, 0o666 & ~_umask() if mode is None else mode)
         os.replace(temporary, path)
     except OSError as exc:
         # a disk filled (or a folder made read-only) while the run went: one line naming the file,
@@ -116,6 +118,22 @@ def write_text(path: str | Path, text: str, *, sync: bool = False) -> Path:
                 file.flush()
                 os.fsync(file.fileno())
     return path
+
+
+def rewrite_text(path: str | Path, text: str) -> Path:
+    """Replace the text of a file the user keeps (the hardware file ``calibrate --write`` edits, a
+    golden), whole or not at all, as an edit in place would: through a symbolic link to the file it
+    names, and keeping the file's mode. Renamed over the link, the new text replaced the link
+    itself, leaving the file it named (a hardware file shared by several checkouts) unchanged, and
+    a group-writable file became the umask's 0644. Returns the file written."""
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except OSError:   # a new file: the umask's mode
+        mode = None
+    with atomic_path(target, mode) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+    return target
 
 
 def _problem(exc: OSError) -> str:
@@ -362,5 +380,5 @@ class OutputFolder:
             self._release()
 
 
-__all__ = ["LOCK_FILE", "OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "write_text",
-           "STATUS_FILE"]
+__all__ = ["LOCK_FILE", "OutputFolder", "atomic_path", "check_file", "check_folder", "read_status", "rewrite_text",
+           "write_text", "STATUS_FILE"]

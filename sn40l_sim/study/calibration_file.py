@@ -5,6 +5,7 @@ file of a ``base:`` chain or node file wrote it, in the unit its name says, with
 """
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.hardware.loader import socket_document
-from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.outputs import rewrite_text
 from sn40l_sim.study.calibration import FitResult
 
 #: one ``key: value  # comment`` line of a block mapping
@@ -43,7 +44,8 @@ def write_back(hardware_path: Path, result: FitResult, note: str) -> list[Path]:
             assert match is not None   # write_targets checked the line
             new = f"{_format_value(name, values[name])}  # calibrated: {note}"
             lines[line - 1] = match["head"] + new + lines[line - 1][len(text):]
-        write_text(file, "".join(lines))   # whole or not at all: a hardware file is never left half written
+        # whole or not at all (a hardware file is never left half written), through a link, keeping its mode
+        rewrite_text(file, "".join(lines))
     return list(targets)
 
 
@@ -81,8 +83,9 @@ def write_targets(hardware_path: Path, names: Sequence[str]) -> dict[Path, dict[
 
 def check_writable(files: Iterable[Path]) -> None:
     """Refuse, before a fit, files ``--write`` could not replace: each is written whole into a
-    temporary file beside it and renamed (:func:`~sn40l_sim.report.outputs.write_text`), so its
-    folder must take a new file (a read-only folder or file system, a folder of another user's).
+    temporary file beside it and renamed (:func:`~sn40l_sim.report.outputs.rewrite_text`), so its
+    folder must take a new file (a read-only folder or file system, a folder of another user's), and
+    a read-only file is refused too (the rename would replace it unasked).
 
     Raises
     ------
@@ -90,12 +93,16 @@ def check_writable(files: Iterable[Path]) -> None:
         At ``--write``, naming the file and the system's reason.
     """
     for file in files:
+        target = Path(file).resolve() if Path(file).is_symlink() else Path(file)   # where rewrite_text writes
         try:
-            with tempfile.TemporaryFile(dir=Path(file).parent):
+            with tempfile.TemporaryFile(dir=target.parent):
                 pass
+            problem = "the file is read-only" if target.is_file() and not os.access(target, os.W_OK) else None
         except OSError as exc:
-            raise InputError(f"cannot write {file}: {exc.strerror or exc} (checked before the fit, which would "
-                             "write it at its end)", field="--write") from None
+            problem = exc.strerror or str(exc)
+        if problem is not None:
+            raise InputError(f"cannot write {file}: {problem} (checked before the fit, which would "
+                             "write it at its end)", field="--write")
 
 
 def _format_value(name: str, value: float) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sn40l_sim.errors import InputError
 from sn40l_sim.report.fields import RESULTS
-from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.outputs import rewrite_text
 from sn40l_sim.report.registry import Fields
 from sn40l_sim.study.runner import simulate_experiment
 from sn40l_sim.yamlio import load_document, parse_json
@@ -167,5 +167,5 @@ def write(experiment: Path, results: dict[str, Any]) -> Path:
     """Store ``results`` as the experiment's golden; returns the file."""
     path = golden_path(experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(results, indent=1, sort_keys=True) + "\n")
+    rewrite_text(path, json.dumps(results, indent=1, sort_keys=True) + "\n")   # through a link, keeping its mode
     return path

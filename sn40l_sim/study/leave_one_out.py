@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sn40l_sim.errors import InputError, shown
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.report.outputs import write_text
+from sn40l_sim.report.outputs import rewrite_text
 from sn40l_sim.study.assemble import Assembly
 from sn40l_sim.study.calibration import Evaluator, FitResult, calibration_references, fit
 from sn40l_sim.study.evaluation import LoadedExperiments
@@ -79,7 +79,7 @@ class LeaveOneOut:
         if self.inputs is not None:
             data["inputs"] = self.inputs
         text = json.dumps(data, indent=1, sort_keys=True)
-        write_text(path, text + "\n")
+        rewrite_text(path, text + "\n")   # an edit of the project's file: through a link, keeping its mode
         return path
 
     @classmethod

@@ -308,6 +308,37 @@ def test_write_back_changes_only_the_calibrated_values(tmp_path):
     assert path.read_text().count("# calibrated: test note") == len(names)
 
 
+def test_write_back_edits_a_linked_hardware_file_in_place_and_keeps_its_mode(tmp_path):
+    # the new text was renamed over the link: the link became a copy (mode 0644 under the usual
+    # umask) and the shared file it named kept its old values
+    shared = tmp_path / "shared"
+    shutil.copytree(REPO / "hw_configs", shared)
+    (shared / "sn40l.yaml").chmod(0o664)
+    link = tmp_path / "sn40l.yaml"
+    link.symlink_to(shared / "sn40l.yaml")
+    socket = load_hardware(link).socket
+    names = tuple(fitted_names(socket))
+    values = tuple(calibrated_parameters(socket)[n].value for n in names)
+    write_back(link, FitResult(names, values, values, [], 0.0), "linked note")
+    assert link.is_symlink() and "# calibrated: linked note" in (shared / "sn40l.yaml").read_text()
+    assert (shared / "sn40l.yaml").stat().st_mode & 0o777 == 0o664
+
+
+def test_write_checks_refuse_a_read_only_hardware_file_before_the_fit(tmp_path, monkeypatch, capsys):
+    # the rename replaced a file made read-only to keep it (root passes file modes, hence os.access)
+    import os
+
+    folder = tmp_path / "hw"
+    shutil.copytree(REPO / "hw_configs", folder)
+    path = folder / "sn40l.yaml"
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **k: False if Path(p) == path and m & os.W_OK
+                        else real_access(p, m, **k))
+    from sn40l_sim.study.calibration_file import check_writable
+    with pytest.raises(InputError, match="the file is read-only"):
+        check_writable([path])
+
+
 def test_write_back_edits_the_line_of_each_field_not_the_first_with_its_name(tmp_path):
     """Both tiers have an ``efficiency:`` line; each value goes to its own line. A value inherited
     from a ``base:`` file is written there, one set in the overlay stays in the overlay."""
