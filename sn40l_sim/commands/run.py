@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             inside += (path.name,)
     results: list = []
     command = " ".join([f"run {args.experiment}", *(f"--set {item}" for item in args.sets)])
-    with OutputFolder(out, command=command, outputs=OUTPUTS + inside) as folder:
+    with OutputFolder(out, command=command, outputs=OUTPUTS + inside, reads=inputs) as folder:
         records = simulate_assembly(asm, progress=not args.quiet,
                                     on_result=results.append if extra else None)
         json_path, csv_path = write_results(records, out)

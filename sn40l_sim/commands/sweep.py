@@ -100,7 +100,7 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     from sn40l_sim.report.fields import RESULTS
     from sn40l_sim.report.outputs import OutputFolder
     from sn40l_sim.report.pareto import objectives_missing
-    from sn40l_sim.study.sweep.base import point_sources
+    from sn40l_sim.study.sweep.base import point_sources, point_traces
     from sn40l_sim.study.sweep.executors import check_scheduler, resolve_scheduler
     from sn40l_sim.study.sweep.load import load_sweep
     from sn40l_sim.study.sweep.run import run_sweep
@@ -111,7 +111,8 @@ def sweep_main(experiment: str | Path, out: Path | None = None, jobs: int | None
     out = Path(out) if out is not None else Path("out") / sweep.name
     start = time.perf_counter()
     command = " ".join([f"sweep {experiment}", *(f"--set {item}" for item in set_items or ())])
-    with OutputFolder(out, command=command, outputs=OUTPUTS, folders=("runs",)) as folder:
+    with OutputFolder(out, command=command, outputs=OUTPUTS, folders=("runs",),
+                      reads=point_traces(sweep.points, sweep.doc)) as folder:
         records = run_sweep(experiment, out, jobs=jobs, progress=progress, sets=sets, sweep=sweep,
                             scheduler=scheduler, resume=resume, plots=plots)
         # the wall-clock speed of the runs simulated now, kept where run keeps it (not in the results)

@@ -33,7 +33,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -286,6 +286,9 @@ class OutputFolder:
         The names of the folders this command writes into inside it (a sweep's ``runs``).
     option : str
         The option that named the folder, for errors.
+    reads : mapping of Path to str
+        The files the command reads (resolved) and the fields naming them: one that is an output
+        due for removal is refused.
 
     Raises
     ------
@@ -295,9 +298,10 @@ class OutputFolder:
     """
 
     def __init__(self, path: str | Path, *, command: str, outputs: Sequence[str] = (), folders: Sequence[str] = (),
-                 option: str = "--out") -> None:
+                 option: str = "--out", reads: Mapping[Path, str] | None = None) -> None:
         self.path = Path(path)
         self.command, self.outputs, self.folders, self.option = command, tuple(outputs), tuple(folders), option
+        self.reads = dict(reads or {})
         self._lock: Any = None
         self._status: dict[str, Any] = {}
 
@@ -315,6 +319,11 @@ class OutputFolder:
         self._take_lock()
         try:
             stale = [self.path / n for n in (*self.outputs, *_previous_outputs(self.path))]
+            for path in stale:   # a trace rewritten over the previous run's requests.csv was deleted, then not found
+                if path.is_file() and path.resolve() in self.reads:
+                    raise InputError(f"{path} is the experiment's {self.reads[path.resolve()]}, which the run reads, "
+                                     "and an output of the previous run into the folder, which a new run removes "
+                                     "first; move it out of the folder or choose another folder", field=self.option)
             for path in stale + _leftover_temporaries(self.path, (*self.outputs, STATUS_FILE)):
                 try:
                     path.unlink(missing_ok=True)

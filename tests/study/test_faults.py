@@ -221,6 +221,26 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path, capsys):
     assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0   # free again once the first is done
 
 
+def test_a_trace_written_over_a_previous_output_of_the_folder_is_refused_not_removed(tmp_path, capsys):
+    # the previous run's requests.csv rewritten as a trace and served into the same folder: the new
+    # run removed it as a stale output, then stopped at 'trace file not found', the user's file gone
+    out = tmp_path / "out"
+    trace = out / "requests.csv"
+    plain = experiment(tmp_path)
+    assert main(["run", str(plain), "--out", str(out), "--requests", str(trace), "--quiet", "--no-plot"]) == 0
+    capsys.readouterr()
+    trace.write_text("arrival_s,prompt_len,output_len\n0.0,4096,2\n0.5,4096,2\n")
+    served = plain.read_text().replace("{kind: fixed, count: batch, output_len: 2}", f"{{kind: trace, path: {trace}}}")
+    replay = tmp_path / "replay.yaml"
+    replay.write_text(served)
+    err = one_line(capsys, 2, ["run", str(replay), "--out", str(out), "--quiet", "--no-plot"])
+    assert f"--out: {trace} is the experiment's workload.path, which the run reads" in err and trace.is_file()
+    swept = tmp_path / "replay_sweep.yaml"
+    swept.write_text(served + "sweep:\n  axes: {serving.seed: [1, 2]}\n")
+    err = one_line(capsys, 2, ["sweep", str(swept), "--out", str(out), "--quiet", "--no-plot", "--jobs", "1"])
+    assert "which the run reads" in err and trace.is_file()
+
+
 def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch):
     path = experiment(tmp_path)
     out = tmp_path / "out"

@@ -10,6 +10,7 @@ consistent.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Iterator, Mapping
@@ -48,6 +49,21 @@ def point_sources(points: list[Any], doc: Document) -> list[str]:
             if source is not None:
                 sources[source] = None
     return list(sources)
+
+
+def point_traces(points: list[Any], doc: Document) -> dict[Path, str]:
+    """The trace files the sweep points read (resolved) -> ``workload.path``: the files of a sweep's
+    inputs that an output folder could hold under an output's name (a previous run's
+    ``requests.csv`` rewritten as a trace), which :class:`~sn40l_sim.report.outputs.OutputFolder`
+    must not remove."""
+    traces: dict[Path, str] = {}
+    for point in points:
+        workload = point.data.get("workload")
+        if isinstance(workload, dict) and workload.get("kind") == "trace" and isinstance(workload.get("path"), str):
+            with contextlib.suppress(InputError):   # a point that does not load is reported by the sweep
+                exp = experiment_from_data(point.data, doc)
+                traces[exp.resolve(workload["path"], ("workload", "path")).resolve()] = "workload.path"
+    return traces
 
 
 #: the experiment fields that name a file, and what each names (for the message)
