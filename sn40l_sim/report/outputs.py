@@ -33,6 +33,7 @@ import os
 import re
 import stat
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -244,11 +245,8 @@ def read_status(folder: str | Path) -> dict[str, Any] | None:
 def _previous_outputs(folder: Path) -> list[str]:
     """The files the folder's previous run listed as its outputs in ``status.json`` (plain names of
     regular files in the folder only): a ``run --trace`` into the folder wrote a trace.json that a
-    later run without ``--trace`` would otherwise leave beside its own results. Those it wrote
-    (``outputs``, listed when it ended) and those it writes (``writes``, listed when it started): a
-    sweep killed outright (SIGKILL, the out-of-memory killer) while writing its files listed none,
-    and a later ``run`` into the folder kept its failures.json and pareto.json beside its own
-    results."""
+    later run without ``--trace`` would otherwise leave beside its own results. ``outputs`` (at the
+    end) and ``writes`` (from the start: a sweep killed outright while writing its files listed none)."""
     status = read_status(folder) or {}
     listed = [name for key in ("outputs", "writes") if isinstance(status.get(key), list) for name in status[key]]
     return [name for name in dict.fromkeys(n for n in listed if isinstance(n, str))
@@ -350,7 +348,13 @@ class OutputFolder:
         if fcntl is not None:
             try:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as exc:
+                if not isinstance(exc, BlockingIOError):   # no flock here (Lustre without -o flock: ENOSYS),
+                    # not a lock held: every run was refused as "another run is writing"; run unlocked
+                    warnings.warn(f"cannot lock {self.path} ({_problem(exc)}): a second run into it is not refused",
+                                  stacklevel=2)
+                    self._lock = handle
+                    return
                 handle.close()
                 other = read_status(self.path) or {}
                 who = f" (pid {other['pid']}: {other.get('command', '?')})" if "pid" in other else ""

@@ -196,3 +196,20 @@ def test_a_new_run_removes_what_a_run_killed_outright_was_writing(tmp_path):
     with OutputFolder(out, command="run y.yaml", outputs=("results.json",)):
         pass
     assert sorted(p.name for p in out.iterdir()) == [".lock", "notes.txt", "status.json"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="advisory locks are POSIX")
+def test_a_file_system_without_locks_runs_unlocked_with_a_warning(tmp_path, monkeypatch):
+    # Lustre mounted without -o flock answers flock with ENOSYS: every run into such a folder was
+    # refused as "another run is writing into it"
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="cannot lock .*Function not implemented.*not refused"):
+        with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+            write_text(out / "results.json", "[]\n")
+    assert read_status(out)["status"] == "complete"
