@@ -122,7 +122,10 @@ class TierRows:
         return f"{label}, per tier: one row per use (`used` for an empty tier), then {', '.join(self.totals)}"
 
     def _used(self, row: Mapping[str, Any]) -> int | None:
-        return sum(n for use, n in row.items() if use not in self.not_uses) if row else None
+        # a use results.json gives as null (a figure the point does not have) leaves the sum unknown:
+        # summed, it stopped compare with a TypeError traceback
+        used = [n for use, n in row.items() if use not in self.not_uses]
+        return sum(used) if row and None not in used else None
 
     def _label(self, tier: str, use: str) -> str:
         return self.label.format(tier=tier, TIER=tier.upper(), use=dict(self.use_labels).get(use, use))

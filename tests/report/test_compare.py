@@ -253,6 +253,17 @@ def test_memory_rows_list_the_smaller_tier_first_as_run_does(tmp_path, capsys):
     assert labels[0].startswith("HBM/socket") and labels[-1].startswith("DDR/socket"), labels
 
 
+def test_a_null_use_of_a_tier_that_holds_nothing_is_an_empty_cell_not_a_traceback(tmp_path, capsys):
+    # results.json writes a figure a point does not have as null, and the shape check takes it; the
+    # 'used' row of an empty tier summed its uses and stopped compare with a TypeError
+    record = dict(BASE, memory={"ddr": {"weights": 0, "kv": None, "free": 2**40},
+                                "hbm": {"weights": 40 * 2**30, "kv": None, "free": 8 * 2**30}})
+    folder = _write(tmp_path, "a", [record])
+    assert main(["compare", str(folder), str(folder)]) == 0
+    out = capsys.readouterr().out   # a row with no value on either side is left out, as run leaves it
+    assert _row(out, "DDR/socket free (GiB)") == ["1024.0", "1024.0", "1"] and "DDR/socket used" not in out
+
+
 def test_the_heading_names_a_changed_parallel_plan_and_node_count():
     # a prefill on 4 of the 8 sockets, or a second prefill node, used to be headed "the same model,
     # hardware and policy" above a TTFT 30 times the base's
