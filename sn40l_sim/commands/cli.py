@@ -115,7 +115,21 @@ def main(argv: list[str] | None = None) -> int:
         # output piped into `head` and closed early: not an error of ours
         sys.stderr.close()
         return 0
+    except RuntimeError as exc:
+        # Python 3.11's Path.resolve() raises RuntimeError, not OSError, at a loop of symbolic links
+        # (`ln -s loop loop`, given as --out, --trace or an experiment): a traceback; a plug-in's own
+        # RuntimeError stays the plug-in's
+        looped = str(exc).removeprefix("Symlink loop from ") if str(exc).startswith("Symlink loop from ") else None
+        if looped is None:
+            return _plugin_failed(exc)
+        print(f"error: {looped}: a loop of symbolic links; expected a path that leads to a file or folder",
+              file=sys.stderr)
+        return EXIT_INPUT
     except OSError as exc:
+        if exc.errno == errno.ELOOP:   # the same loop met by open() or mkdir()
+            print(f"error: {shown(exc.filename)}: a loop of symbolic links; expected a path that leads to a file or "
+                  "folder", file=sys.stderr)
+            return EXIT_INPUT
         if exc.errno == errno.ENAMETOOLONG:
             # a path longer than the file system takes, given on the command line or in a file: the
             # check of whether it is a file (pathlib's is_file) raised it in a traceback

@@ -241,6 +241,22 @@ def test_a_trace_written_over_a_previous_output_of_the_folder_is_refused_not_rem
     assert "which the run reads" in err and trace.is_file()
 
 
+@pytest.mark.parametrize("where", ["--out", "--out inside", "--trace", "--requests", "experiment", "check"])
+def test_a_loop_of_symbolic_links_is_one_line_not_a_traceback(tmp_path, capsys, where):
+    # Python 3.11's Path.resolve() raises RuntimeError at a loop: a 30-line traceback, exit status 1
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    looped = tmp_path / "loop.yaml"
+    looped.symlink_to(looped)
+    plain, out = str(experiment(tmp_path)), str(tmp_path / "out")
+    argv = {"--out": ["run", plain, "--out", str(loop)], "--out inside": ["run", plain, "--out", str(loop / "x")],
+            "--trace": ["run", plain, "--out", out, "--trace", str(loop / "t.json")],
+            "--requests": ["run", plain, "--out", out, "--requests", str(loop / "r.csv")],
+            "experiment": ["run", str(looped), "--out", out], "check": ["check", str(looped)]}[where]
+    err = one_line(capsys, 2, [*argv, "--quiet"] if argv[0] == "run" else argv)
+    assert "a loop of symbolic links" in err and str(tmp_path) in err, err
+
+
 def test_sigterm_stops_a_run_with_143_and_marks_it(tmp_path, capsys, monkeypatch):
     path = experiment(tmp_path)
     out = tmp_path / "out"
