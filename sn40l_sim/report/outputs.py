@@ -234,9 +234,11 @@ def _now() -> str:
 
 
 def read_status(folder: str | Path) -> dict[str, Any] | None:
-    """The ``status.json`` of an output folder (None when there is none or it cannot be read)."""
+    """The ``status.json`` of an output folder (None when there is none or it cannot be read; a named
+    pipe there, read, stopped a run into the folder for ever)."""
     try:
-        data = parse_json((Path(folder) / STATUS_FILE).read_text(encoding="utf-8"))
+        path = Path(folder) / STATUS_FILE
+        data = parse_json(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -50,7 +50,7 @@ def no_records_reason(folder: str | Path) -> str:
     """
     failures = Path(folder) / "failures.json"
     try:
-        listed = parse_json(failures.read_text(encoding="utf-8"))
+        listed = parse_json(failures.read_text(encoding="utf-8")) if failures.is_file() else None   # not a pipe
     except (OSError, ValueError):
         listed = None
     if isinstance(listed, list) and listed:

@@ -213,3 +213,24 @@ def test_a_file_system_without_locks_runs_unlocked_with_a_warning(tmp_path, monk
         with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
             write_text(out / "results.json", "[]\n")
     assert read_status(out)["status"] == "complete"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_for_the_previous_status_is_no_status_not_a_hang(tmp_path):
+    # reading it as the previous run's status.json waited for a writer: the run never started
+    import threading
+
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "status.json")
+    entered = threading.Event()
+
+    def start():
+        with OutputFolder(out, command="run x.yaml", outputs=("results.json",)):
+            entered.set()
+
+    threading.Thread(target=start, daemon=True).start()
+    if not entered.wait(timeout=10):
+        os.close(os.open(out / "status.json", os.O_WRONLY | os.O_NONBLOCK))   # let the blocked read go
+        pytest.fail("the run waited on a named pipe")
+    assert read_status(out) is not None and read_status(out)["status"] in ("running", "complete")
