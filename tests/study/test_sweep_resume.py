@@ -473,3 +473,24 @@ def test_a_runs_folder_the_sweep_cannot_write_is_one_line_before_any_run(tmp_pat
     assert capsys.readouterr().err == (f"error: --out: cannot write into {out / 'runs'}: Operation not permitted, "
                                        "the folder where the sweep keeps each finished run for --resume\n")
     assert simulated == []   # both refused before simulating
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_in_place_of_a_stored_run_is_run_again_not_waited_on(tmp_path):
+    # --resume read it as the stored run and waited for a writer for ever
+    import threading
+
+    store = RunStore(tmp_path / "runs")
+    store.save("ab12", "full", Outcome({"batch": 1}, None, False))
+    store.path("ab12").unlink()
+    os.mkfifo(store.path("ab12"))
+    found = []
+    reader = threading.Thread(target=lambda: found.append(store.load("ab12")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():
+        os.close(os.open(store.path("ab12"), os.O_WRONLY | os.O_NONBLOCK))   # let the blocked read go
+        pytest.fail("load waited on a named pipe")
+    assert found == [None]
+    store.save("ab12", "full", Outcome({"batch": 1}, None, False))   # run again: written over it
+    assert store.load("ab12").record == {"batch": 1}

@@ -78,8 +78,8 @@ class RunStore:
     def load(self, key: str) -> Outcome | None:
         """The stored outcome of the run with ``key``, or None (not run, or a file of another
         format or key, which is then run again)."""
-        try:
-            data = parse_json(self.path(key).read_text(encoding="utf-8"))
+        try:   # a regular file only: a named pipe in its place stopped --resume for ever
+            data = parse_json(self.path(key).read_text(encoding="utf-8")) if self.path(key).is_file() else None
         except (OSError, ValueError):
             return None
         if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
