@@ -4,9 +4,8 @@
   own folder and renamed over the final name when complete, so a run killed at any moment leaves
   each file either whole (new or old) or absent, never truncated.
 - :func:`check_folder` and :func:`check_file`: ``--out``, ``--trace`` and the other destinations are
-  checked (and their folders created) before anything is simulated; a destination that is a file
-  where a folder is wanted, a folder where a file is wanted, or a place that cannot be written is
-  one :class:`~sn40l_sim.errors.InputError` naming the option.
+  checked (and their folders created) before anything is simulated; a file where a folder is wanted
+  or the reverse, or a place that cannot be written, is one InputError naming the option.
 - :class:`OutputFolder`: a run's output folder, locked for the run (a second run into the same folder
   is refused while the first runs; the lock dies with its process), with ``status.json`` saying
   whether the run is ``running``, ``complete``, ``failed`` or ``interrupted``, and the outputs of the
@@ -169,7 +168,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 def _reserved_folder(path: Path) -> str | None:
     """What ``path`` is when it is no place for a run's outputs, else None: the root of the file
     system (writable by root, where ``results.json`` and ``.lock`` would land in ``/``) or the
-    simulator's package folder or a folder inside it.
+    simulator's package folder or a folder inside it, or a symbolic link to nothing.
 
     >>> _reserved_folder(Path("/"))
     'the root of the file system'
@@ -178,6 +177,8 @@ def _reserved_folder(path: Path) -> str | None:
     >>> _reserved_folder(Path("out/x")) is None
     True
     """
+    if path.is_symlink() and not os.path.lexists(target := os.path.realpath(path)):   # mkdir: "File exists"
+        return f"a symbolic link to the missing {target}"
     resolved = path.resolve()   # follows symbolic links and "..": /tmp/.. is the root too
     if resolved == Path(resolved.anchor):
         return "the root of the file system"

@@ -78,6 +78,16 @@ def test_out_onto_a_file_or_an_unsafe_name_is_refused_before_simulating(tmp_path
     assert simulated == []
 
 
+def test_out_on_a_symbolic_link_to_nothing_says_so(tmp_path, capsys, monkeypatch):
+    # mkdir of a dangling link said only "cannot write into L: File exists"
+    link = tmp_path / "L"
+    link.symlink_to(tmp_path / "gone" / "d")
+    instead_of_simulating(monkeypatch, lambda *a, **k: pytest.fail("simulated"))
+    err = one_line(capsys, 2, ["run", str(experiment(tmp_path)), "--out", str(link), "--quiet"])
+    assert err == (f"error: --out: {link} is a symbolic link to the missing {tmp_path / 'gone' / 'd'}; expected a "
+                   "folder of its own for the outputs (e.g. out/NAME)\n"), err
+
+
 def test_out_at_the_file_system_root_or_in_the_package_is_refused_before_simulating(tmp_path, capsys, monkeypatch):
     # run as root, --out / wrote results.json, status.json and .lock into /, and --out sn40l_sim
     # wrote them among the package's modules (a sub-folder of the package was created first). The
