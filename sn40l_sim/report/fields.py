@@ -321,8 +321,9 @@ RESULTS = Fields([
               Field("chunk_tokens", "tokens", "Prompt tokens prefilled between two decode steps.",
                     axis="prefill chunk", table=Row(211, "prefill chunk (tokens)")),
               Field("prefill_overhead_fraction", "1", "Prefill cycles the chunks took over those of the same "
-                    "prompts prefilled whole, less 1 (what chunking costs; below 0 where a prompt prefilled whole runs a longer "
-                    "compiled graph, padded, than its chunks do).", axis="chunking prefill overhead",
+                    "prompts prefilled whole on the same node, less 1 (what chunking costs; below 0 where a prompt prefilled whole "
+                    "runs a longer compiled graph, padded, than its chunks do, or where its activations would leave the "
+                    "first memory tier that a chunk's stay in).", axis="chunking prefill overhead",
                     table=Row(212, "chunking prefill overhead (%)", ".1f", 100)),
           )),
     Field("utilisation", "", "Busy fractions of nodes and hardware resources.", parts=(

@@ -28,7 +28,9 @@ by the chunks' finer causal masking (a whole prompt computes its diagonal tiles'
 full, a chunk only its own), as it does for the shipped models (tests/study/test_chunk_costs.py):
 the price of the lower interference. (A prompt shorter than the compiled length it runs on whole, 2,100
 tokens on the 4,096-token graph, may cost less in chunks, which pad only the last: the results'
-``prefill_overhead_fraction`` is then below 0.) A compressing KV policy's prefill kernels (SnapKV's selection,
+``prefill_overhead_fraction`` is then below 0. So may a prompt whose whole graph's activations leave
+the first memory tier where a chunk's fit: the node keeps room for one chunk's, and a whole prompt is
+timed with its own, as on a node without chunks, ``MemoryFit.whole_prompt_placement``.) A compressing KV policy's prefill kernels (SnapKV's selection,
 the ring's construction) select from the whole prompt's cache, so they run once, after the last
 chunk, over the whole prompt (``prefill_policy_cycles``: the cycles those kernels take in the whole
 prompt's graph), and no chunk's graph runs them over its own tokens. The budget spans prompts (a turn

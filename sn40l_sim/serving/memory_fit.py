@@ -243,6 +243,27 @@ class MemoryFit:
     def decode_fits_footprint(self, batch: int, footprint: KVFootprint) -> Any:
         """:meth:`decode_fits` of a sequence that keeps ``footprint`` (the point's, or a shorter
         prompt's for a refusal's hint), not memoised."""
+        kv, act, store = self._decode_node_uses(batch, footprint)
+        what = f"decode batch {batch}"
+        return self._in_first_tier(self._placed(self.s.decode_plan, kv, act, store, what=what), what)
+
+    def whole_prompt_placement(self, batch: int, rows: int) -> Any:
+        """Where a co-located node that chunks (``prefill_chunk``) at ``batch`` would put the tensors
+        of a whole prompt's graph of ``rows`` tokens: the node keeps room for one chunk's
+        activations, so those of the whole prompt spill beyond it, as on a node without chunks
+        (docs/architecture.md, chunked prefill). For timing the whole prefill only (``prefill_s``,
+        the baseline of the chunks' overhead): not held to ``may_spill``; None when no tier has room
+        (the caller times it where the node keeps a chunk's)."""
+        kv, act, store = self._decode_node_uses(batch, self.footprint)
+        with located("graph_options"):
+            act = max(act, self.prefill_costs.prefill_activation_bytes(rows))
+        try:
+            return place_socket(self.place, (*self.s.may_spill, "activations"), self.s.decode_plan, kv, act, store)
+        except TiersOverflow:
+            return None
+
+    def _decode_node_uses(self, batch: int, footprint: KVFootprint) -> tuple[int, int, dict[str, int]]:
+        """``(kv, activations, store)`` bytes a decode socket holds at ``batch``."""
         s = self.s
         # the cache attention reads and the policy's state, and a store in a tier of its own
         uses = kv_bytes_by_use(s.model, s.decode_plan, batch, footprint, include_mtp=self.include_mtp)
@@ -256,8 +277,7 @@ class MemoryFit:
             # prefill)
             kv += max(0, self.prefill_kv() - self._prefill_in_own_slot(batch))
             act = max(act, self._colocated_prefill_activations())
-        what = f"decode batch {batch}"
-        return self._in_first_tier(self._placed(s.decode_plan, kv, act, store, what=what), what)
+        return kv, act, store
 
     def _prefill_in_own_slot(self, batch: int) -> int:
         """Bytes of a co-located prompt's prefill cache that the busiest socket can write into the

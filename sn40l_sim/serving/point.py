@@ -301,8 +301,17 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     search, batch, placement, prefill_memory = fitted.search, fitted.batch, fitted.placement, fitted.prefill_memory
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
+    # a co-located node that chunks keeps room for one chunk's activations: a whole prompt's graph
+    # longer than a chunk streams its own, beyond that room (docs/architecture.md, chunked prefill)
+    chunk_rows = compiled_size(min(s.prefill_chunk, s.prompt_len), s.prefill_lens, "prefill chunk") \
+        if s.prefill_chunk is not None and s.mode == "colocated" else None
+
+    def memory_for(rows: int, earlier: int = 0) -> MemoryPlacement:
+        if chunk_rows is None or earlier or rows <= chunk_rows:
+            return prefill_node_memory
+        return memory.whole_prompt_placement(batch, rows) or prefill_node_memory
     with located("graph_options"):
-        prefill = prefill_costs.prefill(prefill_len, memory=prefill_node_memory) if prefill_step else None
+        prefill = prefill_costs.prefill(prefill_len, memory=memory_for(prefill_len)) if prefill_step else None
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)
     colocated = s.mode == "colocated"
 
@@ -328,7 +337,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
         bare = bare and free is not None
         key = bare, compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
         if key not in prefill_cycles:
-            timing = (free if bare else prefill_costs).prefill(key[1], memory=prefill_node_memory,
+            timing = (free if bare else prefill_costs).prefill(key[1], memory=memory_for(key[1], earlier),
                                                                earlier=earlier)
             cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
             if s.prefill_node is not None:   # the serving loop counts the decode node's clock
@@ -390,7 +399,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     if kinds and bare_costs is not None:
         with located("graph_options"):
             if prefill is not None:
-                without = bare_costs.prefill(prefill_len, memory=prefill_node_memory)
+                without = bare_costs.prefill(prefill_len, memory=memory_for(prefill_len))
             if log is not None:   # every served prompt whole, at its compiled length
                 served = tuple(sum(prefill_of(r.request.prompt_len, bare=bare, free=bare_costs)[0]
                                    for r in log.requests) for bare in (False, True))

@@ -113,3 +113,50 @@ def test_the_policys_kernels_never_take_negative_cycles():
     slower_alone = chunk_timings(lambda n, e: 100 + n + e + 9, lambda p: 100 + p + 7, 4, policy_apart=True,
                                  prompt_len=8)
     assert slower_alone["prefill_policy_cycles"](8) == 0
+
+
+def test_a_whole_prompt_on_a_chunking_node_is_timed_with_its_own_activations():
+    # A co-located node that chunks holds one chunk's activations, not a whole prompt's; the whole
+    # prompt's prefill (prefill_s, and the baseline of prefill_overhead_fraction) was timed on that
+    # placement, its activations all read from HBM where the node has room for a chunk's only:
+    # DeepSeek-R1's 1M-token prompt in 128K chunks on a 16-socket node reported 304.2 s prefilled
+    # whole, against the 416.4 s the same node without chunks takes (26 GiB of its activations in DDR)
+    from functools import partial
+
+    from sn40l_sim.hardware.loader import load_hardware
+    from sn40l_sim.ir import ParallelPlan
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.mapper import place_memory
+    from sn40l_sim.models.loader import load_model
+    from sn40l_sim.serving.fixed_costs import FixedStepCosts
+    from sn40l_sim.serving.point import PointSetup, simulate_point
+
+    class Costs(FixedStepCosts):   # activations of 1 MiB a prompt token; remembers each prefill's placement
+        placed: dict = {}
+
+        def prefill_activation_bytes(self, prompt_len):
+            return prompt_len * 2**20
+
+        def prefill(self, prompt_len, memory=None, earlier=0):
+            self.placed[prompt_len, earlier] = memory
+            return super().prefill(prompt_len, memory, earlier)
+
+    node, llama = load_hardware("hw_configs/sn40l_node8.yaml"), load_model("graphs/llama3_1_8b.yaml")
+    s = PointSetup("full", node, llama, make_policy("full"), prompt_len=65536, mode="colocated", prefill_nodes=0,
+                   prefill_plan=ParallelPlan(tp=8), decode_plan=ParallelPlan(tp=8, attention_dp=8), batch=1,
+                   batch_sizes=(1,), prefill_lens=(4096, 65536), max_new_tokens=4, prefill_chunk=4096)
+    costs = Costs()
+    result = simulate_point(s, lambda slots: [Request(0, 0, 65536, 4)], costs, partial(place_memory, node, llama))
+    gib = 2**30
+    # the node holds one 4K chunk's 4 GiB in HBM; the whole prompt's 64 GiB do not fit there
+    assert result.memory.total("activations") == 4 * gib
+    whole = costs.placed[65536, 0]
+    assert whole.total("activations") == 64 * gib
+    assert whole.by_tier["ddr"]["activations"] > 0
+    # the chunks are timed where the node keeps them
+    assert all(costs.placed[key] is result.memory for key in costs.placed if key[0] == 4096)
+    # a whole prompt no tier can hold is timed there too, not refused: the node runs chunks only
+    costs = Costs()
+    costs.prefill_activation_bytes = lambda rows: rows * 2**20 if rows <= 4096 else 2**60
+    result = simulate_point(s, lambda slots: [Request(0, 0, 65536, 4)], costs, partial(place_memory, node, llama))
+    assert costs.placed[65536, 0] is result.memory
