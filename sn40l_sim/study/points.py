@@ -229,7 +229,9 @@ def check_budget(exp: Experiment, point: Point, policy: KVPolicy, model: ModelSp
         At the entry's ``budget`` (or the largest budget parameter given, else its ``policy``).
     """
     budget, limit = policy.budget_tokens(), model.max_context
-    if budget is None or limit is None or budget <= limit:
+    # a prompt past the context is refused at its own field (serving/context_limit.py): a budget
+    # drawn from it as a prompt_fraction is past the context only because the prompt is
+    if budget is None or limit is None or budget <= limit or point.prompt_len > limit:
         return
     given = {k: v for k, v in point.params.items() if isinstance(v, int)}
     name = "budget" if "budget" in given else max(given, key=given.__getitem__, default=None)

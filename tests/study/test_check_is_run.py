@@ -76,6 +76,13 @@ REFUSED = {
     "prompt beyond the model's maximum context": (("shape: {prompt_len: 32768}", "shape: {prompt_len: 262144}"),
                                                   "shape.prompt_len: a prompt of 262144 tokens exceeds the maximum "
                                                   "context of llama-3.1-8b, 131072 tokens"),
+    # a prompt_fraction budget of such a prompt is past the context too: the refusal named the
+    # budget's line ("a snapstream budget of 150000 tokens per sequence exceeds..."), not the prompt
+    "prompt beyond the maximum context, its budget a fraction of it": (
+        ("  - {name: full, policy: full}\n  - {name: snapstream, policy: snapstream, prompt_fraction: {budget: 0.25}}"
+         "\nshape: {prompt_len: 32768}",
+         "  - {name: snapstream, policy: snapstream, prompt_fraction: {budget: 0.25}}\nshape: {prompt_len: 600000}"),
+        "shape.prompt_len: a prompt of 600000 tokens exceeds the maximum context of llama-3.1-8b, 131072 tokens"),
     "unknown graph option": (("seed: 7", "seed: 7\ngraph_options: {expert_load: all}"),
                              "graph_options: unknown graph option(s) expert_load"),
     "missing trace file": (("kind: poisson\n  rate_per_s: 4\n  count: 48\n  output_len: {dist: uniform, low: 64, "
