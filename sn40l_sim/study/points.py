@@ -338,30 +338,34 @@ def warn_kv_spilled(exp: Experiment, point: Point, result: Any) -> None:
 
 
 def warn_prefill_activations_spilled(exp: Experiment, point: Point, result: Any) -> None:
-    """Warn when one prompt's activations left a prefill node's first tier by ``memory.may_spill``'s
+    """Warn when one prompt's activations left a prefill (or co-located) node's first tier by ``memory.may_spill``'s
     default (activations may spill) rather than by a ``may_spill`` the experiment wrote: every
     kernel of the prefill then reads and writes them at the slower tier's pace, so the prefill, the
     TTFT, can be several times what the same prompt takes with them in the first tier
     (Llama-3.1-405B at 128K on 16 sockets: 66.9 s where 20.4 s with room in HBM;
     docs/validation.md, "Prefill across models, lengths and sockets"). An experiment that writes
-    ``may_spill`` chose it (``experiments/long_context_1m.yaml``). Co-located nodes share one
-    placement between the two phases and are left to ``memory``."""
-    memory = result.prefill_memory
-    if memory is None or result.prefill is None or ("memory", "may_spill") in exp.doc.origins:
+    ``may_spill`` chose it (``experiments/long_context_1m.yaml``). A co-located node's one placement
+    holds the prompt's activations beside its decode batch's KV: told the same way."""
+    colocated = result.prefill_memory is None
+    memory = result.memory if colocated else result.prefill_memory
+    if result.prefill is None or ("memory", "may_spill") in exp.doc.origins:
         return
     spilled = {tier: uses.get("activations", 0) for tier, uses in memory.by_tier.items()
                if tier != memory.first_tier and uses.get("activations", 0)}
     if not spilled:
         return
     total = memory.total("activations")
+    node, fewer = ("co-located node", f"a smaller serving.batch (it runs {result.batch}) or a serving.prefill_chunk "
+                   "needs fewer") if colocated else ("prefill node", "more prefill sockets or a shorter compiled "
+                                                     "prompt need fewer per socket")
     where = " and ".join(f"{n / 2**30:.2f} GiB in {tier.upper()}" for tier, n in spilled.items())
     file, line = exp.doc.where(("shape", "prompt_len"))
     at = f"{file}:{line}: " if line is not None else f"{file}: "
     warnings.warn(f"{at}shape.prompt_len (point {point.name}): one prompt's prefill puts {where} of its "
                   f"{total / 2**30:.2f} GiB of activations per socket (memory.may_spill lists activations by "
-                  f"default), where the prefill node's weights and KV leave {memory.first_tier.upper()} too little "
-                  f"room; every kernel streams them from there (prefill {result.prefill.seconds:.3f} s); more "
-                  "prefill sockets or a shorter compiled prompt need fewer per socket", stacklevel=2)
+                  f"default), where the {node}'s weights and KV leave {memory.first_tier.upper()} too little "
+                  f"room; every kernel streams them from there (prefill {result.prefill.seconds:.3f} s); {fewer}",
+                  stacklevel=2)
 
 
 def warn_shape_batch_unserved(exp: Experiment, point: Point, served_batch: int) -> None:

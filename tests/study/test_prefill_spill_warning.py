@@ -76,3 +76,22 @@ def test_a_prefill_that_may_not_spill_is_refused_not_warned(tmp_path):
     path = _experiment(tmp_path, "memory: {may_spill: []}\n")
     with pytest.raises(InputError, match="prefill node"):
         _run(path, TIGHT_HBM)
+
+
+def test_a_colocated_node_whose_activations_spill_is_told_too(tmp_path):
+    # a co-located node holds the prompt's activations beside the decode batch's KV: DeepSeek-R1's
+    # 512K prompt (experiments/long_context_1m.yaml without may_spill) put 15.97 of its 21.02 GiB of
+    # activations a socket in DDR co-located without a word, where a prefill node's 7.25 was told
+    path = _experiment(tmp_path)
+    path.write_text(path.read_text().replace("mode: disaggregated", "mode: colocated"))
+    in_hbm, quiet = _run(path, {})
+    assert quiet == [] and in_hbm["memory"]["ddr"]["activations"] == 0
+    spilled, told = _run(path, TIGHT_HBM)
+    in_ddr = spilled["memory"]["ddr"]["activations"]
+    assert in_ddr > 0 and spilled["prefill_s"] > 1.2 * in_hbm["prefill_s"]
+    assert len(told) == 1, told
+    assert f"puts {in_ddr / 2**30:.2f} GiB in DDR of its " in told[0]
+    assert "co-located node" in told[0] and f"(prefill {spilled['prefill_s']:.3f} s)" in told[0]
+    # one that writes may_spill chose it
+    path.write_text(path.read_text() + "memory: {may_spill: [activations]}\n")
+    assert _run(path, TIGHT_HBM)[1] == []
