@@ -59,7 +59,7 @@ class TiersOverflow(InfeasibleError):
     """The tiers together cannot hold a socket's uses. ``placement`` is the fill that overflowed
     (its last tier over capacity), for a caller that refuses it by a rule of its own first: the
     serving model, keeping weights and KV in the first tier, names what is over that tier
-    (:func:`sn40l_sim.serving.memory_fit.place_socket`), not what is over the last."""
+    (:func:`sn40l_sim.serving.socket_memory.place_socket`), not what is over the last."""
 
     def __init__(self, message: str, placement: MemoryPlacement) -> None:
         super().__init__(message)

@@ -23,18 +23,17 @@ tokens (a full cache) holds ``max_new_tokens + k`` of them, so the last step's r
 (:func:`~sn40l_sim.kvcache.base.slot_new_tokens`).
 
 The step costs and the memory placer come from the caller (the study layer's assembly step binds
-the real graph builder, mapper and placer; tests use
-:class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts` and a placer of their own). Errors name the
-:class:`PointSetup` field they are about (``batch``, ``prompt_len``, ``prefill_lens``, ...); the
-study layer turns those into the experiment's field paths.
-
-The KV transfer's time is :mod:`sn40l_sim.serving.kv_transfer`'s.
+the real graph builder, mapper and placer; tests use :class:`~sn40l_sim.serving.fixed_costs.FixedStepCosts`
+and a placer of their own). Errors name the :class:`PointSetup` field they are about (``batch``,
+``prompt_len``, ...); the study layer turns those into the experiment's field paths. The KV
+transfer's time is :mod:`sn40l_sim.serving.kv_transfer`'s.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from sn40l_sim.engine.phase import PhaseTiming
@@ -301,15 +300,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     search, batch, placement, prefill_memory = fitted.search, fitted.batch, fitted.placement, fitted.prefill_memory
     # each phase streams its tensors from where its node's placement put them
     prefill_node_memory = prefill_memory if prefill_memory is not None else placement
-    # a co-located node that chunks keeps room for one chunk's activations: a whole prompt's graph
-    # longer than a chunk streams its own, beyond that room (docs/architecture.md, chunked prefill)
-    chunk_rows = compiled_size(min(s.prefill_chunk, s.prompt_len), s.prefill_lens, "prefill chunk") \
-        if s.prefill_chunk is not None and s.mode == "colocated" else None
-
-    def memory_for(rows: int, earlier: int = 0) -> MemoryPlacement:
-        if chunk_rows is None or earlier or rows <= chunk_rows:
-            return prefill_node_memory
-        return memory.whole_prompt_placement(batch, rows) or prefill_node_memory
+    memory_for = partial(memory.prefill_placement, batch, placement=prefill_node_memory)
     with located("graph_options"):
         prefill = prefill_costs.prefill(prefill_len, memory=memory_for(prefill_len)) if prefill_step else None
         decode = costs.decode_step(batch, static_len, drafts, memory=placement)

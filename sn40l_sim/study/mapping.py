@@ -8,7 +8,7 @@ step's drafts) and verifying the experiment's speculative drafts; prefill one pr
 the prompt, on the prefill nodes' hardware when the experiment names one (``prefill_hardware``), as
 ``run`` times it. Weights, KV and the resident
 activations are placed as ``run`` places them
-(:func:`~sn40l_sim.serving.memory_fit.place_socket`): in the experiment's tier order, the uses
+(:func:`~sn40l_sim.serving.socket_memory.place_socket`): in the experiment's tier order, the uses
 ``memory.may_spill`` does not name kept in the first tier, the KV per socket what ``run`` reserves.
 
 Building (:func:`build_phase`) and mapping (:func:`map_phase`) are two steps, so that a caller can
@@ -39,7 +39,7 @@ from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.memory_fit import in_first_tier, place_socket
+from sn40l_sim.serving.socket_memory import in_first_tier, place_socket
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import assemble, plan_of, prefill_lens
 from sn40l_sim.study.experiment import Experiment, PolicyEntry, load_experiment

@@ -26,15 +26,10 @@ from sn40l_sim.study.experiment import Experiment, ExperimentSpec, load_experime
 from sn40l_sim.study.experiment_rules import record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
-from sn40l_sim.study.points import (
-    Point,
-    point_of,
-    warn_kv_spilled,
-    warn_prefill_activations_spilled,
-    warn_shape_batch_unserved,
-)
+from sn40l_sim.study.points import Point, point_of
 from sn40l_sim.study.preflight import check_assembly, require_workload
 from sn40l_sim.study.rate_search import search_point
+from sn40l_sim.study.result_warnings import warn_kv_spilled, warn_prefill_activations_spilled, warn_shape_batch_unserved
 from sn40l_sim.study.serving_section import workload_summary
 
 

@@ -21,7 +21,7 @@ from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.models.template import GRAPHS_DIR
 from sn40l_sim.serving.context_limit import check_output_context
-from sn40l_sim.serving.memory_fit import place_socket, spilled_uses
+from sn40l_sim.serving.socket_memory import place_socket, spilled_uses
 from sn40l_sim.serving.step_costs import activation_bytes
 from sn40l_sim.study.assemble import memory_placer
 
