@@ -34,6 +34,7 @@ from sn40l_sim.hardware.topology import (
     bisection_links,
     p2p_graph,
 )
+from sn40l_sim.hardware.units.pcu import gemm_geometry
 
 #: the on-tile networks of a :class:`~sn40l_sim.hardware.spec.TileSpec` (its ``<network>_network`` fields)
 TileNetwork = Literal["vector", "scalar", "control"]
@@ -127,8 +128,6 @@ def mac_rate_problem(socket: SocketSpec, dtype: str) -> str | None:
     >>> mac_rate_problem(socket.model_copy(update={"pcu": pcu}), "fp32")
     'expected a whole number (1, 2, ...) or a unit fraction (0.5, 0.25, ...) of MACs: 0.3 would run as 0.25'
     """
-    from sn40l_sim.hardware.units.pcu import gemm_geometry
-
     rate = socket.pcu.macs_per_lane_stage_per_cycle[dtype]
     k_per_block, row_cycles = gemm_geometry(socket.pcu, dtype)
     runs_at = k_per_block / socket.pcu.stages / row_cycles
