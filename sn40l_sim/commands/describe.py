@@ -5,10 +5,10 @@ SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth 
 socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
 experiment) list the files they reference, the policies with their parameters, each phase's parallel
-plan, the shape, the memory placement and the nodes that serve (with a multi_model section, each model
-by name with its share and batch, and the schedulers; with a sweep section, its axes, values and
-files); reference files (kind:
-reference) their measurements; request traces (.csv, .jsonl) their requests, rate and token lengths.
+plan, the shape, the memory placement, the nodes that serve (with a multi_model section, each model
+by name with its share and batch, and the schedulers), the simulation options results' options record
+(with a sweep section, its axes, values and files); reference files (kind: reference) their
+measurements; request traces (.csv, .jsonl) their requests, rate and token lengths.
 
 example:
   python -m sn40l_sim describe hw_configs/sn40l_node16.yaml
@@ -150,6 +150,7 @@ def describe_experiment(path: str | Path) -> str:
     points name beyond the base's."""
     from sn40l_sim.study.experiment import load_experiment
     from sn40l_sim.study.experiment_files import referenced_files
+    from sn40l_sim.study.experiment_rules import options_summary
     from sn40l_sim.study.plugins import is_file_entry
 
     experiment = load_experiment(path)
@@ -173,6 +174,8 @@ def describe_experiment(path: str | Path) -> str:
     lines += _plan_lines(spec, path)
     lines += _serving_lines(spec)
     lines += _workload_lines(spec)
+    options = options_summary(spec)   # all experts streamed, kernel looping off (docs/results.md, options)
+    lines += [f"  options    {options} (as results' options give them)"] if options else []
     if spec.sweep is not None:
         swept, sweep_lines = _describe_sweep(path, spec.sweep, {target for _, _, target in files})
         lines += sweep_lines

@@ -14,7 +14,7 @@ from sn40l_sim.study.serving_section import FixedWorkload, LognormalLength, Unif
 from sn40l_sim.yamlio import FieldPath
 
 if TYPE_CHECKING:
-    from sn40l_sim.study.experiment import Experiment
+    from sn40l_sim.study.experiment import Experiment, ExperimentSpec
 
 
 #: the model fields a policy entry's ``model_overrides`` may set: the KV format (sn40l_sim/models/kv_format.py)
@@ -218,3 +218,21 @@ def _warn_unsent_cache(exp: Experiment) -> None:
     if exp.spec.serving.mode == "colocated" and isinstance(serving, dict) and "kv_transfer" in serving:
         exp.doc.warn(("serving", "kv_transfer"), f"{exp.spec.serving.kv_transfer}: co-located nodes prefill into their "
                      "own cache, so no cache is sent and the link has no effect (it applies to mode: disaggregated)")
+
+
+def options_summary(spec: ExperimentSpec) -> str:
+    """The experiment's ``graph_options``, ``execution`` and ``memory`` settings that differ from their
+    defaults, as ``section.key=value`` (the results' ``options``; empty when all are defaults).
+
+    >>> from types import SimpleNamespace
+    >>> from sn40l_sim.study.experiment import ExecutionSection, MemorySection
+    >>> spec = SimpleNamespace(graph_options={"expert_loading": "all"}, memory=MemorySection(),
+    ...                        execution=ExecutionSection(kernel_looping=False))
+    >>> options_summary(spec)
+    'graph_options.expert_loading=all, execution.kernel_looping=False'
+    """
+    settings = [("graph_options", dict(spec.graph_options)),
+                ("execution", spec.execution.model_dump(exclude_defaults=True, mode="json")),
+                ("memory", spec.memory.model_dump(exclude_defaults=True, mode="json"))]
+    return ", ".join(f"{section}.{key}={','.join(map(str, value)) if isinstance(value, list) else value}"
+                     for section, values in settings for key, value in sorted(values.items()))

@@ -22,8 +22,8 @@ from sn40l_sim.report.records import build_record
 from sn40l_sim.serving.point import PointResult, simulate_point
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
-from sn40l_sim.study.experiment import Experiment, ExperimentSpec, load_experiment
-from sn40l_sim.study.experiment_rules import record_groups
+from sn40l_sim.study.experiment import Experiment, load_experiment
+from sn40l_sim.study.experiment_rules import options_summary, record_groups
 from sn40l_sim.study.invariants import NAMES, check_point
 from sn40l_sim.study.multi_model_run import multi_model_records
 from sn40l_sim.study.points import Point, point_of
@@ -217,21 +217,3 @@ def point_record(exp: Experiment, point: Point, result: PointResult) -> dict:
     return build_record(result, experiment=exp.spec.name, policy_params=point.params,
                         extra_fields=record_groups(exp), policy_entry=point.entry, slo=slo, invariants=NAMES,
                         workload=workload, options=options_summary(exp.spec))
-
-
-def options_summary(spec: ExperimentSpec) -> str:
-    """The experiment's ``graph_options``, ``execution`` and ``memory`` settings that differ from their
-    defaults, as ``section.key=value`` (the results' ``options``; empty when all are defaults).
-
-    >>> from types import SimpleNamespace
-    >>> from sn40l_sim.study.experiment import ExecutionSection, MemorySection
-    >>> spec = SimpleNamespace(graph_options={"expert_loading": "all"}, memory=MemorySection(),
-    ...                        execution=ExecutionSection(kernel_looping=False))
-    >>> options_summary(spec)
-    'graph_options.expert_loading=all, execution.kernel_looping=False'
-    """
-    settings = [("graph_options", dict(spec.graph_options)),
-                ("execution", spec.execution.model_dump(exclude_defaults=True, mode="json")),
-                ("memory", spec.memory.model_dump(exclude_defaults=True, mode="json"))]
-    return ", ".join(f"{section}.{key}={','.join(map(str, value)) if isinstance(value, list) else value}"
-                     for section, values in settings for key, value in sorted(values.items()))
