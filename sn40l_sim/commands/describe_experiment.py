@@ -1,7 +1,8 @@
-"""``describe`` of an experiment file: the files it references, the policies with their parameters,
-each phase's parallel plan, the shape, the memory placement, the nodes that serve (with a
-multi_model section, each model by name with its share and batch, and the schedulers), the workload,
-SLOs and rate search, and with a sweep section its axes, values and files. Kept apart from
+"""``describe`` of an experiment file: the files it references, the datatypes of each model run
+serves, the policies with their parameters, each phase's parallel plan, the shape, the memory
+placement, the nodes that serve (with a multi_model section, each model by name with its share and
+batch, and the schedulers), the workload, SLOs and rate search, the simulation options, and with a
+sweep section its axes, values and files. Kept apart from
 :mod:`sn40l_sim.commands.describe`, which dispatches on a file's kind, for that module's length.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sn40l_sim.study.experiment import ExperimentSpec, PhasePlan, PolicyEntry
+    from sn40l_sim.study.experiment import Experiment, ExperimentSpec, PhasePlan, PolicyEntry
     from sn40l_sim.study.sweep.axes import Axis
 
 
@@ -32,6 +33,7 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  {label:10s} {rel}  ->  {target}{'' if target.is_file() else '  (MISSING)'}")
     if spec.model_overrides:
         lines.append(f"  overrides  {spec.model_overrides} (of the model)")
+    lines += _datatype_lines(experiment)
     for i, entry in enumerate(spec.plugins):
         # a file as the other paths are shown; a dotted module name as written
         shown = experiment.resolve(entry, ("plugins", i)) if is_file_entry(entry) else entry
@@ -58,6 +60,27 @@ def describe_experiment(path: str | Path) -> str:
     # describe lists the files; what run would refuse (a model override of 0 layers, say) is check's
     lines.append(f"  check it with: python -m sn40l_sim check {path}")
     return "\n".join(lines)
+
+
+def _datatype_lines(experiment: Experiment) -> list[str]:
+    """The weight, KV-cache and activation datatypes of each model run serves, its file's with the
+    experiment's ``model_overrides``, as map gives them; a model that does not load is named, not
+    raised (check says why)."""
+    from sn40l_sim.commands.map import datatypes_text
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.experiment_files import experiment_model
+
+    section = experiment.spec.multi_model
+    served = [(f"{m.name}: ", ("multi_model", "models", i, "model"), m.model) for i, m in enumerate(section.models)] \
+        if section is not None else [("", ("model",), experiment.spec.model)]
+    lines = []
+    for name, field, relative in served:
+        try:
+            text = datatypes_text(experiment_model(experiment, field, relative))
+        except InputError:
+            text = "(the model does not load: check says why)"
+        lines.append(f"  {'' if lines else 'datatypes':10s} {name}{text}")
+    return lines
 
 
 def _policy_text(entry: PolicyEntry) -> str:

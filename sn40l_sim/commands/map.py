@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                       for use in ("weights", "kv", "activations") + (("kv_offload",) if built.store else ()))
     first = memory.first_tier
     print(f"memory per socket: {tiers} (usable {first.upper()} {format_bytes(memory.capacity[first])})")
-    print(_datatypes_line(built.model))
+    print(f"datatypes: {datatypes_text(built.model)}")
     print("per socket, each kernel per call as the graph calls it: its configuration when it is not still "
           "loaded, a loop's iterations pipelined, the collectives it waits for (each alone, staged "
           "through the activations' tier); kernel-call boundaries (launch, barrier) excluded")
@@ -222,9 +222,10 @@ def _run_differs_notes(spec, phase: str, prompt_len: int) -> list[str]:
     return notes
 
 
-def _datatypes_line(model) -> str:
+def datatypes_text(model) -> str:
     """The datatypes the graph was built in (the model's, its overrides applied), which every byte
-    map prints follows from; activations are BF16 whatever the weights (sn40l_sim/ir.py, ACT_BYTES)."""
+    map prints follows from; activations are BF16 whatever the weights (sn40l_sim/ir.py, ACT_BYTES).
+    ``describe`` gives them for an experiment's model too."""
     from sn40l_sim.models.kv_format import kv_element_bits
 
     weights = model.weight_dtype
@@ -233,7 +234,7 @@ def _datatypes_line(model) -> str:
         weights += f" (FP32 scales a {model.fp8_block} x {model.fp8_block} block{kept})"
     kv = model.kv_dtype + (f" ({float(kv_element_bits(model)):g} bits an element with its scales)"
                            if model.kv_quant is not None else "")
-    return f"datatypes: weights {weights}, KV cache {kv}, activations bf16"
+    return f"weights {weights}, KV cache {kv}, activations bf16"
 
 
 def _loops_line(names: list[str], loops, looping: bool) -> str:
