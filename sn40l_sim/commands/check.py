@@ -93,12 +93,7 @@ def check_file(path: str | Path) -> str:
         rows = read_trace(Path(path))
         arrivals = [row.arrival_s for row in rows]
         return f"trace ({len(rows)} request{'' if len(rows) == 1 else 's'} over {max(arrivals) - min(arrivals):.4g} s)"
-    if Path(path).suffix.lower() == ".py":
-        # a plug-in's module (docs/architecture.md, "Extending the simulator"), not a YAML file with
-        # a syntax error on its first line
-        raise InputError("a Python file: check reads YAML files and request traces; a KV-policy plug-in is "
-                         "checked through an experiment listing it under plugins: (check that experiment)",
-                         file=str(path))
+    refuse_python_file(path, "check")
     from sn40l_sim.commands.describe import file_kind
 
     kind = file_kind(path)
@@ -132,6 +127,22 @@ def check_file(path: str | Path) -> str:
         from sn40l_sim.yamlio import load_document
         raise load_document(path).error(("kind",), f"expected one of {list(KINDS)}, got {kind!r}")
     return kind
+
+
+def refuse_python_file(path: str | Path, command: str) -> None:
+    """Refuse a ``.py`` file as a plug-in's module (docs/architecture.md, "Extending the simulator"),
+    not as a YAML file with a syntax error on its first line; check and describe say the same.
+
+    Raises
+    ------
+    InputError
+        Naming the experiment's ``plugins:`` as the way ``command`` reads a plug-in.
+    """
+    if Path(path).suffix.lower() == ".py":
+        done = "checked" if command == "check" else "described"
+        raise InputError(f"a Python file: {command} reads YAML files and request traces; a KV-policy plug-in is "
+                         f"{done} through an experiment listing it under plugins: ({command} that experiment)",
+                         file=str(path))
 
 
 def simulator_output(path: str | Path) -> str | None:

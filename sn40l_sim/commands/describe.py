@@ -207,7 +207,7 @@ def describe_trace(path: str | Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.file``; exit status 0, or 1 if the model describer is missing."""
-    from sn40l_sim.commands.check import is_trace_file, simulator_output
+    from sn40l_sim.commands.check import is_trace_file, refuse_python_file, simulator_output
     from sn40l_sim.errors import InputError
 
     output = simulator_output(args.file)
@@ -217,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
     if is_trace_file(args.file):   # not YAML: its first line would be read as a text
         print(describe_trace(args.file))
         return 0
+    refuse_python_file(args.file, "describe")   # as check does
     kind = file_kind(args.file)
     if kind in ("socket", "node"):
         print(describe_hardware(args.file))

@@ -268,6 +268,16 @@ def test_check_given_the_plugin_file_itself_says_what_checks_it(capsys):
            "experiment listing it under plugins:" in capsys.readouterr().err
 
 
+def test_describe_given_the_plugin_file_itself_says_what_describes_it(capsys):
+    # before: "YAML syntax error: expected <block end>" at the module docstring's first line, where
+    # check named the file a plug-in's module
+    assert main(["describe", str(EXAMPLE.with_suffix(".py"))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: {EXAMPLE.with_suffix('.py')}: a Python file: describe reads YAML files and request "
+                   "traces; a KV-policy plug-in is described through an experiment listing it under plugins: "
+                   "(describe that experiment)")
+
+
 def test_a_plugin_whose_cache_grows_other_than_one_token_a_step_is_refused_at_its_entry(tmp_path, capsys):
     # a cache keeping every 8th token: check said ok and run stopped with a ValueError traceback from
     # the serving loop's books, which read min(cache_len(p, 0) + g, cap) from three calls
