@@ -44,6 +44,7 @@ def describe_experiment(path: str | Path) -> str:
     else:   # one a line: a dozen entries with their overrides made one line of 600 characters
         lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
     lines += _plan_lines(spec, path)
+    lines += _compiled_prompt_lines(experiment)
     lines += _serving_lines(spec)
     lines += _workload_lines(spec)
     options = options_summary(spec)   # all experts streamed, kernel looping off (docs/results.md, options)
@@ -111,10 +112,35 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
     return [f"  plan       prefill {phase(spec.parallel.prefill)}; decode {phase(spec.parallel.decode)}",
             f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
             + (f", up to {new_tokens:,} new tokens" if new_tokens else "")
-            + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}"),
+            + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}")
+            + (f" (the largest of serving.batch_sizes {', '.join(f'{n:,}' for n in spec.serving.batch_sizes)} whose KV "
+               "fits)" if spec.serving.batch == "max" and "batch_sizes" in spec.serving.model_fields_set else ""),
             *_drafts_line(spec.serving.speculative),
             f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",
             f"             bytes per socket: python -m sn40l_sim map {path} --phase decode"]
+
+
+def _compiled_prompt_lines(experiment: Experiment) -> list[str]:
+    """The prefill graph each prompt runs when it is longer than the prompt (results'
+    ``prefill_len_compiled``): the smallest compiled prompt length that holds it, the model's context
+    closing the default lengths (study/serving_section.py, prefill_lens). None for several models
+    (each has its context), chunked prefill (each chunk runs its own), or a model or prompt check refuses."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.serving.batching import compiled_size
+    from sn40l_sim.study.experiment_files import experiment_model
+    from sn40l_sim.study.serving_section import prefill_lens
+
+    spec = experiment.spec
+    if spec.multi_model is not None or spec.serving.prefill_chunk is not None:
+        return []
+    try:
+        lens = prefill_lens(spec.serving, experiment_model(experiment, ("model",), spec.model))
+        padded = [(n, compiled_size(n, lens, "prompt length")) for n in experiment.prompt_lens]
+    except InputError:
+        return []
+    padded = [(n, size) for n, size in padded if size != n]
+    return [f"  {'prefill' if i == 0 else '':10s} a prompt of {n:,} tokens runs the graph compiled for {size:,} "
+            "(the smallest compiled prompt length that holds it)" for i, (n, size) in enumerate(padded)]
 
 
 def _serving_lines(spec: ExperimentSpec) -> list[str]:

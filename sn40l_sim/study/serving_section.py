@@ -15,7 +15,7 @@ ConstantLength(dist='constant', value=64)
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
@@ -35,6 +35,9 @@ from sn40l_sim.schema import (
 )
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.workload import MAX_REQUESTS
+
+if TYPE_CHECKING:
+    from sn40l_sim.models.spec import ModelSpec
 
 #: default compiled sizes of static graphs: powers of two (an assumption: the compiled
 #: sizes of SN40L's static graphs are not published)
@@ -287,3 +290,20 @@ class ServingSection(StrictModel):
         chunk = f"; at most {self.prefill_chunk:,} prompt tokens prefilled between two decode steps " \
             "(serving.prefill_chunk)" if self.prefill_chunk else ""
         return chunk + ("; prompt prefixes requests share reused (serving.prefix_cache)" if self.prefix_cache else "")
+
+
+def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
+    """The compiled prompt lengths of the static prefill graph: the experiment's
+    ``serving.prefill_lens`` when it gives them, else powers of two closed by the model's maximum
+    context (no graph is compiled for more positions than the model has: DeepSeek-R1's 163,840-token
+    context ran a 150,000-token prompt on a 262,144-token graph, timed and sized as such).
+
+    >>> from types import SimpleNamespace
+    >>> serving = SimpleNamespace(prefill_lens=(1, 2, 4, 8, 16), model_fields_set=set())
+    >>> prefill_lens(serving, SimpleNamespace(max_context=10)), prefill_lens(serving, SimpleNamespace(max_context=None))
+    ((1, 2, 4, 8, 10), (1, 2, 4, 8, 16))
+    """
+    limit = model.max_context
+    if "prefill_lens" in serving.model_fields_set or limit is None:
+        return tuple(serving.prefill_lens)
+    return tuple(n for n in serving.prefill_lens if n < limit) + (limit,)

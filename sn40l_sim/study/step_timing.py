@@ -20,28 +20,12 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.memory_fit import MemoryPlacer
 from sn40l_sim.serving.step_costs import StepTimer
 from sn40l_sim.study.experiment_files import mapped_at
+from sn40l_sim.study.serving_section import prefill_lens  # noqa: F401 (imported from here by assemble)
 
 
 def plan_of(phase_plan: Any) -> ParallelPlan:
     """The IR's :class:`ParallelPlan` of an experiment's ``parallel.<phase>`` section."""
     return ParallelPlan(phase_plan.tp, phase_plan.attention_dp)
-
-
-def prefill_lens(serving: Any, model: ModelSpec) -> tuple[int, ...]:
-    """The compiled prompt lengths of the static prefill graph: the experiment's
-    ``serving.prefill_lens`` when it gives them, else powers of two closed by the model's maximum
-    context (no graph is compiled for more positions than the model has: DeepSeek-R1's 163,840-token
-    context ran a 150,000-token prompt on a 262,144-token graph, timed and sized as such).
-
-    >>> from types import SimpleNamespace
-    >>> serving = SimpleNamespace(prefill_lens=(1, 2, 4, 8, 16), model_fields_set=set())
-    >>> prefill_lens(serving, SimpleNamespace(max_context=10)), prefill_lens(serving, SimpleNamespace(max_context=None))
-    ((1, 2, 4, 8, 10), (1, 2, 4, 8, 16))
-    """
-    limit = model.max_context
-    if "prefill_lens" in serving.model_fields_set or limit is None:
-        return tuple(serving.prefill_lens)
-    return tuple(n for n in serving.prefill_lens if n < limit) + (limit,)
 
 
 def step_timer(node: NodeSpec, model: ModelSpec, policy: KVPolicy | None, prefill_plan: ParallelPlan | None,
