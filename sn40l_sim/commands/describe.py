@@ -2,7 +2,7 @@
 
 Hardware files (kind: socket or node) give a table of sockets, PCUs, PMUs, peak FLOP/s per datatype,
 SRAM, each memory tier's capacity and bandwidth, P2P links, bisection bandwidth and hop diameters, per
-socket and for the whole node. Model files (kind: model) are described by sn40l_sim.report.describe;
+socket and for the whole node, and the calibrated values run applies to those peaks. Model files (kind: model) are described by sn40l_sim.report.describe;
 kernel templates (kind: kernels) list each phase's blocks and kernels; experiment files (kind:
 experiment) list the files they reference, the policies with their parameters, each phase's parallel
 plan, the shape, the memory placement, the nodes that serve (with a multi_model section, each model
@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sn40l_sim.commands.argtypes import input_path_text
 from sn40l_sim.commands.describe_experiment import describe_experiment
 from sn40l_sim.quantities import format_bytes
 from sn40l_sim.yamlio import load_document
+
+if TYPE_CHECKING:
+    from sn40l_sim.hardware.spec import SocketSpec
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -125,8 +129,31 @@ def describe_hardware(path: str | Path) -> str:
     ]
     if node.host_link is not None:
         rows.append(("host link", "", f"{si(node.host_link.bytes_per_s, 'B/s')}, {seconds_text(node.host_link.latency_s)}"))
+    rows += _calibrated_rows(s)
     title = f"{node.name}: {n} x {s.name} ({path})"
     return title + "\n" + _table(("", "per socket", f"node ({n} socket{'s' if n > 1 else ''})"), rows)
+
+
+#: describe's names of the calibrated values (sn40l_sim/hardware/spec.py, CalibratedSpec)
+_CALIBRATED_LABELS = {"config_load_bytes_per_s": "config load", "sync_latency_s": "sync latency",
+                      "p2p_efficiency": "P2P efficiency", "transfer_setup_s": "transfer set-up",
+                      "systolic_efficiency": "systolic efficiency"}
+
+
+def _calibrated_rows(socket: SocketSpec) -> list[tuple[str, str, str]]:
+    """The fitted values the mapper and engine apply to the raw peaks above (docs/validation.md):
+    a rate in B/s, a time, or an efficiency; a tier's efficiency under its name."""
+    from sn40l_sim.hardware.spec import calibrated_parameters
+
+    rows = []
+    for path, param in calibrated_parameters(socket).items():
+        section, _, name = path.partition(".")
+        label = f"{name.split('.')[0].upper()} efficiency" if section == "memory" else \
+            _CALIBRATED_LABELS.get(name, name.replace("_", " "))
+        value = si(param.value, "B/s") if name.endswith("bytes_per_s") else \
+            seconds_text(param.value) if name.endswith("_s") else f"{param.value:g}"
+        rows.append((f"calibrated {label}", value, ""))
+    return rows
 
 
 def _opt_bytes(value: float) -> str:
