@@ -43,7 +43,7 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  policies   {', '.join(policies)}")
     else:   # one a line: a dozen entries with their overrides made one line of 600 characters
         lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
-    lines += _plan_lines(spec, path)
+    lines += _plan_lines(spec, path, _tier_order(experiment))
     lines += _compiled_prompt_lines(experiment)
     lines += _serving_lines(spec)
     lines += _workload_lines(spec)
@@ -98,7 +98,23 @@ def _policy_text(entry: PolicyEntry) -> str:
     return f"{entry.name} ({', '.join(parts)})"
 
 
-def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
+def _tier_order(experiment: Experiment) -> str:
+    """The tiers run fills when ``memory.order`` names none: the hardware file's, in the order it
+    lists them (a file listing a slower tier first is warned of, as check and run warn)."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.experiment_files import experiment_hardware
+
+    order = experiment.spec.memory.order
+    if order:
+        return ", ".join(order)
+    try:
+        node = experiment_hardware(experiment, ("hardware",), experiment.spec.hardware, "hardware")
+    except InputError:
+        return "the hardware file's tiers, in the order it lists them"
+    return f"{', '.join(node.socket.memory)} (the hardware file's order)"
+
+
+def _plan_lines(spec: ExperimentSpec, path: str | Path, order: str) -> list[str]:
     """The parallel plan of each phase, the shape and the memory placement, as the spec gives them
     (docs/architecture.md); the bytes each socket holds need the graph, which ``map`` builds."""
     def phase(plan: PhasePlan) -> str:
@@ -108,7 +124,6 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path) -> list[str]:
     shape = spec.shape
     new_tokens = spec.serving.max_new_tokens or shape.max_new_tokens   # as run and map read it: serving's first
     memory = spec.memory
-    order = ", ".join(memory.order) if memory.order else "the hardware file's tiers, fastest first"
     return [f"  plan       prefill {phase(spec.parallel.prefill)}; decode {phase(spec.parallel.decode)}",
             f"  shape      prompt {', '.join(f'{n:,}' for n in prompts)} tokens, batch {shape.batch}"
             + (f", up to {new_tokens:,} new tokens" if new_tokens else "")

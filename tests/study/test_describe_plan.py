@@ -3,6 +3,7 @@ policies' parameters and the memory placement (it listed only the files and the 
 two SnapStream entries with different budgets read alike and the plan was nowhere)."""
 from __future__ import annotations
 
+import pytest
 from sweep_helpers import REPO
 
 from sn40l_sim.commands.cli import main
@@ -21,7 +22,7 @@ def test_the_shipped_experiment_states_its_plan_shape_and_budgets(capsys):
     assert "  shape      prompt 131,072 tokens, batch 1, up to 2,048 new tokens; serving batch max" in lines
     assert "  drafts     2 per decode step by the model's MTP module, each accepted with probability 0.8: 2.44 " \
            "tokens per step on average (serving.speculative)" in lines
-    assert "  memory     placed in the hardware file's tiers, fastest first; may spill: activations" in lines
+    assert "  memory     placed in hbm, ddr (the hardware file's order); may spill: activations" in lines
     assert f"             bytes per socket: python -m sn40l_sim map {path} --phase decode" in lines
 
 
@@ -108,3 +109,21 @@ def test_chunked_prefill_and_prefix_caching_are_stated(tmp_path, capsys):
         in _describe(REPO / "experiments" / "prefix_cache.yaml", capsys)
     assert not [line for line in _describe(REPO / "experiments" / "hetero_nodes.yaml", capsys)
                 if "prefix_cache" in line or "prefill_chunk" in line]
+
+
+def test_the_default_placement_names_the_tiers_in_the_order_run_fills_them(tmp_path, capsys):
+    # run fills the tiers in the order the hardware file lists them: with ddr above hbm it placed
+    # Llama-3.1-8B's weights and cache in DDR (a 3.8 s decode step), and describe said "placed in the
+    # hardware file's tiers, fastest first"
+    text = (REPO / "hw_configs" / "sn40l.yaml").read_text()
+    hbm, ddr, tln = text.index("  hbm:\n"), text.index("  ddr:\n"), text.index("\ntln:")
+    (tmp_path / "ddr_first.yaml").write_text(text[:hbm] + text[ddr:tln + 1] + text[hbm:ddr] + text[tln + 1:])
+    (tmp_path / "node.yaml").write_text(f"base: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}\nname: DDR-FIRST\n"
+                                        "socket: ddr_first.yaml\n")
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text(f"base: {REPO / 'experiments' / 'llama8b_node8.yaml'}\nname: ddr_first\n"
+                          f"hardware: {tmp_path / 'node.yaml'}\n")
+    with pytest.warns(UserWarning, match="memory.hbm: listed after ddr, a slower tier"):   # as check and run warn
+        assert main(["describe", str(experiment)]) == 0
+    assert "  memory     placed in ddr, hbm (the hardware file's order); may spill: activations" in \
+        capsys.readouterr().out.splitlines()
