@@ -413,7 +413,12 @@ def test_a_plugin_edited_since_the_runs_were_stored_runs_them_again(plugin_exper
     edited = run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False)
     assert edited.resumed == 0 and simulated == [2, 4] and [r["kv_len"] for r in edited] == [2048, 2048]
     # a module beside it, which it may import (here its window), is part of its code too
-    (plugin_experiment.parent / "helper.py").write_text("WINDOW = 1024\n")
+    helper = plugin_experiment.parent / "helper.py"
+    helper.write_text("WINDOW = 1024\n")
+    # an edit a user makes later: Python checks a module's cached bytecode by its source's size and
+    # mtime in whole seconds, and this edit keeps the size, so within the second of the first
+    # import (with bytecode written, as in CI) the stale WINDOW = 4096 was imported
+    os.utime(helper, (helper.stat().st_mtime + 2,) * 2)
     plugins._LOADED.clear()           # as a new process finds them: a process imports each once
     sys.modules.pop("helper", None)
     helped = run_sweep(plugin_experiment, out, jobs=1, progress=False, resume=True, plots=False)
