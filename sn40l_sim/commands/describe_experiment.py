@@ -43,7 +43,7 @@ def describe_experiment(path: str | Path) -> str:
         lines.append(f"  policies   {', '.join(policies)}")
     else:   # one a line: a dozen entries with their overrides made one line of 600 characters
         lines += [f"  {'policies' if i == 0 else '':10s} {text}" for i, text in enumerate(policies)]
-    lines += _plan_lines(spec, path, _tier_order(experiment))
+    lines += _plan_lines(spec, path, _tier_order(experiment), _drafts_refused(experiment))
     lines += _compiled_prompt_lines(experiment)
     lines += _serving_lines(spec)
     lines += _workload_lines(spec)
@@ -114,7 +114,7 @@ def _tier_order(experiment: Experiment) -> str:
     return f"{', '.join(node.socket.memory)} (the hardware file's order)"
 
 
-def _plan_lines(spec: ExperimentSpec, path: str | Path, order: str) -> list[str]:
+def _plan_lines(spec: ExperimentSpec, path: str | Path, order: str, drafts_refused: str = "") -> list[str]:
     """The parallel plan of each phase, the shape and the memory placement, as the spec gives them
     (docs/architecture.md); the bytes each socket holds need the graph, which ``map`` builds."""
     def phase(plan: PhasePlan) -> str:
@@ -130,7 +130,7 @@ def _plan_lines(spec: ExperimentSpec, path: str | Path, order: str) -> list[str]
             + ("; serving batch per model (below)" if spec.multi_model else f"; serving batch {spec.serving.batch}")
             + (f" (the largest of serving.batch_sizes {', '.join(f'{n:,}' for n in spec.serving.batch_sizes)} whose KV "
                "fits)" if spec.serving.batch == "max" and "batch_sizes" in spec.serving.model_fields_set else ""),
-            *_drafts_line(spec.serving.speculative),
+            *_drafts_line(spec.serving.speculative, drafts_refused),
             f"  memory     placed in {order}; may spill: {', '.join(memory.may_spill) or 'nothing'}",
             f"             bytes per socket: python -m sn40l_sim map {path} --phase decode"]
 
@@ -193,14 +193,36 @@ def _workload_lines(spec: ExperimentSpec) -> list[str]:
           f"tolerance {search.tolerance:g}"] if search is not None else [])
 
 
-def _drafts_line(section: Any) -> list[str]:
+def _drafts_line(section: Any, refused: str = "") -> list[str]:
     """The speculation ``serving.speculative`` sets (none without drafts): what a decode step computes
-    and the tokens it yields on average (docs/architecture.md, speculative decoding)."""
+    and the tokens it yields on average (docs/architecture.md, speculative decoding); ``refused`` is
+    why check and run refuse them (:func:`_drafts_refused`)."""
     if section is None or not section.drafts:
         return []
     spec = section.speculation()
+    if refused:
+        return [f"  drafts     {spec.drafts} per decode step (serving.speculative), but {refused}"]
     return [f"  drafts     {spec.drafts} per decode step by the model's MTP module, each accepted with probability "
             f"{spec.acceptance:g}: {spec.tokens_per_step:.4g} tokens per step on average (serving.speculative)"]
+
+
+def _drafts_refused(experiment: Experiment) -> str:
+    """Why check and run refuse the experiment's speculative drafts (empty if they do not): a model
+    without an MTP module has nothing to draft them with, and describe quoted tokens per step for
+    drafts no run makes (:func:`~sn40l_sim.study.experiment_files.check_drafts_have_mtp`)."""
+    from sn40l_sim.errors import InputError
+    from sn40l_sim.study.experiment_files import experiment_model
+
+    section, spec = experiment.spec.serving.speculative, experiment.spec
+    if section is None or not section.drafts or spec.multi_model is not None:
+        return ""
+    try:
+        model = experiment_model(experiment, ("model",), spec.model)
+    except InputError:
+        return ""   # the datatypes line says the model does not load
+    if model.mtp is not None:
+        return ""
+    return f"model {model.name!r} has no mtp section to draft them with: check and run refuse them"
 
 
 def _describe_sweep(path: str | Path, section: object, base_files: set[Path]) -> tuple[list, list[str]]:

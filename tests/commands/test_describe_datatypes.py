@@ -44,3 +44,15 @@ def test_a_missing_model_file_is_named_not_raised(tmp_path):
     out = describe_experiment(path)
     assert "(MISSING)" in out
     assert _lines(out, "datatypes") == ["datatypes  (the model does not load: check says why)"]
+
+
+def test_drafts_on_a_model_without_mtp_are_said_to_be_refused(tmp_path):
+    """describe quoted 2.44 tokens per step for drafts on Llama-3.1-8B, which has no MTP module to
+    draft them, where check and run refuse the experiment at serving.speculative.drafts."""
+    text = (REPO / "experiments" / "llama8b_node8.yaml").read_text().replace("../", f"{REPO}/")
+    path = tmp_path / "drafts.yaml"
+    path.write_text(text.replace("\n  seed: 7\n", "\n  seed: 7\n  speculative: {drafts: 2, acceptance: 0.8}\n"))
+    assert _lines(describe_experiment(path), "drafts") == \
+        ["drafts     2 per decode step (serving.speculative), but model 'llama-3.1-8b' has no mtp section to "
+         "draft them with: check and run refuse them"]
+    assert "2.44 tokens per step" in describe_experiment(REPO / "experiments" / "deepseek_tp16.yaml")
