@@ -11,7 +11,8 @@ cache folder, :func:`upkeep`
   versions sharing one folder keep each other's), and
 - at most every :data:`SIZE_CHECK_INTERVAL_S`, sums the running generation's entries and, when they
   pass :data:`MAX_GENERATION_BYTES`, deletes the least recently used (:func:`~.disk_cache.load`
-  touches an entry it reads) down to three quarters of it.
+  touches an entry it reads) down to three quarters of it, and deletes the temporary files of
+  writes killed before they completed.
 
 Deleting is always safe: a missing entry is computed again. Only folders shaped like a generation
 (a 20-hex-digit name holding namespace folders of two-hex-digit folders) are ever deleted, so a
@@ -110,6 +111,13 @@ def _cap(current: Path, max_bytes: int, now: float) -> None:
         os.utime(mark, (now, now))
     except OSError:
         return
+    # a write killed between its temporary file and the rename (``disk_cache.store``) leaves a
+    # ``.tmp-`` file that nothing reads or deletes; a write takes milliseconds, so one older than
+    # the check interval is such an orphan, and was never counted against the cap either
+    for path in current.glob("*/*/.tmp-*"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime >= SIZE_CHECK_INTERVAL_S:
+                path.unlink()
     entries = []
     for path in current.glob("*/*/*.pkl"):
         with contextlib.suppress(OSError):

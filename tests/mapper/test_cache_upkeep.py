@@ -52,6 +52,24 @@ def test_a_generation_past_the_size_cap_loses_its_least_recently_used_entries(tm
     assert len(list(generation.rglob("*.pkl"))) == 4
 
 
+def test_the_temporary_file_of_a_killed_write_is_deleted_once_it_is_old(tmp_path):
+    # a write killed between its temporary file and the rename left a file that nothing read,
+    # counted or deleted: a sweep killed mid-run could leave gigabytes beside the capped entries
+    generation = _generation(tmp_path, "a" * 20, 1000.0, entries=2, size_bytes=100)
+    shard = generation / "mapped_kernel" / "ab"
+    orphan, writing = shard / ".tmp-killed", shard / ".tmp-in-progress"
+    orphan.write_bytes(b"x" * 10_000)
+    writing.write_bytes(b"x" * 10_000)
+    now = 10_000.0
+    old = now - cache_upkeep.SIZE_CHECK_INTERVAL_S
+    os.utime(orphan, (old, old))
+    os.utime(writing, (now - 1, now - 1))   # a write still going on in another process
+    cache_upkeep.upkeep(tmp_path, "a" * 20, max_bytes=600, now=now)
+    assert not orphan.exists()
+    assert writing.exists()
+    assert len(list(generation.rglob("*.pkl"))) == 2
+
+
 def test_a_hit_marks_its_entry_recently_used(tmp_path):
     with disk_cache.cache_in(tmp_path):
         disk_cache.store("t", "key", 1)
