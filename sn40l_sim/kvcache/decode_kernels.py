@@ -15,9 +15,9 @@ Examples
 >>> from sn40l_sim.models.loader import load_model
 >>> r1, llama = load_model("graphs/deepseek_r1.yaml"), load_model("graphs/llama3_1_70b.yaml")
 >>> decode_shard(r1, Shape("decode", 64, 0, 32768), ParallelPlan(16, 16))
-DecodeShard(seqs=4, query_heads=128, kv_heads_per_socket=1, row_shards=1, queries=1)
+DecodeShard(seqs=4, query_heads=128, kv_heads_per_socket=1, row_shards=1, score_shards=1, queries=1)
 >>> decode_shard(llama, Shape("decode", 8, 0, 32768), ParallelPlan(16))
-DecodeShard(seqs=8, query_heads=4, kv_heads_per_socket=1, row_shards=2, queries=1)
+DecodeShard(seqs=8, query_heads=4, kv_heads_per_socket=1, row_shards=2, score_shards=2, queries=1)
 >>> scored_width(r1), row_width(r1), scored_width(llama), row_width(llama)
 (576, 576, 128, 256)
 """
@@ -44,6 +44,9 @@ class DecodeShard:
     kv_heads_per_socket: int
     #: sockets sharing one KV head, each with a replica of its rows (1 when each socket has its own KV heads)
     row_shards: int
+    #: sockets holding query heads of one KV head, which reduce its partial scores: ``row_shards``,
+    #: or 2 where an uneven split puts a group's query heads on two sockets (:class:`~sn40l_sim.kvcache.sizing.KVSharding`)
+    score_shards: int
     #: query rows per sequence a step runs: 1, plus its speculative drafts
     queries: int = 1
 
@@ -60,6 +63,7 @@ def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeSh
     return DecodeShard(seqs=math.ceil(shape.batch / plan.attention_dp),
                        query_heads=math.ceil(model.attention.heads / ways),
                        kv_heads_per_socket=model.attention.socket_kv_heads(ways), row_shards=max(1, ways // groups),
+                       score_shards=model.attention.kv_head_sockets(ways),
                        queries=1 + shape.drafts)
 
 

@@ -37,7 +37,10 @@ Modelling choices (the paper does not publish its kernels):
 * **Sharding.** Query heads split over the ``tp`` sockets. Sockets sharing a KV head (all ``tp``
   for MLA) all-reduce their partial per-position scores (FP32) and then each gathers and writes
   ``1/row_shards`` of the compressed rows, so the compressed cache is built cooperatively.
-  Counts are for the busiest socket (ceilings).
+  A split that does not follow the KV groups (Llama-3.1's 8 over 12 sockets) puts a group's
+  query heads on two sockets, each holding the group's whole cache: they all-reduce its scores
+  too (``score_shards``, the busiest socket's KV heads' worth) and each gathers every row of its
+  replica. Counts are for the busiest socket (ceilings).
 * Byte fields count HBM traffic only: Q_obs, row statistics and keys read, cached rows read
   and written. Cached rows take the model's stored bytes (:mod:`sn40l_sim.models.kv_format`):
   a quantised cache is copied with its scales (a per-channel key group that a selection splits
@@ -136,8 +139,8 @@ def snapkv_kernel(model: ModelSpec, prompt_len: int, tp: int, *, sink: int, rece
     if copy_kept_window:
         ops += copy_ops("gather_window", "window_rows", model, math.ceil(recent / rs), kvh, gather=True)
     collectives: tuple[Collective, ...] = ()
-    if rs > 1:
-        collectives = (Collective("all_reduce", kvh * evict * SCORE_BYTES, rs,
+    if shard.score_shards > 1:   # every socket holding query heads of a KV head: also two of an uneven split
+        collectives = (Collective("all_reduce", kvh * evict * SCORE_BYTES, shard.score_shards,
                                   name="snapkv_scores"),)
     return FusedKernel(name="snapkv", kind="snapkv", phase="prefill", operators=tuple(ops),
                        collectives=collectives, shards=tp)

@@ -19,7 +19,7 @@ Examples
 >>> [(t.name, t.width) for t in cached_tensors(r1)]
 [('latent', 512), ('rope_key', 64)]
 >>> kv_sharding(r1, tp=16)
-KVSharding(query_heads=8, kv_heads_per_socket=1, row_shards=16)
+KVSharding(query_heads=8, kv_heads_per_socket=1, row_shards=16, score_shards=16)
 """
 from __future__ import annotations
 
@@ -100,11 +100,18 @@ class KVSharding:
     ``attention.heads`` and :func:`kv_heads`). When there are fewer KV heads than sockets (always for
     MLA), ``row_shards`` sockets share a KV head: they split its query heads, reduce their partial
     SnapKV scores among themselves, and each builds ``1/row_shards`` of the compressed cache's rows.
+
+    ``score_shards`` are the sockets holding query heads of one KV head, which reduce its partial
+    scores: ``row_shards`` when the split follows the KV groups, but also 2 where a group's query
+    heads fall on two sockets of an uneven split (Llama-3.1's 8 groups over 6, 10 or 12 sockets,
+    :meth:`~sn40l_sim.models.families.AttentionSpec.kv_head_sockets`), whose rows are not split
+    (``row_shards`` 1: each socket holds its own replica of both groups' caches).
     """
 
     query_heads: int
     kv_heads_per_socket: int
     row_shards: int
+    score_shards: int
 
 
 def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
@@ -116,7 +123,12 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
 
     >>> from sn40l_sim.models.loader import load_model
     >>> kv_sharding(load_model("graphs/llama3_1_70b.yaml"), tp=16)
-    KVSharding(query_heads=4, kv_heads_per_socket=1, row_shards=2)
+    KVSharding(query_heads=4, kv_heads_per_socket=1, row_shards=2, score_shards=2)
+
+    Over 12 sockets a socket's 6 query heads can span two groups, and a group's fall on two sockets:
+
+    >>> kv_sharding(load_model("graphs/llama3_1_70b.yaml"), tp=12)
+    KVSharding(query_heads=6, kv_heads_per_socket=2, row_shards=1, score_shards=2)
     """
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
@@ -125,7 +137,7 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
     # the family's count: a socket's query heads may span two KV groups, whose caches it then holds
     return KVSharding(query_heads=math.ceil(heads / tp),
                       kv_heads_per_socket=model.attention.socket_kv_heads(tp),
-                      row_shards=max(1, tp // groups))
+                      row_shards=max(1, tp // groups), score_shards=model.attention.kv_head_sockets(tp))
 
 
 def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int) -> tuple[int, int]:

@@ -163,3 +163,21 @@ def test_a_socket_whose_query_heads_straddle_two_kv_groups_holds_both(llama8b):
         llama8b, Shape("decode", 8, 0, 4096), plan)[0]
     scores = next(op for op in kernel.operators if op.name == "h2o_scores")
     assert scores.kv_read_bytes == 8 * 2 * 4096 * 128 * 2   # seqs x KV heads x tokens x head_dim x BF16
+
+
+@pytest.mark.parametrize("plan, sockets", [(ParallelPlan(tp=12), 2), (ParallelPlan(tp=16, attention_dp=2), 1),
+                                           (ParallelPlan(tp=16), 2), (ParallelPlan(tp=8), 1)])
+def test_decode_policy_kernels_reduce_scores_among_the_sockets_holding_a_kv_heads_query_heads(llama8b, plan, sockets):
+    # 32 query heads in 8 groups of 4 over 12 sockets (3 a socket): group 0's heads 0-3 are on
+    # sockets 0 and 1, each summing the scores of its own heads into its replica's accumulator (H2O)
+    # or page scores (ArkVale); the two must all-reduce them to evict and recall the same tokens, as
+    # the two sockets of a group under TP16 do. Over 8 ways (TP8, or TP16 with 2-way DP) a group is
+    # whole on one socket.
+    shape = Shape("decode", 8, 0, 4096, context_len=40000)
+    ways = plan.tp // plan.attention_dp
+    seqs, kvh = -(-8 // plan.attention_dp), llama8b.attention.socket_kv_heads(ways)
+    (evict,) = make_policy("h2o", {"heavy": 2048, "recent": 2048}).decode_kernels(llama8b, shape, plan)
+    (recall,) = make_policy("arkvale", {"budget": 4096}).decode_kernels(llama8b, shape, plan)
+    for kernel, per_head in ((evict, 4096 * 4), (recall, math.ceil(40000 / 32) * 4)):
+        want = [("all_reduce", sockets, seqs * kvh * per_head)] if sockets > 1 else []
+        assert [(c.kind, c.group, c.bytes) for c in kernel.collectives] == want, kernel.name

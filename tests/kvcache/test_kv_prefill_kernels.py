@@ -3,6 +3,7 @@ per socket shard, sharding between sockets, and which kernels run for short prom
 import math
 from itertools import pairwise
 
+import pytest
 from kv_test_models import deepseek_r1, llama
 
 from sn40l_sim.kvcache import SnapKV, SnapStream, StreamingLLM, make_policy
@@ -67,6 +68,23 @@ def test_gqa_scores_per_socket_and_score_reduction_between_sockets_sharing_a_kv_
     default = make_policy("snapstream", {"sink": 4, "recent": 1020, "topk": 3072})
     assert default.observation_window == 1020
     assert _ops(default.prefill_kernels(llama("8b"), 65536, 1)[0])["scores"].m == 1020
+
+
+@pytest.mark.parametrize("tp, reduced, sockets", [(6, 3, 2), (10, 2, 2), (12, 2, 2), (8, 1, 1), (16, 1, 2)])
+def test_sockets_holding_query_heads_of_one_kv_head_reduce_its_scores_even_when_the_split_is_uneven(tp, reduced, sockets):
+    # Llama-3.1-70B's 64 query heads in 8 groups of 8. Over 12 sockets a socket holds 6 heads
+    # (heads 6-11 on the second: groups 0 and 1), so group 0's heads fall on sockets 0 and 1, each
+    # summing its own heads' scores: the two must all-reduce the per-position scores of the busiest
+    # socket's 2 KV heads (FP32) to select the same rows, as the sockets splitting a group of TP16
+    # do (where each holds one KV head); over 8 sockets each group is whole on one socket
+    model, prompt, E = llama("70b"), 32768, 32768 - 32
+    for name, params, bytes_per_head in (("snapkv", {"budget": 8192}, E * 4),
+                                         ("snapstream", {"budget": 8192}, (prompt - 4 - 1024) * 4),
+                                         ("h2o", {"budget": 8192}, prompt * 4)):
+        (kernel, *_) = make_policy(name, params).prefill_kernels(model, prompt, tp)
+        got = [(c.kind, c.group, c.bytes) for c in kernel.collectives]
+        want = [("all_reduce", sockets, reduced * bytes_per_head)] if sockets > 1 else []
+        assert got == want, (name, tp)
 
 
 def test_snapkv_kernel_cost_grows_with_prompt_length():

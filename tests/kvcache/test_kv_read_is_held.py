@@ -91,3 +91,21 @@ def test_a_socket_whose_query_heads_span_two_kv_groups_projects_both(tp: int) ->
         assert ops[name].n == 2 * d and ops[name].weight_bytes == hidden * 2 * d * 2
     # the cache write stores, per new token, the K and V rows the projections made
     assert ops["kv_cache_write"].kv_write_bytes == batch * 2 * (ops["k_proj"].n * 2)
+
+
+def test_the_sockets_reducing_a_kv_heads_scores_are_those_holding_its_query_heads() -> None:
+    # every head count, KV head count dividing it and ways up to 20: kv_head_sockets is the most
+    # sockets whose query heads (the group split when the ways are a multiple of the KV heads, else
+    # the consecutive ceil(heads / ways) runs that socket_kv_heads counts) fall in one group
+    for heads in range(1, 49):
+        for kv in (k for k in range(1, heads + 1) if heads % k == 0):
+            spec = GQAAttentionSpec(kind="gqa", heads=heads, kv_heads=kv, head_dim=64)
+            group = heads // kv
+            for ways in range(1, 21):
+                if ways % kv == 0:
+                    want = ways // kv
+                else:
+                    per = -(-heads // ways)
+                    holders = [{s // per for s in range(g, g + group)} for g in range(0, heads, group)]
+                    want = max(len(h) for h in holders)
+                assert spec.kv_head_sockets(ways) == want, (heads, kv, ways)

@@ -147,7 +147,8 @@ def test_a_registered_family_loads_and_counts(toy):
     per_layer = HIDDEN * (HEADS + 2) * d + HEADS * d * HIDDEN + 2 * HIDDEN + 3 * HIDDEN * FFN
     assert P.total_params(model) == LAYERS * per_layer + 2 * VOCAB * HIDDEN + HIDDEN
     # one shared K/V head: every socket of a TP group holds it and splits its rows
-    assert kv_sharding(model, 4) == kv_sharding(model, 4).__class__(query_heads=1, kv_heads_per_socket=1, row_shards=4)
+    assert kv_sharding(model, 4) == kv_sharding(model, 4).__class__(query_heads=1, kv_heads_per_socket=1, row_shards=4,
+                                                                         score_shards=4)
 
 
 def test_a_registered_family_builds_graphs(toy):

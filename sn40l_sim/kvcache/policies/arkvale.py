@@ -221,7 +221,7 @@ class ArkVale(Budgeted):
     def _recall_kernel(self, model: ModelSpec, shape: Shape, plan: ParallelPlan) -> FusedKernel:
         """Score the digests, select and recall pages, store the new row: one layer, one decode step."""
         shard = decode_shard(model, shape, plan)
-        seqs, kvh, rs = shard.seqs, shard.kv_heads_per_socket, shard.row_shards
+        seqs, kvh = shard.seqs, shard.kv_heads_per_socket
         qh = shard.query_heads * shard.queries   # every query row of the step scores the digests
         d, width = scored_width(model), row_width(model)
         pages = math.ceil(shape.context_len / self.page_tokens)
@@ -257,7 +257,8 @@ class ArkVale(Budgeted):
                      kv_write_bytes=seqs * kvh * self._digest_rows * d * DIGEST_BYTES),
         ]
         collectives: tuple[Collective, ...] = ()
-        if rs > 1:   # partial page scores of the sockets sharing a KV head
-            collectives = (Collective("all_reduce", seqs * kvh * pages * SCORE_BYTES, rs, name="page_scores"),)
+        if shard.score_shards > 1:   # partial page scores of the sockets holding a KV head's query heads
+            collectives = (Collective("all_reduce", seqs * kvh * pages * SCORE_BYTES, shard.score_shards,
+                                      name="page_scores"),)
         return FusedKernel(name="recall", kind="recall", phase="decode", operators=tuple(ops),
                            collectives=collectives, shards=plan.sockets)

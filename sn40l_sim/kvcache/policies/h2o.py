@@ -18,7 +18,9 @@ Time (modelling choices; H2O publishes no kernels):
   :mod:`sn40l_sim.kvcache.prefill_kernels`), sums columns over query rows and heads, picks the
   ``heavy`` top positions of ``[0, L - recent)`` and gathers them and the ``recent`` last rows into
   the fixed cache, writing their scores. Sockets sharing a KV head all-reduce the per-position
-  scores (FP32) and each gathers ``1 / row_shards`` of the rows. A prompt within the budget whose
+  scores (FP32) and each gathers ``1 / row_shards`` of the rows (under a split that does not
+  follow the KV groups, the two sockets holding a group's query heads reduce and each gathers
+  all of its replica's rows: :mod:`sn40l_sim.kvcache.prefill_kernels`). A prompt within the budget whose
   context outgrows it (prompt + max_new_tokens - 1 + drafts) is scored the same way, since decode
   evicts by those scores, but nothing is selected or gathered (:meth:`H2O.context_prefill_kernels`).
 * **Decode** (``h2o_evict``, every step of a context longer than the budget): the step's attention
@@ -191,8 +193,8 @@ def h2o_prefill_kernel(model: ModelSpec, prompt_len: int, tp: int, *, heavy: int
     ops.append(Operator("write_scores", "elementwise", elements=kvh * kept, dtype="fp32",
                         kv_write_bytes=kvh * kept * SCORE_BYTES))
     collectives: tuple[Collective, ...] = ()
-    if rs > 1:
-        collectives = (Collective("all_reduce", kvh * prompt_len * SCORE_BYTES, rs, name="h2o_scores"),)
+    if shard.score_shards > 1:   # the sockets holding query heads of a KV head (uneven splits too)
+        collectives = (Collective("all_reduce", kvh * prompt_len * SCORE_BYTES, shard.score_shards, name="h2o_scores"),)
     return FusedKernel(name="h2o_prefill", kind="h2o_prefill", phase="prefill", operators=tuple(ops),
                        collectives=collectives, shards=tp)
 
@@ -219,7 +221,7 @@ def h2o_evict_kernel(model: ModelSpec, shape: Shape, plan: ParallelPlan, *, heav
                  kv_write_bytes=kv_stored_bytes(model, moved) + seqs * kvh * shard.queries * SCORE_BYTES),
     ]
     collectives: tuple[Collective, ...] = ()
-    if shard.row_shards > 1:
-        collectives = (Collective("all_reduce", slots * SCORE_BYTES, shard.row_shards, name="h2o_scores"),)
+    if shard.score_shards > 1:   # the sockets holding query heads of a KV head (uneven splits too)
+        collectives = (Collective("all_reduce", slots * SCORE_BYTES, shard.score_shards, name="h2o_scores"),)
     return FusedKernel(name="h2o_evict", kind="h2o_evict", phase="decode", operators=tuple(ops),
                        collectives=collectives, shards=plan.sockets)

@@ -152,6 +152,12 @@ class AttentionSpec(StrictModel):
         ways (``ceil(cache_heads / ways)`` by default)."""
         return -(-self.cache_heads() // ways)
 
+    def kv_head_sockets(self, ways: int) -> int:
+        """Sockets holding query heads of one KV head of the cache when the query heads are split
+        ``ways`` ways, at most (``ways / cache_heads`` by default, 1 when each socket has KV heads of
+        its own): the sockets that reduce that head's partial scores together."""
+        return max(1, ways // self.cache_heads())
+
     def problems(self) -> Iterator[tuple[str, str]]:
         """``(field, message)`` for each check across fields that fails (none by default)."""
         return iter(())

@@ -205,6 +205,16 @@ def kv_heads_per_socket(heads: int, kv_heads: int, ways: int) -> int:
                for s in range(0, heads, per_socket))
 
 
+def sockets_per_kv_head(heads: int, kv_heads: int, ways: int) -> int:
+    """The most of ``ways`` head-splitting sockets holding query heads of one KV group (see
+    :meth:`GQAAttentionSpec.kv_head_sockets`): ``ways / kv_heads`` when each group has sockets of
+    its own, else the sockets the consecutive split's ``ceil(heads / ways)``-head runs put in a group."""
+    if ways % kv_heads == 0:
+        return ways // kv_heads
+    per_socket, group = -(-heads // ways), heads // kv_heads
+    return max((min(heads, g + group) - 1) // per_socket - g // per_socket + 1 for g in range(0, heads, group))
+
+
 @dataclass(frozen=True)
 class KVHeadSplit:
     """:func:`kv_heads_per_socket` of one model, as a value (equal, hashed and pickled by its
@@ -275,6 +285,21 @@ class GQAAttentionSpec(AttentionSpec):
         1
         """
         return kv_heads_per_socket(self.heads, self.kv_heads, ways)
+
+    def kv_head_sockets(self, ways: int) -> int:
+        """Sockets holding query heads of one KV head, at most: when the ways are not a multiple of
+        the KV heads a group's query heads can fall on two sockets even with fewer sockets than KV
+        heads (64 heads in 8 groups over 12 sockets: heads 6-7 of group 0 are on the second
+        socket, beside group 1's 8-11), and those sockets must reduce the group's scores together.
+
+        >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).kv_head_sockets(12)
+        2
+        >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).kv_head_sockets(8)
+        1
+        >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).kv_head_sockets(16)
+        2
+        """
+        return sockets_per_kv_head(self.heads, self.kv_heads, ways)
 
     def problems(self) -> Iterator[tuple[str, str]]:
         """Every KV head serves the same number of query heads, and RoPE (``gqa_rope``, over the
