@@ -32,9 +32,12 @@ def step_figures(hw):
     ("md", """\
 ## HBM and P2P bandwidth
 
-Each bandwidth scaled by 0.5x to 4x. Decode streams the weights and the cache from HBM, so it
-follows HBM bandwidth until compute or the collectives take over; prefill at 128K is dominated by
-attention compute."""),
+Each bandwidth scaled by 0.5x to 4x. Decode streams the weights and the cache from HBM, but those
+streams are only part of its step: the kernel configurations a step loads (the largest share of the
+full-cache step, README "What it shows"), the collectives and the compute do not move with HBM, so
+decode gains far less than the bandwidth at either end (the tokens/s printed below the plot).
+Prefill at 128K is dominated by attention compute and moves with neither bandwidth much beyond
+today's."""),
     ("code", '''\
 FACTORS = [1, 2] if QUICK else [0.5, 1, 2, 4]
 FIELDS = {"HBM bandwidth": ("socket.memory.hbm.bytes_per_s_per_unit", node.socket.memory["hbm"].bytes_per_s_per_unit),
