@@ -127,6 +127,9 @@ def _summary(model: ModelSpec, plan: ParallelPlan, prompt: int, budget: int) -> 
         mtp = (f"; {P.kv_bytes_per_token(model, include_mtp=1):,} B with one MTP module's cache, "
                f"{P.kv_bytes_per_token(model, include_mtp=True):,} B with all {model.mtp.modules} (speculative "
                "decoding: a cache per module the drafts run)")
+    # the longest prompt plus output run and check accept (a long-context variant raises it)
+    out.append(f"context         {model.max_context:,} tokens at most (max_context)" if model.max_context
+               else "context         no maximum stated (max_context): no prompt is refused as too long")
     out.append(f"KV cache        {per_token:,} B per token ({model.kv_dtype}); "
                f"{P.kv_bytes(model, prompt) / 1e9:.2f} GB for {prompt:,} tokens, "
                f"{P.kv_bytes(model, budget) / 1e9:.2f} GB for {budget:,}{mtp}")

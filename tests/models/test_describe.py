@@ -72,3 +72,12 @@ def test_describe_gives_the_active_count_with_the_whole_embedding_table(capsys):
     # a tied head reads the whole table already: one count
     assert main(["describe", str(Path(__file__).parent / "public_models" / "llama3_2_1b.yaml")]) == 0
     assert "whole embedding table" not in capsys.readouterr().out
+
+
+def test_describe_states_the_models_maximum_context(tmp_path):
+    # the longest prompt plus output check and run accept, which describe left out: a user sizing a
+    # 1M-token study read the KV bytes of the model and not that it refuses prompts past 128K
+    assert "context         163,840 tokens at most (max_context)" in describe_model(GRAPHS_DIR / "deepseek_r1.yaml")
+    path = tmp_path / "long.yaml"
+    path.write_text(f"kind: model\nbase: {GRAPHS_DIR / 'llama3_1_8b.yaml'}\nname: long\nmax_context: 1048576\n")
+    assert "context         1,048,576 tokens at most (max_context)" in describe_model(path)
