@@ -137,9 +137,20 @@ def _slo_stated(record: Mapping[str, Any]) -> str:
     slo = record.get("slo")
     if not isinstance(slo, Mapping):
         return "none"
-    parts = [f"{what} p{slo.get(percentile):g} <= {slo[bound]:g} s" for what, bound, percentile in SLO_STATED
+    # each part of an slo may be null (report/record_shape.py): a bound without its percentile is shown
+    # without one, not formatted with :g (a TypeError traceback)
+    parts = [f"{what}{_percentile(slo.get(percentile))} <= {slo[bound]:g} s" for what, bound, percentile in SLO_STATED
              if slo.get(bound) is not None]
     return ", ".join(parts) or "none"
+
+
+def _percentile(value: Any) -> str:
+    """`` p90`` of a percentile, empty for none.
+
+    >>> _percentile(90.0), _percentile(None)
+    (' p90', '')
+    """
+    return f" p{value:g}" if value is not None else ""
 
 
 def _multi_model_changes(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:

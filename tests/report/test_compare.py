@@ -476,3 +476,14 @@ multi_model:
     assert point_table(records[0][0], other).splitlines()[0] == (
         "full/batch_by_model/a: multi_model a=llama-3.1-8b (share 0.5, batch 4), b=llama-3.1-8b (share 0.5, batch 4)"
         " -> a=x (share 1, batch 4)")
+
+
+def test_a_stated_slo_bound_with_a_null_percentile_is_a_heading_not_a_traceback(tmp_path, capsys):
+    # record_shape lets each part of an slo be null, and the heading formatted the null percentile
+    # beside its bound with :g (a TypeError traceback, exit status 1)
+    unstated = dict(BASE, slo=dict(SLO, ttft_percentile=None))
+    base, other = _write(tmp_path, "base", [dict(BASE, slo=SLO)]), _write(tmp_path, "other", [unstated])
+    assert main(["compare", str(base), str(other), "--changed"]) == 0
+    out = capsys.readouterr().out
+    assert "full: slo ttft p90 <= 1 s, tpot p99 <= 0.05 s -> ttft <= 1 s, tpot p99 <= 0.05 s" in out, out
+
