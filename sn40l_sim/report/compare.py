@@ -164,7 +164,9 @@ def _multi_model_changes(base: Mapping[str, Any], other: Mapping[str, Any]) -> l
     a, b = base.get("multi_model"), other.get("multi_model")
     if not isinstance(a, Mapping) or not isinstance(b, Mapping):
         return []
-    shown = {"models": str, "quantum_s": lambda v: f"quantum {v:g} s", "slow_tier": lambda v: f"weights in {v}"}
+    # each may be null (report/record_shape.py): "none", not a :g TypeError or Python's None
+    shown = {"models": _described, "quantum_s": lambda v: f"quantum {'none' if v is None else f'{v:g} s'}",
+             "slow_tier": lambda v: f"weights in {_described(v)}"}
     parts = [f"{show(a[key])} -> {show(b[key])}" for key, show in shown.items()
              if key in a and key in b and a[key] != b[key]]
     return [f"multi_model {', '.join(parts)}"] if parts else []

@@ -487,3 +487,15 @@ def test_a_stated_slo_bound_with_a_null_percentile_is_a_heading_not_a_traceback(
     out = capsys.readouterr().out
     assert "full: slo ttft p90 <= 1 s, tpot p99 <= 0.05 s -> ttft <= 1 s, tpot p99 <= 0.05 s" in out, out
 
+
+@pytest.mark.parametrize("field, a, b, said", [
+    ("quantum_s", None, 2.0, "multi_model quantum none -> quantum 2 s"),
+    ("slow_tier", None, "ddr", "multi_model weights in none -> weights in ddr"),
+])
+def test_a_null_multi_model_setting_is_named_none_not_a_traceback(tmp_path, capsys, field, a, b, said):
+    # record_shape lets a multi_model figure be null; the heading formatted a null quantum with :g
+    # (a TypeError traceback, exit status 1) and a null tier as Python's None
+    base = _write(tmp_path, "base", [dict(BASE, multi_model={field: a})])
+    other = _write(tmp_path, "other", [dict(BASE, multi_model={field: b})])
+    assert main(["compare", str(base), str(other)]) == 0
+    assert f"full: {said}" in capsys.readouterr().out
