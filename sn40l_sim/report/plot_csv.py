@@ -177,7 +177,7 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     InputError
         For a CSV file :func:`~sn40l_sim.report.csv_table.read_csv` refuses (a ragged row, a column
         named twice), an unknown column (naming the available ones), an unsupported output format or kind,
-        rows that cannot be told apart, or a value a logarithmic axis cannot show (zero or negative).
+        rows that cannot be told apart, or a value a logarithmic axis cannot show (zero, negative or past 1e200).
     """
     import matplotlib
 
@@ -275,15 +275,16 @@ def plot_csv(csv_path: str | Path, x: str, y: str, hue: Sequence[str] | None = N
     return save_figure(fig, out_path, metadata=metadata)
 
 
-#: the largest magnitude an axis shows: matplotlib's ticks over a wider span overflow (a traceback)
-MAX_MAGNITUDE = 1e300
+#: the largest magnitude an axis (a logarithmic one: its decade ticks from about 1e220) shows: past it, ticks overflow
+MAX_MAGNITUDE, MAX_LOG_MAGNITUDE = 1e300, 1e200
 
 
-def _check_magnitude(path: Path, rows: list[dict[str, str]], column: str, option: str) -> None:
-    """Refuse a finite value too large for an axis to span (``1e308`` beside ``-1e308``)."""
-    big = [r.line for r in rows if abs(finite(r[column]) or 0.0) > MAX_MAGNITUDE]
+def _check_magnitude(path: Path, rows: list[dict[str, str]], column: str, option: str, log: bool = False) -> None:
+    """Refuse a finite value too large for an axis (``log``: a logarithmic one) to span (``1e308`` beside ``-1e308``)."""
+    limit, axis = (MAX_LOG_MAGNITUDE, "a logarithmic axis") if log else (MAX_MAGNITUDE, "an axis")
+    big = [r.line for r in rows if abs(finite(r[column]) or 0.0) > limit]
     if big:
-        raise InputError(f"{column} is beyond {MAX_MAGNITUDE:g} in magnitude (line {big[0]}): an axis cannot span it",
+        raise InputError(f"{column} is beyond {limit:g} in magnitude (line {big[0]}): {axis} cannot span it",
                          file=path, field=option)
 
 
@@ -292,9 +293,9 @@ def _check_log_axis(path: Path, rows: list[dict[str, str]], column: str, option:
     would leave that point out of the plot without a word."""
     bad = [v for v in (finite(r[column]) for r in rows) if v is not None and v <= 0]
     if bad:
-        raise InputError(f"a logarithmic axis cannot show {column} = {min(bad):g} in {len(bad)} selected "
-                         f"row(s): drop {option} or leave those rows out with --where COLUMN=VALUE",
-                         file=path, field=option)
+        raise InputError(f"a logarithmic axis cannot show {column} = {min(bad):g} in {len(bad)} selected row(s): "
+                         f"drop {option} or leave those rows out with --where COLUMN=VALUE", file=path, field=option)
+    _check_magnitude(path, rows, column, option, log=True)
 
 
 def _scatter(ax, path: Path, rows: list[dict[str, str]], x: str, y: str, hue: list[str], label: str | None,
@@ -391,8 +392,7 @@ def _hue_value(column: str, value: str) -> str:
 
 
 def _tick(value: str, scale: float) -> str:
-    number = float(value) * scale
-    return f"{number:g}"
+    return f"{float(value) * scale:g}"
 
 
 def _powers_of_two(series: dict) -> bool:

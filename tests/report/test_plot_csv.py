@@ -344,6 +344,25 @@ def test_a_value_no_axis_can_span_is_one_line(tmp_path, capsys, kind):
     assert main(["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--kind", kind]) == 0
 
 
+@pytest.mark.parametrize("kind, option, column", [
+    ("line", "--logy", "decode_tokens_per_s"), ("bar", "--logy", "decode_tokens_per_s"),
+    ("scatter", "--logy", "decode_tokens_per_s"), ("line", "--logx", "batch"), ("scatter", "--logx", "batch")])
+def test_a_value_no_logarithmic_axis_can_span_is_one_line(tmp_path, capsys, kind, option, column):
+    # a log axis from 1 to 1e270 (under the linear bound) put matplotlib's decade ticks past the
+    # largest float: an OverflowError traceback, exit status 1 (a line plot's x ticks are matplotlib's
+    # past 12 values)
+    path = tmp_path / "results.csv"
+    values = [f"1e{15 * i}" for i in range(13)] + ["1e270"]
+    rows = [f"{i},{v}" if option == "--logy" else f"{v},{i}" for i, v in enumerate(values, start=1)]
+    path.write_text("batch,decode_tokens_per_s\n" + "\n".join(rows) + "\n")
+    argv = ["plot", str(path), "--x", "batch", "--y", "decode_tokens_per_s", "--kind", kind, option]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {path}: {option}: {column} is beyond 1e+200 in magnitude (line 15): a logarithmic axis cannot span it"]
+    path.write_text(path.read_text().replace("1e270", "1e200"))   # the bound itself is drawn
+    assert main(argv) == 0
+
+
 @pytest.mark.parametrize("kind", ["line", "bar", "scatter"])
 def test_one_number_written_two_ways_is_one_hue(tmp_path, monkeypatch, kind):
     """A zipped sweep can write one axis value as 1 in one row and 1.0 in another (the values as
