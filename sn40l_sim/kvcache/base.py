@@ -161,6 +161,9 @@ def slot_new_tokens(max_new_tokens: int, drafts: int, room: int | None = None) -
     (1023, 1025, 1024)
     >>> slot_new_tokens(1, 0)   # the prefill's token alone: no decode step, no row
     0
+    >>> slot_new_tokens(1, 2)   # a decode step of this shape is still mapped (map's default
+    ...                         # max_new_tokens is 1), and its drafts land in these rows
+    2
     >>> slot_new_tokens(5000, 0, room=1024)   # held to 1,024 tokens by the context
     1023
     """
