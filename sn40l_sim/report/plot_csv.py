@@ -335,8 +335,8 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
     """Line styles: the first hue column (when there are two or more) picks the dash pattern and
     marker, the others together the colour (a sequential map when that is one column of numbers),
     so that ``--hue kv_policy prefill_len`` reads as one dash per policy and one colour per length,
-    and with three columns no two series look alike (the middle one chose nothing when only the
-    last picked the colour)."""
+    and with three columns no two series look alike (the middle one chose nothing when only the last
+    picked the colour); past the cycle's colours, the dash and marker tell text values apart."""
     import matplotlib
 
     def rest(key: tuple[str, ...]) -> tuple[str, ...]:
@@ -358,7 +358,7 @@ def _styles(keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], dict]:
             continue
         j = colours.index(rest(key))
         colour = cmap(0.9 * j / max(1, len(colours) - 1)) if numeric else cycle[j % len(cycle)]
-        k = first.index(key[0]) if len(key) > 1 else 0
+        k = (first.index(key[0]) if len(key) > 1 else 0) + (0 if numeric else j // len(cycle)) * max(1, len(first))
         out[key] = {"color": colour, "linestyle": dashes[k % len(dashes)], "marker": markers[k % len(markers)]}
     return out
 

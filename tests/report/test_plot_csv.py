@@ -414,6 +414,22 @@ def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkey
     assert len(drawn) == 8 and len(set(drawn)) == 8, drawn
 
 
+@pytest.mark.parametrize("kind", ["line", "scatter"])
+def test_more_text_hue_values_than_colours_are_drawn_each_its_own_way(tmp_path, monkeypatch, kind):
+    """The colour cycle holds ten colours: a hue of twelve text values (policies, say) drew the
+    eleventh and twelfth series exactly as the first and second."""
+    drawn = []
+    for method in ("plot", "scatter"):
+        original = getattr(matplotlib.axes.Axes, method)
+        monkeypatch.setattr(matplotlib.axes.Axes, method, lambda self, xs, ys, *a, _o=original, **k: (
+            drawn.append((str(k.get("color", k.get("c"))), k.get("linestyle"), k.get("marker"))),
+            _o(self, xs, ys, *a, **k))[1])
+    rows = [{"experiment": "demo", "kv_policy": f"policy_{chr(97 + i)}", "batch": batch, "decode_step_s": 0.001 * i}
+            for i in range(12) for batch in (1, 4)]
+    plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_step_s", hue=["kv_policy"], kind=kind)
+    assert len(drawn) == 12 and len(set(drawn)) == 12, drawn
+
+
 @pytest.mark.parametrize("wanted", ["409.6 GB/s", "0.4096 TB/s", "409600000000"])
 def test_where_takes_a_value_with_its_unit_as_a_sweep_axis_wrote_it(tmp_path, wanted):
     """A sweep writes a bandwidth axis in bytes/s; --where (or a sweep plot's where:) given the value
