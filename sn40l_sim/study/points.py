@@ -27,6 +27,7 @@ from sn40l_sim.serving.context_limit import raise_context
 from sn40l_sim.serving.decode_books import cache_bounds
 
 if TYPE_CHECKING:
+    from sn40l_sim.models.families import AttentionSpec
     from sn40l_sim.study.experiment import Experiment
 
 
@@ -300,20 +301,25 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
                       "to use them; attention_dp divides tp, so it cannot)", stacklevel=2)
 
 
-def warn_uneven_heads(exp: Experiment, phase: str, tp: int, heads: int, model_name: str) -> None:
+def warn_uneven_heads(exp: Experiment, phase: str, tp: int, attention: AttentionSpec, model_name: str) -> None:
     """Warn when tensor parallelism splits the query heads unevenly: the busiest socket holds
     ``ceil(heads / tp)`` of them and sets attention's pace (and holds the most of each head-split
-    weight), so the sockets holding one fewer idle for part of it. (With fewer heads than sockets
-    each socket holds one, replicated: none idles.)"""
+    weight), so the sockets holding fewer idle for part of it. The counts are the split the
+    simulator times (the family's ``socket_heads``: Llama-3.1's 64 heads over 9 sockets go in
+    runs of 8, one per KV group, leaving a socket none), not an even one. (With fewer heads than
+    sockets each socket holds one, replicated: none idles.)"""
+    heads = attention.heads
     if heads <= tp or heads % tp == 0:
         return
-    most = -(-heads // tp)
-    fewer = most * tp - heads   # sockets holding most - 1 heads
+    split = attention.socket_heads(tp)
+    most = split[0]
+    others = ", ".join(f"{split.count(n)} {'hold' if split.count(n) > 1 else 'holds'} {n or 'none'}"
+                       for n in sorted(set(split) - {most}, reverse=True))
     file, line = exp.doc.where(("parallel", phase))
     where = f"{file}:{line}: " if line is not None else f"{file}: "
     warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {heads} query heads of {model_name!r} unevenly: "
-                  f"the busiest socket holds {most} and sets the pace, {fewer} of the {tp} hold {most - 1} "
-                  f"(a tp dividing {heads} balances them)", stacklevel=2)
+                  f"the busiest socket holds {most} and sets the pace; as simulated {split.count(most)} of the "
+                  f"{tp} hold {most}, {others} (a tp dividing {heads} balances them)", stacklevel=2)
 
 
 def at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:

@@ -215,3 +215,34 @@ def test_a_second_family_under_a_registered_kind_is_refused():
     assert FAMILIES["gqa"] is GQAAttentionSpec
     register_family(GQAAttentionSpec)          # the same class again: its module imported a second time
     assert FAMILIES["gqa"] is GQAAttentionSpec
+
+
+def test_the_split_the_kv_head_counts_assume_is_the_one_reported():
+    # check's uneven-heads warning reads socket_heads; it described an even split (64 heads over 9
+    # sockets: 8 of the 9 hold 7) while socket_kv_heads and kv_head_sockets count KV heads of runs
+    # of ceil(heads / ways) (8 sockets with one group each, one with none). Brute force: walk the
+    # reported split's consecutive heads and count the groups each socket and each group touch.
+    for heads, kv_heads in ((32, 8), (64, 8), (128, 8), (28, 4), (24, 6)):
+        spec = GQAAttentionSpec(kind="gqa", heads=heads, kv_heads=kv_heads, head_dim=128)
+        group = heads // kv_heads
+        for ways in range(1, 17):
+            split = spec.socket_heads(ways)
+            assert len(split) == ways and split[0] == -(-heads // ways)
+            assert sum(split) == heads or heads < ways
+            if heads < ways:
+                continue
+            if ways % kv_heads == 0:    # each group over sockets of its own, as evenly as it goes
+                per = ways // kv_heads
+                own = [group // per + (i < group % per) for i in range(per)] * kv_heads
+                assert split == tuple(sorted(own, reverse=True))
+                assert (spec.socket_kv_heads(ways), spec.kv_head_sockets(ways)) == (1, per)
+                continue
+            start, socket_groups, group_sockets = 0, [], {}
+            for socket, n in enumerate(split):
+                groups = {h // group for h in range(start, start + n)}
+                socket_groups.append(len(groups))
+                for g in groups:
+                    group_sockets.setdefault(g, set()).add(socket)
+                start += n
+            assert spec.socket_kv_heads(ways) == max(socket_groups), (heads, kv_heads, ways)
+            assert spec.kv_head_sockets(ways) == max(map(len, group_sockets.values())), (heads, kv_heads, ways)

@@ -466,16 +466,18 @@ def test_a_plan_leaving_sockets_of_the_node_idle_is_warned_of(tmp_path, capsys):
 
 
 def test_a_plan_splitting_the_query_heads_unevenly_is_warned_of(tmp_path, capsys):
-    # Llama-3.1-8B's 32 query heads over 12 sockets (the 16-socket node): the busiest holds 3, and
-    # 4 of the 12 hold 2; 32 over 8 or 16 sockets, or fewer heads than sockets, split evenly
+    # Llama-3.1-8B's 32 query heads over 12 sockets (the 16-socket node): the busiest holds 3. The
+    # warning names the split the simulator times (the KV head counts assume consecutive runs of 3:
+    # 10 hold 3, one 2, one none), not the even one it used to describe ("4 of the 12 hold 2"),
+    # under which the KV heads per socket would differ; 32 over 8 or 16 sockets split evenly
     path = tmp_path / "e.yaml"
     uneven = LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml").replace("{tp: 8}", "{tp: 12}") \
         .replace("{tp: 8, attention_dp: 8}", "{tp: 12, attention_dp: 4}")
     messages = [m for m in check_warnings(path, uneven) if "unevenly" in m]
     assert len(messages) == 2
     assert messages[0] == (f"{path}:12: parallel.prefill: tp 12 splits the 32 query heads of 'llama-3.1-8b' "
-                           "unevenly: the busiest socket holds 3 and sets the pace, 4 of the 12 hold 2 "
-                           "(a tp dividing 32 balances them)")
+                           "unevenly: the busiest socket holds 3 and sets the pace; as simulated 10 of the 12 "
+                           "hold 3, 1 holds 2, 1 holds none (a tp dividing 32 balances them)")
     assert messages[1].startswith(f"{path}:13: parallel.decode: tp 12 splits")
     assert not [m for m in check_warnings(path, LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml")
                                           .replace("{tp: 8}", "{tp: 16}")

@@ -16,6 +16,7 @@ the simulator asks about attention, so no other module branches on the kind:
 ``cached_tensors``         what one layer caches per token (widths and KV heads; the KV
                            sharding, KV bytes and the SnapKV / ring-buffer kernels follow)
 ``socket_kv_heads``        the KV heads a socket needs for its share of the query heads
+``socket_heads``           the query heads each socket holds under a split the family times
 ``query_head_dim``         width of one query head as the prefill QKV kernel writes it
 ``prefill_key_source``     where prefill's per-head keys live (for SnapKV scoring)
 ``prefill_kv_head_width``  elements per query head of the keys and values prefill
@@ -151,6 +152,16 @@ class AttentionSpec(StrictModel):
         """KV heads of the cache the busiest socket needs when the query heads are split ``ways``
         ways (``ceil(cache_heads / ways)`` by default)."""
         return -(-self.cache_heads() // ways)
+
+    def socket_heads(self, ways: int) -> tuple[int, ...]:
+        """Query heads each of ``ways`` head-splitting sockets holds, most first (the busiest
+        holds ``ceil(heads / ways)``, as every per-socket count assumes). By default as evenly as
+        whole heads allow; a family whose KV heads constrain the split says which it times (what
+        ``check`` reports when it warns of an uneven split)."""
+        if self.heads < ways:       # each socket holds one head, replicated
+            return (1,) * ways
+        share, extra = divmod(self.heads, ways)
+        return (share + 1,) * extra + (share,) * (ways - extra)
 
     def kv_head_sockets(self, ways: int) -> int:
         """Sockets holding query heads of one KV head of the cache when the query heads are split

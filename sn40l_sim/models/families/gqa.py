@@ -215,6 +215,20 @@ def sockets_per_kv_head(heads: int, kv_heads: int, ways: int) -> int:
     return max((min(heads, g + group) - 1) // per_socket - g // per_socket + 1 for g in range(0, heads, group))
 
 
+def heads_per_socket(heads: int, kv_heads: int, ways: int) -> tuple[int, ...]:
+    """Query heads each of ``ways`` head-splitting sockets holds, most first, under the split
+    :func:`kv_heads_per_socket` and :func:`sockets_per_kv_head` count KV heads for (see
+    :meth:`GQAAttentionSpec.socket_heads`)."""
+    if heads < ways:
+        return (1,) * ways
+    if ways % kv_heads == 0:    # each group's heads as evenly as they go over its own sockets
+        share, extra = divmod(heads // kv_heads, ways // kv_heads)
+        return (share + 1,) * (extra * kv_heads) + (share,) * (ways - extra * kv_heads)
+    per_socket = -(-heads // ways)
+    runs = [min(per_socket, heads - s) for s in range(0, heads, per_socket)]
+    return tuple(runs) + (0,) * (ways - len(runs))
+
+
 @dataclass(frozen=True)
 class KVHeadSplit:
     """:func:`kv_heads_per_socket` of one model, as a value (equal, hashed and pickled by its
@@ -285,6 +299,20 @@ class GQAAttentionSpec(AttentionSpec):
         1
         """
         return kv_heads_per_socket(self.heads, self.kv_heads, ways)
+
+    def socket_heads(self, ways: int) -> tuple[int, ...]:
+        """Query heads per socket under the split the KV head counts assume: per group as evenly
+        as they go when each group has sockets of its own, else consecutive runs of
+        ``ceil(heads / ways)``, which leave the last sockets fewer or none (64 heads over 9
+        sockets: 8 runs of 8, one socket with none; the even split's runs of 7 and 8 would put
+        two groups' heads on most sockets, which :meth:`socket_kv_heads` does not count).
+
+        >>> GQAAttentionSpec(kind="gqa", heads=64, kv_heads=8, head_dim=128).socket_heads(9)
+        (8, 8, 8, 8, 8, 8, 8, 8, 0)
+        >>> GQAAttentionSpec(kind="gqa", heads=28, kv_heads=4, head_dim=128).socket_heads(8)
+        (4, 4, 4, 4, 3, 3, 3, 3)
+        """
+        return heads_per_socket(self.heads, self.kv_heads, ways)
 
     def kv_head_sockets(self, ways: int) -> int:
         """Sockets holding query heads of one KV head, at most: when the ways are not a multiple of
