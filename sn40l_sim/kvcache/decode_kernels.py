@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from sn40l_sim.ir import ACT_BYTES, Operator, ParallelPlan, Shape
 from sn40l_sim.kvcache.sizing import cached_tensors, kv_heads
+from sn40l_sim.models.families import head_groups
 from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
 from sn40l_sim.models.spec import ModelSpec
 
@@ -52,8 +53,27 @@ class DecodeShard:
 
     @property
     def group(self) -> int:
-        """Query heads per KV head on the socket."""
+        """Query heads of the KV head with the most on the socket."""
         return math.ceil(self.query_heads / self.kv_heads_per_socket)
+
+    @property
+    def groups(self) -> tuple[tuple[int, int], ...]:
+        """(query heads, KV heads with that many) on the socket: two sizes when its heads straddle
+        a group boundary (:func:`~sn40l_sim.models.families.head_groups`), so a GEMM per KV head
+        counts the heads the socket holds, not ``group`` for each."""
+        return head_groups(self.query_heads, self.kv_heads_per_socket)
+
+
+def group_gemms(name: str, shard: DecodeShard, n: int, k: int, first: dict) -> list[Operator]:
+    """The GEMMs ``[heads * queries, k] @ [k, n]`` per sequence and KV head of ``shard``, one per
+    size of :attr:`DecodeShard.groups` (``name``, then ``name#2``); ``first`` (the traffic) goes
+    on the first."""
+    ops = []
+    for i, (heads, held) in enumerate(shard.groups):
+        m, count = heads * shard.queries, shard.seqs * held
+        ops.append(Operator(name if i == 0 else f"{name}#{i + 1}", "gemm", flops=2 * m * n * k * count, m=m, n=n,
+                            k=k, count=count, **(first if i == 0 else {})))
+    return ops
 
 
 def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeShard:
@@ -89,10 +109,9 @@ def rescore_ops(model: ModelSpec, shard: DecodeShard, kv_len: int, prefix: str) 
     if kv_quantised(model):
         ops.append(Operator(f"{prefix}_dequant_keys", "elementwise", elements=elements, dtype=kv_op_dtype(model)))
     # every query row of the step (its drafts' too) against every cached token
-    m, count = shard.group * shard.queries, shard.seqs * shard.kv_heads_per_socket
-    ops.append(Operator(f"{prefix}_scores", "gemm", flops=2 * m * kv_len * d * count, m=m, n=kv_len, k=d,
-                        count=count, act_in_bytes=shard.seqs * shard.query_heads * shard.queries * d * ACT_BYTES,
-                        kv_read_bytes=kv_stored_bytes(model, elements)))
+    ops += group_gemms(f"{prefix}_scores", shard, kv_len, d,
+                       dict(act_in_bytes=shard.seqs * shard.query_heads * shard.queries * d * ACT_BYTES,
+                            kv_read_bytes=kv_stored_bytes(model, elements)))
     probs = shard.seqs * shard.query_heads * shard.queries * kv_len
     ops.append(Operator(f"{prefix}_softmax", "softmax", elements=probs, transcendentals=probs, dtype="fp32"))
     return ops

@@ -84,12 +84,16 @@ def combine_operator(socket: SocketSpec, scores: Operator, chip_tiles: int) -> O
 
 def with_combines(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], chip_tiles: int) -> list[Operator]:
     """``ops`` with each decode attention's combine placed after its weighted sum (the first GEMM
-    after the scores)."""
+    after the scores that is not another shape of them, and its own second shape)."""
     out = list(ops)
     for i in range(len(out) - 1, -1, -1):
         combine = combine_operator(socket, out[i], chip_tiles)
         if combine is None:
             continue
-        pv = next((j for j in range(i + 1, len(out)) if out[j].kind == "gemm"), i)
+        # a scores GEMM of a second shape (GQA's KV heads with a query head fewer) is not the sum
+        pv = next((j for j in range(i + 1, len(out))
+                   if out[j].kind == "gemm" and not out[j].name.startswith(f"{out[i].name}#")), i)
+        while pv + 1 < len(out) and out[pv + 1].name.startswith(f"{out[pv].name.split('#')[0]}#"):
+            pv += 1     # and after the weighted sum's own second shape
         out.insert(pv + 1, combine)
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.families.gqa import GQAAttentionSpec
@@ -109,3 +110,59 @@ def test_the_sockets_reducing_a_kv_heads_scores_are_those_holding_its_query_head
                     holders = [{s // per for s in range(g, g + group)} for g in range(0, heads, group)]
                     want = max(len(h) for h in holders)
                 assert spec.kv_head_sockets(ways) == want, (heads, kv, ways)
+
+
+def _brute_force_rows(heads: int, kv_heads: int, ways: int) -> tuple[int, int]:
+    """(query heads, KV heads) of the busiest socket, dealing the heads one by one to the split the
+    KV head counts assume (each group over sockets of its own when ``ways`` is a multiple of the KV
+    heads, else consecutive runs of ceil(heads / ways))."""
+    group, per = heads // kv_heads, -(-heads // ways)
+    owner = ([g * (ways // kv_heads) + (h % group) % (ways // kv_heads) for g in range(kv_heads) for h in range(group)]
+             if ways % kv_heads == 0 else [h // per for h in range(heads)])
+    sockets = [[h for h in range(heads) if owner[h] == s] for s in range(ways)]
+    return max(map(len, sockets)), max(len({h // group for h in held}) for held in sockets)
+
+
+@pytest.mark.parametrize("name", ["llama3_1_8b", "llama3_1_70b", "llama3_1_405b"])
+def test_decode_attention_scores_the_query_heads_its_socket_holds(name: str) -> None:
+    # a socket's query heads spread over the KV heads they span: Llama-3.1-8B over 12 sockets holds
+    # 3 heads of 2 KV heads, whose GEMMs ran ceil(3 / 2) = 2 rows each, 4 rows for 3 heads (+33% of
+    # the scores' FLOPs, softmax and score bytes, and of H2O's rescore and ArkVale's digest scores,
+    # in 23 of the 48 Llama-3.1 cases of 1-16 ways); even splits keep their single GEMM
+    model = load_model(GRAPHS / f"{name}.yaml")
+    model = model.model_copy(update={"layers": 1})
+    a, batch, kv_len, d = model.attention, 3, 512, model.attention.head_dim
+    shape = Shape("decode", batch, 0, kv_len, context_len=40000)
+    h2o, arkvale = make_policy("h2o", {"heavy": 256, "recent": 256}), make_policy("arkvale", {"budget": 4096,
+                                                                                              "digest": "centroid"})
+    pages = -(-40000 // arkvale.page_tokens)
+    for ways in range(1, 17):
+        heads, kvh = _brute_force_rows(a.heads, a.kv_heads, ways)
+        assert kvh == a.socket_kv_heads(ways)
+        plan = ParallelPlan(ways)
+        ops = [op for k in build_graph(model, shape, plan).kernels() for op in k.operators]
+        qk = [op for op in ops if op.name.split("#")[0] == "gqa_qk"]
+        pv = [op for op in ops if op.name.split("#")[0] == "gqa_pv"]
+        (softmax,) = [op for op in ops if op.name == "gqa_softmax"]
+        assert sum(op.flops for op in qk) == sum(op.flops for op in pv) == 2 * batch * heads * kv_len * d, ways
+        assert sum(op.count for op in qk) == batch * kvh and max(op.m for op in qk) == -(-heads // kvh)
+        assert softmax.elements == batch * heads * kv_len
+        assert len(qk) == (1 if heads % kvh == 0 else 2)
+        for policy, scores, n in ((h2o, "h2o_scores", 4096), (arkvale, "digest_scores", pages)):
+            kernel_ops = [op for k in policy.decode_kernels(model, Shape("decode", batch, 0, 4096, context_len=40000), plan)
+                          for op in k.operators if op.name.split("#")[0] == scores]
+            assert sum(op.flops for op in kernel_ops) == 2 * batch * heads * n * d, (policy.name, ways)
+
+
+def test_the_split_kv_combine_follows_both_shapes_of_the_weighted_sum() -> None:
+    # over 12 sockets the scores and weighted sum each have a second GEMM (KV heads with a query
+    # head fewer): the merge of a long cache's partials comes after both, not between them
+    from sn40l_sim.mapper._examples import example_socket
+    from sn40l_sim.mapper.attention import with_combines
+
+    model = load_model(GRAPHS / "llama3_1_8b.yaml").model_copy(update={"layers": 1})
+    (decoder,) = [k for k in build_graph(model, Shape("decode", 1, 0, 131072), ParallelPlan(12)).kernels()
+                  if k.name.endswith("decoder")]
+    names = [op.name for op in with_combines(example_socket(), decoder.operators, 4)]
+    assert names[names.index("gqa_qk"):names.index("gqa_qk.combine") + 1] == [
+        "gqa_qk", "gqa_qk#2", "gqa_softmax", "gqa_pv", "gqa_pv#2", "gqa_qk.combine"]

@@ -44,7 +44,7 @@ from typing import Any, Literal
 from sn40l_sim.errors import InputError
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, Collective, FusedKernel, Operator, ParallelPlan, Shape
 from sn40l_sim.kvcache.base import check_int, register
-from sn40l_sim.kvcache.decode_kernels import decode_shard, row_width, scored_width
+from sn40l_sim.kvcache.decode_kernels import decode_shard, group_gemms, row_width, scored_width
 from sn40l_sim.kvcache.footprint import KVFootprint
 from sn40l_sim.kvcache.policies.shared import DEFAULT_BUDGET, DEFAULT_RECENT_FRACTION, Budgeted, check_lengths, padded
 from sn40l_sim.kvcache.prefill_kernels import copy_ops
@@ -233,10 +233,8 @@ class ArkVale(Budgeted):
                              act_in_bytes=seqs * qh * d * ACT_BYTES, kv_read_bytes=digests * DIGEST_BYTES),
                     Operator("digest_sum", "reduction", elements=per_head, n=d, dtype="fp32")]
         else:
-            m, count = shard.group * shard.queries, seqs * kvh
-            ops.append(Operator("digest_scores", "gemm", flops=2 * m * pages * d * count, m=m, n=pages, k=d,
-                                count=count, act_in_bytes=seqs * qh * d * ACT_BYTES,
-                                kv_read_bytes=digests * DIGEST_BYTES))
+            ops += group_gemms("digest_scores", shard, pages, d,
+                               dict(act_in_bytes=seqs * qh * d * ACT_BYTES, kv_read_bytes=digests * DIGEST_BYTES))
         if shard.group * shard.queries > 1:   # a page's score: the largest over its query heads and rows
             ops.append(Operator("page_scores", "reduction", elements=seqs * qh * pages, n=shard.group * shard.queries,
                                 dtype="fp32"))

@@ -8,6 +8,7 @@ from sn40l_sim.models.families.base import (
     FAMILIES,
     AttentionSpec,
     CachedTensor,
+    head_groups,
     known_kinds,
     register_family,
     validate_attention,
@@ -16,4 +17,4 @@ from sn40l_sim.models.families.gqa import GQAAttentionSpec
 from sn40l_sim.models.families.mla import MLAAttentionSpec
 
 __all__ = ["FAMILIES", "AttentionSpec", "CachedTensor", "GQAAttentionSpec", "MLAAttentionSpec",
-           "known_kinds", "register_family", "validate_attention"]
+           "head_groups", "known_kinds", "register_family", "validate_attention"]

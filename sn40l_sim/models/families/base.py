@@ -185,6 +185,21 @@ FAMILIES: dict[str, type[AttentionSpec]] = {}
 S = TypeVar("S", bound=type[AttentionSpec])
 
 
+def head_groups(query_heads: int, kv_heads: int) -> tuple[tuple[int, int], ...]:
+    """``(query heads, KV heads with that many)`` when a socket's ``query_heads`` are spread over
+    the ``kv_heads`` it holds, largest first: one pair when they divide, else two. Decode attention
+    runs one GEMM per KV head over its query heads, and a socket whose heads span two groups (an
+    uneven split, docs/architecture.md "Heads that the sockets do not divide") has groups of two
+    sizes; ``ceil(query_heads / kv_heads)`` rows for every KV head would count heads it does not
+    hold (Llama-3.1-8B over 12 sockets: 4 rows for 3 heads).
+
+    >>> head_groups(8, 1), head_groups(3, 2), head_groups(11, 4)
+    (((8, 1),), ((2, 1), (1, 1)), ((3, 3), (2, 1)))
+    """
+    share, extra = divmod(query_heads, kv_heads)
+    return tuple((m, n) for m, n in ((share + 1, extra), (share, kv_heads - extra)) if m and n)
+
+
 def register_family(cls: S) -> S:
     """Class decorator adding an attention family to :data:`FAMILIES` under its ``kind``.
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sn40l_sim.ir import AttentionShape, ParallelPlan
 from sn40l_sim.models.context import ACT, SCORE
-from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, register_family
+from sn40l_sim.models.families.base import AttentionSpec, CachedTensor, head_groups, register_family
 from sn40l_sim.models.flash import causal_tile_pairs, padded_rows, padded_tile_pairs
 from sn40l_sim.models.tensors import Tensor
 from sn40l_sim.schema import PositiveInt
@@ -140,38 +140,50 @@ def flash_pv(c: Ctx) -> list[Step]:
                                              writes=(("attn_o", out),)))
 
 
-def _group(c: Ctx) -> tuple[int, int]:
-    """(KV heads per socket, query rows per KV head and sequence: the query heads it serves times
-    the sequence's query rows) in the attention layout."""
-    kvh = _kv_heads(c, c.head_ways)
-    return kvh, -(-c.attn_heads // kvh) * c.queries
+def _groups(c: Ctx) -> tuple[tuple[int, int], ...]:
+    """(query rows per KV head and sequence, KV heads with that many) on the socket in the
+    attention layout: its query heads spread over the KV heads they span (:func:`head_groups`, two
+    sizes when a socket's heads straddle a group boundary), times the sequence's query rows."""
+    return tuple((m * c.queries, n) for m, n in head_groups(c.attn_heads, _kv_heads(c, c.head_ways)))
+
+
+def _variant(name: str, i: int) -> str:
+    return name if i == 0 else f"{name}#{i + 1}"
 
 
 def gqa_qk(c: Ctx) -> list[Step]:
-    """Decode scores: per sequence and KV head ``[group * queries, d] @ [d, kv_len]``; streams K."""
-    kvh, g = _group(c)
-    kv = c.seqs * kvh * c.shape.kv_len * _d(c)
-    return c.gemm("gqa_qk", g, n=c.shape.kv_len, k=_d(c), count=c.seqs * kvh,
-                  reads=(("q_rot", c.tokens * c.proj_heads * _d(c) * ACT),), kv_read_elements=kv,
-                  writes=(("scores", c.seqs * kvh * g * c.shape.kv_len * SCORE),),
-                  attention=AttentionShape(c.seqs * kvh, g, c.shape.kv_len, _d(c)))
+    """Decode scores: per sequence and KV head ``[group * queries, d] @ [d, kv_len]``; streams K.
+    A second GEMM covers the KV heads with one query head fewer on an uneven split."""
+    kvh, kv_len, d = _kv_heads(c, c.head_ways), c.shape.kv_len, _d(c)
+    groups, steps = _groups(c), []
+    rows = sum(g * n for g, n in groups)
+    for i, (g, n) in enumerate(groups):
+        # the first carries the whole socket's traffic, and the caches the mapper spreads over tiles
+        extra = dict(reads=(("q_rot", c.tokens * c.proj_heads * d * ACT),), kv_read_elements=c.seqs * kvh * kv_len * d,
+                     writes=(("scores", c.seqs * rows * kv_len * SCORE),),
+                     attention=AttentionShape(c.seqs * kvh, g, kv_len, d)) if i == 0 else {}
+        steps += c.gemm(_variant("gqa_qk", i), g, n=kv_len, k=d, count=c.seqs * n, **extra)
+    return steps
 
 
 def gqa_softmax(c: Ctx) -> list[Step]:
     """Softmax over ``kv_len`` scores per query head and query row of each sequence."""
-    kvh, g = _group(c)
-    n = c.seqs * kvh * g * c.shape.kv_len
+    n = c.seqs * c.attn_heads * c.queries * c.shape.kv_len
     return c.simd("gqa_softmax", "softmax", n, transcendentals=n, reads=(("scores", n * SCORE),),
                   writes=(("probs", n * ACT),))
 
 
 def gqa_pv(c: Ctx) -> list[Step]:
-    """Decode ``P V``: per sequence and KV head ``[group * queries, kv_len] @ [kv_len, d]``; streams V."""
-    kvh, g = _group(c)
-    kv = c.seqs * kvh * c.shape.kv_len * _d(c)
-    return c.gemm("gqa_pv", g, n=_d(c), k=c.shape.kv_len, count=c.seqs * kvh, kv_read_elements=kv,
-                  reads=(("probs", c.seqs * kvh * g * c.shape.kv_len * ACT),),
-                  writes=(("attn_o", c.tokens * c.proj_heads * _d(c) * ACT),))
+    """Decode ``P V``: per sequence and KV head ``[group * queries, kv_len] @ [kv_len, d]``; streams V
+    (a second GEMM as in :func:`gqa_qk`)."""
+    kvh, kv_len, d = _kv_heads(c, c.head_ways), c.shape.kv_len, _d(c)
+    steps: list[Step] = []
+    for i, (g, n) in enumerate(_groups(c)):
+        extra = dict(kv_read_elements=c.seqs * kvh * kv_len * d,
+                     reads=(("probs", c.seqs * c.attn_heads * c.queries * kv_len * ACT),),
+                     writes=(("attn_o", c.tokens * c.proj_heads * d * ACT),)) if i == 0 else {}
+        steps += c.gemm(_variant("gqa_pv", i), g, n=d, k=kv_len, count=c.seqs * n, **extra)
+    return steps
 
 
 OPERATORS = {f.__name__: f for f in (q_proj, k_proj, v_proj, gqa_rope, kv_cache_write, flash_qk,
