@@ -6,7 +6,8 @@ Counts mirror the attention formulas of the model's family (:mod:`sn40l_sim.mode
 a socket runs the attention of ``ceil(batch / dp)`` sequences with ``ceil(heads / ways)`` query
 heads and the KV heads those span (the family's ``socket_kv_heads``, as for the cache the socket
 holds, :func:`~sn40l_sim.kvcache.sizing.kv_share`: two where its query heads straddle a group
-boundary), and when there are fewer KV heads than ways ``ways / kv_heads`` sockets share one (``row_shards``: each holds a replica of its rows,
+boundary), and when the ways are a multiple of the KV heads ``ways / kv_heads`` sockets share one
+(``row_shards``, :func:`~sn40l_sim.kvcache.sizing.row_shards`: each holds a replica of its rows,
 :func:`sn40l_sim.kvcache.sizing.kv_bytes_per_socket`, and they must agree on what they keep).
 
 Examples
@@ -27,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from sn40l_sim.ir import ACT_BYTES, Operator, ParallelPlan, Shape
-from sn40l_sim.kvcache.sizing import cached_tensors, kv_heads
+from sn40l_sim.kvcache.sizing import cached_tensors, kv_heads, row_shards
 from sn40l_sim.models.families import head_groups
 from sn40l_sim.models.kv_format import kv_op_dtype, kv_quantised, kv_stored_bytes
 from sn40l_sim.models.spec import ModelSpec
@@ -82,7 +83,7 @@ def decode_shard(model: ModelSpec, shape: Shape, plan: ParallelPlan) -> DecodeSh
     groups = kv_heads(model)
     return DecodeShard(seqs=math.ceil(shape.batch / plan.attention_dp),
                        query_heads=math.ceil(model.attention.heads / ways),
-                       kv_heads_per_socket=model.attention.socket_kv_heads(ways), row_shards=max(1, ways // groups),
+                       kv_heads_per_socket=model.attention.socket_kv_heads(ways), row_shards=row_shards(groups, ways),
                        score_shards=model.attention.kv_head_sockets(ways),
                        queries=1 + shape.drafts)
 

@@ -38,7 +38,7 @@ from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
            "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
-           "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim"]
+           "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -137,7 +137,19 @@ def kv_sharding(model: ModelSpec, tp: int) -> KVSharding:
     # the family's count: a socket's query heads may span two KV groups, whose caches it then holds
     return KVSharding(query_heads=math.ceil(heads / tp),
                       kv_heads_per_socket=model.attention.socket_kv_heads(tp),
-                      row_shards=max(1, tp // groups), score_shards=model.attention.kv_head_sockets(tp))
+                      row_shards=row_shards(groups, tp), score_shards=model.attention.kv_head_sockets(tp))
+
+
+def row_shards(groups: int, ways: int) -> int:
+    """Sockets splitting the rows of a KV head they share: ``ways / groups`` when each group has
+    sockets of its own; else 1, as a split not following the groups leaves no set of sockets
+    owning a group (Qwen2-7B's 4 groups over 10 sockets: group 0 on sockets 0-2, the third also
+    holding group 1 with two others), so each builds every row of its replicas (:class:`KVSharding`).
+
+    >>> row_shards(8, 16), row_shards(1, 16), row_shards(4, 10), row_shards(8, 12)
+    (2, 16, 1, 1)
+    """
+    return ways // groups if ways % groups == 0 else 1
 
 
 def kv_share(model: ModelSpec, plan: ParallelPlan, batch: int) -> tuple[int, int]:

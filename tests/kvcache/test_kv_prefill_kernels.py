@@ -2,11 +2,16 @@
 per socket shard, sharding between sockets, and which kernels run for short prompts."""
 import math
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from kv_test_models import deepseek_r1, llama
 
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import SnapKV, SnapStream, StreamingLLM, make_policy
+from sn40l_sim.kvcache.decode_kernels import decode_shard
+from sn40l_sim.kvcache.sizing import kv_sharding
+from sn40l_sim.models.loader import load_model
 
 L128K = 131072
 
@@ -168,3 +173,19 @@ def test_plain_snapkv_copies_the_ceiling_share_of_the_window_on_sockets_sharing_
     ops = _ops(kernel)
     assert ops["gather_window_keys"].elements == ops["gather_window_values"].elements == 3 * 128
     assert ops["write_window_rows"].elements == 3 * 256
+
+
+@pytest.mark.parametrize("tp", [9, 10, 11, 13, 14, 15])
+def test_a_split_not_following_the_kv_groups_gathers_every_row_of_each_replica(tp):
+    # Qwen2-7B: 28 query heads in 4 groups of 7. Over 10 sockets (runs of 3 heads) group 0 is on
+    # sockets 0-2 and socket 2 also holds group 1, shared with sockets 3-4: no set of sockets owns a
+    # group to split its rows between, so each gathers every kept row into its replica (the
+    # module docstring, KVSharding). row_shards was tp // 4 = 2 or 3: each socket gathered a half or
+    # a third of the rows, shares that do not add up to its replica (nor to the group's 3 or 4 sharers)
+    model = load_model(Path(__file__).parents[1] / "models" / "public_models" / "qwen2_7b.yaml")
+    shard = kv_sharding(model, tp)
+    assert shard.row_shards == decode_shard(model, Shape("decode", 1, 0, 1000), ParallelPlan(tp)).row_shards == 1
+    kernel = make_policy("snapkv", {"observation_window": 5, "topk": 64}).prefill_kernels(model, 1000, tp)[0]
+    d = model.attention.head_dim
+    assert _ops(kernel)["gather_window_keys"].elements == shard.kv_heads_per_socket * 5 * d
+    assert _ops(kernel)["gather_topk_keys"].elements == shard.kv_heads_per_socket * 64 * d
