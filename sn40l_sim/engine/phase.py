@@ -42,6 +42,8 @@ def attention_flags(ops: Sequence[Operator]) -> list[bool]:
     ...        Operator("pv", "gemm"), Operator("o", "gemm"))
     >>> attention_flags(ops)
     [False, True, True, True, False]
+    >>> attention_flags(ops[:4] + (Operator("pv#2", "gemm"), Operator("o", "gemm")))
+    [False, True, True, True, True, False]
     """
     flags = [is_attention_op(op) for op in ops]
     for i, op in enumerate(ops):
@@ -49,7 +51,10 @@ def attention_flags(ops: Sequence[Operator]) -> list[bool]:
             for j in (i - 1, i + 1):
                 if 0 <= j < len(ops) and ops[j].kind == "gemm":
                     flags[j] = True
-    return flags
+    # a GEMM cut into shapes (``name#2``: GQA decode's KV heads with a query head fewer on an uneven
+    # split) is one operator, whose traffic its first shape carries
+    attention = {op.name for op, flag in zip(ops, flags, strict=True) if flag and op.kind == "gemm"}
+    return [flag or (op.kind == "gemm" and op.name.split("#")[0] in attention) for op, flag in zip(ops, flags, strict=True)]
 
 
 @dataclass(frozen=True)
