@@ -25,11 +25,11 @@ import yaml
 
 from sn40l_sim.engine.run_graph import EngineOptions
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.residency import resident_calls
 from sn40l_sim.models.loader import load_model
-from sn40l_sim.study.assemble import step_timer
+from sn40l_sim.study.assemble import assemble, step_timer
 from sn40l_sim.study.evaluation import LoadedExperiments
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.mapping import build_phase, map_phase
@@ -122,3 +122,20 @@ def test_deepseek_touched_experts_step_does_not_fall_from_10_to_11_sequences():
     steps = [timer.decode_step(batch, 4096).seconds for batch in (9, 10, 11)]
     assert steps == sorted(steps), steps
     assert steps[1] < 0.8 * 21.25e-3, steps   # the four-tile MoE kernel at 10 sequences too
+
+
+def test_deepseek_deployment_step_at_8_sequences_is_not_above_9():
+    # The main deployment (MTP drafts, every expert streamed) at 8K caches: mapped again beside the
+    # others, the three dense-FFN layers' kernel found room for 3 PCUs only and took two sections,
+    # 2.0 ms a call against 0.2, and the step was 46.79 ms at 8 sequences against 40.77 at 9. A
+    # kernel of two sections reloads a configuration every call whatever room it has, so the
+    # side-by-side remapping keeps a kernel's first mapping rather than such a plan
+    # (sn40l_sim/mapper/side_by_side.py, docs/validation.md "Kernels mapped to stay loaded side by side").
+    asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"))
+    setup = asm.setup(asm.points[0])
+    timer = asm.step_timer(setup)
+    steps = {batch: timer.decode_step(batch, 8192, setup.speculation.drafts).seconds for batch in (8, 9)}
+    assert steps[8] < 1.01 * steps[9], steps
+    placed = timer.placed(Shape("decode", 8, 0, 8192, setup.speculation.drafts, timer.context_len))
+    assert all(pk.sections == 1 for pk in placed.kernels if pk.kernel.name.endswith(".ffn")), \
+        [(pk.kernel.name, pk.sections) for pk in placed.kernels if pk.sections != 1]
