@@ -309,17 +309,32 @@ def warn_uneven_heads(exp: Experiment, phase: str, tp: int, attention: Attention
     runs of 8, one per KV group, leaving a socket none), not an even one. (With fewer heads than
     sockets each socket holds one, replicated: none idles.)"""
     heads = attention.heads
+    file, line = exp.doc.where(("parallel", phase))
+    where = f"{file}:{line}: " if line is not None else f"{file}: "
     if heads <= tp or heads % tp == 0:
+        # the query heads divide, but a socket whose heads span two KV groups holds both KV heads
+        # and their caches, and every socket is sized as that one (docs/architecture.md "Heads that
+        # the sockets do not divide": Llama-3.2-3B's 24 heads in 8 groups over 12 sockets)
+        kv_split, kv_heads = attention.socket_kv_split(tp), attention.cache_heads()
+        if kv_split[0] != kv_split[-1]:
+            warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {kv_heads} KV heads of {model_name!r} "
+                          f"unevenly (its {heads} query heads evenly): the busiest socket holds {kv_split[0]} "
+                          f"and their caches and sets the pace; as simulated {_counts(kv_split)} (a tp "
+                          f"dividing {kv_heads} or a multiple of {kv_heads} balances them)", stacklevel=2)
         return
     split = attention.socket_heads(tp)
     most = split[0]
-    others = ", ".join(f"{split.count(n)} {'hold' if split.count(n) > 1 else 'holds'} {n or 'none'}"
-                       for n in sorted(set(split) - {most}, reverse=True))
-    file, line = exp.doc.where(("parallel", phase))
-    where = f"{file}:{line}: " if line is not None else f"{file}: "
     warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {heads} query heads of {model_name!r} unevenly: "
-                  f"the busiest socket holds {most} and sets the pace; as simulated {split.count(most)} of the "
-                  f"{tp} hold {most}, {others} (a tp dividing {heads} balances them)", stacklevel=2)
+                  f"the busiest socket holds {most} and sets the pace; as simulated {_counts(split)} "
+                  f"(a tp dividing {heads} balances them)", stacklevel=2)
+
+
+def _counts(split: tuple[int, ...]) -> str:
+    """``"10 of the 12 hold 3, 1 holds 2, 1 holds none"`` for a per-socket split, most first."""
+    most = split[0]
+    others = "".join(f", {split.count(n)} {'hold' if split.count(n) > 1 else 'holds'} {n or 'none'}"
+                     for n in sorted(set(split) - {most}, reverse=True))
+    return f"{split.count(most)} of the {len(split)} hold {most}{others}"
 
 
 def at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:

@@ -485,6 +485,27 @@ def test_a_plan_splitting_the_query_heads_unevenly_is_warned_of(tmp_path, capsys
                 if "unevenly" in m]
 
 
+def test_a_plan_splitting_only_the_kv_heads_unevenly_is_warned_of(tmp_path, capsys):
+    # Llama-3.2-3B's 24 query heads over 12 sockets go 2 a socket, but its 8 KV groups of 3 do not:
+    # a socket whose 2 heads span two groups holds both KV heads (and both caches), and every
+    # socket is sized and timed as that busiest one; check said nothing (the query heads divide)
+    path = tmp_path / "e.yaml"
+    model = REPO / "tests" / "models" / "public_models" / "llama3_2_3b.yaml"
+    uneven = LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml").replace("{tp: 8}", "{tp: 12}") \
+        .replace("{tp: 8, attention_dp: 8}", "{tp: 12}").replace(f"{REPO}/graphs/llama3_1_8b.yaml", str(model))
+    messages = [m for m in check_warnings(path, uneven) if "unevenly" in m]
+    assert len(messages) == 2
+    assert messages[0] == (f"{path}:12: parallel.prefill: tp 12 splits the 8 KV heads of 'llama-3.2-3b' "
+                           "unevenly (its 24 query heads evenly): the busiest socket holds 2 and their caches "
+                           "and sets the pace; as simulated 4 of the 12 hold 2, 8 hold 1 (a tp dividing 8 or "
+                           "a multiple of 8 balances them)")
+    assert messages[1].startswith(f"{path}:13: parallel.decode: tp 12 splits the 8 KV heads")
+    # over 4 or 8 sockets each holds the same KV heads (16 splits the query heads, warned of as such)
+    for tp in (4, 8):
+        even = uneven.replace("{tp: 12}", f"{{tp: {tp}}}")
+        assert not [m for m in check_warnings(path, even) if "unevenly" in m]
+
+
 def test_an_slo_percentile_written_as_a_fraction_is_warned_of(tmp_path, capsys):
     # percentile: 0.9 bounds the 0.9th percentile: "SLOs hold" came out True with no word, where
     # the 90th percentile the writer most likely meant may be far over the bound

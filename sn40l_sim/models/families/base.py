@@ -17,6 +17,7 @@ the simulator asks about attention, so no other module branches on the kind:
                            sharding, KV bytes and the SnapKV / ring-buffer kernels follow)
 ``socket_kv_heads``        the KV heads a socket needs for its share of the query heads
 ``socket_heads``           the query heads each socket holds under a split the family times
+``socket_kv_split``        the KV heads each socket holds under that split
 ``query_head_dim``         width of one query head as the prefill QKV kernel writes it
 ``prefill_key_source``     where prefill's per-head keys live (for SnapKV scoring)
 ``prefill_kv_head_width``  elements per query head of the keys and values prefill
@@ -161,6 +162,16 @@ class AttentionSpec(StrictModel):
         if self.heads < ways:       # each socket holds one head, replicated
             return (1,) * ways
         share, extra = divmod(self.heads, ways)
+        return (share + 1,) * extra + (share,) * (ways - extra)
+
+    def socket_kv_split(self, ways: int) -> tuple[int, ...]:
+        """KV heads of the cache each of ``ways`` head-splitting sockets holds, most first (the
+        busiest holds :meth:`socket_kv_heads`). By default as evenly as whole heads allow, one each
+        (replicated) with fewer heads than sockets; ``check`` warns when they differ."""
+        heads = self.cache_heads()
+        if heads < ways:
+            return (1,) * ways
+        share, extra = divmod(heads, ways)
         return (share + 1,) * extra + (share,) * (ways - extra)
 
     def kv_head_sockets(self, ways: int) -> int:

@@ -241,6 +241,18 @@ def heads_per_socket(heads: int, kv_heads: int, ways: int) -> tuple[int, ...]:
     return tuple(runs) + (0,) * (ways - len(runs))
 
 
+def kv_heads_by_socket(heads: int, kv_heads: int, ways: int) -> tuple[int, ...]:
+    """KV heads each of ``ways`` head-splitting sockets holds, most first, under the split of
+    :func:`heads_per_socket` (the busiest holds :func:`kv_heads_per_socket`): one each when each
+    group has sockets of its own or the heads are replicated, else the groups a consecutive run
+    spans (none for a socket with no heads)."""
+    if heads < ways or ways % kv_heads == 0:
+        return (1,) * ways
+    per_socket, group = -(-heads // ways), heads // kv_heads
+    spans = [(min(heads, s + per_socket) - 1) // group - s // group + 1 for s in range(0, heads, per_socket)]
+    return tuple(sorted(spans, reverse=True)) + (0,) * (ways - len(spans))
+
+
 @dataclass(frozen=True)
 class KVHeadSplit:
     """:func:`kv_heads_per_socket` of one model, as a value (equal, hashed and pickled by its
@@ -325,6 +337,17 @@ class GQAAttentionSpec(AttentionSpec):
         (4, 4, 4, 4, 3, 3, 3, 3)
         """
         return heads_per_socket(self.heads, self.kv_heads, ways)
+
+    def socket_kv_split(self, ways: int) -> tuple[int, ...]:
+        """KV heads each socket holds under :meth:`socket_heads`' split: Llama-3.2-3B's 24 heads in
+        8 groups of 3 over 12 sockets go 2 a socket, but every third socket's 2 span two groups.
+
+        >>> GQAAttentionSpec(kind="gqa", heads=24, kv_heads=8, head_dim=128).socket_kv_split(12)
+        (2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1)
+        >>> GQAAttentionSpec(kind="gqa", heads=28, kv_heads=4, head_dim=128).socket_kv_split(8)
+        (1, 1, 1, 1, 1, 1, 1, 1)
+        """
+        return kv_heads_by_socket(self.heads, self.kv_heads, ways)
 
     def kv_head_sockets(self, ways: int) -> int:
         """Sockets holding query heads of one KV head, at most: when the ways are not a multiple of
