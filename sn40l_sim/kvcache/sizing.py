@@ -36,8 +36,8 @@ from sn40l_sim.models.kv_format import kv_stored_bytes
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
-__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_token",
-           "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
+__all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_socket_token",
+           "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
            "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
 
 
@@ -254,7 +254,10 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
 
     Rounding: one token's bytes over all layers (:func:`kv_bytes_per_token`, the MTP modules' layers
     with ``include_mtp``: all of them, or those a number of drafts runs) times the socket's share of the KV heads, rounded **up** to whole bytes,
-    then multiplied by ``cache_len`` and by the sequences the socket holds.
+    then multiplied by ``cache_len`` and by the sequences the socket holds. A prefill splitting a
+    KV head's rows by tokens writes whole rows, ``ceil(sequences * cache_len / sockets)`` of them
+    (the busiest socket's, as its graph does), not ``1 / sockets`` of each; a per-token share of
+    one sequence (a token's average bytes on the socket) is :func:`kv_bytes_per_socket_token`.
 
     Raises
     ------
@@ -278,10 +281,33 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     """
     _check_sizing_args(model, plan, batch, cache_len, phase, include_mtp)
     sequences, heads = kv_share(model, plan, batch)
-    # a token's rows on the socket: its share of the KV heads, and of a shared head's rows where
-    # the sockets sharing it only write them (see above)
+    if phase == "prefill" and prefill_splits_rows(model, plan):
+        # whole rows of the socket's KV heads, the prompt's tokens split over the sockets sharing them
+        row = -(-kv_bytes_per_token(model, include_mtp) * heads // kv_heads(model))
+        return -(-sequences * cache_len // _row_shards(model, plan)) * row
+    return sequences * cache_len * _token_share(model, plan, heads, include_mtp, phase)
+
+
+def kv_bytes_per_socket_token(model: ModelSpec, plan: ParallelPlan, *, include_mtp: bool | int = False,
+                              phase: Phase = "decode") -> int:
+    """Bytes one cached token of a sequence takes on the busiest socket, on average, rounded up:
+    its share of the KV heads, and where a prefill splits a shared head's rows by tokens, that
+    share of each row (a prompt's rows come whole, :func:`kv_bytes_per_socket`). What a prompt's
+    cache takes per token, for the fraction a socket sends and the tokens its free memory holds.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1 = load_model("graphs/deepseek_r1.yaml")
+    >>> kv_bytes_per_socket_token(r1, ParallelPlan(16), phase="prefill") * 16 == kv_bytes_per_token(r1)
+    True
+    """
+    _check_sizing_args(model, plan, 1, 1, phase, include_mtp)
+    return _token_share(model, plan, kv_share(model, plan, 1)[1], include_mtp, phase)
+
+
+def _token_share(model: ModelSpec, plan: ParallelPlan, heads: int, include_mtp: bool | int, phase: str) -> int:
+    """A token's bytes on the socket holding ``heads`` KV heads: its share of the KV heads, and of a
+    shared head's rows where the prefill sockets sharing it only write them, rounded up."""
     shards = kv_heads(model)
     if phase == "prefill" and prefill_splits_rows(model, plan):
         shards *= _row_shards(model, plan)
-    per_token = -(-kv_bytes_per_token(model, include_mtp) * heads // shards)
-    return sequences * cache_len * per_token
+    return -(-kv_bytes_per_token(model, include_mtp) * heads // shards)

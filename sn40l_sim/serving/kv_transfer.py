@@ -38,7 +38,7 @@ from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import state_bytes_per_socket
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket_token
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
@@ -46,7 +46,7 @@ from sn40l_sim.models.spec import ModelSpec
 def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: ParallelPlan,
                   include_mtp: bool | int = False) -> tuple[float, float]:
     """The fractions of one sequence's cache that the busiest prefill socket sends and the busiest
-    decode socket receives: what each holds of it (:func:`kv_bytes_per_socket` at batch 1) over
+    decode socket receives: what each holds of it per token (:func:`kv_bytes_per_socket_token`) over
     the cache's bytes.
 
     >>> from sn40l_sim.models.loader import load_model
@@ -56,8 +56,9 @@ def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: Par
     (0.125, 0.125)
     """
     per_token = kv_bytes_per_token(model, include_mtp=include_mtp)
-    send = kv_bytes_per_socket(model, prefill_plan, 1, 1, include_mtp=include_mtp, phase="prefill")
-    receive = kv_bytes_per_socket(model, decode_plan, 1, 1, include_mtp=include_mtp)
+    # a token's average share (a whole prompt's rows split by tokens round up to whole rows)
+    send = kv_bytes_per_socket_token(model, prefill_plan, include_mtp=include_mtp, phase="prefill")
+    receive = kv_bytes_per_socket_token(model, decode_plan, include_mtp=include_mtp)
     return send / per_token, receive / per_token
 
 

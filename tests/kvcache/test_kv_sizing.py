@@ -95,7 +95,10 @@ def test_prefill_splits_the_prompt_by_kv_heads_and_mla_by_tokens():
 @pytest.mark.parametrize("model, tp, dp, batch", [
     ("deepseek", 16, 1, 1), ("8b", 8, 1, 1), ("8b", 16, 1, 1), ("70b", 16, 1, 1),
     # a prefill plan with data-parallel attention: a group of tp / dp sockets runs a sequence
-    ("deepseek", 16, 2, 1), ("deepseek", 16, 16, 1), ("deepseek", 16, 2, 4), ("70b", 16, 16, 1), ("8b", 16, 2, 4)])
+    ("deepseek", 16, 2, 1), ("deepseek", 16, 16, 1), ("deepseek", 16, 2, 4), ("70b", 16, 16, 1), ("8b", 16, 2, 4),
+    # ways not dividing the prompt: MLA's sockets write ceil(tokens / ways) whole rows, not 1/ways
+    # of each (R1 at tp 12: 24,033,024 B written, 23,986,176 B counted)
+    ("deepseek", 12, 1, 1), ("deepseek", 12, 4, 3), ("deepseek", 12, 2, 3)])
 def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp, dp, batch):
     """The prefill node's memory and back-pressure count, per socket, what its prefill graph
     writes to the cache (GQA with more sockets than KV heads writes a replica of a head's rows on

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
-from sn40l_sim.serving.kv_transfer import transfer_seconds
+from sn40l_sim.ir import ParallelPlan
+from sn40l_sim.kvcache.sizing import kv_bytes_per_token
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.serving.kv_transfer import socket_shares, transfer_seconds
 
 NODE = load_hardware(Path(__file__).resolve().parents[2] / "hw_configs" / "sn40l_node16.yaml")
 GIB = 2**30
@@ -36,3 +39,12 @@ def test_the_host_link_carries_the_whole_cache_whatever_the_sockets_shares():
     assert transfer_seconds(NODE, "host_link", GIB, shares=(0.25, 0.5)) == whole
     p2p = transfer_seconds(NODE, "p2p", GIB)
     assert transfer_seconds(NODE, "p2p", GIB, shares=(0.25, 0.5)) < p2p
+
+
+def test_a_socket_share_is_a_tokens_average_not_a_whole_row():
+    # a prompt's latent rows split by tokens over R1's 12 prefill sockets come whole (ceil(tokens /
+    # 12) rows on the busiest, kvcache/sizing.py), but the fraction of the cache a socket sends is
+    # a token's average share, 1/12 of a row rounded up, not the whole row one token would give
+    r1 = load_model(Path(__file__).resolve().parents[2] / "graphs" / "deepseek_r1.yaml")
+    send, receive = socket_shares(r1, ParallelPlan(12), ParallelPlan(12, 12))
+    assert send == -(-kv_bytes_per_token(r1) // 12) / kv_bytes_per_token(r1) and receive == 1.0
