@@ -378,7 +378,7 @@ def assemble(experiment: Experiment | str | Path, *, hardware_overrides: dict[st
     for phase, phase_node in (("prefill", prefill_node or node), ("decode", node)):
         warn_idle_sockets(experiment, phase, plan_of(getattr(spec.parallel, phase)).sockets, phase_node.sockets,
                           phase_node.name)
-        warn_uneven_heads(experiment, phase, plan_of(getattr(spec.parallel, phase)).tp, model.attention,
+        warn_uneven_heads(experiment, phase, plan_of(getattr(spec.parallel, phase)), model.attention,
                           model.name)
     graph_template = load_graph_template(experiment, model)
     check_template_drafts(experiment, model, graph_template)

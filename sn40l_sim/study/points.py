@@ -27,6 +27,7 @@ from sn40l_sim.serving.context_limit import raise_context
 from sn40l_sim.serving.decode_books import cache_bounds
 
 if TYPE_CHECKING:
+    from sn40l_sim.ir import ParallelPlan
     from sn40l_sim.models.families import AttentionSpec
     from sn40l_sim.study.experiment import Experiment
 
@@ -301,40 +302,70 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
                       "to use them; attention_dp divides tp, so it cannot)", stacklevel=2)
 
 
-def warn_uneven_heads(exp: Experiment, phase: str, tp: int, attention: AttentionSpec, model_name: str) -> None:
+def warn_uneven_heads(exp: Experiment, phase: str, plan: ParallelPlan, attention: AttentionSpec,
+                      model_name: str) -> None:
     """Warn when tensor parallelism splits the query heads unevenly: the busiest socket holds
     ``ceil(heads / tp)`` of them and sets attention's pace (and holds the most of each head-split
     weight), so the sockets holding fewer idle for part of it. The counts are the split the
     simulator times (the family's ``socket_heads``: Llama-3.1's 64 heads over 9 sockets go in
     runs of 8, one per KV group, leaving a socket none), not an even one. (With fewer heads than
-    sockets each socket holds one, replicated: none idles.)"""
-    heads = attention.heads
+    sockets each socket holds one, replicated: none idles.)
+
+    With ``attention_dp > 1`` the projections split the heads ``tp`` ways but attention and the
+    cache split each sequence's ``tp / attention_dp`` ways (``Ctx.head_ways``; docs/architecture.md
+    "Heads that the sockets do not divide"), so each split is warned of apart, saying which it is:
+    Llama-3.1-8B's 32 heads at tp 12 and attention_dp 4 go 3 a socket in the projections but 11,
+    11 and 10 in attention."""
     file, line = exp.doc.where(("parallel", phase))
-    where = f"{file}:{line}: " if line is not None else f"{file}: "
-    if heads <= tp or heads % tp == 0:
+    where = f"{file}:{line}: parallel.{phase}: " if line is not None else f"{file}: parallel.{phase}: "
+    tp, dp = plan.tp, plan.attention_dp
+    if dp == 1:
+        message = _uneven(attention, tp, f"tp {tp} splits", f"tp {tp} splits", "the pace", "a tp", model_name)
+    else:
+        message = _uneven(attention, tp, f"in the projections, tp {tp} splits",
+                          f"in the K and V projections, tp {tp} splits", "their pace", "a tp", model_name,
+                          caches=False)
+    if message:
+        warnings.warn(where + message, stacklevel=2)
+    ways = f"tp {tp} / attention_dp {dp} = {tp // dp} ways split"
+    if dp > 1 and (message := _uneven(attention, tp // dp, f"in attention, {ways}", f"in attention and the cache, {ways}",
+                                      "attention's pace", "a tp / attention_dp", model_name, kv_too=True)):
+        warnings.warn(where + message, stacklevel=2)
+
+
+def _uneven(attention: AttentionSpec, ways: int, query_lead: str, kv_lead: str, pace: str, advice: str,
+            model_name: str, caches: bool = True, kv_too: bool = False) -> str | None:
+    """What :func:`warn_uneven_heads` says of a split of the heads ``ways`` ways (None when even):
+    of the query heads when they split unevenly (and, ``kv_too``, of the KV heads with them), else
+    of the KV heads when those do; ``query_lead`` and ``kv_lead`` say which split it is."""
+    heads, kv_heads = attention.heads, attention.cache_heads()
+    kv_split = attention.socket_kv_split(ways)
+    if heads <= ways or heads % ways == 0:
         # the query heads divide, but a socket whose heads span two KV groups holds both KV heads
         # and their caches, and every socket is sized as that one (docs/architecture.md "Heads that
         # the sockets do not divide": Llama-3.2-3B's 24 heads in 8 groups over 12 sockets)
-        kv_split, kv_heads = attention.socket_kv_split(tp), attention.cache_heads()
-        if kv_split[0] != kv_split[-1]:
-            warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {kv_heads} KV heads of {model_name!r} "
-                          f"unevenly (its {heads} query heads evenly): the busiest socket holds {kv_split[0]} "
-                          f"and their caches and sets the pace; as simulated {_counts(kv_split)} (a tp "
-                          f"dividing {kv_heads} or a multiple of {kv_heads} balances them)", stacklevel=2)
-        return
-    split = attention.socket_heads(tp)
-    most = split[0]
-    warnings.warn(f"{where}parallel.{phase}: tp {tp} splits the {heads} query heads of {model_name!r} unevenly: "
-                  f"the busiest socket holds {most} and sets the pace; as simulated {_counts(split)} "
-                  f"(a tp dividing {heads} balances them)", stacklevel=2)
+        if kv_split[0] == kv_split[-1]:
+            return None
+        return (f"{kv_lead} the {kv_heads} KV heads of {model_name!r} unevenly (its {heads} query heads evenly): "
+                f"the busiest socket holds {kv_split[0]}{' and their caches' if caches else ''} and sets {pace}; "
+                f"as simulated {_counts(kv_split)} ({advice} dividing {kv_heads} or a multiple of {kv_heads} "
+                "balances them)")
+    split = attention.socket_heads(ways)
+    kv = f", and {_counts(kv_split, ' KV heads and their caches')}" if kv_too and kv_split[0] != kv_split[-1] else ""
+    return (f"{query_lead} the {heads} query heads of {model_name!r} unevenly: the busiest socket holds "
+            f"{split[0]} and sets {pace}; as simulated {_counts(split)}{kv} ({advice} dividing {heads} balances "
+            "them)")
 
 
-def _counts(split: tuple[int, ...]) -> str:
-    """``"10 of the 12 hold 3, 1 holds 2, 1 holds none"`` for a per-socket split, most first."""
+def _counts(split: tuple[int, ...], what: str = "") -> str:
+    """``"10 of the 12 hold 3, 1 holds 2, 1 holds none"`` for a per-socket split, most first
+    (``what``, as ``" KV heads"``, follows the first count)."""
     most = split[0]
-    others = "".join(f", {split.count(n)} {'hold' if split.count(n) > 1 else 'holds'} {n or 'none'}"
-                     for n in sorted(set(split) - {most}, reverse=True))
-    return f"{split.count(most)} of the {len(split)} hold {most}{others}"
+
+    def hold(n: int) -> str:
+        return "hold" if split.count(n) > 1 else "holds"
+    others = "".join(f", {split.count(n)} {hold(n)} {n or 'none'}" for n in sorted(set(split) - {most}, reverse=True))
+    return f"{split.count(most)} of the {len(split)} {hold(most)} {most}{what}{others}"
 
 
 def at_entry(exp: Experiment, point: Point, inner: tuple[Any, ...], exc: InputError) -> InputError:

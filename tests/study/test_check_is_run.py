@@ -474,15 +474,48 @@ def test_a_plan_splitting_the_query_heads_unevenly_is_warned_of(tmp_path, capsys
     uneven = LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml").replace("{tp: 8}", "{tp: 12}") \
         .replace("{tp: 8, attention_dp: 8}", "{tp: 12, attention_dp: 4}")
     messages = [m for m in check_warnings(path, uneven) if "unevenly" in m]
-    assert len(messages) == 2
+    assert len(messages) == 3   # decode's attention_dp 4 splits attention otherwise (the next test)
     assert messages[0] == (f"{path}:12: parallel.prefill: tp 12 splits the 32 query heads of 'llama-3.1-8b' "
                            "unevenly: the busiest socket holds 3 and sets the pace; as simulated 10 of the 12 "
                            "hold 3, 1 holds 2, 1 holds none (a tp dividing 32 balances them)")
-    assert messages[1].startswith(f"{path}:13: parallel.decode: tp 12 splits")
+    assert messages[1].startswith(f"{path}:13: parallel.decode: in the projections, tp 12 splits")
     assert not [m for m in check_warnings(path, LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml")
                                           .replace("{tp: 8}", "{tp: 16}")
                                           .replace("{tp: 8, attention_dp: 8}", "{tp: 16, attention_dp: 8}"))
                 if "unevenly" in m]
+
+
+def test_uneven_heads_under_attention_dp_are_warned_of_as_attention_and_the_cache_split_them(tmp_path, capsys):
+    # with attention_dp 4 of tp 12 the projections split the heads 12 ways but attention and the
+    # cache 3 ways (Ctx.head_ways, kv_share): Llama-3.1-8B's 32 heads run 11, 11 and 10 there, and
+    # Llama-3.2-3B's caches are sized for 4 KV heads on the busiest socket; check spoke only of
+    # the 12-way split (3 query heads; 2 KV heads "and their caches")
+    path = tmp_path / "e.yaml"
+    plans = LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml") \
+        .replace("{tp: 8, attention_dp: 8}", "{tp: 12, attention_dp: 4}")   # prefill's tp 8 splits both evenly
+    messages = [m for m in check_warnings(path, plans) if "unevenly" in m]
+    assert messages == [
+        f"{path}:13: parallel.decode: in the projections, tp 12 splits the 32 query heads of 'llama-3.1-8b' "
+        "unevenly: the busiest socket holds 3 and sets their pace; as simulated 10 of the 12 hold 3, 1 holds 2, "
+        "1 holds none (a tp dividing 32 balances them)",
+        f"{path}:13: parallel.decode: in attention, tp 12 / attention_dp 4 = 3 ways split the 32 query heads of "
+        "'llama-3.1-8b' unevenly: the busiest socket holds 11 and sets attention's pace; as simulated 2 of the 3 "
+        "hold 11, 1 holds 10, and 1 of the 3 holds 4 KV heads and their caches, 2 hold 3 (a tp / attention_dp "
+        "dividing 32 balances them)"]
+    model = REPO / "tests" / "models" / "public_models" / "llama3_2_3b.yaml"
+    messages = [m for m in check_warnings(path, plans.replace(f"{REPO}/graphs/llama3_1_8b.yaml", str(model)))
+                if "unevenly" in m]
+    assert messages == [
+        f"{path}:13: parallel.decode: in the K and V projections, tp 12 splits the 8 KV heads of 'llama-3.2-3b' "
+        "unevenly (its 24 query heads evenly): the busiest socket holds 2 and sets their pace; as simulated 4 of "
+        "the 12 hold 2, 8 hold 1 (a tp dividing 8 or a multiple of 8 balances them)",
+        f"{path}:13: parallel.decode: in attention and the cache, tp 12 / attention_dp 4 = 3 ways split the 8 KV "
+        "heads of 'llama-3.2-3b' unevenly (its 24 query heads evenly): the busiest socket holds 4 and their "
+        "caches and sets attention's pace; as simulated 1 of the 3 holds 4, 2 hold 3 (a tp / attention_dp "
+        "dividing 8 or a multiple of 8 balances them)"]
+    # attention_dp 3 leaves 4 ways, which split both evenly: only the projections' split is said
+    messages = [m for m in check_warnings(path, plans.replace("attention_dp: 4", "attention_dp: 3")) if "unevenly" in m]
+    assert len(messages) == 1 and "in the projections, tp 12 splits the 32 query heads" in messages[0]
 
 
 def test_a_plan_splitting_only_the_kv_heads_unevenly_is_warned_of(tmp_path, capsys):
