@@ -38,26 +38,32 @@ from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import state_bytes_per_socket
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket_token
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, kv_bytes_per_socket_token, prefill_splits_rows
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
 
 def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: ParallelPlan,
-                  include_mtp: bool | int = False) -> tuple[float, float]:
+                  include_mtp: bool | int = False, rows: int = 0) -> tuple[float, float]:
     """The fractions of one sequence's cache that the busiest prefill socket sends and the busiest
     decode socket receives: what each holds of it per token (:func:`kv_bytes_per_socket_token`) over
-    the cache's bytes.
+    the cache's bytes. For a cache of ``rows`` rows, where the prefill sockets split a shared KV
+    head's rows by tokens (MLA), the busiest sends the whole rows it wrote, ``ceil(rows / sockets)``
+    (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket`), not a token's average share of each.
 
     >>> from sn40l_sim.models.loader import load_model
     >>> socket_shares(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16), ParallelPlan(16, 16))
     (0.0625, 1.0)
     >>> socket_shares(load_model("graphs/llama3_1_70b.yaml"), ParallelPlan(8), ParallelPlan(16))
     (0.125, 0.125)
+    >>> socket_shares(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(12), ParallelPlan(12, 12), rows=4096)
+    (0.08349609375, 1.0)
     """
     per_token = kv_bytes_per_token(model, include_mtp=include_mtp)
     # a token's average share (a whole prompt's rows split by tokens round up to whole rows)
     send = kv_bytes_per_socket_token(model, prefill_plan, include_mtp=include_mtp, phase="prefill")
+    if rows and prefill_splits_rows(model, prefill_plan):
+        send = kv_bytes_per_socket(model, prefill_plan, 1, rows, include_mtp=include_mtp, phase="prefill") / rows
     receive = kv_bytes_per_socket_token(model, decode_plan, include_mtp=include_mtp)
     return send / per_token, receive / per_token
 

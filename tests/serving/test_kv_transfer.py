@@ -48,3 +48,14 @@ def test_a_socket_share_is_a_tokens_average_not_a_whole_row():
     r1 = load_model(Path(__file__).resolve().parents[2] / "graphs" / "deepseek_r1.yaml")
     send, receive = socket_shares(r1, ParallelPlan(12), ParallelPlan(12, 12))
     assert send == -(-kv_bytes_per_token(r1) // 12) / kv_bytes_per_token(r1) and receive == 1.0
+
+
+def test_a_prompts_share_counts_the_whole_rows_only_where_the_prefill_splits_rows():
+    # R1's 4,096-token prompt over 12 prefill sockets: the busiest sends ceil(4096 / 12) = 342 whole
+    # rows, not 4096 / 12 = 341.3 (about 0.2% more); a GQA prefill holds whole KV heads, every row
+    repo = Path(__file__).resolve().parents[2]
+    r1 = load_model(repo / "graphs" / "deepseek_r1.yaml")
+    assert socket_shares(r1, ParallelPlan(12), ParallelPlan(12, 12), rows=4096) == (342 / 4096, 1.0)
+    llama = load_model(repo / "graphs" / "llama3_1_70b.yaml")
+    assert socket_shares(llama, ParallelPlan(12), ParallelPlan(16), rows=4097) == socket_shares(
+        llama, ParallelPlan(12), ParallelPlan(16))

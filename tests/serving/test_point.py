@@ -10,7 +10,7 @@ import pytest
 from serving_doubles import DECODE, PREFILL, R1_KV_PER_TOKEN, R1_MTP_KV_PER_TOKEN, FakePlacer, fixed_costs, r1_model
 
 from sn40l_sim.errors import InfeasibleError, InputError
-from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.models.spec import ModelSpec
@@ -169,6 +169,26 @@ def test_p2p_moves_the_part_of_the_cache_each_socket_holds():
     assert tp.transfer_bytes == dp.transfer_bytes and tp.transfer_cycles == dp.transfer_cycles
     assert transfer_seconds(NODE, "p2p", dp.transfer_bytes, shares=(1 / 16, 1 / 8)) == pytest.approx(
         calibrated.transfer_setup_s + p2p.latency_s + dp.transfer_bytes / 8 / port_bytes_per_s)
+
+
+def test_a_prefill_socket_splitting_rows_sends_the_whole_rows_it_wrote():
+    # R1's 16 prefill sockets write a 130,072-token prompt's latent rows split by tokens, the
+    # busiest ceil(130072 / 16) = 8,130 whole rows (kvcache/sizing.py); the transfer counted a
+    # token's average share, 8,129.5 rows. A prefill node with half the P2P bandwidth sends to a
+    # decode ring of 16 (14 spare ports) and so sets the time.
+    prompt = PROMPT - 1000
+    ring = NODE.model_copy(update={"topology": NODE.topology.model_copy(update={"kind": "ring"})})
+    slow = with_overrides(NODE, {"socket.p2p.bytes_per_s_per_port": NODE.socket.p2p.bytes_per_s_per_port / 2})
+    costs = fixed_costs(FULL)
+    result = simulate_point(setup(FULL, prompt_len=prompt, node=ring, prefill_node=slow, kv_transfer="p2p"),
+                            lambda slots: [Request(i, 0, prompt, 8) for i in range(slots)], costs,
+                            FakePlacer(weights=40 * 2**30, free=FREE), prefill_costs=costs,
+                            prefill_place=FakePlacer(weights=40 * 2**30, free=FREE))
+    assert result.transfer_bytes == prompt * R1_KV_PER_TOKEN
+    p2p, calibrated = slow.socket.p2p, slow.socket.calibrated
+    sent = -(-prompt // 16) * R1_KV_PER_TOKEN
+    seconds = calibrated.transfer_setup_s + p2p.latency_s + sent / (p2p.bytes_per_s_per_port * calibrated.p2p_efficiency)
+    assert abs(result.transfer_cycles - seconds * NODE.socket.clock_hz) <= 1
 
 
 def test_p2p_between_nodes_takes_only_the_ports_the_nodes_topology_leaves_spare():
