@@ -303,7 +303,7 @@ def warn_idle_sockets(exp: Experiment, phase: str, plan_sockets: int, node_socke
 
 
 def warn_uneven_heads(exp: Experiment, phase: str, plan: ParallelPlan, attention: AttentionSpec,
-                      model_name: str) -> None:
+                      model_name: str, sweep_point: str | None = None) -> None:
     """Warn when tensor parallelism splits the query heads unevenly: the busiest socket holds
     ``ceil(heads / tp)`` of them and sets attention's pace (and holds the most of each head-split
     weight), so the sockets holding fewer idle for part of it. The counts are the split the
@@ -315,9 +315,10 @@ def warn_uneven_heads(exp: Experiment, phase: str, plan: ParallelPlan, attention
     cache split each sequence's ``tp / attention_dp`` ways (``Ctx.head_ways``; docs/architecture.md
     "Heads that the sockets do not divide"), so each split is warned of apart, saying which it is:
     Llama-3.1-8B's 32 heads at tp 12 and attention_dp 4 go 3 a socket in the projections but 11,
-    11 and 10 in attention."""
+    11 and 10 in attention. A sweep names the ``sweep_point`` whose plan or model it is."""
     file, line = exp.doc.where(("parallel", phase))
-    where = f"{file}:{line}: parallel.{phase}: " if line is not None else f"{file}: parallel.{phase}: "
+    field = f"parallel.{phase}" + (f" (sweep point {sweep_point})" if sweep_point is not None else "")
+    where = f"{file}:{line}: {field}: " if line is not None else f"{file}: {field}: "
     tp, dp = plan.tp, plan.attention_dp
     if dp == 1:
         message = _uneven(attention, tp, f"tp {tp} splits", f"tp {tp} splits", "the pace", "a tp", model_name)

@@ -612,6 +612,23 @@ def test_a_sweep_point_leaving_sockets_idle_is_warned_of(tmp_path, capsys):
     assert len(messages) == 2 and all("(sweep point sockets=16); the other 8 stay idle" in m for m in messages)
 
 
+def test_a_sweep_point_splitting_the_heads_unevenly_is_warned_of(tmp_path, capsys):
+    # the plan of the tests above written as a sweep's axis: check (and run) of the sweep said
+    # nothing, where check of the one experiment warns (a sweep expands its runs without assemble)
+    base, path = tmp_path / "base.yaml", tmp_path / "sweep.yaml"
+    base.write_text(LLAMA.replace("sn40l_node8.yaml", "sn40l_node16.yaml")
+                    .replace("{tp: 8, attention_dp: 8}", "{tp: 12, attention_dp: 4}"))
+    messages = [m for m in check_warnings(path, f"base: {base}\nname: plans\nsweep:\n  axes:\n"
+                                                "    parallel.decode.attention_dp: [1, 4]\n") if "unevenly" in m]
+    assert len(messages) == 3
+    assert messages[0].startswith(f"{base}:13: parallel.decode (sweep point attention_dp=1): tp 12 splits the 32 "
+                                  "query heads of 'llama-3.1-8b' unevenly: the busiest socket holds 3")
+    assert messages[1].startswith(f"{base}:13: parallel.decode (sweep point attention_dp=4): in the projections, "
+                                  "tp 12 splits")
+    assert messages[2].startswith(f"{base}:13: parallel.decode (sweep point attention_dp=4): in attention, tp 12 / "
+                                  "attention_dp 4 = 3 ways split the 32 query heads")
+
+
 def test_describe_names_every_file_an_experiment_reads(capsys):
     assert main(["describe", str(REPO / "experiments" / "multi_model.yaml")]) == 0
     out = capsys.readouterr().out

@@ -34,7 +34,7 @@ from sn40l_sim.models.template import template_for
 from sn40l_sim.study.assemble import Assembly, check_drafts_have_mtp, plan_of
 from sn40l_sim.study.experiment_files import experiment_model, load_graph_template, named_file, read_trace_rows
 from sn40l_sim.study.plugins import plugin_digests
-from sn40l_sim.study.points import Point, points, warn_idle_sockets
+from sn40l_sim.study.points import Point, points, warn_idle_sockets, warn_uneven_heads
 from sn40l_sim.study.sweep.axes import value_text
 from sn40l_sim.study.sweep.base import experiment_from_data, load_node
 from sn40l_sim.study.sweep.load import Sweep, SweepPoint
@@ -158,6 +158,10 @@ def expand_runs(sweep: Sweep) -> tuple[list[SweepRun], list[tuple[int, str, str]
             for phase, node in (("prefill", prefill_node or nodes[hw_key]), ("decode", nodes[hw_key])):
                 warn_idle_sockets(exp, phase, plan_of(getattr(spec.parallel, phase)).sockets, node.sockets,
                                   f"{node.name} (sweep point {sp.name})")
+                # as assemble warns of a single experiment's plan: a point's own plan or model may
+                # split the heads unevenly where the base's does not
+                warn_uneven_heads(exp, phase, plan_of(getattr(spec.parallel, phase)), models[model_key].attention,
+                                  models[model_key].name, sp.name)
             runs += [SweepRun(sp, p, asm) for p in points(exp)]
         except InputError as exc:
             failures.append((sp.index, sp.name, str(_at_axis(sweep, exc))))
