@@ -311,8 +311,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
             return 0
         n_bytes = sent_bytes(s.model, s.policy, prompt_len, s.max_new_tokens, drafts)
         # the busiest prefill socket sends whole rows of the prompt's cache (MLA's split by tokens)
-        shares = socket_shares(s.model, s.prefill_plan, s.decode_plan, include_mtp,
-                               rows=s.policy.cache_len(prompt_len, 0))
+        shares = socket_shares(s.model, s.prefill_plan, s.decode_plan, include_mtp, rows=s.policy.cache_len(prompt_len, 0))
         return math.ceil(transfer_seconds(s.node, s.kv_transfer, n_bytes, s.prefill_node, shares=shares) * clock_hz)
 
     transfer_bytes = 0 if colocated else sent_bytes(s.model, s.policy, s.prompt_len, s.max_new_tokens, drafts)
