@@ -396,17 +396,23 @@ def test_one_x_written_two_ways_is_one_x(tmp_path, monkeypatch):
     assert ticks == [["1", "2"]]
 
 
-@pytest.mark.parametrize("kind", ["line", "scatter"])
-def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkeypatch, kind):
-    """With three hue columns the middle one changed neither colour nor dash nor marker: a sweep's
-    hue [kv_policy, sweep.model, sweep.hbm] drew 8B's and 70B's lines alike, told apart only by where
-    they lay. Each series now differs from every other in colour or in dash and marker."""
-    drawn = []
+def _record_series_styles(monkeypatch) -> list[tuple]:
+    """The (colour, dash, marker) of each series drawn from here on, as the plot draws it."""
+    drawn: list[tuple] = []
     for method in ("plot", "scatter"):
         original = getattr(matplotlib.axes.Axes, method)
         monkeypatch.setattr(matplotlib.axes.Axes, method, lambda self, xs, ys, *a, _o=original, **k: (
             drawn.append((str(k.get("color", k.get("c"))), k.get("linestyle"), k.get("marker"))),
             _o(self, xs, ys, *a, **k))[1])
+    return drawn
+
+
+@pytest.mark.parametrize("kind", ["line", "scatter"])
+def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkeypatch, kind):
+    """With three hue columns the middle one changed neither colour nor dash nor marker: a sweep's
+    hue [kv_policy, sweep.model, sweep.hbm] drew 8B's and 70B's lines alike, told apart only by where
+    they lay. Each series now differs from every other in colour or in dash and marker."""
+    drawn = _record_series_styles(monkeypatch)
     rows = [{"experiment": "demo", "kv_policy": policy, "model": model, "rate": rate, "batch": batch,
              "decode_step_s": 0.001 * batch * rate}
             for policy in ("full", "snap") for model in ("8b", "70b") for rate in (1, 2) for batch in (1, 4)]
@@ -418,12 +424,7 @@ def test_every_series_of_three_hue_columns_is_drawn_its_own_way(tmp_path, monkey
 def test_more_text_hue_values_than_colours_are_drawn_each_its_own_way(tmp_path, monkeypatch, kind):
     """The colour cycle holds ten colours: a hue of twelve text values (policies, say) drew the
     eleventh and twelfth series exactly as the first and second."""
-    drawn = []
-    for method in ("plot", "scatter"):
-        original = getattr(matplotlib.axes.Axes, method)
-        monkeypatch.setattr(matplotlib.axes.Axes, method, lambda self, xs, ys, *a, _o=original, **k: (
-            drawn.append((str(k.get("color", k.get("c"))), k.get("linestyle"), k.get("marker"))),
-            _o(self, xs, ys, *a, **k))[1])
+    drawn = _record_series_styles(monkeypatch)
     rows = [{"experiment": "demo", "kv_policy": f"policy_{chr(97 + i)}", "batch": batch, "decode_step_s": 0.001 * i}
             for i in range(12) for batch in (1, 4)]
     plot_csv(write_csv(tmp_path, rows), x="batch", y="decode_step_s", hue=["kv_policy"], kind=kind)
