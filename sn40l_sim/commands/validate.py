@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
     given = args.hardware is not None
     if args.hardware is None:   # a path relative to the folder it runs from was 'file not found' elsewhere
         args.hardware = default_hardware()
-    loaded = LoadedExperiments()
-    references = load_references(args.references)
+    # the sweeps the reference check plans are simulated as planned, not planned again
+    planned: dict = {}
+    references = load_references(args.references, planned)
+    loaded = LoadedExperiments(planned)
     loo = LeaveOneOut.read()
     # the hardware the leave-one-out column is checked against: a bad --hardware is refused before
     # the simulations, not after them
@@ -91,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: the leave-one-out predictions {why}; rerun `python -m sn40l_sim calibrate --write "
                   "--leave-one-out refit`")
             loo = None
-        elif loo.inputs != inputs_digest(loaded, load_references([]), list(loo.fitted)):
+        elif loo.inputs != inputs_digest(loaded, load_references([]) if args.references else references,
+                                         list(loo.fitted)):
             # the calibrated values and measurements as they were, but a hardware, model or experiment
             # file of the calibration points (all of them: each refit fitted to the others) edited
             # since: the predictions are of another simulation

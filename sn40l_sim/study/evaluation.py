@@ -36,8 +36,10 @@ class LoadedExperiments:
     (True, 1)
     """
 
-    def __init__(self) -> None:
-        self._loaded: dict[Path, Assembly | list[SweepRun]] = {}
+    def __init__(self, planned: dict[Path, list[SweepRun]] | None = None) -> None:
+        # sweeps whose runs the caller planned already (by resolved path; ``validate``'s reference
+        # check plans them to know their names, :func:`~sn40l_sim.study.validation.load_references`)
+        self._loaded: dict[Path, Assembly | list[SweepRun]] = dict(planned or {})
 
     def __len__(self) -> int:
         return len(self._loaded)

@@ -24,7 +24,7 @@ from sn40l_sim.study.preflight import require_workload
 from sn40l_sim.study.reference_schema import Measurement, ReferenceFile, check_quantity
 from sn40l_sim.study.reference_schema import Tolerance as Tolerance  # re-exported: tests and notebooks name it here
 from sn40l_sim.study.sweep.load import load_sweep
-from sn40l_sim.study.sweep.plan import expand_runs
+from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
 from sn40l_sim.yamlio import load_document, not_a_file, shown_path
 
 DEFAULT_REFERENCE_DIR = Path(__file__).resolve().parents[2] / "experiments" / "reference"
@@ -96,8 +96,13 @@ class Comparison:
         return m.tolerance.accepts(m.value, self.simulated)
 
 
-def load_references(paths: list[Path] | None = None) -> list[Reference]:
+def load_references(paths: list[Path] | None = None,
+                    planned: dict[Path, list[SweepRun]] | None = None) -> list[Reference]:
     """Every measurement in the given reference files (default: all of ``experiments/reference``).
+
+    ``planned``, when given, receives the runs of each sweep experiment the measurements name (by
+    its resolved path), planned here to check the names they give: ``validate`` simulates them
+    without planning them again (:class:`~sn40l_sim.study.evaluation.LoadedExperiments`).
 
     Raises
     ------
@@ -147,7 +152,7 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
                     raise doc.error(at + ("experiment",), f"{m.experiment!r} serves several models (multi_model:), "
                                     "which validate does not simulate (one model's memory, prefill and decode "
                                     "step); expected an experiment of one model")
-                point_names[exp_path] = _point_names(exp_path)
+                point_names[exp_path] = _point_names(exp_path, planned)
             if m.relative_to is not None and m.relative_to == m.point:
                 raise doc.error(at + ("relative_to",), f"measurement {m.id!r} is relative to its own point "
                                 f"{m.point!r}: the ratio is 1 whatever is simulated; expected another point")
@@ -171,15 +176,18 @@ def load_references(paths: list[Path] | None = None) -> list[Reference]:
     return out
 
 
-def _point_names(path: Path) -> list[str]:
+def _point_names(path: Path, planned: dict[Path, list[SweepRun]] | None = None) -> list[str]:
     """The names of the records the experiment at ``path`` gives: its points, or for a sweep, its
-    runs (``full[model=llama3_1_70b,sockets=8,...]``), as :mod:`~sn40l_sim.study.evaluation` names them."""
+    runs (``full[model=llama3_1_70b,sockets=8,...]``), as :mod:`~sn40l_sim.study.evaluation` names them;
+    a sweep's runs are kept in ``planned`` when it is given."""
     exp = load_experiment(path)
     if exp.spec.sweep is not None:
         runs, failures = expand_runs(load_sweep(path))
         if failures:
             _, name, error = failures[0]
             raise exp.error(("sweep",), f"sweep point {name} does not assemble: {error}")
+        if planned is not None:
+            planned[Path(path).resolve()] = runs
         return sorted(run.name for run in runs)
     require_workload(exp)
     return sorted(p.name for p in points(exp))

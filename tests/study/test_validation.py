@@ -511,3 +511,25 @@ def test_load_references_names_a_single_path_given_for_its_list(paths):
     with pytest.raises(InputError, match=r"^paths: expected a list of reference files, such as \[Path\("):
         load_references(paths)
     assert load_references([str(paths)] if isinstance(paths, str) else [paths] if isinstance(paths, Path) else None)
+
+
+def test_a_sweep_the_references_name_is_planned_once_for_validate(monkeypatch):
+    # validate planned kernel_looping.yaml's eight runs once to check the points the measurements
+    # name, again to simulate them and a third time for the leave-one-out inputs' check
+    from sn40l_sim.study import evaluation, validation
+    from sn40l_sim.study.evaluation import LoadedExperiments
+    from sn40l_sim.study.sweep.plan import expand_runs
+    planned_runs = []
+
+    def counted(sweep):
+        planned_runs.append(sweep)
+        return expand_runs(sweep)
+
+    monkeypatch.setattr(validation, "expand_runs", counted)
+    monkeypatch.setattr(evaluation, "expand_runs", counted)
+    planned: dict = {}
+    refs = load_references([REPO / "experiments" / "reference" / "kernel_looping.yaml"], planned)
+    path = refs[0].experiment_path
+    runs = LoadedExperiments(planned).load(path)
+    assert len(planned_runs) == 1 and runs is planned[path.resolve()]
+    assert {r.measurement.point for r in refs} <= {run.name for run in runs}
