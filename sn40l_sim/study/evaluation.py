@@ -21,7 +21,7 @@ from sn40l_sim.study.preflight import require_workload
 from sn40l_sim.study.runner import simulate_assembly
 from sn40l_sim.study.sweep.load import load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, expand_runs
-from sn40l_sim.study.sweep.run import stamp
+from sn40l_sim.study.sweep.stamps import stamp
 
 
 class LoadedExperiments:

@@ -533,3 +533,17 @@ def test_a_sweep_the_references_name_is_planned_once_for_validate(monkeypatch):
     runs = LoadedExperiments(planned).load(path)
     assert len(planned_runs) == 1 and runs is planned[path.resolve()]
     assert {r.measurement.point for r in refs} <= {run.name for run in runs}
+
+
+def test_the_evaluation_of_validate_and_calibrate_imports_no_sweep_workers():
+    # evaluation named its sweep records with sweep.run's stamp, which brought the sweep's worker
+    # pool, progress bar and plots into every validate (30 ms of its start)
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, sn40l_sim.study.evaluation, sn40l_sim.study.leave_one_out\n"
+            "print(sorted(m for m in ('tqdm', 'sn40l_sim.study.sweep.run', 'concurrent.futures.process') "
+            "if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

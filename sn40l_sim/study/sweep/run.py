@@ -25,8 +25,6 @@ from typing import Any
 from tqdm import tqdm
 
 from sn40l_sim.errors import InfeasibleError, InputError, InvariantError, shown
-from sn40l_sim.hardware.legacy import upgrade_dotted
-from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.report.outputs import write_text
 from sn40l_sim.report.results import write_results
 from sn40l_sim.study.plugins import plugin_failure
@@ -36,6 +34,7 @@ from sn40l_sim.study.sweep.executors import SchedulerLost, check_jobs, open_exec
 from sn40l_sim.study.sweep.figures import plot_sweep, write_front
 from sn40l_sim.study.sweep.load import Sweep, load_sweep
 from sn40l_sim.study.sweep.plan import SweepRun, code_digest, expand_runs, installed, refuse_repeated_points
+from sn40l_sim.study.sweep.stamps import axis_values, stamp
 from sn40l_sim.study.sweep.store import Outcome, RunStore
 
 #: the error of a run done by a worker whose sn40l_sim sources differ from this process's
@@ -150,52 +149,6 @@ def run_sweep(experiment_path: str | Path, out_dir: str | Path, jobs: int | None
     if plots and records and sweep.plot is not None:
         plot_sweep(sweep, csv_path, out_dir / "sweep.png")
     return records
-
-
-def _node_field(node: NodeSpec, dotted: str) -> Any:
-    out: Any = node
-    for part in upgrade_dotted(dotted).split("."):
-        out = out[part] if isinstance(out, dict) else getattr(out, part)   # memory tiers are a mapping
-    return out
-
-
-def _experiment_number(spec: Any, path: tuple[str, ...]) -> float | None:
-    """The number the validated experiment holds at ``path`` (list entries by index or ``name``),
-    or None when the field holds no number."""
-    out: Any = spec
-    for part in path:
-        if isinstance(out, (list, tuple)):
-            out = out[int(part)] if part.isdigit() and int(part) < len(out) else \
-                next((e for e in out if getattr(e, "name", None) == part), None)
-        else:
-            out = out.get(part) if isinstance(out, dict) else getattr(out, part, None)
-        if out is None:
-            return None
-    return out if isinstance(out, (int, float)) and not isinstance(out, bool) else None
-
-
-def stamp(run: SweepRun, record: dict) -> dict:
-    """``record`` (changed in place) with the run's name, its sweep point's name and its axis values
-    (hardware axes as the node holds them: numbers in bytes/s, Hz, counts; a value written with a
-    unit, ``10 ms``, as the number in the field's unit, so that a plot orders it; others as written)."""
-    record["name"] = run.name
-    record["sweep_point"] = run.sweep_point.name
-    record["sweep"] = axis_values(run)
-    return record
-
-
-def axis_values(run: SweepRun) -> dict[str, Any]:
-    """The run's axis values as its record's ``sweep`` holds them (see :func:`stamp`)."""
-    sp = run.sweep_point
-    values = {}
-    for k, v in sp.values.items():
-        if k in sp.hardware_axes:
-            v = _node_field(run.assembly.node, sp.hardware_axes[k])
-        elif isinstance(v, str) and k in sp.experiment_axes:
-            number = _experiment_number(run.assembly.experiment.spec, sp.experiment_axes[k])
-            v = v if number is None else number
-        values[k] = v
-    return values
 
 
 #: what a worker sends back: the outcome, whether it is worth storing, its code's digest, its warnings
