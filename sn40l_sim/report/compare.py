@@ -38,6 +38,11 @@ DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "
              "workload", "seed", "speculative_drafts", "draft_acceptance", "options")
 #: fields results written before them lack: such a record compares by the others
 KEPT_LATER = ("kv_transfer", "seed", "options")
+#: the point's shape, named after the inputs when it differs: the prompt (``shape.prompt_len``) and the
+#: decode batch (an explicit ``serving.batch``, or the largest that fits when another input moved it);
+#: two runs differing in either were headed "the same model, hardware and policy" above every figure
+#: they moved. A record lacking one (a hand-made one) compares by the rest
+SHAPE = ("prefill_len", "batch")
 #: the objectives an ``slo`` record states (the rest of it is what the run served against them)
 SLO_STATED = (("ttft", "ttft_max_s", "ttft_percentile"), ("tpot", "tpot_max_s", "tpot_percentile"))
 
@@ -63,8 +68,9 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     """One point's table: a heading naming what differs among :data:`DESCRIBED`, then one line per
     row of ``run``'s table that either record holds: base, other, other/base (``changed_only``:
     only the rows whose shown values differ)."""
-    changes = [_change(name, base.get(name), other.get(name)) for name in DESCRIBED
-               if base.get(name) != other.get(name) and not (name in KEPT_LATER and (name not in base or name not in other))]
+    changes = [_change(name, base.get(name), other.get(name)) for name in (*DESCRIBED, *SHAPE)
+               if base.get(name) != other.get(name)
+               and not (name in (*KEPT_LATER, *SHAPE) and (name not in base or name not in other))]
     changes += [_described_otherwise(name, base, other) for name in DIGESTED if _same_name_other_digest(name, base, other)]
     if _slo_stated(base) != _slo_stated(other):
         # another bound moves the attainment and goodput rows alone: the heading said "the same model,

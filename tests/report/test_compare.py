@@ -499,3 +499,15 @@ def test_a_null_multi_model_setting_is_named_none_not_a_traceback(tmp_path, caps
     other = _write(tmp_path, "other", [dict(BASE, multi_model={field: b})])
     assert main(["compare", str(base), str(other)]) == 0
     assert f"full: {said}" in capsys.readouterr().out
+
+
+def test_the_heading_names_a_changed_prompt_or_batch():
+    # two runs of one experiment at 32K and 16K prompts, or at serving.batch max (64) and 8, were headed
+    # "the same model, hardware and policy" above a prompt, a batch and every figure that follow them
+    prompt = dict(BASE, prefill_len=32768, batch=64)
+    half = dict(prompt, prefill_len=16384, batch=128)
+    assert point_table(prompt, half).splitlines()[0] == "full: prefill_len 32768 -> 16384; batch 64 -> 128"
+    assert point_table(prompt, dict(prompt, batch=8), changed_only=True).splitlines()[0] == "full: batch 64 -> 8"
+    # identical inputs keep their heading; a record without the prompt (older results) compares by the rest
+    assert point_table(prompt, dict(prompt)).splitlines()[0] == "full: the same model, hardware and policy"
+    assert point_table(BASE, dict(BASE, prefill_len=4096)).splitlines()[0] == "full: the same model, hardware and policy"
