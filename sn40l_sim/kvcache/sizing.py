@@ -38,7 +38,7 @@ from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_socket_token",
            "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
-           "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
+           "kv_tokens_fitting", "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -293,7 +293,8 @@ def kv_bytes_per_socket_token(model: ModelSpec, plan: ParallelPlan, *, include_m
     """Bytes one cached token of a sequence takes on the busiest socket, on average, rounded up:
     its share of the KV heads, and where a prefill splits a shared head's rows by tokens, that
     share of each row (a prompt's rows come whole, :func:`kv_bytes_per_socket`). What a prompt's
-    cache takes per token, for the fraction a socket sends and the tokens its free memory holds.
+    cache takes per token, for the fraction a socket sends (the tokens free memory holds, in whole
+    rows: :func:`kv_tokens_fitting`).
 
     >>> from sn40l_sim.models.loader import load_model
     >>> r1 = load_model("graphs/deepseek_r1.yaml")
@@ -302,6 +303,30 @@ def kv_bytes_per_socket_token(model: ModelSpec, plan: ParallelPlan, *, include_m
     """
     _check_sizing_args(model, plan, 1, 1, phase, include_mtp)
     return _token_share(model, plan, kv_share(model, plan, 1)[1], include_mtp, phase)
+
+
+def kv_tokens_fitting(model: ModelSpec, plan: ParallelPlan, n_bytes: int, *, include_mtp: bool | int = False,
+                      phase: Phase = "decode") -> int:
+    """The most cached tokens of one sequence whose cache the busiest socket holds in ``n_bytes``, as
+    :func:`kv_bytes_per_socket` counts them: where a prefill splits a shared head's rows by tokens,
+    the tokens of the whole rows that fit (``ceil(tokens / sockets)`` rows a prompt), not ``n_bytes``
+    over a token's average share, which counted up to ``sockets - 1`` tokens whose rows do not fit.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1 = load_model("graphs/deepseek_r1.yaml")
+    >>> kv_tokens_fitting(r1, ParallelPlan(16), 10 * 70272 - 1, phase="prefill")    # 9 rows of 16 tokens
+    144
+    >>> kv_tokens_fitting(r1, ParallelPlan(16), 10 * 70272 - 1)      # decode: every socket holds every row
+    9
+    """
+    _check_sizing_args(model, plan, 1, 1, phase, include_mtp)
+    if n_bytes <= 0:
+        return 0
+    heads = kv_share(model, plan, 1)[1]
+    if phase == "prefill" and prefill_splits_rows(model, plan):
+        row = -(-kv_bytes_per_token(model, include_mtp) * heads // kv_heads(model))
+        return n_bytes // row * _row_shards(model, plan)
+    return n_bytes // _token_share(model, plan, heads, include_mtp, phase)
 
 
 def _token_share(model: ModelSpec, plan: ParallelPlan, heads: int, include_mtp: bool | int, phase: str) -> int:

@@ -42,7 +42,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket_token
+from sn40l_sim.kvcache.sizing import kv_tokens_fitting
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
@@ -168,13 +168,12 @@ def check_plans(s: PointSetup) -> None:
 
 def free_cache_tokens(s: PointSetup, memory: MemoryPlacement, include_mtp: bool | int) -> int:
     """Cached tokens (every layer) that fit in what ``memory``, a node's placement per socket,
-    leaves free of its first tier, a token taking on a socket what a prompt's cache takes there
-    under the prefill plan (:func:`~sn40l_sim.kvcache.sizing.kv_bytes_per_socket_token`: a KV head's
-    share, for MLA the share of the latent rows it writes)."""
+    leaves free of its first tier, counted as the prompt's own cache is under the prefill plan
+    (:func:`~sn40l_sim.kvcache.sizing.kv_tokens_fitting`: a KV head's share, for MLA the whole
+    latent rows a socket writes of the tokens split over the sockets)."""
     first = memory.first_tier
     free = memory.capacity[first] - sum(memory.by_tier[first].values())
-    per_token = kv_bytes_per_socket_token(s.model, s.prefill_plan, include_mtp=include_mtp, phase="prefill")
-    return max(0, int(free)) // per_token
+    return kv_tokens_fitting(s.model, s.prefill_plan, int(free), include_mtp=include_mtp, phase="prefill")
 
 
 def prefix_caching(s: PointSetup, kv_bytes_per_token: int, free_tokens: int) -> PrefixCaching | None:

@@ -191,6 +191,23 @@ def test_a_prefill_socket_splitting_rows_sends_the_whole_rows_it_wrote():
     assert abs(result.transfer_cycles - seconds * NODE.socket.clock_hz) <= 1
 
 
+def test_a_prefill_nodes_free_tokens_are_those_whose_whole_rows_fit():
+    # R1's 16 prefill sockets write a prompt's latent rows split by tokens, whole rows each
+    # (kvcache/sizing.py); the free tokens were counted at a sixteenth of a row each: 10 rows less one
+    # byte held 159 tokens, whose busiest socket writes 10 rows, not 9
+    from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+    from sn40l_sim.mapper.placement import MemoryPlacement
+    from sn40l_sim.serving.point import free_cache_tokens
+    free = 10 * R1_KV_PER_TOKEN - 1
+    memory = MemoryPlacement({"hbm": {"weights": 40 * 2**30, "kv": 0}}, {"hbm": 40 * 2**30 + free}, ("hbm",))
+    tokens = free_cache_tokens(setup(FULL), memory, include_mtp=False)
+    assert tokens == 9 * 16
+    assert kv_bytes_per_socket(MODEL, PREFILL, 1, tokens, phase="prefill") <= free
+    assert kv_bytes_per_socket(MODEL, PREFILL, 1, tokens + 1, phase="prefill") > free
+    # a plan holding every row (a GQA model's, or MLA's on one socket) is unchanged: a token's bytes each
+    assert free_cache_tokens(setup(FULL, prefill_plan=ParallelPlan(tp=1)), memory, include_mtp=False) == 9
+
+
 def test_p2p_between_nodes_takes_only_the_ports_the_nodes_topology_leaves_spare():
     # every port of a socket was counted for the trip to the other node, the 15 its node's full
     # mesh is wired with too: 16 times the bandwidth of the one port there is to spare
