@@ -38,7 +38,7 @@ from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_socket_token",
            "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
-           "kv_tokens_fitting", "kv_width", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
+           "kv_tokens_fitting", "kv_width", "prefill_kv_bytes_per_socket", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -286,6 +286,28 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
         row = -(-kv_bytes_per_token(model, include_mtp) * heads // kv_heads(model))
         return -(-sequences * cache_len // _row_shards(model, plan)) * row
     return sequences * cache_len * _token_share(model, plan, heads, include_mtp, phase)
+
+
+def prefill_kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, prompt_len: int, kept_rows: int, *,
+                                include_mtp: bool | int = False) -> int:
+    """KV bytes the busiest prefill socket holds for ``batch`` prompts of ``prompt_len`` tokens whose
+    policy keeps ``kept_rows`` of each (``cache_len(prompt_len, 0)``): the prompt's cache, and beside
+    it, where the policy keeps fewer rows, the compressed cache its prefill kernels gather them into
+    (SnapStream's ``[sink | ring | top-K]``: :mod:`~sn40l_sim.kvcache.prefill_kernels`), which waits
+    there for the transfer to the decode node (docs/architecture.md, disaggregated serving). Both
+    counted by :func:`kv_bytes_per_socket`'s rule; a policy keeping every row writes them in place.
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1 = load_model("graphs/deepseek_r1.yaml")
+    >>> prefill_kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, 32767) == (8192 + 2048) * 70272
+    True
+    >>> prefill_kv_bytes_per_socket(r1, ParallelPlan(16), 1, 131072, 131072) == 8192 * 70272
+    True
+    """
+    kv = kv_bytes_per_socket(model, plan, batch, prompt_len, include_mtp=include_mtp, phase="prefill")
+    if kept_rows < prompt_len:
+        kv += kv_bytes_per_socket(model, plan, batch, kept_rows, include_mtp=include_mtp, phase="prefill")
+    return kv
 
 
 def kv_bytes_per_socket_token(model: ModelSpec, plan: ParallelPlan, *, include_mtp: bool | int = False,

@@ -193,7 +193,9 @@ RESULTS = Fields([
     # (the decode node's) did not show, "DDR/socket used 0.00" beside a 1M-token prompt's 30 GB there;
     # its reserved bytes too, so that its rows add up to its capacity (a prefill_hardware may reserve
     # other than the decode node)
-    Field("memory_prefill_node", "B", "The same for a prefill node; empty when prefill is co-located.",
+    Field("memory_prefill_node", "B", "The same for a prefill node holding one prompt: its kv is the prompt's cache "
+          "and, for a compressing policy (SnapStream), the compressed cache gathered from it for the transfer; "
+          "empty when prefill is co-located.",
           keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}",
           table=TierRows(221, label="prefill node {TIER}/socket {use} (GiB)")),
     # the served run

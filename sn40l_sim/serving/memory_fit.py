@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_key_activation_bytes_per_token, prefill_splits_rows
+from sn40l_sim.kvcache.sizing import (
+    kv_bytes_per_socket,
+    prefill_key_activation_bytes_per_token,
+    prefill_kv_bytes_per_socket,
+    prefill_splits_rows,
+)
 from sn40l_sim.mapper.memory import TiersOverflow
 from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.serving.batching import BatchSearch, choose_batch, compiled_size, find_max_batch
@@ -206,19 +211,27 @@ class MemoryFit:
         return own + (s.prompt_len - 1) * prefill_key_activation_bytes_per_token(s.model, s.prefill_plan)
 
     def prefill_kv(self) -> int:
+        """A co-located node's KV of the prompt it prefills, beside its slots (it compresses into one)."""
         return self._kv("prefill", self.s.prefill_plan, 1, self.prefill_len)
+
+    def prefill_node_kv(self, prefill_len: int) -> int:
+        """A prefill node's KV for one prompt: its cache and the compressed one waiting for the transfer
+        (a co-located node compresses into the prompt's slot: :meth:`prefill_kv`)."""
+        return prefill_kv_bytes_per_socket(self.s.model, self.s.prefill_plan, 1, prefill_len,
+                                           self.s.policy.cache_len(prefill_len, 0), include_mtp=self.include_mtp)
 
     def prefill_fits(self) -> Any:
         what = "one prompt on a prefill node"
         if self.prefill_len != self.s.prompt_len:
             what += f" (its {self.s.prompt_len} tokens run the prefill graph compiled for {self.prefill_len})"
-        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_kv(), self._prefill_activations(),
+        return self._in_first_tier(self._placed(self.s.prefill_plan, self.prefill_node_kv(self.prefill_len),
+                                                self._prefill_activations(),
                                                 what=what, place=self.prefill_place), what)
 
     def prefill_fits_with(self, prefill_len: int, may_spill: tuple[str, ...]) -> bool:
         """Whether one prompt's prefill graph compiled for ``prefill_len`` fits a prefill socket
         when ``may_spill`` may leave the first tier (for a refusal's hint)."""
-        kv = self._kv("prefill", self.s.prefill_plan, 1, prefill_len)
+        kv = self.prefill_node_kv(prefill_len)
         with located("graph_options"):
             act = self.prefill_costs.prefill_activation_bytes(prefill_len)
         try:

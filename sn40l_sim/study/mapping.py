@@ -33,7 +33,7 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
 from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import kv_bytes_by_use
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, prefill_kv_bytes_per_socket
 from sn40l_sim.mapper import map_graph
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.models.builder import build_graph
@@ -169,6 +169,10 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
         uses = kv_bytes_by_use(model, plan, batch, footprint, include_mtp=include_mtp)
         kv = uses["kv"]
         store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
+    elif spec.serving.mode == "disaggregated":
+        # as run's prefill node: the prompts' caches and the compressed ones waiting for the transfer
+        kv = prefill_kv_bytes_per_socket(model, plan, batch, cache_len, kv_policy.cache_len(cache_len, 0),
+                                         include_mtp=include_mtp)
     else:
         kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=phase)
     # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does

@@ -41,10 +41,11 @@ def test_a_prompt_too_long_for_a_prefill_node_names_the_activations_and_what_wou
     assert main(["check", str(long_context(tmp_path, "[]"))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    # 40.05 GiB of weights fit the 56 usable; the prompt's 42.05 GiB of activations and 4.36 of KV
-    # do not: 30.46 GiB over, of which the activations 26.10
-    assert "weights 40.05 GiB + kv 4.36 GiB + activations 42.05 GiB > 56.00 GiB usable HBM" in err, err
-    assert "(activations 26.10 GiB, kv 4.36 GiB would spill to DDR;" in err, err
+    # 40.05 GiB of weights fit the 56 usable; the prompt's 42.05 GiB of activations and 4.90 of KV (the
+    # prompt's 4.36 and the 0.54 of the compressed cache gathered from it) do not: 31.00 GiB over, of
+    # which the activations 26.10
+    assert "weights 40.05 GiB + kv 4.90 GiB + activations 42.05 GiB > 56.00 GiB usable HBM" in err, err
+    assert "(activations 26.10 GiB, kv 4.90 GiB would spill to DDR;" in err, err
     assert "weights 26.10" not in err, err
     assert err.rstrip().endswith("it runs with memory.may_spill: [activations]; prompts of up to 262144 tokens "
                                  "fit as it is"), err
@@ -186,8 +187,8 @@ def test_a_prompt_over_a_socket_with_no_tier_to_spill_to_is_one_line(tmp_path, c
         assert err.startswith(f"error: {experiment}:") and ("shape.prompt_len: one prompt on a prefill node (its "
                                                             "1048320 tokens run the prefill graph compiled for "
                                                             "1048576): memory does not fit") in err, err
-        # 40.05 + 4.36 + 42.05 GiB against 56 usable: 30.46 GiB over, and a shorter prompt fits
-        assert "exceeds the usable HBM of 56.00 GiB" in err and "(30.46 GiB)" in err, err
+        # 40.05 + 4.90 + 42.05 GiB against 56 usable: 31.00 GiB over, and a shorter prompt fits
+        assert "exceeds the usable HBM of 56.00 GiB" in err and "(31.00 GiB)" in err, err
         assert "prompts of up to 262144 tokens fit as it is" in err, err
 
 

@@ -372,6 +372,18 @@ def test_drafts_without_an_mtp_module_are_refused():
     assert info.value.field == "speculation"
 
 
+def test_a_prefill_node_holds_the_compressed_cache_beside_the_prompts():
+    # SnapStream's prefill kernels gather the kept rows into the fixed [sink | ring | top-K] cache,
+    # which waits on the prefill node for its transfer while the prompt's cache is still there:
+    # 2,048 of the 32,767 kept rows a socket (0.13 GiB of R1's), which the prefill node did not count
+    prompt_rows = PROMPT // 16
+    kept_rows = -(-SNAP.cache_len(PROMPT, 0) // 16)
+    result, _, _ = run(SNAP)
+    assert result.prefill_memory.by_tier["hbm"]["kv"] == (prompt_rows + kept_rows) * R1_KV_PER_TOKEN
+    # a policy keeping the whole prompt writes it in place: nothing beside it
+    assert run(FULL)[0].prefill_memory.by_tier["hbm"]["kv"] == prompt_rows * R1_KV_PER_TOKEN
+
+
 def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_out():
     """Activations are placed first, but they may spill and weights and KV may not: when the
     activations would push the prompt's KV out of HBM, the kept uses are placed first."""
@@ -380,7 +392,7 @@ def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_ou
     result = simulate_point(setup(SNAP), one_per_slot(), costs, memory_placer(NODE, MODEL))
     prefill = result.prefill_memory
     assert prefill.outside("hbm") == {"activations": prefill.by_tier["ddr"]["activations"]}
-    assert prefill.by_tier["hbm"]["kv"] == PROMPT * R1_KV_PER_TOKEN // 16
+    assert prefill.by_tier["hbm"]["kv"] == (PROMPT // 16 + 2048) * R1_KV_PER_TOKEN   # the prompt's and the kept rows
     assert prefill.total("activations") == activations and prefill.by_tier["hbm"]["activations"] > 0
     # with activations in the kept uses, the same memory is refused, naming what would spill
     # (the decode node, whose slots hold more KV than a prefill socket's share of a prompt, first)

@@ -65,3 +65,19 @@ def test_a_map_experiment_whose_prompt_no_compiled_prefill_holds_fails_check_as_
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert "p50000.yaml:11: serving.prefill_lens: prompt length 50000 exceeds the largest compiled size 32768" in err
+
+
+def test_map_and_run_count_the_compressed_cache_a_prefill_node_holds_beside_the_prompts(tmp_path):
+    # SnapStream's prefill gathers the kept rows into a cache of their own, which waits on the prefill
+    # node for the transfer: run's prefill node and map's prefill graph counted the prompt's rows alone
+    from sn40l_sim.kvcache import make_policy
+    path = experiment(tmp_path, 65536)
+    path.write_text(path.read_text().replace("{name: full, policy: full}",
+                                             "{name: snap, policy: snapstream, params: {budget: 8192}}"))
+    kept = make_policy("snapstream", {"budget": 8192}).cache_len(65536, 0)
+    built = build_phase(load_experiment(path), "prefill")
+    assert built.memory.total("kv") == (65536 + kept) * 16384
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((out / "results.json").read_text())
+    assert record["memory_prefill_node"]["hbm"]["kv"] == built.memory.by_tier["hbm"]["kv"]
