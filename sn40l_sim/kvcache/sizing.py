@@ -186,9 +186,10 @@ def prefill_splits_rows(model: ModelSpec, plan: ParallelPlan) -> bool:
 
 def prefill_key_activation_bytes_per_token(model: ModelSpec, plan: ParallelPlan) -> int:
     """Bytes per prompt token, on one prefill socket, of the keys and values that prefill attention
-    reads from activations (MLA's per-head keys and values, written by the QKV kernel for the
-    socket's ``ceil(heads / tp)`` query heads); 0 where it reads them from the cache (GQA). A chunk
-    of a chunked prefill attends over the earlier chunks' keys too, so it holds theirs.
+    reads from activations (MLA's per-head keys and values, for the ``ceil(heads / ways)`` query
+    heads the socket's attention runs, ``ways = tp / attention_dp`` as :class:`~sn40l_sim.models.context.Ctx`
+    splits a sequence's heads, not the ``tp`` of the projections); 0 where it reads them from the
+    cache (GQA). A chunk of a chunked prefill attends over the earlier chunks' keys too, so it holds theirs.
 
     >>> from sn40l_sim.models.loader import load_model
     >>> prefill_key_activation_bytes_per_token(load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16))
@@ -197,7 +198,7 @@ def prefill_key_activation_bytes_per_token(model: ModelSpec, plan: ParallelPlan)
     0
     """
     attention = model.attention
-    return -(-attention.heads // plan.tp) * attention.prefill_kv_head_width() * ACT_BYTES
+    return -(-attention.heads // max(1, plan.tp // plan.attention_dp)) * attention.prefill_kv_head_width() * ACT_BYTES
 
 
 def _row_shards(model: ModelSpec, plan: ParallelPlan) -> int:

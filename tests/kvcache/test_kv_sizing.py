@@ -112,14 +112,16 @@ def test_a_prefill_socket_holds_the_cache_its_graph_writes(model, tp, dp, batch)
     assert kv_bytes_per_socket(spec, plan, batch, 4096, phase="prefill") == written
 
 
-@pytest.mark.parametrize("model", ["deepseek", "70b"])
-def test_the_prefill_keys_held_as_activations_are_those_the_attention_kernel_reads(model):
+@pytest.mark.parametrize("model, dp", [("deepseek", 1), ("70b", 1), ("deepseek", 4), ("deepseek", 16)])
+def test_the_prefill_keys_held_as_activations_are_those_the_attention_kernel_reads(model, dp):
     """Chunked prefill holds the earlier chunks' keys and values where prefill attention reads them
     from activations (MLA): per token, what the QKV kernel writes for the attention kernel. MLA's
     attention kernel reads Q (192 wide per head), K (192) and V (128) and writes O (128), so its
-    resident bytes are twice its keys and values; GQA's reads them from the cache."""
+    resident bytes are twice its keys and values; GQA's reads them from the cache. With data-parallel
+    attention a sequence's heads split ``tp / attention_dp`` ways (the attention layout, 32 heads a
+    socket at tp 16 and attention_dp 4), not ``tp`` as the projections split them (8 counted)."""
     spec = deepseek_r1() if model == "deepseek" else llama(model)
-    plan, tokens = ParallelPlan(tp=16), 4096
+    plan, tokens = ParallelPlan(tp=16, attention_dp=dp), 4096
     graph = build_graph(spec, Shape("prefill", 1, tokens), plan, make_policy("full"))
     (attention,) = {k.signature() for k in graph.kernels() if k.kind in ("mha", "attention")}
     per_token = prefill_key_activation_bytes_per_token(spec, plan)
