@@ -77,6 +77,7 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
         # hardware and policy" above an attainment of 0% against 100%
         changes.append(f"slo {_slo_stated(base)} -> {_slo_stated(other)}")
     changes += _multi_model_changes(base, other)
+    changes += _serving_option_changes(base, other)
     heading = f"{base['name']}: " + ("; ".join(changes) if changes else SAME_INPUTS)
     lines: list[tuple[str, str, str, str]] = []
     for path, row in fields.table_rows():
@@ -176,6 +177,23 @@ def _multi_model_changes(base: Mapping[str, Any], other: Mapping[str, Any]) -> l
     parts = [f"{show(a[key])} -> {show(b[key])}" for key, show in shown.items()
              if key in a and key in b and a[key] != b[key]]
     return [f"multi_model {', '.join(parts)}"] if parts else []
+
+
+def _serving_option_changes(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """A heading's ``prefill_chunk a -> b`` and ``prefix_cache on -> off``: serving options whose results
+    group a record holds exactly when the experiment set them (``serving.prefill_chunk``,
+    ``serving.prefix_cache: true``). A co-located run chunking its prompts was headed "the same model,
+    hardware and policy" above a TTFT four times as long. A chunk not recorded (no request served)
+    compares by the rest.
+
+    >>> _serving_option_changes({}, {"chunked_prefill": {"chunk_tokens": 4096}, "prefix_cache": None})
+    ['prefill_chunk none -> 4096', 'prefix_cache off -> on']
+    """
+    groups = [record.get("chunked_prefill", {}) for record in (base, other)]
+    a, b = (group.get("chunk_tokens", "none") if isinstance(group, Mapping) else None for group in groups)
+    changes = [f"prefill_chunk {a} -> {b}"] if None not in (a, b) and a != b else []
+    cached = ["on" if "prefix_cache" in record else "off" for record in (base, other)]
+    return changes + ([f"prefix_cache {cached[0]} -> {cached[1]}"] if cached[0] != cached[1] else [])
 
 
 def _described(value: Any) -> str:

@@ -511,3 +511,19 @@ def test_the_heading_names_a_changed_prompt_or_batch():
     # identical inputs keep their heading; a record without the prompt (older results) compares by the rest
     assert point_table(prompt, dict(prompt)).splitlines()[0] == "full: the same model, hardware and policy"
     assert point_table(BASE, dict(BASE, prefill_len=4096)).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+def test_the_heading_names_a_changed_prefill_chunk_or_prefix_caching():
+    # a co-located run and the same with serving.prefill_chunk 4096 were headed "the same model, hardware and
+    # policy" above a TTFT four times as long; each option's results group says whether it was on
+    chunked = dict(BASE, chunked_prefill={"chunk_tokens": 4096, "prefill_overhead_fraction": 0.86})
+    assert point_table(BASE, chunked).splitlines()[0] == "full: prefill_chunk none -> 4096"
+    smaller = dict(BASE, chunked_prefill={"chunk_tokens": 2048, "prefill_overhead_fraction": 0.9})
+    assert point_table(chunked, smaller).splitlines()[0] == "full: prefill_chunk 4096 -> 2048"
+    cached = dict(BASE, prefix_cache={"hits": 3})
+    assert point_table(cached, BASE).splitlines()[0] == "full: prefix_cache on -> off"
+    # the same options, whatever they served, keep the heading
+    assert point_table(cached, dict(BASE, prefix_cache={"hits": 5})).splitlines()[0] == \
+        "full: the same model, hardware and policy"
+    assert point_table(chunked, dict(chunked, chunked_prefill={"chunk_tokens": 4096, "prefill_overhead_fraction": 0.5})
+                       ).splitlines()[0] == "full: the same model, hardware and policy"
