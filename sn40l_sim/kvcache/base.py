@@ -80,6 +80,13 @@ class KVPolicy(ABC):
         by default its static slot and nothing else."""
         return KVFootprint(slots=self.static_cache_len(prompt_len, max_new_tokens))
 
+    def prefill_state_bytes(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> int:
+        """Bytes of the policy's state per KV head and cache layer that a prompt's prefill builds and
+        sends to the decode node beside the cache (H2O's accumulated scores, ArkVale's page digests),
+        held on a prefill node until the transfer ends. By default the state the decode node keeps
+        for the sequence (:meth:`footprint`)."""
+        return self.footprint(model, prompt_len, max_new_tokens).state_bytes
+
     # -- derived figures, not hooks: everything below follows from static_cache_len and the model.
     # The simulation never calls them (it reads static_cache_len, cache_len, footprint and the
     # kernels); tests and scripts do. register refuses a class that overrides one (DERIVED), which

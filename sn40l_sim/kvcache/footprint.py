@@ -33,8 +33,7 @@ import numbers
 from dataclasses import dataclass
 
 from sn40l_sim.ir import ParallelPlan
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, kv_share
-from sn40l_sim.models.kv_format import kv_cache_layers
+from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, state_bytes_per_socket
 from sn40l_sim.models.spec import ModelSpec
 
 
@@ -73,21 +72,6 @@ class KVFootprint:
     def context_rows(self) -> int:
         """Rows the sequence keeps in all: its store when it has one, else its slots."""
         return self.store_rows if self.store_tier is not None else self.slots
-
-
-def state_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, state_bytes: int, *,
-                           include_mtp: bool | int = False) -> int:
-    """Bytes of policy state the busiest decode socket holds for ``batch`` sequences.
-
-    >>> from sn40l_sim.models.loader import load_model
-    >>> llama = load_model("graphs/llama3_1_70b.yaml")
-    >>> state_bytes_per_socket(llama, ParallelPlan(16), 8, 100) == 8 * 1 * 80 * 100   # a KV head per socket
-    True
-    """
-    if not state_bytes:
-        return 0
-    sequences, heads = kv_share(model, plan, batch)
-    return sequences * heads * kv_cache_layers(model, include_mtp) * state_bytes
 
 
 def kv_bytes_by_use(model: ModelSpec, plan: ParallelPlan, batch: int, footprint: KVFootprint, *,

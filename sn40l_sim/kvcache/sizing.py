@@ -30,7 +30,7 @@ from numbers import Integral
 from sn40l_sim.errors import InputError, shown
 from sn40l_sim.ir import ACT_BYTES, DTYPE_BYTES, ParallelPlan, Phase
 from sn40l_sim.models.families import CachedTensor
-from sn40l_sim.models.kv_format import kv_stored_bytes
+from sn40l_sim.models.kv_format import kv_cache_layers, kv_stored_bytes
 
 # the whole-model count has one definition, in models/ (it also knows about the MTP module)
 from sn40l_sim.models.params import kv_bytes_per_token
@@ -38,7 +38,8 @@ from sn40l_sim.models.spec import ModelSpec
 
 __all__ = ["CachedTensor", "KVSharding", "cached_tensors", "kv_bytes_per_socket", "kv_bytes_per_socket_token",
            "kv_bytes_per_token", "kv_bytes_per_token_layer", "kv_dtype_bytes", "kv_heads", "kv_share", "kv_sharding", "kv_stored_bytes",
-           "kv_tokens_fitting", "kv_width", "prefill_kv_bytes_per_socket", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards"]
+           "kv_tokens_fitting", "kv_width", "prefill_kv_bytes_per_socket", "prefill_key_activation_bytes_per_token", "query_head_dim", "row_shards",
+           "state_bytes_per_socket"]
 
 
 def cached_tensors(model: ModelSpec) -> tuple[CachedTensor, ...]:
@@ -289,14 +290,34 @@ def kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, cache_
     return sequences * cache_len * _token_share(model, plan, heads, include_mtp, phase)
 
 
+def state_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, state_bytes: int, *,
+                           include_mtp: bool | int = False) -> int:
+    """Bytes of policy state (``state_bytes`` per KV head and cache layer) the busiest socket holds
+    for ``batch`` sequences: whole for each of its KV heads, as the sockets sharing a KV head agree
+    on one selection (both phases: prefill's kernels all-reduce or all-gather it).
+
+    >>> from sn40l_sim.models.loader import load_model
+    >>> llama = load_model("graphs/llama3_1_70b.yaml")
+    >>> state_bytes_per_socket(llama, ParallelPlan(16), 8, 100) == 8 * 1 * 80 * 100   # a KV head per socket
+    True
+    """
+    if not state_bytes:
+        return 0
+    sequences, heads = kv_share(model, plan, batch)
+    return sequences * heads * kv_cache_layers(model, include_mtp) * state_bytes
+
+
 def prefill_kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int, prompt_len: int, kept_rows: int, *,
-                                include_mtp: bool | int = False) -> int:
+                                include_mtp: bool | int = False, state_bytes: int = 0) -> int:
     """KV bytes the busiest prefill socket holds for ``batch`` prompts of ``prompt_len`` tokens whose
     policy keeps ``kept_rows`` of each (``cache_len(prompt_len, 0)``): the prompt's cache, and beside
     it, where the policy keeps fewer rows, the compressed cache its prefill kernels gather them into
     (SnapStream's ``[sink | ring | top-K]``: :mod:`~sn40l_sim.kvcache.prefill_kernels`), which waits
     there for the transfer to the decode node (docs/architecture.md, disaggregated serving). Both
     counted by :func:`kv_bytes_per_socket`'s rule; a policy keeping every row writes them in place.
+    The policy's state its prefill builds for decode, ``state_bytes`` per KV head and cache layer
+    (:meth:`~sn40l_sim.kvcache.base.KVPolicy.prefill_state_bytes`: H2O's scores, ArkVale's digests),
+    waits there with it and goes in the same transfer (:func:`state_bytes_per_socket`).
 
     >>> from sn40l_sim.models.loader import load_model
     >>> r1 = load_model("graphs/deepseek_r1.yaml")
@@ -308,7 +329,7 @@ def prefill_kv_bytes_per_socket(model: ModelSpec, plan: ParallelPlan, batch: int
     kv = kv_bytes_per_socket(model, plan, batch, prompt_len, include_mtp=include_mtp, phase="prefill")
     if kept_rows < prompt_len:
         kv += kv_bytes_per_socket(model, plan, batch, kept_rows, include_mtp=include_mtp, phase="prefill")
-    return kv
+    return kv + state_bytes_per_socket(model, plan, batch, state_bytes, include_mtp=include_mtp)
 
 
 def kv_bytes_per_socket_token(model: ModelSpec, plan: ParallelPlan, *, include_mtp: bool | int = False,

@@ -194,7 +194,8 @@ RESULTS = Fields([
     # its reserved bytes too, so that its rows add up to its capacity (a prefill_hardware may reserve
     # other than the decode node)
     Field("memory_prefill_node", "B", "The same for a prefill node holding one prompt: its kv is the prompt's cache "
-          "and, for a compressing policy (SnapStream), the compressed cache gathered from it for the transfer; "
+          "and, for a compressing policy (SnapStream), the compressed cache gathered from it for the transfer, "
+          "with the policy's state that transfer sends (H2O's accumulated scores, ArkVale's page digests); "
           "empty when prefill is co-located.",
           keys=("tier", "use"), axis="{TIER} per socket, prefill node: {use}",
           table=TierRows(221, label="prefill node {TIER}/socket {use} (GiB)")),

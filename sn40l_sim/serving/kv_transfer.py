@@ -37,8 +37,12 @@ from sn40l_sim.hardware.spec import NodeSpec
 from sn40l_sim.hardware.topology import ports_needed
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache.base import KVPolicy, context_room, slot_new_tokens
-from sn40l_sim.kvcache.footprint import state_bytes_per_socket
-from sn40l_sim.kvcache.sizing import kv_bytes_per_socket, kv_bytes_per_socket_token, prefill_splits_rows
+from sn40l_sim.kvcache.sizing import (
+    kv_bytes_per_socket,
+    kv_bytes_per_socket_token,
+    prefill_splits_rows,
+    state_bytes_per_socket,
+)
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 
@@ -85,7 +89,8 @@ def sent_bytes(model: ModelSpec, policy: KVPolicy, prompt_len: int, max_new_toke
     True
     """
     rows = slot_new_tokens(max_new_tokens, drafts, context_room(model, prompt_len))
-    state = policy.footprint(model, prompt_len, rows).state_bytes
+    # the state a prefill node holds for the transfer (sizing.prefill_kv_bytes_per_socket counts it)
+    state = policy.prefill_state_bytes(model, prompt_len, rows)
     return (policy.cache_len(prompt_len, 0) * kv_bytes_per_token(model, include_mtp=drafts)
             + state_bytes_per_socket(model, ParallelPlan(), 1, state, include_mtp=drafts))
 

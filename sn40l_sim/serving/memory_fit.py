@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sn40l_sim.errors import InfeasibleError, InputError
+from sn40l_sim.kvcache.base import context_room, slot_new_tokens
 from sn40l_sim.kvcache.footprint import KVFootprint, kv_bytes_by_use
 from sn40l_sim.kvcache.sizing import (
     kv_bytes_per_socket,
@@ -215,10 +216,15 @@ class MemoryFit:
         return self._kv("prefill", self.s.prefill_plan, 1, self.prefill_len)
 
     def prefill_node_kv(self, prefill_len: int) -> int:
-        """A prefill node's KV for one prompt: its cache and the compressed one waiting for the transfer
-        (a co-located node compresses into the prompt's slot: :meth:`prefill_kv`)."""
-        return prefill_kv_bytes_per_socket(self.s.model, self.s.prefill_plan, 1, prefill_len,
-                                           self.s.policy.cache_len(prefill_len, 0), include_mtp=self.include_mtp)
+        """A prefill node's KV for one prompt: its cache, the compressed one and the policy's state
+        waiting for the transfer, which sends both (:func:`~sn40l_sim.serving.kv_transfer.sent_bytes`;
+        a co-located node compresses into the prompt's slot: :meth:`prefill_kv`)."""
+        s = self.s
+        # sized for the rows a slot holds after the prompt, as the footprint is (serving.point)
+        rows = slot_new_tokens(s.max_new_tokens, s.speculation.drafts, context_room(s.model, s.prompt_len))
+        state = s.policy.prefill_state_bytes(s.model, prefill_len, rows)
+        return prefill_kv_bytes_per_socket(s.model, s.prefill_plan, 1, prefill_len, s.policy.cache_len(prefill_len, 0),
+                                           include_mtp=self.include_mtp, state_bytes=state)
 
     def prefill_fits(self) -> Any:
         what = "one prompt on a prefill node"

@@ -170,9 +170,10 @@ def build_phase(exp: Experiment | str | Path, phase: str, policy: str | None = N
         kv = uses["kv"]
         store = {footprint.store_tier: uses["kv_offload"]} if uses["kv_offload"] else {}
     elif spec.serving.mode == "disaggregated":
-        # as run's prefill node: the prompts' caches and the compressed ones waiting for the transfer
+        # as run's prefill node: the prompts' caches, the compressed ones and the policy's state waiting for the transfer
         kv = prefill_kv_bytes_per_socket(model, plan, batch, cache_len, kv_policy.cache_len(cache_len, 0),
-                                         include_mtp=include_mtp)
+                                         include_mtp=include_mtp,
+                                         state_bytes=kv_policy.prefill_state_bytes(model, cache_len, new_tokens))
     else:
         kv = kv_bytes_per_socket(model, plan, batch, cache_len, include_mtp=include_mtp, phase=phase)
     # in the experiment's tier order, keeping the uses that may not spill in the first tier, as run does

@@ -101,7 +101,7 @@ def test_overriding_a_figure_the_simulation_never_calls_is_refused(method):
     # before: silently ignored, the policy simulated without its decode kernels
     ("decode_kernel", "decode_kernel is not a KVPolicy method (did you mean decode_kernels?); the methods a policy "
                       "defines are cache_len, static_cache_len, prefill_kernels, context_prefill_kernels, "
-                      "decode_kernels, budget_tokens, memory_tiers, footprint (kvcache/base.py)"),
+                      "decode_kernels, budget_tokens, memory_tiers, footprint, prefill_state_bytes (kvcache/base.py)"),
 ])
 def test_a_misspelt_method_is_refused_naming_the_one_meant(method, expected):
     body = {"name": "misspelt_for_test", method: lambda self, *args: [], "__doc__": "A typo.",

@@ -328,3 +328,27 @@ def test_an_explicit_batch_too_large_for_any_prompt_is_told_the_longest_prompt_a
     for prompt, status in ((longest, 0), (longest + 1, 2)):
         path.write_text(re.sub(r"prompt_len: \d+", f"prompt_len: {prompt}", path.read_text()))
         assert main(["check", str(path)]) == status, capsys.readouterr().err
+
+
+def test_check_run_and_map_refuse_a_prefill_node_without_room_for_the_digests_it_sends(tmp_path, capsys):
+    # DeepSeek-R1's ArkVale digests of a 128K prompt take a prefill socket 0.54 GiB, as much as its
+    # share of the prompt's rows, and wait there for the transfer: on sockets of 54.1 GiB of HBM the
+    # prompt's cache, activations and weights fit without them (45.85 of 46.09 GiB usable), not with
+    # them, which check, run and map passed (the prefill node over its HBM)
+    node = (REPO / "hw_configs" / "sn40l_node16.yaml").read_text().replace(
+        "socket: sn40l.yaml", f"socket: {REPO}/hw_configs/sn40l.yaml\nsocket_overrides: {{memory: {{hbm: "
+        "{capacity_bytes_per_unit: 14.52 GB}}, stated: {memory_bytes: {hbm: 58.08 GB}}}")
+    (tmp_path / "node.yaml").write_text(node)
+    path = tmp_path / "ark.yaml"
+    path.write_text(f"kind: experiment\nname: ark\nhardware: node.yaml\nmodel: {REPO}/graphs/deepseek_r1.yaml\n"
+                    "parallel:\n  prefill: {tp: 16}\n  decode: {tp: 16, attention_dp: 16}\n"
+                    "policies:\n  - {name: ark, policy: arkvale, params: {budget: 32768}}\n"
+                    "shape: {prompt_len: 126976, max_new_tokens: 1024}\nmemory: {may_spill: []}\n"
+                    "workload: {kind: fixed, count: 16, output_len: 1024}\n"
+                    "serving: {mode: disaggregated, prefill_nodes: 1, decode_nodes: 1, batch: 16, max_new_tokens: 1024}\n")
+    for argv in (["check", str(path)], ["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"],
+                 ["map", str(path), "--phase", "prefill"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert "weights 40.05 GiB + kv 1.08 GiB + activations 5.26 GiB > 46.09 GiB usable HBM" in err, err

@@ -13,6 +13,7 @@ from sn40l_sim.errors import InfeasibleError, InputError
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan
 from sn40l_sim.kvcache import make_policy
+from sn40l_sim.kvcache.sizing import prefill_kv_bytes_per_socket
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.context_limit import check_context, check_output_context
 from sn40l_sim.serving.kv_transfer import spare_ports, transfer_seconds
@@ -382,6 +383,21 @@ def test_a_prefill_node_holds_the_compressed_cache_beside_the_prompts():
     assert result.prefill_memory.by_tier["hbm"]["kv"] == (prompt_rows + kept_rows) * R1_KV_PER_TOKEN
     # a policy keeping the whole prompt writes it in place: nothing beside it
     assert run(FULL)[0].prefill_memory.by_tier["hbm"]["kv"] == prompt_rows * R1_KV_PER_TOKEN
+
+
+def test_a_prefill_node_holds_the_policy_state_it_sends():
+    # the transfer sends H2O's accumulated scores beside the cache; the prefill node builds them
+    # (every socket sharing MLA's one KV head holds them whole, as decode's do) and holds them until
+    # it sends them, but its placement counted the caches alone
+    policy = make_policy("h2o", {"budget": 32768})
+    result, _, _ = run(policy)
+    cache = prefill_kv_bytes_per_socket(MODEL, PREFILL, 1, PROMPT, policy.cache_len(PROMPT, 0))
+    state = policy.footprint(MODEL, PROMPT, NEW - 1).state_bytes   # what decode keeps of it
+    assert state > 0
+    held = result.prefill_memory.by_tier["hbm"]["kv"]
+    assert held == cache + MODEL.layers * state
+    sent = policy.cache_len(PROMPT, 0) * R1_KV_PER_TOKEN + MODEL.layers * state
+    assert result.transfer_bytes == sent
 
 
 def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_out():

@@ -81,3 +81,27 @@ def test_map_and_run_count_the_compressed_cache_a_prefill_node_holds_beside_the_
     assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
     (record,) = json.loads((out / "results.json").read_text())
     assert record["memory_prefill_node"]["hbm"]["kv"] == built.memory.by_tier["hbm"]["kv"]
+
+
+def test_map_and_run_count_the_policy_state_a_prefill_node_holds_for_the_transfer(tmp_path):
+    # H2O's accumulated scores and ArkVale's page digests go to the decode node beside the cache
+    # (kv_transfer_bytes); the prefill node holds them until then, but run and map counted its caches alone
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.kvcache.sizing import prefill_kv_bytes_per_socket
+    for entry in ("h2o, params: {budget: 8192}", "arkvale, params: {budget: 8192}"):
+        path = experiment(tmp_path, 65536)
+        path.write_text(path.read_text().replace("{name: full, policy: full}", f"{{name: s, policy: {entry}}}"))
+        policy = make_policy(entry.split(",")[0], {"budget": 8192})
+        built = build_phase(load_experiment(path), "prefill")
+        cache = prefill_kv_bytes_per_socket(built.model, built.plan, 1, 65536, policy.cache_len(65536, 0))
+        state = policy.footprint(built.model, 65536, 7).state_bytes   # what decode keeps of it
+        assert state > 0, entry
+        # one KV head of Llama-3.1-8B's 8 a socket, over 32 layers
+        assert built.memory.total("kv") == cache + 32 * state, entry
+        out = tmp_path / "out"
+        assert main(["run", str(path), "--out", str(out), "--quiet", "--no-plot"]) == 0
+        (record,) = json.loads((out / "results.json").read_text())
+        assert record["memory_prefill_node"]["hbm"]["kv"] == built.memory.by_tier["hbm"]["kv"], entry
+        # what it holds of the state is a KV head's share of what it sends
+        sent_state = record["kv_transfer_bytes"] - policy.cache_len(65536, 0) * 131072
+        assert sent_state == 8 * 32 * state, entry
