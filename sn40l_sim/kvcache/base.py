@@ -83,8 +83,8 @@ class KVPolicy(ABC):
     def prefill_state_bytes(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> int:
         """Bytes of the policy's state per KV head and cache layer that a prompt's prefill builds and
         sends to the decode node beside the cache (H2O's accumulated scores, ArkVale's page digests),
-        held on a prefill node until the transfer ends. By default the state the decode node keeps
-        for the sequence (:meth:`footprint`)."""
+        held on a prefill node until the transfer ends: the prompt's, which decode extends for the
+        tokens it generates up to what it keeps (:meth:`footprint`), the default."""
         return self.footprint(model, prompt_len, max_new_tokens).state_bytes
 
     # -- derived figures, not hooks: everything below follows from static_cache_len and the model.

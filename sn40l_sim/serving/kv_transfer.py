@@ -75,9 +75,9 @@ def socket_shares(model: ModelSpec, prefill_plan: ParallelPlan, decode_plan: Par
 def sent_bytes(model: ModelSpec, policy: KVPolicy, prompt_len: int, max_new_tokens: int, drafts: int = 0) -> int:
     """Bytes of one request's trip: the cache ``policy`` keeps after a prompt of ``prompt_len``
     tokens and the state beside it that prefill's kernels build and decode's read (H2O's
-    accumulated scores, ArkVale's page digests), whole, as the decode node reserves them for a
-    sequence generating ``max_new_tokens`` with ``drafts`` drafts a step (whose MTP layers' caches
-    go too).
+    accumulated scores, ArkVale's page digests: :meth:`~sn40l_sim.kvcache.base.KVPolicy.prefill_state_bytes`,
+    the prompt's, not that of the tokens decode adds to a slot reserved for them) of a sequence
+    generating ``max_new_tokens`` with ``drafts`` drafts a step (whose MTP layers' caches go too).
 
     >>> from sn40l_sim.kvcache import make_policy
     >>> from sn40l_sim.models.loader import load_model

@@ -59,3 +59,24 @@ def test_a_prompts_share_counts_the_whole_rows_only_where_the_prefill_splits_row
     llama = load_model(repo / "graphs" / "llama3_1_70b.yaml")
     assert socket_shares(llama, ParallelPlan(12), ParallelPlan(16), rows=4097) == socket_shares(
         llama, ParallelPlan(12), ParallelPlan(16))
+
+
+@pytest.mark.parametrize(("policy", "params", "prompt_len", "state_op"), [
+    ("arkvale", {"budget": 8192}, 32768, "write_digests"),
+    ("arkvale", {"budget": 8192}, 6000, "write_digests"),     # a prompt within the buffer, a context past it
+    ("h2o", {"budget": 8192}, 32768, "write_scores"),
+    ("h2o", {"budget": 8192}, 6000, "write_scores"),
+])
+def test_the_state_sent_is_the_state_prefill_builds(policy, params, prompt_len, state_op):
+    # ArkVale's transfer sent the digests of every page of the slot reserved for the output too, pages
+    # whose tokens decode had yet to generate (and digests: update_digest), and H2O, for a prompt
+    # within its budget, the scores of the budget's slots, not of the prompt's rows its kernel scores
+    from sn40l_sim.kvcache import make_policy
+    from sn40l_sim.serving.kv_transfer import sent_bytes
+    llama = load_model(Path(__file__).resolve().parents[2] / "graphs" / "llama3_1_8b.yaml")
+    kv = make_policy(policy, params)
+    new_tokens = 4096
+    (kernel,) = kv.context_prefill_kernels(llama, prompt_len, prompt_len + new_tokens - 1, tp=1)
+    written = sum(op.kv_write_bytes for op in kernel.operators if op.name == state_op)
+    sent_state = sent_bytes(llama, kv, prompt_len, new_tokens) - kv.cache_len(prompt_len, 0) * kv_bytes_per_token(llama)
+    assert written > 0 and sent_state == llama.layers * written

@@ -392,7 +392,7 @@ def test_a_prefill_node_holds_the_policy_state_it_sends():
     policy = make_policy("h2o", {"budget": 32768})
     result, _, _ = run(policy)
     cache = prefill_kv_bytes_per_socket(MODEL, PREFILL, 1, PROMPT, policy.cache_len(PROMPT, 0))
-    state = policy.footprint(MODEL, PROMPT, NEW - 1).state_bytes   # what decode keeps of it
+    state = policy.prefill_state_bytes(MODEL, PROMPT, NEW - 1)   # the prompt's, which it sends
     assert state > 0
     held = result.prefill_memory.by_tier["hbm"]["kv"]
     assert held == cache + MODEL.layers * state

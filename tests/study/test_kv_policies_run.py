@@ -106,9 +106,10 @@ def test_the_kv_transfer_carries_the_policy_s_state_with_the_cache(records):
     for name, kept, state in (("full", 65536, 0), ("snap_fp8", 8191, 0),
                               # an FP32 score per slot, KV head and layer
                               ("h2o", 8192, 8192 * 4 * 8 * 32),
-                              # per page of the store (65,551 rows in 32-token pages), KV head and
+                              # per page of the prompt (65,536 rows in 32-token pages; the store's
+                              # 2,049th holds generated tokens, which decode digests), KV head and
                               # layer: a max and a min key of 128 BF16 channels
-                              ("ark", 65536, 2049 * 2 * 128 * 2 * 8 * 32)):
+                              ("ark", 65536, 2048 * 2 * 128 * 2 * 8 * 32)):
         r = records[name]
         assert r["kv_transfer_bytes"] == kept * r["kv_bytes_per_token"] + state, name
 

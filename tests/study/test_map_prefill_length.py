@@ -94,7 +94,7 @@ def test_map_and_run_count_the_policy_state_a_prefill_node_holds_for_the_transfe
         policy = make_policy(entry.split(",")[0], {"budget": 8192})
         built = build_phase(load_experiment(path), "prefill")
         cache = prefill_kv_bytes_per_socket(built.model, built.plan, 1, 65536, policy.cache_len(65536, 0))
-        state = policy.footprint(built.model, 65536, 7).state_bytes   # what decode keeps of it
+        state = policy.prefill_state_bytes(built.model, 65536, 7)   # the prompt's, which it sends
         assert state > 0, entry
         # one KV head of Llama-3.1-8B's 8 a socket, over 32 layers
         assert built.memory.total("kv") == cache + 32 * state, entry

@@ -158,8 +158,19 @@ class ArkVale(Budgeted):
         if not self.offloads(prompt_len, max_new_tokens):
             return KVFootprint(slots=slots)
         rows = self.store_rows(prompt_len, max_new_tokens)
-        digest = (rows // self.page_tokens) * self._digest_rows * scored_width(model) * DIGEST_BYTES
-        return KVFootprint(slots=slots, state_bytes=digest, store_rows=rows, store_tier=self.tier)
+        return KVFootprint(slots=slots, state_bytes=self._digest_bytes(model, rows // self.page_tokens),
+                           store_rows=rows, store_tier=self.tier)
+
+    def prefill_state_bytes(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> int:
+        # the digests prefill builds (_digest_build_kernel): the prompt's pages, its last one partial;
+        # decode digests the pages of the tokens it generates (the recall kernel's update_digest)
+        if not self.offloads(prompt_len, max_new_tokens):
+            return 0
+        return self._digest_bytes(model, math.ceil(prompt_len / self.page_tokens))
+
+    def _digest_bytes(self, model: ModelSpec, pages: int) -> int:
+        """Bytes of the digests of ``pages`` pages, per KV head and layer."""
+        return pages * self._digest_rows * scored_width(model) * DIGEST_BYTES
 
     @property
     def _digest_rows(self) -> int:

@@ -119,6 +119,13 @@ class H2O(Budgeted):
         evicts = self.heavy > 0 and prompt_len + max_new_tokens > self.budget
         return KVFootprint(slots=slots, state_bytes=slots * SCORE_BYTES if evicts else 0)
 
+    def prefill_state_bytes(self, model: ModelSpec, prompt_len: int, max_new_tokens: int) -> int:
+        # the scores prefill writes (h2o_prefill_kernel's write_scores): those of the rows it keeps,
+        # the prompt's own when it fits the budget, not of the slots decode's tokens fill later
+        if not self.footprint(model, prompt_len, max_new_tokens).state_bytes:
+            return 0
+        return self.cache_len(prompt_len, 0) * SCORE_BYTES
+
     def prefill_kernels(self, model: ModelSpec, prompt_len: int, tp: int) -> list[FusedKernel]:
         if prompt_len <= self.budget:
             return []
