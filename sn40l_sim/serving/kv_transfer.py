@@ -95,6 +95,29 @@ def sent_bytes(model: ModelSpec, policy: KVPolicy, prompt_len: int, max_new_toke
             + state_bytes_per_socket(model, ParallelPlan(), 1, state, include_mtp=drafts))
 
 
+def held_tokens(model: ModelSpec, policy: KVPolicy, prefill_plan: ParallelPlan, max_new_tokens: int, drafts: int,
+                prompt_len: int) -> int:
+    """Tokens of a prefill node's hold room (free tokens counted at a prompt token's bytes on its
+    busiest socket, :func:`~sn40l_sim.kvcache.sizing.kv_tokens_fitting`) that a prefilled cache
+    takes while it waits for its transfer: its kept rows and, in tokens' worth of bytes rounded up,
+    the policy's state :func:`sent_bytes` sends with them, which each socket holds whole for its KV
+    heads (ArkVale's digests take R1's prefill socket as many bytes as the prompt's rows do).
+
+    >>> from sn40l_sim.kvcache import make_policy
+    >>> from sn40l_sim.models.loader import load_model
+    >>> r1, plan = load_model("graphs/deepseek_r1.yaml"), ParallelPlan(16)
+    >>> held_tokens(r1, make_policy("full", {}), plan, 1024, 0, 32768)
+    32768
+    >>> held_tokens(r1, make_policy("arkvale", {"budget": 8192}), plan, 1024, 0, 32768)
+    65536
+    """
+    rows = slot_new_tokens(max_new_tokens, drafts, context_room(model, prompt_len))
+    state = state_bytes_per_socket(model, prefill_plan, 1, policy.prefill_state_bytes(model, prompt_len, rows),
+                                   include_mtp=drafts)
+    per_token = kv_bytes_per_socket_token(model, prefill_plan, include_mtp=drafts, phase="prefill")
+    return policy.cache_len(prompt_len, 0) + -(-state // per_token)
+
+
 def transfer_seconds(node: NodeSpec, kind: str, n_bytes: int, sender: NodeSpec | None = None, *,
                      shares: tuple[float, float] = (1.0, 1.0)) -> float:
     """Seconds to move ``n_bytes`` of KV from a prefill node (``sender``, or one of ``node``'s

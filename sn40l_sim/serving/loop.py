@@ -83,8 +83,8 @@ class _Serving:
         self.arrival = Signal(env)
         self.finished = 0
         self.steps = StepTable()
-        # a prompt's cache, held on its prefill node until its transfer ends (prompts share a few lengths)
-        self._prefilled_tokens = functools.lru_cache(maxsize=4096)(lambda p: setup.cache_tokens(p, 0))
+        # a prompt's cache and state, held on its prefill node until its transfer ends (prompts share a few lengths)
+        self._prefilled_tokens = functools.lru_cache(maxsize=4096)(setup.held_tokens or (lambda p: setup.cache_tokens(p, 0)))
         self._drafted: dict[int, tuple[int, np.ndarray]] | None = None
         colocated = setup.mode == "colocated"
         n_prefill = 0 if colocated else setup.prefill_nodes

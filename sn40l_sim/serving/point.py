@@ -49,7 +49,7 @@ from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.context_limit import check_context
-from sn40l_sim.serving.kv_transfer import sent_bytes, socket_shares, transfer_seconds
+from sn40l_sim.serving.kv_transfer import held_tokens, sent_bytes, socket_shares, transfer_seconds
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
 from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
@@ -376,7 +376,8 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          # a chunk's or a hit suffix's graph, without the policy's kernels
                          prefill_part_switch_cycles=(lambda rows: prefill_of(rows, bare=True)[1])
                          if policy_free_costs is not None else None,
-                         prefill_hold_tokens=None if colocated else free_tokens)
+                         prefill_hold_tokens=None if colocated else free_tokens,
+                         held_tokens=partial(held_tokens, s.model, s.policy, s.prefill_plan, s.max_new_tokens, drafts))
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
     log = simulate(requests, setup) if requests else None
     # the kernels the prefill graph holds: what the prompt's sequence reaches in decode decides them

@@ -77,6 +77,10 @@ class ServingSetup:
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their
         transfer and the prefixes it keeps (None: no limit).
+    held_tokens : callable or None
+        Disaggregated: ``prompt_len ->`` tokens of that room a prefilled cache waiting for its
+        transfer takes: its kept rows and the policy's state sent with them (H2O's scores, ArkVale's
+        digests) in tokens' worth of bytes (None: ``cache_tokens(prompt_len, 0)``, no state).
     """
 
     mode: Literal["disaggregated", "colocated"]
@@ -100,6 +104,7 @@ class ServingSetup:
     prefill_switch_cycles: Callable[[int], int] = no_cycles
     prefill_part_switch_cycles: Callable[[int], int] | None = None
     prefill_hold_tokens: int | None = None
+    held_tokens: Callable[[int], int] | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_chunk is not None and self.prefill_chunk_cycles is None:

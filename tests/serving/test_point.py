@@ -400,6 +400,25 @@ def test_a_prefill_node_holds_the_policy_state_it_sends():
     assert result.transfer_bytes == sent
 
 
+def test_the_caches_waiting_on_a_prefill_node_with_their_state_fit_the_room_it_leaves():
+    # a prefill node starts a prompt only while the caches waiting for their transfer fit the room
+    # its placement leaves; each waits with H2O's scores (sent with it, held whole on every socket
+    # sharing MLA's KV head: 1,821 tokens' worth of bytes beside its 32,768 rows), which went uncounted
+    from sn40l_sim.kvcache.sizing import kv_bytes_per_socket_token, state_bytes_per_socket
+    policy = make_policy("h2o", {"budget": 32768})
+    output = 1000
+    result, _, _ = run(policy, requests=lambda slots: [Request(i, 0, PROMPT, output) for i in range(3 * slots)],
+                       max_new_tokens=output)
+    log = result.log
+    state = state_bytes_per_socket(MODEL, PREFILL, 1, policy.prefill_state_bytes(MODEL, PROMPT, output - 1))
+    waiting = policy.cache_len(PROMPT, 0) + -(-state // kv_bytes_per_socket_token(MODEL, PREFILL, phase="prefill"))
+    room = log.setup.prefill_hold_tokens
+    most = max(sum(1 for o in log.requests if o is not r and o.first_token <= r.prefill_start
+                   and (o.transfer_end is None or o.transfer_end > r.prefill_start)) for r in log.requests)
+    # 86 waiting caches with their scores fill the room (90 without them would have been let in)
+    assert most * waiting <= room < (most + 1) * waiting
+
+
 def test_activations_of_a_long_prompt_spill_instead_of_pushing_weights_and_kv_out():
     """Activations are placed first, but they may spill and weights and KV may not: when the
     activations would push the prompt's KV out of HBM, the kept uses are placed first."""
