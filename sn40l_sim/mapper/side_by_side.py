@@ -91,8 +91,7 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if spread is not None:
         tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
-    in_room = _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first)
-    if in_room is not None:
+    for in_room in _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first):
         # as it is (the kernels called once reload where it leaves them no room), and with the others
         # mapped again beside it
         other = scored(*in_room[::2])
@@ -138,11 +137,19 @@ def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Seq
 
 def _spread_repeated(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                      calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
-                     kinds: list[int], first: dict[int, Units]) -> Spread | None:
+                     kinds: list[int], first: dict[int, Units]) -> list[Spread]:
     """The first mappings with the longest kernel called more than once whose first mapping is on
     one tile mapped again on every tile, its configuration free, within the units per tile the
-    other repeated kernels' first mappings leave; with their footprints and call contexts. None
-    when there is no such kernel or no such room.
+    other repeated kernels' first mappings leave; with their footprints and call contexts. Two
+    rooms are tried: what every tile has left with the others' one-tile footprints stacked on one
+    tile (:func:`_free_per_tile`), and with them spread over the tiles (:func:`_balanced_room`),
+    since they are loaded on any tile where they fit (:mod:`.residency`). Stacked, a faster machine
+    whose first mappings take a few more units leaves no room at all: Llama-3.1-8B's 128-token
+    prefill on 8 sockets, whose QKV, attention and output projection took 73 + 36 + 48 PCUs of
+    one tile with configurations loaded at 5.08 GB/s and 146 + 36 + 96 at 7 GB/s, lost its
+    spread FFN, and every layer kernel went on a tile of its own: 3.05 -> 3.95 ms
+    (docs/validation.md, "Short prefills on a faster machine"). Empty when there is no such kernel
+    or no such room.
 
     :func:`_spread_longest` spreads only the longest kernel, over whole tiles: a lone call spends
     every idle unit, so a kernel spread that way leaves the others no room. A kernel called once
@@ -155,13 +162,17 @@ def _spread_repeated(socket: SocketSpec, order: Sequence[FusedKernel], plans: Se
     repeated = [kind for kind in kinds if len(calls_of[kind]) > 1]
     one_tile = [kind for kind in repeated if _on_one_tile(first[kind])]
     if tiles < 2 or not one_tile:
-        return None
+        return []
     kind = one_tile[0]
-    free = _free_per_tile(socket, [first[other] for other in repeated if other != kind])
-    if min(free) <= 0:
-        return None
-    return _spread(order, plans, calls, calls_of[kind], mapped, first, kind,
-                   UnitBudget(chip_tiles=tiles, pcus_per_tile=free[0], pmus_per_tile=free[1]), resident=True)
+    held = [first[other] for other in repeated if other != kind]
+    spreads = []
+    for free in dict.fromkeys((tuple(_free_per_tile(socket, held)), _balanced_room(socket, held))):
+        if min(free) > 0:
+            got = _spread(order, plans, calls, calls_of[kind], mapped, first, kind,
+                          UnitBudget(chip_tiles=tiles, pcus_per_tile=free[0], pmus_per_tile=free[1]), resident=True)
+            if got is not None:
+                spreads.append(got)
+    return spreads
 
 
 def _spread(order: Sequence[FusedKernel], plans: Sequence[PlacedKernel], calls: Sequence[LoopContext],
@@ -179,6 +190,33 @@ def _spread(order: Sequence[FusedKernel], plans: Sequence[PlacedKernel], calls: 
     if spread[indices[0]].sections != 1:
         return None
     return spread, {**first, kind: _units(spread[indices[0]])}, contexts
+
+
+def _balanced_room(socket: SocketSpec, held: Sequence[Units]) -> tuple[int, int]:
+    """The PCUs and PMUs every tile has left beside the ``held`` footprints (the least over the
+    tiles), those on one tile spread over the tiles: the largest first, each on the tile with the
+    most left (a kernel spread on every tile needs its room on each).
+
+    >>> from sn40l_sim.mapper._examples import example_node
+    >>> _balanced_room(example_node().socket, [((146, 0, 0, 0), (154, 0, 0, 0)), ((36, 0, 0, 0), (34, 0, 0, 0)),
+    ...                                        ((96, 0, 0, 0), (98, 0, 0, 0))])
+    (114, 106)
+    """
+    tiles = figures.tiles(socket)
+    free = [[socket.tile.pcus, socket.tile.pmus] for _ in range(tiles)]
+    singles = []
+    for units in held:
+        if _on_one_tile(units):
+            singles.append((max(units[0], default=0), max(units[1], default=0)))
+            continue
+        for t, per_tile in enumerate(free):
+            per_tile[0] -= units[0][t]
+            per_tile[1] -= units[1][t]
+    for pcus, pmus in sorted(singles, reverse=True):
+        roomiest = max(free)
+        roomiest[0] -= pcus
+        roomiest[1] -= pmus
+    return min(f[0] for f in free), min(f[1] for f in free)
 
 
 def _free_per_tile(socket: SocketSpec, held: Sequence[Units]) -> list[int]:
