@@ -100,9 +100,11 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
         # with its contexts: its calls were mapped with their configuration free, and a kernel
         # that then finds no room beside the others keeps that plan, so it must keep that context
         tried += [(share, packed, *in_room) for share in shares for packed in (False, True)]
-    for share, packed, firsts, footprints_first, first_calls in tried:
+    # each also with the rooms that would make a kernel's call longer than its first mapping's left
+    # untaken (``lean``), the others then mapped beside that first mapping
+    for (share, packed, firsts, footprints_first, first_calls), lean in ((t, lean) for t in tried for lean in (False, True)):
         got = _mapped_beside(socket, order, firsts, first_calls, calls_of, mapped, kinds, footprints_first, once, share,
-                             packed)
+                             packed, lean)
         if got is None:
             continue
         new_plans, contexts = got
@@ -259,12 +261,14 @@ def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], s
 def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                    calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper, kinds: list[int],
                    first: dict[int, Units], once: Collection[int], share: float, packed: bool = False,
-                   ) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
+                   lean: bool = False) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
     """The graph's plans and contexts with each of ``kinds`` (kernels of one section), in turn,
     mapped with its configuration free within the units per tile the others hold: those mapped
     again their new plan's, those of ``once`` not yet mapped again ``share`` of their ``first``
     mapping's, the others all of it; None when no kernel found room (``packed``: none of those
-    the rooms of every tile leave nothing found room on one tile either, :func:`_room_on_one_tile`)."""
+    the rooms of every tile leave nothing found room on one tile either, :func:`_room_on_one_tile`;
+    ``lean``: a kernel keeps its first mapping where its room would make its call, with its
+    configuration free, longer than the first mapping's with it)."""
     footprint = dict(first)
     pending = set(kinds)
     capacity = (socket.tile.pcus, socket.tile.pmus)
@@ -283,6 +287,13 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
         try:
             again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
         except InfeasibleError:
+            continue
+        if lean and next(iter(again.values())).cycles > plans[calls_of[kind][0]].cycles:
+            # a room in which the call, its configuration free, is longer than its first mapping's
+            # call loading its configuration: the residency it buys may not pay for that at every
+            # call (DeepSeek-R1's 128-token prefill at 2 GHz put its dense layers' output projection
+            # and FFN in 10 PCUs of a tile, 5.6 ms a call against 0.17: docs/validation.md, "Short
+            # prefills on a faster machine")
             continue
         if next(iter(again.values())).sections != 1:
             # a room too small for one section: its calls reload a configuration whatever the room,
