@@ -6,10 +6,12 @@ machine is not always faster in the simulator").
     python scripts/faster_machine.py --fields hbm p2p --jobs 2 --out out/faster_machine
 
 Each field is swept (``python -m sn40l_sim sweep`` with a ``hardware.socket.<field>`` axis, its
-values from slower to faster, around the shipped one) over three workloads: the main experiment
+values from slower to faster, around the shipped one) over four workloads: the main experiment
 (``experiments/deepseek_tp16.yaml``) at batches 1 and 16 with 8K and 128K prompts; Llama-3.1-8B, 70B
-and 405B at batch 1 on 16 sockets (``experiments/per_user_speed.yaml``); and
-``experiments/llama8b_node8.yaml`` (batch 64 on 8 sockets). A curve is one point of a workload (KV
+and 405B at batch 1 on 16 sockets (``experiments/per_user_speed.yaml``); the same deployment of
+Llama-3.1-8B and 70B on 8 sockets with 128- and 512-token prompts, whose short layer kernels make a
+lost side-by-side placement most of the prefill (docs/validation.md, "Short prefills on a faster
+machine"); and ``experiments/llama8b_node8.yaml`` (batch 64 on 8 sockets). A curve is one point of a workload (KV
 policy, batch, prompt, model) and one of ``decode_step_s`` and ``prefill_s`` across the field's
 values; it rises where a faster value gives a longer time. The script prints every rising curve and
 a table of curves per field, and exits with status 1 if any rose (2 on bad arguments or when a
@@ -69,9 +71,15 @@ def _workloads(path: str, values: list[str]) -> dict[str, dict]:
     per_user["sweep"] = {"mode": "grid", "infeasible": "skip", "axes": {
         "model": {"path": "model", "values": [str(REPO / "graphs" / f"{m}.yaml") for m in models], "labels": models},
         **axis}}
+    short = {**per_user, "name": "short_prefill", "hardware": str(REPO / "hw_configs" / "sn40l_node8.yaml"),
+             "parallel": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
+    short["sweep"] = {"mode": "grid", "infeasible": "skip", "axes": {
+        "model": {"path": "model", "values": [str(REPO / "graphs" / f"{m}.yaml") for m in models[:2]],
+                  "labels": models[:2]},
+        "shape.prompt_len": [128, 512], **axis}}
     node8 = {"base": str(REPO / "experiments" / "llama8b_node8.yaml"), "name": "llama8b_node8",
              "sweep": {"mode": "grid", "infeasible": "skip", "axes": axis}}
-    return {"deepseek": main, "per_user": per_user, "llama8b_node8": node8}
+    return {"deepseek": main, "per_user": per_user, "short_prefill": short, "llama8b_node8": node8}
 
 
 def _curves(rows: list[dict], column: str, order: list[float]) -> dict[tuple, dict[int, dict]]:
