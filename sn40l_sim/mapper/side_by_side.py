@@ -36,6 +36,7 @@ Examples
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
@@ -101,10 +102,12 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
         # that then finds no room beside the others keeps that plan, so it must keep that context
         tried += [(share, packed, *in_room) for share in shares for packed in (False, True)]
     # each also with the rooms that would make a kernel's call longer than its first mapping's left
-    # untaken (``lean``), the others then mapped beside that first mapping
-    for (share, packed, firsts, footprints_first, first_calls), lean in ((t, lean) for t in tried for lean in (False, True)):
+    # untaken (``lean``), the others then mapped beside that first mapping, and with the one-tile
+    # kernels a room is read beside spread over the tiles (``balanced``)
+    variants = [(lean, balanced) for lean in (False, True) for balanced in (False, True)]
+    for (share, packed, firsts, footprints_first, first_calls), (lean, balanced) in itertools.product(tried, variants):
         got = _mapped_beside(socket, order, firsts, first_calls, calls_of, mapped, kinds, footprints_first, once, share,
-                             packed, lean)
+                             packed, lean, balanced)
         if got is None:
             continue
         new_plans, contexts = got
@@ -261,14 +264,16 @@ def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], s
 def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
                    calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper, kinds: list[int],
                    first: dict[int, Units], once: Collection[int], share: float, packed: bool = False,
-                   lean: bool = False) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
+                   lean: bool = False, balanced: bool = False) -> tuple[list[PlacedKernel], list[LoopContext]] | None:
     """The graph's plans and contexts with each of ``kinds`` (kernels of one section), in turn,
     mapped with its configuration free within the units per tile the others hold: those mapped
     again their new plan's, those of ``once`` not yet mapped again ``share`` of their ``first``
     mapping's, the others all of it; None when no kernel found room (``packed``: none of those
     the rooms of every tile leave nothing found room on one tile either, :func:`_room_on_one_tile`;
     ``lean``: a kernel keeps its first mapping where its room would make its call, with its
-    configuration free, longer than the first mapping's with it)."""
+    configuration free, longer than the first mapping's with it; ``balanced``: the room on every tile
+    is read with the others' one-tile footprints spread over the tiles, :func:`_balanced_room`, as
+    the residency replay may load them, not all on the first tile)."""
     footprint = dict(first)
     pending = set(kinds)
     capacity = (socket.tile.pcus, socket.tile.pmus)
@@ -279,7 +284,11 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
         pending.discard(kind)
         held = [tuple(reserved(per_tile, share) for per_tile in units) if other in pending and other in once
                 else units for other, units in footprint.items() if other != kind]
-        free = _free_per_tile(socket, held)
+        # stacked on the first tile, one-tile footprints leave a kernel on every tile no room as soon
+        # as a faster machine's first mappings grow: Llama-3.1-8B's output projection took 96 PCUs at
+        # 75 GB/s per P2P port, 48 at 50, and the FFN beside it 49 PCUs a tile, not 88
+        # (docs/validation.md, "Short prefills on a faster machine")
+        free = list(_balanced_room(socket, held)) if balanced else _free_per_tile(socket, held)
         budget = UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1]) if min(free) > 0 else \
             _room_on_one_tile(held, capacity, tiles) if packed and _on_one_tile(first[kind]) else None
         if budget is None:

@@ -92,9 +92,11 @@ serving: {{mode: colocated, batch: 8, batch_sizes: [8], prefill_lens: [256, 1024
 
 def test_real_chunk_graphs_interpolated_within_one_percent_of_every_multiple_timed(tmp_path):
     # Llama-3.1-8B's 64-row chunk graph on an 8-socket node over a 4K prompt: its cycles jump where
-    # the mapper changes plan (+13% from 2,048 earlier tokens, down 22.5% at 2,688). Timed at 33
-    # of the 65 multiples, chosen: the worst chunk is 0.75% off (a lone multiple 0.7% above both
-    # neighbours, which only timing it finds); the uniform grid of 33 missed a jump by 11%.
+    # the mapper changes plan (+3.1% at 4,032 earlier tokens, down 2.7% at 2,496; +13% and down
+    # 22.5% before the side-by-side rooms were also read with the one-tile kernels spread over the
+    # tiles, docs/validation.md, "Short prefills on a faster machine"). Timed at 33 of the 65
+    # multiples, chosen: the worst chunk is 0.76% off; the uniform grid of 33 misses by 1.5% (by
+    # 11% before), outside the 1% the chosen grid keeps.
     path = tmp_path / "chunked.yaml"
     path.write_text(f"""\
 kind: experiment
@@ -117,4 +119,4 @@ serving: {{mode: colocated, batch: 8, batch_sizes: [8], max_new_tokens: 8, prefi
     assert max(errors) < 0.01
     uniform = [abs(interpolated_chunk_cycles(lambda t, e: exact[e], 128, e, 64) - exact[e]) / exact[e]
                for e in range(0, 4096, 64)]
-    assert max(uniform) > 0.05
+    assert max(uniform) > 0.01
