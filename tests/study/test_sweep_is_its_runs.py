@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from sweep_helpers import write_experiment
 
 from sn40l_sim.commands.cli import main
@@ -25,13 +26,21 @@ def _csv(path):
         return list(csv.DictReader(f))
 
 
-def test_each_sweep_record_is_the_run_set_record_of_its_point(tmp_path, capsys):
-    path = write_experiment(tmp_path, SWEEP)
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """The folder of the sweep of :data:`SWEEP` (in ``sweep/``), run once for both tests: each reads
+    its output files only (the front is a function of results.csv, whichever test ran the sweep)."""
+    folder = tmp_path_factory.mktemp("swept")
+    path = write_experiment(folder, SWEEP)
+    assert main(["sweep", str(path), "--out", str(folder / "sweep"), "--jobs", "2", "--no-plot", "--quiet"]) == 0
+    return folder
+
+
+def test_each_sweep_record_is_the_run_set_record_of_its_point(swept, tmp_path, capsys):
     base = write_experiment(tmp_path, None, name="base.yaml")
-    assert main(["sweep", str(path), "--out", str(tmp_path / "sweep"), "--jobs", "2", "--no-plot", "--quiet"]) == 0
-    records = json.loads((tmp_path / "sweep" / "results.json").read_text())
-    rows = _csv(tmp_path / "sweep" / "results.csv")
-    failures = json.loads((tmp_path / "sweep" / "failures.json").read_text())
+    records = json.loads((swept / "sweep" / "results.json").read_text())
+    rows = _csv(swept / "sweep" / "results.csv")
+    failures = json.loads((swept / "sweep" / "failures.json").read_text())
     # full at batch 2048 is infeasible at either bandwidth: listed with its reason, not a record
     assert [(f["kind"], f["point"][:5], f["sweep"]["serving.batch"]) for f in failures] == [("infeasible", "full[", 2048)] * 2
     reason = "a batch of 2048 does not fit (largest compiled batch that fits: 512)"
@@ -60,17 +69,15 @@ def test_each_sweep_record_is_the_run_set_record_of_its_point(tmp_path, capsys):
                 {k: v for k, v in one_row.items() if k != "name"}
 
 
-def test_the_front_is_the_non_dominated_rows_of_results_csv(tmp_path):
-    path = write_experiment(tmp_path, SWEEP)
-    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1", "--no-plot", "--quiet"]) == 0
-    rows = _csv(tmp_path / "out" / "results.csv")
+def test_the_front_is_the_non_dominated_rows_of_results_csv(swept):
+    rows = _csv(swept / "sweep" / "results.csv")
     points = [(float(r["decode_tokens_per_s"]), float(r["tpot_s"])) for r in rows]
 
     def dominates(a, b):
         return a[0] >= b[0] and a[1] <= b[1] and a != b
 
     expected = [r["name"] for r, p in zip(rows, points, strict=True) if not any(dominates(q, p) for q in points)]
-    front = [r["name"] for r in _csv(tmp_path / "out" / "pareto.csv")]
+    front = [r["name"] for r in _csv(swept / "sweep" / "pareto.csv")]
     assert front == expected and 0 < len(front) < len(rows)
-    failed = {f["point"] for f in json.loads((tmp_path / "out" / "failures.json").read_text())}
+    failed = {f["point"] for f in json.loads((swept / "sweep" / "failures.json").read_text())}
     assert failed and not failed & set(front) and not failed & {r["name"] for r in rows}
