@@ -61,10 +61,19 @@ def stop_after(monkeypatch, count: int) -> None:
     monkeypatch.setattr(RunStore, "save", save_then_stop)
 
 
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory) -> tuple[Path, Path, int]:
+    """:data:`SWEEP`'s experiment, the folder of its sweep run through once (in this process) and its
+    runs: what the stopped sweeps of every job count below must resume to, so it is swept only once."""
+    folder = tmp_path_factory.mktemp("never_stopped")
+    path = write_experiment(folder, SWEEP)
+    whole = run_sweep(path, folder / "whole", jobs=1, progress=False, plots=False)
+    return path, folder / "whole", whole.total
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
-    path = write_experiment(tmp_path, SWEEP)
-    whole = run_sweep(path, tmp_path / "whole", jobs=jobs, progress=False, plots=False)
+def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs, never_stopped):
+    path, whole, total = never_stopped
     with monkeypatch.context() as patch:
         stop_after(patch, 3)
         with pytest.raises(KeyboardInterrupt) as stopped:
@@ -75,9 +84,9 @@ def test_a_stopped_sweep_resumes_to_the_same_bytes(tmp_path, monkeypatch, jobs):
     assert len(list(runs.glob("*.json"))) == 3 and not (tmp_path / "cut" / "results.json").exists()
     (runs / ".deadbeef.tmp").write_text('{"format": 1, "rec')  # a write a kill cut short: ignored
     resumed = run_sweep(path, tmp_path / "cut", jobs=jobs, progress=False, resume=True, plots=False)
-    assert resumed.resumed == 3 and len(list(runs.glob("*.json"))) == whole.total == 6
+    assert resumed.resumed == 3 and len(list(runs.glob("*.json"))) == total == 6
     for name in OUTPUTS:
-        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+        assert (tmp_path / "cut" / name).read_bytes() == (whole / name).read_bytes(), name
 
 
 def test_a_sweep_stopped_before_any_run_finished_says_nothing_was_kept(tmp_path, monkeypatch):
