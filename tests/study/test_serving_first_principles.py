@@ -159,11 +159,16 @@ def test_a_prefix_hit_saves_its_prefill_and_nothing_else_and_a_miss_costs_as_no_
     assert np.all(np.abs(saved[~hit]) < 1e-12)
     assert saved.sum() / n == pytest.approx(stats["prefill_s_saved_mean"], rel=1e-6)
     # disaggregated, the same cache sent (the whole prompt's, over the same link) and the same
-    # decode; co-located, the decode steps wait for other prompts' (shorter) prefills
+    # decode, and one prefill node taking prompts in arrival order, so every prefill starts no later
+    # and the mean TTFT falls. Co-located, the decode steps wait for other prompts' (shorter)
+    # prefills, and a shorter prefill changes which node takes the next prompts and which decode
+    # step each then waits for (a list-scheduling anomaly: three hits of 31 requests sent 9 to the
+    # other node, and the mean TTFT rose 73.4 -> 74.4 ms), so only the prefills are compared there
     if cached["mode"] == "disaggregated":
         for start, end in (("transfer_start_s", "transfer_end_s"), ("join_s", "last_token_s")):
             assert np.allclose(span(plain_rows, start, end), span(cached_rows, start, end), rtol=0, atol=1e-9)
-    assert cached["latency"]["ttft_s"]["mean"] < plain["latency"]["ttft_s"]["mean"]
+        assert np.all(column(cached_rows, "prefill_start_s") <= column(plain_rows, "prefill_start_s") + 1e-12)
+        assert cached["latency"]["ttft_s"]["mean"] < plain["latency"]["ttft_s"]["mean"]
 
 
 @pytest.fixture(scope="module")
