@@ -163,15 +163,14 @@ def _packed(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tuple[int,
     return not left_out and min(min(per_tile) for per_tile in free) >= 0
 
 
-def packed_largest_first(footprints: list[Footprint], capacity: tuple[int, int], tiles: int,
-                         ) -> tuple[list[list[int]], int]:
-    """Free PCUs and PMUs per tile (negative where too many) once ``footprints`` are placed as a
-    compiler places a static step's configurations: those on several tiles where the mapper put
-    them, those on one tile first fit, the largest first; and how many of those fit on no tile
-    (left out).
+def spread_over_tiles(footprints: list[Footprint], capacity: tuple[int, int], tiles: int,
+                      ) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Free PCUs and PMUs per tile (``[unit][tile]``, negative where too many) once the
+    ``footprints`` on several tiles are placed where the mapper put them, and the PCUs and PMUs of
+    those on one tile, which a one-tile plan may take on any tile, still to be placed.
 
-    >>> packed_largest_first([((100, 0), (10, 0)), ((0, 200), (0, 5)), ((150, 0), (1, 0))], (260, 260), 2)
-    ([[60, 10], [255, 249]], 0)
+    >>> spread_over_tiles([((100, 0), (10, 0)), ((30, 40), (1, 2))], (260, 260), 2)
+    ([[230, 220], [259, 258]], [(100, 10)])
     """
     free = [[cap] * tiles for cap in capacity]
     singles = []
@@ -183,6 +182,20 @@ def packed_largest_first(footprints: list[Footprint], capacity: tuple[int, int],
         for unit in range(2):
             for t, n in enumerate(f[unit]):
                 free[unit][t] -= n
+    return free, singles
+
+
+def packed_largest_first(footprints: list[Footprint], capacity: tuple[int, int], tiles: int,
+                         ) -> tuple[list[list[int]], int]:
+    """Free PCUs and PMUs per tile (negative where too many) once ``footprints`` are placed as a
+    compiler places a static step's configurations: those on several tiles where the mapper put
+    them, those on one tile first fit, the largest first; and how many of those fit on no tile
+    (left out).
+
+    >>> packed_largest_first([((100, 0), (10, 0)), ((0, 200), (0, 5)), ((150, 0), (1, 0))], (260, 260), 2)
+    ([[60, 10], [255, 249]], 0)
+    """
+    free, singles = spread_over_tiles(footprints, capacity, tiles)
     left_out = 0
     for pcus, pmus in sorted(singles, reverse=True):
         t = next((t for t in range(tiles) if free[0][t] >= pcus and free[1][t] >= pmus), None)

@@ -49,7 +49,7 @@ from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.residency import packed_largest_first
+from sn40l_sim.mapper.residency import packed_largest_first, spread_over_tiles
 
 #: shares of its first mapping's units per tile a kernel called once holds while the others are
 #: mapped again, besides all of them (the greedy placement)
@@ -208,20 +208,12 @@ def _balanced_room(socket: SocketSpec, held: Sequence[Units]) -> tuple[int, int]
     (114, 106)
     """
     tiles = figures.tiles(socket)
-    free = [[socket.tile.pcus, socket.tile.pmus] for _ in range(tiles)]
-    singles = []
-    for units in held:
-        if _on_one_tile(units):
-            singles.append((max(units[0], default=0), max(units[1], default=0)))
-            continue
-        for t, per_tile in enumerate(free):
-            per_tile[0] -= units[0][t]
-            per_tile[1] -= units[1][t]
+    free, singles = spread_over_tiles(list(held), (socket.tile.pcus, socket.tile.pmus), tiles)
     for pcus, pmus in sorted(singles, reverse=True):
-        roomiest = max(free)
-        roomiest[0] -= pcus
-        roomiest[1] -= pmus
-    return min(f[0] for f in free), min(f[1] for f in free)
+        roomiest = max(range(tiles), key=lambda t: (free[0][t], free[1][t]))
+        free[0][roomiest] -= pcus
+        free[1][roomiest] -= pmus
+    return min(free[0]), min(free[1])
 
 
 def _free_per_tile(socket: SocketSpec, held: Sequence[Units]) -> list[int]:
