@@ -43,6 +43,12 @@ KEPT_LATER = ("kv_transfer", "seed", "options")
 #: two runs differing in either were headed "the same model, hardware and policy" above every figure
 #: they moved. A record lacking one (a hand-made one) compares by the rest
 SHAPE = ("prefill_len", "batch")
+#: what the compiled graphs make of that shape, named when the shape itself is the same: another
+#: ``serving.prefill_lens`` runs the same prompt at another compiled length (a 30,000-token prompt
+#: padded to 32,768 or not), another ``serving.batch_sizes`` moves the largest batch that fits beside
+#: an explicit ``serving.batch``; both were headed "the same model, hardware and policy" above a
+#: prefill 8% shorter or another max batch
+COMPILED = (("prefill_len", "prefill_len_compiled"), ("batch", "max_batch"))
 #: the objectives an ``slo`` record states (the rest of it is what the run served against them)
 SLO_STATED = (("ttft", "ttft_max_s", "ttft_percentile"), ("tpot", "tpot_max_s", "tpot_percentile"))
 
@@ -71,6 +77,8 @@ def point_table(base: Mapping[str, Any], other: Mapping[str, Any], fields: Field
     changes = [_change(name, base.get(name), other.get(name)) for name in (*DESCRIBED, *SHAPE)
                if base.get(name) != other.get(name)
                and not (name in (*KEPT_LATER, *SHAPE) and (name not in base or name not in other))]
+    changes += [_change(name, base[name], other[name]) for shape, name in COMPILED
+                if base.get(shape) == other.get(shape) and name in base and name in other and base[name] != other[name]]
     changes += [_described_otherwise(name, base, other) for name in DIGESTED if _same_name_other_digest(name, base, other)]
     if _slo_stated(base) != _slo_stated(other):
         # another bound moves the attainment and goodput rows alone: the heading said "the same model,

@@ -527,3 +527,19 @@ def test_the_heading_names_a_changed_prefill_chunk_or_prefix_caching():
         "full: the same model, hardware and policy"
     assert point_table(chunked, dict(chunked, chunked_prefill={"chunk_tokens": 4096, "prefill_overhead_fraction": 0.5})
                        ).splitlines()[0] == "full: the same model, hardware and policy"
+
+
+def test_the_heading_names_another_compiled_prefill_length_or_max_batch_of_the_same_shape():
+    # the same 30,000-token prompt with serving.prefill_lens [30000, ...] (unpadded) against the default
+    # powers of two (padded to 32,768) was headed "the same model, hardware and policy" above a prefill
+    # 8% shorter; another serving.batch_sizes beside an explicit batch, above another max batch
+    padded = dict(BASE, prefill_len=30000, prefill_len_compiled=32768, max_batch=64)
+    unpadded = dict(padded, prefill_len_compiled=30000)
+    assert point_table(padded, unpadded).splitlines()[0] == "full: prefill_len_compiled 32768 -> 30000"
+    assert point_table(padded, dict(padded, max_batch=48)).splitlines()[0] == "full: max_batch 64 -> 48"
+    # a changed prompt or batch says it alone: what it compiles to follows from it
+    longer = dict(padded, prefill_len=40000, prefill_len_compiled=65536, batch=32, max_batch=32)
+    assert point_table(padded, longer).splitlines()[0] == "full: prefill_len 30000 -> 40000; batch 16 -> 32"
+    # a record without the compiled length (older results) compares by the rest
+    assert point_table(BASE, dict(BASE, prefill_len_compiled=4096)).splitlines()[0] == \
+        "full: the same model, hardware and policy"
