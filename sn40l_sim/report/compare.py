@@ -35,9 +35,10 @@ from sn40l_sim.report.registry import Fields
 #: point as much as its model or policy does
 DESCRIBED = ("model", "hardware", "prefill_hardware", "parallel", "kv_policy", "kv_policy_params",
              "kv_bytes_per_token", "mode", "prefill_nodes", "decode_nodes", "kv_transfer", "max_new_tokens",
-             "workload", "seed", "speculative_drafts", "draft_acceptance", "options")
-#: fields results written before them lack: such a record compares by the others
-KEPT_LATER = ("kv_transfer", "seed", "options")
+             "workload", "seed", "speculative_drafts", "draft_acceptance", "options", "rate_search")
+#: fields results written before them lack: such a record compares by the others (``rate_search``, a
+#: rate search's settings, every record of an experiment without one lacks too)
+KEPT_LATER = ("kv_transfer", "seed", "options", "rate_search")
 #: the point's shape, named after the inputs when it differs: the prompt (``shape.prompt_len``) and the
 #: decode batch (an explicit ``serving.batch``, or the largest that fits when another input moved it);
 #: two runs differing in either were headed "the same model, hardware and policy" above every figure

@@ -250,6 +250,8 @@ RESULTS = Fields([
           "served run.", axis="goodput tokens/s", group="slo", table=Row(202, "goodput output tokens/s", ".1f")),
     # the highest rate under the SLOs (produced by an experiment's rate_search: section; the record's
     # served figures are those of the probe at that rate)
+    Field("rate_search", "", "The search's settings (low_per_s, high_per_s, probes, tolerance), each as the "
+          "rate_search section gives it or its default.", group="rate_search"),
     Field("max_rate_per_s", "requests/s", "The highest arrival rate probed at which every SLO held (empty when "
           "even the search's low end fails). The record's served figures (throughput, latencies, slo, goodput, "
           "kv_occupancy) are the run at this rate (at the low end when it is empty), not at the workload's "

@@ -47,6 +47,16 @@ from sn40l_sim.study.experiment_files import read_trace_rows
 from sn40l_sim.study.points import Point
 
 
+def search_settings(search: Any) -> str:
+    """The ``rate_search`` section in one line, every setting (its defaults too), as a record keeps it.
+
+    >>> from types import SimpleNamespace
+    >>> search_settings(SimpleNamespace(low_per_s=0.25, high_per_s=16.0, probes=7, tolerance=0.02))
+    'low_per_s=0.25, high_per_s=16, probes=7, tolerance=0.02'
+    """
+    return ", ".join(f"{key}={getattr(search, key):g}" for key in ("low_per_s", "high_per_s", "probes", "tolerance"))
+
+
 def bisect_rate(holds: Callable[[float], bool], low: float, high: float, *, probes: int,
                 tolerance: float) -> tuple[float | None, bool, list[tuple[float, bool]]]:
     """``(highest rate that held or None, whether the bracket held the answer, [(rate, held)])``.
@@ -212,7 +222,9 @@ def search_point(asm: Assembly, point: Point, *,
 
     best, bracketed, _ = bisect_rate(holds, search.low_per_s, search.high_per_s, probes=search.probes,
                                      tolerance=search.tolerance)
-    fields = {"max_rate_per_s": best, "max_rate_bracketed": bracketed,
+    # the search's own settings beside its answer: two searches of other bounds or probes differ in the
+    # rate they found, which compare named as a changed workload alone
+    fields = {"rate_search": search_settings(search), "max_rate_per_s": best, "max_rate_bracketed": bracketed,
               "rate_probes": sorted(rows, key=lambda row: row["rate_per_s"])}
     result, ran = results[best if best is not None else search.low_per_s]
     return result, fields, ran

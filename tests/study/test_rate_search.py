@@ -252,3 +252,33 @@ def test_the_record_s_workload_line_is_the_rate_its_figures_were_served_at(tmp_p
             '{"dist":"constant","value":16}'
     else:   # 40 requests over 19.5 s: 2.05 requests/s at rate_scale 1
         assert record["workload"] == f"trace, path={trace}, rate_scale={rate / (40 / 19.5)}"
+
+
+def test_two_searches_of_other_settings_are_named_so_in_compare(tmp_path, capsys):
+    # max_rate.yaml with probes 7 and 3 was headed by the workload's rate alone ("workload poisson,
+    # rate_per_s=0.988... -> poisson, rate_per_s=0.25..."), as if the arrival rate had been changed
+    # by hand: the record did not keep the search's settings
+    text = textwrap.dedent(f"""\
+        kind: experiment
+        name: search_settings
+        hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
+        model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
+        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
+        policies: [{{name: full, policy: full}}]
+        shape: {{prompt_len: 1024}}
+        workload: {{kind: poisson, rate_per_s: 1, count: 40, output_len: 16}}
+        serving: {{batch: 4, max_new_tokens: 16, prefill_nodes: 4}}
+        slo: {{ttft: {{max_s: 600 s, percentile: 90}}}}
+        rate_search: {{low_per_s: 1, high_per_s: 1000, probes: PROBES}}
+        """)
+    for probes in (2, 4):
+        path = tmp_path / f"e{probes}.yaml"
+        path.write_text(text.replace("PROBES", str(probes)))
+        assert main(["run", str(path), "--out", str(tmp_path / f"out{probes}"), "--quiet", "--no-plot"]) == 0
+    (record,) = json.loads((tmp_path / "out2" / "results.json").read_text())
+    assert record["rate_search"] == "low_per_s=1, high_per_s=1000, probes=2, tolerance=0.02"
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "out2"), str(tmp_path / "out4")]) == 0
+    (heading,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("full: ")]
+    assert "rate_search low_per_s=1, high_per_s=1000, probes=2, tolerance=0.02 -> " \
+           "low_per_s=1, high_per_s=1000, probes=4, tolerance=0.02" in heading
