@@ -186,3 +186,30 @@ def test_a_colocated_hit_without_the_policys_kernels_loads_that_graphs_configura
     small = simulate(reqs, replace(base, prefill_switch_cycles=lambda rows: 7))
     assert apart.prefixes.hits == 10 and sum(apart.busy["graph_switch"]) > 0
     assert apart.busy == small.busy and apart.steps == small.steps
+
+
+def test_a_longer_prefix_of_the_group_is_held_once_a_user_has_computed_it():
+    # a group's first user with a prompt shorter than the prefix holds that prompt less one token
+    # (with_prefixes); a later user computes the rest of the prefix on the node, which then held
+    # only the first user's share of it for every user after: experiments/prefix_cache.yaml's
+    # Azure prompts (median about 1K) under a 1,024-token prefix lost 636K tokens of reuse that way
+    tracker = PrefixTracker(PrefixCaching(True, 3), 1, prefill_cycles=lambda p: 10 * p,
+                            hit_cycles=lambda p, held: (10 * (p - held), held))
+    short, long, later = (Request(0, 0, 11, 4, prefix_id=7, prefix_len=10), Request(1, 0, 120, 4, prefix_id=7, prefix_len=100),
+                          Request(2, 0, 120, 4, prefix_id=7, prefix_len=100))
+    assert tracker.prefill(short, 0) == (110, 11)
+    assert tracker.prefill(long, 0) == (10 * 110, 110)        # reuses the 10 held
+    assert tracker.held_tokens(0) == 100
+    assert tracker.prefill(later, 0) == (200, 20)              # reuses the whole prefix
+    for request in (short, long, later):
+        tracker.release(request)
+    assert tracker.held_tokens(0) == 0 and not tracker.holder
+
+
+def test_a_longer_prefix_of_the_group_is_held_only_where_it_fits():
+    # the rest of the prefix needs room as a whole prefix does; without it the node keeps the shorter one
+    tracker = PrefixTracker(PrefixCaching(True, 3, capacity_tokens=50), 1, prefill_cycles=lambda p: 10 * p,
+                            hit_cycles=lambda p, held: (10 * (p - held), held))
+    short, long = Request(0, 0, 11, 4, prefix_id=7, prefix_len=10), Request(1, 0, 120, 4, prefix_id=7, prefix_len=100)
+    tracker.prefill(short, 0), tracker.prefill(long, 0)
+    assert tracker.held_tokens(0) == 10 and tracker.peak_prefill_prefix_tokens == 10
