@@ -60,6 +60,10 @@ def test_a_set_hardware_field_changes_the_node_and_names_it(tmp_path):
                                          "socket.stated are neither simulated nor checked for a changed node"),
     # a message that quotes the value already is not led by it ("'abc': expected an integer, got 'abc'")
     ("shape.prompt_len=abc", "--set shape.prompt_len: expected an integer, got 'abc'"),
+    # ... but one quoting another field's value that reads alike still is: a prompt of 1 token gives
+    # SnapStream a budget of 1, and "got 1" (the budget) dropped the prompt length set
+    ("shape.prompt_len=1", "--set shape.prompt_len: 1: policies[1].prompt_fraction.budget: KV policy 'snapstream': "
+                           "expected budget >= sink + recent = 5, got 1"),
     # a node check blaming one of several fields names the one set, not topology.kind, which it lists first
     ("hardware.topology.links_per_pair=4", "--set hardware.topology.links_per_pair: 4: a full_mesh of 8 sockets "
                                            "with 4 link(s) per pair needs 28 P2P ports"),

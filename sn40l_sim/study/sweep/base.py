@@ -166,7 +166,7 @@ def apply_sets(doc: Document, base: dict, sets: dict[str, Any], axes: list[Axis]
                 check_points(experiment_from_data(trial, doc))
             base = trial
         except (AxisError, InputError) as exc:
-            error = InputError(_with_value(value, _inner(exc, dotted)), field=f"--set {dotted}")
+            error = InputError(_set_message(value, exc, dotted), field=f"--set {dotted}")
             if not isinstance(exc, InputError):
                 raise error from None
             if parts[0] != "hardware" or len(parts) == 1:
@@ -227,7 +227,7 @@ def _all_together(doc: Document, base: dict, sets: list[tuple[tuple[str, ...], A
         named = [(p, v) for p, v in sets if field == ".".join(p) or field.startswith(".".join(p) + ".")]
         if named:
             parts, value = named[0]
-            raise InputError(_with_value(value, _inner(exc, '.'.join(parts))), field=f"--set {'.'.join(parts)}") from None
+            raise InputError(_set_message(value, exc, '.'.join(parts)), field=f"--set {'.'.join(parts)}") from None
         raise first_failed from None
     return trial
 
@@ -243,16 +243,29 @@ def _hardware_whole_error(exc: InputError, hardware: dict[str, Any], first_faile
     return InputError(f"{shown(hardware[key])}: {_inner(exc, key)}", field=f"--set hardware.{key}")
 
 
-def _with_value(value: Any, message: str) -> str:
-    """A ``--set``'s message led by the value set, unless the message already quotes it ("expected
-    an integer, got 'abc'" was said as "'abc': expected an integer, got 'abc'").
+def _with_value(value: Any, message: str, own: bool = True) -> str:
+    """A ``--set``'s message led by the value set, unless the message, about the set's ``own`` field,
+    already quotes it ("expected an integer, got 'abc'" was said as "'abc': expected an integer, got
+    'abc'"); another field's value that reads alike is not it (``shape.prompt_len=1`` refused at a
+    SnapStream budget of 1, "got 1", said no prompt length).
 
     >>> _with_value(3, "must divide tp (4)")
     '3: must divide tp (4)'
     >>> _with_value("abc", "expected an integer, got 'abc'")
     "expected an integer, got 'abc'"
+    >>> _with_value(1, "policies[1].prompt_fraction.budget: expected budget >= 5, got 1", own=False)
+    '1: policies[1].prompt_fraction.budget: expected budget >= 5, got 1'
     """
-    return message if f"got {shown(value)}" in message else f"{shown(value)}: {message}"
+    return message if own and f"got {shown(value)}" in message else f"{shown(value)}: {message}"
+
+
+def _set_message(value: Any, exc: AxisError | InputError, set_field: str) -> str:
+    """The message of the ``--set`` of ``set_field`` to ``value`` that ``exc`` refused: :func:`_inner`'s,
+    led by the value unless it quotes it about the set's own field."""
+    field = exc.field if isinstance(exc, InputError) and exc.field else ""
+    # a hardware set's node check names the field under the node (socket.p2p.ports of hardware.socket.p2p.ports)
+    own = not field or field == set_field or set_field.endswith("." + field) or field.startswith(set_field + ".")
+    return _with_value(value, _inner(exc, set_field), own)
 
 
 def _inner(exc: AxisError | InputError, set_field: str = "") -> str:
