@@ -68,7 +68,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
-from sn40l_sim.mapper.planning import plan_section
+from sn40l_sim.mapper.planning import plan_section, replay_memo
 from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
@@ -168,11 +168,16 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # from the start)
         compute = plans[0].compute_cycles_per_tile
         if loop.pipelined:
-            mean = looped_window_cycles(socket, plans[0], fill, loop.gate_cycles, loop.windows, compute,
-                                        tiers.activations, loop.iterations, loop.gate_staging)
+            mean = _replayed(planned, plans[0], (fill, loop.gate_cycles, loop.iterations, loop.gate_staging),
+                             loop.windows, tiers.activations,
+                             lambda: looped_window_cycles(socket, plans[0], fill, loop.gate_cycles, loop.windows,
+                                                          compute, tiers.activations, loop.iterations,
+                                                          loop.gate_staging))
             objective = (reload + mean, sum(p.chain_cycles for p in plans))
         else:
-            got = windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute, tiers.activations)
+            got = _replayed(planned, plans[0], (), loop.windows, tiers.activations,
+                            lambda: windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute,
+                                                            tiers.activations))
             after = got.after
             objective = (reload + fill + got.end + after, math.ceil(objective[0]))
         stall = 0
@@ -204,6 +209,18 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         least = loop.gate_cycles + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
+
+
+def _replayed(planned: str, plan: SectionPlan, call: tuple, windows: tuple[OverlapWindow, ...], tier: str,
+              compute):
+    """``compute()``, a replay of ``plan``'s ``windows`` (the call's other parts ``call``), memoised
+    by the section plan when ``planned`` (the socket as planned) is given: a replay reads the plan,
+    the call and the socket's memory path alone, and the rooms the side-by-side search tries
+    (:mod:`.side_by_side`) share the plan of a section they do not fill (:mod:`.planning`), so
+    their calls replay the same windows again."""
+    if not planned:
+        return compute()
+    return replay_memo.get(plan, (planned, call, windows, tier), compute)
 
 
 def held_back_cycles(socket: SocketSpec, tier: str, plan: SectionPlan, n_tiles: int, loop: LoopContext) -> int:

@@ -7,8 +7,9 @@ exceeds the best plan so far, then its allocation, whose floor (the stages' cycl
 the routes not yet) can skip it again, and only then places and routes it. Each step is memoised
 under the same key (the socket as planned, the operators, the tiling, the tiers, the tiles in use,
 the spills and the budget; the stages under the part of the budget they read,
-:func:`stages_budget`), so no step is done twice whichever asks first; the memos are bounded and
-:func:`clear_section_memo` empties them.
+:func:`stages_budget`), so no step is done twice whichever asks first; the placement and routes
+under what they read, the stages and their allocation (:func:`placed_section`); the memos are
+bounded and :func:`clear_section_memo` empties them.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.keys import operators_key
+from sn40l_sim.mapper.keys import IdentityMemo, operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
 from sn40l_sim.mapper.spending import Calls, pricing
@@ -50,12 +51,19 @@ _alloc_memo: dict[tuple, Allocation | None] = {}
 #: entries each memo keeps (cleared when full): a section's stages take about 15 kB, and a kernel's
 #: search asks for a few dozen sections' again (its retries, its loops), not for older searches'
 _SECTION_MEMO_SIZE, _STAGES_MEMO_SIZE, _FLOOR_MEMO_SIZE, _ALLOC_MEMO_SIZE = 50_000, 4_000, 20_000, 10_000
+#: sections placed and routed, by their stages (the memoised list's identity) and allocation
+_placed_memo: IdentityMemo[SectionPlan] = IdentityMemo(size=_ALLOC_MEMO_SIZE)
+#: a one-section call's windows replayed (:func:`~.kernel_cost.plan_kernel`), by its section plan
+#: (shared by the keys that place the same section alike) and the call
+replay_memo: IdentityMemo[object] = IdentityMemo(size=_ALLOC_MEMO_SIZE)
 
 
 def clear_section_memo() -> None:
     """Forget every memoised section plan, its steps and every operator tiling."""
     for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo):
         memo.clear()
+    _placed_memo.clear()
+    replay_memo.clear()
     clear_tiling_memo()
     clear_stage_floor_memo()
     clear_limits_memo()
@@ -196,6 +204,20 @@ def plan_section_cold(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int,
                                                 planned, calls, chain_paced)
     if alloc is None:
         return None
+    if not planned:
+        return placed_section(socket, stages, streams, alloc, n_tiles, chip_tiles)
+    # the same stages given the same units under another key (a room a few units larger or smaller
+    # that the section does not fill, another price of idle units that bought none: the side-by-side
+    # search's rooms, :mod:`.side_by_side`) are placed and routed alike
+    return _placed_memo.get(stages, (planned, n_tiles, chip_tiles, alloc),
+                            lambda: placed_section(socket, stages, streams, alloc, n_tiles, chip_tiles))
+
+
+def placed_section(socket: SocketSpec, stages: list[StageWork], streams: list[Stream], alloc: Allocation,
+                   n_tiles: int, chip_tiles: int) -> SectionPlan:
+    """The section of ``stages`` (their ``streams``) with ``alloc``'s units placed and routed, and
+    its cycles: it reads nothing else, neither the budget nor the price the allocation was made
+    under."""
     cells = place_stages(socket, stages, alloc)
     routed = route_streams(socket, stages, cells, streams)
     # a split K's partial sums cross the mesh to a partner two cells away, at least
