@@ -226,8 +226,8 @@ def _spread(order: Sequence[FusedKernel], plans: Sequence[PlacedKernel], calls: 
     fit or takes more than one section."""
     spread, contexts = list(plans), list(calls)
     try:
-        for i, placed in _mapped_calls(order, calls, indices, mapped, budget, resident).items():
-            spread[i], contexts[i] = placed, replace(calls[i], resident=True) if resident else calls[i]
+        for i, (placed, call) in _mapped_calls(order, calls, indices, mapped, budget, resident).items():
+            spread[i], contexts[i] = placed, call
     except InfeasibleError:
         return None
     if spread[indices[0]].sections != 1:
@@ -261,17 +261,22 @@ def _free_per_tile(socket: SocketSpec, held: Sequence[Units]) -> list[int]:
 
 
 def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], indices: list[int], mapped: Mapper,
-                  budget: UnitBudget, resident: bool) -> dict[int, PlacedKernel]:
+                  budget: UnitBudget, resident: bool) -> dict[int, tuple[PlacedKernel, LoopContext]]:
     """Each call ``indices`` names mapped within ``budget`` (its configuration free when
-    ``resident``), once per distinct call context (the identical layers share a plan); raises
-    :class:`~sn40l_sim.errors.InfeasibleError` when one does not fit."""
-    plans: dict[LoopContext, PlacedKernel] = {}
+    ``resident``), with the context it was mapped for, once per call context (the identical layers
+    share a plan); raises :class:`~sn40l_sim.errors.InfeasibleError` when one does not fit."""
+    # by the context object: the identical layers' calls share one (map_graph), so it is made
+    # resident and looked up once for them all, not once a call (a dataclass replace and a hash of
+    # its windows at every layer of every room tried); equal contexts that are other objects get
+    # the same plan from the mapper's memo
+    plans: dict[int, tuple[LoopContext, LoopContext, PlacedKernel]] = {}
     out = {}
     for i in indices:
-        call = replace(calls[i], resident=True) if resident else calls[i]
-        if call not in plans:
-            plans[call] = mapped(order[i], call, budget)
-        out[i] = copied(plans[call], kernel=order[i])
+        got = plans.get(id(calls[i]))
+        if got is None:
+            call = replace(calls[i], resident=True) if resident else calls[i]
+            got = plans[id(calls[i])] = (calls[i], call, mapped(order[i], call, budget))
+        out[i] = copied(got[2], kernel=order[i]), got[1]
     return out
 
 
@@ -327,20 +332,20 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
             again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
         except InfeasibleError:
             continue
-        if lean and next(iter(again.values())).cycles > plans[calls_of[kind][0]].cycles:
+        if lean and next(iter(again.values()))[0].cycles > plans[calls_of[kind][0]].cycles:
             # a room in which the call, its configuration free, is longer than its first mapping's
             # call loading its configuration: the residency it buys may not pay for that at every
             # call (DeepSeek-R1's 128-token prefill at 2 GHz put its dense layers' output projection
             # and FFN in 10 PCUs of a tile, 5.6 ms a call against 0.17: docs/validation.md, "Short
             # prefills on a faster machine")
             continue
-        if next(iter(again.values())).sections != 1:
+        if next(iter(again.values()))[0].sections != 1:
             # a room too small for one section: its calls reload a configuration whatever the room,
             # so the first mapping is kept, as _spread keeps it (DeepSeek-R1's dense FFN in 3 PCUs,
             # two sections, 2.0 ms a call against 0.2 ms: docs/validation.md)
             continue
-        for i, placed in again.items():
-            new_plans[i], contexts[i] = placed, replace(calls[i], resident=True)
+        for i, (placed, call) in again.items():
+            new_plans[i], contexts[i] = placed, call
         footprint[kind] = _units(new_plans[calls_of[kind][0]])
         found = True
     return (new_plans, contexts) if found else None
