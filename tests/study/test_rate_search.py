@@ -127,12 +127,12 @@ def test_a_finite_run_above_what_the_slots_sustain_is_told_apart():
     assert served_slo_fields(simulate(requests, SETUP), CLOCK, loose)["slo"]["holds"]
 
 
-def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
-    # Llama-3.1-8B on 8 sockets at batch 4, loose SLOs that a short run meets far above what 4
-    # slots of 16-token requests sustain: the answer stays at or under the sustained rate
-    text = textwrap.dedent(f"""\
+def _searched_experiment(name: str, high_per_s: int, probes: int) -> str:
+    """Llama-3.1-8B on 8 sockets at batch 4, 16-token requests and a loose TTFT SLO (600 s at p90),
+    its rate searched from 1 request/s up to ``high_per_s`` in ``probes`` probes."""
+    return textwrap.dedent(f"""\
         kind: experiment
-        name: sustain
+        name: {name}
         hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
         model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
         parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
@@ -141,8 +141,14 @@ def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
         workload: {{kind: poisson, rate_per_s: 1, count: 40, output_len: 16}}
         serving: {{batch: 4, max_new_tokens: 16, prefill_nodes: 4}}
         slo: {{ttft: {{max_s: 600 s, percentile: 90}}}}
-        rate_search: {{low_per_s: 1, high_per_s: 100000, probes: 12}}
+        rate_search: {{low_per_s: 1, high_per_s: {high_per_s}, probes: {probes}}}
         """)
+
+
+def test_the_search_takes_no_rate_above_what_the_decode_slots_sustain(tmp_path):
+    # Llama-3.1-8B on 8 sockets at batch 4, loose SLOs that a short run meets far above what 4
+    # slots of 16-token requests sustain: the answer stays at or under the sustained rate
+    text = _searched_experiment("sustain", 100000, 12)
     path = tmp_path / "e.yaml"
     path.write_text(text)
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--no-plot"]) == 0
@@ -258,22 +264,9 @@ def test_two_searches_of_other_settings_are_named_so_in_compare(tmp_path, capsys
     # max_rate.yaml with probes 7 and 3 was headed by the workload's rate alone ("workload poisson,
     # rate_per_s=0.988... -> poisson, rate_per_s=0.25..."), as if the arrival rate had been changed
     # by hand: the record did not keep the search's settings
-    text = textwrap.dedent(f"""\
-        kind: experiment
-        name: search_settings
-        hardware: {REPO / 'hw_configs' / 'sn40l_node8.yaml'}
-        model: {REPO / 'graphs' / 'llama3_1_8b.yaml'}
-        parallel: {{prefill: {{tp: 8}}, decode: {{tp: 8, attention_dp: 8}}}}
-        policies: [{{name: full, policy: full}}]
-        shape: {{prompt_len: 1024}}
-        workload: {{kind: poisson, rate_per_s: 1, count: 40, output_len: 16}}
-        serving: {{batch: 4, max_new_tokens: 16, prefill_nodes: 4}}
-        slo: {{ttft: {{max_s: 600 s, percentile: 90}}}}
-        rate_search: {{low_per_s: 1, high_per_s: 1000, probes: PROBES}}
-        """)
     for probes in (2, 4):
         path = tmp_path / f"e{probes}.yaml"
-        path.write_text(text.replace("PROBES", str(probes)))
+        path.write_text(_searched_experiment("search_settings", 1000, probes))
         assert main(["run", str(path), "--out", str(tmp_path / f"out{probes}"), "--quiet", "--no-plot"]) == 0
     (record,) = json.loads((tmp_path / "out2" / "results.json").read_text())
     assert record["rate_search"] == "low_per_s=1, high_per_s=1000, probes=2, tolerance=0.02"
