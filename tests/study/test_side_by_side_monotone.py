@@ -33,6 +33,7 @@ from sn40l_sim.study.assemble import assemble, step_timer
 from sn40l_sim.study.evaluation import LoadedExperiments
 from sn40l_sim.study.experiment import load_experiment
 from sn40l_sim.study.mapping import build_phase, map_phase
+from sn40l_sim.study.sweep.base import experiment_with_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,18 +142,24 @@ def test_deepseek_deployment_step_at_8_sequences_is_not_above_9():
         [(pk.kernel.name, pk.sections) for pk in placed.kernels if pk.sections != 1]
 
 
+def _at_clocks(exp, clocks: tuple[str, str], seconds) -> list[float]:
+    """``seconds(assembled, setup)`` of the experiment's first point with the socket's clock at each
+    of ``clocks``."""
+    out = []
+    for clock in clocks:
+        asm = assemble(exp, hardware_overrides={"socket.clock_hz": clock})
+        setup = asm.setup(asm.points[0])
+        out.append(seconds(asm, setup))
+    return out
+
+
 def test_a_short_70b_prefill_does_not_slow_down_with_a_faster_clock():
     # Llama-3.1-70B's 128-token prefill on 8 sockets (docs/validation.md, "Short prefills on a faster
     # machine"): at 2.4 GHz a room beside the others made some layer kernels' calls longer than
     # their first mappings' with their configuration loaded; 18.06 ms at 2 GHz, 25.84 ms at 2.4
-    from sn40l_sim.study.sweep.base import experiment_with_sets
-
     exp, _ = experiment_with_sets(ROOT / "experiments" / "llama8b_node8.yaml",
                                   {"model": str(ROOT / "graphs" / "llama3_1_70b.yaml"), "shape.prompt_len": 128})
-    prefills = []
-    for clock in ("2.0 GHz", "2.4 GHz"):
-        asm = assemble(exp, hardware_overrides={"socket.clock_hz": clock})
-        prefills.append(asm.step_timer(asm.setup(asm.points[0])).prefill(128).seconds)
+    prefills = _at_clocks(exp, ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(128).seconds)
     assert prefills[1] <= prefills[0], prefills
 
 
@@ -161,15 +168,10 @@ def test_a_short_8b_prefill_on_16_sockets_does_not_slow_down_with_a_faster_clock
     # machine"): the rooms beside the others were read with every one-tile kernel on the first tile,
     # and at 2.4 GHz the first mappings left the kernels spread over every tile less room: 3.337 ms
     # at 2 GHz, 3.417 ms at 2.4
-    from sn40l_sim.study.sweep.base import experiment_with_sets
-
     exp, _ = experiment_with_sets(ROOT / "experiments" / "llama8b_node8.yaml", {
         "hardware": str(ROOT / "hw_configs" / "sn40l_node16.yaml"), "parallel.prefill.tp": 16,
         "parallel.decode.tp": 16, "shape.prompt_len": 256})
-    prefills = []
-    for clock in ("2.0 GHz", "2.4 GHz"):
-        asm = assemble(exp, hardware_overrides={"socket.clock_hz": clock})
-        prefills.append(asm.step_timer(asm.setup(asm.points[0])).prefill(256).seconds)
+    prefills = _at_clocks(exp, ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(256).seconds)
     assert prefills[1] <= prefills[0], prefills
 
 
@@ -179,10 +181,6 @@ def test_deepseek_deployment_step_at_32_sequences_does_not_slow_down_with_a_fast
     # MLA in 67 PCUs beside the four-tile MoE FFN also put the dense layers' FFN in the 6 PCUs left,
     # and the lean one gave both rooms back, so the MLA took a whole tile and evicted the FFN at every
     # layer: 47.89 ms at 1.6 GHz, 55.96 ms at 2. Each room is now also given back on its own.
-    steps = []
-    for clock in ("1.6 GHz", "2.0 GHz"):
-        asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
-                       hardware_overrides={"socket.clock_hz": clock})
-        setup = asm.setup(asm.points[0])
-        steps.append(asm.step_timer(setup).decode_step(32, 2048, setup.speculation.drafts).seconds)
+    steps = _at_clocks(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"), ("1.6 GHz", "2.0 GHz"),
+                       lambda asm, setup: asm.step_timer(setup).decode_step(32, 2048, setup.speculation.drafts).seconds)
     assert steps[1] <= steps[0], steps
