@@ -27,7 +27,10 @@ room on each. And the longest kernel called more than once that its first mappin
 is also mapped again, its configuration free, on every tile within what the other repeated kernels
 hold (:func:`_spread_repeated`), kept as it is or with the others mapped again beside it: spread as
 a lone call it takes every unit of every tile, and the kernels called once, which may reload each
-step for little, should not keep a layer kernel on one tile. Each placement found is also tried
+step for little, should not keep a layer kernel on one tile. The kernels called more than once,
+but the longest, that their first mappings spread over the tiles are also tried first-mapped on one
+(:func:`_gathered`): spread, such a kernel leaves the others no room on any tile (DeepSeek-R1's MTP
+FFN at 819.2 GB/s per HBM module, docs/validation.md). Each placement found is also tried
 with the rooms that lengthen their kernel's call given back one at a time
 (:func:`_rooms_given_back`).
 
@@ -94,6 +97,9 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if spread is not None:
         tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
+    gathered = _gathered(socket, order, plans, calls, calls_of, mapped, kinds, first)
+    if gathered is not None:
+        tried += [(share, packed, *gathered) for share in shares for packed in (False, True)]
     for in_room in _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first):
         # as it is (the kernels called once reload where it leaves them no room), and with the others
         # mapped again beside it
@@ -176,6 +182,27 @@ def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Seq
         return None
     return _spread(order, plans, calls, calls_of[kinds[0]], mapped, first, kinds[0],
                    UnitBudget(chip_tiles=figures.tiles(socket)), resident=False)
+
+
+def _gathered(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+              calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
+              kinds: list[int], first: dict[int, Units]) -> Spread | None:
+    """The first mappings with each kernel called more than once, but the longest, that its first
+    mapping put on more than one tile made on one tile (still lone calls paying their
+    configuration), with their footprints and call contexts; None when there is none."""
+    if figures.tiles(socket) < 2:
+        return None
+    spread_out = [kind for kind in kinds[1:] if len(calls_of[kind]) > 1 and not _on_one_tile(first[kind])]
+    if not spread_out:
+        return None
+    plans, calls, first = list(plans), list(calls), dict(first)
+    for kind in spread_out:
+        got = _spread(order, plans, calls, calls_of[kind], mapped, first, kind, UnitBudget(chip_tiles=1),
+                      resident=False)
+        if got is None:
+            return None
+        plans, first, calls = got
+    return plans, first, calls
 
 
 def _spread_repeated(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],

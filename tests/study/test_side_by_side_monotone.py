@@ -184,3 +184,19 @@ def test_deepseek_deployment_step_at_32_sequences_does_not_slow_down_with_a_fast
     steps = _at_clocks(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"), ("1.6 GHz", "2.0 GHz"),
                        lambda asm, setup: asm.step_timer(setup).decode_step(32, 2048, setup.speculation.drafts).seconds)
     assert steps[1] <= steps[0], steps
+
+
+def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster_hbm():
+    # The main deployment at 16 sequences with 2K caches (docs/validation.md, "Short prefills on a
+    # faster machine"): at 819.2 GB/s per HBM module the MoE FFN's first mapping takes 182 PCUs of
+    # every tile and the MTP module's FFN 179, so the MLA found no room beside them and it and the
+    # MoE FFN reloaded at every layer: 35.45 ms at 614.4 GB/s, 46.10 at 819.2. The kernels called
+    # more than once that their first mappings spread over the tiles, the longest but one, are now
+    # also tried on one tile: the MTP's FFN on one leaves the MLA 78 PCUs beside the MoE FFN.
+    steps = []
+    for rate in ("614.4 GB/s", "819.2 GB/s"):
+        asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
+                       hardware_overrides={"socket.memory.hbm.bytes_per_s_per_unit": rate})
+        setup = asm.setup(asm.points[0])
+        steps.append(asm.step_timer(setup).decode_step(16, 2048, setup.speculation.drafts).seconds)
+    assert steps[1] < steps[0], steps
