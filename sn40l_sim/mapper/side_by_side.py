@@ -30,7 +30,8 @@ a lone call it takes every unit of every tile, and the kernels called once, whic
 step for little, should not keep a layer kernel on one tile. The kernels called more than once,
 but the longest, that their first mappings spread over the tiles are also tried first-mapped on one
 (:func:`_gathered`): spread, such a kernel leaves the others no room on any tile (DeepSeek-R1's MTP
-FFN at 819.2 GB/s per HBM module, docs/validation.md). Each placement found is also tried
+FFN at 819.2 GB/s per HBM module, docs/validation.md), and so, with them, are the kernels called
+once that spread. Each placement found is also tried
 with the rooms that lengthen their kernel's call given back one at a time
 (:func:`_rooms_given_back`).
 
@@ -97,9 +98,10 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
     if spread is not None:
         tried += [(share, packed, *spread) for share in shares for packed in (False, True)]
-    gathered = _gathered(socket, order, plans, calls, calls_of, mapped, kinds, first)
-    if gathered is not None:
-        tried += [(share, packed, *gathered) for share in shares for packed in (False, True)]
+    for once_too in (False, True):
+        gathered = _gathered(socket, order, plans, calls, calls_of, mapped, kinds, first, once_too)
+        if gathered is not None:
+            tried += [(share, packed, *gathered) for share in shares for packed in (False, True)]
     for in_room in _spread_repeated(socket, order, plans, calls, calls_of, mapped, kinds, first):
         # as it is (the kernels called once reload where it leaves them no room), and with the others
         # mapped again beside it
@@ -186,14 +188,22 @@ def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Seq
 
 def _gathered(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
               calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
-              kinds: list[int], first: dict[int, Units]) -> Spread | None:
+              kinds: list[int], first: dict[int, Units], once_too: bool = False) -> Spread | None:
     """The first mappings with each kernel called more than once, but the longest, that its first
     mapping put on more than one tile made on one tile (still lone calls paying their
-    configuration), with their footprints and call contexts; None when there is none."""
+    configuration), with their footprints and call contexts; None when there is none.
+
+    ``once_too``: the kernels called once that spread are gathered too (None when none spreads,
+    the placement without them). Such a kernel holds a share of its first mapping on every tile
+    while the others are mapped again, so on the tile of a one-tile layer kernel as well: at 10 GB/s
+    of configuration load DeepSeek-R1's ``lm_head`` at 16 sequences spreads 65 PCUs over the four
+    tiles (one tile of 128 at 7 GB/s), and the MLA beside the four-tile MoE FFN got 100 PCUs instead
+    of 165, 36.90 -> 38.11 ms (docs/validation.md, "Short prefills on a faster machine")."""
     if figures.tiles(socket) < 2:
         return None
-    spread_out = [kind for kind in kinds[1:] if len(calls_of[kind]) > 1 and not _on_one_tile(first[kind])]
-    if not spread_out:
+    spread_out = [kind for kind in kinds[1:]
+                  if (once_too or len(calls_of[kind]) > 1) and not _on_one_tile(first[kind])]
+    if not spread_out or once_too and all(len(calls_of[kind]) > 1 for kind in spread_out):
         return None
     plans, calls, first = list(plans), list(calls), dict(first)
     for kind in spread_out:

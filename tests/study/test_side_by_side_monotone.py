@@ -200,3 +200,18 @@ def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster
         setup = asm.setup(asm.points[0])
         steps.append(asm.step_timer(setup).decode_step(16, 2048, setup.speculation.drafts).seconds)
     assert steps[1] < steps[0], steps
+
+
+def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster_configuration_loads():
+    # The same deployment (docs/validation.md, "Short prefills on a faster machine"): at 10 GB/s of
+    # configuration load lm_head's first mapping, a lone call, spreads over the four tiles (65 PCUs
+    # a tile; one tile of 128 PCUs at 7 GB/s), and the MoE layers' MLA, mapped beside the four-tile
+    # MoE FFN and it, got 100 PCUs instead of 165: 36.90 ms at 7 GB/s, 38.11 at 10. The kernels
+    # called once that spread are now gathered on one tile too, with the repeated ones.
+    steps = []
+    for rate in ("7 GB/s", "10 GB/s"):
+        asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
+                       hardware_overrides={"socket.calibrated.config_load_bytes_per_s": rate})
+        setup = asm.setup(asm.points[0])
+        steps.append(asm.step_timer(setup).decode_step(16, 2048, setup.speculation.drafts).seconds)
+    assert steps[1] <= steps[0], steps
