@@ -268,17 +268,27 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     it are not planned either."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
-    near = tuple(n for n in candidates if plan.n_tiles <= n * UNIFORM_REACH and n <= plan.n_tiles * UNIFORM_REACH)
-    candidates = near or (plan.n_tiles,)
-    for dataflow in budget.dataflows:
-        only = replace(budget, dataflows=(dataflow,))
-        done = {n for n, p in (tried or {}).items() if _all_in(p, dataflow)}
+    def near(n_tiles: int) -> tuple[int, ...]:
+        return tuple(n for n in candidates if n_tiles <= n * UNIFORM_REACH and n <= n_tiles * UNIFORM_REACH)
 
-        def same(n_tiles: int, dataflow: str = dataflow, done: set[int] = done) -> bool:
-            return n_tiles in done or _same_stages(socket, kernel, ranges, n_tiles, budget, dataflow, planned)
+    around, searched = near(plan.n_tiles) or (plan.n_tiles,), set()
+    while around:
+        searched.update(around)
+        before = plan
+        for dataflow in budget.dataflows:
+            only = replace(budget, dataflows=(dataflow,))
+            done = {n for n, p in (tried or {}).items() if _all_in(p, dataflow)}
 
-        plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, only, loop, planned, candidates,
-                               best=plan, cutoff=cutoff, skip=same)
+            def same(n_tiles: int, dataflow: str = dataflow, done: set[int] = done) -> bool:
+                return n_tiles in done or _same_stages(socket, kernel, ranges, n_tiles, budget, dataflow, planned)
+
+            plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, only, loop, planned, around,
+                                   best=plan, cutoff=cutoff, skip=same)
+        # a better plan found at the reach's edge: its neighbours past it too, until none is better
+        # (DeepSeek-R1's MoE prefill kernel at 416 tokens on 8 sockets, a lone call: 2,138,379
+        # cycles at 32,768 data tiles, the edge, and 2,108,129 every GEMM output-stationary at
+        # 131,072, on half the PCUs: docs/validation.md, "A random hunt of prefills")
+        around = () if plan is before else tuple(n for n in near(plan.n_tiles) if n not in searched)
     return plan
 
 
