@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from sn40l_sim.hardware.spec import SocketSpec
@@ -364,6 +364,19 @@ def allocate(socket: SocketSpec, stages: list[StageWork], chip_tiles: int,
             other_cost = call_cycles(price, rates, stages, chip_tiles, other)
             if other_cost < cost:
                 units, cost = other, other_cost
+        if budget.pcus_per_tile is not None or budget.pmus_per_tile is not None:
+            # the targets tried double from the lowest one the budget reaches, so a budget that
+            # holds the allocation made without it could miss that allocation: Llama-3.1-8B's
+            # prefill FFN on four tiles took 118 PCUs and 73 PMUs a tile at 128 data tiles
+            # (648,646 cycles a call) and 663,694 cycles within exactly those units
+            # (docs/validation.md, "A faster machine is not always faster in the simulator")
+            free = allocate(socket, stages, chip_tiles, replace(budget, pcus_per_tile=None, pmus_per_tile=None),
+                            price, chain_paced)
+            if free is not None and sum(free.pcus) <= budget.tile_pcus(socket.tile.pcus) and \
+                    sum(free.pmus) <= budget.tile_pmus(socket.tile.pmus):
+                held = list(zip(free.pcus, free.pmus, free.divisions, strict=True))
+                if call_cycles(price, rates, stages, chip_tiles, held) < cost:
+                    return free
     cycles, bounds = [], []
     for stage, (_, r, division) in zip(stages, units, strict=True):
         if division is None:

@@ -81,6 +81,27 @@ def test_priced_prefill_never_slows_down_as_hbm_gets_faster():
     assert cycles[1] <= cycles[0] and cycles[2] <= cycles[1], cycles
 
 
+@pytest.mark.parametrize("model, node, rate", [("llama3_1_8b", "sn40l_node16", None),
+                                               ("llama3_1_70b", "sn40l_node8", "200 GB/s")])
+def test_a_priced_kernel_mapped_within_its_own_units_is_no_slower(model, node, rate):
+    # the FFN of a 128-token prefill, a lone call, spending priced: mapped again within exactly the
+    # tiles, PCUs and PMUs its plan takes, it got 175,017 cycles against 174,247 (8B, 16 sockets)
+    # and 652,748 against 640,695 (70B, 8 sockets, 200 GB/s of HBM a module): the targets the
+    # priced allocation tries double from the lowest the budget reaches (docs/validation.md, "A
+    # faster machine is not always faster in the simulator")
+    hardware = load_hardware(ROOT / "hw_configs" / f"{node}.yaml")
+    if rate:
+        hardware = with_overrides(hardware, {"socket.memory.hbm.bytes_per_s_per_unit": rate})
+    tp = int(node.removeprefix("sn40l_node"))
+    graph = build_graph(load_model(ROOT / "graphs" / f"{model}.yaml"), Shape("prefill", 1, 128, 0, 0), ParallelPlan(tp))
+    ffn = next(k for k in graph.kernels() if k.name == "L00.ffn")
+    loop = replace(LONE_CALL, priced=True)
+    free = map_kernel(hardware.socket, ffn, loop=loop)
+    own = UnitBudget(chip_tiles=free.chip_tiles, pcus_per_tile=max(free.pcus_per_tile),
+                     pmus_per_tile=max(free.pmus_per_tile))
+    assert map_kernel(hardware.socket, ffn, budget=own, loop=loop).cycles <= free.cycles
+
+
 def test_idle_pcus_come_with_the_idle_pmus_a_split_k_needs():
     # Llama-3.1-8B's decoder at batch 1 on 16 sockets, 128 data tiles, every GEMM weight-stationary,
     # at 512 GB/s per HBM module: balanced to the stream, the FFN's gate/up GEMM gets 6 PCUs and 2
