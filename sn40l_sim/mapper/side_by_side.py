@@ -31,9 +31,8 @@ step for little, should not keep a layer kernel on one tile. The kernels called 
 but the longest, that their first mappings spread over the tiles are also tried first-mapped on one
 (:func:`_gathered`): spread, such a kernel leaves the others no room on any tile (DeepSeek-R1's MTP
 FFN at 819.2 GB/s per HBM module, docs/validation.md), and so, with them, are the kernels called
-once that spread. Each placement found is also tried
-with the rooms that lengthen their kernel's call given back one at a time
-(:func:`_rooms_given_back`).
+once that spread. Each placement found is also tried with the rooms that lengthen their kernel's
+call given back one at a time (:func:`_rooms_given_back`).
 
 Examples
 --------
@@ -190,21 +189,18 @@ def _gathered(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[
               calls: Sequence[LoopContext], calls_of: dict[int, list[int]], mapped: Mapper,
               kinds: list[int], first: dict[int, Units], once_too: bool = False) -> Spread | None:
     """The first mappings with each kernel called more than once, but the longest, that its first
-    mapping put on more than one tile made on one tile (still lone calls paying their
-    configuration), with their footprints and call contexts; None when there is none.
+    mapping spread made on one tile (lone calls), with their footprints and call contexts, or None.
 
-    ``once_too``: the kernels called once that spread are gathered too (None when none spreads,
-    the placement without them). Such a kernel holds a share of its first mapping on every tile
-    while the others are mapped again, so on the tile of a one-tile layer kernel as well: at 10 GB/s
-    of configuration load DeepSeek-R1's ``lm_head`` at 16 sequences spreads 65 PCUs over the four
-    tiles (one tile of 128 at 7 GB/s), and the MLA beside the four-tile MoE FFN got 100 PCUs instead
-    of 165, 36.90 -> 38.11 ms (docs/validation.md, "Short prefills on a faster machine")."""
+    ``once_too``: the kernels called once that spread are gathered too (None when none spreads).
+    Such a kernel holds a share of every tile while the others are mapped again: DeepSeek-R1's
+    ``lm_head`` at 10 GB/s of configuration load left the MLA 100 PCUs instead of 165, a step
+    longer than at 7 GB/s (docs/validation.md, "Short prefills on a faster machine")."""
     if figures.tiles(socket) < 2:
         return None
     spread_out = [kind for kind in kinds[1:]
                   if (once_too or len(calls_of[kind]) > 1) and not _on_one_tile(first[kind])]
     if not spread_out or once_too and all(len(calls_of[kind]) > 1 for kind in spread_out):
-        return None
+        return None   # none to gather, or the same as without the kernels called once
     plans, calls, first = list(plans), list(calls), dict(first)
     for kind in spread_out:
         got = _spread(order, plans, calls, calls_of[kind], mapped, first, kind, UnitBudget(chip_tiles=1),
@@ -302,10 +298,9 @@ def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], in
     """Each call ``indices`` names mapped within ``budget`` (its configuration free when
     ``resident``), with the context it was mapped for, once per call context (the identical layers
     share a plan); raises :class:`~sn40l_sim.errors.InfeasibleError` when one does not fit."""
-    # by the context object: the identical layers' calls share one (map_graph), so it is made
-    # resident and looked up once for them all, not once a call (a dataclass replace and a hash of
-    # its windows at every layer of every room tried); equal contexts that are other objects get
-    # the same plan from the mapper's memo
+    # by the context object: the identical layers' calls share one (map_graph), made resident and
+    # looked up once for them all, not a replace and a hash of its windows at every layer of every
+    # room tried; equal contexts that are other objects get the same plan from the mapper's memo
     plans: dict[int, tuple[LoopContext, LoopContext, PlacedKernel]] = {}
     out = {}
     for i in indices:
@@ -323,8 +318,7 @@ def _units(pk: PlacedKernel) -> Units:
 
 
 def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], share: float) -> bool:
-    """Whether the ``held`` units, ``share`` of those of the ``shrunk`` kernels, leave some of every
-    tile free."""
+    """Whether the ``held`` units, ``share`` of the ``shrunk`` kernels', leave some of every tile free."""
     for u, cap in enumerate((socket.tile.pcus, socket.tile.pmus)):
         for t in range(figures.tiles(socket)):
             if sum(reserved(units[u], share)[t] if kind in shrunk else units[u][t]
