@@ -7,8 +7,11 @@ from conftest import ROOT, deepseek_graph, distinct_kernels
 
 import sn40l_sim.mapper.graph as graph_mod
 from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.mapper import disk_cache, map_graph, map_kernel
 from sn40l_sim.mapper.graph import clear_memo
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
 
 
 def test_kernels_in_graph_order_with_their_own_names(node):
@@ -51,10 +54,6 @@ def test_identical_layers_are_mapped_once(node, monkeypatch):
 
 def _decode_graph(layers: int, drafts: int = 0):
     """DeepSeek-R1's decode graph as ``deepseek_graph`` builds it, of the model with ``layers`` layers."""
-    from sn40l_sim.ir import ParallelPlan, Shape
-    from sn40l_sim.models.builder import build_graph
-    from sn40l_sim.models.loader import load_model
-
     model = load_model(ROOT / "graphs" / "deepseek_r1.yaml").model_copy(update={"layers": layers})
     return build_graph(model, Shape("decode", 16, 131072, 131072, drafts), ParallelPlan(16, 16),
                        expert_loading="all")

@@ -142,15 +142,21 @@ def test_deepseek_deployment_step_at_8_sequences_is_not_above_9():
         [(pk.kernel.name, pk.sections) for pk in placed.kernels if pk.sections != 1]
 
 
-def _at_clocks(exp, clocks: tuple[str, str], seconds) -> list[float]:
-    """``seconds(assembled, setup)`` of the experiment's first point with the socket's clock at each
-    of ``clocks``."""
+def _at_values(exp, field: str, values: tuple[str, str], seconds) -> list[float]:
+    """``seconds(assembled, setup)`` of the experiment's first point with the hardware ``field`` at
+    each of ``values``."""
     out = []
-    for clock in clocks:
-        asm = assemble(exp, hardware_overrides={"socket.clock_hz": clock})
+    for value in values:
+        asm = assemble(exp, hardware_overrides={field: value})
         setup = asm.setup(asm.points[0])
         out.append(seconds(asm, setup))
     return out
+
+
+def _deepseek_step(batch: int):
+    """The main deployment's decode step at ``batch`` sequences with 2K caches, as ``seconds`` of
+    :func:`_at_values` takes it."""
+    return lambda asm, setup: asm.step_timer(setup).decode_step(batch, 2048, setup.speculation.drafts).seconds
 
 
 def test_a_short_70b_prefill_does_not_slow_down_with_a_faster_clock():
@@ -159,7 +165,7 @@ def test_a_short_70b_prefill_does_not_slow_down_with_a_faster_clock():
     # their first mappings' with their configuration loaded; 18.06 ms at 2 GHz, 25.84 ms at 2.4
     exp, _ = experiment_with_sets(ROOT / "experiments" / "llama8b_node8.yaml",
                                   {"model": str(ROOT / "graphs" / "llama3_1_70b.yaml"), "shape.prompt_len": 128})
-    prefills = _at_clocks(exp, ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(128).seconds)
+    prefills = _at_values(exp, "socket.clock_hz", ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(128).seconds)
     assert prefills[1] <= prefills[0], prefills
 
 
@@ -171,7 +177,7 @@ def test_a_short_8b_prefill_on_16_sockets_does_not_slow_down_with_a_faster_clock
     exp, _ = experiment_with_sets(ROOT / "experiments" / "llama8b_node8.yaml", {
         "hardware": str(ROOT / "hw_configs" / "sn40l_node16.yaml"), "parallel.prefill.tp": 16,
         "parallel.decode.tp": 16, "shape.prompt_len": 256})
-    prefills = _at_clocks(exp, ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(256).seconds)
+    prefills = _at_values(exp, "socket.clock_hz", ("2.0 GHz", "2.4 GHz"), lambda asm, setup: asm.step_timer(setup).prefill(256).seconds)
     assert prefills[1] <= prefills[0], prefills
 
 
@@ -181,8 +187,8 @@ def test_deepseek_deployment_step_at_32_sequences_does_not_slow_down_with_a_fast
     # MLA in 67 PCUs beside the four-tile MoE FFN also put the dense layers' FFN in the 6 PCUs left,
     # and the lean one gave both rooms back, so the MLA took a whole tile and evicted the FFN at every
     # layer: 47.89 ms at 1.6 GHz, 55.96 ms at 2. Each room is now also given back on its own.
-    steps = _at_clocks(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"), ("1.6 GHz", "2.0 GHz"),
-                       lambda asm, setup: asm.step_timer(setup).decode_step(32, 2048, setup.speculation.drafts).seconds)
+    steps = _at_values(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"), "socket.clock_hz",
+                       ("1.6 GHz", "2.0 GHz"), _deepseek_step(32))
     assert steps[1] <= steps[0], steps
 
 
@@ -193,12 +199,8 @@ def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster
     # MoE FFN reloaded at every layer: 35.45 ms at 614.4 GB/s, 46.10 at 819.2. The kernels called
     # more than once that their first mappings spread over the tiles, the longest but one, are now
     # also tried on one tile: the MTP's FFN on one leaves the MLA 78 PCUs beside the MoE FFN.
-    steps = []
-    for rate in ("614.4 GB/s", "819.2 GB/s"):
-        asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
-                       hardware_overrides={"socket.memory.hbm.bytes_per_s_per_unit": rate})
-        setup = asm.setup(asm.points[0])
-        steps.append(asm.step_timer(setup).decode_step(16, 2048, setup.speculation.drafts).seconds)
+    steps = _at_values(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
+                       "socket.memory.hbm.bytes_per_s_per_unit", ("614.4 GB/s", "819.2 GB/s"), _deepseek_step(16))
     assert steps[1] < steps[0], steps
 
 
@@ -208,10 +210,6 @@ def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster
     # a tile; one tile of 128 PCUs at 7 GB/s), and the MoE layers' MLA, mapped beside the four-tile
     # MoE FFN and it, got 100 PCUs instead of 165: 36.90 ms at 7 GB/s, 38.11 at 10. The kernels
     # called once that spread are now gathered on one tile too, with the repeated ones.
-    steps = []
-    for rate in ("7 GB/s", "10 GB/s"):
-        asm = assemble(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
-                       hardware_overrides={"socket.calibrated.config_load_bytes_per_s": rate})
-        setup = asm.setup(asm.points[0])
-        steps.append(asm.step_timer(setup).decode_step(16, 2048, setup.speculation.drafts).seconds)
+    steps = _at_values(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
+                       "socket.calibrated.config_load_bytes_per_s", ("7 GB/s", "10 GB/s"), _deepseek_step(16))
     assert steps[1] <= steps[0], steps
