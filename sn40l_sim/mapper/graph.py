@@ -37,6 +37,7 @@ from sn40l_sim.ir import Collective, FusedKernel, KernelGraph
 from sn40l_sim.mapper import disk_cache, division
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.calls import as_called
+from sn40l_sim.mapper.confined import remap_confined
 from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
 from sn40l_sim.mapper.keys import UNMAPPED_CALIBRATED, socket_key
 from sn40l_sim.mapper.loops import find_loops
@@ -44,7 +45,6 @@ from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.residency import resident_calls
-from sn40l_sim.mapper.side_by_side import remap_side_by_side
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
@@ -63,8 +63,7 @@ def map_kernel_cached(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit 
     """:func:`~sn40l_sim.mapper.kernel.map_kernel` through the memo, then the disk cache
     (:mod:`.disk_cache`); the result carries ``kernel`` itself (its name and layer)."""
     tiers = tiers or TierSplit.all_in(next(iter(socket.memory)))
-    signature = kernel.signature()
-    sk = socket_key or mapping_key(socket)
+    signature, sk = kernel.signature(), socket_key or mapping_key(socket)
     key = (sk, signature, tiers, loop, budget)
     placed = _memo.get(key)
     if placed is None:
@@ -192,7 +191,8 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         calls = [replace(call, priced=True) for call in calls]
     plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
     kernels = _as_called(node.socket, order, plans, calls, resident_calls(node.socket, plans), collective_cycles)
-    kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
+    kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles,
+                                  graph.shape.phase == "decode")
     kernels = _remap_one_tile_each(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
     return PlacedGraph(graph=graph, kernels=kernels, memory=memory)
 
@@ -301,17 +301,17 @@ def _beside_the_kernels_called_once(socket: SocketSpec, order: list[FusedKernel]
 
 def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel],
                         calls: list[LoopContext], kernels: tuple[PlacedKernel, ...], tiers: TierSplit, key: str,
-                        collective_cycles: Callable[[Collective], float] | None) -> tuple[PlacedKernel, ...]:
+                        collective_cycles: Callable[[Collective], float] | None, decode: bool) -> tuple[PlacedKernel, ...]:
     """``kernels`` or, when the step is shorter that way, the graph mapped again for its kernels to
-    stay loaded side by side, their rooms per tile chosen by the step's total
-    (:func:`~.side_by_side.remap_side_by_side`)."""
+    stay loaded side by side, their rooms per tile chosen by the step's total, or (a ``decode`` step)
+    with its longest repeated kernel on fewer tiles than all (:func:`~.confined.remap_confined`)."""
     def mapped(kernel: FusedKernel, call: LoopContext, budget: UnitBudget) -> PlacedKernel:
         return map_kernel_cached(socket, kernel, tiers, key, call, budget)
 
     def scored(new_plans: list[PlacedKernel], contexts: list[LoopContext]) -> tuple[PlacedKernel, ...]:
         return _as_called(socket, order, new_plans, contexts, resident_calls(socket, new_plans), collective_cycles)
 
-    return remap_side_by_side(socket, order, plans, calls, kernels, _calls_by_kind(order), mapped, scored)
+    return remap_confined(socket, order, plans, calls, kernels, _calls_by_kind(order), mapped, scored, decode)
 
 
 def _calls_by_kind(order: list[FusedKernel]) -> dict[int, list[int]]:

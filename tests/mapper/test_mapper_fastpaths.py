@@ -100,7 +100,9 @@ def test_stage_answers_reused_over_their_spans_allocate_as_computing_every_answe
                       deepseek_graph("decode", kv_len=4096, batch=2, drafts=2), deepseek_graph("prefill")):
             map_graph(node, graph)
         clear_memo()
-    assert len(calls) > 500 and {a[2] for a in calls} == {1, 4}
+    # on one tile and on four, and on two and three where a decode step's longest repeated kernel is
+    # tried on fewer tiles than all (mapper/confined.py)
+    assert len(calls) > 500 and {a[2] for a in calls} == {1, 2, 3, 4}
     computed = []
     real_at = allocate._stage_units_at
     stage_limits.clear_limits_memo()       # each pass from no answers kept (clear_memo forgets them too)

@@ -14,7 +14,7 @@ from sn40l_sim.engine.run_graph import run_graph
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
-from sn40l_sim.mapper import map_graph, residency, side_by_side
+from sn40l_sim.mapper import confined, map_graph, residency, side_by_side
 from sn40l_sim.mapper.residency import call_residency, resident_calls, switch_loads
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -151,8 +151,10 @@ def test_mapping_the_resident_kernels_again_never_lengthens_the_step(llama8b_dec
 
 def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_it(monkeypatch):
     # the greedy side-by-side placement (each kernel in the room the others' first mappings leave):
-    # choosing the rooms by the step's total keeps every kernel here loaded (mapper/side_by_side.py)
+    # choosing the rooms by the step's total keeps every kernel here loaded (mapper/side_by_side.py),
+    # and so does the decoder confined to fewer tiles than all (mapper/confined.py)
     monkeypatch.setattr(side_by_side, "RESERVED_SHARES", ())
+    monkeypatch.setattr(confined, "_confined", lambda *args: [])
     # Llama-3.1-70B (6 layers) on 16 sockets of 110 PCUs a tile, batch 128, 32K caches, looped: the
     # decoder and lm_head evict each other, so the decoder's
     # first layer loads its whole configuration every step and the next five find it loaded. The

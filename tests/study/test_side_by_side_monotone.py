@@ -213,3 +213,14 @@ def test_deepseek_deployment_step_at_16_sequences_does_not_slow_down_with_faster
     steps = _at_values(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
                        "socket.calibrated.config_load_bytes_per_s", ("7 GB/s", "10 GB/s"), _deepseek_step(16))
     assert steps[1] <= steps[0], steps
+
+
+def test_deepseek_deployment_step_at_32_sequences_does_not_slow_down_with_faster_hbm():
+    # The main deployment at 32 sequences with 2K caches (docs/validation.md, "Still open after it"):
+    # a lone call maps the MoE FFN on one tile or all four, and on all four it took 98 PCUs a tile at
+    # 409.6 GB/s per HBM module and 189 at 512, so the MLA beside it got 71 PCUs instead of 162:
+    # 39.71 ms at 409.6 GB/s, 41.83 at 512. The longest repeated kernel is now also tried confined to
+    # fewer tiles, the others on the tiles it leaves (sn40l_sim/mapper/confined.py).
+    steps = _at_values(load_experiment(ROOT / "experiments" / "deepseek_tp16.yaml"),
+                       "socket.memory.hbm.bytes_per_s_per_unit", ("409.6 GB/s", "512 GB/s"), _deepseek_step(32))
+    assert steps[1] <= steps[0], steps

@@ -1,0 +1,116 @@
+"""The step's longest repeated kernel confined to some of the tiles, the others mapped in what it
+leaves: :func:`remap_confined`, one more placement :func:`~.side_by_side.remap_side_by_side` is
+offered, kept only where the step's total is shorter.
+
+A kernel is mapped on one tile or on every tile (docs/architecture.md, "Tiles per kernel"), and the
+side-by-side search maps the others in the units per tile the longest leaves. On every tile a
+faster stream lets the longest kernel's lone call take more of each, and the kernel beside it gets
+too little room on every one: DeepSeek-R1's MoE FFN took 98 PCUs a tile at 409.6 GB/s per HBM module
+and 189 at 512, the MLA beside it 71 PCUs instead of 162, and the two evicted each other at every
+layer (docs/validation.md, "Still open after it"). Confined to ``k`` tiles (``k`` from 1 to all
+but one), the longest kernel leaves whole tiles to the others: each, the longest first, is mapped on
+one tile in the most units a tile has left beside those already placed (its configuration free; it
+stays loaded there, :mod:`.residency`), or keeps its first mapping when it does not fit. The longest
+is tried as a lone call on its ``k`` tiles (paying its configuration, it leaves units idle) and with
+its configuration free (it takes what speeds it up).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sn40l_sim.errors import InfeasibleError
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.ir import FusedKernel
+from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.kernel import LoopContext
+from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.side_by_side import (
+    Mapper,
+    Scorer,
+    _mapped_calls,
+    _on_one_tile,
+    _room_on_one_tile,
+    _units,
+    remap_side_by_side,
+)
+
+
+def remap_confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+                   calls: Sequence[LoopContext], kernels: tuple[PlacedKernel, ...],
+                   calls_of: dict[int, list[int]], mapped: Mapper, scored: Scorer,
+                   decode: bool = True) -> tuple[PlacedKernel, ...]:
+    """:func:`~.side_by_side.remap_side_by_side` of the same arguments or, when the step is shorter
+    that way and the graph is a ``decode`` step, the graph with its longest repeated kernel confined
+    to fewer tiles than the socket's and the others mapped beside it (see the module docstring)."""
+    best = remap_side_by_side(socket, order, plans, calls, kernels, calls_of, mapped, scored)
+    if not decode:
+        return best
+    best_cycles = sum(pk.call_cycles for pk in best)
+    for new_plans, contexts in _confined(socket, order, plans, calls, calls_of, mapped):
+        other = scored(new_plans, contexts)
+        cycles = sum(pk.call_cycles for pk in other)
+        if cycles < best_cycles:
+            best, best_cycles = other, cycles
+    return best
+
+
+def _confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
+              calls: Sequence[LoopContext], calls_of: dict[int, list[int]],
+              mapped: Mapper) -> list[tuple[list[PlacedKernel], list[LoopContext]]]:
+    """The placements to try: the graph's plans and contexts with the longest repeated kernel on
+    ``k`` tiles and the others, the longest first, each on one tile in the room left."""
+    tiles = figures.tiles(socket)
+    single = [kind for kind, i in calls_of.items() if plans[i[0]].sections == 1]
+    length = {kind: sum(plans[i].call_cycles for i in calls_of[kind]) for kind in single}
+    repeated = sorted((kind for kind in single if len(calls_of[kind]) > 1), key=lambda k: -length[k])
+    if tiles < 2 or not repeated:
+        return []
+    longest, others = repeated[0], sorted((k for k in single if k != repeated[0]), key=lambda k: -length[k])
+    out = []
+    for k, resident in itertools.product(range(1, tiles), (False, True)):
+        try:
+            confined = _mapped_calls(order, calls, calls_of[longest], mapped, UnitBudget(chip_tiles=k), resident)
+        except InfeasibleError:
+            continue
+        new_plans, contexts = list(plans), list(calls)
+        for i, (placed, call) in confined.items():
+            new_plans[i], contexts[i] = placed, call
+        if new_plans[calls_of[longest][0]].sections == 1:
+            out += [_beside(socket, order, new_plans, contexts, calls_of, mapped, longest, others, capped)
+                    for capped in (False, True)]
+    return out
+
+
+def _beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],
+            calls_of: dict[int, list[int]], mapped: Mapper, longest: int, others: list[int],
+            capped: bool) -> tuple[list[PlacedKernel], list[LoopContext]]:
+    """``plans`` and ``calls`` with each of ``others``, in turn, mapped on one tile, its configuration
+    free, in the most units a tile has left beside ``longest`` and those mapped before it; kept as
+    it was when it does not fit. ``capped``: a kernel whose first mapping is on one tile takes no
+    more units than that mapping did. Free, a configuration invites a kernel to take a whole tile for
+    little: DeepSeek-R1's MLA took 259 PCUs for the cycles of far fewer, and the small kernels after
+    it found no room and reloaded at every step."""
+    capacity, tiles = (socket.tile.pcus, socket.tile.pmus), figures.tiles(socket)
+    new_plans, contexts = list(plans), list(calls)
+    held = [_units(plans[calls_of[longest][0]])]
+    for kind in others:
+        budget = _room_on_one_tile(held, capacity, tiles)
+        if budget is None:
+            break
+        first = _units(plans[calls_of[kind][0]])
+        if capped and _on_one_tile(first):
+            budget = replace(budget, pcus_per_tile=min(budget.pcus_per_tile, max(first[0]) or 1),
+                             pmus_per_tile=min(budget.pmus_per_tile, max(first[1]) or 1))
+        try:
+            again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
+        except InfeasibleError:
+            continue
+        if next(iter(again.values()))[0].sections != 1:
+            continue   # a kernel of two sections reloads whatever its room: its first mapping is kept
+        for i, (placed, call) in again.items():
+            new_plans[i], contexts[i] = placed, call
+        held.append(_units(new_plans[calls_of[kind][0]]))
+    return new_plans, contexts
