@@ -17,7 +17,7 @@ its configuration free (it takes what speeds it up).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from sn40l_sim.errors import InfeasibleError
@@ -25,6 +25,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
+from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.side_by_side import (
@@ -49,27 +50,48 @@ def remap_confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
     if not decode:
         return best
     best_cycles = sum(pk.call_cycles for pk in best)
-    for new_plans, contexts in _confined(socket, order, plans, calls, calls_of, mapped):
-        other = scored(new_plans, contexts)
-        cycles = sum(pk.call_cycles for pk in other)
-        if cycles < best_cycles:
-            best, best_cycles = other, cycles
+    for confined, contexts, longest, others in _confined(socket, order, plans, calls, calls_of, mapped):
+        if _least_cycles(socket, confined, contexts, calls_of[longest]) >= best_cycles:
+            # the longest kernel's calls alone take the best total: mapping the others beside it
+            # cannot make the step shorter (a cold ``validate`` mapped 60 kernels for nothing)
+            continue
+        for capped in (False, True):
+            other = scored(*_beside(socket, order, confined, contexts, calls_of, mapped, longest, others, capped))
+            cycles = sum(pk.call_cycles for pk in other)
+            if cycles < best_cycles:
+                best, best_cycles = other, cycles
     return best
+
+
+def _least_cycles(socket: SocketSpec, plans: Sequence[PlacedKernel], calls: Sequence[LoopContext],
+                  indices: list[int]) -> int:
+    """The least the calls ``indices`` of ``plans`` can take as the graph is scored, whatever the
+    other kernels' plans: each call as :func:`~.calls.as_called` charges it when it finds its
+    configuration loaded and waits for no collective (the least of what it adds; a call's time is
+    never negative, at least its tiles), so no placement that keeps these plans totals less."""
+    # the identical layers' calls share one context object and copies of one plan (_mapped_calls):
+    # each context's least is worked out once
+    least: dict[int, int] = {}
+    for i in indices:
+        if id(calls[i]) not in least:
+            least[id(calls[i])] = as_called(socket, plans[i], calls[i], 0, True, 0).call_cycles
+    return sum(least[id(calls[i])] for i in indices)
 
 
 def _confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
               calls: Sequence[LoopContext], calls_of: dict[int, list[int]],
-              mapped: Mapper) -> list[tuple[list[PlacedKernel], list[LoopContext]]]:
-    """The placements to try: the graph's plans and contexts with the longest repeated kernel on
-    ``k`` tiles and the others, the longest first, each on one tile in the room left."""
+              mapped: Mapper) -> Iterator[tuple[list[PlacedKernel], list[LoopContext], int, list[int]]]:
+    """The placements to start from: the graph's plans and contexts with the longest repeated kernel
+    on ``k`` tiles, with that kernel and the others, the longest first, to map each on one tile in
+    the room left (:func:`_beside`); yielded one at a time, so that those that cannot beat the best
+    found so far are not mapped further."""
     tiles = figures.tiles(socket)
     single = [kind for kind, i in calls_of.items() if plans[i[0]].sections == 1]
     length = {kind: sum(plans[i].call_cycles for i in calls_of[kind]) for kind in single}
     repeated = sorted((kind for kind in single if len(calls_of[kind]) > 1), key=lambda k: -length[k])
     if tiles < 2 or not repeated:
-        return []
+        return
     longest, others = repeated[0], sorted((k for k in single if k != repeated[0]), key=lambda k: -length[k])
-    out = []
     for k, resident in itertools.product(range(1, tiles), (False, True)):
         try:
             confined = _mapped_calls(order, calls, calls_of[longest], mapped, UnitBudget(chip_tiles=k), resident)
@@ -79,9 +101,7 @@ def _confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[
         for i, (placed, call) in confined.items():
             new_plans[i], contexts[i] = placed, call
         if new_plans[calls_of[longest][0]].sections == 1:
-            out += [_beside(socket, order, new_plans, contexts, calls_of, mapped, longest, others, capped)
-                    for capped in (False, True)]
-    return out
+            yield new_plans, contexts, longest, others
 
 
 def _beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],

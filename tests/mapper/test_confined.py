@@ -1,0 +1,63 @@
+"""The longest repeated kernel confined to fewer tiles (sn40l_sim/mapper/confined.py): a candidate
+whose longest kernel alone takes the best total found is not mapped further, and that changes
+nothing the search chooses."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.mapper import confined, map_graph
+from sn40l_sim.mapper.calls import as_called
+from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
+from sn40l_sim.models.builder import build_graph
+from sn40l_sim.models.loader import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
+
+
+@pytest.fixture(scope="module")
+def decode():
+    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
+    graph = build_graph(model, Shape("decode", 1, 1024, 2048), ParallelPlan(16, 1))
+    collectives = CollectiveModel.from_node(NODE)
+    return graph, lambda c: collectives.run(c).cycles
+
+
+def test_the_least_a_call_is_charged_is_a_floor_of_every_charge(decode):
+    # what the pruning rests on: a call's time as scored is never below the call found loaded with
+    # no collective after it, whatever its residency, collectives or tails
+    graph, _ = decode
+    kernels = {k.signature(): k for k in graph.kernels()}
+    for kernel in kernels.values():
+        for call in (LONE_CALL, LoopContext(iterations=32), LoopContext(iterations=32, resident=True)):
+            pk = map_kernel(NODE.socket, kernel, loop=call)   # scored with the context it was mapped for
+            least = as_called(NODE.socket, pk, call, 0, True, 0).call_cycles
+            assert least >= 0
+            for after in (0, 1, 5000):
+                for resident in (None, False, True):
+                    for tail in (0, 3, 10**6):
+                        assert as_called(NODE.socket, pk, call, after, resident, tail).call_cycles >= least
+
+
+def test_a_candidate_that_cannot_win_is_not_mapped_beside_and_the_step_is_the_same(decode, monkeypatch):
+    graph, cycles = decode
+    beside = []
+    real = confined._beside
+
+    def counted(*args):
+        beside.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(confined, "_beside", counted)
+    pruned = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
+    pruned_count, beside[:] = len(beside), []
+    monkeypatch.setattr(confined, "_least_cycles", lambda *args: 0)
+    every = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
+    # the decoder on one tile of four takes, alone, more than the step's best placement
+    assert 0 < pruned_count < len(beside)
+    assert pruned.kernels == every.kernels
