@@ -10,6 +10,7 @@ import pytest
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper import confined, map_graph
 from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import LONE_CALL, LoopContext, map_kernel
@@ -61,3 +62,33 @@ def test_a_candidate_that_cannot_win_is_not_mapped_beside_and_the_step_is_the_sa
     # the decoder on one tile of four takes, alone, more than the step's best placement
     assert 0 < pruned_count < len(beside)
     assert pruned.kernels == every.kernels
+
+
+@pytest.fixture(scope="module")
+def moe_decode():
+    # DeepSeek-R1 (5 layers, two drafts) at batch 64 with 32K caches: the MoE FFN confined
+    model = load_model(ROOT / "graphs" / "deepseek_r1.yaml").model_copy(update={"layers": 5})
+    graph = build_graph(model, Shape("decode", 64, 131072, 32768, 2, context_len=32768), ParallelPlan(16, 16),
+                        make_policy("full", {}))
+    collectives = CollectiveModel.from_node(NODE)
+    return graph, lambda c: collectives.run(c).cycles
+
+
+def test_a_capped_placement_is_tried_only_where_a_cap_takes_units_and_the_step_is_the_same(moe_decode, monkeypatch):
+    graph, cycles = moe_decode
+    capped = []
+    real = confined._beside
+
+    def counted(*args):
+        capped.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(confined, "_beside", counted)
+    fewer = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
+    tried, capped[:] = list(capped), []
+    monkeypatch.setattr(confined, "_beside", lambda *args: (*counted(*args)[:2], True))
+    every = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
+    # every kernel beside the confined FFN finds a room no larger than its first mapping's units:
+    # capping changes no room, and the capped placements are not made again
+    assert tried.count(True) == 0 < capped.count(True) == capped.count(False) == tried.count(False)
+    assert fewer.kernels == every.kernels
