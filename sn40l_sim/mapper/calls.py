@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.mapper.keys import IdentityMemo
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.windows import hidden_cycles
 
@@ -66,6 +67,11 @@ if TYPE_CHECKING:
 
 #: what takes most of a call that mostly waits for its own or the previous iteration's collectives
 COLLECTIVE = "collective"
+#: :func:`_hidden_cycles` by the call's context and what it reads of the plan: the mapper scores
+#: every placement it tries (:mod:`.side_by_side`), each call of each, and the identical layers'
+#: calls share their context object and their plan's figures (a tenth of a cold ``validate``'s
+#: scoring time was spent working the same windows out again)
+_HIDDEN: IdentityMemo[float] = IdentityMemo()
 
 
 def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0,
@@ -100,7 +106,8 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     waits = max(0, call - math.ceil(tiles + reload))
     # an overlapped collective the call still waits for holds it from its start: the tiles beside it
     # are on no path to the call's end, so they are its collective's part, not the tiles'
-    hidden = _hidden_cycles(pk, loop, tiles) if waits > after_cycles else 0.0
+    hidden = _HIDDEN.get(loop, (pk.sections, pk.n_tiles, pk.fill_cycles, pk.cycles_per_tile, tiles),
+                         lambda: _hidden_cycles(pk, loop, tiles)) if waits > after_cycles else 0.0
     # the largest part; a tie goes to the configuration, then to the tiles (as map_kernel's bound)
     parts = (("overhead", reload), (pk.tiles_bound or pk.bounding_resource, tiles - hidden),
              (COLLECTIVE, waits + hidden))

@@ -95,3 +95,23 @@ def test_prefill_output_projection_is_bound_by_its_all_reduce(capsys):
     labelled = sum(float(r[-1]) for r in rows.values() if r[-6] == COLLECTIVE)
     assert total_us < labelled
     assert abs(share - 100 * labelled / total) < 0.05
+
+
+def test_a_call_scored_again_is_bound_as_before_without_working_its_windows_out_again(monkeypatch):
+    # the mapper scores every placement it tries, each call of each: the identical layers' calls
+    # share their context object, and what they hide under their collectives is worked out once
+    from sn40l_sim.mapper import calls
+
+    socket = example_socket()
+    pk = map_kernel(socket, example_gemm_kernel())
+    loop = LoopContext(overlap_cycles=10 * pk.cycles)
+    worked = []
+    real = calls._hidden_cycles
+    monkeypatch.setattr(calls, "_hidden_cycles", lambda *args: worked.append(args) or real(*args))
+    scored = [as_called(socket, pk, loop, tail_cycles=10 * pk.cycles) for _ in range(3)]
+    assert len(worked) == 1
+    assert scored[0].call_bound == COLLECTIVE
+    assert scored[0] == scored[1] == scored[2]
+    # another context is worked out afresh
+    as_called(socket, pk, LoopContext(overlap_cycles=10 * pk.cycles), tail_cycles=10 * pk.cycles)
+    assert len(worked) == 2
