@@ -13,6 +13,11 @@ one tile in the most units a tile has left beside those already placed (its conf
 stays loaded there, :mod:`.residency`), or keeps its first mapping when it does not fit. The longest
 is tried as a lone call on its ``k`` tiles (paying its configuration, it leaves units idle) and with
 its configuration free (it takes what speeds it up).
+
+Only what could win is made: the others are not mapped beside a confined kernel whose calls alone,
+each at the least the score can charge it (found loaded, no collective after it), already take the
+step's best total; the capped placement is made only where a cap takes units from a room. Neither
+changes what the search chooses (docs/architecture.md, "What the cold figures cost, change by change").
 """
 from __future__ import annotations
 
