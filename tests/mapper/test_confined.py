@@ -45,16 +45,22 @@ def test_the_least_a_call_is_charged_is_a_floor_of_every_charge(decode):
                         assert as_called(NODE.socket, pk, call, after, resident, tail).call_cycles >= least
 
 
-def test_a_candidate_that_cannot_win_is_not_mapped_beside_and_the_step_is_the_same(decode, monkeypatch):
-    graph, cycles = decode
-    beside = []
+def _count_beside(monkeypatch) -> list[bool]:
+    """``confined._beside`` made to record, in the list returned, the ``capped`` of every call."""
+    seen: list[bool] = []
     real = confined._beside
 
     def counted(*args):
-        beside.append(args[-1])
+        seen.append(args[-1])
         return real(*args)
 
     monkeypatch.setattr(confined, "_beside", counted)
+    return seen
+
+
+def test_a_candidate_that_cannot_win_is_not_mapped_beside_and_the_step_is_the_same(decode, monkeypatch):
+    graph, cycles = decode
+    beside = _count_beside(monkeypatch)
     pruned = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
     pruned_count, beside[:] = len(beside), []
     monkeypatch.setattr(confined, "_least_cycles", lambda *args: 0)
@@ -76,14 +82,8 @@ def moe_decode():
 
 def test_a_capped_placement_is_tried_only_where_a_cap_takes_units_and_the_step_is_the_same(moe_decode, monkeypatch):
     graph, cycles = moe_decode
-    capped = []
-    real = confined._beside
-
-    def counted(*args):
-        capped.append(args[-1])
-        return real(*args)
-
-    monkeypatch.setattr(confined, "_beside", counted)
+    capped = _count_beside(monkeypatch)
+    counted = confined._beside
     fewer = map_graph(NODE, graph, looping=True, collective_cycles=cycles)
     tried, capped[:] = list(capped), []
     monkeypatch.setattr(confined, "_beside", lambda *args: (*counted(*args)[:2], True))
