@@ -23,20 +23,18 @@ def rows():
     return parameter_shares.shares(MAIN)
 
 
-def test_the_configuration_share_is_the_breakdowns_configuration_time(rows):
+def test_the_configuration_share_is_at_least_the_breakdowns_configuration_time(rows):
     # with the configuration load at its fastest, the step loses at least what its breakdown gives to
-    # configuration loads (the mapper may pick other plans then, so within two points), and about
-    # that where the placement is the same at both rates: the full cache's MLA and MoE FFN reload on
-    # every tile either way. SnapStream's step keeps its MLA loaded on one tile beside the MoE FFN on
-    # three at the fitted rate (mapper/confined.py), paying in attention what it saves in
-    # configuration; with loads free that trade is off, so the share is far above the breakdown's.
+    # configuration loads (the mapper may pick other plans then, so within two points). At the fitted
+    # rate both steps keep their MLA loaded on one tile beside the MoE FFN (mapper/confined.py),
+    # paying in attention what they save in configuration; with loads free that trade is off, so the
+    # share is far above the breakdown's (docs/validation.md, the parameter-share table).
     breakdown = {r["name"]: r["decode_step_breakdown_s"]["configuration"] / r["decode_step_s"]
                  for r in LoadedExperiments().records(MAIN, serve=False, reads_prefill=())}
     config = {point: share for path, point, _, _, share in rows if path == "calibrated.config_load_bytes_per_s"}
     assert config.keys() == breakdown.keys() == {"full", "snapstream"}
     for point, share in config.items():
         assert share >= breakdown[point] - 0.02
-    assert config["full"] == pytest.approx(breakdown["full"], abs=0.02)
 
 
 def test_every_fitted_parameter_is_measured_at_the_faster_end_of_its_bounds(rows):
