@@ -155,7 +155,7 @@ def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_i
     # and so does the decoder confined to fewer tiles than all (mapper/confined.py)
     monkeypatch.setattr(side_by_side, "RESERVED_SHARES", ())
     monkeypatch.setattr(confined, "_confined", lambda *args: [])
-    # Llama-3.1-70B (6 layers) on 16 sockets of 110 PCUs a tile, batch 128, 32K caches, looped: the
+    # Llama-3.1-70B (6 layers) on 16 sockets of about 100 PCUs a tile, batch 128, 32K caches, looped: the
     # decoder and lm_head evict each other, so the decoder's
     # first layer loads its whole configuration every step and the next five find it loaded. The
     # first call was charged a sixth of it (the run's share) and the others none, so map's total
@@ -166,14 +166,23 @@ def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_i
     # loaded beside lm_head; and at 120 until the side-by-side search stopped taking a room that
     # holds a kernel only in more than one section: it then finds every kernel loaded, 7,981,040
     # cycles against 8,382,676.)
-    node = with_overrides(NODE, {"socket.tile.pcus": 110})
+    # Which PCU counts evict follows the calibrated values (110 did, until the refit to the
+    # fewer-tiles candidate's fixed point kept the decoder loaded there), so the test checks the
+    # charge at every count of a range where the decoder's first call finds its configuration gone.
+    evicted = [pcus for pcus in (90, 100, 110, 120) if _charges_a_gone_configuration_in_full(pcus)]
+    assert evicted
+
+
+def _charges_a_gone_configuration_in_full(pcus: int) -> bool:
+    node = with_overrides(NODE, {"socket.tile.pcus": pcus})
     model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml", {"layers": 6})
     graph = build_graph(model, Shape("decode", 128, 0, 32768), ParallelPlan(16, 2))
     collectives = CollectiveModel.from_node(node)
     placed = map_graph(node, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
-    run = run_graph(node, placed, collectives=collectives)
     decoder = [i for i, pk in enumerate(placed.kernels) if pk.kernel.name.endswith("decoder")]
-    assert resident_calls(node.socket, placed.kernels)[decoder[0]] is False
+    if resident_calls(node.socket, placed.kernels)[decoder[0]]:
+        return False
+    run = run_graph(node, placed, collectives=collectives)
     loaded = sum(run.records[i].config_cycles for i in decoder)
     assert loaded > 0
     calls = [placed.kernels[i].call_cycles for i in decoder]
@@ -181,6 +190,7 @@ def test_a_run_whose_first_call_finds_its_configuration_gone_is_charged_all_of_i
     # and map's totals stay a floor of the engine's step (the boundaries aside)
     boundaries = sum(r.launch_cycles + r.barrier_cycles for r in run.records)
     assert sum(pk.call_cycles for pk in placed.kernels) <= run.cycles - boundaries
+    return True
 
 
 def test_a_kernel_fills_the_units_left_beside_a_loaded_one():
