@@ -26,7 +26,7 @@ def tree(tmp_path):
     # axis path 'model': hw_configs/sn40l.yaml:130: calibrated.sync_latency_sec: unknown key"
     ("  sync_latency_s:", "  sync_latency_sec:", "calibrated.sync_latency_sec: unknown key; did you mean 'sync_latency_s'?"),
     # and put a value's error on the model axis's first value, a model file with nothing wrong in it
-    ("  systolic_efficiency: 0.9999", "  systolic_efficiency: 1.2",
+    ("  systolic_efficiency:", "  systolic_efficiency: 1.2  #",
      "calibrated.systolic_efficiency: expected a fraction greater than 0 and at most 1, got 1.2"),
 ])
 def test_a_broken_hardware_file_under_a_model_sweep_is_that_files_error(tree, old, new, words):
