@@ -93,8 +93,10 @@ class ChunkCycles:
     """
 
     def __init__(self, graph: Callable[[int, int], int], chunk: int, prompt_len: int,
-                 intervals: int = CHUNK_PREFIX_INTERVALS, spans: int = CHUNK_PREFIX_SPANS) -> None:
+                 intervals: int = CHUNK_PREFIX_INTERVALS, spans: int = CHUNK_PREFIX_SPANS,
+                 switch: Callable[[int, int], int] | None = None) -> None:
         self.graph, self.chunk, self.intervals, self.spans = graph, chunk, intervals, spans
+        self.switch_graph = switch
         self.multiples = -(-prompt_len // chunk)     # the last multiple a chunk's start lies below
         self._prefixes: dict[int, tuple[int, ...]] = {}
 
@@ -111,17 +113,32 @@ class ChunkCycles:
         return self._prefixes[tokens]
 
     def __call__(self, earlier: int, tokens: int) -> int:
+        return interpolated_cycles(self.graph, tokens, earlier, *self._around(earlier, tokens))
+
+    def switch(self, earlier: int, tokens: int) -> int:
+        """Configuration loads of the same chunk's graph after a decode step, from ``switch(tokens,
+        earlier)`` (given at construction) of the graphs its cycles are read from, linear between
+        them as those are: a later chunk's graph is mapped for its own attention, so what it reloads
+        after decode is its own, not the first chunk's (docs/architecture.md, serving: "A co-located
+        node that switches graphs")."""
+        return interpolated_cycles(self.switch_graph, tokens, earlier, *self._around(earlier, tokens))
+
+    def _around(self, earlier: int, tokens: int) -> tuple[int, int]:
+        """The timed prefixes around ``earlier`` for a chunk of ``tokens``."""
         if self.multiples <= self.intervals:    # timed lazily, at the two multiples around
-            return interpolated_chunk_cycles(self.graph, self.chunk, earlier, tokens)
-        return interpolated_cycles(self.graph, tokens, earlier, *between_points(self.prefixes(tokens), earlier))
+            return between_multiples(self.chunk, earlier)
+        return between_points(self.prefixes(tokens), earlier)
 
 
 def chunk_timings(graph: Callable[[int, int], int], whole: Callable[[int], int], chunk: int | None, *,
-                  policy_apart: bool, prompt_len: int) -> dict[str, Callable[..., int] | None]:
-    """:class:`~sn40l_sim.serving.setup.ServingSetup`'s ``prefill_chunk_cycles`` and
-    ``prefill_policy_cycles`` (both None without a ``chunk``) from ``graph(tokens, earlier)``, the
-    cycles of a chunk's graph timed at multiples of ``chunk`` (:class:`ChunkCycles`, for prompts of
-    at most ``prompt_len`` tokens), and ``whole(prompt_len)``, those of a whole prompt's prefill.
+                  policy_apart: bool, prompt_len: int, switch: Callable[[int, int], int] | None = None,
+                  ) -> dict[str, Callable[..., int] | None]:
+    """:class:`~sn40l_sim.serving.setup.ServingSetup`'s ``prefill_chunk_cycles``,
+    ``prefill_policy_cycles`` and ``prefill_chunk_switch_cycles`` (all None without a ``chunk``) from
+    ``graph(tokens, earlier)``, the cycles of a chunk's graph timed at multiples of ``chunk``
+    (:class:`ChunkCycles`, for prompts of at most ``prompt_len`` tokens), ``whole(prompt_len)``,
+    those of a whole prompt's prefill, and ``switch(tokens, earlier)``, the configuration loads of a
+    chunk's graph after a decode step (None: none given, the loop charges the first chunk's).
     ``policy_apart``: ``graph`` has none of the KV policy's prefill kernels, which run once, after
     the last chunk, for the cycles they add to the whole prompt's prefill.
 
@@ -130,9 +147,11 @@ def chunk_timings(graph: Callable[[int, int], int], whole: Callable[[int], int],
     (108, 7)
     """
     if chunk is None:
-        return {"prefill_chunk_cycles": None, "prefill_policy_cycles": None}
-    return {"prefill_chunk_cycles": ChunkCycles(graph, chunk, prompt_len),
-            "prefill_policy_cycles": (lambda p: max(0, whole(p) - graph(p, 0))) if policy_apart else None}
+        return {"prefill_chunk_cycles": None, "prefill_policy_cycles": None, "prefill_chunk_switch_cycles": None}
+    cycles = ChunkCycles(graph, chunk, prompt_len, switch=switch)
+    return {"prefill_chunk_cycles": cycles,
+            "prefill_policy_cycles": (lambda p: max(0, whole(p) - graph(p, 0))) if policy_apart else None,
+            "prefill_chunk_switch_cycles": cycles.switch if switch is not None else None}
 
 
 def chunk_cycles(setup: Any, start: int, end: int, prompt_len: int) -> int:
@@ -177,7 +196,7 @@ def chunked_colocated_node(serving: Any, node: Any, chunk: int) -> Generator[Wai
             # whole prompt in one chunk runs the prompt's graph, with the KV policy's kernels
             # (chunk_cycles), as unchunked
             whole = done == 0 and end == log.request.prompt_len
-            yield from serving.switch_to(node, "prefill", end - done, part=not whole)
+            yield from serving.switch_to(node, "prefill", end - done, part=not whole, earlier=done)
             if done == 0:   # after the graph switch, as an unchunked prefill starts
                 log.prefill_start = env.now
             cycles = chunk_cycles(setup, done, end, log.request.prompt_len)

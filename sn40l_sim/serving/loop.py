@@ -302,20 +302,21 @@ class _Serving:
         self._step_boundary(node)
 
     # -- co-located ------------------------------------------------------------------------
-    def switch_to(self, node: DecodeNode, graph: str, prompt_len: int = 0,
-                  part: bool = False) -> Generator[Wait, None, None]:
-        """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other
-        graph took, if it ran that one last (yields their cycles; busy as ``graph_switch``);
-        ``part``: a prefill graph of part of a prompt (a chunk, a prefix hit's suffix)."""
+    def switch_to(self, node: DecodeNode, graph: str, prompt_len: int = 0, part: bool = False,
+                  earlier: int = 0) -> Generator[Wait, None, None]:
+        """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other graph took, if
+        it ran that one last (yields their cycles; busy as ``graph_switch``); ``part``: a prefill graph of part
+        of a prompt (a chunk, a prefix hit's suffix); a chunk after ``earlier`` > 0 tokens loads its own graph's."""
         last, self.last_graph[node.index] = self.last_graph[node.index], graph
         if last is None or last == graph:
             return
         setup = self.setup
         if graph == "decode":
             cycles = setup.decode_switch_cycles
+        elif part and earlier and setup.prefill_chunk_switch_cycles is not None:
+            cycles = setup.prefill_chunk_switch_cycles(earlier, prompt_len)
         else:
-            switch = setup.prefill_part_switch_cycles if part else None
-            cycles = (switch or setup.prefill_switch_cycles)(prompt_len)
+            cycles = ((setup.prefill_part_switch_cycles if part else None) or setup.prefill_switch_cycles)(prompt_len)
         if cycles:
             self.busy["graph_switch"][node.index] += cycles
             self.switches.append((node.index, self.env.now, self.env.now + cycles, graph))
@@ -363,8 +364,7 @@ def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = F
     ``stepwise`` advances every decode step in its own event and recomputes every sequence's
     tokens and KV at each (the reference, :class:`~sn40l_sim.serving.decode_books.StepwiseBook`);
     by default each sequence's steps are booked once, when it joins, and runs of steps in which
-    nothing else happens advance in one event (:class:`~sn40l_sim.serving.decode_books.RunBook`),
-    with the same log.
+    nothing else happens advance in one event (:class:`~sn40l_sim.serving.decode_books.RunBook`), with the same log.
 
     Raises
     ------

@@ -370,7 +370,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                          prefix_caching=prefix_caching(s, per_token, free_tokens), prefix_hit_cycles=prefix_hit_for,
                          prefill_chunk=s.prefill_chunk, **chunk_timings(
                              bare_graph, prefill_for, s.prefill_chunk, policy_apart=policy_free_costs is not None,
-                             prompt_len=s.prompt_len),
+                             prompt_len=s.prompt_len, switch=lambda n, e: prefill_of(n, e, bare=True)[1]),
                          decode_switch_cycles=int(decode.switch_load_cycles),
                          prefill_switch_cycles=prefill_switch_for,
                          # a chunk's or a hit suffix's graph, without the policy's kernels

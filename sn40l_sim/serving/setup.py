@@ -69,6 +69,10 @@ class ServingSetup:
         Co-located: ``rows ->`` configuration loads before a prefill graph of ``rows`` prompt
         tokens (a whole prompt, a chunk of one, or a prefix hit's suffix) after decode steps (none
         by default).
+    prefill_chunk_switch_cycles : callable or None
+        Co-located, with ``prefill_chunk``: ``(earlier, tokens) ->`` configuration loads before a
+        chunk's graph after ``earlier`` tokens of its prompt (> 0), as ``prefill_chunk_cycles``
+        times it (None: ``prefill_part_switch_cycles`` of its tokens, the first chunk's graph's).
     prefill_part_switch_cycles : callable or None
         Co-located: the same for a chunk or a prefix hit's suffix where those graphs run without
         the KV policy's prefill kernels (which then select once over the whole prompt); None: as
@@ -102,6 +106,7 @@ class ServingSetup:
     prefill_policy_cycles: Callable[[int], int] | None = None
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
+    prefill_chunk_switch_cycles: Callable[[int, int], int] | None = None
     prefill_part_switch_cycles: Callable[[int], int] | None = None
     prefill_hold_tokens: int | None = None
     held_tokens: Callable[[int], int] | None = None

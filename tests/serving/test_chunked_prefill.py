@@ -91,6 +91,23 @@ def test_a_chunk_without_the_policys_kernels_loads_that_graphs_configurations():
     assert sum(whole.busy["graph_switch"]) > sum(apart.busy["graph_switch"])
 
 
+def test_a_later_chunk_after_a_decode_step_loads_its_own_graphs_configurations():
+    # a later chunk runs a graph of its own, mapped for its attention over the earlier tokens, and
+    # what it loads again after a decode step is that graph's: 7 cycles plus one per earlier token
+    # here. Charged by its rows alone it paid the first chunk's graph's 7 (Llama-3.1-70B's last
+    # 1,024-token chunk of an 8K prompt reloads 845,491 cycles, the first chunk's graph 842,566)
+    reqs = [Request(0, 0, 10, 100), Request(1, 5000, 1000, 2)]   # the second while the first decodes
+    setup = replace(SETUP, decode_nodes=1, prefill_chunk=256, decode_switch_cycles=3,
+                    prefill_switch_cycles=lambda rows: 1000, prefill_part_switch_cycles=lambda rows: 7,
+                    prefill_chunk_switch_cycles=lambda earlier, rows: 7 + earlier)
+    loads = [end - start for _, start, end, graph in simulate(reqs, setup).switches if graph == "prefill"]
+    assert loads == [7, 7 + 256, 7 + 512, 7 + 768]
+    # between the multiples of the chunk it is read as the chunk's cycles are, linear between them
+    timings = chunk_timings(lambda n, e: 100 + n + e, lambda p: 100 + p, 4, policy_apart=False, prompt_len=16,
+                            switch=lambda n, e: 7 + e * e)
+    assert [timings["prefill_chunk_switch_cycles"](e, 4) for e in (4, 6, 8)] == [23, 47, 71]
+
+
 def test_a_chunk_as_long_as_the_prompts_is_the_unchunked_schedule_with_the_policys_kernels_apart():
     # with a compressing policy's kernels apart (they select once, over the whole prompt) a chunk
     # that is the whole prompt runs the whole prompt's graph, kernels included (chunk_cycles), so
