@@ -217,6 +217,17 @@ def _path_bytes_per_cycle(socket: SocketSpec, tier: str) -> float:
                figures.agcus(socket) * socket.tln.bytes_per_s) / socket.clock_hz
 
 
+def first_tile_cycles(socket: SocketSpec, plan: SectionPlan) -> int:
+    """Cycles until a call's first data tile of ``plan`` leaves the pipeline once its fill is done:
+    its compute, or its bytes of each tier at the rate that tier's stream gets, whichever is longer
+    (the engine's ``_first_tile_cycles``, ``sn40l_sim/engine/kernel_process.py``)."""
+    out = plan.compute_cycles_per_tile
+    for tier, (parts, rate) in tier_chunks(socket, plan, (1, plan.n_tiles - 1) if plan.n_tiles > 1 else (1,)).items():
+        if parts[0]:
+            out = max(out, math.ceil(parts[0] / min(rate, _path_bytes_per_cycle(socket, tier))))
+    return out
+
+
 def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate: float,
                             windows: Sequence[OverlapWindow], delay: float, tier: str | None = None,
                             carried: Sequence[Span] = ()) -> Replay:
@@ -251,21 +262,33 @@ def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate:
     engine runs them: its ``gate`` (the collectives after the tiles, ``(cycles, staged bytes)``
     each in ``gate_staging``, which take the links once the previous iteration's windows' have
     ended) and the previous iteration's time past its tiles, its stream sharing its first cycles
-    with their staging. From the first
-    (the gate alone) until they repeat, which the rest then do: a loop whose stream hides the
+    with their staging. From the first (the engine's call: no gate, its stream from its compute's
+    start, when its windows cut the stream and the engine streams it ahead) until they repeat,
+    which the rest then do: a loop whose stream hides the
     windows' waits at first takes several iterations to reach its steady state (Llama-3.1-70B's
     decoder at batch 16 on 16 sockets: 112,813, 112,882, 118,060, then 122,043 cycles in the
     engine), which no few replays reached."""
     after, carry, ends = 0.0, (), []
+    called = bool(window_points(windows, plan.n_tiles))
     while len(ends) < iterations:
         spans, start = list(carry), after
         for cycles, staged in gate_staging:
             if cycles and staged:
                 spans.append((start, start + cycles, staged / cycles))
             start += cycles
-        got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, spans)
+        if called and not ends:
+            # the first iteration is a call (sn40l_sim/engine/units.py): no gate, so no collectives
+            # of an iteration before it stage beside its stream, and it fills its pipeline before
+            # its stream starts, so its stream runs ahead of nothing; its windows' collectives start
+            # once its first tile's bytes are in, not after its compute alone (the engine's
+            # ``_first_tile_cycles``); counted from its stream's start, as the engine's mean
+            # iteration is (scripts/decode_grid.py, ``--loop-scores``)
+            got = windowed_section_cycles(socket, plan, 0, 0, windows, first_tile_cycles(socket, plan), tier)
+        else:
+            got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, spans)
         ends.append(got.end)
-        if got.after == after and got.carry == carry:
+        # the next iteration repeats this one when it starts as this one did (never the call's)
+        if got.after == after and got.carry == carry and not (called and len(ends) == 1):
             break
         after, carry = got.after, got.carry
     return (sum(ends) + (iterations - len(ends)) * ends[-1]) / iterations
