@@ -188,7 +188,10 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
         ends = []
         for j, (_, stop, _, tail, *_) in enumerate(windows):
             if stop == tile:
-                grant(now + delay if any(k == j for _, k in asked) else now)
+                # the collective takes the links after those asked for before it, not after one
+                # asked for later (a window opened here, asked for ``delay`` cycles on), which
+                # would then hold its share back
+                grant(next((at for at, k in asked if k == j), now))
                 # the share the collective's own time past the window's end has not covered takes
                 # the links once that has ended, after the transfers asked for before it
                 needed = tail - max(0.0, bodies[j] - now)
