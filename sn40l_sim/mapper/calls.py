@@ -42,7 +42,7 @@ Examples
 >>> run = LoopContext(iterations=80)
 >>> one_of_80 = as_called(socket, map_kernel(socket, example_decode_kernel(), loop=run), run)
 >>> one_of_80.call_cycles < lone.cycles, one_of_80.call_bound, lone.call_bound
-(True, 'compute', 'overhead')
+(True, 'hbm', 'overhead')
 >>> waiting = as_called(socket, lone, LONE_CALL, after_cycles=5000)
 >>> waiting.call_cycles - lone.call_cycles, waiting.call_collective_cycles
 (5000, 5000)

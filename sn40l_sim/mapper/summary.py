@@ -73,7 +73,7 @@ def utilisation(socket: SocketSpec, pk: PlacedKernel) -> Utilisation:
     >>> graph = build_graph(load_model("graphs/llama3_1_8b.yaml"), Shape("decode", 8, 0, 1024), ParallelPlan(tp=8))
     >>> u = utilisation(socket, map_kernel(socket, graph.kernels()[-2]))
     >>> f"{u.compute:.1%}", f"{u.memory['hbm']:.0%}", u.memory["ddr"]
-    ('0.8%', '39%', 0.0)
+    ('0.8%', '38%', 0.0)
     """
     seconds = pk.call_cycles / socket.clock_hz
     if seconds <= 0:

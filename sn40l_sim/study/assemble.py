@@ -219,7 +219,7 @@ class Assembly:
         >>> timer = asm.step_timer(asm.setup(asm.points[0]))      # the "full" policy
         >>> step = timer.decode_step(64, 33280)    # 64 sequences, each reading 33,280 cached tokens
         >>> f"{step.seconds * 1e3:.1f} ms", step.cycles == round(step.seconds * asm.node.socket.clock_hz)
-        ('23.5 ms', True)
+        ('23.6 ms', True)
         >>> by_cause = decode_step_breakdown(step)                 # seconds per cause, summing to the step
         >>> max(by_cause, key=by_cause.get), abs(sum(by_cause.values()) - step.seconds) < 1e-12
         ('kv_reads', True)
