@@ -172,7 +172,11 @@ def _floor_call(loop: LoopContext, tiles: int) -> tuple[bool, int, int]:
     past its tiles only add to it), not as a lone call."""
     if not loop.pipelined and loop.windows and interior_window(loop.windows, tiles):
         return True, 0, 0
-    return loop.pipelined, loop.gate_cycles, loop.overlap_cycles
+    # a loop is scored at its mean iteration, and its first, the loop's call, waits for no gate
+    gate = loop.gate_cycles
+    if loop.pipelined:
+        gate = math.floor(gate * (loop.iterations - 1) / loop.iterations) if loop.iterations > 1 else 0
+    return loop.pipelined, gate, loop.overlap_cycles
 
 
 #: the tilings searched with every GEMM in one dataflow: those within this factor of the

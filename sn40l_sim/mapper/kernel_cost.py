@@ -55,8 +55,12 @@ but for the previous iteration's collectives staging their bytes through the sam
 hundred cycles in 400,000 at most on the shipped looped decoders); a one-section kernel whose
 collectives carry one operator's output (its windows) is replayed with their staging
 (:mod:`.window_replay`). Later sections add their fill and
-stream and reload their configuration every iteration. Of plans with equal iteration times the one
-with the shorter compute chain wins.
+stream and reload their configuration every iteration. The loop's first iteration is its call
+(:mod:`sn40l_sim.engine.kernel_process`): it waits for no gate, and its pipeline fills before its
+stream starts, so its fill is not hidden; a loop of ``L`` iterations is chosen for its mean,
+``(first + (L - 1) x iteration) / L`` (scored as a later one, the first hid the fill, and plans
+that stream alike tied whatever their fills: docs/validation.md, "Invariants over random
+configurations"). Of plans with equal iteration times the one with the shorter compute chain wins.
 """
 from __future__ import annotations
 
@@ -198,17 +202,27 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles + held - configs[0])
         objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
     if loop.pipelined and not replayed:
-        # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM
+        # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM;
+        # but the loop's first iteration is its call, ungated, its pipeline filled before its
+        # tiles stream (:mod:`sn40l_sim.engine.kernel_process`): the loop's mean iteration
         iteration = looped_iteration_cycles(socket, plans, fill, math.ceil(loop.gate_cycles + stall + after), configs,
                                             points=points)
-        objective = (reload + iteration, sum(p.chain_cycles for p in plans))
+        first = cycles - sum(configs) + stall + after
+        objective = (reload + (first + (loop.iterations - 1) * iteration) / loop.iterations,
+                     sum(p.chain_cycles for p in plans))
     if loop.pipelined and loop.overlap_cycles:
         # the overlapped collectives naming no operator start with the iteration's first data tile
-        # out, after its gate and fill, and the next iteration's compute waits for their end (the
-        # engine's loop, :mod:`sn40l_sim.engine.units`): an iteration lasts at least that long
-        least = loop.gate_cycles + fill + plans[0].cycles_per_tile + loop.overlap_cycles
+        # out, after its gate (none in the first, the loop's call) and fill, and the next
+        # iteration's compute waits for their end (the engine's loop, :mod:`sn40l_sim.engine.units`):
+        # an iteration lasts at least that long
+        least = _later_share(loop) * loop.gate_cycles + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
+
+
+def _later_share(loop: LoopContext) -> float:
+    """The share of a loop's iterations that wait for a gate: all but the first, the loop's call."""
+    return (loop.iterations - 1) / loop.iterations if loop.iterations > 1 else 0.0
 
 
 def _replayed(planned: str, plan: SectionPlan, call: tuple, windows: tuple[OverlapWindow, ...], tier: str,

@@ -262,36 +262,33 @@ def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate:
                          gate_staging: Sequence[tuple[int, int]] = ()) -> float:
     """The mean iteration of a loop of ``iterations`` iterations of the one-section ``plan`` with
     ``windows``, each replayed (:func:`windowed_section_cycles`) after the one before it, as the
-    engine runs them: its ``gate`` (the collectives after the tiles, ``(cycles, staged bytes)``
-    each in ``gate_staging``, which take the links once the previous iteration's windows' have
-    ended) and the previous iteration's time past its tiles, its stream sharing its first cycles
-    with their staging. From the first (the engine's call: no gate, its stream from its compute's
-    start, when its windows cut the stream and the engine streams it ahead) until they repeat,
-    which the rest then do: a loop whose stream hides the
+    engine runs them (:mod:`sn40l_sim.engine.kernel_process`). The first is the loop's call: no
+    gate, its pipeline filled before its stream starts (the fill is not hidden under a stream
+    running ahead) and its windows' collectives starting once its first tile is out. Each later
+    one waits for its ``gate`` (the collectives after the tiles, ``(cycles, staged bytes)`` each
+    in ``gate_staging``, which take the links once the previous iteration's windows' have ended)
+    and the previous iteration's time past its tiles, its stream sharing its first cycles with
+    their staging, until they repeat, which the rest then do: a loop whose stream hides the
     windows' waits at first takes several iterations to reach its steady state (Llama-3.1-70B's
     decoder at batch 16 on 16 sockets: 112,813, 112,882, 118,060, then 122,043 cycles in the
-    engine), which no few replays reached."""
-    after, carry, ends = 0.0, (), []
-    called = bool(window_points(windows, plan.n_tiles))
+    engine), which no few replays reached. Replayed as a later one, the first hid its fill: plans
+    of one iteration but fills of 1,113 and 1,579 cycles tied, and Llama-3.1-8B's decoder at
+    batch 4 took the longer fill with P2P links twice as fast, a slower step (docs/validation.md,
+    "Invariants over random configurations")."""
+    # its windows' collectives start once its first tile's bytes are in, not after its compute
+    # alone (the engine's ``_first_tile_cycles``)
+    first = windowed_section_cycles(socket, plan, 0, 0, windows, first_tile_cycles(socket, plan), tier)
+    after, carry, ends = first.after, first.carry, [fill + first.end]
     while len(ends) < iterations:
         spans, start = list(carry), after
         for cycles, staged in gate_staging:
             if cycles and staged:
                 spans.append((start, start + cycles, staged / cycles))
             start += cycles
-        if called and not ends:
-            # the first iteration is a call (sn40l_sim/engine/units.py): no gate, so no collectives
-            # of an iteration before it stage beside its stream, and it fills its pipeline before
-            # its stream starts, so its stream runs ahead of nothing; its windows' collectives start
-            # once its first tile's bytes are in, not after its compute alone (the engine's
-            # ``_first_tile_cycles``); counted from its stream's start, as the engine's mean
-            # iteration is (scripts/decode_grid.py, ``--loop-scores``)
-            got = windowed_section_cycles(socket, plan, 0, 0, windows, first_tile_cycles(socket, plan), tier)
-        else:
-            got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, spans)
+        got = windowed_section_cycles(socket, plan, fill, gate + after, windows, delay, tier, spans)
         ends.append(got.end)
-        # the next iteration repeats this one when it starts as this one did (never the call's)
-        if got.after == after and got.carry == carry and not (called and len(ends) == 1):
+        # the next iteration repeats this one when it starts as this one did
+        if got.after == after and got.carry == carry:
             break
         after, carry = got.after, got.carry
     return (sum(ends) + (iterations - len(ends)) * ends[-1]) / iterations
