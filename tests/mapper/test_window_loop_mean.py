@@ -10,7 +10,6 @@ mapper scored the iteration 2.4% short of the engine's mean.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from sn40l_sim.engine.run_graph import run_graph
@@ -64,7 +63,9 @@ def test_the_loops_first_iteration_is_scored_as_the_engines_call():
     # the loop's first iteration is a call: no gate, so none of the all-to-alls of an iteration
     # before it stage beside its stream, and its pipeline fills before its stream starts. Replayed
     # after a gate like the others, it was scored 221,341 cycles (the steady iteration) against the
-    # engine's 221,210, and the loop 221,341 a call against the engine's mean of 221,339.36
+    # engine's 221,210. Scored as the call, its fill exposed, the loop's mean from its call boundary
+    # is the engine's to the cycle (221,351 against 221,351.91; a call's cycles are whole, rounded
+    # down so that map's total stays a floor of the step)
     placed, loop, records, mean = _looped_70b(8)
     assert records[0].stream_end - records[0].stream_start < records[1].stream_end - records[1].stream_start
-    assert placed.kernels[loop.first + 1].call_cycles == math.ceil(mean)
+    assert 0 <= mean - placed.kernels[loop.first + 1].call_cycles < 1, mean
