@@ -61,6 +61,7 @@ import numpy as np
 
 from sn40l_sim.serving.batching import SlotTable
 from sn40l_sim.serving.chunked_prefill import chunked_colocated_node
+from sn40l_sim.serving.colocated import colocated_node
 from sn40l_sim.serving.decode_books import DecodeNode, RunBook, StepwiseBook
 from sn40l_sim.serving.drafts import drafted_tokens
 from sn40l_sim.serving.prefix_cache import PrefixTracker
@@ -117,7 +118,7 @@ class _Serving:
             if colocated and setup.prefill_chunk is not None:
                 env.process(chunked_colocated_node(self, node, setup.prefill_chunk))
             elif colocated:
-                env.process(self._colocated_node(node))
+                env.process(colocated_node(self, node))
             else:
                 env.soon(lambda node=node: self._decode_next(node))
 
@@ -332,30 +333,6 @@ class _Serving:
             self._finish(log)
         else:
             node.arrived.append(log)
-
-    def _colocated_node(self, node: DecodeNode) -> Generator[Wait, None, None]:
-        while True:
-            if self.waiting and node.table.free:
-                log = self.waiting.popleft()
-                log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), self.env.now
-                node.hold(log)
-                # a prefix hit runs its suffix's graph, so it loads that graph's configurations:
-                # the hit is known before the switch (only this node's own requests, finishing
-                # in its own steps, release the prefixes it holds)
-                cycles, rows = self._prefill_graph(log, node.index)
-                yield from self.switch_to(node, "prefill", rows, part=rows < log.request.prompt_len)
-                log.prefill_node, log.prefill_start = node.index, self.env.now
-                yield cycles
-                self._end_prefill(log, node.index, self.busy["colocated_prefill"], cycles)
-                self._prefilled_here(node, log)
-                continue
-            self._join(node)
-            if node.book.stepping:
-                yield from self.switch_to(node, "decode")
-                # a request that arrived during the loads waits for this step only
-                yield from self._decode_steps(node, 1 if self.waiting and node.table.free else None)
-            else:
-                yield self.arrival
 
 
 def simulate(requests: list[Request], setup: ServingSetup, *, stepwise: bool = False) -> ServingLog:

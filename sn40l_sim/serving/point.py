@@ -47,12 +47,12 @@ from sn40l_sim.mapper.placement import MemoryPlacement
 from sn40l_sim.models.params import kv_bytes_per_token
 from sn40l_sim.models.spec import ModelSpec
 from sn40l_sim.serving.batching import compiled_size
-from sn40l_sim.serving.chunked_prefill import chunk_timings
 from sn40l_sim.serving.context_limit import check_context
 from sn40l_sim.serving.kv_transfer import held_tokens, sent_bytes, socket_shares, transfer_seconds
 from sn40l_sim.serving.loop import ServingLog, ServingSetup, simulate
 from sn40l_sim.serving.memory_fit import MemoryFit, MemoryPlacer, fit_memory, located
-from sn40l_sim.serving.prefix_cache import PrefixCaching, prefix_hit_cycles
+from sn40l_sim.serving.prefill_graphs import PrefillGraphs
+from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
 from sn40l_sim.serving.step_costs import StepCosts
 from sn40l_sim.serving.workload import Request
@@ -317,38 +317,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
     with located("kv_transfer"):
         transfer_cycles = transfer_for(s.prompt_len)
 
-    # (without the policy's kernels, compiled prompt length, earlier tokens of a chunk or a cached
-    # prefix) -> (prefill cycles, its configuration loads after a decode step)
-    prefill_cycles: dict[tuple[bool, int, int], tuple[int, int]] = {}
-
-    def prefill_of(prompt_len: int, earlier: int = 0, bare: bool = False,
-                   free: StepCosts | None = None) -> tuple[int, int]:
-        free = free or policy_free_costs
-        bare = bare and free is not None
-        key = bare, compiled_size(prompt_len, s.prefill_lens, "prompt length"), earlier
-        if key not in prefill_cycles:
-            timing = (free if bare else prefill_costs).prefill(key[1], memory=memory_for(key[1], earlier),
-                                                               earlier=earlier)
-            cycles, switch = int(timing.cycles), int(timing.switch_load_cycles)
-            if s.prefill_node is not None:   # the serving loop counts the decode node's clock
-                cycles = math.ceil(cycles * clock_hz / s.prefill_node.socket.clock_hz)
-            prefill_cycles[key] = cycles, switch
-        return prefill_cycles[key]
-
-    def bare_graph(rows: int, earlier: int) -> int:   # without the policy's kernels when policy_free_costs is given
-        return prefill_of(rows, earlier, bare=True)[0]
-
-    def prefill_for(prompt_len: int) -> int:
-        return prefill_of(prompt_len)[0]
-
-    def prefix_hit_for(prompt_len: int, held: int) -> tuple[int, int]:
-        # the suffix's graph, then the policy's selection over the whole prompt (as after a chunked
-        # prefill's last chunk): SnapKV chooses the kept tokens from the whole prompt's cache
-        selection = max(0, prefill_for(prompt_len) - bare_graph(prompt_len, 0)) if policy_free_costs else 0
-        return prefix_hit_cycles(bare_graph, s.prefill_lens, prompt_len, held, policy_cycles=selection)
-
-    def prefill_switch_for(prompt_len: int) -> int:
-        return prefill_of(prompt_len)[1]
+    graphs = PrefillGraphs(s, clock_hz, prefill_costs, memory_for, policy_free_costs)
 
     with located("requests"):
         requests = requests_for(batch * s.decode_nodes)
@@ -359,23 +328,15 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
                                       f"max_new_tokens {s.max_new_tokens})")
     with located("prefill_lens"):
         for r in requests:  # every prompt must have a compiled prefill graph before serving starts
-            prefill_for(r.prompt_len)
+            graphs.whole(r.prompt_len)
     # a prefill node's room for the caches waiting to leave it and the prefixes it keeps
     free_tokens = free_cache_tokens(s, prefill_node_memory, include_mtp)
     setup = ServingSetup(mode=s.mode, prefill_nodes=s.prefill_nodes, decode_nodes=s.decode_nodes, slots=batch,
-                         decode_step_cycles=int(decode.cycles), prefill_cycles=prefill_for,
-                         transfer_cycles=transfer_for, cache_tokens=s.policy.cache_len,
-                         kv_bytes_per_token=per_token, slot_cache_tokens=footprint.context_rows,
-                         speculation=s.speculation, seed=s.seed,
-                         prefix_caching=prefix_caching(s, per_token, free_tokens), prefix_hit_cycles=prefix_hit_for,
-                         prefill_chunk=s.prefill_chunk, **chunk_timings(
-                             bare_graph, prefill_for, s.prefill_chunk, policy_apart=policy_free_costs is not None,
-                             prompt_len=s.prompt_len, switch=lambda n, e: prefill_of(n, e, bare=True)[1]),
-                         decode_switch_cycles=int(decode.switch_load_cycles),
-                         prefill_switch_cycles=prefill_switch_for,
-                         # a chunk's or a hit suffix's graph, without the policy's kernels
-                         prefill_part_switch_cycles=(lambda rows: prefill_of(rows, bare=True)[1])
-                         if policy_free_costs is not None else None,
+                         decode_step_cycles=int(decode.cycles), transfer_cycles=transfer_for,
+                         cache_tokens=s.policy.cache_len, kv_bytes_per_token=per_token,
+                         slot_cache_tokens=footprint.context_rows, speculation=s.speculation, seed=s.seed,
+                         prefix_caching=prefix_caching(s, per_token, free_tokens), prefill_chunk=s.prefill_chunk,
+                         decode_switch_cycles=int(decode.switch_load_cycles), **graphs.serving_fields(),
                          prefill_hold_tokens=None if colocated else free_tokens,
                          held_tokens=partial(held_tokens, s.model, s.policy, s.prefill_plan, s.max_new_tokens, drafts))
     # no requests: a steps-only evaluation (validation, calibration); there is nothing to serve
@@ -392,7 +353,7 @@ def simulate_point(s: PointSetup, requests_for: Callable[[int], list[Request]], 
             if prefill is not None:
                 without = bare_costs.prefill(prefill_len, memory=memory_for(prefill_len))
             if log is not None:   # every served prompt whole, at its compiled length
-                served = tuple(sum(prefill_of(r.request.prompt_len, bare=bare, free=bare_costs)[0]
+                served = tuple(sum(graphs.of(r.request.prompt_len, bare=bare, free=bare_costs)[0]
                                    for r in log.requests) for bare in (False, True))
     return PointResult(s, clock_hz, per_token, static_len, batch, search.max_batch,
                        str(search.next_failure) if search.next_failure else None, placement, prefill_memory,
