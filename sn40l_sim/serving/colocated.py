@@ -20,11 +20,13 @@ def colocated_node(serving: Any, node: Any) -> Generator[Wait, None, None]:
             log = serving.waiting.popleft()
             log.decode_node, log.slot, log.slot_acquired = node.index, node.table.acquire(log.request.id), serving.env.now
             node.hold(log)
-            # a prefix hit runs its suffix's graph, so it loads that graph's configurations:
-            # the hit is known before the switch (only this node's own requests, finishing
-            # in its own steps, release the prefixes it holds)
+            # a prefix hit runs its suffix's graph over the reused tokens' keys, so it loads that
+            # graph's configurations, as a later chunk loads its own: the hit is known before the
+            # switch (only this node's own requests, finishing in its own steps, release the
+            # prefixes it holds)
             cycles, rows = serving._prefill_graph(log, node.index)
-            yield from serving.switch_to(node, "prefill", rows, part=rows < log.request.prompt_len)
+            reused = log.request.prompt_len - rows
+            yield from serving.switch_to(node, "prefill", rows, part=reused > 0, earlier=reused, hit=True)
             log.prefill_node, log.prefill_start = node.index, serving.env.now
             yield cycles
             serving._end_prefill(log, node.index, serving.busy["colocated_prefill"], cycles)

@@ -304,18 +304,20 @@ class _Serving:
 
     # -- co-located ------------------------------------------------------------------------
     def switch_to(self, node: DecodeNode, graph: str, prompt_len: int = 0, part: bool = False,
-                  earlier: int = 0) -> Generator[Wait, None, None]:
+                  earlier: int = 0, hit: bool = False) -> Generator[Wait, None, None]:
         """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other graph took, if
         it ran that one last (yields their cycles; busy as ``graph_switch``); ``part``: a prefill graph of part
-        of a prompt (a chunk, a prefix hit's suffix); a chunk after ``earlier`` > 0 tokens loads its own graph's."""
+        of a prompt (a chunk, a prefix hit's suffix); after ``earlier`` > 0 tokens (of a chunk's prompt, or
+        reused by a ``hit``) it loads its own graph's, read where its cycles are."""
         last, self.last_graph[node.index] = self.last_graph[node.index], graph
         if last is None or last == graph:
             return
         setup = self.setup
+        reload = setup.prefix_hit_switch_cycles if hit else setup.prefill_chunk_switch_cycles
         if graph == "decode":
             cycles = setup.decode_switch_cycles
-        elif part and earlier and setup.prefill_chunk_switch_cycles is not None:
-            cycles = setup.prefill_chunk_switch_cycles(earlier, prompt_len)
+        elif part and earlier and reload is not None:
+            cycles = reload(earlier, prompt_len)
         else:
             cycles = ((setup.prefill_part_switch_cycles if part else None) or setup.prefill_switch_cycles)(prompt_len)
         if cycles:

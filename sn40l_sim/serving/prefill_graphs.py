@@ -26,7 +26,7 @@ from typing import Any
 
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.chunked_prefill import chunk_timings
-from sn40l_sim.serving.prefix_cache import prefix_hit_cycles
+from sn40l_sim.serving.prefix_cache import prefix_hit_cycles, suffix_cycles
 from sn40l_sim.serving.step_costs import StepCosts
 
 
@@ -85,6 +85,11 @@ class PrefillGraphs:
         selection = max(0, self.whole(prompt_len) - self.bare(prompt_len, 0)) if self.free else 0
         return prefix_hit_cycles(self.bare, self.s.prefill_lens, prompt_len, held, policy_cycles=selection)
 
+    def hit_switch(self, reused: int, rows: int) -> int:
+        """Configuration loads of a hit's suffix graph of ``rows`` after ``reused`` cached tokens,
+        read at the timed points its cycles are (:func:`~sn40l_sim.serving.prefix_cache.suffix_cycles`)."""
+        return suffix_cycles(self.bare_switch, self.s.prefill_lens, rows, reused)
+
     def serving_fields(self) -> dict[str, Any]:
         """The :class:`~sn40l_sim.serving.setup.ServingSetup` fields of the prefill graphs."""
         s, apart = self.s, self.free is not None
@@ -93,4 +98,5 @@ class PrefillGraphs:
                                 switch=self.bare_switch),
                 "prefill_switch_cycles": self.switch,
                 # a chunk's or a hit suffix's graph, without the policy's kernels
-                "prefill_part_switch_cycles": (lambda rows: self.bare_switch(rows, 0)) if apart else None}
+                "prefill_part_switch_cycles": (lambda rows: self.bare_switch(rows, 0)) if apart else None,
+                "prefix_hit_switch_cycles": self.hit_switch}

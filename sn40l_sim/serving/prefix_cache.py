@@ -10,9 +10,10 @@ With ``serving.prefix_cache`` on, the serving loop (:mod:`sn40l_sim.serving.loop
   its prefill to its last token). A hit computes the rest of the prompt only, but those queries
   attend over the prefix's keys too: it runs the suffix's graph over the cached prefix
   (:func:`prefix_hit_cycles`, timed as a later chunk of a chunked prefill is:
-  :mod:`sn40l_sim.serving.earlier_keys`). With static graphs the suffix runs in the graph compiled
-  for the next length up, so it reuses the prefix's first ``prompt - compiled(prompt - prefix)``
-  tokens and recomputes the rest in rows the graph would otherwise pad (fewer queries over the
+  :mod:`sn40l_sim.serving.earlier_keys`; on a co-located node, after decode steps, it first loads
+  that graph's configurations, read at the same points: :func:`suffix_cycles`). With static graphs
+  the suffix runs in the graph compiled for the next length up, so it reuses the prefix's first
+  ``prompt - compiled(prompt - prefix)`` tokens and recomputes the rest in rows the graph would otherwise pad (fewer queries over the
   same keys than with the whole prefix reused), and it prefills the whole prompt when that graph is
   the prompt's own (or no cheaper; counted as ``held_not_reused``, not as a hit, since it saves
   nothing): a hit never costs more than a miss, and a longer held prefix
@@ -208,8 +209,21 @@ def prefix_hit_cycles(timed: Callable[[int, int], int], lens: Sequence[int], pro
     reused = prompt_len - rows
     if reused <= 0:
         return full, 0
-    cycles = interpolated_cycles(timed, rows, reused, *between_points((0, *sorted(lens)), reused)) + policy_cycles
+    cycles = suffix_cycles(timed, lens, rows, reused) + policy_cycles
     return (cycles, reused) if cycles < full else (full, 0)
+
+
+def suffix_cycles(timed: Callable[[int, int], int], lens: Sequence[int], rows: int, reused: int) -> int:
+    """``timed(rows, earlier)`` of a hit's suffix graph of ``rows`` (a compiled length) after
+    ``reused`` cached tokens, called at 0 and the compiled ``lens`` around ``reused`` only, linear
+    between: :func:`prefix_hit_cycles` reads the suffix's cycles so, and a co-located node its
+    configuration loads after a decode step (the same graphs' ``switch_load_cycles``), so that the
+    reload charged is that of the graphs the cycles came from, and no other graph is timed for it.
+
+    >>> suffix_cycles(lambda rows, earlier: 7 + rows * earlier, (4, 8, 16), 4, 12)
+    55
+    """
+    return interpolated_cycles(timed, rows, reused, *between_points((0, *sorted(lens)), reused))
 
 
 def has_prefix(request: Any) -> bool:

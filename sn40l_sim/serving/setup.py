@@ -77,6 +77,11 @@ class ServingSetup:
         Co-located: the same for a chunk or a prefix hit's suffix where those graphs run without
         the KV policy's prefill kernels (which then select once over the whole prompt); None: as
         ``prefill_switch_cycles``.
+    prefix_hit_switch_cycles : callable or None
+        Co-located, with ``prefix_caching``: ``(reused, rows) ->`` configuration loads before a
+        prefix hit's suffix graph of ``rows`` after ``reused`` cached tokens, read at the points
+        ``prefix_hit_cycles`` times it (:func:`~sn40l_sim.serving.prefix_cache.suffix_cycles`;
+        None: ``prefill_part_switch_cycles`` of its rows, the graph's at no cached tokens).
     prefill_hold_tokens : int or None
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their
@@ -108,6 +113,7 @@ class ServingSetup:
     prefill_switch_cycles: Callable[[int], int] = no_cycles
     prefill_chunk_switch_cycles: Callable[[int, int], int] | None = None
     prefill_part_switch_cycles: Callable[[int], int] | None = None
+    prefix_hit_switch_cycles: Callable[[int, int], int] | None = None
     prefill_hold_tokens: int | None = None
     held_tokens: Callable[[int], int] | None = None
 

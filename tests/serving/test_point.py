@@ -513,3 +513,30 @@ def test_a_colocated_node_whose_slots_fill_its_memory_reuses_a_whole_cache_prefi
     full, _, _ = run(policy, placer=FakePlacer(weights=40 * 2**30, free=hbm["kv"] + hbm["activations"]), **kw)
     assert full.memory.capacity["hbm"] == sum(full.memory.by_tier["hbm"].values())
     assert full.log.prefixes.requests_with_prefix == 4 and full.log.prefixes.hits == hits
+
+
+class ReloadingCosts(type(fixed_costs(FULL))):
+    """Fixed costs whose prefill graphs reload, after a decode step, 1,000 configuration cycles plus
+    one per 1,024th of the square of their earlier tokens (a graph of its own per count of them)."""
+
+    def prefill(self, prompt_len, memory=None, earlier=0):
+        timing = super().prefill(prompt_len, memory, earlier)
+        return replace(timing, switch_load_cycles=1000 + earlier * earlier // 1024)
+
+
+def test_a_colocated_prefix_hit_after_a_decode_step_loads_its_suffix_graphs_configurations():
+    # a hit's suffix runs the graph of its rows over the reused prefix's keys (as a later chunk
+    # does), so what it loads again after a decode step is that graph's, read at the same timed
+    # prefixes as its cycles (the compiled lengths, linear between: no other graph timed); charged
+    # at no earlier tokens it paid another graph's (1,000 here each time)
+    timer = ReloadingCosts(prefill_cycles_per_token={"mha": 700, "moe_ffn": 300})
+    requests = [Request(0, 0, 3072, 8, prefix_id=0, prefix_len=2048),       # a miss, then decodes
+                Request(1, 5_000_000, 3072, 2, prefix_id=0, prefix_len=2048),  # 1,024 rows after 2,048
+                Request(2, 100_000_000, 3000, 2, prefix_id=0, prefix_len=2048)]  # 1,024 rows after 1,976
+    result, _, _ = run(FULL, timer=timer, requests=lambda slots: requests, mode="colocated", prefill_nodes=0,
+                       prefix_cache=True, batch=16)
+    assert result.log.prefixes.hits == 2
+    loads = [end - start for _, start, end, graph in result.log.switches if graph == "prefill"]
+    between = 2024 + math.ceil((5096 - 2024) * (1976 - 1024) / 1024)
+    assert loads == [1000 + 2048 * 2048 // 1024, between] == [5096, 4880]
+    assert ("prefill", 1024, 1976) not in timer.calls
