@@ -77,7 +77,7 @@ from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.tier_split import TierSplit
-from sn40l_sim.mapper.window_replay import looped_window_cycles, windowed_section_cycles
+from sn40l_sim.mapper.window_replay import first_tile_cycles, looped_window_cycles, windowed_section_cycles
 from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
 
 
@@ -179,8 +179,12 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
                                                           loop.gate_staging))
             objective = (reload + mean, sum(p.chain_cycles for p in plans))
         else:
+            # a call's windows' collectives start once its first tile is out, its bytes in (the
+            # engine's ``_first_tile_cycles``), not after its compute alone: a memory-bound tile
+            # started them later than scored (docs/validation.md, "Decode all-reduces under the GEMM")
             got = _replayed(planned, plans[0], (), loop.windows, tiers.activations,
-                            lambda: windowed_section_cycles(socket, plans[0], 0, 0, loop.windows, compute,
+                            lambda: windowed_section_cycles(socket, plans[0], 0, 0, loop.windows,
+                                                            first_tile_cycles(socket, plans[0]),
                                                             tiers.activations))
             after = got.after
             objective = (reload + fill + got.end + after, math.ceil(objective[0]))
