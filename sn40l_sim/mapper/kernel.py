@@ -34,7 +34,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
-from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, plan_kernel
+from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, mean_gate_cycles, plan_kernel
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.planning import (
@@ -173,9 +173,7 @@ def _floor_call(loop: LoopContext, tiles: int) -> tuple[bool, int, int]:
     if not loop.pipelined and loop.windows and interior_window(loop.windows, tiles):
         return True, 0, 0
     # a loop is scored at its mean iteration, and its first, the loop's call, waits for no gate
-    gate = loop.gate_cycles
-    if loop.pipelined:
-        gate = math.floor(gate * (loop.iterations - 1) / loop.iterations) if loop.iterations > 1 else 0
+    gate = math.floor(mean_gate_cycles(loop)) if loop.pipelined else loop.gate_cycles
     return loop.pipelined, gate, loop.overlap_cycles
 
 

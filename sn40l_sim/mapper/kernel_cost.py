@@ -219,14 +219,15 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # out, after its gate (none in the first, the loop's call) and fill, and the next
         # iteration's compute waits for their end (the engine's loop, :mod:`sn40l_sim.engine.units`):
         # an iteration lasts at least that long
-        least = _later_share(loop) * loop.gate_cycles + fill + plans[0].cycles_per_tile + loop.overlap_cycles
+        least = mean_gate_cycles(loop) + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
     return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
 
 
-def _later_share(loop: LoopContext) -> float:
-    """The share of a loop's iterations that wait for a gate: all but the first, the loop's call."""
-    return (loop.iterations - 1) / loop.iterations if loop.iterations > 1 else 0.0
+def mean_gate_cycles(loop: LoopContext) -> float:
+    """The gate an iteration of ``loop`` waits for, on average over the loop: every iteration's but
+    the first's, the loop's call, which waits for none."""
+    return loop.gate_cycles * (loop.iterations - 1) / loop.iterations if loop.iterations > 1 else 0.0
 
 
 def _replayed(planned: str, plan: SectionPlan, call: tuple, windows: tuple[OverlapWindow, ...], tier: str,
