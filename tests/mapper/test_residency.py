@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import sn40l_sim.engine.run_graph as run_graph_module
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import run_graph
 from sn40l_sim.hardware import figures
@@ -137,6 +138,37 @@ def test_a_dense_decode_step_keeps_every_configuration_and_the_engine_loads_none
     # map's totals stay a floor of the engine's step (the boundaries aside)
     boundaries = sum(r.launch_cycles + r.barrier_cycles for r in run.records)
     assert sum(pk.call_cycles for pk in placed.kernels) <= run.cycles - boundaries
+
+
+@pytest.mark.parametrize("prompt_len", [1024, 2048])
+def test_a_prefill_graph_whose_kernels_reload_within_it_loads_nothing_more_after_a_decode_step(prompt_len, monkeypatch):
+    # Llama-3.1-70B's prefill on the 16-socket node: at 1,024 tokens its four layer kernels take
+    # one tile each and fit together with the embedding, lm_head and sampling, so only the first
+    # call of each of the seven kinds loads after another graph took the units; at 2,048 the FFN
+    # takes every PCU of every tile, so at every layer it evicts the others and they it: every call
+    # loads in the steady state already, the graph run cold takes exactly its steady cycles and its
+    # switch loads are 0 (docs/architecture.md, serving: "A co-located node that switches graphs")
+    model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
+    graph = build_graph(model, Shape("prefill", 1, prompt_len), ParallelPlan(16, 1))
+    collectives = CollectiveModel.from_node(NODE)
+    placed = map_graph(NODE, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
+    resident, switched = call_residency(SOCKET, placed.kernels)
+    steady = run_graph(NODE, placed, collectives=collectives)
+    every_pcu = [pk.kernel.name for pk in placed.kernels if min(pk.pcus_per_tile) == TILE_PCUS]
+    if prompt_len == 1024:
+        assert not every_pcu and all(resident)
+        assert sum(switched) == len({pk.kernel.signature() for pk in placed.kernels}) == 7
+        assert steady.switch_load_cycles > 0
+    else:
+        assert every_pcu and not any(resident) and not any(switched)
+        assert steady.switch_load_cycles == 0
+    # run cold, every call loading as the first pass after another graph finds it: longer than the
+    # steady state by exactly the switch loads serving charges
+    monkeypatch.setattr(run_graph_module, "call_residency",
+                        lambda socket, kernels: (residency._replay(socket, kernels)[:len(kernels)],
+                                                 (False,) * len(kernels)))
+    cold = run_graph(NODE, placed, collectives=collectives)
+    assert cold.cycles == steady.cycles + steady.switch_load_cycles
 
 
 def test_mapping_the_resident_kernels_again_never_lengthens_the_step(llama8b_decode, monkeypatch):
