@@ -75,7 +75,8 @@ _HIDDEN: IdentityMemo[float] = IdentityMemo()
 
 
 def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0,
-              resident: bool | None = None, tail_cycles: int = 0) -> PlacedKernel:
+              resident: bool | None = None, tail_cycles: int = 0,
+              tails: tuple[tuple[float, float], ...] = ()) -> PlacedKernel:
     """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
     plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
     call spent on collectives and what takes most of it (see the module docstring). ``resident``
@@ -83,9 +84,19 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     charged none of a one-section configuration, else all of it; None keeps the mapper's charge
     (``loop.calls_per_load``). ``tail_cycles``: what the call's overlapped collectives take after
     its last tile (their last data tile's shares, the engine's ``engine/windows.py``); the call ends no
-    sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds."""
+    sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds.
+    ``tails``: those collectives (naming no operator) one by one, in order, as ``(cycles, their
+    share's cycles)``; with the plan's :attr:`~.placement.PlacedKernel.overlap_stream_cycles`, each
+    share is charged as the engine runs it (:func:`_shares_after`), else their sum as
+    ``tail_cycles``."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
     call = pk.call_cycles + after_cycles
+    if tails and pk.overlap_stream_cycles is not None and configs and not loop.pipelined:
+        # the plan's time ends with its stream or its collectives, whichever is later; the shares
+        # follow, one after the other on the links
+        call += _shares_after(tails, pk.overlap_stream_cycles)
+        tails = ()
+    tail_cycles += round(sum(share for _, share in tails))
     if not configs:
         call += max(0, tail_cycles - max(0, pk.call_cycles - pk.cycles))
         return copied(pk, call_cycles=call, call_collective_cycles=call - pk.cycles if call > pk.cycles else 0,
@@ -113,6 +124,25 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
              (COLLECTIVE, waits + hidden))
     bound = max(parts, key=lambda part: part[1])[0]
     return copied(pk, call_cycles=call, call_collective_cycles=waits, call_bound=bound)
+
+
+def _shares_after(tails: tuple[tuple[float, float], ...], stream: int) -> int:
+    """Cycles the last data tiles' shares of a call's overlapped collectives add past its stream's
+    end or its collectives', whichever is later, as the engine's ``Windows`` runs them
+    (``sn40l_sim/engine/windows.py``): the collectives start together, once the first tile is out,
+    and run one after the other for their ``cycles``; ``stream`` the cycles the call's stream
+    takes from then on. A collective that ends before the stream does sends all of its share once
+    the stream has ended, behind whatever still holds the links; one that ends later, what of it its
+    own time past the stream's end has not covered. A memory-bound MoE kernel of DeepSeek-R1's 1K
+    prefill was scored without its shares (the stream its collectives' staging held back was taken
+    for their time past it), 26,530 cycles short of the engine's call; its 8K output projection and
+    FFN without its first all-reduce's share, which waits for the second (docs/validation.md, "The
+    last tile's share of a prefill collective")."""
+    end, shares = 0.0, 0.0
+    for cycles, share in tails:
+        end += cycles
+        shares += max(0.0, share - max(0.0, end - stream))
+    return round(shares)
 
 
 def _hidden_cycles(pk: PlacedKernel, loop: LoopContext, tiles: float) -> float:

@@ -345,14 +345,14 @@ def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedK
     loaded charged none."""
     # the collectives' waits read the kernel's collectives, whether the call is looped and its
     # data tiles: worked out once for the identical layers
-    waits: dict[tuple[FusedKernel, bool, int], tuple[int, int]] = {}
+    waits: dict[tuple[FusedKernel, bool, int], tuple[int, tuple[tuple[float, float], ...]]] = {}
     out = []
     for k, pk, call, r in zip(order, plans, calls, resident, strict=True):
         key = (k.signature(), call.pipelined, pk.n_tiles)
         wait = waits.get(key)
         if wait is None:
             wait = waits[key] = (_after(k, call, collective_cycles), _tails(k, pk.n_tiles, call, collective_cycles))
-        out.append(as_called(socket, pk, call, wait[0], r, wait[1]))
+        out.append(as_called(socket, pk, call, wait[0], r, tails=wait[1]))
     return tuple(out)
 
 
@@ -365,15 +365,15 @@ def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[
 
 
 def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
-           collective_cycles: Callable[[Collective], float] | None) -> int:
-    """Cycles a call's overlapped collectives that name no operator take after its last tile: each
-    one's share of that tile, one after the other, as the engine ends them; a looped call's are in
-    the next iteration's gate. Those naming their operator are in the plan's time already (its
-    windows, :mod:`.windows`)."""
+           collective_cycles: Callable[[Collective], float] | None) -> tuple[tuple[float, float], ...]:
+    """A call's overlapped collectives that name no operator, in order, each as its cycles and its
+    last data tile's share's, which goes after the call's last tile (as the engine ends them; a
+    looped call's are in the next iteration's gate). Those naming their operator are in the plan's
+    time already (its windows, :mod:`.windows`)."""
     if collective_cycles is None or call.pipelined or not n_tiles:
-        return 0
-    return round(sum(collective_cycles(replace(c, bytes=math.ceil(c.bytes / n_tiles)))
-                     for c in kernel.collectives if c.overlapped and not c.after))
+        return ()
+    return tuple((collective_cycles(c), collective_cycles(replace(c, bytes=math.ceil(c.bytes / n_tiles))))
+                 for c in kernel.collectives if c.overlapped and not c.after)
 
 
 def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,

@@ -149,6 +149,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     # one section stays loaded over consecutive calls; several replace each other every call
     reload = configs[0] / loop.calls_per_load if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
+    overlap_stream: int | None = None
     # the call's windows: a wait mid-stream for the collectives its later operators read, and
     # the last ones' time past its tiles (the next iteration's gate when looped). A looped
     # iteration's stream ran ahead during the gate, and a call's runs ahead while its compute waits
@@ -205,6 +206,10 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         held = held_back_cycles(socket, tiers.activations, plans[0], n_tiles, loop)
         exposed = fill + plans[0].cycles_per_tile + loop.overlap_cycles - (cycles + held - configs[0])
         objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
+        if not loop.windows:
+            # the stream left once they start: those that end sooner send their last tile's share
+            # after it, behind those still on the links (the engine's ``Windows``; calls.as_called)
+            overlap_stream = math.ceil(cycles + held - configs[0] - fill - plans[0].cycles_per_tile)
     if loop.pipelined and not replayed:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM;
         # but the loop's first iteration is its call, ungated, its pipeline filled before its
@@ -221,7 +226,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # an iteration lasts at least that long
         least = mean_gate_cycles(loop) + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
-    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective)
+    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective, overlap_stream)
 
 
 def mean_gate_cycles(loop: LoopContext) -> float:

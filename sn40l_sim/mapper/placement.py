@@ -118,6 +118,12 @@ class PlacedKernel:
     #: them and the tiles that run beside those it waits for (set by ``map_graph``;
     #: ``map_kernel`` alone gives a lone call's)
     call_bound: Resource = ""
+    #: a call (not looped, without windows) whose overlapped collectives name no operator: the
+    #: cycles its stream takes once they start (after its fill and first data tile; the later
+    #: sections' configuration loads and what their staging holds the stream back included), which
+    #: says which of them end before the stream does and leave all of their last data tile's share
+    #: to after it (:func:`~sn40l_sim.mapper.calls.as_called`); None otherwise
+    overlap_stream_cycles: int | None = None
 
 
 @dataclass(frozen=True)

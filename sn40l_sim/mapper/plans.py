@@ -69,7 +69,9 @@ class KernelPlan:
     #: what the choice minimises: ``(cycles, 0)`` (plus what overlapped collectives outlast of it),
     #: or for a looped kernel (time per iteration, compute chain) (see :mod:`.kernel`)
     objective: tuple[float, int] = (0.0, 0)
-
+    #: a call's stream left once its overlapped collectives start (see
+    #: :attr:`~sn40l_sim.mapper.placement.PlacedKernel.overlap_stream_cycles`)
+    overlap_stream_cycles: int | None = None
 
 
 def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> PlacedKernel:
@@ -128,5 +130,6 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
         overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config,
         iteration_cycles=looped_iteration_cycles(socket, plan.sections, plan.fill_cycles, 0, configs), tiles_bound=heaviest.bound,
-        call_cycles=math.ceil(plan.objective[0]) if plan.objective[0] else plan.cycles, call_bound=bound)
+        call_cycles=math.ceil(plan.objective[0]) if plan.objective[0] else plan.cycles, call_bound=bound,
+        overlap_stream_cycles=plan.overlap_stream_cycles)
 
