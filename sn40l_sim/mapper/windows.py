@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
@@ -99,18 +99,45 @@ class OverlapWindow:
     """An overlapped collective naming its operator, as the mapper scores a call with it: its
     window's fractions of the stream, its cycles, ``tails[j]`` the cycles of its share of
     ``2**j`` data tiles (``bytes / 2**j``), and the bytes it stages in the activations' tier while
-    it runs (:func:`sn40l_sim.engine.staging.staged_bytes`), sharing that tier with the stream."""
+    it runs (:func:`sn40l_sim.engine.staging.staged_bytes`), sharing that tier with the stream.
+    ``share``, when the collective's cost is known (:func:`overlap_windows`), gives the share of
+    any number of data tiles; ``tails`` stays its record in the window's key (the disk cache's
+    text spells a call's windows out, :mod:`.disk_cache`)."""
 
     start: float
     end: float
     body_cycles: int
     tails: tuple[int, ...]
     staged_bytes: int = 0
+    share: Callable[[int], int] | None = field(default=None, compare=False, repr=False)
 
     def tail_cycles(self, tiles: int) -> int:
-        """The share of a window of ``tiles`` data tiles, at most what the engine charges it (the
-        share of the next power of two's tiles, fewer bytes)."""
+        """The share of a window of ``tiles`` data tiles: its collective's bytes over them, as the
+        engine charges it (``sn40l_sim/engine/windows.py``). Without ``share``, the share of the
+        next power of two's tiles, fewer bytes, a floor of it: Llama-3.1-70B's decoder at batch 256
+        with 4K caches on 8 sockets, its last window of 321 tiles, was scored the share of 512,
+        855 cycles short of the engine's call (docs/validation.md, "Decode all-reduces under the
+        GEMM")."""
+        if self.share is not None:
+            return self.share(max(1, tiles))
         return self.tails[min(len(self.tails) - 1, max(0, math.ceil(math.log2(max(1, tiles)))))]
+
+
+class _Shares:
+    """A collective's share of ``tiles`` data tiles, in cycles (``collective_cycles`` of its bytes
+    over them, rounded up as the engine cuts it), each tile count worked out once: the mapper asks
+    it for every plan it replays."""
+
+    def __init__(self, collective: Collective, collective_cycles: Callable[[Collective], float]) -> None:
+        self.collective, self.collective_cycles = collective, collective_cycles
+        self.memo: dict[int, int] = {}
+
+    def __call__(self, tiles: int) -> int:
+        got = self.memo.get(tiles)
+        if got is None:
+            c = self.collective
+            got = self.memo[tiles] = round(self.collective_cycles(replace(c, bytes=math.ceil(c.bytes / tiles))))
+        return got
 
 
 def overlap_windows(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float],
@@ -123,10 +150,10 @@ def overlap_windows(socket: SocketSpec, kernel: FusedKernel, collective_cycles: 
     for c in kernel.collectives:
         if c.overlapped and c.after:
             start, end = window_fractions(socket, kernel, c, tiers)
-            tails = tuple(round(collective_cycles(replace(c, bytes=math.ceil(c.bytes / 2**j))))
-                          for j in range(MAX_TILES_LOG2 + 1))
+            share = _Shares(c, collective_cycles)
+            tails = tuple(share(2**j) for j in range(MAX_TILES_LOG2 + 1))
             staged = staging_bytes(c) if staging_bytes is not None else 0
-            out.append(OverlapWindow(start, end, round(collective_cycles(c)), tails, staged))
+            out.append(OverlapWindow(start, end, round(collective_cycles(c)), tails, staged, share))
     return tuple(out)
 
 

@@ -12,7 +12,9 @@ WINDOW = OverlapWindow(0.0, 1.0, 1000, (400, 300, 200, 100))
 
 @pytest.mark.parametrize("tiles,tail", [(1, 400), (2, 300), (3, 200), (4, 200), (5, 100), (8, 100), (64, 100)])
 def test_a_windows_share_is_that_of_the_next_power_of_two_of_tiles(tiles, tail):
-    # at most what the engine charges (bytes / tiles): 3 tiles take the share of 4, never of 2
+    # a window given its table alone, not its collective's cost (overlap_windows gives that: the
+    # share of its own tiles, tests/mapper/test_window_share.py): at most what the engine charges
+    # (bytes / tiles), 3 tiles take the share of 4, never of 2
     assert WINDOW.tail_cycles(tiles) == tail
 
 
