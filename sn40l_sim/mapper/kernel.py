@@ -49,7 +49,7 @@ from sn40l_sim.mapper.stages import operator_tiling
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
-from sn40l_sim.mapper.windows import interior_window
+from sn40l_sim.mapper.windows import streams_ahead
 from sn40l_sim.models.flash import PADDED_SAVING_NOTE
 from sn40l_sim.quantities import format_bytes
 
@@ -166,11 +166,11 @@ def _allocated_floor(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple
 
 def _floor_call(loop: LoopContext, tiles: int) -> tuple[bool, int, int]:
     """``(pipelined, gate_cycles, overlap_cycles)`` as the floors take them for a call of ``tiles``
-    data tiles. A call whose compute waits mid-way for a window's collective is scored as a looped
-    iteration whose stream ran ahead (:func:`~.kernel_cost.plan_kernel`), which can be shorter than
-    a lone call's stream, so it is floored as one with no gate (its wait and the collectives' time
-    past its tiles only add to it), not as a lone call."""
-    if not loop.pipelined and loop.windows and interior_window(loop.windows, tiles):
+    data tiles. A call whose stream runs ahead of its compute for a window opening or closing
+    mid-way is scored as a looped iteration whose stream ran ahead (:func:`~.kernel_cost.plan_kernel`),
+    which can be shorter than a lone call's stream, so it is floored as one with no gate (its wait
+    and the collectives' time past its tiles only add to it), not as a lone call."""
+    if not loop.pipelined and loop.windows and streams_ahead(loop.windows, tiles):
         return True, 0, 0
     # a loop is scored at its mean iteration, and its first, the loop's call, waits for no gate
     gate = math.floor(mean_gate_cycles(loop)) if loop.pipelined else loop.gate_cycles

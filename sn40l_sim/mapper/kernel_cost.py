@@ -78,7 +78,7 @@ from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.window_replay import first_tile_cycles, looped_window_cycles, windowed_section_cycles
-from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, interior_window, window_points
+from sn40l_sim.mapper.windows import OverlapWindow, exposed_cycles, streams_ahead, window_points
 
 
 @dataclass(frozen=True)
@@ -152,11 +152,11 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     overlap_stream: int | None = None
     # the call's windows: a wait mid-stream for the collectives its later operators read, and
     # the last ones' time past its tiles (the next iteration's gate when looped). A looped
-    # iteration's stream ran ahead during the gate, and a call's runs ahead while its compute waits
-    # mid-way (the engine's ``_stream_ahead``), so their tiles pass at the compute's pace, but no
+    # iteration's stream ran ahead during the gate, and a call's runs ahead once a window opens or
+    # closes mid-way (the engine's ``_stream_ahead``), so their tiles pass at the compute's pace, but no
     # sooner than their data arrives: at the stream's pace (the fastest section's slowest stage),
     # which starts with the call's compute and a looped iteration's gate and fill before it
-    ahead = loop.pipelined or interior_window(loop.windows, n * n_tiles)
+    ahead = loop.pipelined or streams_ahead(loop.windows, n * n_tiles)
     pace = plans[0].compute_cycles_per_tile if ahead else cpt
     stream = min(p.cycles_per_tile for p in plans) if ahead else 0.0
     lead = loop.gate_cycles + fill if loop.pipelined else 0.0
