@@ -125,6 +125,12 @@ def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tupl
                   tiles: int) -> tuple[bool, ...]:
     """:func:`_replay` of the calls as ``(kind, footprint, one section)``."""
     loaded: OrderedDict[int, Footprint] = OrderedDict()
+    # where each kind was last loaded: a static step's configurations have their places, so an
+    # evicted one-tile kernel is loaded again where it was when that tile has room; first fit
+    # instead put DeepSeek-R1's MoE MLA, after its dense layers, on a tile its FFN takes, so the
+    # next layer's call loaded it again on the free tile, every step (docs/validation.md,
+    # "Configurations stay loaded where no other kernel takes their units")
+    last: dict[int, Footprint] = {}
     passes: list[list[bool]] = []
     states: list[list[tuple[int, Footprint]]] = []
     while not passes or (list(loaded.items()) not in states and len(passes) < MAX_PASSES):
@@ -137,9 +143,13 @@ def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tupl
             elif any(footprint[0]) or any(footprint[1]):
                 loaded.pop(kind, None)
                 options = _placements(footprint, tiles)
+                if kind in last and last[kind] in options:
+                    options.remove(last[kind])
+                    options.insert(0, last[kind])
                 while loaded and not any(_fits(loaded.values(), f, capacity) for f in options):
                     loaded.popitem(last=False)
-                loaded[kind] = next((f for f in options if _fits(loaded.values(), f, capacity)), options[0])
+                loaded[kind] = last[kind] = next((f for f in options if _fits(loaded.values(), f, capacity)),
+                                                 options[0])
             hits.append(hit)
         passes.append(hits)
     if len(passes) == 1:

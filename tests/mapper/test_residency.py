@@ -83,6 +83,18 @@ def test_kernels_on_one_tile_stay_loaded_on_any_tile():
     assert resident_calls(SOCKET, whole) == (False,) * 5
 
 
+def test_a_one_tile_kernel_evicted_is_loaded_again_where_it_was():
+    # DeepSeek-R1's SnapStream decode at batch 64: dense layers whose MLA takes every PCU of the four
+    # tiles and whose FFN a whole tile, then MoE layers whose MLA takes one tile and whose FFN the
+    # first three. Loaded first fit after the dense FFN, the MoE MLA went on a tile its FFN takes, so
+    # the next layer's MLA loaded again on the fourth tile every step; loaded again where it was last
+    # (the fourth), only its first call of the step loads it
+    dense_mla, dense_ffn = kernel("dense_mla", (TILE_PCUS,) * 4, (165,) * 4), kernel("dense_ffn", (TILE_PCUS,), (150,))
+    mla, ffn = kernel("mla", (TILE_PCUS,), (168,)), kernel("ffn", (140,) * 3, (TILE_PMUS,) * 3)
+    hits = resident_calls(SOCKET, [dense_mla, dense_ffn] * 3 + [mla, ffn] * 4)
+    assert hits == (False,) * 8 + (True,) * 6
+
+
 def test_one_tile_kernels_that_fit_together_placed_the_largest_first_all_stay_loaded():
     # 960 PCUs on four tiles of 260: loaded as called, the 60 fills the first tile and the last
     # 160 finds no tile, so it and the least recently called reload every step; placed the largest
