@@ -95,6 +95,17 @@ def call_residency(socket: SocketSpec, kernels: Sequence[PlacedKernel]
     return steady, tuple(s and not cold for cold, s in zip(hits[:n], steady, strict=True))
 
 
+def loaded_after(previous: tuple[tuple[int, Footprint, bool], ...], calls: tuple[tuple[int, Footprint, bool], ...],
+                 capacity: tuple[int, int], tiles: int) -> tuple[bool, ...]:
+    """For each of ``calls`` (a graph's calls as :func:`_replay_calls` takes them, the kinds numbered
+    over both graphs), whether it finds its configuration loaded when the graph is called right after
+    the graph of ``previous``, itself called on units holding none of either's kernels: the first pass
+    of the pair's replay, so a kernel the two share (same configuration) is found where the first left
+    it, and the second's own load where the first's took their units."""
+    hits = _replay_calls(previous + calls, capacity, tiles)
+    return hits[len(previous):len(previous) + len(calls)]
+
+
 def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
     """Whether each call finds its configuration loaded, over the graph's calls replayed from
     units holding none of its kernels: the first pass, then the steady state (the pass after which

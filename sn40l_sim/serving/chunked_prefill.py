@@ -113,7 +113,7 @@ class ChunkCycles:
         return self._prefixes[tokens]
 
     def __call__(self, earlier: int, tokens: int) -> int:
-        return interpolated_cycles(self.graph, tokens, earlier, *self._around(earlier, tokens))
+        return interpolated_cycles(self.graph, tokens, earlier, *self.around(earlier, tokens))
 
     def switch(self, earlier: int, tokens: int) -> int:
         """Configuration loads of the same chunk's graph after a decode step, from ``switch(tokens,
@@ -121,9 +121,9 @@ class ChunkCycles:
         them as those are: a later chunk's graph is mapped for its own attention, so what it reloads
         after decode is its own, not the first chunk's (docs/architecture.md, serving: "A co-located
         node that switches graphs")."""
-        return interpolated_cycles(self.switch_graph, tokens, earlier, *self._around(earlier, tokens))
+        return interpolated_cycles(self.switch_graph, tokens, earlier, *self.around(earlier, tokens))
 
-    def _around(self, earlier: int, tokens: int) -> tuple[int, int]:
+    def around(self, earlier: int, tokens: int) -> tuple[int, int]:
         """The timed prefixes around ``earlier`` for a chunk of ``tokens``."""
         if self.multiples <= self.intervals:    # timed lazily, at the two multiples around
             return between_multiples(self.chunk, earlier)

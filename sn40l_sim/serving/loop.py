@@ -21,7 +21,8 @@ knows nothing of kernels:
   decode step. No transfer. Each graph's cost is its steady state, its kernels finding the
   configurations they left loaded; where the node switches from one graph to the other, the
   configurations the other took are loaded again first (``decode_switch_cycles``,
-  ``prefill_switch_cycles``; busy as ``graph_switch``).
+  ``prefill_switch_cycles``; busy as ``graph_switch``), and so where one prefill graph follows
+  another (``prefill_pair_switch_cycles``).
 * **Decode**: a node's static graph steps all its slots at once in ``decode_step_cycles``; a
   sequence that arrived during a step joins at the next step boundary, and one whose cache arrives
   at the very cycle a step starts joins that step (the step starts after the cycle's other
@@ -68,7 +69,7 @@ from sn40l_sim.serving.prefix_cache import PrefixTracker
 from sn40l_sim.serving.run_bounds import RunBounds
 from sn40l_sim.serving.scheduler import Link, RunEnd, RunWait, Scheduler, Signal, Wait
 from sn40l_sim.serving.serving_log import RequestLog, ServingLog, StepLog
-from sn40l_sim.serving.setup import ServingSetup
+from sn40l_sim.serving.setup import PrefillRun, ServingSetup
 from sn40l_sim.serving.step_table import StepTable
 from sn40l_sim.serving.workload import Request
 
@@ -94,8 +95,8 @@ class _Serving:
             self.busy.update(colocated_prefill=[0] * setup.decode_nodes, graph_switch=[0] * setup.decode_nodes)
         #: the graph switches of the co-located nodes, as :attr:`ServingLog.switches` lists them
         self.switches: list[tuple[int, int, int, str]] = []
-        #: the graph each co-located node ran last (``"prefill"``, ``"decode"``; None before any)
-        self.last_graph: list[str | None] = [None] * setup.decode_nodes
+        #: the graph each co-located node ran last (``"decode"``, a :class:`PrefillRun`; None before any)
+        self.last_graph: list[str | PrefillRun | None] = [None] * setup.decode_nodes
         self.nodes = [DecodeNode(i, SlotTable(setup.slots), Signal(env), self._book(i, stepwise))
                       for i in range(setup.decode_nodes)]
         #: runs up to what can change their node (:mod:`.run_bounds`)
@@ -308,14 +309,21 @@ class _Serving:
         """Co-located ``node`` runs ``graph`` next: it first loads the configurations the other graph took, if
         it ran that one last (yields their cycles; busy as ``graph_switch``); ``part``: a prefill graph of part
         of a prompt (a chunk, a prefix hit's suffix); after ``earlier`` > 0 tokens (of a chunk's prompt, or
-        reused by a ``hit``) it loads its own graph's, read where its cycles are."""
-        last, self.last_graph[node.index] = self.last_graph[node.index], graph
-        if last is None or last == graph:
+        reused by a ``hit``) it loads its own graph's, read where its cycles are. After another prefill
+        graph (another compiled length, a chunk's or a suffix's other earlier tokens) it loads what that
+        one took of its units (``prefill_pair_switch_cycles``)."""
+        ran = graph if graph == "decode" else PrefillRun(prompt_len, earlier, part, hit and part and earlier > 0)
+        last, self.last_graph[node.index] = self.last_graph[node.index], ran
+        if last is None or last == ran:
             return
         setup = self.setup
         reload = setup.prefix_hit_switch_cycles if hit else setup.prefill_chunk_switch_cycles
         if graph == "decode":
             cycles = setup.decode_switch_cycles
+        elif last != "decode":
+            # another prefill graph ran last: its kernels may have taken some of this one's units
+            pair = setup.prefill_pair_switch_cycles
+            cycles = pair(last, ran) if pair is not None else 0
         elif part and earlier and reload is not None:
             cycles = reload(earlier, prompt_len)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from sn40l_sim.serving.prefix_cache import PrefixCaching
 from sn40l_sim.serving.speculation import Speculation
@@ -13,6 +13,17 @@ from sn40l_sim.serving.speculation import Speculation
 def no_cycles(prompt_len: int) -> int:
     """No cycles, whatever the prompt (a cost a setup does not pay)."""
     return 0
+
+
+class PrefillRun(NamedTuple):
+    """A prefill graph a co-located node runs, as its loop knows it: ``rows`` prompt tokens (a whole
+    prompt's, or, ``part``, a chunk's or a prefix hit's suffix's) after ``earlier`` tokens of the
+    prompt (a chunk's earlier chunks, or, ``hit``, a prefix's cached tokens)."""
+
+    rows: int
+    earlier: int = 0
+    part: bool = False
+    hit: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,10 @@ class ServingSetup:
         prefix hit's suffix graph of ``rows`` after ``reused`` cached tokens, read at the points
         ``prefix_hit_cycles`` times it (:func:`~sn40l_sim.serving.prefix_cache.suffix_cycles`;
         None: ``prefill_part_switch_cycles`` of its rows, the graph's at no cached tokens).
+    prefill_pair_switch_cycles : callable or None
+        Co-located: ``(before, run) ->`` configuration loads before prefill ``run`` (a
+        :class:`PrefillRun`) right after prefill ``before``, another graph
+        (:meth:`~sn40l_sim.serving.prefill_graphs.PrefillGraphs.pair_switch`; None: nothing).
     prefill_hold_tokens : int or None
         Disaggregated: cached tokens (at ``kv_bytes_per_token``, as a socket holds them) a prefill
         node has room for beside the prompt it prefills, shared by the caches waiting for their
@@ -114,6 +129,7 @@ class ServingSetup:
     prefill_chunk_switch_cycles: Callable[[int, int], int] | None = None
     prefill_part_switch_cycles: Callable[[int], int] | None = None
     prefix_hit_switch_cycles: Callable[[int, int], int] | None = None
+    prefill_pair_switch_cycles: Callable[[PrefillRun, PrefillRun], int] | None = None
     prefill_hold_tokens: int | None = None
     held_tokens: Callable[[int], int] | None = None
 

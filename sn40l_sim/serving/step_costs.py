@@ -258,12 +258,24 @@ class StepTimer:
             return self.place(self.graph(shape))
         return self.place(self.graph(shape), memory)
 
+    def prefill_placed(self, prompt_len: int, memory: MemoryPlacement | None = None, earlier: int = 0) -> PlacedGraph:
+        """The placed graph :meth:`prefill` times for the same arguments (built and mapped, not
+        simulated): what a co-located node's reload between two prefill graphs reads
+        (:mod:`sn40l_sim.serving.prefill_pairs`)."""
+        shape = _prefill_shape(prompt_len, self.prefill_drafts, earlier, self.context_len)
+        return self.placed(shape, self._timed_memory(memory))
+
+    def _timed_memory(self, memory: MemoryPlacement | None) -> MemoryPlacement | None:
+        """``memory``, or None when it keeps everything in the socket's first tier: such a
+        placement times like no placement at all."""
+        if memory is not None and memory.tiers() == TierSplit.all_in(next(iter(self.node.socket.memory))):
+            return None
+        return memory
+
     def _timed(self, shape: Shape, memory: MemoryPlacement | None = None) -> PhaseTiming:
         phase, batch = shape.phase, shape.batch
+        memory = self._timed_memory(memory)
         split = memory.tiers() if memory is not None else None
-        # a placement that keeps everything in the socket's first tier times like no placement at all
-        if split == TierSplit.all_in(next(iter(self.node.socket.memory))):
-            memory = split = None
         key = (shape, split)
         if key in self._memo:
             self.stats[f"{phase}_hits"] += 1

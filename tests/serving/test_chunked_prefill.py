@@ -177,3 +177,32 @@ def test_a_whole_prompt_on_a_chunking_node_is_timed_with_its_own_activations():
     costs.prefill_activation_bytes = lambda rows: rows * 2**20 if rows <= 4096 else 2**60
     result = simulate_point(s, lambda slots: [Request(0, 0, 65536, 4)], costs, partial(place_memory, node, llama))
     assert costs.placed[65536, 0] is result.memory
+
+
+def test_a_chunk_right_after_the_chunk_before_it_loads_what_that_graph_took():
+    # with nothing decoding, a prompt's chunks run back to back: each chunk's graph (its own
+    # attention over the earlier chunks' keys) runs right after the previous chunk's, whose kernels
+    # took some of its units, and loads those first (the pair's reload, serving/prefill_pairs.py;
+    # docs/architecture.md, serving: "A co-located node that switches graphs"); it was charged
+    # nothing. A chunk after a decode step loads as before.
+    from sn40l_sim.serving.setup import PrefillRun
+    asked = []
+
+    def pair(before, run):
+        asked.append((before, run))
+        return 11 + run.earlier // 256
+
+    setup = replace(SETUP, decode_nodes=1, prefill_chunk=256, decode_switch_cycles=3,
+                    prefill_part_switch_cycles=lambda rows: 7, prefill_chunk_switch_cycles=lambda earlier, rows: 7,
+                    prefill_pair_switch_cycles=pair)
+    for stepwise in (True, False):
+        asked.clear()
+        log = simulate([Request(0, 0, 1000, 1)], setup, stepwise=stepwise)
+        assert [end - start for _, start, end, _ in log.switches] == [12, 13, 14]
+        assert log.busy["graph_switch"] == [12 + 13 + 14]
+        assert asked == [(PrefillRun(256, 0, True), PrefillRun(256, 256, True)),
+                         (PrefillRun(256, 256, True), PrefillRun(256, 512, True)),
+                         (PrefillRun(256, 512, True), PrefillRun(232, 768, True))]
+    # while the first request decodes, the second's chunks each follow a decode step
+    log = simulate([Request(0, 0, 10, 100), Request(1, 5000, 1000, 2)], setup)
+    assert [end - start for _, start, end, graph in log.switches if graph == "prefill"] == [7, 7, 7, 7]

@@ -164,6 +164,24 @@ def test_a_colocated_node_loads_the_configurations_the_other_graph_took_where_it
     assert simulate([Request(0, 0, 10, 3)], apart).requests[0].token_cycles == [10, 41, 51]
 
 
+def test_a_colocated_prefill_right_after_another_prefill_graph_loads_what_that_one_took():
+    # two prompts waiting at once prefill back to back; the second's graph (compiled for its own
+    # length) runs right after the first's and loads what that took of its units (the pair's
+    # reload, serving/prefill_pairs.py), where nothing was charged: R0 prefills 0-30, R1 loads 30-34
+    # and prefills 34-94, then the step loads 94-97 and runs 97-107
+    from sn40l_sim.serving.setup import PrefillRun
+    asked = []
+    setup = replace(setup_for(mode="colocated", decode_nodes=1, slots=2, step=10, per_token=3),
+                    decode_switch_cycles=3, prefill_switch_cycles=lambda p: 5,
+                    prefill_pair_switch_cycles=lambda before, run: asked.append((before, run)) or 4)
+    for stepwise in (True, False):
+        asked.clear()
+        log = simulate([Request(0, 0, 10, 2), Request(1, 0, 20, 2)], setup, stepwise=stepwise)
+        assert [r.token_cycles for r in log.requests] == [[30, 107], [94, 107]]
+        assert log.busy["graph_switch"] == [4 + 3]
+        assert asked == [(PrefillRun(10, 0, False, False), PrefillRun(20, 0, False, False))]
+
+
 def test_a_full_batch_makes_requests_wait_for_a_free_slot():
     # 3 requests, 2 slots, no transfer: the third joins when the first finishes
     setup = setup_for(slots=2, step=10, per_token=1, transfer=0)

@@ -1,0 +1,90 @@
+"""The configuration loads of one prefill graph run right after another on a co-located node.
+
+Each graph is timed in its steady state, its kernels finding the configurations they left loaded
+(:mod:`sn40l_sim.mapper.residency`). Run right after another prefill graph (a chunk after its
+prompt's previous chunk, a prompt of one compiled length after one of another, a prefix hit's
+suffix after either), some of those configurations are gone: the first graph's kernels took their
+units. The pair's residency replay (:func:`~sn40l_sim.mapper.residency.loaded_after`: the first
+graph called on units holding neither's kernels, then the second) says which of the second's calls
+find their configuration; each call resident in its steady state but not there loads its first
+section once more before it streams, on the critical path as every load is. So the second graph's
+engine cycles with the pair's residency are its steady cycles plus exactly those loads (and minus
+those of a call found after the first graph though not in its steady state, a configuration the
+two share), which :func:`reload_after` sums without running the engine
+(tests/serving/test_prefill_pairs.py checks the equality on Llama-3.1-70B's pairs). docs/architecture.md,
+serving: "A co-located node that switches graphs".
+
+Examples
+--------
+Two graphs of one-tile kernels on tiles of 260 PCUs: the second's two kernels fit side by side and
+stay loaded in its steady state; after the first, which left ``b`` loaded beside its 200-PCU
+kernel, ``b`` is found and ``attn`` loads once more:
+
+>>> from types import SimpleNamespace as K
+>>> from sn40l_sim.mapper._examples import example_socket
+>>> def kernel(name, pcus, tile=0):
+...     per_tile = tuple(pcus if t == tile else 0 for t in range(4))
+...     return K(kernel=K(signature=lambda: name), sections=1, section_config_bytes=(pcus * 1000,),
+...              pcus_per_tile=per_tile, pmus_per_tile=per_tile)
+>>> pairs = GraphPairs(example_socket(), kernel_boundaries=True)
+>>> first = pairs.profile([kernel("big", 200), kernel("b", 50)])
+>>> second = pairs.profile([kernel("attn", 100), kernel("b", 50)])
+>>> pairs.reload_after(first, second) == pairs.profile_loads(second)[0], pairs.reload_after(second, second)
+(True, 0)
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import SocketSpec
+from sn40l_sim.mapper.residency import _replay_calls, loaded_after
+
+
+class CallLoads(NamedTuple):
+    """A placed graph's calls as the residency replay reads them, with their first sections' loads."""
+
+    #: ``(kind, footprint, one section)`` of each call, the kinds numbered by :class:`GraphPairs`
+    calls: tuple
+    #: cycles of loading each call's first section (what a call that does not find it pays)
+    loads: tuple[int, ...]
+    #: whether each call finds its configuration loaded in the graph's steady state
+    steady: tuple[bool, ...]
+    #: tiles the footprints span
+    tiles: int
+
+
+class GraphPairs:
+    """Profiles of placed graphs on ``socket`` and the reloads between them; kernels of one
+    signature (the same configuration) are one kind in every graph profiled here.
+    ``kernel_boundaries``: the engine's option of that name (without it a call loads nothing)."""
+
+    def __init__(self, socket: SocketSpec, kernel_boundaries: bool = True) -> None:
+        self.socket, self.kernel_boundaries = socket, kernel_boundaries
+        self.capacity = (socket.tile.pcus, socket.tile.pmus)
+        self._kinds: dict[Any, int] = {}
+
+    def profile(self, kernels: Sequence[Any]) -> CallLoads:
+        """The :class:`CallLoads` of a placed graph's ``kernels`` in their calling order."""
+        calls = tuple((self._kinds.setdefault(k.kernel.signature(), len(self._kinds)),
+                       (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1) for k in kernels)
+        # the engine's load of section 0 (engine/kernel_costs.py: none without kernel boundaries)
+        loads = tuple(figures.config_cycles(self.socket, k.section_config_bytes[0])
+                      if self.kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
+        tiles = max((len(k.pcus_per_tile) for k in kernels), default=0)
+        return CallLoads(calls, loads, tuple(_replay_calls(calls, self.capacity, tiles)[len(calls):]), tiles)
+
+    @staticmethod
+    def profile_loads(profile: CallLoads) -> tuple[int, ...]:
+        """The loads of ``profile``'s calls that find their configuration in its steady state."""
+        return tuple(load for load, hit in zip(profile.loads, profile.steady, strict=True) if hit)
+
+    def reload_after(self, before: CallLoads, graph: CallLoads) -> int:
+        """Cycles ``graph`` takes beyond its steady state when it runs right after ``before``: the
+        loads of its calls resident in the steady state but not after ``before``, less those of its
+        calls found after ``before`` only (the engine's difference, exactly)."""
+        if before.calls == graph.calls:
+            return 0
+        after = loaded_after(before.calls, graph.calls, self.capacity, max(before.tiles, graph.tiles))
+        return sum(load * (steady - found) for load, steady, found in zip(graph.loads, graph.steady, after, strict=True))

@@ -1,0 +1,74 @@
+"""The reload of one prefill graph run right after another (sn40l_sim/serving/prefill_pairs.py):
+exactly the engine's cycles of the second graph with the pair's residency less its steady cycles, on
+Llama-3.1-70B's prefill graphs on the 16-socket node (experiments/chunked_prefill.yaml), and what
+``PrefillGraphs`` gives the serving loop for chunks, whole prompts and prefix hits' suffixes."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import sn40l_sim.engine.run_graph as run_graph_module
+from sn40l_sim.engine.run_graph import run_graph
+from sn40l_sim.mapper import residency
+from sn40l_sim.serving.prefill_graphs import PrefillGraphs
+from sn40l_sim.serving.prefill_pairs import GraphPairs
+from sn40l_sim.serving.setup import PrefillRun
+from sn40l_sim.study.assemble import assemble
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def timer():
+    asm = assemble(str(ROOT / "experiments" / "chunked_prefill.yaml"))
+    return asm.step_timer(asm.setup(asm.points[0]))
+
+
+def _engine_reload(timer, monkeypatch, before: tuple[int, int], after: tuple[int, int]) -> int:
+    """The engine's cycles of ``after``'s graph run right after ``before``'s (the pair's first pass
+    of the residency replay) less its steady cycles."""
+    first, second = timer.prefill_placed(before[0], earlier=before[1]), timer.prefill_placed(after[0], earlier=after[1])
+    pairs = GraphPairs(timer.node.socket)
+    a, b = pairs.profile(first.kernels), pairs.profile(second.kernels)
+    found = residency.loaded_after(a.calls, b.calls, pairs.capacity, max(a.tiles, b.tiles))
+    steady = run_graph(timer.node, second, timer.engine, timer._collectives).cycles
+    with monkeypatch.context() as patch:
+        patch.setattr(run_graph_module, "call_residency", lambda socket, kernels: (found, (False,) * len(kernels)))
+        cold = run_graph(timer.node, second, timer.engine, timer._collectives).cycles
+    assert pairs.reload_after(a, b) == cold - steady
+    return cold - steady
+
+
+@pytest.mark.parametrize("before, after, reload", [
+    ((1024, 0), (1024, 1024), 164_934),     # a 1K chunk after its prompt's first: its attention kernel
+    ((8192, 0), (1024, 0), 735_362),        # a 1K prompt after an 8K one
+    ((4096, 0), (512, 0), 845_663),         # all of a 512-token prompt's loads after a 4K one
+    ((1024, 0), (8192, 0), 0),              # an 8K prompt's kernels reload at every layer anyway
+])
+def test_a_pairs_reload_is_the_engines_cycles_after_the_first_less_the_steady_state(timer, monkeypatch, before,
+                                                                                     after, reload):
+    # (docs/architecture.md, serving: "A co-located node that switches graphs"; the figures measured
+    # pair by pair when nothing was charged)
+    assert _engine_reload(timer, monkeypatch, before, after) == reload
+    # at most what the same graph loads after a decode step, which took every unit
+    assert reload <= timer.prefill(after[0], earlier=after[1]).switch_load_cycles
+
+
+def test_prefill_graphs_charge_each_pair_of_timed_graphs_read_where_their_cycles_are(timer):
+    s = SimpleNamespace(prefill_lens=(512, 1024, 2048, 4096, 8192), prefill_node=None, prefill_chunk=1024,
+                        prompt_len=8192)
+    graphs = PrefillGraphs(s, timer.node.socket.clock_hz, timer, lambda n, e=0: None)
+    pair = graphs.serving_fields()["prefill_pair_switch_cycles"]
+    # a chunk after the chunk before it, a whole prompt after another compiled length
+    assert pair(PrefillRun(1024, 0, True), PrefillRun(1024, 1024, True)) == 164_934
+    assert pair(PrefillRun(8192), PrefillRun(1000)) == 735_362
+    # the same compiled graph: nothing; each ordered pair of timed graphs replayed once
+    assert pair(PrefillRun(1000), PrefillRun(1024)) == 0
+    assert pair(PrefillRun(4096), PrefillRun(500)) == 845_663 and len(graphs.pairs) == 3
+    # a prefix hit's suffix of 512 rows after 3,000 cached tokens reads the graphs at 2,048 and
+    # 4,096 earlier tokens (prefix_cache.suffix_cycles), so does its reload: linear between
+    hit = PrefillRun(512, 3000, True, True)
+    low, high = (graphs._pair((False, 1024, 0), (False, 512, e)) for e in (2048, 4096))
+    assert low != high and abs(pair(PrefillRun(1024), hit) - (low * 1096 + high * 952) / 2048) <= 1
