@@ -112,8 +112,8 @@ class _Node:
         self.now = 0
         self.current: int | None = None
         self.since = 0
-        #: the graph the node ran last, ``(model, "prefill" | "decode")``
-        self.last_graph: tuple[int, str] | None = None
+        #: the graph the node ran last, ``(model, "prefill" | "decode", prompt length of a prefill)``
+        self.last_graph: tuple[int, str, int] | None = None
         #: resident model -> the cycle its copy completes
         self.resident: dict[int, int] = {}
         self.last_run = [-1] * n
@@ -224,11 +224,14 @@ class _Node:
         return self.can_prefill(m) or bool(self.active[m])
 
     def _run_graph(self, m: int, graph: str, prompt_len: int = 0) -> None:
-        """The node runs ``graph`` of model ``m`` next: it first loads the configurations another
-        graph took, if it ran another one last."""
-        last, self.last_graph = self.last_graph, (m, graph)
-        if last is not None and last != (m, graph):
-            cycles = self.models[m].switch_cycles(graph, prompt_len)
+        """The node runs ``graph`` of model ``m`` next (a prefill of ``prompt_len`` tokens): it first
+        loads the configurations another graph took, if it ran another one last (this model's
+        prefill of another prompt included, as a co-located node does, :mod:`.prefill_pairs`)."""
+        last, self.last_graph = self.last_graph, (m, graph, prompt_len)
+        if last is not None and last != self.last_graph:
+            # the same model's prefill of another prompt: what that prefill's graph took
+            after = last[2] if last[:2] == (m, "prefill") else None
+            cycles = self.models[m].switch_cycles(graph, prompt_len, after)
             if cycles:
                 self.run.graph_switches.append((m, self.now, self.now + cycles, graph))
             self.now += cycles

@@ -46,6 +46,10 @@ class ModelCosts:
         model's prefill; :attr:`~sn40l_sim.engine.phase.PhaseTiming.switch_load_cycles`).
     prefill_switch_cycles : callable
         ``prompt_len ->`` the same of a prefill (none by default).
+    prefill_pair_switch_cycles : callable or None
+        ``(prompt_len before, prompt_len) ->`` configuration loads of this model's prefill right
+        after its prefill of another prompt (another compiled graph: its kernels may have taken
+        some of this one's units; :mod:`sn40l_sim.serving.prefill_pairs`); None: nothing.
     """
 
     name: str
@@ -60,10 +64,17 @@ class ModelCosts:
     slow_bytes: int = 0
     decode_switch_cycles: int = 0
     prefill_switch_cycles: Callable[[int], int] = no_cycles
+    prefill_pair_switch_cycles: Callable[[int, int], int] | None = None
 
-    def switch_cycles(self, graph: str, prompt_len: int = 0) -> int:
-        """Configuration loads of ``graph`` (``"prefill"`` or ``"decode"``) run after another graph."""
-        return self.decode_switch_cycles if graph == "decode" else self.prefill_switch_cycles(prompt_len)
+    def switch_cycles(self, graph: str, prompt_len: int = 0, after: int | None = None) -> int:
+        """Configuration loads of ``graph`` (``"prefill"`` or ``"decode"``) run after another graph;
+        ``after``: the prompt length of this model's prefill run just before (another prompt's)."""
+        if graph == "decode":
+            return self.decode_switch_cycles
+        if after is not None:
+            pair = self.prefill_pair_switch_cycles
+            return pair(after, prompt_len) if pair is not None else 0
+        return self.prefill_switch_cycles(prompt_len)
 
     @property
     def kv_capacity_bytes(self) -> int:

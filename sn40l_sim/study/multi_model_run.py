@@ -25,6 +25,8 @@ from sn40l_sim.report.multi_model_fields import model_log, multi_model_fields
 from sn40l_sim.serving.batching import compiled_size
 from sn40l_sim.serving.multi_model import ModelCosts, NodeMemory, SlowTierFull, copy_bytes_per_s, simulate_models
 from sn40l_sim.serving.point import PointResult, simulate_point
+from sn40l_sim.serving.prefill_graphs import PrefillGraphs
+from sn40l_sim.serving.setup import PrefillRun
 from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import Assembly, assemble
 from sn40l_sim.study.experiment import memory_order
@@ -107,13 +109,19 @@ def time_models(asm: Assembly, point: Point) -> list[TimedModel]:
             size = compiled_size(prompt_len, setup.prefill_lens, "prompt length")
             return int(timer.prefill(size, memory=memory).switch_load_cycles)
 
+        # the reload of one prefill right after another of this model, as a co-located node's
+        graphs = PrefillGraphs(setup, asm.node.socket.clock_hz, timer, lambda n, e=0, memory=memory: memory)
+
+        def prefill_pair(before: int, prompt_len: int, graphs=graphs) -> int:
+            return graphs.pair_switch(PrefillRun(before), PrefillRun(prompt_len))
+
         costs = ModelCosts(entry.name, result.batch, int(result.decode.cycles), prefill_for, setup.policy.cache_len,
                            result.kv_bytes_per_token, result.footprint.context_rows,
                            weight_bytes=int(memory.total("weights")) * sockets,
                            fast_bytes=int(sum(memory.by_tier[fast].values())) * sockets,
                            slow_bytes=int(sum(memory.by_tier[slow].values())) * sockets,
                            decode_switch_cycles=int(result.decode.switch_load_cycles),
-                           prefill_switch_cycles=prefill_switch)
+                           prefill_switch_cycles=prefill_switch, prefill_pair_switch_cycles=prefill_pair)
         timed.append(TimedModel(entry.name, result, costs))
     return timed
 

@@ -69,6 +69,24 @@ def test_a_graph_run_after_another_loads_its_configurations_first():
     assert run.graph_switch_cycles == 2 + 5 + 2
 
 
+def test_a_models_prefill_right_after_its_prefill_of_another_prompt_loads_what_that_graph_took():
+    # one model, two prompts waiting (4 and 8 tokens, graphs of their own): the second prefill runs
+    # right after the first and loads what the first's graph took of its units (the pair's reload,
+    # serving/prefill_pairs.py), where nothing was charged: copy 0-30, prefill 30-42, load 42-45,
+    # prefill 45-69, load 69-71, step 71-81; another prompt of the same length loads nothing
+    asked = []
+    a = dataclasses.replace(model("a", 300), decode_switch_cycles=2, prefill_switch_cycles=lambda p: 5,
+                            prefill_pair_switch_cycles=lambda before, p: asked.append((before, p)) or 3)
+    memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=10.0)
+    run = simulate_models([Request(0, 0, 4, 2), Request(1, 0, 8, 2)], [0, 0], [a], memory, "on_demand",
+                          quantum_cycles=1000)
+    assert [log.token_cycles for log in run.requests] == [[42, 81], [69, 81]]
+    assert run.graph_switch_cycles == 3 + 2 and asked == [(4, 8)]
+    run = simulate_models([Request(0, 0, 4, 2), Request(1, 0, 4, 2)], [0, 0], [a], memory, "on_demand",
+                          quantum_cycles=1000)
+    assert run.graph_switch_cycles == 2
+
+
 def test_evicting_a_model_with_sequences_decoding_writes_their_kv_back_and_reads_it_again():
     a, b = model("a", 600, slots=1), model("b", 500, slots=1)
     memory = NodeMemory(fast_bytes=1000, slow_bytes=10_000, copy_bytes_per_cycle=1.0)
