@@ -102,8 +102,13 @@ def loaded_after(previous: tuple[tuple[int, Footprint, bool], ...], calls: tuple
     the graph of ``previous``, itself called on units holding none of either's kernels: the first pass
     of the pair's replay, so a kernel the two share (same configuration) is found where the first left
     it, and the second's own load where the first's took their units."""
-    hits = _replay_calls(previous + calls, capacity, tiles)
-    return hits[len(previous):len(previous) + len(calls)]
+    both = previous + calls
+    # one pass suffices (the pair runs once); where the two graphs' kernels all fit together, each
+    # kind loads at its first call only, as :func:`_replay_calls` places a graph whose kernels do
+    hits = _one_pass(both, OrderedDict(), capacity, tiles)
+    if not all(hits[len(previous):]) and _packed(both, capacity, tiles):
+        hits = _first_calls_found(both)
+    return tuple(hits[len(previous):])
 
 
 def _replay(socket: SocketSpec, kernels: Sequence[PlacedKernel]) -> list[bool]:
@@ -146,32 +151,45 @@ def _replay_calls(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tupl
     states: list[list[tuple[int, Footprint]]] = []
     while not passes or (list(loaded.items()) not in states and len(passes) < MAX_PASSES):
         states.append(list(loaded.items()))
-        hits = []
-        for kind, footprint, one_section in calls:
-            hit = kind in loaded and one_section
-            if hit:
-                loaded.move_to_end(kind)
-            elif any(footprint[0]) or any(footprint[1]):
-                loaded.pop(kind, None)
-                options = _placements(footprint, tiles)
-                if kind in last and last[kind] in options:
-                    options.remove(last[kind])
-                    options.insert(0, last[kind])
-                while loaded and not any(_fits(loaded.values(), f, capacity) for f in options):
-                    loaded.popitem(last=False)
-                loaded[kind] = last[kind] = next((f for f in options if _fits(loaded.values(), f, capacity)),
-                                                 options[0])
-            hits.append(hit)
-        passes.append(hits)
+        passes.append(_one_pass(calls, loaded, capacity, tiles, last))
     if len(passes) == 1:
         # the graph left the units as it found them: empty, so the steady state is the first pass again
         passes.append(passes[0])
     if not all(passes[-1]) and _packed(calls, capacity, tiles):
         # each configuration has a place of its own: loaded at its kind's first call, found after
-        first_calls = {kind: i for i, (kind, _, _) in reversed(list(enumerate(calls)))}
-        cold = [first_calls[kind] != i for i, (kind, _, _) in enumerate(calls)]
-        return tuple(cold + [any(f[0]) or any(f[1]) for _, f, _ in calls])
+        return tuple(_first_calls_found(calls) + [any(f[0]) or any(f[1]) for _, f, _ in calls])
     return tuple(passes[0] + passes[-1])
+
+
+def _one_pass(calls: tuple[tuple[int, Footprint, bool], ...], loaded: OrderedDict[int, Footprint],
+              capacity: tuple[int, int], tiles: int, last: dict[int, Footprint] | None = None) -> list[bool]:
+    """Whether each call finds its configuration in ``loaded`` (updated as the calls load theirs);
+    ``last``: where each kind was last loaded (updated too), where an evicted one is loaded again
+    when that place has room."""
+    last = {} if last is None else last
+    hits = []
+    for kind, footprint, one_section in calls:
+        hit = kind in loaded and one_section
+        if hit:
+            loaded.move_to_end(kind)
+        elif any(footprint[0]) or any(footprint[1]):
+            loaded.pop(kind, None)
+            options = _placements(footprint, tiles)
+            if kind in last and last[kind] in options:
+                options.remove(last[kind])
+                options.insert(0, last[kind])
+            while loaded and not any(_fits(loaded.values(), f, capacity) for f in options):
+                loaded.popitem(last=False)
+            loaded[kind] = last[kind] = next((f for f in options if _fits(loaded.values(), f, capacity)),
+                                             options[0])
+        hits.append(hit)
+    return hits
+
+
+def _first_calls_found(calls: tuple[tuple[int, Footprint, bool], ...]) -> list[bool]:
+    """Each call but its kind's first finds its configuration (each has a place of its own)."""
+    first_calls = {kind: i for i, (kind, _, _) in reversed(list(enumerate(calls)))}
+    return [first_calls[kind] != i for i, (kind, _, _) in enumerate(calls)]
 
 
 def _packed(calls: tuple[tuple[int, Footprint, bool], ...], capacity: tuple[int, int], tiles: int) -> bool:

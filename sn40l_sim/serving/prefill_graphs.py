@@ -8,7 +8,7 @@ come from the same timing, so a co-located node is charged the reload of the gra
 runs, read at the same timed points (docs/architecture.md, serving: "A co-located node that
 switches graphs"). So is the reload of one prefill graph run right after another
 (:meth:`PrefillGraphs.pair_switch`): each ordered pair of timed graphs once, from their placed
-graphs' calls (:mod:`sn40l_sim.serving.prefill_pairs`). :meth:`PrefillGraphs.serving_fields` gives
+graphs' calls (:mod:`sn40l_sim.serving.prefill_pairs`; kept in the disk cache). :meth:`PrefillGraphs.serving_fields` gives
 them to :class:`~sn40l_sim.serving.setup.ServingSetup`.
 
 Examples
@@ -53,7 +53,7 @@ class PrefillGraphs:
         self._profiles: dict[tuple[bool, int, int], CallLoads | None] = {}
         self._chunks: ChunkCycles | None = None
         node = getattr(costs, "node", None)
-        self._graph_pairs = GraphPairs(node.socket, costs.engine.kernel_boundaries) if node is not None else None
+        self._graph_pairs = GraphPairs(node.socket) if node is not None else None
 
     def of(self, prompt_len: int, earlier: int = 0, bare: bool = False,
            free: StepCosts | None = None) -> tuple[int, int]:
@@ -149,9 +149,9 @@ class PrefillGraphs:
         if key not in self._profiles:
             bare, length, earlier = key
             costs = self.free if bare else self.costs
-            placed = getattr(costs, "prefill_placed", None)
-            self._profiles[key] = None if placed is None or self._graph_pairs is None else self._graph_pairs.profile(
-                placed(length, memory=self.memory_for(length, earlier), earlier=earlier).kernels)
+            calls = getattr(costs, "prefill_calls", None)
+            self._profiles[key] = None if calls is None or self._graph_pairs is None else self._graph_pairs.profile(
+                calls(length, memory=self.memory_for(length, earlier), earlier=earlier))
         return self._profiles[key]
 
     def serving_fields(self) -> dict[str, Any]:

@@ -26,59 +26,79 @@ kernel, ``b`` is found and ``attn`` loads once more:
 ...     per_tile = tuple(pcus if t == tile else 0 for t in range(4))
 ...     return K(kernel=K(signature=lambda: name), sections=1, section_config_bytes=(pcus * 1000,),
 ...              pcus_per_tile=per_tile, pmus_per_tile=per_tile)
->>> pairs = GraphPairs(example_socket(), kernel_boundaries=True)
->>> first = pairs.profile([kernel("big", 200), kernel("b", 50)])
->>> second = pairs.profile([kernel("attn", 100), kernel("b", 50)])
->>> pairs.reload_after(first, second) == pairs.profile_loads(second)[0], pairs.reload_after(second, second)
+>>> pairs = GraphPairs(example_socket())
+>>> records = lambda *kernels: call_records(example_socket(), True, kernels)
+>>> first = pairs.profile(records(kernel("big", 200), kernel("b", 50)))
+>>> second = pairs.profile(records(kernel("attn", 100), kernel("b", 50)))
+>>> pairs.reload_after(first, second) == second.loads[0] > 0, pairs.reload_after(second, second)
 (True, 0)
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
-from sn40l_sim.mapper.residency import _replay_calls, loaded_after
+from sn40l_sim.mapper import disk_cache
+from sn40l_sim.mapper.residency import Footprint, _replay_calls, loaded_after
+
+
+class CallRecords(NamedTuple):
+    """A placed graph's calls as a pair's reload reads them, kept on disk beside the graph's timing
+    (:meth:`~sn40l_sim.serving.step_costs.StepTimer.prefill_calls`)."""
+
+    #: each distinct kernel's signature, as text (kernels of one signature load one configuration)
+    signatures: tuple[str, ...]
+    #: ``(index into signatures, footprint, one section)`` of each call
+    calls: tuple[tuple[int, Footprint, bool], ...]
+    #: cycles of loading each call's first section (what a call that does not find it pays)
+    loads: tuple[int, ...]
+
+
+def call_records(socket: SocketSpec, kernel_boundaries: bool, kernels: Sequence[Any]) -> CallRecords:
+    """The :class:`CallRecords` of a placed graph's ``kernels`` in their calling order on ``socket``;
+    ``kernel_boundaries``: the engine's option of that name (without it a call loads nothing)."""
+    index: dict[Any, int] = {}
+    calls = tuple((index.setdefault(k.kernel.signature(), len(index)),
+                   (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1) for k in kernels)
+    # the engine's load of section 0 (engine/kernel_costs.py: none without kernel boundaries)
+    loads = tuple(figures.config_cycles(socket, k.section_config_bytes[0])
+                  if kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
+    return CallRecords(tuple(repr(signature) for signature in index), calls, loads)
 
 
 class CallLoads(NamedTuple):
-    """A placed graph's calls as the residency replay reads them, with their first sections' loads."""
+    """A graph's calls numbered by a :class:`GraphPairs`, with their loads and steady state."""
 
-    #: ``(kind, footprint, one section)`` of each call, the kinds numbered by :class:`GraphPairs`
+    #: ``(kind, footprint, one section)`` of each call
     calls: tuple
-    #: cycles of loading each call's first section (what a call that does not find it pays)
     loads: tuple[int, ...]
     #: whether each call finds its configuration loaded in the graph's steady state
     steady: tuple[bool, ...]
     #: tiles the footprints span
     tiles: int
+    #: names the records (the disk cache's key for a pair)
+    digest: str
 
 
 class GraphPairs:
-    """Profiles of placed graphs on ``socket`` and the reloads between them; kernels of one
-    signature (the same configuration) are one kind in every graph profiled here.
-    ``kernel_boundaries``: the engine's option of that name (without it a call loads nothing)."""
+    """Graphs' :class:`CallRecords` on ``socket`` numbered alike (kernels of one signature are one
+    kind in every graph), and the reloads between them, each ordered pair worked out once (kept in
+    the disk cache, :mod:`sn40l_sim.mapper.disk_cache`)."""
 
-    def __init__(self, socket: SocketSpec, kernel_boundaries: bool = True) -> None:
-        self.socket, self.kernel_boundaries = socket, kernel_boundaries
+    def __init__(self, socket: SocketSpec) -> None:
         self.capacity = (socket.tile.pcus, socket.tile.pmus)
-        self._kinds: dict[Any, int] = {}
+        self._kinds: dict[str, int] = {}
 
-    def profile(self, kernels: Sequence[Any]) -> CallLoads:
-        """The :class:`CallLoads` of a placed graph's ``kernels`` in their calling order."""
-        calls = tuple((self._kinds.setdefault(k.kernel.signature(), len(self._kinds)),
-                       (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1) for k in kernels)
-        # the engine's load of section 0 (engine/kernel_costs.py: none without kernel boundaries)
-        loads = tuple(figures.config_cycles(self.socket, k.section_config_bytes[0])
-                      if self.kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
-        tiles = max((len(k.pcus_per_tile) for k in kernels), default=0)
-        return CallLoads(calls, loads, tuple(_replay_calls(calls, self.capacity, tiles)[len(calls):]), tiles)
-
-    @staticmethod
-    def profile_loads(profile: CallLoads) -> tuple[int, ...]:
-        """The loads of ``profile``'s calls that find their configuration in its steady state."""
-        return tuple(load for load, hit in zip(profile.loads, profile.steady, strict=True) if hit)
+    def profile(self, records: CallRecords) -> CallLoads:
+        """``records`` with their kinds numbered here and their steady state replayed."""
+        kinds = [self._kinds.setdefault(text, len(self._kinds)) for text in records.signatures]
+        calls = tuple((kinds[i], footprint, one) for i, footprint, one in records.calls)
+        tiles = max((len(footprint[0]) for _, footprint, _ in calls), default=0)
+        steady = tuple(_replay_calls(calls, self.capacity, tiles)[len(calls):])
+        return CallLoads(calls, records.loads, steady, tiles, hashlib.sha256(repr(records).encode()).hexdigest())
 
     def reload_after(self, before: CallLoads, graph: CallLoads) -> int:
         """Cycles ``graph`` takes beyond its steady state when it runs right after ``before``: the
@@ -86,5 +106,11 @@ class GraphPairs:
         calls found after ``before`` only (the engine's difference, exactly)."""
         if before.calls == graph.calls:
             return 0
-        after = loaded_after(before.calls, graph.calls, self.capacity, max(before.tiles, graph.tiles))
-        return sum(load * (steady - found) for load, steady, found in zip(graph.loads, graph.steady, after, strict=True))
+        key = f"{self.capacity} {before.digest} {graph.digest}"
+        cycles = disk_cache.load("prefill_pair", key)
+        if cycles is None:
+            after = loaded_after(before.calls, graph.calls, self.capacity, max(before.tiles, graph.tiles))
+            cycles = sum(load * (steady - found) for load, steady, found in zip(graph.loads, graph.steady, after,
+                                                                               strict=True))
+            disk_cache.store("prefill_pair", key, cycles)
+        return cycles

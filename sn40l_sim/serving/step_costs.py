@@ -54,6 +54,7 @@ from sn40l_sim.ir import KernelGraph, ParallelPlan, Shape
 from sn40l_sim.mapper import disk_cache
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph
 from sn40l_sim.mapper.tier_split import TierSplit
+from sn40l_sim.serving.prefill_pairs import CallRecords, call_records
 
 #: ``(shape, plan) -> graph``: the graph builder, bound to a model, a KV policy and graph options
 GraphBuilder = Callable[[Shape, ParallelPlan], KernelGraph]
@@ -154,6 +155,7 @@ class StepTimer:
         self._node_json: str | None = None
         self.stats = {"prefill_runs": 0, "prefill_hits": 0, "decode_runs": 0, "decode_hits": 0, "graphs_built": 0}
         self._memo: dict[tuple[Shape, TierSplit | None], PhaseTiming] = {}
+        self._calls: dict[tuple[Shape, TierSplit | None], CallRecords] = {}
         self._graphs: dict[Shape, KernelGraph] = graphs if graphs is not None else {}
         self._collectives = CollectiveModel.from_node(node, self.engine.collective_algorithm)
 
@@ -260,10 +262,31 @@ class StepTimer:
 
     def prefill_placed(self, prompt_len: int, memory: MemoryPlacement | None = None, earlier: int = 0) -> PlacedGraph:
         """The placed graph :meth:`prefill` times for the same arguments (built and mapped, not
-        simulated): what a co-located node's reload between two prefill graphs reads
-        (:mod:`sn40l_sim.serving.prefill_pairs`)."""
+        simulated)."""
         shape = _prefill_shape(prompt_len, self.prefill_drafts, earlier, self.context_len)
         return self.placed(shape, self._timed_memory(memory))
+
+    def prefill_calls(self, prompt_len: int, memory: MemoryPlacement | None = None, earlier: int = 0) -> CallRecords:
+        """The calls of :meth:`prefill_placed`'s graph as a co-located node's reload between two
+        prefill graphs reads them (:mod:`sn40l_sim.serving.prefill_pairs`), kept in the disk cache
+        beside the timing: a warm run then places no graph for them."""
+        memory = self._timed_memory(memory)
+        shape = _prefill_shape(prompt_len, self.prefill_drafts, earlier, self.context_len)
+        key = (shape, memory.tiers() if memory is not None else None)
+        if key not in self._calls:
+            text = self._disk_text(shape, memory) if self.disk_key and disk_cache.cache_root() is not None else ""
+            records = disk_cache.load("prefill_calls", text) if text else None
+            if records is None:
+                self._keep_calls(key, text, call_records(self.node.socket, self.engine.kernel_boundaries,
+                                                         self.placed(shape, memory).kernels))
+            else:
+                self._calls[key] = records
+        return self._calls[key]
+
+    def _keep_calls(self, key: tuple[Shape, TierSplit | None], text: str, records: CallRecords) -> None:
+        self._calls[key] = records
+        if text:
+            disk_cache.store("prefill_calls", text, records)
 
     def _timed_memory(self, memory: MemoryPlacement | None) -> MemoryPlacement | None:
         """``memory``, or None when it keeps everything in the socket's first tier: such a
@@ -285,7 +308,11 @@ class StepTimer:
         text = self._disk_text(shape, memory) if self.disk_key and disk_cache.cache_root() is not None else ""
         timing = disk_cache.load("step", text) if text else None
         if timing is None:
-            run = run_graph(self.node, self.placed(shape, memory), self.engine, self._collectives)
+            placed = self.placed(shape, memory)
+            run = run_graph(self.node, placed, self.engine, self._collectives)
+            if phase == "prefill":   # its calls, while the graph is placed (prefill_calls)
+                self._keep_calls(key, text, call_records(self.node.socket, self.engine.kernel_boundaries,
+                                                         placed.kernels))
             timing = phase_timing(run, phase=phase, batch=batch, prompt_len=shape.prompt_len,
                                   kv_len=shape.kv_len, clock_hz=self.node.socket.clock_hz,
                                   byte_seconds=byte_seconds(self.node.socket, split) if split else ())

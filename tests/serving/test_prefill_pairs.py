@@ -12,9 +12,11 @@ import pytest
 import sn40l_sim.engine.run_graph as run_graph_module
 from sn40l_sim.engine.run_graph import run_graph
 from sn40l_sim.mapper import residency
+from sn40l_sim.serving.loop import simulate
 from sn40l_sim.serving.prefill_graphs import PrefillGraphs
-from sn40l_sim.serving.prefill_pairs import GraphPairs
-from sn40l_sim.serving.setup import PrefillRun
+from sn40l_sim.serving.prefill_pairs import GraphPairs, call_records
+from sn40l_sim.serving.setup import PrefillRun, ServingSetup
+from sn40l_sim.serving.workload import Request
 from sn40l_sim.study.assemble import assemble
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +33,9 @@ def _engine_reload(timer, monkeypatch, before: tuple[int, int], after: tuple[int
     of the residency replay) less its steady cycles."""
     first, second = timer.prefill_placed(before[0], earlier=before[1]), timer.prefill_placed(after[0], earlier=after[1])
     pairs = GraphPairs(timer.node.socket)
-    a, b = pairs.profile(first.kernels), pairs.profile(second.kernels)
+    a, b = (pairs.profile(call_records(timer.node.socket, timer.engine.kernel_boundaries, placed.kernels))
+            for placed in (first, second))
+    assert b == pairs.profile(timer.prefill_calls(after[0], earlier=after[1]))
     found = residency.loaded_after(a.calls, b.calls, pairs.capacity, max(a.tiles, b.tiles))
     steady = run_graph(timer.node, second, timer.engine, timer._collectives).cycles
     with monkeypatch.context() as patch:
@@ -72,3 +76,17 @@ def test_prefill_graphs_charge_each_pair_of_timed_graphs_read_where_their_cycles
     hit = PrefillRun(512, 3000, True, True)
     low, high = (graphs._pair((False, 1024, 0), (False, 512, e)) for e in (2048, 4096))
     assert low != high and abs(pair(PrefillRun(1024), hit) - (low * 1096 + high * 952) / 2048) <= 1
+
+
+def test_a_chunked_serves_graph_switch_time_holds_the_chunk_after_chunk_reloads(timer):
+    # one 8K prompt in 1K chunks, nothing decoding: its chunks run back to back, each after the one
+    # before it, and the node's graph_switch busy time is the sum of those pairs' reloads (it was 0)
+    s = SimpleNamespace(prefill_lens=(512, 1024, 2048, 4096, 8192), prefill_node=None, prefill_chunk=1024,
+                        prompt_len=8192)
+    graphs = PrefillGraphs(s, timer.node.socket.clock_hz, timer, lambda n, e=0: None)
+    setup = ServingSetup(mode="colocated", prefill_nodes=0, decode_nodes=1, slots=1, decode_step_cycles=1000,
+                         transfer_cycles=lambda p: 0, cache_tokens=lambda p, g: p + g, kv_bytes_per_token=1,
+                         slot_cache_tokens=8192, prefill_chunk=1024, **graphs.serving_fields())
+    log = simulate([Request(0, 0, 8192, 1)], setup)
+    pairs = [graphs._pair((False, 1024, e - 1024), (False, 1024, e)) for e in range(1024, 8192, 1024)]
+    assert log.busy["graph_switch"] == [sum(pairs)] and min(pairs) > 100_000
