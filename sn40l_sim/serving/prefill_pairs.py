@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper import disk_cache
-from sn40l_sim.mapper.residency import Footprint, _replay_calls, loaded_after
+from sn40l_sim.mapper.residency import Footprint, loaded_after, resident_calls
 
 
 class CallRecords(NamedTuple):
@@ -55,6 +55,8 @@ class CallRecords(NamedTuple):
     calls: tuple[tuple[int, Footprint, bool], ...]
     #: cycles of loading each call's first section (what a call that does not find it pays)
     loads: tuple[int, ...]
+    #: whether each call finds its configuration loaded in the graph's steady state
+    steady: tuple[bool, ...]
 
 
 def call_records(socket: SocketSpec, kernel_boundaries: bool, kernels: Sequence[Any]) -> CallRecords:
@@ -66,7 +68,8 @@ def call_records(socket: SocketSpec, kernel_boundaries: bool, kernels: Sequence[
     # the engine's load of section 0 (engine/kernel_costs.py: none without kernel boundaries)
     loads = tuple(figures.config_cycles(socket, k.section_config_bytes[0])
                   if kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
-    return CallRecords(tuple(repr(signature) for signature in index), calls, loads)
+    # the steady state the engine read when it timed the graph (the replay is memoised)
+    return CallRecords(tuple(repr(signature) for signature in index), calls, loads, resident_calls(socket, kernels))
 
 
 class CallLoads(NamedTuple):
@@ -75,7 +78,6 @@ class CallLoads(NamedTuple):
     #: ``(kind, footprint, one section)`` of each call
     calls: tuple
     loads: tuple[int, ...]
-    #: whether each call finds its configuration loaded in the graph's steady state
     steady: tuple[bool, ...]
     #: tiles the footprints span
     tiles: int
@@ -93,12 +95,11 @@ class GraphPairs:
         self._kinds: dict[str, int] = {}
 
     def profile(self, records: CallRecords) -> CallLoads:
-        """``records`` with their kinds numbered here and their steady state replayed."""
+        """``records`` with their kinds numbered here."""
         kinds = [self._kinds.setdefault(text, len(self._kinds)) for text in records.signatures]
         calls = tuple((kinds[i], footprint, one) for i, footprint, one in records.calls)
         tiles = max((len(footprint[0]) for _, footprint, _ in calls), default=0)
-        steady = tuple(_replay_calls(calls, self.capacity, tiles)[len(calls):])
-        return CallLoads(calls, records.loads, steady, tiles, hashlib.sha256(repr(records).encode()).hexdigest())
+        return CallLoads(calls, records.loads, records.steady, tiles, hashlib.sha256(repr(records).encode()).hexdigest())
 
     def reload_after(self, before: CallLoads, graph: CallLoads) -> int:
         """Cycles ``graph`` takes beyond its steady state when it runs right after ``before``: the
