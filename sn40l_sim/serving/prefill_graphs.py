@@ -61,7 +61,7 @@ class PrefillGraphs:
         ``earlier`` tokens; ``bare``: without the policy's kernels (from ``free``, else the
         policy-free costs given at construction), when there are such costs."""
         free = free or self.free
-        key = self._key(prompt_len, earlier, bare)
+        key = self._key(prompt_len, earlier, bare and free is not None)
         bare = key[0]
         if key not in self.timed:
             timing = (free if bare else self.costs).prefill(key[1], memory=self.memory_for(key[1], earlier),
@@ -73,9 +73,10 @@ class PrefillGraphs:
         return self.timed[key]
 
     def _key(self, prompt_len: int, earlier: int = 0, bare: bool = False) -> tuple[bool, int, int]:
-        """The timed graph's key: without the policy's kernels (when there are such costs), its
-        compiled length and earlier tokens."""
-        return bare and self.free is not None, compiled_size(prompt_len, self.s.prefill_lens, "prompt length"), earlier
+        """The timed graph's key: ``bare``, without the policy's kernels (:meth:`of` says when there
+        are such costs; a serving run's graphs have them when ``free`` was given at construction),
+        its compiled length and earlier tokens."""
+        return bare, compiled_size(prompt_len, self.s.prefill_lens, "prompt length"), earlier
 
     def whole(self, prompt_len: int) -> int:
         """Cycles of a whole prompt's prefill, the policy's kernels included."""
@@ -125,16 +126,17 @@ class PrefillGraphs:
         graph, a first chunk's, or a later chunk's or hit suffix's two around its earlier tokens
         (where :class:`~sn40l_sim.serving.chunked_prefill.ChunkCycles` and
         :func:`~sn40l_sim.serving.prefix_cache.suffix_cycles` read them)."""
+        bare = self.free is not None     # a chunk's or a suffix's graph, without the policy's kernels
         if not (run.part and run.earlier):
-            return ((self._key(run.rows, 0, bare=run.part), 1.0),)
+            return ((self._key(run.rows, 0, bare=run.part and bare), 1.0),)
         if run.hit or self._chunks is None:
             low, high = between_points((0, *sorted(self.s.prefill_lens)), run.earlier)
         else:
             low, high = self._chunks.around(run.earlier, run.rows)
         if run.earlier == low:
-            return ((self._key(run.rows, low, bare=True), 1.0),)
+            return ((self._key(run.rows, low, bare), 1.0),)
         up = (run.earlier - low) / (high - low)
-        return ((self._key(run.rows, low, bare=True), 1.0 - up), (self._key(run.rows, high, bare=True), up))
+        return ((self._key(run.rows, low, bare), 1.0 - up), (self._key(run.rows, high, bare), up))
 
     def _pair(self, first: tuple[bool, int, int], second: tuple[bool, int, int]) -> int:
         if (first, second) not in self.pairs:

@@ -90,3 +90,17 @@ def test_a_chunked_serves_graph_switch_time_holds_the_chunk_after_chunk_reloads(
     log = simulate([Request(0, 0, 8192, 1)], setup)
     pairs = [graphs._pair((False, 1024, e - 1024), (False, 1024, e)) for e in range(1024, 8192, 1024)]
     assert log.busy["graph_switch"] == [sum(pairs)] and min(pairs) > 100_000
+
+
+def test_a_prompt_timed_without_the_policys_kernels_on_request_reads_the_costs_given():
+    # point.py times the served prompts without the KV policy's kernels from costs it hands to
+    # PrefillGraphs.of (prefill_policy_slowdown, served) when none were given at construction: the
+    # graph's key says bare by those costs, not by the construction's
+    def costs(per_token):
+        return SimpleNamespace(prefill=lambda n, memory=None, earlier=0: SimpleNamespace(
+            cycles=per_token * n, switch_load_cycles=0))
+
+    s = SimpleNamespace(prefill_lens=(1024,), prefill_node=None, prefill_chunk=None, prompt_len=1024)
+    graphs = PrefillGraphs(s, 1.6e9, costs(3), lambda n, e=0: None)
+    assert graphs.of(1000)[0] == 3072 and graphs.of(1000, bare=True, free=costs(2))[0] == 2048
+    assert graphs.pair_switch(PrefillRun(1000), PrefillRun(1000, 24, True)) == 0   # stand-ins: no kernels
