@@ -1,10 +1,21 @@
-"""Physical invariants every placed kernel must satisfy (shared by the mapper tests)."""
+"""Physical invariants every placed kernel must satisfy, and a windowed call's score against the
+engine's (shared by the mapper tests)."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from sn40l_sim.engine.run_graph import EngineOptions, GraphRun, run_graph
 from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.ir import ParallelPlan, Shape
+from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.layout import pcu_cells, pmu_cells
-from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.placement import PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.tier_split import TierSplit
+from sn40l_sim.models.loader import load_model
+from sn40l_sim.study.assemble import step_timer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: bounds that are not memory tiers (a kernel may also be bound by any tier of its socket)
 RESOURCES = {"compute", "simd", "sram", "mesh", "p2p", "overhead"}
@@ -83,3 +94,26 @@ def check_all(socket, pk: PlacedKernel) -> None:
     check_allocation(socket, pk)
     check_peaks(socket, pk)
     check_formula(socket, pk)
+
+
+def unlooped_decode(model: str, sockets: int, batch: int, cache: int) -> tuple[PlacedGraph, GraphRun]:
+    """``graphs/<model>.yaml``'s decode at ``batch`` sequences of ``cache`` tokens on the
+    ``sockets``-socket node, TP over all, kernel looping off: the placed graph and its engine run."""
+    node = load_hardware(ROOT / "hw_configs" / f"sn40l_node{sockets}.yaml")
+    timer = step_timer(node, load_model(ROOT / "graphs" / f"{model}.yaml"), make_policy("full", {}),
+                       ParallelPlan(tp=sockets), ParallelPlan(tp=sockets), engine=EngineOptions(kernel_looping=False))
+    placed = timer.placed(Shape("decode", batch, 0, cache))
+    return placed, run_graph(node, placed, timer.engine)
+
+
+def check_windowed_calls_as_run(placed: PlacedGraph, run: GraphRun, calls: int) -> None:
+    """The ``calls`` calls with windows (an overlapped collective after an operator) are scored as the
+    engine runs them, from the call's boundary (launch, barrier) on, within 2 cycles."""
+    assert not run.loops
+    windowed = [(pk, rec) for pk, rec in zip(placed.kernels, run.records, strict=True)
+                if any(c.overlapped and c.after for c in pk.kernel.collectives)]
+    assert len(windowed) == calls
+    for pk, rec in windowed:
+        # its configuration load (if any) included
+        engine = rec.end - rec.start - rec.launch_cycles - rec.barrier_cycles
+        assert abs(pk.call_cycles - engine) <= 2, (pk.kernel.name, pk.call_cycles, engine)

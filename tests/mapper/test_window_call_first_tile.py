@@ -12,38 +12,10 @@ all-reduces under the GEMM").
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from sn40l_sim.engine.run_graph import EngineOptions, run_graph
-from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.ir import ParallelPlan, Shape
-from sn40l_sim.kvcache import make_policy
-from sn40l_sim.models.loader import load_model
-from sn40l_sim.study.assemble import step_timer
-
-ROOT = Path(__file__).resolve().parents[2]
+from mapper_checks import check_windowed_calls_as_run, unlooped_decode
 
 
-@pytest.fixture(scope="module")
-def decode_8b():
-    """The 8B's unlooped decode on 16 sockets at batch 16, 2K caches: placed graph and its run."""
-    node = load_hardware(ROOT / "hw_configs" / "sn40l_node16.yaml")
-    model = load_model(ROOT / "graphs" / "llama3_1_8b.yaml")
-    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=16), ParallelPlan(tp=16),
-                       engine=EngineOptions(kernel_looping=False))
-    placed = timer.placed(Shape("decode", 16, 0, 2048))
-    return placed, run_graph(node, placed, timer.engine)
-
-
-def test_a_windowed_calls_score_is_the_engines_call(decode_8b):
-    placed, run = decode_8b
-    assert not run.loops
-    calls = [(pk, rec) for pk, rec in zip(placed.kernels, run.records, strict=True)
-             if any(c.overlapped and c.after for c in pk.kernel.collectives)]
-    assert len(calls) == 32   # one decoder call a layer, each with its windows
-    for pk, rec in calls:
-        # the call from its boundary (launch, barrier) on, its configuration load (if any) included
-        engine = rec.end - rec.start - rec.launch_cycles - rec.barrier_cycles
-        assert abs(pk.call_cycles - engine) <= 2, (pk.kernel.name, pk.call_cycles, engine)
+def test_a_windowed_calls_score_is_the_engines_call():
+    # the 8B's unlooped decode on 16 sockets at batch 16, 2K caches: one decoder call a layer,
+    # each with its windows
+    check_windowed_calls_as_run(*unlooped_decode("llama3_1_8b", 16, 16, 2048), calls=32)

@@ -13,20 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from mapper_checks import check_windowed_calls_as_run, unlooped_decode
 
-from sn40l_sim.engine.run_graph import EngineOptions, run_graph
-from sn40l_sim.hardware.loader import load_hardware
-from sn40l_sim.ir import Collective, FusedKernel, Operator, ParallelPlan, Shape
-from sn40l_sim.kvcache import make_policy
+from sn40l_sim.ir import Collective, FusedKernel, Operator
 from sn40l_sim.mapper._examples import example_socket
 from sn40l_sim.mapper.windows import overlap_windows
-from sn40l_sim.models.loader import load_model
-from sn40l_sim.study.assemble import step_timer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cycles(c: Collective) -> float:
@@ -45,17 +38,5 @@ def test_a_windows_share_is_its_bytes_over_its_own_tiles(tiles):
 
 @pytest.mark.parametrize("sockets", [8, 16])
 def test_the_70b_unlooped_decoders_score_is_the_engines_call(sockets):
-    node = load_hardware(ROOT / "hw_configs" / f"sn40l_node{sockets}.yaml")
-    model = load_model(ROOT / "graphs" / "llama3_1_70b.yaml")
-    timer = step_timer(node, model, make_policy("full", {}), ParallelPlan(tp=sockets), ParallelPlan(tp=sockets),
-                       engine=EngineOptions(kernel_looping=False))
-    placed = timer.placed(Shape("decode", 256, 0, 4096))
-    run = run_graph(node, placed, timer.engine)
-    assert not run.loops
-    calls = [(pk, rec) for pk, rec in zip(placed.kernels, run.records, strict=True)
-             if any(c.overlapped and c.after for c in pk.kernel.collectives)]
-    assert len(calls) == 80   # one decoder call a layer, each with its windows
-    for pk, rec in calls:
-        # the call from its boundary (launch, barrier) on, its configuration load (if any) included
-        engine = rec.end - rec.start - rec.launch_cycles - rec.barrier_cycles
-        assert abs(pk.call_cycles - engine) <= 2, (pk.kernel.name, pk.call_cycles, engine)
+    # one decoder call a layer, each with its windows
+    check_windowed_calls_as_run(*unlooped_decode("llama3_1_70b", sockets, 256, 4096), calls=80)
