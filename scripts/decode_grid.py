@@ -51,7 +51,8 @@ def loop_scores(model_name: str, sockets: int, attention_dp: int, batch: int, kv
         # (as the mapper scores it, sn40l_sim/mapper/window_replay.py), its configuration the
         # second call's, which finds it loaded, does not pay
         first, pk = records[0], placed.kernels[loop.first]
-        load = 0 if first.config_resident else figures.config_cycles(node.socket, pk.section_config_bytes[0])
+        load = 0 if first.config_resident else (first.config_load_cycles if first.config_load_cycles is not None
+                                                else figures.config_cycles(node.socket, pk.section_config_bytes[0]))
         mean = (records[-1].stream_end - first.start - first.launch_cycles - first.barrier_cycles - load) / len(records)
         score = placed.kernels[loop.first + 1].call_cycles
         parts.append(f"loop score {score} / engine mean {mean:.0f} cycles ({(score - mean) / mean:+.2%})")

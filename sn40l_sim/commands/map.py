@@ -48,23 +48,30 @@ def _residency_line(socket: SocketSpec, kernels: tuple[PlacedKernel, ...]) -> st
     """Which kernels keep their configuration loaded from call to call, and what loading them again
     costs after another graph took the units (mapper/residency.py)."""
     from sn40l_sim.hardware import figures
-    from sn40l_sim.mapper.residency import call_residency
+    from sn40l_sim.mapper.residency import call_residency, load_bytes, resident_calls
 
-    residency, switched = call_residency(socket, kernels)
+    loads, switched = call_residency(socket, kernels)
     kept, loaded = [], []
-    for pk, resident in zip(kernels, residency, strict=True):
+    for pk, resident in zip(kernels, resident_calls(socket, kernels), strict=True):
         if resident and pk.kernel.signature() not in kept:
             kept.append(pk.kernel.signature())
             loaded.append(pk.kernel.name)
         elif not resident:
             loaded.append(None)
+    # a call on several tiles loads only those another kernel took units of (mapper/residency.py)
+    partly = sum(1 for pk, tiles in zip(kernels, loads, strict=True)
+                 if tiles and load_bytes(socket, pk, tiles) < pk.section_config_bytes[0])
     if not kept:
-        return "configurations kept loaded between calls: none (another kernel takes some of its units before each is called again)"
+        return ("configurations kept loaded between calls: none (another kernel takes some of its units before "
+                f"each is called again){f'; {partly} calls load theirs on only the tiles another kernel took' if partly else ''}")
     reloads = loaded.count(None)
-    again = [pk for pk, load in zip(kernels, switched, strict=True) if load]
-    switch_us = sum(figures.config_cycles(socket, pk.section_config_bytes[0]) for pk in again) / socket.clock_hz * 1e6
+    again = [(pk, load, s) for pk, load, s in zip(kernels, loads, switched, strict=True) if s]
+    switch_us = sum(figures.config_cycles(socket, load_bytes(socket, pk, load + s))
+                    - figures.config_cycles(socket, load_bytes(socket, pk, load))
+                    for pk, load, s in again) / socket.clock_hz * 1e6
     return (f"configurations kept loaded between calls (their units left alone by the other kernels): "
-            f"{', '.join(name for name in loaded if name)}; {reloads} of {len(kernels)} calls load theirs "
+            f"{', '.join(name for name in loaded if name)}; {reloads} of {len(kernels)} calls load theirs"
+            f"{f' ({partly} on only the tiles another kernel took)' if partly else ''} "
             f"(after another graph took the units, {len(again)} more load theirs: {switch_us:.1f} us)")
 
 

@@ -8,7 +8,8 @@ The engine runs the kernel as:
 
 and, beside it, the kernel's collectives. The kernel-call boundary (:mod:`.boundary`) is paid by a
 call, not by the later iterations of a loop; the first section's configuration only when it is
-not still loaded (:attr:`KernelRecord.config_resident`); the fill by every section but a loop
+not still loaded (:attr:`KernelRecord.config_resident`), and then on the tiles that lost it
+(:attr:`KernelRecord.config_load_cycles`); the fill by every section but a loop
 iteration's, whose pipeline stays full from the previous iteration (an iteration's first tile waits, instead, for the
 previous iteration's collectives: the ``gate``). Tiles are grouped into at most ``chunks_per_section``
 chunks so that a kernel costs a bounded number of events whatever its size (a 128K-token
@@ -68,6 +69,10 @@ class KernelRecord:
     #: whether the kernel's configuration is still loaded when it is called (the graph's steady
     #: state, :func:`~sn40l_sim.mapper.residency.resident_calls`), so its first section loads none
     config_resident: bool = False
+    #: cycles of loading the first section's configuration when it is not resident: on the tiles
+    #: another kernel took units of (:func:`~sn40l_sim.mapper.residency.load_bytes`); None: on
+    #: every tile, the whole of it
+    config_load_cycles: int | None = None
     #: configuration loads: the kernel's when it was not resident, and later sections'
     config_cycles: int = 0
     fill_cycles: int = 0
@@ -115,6 +120,8 @@ def run_kernel(res: SocketResources, record: KernelRecord, costs: KernelCosts, c
         record.stream_start = env.now
         for index, sec in enumerate(costs.sections):
             load = costs.config_cycles[index] if index < len(costs.config_cycles) else 0
+            if index == 0 and load and record.config_load_cycles is not None:
+                load = record.config_load_cycles
             if load and (index or not record.config_resident):
                 yield env.timeout(load)
                 record.config_cycles += load

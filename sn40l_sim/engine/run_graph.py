@@ -47,11 +47,12 @@ from sn40l_sim.engine.kernel_process import KernelRecord
 from sn40l_sim.engine.resources import SocketResources
 from sn40l_sim.engine.trace import TraceEvent
 from sn40l_sim.engine.units import KernelEntry, chain_units, run_units, start_kernels
-from sn40l_sim.hardware.spec import NodeSpec
+from sn40l_sim.hardware import figures
+from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.mapper.loops import Loop, find_loops
-from sn40l_sim.mapper.placement import PlacedGraph
+from sn40l_sim.mapper.placement import PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.read_ahead import CHUNKS_PER_SECTION
-from sn40l_sim.mapper.residency import call_residency
+from sn40l_sim.mapper.residency import call_residency, load_bytes
 
 
 @dataclass(frozen=True)
@@ -134,13 +135,14 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
     graph = placed.graph
     loops = find_loops([pk.kernel for pk in placed.kernels], placed.graph) if options.kernel_looping else ()
     iteration = {i: i - loop.first for loop in loops for i in range(loop.first, loop.stop)}
-    resident, switched = call_residency(node.socket, placed.kernels)
+    loads, switched = call_residency(node.socket, placed.kernels)
     entries = []
     costs_of: dict[tuple, KernelCosts] = {}
     for i, pk in enumerate(placed.kernels):
         kernel = pk.kernel
         record = KernelRecord(kernel.name, kernel.kind, kernel.layer, pk, tier_bytes=dict.fromkeys(res.memory, 0),
-                              iteration=iteration.get(i, 0), config_resident=resident[i])
+                              iteration=iteration.get(i, 0), config_resident=not loads[i],
+                              config_load_cycles=_first_load(node.socket, pk, loads[i], options.kernel_boundaries))
         # the layers of a model share one placed kernel's stages (the mapper's memo re-labels it):
         # their costs, which read nothing else of the kernel than the key, are computed once
         key = (id(pk.stages), pk.sections, pk.n_tiles, pk.fill_cycles, pk.section_config_bytes,
@@ -153,14 +155,24 @@ def run_graph(node: NodeSpec, placed: PlacedGraph, options: EngineOptions = Engi
         preds = tuple(sorted(graph.predecessors(kernel.name))) if kernel.name in graph else ()
         entries.append(KernelEntry(record, costs, preds))
     records = tuple(entry.record for entry in entries)
-    switch = sum(entry.costs.config_cycles[0] for entry, s in zip(entries, switched, strict=True)
-                 if s and entry.costs.config_cycles)
+    # after another graph, a call loads its configuration on the tiles its steady state loads it
+    # on and on those it finds it on in the steady state: the load of all of them, less the steady one
+    switch = sum(_first_load(node.socket, entry.record.placed, load + s, options.kernel_boundaries)
+                 - entry.record.config_load_cycles for entry, load, s in zip(entries, loads, switched, strict=True) if s)
     units = chain_units(entries, loops)
     if units is not None:
         return _summarise(run_units(node, res, entries, units, collectives), records, res, socket, loops, switch)
     start_kernels(env, res, entries, collectives)
     env.run()
     return _summarise(env.now, records, res, socket, loops, switch)
+
+
+def _first_load(socket: SocketSpec, pk: PlacedKernel, tiles: tuple[int, ...], boundaries: bool) -> int:
+    """Cycles of loading ``pk``'s first section on ``tiles`` (:func:`~sn40l_sim.mapper.residency.load_bytes`;
+    every tile: the load :class:`KernelCosts` hold), none without kernel boundaries as there."""
+    if not boundaries or not pk.section_config_bytes:
+        return 0
+    return figures.config_cycles(socket, load_bytes(socket, pk, tiles))
 
 
 def _summarise(cycles: int, records: tuple[KernelRecord, ...], res: SocketResources, socket: int,

@@ -126,7 +126,8 @@ def run_units(node: NodeSpec, res: SocketResources, entries: list[KernelEntry], 
     for unit in units:
         first = entries[unit.start]
         if len(unit) == 1:
-            key = (id(first.costs), first.record.placed.kernel.collectives, first.record.config_resident)
+            key = (id(first.costs), first.record.placed.kernel.collectives, first.record.config_resident,
+                   first.record.config_load_cycles)
             run = runs.get(key)
             if run is None:
                 run = runs[key] = _run_alone(node, res, [_scratch(first, res)], collectives)
@@ -201,7 +202,8 @@ def _scratch(entry: KernelEntry, res: SocketResources) -> KernelEntry:
     """``entry`` with a fresh record (for a run whose records are not the graph's)."""
     r = entry.record
     return KernelEntry(KernelRecord(r.name, r.kind, r.layer, r.placed, tier_bytes=dict.fromkeys(res.memory, 0),
-                                    iteration=r.iteration, config_resident=r.config_resident),
+                                    iteration=r.iteration, config_resident=r.config_resident,
+                                    config_load_cycles=r.config_load_cycles),
                        entry.costs, entry.preds)
 
 

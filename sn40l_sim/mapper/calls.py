@@ -76,12 +76,13 @@ _HIDDEN: IdentityMemo[float] = IdentityMemo()
 
 def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cycles: int = 0,
               resident: bool | None = None, tail_cycles: int = 0,
-              tails: tuple[tuple[float, float], ...] = ()) -> PlacedKernel:
+              tails: tuple[tuple[float, float], ...] = (), load_bytes: int | None = None) -> PlacedKernel:
     """``pk``, mapped for ``loop`` on ``socket`` (its ``call_cycles`` the time the mapper chose the
     plan by), with ``after_cycles`` of collectives the call is followed by added, the part of the
     call spent on collectives and what takes most of it (see the module docstring). ``resident``
     says whether the call finds the kernel's configuration loaded (:mod:`.residency`): it is then
-    charged none of a one-section configuration, else all of it; None keeps the mapper's charge
+    charged none of a one-section configuration, else ``load_bytes`` of it (the tiles that lost it,
+    :func:`~.residency.load_bytes`; default all of it); None keeps the mapper's charge
     (``loop.calls_per_load``). ``tail_cycles``: what the call's overlapped collectives take after
     its last tile (their last data tile's shares, the engine's ``engine/windows.py``); the call ends no
     sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds.
@@ -105,10 +106,11 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     reload = configs[0] / loop.calls_per_load if len(configs) == 1 else sum(configs)
     if resident is not None and len(configs) == 1:
         # the plan's time with the load it does pay: a call that finds the configuration gone loads
-        # all of it, and the run's later calls then find it loaded (the replay says so: charging
-        # each ``config / L`` would count a run's one load only once in L); rounded so that the
-        # sum stays a floor
-        actual = 0.0 if resident else configs[0]
+        # it on the tiles that lost it, and the run's later calls then find it loaded (the replay
+        # says so: charging each ``config / L`` would count a run's one load only once in L);
+        # rounded so that the sum stays a floor
+        whole = configs[0] if load_bytes is None else figures.config_cycles(socket, load_bytes)
+        actual = 0.0 if resident else whole
         call += math.floor(actual - reload) if actual > reload else -math.ceil(reload - actual)
         reload = actual
     tiles = pk.iteration_cycles if loop.pipelined else pk.cycles - sum(configs)

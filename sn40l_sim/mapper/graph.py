@@ -44,7 +44,7 @@ from sn40l_sim.mapper.loops import find_loops
 from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
-from sn40l_sim.mapper.residency import resident_calls
+from sn40l_sim.mapper.residency import Loads, load_bytes, reload_tiles, resident_calls
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
@@ -190,7 +190,7 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
     if priced:
         calls = [replace(call, priced=True) for call in calls]
     plans = [map_kernel_cached(node.socket, k, tiers, key, call) for k, call in zip(order, calls, strict=True)]
-    kernels = _as_called(node.socket, order, plans, calls, resident_calls(node.socket, plans), collective_cycles)
+    kernels = _as_called(node.socket, order, plans, calls, reload_tiles(node.socket, plans), collective_cycles)
     kernels = _remap_side_by_side(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles,
                                   graph.shape.phase == "decode")
     kernels = _remap_one_tile_each(node.socket, order, plans, calls, kernels, tiers, key, collective_cycles)
@@ -254,7 +254,7 @@ def _remap_one_tile_each(socket: SocketSpec, order: list[FusedKernel], plans: li
             if placed is not None and placed.sections == 1:
                 plans[i], contexts[i] = copied(placed, kernel=order[i]), replace(calls[i], resident=True)
         _take(room, plans[i])
-    other = _as_called(socket, order, plans, contexts, resident_calls(socket, plans), collective_cycles)
+    other = _as_called(socket, order, plans, contexts, reload_tiles(socket, plans), collective_cycles)
     best = other if sum(pk.call_cycles for pk in other) < sum(pk.call_cycles for pk in kernels) else kernels
     return _beside_the_kernels_called_once(socket, order, plans, contexts, best, repeated, calls_of, tiers, key,
                                            collective_cycles)
@@ -293,7 +293,7 @@ def _beside_the_kernels_called_once(socket: SocketSpec, order: list[FusedKernel]
             continue
         if tried[indices[0]].sections != 1:
             continue
-        got = _as_called(socket, order, tried, contexts, resident_calls(socket, tried), collective_cycles)
+        got = _as_called(socket, order, tried, contexts, reload_tiles(socket, tried), collective_cycles)
         if sum(pk.call_cycles for pk in got) < sum(pk.call_cycles for pk in best):
             best = got
     return best
@@ -309,7 +309,7 @@ def _remap_side_by_side(socket: SocketSpec, order: list[FusedKernel], plans: lis
         return map_kernel_cached(socket, kernel, tiers, key, call, budget)
 
     def scored(new_plans: list[PlacedKernel], contexts: list[LoopContext]) -> tuple[PlacedKernel, ...]:
-        return _as_called(socket, order, new_plans, contexts, resident_calls(socket, new_plans), collective_cycles)
+        return _as_called(socket, order, new_plans, contexts, reload_tiles(socket, new_plans), collective_cycles)
 
     return remap_confined(socket, order, plans, calls, kernels, _calls_by_kind(order), mapped, scored, decode)
 
@@ -339,20 +339,21 @@ def _take(room: list[list[int]], placed: PlacedKernel) -> None:
 
 
 def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedKernel], calls: list[LoopContext],
-               resident: tuple[bool, ...], collective_cycles: Callable[[Collective], float] | None,
+               loads: tuple[Loads, ...], collective_cycles: Callable[[Collective], float] | None,
                ) -> tuple[PlacedKernel, ...]:
-    """``plans`` (mapped for ``calls``) as the graph calls them, those whose configuration stays
-    loaded charged none."""
+    """``plans`` (mapped for ``calls``) as the graph calls them, each charged the configuration of
+    the tiles it ``loads`` it on (:func:`~.residency.reload_tiles`): none when it stays loaded."""
     # the collectives' waits read the kernel's collectives, whether the call is looped and its
     # data tiles: worked out once for the identical layers
     waits: dict[tuple[FusedKernel, bool, int], tuple[int, tuple[tuple[float, float], ...]]] = {}
     out = []
-    for k, pk, call, r in zip(order, plans, calls, resident, strict=True):
+    for k, pk, call, tiles in zip(order, plans, calls, loads, strict=True):
         key = (k.signature(), call.pipelined, pk.n_tiles)
         wait = waits.get(key)
         if wait is None:
             wait = waits[key] = (_after(k, call, collective_cycles), _tails(k, pk.n_tiles, call, collective_cycles))
-        out.append(as_called(socket, pk, call, wait[0], r, tails=wait[1]))
+        out.append(as_called(socket, pk, call, wait[0], not tiles, tails=wait[1],
+                             load_bytes=load_bytes(socket, pk, tiles)))
     return tuple(out)
 
 

@@ -6,11 +6,12 @@ prompt's previous chunk, a prompt of one compiled length after one of another, a
 suffix after either), some of those configurations are gone: the first graph's kernels took their
 units. The pair's residency replay (:func:`~sn40l_sim.mapper.residency.loaded_after`: the first
 graph called on units holding neither's kernels, then the second) says which of the second's calls
-find their configuration; each call resident in its steady state but not there loads its first
-section once more before it streams, on the critical path as every load is. So the second graph's
-engine cycles with the pair's residency are its steady cycles plus exactly those loads (and minus
-those of a call found after the first graph though not in its steady state, a configuration the
-two share), which :func:`reload_after` sums without running the engine
+find their configuration, on which tiles; each call loads its first section there before it
+streams, on the critical path as every load is, on those tiles only
+(:func:`~sn40l_sim.mapper.residency.load_bytes`). So the second graph's engine cycles with the
+pair's residency are its steady cycles plus exactly its calls' loads there less their steady ones
+(less where a call finds after the first graph what it loads in its steady state, a configuration
+the two share), which :func:`reload_after` sums without running the engine
 (tests/serving/test_prefill_pairs.py checks the equality on Llama-3.1-70B's pairs). docs/architecture.md,
 serving: "A co-located node that switches graphs".
 
@@ -42,7 +43,7 @@ from typing import Any, NamedTuple
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper import disk_cache
-from sn40l_sim.mapper.residency import Footprint, loaded_after, resident_calls
+from sn40l_sim.mapper.residency import Footprint, Loads, footprint_load_bytes, loaded_after, reload_tiles
 
 
 class CallRecords(NamedTuple):
@@ -53,10 +54,13 @@ class CallRecords(NamedTuple):
     signatures: tuple[str, ...]
     #: ``(index into signatures, footprint, one section)`` of each call
     calls: tuple[tuple[int, Footprint, bool], ...]
-    #: cycles of loading each call's first section (what a call that does not find it pays)
+    #: cycles of loading each call's first section on every tile (what a call that finds none pays)
     loads: tuple[int, ...]
-    #: whether each call finds its configuration loaded in the graph's steady state
-    steady: tuple[bool, ...]
+    #: the tiles each call loads its configuration on in the graph's steady state (none: found)
+    steady: tuple[Loads, ...]
+    #: bytes of each call's first section (none without kernel boundaries), which a call that finds
+    #: it on some tiles loads on the others only
+    config_bytes: tuple[int, ...] = ()
 
 
 def call_records(socket: SocketSpec, kernel_boundaries: bool, kernels: Sequence[Any]) -> CallRecords:
@@ -66,10 +70,11 @@ def call_records(socket: SocketSpec, kernel_boundaries: bool, kernels: Sequence[
     calls = tuple((index.setdefault(k.kernel.signature(), len(index)),
                    (tuple(k.pcus_per_tile), tuple(k.pmus_per_tile)), k.sections == 1) for k in kernels)
     # the engine's load of section 0 (engine/kernel_costs.py: none without kernel boundaries)
-    loads = tuple(figures.config_cycles(socket, k.section_config_bytes[0])
-                  if kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
+    config = tuple(k.section_config_bytes[0] if kernel_boundaries and k.section_config_bytes else 0 for k in kernels)
+    loads = tuple(figures.config_cycles(socket, n) for n in config)
     # the steady state the engine read when it timed the graph (the replay is memoised)
-    return CallRecords(tuple(repr(signature) for signature in index), calls, loads, resident_calls(socket, kernels))
+    return CallRecords(tuple(repr(signature) for signature in index), calls, loads, reload_tiles(socket, kernels),
+                       config)
 
 
 class CallLoads(NamedTuple):
@@ -78,11 +83,13 @@ class CallLoads(NamedTuple):
     #: ``(kind, footprint, one section)`` of each call
     calls: tuple
     loads: tuple[int, ...]
-    steady: tuple[bool, ...]
+    steady: tuple[Loads, ...]
     #: tiles the footprints span
     tiles: int
     #: names the records (the disk cache's key for a pair)
     digest: str
+    #: bytes of each call's first section (:attr:`CallRecords.config_bytes`)
+    config_bytes: tuple[int, ...] = ()
 
 
 class GraphPairs:
@@ -91,6 +98,7 @@ class GraphPairs:
     the disk cache, :mod:`sn40l_sim.mapper.disk_cache`)."""
 
     def __init__(self, socket: SocketSpec) -> None:
+        self.socket = socket
         self.capacity = (socket.tile.pcus, socket.tile.pmus)
         self._kinds: dict[str, int] = {}
 
@@ -99,19 +107,25 @@ class GraphPairs:
         kinds = [self._kinds.setdefault(text, len(self._kinds)) for text in records.signatures]
         calls = tuple((kinds[i], footprint, one) for i, footprint, one in records.calls)
         tiles = max((len(footprint[0]) for _, footprint, _ in calls), default=0)
-        return CallLoads(calls, records.loads, records.steady, tiles, hashlib.sha256(repr(records).encode()).hexdigest())
+        return CallLoads(calls, records.loads, records.steady, tiles, hashlib.sha256(repr(records).encode()).hexdigest(),
+                         records.config_bytes)
 
     def reload_after(self, before: CallLoads, graph: CallLoads) -> int:
-        """Cycles ``graph`` takes beyond its steady state when it runs right after ``before``: the
-        loads of its calls resident in the steady state but not after ``before``, less those of its
-        calls found after ``before`` only (the engine's difference, exactly)."""
+        """Cycles ``graph`` takes beyond its steady state when it runs right after ``before``: its
+        calls' loads on the tiles they load on after ``before``, less their loads in the steady
+        state (the engine's difference, exactly)."""
         if before.calls == graph.calls:
             return 0
         key = f"{self.capacity} {before.digest} {graph.digest}"
         cycles = disk_cache.load("prefill_pair", key)
         if cycles is None:
             after = loaded_after(before.calls, graph.calls, self.capacity, max(before.tiles, graph.tiles))
-            cycles = sum(load * (steady - found) for load, steady, found in zip(graph.loads, graph.steady, after,
-                                                                               strict=True))
+            cycles = sum(self._load(call, n, tiles) - self._load(call, n, steady)
+                         for call, n, steady, tiles in zip(graph.calls, graph.config_bytes, graph.steady, after,
+                                                           strict=True))
             disk_cache.store("prefill_pair", key, cycles)
         return cycles
+
+    def _load(self, call: tuple[int, Footprint, bool], config_bytes: int, tiles: Loads) -> int:
+        """Cycles of a call's first-section load on ``tiles`` (as the engine's run_graph charges it)."""
+        return figures.config_cycles(self.socket, footprint_load_bytes(self.socket, call[1], call[2], config_bytes, tiles))
