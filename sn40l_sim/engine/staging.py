@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
+from sn40l_sim.engine.collectives import ALGORITHMS, CollectiveModel, CollectiveResult
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles
@@ -57,23 +57,55 @@ def staged_bytes(coll: Collective, result: CollectiveResult) -> int:
 
 
 def lone_collective_cycles(model: CollectiveModel, node: NodeSpec, memory: MemoryPlacement | None = None,
-                           staged: bool = True) -> Callable[[Collective], int]:
+                           staged: bool = True) -> LoneCollectiveCycles:
     """A collective's cycles alone on a socket of ``node`` whose activations are placed as in
     ``memory`` (default: all in the first tier): its links' cycles (``model``), or, with ``staged``
     (the engine's ``stage_collectives``), its staging through the activations' tier at that tier's
     whole rate when that takes longer. Streams that share the tier with it are left out, as the
     mapper leaves out contention on the links."""
-    socket = node.socket
     tier = (memory if memory is not None else all_in_first_tier(node)).tiers().activations
-    rate = path_bytes_per_cycle(socket, tier)
+    return LoneCollectiveCycles(model, path_bytes_per_cycle(node.socket, tier), staged)
 
-    def cycles(coll: Collective) -> int:
-        result = model.run(coll)
-        if not staged or not result.cycles:
+
+class LoneCollectiveCycles:
+    """:func:`lone_collective_cycles`' callable: ``self(coll)`` the cycles, and :meth:`at_most`
+    whether they are within a budget, simulating only as far as that needs.
+
+    >>> from sn40l_sim.hardware.loader import load_hardware
+    >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
+    >>> cycles = lone_collective_cycles(CollectiveModel.from_node(node), node)
+    >>> coll = Collective("all_reduce", 2**20, 16)
+    >>> cycles.at_most(coll, cycles(coll)), cycles.at_most(coll, cycles(coll) - 1)
+    (True, False)
+    """
+
+    def __init__(self, model: CollectiveModel, rate: float, staged: bool) -> None:
+        self.model, self.rate, self.staged = model, rate, staged
+
+    def __call__(self, coll: Collective) -> int:
+        result = self.model.run(coll)
+        if not self.staged or not result.cycles:
             return result.cycles
-        return max(result.cycles, ceil_cycles(staged_bytes(coll, result) / rate))
+        return max(result.cycles, ceil_cycles(staged_bytes(coll, result) / self.rate))
 
-    return cycles
+    def at_most(self, coll: Collective, budget: int) -> bool:
+        """Whether ``self(coll) <= budget``. The model's search stops at the first algorithm
+        within the budget (:meth:`~sn40l_sim.engine.collectives.CollectiveModel.excess_cycles`):
+        a mapper's window share usually ends long before its window's collective does, and the
+        share's odd byte count makes the direct algorithm asymmetric, dear to simulate on the
+        shared links of a ring or torus. The fastest algorithm is then unknown, so its staging is
+        bounded by the most any algorithm that applies sends from socket 0."""
+        if self.model.excess_cycles(coll, budget):
+            return False
+        if not self.staged:
+            return True
+        most = 0
+        for algorithm in ALGORITHMS:
+            if self.model.applies(coll, algorithm):
+                src, _, n_bytes = self.model.messages(coll, algorithm).arrays()
+                most = max(most, int(n_bytes[src == 0].sum()))
+        reads = 0 if coll.overlapped else most
+        return ceil_cycles((most + reads) / self.rate) <= budget or self(coll) <= budget
 
 
 def lone_staging_bytes(model: CollectiveModel, staged: bool = True) -> Callable[[Collective], int]:

@@ -34,6 +34,7 @@ the window opens at 3,100 and its collective outlasts the stream by 500 cycles.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,8 +139,9 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
     :func:`~.read_ahead.stream_ahead_cycles` takes them) is done, its waits mid-way included, and
     the cycles its last windows' collectives outlast it. ``windows``: ``(first, stop, body, tail)``
     or ``(first, stop, body, tail, staged bytes)`` per window, its data tiles ``[first, stop)``
-    (chunk boundaries), its collective's cycles, its last share's and the bytes it stages while on
-    the links; each collective starts ``delay`` cycles after its window opens. With ``staged``, a
+    (chunk boundaries), its collective's cycles, its last share's (or a function of the cycles
+    that cover it giving its time past them when positive,
+    :meth:`~.windows.OverlapWindow.tail_beyond`) and the bytes it stages while on the links; each collective starts ``delay`` cycles after its window opens. With ``staged``, a
     chunk's stream in the staging tier shares it with the collectives staging then, and with the
     ``carried`` staging of the previous loop iteration's."""
     n_tiles = sum(tiles)
@@ -194,7 +196,10 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
                 grant(next((at for at, k in asked if k == j), now))
                 # the share the collective's own time past the window's end has not covered takes
                 # the links once that has ended, after the transfers asked for before it
-                needed = tail - max(0.0, bodies[j] - now)
+                # a window's share may be given lazily (its collective then timed only if it is
+                # needed, :meth:`~.windows.OverlapWindow.tail_beyond`)
+                cover = max(0.0, bodies[j] - now)
+                needed = tail(cover) if callable(tail) else tail - cover
                 done = bodies[j]
                 if needed > 0:
                     grant(max(now, bodies[j]) - 1e-9)
@@ -244,7 +249,8 @@ def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, ga
     spans = []
     for w in windows:
         first, stop = window_tiles((w.start, w.end), n)
-        spans.append((first, stop, float(w.body_cycles), float(w.tail_cycles(stop - first)), float(w.staged_bytes)))
+        spans.append((first, stop, float(w.body_cycles), functools.partial(w.tail_beyond, stop - first),
+                      float(w.staged_bytes)))
     tier = tier if tier is not None else next(iter(socket.memory))
     staged = None
     by_tier = tier_chunks(socket, plan, tiles)

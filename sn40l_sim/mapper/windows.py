@@ -122,6 +122,34 @@ class OverlapWindow:
             return self.share(max(1, tiles))
         return self.tails[min(len(self.tails) - 1, max(0, math.ceil(math.log2(max(1, tiles)))))]
 
+    def tail_at_most(self, tiles: int, budget: int) -> bool:
+        """Whether ``tail_cycles(tiles) <= budget``, its collective timed only as far as that
+        needs when ``share`` can bound it (:meth:`_Shares.at_most`): a share within what its
+        collective outlasts its window by is never charged, and its exact cycles can be dear (an
+        odd byte count's direct all-reduce on a ring or torus).
+
+        >>> w = OverlapWindow(0.0, 0.5, 1000, (300,) * 4)
+        >>> w.tail_at_most(4, 300), w.tail_at_most(4, 299)
+        (True, False)
+        """
+        at_most = getattr(self.share, "at_most", None)
+        if at_most is not None:
+            return at_most(max(1, tiles), budget)
+        return self.tail_cycles(tiles) <= budget
+
+    def tail_beyond(self, tiles: int, cover: float) -> float:
+        """``tail_cycles(tiles) - cover`` when that is positive (the share's time past ``cover``,
+        what the replay charges); otherwise some number at most 0, the share not always timed.
+
+        >>> w = OverlapWindow(0.0, 0.5, 1000, (300,) * 4)
+        >>> w.tail_beyond(4, 100.5), w.tail_beyond(4, 400.0) <= 0
+        (199.5, True)
+        """
+        # an integer share within floor(cover) is within cover, so the difference is not positive
+        if math.isfinite(cover) and self.tail_at_most(tiles, math.floor(cover)):
+            return 0.0
+        return self.tail_cycles(tiles) - cover
+
 
 class _Shares:
     """A collective's share of ``tiles`` data tiles, in cycles (``collective_cycles`` of its bytes
@@ -131,13 +159,30 @@ class _Shares:
     def __init__(self, collective: Collective, collective_cycles: Callable[[Collective], float]) -> None:
         self.collective, self.collective_cycles = collective, collective_cycles
         self.memo: dict[int, int] = {}
+        self.fits: dict[int, int] = {}   # the least budget each tile count's share is known within
+
+    def _share(self, tiles: int) -> Collective:
+        return replace(self.collective, bytes=math.ceil(self.collective.bytes / tiles))
 
     def __call__(self, tiles: int) -> int:
         got = self.memo.get(tiles)
         if got is None:
-            c = self.collective
-            got = self.memo[tiles] = round(self.collective_cycles(replace(c, bytes=math.ceil(c.bytes / tiles))))
+            got = self.memo[tiles] = round(self.collective_cycles(self._share(tiles)))
         return got
+
+    def at_most(self, tiles: int, budget: int) -> bool:
+        """Whether ``self(tiles) <= budget``, asking ``collective_cycles.at_most(collective,
+        budget)`` when it has one (the engine's lone cycles do: an integer, so rounding keeps it)."""
+        got = self.memo.get(tiles)
+        bounded = getattr(self.collective_cycles, "at_most", None)
+        if got is not None or bounded is None or budget < 0:
+            return self(tiles) <= budget
+        if budget >= self.fits.get(tiles, budget + 1):
+            return True
+        if bounded(self._share(tiles), budget):
+            self.fits[tiles] = budget
+            return True
+        return self(tiles) <= budget   # over the budget: the search ran to its end, its result kept
 
 
 def overlap_windows(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float],
@@ -254,7 +299,8 @@ def _window_spans(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: floa
         opened = passed(first_tile) + first
         body_end = max(opened, links) + w.body_cycles
         close = passed(stop)
-        end = max(body_end, close + w.tail_cycles(stop - first_tile))
+        end = body_end if _covered(w, stop - first_tile, close, body_end) else max(
+            body_end, close + w.tail_cycles(stop - first_tile))
         links = end
         if stop < n_tiles:
             spans.append(_Span(opened, close, body_end, end, True))
@@ -262,3 +308,20 @@ def _window_spans(windows: Sequence[OverlapWindow], n_tiles: int, per_tile: floa
         else:
             spans.append(_Span(opened, passed(n_tiles), body_end, end, False))
     return spans
+
+
+def _covered(w: OverlapWindow, tiles: int, close: float, body_end: float) -> bool:
+    """Whether ``w``'s share of ``tiles`` sent from ``close`` ends by ``body_end`` (then
+    ``max(body_end, close + share)`` is ``body_end``), its collective timed only as far as that
+    needs: the share is an integer at most ``budget``, and ``close + budget <= body_end`` in floats
+    bounds ``close + share`` too (rounding is monotonic)."""
+    if not math.isfinite(body_end - close):
+        return False
+    budget = math.floor(body_end - close)
+    for _ in range(2):   # the difference's rounding may put ``close + budget`` a cycle past
+        if budget < 0:
+            return False
+        if close + budget <= body_end:
+            return w.tail_at_most(tiles, budget)
+        budget -= 1
+    return False
