@@ -16,7 +16,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.mapper import confined, map_graph, residency, side_by_side
-from sn40l_sim.mapper.residency import call_residency, resident_calls, switch_loads
+from sn40l_sim.mapper.residency import call_residency, load_bytes, reload_tiles, resident_calls, switch_loads
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -164,21 +164,21 @@ def test_a_prefill_graph_whose_kernels_reload_within_it_loads_nothing_more_after
     graph = build_graph(model, Shape("prefill", 1, prompt_len), ParallelPlan(16, 1))
     collectives = CollectiveModel.from_node(NODE)
     placed = map_graph(NODE, graph, looping=True, collective_cycles=lambda c: collectives.run(c).cycles)
-    resident, switched = call_residency(SOCKET, placed.kernels)
+    loads, switched = call_residency(SOCKET, placed.kernels)
     steady = run_graph(NODE, placed, collectives=collectives)
     every_pcu = [pk.kernel.name for pk in placed.kernels if min(pk.pcus_per_tile) == TILE_PCUS]
     if prompt_len == 1024:
-        assert not every_pcu and all(resident)
-        assert sum(switched) == len({pk.kernel.signature() for pk in placed.kernels}) == 7
+        assert not every_pcu and not any(loads)
+        assert sum(map(bool, switched)) == len({pk.kernel.signature() for pk in placed.kernels}) == 7
         assert steady.switch_load_cycles > 0
     else:
-        assert every_pcu and not any(resident) and not any(switched)
+        assert every_pcu and all(loads) and not any(switched)
         assert steady.switch_load_cycles == 0
     # run cold, every call loading as the first pass after another graph finds it: longer than the
     # steady state by exactly the switch loads serving charges
     monkeypatch.setattr(run_graph_module, "call_residency",
                         lambda socket, kernels: (residency._replay(socket, kernels)[:len(kernels)],
-                                                 (False,) * len(kernels)))
+                                                 ((),) * len(kernels)))
     cold = run_graph(NODE, placed, collectives=collectives)
     assert cold.cycles == steady.cycles + steady.switch_load_cycles
 
@@ -261,3 +261,47 @@ def test_a_room_leaves_some_of_every_tile_free(unit):
     assert not side_by_side._room(SOCKET, held(cap), (), 1.0)
     # a kernel called once holding half its units: ceil(cap / 2) of them, cap - ceil(cap / 2) left
     assert side_by_side._room(SOCKET, held(cap), (0,), 0.5)
+
+
+def test_a_kernel_on_several_tiles_loads_again_only_the_tiles_another_took():
+    # DeepSeek-R1's dense layers at SnapStream's batch 64: the FFN takes every PCU of one tile of the
+    # MLA's four, so each MLA call loads that tile's units and switches again, a quarter of it
+    mla, ffn = kernel("mla", (TILE_PCUS,) * 4, (165,) * 4), kernel("ffn", (TILE_PCUS,), (168,))
+    assert reload_tiles(SOCKET, [mla, ffn] * 3) == ((0,),) * 6
+    mla = SimpleNamespace(**vars(mla), section_config_bytes=(figures.config_bytes(SOCKET, TILE_PCUS, 165, 4),))
+    assert load_bytes(SOCKET, mla, (0,)) == figures.config_bytes(SOCKET, TILE_PCUS, 165, 1) == \
+        mla.section_config_bytes[0] // 4
+    # an FFN on a few PCUs of every tile takes some of each of the MLA's: it loads every tile again
+    wide = kernel("ffn", (21,) * 4, (24,) * 4)
+    assert reload_tiles(SOCKET, [mla, wide] * 3) == ((0, 1, 2, 3),) * 6
+    assert load_bytes(SOCKET, mla, (0, 1, 2, 3)) == mla.section_config_bytes[0]
+    # a kernel of several sections loads them at every call, on every tile it uses
+    two = kernel("two", (TILE_PCUS, TILE_PCUS), sections=2)
+    assert reload_tiles(SOCKET, [two, kernel("small", (1,))] * 2)[::2] == ((0, 1),) * 2
+
+
+def test_a_partial_reload_never_loads_more_than_the_whole_configuration():
+    # random steps of kernels on one to four tiles: a call loads on tiles its kernel uses, at most
+    # all of its configuration, all of it exactly when every tile it uses lost it; and a call that
+    # loads nothing in the steady state is the resident one
+    rng = random.Random(11)
+    for _ in range(60):
+        sizes = {name: (rng.choice((1, 60, 100, 140, TILE_PCUS)), rng.choice((1, 2, 3, 4)), rng.random() < 0.15)
+                 for name in "abcde"}
+        step = []
+        for name in (rng.choice("abcde") for _ in range(rng.randint(1, 14))):
+            pcus, tiles, several = sizes[name]
+            k = kernel(name, (pcus,) * tiles, sections=1 + several)
+            step.append(SimpleNamespace(**vars(k), section_config_bytes=(figures.config_bytes(SOCKET, pcus, pcus, tiles),)
+                                        * k.sections))
+        steady, switched = call_residency(SOCKET, step)
+        for k, tiles, more in zip(step, steady, switched, strict=True):
+            used = {t for t in range(4) if k.pcus_per_tile[t]}
+            whole = k.section_config_bytes[0]
+            if len(used) > 1:   # a one-tile kernel may be loaded on any tile
+                assert set(tiles) | set(more) <= used
+            assert load_bytes(SOCKET, k, tiles) <= load_bytes(SOCKET, k, tiles + more) <= whole
+            assert (load_bytes(SOCKET, k, tiles) == whole) == (len(tiles) == len(used) or (k.sections > 1 and tiles))
+            if k.sections > 1:
+                assert len(tiles) == len(used)
+        assert resident_calls(SOCKET, step) == tuple(not tiles for tiles in steady)

@@ -39,7 +39,7 @@ def _engine_reload(timer, monkeypatch, before: tuple[int, int], after: tuple[int
     found = residency.loaded_after(a.calls, b.calls, pairs.capacity, max(a.tiles, b.tiles))
     steady = run_graph(timer.node, second, timer.engine, timer._collectives).cycles
     with monkeypatch.context() as patch:
-        patch.setattr(run_graph_module, "call_residency", lambda socket, kernels: (found, (False,) * len(kernels)))
+        patch.setattr(run_graph_module, "call_residency", lambda socket, kernels: (found, ((),) * len(kernels)))
         cold = run_graph(timer.node, second, timer.engine, timer._collectives).cycles
     assert pairs.reload_after(a, b) == cold - steady
     return cold - steady
