@@ -141,9 +141,10 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
     or ``(first, stop, body, tail, staged bytes)`` per window, its data tiles ``[first, stop)``
     (chunk boundaries), its collective's cycles, its last share's (or a function of the cycles
     that cover it giving its time past them when positive,
-    :meth:`~.windows.OverlapWindow.tail_beyond`) and the bytes it stages while on the links; each collective starts ``delay`` cycles after its window opens. With ``staged``, a
-    chunk's stream in the staging tier shares it with the collectives staging then, and with the
-    ``carried`` staging of the previous loop iteration's."""
+    :meth:`~.windows.OverlapWindow.tail_beyond`) and the bytes it stages while on the links; each
+    collective starts ``delay`` cycles after its window opens. With ``staged``, a chunk's stream in
+    the staging tier shares it with the collectives staging then, and with the ``carried``
+    staging of the previous loop iteration's."""
     n_tiles = sum(tiles)
     links, after, end = 0.0, 0.0, 0.0
     bodies: dict[int, float] = {}
