@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from sn40l_sim.hardware.spec import SocketSpec
@@ -83,10 +84,13 @@ class StageLimits:
 #: depend on, shared by every allocation asking for the same work under the same limits (a
 #: kernel's tilings, sections and budgets ask for the same stage again: a third of a cold
 #: ``validate``'s answers, three stages in four, were asked before)
-_limits_memo: dict[tuple, StageLimits] = {}
-#: stages whose answers the memo keeps, cleared when full: a cold ``validate`` asks for ~5,500,
-#: which keep ~9 answers each and ~9 MB together
-_LIMITS_MEMO_SIZE = 20_000
+_limits_memo: OrderedDict[tuple, StageLimits] = OrderedDict()
+#: stages whose answers the memo keeps, the least recently asked for dropped first: a cold
+#: ``validate`` asks for ~5,500, which keep ~9 answers each and ~9 MB together. A cold
+#: ``calibrate`` asks for ~38,000 over its passes, and a pass that moves only the HBM's efficiency
+#: (or a sync, P2P or set-up value) asks again for the compute stages of the passes before it;
+#: cleared when full, the memo had dropped them, and a third of its stages were asked for afresh
+_LIMITS_MEMO_SIZE = 50_000
 
 
 def clear_limits_memo() -> None:
@@ -108,8 +112,10 @@ def stage_limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: 
     got = _limits_memo.get(key)
     if got is None:
         if len(_limits_memo) >= _LIMITS_MEMO_SIZE:
-            _limits_memo.clear()
+            _limits_memo.popitem(last=False)
         got = _limits_memo[key] = StageLimits(fewest, most, most_pmus)
+    else:
+        _limits_memo.move_to_end(key)
     return got
 
 
