@@ -147,3 +147,30 @@ def socket_key(socket: SocketSpec, leave_out: tuple[str, ...] = UNMAPPED_CALIBRA
               "tln": socket.tln.model_copy(update=dict.fromkeys(UNMAPPED_TLN_FIELDS, 0.0)),
               **dict.fromkeys(UNMAPPED_PARTS)}
     return socket.model_copy(update=update).model_dump_json()
+
+
+#: parts of a socket an operator's tiling, its compute stage and that stage's floor never read (its
+#: PCU, PMU and tile networks are read; :mod:`.tiling`, :func:`~.allocate.stage_floor`): the memory
+#: tiers (a section's memory stages and streams read them, under the whole socket key) and the
+#: calibrated values (a GEMM's tiling reads the systolic efficiency, given to it beside the socket)
+UNTILED_PARTS = ("memory", "calibrated")
+
+
+def tiling_key(socket: SocketSpec) -> str:
+    """The socket as an operator's tiling reads it: :func:`socket_key` less :data:`UNTILED_PARTS`,
+    so that a calibration pass that moves only a memory tier's efficiency (or a value no tiling
+    reads) tiles its operators as the pass before it did, and shares their stages and floors.
+
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> socket = example_socket()
+    >>> hbm = socket.model_copy(update={"memory": {n: t.model_copy(update={"efficiency": t.efficiency / 2})
+    ...                                             for n, t in socket.memory.items()}})
+    >>> tiling_key(hbm) == tiling_key(socket), socket_key(hbm) == socket_key(socket)
+    (True, False)
+    >>> fewer = socket.model_copy(update={"tile": socket.tile.model_copy(update={"pcus": socket.tile.pcus - 1})})
+    >>> tiling_key(fewer) == tiling_key(socket)
+    False
+    """
+    tln = socket.tln.model_copy(update=dict.fromkeys(UNMAPPED_TLN_FIELDS, 0.0))
+    update = {"tln": tln, **dict.fromkeys(UNMAPPED_PARTS), **dict.fromkeys(UNTILED_PARTS)}
+    return socket.model_copy(update=update).model_dump_json()

@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from sn40l_sim.frozen import built
@@ -34,7 +35,7 @@ from sn40l_sim.ir import Operator
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.division import StageModel, ideal_cycles, useful_pcus
 from sn40l_sim.mapper.halving import clear_halvings
-from sn40l_sim.mapper.keys import IdentityMemo, clear_operators_keys, operators_key
+from sn40l_sim.mapper.keys import IdentityMemo, clear_operators_keys, operators_key, tiling_key
 from sn40l_sim.mapper.tier_split import Tier, TierSplit
 from sn40l_sim.mapper.tiling import OpTiling, gemm_tilings, tile_operator
 
@@ -177,10 +178,26 @@ def _memory_stage(socket: SocketSpec, tier: Tier, n_bytes: int, n_tiles: int, ch
     return got
 
 
-#: operator tilings by (socket key, operator, data tiles, efficiency, what of the budget a GEMM's
-#: tiling reads); cleared when full
+#: operator tilings by (the socket as tilings read it, operator, data tiles, efficiency for a GEMM,
+#: what of the budget a GEMM's tiling reads); cleared when full
 _TILING_MEMO_SIZE = 50_000
 _tiling_memo: dict[tuple, OpTiling] = {}
+#: the socket as tilings read it (:func:`~.keys.tiling_key`) by the socket as the mapper sees it: a
+#: calibration pass moving a memory tier's efficiency tiles as the one before it, so the operator
+#: tilings and their stage objects (and through them the stage floors, by identity) are shared
+_tiling_keys: dict[str, str] = {}
+_TILING_KEYS_SIZE = 256
+
+
+def _tiled_as(socket: SocketSpec, socket_key: str) -> str:
+    """:func:`~.keys.tiling_key` of ``socket``, found by its ``socket_key``."""
+    got = _tiling_keys.get(socket_key)
+    if got is None:
+        if len(_tiling_keys) >= _TILING_KEYS_SIZE:
+            _tiling_keys.clear()
+        # interned: the sockets that tile alike then share one key object, compared by identity
+        got = _tiling_keys[socket_key] = sys.intern(tiling_key(socket))
+    return got
 
 
 def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, budget: UnitBudget,
@@ -190,14 +207,15 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     tile the same operators at the same data tiles again."""
     if not socket_key:
         return tile_operator(socket, op, n_tiles, efficiency, budget)
-    # only a GEMM's tiling reads the budget (its dataflows and cuts)
-    reads = (budget.dataflows, budget.gemm_cuts) if op.kind == "gemm" else None
-    key = (socket_key, op, n_tiles, efficiency, reads)
+    # only a GEMM's tiling reads the budget (its dataflows and cuts) and the systolic efficiency
+    gemm = op.kind == "gemm"
+    tiled_as = _tiled_as(socket, socket_key)
+    key = (tiled_as, op, n_tiles, efficiency if gemm else None, (budget.dataflows, budget.gemm_cuts) if gemm else None)
     got = _tiling_memo.get(key)
     if got is None:
         if len(_tiling_memo) >= _TILING_MEMO_SIZE:
             _tiling_memo.clear()
-        if op.kind != "gemm":
+        if not gemm:
             got = _tiling_memo[key] = tile_operator(socket, op, n_tiles, efficiency, budget)
             return got
         # every dataflow's tiling is the tiling under that dataflow alone, which the kernel
@@ -205,7 +223,7 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
         options = gemm_tilings(socket, op, n_tiles, efficiency, budget)
         got = _tiling_memo[key] = min(options, key=lambda o: (o[0], o[1]))[2]
         for _, _, tiling in options:
-            _tiling_memo.setdefault((socket_key, op, n_tiles, efficiency, ((tiling.dataflow,), budget.gemm_cuts)),
+            _tiling_memo.setdefault((tiled_as, op, n_tiles, efficiency, ((tiling.dataflow,), budget.gemm_cuts)),
                                     tiling)
     return got
 
@@ -220,6 +238,7 @@ def operator_tiling(socket: SocketSpec, op: Operator, n_tiles: int, budget: Unit
 def clear_tiling_memo() -> None:
     """Forget every memoised operator tiling (GEMM halvings and sections' traffic too)."""
     _tiling_memo.clear()
+    _tiling_keys.clear()
     clear_operators_keys()
     _stage_memo.clear()
     _memory_memo.clear()

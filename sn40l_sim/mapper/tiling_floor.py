@@ -155,8 +155,8 @@ _stage_floor_memo: IdentityMemo[StageFloor] = IdentityMemo()
 
 def _stage_floor(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget) -> StageFloor:
     """:func:`~sn40l_sim.mapper.allocate.stage_floor` through the memo. Of the socket it reads what
-    the stage's tiling was memoised under (the socket as the mapper sees it), and of the budget
-    only the stage's limits."""
+    the stage's tiling was memoised under (its PCU, PMU and tile, :func:`~.keys.tiling_key`), and
+    of the budget only the stage's limits."""
     tile = socket.tile
     limits = (chip_tiles, budget.pcus_for(stage.name, tile.pcus), budget.pmus_for(stage.name, tile.pmus))
     return _stage_floor_memo.get(stage, limits, lambda: stage_floor(socket, stage, chip_tiles, budget))
