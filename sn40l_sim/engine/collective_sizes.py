@@ -66,3 +66,22 @@ def direct_sizes(kind: str, chunk: list[int], n_bytes: int, p: int):
     if kind == "all_gather":
         return gather, None
     return scatter, gather
+
+
+def most_sent(kind: str, n_bytes: int, p: int) -> int:
+    """The most bytes any member sends in the collective under any algorithm that applies (ring,
+    direct and, for a power-of-two group, recursive doubling): a bound on what socket 0 stages when
+    which algorithm is the fastest is not known (``engine/staging.py``).
+
+    >>> most_sent("all_reduce", 1000, 4), most_sent("all_gather", 1000, 4)   # the tree's whole vector twice
+    (2000, 750)
+    """
+    if p < 2 or n_bytes <= 0:
+        return 0
+    chunk = split_bytes(n_bytes, p)
+    sizes, then = direct_sizes(kind, chunk, n_bytes, p)
+    sent = [sum(row) for row in ring_sizes(kind, chunk, n_bytes, p)]
+    sent += [sum(sizes[i]) + (sum(then[i]) if then is not None else 0) for i in range(p)]
+    if kind != "all_to_all" and p & (p - 1) == 0:
+        sent.append(sum(tree_sizes(kind, n_bytes, p)))
+    return max(sent)

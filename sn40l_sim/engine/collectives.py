@@ -323,16 +323,11 @@ class CollectiveModel:
             return 0
         key = (coll.kind, int(coll.bytes), coll.group, algorithm)
         if key not in self._floors:
-            self._floors[key] = floor_cycles(self.table, self.messages(coll, algorithm),
-                                             ceil_cycles(self.setup_s * self.table.clock_hz),
+            sent = Transfers()
+            self._issue(sent, coll.kind, int(coll.bytes), coll.group, algorithm)
+            self._floors[key] = floor_cycles(self.table, sent, ceil_cycles(self.setup_s * self.table.clock_hz),
                                              self.sync_latency_s, self.dma_engines)
         return self._floors[key]
-
-    def messages(self, coll: Collective, algorithm: Algorithm) -> Transfers:
-        """Every member's messages of ``coll`` under ``algorithm``, untimed (its floor's input)."""
-        sent = Transfers()
-        self._issue(sent, coll.kind, int(coll.bytes), coll.group, algorithm)
-        return sent
 
     def _one_hop(self, group: int) -> bool:
         """Whether the first ``group`` sockets, the members of every algorithm, are each one link

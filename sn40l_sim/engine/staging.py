@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sn40l_sim.engine.collectives import ALGORITHMS, CollectiveModel, CollectiveResult
+from sn40l_sim.engine.collective_sizes import most_sent
+from sn40l_sim.engine.collectives import CollectiveModel, CollectiveResult
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import NodeSpec, SocketSpec
 from sn40l_sim.hardware.units._cycles import ceil_cycles
@@ -94,16 +95,12 @@ class LoneCollectiveCycles:
         a mapper's window share usually ends long before its window's collective does, and the
         share's odd byte count makes the direct algorithm asymmetric, dear to simulate on the
         shared links of a ring or torus. The fastest algorithm is then unknown, so its staging is
-        bounded by the most any algorithm that applies sends from socket 0."""
+        bounded by the most any member sends under any algorithm that applies."""
         if self.model.excess_cycles(coll, budget):
             return False
         if not self.staged:
             return True
-        most = 0
-        for algorithm in ALGORITHMS:
-            if self.model.applies(coll, algorithm):
-                src, _, n_bytes = self.model.messages(coll, algorithm).arrays()
-                most = max(most, int(n_bytes[src == 0].sum()))
+        most = most_sent(coll.kind, int(coll.bytes), coll.group)
         reads = 0 if coll.overlapped else most
         return ceil_cycles((most + reads) / self.rate) <= budget or self(coll) <= budget
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from sn40l_sim.engine.collective_sizes import ring_sizes, split_bytes, tree_sizes
+from sn40l_sim.engine.collective_sizes import most_sent, ring_sizes, split_bytes, tree_sizes
+from sn40l_sim.engine.collectives import CollectiveModel
+from sn40l_sim.engine.links import LinkTable
 from sn40l_sim.errors import InputError
+from sn40l_sim.ir import Collective
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
@@ -40,3 +43,21 @@ def test_recursive_doubling_refuses_a_group_it_cannot_pair_at_the_algorithm(kind
     with pytest.raises(InputError, match=r"needs a power-of-two group and no all-to-all") as info:
         tree_sizes(kind, 1 << 20, p)
     assert info.value.field == "collective_algorithm"
+
+
+@pytest.mark.parametrize("p", [2, 6, 8])
+def test_most_sent_bounds_what_socket_0_sends_under_every_algorithm(p):
+    # a ring of p sockets: the ring's order and the routes as simulated; the bound is reached
+    table = LinkTable(p, [(a, (a + 1) % p, 50e9, 1e-7) for a in range(p)] if p > 2 else [(0, 1, 50e9, 1e-7)],
+                      clock_hz=1.6e9, efficiency=0.8)
+    model = CollectiveModel(table, setup_s=1e-6)
+    checked = False
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        for n in (1, 7, 48, 1001, 65537):
+            coll = Collective(kind, n, p)
+            sent = [model.simulate(coll, a).sent_bytes for a in ("ring", "direct", "tree") if model.applies(coll, a)]
+            assert max(sent) <= most_sent(kind, n, p), (kind, n)
+            if kind != "all_to_all" and n % p == 0:
+                checked = True
+                assert max(sent) == most_sent(kind, n, p), (kind, n)
+    assert checked
