@@ -352,8 +352,7 @@ def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedK
         wait = waits.get(key)
         if wait is None:
             wait = waits[key] = (_after(k, call, collective_cycles), _tails(k, pk.n_tiles, call, collective_cycles))
-        out.append(as_called(socket, pk, call, wait[0], not tiles, tails=wait[1],
-                             load_bytes=load_bytes(socket, pk, tiles)))
+        out.append(as_called(socket, pk, call, wait[0], not tiles, 0, wait[1], load_bytes(socket, pk, tiles)))
     return tuple(out)
 
 
