@@ -156,6 +156,7 @@ class ParameterSpace:
         # log-scale parameters: their bounds as logarithms (others keep a dummy decade)
         self._log_low = np.log(np.where(self.log, self.lows, 1.0))
         self._log_span = np.log(np.where(self.log, self.highs, 10.0)) - self._log_low
+        self._u_start = self.to_unit(self.start)
 
     def to_unit(self, x: np.ndarray) -> np.ndarray:
         """Parameter values -> the unit box."""
@@ -163,10 +164,14 @@ class ParameterSpace:
         return np.where(self.log, logs, (x - self.lows) / (self.highs - self.lows))
 
     def from_unit(self, u: np.ndarray) -> np.ndarray:
-        """The unit box -> parameter values."""
+        """The unit box -> parameter values; a parameter at its start is its YAML value exactly."""
         logs = np.exp(self._log_low + u * self._log_span)
         # exp(log(bound)) can round to a hair outside the bound, which the schema refuses
-        return np.clip(np.where(self.log, logs, self.lows + u * (self.highs - self.lows)), self.lows, self.highs)
+        x = np.clip(np.where(self.log, logs, self.lows + u * (self.highs - self.lows)), self.lows, self.highs)
+        # the round trip through the box can miss the YAML's value by an ulp (0.9365 comes back as
+        # 0.9365000000000001), and a simulator on a jump (a mapper plan switching) then simulates the
+        # other side of it at the fit's start: the start would not be what validate simulates
+        return np.where(u == self._u_start, self.start, x)
 
     def values(self, u: np.ndarray) -> dict[str, float]:
         """Dotted path -> value of the point ``u`` of the unit box."""
@@ -227,8 +232,8 @@ def fit(references: list[Reference], socket: SocketSpec, evaluate: Evaluator,
         if best is None or found.cost < best.cost:   # a tie keeps the earlier start (the YAML's first)
             best, kept = found, i
     assert best is not None
-    # a parameter the fit left at its YAML value keeps it to the last digit
-    fitted = np.where(best.u == u0, space.start, space.from_unit(best.u))
+    # a parameter the fit left at its YAML value keeps it to the last digit (ParameterSpace.from_unit)
+    fitted = space.from_unit(best.u)
     return FitResult(tuple(space.names), tuple(map(float, space.start)), tuple(map(float, fitted)),
                      passes[best.u.tobytes()], best.cost, best.linearisation, total, tuple(costs), kept,
                      best.stopped, falling_sides(residuals, best), passes[u0.tobytes()])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sn40l_sim.hardware.loader import load_hardware
+from sn40l_sim.hardware.spec import calibrated_parameters
 from sn40l_sim.report.records import PREFILL_STEP_FIELDS
 from sn40l_sim.report.results import stable
 from sn40l_sim.study.calibration import (
@@ -114,6 +115,21 @@ def test_a_fit_on_a_jump_stays_at_its_start_in_a_few_passes():
     assert dict(zip(result.names, result.fitted, strict=True)) == start   # written back, the YAML is unchanged
     # the start, one pass per parameter, and the refused steps down to the Jacobian's resolution
     assert result.passes <= 1 + len(result.names) + 3
+
+
+def test_the_fits_start_simulates_the_yamls_values_to_the_last_digit():
+    # 0.9365 - 0.3 over the HBM efficiency's span 0.7, and back, is 0.9365000000000001: the start pass
+    # simulated that, the other side of a jump from the YAML's 0.9365 (as the jump above shows)
+    low, high = calibrated_parameters(SOCKET)[HBM].low, calibrated_parameters(SOCKET)[HBM].high
+    assert low + (0.9365 - low) / (high - low) * (high - low) != 0.9365
+    hbm = SOCKET.memory["hbm"].model_copy(update={"efficiency": 0.9365})
+    socket = SOCKET.model_copy(update={"memory": {**SOCKET.memory, "hbm": hbm}})
+    space = ParameterSpace(socket)
+    values = space.values(space.to_unit(space.start))
+    assert values == dict(zip(space.names, map(float, space.start), strict=True)) and values[HBM] == 0.9365
+    moved = space.to_unit(space.start)
+    moved[space.names.index(HBM)] += 0.01
+    assert space.values(moved)[HBM] == pytest.approx(0.9365 + 0.007, rel=1e-12)
 
 
 def linear(calibrated: dict[str, float]) -> dict[str, float]:
