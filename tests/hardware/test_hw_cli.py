@@ -121,15 +121,15 @@ def test_describe_of_results_says_what_they_are(tmp_path, capsys, name, text, ki
 
 
 def test_describe_shows_the_calibrated_values_run_applies(tmp_path, capsys):
-    # describe gave raw peaks only: a P2P link run drives at 55% of its rate, a 4.76 GB/s configuration
-    # load (46% of DeepSeek-R1's decode step) and HBM at 96% of its bandwidth could only be read in the YAML
+    # describe gave raw peaks only: the calibrated P2P efficiency, configuration load and HBM efficiency
+    # could only be read in the YAML. The figures below are hw_configs/sn40l.yaml's calibrated values.
     out = _describe("sn40l.yaml", capsys)
-    assert _row(out, "calibrated config load") == ["4.7607 GB/s"]
-    assert _row(out, "calibrated sync latency") == ["1.593 us"]
-    assert _row(out, "calibrated P2P efficiency") == ["0.5485"]
-    assert _row(out, "calibrated transfer set-up") == ["439.6 ns"]
-    assert _row(out, "calibrated systolic efficiency") == ["0.9983"]
-    assert _row(out, "calibrated HBM efficiency") == ["0.9556"] and _row(out, "calibrated DDR efficiency") == ["0.8"]
+    assert _row(out, "calibrated config load") == ["4.6737 GB/s"]
+    assert _row(out, "calibrated sync latency") == ["2.968 us"]
+    assert _row(out, "calibrated P2P efficiency") == ["0.5381"]
+    assert _row(out, "calibrated transfer set-up") == ["115 ns"]
+    assert _row(out, "calibrated systolic efficiency") == ["0.9792"]
+    assert _row(out, "calibrated HBM efficiency") == ["0.9365"] and _row(out, "calibrated DDR efficiency") == ["0.8"]
     path = tmp_path / "slow_p2p.yaml"
     path.write_text(f"base: {HW / 'sn40l_node16.yaml'}\nname: slow\nsocket_overrides: {{calibrated: {{p2p_efficiency: 0.4}}}}\n")
     assert cli.main(["describe", str(path)]) == 0
