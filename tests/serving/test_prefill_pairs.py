@@ -46,9 +46,9 @@ def _engine_reload(timer, monkeypatch, before: tuple[int, int], after: tuple[int
 
 
 @pytest.mark.parametrize("before, after, reload", [
-    ((1024, 0), (1024, 1024), 164_934),     # a 1K chunk after its prompt's first: its attention kernel
-    ((8192, 0), (1024, 0), 735_362),        # a 1K prompt after an 8K one
-    ((4096, 0), (512, 0), 845_663),         # all of a 512-token prompt's loads after a 4K one
+    ((1024, 0), (1024, 1024), 167_479),     # a 1K chunk after its prompt's first: its attention kernel
+    ((8192, 0), (1024, 0), 746_599),        # a 1K prompt after an 8K one
+    ((4096, 0), (512, 0), 860_531),         # all of a 512-token prompt's loads after a 4K one
     ((1024, 0), (8192, 0), 0),              # an 8K prompt's kernels reload at every layer anyway
 ])
 def test_a_pairs_reload_is_the_engines_cycles_after_the_first_less_the_steady_state(timer, monkeypatch, before,
@@ -66,16 +66,22 @@ def test_prefill_graphs_charge_each_pair_of_timed_graphs_read_where_their_cycles
     graphs = PrefillGraphs(s, timer.node.socket.clock_hz, timer, lambda n, e=0: None)
     pair = graphs.serving_fields()["prefill_pair_switch_cycles"]
     # a chunk after the chunk before it, a whole prompt after another compiled length
-    assert pair(PrefillRun(1024, 0, True), PrefillRun(1024, 1024, True)) == 164_934
-    assert pair(PrefillRun(8192), PrefillRun(1000)) == 735_362
+    assert pair(PrefillRun(1024, 0, True), PrefillRun(1024, 1024, True)) == 167_479
+    assert pair(PrefillRun(8192), PrefillRun(1000)) == 746_599
     # the same compiled graph: nothing; each ordered pair of timed graphs replayed once
     assert pair(PrefillRun(1000), PrefillRun(1024)) == 0
-    assert pair(PrefillRun(4096), PrefillRun(500)) == 845_663 and len(graphs.pairs) == 3
-    # a prefix hit's suffix of 512 rows after 3,000 cached tokens reads the graphs at 2,048 and
-    # 4,096 earlier tokens (prefix_cache.suffix_cycles), so does its reload: linear between
-    hit = PrefillRun(512, 3000, True, True)
-    low, high = (graphs._pair((False, 1024, 0), (False, 512, e)) for e in (2048, 4096))
-    assert low != high and abs(pair(PrefillRun(1024), hit) - (low * 1096 + high * 952) / 2048) <= 1
+    assert pair(PrefillRun(4096), PrefillRun(500)) == 860_531 and len(graphs.pairs) == 3
+    # a prefix hit's suffix of 512 rows after cached tokens between two compiled lengths reads the
+    # graphs at those counts of earlier tokens (prefix_cache.suffix_cycles), so does its reload:
+    # linear between. Where two neighbours reload alike (their attention kernels mapped to the same
+    # footprint and bytes) linear is trivially right, so some pair of neighbours must differ.
+    points = (512, 1024, 2048, 4096, 8192)
+    reloads = {e: graphs._pair((False, 1024, 0), (False, 512, e)) for e in points}
+    assert len(set(reloads.values())) > 1
+    for below, above in zip(points, points[1:], strict=False):
+        cached = below + 3 * (above - below) // 8
+        expected = (reloads[below] * (above - cached) + reloads[above] * (cached - below)) / (above - below)
+        assert abs(pair(PrefillRun(1024), PrefillRun(512, cached, True, True)) - expected) <= 1
 
 
 def test_a_chunked_serves_graph_switch_time_holds_the_chunk_after_chunk_reloads(timer):
