@@ -137,9 +137,16 @@ def test_where_16_socket_all_reduces_outlast_the_8_socket_stream_16_sockets_are_
 
 
 def test_with_set_ups_in_parallel_16_sockets_are_faster_again(loaded, batch16, regimes):
-    # four DMA engines a socket (an assumed value, docs/validation.md): the set-ups no longer queue
+    # four DMA engines a socket (an assumed value, docs/validation.md): the set-ups no longer queue,
+    # 2 x 4 of them an all-reduce over 16 sockets instead of 2 x 15, and a step's worth of all-reduces
+    # hides under the 8-socket step's stream as the 8-socket ones do in the slow regime above. (At a
+    # 2.97 us sync latency, two per direct all-reduce, the slow set-up is 0.96 us and they take 58%
+    # of that stream; at the 1.59 us before, under half.)
     setup_s = regimes["slow"]
-    assert ALL_REDUCES * _all_reduce(16, setup_s, engines=4) < 0.5 * regimes["streaming"]
+    clock = load_hardware(NODE16).socket.clock_hz
+    queued = 2 * (15 - math.ceil(15 / 4)) * setup_s * clock
+    assert _all_reduce(16, setup_s) - _all_reduce(16, setup_s, engines=4) >= queued - 2 * 15
+    assert ALL_REDUCES * _all_reduce(16, setup_s, engines=4) < 0.9 * regimes["streaming"]
     hardware = {SETUP: f"{setup_s!r} s", ENGINES: 4}
     sixteen, eight = _step(loaded, batch16, 16, **hardware), _step(loaded, batch16, 8, **hardware)
     assert sixteen["decode_step_s"] < 0.8 * eight["decode_step_s"]
