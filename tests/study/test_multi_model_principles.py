@@ -81,10 +81,17 @@ def test_a_model_that_draws_every_request_is_its_single_model_run_but_for_its_fi
             pytest.approx(copy_s, abs=1e-9)
         # the node's work is the same, begun one copy later: the run ends at most that much later;
         # a request can move more (the first one's later tokens wait behind prefills that came
-        # in meanwhile: +53 ms), none moves earlier
+        # in meanwhile: +55 ms)
         end = [max(float(r["last_token_s"]) for r in table.values()) for table in (rows, alone)]
         assert 0 <= end[0] - end[1] <= copy_s + 1e-9
-        assert all(s >= -1e-9 for s in shifts.values())
+        # and one moves earlier only where the later start held a prefill back: a prefill blocks the
+        # decode steps only while a slot is free (serving/loop.py, co-located), so with the first
+        # request still decoding the slots fill, and a prefill run before the request finished in
+        # the single-model run waits for it here (at 20 requests/s: request 1's 3 tokens end
+        # 9.5 ms sooner, beside request 0, while request 4's prefill waits for their slots)
+        for i in (i for i, s in shifts.items() if s < -1e-9):
+            assert any(float(alone[j]["prefill_start_s"]) < float(alone[i]["last_token_s"])
+                       and float(rows[j]["prefill_start_s"]) >= float(rows[i]["last_token_s"]) for j in rows if j != i)
         # once the node has caught up, a request's times are the single-model run's to the cycle
         assert sum(abs(s) < 1e-12 for s in shifts.values()) >= 20
 
