@@ -20,7 +20,7 @@ Examples
 >>> from sn40l_sim.hardware.loader import load_hardware
 >>> node = load_hardware("hw_configs/sn40l_node16.yaml")
 >>> round(path_bytes_per_cycle(node.socket, "hbm")), round(path_bytes_per_cycle(node.socket, "ddr"))
-(979, 50)
+(959, 50)
 """
 from __future__ import annotations
 

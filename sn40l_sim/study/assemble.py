@@ -219,12 +219,12 @@ class Assembly:
         >>> timer = asm.step_timer(asm.setup(asm.points[0]))      # the "full" policy
         >>> step = timer.decode_step(64, 33280)    # 64 sequences, each reading 33,280 cached tokens
         >>> f"{step.seconds * 1e3:.1f} ms", step.cycles == round(step.seconds * asm.node.socket.clock_hz)
-        ('23.6 ms', True)
+        ('24.1 ms', True)
         >>> by_cause = decode_step_breakdown(step)                 # seconds per cause, summing to the step
         >>> max(by_cause, key=by_cause.get), abs(sum(by_cause.values()) - step.seconds) < 1e-12
         ('kv_reads', True)
 
-        ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.289 s)."""
+        ``timer.prefill(32768)`` times one 32K-token prompt the same way (0.298 s)."""
         if not isinstance(setup, PointSetup):   # a Point, say: an AttributeError deep inside otherwise
             raise InputError(f"setup: expected a PointSetup, such as asm.setup(asm.points[0]), got {type(setup).__name__}")
         options = setup.graph_options

@@ -76,7 +76,7 @@ def simulate_experiment(experiment: str | Path | Experiment, progress: bool = Fa
     >>> (full["kv_policy"], full["max_batch"]), (snap["kv_policy"], snap["max_batch"])
     (('full', 64), ('snapstream', 256))
     >>> f"{snap['decode_tokens_per_s'] / full['decode_tokens_per_s']:.2f}x", full["throughput"]["requests"]
-    ('4.01x', 48)
+    ('4.02x', 48)
     """
     exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     if exp.spec.sweep is not None:
