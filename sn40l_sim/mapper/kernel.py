@@ -358,7 +358,7 @@ def map_kernel(socket: SocketSpec, kernel: FusedKernel, tiers: TierSplit | None 
     >>> head = graph.kernels()[-2]
     >>> pk = map_kernel(socket, head)
     >>> head.name, head.weight_bytes, pk.bounding_resource, pk.cycles, pk.pcus_per_tile
-    ('lm_head', 131342336, 'hbm', 335740, (33, 0, 0, 0))
+    ('lm_head', 131342336, 'hbm', 342463, (33, 0, 0, 0))
     >>> pk.cycles == pk.overhead_cycles + pk.fill_cycles + math.ceil(pk.n_tiles * pk.cycles_per_tile)
     True
     """
