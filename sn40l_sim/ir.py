@@ -88,6 +88,12 @@ class Operator:
     #: once in full (causal FlashAttention streams each K/V tile once per query tile): traffic that
     #: costs time, not memory that is resident (:attr:`FusedKernel.resident_activation_bytes`)
     act_reread_bytes: int = 0
+    #: names of the kernel's earlier operators whose outputs this one reads on chip (the graph
+    #: builder derives them from the activations its formulas name, :mod:`sn40l_sim.models.activations`):
+    #: the edges of the kernel's dataflow graph, along which its pipeline fills (a stage waits for
+    #: its producers only, so parallel branches fill side by side). None: the operator just before
+    #: it, a plain chain (a kernel written by hand); ``()``: none, it reads only the kernel's inputs.
+    producers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ kernel reads that it did not produce is ``act_in_bytes`` of its first reader, an
 is ``act_out_bytes`` of its last writer when a later kernel reads it or nothing in the kernel
 consumes it. Further reads of an input (``Step.rereads``: FlashAttention's K/V tiles, once per
 query tile) add to ``act_in_bytes`` and to ``act_reread_bytes``: they cost traffic, not resident
-memory (:attr:`~sn40l_sim.ir.FusedKernel.resident_activation_bytes`).
+memory (:attr:`~sn40l_sim.ir.FusedKernel.resident_activation_bytes`). Each operator also names
+the operators of its kernel whose outputs it reads (:attr:`~sn40l_sim.ir.Operator.producers`), the
+kernel's dataflow graph.
 """
 from __future__ import annotations
 
@@ -70,7 +72,21 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
     seen_in: set[str] = set()
     act_in = [0] * len(steps)
     reread = [0] * len(steps)
+    # the steps whose outputs each step reads on chip: the latest writer of each name it reads, and
+    # the conversions just before it (a GEMM's FP8 weights widened, a cache's elements widened or
+    # narrowed: :mod:`sn40l_sim.models.context`), which name no activation and serve the next
+    # operator that does, reading only memory themselves
+    writer: dict[str, int] = {}
+    sources: list[list[int]] = []
+    pending: list[int] = []
     for j, s in enumerate(steps):
+        if not (s.reads or s.writes or s.rereads):
+            sources.append([])
+            pending.append(j)
+            continue
+        sources.append(sorted({writer[name] for name, _ in s.reads if name in writer} | set(pending)))
+        pending = []
+        writer.update((n, j) for n, _ in s.writes)
         for name, size in s.reads:
             if name not in produced and name not in seen_in:
                 seen_in.add(name)
@@ -95,7 +111,8 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
         read_after = last_read.get(name, -1) > last
         if name in read_later or not read_after:
             act_out[last] += dict(steps[last].writes)[name]
-    return tuple(_unique([_with_bytes(s.op, a, b, r) for s, a, b, r in zip(steps, act_in, act_out, reread, strict=True)]))
+    ops = _unique([_with_bytes(s.op, a, b, r) for s, a, b, r in zip(steps, act_in, act_out, reread, strict=True)])
+    return tuple(copied(op, producers=tuple(ops[i].name for i in got)) for op, got in zip(ops, sources, strict=True))
 
 
 def _with_bytes(op: Operator, act_in: int, act_out: int, reread: int) -> Operator:
