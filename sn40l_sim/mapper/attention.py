@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 
+from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import DTYPE_BYTES, Operator
@@ -91,9 +92,24 @@ def with_combines(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator]
         if combine is None:
             continue
         # a scores GEMM of a second shape (GQA's KV heads with a query head fewer) is not the sum
-        pv = next((j for j in range(i + 1, len(out))
-                   if out[j].kind == "gemm" and not out[j].name.startswith(f"{out[i].name}#")), i)
+        first = pv = next((j for j in range(i + 1, len(out))
+                           if out[j].kind == "gemm" and not out[j].name.startswith(f"{out[i].name}#")), i)
         while pv + 1 < len(out) and out[pv + 1].name.startswith(f"{out[pv].name.split('#')[0]}#"):
             pv += 1     # and after the weighted sum's own second shape
-        out.insert(pv + 1, combine)
+        out[pv + 1:] = _reading_merged(combine, {op.name for op in out[first:pv + 1]}, out[first:pv + 1], out[pv + 1:])
+    return out
+
+
+def _reading_merged(combine: Operator, sums: set[str], summed: list[Operator], later: list[Operator]) -> list[Operator]:
+    """``combine`` and the ``later`` operators, which read its merged rows where they named the
+    weighted sums (:attr:`~sn40l_sim.ir.Operator.producers`); the combine reads the sums (the
+    operator before it when they name no producers, a chain)."""
+    if all(op.producers is None for op in summed):
+        return [combine, *later]
+    out = [copied(combine, producers=tuple(op.name for op in summed))]
+    for op in later:
+        if op.producers is not None and sums.intersection(op.producers):
+            names = [combine.name if p in sums else p for p in op.producers]
+            op = copied(op, producers=tuple(dict.fromkeys(names)))
+        out.append(op)
     return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sn40l_sim.frozen import built
@@ -288,10 +289,27 @@ def section_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator
     for i, (reads, writes) in enumerate(traffic):
         me = first + i
         streams += [Stream(index[tier], me, n) for tier, n in reads]
-        if i > 0:
-            streams.append(Stream(me - 1, me, tilings[i - 1].out_bytes * tilings[i - 1].pieces))
+        streams += [Stream(first + p, me, tilings[p].out_bytes * tilings[p].pieces) for p in producers(ops, i)]
         streams += [Stream(me, index[tier], n) for tier, n in writes]
     return stages, streams
+
+
+def producers(ops: Sequence[Operator], i: int) -> list[int]:
+    """Indices of the operators among ``ops`` (one section's) whose outputs ``ops[i]`` reads on
+    chip: those its :attr:`~sn40l_sim.ir.Operator.producers` name (one in an earlier section is read
+    from the spill, not from a stage of this one), or the operator just before it when it names none.
+
+    >>> from sn40l_sim.ir import Operator
+    >>> ops = [Operator("norm", "elementwise"), Operator("q", "gemm", producers=("norm",)),
+    ...        Operator("kv", "gemm", producers=("norm",)), Operator("out", "elementwise")]
+    >>> [producers(ops, i) for i in range(4)]
+    [[], [0], [0], [2]]
+    """
+    named = ops[i].producers
+    if named is None:
+        return [i - 1] if i > 0 else []
+    at = {op.name: j for j, op in enumerate(ops[:i])}
+    return sorted({at[name] for name in named if name in at})
 
 
 def some_stages(socket: SocketSpec, ops: tuple[Operator, ...] | list[Operator], chosen: tuple[int, ...],
