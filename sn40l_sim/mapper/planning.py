@@ -13,6 +13,7 @@ bounded and :func:`clear_section_memo` empties them.
 """
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from sn40l_sim.hardware.spec import SocketSpec
@@ -21,6 +22,7 @@ from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, allocate
 from sn40l_sim.mapper.attention import with_combines
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.fill_path import compute_graph, longest_path
 from sn40l_sim.mapper.keys import IdentityMemo, operators_key
 from sn40l_sim.mapper.layout import RoutedStream, mesh_cycles_per_tile, place_stages, route_streams
 from sn40l_sim.mapper.plans import SectionPlan
@@ -31,6 +33,7 @@ from sn40l_sim.mapper.stages import (
     Stream,
     clear_tiling_memo,
     paced_cycles,
+    producers,
     section_stages,
     some_stages,
 )
@@ -146,11 +149,30 @@ def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     :func:`section_floors` is, apart from it: the tilings searched ask for some sections' part
     floors again (428 of a cold ``validate``'s 3,961 asks)."""
     def compute():
-        stages = some_stages(socket, ops, heavy_operators(ops), n_tiles, tiers, chip_tiles, spill_in, spill_out,
-                             budget, planned)
-        return section_floor(socket, stages, [], chip_tiles, budget)
+        heavy = heavy_operators(ops)
+        stages = some_stages(socket, ops, heavy, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
+        # the fill counts both GEMMs only when one is upstream of the other (the heavier alone else)
+        path = tuple(range(len(heavy))) if on_one_path(ops, heavy) else None
+        return section_floor(socket, stages, [], chip_tiles, budget, path)
     key = _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
     return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key if key is None else (*key, "part"), compute)
+
+
+def on_one_path(ops: Sequence[Operator], chosen: Sequence[int]) -> bool:
+    """Whether each of the ``chosen`` operators (indices in order) feeds the next through the
+    section's dataflow graph (:func:`~sn40l_sim.mapper.stages.producers`), so one path holds them all.
+
+    >>> from sn40l_sim.ir import Operator
+    >>> ops = [Operator("n", "elementwise"), Operator("q", "gemm", producers=("n",)),
+    ...        Operator("kv", "gemm", producers=("n",)), Operator("o", "gemm", producers=("q", "kv"))]
+    >>> on_one_path(ops, (1, 2)), on_one_path(ops, (1, 3)), on_one_path(ops[:1] + [Operator("m", "gemm")], (0, 1))
+    (False, True, True)
+    """
+    ancestors: list[set[int]] = []
+    for i in range(len(ops)):
+        above = set(producers(ops, i))
+        ancestors.append(above.union(*(ancestors[p] for p in above)))
+    return all(a in ancestors[b] for a, b in pairwise(chosen))
 
 
 def _priced(socket: SocketSpec, key: tuple | None, calls: Calls | None) -> tuple | None:
@@ -232,10 +254,28 @@ def placed_section(socket: SocketSpec, stages: list[StageWork], streams: list[St
                 if not stages[r.src].is_memory and not stages[r.dst].is_memory)
     memory = max([s.latency_cycles for s in stages if s.is_memory]
                  + [r.latency_cycles for r in routed if stages[r.src].is_memory or stages[r.dst].is_memory] + [0])
-    fill = ceil_cycles(max(0.0, sum(paced) + alloc.latency_cycles + chain + memory - cpt))
+    # the memory streams' shares and the slowest tier's latency bracket the first data tile, which
+    # crosses the compute stages along the longest path of their graph (:mod:`.fill_path`): the
+    # stages and hand-overs off it fill beside it, and are taken back out of the sum
+    fill = ceil_cycles(max(0.0, sum(paced) + alloc.latency_cycles + chain + memory - cpt
+                           - off_path_cycles(socket, stages, routed, alloc)))
     compute = max([c for c, st in zip(alloc.cycles, stages, strict=True) if not st.is_memory] + [mesh])
     stream = max([st.stream_cycles for st in stages if st.is_memory] + [0])
     return SectionPlan(stages, alloc, cells, routed, mesh, cpt, fill, bound, compute, stream, n_tiles)
+
+
+def off_path_cycles(socket: SocketSpec, stages: Sequence[StageWork], routed: Sequence[RoutedStream],
+                    alloc: Allocation) -> int:
+    """Cycles of the compute stages (their cycles per data tile, fill and drain) and hand-overs
+    that are not on the longest path of the section's stage graph (:func:`~.fill_path.longest_path`):
+    none for a chain, so its fill is every stage's and every hand-over's sum."""
+    compute, edges = compute_graph(stages, routed)
+    divisions = alloc.divisions or (None,) * len(stages)
+    weights = [alloc.cycles[i] + (divisions[i].latency_cycles if divisions[i] is not None else 0) for i in compute]
+    handovers = [handover_cycles(socket, r) for r in routed
+                 if not stages[r.src].is_memory and not stages[r.dst].is_memory]
+    longest, _ = longest_path(weights, [(a, b, h) for (a, b), h in zip(edges, handovers, strict=True)])
+    return sum(weights) + sum(handovers) - longest
 
 
 def handover_cycles(socket: SocketSpec, stream: RoutedStream) -> int:

@@ -49,6 +49,7 @@ True
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
 from sn40l_sim.hardware import figures
@@ -56,6 +57,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.network import mesh_latency_cycles
 from sn40l_sim.mapper.allocate import Allocation, StageFloor, stage_floor
 from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.fill_path import compute_graph, longest_path
 from sn40l_sim.mapper.keys import IdentityMemo
 
 if TYPE_CHECKING:
@@ -145,6 +147,18 @@ class SectionFloor(NamedTuple):
     stream: int
     #: configuration bytes of its fewest PMUs and of every switch of the tiles in use
     fixed_config: float
+    #: the compute stages (positions in ``stages``) on the longest path of the section's stage
+    #: graph by their floors (:mod:`.fill_path`): the fill is at least theirs; every stage of a chain
+    path: tuple[int, ...] = ()
+
+    def on_path(self) -> list[StageFloor]:
+        """The floors of the stages on :attr:`path`."""
+        return [self.stages[k] for k in self.path]
+
+    def off_path_pcus(self) -> int:
+        """The fewest PCUs of the stages off :attr:`path`, which the fill's floor does not count."""
+        on = set(self.path)
+        return sum(fl.fewest_pcus for k, fl in enumerate(self.stages) if k not in on)
 
 
 #: stage floors by (the stage's identity, tiles in use, its PCU and PMU limits): equal sections of
@@ -168,21 +182,37 @@ def clear_stage_floor_memo() -> None:
 
 
 def section_floor(socket: SocketSpec, stages: Sequence[StageWork], streams: Sequence[Stream], chip_tiles: int,
-                  budget: UnitBudget = NO_LIMITS) -> SectionFloor:
+                  budget: UnitBudget = NO_LIMITS, path: tuple[int, ...] | None = None) -> SectionFloor:
     """The parts of :func:`tiling_floor` that one section's stages and streams give, whatever the
-    kernel's calls."""
+    kernel's calls; ``path`` the compute stages (positions among them) known to lie on one path of
+    the section's graph, when not the longest path the ``streams`` give."""
     pcus = budget.tile_pcus(socket.tile.pcus)
     floors = tuple(_stage_floor(socket, s, chip_tiles, budget) for s in stages if not s.is_memory)
     memory = [s for s in stages if s.is_memory]
     compute = max([fl.cycles for fl in floors] + [sum(fl.work for fl in floors) / (chip_tiles * pcus)] + [0])
-    hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
+    # the fill is at least any one path's stages and hand-overs (each at least a control hop): the
+    # longest by the stages' floors, every stage of a chain
+    hop = mesh_latency_cycles(socket.tile.control_network, 1)
+    _, edges = compute_graph(stages, streams)
+    if path is None:
+        _, path = longest_path([fl.cycles + fl.latency for fl in floors], [(a, b, hop) for a, b in edges])
+    steps = set(pairwise(path))
     latency = (max([s.latency_cycles for s in memory] + [0])
-               + mesh_latency_cycles(socket.tile.control_network, 1) * hand_overs + sum(fl.latency for fl in floors))
+               + hop * sum(1 for e in edges if e in steps) + sum(floors[k].latency for k in path))
     c = socket.configuration
     fixed = chip_tiles * (sum(fl.pmus for fl in floors) * c.pmu_bytes
                           + figures.switches_per_tile(socket) * c.switch_bytes)
     return SectionFloor(floors, sum(s.paced_cycles for s in memory), max([s.paced_cycles for s in memory] + [0.0]),
-                        compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed)
+                        compute, latency, max([s.stream_cycles for s in memory] + [0]), fixed, path)
+
+
+def _path_floor(sec: SectionFloor, n_tiles: int, pcus: int, chip_tiles: int, slowest: float,
+                pcu_price: float) -> float:
+    """:func:`_chain_floor` of the stages on the section's path (the fill counts no others) and
+    the configuration of the others' fewest PCUs: a relaxation (their PCUs then leave the path's
+    more), so still a floor."""
+    return (_chain_floor(sec.on_path(), n_tiles, pcus, chip_tiles, slowest, pcu_price)
+            + pcu_price * sec.off_path_pcus())
 
 
 def _overlapped(config: float, first: float, slowest: float, sections: int, overlap_cycles: int) -> float:
@@ -215,27 +245,37 @@ def tiling_floor(socket: SocketSpec, sections: Sequence[SectionFloor], n_tiles: 
         if index == 0 and overlap_cycles and not pipelined:
             # its configuration, then every stage once (a compute stage at least its floor's
             # cycles), the fixed part of the fill, and the collectives
-            first = sec.memory_cycles + sec.latency + sum(fl.cycles for fl in sec.stages)
+            first = sec.memory_cycles + sec.latency + sum(fl.cycles for fl in sec.on_path())
             overlapped = _overlapped(least_config, first, max(sec.compute, sec.memory_slowest), len(sections),
                                      overlap_cycles)
         if pipelined:
             # the iteration (:mod:`.read_ahead`) ends no sooner than its stream, nor than its chain
             # after the gate, which elapses while the first of several sections' configuration loads
-            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
+            chain = _path_floor(sec, n_tiles, pcus, chip_tiles, sec.compute, pcu_price)
             gate = gate_cycles if index == 0 else 0
             if len(sections) == 1:
                 head = gate + fixed + chain
             else:
                 # the gate elapses while the whole configuration loads, its PCUs' part too: the
                 # chain after the gate pays no PCU price (the price is configuration, not compute)
-                bare = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, sec.compute, 0.0) if gate else 0.0
+                bare = _path_floor(sec, n_tiles, pcus, chip_tiles, sec.compute, 0.0) if gate else 0.0
                 head = max(gate + bare, fixed + chain)
             total += max(sec.stream + least_config, head + sec.latency)
         else:
             slowest = max(sec.compute, sec.memory_slowest)
-            chain = _chain_floor(sec.stages, n_tiles, pcus, chip_tiles, slowest, pcu_price)
+            chain = _path_floor(sec, n_tiles, pcus, chip_tiles, slowest, pcu_price)
             total += max(n_tiles * slowest + least_config, sec.memory_cycles + sec.latency + chain + fixed)
     return max(total, overlapped) * (1 - _SLACK) - len(sections)
+
+
+def _off_path(stages: Sequence[StageWork], streams: Sequence[Stream], alloc: Allocation, hand_over: int) -> int:
+    """Cycles of the compute stages and hand-overs (a control hop each) off the longest path of
+    the section's stage graph as ``alloc`` gives them: none for a chain."""
+    compute, edges = compute_graph(stages, streams)
+    divisions = alloc.divisions or (None,) * len(stages)
+    weights = [alloc.cycles[i] + (divisions[i].latency_cycles if divisions[i] is not None else 0) for i in compute]
+    longest, _ = longest_path(weights, [(a, b, hand_over) for a, b in edges])
+    return sum(weights) + hand_over * len(edges) - longest
 
 
 def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageWork], Sequence[Stream], Allocation]],
@@ -252,7 +292,8 @@ def allocated_floor(socket: SocketSpec, sections: Sequence[tuple[Sequence[StageW
     total = overlapped = 0.0
     for index, (stages, streams, alloc) in enumerate(sections):
         hand_overs = sum(1 for s in streams if not stages[s.src].is_memory and not stages[s.dst].is_memory)
-        latency = (alloc.latency_cycles + hand_over * hand_overs
+        # the fill counts the stages and hand-overs on its longest path only (:mod:`.fill_path`)
+        latency = (alloc.latency_cycles + hand_over * hand_overs - _off_path(stages, streams, alloc, hand_over)
                    + max([s.latency_cycles for s in stages if s.is_memory] + [0]))
         if pipelined:
             compute = [c for c, s in zip(alloc.cycles, stages, strict=True) if not s.is_memory]
