@@ -5,12 +5,15 @@ objective).
 
 Per section, with ``C`` the slowest stage or stream per data tile::
 
-    fill    = sum of every stage's cycles per tile + its fill and drain (hops to and from its
-              PMUs, pipeline, trees, reduction rounds) + the hand-overs between compute stages
-              (data past the neighbouring switch, a control token) + memory latency - C
+    fill    = the memory streams' cycles per tile + memory latency - C + the longest path through
+              the compute stages' graph, each stage its cycles per tile and its fill and drain
+              (hops to and from its PMUs, pipeline, trees, reduction rounds), each edge its
+              hand-over (data past the neighbouring switch, a control token)
     section = fill + n_tiles x C
 
-so a kernel of one stage still pays its stage's fill and drain.
+so a kernel of one stage still pays its stage's fill and drain. The graph's edges are the streams
+between operators, each reading its producers' outputs (:attr:`~sn40l_sim.ir.Operator.producers`):
+a chain's path is every stage, and parallel branches fill side by side (:mod:`.fill_path`).
 
 and for the kernel (``sections`` configurations in sequence; the first is loaded by the call)::
 

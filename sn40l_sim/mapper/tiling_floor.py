@@ -15,8 +15,9 @@ stage's part):
   use, ``V`` the least PCU-cycles of its work), with ``q`` between its fewest and most PCUs and
   the stages' PCUs adding up to at most a tile's;
 * the section streams ``fill + n_tiles x C`` cycles (``C`` its slowest stage) and the fill is at
-  least every stage's cycles plus the fills and drains, the memory latency and a control hop per
-  hand-over, less ``C``; a looped kernel's iteration at least its compute chain after the gate or
+  least the memory stages' cycles, the memory latency and, along any one path of the stage graph
+  (:mod:`.fill_path`; the longest by the stages' floors, a chain's every stage), its stages' cycles
+  and fills and drains and a control hop per hand-over, less ``C``; a looped kernel's iteration at least its compute chain after the gate or
   its stream (see :mod:`.read_ahead`);
 * its configuration covers the PCUs, at least the PMUs holding its buffers, and every switch of
   the tiles in use; a kernel called ``L`` times in a row pays a single section's ``1 / L`` times;
