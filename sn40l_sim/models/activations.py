@@ -75,18 +75,24 @@ def _operators_with_activations(steps: list[Step], read_later: frozenset[str]) -
     # the steps whose outputs each step reads on chip: the latest writer of each name it reads, and
     # the conversions just before it (a GEMM's FP8 weights widened, a cache's elements widened or
     # narrowed: :mod:`sn40l_sim.models.context`), which name no activation and serve the next
-    # operator that does, reading only memory themselves
+    # operator that does, reading only memory themselves; and a cache read waits for the kernel's
+    # latest cache write before it (decode attends to the rows this step writes)
     writer: dict[str, int] = {}
     sources: list[list[int]] = []
     pending: list[int] = []
+    cache_writer = -1
     for j, s in enumerate(steps):
         if not (s.reads or s.writes or s.rereads):
             sources.append([])
             pending.append(j)
             continue
-        sources.append(sorted({writer[name] for name, _ in s.reads if name in writer} | set(pending)))
+        reads_cache = s.op.kv_read_bytes or s.op.kv_offload_read_bytes
+        sources.append(sorted({writer[name] for name, _ in s.reads if name in writer} | set(pending)
+                              | ({cache_writer} if reads_cache and cache_writer >= 0 else set())))
         pending = []
         writer.update((n, j) for n, _ in s.writes)
+        if s.op.kv_write_bytes or s.op.kv_offload_write_bytes:
+            cache_writer = j
         for name, size in s.reads:
             if name not in produced and name not in seen_in:
                 seen_in.add(name)
