@@ -116,3 +116,14 @@ def test_fill_never_exceeds_the_sum(socket, phase):
             shorter += sec.fill_cycles < summed
     if phase == "decode":
         assert shorter > 0
+
+
+def test_split_kv_combine_sits_between_the_sum_and_its_readers(socket):
+    """One long cache spread over four tiles leaves partial results: their merge reads the weighted
+    sum, and what read the sum reads the merged rows instead (so the merge is on the fill's path)."""
+    from sn40l_sim.mapper.attention import with_combines
+
+    mla = distinct_kernels(deepseek_graph("decode", batch=1))[1]
+    named = {op.name: op.producers for op in with_combines(socket, mla.operators, 4)}
+    assert named["absorbed_qk.combine"] == ("absorbed_pv",)
+    assert named["v_unabsorb"] == ("absorbed_qk.combine", "v_unabsorb.dequant")
