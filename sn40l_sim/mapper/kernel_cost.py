@@ -229,7 +229,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # an iteration lasts at least that long
         least = mean_gate_cycles(loop) + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
-    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective, overlap_stream)
+    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective, overlap_stream, loop.pipelined)
 
 
 def mean_gate_cycles(loop: LoopContext) -> float:

@@ -72,6 +72,8 @@ class KernelPlan:
     #: a call's stream left once its overlapped collectives start (see
     #: :attr:`~sn40l_sim.mapper.placement.PlacedKernel.overlap_stream_cycles`)
     overlap_stream_cycles: int | None = None
+    #: chosen for its time per iteration as a looped call (its objective a mean over the loop)
+    looped: bool = False
 
 
 def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> PlacedKernel:
@@ -130,6 +132,16 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
         pcus_per_tile=tuple(pcus), pmus_per_tile=tuple(pmus), sram_bytes_per_tile=tuple(sram),
         overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config,
         iteration_cycles=looped_iteration_cycles(socket, plan.sections, plan.fill_cycles, 0, configs), tiles_bound=heaviest.bound,
-        call_cycles=math.ceil(plan.objective[0]) if plan.objective[0] else plan.cycles, call_bound=bound,
+        call_cycles=_call_cycles(plan), call_bound=bound,
         overlap_stream_cycles=plan.overlap_stream_cycles)
 
+
+
+def _call_cycles(plan: KernelPlan) -> int:
+    """A call's whole cycles as the plan was chosen by: a looped call's mean iteration rounded down,
+    so that the loop's calls add up to no more than the engine's loop, whose last iteration's
+    windows the mean holds (:func:`~.window_replay.looped_window_cycles`); another call's time
+    rounded up."""
+    if not plan.objective[0]:
+        return plan.cycles
+    return math.floor(plan.objective[0]) if plan.looped else math.ceil(plan.objective[0])

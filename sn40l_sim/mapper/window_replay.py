@@ -269,7 +269,13 @@ def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate:
                          gate_staging: Sequence[tuple[int, int]] = ()) -> float:
     """The mean iteration of a loop of ``iterations`` iterations of the one-section ``plan`` with
     ``windows``, each replayed (:func:`windowed_section_cycles`) after the one before it, as the
-    engine runs them (:mod:`sn40l_sim.engine.kernel_process`). The first is the loop's call: no
+    engine runs them (:mod:`sn40l_sim.engine.kernel_process`), and the last one's windows'
+    collectives past its tiles spread over them: the kernel after the loop waits for those (each
+    earlier iteration's are in the next one's gate). Their last data tile's share is the bytes over
+    the window's tiles, so it differs by plan; left out, the loop was scored without it and a plan of
+    coarser data tiles, its share 15 bytes against 8, won by 0.7 cycles an iteration and ran 1,295
+    cycles longer (Llama-3.1-405B's decoder on 16 sockets at batch 1 with 200 GB/s per P2P port,
+    docs/validation.md, "A loop's last windows"). The first is the loop's call: no
     gate, its pipeline filled before its stream starts (the fill is not hidden under a stream
     running ahead) and its windows' collectives starting once its first tile is out. Each later
     one waits for its ``gate`` (the collectives after the tiles, ``(cycles, staged bytes)`` each
@@ -298,4 +304,5 @@ def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate:
         if got.after == after and got.carry == carry:
             break
         after, carry = got.after, got.carry
-    return (sum(ends) + (iterations - len(ends)) * ends[-1]) / iterations
+    # ``after``: the last iteration's (the steady state's once the iterations repeat)
+    return (sum(ends) + (iterations - len(ends)) * ends[-1] + after) / iterations

@@ -117,3 +117,13 @@ def check_windowed_calls_as_run(placed: PlacedGraph, run: GraphRun, calls: int) 
         # its configuration load (if any) included
         engine = rec.end - rec.start - rec.launch_cycles - rec.barrier_cycles
         assert abs(pk.call_cycles - engine) <= 2, (pk.kernel.name, pk.call_cycles, engine)
+
+
+def loop_windows_end(record) -> int:
+    """The cycle a looped kernel's last iteration (its engine ``record``) has its windows'
+    collectives done, their last data tiles' shares included: what the kernel after the loop waits
+    for, and the mapper scores (``looped_window_cycles``). The record ends later by its collectives
+    that do not overlap its stream, which take the links after those shares and which the mapper
+    leaves out whatever the plan (the engine's ``run_kernel``: they start once the tiles are done,
+    one after the other)."""
+    return record.end - sum(run.end - run.start for run in record.collectives if not run.collective.overlapped)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mapper_checks import loop_windows_end
 
 from sn40l_sim.engine.run_graph import run_graph
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
@@ -52,9 +53,10 @@ def test_the_looped_decoders_score_is_the_engines_loop_first_iteration_included(
     records = run.records[loop.first:loop.stop]
     first = records[0]
     assert first.config_resident and first.fill_cycles   # the call fills its pipeline before its stream
-    # the loop from its call's boundary (launch, barrier) on to its last iteration's tiles
+    # the loop from its call's boundary (launch, barrier) on to its last iteration's windows' end
+    # (tests/mapper/test_window_loop_mean.py)
     begun = first.start + first.launch_cycles + first.barrier_cycles
-    engine = records[-1].stream_end - begun
+    engine = loop_windows_end(records[-1]) - begun
     scored = sum(pk.call_cycles for pk in placed.kernels[loop.first:loop.stop])
     assert abs(scored - engine) <= len(records), (scored, engine)
 

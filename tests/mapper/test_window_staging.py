@@ -9,7 +9,8 @@ whose second chunk then arrived 61 cycles after its compute was done in the engi
 tile more (29,657); at 128 data tiles it scored 29,346 (the engine 29,449), so the mapper took the
 coarse plan and the step at 200 GB/s (0.6853 ms) was slower than at 100 (0.6801).
 
-The score is the loop's mean iteration, its first a call, and is checked against the engine's mean
+The score is the loop's mean iteration, its first a call, its last one's windows' time past its
+tiles spread over the loop (``loop_windows_end``), and is checked against the engine's mean
 with the decoder mapped at 2 and 4 data tiles (the step's own 16 at the refit's values: a window of
 5 data tiles there, whose share the score times at 8's, 36 cycles short of the engine's, once).
 """
@@ -19,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from mapper_checks import loop_windows_end
 
 from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import run_graph
@@ -84,7 +86,7 @@ def test_the_looped_decoders_score_is_the_engines_mean_iteration_with_staging(st
     # fill exposed, no gate: tests/mapper/test_loop_first_iteration.py)
     first = records[0]
     begun = first.start + first.launch_cycles + first.barrier_cycles + first.config_cycles
-    assert plan.objective[0] == (records[-1].stream_end - begun) / len(records)
+    assert plan.objective[0] == (loop_windows_end(records[-1]) - begun) / len(records)
 
 
 def test_a_staging_collective_delays_the_chunk_it_overlaps_by_its_bytes():
