@@ -18,7 +18,8 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
   :func:`as_called` adds them, ``after_cycles`` and ``tail_cycles``).
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
-loop's last iteration, any contention on the links, and the memory tier a collective's staging
+loop's last iteration that do not overlap its stream (its windows' time past its tiles is in the
+loop's calls, :func:`~.window_replay.looped_window_cycles`), any contention on the links, and the memory tier a collective's staging
 shares with the kernels' streams but where an overlapped collective's staging holds its own call's
 stream back (the mapper charges that call its estimate, max-min fair as the engine shares the
 tier: :func:`~sn40l_sim.mapper.kernel_cost.held_back_cycles`). So the calls of a graph add up to a

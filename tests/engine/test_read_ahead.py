@@ -90,7 +90,12 @@ def test_a_looped_decoders_score_is_the_engines_iteration(batch, kv_len, beyond)
     # iteration being the call (no gate, its fill before its stream: tests/mapper/test_loop_first_iteration.py)
     records = run.records[loop.first:loop.stop]
     begun = records[0].start + records[0].launch_cycles + records[0].barrier_cycles + records[0].config_cycles
-    assert plan.objective[0] - reload == (records[-1].stream_end - begun) / len(records)
+    # to the last iteration's windows' end, which the kernel after the loop waits for: its end less
+    # the collectives after its tiles that do not overlap them, which take the links after the
+    # windows' last shares (docs/validation.md, "A loop's last windows")
+    last = records[-1]
+    windows_end = last.end - sum(c.end - c.start for c in last.collectives if not c.collective.overlapped)
+    assert plan.objective[0] - reload == (windows_end - begun) / len(records)
     assert (sum(mapped.tier_bytes.values()) > read_ahead_bytes(NODE8.socket)) == beyond
 
 
