@@ -98,7 +98,7 @@ def test_a_capped_placement_is_tried_only_where_a_cap_takes_units_and_the_step_i
     "open search defect (docs/validation.md, 'The MLA kept on one tile beside the FFN'): the confined "
     "search places DeepSeek-R1's MLA on one tile beside the MoE FFN and never gives it back its "
     "four-tile mapping, which reloads the tiles the FFN takes and by the mapper's own scoring "
-    "shortens Table 5 row 1's full-cache step from 87.1 to 71.4 ms; the fit to REFERENCE §4 leans "
+    "shortens Table 5 row 1's full-cache step from 87.1 to 71.4 ms; the fit to the measured points (docs/reference.md §4) leans "
     "on the one-tile placement, so fixing it waits for a refit that keeps the measured points"))
 def test_the_table5_mla_is_not_kept_compute_bound_on_one_tile_beside_the_ffn():
     # Table 5 row 1's full-cache step: DeepSeek-R1 streaming every expert, 16 sequences of 133,121
