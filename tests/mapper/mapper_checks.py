@@ -127,3 +127,18 @@ def loop_windows_end(record) -> int:
     leaves out whatever the plan (the engine's ``run_kernel``: they start once the tiles are done,
     one after the other)."""
     return record.end - sum(run.end - run.start for run in record.collectives if not run.collective.overlapped)
+
+
+def looped_decoder_windows(node, placed: PlacedGraph):
+    """The looped decoder of ``placed`` as ``node`` runs it: ``(loop, kernel, windows)``, its engine loop,
+    its kernel and the overlap windows of its collectives, each timed alone and staged as the engine
+    stages them (what the mapper scores a looped call with)."""
+    from sn40l_sim.engine.collectives import CollectiveModel
+    from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
+    from sn40l_sim.mapper.windows import overlap_windows
+    (loop,) = run_graph(node, placed).loops
+    collectives = CollectiveModel.from_node(node)
+    kernel = placed.kernels[loop.first].kernel
+    windows = overlap_windows(node.socket, kernel, lone_collective_cycles(collectives, node, placed.memory, True),
+                              lone_staging_bytes(collectives, True), placed.memory.tiers())
+    return loop, kernel, windows

@@ -17,18 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from mapper_checks import loop_windows_end
+from mapper_checks import loop_windows_end, looped_decoder_windows
 
-from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import run_graph
-from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.frozen import copied
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext, map_kernel
-from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.assemble import step_timer
 
@@ -59,12 +56,8 @@ def fast():
 def _with_decoder_at(node, placed, n_tiles: int):
     """``placed`` with its looped decoder mapped at ``n_tiles`` data tiles in the loop's context, and
     the engine's run of it."""
-    (loop,) = run_graph(node, placed).loops
-    collectives = CollectiveModel.from_node(node)
+    loop, kernel, windows = looped_decoder_windows(node, placed)
     tiers = placed.memory.tiers()
-    kernel = placed.kernels[loop.first].kernel
-    windows = overlap_windows(node.socket, kernel, lone_collective_cycles(collectives, node, placed.memory, True),
-                              lone_staging_bytes(collectives, True), tiers)
     # every collective of the decoder overlaps its stream: the loop's gate is its windows' alone
     assert windows and all(c.overlapped and c.after for c in kernel.collectives)
     context = LoopContext(loop.iterations, 0, True, windows=windows, resident=True)

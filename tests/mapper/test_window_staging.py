@@ -20,11 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from mapper_checks import loop_windows_end
+from mapper_checks import loop_windows_end, looped_decoder_windows
 
-from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import run_graph
-from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.frozen import copied
 from sn40l_sim.hardware.loader import load_hardware, with_overrides
 from sn40l_sim.ir import ParallelPlan, Shape
@@ -32,7 +30,6 @@ from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext, best_plan, map_kernel
 from sn40l_sim.mapper.window_replay import Replay, StagedStream, replay_stream, replay_windows, shared_arrival
-from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.assemble import step_timer
 
@@ -67,12 +64,8 @@ def test_the_looped_decoders_score_is_the_engines_mean_iteration_with_staging(st
     # is the loop's mean iteration (tests/mapper/test_window_loop_mean.py), the first a call
     node = with_overrides(NODE16, {"socket.p2p.bytes_per_s_per_port": "200 GB/s"})
     placed = steps["200 GB/s"][1]
-    (loop,) = run_graph(node, placed).loops
-    collectives = CollectiveModel.from_node(node)
+    loop, kernel, windows = looped_decoder_windows(node, placed)
     tiers = placed.memory.tiers()
-    kernel = placed.kernels[loop.first].kernel
-    windows = overlap_windows(node.socket, kernel, lone_collective_cycles(collectives, node, placed.memory, True),
-                              lone_staging_bytes(collectives, True), tiers)
     assert all(w.staged_bytes for w in windows) and not any(not c.overlapped for c in kernel.collectives)
     context = LoopContext(loop.iterations, 0, True, windows=windows, resident=True)
     budget = UnitBudget(n_tiles=n_tiles)
