@@ -14,8 +14,9 @@ takes (:attr:`~sn40l_sim.mapper.placement.PlacedKernel.call_cycles`):
   previous iteration's collectives;
 - any other call ends no sooner than its overlapped collectives, which start after its first tile,
   nor than their last data tile's shares after its last tile, and its other collectives follow its
-  tiles whatever the plan (the mapper leaves those and the shares out of the choice;
-  :func:`as_called` adds them, ``after_cycles`` and ``tail_cycles``).
+  tiles whatever the plan (the mapper leaves those out of the choice; :func:`as_called` adds them,
+  ``after_cycles``; it chooses the plan for the shares, :mod:`.shares`, which :func:`as_called`
+  charges from the call's ``tails``).
 
 The kernel-call boundary (launch, barrier) is the engine's alone, as are the collectives after a
 loop's last iteration that do not overlap its stream (its windows' time past its tiles is in the
@@ -61,6 +62,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.keys import IdentityMemo
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.shares import shares_after
 from sn40l_sim.mapper.windows import hidden_cycles
 
 if TYPE_CHECKING:
@@ -89,14 +91,16 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
     sooner than its tiles and that, whatever of its overlapped collectives its plan's time holds.
     ``tails``: those collectives (naming no operator) one by one, in order, as ``(cycles, their
     share's cycles)``; with the plan's :attr:`~.placement.PlacedKernel.overlap_stream_cycles`, each
-    share is charged as the engine runs it (:func:`_shares_after`), else their sum as
-    ``tail_cycles``."""
+    share is charged as the engine runs it (:func:`~.shares.shares_after`), else their sum as
+    ``tail_cycles``. The shares the plan's time counted already (its
+    :attr:`~.placement.PlacedKernel.overlap_share_cycles`, the mapper's objective) are replaced by
+    those of ``tails``, the same when the call is the one the plan was mapped for."""
     configs = [figures.config_cycles(socket, n) for n in pk.section_config_bytes]
-    call = pk.call_cycles + after_cycles
+    call = pk.call_cycles - pk.overlap_share_cycles + after_cycles
     if tails and pk.overlap_stream_cycles is not None and configs and not loop.pipelined:
         # the plan's time ends with its stream or its collectives, whichever is later; the shares
         # follow, one after the other on the links
-        call += _shares_after(tails, pk.overlap_stream_cycles)
+        call += shares_after(tails, pk.overlap_stream_cycles)
         tails = ()
     tail_cycles += round(sum(share for _, share in tails))
     if not configs:
@@ -127,25 +131,6 @@ def as_called(socket: SocketSpec, pk: PlacedKernel, loop: LoopContext, after_cyc
              (COLLECTIVE, waits + hidden))
     bound = max(parts, key=lambda part: part[1])[0]
     return copied(pk, call_cycles=call, call_collective_cycles=waits, call_bound=bound)
-
-
-def _shares_after(tails: tuple[tuple[float, float], ...], stream: int) -> int:
-    """Cycles the last data tiles' shares of a call's overlapped collectives add past its stream's
-    end or its collectives', whichever is later, as the engine's ``Windows`` runs them
-    (``sn40l_sim/engine/windows.py``): the collectives start together, once the first tile is out,
-    and run one after the other for their ``cycles``; ``stream`` the cycles the call's stream
-    takes from then on. A collective that ends before the stream does sends all of its share once
-    the stream has ended, behind whatever still holds the links; one that ends later, what of it its
-    own time past the stream's end has not covered. A memory-bound MoE kernel of DeepSeek-R1's 1K
-    prefill was scored without its shares (the stream its collectives' staging held back was taken
-    for their time past it), 26,530 cycles short of the engine's call; its 8K output projection and
-    FFN without its first all-reduce's share, which waits for the second (docs/validation.md, "The
-    last tile's share of a prefill collective")."""
-    end, shares = 0.0, 0.0
-    for cycles, share in tails:
-        end += cycles
-        shares += max(0.0, share - max(0.0, end - stream))
-    return round(shares)
 
 
 def _hidden_cycles(pk: PlacedKernel, loop: LoopContext, tiles: float) -> float:

@@ -24,7 +24,6 @@ Examples
 from __future__ import annotations
 
 import gc
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -45,6 +44,7 @@ from sn40l_sim.mapper.memory import all_in_first_tier
 from sn40l_sim.mapper.placement import MemoryPlacement, PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.planning import clear_section_memo
 from sn40l_sim.mapper.residency import Loads, load_bytes, reload_tiles, resident_calls
+from sn40l_sim.mapper.shares import overlap_tail
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.windows import overlap_windows
 
@@ -183,7 +183,8 @@ def map_graph(node: NodeSpec, graph: KernelGraph, memory: MemoryPlacement | None
         staging = tuple((round(collective_cycles(c)), staging_bytes(c)) for c in kernel.collectives
                         if not c.overlapped) if collective_cycles and staging_bytes and looping else ()
         context = LoopContext(loop.iterations, round(gate), looping, gate_staging=staging,
-                              windows=calls[loop.first].windows, overlap_cycles=calls[loop.first].overlap_cycles)
+                              windows=calls[loop.first].windows, overlap_cycles=calls[loop.first].overlap_cycles,
+                              overlap_tails=calls[loop.first].overlap_tails)
         if not looping:
             context = replace(context, overlap_staged_bytes=calls[loop.first].overlap_staged_bytes)
         calls[loop.first:loop.stop] = [context] * loop.iterations
@@ -351,7 +352,7 @@ def _as_called(socket: SocketSpec, order: list[FusedKernel], plans: list[PlacedK
         key = (k.signature(), call.pipelined, pk.n_tiles)
         wait = waits.get(key)
         if wait is None:
-            wait = waits[key] = (_after(k, call, collective_cycles), _tails(k, pk.n_tiles, call, collective_cycles))
+            wait = waits[key] = (_after(k, call, collective_cycles), _tails(pk.n_tiles, call))
         out.append(as_called(socket, pk, call, wait[0], not tiles, 0, wait[1], load_bytes(socket, pk, tiles)))
     return tuple(out)
 
@@ -364,16 +365,13 @@ def _after(kernel: FusedKernel, call: LoopContext, collective_cycles: Callable[[
     return round(sum(collective_cycles(c) for c in kernel.collectives if not c.overlapped))
 
 
-def _tails(kernel: FusedKernel, n_tiles: int, call: LoopContext,
-           collective_cycles: Callable[[Collective], float] | None) -> tuple[tuple[float, float], ...]:
-    """A call's overlapped collectives that name no operator, in order, each as its cycles and its
-    last data tile's share's, which goes after the call's last tile (as the engine ends them; a
-    looped call's are in the next iteration's gate). Those naming their operator are in the plan's
-    time already (its windows, :mod:`.windows`)."""
-    if collective_cycles is None or call.pipelined or not n_tiles:
+def _tails(n_tiles: int, call: LoopContext) -> tuple[tuple[float, float], ...]:
+    """A call's overlapped collectives naming no operator, in order, as their cycles and their last
+    data tile's share's, which goes after the call's last tile (a looped call's are in the next
+    iteration's gate). Those naming their operator are in the plan's time (:mod:`.windows`)."""
+    if call.pipelined or not n_tiles:
         return ()
-    return tuple((collective_cycles(c), collective_cycles(replace(c, bytes=math.ceil(c.bytes / n_tiles))))
-                 for c in kernel.collectives if c.overlapped and not c.after)
+    return tuple((t.cycles, t.share_cycles(n_tiles)) for t in call.overlap_tails)
 
 
 def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[Collective], float] | None,
@@ -389,7 +387,10 @@ def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[
     windows = overlap_windows(socket, kernel, collective_cycles, staging_bytes, tiers)
     if not overlap and not windows:
         return LONE_CALL
-    return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows)
+    # their last data tile's shares follow the stream, and the plan is chosen for them (:mod:`.shares`)
+    tails = tuple(overlap_tail(c, collective_cycles) for c in overlapped) if overlap else ()
+    return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows,
+                       overlap_tails=tails)
 
 
 def clear_memo() -> None:

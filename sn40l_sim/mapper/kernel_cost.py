@@ -28,12 +28,13 @@ Collectives stay on the kernel for the engine, which times them; but a call's ov
 other on the links (:mod:`sn40l_sim.engine.kernel_process`), and the call ends when they have. So a
 call is chosen for (``overlap``, the cycles the engine will charge them, given by the caller)::
 
-    cycles + held + max(0, fill + C_0 + overlap - (cycles + held - config_0))
+    cycles + held + max(0, fill + C_0 + overlap - (cycles + held - config_0)) + shares
 
 (``C_0`` the first section's slowest stage per data tile; ``config_0`` the configuration loaded by
 the call; ``held`` what their staging, sharing the activations' tier with the first section's
 stream, holds that stream back: :func:`held_back_cycles`): the collectives' time past the rest of
-the kernel. Its collectives that do not overlap
+the kernel, and then their last data tile's shares (:func:`~.shares.shares_after`, those naming no
+operator), as :func:`~.calls.as_called` charges the call. Its collectives that do not overlap
 start when the tiles are done, whatever the plan, and are left out. Fewer, larger data tiles
 shorten the stream but start the collectives later; ``cycles`` alone would not see it. Where the
 collectives outlast the kernel, plans of many tilings end alike; of those, the one of fewer kernel
@@ -78,6 +79,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.planning import plan_section, replay_memo
 from sn40l_sim.mapper.plans import KernelPlan, SectionPlan
 from sn40l_sim.mapper.read_ahead import looped_iteration_cycles
+from sn40l_sim.mapper.shares import OverlapTail, shares_after
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.window_replay import first_tile_cycles, looped_window_cycles, windowed_section_cycles
@@ -109,6 +111,9 @@ class LoopContext:
     #: for them where its stream reaches their readers and after its last tile, a looped call's
     #: next iteration at its gate
     windows: tuple[OverlapWindow, ...] = ()
+    #: the overlapped collectives that name no operator (those ``overlap_cycles`` times), in order:
+    #: their last data tile's shares, which follow the call's stream (:mod:`.shares`)
+    overlap_tails: tuple[OverlapTail, ...] = ()
     #: units the balanced allocation leaves idle are given only where they pay for their
     #: configuration (:mod:`.spending`; the experiment's ``execution.idle_units: priced``)
     priced: bool = False
@@ -153,6 +158,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
     reload = configs[0] / loop.calls_per_load if n == 1 else sum(configs)
     objective: tuple[float, int] = (cycles - sum(configs) + reload, 0)
     overlap_stream: int | None = None
+    shares = 0
     # the call's windows: a wait mid-stream for the collectives its later operators read, and
     # the last ones' time past its tiles (the next iteration's gate when looped). A looped
     # iteration's stream ran ahead during the gate, and a call's runs ahead once a window opens or
@@ -211,8 +217,13 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         objective = (objective[0] + held + max(0, exposed - after), math.ceil(objective[0] + held - stall - after))
         if not loop.windows:
             # the stream left once they start: those that end sooner send their last tile's share
-            # after it, behind those still on the links (the engine's ``Windows``; calls.as_called)
+            # after it, behind those still on the links (the engine's ``Windows``; calls.as_called,
+            # which charges the call them): the plan is chosen for them too, a share being
+            # ``bytes / n_tiles`` and the stream's end moving with the tiling
             overlap_stream = math.ceil(cycles + held - configs[0] - fill - plans[0].cycles_per_tile)
+            shares = shares_after(tuple((t.cycles, t.share_cycles(n_tiles)) for t in loop.overlap_tails),
+                                  overlap_stream)
+            objective = (objective[0] + shares, objective[1])
     if loop.pipelined and not replayed:
         # the engine's iteration: the stream runs ahead of the gated chain as far as half the SRAM;
         # but the loop's first iteration is its call, ungated, its pipeline filled before its
@@ -229,7 +240,7 @@ def plan_kernel(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int,
         # an iteration lasts at least that long
         least = mean_gate_cycles(loop) + fill + plans[0].cycles_per_tile + loop.overlap_cycles
         objective = (max(objective[0], reload + least), objective[1])
-    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective, overlap_stream, loop.pipelined)
+    return KernelPlan(n_tiles, chip_tiles, plans, fill, cpt, cycles, objective, overlap_stream, shares, loop.pipelined)
 
 
 def mean_gate_cycles(loop: LoopContext) -> float:

@@ -124,6 +124,10 @@ class PlacedKernel:
     #: says which of them end before the stream does and leave all of their last data tile's share
     #: to after it (:func:`~sn40l_sim.mapper.calls.as_called`); None otherwise
     overlap_stream_cycles: int | None = None
+    #: of ``call_cycles``, the cycles those collectives' last data tile's shares add past the
+    #: stream as the mapper's objective counted them (:mod:`sn40l_sim.mapper.shares`), which
+    #: :func:`~sn40l_sim.mapper.calls.as_called` replaces by the call's own
+    overlap_share_cycles: int = 0
 
 
 @dataclass(frozen=True)

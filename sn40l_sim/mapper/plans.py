@@ -72,6 +72,9 @@ class KernelPlan:
     #: a call's stream left once its overlapped collectives start (see
     #: :attr:`~sn40l_sim.mapper.placement.PlacedKernel.overlap_stream_cycles`)
     overlap_stream_cycles: int | None = None
+    #: the cycles their last data tile's shares add past it, in ``objective`` (see
+    #: :attr:`~sn40l_sim.mapper.placement.PlacedKernel.overlap_share_cycles`)
+    overlap_share_cycles: int = 0
     #: chosen for its time per iteration as a looped call (its objective a mean over the loop)
     looped: bool = False
 
@@ -133,7 +136,7 @@ def placed_kernel(socket: SocketSpec, kernel: FusedKernel, plan: KernelPlan) -> 
         overhead_cycles=configs[0], chip_tiles=t, section_config_bytes=section_config,
         iteration_cycles=looped_iteration_cycles(socket, plan.sections, plan.fill_cycles, 0, configs), tiles_bound=heaviest.bound,
         call_cycles=_call_cycles(plan), call_bound=bound,
-        overlap_stream_cycles=plan.overlap_stream_cycles)
+        overlap_stream_cycles=plan.overlap_stream_cycles, overlap_share_cycles=plan.overlap_share_cycles)
 
 
 

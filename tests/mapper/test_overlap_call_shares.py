@@ -2,7 +2,7 @@
 their last data tile's shares as the engine runs them (``Windows`` in sn40l_sim/engine/windows.py):
 a collective that ends before the stream does sends all of its share after the stream's end, behind
 whatever still holds the links; one that ends later, what of it its time past that end has not
-covered (``_shares_after`` in sn40l_sim/mapper/calls.py).
+covered (``shares_after`` in sn40l_sim/mapper/shares.py).
 
 They were charged only past the whole plan's time beyond its tiles, which counted the stream their
 staging held back, and every collective's time past the stream, as covering them. DeepSeek-R1's
@@ -45,10 +45,10 @@ def test_a_prefill_calls_score_is_the_engines_call(timer, prompt_len):
 
 
 def test_a_share_waits_behind_the_collectives_still_on_the_links():
-    from sn40l_sim.mapper.calls import _shares_after
+    from sn40l_sim.mapper.shares import shares_after
 
     # two collectives of 100 cycles from when they start; shares of 10 each
-    assert _shares_after(((100, 10), (100, 10)), stream=300) == 20   # both end before the stream
-    assert _shares_after(((100, 10), (100, 10)), stream=150) == 10   # the second outlasts it by 50
-    assert _shares_after(((100, 10), (100, 10)), stream=195) == 15   # ... by 5: half its share left
-    assert _shares_after(((100, 10), (100, 10)), stream=50) == 0     # both outlast it
+    assert shares_after(((100, 10), (100, 10)), stream=300) == 20   # both end before the stream
+    assert shares_after(((100, 10), (100, 10)), stream=150) == 10   # the second outlasts it by 50
+    assert shares_after(((100, 10), (100, 10)), stream=195) == 15   # ... by 5: half its share left
+    assert shares_after(((100, 10), (100, 10)), stream=50) == 0     # both outlast it
