@@ -387,8 +387,7 @@ def _call(socket: SocketSpec, kernel: FusedKernel, collective_cycles: Callable[[
     windows = overlap_windows(socket, kernel, collective_cycles, staging_bytes, tiers)
     if not overlap and not windows:
         return LONE_CALL
-    # their last data tile's shares follow the stream, and the plan is chosen for them (:mod:`.shares`)
-    tails = tuple(overlap_tail(c, collective_cycles) for c in overlapped) if overlap else ()
+    tails = tuple(overlap_tail(c, collective_cycles) for c in overlapped) if overlap else ()   # :mod:`.shares`
     return LoopContext(overlap_cycles=round(overlap), overlap_staged_bytes=staged, windows=windows,
                        overlap_tails=tails)
 
