@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sn40l_sim.engine.collectives import CollectiveModel
 from sn40l_sim.engine.run_graph import EngineOptions, GraphRun, run_graph
+from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
@@ -12,6 +14,7 @@ from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.layout import pcu_cells, pmu_cells
 from sn40l_sim.mapper.placement import PlacedGraph, PlacedKernel
 from sn40l_sim.mapper.tier_split import TierSplit
+from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.loader import load_model
 from sn40l_sim.study.assemble import step_timer
 
@@ -133,9 +136,6 @@ def looped_decoder_windows(node, placed: PlacedGraph):
     """The looped decoder of ``placed`` as ``node`` runs it: ``(loop, kernel, windows)``, its engine loop,
     its kernel and the overlap windows of its collectives, each timed alone and staged as the engine
     stages them (what the mapper scores a looped call with)."""
-    from sn40l_sim.engine.collectives import CollectiveModel
-    from sn40l_sim.engine.staging import lone_collective_cycles, lone_staging_bytes
-    from sn40l_sim.mapper.windows import overlap_windows
     (loop,) = run_graph(node, placed).loops
     collectives = CollectiveModel.from_node(node)
     kernel = placed.kernels[loop.first].kernel

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sn40l_sim.engine.run_graph import run_graph
+from sn40l_sim.mapper.shares import shares_after
 from sn40l_sim.serving.step_costs import _prefill_shape
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
@@ -45,8 +46,6 @@ def test_a_prefill_calls_score_is_the_engines_call(timer, prompt_len):
 
 
 def test_a_share_waits_behind_the_collectives_still_on_the_links():
-    from sn40l_sim.mapper.shares import shares_after
-
     # two collectives of 100 cycles from when they start; shares of 10 each
     assert shares_after(((100, 10), (100, 10)), stream=300) == 20   # both end before the stream
     assert shares_after(((100, 10), (100, 10)), stream=150) == 10   # the second outlasts it by 50
