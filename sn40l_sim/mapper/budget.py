@@ -23,6 +23,10 @@ from dataclasses import dataclass
 WEIGHT_STATIONARY = "weight_stationary"
 OUTPUT_STATIONARY = "output_stationary"
 DATAFLOWS = (WEIGHT_STATIONARY, OUTPUT_STATIONARY)
+#: which of a GEMM's equally small pieces (:func:`~sn40l_sim.mapper.halving.tied_pieces`) its tiling
+#: takes: the one of least cost on one PCU, or the one of most whole items (see :mod:`.tiling`)
+CHEAPEST_PIECE = "cheapest"
+FINEST_PIECE = "finest"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,9 @@ class UnitBudget:
     gemm_cuts : tuple of str
         GEMM dimensions (``count``, ``n``, ``m``, ``k``) the data tiles may cut (default all; an
         attention cut by query tiles is ``("count", "m")``).
+    gemm_piece : str
+        Of a GEMM's equally small pieces, the one its tiling takes: :data:`CHEAPEST_PIECE` (default)
+        or :data:`FINEST_PIECE` (:func:`~sn40l_sim.mapper.tiling.gemm_tilings`).
     """
 
     chip_tiles: int | None = None
@@ -54,6 +61,7 @@ class UnitBudget:
     dataflows: tuple[str, ...] = DATAFLOWS
     n_tiles: int | None = None
     gemm_cuts: tuple[str, ...] = ("count", "n", "m", "k")
+    gemm_piece: str = CHEAPEST_PIECE
 
     def __post_init__(self) -> None:
         for name, value in (("chip_tiles", self.chip_tiles), ("pcus_per_tile", self.pcus_per_tile),
@@ -65,6 +73,8 @@ class UnitBudget:
                 raise ValueError(f"stage {op!r}: unit count must be >= 0, got {value}")
         if set(self.gemm_cuts) - {"count", "n", "m", "k"}:
             raise ValueError(f"gemm_cuts must name count, n, m or k, got {self.gemm_cuts}")
+        if self.gemm_piece not in (CHEAPEST_PIECE, FINEST_PIECE):
+            raise ValueError(f"gemm_piece must be {CHEAPEST_PIECE!r} or {FINEST_PIECE!r}, got {self.gemm_piece!r}")
         unknown = set(self.dataflows) - set(DATAFLOWS)
         if not self.dataflows or unknown:
             raise ValueError(f"dataflows must be a non-empty subset of {DATAFLOWS}, got {self.dataflows}")

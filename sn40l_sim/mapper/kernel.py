@@ -33,7 +33,7 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.bounds import plan_floor
-from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.budget import FINEST_PIECE, NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, mean_gate_cycles, plan_kernel
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.placement import PlacedKernel
@@ -267,7 +267,8 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     tiling whose stages are the per-operator search's (:func:`_same_stages`: its plan was built, or
     did not fit, or had a floor above a plan no better than ``plan``). A plan above ``cutoff``
     (another tile choice's best) loses whatever it replaces here, so tilings whose floor exceeds
-    it are not planned either."""
+    it are not planned either. Each dataflow is also searched with every GEMM cut to its tied
+    piece of most items (:data:`~.budget.FINEST_PIECE`), which the one-PCU cost does not take."""
     if len(budget.dataflows) < 2 or not any(op.kind == "gemm" for op in kernel.operators):
         return plan
     def near(n_tiles: int) -> tuple[int, ...]:
@@ -286,6 +287,18 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
 
             plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, only, loop, planned, around,
                                    best=plan, cutoff=cutoff, skip=same)
+            # and every GEMM cut to its equally small piece of most whole items, which a stage
+            # spreads more evenly over its PCUs than the piece cheapest on one (:func:`.gemm_tilings`)
+            # (not planned again where every GEMM is cut as in the search just before)
+            finest = replace(only, gemm_piece=FINEST_PIECE)
+
+            def as_cut(n_tiles: int, only: UnitBudget = only, finest: UnitBudget = finest) -> bool:
+                return all(operator_tiling(socket, op, n_tiles, only, planned)
+                           == operator_tiling(socket, op, n_tiles, finest, planned)
+                           for start, stop in ranges for op in kernel.operators[start:stop] if op.kind == "gemm")
+
+            plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, finest, loop, planned, around,
+                                   best=plan, cutoff=cutoff, skip=as_cut)
         # a better plan found at the reach's edge: its neighbours past it too, until none is better
         # (DeepSeek-R1's MoE prefill kernel at 416 tokens on 8 sockets, a lone call: 2,138,379
         # cycles at 32,768 data tiles, the edge, and 2,108,129 every GEMM output-stationary at

@@ -110,16 +110,18 @@ def section_work(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tier
 
 def stages_budget(budget: UnitBudget) -> UnitBudget:
     """What of ``budget`` a section's stages depend on: its GEMM dataflows and cuts, which
-    :func:`~sn40l_sim.mapper.stages.section_stages` passes to each GEMM's tiling; the units and
+    :func:`~sn40l_sim.mapper.stages.section_stages` passes to each GEMM's tiling (and which of its
+    equally small pieces it takes); the units and
     tiles it allows are the allocation's business (:mod:`.allocate`), not the stages'.
 
     >>> narrow = UnitBudget(pcus_per_tile=40, chip_tiles=1, dataflows=("weight_stationary",))
     >>> stages_budget(narrow) == UnitBudget(dataflows=("weight_stationary",)), stages_budget(NO_LIMITS) is NO_LIMITS
     (True, True)
     """
-    if budget.dataflows == NO_LIMITS.dataflows and budget.gemm_cuts == NO_LIMITS.gemm_cuts:
+    if (budget.dataflows == NO_LIMITS.dataflows and budget.gemm_cuts == NO_LIMITS.gemm_cuts
+            and budget.gemm_piece == NO_LIMITS.gemm_piece):
         return NO_LIMITS   # the common case, without building a budget
-    return UnitBudget(dataflows=budget.dataflows, gemm_cuts=budget.gemm_cuts)
+    return UnitBudget(dataflows=budget.dataflows, gemm_cuts=budget.gemm_cuts, gemm_piece=budget.gemm_piece)
 
 
 def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,

@@ -211,7 +211,8 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
     # only a GEMM's tiling reads the budget (its dataflows and cuts) and the systolic efficiency
     gemm = op.kind == "gemm"
     tiled_as = _tiled_as(socket, socket_key)
-    key = (tiled_as, op, n_tiles, efficiency if gemm else None, (budget.dataflows, budget.gemm_cuts) if gemm else None)
+    key = (tiled_as, op, n_tiles, efficiency if gemm else None,
+           (budget.dataflows, budget.gemm_cuts, budget.gemm_piece) if gemm else None)
     got = _tiling_memo.get(key)
     if got is None:
         if len(_tiling_memo) >= _TILING_MEMO_SIZE:
@@ -224,7 +225,8 @@ def _tiling(socket: SocketSpec, op: Operator, n_tiles: int, efficiency: float, b
         options = gemm_tilings(socket, op, n_tiles, efficiency, budget)
         got = _tiling_memo[key] = min(options, key=lambda o: (o[0], o[1]))[2]
         for _, _, tiling in options:
-            _tiling_memo.setdefault((tiled_as, op, n_tiles, efficiency, ((tiling.dataflow,), budget.gemm_cuts)),
+            _tiling_memo.setdefault((tiled_as, op, n_tiles, efficiency,
+                                     ((tiling.dataflow,), budget.gemm_cuts, budget.gemm_piece)),
                                     tiling)
     return got
 

@@ -309,7 +309,7 @@ def test_every_memoised_tiling_is_the_tiling_tile_operator_gives(node):
     one_dataflow = [key for key in memo if key[4] is not None and len(key[4][0]) == 1]
     assert len(memo) > 500 and len(one_dataflow) > 100
     for (_, op, n_tiles, efficiency, reads), tiling in memo.items():
-        budget = NO_LIMITS if reads is None else UnitBudget(dataflows=reads[0], gemm_cuts=reads[1])
+        budget = NO_LIMITS if reads is None else UnitBudget(dataflows=reads[0], gemm_cuts=reads[1], gemm_piece=reads[2])
         assert tiling == tile_operator(node.socket, op, n_tiles, efficiency, budget)
 
 

@@ -24,7 +24,7 @@ import sn40l_sim.mapper.kernel as kernel_mod
 from sn40l_sim.hardware.loader import load_hardware
 from sn40l_sim.ir import ParallelPlan, Shape
 from sn40l_sim.kvcache import make_policy
-from sn40l_sim.mapper.budget import NO_LIMITS, UnitBudget
+from sn40l_sim.mapper.budget import CHEAPEST_PIECE, FINEST_PIECE, NO_LIMITS, UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext, best_plan, map_kernel
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.sections import output_bytes, split_sections
@@ -41,13 +41,15 @@ def _decoder():
 
 
 def _every_plan(socket, kernel, tiers, loop):
-    """Every tiling of every tile choice, with the per-operator dataflows and with each one alone."""
+    """Every tiling of every tile choice, with the per-operator dataflows and with each one alone,
+    each GEMM cut to its tied piece cheapest on one PCU and (one dataflow alone) to its finest."""
     plans = []
     for chip_tiles in NO_LIMITS.tiles_for(4):
         ranges = split_sections(socket, kernel.operators, 4, kernel.name, NO_LIMITS)
         spills = [output_bytes(socket, kernel.operators[stop - 1]) for _, stop in ranges[:-1]]
         planned = socket_key(socket, UNPLANNED_CALIBRATED)
-        for budget in [NO_LIMITS] + [replace(NO_LIMITS, dataflows=(d,)) for d in NO_LIMITS.dataflows]:
+        for budget in [NO_LIMITS] + [replace(NO_LIMITS, dataflows=(d,), gemm_piece=piece)
+                                     for d in NO_LIMITS.dataflows for piece in (CHEAPEST_PIECE, FINEST_PIECE)]:
             for n_tiles in kernel_mod._candidate_tiles(socket, kernel):
                 plan = kernel_mod.plan_kernel(socket, kernel, ranges, spills, n_tiles, tiers, chip_tiles, budget,
                                                loop, planned)
