@@ -38,6 +38,8 @@ from sn40l_sim.mapper.kernel_cost import LONE_CALL, LoopContext, mean_gate_cycle
 from sn40l_sim.mapper.keys import UNPLANNED_CALIBRATED, socket_key
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.planning import (
+    gemms_all_in,
+    gemms_cut_alike,
     section_allocation,
     section_floors,
     section_part_floor,
@@ -45,7 +47,6 @@ from sn40l_sim.mapper.planning import (
 from sn40l_sim.mapper.plans import KernelPlan, placed_kernel
 from sn40l_sim.mapper.sections import output_bytes, split_sections
 from sn40l_sim.mapper.spending import section_calls, section_chain_paced
-from sn40l_sim.mapper.stages import operator_tiling
 from sn40l_sim.mapper.tier_split import TierSplit
 from sn40l_sim.mapper.tiling import max_pieces
 from sn40l_sim.mapper.tiling_floor import allocated_floor, tiling_floor
@@ -264,7 +265,7 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
     ``tried`` holds the per-operator search's plans by tiling, none better than ``plan``: where one
     already has every GEMM in the dataflow, the dataflow's plan is that plan (each operator's
     tiling is the one it chose from both), so it cannot beat ``plan`` and is not built; nor is a
-    tiling whose stages are the per-operator search's (:func:`_same_stages`: its plan was built, or
+    tiling whose stages are the per-operator search's (:func:`~.planning.gemms_all_in`: its plan was built, or
     did not fit, or had a floor above a plan no better than ``plan``). A plan above ``cutoff``
     (another tile choice's best) loses whatever it replaces here, so tilings whose floor exceeds
     it are not planned either. Each dataflow is also searched with every GEMM cut to its tied
@@ -275,6 +276,7 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
         return tuple(n for n in candidates if n_tiles <= n * UNIFORM_REACH and n <= n_tiles * UNIFORM_REACH)
 
     around, searched = near(plan.n_tiles) or (plan.n_tiles,), set()
+    ops = [op for start, stop in ranges for op in kernel.operators[start:stop]]
     while around:
         searched.update(around)
         before = plan
@@ -283,40 +285,22 @@ def _uniform_dataflows(socket: SocketSpec, kernel: FusedKernel, ranges: list[tup
             done = {n for n, p in (tried or {}).items() if _all_in(p, dataflow)}
 
             def same(n_tiles: int, dataflow: str = dataflow, done: set[int] = done) -> bool:
-                return n_tiles in done or _same_stages(socket, kernel, ranges, n_tiles, budget, dataflow, planned)
+                return n_tiles in done or gemms_all_in(socket, ops, n_tiles, budget, dataflow, planned)
 
             plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, only, loop, planned, around,
                                    best=plan, cutoff=cutoff, skip=same)
-            # and every GEMM cut to its equally small piece of most whole items, which a stage
-            # spreads more evenly over its PCUs than the piece cheapest on one (:func:`.gemm_tilings`)
-            # (not planned again where every GEMM is cut as in the search just before)
+            # and every GEMM cut to its equally small piece of most whole items, which a stage spreads more
+            # evenly over its PCUs than the piece cheapest on one (:func:`.gemm_tilings`), unless cut so already
             finest = replace(only, gemm_piece=FINEST_PIECE)
-
-            def as_cut(n_tiles: int, only: UnitBudget = only, finest: UnitBudget = finest) -> bool:
-                return all(operator_tiling(socket, op, n_tiles, only, planned)
-                           == operator_tiling(socket, op, n_tiles, finest, planned)
-                           for start, stop in ranges for op in kernel.operators[start:stop] if op.kind == "gemm")
-
             plan = _search_tilings(socket, kernel, ranges, spills, tiers, chip_tiles, finest, loop, planned, around,
-                                   best=plan, cutoff=cutoff, skip=as_cut)
+                                   best=plan, cutoff=cutoff,
+                                   skip=lambda n, a=only, b=finest: gemms_cut_alike(socket, ops, n, a, b, planned))
         # a better plan found at the reach's edge: its neighbours past it too, until none is better
         # (DeepSeek-R1's MoE prefill kernel at 416 tokens on 8 sockets, a lone call: 2,138,379
         # cycles at 32,768 data tiles, the edge, and 2,108,129 every GEMM output-stationary at
         # 131,072, on half the PCUs: docs/validation.md, "A random hunt of prefills")
         around = () if plan is before else tuple(n for n in near(plan.n_tiles) if n not in searched)
     return plan
-
-
-def _same_stages(socket: SocketSpec, kernel: FusedKernel, ranges: list[tuple[int, int]], n_tiles: int,
-                 budget: UnitBudget, dataflow: str, planned: str) -> bool:
-    """Whether ``kernel``'s sections have the same stages and streams at ``n_tiles`` under ``budget``
-    and under ``dataflow`` alone (the plans are then the same): whether every GEMM's tiling under
-    ``budget`` is in ``dataflow``. A GEMM's tiling under one dataflow is that dataflow's option of
-    the choice under both, and no other operator's tiling reads the dataflows, so the stages agree
-    then; otherwise a GEMM's work differs. Asked of the operator tilings alone, without building
-    stages for a tiling the search may never have staged."""
-    return all(operator_tiling(socket, op, n_tiles, budget, planned).dataflow == dataflow
-               for start, stop in ranges for op in kernel.operators[start:stop] if op.kind == "gemm")
 
 
 def _all_in(plan: KernelPlan, dataflow: str) -> bool:

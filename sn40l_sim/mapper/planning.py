@@ -32,6 +32,7 @@ from sn40l_sim.mapper.stages import (
     StageWork,
     Stream,
     clear_tiling_memo,
+    operator_tiling,
     paced_cycles,
     producers,
     section_stages,
@@ -122,6 +123,51 @@ def stages_budget(budget: UnitBudget) -> UnitBudget:
             and budget.gemm_piece == NO_LIMITS.gemm_piece):
         return NO_LIMITS   # the common case, without building a budget
     return UnitBudget(dataflows=budget.dataflows, gemm_cuts=budget.gemm_cuts, gemm_piece=budget.gemm_piece)
+
+
+def gemms_all_in(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, budget: UnitBudget, dataflow: str,
+                 planned: str = "") -> bool:
+    """Whether ``ops`` have the same stages and streams at ``n_tiles`` under ``budget`` and under
+    ``dataflow`` alone (the plans are then the same): whether every GEMM's tiling under ``budget``
+    is in ``dataflow``. A GEMM's tiling under one dataflow is that dataflow's option of the choice
+    under both, and no other operator's tiling reads the dataflows, so the stages agree then;
+    otherwise a GEMM's work differs. Asked of the operator tilings alone (memoised under
+    ``planned``, :func:`~.stages.operator_tiling`), without building stages a search may never build.
+
+    >>> from sn40l_sim.ir import Operator
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> from sn40l_sim.mapper.budget import OUTPUT_STATIONARY
+    >>> k = Operator("k", "gemm", m=1024, k=4096, n=128, weight_bytes=4096 * 128 * 2)
+    >>> gemms_all_in(example_socket(), [k], 32, UnitBudget(dataflows=(OUTPUT_STATIONARY,)), OUTPUT_STATIONARY)
+    True
+    """
+    return all(operator_tiling(socket, op, n_tiles, budget, planned).dataflow == dataflow
+               for op in ops if op.kind == "gemm")
+
+
+def gemms_cut_alike(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, budget: UnitBudget,
+                    other: UnitBudget, planned: str = "") -> bool:
+    """Whether every GEMM of ``ops`` has the same tiling at ``n_tiles`` under ``budget`` and
+    ``other``: only a GEMM's tiling reads a budget's dataflows and pieces, so the sections' stages
+    and plans are then the same, and a search under ``other`` would plan again what ``budget``'s did.
+
+    Llama-3.1-8B's K projection at 1,024 rows in 32 pieces ties two cuts
+    (:func:`~.tiling.gemm_tilings`): the finest-piece budget takes the other one.
+
+    >>> from dataclasses import replace
+    >>> from sn40l_sim.ir import Operator
+    >>> from sn40l_sim.mapper._examples import example_socket
+    >>> from sn40l_sim.mapper.budget import FINEST_PIECE, OUTPUT_STATIONARY
+    >>> k = Operator("k", "gemm", m=1024, k=4096, n=128, weight_bytes=4096 * 128 * 2)
+    >>> cheapest = UnitBudget(dataflows=(OUTPUT_STATIONARY,))
+    >>> finest = replace(cheapest, gemm_piece=FINEST_PIECE)
+    >>> gemms_cut_alike(example_socket(), [k], 32, cheapest, finest), gemms_cut_alike(example_socket(), [k], 32,
+    ...                                                                                 cheapest, cheapest)
+    (False, True)
+    """
+    return all(operator_tiling(socket, op, n_tiles, budget, planned) == operator_tiling(socket, op, n_tiles, other,
+                                                                                          planned)
+               for op in ops if op.kind == "gemm")
 
 
 def section_floors(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int, tiers: TierSplit, chip_tiles: int,
