@@ -43,29 +43,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Sequence
 
 from sn40l_sim.errors import InfeasibleError
-from sn40l_sim.frozen import copied
 from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.residency import packed_largest_first, spread_over_tiles
+from sn40l_sim.mapper.residency import packed_largest_first
+from sn40l_sim.mapper.rooms import Mapper, Scorer, Units, _balanced_room, _mapped_calls, _units, least_rooms
 
 #: shares of its first mapping's units per tile a kernel called once holds while the others are
 #: mapped again, besides all of them (the greedy placement)
 RESERVED_SHARES = (0.75, 0.5, 0.25)
 
-#: maps a kernel called as a context within a budget (the mapper's memo)
-Mapper = Callable[[FusedKernel, LoopContext, UnitBudget], PlacedKernel]
-#: the graph's plans as called (their residency replayed, :mod:`.residency`)
-Scorer = Callable[[list[PlacedKernel], list[LoopContext]], tuple[PlacedKernel, ...]]
-#: PCUs and PMUs per tile
-Units = tuple[tuple[int, ...], tuple[int, ...]]
 #: a graph's plans with one kernel's calls mapped again, the footprints with its new one, and the
 #: calls' contexts
 Spread = tuple[list[PlacedKernel], dict[int, Units], list[LoopContext]]
@@ -91,7 +84,7 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
     # a share is tried only where the others' holdings leave the longest kernel some room
     shares = [1.0] + [share for share in RESERVED_SHARES if once and kinds and
                       _room(socket, {k: u for k, u in first.items() if k != kinds[0]}, once, share)]
-    best, best_cycles = kernels, sum(pk.call_cycles for pk in kernels)
+    best, best_cycles, chosen = kernels, sum(pk.call_cycles for pk in kernels), None
     placements: set[tuple[Units, ...]] = set()
     tried = [(share, packed, plans, first, calls) for share in shares for packed in (False, True)]
     spread = _spread_longest(socket, order, plans, calls, calls_of, mapped, kinds, first)
@@ -106,7 +99,7 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
         # mapped again beside it
         other = scored(*in_room[::2])
         if sum(pk.call_cycles for pk in other) < best_cycles:
-            best, best_cycles = other, sum(pk.call_cycles for pk in other)
+            best, best_cycles, chosen = other, sum(pk.call_cycles for pk in other), in_room[::2]
         # with its contexts: its calls were mapped with their configuration free, and a kernel
         # that then finds no room beside the others keeps that plan, so it must keep that context
         tried += [(share, packed, *in_room) for share in shares for packed in (False, True)]
@@ -125,16 +118,18 @@ def remap_side_by_side(socket: SocketSpec, order: Sequence[FusedKernel], plans: 
             continue   # the placement of a larger share again: the same total
         placements.add(footprints)
         other = scored(new_plans, contexts)
-        other = _rooms_given_back(plans, calls, calls_of, kinds, new_plans, contexts, other, scored)
+        other, *placement = _rooms_given_back(plans, calls, calls_of, kinds, new_plans, contexts, other, scored)
         cycles = sum(pk.call_cycles for pk in other)
         if cycles < best_cycles:
-            best, best_cycles = other, cycles
-    return best
+            best, best_cycles, chosen = other, cycles, placement
+    # the kernels mapped again took all of their rooms: each within what it needs (:mod:`.rooms`)
+    return best if chosen is None else least_rooms(socket, order, calls, calls_of, mapped, scored, kinds, *chosen, best)
 
 
 def _rooms_given_back(plans: Sequence[PlacedKernel], calls: Sequence[LoopContext], calls_of: dict[int, list[int]],
                       kinds: list[int], new_plans: list[PlacedKernel], contexts: list[LoopContext],
-                      best: tuple[PlacedKernel, ...], scored: Scorer) -> tuple[PlacedKernel, ...]:
+                      best: tuple[PlacedKernel, ...], scored: Scorer,
+                      ) -> tuple[tuple[PlacedKernel, ...], list[PlacedKernel], list[LoopContext]]:
     """``best`` (the placement ``new_plans`` and ``contexts`` as called) or, when the step is
     shorter that way, it with some of the kernels mapped again in a room that makes their call
     longer than their first mapping's put back on that first mapping, one kernel at a time, the
@@ -148,7 +143,8 @@ def _rooms_given_back(plans: Sequence[PlacedKernel], calls: Sequence[LoopContext
     call; the placement keeping both rooms, and the lean one keeping neither, were longer than the
     placement of 1.6 GHz: 47.9 -> 56.0 ms (docs/validation.md, "Short prefills on a faster
     machine"). Each candidate is scored as called, its residency replayed, so a first mapping put
-    back that evicts another kernel is charged for it."""
+    back that evicts another kernel is charged for it. Returned with the plans and contexts of the
+    placement kept."""
     new_plans, contexts = list(new_plans), list(contexts)
     best_cycles = sum(pk.call_cycles for pk in best)
     for kind in kinds:
@@ -164,7 +160,7 @@ def _rooms_given_back(plans: Sequence[PlacedKernel], calls: Sequence[LoopContext
         cycles = sum(pk.call_cycles for pk in other)
         if cycles < best_cycles:
             best, best_cycles, new_plans, contexts = other, cycles, tried_plans, tried_calls
-    return best
+    return best, new_plans, contexts
 
 
 def _spread_longest(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[PlacedKernel],
@@ -268,53 +264,10 @@ def _spread(order: Sequence[FusedKernel], plans: Sequence[PlacedKernel], calls: 
     return spread, {**first, kind: _units(spread[indices[0]])}, contexts
 
 
-def _balanced_room(socket: SocketSpec, held: Sequence[Units]) -> tuple[int, int]:
-    """The PCUs and PMUs every tile has left beside the ``held`` footprints (the least over the
-    tiles), those on one tile spread over the tiles: the largest first, each on the tile with the
-    most left (a kernel spread on every tile needs its room on each).
-
-    >>> from sn40l_sim.mapper._examples import example_node
-    >>> _balanced_room(example_node().socket, [((146, 0, 0, 0), (154, 0, 0, 0)), ((36, 0, 0, 0), (34, 0, 0, 0)),
-    ...                                        ((96, 0, 0, 0), (98, 0, 0, 0))])
-    (114, 106)
-    """
-    tiles = figures.tiles(socket)
-    free, singles = spread_over_tiles(list(held), (socket.tile.pcus, socket.tile.pmus), tiles)
-    for pcus, pmus in sorted(singles, reverse=True):
-        roomiest = max(range(tiles), key=lambda t: (free[0][t], free[1][t]))
-        free[0][roomiest] -= pcus
-        free[1][roomiest] -= pmus
-    return min(free[0]), min(free[1])
-
-
 def _free_per_tile(socket: SocketSpec, held: Sequence[Units]) -> list[int]:
     """The PCUs and PMUs every tile has left beside the ``held`` footprints (the least over the tiles)."""
     return [min(cap - sum(units[u][t] for units in held) for t in range(figures.tiles(socket)))
             for u, cap in enumerate((socket.tile.pcus, socket.tile.pmus))]
-
-
-def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], indices: list[int], mapped: Mapper,
-                  budget: UnitBudget, resident: bool) -> dict[int, tuple[PlacedKernel, LoopContext]]:
-    """Each call ``indices`` names mapped within ``budget`` (its configuration free when
-    ``resident``), with the context it was mapped for, once per call context (the identical layers
-    share a plan); raises :class:`~sn40l_sim.errors.InfeasibleError` when one does not fit."""
-    # by the context object: the identical layers' calls share one (map_graph), made resident and
-    # looked up once for them all, not a replace and a hash of its windows at every layer of every
-    # room tried; equal contexts that are other objects get the same plan from the mapper's memo
-    plans: dict[int, tuple[LoopContext, LoopContext, PlacedKernel]] = {}
-    out = {}
-    for i in indices:
-        got = plans.get(id(calls[i]))
-        if got is None:
-            call = replace(calls[i], resident=True) if resident else calls[i]
-            got = plans[id(calls[i])] = (calls[i], call, mapped(order[i], call, budget))
-        out[i] = copied(got[2], kernel=order[i]), got[1]
-    return out
-
-
-def _units(pk: PlacedKernel) -> Units:
-    """The PCUs and PMUs per tile of ``pk``."""
-    return tuple(pk.pcus_per_tile), tuple(pk.pmus_per_tile)
 
 
 def _room(socket: SocketSpec, held: dict[int, Units], shrunk: Collection[int], share: float) -> bool:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from sn40l_sim.ir import Shape
 from sn40l_sim.study.assemble import assemble
 from sn40l_sim.study.experiment import load_experiment
@@ -29,11 +27,6 @@ from sn40l_sim.study.experiment import load_experiment
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(strict=True, reason="after 2,624 earlier tokens the attention's side-by-side room is 32 PCUs a "
-                   "tile (16 data tiles, 9,934 cycles a call), after 2,688 66 (32, 5,352): the FFN's mapping takes 131 "
-                   "PCUs a tile for 3 cycles a call less; map 3,362,175 against 3,183,146 cycles, the engine 5,507,825 "
-                   "against 5,328,957. It held while 2,688's output projection kept a plan charged 31,108 cycles a "
-                   "call, its objective without its all-reduce's last-tile share (sn40l_sim/mapper/shares.py): 20,500")
 def test_a_chunk_after_fewer_earlier_tokens_costs_no_more():
     asm = assemble(load_experiment(ROOT / "experiments/llama8b_node8.yaml"))
     timer = asm.step_timer(asm.setup(asm.points[0]))
