@@ -32,7 +32,9 @@ but the longest, that their first mappings spread over the tiles are also tried 
 (:func:`_gathered`): spread, such a kernel leaves the others no room on any tile (DeepSeek-R1's MTP
 FFN at 819.2 GB/s per HBM module, docs/validation.md), and so, with them, are the kernels called
 once that spread. Each placement found is also tried with the rooms that lengthen their kernel's
-call given back one at a time (:func:`_rooms_given_back`).
+call given back one at a time (:func:`_rooms_given_back`), and the placement kept once more with
+each kernel within the least room its call needs (:func:`~.rooms.least_rooms`): mapped again, a
+kernel spends all of its room, whether or not its call is the shorter for it.
 
 Examples
 --------

@@ -1,6 +1,6 @@
 """A chunk of a chunked prefill after fewer earlier tokens costs no more than after more: less
 attention, the same other kernels (docs/validation.md, "A chunk after more earlier tokens,
-cheaper"; sn40l_sim/mapper/side_by_side.py).
+cheaper"; sn40l_sim/mapper/side_by_side.py, rooms.py).
 
 Llama-3.1-8B on 8 sockets (``experiments/llama8b_node8.yaml``, TP8), the 64-row chunk graph:
 after 2,624 earlier tokens 5,718,152 cycles, after 2,688 4,431,464 (-22.5%), and ``map``'s own
@@ -14,7 +14,14 @@ kernels called many times as well finds such rooms, but was measured before to m
 curve rise with the configuration rate, so it is not shipped. The rooms are now also read with the
 one-tile kernels spread over the tiles (``balanced`` in ``_mapped_beside``), where the attention's
 105 PCUs do not count on every tile: the FFN takes 131 PCUs a tile after 2,624 tokens, and ``map``
-gives 3,391,342 cycles against 3,395,467 after 2,688.
+gives 3,391,342 cycles against 3,395,467 after 2,688. With a call's plan chosen for its collectives'
+last-tile shares (sn40l_sim/mapper/shares.py) it fell again: the FFN spent all 131 PCUs of its room
+for no shorter call (60,873 cycles; 60,870 on 67) and the attention after it got 32 PCUs a tile
+(9,934 cycles a call) against 66 (5,352) after 2,688; ``map`` 3,362,175 against 3,183,146, the
+engine 5,507,825 against 5,328,957. The placement kept is now tried once more with each kernel
+mapped again within the least room its call needs (sn40l_sim/mapper/rooms.py): the FFN on 69 PCUs a
+tile, the attention on 68; ``map`` 3,176,548 against 3,182,275, the engine 5,322,326 against
+5,328,085.
 """
 from __future__ import annotations
 
