@@ -11,14 +11,14 @@ call; 60,870 on 67) and its attention, mapped after, 32 (9,934 cycles a call), w
 tokens they got 67 and 66 (5,352 cycles a call): the chunk after fewer earlier tokens cost more
 (docs/validation.md, "A chunk after more earlier tokens, cheaper").
 
-So the placement the search keeps is tried once more with each kernel, in turn and longest first,
-mapped again in the room the others leave (those mapped again here their new units, the others
-those of the placement) and then within the fewest PCUs per tile, and with those the fewest PMUs,
+So the placement the search keeps is tried once more with each kernel called more than once, in
+turn and longest first, mapped again in the room the others leave (those mapped again here their
+new units, the others those of the placement) and then within the fewest PCUs per tile, and with those the fewest PMUs,
 in which its call, its configuration free, is no longer (each found by bisection: the time need
 not fall steadily with the units, so what is found is one such room, not always the least of
 all); it is kept where the step's total, its residency replayed, is shorter. After 2,624 tokens
-the FFN then takes 69 PCUs a tile and the attention 68 (5,186 cycles a call): ``map`` 3,176,548
-cycles against 3,182,275 after 2,688 (3,362,175 and 3,183,146 before).
+the FFN then takes 69 PCUs a tile and the attention 68 (5,186 cycles a call): ``map`` 3,176,607
+cycles against 3,183,018 after 2,688 (3,362,175 and 3,183,146 before).
 
 Examples
 --------
@@ -98,12 +98,16 @@ def least_rooms(socket: SocketSpec, order: Sequence[FusedKernel], calls: Sequenc
                 plans: Sequence[PlacedKernel], contexts: Sequence[LoopContext],
                 best: tuple[PlacedKernel, ...]) -> tuple[PlacedKernel, ...]:
     """``best`` (the placement ``plans`` for ``contexts``, as called) or, when the step is shorter
-    that way, that placement with each of ``kinds`` (kernels of one section, longest first) mapped
-    again in the room the others leave, within the least of it its call needs (see the module
-    docstring); ``calls`` are the calls' lone contexts, ``calls_of`` each kernel's calls."""
+    that way, that placement with each of ``kinds`` (kernels of one section, longest first) called
+    more than once mapped again in the room the others leave, within the least of it its call needs
+    (see the module docstring); ``calls`` are the calls' lone contexts, ``calls_of`` each kernel's
+    calls."""
+    # the kernels called once keep their room: what they would give back is a few units beside the
+    # layers' kernels, and bisecting theirs too made a cold ``validate`` map 651 kernels, not 522
+    # (443 without this pass)
     plans, contexts = list(plans), list(contexts)
     footprint = {kind: _units(plans[indices[0]]) for kind, indices in calls_of.items()}
-    for kind in kinds:
+    for kind in (kind for kind in kinds if len(calls_of[kind]) > 1):
         first = calls_of[kind][0]
         free = _balanced_room(socket, [units for other, units in footprint.items() if other != kind])
         if min(free) < 1:

@@ -18,10 +18,10 @@ gives 3,391,342 cycles against 3,395,467 after 2,688. With a call's plan chosen 
 last-tile shares (sn40l_sim/mapper/shares.py) it fell again: the FFN spent all 131 PCUs of its room
 for no shorter call (60,873 cycles; 60,870 on 67) and the attention after it got 32 PCUs a tile
 (9,934 cycles a call) against 66 (5,352) after 2,688; ``map`` 3,362,175 against 3,183,146, the
-engine 5,507,825 against 5,328,957. The placement kept is now tried once more with each kernel
-mapped again within the least room its call needs (sn40l_sim/mapper/rooms.py): the FFN on 69 PCUs a
-tile, the attention on 68; ``map`` 3,176,548 against 3,182,275, the engine 5,322,326 against
-5,328,085.
+engine 5,507,825 against 5,328,957. The placement kept is now tried once more with each kernel called many
+times mapped again within the least room its call needs (sn40l_sim/mapper/rooms.py): the FFN on 69 PCUs a
+tile, the attention on 68; ``map`` 3,176,607 against 3,183,018, the engine 5,322,385 against
+5,328,829.
 """
 from __future__ import annotations
 
