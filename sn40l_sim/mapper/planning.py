@@ -64,7 +64,7 @@ replay_memo: IdentityMemo[object] = IdentityMemo(size=_ALLOC_MEMO_SIZE)
 
 def clear_section_memo() -> None:
     """Forget every memoised section plan, its steps and every operator tiling."""
-    for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo):
+    for memo in (_section_memo, _stages_memo, _floor_memo, _alloc_memo, _heavy_memo):
         memo.clear()
     _placed_memo.clear()
     replay_memo.clear()
@@ -197,13 +197,39 @@ def section_part_floor(socket: SocketSpec, ops: Sequence[Operator], n_tiles: int
     :func:`section_floors` is, apart from it: the tilings searched ask for some sections' part
     floors again (428 of a cold ``validate``'s 3,961 asks)."""
     def compute():
-        heavy = heavy_operators(ops)
+        heavy, path = _heavy_path(ops)
         stages = some_stages(socket, ops, heavy, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget, planned)
-        # the fill counts both GEMMs only when one is upstream of the other (the heavier alone else)
-        path = tuple(range(len(heavy))) if on_one_path(ops, heavy) else None
         return section_floor(socket, stages, [], chip_tiles, budget, path)
     key = _key(planned, ops, n_tiles, tiers, chip_tiles, spill_in, spill_out, budget)
     return _memoised(_floor_memo, _FLOOR_MEMO_SIZE, key if key is None else (*key, "part"), compute)
+
+
+#: each section's heaviest GEMMs and whether one path holds them (:func:`_heavy_path`), by its
+#: operators' key: a section's part floor is asked for at each of its tilings, tile choices and
+#: budgets, and these read the operators alone (cleared with the section memos)
+_heavy_memo: dict[object, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}
+
+
+def _heavy_path(ops: Sequence[Operator]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """:func:`heavy_operators` of ``ops`` and the path :func:`section_part_floor`'s fill counts:
+    both GEMMs only when one is upstream of the other (the heavier alone else, None). A function
+    of the operators alone, memoised by their key (:func:`~.keys.operators_key`: equal operators,
+    equal key), so the answer is the one computed afresh.
+
+    >>> from sn40l_sim.ir import Operator
+    >>> ops = [Operator("n", "elementwise"), Operator("q", "gemm", m=4, n=4, k=4, producers=("n",)),
+    ...        Operator("o", "gemm", m=4, n=4, k=8, producers=("q",))]
+    >>> _heavy_path(ops)
+    ((1, 2), (0, 1))
+    """
+    key = operators_key(ops)
+    got = _heavy_memo.get(key)
+    if got is None:
+        if len(_heavy_memo) >= _FLOOR_MEMO_SIZE:
+            _heavy_memo.clear()
+        heavy = heavy_operators(ops)
+        got = _heavy_memo[key] = (heavy, tuple(range(len(heavy))) if on_one_path(ops, heavy) else None)
+    return got
 
 
 def on_one_path(ops: Sequence[Operator], chosen: Sequence[int]) -> bool:
