@@ -33,6 +33,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.sections import split_sections
 from sn40l_sim.mapper.side_by_side import (
     Mapper,
     Scorer,
@@ -51,6 +52,7 @@ def remap_confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
     """:func:`~.side_by_side.remap_side_by_side` of the same arguments or, when the step is shorter
     that way and the graph is a ``decode`` step, the graph with its longest repeated kernel confined
     to fewer tiles than the socket's and the others mapped beside it (see the module docstring)."""
+    mapped = one_section_only(socket, mapped)
     best = remap_side_by_side(socket, order, plans, calls, kernels, calls_of, mapped, scored)
     if not decode:
         return best
@@ -70,6 +72,50 @@ def remap_confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
             if not binds:
                 break   # no room capped: the capped placement is this one (a cold ``validate``: 136 -> 100 calls)
     return best
+
+
+def one_section_only(socket: SocketSpec, mapped: Mapper) -> Mapper:
+    """``mapped``, raising :class:`~sn40l_sim.errors.InfeasibleError` without mapping a kernel whose
+    every plan within the budget takes more than one section (:func:`beyond_one_section`).
+
+    Every placement of this search and of :mod:`.side_by_side` (the only users of ``mapped``, through
+    ``_mapped_calls``) treats a kernel that does not fit its room and one that fits only in several
+    sections alike, it keeps the kernel's first mapping (or drops the placement), so the search
+    chooses what it chose when it mapped them: it is only spared their tiling searches (a cold
+    ``run`` of experiments/deepseek_tp16.yaml spent 0.11 of its 2.3 CPU s mapping kernels in
+    two such rooms, one of 2 PCUs a tile)."""
+    beyond: dict[tuple[FusedKernel, UnitBudget], bool] = {}
+
+    def within(kernel: FusedKernel, call: LoopContext, budget: UnitBudget) -> PlacedKernel:
+        key = (kernel.signature(), budget)
+        if key not in beyond:
+            beyond[key] = beyond_one_section(socket, key[0], budget)
+        if beyond[key]:
+            raise InfeasibleError(f"kernel {kernel.name!r}: more than one section within {budget}")
+        return mapped(kernel, call, budget)
+    return within
+
+
+def beyond_one_section(socket: SocketSpec, kernel: FusedKernel, budget: UnitBudget) -> bool:
+    """Whether :func:`~.kernel.map_kernel` of ``kernel`` within ``budget`` either raises or returns
+    a plan of more than one section, known before any tiling is searched: its sections are cut by
+    :func:`~.sections.split_sections` at the most tiles the budget allows, as
+    :func:`~.kernel.best_plan` cuts them, and a plan has those sections, or one per operator when
+    none fits them, or none (raised); so does the padded version the mapper may keep instead
+    (:attr:`~sn40l_sim.ir.FusedKernel.padded`). False when the cut itself raises: the mapper raises
+    as it maps.
+
+    >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
+    >>> socket, kernel = example_socket(), example_decode_kernel()
+    >>> beyond_one_section(socket, kernel, UnitBudget()), beyond_one_section(socket, kernel, UnitBudget(pcus_per_tile=1))
+    (False, True)
+    """
+    tiles = max(budget.tiles_for(figures.tiles(socket)))
+    try:
+        return all(len(split_sections(socket, k.operators, tiles, k.name, budget)) > 1
+                   for k in (kernel, kernel.padded) if k is not None)
+    except InfeasibleError:
+        return False
 
 
 def _least_cycles(socket: SocketSpec, plans: Sequence[PlacedKernel], calls: Sequence[LoopContext],
