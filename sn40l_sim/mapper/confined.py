@@ -33,7 +33,7 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.calls import as_called
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
-from sn40l_sim.mapper.sections import split_sections
+from sn40l_sim.mapper.sections import min_units
 from sn40l_sim.mapper.side_by_side import (
     Mapper,
     Scorer,
@@ -85,25 +85,32 @@ def one_section_only(socket: SocketSpec, mapped: Mapper) -> Mapper:
     ``run`` of experiments/deepseek_tp16.yaml spent 0.11 of its 2.3 CPU s mapping kernels in
     two such rooms, one of 2 PCUs a tile)."""
     beyond: dict[tuple[FusedKernel, UnitBudget], bool] = {}
+    fewest: dict[tuple[FusedKernel, int], list[tuple[int, int]]] = {}   # the rooms share them
 
     def within(kernel: FusedKernel, call: LoopContext, budget: UnitBudget) -> PlacedKernel:
         key = (kernel.signature(), budget)
         if key not in beyond:
-            beyond[key] = beyond_one_section(socket, key[0], budget)
+            beyond[key] = beyond_one_section(socket, key[0], budget, fewest)
         if beyond[key]:
             raise InfeasibleError(f"kernel {kernel.name!r}: more than one section within {budget}")
         return mapped(kernel, call, budget)
     return within
 
 
-def beyond_one_section(socket: SocketSpec, kernel: FusedKernel, budget: UnitBudget) -> bool:
+def beyond_one_section(socket: SocketSpec, kernel: FusedKernel, budget: UnitBudget,
+                       fewest: dict[tuple[FusedKernel, int], list[tuple[int, int]]] | None = None) -> bool:
     """Whether :func:`~.kernel.map_kernel` of ``kernel`` within ``budget`` either raises or returns
     a plan of more than one section, known before any tiling is searched: its sections are cut by
     :func:`~.sections.split_sections` at the most tiles the budget allows, as
     :func:`~.kernel.best_plan` cuts them, and a plan has those sections, or one per operator when
     none fits them, or none (raised); so does the padded version the mapper may keep instead
-    (:attr:`~sn40l_sim.ir.FusedKernel.padded`). False when the cut itself raises: the mapper raises
-    as it maps.
+    (:attr:`~sn40l_sim.ir.FusedKernel.padded`). False when the cut raises (an operator alone over
+    the room): the mapper raises as it maps.
+
+    The cut is read off each operator's fewest units (:func:`~.sections.min_units`, kept in
+    ``fewest`` by kernel and tiles, which every room shares): with every operator fitting alone,
+    ``split_sections`` cuts where the running PCUs or PMUs from the first operator would exceed the
+    room, so it cuts at all exactly when the whole kernel's exceed it.
 
     >>> from sn40l_sim.mapper._examples import example_socket, example_decode_kernel
     >>> socket, kernel = example_socket(), example_decode_kernel()
@@ -111,11 +118,20 @@ def beyond_one_section(socket: SocketSpec, kernel: FusedKernel, budget: UnitBudg
     (False, True)
     """
     tiles = max(budget.tiles_for(figures.tiles(socket)))
-    try:
-        return all(len(split_sections(socket, k.operators, tiles, k.name, budget)) > 1
-                   for k in (kernel, kernel.padded) if k is not None)
-    except InfeasibleError:
-        return False
+    pcus, pmus = budget.tile_pcus(socket.tile.pcus), budget.tile_pmus(socket.tile.pmus)
+    several = []
+    for version in (kernel, kernel.padded):
+        if version is None:
+            continue
+        units = fewest.get((version, tiles)) if fewest is not None else None
+        if units is None:
+            units = [min_units(socket, op, tiles) for op in version.operators]
+            if fewest is not None:
+                fewest[(version, tiles)] = units
+        if any(q > pcus or r > pmus for q, r in units):
+            return False
+        several.append(sum(q for q, _ in units) > pcus or sum(r for _, r in units) > pmus)
+    return all(several)
 
 
 def _least_cycles(socket: SocketSpec, plans: Sequence[PlacedKernel], calls: Sequence[LoopContext],

@@ -15,6 +15,7 @@ from sn40l_sim.mapper import confined
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.graph import clear_memo
 from sn40l_sim.mapper.kernel import map_kernel
+from sn40l_sim.mapper.sections import split_sections
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
 
@@ -35,6 +36,11 @@ def test_a_room_said_to_need_several_sections_maps_to_several_or_none(graph, roo
     said = []
     for kernel in {k.signature(): k for k in graph.kernels()}.values():
         beyond = confined.beyond_one_section(NODE.socket, kernel, budget)
+        try:   # as the cut of the sections says
+            cut = len(split_sections(NODE.socket, kernel.operators, chip_tiles or 4, "", budget)) > 1
+        except InfeasibleError:
+            cut = False
+        assert beyond == cut, kernel.name
         try:
             sections = map_kernel(NODE.socket, kernel, budget=budget).sections
         except InfeasibleError:
@@ -60,13 +66,13 @@ def _map_text(capsys) -> str:
 def test_the_search_chooses_alike_with_and_without_the_shortcut(capsys, monkeypatch):
     real, said = confined.beyond_one_section, []
 
-    def recorded(socket, kernel, budget):
-        said.append(real(socket, kernel, budget))
+    def recorded(socket, kernel, budget, fewest=None):
+        said.append(real(socket, kernel, budget, fewest))
         return said[-1]
 
     monkeypatch.setattr(confined, "beyond_one_section", recorded)
     fast = _map_text(capsys)
     assert any(said)   # some room was skipped, so the comparison below compares something
-    monkeypatch.setattr(confined, "beyond_one_section", lambda socket, kernel, budget: False)
+    monkeypatch.setattr(confined, "beyond_one_section", lambda socket, kernel, budget, fewest=None: False)
     assert _map_text(capsys) == fast
     clear_memo()
