@@ -19,6 +19,7 @@ from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.hardware.units.pmu import pmus_for_buffer
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.division import Division, PmuWork
+from sn40l_sim.mapper.keys import IdentityMemo
 from sn40l_sim.mapper.pmus import PmuRates, pmu_rates
 from sn40l_sim.mapper.stages import StageWork
 
@@ -97,6 +98,13 @@ _LIMITS_MEMO_SIZE = 50_000
 def clear_limits_memo() -> None:
     """Forget every stage's answers kept across allocations (a cold mapping)."""
     _limits_memo.clear()
+    _by_stage.clear()
+
+
+#: each stage object's limits by what they read of the socket and budget beside the stage (its
+#: PMU rates and capacity, tiles, PCU and PMU caps): a memoised stage is asked for again at every
+#: allocation of its section, and this skips working out its fewest PMUs and the value key
+_by_stage: IdentityMemo[StageLimits] = IdentityMemo(size=_LIMITS_MEMO_SIZE)
 
 
 def stage_limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget,
@@ -104,11 +112,21 @@ def stage_limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: 
     """The :class:`StageLimits` of compute ``stage`` on ``chip_tiles`` tiles under ``budget``, the
     one every allocation asking for the same work and limits shares (``rates``: the socket's
     :func:`~sn40l_sim.mapper.pmus.pmu_rates`, if the caller has them)."""
+    rates = rates or pmu_rates(socket)
+    tile = socket.tile
+    caps = (rates, socket.pmu.capacity_bytes, chip_tiles, budget.pcus_for(stage.name, tile.pcus),
+            budget.pmus_for(stage.name, tile.pmus))
+    return _by_stage.get(stage, caps, lambda: _shared_limits(socket, stage, chip_tiles, budget, rates))
+
+
+def _shared_limits(socket: SocketSpec, stage: StageWork, chip_tiles: int, budget: UnitBudget,
+                   rates: PmuRates) -> StageLimits:
+    """:func:`stage_limits` by value: one object per work and limits, however many stages ask."""
     fewest, most = min_pmus(socket, stage, chip_tiles), max_pcus(socket, stage, chip_tiles, budget)
     most_pmus = budget.pmus_for(stage.name, socket.tile.pmus)
     # everything _stage_units_at and allocate's bounds read: the stage's work, its PMU traffic, the
     # limits, the tiles and the socket's PMU and mesh link (one PmuRates per distinct pair: pmu_rates)
-    key = (rates or pmu_rates(socket), stage.model, stage.pieces, stage.sram_read_bytes, stage.sram_write_bytes,
+    key = (rates, stage.model, stage.pieces, stage.sram_read_bytes, stage.sram_write_bytes,
            stage.sram_addresses, fewest, most, most_pmus, chip_tiles)
     got = _limits_memo.get(key)
     if got is None:

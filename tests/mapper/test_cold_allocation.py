@@ -88,3 +88,22 @@ def test_a_sections_part_floor_asked_again_is_the_floor_worked_out_afresh(node):
     part = planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, NO_LIMITS, planned)
     assert len(whole.stages) > len(part.stages)
     assert planning.section_part_floor(socket, kernel.operators, 128, tiers, 4, 0, 0, narrow, planned) != part
+
+
+@pytest.mark.parametrize("budget", [NO_LIMITS, UnitBudget(pcus_per_tile=3), UnitBudget(pmus_per_tile=2),
+                                    UnitBudget(stage_pcus=(("q_b", 1),), stage_pmus=(("q_b", 1),))])
+def test_a_stages_limits_found_by_its_identity_are_those_worked_out_afresh(node, budget):
+    # the limits memoised by the stage object (stage_limits) against the limits of its work and caps
+    # worked out again: the same numbers whichever budget was asked for first
+    from sn40l_sim.mapper.stage_limits import max_pcus, min_pmus, stage_limits
+
+    socket = node.socket
+    for chip_tiles in (1, 4):
+        for stage in _stages(socket, "L00.mla", 64, chip_tiles):
+            if stage.is_memory:
+                continue
+            for asked in (NO_LIMITS, budget):
+                got = stage_limits(socket, stage, chip_tiles, asked)
+                assert (got.min_pmus, got.max_pcus, got.max_pmus) == (
+                    min_pmus(socket, stage, chip_tiles), max_pcus(socket, stage, chip_tiles, asked),
+                    asked.pmus_for(stage.name, socket.tile.pmus))
