@@ -1,7 +1,8 @@
 """The mapper's shortcuts on a cold mapping give the numbers of the long way: the compute stages'
 floor read from the limits the allocation worked out (:func:`sn40l_sim.mapper.allocate._compute_floor`),
 a stage's gain per idle PCU when the PCUs save no cycles (:func:`sn40l_sim.mapper.spending._gain`)
-and a section's part floor memoised (:func:`sn40l_sim.mapper.planning.section_part_floor`)."""
+a section's part floor memoised (:func:`sn40l_sim.mapper.planning.section_part_floor`) and a stage's
+limits found by the stage object (:func:`sn40l_sim.mapper.stage_limits.stage_limits`)."""
 from __future__ import annotations
 
 import pytest
