@@ -40,6 +40,7 @@ from sn40l_sim.ir import FusedKernel
 from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
+from sn40l_sim.mapper.pmus import least_fitting
 from sn40l_sim.mapper.residency import spread_over_tiles
 
 #: maps a kernel called as a context within a budget (the mapper's memo)
@@ -149,25 +150,9 @@ def _least_budget(kernel: FusedKernel, call: LoopContext, mapped: Mapper, room: 
         return placed.sections == 1 and placed.call_cycles <= whole.call_cycles
 
     # a budget holds at least one of each unit; a kernel using none of one (a gather on PMUs) holds that one
-    pcus = _least(pcus, lambda n: fits(UnitBudget(chip_tiles=whole.chip_tiles, pcus_per_tile=n,
+    pcus = least_fitting(1, pcus, lambda n: fits(UnitBudget(chip_tiles=whole.chip_tiles, pcus_per_tile=n,
                                                   pmus_per_tile=max(1, pmus)))) if pcus else 1
-    pmus = _least(pmus, lambda n: fits(UnitBudget(chip_tiles=whole.chip_tiles, pcus_per_tile=pcus,
+    pmus = least_fitting(1, pmus, lambda n: fits(UnitBudget(chip_tiles=whole.chip_tiles, pcus_per_tile=pcus,
                                                   pmus_per_tile=n))) if pmus else 1
     return UnitBudget(chip_tiles=whole.chip_tiles, pcus_per_tile=pcus, pmus_per_tile=pmus)
 
-
-def _least(most: int, fits: Callable[[int], bool]) -> int:
-    """The least ``n`` in 1 to ``most`` that ``fits`` by bisection, ``most`` assumed to fit
-    (``fits`` need not be monotone: one such ``n``, whose predecessor does not fit).
-
-    >>> _least(131, lambda n: n >= 67)
-    67
-    """
-    low, high = 1, most
-    while low < high:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return high
