@@ -37,7 +37,7 @@ from sn40l_sim.mapper.sections import min_units
 from sn40l_sim.mapper.side_by_side import (
     Mapper,
     Scorer,
-    _mapped_calls,
+    _mapped_or_none,
     _on_one_tile,
     _room_on_one_tile,
     _units,
@@ -164,9 +164,8 @@ def _confined(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequence[
         return
     longest, others = repeated[0], sorted((k for k in single if k != repeated[0]), key=lambda k: -length[k])
     for k, resident in itertools.product(range(1, tiles), (False, True)):
-        try:
-            confined = _mapped_calls(order, calls, calls_of[longest], mapped, UnitBudget(chip_tiles=k), resident)
-        except InfeasibleError:
+        confined = _mapped_or_none(order, calls, calls_of[longest], mapped, UnitBudget(chip_tiles=k), resident)
+        if confined is None:
             continue
         new_plans, contexts = list(plans), list(calls)
         for i, (placed, call) in confined.items():
@@ -201,9 +200,8 @@ def _beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: list[Placed
                             pmus_per_tile=min(budget.pmus_per_tile, max(first[1]) or 1))
             binds = binds or tight != budget
             budget = tight if capped else budget
-        try:
-            again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
-        except InfeasibleError:
+        again = _mapped_or_none(order, calls, calls_of[kind], mapped, budget, resident=True)
+        if again is None:
             continue
         if next(iter(again.values()))[0].sections != 1:
             continue   # a kernel of two sections reloads whatever its room: its first mapping is kept

@@ -89,6 +89,15 @@ def _mapped_calls(order: Sequence[FusedKernel], calls: Sequence[LoopContext], in
     return out
 
 
+def _mapped_or_none(order: Sequence[FusedKernel], calls: Sequence[LoopContext], indices: list[int], mapped: Mapper,
+                    budget: UnitBudget, resident: bool) -> dict[int, tuple[PlacedKernel, LoopContext]] | None:
+    """:func:`_mapped_calls`, or None where a call does not fit ``budget`` (every room search
+    skips such a room)."""
+    try:
+        return _mapped_calls(order, calls, indices, mapped, budget, resident)
+    except InfeasibleError:
+        return None
+
 def _units(pk: PlacedKernel) -> Units:
     """The PCUs and PMUs per tile of ``pk``."""
     return tuple(pk.pcus_per_tile), tuple(pk.pmus_per_tile)
@@ -117,9 +126,8 @@ def least_rooms(socket: SocketSpec, order: Sequence[FusedKernel], calls: Sequenc
                                UnitBudget(pcus_per_tile=free[0], pmus_per_tile=free[1]))
         if budget is None:
             continue
-        try:
-            again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
-        except InfeasibleError:
+        again = _mapped_or_none(order, calls, calls_of[kind], mapped, budget, resident=True)
+        if again is None:
             continue
         if any(placed.sections != 1 for placed, _ in again.values()):
             continue

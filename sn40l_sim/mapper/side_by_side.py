@@ -55,7 +55,16 @@ from sn40l_sim.mapper.budget import UnitBudget
 from sn40l_sim.mapper.kernel import LoopContext
 from sn40l_sim.mapper.placement import PlacedKernel
 from sn40l_sim.mapper.residency import packed_largest_first
-from sn40l_sim.mapper.rooms import Mapper, Scorer, Units, _balanced_room, _mapped_calls, _units, least_rooms
+from sn40l_sim.mapper.rooms import (
+    Mapper,
+    Scorer,
+    Units,
+    _balanced_room,
+    _mapped_calls,
+    _mapped_or_none,
+    _units,
+    least_rooms,
+)
 
 #: shares of its first mapping's units per tile a kernel called once holds while the others are
 #: mapped again, besides all of them (the greedy placement)
@@ -314,9 +323,8 @@ def _mapped_beside(socket: SocketSpec, order: Sequence[FusedKernel], plans: Sequ
             _room_on_one_tile(held, capacity, tiles) if packed and _on_one_tile(first[kind]) else None
         if budget is None:
             continue
-        try:
-            again = _mapped_calls(order, calls, calls_of[kind], mapped, budget, resident=True)
-        except InfeasibleError:
+        again = _mapped_or_none(order, calls, calls_of[kind], mapped, budget, resident=True)
+        if again is None:
             continue
         if lean and next(iter(again.values()))[0].cycles > plans[calls_of[kind][0]].cycles:
             # a room in which the call, its configuration free, is longer than its first mapping's
