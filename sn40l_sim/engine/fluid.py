@@ -35,69 +35,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import simpy
 
 from sn40l_sim.engine.fluid_arrays import CAP_FRACTION, SATURATED_FRACTION, FlowArrays
+from sn40l_sim.engine.fluid_lone import _DONE_ABS, _DONE_REL
 
-#: a flow whose remaining bytes fall below this fraction of its size (plus a hair) is complete;
-#: it only absorbs float noise, since flows are woken at or after their exact finishing time
-_DONE_REL = 1e-9
-_DONE_ABS = 1e-6
-#: how far (in cycles) a lone flow's exact duration must stay from a whole cycle, and from the
-#: completion tolerance above one, for :func:`lone_flow_cycles` to vouch for the network's rounding
-_SAFE_MARGIN = 1e-6
+# a lone flow's cycles, without the network (re-exported: where they are looked for)
+from sn40l_sim.engine.fluid_lone import lone_flow_cycles as lone_flow_cycles
+from sn40l_sim.engine.fluid_lone import lone_flow_cycles_array as lone_flow_cycles_array
+
 #: above this many flows at once the network keeps its flows' numbers in numpy arrays
 #: (:mod:`.fluid_arrays`, the same arithmetic), and goes back to per-flow Python below half of it:
 #: a collective's thousands of concurrent flows then cost array operations, while the engine's few
 #: flows keep the cheaper scalar code
 ARRAY_FLOWS = 96
-
-
-def lone_flow_cycles(n_bytes: int, bytes_per_cycle: float) -> int | None:
-    """Cycles a flow of ``n_bytes`` takes in a :class:`FluidNetwork` when it shares no channel.
-
-    A flow alone on its channels runs at its narrowest channel's capacity from the cycle it starts
-    and completes at the next whole cycle after its last byte (at least one cycle). The network
-    reaches that through a float ``remaining`` decremented at every event, so when the exact
-    duration lies within float noise of a whole cycle, or within the completion tolerance above
-    one (where an unrelated event in that cycle would complete it early), the answer depends on
-    the other flows' events; then this returns ``None`` and the caller must run the network.
-
-    Parameters
-    ----------
-    n_bytes : int
-        Bytes of the flow (at least 1).
-    bytes_per_cycle : float
-        The flow's rate: the smallest capacity along its path (and its cap).
-
-    Examples
-    --------
-    >>> lone_flow_cycles(1001, 10.0), lone_flow_cycles(5, 10.0)
-    (101, 1)
-    >>> lone_flow_cycles(1000, 10.0) is None   # exactly 100 cycles: left to the event loop
-    True
-    """
-    exact = n_bytes / bytes_per_cycle
-    frac = exact - math.floor(exact)
-    tolerance = (_DONE_REL * n_bytes + _DONE_ABS) / bytes_per_cycle
-    if frac <= tolerance + _SAFE_MARGIN or frac >= 1.0 - _SAFE_MARGIN:
-        return None
-    return max(1, math.ceil(exact - 1e-9))
-
-
-def lone_flow_cycles_array(n_bytes: np.ndarray, bytes_per_cycle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`lone_flow_cycles` elementwise: the cycles (int64) and where they are vouched for.
-
-    >>> cycles, known = lone_flow_cycles_array(np.array([1001, 5, 1000]), np.array([10.0, 10.0, 10.0]))
-    >>> cycles.tolist(), known.tolist()
-    ([101, 1, 100], [True, True, False])
-    """
-    exact = n_bytes / bytes_per_cycle
-    frac = exact - np.floor(exact)
-    tolerance = (_DONE_REL * n_bytes + _DONE_ABS) / bytes_per_cycle
-    known = (frac > tolerance + _SAFE_MARGIN) & (frac < 1.0 - _SAFE_MARGIN)
-    return np.maximum(1, np.ceil(exact - 1e-9)).astype(np.int64), known
 
 
 @dataclass(eq=False)
@@ -163,8 +114,11 @@ class FluidNetwork:
         self.channels[name] = Channel(name, float(bytes_per_cycle))
         return self.channels[name]
 
-    def transfer(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf) -> simpy.Event:
-        """Start moving ``n_bytes`` across every channel of ``path``; the event fires when done.
+    def transfer(self, path: tuple[Channel, ...], n_bytes: int, cap: float = math.inf,
+                 moved: float = 0.0) -> simpy.Event:
+        """Start moving ``n_bytes`` across every channel of ``path``; the event fires when done, at
+        the whole cycle after the last byte, its value the bytes the flow moved in that cycle past
+        its last one (a stream's next transfer takes them: ``moved``).
 
         Parameters
         ----------
@@ -174,6 +128,23 @@ class FluidNetwork:
             Bytes to move (0 completes at once).
         cap : float
             Most bytes per cycle this flow can use whatever the channels offer.
+        moved : float
+            Bytes of these already moved, by the stream's transfer before this one past its own
+            last byte (that transfer's event's value; the channels booked the cycle with it). Any
+            beyond ``n_bytes`` are again this event's value.
+
+        Examples
+        --------
+        1001 bytes then 999 at 10 a cycle: the first ends at cycle 101 having moved 9 of the second.
+
+        >>> import simpy
+        >>> env = simpy.Environment(); net = FluidNetwork(env); hbm = net.channel("hbm", 10.0)
+        >>> def stream():
+        ...     ahead = yield net.transfer((hbm,), 1001)
+        ...     yield net.transfer((hbm,), 999, moved=ahead)
+        >>> _, _ = env.process(stream()), env.run()
+        >>> env.now   # 201 were the 9 bytes lost
+        200
         """
         if n_bytes < 0:
             raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
@@ -181,10 +152,10 @@ class FluidNetwork:
             raise ValueError(f"cap must be positive, got {cap!r}")
         done = self.env.event()
         if n_bytes == 0 or not path:
-            done.succeed()
+            done.succeed(float(moved) if n_bytes == 0 else 0.0)
             return done
         self._advance()
-        flow = _Flow(tuple(path), int(n_bytes), float(n_bytes), float(cap), done)
+        flow = _Flow(tuple(path), int(n_bytes), float(n_bytes) - float(moved), float(cap), done)
         for ch in flow.path:
             ch.active += 1
         self._flows.append(flow)
@@ -384,5 +355,6 @@ class FluidNetwork:
                 for ch in flow.path:
                     ch.active -= 1
                     ch.bytes_moved += flow.n_bytes
-                flow.done.succeed()
+                # the bytes it moved past its last one in its last cycle (``transfer``'s ``moved``)
+                flow.done.succeed(max(0.0, -flow.remaining))
         return bool(finished)

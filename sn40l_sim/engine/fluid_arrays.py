@@ -218,6 +218,8 @@ class FlowArrays:
             return []
         keep = ~done
         finished = [self.flows[i] for i in np.flatnonzero(done).tolist()]
+        for flow, left in zip(finished, self.remaining[done].tolist(), strict=True):
+            flow.remaining = left   # below 0: what it moved past its last byte (FluidNetwork._finish)
         self.flows[:] = [self.flows[i] for i in np.flatnonzero(keep).tolist()]
         entry_keep = keep[self.entry_flow]
         renumber = np.cumsum(keep) - 1

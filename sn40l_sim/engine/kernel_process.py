@@ -250,11 +250,15 @@ def _lone_section(res: SocketResources, record: KernelRecord, costs: SectionCost
     return plan.cycles
 
 
-def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int) -> list:
-    """Start the memory streams of tiles ``first .. first+n-1`` (one per tier); their events."""
+def _transfers(res: SocketResources, record: KernelRecord, costs: SectionCosts, first: int, n: int,
+               moved: dict[str, float] | None = None) -> list:
+    """Start the memory streams of tiles ``first .. first+n-1`` (one per tier); their events, in
+    the order of ``costs.loads``. ``moved``: tier -> bytes of these its stream already moved (the
+    chunk before's, past its last byte: :meth:`~.fluid.FluidNetwork.transfer`)."""
     waits = []
     for tier, n_bytes, cap in costs.loads(first, n):
-        waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap))
+        ahead = moved.get(tier, 0.0) if moved else 0.0
+        waits.append(res.net.transfer(res.memory_path(tier), n_bytes, cap, moved=ahead))
         record.tier_bytes[tier] = record.tier_bytes.get(tier, 0) + n_bytes
     return waits
 
@@ -312,16 +316,28 @@ def _stream_ahead(res: SocketResources, record: KernelRecord, costs: SectionCost
 
     def memory():
         ahead, oldest = 0, 0
+        # tier -> bytes of the next chunk its stream moved in the cycle the chunk before ended in,
+        # past that chunk's last byte, and the cycle it arrived at
+        carried: dict[str, float] = {}
+        arrived = None
         for i, (first, n) in enumerate(zip(firsts, chunks, strict=True)):
             while oldest < i and ahead + sizes[i] > res.buffer_bytes:
                 held_back[0] = held_back[0] or not consumed[oldest].triggered
                 yield consumed[oldest]
                 ahead -= sizes[oldest]
                 oldest += 1
+            if env.now != arrived:
+                carried = {}   # the stream stopped for buffer space: nothing ran on into this chunk
             started[i].succeed()
-            waits = _transfers(res, record, costs, first, n)
+            waits = _transfers(res, record, costs, first, n, carried)
             if waits:
-                yield env.all_of(waits) if len(waits) > 1 else waits[0]
+                got = yield env.all_of(waits) if len(waits) > 1 else waits[0]
+                # a chunk's end is no pause of the memory stage: the fraction of its last cycle
+                # after its last byte streams the next chunk's (docs/validation.md, "A loop's last
+                # windows"); a tier this chunk has no bytes of keeps what it carried
+                past = [got[w] for w in waits] if len(waits) > 1 else [got]
+                carried |= {tier: left for (tier, _, _), left in zip(costs.loads(first, n), past, strict=True)}
+            arrived = env.now
             ahead += sizes[i]
             loaded[i].succeed()
 

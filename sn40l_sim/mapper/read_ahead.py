@@ -28,6 +28,10 @@ its compute. Without the cap (a stream within the buffer) and with whole chunks,
 before the compute would be done with it: the engine lets a chunk's tiles compute while it arrives
 and charges the last tile after it only when the chunk is late.
 
+A chunk's end is no pause of the memory stage: each tier's stream of a chunk ends at the whole
+cycle after its last byte, and the fraction of that cycle after it streams the next chunk's bytes
+when the next chunk starts then (:class:`RunOn`, as the engine's fluid network carries them).
+
 What the engine has and this leaves out: the previous iteration's collectives stage their bytes
 through the same memory channel while the stream runs ahead (they may slow each other; the replay
 of a section with windows, :mod:`.window_replay`, has its windows' collectives' staging through
@@ -123,6 +127,68 @@ def stream_ahead_cycles(tiles: Sequence[int], sizes: Sequence[float], loads: Seq
     return compute
 
 
+class RunOn:
+    """``arrive`` for :func:`stream_ahead_cycles`: a section's memory stage across its chunks'
+    ends, as the engine runs it ahead (``_stream_ahead``, :mod:`sn40l_sim.engine.kernel_process`).
+
+    Each tier's stream of chunk ``i`` (``streams``: tier -> each chunk's bytes there and the rate
+    the section streams them at alone, :func:`tier_chunks`) ends at the whole cycle after its last
+    byte, the chunk once every tier's has. The chunk boundaries are the engine's grouping of data
+    tiles, not a pause of the memory stage: what a tier's stream moves in that last cycle past its
+    last byte is the start of its next chunk's bytes, when that chunk starts as this one arrives. A
+    stream that waited for buffer space starts its next chunk afresh. Left out, every chunk's end
+    cost a fraction of a cycle, and where a collective's staging shared that cycle its pace decided
+    which whole cycle a chunk ended at, so faster links could end an iteration a cycle later
+    (docs/validation.md, "A loop's last windows").
+
+    Examples
+    --------
+    1,001 and 999 bytes at 10 a cycle: the first chunk ends at cycle 101 with 9 bytes of the second
+    moved, which then ends at 200, not 201; started later, it takes its 100 whole cycles.
+
+    >>> run = RunOn({"hbm": ([1001, 999], 10.0)})
+    >>> run.arrive(0, 0), run.arrive(1, 101)
+    (101, 200)
+    >>> RunOn({"hbm": ([1001, 999], 10.0)}).arrive(1, 150)
+    250
+    """
+
+    def __init__(self, streams: dict[str, tuple[Sequence[int], float]]) -> None:
+        self.streams = streams
+        self._moved = dict.fromkeys(streams, 0.0)
+        self._last: float | None = None
+
+    def arrive(self, i: int, start: float, shared: tuple[str, Callable[[float, float], float],
+                                                   Callable[[float, float], float]] | None = None) -> float:
+        """When chunk ``i``, its streams started at ``start``, has arrived. ``shared``: ``(tier,
+        end, moved)`` for a tier whose stream shares its path now: ``end(start, n_bytes)`` the
+        cycle (unrounded) its ``n_bytes`` from ``start`` have moved by, ``moved(a, b)`` the bytes
+        it moves from ``a`` to ``b`` (:mod:`.window_replay`); the others stream alone."""
+        if start != self._last:
+            self._moved = dict.fromkeys(self.streams, 0.0)
+        done = start
+        for tier, (parts, rate) in self.streams.items():
+            if not parts[i]:
+                continue   # a tier without bytes in this chunk keeps what it moved ahead
+            left = parts[i] - self._moved[tier]
+            # the engine's completion tolerance (sn40l_sim/engine/fluid_lone.py): bytes moved ahead
+            # that cover the chunk complete it at once, any beyond it carried on
+            if left <= 1e-9 * parts[i] + 1e-6:
+                self._moved[tier] = max(0.0, -left)
+                continue
+            if shared is not None and shared[0] == tier:
+                end = shared[1](start, left)
+                ends = max(start + 1, math.ceil(end - 1e-9))
+                self._moved[tier] = max(0.0, shared[2](end, ends))
+            else:
+                end = start + left / rate
+                ends = max(start + 1, math.ceil(end - 1e-9))
+                self._moved[tier] = max(0.0, (ends - end) * rate)
+            done = max(done, ends)
+        self._last = done
+        return done
+
+
 def cut_chunks(tiles: Sequence[int], points: Sequence[int]) -> tuple[int, ...]:
     """``tiles`` (chunks of data tiles) cut at the data tiles ``points``, as the engine's stream
     ahead cuts them where a window opens or closes (its data must have arrived there).
@@ -164,13 +230,20 @@ def section_chunks(socket: SocketSpec, plan: SectionPlan, chunks: int,
             points: Sequence[int] = ()) -> tuple[tuple[int, ...], list[int], list[int]]:
     """Tiles, bytes and stream cycles (the slowest tier's, :func:`tier_chunks`) of each chunk of
     ``plan``, cut at the data tiles ``points``."""
+    return section_streams(socket, plan, chunks, points)[:3]
+
+
+def section_streams(socket: SocketSpec, plan: SectionPlan, chunks: int, points: Sequence[int] = ()
+                    ) -> tuple[tuple[int, ...], list[int], list[int], dict[str, tuple[list[int], float]]]:
+    """:func:`section_chunks` and the chunks' :func:`tier_chunks`."""
     tiles = cut_chunks(chunk_tiles(plan.n_tiles, chunks), points)
     sizes, loads = [0] * len(tiles), [0] * len(tiles)
-    for parts, rate in tier_chunks(socket, plan, tiles).values():
+    streams = tier_chunks(socket, plan, tiles)
+    for parts, rate in streams.values():
         for i, part in enumerate(parts):
             sizes[i] += part
             loads[i] = max(loads[i], math.ceil(part / rate - 1e-9))
-    return tiles, sizes, loads
+    return tiles, sizes, loads, streams
 
 
 def looped_iteration_cycles(socket: SocketSpec, plans: Sequence[SectionPlan], fill: int, gate: int,
@@ -185,10 +258,11 @@ def looped_iteration_cycles(socket: SocketSpec, plans: Sequence[SectionPlan], fi
     reload_first = configs[0] if len(plans) > 1 and configs else 0
     total = 0
     for index, plan in enumerate(plans):
-        tiles, sizes, loads = section_chunks(socket, plan, chunks, points if index == 0 else ())
+        tiles, sizes, loads, streams = section_streams(socket, plan, chunks, points if index == 0 else ())
         per_tile = plan.compute_cycles_per_tile
         if index == 0:
-            total += stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, max(0, gate - reload_first), buffer)
+            total += stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, max(0, gate - reload_first), buffer,
+                                         arrive=RunOn(streams).arrive)
         else:
             total += fill + sum(max(load, n * per_tile) for n, load in zip(tiles, loads, strict=True))
     return total

@@ -44,8 +44,9 @@ from sn40l_sim.hardware import figures
 from sn40l_sim.hardware.spec import SocketSpec
 from sn40l_sim.mapper.read_ahead import (
     CHUNKS_PER_SECTION,
+    RunOn,
     read_ahead_bytes,
-    section_chunks,
+    section_streams,
     stream_ahead_cycles,
     tier_chunks,
 )
@@ -64,12 +65,14 @@ class StagedStream:
     """The part of a section's stream in the tier its collectives stage through: each chunk's
     bytes there (``parts``), the rate the section streams them at alone, the tier's path's
     ``capacity`` (its channel or the TLN, the narrower; bytes per cycle) and each chunk's stream
-    cycles in the other tiers (``others``), which the staging does not touch."""
+    cycles in the other tiers (``others``), which the staging does not touch; ``tier`` names it
+    for a replay whose streams run on across the chunks' ends (:class:`~.read_ahead.RunOn`)."""
 
     parts: Sequence[int]
     rate: float
     capacity: float
     others: Sequence[int]
+    tier: str | None = None
 
 
 def stream_share(rate: float, pace: float, capacity: float) -> float:
@@ -86,6 +89,29 @@ def stream_share(rate: float, pace: float, capacity: float) -> float:
     if pace <= capacity / 2:
         return capacity - pace
     return min(rate, capacity / 2)
+
+
+def shared_bytes(start: float, stop: float, rate: float, capacity: float, spans: Sequence[Span]) -> float:
+    """The bytes a stream at ``rate`` moves from ``start`` to ``stop`` sharing the path with the
+    staging ``spans`` (:func:`shared_arrival`'s sharing, the other way round).
+
+    >>> shared_bytes(0, 120, 10, 10, [(20, 60, 5)]), shared_bytes(118.5, 120, 10, 10, [(20, 60, 5)])
+    (1000.0, 15.0)
+    """
+    t, moved = float(start), 0.0
+    rate = min(rate, capacity)
+    for a, e, pace in sorted(spans):
+        if e <= t:
+            continue
+        if a >= stop:
+            break
+        if a > t:
+            moved += (a - t) * rate
+            t = a
+        until = min(e, stop)
+        moved += (until - t) * stream_share(rate, pace, capacity)
+        t = until
+    return moved + max(0.0, stop - t) * rate
 
 
 def shared_arrival(start: float, n_bytes: float, rate: float, capacity: float, spans: Sequence[Span]) -> float:
@@ -134,7 +160,8 @@ def replay_windows(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence
 
 def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[int], per_tile: int,
                   fill: int, gate: float, buffer: float, windows: Sequence[tuple[float, ...]],
-                  delay: float, staged: StagedStream | None = None, carried: Sequence[Span] = ()) -> Replay:
+                  delay: float, staged: StagedStream | None = None, carried: Sequence[Span] = (),
+                  run_on: RunOn | None = None) -> Replay:
     """When the compute of a stream of chunks (``tiles``, ``sizes``, ``loads`` as
     :func:`~.read_ahead.stream_ahead_cycles` takes them) is done, its waits mid-way included, and
     the cycles its last windows' collectives outlast it. ``windows``: ``(first, stop, body, tail)``
@@ -144,7 +171,10 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
     :meth:`~.windows.OverlapWindow.tail_beyond`) and the bytes it stages while on the links; each
     collective starts ``delay`` cycles after its window opens. With ``staged``, a chunk's stream in
     the staging tier shares it with the collectives staging then, and with the ``carried``
-    staging of the previous loop iteration's."""
+    staging of the previous loop iteration's. With ``run_on`` (each tier's bytes of each chunk),
+    the streams run on across the chunks' ends (:class:`~.read_ahead.RunOn`; ``staged`` then
+    names its tier); without, each chunk arrives its ``loads`` after it starts, or, sharing, at the
+    whole cycle after its last byte."""
     n_tiles = sum(tiles)
     links, after, end = 0.0, 0.0, 0.0
     bodies: dict[int, float] = {}
@@ -178,8 +208,12 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
             if span:
                 late.append(span)
         alone = start + loads[i]
-        if not staged.parts[i] or not any(a < alone and e > start for a, e, _ in late):
-            return alone
+        if staged is None or not staged.parts[i] or not any(a < alone and e > start for a, e, _ in late):
+            return alone if run_on is None else run_on.arrive(i, start)
+        if run_on is not None:
+            return run_on.arrive(i, start, (
+                staged.tier, lambda t, n: shared_arrival(t, n, staged.rate, staged.capacity, late),
+                lambda a, b: shared_bytes(a, b, staged.rate, staged.capacity, late)))
         shared = shared_arrival(start, staged.parts[i], staged.rate, staged.capacity, late)
         return max(start + staged.others[i], math.ceil(shared - 1e-9))
 
@@ -213,7 +247,7 @@ def replay_stream(tiles: Sequence[int], sizes: Sequence[float], loads: Sequence[
         return now
 
     total = float(stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, reach,
-                                      arrive if staged is not None else None))
+                                      arrive if staged is not None or run_on is not None else None))
     # this iteration's collectives still staging at its end (the ones carried in have ended by then)
     carry = tuple((a - end, e - end, rate) for a, e, rate in spans[len(carried):] if e > end)
     return Replay(total, float(after), carry)
@@ -246,7 +280,7 @@ def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, ga
     (the activations', default the socket's first) still running at its end. ``carried``: the
     previous loop iteration's staging still running at this one's start."""
     n = plan.n_tiles
-    tiles, sizes, loads = section_chunks(socket, plan, CHUNKS_PER_SECTION, window_points(windows, n))
+    tiles, sizes, loads, by_tier = section_streams(socket, plan, CHUNKS_PER_SECTION, window_points(windows, n))
     spans = []
     for w in windows:
         first, stop = window_tiles((w.start, w.end), n)
@@ -254,14 +288,13 @@ def windowed_section_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, ga
                       float(w.staged_bytes)))
     tier = tier if tier is not None else next(iter(socket.memory))
     staged = None
-    by_tier = tier_chunks(socket, plan, tiles)
     if tier in by_tier and any(w.staged_bytes for w in windows):
         parts, rate = by_tier[tier]
         others = [max((math.ceil(p[i] / r - 1e-9) for t, (p, r) in by_tier.items() if t != tier), default=0)
                   for i in range(len(tiles))]
-        staged = StagedStream(parts, rate, _path_bytes_per_cycle(socket, tier), others)
+        staged = StagedStream(parts, rate, _path_bytes_per_cycle(socket, tier), others, tier)
     return replay_stream(tiles, sizes, loads, plan.compute_cycles_per_tile, fill, gate, read_ahead_bytes(socket),
-                         spans, delay, staged, carried)
+                         spans, delay, staged, carried, RunOn(by_tier))
 
 
 def looped_window_cycles(socket: SocketSpec, plan: SectionPlan, fill: int, gate: float,

@@ -4,6 +4,7 @@ whole looped decoders, within SRAM (Llama-3.1-8B at batch 1) and far beyond what
 read ahead (Llama-3.1-8B at batch 64 with 33K-token caches on 8 sockets)."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from sn40l_sim.kvcache import make_policy
 from sn40l_sim.mapper.graph import map_graph
 from sn40l_sim.mapper.kernel import LoopContext, best_plan, map_kernel
 from sn40l_sim.mapper.loops import find_loops
-from sn40l_sim.mapper.read_ahead import chunk_tiles, read_ahead_bytes, stream_ahead_cycles
+from sn40l_sim.mapper.read_ahead import RunOn, chunk_tiles, read_ahead_bytes, stream_ahead_cycles
 from sn40l_sim.mapper.windows import overlap_windows
 from sn40l_sim.models.builder import build_graph
 from sn40l_sim.models.loader import load_model
@@ -60,6 +61,35 @@ def test_the_read_ahead_replays_the_engines_iteration_chunk_by_chunk():
         loads = [size // rate for size in sizes]
         expected = _engine_cycles(tiles, per_tile, fill, gate, buffer, rate, n_bytes)
         assert stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer) == expected
+
+
+def test_a_stream_cut_into_chunks_takes_as_long_as_the_whole_stream():
+    # 8 chunks of 1,001 bytes at 10 a cycle: one stream of 8,008 bytes ends at cycle 801 and its
+    # last tile computes by 802; a chunk's end is no pause of the memory stage, so the chunks'
+    # streams take no whole cycle each (8 x 101 + 1 = 809 when each lost its last cycle's rest)
+    assert _engine_cycles((1,) * 8, 1, 0, 0, 10**12, 10.0, 8008) == 802
+    # a stream held back for buffer space starts its next chunk afresh: with room for one chunk,
+    # each chunk's stream waits for the compute of the one before (101 cycles, then 1 of compute)
+    assert _engine_cycles((1,) * 8, 1, 0, 0, 1001, 10.0, 8008) == 8 * 102
+
+
+def test_the_read_ahead_replays_the_engines_stream_running_on_across_chunk_ends():
+    rng = random.Random(11)
+    for _ in range(60):
+        n_tiles = rng.choice((1, 3, 8, 20, 64))
+        tiles = chunk_tiles(n_tiles, 8)
+        per_tile, fill, gate = rng.randrange(0, 400), rng.randrange(0, 3000), rng.randrange(0, 40_000)
+        # a rate that does not divide the chunks' bytes: they end within a cycle
+        rate = rng.choice((123.4, 333.3, 499.7))
+        n_bytes = rng.randrange(1, 600 * 500) * n_tiles
+        # the engine's integer shares of the tier's bytes (SectionCosts.bytes_between)
+        edges = [n_bytes * first // n_tiles for first in (0, *(sum(tiles[:k + 1]) for k in range(len(tiles))))]
+        sizes = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+        buffer = rng.choice((0, n_bytes / n_tiles, 3.5 * n_bytes / n_tiles, n_bytes / 2, 2 * n_bytes))
+        loads = [math.ceil(size / rate - 1e-9) for size in sizes]
+        expected = _engine_cycles(tiles, per_tile, fill, gate, buffer, rate, n_bytes)
+        run_on = RunOn({"hbm": (sizes, rate)})
+        assert stream_ahead_cycles(tiles, sizes, loads, per_tile, fill, gate, buffer, arrive=run_on.arrive) == expected
 
 
 @pytest.mark.parametrize("batch,kv_len,beyond", [(1, 2048, False), (64, 33280, True)])
