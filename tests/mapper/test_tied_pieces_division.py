@@ -35,11 +35,18 @@ def test_the_cut_a_row_more_gets_is_tied_at_a_power_of_two_but_not_taken():
     op = _k_proj(1024)
     dims, low = _gemm_limits(socket, op)
     tied = [(p["m"], p["k"], p["n"]) for p in tied_pieces(dims, low, _b_element_bytes(op), 32, OS_ONLY.gemm_cuts)]
-    # 1,024 rows in 32 pieces tie their m and k halvings; 1,025 rows do not and are cut 513 x 256
+    # 1,024 rows in 32 pieces tie their m and k halvings; 1,025 rows tie them on their mean pieces
+    # (mapper/halving.py, ``smallest_halvings``), are offered both cuts and take the one 1,024 take
+    # (before, their rounded-up halves did not tie and they were cut 513 x 256 only)
     assert (256, 512, 128) in tied and (512, 256, 128) in tied
+    more = _k_proj(1025)
+    dims_more, low_more = _gemm_limits(socket, more)
+    tied_more = [(p["m"], p["k"]) for p in tied_pieces(dims_more, low_more, _b_element_bytes(more), 32,
+                                                       OS_ONLY.gemm_cuts)]
+    assert (513, 256) in tied_more and (257, 512) in tied_more
     taken = gemm_tilings(socket, op, 32, eff, OS_ONLY)[0][2]
-    longer = gemm_tilings(socket, _k_proj(1025), 32, eff, OS_ONLY)[0][2]
-    assert (taken.m, taken.k) == (256, 512) and (longer.m, longer.k) == (513, 256)
+    longer = gemm_tilings(socket, more, 32, eff, OS_ONLY)[0][2]
+    assert (taken.m, taken.k) == (256, 512) and (longer.m, longer.k) == (257, 512)
     # the one taken is cheaper on one PCU (half the partial sums reloaded) and has half the items
     cost, _, other = _gemm_option(socket, op, dims, {"count": 1, "m": 512, "k": 256, "n": 128}, _b_element_bytes(op),
                                   OUTPUT_STATIONARY, eff)
@@ -47,7 +54,9 @@ def test_the_cut_a_row_more_gets_is_tied_at_a_power_of_two_but_not_taken():
     # on the 39 PCUs the kernel's plan gives each of the K and V projections it takes five rounds
     # of its items against nine of half the length: the cut 1,025 rows get is faster there
     assert stage_division(other.work, 1.0, 39).cycles < stage_division(taken.work, 1.0, 39).cycles
-    assert stage_division(other.work, 1.0, 39).cycles == stage_division(longer.work, 1.0, 39).cycles
+    _, _, finer = _gemm_option(socket, more, dims_more, {"count": 1, "m": 513, "k": 256, "n": 128},
+                               _b_element_bytes(more), OUTPUT_STATIONARY, eff)
+    assert stage_division(other.work, 1.0, 39).cycles == stage_division(finer.work, 1.0, 39).cycles
 
 
 @pytest.mark.parametrize("rows", [256, 1024, 2048])
