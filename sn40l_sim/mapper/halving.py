@@ -105,7 +105,7 @@ def smallest_halvings(piece: tuple[int, int, int, int], low: tuple[int, int, int
     A dimension one short of a power of two rounds its halves up, so of two halvings that tie on
     the power of two the one that halves it again leaves a piece a row larger: Llama-3.1-8B's
     attention ``P V`` at 511 tokens (``m = k = 511``) cut to 64 x 511 pieces where 512 tokens tied
-    and also found 128 x 256, faster on the 59 PCUs of a tile-share room (13,945 against 14,121
+    and also found 128 x 256, faster on 59 PCUs of a tile (13,945 against 14,121
     cycles a call). The mean pieces of 511 and 512 halve alike (each a share of the whole, with no
     rounding), so following their ties too offers a prompt the pieces of the power of two above it.
 

@@ -80,8 +80,8 @@ def test_one_row_short_of_a_power_of_two_is_offered_the_power_of_twos_pieces():
     # Llama-3.1-8B's attention P V at 511 and 512 tokens on 8 sockets (count 4, n 128, K and V at
     # half a byte an element of B as the operator counts them): at 512 the m and k halvings tie and
     # 128 x 256 pieces are a candidate; at 511 the rounded-up halves made 64 x 511 a row smaller and
-    # 128 x 256 was never tried, though on a tile-share room's 59 PCUs it is faster (14,121 against
-    # 13,945 cycles a call, so 511 tokens prefilled slower than 512)
+    # 128 x 256 was never tried, though on 59 PCUs of a tile it is faster (14,121 against
+    # 13,945 cycles a call, so in a room of those PCUs 511 tokens prefilled slower than 512)
     low = {"count": 1, "m": 6, "k": 6, "n": 32}
     pieces = {n: [(p["m"], p["k"]) for p in tied_pieces({"count": 4, "m": n, "k": n, "n": 128}, low, 0.5, 32, CUTS)]
               for n in (511, 512)}
