@@ -31,7 +31,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from numbers import Integral
 from typing import Any
@@ -79,6 +78,10 @@ class RenewedPool(cf.Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
         """Submit to the current pool, or to a new one when a worker of the current one died."""
+        # imported here, where a process pool is running: the module (and multiprocessing) took
+        # ~30 ms of every ``run`` and ``validate``, which import this module but start no pool
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             return self.current.submit(fn, *args, **kwargs)
         except BrokenProcessPool:
