@@ -27,6 +27,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from sn40l_sim.frozen import built
 from sn40l_sim.hardware import figures
@@ -80,7 +81,10 @@ class StageWork:
     #: pieces of the operator per data tile, on average
     pieces: float = 0.0
 
-    @property
+    # kept in the instance once asked (a plain attribute read after that): the allocator and the
+    # planners ask it of every stage at every step, ~1.8 million times in a cold ``validate``, and a
+    # property's call cost more than the comparison; the kind is never changed in place (frozen)
+    @cached_property
     def is_memory(self) -> bool:
         """True for the memory-tier stages, which hold no PCUs or PMUs of their own."""
         return self.kind == "memory"
